@@ -1,0 +1,536 @@
+//! Parsing text into [`Expr`] trees and [`ClassAd`] records.
+//!
+//! pest recognises the grammar (`grammar.pest`); this module turns pest's
+//! pairs into our own AST, applying operator precedence with an explicit
+//! stack (no recursion per operator), so pest stays an implementation detail.
+//! Nesting is bounded before pest runs, so no input can exhaust the stack.
+
+use std::fmt;
+use std::sync::Arc;
+
+use pest::Parser;
+use pest::iterators::Pair;
+
+use crate::ast::{BinaryOp, Call, Expr, RefScope, UnaryOp};
+use crate::builtins;
+use crate::record::ClassAd;
+use crate::symbol::Name;
+use crate::value::Value;
+
+#[derive(pest_derive::Parser)]
+#[grammar = "grammar.pest"]
+struct Grammar;
+
+/// Deepest bracket nesting (`(`, `[`, `{`, `?`) accepted by the parser.
+pub const MAX_NESTING: usize = 200;
+/// Deepest expression tree accepted by the parser (long operator chains included).
+pub const MAX_TREE_DEPTH: usize = 1000;
+
+/// A syntax error: where it is and what was expected there.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}, column {column}: {message}\n  {line_text}\n  {caret:>width$}", caret = "^", width = column)]
+pub struct ParseError {
+    /// 1-based line of the error.
+    pub line: usize,
+    /// 1-based column (in characters) of the error.
+    pub column: usize,
+    /// What went wrong, e.g. "expected an operand, found `)`".
+    pub message: String,
+    /// The text of the offending line.
+    pub line_text: String,
+}
+
+impl ParseError {
+    fn at(text: &str, byte: usize, message: String) -> ParseError {
+        let byte = byte.min(text.len());
+        let before = &text[..byte];
+        let line = before.matches('\n').count() + 1;
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        let column = text[line_start..byte].chars().count() + 1;
+        let line_text = text[line_start..].lines().next().unwrap_or("").to_string();
+        ParseError {
+            line,
+            column,
+            message,
+            line_text,
+        }
+    }
+
+    /// Moves the error to line `line` of a larger text, for old-syntax ads that
+    /// are parsed one line at a time.
+    fn on_line(mut self, line: usize, col_offset: usize, line_text: &str) -> ParseError {
+        if self.line == 1 {
+            self.column += col_offset;
+        }
+        self.line = line;
+        self.line_text = line_text.to_string();
+        self
+    }
+}
+
+fn describe(r: &Rule) -> &'static str {
+    match r {
+        Rule::expr | Rule::chain | Rule::unit | Rule::prefix => "an expression",
+        Rule::infix | Rule::kw_is | Rule::kw_isnt => "an operator",
+        Rule::ternary | Rule::elvis => "`?`",
+        Rule::select => "`.`",
+        Rule::subscript => "`[`",
+        Rule::ident | Rule::quoted_name => "an attribute name",
+        Rule::attr_def => "an attribute definition `name = expr`",
+        Rule::EOI => "end of input",
+        Rule::string | Rule::string_text => "a string",
+        Rule::real | Rule::integer => "a number",
+        Rule::ad => "`[`",
+        _ => "something else",
+    }
+}
+
+fn found_at(text: &str, byte: usize) -> String {
+    match text[byte.min(text.len())..].chars().next() {
+        None => "end of input".to_string(),
+        Some(_) => {
+            let rest = &text[byte..];
+            let tok: String = rest
+                .chars()
+                .take_while(|c| !c.is_whitespace())
+                .take(12)
+                .collect();
+            format!("`{tok}`")
+        }
+    }
+}
+
+fn from_pest(e: pest::error::Error<Rule>, text: &str) -> ParseError {
+    let byte = match e.location {
+        pest::error::InputLocation::Pos(p) => p,
+        pest::error::InputLocation::Span((s, _)) => s,
+    };
+    let message = match &e.variant {
+        pest::error::ErrorVariant::ParsingError { positives, .. } => {
+            let mut wanted: Vec<&str> = positives.iter().map(describe).collect();
+            wanted.sort();
+            wanted.dedup();
+            let wanted = match wanted.len() {
+                0 => "something else".to_string(),
+                1 => wanted[0].to_string(),
+                _ => {
+                    let (last, first) = wanted.split_last().expect("len >= 2");
+                    format!("{} or {}", first.join(", "), last)
+                }
+            };
+            format!("expected {wanted}, found {}", found_at(text, byte))
+        }
+        pest::error::ErrorVariant::CustomError { message } => message.clone(),
+    };
+    ParseError::at(text, byte, message)
+}
+
+/// Rejects nesting deeper than [`MAX_NESTING`] before pest (which recurses) sees the text.
+fn check_nesting(text: &str) -> Result<(), ParseError> {
+    let bytes = text.as_bytes();
+    let mut depth = 0usize;
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            q @ (b'"' | b'\'') => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != q {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            b'(' | b'[' | b'{' | b'?' => {
+                depth += 1;
+                if depth > MAX_NESTING {
+                    return Err(ParseError::at(
+                        text,
+                        i,
+                        format!("expression nested deeper than {MAX_NESTING} levels"),
+                    ));
+                }
+            }
+            b')' | b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        i += 1;
+    }
+    Ok(())
+}
+
+/// Parses one expression.
+pub fn parse_expr(text: &str) -> Result<Expr, ParseError> {
+    check_nesting(text)?;
+    let top = Grammar::parse(Rule::expression, text)
+        .map_err(|e| from_pest(e, text))?
+        .next()
+        .expect("pest returns the expression rule");
+    let e = first_inner(top);
+    Builder { text }.expr(e).map(|(e, _)| e)
+}
+
+/// Parses a new-syntax ad `[ a = 1; b = 2 ]`.
+pub fn parse_classad(text: &str) -> Result<ClassAd, ParseError> {
+    check_nesting(text)?;
+    let top = Grammar::parse(Rule::classad_text, text)
+        .map_err(|e| from_pest(e, text))?
+        .next()
+        .expect("pest returns the classad rule");
+    Builder { text }.ad(first_inner(top)).map(|(ad, _)| ad)
+}
+
+fn is_plain_ident(s: &str) -> bool {
+    let mut c = s.chars();
+    matches!(c.next(), Some(ch) if ch.is_ascii_alphabetic() || ch == '_')
+        && c.all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
+}
+
+/// Parses an old-syntax ad: one `Name = expr` per line. Blank lines and
+/// lines starting with `#` are skipped.
+pub fn parse_old_classad(text: &str) -> Result<ClassAd, ParseError> {
+    let mut ad = ClassAd::new();
+    for (n, raw) in text.lines().enumerate() {
+        let line = raw.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let indent = raw.len() - raw.trim_start().len();
+        let lead = raw[..indent].chars().count();
+        if let Some(eq) = line.find('=') {
+            let name = line[..eq].trim_end();
+            let rhs = &line[eq + 1..];
+            if is_plain_ident(name) && !rhs.starts_with('=') {
+                let offset = lead + line[..eq + 1].chars().count();
+                let e = parse_expr(rhs).map_err(|e| e.on_line(n + 1, offset, raw))?;
+                ad.insert(name, e);
+                continue;
+            }
+        }
+        // Quoted names or a missing `=`: let the grammar explain.
+        check_nesting(line).map_err(|e| e.on_line(n + 1, lead, raw))?;
+        let top = Grammar::parse(Rule::old_line, line)
+            .map_err(|e| from_pest(e, line).on_line(n + 1, lead, raw))?
+            .next()
+            .expect("pest returns the old_line rule");
+        let mut it = top.into_inner();
+        let name = name_text(it.next().expect("old_line has a name"));
+        let (e, _) = Builder { text: line }.expr(it.next().expect("old_line has an expr"))?;
+        ad.insert(&name, e);
+    }
+    Ok(ad)
+}
+
+fn first_inner(p: Pair<'_, Rule>) -> Pair<'_, Rule> {
+    p.into_inner().next().expect("rule has an inner pair")
+}
+
+fn name_text(p: Pair<'_, Rule>) -> String {
+    match p.as_rule() {
+        Rule::quoted_name => unescape(first_inner(p).as_str()),
+        _ => p.as_str().to_string(),
+    }
+}
+
+/// Decodes backslash escapes: C escapes, octal `\ooo`, and any other escaped
+/// character stands for itself (`\q` is `q`), as in HTCondor.
+pub fn unescape(s: &str) -> String {
+    if !s.contains('\\') {
+        return s.to_string();
+    }
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        let Some(e) = chars.next() else { break };
+        match e {
+            'n' => out.push('\n'),
+            't' => out.push('\t'),
+            'r' => out.push('\r'),
+            'b' => out.push('\u{8}'),
+            'f' => out.push('\u{c}'),
+            'a' => out.push('\u{7}'),
+            'v' => out.push('\u{b}'),
+            '0'..='7' => {
+                let mut v = e.to_digit(8).expect("octal digit");
+                let max = if e <= '3' { 2 } else { 1 };
+                for _ in 0..max {
+                    match chars.peek().and_then(|c| c.to_digit(8)) {
+                        Some(d) => {
+                            v = v * 8 + d;
+                            chars.next();
+                        }
+                        None => break,
+                    }
+                }
+                out.push(char::from_u32(v).unwrap_or('\u{fffd}'));
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+fn infix_op(s: &str) -> BinaryOp {
+    use BinaryOp::*;
+    match s {
+        "=?=" => Is,
+        "=!=" => Isnt,
+        ">>>" => UShr,
+        ">>" => Shr,
+        "<<" => Shl,
+        "<=" => Le,
+        ">=" => Ge,
+        "==" => Eq,
+        "!=" => Ne,
+        "&&" => And,
+        "||" => Or,
+        "<" => Lt,
+        ">" => Gt,
+        "&" => BitAnd,
+        "|" => BitOr,
+        "^" => BitXor,
+        "+" => Add,
+        "-" => Sub,
+        "*" => Mul,
+        "/" => Div,
+        "%" => Mod,
+        w if w.eq_ignore_ascii_case("isnt") => IsntWord,
+        w if w.eq_ignore_ascii_case("is") => IsWord,
+        other => unreachable!("grammar produced unknown operator {other:?}"),
+    }
+}
+
+/// Turns pest pairs into our AST, tracking tree depth.
+struct Builder<'t> {
+    text: &'t str,
+}
+
+type Built = Result<(Expr, usize), ParseError>;
+
+impl Builder<'_> {
+    fn too_deep(&self, p: &Pair<'_, Rule>) -> ParseError {
+        ParseError::at(
+            self.text,
+            p.as_span().start(),
+            format!("expression deeper than {MAX_TREE_DEPTH} levels"),
+        )
+    }
+
+    fn check(&self, depth: usize, p: &Pair<'_, Rule>) -> Result<usize, ParseError> {
+        if depth > MAX_TREE_DEPTH {
+            Err(self.too_deep(p))
+        } else {
+            Ok(depth)
+        }
+    }
+
+    fn expr(&self, p: Pair<'_, Rule>) -> Built {
+        let span_pair = p.clone();
+        let mut it = p.into_inner();
+        let (cond, cd) = self.chain(it.next().expect("expr starts with a chain"))?;
+        let Some(tail) = it.next() else {
+            return Ok((cond, cd));
+        };
+        match tail.as_rule() {
+            Rule::elvis => {
+                let (rhs, rd) = self.expr(first_inner(tail))?;
+                let d = self.check(cd.max(rd) + 1, &span_pair)?;
+                Ok((Expr::Elvis(Box::new((cond, rhs))), d))
+            }
+            Rule::ternary => {
+                let mut t = tail.into_inner();
+                let (a, ad) = self.expr(t.next().expect("ternary has a true branch"))?;
+                let (b, bd) = self.expr(t.next().expect("ternary has a false branch"))?;
+                let d = self.check(cd.max(ad).max(bd) + 1, &span_pair)?;
+                Ok((Expr::Cond(Box::new((cond, a, b))), d))
+            }
+            r => unreachable!("unexpected rule {r:?} after a chain"),
+        }
+    }
+
+    /// Precedence climbing over the flat `unit (infix unit)*` sequence.
+    fn chain(&self, p: Pair<'_, Rule>) -> Built {
+        let span_pair = p.clone();
+        let mut operands: Vec<(Expr, usize)> = Vec::new();
+        let mut ops: Vec<BinaryOp> = Vec::new();
+        let reduce = |operands: &mut Vec<(Expr, usize)>, op: BinaryOp| -> usize {
+            let (r, rd) = operands.pop().expect("operand for reduction");
+            let (l, ld) = operands.pop().expect("operand for reduction");
+            let d = ld.max(rd) + 1;
+            operands.push((Expr::binary(op, l, r), d));
+            d
+        };
+        for item in span_pair.clone().into_inner() {
+            match item.as_rule() {
+                Rule::unit => operands.push(self.unit(item)?),
+                Rule::infix => {
+                    let op = infix_op(item.as_str());
+                    while let Some(&top) = ops.last() {
+                        if top.precedence() >= op.precedence() {
+                            ops.pop();
+                            let d = reduce(&mut operands, top);
+                            self.check(d, &span_pair)?;
+                        } else {
+                            break;
+                        }
+                    }
+                    ops.push(op);
+                }
+                r => unreachable!("unexpected rule {r:?} in a chain"),
+            }
+        }
+        while let Some(op) = ops.pop() {
+            let d = reduce(&mut operands, op);
+            self.check(d, &span_pair)?;
+        }
+        Ok(operands.pop().expect("a chain has at least one operand"))
+    }
+
+    fn unit(&self, p: Pair<'_, Rule>) -> Built {
+        let span_pair = p.clone();
+        let mut prefixes = Vec::new();
+        let mut rest = Vec::new();
+        for item in p.into_inner() {
+            match item.as_rule() {
+                Rule::prefix => prefixes.push(item),
+                _ => rest.push(item),
+            }
+        }
+        let mut rest = rest.into_iter();
+        let prim = rest.next().expect("a unit has a primary");
+        let mut postfixes = rest.peekable();
+
+        // `MY.x`, `TARGET.x`, `parent.x` are scoped references, not selections.
+        let (mut e, mut d) = match (prim.as_rule(), postfixes.peek()) {
+            (Rule::ident, Some(sel)) if sel.as_rule() == Rule::select => {
+                let scope = match prim.as_str() {
+                    s if s.eq_ignore_ascii_case("my") => Some(RefScope::My),
+                    s if s.eq_ignore_ascii_case("target") => Some(RefScope::Target),
+                    s if s.eq_ignore_ascii_case("parent") => Some(RefScope::Parent),
+                    _ => None,
+                };
+                match scope {
+                    Some(scope) => {
+                        let sel = postfixes.next().expect("peeked");
+                        let name = name_text(first_inner(sel));
+                        (Expr::Attr(scope, Name::new(&name)), 1)
+                    }
+                    None => self.primary(prim)?,
+                }
+            }
+            _ => self.primary(prim)?,
+        };
+        for post in postfixes {
+            match post.as_rule() {
+                Rule::select => {
+                    let name = name_text(first_inner(post));
+                    e = Expr::Select(Box::new(e), Name::new(&name));
+                    d += 1;
+                }
+                Rule::subscript => {
+                    let (i, id) = self.expr(first_inner(post))?;
+                    e = Expr::Index(Box::new((e, i)));
+                    d = d.max(id) + 1;
+                }
+                r => unreachable!("unexpected postfix {r:?}"),
+            }
+            self.check(d, &span_pair)?;
+        }
+        for pre in prefixes.iter().rev() {
+            let op = match pre.as_str() {
+                "!" => UnaryOp::Not,
+                "-" => UnaryOp::Neg,
+                "+" => UnaryOp::Plus,
+                "~" => UnaryOp::BitNot,
+                other => unreachable!("unknown prefix {other:?}"),
+            };
+            e = Expr::Unary(op, Box::new(e));
+            d += 1;
+            self.check(d, &span_pair)?;
+        }
+        Ok((e, d))
+    }
+
+    fn primary(&self, p: Pair<'_, Rule>) -> Built {
+        let e = match p.as_rule() {
+            // Like strtoll, an integer too large for 64 bits saturates.
+            Rule::integer => Expr::Literal(Value::Int(p.as_str().parse().unwrap_or(i64::MAX))),
+            Rule::real => Expr::Literal(Value::Real(
+                p.as_str()
+                    .parse()
+                    .expect("grammar only accepts valid reals"),
+            )),
+            Rule::string => Expr::Literal(Value::str(unescape(first_inner(p).as_str()))),
+            Rule::keyword => {
+                let s = p.as_str();
+                Expr::Literal(if s.eq_ignore_ascii_case("true") {
+                    Value::Bool(true)
+                } else if s.eq_ignore_ascii_case("false") {
+                    Value::Bool(false)
+                } else if s.eq_ignore_ascii_case("undefined") {
+                    Value::Undefined
+                } else {
+                    Value::Error
+                })
+            }
+            Rule::ident | Rule::quoted_name => Expr::Attr(RefScope::Bare, Name::new(&name_text(p))),
+            Rule::paren => {
+                let (e, d) = self.expr(first_inner(p))?;
+                return Ok((Expr::Paren(Box::new(e)), d + 1));
+            }
+            Rule::list => {
+                let mut items = Vec::new();
+                let mut d = 0;
+                for x in p.into_inner() {
+                    let (e, xd) = self.expr(x)?;
+                    d = d.max(xd);
+                    items.push(e);
+                }
+                return Ok((Expr::List(items), d + 1));
+            }
+            Rule::call => {
+                let mut it = p.into_inner();
+                let name = it.next().expect("call has a name").as_str();
+                let mut args = Vec::new();
+                let mut d = 0;
+                for x in it {
+                    let (e, xd) = self.expr(x)?;
+                    d = d.max(xd);
+                    args.push(e);
+                }
+                let call = Call {
+                    name: Name::new(name),
+                    func: builtins::lookup(name),
+                    args,
+                };
+                return Ok((Expr::Call(Box::new(call)), d + 1));
+            }
+            Rule::ad => {
+                let (ad, d) = self.ad(p)?;
+                return Ok((Expr::Ad(Arc::new(ad)), d + 1));
+            }
+            r => unreachable!("unexpected primary {r:?}"),
+        };
+        Ok((e, 1))
+    }
+
+    fn ad(&self, p: Pair<'_, Rule>) -> Result<(ClassAd, usize), ParseError> {
+        let mut ad = ClassAd::new();
+        let mut d = 0;
+        for def in p.into_inner() {
+            let mut it = def.into_inner();
+            let name = name_text(it.next().expect("attr_def has a name"));
+            let (e, ed) = self.expr(it.next().expect("attr_def has an expr"))?;
+            d = d.max(ed);
+            ad.insert(&name, e);
+        }
+        Ok((ad, d))
+    }
+}
+
+impl fmt::Display for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(describe(self))
+    }
+}

@@ -1,0 +1,176 @@
+//! Runtime values of the ClassAd language.
+//!
+//! UNDEFINED and ERROR are ordinary values here, as in HTCondor: an
+//! expression never fails in the Rust sense, it evaluates to `Error`.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::eval::NestedAd;
+
+/// The value of an evaluated ClassAd expression.
+#[derive(Clone, Debug)]
+pub enum Value {
+    /// The result of referring to something that does not exist.
+    Undefined,
+    /// The result of an operation that makes no sense (type mismatch, division by zero...).
+    Error,
+    /// `true` or `false`.
+    Bool(bool),
+    /// A 64-bit integer; arithmetic wraps on overflow.
+    Int(i64),
+    /// A 64-bit float.
+    Real(f64),
+    /// A string; shared so that copying a value out of an ad is cheap.
+    Str(Arc<str>),
+    /// A list of evaluated elements.
+    List(Arc<Vec<Value>>),
+    /// A nested ClassAd together with the scope it was found in.
+    Ad(Arc<NestedAd>),
+}
+
+impl Value {
+    /// Builds a string value.
+    pub fn str(s: impl Into<Arc<str>>) -> Value {
+        Value::Str(s.into())
+    }
+
+    /// Builds a list value.
+    pub fn list(items: Vec<Value>) -> Value {
+        Value::List(Arc::new(items))
+    }
+
+    /// True for `Undefined`.
+    pub fn is_undefined(&self) -> bool {
+        matches!(self, Value::Undefined)
+    }
+
+    /// True for `Error`.
+    pub fn is_error(&self) -> bool {
+        matches!(self, Value::Error)
+    }
+
+    /// True for `Int` or `Real`.
+    pub fn is_number(&self) -> bool {
+        matches!(self, Value::Int(_) | Value::Real(_))
+    }
+
+    /// True only for the boolean `true`: what matchmaking requires of `Requirements`.
+    pub fn is_true(&self) -> bool {
+        matches!(self, Value::Bool(true))
+    }
+
+    /// The numeric value of an `Int`, `Real` or `Bool` as an f64, used by `Rank`.
+    pub fn as_f64(&self) -> Option<f64> {
+        match *self {
+            Value::Int(i) => Some(i as f64),
+            Value::Real(r) => Some(r),
+            Value::Bool(b) => Some(if b { 1.0 } else { 0.0 }),
+            _ => None,
+        }
+    }
+
+    /// The string of a `Str`.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// A short name of the value's type, for messages.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::Undefined => "undefined",
+            Value::Error => "error",
+            Value::Bool(_) => "boolean",
+            Value::Int(_) => "integer",
+            Value::Real(_) => "real",
+            Value::Str(_) => "string",
+            Value::List(_) => "list",
+            Value::Ad(_) => "classad",
+        }
+    }
+
+    /// Identity as `=?=` sees it for scalars: same type and same value,
+    /// strings compared case-sensitively. `None` for lists and ads, which
+    /// HTCondor refuses to compare (the result is ERROR).
+    pub fn same_as(&self, other: &Value) -> Option<bool> {
+        Some(match (self, other) {
+            (Value::Undefined, Value::Undefined) | (Value::Error, Value::Error) => true,
+            (Value::Bool(a), Value::Bool(b)) => a == b,
+            (Value::Int(a), Value::Int(b)) => a == b,
+            (Value::Real(a), Value::Real(b)) => a == b || (a.is_nan() && b.is_nan()),
+            (Value::Str(a), Value::Str(b)) => a == b,
+            (Value::List(_) | Value::Ad(_), _) | (_, Value::List(_) | Value::Ad(_)) => return None,
+            _ => false,
+        })
+    }
+
+    /// Structural equality, used by tests: like `same_as`, extended to lists
+    /// element by element and to ads by identity.
+    pub fn identical(&self, other: &Value) -> bool {
+        match (self, other) {
+            (Value::List(a), Value::List(b)) => {
+                a.len() == b.len() && a.iter().zip(b.iter()).all(|(x, y)| x.identical(y))
+            }
+            (Value::Ad(a), Value::Ad(b)) => Arc::ptr_eq(a, b) || Arc::ptr_eq(&a.ad, &b.ad),
+            _ => self.same_as(other).unwrap_or(false),
+        }
+    }
+}
+
+impl PartialEq for Value {
+    fn eq(&self, other: &Self) -> bool {
+        self.identical(other)
+    }
+}
+
+/// Formats a real the way HTCondor does when it turns one into a string: `%.15E`.
+pub fn real_to_string(r: f64) -> String {
+    if r.is_nan() {
+        return if r.is_sign_negative() { "-nan" } else { "nan" }.to_string();
+    }
+    if r.is_infinite() {
+        return if r < 0.0 { "-inf" } else { "inf" }.to_string();
+    }
+    // Rust prints `1.500000000000000E0`; C prints `1.500000000000000E+00`.
+    let s = format!("{r:.15E}");
+    let (mant, exp) = s.split_once('E').expect("{:E} always has an exponent");
+    let exp: i32 = exp.parse().expect("{:E} exponent is an integer");
+    let sign = if exp < 0 { '-' } else { '+' };
+    format!("{mant}E{sign}{:02}", exp.abs())
+}
+
+/// Converts a scalar to a string as `string()`, `strcat()` and `join()` do.
+/// Lists and ads are printed in ClassAd syntax. `None` for UNDEFINED and ERROR.
+pub fn to_display_string(v: &Value) -> Option<String> {
+    Some(match v {
+        Value::Undefined | Value::Error => return None,
+        Value::Bool(b) => b.to_string(),
+        Value::Int(i) => i.to_string(),
+        Value::Real(r) => real_to_string(*r),
+        Value::Str(s) => s.to_string(),
+        Value::List(_) | Value::Ad(_) => v.to_string(),
+    })
+}
+
+impl fmt::Display for Value {
+    /// Prints the value in ClassAd syntax (strings quoted and escaped).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        crate::unparse::write_value(f, self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reals_print_like_c_percent_e() {
+        assert_eq!(real_to_string(1.5), "1.500000000000000E+00");
+        assert_eq!(real_to_string(-2.0), "-2.000000000000000E+00");
+        assert_eq!(real_to_string(1e-100), "1.000000000000000E-100");
+        assert_eq!(real_to_string(0.0), "0.000000000000000E+00");
+    }
+}
