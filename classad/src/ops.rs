@@ -133,8 +133,10 @@ fn arith(op: BinaryOp, l: &Value, r: &Value) -> Value {
                 Mul => a * b,
                 Div if b == 0.0 => return Value::Error,
                 Div => a / b,
-                Mod if b == 0.0 => return Value::Error,
-                Mod => a % b,
+                // HTCondor takes the modulus of reals on their integer parts,
+                // so a divisor below one in magnitude is a division by zero.
+                Mod if b as i64 == 0 => return Value::Error,
+                Mod => (a as i64).wrapping_rem(b as i64) as f64,
                 _ => unreachable!("arith called with a non-arithmetic operator"),
             };
             // HTCondor treats a finite computation that overflows as an error.
@@ -232,9 +234,7 @@ pub fn unary(op: UnaryOp, v: Value) -> Value {
         },
         (UnaryOp::Neg, Value::Int(i)) => Value::Int(i.wrapping_neg()),
         (UnaryOp::Neg, Value::Real(r)) => Value::Real(-r),
-        (UnaryOp::Neg, Value::Bool(b)) => Value::Int(-(b as i64)),
         (UnaryOp::Plus, v @ (Value::Int(_) | Value::Real(_))) => v,
-        (UnaryOp::Plus, Value::Bool(b)) => Value::Int(b as i64),
         (UnaryOp::BitNot, Value::Int(i)) => Value::Int(!i),
         _ => Value::Error,
     }

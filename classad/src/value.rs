@@ -94,7 +94,8 @@ impl Value {
 
     /// Identity as `=?=` sees it for scalars: same type and same value,
     /// strings compared case-sensitively. `None` for lists and ads, which
-    /// HTCondor refuses to compare (the result is ERROR).
+    /// HTCondor refuses to compare with each other (the result is ERROR); a
+    /// list or ad against any other type is simply not identical.
     pub fn same_as(&self, other: &Value) -> Option<bool> {
         Some(match (self, other) {
             (Value::Undefined, Value::Undefined) | (Value::Error, Value::Error) => true,
@@ -102,7 +103,7 @@ impl Value {
             (Value::Int(a), Value::Int(b)) => a == b,
             (Value::Real(a), Value::Real(b)) => a == b || (a.is_nan() && b.is_nan()),
             (Value::Str(a), Value::Str(b)) => a == b,
-            (Value::List(_) | Value::Ad(_), _) | (_, Value::List(_) | Value::Ad(_)) => return None,
+            (Value::List(_), Value::List(_)) | (Value::Ad(_), Value::Ad(_)) => return None,
             _ => false,
         })
     }
