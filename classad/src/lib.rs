@@ -20,6 +20,7 @@
 //! - `record`: [`ClassAd`] records.
 //! - `matching`: symmetric matchmaking with Requirements and Rank.
 //! - `unparse`: printing in HTCondor's canonical form.
+//! - `synth`: deterministic synthetic machine and job ads for benchmarks and demos.
 
 pub mod ast;
 pub mod builtins;
@@ -29,6 +30,7 @@ pub mod ops;
 pub mod parse;
 pub mod record;
 pub mod symbol;
+pub mod synth;
 pub mod unparse;
 pub mod value;
 
