@@ -61,7 +61,7 @@ pub fn job_new_syntax(i: u64) -> String {
          Requirements = TARGET.Arch == \"X86_64\" && TARGET.OpSys == \"LINUX\" && TARGET.Memory >= RequestMemory; \
          Rank = TARGET.Mips + TARGET.KFlops / 1000 ]",
         i % 50,
-        if i % 3 == 0 { "physics" } else { "cs" },
+        if i.is_multiple_of(3) { "physics" } else { "cs" },
         1000 + mix(i, 20) % 500_000,
         256 << (mix(i, 21) % 5),
     )

@@ -1,0 +1,179 @@
+//! Numeric functions: `floor`, `ceiling`, `round`, `pow`, `quantize`, `interval`.
+
+use crate::ast::Expr;
+use crate::eval::{Evaluator, Scope};
+use crate::value::Value;
+
+use super::eval_n;
+use super::types::{parse_real_prefix, real_to_int};
+
+/// Applies a rounding function to the single argument: integers and booleans
+/// are already whole, reals are rounded to an integer, numeric strings are
+/// read as reals first. Like HTCondor, UNDEFINED is not a number: ERROR.
+fn round_with(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr], f: fn(f64) -> f64) -> Value {
+    let Some([v]) = eval_n::<1>(ev, sc, args) else {
+        return Value::Error;
+    };
+    match v {
+        Value::Int(i) => Value::Int(i),
+        Value::Bool(b) => Value::Int(i64::from(b)),
+        Value::Real(r) => Value::Int(real_to_int(f(r))),
+        Value::Str(s) => match parse_real_prefix(&s) {
+            Some((r, n)) if n == s.len() => Value::Int(real_to_int(f(r))),
+            _ => Value::Error,
+        },
+        _ => Value::Error,
+    }
+}
+
+/// `floor(x)`: the largest integer not above `x`.
+pub fn floor(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
+    round_with(ev, sc, args, f64::floor)
+}
+
+/// `ceiling(x)`: the smallest integer not below `x`.
+pub fn ceiling(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
+    round_with(ev, sc, args, f64::ceil)
+}
+
+/// `round(x)`: the nearest integer, halves to even (C's `rint`).
+pub fn round(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
+    round_with(ev, sc, args, f64::round_ties_even)
+}
+
+/// `pow(base, exp)`: an integer when both are integers and `exp` is not
+/// negative, otherwise a real. Anything but two numbers (even UNDEFINED) is ERROR.
+pub fn pow(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
+    let Some([b, e]) = eval_n::<2>(ev, sc, args) else {
+        return Value::Error;
+    };
+    match (&b, &e) {
+        (Value::Int(b), Value::Int(e)) if *e >= 0 => {
+            // HTCondor computes in floating point and casts, so overflow gives i64::MIN.
+            Value::Int(real_to_int((*b as f64).powf(*e as f64)))
+        }
+        // Unlike quantize, pow takes no booleans.
+        (Value::Int(_) | Value::Real(_), Value::Int(_) | Value::Real(_)) => {
+            match (b.as_real(), e.as_real()) {
+                (Some(b), Some(e)) => Value::Real(b.powf(e)),
+                _ => Value::Error,
+            }
+        }
+        _ => Value::Error,
+    }
+}
+
+/// The value of a number (booleans count as 0 and 1) as a real, for the
+/// functions that compute in floating point.
+trait AsReal {
+    fn as_real(&self) -> Option<f64>;
+}
+
+impl AsReal for Value {
+    fn as_real(&self) -> Option<f64> {
+        match *self {
+            Value::Int(i) => Some(i as f64),
+            Value::Real(r) => Some(r),
+            Value::Bool(b) => Some(if b { 1.0 } else { 0.0 }),
+            _ => None,
+        }
+    }
+}
+
+/// Rounds `a` up to a multiple of `q`: integers stay integers, anything
+/// else (booleans included) is computed as a real.
+fn quantize_to(a: &Value, q: &Value) -> Value {
+    match (a, q) {
+        (Value::Int(_), Value::Int(0)) => a.clone(),
+        (Value::Int(a), Value::Int(q)) => {
+            let (d, r) = (a.wrapping_div(*q), a.wrapping_rem(*q));
+            // Integer division truncates toward zero; step up when the exact
+            // quotient was positive and not whole.
+            let d = if r != 0 && ((r < 0) == (*q < 0)) {
+                d.wrapping_add(1)
+            } else {
+                d
+            };
+            Value::Int(d.wrapping_mul(*q))
+        }
+        _ => match (a.as_real(), q.as_real()) {
+            (Some(av), Some(0.0)) => Value::Real(av),
+            (Some(av), Some(qv)) => Value::Real((av / qv).ceil() * qv),
+            _ => Value::Error,
+        },
+    }
+}
+
+/// `quantize(a, q)`: `a` rounded up to a multiple of the number `q`; or, when
+/// `q` is a list, the first element not below `a`, else a multiple of the last.
+pub fn quantize(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
+    let Some([a, q]) = eval_n::<2>(ev, sc, args) else {
+        return Value::Error;
+    };
+    if a.as_real().is_none() {
+        return Value::Error;
+    }
+    match &q {
+        Value::Int(_) | Value::Real(_) | Value::Bool(_) => quantize_to(&a, &q),
+        Value::List(items) => {
+            let mut last = None;
+            for item in items.iter() {
+                let Some(x) = item.as_real() else {
+                    return Value::Error;
+                };
+                if x >= a.as_real().unwrap_or(f64::NAN) {
+                    return item.clone();
+                }
+                last = Some(item);
+            }
+            match last {
+                Some(l) => quantize_to(&a, l),
+                None => Value::Error,
+            }
+        }
+        _ => Value::Error,
+    }
+}
+
+/// `interval(seconds)`: a duration as `[days+]hh:mm:ss`, dropping leading
+/// zero fields (`interval(61)` is `"1:01"`).
+pub fn interval(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
+    let Some([v]) = eval_n::<1>(ev, sc, args) else {
+        return Value::Error;
+    };
+    let secs = match v {
+        Value::Undefined => return Value::Undefined,
+        Value::Int(i) => i,
+        Value::Real(r) => real_to_int(r),
+        _ => return Value::Error,
+    };
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    let (hours, minutes, seconds) = (rest / 3600, rest % 3600 / 60, rest % 60);
+    let text = if days != 0 {
+        format!("{days}+{hours:02}:{minutes:02}:{seconds:02}")
+    } else if hours != 0 {
+        format!("{hours}:{minutes:02}:{seconds:02}")
+    } else if minutes != 0 {
+        format!("{minutes}:{seconds:02}")
+    } else {
+        format!("{seconds}")
+    };
+    Value::str(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integer_quantize_rounds_up() {
+        assert_eq!(quantize_to(&Value::Int(7), &Value::Int(5)), Value::Int(10));
+        assert_eq!(quantize_to(&Value::Int(10), &Value::Int(5)), Value::Int(10));
+        assert_eq!(quantize_to(&Value::Int(-3), &Value::Int(2)), Value::Int(-2));
+        assert_eq!(quantize_to(&Value::Int(1), &Value::Int(0)), Value::Int(1));
+        assert_eq!(
+            quantize_to(&Value::Real(7.5), &Value::Int(2)),
+            Value::Real(8.0)
+        );
+    }
+}
