@@ -70,9 +70,10 @@ impl ParseError {
 
 fn describe(r: &Rule) -> &'static str {
     match r {
-        Rule::expr | Rule::chain | Rule::unit | Rule::prefix => "an expression",
+        Rule::expr | Rule::chain | Rule::unit | Rule::prefix | Rule::postfixed => "an expression",
+        Rule::negative_number => "a number",
         Rule::infix | Rule::kw_is | Rule::kw_isnt => "an operator",
-        Rule::ternary | Rule::elvis => "`?`",
+        Rule::ternary | Rule::elvis_tail => "`?`",
         Rule::select => "`.`",
         Rule::subscript => "`[`",
         Rule::ident | Rule::quoted_name => "an attribute name",
@@ -271,7 +272,7 @@ pub fn unescape(s: &str) -> String {
     out
 }
 
-fn infix_op(s: &str) -> BinaryOp {
+pub(crate) fn infix_op(s: &str) -> BinaryOp {
     use BinaryOp::*;
     match s {
         "=?=" => Is,
@@ -298,6 +299,29 @@ fn infix_op(s: &str) -> BinaryOp {
         w if w.eq_ignore_ascii_case("isnt") => IsntWord,
         w if w.eq_ignore_ascii_case("is") => IsWord,
         other => unreachable!("grammar produced unknown operator {other:?}"),
+    }
+}
+
+/// The scope a `MY.`, `TARGET.` or `parent.` prefix names, if `word` is one.
+pub(crate) fn scope_prefix(word: &str) -> Option<RefScope> {
+    if word.eq_ignore_ascii_case("my") {
+        Some(RefScope::My)
+    } else if word.eq_ignore_ascii_case("target") {
+        Some(RefScope::Target)
+    } else if word.eq_ignore_ascii_case("parent") {
+        Some(RefScope::Parent)
+    } else {
+        None
+    }
+}
+
+pub(crate) fn prefix_op(s: &str) -> UnaryOp {
+    match s {
+        "!" => UnaryOp::Not,
+        "-" => UnaryOp::Neg,
+        "+" => UnaryOp::Plus,
+        "~" => UnaryOp::BitNot,
+        other => unreachable!("unknown prefix {other:?}"),
     }
 }
 
@@ -333,11 +357,6 @@ impl Builder<'_> {
             return Ok((cond, cd));
         };
         match tail.as_rule() {
-            Rule::elvis => {
-                let (rhs, rd) = self.expr(first_inner(tail))?;
-                let d = self.check(cd.max(rd) + 1, &span_pair)?;
-                Ok((Expr::Elvis(Box::new((cond, rhs))), d))
-            }
             Rule::ternary => {
                 let mut t = tail.into_inner();
                 let (a, ad) = self.expr(t.next().expect("ternary has a true branch"))?;
@@ -390,27 +409,46 @@ impl Builder<'_> {
     fn unit(&self, p: Pair<'_, Rule>) -> Built {
         let span_pair = p.clone();
         let mut prefixes = Vec::new();
-        let mut rest = Vec::new();
+        let mut acc: Option<(Expr, usize)> = None;
         for item in p.into_inner() {
             match item.as_rule() {
                 Rule::prefix => prefixes.push(item),
-                _ => rest.push(item),
+                Rule::postfixed => acc = Some(self.postfixed(item)?),
+                Rule::elvis_tail => {
+                    let (lhs, ld) = acc.take().expect("an elvis tail follows an operand");
+                    let operand = first_inner(item);
+                    let (rhs, rd) = match operand.as_rule() {
+                        Rule::negative_number => {
+                            let (n, _) = self.primary(first_inner(operand))?;
+                            (Expr::Unary(UnaryOp::Neg, Box::new(n)), 2)
+                        }
+                        _ => self.postfixed(operand)?,
+                    };
+                    let d = self.check(ld.max(rd) + 1, &span_pair)?;
+                    acc = Some((Expr::Elvis(Box::new((lhs, rhs))), d));
+                }
+                r => unreachable!("unexpected rule {r:?} in a unit"),
             }
         }
-        let mut rest = rest.into_iter();
-        let prim = rest.next().expect("a unit has a primary");
-        let mut postfixes = rest.peekable();
+        let (mut e, mut d) = acc.expect("a unit has an operand");
+        for pre in prefixes.iter().rev() {
+            e = Expr::Unary(prefix_op(pre.as_str()), Box::new(e));
+            d += 1;
+            self.check(d, &span_pair)?;
+        }
+        Ok((e, d))
+    }
+
+    fn postfixed(&self, p: Pair<'_, Rule>) -> Built {
+        let span_pair = p.clone();
+        let mut it = p.into_inner();
+        let prim = it.next().expect("postfixed starts with a primary");
+        let mut postfixes = it.peekable();
 
         // `MY.x`, `TARGET.x`, `parent.x` are scoped references, not selections.
         let (mut e, mut d) = match (prim.as_rule(), postfixes.peek()) {
             (Rule::ident, Some(sel)) if sel.as_rule() == Rule::select => {
-                let scope = match prim.as_str() {
-                    s if s.eq_ignore_ascii_case("my") => Some(RefScope::My),
-                    s if s.eq_ignore_ascii_case("target") => Some(RefScope::Target),
-                    s if s.eq_ignore_ascii_case("parent") => Some(RefScope::Parent),
-                    _ => None,
-                };
-                match scope {
+                match scope_prefix(prim.as_str()) {
                     Some(scope) => {
                         let sel = postfixes.next().expect("peeked");
                         let name = name_text(first_inner(sel));
@@ -435,18 +473,6 @@ impl Builder<'_> {
                 }
                 r => unreachable!("unexpected postfix {r:?}"),
             }
-            self.check(d, &span_pair)?;
-        }
-        for pre in prefixes.iter().rev() {
-            let op = match pre.as_str() {
-                "!" => UnaryOp::Not,
-                "-" => UnaryOp::Neg,
-                "+" => UnaryOp::Plus,
-                "~" => UnaryOp::BitNot,
-                other => unreachable!("unknown prefix {other:?}"),
-            };
-            e = Expr::Unary(op, Box::new(e));
-            d += 1;
             self.check(d, &span_pair)?;
         }
         Ok((e, d))

@@ -7,7 +7,7 @@
 
 use std::fmt::{self, Write};
 
-use crate::ast::{Expr, RefScope};
+use crate::ast::{Expr, RefScope, UnaryOp};
 use crate::record::ClassAd;
 use crate::value::Value;
 
@@ -138,13 +138,23 @@ pub fn write_ad<W: Write>(w: &mut W, ad: &ClassAd) -> fmt::Result {
 }
 
 /// How tightly an expression binds when printed without parentheses.
+/// `?:` binds tighter than unary operators in HTCondor.
 fn strength(e: &Expr) -> u8 {
     match e {
-        Expr::Cond(_) | Expr::Elvis(_) => 0,
+        Expr::Cond(_) => 0,
         Expr::Binary(op, _) => op.precedence(),
         Expr::Unary(..) => 20,
+        Expr::Elvis(_) => 25,
         _ => 30,
     }
+}
+
+/// A minus sign applied directly to a number literal: the only unary
+/// expression allowed right after `?:`.
+fn is_negative_number(e: &Expr) -> bool {
+    matches!(e, Expr::Unary(UnaryOp::Neg, inner)
+        if matches!(&**inner, Expr::Literal(Value::Int(0..) ))
+            || matches!(&**inner, Expr::Literal(Value::Real(r)) if r.is_finite() && r.is_sign_positive()))
 }
 
 fn write_operand<W: Write>(w: &mut W, e: &Expr, parens: bool) -> fmt::Result {
@@ -204,10 +214,9 @@ pub fn write_expr<W: Write>(w: &mut W, e: &Expr) -> fmt::Result {
             write_expr(w, &b.2)
         }
         Expr::Elvis(b) => {
-            write_operand(w, &b.0, strength(&b.0) == 0)?;
+            write_operand(w, &b.0, strength(&b.0) < 25)?;
             w.write_str(" ?: ")?;
-            // HTCondor refuses a unary operator right after `?:`.
-            write_operand(w, &b.1, matches!(&b.1, Expr::Unary(..)))
+            write_operand(w, &b.1, strength(&b.1) < 30 && !is_negative_number(&b.1))
         }
         Expr::Call(c) => {
             w.write_str(&c.name.text)?;
