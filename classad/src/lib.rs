@@ -11,6 +11,7 @@
 //! # Layout
 //! - `grammar.pest`: the grammar, recognised by pest.
 //! - `parse`: pest pairs to [`Expr`], operator precedence, nesting limits, [`ParseError`].
+//! - `fastparse`: hand-written parser for the success path (pest explains errors).
 //! - `ast`: the expression tree.
 //! - `symbol`: case-folded attribute names interned to integers.
 //! - `value`: runtime values, including UNDEFINED and ERROR.
@@ -25,6 +26,7 @@
 pub mod ast;
 pub mod builtins;
 pub mod eval;
+mod fastparse;
 pub mod matching;
 pub mod ops;
 pub mod parse;

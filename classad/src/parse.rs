@@ -4,6 +4,9 @@
 //! pairs into our own AST, applying operator precedence with an explicit
 //! stack (no recursion per operator), so pest stays an implementation detail.
 //! Nesting is bounded before pest runs, so no input can exhaust the stack.
+//! Text is first offered to the hand-written parser in `fastparse`, which
+//! accepts the same language much faster; pest handles whatever it declines
+//! and produces every error message.
 
 use std::fmt;
 use std::sync::Arc;
@@ -160,6 +163,24 @@ fn check_nesting(text: &str) -> Result<(), ParseError> {
 /// Parses one expression.
 pub fn parse_expr(text: &str) -> Result<Expr, ParseError> {
     check_nesting(text)?;
+    if let Some(e) = crate::fastparse::expr(text) {
+        return Ok(e);
+    }
+    parse_expr_pest(text)
+}
+
+/// Parses one expression with the fast parser only; `None` where it defers to pest.
+#[doc(hidden)]
+pub fn parse_expr_fast(text: &str) -> Option<Expr> {
+    check_nesting(text).ok()?;
+    crate::fastparse::expr(text)
+}
+
+/// Parses one expression with the pest grammar only (no fast path): the
+/// reference the fast parser is tested against.
+#[doc(hidden)]
+pub fn parse_expr_pest(text: &str) -> Result<Expr, ParseError> {
+    check_nesting(text)?;
     let top = Grammar::parse(Rule::expression, text)
         .map_err(|e| from_pest(e, text))?
         .next()
@@ -170,6 +191,16 @@ pub fn parse_expr(text: &str) -> Result<Expr, ParseError> {
 
 /// Parses a new-syntax ad `[ a = 1; b = 2 ]`.
 pub fn parse_classad(text: &str) -> Result<ClassAd, ParseError> {
+    check_nesting(text)?;
+    if let Some(ad) = crate::fastparse::classad(text) {
+        return Ok(ad);
+    }
+    parse_classad_pest(text)
+}
+
+/// Parses a new-syntax ad with the pest grammar only (no fast path).
+#[doc(hidden)]
+pub fn parse_classad_pest(text: &str) -> Result<ClassAd, ParseError> {
     check_nesting(text)?;
     let top = Grammar::parse(Rule::classad_text, text)
         .map_err(|e| from_pest(e, text))?
