@@ -42,10 +42,15 @@ pub(crate) fn classad(text: &str) -> Option<ClassAd> {
 
 type Built = Option<(Expr, usize)>;
 
+/// Deepest bracket nesting the fast parser follows before deferring to pest;
+/// it bounds the recursion, so no input can exhaust the stack here.
+const FAST_MAX_NESTING: usize = 100;
+
 struct Fast<'a> {
     text: &'a str,
     s: &'a [u8],
     pos: usize,
+    nesting: usize,
 }
 
 fn is_ident_char(b: u8) -> bool {
@@ -58,6 +63,7 @@ impl<'a> Fast<'a> {
             text,
             s: text.as_bytes(),
             pos: 0,
+            nesting: 0,
         }
     }
 
@@ -103,6 +109,16 @@ impl<'a> Fast<'a> {
     }
 
     fn expr(&mut self) -> Built {
+        if self.nesting >= FAST_MAX_NESTING {
+            return None;
+        }
+        self.nesting += 1;
+        let e = self.expr_inner();
+        self.nesting -= 1;
+        e
+    }
+
+    fn expr_inner(&mut self) -> Built {
         let (cond, cd) = self.chain()?;
         if self.peek() != Some(b'?') {
             return Some((cond, cd));
@@ -147,7 +163,12 @@ impl<'a> Fast<'a> {
     }
 
     fn chain(&mut self) -> Built {
-        let mut operands: Vec<(Expr, usize)> = vec![self.unit()?];
+        let first = self.unit()?;
+        // Most attribute values are a single operand: no stacks for them.
+        if self.infix().is_none() {
+            return Some(first);
+        }
+        let mut operands: Vec<(Expr, usize)> = vec![first];
         let mut ops: Vec<BinaryOp> = Vec::new();
         fn reduce(operands: &mut Vec<(Expr, usize)>, op: BinaryOp) -> Option<()> {
             let (r, rd) = operands.pop()?;
@@ -402,7 +423,12 @@ impl<'a> Fast<'a> {
             b'0'..=b'9' | b'.' => self.number(),
             b'"' => {
                 let raw = self.quoted(b'"')?;
-                Some((Expr::Literal(Value::str(unescape(raw))), 1))
+                let s: Arc<str> = if raw.contains('\\') {
+                    unescape(raw).into()
+                } else {
+                    raw.into()
+                };
+                Some((Expr::Literal(Value::Str(s)), 1))
             }
             b'\'' => {
                 let name = self.attr_name()?;

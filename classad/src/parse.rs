@@ -162,7 +162,6 @@ fn check_nesting(text: &str) -> Result<(), ParseError> {
 
 /// Parses one expression.
 pub fn parse_expr(text: &str) -> Result<Expr, ParseError> {
-    check_nesting(text)?;
     if let Some(e) = crate::fastparse::expr(text) {
         return Ok(e);
     }
@@ -172,7 +171,6 @@ pub fn parse_expr(text: &str) -> Result<Expr, ParseError> {
 /// Parses one expression with the fast parser only; `None` where it defers to pest.
 #[doc(hidden)]
 pub fn parse_expr_fast(text: &str) -> Option<Expr> {
-    check_nesting(text).ok()?;
     crate::fastparse::expr(text)
 }
 
@@ -191,7 +189,6 @@ pub fn parse_expr_pest(text: &str) -> Result<Expr, ParseError> {
 
 /// Parses a new-syntax ad `[ a = 1; b = 2 ]`.
 pub fn parse_classad(text: &str) -> Result<ClassAd, ParseError> {
-    check_nesting(text)?;
     if let Some(ad) = crate::fastparse::classad(text) {
         return Ok(ad);
     }
@@ -225,21 +222,21 @@ pub fn parse_old_classad(text: &str) -> Result<ClassAd, ParseError> {
             continue;
         }
         let indent = raw.len() - raw.trim_start().len();
-        let lead = raw[..indent].chars().count();
+        let lead = || raw[..indent].chars().count();
         if let Some(eq) = line.find('=') {
             let name = line[..eq].trim_end();
             let rhs = &line[eq + 1..];
             if is_plain_ident(name) && !rhs.starts_with('=') {
-                let offset = lead + line[..eq + 1].chars().count();
-                let e = parse_expr(rhs).map_err(|e| e.on_line(n + 1, offset, raw))?;
+                let e = parse_expr(rhs)
+                    .map_err(|e| e.on_line(n + 1, lead() + line[..eq + 1].chars().count(), raw))?;
                 ad.insert(name, e);
                 continue;
             }
         }
         // Quoted names or a missing `=`: let the grammar explain.
-        check_nesting(line).map_err(|e| e.on_line(n + 1, lead, raw))?;
+        check_nesting(line).map_err(|e| e.on_line(n + 1, lead(), raw))?;
         let top = Grammar::parse(Rule::old_line, line)
-            .map_err(|e| from_pest(e, line).on_line(n + 1, lead, raw))?
+            .map_err(|e| from_pest(e, line).on_line(n + 1, lead(), raw))?
             .next()
             .expect("pest returns the old_line rule");
         let mut it = top.into_inner();

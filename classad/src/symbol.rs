@@ -3,47 +3,92 @@
 //! ClassAd attribute names ignore case. Evaluation must not hash or lowercase
 //! strings, so every name is folded and interned once, when it is parsed or
 //! inserted, and lookups compare `Symbol`s (a `u32`).
+//!
+//! The table only grows: a process holds one entry per distinct spelling it
+//! has seen, which for ClassAds is a small vocabulary. Each thread keeps a
+//! cache of spellings in front of the shared table, so parsing on many
+//! threads does not contend on its lock.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::{LazyLock, RwLock};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::{Arc, LazyLock, Mutex};
 
 /// An interned, case-folded attribute name. Equal symbols mean names that are
 /// equal ignoring ASCII case.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
 pub struct Symbol(u32);
 
-struct Interner {
-    ids: HashMap<Box<str>, u32>,
+/// A small, fast hasher for short attribute names (FNV-1a over 8-byte words).
+/// The table is keyed by names, not attacker-chosen collisions of note: a
+/// flood of distinct names costs memory whatever the hash.
+#[derive(Default)]
+struct NameHasher(u64);
+
+impl Hasher for NameHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = self.0 ^ 0xcbf2_9ce4_8422_2325;
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let w = u64::from_le_bytes(c.try_into().expect("chunk of 8"));
+            h = (h ^ w).wrapping_mul(0x0000_0100_0000_01b3).rotate_left(23);
+        }
+        for &b in chunks.remainder() {
+            h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+
+    fn finish(&self) -> u64 {
+        self.0 ^ (self.0 >> 29)
+    }
 }
 
-static INTERNER: LazyLock<RwLock<Interner>> = LazyLock::new(|| {
-    RwLock::new(Interner {
-        ids: HashMap::new(),
+type Fast = BuildHasherDefault<NameHasher>;
+
+#[derive(Default)]
+struct Interner {
+    /// Folded name -> symbol id.
+    folded: HashMap<Box<str>, u32, Fast>,
+    /// Exact spelling -> (symbol, shared spelling).
+    spellings: HashMap<Box<str>, (Symbol, Arc<str>), Fast>,
+}
+
+static INTERNER: LazyLock<Mutex<Interner>> = LazyLock::new(Mutex::default);
+
+thread_local! {
+    static LOCAL: RefCell<HashMap<Box<str>, (Symbol, Arc<str>), Fast>> =
+        RefCell::new(HashMap::default());
+}
+
+fn intern_global(spelling: &str) -> (Symbol, Arc<str>) {
+    let mut g = INTERNER.lock().expect("symbol interner lock poisoned");
+    if let Some(hit) = g.spellings.get(spelling) {
+        return hit.clone();
+    }
+    let folded = spelling.to_ascii_lowercase();
+    let next = g.folded.len() as u32;
+    let id = *g.folded.entry(folded.into_boxed_str()).or_insert(next);
+    let entry = (Symbol(id), Arc::<str>::from(spelling));
+    g.spellings.insert(spelling.into(), entry.clone());
+    entry
+}
+
+fn intern_spelling(spelling: &str) -> (Symbol, Arc<str>) {
+    LOCAL.with(|local| {
+        if let Some(hit) = local.borrow().get(spelling) {
+            return hit.clone();
+        }
+        let entry = intern_global(spelling);
+        local.borrow_mut().insert(spelling.into(), entry.clone());
+        entry
     })
-});
+}
 
 impl Symbol {
     /// Interns `name` (any case) and returns its symbol.
     pub fn intern(name: &str) -> Symbol {
-        let folded;
-        let key: &str = if name.bytes().any(|b| b.is_ascii_uppercase()) {
-            folded = name.to_ascii_lowercase();
-            &folded
-        } else {
-            name
-        };
-        if let Some(&id) = INTERNER
-            .read()
-            .expect("symbol interner lock poisoned")
-            .ids
-            .get(key)
-        {
-            return Symbol(id);
-        }
-        let mut w = INTERNER.write().expect("symbol interner lock poisoned");
-        let next = w.ids.len() as u32;
-        let id = *w.ids.entry(key.into()).or_insert(next);
-        Symbol(id)
+        intern_spelling(name).0
     }
 
     /// The raw id, useful for ordering and hashing.
@@ -57,17 +102,15 @@ impl Symbol {
 pub struct Name {
     /// The folded, interned name.
     pub sym: Symbol,
-    /// The spelling the user wrote, kept for printing.
-    pub text: std::sync::Arc<str>,
+    /// The spelling the user wrote, kept for printing; shared by every use of that spelling.
+    pub text: Arc<str>,
 }
 
 impl Name {
     /// Builds a name from its spelling.
     pub fn new(text: &str) -> Name {
-        Name {
-            sym: Symbol::intern(text),
-            text: text.into(),
-        }
+        let (sym, text) = intern_spelling(text);
+        Name { sym, text }
     }
 }
 
@@ -86,5 +129,21 @@ mod tests {
     fn case_is_folded() {
         assert_eq!(Symbol::intern("Memory"), Symbol::intern("MEMORY"));
         assert_ne!(Symbol::intern("Memory"), Symbol::intern("Memory2"));
+    }
+
+    #[test]
+    fn spelling_is_kept() {
+        assert_eq!(&*Name::new("KFlops").text, "KFlops");
+        assert_eq!(&*Name::new("kflops").text, "kflops");
+        assert_eq!(Name::new("KFlops"), Name::new("kflops"));
+    }
+
+    #[test]
+    fn threads_agree_on_symbols() {
+        let here = Symbol::intern("CrossThreadName");
+        let there = std::thread::spawn(|| Symbol::intern("CROSSTHREADNAME"))
+            .join()
+            .expect("thread ran");
+        assert_eq!(here, there);
     }
 }
