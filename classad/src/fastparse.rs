@@ -40,6 +40,24 @@ pub(crate) fn classad(text: &str) -> Option<ClassAd> {
     p.at_end().then_some(ad)
 }
 
+/// One line of an old-syntax ad. `Some(None)` for a blank or `#` comment
+/// line, `Some(Some(..))` for `Name = expr`, `None` to defer to the slow path.
+pub(crate) fn old_line(line: &str) -> Option<Option<(Name, Expr)>> {
+    let mut p = Fast::new(line);
+    match p.peek() {
+        None => return Some(None),
+        Some(b'#') => return Some(None),
+        Some(b) if b.is_ascii_alphabetic() || b == b'_' => {}
+        Some(_) => return None,
+    }
+    let name = p.ident();
+    if !p.eat(b'=') || p.s.get(p.pos) == Some(&b'=') {
+        return None;
+    }
+    let (e, _) = p.expr()?;
+    p.at_end().then(|| Some((Name::new(name), e)))
+}
+
 type Built = Option<(Expr, usize)>;
 
 /// Deepest bracket nesting the fast parser follows before deferring to pest;
@@ -68,8 +86,18 @@ impl<'a> Fast<'a> {
     }
 
     /// Skips what pest's implicit WHITESPACE and COMMENT rules skip.
-    /// An unterminated block comment is not skipped (pest would fail on it).
+    #[inline]
     fn ws(&mut self) {
+        // Called before every token: settle the common case in one compare.
+        match self.s.get(self.pos) {
+            Some(&b) if b > b' ' && b != b'/' => {}
+            None => {}
+            _ => self.ws_slow(),
+        }
+    }
+
+    /// An unterminated block comment is not skipped (pest would fail on it).
+    fn ws_slow(&mut self) {
         loop {
             match self.s.get(self.pos) {
                 Some(b' ' | b'\t' | b'\r' | b'\n') => self.pos += 1,
@@ -243,7 +271,8 @@ impl<'a> Fast<'a> {
         let start = self.peek()?;
         let (mut e, mut d) = if start.is_ascii_alphabetic() || start == b'_' {
             let word = self.ident();
-            match scope_prefix(word) {
+            let maybe_scope = matches!(word.len(), 2 | 6);
+            match maybe_scope.then(|| scope_prefix(word)).flatten() {
                 Some(scope) if self.peek() == Some(b'.') => {
                     self.pos += 1;
                     let name = self.attr_name()?;
@@ -291,6 +320,10 @@ impl<'a> Fast<'a> {
 
     /// A primary that starts with a word: keyword literal, call or attribute.
     fn word_primary(&mut self, word: &str) -> Built {
+        // Keywords start with one of these letters; most names skip the checks.
+        if !matches!(word.as_bytes()[0] | 0x20, b't' | b'f' | b'u' | b'e' | b'i') {
+            return self.call_or_attr(word);
+        }
         let lit = |v| Some((Expr::Literal(v), 1));
         if word.eq_ignore_ascii_case("true") {
             return lit(Value::Bool(true));
@@ -307,6 +340,10 @@ impl<'a> Fast<'a> {
         if word.eq_ignore_ascii_case("is") || word.eq_ignore_ascii_case("isnt") {
             return None;
         }
+        self.call_or_attr(word)
+    }
+
+    fn call_or_attr(&mut self, word: &str) -> Built {
         if self.peek() == Some(b'(') {
             self.pos += 1;
             let mut args = Vec::new();

@@ -215,8 +215,18 @@ fn is_plain_ident(s: &str) -> bool {
 /// Parses an old-syntax ad: one `Name = expr` per line. Blank lines and
 /// lines starting with `#` are skipped.
 pub fn parse_old_classad(text: &str) -> Result<ClassAd, ParseError> {
-    let mut ad = ClassAd::new();
+    // Room for a typical small ad up front; counting lines first costs more
+    // than the regrowths it would save on large ones.
+    let mut ad = ClassAd::with_capacity(16);
     for (n, raw) in text.lines().enumerate() {
+        match crate::fastparse::old_line(raw) {
+            Some(Some((name, e))) => {
+                ad.insert_name(name, e);
+                continue;
+            }
+            Some(None) => continue,
+            None => {}
+        }
         let line = raw.trim();
         if line.is_empty() || line.starts_with('#') {
             continue;

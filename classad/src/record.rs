@@ -27,6 +27,15 @@ impl ClassAd {
         ClassAd::default()
     }
 
+    /// An empty ad with room for `n` attributes.
+    pub fn with_capacity(n: usize) -> ClassAd {
+        ClassAd {
+            syms: Vec::with_capacity(n),
+            names: Vec::with_capacity(n),
+            exprs: Vec::with_capacity(n),
+        }
+    }
+
     /// Parses an ad in new syntax: `[ a = 1; b = a + 1 ]`.
     pub fn parse(text: &str) -> Result<ClassAd, ParseError> {
         parse::parse_classad(text)
