@@ -203,7 +203,14 @@ impl Expr {
     pub fn without_parens(&self) -> Expr {
         match self {
             Expr::Paren(e) => e.without_parens(),
-            Expr::Literal(_) | Expr::Attr(..) | Expr::Ad(_) => self.clone(),
+            Expr::Literal(_) | Expr::Attr(..) => self.clone(),
+            Expr::Ad(ad) => {
+                let mut bare = ClassAd::with_capacity(ad.len());
+                for (name, e) in ad.iter() {
+                    bare.insert(name, e.without_parens());
+                }
+                Expr::Ad(Arc::new(bare))
+            }
             Expr::Select(e, n) => Expr::Select(Box::new(e.without_parens()), n.clone()),
             Expr::Index(b) => Expr::Index(Box::new((b.0.without_parens(), b.1.without_parens()))),
             Expr::Unary(op, e) => Expr::Unary(*op, Box::new(e.without_parens())),

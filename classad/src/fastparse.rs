@@ -62,7 +62,10 @@ type Built = Option<(Expr, usize)>;
 
 /// Deepest bracket nesting the fast parser follows before deferring to pest;
 /// it bounds the recursion, so no input can exhaust the stack here.
-const FAST_MAX_NESTING: usize = 100;
+/// It must not exceed `parse::MAX_NESTING`: each bracket or conditional
+/// level costs at least one `expr` level here, so whatever this parser
+/// accepts also passes pest's nesting check.
+const FAST_MAX_NESTING: usize = crate::parse::MAX_NESTING;
 
 struct Fast<'a> {
     text: &'a str,
@@ -259,6 +262,13 @@ impl<'a> Fast<'a> {
             };
             d = d.max(rd) + 1;
             e = Expr::Elvis(Box::new((e, rhs)));
+            if d > FAST_MAX_DEPTH {
+                return None;
+            }
+        }
+        // Checked before building, so a flood of prefixes never makes a deep tree.
+        if d + prefixes.len() > FAST_MAX_DEPTH {
+            return None;
         }
         for op in prefixes.into_iter().rev() {
             e = Expr::Unary(op, Box::new(e));

@@ -24,8 +24,11 @@ use crate::value::Value;
 #[grammar = "grammar.pest"]
 struct Grammar;
 
-/// Deepest bracket nesting (`(`, `[`, `{`, `?`) accepted by the parser.
-pub const MAX_NESTING: usize = 200;
+/// Deepest nesting of brackets (`(`, `[`, `{`) and conditionals (`? :`)
+/// accepted by the parser. Real expressions nest a handful of levels; the
+/// bound keeps the recursive parsers far from the end of a 2 MB thread stack,
+/// even in debug builds.
+pub const MAX_NESTING: usize = 64;
 /// Deepest expression tree accepted by the parser (long operator chains included).
 pub const MAX_TREE_DEPTH: usize = 1000;
 
@@ -130,9 +133,19 @@ fn from_pest(e: pest::error::Error<Rule>, text: &str) -> ParseError {
 }
 
 /// Rejects nesting deeper than [`MAX_NESTING`] before pest (which recurses) sees the text.
+///
+/// Brackets nest until they close. A conditional's `?` nests its branches
+/// until the expression it belongs to ends: at the enclosing closing bracket,
+/// or at a `,` or `;` separating it from the next element. `?:` does not nest.
 fn check_nesting(text: &str) -> Result<(), ParseError> {
     let bytes = text.as_bytes();
-    let mut depth = 0usize;
+    // true for a bracket, false for a conditional
+    let mut stack: Vec<bool> = Vec::new();
+    let pop_conditionals = |stack: &mut Vec<bool>| {
+        while stack.last() == Some(&false) {
+            stack.pop();
+        }
+    };
     let mut i = 0;
     while i < bytes.len() {
         match bytes[i] {
@@ -142,17 +155,37 @@ fn check_nesting(text: &str) -> Result<(), ParseError> {
                     i += if bytes[i] == b'\\' { 2 } else { 1 };
                 }
             }
-            b'(' | b'[' | b'{' | b'?' => {
-                depth += 1;
-                if depth > MAX_NESTING {
-                    return Err(ParseError::at(
-                        text,
-                        i,
-                        format!("expression nested deeper than {MAX_NESTING} levels"),
-                    ));
+            b'/' if bytes.get(i + 1) == Some(&b'/') => {
+                while i < bytes.len() && bytes[i] != b'\n' {
+                    i += 1;
                 }
             }
-            b')' | b']' | b'}' => depth = depth.saturating_sub(1),
+            b'/' if bytes.get(i + 1) == Some(&b'*') => match text[i + 2..].find("*/") {
+                Some(end) => i += 2 + end + 1,
+                None => break,
+            },
+            b @ (b'(' | b'[' | b'{' | b'?') => {
+                let elvis = b == b'?'
+                    && bytes[i + 1..]
+                        .iter()
+                        .find(|c| !c.is_ascii_whitespace())
+                        .is_some_and(|&c| c == b':');
+                if !elvis {
+                    stack.push(b != b'?');
+                    if stack.len() > MAX_NESTING {
+                        return Err(ParseError::at(
+                            text,
+                            i,
+                            format!("expression nested deeper than {MAX_NESTING} levels"),
+                        ));
+                    }
+                }
+            }
+            b')' | b']' | b'}' => {
+                pop_conditionals(&mut stack);
+                stack.pop();
+            }
+            b',' | b';' => pop_conditionals(&mut stack),
             _ => {}
         }
         i += 1;
@@ -251,7 +284,9 @@ pub fn parse_old_classad(text: &str) -> Result<ClassAd, ParseError> {
             .expect("pest returns the old_line rule");
         let mut it = top.into_inner();
         let name = name_text(it.next().expect("old_line has a name"));
-        let (e, _) = Builder { text: line }.expr(it.next().expect("old_line has an expr"))?;
+        let (e, _) = Builder { text: line }
+            .expr(it.next().expect("old_line has an expr"))
+            .map_err(|e| e.on_line(n + 1, lead(), raw))?;
         ad.insert(&name, e);
     }
     Ok(ad)

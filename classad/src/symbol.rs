@@ -46,19 +46,20 @@ impl Hasher for NameHasher {
 
 type Fast = BuildHasherDefault<NameHasher>;
 
+/// Exact spelling -> (symbol, shared spelling).
+type Spellings = HashMap<Box<str>, (Symbol, Arc<str>), Fast>;
+
 #[derive(Default)]
 struct Interner {
     /// Folded name -> symbol id.
     folded: HashMap<Box<str>, u32, Fast>,
-    /// Exact spelling -> (symbol, shared spelling).
-    spellings: HashMap<Box<str>, (Symbol, Arc<str>), Fast>,
+    spellings: Spellings,
 }
 
 static INTERNER: LazyLock<Mutex<Interner>> = LazyLock::new(Mutex::default);
 
 thread_local! {
-    static LOCAL: RefCell<HashMap<Box<str>, (Symbol, Arc<str>), Fast>> =
-        RefCell::new(HashMap::default());
+    static LOCAL: RefCell<Spellings> = RefCell::new(HashMap::default());
 }
 
 fn intern_global(spelling: &str) -> (Symbol, Arc<str>) {

@@ -181,7 +181,19 @@ pub fn write_expr<W: Write>(w: &mut W, e: &Expr) -> fmt::Result {
             write_name(w, &name.text)
         }
         Expr::Select(base, name) => {
-            write_operand(w, base, strength(base) < 30)?;
+            // `1.x` would read as a malformed number, and `my.x` as a scoped
+            // reference rather than a selection from an attribute named `my`.
+            match &**base {
+                Expr::Literal(Value::Int(_) | Value::Real(_)) => write_operand(w, base, true)?,
+                Expr::Attr(RefScope::Bare, n) if crate::parse::scope_prefix(&n.text).is_some() => {
+                    w.write_char('\'')?;
+                    for c in n.text.chars() {
+                        write_escaped_char(w, c, '\'')?;
+                    }
+                    w.write_char('\'')?;
+                }
+                _ => write_operand(w, base, strength(base) < 30)?,
+            }
             w.write_char('.')?;
             write_name(w, &name.text)
         }
