@@ -1,0 +1,373 @@
+//! The handshake that opens every connection: protocol version, role, and
+//! mutual challenge-response authentication against the pool's shared secret.
+//!
+//! The secret never crosses the wire. Each side sends a fresh random nonce
+//! and proves knowledge of the secret with an HMAC-SHA256 over both nonces
+//! (and, from the client, its declared role), so a recorded exchange cannot
+//! be replayed and a server without the secret cannot impersonate the pool.
+//!
+//! ```text
+//! client -> server  Hello     { version, role, client_nonce }
+//! server -> client  Challenge { version, server_nonce, server_proof = HMAC(secret, "server" | client_nonce | server_nonce) }
+//! client -> server  Proof     { client_proof = HMAC(secret, "client" | server_nonce | client_nonce | role JSON) }
+//! server -> client  Welcome | Refused { reason }
+//! ```
+//! Nothing else is read or served before `Welcome`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use hmac::{Hmac, Mac};
+use rand::RngCore;
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use crate::frame::{FrameError, FrameReader, write_frame};
+use crate::msg::{PROTOCOL_VERSION, Role};
+
+/// How long a peer has to complete the handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Largest frame accepted during the handshake: nothing big is legitimate yet.
+const HANDSHAKE_MAX_FRAME: usize = 64 * 1024;
+
+/// The pool's shared secret.
+#[derive(Clone)]
+pub struct Secret(Vec<u8>);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
+impl Secret {
+    /// A secret from its bytes (surrounding whitespace is not part of it).
+    pub fn new(bytes: &[u8]) -> Result<Secret, HandshakeError> {
+        let trimmed = bytes.trim_ascii();
+        if trimmed.len() < 16 {
+            return Err(HandshakeError::WeakSecret(trimmed.len()));
+        }
+        Ok(Secret(trimmed.to_vec()))
+    }
+
+    /// Reads a secret file.
+    pub fn from_file(path: &Path) -> Result<Secret, HandshakeError> {
+        let bytes = std::fs::read(path).map_err(|e| HandshakeError::SecretFile {
+            path: path.display().to_string(),
+            error: e.to_string(),
+        })?;
+        Secret::new(&bytes)
+    }
+
+    /// A fresh random secret, as 64 hex characters, for `carmi pool init`.
+    pub fn generate_text() -> String {
+        let mut b = [0u8; 32];
+        rand::rng().fill_bytes(&mut b);
+        hex(&b)
+    }
+
+    fn mac(&self, parts: &[&[u8]]) -> Hmac<Sha256> {
+        let mut m = Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes keys of any length");
+        for p in parts {
+            m.update(&(p.len() as u32).to_be_bytes());
+            m.update(p);
+        }
+        m
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 || s.len() > 256 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+fn nonce() -> String {
+    let mut b = [0u8; 32];
+    rand::rng().fill_bytes(&mut b);
+    hex(&b)
+}
+
+/// Handshake messages.
+#[derive(Debug, Serialize, Deserialize)]
+enum Hs {
+    Hello {
+        version: u32,
+        role: Role,
+        client_nonce: String,
+    },
+    Challenge {
+        version: u32,
+        server_nonce: String,
+        server_proof: String,
+    },
+    Proof {
+        client_proof: String,
+    },
+    Welcome,
+    Refused {
+        reason: String,
+    },
+}
+
+/// Why a handshake failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HandshakeError {
+    /// Framing or socket failure.
+    #[error("{0}")]
+    Frame(#[from] FrameError),
+    /// The peer closed the connection.
+    #[error("connection closed during the handshake")]
+    Closed,
+    /// The peer did not finish in time.
+    #[error("handshake timed out")]
+    Timeout,
+    /// The peer speaks another protocol version.
+    #[error("protocol version mismatch: ours is {ours}, theirs is {theirs}")]
+    Version {
+        /// Ours.
+        ours: u32,
+        /// Theirs.
+        theirs: u32,
+    },
+    /// The peer does not know the pool secret.
+    #[error("authentication failed: the peer does not know the pool secret")]
+    BadProof,
+    /// The server refused us.
+    #[error("refused by the server: {0}")]
+    Refused(String),
+    /// A message out of order.
+    #[error("unexpected handshake message")]
+    Unexpected,
+    /// The secret file could not be read.
+    #[error("cannot read secret file {path}: {error}")]
+    SecretFile {
+        /// Path.
+        path: String,
+        /// Error.
+        error: String,
+    },
+    /// The secret is too short to be one.
+    #[error("the pool secret is {0} bytes long; at least 16 are required")]
+    WeakSecret(usize),
+}
+
+async fn next<R: AsyncRead + Unpin>(r: &mut FrameReader<R>) -> Result<Hs, HandshakeError> {
+    match r.read::<Hs>().await? {
+        Some((m, _)) => Ok(m),
+        None => Err(HandshakeError::Closed),
+    }
+}
+
+/// Client side: declares `role`, authenticates both ways. On success the
+/// connection is ready for protocol messages.
+pub async fn client<R, W>(
+    r: &mut FrameReader<R>,
+    w: &mut W,
+    secret: &Secret,
+    role: &Role,
+) -> Result<(), HandshakeError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
+        let client_nonce = nonce();
+        let hello = Hs::Hello {
+            version: PROTOCOL_VERSION,
+            role: role.clone(),
+            client_nonce: client_nonce.clone(),
+        };
+        write_frame(w, &hello, &[])
+            .await
+            .map_err(FrameError::from)?;
+        let Hs::Challenge {
+            version,
+            server_nonce,
+            server_proof,
+        } = next(r).await?
+        else {
+            return Err(HandshakeError::Unexpected);
+        };
+        if version != PROTOCOL_VERSION {
+            return Err(HandshakeError::Version {
+                ours: PROTOCOL_VERSION,
+                theirs: version,
+            });
+        }
+        let expected = secret.mac(&[b"server", client_nonce.as_bytes(), server_nonce.as_bytes()]);
+        let proof = unhex(&server_proof).ok_or(HandshakeError::BadProof)?;
+        expected
+            .verify_slice(&proof)
+            .map_err(|_| HandshakeError::BadProof)?;
+        let role_json = serde_json::to_vec(role).expect("roles serialize");
+        let mine = secret.mac(&[
+            b"client",
+            server_nonce.as_bytes(),
+            client_nonce.as_bytes(),
+            &role_json,
+        ]);
+        let proof = Hs::Proof {
+            client_proof: hex(&mine.finalize().into_bytes()),
+        };
+        write_frame(w, &proof, &[])
+            .await
+            .map_err(FrameError::from)?;
+        match next(r).await? {
+            Hs::Welcome => Ok(()),
+            Hs::Refused { reason } => Err(HandshakeError::Refused(reason)),
+            _ => Err(HandshakeError::Unexpected),
+        }
+    })
+    .await
+    .map_err(|_| HandshakeError::Timeout)?
+}
+
+/// Server side: checks the client's version and proof and returns its
+/// declared role. A failing client is told why (without detail that would help
+/// an attacker) before the connection is dropped.
+pub async fn server<R, W>(
+    r: &mut FrameReader<R>,
+    w: &mut W,
+    secret: &Secret,
+) -> Result<Role, HandshakeError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
+        let saved_max = std::mem::replace(r.max_mut(), HANDSHAKE_MAX_FRAME);
+        let result = server_inner(r, w, secret).await;
+        *r.max_mut() = saved_max;
+        result
+    })
+    .await
+    .map_err(|_| HandshakeError::Timeout)?
+}
+
+async fn server_inner<R, W>(
+    r: &mut FrameReader<R>,
+    w: &mut W,
+    secret: &Secret,
+) -> Result<Role, HandshakeError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let Hs::Hello {
+        version,
+        role,
+        client_nonce,
+    } = next(r).await?
+    else {
+        return Err(HandshakeError::Unexpected);
+    };
+    if version != PROTOCOL_VERSION {
+        let reason =
+            format!("protocol version {version} is not supported (this is {PROTOCOL_VERSION})");
+        let _ = write_frame(w, &Hs::Refused { reason }, &[]).await;
+        return Err(HandshakeError::Version {
+            ours: PROTOCOL_VERSION,
+            theirs: version,
+        });
+    }
+    if unhex(&client_nonce).is_none_or(|n| n.len() < 16) {
+        return Err(HandshakeError::Unexpected);
+    }
+    let server_nonce = nonce();
+    let proof = secret.mac(&[b"server", client_nonce.as_bytes(), server_nonce.as_bytes()]);
+    let challenge = Hs::Challenge {
+        version: PROTOCOL_VERSION,
+        server_nonce: server_nonce.clone(),
+        server_proof: hex(&proof.finalize().into_bytes()),
+    };
+    write_frame(w, &challenge, &[])
+        .await
+        .map_err(FrameError::from)?;
+    let Hs::Proof { client_proof } = next(r).await? else {
+        return Err(HandshakeError::Unexpected);
+    };
+    let role_json = serde_json::to_vec(&role).expect("roles serialize");
+    let expected = secret.mac(&[
+        b"client",
+        server_nonce.as_bytes(),
+        client_nonce.as_bytes(),
+        &role_json,
+    ]);
+    let ok = unhex(&client_proof).is_some_and(|p| expected.verify_slice(&p).is_ok());
+    if !ok {
+        let reason = "authentication failed".to_string();
+        let _ = write_frame(w, &Hs::Refused { reason }, &[]).await;
+        return Err(HandshakeError::BadProof);
+    }
+    write_frame(w, &Hs::Welcome, &[])
+        .await
+        .map_err(FrameError::from)?;
+    Ok(role)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair() -> (tokio::io::DuplexStream, tokio::io::DuplexStream) {
+        tokio::io::duplex(1 << 16)
+    }
+
+    #[tokio::test]
+    async fn same_secret_succeeds_and_role_arrives() {
+        let (a, b) = pair();
+        let secret = Secret::new(b"0123456789abcdef0123").unwrap();
+        let s2 = secret.clone();
+        let server = tokio::spawn(async move {
+            let (r, mut w) = tokio::io::split(b);
+            let mut r = FrameReader::new(r);
+            server(&mut r, &mut w, &s2).await
+        });
+        let (r, mut w) = tokio::io::split(a);
+        let mut r = FrameReader::new(r);
+        let role = Role::Local { name: "m1".into() };
+        client(&mut r, &mut w, &secret, &role).await.unwrap();
+        assert_eq!(server.await.unwrap().unwrap(), role);
+    }
+
+    #[tokio::test]
+    async fn wrong_secret_is_refused_both_ways() {
+        let (a, b) = pair();
+        let server_secret = Secret::new(b"0123456789abcdef0123").unwrap();
+        let server = tokio::spawn(async move {
+            let (r, mut w) = tokio::io::split(b);
+            let mut r = FrameReader::new(r);
+            server(&mut r, &mut w, &server_secret).await
+        });
+        let (r, mut w) = tokio::io::split(a);
+        let mut r = FrameReader::new(r);
+        let wrong = Secret::new(b"another secret entirely").unwrap();
+        let err = client(&mut r, &mut w, &wrong, &Role::Admin)
+            .await
+            .unwrap_err();
+        // The client notices first: the server cannot prove the client's secret.
+        assert!(matches!(err, HandshakeError::BadProof), "{err}");
+        drop((r, w));
+        assert!(server.await.unwrap().is_err());
+    }
+
+    #[test]
+    fn short_secrets_are_rejected() {
+        assert!(matches!(
+            Secret::new(b"  short \n"),
+            Err(HandshakeError::WeakSecret(5))
+        ));
+        assert_eq!(Secret::generate_text().len(), 64);
+    }
+}

@@ -1,0 +1,16 @@
+//! CARMI's wire protocol and the asynchronous client library.
+//!
+//! Every request returns a [`RequestId`](ids::RequestId) at once; its result
+//! arrives later as an [`Event`](msg::Event) on the application's single event
+//! stream, beside messages from its peers.
+//!
+//! # Layout
+//! - `ids`: newtype identifiers (requests, hosts, processes, jobs, connections).
+//! - `msg`: protocol messages, typed by direction.
+//! - `frame`: length-prefixed frames with a JSON header and a verbatim payload.
+//! - `handshake`: version, role, mutual HMAC challenge-response on the pool secret.
+
+pub mod frame;
+pub mod handshake;
+pub mod ids;
+pub mod msg;

@@ -1,0 +1,557 @@
+//! Protocol messages, typed by direction.
+//!
+//! Three kinds of connection exist, each opened by a handshake
+//! ([`crate::handshake`]) that names its [`Role`]:
+//! - application process -> its local RM: [`ToLocal`] up, [`FromLocal`] down;
+//! - local RM -> global RM: [`ToGlobal`] up, [`FromGlobal`] down;
+//! - application process -> application process (direct messages): [`PeerMessage`].
+//!
+//! An admin tool (`carmi status`) talks to the global RM with [`ToGlobal::Status`].
+//!
+//! Messages are serde types encoded as JSON in the frame header; bulk bytes
+//! (executables, application message bodies) travel verbatim as the frame
+//! payload, next to the header (see [`crate::frame`]). A message that carries
+//! a payload says so in its documentation.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{ConnId, HostId, JobId, ProcessId, RequestId};
+
+/// Version of this protocol; both sides of a handshake must agree.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Who opens a connection, declared in the handshake.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Role {
+    /// A local RM connecting to the global RM; `name` identifies the machine in the pool.
+    Local {
+        /// The machine's name in the pool (unique).
+        name: String,
+    },
+    /// An application process connecting to its local RM.
+    Application {
+        /// The job to join (processes started by CARMI get it from `CARMI_JOB`);
+        /// `None` starts a new job with this process as its first process.
+        job: Option<JobId>,
+        /// The process id the RM gave this process (`CARMI_PROCESS`); `None` for a new job's first process.
+        process: Option<ProcessId>,
+        /// `host:port` where this process accepts direct messages from its peers.
+        endpoint: String,
+    },
+    /// An application process sending direct messages to another one.
+    Peer {
+        /// The sender.
+        from: ProcessId,
+        /// The job both belong to; a peer of another job is refused.
+        job: JobId,
+    },
+    /// An administration tool (`carmi status`).
+    Admin,
+}
+
+/// Where `class_spawn` should run a process.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SpawnTarget {
+    /// Any idle host of this class allocated to the job.
+    Class(String),
+    /// This host, which must be allocated to the job.
+    Host(HostId),
+}
+
+/// A content-addressed executable. Its bytes are uploaded once to the global
+/// RM ([`ToLocal::UploadExecutable`]) and staged from there to the machines
+/// that lack them.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ExecutableRef {
+    /// File name, for the process's `argv[0]` and for people.
+    pub name: String,
+    /// SHA-256 of the contents, lower-case hex.
+    pub sha256: String,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+/// A service request of Appendix A. Every request carries a [`RequestId`]
+/// chosen by the client; its outcome arrives later as an [`Event`] with the same id.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Request {
+    /// Cancel an outstanding request (a pending `AddHosts`, a notification subscription).
+    CancelRequest {
+        /// The request to cancel.
+        request: RequestId,
+    },
+    /// The hosts currently allocated to the job.
+    Config,
+    /// All attributes of a host's machine ad.
+    GetHostInfo {
+        /// The host.
+        host: HostId,
+    },
+    /// Allocate `count` more hosts of `class`, reported in groups of `increment`.
+    AddHosts {
+        /// Class name (defined with `DefineClass` or at submit time).
+        class: String,
+        /// How many hosts in all.
+        count: u32,
+        /// Hosts per `HostsAdded` event (at least 1).
+        increment: u32,
+    },
+    /// Give hosts back to the pool (their processes are killed).
+    DelHosts {
+        /// Hosts allocated to the job.
+        hosts: Vec<HostId>,
+    },
+    /// Be told whenever the pool adds a host of `class` to the job.
+    AddNotify {
+        /// Class name.
+        class: String,
+    },
+    /// Be told when any of these hosts is taken away.
+    DeleteNotify {
+        /// Hosts allocated to the job.
+        hosts: Vec<HostId>,
+    },
+    /// Be told when any of these hosts is suspended (owner back).
+    SuspendNotify {
+        /// Hosts allocated to the job.
+        hosts: Vec<HostId>,
+    },
+    /// Be told when any of these hosts resumes.
+    ResumeNotify {
+        /// Hosts allocated to the job.
+        hosts: Vec<HostId>,
+    },
+    /// Start a process.
+    ClassSpawn {
+        /// What to run (uploaded before).
+        executable: ExecutableRef,
+        /// Arguments after `argv[0]`.
+        args: Vec<String>,
+        /// Where.
+        target: SpawnTarget,
+    },
+    /// State of a process of the job.
+    ProcessInfo {
+        /// The process.
+        process: ProcessId,
+    },
+    /// Class names and expressions of the job.
+    GetClassDefinitions,
+    /// Define (or redefine) a resource class of the job.
+    DefineClass {
+        /// Class name.
+        name: String,
+        /// ClassAd expression over machine attributes.
+        expression: String,
+    },
+    /// Remove a class; fails while hosts of that class are allocated.
+    RemoveClass {
+        /// Class name.
+        name: String,
+    },
+    /// Where a process accepts direct messages (looked up once per peer by the client).
+    LookupProcess {
+        /// The process.
+        process: ProcessId,
+    },
+}
+
+/// A host allocated to a job.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HostInfo {
+    /// The host.
+    pub host: HostId,
+    /// `slotN@machine`.
+    pub name: String,
+    /// The class it was allocated for.
+    pub class: String,
+    /// The machine ad in new ClassAd syntax (all attributes).
+    pub ad: String,
+}
+
+/// How a process ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ExitStatus {
+    /// Exited with this code.
+    Code(i32),
+    /// Killed by this signal.
+    Signal(i32),
+    /// Could not be started (reason).
+    FailedToStart(String),
+    /// Its host was lost or vacated.
+    HostLost,
+}
+
+/// State of a process.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ProcessState {
+    /// Being staged or started.
+    Starting,
+    /// Running on a host.
+    Running,
+    /// Stopped because the owner came back.
+    Suspended,
+    /// Ended.
+    Exited {
+        /// How.
+        status: ExitStatus,
+        /// User + system CPU seconds.
+        cpu_seconds: f64,
+    },
+}
+
+/// Information about a process.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProcessInfo {
+    /// The process.
+    pub process: ProcessId,
+    /// Where it runs (or ran); `None` for the job's first process when not started by CARMI.
+    pub host: Option<HostId>,
+    /// Its state.
+    pub state: ProcessState,
+}
+
+/// A class definition.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClassDef {
+    /// Name.
+    pub name: String,
+    /// Expression text.
+    pub expression: String,
+}
+
+/// Why a request failed: a code to branch on and a message a person can act on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failure {
+    /// What kind of failure.
+    pub code: FailureCode,
+    /// What, where and why, e.g. "class `fast`: line 1, column 5: expected ...".
+    pub message: String,
+}
+
+/// Kinds of failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FailureCode {
+    /// The class is not defined for this job.
+    UnknownClass,
+    /// A class expression does not parse.
+    BadExpression,
+    /// The host is unknown or not allocated to this job.
+    NotYourHost,
+    /// The process is unknown or belongs to another job.
+    UnknownProcess,
+    /// The class still has hosts allocated.
+    ClassInUse,
+    /// The request was cancelled.
+    Cancelled,
+    /// The executable was never uploaded or its bytes do not match the hash.
+    BadExecutable,
+    /// The request makes no sense (zero count, empty list...).
+    Invalid,
+    /// The RM lost contact with what the request needs.
+    Unavailable,
+}
+
+/// Successful outcome of a request.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Reply {
+    /// Done, nothing to report (`DelHosts`, `DefineClass`, `RemoveClass`,
+    /// `CancelRequest`, and a subscription being registered).
+    Ok,
+    /// `Config`.
+    Hosts(Vec<HostInfo>),
+    /// `GetHostInfo`.
+    Host(HostInfo),
+    /// `ProcessInfo`.
+    Process(ProcessInfo),
+    /// `GetClassDefinitions`.
+    Classes(Vec<ClassDef>),
+    /// `LookupProcess`: `host:port` of the process's direct-message listener.
+    Endpoint {
+        /// The process.
+        process: ProcessId,
+        /// Where it listens.
+        address: String,
+    },
+}
+
+/// What an application receives from CARMI, always tagged with the request it answers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Event {
+    /// A request completed.
+    Done {
+        /// The request.
+        request: RequestId,
+        /// Its result.
+        reply: Reply,
+    },
+    /// A request failed (or was cancelled).
+    Failed {
+        /// The request.
+        request: RequestId,
+        /// Why.
+        failure: Failure,
+    },
+    /// Hosts were added: one event per `increment` hosts of an `AddHosts`, or
+    /// one per host for an `AddNotify` subscription.
+    HostsAdded {
+        /// The `AddHosts` or `AddNotify` request.
+        request: RequestId,
+        /// The new hosts.
+        hosts: Vec<HostInfo>,
+        /// Hosts of the request still to come (0 when it is complete).
+        remaining: u32,
+    },
+    /// A host was taken away (owner reclaimed it, machine lost, `DelHosts`).
+    HostDeleted {
+        /// The `DeleteNotify` request.
+        request: RequestId,
+        /// The host.
+        host: HostId,
+        /// Why, for people.
+        reason: String,
+    },
+    /// A host was suspended.
+    HostSuspended {
+        /// The `SuspendNotify` request.
+        request: RequestId,
+        /// The host.
+        host: HostId,
+    },
+    /// A host resumed.
+    HostResumed {
+        /// The `ResumeNotify` request.
+        request: RequestId,
+        /// The host.
+        host: HostId,
+    },
+    /// A spawned process is running.
+    ProcessStarted {
+        /// The `ClassSpawn` request.
+        request: RequestId,
+        /// The new process.
+        process: ProcessId,
+        /// Where it runs.
+        host: HostId,
+    },
+    /// A spawned process ended.
+    ProcessExited {
+        /// The `ClassSpawn` request.
+        request: RequestId,
+        /// The process.
+        process: ProcessId,
+        /// How it ended.
+        status: ExitStatus,
+        /// User + system CPU seconds it used (with its children).
+        cpu_seconds: f64,
+    },
+}
+
+/// Application process -> its local RM.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ToLocal {
+    /// A service request.
+    Request {
+        /// Chosen by the client, unique within the process.
+        id: RequestId,
+        /// The request.
+        body: Request,
+    },
+    /// The bytes of an executable follow as the frame payload.
+    UploadExecutable {
+        /// Its reference (hash checked by the receiver).
+        executable: ExecutableRef,
+    },
+}
+
+/// Local RM -> application process.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum FromLocal {
+    /// First message after the handshake: who the process is.
+    Attached {
+        /// Its job.
+        job: JobId,
+        /// Its process id.
+        process: ProcessId,
+    },
+    /// An RM event.
+    Event(Event),
+}
+
+/// Local RM -> global RM.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ToGlobal {
+    /// The machine ad (new syntax) and how many slots it offers; sent on every (re)connection.
+    Advertise {
+        /// Machine ad in new ClassAd syntax.
+        ad: String,
+        /// Number of slots (processes it can run at once).
+        slots: u32,
+        /// Processes still running here from before a reconnection.
+        running: Vec<ProcessId>,
+    },
+    /// Periodic liveness, with the dynamic attributes that changed (`Name = expr` lines).
+    Heartbeat {
+        /// Changed attributes in old syntax.
+        update: String,
+    },
+    /// An application process connected to this local RM.
+    AppAttach {
+        /// The connection at this local RM.
+        conn: ConnId,
+        /// What the process declared (`Role::Application` fields).
+        job: Option<JobId>,
+        /// Its process id, if it was started by CARMI.
+        process: Option<ProcessId>,
+        /// Its direct-message endpoint.
+        endpoint: String,
+    },
+    /// An application process disconnected.
+    AppDetach {
+        /// The connection.
+        conn: ConnId,
+    },
+    /// A request from an application process, forwarded.
+    Forward {
+        /// The connection it came on.
+        conn: ConnId,
+        /// The request id.
+        id: RequestId,
+        /// The request.
+        body: Request,
+    },
+    /// An executable upload, forwarded; the bytes follow as the frame payload.
+    Upload {
+        /// Its reference.
+        executable: ExecutableRef,
+    },
+    /// Ask for an executable's bytes (not in this machine's cache).
+    Fetch {
+        /// Hash of the executable.
+        sha256: String,
+    },
+    /// A process started by `Spawn` is running (or failed to start).
+    Started {
+        /// The process.
+        process: ProcessId,
+        /// `Err` with a reason when it could not be started.
+        result: Result<(), String>,
+    },
+    /// A process ended.
+    Exited {
+        /// The process.
+        process: ProcessId,
+        /// How.
+        status: ExitStatus,
+        /// User + system CPU seconds.
+        cpu_seconds: f64,
+    },
+    /// The owner policy changed a slot's state.
+    SlotState {
+        /// Slot number (0-based) on this machine.
+        slot: u32,
+        /// New state.
+        state: SlotActivity,
+    },
+    /// Admin: list the pool.
+    Status,
+}
+
+/// What the owner policy says about a slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SlotActivity {
+    /// Available to the pool.
+    Available,
+    /// Owner back: processes stopped.
+    Suspended,
+    /// Owner stayed: processes killed, slot withdrawn until available again.
+    Vacated,
+}
+
+/// Global RM -> local RM.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum FromGlobal {
+    /// Answer to `Advertise`: the host id of each slot, in slot order.
+    Registered {
+        /// One per slot.
+        hosts: Vec<HostId>,
+        /// Heartbeat period the global RM expects, in milliseconds.
+        heartbeat_ms: u64,
+    },
+    /// Answer to `AppAttach`.
+    Attached {
+        /// The connection.
+        conn: ConnId,
+        /// The job.
+        job: JobId,
+        /// The process.
+        process: ProcessId,
+    },
+    /// An event for an application process connected here.
+    Deliver {
+        /// The connection.
+        conn: ConnId,
+        /// The event.
+        event: Event,
+    },
+    /// Start a process on a slot.
+    Spawn {
+        /// The new process.
+        process: ProcessId,
+        /// Its job.
+        job: JobId,
+        /// The slot's host id.
+        host: HostId,
+        /// What to run.
+        executable: ExecutableRef,
+        /// Arguments after `argv[0]`.
+        args: Vec<String>,
+    },
+    /// Kill a process (and its children).
+    Kill {
+        /// The process.
+        process: ProcessId,
+    },
+    /// An executable's bytes follow as the frame payload (answer to `Fetch`).
+    Executable {
+        /// Its reference.
+        executable: ExecutableRef,
+    },
+    /// `Fetch` of an unknown executable.
+    NoExecutable {
+        /// The hash asked for.
+        sha256: String,
+    },
+    /// Admin: the pool (answer to `Status`).
+    Pool(Vec<MachineStatus>),
+}
+
+/// One machine of the pool, for `carmi status`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MachineStatus {
+    /// Machine name.
+    pub name: String,
+    /// Main attributes (Arch, OpSys, Memory, Cpus, Mips, KFlops, LoadAvg) as ClassAd text.
+    pub attributes: Vec<(String, String)>,
+    /// One entry per slot.
+    pub slots: Vec<SlotStatus>,
+}
+
+/// One slot, for `carmi status`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SlotStatus {
+    /// Its host id.
+    pub host: HostId,
+    /// `idle`, `claimed`, `suspended` or `owner`.
+    pub state: String,
+    /// The job holding it, if any.
+    pub job: Option<JobId>,
+}
+
+/// Application process -> application process, on a direct connection. The
+/// message body is the frame payload, verbatim.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerMessage {
+    /// Application-defined tag.
+    pub tag: u32,
+}
