@@ -146,6 +146,9 @@ pub enum HandshakeError {
     /// The server refused us.
     #[error("refused by the server: {0}")]
     Refused(String),
+    /// We (the server) refused the client's declared role (see [`server_with`]).
+    #[error("refused the client's role: {0}")]
+    NotAdmitted(String),
     /// A message out of order.
     #[error("unexpected handshake message")]
     Unexpected,
@@ -245,9 +248,28 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
+    server_with(r, w, secret, |_| Ok(())).await
+}
+
+/// Server side with a say on the role: after the client has proved it knows
+/// the secret, `admit` sees its declared role and may refuse it with a reason
+/// that the client receives as [`HandshakeError::Refused`] (an application's
+/// direct-message listener refuses peers of another job this way), instead of
+/// a `Welcome` followed by a silent close.
+pub async fn server_with<R, W, F>(
+    r: &mut FrameReader<R>,
+    w: &mut W,
+    secret: &Secret,
+    admit: F,
+) -> Result<Role, HandshakeError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+    F: FnOnce(&Role) -> Result<(), String>,
+{
     tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
         let saved_max = std::mem::replace(r.max_mut(), HANDSHAKE_MAX_FRAME);
-        let result = server_inner(r, w, secret).await;
+        let result = server_inner(r, w, secret, admit).await;
         *r.max_mut() = saved_max;
         result
     })
@@ -255,14 +277,16 @@ where
     .map_err(|_| HandshakeError::Timeout)?
 }
 
-async fn server_inner<R, W>(
+async fn server_inner<R, W, F>(
     r: &mut FrameReader<R>,
     w: &mut W,
     secret: &Secret,
+    admit: F,
 ) -> Result<Role, HandshakeError>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
+    F: FnOnce(&Role) -> Result<(), String>,
 {
     let Hs::Hello {
         version,
@@ -309,6 +333,17 @@ where
         let reason = "authentication failed".to_string();
         let _ = write_frame(w, &Hs::Refused { reason }, &[]).await;
         return Err(HandshakeError::BadProof);
+    }
+    if let Err(reason) = admit(&role) {
+        let _ = write_frame(
+            w,
+            &Hs::Refused {
+                reason: reason.clone(),
+            },
+            &[],
+        )
+        .await;
+        return Err(HandshakeError::NotAdmitted(reason));
     }
     write_frame(w, &Hs::Welcome, &[])
         .await
@@ -360,6 +395,35 @@ mod tests {
         assert!(matches!(err, HandshakeError::BadProof), "{err}");
         drop((r, w));
         assert!(server.await.unwrap().is_err());
+    }
+
+    #[tokio::test]
+    async fn a_refused_role_is_told_why() {
+        let (a, b) = pair();
+        let secret = Secret::new(b"0123456789abcdef0123").unwrap();
+        let s2 = secret.clone();
+        let server = tokio::spawn(async move {
+            let (r, mut w) = tokio::io::split(b);
+            let mut r = FrameReader::new(r);
+            server_with(&mut r, &mut w, &s2, |role| match role {
+                Role::Admin => Err("no admins here".to_string()),
+                _ => Ok(()),
+            })
+            .await
+        });
+        let (r, mut w) = tokio::io::split(a);
+        let mut r = FrameReader::new(r);
+        let err = client(&mut r, &mut w, &secret, &Role::Admin)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, HandshakeError::Refused(reason) if reason == "no admins here"),
+            "{err}"
+        );
+        assert!(matches!(
+            server.await.unwrap(),
+            Err(HandshakeError::NotAdmitted(_))
+        ));
     }
 
     #[test]

@@ -9,7 +9,15 @@
 //! - `msg`: protocol messages, typed by direction.
 //! - `frame`: length-prefixed frames with a JSON header and a verbatim payload.
 //! - `handshake`: version, role, mutual HMAC challenge-response on the pool secret.
+//! - `client`: the client library: `connect`, the `Carmi` handle (requests return
+//!   ids at once), the merged `EventStream`, direct messages between processes.
+//! - `admin`: administration requests to the global RM (`carmi status`).
+//!
+//! The protocol is described for implementers in `docs/protocol.md` at the
+//! root of the repository.
 
+pub mod admin;
+pub mod client;
 pub mod frame;
 pub mod handshake;
 pub mod ids;

@@ -12,6 +12,9 @@
 //! (executables, application message bodies) travel verbatim as the frame
 //! payload, next to the header (see [`crate::frame`]). A message that carries
 //! a payload says so in its documentation.
+//!
+//! `docs/protocol.md` (repository root) describes these messages for
+//! implementers: when each is sent and what answers it. Change both together.
 
 use serde::{Deserialize, Serialize};
 
@@ -345,6 +348,22 @@ pub enum Event {
         /// User + system CPU seconds it used (with its children).
         cpu_seconds: f64,
     },
+}
+
+impl Event {
+    /// The request this event answers or reports on; every event carries one.
+    pub fn request(&self) -> RequestId {
+        match self {
+            Event::Done { request, .. }
+            | Event::Failed { request, .. }
+            | Event::HostsAdded { request, .. }
+            | Event::HostDeleted { request, .. }
+            | Event::HostSuspended { request, .. }
+            | Event::HostResumed { request, .. }
+            | Event::ProcessStarted { request, .. }
+            | Event::ProcessExited { request, .. } => *request,
+        }
+    }
 }
 
 /// Application process -> its local RM.

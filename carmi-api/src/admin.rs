@@ -1,0 +1,100 @@
+//! Administration requests to the global RM (what `carmi status` uses).
+
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+
+use crate::frame::{FrameReader, write_frame};
+use crate::handshake::{self, HandshakeError, Secret};
+use crate::msg::{FromGlobal, MachineStatus, Role, ToGlobal};
+
+/// How long to wait for the global RM to accept the connection.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long to wait for the answer once asked.
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why an administration request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// The global RM could not be reached.
+    #[error("cannot reach the pool's global RM at {addr}: {error}")]
+    Unreachable {
+        /// The address tried.
+        addr: String,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The global RM does not share our secret.
+    #[error(
+        "authentication with the global RM at {addr} failed: it does not know this pool secret (wrong secret file?)"
+    )]
+    WrongSecret {
+        /// The global RM.
+        addr: String,
+    },
+    /// The handshake failed for another reason.
+    #[error("handshake with the global RM at {addr} failed: {error}")]
+    Handshake {
+        /// The global RM.
+        addr: String,
+        /// Why.
+        error: HandshakeError,
+    },
+    /// The global RM went away or answered something else.
+    #[error("the global RM at {addr} did not answer: {reason}")]
+    NoAnswer {
+        /// The global RM.
+        addr: String,
+        /// What happened instead.
+        reason: String,
+    },
+}
+
+/// Asks the global RM at `addr` (`host:port`) for the state of every machine of the pool.
+pub async fn pool_status(addr: &str, secret: &Secret) -> Result<Vec<MachineStatus>, AdminError> {
+    let unreachable = |error| AdminError::Unreachable {
+        addr: addr.to_string(),
+        error,
+    };
+    let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
+        .await
+        .map_err(|_| {
+            unreachable(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()),
+            ))
+        })?
+        .map_err(unreachable)?;
+    stream.set_nodelay(true).map_err(unreachable)?;
+    let (r, mut w) = stream.into_split();
+    let mut r = FrameReader::new(r);
+    handshake::client(&mut r, &mut w, secret, &Role::Admin)
+        .await
+        .map_err(|e| match e {
+            HandshakeError::BadProof => AdminError::WrongSecret {
+                addr: addr.to_string(),
+            },
+            error => AdminError::Handshake {
+                addr: addr.to_string(),
+                error,
+            },
+        })?;
+    let no_answer = |reason: String| AdminError::NoAnswer {
+        addr: addr.to_string(),
+        reason,
+    };
+    write_frame(&mut w, &ToGlobal::Status, &[])
+        .await
+        .map_err(|e| no_answer(e.to_string()))?;
+    match tokio::time::timeout(REPLY_TIMEOUT, r.read::<FromGlobal>()).await {
+        Err(_) => Err(no_answer(format!(
+            "nothing within {} s",
+            REPLY_TIMEOUT.as_secs()
+        ))),
+        Ok(Ok(Some((FromGlobal::Pool(machines), _)))) => Ok(machines),
+        Ok(Ok(Some((other, _)))) => Err(no_answer(format!("it sent {other:?}"))),
+        Ok(Ok(None)) => Err(no_answer("it closed the connection".into())),
+        Ok(Err(e)) => Err(no_answer(e.to_string())),
+    }
+}

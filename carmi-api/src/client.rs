@@ -1,0 +1,776 @@
+//! The asynchronous client library that applications link.
+//!
+//! [`connect`] attaches this process to its local RM and returns a [`Carmi`]
+//! handle and an [`EventStream`]. Every request method of the handle returns a
+//! [`RequestId`] at once, without touching the network: the request is queued
+//! to a writer task, and its outcome arrives later on the event stream as an
+//! [`Incoming::Rm`] event carrying the same id. Application messages
+//! ([`Carmi::send`]) go directly to the peer process over a connection of
+//! their own, never through the RMs, and arrive on the same stream.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use carmi_api::client::{connect, ConnectOptions, Incoming};
+//! let (carmi, mut events) = connect(ConnectOptions::from_env()?).await?;
+//! let asked = carmi.addhosts("fast", 4, 1);
+//! while let Some(incoming) = events.next().await {
+//!     match incoming {
+//!         Incoming::Rm(event) if event.request() == asked => println!("{event:?}"),
+//!         Incoming::Message { from, tag, data } => println!("{from} sent {tag}: {} bytes", data.len()),
+//!         _ => {}
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # Tasks
+//! One writer task owns the write half of the RM connection (requests,
+//! executable uploads), one reader task its read half (events), one task
+//! accepts direct connections from peers (one receiving task each), and one
+//! writer task per peer this process sends to. All of them stop when the last
+//! [`Carmi`] clone is dropped; queued requests and messages are still written
+//! first. Call [`Carmi::flush`] before the process exits so that nothing
+//! queued is lost when the runtime stops.
+
+mod peer;
+mod rm;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::frame::FrameReader;
+use crate::handshake::{self, HandshakeError, Secret};
+use crate::ids::{HostId, JobId, ParseIdError, ProcessId, RequestId};
+use crate::msg::{Event, Failure, FailureCode, FromLocal, Reply, Request, Role, SpawnTarget};
+
+/// How long `connect` waits for the local RM to accept the TCP connection.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long `connect` waits for `Attached` after the handshake: the local RM
+/// asks the global RM first, so this is longer than the handshake timeout.
+pub const ATTACH_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a first message to a peer waits for the RM to say where the peer listens.
+pub const LOOKUP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Environment variable: `host:port` of the local RM.
+pub const ENV_LOCAL: &str = "CARMI_LOCAL";
+/// Environment variable: path of the pool secret file.
+pub const ENV_SECRET_FILE: &str = "CARMI_SECRET_FILE";
+/// Environment variable: the job this process belongs to (`3` or `j3`).
+pub const ENV_JOB: &str = "CARMI_JOB";
+/// Environment variable: this process's id (`5` or `p5`).
+pub const ENV_PROCESS: &str = "CARMI_PROCESS";
+/// Environment variable (optional): the host name or address on which this
+/// process accepts direct messages, when peers cannot reach it at the address
+/// it uses to reach its local RM (for instance when that is `127.0.0.1`).
+pub const ENV_ENDPOINT_HOST: &str = "CARMI_ENDPOINT_HOST";
+
+/// How to reach the local RM and who this process is.
+#[derive(Clone, Debug)]
+pub struct ConnectOptions {
+    /// `host:port` of the local RM.
+    pub local: String,
+    /// The pool's shared secret.
+    pub secret: Secret,
+    /// The job to join; `None` starts a new job with this process as its first process.
+    pub job: Option<JobId>,
+    /// The id the RM gave this process when it started it; `None` otherwise.
+    pub process: Option<ProcessId>,
+    /// Where peers should connect for direct messages (a host name or
+    /// address; the port is chosen by the system). `None` listens on the
+    /// address this process uses to reach its local RM.
+    pub endpoint_host: Option<String>,
+}
+
+impl ConnectOptions {
+    /// Options for a new job's first process: no job, no process id, default endpoint.
+    pub fn new(local: impl Into<String>, secret: Secret) -> ConnectOptions {
+        ConnectOptions {
+            local: local.into(),
+            secret,
+            job: None,
+            process: None,
+            endpoint_host: None,
+        }
+    }
+
+    /// Reads `CARMI_LOCAL`, `CARMI_SECRET_FILE` (both required), `CARMI_JOB`,
+    /// `CARMI_PROCESS` and `CARMI_ENDPOINT_HOST` (optional), as the local RM
+    /// sets them for the processes it starts.
+    pub fn from_env() -> Result<ConnectOptions, ConnectError> {
+        ConnectOptions::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// [`ConnectOptions::from_env`] over any source of variables (tests do not
+    /// touch the process environment, which is shared between threads).
+    fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<ConnectOptions, ConnectError> {
+        // An empty variable is treated as unset: shells make `X=` easy to write by mistake.
+        let get = |name| var(name).filter(|v: &String| !v.trim().is_empty());
+        let local = get(ENV_LOCAL).ok_or(ConnectError::MissingVar(ENV_LOCAL))?;
+        let secret_path = get(ENV_SECRET_FILE).ok_or(ConnectError::MissingVar(ENV_SECRET_FILE))?;
+        let secret = Secret::from_file(Path::new(&secret_path)).map_err(ConnectError::Secret)?;
+        let job = parse_id_var(ENV_JOB, get(ENV_JOB))?;
+        let process = parse_id_var(ENV_PROCESS, get(ENV_PROCESS))?;
+        if process.is_some() && job.is_none() {
+            // A process id means the RM started us, and it always says for which job.
+            return Err(ConnectError::MissingVar(ENV_JOB));
+        }
+        Ok(ConnectOptions {
+            local,
+            secret,
+            job,
+            process,
+            endpoint_host: get(ENV_ENDPOINT_HOST),
+        })
+    }
+}
+
+/// Parses the id in environment variable `name`, if it is set.
+fn parse_id_var<T: FromStr<Err = ParseIdError>>(
+    name: &'static str,
+    value: Option<String>,
+) -> Result<Option<T>, ConnectError> {
+    value
+        .map(|v| {
+            v.trim()
+                .parse()
+                .map_err(|e: ParseIdError| ConnectError::BadVar {
+                    var: name,
+                    value: v.clone(),
+                    reason: e.to_string(),
+                })
+        })
+        .transpose()
+}
+
+/// Why [`connect`] (or [`ConnectOptions::from_env`]) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// A required environment variable is not set.
+    #[error(
+        "environment variable {0} is not set (the local RM sets it for the processes it starts)"
+    )]
+    MissingVar(&'static str),
+    /// An environment variable has a value that makes no sense.
+    #[error("environment variable {var}={value:?}: {reason}")]
+    BadVar {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The secret file could not be read or holds no usable secret.
+    #[error("pool secret: {0}")]
+    Secret(HandshakeError),
+    /// The local RM could not be reached.
+    #[error("cannot reach the local RM at {addr}: {error}")]
+    Unreachable {
+        /// The address tried.
+        addr: String,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The listener for direct messages could not be opened.
+    #[error("cannot listen for direct messages on {addr}: {error}")]
+    Listen {
+        /// The address tried.
+        addr: String,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The local RM and this process do not share the pool secret.
+    #[error(
+        "authentication with the local RM at {addr} failed: it does not know this process's pool secret (wrong secret file?)"
+    )]
+    WrongSecret {
+        /// The local RM.
+        addr: String,
+    },
+    /// The handshake failed for another reason (version, timeout, refusal).
+    #[error("handshake with the local RM at {addr} failed: {error}")]
+    Handshake {
+        /// The local RM.
+        addr: String,
+        /// Why.
+        error: HandshakeError,
+    },
+    /// The handshake succeeded but the RM did not attach this process.
+    #[error("the local RM at {addr} did not attach this process: {reason}")]
+    NotAttached {
+        /// The local RM.
+        addr: String,
+        /// What happened instead.
+        reason: String,
+    },
+}
+
+/// What arrives on the [`EventStream`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum Incoming {
+    /// An RM event: the outcome of a request, or a notification for a subscription.
+    Rm(Event),
+    /// A message from a peer process, with its body exactly as sent.
+    Message {
+        /// The sender.
+        from: ProcessId,
+        /// The sender's tag.
+        tag: u32,
+        /// The body.
+        data: Bytes,
+    },
+    /// Messages to a peer could not be delivered: its address could not be
+    /// looked up, it could not be reached or refused us, or the connection
+    /// broke. `unsent` messages queued for it were dropped (messages written
+    /// before the failure may or may not have arrived). A later `send` to the
+    /// same peer tries again.
+    SendFailed {
+        /// The peer.
+        to: ProcessId,
+        /// Why.
+        reason: String,
+        /// Queued messages dropped.
+        unsent: usize,
+    },
+    /// The connection to the local RM is gone. Outstanding requests will not
+    /// be answered; later requests fail at once with
+    /// [`FailureCode::Unavailable`]. Direct messages still flow.
+    Disconnected(String),
+}
+
+/// The single stream of everything addressed to this process, in arrival
+/// order; messages from one sender stay in the order they were sent. It ends
+/// once every [`Carmi`] clone has been dropped and the buffered items are read.
+pub struct EventStream {
+    rx: mpsc::UnboundedReceiver<Incoming>,
+}
+
+impl EventStream {
+    /// The next item, or `None` when the client has shut down.
+    pub async fn next(&mut self) -> Option<Incoming> {
+        self.rx.recv().await
+    }
+}
+
+impl futures::Stream for EventStream {
+    type Item = Incoming;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Incoming>> {
+        self.rx.poll_recv(cx)
+    }
+}
+
+impl std::fmt::Debug for EventStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventStream").finish_non_exhaustive()
+    }
+}
+
+/// A handle on this process's CARMI connection; clone it freely (clones share
+/// one connection). Request methods return the request's id at once; the
+/// outcome arrives as an event with that id.
+#[derive(Clone)]
+pub struct Carmi {
+    inner: Arc<Handle>,
+}
+
+/// Owned by the [`Carmi`] clones only, never by a task, so that dropping the
+/// last clone drops `_stop` and every task sees the shutdown signal.
+struct Handle {
+    shared: Arc<Shared>,
+    _stop: watch::Sender<()>,
+}
+
+impl std::fmt::Debug for Carmi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Carmi")
+            .field("job", &self.job())
+            .field("process", &self.process())
+            .finish_non_exhaustive()
+    }
+}
+
+/// State shared by the handle and the background tasks.
+struct Shared {
+    job: JobId,
+    process: ProcessId,
+    secret: Secret,
+    /// Where background tasks are spawned, so that [`Carmi::send`] works from any thread.
+    runtime: tokio::runtime::Handle,
+    /// Closed when the last [`Carmi`] clone is dropped.
+    stop: watch::Receiver<()>,
+    next_request: AtomicU64,
+    commands: mpsc::UnboundedSender<rm::Command>,
+    events: mpsc::UnboundedSender<Incoming>,
+    /// Lookups made on behalf of peer writers: their answers go back to the
+    /// writer instead of the event stream.
+    lookups: Mutex<HashMap<RequestId, oneshot::Sender<Result<String, String>>>>,
+    /// Why the RM connection is gone, once it is.
+    rm_down: Mutex<Option<String>>,
+    endpoints: Mutex<HashMap<ProcessId, String>>,
+    /// One queue per peer this process sends to, each drained by its own task.
+    peers: Mutex<HashMap<ProcessId, mpsc::UnboundedSender<peer::Outgoing>>>,
+}
+
+/// Locks a mutex; a poisoned one still holds consistent maps (no code panics
+/// while holding these locks), so poisoning is ignored.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    fn new_request_id(&self) -> RequestId {
+        RequestId(self.next_request.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Queues a command for the RM writer.
+    fn queue(&self, cmd: rm::Command) {
+        if let Err(mpsc::error::SendError(cmd)) = self.commands.send(cmd) {
+            // Only after shutdown has begun; answer rather than drop silently.
+            if let Some(id) = cmd.request_id() {
+                self.fail(id, FailureCode::Unavailable, "the client is shutting down");
+            }
+        }
+    }
+
+    /// Routes an RM event: to a waiting peer lookup, or to the event stream.
+    fn deliver(&self, event: Event) {
+        let waiting = lock(&self.lookups).remove(&event.request());
+        match waiting {
+            Some(tx) => {
+                let answer = match event {
+                    Event::Done {
+                        reply: Reply::Endpoint { address, .. },
+                        ..
+                    } => Ok(address),
+                    Event::Failed { failure, .. } => Err(failure.message),
+                    other => Err(format!("unexpected answer to a process lookup: {other:?}")),
+                };
+                let _ = tx.send(answer);
+            }
+            None => {
+                let _ = self.events.send(Incoming::Rm(event));
+            }
+        }
+    }
+
+    /// Answers a request locally with a failure.
+    fn fail(&self, request: RequestId, code: FailureCode, message: impl Into<String>) {
+        self.deliver(Event::Failed {
+            request,
+            failure: Failure {
+                code,
+                message: message.into(),
+            },
+        });
+    }
+
+    /// Why the RM connection is gone, if it is.
+    fn rm_down_reason(&self) -> Option<String> {
+        lock(&self.rm_down).clone()
+    }
+
+    /// Records that the RM connection is gone (the first reason wins), fails
+    /// the pending lookups and tells the application once.
+    fn set_rm_down(&self, reason: String) {
+        {
+            let mut down = lock(&self.rm_down);
+            if down.is_some() {
+                return;
+            }
+            *down = Some(reason.clone());
+        }
+        // After the flag is set: a lookup registered later is failed by the
+        // writer, which checks the flag before writing (see `rm::write_loop`).
+        let pending = std::mem::take(&mut *lock(&self.lookups));
+        for tx in pending.into_values() {
+            let _ = tx.send(Err(reason.clone()));
+        }
+        let _ = self.events.send(Incoming::Disconnected(reason));
+    }
+}
+
+/// Attaches this process to its local RM: connects, opens the direct-message
+/// listener, runs the handshake as [`Role::Application`] and waits for
+/// `Attached`. Must be called inside a tokio runtime, which then runs the
+/// client's background tasks.
+pub async fn connect(opts: ConnectOptions) -> Result<(Carmi, EventStream), ConnectError> {
+    let addr = opts.local.clone();
+    let unreachable = |error| ConnectError::Unreachable {
+        addr: addr.clone(),
+        error,
+    };
+    let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&addr))
+        .await
+        .map_err(|_| {
+            unreachable(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()),
+            ))
+        })?
+        .map_err(unreachable)?;
+    stream.set_nodelay(true).map_err(unreachable)?;
+    let listener = open_listener(&opts, &stream).await?;
+    let endpoint = listener
+        .local_addr()
+        .map_err(|error| ConnectError::Listen {
+            addr: "the listener".into(),
+            error,
+        })?
+        .to_string();
+
+    let (r, mut w) = stream.into_split();
+    let mut r = FrameReader::new(r);
+    let role = Role::Application {
+        job: opts.job,
+        process: opts.process,
+        endpoint,
+    };
+    handshake::client(&mut r, &mut w, &opts.secret, &role)
+        .await
+        .map_err(|e| match e {
+            HandshakeError::BadProof => ConnectError::WrongSecret { addr: addr.clone() },
+            error => ConnectError::Handshake {
+                addr: addr.clone(),
+                error,
+            },
+        })?;
+    let not_attached = |reason: String| ConnectError::NotAttached {
+        addr: addr.clone(),
+        reason,
+    };
+    let (job, process) = match tokio::time::timeout(ATTACH_TIMEOUT, r.read::<FromLocal>()).await {
+        Err(_) => {
+            return Err(not_attached(format!(
+                "no answer within {} s",
+                ATTACH_TIMEOUT.as_secs()
+            )));
+        }
+        Ok(Ok(Some((FromLocal::Attached { job, process }, _)))) => (job, process),
+        Ok(Ok(Some((other, _)))) => {
+            return Err(not_attached(format!("it sent {other:?} first")));
+        }
+        Ok(Ok(None)) => return Err(not_attached("it closed the connection".into())),
+        Ok(Err(e)) => return Err(not_attached(e.to_string())),
+    };
+
+    let (stop_tx, stop_rx) = watch::channel(());
+    let (commands, commands_rx) = mpsc::unbounded_channel();
+    let (events, events_rx) = mpsc::unbounded_channel();
+    let runtime = tokio::runtime::Handle::current();
+    let shared = Arc::new(Shared {
+        job,
+        process,
+        secret: opts.secret,
+        runtime: runtime.clone(),
+        stop: stop_rx,
+        next_request: AtomicU64::new(1),
+        commands,
+        events,
+        lookups: Mutex::new(HashMap::new()),
+        rm_down: Mutex::new(None),
+        endpoints: Mutex::new(HashMap::new()),
+        peers: Mutex::new(HashMap::new()),
+    });
+    runtime.spawn(rm::write_loop(shared.clone(), commands_rx, w));
+    runtime.spawn(rm::read_loop(shared.clone(), r));
+    runtime.spawn(peer::accept_loop(shared.clone(), listener));
+    let carmi = Carmi {
+        inner: Arc::new(Handle {
+            shared,
+            _stop: stop_tx,
+        }),
+    };
+    Ok((carmi, EventStream { rx: events_rx }))
+}
+
+/// Opens the listener for direct messages on `endpoint_host`, or else on the
+/// address this process uses to reach its RM: that interface is the one the
+/// pool's network reaches, and it is loopback only when the RM is too.
+async fn open_listener(opts: &ConnectOptions, rm: &TcpStream) -> Result<TcpListener, ConnectError> {
+    let listen_error = |addr: String| move |error| ConnectError::Listen { addr, error };
+    let addr: SocketAddr = match &opts.endpoint_host {
+        Some(host) => tokio::net::lookup_host((host.as_str(), 0))
+            .await
+            .map_err(listen_error(host.clone()))?
+            .next()
+            .ok_or_else(|| {
+                listen_error(host.clone())(std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "the name has no address",
+                ))
+            })?,
+        None => {
+            let ip = rm
+                .local_addr()
+                .map_err(listen_error("the local address".into()))?
+                .ip();
+            SocketAddr::new(ip, 0)
+        }
+    };
+    TcpListener::bind(addr)
+        .await
+        .map_err(listen_error(addr.to_string()))
+}
+
+impl Carmi {
+    /// The job this process belongs to.
+    pub fn job(&self) -> JobId {
+        self.inner.shared.job
+    }
+
+    /// This process's id.
+    pub fn process(&self) -> ProcessId {
+        self.inner.shared.process
+    }
+
+    fn request(&self, body: Request) -> RequestId {
+        let shared = &self.inner.shared;
+        let id = shared.new_request_id();
+        shared.queue(rm::Command::Request { id, body });
+        id
+    }
+
+    /// Cancels an outstanding request (a pending `addhosts`, a subscription).
+    pub fn cancel_request(&self, request: RequestId) -> RequestId {
+        self.request(Request::CancelRequest { request })
+    }
+
+    /// Asks for the hosts currently allocated to the job (`Reply::Hosts`).
+    pub fn config(&self) -> RequestId {
+        self.request(Request::Config)
+    }
+
+    /// Asks for every attribute of a host's machine ad (`Reply::Host`).
+    pub fn get_host_info(&self, host: HostId) -> RequestId {
+        self.request(Request::GetHostInfo { host })
+    }
+
+    /// Asks for `count` more hosts of `class`, reported `increment` at a time
+    /// (`HostsAdded` events).
+    pub fn addhosts(&self, class: impl Into<String>, count: u32, increment: u32) -> RequestId {
+        self.request(Request::AddHosts {
+            class: class.into(),
+            count,
+            increment,
+        })
+    }
+
+    /// Gives hosts back to the pool; their processes are killed.
+    pub fn delhosts(&self, hosts: &[HostId]) -> RequestId {
+        self.request(Request::DelHosts {
+            hosts: hosts.to_vec(),
+        })
+    }
+
+    /// Subscribes to hosts of `class` being added to the job.
+    pub fn add_notify(&self, class: impl Into<String>) -> RequestId {
+        self.request(Request::AddNotify {
+            class: class.into(),
+        })
+    }
+
+    /// Subscribes to these hosts being taken away.
+    pub fn delete_notify(&self, hosts: &[HostId]) -> RequestId {
+        self.request(Request::DeleteNotify {
+            hosts: hosts.to_vec(),
+        })
+    }
+
+    /// Subscribes to these hosts being suspended.
+    pub fn suspend_notify(&self, hosts: &[HostId]) -> RequestId {
+        self.request(Request::SuspendNotify {
+            hosts: hosts.to_vec(),
+        })
+    }
+
+    /// Subscribes to these hosts resuming.
+    pub fn resume_notify(&self, hosts: &[HostId]) -> RequestId {
+        self.request(Request::ResumeNotify {
+            hosts: hosts.to_vec(),
+        })
+    }
+
+    /// Starts `executable` with `args` on `target` (`ProcessStarted`, later
+    /// `ProcessExited`). The file is read and hashed by the writer task, and
+    /// its bytes are uploaded once per content per client; a file that cannot
+    /// be read fails the request with [`FailureCode::BadExecutable`].
+    pub fn class_spawn<I, S>(
+        &self,
+        executable: impl Into<PathBuf>,
+        args: I,
+        target: SpawnTarget,
+    ) -> RequestId
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let shared = &self.inner.shared;
+        let id = shared.new_request_id();
+        shared.queue(rm::Command::Spawn {
+            id,
+            path: executable.into(),
+            args: args.into_iter().map(Into::into).collect(),
+            target,
+        });
+        id
+    }
+
+    /// Asks for the state of a process of the job (`Reply::Process`).
+    pub fn process_info(&self, process: ProcessId) -> RequestId {
+        self.request(Request::ProcessInfo { process })
+    }
+
+    /// Asks for the job's class names and expressions (`Reply::Classes`).
+    pub fn get_class_definitions(&self) -> RequestId {
+        self.request(Request::GetClassDefinitions)
+    }
+
+    /// Defines (or redefines) a resource class of the job.
+    pub fn define_class(
+        &self,
+        name: impl Into<String>,
+        expression: impl Into<String>,
+    ) -> RequestId {
+        self.request(Request::DefineClass {
+            name: name.into(),
+            expression: expression.into(),
+        })
+    }
+
+    /// Removes a resource class of the job.
+    pub fn remove_class(&self, name: impl Into<String>) -> RequestId {
+        self.request(Request::RemoveClass { name: name.into() })
+    }
+
+    /// Sends `data` with `tag` directly to process `to` of this job; it
+    /// arrives there as [`Incoming::Message`], byte for byte. Returns at once:
+    /// the message is queued for the peer's connection, which is opened on
+    /// first use (after asking the RM once where the peer listens). Messages
+    /// to one peer arrive in the order sent; a failure is reported as
+    /// [`Incoming::SendFailed`]. A message to this process itself goes
+    /// straight to its own event stream.
+    pub fn send(&self, to: ProcessId, tag: u32, data: impl Into<Bytes>) {
+        let shared = &self.inner.shared;
+        let data = data.into();
+        if to == shared.process {
+            let _ = shared.events.send(Incoming::Message {
+                from: to,
+                tag,
+                data,
+            });
+            return;
+        }
+        peer::queue(shared, to, peer::Outgoing::Message { tag, data });
+    }
+
+    /// Waits until every request and message queued before this call has been
+    /// handed to the operating system (or has failed). Call it before the
+    /// process exits: tasks stop with the runtime, and a message still in a
+    /// queue then would be lost.
+    pub async fn flush(&self) {
+        let shared = &self.inner.shared;
+        let mut acks = Vec::new();
+        let (tx, rx) = oneshot::channel();
+        shared.queue(rm::Command::Flush(tx));
+        acks.push(rx);
+        for queue in lock(&shared.peers).values() {
+            let (tx, rx) = oneshot::channel();
+            if queue.send(peer::Outgoing::Flush(tx)).is_ok() {
+                acks.push(rx);
+            }
+        }
+        // A dropped acknowledgement means that queue failed: that is reported
+        // on the event stream, and there is nothing more to wait for.
+        for rx in acks {
+            let _ = rx.await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |name| map.get(name).cloned()
+    }
+
+    #[test]
+    fn handles_and_streams_move_between_threads() {
+        fn assert_send_sync<T: Send + Sync + 'static>() {}
+        assert_send_sync::<Carmi>();
+        assert_send_sync::<EventStream>();
+        assert_send_sync::<ConnectError>();
+    }
+
+    #[test]
+    fn environment_names_what_is_missing_or_wrong() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("pool.secret");
+        std::fs::write(&secret, Secret::generate_text()).unwrap();
+        let secret = secret.to_str().unwrap();
+
+        let err = ConnectOptions::from_vars(vars(&[])).unwrap_err();
+        assert!(err.to_string().contains("CARMI_LOCAL is not set"), "{err}");
+        let err = ConnectOptions::from_vars(vars(&[("CARMI_LOCAL", "h:1")])).unwrap_err();
+        assert!(err.to_string().contains("CARMI_SECRET_FILE"), "{err}");
+        let err = ConnectOptions::from_vars(vars(&[
+            ("CARMI_LOCAL", "h:1"),
+            ("CARMI_SECRET_FILE", "/nonexistent/secret"),
+        ]))
+        .unwrap_err();
+        assert!(err.to_string().contains("/nonexistent/secret"), "{err}");
+        let err = ConnectOptions::from_vars(vars(&[
+            ("CARMI_LOCAL", "h:1"),
+            ("CARMI_SECRET_FILE", secret),
+            ("CARMI_PROCESS", "p4"),
+        ]))
+        .unwrap_err();
+        assert!(err.to_string().contains("CARMI_JOB is not set"), "{err}");
+        let err = ConnectOptions::from_vars(vars(&[
+            ("CARMI_LOCAL", "h:1"),
+            ("CARMI_SECRET_FILE", secret),
+            ("CARMI_JOB", "seven"),
+        ]))
+        .unwrap_err();
+        assert!(err.to_string().contains("CARMI_JOB=\"seven\""), "{err}");
+
+        let first = ConnectOptions::from_vars(vars(&[
+            ("CARMI_LOCAL", "h:1"),
+            ("CARMI_SECRET_FILE", secret),
+            ("CARMI_JOB", ""),
+        ]))
+        .unwrap();
+        assert_eq!((first.job, first.process), (None, None));
+        let started = ConnectOptions::from_vars(vars(&[
+            ("CARMI_LOCAL", "h:1"),
+            ("CARMI_SECRET_FILE", secret),
+            ("CARMI_JOB", "j3"),
+            ("CARMI_PROCESS", "12"),
+            ("CARMI_ENDPOINT_HOST", "10.0.0.5"),
+        ]))
+        .unwrap();
+        assert_eq!(started.local, "h:1");
+        assert_eq!(started.job, Some(JobId(3)));
+        assert_eq!(started.process, Some(ProcessId(12)));
+        assert_eq!(started.endpoint_host.as_deref(), Some("10.0.0.5"));
+    }
+}

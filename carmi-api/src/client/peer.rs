@@ -1,0 +1,244 @@
+//! Direct messages between application processes: one outgoing connection
+//! (and one writer task) per peer this process sends to, and a listener that
+//! accepts the connections of peers that send to it.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::io::{AsyncWriteExt, BufWriter};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
+
+use super::{Incoming, LOOKUP_TIMEOUT, Shared, lock};
+use crate::frame::{FrameReader, write_frame};
+use crate::handshake;
+use crate::ids::{JobId, ProcessId};
+use crate::msg::{PeerMessage, Request, Role};
+
+/// Work for a peer's writer task.
+pub(super) enum Outgoing {
+    /// A message to write.
+    Message { tag: u32, data: Bytes },
+    /// Acknowledge once everything before it has been written out.
+    Flush(oneshot::Sender<()>),
+}
+
+/// Why a peer's connection failed, and how many messages went with it.
+struct PeerError {
+    reason: String,
+    lost: usize,
+}
+
+impl From<String> for PeerError {
+    fn from(reason: String) -> PeerError {
+        PeerError { reason, lost: 0 }
+    }
+}
+
+/// Queues `item` for peer `to`, starting its writer task on first use.
+pub(super) fn queue(shared: &Arc<Shared>, to: ProcessId, item: Outgoing) {
+    let mut peers = lock(&shared.peers);
+    let item = match peers.get(&to) {
+        Some(tx) => match tx.send(item) {
+            Ok(()) => return,
+            // Its task is gone without removing itself (it panicked): replace it.
+            Err(mpsc::error::SendError(item)) => item,
+        },
+        None => item,
+    };
+    let (tx, rx) = mpsc::unbounded_channel();
+    let _ = tx.send(item);
+    peers.insert(to, tx);
+    shared.runtime.spawn(run(shared.clone(), to, rx));
+}
+
+/// A peer's writer task: finds the peer, connects, then writes its queue in
+/// order until the client stops.
+async fn run(shared: Arc<Shared>, to: ProcessId, mut rx: mpsc::UnboundedReceiver<Outgoing>) {
+    let mut stop = shared.stop.clone();
+    let result = tokio::select! {
+        conn = open(&shared, to) => match conn {
+            Ok(w) => pump(w, &mut rx, &mut stop).await,
+            Err(reason) => Err(PeerError::from(reason)),
+        },
+        // Nobody is left to tell about messages that never found their peer.
+        _ = stop.changed() => return,
+    };
+    if let Err(PeerError { reason, lost }) = result {
+        // Removing the queue under the lock guarantees that nothing more is
+        // queued to it, so the count of dropped messages is exact.
+        lock(&shared.peers).remove(&to);
+        rx.close();
+        let mut unsent = lost;
+        while let Ok(item) = rx.try_recv() {
+            if let Outgoing::Message { .. } = item {
+                unsent += 1;
+            }
+        }
+        tracing::debug!(peer = %to, %reason, unsent, "direct messages failed");
+        let _ = shared
+            .events
+            .send(Incoming::SendFailed { to, reason, unsent });
+    }
+}
+
+/// Looks the peer up (once), connects and introduces this process.
+async fn open(shared: &Shared, to: ProcessId) -> Result<BufWriter<OwnedWriteHalf>, String> {
+    let addr = endpoint_of(shared, to).await?;
+    let stream = tokio::time::timeout(super::CONNECT_TIMEOUT, TcpStream::connect(&addr))
+        .await
+        .map_err(|_| format!("cannot connect to process {to} at {addr}: no answer"))?
+        .map_err(|e| format!("cannot connect to process {to} at {addr}: {e}"))?;
+    stream
+        .set_nodelay(true)
+        .map_err(|e| format!("cannot connect to process {to} at {addr}: {e}"))?;
+    let (r, mut w) = stream.into_split();
+    let mut r = FrameReader::new(r);
+    let role = Role::Peer {
+        from: shared.process,
+        job: shared.job,
+    };
+    handshake::client(&mut r, &mut w, &shared.secret, &role)
+        .await
+        .map_err(|e| format!("process {to} at {addr}: {e}"))?;
+    // Nothing is ever read on this connection after the handshake.
+    Ok(BufWriter::with_capacity(64 * 1024, w))
+}
+
+/// Where `to` listens: from the cache, or else asked of the RM once.
+async fn endpoint_of(shared: &Shared, to: ProcessId) -> Result<String, String> {
+    if let Some(addr) = lock(&shared.endpoints).get(&to) {
+        return Ok(addr.clone());
+    }
+    let id = shared.new_request_id();
+    let (tx, rx) = oneshot::channel();
+    // Registered before the request is queued, so that the answer (or the
+    // RM's loss, see `Shared::set_rm_down`) cannot miss it.
+    lock(&shared.lookups).insert(id, tx);
+    shared.queue(super::rm::Command::Request {
+        id,
+        body: Request::LookupProcess { process: to },
+    });
+    let answer = tokio::time::timeout(LOOKUP_TIMEOUT, rx)
+        .await
+        .map_err(|_| {
+            format!(
+                "the local RM did not say where process {to} listens within {} s",
+                LOOKUP_TIMEOUT.as_secs()
+            )
+        })?
+        .map_err(|_| "the client is shutting down".to_string())?
+        .map_err(|e| format!("cannot look up process {to}: {e}"))?;
+    lock(&shared.endpoints).insert(to, answer.clone());
+    Ok(answer)
+}
+
+/// Writes queued items until the client stops (then drains what is queued).
+async fn pump(
+    mut w: BufWriter<OwnedWriteHalf>,
+    rx: &mut mpsc::UnboundedReceiver<Outgoing>,
+    stop: &mut tokio::sync::watch::Receiver<()>,
+) -> Result<(), PeerError> {
+    let broken = |e: std::io::Error, lost| PeerError {
+        reason: format!("the connection broke: {e}"),
+        lost,
+    };
+    loop {
+        let first = tokio::select! {
+            biased;
+            item = rx.recv() => match item {
+                Some(item) => item,
+                None => break,
+            },
+            _ = stop.changed() => break,
+        };
+        // Write all that is queued, then flush once.
+        let mut next = Some(first);
+        while let Some(item) = next {
+            match item {
+                Outgoing::Message { tag, data } => {
+                    write_frame(&mut w, &PeerMessage { tag }, &data)
+                        .await
+                        .map_err(|e| broken(e, 1))?;
+                }
+                Outgoing::Flush(ack) => {
+                    w.flush().await.map_err(|e| broken(e, 0))?;
+                    let _ = ack.send(());
+                }
+            }
+            next = rx.try_recv().ok();
+        }
+        w.flush().await.map_err(|e| broken(e, 0))?;
+    }
+    let _ = w.shutdown().await;
+    Ok(())
+}
+
+/// Accepts direct connections from peers until the client stops; each
+/// connection is read by its own task, all of them ended with this one.
+pub(super) async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
+    let mut stop = shared.stop.clone();
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    connections.spawn(receive(shared.clone(), stream));
+                }
+                Err(e) => {
+                    // Out of file descriptors, typically: wait rather than spin.
+                    tracing::warn!("accepting a peer connection failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            _ = stop.changed() => break,
+        }
+    }
+}
+
+/// Only processes of the same job may message each other.
+fn admit(role: &Role, job: JobId) -> Result<(), String> {
+    match role {
+        Role::Peer { job: theirs, .. } if *theirs == job => Ok(()),
+        Role::Peer { from, job: theirs } => Err(format!(
+            "process {from} of job {theirs} may not send to a process of job {job}"
+        )),
+        _ => Err("this endpoint accepts only direct messages from peer processes".into()),
+    }
+}
+
+/// Reads one peer's messages onto the event stream, in order.
+async fn receive(shared: Arc<Shared>, stream: TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let (r, mut w) = stream.into_split();
+    let mut r = FrameReader::new(r);
+    let job = shared.job;
+    let from = match handshake::server_with(&mut r, &mut w, &shared.secret, |role| admit(role, job))
+        .await
+    {
+        Ok(Role::Peer { from, .. }) => from,
+        Ok(_) => unreachable!("admit() lets only peers through"),
+        Err(e) => {
+            tracing::debug!("refused a peer connection: {e}");
+            return;
+        }
+    };
+    loop {
+        match r.read::<PeerMessage>().await {
+            Ok(Some((PeerMessage { tag }, data))) => {
+                let message = Incoming::Message { from, tag, data };
+                if shared.events.send(message).is_err() {
+                    return;
+                }
+            }
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(peer = %from, "dropping the connection from a peer: {e}");
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,308 @@
+//! The `carmi` command: `pool init` on real files, `status` against a fake global RM over TCP.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Output;
+
+use carmi_api::frame::{FrameReader, write_frame};
+use carmi_api::handshake::{self, Secret};
+use carmi_api::ids::{HostId, JobId};
+use carmi_api::msg::{FromGlobal, MachineStatus, Role, SlotStatus, ToGlobal};
+use tokio::net::TcpListener;
+
+/// The command with none of its environment variables inherited from the test's environment.
+fn carmi() -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_carmi"));
+    cmd.env_remove("CARMI_SECRET").env_remove("CARMI_POOL");
+    cmd
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn pool_init_writes_a_fresh_secret_readable_by_its_owner_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pool.secret");
+    let out = carmi()
+        .args(["pool", "init", "--secret"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("wrote a new pool secret"));
+    assert_eq!(mode(&path), 0o600);
+    let secret = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(secret.trim().len(), 64);
+    assert!(secret.trim().chars().all(|c| c.is_ascii_hexdigit()));
+    Secret::from_file(&path).expect("a usable secret");
+}
+
+#[test]
+fn pool_init_refuses_to_overwrite_unless_forced() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pool.secret");
+    let init = |force: bool| {
+        let mut cmd = carmi();
+        cmd.args(["pool", "init", "--secret"]).arg(&path);
+        if force {
+            cmd.arg("--force");
+        }
+        cmd.output().unwrap()
+    };
+    assert!(init(false).status.success());
+    let first = std::fs::read_to_string(&path).unwrap();
+
+    let out = init(false);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("already exists") && err.contains("--force"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), first);
+
+    // Replacing also tightens a file that someone made readable to others.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = init(true);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_ne!(std::fs::read_to_string(&path).unwrap(), first);
+    assert_eq!(mode(&path), 0o600);
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "no temporary file left"
+    );
+}
+
+#[test]
+fn pool_init_defaults_to_carmi_secret_then_the_current_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let named = dir.path().join("from-env.secret");
+    let out = carmi()
+        .args(["pool", "init"])
+        .env("CARMI_SECRET", &named)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(mode(&named), 0o600);
+    assert!(!dir.path().join("pool.secret").exists());
+
+    let out = carmi()
+        .args(["pool", "init"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(mode(&dir.path().join("pool.secret")), 0o600);
+}
+
+fn pool() -> Vec<MachineStatus> {
+    let attrs = |arch: &str, memory: u32, load: &str| {
+        vec![
+            ("Arch".to_string(), format!("\"{arch}\"")),
+            ("OpSys".to_string(), "\"LINUX\"".to_string()),
+            ("Memory".to_string(), memory.to_string()),
+            ("Cpus".to_string(), "2".to_string()),
+            ("Mips".to_string(), "11500".to_string()),
+            ("KFlops".to_string(), "1420000".to_string()),
+            ("LoadAvg".to_string(), load.to_string()),
+        ]
+    };
+    vec![
+        MachineStatus {
+            name: "lab-pc-01.example.edu".into(),
+            attributes: attrs("X86_64", 16384, "0.25"),
+            slots: vec![
+                SlotStatus {
+                    host: HostId(1),
+                    state: "idle".into(),
+                    job: None,
+                },
+                SlotStatus {
+                    host: HostId(2),
+                    state: "claimed".into(),
+                    job: Some(JobId(3)),
+                },
+            ],
+        },
+        MachineStatus {
+            name: "desk7".into(),
+            attributes: attrs("aarch64", 8192, "1.5"),
+            slots: vec![SlotStatus {
+                host: HostId(3),
+                state: "owner".into(),
+                job: None,
+            }],
+        },
+    ]
+}
+
+/// A global RM that answers every admin's `Status` with `machines`.
+async fn fake_global(secret: &[u8], machines: Vec<MachineStatus>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let secret = Secret::new(secret).unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let (r, mut w) = stream.into_split();
+            let mut r = FrameReader::new(r);
+            match handshake::server(&mut r, &mut w, &secret).await {
+                Ok(Role::Admin) => {}
+                Ok(role) => panic!("expected an admin, got {role:?}"),
+                Err(_) => continue,
+            }
+            let (msg, _) = r.read::<ToGlobal>().await.unwrap().unwrap();
+            assert_eq!(msg, ToGlobal::Status);
+            write_frame(&mut w, &FromGlobal::Pool(machines.clone()), &[])
+                .await
+                .unwrap();
+        }
+    });
+    addr
+}
+
+const POOL_SECRET: &str = "the fake pool's secret, 0123456789";
+
+fn secret_file(dir: &Path, text: &str) -> std::path::PathBuf {
+    let path = dir.join("pool.secret");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+async fn run(cmd: std::process::Command) -> Output {
+    tokio::process::Command::from(cmd).output().await.unwrap()
+}
+
+#[tokio::test]
+async fn status_prints_the_pool_as_a_table() {
+    let addr = fake_global(POOL_SECRET.as_bytes(), pool()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let secret = secret_file(dir.path(), POOL_SECRET);
+    let mut cmd = carmi();
+    cmd.args(["status", "--pool", &addr, "--secret"])
+        .arg(&secret);
+    let out = run(cmd).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 4, "{table}");
+    let words = |line: &str| {
+        line.split_whitespace()
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        words(lines[0]),
+        [
+            "Name", "Arch", "OpSys", "Memory", "Cpus", "Mips", "KFlops", "LoadAvg", "Slots"
+        ]
+    );
+    assert_eq!(
+        words(lines[1]),
+        [
+            "lab-pc-01.example.edu",
+            "X86_64",
+            "LINUX",
+            "16384",
+            "2",
+            "11500",
+            "1420000",
+            "0.25",
+            "idle",
+            "claimed:j3"
+        ]
+    );
+    assert_eq!(
+        words(lines[2]),
+        [
+            "desk7", "aarch64", "LINUX", "8192", "2", "11500", "1420000", "1.5", "owner"
+        ]
+    );
+    assert_eq!(lines[3], "2 machines, 3 slots: 1 idle, 1 claimed, 1 owner");
+}
+
+#[tokio::test]
+async fn status_prints_json_and_reads_its_settings_from_the_environment() {
+    let addr = fake_global(POOL_SECRET.as_bytes(), pool()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let secret = secret_file(dir.path(), POOL_SECRET);
+    let mut cmd = carmi();
+    cmd.args(["status", "--json"])
+        .env("CARMI_POOL", &addr)
+        .env("CARMI_SECRET", &secret);
+    let out = run(cmd).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json.as_array().unwrap().len(), 2);
+    let first = &json[0];
+    assert_eq!(first["name"], "lab-pc-01.example.edu");
+    assert_eq!(first["attributes"]["Arch"], "X86_64");
+    assert_eq!(first["attributes"]["Memory"], 16384);
+    assert_eq!(first["attributes"]["LoadAvg"], 0.25);
+    assert_eq!(
+        first["slots"],
+        serde_json::json!([
+            { "host": "h1", "state": "idle", "job": null },
+            { "host": "h2", "state": "claimed", "job": "j3" },
+        ])
+    );
+}
+
+#[tokio::test]
+async fn status_with_the_wrong_secret_says_so() {
+    let addr = fake_global(POOL_SECRET.as_bytes(), pool()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let secret = secret_file(dir.path(), "some other pool's secret entirely");
+    let mut cmd = carmi();
+    cmd.args(["status", "--pool", &addr, "--secret"])
+        .arg(&secret);
+    let out = run(cmd).await;
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.starts_with("carmi: error: authentication with the global RM at")
+            && err.contains("secret"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+}
+
+#[tokio::test]
+async fn status_of_an_unreachable_pool_says_where_it_looked() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    drop(listener);
+    let dir = tempfile::tempdir().unwrap();
+    let secret = secret_file(dir.path(), POOL_SECRET);
+    let mut cmd = carmi();
+    cmd.args(["status", "--pool", &addr, "--secret"])
+        .arg(&secret);
+    let out = run(cmd).await;
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(&format!("cannot reach the pool's global RM at {addr}")),
+        "{err}"
+    );
+
+    // A missing secret file is named too.
+    let mut cmd = carmi();
+    cmd.args([
+        "status",
+        "--pool",
+        &addr,
+        "--secret",
+        "/nonexistent/pool.secret",
+    ]);
+    let out = run(cmd).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("/nonexistent/pool.secret"));
+}

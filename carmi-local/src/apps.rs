@@ -1,0 +1,145 @@
+//! Application processes connect here: one task per connection, which runs
+//! the handshake, turns frames into driver inputs, and writes what the driver
+//! sends back. A bad frame or a failed handshake closes that connection only.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use carmi_api::frame::{FrameReader, write_frame};
+use carmi_api::handshake::{self, Secret};
+use carmi_api::ids::ConnId;
+use carmi_api::msg::{FromLocal, Role, ToLocal};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+
+use crate::daemon::{Input, stopped};
+
+/// Messages queued for one application before it counts as not reading (and is disconnected).
+pub const APP_QUEUE: usize = 1024;
+
+/// Accepts application connections until `stop` turns true.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    secret: Secret,
+    inputs: mpsc::Sender<Input>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut next_conn = 1u64;
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let conn = ConnId(next_conn);
+                    next_conn += 1;
+                    tokio::spawn(connection(stream, peer, conn, secret.clone(), inputs.clone(), stop.clone()));
+                }
+                Err(e) => {
+                    // Out of file descriptors, typically: wait instead of spinning.
+                    tracing::warn!(error = %e, "accepting an application connection failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+            _ = stopped(&mut stop) => break,
+        }
+    }
+}
+
+async fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    conn: ConnId,
+    secret: Secret,
+    inputs: mpsc::Sender<Input>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(true);
+    let (r, mut w) = stream.into_split();
+    let mut reader = FrameReader::new(r);
+    // Other roles are refused inside the handshake, so that the client is told why.
+    let admit = |role: &Role| match role {
+        Role::Application { .. } => Ok(()),
+        other => Err(format!(
+            "a local RM serves application processes only, not {other:?}"
+        )),
+    };
+    let role = match handshake::server_with(&mut reader, &mut w, &secret, admit).await {
+        Ok(role) => role,
+        Err(e) => {
+            tracing::warn!(%peer, error = %e, "application handshake failed; connection closed");
+            return;
+        }
+    };
+    let Role::Application {
+        job,
+        process,
+        endpoint,
+    } = role
+    else {
+        tracing::error!(%peer, ?role, "handshake admitted a role it should have refused");
+        return;
+    };
+    tracing::debug!(%conn, %peer, ?job, ?process, %endpoint, "application connected");
+    let (tx, mut rx) = mpsc::channel(APP_QUEUE);
+    let connected = Input::AppConnected {
+        conn,
+        job,
+        process,
+        endpoint,
+        tx,
+    };
+    if inputs.send(connected).await.is_err() {
+        return;
+    }
+    loop {
+        tokio::select! {
+            frame = reader.read::<ToLocal>() => match frame {
+                Ok(Some((ToLocal::Request { id, body }, payload))) => {
+                    if !payload.is_empty() {
+                        tracing::warn!(%conn, %id, bytes = payload.len(), "request with a payload; payload ignored");
+                    }
+                    if inputs.send(Input::AppRequest { conn, id, body }).await.is_err() {
+                        break;
+                    }
+                }
+                Ok(Some((ToLocal::UploadExecutable { executable }, payload))) => {
+                    if inputs.send(Input::AppUpload { conn, executable, payload }).await.is_err() {
+                        break;
+                    }
+                }
+                Ok(None) => {
+                    tracing::debug!(%conn, %peer, "application closed its connection");
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(%conn, %peer, error = %e, "bad frame from an application; closing its connection");
+                    break;
+                }
+            },
+            out = rx.recv() => match out {
+                Some(msg) => {
+                    if let Err(e) = write_frame(&mut w, &msg, &[]).await {
+                        tracing::warn!(%conn, %peer, error = %e, "cannot write to an application; closing its connection");
+                        break;
+                    }
+                }
+                // The driver dropped us: the application stopped reading, or the daemon stops.
+                None => break,
+            },
+            _ = stopped(&mut stop) => break,
+        }
+    }
+    let _ = inputs.send(Input::AppClosed { conn }).await;
+}
+
+/// Sends `msg` to an application without waiting; false if its queue is full
+/// or it is gone (the caller then forgets the connection).
+pub(crate) fn try_send(tx: &mpsc::Sender<FromLocal>, conn: ConnId, msg: FromLocal) -> bool {
+    match tx.try_send(msg) {
+        Ok(()) => true,
+        Err(mpsc::error::TrySendError::Full(_)) => {
+            tracing::warn!(%conn, queued = APP_QUEUE, "application is not reading its events; disconnecting it");
+            false
+        }
+        Err(mpsc::error::TrySendError::Closed(_)) => false,
+    }
+}

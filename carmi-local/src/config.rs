@@ -1,0 +1,500 @@
+//! Configuration: the command line, an optional TOML file, and their merge
+//! into [`Settings`] (command line wins over the file, the file over defaults).
+//!
+//! ```toml
+//! name = "lab-pc-07"          # optional: machine name in the pool
+//! slots = 2                   # optional: default one per CPU
+//! listen = "127.0.0.1:9620"   # optional: where applications connect
+//! work_dir = "/var/tmp/carmi" # optional
+//! kill_grace_ms = 2000        # SIGTERM -> SIGKILL delay
+//! heartbeat_ms = 5000         # used only if the global RM does not name a period
+//!
+//! [attributes]                # extra machine attributes
+//! Owner = '"alice"'           # a string is ClassAd expression text
+//! HasMatlab = true            # booleans and numbers are taken as literals
+//! Rank = 'TARGET.Owner == "alice" ? 10 : 0'
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use classad::{Expr, ParseError, Value, parse_expr};
+use serde::Deserialize;
+
+/// Default SIGTERM -> SIGKILL grace period.
+pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(2);
+/// Heartbeat period used when the global RM names none (a period of 0).
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(5);
+
+/// Command-line arguments of `carmi-local`.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(
+    name = "carmi-local",
+    version,
+    about = "CARMI local resource manager: lends this machine's slots to the pool"
+)]
+pub struct Cli {
+    /// Address of the global RM.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub global: String,
+    /// File holding the pool's shared secret.
+    #[arg(long, value_name = "FILE")]
+    pub secret: PathBuf,
+    /// TOML configuration file (attributes, slots, ...).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Machine name in the pool (default: the host name).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Extra machine attribute; VALUE is a ClassAd expression. Repeatable.
+    #[arg(long = "attr", value_name = "NAME=VALUE")]
+    pub attrs: Vec<String>,
+    /// Number of slots (default: one per CPU).
+    #[arg(long)]
+    pub slots: Option<u32>,
+    /// Where application processes connect (default 127.0.0.1:0, any free port).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub listen: Option<String>,
+    /// Directory for the executable cache, sandboxes and outputs.
+    #[arg(long, value_name = "DIR")]
+    pub work_dir: Option<PathBuf>,
+}
+
+/// The TOML configuration file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// Machine name.
+    pub name: Option<String>,
+    /// Number of slots.
+    pub slots: Option<u32>,
+    /// Application listen address.
+    pub listen: Option<String>,
+    /// Work directory.
+    pub work_dir: Option<PathBuf>,
+    /// SIGTERM -> SIGKILL delay in milliseconds.
+    pub kill_grace_ms: Option<u64>,
+    /// Heartbeat period used if the global RM names none.
+    pub heartbeat_ms: Option<u64>,
+    /// Extra attributes: a string is expression text, a boolean or number a literal.
+    #[serde(default)]
+    pub attributes: toml::Table,
+}
+
+/// Why the configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The configuration file cannot be read.
+    #[error("cannot read configuration file {path}: {error}")]
+    ReadFile {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        error: std::io::Error,
+    },
+    /// The configuration file is not valid TOML or has unknown settings.
+    #[error("configuration file {path}: {error}")]
+    Toml {
+        /// The file.
+        path: PathBuf,
+        /// What and where.
+        error: Box<toml::de::Error>,
+    },
+    /// An attribute expression does not parse.
+    #[error("attribute `{name}` ({origin}): syntax error at {error}")]
+    BadExpression {
+        /// The attribute.
+        name: String,
+        /// Where it was given (`--attr`, or the config file).
+        origin: String,
+        /// Line, column and what was expected.
+        error: ParseError,
+    },
+    /// An attribute has a name ClassAds cannot use, or a value of an unusable type.
+    #[error("attribute `{name}` ({origin}): {reason}")]
+    BadAttribute {
+        /// The attribute as written.
+        name: String,
+        /// Where it was given.
+        origin: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A setting is out of range.
+    #[error("setting `{setting}`: {reason}")]
+    BadSetting {
+        /// The setting.
+        setting: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// Everything the daemon needs, resolved and checked.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Address of the global RM.
+    pub global: String,
+    /// The pool secret's file (absolute, since processes get it in `CARMI_SECRET_FILE`).
+    pub secret_file: PathBuf,
+    /// Machine name in the pool.
+    pub name: String,
+    /// Number of slots; `None` means one per detected CPU.
+    pub slots: Option<u32>,
+    /// Application listen address.
+    pub listen: String,
+    /// Work directory (cache, sandboxes, outputs, benchmark result).
+    pub work_dir: PathBuf,
+    /// Extra attributes in order (file first, then `--attr`); later ones win.
+    pub attributes: Vec<(String, Expr)>,
+    /// SIGTERM -> SIGKILL delay.
+    pub kill_grace: Duration,
+    /// Heartbeat period if the global RM names none.
+    pub heartbeat_fallback: Duration,
+    /// Whether to run (or load) the benchmark; tests may skip it.
+    pub benchmark: bool,
+}
+
+impl Settings {
+    /// Settings with defaults for everything but the global RM and the secret.
+    pub fn new(global: impl Into<String>, secret_file: impl Into<PathBuf>) -> Settings {
+        let name = crate::machine::host_name();
+        Settings {
+            global: global.into(),
+            secret_file: absolute(&secret_file.into()),
+            work_dir: default_work_dir(&name),
+            name,
+            slots: None,
+            listen: "127.0.0.1:0".into(),
+            attributes: Vec::new(),
+            kill_grace: DEFAULT_KILL_GRACE,
+            heartbeat_fallback: DEFAULT_HEARTBEAT,
+            benchmark: true,
+        }
+    }
+
+    /// Merges the command line with the configuration file it names, if any.
+    pub fn from_cli(cli: &Cli) -> Result<Settings, ConfigError> {
+        let file = match &cli.config {
+            Some(path) => Some((path.clone(), read_config_file(path)?)),
+            None => None,
+        };
+        let mut s = Settings::new(cli.global.clone(), cli.secret.clone());
+        let mut name_set = false;
+        let mut work_dir_set = false;
+        if let Some((path, f)) = &file {
+            if let Some(n) = &f.name {
+                s.name = n.clone();
+                name_set = true;
+            }
+            if f.slots.is_some() {
+                s.slots = f.slots;
+            }
+            if let Some(l) = &f.listen {
+                s.listen = l.clone();
+            }
+            if let Some(w) = &f.work_dir {
+                s.work_dir = w.clone();
+                work_dir_set = true;
+            }
+            if let Some(ms) = f.kill_grace_ms {
+                s.kill_grace = Duration::from_millis(ms);
+            }
+            if let Some(ms) = f.heartbeat_ms {
+                if ms == 0 {
+                    return Err(ConfigError::BadSetting {
+                        setting: "heartbeat_ms",
+                        reason: "must be at least 1".into(),
+                    });
+                }
+                s.heartbeat_fallback = Duration::from_millis(ms);
+            }
+            let origin = format!("configuration file {}", path.display());
+            for (name, value) in &f.attributes {
+                s.attributes.push(table_attribute(name, value, &origin)?);
+            }
+        }
+        if let Some(n) = &cli.name {
+            s.name = n.clone();
+            name_set = true;
+        }
+        if cli.slots.is_some() {
+            s.slots = cli.slots;
+        }
+        if let Some(l) = &cli.listen {
+            s.listen = l.clone();
+        }
+        if let Some(w) = &cli.work_dir {
+            s.work_dir = w.clone();
+            work_dir_set = true;
+        }
+        for a in &cli.attrs {
+            s.attributes.push(parse_attr_arg(a)?);
+        }
+        // The default work directory is per name, so that several local RMs
+        // sharing a machine under different names do not share sandboxes.
+        if name_set && !work_dir_set {
+            s.work_dir = default_work_dir(&s.name);
+        }
+        s.check()?;
+        Ok(s)
+    }
+
+    /// Checks values that cannot be right.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        if self.name.trim().is_empty() {
+            return Err(ConfigError::BadSetting {
+                setting: "name",
+                reason: "the machine name is empty".into(),
+            });
+        }
+        if self.slots == Some(0) {
+            return Err(ConfigError::BadSetting {
+                setting: "slots",
+                reason: "must be at least 1".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn read_config_file(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|error| ConfigError::ReadFile {
+        path: path.to_path_buf(),
+        error,
+    })?;
+    parse_config(&text).map_err(|error| ConfigError::Toml {
+        path: path.to_path_buf(),
+        error: Box::new(error),
+    })
+}
+
+/// Parses configuration file text.
+pub fn parse_config(text: &str) -> Result<FileConfig, toml::de::Error> {
+    toml::from_str(text)
+}
+
+/// Parses one `--attr NAME=VALUE` argument; VALUE is a ClassAd expression.
+pub fn parse_attr_arg(arg: &str) -> Result<(String, Expr), ConfigError> {
+    let origin = "--attr".to_string();
+    let Some((name, value)) = arg.split_once('=') else {
+        return Err(ConfigError::BadAttribute {
+            name: arg.to_string(),
+            origin,
+            reason: "expected NAME=VALUE".into(),
+        });
+    };
+    let name = name.trim();
+    check_attr_name(name, &origin)?;
+    let expr = parse_expr(value).map_err(|error| ConfigError::BadExpression {
+        name: name.to_string(),
+        origin,
+        error,
+    })?;
+    Ok((name.to_string(), expr))
+}
+
+fn table_attribute(
+    name: &str,
+    value: &toml::Value,
+    origin: &str,
+) -> Result<(String, Expr), ConfigError> {
+    check_attr_name(name, origin)?;
+    let expr = match value {
+        toml::Value::String(text) => {
+            parse_expr(text).map_err(|error| ConfigError::BadExpression {
+                name: name.to_string(),
+                origin: origin.to_string(),
+                error,
+            })?
+        }
+        toml::Value::Boolean(b) => Expr::Literal(Value::Bool(*b)),
+        toml::Value::Integer(i) => Expr::Literal(Value::Int(*i)),
+        toml::Value::Float(f) => Expr::Literal(Value::Real(*f)),
+        other => {
+            return Err(ConfigError::BadAttribute {
+                name: name.to_string(),
+                origin: origin.to_string(),
+                reason: format!(
+                    "TOML values of type {} cannot be attributes; write the ClassAd expression as a string",
+                    other.type_str()
+                ),
+            });
+        }
+    };
+    Ok((name.to_string(), expr))
+}
+
+/// Attribute names are plain identifiers so that the ad prints and reparses
+/// the same in both syntaxes (heartbeat updates use old syntax).
+fn check_attr_name(name: &str, origin: &str) -> Result<(), ConfigError> {
+    let mut chars = name.chars();
+    let ok = matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::BadAttribute {
+            name: name.to_string(),
+            origin: origin.to_string(),
+            reason: "an attribute name is a letter or `_` followed by letters, digits or `_`"
+                .into(),
+        })
+    }
+}
+
+fn default_work_dir(name: &str) -> PathBuf {
+    let safe: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    match std::env::var_os("HOME") {
+        Some(home) if !home.is_empty() => PathBuf::from(home)
+            .join(".local/state/carmi-local")
+            .join(safe),
+        _ => std::env::temp_dir().join(format!("carmi-local-{safe}")),
+    }
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn attr_arguments_parse_as_expressions() {
+        let (n, e) = parse_attr_arg("HasMatlab=true").unwrap();
+        assert_eq!(n, "HasMatlab");
+        assert_eq!(e.to_string(), "true");
+        let (n, e) = parse_attr_arg(" Speed = Mips * 2").unwrap();
+        assert_eq!(n, "Speed");
+        assert_eq!(e.to_string(), "Mips * 2");
+        // `=` inside the value belongs to the expression.
+        let (_, e) = parse_attr_arg("Same=a == b").unwrap();
+        assert_eq!(e.to_string(), "a == b");
+    }
+
+    #[test]
+    fn bad_attr_arguments_name_the_attribute_and_position() {
+        let err = parse_attr_arg("Fast=Mips >= ").unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("`Fast`"), "{msg}");
+        assert!(msg.contains("--attr"), "{msg}");
+        assert!(msg.contains("line 1, column"), "{msg}");
+        let ConfigError::BadExpression { error, .. } = err else {
+            panic!("expected a syntax error");
+        };
+        assert_eq!(error.line, 1);
+        assert!(error.column >= 8, "column {}", error.column);
+
+        let msg = parse_attr_arg("NoValue").unwrap_err().to_string();
+        assert!(msg.contains("NAME=VALUE"), "{msg}");
+        let msg = parse_attr_arg("9lives=1").unwrap_err().to_string();
+        assert!(msg.contains("`9lives`"), "{msg}");
+    }
+
+    #[test]
+    fn config_file_attributes_and_settings() {
+        let f = parse_config(
+            r#"
+            slots = 3
+            kill_grace_ms = 500
+            [attributes]
+            Owner = '"alice"'
+            HasMatlab = true
+            Weight = 2.5
+            Rank = 'TARGET.Owner == "alice" ? 10 : 0'
+            "#,
+        )
+        .unwrap();
+        assert_eq!(f.slots, Some(3));
+        let attrs: Vec<_> = f
+            .attributes
+            .iter()
+            .map(|(n, v)| table_attribute(n, v, "test").unwrap())
+            .collect();
+        let text: Vec<String> = attrs.iter().map(|(n, e)| format!("{n}={e}")).collect();
+        assert!(text.contains(&r#"Owner="alice""#.to_string()), "{text:?}");
+        assert!(text.contains(&"HasMatlab=true".to_string()), "{text:?}");
+        assert!(text.contains(&"Weight=2.5".to_string()), "{text:?}");
+        assert!(parse_config("slotz = 3").is_err());
+    }
+
+    #[test]
+    fn config_file_errors_name_the_file_and_attribute() {
+        let dir = crate::spawn::tests::TempDir::new("config");
+        let path = dir.path().join("local.toml");
+        std::fs::write(&path, "[attributes]\nFast = 'Mips >'\n").unwrap();
+        let cli = Cli::try_parse_from([
+            "carmi-local",
+            "--global",
+            "127.0.0.1:1",
+            "--secret",
+            "/nonexistent",
+            "--config",
+            path.to_str().unwrap(),
+        ])
+        .unwrap();
+        let msg = Settings::from_cli(&cli).unwrap_err().to_string();
+        assert!(msg.contains("`Fast`"), "{msg}");
+        assert!(msg.contains("local.toml"), "{msg}");
+        assert!(msg.contains("column"), "{msg}");
+    }
+
+    #[test]
+    fn command_line_overrides_the_file() {
+        let dir = crate::spawn::tests::TempDir::new("config2");
+        let path = dir.path().join("local.toml");
+        std::fs::write(
+            &path,
+            "name = \"from-file\"\nslots = 3\n[attributes]\nA = 1\n",
+        )
+        .unwrap();
+        let cli = Cli::try_parse_from([
+            "carmi-local",
+            "--global",
+            "127.0.0.1:1",
+            "--secret",
+            "s",
+            "--config",
+            path.to_str().unwrap(),
+            "--slots",
+            "2",
+            "--attr",
+            "A=2",
+        ])
+        .unwrap();
+        let s = Settings::from_cli(&cli).unwrap();
+        assert_eq!(s.name, "from-file");
+        assert_eq!(s.slots, Some(2));
+        assert!(
+            s.work_dir.ends_with("from-file"),
+            "{}",
+            s.work_dir.display()
+        );
+        assert!(s.secret_file.is_absolute());
+        let a: Vec<String> = s.attributes.iter().map(|(_, e)| e.to_string()).collect();
+        assert_eq!(a, ["1", "2"]);
+        let cli = Cli::try_parse_from([
+            "carmi-local",
+            "--global",
+            "x:1",
+            "--secret",
+            "s",
+            "--slots",
+            "0",
+        ])
+        .unwrap();
+        assert!(Settings::from_cli(&cli).is_err());
+    }
+}

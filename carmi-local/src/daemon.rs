@@ -1,0 +1,565 @@
+//! The driver: one task that owns the [`Core`], feeds it every input (from
+//! the global link, application connections, launches, stores, exits and the
+//! heartbeat timer) and carries out its effects. It decides nothing itself.
+//!
+//! Blocking work (copying an executable into a sandbox, hashing and writing
+//! staged bytes) runs on tokio's blocking pool and comes back as an input;
+//! each process has a thread blocked in `wait4` (see [`crate::spawn`]).
+//!
+//! Shutdown: every process group gets SIGTERM (SIGKILL after the grace
+//! period); their exits are reported to the global RM if it is there; then
+//! the listener and the global link stop. Dropping the driver without a
+//! shutdown (a runtime torn down) SIGKILLs every group still alive.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bytes::Bytes;
+use carmi_api::handshake::Secret;
+use carmi_api::ids::{ConnId, JobId, ProcessId, RequestId};
+use carmi_api::msg::{ExecutableRef, FromGlobal, FromLocal, Request, ToGlobal};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, Interval, MissedTickBehavior};
+
+use crate::cache::ExeCache;
+use crate::config::Settings;
+use crate::core::{Core, Effect, Launch};
+use crate::global::GlobalConfig;
+use crate::machine::{MachineAd, detect_static};
+use crate::spawn::{ExitReport, LaunchSpec, Launcher, ProcessGroup};
+use crate::{Error, apps, benchmark, global};
+
+/// Inputs queued before senders (connections) wait for the driver.
+const INPUT_QUEUE: usize = 4096;
+
+/// What the driver hears about.
+#[derive(Debug)]
+pub(crate) enum Input {
+    /// A global connection is up; messages for it go into `tx`.
+    GlobalUp {
+        tx: mpsc::UnboundedSender<(ToGlobal, Bytes)>,
+    },
+    /// A message from the global RM.
+    Global(FromGlobal, Bytes),
+    /// The global connection is gone: `failed` could not be written, `rest` was never tried.
+    GlobalDown {
+        failed: Option<(ToGlobal, Bytes)>,
+        rest: mpsc::UnboundedReceiver<(ToGlobal, Bytes)>,
+    },
+    AppConnected {
+        conn: ConnId,
+        job: Option<JobId>,
+        process: Option<ProcessId>,
+        endpoint: String,
+        tx: mpsc::Sender<FromLocal>,
+    },
+    AppRequest {
+        conn: ConnId,
+        id: RequestId,
+        body: Request,
+    },
+    AppUpload {
+        conn: ConnId,
+        executable: ExecutableRef,
+        payload: Bytes,
+    },
+    AppClosed {
+        conn: ConnId,
+    },
+    Launched {
+        process: ProcessId,
+        result: Result<ProcessGroup, String>,
+    },
+    Stored {
+        sha256: String,
+        result: Result<(), String>,
+    },
+    Exited {
+        process: ProcessId,
+        report: ExitReport,
+    },
+    SuspendSlot(u32, oneshot::Sender<bool>),
+    ResumeSlot(u32, oneshot::Sender<bool>),
+}
+
+/// A running local RM.
+pub struct Daemon {
+    app_addr: SocketAddr,
+    work_dir: PathBuf,
+    slots: u32,
+    inputs: mpsc::Sender<Input>,
+    shutdown: watch::Sender<bool>,
+    driver: JoinHandle<()>,
+}
+
+impl Daemon {
+    /// Detects the machine, opens the application listener and starts
+    /// connecting to the global RM. Fails on configuration and file errors;
+    /// an unreachable global RM is not an error (the daemon keeps trying).
+    pub async fn start(settings: Settings) -> Result<Daemon, Error> {
+        let io = |what, path: &PathBuf| {
+            let path = path.clone();
+            move |source| Error::Io { what, path, source }
+        };
+        std::fs::create_dir_all(&settings.work_dir)
+            .map_err(io("cannot create work directory", &settings.work_dir))?;
+        let work_dir = std::fs::canonicalize(&settings.work_dir)
+            .map_err(io("cannot resolve work directory", &settings.work_dir))?;
+        let secret = Secret::from_file(&settings.secret_file)?;
+
+        let scores = if settings.benchmark {
+            let dir = work_dir.clone();
+            tokio::task::spawn_blocking(move || benchmark::scores(&dir))
+                .await
+                .ok()
+        } else {
+            None
+        };
+        let info = detect_static(&settings.name, scores);
+        let slots = settings
+            .slots
+            .unwrap_or_else(|| u32::try_from(info.cpus.max(1)).unwrap_or(1));
+        let machine = MachineAd::new(info, settings.attributes.clone(), work_dir.clone());
+
+        let listener = TcpListener::bind(&settings.listen)
+            .await
+            .map_err(|source| Error::Listen {
+                addr: settings.listen.clone(),
+                source,
+            })?;
+        let app_addr = listener.local_addr().map_err(|source| Error::Listen {
+            addr: settings.listen.clone(),
+            source,
+        })?;
+        let cache_dir = work_dir.join("cache");
+        let cache = ExeCache::open(cache_dir.clone())
+            .map_err(io("cannot open executable cache", &cache_dir))?;
+        let env: Vec<(String, OsString)> = vec![
+            (
+                "CARMI_LOCAL".into(),
+                connect_addr(app_addr).to_string().into(),
+            ),
+            (
+                "CARMI_SECRET_FILE".into(),
+                settings.secret_file.clone().into_os_string(),
+            ),
+        ];
+        let launcher = Launcher::new(work_dir.clone(), env);
+        launcher.clean_stale_sandboxes();
+
+        let (inputs_tx, inputs_rx) = mpsc::channel(INPUT_QUEUE);
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        // The links stop only after the driver has reported the final exits.
+        let (links_stop_tx, links_stop_rx) = watch::channel(false);
+        tokio::spawn(apps::serve(
+            listener,
+            secret.clone(),
+            inputs_tx.clone(),
+            links_stop_rx.clone(),
+        ));
+        let gcfg = GlobalConfig {
+            addr: settings.global.clone(),
+            secret,
+            name: settings.name.clone(),
+        };
+        let global_task = tokio::spawn(global::run(gcfg, inputs_tx.clone(), links_stop_rx));
+        tracing::info!(
+            name = %settings.name,
+            slots,
+            listen = %app_addr,
+            work_dir = %work_dir.display(),
+            global = %settings.global,
+            "local RM started"
+        );
+        let driver = Driver {
+            core: Core::new(slots),
+            machine,
+            cache,
+            launcher,
+            groups: Groups::default(),
+            global_tx: None,
+            apps: HashMap::new(),
+            inputs_tx: inputs_tx.clone(),
+            heartbeat: None,
+            kill_grace: settings.kill_grace,
+            heartbeat_fallback: settings.heartbeat_fallback,
+        };
+        let driver = tokio::spawn(driver.run(inputs_rx, shutdown_rx, links_stop_tx, global_task));
+        Ok(Daemon {
+            app_addr,
+            work_dir,
+            slots,
+            inputs: inputs_tx,
+            shutdown: shutdown_tx,
+            driver,
+        })
+    }
+
+    /// Where applications connect.
+    pub fn app_addr(&self) -> SocketAddr {
+        self.app_addr
+    }
+
+    /// The (absolute) work directory.
+    pub fn work_dir(&self) -> &std::path::Path {
+        &self.work_dir
+    }
+
+    /// Number of slots.
+    pub fn slots(&self) -> u32 {
+        self.slots
+    }
+
+    /// Owner back: stops the processes of `slot` and tells the global RM.
+    /// False if there is no such slot or the daemon is stopping.
+    pub async fn suspend_slot(&self, slot: u32) -> bool {
+        let (tx, rx) = oneshot::channel();
+        self.inputs.send(Input::SuspendSlot(slot, tx)).await.is_ok() && rx.await.unwrap_or(false)
+    }
+
+    /// Owner gone: continues the processes of `slot` and tells the global RM.
+    pub async fn resume_slot(&self, slot: u32) -> bool {
+        let (tx, rx) = oneshot::channel();
+        self.inputs.send(Input::ResumeSlot(slot, tx)).await.is_ok() && rx.await.unwrap_or(false)
+    }
+
+    /// Kills every process (SIGTERM, SIGKILL after the grace period), reports
+    /// their exits, closes all connections, and returns when all is done.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        if let Err(e) = self.driver.await {
+            tracing::error!(error = %e, "the local RM driver failed");
+        }
+    }
+}
+
+/// The address a process on this machine should connect to: a wildcard
+/// listen address is reachable through loopback.
+fn connect_addr(a: SocketAddr) -> SocketAddr {
+    match a.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => {
+            SocketAddr::new(Ipv4Addr::LOCALHOST.into(), a.port())
+        }
+        IpAddr::V6(ip) if ip.is_unspecified() => {
+            SocketAddr::new(Ipv6Addr::LOCALHOST.into(), a.port())
+        }
+        _ => a,
+    }
+}
+
+/// Live process groups; SIGKILLed if dropped, so that no process outlives a
+/// driver that did not shut down cleanly.
+#[derive(Default)]
+struct Groups(HashMap<ProcessId, ProcessGroup>);
+
+impl Drop for Groups {
+    fn drop(&mut self) {
+        for g in self.0.values() {
+            g.kill_now();
+        }
+    }
+}
+
+struct Driver {
+    core: Core,
+    machine: MachineAd,
+    cache: ExeCache,
+    launcher: Launcher,
+    groups: Groups,
+    global_tx: Option<mpsc::UnboundedSender<(ToGlobal, Bytes)>>,
+    apps: HashMap<ConnId, mpsc::Sender<FromLocal>>,
+    inputs_tx: mpsc::Sender<Input>,
+    heartbeat: Option<Interval>,
+    kill_grace: Duration,
+    heartbeat_fallback: Duration,
+}
+
+impl Driver {
+    async fn run(
+        mut self,
+        mut inputs: mpsc::Receiver<Input>,
+        mut shutdown: watch::Receiver<bool>,
+        links_stop: watch::Sender<bool>,
+        global_task: JoinHandle<()>,
+    ) {
+        loop {
+            tokio::select! {
+                input = inputs.recv() => match input {
+                    Some(input) => self.handle(input),
+                    None => break,
+                },
+                _ = tick(&mut self.heartbeat) => {
+                    let update = self.machine.heartbeat_update();
+                    self.core.on_heartbeat(update);
+                }
+                _ = shutdown.wait_for(|s| *s) => break,
+            }
+            self.flush();
+        }
+        self.stop(&mut inputs).await;
+        let _ = links_stop.send(true);
+        let _ = global_task.await;
+        tracing::info!("local RM stopped");
+    }
+
+    /// Kills all processes and keeps serving inputs until their exits are in.
+    async fn stop(&mut self, inputs: &mut mpsc::Receiver<Input>) {
+        let live: Vec<ProcessGroup> = self.groups.0.values().cloned().collect();
+        if !live.is_empty() {
+            tracing::info!(processes = live.len(), "stopping: killing all processes");
+        }
+        for g in live {
+            let grace = self.kill_grace;
+            tokio::spawn(async move { g.terminate(grace).await });
+        }
+        let deadline = Instant::now() + self.kill_grace + Duration::from_secs(3);
+        while !self.groups.0.is_empty() {
+            let input = tokio::select! {
+                i = inputs.recv() => i,
+                _ = tokio::time::sleep_until(deadline) => None,
+            };
+            let Some(input) = input else {
+                tracing::warn!(left = self.groups.0.len(), "processes did not exit in time");
+                break;
+            };
+            // Nothing new is started while stopping.
+            match input {
+                Input::Exited { .. }
+                | Input::GlobalUp { .. }
+                | Input::GlobalDown { .. }
+                | Input::Global(FromGlobal::Registered { .. }, _) => self.handle(input),
+                Input::Launched {
+                    process,
+                    result: Ok(g),
+                } => {
+                    let grace = self.kill_grace;
+                    let group = g.clone();
+                    tokio::spawn(async move { group.terminate(grace).await });
+                    self.handle(Input::Launched {
+                        process,
+                        result: Ok(g),
+                    });
+                }
+                _ => {}
+            }
+            self.flush();
+        }
+    }
+
+    fn handle(&mut self, input: Input) {
+        match input {
+            Input::GlobalUp { tx } => {
+                self.global_tx = Some(tx);
+                let ad = self.machine.advertise_text();
+                self.core.on_global_connected(ad);
+            }
+            Input::Global(msg, payload) => {
+                if let FromGlobal::Registered { heartbeat_ms, .. } = &msg {
+                    let period = if *heartbeat_ms == 0 {
+                        self.heartbeat_fallback
+                    } else {
+                        Duration::from_millis(*heartbeat_ms)
+                    };
+                    tracing::info!(
+                        period_ms = period.as_millis() as u64,
+                        "registered with the global RM"
+                    );
+                    let mut i = tokio::time::interval_at(Instant::now() + period, period);
+                    i.set_missed_tick_behavior(MissedTickBehavior::Delay);
+                    self.heartbeat = Some(i);
+                }
+                self.core.on_global(msg, payload);
+            }
+            Input::GlobalDown { failed, mut rest } => {
+                self.global_tx = None;
+                self.heartbeat = None;
+                let mut unsent: Vec<(ToGlobal, Bytes)> = failed.into_iter().collect();
+                while let Ok(m) = rest.try_recv() {
+                    unsent.push(m);
+                }
+                tracing::info!(
+                    unsent = unsent.len(),
+                    "lost the global RM; processes keep running"
+                );
+                self.core.on_global_lost(unsent);
+            }
+            Input::AppConnected {
+                conn,
+                job,
+                process,
+                endpoint,
+                tx,
+            } => {
+                self.apps.insert(conn, tx);
+                self.core.on_app_connected(conn, job, process, endpoint);
+            }
+            Input::AppRequest { conn, id, body } => self.core.on_app_request(conn, id, body),
+            Input::AppUpload {
+                conn,
+                executable,
+                payload,
+            } => self.core.on_app_upload(conn, executable, payload),
+            Input::AppClosed { conn } => {
+                self.apps.remove(&conn);
+                self.core.on_app_closed(conn);
+            }
+            Input::Launched { process, result } => match result {
+                Ok(group) => {
+                    self.groups.0.insert(process, group);
+                    self.core.on_launched(process, Ok(()));
+                }
+                Err(reason) => {
+                    tracing::warn!(%process, %reason, "process could not be started");
+                    self.core.on_launched(process, Err(reason));
+                }
+            },
+            Input::Stored { sha256, result } => {
+                if let Err(reason) = &result {
+                    tracing::warn!(%sha256, %reason, "staged executable rejected");
+                }
+                self.core.on_stored(&sha256, result);
+            }
+            Input::Exited { process, report } => {
+                self.groups.0.remove(&process);
+                tracing::info!(%process, status = ?report.status, cpu_seconds = report.cpu_seconds, "process exited");
+                self.core
+                    .on_exited(process, report.status, report.cpu_seconds);
+            }
+            Input::SuspendSlot(slot, reply) => {
+                let _ = reply.send(self.core.suspend_slot(slot));
+            }
+            Input::ResumeSlot(slot, reply) => {
+                let _ = reply.send(self.core.resume_slot(slot));
+            }
+        }
+    }
+
+    /// Carries out the core's effects, including those that carrying them out produces.
+    fn flush(&mut self) {
+        loop {
+            let effects = self.core.take_effects();
+            if effects.is_empty() {
+                return;
+            }
+            for e in effects {
+                self.apply(e);
+            }
+        }
+    }
+
+    fn apply(&mut self, effect: Effect) {
+        match effect {
+            Effect::ToGlobal(msg, payload) => match &self.global_tx {
+                Some(tx) => {
+                    if let Err(e) = tx.send((msg, payload)) {
+                        tracing::error!(msg = ?e.0.0, "global link task is gone; message dropped");
+                    }
+                }
+                None => tracing::error!(
+                    ?msg,
+                    "message for the global RM without a connection; dropped"
+                ),
+            },
+            Effect::ToApp(conn, msg) => {
+                let refused = self
+                    .apps
+                    .get(&conn)
+                    .is_some_and(|tx| !apps::try_send(tx, conn, msg));
+                // Dropping the sender ends the connection's task, which reports AppClosed.
+                if refused {
+                    self.apps.remove(&conn);
+                }
+            }
+            Effect::Launch(launch) => self.launch(launch),
+            Effect::Store {
+                executable,
+                payload,
+            } => {
+                let cache = self.cache.clone();
+                let inputs = self.inputs_tx.clone();
+                tokio::spawn(async move {
+                    let sha256 = executable.sha256.clone();
+                    let result =
+                        tokio::task::spawn_blocking(move || cache.store(&executable, &payload))
+                            .await
+                            .map_err(|e| format!("storing the executable failed: {e}"))
+                            .and_then(|r| r.map(|_| ()).map_err(|e| e.to_string()));
+                    let _ = inputs.send(Input::Stored { sha256, result }).await;
+                });
+            }
+            Effect::Kill(process) => match self.groups.0.get(&process) {
+                Some(g) => {
+                    let g = g.clone();
+                    let grace = self.kill_grace;
+                    tracing::info!(%process, "killing process group");
+                    tokio::spawn(async move { g.terminate(grace).await });
+                }
+                None => tracing::error!(%process, "kill of a process without a group"),
+            },
+            Effect::Suspend(process) => {
+                if let Some(g) = self.groups.0.get(&process) {
+                    g.suspend();
+                }
+            }
+            Effect::Resume(process) => {
+                if let Some(g) = self.groups.0.get(&process) {
+                    g.resume();
+                }
+            }
+        }
+    }
+
+    fn launch(&mut self, launch: Launch) {
+        let Some(program) = self.cache.lookup(&launch.executable) else {
+            self.core.on_cache_miss(launch.process);
+            return;
+        };
+        let spec = LaunchSpec {
+            process: launch.process,
+            job: launch.job,
+            host: launch.host,
+            name: launch.executable.name.clone(),
+            program,
+            args: launch.args,
+        };
+        let launcher = self.launcher.clone();
+        let inputs = self.inputs_tx.clone();
+        tokio::spawn(async move {
+            let process = spec.process;
+            // The exit must not overtake the launch result in the input queue:
+            // the waiting thread holds its report until the launch is reported.
+            let (launched_tx, launched_rx) = oneshot::channel::<()>();
+            let exit_inputs = inputs.clone();
+            let on_exit = move |report: ExitReport| {
+                let _ = launched_rx.blocking_recv();
+                let _ = exit_inputs.blocking_send(Input::Exited { process, report });
+            };
+            let result = tokio::task::spawn_blocking(move || launcher.launch(&spec, on_exit))
+                .await
+                .map_err(|e| format!("launching failed: {e}"))
+                .and_then(|r| r.map_err(|e| e.to_string()));
+            let _ = inputs.send(Input::Launched { process, result }).await;
+            let _ = launched_tx.send(());
+        });
+    }
+}
+
+async fn tick(i: &mut Option<Interval>) {
+    match i {
+        Some(i) => {
+            i.tick().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// Resolves once `stop` turns true (or its sender is gone).
+pub(crate) async fn stopped(stop: &mut watch::Receiver<bool>) {
+    // The guard wait_for returns must not live across the caller's awaits.
+    let _ = stop.wait_for(|s| *s).await.map(|_| ());
+}

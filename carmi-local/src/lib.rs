@@ -1,0 +1,67 @@
+//! The CARMI local resource manager: one daemon per pool machine, run by its owner.
+//!
+//! It advertises the machine to the global RM as a ClassAd, runs the
+//! application processes the global RM places on its slots (each in a sandbox
+//! directory and its own session, so that a signal reaches the process and
+//! everything it started), caches staged executables by content hash, and
+//! relays requests and events between the applications on this machine and
+//! the global RM. It decides nothing about allocation: the global RM
+//! allocates, the local RM acts.
+//!
+//! If the global RM goes away, processes keep running; the daemon reconnects
+//! with exponential backoff, re-advertises the processes still alive, and then
+//! reports what happened meanwhile (starts, exits, uploads).
+//!
+//! # Layout
+//! - `config`: command line and TOML configuration resolved into [`config::Settings`]; `--attr` parsing.
+//! - `machine`: detection of the machine ad (name, arch, memory, CPUs, disk, load) and heartbeat updates.
+//! - `benchmark`: the start-up integer/floating-point benchmark (`Mips`, `KFlops`) and its on-disk cache.
+//! - `cache`: the content-addressed executable cache, which verifies SHA-256 and size before storing.
+//! - `spawn`: sandboxes, starting a process in its own session, `wait4` with CPU time, group signals.
+//! - `core`: the I/O-free router: connection states, process table, pending fetches, the backlog kept while the global RM is away.
+//! - `apps`: the listener for application processes and one task per connection.
+//! - `global`: the connection to the global RM, with reconnection and backoff.
+//! - `daemon`: the driver that feeds socket, process and timer events to `core` and carries out its effects.
+
+#![warn(missing_docs)]
+
+pub mod apps;
+pub mod benchmark;
+pub mod cache;
+pub mod config;
+pub mod core;
+pub mod daemon;
+pub mod global;
+pub mod machine;
+pub mod spawn;
+
+use std::path::PathBuf;
+
+/// Everything that can stop the daemon from starting or running.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The configuration is wrong (file, command line, attribute expression).
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    /// The pool secret could not be read or is unusable.
+    #[error(transparent)]
+    Secret(#[from] carmi_api::handshake::HandshakeError),
+    /// A file or directory the daemon needs could not be used.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// What the daemon was doing.
+        what: &'static str,
+        /// The path involved.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The application listener could not be opened.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address asked for.
+        addr: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+}

@@ -1,0 +1,509 @@
+//! The daemon against an in-process fake global RM that speaks the real
+//! protocol over TCP on 127.0.0.1, with real application connections and
+//! real processes.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bytes::Bytes;
+use carmi_api::frame::{FrameReader, write_frame};
+use carmi_api::handshake::{self, Secret};
+use carmi_api::ids::{ConnId, HostId, JobId, ProcessId, RequestId};
+use carmi_api::msg::{
+    Event, ExecutableRef, ExitStatus, FromGlobal, FromLocal, Reply, Request, Role, ToGlobal,
+    ToLocal,
+};
+use carmi_local::cache::sha256_hex;
+use carmi_local::config::{Settings, parse_attr_arg};
+use carmi_local::daemon::Daemon;
+use classad::ClassAd;
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+
+const SECRET: &[u8] = b"integration-test-secret-0123456789";
+const WAIT: Duration = Duration::from_secs(10);
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!(
+            "carmi-local-it-{tag}-{}-{:08x}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn init_logs() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_test_writer()
+        .try_init();
+}
+
+/// The fake global RM's listening side.
+struct FakeGlobal {
+    listener: TcpListener,
+    secret: Secret,
+}
+
+/// One connection from the local RM, seen from the fake global RM.
+struct GlobalConn {
+    r: FrameReader<OwnedReadHalf>,
+    w: OwnedWriteHalf,
+}
+
+impl FakeGlobal {
+    async fn new() -> FakeGlobal {
+        FakeGlobal {
+            listener: TcpListener::bind("127.0.0.1:0").await.unwrap(),
+            secret: Secret::new(SECRET).unwrap(),
+        }
+    }
+
+    fn addr(&self) -> String {
+        self.listener.local_addr().unwrap().to_string()
+    }
+
+    /// Accepts the local RM, checks its role, and returns the connection.
+    async fn accept(&self, name: &str) -> GlobalConn {
+        let (stream, _) = tokio::time::timeout(WAIT, self.listener.accept())
+            .await
+            .expect("the local RM connects")
+            .unwrap();
+        let (r, mut w) = stream.into_split();
+        let mut r = FrameReader::new(r);
+        let role = handshake::server(&mut r, &mut w, &self.secret)
+            .await
+            .unwrap();
+        assert_eq!(role, Role::Local { name: name.into() });
+        GlobalConn { r, w }
+    }
+}
+
+impl GlobalConn {
+    /// The next message other than a heartbeat.
+    async fn recv(&mut self) -> (ToGlobal, Bytes) {
+        loop {
+            let m = self.recv_any().await;
+            if !matches!(m.0, ToGlobal::Heartbeat { .. }) {
+                return m;
+            }
+        }
+    }
+
+    async fn recv_any(&mut self) -> (ToGlobal, Bytes) {
+        tokio::time::timeout(WAIT, self.r.read::<ToGlobal>())
+            .await
+            .expect("a message from the local RM in time")
+            .unwrap()
+            .expect("the local RM keeps the connection open")
+    }
+
+    async fn send(&mut self, msg: FromGlobal, payload: &[u8]) {
+        write_frame(&mut self.w, &msg, payload).await.unwrap();
+    }
+
+    /// Reads the advertisement and registers `hosts`.
+    async fn register(&mut self, hosts: &[u64]) -> (ClassAd, Vec<ProcessId>) {
+        let (msg, _) = self.recv().await;
+        let ToGlobal::Advertise { ad, slots, running } = msg else {
+            panic!("expected Advertise, got {msg:?}");
+        };
+        assert_eq!(slots as usize, hosts.len());
+        let ad = ClassAd::parse(&ad).expect("the ad is new-syntax ClassAd text");
+        self.send(
+            FromGlobal::Registered {
+                hosts: hosts.iter().map(|h| HostId(*h)).collect(),
+                heartbeat_ms: 100,
+            },
+            &[],
+        )
+        .await;
+        (ad, running)
+    }
+}
+
+async fn app_recv(r: &mut FrameReader<OwnedReadHalf>) -> FromLocal {
+    tokio::time::timeout(WAIT, r.read::<FromLocal>())
+        .await
+        .expect("a message for the application in time")
+        .unwrap()
+        .expect("the connection stays open")
+        .0
+}
+
+fn settings(global: &FakeGlobal, dir: &Path, name: &str) -> Settings {
+    let secret_file = dir.join("secret");
+    std::fs::write(&secret_file, SECRET).unwrap();
+    let mut s = Settings::new(global.addr(), secret_file);
+    s.name = name.into();
+    s.slots = Some(2);
+    s.work_dir = dir.join("work");
+    s.benchmark = false;
+    s.kill_grace = Duration::from_millis(500);
+    s.attributes
+        .push(parse_attr_arg("HasTestTools = true").unwrap());
+    s
+}
+
+fn script(text: &str) -> (ExecutableRef, Vec<u8>) {
+    let bytes = text.as_bytes().to_vec();
+    let r = ExecutableRef {
+        name: "job.sh".into(),
+        sha256: sha256_hex(&bytes),
+        size: bytes.len() as u64,
+    };
+    (r, bytes)
+}
+
+fn spawn_msg(process: u64, host: u64, executable: &ExecutableRef) -> FromGlobal {
+    FromGlobal::Spawn {
+        process: ProcessId(process),
+        job: JobId(1),
+        host: HostId(host),
+        executable: executable.clone(),
+        args: vec!["first arg".into()],
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn advertise_register_fetch_spawn_and_exit() {
+    init_logs();
+    let dir = TempDir::new("spawn");
+    let global = FakeGlobal::new().await;
+    let daemon = Daemon::start(settings(&global, dir.path(), "it-m1"))
+        .await
+        .unwrap();
+    let mut g = global.accept("it-m1").await;
+    let (ad, running) = g.register(&[10, 11]).await;
+    assert!(running.is_empty());
+    assert_eq!(ad.eval_attr("Name").as_str(), Some("it-m1"));
+    assert_eq!(ad.eval_attr("OpSys").as_str(), Some("LINUX"));
+    assert!(ad.eval_attr("Memory").as_f64().unwrap() > 0.0);
+    assert!(ad.eval_attr("Disk").as_f64().unwrap() > 0.0);
+    assert!(ad.eval_attr("HasTestTools").is_true());
+
+    let (exe, bytes) = script(
+        "#!/bin/sh\n\
+         echo \"job=$CARMI_JOB process=$CARMI_PROCESS host=$CARMI_HOST arg=$1\"\n\
+         [ -r \"$CARMI_SECRET_FILE\" ] && echo secret-readable\n\
+         [ -n \"$CARMI_LOCAL\" ] && echo local-set\n\
+         exit 3\n",
+    );
+    g.send(spawn_msg(1, 11, &exe), &[]).await;
+    assert_eq!(
+        g.recv().await.0,
+        ToGlobal::Fetch {
+            sha256: exe.sha256.clone()
+        }
+    );
+    g.send(
+        FromGlobal::Executable {
+            executable: exe.clone(),
+        },
+        &bytes,
+    )
+    .await;
+    assert_eq!(
+        g.recv().await.0,
+        ToGlobal::Started {
+            process: ProcessId(1),
+            result: Ok(())
+        }
+    );
+    let (msg, _) = g.recv().await;
+    let ToGlobal::Exited {
+        process,
+        status,
+        cpu_seconds,
+    } = msg
+    else {
+        panic!("expected Exited, got {msg:?}");
+    };
+    assert_eq!((process, status), (ProcessId(1), ExitStatus::Code(3)));
+    assert!(cpu_seconds >= 0.0);
+    let out = std::fs::read_to_string(daemon.work_dir().join("output/1/1.out")).unwrap();
+    assert_eq!(
+        out,
+        "job=1 process=1 host=11 arg=first arg\nsecret-readable\nlocal-set\n"
+    );
+
+    // The same executable again: served from the cache, no Fetch.
+    g.send(spawn_msg(2, 10, &exe), &[]).await;
+    assert_eq!(
+        g.recv().await.0,
+        ToGlobal::Started {
+            process: ProcessId(2),
+            result: Ok(())
+        }
+    );
+    assert!(matches!(
+        g.recv().await.0,
+        ToGlobal::Exited {
+            process: ProcessId(2),
+            status: ExitStatus::Code(3),
+            ..
+        }
+    ));
+
+    // Bytes that do not match the hash are refused, and nothing runs.
+    let (evil_ref, _) = script("#!/bin/sh\nexit 0\n");
+    g.send(spawn_msg(3, 10, &evil_ref), &[]).await;
+    assert!(matches!(g.recv().await.0, ToGlobal::Fetch { .. }));
+    g.send(
+        FromGlobal::Executable {
+            executable: evil_ref.clone(),
+        },
+        b"#!/bin/sh\nrm -rf /\n",
+    )
+    .await;
+    let (msg, _) = g.recv().await;
+    assert!(
+        matches!(&msg, ToGlobal::Started { process: ProcessId(3), result: Err(r) } if r.contains("size") || r.contains("SHA-256")),
+        "{msg:?}"
+    );
+    assert!(
+        !daemon
+            .work_dir()
+            .join("cache")
+            .join(&evil_ref.sha256)
+            .exists()
+    );
+
+    // Heartbeats come at the period the global RM asked for.
+    let (hb, _) = loop {
+        let m = g.recv_any().await;
+        if matches!(m.0, ToGlobal::Heartbeat { .. }) {
+            break m;
+        }
+    };
+    let ToGlobal::Heartbeat { update } = hb else {
+        unreachable!()
+    };
+    assert!(ClassAd::parse_old(&update).is_ok(), "{update}");
+    daemon.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn applications_attach_forward_and_receive_events() {
+    init_logs();
+    let dir = TempDir::new("apps");
+    let global = FakeGlobal::new().await;
+    let daemon = Daemon::start(settings(&global, dir.path(), "it-m2"))
+        .await
+        .unwrap();
+    let mut g = global.accept("it-m2").await;
+    g.register(&[20, 21]).await;
+    let secret = Secret::new(SECRET).unwrap();
+
+    // Garbage and the wrong role are refused, each on its own connection.
+    let mut junk = TcpStream::connect(daemon.app_addr()).await.unwrap();
+    junk.write_all(&[0xff; 64]).await.unwrap();
+    let admin = TcpStream::connect(daemon.app_addr()).await.unwrap();
+    let (ar, mut aw) = admin.into_split();
+    let mut ar = FrameReader::new(ar);
+    let err = handshake::client(&mut ar, &mut aw, &secret, &Role::Admin)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, handshake::HandshakeError::Refused(r) if r.contains("application processes only")),
+        "{err}"
+    );
+
+    let app = TcpStream::connect(daemon.app_addr()).await.unwrap();
+    let (r, mut w) = app.into_split();
+    let mut r = FrameReader::new(r);
+    let role = Role::Application {
+        job: None,
+        process: None,
+        endpoint: "127.0.0.1:4711".into(),
+    };
+    handshake::client(&mut r, &mut w, &secret, &role)
+        .await
+        .unwrap();
+    let (msg, _) = g.recv().await;
+    let ToGlobal::AppAttach {
+        conn,
+        job: None,
+        process: None,
+        endpoint,
+    } = msg
+    else {
+        panic!("expected AppAttach, got {msg:?}");
+    };
+    assert_eq!(endpoint, "127.0.0.1:4711");
+    g.send(
+        FromGlobal::Attached {
+            conn,
+            job: JobId(5),
+            process: ProcessId(9),
+        },
+        &[],
+    )
+    .await;
+    assert_eq!(
+        app_recv(&mut r).await,
+        FromLocal::Attached {
+            job: JobId(5),
+            process: ProcessId(9)
+        }
+    );
+
+    let request = ToLocal::Request {
+        id: RequestId(1),
+        body: Request::AddHosts {
+            class: "fast".into(),
+            count: 2,
+            increment: 1,
+        },
+    };
+    write_frame(&mut w, &request, &[]).await.unwrap();
+    let (msg, _) = g.recv().await;
+    assert!(
+        matches!(&msg, ToGlobal::Forward { conn: c, id: RequestId(1), body: Request::AddHosts { count: 2, .. } } if *c == conn),
+        "{msg:?}"
+    );
+    let event = Event::Done {
+        request: RequestId(1),
+        reply: Reply::Ok,
+    };
+    g.send(
+        FromGlobal::Deliver {
+            conn,
+            event: event.clone(),
+        },
+        &[],
+    )
+    .await;
+    assert_eq!(app_recv(&mut r).await, FromLocal::Event(event));
+
+    // Upload bytes arrive at the global RM verbatim.
+    let (exe, bytes) = script("#!/bin/sh\nexit 0\n");
+    write_frame(
+        &mut w,
+        &ToLocal::UploadExecutable {
+            executable: exe.clone(),
+        },
+        &bytes,
+    )
+    .await
+    .unwrap();
+    let (msg, payload) = g.recv().await;
+    assert_eq!(msg, ToGlobal::Upload { executable: exe });
+    assert_eq!(&payload[..], &bytes[..]);
+
+    // A bad frame closes that application's connection only, with AppDetach.
+    w.write_all(&[0, 0, 0, 8, 0, 0, 0, 4, b'{', b'x', b'x', b'}'])
+        .await
+        .unwrap();
+    assert_eq!(g.recv().await.0, ToGlobal::AppDetach { conn });
+    let other = TcpStream::connect(daemon.app_addr()).await.unwrap();
+    let (r2, mut w2) = other.into_split();
+    let mut r2 = FrameReader::new(r2);
+    handshake::client(&mut r2, &mut w2, &secret, &role)
+        .await
+        .unwrap();
+    assert!(matches!(g.recv().await.0, ToGlobal::AppAttach { conn: c, .. } if c != conn));
+    assert_ne!(conn, ConnId(0));
+    daemon.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconnects_and_reports_what_happened_while_away() {
+    init_logs();
+    let dir = TempDir::new("reconnect");
+    let global = FakeGlobal::new().await;
+    let daemon = Daemon::start(settings(&global, dir.path(), "it-m3"))
+        .await
+        .unwrap();
+    let mut g = global.accept("it-m3").await;
+    g.register(&[30, 31]).await;
+    let (long, long_bytes) = script("#!/bin/sh\nsleep 100 &\nsleep 100\n");
+    let (short, short_bytes) = script("#!/bin/sh\nsleep 0.3\nexit 7\n");
+    for (p, host, exe, bytes) in [(1, 30, &long, &long_bytes), (2, 31, &short, &short_bytes)] {
+        g.send(spawn_msg(p, host, exe), &[]).await;
+        assert!(matches!(g.recv().await.0, ToGlobal::Fetch { .. }));
+        g.send(
+            FromGlobal::Executable {
+                executable: exe.clone(),
+            },
+            bytes,
+        )
+        .await;
+        assert_eq!(
+            g.recv().await.0,
+            ToGlobal::Started {
+                process: ProcessId(p),
+                result: Ok(())
+            }
+        );
+    }
+    // The global RM goes away; process 2 exits meanwhile.
+    drop(g);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let mut g = global.accept("it-m3").await;
+    let (_, running) = g.register(&[40, 41]).await;
+    assert_eq!(running, vec![ProcessId(1)]);
+    assert!(matches!(
+        g.recv().await.0,
+        ToGlobal::Exited {
+            process: ProcessId(2),
+            status: ExitStatus::Code(7),
+            ..
+        }
+    ));
+    // Kill reaches process 1 and its background child.
+    g.send(
+        FromGlobal::Kill {
+            process: ProcessId(1),
+        },
+        &[],
+    )
+    .await;
+    assert!(matches!(
+        g.recv().await.0,
+        ToGlobal::Exited {
+            process: ProcessId(1),
+            status: ExitStatus::Signal(15),
+            ..
+        }
+    ));
+
+    // At shutdown, running processes are killed and their exits reported.
+    g.send(spawn_msg(3, 41, &long), &[]).await;
+    assert!(matches!(
+        g.recv().await.0,
+        ToGlobal::Started {
+            process: ProcessId(3),
+            result: Ok(())
+        }
+    ));
+    let shutdown = tokio::spawn(daemon.shutdown());
+    assert!(matches!(
+        g.recv().await.0,
+        ToGlobal::Exited {
+            process: ProcessId(3),
+            status: ExitStatus::Signal(15),
+            ..
+        }
+    ));
+    tokio::time::timeout(WAIT, shutdown).await.unwrap().unwrap();
+}
