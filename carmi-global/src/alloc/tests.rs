@@ -1,0 +1,775 @@
+//! Allocator tests: a harness owns the allocator and a virtual clock, passes
+//! every effect through the real wire encoding and back, and checks every
+//! invariant after every step.
+
+use std::collections::VecDeque;
+
+use bytes::BytesMut;
+use carmi_api::frame::{decode, encode_header};
+use carmi_api::ids::{ConnId, RequestId};
+use carmi_api::msg::{
+    ClassDef, Failure, FailureCode, FromGlobal, Reply, SlotActivity, SpawnTarget,
+};
+use classad::Value;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::*;
+
+const J1: JobId = JobId(1);
+const J2: JobId = JobId(2);
+const J3: JobId = JobId(3);
+
+/// Request `id` of the first process of job `job` (process id = job id here).
+fn r(job: JobId, id: u64) -> ReqRef {
+    ReqRef {
+        process: ProcessId(job.0),
+        id: RequestId(id),
+    }
+}
+
+/// Encodes an effect as it crosses the wire (and as a value) and decodes it back.
+fn wire_roundtrip(e: &Effect) {
+    let json = serde_json::to_string(e).expect("effects serialize");
+    let back: Effect = serde_json::from_str(&json).expect("effects deserialize");
+    assert_eq!(&back, e, "effect changed through serde");
+    if let Some((_, event)) = e.to_event() {
+        let msg = FromGlobal::Deliver {
+            conn: ConnId(7),
+            event,
+        };
+        let mut buf = BytesMut::from(&encode_header(&msg, 0)[..]);
+        let (back, payload): (FromGlobal, _) = decode(&mut buf, 1 << 20)
+            .expect("decodes")
+            .expect("a whole frame");
+        assert_eq!(back, msg, "event changed through the frame codec");
+        assert!(payload.is_empty() && buf.is_empty());
+    }
+}
+
+struct Sim {
+    a: Allocator,
+    now: Duration,
+    log: VecDeque<Effect>,
+}
+
+impl Sim {
+    fn new() -> Sim {
+        Sim {
+            a: Allocator::new(),
+            now: Duration::ZERO,
+            log: VecDeque::new(),
+        }
+    }
+
+    /// Moves virtual time forward.
+    fn sleep(&mut self, ms: u64) {
+        self.now += Duration::from_millis(ms);
+    }
+
+    fn step<T>(&mut self, f: impl FnOnce(&mut Allocator) -> T) -> T {
+        self.a.advance_to(self.now);
+        let out = f(&mut self.a);
+        for e in self.a.take_effects() {
+            wire_roundtrip(&e);
+            self.log.push_back(e);
+        }
+        self.a.sanity_check();
+        out
+    }
+
+    fn machine(&mut self, name: &str, attrs: &str, slots: u32) -> Vec<HostId> {
+        let ad = ClassAd::parse(&format!("[ Name = \"{name}\"; {attrs} ]")).expect("test ad");
+        self.step(|a| a.on_machine_registered(name, ad, slots))
+    }
+
+    /// A machine with `Mips` and nothing else of note.
+    fn fast(&mut self, name: &str, mips: u32) -> HostId {
+        self.machine(
+            name,
+            &format!("Arch = \"X86_64\"; Mips = {mips}; KFlops = 10"),
+            1,
+        )[0]
+    }
+
+    fn job_with_class(&mut self, job: JobId, class: &str, expr: &str) {
+        self.step(|a| a.on_job_created(job, "alice"));
+        self.step(|a| a.define_class(job, r(job, 1000), class, expr));
+        self.expect_done(r(job, 1000));
+    }
+
+    fn next(&mut self) -> Effect {
+        self.log.pop_front().expect("an effect was expected")
+    }
+
+    fn expect_done(&mut self, req: ReqRef) -> Reply {
+        match self.next() {
+            Effect::Done { request, reply, .. } if request == req => reply,
+            other => panic!("expected Done for {req:?}, got {other:?}"),
+        }
+    }
+
+    fn expect_failed(&mut self, req: ReqRef, code: FailureCode) -> String {
+        match self.next() {
+            Effect::Failed {
+                request, failure, ..
+            } if request == req && failure.code == code => failure.message,
+            other => panic!("expected Failed({code:?}) for {req:?}, got {other:?}"),
+        }
+    }
+
+    fn expect_grant(&mut self, req: ReqRef, remaining: u32) -> Vec<HostId> {
+        match self.next() {
+            Effect::Grant {
+                request,
+                hosts,
+                remaining: rem,
+                ..
+            } if request == req && rem == remaining => hosts.iter().map(|h| h.host).collect(),
+            other => panic!("expected Grant for {req:?} with {remaining} remaining, got {other:?}"),
+        }
+    }
+
+    fn quiet(&self) {
+        assert!(self.log.is_empty(), "unexpected effects: {:?}", self.log);
+    }
+}
+
+#[test]
+fn grants_come_in_groups_fastest_first() {
+    let mut s = Sim::new();
+    let h: Vec<HostId> = (1..=5).map(|i| s.fast(&format!("m{i}"), i * 100)).collect();
+    s.job_with_class(J1, "any", "Mips > 0");
+    s.step(|a| a.add_hosts(J1, r(J1, 1), "any", 5, 2));
+    assert_eq!(s.expect_grant(r(J1, 1), 3), vec![h[4], h[3]]);
+    assert_eq!(s.expect_grant(r(J1, 1), 1), vec![h[2], h[1]]);
+    assert_eq!(s.expect_grant(r(J1, 1), 0), vec![h[0]]);
+    s.quiet();
+    assert_eq!(s.a.pending_requests(), 0);
+    assert_eq!(s.a.job_hosts(J1).len(), 5);
+}
+
+#[test]
+fn grants_carry_names_classes_and_ads() {
+    let mut s = Sim::new();
+    let hosts = s.machine("big", "Mips = 1; Memory = 64", 2);
+    s.job_with_class(J1, "c", "Memory >= 64");
+    s.step(|a| a.add_hosts(J1, r(J1, 1), "c", 2, 2));
+    match s.next() {
+        Effect::Grant { hosts: infos, .. } => {
+            assert_eq!(infos[0].host, hosts[0]);
+            assert_eq!(infos[0].name, "slot1@big");
+            assert_eq!(infos[1].name, "slot2@big");
+            assert_eq!(infos[0].class, "c");
+            let ad = ClassAd::parse(&infos[0].ad).expect("the ad prints in new syntax");
+            assert_eq!(ad.eval_attr("Memory"), Value::Int(64));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn pending_requests_are_served_first_come_first_served() {
+    let mut s = Sim::new();
+    let h = s.fast("m1", 100);
+    for j in [J1, J2, J3] {
+        s.job_with_class(j, "any", "true");
+    }
+    s.step(|a| a.add_hosts(J1, r(J1, 1), "any", 1, 1));
+    assert_eq!(s.expect_grant(r(J1, 1), 0), vec![h]);
+    s.sleep(10);
+    s.step(|a| a.add_hosts(J2, r(J2, 1), "any", 1, 1));
+    s.sleep(10);
+    s.step(|a| a.add_hosts(J3, r(J3, 1), "any", 1, 1));
+    s.quiet();
+    s.sleep(10);
+    s.step(|a| a.del_hosts(J1, r(J1, 2), &[h]));
+    assert_eq!(
+        s.next(),
+        Effect::Released {
+            job: J1,
+            host: h,
+            cause: ReleaseCause::Deleted
+        }
+    );
+    s.expect_done(r(J1, 2));
+    assert_eq!(s.expect_grant(r(J2, 1), 0), vec![h]);
+    s.quiet();
+    match s.a.host_state(h) {
+        Some(SlotState::Claimed(c)) => {
+            assert_eq!(c.job, J2);
+            assert_eq!(c.since, Duration::from_millis(30));
+        }
+        other => panic!("{other:?}"),
+    }
+    s.step(|a| a.del_hosts(J2, r(J2, 2), &[h]));
+    s.next(); // Released
+    s.expect_done(r(J2, 2));
+    assert_eq!(s.expect_grant(r(J3, 1), 0), vec![h]);
+}
+
+#[test]
+fn partial_groups_stay_hidden_until_complete() {
+    let mut s = Sim::new();
+    let a = s.fast("a", 300);
+    let b = s.fast("b", 200);
+    s.job_with_class(J1, "any", "true");
+    s.step(|al| al.add_hosts(J1, r(J1, 1), "any", 3, 3));
+    s.quiet();
+    s.step(|al| al.config(J1, r(J1, 2)));
+    assert_eq!(s.expect_done(r(J1, 2)), Reply::Hosts(vec![]));
+    // A partial host whose owner returns leaves the group without a word.
+    s.step(|al| al.on_slot_state("a", 0, SlotActivity::Suspended));
+    s.quiet();
+    assert_eq!(s.a.host_state(a), Some(&SlotState::Suspended(None)));
+    let c = s.fast("c", 100);
+    s.quiet();
+    s.step(|al| al.on_slot_state("a", 0, SlotActivity::Available));
+    assert_eq!(s.expect_grant(r(J1, 1), 0), vec![b, c, a]);
+    s.quiet();
+}
+
+#[test]
+fn class_membership_uses_machine_ad_and_machine_requirements() {
+    let mut s = Sim::new();
+    let picky = s.machine(
+        "picky",
+        "Arch = \"X86_64\"; Mips = 900; Requirements = TARGET.Owner != \"mallory\"",
+        1,
+    )[0];
+    let arm = s.machine("arm", "Arch = \"AARCH64\"; Mips = 800", 1)[0];
+    let plain = s.machine("plain", "Arch = \"X86_64\"; Mips = 100", 1)[0];
+    s.step(|a| a.on_job_created(J1, "mallory"));
+    s.step(|a| a.define_class(J1, r(J1, 1), "x86", "Arch == \"x86_64\""));
+    s.expect_done(r(J1, 1));
+    s.step(|a| a.add_hosts(J1, r(J1, 2), "x86", 2, 1));
+    assert_eq!(s.expect_grant(r(J1, 2), 1), vec![plain]);
+    s.quiet();
+    // Another owner is welcome on the picky machine; the class can also look at the job.
+    s.step(|a| a.on_job_created(J2, "alice"));
+    s.step(|a| a.define_class(J2, r(J2, 1), "mine", "TARGET.JobId == 2 && Mips > 500"));
+    s.expect_done(r(J2, 1));
+    s.step(|a| a.add_hosts(J2, r(J2, 2), "mine", 2, 1));
+    assert_eq!(s.expect_grant(r(J2, 2), 1), vec![picky]);
+    assert_eq!(s.expect_grant(r(J2, 2), 0), vec![arm]);
+    s.quiet();
+}
+
+#[test]
+fn remove_class_fails_while_hosts_are_allocated_or_pending() {
+    let mut s = Sim::new();
+    let h = s.fast("m", 1);
+    s.job_with_class(J1, "c", "true");
+    s.step(|a| a.add_hosts(J1, r(J1, 1), "c", 2, 1));
+    s.expect_grant(r(J1, 1), 1);
+    s.step(|a| a.remove_class(J1, r(J1, 2), "c"));
+    let msg = s.expect_failed(r(J1, 2), FailureCode::ClassInUse);
+    assert!(
+        msg.contains("DelHosts") && msg.contains(&h.to_string()),
+        "{msg}"
+    );
+    s.step(|a| a.del_hosts(J1, r(J1, 3), &[h]));
+    s.next(); // Released
+    s.expect_done(r(J1, 3));
+    // The freed host went straight back to the still pending request.
+    s.expect_grant(r(J1, 1), 0);
+    s.step(|a| a.del_hosts(J1, r(J1, 4), &[h]));
+    s.next();
+    s.expect_done(r(J1, 4));
+    s.step(|a| a.add_hosts(J1, r(J1, 5), "c", 5, 5));
+    s.step(|a| a.remove_class(J1, r(J1, 6), "c"));
+    let msg = s.expect_failed(r(J1, 6), FailureCode::ClassInUse);
+    assert!(msg.contains("CancelRequest"), "{msg}");
+    s.step(|a| a.cancel(J1, r(J1, 7), RequestId(5)));
+    s.expect_failed(r(J1, 5), FailureCode::Cancelled);
+    s.expect_done(r(J1, 7));
+    s.step(|a| a.add_notify(J1, r(J1, 8), "c"));
+    s.expect_done(r(J1, 8));
+    s.step(|a| a.remove_class(J1, r(J1, 9), "c"));
+    s.expect_failed(r(J1, 8), FailureCode::UnknownClass);
+    s.expect_done(r(J1, 9));
+    s.step(|a| a.class_definitions(J1, r(J1, 10)));
+    assert_eq!(s.expect_done(r(J1, 10)), Reply::Classes(vec![]));
+    s.quiet();
+}
+
+#[test]
+fn suspend_resume_and_vacate_reach_subscribers() {
+    let mut s = Sim::new();
+    let h = s.fast("m", 1);
+    s.job_with_class(J1, "c", "true");
+    s.step(|a| a.add_hosts(J1, r(J1, 1), "c", 1, 1));
+    s.expect_grant(r(J1, 1), 0);
+    s.step(|a| a.suspend_notify(J1, r(J1, 2), &[h]));
+    s.step(|a| a.resume_notify(J1, r(J1, 3), &[h]));
+    s.step(|a| a.delete_notify(J1, r(J1, 4), &[h]));
+    for i in 2..=4 {
+        s.expect_done(r(J1, i));
+    }
+    s.step(|a| a.on_slot_state("m", 0, SlotActivity::Suspended));
+    assert_eq!(
+        s.next(),
+        Effect::Suspended {
+            job: J1,
+            request: r(J1, 2),
+            host: h
+        }
+    );
+    // A suspended host cannot take a new process.
+    let e = s.a.pick_spawn_host(J1, &SpawnTarget::Host(h)).unwrap_err();
+    assert_eq!(e.code, FailureCode::Unavailable);
+    s.step(|a| a.on_slot_state("m", 0, SlotActivity::Available));
+    assert_eq!(
+        s.next(),
+        Effect::Resumed {
+            job: J1,
+            request: r(J1, 3),
+            host: h
+        }
+    );
+    s.step(|a| a.on_slot_state("m", 0, SlotActivity::Vacated));
+    match s.next() {
+        Effect::Deleted {
+            request, reason, ..
+        } => {
+            assert_eq!(request, r(J1, 4));
+            assert!(reason.contains("owner"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        s.next(),
+        Effect::Released {
+            job: J1,
+            host: h,
+            cause: ReleaseCause::Vacated
+        }
+    );
+    s.quiet();
+    assert_eq!(s.a.host_state(h), Some(&SlotState::Owner));
+    assert_eq!(s.a.pool_status()[0].slots[0].state, "owner");
+    s.step(|a| a.on_slot_state("m", 0, SlotActivity::Available));
+    assert_eq!(s.a.host_state(h), Some(&SlotState::Idle));
+    s.quiet();
+}
+
+#[test]
+fn a_lost_machine_is_reported_and_keeps_its_host_ids() {
+    let mut s = Sim::new();
+    let hosts = s.machine("m", "Mips = 5", 2);
+    s.job_with_class(J1, "c", "true");
+    s.step(|a| a.add_hosts(J1, r(J1, 1), "c", 3, 1));
+    s.expect_grant(r(J1, 1), 2);
+    s.expect_grant(r(J1, 1), 1);
+    s.step(|a| a.delete_notify(J1, r(J1, 2), &hosts));
+    s.expect_done(r(J1, 2));
+    s.sleep(3000);
+    assert!(s.step(|a| a.on_machine_lost("m")));
+    for &h in &hosts {
+        assert!(matches!(s.next(), Effect::Deleted { host, .. } if host == h));
+        assert_eq!(
+            s.next(),
+            Effect::Released {
+                job: J1,
+                host: h,
+                cause: ReleaseCause::Lost
+            }
+        );
+    }
+    s.quiet();
+    assert!(!s.a.is_online("m"));
+    assert!(s.a.pool_status().is_empty());
+    assert!(!s.step(|a| a.on_machine_lost("m")));
+    // It comes back with one more slot: same ids first, and the still pending request gets one.
+    let again = s.machine("m", "Mips = 5", 3);
+    assert_eq!(&again[..2], &hosts[..]);
+    assert_eq!(s.expect_grant(r(J1, 1), 0), vec![hosts[0]]);
+    s.quiet();
+}
+
+#[test]
+fn readvertising_with_fewer_slots_withdraws_the_rest() {
+    let mut s = Sim::new();
+    let hosts = s.machine("m", "Mips = 5", 2);
+    s.job_with_class(J1, "c", "true");
+    s.step(|a| a.add_hosts(J1, r(J1, 1), "c", 2, 2));
+    s.expect_grant(r(J1, 1), 0);
+    let again = s.machine("m", "Mips = 6", 1);
+    assert_eq!(again, vec![hosts[0]]);
+    assert_eq!(
+        s.next(),
+        Effect::Released {
+            job: J1,
+            host: hosts[1],
+            cause: ReleaseCause::Withdrawn
+        }
+    );
+    s.quiet();
+    assert_eq!(s.a.host_state(hosts[1]), Some(&SlotState::Offline));
+    assert_eq!(s.a.job_hosts(J1), vec![hosts[0]]);
+}
+
+#[test]
+fn cancelling_returns_partial_hosts_to_the_next_request() {
+    let mut s = Sim::new();
+    let h = s.fast("m", 1);
+    s.job_with_class(J1, "c", "true");
+    s.job_with_class(J2, "c", "true");
+    s.step(|a| a.add_hosts(J1, r(J1, 1), "c", 4, 2));
+    s.step(|a| a.add_hosts(J2, r(J2, 1), "c", 1, 1));
+    s.quiet();
+    s.step(|a| a.cancel(J1, r(J1, 2), RequestId(1)));
+    let msg = s.expect_failed(r(J1, 1), FailureCode::Cancelled);
+    assert!(msg.contains("4 of its hosts"), "{msg}");
+    s.expect_done(r(J1, 2));
+    assert_eq!(s.expect_grant(r(J2, 1), 0), vec![h]);
+    s.step(|a| a.cancel(J1, r(J1, 3), RequestId(1)));
+    s.expect_failed(r(J1, 3), FailureCode::Invalid);
+    s.quiet();
+}
+
+#[test]
+fn bad_requests_fail_with_codes_and_actionable_messages() {
+    let mut s = Sim::new();
+    let h = s.fast("m", 1);
+    s.step(|a| a.on_job_created(J1, "alice"));
+    s.step(|a| a.define_class(J1, r(J1, 1), "c", "Mips >\n  && "));
+    let msg = s.expect_failed(r(J1, 1), FailureCode::BadExpression);
+    assert!(msg.starts_with("class `c`: line 2, column"), "{msg}");
+    s.step(|a| a.add_hosts(J1, r(J1, 2), "nope", 1, 1));
+    let msg = s.expect_failed(r(J1, 2), FailureCode::UnknownClass);
+    assert!(
+        msg.contains("`nope`") && msg.contains("DefineClass"),
+        "{msg}"
+    );
+    s.step(|a| a.define_class(J1, r(J1, 3), "c", "true"));
+    s.expect_done(r(J1, 3));
+    s.step(|a| a.add_hosts(J1, r(J1, 4), "c", 0, 1));
+    s.expect_failed(r(J1, 4), FailureCode::Invalid);
+    s.step(|a| a.add_hosts(J1, r(J1, 5), "c", 3, 0));
+    s.expect_failed(r(J1, 5), FailureCode::Invalid);
+    s.step(|a| a.del_hosts(J1, r(J1, 6), &[h]));
+    s.expect_failed(r(J1, 6), FailureCode::NotYourHost);
+    s.step(|a| a.del_hosts(J1, r(J1, 7), &[]));
+    s.expect_failed(r(J1, 7), FailureCode::Invalid);
+    s.step(|a| a.get_host_info(J1, r(J1, 8), HostId(99)));
+    s.expect_failed(r(J1, 8), FailureCode::NotYourHost);
+    s.step(|a| a.add_hosts(J1, r(J1, 9), "c", 2, 1));
+    s.expect_grant(r(J1, 9), 1);
+    s.step(|a| a.add_hosts(J1, r(J1, 9), "c", 2, 1));
+    s.expect_failed(r(J1, 9), FailureCode::Invalid);
+    s.step(|a| a.config(J2, r(J2, 1)));
+    s.expect_failed(r(J2, 1), FailureCode::Invalid);
+    s.step(|a| a.get_host_info(J1, r(J1, 10), h));
+    match s.expect_done(r(J1, 10)) {
+        Reply::Host(info) => assert_eq!(info.host, h),
+        other => panic!("{other:?}"),
+    }
+    s.quiet();
+}
+
+#[test]
+fn add_notify_sees_every_host_of_its_class() {
+    let mut s = Sim::new();
+    let a = s.fast("a", 2);
+    let b = s.fast("b", 1);
+    s.job_with_class(J1, "c", "true");
+    s.step(|al| al.add_notify(J1, r(J1, 1), "c"));
+    s.expect_done(r(J1, 1));
+    s.step(|al| al.add_hosts(J1, r(J1, 2), "c", 2, 2));
+    assert_eq!(s.expect_grant(r(J1, 2), 0), vec![a, b]);
+    for h in [a, b] {
+        match s.next() {
+            Effect::Added { request, host, .. } => {
+                assert_eq!(request, r(J1, 1));
+                assert_eq!(host.host, h);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    s.quiet();
+}
+
+#[test]
+fn spawn_picks_the_fastest_free_host_of_the_class() {
+    let mut s = Sim::new();
+    let slow = s.fast("slow", 1);
+    let quick = s.fast("quick", 9);
+    s.job_with_class(J1, "c", "true");
+    s.step(|a| a.add_hosts(J1, r(J1, 1), "c", 2, 2));
+    s.expect_grant(r(J1, 1), 0);
+    let target = SpawnTarget::Class("c".into());
+    assert_eq!(s.a.pick_spawn_host(J1, &target), Ok(quick));
+    s.step(|a| a.on_process_spawned(quick, ProcessId(10)));
+    assert_eq!(s.a.pick_spawn_host(J1, &target), Ok(slow));
+    s.step(|a| a.on_process_spawned(slow, ProcessId(11)));
+    let e = s.a.pick_spawn_host(J1, &target).unwrap_err();
+    assert_eq!(e.code, FailureCode::Unavailable);
+    assert!(e.message.contains("2 running a process"), "{}", e.message);
+    // A named host may run more than one process.
+    assert_eq!(s.a.pick_spawn_host(J1, &SpawnTarget::Host(slow)), Ok(slow));
+    s.step(|a| a.on_process_exited(slow, ProcessId(11)));
+    assert_eq!(s.a.pick_spawn_host(J1, &target), Ok(slow));
+    let e =
+        s.a.pick_spawn_host(J1, &SpawnTarget::Class("zz".into()))
+            .unwrap_err();
+    assert_eq!(e.code, FailureCode::UnknownClass);
+    let e =
+        s.a.pick_spawn_host(J2, &SpawnTarget::Host(slow))
+            .unwrap_err();
+    assert_eq!(e.code, FailureCode::Invalid);
+    s.quiet();
+}
+
+#[test]
+fn a_gone_requester_or_an_ended_job_frees_its_hosts() {
+    let mut s = Sim::new();
+    let h = s.fast("m", 1);
+    let g = s.fast("n", 2);
+    s.job_with_class(J1, "c", "true");
+    s.job_with_class(J2, "c", "true");
+    s.step(|a| a.add_hosts(J1, r(J1, 1), "c", 3, 3));
+    s.step(|a| a.add_hosts(J2, r(J2, 1), "c", 1, 1));
+    s.quiet();
+    // J1's first process leaves: the two hosts it was gathering go to J2, then the pool.
+    s.step(|a| a.on_requester_gone(ProcessId(1)));
+    assert_eq!(s.expect_grant(r(J2, 1), 0), vec![g]);
+    s.quiet();
+    assert_eq!(s.a.host_state(h), Some(&SlotState::Idle));
+    s.step(|a| a.add_hosts(J2, r(J2, 2), "c", 1, 1));
+    assert_eq!(s.expect_grant(r(J2, 2), 0), vec![h]);
+    s.step(|a| a.add_hosts(J1, r(J1, 2), "c", 1, 1));
+    s.quiet();
+    s.step(|a| a.on_slot_state("n", 0, SlotActivity::Suspended));
+    s.step(|a| a.on_job_ended(J2));
+    let mut released: Vec<HostId> = Vec::new();
+    let mut granted = Vec::new();
+    while let Some(e) = s.log.pop_front() {
+        match e {
+            Effect::Released {
+                job: J2,
+                host,
+                cause: ReleaseCause::JobEnded,
+            } => released.push(host),
+            Effect::Grant { request, hosts, .. } if request == r(J1, 2) => granted = hosts,
+            other => panic!("{other:?}"),
+        }
+    }
+    released.sort();
+    assert_eq!(released, vec![h, g]);
+    assert_eq!(granted.len(), 1);
+    assert_eq!(granted[0].host, h);
+    assert_eq!(s.a.host_state(g), Some(&SlotState::Suspended(None)));
+    assert!(!s.a.has_job(J2));
+}
+
+#[test]
+fn a_heartbeat_update_can_bring_a_machine_into_a_class() {
+    let mut s = Sim::new();
+    let h = s.machine("m", "Mips = 5; LoadAvg = 0.9", 1)[0];
+    s.job_with_class(J1, "calm", "LoadAvg < 0.3");
+    s.step(|a| a.add_hosts(J1, r(J1, 1), "calm", 1, 1));
+    s.quiet();
+    let unchanged = ClassAd::parse_old("LoadAvg = 0.9").unwrap();
+    assert!(s.step(|a| a.on_machine_updated("m", &unchanged)));
+    s.quiet();
+    let calm = ClassAd::parse_old("LoadAvg = 0.1\nMips = 7").unwrap();
+    assert!(s.step(|a| a.on_machine_updated("m", &calm)));
+    assert_eq!(s.expect_grant(r(J1, 1), 0), vec![h]);
+    assert!(!s.step(|a| a.on_machine_updated("nobody", &calm)));
+}
+
+#[test]
+fn redefining_a_class_serves_its_pending_requests() {
+    let mut s = Sim::new();
+    let h = s.fast("m", 5);
+    s.job_with_class(J1, "c", "Mips > 100");
+    s.step(|a| a.add_hosts(J1, r(J1, 1), "c", 1, 1));
+    s.quiet();
+    s.step(|a| a.define_class(J1, r(J1, 2), "c", "Mips > 1"));
+    s.expect_done(r(J1, 2));
+    assert_eq!(s.expect_grant(r(J1, 1), 0), vec![h]);
+    s.quiet();
+}
+
+#[test]
+fn every_effect_kind_roundtrips_through_the_wire() {
+    let info = HostInfo {
+        host: HostId(3),
+        name: "slot1@m".into(),
+        class: "c".into(),
+        ad: "[ Mips = 1.5; Name = \"m\" ]".into(),
+    };
+    let effects = [
+        Effect::Grant {
+            job: J1,
+            request: r(J1, 1),
+            hosts: vec![info.clone()],
+            remaining: 4,
+        },
+        Effect::Added {
+            job: J1,
+            request: r(J1, 2),
+            host: info.clone(),
+        },
+        Effect::Deleted {
+            job: J1,
+            request: r(J1, 3),
+            host: HostId(3),
+            reason: "gone \"quoted\"\n".into(),
+        },
+        Effect::Suspended {
+            job: J1,
+            request: r(J1, 4),
+            host: HostId(3),
+        },
+        Effect::Resumed {
+            job: J1,
+            request: r(J1, 5),
+            host: HostId(3),
+        },
+        Effect::Done {
+            job: J1,
+            request: r(J1, 6),
+            reply: Reply::Classes(vec![ClassDef {
+                name: "c".into(),
+                expression: "Mips > 0.25".into(),
+            }]),
+        },
+        Effect::Failed {
+            job: J1,
+            request: r(J1, 7),
+            failure: Failure {
+                code: FailureCode::BadExpression,
+                message: "line 1, column 3".into(),
+            },
+        },
+        Effect::Released {
+            job: J1,
+            host: HostId(3),
+            cause: ReleaseCause::Withdrawn,
+        },
+    ];
+    for e in &effects {
+        wire_roundtrip(e);
+    }
+    assert!(effects[7].to_event().is_none());
+    assert_eq!(effects[1].to_event().unwrap().0, ProcessId(1));
+}
+
+#[test]
+fn time_only_moves_forward() {
+    let mut a = Allocator::new();
+    a.advance_to(Duration::from_secs(5));
+    a.advance_to(Duration::from_secs(1));
+    assert_eq!(a.now(), Duration::from_secs(5));
+}
+
+/// Random pool churn and requests, with every invariant checked after every step.
+#[test]
+fn random_inputs_keep_every_invariant() {
+    let mut rng = StdRng::seed_from_u64(0x00ca_4a11);
+    let mut s = Sim::new();
+    let arches = ["X86_64", "AARCH64"];
+    for i in 0..16 {
+        s.machine(
+            &format!("m{i}"),
+            &format!(
+                "Arch = \"{}\"; Mips = {}; Memory = {}",
+                arches[i % 2],
+                rng.random_range(1..1000),
+                512 << (i % 4)
+            ),
+            1 + (i as u32 % 3),
+        );
+    }
+    let jobs = [J1, J2, J3, JobId(4)];
+    for &j in &jobs {
+        s.step(|a| a.on_job_created(j, "alice"));
+        s.step(|a| a.define_class(j, r(j, 0), "x86", "Arch == \"X86_64\""));
+        s.step(|a| a.define_class(j, r(j, 1), "big", "Memory >= 2048"));
+    }
+    let mut next_id = 10;
+    for _ in 0..3000 {
+        s.sleep(rng.random_range(0..50));
+        let j = jobs[rng.random_range(0..jobs.len())];
+        let m = format!("m{}", rng.random_range(0..16));
+        next_id += 1;
+        let req = r(j, next_id);
+        match rng.random_range(0..12) {
+            0 | 1 => {
+                let class = if rng.random_bool(0.5) { "x86" } else { "big" };
+                let (n, inc) = (rng.random_range(1..6), rng.random_range(1..4));
+                s.step(|a| a.add_hosts(j, req, class, n, inc));
+            }
+            2 => {
+                let hosts = s.a.job_hosts(j);
+                if !hosts.is_empty() {
+                    let k = rng.random_range(1..=hosts.len());
+                    s.step(|a| a.del_hosts(j, req, &hosts[..k]));
+                }
+            }
+            3 => {
+                let activity = [
+                    SlotActivity::Available,
+                    SlotActivity::Suspended,
+                    SlotActivity::Vacated,
+                ][rng.random_range(0..3)];
+                let slot = rng.random_range(0..3);
+                s.step(|a| a.on_slot_state(&m, slot, activity));
+            }
+            4 => {
+                if rng.random_bool(0.3) {
+                    s.step(|a| a.on_machine_lost(&m));
+                } else {
+                    let mips = rng.random_range(1..1000);
+                    let slots = rng.random_range(0..4);
+                    s.machine(
+                        &m,
+                        &format!("Arch = \"X86_64\"; Mips = {mips}; Memory = 4096"),
+                        slots,
+                    );
+                }
+            }
+            5 => {
+                let hosts = s.a.job_hosts(j);
+                if !hosts.is_empty() {
+                    let kind = rng.random_range(0..3);
+                    s.step(|a| match kind {
+                        0 => a.delete_notify(j, req, &hosts),
+                        1 => a.suspend_notify(j, req, &hosts),
+                        _ => a.resume_notify(j, req, &hosts),
+                    });
+                }
+            }
+            6 => {
+                let target = RequestId(rng.random_range(10..next_id));
+                s.step(|a| a.cancel(j, req, target));
+            }
+            7 => {
+                if let Ok(h) = s.a.pick_spawn_host(j, &SpawnTarget::Class("x86".into())) {
+                    s.step(|a| a.on_process_spawned(h, ProcessId(next_id)));
+                }
+            }
+            8 => {
+                let update =
+                    ClassAd::parse_old(&format!("Memory = {}", 512 << rng.random_range(0..4)))
+                        .unwrap();
+                s.step(|a| a.on_machine_updated(&m, &update));
+            }
+            9 => {
+                if rng.random_bool(0.1) {
+                    s.step(|a| a.on_job_ended(j));
+                    s.step(|a| a.on_job_created(j, "alice"));
+                    s.step(|a| a.define_class(j, r(j, 0), "x86", "Arch == \"X86_64\""));
+                    s.step(|a| a.define_class(j, r(j, 1), "big", "Memory >= 2048"));
+                } else {
+                    s.step(|a| a.on_requester_gone(ProcessId(j.0)));
+                }
+            }
+            10 => s.step(|a| a.config(j, req)),
+            _ => s.step(|a| a.add_notify(j, req, "big")),
+        }
+        s.log.clear();
+    }
+}

@@ -1,0 +1,41 @@
+//! The CARMI global resource manager: the pool registry (machine ads, slot
+//! states, heartbeats), the allocator (which job gets which host), the
+//! request router and the process table, behind a thin tokio driver.
+//!
+//! Every decision is made by plain state machines that take an input and the
+//! current time and return outputs ([`alloc::Allocator`], [`router::Router`]);
+//! the driver ([`server::Server`]) only decodes frames, calls them, and writes
+//! what they say. Tests and the benchmark drive the same code with virtual time.
+//!
+//! # Layout
+//! - `alloc`: the allocator: machines, slots, jobs, classes, pending `AddHosts`, subscriptions.
+//! - `procs`: the process table: where each process runs, is attached, and who spawned it.
+//! - `router`: everything the daemon decides: registry, heartbeats, requests, process events.
+//! - `store`: executables stored by content hash under the state directory.
+//! - `server`: the tokio driver: listener, handshake, framing, one router task.
+//! - `main.rs`: the `carmi-global` command.
+
+#![warn(missing_docs)]
+
+pub mod alloc;
+pub mod procs;
+pub mod router;
+pub mod server;
+pub mod store;
+
+/// What can stop the daemon.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The listening address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The state directory is unusable.
+    #[error("state directory: {0}")]
+    Store(#[from] store::StoreError),
+}

@@ -1,0 +1,85 @@
+//! `carmi-global`: the CARMI global resource manager daemon.
+//!
+//! Prints `listening on HOST:PORT` as the first line on stdout once it
+//! accepts connections (logs go to stderr), and stops cleanly on SIGTERM or
+//! SIGINT.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use carmi_api::handshake::Secret;
+use carmi_global::router::RouterConfig;
+use carmi_global::server::{Server, ServerConfig};
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+/// The CARMI global resource manager.
+#[derive(Parser, Debug)]
+#[command(name = "carmi-global", version, about)]
+struct Args {
+    /// Address to listen on, HOST:PORT (port 0 picks a free port).
+    #[arg(long, value_name = "HOST:PORT")]
+    listen: String,
+    /// File holding the pool's shared secret (at least 16 bytes).
+    #[arg(long, value_name = "FILE")]
+    secret: PathBuf,
+    /// Directory for executables and other state (created if missing).
+    #[arg(long, value_name = "DIR")]
+    state_dir: PathBuf,
+    /// Heartbeat period asked of local RMs, in milliseconds.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    heartbeat_ms: u64,
+    /// A machine silent for this many heartbeat periods is declared lost.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    missed_heartbeats: u32,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    if args.heartbeat_ms == 0 || args.missed_heartbeats == 0 {
+        bail!("--heartbeat-ms and --missed-heartbeats must be at least 1");
+    }
+    let secret = Secret::from_file(&args.secret).context("reading the pool secret")?;
+    let mut config = ServerConfig::new(secret, args.state_dir.clone());
+    config.router = RouterConfig {
+        heartbeat: Duration::from_millis(args.heartbeat_ms),
+        missed_heartbeats: args.missed_heartbeats,
+        ..RouterConfig::default()
+    };
+    let server = Server::bind(&args.listen, config).await?;
+    let addr = server.local_addr()?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "listening on {addr}")?;
+    out.flush()?;
+    drop(out);
+    tracing::info!(%addr, state_dir = %args.state_dir.display(), "carmi-global started");
+    server.run(shutdown_signal()).await?;
+    Ok(())
+}
+
+/// Completes on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(e) => {
+            tracing::warn!("cannot watch SIGTERM ({e}); only SIGINT stops the daemon");
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

@@ -1,0 +1,799 @@
+//! The router: everything the global RM decides, as a pure state machine over
+//! decoded messages. It owns the [`Allocator`], the machine registry (host ids,
+//! heartbeat deadlines, which connection reaches which machine) and the
+//! [`ProcTable`], and turns each input into [`Output`]s: messages to send on
+//! a connection, connections to close.
+//!
+//! # Call order
+//! The driver calls one input at a time, each with the current time (time
+//! only moves forward):
+//! - [`Router::on_link_opened`] after a successful handshake,
+//! - [`Router::on_message`] for each decoded frame (except `Upload` and
+//!   `Fetch`, whose bytes the driver stores and serves itself, reporting a
+//!   stored executable with [`Router::on_executable_stored`]),
+//! - [`Router::on_link_closed`] when a connection ends,
+//! - [`Router::on_tick`] when [`Router::next_deadline`] has passed,
+//!
+//! then sends what [`Router::take_outputs`] returns, in order, and arms one
+//! timer at the new [`Router::next_deadline`].
+//!
+//! A machine's connection dropping does not make it lost: its local RM keeps
+//! its processes and reconnects. Only silence for `missed_heartbeats`
+//! heartbeat periods does.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt;
+use std::time::Duration;
+
+use carmi_api::ids::{ConnId, HostId, JobId, ProcessId};
+use carmi_api::msg::{
+    Event, ExecutableRef, ExitStatus, Failure, FailureCode, FromGlobal, ProcessState, Reply, Role,
+    SlotActivity, ToGlobal,
+};
+use classad::ClassAd;
+use tracing::{debug, info, warn};
+
+use crate::alloc::{Allocator, Effect, ReleaseCause, ReqRef};
+use crate::procs::{Attachment, Proc, ProcTable};
+
+mod requests;
+#[cfg(test)]
+mod tests;
+
+/// One connection accepted by the global RM (a local RM or an admin tool).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LinkId(pub u64);
+
+impl fmt::Display for LinkId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "l{}", self.0)
+    }
+}
+
+/// Settings of the router.
+#[derive(Clone, Debug)]
+pub struct RouterConfig {
+    /// Heartbeat period asked of local RMs.
+    pub heartbeat: Duration,
+    /// A machine silent for this many periods is lost.
+    pub missed_heartbeats: u32,
+    /// Most slots one machine may advertise (guards memory against a bad ad).
+    pub max_slots: u32,
+}
+
+impl Default for RouterConfig {
+    fn default() -> Self {
+        RouterConfig {
+            heartbeat: Duration::from_millis(1000),
+            missed_heartbeats: 3,
+            max_slots: 1024,
+        }
+    }
+}
+
+/// What the driver must do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Output {
+    /// Send a message on a connection.
+    Send {
+        /// The connection.
+        link: LinkId,
+        /// The message.
+        msg: FromGlobal,
+    },
+    /// Close a connection, logging why.
+    Close {
+        /// The connection.
+        link: LinkId,
+        /// Why, for the log.
+        reason: String,
+    },
+}
+
+enum LinkRole {
+    Machine(String),
+    Admin,
+}
+
+#[derive(Default)]
+struct Presence {
+    /// The machine's latest connection.
+    link: Option<LinkId>,
+    /// True once that connection has advertised: only then is it sent work
+    /// (`Spawn`, `Kill`), so that its `Advertise` (with the processes still
+    /// running) can never cross a `Spawn` sent on the same connection.
+    ready: bool,
+    /// Processes missing from its last `Advertise`, to settle at its next heartbeat.
+    suspects: Vec<ProcessId>,
+    /// When it will be declared lost; `None` while it is not registered.
+    deadline: Option<Duration>,
+}
+
+/// The global RM's decisions. See the module documentation for the call order.
+pub struct Router {
+    config: RouterConfig,
+    now: Duration,
+    alloc: Allocator,
+    links: HashMap<LinkId, LinkRole>,
+    presence: HashMap<String, Presence>,
+    deadlines: BTreeSet<(Duration, String)>,
+    procs: ProcTable,
+    /// `LookupProcess` requests waiting for their process to attach.
+    lookups: HashMap<ProcessId, Vec<ReqRef>>,
+    /// Stored executables: sha256 -> size.
+    executables: HashMap<String, u64>,
+    next_job: u64,
+    out: Vec<Output>,
+}
+
+impl Router {
+    /// A router with an empty pool.
+    pub fn new(config: RouterConfig) -> Router {
+        Router {
+            config,
+            now: Duration::ZERO,
+            alloc: Allocator::new(),
+            links: HashMap::new(),
+            presence: HashMap::new(),
+            deadlines: BTreeSet::new(),
+            procs: ProcTable::new(),
+            lookups: HashMap::new(),
+            executables: HashMap::new(),
+            next_job: 1,
+            out: Vec::new(),
+        }
+    }
+
+    /// The allocator, for inspection.
+    pub fn allocator(&self) -> &Allocator {
+        &self.alloc
+    }
+
+    /// The process table, for inspection.
+    pub fn processes(&self) -> &ProcTable {
+        &self.procs
+    }
+
+    /// What to send and close, in order, since the last call.
+    pub fn take_outputs(&mut self) -> Vec<Output> {
+        std::mem::take(&mut self.out)
+    }
+
+    /// When [`Router::on_tick`] must next be called, if ever.
+    pub fn next_deadline(&self) -> Option<Duration> {
+        self.deadlines.first().map(|(d, _)| *d)
+    }
+
+    fn advance(&mut self, now: Duration) {
+        self.now = self.now.max(now);
+        self.alloc.advance_to(self.now);
+    }
+
+    fn send(&mut self, link: LinkId, msg: FromGlobal) {
+        self.out.push(Output::Send { link, msg });
+    }
+
+    fn close(&mut self, link: LinkId, reason: String) {
+        self.out.push(Output::Close { link, reason });
+    }
+
+    fn lost_after(&self) -> Duration {
+        self.config
+            .heartbeat
+            .checked_mul(self.config.missed_heartbeats.max(1))
+            .unwrap_or(Duration::MAX)
+    }
+
+    /// The connection to machine `name`, once it has advertised on it.
+    fn ready_link(&self, name: &str) -> Option<LinkId> {
+        self.presence
+            .get(name)
+            .filter(|p| p.ready)
+            .and_then(|p| p.link)
+    }
+
+    /// A new connection passed the handshake with `role`.
+    pub fn on_link_opened(&mut self, link: LinkId, role: Role, now: Duration) {
+        self.advance(now);
+        match role {
+            Role::Local { name } if name.trim().is_empty() => {
+                self.close(link, "a local RM must give its machine a name".into());
+            }
+            Role::Local { name } => {
+                let p = self.presence.entry(name.clone()).or_default();
+                p.ready = false;
+                if let Some(old) = p.link.replace(link) {
+                    self.links.remove(&old);
+                    self.close(
+                        old,
+                        format!("machine `{name}` connected again on a newer connection"),
+                    );
+                }
+                self.links.insert(link, LinkRole::Machine(name));
+            }
+            Role::Admin => {
+                self.links.insert(link, LinkRole::Admin);
+            }
+            Role::Application { .. } | Role::Peer { .. } => {
+                self.close(
+                    link,
+                    "applications talk to their local RM, not to the global RM".into(),
+                );
+            }
+        }
+    }
+
+    /// A connection ended.
+    pub fn on_link_closed(&mut self, link: LinkId, now: Duration) {
+        self.advance(now);
+        if let Some(LinkRole::Machine(name)) = self.links.remove(&link)
+            && let Some(p) = self.presence.get_mut(&name)
+            && p.link == Some(link)
+        {
+            // Not lost yet: the local RM keeps its processes and may reconnect.
+            p.link = None;
+            p.ready = false;
+        }
+    }
+
+    /// An executable's bytes were stored and verified.
+    pub fn on_executable_stored(&mut self, exe: &ExecutableRef) {
+        self.executables.insert(exe.sha256.clone(), exe.size);
+    }
+
+    /// Declares every machine whose deadline has passed lost.
+    pub fn on_tick(&mut self, now: Duration) {
+        self.advance(now);
+        while let Some((d, name)) = self.deadlines.first().cloned() {
+            if d > self.now {
+                break;
+            }
+            let reason = format!(
+                "machine `{name}` sent nothing for {} ms ({} heartbeat periods)",
+                self.lost_after().as_millis(),
+                self.config.missed_heartbeats
+            );
+            self.machine_lost(&name, reason);
+        }
+    }
+
+    /// A decoded message arrived on a connection.
+    pub fn on_message(&mut self, link: LinkId, msg: ToGlobal, now: Duration) {
+        self.advance(now);
+        let name = match self.links.get(&link) {
+            None => return,
+            Some(LinkRole::Admin) => {
+                match msg {
+                    ToGlobal::Status => {
+                        let pool = self.alloc.pool_status();
+                        self.send(link, FromGlobal::Pool(pool));
+                    }
+                    other => {
+                        let what = variant_name(&other);
+                        self.close(
+                            link,
+                            format!("admin connections may only send Status, not {what}"),
+                        );
+                    }
+                }
+                return;
+            }
+            Some(LinkRole::Machine(name)) => name.clone(),
+        };
+        self.touch(&name);
+        match msg {
+            ToGlobal::Advertise { ad, slots, running } => {
+                self.advertise(link, &name, &ad, slots, running)
+            }
+            ToGlobal::Heartbeat { update } => self.heartbeat(&name, &update),
+            ToGlobal::AppAttach {
+                conn,
+                job,
+                process,
+                endpoint,
+            } => self.app_attach(link, &name, conn, job, process, endpoint),
+            ToGlobal::AppDetach { conn } => self.app_detach(&name, conn),
+            ToGlobal::Forward { conn, id, body } => self.forward(link, &name, conn, id, body),
+            ToGlobal::Started { process, result } => self.started(&name, process, result),
+            ToGlobal::Exited {
+                process,
+                status,
+                cpu_seconds,
+            } => {
+                if self.runs_on(process, &name) {
+                    self.exit_process(process, status, cpu_seconds);
+                }
+            }
+            ToGlobal::SlotState { slot, state } => self.slot_state(&name, slot, state),
+            ToGlobal::Status => {
+                let pool = self.alloc.pool_status();
+                self.send(link, FromGlobal::Pool(pool));
+            }
+            ToGlobal::Upload { .. } | ToGlobal::Fetch { .. } => {
+                debug!(%link, "executable transfer reached the router; the driver serves those");
+            }
+        }
+        self.flush();
+    }
+
+    /// Any message from a registered machine proves it alive.
+    fn touch(&mut self, name: &str) {
+        let deadline = self.now.saturating_add(self.lost_after());
+        // Only registered machines have a deadline to push back.
+        if let Some(p) = self.presence.get_mut(name)
+            && let Some(old) = p.deadline.as_mut().map(|d| std::mem::replace(d, deadline))
+        {
+            self.deadlines.remove(&(old, name.to_string()));
+            self.deadlines.insert((deadline, name.to_string()));
+        }
+    }
+
+    fn advertise(
+        &mut self,
+        link: LinkId,
+        name: &str,
+        ad: &str,
+        slots: u32,
+        running: Vec<ProcessId>,
+    ) {
+        if slots > self.config.max_slots {
+            let reason = format!(
+                "machine `{name}` advertised {slots} slots; at most {} are accepted",
+                self.config.max_slots
+            );
+            return self.close(link, reason);
+        }
+        let ad = match ClassAd::parse_any(ad) {
+            Ok(ad) => ad,
+            Err(e) => {
+                let reason = format!("the machine ad of `{name}` does not parse: {e}");
+                return self.close(link, reason);
+            }
+        };
+        let hosts = self.alloc.on_machine_registered(name, ad, slots);
+        let deadline = self.now.saturating_add(self.lost_after());
+        let p = self.presence.entry(name.to_string()).or_default();
+        p.ready = true;
+        if let Some(old) = p.deadline.replace(deadline) {
+            self.deadlines.remove(&(old, name.to_string()));
+        }
+        self.deadlines.insert((deadline, name.to_string()));
+        info!(machine = name, slots, "machine registered");
+        // The answer first: a local RM may expect it before anything else.
+        self.send(
+            link,
+            FromGlobal::Registered {
+                hosts: hosts.clone(),
+                heartbeat_ms: self
+                    .config
+                    .heartbeat
+                    .as_millis()
+                    .try_into()
+                    .unwrap_or(u64::MAX),
+            },
+        );
+        // Reconcile with what the local RM says still runs there.
+        let running: BTreeSet<ProcessId> = running.into_iter().collect();
+        for &p in &running {
+            let known = self
+                .procs
+                .find(p)
+                .is_some_and(|pr| pr.is_live() && pr.host.is_some_and(|h| hosts.contains(&h)));
+            if !known {
+                debug!(machine = name, process = %p, "killing a process the global RM no longer knows");
+                self.send(link, FromGlobal::Kill { process: p });
+            }
+        }
+        // Processes it no longer runs most likely ended while it was away:
+        // their `Exited` follows `Registered` from its backlog, with the real
+        // status. Whatever is still unexplained at its next heartbeat (sent
+        // after the backlog) was lost.
+        let suspects: Vec<ProcessId> = hosts
+            .iter()
+            .flat_map(|&h| self.procs.live_on(h))
+            .filter(|p| !running.contains(p))
+            .collect();
+        if let Some(p) = self.presence.get_mut(name) {
+            p.suspects = suspects;
+        }
+    }
+
+    fn heartbeat(&mut self, name: &str, update: &str) {
+        let suspects = self
+            .presence
+            .get_mut(name)
+            .map(|p| std::mem::take(&mut p.suspects))
+            .unwrap_or_default();
+        for p in suspects {
+            if self.runs_on(p, name) {
+                self.exit_process(p, ExitStatus::HostLost, 0.0);
+            }
+        }
+        if update.trim().is_empty() {
+            return;
+        }
+        match ClassAd::parse_old(update) {
+            Ok(ad) => {
+                self.alloc.on_machine_updated(name, &ad);
+            }
+            Err(e) => warn!(
+                machine = name,
+                "heartbeat update ignored: it does not parse: {e}"
+            ),
+        }
+    }
+
+    fn machine_lost(&mut self, name: &str, reason: String) {
+        warn!(machine = name, "{reason}; declaring it lost");
+        for h in self.alloc.machine_hosts(name).to_vec() {
+            for p in self.procs.live_on(h) {
+                self.exit_process(p, ExitStatus::HostLost, 0.0);
+            }
+        }
+        self.alloc.on_machine_lost(name);
+        // Jobs hear about it before the connection goes.
+        self.flush();
+        if let Some(p) = self.presence.get_mut(name) {
+            if let Some(d) = p.deadline.take() {
+                self.deadlines.remove(&(d, name.to_string()));
+            }
+            p.ready = false;
+            if let Some(link) = p.link.take() {
+                self.links.remove(&link);
+                self.close(link, reason);
+            }
+        }
+    }
+
+    fn slot_state(&mut self, name: &str, slot: u32, state: SlotActivity) {
+        let Some(host) = self.alloc.host_of_slot(name, slot) else {
+            warn!(
+                machine = name,
+                slot, "state change for a slot the machine did not advertise"
+            );
+            return;
+        };
+        if state == SlotActivity::Vacated {
+            // The local RM killed them; whatever it reports later is old news.
+            for p in self.procs.live_on(host) {
+                self.exit_process(p, ExitStatus::HostLost, 0.0);
+            }
+        }
+        self.alloc.on_slot_state(name, slot, state);
+        let (from, to) = match state {
+            SlotActivity::Suspended => (ProcessState::Running, ProcessState::Suspended),
+            SlotActivity::Available => (ProcessState::Suspended, ProcessState::Running),
+            SlotActivity::Vacated => return,
+        };
+        for p in self.procs.live_on(host) {
+            if self.procs.find(p).is_some_and(|pr| pr.state == from) {
+                self.procs.set_state(p, to.clone());
+            }
+        }
+    }
+
+    /// True when `process` was spawned on a host of machine `name`; warns otherwise.
+    fn runs_on(&self, process: ProcessId, name: &str) -> bool {
+        let ok = self
+            .procs
+            .find(process)
+            .and_then(|p| p.host)
+            .and_then(|h| self.alloc.host_machine(h))
+            == Some(name);
+        if !ok {
+            debug!(machine = name, %process, "report about a process that does not run there; ignored");
+        }
+        ok
+    }
+
+    fn started(&mut self, name: &str, process: ProcessId, result: Result<(), String>) {
+        if !self.runs_on(process, name) {
+            return;
+        }
+        let proc = self.procs.find(process).expect("checked by runs_on");
+        if !proc.is_live() {
+            return;
+        }
+        let (origin, host) = (proc.origin, proc.host.expect("checked by runs_on"));
+        match result {
+            Ok(()) => {
+                if proc.state == ProcessState::Starting {
+                    self.procs.set_state(process, ProcessState::Running);
+                }
+                if let Some(o) = origin {
+                    let event = Event::ProcessStarted {
+                        request: o.id,
+                        process,
+                        host,
+                    };
+                    self.deliver(o.process, event);
+                }
+            }
+            Err(reason) => self.exit_process(process, ExitStatus::FailedToStart(reason), 0.0),
+        }
+    }
+
+    /// Marks a process exited (once), tells whoever spawned it, and drops its
+    /// outstanding requests.
+    fn exit_process(&mut self, process: ProcessId, status: ExitStatus, cpu_seconds: f64) {
+        let Some(proc) = self.procs.find(process) else {
+            return;
+        };
+        if !proc.is_live() {
+            return;
+        }
+        let (host, origin) = (proc.host, proc.origin);
+        self.procs.set_state(
+            process,
+            ProcessState::Exited {
+                status: status.clone(),
+                cpu_seconds,
+            },
+        );
+        if let Some(h) = host {
+            self.alloc.on_process_exited(h, process);
+        }
+        for waiting in self.lookups.remove(&process).unwrap_or_default() {
+            let failure = Failure {
+                code: FailureCode::Unavailable,
+                message: format!("process {process} exited before it connected to its local RM"),
+            };
+            self.answer(waiting, Err(failure));
+        }
+        if let Some(o) = origin {
+            let event = Event::ProcessExited {
+                request: o.id,
+                process,
+                status,
+                cpu_seconds,
+            };
+            self.deliver(o.process, event);
+        }
+        self.alloc.on_requester_gone(process);
+    }
+
+    /// Sends an event to a process through the local RM it is attached to.
+    fn deliver(&mut self, process: ProcessId, event: Event) {
+        let target = self.procs.find(process).and_then(|p| p.attached.clone());
+        // Events need no `Advertise` first: only work for the machine itself does.
+        let link = target
+            .as_ref()
+            .and_then(|a| self.presence.get(&a.machine))
+            .and_then(|p| p.link);
+        match (target, link) {
+            (Some(a), Some(link)) => self.send(
+                link,
+                FromGlobal::Deliver {
+                    conn: a.conn,
+                    event,
+                },
+            ),
+            _ => debug!(%process, ?event, "event dropped: the process is not reachable"),
+        }
+    }
+
+    /// Turns the allocator's effects into messages.
+    fn flush(&mut self) {
+        loop {
+            let effects = self.alloc.take_effects();
+            if effects.is_empty() {
+                return;
+            }
+            for e in effects {
+                if let Effect::Released { job, host, cause } = e {
+                    self.released(job, host, cause);
+                } else if let Some((p, event)) = e.to_event() {
+                    self.deliver(p, event);
+                }
+            }
+        }
+    }
+
+    fn released(&mut self, job: JobId, host: HostId, cause: ReleaseCause) {
+        let procs: Vec<ProcessId> = self
+            .procs
+            .live_on(host)
+            .into_iter()
+            .filter(|&p| self.procs.find(p).is_some_and(|pr| pr.job == job))
+            .collect();
+        match cause {
+            ReleaseCause::Vacated | ReleaseCause::Lost => {
+                for p in procs {
+                    self.exit_process(p, ExitStatus::HostLost, 0.0);
+                }
+            }
+            // `end_job` kills every process of the job, on these hosts or not.
+            ReleaseCause::JobEnded => {}
+            ReleaseCause::Deleted | ReleaseCause::Withdrawn => {
+                let link = self
+                    .alloc
+                    .host_machine(host)
+                    .and_then(|m| self.ready_link(m));
+                for p in procs {
+                    match link {
+                        // Still live until the local RM reports how it ended.
+                        Some(link) => self.send(link, FromGlobal::Kill { process: p }),
+                        None => self.exit_process(p, ExitStatus::HostLost, 0.0),
+                    }
+                }
+            }
+        }
+    }
+
+    fn app_attach(
+        &mut self,
+        link: LinkId,
+        name: &str,
+        conn: ConnId,
+        job: Option<JobId>,
+        process: Option<ProcessId>,
+        endpoint: String,
+    ) {
+        let at = Attachment {
+            machine: name.to_string(),
+            conn,
+        };
+        if let Some(old) = self.procs.attached_at(name, conn)
+            && (process != Some(old) || job != self.procs.find(old).map(|p| p.job))
+        {
+            // The local RM reused a connection id: the previous process left.
+            // (The same process announcing itself again after a reconnection is
+            // not a reuse, and must not end its job.)
+            self.app_detach(name, conn);
+            debug!(machine = name, %conn, process = %old, "connection id reused");
+        }
+        let known_live = |procs: &ProcTable, p: ProcessId, j: JobId| {
+            procs.find(p).is_some_and(|pr| pr.job == j && pr.is_live())
+        };
+        let (job, process) = match (job, process) {
+            (Some(j), Some(p)) if known_live(&self.procs, p, j) => (j, p),
+            (Some(j), p) if self.alloc.has_job(j) || j.0 >= self.next_job => {
+                if !self.alloc.has_job(j) {
+                    // A job this RM never saw (it restarted): adopt it under its id.
+                    self.next_job = j.0 + 1;
+                    self.alloc.on_job_created(j, name);
+                }
+                let id = match p {
+                    Some(p) if self.procs.is_unused(p) => p,
+                    Some(p) => {
+                        warn!(machine = name, process = %p, job = %j, "process id is taken or belongs elsewhere; giving a fresh one");
+                        self.procs.fresh_id()
+                    }
+                    None => self.procs.fresh_id(),
+                };
+                self.procs.insert(id, new_proc(j, false));
+                (j, id)
+            }
+            (j, _) => {
+                if let Some(j) = j {
+                    warn!(machine = name, job = %j, "attach to a job that has ended; starting a new job");
+                }
+                let j = JobId(self.next_job);
+                self.next_job += 1;
+                // The protocol carries no user: the submitting machine stands for the owner.
+                self.alloc.on_job_created(j, name);
+                let id = self.procs.fresh_id();
+                self.procs.insert(id, new_proc(j, true));
+                info!(job = %j, machine = name, "new job");
+                (j, id)
+            }
+        };
+        self.procs.attach(process, at, endpoint.clone());
+        self.send(link, FromGlobal::Attached { conn, job, process });
+        for waiting in self.lookups.remove(&process).unwrap_or_default() {
+            let reply = Reply::Endpoint {
+                process,
+                address: endpoint.clone(),
+            };
+            self.answer(waiting, Ok(reply));
+        }
+    }
+
+    fn app_detach(&mut self, name: &str, conn: ConnId) {
+        let at = Attachment {
+            machine: name.to_string(),
+            conn,
+        };
+        let Some(p) = self.procs.detach(&at) else {
+            return;
+        };
+        self.alloc.on_requester_gone(p);
+        let proc = self.procs.find(p).expect("detach returned a known process");
+        let job = proc.job;
+        if proc.root {
+            self.end_job(job);
+        } else if proc.host.is_none() {
+            // Started by hand, so no local RM will report its exit: leaving is its end.
+            self.procs.remove(p);
+        }
+    }
+
+    /// The job's first process left: its hosts go back and its processes are killed.
+    fn end_job(&mut self, job: JobId) {
+        info!(job = %job, "job ended");
+        self.alloc.on_job_ended(job);
+        self.flush();
+        for p in self.procs.of_job(job) {
+            let proc = self.procs.remove(p).expect("listed by of_job");
+            self.lookups.remove(&p);
+            if proc.is_live()
+                && let Some(link) = proc
+                    .host
+                    .and_then(|h| self.alloc.host_machine(h))
+                    .and_then(|m| self.ready_link(m))
+            {
+                self.send(link, FromGlobal::Kill { process: p });
+            }
+        }
+    }
+
+    /// Checks the invariants of the router and of its allocator; for tests.
+    pub fn sanity_check(&self) {
+        self.alloc.sanity_check();
+        self.procs.sanity_check();
+        let mut with_deadline = 0;
+        for (name, p) in &self.presence {
+            if let Some(d) = p.deadline {
+                with_deadline += 1;
+                assert!(
+                    self.deadlines.contains(&(d, name.clone())),
+                    "{name}: deadline not indexed"
+                );
+                assert!(self.alloc.is_online(name), "{name}: deadline but offline");
+            } else {
+                assert!(
+                    !self.alloc.is_online(name),
+                    "{name}: online without a deadline"
+                );
+            }
+            assert!(
+                p.link.is_some() || !p.ready,
+                "{name}: ready without a connection"
+            );
+            if let Some(l) = p.link {
+                assert!(
+                    matches!(self.links.get(&l), Some(LinkRole::Machine(n)) if n == name),
+                    "{name}: link {l} not registered for it"
+                );
+            }
+        }
+        assert_eq!(with_deadline, self.deadlines.len(), "stale deadlines");
+        for (p, waiting) in &self.lookups {
+            let proc = self.procs.find(*p);
+            assert!(
+                proc.is_some_and(|pr| pr.is_live() && pr.endpoint.is_none()),
+                "lookups wait for {p}, which is gone or already reachable"
+            );
+            assert!(!waiting.is_empty(), "empty lookup list for {p}");
+        }
+    }
+}
+
+fn new_proc(job: JobId, root: bool) -> Proc {
+    Proc {
+        job,
+        host: None,
+        endpoint: None,
+        state: ProcessState::Running,
+        attached: None,
+        origin: None,
+        root,
+    }
+}
+
+/// The name of a message's variant, for logs.
+fn variant_name(msg: &ToGlobal) -> &'static str {
+    match msg {
+        ToGlobal::Advertise { .. } => "Advertise",
+        ToGlobal::Heartbeat { .. } => "Heartbeat",
+        ToGlobal::AppAttach { .. } => "AppAttach",
+        ToGlobal::AppDetach { .. } => "AppDetach",
+        ToGlobal::Forward { .. } => "Forward",
+        ToGlobal::Upload { .. } => "Upload",
+        ToGlobal::Fetch { .. } => "Fetch",
+        ToGlobal::Started { .. } => "Started",
+        ToGlobal::Exited { .. } => "Exited",
+        ToGlobal::SlotState { .. } => "SlotState",
+        ToGlobal::Status => "Status",
+    }
+}

@@ -1,0 +1,364 @@
+//! The tokio driver. It accepts connections, runs the handshake, decodes
+//! frames and hands each message to the [`Router`], which runs in one task and
+//! owns every decision; then it writes what the router says. Executable bytes
+//! are the one thing it handles itself (they are storage, not decisions):
+//! `Upload` is verified and stored, `Fetch` answered from the store.
+//!
+//! Tasks: one accept loop, one router task, one task per connection (reading
+//! and writing in one `select!`, so that either side ending ends both).
+//! Shutdown is a `watch` broadcast; every task holds a clone of a completion
+//! sender, so [`Server::run`] returns once they have all finished.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use carmi_api::frame::{DEFAULT_MAX_FRAME, FrameReader, write_frame};
+use carmi_api::handshake::{self, Secret};
+use carmi_api::msg::{ExecutableRef, FromGlobal, Role, ToGlobal};
+use tokio::io::{AsyncWriteExt, BufWriter};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+use crate::Error;
+use crate::router::{LinkId, Output, Router, RouterConfig};
+use crate::store::ExeStore;
+
+/// How long shutdown waits for connections to finish.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Settings of the daemon.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// The pool's shared secret.
+    pub secret: Secret,
+    /// Where executables (and later the journal) are kept.
+    pub state_dir: PathBuf,
+    /// Heartbeats and limits.
+    pub router: RouterConfig,
+    /// Largest frame accepted after the handshake.
+    pub max_frame: usize,
+}
+
+impl ServerConfig {
+    /// Defaults for everything but the secret and the state directory.
+    pub fn new(secret: Secret, state_dir: PathBuf) -> ServerConfig {
+        ServerConfig {
+            secret,
+            state_dir,
+            router: RouterConfig::default(),
+            max_frame: DEFAULT_MAX_FRAME,
+        }
+    }
+}
+
+/// A bound, not yet running, global RM.
+pub struct Server {
+    listener: TcpListener,
+    config: ServerConfig,
+    store: Arc<ExeStore>,
+    stored: Vec<ExecutableRef>,
+}
+
+/// From connection tasks to the router task.
+enum Cmd {
+    Opened {
+        link: LinkId,
+        role: Role,
+        tx: mpsc::UnboundedSender<Outgoing>,
+    },
+    Message {
+        link: LinkId,
+        msg: ToGlobal,
+    },
+    Stored(ExecutableRef),
+    Closed {
+        link: LinkId,
+    },
+}
+
+/// From the router task (or the connection's own reader) to its writer.
+enum Outgoing {
+    Frame(FromGlobal, Bytes),
+    Close(String),
+}
+
+/// What connection tasks share.
+struct Shared {
+    secret: Secret,
+    max_frame: usize,
+    store: Arc<ExeStore>,
+    cmds: mpsc::UnboundedSender<Cmd>,
+    next_link: AtomicU64,
+}
+
+impl Server {
+    /// Opens the state directory and binds `addr` (`HOST:PORT`; port 0 picks one).
+    pub async fn bind(addr: &str, config: ServerConfig) -> Result<Server, Error> {
+        let (store, stored) = ExeStore::open(&config.state_dir)?;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| Error::Bind {
+                addr: addr.to_string(),
+                source,
+            })?;
+        Ok(Server {
+            listener,
+            config,
+            store: Arc::new(store),
+            stored,
+        })
+    }
+
+    /// The address actually bound.
+    pub fn local_addr(&self) -> Result<SocketAddr, Error> {
+        self.listener.local_addr().map_err(|source| Error::Bind {
+            addr: "listener".into(),
+            source,
+        })
+    }
+
+    /// Serves until `shutdown` completes, then stops every task and returns.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
+        let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
+        let mut router = Router::new(self.config.router.clone());
+        for exe in &self.stored {
+            router.on_executable_stored(exe);
+        }
+        tokio::spawn(router_task(
+            router,
+            cmd_rx,
+            stop_rx.clone(),
+            done_tx.clone(),
+        ));
+        let shared = Arc::new(Shared {
+            secret: self.config.secret.clone(),
+            max_frame: self.config.max_frame,
+            store: self.store.clone(),
+            cmds: cmd_tx,
+            next_link: AtomicU64::new(1),
+        });
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                accepted = self.listener.accept() => match accepted {
+                    Ok((stream, peer)) => {
+                        let task = connection(stream, peer, shared.clone(), stop_rx.clone(), done_tx.clone());
+                        tokio::spawn(task);
+                    }
+                    Err(e) => {
+                        // Out of file descriptors and the like: do not spin.
+                        warn!("accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                },
+            }
+        }
+        info!("shutting down");
+        drop(self.listener);
+        let _ = stop_tx.send(true);
+        drop(done_tx);
+        drop(shared);
+        if tokio::time::timeout(SHUTDOWN_GRACE, done_rx.recv())
+            .await
+            .is_err()
+        {
+            warn!("some connections did not finish within {SHUTDOWN_GRACE:?}");
+        }
+        Ok(())
+    }
+}
+
+/// Owns the router: one input at a time, outputs flushed after each, one timer
+/// at the router's next deadline.
+async fn router_task(
+    mut router: Router,
+    mut cmds: mpsc::UnboundedReceiver<Cmd>,
+    mut stop: watch::Receiver<bool>,
+    _done: mpsc::Sender<()>,
+) {
+    let start = Instant::now();
+    let mut links: HashMap<LinkId, mpsc::UnboundedSender<Outgoing>> = HashMap::new();
+    loop {
+        // A deadline beyond what the clock can express is no deadline.
+        let deadline = router.next_deadline().and_then(|d| start.checked_add(d));
+        tokio::select! {
+            cmd = cmds.recv() => {
+                let Some(cmd) = cmd else { break };
+                let now = start.elapsed();
+                match cmd {
+                    Cmd::Opened { link, role, tx } => {
+                        links.insert(link, tx);
+                        router.on_link_opened(link, role, now);
+                    }
+                    Cmd::Message { link, msg } => router.on_message(link, msg, now),
+                    Cmd::Stored(exe) => router.on_executable_stored(&exe),
+                    Cmd::Closed { link } => {
+                        links.remove(&link);
+                        router.on_link_closed(link, now);
+                    }
+                }
+            }
+            _ = tokio::time::sleep_until(deadline.unwrap_or(start)), if deadline.is_some() => {
+                router.on_tick(start.elapsed());
+            }
+            _ = stop.changed() => break,
+        }
+        for out in router.take_outputs() {
+            match out {
+                Output::Send { link, msg } => {
+                    if let Some(tx) = links.get(&link) {
+                        let _ = tx.send(Outgoing::Frame(msg, Bytes::new()));
+                    }
+                }
+                Output::Close { link, reason } => {
+                    if let Some(tx) = links.remove(&link) {
+                        let _ = tx.send(Outgoing::Close(reason));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One connection: handshake, then reading and writing until either ends.
+async fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+    _done: mpsc::Sender<()>,
+) {
+    let _ = stream.set_nodelay(true);
+    let (r, mut w) = stream.into_split();
+    let mut reader = FrameReader::with_max(r, shared.max_frame);
+    let role = tokio::select! {
+        res = handshake::server(&mut reader, &mut w, &shared.secret) => match res {
+            Ok(role) => role,
+            Err(e) => {
+                warn!(%peer, "handshake failed: {e}");
+                return;
+            }
+        },
+        _ = stop.changed() => return,
+    };
+    let link = LinkId(shared.next_link.fetch_add(1, Ordering::Relaxed));
+    debug!(%peer, %link, ?role, "connection accepted");
+    let serves_executables = matches!(role, Role::Local { .. });
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let opened = Cmd::Opened {
+        link,
+        role,
+        tx: tx.clone(),
+    };
+    if shared.cmds.send(opened).is_err() {
+        return;
+    }
+    let ended = tokio::select! {
+        r = read_frames(&mut reader, link, serves_executables, &shared, &tx) => r,
+        r = write_frames(&mut w, &mut rx) => r,
+        _ = stop.changed() => Ok(()),
+    };
+    match ended {
+        Ok(()) => debug!(%peer, %link, "connection closed"),
+        Err(reason) => warn!(%peer, %link, "closing connection: {reason}"),
+    }
+    let _ = shared.cmds.send(Cmd::Closed { link });
+    let _ = w.shutdown().await;
+}
+
+/// Reads frames until the peer closes (`Ok`) or sends something unreadable (`Err`).
+async fn read_frames(
+    reader: &mut FrameReader<OwnedReadHalf>,
+    link: LinkId,
+    serves_executables: bool,
+    shared: &Shared,
+    tx: &mpsc::UnboundedSender<Outgoing>,
+) -> Result<(), String> {
+    loop {
+        let (msg, payload) = match reader.read::<ToGlobal>().await {
+            Ok(Some(frame)) => frame,
+            Ok(None) => return Ok(()),
+            Err(e) => return Err(format!("bad frame: {e}")),
+        };
+        match msg {
+            ToGlobal::Upload { executable } if serves_executables => {
+                // Awaited before the next frame, so a ClassSpawn sent after the
+                // upload finds the executable stored.
+                let store = shared.store.clone();
+                let exe = executable.clone();
+                match tokio::task::spawn_blocking(move || store.put(&exe, &payload)).await {
+                    Ok(Ok(())) => {
+                        debug!(%link, name = executable.name, "executable stored");
+                        let _ = shared.cmds.send(Cmd::Stored(executable));
+                    }
+                    Ok(Err(e)) => warn!(%link, "upload rejected: {e}"),
+                    Err(e) => warn!(%link, "upload failed: {e}"),
+                }
+            }
+            ToGlobal::Fetch { sha256 } if serves_executables => {
+                let store = shared.store.clone();
+                let sha = sha256.clone();
+                let reply = match tokio::task::spawn_blocking(move || store.get(&sha)).await {
+                    Ok(Ok(Some((executable, bytes)))) => {
+                        Outgoing::Frame(FromGlobal::Executable { executable }, Bytes::from(bytes))
+                    }
+                    other => {
+                        if let Ok(Err(e)) = &other {
+                            warn!(%link, "fetch of {sha256}: {e}");
+                        }
+                        Outgoing::Frame(FromGlobal::NoExecutable { sha256 }, Bytes::new())
+                    }
+                };
+                let _ = tx.send(reply);
+            }
+            msg => {
+                if shared.cmds.send(Cmd::Message { link, msg }).is_err() {
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+/// Writes what arrives for this connection until told to close it. Whatever
+/// is queued is written before one flush, so a burst of events costs one
+/// system call rather than one per frame.
+async fn write_frames(
+    w: &mut OwnedWriteHalf,
+    rx: &mut mpsc::UnboundedReceiver<Outgoing>,
+) -> Result<(), String> {
+    let failed = |e: std::io::Error| format!("write failed: {e}");
+    let mut w = BufWriter::with_capacity(64 * 1024, w);
+    while let Some(mut out) = rx.recv().await {
+        loop {
+            match out {
+                Outgoing::Frame(msg, payload) => {
+                    write_frame(&mut w, &msg, &payload).await.map_err(failed)?
+                }
+                Outgoing::Close(reason) => {
+                    // What was queued before the close still goes out.
+                    let _ = w.flush().await;
+                    return Err(reason);
+                }
+            }
+            match rx.try_recv() {
+                Ok(next) => out = next,
+                Err(_) => break,
+            }
+        }
+        w.flush().await.map_err(failed)?;
+    }
+    Ok(())
+}

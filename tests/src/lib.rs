@@ -1,0 +1,218 @@
+//! A pool on localhost for end-to-end tests: one `carmi-global` and several
+//! `carmi-local` processes, started from the workspace's own binaries and
+//! stopped when the [`Pool`] is dropped.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use carmi_api::handshake::Secret;
+
+/// Heartbeat period the test pools run with, so that loss is noticed quickly.
+pub const HEARTBEAT_MS: u64 = 200;
+/// Missed heartbeats before a machine is declared lost.
+pub const MISSED_HEARTBEATS: u32 = 3;
+
+/// Where cargo put the workspace binaries, building them first if needed.
+pub fn bin_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let exe = std::env::current_exe().expect("path of the test binary");
+        // target/<profile>/deps/<test> -> target/<profile>
+        let dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("test binary lives in target/<profile>/deps")
+            .to_path_buf();
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args([
+            "build",
+            "-q",
+            "-p",
+            "carmi-global",
+            "-p",
+            "carmi-local",
+            "--bins",
+        ]);
+        if !cfg!(debug_assertions) {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().expect("run cargo build for the daemons");
+        assert!(
+            status.success(),
+            "building carmi-global and carmi-local failed"
+        );
+        dir
+    })
+}
+
+/// A fresh scratch directory under the system temp dir.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "carmi-e2e-{name}-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    ));
+    std::fs::create_dir_all(&dir).expect("create scratch dir");
+    dir
+}
+
+/// Reads the `listening on ADDR` line a daemon prints first.
+fn listening_addr(child: &mut Child, what: &str) -> String {
+    let out = child.stdout.take().expect("stdout is piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(out).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx
+        .recv_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("{what} did not report its address"));
+    line.trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("{what} printed {line:?} instead of its address"))
+        .to_string()
+}
+
+/// One `carmi-local` of a test pool.
+pub struct Local {
+    /// Its machine name.
+    pub name: String,
+    /// Where applications connect to it.
+    pub app_addr: String,
+    child: Option<Child>,
+}
+
+/// A running pool.
+pub struct Pool {
+    /// Scratch directory holding secret, state and work dirs, and logs.
+    pub dir: PathBuf,
+    /// The secret file.
+    pub secret_path: PathBuf,
+    /// The secret.
+    pub secret: Secret,
+    /// `host:port` of the global RM.
+    pub global_addr: String,
+    global: Child,
+    /// The local RMs, in start order.
+    pub locals: Vec<Local>,
+}
+
+fn stop(child: &mut Child) {
+    // SIGTERM lets a local RM kill its own processes; SIGKILL if it hangs.
+    let _ = Command::new("kill").arg(child.id().to_string()).status();
+    for _ in 0..50 {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+impl Pool {
+    /// Starts a global RM and one local RM per entry of `machines`: each entry
+    /// is the list of `--attr NAME=VALUE` settings of that machine.
+    pub fn start(name: &str, slots: u32, machines: &[Vec<String>]) -> Pool {
+        let bins = bin_dir();
+        let dir = scratch(name);
+        let secret_path = dir.join("pool.secret");
+        std::fs::write(&secret_path, Secret::generate_text()).expect("write secret");
+        let secret = Secret::from_file(&secret_path).expect("secret reads back");
+        let log = |dir: &Path, n: &str| {
+            std::fs::File::create(dir.join(format!("{n}.log"))).expect("create log file")
+        };
+        let mut global = Command::new(bins.join("carmi-global"))
+            .args(["--listen", "127.0.0.1:0", "--secret"])
+            .arg(&secret_path)
+            .arg("--state-dir")
+            .arg(dir.join("global-state"))
+            .args(["--heartbeat-ms", &HEARTBEAT_MS.to_string()])
+            .args(["--missed-heartbeats", &MISSED_HEARTBEATS.to_string()])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(log(&dir, "global"))
+            .spawn()
+            .expect("start carmi-global");
+        let global_addr = listening_addr(&mut global, "carmi-global");
+        let mut pool = Pool {
+            dir,
+            secret_path,
+            secret,
+            global_addr,
+            global,
+            locals: Vec::new(),
+        };
+        for (i, attrs) in machines.iter().enumerate() {
+            let name = format!("m{i}");
+            let mut cmd = Command::new(bins.join("carmi-local"));
+            cmd.args(["--global", &pool.global_addr, "--secret"])
+                .arg(&pool.secret_path)
+                .args(["--name", &name, "--slots", &slots.to_string()])
+                .arg("--work-dir")
+                .arg(pool.dir.join(&name))
+                .env("RUST_LOG", "info")
+                .stdout(Stdio::piped())
+                .stderr(log(&pool.dir, &name));
+            for a in attrs {
+                cmd.args(["--attr", a]);
+            }
+            let mut child = cmd.spawn().expect("start carmi-local");
+            let app_addr = listening_addr(&mut child, &name);
+            pool.locals.push(Local {
+                name,
+                app_addr,
+                child: Some(child),
+            });
+        }
+        pool
+    }
+
+    /// Kills local RM `i` with SIGKILL, as a machine that vanishes.
+    pub fn kill_local(&mut self, i: usize) {
+        if let Some(mut c) = self.locals[i].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// The logs of every daemon, for failure messages.
+    pub fn logs(&self) -> String {
+        let mut s = String::new();
+        for n in
+            std::iter::once("global".to_string()).chain(self.locals.iter().map(|l| l.name.clone()))
+        {
+            let text =
+                std::fs::read_to_string(self.dir.join(format!("{n}.log"))).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(15).collect();
+            s.push_str(&format!("--- {n}.log (last lines)\n"));
+            for l in tail.iter().rev() {
+                s.push_str(l);
+                s.push('\n');
+            }
+        }
+        s
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        for l in &mut self.locals {
+            if let Some(mut c) = l.child.take() {
+                stop(&mut c);
+            }
+        }
+        stop(&mut self.global);
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
