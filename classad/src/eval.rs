@@ -12,7 +12,7 @@ use crate::ast::{Expr, RefScope};
 use crate::ops;
 use crate::record::ClassAd;
 use crate::symbol::Symbol;
-use crate::value::Value;
+use crate::value::{Value, ValueRef};
 
 /// Deepest evaluation recursion before a result becomes ERROR. Parsing
 /// limits nesting far below this; the limit guards attribute chains.
@@ -63,28 +63,34 @@ impl Scope {
 }
 
 /// Attributes being evaluated right now, to turn reference cycles into
-/// UNDEFINED. Kept inline because chains are short and evaluation is hot.
+/// UNDEFINED, each identified by [`ClassAd::attr_key`]. Kept inline (and
+/// small, because an evaluator is made per evaluation and the array is zeroed
+/// each time) since chains are short and evaluation is hot.
 struct Active {
-    inline: [(usize, u32); 16],
+    inline: [usize; ACTIVE_INLINE],
     len: usize,
-    spill: Vec<(usize, u32)>,
+    spill: Vec<usize>,
 }
+
+const ACTIVE_INLINE: usize = 8;
 
 impl Active {
     fn new() -> Active {
         Active {
-            inline: [(0, 0); 16],
+            inline: [0; ACTIVE_INLINE],
             len: 0,
             spill: Vec::new(),
         }
     }
 
-    fn contains(&self, key: (usize, u32)) -> bool {
-        self.inline[..self.len.min(16)].contains(&key) || self.spill.contains(&key)
+    #[inline]
+    fn contains(&self, key: usize) -> bool {
+        self.inline[..self.len.min(ACTIVE_INLINE)].contains(&key) || self.spill.contains(&key)
     }
 
-    fn push(&mut self, key: (usize, u32)) {
-        if self.len < 16 {
+    #[inline]
+    fn push(&mut self, key: usize) {
+        if self.len < ACTIVE_INLINE {
             self.inline[self.len] = key;
         } else {
             self.spill.push(key);
@@ -92,12 +98,40 @@ impl Active {
         self.len += 1;
     }
 
+    #[inline]
     fn pop(&mut self) {
         self.len -= 1;
-        if self.len >= 16 {
+        if self.len >= ACTIVE_INLINE {
             self.spill.pop();
         }
     }
+}
+
+/// Where an attribute reference was found: the ad, the attribute's position,
+/// and the scope its expression is evaluated in.
+pub(crate) struct Found<'v> {
+    ad: &'v ClassAd,
+    idx: usize,
+    at: FoundIn<'v>,
+}
+
+/// The scope an attribute's expression is evaluated in, kept borrowed until
+/// it is needed, since a literal needs none.
+pub(crate) enum FoundIn<'v> {
+    Top(u8),
+    Nested(&'v Arc<NestedAd>),
+}
+
+/// An operand as [`Evaluator::operand`] sees it before evaluating anything.
+pub(crate) enum Operand<'v> {
+    /// Its value, borrowed: a literal, or an attribute bound to a literal,
+    /// or a reference to nothing (UNDEFINED).
+    Value(ValueRef<'v>),
+    /// A reference to an attribute bound to a non-literal expression,
+    /// already looked up; evaluate it with [`Evaluator::eval_attr_expr`].
+    Attr(Found<'v>),
+    /// Anything else: evaluate it with [`Evaluator::eval`].
+    Other,
 }
 
 /// Evaluates expressions against up to two ads (MY and TARGET).
@@ -109,6 +143,7 @@ pub struct Evaluator<'a> {
 
 impl<'a> Evaluator<'a> {
     /// An evaluator where bare names are looked up in `my`, then in `target`.
+    #[inline]
     pub fn new(my: Option<&'a ClassAd>, target: Option<&'a ClassAd>) -> Evaluator<'a> {
         Evaluator {
             ads: [my, target],
@@ -133,12 +168,105 @@ impl<'a> Evaluator<'a> {
         v
     }
 
+    /// Counts one level of evaluation depth, as [`Evaluator::eval`] does for
+    /// each node; false (and nothing counted) at the limit, where the node's
+    /// value is ERROR.
+    #[cfg_attr(not(debug_assertions), inline(always))]
+    pub(crate) fn enter(&mut self) -> bool {
+        if self.depth >= MAX_EVAL_DEPTH {
+            return false;
+        }
+        self.depth += 1;
+        true
+    }
+
+    /// Undoes [`Evaluator::enter`].
+    #[cfg_attr(not(debug_assertions), inline(always))]
+    pub(crate) fn leave(&mut self) {
+        self.depth -= 1;
+    }
+
+    /// What `e` is, short of evaluating it: its value when that can be had
+    /// without evaluating anything (`e` is a literal, or names an attribute
+    /// bound to a literal or nothing), else the expression an attribute
+    /// reference leads to, else nothing.
+    ///
+    /// Operators try this before [`Evaluator::eval`], so that comparing an
+    /// attribute with a literal copies nothing: no reference count of a
+    /// shared string is touched (a locked increment on a line that is not in
+    /// cache is what dominated such a comparison). Always inlined (in
+    /// optimized builds; debug builds would pay for it in stack depth), so
+    /// that nothing passes through memory on this path: an enum returned
+    /// through memory and read back right after is a store-forwarding stall.
+    #[cfg_attr(not(debug_assertions), inline(always))]
+    pub(crate) fn operand<'v>(&self, e: &'v Expr, sc: &'v Scope) -> Operand<'v>
+    where
+        'a: 'v,
+    {
+        // At the depth limit `eval` gives ERROR even for a literal; leave
+        // that case to it so that the result does not depend on the path.
+        if self.depth >= MAX_EVAL_DEPTH {
+            return Operand::Other;
+        }
+        match e {
+            Expr::Literal(v) => Operand::Value(v.view()),
+            Expr::Attr(scope, name) => match self.resolve(*scope, name.sym, sc) {
+                Some(found) => match found.ad.literal_at(found.idx) {
+                    Some(v) => Operand::Value(v),
+                    None => Operand::Attr(found),
+                },
+                None => Operand::Value(ValueRef::Undefined),
+            },
+            _ => Operand::Other,
+        }
+    }
+
+    /// Evaluates the expression of an attribute reference that
+    /// [`Evaluator::operand`] returned as [`Operand::Attr`], as
+    /// [`Evaluator::eval`] of the reference would.
+    pub(crate) fn eval_attr_expr(&mut self, found: &Found<'_>, sc: &Scope) -> Value {
+        self.with_attr(found, sc, Value::Undefined, Self::eval)
+    }
+
+    /// Runs `f` on the expression of an attribute reference that
+    /// [`Evaluator::operand`] returned as [`Operand::Attr`], in the scope
+    /// the attribute belongs to, counting depth for the reference (as
+    /// [`Evaluator::eval`] does) and giving `cycle` instead when the
+    /// attribute is already being evaluated.
+    #[inline]
+    pub(crate) fn with_attr<R>(
+        &mut self,
+        found: &Found<'_>,
+        sc: &Scope,
+        cycle: R,
+        f: fn(&mut Self, &Expr, &Scope) -> R,
+    ) -> R {
+        // `operand` checked the depth limit for the reference.
+        self.depth += 1;
+        let r = self.eval_found(found, sc, cycle, f);
+        self.depth -= 1;
+        r
+    }
+
     fn eval_inner(&mut self, e: &Expr, sc: &Scope) -> Value {
         match e {
             Expr::Literal(v) => v.clone(),
             Expr::Attr(scope, name) => self.lookup(*scope, name.sym, sc),
             Expr::Paren(inner) => self.eval(inner, sc),
             Expr::Binary(op, b) => ops::binary(self, *op, &b.0, &b.1, sc),
+            _ => self.eval_compound(e, sc),
+        }
+    }
+
+    /// [`Evaluator::eval_inner`] for the less common expressions, apart so
+    /// that the frame of the usual recursion (operators and attribute
+    /// references) stays small: long reference chains recurse deeply.
+    #[inline(never)]
+    fn eval_compound(&mut self, e: &Expr, sc: &Scope) -> Value {
+        match e {
+            Expr::Literal(_) | Expr::Attr(..) | Expr::Paren(_) | Expr::Binary(..) => {
+                self.eval(e, sc)
+            }
             Expr::Unary(op, inner) => {
                 let v = self.eval(inner, sc);
                 ops::unary(*op, v)
@@ -178,66 +306,151 @@ impl<'a> Evaluator<'a> {
         }
     }
 
-    /// Evaluates attribute `idx` of `ad` in `sc`, turning a cycle into UNDEFINED.
-    fn eval_attr(&mut self, ad: &ClassAd, idx: usize, sc: &Scope) -> Value {
-        let expr = ad.expr_at(idx);
-        if let Expr::Literal(v) = expr {
-            return v.clone();
-        }
-        let key = (ad as *const ClassAd as usize, idx as u32);
+    /// Applies `f` (an evaluation) to the non-literal expression of the
+    /// attribute `found`, or gives `cycle` if that attribute is already being
+    /// evaluated. `sc` is the scope of the reference, reused when the
+    /// attribute lives in the same place.
+    #[inline]
+    fn eval_found<R>(
+        &mut self,
+        found: &Found<'_>,
+        sc: &Scope,
+        cycle: R,
+        f: fn(&mut Self, &Expr, &Scope) -> R,
+    ) -> R {
+        let key = found.ad.attr_key(found.idx);
         if self.active.contains(key) {
-            return Value::Undefined;
+            return cycle;
         }
+        let expr = found.ad.expr_at(found.idx);
         self.active.push(key);
-        let v = self.eval(expr, sc);
+        let r = match found.at {
+            FoundIn::Top(side) if sc.nested.is_none() && sc.side == side => f(self, expr, sc),
+            FoundIn::Top(side) => f(self, expr, &Scope { side, nested: None }),
+            FoundIn::Nested(n) => f(self, expr, &Scope::inside(n)),
+        };
         self.active.pop();
-        v
+        r
     }
 
-    fn top_lookup(&mut self, side: u8, sym: Symbol) -> Option<Value> {
-        let ad = self.ads[side as usize]?;
+    /// Finds the attribute a reference names, without evaluating it.
+    /// Always inlined for the reason given at [`Evaluator::operand`].
+    #[cfg_attr(not(debug_assertions), inline(always))]
+    fn resolve<'v>(&self, scope: RefScope, sym: Symbol, sc: &'v Scope) -> Option<Found<'v>>
+    where
+        'a: 'v,
+    {
+        // Outside nested ads (the common case) a name is looked up in at
+        // most the two top-level ads: keep that path small enough to inline.
+        if sc.nested.is_none() {
+            let side = match scope {
+                RefScope::Bare | RefScope::My => sc.side,
+                RefScope::Target => 1 - sc.side,
+                RefScope::Parent => return None,
+            };
+            let found = self.top(side, sym);
+            if found.is_some() || scope != RefScope::Bare {
+                return found;
+            }
+            return self.top(1 - side, sym);
+        }
+        self.resolve_nested(scope, sym, sc)
+    }
+
+    /// Finds `sym` in top-level ad `side`.
+    #[cfg_attr(not(debug_assertions), inline(always))]
+    fn top(&self, side: u8, sym: Symbol) -> Option<Found<'a>> {
+        let ad: &'a ClassAd = self.ads[side as usize]?;
         let idx = ad.find_sym(sym)?;
-        Some(self.eval_attr(ad, idx, &Scope { side, nested: None }))
+        Some(Found {
+            ad,
+            idx,
+            at: FoundIn::Top(side),
+        })
     }
 
-    fn nested_lookup(&mut self, node: &Arc<NestedAd>, sym: Symbol) -> Option<Value> {
-        let idx = node.ad.find_sym(sym)?;
-        Some(self.eval_attr(&node.ad, idx, &Scope::inside(node)))
-    }
-
-    fn lookup(&mut self, scope: RefScope, sym: Symbol, sc: &Scope) -> Value {
-        let found = match scope {
+    /// [`Evaluator::resolve`] inside nested ads.
+    #[inline(never)]
+    fn resolve_nested<'v>(&self, scope: RefScope, sym: Symbol, sc: &'v Scope) -> Option<Found<'v>>
+    where
+        'a: 'v,
+    {
+        let top = |side: u8| self.top(side, sym);
+        let nested = |n: &'v Arc<NestedAd>| -> Option<Found<'v>> {
+            let idx = n.ad.find_sym(sym)?;
+            Some(Found {
+                ad: &n.ad,
+                idx,
+                at: FoundIn::Nested(n),
+            })
+        };
+        match scope {
             RefScope::Bare => {
-                let mut node = sc.nested.clone();
+                let mut node = sc.nested.as_ref();
                 while let Some(n) = node {
-                    if let Some(v) = self.nested_lookup(&n, sym) {
-                        return v;
+                    if let Some(f) = nested(n) {
+                        return Some(f);
                     }
-                    node = n.parent.clone();
+                    node = n.parent.as_ref();
                 }
-                self.top_lookup(sc.side, sym)
-                    .or_else(|| self.top_lookup(1 - sc.side, sym))
+                top(sc.side).or_else(|| top(1 - sc.side))
             }
             RefScope::My => match &sc.nested {
-                Some(n) => self.nested_lookup(&n.clone(), sym),
-                None => self.top_lookup(sc.side, sym),
+                Some(n) => nested(n),
+                None => top(sc.side),
             },
-            RefScope::Target => self.top_lookup(1 - sc.side, sym),
+            RefScope::Target => top(1 - sc.side),
             RefScope::Parent => match &sc.nested {
                 Some(n) => match &n.parent {
-                    Some(p) => self.nested_lookup(&p.clone(), sym),
-                    None => self.top_lookup(n.side, sym),
+                    Some(p) => nested(p),
+                    None => top(n.side),
                 },
                 None => None,
             },
-        };
-        found.unwrap_or(Value::Undefined)
+        }
+    }
+
+    fn lookup(&mut self, scope: RefScope, sym: Symbol, sc: &Scope) -> Value {
+        match self.find(scope, sym, sc) {
+            Some(found) => {
+                let expr = found.ad.expr_at(found.idx);
+                if let Expr::Literal(v) = expr {
+                    return v.clone();
+                }
+                self.eval_found(&found, sc, Value::Undefined, Self::eval)
+            }
+            None => Value::Undefined,
+        }
+    }
+
+    /// [`Evaluator::resolve`], not inlined: for paths where a value is built
+    /// anyway, and to keep their frames small (see [`Evaluator::eval_compound`]).
+    #[inline(never)]
+    fn find<'v>(&self, scope: RefScope, sym: Symbol, sc: &'v Scope) -> Option<Found<'v>>
+    where
+        'a: 'v,
+    {
+        self.resolve(scope, sym, sc)
     }
 
     /// `base.name`: an attribute of the ad that `base` evaluated to.
     pub fn select(&mut self, base: Value, sym: Symbol) -> Value {
         match base {
-            Value::Ad(node) => self.nested_lookup(&node, sym).unwrap_or(Value::Undefined),
+            Value::Ad(node) => match node.ad.find_sym(sym) {
+                Some(idx) => {
+                    let expr = node.ad.expr_at(idx);
+                    if let Expr::Literal(v) = expr {
+                        return v.clone();
+                    }
+                    let found = Found {
+                        ad: &node.ad,
+                        idx,
+                        at: FoundIn::Nested(&node),
+                    };
+                    self.eval_found(&found, &Scope::top(), Value::Undefined, Self::eval)
+                }
+                None => Value::Undefined,
+            },
             Value::Undefined => Value::Undefined,
             _ => Value::Error,
         }

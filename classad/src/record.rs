@@ -1,5 +1,6 @@
 //! `ClassAd` records: named attributes bound to expressions.
 
+use std::cell::RefCell;
 use std::fmt;
 use std::sync::Arc;
 
@@ -7,18 +8,253 @@ use crate::ast::Expr;
 use crate::eval::{Evaluator, eval_with};
 use crate::parse::{self, ParseError};
 use crate::symbol::{Name, Symbol};
-use crate::value::Value;
+use crate::value::{ShortStr, Value, ValueRef};
 
 /// A ClassAd: a set of attributes, each bound to an expression. Names ignore
 /// case; the spelling of the first insertion is kept for printing.
 ///
 /// Lookup compares interned symbols, so evaluating an attribute never hashes
 /// or lowercases a string.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct ClassAd {
-    syms: Vec<Symbol>,
-    names: Vec<Arc<str>>,
-    exprs: Vec<Expr>,
+    /// A summary of the first attributes, kept inline (see [`Head`]).
+    head: Head,
+    /// All attributes, in insertion order.
+    attrs: Vec<Attr>,
+}
+
+/// One attribute of a [`ClassAd`].
+#[derive(Clone, Debug)]
+struct Attr {
+    sym: Symbol,
+    /// The name as first written, for printing.
+    name: Arc<str>,
+    expr: Bound,
+}
+
+/// An attribute's expression: a literal kept in place, or anything else
+/// behind an `Arc`, possibly shared with other ads (see [`share`]).
+#[derive(Clone, Debug)]
+enum Bound {
+    Literal(Expr),
+    Shared(Arc<Expr>),
+}
+
+impl Bound {
+    #[inline]
+    fn expr(&self) -> &Expr {
+        match self {
+            Bound::Literal(e) => e,
+            Bound::Shared(e) => e,
+        }
+    }
+
+    fn into_expr(self) -> Expr {
+        match self {
+            Bound::Literal(e) => e,
+            Bound::Shared(e) => Arc::unwrap_or_clone(e),
+        }
+    }
+}
+
+/// How many recently inserted expressions [`share`] remembers per thread.
+const SHARE_SLOTS: usize = 64;
+
+/// Slots of recently bound expressions, each with the name it was bound to.
+type Recent = Vec<Option<(Symbol, Arc<Expr>)>>;
+
+thread_local! {
+    /// The last non-literal expression bound to each of a few attribute
+    /// names (a name's slot is its symbol id modulo [`SHARE_SLOTS`]), so that
+    /// identical expressions of successive ads are stored once.
+    static RECENT: RefCell<Recent> = RefCell::new(vec![None; SHARE_SLOTS]);
+}
+
+/// Prepares `expr` to be bound to `sym`, sharing it with the previous ad that
+/// bound the same name to an identical expression.
+///
+/// Pools are made of ads written by the same daemons, whose Requirements,
+/// Rank and the like are the same text in every ad (HTCondor caches
+/// expressions for the same reason). Stored once, such a tree stays in cache
+/// while a matchmaker evaluates it against ad after ad; parsed separately,
+/// each copy is scattered in the heap among the parser's garbage, and
+/// walking it costs a cache miss per node.
+fn share(sym: Symbol, expr: Expr) -> Bound {
+    if matches!(expr, Expr::Literal(_)) {
+        return Bound::Literal(expr);
+    }
+    RECENT.with_borrow_mut(|recent| {
+        let slot = &mut recent[sym.id() as usize % SHARE_SLOTS];
+        if let Some((s, prev)) = slot
+            && *s == sym
+            && same_tree(prev, &expr)
+        {
+            return Bound::Shared(prev.clone());
+        }
+        let shared = Arc::new(expr);
+        *slot = Some((sym, shared.clone()));
+        Bound::Shared(shared)
+    })
+}
+
+/// Whether two trees are the same to the letter: unlike `==`, names must be
+/// spelt alike and reals have the same bits, so that an ad prints exactly
+/// what was parsed whichever copy it holds.
+fn same_tree(a: &Expr, b: &Expr) -> bool {
+    match (a, b) {
+        (Expr::Literal(x), Expr::Literal(y)) => same_literal(x, y),
+        (Expr::Attr(s, m), Expr::Attr(t, n)) => s == t && m.text == n.text,
+        (Expr::Select(x, m), Expr::Select(y, n)) => m.text == n.text && same_tree(x, y),
+        (Expr::Index(x), Expr::Index(y)) => same_tree(&x.0, &y.0) && same_tree(&x.1, &y.1),
+        (Expr::Unary(p, x), Expr::Unary(q, y)) => p == q && same_tree(x, y),
+        (Expr::Binary(p, x), Expr::Binary(q, y)) => {
+            p == q && same_tree(&x.0, &y.0) && same_tree(&x.1, &y.1)
+        }
+        (Expr::Cond(x), Expr::Cond(y)) => {
+            same_tree(&x.0, &y.0) && same_tree(&x.1, &y.1) && same_tree(&x.2, &y.2)
+        }
+        (Expr::Elvis(x), Expr::Elvis(y)) => same_tree(&x.0, &y.0) && same_tree(&x.1, &y.1),
+        (Expr::Call(x), Expr::Call(y)) => {
+            x.name.text == y.name.text
+                && x.func.map(|f| f as usize) == y.func.map(|f| f as usize)
+                && same_trees(&x.args, &y.args)
+        }
+        (Expr::List(x), Expr::List(y)) => same_trees(x, y),
+        (Expr::Ad(x), Expr::Ad(y)) => Arc::ptr_eq(x, y),
+        (Expr::Paren(x), Expr::Paren(y)) => same_tree(x, y),
+        _ => false,
+    }
+}
+
+fn same_trees(a: &[Expr], b: &[Expr]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| same_tree(x, y))
+}
+
+/// Scalar literals that print alike; lists and ads never count as the same.
+fn same_literal(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Undefined, Value::Undefined) | (Value::Error, Value::Error) => true,
+        (Value::Bool(x), Value::Bool(y)) => x == y,
+        (Value::Int(x), Value::Int(y)) => x == y,
+        (Value::Real(x), Value::Real(y)) => x.to_bits() == y.to_bits(),
+        (Value::Str(x), Value::Str(y)) => x == y,
+        _ => false,
+    }
+}
+
+impl fmt::Debug for ClassAd {
+    /// The attributes only: the inline summary repeats them.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map()
+            .entries(self.attrs.iter().map(|a| (&a.name, a.expr.expr())))
+            .finish()
+    }
+}
+
+/// How many attributes a record describes inline.
+const HEAD: usize = 16;
+
+/// Symbol id of an unused inline slot: one the interner never reaches.
+const NO_SYMBOL: u32 = u32::MAX;
+
+/// What `Head::data` holds for an attribute: `TAG_EXPR` means nothing (look
+/// at the expression); the others say which literal the payload is.
+const TAG_EXPR: u8 = 0;
+const TAG_UNDEFINED: u8 = 1;
+const TAG_ERROR: u8 = 2;
+const TAG_BOOL: u8 = 3;
+const TAG_INT: u8 = 4;
+const TAG_REAL: u8 = 5;
+const TAG_STR: u8 = 6;
+
+/// The first [`HEAD`] attributes, described inside the record: their symbol
+/// ids, for those bound to small scalar literals the value, and for the
+/// others the (shared) expression.
+///
+/// Matchmaking scans vectors of ads in order, which hardware prefetching
+/// follows; any separate allocation touched per lookup (the symbol list, the
+/// expression, a string) is a cache miss per ad that costs more than the
+/// evaluation itself. The layout is kept small and in this order (symbols,
+/// tags, payloads, expressions) so that reading the value of one of the
+/// first attributes touches at most two adjacent cache lines.
+#[derive(Clone, Debug)]
+#[repr(C)]
+struct Head {
+    syms: [u32; HEAD],
+    tags: [u8; HEAD],
+    /// An `i64`, the bits of an `f64`, a boolean as 0/1, or a short string.
+    data: [ShortStr; HEAD],
+    /// The non-literal expressions (the same as in `ClassAd::attrs`): a
+    /// matchmaker evaluates them ad after ad (Requirements, Rank, Start...),
+    /// and reading them from here spares a cache miss on the attribute list.
+    exprs: [Option<Arc<Expr>>; HEAD],
+}
+
+impl Default for Head {
+    fn default() -> Head {
+        Head {
+            syms: [NO_SYMBOL; HEAD],
+            tags: [TAG_EXPR; HEAD],
+            data: [ShortStr::EMPTY; HEAD],
+            exprs: [const { None }; HEAD],
+        }
+    }
+}
+
+impl Head {
+    /// Position of `sym` among the inline symbols. (A plain scan: a
+    /// branch-free vector compare of all sixteen measured slower, as an
+    /// attribute is usually found among the first few.)
+    #[cfg_attr(not(debug_assertions), inline(always))]
+    fn find(&self, sym: Symbol) -> Option<usize> {
+        let id = sym.id();
+        self.syms.iter().position(|&s| s == id)
+    }
+
+    /// Describes attribute `i` (if it has an inline slot).
+    fn set(&mut self, i: usize, sym: Symbol, bound: &Bound) {
+        if i >= HEAD {
+            return;
+        }
+        self.syms[i] = sym.id();
+        self.exprs[i] = match bound {
+            Bound::Literal(_) => None,
+            Bound::Shared(e) => Some(e.clone()),
+        };
+        let (tag, data) = match bound.expr() {
+            Expr::Literal(v) => match v {
+                Value::Undefined => (TAG_UNDEFINED, ShortStr::EMPTY),
+                Value::Error => (TAG_ERROR, ShortStr::EMPTY),
+                Value::Bool(b) => (TAG_BOOL, ShortStr::from_u64(u64::from(*b))),
+                Value::Int(n) => (TAG_INT, ShortStr::from_u64(*n as u64)),
+                Value::Real(r) => (TAG_REAL, ShortStr::from_u64(r.to_bits())),
+                Value::Str(s) => match ShortStr::new(s) {
+                    Some(short) => (TAG_STR, short),
+                    None => (TAG_EXPR, ShortStr::EMPTY),
+                },
+                Value::List(_) | Value::Ad(_) => (TAG_EXPR, ShortStr::EMPTY),
+            },
+            _ => (TAG_EXPR, ShortStr::EMPTY),
+        };
+        self.tags[i] = tag;
+        self.data[i] = data;
+    }
+
+    /// The inline literal of attribute `i`, if it has one.
+    #[inline]
+    fn literal(&self, i: usize) -> Option<ValueRef<'_>> {
+        let tag = *self.tags.get(i)?;
+        let data = &self.data[i];
+        Some(match tag {
+            TAG_UNDEFINED => ValueRef::Undefined,
+            TAG_ERROR => ValueRef::Error,
+            TAG_BOOL => ValueRef::Bool(data.to_u64() != 0),
+            TAG_INT => ValueRef::Int(data.to_u64() as i64),
+            TAG_REAL => ValueRef::Real(f64::from_bits(data.to_u64())),
+            TAG_STR => ValueRef::ShortStr(data),
+            _ => return None,
+        })
+    }
 }
 
 impl ClassAd {
@@ -30,9 +266,8 @@ impl ClassAd {
     /// An empty ad with room for `n` attributes.
     pub fn with_capacity(n: usize) -> ClassAd {
         ClassAd {
-            syms: Vec::with_capacity(n),
-            names: Vec::with_capacity(n),
-            exprs: Vec::with_capacity(n),
+            head: Head::default(),
+            attrs: Vec::with_capacity(n),
         }
     }
 
@@ -58,12 +293,12 @@ impl ClassAd {
 
     /// Number of attributes.
     pub fn len(&self) -> usize {
-        self.exprs.len()
+        self.attrs.len()
     }
 
     /// True when the ad has no attributes.
     pub fn is_empty(&self) -> bool {
-        self.exprs.is_empty()
+        self.attrs.is_empty()
     }
 
     /// Binds `name` to `expr`, replacing any earlier binding of the same name (any case).
@@ -73,14 +308,21 @@ impl ClassAd {
 
     /// Like [`ClassAd::insert`] with an already interned name.
     pub fn insert_name(&mut self, name: Name, expr: Expr) {
-        match self.find_sym(name.sym) {
-            Some(i) => self.exprs[i] = expr,
-            None => {
-                self.syms.push(name.sym);
-                self.names.push(name.text);
-                self.exprs.push(expr);
+        let i = match self.find_sym(name.sym) {
+            Some(i) => {
+                self.attrs[i].expr = share(name.sym, expr);
+                i
             }
-        }
+            None => {
+                self.attrs.push(Attr {
+                    sym: name.sym,
+                    name: name.text,
+                    expr: share(name.sym, expr),
+                });
+                self.attrs.len() - 1
+            }
+        };
+        self.head.set(i, name.sym, &self.attrs[i].expr);
     }
 
     /// Binds `name` to a literal value.
@@ -98,29 +340,72 @@ impl ClassAd {
     /// Removes an attribute; returns its expression if it was there.
     pub fn remove(&mut self, name: &str) -> Option<Expr> {
         let i = self.find_sym(Symbol::intern(name))?;
-        self.syms.remove(i);
-        self.names.remove(i);
-        Some(self.exprs.remove(i))
+        let removed = self.attrs.remove(i);
+        self.head = Head::default();
+        for (j, a) in self.attrs.iter().enumerate() {
+            self.head.set(j, a.sym, &a.expr);
+        }
+        Some(removed.expr.into_expr())
     }
 
     /// The expression bound to `name` (any case).
     pub fn get(&self, name: &str) -> Option<&Expr> {
-        self.find_sym(Symbol::intern(name)).map(|i| &self.exprs[i])
+        self.find_sym(Symbol::intern(name)).map(|i| self.expr_at(i))
     }
 
     /// Position of the attribute with symbol `sym`.
+    #[cfg_attr(not(debug_assertions), inline(always))]
     pub fn find_sym(&self, sym: Symbol) -> Option<usize> {
-        self.syms.iter().position(|&s| s == sym)
+        match self.head.find(sym) {
+            Some(i) => Some(i),
+            None if self.attrs.len() > HEAD => self.find_sym_tail(sym),
+            None => None,
+        }
+    }
+
+    /// [`ClassAd::find_sym`] beyond the inline symbols.
+    #[cold]
+    #[inline(never)]
+    fn find_sym_tail(&self, sym: Symbol) -> Option<usize> {
+        self.attrs[HEAD..]
+            .iter()
+            .position(|a| a.sym == sym)
+            .map(|i| i + HEAD)
+    }
+
+    /// A number that identifies attribute `i` of this ad among all attributes
+    /// of all live ads (its slot's address): what cycle detection records.
+    /// Not the expression's address, since ads share expressions.
+    #[inline]
+    pub(crate) fn attr_key(&self, i: usize) -> usize {
+        &self.attrs[i] as *const Attr as usize
     }
 
     /// The expression at position `i` (from [`ClassAd::find_sym`]).
+    #[inline]
     pub fn expr_at(&self, i: usize) -> &Expr {
-        &self.exprs[i]
+        match self.head.exprs.get(i) {
+            Some(Some(e)) => e,
+            _ => self.attrs[i].expr.expr(),
+        }
+    }
+
+    /// The value of attribute `i` when it is bound to a literal, without
+    /// copying it (small scalars are read from inside the record).
+    #[inline]
+    pub fn literal_at(&self, i: usize) -> Option<ValueRef<'_>> {
+        if let Some(v) = self.head.literal(i) {
+            return Some(v);
+        }
+        match self.expr_at(i) {
+            Expr::Literal(v) => Some(v.view()),
+            _ => None,
+        }
     }
 
     /// Attributes in insertion order: (name as written, expression).
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Expr)> {
-        self.names.iter().map(|n| &**n).zip(self.exprs.iter())
+        self.attrs.iter().map(|a| (&*a.name, a.expr.expr()))
     }
 
     /// Evaluates attribute `name` with this ad as MY and no TARGET.
@@ -162,11 +447,11 @@ impl PartialEq for ClassAd {
     /// Same attributes (names ignoring case) bound to equal expressions, in any order.
     fn eq(&self, other: &Self) -> bool {
         self.len() == other.len()
-            && self
-                .syms
-                .iter()
-                .zip(self.exprs.iter())
-                .all(|(s, e)| other.find_sym(*s).is_some_and(|i| other.exprs[i] == *e))
+            && self.attrs.iter().all(|a| {
+                other
+                    .find_sym(a.sym)
+                    .is_some_and(|i| other.expr_at(i) == a.expr.expr())
+            })
     }
 }
 
@@ -174,5 +459,79 @@ impl fmt::Display for ClassAd {
     /// Prints the ad in new syntax on one line: `[ a = 1; b = 2 ]`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         crate::unparse::write_ad(f, self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parse_expr;
+
+    /// What `literal_at` must agree with: the bound expression's literal.
+    fn check_literals(ad: &ClassAd) {
+        for i in 0..ad.len() {
+            match (ad.literal_at(i), ad.expr_at(i)) {
+                (Some(v), Expr::Literal(w)) => {
+                    assert!(v.to_value().same_as(w).unwrap_or(false), "{i}: {v:?} {w:?}")
+                }
+                (None, Expr::Literal(w)) => panic!("{i}: literal {w:?} not seen"),
+                (Some(v), e) => panic!("{i}: {v:?} for {e:?}"),
+                (None, _) => {}
+            }
+        }
+    }
+
+    #[test]
+    fn literals_are_read_inline_or_from_the_expression() {
+        let mut ad = ClassAd::parse(
+            r#"[ i = -5; r = 2.5; t = true; f = false; u = undefined; e = error;
+                 s0 = ""; s8 = "12345678"; s9 = "123456789"; nul = "a\0b"; utf = "é";
+                 l = {1}; x = i + 1 ]"#,
+        )
+        .expect("ad parses");
+        check_literals(&ad);
+        assert!(matches!(ad.literal_at(7), Some(ValueRef::ShortStr(_))));
+        assert!(matches!(ad.literal_at(8), Some(ValueRef::Str(_))));
+        // Replacing and removing keep the inline copies in step.
+        ad.insert("i", parse_expr("i2 + 1").expect("parses"));
+        ad.insert_value("x", Value::Int(3));
+        check_literals(&ad);
+        ad.remove("r");
+        check_literals(&ad);
+        assert_eq!(ad.eval_attr("x"), Value::Int(3));
+        assert_eq!(ad.eval_attr("t"), Value::Bool(true));
+    }
+
+    #[test]
+    fn attributes_past_the_inline_ones_are_found() {
+        let defs: Vec<String> = (0..40).map(|i| format!("a{i} = {i}")).collect();
+        let ad = ClassAd::parse(&format!("[ {} ]", defs.join("; "))).expect("parses");
+        check_literals(&ad);
+        for i in 0..40 {
+            assert_eq!(ad.eval_attr(&format!("A{i}")), Value::Int(i));
+        }
+        assert_eq!(ad.eval_attr("a40"), Value::Undefined);
+    }
+
+    #[test]
+    fn ads_can_be_shared_between_threads() {
+        fn check<T: Send + Sync>() {}
+        check::<ClassAd>();
+    }
+
+    #[test]
+    fn identical_expressions_are_shared_and_print_as_written() {
+        let a =
+            ClassAd::parse_old("Requirements = Memory > 2 * 1024\nRank = Mips").expect("parses");
+        let b =
+            ClassAd::parse_old("Requirements = Memory > 2 * 1024\nRank = mips").expect("parses");
+        assert!(std::ptr::eq(a.expr_at(0), b.expr_at(0)));
+        assert!(!std::ptr::eq(a.expr_at(1), b.expr_at(1)));
+        assert_eq!(
+            b.to_old_syntax(),
+            "Requirements = Memory > 2 * 1024\nRank = mips\n"
+        );
+        let c = ClassAd::parse_old("Requirements = Memory > 2.0 * 1024").expect("parses");
+        assert!(!std::ptr::eq(a.expr_at(0), c.expr_at(0)));
     }
 }

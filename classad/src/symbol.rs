@@ -93,6 +93,7 @@ impl Symbol {
     }
 
     /// The raw id, useful for ordering and hashing.
+    #[inline]
     pub fn id(self) -> u32 {
         self.0
     }

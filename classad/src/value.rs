@@ -97,15 +97,22 @@ impl Value {
     /// HTCondor refuses to compare with each other (the result is ERROR); a
     /// list or ad against any other type is simply not identical.
     pub fn same_as(&self, other: &Value) -> Option<bool> {
-        Some(match (self, other) {
-            (Value::Undefined, Value::Undefined) | (Value::Error, Value::Error) => true,
-            (Value::Bool(a), Value::Bool(b)) => a == b,
-            (Value::Int(a), Value::Int(b)) => a == b,
-            (Value::Real(a), Value::Real(b)) => a == b || (a.is_nan() && b.is_nan()),
-            (Value::Str(a), Value::Str(b)) => a == b,
-            (Value::List(_), Value::List(_)) | (Value::Ad(_), Value::Ad(_)) => return None,
-            _ => false,
-        })
+        self.view().same_as(other.view())
+    }
+
+    /// A borrowed view of the value, which copies nothing.
+    #[inline]
+    pub fn view(&self) -> ValueRef<'_> {
+        match self {
+            Value::Undefined => ValueRef::Undefined,
+            Value::Error => ValueRef::Error,
+            Value::Bool(b) => ValueRef::Bool(*b),
+            Value::Int(i) => ValueRef::Int(*i),
+            Value::Real(r) => ValueRef::Real(*r),
+            Value::Str(s) => ValueRef::Str(s),
+            Value::List(l) => ValueRef::List(l),
+            Value::Ad(a) => ValueRef::Ad(a),
+        }
     }
 
     /// Structural equality, used by tests: like `same_as`, extended to lists
@@ -118,6 +125,126 @@ impl Value {
             (Value::Ad(a), Value::Ad(b)) => Arc::ptr_eq(a, b) || Arc::ptr_eq(&a.ad, &b.ad),
             _ => self.same_as(other).unwrap_or(false),
         }
+    }
+}
+
+/// A value seen without owning it: what operators work on, so that a literal
+/// (in an expression, or bound to an attribute, possibly stored inline in the
+/// record) is compared without copying it or touching a reference count.
+///
+/// Every variant holds at most one thin pointer, so that a `ValueRef` (and an
+/// `Option` of one) is two words, returned in registers: larger results are
+/// returned through memory, and reading them back right after they were
+/// written in pieces stalls the processor.
+#[derive(Clone, Copy, Debug)]
+pub enum ValueRef<'v> {
+    /// See [`Value::Undefined`].
+    Undefined,
+    /// See [`Value::Error`].
+    Error,
+    /// See [`Value::Bool`].
+    Bool(bool),
+    /// See [`Value::Int`].
+    Int(i64),
+    /// See [`Value::Real`].
+    Real(f64),
+    /// A [`Value::Str`].
+    Str(&'v Arc<str>),
+    /// A short string stored inline (in a record).
+    ShortStr(&'v ShortStr),
+    /// See [`Value::List`].
+    List(&'v Arc<Vec<Value>>),
+    /// See [`Value::Ad`].
+    Ad(&'v Arc<NestedAd>),
+}
+
+/// A string of at most eight bytes, none of them NUL, stored by value and
+/// padded with NULs (so its length needs no separate field). ClassAd
+/// strings that attribute values are compared with (architectures,
+/// operating systems...) are mostly this short.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShortStr([u8; 8]);
+
+impl ShortStr {
+    /// The empty string (also an all-zero payload).
+    pub const EMPTY: ShortStr = ShortStr([0; 8]);
+
+    /// A copy of `s`, if it is short enough and has no NUL.
+    pub fn new(s: &str) -> Option<ShortStr> {
+        if s.len() > 8 || s.bytes().any(|b| b == 0) {
+            return None;
+        }
+        let mut bytes = [0; 8];
+        bytes[..s.len()].copy_from_slice(s.as_bytes());
+        Some(ShortStr(bytes))
+    }
+
+    /// The string's UTF-8 bytes (a `str` would have to be validated again,
+    /// and operators compare strings byte by byte anyway).
+    #[inline]
+    pub fn as_bytes(&self) -> &[u8] {
+        // The padding NULs are the most significant bytes of the
+        // little-endian number: count them instead of scanning.
+        let pad = u64::from_le_bytes(self.0).leading_zeros() / 8;
+        &self.0[..8 - pad as usize]
+    }
+
+    /// Reuses the eight bytes for a number (records store scalars in the
+    /// same slots as short strings).
+    #[inline]
+    pub(crate) fn from_u64(n: u64) -> ShortStr {
+        ShortStr(n.to_le_bytes())
+    }
+
+    /// The number stored by [`ShortStr::from_u64`].
+    #[inline]
+    pub(crate) fn to_u64(self) -> u64 {
+        u64::from_le_bytes(self.0)
+    }
+}
+
+impl<'v> ValueRef<'v> {
+    /// The bytes of a string, of either representation.
+    #[inline]
+    pub fn str_bytes(self) -> Option<&'v [u8]> {
+        match self {
+            ValueRef::Str(s) => Some(s.as_bytes()),
+            ValueRef::ShortStr(s) => Some(s.as_bytes()),
+            _ => None,
+        }
+    }
+
+    /// An owned copy (allocates for a short string, whose bytes are always
+    /// valid UTF-8: they are a whole string's).
+    pub fn to_value(self) -> Value {
+        match self {
+            ValueRef::Undefined => Value::Undefined,
+            ValueRef::Error => Value::Error,
+            ValueRef::Bool(b) => Value::Bool(b),
+            ValueRef::Int(i) => Value::Int(i),
+            ValueRef::Real(r) => Value::Real(r),
+            ValueRef::Str(s) => Value::Str(s.clone()),
+            ValueRef::ShortStr(s) => Value::Str(String::from_utf8_lossy(s.as_bytes()).into()),
+            ValueRef::List(l) => Value::List(l.clone()),
+            ValueRef::Ad(a) => Value::Ad(a.clone()),
+        }
+    }
+
+    /// See [`Value::same_as`].
+    pub fn same_as(self, other: ValueRef<'_>) -> Option<bool> {
+        Some(match (self, other) {
+            (ValueRef::Undefined, ValueRef::Undefined) | (ValueRef::Error, ValueRef::Error) => true,
+            (ValueRef::Bool(a), ValueRef::Bool(b)) => a == b,
+            (ValueRef::Int(a), ValueRef::Int(b)) => a == b,
+            (ValueRef::Real(a), ValueRef::Real(b)) => a == b || (a.is_nan() && b.is_nan()),
+            (ValueRef::List(_), ValueRef::List(_)) | (ValueRef::Ad(_), ValueRef::Ad(_)) => {
+                return None;
+            }
+            (a, b) => match (a.str_bytes(), b.str_bytes()) {
+                (Some(a), Some(b)) => a == b,
+                _ => false,
+            },
+        })
     }
 }
 
