@@ -7,6 +7,7 @@
 //! # Layout
 //! - `ids`: newtype identifiers (requests, hosts, processes, jobs, connections).
 //! - `msg`: protocol messages, typed by direction.
+//! - `exe`: content-addressed executables: SHA-256 and verification shared by store and caches.
 //! - `frame`: length-prefixed frames with a JSON header and a verbatim payload.
 //! - `handshake`: version, role, mutual HMAC challenge-response on the pool secret.
 //! - `client`: the client library: `connect`, the `Carmi` handle (requests return
@@ -18,6 +19,7 @@
 
 pub mod admin;
 pub mod client;
+pub mod exe;
 pub mod frame;
 pub mod handshake;
 pub mod ids;

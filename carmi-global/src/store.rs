@@ -6,36 +6,16 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use carmi_api::exe::{ExeMismatch, is_sha256_hex};
 use carmi_api::msg::ExecutableRef;
-use sha2::{Digest, Sha256};
 use tracing::warn;
 
 /// Why an executable could not be stored or read.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// The announced hash is not 64 lower-case hex digits (and so cannot name a file).
-    #[error("`{0}` is not a sha256 (64 lower-case hex digits)")]
-    BadHash(String),
-    /// The bytes received are not as many as announced.
-    #[error("executable `{name}`: announced {expected} bytes, received {actual}")]
-    SizeMismatch {
-        /// Its name.
-        name: String,
-        /// Announced size.
-        expected: u64,
-        /// Received size.
-        actual: u64,
-    },
-    /// The bytes received hash to something else.
-    #[error("executable `{name}`: its contents hash to {actual}, not to the announced {expected}")]
-    HashMismatch {
-        /// Its name.
-        name: String,
-        /// Announced hash.
-        expected: String,
-        /// Hash of what arrived.
-        actual: String,
-    },
+    /// The bytes are not the executable the reference names.
+    #[error(transparent)]
+    Mismatch(#[from] ExeMismatch),
     /// The file system failed.
     #[error("{path}: {source}")]
     Io {
@@ -54,23 +34,11 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
     }
 }
 
-/// Lower-case hex SHA-256 of `bytes`.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 fn check_hash(sha256: &str) -> Result<(), StoreError> {
-    let ok = sha256.len() == 64
-        && sha256
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-    if ok {
+    if is_sha256_hex(sha256) {
         Ok(())
     } else {
-        Err(StoreError::BadHash(sha256.chars().take(80).collect()))
+        Err(ExeMismatch::BadHash(sha256.chars().take(80).collect()).into())
     }
 }
 
@@ -124,21 +92,7 @@ impl ExeStore {
     /// Storing the same contents again is harmless.
     pub fn put(&self, exe: &ExecutableRef, bytes: &[u8]) -> Result<(), StoreError> {
         let path = self.path_of(&exe.sha256)?;
-        if bytes.len() as u64 != exe.size {
-            return Err(StoreError::SizeMismatch {
-                name: exe.name.clone(),
-                expected: exe.size,
-                actual: bytes.len() as u64,
-            });
-        }
-        let actual = sha256_hex(bytes);
-        if actual != exe.sha256 {
-            return Err(StoreError::HashMismatch {
-                name: exe.name.clone(),
-                expected: exe.sha256.clone(),
-                actual,
-            });
-        }
+        exe.verify(bytes)?;
         // Bytes first, reference last: a reference always names complete bytes.
         write_atomically(&path, bytes)?;
         let json = serde_json::to_vec(exe).expect("references serialize");
@@ -182,6 +136,7 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use carmi_api::exe::sha256_hex;
 
     fn temp_dir(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("carmi-store-{tag}-{}", std::process::id()));
@@ -213,19 +168,22 @@ mod tests {
         wrong.size += 1;
         assert!(matches!(
             store.put(&wrong, bytes),
-            Err(StoreError::SizeMismatch { .. })
+            Err(StoreError::Mismatch(ExeMismatch::SizeMismatch { .. }))
         ));
         assert!(matches!(
             store.put(&exe, b"#!/bin/sh\necho HI\n"),
-            Err(StoreError::HashMismatch { .. })
+            Err(StoreError::Mismatch(ExeMismatch::HashMismatch { .. }))
         ));
         let mut evil = exe;
         evil.sha256 = "../../etc/passwd".into();
         assert!(matches!(
             store.put(&evil, bytes),
-            Err(StoreError::BadHash(_))
+            Err(StoreError::Mismatch(ExeMismatch::BadHash(_)))
         ));
-        assert!(matches!(store.get("../x"), Err(StoreError::BadHash(_))));
+        assert!(matches!(
+            store.get("../x"),
+            Err(StoreError::Mismatch(ExeMismatch::BadHash(_)))
+        ));
         assert_eq!(store.get(&"0".repeat(64)).unwrap(), None);
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
+use carmi_api::exe::sha256_hex;
 use carmi_api::frame::{FrameReader, encode_header, write_frame};
 use carmi_api::handshake::{self, HandshakeError, Secret};
 use carmi_api::ids::{ConnId, HostId, JobId, ProcessId, RequestId};
@@ -15,7 +16,6 @@ use carmi_api::msg::{
 };
 use carmi_global::router::RouterConfig;
 use carmi_global::server::{Server, ServerConfig};
-use carmi_global::store::sha256_hex;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};

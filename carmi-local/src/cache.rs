@@ -12,35 +12,15 @@ use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use carmi_api::exe::{ExeMismatch, is_sha256_hex};
 use carmi_api::msg::ExecutableRef;
-use sha2::{Digest, Sha256};
 
 /// Why an executable was not accepted into the cache.
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
-    /// The hash is not 64 lower-case hex digits (and so cannot name a file safely).
-    #[error("`{0}` is not a SHA-256 in lower-case hex")]
-    BadHash(String),
-    /// The bytes are not as long as announced.
-    #[error("executable {name}: size is {actual} bytes, expected {expected}")]
-    SizeMismatch {
-        /// File name of the executable.
-        name: String,
-        /// Announced size.
-        expected: u64,
-        /// Received size.
-        actual: u64,
-    },
-    /// The bytes do not hash to the announced value.
-    #[error("executable {name}: SHA-256 is {actual}, expected {expected}")]
-    HashMismatch {
-        /// File name of the executable.
-        name: String,
-        /// Announced hash.
-        expected: String,
-        /// Hash of the received bytes.
-        actual: String,
-    },
+    /// The bytes are not the executable the spawn asked for.
+    #[error(transparent)]
+    Mismatch(#[from] ExeMismatch),
     /// The cache directory cannot be written.
     #[error("cannot write {path}: {error}")]
     Io {
@@ -49,21 +29,6 @@ pub enum CacheError {
         /// The cause.
         error: std::io::Error,
     },
-}
-
-/// True for 64 lower-case hex digits: the only hashes the cache will use as file names.
-pub fn is_sha256_hex(s: &str) -> bool {
-    s.len() == 64
-        && s.bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-}
-
-/// SHA-256 of `bytes` in lower-case hex.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 /// The cache directory.
@@ -151,31 +116,14 @@ impl ExeCache {
 
 /// Checks that `bytes` are the executable `exe` names.
 pub fn verify(exe: &ExecutableRef, bytes: &[u8]) -> Result<(), CacheError> {
-    if !is_sha256_hex(&exe.sha256) {
-        return Err(CacheError::BadHash(exe.sha256.clone()));
-    }
-    if bytes.len() as u64 != exe.size {
-        return Err(CacheError::SizeMismatch {
-            name: exe.name.clone(),
-            expected: exe.size,
-            actual: bytes.len() as u64,
-        });
-    }
-    let actual = sha256_hex(bytes);
-    if actual != exe.sha256 {
-        return Err(CacheError::HashMismatch {
-            name: exe.name.clone(),
-            expected: exe.sha256.clone(),
-            actual,
-        });
-    }
-    Ok(())
+    Ok(exe.verify(bytes)?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::spawn::tests::TempDir;
+    use carmi_api::exe::sha256_hex;
 
     fn exe_ref(bytes: &[u8]) -> ExecutableRef {
         ExecutableRef {
@@ -209,14 +157,20 @@ mod tests {
         let cache = ExeCache::open(dir.path().join("cache")).unwrap();
         let r = exe_ref(b"the real program");
         let err = cache.store(&r, b"the evil program").unwrap_err();
-        assert!(matches!(err, CacheError::HashMismatch { .. }), "{err}");
+        assert!(
+            matches!(err, CacheError::Mismatch(ExeMismatch::HashMismatch { .. })),
+            "{err}"
+        );
         let err = cache.store(&r, b"short").unwrap_err();
-        assert!(matches!(err, CacheError::SizeMismatch { .. }), "{err}");
+        assert!(
+            matches!(err, CacheError::Mismatch(ExeMismatch::SizeMismatch { .. })),
+            "{err}"
+        );
         let mut traversal = r.clone();
         traversal.sha256 = "../../etc/passwd".into();
         assert!(matches!(
             cache.store(&traversal, b"x"),
-            Err(CacheError::BadHash(_))
+            Err(CacheError::Mismatch(ExeMismatch::BadHash(_)))
         ));
         assert!(cache.lookup(&traversal).is_none());
         let mut upper = r.clone();

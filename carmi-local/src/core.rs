@@ -32,7 +32,7 @@ use carmi_api::msg::{
     SlotActivity, ToGlobal,
 };
 
-use crate::cache::is_sha256_hex;
+use carmi_api::exe::is_sha256_hex;
 
 /// Something for the driver to do.
 #[derive(Clone, Debug, PartialEq)]

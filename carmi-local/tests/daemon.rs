@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bytes::Bytes;
+use carmi_api::exe::sha256_hex;
 use carmi_api::frame::{FrameReader, write_frame};
 use carmi_api::handshake::{self, Secret};
 use carmi_api::ids::{ConnId, HostId, JobId, ProcessId, RequestId};
@@ -13,7 +14,6 @@ use carmi_api::msg::{
     Event, ExecutableRef, ExitStatus, FromGlobal, FromLocal, Reply, Request, Role, ToGlobal,
     ToLocal,
 };
-use carmi_local::cache::sha256_hex;
 use carmi_local::config::{Settings, parse_attr_arg};
 use carmi_local::daemon::Daemon;
 use classad::ClassAd;
