@@ -20,12 +20,15 @@ pub fn bin_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let exe = std::env::current_exe().expect("path of the test binary");
-        // target/<profile>/deps/<test> -> target/<profile>
-        let dir = exe
+        // Tests live in target/<profile>/deps/, binaries of this package (the
+        // benchmark) in target/<profile>/ itself, beside the daemons.
+        let mut dir = exe
             .parent()
-            .and_then(Path::parent)
-            .expect("test binary lives in target/<profile>/deps")
+            .expect("the test binary lives in a directory")
             .to_path_buf();
+        if dir.file_name().is_some_and(|n| n == "deps") {
+            dir.pop();
+        }
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
         cmd.args([
