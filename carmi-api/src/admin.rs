@@ -2,14 +2,12 @@
 
 use std::time::Duration;
 
-use tokio::net::TcpStream;
-
 use crate::frame::{FrameReader, write_frame};
 use crate::handshake::{self, HandshakeError, Secret};
 use crate::msg::{FromGlobal, MachineStatus, Role, ToGlobal};
 
 /// How long to wait for the global RM to accept the connection.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub const CONNECT_TIMEOUT: Duration = crate::net::CONNECT_TIMEOUT;
 
 /// How long to wait for the answer once asked.
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -57,16 +55,9 @@ pub async fn pool_status(addr: &str, secret: &Secret) -> Result<Vec<MachineStatu
         addr: addr.to_string(),
         error,
     };
-    let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
+    let stream = crate::net::dial(addr, CONNECT_TIMEOUT)
         .await
-        .map_err(|_| {
-            unreachable(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()),
-            ))
-        })?
         .map_err(unreachable)?;
-    stream.set_nodelay(true).map_err(unreachable)?;
     let (r, mut w) = stream.into_split();
     let mut r = FrameReader::new(r);
     handshake::client(&mut r, &mut w, secret, &Role::Admin)

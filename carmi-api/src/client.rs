@@ -55,7 +55,7 @@ use crate::ids::{HostId, JobId, ParseIdError, ProcessId, RequestId};
 use crate::msg::{Event, Failure, FailureCode, FromLocal, Reply, Request, Role, SpawnTarget};
 
 /// How long `connect` waits for the local RM to accept the TCP connection.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub const CONNECT_TIMEOUT: Duration = crate::net::CONNECT_TIMEOUT;
 
 /// How long `connect` waits for `Attached` after the handshake: the local RM
 /// asks the global RM first, so this is longer than the handshake timeout.
@@ -413,16 +413,9 @@ pub async fn connect(opts: ConnectOptions) -> Result<(Carmi, EventStream), Conne
         addr: addr.clone(),
         error,
     };
-    let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&addr))
+    let stream = crate::net::dial(&addr, CONNECT_TIMEOUT)
         .await
-        .map_err(|_| {
-            unreachable(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()),
-            ))
-        })?
         .map_err(unreachable)?;
-    stream.set_nodelay(true).map_err(unreachable)?;
     let listener = open_listener(&opts, &stream).await?;
     let endpoint = listener
         .local_addr()

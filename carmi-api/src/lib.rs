@@ -9,6 +9,7 @@
 //! - `msg`: protocol messages, typed by direction.
 //! - `exe`: content-addressed executables: SHA-256 and verification shared by store and caches.
 //! - `frame`: length-prefixed frames with a JSON header and a verbatim payload.
+//! - `net`: dialing a peer (timeout, TCP_NODELAY).
 //! - `handshake`: version, role, mutual HMAC challenge-response on the pool secret.
 //! - `client`: the client library: `connect`, the `Carmi` handle (requests return
 //!   ids at once), the merged `EventStream`, direct messages between processes.
@@ -24,3 +25,4 @@ pub mod frame;
 pub mod handshake;
 pub mod ids;
 pub mod msg;
+pub mod net;

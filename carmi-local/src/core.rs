@@ -433,28 +433,20 @@ impl Core {
         }
         let Some(slot) = self.slot_of(launch.host) else {
             tracing::warn!(%process, host = %launch.host, "Spawn on a host that is not a slot of this machine");
-            let reason = format!("host {} is not a slot of this machine", launch.host);
-            self.send(
-                ToGlobal::Started {
-                    process,
-                    result: Err(reason),
-                },
-                Bytes::new(),
+            self.refuse_spawn(
+                process,
+                format!("host {} is not a slot of this machine", launch.host),
             );
             return;
         };
         if !is_sha256_hex(&launch.executable.sha256) {
             tracing::warn!(%process, sha256 = %launch.executable.sha256, "Spawn with a malformed executable hash");
-            let reason = format!(
-                "executable {}: `{}` is not a SHA-256 in lower-case hex",
-                launch.executable.name, launch.executable.sha256
-            );
-            self.send(
-                ToGlobal::Started {
-                    process,
-                    result: Err(reason),
-                },
-                Bytes::new(),
+            self.refuse_spawn(
+                process,
+                format!(
+                    "executable {}: `{}` is not a SHA-256 in lower-case hex",
+                    launch.executable.name, launch.executable.sha256
+                ),
             );
             return;
         }
@@ -586,6 +578,17 @@ impl Core {
                 );
             }
         }
+    }
+
+    /// Answers a `Spawn` that cannot be carried out at all.
+    fn refuse_spawn(&mut self, process: ProcessId, reason: String) {
+        self.send(
+            ToGlobal::Started {
+                process,
+                result: Err(reason),
+            },
+            Bytes::new(),
+        );
     }
 
     fn report_killed_before_start(&mut self, process: ProcessId) {

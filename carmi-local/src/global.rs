@@ -13,7 +13,6 @@ use bytes::Bytes;
 use carmi_api::frame::{FrameReader, write_frame};
 use carmi_api::handshake::{self, Secret};
 use carmi_api::msg::{FromGlobal, Role, ToGlobal};
-use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, watch};
 
@@ -116,10 +115,12 @@ enum ConnectError {
 async fn connect(
     cfg: &GlobalConfig,
 ) -> Result<(FrameReader<OwnedReadHalf>, OwnedWriteHalf), ConnectError> {
-    let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&cfg.addr))
+    let stream = carmi_api::net::dial(&cfg.addr, CONNECT_TIMEOUT)
         .await
-        .map_err(|_| ConnectError::Timeout)??;
-    let _ = stream.set_nodelay(true);
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::TimedOut => ConnectError::Timeout,
+            _ => e.into(),
+        })?;
     let (r, mut w) = stream.into_split();
     let mut reader = FrameReader::new(r);
     let role = Role::Local {

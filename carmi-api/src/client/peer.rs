@@ -87,12 +87,8 @@ async fn run(shared: Arc<Shared>, to: ProcessId, mut rx: mpsc::UnboundedReceiver
 /// Looks the peer up (once), connects and introduces this process.
 async fn open(shared: &Shared, to: ProcessId) -> Result<BufWriter<OwnedWriteHalf>, String> {
     let addr = endpoint_of(shared, to).await?;
-    let stream = tokio::time::timeout(super::CONNECT_TIMEOUT, TcpStream::connect(&addr))
+    let stream = crate::net::dial(&addr, super::CONNECT_TIMEOUT)
         .await
-        .map_err(|_| format!("cannot connect to process {to} at {addr}: no answer"))?
-        .map_err(|e| format!("cannot connect to process {to} at {addr}: {e}"))?;
-    stream
-        .set_nodelay(true)
         .map_err(|e| format!("cannot connect to process {to} at {addr}: {e}"))?;
     let (r, mut w) = stream.into_split();
     let mut r = FrameReader::new(r);
