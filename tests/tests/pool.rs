@@ -341,15 +341,25 @@ async fn every_service_end_to_end() {
     let all: Vec<HostId> = hosts.iter().chain(got.iter()).copied().collect();
     let watch = carmi.delete_notify(&all);
     inbox.done(watch).await;
-    let info = match inbox.done(carmi.get_host_info(hosts[0])).await {
-        Reply::Host(info) => info,
-        other => panic!("unexpected {other:?}"),
-    };
-    let victim = pool
-        .locals
-        .iter()
-        .position(|l| info.name.ends_with(&format!("@{}", l.name)))
-        .unwrap_or_else(|| panic!("host name {} names no machine", info.name));
+    // The victim must not be the app's own local RM (m0): losing that would
+    // cut the app off instead of notifying it.
+    let mut victim = None;
+    for &h in &all {
+        let info = match inbox.done(carmi.get_host_info(h)).await {
+            Reply::Host(info) => info,
+            other => panic!("unexpected {other:?}"),
+        };
+        let machine = pool
+            .locals
+            .iter()
+            .position(|l| info.name.ends_with(&format!("@{}", l.name)))
+            .unwrap_or_else(|| panic!("host name {} names no machine", info.name));
+        if machine != 0 {
+            victim = Some(machine);
+            break;
+        }
+    }
+    let victim = victim.expect("the four fast machines are not all m0");
     let killed_at = Instant::now();
     pool.kill_local(victim);
     let bound = Duration::from_millis(HEARTBEAT_MS * (MISSED_HEARTBEATS as u64 + 2))
