@@ -487,6 +487,20 @@ pub enum SlotActivity {
     Vacated,
 }
 
+/// What an owner-activity source tells a local RM. Real machines measure
+/// their owner themselves; simulated owners (`owner-sim`) report through this,
+/// either in-process (`carmi_local::daemon::Daemon::owner_event`) or over the
+/// local RM's control connection.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum OwnerEvent {
+    /// The owner is at the machine: keyboard idle time is zero from now on.
+    Arrive,
+    /// The owner left: keyboard idle time counts up from zero.
+    Leave,
+    /// The load average the owner's own programs put on the machine.
+    Load(f64),
+}
+
 /// Global RM -> local RM.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum FromGlobal {

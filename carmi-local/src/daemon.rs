@@ -20,7 +20,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use carmi_api::handshake::Secret;
 use carmi_api::ids::{ConnId, JobId, ProcessId, RequestId};
-use carmi_api::msg::{ExecutableRef, FromGlobal, FromLocal, Request, ToGlobal};
+use carmi_api::msg::{ExecutableRef, FromGlobal, FromLocal, OwnerEvent, Request, ToGlobal};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -85,6 +85,7 @@ pub(crate) enum Input {
     },
     SuspendSlot(u32, oneshot::Sender<bool>),
     ResumeSlot(u32, oneshot::Sender<bool>),
+    Owner(OwnerEvent),
 }
 
 /// A running local RM.
@@ -226,6 +227,13 @@ impl Daemon {
     pub async fn resume_slot(&self, slot: u32) -> bool {
         let (tx, rx) = oneshot::channel();
         self.inputs.send(Input::ResumeSlot(slot, tx)).await.is_ok() && rx.await.unwrap_or(false)
+    }
+
+    /// Reports owner activity (from a simulated owner). False if the daemon is stopping.
+    // Interim: an arriving owner suspends every slot and a leaving one resumes
+    // them; the owner policy (START/SUSPEND/CONTINUE/PREEMPT/KILL) replaces this.
+    pub async fn owner_event(&self, event: OwnerEvent) -> bool {
+        self.inputs.send(Input::Owner(event)).await.is_ok()
     }
 
     /// Kills every process (SIGTERM, SIGKILL after the grace period), reports
@@ -435,6 +443,15 @@ impl Driver {
             }
             Input::ResumeSlot(slot, reply) => {
                 let _ = reply.send(self.core.resume_slot(slot));
+            }
+            Input::Owner(event) => {
+                for slot in 0..self.core.slots() {
+                    match event {
+                        OwnerEvent::Arrive => self.core.suspend_slot(slot),
+                        OwnerEvent::Leave => self.core.resume_slot(slot),
+                        OwnerEvent::Load(_) => true,
+                    };
+                }
             }
         }
     }
