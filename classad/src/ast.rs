@@ -211,7 +211,7 @@ impl Expr {
                 }
                 Expr::Ad(Arc::new(bare))
             }
-            Expr::Select(e, n) => Expr::Select(Box::new(e.without_parens()), n.clone()),
+            Expr::Select(e, n) => Expr::Select(Box::new(e.without_parens()), *n),
             Expr::Index(b) => Expr::Index(Box::new((b.0.without_parens(), b.1.without_parens()))),
             Expr::Unary(op, e) => Expr::Unary(*op, Box::new(e.without_parens())),
             Expr::Binary(op, b) => Expr::binary(*op, b.0.without_parens(), b.1.without_parens()),
@@ -222,7 +222,7 @@ impl Expr {
             ))),
             Expr::Elvis(b) => Expr::Elvis(Box::new((b.0.without_parens(), b.1.without_parens()))),
             Expr::Call(c) => Expr::Call(Box::new(Call {
-                name: c.name.clone(),
+                name: c.name,
                 func: c.func,
                 args: c.args.iter().map(Expr::without_parens).collect(),
             })),

@@ -42,11 +42,11 @@ pub(crate) fn classad(text: &str) -> Option<ClassAd> {
 
 /// One line of an old-syntax ad. `Some(None)` for a blank or `#` comment
 /// line, `Some(Some(..))` for `Name = expr`, `None` to defer to the slow path.
-pub(crate) fn old_line(line: &str) -> Option<Option<(Name, Expr)>> {
+pub(crate) fn old_line(line: &str) -> Option<OldLine<'_>> {
     let mut p = Fast::new(line);
     match p.peek() {
-        None => return Some(None),
-        Some(b'#') => return Some(None),
+        None => return Some(OldLine::Blank),
+        Some(b'#') => return Some(OldLine::Blank),
         Some(b) if b.is_ascii_alphabetic() || b == b'_' => {}
         Some(_) => return None,
     }
@@ -54,8 +54,24 @@ pub(crate) fn old_line(line: &str) -> Option<Option<(Name, Expr)>> {
     if !p.eat(b'=') || p.s.get(p.pos) == Some(&b'=') {
         return None;
     }
+    let name = Name::new(name);
+    let source = &line[p.pos..];
+    if let Some(e) = crate::record::recent_by_source(name.sym, source) {
+        return Some(OldLine::Shared(name, e));
+    }
     let (e, _) = p.expr()?;
-    p.at_end().then(|| Some((Name::new(name), e)))
+    p.at_end().then_some(OldLine::Parsed(name, e, source))
+}
+
+/// What [`old_line`] makes of a line it can read.
+pub(crate) enum OldLine<'a> {
+    /// Nothing to bind (blank or a comment).
+    Blank,
+    /// A binding, parsed from its right-hand side (the text after `=`).
+    Parsed(Name, Expr, &'a str),
+    /// A binding whose right-hand side repeats the text of the tree the
+    /// previous ad bound to the same name, shared without parsing.
+    Shared(Name, std::sync::Arc<Expr>),
 }
 
 type Built = Option<(Expr, usize)>;

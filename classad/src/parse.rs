@@ -16,6 +16,7 @@ use pest::iterators::Pair;
 
 use crate::ast::{BinaryOp, Call, Expr, RefScope, UnaryOp};
 use crate::builtins;
+use crate::fastparse::OldLine;
 use crate::record::ClassAd;
 use crate::symbol::Name;
 use crate::value::Value;
@@ -251,13 +252,17 @@ pub fn parse_old_classad(text: &str) -> Result<ClassAd, ParseError> {
     // Room for a typical small ad up front; counting lines first costs more
     // than the regrowths it would save on large ones.
     let mut ad = ClassAd::with_capacity(16);
-    for (n, raw) in text.lines().enumerate() {
+    for (n, raw) in lines(text).enumerate() {
         match crate::fastparse::old_line(raw) {
-            Some(Some((name, e))) => {
-                ad.insert_name(name, e);
+            Some(OldLine::Parsed(name, e, source)) => {
+                ad.insert_parsed(name, e, source);
                 continue;
             }
-            Some(None) => continue,
+            Some(OldLine::Shared(name, e)) => {
+                ad.insert_shared(name, e);
+                continue;
+            }
+            Some(OldLine::Blank) => continue,
             None => {}
         }
         let line = raw.trim();
@@ -290,6 +295,23 @@ pub fn parse_old_classad(text: &str) -> Result<ClassAd, ParseError> {
         ad.insert(&name, e);
     }
     Ok(ad)
+}
+
+/// The lines of `text` as `str::lines` cuts them (`\n` or `\r\n` ends a
+/// line, a last line without an end counts), found with SIMD search.
+pub(crate) fn lines(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let (line, next) = match memchr::memchr(b'\n', rest.as_bytes()) {
+            Some(i) => (&rest[..i], &rest[i + 1..]),
+            None => (rest, ""),
+        };
+        rest = next;
+        Some(line.strip_suffix('\r').unwrap_or(line))
+    })
 }
 
 fn first_inner(p: Pair<'_, Rule>) -> Pair<'_, Rule> {

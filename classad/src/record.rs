@@ -28,7 +28,7 @@ pub struct ClassAd {
 struct Attr {
     sym: Symbol,
     /// The name as first written, for printing.
-    name: Arc<str>,
+    name: &'static str,
     expr: Bound,
 }
 
@@ -60,18 +60,38 @@ impl Bound {
 /// How many recently inserted expressions [`share`] remembers per thread.
 const SHARE_SLOTS: usize = 64;
 
-/// Slots of recently bound expressions, each with the name it was bound to.
-type Recent = Vec<Option<(Symbol, Arc<Expr>)>>;
+/// A recently bound expression, the name it was bound to and, when it came
+/// from text, that text.
+#[derive(Clone)]
+struct Recent {
+    sym: Symbol,
+    expr: Arc<Expr>,
+    source: Option<Box<str>>,
+}
 
 thread_local! {
     /// The last non-literal expression bound to each of a few attribute
     /// names (a name's slot is its symbol id modulo [`SHARE_SLOTS`]), so that
     /// identical expressions of successive ads are stored once.
-    static RECENT: RefCell<Recent> = RefCell::new(vec![None; SHARE_SLOTS]);
+    static RECENT: RefCell<Vec<Option<Recent>>> = RefCell::new(vec![None; SHARE_SLOTS]);
+}
+
+/// The tree last bound to `sym` if it was parsed from exactly `source`.
+///
+/// The same text always parses to the same tree, so an old-syntax line whose
+/// right-hand side repeats the previous ad's (Requirements, Rank and the like
+/// in a pool's ads) need not be parsed at all: comparing the bytes is a few
+/// dozen instructions, parsing them thousands.
+pub(crate) fn recent_by_source(sym: Symbol, source: &str) -> Option<Arc<Expr>> {
+    RECENT.with_borrow(|recent| match &recent[sym.id() as usize % SHARE_SLOTS] {
+        Some(r) if r.sym == sym && r.source.as_deref() == Some(source) => Some(r.expr.clone()),
+        _ => None,
+    })
 }
 
 /// Prepares `expr` to be bound to `sym`, sharing it with the previous ad that
-/// bound the same name to an identical expression.
+/// bound the same name to an identical expression; `source` is the text it
+/// was parsed from, if any (see [`recent_by_source`]).
 ///
 /// Pools are made of ads written by the same daemons, whose Requirements,
 /// Rank and the like are the same text in every ad (HTCondor caches
@@ -79,20 +99,27 @@ thread_local! {
 /// while a matchmaker evaluates it against ad after ad; parsed separately,
 /// each copy is scattered in the heap among the parser's garbage, and
 /// walking it costs a cache miss per node.
-fn share(sym: Symbol, expr: Expr) -> Bound {
+fn share(sym: Symbol, expr: Expr, source: Option<&str>) -> Bound {
     if matches!(expr, Expr::Literal(_)) {
         return Bound::Literal(expr);
     }
     RECENT.with_borrow_mut(|recent| {
         let slot = &mut recent[sym.id() as usize % SHARE_SLOTS];
-        if let Some((s, prev)) = slot
-            && *s == sym
-            && same_tree(prev, &expr)
+        if let Some(r) = slot
+            && r.sym == sym
+            && same_tree(&r.expr, &expr)
         {
-            return Bound::Shared(prev.clone());
+            if source.is_some() && r.source.as_deref() != source {
+                r.source = source.map(Box::from);
+            }
+            return Bound::Shared(r.expr.clone());
         }
         let shared = Arc::new(expr);
-        *slot = Some((sym, shared.clone()));
+        *slot = Some(Recent {
+            sym,
+            expr: shared.clone(),
+            source: source.map(Box::from),
+        });
         Bound::Shared(shared)
     })
 }
@@ -308,16 +335,34 @@ impl ClassAd {
 
     /// Like [`ClassAd::insert`] with an already interned name.
     pub fn insert_name(&mut self, name: Name, expr: Expr) {
+        let bound = share(name.sym, expr, None);
+        self.bind(name, bound);
+    }
+
+    /// Binds `name` to `expr` parsed from `source`, remembering the text so
+    /// that the next ad binding the same name to the same text can skip
+    /// parsing it (see [`recent_by_source`]).
+    pub(crate) fn insert_parsed(&mut self, name: Name, expr: Expr, source: &str) {
+        let bound = share(name.sym, expr, Some(source));
+        self.bind(name, bound);
+    }
+
+    /// Binds `name` to a tree shared with an earlier ad.
+    pub(crate) fn insert_shared(&mut self, name: Name, expr: Arc<Expr>) {
+        self.bind(name, Bound::Shared(expr));
+    }
+
+    fn bind(&mut self, name: Name, bound: Bound) {
         let i = match self.find_sym(name.sym) {
             Some(i) => {
-                self.attrs[i].expr = share(name.sym, expr);
+                self.attrs[i].expr = bound;
                 i
             }
             None => {
                 self.attrs.push(Attr {
                     sym: name.sym,
                     name: name.text,
-                    expr: share(name.sym, expr),
+                    expr: bound,
                 });
                 self.attrs.len() - 1
             }
@@ -405,7 +450,7 @@ impl ClassAd {
 
     /// Attributes in insertion order: (name as written, expression).
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Expr)> {
-        self.attrs.iter().map(|a| (&*a.name, a.expr.expr()))
+        self.attrs.iter().map(|a| (a.name, a.expr.expr()))
     }
 
     /// Evaluates attribute `name` with this ad as MY and no TARGET.
@@ -533,5 +578,28 @@ mod tests {
         );
         let c = ClassAd::parse_old("Requirements = Memory > 2.0 * 1024").expect("parses");
         assert!(!std::ptr::eq(a.expr_at(0), c.expr_at(0)));
+    }
+
+    #[test]
+    fn repeated_source_text_is_reused_only_for_the_same_name_and_text() {
+        let a = ClassAd::parse_old("Start = KeyboardIdle > 15 * 60\nX = 1").expect("parses");
+        let b = ClassAd::parse_old("Start = KeyboardIdle > 15 * 60\nX = 2").expect("parses");
+        assert!(std::ptr::eq(a.expr_at(0), b.expr_at(0)));
+        // Same text under another name, and a longer text with the same
+        // beginning, are parsed for themselves.
+        let c =
+            ClassAd::parse_old("Other = KeyboardIdle > 15 * 60\nStart = KeyboardIdle > 15 * 600")
+                .expect("parses");
+        assert_eq!(
+            c.to_old_syntax(),
+            "Other = KeyboardIdle > 15 * 60\nStart = KeyboardIdle > 15 * 600\n"
+        );
+        let mut d = c.clone();
+        d.insert_value("KeyboardIdle", Value::Int(1000));
+        assert_eq!(d.eval_attr("Start"), Value::Bool(false));
+        assert_eq!(d.eval_attr("Other"), Value::Bool(true));
+        // A line that does not parse is an error even after the same name
+        // was bound to valid text.
+        assert!(ClassAd::parse_old("Start = KeyboardIdle > (15 * 60").is_err());
     }
 }

@@ -12,7 +12,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{LazyLock, Mutex};
 
 /// An interned, case-folded attribute name. Equal symbols mean names that are
 /// equal ignoring ASCII case.
@@ -46,8 +46,8 @@ impl Hasher for NameHasher {
 
 type Fast = BuildHasherDefault<NameHasher>;
 
-/// Exact spelling -> (symbol, shared spelling).
-type Spellings = HashMap<Box<str>, (Symbol, Arc<str>), Fast>;
+/// Exact spelling -> (symbol, the spelling kept for good).
+type Spellings = HashMap<&'static str, (Symbol, &'static str), Fast>;
 
 #[derive(Default)]
 struct Interner {
@@ -62,26 +62,31 @@ thread_local! {
     static LOCAL: RefCell<Spellings> = RefCell::new(HashMap::default());
 }
 
-fn intern_global(spelling: &str) -> (Symbol, Arc<str>) {
+fn intern_global(spelling: &str) -> (Symbol, &'static str) {
     let mut g = INTERNER.lock().expect("symbol interner lock poisoned");
     if let Some(hit) = g.spellings.get(spelling) {
-        return hit.clone();
+        return *hit;
     }
     let folded = spelling.to_ascii_lowercase();
     let next = g.folded.len() as u32;
     let id = *g.folded.entry(folded.into_boxed_str()).or_insert(next);
-    let entry = (Symbol(id), Arc::<str>::from(spelling));
-    g.spellings.insert(spelling.into(), entry.clone());
+    // Leaked on purpose: the table never shrinks (see the module docs), and
+    // a `&'static str` makes every copy of a name free, where a shared,
+    // reference-counted one cost two atomic operations per copy and made
+    // threads parsing ads at once contend on the counts.
+    let kept: &'static str = Box::leak(spelling.into());
+    let entry = (Symbol(id), kept);
+    g.spellings.insert(kept, entry);
     entry
 }
 
-fn intern_spelling(spelling: &str) -> (Symbol, Arc<str>) {
+fn intern_spelling(spelling: &str) -> (Symbol, &'static str) {
     LOCAL.with(|local| {
         if let Some(hit) = local.borrow().get(spelling) {
-            return hit.clone();
+            return *hit;
         }
         let entry = intern_global(spelling);
-        local.borrow_mut().insert(spelling.into(), entry.clone());
+        local.borrow_mut().insert(entry.1, entry);
         entry
     })
 }
@@ -100,12 +105,12 @@ impl Symbol {
 }
 
 /// An attribute name as written (for printing) together with its symbol (for lookup).
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 pub struct Name {
     /// The folded, interned name.
     pub sym: Symbol,
-    /// The spelling the user wrote, kept for printing; shared by every use of that spelling.
-    pub text: Arc<str>,
+    /// The spelling the user wrote, kept for printing; one copy per distinct spelling.
+    pub text: &'static str,
 }
 
 impl Name {
@@ -135,8 +140,8 @@ mod tests {
 
     #[test]
     fn spelling_is_kept() {
-        assert_eq!(&*Name::new("KFlops").text, "KFlops");
-        assert_eq!(&*Name::new("kflops").text, "kflops");
+        assert_eq!(Name::new("KFlops").text, "KFlops");
+        assert_eq!(Name::new("kflops").text, "kflops");
         assert_eq!(Name::new("KFlops"), Name::new("kflops"));
     }
 

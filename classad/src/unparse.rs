@@ -178,14 +178,14 @@ pub fn write_expr<W: Write>(w: &mut W, e: &Expr) -> fmt::Result {
                 RefScope::Target => "TARGET.",
                 RefScope::Parent => "parent.",
             })?;
-            write_name(w, &name.text)
+            write_name(w, name.text)
         }
         Expr::Select(base, name) => {
             // `1.x` would read as a malformed number, and `my.x` as a scoped
             // reference rather than a selection from an attribute named `my`.
             match &**base {
                 Expr::Literal(Value::Int(_) | Value::Real(_)) => write_operand(w, base, true)?,
-                Expr::Attr(RefScope::Bare, n) if crate::parse::scope_prefix(&n.text).is_some() => {
+                Expr::Attr(RefScope::Bare, n) if crate::parse::scope_prefix(n.text).is_some() => {
                     w.write_char('\'')?;
                     for c in n.text.chars() {
                         write_escaped_char(w, c, '\'')?;
@@ -195,7 +195,7 @@ pub fn write_expr<W: Write>(w: &mut W, e: &Expr) -> fmt::Result {
                 _ => write_operand(w, base, strength(base) < 30)?,
             }
             w.write_char('.')?;
-            write_name(w, &name.text)
+            write_name(w, name.text)
         }
         Expr::Index(b) => {
             write_operand(w, &b.0, strength(&b.0) < 30)?;
@@ -231,7 +231,7 @@ pub fn write_expr<W: Write>(w: &mut W, e: &Expr) -> fmt::Result {
             write_operand(w, &b.1, strength(&b.1) < 30 && !is_negative_number(&b.1))
         }
         Expr::Call(c) => {
-            w.write_str(&c.name.text)?;
+            w.write_str(c.name.text)?;
             w.write_char('(')?;
             for (i, a) in c.args.iter().enumerate() {
                 if i > 0 {

@@ -481,7 +481,7 @@ fn calls_keep_their_name_and_resolve_builtins() {
         let Ok(Expr::Call(c)) = parse_expr(&e.to_string()) else {
             panic!("{e} does not parse to a call");
         };
-        assert_eq!(&*c.name.text, n, "the name is printed as written");
+        assert_eq!(c.name.text, n, "the name is printed as written");
         assert_eq!(c.func.is_some(), classad::builtins::lookup(n).is_some());
     }
 }

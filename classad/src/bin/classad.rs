@@ -411,8 +411,7 @@ impl<'a> AdSpans<'a> {
     /// The line starting at `pos` without its `\n`, and where the next line starts.
     fn line_at(&self, pos: usize) -> (&'a [u8], usize) {
         let rest = &self.text[pos..];
-        // `str::find` with a char is memchr, much faster than a byte loop.
-        match rest.find('\n') {
+        match memchr::memchr(b'\n', rest.as_bytes()) {
             Some(i) => (&rest.as_bytes()[..i], pos + i + 1),
             None => (rest.as_bytes(), self.text.len()),
         }
