@@ -33,6 +33,7 @@ pub mod core;
 pub mod daemon;
 pub mod global;
 pub mod machine;
+pub mod policy;
 pub mod spawn;
 
 use std::path::PathBuf;
