@@ -93,15 +93,15 @@ impl Sim {
         let p = &self.policy;
         if p.may_start() {
             assert!(
-                matches!(
-                    self.at(),
-                    (S::Unclaimed, A::Idle) | (S::Claimed, A::Busy)
-                ),
+                matches!(self.at(), (S::Unclaimed, A::Idle) | (S::Claimed, A::Busy)),
                 "may start only when open, not in {:?}",
                 self.at()
             );
         }
-        assert!(p.next_deadline() > self.now, "the deadline is in the future");
+        assert!(
+            p.next_deadline() > self.now,
+            "the deadline is in the future"
+        );
         if p.state() == S::Owner || p.state() == S::Unclaimed {
             assert_eq!(p.activity(), A::Idle);
         }
@@ -215,7 +215,11 @@ fn vacate_of_an_owner_gone_meanwhile_reopens_at_once() {
     // owner has been away long enough for START as well.
     s.left_at = Some(-20.0 * MIN);
     assert_eq!(s.run_for(10.1 * MIN), [E::Vacate]);
-    assert_eq!(s.jobs(0), [E::Open], "Preempting -> Owner -> Unclaimed in one step");
+    assert_eq!(
+        s.jobs(0),
+        [E::Open],
+        "Preempting -> Owner -> Unclaimed in one step"
+    );
     assert_eq!(s.at(), (S::Unclaimed, A::Idle));
 }
 
