@@ -7,6 +7,8 @@
 //! - application process -> application process (direct messages): [`PeerMessage`].
 //!
 //! An admin tool (`carmi status`) talks to the global RM with [`ToGlobal::Status`].
+//! A control tool (`owner-sim`) talks to a local RM with [`ToLocalControl`] /
+//! [`FromLocalControl`] after a handshake as [`Role::Admin`].
 //!
 //! Messages are serde types encoded as JSON in the frame header; bulk bytes
 //! (executables, application message bodies) travel verbatim as the frame
@@ -499,6 +501,29 @@ pub enum OwnerEvent {
     Leave,
     /// The load average the owner's own programs put on the machine.
     Load(f64),
+}
+
+/// Control tool (`owner-sim`, an admin) -> local RM, on a connection whose
+/// handshake role is [`Role::Admin`] (the local RM's control connection).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ToLocalControl {
+    /// Owner activity, for a local RM whose owner source is `simulated`.
+    Owner(OwnerEvent),
+}
+
+/// Local RM -> control tool: one answer per [`ToLocalControl`], in order.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum FromLocalControl {
+    /// The owner event was taken in and the policy evaluated; any suspend,
+    /// resume or vacate it caused has been signalled before this was sent.
+    OwnerApplied {
+        /// False if the local RM measures a real owner and ignored the event.
+        applied: bool,
+        /// The machine's policy state afterwards (`Owner`, `Unclaimed`, `Claimed`, `Preempting`).
+        state: String,
+        /// Its activity afterwards (`Idle`, `Busy`, `Suspended`, `Vacating`, `Killing`).
+        activity: String,
+    },
 }
 
 /// Global RM -> local RM.

@@ -1,6 +1,7 @@
 //! Application processes connect here: one task per connection, which runs
 //! the handshake, turns frames into driver inputs, and writes what the driver
 //! sends back. A bad frame or a failed handshake closes that connection only.
+//! A connection with the `Admin` role is a control connection ([`crate::control`]).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -57,9 +58,9 @@ async fn connection(
     let mut reader = FrameReader::new(r);
     // Other roles are refused inside the handshake, so that the client is told why.
     let admit = |role: &Role| match role {
-        Role::Application { .. } => Ok(()),
+        Role::Application { .. } | Role::Admin => Ok(()),
         other => Err(format!(
-            "a local RM serves application processes only, not {other:?}"
+            "a local RM serves application processes and control tools only, not {other:?}"
         )),
     };
     let role = match handshake::server_with(&mut reader, &mut w, &secret, admit).await {
@@ -69,6 +70,10 @@ async fn connection(
             return;
         }
     };
+    if role == Role::Admin {
+        crate::control::serve(reader, w, peer, inputs, stop).await;
+        return;
+    }
     let Role::Application {
         job,
         process,

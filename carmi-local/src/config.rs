@@ -13,6 +13,20 @@
 //! Owner = '"alice"'           # a string is ClassAd expression text
 //! HasMatlab = true            # booleans and numbers are taken as literals
 //! Rank = 'TARGET.Owner == "alice" ? 10 : 0'
+//!
+//! [policy]                    # the owner policy (see `crate::policy`); all optional
+//! minute = 60.0               # seconds in one policy minute; smaller speeds everything up
+//! start = "KeyboardIdle > 15 * Minute && NonPoolLoad < 0.3"
+//! suspend = "KeyboardIdle < Minute || NonPoolLoad > 0.7"
+//! continue = "KeyboardIdle > 5 * Minute && NonPoolLoad < 0.3"
+//! preempt = 'Activity == "Suspended" && ActivityTimer > 10 * Minute'
+//! kill = 'Activity == "Vacating" && ActivityTimer > VacateGrace'
+//! vacate_grace = 10.0         # SIGTERM -> SIGKILL on vacate, seconds, scaled by minute / 60
+//!
+//! [owner]
+//! source = "real"             # "real": measure this machine's keyboard and load;
+//!                             # "simulated": the owner starts away (idle for a long
+//!                             # time) and only reported owner events change that
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -20,6 +34,8 @@ use std::time::Duration;
 
 use classad::{Expr, ParseError, Value, parse_expr};
 use serde::Deserialize;
+
+use crate::policy::PolicyConfig;
 
 /// Default SIGTERM -> SIGKILL grace period.
 pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(2);
@@ -31,7 +47,12 @@ pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(5);
 #[command(
     name = "carmi-local",
     version,
-    about = "CARMI local resource manager: lends this machine's slots to the pool"
+    about = "CARMI local resource manager: lends this machine's slots to the pool",
+    after_help = "Owner policy (configuration file):\n  \
+[policy] minute = 60.0 (seconds per policy minute), start, suspend, continue, preempt, kill\n  \
+(ClassAd expressions over State, Activity, KeyboardIdle, LoadAvg, NonPoolLoad,\n  \
+ActivityTimer, StateTimer, Minute, VacateGrace), vacate_grace = 10.0 (seconds, scaled by minute/60)\n  \
+[owner] source = \"real\" | \"simulated\" (also --owner)"
 )]
 pub struct Cli {
     /// Address of the global RM.
@@ -58,6 +79,50 @@ pub struct Cli {
     /// Directory for the executable cache, sandboxes and outputs.
     #[arg(long, value_name = "DIR")]
     pub work_dir: Option<PathBuf>,
+    /// Where owner activity comes from: `real` (this machine's keyboard and
+    /// load) or `simulated` (owner events from the control connection only).
+    #[arg(long, value_name = "SOURCE")]
+    pub owner: Option<OwnerSource>,
+}
+
+/// Where the owner's activity comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum OwnerSource {
+    /// Measure this machine: terminal and input device idle time, load not ours.
+    Real,
+    /// Only `OwnerEvent`s (in-process or over the control connection); the
+    /// owner starts away, idle for a long time.
+    Simulated,
+}
+
+/// The `[policy]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyFile {
+    /// Seconds in one policy minute.
+    pub minute: Option<f64>,
+    /// `START` expression.
+    pub start: Option<String>,
+    /// `SUSPEND` expression.
+    pub suspend: Option<String>,
+    /// `CONTINUE` expression.
+    #[serde(rename = "continue")]
+    pub continue_: Option<String>,
+    /// `PREEMPT` expression.
+    pub preempt: Option<String>,
+    /// `KILL` expression.
+    pub kill: Option<String>,
+    /// SIGTERM -> SIGKILL on vacate, seconds before scaling by `minute / 60`.
+    pub vacate_grace: Option<f64>,
+}
+
+/// The `[owner]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OwnerFile {
+    /// Where owner activity comes from.
+    pub source: Option<OwnerSource>,
 }
 
 /// The TOML configuration file.
@@ -79,6 +144,12 @@ pub struct FileConfig {
     /// Extra attributes: a string is expression text, a boolean or number a literal.
     #[serde(default)]
     pub attributes: toml::Table,
+    /// The owner policy.
+    #[serde(default)]
+    pub policy: PolicyFile,
+    /// The owner activity source.
+    #[serde(default)]
+    pub owner: OwnerFile,
 }
 
 /// Why the configuration was refused.
@@ -153,6 +224,10 @@ pub struct Settings {
     pub heartbeat_fallback: Duration,
     /// Whether to run (or load) the benchmark; tests may skip it.
     pub benchmark: bool,
+    /// The owner policy.
+    pub policy: PolicyConfig,
+    /// Where owner activity comes from.
+    pub owner_source: OwnerSource,
 }
 
 impl Settings {
@@ -170,6 +245,8 @@ impl Settings {
             kill_grace: DEFAULT_KILL_GRACE,
             heartbeat_fallback: DEFAULT_HEARTBEAT,
             benchmark: true,
+            policy: PolicyConfig::default(),
+            owner_source: OwnerSource::Real,
         }
     }
 
@@ -213,6 +290,13 @@ impl Settings {
             for (name, value) in &f.attributes {
                 s.attributes.push(table_attribute(name, value, &origin)?);
             }
+            apply_policy(&mut s.policy, &f.policy, &origin)?;
+            if let Some(src) = f.owner.source {
+                s.owner_source = src;
+            }
+        }
+        if let Some(src) = cli.owner {
+            s.owner_source = src;
         }
         if let Some(n) = &cli.name {
             s.name = n.clone();
@@ -256,6 +340,49 @@ impl Settings {
         }
         Ok(())
     }
+}
+
+/// Applies a `[policy]` table to `policy`, checking every value.
+pub fn apply_policy(
+    policy: &mut PolicyConfig,
+    f: &PolicyFile,
+    origin: &str,
+) -> Result<(), ConfigError> {
+    if let Some(m) = f.minute {
+        if !(m.is_finite() && m > 0.0) {
+            return Err(ConfigError::BadSetting {
+                setting: "policy.minute",
+                reason: format!("must be a positive number of seconds, not {m}"),
+            });
+        }
+        policy.minute = m;
+    }
+    if let Some(g) = f.vacate_grace {
+        if !(g.is_finite() && g >= 0.0) {
+            return Err(ConfigError::BadSetting {
+                setting: "policy.vacate_grace",
+                reason: format!("must be zero or more seconds, not {g}"),
+            });
+        }
+        policy.vacate_grace = g;
+    }
+    let exprs = [
+        ("start", &f.start, &mut policy.start),
+        ("suspend", &f.suspend, &mut policy.suspend),
+        ("continue", &f.continue_, &mut policy.continue_),
+        ("preempt", &f.preempt, &mut policy.preempt),
+        ("kill", &f.kill, &mut policy.kill),
+    ];
+    for (key, text, slot) in exprs {
+        if let Some(text) = text {
+            *slot = parse_expr(text).map_err(|error| ConfigError::BadExpression {
+                name: format!("policy.{key}"),
+                origin: origin.to_string(),
+                error,
+            })?;
+        }
+    }
+    Ok(())
 }
 
 fn read_config_file(path: &Path) -> Result<FileConfig, ConfigError> {
@@ -449,6 +576,41 @@ mod tests {
         assert!(msg.contains("`Fast`"), "{msg}");
         assert!(msg.contains("local.toml"), "{msg}");
         assert!(msg.contains("column"), "{msg}");
+    }
+
+    #[test]
+    fn policy_and_owner_tables() {
+        let f = parse_config(
+            r#"
+            [policy]
+            minute = 0.05
+            start = "KeyboardIdle > 2 * Minute"
+            continue = "true"
+            vacate_grace = 3.0
+            [owner]
+            source = "simulated"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(f.owner.source, Some(OwnerSource::Simulated));
+        let mut p = PolicyConfig::default();
+        apply_policy(&mut p, &f.policy, "test").unwrap();
+        assert_eq!(p.minute, 0.05);
+        assert_eq!(p.vacate_grace, 3.0);
+        assert_eq!(p.start.to_string(), "KeyboardIdle > 2 * Minute");
+        assert_eq!(p.continue_.to_string(), "true");
+        assert!(parse_config("[owner]\nsource = \"imaginary\"\n").is_err());
+        assert!(parse_config("[policy]\nstrat = \"true\"\n").is_err());
+        let bad = parse_config("[policy]\nkill = \"Activity ==\"\n").unwrap();
+        let msg = apply_policy(&mut p, &bad.policy, "file x")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("policy.kill") && msg.contains("file x"),
+            "{msg}"
+        );
+        let zero = parse_config("[policy]\nminute = 0.0\n").unwrap();
+        assert!(apply_policy(&mut p, &zero.policy, "x").is_err());
     }
 
     #[test]

@@ -13,7 +13,10 @@
 //!   [`Effect::Launch`], [`Core::on_stored`] after an [`Effect::Store`],
 //!   [`Core::on_exited`];
 //! - the heartbeat timer: [`Core::on_heartbeat`];
-//! - the owner policy: [`Core::suspend_slot`], [`Core::resume_slot`].
+//! - the owner policy: [`Core::set_accepting`], [`Core::suspend_all`],
+//!   [`Core::resume_all`], [`Core::open_all`], [`Core::close_all`],
+//!   [`Core::vacate_all`], [`Core::kill_all`]; per slot [`Core::suspend_slot`],
+//!   [`Core::resume_slot`].
 //!
 //! # While the global RM is away
 //! Processes keep running. Process starts and exits, and executable uploads,
@@ -57,6 +60,11 @@ pub enum Effect {
     Suspend(ProcessId),
     /// Continue a process's group.
     Resume(ProcessId),
+    /// Vacate: SIGTERM (and SIGCONT, so that a stopped group acts on it) to
+    /// a process's group; SIGKILL comes from the policy ([`Effect::KillNow`]).
+    Terminate(ProcessId),
+    /// SIGKILL to a process's group now.
+    KillNow(ProcessId),
 }
 
 /// A process to start, with everything the launcher needs.
@@ -140,6 +148,8 @@ pub struct Core {
     /// Messages that must reach the global RM, kept while it is away.
     backlog: VecDeque<(ToGlobal, Bytes)>,
     effects: Vec<Effect>,
+    /// Whether the owner policy lets new processes start.
+    accepting: bool,
 }
 
 impl Core {
@@ -154,6 +164,7 @@ impl Core {
             fetches: BTreeMap::new(),
             backlog: VecDeque::new(),
             effects: Vec::new(),
+            accepting: true,
         }
     }
 
@@ -179,6 +190,16 @@ impl Core {
             .filter(|(_, p)| matches!(p.state, ProcState::Running { .. }))
             .map(|(id, _)| *id)
             .collect()
+    }
+
+    /// Processes here in any stage (fetching, launching, running): what the owner policy counts as jobs.
+    pub fn job_count(&self) -> usize {
+        self.procs.len()
+    }
+
+    /// The state of each slot, in slot order.
+    pub fn slot_states(&self) -> &[SlotActivity] {
+        &self.slot_states
     }
 
     /// Number of messages kept for the global RM.
@@ -439,6 +460,14 @@ impl Core {
             );
             return;
         };
+        if !self.accepting {
+            tracing::info!(%process, "Spawn refused: the owner policy does not let jobs start now");
+            self.refuse_spawn(
+                process,
+                "the machine's owner policy does not let new processes start now (START is false: the owner is using the machine or was recently)".into(),
+            );
+            return;
+        }
         if !is_sha256_hex(&launch.executable.sha256) {
             tracing::warn!(%process, sha256 = %launch.executable.sha256, "Spawn with a malformed executable hash");
             self.refuse_spawn(
@@ -553,7 +582,7 @@ impl Core {
         match result {
             Ok(()) => {
                 p.state = ProcState::Running { killing: kill };
-                let suspended = self.slot_states[p.slot] != SlotActivity::Available;
+                let suspended = self.slot_states[p.slot] == SlotActivity::Suspended;
                 self.send_or_keep(
                     ToGlobal::Started {
                         process,
@@ -713,6 +742,17 @@ impl Core {
 
     // ----- owner policy -----
 
+    /// Whether new processes may start (the policy's `START`); spawns are
+    /// refused with a reason while not.
+    pub fn set_accepting(&mut self, accepting: bool) {
+        self.accepting = accepting;
+    }
+
+    /// True while new processes may start.
+    pub fn is_accepting(&self) -> bool {
+        self.accepting
+    }
+
     /// Stops the processes of `slot` and tells the global RM. False if there is no such slot.
     pub fn suspend_slot(&mut self, slot: u32) -> bool {
         self.set_slot(slot, SlotActivity::Suspended)
@@ -723,12 +763,64 @@ impl Core {
         self.set_slot(slot, SlotActivity::Available)
     }
 
+    /// Owner back: every slot Suspended, every process stopped.
+    pub fn suspend_all(&mut self) {
+        self.set_all(SlotActivity::Suspended);
+    }
+
+    /// Owner gone: every slot Available, every process continued.
+    pub fn resume_all(&mut self) {
+        self.set_all(SlotActivity::Available);
+    }
+
+    /// `START` holds again: every slot Available (offered to the pool).
+    pub fn open_all(&mut self) {
+        self.set_all(SlotActivity::Available);
+    }
+
+    /// `START` no longer holds on an empty machine: every slot withdrawn (Vacated).
+    pub fn close_all(&mut self) {
+        self.set_all(SlotActivity::Vacated);
+    }
+
+    /// The owner stayed: every slot Vacated, every process gets SIGTERM
+    /// (SIGKILL follows from [`Core::kill_all`]); processes not started yet
+    /// are dropped or killed as soon as they start.
+    pub fn vacate_all(&mut self) {
+        self.set_all(SlotActivity::Vacated);
+        let ids: Vec<ProcessId> = self.procs.keys().copied().collect();
+        for process in ids {
+            let p = self.procs.get_mut(&process).expect("listed above");
+            match p.state {
+                ProcState::Running { .. } => {
+                    p.state = ProcState::Running { killing: true };
+                    self.effects.push(Effect::Terminate(process));
+                }
+                ProcState::Launching { .. } | ProcState::Fetching => self.on_kill(process),
+            }
+        }
+    }
+
+    /// Vacating took too long: SIGKILL to every process still running.
+    pub fn kill_all(&mut self) {
+        for process in self.running() {
+            self.effects.push(Effect::KillNow(process));
+        }
+    }
+
+    fn set_all(&mut self, state: SlotActivity) {
+        for slot in 0..self.slots as u32 {
+            self.set_slot(slot, state);
+        }
+    }
+
     fn set_slot(&mut self, slot: u32, state: SlotActivity) -> bool {
         let s = slot as usize;
         if s >= self.slots {
             return false;
         }
-        if self.slot_states[s] == state {
+        let old = self.slot_states[s];
+        if old == state {
             return true;
         }
         self.slot_states[s] = state;
@@ -738,11 +830,16 @@ impl Core {
             .filter(|(_, p)| p.slot == s && matches!(p.state, ProcState::Running { .. }))
             .map(|(id, _)| *id)
             .collect();
-        for process in on_slot {
-            self.effects.push(match state {
-                SlotActivity::Available => Effect::Resume(process),
-                _ => Effect::Suspend(process),
-            });
+        // Vacated processes are signalled by `vacate_all`.
+        let signal = match (old, state) {
+            (_, SlotActivity::Suspended) => Some(Effect::Suspend as fn(ProcessId) -> Effect),
+            (SlotActivity::Suspended, SlotActivity::Available) => Some(Effect::Resume as _),
+            _ => None,
+        };
+        if let Some(signal) = signal {
+            for process in on_slot {
+                self.effects.push(signal(process));
+            }
         }
         // Not kept while disconnected: the current state is re-sent on registration.
         if self.is_registered() {

@@ -565,3 +565,104 @@ fn suspending_a_slot_stops_its_processes_and_is_reported() {
     )));
     h.nothing_else();
 }
+
+fn slot_state(slot: u32, state: SlotActivity) -> Effect {
+    Effect::ToGlobal(ToGlobal::SlotState { slot, state }, Bytes::new())
+}
+
+#[test]
+fn no_process_starts_while_the_owner_policy_says_no() {
+    let mut h = Harness::new(1);
+    h.register();
+    h.step(|c| {
+        c.set_accepting(false);
+        c.close_all();
+    });
+    assert_eq!(h.next(), slot_state(0, SlotActivity::Vacated));
+    h.global(spawn(1, 100, exe("w", 'a')));
+    match h.next_to_global() {
+        ToGlobal::Started {
+            process,
+            result: Err(reason),
+        } => {
+            assert_eq!(process, ProcessId(1));
+            assert!(reason.contains("START is false"), "{reason}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_eq!(h.core.job_count(), 0);
+    h.step(|c| {
+        c.set_accepting(true);
+        c.open_all();
+    });
+    assert_eq!(h.next(), slot_state(0, SlotActivity::Available));
+    h.run(2, 100);
+    h.nothing_else();
+}
+
+#[test]
+fn suspend_all_and_resume_all_signal_every_process() {
+    let mut h = Harness::new(2);
+    h.register();
+    h.run(1, 100);
+    h.run(2, 101);
+    h.step(|c| c.suspend_all());
+    let e = h.take(4);
+    assert!(e.contains(&Effect::Suspend(ProcessId(1))));
+    assert!(e.contains(&Effect::Suspend(ProcessId(2))));
+    assert!(e.contains(&slot_state(0, SlotActivity::Suspended)));
+    assert!(e.contains(&slot_state(1, SlotActivity::Suspended)));
+    h.nothing_else();
+    h.step(|c| c.resume_all());
+    let e = h.take(4);
+    assert!(e.contains(&Effect::Resume(ProcessId(1))));
+    assert!(e.contains(&Effect::Resume(ProcessId(2))));
+    assert!(e.contains(&slot_state(1, SlotActivity::Available)));
+    h.nothing_else();
+}
+
+#[test]
+fn vacate_terminates_running_processes_and_drops_unstarted_ones() {
+    let mut h = Harness::new(2);
+    h.register();
+    h.run(1, 100);
+    h.step(|c| c.suspend_all());
+    h.take(3);
+    // One more still launching, one waiting for its executable.
+    h.global(spawn(2, 101, exe("w", 'a')));
+    h.next();
+    h.global(spawn(3, 101, exe("v", 'b')));
+    h.next();
+    h.step(|c| c.on_cache_miss(ProcessId(3)));
+    assert!(matches!(h.next_to_global(), ToGlobal::Fetch { .. }));
+    assert_eq!(h.core.job_count(), 3);
+    h.step(|c| c.vacate_all());
+    let e = h.take(4);
+    assert!(e.contains(&slot_state(0, SlotActivity::Vacated)));
+    assert!(e.contains(&slot_state(1, SlotActivity::Vacated)));
+    assert!(e.contains(&Effect::Terminate(ProcessId(1))));
+    assert!(e.iter().any(|e| matches!(
+        e,
+        Effect::ToGlobal(
+            ToGlobal::Started {
+                process: ProcessId(3),
+                result: Err(_)
+            },
+            _
+        )
+    )));
+    h.nothing_else();
+    // The launching one is killed as soon as it runs.
+    h.step(|c| c.on_launched(ProcessId(2), Ok(())));
+    h.next_to_global();
+    assert_eq!(h.next(), Effect::Kill(ProcessId(2)));
+    h.step(|c| c.kill_all());
+    let e = h.take(2);
+    assert!(e.contains(&Effect::KillNow(ProcessId(1))));
+    assert!(e.contains(&Effect::KillNow(ProcessId(2))));
+    h.step(|c| c.on_exited(ProcessId(1), ExitStatus::Signal(9), 0.0));
+    h.step(|c| c.on_exited(ProcessId(2), ExitStatus::Signal(9), 0.0));
+    h.take(2);
+    assert_eq!(h.core.job_count(), 0);
+    h.nothing_else();
+}

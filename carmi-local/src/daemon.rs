@@ -6,6 +6,10 @@
 //! staged bytes) runs on tokio's blocking pool and comes back as an input;
 //! each process has a thread blocked in `wait4` (see [`crate::spawn`]).
 //!
+//! The owner policy ([`crate::policy`]) is stepped when an owner event
+//! arrives, when the number of job processes changes, and at its deadline
+//! (where a real owner is measured first); its effects become core calls.
+//!
 //! Shutdown: every process group gets SIGTERM (SIGKILL after the grace
 //! period); their exits are reported to the global RM if it is there; then
 //! the listener and the global link stop. Dropping the driver without a
@@ -20,17 +24,22 @@ use std::time::Duration;
 use bytes::Bytes;
 use carmi_api::handshake::Secret;
 use carmi_api::ids::{ConnId, JobId, ProcessId, RequestId};
-use carmi_api::msg::{ExecutableRef, FromGlobal, FromLocal, OwnerEvent, Request, ToGlobal};
+use carmi_api::msg::{
+    ExecutableRef, FromGlobal, FromLocal, FromLocalControl, OwnerEvent, Request, ToGlobal,
+};
+use classad::ClassAd;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 
 use crate::cache::ExeCache;
-use crate::config::Settings;
+use crate::config::{OwnerSource, Settings};
 use crate::core::{Core, Effect, Launch};
 use crate::global::GlobalConfig;
-use crate::machine::{MachineAd, detect_static};
+use crate::machine::{MachineAd, detect_static, sample_dynamic};
+use crate::owner::{RealOwner, SimulatedOwner};
+use crate::policy::{Policy, PolicyEffect};
 use crate::spawn::{ExitReport, LaunchSpec, Launcher, ProcessGroup};
 use crate::{Error, apps, benchmark, global};
 
@@ -85,7 +94,17 @@ pub(crate) enum Input {
     },
     SuspendSlot(u32, oneshot::Sender<bool>),
     ResumeSlot(u32, oneshot::Sender<bool>),
-    Owner(OwnerEvent),
+    /// Owner activity; the answer (if asked for) once its effects are carried out.
+    Owner(OwnerEvent, Option<oneshot::Sender<FromLocalControl>>),
+}
+
+/// How often the machine ad the policy sees is re-sampled (load, memory, disk).
+const BASE_AD_REFRESH: Duration = Duration::from_secs(5);
+
+/// The owner activity source of a running daemon.
+enum OwnerInput {
+    Real(RealOwner),
+    Simulated(SimulatedOwner),
 }
 
 /// A running local RM.
@@ -177,8 +196,29 @@ impl Daemon {
             global = %settings.global,
             "local RM started"
         );
-        let driver = Driver {
+        let epoch = Instant::now();
+        let owner = match settings.owner_source {
+            OwnerSource::Real => OwnerInput::Real(RealOwner::default()),
+            OwnerSource::Simulated => OwnerInput::Simulated(SimulatedOwner::new(0.0)),
+        };
+        tracing::info!(
+            source = ?settings.owner_source,
+            minute = settings.policy.minute,
+            start = %settings.policy.start,
+            suspend = %settings.policy.suspend,
+            "owner policy"
+        );
+        let base_ad = machine.build(&sample_dynamic(&work_dir));
+        let mut driver = Driver {
             core: Core::new(slots),
+            policy: Policy::new(settings.policy.clone(), 0.0),
+            owner,
+            epoch,
+            policy_at: epoch,
+            base_ad,
+            base_at: epoch,
+            last_jobs: 0,
+            work_dir: work_dir.clone(),
             machine,
             cache,
             launcher,
@@ -190,6 +230,9 @@ impl Daemon {
             kill_grace: settings.kill_grace,
             heartbeat_fallback: settings.heartbeat_fallback,
         };
+        driver.measure();
+        driver.evaluate();
+        driver.flush();
         let driver = tokio::spawn(driver.run(inputs_rx, shutdown_rx, links_stop_tx, global_task));
         Ok(Daemon {
             app_addr,
@@ -229,11 +272,16 @@ impl Daemon {
         self.inputs.send(Input::ResumeSlot(slot, tx)).await.is_ok() && rx.await.unwrap_or(false)
     }
 
-    /// Reports owner activity (from a simulated owner). False if the daemon is stopping.
-    // Interim: an arriving owner suspends every slot and a leaving one resumes
-    // them; the owner policy (START/SUSPEND/CONTINUE/PREEMPT/KILL) replaces this.
+    /// Reports owner activity (from a simulated owner) and returns once the
+    /// owner policy has acted on it. Ignored (with a warning) when the owner
+    /// source is `real`. False if the daemon is stopping.
     pub async fn owner_event(&self, event: OwnerEvent) -> bool {
-        self.inputs.send(Input::Owner(event)).await.is_ok()
+        let (tx, rx) = oneshot::channel();
+        self.inputs
+            .send(Input::Owner(event, Some(tx)))
+            .await
+            .is_ok()
+            && rx.await.is_ok()
     }
 
     /// Kills every process (SIGTERM, SIGKILL after the grace period), reports
@@ -275,6 +323,18 @@ impl Drop for Groups {
 
 struct Driver {
     core: Core,
+    policy: Policy,
+    owner: OwnerInput,
+    /// Policy time 0.
+    epoch: Instant,
+    /// When the policy must be stepped next.
+    policy_at: Instant,
+    /// The machine ad the policy evaluates against, and when it was sampled.
+    base_ad: ClassAd,
+    base_at: Instant,
+    /// Job processes at the last policy step.
+    last_jobs: usize,
+    work_dir: PathBuf,
     machine: MachineAd,
     cache: ExeCache,
     launcher: Launcher,
@@ -305,7 +365,14 @@ impl Driver {
                     let update = self.machine.heartbeat_update();
                     self.core.on_heartbeat(update);
                 }
+                _ = tokio::time::sleep_until(self.policy_at) => {
+                    self.measure();
+                    self.evaluate();
+                }
                 _ = shutdown.wait_for(|s| *s) => break,
+            }
+            if self.core.job_count() != self.last_jobs {
+                self.evaluate();
             }
             self.flush();
         }
@@ -444,16 +511,77 @@ impl Driver {
             Input::ResumeSlot(slot, reply) => {
                 let _ = reply.send(self.core.resume_slot(slot));
             }
-            Input::Owner(event) => {
-                for slot in 0..self.core.slots() {
-                    match event {
-                        OwnerEvent::Arrive => self.core.suspend_slot(slot),
-                        OwnerEvent::Leave => self.core.resume_slot(slot),
-                        OwnerEvent::Load(_) => true,
-                    };
+            Input::Owner(event, reply) => {
+                let now = self.now();
+                let applied = match &mut self.owner {
+                    OwnerInput::Simulated(o) => {
+                        o.apply(event, now);
+                        true
+                    }
+                    OwnerInput::Real(_) => {
+                        tracing::warn!(
+                            ?event,
+                            "owner event for a local RM that measures its real owner; ignored"
+                        );
+                        false
+                    }
+                };
+                if applied {
+                    tracing::info!(?event, "owner event");
+                    self.evaluate();
+                    // Signals go out before the answer does.
+                    self.flush();
+                }
+                if let Some(reply) = reply {
+                    let _ = reply.send(FromLocalControl::OwnerApplied {
+                        applied,
+                        state: self.policy.state().name().into(),
+                        activity: self.policy.activity().name().into(),
+                    });
                 }
             }
         }
+    }
+
+    /// Policy time now: seconds since the driver started.
+    fn now(&self) -> f64 {
+        self.epoch.elapsed().as_secs_f64()
+    }
+
+    /// Takes a fresh look at the owner (real source) and the machine ad.
+    fn measure(&mut self) {
+        let now = self.now();
+        if let OwnerInput::Real(r) = &mut self.owner {
+            let pids: Vec<i32> = self.groups.0.values().map(|g| g.pgid()).collect();
+            self.policy.observe(r.measure(now, &pids));
+        }
+        if self.base_at.elapsed() >= BASE_AD_REFRESH {
+            self.base_ad = self.machine.build(&sample_dynamic(&self.work_dir));
+            self.base_at = Instant::now();
+        }
+    }
+
+    /// Steps the owner policy and hands its effects to the core.
+    fn evaluate(&mut self) {
+        let now = self.now();
+        self.last_jobs = self.core.job_count();
+        self.policy.set_jobs(self.last_jobs);
+        if let OwnerInput::Simulated(o) = &self.owner {
+            self.policy.observe(o.observation(now));
+        }
+        for effect in self.policy.step(now, &self.base_ad) {
+            match effect {
+                PolicyEffect::Open => self.core.open_all(),
+                PolicyEffect::Close => self.core.close_all(),
+                PolicyEffect::Suspend => self.core.suspend_all(),
+                PolicyEffect::Resume => self.core.resume_all(),
+                PolicyEffect::Vacate => self.core.vacate_all(),
+                PolicyEffect::Kill => self.core.kill_all(),
+            }
+        }
+        self.core.set_accepting(self.policy.may_start());
+        let next = Duration::from_secs_f64(self.policy.next_deadline().max(0.0));
+        self.policy_at = self.epoch + next;
     }
 
     /// Carries out the core's effects, including those that carrying them out produces.
@@ -526,6 +654,21 @@ impl Driver {
             Effect::Resume(process) => {
                 if let Some(g) = self.groups.0.get(&process) {
                     g.resume();
+                }
+            }
+            Effect::Terminate(process) => {
+                if let Some(g) = self.groups.0.get(&process) {
+                    tracing::info!(%process, "vacating: SIGTERM to the process group");
+                    if g.signal(libc::SIGTERM) {
+                        // A stopped group acts on SIGTERM only once continued.
+                        g.resume();
+                    }
+                }
+            }
+            Effect::KillNow(process) => {
+                if let Some(g) = self.groups.0.get(&process) {
+                    tracing::info!(%process, "vacate grace over: SIGKILL to the process group");
+                    g.kill_now();
                 }
             }
         }

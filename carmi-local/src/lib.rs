@@ -8,6 +8,13 @@
 //! the global RM. It decides nothing about allocation: the global RM
 //! allocates, the local RM acts.
 //!
+//! The owner policy decides when the machine is the pool's: jobs start only
+//! while `START` holds; the owner's return suspends every job process (the
+//! whole process group), a short visit resumes them, a long one vacates them
+//! (SIGTERM, SIGKILL after the grace period, sandbox removed, slot withdrawn).
+//! Each change reaches the global RM at once as a `SlotState`. Configuration
+//! keys are listed in [`config`]; the expressions' attributes in [`policy`].
+//!
 //! If the global RM goes away, processes keep running; the daemon reconnects
 //! with exponential backoff, re-advertises the processes still alive, and then
 //! reports what happened meanwhile (starts, exits, uploads).
@@ -18,6 +25,9 @@
 //! - `benchmark`: the start-up integer/floating-point benchmark (`Mips`, `KFlops`) and its on-disk cache.
 //! - `cache`: the content-addressed executable cache, which verifies SHA-256 and size before storing.
 //! - `spawn`: sandboxes, starting a process in its own session, `wait4` with CPU time, group signals.
+//! - `policy`: the I/O-free owner policy (START/SUSPEND/CONTINUE/PREEMPT/KILL over the live ad).
+//! - `owner`: owner activity sources: the real keyboard/load measurement and the simulated owner.
+//! - `control`: the control connection (owner events from `owner-sim`) and its client, [`control::OwnerLink`].
 //! - `core`: the I/O-free router: connection states, process table, pending fetches, the backlog kept while the global RM is away.
 //! - `apps`: the listener for application processes and one task per connection.
 //! - `global`: the connection to the global RM, with reconnection and backoff.
@@ -29,10 +39,13 @@ pub mod apps;
 pub mod benchmark;
 pub mod cache;
 pub mod config;
+pub mod control;
 pub mod core;
 pub mod daemon;
 pub mod global;
 pub mod machine;
+pub mod owner;
+pub mod policy;
 pub mod spawn;
 
 use std::path::PathBuf;

@@ -158,6 +158,8 @@ fn settings(global: &FakeGlobal, dir: &Path, name: &str) -> Settings {
     s.slots = Some(2);
     s.work_dir = dir.join("work");
     s.benchmark = false;
+    // Terminals in use on the test machine must not close it.
+    s.owner_source = carmi_local::config::OwnerSource::Simulated;
     s.kill_grace = Duration::from_millis(500);
     s.attributes
         .push(parse_attr_arg("HasTestTools = true").unwrap());
@@ -320,11 +322,14 @@ async fn applications_attach_forward_and_receive_events() {
     let admin = TcpStream::connect(daemon.app_addr()).await.unwrap();
     let (ar, mut aw) = admin.into_split();
     let mut ar = FrameReader::new(ar);
-    let err = handshake::client(&mut ar, &mut aw, &secret, &Role::Admin)
+    let peer = Role::Local {
+        name: "not-a-local-rm-client".into(),
+    };
+    let err = handshake::client(&mut ar, &mut aw, &secret, &peer)
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, handshake::HandshakeError::Refused(r) if r.contains("application processes only")),
+        matches!(&err, handshake::HandshakeError::Refused(r) if r.contains("application processes and control tools only")),
         "{err}"
     );
 

@@ -121,10 +121,21 @@ fn stop(child: &mut Child) {
     let _ = child.wait();
 }
 
+/// The local RMs' configuration: a simulated owner (away from the start), so
+/// that terminals in use on the test machine do not close the pool.
+pub const LOCAL_CONFIG: &str = "[owner]\nsource = \"simulated\"\n";
+
 impl Pool {
     /// Starts a global RM and one local RM per entry of `machines`: each entry
     /// is the list of `--attr NAME=VALUE` settings of that machine.
     pub fn start(name: &str, slots: u32, machines: &[Vec<String>]) -> Pool {
+        Pool::start_with(name, slots, machines, "")
+    }
+
+    /// Like [`Pool::start`], with `extra` TOML appended to every local RM's
+    /// configuration file (which is [`LOCAL_CONFIG`]; `extra` may add a
+    /// `[policy]` table, not another `[owner]`).
+    pub fn start_with(name: &str, slots: u32, machines: &[Vec<String>], extra: &str) -> Pool {
         let bins = bin_dir();
         let dir = scratch(name);
         let secret_path = dir.join("pool.secret");
@@ -146,6 +157,9 @@ impl Pool {
             .spawn()
             .expect("start carmi-global");
         let global_addr = listening_addr(&mut global, "carmi-global");
+        let local_config = dir.join("local.toml");
+        std::fs::write(&local_config, format!("{LOCAL_CONFIG}{extra}"))
+            .expect("write the local RM configuration");
         let mut pool = Pool {
             dir,
             secret_path,
@@ -160,6 +174,8 @@ impl Pool {
             cmd.args(["--global", &pool.global_addr, "--secret"])
                 .arg(&pool.secret_path)
                 .args(["--name", &name, "--slots", &slots.to_string()])
+                .arg("--config")
+                .arg(&local_config)
                 .arg("--work-dir")
                 .arg(pool.dir.join(&name))
                 .env("RUST_LOG", "info")

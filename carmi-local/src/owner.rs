@@ -1,0 +1,209 @@
+//! Where the owner's activity comes from: a real machine's keyboard, mouse
+//! and load, or a simulated owner driven by [`OwnerEvent`]s.
+//!
+//! Real measurement, as HTCondor does it: the keyboard idle time is the time
+//! since the most recent access of any terminal (`/dev/tty*`, `/dev/pts/*`)
+//! or input device (`/dev/input/*`); with none found, the machine counts as
+//! idle since boot. The non-pool load is the one-minute load average minus
+//! the CPU share our job processes used since the last measurement (their
+//! group leaders' `utime + stime`), floor 0.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::SystemTime;
+
+use carmi_api::msg::OwnerEvent;
+
+use crate::policy::Observation;
+
+/// A simulated owner: present or not, and the load of their programs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimulatedOwner {
+    /// `None`: at the machine now; `Some(t)`: left at policy time `t`.
+    left_at: Option<f64>,
+    load: f64,
+}
+
+/// How long a simulated owner has been away at start-up: long enough for any
+/// sensible `START` to hold at once.
+pub const SIMULATED_INITIAL_IDLE: f64 = 1e9;
+
+impl SimulatedOwner {
+    /// An owner who has been away for [`SIMULATED_INITIAL_IDLE`] seconds at `now`.
+    pub fn new(now: f64) -> SimulatedOwner {
+        SimulatedOwner {
+            left_at: Some(now - SIMULATED_INITIAL_IDLE),
+            load: 0.0,
+        }
+    }
+
+    /// Takes in an event at policy time `now`.
+    pub fn apply(&mut self, event: OwnerEvent, now: f64) {
+        match event {
+            OwnerEvent::Arrive => self.left_at = None,
+            OwnerEvent::Leave => {
+                if self.left_at.is_none() {
+                    self.left_at = Some(now);
+                }
+            }
+            OwnerEvent::Load(l) if l.is_finite() && l >= 0.0 => self.load = l,
+            OwnerEvent::Load(l) => {
+                tracing::warn!(load = l, "owner load must be 0 or more; ignored")
+            }
+        }
+    }
+
+    /// What the policy sees at `now`.
+    pub fn observation(&self, now: f64) -> Observation {
+        Observation {
+            keyboard_idle: self.left_at.map_or(0.0, |t| (now - t).max(0.0)),
+            load_avg: self.load,
+            non_pool_load: self.load,
+        }
+    }
+}
+
+/// Measures the real owner of this machine.
+#[derive(Debug, Default)]
+pub struct RealOwner {
+    /// CPU ticks of each job group leader at the last measurement.
+    last_ticks: HashMap<i32, u64>,
+    /// When the last measurement was taken (policy time).
+    last_at: Option<f64>,
+}
+
+impl RealOwner {
+    /// Measures now (`now` is policy time); `job_pids` are the group leaders of our job processes.
+    pub fn measure(&mut self, now: f64, job_pids: &[i32]) -> Observation {
+        let keyboard_idle = keyboard_idle_seconds(SystemTime::now());
+        let load_avg = std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|t| t.split_whitespace().next()?.parse::<f64>().ok())
+            .filter(|l| l.is_finite())
+            .unwrap_or(0.0);
+        let mut ticks = HashMap::with_capacity(job_pids.len());
+        let mut used = 0u64;
+        for &pid in job_pids {
+            if let Some(t) = cpu_ticks(pid) {
+                used += t.saturating_sub(self.last_ticks.get(&pid).copied().unwrap_or(t));
+                ticks.insert(pid, t);
+            }
+        }
+        let share = match self.last_at {
+            Some(then) if now > then => used as f64 / ticks_per_second() / (now - then),
+            _ => 0.0,
+        };
+        self.last_ticks = ticks;
+        self.last_at = Some(now);
+        Observation {
+            keyboard_idle,
+            load_avg,
+            non_pool_load: (load_avg - share).max(0.0),
+        }
+    }
+}
+
+/// Seconds since the most recent access of a terminal or input device at `now`.
+pub fn keyboard_idle_seconds(now: SystemTime) -> f64 {
+    let mut latest: Option<SystemTime> = None;
+    let mut consider = |path: &Path| {
+        if let Ok(atime) = std::fs::metadata(path).and_then(|m| m.accessed()) {
+            latest = Some(latest.map_or(atime, |l| l.max(atime)));
+        }
+    };
+    if let Ok(dir) = std::fs::read_dir("/dev") {
+        for e in dir.flatten() {
+            if e.file_name().as_encoded_bytes().starts_with(b"tty") {
+                consider(&e.path());
+            }
+        }
+    }
+    for sub in ["/dev/pts", "/dev/input"] {
+        if let Ok(dir) = std::fs::read_dir(sub) {
+            for e in dir.flatten() {
+                // `ptmx` is the multiplexer every new terminal touches, not a keyboard.
+                if e.file_name() != "ptmx" {
+                    consider(&e.path());
+                }
+            }
+        }
+    }
+    match latest {
+        Some(t) => now.duration_since(t).map_or(0.0, |d| d.as_secs_f64()),
+        None => uptime_seconds(),
+    }
+}
+
+/// Seconds since boot, from /proc/uptime (0 if unreadable).
+fn uptime_seconds() -> f64 {
+    std::fs::read_to_string("/proc/uptime")
+        .ok()
+        .and_then(|t| t.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// `utime + stime` of a process in clock ticks, from /proc/PID/stat.
+fn cpu_ticks(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat_ticks(&stat)
+}
+
+/// `utime + stime` from the text of /proc/PID/stat (fields 14 and 15; the
+/// command name in parentheses may contain spaces).
+pub fn parse_stat_ticks(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut f = rest.split_whitespace();
+    // After the command: state is field 3, so utime (14) is the 12th here.
+    let utime: u64 = f.nth(11)?.parse().ok()?;
+    let stime: u64 = f.next()?.parse().ok()?;
+    Some(utime + stime)
+}
+
+fn ticks_per_second() -> f64 {
+    // SAFETY: sysconf has no memory effects.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 { t as f64 } else { 100.0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_simulated_owner_starts_away_and_follows_events() {
+        let mut o = SimulatedOwner::new(5.0);
+        assert!(o.observation(5.0).keyboard_idle >= SIMULATED_INITIAL_IDLE);
+        o.apply(OwnerEvent::Arrive, 10.0);
+        assert_eq!(o.observation(20.0).keyboard_idle, 0.0);
+        o.apply(OwnerEvent::Leave, 20.0);
+        o.apply(OwnerEvent::Leave, 25.0);
+        assert_eq!(o.observation(30.0).keyboard_idle, 10.0);
+        o.apply(OwnerEvent::Load(0.8), 30.0);
+        o.apply(OwnerEvent::Load(f64::NAN), 30.0);
+        assert_eq!(o.observation(30.0).non_pool_load, 0.8);
+    }
+
+    #[test]
+    fn stat_parsing_skips_a_command_with_spaces() {
+        let stat = "42 (a (b) c) S 1 42 42 0 -1 4194304 100 0 0 0 7 3 0 0 20 0 1 0 5 0 0";
+        assert_eq!(parse_stat_ticks(stat), Some(10));
+        assert_eq!(parse_stat_ticks("garbage"), None);
+        let own = cpu_ticks(std::process::id() as i32);
+        assert!(own.is_some());
+    }
+
+    #[test]
+    fn real_measurement_gives_plausible_values() {
+        let mut r = RealOwner::default();
+        let me = std::process::id() as i32;
+        let a = r.measure(0.0, &[me]);
+        let b = r.measure(1.0, &[me]);
+        for o in [a, b] {
+            assert!(o.keyboard_idle >= 0.0 && o.load_avg >= 0.0, "{o:?}");
+            assert!(
+                o.non_pool_load >= 0.0 && o.non_pool_load <= o.load_avg,
+                "{o:?}"
+            );
+        }
+    }
+}
