@@ -167,7 +167,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(250)).await;
             let _ = tx.send(true);
         });
-        let r = drive(schedule, &[t.clone()], 1000.0, start, rx).await;
+        let r = drive(schedule, &[t], 1000.0, start, rx).await;
         // Events at 0, 100 ms and 200 ms; the one at 300 ms is after the stop.
         assert_eq!(r.delivered, 3);
     }

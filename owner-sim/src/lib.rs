@@ -66,8 +66,8 @@ pub enum Error {
     Local {
         /// Its name.
         host: String,
-        /// Why.
-        error: carmi_local::Error,
+        /// Why (boxed: it is large, and rare).
+        error: Box<carmi_local::Error>,
     },
     /// The pool secret could not be made or read.
     #[error("pool secret: {0}")]

@@ -326,7 +326,7 @@ pub fn host_name(i: usize) -> String {
 /// machines half as fast as twice as fast), benchmark scores in proportion to
 /// it, and a memory size.
 fn host_ads(hosts: usize, seed: u64) -> Vec<(f64, i64, i64, i64)> {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5EED_0F_AD5);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x0005_EED0_FAD5);
     (0..hosts)
         .map(|_| {
             let speed = (0.5 * 4f64.powf(rng.random::<f64>()) * 100.0).round() / 100.0;
@@ -374,25 +374,31 @@ fn local_config(
     toml::to_string(&t).expect("a TOML table always serializes")
 }
 
+/// What every embedded local RM's configuration shares.
+struct Common<'a> {
+    dir: &'a Path,
+    global: SocketAddr,
+    secret: &'a Path,
+    kill_grace: Duration,
+    /// Seconds in a policy minute.
+    minute: f64,
+}
+
 /// Writes a local RM's config file and resolves it as `carmi-local` would.
 fn local_settings(
-    dir: &Path,
-    global: SocketAddr,
-    secret: &Path,
+    c: &Common,
     name: &str,
     slots: u32,
-    kill_grace: Duration,
     attrs: &[(&str, toml::Value)],
-    minute: f64,
 ) -> Result<Settings, Error> {
-    let work_dir = dir.join(name);
+    let work_dir = c.dir.join(name);
     std::fs::create_dir_all(&work_dir).map_err(io("cannot create host folder", &work_dir))?;
     let path = work_dir.join("local.toml");
-    let text = local_config(name, slots, &work_dir, kill_grace, attrs, minute);
+    let text = local_config(name, slots, &work_dir, c.kill_grace, attrs, c.minute);
     std::fs::write(&path, text).map_err(io("cannot write", &path))?;
     let cli = Cli {
-        global: global.to_string(),
-        secret: secret.to_path_buf(),
+        global: c.global.to_string(),
+        secret: c.secret.to_path_buf(),
         config: Some(path),
         name: None,
         attrs: Vec::new(),
@@ -402,7 +408,7 @@ fn local_settings(
     };
     let mut s = Settings::from_cli(&cli).map_err(|e| Error::Local {
         host: name.to_string(),
-        error: e.into(),
+        error: Box::new(e.into()),
     })?;
     s.benchmark = false;
     Ok(s)
@@ -424,7 +430,13 @@ async fn start_in(opts: &PoolOptions, dir: &Path) -> Result<EmbeddedPool, Error>
 
     // Parts that exist so far stop if a later step fails: dropping a Daemon
     // stops it, dropping `global_stop` stops the global RM.
-    let minute = 60.0 / opts.speedup;
+    let common = Common {
+        dir,
+        global: global_addr,
+        secret: &secret_file,
+        kill_grace: opts.kill_grace,
+        minute: 60.0 / opts.speedup,
+    };
     let ads = host_ads(opts.hosts, opts.seed);
     let mut daemons = Vec::with_capacity(opts.hosts);
     let mut hosts = Vec::with_capacity(opts.hosts);
@@ -436,21 +448,12 @@ async fn start_in(opts: &PoolOptions, dir: &Path) -> Result<EmbeddedPool, Error>
             ("KFlops", toml::Value::Integer(kflops)),
             ("Speed", toml::Value::Float(speed)),
         ];
-        let settings = local_settings(
-            dir,
-            global_addr,
-            &secret_file,
-            &name,
-            opts.slots_per_host,
-            opts.kill_grace,
-            &attrs,
-            minute,
-        )?;
+        let settings = local_settings(&common, &name, opts.slots_per_host, &attrs)?;
         let d = Daemon::start(settings)
             .await
             .map_err(|error| Error::Local {
                 host: name.clone(),
-                error,
+                error: Box::new(error),
             })?;
         hosts.push(PoolHost {
             name,
@@ -464,22 +467,13 @@ async fn start_in(opts: &PoolOptions, dir: &Path) -> Result<EmbeddedPool, Error>
         });
         daemons.push(Arc::new(d));
     }
-    let mut settings = local_settings(
-        dir,
-        global_addr,
-        &secret_file,
-        SUBMIT_HOST,
-        1,
-        opts.kill_grace,
-        &[],
-        minute,
-    )?;
+    let mut settings = local_settings(&common, SUBMIT_HOST, 1, &[])?;
     settings.slots = Some(0);
     let submit = Daemon::start(settings)
         .await
         .map_err(|error| Error::Local {
             host: SUBMIT_HOST.into(),
-            error,
+            error: Box::new(error),
         })?;
     let submit_addr = submit.app_addr();
 
