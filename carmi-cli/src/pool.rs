@@ -227,10 +227,16 @@ pub fn up(args: &UpArgs) -> anyhow::Result<()> {
         .stderr(log);
     {
         use std::os::unix::process::CommandExt;
-        // SAFETY: setsid is async-signal-safe and touches no memory.
+        // SAFETY: setsid and prctl are async-signal-safe and touch no memory.
         unsafe {
             cmd.pre_exec(|| {
                 if libc::setsid() < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // Until it is ready, the pool dies with `up` (a Ctrl-C while
+                // waiting): it would be recorded nowhere. `serve` clears this
+                // before it writes the ready file.
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
                 Ok(())
@@ -361,14 +367,28 @@ pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
             seed: args.up.seed,
             slots_per_host: args.up.slots,
             dir: Some(args.dir.clone()),
+            // Removed here after shutdown, and by `up` after a failed start
+            // (once it has shown the log that lives in it).
+            keep_dir: true,
             handle_signals: false,
             ..PoolOptions::default()
         };
         let pool = tokio::select! {
-            p = EmbeddedPool::start(opts) => p?,
-            _ = term.recv() => return Ok(()),
-            _ = int.recv() => return Ok(()),
+            p = EmbeddedPool::start(opts) => Some(p?),
+            _ = term.recv() => None,
+            _ = int.recv() => None,
         };
+        let Some(pool) = pool else {
+            // Stopped while starting (`up` interrupted): the half-started
+            // parts stop as they are dropped; the folder goes with them.
+            let _ = std::fs::remove_dir_all(&args.dir);
+            return Ok(());
+        };
+        // From here on the pool outlives `up`; this runs on the thread that
+        // was forked (block_on polls this future on the calling thread),
+        // which is the one the parent-death signal is attached to.
+        // SAFETY: prctl with these arguments only changes a flag.
+        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, 0) };
         let mut t = toml::Table::new();
         t.insert("pool".into(), pool.global_addr().to_string().into());
         t.insert(
@@ -383,6 +403,7 @@ pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
             .and_then(|()| std::fs::rename(&tmp, &args.ready_file));
         if let Err(e) = written {
             pool.shutdown().await;
+            let _ = std::fs::remove_dir_all(&args.dir);
             return Err(e).with_context(|| format!("cannot write {}", args.ready_file.display()));
         }
         tokio::select! {
@@ -390,7 +411,8 @@ pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
             _ = int.recv() => tracing::info!("SIGINT: stopping the pool"),
         }
         pool.shutdown().await;
-        Ok(())
+        std::fs::remove_dir_all(&args.dir)
+            .with_context(|| format!("cannot remove {}", args.dir.display()))
     })
 }
 

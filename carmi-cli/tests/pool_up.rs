@@ -4,12 +4,21 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
+/// The command with its configuration file, and its temporary directory
+/// (where pool folders go), beside `config`.
 fn carmi(config: &Path) -> std::process::Command {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_carmi"));
     cmd.env_remove("CARMI_SECRET")
         .env_remove("CARMI_POOL")
-        .env("CARMI_CONFIG", config);
+        .env("CARMI_CONFIG", config)
+        .env("TMPDIR", tmp_of(config));
     cmd
+}
+
+fn tmp_of(config: &Path) -> PathBuf {
+    let t = config.parent().unwrap().join("tmp");
+    std::fs::create_dir_all(&t).unwrap();
+    t
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -78,6 +87,7 @@ fn pool_up_status_and_down_leave_nothing_behind() {
     assert!(local.parse::<std::net::SocketAddr>().is_ok(), "{local}");
     assert!(alive(pid));
     let dir = secret.parent().unwrap().to_path_buf();
+    assert_eq!(pool_dirs(&tmp_of(&config)), [dir.clone()]);
 
     let json = ok(carmi(&config).args(["status", "--json"]).output().unwrap());
     let machines: serde_json::Value = serde_json::from_str(&json).unwrap();
@@ -133,7 +143,7 @@ fn pool_up_status_and_down_leave_nothing_behind() {
 }
 
 #[test]
-fn pool_up_refuses_an_unknown_owner_model_before_starting() {
+fn pool_up_refuses_bad_options_and_leaves_nothing() {
     let home = tempfile::tempdir().unwrap();
     let config = home.path().join("config.toml");
     let out = carmi(&config)
@@ -147,4 +157,34 @@ fn pool_up_refuses_an_unknown_owner_model_before_starting() {
         text(&out.stderr)
     );
     assert!(!config.exists());
+
+    // A pool that fails to start shows why (from its log) and leaves nothing.
+    let tmp = tmp_of(&config);
+    let out = carmi(&config)
+        .args(["pool", "up", "--hosts", "0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("hosts must be"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!config.exists());
+    assert_eq!(pool_dirs(&tmp), Vec::<PathBuf>::new());
+}
+
+/// The pool folders under `tmp`.
+fn pool_dirs(tmp: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(tmp)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("carmi-pool-"))
+        })
+        .collect();
+    v.sort();
+    v
 }
