@@ -87,7 +87,7 @@ fn pool_up_status_and_down_leave_nothing_behind() {
     assert!(local.parse::<std::net::SocketAddr>().is_ok(), "{local}");
     assert!(alive(pid));
     let dir = secret.parent().unwrap().to_path_buf();
-    assert_eq!(pool_dirs(&tmp_of(&config)), [dir.clone()]);
+    assert_eq!(pool_dirs(&tmp_of(&config)), vec![dir.clone()]);
 
     let json = ok(carmi(&config).args(["status", "--json"]).output().unwrap());
     let machines: serde_json::Value = serde_json::from_str(&json).unwrap();
