@@ -35,7 +35,7 @@ const UP_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long `down` waits after SIGTERM before SIGKILL.
 const DOWN_TIMEOUT: Duration = Duration::from_secs(20);
 /// Prefix of the folders `up` creates; `down` removes only folders named so.
-const DIR_PREFIX: &str = "carmi-pool-";
+use owner_sim::sweep::DIR_PREFIX;
 
 /// Options of `carmi pool up`.
 #[derive(clap::Args, Debug, Clone)]
@@ -322,6 +322,18 @@ pub fn down() -> anyhow::Result<()> {
                 libc::kill(-pid, libc::SIGKILL);
                 libc::kill(pid, libc::SIGKILL);
             }
+        }
+    }
+    if let Some(dir) = r.secret.parent()
+        && dir
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with(DIR_PREFIX))
+        && dir.exists()
+    {
+        // After a SIGKILL, job processes may still run in the folder; the
+        // sweep kills them (its owner, the serve process, is gone now).
+        if let Some(base) = dir.parent() {
+            owner_sim::sweep::sweep_stale(base);
         }
     }
     if let Some(dir) = r.secret.parent()

@@ -15,6 +15,7 @@
 //! - `model`: [`OwnerModel`] (none, stochastic, trace) and the merged, time-ordered [`model::Scheduled`] stream and `schedule`.
 //! - `driver`: plays a schedule to local RMs (or any [`driver::OwnerTarget`]) in wall time with a speed-up.
 //! - `pool`: [`EmbeddedPool`]: global + N local RMs in-process, their folders, machine ads, clean-up.
+//! - `sweep`: removal of folders (and job processes) left by pools whose process was killed.
 
 #![warn(missing_docs)]
 
@@ -22,6 +23,7 @@ pub mod driver;
 pub mod model;
 pub mod pool;
 pub mod stochastic;
+pub mod sweep;
 pub mod trace;
 
 use std::path::PathBuf;

@@ -18,7 +18,9 @@
 //! background and removes its folder at once (best effort: a runtime that is
 //! itself shutting down kills the processes through the local RMs' drop
 //! guards). With `handle_signals`, SIGINT and SIGTERM shut the pool down and
-//! then exit the process with status 130.
+//! then exit the process with status 130. After a SIGKILL nothing runs; the
+//! next pool started on the machine removes the stale folder and kills what
+//! still runs in it (see [`crate::sweep`]).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -35,9 +37,9 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::Error;
 use crate::driver::{DriveReport, drive};
 use crate::model::OwnerModel;
+use crate::{Error, sweep};
 
 /// Whether `carmi-local`'s configuration file accepts the owner policy keys
 /// (`[policy] minute`, `[owner] source`). Its parser refuses unknown keys, so
@@ -150,6 +152,10 @@ impl EmbeddedPool {
         };
         std::fs::create_dir_all(&dir).map_err(io("cannot create pool folder", &dir))?;
         let dir = std::fs::canonicalize(&dir).map_err(io("cannot resolve pool folder", &dir))?;
+        sweep::claim(&dir).map_err(io("cannot write the owner file in", &dir))?;
+        // Pools whose process was killed left their folder (and maybe job
+        // processes) behind; this is the first chance to clean up after them.
+        sweep::sweep_stale(&std::env::temp_dir());
         match start_in(&opts, &dir).await {
             Ok(pool) => Ok(pool),
             Err(e) => {
@@ -295,7 +301,8 @@ fn fresh_dir() -> Result<PathBuf, Error> {
     let mut rng = rand::rng();
     for _ in 0..16 {
         let d = base.join(format!(
-            "carmi-pool-{}-{:08x}",
+            "{}{}-{:08x}",
+            sweep::DIR_PREFIX,
             std::process::id(),
             rng.random::<u32>()
         ));
