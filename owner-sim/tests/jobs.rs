@@ -54,16 +54,13 @@ async fn until(what: &str, mut cond: impl FnMut() -> bool) {
     panic!("never: {what}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn owners_reach_job_processes_and_shutdown_leaves_none() {
-    let pool = EmbeddedPool::start(PoolOptions {
-        hosts: 2,
-        owners: OwnerModel::None,
-        handle_signals: false,
-        ..PoolOptions::default()
-    })
-    .await
-    .unwrap();
+/// An application on the submit-side local RM that takes `hosts` hosts and
+/// starts a script on each that leaves a grandchild; returns the
+/// application's handle and the grandchildren's pids.
+async fn families(
+    pool: &EmbeddedPool,
+    hosts: usize,
+) -> (carmi_api::client::Carmi, EventStream, Vec<u32>) {
     let secret = Secret::from_file(pool.secret_file()).unwrap();
     let opts = ConnectOptions::new(pool.submit_addr().to_string(), secret);
     let (carmi, mut events) = connect(opts).await.unwrap();
@@ -73,15 +70,15 @@ async fn owners_reach_job_processes_and_shutdown_leaves_none() {
         matches!(e, Event::Done { request, .. } if *request == class).then_some(())
     })
     .await;
-    let add = carmi.addhosts("any", 2, 2);
-    let hosts = wait_for(&mut events, add, |e| match e {
+    let add = carmi.addhosts("any", hosts as u32, hosts as u32);
+    let hosts_got = wait_for(&mut events, add, |e| match e {
         Event::HostsAdded { request, hosts, .. } if *request == add => {
             Some(hosts.iter().map(|h| h.host).collect::<Vec<_>>())
         }
         _ => None,
     })
     .await;
-    assert_eq!(hosts.len(), 2);
+    assert_eq!(hosts_got.len(), hosts);
 
     // Each job process leaves a grandchild, whose pid it writes down.
     let scratch = pool.dir().join("scratch");
@@ -93,7 +90,7 @@ async fn owners_reach_job_processes_and_shutdown_leaves_none() {
         std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     let mut pidfiles = Vec::new();
-    for (i, h) in hosts.iter().enumerate() {
+    for (i, h) in hosts_got.iter().enumerate() {
         let pidfile = scratch.join(format!("child{i}.pid"));
         let spawn = carmi.class_spawn(&exe, [pidfile.display().to_string()], SpawnTarget::Host(*h));
         wait_for(&mut events, spawn, |e| {
@@ -114,6 +111,20 @@ async fn owners_reach_job_processes_and_shutdown_leaves_none() {
         .await;
         pids.push(pid.unwrap());
     }
+    (carmi, events, pids)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owners_reach_job_processes_and_shutdown_leaves_none() {
+    let pool = EmbeddedPool::start(PoolOptions {
+        hosts: 2,
+        owners: OwnerModel::None,
+        handle_signals: false,
+        ..PoolOptions::default()
+    })
+    .await
+    .unwrap();
+    let (carmi, _events, pids) = families(&pool, 2).await;
     assert!(pids.iter().all(|p| state(*p).is_some_and(|s| s != 'T')));
 
     // An owner at every machine stops everything there, grandchildren included.
@@ -139,4 +150,26 @@ async fn owners_reach_job_processes_and_shutdown_leaves_none() {
         assert_eq!(state(*p), None, "process {p} outlived the pool");
     }
     assert!(!dir.exists(), "{} is left", dir.display());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_dropped_without_shutdown_still_ends_its_processes() {
+    let pool = EmbeddedPool::start(PoolOptions {
+        hosts: 1,
+        handle_signals: false,
+        ..PoolOptions::default()
+    })
+    .await
+    .unwrap();
+    let (carmi, _events, pids) = families(&pool, 1).await;
+    let dir = pool.dir().to_path_buf();
+    drop(pool);
+    // The drop starts the shutdown in the background; it finishes while the
+    // runtime runs.
+    until("the job processes are gone", || {
+        pids.iter().all(|p| state(*p).is_none())
+    })
+    .await;
+    until("the pool folder is gone", || !dir.exists()).await;
+    drop(carmi);
 }
