@@ -188,3 +188,44 @@ fn pool_dirs(tmp: &Path) -> Vec<PathBuf> {
     v.sort();
     v
 }
+
+#[test]
+fn a_churning_pool_changes_state_between_two_status_calls() {
+    let home = tempfile::tempdir().unwrap();
+    let config = home.path().join("config.toml");
+    ok(carmi(&config)
+        .args(["pool", "up", "--hosts", "8", "--owners", "stochastic"])
+        .args(["--speedup", "7200", "--seed", "1"])
+        .output()
+        .unwrap());
+    let states = || {
+        let json = ok(carmi(&config).args(["status", "--json"]).output().unwrap());
+        let machines: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let mut v: Vec<(String, String)> = machines
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|m| {
+                let name = m["name"].as_str().unwrap().to_string();
+                m["slots"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(move |s| (name.clone(), s["state"].as_str().unwrap().to_string()))
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let first = states();
+    let mut changed = false;
+    for _ in 0..250 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        if states() != first {
+            changed = true;
+            break;
+        }
+    }
+    ok(carmi(&config).args(["pool", "down"]).output().unwrap());
+    assert!(changed, "the pool stayed at {first:?}");
+}
