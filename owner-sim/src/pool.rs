@@ -31,6 +31,7 @@ use carmi_api::handshake::Secret;
 use carmi_global::server::{Server, ServerConfig};
 use carmi_local::config::{Cli, Settings};
 use carmi_local::daemon::Daemon;
+use clap::Parser;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tokio::sync::{oneshot, watch};
@@ -403,16 +404,22 @@ fn local_settings(
     let path = work_dir.join("local.toml");
     let text = local_config(name, slots, &work_dir, c.kill_grace, attrs, c.minute);
     std::fs::write(&path, text).map_err(io("cannot write", &path))?;
-    let cli = Cli {
-        global: c.global.to_string(),
-        secret: c.secret.to_path_buf(),
-        config: Some(path),
-        name: None,
-        attrs: Vec::new(),
-        slots: None,
-        listen: Some("127.0.0.1:0".into()),
-        work_dir: None,
-    };
+    // Parsed, not built as a struct: options carmi-local adds later keep
+    // their defaults here without a change.
+    let (global, secret) = (c.global.to_string(), c.secret.display().to_string());
+    let config = path.display().to_string();
+    let args = [
+        "carmi-local",
+        "--global",
+        &global,
+        "--secret",
+        &secret,
+        "--config",
+        &config,
+        "--listen",
+        "127.0.0.1:0",
+    ];
+    let cli = Cli::try_parse_from(args).map_err(|e| Error::BadOptions(format!("{name}: {e}")))?;
     let mut s = Settings::from_cli(&cli).map_err(|e| Error::Local {
         host: name.to_string(),
         error: Box::new(e.into()),

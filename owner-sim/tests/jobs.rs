@@ -119,6 +119,9 @@ async fn owners_reach_job_processes_and_shutdown_leaves_none() {
     let pool = EmbeddedPool::start(PoolOptions {
         hosts: 2,
         owners: OwnerModel::None,
+        // A policy minute of 0.1 s: an owner policy that continues jobs
+        // after 5 idle minutes does so within a second.
+        speedup: 600.0,
         handle_signals: false,
         ..PoolOptions::default()
     })
@@ -156,6 +159,9 @@ async fn owners_reach_job_processes_and_shutdown_leaves_none() {
 async fn a_pool_dropped_without_shutdown_still_ends_its_processes() {
     let pool = EmbeddedPool::start(PoolOptions {
         hosts: 1,
+        // A policy minute of 0.1 s: an owner policy that continues jobs
+        // after 5 idle minutes does so within a second.
+        speedup: 600.0,
         handle_signals: false,
         ..PoolOptions::default()
     })

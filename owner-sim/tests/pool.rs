@@ -99,9 +99,11 @@ async fn sixteen_hosts_come_up_with_varied_ads_and_leave_nothing_behind() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trace_owner_takes_a_host_and_gives_it_back() {
-    // At speed-up 10: host02's owner arrives after 0.5 s and leaves after 1.5 s.
-    let trace = Trace::parse("host02 5 arrive\nhost02 15 leave\n").unwrap();
-    let pool = EmbeddedPool::start(options(3, OwnerModel::Trace(trace), 10.0))
+    // At speed-up 600: host02's owner arrives after 0.5 s and leaves after
+    // 1.5 s; a policy minute is 0.1 s, so a policy that waits 15 idle minutes
+    // before it starts jobs again gives the host back 1.5 s later.
+    let trace = Trace::parse("host02 300 arrive\nhost02 900 leave\n").unwrap();
+    let pool = EmbeddedPool::start(options(3, OwnerModel::Trace(trace), 600.0))
         .await
         .unwrap();
     let host02 = |m: &[MachineStatus]| {
@@ -112,7 +114,7 @@ async fn a_trace_owner_takes_a_host_and_gives_it_back() {
             .1
     };
     let mut seen = vec![host02(&status(&pool).await)];
-    for _ in 0..300 {
+    for _ in 0..1000 {
         let m = status(&pool).await;
         let s = host02(&m);
         // The other hosts' owners never come.
@@ -139,16 +141,17 @@ async fn a_trace_owner_takes_a_host_and_gives_it_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_churning_model_changes_slot_states_over_time() {
-    // Owners present half the time in visits of a simulated minute, at 600x:
-    // a state change somewhere in the pool every few milliseconds.
+    // Visits of two minutes, absences of half an hour (longer than the 15
+    // idle minutes a policy may want before it starts jobs), at 3600x: a
+    // state change somewhere in the pool every few tens of milliseconds.
     let churn = Stochastic {
         shape: Shape::Exponential,
         ..Stochastic::flat(Regime {
-            mean_present: 60.0,
-            mean_absent: 60.0,
+            mean_present: 120.0,
+            mean_absent: 1800.0,
         })
     };
-    let pool = EmbeddedPool::start(options(8, OwnerModel::Stochastic(churn), 600.0))
+    let pool = EmbeddedPool::start(options(8, OwnerModel::Stochastic(churn), 3600.0))
         .await
         .unwrap();
     let mut snapshots = BTreeSet::new();
