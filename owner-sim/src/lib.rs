@@ -16,6 +16,7 @@
 //! - `driver`: plays a schedule to local RMs (or any [`driver::OwnerTarget`]) in wall time with a speed-up.
 //! - `pool`: [`EmbeddedPool`]: global + N local RMs in-process, their folders, machine ads, clean-up.
 //! - `sweep`: removal of folders (and job processes) left by pools whose process was killed.
+//! - `bin/owner-sim.rs`: the `owner-sim` tool: `schedule` prints a model's events as a trace, `pool` runs a pool in the foreground.
 
 #![warn(missing_docs)]
 

@@ -523,9 +523,25 @@ async fn start_in(opts: &PoolOptions, dir: &Path) -> Result<EmbeddedPool, Error>
         global_stop,
         global,
     })));
-    let signals = opts
-        .handle_signals
-        .then(|| tokio::spawn(on_signal(parts.clone())));
+    // Registered here, not in the task: a signal right after `start`
+    // returns must already find the handler.
+    let signals = if opts.handle_signals {
+        use tokio::signal::unix::{SignalKind, signal};
+        match (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) {
+            (Ok(int), Ok(term)) => Some(tokio::spawn(on_signal(parts.clone(), int, term))),
+            _ => {
+                tracing::warn!(
+                    "cannot watch SIGINT/SIGTERM; the pool is cleaned up only by shutdown"
+                );
+                None
+            }
+        }
+    } else {
+        None
+    };
     Ok(EmbeddedPool {
         parts,
         global_addr,
@@ -569,15 +585,11 @@ fn write_secret(path: &Path) -> Result<(), Error> {
     writeln!(f, "{}", Secret::generate_text()).map_err(io("cannot write", path))
 }
 
-async fn on_signal(parts: Arc<Mutex<Option<Parts>>>) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        tracing::warn!("cannot watch SIGINT/SIGTERM; the pool is cleaned up only by shutdown");
-        return;
-    };
+async fn on_signal(
+    parts: Arc<Mutex<Option<Parts>>>,
+    mut int: tokio::signal::unix::Signal,
+    mut term: tokio::signal::unix::Signal,
+) {
     tokio::select! {
         _ = int.recv() => {}
         _ = term.recv() => {}

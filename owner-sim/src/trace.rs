@@ -106,6 +106,27 @@ impl Trace {
     }
 }
 
+/// Writes owner events in the trace format, one per line, so that a
+/// generated schedule can be kept, edited and replayed; [`Trace::parse`]
+/// reads back exactly the same events.
+pub fn format_schedule(events: &[crate::Scheduled]) -> String {
+    let mut out = String::from("# host time(s) event\n");
+    for e in events {
+        let event = match e.event {
+            OwnerEvent::Arrive => "arrive".to_string(),
+            OwnerEvent::Leave => "leave".to_string(),
+            OwnerEvent::Load(x) => format!("load={x}"),
+        };
+        // `{}` of an f64 prints the shortest text that parses back to it.
+        out.push_str(&format!(
+            "{} {} {event}\n",
+            crate::pool::host_name(e.host),
+            e.time
+        ));
+    }
+    out
+}
+
 fn parse_host(s: &str) -> Result<usize, String> {
     let digits = s.strip_prefix("host").unwrap_or(s);
     match digits.parse::<usize>() {

@@ -156,3 +156,19 @@ fn a_trace_file_replays_in_time_order() {
     assert!(e.contains("t.txt") && e.contains("line 2"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_generated_schedule_survives_the_trace_format() {
+    let m = OwnerModel::Stochastic(Stochastic::default());
+    let s = m.schedule(12, 2.0 * DAY, 77);
+    let text = owner_sim::trace::format_schedule(&s);
+    let back = OwnerModel::Trace(Trace::parse(&text).unwrap()).schedule(12, 2.0 * DAY, 0);
+    assert_eq!(back, s);
+    let loads = [Scheduled {
+        time: 0.25,
+        host: 0,
+        event: OwnerEvent::Load(1.75),
+    }];
+    let text = owner_sim::trace::format_schedule(&loads);
+    assert_eq!(text.lines().nth(1), Some("host01 0.25 load=1.75"));
+}
