@@ -14,7 +14,7 @@
 //!
 //! Clean-up: [`EmbeddedPool::shutdown`] stops the owner driver, then every
 //! local RM (each kills its processes), then the global RM, then removes the
-//! folder. Dropped without shutdown, the pool starts the same in the
+//! folder. Dropped without shutdown, the pool runs the same shutdown in the
 //! background and removes its folder at once (best effort: a runtime that is
 //! itself shutting down kills the processes through the local RMs' drop
 //! guards). With `handle_signals`, SIGINT and SIGTERM shut the pool down and
