@@ -1,7 +1,10 @@
 //! `carmi`: the pool's administration command.
 //!
 //! - `carmi pool init [--secret FILE] [--force]` writes a fresh pool secret, readable by its owner only.
-//! - `carmi status --pool HOST:PORT --secret FILE [--json]` lists the pool's machines and slots.
+//! - `carmi status [--pool HOST:PORT --secret FILE] [--json]` lists the pool's machines and slots
+//!   (without flags: the pool `carmi pool up` recorded).
+//! - `carmi pool up --hosts N [--owners MODEL] [--speedup X] [--seed S]` / `carmi pool down`:
+//!   an embedded pool on this machine (see `pool.rs`).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -12,6 +15,8 @@ use carmi_api::admin::pool_status;
 use carmi_api::handshake::Secret;
 use carmi_api::msg::MachineStatus;
 use clap::{Parser, Subcommand};
+
+mod pool;
 
 #[derive(Parser)]
 #[command(name = "carmi", version, about = "Administer a CARMI pool")]
@@ -29,12 +34,12 @@ enum Command {
     },
     /// Show every machine of the pool and the state of its slots.
     Status {
-        /// `host:port` of the pool's global RM.
+        /// `host:port` of the pool's global RM (default: the one `carmi pool up` recorded).
         #[arg(long, env = "CARMI_POOL", value_name = "HOST:PORT")]
-        pool: String,
-        /// The pool's secret file.
+        pool: Option<String>,
+        /// The pool's secret file (default: the one `carmi pool up` recorded).
         #[arg(long, env = "CARMI_SECRET", value_name = "FILE")]
-        secret: PathBuf,
+        secret: Option<PathBuf>,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -57,6 +62,13 @@ enum PoolCommand {
         #[arg(long)]
         force: bool,
     },
+    /// Start an embedded pool on this machine in the background and record it.
+    Up(pool::UpArgs),
+    /// Stop the pool `carmi pool up` started and remove what it left.
+    Down,
+    /// Run an embedded pool in the foreground (what `up` starts).
+    #[command(hide = true)]
+    Serve(pool::ServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -65,7 +77,18 @@ fn main() -> ExitCode {
         Command::Pool {
             command: PoolCommand::Init { secret, force },
         } => pool_init(&secret, force),
-        Command::Status { pool, secret, json } => status(&pool, &secret, json),
+        Command::Pool {
+            command: PoolCommand::Up(args),
+        } => pool::up(&args),
+        Command::Pool {
+            command: PoolCommand::Down,
+        } => pool::down(),
+        Command::Pool {
+            command: PoolCommand::Serve(args),
+        } => pool::serve(&args),
+        Command::Status { pool, secret, json } => {
+            status_target(pool, secret).and_then(|(p, s)| status(&p, &s, json))
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -131,6 +154,23 @@ fn write_owner_only(path: &Path, text: &str) -> anyhow::Result<()> {
         .and_then(|()| file.sync_all())
         .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
+}
+
+/// The pool to ask: the flags (or their environment variables), else the
+/// pool `carmi pool up` recorded.
+fn status_target(
+    pool: Option<String>,
+    secret: Option<PathBuf>,
+) -> anyhow::Result<(String, PathBuf)> {
+    if let (Some(p), Some(s)) = (&pool, &secret) {
+        return Ok((p.clone(), s.clone()));
+    }
+    match pool::recorded()? {
+        Some((_, r)) => Ok((pool.unwrap_or(r.pool), secret.unwrap_or(r.secret))),
+        None => anyhow::bail!(
+            "which pool? pass --pool and --secret (or set CARMI_POOL and CARMI_SECRET), or start one with `carmi pool up`"
+        ),
+    }
 }
 
 fn status(pool: &str, secret: &Path, json: bool) -> anyhow::Result<()> {

@@ -1,0 +1,117 @@
+//! `owner-sim`: owner schedules as trace files, and an embedded pool in the
+//! foreground.
+//!
+//! - `owner-sim schedule --hosts N --span SECONDS [--owners MODEL] [--seed S]`
+//!   prints the owner events of a model in the trace format (replay them with
+//!   `--owners trace:FILE`).
+//! - `owner-sim pool [--hosts N] [--owners MODEL] [--speedup X] [--seed S]`
+//!   runs an embedded pool until Ctrl-C, printing where it is; the pool
+//!   cleans up after itself on SIGINT and SIGTERM.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use owner_sim::{EmbeddedPool, OwnerModel, PoolOptions};
+
+#[derive(Parser)]
+#[command(
+    name = "owner-sim",
+    version,
+    about = "Simulated machine owners and an embedded CARMI pool"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print a model's owner events in the trace format.
+    Schedule {
+        /// Number of hosts.
+        #[arg(long, default_value_t = 16)]
+        hosts: usize,
+        /// Virtual seconds to cover.
+        #[arg(long, default_value_t = 86400.0)]
+        span: f64,
+        /// Owner model: none, stochastic, or trace:FILE.
+        #[arg(long, default_value = "stochastic", value_name = "MODEL")]
+        owners: String,
+        /// Seed.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+    /// Run an embedded pool in the foreground until Ctrl-C.
+    Pool {
+        /// Number of hosts.
+        #[arg(long, default_value_t = 16)]
+        hosts: usize,
+        /// Owner model: none, stochastic, or trace:FILE.
+        #[arg(long, default_value = "none", value_name = "MODEL")]
+        owners: String,
+        /// Virtual seconds per wall second.
+        #[arg(long, default_value_t = 1.0)]
+        speedup: f64,
+        /// Seed.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("owner-sim: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
+    match cli.command {
+        Command::Schedule {
+            hosts,
+            span,
+            owners,
+            seed,
+        } => {
+            let model = OwnerModel::from_spec(&owners)?;
+            model.check()?;
+            let events = model.schedule(hosts, span, seed);
+            std::io::stdout().write_all(owner_sim::trace::format_schedule(&events).as_bytes())?;
+            Ok(())
+        }
+        Command::Pool {
+            hosts,
+            owners,
+            speedup,
+            seed,
+        } => {
+            let opts = PoolOptions {
+                hosts,
+                owners: OwnerModel::from_spec(&owners)?,
+                speedup,
+                seed,
+                handle_signals: true,
+                ..PoolOptions::default()
+            };
+            let runtime = tokio::runtime::Runtime::new()?;
+            runtime.block_on(async {
+                let pool = EmbeddedPool::start(opts).await?;
+                let mut out = std::io::stdout().lock();
+                writeln!(out, "pool {}", pool.global_addr())?;
+                writeln!(out, "secret {}", pool.secret_file().display())?;
+                writeln!(out, "local {}", pool.submit_addr())?;
+                writeln!(out, "dir {}", pool.dir().display())?;
+                out.flush()?;
+                drop(out);
+                // The pool's own signal handler shuts it down and exits.
+                std::future::pending::<()>().await;
+                drop(pool);
+                Ok(())
+            })
+        }
+    }
+}
