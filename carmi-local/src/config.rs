@@ -332,12 +332,8 @@ impl Settings {
                 reason: "the machine name is empty".into(),
             });
         }
-        if self.slots == Some(0) {
-            return Err(ConfigError::BadSetting {
-                setting: "slots",
-                reason: "must be at least 1".into(),
-            });
-        }
+        // `slots = 0` is allowed: a submit machine lends no slots but serves
+        // the applications that connect to it.
         Ok(())
     }
 }
@@ -655,6 +651,18 @@ mod tests {
             "s",
             "--slots",
             "0",
+        ])
+        .unwrap();
+        // A submit machine: no slots, still a local RM for applications.
+        assert_eq!(Settings::from_cli(&cli).unwrap().slots, Some(0));
+        let cli = Cli::try_parse_from([
+            "carmi-local",
+            "--global",
+            "x:1",
+            "--secret",
+            "s",
+            "--name",
+            " ",
         ])
         .unwrap();
         assert!(Settings::from_cli(&cli).is_err());

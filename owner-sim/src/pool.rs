@@ -8,9 +8,8 @@
 //! 0.5 and 2.0), deterministically from the seed.
 //!
 //! Applications connect to an extra local RM, `submit`, which has no job
-//! slots. `carmi-local`'s configuration check refuses `slots = 0` (a real
-//! machine with no slots makes no sense), so its settings are built with one
-//! slot and set to zero afterwards; it is listed as a machine without slots.
+//! slots (a submit machine, as in HTCondor: it runs masters' connections,
+//! not jobs); `carmi status` lists it apart from the pool's hosts.
 //!
 //! Clean-up: [`EmbeddedPool::shutdown`] stops the owner driver, then every
 //! local RM (each kills its processes), then the global RM, then removes the
@@ -41,11 +40,6 @@ use tokio::time::Instant;
 use crate::driver::{DriveReport, drive};
 use crate::model::OwnerModel;
 use crate::{Error, sweep};
-
-/// Whether `carmi-local`'s configuration file accepts the owner policy keys
-/// (`[policy] minute`, `[owner] source`). Its parser refuses unknown keys, so
-/// they are written only once the owner policy supports them: flip this then.
-pub const POLICY_KEYS_SUPPORTED: bool = false;
 
 /// Name of the submit-side local RM.
 pub const SUBMIT_HOST: &str = "submit";
@@ -371,14 +365,12 @@ fn local_config(
         a.insert((*n).into(), v.clone());
     }
     t.insert("attributes".into(), a.into());
-    if POLICY_KEYS_SUPPORTED {
-        let mut policy = toml::Table::new();
-        policy.insert("minute".into(), minute.into());
-        t.insert("policy".into(), policy.into());
-        let mut owner = toml::Table::new();
-        owner.insert("source".into(), "simulated".into());
-        t.insert("owner".into(), owner.into());
-    }
+    let mut policy = toml::Table::new();
+    policy.insert("minute".into(), minute.into());
+    t.insert("policy".into(), policy.into());
+    let mut owner = toml::Table::new();
+    owner.insert("source".into(), "simulated".into());
+    t.insert("owner".into(), owner.into());
     toml::to_string(&t).expect("a TOML table always serializes")
 }
 
@@ -481,8 +473,7 @@ async fn start_in(opts: &PoolOptions, dir: &Path) -> Result<EmbeddedPool, Error>
         });
         daemons.push(Arc::new(d));
     }
-    let mut settings = local_settings(&common, SUBMIT_HOST, 1, &[])?;
-    settings.slots = Some(0);
+    let settings = local_settings(&common, SUBMIT_HOST, 0, &[])?;
     let submit = Daemon::start(settings)
         .await
         .map_err(|error| Error::Local {
