@@ -36,6 +36,7 @@ use tracing::{debug, info, warn};
 use crate::alloc::{Allocator, Effect, ReleaseCause, ReqRef};
 use crate::procs::{Attachment, Proc, ProcTable};
 
+mod jobs;
 mod requests;
 #[cfg(test)]
 mod tests;
@@ -122,6 +123,10 @@ pub struct Router {
     lookups: HashMap<ProcessId, Vec<ReqRef>>,
     /// Stored executables: sha256 -> size.
     executables: HashMap<String, u64>,
+    /// Jobs submitted with `carmi submit`, until they end.
+    submitted: HashMap<JobId, jobs::Submitted>,
+    /// Live masters of submitted jobs: their job and the machine running them.
+    masters: HashMap<ProcessId, (JobId, String)>,
     next_job: u64,
     out: Vec<Output>,
 }
@@ -139,6 +144,8 @@ impl Router {
             procs: ProcTable::new(),
             lookups: HashMap::new(),
             executables: HashMap::new(),
+            submitted: HashMap::new(),
+            masters: HashMap::new(),
             next_job: 1,
             out: Vec::new(),
         }
@@ -268,14 +275,20 @@ impl Router {
                         let pool = self.alloc.pool_status();
                         self.send(link, FromGlobal::Pool(pool));
                     }
+                    ToGlobal::Submit(req) => self.submit(link, req),
+                    ToGlobal::RemoveJob { job } => self.remove_job(link, job),
+                    ToGlobal::Queue => self.queue(link),
+                    ToGlobal::Analyze { job } => self.analyze(link, job),
+                    ToGlobal::MachineAds => {
+                        let ads = self.alloc.machine_ads();
+                        self.send(link, FromGlobal::Ads(ads));
+                    }
                     other => {
                         let what = variant_name(&other);
-                        self.close(
-                            link,
-                            format!("admin connections may only send Status, not {what}"),
-                        );
+                        self.close(link, format!("admin connections may not send {what}"));
                     }
                 }
+                self.flush();
                 return;
             }
             Some(LinkRole::Machine(name)) => name.clone(),
@@ -294,13 +307,25 @@ impl Router {
             } => self.app_attach(link, &name, conn, job, process, endpoint),
             ToGlobal::AppDetach { conn } => self.app_detach(&name, conn),
             ToGlobal::Forward { conn, id, body } => self.forward(link, &name, conn, id, body),
-            ToGlobal::Started { process, result } => self.started(&name, process, result),
+            ToGlobal::Started { process, result } => match self.master_on(process, &name) {
+                Some(job) => {
+                    let outcome = result.map_err(ExitStatus::FailedToStart);
+                    if let Err(status) = &outcome {
+                        self.exit_process(process, status.clone(), 0.0);
+                    }
+                    self.master_report(process, job, outcome);
+                }
+                None => self.started(&name, process, result),
+            },
             ToGlobal::Exited {
                 process,
                 status,
                 cpu_seconds,
             } => {
-                if self.runs_on(process, &name) {
+                if let Some(job) = self.master_on(process, &name) {
+                    self.exit_process(process, status.clone(), cpu_seconds);
+                    self.master_report(process, job, Err(status));
+                } else if self.runs_on(process, &name) {
                     self.exit_process(process, status, cpu_seconds);
                 }
             }
@@ -311,6 +336,17 @@ impl Router {
             }
             ToGlobal::Upload { .. } | ToGlobal::Fetch { .. } => {
                 debug!(%link, "executable transfer reached the router; the driver serves those");
+            }
+            ToGlobal::Submit(_)
+            | ToGlobal::RemoveJob { .. }
+            | ToGlobal::Queue
+            | ToGlobal::Analyze { .. }
+            | ToGlobal::MachineAds => {
+                let what = variant_name(&msg);
+                warn!(
+                    machine = name,
+                    "{what} is an admin request; a local RM may not send it"
+                );
             }
         }
         self.flush();
@@ -378,7 +414,8 @@ impl Router {
             let known = self
                 .procs
                 .find(p)
-                .is_some_and(|pr| pr.is_live() && pr.host.is_some_and(|h| hosts.contains(&h)));
+                .is_some_and(|pr| pr.is_live() && pr.host.is_some_and(|h| hosts.contains(&h)))
+                || self.master_on(p, name).is_some();
             if !known {
                 debug!(machine = name, process = %p, "killing a process the global RM no longer knows");
                 self.send(link, FromGlobal::Kill { process: p });
@@ -582,6 +619,8 @@ impl Router {
             for e in effects {
                 if let Effect::Released { job, host, cause } = e {
                     self.released(job, host, cause);
+                } else if let Effect::JobStarted { job } = e {
+                    self.start_master(job);
                 } else if let Some((p, event)) = e.to_event() {
                     self.deliver(p, event);
                 }
@@ -604,7 +643,7 @@ impl Router {
             }
             // `end_job` kills every process of the job, on these hosts or not.
             ReleaseCause::JobEnded => {}
-            ReleaseCause::Deleted | ReleaseCause::Withdrawn => {
+            ReleaseCause::Deleted | ReleaseCause::Withdrawn | ReleaseCause::Preempted => {
                 let link = self
                     .alloc
                     .host_machine(host)
@@ -711,6 +750,7 @@ impl Router {
     /// The job's first process left: its hosts go back and its processes are killed.
     fn end_job(&mut self, job: JobId) {
         info!(job = %job, "job ended");
+        self.kill_master(job);
         self.alloc.on_job_ended(job);
         self.flush();
         for p in self.procs.of_job(job) {
@@ -769,7 +809,7 @@ impl Router {
     }
 }
 
-fn new_proc(job: JobId, root: bool) -> Proc {
+pub(crate) fn new_proc(job: JobId, root: bool) -> Proc {
     Proc {
         job,
         host: None,
@@ -795,5 +835,10 @@ fn variant_name(msg: &ToGlobal) -> &'static str {
         ToGlobal::Exited { .. } => "Exited",
         ToGlobal::SlotState { .. } => "SlotState",
         ToGlobal::Status => "Status",
+        ToGlobal::Submit(_) => "Submit",
+        ToGlobal::RemoveJob { .. } => "RemoveJob",
+        ToGlobal::Queue => "Queue",
+        ToGlobal::Analyze { .. } => "Analyze",
+        ToGlobal::MachineAds => "MachineAds",
     }
 }

@@ -255,7 +255,8 @@ async fn connection(
     };
     let link = LinkId(shared.next_link.fetch_add(1, Ordering::Relaxed));
     debug!(%peer, %link, ?role, "connection accepted");
-    let serves_executables = matches!(role, Role::Local { .. });
+    // Admin links upload the master of a job before `Submit`.
+    let serves_executables = matches!(role, Role::Local { .. } | Role::Admin);
     let (tx, mut rx) = mpsc::unbounded_channel();
     let opened = Cmd::Opened {
         link,
