@@ -285,7 +285,7 @@ impl Router {
                     }
                     other => {
                         let what = variant_name(&other);
-                        self.close(link, format!("admin connections may not send {what}"));
+                        self.close(link, format!("admin connections may send Status, Submit, RemoveJob, Queue, Analyze and MachineAds, not {what}"));
                     }
                 }
                 self.flush();
