@@ -543,6 +543,7 @@ impl Driver {
             name: launch.executable.name.clone(),
             program,
             args: launch.args,
+            env: launch.env,
         };
         let launcher = self.launcher.clone();
         let inputs = self.inputs_tx.clone();

@@ -43,6 +43,8 @@ pub struct LaunchSpec {
     pub program: PathBuf,
     /// Arguments after `argv[0]`.
     pub args: Vec<String>,
+    /// Extra environment (a master's, from its submit file).
+    pub env: Vec<(String, String)>,
 }
 
 /// How a process ended, from `wait4`.
@@ -185,6 +187,9 @@ impl Launcher {
             .env("CARMI_PROCESS", spec.process.0.to_string())
             .env("CARMI_HOST", spec.host.0.to_string());
         for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        for (k, v) in &spec.env {
             cmd.env(k, v);
         }
         // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
@@ -408,6 +413,7 @@ pub(crate) mod tests {
             name: "sh".into(),
             program: PathBuf::from("/bin/sh"),
             args: vec!["-c".into(), script.into()],
+            env: Vec::new(),
         }
     }
 
