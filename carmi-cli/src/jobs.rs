@@ -314,7 +314,7 @@ pub fn analysis_text(a: &JobAnalysis) -> String {
     out.push('\n');
     if waiting {
         out.push_str(
-            "A job starts when every class's minimum can be met at once; earlier jobs start first.\n",
+            "A job starts once all its minimums can be met at once; earlier jobs go first.\n",
         );
     }
     for c in &a.classes {

@@ -230,7 +230,10 @@ async fn status_prints_the_pool_as_a_table() {
         ]
     );
     // The summary by architecture, then the total.
-    assert_eq!(words(lines[3]), ["X86_64:", "2", "slots", "1", "claimed,", "1", "idle"]);
+    assert_eq!(
+        words(lines[3]),
+        ["X86_64:", "2", "slots", "1", "claimed,", "1", "idle"]
+    );
     assert_eq!(words(lines[4]), ["aarch64:", "1", "slots", "1", "owner"]);
     assert_eq!(lines[5], "2 machines, 3 slots: 1 claimed, 1 idle, 1 owner");
 }

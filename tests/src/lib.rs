@@ -38,6 +38,8 @@ pub fn bin_dir() -> &'static Path {
             "carmi-global",
             "-p",
             "carmi-local",
+            "-p",
+            "carmi-cli",
             "--bins",
         ]);
         if !cfg!(debug_assertions) {
@@ -46,7 +48,7 @@ pub fn bin_dir() -> &'static Path {
         let status = cmd.status().expect("run cargo build for the daemons");
         assert!(
             status.success(),
-            "building carmi-global and carmi-local failed"
+            "building carmi-global, carmi-local and carmi failed"
         );
         dir
     })
