@@ -477,7 +477,7 @@ pub enum ToGlobal {
     /// Admin: submit a job (`carmi submit`). Its master's executable was
     /// uploaded before on the same connection ([`ToGlobal::Upload`]).
     /// Answered with [`FromGlobal::Submitted`] or [`FromGlobal::AdminFailed`].
-    Submit(SubmitRequest),
+    Submit(Box<SubmitRequest>),
     /// Admin: remove a job (`carmi rm`): its processes are killed, its
     /// machines freed. Answered with [`FromGlobal::Removed`] or [`FromGlobal::AdminFailed`].
     RemoveJob {

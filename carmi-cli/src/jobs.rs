@@ -125,13 +125,13 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let (pool, secret) = connect(&args.pool)?;
-    let msg = ToGlobal::Submit(SubmitRequest {
+    let msg = ToGlobal::Submit(Box::new(SubmitRequest {
         owner,
         machine,
         executable: executable.clone(),
         spec,
         submitted_unix,
-    });
+    }));
     let answer = crate::block_on(async {
         Ok(request(&pool, &secret, Some((&executable, &bytes)), msg).await?)
     })?;

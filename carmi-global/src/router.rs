@@ -275,7 +275,7 @@ impl Router {
                         let pool = self.alloc.pool_status();
                         self.send(link, FromGlobal::Pool(pool));
                     }
-                    ToGlobal::Submit(req) => self.submit(link, req),
+                    ToGlobal::Submit(req) => self.submit(link, *req),
                     ToGlobal::RemoveJob { job } => self.remove_job(link, job),
                     ToGlobal::Queue => self.queue(link),
                     ToGlobal::Analyze { job } => self.analyze(link, job),

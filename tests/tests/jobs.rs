@@ -31,13 +31,13 @@ async fn submit(pool: &Pool, stop: &Path, machine_count: &str) -> JobId {
         sha256: sha256_hex(MASTER.as_bytes()),
         size: MASTER.len() as u64,
     };
-    let msg = ToGlobal::Submit(SubmitRequest {
+    let msg = ToGlobal::Submit(Box::new(SubmitRequest {
         owner: "tester".into(),
         machine: "m0".into(),
         executable: executable.clone(),
         spec,
         submitted_unix: 0,
-    });
+    }));
     let upload = Some((&executable, MASTER.as_bytes()));
     match request(&pool.global_addr, &pool.secret, upload, msg).await {
         Ok(FromGlobal::Submitted { job }) => job,

@@ -412,7 +412,7 @@ impl Allocator {
                     .filter(|&(c, &(_, max))| self.held(id, c) < max)
                     .map(|(c, _)| c.clone())
                     .collect();
-                (!room.is_empty()).then(|| (j.hosts.len() as u32, j.seq, id, room))
+                (!room.is_empty()).then_some((j.hosts.len() as u32, j.seq, id, room))
             })
             .collect();
         out.sort();
