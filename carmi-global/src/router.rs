@@ -89,6 +89,9 @@ pub enum Output {
         /// Why, for the log.
         reason: String,
     },
+    /// Append a record to the journal and fsync it before carrying out the
+    /// outputs that follow (a submit is acknowledged only once it is on disk).
+    Journal(crate::journal::Record),
 }
 
 enum LinkRole {

@@ -175,6 +175,18 @@ impl Allocator {
         }
     }
 
+    /// A job recovered from the journal was running: it leaves the queue and
+    /// grows again as machines come back (its master runs already).
+    pub fn recover_running(&mut self, job: JobId) {
+        if let Some(j) = self.jobs.get_mut(&job)
+            && j.phase == Phase::Waiting
+        {
+            self.queue.remove(&j.seq);
+            j.phase = Phase::Running { grow: true };
+            self.dirty = true;
+        }
+    }
+
     /// The phase of a job.
     pub fn job_phase(&self, job: JobId) -> Option<Phase> {
         self.jobs.get(&job).map(|j| j.phase)

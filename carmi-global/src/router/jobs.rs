@@ -10,8 +10,9 @@ use carmi_api::msg::{
 use carmi_api::submit::JobSpec;
 use tracing::{info, warn};
 
-use super::{LinkId, Router, new_proc};
+use super::{LinkId, Output, Router, new_proc};
 use crate::alloc::{ClassLimits, Phase};
+use crate::journal::Record;
 
 /// What the router keeps of a submitted job.
 #[derive(Clone, Debug)]
@@ -65,6 +66,11 @@ impl Router {
         }
         self.next_job += 1;
         info!(job = %job, owner = req.owner, machine = req.machine, "job submitted");
+        // On disk before the answer: the driver fsyncs it before sending on.
+        self.out.push(Output::Journal(Record::Submitted {
+            job,
+            request: Box::new(req.clone()),
+        }));
         self.submitted.insert(
             job,
             Submitted {
@@ -145,6 +151,10 @@ impl Router {
         if let Some(s) = self.submitted.get_mut(&job) {
             s.master = Some(process);
         }
+        self.out.push(Output::Journal(Record::Started {
+            job,
+            master: process,
+        }));
         let Some(link) = self.ready_link(&sub.machine) else {
             warn!(job = %job, machine = sub.machine, "the submit machine is not connected; the job ends");
             return self.end_job(job);
@@ -202,11 +212,76 @@ impl Router {
         let Some(sub) = self.submitted.remove(&job) else {
             return;
         };
+        self.out.push(Output::Journal(Record::Ended { job }));
         if let Some(p) = sub.master
             && self.masters.remove(&p).is_some()
             && let Some(link) = self.ready_link(&sub.machine)
         {
             self.send(link, FromGlobal::Kill { process: p });
         }
+    }
+}
+
+impl Router {
+    /// Replays the journal of an earlier run, before any connection: waiting
+    /// jobs queue again, started ones run again (their masters are expected
+    /// back with their local RMs), ended ones are forgotten.
+    pub fn recover(&mut self, records: Vec<Record>) {
+        for r in records {
+            match r {
+                Record::Submitted { job, request } => {
+                    self.next_job = self.next_job.max(job.0 + 1);
+                    let req = *request;
+                    let limits: Vec<ClassLimits> = req
+                        .spec
+                        .classes
+                        .iter()
+                        .map(|c| ClassLimits {
+                            name: c.name.clone(),
+                            expression: c.requirements.clone(),
+                            min: c.min,
+                            max: c.max,
+                        })
+                        .collect();
+                    if let Err(f) = self.alloc.submit_job(job, &req.owner, &limits) {
+                        warn!(job = %job, "journal: cannot recover the job: {}", f.message);
+                        continue;
+                    }
+                    self.submitted.insert(
+                        job,
+                        Submitted {
+                            owner: req.owner,
+                            machine: req.machine,
+                            executable: req.executable,
+                            spec: req.spec.expand(job.0),
+                            submitted_unix: req.submitted_unix,
+                            master: None,
+                        },
+                    );
+                }
+                Record::Started { job, master } => {
+                    let Some(sub) = self.submitted.get_mut(&job) else {
+                        continue;
+                    };
+                    sub.master = Some(master);
+                    let machine = sub.machine.clone();
+                    self.alloc.recover_running(job);
+                    self.procs.insert(master, new_proc(job, true));
+                    self.masters.insert(master, (job, machine));
+                }
+                Record::Ended { job } => {
+                    if let Some(sub) = self.submitted.remove(&job)
+                        && let Some(p) = sub.master
+                    {
+                        self.masters.remove(&p);
+                        self.procs.remove(p);
+                    }
+                    self.alloc.on_job_ended(job);
+                }
+            }
+        }
+        // Nothing is online yet: whatever the allocator says now concerns no one.
+        let _ = self.alloc.take_effects();
+        info!(jobs = self.submitted.len(), "journal replayed");
     }
 }
