@@ -181,6 +181,32 @@ impl Pool {
         pool
     }
 
+    /// Kills the global RM with SIGKILL and starts it again on the same
+    /// address and state directory, as after a crash.
+    pub fn restart_global(&mut self) {
+        let _ = self.global.kill();
+        let _ = self.global.wait();
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.dir.join("global.log"))
+            .expect("open global log");
+        let mut global = Command::new(bin_dir().join("carmi-global"))
+            .args(["--listen", &self.global_addr, "--secret"])
+            .arg(&self.secret_path)
+            .arg("--state-dir")
+            .arg(self.dir.join("global-state"))
+            .args(["--heartbeat-ms", &HEARTBEAT_MS.to_string()])
+            .args(["--missed-heartbeats", &MISSED_HEARTBEATS.to_string()])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .expect("restart carmi-global");
+        let addr = listening_addr(&mut global, "carmi-global (restarted)");
+        assert_eq!(addr, self.global_addr, "restarted on the same address");
+        self.global = global;
+    }
+
     /// Kills local RM `i` with SIGKILL, as a machine that vanishes.
     pub fn kill_local(&mut self, i: usize) {
         if let Some(mut c) = self.locals[i].child.take() {

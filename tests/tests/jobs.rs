@@ -251,3 +251,42 @@ async fn the_carmi_command_submits_lists_analyzes_and_removes() {
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("0 machines"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_job_survives_a_restart_of_the_global_rm() {
+    let mut pool = pool("jobs-restart");
+    wait_pool(&pool).await;
+    let (stop, stop_w) = (pool.dir.join("stop"), pool.dir.join("stop-w"));
+    let job = submit(&pool, &stop, "2..3").await;
+    let before = wait_for(&pool, "the job at 3 hosts", |j| {
+        held(j, job) == Some(("running".into(), 3))
+    })
+    .await;
+    // 3 idle and 1 above the running job's minimum: not enough for 5.
+    let waiting = submit(&pool, &stop_w, "5").await;
+    let master = before[0].master;
+    assert_eq!(
+        held(&queue(&pool).await, waiting),
+        Some(("waiting".into(), 0))
+    );
+    pool.restart_global();
+    // The master kept running at m0 and is known again; the job gets its
+    // minimum back before the waiting job may start (whose minimum then
+    // reserves the rest); the waiting job is still queued behind it.
+    let after = wait_for(&pool, "the job running again at its minimum", |j| {
+        held(j, job) == Some(("running".into(), 2))
+    })
+    .await;
+    assert_eq!(after[0].master, master, "{after:#?}");
+    assert_eq!(after[0].owner, "tester");
+    assert_eq!(held(&after, waiting), Some(("waiting".into(), 0)));
+    // A new job gets a fresh id (once the submit machine is back).
+    wait_pool(&pool).await;
+    let third = submit(&pool, &pool.dir.join("stop-3"), "1").await;
+    assert!(third.0 > waiting.0, "{third} after {waiting}");
+    std::fs::write(&stop, "").unwrap();
+    wait_for(&pool, "the job to end after the restart", |j| {
+        held(j, job).is_none()
+    })
+    .await;
+}

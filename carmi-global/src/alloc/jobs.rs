@@ -283,13 +283,16 @@ impl Allocator {
 
     /// Starts waiting jobs, grows running ones, evens shares out.
     pub(super) fn schedule(&mut self) {
+        // Running jobs are owed their minimums (lost to owners, or after a
+        // restart) before waiting jobs may start.
+        self.grow(true);
         while let Some((&seq, &job)) = self.queue.first_key_value() {
             if !self.try_start(job) {
                 break;
             }
             self.queue.remove(&seq);
         }
-        self.grow();
+        self.grow(false);
         self.rebalance();
     }
 
@@ -411,17 +414,22 @@ impl Allocator {
         }
     }
 
-    /// Growing jobs with room, as (hosts held, submit order, job, classes with room).
-    fn hungry(&self) -> Vec<(u32, u64, JobId, Vec<String>)> {
+    /// Jobs with room, as (hosts held, submit order, job, classes with
+    /// room): below their minimums (any running job) when `to_min`, else
+    /// below their maximums (jobs whose master runs).
+    fn hungry(&self, to_min: bool) -> Vec<(u32, u64, JobId, Vec<String>)> {
         let mut out: Vec<_> = self
             .jobs
             .iter()
-            .filter(|(_, j)| j.phase == Phase::Running { grow: true })
+            .filter(|(_, j)| match j.phase {
+                Phase::Running { grow } => grow || to_min,
+                _ => false,
+            })
             .filter_map(|(&id, j)| {
                 let room: Vec<String> = j
                     .limits
                     .iter()
-                    .filter(|&(c, &(_, max))| self.held(id, c) < max)
+                    .filter(|&(c, &(min, max))| self.held(id, c) < if to_min { min } else { max })
                     .map(|(c, _)| c.clone())
                     .collect();
                 (!room.is_empty()).then_some((j.hosts.len() as u32, j.seq, id, room))
@@ -448,16 +456,17 @@ impl Allocator {
             .any(|c| member(&mut self.jobs, &self.machines, head, c, m))
     }
 
-    /// Gives idle slots, one at a time, to the growing job holding the fewest.
-    fn grow(&mut self) {
+    /// Gives idle slots, one at a time, to the job holding the fewest: up to
+    /// minimums first (`to_min`, ahead of the queue), else up to maximums.
+    fn grow(&mut self, to_min: bool) {
         'outer: loop {
             if self.idle.is_empty() {
                 return;
             }
             let idle: Vec<HostId> = self.idle.iter().map(|&(_, h)| h).collect();
-            for (_, _, job, room) in self.hungry() {
+            for (_, _, job, room) in self.hungry(to_min) {
                 for &h in &idle {
-                    if self.reserved(h) {
+                    if !to_min && self.reserved(h) {
                         continue;
                     }
                     let m = self.get_slot(h).machine;
@@ -479,7 +488,7 @@ impl Allocator {
     fn rebalance(&mut self) {
         for _ in 0..self.slots.len() {
             let mut moved = false;
-            'find: for (held, _, job, room) in self.hungry() {
+            'find: for (held, _, job, room) in self.hungry(false) {
                 let mut donors: Vec<HostId> = self
                     .surplus_hosts(job)
                     .into_iter()

@@ -182,3 +182,22 @@ fn a_bad_submission_creates_nothing() {
     assert!(s.a.job_ids().is_empty());
     s.quiet();
 }
+
+#[test]
+fn a_recovered_running_job_gets_its_minimum_before_the_queue() {
+    let mut s = Sim::new();
+    // As after a restart: jobs replayed before any machine is back.
+    s.step(|a| a.submit_job(J1, "alice", &[limits("w", "true", 2, 3)]))
+        .unwrap();
+    s.step(|a| a.submit_job(J2, "bob", &[limits("w", "true", 3, 3)]))
+        .unwrap();
+    s.step(|a| a.recover_running(J1));
+    assert_eq!(s.a.queued_ahead(J2), Some(0));
+    pool(&mut s, 4);
+    assert_eq!(held(&s, J1), 2, "the running job's minimum comes first");
+    assert_eq!(s.a.job_phase(J2), Some(Phase::Waiting));
+    assert!(
+        take_started(&mut s).is_empty(),
+        "no master is started again"
+    );
+}
