@@ -563,6 +563,8 @@ pub struct ClassAnalysis {
     pub held_by_job: u32,
     /// Matching slots claimed by other jobs.
     pub claimed_by_others: u32,
+    /// Of those, slots above their job's minimum, which this job's start may take back.
+    pub preemptible: u32,
     /// Matching slots taken by their owners (suspended or vacated).
     pub owner: u32,
     /// Matching slots idle now.

@@ -18,13 +18,13 @@ use serde::Deserialize;
 /// Pool coordinates from the command line (each also read from the environment by the resolver).
 #[derive(Args, Clone, Debug, Default)]
 pub struct PoolArgs {
-    /// `host:port` of the pool's global RM [env: CARMI_POOL; config: pool].
+    /// The global RM, HOST:PORT [env: CARMI_POOL]
     #[arg(long, value_name = "HOST:PORT")]
     pub pool: Option<String>,
-    /// The pool's secret file [env: CARMI_SECRET; config: secret].
+    /// The pool's secret file [env: CARMI_SECRET]
     #[arg(long, value_name = "FILE")]
     pub secret: Option<PathBuf>,
-    /// `host:port` of this machine's local RM [env: CARMI_LOCAL; config: local].
+    /// This machine's local RM, HOST:PORT [env: CARMI_LOCAL]
     #[arg(long, value_name = "HOST:PORT")]
     pub local: Option<String>,
 }

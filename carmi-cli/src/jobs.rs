@@ -21,11 +21,10 @@ pub struct SubmitArgs {
     pool: PoolArgs,
     /// The submit file.
     file: PathBuf,
-    /// The machine (local RM name, as `carmi status` lists it) that runs the
-    /// master [env: CARMI_MACHINE; default: this host's name].
+    /// Master's machine [env: CARMI_MACHINE, else host name]
     #[arg(long, value_name = "NAME")]
     machine: Option<String>,
-    /// Print `{"job": N}` instead of the job id alone.
+    /// Print {"job": N} instead of the job id alone
     #[arg(long)]
     json: bool,
 }
@@ -35,7 +34,7 @@ pub struct SubmitArgs {
 pub struct QArgs {
     #[command(flatten)]
     pool: PoolArgs,
-    /// Explain why this job's classes are not (fully) satisfied (also `-analyze`).
+    /// Why JOB's classes are not satisfied (or -analyze)
     #[arg(long, value_name = "JOB")]
     analyze: Option<u64>,
     /// Print JSON instead of a table.
@@ -48,7 +47,7 @@ pub struct QArgs {
 pub struct RmArgs {
     #[command(flatten)]
     pool: PoolArgs,
-    /// The job to remove: its processes are killed and its machines freed.
+    /// The job to remove (its processes are killed, its machines freed)
     job: u64,
     /// Print JSON.
     #[arg(long)]
@@ -273,6 +272,10 @@ fn class_text(c: &ClassAnalysis, waiting: bool) -> String {
         ),
         (c.held_by_job, "held by this job"),
         (c.claimed_by_others, "claimed by other jobs"),
+        (
+            c.preemptible,
+            "  of which above their job's minimum (can be taken back)",
+        ),
         (c.owner, "taken by their owners"),
         (c.idle, "idle"),
     ];
@@ -281,8 +284,13 @@ fn class_text(c: &ClassAnalysis, waiting: bool) -> String {
         out.push_str(&format!("  {n:>5} {what}\n"));
     }
     let usable = c.idle + if waiting { 0 } else { c.held_by_job };
-    let verdict = if waiting && c.idle < s.min {
-        format!("cannot start: needs {} at once, {} idle now", s.min, c.idle)
+    let verdict = if waiting && c.idle + c.preemptible < s.min {
+        format!(
+            "cannot start: needs {} at once, {} idle and {} reclaimable now",
+            s.min, c.idle, c.preemptible
+        )
+    } else if waiting {
+        "enough for this class; another class or an earlier job holds it up".to_string()
     } else if s.max > 0 && s.held >= s.max {
         "satisfied: at its maximum".to_string()
     } else if s.max > 0 && c.idle == 0 {

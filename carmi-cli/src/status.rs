@@ -18,10 +18,10 @@ use crate::config::{PoolArgs, resolve_env};
 pub struct StatusArgs {
     #[command(flatten)]
     pool: PoolArgs,
-    /// Only machines whose ad satisfies this ClassAd expression (also `-constraint`).
+    /// Machines whose ad satisfies EXPR (or -constraint)
     #[arg(long, alias = "const", value_name = "EXPR")]
     constraint: Option<String>,
-    /// Print every machine's whole ad (also `-long`).
+    /// Print every machine's whole ad (or -long)
     #[arg(short = 'l', long = "long")]
     long: bool,
     /// Print JSON instead of a table.

@@ -215,7 +215,7 @@ async fn the_carmi_command_submits_lists_analyzes_and_removes() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("waiting"), "{text}");
     assert!(
-        text.contains("cannot start: needs 7 at once, 6 idle now"),
+        text.contains("cannot start: needs 7 at once, 6 idle and 0 reclaimable now"),
         "{text}"
     );
     assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");

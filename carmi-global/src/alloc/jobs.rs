@@ -242,6 +242,8 @@ impl Allocator {
         let Some(j) = self.jobs.get(&job) else {
             return Vec::new();
         };
+        let surplus: std::collections::BTreeSet<HostId> =
+            self.surplus_hosts(job).into_iter().collect();
         self.class_status(job)
             .into_iter()
             .map(|status| {
@@ -253,13 +255,15 @@ impl Allocator {
                     rejecting_job: 0,
                     held_by_job: 0,
                     claimed_by_others: 0,
+                    preemptible: 0,
                     owner: 0,
                     idle: 0,
                 };
-                for slot in &self.slots {
+                for (i, slot) in self.slots.iter().enumerate() {
                     if slot.state == SlotState::Offline {
                         continue;
                     }
+                    let host = HostId(i as u64 + 1);
                     a.slots += 1;
                     let m = &self.machines[slot.machine.0 as usize];
                     if !m.ad.eval_expr(&class.expr, Some(&j.ad)).is_true() {
@@ -270,7 +274,10 @@ impl Allocator {
                         match &slot.state {
                             SlotState::Idle => a.idle += 1,
                             SlotState::Claimed(c) if c.job == job => a.held_by_job += 1,
-                            SlotState::Claimed(_) => a.claimed_by_others += 1,
+                            SlotState::Claimed(_) => {
+                                a.claimed_by_others += 1;
+                                a.preemptible += surplus.contains(&host) as u32;
+                            }
                             SlotState::Suspended(Some(c)) if c.job == job => a.held_by_job += 1,
                             _ => a.owner += 1,
                         }

@@ -88,7 +88,10 @@ impl Router {
     /// `carmi rm`.
     pub(super) fn remove_job(&mut self, link: LinkId, job: JobId) {
         if !self.alloc.has_job(job) {
-            let message = format!("job {job} is not in the queue (it ended or never existed)");
+            let message = format!(
+                "job {} is not in the queue (it ended or never existed)",
+                job.0
+            );
             return self.admin_fail(link, FailureCode::Invalid, message);
         }
         info!(job = %job, "job removed by an administrator");
@@ -127,7 +130,10 @@ impl Router {
     /// `carmi q -analyze`.
     pub(super) fn analyze(&mut self, link: LinkId, job: JobId) {
         if !self.alloc.has_job(job) {
-            let message = format!("job {job} is not in the queue (it ended or never existed)");
+            let message = format!(
+                "job {} is not in the queue (it ended or never existed)",
+                job.0
+            );
             return self.admin_fail(link, FailureCode::Invalid, message);
         }
         let analysis = JobAnalysis {
