@@ -20,9 +20,11 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use carmi_api::ids::{JobId, ProcessId};
+use carmi_api::ids::{HostId, JobId, ProcessId};
 use carmi_api::msg::SubmitRequest;
 use serde::{Deserialize, Serialize};
+
+use crate::alloc::ReqRef;
 
 /// One state change.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -45,6 +47,32 @@ pub enum Record {
     Ended {
         /// The job.
         job: JobId,
+    },
+    /// A machine was given host ids (first registration, or more slots):
+    /// replayed in order, so every name gets its ids back after a restart.
+    Machine {
+        /// The machine.
+        name: String,
+        /// Every host id it was ever given, in slot order.
+        hosts: Vec<HostId>,
+    },
+    /// A process of a job was sent to a host (`ClassSpawn`).
+    Spawned {
+        /// The process.
+        process: ProcessId,
+        /// Its job.
+        job: JobId,
+        /// Where.
+        host: HostId,
+        /// The class the host is held for.
+        class: String,
+        /// The request that started it, to tell of its exit.
+        origin: Option<ReqRef>,
+    },
+    /// A spawned process ended.
+    Exited {
+        /// The process.
+        process: ProcessId,
     },
 }
 

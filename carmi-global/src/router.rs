@@ -37,6 +37,8 @@ use crate::alloc::{Allocator, Effect, ReleaseCause, ReqRef};
 use crate::procs::{Attachment, Proc, ProcTable};
 
 mod jobs;
+#[cfg(test)]
+mod jobs_tests;
 mod requests;
 #[cfg(test)]
 mod tests;
@@ -130,6 +132,9 @@ pub struct Router {
     submitted: HashMap<JobId, jobs::Submitted>,
     /// Live masters of submitted jobs: their job and the machine running them.
     masters: HashMap<ProcessId, (JobId, String)>,
+    /// Processes replayed from the journal whose host is not held again yet:
+    /// their job and class, until their machine re-reports them.
+    recovered: HashMap<ProcessId, (JobId, String)>,
     next_job: u64,
     out: Vec<Output>,
 }
@@ -149,6 +154,7 @@ impl Router {
             executables: HashMap::new(),
             submitted: HashMap::new(),
             masters: HashMap::new(),
+            recovered: HashMap::new(),
             next_job: 1,
             out: Vec::new(),
         }
@@ -389,7 +395,15 @@ impl Router {
                 return self.close(link, reason);
             }
         };
+        let known = self.alloc.known_hosts(name).len();
         let hosts = self.alloc.on_machine_registered(name, ad, slots);
+        if hosts.len() > known {
+            self.out
+                .push(Output::Journal(crate::journal::Record::Machine {
+                    name: name.to_string(),
+                    hosts: self.alloc.known_hosts(name).to_vec(),
+                }));
+        }
         let deadline = self.now.saturating_add(self.lost_after());
         let p = self.presence.entry(name.to_string()).or_default();
         p.ready = true;
@@ -422,6 +436,17 @@ impl Router {
             if !known {
                 debug!(machine = name, process = %p, "killing a process the global RM no longer knows");
                 self.send(link, FromGlobal::Kill { process: p });
+            }
+        }
+        // Processes recovered from the journal that still run get their hosts back.
+        for &p in &running {
+            if let Some((job, class)) = self.recovered.remove(&p)
+                && let Some(host) = self.procs.find(p).and_then(|pr| pr.host)
+                && !self.alloc.recover_claim(host, job, &class, p)
+            {
+                warn!(machine = name, process = %p, "its host went to another job meanwhile; killing it");
+                self.send(link, FromGlobal::Kill { process: p });
+                self.exit_process(p, ExitStatus::HostLost, 0.0);
             }
         }
         // Processes it no longer runs most likely ended while it was away:
@@ -563,6 +588,11 @@ impl Router {
             return;
         }
         let (host, origin) = (proc.host, proc.origin);
+        if host.is_some() {
+            self.out
+                .push(Output::Journal(crate::journal::Record::Exited { process }));
+        }
+        self.recovered.remove(&process);
         self.procs.set_state(
             process,
             ProcessState::Exited {

@@ -529,3 +529,83 @@ impl Allocator {
         }
     }
 }
+
+impl Allocator {
+    /// Every host id machine `name` was ever given, online or not.
+    pub fn known_hosts(&self, name: &str) -> &[HostId] {
+        match self.by_name.get(name) {
+            Some(&i) => &self.machines[i.0 as usize].hosts,
+            None => &[],
+        }
+    }
+
+    /// Replays a machine's host ids from the journal (before anything is
+    /// online): it stays offline until it registers, and then gets them back.
+    /// False when the ids are not the next free ones (they would clash).
+    pub fn recover_machine(&mut self, name: &str, hosts: &[HostId]) -> bool {
+        let idx = match self.by_name.get(name) {
+            Some(&i) => i,
+            None => {
+                let i = super::MachineIdx(self.machines.len() as u32);
+                self.machines.push(super::Machine {
+                    name: name.to_string(),
+                    ad: classad::ClassAd::new(),
+                    ad_text: String::new(),
+                    has_requirements: false,
+                    hosts: Vec::new(),
+                    slots: 0,
+                    online: false,
+                    generation: 0,
+                    speed: super::speed_of(&classad::ClassAd::new()),
+                });
+                self.by_name.insert(name.to_string(), i);
+                i
+            }
+        };
+        let known = self.machines[idx.0 as usize].hosts.len();
+        for &h in hosts.iter().skip(known) {
+            if h.0 != self.slots.len() as u64 + 1 {
+                return false;
+            }
+            let m = &mut self.machines[idx.0 as usize];
+            self.slots.push(super::Slot {
+                machine: idx,
+                index: m.hosts.len() as u32,
+                state: SlotState::Offline,
+                group: None,
+                busy: Default::default(),
+            });
+            m.hosts.push(h);
+        }
+        true
+    }
+
+    /// The class `host` is held for by `job`.
+    pub fn host_class(&self, job: JobId, host: HostId) -> Option<String> {
+        self.jobs.get(&job)?.hosts.get(&host).cloned()
+    }
+
+    /// A process recovered from the journal still runs on `host`: the job
+    /// holds the host again for `class`. False when the host is taken.
+    pub fn recover_claim(
+        &mut self,
+        host: HostId,
+        job: JobId,
+        class: &str,
+        process: carmi_api::ids::ProcessId,
+    ) -> bool {
+        let Some(j) = self.jobs.get(&job) else {
+            return false;
+        };
+        if !j.classes.contains_key(class) {
+            return false;
+        }
+        match self.find_slot(host).map(|s| s.state.clone()) {
+            Some(SlotState::Idle) => self.give(job, class, host, false),
+            Some(SlotState::Claimed(c)) if c.job == job && !self.is_partial(host) => {}
+            _ => return false,
+        }
+        self.on_process_spawned(host, process);
+        true
+    }
+}

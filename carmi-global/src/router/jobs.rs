@@ -280,9 +280,40 @@ impl Router {
                         && let Some(p) = sub.master
                     {
                         self.masters.remove(&p);
+                    }
+                    for p in self.procs.of_job(job) {
                         self.procs.remove(p);
+                        self.recovered.remove(&p);
                     }
                     self.alloc.on_job_ended(job);
+                }
+                Record::Machine { name, hosts } => {
+                    if !self.alloc.recover_machine(&name, &hosts) {
+                        warn!(
+                            machine = name,
+                            "journal: its host ids cannot be given back; it gets new ones"
+                        );
+                    }
+                }
+                Record::Spawned {
+                    process,
+                    job,
+                    host,
+                    class,
+                    origin,
+                } => {
+                    if !self.alloc.has_job(job) {
+                        continue;
+                    }
+                    let mut proc = new_proc(job, false);
+                    proc.host = Some(host);
+                    proc.origin = origin;
+                    self.procs.insert(process, proc);
+                    self.recovered.insert(process, (job, class));
+                }
+                Record::Exited { process } => {
+                    self.procs.remove(process);
+                    self.recovered.remove(&process);
                 }
             }
         }
