@@ -694,6 +694,12 @@ pub enum FromGlobal {
         args: Vec<String>,
         /// Environment on top of the local RM's (`CARMI_JOB` and `CARMI_PROCESS` are set too).
         env: Vec<(String, String)>,
+        /// File for its standard output (absolute, on this machine); else kept with the job's output.
+        output: Option<String>,
+        /// File for its standard error (absolute, on this machine); else kept with the job's output.
+        error: Option<String>,
+        /// Files (absolute, on this machine) copied into its working directory before it starts.
+        input_files: Vec<String>,
     },
 }
 

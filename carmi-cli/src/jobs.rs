@@ -85,8 +85,22 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     let display = args.file.display().to_string();
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("cannot read submit file {display}"))?;
-    let spec = carmi_api::submit::parse(&display, &text).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut spec = carmi_api::submit::parse(&display, &text).map_err(|e| anyhow::anyhow!("{e}"))?;
     let base = args.file.parent().unwrap_or(Path::new("."));
+    // The master runs on the submit machine: paths relative to the submit
+    // file become absolute, as the local RM starts it elsewhere.
+    let base_abs = std::path::absolute(base)
+        .with_context(|| format!("cannot resolve the directory of {display}"))?;
+    let abs = |p: &str| base_abs.join(p).to_string_lossy().into_owned();
+    spec.output = spec.output.as_deref().map(abs);
+    spec.error = spec.error.as_deref().map(abs);
+    for f in &mut spec.transfer_input_files {
+        let path = abs(f);
+        if !Path::new(&path).is_file() {
+            anyhow::bail!("{display}: transfer_input_files: {path} is not a readable file");
+        }
+        *f = path;
+    }
     let exe_path = base.join(&spec.executable);
     let bytes = std::fs::read(&exe_path).with_context(|| {
         format!(
@@ -94,12 +108,6 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
             exe_path.display()
         )
     })?;
-    if !spec.transfer_input_files.is_empty() {
-        eprintln!(
-            "carmi: warning: transfer_input_files is not staged yet; the master starts without {}",
-            spec.transfer_input_files.join(", ")
-        );
-    }
     let executable = ExecutableRef {
         name: Path::new(&spec.executable)
             .file_name()

@@ -77,6 +77,10 @@ pub struct Launch {
     pub master: bool,
     /// Environment on top of the daemon's (a master's, from its submit file).
     pub env: Vec<(String, String)>,
+    /// Where a master's standard output and error go (else the sandbox's files).
+    pub stdio: (Option<String>, Option<String>),
+    /// Files copied into a master's sandbox before it starts.
+    pub input_files: Vec<String>,
 }
 
 /// The connection to the global RM, as far as the core is concerned.
@@ -319,6 +323,8 @@ impl Core {
                 args,
                 master: false,
                 env: Vec::new(),
+                stdio: (None, None),
+                input_files: Vec::new(),
             }),
             FromGlobal::SpawnMaster {
                 process,
@@ -326,6 +332,9 @@ impl Core {
                 executable,
                 args,
                 env,
+                output,
+                error,
+                input_files,
             } => self.on_spawn(Launch {
                 process,
                 job,
@@ -334,6 +343,8 @@ impl Core {
                 args,
                 master: true,
                 env,
+                stdio: (output, error),
+                input_files,
             }),
             FromGlobal::Kill { process } => self.on_kill(process),
             FromGlobal::Executable { executable } => self.on_executable(executable, payload),

@@ -250,6 +250,43 @@ async fn the_carmi_command_submits_lists_analyzes_and_removes() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("0 machines"));
+
+    // The master's output goes where the submit file says, with its input
+    // files beside it and $(Cluster) expanded; its exit ends the job.
+    std::fs::write(dir.join("params.txt"), "cycles=35\n").unwrap();
+    std::fs::write(
+        dir.join("io.sh"),
+        "#!/bin/sh\ncat params.txt\necho \"arg $1\"\necho oops >&2\n",
+    )
+    .unwrap();
+    let io = write_job(
+        &dir,
+        "io.sub",
+        "executable = io.sh\narguments = $(Cluster)\noutput = out/$(Cluster).out\nerror = out/$(Cluster).err\ntransfer_input_files = params.txt\nqueue\n",
+    );
+    let out = carmi(&pool).arg("submit").arg(&io).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let job: u64 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("the job id");
+    wait_for(&pool, "the io job to end", |j| j.is_empty()).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let out_file = dir.join(format!("out/{job}.out"));
+    let text = loop {
+        let text = std::fs::read_to_string(&out_file).unwrap_or_default();
+        if text.contains("arg") || Instant::now() > deadline {
+            break text;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(text, format!("cycles=35\narg {job}\n"), "{}", pool.logs());
+    let err = std::fs::read_to_string(dir.join(format!("out/{job}.err"))).unwrap();
+    assert_eq!(err, "oops\n");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

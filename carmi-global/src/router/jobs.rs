@@ -175,6 +175,9 @@ impl Router {
                 executable: sub.executable,
                 args: sub.spec.arguments,
                 env,
+                output: sub.spec.output,
+                error: sub.spec.error,
+                input_files: sub.spec.transfer_input_files,
             },
         );
     }
