@@ -135,6 +135,8 @@ pub struct Router {
     /// Processes replayed from the journal whose host is not held again yet:
     /// their job and class, until their machine re-reports them.
     recovered: HashMap<ProcessId, (JobId, String)>,
+    /// Masters whose `SpawnMaster` went out (the others wait for their machine).
+    sent_masters: std::collections::HashSet<ProcessId>,
     next_job: u64,
     out: Vec<Output>,
 }
@@ -155,6 +157,7 @@ impl Router {
             submitted: HashMap::new(),
             masters: HashMap::new(),
             recovered: HashMap::new(),
+            sent_masters: Default::default(),
             next_job: 1,
             out: Vec::new(),
         }
@@ -438,6 +441,16 @@ impl Router {
                 self.send(link, FromGlobal::Kill { process: p });
             }
         }
+        // Masters that waited for this machine to come back.
+        let waiting: Vec<(ProcessId, JobId)> = self
+            .masters
+            .iter()
+            .filter(|(p, (_, m))| m == name && !self.sent_masters.contains(p))
+            .map(|(&p, &(j, _))| (p, j))
+            .collect();
+        for (p, j) in waiting {
+            self.send_master(link, p, j);
+        }
         // Processes recovered from the journal that still run get their hosts back.
         for &p in &running {
             if let Some((job, class)) = self.recovered.remove(&p)
@@ -490,6 +503,17 @@ impl Router {
 
     fn machine_lost(&mut self, name: &str, reason: String) {
         warn!(machine = name, "{reason}; declaring it lost");
+        // A job whose master ran there has lost its master: it ends.
+        let masters: Vec<(ProcessId, JobId)> = self
+            .masters
+            .iter()
+            .filter(|(_, (_, m))| m == name)
+            .map(|(&p, &(j, _))| (p, j))
+            .collect();
+        for (p, j) in masters {
+            self.exit_process(p, ExitStatus::HostLost, 0.0);
+            self.master_report(p, j, Err(ExitStatus::HostLost));
+        }
         for h in self.alloc.machine_hosts(name).to_vec() {
             for p in self.procs.live_on(h) {
                 self.exit_process(p, ExitStatus::HostLost, 0.0);
@@ -831,6 +855,20 @@ impl Router {
             }
         }
         assert_eq!(with_deadline, self.deadlines.len(), "stale deadlines");
+        for p in &self.sent_masters {
+            assert!(
+                self.masters.contains_key(p),
+                "sent master {p} is not a live master"
+            );
+        }
+        for (p, (job, _)) in &self.masters {
+            assert!(self.alloc.has_job(*job), "master {p} of ended job {job}");
+            assert_eq!(
+                self.submitted.get(job).and_then(|s| s.master),
+                Some(*p),
+                "master {p} is not its job's"
+            );
+        }
         for (p, waiting) in &self.lookups {
             let proc = self.procs.find(*p);
             assert!(

@@ -161,10 +161,29 @@ impl Router {
             job,
             master: process,
         }));
-        let Some(link) = self.ready_link(&sub.machine) else {
-            warn!(job = %job, machine = sub.machine, "the submit machine is not connected; the job ends");
-            return self.end_job(job);
+        match self.ready_link(&sub.machine) {
+            Some(link) => self.send_master(link, process, job),
+            None => {
+                // Sent when the machine advertises again (`unsent_masters`).
+                info!(job = %job, machine = sub.machine, "the submit machine is away; the master starts when it is back");
+            }
+        }
+    }
+
+    /// Sends `SpawnMaster` for `process`, the master of `job`, on `link`.
+    pub(super) fn send_master(&mut self, link: LinkId, process: ProcessId, job: JobId) {
+        let Some(sub) = self.submitted.get(&job).cloned() else {
+            return;
         };
+        if self.sent_masters.contains(&process)
+            || self
+                .procs
+                .find(process)
+                .is_some_and(|p| p.state != ProcessState::Starting)
+        {
+            return;
+        }
+        self.sent_masters.insert(process);
         info!(job = %job, %process, machine = sub.machine, "starting the master");
         let env = sub.spec.environment.clone();
         self.send(
@@ -211,6 +230,7 @@ impl Router {
             Err(status) => {
                 info!(job = %job, %process, ?status, "the master ended; so does its job");
                 self.masters.remove(&process);
+                self.sent_masters.remove(&process);
                 self.end_job(job);
             }
         }
@@ -224,6 +244,7 @@ impl Router {
         self.out.push(Output::Journal(Record::Ended { job }));
         if let Some(p) = sub.master
             && self.masters.remove(&p).is_some()
+            && self.sent_masters.remove(&p)
             && let Some(link) = self.ready_link(&sub.machine)
         {
             self.send(link, FromGlobal::Kill { process: p });
@@ -277,12 +298,15 @@ impl Router {
                     self.alloc.recover_running(job);
                     self.procs.insert(master, new_proc(job, true));
                     self.masters.insert(master, (job, machine));
+                    // Sent before the restart; its local RM will re-report it.
+                    self.sent_masters.insert(master);
                 }
                 Record::Ended { job } => {
                     if let Some(sub) = self.submitted.remove(&job)
                         && let Some(p) = sub.master
                     {
                         self.masters.remove(&p);
+                        self.sent_masters.remove(&p);
                     }
                     for p in self.procs.of_job(job) {
                         self.procs.remove(p);
