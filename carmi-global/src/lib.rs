@@ -11,7 +11,8 @@
 //! - `alloc`: the allocator: machines, slots, jobs, classes, pending `AddHosts`, subscriptions.
 //! - `journal`: accepted jobs and their state changes on disk, replayed after a restart.
 //! - `procs`: the process table: where each process runs, is attached, and who spawned it.
-//! - `router`: everything the daemon decides: registry, heartbeats, requests, process events.
+//! - `router`: everything the daemon decides: registry, heartbeats, requests, process events,
+//!   submitted jobs and their masters (`router::jobs`), machines (`router::machines`).
 //! - `store`: executables stored by content hash under the state directory.
 //! - `server`: the tokio driver: listener, handshake, framing, one router task.
 //! - `main.rs`: the `carmi-global` command.
