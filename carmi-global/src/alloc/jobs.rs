@@ -467,11 +467,16 @@ impl Allocator {
     /// minimums first (`to_min`, ahead of the queue), else up to maximums.
     fn grow(&mut self, to_min: bool) {
         'outer: loop {
+            // Cheap checks first: this runs after every input that frees a slot.
             if self.idle.is_empty() {
                 return;
             }
+            let hungry = self.hungry(to_min);
+            if hungry.is_empty() {
+                return;
+            }
             let idle: Vec<HostId> = self.idle.iter().map(|&(_, h)| h).collect();
-            for (_, _, job, room) in self.hungry(to_min) {
+            for (_, _, job, room) in hungry {
                 for &h in &idle {
                     if !to_min && self.reserved(h) {
                         continue;

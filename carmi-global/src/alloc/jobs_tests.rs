@@ -201,3 +201,24 @@ fn a_recovered_running_job_gets_its_minimum_before_the_queue() {
         "no master is started again"
     );
 }
+
+#[test]
+fn hosts_given_back_are_not_granted_again() {
+    let mut s = Sim::new();
+    let hosts = pool(&mut s, 4);
+    s.step(|a| a.submit_job(J1, "alice", &[limits("w", "true", 1, 4)]))
+        .unwrap();
+    s.step(|a| a.on_master_running(J1));
+    assert_eq!(held(&s, J1), 4);
+    s.log.clear();
+    let give_back = s.a.job_hosts(J1)[..2].to_vec();
+    s.step(|a| a.del_hosts(J1, r(J1, 7), &give_back));
+    assert_eq!(held(&s, J1), 2);
+    let st = &s.a.class_status(J1)[0];
+    assert_eq!(
+        (st.min, st.max),
+        (1, 2),
+        "the maximum follows what the job gave back"
+    );
+    assert_eq!(s.a.slot_counts(), (hosts.len(), 2));
+}
