@@ -95,6 +95,24 @@ pub struct Local {
     child: Option<Child>,
 }
 
+/// Settings of a test pool's global RM.
+#[derive(Clone, Copy, Debug)]
+pub struct PoolOptions {
+    /// Heartbeat period, in milliseconds.
+    pub heartbeat_ms: u64,
+    /// Missed heartbeats before a machine is declared lost.
+    pub missed_heartbeats: u32,
+}
+
+impl Default for PoolOptions {
+    fn default() -> Self {
+        PoolOptions {
+            heartbeat_ms: HEARTBEAT_MS,
+            missed_heartbeats: MISSED_HEARTBEATS,
+        }
+    }
+}
+
 /// A running pool.
 pub struct Pool {
     /// Scratch directory holding secret, state and work dirs, and logs.
@@ -108,6 +126,7 @@ pub struct Pool {
     global: Child,
     /// The local RMs, in start order.
     pub locals: Vec<Local>,
+    options: PoolOptions,
 }
 
 fn stop(child: &mut Child) {
@@ -127,6 +146,17 @@ impl Pool {
     /// Starts a global RM and one local RM per entry of `machines`: each entry
     /// is the list of `--attr NAME=VALUE` settings of that machine.
     pub fn start(name: &str, slots: u32, machines: &[Vec<String>]) -> Pool {
+        Pool::start_with(name, slots, machines, PoolOptions::default())
+    }
+
+    /// [`Pool::start`] with other settings (a benchmark with many local RMs
+    /// on one host wants a more patient heartbeat).
+    pub fn start_with(
+        name: &str,
+        slots: u32,
+        machines: &[Vec<String>],
+        options: PoolOptions,
+    ) -> Pool {
         let bins = bin_dir();
         let dir = scratch(name);
         let secret_path = dir.join("pool.secret");
@@ -140,8 +170,11 @@ impl Pool {
             .arg(&secret_path)
             .arg("--state-dir")
             .arg(dir.join("global-state"))
-            .args(["--heartbeat-ms", &HEARTBEAT_MS.to_string()])
-            .args(["--missed-heartbeats", &MISSED_HEARTBEATS.to_string()])
+            .args(["--heartbeat-ms", &options.heartbeat_ms.to_string()])
+            .args([
+                "--missed-heartbeats",
+                &options.missed_heartbeats.to_string(),
+            ])
             .env("RUST_LOG", "info")
             .stdout(Stdio::piped())
             .stderr(log(&dir, "global"))
@@ -155,6 +188,7 @@ impl Pool {
             global_addr,
             global,
             locals: Vec::new(),
+            options,
         };
         for (i, attrs) in machines.iter().enumerate() {
             let name = format!("m{i}");
@@ -195,8 +229,11 @@ impl Pool {
             .arg(&self.secret_path)
             .arg("--state-dir")
             .arg(self.dir.join("global-state"))
-            .args(["--heartbeat-ms", &HEARTBEAT_MS.to_string()])
-            .args(["--missed-heartbeats", &MISSED_HEARTBEATS.to_string()])
+            .args(["--heartbeat-ms", &self.options.heartbeat_ms.to_string()])
+            .args([
+                "--missed-heartbeats",
+                &self.options.missed_heartbeats.to_string(),
+            ])
             .env("RUST_LOG", "info")
             .stdout(Stdio::piped())
             .stderr(log)

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use carmi_api::client::{Carmi, ConnectOptions, EventStream, Incoming, connect};
 use carmi_api::ids::{HostId, RequestId};
 use carmi_api::msg::{Event, ExitStatus, SpawnTarget};
-use carmi_tests::Pool;
+use carmi_tests::{Pool, PoolOptions};
 
 type Result<T> = std::result::Result<T, Box<dyn Error + Send + Sync>>;
 
@@ -226,7 +226,17 @@ fn main() -> ExitCode {
     let mut table: Vec<(usize, usize, Duration, Duration)> = Vec::new();
     for &slots in &SLOTS {
         eprintln!("carmi-stage: {slots} slots");
-        let pool = Pool::start(&format!("stage-{slots}"), 1, &vec![Vec::new(); slots]);
+        // 64 daemons hashing on a small host must not be declared lost.
+        let options = PoolOptions {
+            heartbeat_ms: 1000,
+            missed_heartbeats: 10,
+        };
+        let pool = Pool::start_with(
+            &format!("stage-{slots}"),
+            1,
+            &vec![Vec::new(); slots],
+            options,
+        );
         match rt.block_on(measure(&pool, slots, seed)) {
             Ok(rows) => {
                 for (mib, cold, warm) in rows {
