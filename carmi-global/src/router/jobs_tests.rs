@@ -251,3 +251,36 @@ fn a_master_waits_for_its_machine_and_ends_with_it() {
     assert!(!r.allocator().has_job(JobId(1)));
     assert!(r.processes().find(master).is_none());
 }
+
+#[test]
+fn a_master_missing_from_its_machines_advertisement_ends_its_job() {
+    let mut r = Router::new(RouterConfig::default());
+    let m0 = LinkId(1);
+    advertise(&mut r, m0, "m0", vec![]);
+    r.on_executable_stored(&exe("master"));
+    step(&mut r, |r| {
+        r.on_link_opened(ADMIN, Role::Admin, Duration::ZERO)
+    });
+    let spec = carmi_api::submit::parse("j", "executable = master\nqueue\n").unwrap();
+    let submit = ToGlobal::Submit(Box::new(SubmitRequest {
+        owner: "bob".into(),
+        machine: "m0".into(),
+        executable: exe("master"),
+        spec,
+        submitted_unix: 0,
+    }));
+    step(&mut r, |r| r.on_message(ADMIN, submit, Duration::ZERO));
+    // The local RM restarts and no longer runs it: at its next heartbeat the job ends.
+    step(&mut r, |r| r.on_link_closed(m0, Duration::ZERO));
+    advertise(&mut r, LinkId(2), "m0", vec![]);
+    assert!(
+        r.allocator().has_job(JobId(1)),
+        "not before the backlog is in"
+    );
+    let hb = ToGlobal::Heartbeat {
+        update: String::new(),
+    };
+    let (_, records) = step(&mut r, |r| r.on_message(LinkId(2), hb, Duration::ZERO));
+    assert_eq!(records, [Record::Ended { job: JobId(1) }]);
+    assert!(!r.allocator().has_job(JobId(1)));
+}

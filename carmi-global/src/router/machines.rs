@@ -113,11 +113,20 @@ impl Router {
         // their `Exited` follows `Registered` from its backlog, with the real
         // status. Whatever is still unexplained at its next heartbeat (sent
         // after the backlog) was lost.
-        let suspects: Vec<ProcessId> = hosts
+        let mut suspects: Vec<ProcessId> = hosts
             .iter()
             .flat_map(|&h| self.procs.live_on(h))
             .filter(|p| !running.contains(p))
             .collect();
+        // Masters sent to it earlier run outside its slots.
+        suspects.extend(
+            self.masters
+                .iter()
+                .filter(|(p, (_, m))| {
+                    m == name && self.sent_masters.contains(p) && !running.contains(p)
+                })
+                .map(|(&p, _)| p),
+        );
         if let Some(p) = self.presence.get_mut(name) {
             p.suspects = suspects;
         }
@@ -130,7 +139,11 @@ impl Router {
             .map(|p| std::mem::take(&mut p.suspects))
             .unwrap_or_default();
         for p in suspects {
-            if self.runs_on(p, name) {
+            if let Some(job) = self.master_on(p, name) {
+                // The local RM restarted without it: the master is gone, so is its job.
+                self.exit_process(p, ExitStatus::HostLost, 0.0);
+                self.master_report(p, job, Err(ExitStatus::HostLost));
+            } else if self.runs_on(p, name) {
                 self.exit_process(p, ExitStatus::HostLost, 0.0);
             }
         }
