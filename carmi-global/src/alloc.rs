@@ -179,6 +179,8 @@ struct Job {
     seq: u64,
     /// Per class from the submit file: (min, max). Empty for a job started by hand.
     limits: BTreeMap<String, (u32, u32)>,
+    /// Per class from the submit file: the `rank` preferring some machines (higher first).
+    ranks: BTreeMap<String, Expr>,
     phase: Phase,
 }
 

@@ -18,8 +18,11 @@
 //!   minimums are kept for it. When no idle slot is left, a host above its
 //!   job's minimum moves to a job holding at least two fewer hosts that can
 //!   use it, until shares are even.
+//! - Within a class, machines its `rank` rates higher are taken first, the
+//!   fastest among equals (a start prefers them where the matching allows).
 //! - Hosts given by growth are announced to `AddNotify` subscribers of their
 //!   class; `AddHosts` requests are served first and beyond the maxima.
+//!   `DelHosts` lowers the class's maximum by the hosts given back.
 
 use std::collections::BTreeMap;
 
@@ -65,6 +68,9 @@ pub struct ClassLimits {
     pub min: u32,
     /// Most hosts it grows to.
     pub max: u32,
+    /// ClassAd expression over machine attributes: machines ranking higher
+    /// are taken first (then the fastest); `None` for speed alone.
+    pub rank: Option<String>,
 }
 
 /// Finds a place for minimum slot `u` (Kuhn's augmenting paths).
@@ -122,6 +128,7 @@ impl Allocator {
         }
         let mut parsed = BTreeMap::new();
         let mut limits = BTreeMap::new();
+        let mut ranks = BTreeMap::new();
         for c in classes {
             if c.min > c.max || c.max == 0 {
                 return fail(
@@ -153,11 +160,28 @@ impl Allocator {
                 );
             }
             limits.insert(c.name.clone(), (c.min, c.max));
+            if let Some(text) = &c.rank {
+                match classad::parse_expr(text) {
+                    Ok(e) => {
+                        ranks.insert(c.name.clone(), e);
+                    }
+                    Err(e) => {
+                        return fail(
+                            FailureCode::BadExpression,
+                            format!(
+                                "class `{}`: rank: column {}: {}",
+                                c.name, e.column, e.message
+                            ),
+                        );
+                    }
+                }
+            }
         }
         self.on_job_created(job, owner);
         let j = self.jobs.get_mut(&job).expect("just created");
         j.classes = parsed;
         j.limits = limits;
+        j.ranks = ranks;
         j.phase = Phase::Waiting;
         self.queue.insert(j.seq, job);
         self.dirty = true;
@@ -348,20 +372,21 @@ impl Allocator {
         let mut cands: Vec<HostId> = self.idle.iter().map(|&(_, h)| h).collect();
         let n_idle = cands.len();
         let adj_for = |a: &mut Allocator, cands: &[HostId]| -> Vec<Vec<usize>> {
-            places
-                .iter()
-                .map(|class| {
-                    cands
-                        .iter()
-                        .enumerate()
-                        .filter(|&(_, &h)| {
-                            let m = a.get_slot(h).machine;
-                            member(&mut a.jobs, &a.machines, job, class, m)
-                        })
-                        .map(|(i, _)| i)
-                        .collect()
-                })
-                .collect()
+            let mut adj = Vec::with_capacity(places.len());
+            for class in &places {
+                let mut list: Vec<(f64, usize)> = Vec::new();
+                for (i, &h) in cands.iter().enumerate() {
+                    let m = a.get_slot(h).machine;
+                    if member(&mut a.jobs, &a.machines, job, class, m) {
+                        list.push((a.rank(job, class, h), i));
+                    }
+                }
+                // Augmenting paths try candidates in order: best ranked first,
+                // the fastest among equals (the idle set's order; a stable sort).
+                list.sort_by(|x, y| y.0.partial_cmp(&x.0).unwrap_or(std::cmp::Ordering::Equal));
+                adj.push(list.into_iter().map(|(_, i)| i).collect());
+            }
+            adj
         };
         let adj = adj_for(self, &cands);
         let placed = match match_all(&adj, cands.len()) {
@@ -421,6 +446,17 @@ impl Allocator {
         }
     }
 
+    /// The rank of `host` for `job`'s `class` (0 without a rank; a rank that
+    /// is not a number counts as 0).
+    fn rank(&self, job: JobId, class: &str, host: HostId) -> f64 {
+        let j = &self.jobs[&job];
+        let Some(r) = j.ranks.get(class) else {
+            return 0.0;
+        };
+        let v = self.machine_of(host).ad.eval_expr(r, Some(&j.ad)).as_f64();
+        v.filter(|x| x.is_finite()).unwrap_or(0.0)
+    }
+
     /// Jobs with room, as (hosts held, submit order, job, classes with
     /// room): below their minimums (any running job) when `to_min`, else
     /// below their maximums (jobs whose master runs).
@@ -477,19 +513,25 @@ impl Allocator {
             }
             let idle: Vec<HostId> = self.idle.iter().map(|&(_, h)| h).collect();
             for (_, _, job, room) in hungry {
+                // The best ranked idle host of a class with room; the fastest among equals.
+                let mut best: Option<(f64, HostId, String)> = None;
                 for &h in &idle {
                     if !to_min && self.reserved(h) {
                         continue;
                     }
                     let m = self.get_slot(h).machine;
-                    if let Some(c) = room
-                        .iter()
-                        .find(|c| member(&mut self.jobs, &self.machines, job, c, m))
-                    {
-                        let c = c.clone();
-                        self.give(job, &c, h, true);
-                        continue 'outer;
+                    for c in &room {
+                        if member(&mut self.jobs, &self.machines, job, c, m) {
+                            let r = self.rank(job, c, h);
+                            if best.as_ref().is_none_or(|b| r > b.0) {
+                                best = Some((r, h, c.clone()));
+                            }
+                        }
                     }
+                }
+                if let Some((_, h, c)) = best {
+                    self.give(job, &c, h, true);
+                    continue 'outer;
                 }
             }
             return;

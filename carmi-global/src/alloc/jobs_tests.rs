@@ -12,6 +12,7 @@ fn limits(name: &str, expr: &str, min: u32, max: u32) -> ClassLimits {
         expression: expr.into(),
         min,
         max,
+        rank: None,
     }
 }
 
@@ -221,4 +222,34 @@ fn hosts_given_back_are_not_granted_again() {
         "the maximum follows what the job gave back"
     );
     assert_eq!(s.a.slot_counts(), (hosts.len(), 2));
+}
+
+#[test]
+fn rank_picks_machines_before_speed() {
+    let mut s = Sim::new();
+    // `fast` is the fastest (Mips) but ranks lowest on KFlops.
+    s.machine("fast", "Mips = 900; KFlops = 1", 1);
+    let fpu = s.machine("fpu", "Mips = 1; KFlops = 900", 1)[0];
+    let mid = s.machine("mid", "Mips = 2; KFlops = 500", 1)[0];
+    let ranked = |min, max| ClassLimits {
+        rank: Some("KFlops".into()),
+        ..limits("w", "true", min, max)
+    };
+    s.step(|a| a.submit_job(J1, "alice", &[ranked(1, 2)]))
+        .unwrap();
+    assert_eq!(
+        s.a.job_hosts(J1),
+        [fpu],
+        "the minimum goes to the best ranked"
+    );
+    s.step(|a| a.on_master_running(J1));
+    let mut held = s.a.job_hosts(J1);
+    held.sort();
+    assert_eq!(held, [fpu, mid], "growth takes the next best ranked");
+    let bad = ClassLimits {
+        rank: Some("KFlops +".into()),
+        ..limits("w", "true", 1, 1)
+    };
+    let f = s.step(|a| a.submit_job(J2, "bob", &[bad])).unwrap_err();
+    assert_eq!(f.code, FailureCode::BadExpression);
 }

@@ -200,6 +200,7 @@ impl Allocator {
             subs: Vec::new(),
             seq,
             limits: BTreeMap::new(),
+            ranks: BTreeMap::new(),
             phase: Phase::Attached,
         });
     }

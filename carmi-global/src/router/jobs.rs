@@ -59,6 +59,7 @@ impl Router {
                 expression: c.requirements.clone(),
                 min: c.min,
                 max: c.max,
+                rank: c.rank.clone(),
             })
             .collect();
         if let Err(f) = self.alloc.submit_job(job, &req.owner, &limits) {
@@ -271,6 +272,7 @@ impl Router {
                             expression: c.requirements.clone(),
                             min: c.min,
                             max: c.max,
+                            rank: c.rank.clone(),
                         })
                         .collect();
                     if let Err(f) = self.alloc.submit_job(job, &req.owner, &limits) {
