@@ -14,8 +14,10 @@
 //! - [`Router::on_link_closed`] when a connection ends,
 //! - [`Router::on_tick`] when [`Router::next_deadline`] has passed,
 //!
-//! then sends what [`Router::take_outputs`] returns, in order, and arms one
-//! timer at the new [`Router::next_deadline`].
+//! then sends what [`Router::take_outputs`] returns, in order (an
+//! [`Output::Journal`] record is on disk before anything after it goes out),
+//! and arms one timer at the new [`Router::next_deadline`]. Before the first
+//! input, [`Router::recover`] replays the journal of an earlier run.
 //!
 //! A machine's connection dropping does not make it lost: its local RM keeps
 //! its processes and reconnects. Only silence for `missed_heartbeats`
