@@ -61,7 +61,7 @@ impl Coordinates {
         match &self.pool {
             Some(p) => Ok(p),
             None => bail!(
-                "no pool address: pass --pool HOST:PORT, set CARMI_POOL, or put pool = \"HOST:PORT\" in {}",
+                "no pool address: pass --pool HOST:PORT, set CARMI_POOL, put pool = \"HOST:PORT\" in {}, or start a pool on this machine with `carmi pool up`",
                 config_path_hint()
             ),
         }
@@ -72,7 +72,7 @@ impl Coordinates {
         match &self.secret {
             Some(p) => Ok(p),
             None => bail!(
-                "no pool secret: pass --secret FILE, set CARMI_SECRET, or put secret = \"/abs/path\" in {}",
+                "no pool secret: pass --secret FILE, set CARMI_SECRET, put secret = \"/abs/path\" in {}, or start a pool on this machine with `carmi pool up`",
                 config_path_hint()
             ),
         }
