@@ -254,7 +254,7 @@ impl Sched {
 
     /// Sets how many hosts class `name` should hold (adding the class if new):
     /// asks for the missing ones, releases idle surplus ones.
-    pub fn set_class(&mut self, name: &str, desired: u32, _now: Time) {
+    pub fn set_class(&mut self, name: &str, desired: u32, now: Time) {
         self.classes
             .entry(name.to_string())
             .or_insert(Class {
@@ -279,10 +279,23 @@ impl Sched {
                 None => true,
             };
             if idle {
-                self.outputs.push_back(Output::ReleaseHost { host });
+                self.release(host, now);
                 surplus -= 1;
             }
         }
+    }
+
+    /// Gives a held host back: it leaves the run as released (not lost),
+    /// and its worker's tickets, if any, are queued again.
+    fn release(&mut self, host: HostId, now: Time) {
+        let Some(h) = self.hosts.remove(&host) else {
+            return;
+        };
+        self.host_records[h.record].end(now, false);
+        if let Some(w) = h.worker {
+            self.drop_worker(w, LossCause::HostGone, now);
+        }
+        self.outputs.push_back(Output::ReleaseHost { host });
     }
 
     /// Requests hosts so that held + requested reaches the desired count.
@@ -443,7 +456,9 @@ impl Sched {
             } else if h.crashes_in_a_row <= self.cfg.max_respawns {
                 self.spawn_on(host);
             } else {
-                self.outputs.push_back(Output::ReleaseHost { host });
+                let class = h.class.clone();
+                self.release(host, now);
+                self.top_up(&class);
             }
         }
         self.dispatch_all(now);
@@ -684,8 +699,7 @@ impl Sched {
         self.finished = true;
         let hosts: Vec<HostId> = self.hosts.keys().copied().collect();
         for host in hosts {
-            self.outputs.push_back(Output::ReleaseHost { host });
-            self.host_lost(host, now);
+            self.release(host, now);
         }
         for c in self.classes.values_mut() {
             c.desired = 0;
@@ -722,3 +736,7 @@ impl Sched {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "sched_tests.rs"]
+mod tests;
