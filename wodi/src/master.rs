@@ -127,7 +127,9 @@ enum FromServer {
     Gone(Option<String>),
 }
 
-/// A running master-worker computation.
+/// A running master-worker computation. Dropping it closes the connection
+/// to the server, which then stops the workers and releases every host
+/// (without returning statistics; use [`Master::complete`] for those).
 pub struct Master {
     writer: Writer,
     events: mpsc::UnboundedReceiver<FromServer>,
@@ -154,8 +156,7 @@ impl Master {
         cmd.env(crate::ENV_ROLE, "server")
             .env(crate::ENV_TOKEN, &token)
             .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .kill_on_drop(true);
+            .stdout(Stdio::piped());
         if let Some(pool) = &cfg.pool {
             cmd.env(carmi_api::client::ENV_LOCAL, &pool.local)
                 .env(carmi_api::client::ENV_SECRET_FILE, &pool.secret_file);

@@ -59,7 +59,12 @@ enum Ev {
     Worker(WorkerId, FromWorker, Bytes),
     WorkerGone(WorkerId, u64),
     LossDue(WorkerId),
+    /// Time for the master to have connected.
+    MasterDue,
 }
+
+/// How long the server waits for its master before giving up.
+const MASTER_TIMEOUT: Duration = Duration::from_secs(30);
 
 struct WorkerConn {
     writer: Writer,
@@ -131,6 +136,11 @@ pub async fn run(opts: ServerOptions) -> anyhow::Result<()> {
         }
     });
 
+    let due = events_tx.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(MASTER_TIMEOUT).await;
+        let _ = due.send(Ev::MasterDue);
+    });
     let mut d = Driver {
         sched: Sched::new(SchedConfig::default(), Box::new(ArrivalOrder)),
         start: Instant::now(),
@@ -339,6 +349,12 @@ impl Driver {
                         tokio::time::sleep(grace).await;
                         let _ = tx.send(Ev::LossDue(worker));
                     });
+                }
+            }
+            Ev::MasterDue => {
+                if self.master.is_none() {
+                    warn!("no master connected within {MASTER_TIMEOUT:?}; stopping");
+                    return true;
                 }
             }
             Ev::LossDue(worker) => {
