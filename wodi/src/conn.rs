@@ -9,7 +9,6 @@ use serde::de::DeserializeOwned;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-
 /// Payloads above this size are written directly instead of being copied into the batch.
 const COPY_LIMIT: usize = 32 * 1024;
 /// A batch is written once it holds this much.
@@ -46,8 +45,7 @@ pub fn spawn_writer<W: AsyncWrite + Unpin + Send + 'static>(mut w: W) -> Writer 
             while let Some(f) = next.take() {
                 buf.extend_from_slice(&f.head);
                 if f.payload.len() > COPY_LIMIT {
-                    if w.write_all(&buf).await.is_err() || w.write_all(&f.payload).await.is_err()
-                    {
+                    if w.write_all(&buf).await.is_err() || w.write_all(&f.payload).await.is_err() {
                         return;
                     }
                     buf.clear();

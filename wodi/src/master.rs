@@ -234,15 +234,21 @@ impl Master {
         match self.events.recv().await {
             Some(FromServer::Msg(ToMaster::Fatal { reason }, _)) => Err(MasterError::Fatal(reason)),
             Some(FromServer::Msg(m, p)) => Ok((m, p)),
-            Some(FromServer::Gone(why)) => Err(MasterError::Disconnected(
-                why.unwrap_or_else(|| "the server closed the connection".into()),
-            )),
+            Some(FromServer::Gone(why)) => {
+                Err(MasterError::Disconnected(why.unwrap_or_else(|| {
+                    "the server closed the connection".into()
+                })))
+            }
             None => Err(MasterError::Disconnected("the reader stopped".into())),
         }
     }
 
     /// Begins a cycle; `data` (JSON) goes to every worker before its first step of the cycle.
-    pub fn begin_cycle<T: Serialize>(&mut self, cycle: CycleId, data: &T) -> Result<(), MasterError> {
+    pub fn begin_cycle<T: Serialize>(
+        &mut self,
+        cycle: CycleId,
+        data: &T,
+    ) -> Result<(), MasterError> {
         self.begin_cycle_raw(cycle, Bytes::from(serde_json::to_vec(data)?));
         Ok(())
     }

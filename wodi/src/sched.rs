@@ -668,7 +668,10 @@ impl Sched {
         };
         copies.push(worker);
         *queued = false;
-        let w = self.workers.get_mut(&worker).expect("assigning to a known worker");
+        let w = self
+            .workers
+            .get_mut(&worker)
+            .expect("assigning to a known worker");
         let speed = self.hosts.get(&w.host).and_then(|h| h.speed);
         self.runs.push(RunRecord::new(
             task.step, task.cycle, worker, w.host, speed, now,
@@ -718,8 +721,14 @@ impl Sched {
                 let in_queue = self.queue.iter().filter(|t| *t == ticket).count();
                 assert_eq!(in_queue, usize::from(*queued), "{ticket:?} queued flag");
                 for c in copies {
-                    let w = self.workers.get(c).expect("a copy is held by a live worker");
-                    assert!(w.in_hand.iter().any(|(t, _)| t == ticket), "{ticket:?} in hand");
+                    let w = self
+                        .workers
+                        .get(c)
+                        .expect("a copy is held by a live worker");
+                    assert!(
+                        w.in_hand.iter().any(|(t, _)| t == ticket),
+                        "{ticket:?} in hand"
+                    );
                 }
                 assert!(
                     *queued || !copies.is_empty() || self.tasks.is_empty(),
@@ -730,7 +739,10 @@ impl Sched {
             }
         }
         for (id, w) in &self.workers {
-            assert!(w.in_hand.len() <= self.cfg.prefetch as usize, "{id} over prefetch");
+            assert!(
+                w.in_hand.len() <= self.cfg.prefetch as usize,
+                "{id} over prefetch"
+            );
             let h = self.hosts.get(&w.host).expect("a worker's host is held");
             assert_eq!(h.worker, Some(*id), "{id} is its host's worker");
         }

@@ -104,7 +104,10 @@ fn hosts_are_requested_spawned_replaced_and_released() {
     // Shrinking releases an idle host; growing asks for the difference.
     h.s.set_class("c", 0, h.now);
     assert_eq!(h.take(), vec![Output::ReleaseHost { host: HostId(1) }]);
-    assert!(h.s.find_worker_host(w[1]).is_none(), "its worker left with it");
+    assert!(
+        h.s.find_worker_host(w[1]).is_none(),
+        "its worker left with it"
+    );
     h.s.set_class("c", 3, h.now);
     assert_eq!(
         h.take(),
@@ -307,7 +310,10 @@ fn prefetch_gives_each_worker_several_steps() {
     c.prefetch = 2;
     let (mut h, w) = Harness::with_workers(c, 2);
     h.submit(5);
-    assert_eq!(h.assigned(), vec![(0, w[0]), (1, w[0]), (2, w[1]), (3, w[1])]);
+    assert_eq!(
+        h.assigned(),
+        vec![(0, w[0]), (1, w[0]), (2, w[1]), (3, w[1])]
+    );
 }
 
 #[test]

@@ -99,9 +99,9 @@ struct Driver {
 /// Runs the server until the master completes or goes away. Prints
 /// `listening on ADDR` on stdout first, for the master to read.
 pub async fn run(opts: ServerOptions) -> anyhow::Result<()> {
-    let listener = TcpListener::bind(&opts.listen).await.map_err(|e| {
-        anyhow::anyhow!("wodi server: cannot listen on {}: {e}", opts.listen)
-    })?;
+    let listener = TcpListener::bind(&opts.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("wodi server: cannot listen on {}: {e}", opts.listen))?;
     let port = listener.local_addr()?.port();
     let host = match &opts.advertise_host {
         Some(h) => h.clone(),
@@ -341,7 +341,11 @@ impl Driver {
                 }
             },
             Ev::WorkerGone(worker, generation) => {
-                if self.workers.get(&worker).is_some_and(|w| w.generation == generation) {
+                if self
+                    .workers
+                    .get(&worker)
+                    .is_some_and(|w| w.generation == generation)
+                {
                     self.workers.remove(&worker);
                     let tx = self.events_tx.clone();
                     let grace = self.loss_grace;
@@ -453,9 +457,7 @@ impl Driver {
             return;
         };
         match event {
-            Event::HostsAdded {
-                request, hosts, ..
-            } => {
+            Event::HostsAdded { request, hosts, .. } => {
                 let Some(class) = self.host_requests.get(&request).cloned() else {
                     return;
                 };
@@ -552,7 +554,11 @@ impl Driver {
                             .class_spawn(&self.executable, args, SpawnTarget::Host(host));
                     self.spawns.insert(id, worker);
                 }
-                Output::StepFailed { ticket, step, reason } => {
+                Output::StepFailed {
+                    ticket,
+                    step,
+                    reason,
+                } => {
                     self.data.remove(&ticket);
                     self.steps.remove(&ticket);
                     self.to_master(&ToMaster::StepFailed { step, reason }, Bytes::new());

@@ -80,7 +80,10 @@ impl Worker {
         mut f: impl FnMut(CycleId, T) + 'static,
     ) -> Self {
         self.begin = Box::new(move |c, d| {
-            f(c, serde_json::from_slice(d).map_err(|e| format!("cycle data: {e}"))?);
+            f(
+                c,
+                serde_json::from_slice(d).map_err(|e| format!("cycle data: {e}"))?,
+            );
             Ok(())
         });
         self
@@ -101,7 +104,10 @@ impl Worker {
         mut f: impl FnMut(CycleId, T) + 'static,
     ) -> Self {
         self.end = Box::new(move |c, d| {
-            f(c, serde_json::from_slice(d).map_err(|e| format!("cycle end data: {e}"))?);
+            f(
+                c,
+                serde_json::from_slice(d).map_err(|e| format!("cycle end data: {e}"))?,
+            );
             Ok(())
         });
         self
@@ -136,7 +142,9 @@ impl Worker {
         let arg = std::env::args()
             .find_map(|a| a.strip_prefix(CONNECT_ARG).map(str::to_string))
             .ok_or_else(|| {
-                anyhow::anyhow!("no {CONNECT_ARG} argument: this worker must be started by a WoDi server")
+                anyhow::anyhow!(
+                    "no {CONNECT_ARG} argument: this worker must be started by a WoDi server"
+                )
             })?;
         let (addr, token, worker) = parse_connect_arg(&arg)
             .ok_or_else(|| anyhow::anyhow!("malformed argument {CONNECT_ARG}{arg}"))?;

@@ -47,7 +47,12 @@ async fn collect(master: &mut Master, n: usize) -> Vec<StepOutcome<String>> {
 /// Runs `cycles` cycles of 31 steps on the pool at `(local, secret)` with
 /// `workers` workers and checks that every step of every cycle returned
 /// exactly once, computed by a worker that had the init and cycle data.
-pub async fn cycles_exactly_once(local: &str, secret: &Path, workers: u32, cycles: u64) -> wodi::Stats {
+pub async fn cycles_exactly_once(
+    local: &str,
+    secret: &Path,
+    workers: u32,
+    cycles: u64,
+) -> wodi::Stats {
     let cfg = config(local, secret, test_worker(), workers);
     let mut master = Master::init(cfg, &"hello".to_string()).await.expect("init");
     for c in 0..cycles {
@@ -91,7 +96,12 @@ async fn a_worker_killed_mid_step_has_its_step_resent_and_answered_once() {
     let pool = pool("wodi-kill", 2);
     let pids = pool.dir.join("pids");
     std::fs::create_dir_all(&pids).unwrap();
-    let cfg = config(&pool.locals[0].app_addr, &pool.secret_path, test_worker(), 2);
+    let cfg = config(
+        &pool.locals[0].app_addr,
+        &pool.secret_path,
+        test_worker(),
+        2,
+    );
     let mut master = Master::init(cfg, &"i".to_string()).await.expect("init");
     master
         .send_work(StepId(0), &format!("pid {} 1500", pids.display()))
@@ -99,7 +109,12 @@ async fn a_worker_killed_mid_step_has_its_step_resent_and_answered_once() {
     // The victim's pid appears once it is computing step 0.
     let victim = loop {
         if let Some(e) = std::fs::read_dir(&pids).unwrap().next() {
-            break e.unwrap().file_name().to_string_lossy().parse::<i32>().unwrap();
+            break e
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .parse::<i32>()
+                .unwrap();
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
@@ -133,18 +148,30 @@ async fn a_worker_killed_mid_step_has_its_step_resent_and_answered_once() {
             tokio::time::sleep(Duration::from_millis(50)).await;
             waited += 1;
         }
-        assert!(!Path::new(&proc_dir).exists(), "worker {pid} outlived the run");
+        assert!(
+            !Path::new(&proc_dir).exists(),
+            "worker {pid} outlived the run"
+        );
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_poison_step_fails_after_its_attempts_while_the_others_complete() {
     let pool = pool("wodi-poison", 2);
-    let mut cfg = config(&pool.locals[0].app_addr, &pool.secret_path, test_worker(), 2);
+    let mut cfg = config(
+        &pool.locals[0].app_addr,
+        &pool.secret_path,
+        test_worker(),
+        2,
+    );
     cfg.max_attempts = 2;
     let mut master = Master::init(cfg, &"i".to_string()).await.expect("init");
     for s in 0..12 {
-        let data = if s == 3 { "crash".to_string() } else { format!("d{s}") };
+        let data = if s == 3 {
+            "crash".to_string()
+        } else {
+            format!("d{s}")
+        };
         master.send_work(StepId(s), &data).unwrap();
     }
     let mut done = Vec::new();
@@ -173,7 +200,9 @@ async fn command_workers_run_shell_commands() {
         env!("CARGO_BIN_EXE_wodi-cmd-worker"),
         2,
     );
-    let mut master = Master::init_raw(cfg, bytes::Bytes::new()).await.expect("init");
+    let mut master = Master::init_raw(cfg, bytes::Bytes::new())
+        .await
+        .expect("init");
     for s in 0..6u64 {
         master.send_work_raw(StepId(s), format!("echo out-$(({s} * 7))").into());
     }

@@ -87,7 +87,8 @@ async fn bench(args: Args) -> anyhow::Result<()> {
             secret_file: secret.clone(),
         },
         _ => {
-            let p = carmi_tests::Pool::start("wodi-bench", 1, &vec![Vec::new(); args.workers as usize]);
+            let p =
+                carmi_tests::Pool::start("wodi-bench", 1, &vec![Vec::new(); args.workers as usize]);
             let addr = PoolAddr {
                 local: p.locals[0].app_addr.clone(),
                 secret_file: p.secret_path.clone(),
