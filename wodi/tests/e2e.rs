@@ -1,0 +1,225 @@
+//! WoDi end to end on a real pool (`carmi_tests::Pool`: a global RM and local
+//! RMs as processes): master library, `wodi-server`, workers spawned by CARMI.
+//! The helpers take the pool as `(local_addr, secret_file)` so that the same
+//! tests can be pointed at any pool.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use carmi_tests::Pool;
+use wodi::master::{Master, MasterConfig, PoolAddr, ServerCommand, StepOutcome};
+use wodi::{CycleId, StepId};
+
+/// A pool of `n` one-slot machines.
+fn pool(name: &str, n: usize) -> Pool {
+    Pool::start(name, 1, &vec![Vec::new(); n])
+}
+
+/// A master configuration for `count` workers running `worker` on the pool at `(local, secret)`.
+fn config(local: &str, secret: &Path, worker: &str, count: u32) -> MasterConfig {
+    let mut cfg = MasterConfig::new(PathBuf::from(worker), Vec::new(), "true", count);
+    cfg.server = ServerCommand::Path(env!("CARGO_BIN_EXE_wodi-server").into());
+    cfg.pool = Some(PoolAddr {
+        local: local.to_string(),
+        secret_file: secret.to_path_buf(),
+    });
+    cfg
+}
+
+fn test_worker() -> &'static str {
+    env!("CARGO_BIN_EXE_wodi-test-worker")
+}
+
+/// Receives until `n` outcomes arrived, with a generous limit so a lost step fails the test.
+async fn collect(master: &mut Master, n: usize) -> Vec<StepOutcome<String>> {
+    let mut out = Vec::new();
+    while out.len() < n {
+        let next = tokio::time::timeout(Duration::from_secs(60), master.recv_result())
+            .await
+            .expect("a step outcome within 60 s")
+            .expect("the run goes on");
+        out.push(next);
+    }
+    out
+}
+
+/// Runs `cycles` cycles of 31 steps on the pool at `(local, secret)` with
+/// `workers` workers and checks that every step of every cycle returned
+/// exactly once, computed by a worker that had the init and cycle data.
+pub async fn cycles_exactly_once(
+    local: &str,
+    secret: &Path,
+    workers: u32,
+    cycles: u64,
+) -> wodi::Stats {
+    let cfg = config(local, secret, test_worker(), workers);
+    let mut master = Master::init(cfg, &"hello".to_string()).await.expect("init");
+    for c in 0..cycles {
+        let cycle = CycleId(c);
+        master.begin_cycle(cycle, &format!("b{c}")).unwrap();
+        for s in 0..31 {
+            master.send_work(StepId(s), &format!("d{s}")).unwrap();
+        }
+        let mut seen: BTreeMap<u64, u32> = BTreeMap::new();
+        for o in collect(&mut master, 31).await {
+            match o {
+                StepOutcome::Done(step, r) => {
+                    assert_eq!(r, format!("hello|{cycle}:b{c}|{step}|d{}", step.0));
+                    *seen.entry(step.0).or_default() += 1;
+                }
+                StepOutcome::Failed(step, why) => panic!("{step} failed: {why}"),
+            }
+        }
+        let expected: BTreeMap<u64, u32> = (0..31).map(|s| (s, 1)).collect();
+        assert_eq!(seen, expected, "cycle {c}: step ids received");
+        master.end_cycle(cycle, &()).unwrap();
+    }
+    master.complete().await.expect("complete")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cycles_of_31_steps_return_every_result_once() {
+    let pool = pool("wodi-cycles", 3);
+    let stats = cycles_exactly_once(&pool.locals[0].app_addr, &pool.secret_path, 3, 4).await;
+    assert_eq!(stats.steps_delivered, 4 * 31);
+    assert_eq!(stats.hosts_added, 3);
+    assert_eq!(stats.hosts_lost, 0);
+    assert_eq!(stats.timeline.len(), 3);
+    assert!(stats.occupancy_s > 0.0);
+    let json = serde_json::to_string(&stats).unwrap();
+    assert!(json.contains("\"efficiency\""));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_step_has_its_step_resent_and_answered_once() {
+    let pool = pool("wodi-kill", 2);
+    let pids = pool.dir.join("pids");
+    std::fs::create_dir_all(&pids).unwrap();
+    let cfg = config(
+        &pool.locals[0].app_addr,
+        &pool.secret_path,
+        test_worker(),
+        2,
+    );
+    let mut master = Master::init(cfg, &"i".to_string()).await.expect("init");
+    master
+        .send_work(StepId(0), &format!("pid {} 1500", pids.display()))
+        .unwrap();
+    // The victim's pid appears once it is computing step 0.
+    let victim = loop {
+        if let Some(e) = std::fs::read_dir(&pids).unwrap().next() {
+            break e
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .parse::<i32>()
+                .unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    for s in 1..10 {
+        master.send_work(StepId(s), &format!("d{s}")).unwrap();
+    }
+    // SAFETY: kill(2) on a pid this test's pool started.
+    assert_eq!(unsafe { libc::kill(victim, libc::SIGKILL) }, 0);
+    let mut seen: BTreeMap<u64, u32> = BTreeMap::new();
+    for o in collect(&mut master, 10).await {
+        match o {
+            StepOutcome::Done(step, _) => *seen.entry(step.0).or_default() += 1,
+            StepOutcome::Failed(step, why) => panic!("{step} failed: {why}"),
+        }
+    }
+    assert_eq!(seen, (0..10).map(|s| (s, 1)).collect());
+    let stats = master.complete().await.unwrap();
+    assert_eq!(stats.steps_delivered, 10);
+    let lost = stats
+        .steps
+        .iter()
+        .filter(|s| s.outcome == wodi::stats::RunOutcome::Lost)
+        .count();
+    assert_eq!(lost, 1, "exactly the killed copy of step 0 was lost");
+    // No worker survives the run: every pid that computed step 0 is gone.
+    for e in std::fs::read_dir(&pids).unwrap() {
+        let pid = e.unwrap().file_name().to_string_lossy().to_string();
+        let proc_dir = format!("/proc/{pid}");
+        let mut waited = 0;
+        while Path::new(&proc_dir).exists() && waited < 100 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            waited += 1;
+        }
+        assert!(
+            !Path::new(&proc_dir).exists(),
+            "worker {pid} outlived the run"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poison_step_fails_after_its_attempts_while_the_others_complete() {
+    let pool = pool("wodi-poison", 2);
+    let mut cfg = config(
+        &pool.locals[0].app_addr,
+        &pool.secret_path,
+        test_worker(),
+        2,
+    );
+    cfg.max_attempts = 2;
+    let mut master = Master::init(cfg, &"i".to_string()).await.expect("init");
+    for s in 0..12 {
+        let data = if s == 3 {
+            "crash".to_string()
+        } else {
+            format!("d{s}")
+        };
+        master.send_work(StepId(s), &data).unwrap();
+    }
+    let mut done = Vec::new();
+    let mut failed = Vec::new();
+    for o in collect(&mut master, 12).await {
+        match o {
+            StepOutcome::Done(step, _) => done.push(step.0),
+            StepOutcome::Failed(step, why) => {
+                assert!(why.contains("2 times"), "{why}");
+                failed.push(step.0)
+            }
+        }
+    }
+    done.sort();
+    assert_eq!(failed, vec![3]);
+    assert_eq!(done, (0..12).filter(|s| *s != 3).collect::<Vec<_>>());
+    master.complete().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn command_workers_run_shell_commands() {
+    let pool = pool("wodi-cmd", 2);
+    let cfg = config(
+        &pool.locals[0].app_addr,
+        &pool.secret_path,
+        env!("CARGO_BIN_EXE_wodi-cmd-worker"),
+        2,
+    );
+    let mut master = Master::init_raw(cfg, bytes::Bytes::new())
+        .await
+        .expect("init");
+    for s in 0..6u64 {
+        master.send_work_raw(StepId(s), format!("echo out-$(({s} * 7))").into());
+    }
+    master.send_work_raw(StepId(6), "echo bad >&2; exit 4".into());
+    let mut got = BTreeMap::new();
+    for _ in 0..7 {
+        match master.recv_result_raw().await.unwrap() {
+            StepOutcome::Done(step, out) => {
+                got.insert(step.0, String::from_utf8(out.to_vec()).unwrap());
+            }
+            StepOutcome::Failed(step, why) => {
+                assert_eq!(step, StepId(6));
+                assert!(why.contains("bad"), "{why}");
+            }
+        }
+    }
+    let expected: BTreeMap<u64, String> = (0..6).map(|s| (s, format!("out-{}\n", s * 7))).collect();
+    assert_eq!(got, expected);
+    master.complete().await.unwrap();
+}
