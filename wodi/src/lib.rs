@@ -15,6 +15,9 @@
 //! - `ids`: newtype ids (steps, workers, cycles).
 //! - `proto`: the messages of master, server and worker connections.
 //! - `sched`: the scheduler core, a pure state machine driven with virtual time in tests.
+//! - `plan`: work history and cycle planning (longest first, earliest finish, fewest hosts).
+//! - `profile`: step-time profiles (the paper's materials application).
+//! - `sim`: a discrete-event simulator driving the real core with virtual time.
 //! - `stats`: run statistics (occupancy, CPU time, efficiency, timeline) and their JSON form.
 //! - `conn`: batching frame writer and frame reader tasks.
 //! - `server`: the tokio driver of the core: CARMI client, worker and master connections.
@@ -26,9 +29,12 @@ pub mod cmd;
 pub mod conn;
 pub mod ids;
 pub mod master;
+pub mod plan;
+pub mod profile;
 pub mod proto;
 pub mod sched;
 pub mod server;
+pub mod sim;
 pub mod stats;
 pub mod worker;
 
