@@ -109,12 +109,8 @@ async fn a_worker_killed_mid_step_has_its_step_resent_and_answered_once() {
     // The victim's pid appears once it is computing step 0.
     let victim = loop {
         if let Some(e) = std::fs::read_dir(&pids).unwrap().next() {
-            break e
-                .unwrap()
-                .file_name()
-                .to_string_lossy()
-                .parse::<i32>()
-                .unwrap();
+            let name = e.unwrap().file_name().to_string_lossy().to_string();
+            break name.split('-').next().unwrap().parse::<i32>().unwrap();
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
@@ -141,7 +137,8 @@ async fn a_worker_killed_mid_step_has_its_step_resent_and_answered_once() {
     assert_eq!(lost, 1, "exactly the killed copy of step 0 was lost");
     // No worker survives the run: every pid that computed step 0 is gone.
     for e in std::fs::read_dir(&pids).unwrap() {
-        let pid = e.unwrap().file_name().to_string_lossy().to_string();
+        let name = e.unwrap().file_name().to_string_lossy().to_string();
+        let pid = name.split('-').next().unwrap();
         let proc_dir = format!("/proc/{pid}");
         let mut waited = 0;
         while Path::new(&proc_dir).exists() && waited < 100 {
@@ -222,4 +219,87 @@ async fn command_workers_run_shell_commands() {
     let expected: BTreeMap<u64, String> = (0..6).map(|s| (s, format!("out-{}\n", s * 7))).collect();
     assert_eq!(got, expected);
     master.complete().await.unwrap();
+}
+
+/// Files in `dir`, waiting until there are at least `n`.
+async fn wait_files(dir: &Path, n: usize) -> Vec<String> {
+    for _ in 0..600 {
+        let names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .collect();
+        if names.len() >= n {
+            return names;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("fewer than {n} files appeared in {}", dir.display());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspended_worker_answering_after_its_step_was_resent_still_gives_one_result() {
+    use carmi_api::msg::OwnerEvent;
+    let pool = pool("wodi-suspend", 1);
+    // A second machine in this process, whose owner the test plays.
+    let mut settings =
+        carmi_local::config::Settings::new(pool.global_addr.clone(), pool.secret_path.clone());
+    settings.name = "owned".into();
+    settings.slots = Some(1);
+    settings.benchmark = false;
+    settings.work_dir = pool.dir.join("owned");
+    let owned = carmi_local::daemon::Daemon::start(settings)
+        .await
+        .expect("start owned");
+
+    let pids = pool.dir.join("pids");
+    std::fs::create_dir_all(&pids).unwrap();
+    let mut cfg = config(
+        &pool.locals[0].app_addr,
+        &pool.secret_path,
+        test_worker(),
+        2,
+    );
+    cfg.suspend_timeout = Duration::from_millis(300);
+    let mut master = Master::init(cfg, &"i".to_string()).await.expect("init");
+    for s in 0..2 {
+        master
+            .send_work(StepId(s), &format!("pid {} 1500", pids.display()))
+            .unwrap();
+    }
+    // Both workers are computing; the owner of one machine comes back.
+    wait_files(&pids, 2).await;
+    assert!(owned.owner_event(OwnerEvent::Arrive).await);
+    // Once the grace period is over the other worker gets the suspended step
+    // too, and starts it when its own is done: a third file.
+    wait_files(&pids, 3).await;
+    assert!(owned.owner_event(OwnerEvent::Leave).await);
+    let mut seen: BTreeMap<u64, u32> = BTreeMap::new();
+    for o in collect(&mut master, 2).await {
+        match o {
+            StepOutcome::Done(step, _) => *seen.entry(step.0).or_default() += 1,
+            StepOutcome::Failed(step, why) => panic!("{step} failed: {why}"),
+        }
+    }
+    assert_eq!(seen, (0..2).map(|s| (s, 1)).collect());
+    let stats = master.complete().await.unwrap();
+    assert_eq!(stats.steps_delivered, 2);
+    assert_eq!(stats.step_copies, 3, "the suspended step was sent twice");
+    let suspended_host = stats
+        .timeline
+        .iter()
+        .find(|row| {
+            row.periods
+                .iter()
+                .any(|p| p.kind == wodi::stats::PeriodKind::Suspended)
+        })
+        .expect("one host was suspended")
+        .host;
+    // The resumed worker's sleep was over, so it answered first and won.
+    let resent = stats
+        .steps
+        .iter()
+        .find(|s| s.host == suspended_host)
+        .expect("the suspended host computed a step");
+    assert_eq!(resent.outcome, wodi::stats::RunOutcome::Delivered);
+    owned.shutdown().await;
 }

@@ -2,7 +2,7 @@
 //! the current cycle's begin data and the step's data, so that tests can
 //! check that every worker got what the master sent before its steps.
 //! A step whose data is `crash` kills the worker (a poison step); `sleep MS`
-//! sleeps first; `pid DIR MS` writes the worker's pid to a file in DIR, then sleeps.
+//! sleeps first; `pid DIR MS` creates the file `DIR/PID-STEP`, then sleeps.
 
 fn main() -> anyhow::Result<()> {
     use std::cell::RefCell;
@@ -20,7 +20,8 @@ fn main() -> anyhow::Result<()> {
             if let Some(rest) = data.strip_prefix("pid ") {
                 let (dir, ms) = rest.rsplit_once(' ').ok_or("pid DIR MS")?;
                 let pid = std::process::id();
-                std::fs::write(format!("{dir}/{pid}"), b"").map_err(|e| format!("{e}"))?;
+                std::fs::write(format!("{dir}/{pid}-{}", step.0), b"")
+                    .map_err(|e| format!("{e}"))?;
                 let ms: u64 = ms.parse().map_err(|e| format!("{e}"))?;
                 std::thread::sleep(std::time::Duration::from_millis(ms));
             }
