@@ -28,7 +28,7 @@
 //! - `policy`: the I/O-free owner policy (START/SUSPEND/CONTINUE/PREEMPT/KILL over the live ad).
 //! - `owner`: owner activity sources: the real keyboard/load measurement and the simulated owner.
 //! - `control`: the control connection (owner events from `owner-sim`) and its client, [`control::OwnerLink`].
-//! - `core`: the I/O-free router: connection states, process table, pending fetches, the backlog kept while the global RM is away.
+//! - `core`: the I/O-free router: connection states, process table, pending fetches, the backlog kept while the global RM is away; its `core_owner.rs` part carries out the owner policy on slots and processes.
 //! - `apps`: the listener for application processes and one task per connection.
 //! - `global`: the connection to the global RM, with reconnection and backoff.
 //! - `daemon`: the driver that feeds socket, process and timer events to `core` and carries out its effects.

@@ -159,7 +159,8 @@ pub fn parse_stat_ticks(stat: &str) -> Option<u64> {
     Some(utime + stime)
 }
 
-fn ticks_per_second() -> f64 {
+/// Clock ticks per second, the unit of /proc/PID/stat CPU times.
+pub fn ticks_per_second() -> f64 {
     // SAFETY: sysconf has no memory effects.
     let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     if t > 0 { t as f64 } else { 100.0 }

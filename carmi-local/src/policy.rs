@@ -24,6 +24,7 @@
 //! Owner/Idle --START--> Unclaimed/Idle --a process--> Claimed/Busy
 //! Unclaimed/Idle --!START--> Owner/Idle        Claimed/Busy --no process--> Unclaimed/Idle
 //! Claimed/Busy --SUSPEND--> Claimed/Suspended --CONTINUE--> Claimed/Busy
+//! Claimed/Suspended, no process --CONTINUE--> Unclaimed/Idle (START) or Owner/Idle (!START)
 //! Claimed/Busy or Suspended --PREEMPT--> Preempting/Vacating --KILL--> Preempting/Killing
 //! Preempting/* --no process--> Owner/Idle
 //! ```
@@ -330,6 +331,15 @@ impl Policy {
                     return None;
                 }
                 ((S::Owner, A::Idle), Some(PolicyEffect::Close))
+            }
+            // Processes gone while suspended: straight to where an empty
+            // machine belongs, without offering the slots for a moment.
+            (S::Claimed, A::Suspended) if !jobs && self.eval(Which::Continue, ad) => {
+                if self.eval(Which::Start, ad) {
+                    ((S::Unclaimed, A::Idle), Some(PolicyEffect::Resume))
+                } else {
+                    ((S::Owner, A::Idle), Some(PolicyEffect::Close))
+                }
             }
             (S::Claimed, A::Suspended) => {
                 if self.eval(Which::Continue, ad) {

@@ -306,3 +306,34 @@ fn the_live_ad_carries_state_and_timers() {
     assert_eq!(ad.eval_attr("Minute").as_f64(), Some(60.0));
     assert_eq!(ad.eval_attr("Name").as_str(), Some("m1"));
 }
+
+#[test]
+fn processes_gone_while_suspended_free_the_machine_on_continue() {
+    let mut s = Sim::busy();
+    assert_eq!(s.arrive(), [E::Suspend]);
+    // The job gave its hosts back meanwhile: the slots stay suspended (the
+    // owner is there) and no new process may start.
+    assert_eq!(s.jobs(0), []);
+    assert_eq!(s.at(), (S::Claimed, A::Suspended));
+    assert!(!s.policy.may_start());
+    s.leave();
+    // START needs 15 idle minutes: until then the empty machine is its owner's,
+    // and the slots go from Suspended to withdrawn without being offered.
+    assert_eq!(s.run_for(5.5 * MIN), [E::Close]);
+    assert_eq!(s.at(), (S::Owner, A::Idle));
+    assert!(!s.policy.may_start());
+    assert_eq!(s.run_for(10.0 * MIN), [E::Open]);
+}
+
+#[test]
+fn processes_gone_while_suspended_reopen_when_start_holds() {
+    let mut s = Sim::with(|c| c.start = parse_expr("KeyboardIdle > Minute").unwrap());
+    s.step();
+    s.jobs(1);
+    assert_eq!(s.arrive(), [E::Suspend]);
+    s.jobs(0);
+    s.leave();
+    assert_eq!(s.run_for(5.5 * MIN), [E::Resume]);
+    assert_eq!(s.at(), (S::Unclaimed, A::Idle));
+    assert!(s.policy.may_start());
+}

@@ -512,3 +512,52 @@ async fn reconnects_and_reports_what_happened_while_away() {
     ));
     tokio::time::timeout(WAIT, shutdown).await.unwrap().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_process_owner_events_close_and_reopen_the_machine() {
+    use carmi_api::msg::{OwnerEvent, SlotActivity};
+    init_logs();
+    let dir = TempDir::new("owner");
+    let global = FakeGlobal::new().await;
+    let mut s = settings(&global, dir.path(), "it-m3");
+    // START after 15 policy minutes of 10 ms.
+    s.policy.minute = 0.01;
+    let daemon = Daemon::start(s).await.unwrap();
+    let mut g = global.accept("it-m3").await;
+    g.register(&[30, 31]).await;
+
+    assert!(daemon.owner_event(OwnerEvent::Arrive).await);
+    // No process: the machine goes straight to its owner, both slots withdrawn.
+    for slot in 0..2 {
+        assert_eq!(
+            g.recv().await.0,
+            ToGlobal::SlotState {
+                slot,
+                state: SlotActivity::Vacated
+            }
+        );
+    }
+    let (exe, _) = script("#!/bin/sh\nexit 0\n");
+    g.send(spawn_msg(7, 30, &exe), &[]).await;
+    match g.recv().await.0 {
+        ToGlobal::Started {
+            process,
+            result: Err(reason),
+        } => {
+            assert_eq!(process, ProcessId(7));
+            assert!(reason.contains("START is false"), "{reason}");
+        }
+        other => panic!("expected the spawn to be refused, got {other:?}"),
+    }
+    assert!(daemon.owner_event(OwnerEvent::Leave).await);
+    for slot in 0..2 {
+        assert_eq!(
+            g.recv().await.0,
+            ToGlobal::SlotState {
+                slot,
+                state: SlotActivity::Available
+            }
+        );
+    }
+    daemon.shutdown().await;
+}
