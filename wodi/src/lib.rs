@@ -15,6 +15,7 @@
 //! - `ids`: newtype ids (steps, workers, cycles).
 //! - `proto`: the messages of master, server and worker connections.
 //! - `sched`: the scheduler core, a pure state machine driven with virtual time in tests.
+//! - `order`: history-based dispatch (longest first, earliest finish).
 //! - `plan`: work history and cycle planning (longest first, earliest finish, fewest hosts).
 //! - `profile`: step-time profiles (the paper's materials application).
 //! - `sim`: a discrete-event simulator driving the real core with virtual time.
@@ -29,6 +30,7 @@ pub mod cmd;
 pub mod conn;
 pub mod ids;
 pub mod master;
+pub mod order;
 pub mod plan;
 pub mod profile;
 pub mod proto;

@@ -221,7 +221,10 @@ pub fn fewest_hosts(work: &[f64], speeds: &[f64], tolerance: f64) -> usize {
     for k in 1..=speeds.len() {
         let hosts: Vec<Host> = speeds[..k]
             .iter()
-            .map(|&speed| Host { free_in: 0.0, speed })
+            .map(|&speed| Host {
+                free_in: 0.0,
+                speed,
+            })
             .collect();
         if plan(&opt, &hosts).makespan() <= target * (1.0 + 1e-9) {
             return k;

@@ -6,7 +6,10 @@ use super::*;
 fn idle(speeds: &[f64]) -> Vec<Host> {
     speeds
         .iter()
-        .map(|&speed| Host { free_in: 0.0, speed })
+        .map(|&speed| Host {
+            free_in: 0.0,
+            speed,
+        })
         .collect()
 }
 
@@ -72,7 +75,10 @@ fn estimate_follows_a_drifting_step_and_shrugs_off_one_outlier() {
     }
     h.observe(1, 40.0, 1.0);
     let after_outlier = h.estimate(&1).unwrap();
-    assert!(after_outlier < 20.0, "one outlier moved it to {after_outlier}");
+    assert!(
+        after_outlier < 20.0,
+        "one outlier moved it to {after_outlier}"
+    );
     for _ in 0..10 {
         h.observe(1, 10.0, 1.0);
     }
@@ -157,7 +163,10 @@ fn plan_stays_within_the_lpt_bound_of_the_best_schedule() {
             lb <= best + 1e-9,
             "case {case}: bound {lb} above optimum {best}"
         );
-        assert!(got >= best - 1e-9, "case {case}: {got} beats the optimum {best}");
+        assert!(
+            got >= best - 1e-9,
+            "case {case}: {got} beats the optimum {best}"
+        );
         // Gonzalez, Ibarra and Sahni: LPT on uniform machines is within 2m/(m+1).
         let factor = 2.0 * m as f64 / (m as f64 + 1.0);
         assert!(
@@ -187,7 +196,10 @@ fn fewest_hosts_against_brute_force() {
         let tolerance = 0.05;
         let got = fewest_hosts(&work, &vec![1.0; n], tolerance);
         let best = fewest_brute_force(&work, tolerance);
-        assert!(got >= best, "case {case}: {work:?}: {got} hosts beat the optimum {best}");
+        assert!(
+            got >= best,
+            "case {case}: {work:?}: {got} hosts beat the optimum {best}"
+        );
         assert!(
             got <= best + 1,
             "case {case}: {work:?}: {got} hosts where {best} suffice"

@@ -112,9 +112,15 @@ mod tests {
             let xs: Vec<f64> = cycles.iter().map(|c| c[i]).collect();
             let mean = xs.iter().sum::<f64>() / xs.len() as f64;
             let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / xs.len() as f64;
-            assert!((mean - s.mean).abs() < s.mean * 0.01, "step {i}: mean {mean}");
+            assert!(
+                (mean - s.mean).abs() < s.mean * 0.01,
+                "step {i}: mean {mean}"
+            );
             let sd = var.sqrt();
-            assert!((sd - s.std_dev).abs() < s.std_dev * 0.25, "step {i}: sd {sd}");
+            assert!(
+                (sd - s.std_dev).abs() < s.std_dev * 0.25,
+                "step {i}: sd {sd}"
+            );
         }
         let small = scaled(&p, 0.5);
         assert_eq!(small[3].mean, p[3].mean * 0.5);

@@ -26,6 +26,7 @@ use std::time::Duration;
 use carmi_api::ids::HostId;
 
 use crate::ids::{CycleId, StepId, WorkerId};
+use crate::plan::{History, fewest_hosts};
 use crate::stats::{HostRecord, RunOutcome, RunRecord, Stats};
 
 /// Time since the start of the run (virtual in tests and simulations).
@@ -131,6 +132,30 @@ pub struct WorkerView {
     pub speed: Option<f64>,
 }
 
+/// A ready worker as a [`Dispatch`] policy sees it on the [`Board`].
+#[derive(Clone, Copy, Debug)]
+pub struct WorkerLoad {
+    /// The worker.
+    pub worker: WorkerId,
+    /// Its host's relative speed, if known.
+    pub speed: Option<f64>,
+    /// The step it is computing and since when, if any.
+    pub busy_with: Option<(StepId, Time)>,
+}
+
+/// What a [`Dispatch`] policy may look at besides the free worker: the time,
+/// every ready worker (free or busy) and the run's history.
+pub struct Board<'a> {
+    /// Now.
+    pub now: Time,
+    /// Every ready (connected, not suspended) worker.
+    pub workers: &'a [WorkerLoad],
+    /// The step of the queued ticket at index `i`.
+    pub step_of: &'a dyn Fn(usize) -> StepId,
+    /// Compute times of the steps seen so far.
+    pub history: &'a History<StepId>,
+}
+
 /// Chooses which queued ticket a free worker gets. The queue holds tickets in
 /// order (re-queued ones at the front); the policy returns an index into it.
 pub trait Dispatch: Send {
@@ -140,6 +165,7 @@ pub trait Dispatch: Send {
         &mut self,
         queue: &VecDeque<Ticket>,
         worker: &WorkerView,
+        board: &Board<'_>,
         eligible: &dyn Fn(usize) -> bool,
     ) -> Option<usize>;
 }
@@ -153,6 +179,7 @@ impl Dispatch for ArrivalOrder {
         &mut self,
         queue: &VecDeque<Ticket>,
         _worker: &WorkerView,
+        _board: &Board<'_>,
         eligible: &dyn Fn(usize) -> bool,
     ) -> Option<usize> {
         (0..queue.len()).find(|&i| eligible(i))
@@ -225,6 +252,7 @@ pub struct Sched {
     runs: Vec<RunRecord>,
     host_records: Vec<HostRecord>,
     finished: bool,
+    history: History<StepId>,
 }
 
 impl Sched {
@@ -244,7 +272,32 @@ impl Sched {
             runs: Vec::new(),
             host_records: Vec::new(),
             finished: false,
+            history: History::new(),
         }
+    }
+
+    /// Compute times of the steps seen so far (normalized by host speed).
+    pub fn history(&self) -> &History<StepId> {
+        &self.history
+    }
+
+    /// The fewest hosts, given the speeds of those held now (and speed 1 for
+    /// hosts of unknown speed), with which `steps` would finish within
+    /// `1 + tolerance` times their longest: the best cycle any number of
+    /// hosts can give. `None` until every step has history.
+    pub fn fewest_hosts(&self, steps: &[StepId], tolerance: f64) -> Option<u32> {
+        let work: Option<Vec<f64>> = steps.iter().map(|s| self.history.estimate(s)).collect();
+        let work = work?;
+        let mut speeds: Vec<f64> = self
+            .hosts
+            .values()
+            .map(|h| h.speed.unwrap_or(1.0))
+            .collect();
+        // Hosts not held yet are assumed as fast as the slowest held one.
+        let slowest = speeds.iter().copied().fold(f64::INFINITY, f64::min);
+        let fill = if slowest.is_finite() { slowest } else { 1.0 };
+        speeds.resize(speeds.len().max(work.len()), fill);
+        Some(fewest_hosts(&work, &speeds, tolerance) as u32)
     }
 
     /// The next decision to carry out, in the order they were made.
@@ -500,7 +553,7 @@ impl Sched {
     }
 
     /// Queues a step of the master; returns its ticket.
-    pub fn submit(&mut self, step: StepId, cycle: Option<CycleId>, now: Time) -> Ticket {
+    pub fn submit(&mut self, step: StepId, cycle: Option<CycleId>, _now: Time) -> Ticket {
         let ticket = Ticket(self.next_ticket);
         self.next_ticket += 1;
         self.tasks.insert(
@@ -516,8 +569,15 @@ impl Sched {
             },
         );
         self.queue.push_back(ticket);
-        self.dispatch_all(now);
         ticket
+    }
+
+    /// Gives queued steps to free workers. Call it after a batch of
+    /// [`Sched::submit`]s: submitting does not dispatch, so that a policy
+    /// that orders steps (longest first) sees the whole batch, not the first
+    /// step alone while the rest are still arriving.
+    pub fn dispatch(&mut self, now: Time) {
+        self.dispatch_all(now);
     }
 
     /// A worker answered a ticket; `cpu`/`wall` are what it measured.
@@ -546,6 +606,14 @@ impl Sched {
                 RunOutcome::Discarded
             };
             self.runs[run].finish(now, cpu, wall, outcome);
+            if open {
+                // CPU time is what the step cost; without it (a worker that
+                // cannot measure it), the time it took.
+                let took = if cpu.is_zero() { wall } else { cpu };
+                let step = self.tasks[&ticket].step;
+                let speed = self.hosts.get(&w.host).and_then(|h| h.speed).unwrap_or(1.0);
+                self.history.observe(step, took.as_secs_f64(), speed);
+            }
             if let Some(h) = self.hosts.get_mut(&w.host) {
                 h.crashes_in_a_row = 0;
             }
@@ -646,19 +714,43 @@ impl Sched {
                     host,
                     speed: self.hosts.get(&host).and_then(|h| h.speed),
                 };
+                let loads = self.loads();
                 let tasks = &self.tasks;
                 let queue = &self.queue;
                 let eligible = |i: usize| match &tasks[&queue[i]].state {
                     TaskState::Open { copies, .. } => !copies.contains(&worker),
                     TaskState::Closed => false,
                 };
-                let Some(i) = self.dispatch.pick(queue, &view, &eligible) else {
+                let step_of = |i: usize| tasks[&queue[i]].step;
+                let board = Board {
+                    now,
+                    workers: &loads,
+                    step_of: &step_of,
+                    history: &self.history,
+                };
+                let Some(i) = self.dispatch.pick(queue, &view, &board, &eligible) else {
                     break;
                 };
                 let ticket = self.queue.remove(i).expect("policy picks inside the queue");
                 self.assign(ticket, worker, now);
             }
         }
+    }
+
+    /// Every ready worker with the step it computes (its oldest ticket).
+    fn loads(&self) -> Vec<WorkerLoad> {
+        self.workers
+            .iter()
+            .filter(|(_, w)| w.state == WorkerState::Ready)
+            .map(|(id, w)| WorkerLoad {
+                worker: *id,
+                speed: self.hosts.get(&w.host).and_then(|h| h.speed),
+                busy_with: w
+                    .in_hand
+                    .front()
+                    .map(|(t, run)| (self.tasks[t].step, self.runs[*run].assigned())),
+            })
+            .collect()
     }
 
     fn assign(&mut self, ticket: Ticket, worker: WorkerId, now: Time) {

@@ -70,9 +70,11 @@ impl Harness {
     }
 
     fn submit(&mut self, n: u64) -> Vec<Ticket> {
-        (0..n)
+        let t = (0..n)
             .map(|i| self.s.submit(StepId(i), None, self.now))
-            .collect()
+            .collect();
+        self.s.dispatch(self.now);
+        t
     }
 
     fn answer(&mut self, w: WorkerId, t: Ticket) -> Verdict {

@@ -177,6 +177,20 @@ pub async fn run(opts: ServerOptions) -> anyhow::Result<()> {
                 if d.on_event(ev) {
                     break;
                 }
+                // Take whatever else has arrived (a master sends a cycle's
+                // steps back to back) before dispatching, so that ordering
+                // sees the whole batch.
+                tokio::task::yield_now().await;
+                let mut stop = false;
+                while let Ok(ev) = events.try_recv() {
+                    if d.on_event(ev) {
+                        stop = true;
+                        break;
+                    }
+                }
+                if stop {
+                    break;
+                }
             }
             inc = carmi_events.next() => {
                 let Some(inc) = inc else {
@@ -190,6 +204,8 @@ pub async fn run(opts: ServerOptions) -> anyhow::Result<()> {
                 d.sched.on_deadline(now);
             }
         }
+        let now = d.now();
+        d.sched.dispatch(now);
         d.flush_outputs();
     }
     d.shutdown().await;

@@ -73,6 +73,10 @@ pub struct SimConfig {
     pub policy: PoolPolicy,
     /// Hosts the master asks for.
     pub hosts_wanted: u32,
+    /// After each cycle, ask for the fewest hosts that reach (almost) the
+    /// best cycle time instead, with this tolerance (e.g. 0.05); `None` keeps
+    /// `hosts_wanted`.
+    pub fewest_hosts: Option<f64>,
     /// The core's tunables.
     pub sched: SchedConfig,
     /// Seed of the step-time noise (and of the owners).
@@ -114,14 +118,29 @@ pub struct SimRun {
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Ev {
-    Owner { host: usize, present: bool },
+    Owner {
+        host: usize,
+        present: bool,
+    },
     /// The owner has been away long enough for the policy to act (if `epoch` still holds).
-    Idle { host: usize, epoch: u64 },
+    Idle {
+        host: usize,
+        epoch: u64,
+    },
     /// Suspended since `since`: vacate if still so.
-    Preempt { host: usize, since: f64 },
-    WorkerReady { worker: WorkerId },
-    StepDone { worker: WorkerId, epoch: u64 },
-    Deadline,
+    Preempt {
+        host: usize,
+        since: f64,
+    },
+    WorkerReady {
+        worker: WorkerId,
+    },
+    StepDone {
+        worker: WorkerId,
+        epoch: u64,
+    },
+    /// The core's deadline, exactly as it gave it (f64 seconds would round).
+    Deadline(Duration),
 }
 
 struct Queued {
@@ -352,6 +371,10 @@ impl World<'_> {
     }
 }
 
+/// Virtual seconds after which a run is abandoned (a pool whose owners
+/// never leave cannot finish it).
+const MAX_VIRTUAL_TIME: f64 = 365.0 * 24.0 * 3600.0;
+
 /// The one resource class of a simulated run.
 const CLASS: &str = "hosts";
 
@@ -392,17 +415,25 @@ pub fn simulate(cfg: &SimConfig, dispatch: Box<dyn Dispatch>) -> SimRun {
     let mut cycle: u32 = 0;
     let mut cycle_start: f64 = 0.0;
     let mut open = n;
-    let mut armed: Option<f64> = None;
+    let mut armed: Option<Duration> = None;
 
     sched.set_class(CLASS, cfg.hosts_wanted, time(0.0));
     for i in 0..n {
         sched.submit(StepId(i as u64), Some(CycleId(0)), time(0.0));
     }
+    sched.dispatch(time(0.0));
     world.flush(&mut sched, &mut failed);
 
     loop {
-        // Feed owner events up to the next simulated event (the stream is endless).
-        let horizon = world.heap.peek().map_or(f64::INFINITY, |q| q.at);
+        // The stream is endless: take owner events only up to the next
+        // simulated event, or the next owner event alone when nothing else is due.
+        let next_owner_at = next_owner.as_ref().map(|e| e.time - cfg.owner_offset);
+        let horizon = match (world.heap.peek().map(|q| q.at), next_owner_at) {
+            (Some(a), Some(b)) => a.min(b.max(0.0)),
+            (Some(a), None) => a,
+            (None, Some(b)) => b.max(0.0),
+            (None, None) => break,
+        };
         while let Some(e) = next_owner.as_ref() {
             let at = e.time - cfg.owner_offset;
             if at > horizon {
@@ -435,7 +466,13 @@ pub fn simulate(cfg: &SimConfig, dispatch: Box<dyn Dispatch>) -> SimRun {
                         Lend::Granted if hs.suspended_since.is_none() => {
                             hs.suspended_since = Some(now);
                             let at = now + cfg.policy.preempt_after;
-                            world.push(at, Ev::Preempt { host: h, since: now });
+                            world.push(
+                                at,
+                                Ev::Preempt {
+                                    host: h,
+                                    since: now,
+                                },
+                            );
                             if let Some(&w) = world.host_worker.get(&h) {
                                 world.pause(w);
                             }
@@ -527,28 +564,42 @@ pub fn simulate(cfg: &SimConfig, dispatch: Box<dyn Dispatch>) -> SimRun {
                             break;
                         }
                         cycle_start = now;
+                        if let Some(tolerance) = cfg.fewest_hosts {
+                            let steps: Vec<StepId> = (0..n as u64).map(StepId).collect();
+                            if let Some(k) = sched.fewest_hosts(&steps, tolerance) {
+                                sched.set_class(CLASS, k.min(cfg.hosts_wanted), time(now));
+                            }
+                        }
                         world.times = sample_cycle(&cfg.profile, &mut rng);
                         lower += lower_bound(&world.times, &cfg.speeds);
                         open = n;
                         for i in 0..n {
-                            sched.submit(StepId(i as u64), Some(CycleId(u64::from(cycle))), time(now));
+                            sched.submit(
+                                StepId(i as u64),
+                                Some(CycleId(u64::from(cycle))),
+                                time(now),
+                            );
                         }
+                        sched.dispatch(time(now));
                     }
                 }
                 world.start_next(worker);
             }
-            Ev::Deadline => {
+            Ev::Deadline(d) => {
                 armed = None;
-                sched.on_deadline(time(now));
+                sched.on_deadline(d.max(time(now)));
             }
         }
         world.flush(&mut sched, &mut failed);
-        if let Some(d) = sched.next_deadline() {
-            let d = d.as_secs_f64();
-            if armed.is_none_or(|a| d < a) {
-                armed = Some(d);
-                world.push(d.max(now), Ev::Deadline);
-            }
+        if let Some(d) = sched.next_deadline()
+            && armed.is_none_or(|a| d < a)
+        {
+            armed = Some(d);
+            world.push(d.as_secs_f64().max(now), Ev::Deadline(d));
+        }
+        if now > MAX_VIRTUAL_TIME {
+            // A run that cannot finish (no host ever free): stop rather than spin.
+            break;
         }
     }
     let end = world.now;

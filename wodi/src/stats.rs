@@ -68,6 +68,11 @@ impl RunRecord {
         }
     }
 
+    /// When the copy was sent to its worker.
+    pub fn assigned(&self) -> Time {
+        self.assigned
+    }
+
     /// The copy answered.
     pub fn finish(&mut self, now: Time, cpu: Duration, wall: Duration, outcome: RunOutcome) {
         self.end = Some(now);
