@@ -11,9 +11,13 @@ use carmi_tests::Pool;
 use wodi::master::{Master, MasterConfig, PoolAddr, ServerCommand, StepOutcome};
 use wodi::{CycleId, StepId};
 
-/// A pool of `n` one-slot machines.
-fn pool(name: &str, n: usize) -> Pool {
-    Pool::start(name, 1, &vec![Vec::new(); n])
+/// A pool of `n` one-slot machines. The tests take turns: on a loaded
+/// 2-core machine, several pools at once make local RMs miss heartbeats (see
+/// the crate's report on pending requests after a machine is declared lost).
+fn pool(name: &str, n: usize) -> (std::sync::MutexGuard<'static, ()>, Pool) {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    (turn, Pool::start(name, 1, &vec![Vec::new(); n]))
 }
 
 /// A master configuration for `count` workers running `worker` on the pool at `(local, secret)`.
@@ -80,7 +84,7 @@ pub async fn cycles_exactly_once(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cycles_of_31_steps_return_every_result_once() {
-    let pool = pool("wodi-cycles", 3);
+    let (_turn, pool) = pool("wodi-cycles", 3);
     let stats = cycles_exactly_once(&pool.locals[0].app_addr, &pool.secret_path, 3, 4).await;
     assert_eq!(stats.steps_delivered, 4 * 31);
     assert_eq!(stats.hosts_added, 3);
@@ -93,7 +97,7 @@ async fn cycles_of_31_steps_return_every_result_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_mid_step_has_its_step_resent_and_answered_once() {
-    let pool = pool("wodi-kill", 2);
+    let (_turn, pool) = pool("wodi-kill", 2);
     let pids = pool.dir.join("pids");
     std::fs::create_dir_all(&pids).unwrap();
     let cfg = config(
@@ -154,7 +158,7 @@ async fn a_worker_killed_mid_step_has_its_step_resent_and_answered_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_poison_step_fails_after_its_attempts_while_the_others_complete() {
-    let pool = pool("wodi-poison", 2);
+    let (_turn, pool) = pool("wodi-poison", 2);
     let mut cfg = config(
         &pool.locals[0].app_addr,
         &pool.secret_path,
@@ -190,7 +194,7 @@ async fn a_poison_step_fails_after_its_attempts_while_the_others_complete() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn command_workers_run_shell_commands() {
-    let pool = pool("wodi-cmd", 2);
+    let (_turn, pool) = pool("wodi-cmd", 2);
     let cfg = config(
         &pool.locals[0].app_addr,
         &pool.secret_path,
@@ -206,7 +210,8 @@ async fn command_workers_run_shell_commands() {
     master.send_work_raw(StepId(6), "echo bad >&2; exit 4".into());
     let mut got = BTreeMap::new();
     for _ in 0..7 {
-        match master.recv_result_raw().await.unwrap() {
+        let next = tokio::time::timeout(Duration::from_secs(60), master.recv_result_raw());
+        match next.await.expect("a step outcome within 60 s").unwrap() {
             StepOutcome::Done(step, out) => {
                 got.insert(step.0, String::from_utf8(out.to_vec()).unwrap());
             }
@@ -239,7 +244,7 @@ async fn wait_files(dir: &Path, n: usize) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_suspended_worker_answering_after_its_step_was_resent_still_gives_one_result() {
     use carmi_api::msg::OwnerEvent;
-    let pool = pool("wodi-suspend", 1);
+    let (_turn, pool) = pool("wodi-suspend", 1);
     // A second machine in this process, whose owner the test plays.
     let mut settings =
         carmi_local::config::Settings::new(pool.global_addr.clone(), pool.secret_path.clone());
