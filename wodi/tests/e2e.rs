@@ -14,9 +14,9 @@ use wodi::{CycleId, StepId};
 /// A pool of `n` one-slot machines. The tests take turns: on a loaded
 /// 2-core machine, several pools at once make local RMs miss heartbeats (see
 /// the crate's report on pending requests after a machine is declared lost).
-fn pool(name: &str, n: usize) -> (std::sync::MutexGuard<'static, ()>, Pool) {
-    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+async fn pool(name: &str, n: usize) -> (tokio::sync::MutexGuard<'static, ()>, Pool) {
+    static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let turn = SERIAL.lock().await;
     (turn, Pool::start(name, 1, &vec![Vec::new(); n]))
 }
 
@@ -84,7 +84,7 @@ pub async fn cycles_exactly_once(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cycles_of_31_steps_return_every_result_once() {
-    let (_turn, pool) = pool("wodi-cycles", 3);
+    let (_turn, pool) = pool("wodi-cycles", 3).await;
     let stats = cycles_exactly_once(&pool.locals[0].app_addr, &pool.secret_path, 3, 4).await;
     assert_eq!(stats.steps_delivered, 4 * 31);
     assert_eq!(stats.hosts_added, 3);
@@ -97,7 +97,7 @@ async fn cycles_of_31_steps_return_every_result_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_mid_step_has_its_step_resent_and_answered_once() {
-    let (_turn, pool) = pool("wodi-kill", 2);
+    let (_turn, pool) = pool("wodi-kill", 2).await;
     let pids = pool.dir.join("pids");
     std::fs::create_dir_all(&pids).unwrap();
     let cfg = config(
@@ -158,7 +158,7 @@ async fn a_worker_killed_mid_step_has_its_step_resent_and_answered_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_poison_step_fails_after_its_attempts_while_the_others_complete() {
-    let (_turn, pool) = pool("wodi-poison", 2);
+    let (_turn, pool) = pool("wodi-poison", 2).await;
     let mut cfg = config(
         &pool.locals[0].app_addr,
         &pool.secret_path,
@@ -194,7 +194,7 @@ async fn a_poison_step_fails_after_its_attempts_while_the_others_complete() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn command_workers_run_shell_commands() {
-    let (_turn, pool) = pool("wodi-cmd", 2);
+    let (_turn, pool) = pool("wodi-cmd", 2).await;
     let cfg = config(
         &pool.locals[0].app_addr,
         &pool.secret_path,
@@ -244,7 +244,7 @@ async fn wait_files(dir: &Path, n: usize) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_suspended_worker_answering_after_its_step_was_resent_still_gives_one_result() {
     use carmi_api::msg::OwnerEvent;
-    let (_turn, pool) = pool("wodi-suspend", 1);
+    let (_turn, pool) = pool("wodi-suspend", 1).await;
     // A second machine in this process, whose owner the test plays.
     let mut settings =
         carmi_local::config::Settings::new(pool.global_addr.clone(), pool.secret_path.clone());
