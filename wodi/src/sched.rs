@@ -435,7 +435,13 @@ impl Sched {
         if let Some(w) = self.workers.get_mut(&worker)
             && w.state == WorkerState::Starting
         {
-            w.state = WorkerState::Ready;
+            // Its host may have been suspended while the worker was starting.
+            let suspended = self.hosts.get(&w.host).is_some_and(|h| h.suspended);
+            w.state = if suspended {
+                WorkerState::Suspended { deadline: None }
+            } else {
+                WorkerState::Ready
+            };
         }
         self.dispatch_all(now);
     }

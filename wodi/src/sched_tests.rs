@@ -348,3 +348,21 @@ fn statistics_follow_virtual_time() {
     h.s.host_added(HostId(7), "c", None, h.now);
     assert_eq!(h.take(), vec![Output::ReleaseHost { host: HostId(7) }]);
 }
+
+#[test]
+fn a_worker_joining_on_a_suspended_host_waits_for_the_owner_to_leave() {
+    let mut h = Harness::new(cfg());
+    h.s.set_class("c", 1, h.now);
+    h.take();
+    h.s.host_added(HostId(0), "c", None, h.now);
+    let w = match h.take().as_slice() {
+        [Output::Spawn { worker, .. }] => *worker,
+        other => panic!("{other:?}"),
+    };
+    h.s.host_suspended(HostId(0), h.now);
+    h.s.worker_joined(w, h.now);
+    h.submit(1);
+    assert!(h.take().is_empty(), "nothing goes to a stopped worker");
+    h.s.host_resumed(HostId(0), h.now);
+    assert_eq!(h.assigned(), vec![(0, w)]);
+}

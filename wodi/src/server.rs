@@ -20,7 +20,7 @@ use bytes::Bytes;
 use carmi_api::client::{Carmi, ConnectOptions, Incoming, connect};
 use carmi_api::frame::FrameReader;
 use carmi_api::ids::{HostId, ProcessId, RequestId};
-use carmi_api::msg::{Event, SpawnTarget};
+use carmi_api::msg::{Event, FailureCode, SpawnTarget};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
@@ -510,6 +510,14 @@ impl Driver {
                     ));
                 } else if let Some(worker) = self.spawns.remove(&request) {
                     warn!("spawning {worker} failed: {}", failure.message);
+                    if failure.code == FailureCode::BadExecutable {
+                        // Every host would refuse it the same way.
+                        self.fatal(&format!(
+                            "the worker executable {} cannot be used: {}",
+                            self.executable.display(),
+                            failure.message
+                        ));
+                    }
                     self.sched.worker_lost(worker, LossCause::Crashed, now);
                 } else {
                     warn!("CARMI request {request} failed: {}", failure.message);

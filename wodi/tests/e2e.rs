@@ -308,3 +308,25 @@ async fn a_suspended_worker_answering_after_its_step_was_resent_still_gives_one_
     assert_eq!(resent.outcome, wodi::stats::RunOutcome::Delivered);
     owned.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_executable_that_cannot_be_read_stops_the_run_with_a_clear_error() {
+    let (_turn, pool) = pool("wodi-badexe", 1).await;
+    let cfg = config(
+        &pool.locals[0].app_addr,
+        &pool.secret_path,
+        "/nonexistent/wodi-worker",
+        1,
+    );
+    let mut master = Master::init_raw(cfg, bytes::Bytes::new())
+        .await
+        .expect("init");
+    master.send_work_raw(StepId(0), bytes::Bytes::new());
+    let next = tokio::time::timeout(Duration::from_secs(60), master.recv_result_raw()).await;
+    match next.expect("an answer within 60 s") {
+        Err(wodi::master::MasterError::Fatal(why)) => {
+            assert!(why.contains("/nonexistent/wodi-worker"), "{why}")
+        }
+        other => panic!("expected a fatal error, got {other:?}"),
+    }
+}
