@@ -415,14 +415,6 @@ impl Driver {
                 self.cycle = Some((cycle, payload));
             }
             FromMaster::Step { step } => self.submit(step, payload, now),
-            FromMaster::Steps { steps, lens } => {
-                let mut at = 0usize;
-                for (step, len) in steps.into_iter().zip(lens) {
-                    let end = (at + len as usize).min(payload.len());
-                    self.submit(step, payload.slice(at..end), now);
-                    at = end;
-                }
-            }
             FromMaster::EndCycle { cycle } => {
                 self.broadcast(&ToWorker::EndCycle { cycle }, &payload);
             }
