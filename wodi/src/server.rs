@@ -8,6 +8,9 @@
 //! [`Hello`]. It decides nothing itself: every event goes to the core, and
 //! the core's outputs are carried out here.
 //!
+//! On SIGTERM, or when the master goes away, it stops the workers and
+//! releases every host before exiting.
+//!
 //! A worker whose connection drops is reported lost after a short grace
 //! period, so that a host deletion arriving meanwhile is seen as the cause
 //! (not the step: a vacated host must not count as a crash of a poison step).
@@ -163,6 +166,7 @@ pub async fn run(opts: ServerOptions) -> anyhow::Result<()> {
         processes: HashMap::new(),
         complete: false,
     };
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     loop {
         let deadline = d.sched.next_deadline().map(|t| d.start + t);
         let sleep = async {
@@ -184,6 +188,11 @@ pub async fn run(opts: ServerOptions) -> anyhow::Result<()> {
                     break;
                 };
                 d.on_carmi(inc);
+            }
+            _ = sigterm.recv() => {
+                // Stopped from outside: still release the pool's hosts.
+                d.fatal("the WoDi server was stopped (SIGTERM)");
+                break;
             }
             _ = sleep => {
                 let now = d.now();
