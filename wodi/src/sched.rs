@@ -26,7 +26,7 @@ use std::time::Duration;
 use carmi_api::ids::HostId;
 
 use crate::ids::{CycleId, StepId, WorkerId};
-use crate::stats::{HostRecord, RunOutcome, RunRecord, Stats};
+use crate::stats::{CycleTime, HostRecord, RunOutcome, RunRecord, Stats};
 
 /// Time since the start of the run (virtual in tests and simulations).
 pub type Time = Duration;
@@ -225,6 +225,7 @@ pub struct Sched {
     runs: Vec<RunRecord>,
     host_records: Vec<HostRecord>,
     finished: bool,
+    cycles: Vec<CycleTime>,
 }
 
 impl Sched {
@@ -244,6 +245,7 @@ impl Sched {
             runs: Vec::new(),
             host_records: Vec::new(),
             finished: false,
+            cycles: Vec::new(),
         }
     }
 
@@ -505,6 +507,22 @@ impl Sched {
         }
     }
 
+    /// The master began a cycle (recorded for the statistics' cycle boundaries).
+    pub fn begin_cycle(&mut self, cycle: CycleId, now: Time) {
+        self.cycles.push(CycleTime {
+            cycle,
+            begin_s: now.as_secs_f64(),
+            end_s: None,
+        });
+    }
+
+    /// The master ended a cycle.
+    pub fn end_cycle(&mut self, cycle: CycleId, now: Time) {
+        if let Some(c) = self.cycles.iter_mut().rev().find(|c| c.cycle == cycle) {
+            c.end_s = Some(now.as_secs_f64());
+        }
+    }
+
     /// Queues a step of the master; returns its ticket.
     pub fn submit(&mut self, step: StepId, cycle: Option<CycleId>, now: Time) -> Ticket {
         let ticket = Ticket(self.next_ticket);
@@ -717,7 +735,9 @@ impl Sched {
 
     /// The statistics of the run so far, as of `now` (open periods end at `now`).
     pub fn stats(&self, now: Time) -> Stats {
-        Stats::compute(&self.runs, &self.host_records, now)
+        let mut stats = Stats::compute(&self.runs, &self.host_records, now);
+        stats.cycles = self.cycles.clone();
+        stats
     }
 
     /// Checks the invariants; tests call it after every step. Panics naming the broken one.

@@ -319,11 +319,13 @@ fn prefetch_gives_each_worker_several_steps() {
 #[test]
 fn statistics_follow_virtual_time() {
     let (mut h, w) = Harness::with_workers(cfg(), 2);
+    h.s.begin_cycle(CycleId(0), h.now);
     let t = h.submit(2);
     h.take();
     h.advance(2 * SEC);
     h.s.result(w[0], t[0], SEC, SEC, h.now);
     h.s.result(w[1], t[1], SEC, SEC, h.now);
+    h.s.end_cycle(CycleId(0), h.now);
     h.advance(2 * SEC);
     h.s.finish(h.now);
     let outs = h.take();
@@ -334,6 +336,14 @@ fn statistics_follow_virtual_time() {
     assert_eq!(stats.cpu_time_s, 2.0);
     assert_eq!(stats.efficiency, 0.25);
     assert_eq!((stats.hosts_added, stats.hosts_lost), (2, 0));
+    assert_eq!(
+        stats.cycles,
+        vec![crate::stats::CycleTime {
+            cycle: CycleId(0),
+            begin_s: 0.0,
+            end_s: Some(2.0)
+        }]
+    );
     let busy: Vec<_> = stats.timeline[0]
         .periods
         .iter()

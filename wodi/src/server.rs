@@ -420,11 +420,13 @@ impl Driver {
                 self.to_master(&ToMaster::Ready, Bytes::new());
             }
             FromMaster::BeginCycle { cycle } => {
+                self.sched.begin_cycle(cycle, now);
                 self.broadcast(&ToWorker::BeginCycle { cycle }, &payload);
                 self.cycle = Some((cycle, payload));
             }
             FromMaster::Step { step } => self.submit(step, payload, now),
             FromMaster::EndCycle { cycle } => {
+                self.sched.end_cycle(cycle, now);
                 self.broadcast(&ToWorker::EndCycle { cycle }, &payload);
             }
             FromMaster::Complete => {

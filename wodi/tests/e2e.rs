@@ -31,6 +31,13 @@ async fn cycles_of_31_steps_return_every_result_once() {
     assert_eq!(stats.hosts_added, 3);
     assert_eq!(stats.hosts_lost, 0);
     assert_eq!(stats.timeline.len(), 3);
+    let ended: Vec<u64> = stats
+        .cycles
+        .iter()
+        .filter(|c| c.end_s.is_some())
+        .map(|c| c.cycle.0)
+        .collect();
+    assert_eq!(ended, vec![0, 1, 2, 3]);
     assert!(stats.occupancy_s > 0.0);
     let json = serde_json::to_string(&stats).unwrap();
     assert!(json.contains("\"efficiency\""));
