@@ -600,6 +600,20 @@ impl Sched {
         }
     }
 
+    /// The master no longer wants this ticket (it left): it is taken out of
+    /// the queue, and copies still running will be discarded when they answer.
+    pub fn cancel(&mut self, ticket: Ticket) {
+        if matches!(
+            self.tasks.get(&ticket),
+            Some(Task {
+                state: TaskState::Open { .. },
+                ..
+            })
+        ) {
+            self.close(ticket);
+        }
+    }
+
     /// Marks a ticket answered and forgets its queue entry and copies.
     fn close(&mut self, ticket: Ticket) {
         let task = self.tasks.get_mut(&ticket).expect("closing a known ticket");

@@ -278,3 +278,43 @@ async fn a_worker_executable_that_cannot_be_read_stops_the_run_with_a_clear_erro
         other => panic!("expected a fatal error, got {other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_masters_share_one_server_and_its_workers() {
+    let (_turn, pool) = pool("wodi-masters", 2).await;
+    let local = &pool.locals[0].app_addr;
+    let mut a = Master::init(
+        config(local, &pool.secret_path, test_worker(), 1),
+        &"A".to_string(),
+    )
+    .await
+    .expect("init A");
+    let (addr, token) = a.server();
+    let mut cfg = config(local, &pool.secret_path, test_worker(), 1);
+    cfg.server = wodi::master::ServerCommand::Connect { addr, token };
+    let mut b = Master::init(cfg, &"B".to_string()).await.expect("init B");
+    for s in 0..31 {
+        a.send_work(StepId(s), &format!("a{s}")).unwrap();
+        b.send_work(StepId(s), &format!("b{s}")).unwrap();
+    }
+    // Each master gets its own 31 results, computed with its own init data,
+    // whichever worker ran them.
+    for (master, name) in [(&mut a, "A"), (&mut b, "B")] {
+        let mut seen: BTreeMap<u64, u32> = BTreeMap::new();
+        for o in collect(master, 31).await {
+            match o {
+                StepOutcome::Done(step, r) => {
+                    let tag = name.to_lowercase();
+                    assert_eq!(r, format!("{name}||{step}|{tag}{}", step.0));
+                    *seen.entry(step.0).or_default() += 1;
+                }
+                StepOutcome::Failed(step, why) => panic!("{name} {step} failed: {why}"),
+            }
+        }
+        assert_eq!(seen, (0..31).map(|s| (s, 1)).collect(), "master {name}");
+    }
+    let stats_b = b.complete().await.expect("complete B");
+    assert_eq!(stats_b.hosts_added, 2, "the two masters' hosts were pooled");
+    let stats_a = a.complete().await.expect("complete A");
+    assert_eq!(stats_a.steps_delivered, 62);
+}
