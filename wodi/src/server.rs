@@ -480,7 +480,8 @@ impl Driver {
                     self.executable = PathBuf::from(executable);
                     self.args = args;
                     self.started = true;
-                } else if PathBuf::from(&executable) != self.executable || args != self.args {
+                } else if std::path::Path::new(&executable) != self.executable || args != self.args
+                {
                     // Shared workers run one executable; say so instead of guessing.
                     let reason = format!(
                         "this server's workers run {} {:?}, not {executable} {args:?}",
