@@ -580,6 +580,8 @@ impl Sched {
             }
         }
         if !open {
+            // The answering worker has a free slot again.
+            self.dispatch_all(now);
             return Verdict::Duplicate;
         }
         self.close(ticket);

@@ -376,3 +376,16 @@ fn a_worker_joining_on_a_suspended_host_waits_for_the_owner_to_leave() {
     h.s.host_resumed(HostId(0), h.now);
     assert_eq!(h.assigned(), vec![(0, w)]);
 }
+
+#[test]
+fn cancelled_tickets_are_not_sent_and_their_answers_are_dropped() {
+    let (mut h, w) = Harness::with_workers(cfg(), 1);
+    let t = h.submit(3);
+    assert_eq!(h.assigned(), vec![(0, w[0])]);
+    h.s.cancel(t[0]);
+    h.s.cancel(t[1]);
+    h.check();
+    assert_eq!(h.answer(w[0], t[0]), Verdict::Duplicate);
+    assert_eq!(h.assigned(), vec![(2, w[0])]);
+    assert_eq!(h.s.open_tickets(), 1);
+}
