@@ -26,6 +26,8 @@
 //! - `worker`: the worker library (blocking, one step at a time, CPU time measured per step).
 //! - `cmd`: the command worker's step format (a step is a shell command line).
 
+#![warn(missing_docs)]
+
 pub mod cmd;
 pub mod conn;
 pub mod ids;

@@ -36,6 +36,15 @@ pub enum ServerCommand {
     /// Another executable that serves when started with `WODI_ROLE=server`
     /// (the `wodi-server` binary does).
     Path(PathBuf),
+    /// A server already running for another master (see [`Master::server`]):
+    /// this master shares its workers, so it must name the same worker
+    /// executable and arguments.
+    Connect {
+        /// The server's address.
+        addr: String,
+        /// Its run token.
+        token: String,
+    },
 }
 
 /// Where the pool is: the local RM's address and the pool secret file.
@@ -133,8 +142,55 @@ enum FromServer {
 pub struct Master {
     writer: Writer,
     events: mpsc::UnboundedReceiver<FromServer>,
-    server: tokio::process::Child,
+    /// The server process, if this master started it.
+    server: Option<tokio::process::Child>,
+    addr: String,
+    token: String,
     stats: Option<Stats>,
+}
+
+/// Starts a server process and reads the address it listens on.
+async fn spawn_server(
+    exe: PathBuf,
+    cfg: &MasterConfig,
+) -> Result<(String, String, Option<tokio::process::Child>), MasterError> {
+    let start = |e: String| MasterError::Start(e);
+    let token = format!("{:032x}", rand::random::<u128>());
+    let mut cmd = tokio::process::Command::new(&exe);
+    cmd.env(crate::ENV_ROLE, "server")
+        .env(crate::ENV_TOKEN, &token)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped());
+    if let Some(pool) = &cfg.pool {
+        cmd.env(carmi_api::client::ENV_LOCAL, &pool.local)
+            .env(carmi_api::client::ENV_SECRET_FILE, &pool.secret_file);
+    }
+    let mut server = cmd
+        .spawn()
+        .map_err(|e| start(format!("{}: {e}", exe.display())))?;
+    let stdout = server.stdout.take().expect("stdout is piped");
+    let mut line = String::new();
+    let read = tokio::time::timeout(
+        Duration::from_secs(60),
+        BufReader::new(stdout).read_line(&mut line),
+    )
+    .await;
+    let addr = match read {
+        Ok(Ok(n)) if n > 0 => line
+            .trim()
+            .strip_prefix("listening on ")
+            .map(str::to_string)
+            .ok_or_else(|| start(format!("{} printed {line:?}", exe.display())))?,
+        Ok(_) => {
+            let status = server.wait().await.ok();
+            return Err(start(format!(
+                "{} exited ({status:?}) before reporting its address; see its stderr",
+                exe.display()
+            )));
+        }
+        Err(_) => return Err(start("no address within 60 s".into())),
+    };
+    Ok((addr, token, Some(server)))
 }
 
 impl Master {
@@ -146,45 +202,14 @@ impl Master {
     /// Starts the server and the run with raw init data.
     pub async fn init_raw(cfg: MasterConfig, init: Bytes) -> Result<Master, MasterError> {
         let start = |e: String| MasterError::Start(e);
-        let exe = match &cfg.server {
-            ServerCommand::CurrentExe => std::env::current_exe()
-                .map_err(|e| start(format!("path of this executable: {e}")))?,
-            ServerCommand::Path(p) => p.clone(),
-        };
-        let token = format!("{:032x}", rand::random::<u128>());
-        let mut cmd = tokio::process::Command::new(&exe);
-        cmd.env(crate::ENV_ROLE, "server")
-            .env(crate::ENV_TOKEN, &token)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped());
-        if let Some(pool) = &cfg.pool {
-            cmd.env(carmi_api::client::ENV_LOCAL, &pool.local)
-                .env(carmi_api::client::ENV_SECRET_FILE, &pool.secret_file);
-        }
-        let mut server = cmd
-            .spawn()
-            .map_err(|e| start(format!("{}: {e}", exe.display())))?;
-        let stdout = server.stdout.take().expect("stdout is piped");
-        let mut line = String::new();
-        let read = tokio::time::timeout(
-            Duration::from_secs(60),
-            BufReader::new(stdout).read_line(&mut line),
-        )
-        .await;
-        let addr = match read {
-            Ok(Ok(n)) if n > 0 => line
-                .trim()
-                .strip_prefix("listening on ")
-                .map(str::to_string)
-                .ok_or_else(|| start(format!("{} printed {line:?}", exe.display())))?,
-            Ok(_) => {
-                let status = server.wait().await.ok();
-                return Err(start(format!(
-                    "{} exited ({status:?}) before reporting its address; see its stderr",
-                    exe.display()
-                )));
+        let (addr, token, server) = match &cfg.server {
+            ServerCommand::Connect { addr, token } => (addr.clone(), token.clone(), None),
+            ServerCommand::CurrentExe => {
+                let exe = std::env::current_exe()
+                    .map_err(|e| start(format!("path of this executable: {e}")))?;
+                spawn_server(exe, &cfg).await?
             }
-            Err(_) => return Err(start("no address within 60 s".into())),
+            ServerCommand::Path(p) => spawn_server(p.clone(), &cfg).await?,
         };
         let stream = carmi_api::net::dial(&addr, carmi_api::net::CONNECT_TIMEOUT)
             .await
@@ -200,7 +225,7 @@ impl Master {
         );
         let hello = Hello {
             version: WODI_PROTOCOL,
-            token,
+            token: token.clone(),
             role: HelloRole::Master,
         };
         let _ = writer.send(Outgoing::new(&hello, Bytes::new()));
@@ -217,12 +242,20 @@ impl Master {
             writer,
             events,
             server,
+            addr,
+            token,
             stats: None,
         };
         match master.next().await? {
             (ToMaster::Ready, _) => Ok(master),
             (other, _) => Err(start(format!("the server answered {other:?}"))),
         }
+    }
+
+    /// Where this master's server listens and its run token, for another
+    /// master to share it with [`ServerCommand::Connect`].
+    pub fn server(&self) -> (String, String) {
+        (self.addr.clone(), self.token.clone())
     }
 
     fn send(&self, msg: &FromMaster, payload: Bytes) {
@@ -315,8 +348,10 @@ impl Master {
             }
         }
         drop(self.writer);
-        // The server exits once the master's connection closes.
-        let _ = tokio::time::timeout(Duration::from_secs(10), self.server.wait()).await;
+        // A server this master started exits once its last master has gone.
+        if let Some(server) = &mut self.server {
+            let _ = tokio::time::timeout(Duration::from_secs(10), server.wait()).await;
+        }
         Ok(self.stats.take().expect("stats were received"))
     }
 }

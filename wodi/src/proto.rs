@@ -79,14 +79,6 @@ pub enum FromMaster {
         /// The step.
         step: StepId,
     },
-    /// Several steps in one frame (the hot path). Payload: the data of all
-    /// of them, concatenated; `lens` gives each one's length.
-    Steps {
-        /// Step ids in order.
-        steps: Vec<StepId>,
-        /// Payload length of each step.
-        lens: Vec<u32>,
-    },
     /// A cycle ends. Payload: end data for every worker.
     EndCycle {
         /// The cycle.

@@ -27,7 +27,7 @@ use carmi_api::ids::HostId;
 
 use crate::ids::{CycleId, StepId, WorkerId};
 use crate::plan::{History, fewest_hosts};
-use crate::stats::{HostRecord, RunOutcome, RunRecord, Stats};
+use crate::stats::{CycleTime, HostRecord, RunOutcome, RunRecord, Stats};
 
 /// Time since the start of the run (virtual in tests and simulations).
 pub type Time = Duration;
@@ -253,6 +253,7 @@ pub struct Sched {
     host_records: Vec<HostRecord>,
     finished: bool,
     history: History<StepId>,
+    cycles: Vec<CycleTime>,
 }
 
 impl Sched {
@@ -273,6 +274,7 @@ impl Sched {
             host_records: Vec::new(),
             finished: false,
             history: History::new(),
+            cycles: Vec::new(),
         }
     }
 
@@ -488,7 +490,13 @@ impl Sched {
         if let Some(w) = self.workers.get_mut(&worker)
             && w.state == WorkerState::Starting
         {
-            w.state = WorkerState::Ready;
+            // Its host may have been suspended while the worker was starting.
+            let suspended = self.hosts.get(&w.host).is_some_and(|h| h.suspended);
+            w.state = if suspended {
+                WorkerState::Suspended { deadline: None }
+            } else {
+                WorkerState::Ready
+            };
         }
         self.dispatch_all(now);
     }
@@ -549,6 +557,22 @@ impl Sched {
                 *queued = true;
                 self.queue.push_front(*ticket);
             }
+        }
+    }
+
+    /// The master began a cycle (recorded for the statistics' cycle boundaries).
+    pub fn begin_cycle(&mut self, cycle: CycleId, now: Time) {
+        self.cycles.push(CycleTime {
+            cycle,
+            begin_s: now.as_secs_f64(),
+            end_s: None,
+        });
+    }
+
+    /// The master ended a cycle.
+    pub fn end_cycle(&mut self, cycle: CycleId, now: Time) {
+        if let Some(c) = self.cycles.iter_mut().rev().find(|c| c.cycle == cycle) {
+            c.end_s = Some(now.as_secs_f64());
         }
     }
 
@@ -624,6 +648,8 @@ impl Sched {
             }
         }
         if !open {
+            // The answering worker has a free slot again.
+            self.dispatch_all(now);
             return Verdict::Duplicate;
         }
         self.close(ticket);
@@ -641,6 +667,20 @@ impl Sched {
                 step,
                 reason: format!("the worker's step handler failed: {message}"),
             });
+        }
+    }
+
+    /// The master no longer wants this ticket (it left): it is taken out of
+    /// the queue, and copies still running will be discarded when they answer.
+    pub fn cancel(&mut self, ticket: Ticket) {
+        if matches!(
+            self.tasks.get(&ticket),
+            Some(Task {
+                state: TaskState::Open { .. },
+                ..
+            })
+        ) {
+            self.close(ticket);
         }
     }
 
@@ -803,7 +843,9 @@ impl Sched {
 
     /// The statistics of the run so far, as of `now` (open periods end at `now`).
     pub fn stats(&self, now: Time) -> Stats {
-        Stats::compute(&self.runs, &self.host_records, now)
+        let mut stats = Stats::compute(&self.runs, &self.host_records, now);
+        stats.cycles = self.cycles.clone();
+        stats
     }
 
     /// Checks the invariants; tests call it after every step. Panics naming the broken one.

@@ -321,11 +321,13 @@ fn prefetch_gives_each_worker_several_steps() {
 #[test]
 fn statistics_follow_virtual_time() {
     let (mut h, w) = Harness::with_workers(cfg(), 2);
+    h.s.begin_cycle(CycleId(0), h.now);
     let t = h.submit(2);
     h.take();
     h.advance(2 * SEC);
     h.s.result(w[0], t[0], SEC, SEC, h.now);
     h.s.result(w[1], t[1], SEC, SEC, h.now);
+    h.s.end_cycle(CycleId(0), h.now);
     h.advance(2 * SEC);
     h.s.finish(h.now);
     let outs = h.take();
@@ -336,6 +338,14 @@ fn statistics_follow_virtual_time() {
     assert_eq!(stats.cpu_time_s, 2.0);
     assert_eq!(stats.efficiency, 0.25);
     assert_eq!((stats.hosts_added, stats.hosts_lost), (2, 0));
+    assert_eq!(
+        stats.cycles,
+        vec![crate::stats::CycleTime {
+            cycle: CycleId(0),
+            begin_s: 0.0,
+            end_s: Some(2.0)
+        }]
+    );
     let busy: Vec<_> = stats.timeline[0]
         .periods
         .iter()
@@ -349,4 +359,35 @@ fn statistics_follow_virtual_time() {
     // After finishing nothing more is requested.
     h.s.host_added(HostId(7), "c", None, h.now);
     assert_eq!(h.take(), vec![Output::ReleaseHost { host: HostId(7) }]);
+}
+
+#[test]
+fn a_worker_joining_on_a_suspended_host_waits_for_the_owner_to_leave() {
+    let mut h = Harness::new(cfg());
+    h.s.set_class("c", 1, h.now);
+    h.take();
+    h.s.host_added(HostId(0), "c", None, h.now);
+    let w = match h.take().as_slice() {
+        [Output::Spawn { worker, .. }] => *worker,
+        other => panic!("{other:?}"),
+    };
+    h.s.host_suspended(HostId(0), h.now);
+    h.s.worker_joined(w, h.now);
+    h.submit(1);
+    assert!(h.take().is_empty(), "nothing goes to a stopped worker");
+    h.s.host_resumed(HostId(0), h.now);
+    assert_eq!(h.assigned(), vec![(0, w)]);
+}
+
+#[test]
+fn cancelled_tickets_are_not_sent_and_their_answers_are_dropped() {
+    let (mut h, w) = Harness::with_workers(cfg(), 1);
+    let t = h.submit(3);
+    assert_eq!(h.assigned(), vec![(0, w[0])]);
+    h.s.cancel(t[0]);
+    h.s.cancel(t[1]);
+    h.check();
+    assert_eq!(h.answer(w[0], t[0]), Verdict::Duplicate);
+    assert_eq!(h.assigned(), vec![(2, w[0])]);
+    assert_eq!(h.s.open_tickets(), 1);
 }

@@ -8,6 +8,15 @@
 //! [`Hello`]. It decides nothing itself: every event goes to the core, and
 //! the core's outputs are carried out here.
 //!
+//! Several masters may connect (a second one with
+//! `ServerCommand::Connect`); they share the workers, which must then run the
+//! same executable. A worker about to compute a step of another master than
+//! its last one is first sent that master's init and cycle data. The server
+//! ends when its last master leaves.
+//!
+//! On SIGTERM, or when the last master goes away, it stops the workers and
+//! releases every host before exiting.
+//!
 //! A worker whose connection drops is reported lost after a short grace
 //! period, so that a host deletion arriving meanwhile is seen as the cause
 //! (not the step: a vacated host must not count as a crash of a poison step).
@@ -20,7 +29,7 @@ use bytes::Bytes;
 use carmi_api::client::{Carmi, ConnectOptions, Incoming, connect};
 use carmi_api::frame::FrameReader;
 use carmi_api::ids::{HostId, ProcessId, RequestId};
-use carmi_api::msg::{Event, SpawnTarget};
+use carmi_api::msg::{Event, FailureCode, SpawnTarget};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
@@ -54,8 +63,8 @@ pub struct ServerOptions {
 
 enum Ev {
     Hello(Reader, WriteHalf, Hello),
-    Master(FromMaster, Bytes),
-    MasterGone(Option<String>),
+    Master(MasterId, FromMaster, Bytes),
+    MasterGone(MasterId, Option<String>),
     Worker(WorkerId, FromWorker, Bytes),
     WorkerGone(WorkerId, u64),
     LossDue(WorkerId),
@@ -65,6 +74,20 @@ enum Ev {
 
 /// How long the server waits for its master before giving up.
 const MASTER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A master connected to this server (several may share its workers).
+type MasterId = u64;
+
+/// What the server keeps about one master.
+struct MasterConn {
+    writer: Writer,
+    init: Bytes,
+    cycle: Option<(CycleId, Bytes)>,
+    /// Hosts this master added to each class's desired count.
+    classes: Vec<(String, u32)>,
+    /// It sent `Complete` (or left): its steps are cancelled, its hosts no longer wanted.
+    retired: bool,
+}
 
 struct WorkerConn {
     writer: Writer,
@@ -78,22 +101,26 @@ struct Driver {
     start: Instant,
     carmi: Carmi,
     events_tx: mpsc::UnboundedSender<Ev>,
-    master: Option<Writer>,
+    masters: HashMap<MasterId, MasterConn>,
+    next_master: MasterId,
+    /// Whether the first master's `Init` configured the run.
+    started: bool,
+    /// Desired hosts per class, summed over masters.
+    desired: HashMap<String, u32>,
+    /// The master whose init (and cycle) data each worker holds now.
+    context: HashMap<WorkerId, MasterId>,
     connect_addr: String,
     token: String,
     loss_grace: Duration,
     executable: PathBuf,
     args: Vec<String>,
-    init: Bytes,
-    cycle: Option<(CycleId, Bytes)>,
     workers: HashMap<WorkerId, WorkerConn>,
     generation: u64,
     data: HashMap<Ticket, Bytes>,
-    steps: HashMap<Ticket, StepId>,
+    steps: HashMap<Ticket, (MasterId, StepId)>,
     host_requests: HashMap<RequestId, String>,
     spawns: HashMap<RequestId, WorkerId>,
     processes: HashMap<ProcessId, WorkerId>,
-    complete: bool,
 }
 
 /// Runs the server until the master completes or goes away. Prints
@@ -146,14 +173,16 @@ pub async fn run(opts: ServerOptions) -> anyhow::Result<()> {
         start: Instant::now(),
         carmi,
         events_tx,
-        master: None,
+        masters: HashMap::new(),
+        next_master: 0,
+        started: false,
+        desired: HashMap::new(),
+        context: HashMap::new(),
         connect_addr: format!("{host}:{port}"),
         token: opts.token,
         loss_grace: opts.loss_grace,
         executable: PathBuf::new(),
         args: Vec::new(),
-        init: Bytes::new(),
-        cycle: None,
         workers: HashMap::new(),
         generation: 0,
         data: HashMap::new(),
@@ -161,8 +190,8 @@ pub async fn run(opts: ServerOptions) -> anyhow::Result<()> {
         host_requests: HashMap::new(),
         spawns: HashMap::new(),
         processes: HashMap::new(),
-        complete: false,
     };
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     loop {
         let deadline = d.sched.next_deadline().map(|t| d.start + t);
         let sleep = async {
@@ -198,6 +227,11 @@ pub async fn run(opts: ServerOptions) -> anyhow::Result<()> {
                     break;
                 };
                 d.on_carmi(inc);
+            }
+            _ = sigterm.recv() => {
+                // Stopped from outside: still release the pool's hosts.
+                d.fatal("the WoDi server was stopped (SIGTERM)");
+                break;
             }
             _ = sleep => {
                 let now = d.now();
@@ -253,25 +287,68 @@ impl Driver {
         self.start.elapsed()
     }
 
-    fn to_master(&self, msg: &ToMaster, payload: Bytes) {
-        if let Some(m) = &self.master {
-            let _ = m.send(Outgoing::new(msg, payload));
+    fn to_master(&self, m: MasterId, msg: &ToMaster, payload: Bytes) {
+        if let Some(m) = self.masters.get(&m) {
+            let _ = m.writer.send(Outgoing::new(msg, payload));
         }
     }
 
+    /// Tells every master that the run cannot go on.
     fn fatal(&self, reason: &str) {
         warn!("fatal: {reason}");
-        self.to_master(
-            &ToMaster::Fatal {
-                reason: reason.to_string(),
-            },
-            Bytes::new(),
-        );
+        for m in self.masters.keys() {
+            self.to_master(
+                *m,
+                &ToMaster::Fatal {
+                    reason: reason.to_string(),
+                },
+                Bytes::new(),
+            );
+        }
     }
 
-    fn broadcast(&self, msg: &ToWorker, payload: &Bytes) {
-        for w in self.workers.values() {
-            let _ = w.writer.send(Outgoing::new(msg, payload.clone()));
+    /// Sends to every worker, or only to those holding master `m`'s context.
+    fn broadcast(&self, only: Option<MasterId>, msg: &ToWorker, payload: &Bytes) {
+        for (id, w) in &self.workers {
+            if only.is_none() || self.context.get(id).copied() == only {
+                let _ = w.writer.send(Outgoing::new(msg, payload.clone()));
+            }
+        }
+    }
+
+    /// Master `m` is done: its open steps are cancelled and its hosts are no
+    /// longer wanted (idle surplus hosts are released by the core). The last
+    /// master to finish ends the run: workers stop and every host goes back.
+    fn retire(&mut self, m: MasterId, now: Duration) {
+        let Some(conn) = self.masters.get_mut(&m) else {
+            return;
+        };
+        if conn.retired {
+            return;
+        }
+        conn.retired = true;
+        let classes = std::mem::take(&mut conn.classes);
+        let mine: Vec<Ticket> = self
+            .steps
+            .iter()
+            .filter(|(_, (owner, _))| *owner == m)
+            .map(|(t, _)| *t)
+            .collect();
+        for t in mine {
+            self.sched.cancel(t);
+            self.steps.remove(&t);
+            self.data.remove(&t);
+        }
+        if self.masters.values().any(|c| !c.retired) {
+            for (name, count) in classes {
+                let d = self.desired.entry(name.clone()).or_default();
+                *d = d.saturating_sub(count);
+                let d = *d;
+                self.sched.set_class(&name, d, now);
+            }
+        } else {
+            self.broadcast(None, &ToWorker::Stop, &Bytes::new());
+            self.sched.finish(now);
         }
     }
 
@@ -281,19 +358,24 @@ impl Driver {
         match ev {
             Ev::Hello(r, w, hello) => match hello.role {
                 HelloRole::Master => {
-                    if self.master.is_some() {
-                        warn!("a second master connected; this server serves one master");
-                        let writer = spawn_writer(w);
-                        let _ = writer.send(Outgoing::new(
-                            &ToMaster::Fatal {
-                                reason: "this server already serves a master".into(),
-                            },
-                            Bytes::new(),
-                        ));
-                        return false;
-                    }
-                    self.master = Some(spawn_writer(w));
-                    spawn_reader(r, self.events_tx.clone(), Ev::Master, Ev::MasterGone);
+                    let id = self.next_master;
+                    self.next_master += 1;
+                    self.masters.insert(
+                        id,
+                        MasterConn {
+                            writer: spawn_writer(w),
+                            init: Bytes::new(),
+                            cycle: None,
+                            classes: Vec::new(),
+                            retired: false,
+                        },
+                    );
+                    spawn_reader(
+                        r,
+                        self.events_tx.clone(),
+                        move |msg, p| Ev::Master(id, msg, p),
+                        move |why| Ev::MasterGone(id, why),
+                    );
                 }
                 HelloRole::Worker { worker } => {
                     if self.sched.find_worker_host(worker).is_none() {
@@ -302,14 +384,8 @@ impl Driver {
                     }
                     self.generation += 1;
                     let generation = self.generation;
+                    // Init and cycle data go out with its first step (`switch_context`).
                     let writer = spawn_writer(w);
-                    let _ = writer.send(Outgoing::new(&ToWorker::Init, self.init.clone()));
-                    if let Some((cycle, data)) = &self.cycle {
-                        let _ = writer.send(Outgoing::new(
-                            &ToWorker::BeginCycle { cycle: *cycle },
-                            data.clone(),
-                        ));
-                    }
                     self.workers
                         .insert(worker, WorkerConn { writer, generation });
                     spawn_reader(
@@ -322,15 +398,19 @@ impl Driver {
                     self.sched.worker_joined(worker, now);
                 }
             },
-            Ev::Master(msg, payload) => return self.on_master(msg, payload),
-            Ev::MasterGone(why) => {
-                if !self.complete {
+            Ev::Master(m, msg, payload) => self.on_master(m, msg, payload),
+            Ev::MasterGone(m, why) => {
+                if self.masters.get(&m).is_some_and(|c| !c.retired) {
                     warn!(
-                        "the master went away before completing ({}); stopping",
+                        "master {m} went away before completing ({})",
                         why.unwrap_or_else(|| "connection closed".into())
                     );
                 }
-                return true;
+                self.retire(m, now);
+                self.masters.remove(&m);
+                if self.masters.is_empty() {
+                    return true;
+                }
             }
             Ev::Worker(worker, msg, payload) => match msg {
                 FromWorker::Result {
@@ -347,9 +427,9 @@ impl Driver {
                         now,
                     );
                     if verdict == Verdict::Deliver
-                        && let Some(step) = self.step_of(ticket)
+                        && let Some((m, step)) = self.step_of(ticket)
                     {
-                        self.to_master(&ToMaster::Result { step }, payload);
+                        self.to_master(m, &ToMaster::Result { step }, payload);
                     }
                 }
                 FromWorker::Error { ticket, message } => {
@@ -372,7 +452,7 @@ impl Driver {
                 }
             }
             Ev::MasterDue => {
-                if self.master.is_none() {
+                if self.masters.is_empty() {
                     warn!("no master connected within {MASTER_TIMEOUT:?}; stopping");
                     return true;
                 }
@@ -388,12 +468,12 @@ impl Driver {
     }
 
     /// The step id of a ticket whose data is still held; forgets it.
-    fn step_of(&mut self, ticket: Ticket) -> Option<StepId> {
+    fn step_of(&mut self, ticket: Ticket) -> Option<(MasterId, StepId)> {
         self.data.remove(&ticket);
         self.steps.remove(&ticket)
     }
 
-    fn on_master(&mut self, msg: FromMaster, payload: Bytes) -> bool {
+    fn on_master(&mut self, m: MasterId, msg: FromMaster, payload: Bytes) {
         let now = self.now();
         match msg {
             FromMaster::Init {
@@ -404,64 +484,104 @@ impl Driver {
                 max_attempts,
                 suspend_timeout_ms,
             } => {
-                let cfg = SchedConfig {
-                    prefetch: prefetch.max(1),
-                    max_attempts: max_attempts.max(1),
-                    suspend_timeout: Duration::from_millis(suspend_timeout_ms),
-                    ..SchedConfig::default()
+                if !self.started {
+                    let cfg = SchedConfig {
+                        prefetch: prefetch.max(1),
+                        max_attempts: max_attempts.max(1),
+                        suspend_timeout: Duration::from_millis(suspend_timeout_ms),
+                        ..SchedConfig::default()
+                    };
+                    self.sched = Sched::new(cfg, Box::new(ArrivalOrder));
+                    self.start = Instant::now();
+                    self.executable = PathBuf::from(executable);
+                    self.args = args;
+                    self.started = true;
+                } else if std::path::Path::new(&executable) != self.executable || args != self.args
+                {
+                    // Shared workers run one executable; say so instead of guessing.
+                    let reason = format!(
+                        "this server's workers run {} {:?}, not {executable} {args:?}",
+                        self.executable.display(),
+                        self.args
+                    );
+                    self.to_master(m, &ToMaster::Fatal { reason }, Bytes::new());
+                    return;
+                }
+                let now = self.now();
+                let Some(conn) = self.masters.get_mut(&m) else {
+                    return;
                 };
-                self.sched = Sched::new(cfg, Box::new(ArrivalOrder));
-                self.start = Instant::now();
-                self.executable = PathBuf::from(executable);
-                self.args = args;
-                self.init = payload;
+                conn.init = payload;
                 for ClassSpec {
                     name,
                     requirements,
                     count,
                 } in classes
                 {
-                    self.carmi.define_class(name.clone(), requirements);
-                    self.sched.set_class(&name, count, Duration::ZERO);
+                    conn.classes.push((name.clone(), count));
+                    let d = self.desired.entry(name.clone()).or_default();
+                    if *d == 0 {
+                        self.carmi.define_class(name.clone(), requirements);
+                    }
+                    *d += count;
+                    self.sched.set_class(&name, *d, now);
                 }
-                self.to_master(&ToMaster::Ready, Bytes::new());
+                self.to_master(m, &ToMaster::Ready, Bytes::new());
             }
             FromMaster::BeginCycle { cycle } => {
-                self.broadcast(&ToWorker::BeginCycle { cycle }, &payload);
-                self.cycle = Some((cycle, payload));
-            }
-            FromMaster::Step { step } => self.submit(step, payload, now),
-            FromMaster::Steps { steps, lens } => {
-                let mut at = 0usize;
-                for (step, len) in steps.into_iter().zip(lens) {
-                    let end = (at + len as usize).min(payload.len());
-                    self.submit(step, payload.slice(at..end), now);
-                    at = end;
+                self.sched.begin_cycle(cycle, now);
+                self.broadcast(Some(m), &ToWorker::BeginCycle { cycle }, &payload);
+                if let Some(conn) = self.masters.get_mut(&m) {
+                    conn.cycle = Some((cycle, payload));
                 }
             }
+            FromMaster::Step { step } => self.submit(m, step, payload, now),
             FromMaster::EndCycle { cycle } => {
-                self.broadcast(&ToWorker::EndCycle { cycle }, &payload);
+                self.sched.end_cycle(cycle, now);
+                self.broadcast(Some(m), &ToWorker::EndCycle { cycle }, &payload);
             }
             FromMaster::Complete => {
-                self.complete = true;
-                self.broadcast(&ToWorker::Stop, &Bytes::new());
-                self.sched.finish(now);
+                self.retire(m, now);
                 self.flush_outputs();
                 let stats = self.sched.stats(now);
                 let json = serde_json::to_vec(&stats).expect("statistics serialize");
-                self.to_master(&ToMaster::Stats, Bytes::from(json));
+                self.to_master(m, &ToMaster::Stats, Bytes::from(json));
             }
         }
-        false
     }
 
-    fn submit(&mut self, step: StepId, data: Bytes, now: Duration) {
-        let cycle = self.cycle.as_ref().map(|(c, _)| *c);
+    fn submit(&mut self, m: MasterId, step: StepId, data: Bytes, now: Duration) {
+        let cycle = self
+            .masters
+            .get(&m)
+            .and_then(|c| c.cycle.as_ref())
+            .map(|(c, _)| *c);
         // The core's assignments are carried out after this returns, so the
         // data is in place before any worker is sent the step.
         let ticket = self.sched.submit(step, cycle, now);
         self.data.insert(ticket, data);
-        self.steps.insert(ticket, step);
+        self.steps.insert(ticket, (m, step));
+    }
+
+    /// Before a worker computes a step of master `m`, it gets `m`'s init data
+    /// and current cycle data, unless it already holds them.
+    fn switch_context(&mut self, worker: WorkerId, m: MasterId) {
+        if self.context.get(&worker) == Some(&m) {
+            return;
+        }
+        let (Some(w), Some(conn)) = (self.workers.get(&worker), self.masters.get(&m)) else {
+            return;
+        };
+        let _ = w
+            .writer
+            .send(Outgoing::new(&ToWorker::Init, conn.init.clone()));
+        if let Some((cycle, data)) = &conn.cycle {
+            let _ = w.writer.send(Outgoing::new(
+                &ToWorker::BeginCycle { cycle: *cycle },
+                data.clone(),
+            ));
+        }
+        self.context.insert(worker, m);
     }
 
     fn on_carmi(&mut self, inc: Incoming) {
@@ -526,6 +646,14 @@ impl Driver {
                     ));
                 } else if let Some(worker) = self.spawns.remove(&request) {
                     warn!("spawning {worker} failed: {}", failure.message);
+                    if failure.code == FailureCode::BadExecutable {
+                        // Every host would refuse it the same way.
+                        self.fatal(&format!(
+                            "the worker executable {} cannot be used: {}",
+                            self.executable.display(),
+                            failure.message
+                        ));
+                    }
                     self.sched.worker_lost(worker, LossCause::Crashed, now);
                 } else {
                     warn!("CARMI request {request} failed: {}", failure.message);
@@ -545,6 +673,9 @@ impl Driver {
                     worker,
                 } => {
                     let data = self.data.get(&ticket).cloned().unwrap_or_default();
+                    if let Some((m, _)) = self.steps.get(&ticket).copied() {
+                        self.switch_context(worker, m);
+                    }
                     if let Some(w) = self.workers.get(&worker) {
                         let _ = w.writer.send(Outgoing::new(
                             &ToWorker::Step {
@@ -576,8 +707,9 @@ impl Driver {
                     reason,
                 } => {
                     self.data.remove(&ticket);
-                    self.steps.remove(&ticket);
-                    self.to_master(&ToMaster::StepFailed { step, reason }, Bytes::new());
+                    if let Some((m, _)) = self.steps.remove(&ticket) {
+                        self.to_master(m, &ToMaster::StepFailed { step, reason }, Bytes::new());
+                    }
                 }
             }
         }
@@ -585,11 +717,11 @@ impl Driver {
 
     async fn shutdown(&mut self) {
         let now = self.now();
-        self.broadcast(&ToWorker::Stop, &Bytes::new());
+        self.broadcast(None, &ToWorker::Stop, &Bytes::new());
         self.sched.finish(now);
         self.flush_outputs();
         self.carmi.flush().await;
-        self.master = None;
+        self.masters.clear();
         self.workers.clear();
         // Let the writer tasks put their last frames on the wire.
         tokio::time::sleep(Duration::from_millis(100)).await;

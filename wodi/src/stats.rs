@@ -154,6 +154,19 @@ pub struct Stats {
     pub steps: Vec<StepTime>,
     /// One row per host stay.
     pub timeline: Vec<HostTimeline>,
+    /// When each cycle began and ended (the timeline's cycle boundaries).
+    pub cycles: Vec<CycleTime>,
+}
+
+/// One cycle's boundaries.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CycleTime {
+    /// The cycle.
+    pub cycle: CycleId,
+    /// When the master began it, seconds since the start.
+    pub begin_s: f64,
+    /// When the master ended it, if it did.
+    pub end_s: Option<f64>,
 }
 
 /// Timing of one copy of a step.

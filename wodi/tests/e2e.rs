@@ -1,91 +1,43 @@
 //! WoDi end to end on a real pool (`carmi_tests::Pool`: a global RM and local
 //! RMs as processes): master library, `wodi-server`, workers spawned by CARMI.
 //! The helpers take the pool as `(local_addr, secret_file)` so that the same
-//! tests can be pointed at any pool.
+//! tests can be pointed at any pool (see `common`).
+
+mod common;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use carmi_tests::Pool;
-use wodi::master::{Master, MasterConfig, PoolAddr, ServerCommand, StepOutcome};
-use wodi::{CycleId, StepId};
+use common::{collect, config, cycles_with_steps, test_worker};
+use wodi::StepId;
+use wodi::master::{Master, StepOutcome};
 
-/// A pool of `n` one-slot machines.
-fn pool(name: &str, n: usize) -> Pool {
-    Pool::start(name, 1, &vec![Vec::new(); n])
-}
-
-/// A master configuration for `count` workers running `worker` on the pool at `(local, secret)`.
-fn config(local: &str, secret: &Path, worker: &str, count: u32) -> MasterConfig {
-    let mut cfg = MasterConfig::new(PathBuf::from(worker), Vec::new(), "true", count);
-    cfg.server = ServerCommand::Path(env!("CARGO_BIN_EXE_wodi-server").into());
-    cfg.pool = Some(PoolAddr {
-        local: local.to_string(),
-        secret_file: secret.to_path_buf(),
-    });
-    cfg
-}
-
-fn test_worker() -> &'static str {
-    env!("CARGO_BIN_EXE_wodi-test-worker")
-}
-
-/// Receives until `n` outcomes arrived, with a generous limit so a lost step fails the test.
-async fn collect(master: &mut Master, n: usize) -> Vec<StepOutcome<String>> {
-    let mut out = Vec::new();
-    while out.len() < n {
-        let next = tokio::time::timeout(Duration::from_secs(60), master.recv_result())
-            .await
-            .expect("a step outcome within 60 s")
-            .expect("the run goes on");
-        out.push(next);
-    }
-    out
-}
-
-/// Runs `cycles` cycles of 31 steps on the pool at `(local, secret)` with
-/// `workers` workers and checks that every step of every cycle returned
-/// exactly once, computed by a worker that had the init and cycle data.
-pub async fn cycles_exactly_once(
-    local: &str,
-    secret: &Path,
-    workers: u32,
-    cycles: u64,
-) -> wodi::Stats {
-    let cfg = config(local, secret, test_worker(), workers);
-    let mut master = Master::init(cfg, &"hello".to_string()).await.expect("init");
-    for c in 0..cycles {
-        let cycle = CycleId(c);
-        master.begin_cycle(cycle, &format!("b{c}")).unwrap();
-        for s in 0..31 {
-            master.send_work(StepId(s), &format!("d{s}")).unwrap();
-        }
-        let mut seen: BTreeMap<u64, u32> = BTreeMap::new();
-        for o in collect(&mut master, 31).await {
-            match o {
-                StepOutcome::Done(step, r) => {
-                    assert_eq!(r, format!("hello|{cycle}:b{c}|{step}|d{}", step.0));
-                    *seen.entry(step.0).or_default() += 1;
-                }
-                StepOutcome::Failed(step, why) => panic!("{step} failed: {why}"),
-            }
-        }
-        let expected: BTreeMap<u64, u32> = (0..31).map(|s| (s, 1)).collect();
-        assert_eq!(seen, expected, "cycle {c}: step ids received");
-        master.end_cycle(cycle, &()).unwrap();
-    }
-    master.complete().await.expect("complete")
+/// A pool of `n` one-slot machines. The tests take turns: on a loaded
+/// 2-core machine, several pools at once make local RMs miss heartbeats (see
+/// the crate's report on pending requests after a machine is declared lost).
+async fn pool(name: &str, n: usize) -> (tokio::sync::MutexGuard<'static, ()>, Pool) {
+    static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let turn = SERIAL.lock().await;
+    (turn, Pool::start(name, 1, &vec![Vec::new(); n]))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cycles_of_31_steps_return_every_result_once() {
-    let pool = pool("wodi-cycles", 3);
-    let stats = cycles_exactly_once(&pool.locals[0].app_addr, &pool.secret_path, 3, 4).await;
+    let (_turn, pool) = pool("wodi-cycles", 3).await;
+    let stats = cycles_with_steps(&pool.locals[0].app_addr, &pool.secret_path, 3, 4, 2).await;
     assert_eq!(stats.steps_delivered, 4 * 31);
     assert_eq!(stats.hosts_added, 3);
     assert_eq!(stats.hosts_lost, 0);
     assert_eq!(stats.timeline.len(), 3);
+    let ended: Vec<u64> = stats
+        .cycles
+        .iter()
+        .filter(|c| c.end_s.is_some())
+        .map(|c| c.cycle.0)
+        .collect();
+    assert_eq!(ended, vec![0, 1, 2, 3]);
     assert!(stats.occupancy_s > 0.0);
     let json = serde_json::to_string(&stats).unwrap();
     assert!(json.contains("\"efficiency\""));
@@ -93,7 +45,7 @@ async fn cycles_of_31_steps_return_every_result_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_mid_step_has_its_step_resent_and_answered_once() {
-    let pool = pool("wodi-kill", 2);
+    let (_turn, pool) = pool("wodi-kill", 2).await;
     let pids = pool.dir.join("pids");
     std::fs::create_dir_all(&pids).unwrap();
     let cfg = config(
@@ -154,7 +106,7 @@ async fn a_worker_killed_mid_step_has_its_step_resent_and_answered_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_poison_step_fails_after_its_attempts_while_the_others_complete() {
-    let pool = pool("wodi-poison", 2);
+    let (_turn, pool) = pool("wodi-poison", 2).await;
     let mut cfg = config(
         &pool.locals[0].app_addr,
         &pool.secret_path,
@@ -190,7 +142,7 @@ async fn a_poison_step_fails_after_its_attempts_while_the_others_complete() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn command_workers_run_shell_commands() {
-    let pool = pool("wodi-cmd", 2);
+    let (_turn, pool) = pool("wodi-cmd", 2).await;
     let cfg = config(
         &pool.locals[0].app_addr,
         &pool.secret_path,
@@ -206,7 +158,8 @@ async fn command_workers_run_shell_commands() {
     master.send_work_raw(StepId(6), "echo bad >&2; exit 4".into());
     let mut got = BTreeMap::new();
     for _ in 0..7 {
-        match master.recv_result_raw().await.unwrap() {
+        let next = tokio::time::timeout(Duration::from_secs(60), master.recv_result_raw());
+        match next.await.expect("a step outcome within 60 s").unwrap() {
             StepOutcome::Done(step, out) => {
                 got.insert(step.0, String::from_utf8(out.to_vec()).unwrap());
             }
@@ -239,7 +192,7 @@ async fn wait_files(dir: &Path, n: usize) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_suspended_worker_answering_after_its_step_was_resent_still_gives_one_result() {
     use carmi_api::msg::OwnerEvent;
-    let pool = pool("wodi-suspend", 1);
+    let (_turn, pool) = pool("wodi-suspend", 1).await;
     // A second machine in this process, whose owner the test plays.
     let mut settings =
         carmi_local::config::Settings::new(pool.global_addr.clone(), pool.secret_path.clone());
@@ -302,4 +255,66 @@ async fn a_suspended_worker_answering_after_its_step_was_resent_still_gives_one_
         .expect("the suspended host computed a step");
     assert_eq!(resent.outcome, wodi::stats::RunOutcome::Delivered);
     owned.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_executable_that_cannot_be_read_stops_the_run_with_a_clear_error() {
+    let (_turn, pool) = pool("wodi-badexe", 1).await;
+    let cfg = config(
+        &pool.locals[0].app_addr,
+        &pool.secret_path,
+        "/nonexistent/wodi-worker",
+        1,
+    );
+    let mut master = Master::init_raw(cfg, bytes::Bytes::new())
+        .await
+        .expect("init");
+    master.send_work_raw(StepId(0), bytes::Bytes::new());
+    let next = tokio::time::timeout(Duration::from_secs(60), master.recv_result_raw()).await;
+    match next.expect("an answer within 60 s") {
+        Err(wodi::master::MasterError::Fatal(why)) => {
+            assert!(why.contains("/nonexistent/wodi-worker"), "{why}")
+        }
+        other => panic!("expected a fatal error, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_masters_share_one_server_and_its_workers() {
+    let (_turn, pool) = pool("wodi-masters", 2).await;
+    let local = &pool.locals[0].app_addr;
+    let mut a = Master::init(
+        config(local, &pool.secret_path, test_worker(), 1),
+        &"A".to_string(),
+    )
+    .await
+    .expect("init A");
+    let (addr, token) = a.server();
+    let mut cfg = config(local, &pool.secret_path, test_worker(), 1);
+    cfg.server = wodi::master::ServerCommand::Connect { addr, token };
+    let mut b = Master::init(cfg, &"B".to_string()).await.expect("init B");
+    for s in 0..31 {
+        a.send_work(StepId(s), &format!("a{s}")).unwrap();
+        b.send_work(StepId(s), &format!("b{s}")).unwrap();
+    }
+    // Each master gets its own 31 results, computed with its own init data,
+    // whichever worker ran them.
+    for (master, name) in [(&mut a, "A"), (&mut b, "B")] {
+        let mut seen: BTreeMap<u64, u32> = BTreeMap::new();
+        for o in collect(master, 31).await {
+            match o {
+                StepOutcome::Done(step, r) => {
+                    let tag = name.to_lowercase();
+                    assert_eq!(r, format!("{name}||{step}|{tag}{}", step.0));
+                    *seen.entry(step.0).or_default() += 1;
+                }
+                StepOutcome::Failed(step, why) => panic!("{name} {step} failed: {why}"),
+            }
+        }
+        assert_eq!(seen, (0..31).map(|s| (s, 1)).collect(), "master {name}");
+    }
+    let stats_b = b.complete().await.expect("complete B");
+    assert_eq!(stats_b.hosts_added, 2, "the two masters' hosts were pooled");
+    let stats_a = a.complete().await.expect("complete A");
+    assert_eq!(stats_a.steps_delivered, 62);
 }
