@@ -1,10 +1,11 @@
-//! Administration requests to the global RM (what `carmi status` uses).
+//! Administration requests to the global RM (what `carmi status`, `submit`,
+//! `q` and `rm` use): one connection per request.
 
 use std::time::Duration;
 
 use crate::frame::{FrameReader, write_frame};
 use crate::handshake::{self, HandshakeError, Secret};
-use crate::msg::{FromGlobal, MachineStatus, Role, ToGlobal};
+use crate::msg::{ExecutableRef, FromGlobal, MachineStatus, Role, ToGlobal};
 
 /// How long to wait for the global RM to accept the connection.
 pub const CONNECT_TIMEOUT: Duration = crate::net::CONNECT_TIMEOUT;
@@ -51,6 +52,25 @@ pub enum AdminError {
 
 /// Asks the global RM at `addr` (`host:port`) for the state of every machine of the pool.
 pub async fn pool_status(addr: &str, secret: &Secret) -> Result<Vec<MachineStatus>, AdminError> {
+    match request(addr, secret, None, ToGlobal::Status).await? {
+        FromGlobal::Pool(machines) => Ok(machines),
+        other => Err(AdminError::NoAnswer {
+            addr: addr.to_string(),
+            reason: format!("it sent {other:?}"),
+        }),
+    }
+}
+
+/// Sends one admin request to the global RM at `addr`, after uploading
+/// `upload` (an executable and its bytes) on the same connection, and returns
+/// the answer. [`FromGlobal::AdminFailed`] is returned as an answer, for the
+/// caller to report.
+pub async fn request(
+    addr: &str,
+    secret: &Secret,
+    upload: Option<(&ExecutableRef, &[u8])>,
+    msg: ToGlobal,
+) -> Result<FromGlobal, AdminError> {
     let unreachable = |error| AdminError::Unreachable {
         addr: addr.to_string(),
         error,
@@ -75,7 +95,15 @@ pub async fn pool_status(addr: &str, secret: &Secret) -> Result<Vec<MachineStatu
         addr: addr.to_string(),
         reason,
     };
-    write_frame(&mut w, &ToGlobal::Status, &[])
+    if let Some((executable, bytes)) = upload {
+        let up = ToGlobal::Upload {
+            executable: executable.clone(),
+        };
+        write_frame(&mut w, &up, bytes)
+            .await
+            .map_err(|e| no_answer(e.to_string()))?;
+    }
+    write_frame(&mut w, &msg, &[])
         .await
         .map_err(|e| no_answer(e.to_string()))?;
     match tokio::time::timeout(REPLY_TIMEOUT, r.read::<FromGlobal>()).await {
@@ -83,8 +111,7 @@ pub async fn pool_status(addr: &str, secret: &Secret) -> Result<Vec<MachineStatu
             "nothing within {} s",
             REPLY_TIMEOUT.as_secs()
         ))),
-        Ok(Ok(Some((FromGlobal::Pool(machines), _)))) => Ok(machines),
-        Ok(Ok(Some((other, _)))) => Err(no_answer(format!("it sent {other:?}"))),
+        Ok(Ok(Some((answer, _)))) => Ok(answer),
         Ok(Ok(None)) => Err(no_answer("it closed the connection".into())),
         Ok(Err(e)) => Err(no_answer(e.to_string())),
     }

@@ -13,7 +13,8 @@
 //! - `handshake`: version, role, mutual HMAC challenge-response on the pool secret.
 //! - `client`: the client library: `connect`, the `Carmi` handle (requests return
 //!   ids at once), the merged `EventStream`, direct messages between processes.
-//! - `admin`: administration requests to the global RM (`carmi status`).
+//! - `admin`: administration requests to the global RM (`carmi status`, jobs).
+//! - `submit`: submit files (`key = value`, one `queue` per resource class), parsed purely.
 //!
 //! The protocol is described for implementers in `docs/protocol.md` at the
 //! root of the repository.
@@ -26,3 +27,4 @@ pub mod handshake;
 pub mod ids;
 pub mod msg;
 pub mod net;
+pub mod submit;

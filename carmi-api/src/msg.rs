@@ -476,6 +476,112 @@ pub enum ToGlobal {
     },
     /// Admin: list the pool.
     Status,
+    /// Admin: submit a job (`carmi submit`). Its master's executable was
+    /// uploaded before on the same connection ([`ToGlobal::Upload`]).
+    /// Answered with [`FromGlobal::Submitted`] or [`FromGlobal::AdminFailed`].
+    Submit(Box<SubmitRequest>),
+    /// Admin: remove a job (`carmi rm`): its processes are killed, its
+    /// machines freed. Answered with [`FromGlobal::Removed`] or [`FromGlobal::AdminFailed`].
+    RemoveJob {
+        /// The job.
+        job: JobId,
+    },
+    /// Admin: the job queue (`carmi q`). Answered with [`FromGlobal::Queue`].
+    Queue,
+    /// Admin: why a job's classes are not (fully) satisfied (`carmi q -analyze`).
+    /// Answered with [`FromGlobal::Analysis`] or [`FromGlobal::AdminFailed`].
+    Analyze {
+        /// The job.
+        job: JobId,
+    },
+    /// Admin: every online machine's whole ad (`carmi status -l`, `-constraint`).
+    /// Answered with [`FromGlobal::Ads`].
+    MachineAds,
+}
+
+/// A job as `carmi submit` sends it: the parsed submit file, with the master's
+/// executable already uploaded.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SubmitRequest {
+    /// Who submits (a user name, for `carmi q` and the job ad's `Owner`).
+    pub owner: String,
+    /// The machine (local RM name) where the master runs.
+    pub machine: String,
+    /// The master's executable.
+    pub executable: ExecutableRef,
+    /// The parsed submit file (macros not yet expanded: the job id is not known).
+    pub spec: crate::submit::JobSpec,
+    /// Wall-clock submit time, seconds since the Unix epoch (the submitter's clock).
+    pub submitted_unix: u64,
+}
+
+/// One job, for `carmi q`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobStatus {
+    /// The job.
+    pub job: JobId,
+    /// Who submitted it (for a job started by hand: its machine).
+    pub owner: String,
+    /// Wall-clock submit time, seconds since the Unix epoch (0 when unknown).
+    pub submitted_unix: u64,
+    /// `waiting`, `running`, or `attached` (started by hand, no submit file).
+    pub state: String,
+    /// The master's executable name (empty for a job started by hand).
+    pub executable: String,
+    /// The master process, once started.
+    pub master: Option<ProcessId>,
+    /// Per class: hosts held, minimum, maximum.
+    pub classes: Vec<ClassStatus>,
+}
+
+/// One class of a job, for `carmi q`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClassStatus {
+    /// Class name.
+    pub name: String,
+    /// Its requirements expression.
+    pub requirements: String,
+    /// Hosts the job holds for it.
+    pub held: u32,
+    /// Fewest the job starts with (0 for a class defined at run time).
+    pub min: u32,
+    /// Most it grows to (0 for a class defined at run time: only `AddHosts` counts).
+    pub max: u32,
+}
+
+/// Why a class of a job is not (fully) satisfied: every online slot counted
+/// once, in the first of these categories that applies.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClassAnalysis {
+    /// The class, with held/min/max.
+    pub class: ClassStatus,
+    /// Online slots in the pool.
+    pub slots: u32,
+    /// Slots whose machine the class's requirements reject.
+    pub rejected_by_class: u32,
+    /// Slots whose machine's own `Requirements` reject the job.
+    pub rejecting_job: u32,
+    /// Matching slots held by this job (any class).
+    pub held_by_job: u32,
+    /// Matching slots claimed by other jobs.
+    pub claimed_by_others: u32,
+    /// Of those, slots above their job's minimum, which this job's start may take back.
+    pub preemptible: u32,
+    /// Matching slots taken by their owners (suspended or vacated).
+    pub owner: u32,
+    /// Matching slots idle now.
+    pub idle: u32,
+}
+
+/// A job's classes explained, for `carmi q -analyze`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobAnalysis {
+    /// The job.
+    pub job: JobStatus,
+    /// Jobs ahead of it in the queue (0 unless waiting).
+    pub queued_ahead: u32,
+    /// One entry per class.
+    pub classes: Vec<ClassAnalysis>,
 }
 
 /// What the owner policy says about a slot.
@@ -582,6 +688,44 @@ pub enum FromGlobal {
     },
     /// Admin: the pool (answer to `Status`).
     Pool(Vec<MachineStatus>),
+    /// Admin: the job was accepted (answer to `Submit`).
+    Submitted {
+        /// Its id.
+        job: JobId,
+    },
+    /// Admin: the job was removed (answer to `RemoveJob`).
+    Removed {
+        /// The job.
+        job: JobId,
+    },
+    /// Admin: the job queue (answer to `Queue`).
+    Queue(Vec<JobStatus>),
+    /// Admin: answer to `Analyze`.
+    Analysis(JobAnalysis),
+    /// Admin: every online machine's name and whole ad in new syntax (answer to `MachineAds`).
+    Ads(Vec<(String, String)>),
+    /// Admin: a request could not be honoured.
+    AdminFailed(Failure),
+    /// Start a job's master on this machine, outside its slots (the submit
+    /// side). Answered like `Spawn`, with `Started` and later `Exited`.
+    SpawnMaster {
+        /// The master process.
+        process: ProcessId,
+        /// Its job.
+        job: JobId,
+        /// What to run.
+        executable: ExecutableRef,
+        /// Arguments after `argv[0]`.
+        args: Vec<String>,
+        /// Environment on top of the local RM's (`CARMI_JOB` and `CARMI_PROCESS` are set too).
+        env: Vec<(String, String)>,
+        /// File for its standard output (absolute, on this machine); else kept with the job's output.
+        output: Option<String>,
+        /// File for its standard error (absolute, on this machine); else kept with the job's output.
+        error: Option<String>,
+        /// Files (absolute, on this machine) copied into its working directory before it starts.
+        input_files: Vec<String>,
+    },
 }
 
 /// One machine of the pool, for `carmi status`.

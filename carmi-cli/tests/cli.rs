@@ -13,7 +13,10 @@ use tokio::net::TcpListener;
 /// The command with none of its environment variables inherited from the test's environment.
 fn carmi() -> std::process::Command {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_carmi"));
-    cmd.env_remove("CARMI_SECRET").env_remove("CARMI_POOL");
+    cmd.env_remove("CARMI_SECRET")
+        .env_remove("CARMI_POOL")
+        .env_remove("CARMI_LOCAL")
+        .env("CARMI_CONFIG", "/nonexistent/carmi-test-config.toml");
     cmd
 }
 
@@ -193,7 +196,7 @@ async fn status_prints_the_pool_as_a_table() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let table = text(&out.stdout);
     let lines: Vec<&str> = table.lines().collect();
-    assert_eq!(lines.len(), 4, "{table}");
+    assert_eq!(lines.len(), 6, "{table}");
     let words = |line: &str| {
         line.split_whitespace()
             .map(String::from)
@@ -226,7 +229,13 @@ async fn status_prints_the_pool_as_a_table() {
             "desk7", "aarch64", "LINUX", "8192", "2", "11500", "1420000", "1.5", "owner"
         ]
     );
-    assert_eq!(lines[3], "2 machines, 3 slots: 1 idle, 1 claimed, 1 owner");
+    // The summary by architecture, then the total.
+    assert_eq!(
+        words(lines[3]),
+        ["X86_64:", "2", "slots", "1", "claimed,", "1", "idle"]
+    );
+    assert_eq!(words(lines[4]), ["aarch64:", "1", "slots", "1", "owner"]);
+    assert_eq!(lines[5], "2 machines, 3 slots: 1 claimed, 1 idle, 1 owner");
 }
 
 #[tokio::test]

@@ -29,7 +29,8 @@
 //! 1. [`Allocator::advance_to`] with the current time (time only moves forward),
 //! 2. one input: an `on_*` method for pool and job events, or a request method
 //!    (`add_hosts`, `define_class`, ...) for an application request,
-//! 3. [`Allocator::take_effects`] to collect what the input caused, in order.
+//! 3. [`Allocator::take_effects`] to collect what the input caused, in order
+//!    (it first settles the job queue: see `jobs`).
 //!
 //! Inputs never fail in the Rust sense: a request that cannot be honoured
 //! produces an [`Effect::Failed`] with a code and a message naming what is wrong.
@@ -40,10 +41,15 @@
 //! - `pool`: machine, slot, job and process inputs.
 //! - `requests`: application requests.
 //! - `check`: pool status and [`Allocator::sanity_check`].
+//! - `jobs`: submitted jobs: the queue, all-or-nothing start at the minimums,
+//!   fair growth towards the maxima, `carmi q` and `-analyze`.
 
 mod check;
 mod effect;
 mod engine;
+mod jobs;
+#[cfg(test)]
+mod jobs_tests;
 mod pool;
 mod requests;
 #[cfg(test)]
@@ -54,10 +60,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use carmi_api::ids::{HostId, JobId, ProcessId};
+#[cfg(test)]
+use carmi_api::msg::FailureCode;
 use carmi_api::msg::HostInfo;
 use classad::{ClassAd, Expr};
 
 pub use effect::{Effect, ReleaseCause, ReqRef};
+pub use jobs::{ClassLimits, Phase};
 
 /// A job's hold on a slot.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -166,6 +175,13 @@ struct Job {
     /// Announced hosts and the class each was allocated for.
     hosts: BTreeMap<HostId, String>,
     subs: Vec<Sub>,
+    /// Submit order (also for jobs started by hand): ties in fair sharing go to the older.
+    seq: u64,
+    /// Per class from the submit file: (min, max). Empty for a job started by hand.
+    limits: BTreeMap<String, (u32, u32)>,
+    /// Per class from the submit file: the `rank` preferring some machines (higher first).
+    ranks: BTreeMap<String, Expr>,
+    phase: Phase,
 }
 
 struct Pending {
@@ -197,6 +213,12 @@ pub struct Allocator {
     /// the queue.
     groups: BTreeMap<(JobId, String), BTreeSet<u64>>,
     next_seq: u64,
+    /// Submitted jobs waiting for their minimums, by submit order.
+    queue: BTreeMap<u64, JobId>,
+    next_job_seq: u64,
+    /// Set when a slot became idle or a job was submitted: the job queue
+    /// must be settled before effects are taken.
+    dirty: bool,
     effects: Vec<Effect>,
 }
 
@@ -268,6 +290,9 @@ impl Allocator {
             pending_by_req: HashMap::new(),
             groups: BTreeMap::new(),
             next_seq: 0,
+            queue: BTreeMap::new(),
+            next_job_seq: 0,
+            dirty: false,
             effects: Vec::new(),
         }
     }
@@ -282,8 +307,13 @@ impl Allocator {
         self.now
     }
 
-    /// Everything caused since the last call, in order.
+    /// Everything caused since the last call, in order. The job queue is
+    /// settled first (waiting jobs started, running ones grown), so that every
+    /// input's consequences are complete when they are taken.
     pub fn take_effects(&mut self) -> Vec<Effect> {
+        while std::mem::take(&mut self.dirty) {
+            self.schedule();
+        }
         std::mem::take(&mut self.effects)
     }
 

@@ -9,8 +9,10 @@
 //!
 //! # Layout
 //! - `alloc`: the allocator: machines, slots, jobs, classes, pending `AddHosts`, subscriptions.
+//! - `journal`: accepted jobs and their state changes on disk, replayed after a restart.
 //! - `procs`: the process table: where each process runs, is attached, and who spawned it.
-//! - `router`: everything the daemon decides: registry, heartbeats, requests, process events.
+//! - `router`: everything the daemon decides: registry, heartbeats, requests, process events,
+//!   submitted jobs and their masters (`router::jobs`), machines (`router::machines`).
 //! - `store`: executables stored by content hash under the state directory.
 //! - `server`: the tokio driver: listener, handshake, framing, one router task.
 //! - `main.rs`: the `carmi-global` command.
@@ -18,6 +20,7 @@
 #![warn(missing_docs)]
 
 pub mod alloc;
+pub mod journal;
 pub mod procs;
 pub mod router;
 pub mod server;
@@ -38,4 +41,13 @@ pub enum Error {
     /// The state directory is unusable.
     #[error("state directory: {0}")]
     Store(#[from] store::StoreError),
+    /// The journal cannot be opened.
+    #[error("journal in {path}: {source}")]
+    Journal {
+        /// The state directory.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
 }

@@ -14,8 +14,10 @@
 //! - [`Router::on_link_closed`] when a connection ends,
 //! - [`Router::on_tick`] when [`Router::next_deadline`] has passed,
 //!
-//! then sends what [`Router::take_outputs`] returns, in order, and arms one
-//! timer at the new [`Router::next_deadline`].
+//! then sends what [`Router::take_outputs`] returns, in order (an
+//! [`Output::Journal`] record is on disk before anything after it goes out),
+//! and arms one timer at the new [`Router::next_deadline`]. Before the first
+//! input, [`Router::recover`] replays the journal of an earlier run.
 //!
 //! A machine's connection dropping does not make it lost: its local RM keeps
 //! its processes and reconnects. Only silence for `missed_heartbeats`
@@ -28,14 +30,17 @@ use std::time::Duration;
 use carmi_api::ids::{ConnId, HostId, JobId, ProcessId};
 use carmi_api::msg::{
     Event, ExecutableRef, ExitStatus, Failure, FailureCode, FromGlobal, ProcessState, Reply, Role,
-    SlotActivity, ToGlobal,
+    ToGlobal,
 };
-use classad::ClassAd;
 use tracing::{debug, info, warn};
 
 use crate::alloc::{Allocator, Effect, ReleaseCause, ReqRef};
 use crate::procs::{Attachment, Proc, ProcTable};
 
+mod jobs;
+#[cfg(test)]
+mod jobs_tests;
+mod machines;
 mod requests;
 #[cfg(test)]
 mod tests;
@@ -88,6 +93,9 @@ pub enum Output {
         /// Why, for the log.
         reason: String,
     },
+    /// Append a record to the journal and fsync it before carrying out the
+    /// outputs that follow (a submit is acknowledged only once it is on disk).
+    Journal(crate::journal::Record),
 }
 
 enum LinkRole {
@@ -122,6 +130,15 @@ pub struct Router {
     lookups: HashMap<ProcessId, Vec<ReqRef>>,
     /// Stored executables: sha256 -> size.
     executables: HashMap<String, u64>,
+    /// Jobs submitted with `carmi submit`, until they end.
+    submitted: HashMap<JobId, jobs::Submitted>,
+    /// Live masters of submitted jobs: their job and the machine running them.
+    masters: HashMap<ProcessId, (JobId, String)>,
+    /// Processes replayed from the journal whose host is not held again yet:
+    /// their job and class, until their machine re-reports them.
+    recovered: HashMap<ProcessId, (JobId, String)>,
+    /// Masters whose `SpawnMaster` went out (the others wait for their machine).
+    sent_masters: std::collections::HashSet<ProcessId>,
     next_job: u64,
     out: Vec<Output>,
 }
@@ -139,6 +156,10 @@ impl Router {
             procs: ProcTable::new(),
             lookups: HashMap::new(),
             executables: HashMap::new(),
+            submitted: HashMap::new(),
+            masters: HashMap::new(),
+            recovered: HashMap::new(),
+            sent_masters: Default::default(),
             next_job: 1,
             out: Vec::new(),
         }
@@ -268,14 +289,20 @@ impl Router {
                         let pool = self.alloc.pool_status();
                         self.send(link, FromGlobal::Pool(pool));
                     }
+                    ToGlobal::Submit(req) => self.submit(link, *req),
+                    ToGlobal::RemoveJob { job } => self.remove_job(link, job),
+                    ToGlobal::Queue => self.queue(link),
+                    ToGlobal::Analyze { job } => self.analyze(link, job),
+                    ToGlobal::MachineAds => {
+                        let ads = self.alloc.machine_ads();
+                        self.send(link, FromGlobal::Ads(ads));
+                    }
                     other => {
                         let what = variant_name(&other);
-                        self.close(
-                            link,
-                            format!("admin connections may only send Status, not {what}"),
-                        );
+                        self.close(link, format!("admin connections may send Status, Submit, RemoveJob, Queue, Analyze and MachineAds, not {what}"));
                     }
                 }
+                self.flush();
                 return;
             }
             Some(LinkRole::Machine(name)) => name.clone(),
@@ -294,13 +321,25 @@ impl Router {
             } => self.app_attach(link, &name, conn, job, process, endpoint),
             ToGlobal::AppDetach { conn } => self.app_detach(&name, conn),
             ToGlobal::Forward { conn, id, body } => self.forward(link, &name, conn, id, body),
-            ToGlobal::Started { process, result } => self.started(&name, process, result),
+            ToGlobal::Started { process, result } => match self.master_on(process, &name) {
+                Some(job) => {
+                    let outcome = result.map_err(ExitStatus::FailedToStart);
+                    if let Err(status) = &outcome {
+                        self.exit_process(process, status.clone(), 0.0);
+                    }
+                    self.master_report(process, job, outcome);
+                }
+                None => self.started(&name, process, result),
+            },
             ToGlobal::Exited {
                 process,
                 status,
                 cpu_seconds,
             } => {
-                if self.runs_on(process, &name) {
+                if let Some(job) = self.master_on(process, &name) {
+                    self.exit_process(process, status.clone(), cpu_seconds);
+                    self.master_report(process, job, Err(status));
+                } else if self.runs_on(process, &name) {
                     self.exit_process(process, status, cpu_seconds);
                 }
             }
@@ -312,164 +351,19 @@ impl Router {
             ToGlobal::Upload { .. } | ToGlobal::Fetch { .. } => {
                 debug!(%link, "executable transfer reached the router; the driver serves those");
             }
+            ToGlobal::Submit(_)
+            | ToGlobal::RemoveJob { .. }
+            | ToGlobal::Queue
+            | ToGlobal::Analyze { .. }
+            | ToGlobal::MachineAds => {
+                let what = variant_name(&msg);
+                warn!(
+                    machine = name,
+                    "{what} is an admin request; a local RM may not send it"
+                );
+            }
         }
         self.flush();
-    }
-
-    /// Any message from a registered machine proves it alive.
-    fn touch(&mut self, name: &str) {
-        let deadline = self.now.saturating_add(self.lost_after());
-        // Only registered machines have a deadline to push back.
-        if let Some(p) = self.presence.get_mut(name)
-            && let Some(old) = p.deadline.as_mut().map(|d| std::mem::replace(d, deadline))
-        {
-            self.deadlines.remove(&(old, name.to_string()));
-            self.deadlines.insert((deadline, name.to_string()));
-        }
-    }
-
-    fn advertise(
-        &mut self,
-        link: LinkId,
-        name: &str,
-        ad: &str,
-        slots: u32,
-        running: Vec<ProcessId>,
-    ) {
-        if slots > self.config.max_slots {
-            let reason = format!(
-                "machine `{name}` advertised {slots} slots; at most {} are accepted",
-                self.config.max_slots
-            );
-            return self.close(link, reason);
-        }
-        let ad = match ClassAd::parse_any(ad) {
-            Ok(ad) => ad,
-            Err(e) => {
-                let reason = format!("the machine ad of `{name}` does not parse: {e}");
-                return self.close(link, reason);
-            }
-        };
-        let hosts = self.alloc.on_machine_registered(name, ad, slots);
-        let deadline = self.now.saturating_add(self.lost_after());
-        let p = self.presence.entry(name.to_string()).or_default();
-        p.ready = true;
-        if let Some(old) = p.deadline.replace(deadline) {
-            self.deadlines.remove(&(old, name.to_string()));
-        }
-        self.deadlines.insert((deadline, name.to_string()));
-        info!(machine = name, slots, "machine registered");
-        // The answer first: a local RM may expect it before anything else.
-        self.send(
-            link,
-            FromGlobal::Registered {
-                hosts: hosts.clone(),
-                heartbeat_ms: self
-                    .config
-                    .heartbeat
-                    .as_millis()
-                    .try_into()
-                    .unwrap_or(u64::MAX),
-            },
-        );
-        // Reconcile with what the local RM says still runs there.
-        let running: BTreeSet<ProcessId> = running.into_iter().collect();
-        for &p in &running {
-            let known = self
-                .procs
-                .find(p)
-                .is_some_and(|pr| pr.is_live() && pr.host.is_some_and(|h| hosts.contains(&h)));
-            if !known {
-                debug!(machine = name, process = %p, "killing a process the global RM no longer knows");
-                self.send(link, FromGlobal::Kill { process: p });
-            }
-        }
-        // Processes it no longer runs most likely ended while it was away:
-        // their `Exited` follows `Registered` from its backlog, with the real
-        // status. Whatever is still unexplained at its next heartbeat (sent
-        // after the backlog) was lost.
-        let suspects: Vec<ProcessId> = hosts
-            .iter()
-            .flat_map(|&h| self.procs.live_on(h))
-            .filter(|p| !running.contains(p))
-            .collect();
-        if let Some(p) = self.presence.get_mut(name) {
-            p.suspects = suspects;
-        }
-    }
-
-    fn heartbeat(&mut self, name: &str, update: &str) {
-        let suspects = self
-            .presence
-            .get_mut(name)
-            .map(|p| std::mem::take(&mut p.suspects))
-            .unwrap_or_default();
-        for p in suspects {
-            if self.runs_on(p, name) {
-                self.exit_process(p, ExitStatus::HostLost, 0.0);
-            }
-        }
-        if update.trim().is_empty() {
-            return;
-        }
-        match ClassAd::parse_old(update) {
-            Ok(ad) => {
-                self.alloc.on_machine_updated(name, &ad);
-            }
-            Err(e) => warn!(
-                machine = name,
-                "heartbeat update ignored: it does not parse: {e}"
-            ),
-        }
-    }
-
-    fn machine_lost(&mut self, name: &str, reason: String) {
-        warn!(machine = name, "{reason}; declaring it lost");
-        for h in self.alloc.machine_hosts(name).to_vec() {
-            for p in self.procs.live_on(h) {
-                self.exit_process(p, ExitStatus::HostLost, 0.0);
-            }
-        }
-        self.alloc.on_machine_lost(name);
-        // Jobs hear about it before the connection goes.
-        self.flush();
-        if let Some(p) = self.presence.get_mut(name) {
-            if let Some(d) = p.deadline.take() {
-                self.deadlines.remove(&(d, name.to_string()));
-            }
-            p.ready = false;
-            if let Some(link) = p.link.take() {
-                self.links.remove(&link);
-                self.close(link, reason);
-            }
-        }
-    }
-
-    fn slot_state(&mut self, name: &str, slot: u32, state: SlotActivity) {
-        let Some(host) = self.alloc.host_of_slot(name, slot) else {
-            warn!(
-                machine = name,
-                slot, "state change for a slot the machine did not advertise"
-            );
-            return;
-        };
-        if state == SlotActivity::Vacated {
-            // The local RM killed them; whatever it reports later is old news.
-            for p in self.procs.live_on(host) {
-                self.exit_process(p, ExitStatus::HostLost, 0.0);
-            }
-        }
-        self.alloc.on_slot_state(name, slot, state);
-        let (from, to) = match state {
-            SlotActivity::Suspended => (ProcessState::Running, ProcessState::Suspended),
-            SlotActivity::Available => (ProcessState::Suspended, ProcessState::Running),
-            SlotActivity::Vacated => return,
-        };
-        for p in self.procs.live_on(host) {
-            if self.procs.find(p).is_some_and(|pr| pr.state == from) {
-                self.procs.set_state(p, to.clone());
-            }
-        }
     }
 
     /// True when `process` was spawned on a host of machine `name`; warns otherwise.
@@ -523,6 +417,11 @@ impl Router {
             return;
         }
         let (host, origin) = (proc.host, proc.origin);
+        if host.is_some() {
+            self.out
+                .push(Output::Journal(crate::journal::Record::Exited { process }));
+        }
+        self.recovered.remove(&process);
         self.procs.set_state(
             process,
             ProcessState::Exited {
@@ -582,6 +481,8 @@ impl Router {
             for e in effects {
                 if let Effect::Released { job, host, cause } = e {
                     self.released(job, host, cause);
+                } else if let Effect::JobStarted { job } = e {
+                    self.start_master(job);
                 } else if let Some((p, event)) = e.to_event() {
                     self.deliver(p, event);
                 }
@@ -604,7 +505,7 @@ impl Router {
             }
             // `end_job` kills every process of the job, on these hosts or not.
             ReleaseCause::JobEnded => {}
-            ReleaseCause::Deleted | ReleaseCause::Withdrawn => {
+            ReleaseCause::Deleted | ReleaseCause::Withdrawn | ReleaseCause::Preempted => {
                 let link = self
                     .alloc
                     .host_machine(host)
@@ -711,6 +612,7 @@ impl Router {
     /// The job's first process left: its hosts go back and its processes are killed.
     fn end_job(&mut self, job: JobId) {
         info!(job = %job, "job ended");
+        self.kill_master(job);
         self.alloc.on_job_ended(job);
         self.flush();
         for p in self.procs.of_job(job) {
@@ -758,6 +660,20 @@ impl Router {
             }
         }
         assert_eq!(with_deadline, self.deadlines.len(), "stale deadlines");
+        for p in &self.sent_masters {
+            assert!(
+                self.masters.contains_key(p),
+                "sent master {p} is not a live master"
+            );
+        }
+        for (p, (job, _)) in &self.masters {
+            assert!(self.alloc.has_job(*job), "master {p} of ended job {job}");
+            assert_eq!(
+                self.submitted.get(job).and_then(|s| s.master),
+                Some(*p),
+                "master {p} is not its job's"
+            );
+        }
         for (p, waiting) in &self.lookups {
             let proc = self.procs.find(*p);
             assert!(
@@ -769,7 +685,7 @@ impl Router {
     }
 }
 
-fn new_proc(job: JobId, root: bool) -> Proc {
+pub(crate) fn new_proc(job: JobId, root: bool) -> Proc {
     Proc {
         job,
         host: None,
@@ -795,5 +711,10 @@ fn variant_name(msg: &ToGlobal) -> &'static str {
         ToGlobal::Exited { .. } => "Exited",
         ToGlobal::SlotState { .. } => "SlotState",
         ToGlobal::Status => "Status",
+        ToGlobal::Submit(_) => "Submit",
+        ToGlobal::RemoveJob { .. } => "RemoveJob",
+        ToGlobal::Queue => "Queue",
+        ToGlobal::Analyze { .. } => "Analyze",
+        ToGlobal::MachineAds => "MachineAds",
     }
 }

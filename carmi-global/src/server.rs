@@ -29,6 +29,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::Error;
+use crate::journal::{Journal, Record};
 use crate::router::{LinkId, Output, Router, RouterConfig};
 use crate::store::ExeStore;
 
@@ -66,6 +67,8 @@ pub struct Server {
     config: ServerConfig,
     store: Arc<ExeStore>,
     stored: Vec<ExecutableRef>,
+    journal: Journal,
+    recovered: Vec<Record>,
 }
 
 /// From connection tasks to the router task.
@@ -104,6 +107,21 @@ impl Server {
     /// Opens the state directory and binds `addr` (`HOST:PORT`; port 0 picks one).
     pub async fn bind(addr: &str, config: ServerConfig) -> Result<Server, Error> {
         let (store, stored) = ExeStore::open(&config.state_dir)?;
+        let (journal, recovered, damage) =
+            Journal::open(&config.state_dir).map_err(|source| Error::Journal {
+                path: config.state_dir.display().to_string(),
+                source,
+            })?;
+        if let Some(d) = damage {
+            tracing::error!(
+                journal = %journal.path().display(),
+                line = d.line,
+                offset = d.offset,
+                bytes = d.bytes,
+                "the journal is damaged from line {} on ({}); the {} records before it are kept, the damaged {} bytes saved as journal.damaged-{}",
+                d.line, d.reason, recovered.len(), d.bytes, d.offset
+            );
+        }
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| Error::Bind {
@@ -115,6 +133,8 @@ impl Server {
             config,
             store: Arc::new(store),
             stored,
+            journal,
+            recovered,
         })
     }
 
@@ -135,8 +155,10 @@ impl Server {
         for exe in &self.stored {
             router.on_executable_stored(exe);
         }
+        router.recover(self.recovered);
         tokio::spawn(router_task(
             router,
+            self.journal,
             cmd_rx,
             stop_rx.clone(),
             done_tx.clone(),
@@ -184,6 +206,7 @@ impl Server {
 /// at the router's next deadline.
 async fn router_task(
     mut router: Router,
+    mut journal: Journal,
     mut cmds: mpsc::UnboundedReceiver<Cmd>,
     mut stop: watch::Receiver<bool>,
     _done: mpsc::Sender<()>,
@@ -227,6 +250,20 @@ async fn router_task(
                         let _ = tx.send(Outgoing::Close(reason));
                     }
                 }
+                // A short blocking fsync on this task, on purpose: nothing
+                // after it may go out before the record is on disk.
+                Output::Journal(record) => {
+                    let multi = tokio::runtime::Handle::current().runtime_flavor()
+                        == tokio::runtime::RuntimeFlavor::MultiThread;
+                    let result = if multi {
+                        tokio::task::block_in_place(|| journal.append(&[record]))
+                    } else {
+                        journal.append(&[record])
+                    };
+                    if let Err(e) = result {
+                        tracing::error!(journal = %journal.path().display(), "cannot write the journal: {e}");
+                    }
+                }
             }
         }
     }
@@ -255,7 +292,8 @@ async fn connection(
     };
     let link = LinkId(shared.next_link.fetch_add(1, Ordering::Relaxed));
     debug!(%peer, %link, ?role, "connection accepted");
-    let serves_executables = matches!(role, Role::Local { .. });
+    // Admin links upload the master of a job before `Submit`.
+    let serves_executables = matches!(role, Role::Local { .. } | Role::Admin);
     let (tx, mut rx) = mpsc::unbounded_channel();
     let opened = Cmd::Opened {
         link,

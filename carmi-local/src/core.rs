@@ -80,6 +80,15 @@ pub struct Launch {
     pub executable: ExecutableRef,
     /// Arguments after `argv[0]`.
     pub args: Vec<String>,
+    /// A job's master (`SpawnMaster`): runs outside the slots, so no owner
+    /// policy suspends it; `host` is then `HostId(0)`.
+    pub master: bool,
+    /// Environment on top of the daemon's (a master's, from its submit file).
+    pub env: Vec<(String, String)>,
+    /// Where a master's standard output and error go (else the sandbox's files).
+    pub stdio: (Option<String>, Option<String>),
+    /// Files copied into a master's sandbox before it starts.
+    pub input_files: Vec<String>,
 }
 
 /// The connection to the global RM, as far as the core is concerned.
@@ -120,7 +129,8 @@ enum ProcState {
 #[derive(Clone, Debug)]
 struct Proc {
     launch: Launch,
-    slot: usize,
+    /// `None` for a master, which runs outside the slots.
+    slot: Option<usize>,
     state: ProcState,
 }
 
@@ -212,8 +222,8 @@ impl Core {
         for (id, p) in &self.procs {
             assert_eq!(*id, p.launch.process, "process table key matches its entry");
             assert!(
-                p.slot < self.slots,
-                "process {id} on slot {} of {}",
+                p.slot.is_none_or(|s| s < self.slots),
+                "process {id} on slot {:?} of {}",
                 p.slot,
                 self.slots
             );
@@ -332,6 +342,30 @@ impl Core {
                 host,
                 executable,
                 args,
+                master: false,
+                env: Vec::new(),
+                stdio: (None, None),
+                input_files: Vec::new(),
+            }),
+            FromGlobal::SpawnMaster {
+                process,
+                job,
+                executable,
+                args,
+                env,
+                output,
+                error,
+                input_files,
+            } => self.on_spawn(Launch {
+                process,
+                job,
+                host: HostId(0),
+                executable,
+                args,
+                master: true,
+                env,
+                stdio: (output, error),
+                input_files,
             }),
             FromGlobal::Kill { process } => self.on_kill(process),
             FromGlobal::Executable { executable } => self.on_executable(executable, payload),
@@ -339,8 +373,14 @@ impl Core {
                 let reason = format!("the global RM has no executable with SHA-256 {sha256}");
                 self.fail_fetch(&sha256, &reason);
             }
-            FromGlobal::Pool(_) => {
-                tracing::warn!("pool status sent to a local RM; ignored");
+            FromGlobal::Pool(_)
+            | FromGlobal::Submitted { .. }
+            | FromGlobal::Removed { .. }
+            | FromGlobal::Queue(_)
+            | FromGlobal::Analysis(_)
+            | FromGlobal::Ads(_)
+            | FromGlobal::AdminFailed(_) => {
+                tracing::warn!("an admin answer was sent to a local RM; ignored");
             }
         }
     }
@@ -452,7 +492,11 @@ impl Core {
             tracing::warn!(%process, "Spawn of a process that already exists here; ignored");
             return;
         }
-        let Some(slot) = self.slot_of(launch.host) else {
+        let slot = if launch.master {
+            None
+        } else if let Some(slot) = self.slot_of(launch.host) {
+            Some(slot)
+        } else {
             tracing::warn!(%process, host = %launch.host, "Spawn on a host that is not a slot of this machine");
             self.refuse_spawn(
                 process,
@@ -582,7 +626,9 @@ impl Core {
         match result {
             Ok(()) => {
                 p.state = ProcState::Running { killing: kill };
-                let suspended = self.slot_states[p.slot] == SlotActivity::Suspended;
+                let suspended = p
+                    .slot
+                    .is_some_and(|s| self.slot_states[s] == SlotActivity::Suspended);
                 self.send_or_keep(
                     ToGlobal::Started {
                         process,

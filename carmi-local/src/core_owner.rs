@@ -94,7 +94,7 @@ impl Core {
         let on_slot: Vec<ProcessId> = self
             .procs
             .iter()
-            .filter(|(_, p)| p.slot == s && matches!(p.state, ProcState::Running { .. }))
+            .filter(|(_, p)| p.slot == Some(s) && matches!(p.state, ProcState::Running { .. }))
             .map(|(id, _)| *id)
             .collect();
         // Vacated processes are signalled by `vacate_all`.

@@ -686,6 +686,12 @@ impl Driver {
             name: launch.executable.name.clone(),
             program,
             args: launch.args,
+            env: launch.env,
+            stdio: (
+                launch.stdio.0.map(PathBuf::from),
+                launch.stdio.1.map(PathBuf::from),
+            ),
+            input_files: launch.input_files.into_iter().map(PathBuf::from).collect(),
         };
         let launcher = self.launcher.clone();
         let inputs = self.inputs_tx.clone();

@@ -43,6 +43,12 @@ pub struct LaunchSpec {
     pub program: PathBuf,
     /// Arguments after `argv[0]`.
     pub args: Vec<String>,
+    /// Extra environment (a master's, from its submit file).
+    pub env: Vec<(String, String)>,
+    /// Files for standard output and error instead of the sandbox's (a master's).
+    pub stdio: (Option<PathBuf>, Option<PathBuf>),
+    /// Files copied into the sandbox, by file name, before the start.
+    pub input_files: Vec<PathBuf>,
 }
 
 /// How a process ended, from `wait4`.
@@ -169,10 +175,24 @@ impl Launcher {
         // own file would otherwise corrupt the cache for every later job.
         fs::copy(&spec.program, &exe).map_err(sb_err(&exe))?;
         fs::set_permissions(&exe, fs::Permissions::from_mode(0o700)).map_err(sb_err(&exe))?;
-        let stdout_path = sandbox.join("stdout");
-        let stderr_path = sandbox.join("stderr");
-        let stdout = File::create(&stdout_path).map_err(sb_err(&stdout_path))?;
-        let stderr = File::create(&stderr_path).map_err(sb_err(&stderr_path))?;
+        for input in &spec.input_files {
+            let Some(name) = input.file_name() else {
+                return Err(SpawnError::Sandbox {
+                    path: input.clone(),
+                    error: std::io::Error::other("an input file needs a file name"),
+                });
+            };
+            fs::copy(input, sandbox.join(name)).map_err(sb_err(input))?;
+        }
+        let open = |chosen: &Option<PathBuf>, default: &str| {
+            let path = chosen.clone().unwrap_or_else(|| sandbox.join(default));
+            if let Some(dir) = path.parent() {
+                fs::create_dir_all(dir).map_err(sb_err(dir))?;
+            }
+            File::create(&path).map_err(sb_err(&path))
+        };
+        let stdout = open(&spec.stdio.0, "stdout")?;
+        let stderr = open(&spec.stdio.1, "stderr")?;
 
         let mut cmd = Command::new(&exe);
         cmd.arg0(&spec.name)
@@ -185,6 +205,9 @@ impl Launcher {
             .env("CARMI_PROCESS", spec.process.0.to_string())
             .env("CARMI_HOST", spec.host.0.to_string());
         for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        for (k, v) in &spec.env {
             cmd.env(k, v);
         }
         // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
@@ -285,6 +308,10 @@ fn keep_output(sandbox: &Path, output_dir: &Path, process: ProcessId) {
         for (from, ext) in [("stdout", "out"), ("stderr", "err")] {
             let src = sandbox.join(from);
             let dst = output_dir.join(format!("{}.{ext}", process.0));
+            // A master may have written elsewhere (its submit file's output/error).
+            if !src.exists() {
+                continue;
+            }
             if let Err(e) = fs::rename(&src, &dst) {
                 tracing::warn!(from = %src.display(), to = %dst.display(), error = %e, "cannot keep output file");
             }
@@ -408,6 +435,9 @@ pub(crate) mod tests {
             name: "sh".into(),
             program: PathBuf::from("/bin/sh"),
             args: vec!["-c".into(), script.into()],
+            env: Vec::new(),
+            stdio: (None, None),
+            input_files: Vec::new(),
         }
     }
 

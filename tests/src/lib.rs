@@ -38,6 +38,8 @@ pub fn bin_dir() -> &'static Path {
             "carmi-global",
             "-p",
             "carmi-local",
+            "-p",
+            "carmi-cli",
             "--bins",
         ]);
         if !cfg!(debug_assertions) {
@@ -46,7 +48,7 @@ pub fn bin_dir() -> &'static Path {
         let status = cmd.status().expect("run cargo build for the daemons");
         assert!(
             status.success(),
-            "building carmi-global and carmi-local failed"
+            "building carmi-global, carmi-local and carmi failed"
         );
         dir
     })
@@ -93,6 +95,28 @@ pub struct Local {
     child: Option<Child>,
 }
 
+/// Settings of a test pool.
+#[derive(Clone, Debug)]
+pub struct PoolOptions {
+    /// Heartbeat period, in milliseconds.
+    pub heartbeat_ms: u64,
+    /// Missed heartbeats before a machine is declared lost.
+    pub missed_heartbeats: u32,
+    /// TOML appended to every local RM's configuration file (which starts as
+    /// [`LOCAL_CONFIG`]; it may add a `[policy]` table, not another `[owner]`).
+    pub local_config: String,
+}
+
+impl Default for PoolOptions {
+    fn default() -> Self {
+        PoolOptions {
+            heartbeat_ms: HEARTBEAT_MS,
+            missed_heartbeats: MISSED_HEARTBEATS,
+            local_config: String::new(),
+        }
+    }
+}
+
 /// A running pool.
 pub struct Pool {
     /// Scratch directory holding secret, state and work dirs, and logs.
@@ -106,6 +130,7 @@ pub struct Pool {
     global: Child,
     /// The local RMs, in start order.
     pub locals: Vec<Local>,
+    options: PoolOptions,
 }
 
 fn stop(child: &mut Child) {
@@ -129,13 +154,17 @@ impl Pool {
     /// Starts a global RM and one local RM per entry of `machines`: each entry
     /// is the list of `--attr NAME=VALUE` settings of that machine.
     pub fn start(name: &str, slots: u32, machines: &[Vec<String>]) -> Pool {
-        Pool::start_with(name, slots, machines, "")
+        Pool::start_with(name, slots, machines, PoolOptions::default())
     }
 
-    /// Like [`Pool::start`], with `extra` TOML appended to every local RM's
-    /// configuration file (which is [`LOCAL_CONFIG`]; `extra` may add a
-    /// `[policy]` table, not another `[owner]`).
-    pub fn start_with(name: &str, slots: u32, machines: &[Vec<String>], extra: &str) -> Pool {
+    /// [`Pool::start`] with other settings (a benchmark with many local RMs
+    /// on one host wants a more patient heartbeat).
+    pub fn start_with(
+        name: &str,
+        slots: u32,
+        machines: &[Vec<String>],
+        options: PoolOptions,
+    ) -> Pool {
         let bins = bin_dir();
         let dir = scratch(name);
         let secret_path = dir.join("pool.secret");
@@ -149,8 +178,11 @@ impl Pool {
             .arg(&secret_path)
             .arg("--state-dir")
             .arg(dir.join("global-state"))
-            .args(["--heartbeat-ms", &HEARTBEAT_MS.to_string()])
-            .args(["--missed-heartbeats", &MISSED_HEARTBEATS.to_string()])
+            .args(["--heartbeat-ms", &options.heartbeat_ms.to_string()])
+            .args([
+                "--missed-heartbeats",
+                &options.missed_heartbeats.to_string(),
+            ])
             .env("RUST_LOG", "info")
             .stdout(Stdio::piped())
             .stderr(log(&dir, "global"))
@@ -158,8 +190,11 @@ impl Pool {
             .expect("start carmi-global");
         let global_addr = listening_addr(&mut global, "carmi-global");
         let local_config = dir.join("local.toml");
-        std::fs::write(&local_config, format!("{LOCAL_CONFIG}{extra}"))
-            .expect("write the local RM configuration");
+        std::fs::write(
+            &local_config,
+            format!("{LOCAL_CONFIG}{}", options.local_config),
+        )
+        .expect("write the local RM configuration");
         let mut pool = Pool {
             dir,
             secret_path,
@@ -167,6 +202,7 @@ impl Pool {
             global_addr,
             global,
             locals: Vec::new(),
+            options,
         };
         for (i, attrs) in machines.iter().enumerate() {
             let name = format!("m{i}");
@@ -193,6 +229,35 @@ impl Pool {
             });
         }
         pool
+    }
+
+    /// Kills the global RM with SIGKILL and starts it again on the same
+    /// address and state directory, as after a crash.
+    pub fn restart_global(&mut self) {
+        let _ = self.global.kill();
+        let _ = self.global.wait();
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.dir.join("global.log"))
+            .expect("open global log");
+        let mut global = Command::new(bin_dir().join("carmi-global"))
+            .args(["--listen", &self.global_addr, "--secret"])
+            .arg(&self.secret_path)
+            .arg("--state-dir")
+            .arg(self.dir.join("global-state"))
+            .args(["--heartbeat-ms", &self.options.heartbeat_ms.to_string()])
+            .args([
+                "--missed-heartbeats",
+                &self.options.missed_heartbeats.to_string(),
+            ])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .expect("restart carmi-global");
+        let addr = listening_addr(&mut global, "carmi-global (restarted)");
+        assert_eq!(addr, self.global_addr, "restarted on the same address");
+        self.global = global;
     }
 
     /// Kills local RM `i` with SIGKILL, as a machine that vanishes.

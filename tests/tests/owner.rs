@@ -13,7 +13,7 @@ use carmi_api::client::{Carmi, ConnectOptions, EventStream, Incoming, connect};
 use carmi_api::ids::{HostId, ProcessId, RequestId};
 use carmi_api::msg::{Event, FromLocalControl, OwnerEvent, SpawnTarget};
 use carmi_local::control::OwnerLink;
-use carmi_tests::Pool;
+use carmi_tests::{Pool, PoolOptions};
 
 const POLICY: &str = "[policy]\nminute = 0.4\n";
 const WAIT: Duration = Duration::from_secs(20);
@@ -100,7 +100,15 @@ struct Setup {
 
 impl Setup {
     async fn start(name: &str, slots: u32) -> Setup {
-        let pool = Pool::start_with(name, slots, &[vec![]], POLICY);
+        let pool = Pool::start_with(
+            name,
+            slots,
+            &[vec![]],
+            PoolOptions {
+                local_config: POLICY.to_string(),
+                ..PoolOptions::default()
+            },
+        );
         let opts = ConnectOptions::new(pool.locals[0].app_addr.clone(), pool.secret.clone());
         let (carmi, events) = connect(opts)
             .await

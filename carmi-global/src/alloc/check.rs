@@ -35,6 +35,23 @@ impl Allocator {
             .collect()
     }
 
+    /// Every online machine's name and whole ad (new syntax), for `carmi status -l`.
+    pub fn machine_ads(&self) -> Vec<(String, String)> {
+        self.machines
+            .iter()
+            .filter(|m| m.online)
+            .map(|m| (m.name.clone(), m.ad_text.clone()))
+            .collect()
+    }
+
+    /// The `Owner` of a job's ad (empty for an unknown job).
+    pub fn job_owner(&self, job: carmi_api::ids::JobId) -> String {
+        self.jobs
+            .get(&job)
+            .and_then(|j| j.ad.eval_attr("Owner").as_str().map(str::to_string))
+            .unwrap_or_default()
+    }
+
     /// Checks every invariant; panics naming the first one broken. For tests:
     /// it costs a walk over the whole pool (and class evaluations when the pool is small).
     pub fn sanity_check(&self) {
@@ -111,6 +128,28 @@ impl Allocator {
             }
         }
         assert_eq!(idle_seen, self.idle.len(), "idle set holds non-idle slots");
+        for (&seq, job) in &self.queue {
+            let j = self
+                .jobs
+                .get(job)
+                .unwrap_or_else(|| panic!("queued job {job} does not exist"));
+            assert_eq!(
+                j.seq, seq,
+                "job {job}: queued under another sequence number"
+            );
+            assert_eq!(
+                j.phase,
+                super::Phase::Waiting,
+                "job {job}: queued but not waiting"
+            );
+            assert!(j.hosts.is_empty(), "job {job}: holds hosts while waiting");
+        }
+        let waiting = self
+            .jobs
+            .values()
+            .filter(|j| j.phase == super::Phase::Waiting)
+            .count();
+        assert_eq!(waiting, self.queue.len(), "a waiting job is not queued");
         for (&id, job) in &self.jobs {
             for (&h, class) in &job.hosts {
                 let claim = self.get_slot(h).state.claim();

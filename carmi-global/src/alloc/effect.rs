@@ -27,6 +27,9 @@ pub enum ReleaseCause {
     Withdrawn,
     /// The job ended; its processes must be killed.
     JobEnded,
+    /// Taken back from a job above its minimum, for another job's minimum or
+    /// fair share; its processes must be killed.
+    Preempted,
 }
 
 impl ReleaseCause {
@@ -40,6 +43,9 @@ impl ReleaseCause {
                 format!("{host_name} was withdrawn: its machine now offers fewer slots")
             }
             ReleaseCause::JobEnded => format!("the job holding {host_name} ended"),
+            ReleaseCause::Preempted => format!(
+                "{host_name} was above the job's minimum and went to another job (fair share)"
+            ),
         }
     }
 }
@@ -116,6 +122,11 @@ pub enum Effect {
         /// Why.
         failure: Failure,
     },
+    /// A submitted job's minimums are held: the driver starts its master.
+    JobStarted {
+        /// The job.
+        job: JobId,
+    },
     /// A host is no longer the job's: the driver deals with the processes on it.
     Released {
         /// The job that held it.
@@ -129,7 +140,8 @@ pub enum Effect {
 
 impl Effect {
     /// The event this effect delivers and the process it goes to; `None` for
-    /// [`Effect::Released`], which concerns processes rather than a request.
+    /// [`Effect::Released`] and [`Effect::JobStarted`], which concern processes
+    /// rather than a request.
     pub fn to_event(&self) -> Option<(ProcessId, Event)> {
         let (to, event) = match self {
             Effect::Grant {
@@ -196,7 +208,7 @@ impl Effect {
                     failure: failure.clone(),
                 },
             ),
-            Effect::Released { .. } => return None,
+            Effect::Released { .. } | Effect::JobStarted { .. } => return None,
         };
         Some((to.process, event))
     }

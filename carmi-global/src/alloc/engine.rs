@@ -17,6 +17,7 @@ impl Allocator {
         }
         if state == SlotState::Idle {
             self.idle.insert((key, host));
+            self.dirty = true;
         }
         if state.claim().is_none() {
             self.get_slot_mut(host).busy.clear();

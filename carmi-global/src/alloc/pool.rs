@@ -8,7 +8,7 @@ use carmi_api::ids::{HostId, JobId, ProcessId};
 use carmi_api::msg::SlotActivity;
 use classad::{ClassAd, Value};
 
-use super::{Allocator, Job, Machine, MachineIdx, ReleaseCause, Slot, SlotState, speed_of};
+use super::{Allocator, Job, Machine, MachineIdx, Phase, ReleaseCause, Slot, SlotState, speed_of};
 
 impl Allocator {
     /// A machine advertised itself with `slots` slots: returns the host id of
@@ -191,11 +191,17 @@ impl Allocator {
         let mut ad = ClassAd::with_capacity(2);
         ad.insert_value("Owner", Value::str(owner));
         ad.insert_value("JobId", Value::Int(job.0 as i64));
+        let seq = self.next_job_seq;
+        self.next_job_seq += 1;
         self.jobs.entry(job).or_insert(Job {
             ad,
             classes: BTreeMap::new(),
             hosts: BTreeMap::new(),
             subs: Vec::new(),
+            seq,
+            limits: BTreeMap::new(),
+            ranks: BTreeMap::new(),
+            phase: Phase::Attached,
         });
     }
 
@@ -224,7 +230,9 @@ impl Allocator {
                 _ => suspended.push(h),
             }
         }
-        self.jobs.remove(&job);
+        if let Some(j) = self.jobs.remove(&job) {
+            self.queue.remove(&j.seq);
+        }
         for h in suspended {
             self.set_state(h, SlotState::Suspended(None));
         }

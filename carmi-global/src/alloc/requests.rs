@@ -125,7 +125,13 @@ impl Allocator {
         }
         let mut freed = Vec::new();
         for &h in hosts {
-            if self.jobs[&job].hosts.contains_key(&h) {
+            if let Some(class) = self.jobs[&job].hosts.get(&h).cloned() {
+                // A submitted job giving a host back wants one fewer: growth
+                // must not hand it straight back (never below the minimum).
+                let j = self.jobs.get_mut(&job).expect("checked");
+                if let Some((min, max)) = j.limits.get_mut(&class) {
+                    *max = max.saturating_sub(1).max(*min);
+                }
                 self.release(h, ReleaseCause::Deleted);
                 match self.get_slot(h).state {
                     SlotState::Claimed(_) => freed.push(h),

@@ -21,7 +21,7 @@ const J2: JobId = JobId(2);
 const J3: JobId = JobId(3);
 
 /// Request `id` of the first process of job `job` (process id = job id here).
-fn r(job: JobId, id: u64) -> ReqRef {
+pub(super) fn r(job: JobId, id: u64) -> ReqRef {
     ReqRef {
         process: ProcessId(job.0),
         id: RequestId(id),
@@ -47,14 +47,14 @@ fn wire_roundtrip(e: &Effect) {
     }
 }
 
-struct Sim {
-    a: Allocator,
+pub(super) struct Sim {
+    pub(super) a: Allocator,
     now: Duration,
-    log: VecDeque<Effect>,
+    pub(super) log: VecDeque<Effect>,
 }
 
 impl Sim {
-    fn new() -> Sim {
+    pub(super) fn new() -> Sim {
         Sim {
             a: Allocator::new(),
             now: Duration::ZERO,
@@ -63,11 +63,11 @@ impl Sim {
     }
 
     /// Moves virtual time forward.
-    fn sleep(&mut self, ms: u64) {
+    pub(super) fn sleep(&mut self, ms: u64) {
         self.now += Duration::from_millis(ms);
     }
 
-    fn step<T>(&mut self, f: impl FnOnce(&mut Allocator) -> T) -> T {
+    pub(super) fn step<T>(&mut self, f: impl FnOnce(&mut Allocator) -> T) -> T {
         self.a.advance_to(self.now);
         let out = f(&mut self.a);
         for e in self.a.take_effects() {
@@ -78,13 +78,13 @@ impl Sim {
         out
     }
 
-    fn machine(&mut self, name: &str, attrs: &str, slots: u32) -> Vec<HostId> {
+    pub(super) fn machine(&mut self, name: &str, attrs: &str, slots: u32) -> Vec<HostId> {
         let ad = ClassAd::parse(&format!("[ Name = \"{name}\"; {attrs} ]")).expect("test ad");
         self.step(|a| a.on_machine_registered(name, ad, slots))
     }
 
     /// A machine with `Mips` and nothing else of note.
-    fn fast(&mut self, name: &str, mips: u32) -> HostId {
+    pub(super) fn fast(&mut self, name: &str, mips: u32) -> HostId {
         self.machine(
             name,
             &format!("Arch = \"X86_64\"; Mips = {mips}; KFlops = 10"),
@@ -92,24 +92,24 @@ impl Sim {
         )[0]
     }
 
-    fn job_with_class(&mut self, job: JobId, class: &str, expr: &str) {
+    pub(super) fn job_with_class(&mut self, job: JobId, class: &str, expr: &str) {
         self.step(|a| a.on_job_created(job, "alice"));
         self.step(|a| a.define_class(job, r(job, 1000), class, expr));
         self.expect_done(r(job, 1000));
     }
 
-    fn next(&mut self) -> Effect {
+    pub(super) fn next(&mut self) -> Effect {
         self.log.pop_front().expect("an effect was expected")
     }
 
-    fn expect_done(&mut self, req: ReqRef) -> Reply {
+    pub(super) fn expect_done(&mut self, req: ReqRef) -> Reply {
         match self.next() {
             Effect::Done { request, reply, .. } if request == req => reply,
             other => panic!("expected Done for {req:?}, got {other:?}"),
         }
     }
 
-    fn expect_failed(&mut self, req: ReqRef, code: FailureCode) -> String {
+    pub(super) fn expect_failed(&mut self, req: ReqRef, code: FailureCode) -> String {
         match self.next() {
             Effect::Failed {
                 request, failure, ..
@@ -118,7 +118,7 @@ impl Sim {
         }
     }
 
-    fn expect_grant(&mut self, req: ReqRef, remaining: u32) -> Vec<HostId> {
+    pub(super) fn expect_grant(&mut self, req: ReqRef, remaining: u32) -> Vec<HostId> {
         match self.next() {
             Effect::Grant {
                 request,
@@ -130,7 +130,7 @@ impl Sim {
         }
     }
 
-    fn quiet(&self) {
+    pub(super) fn quiet(&self) {
         assert!(self.log.is_empty(), "unexpected effects: {:?}", self.log);
     }
 }

@@ -183,6 +183,16 @@ impl Router {
             },
         );
         self.alloc.on_process_spawned(host, process);
+        if let Some(class) = self.alloc.host_class(job, host) {
+            self.out
+                .push(super::Output::Journal(crate::journal::Record::Spawned {
+                    process,
+                    job,
+                    host,
+                    class,
+                    origin: Some(req),
+                }));
+        }
         self.send(
             link,
             FromGlobal::Spawn {

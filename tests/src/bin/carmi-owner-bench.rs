@@ -25,7 +25,7 @@ use carmi_api::handshake::Secret;
 use carmi_api::ids::HostId;
 use carmi_api::msg::{Event, OwnerEvent, SpawnTarget};
 use carmi_local::control::OwnerLink;
-use carmi_tests::{Pool, bin_dir, scratch};
+use carmi_tests::{Pool, PoolOptions, bin_dir, scratch};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -80,7 +80,11 @@ fn wait_states(pids: &[u32], ok: impl Fn(Option<char>) -> bool) -> Result<Durati
 async fn stop() -> Result<()> {
     // PREEMPT never holds, CONTINUE soon after leaving: rounds repeat quickly.
     let policy = "[policy]\nminute = 0.1\npreempt = \"false\"\n";
-    let pool = Pool::start_with("owner-bench", SLOTS, &[vec![]], policy);
+    let options = PoolOptions {
+        local_config: policy.to_string(),
+        ..PoolOptions::default()
+    };
+    let pool = Pool::start_with("owner-bench", SLOTS, &[vec![]], options);
     let opts = ConnectOptions::new(pool.locals[0].app_addr.clone(), pool.secret.clone());
     let (carmi, mut events) = connect(opts).await?;
     let class = carmi.define_class("any", "true");

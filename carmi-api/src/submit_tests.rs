@@ -1,0 +1,177 @@
+use super::*;
+
+const EXAMPLE: &str = r#"
+# a job with two classes
+executable    = ./master
+arguments     = --cycles 35 --tag "run $(Cluster)"
+output        = out/master.$(Cluster).out
+error         = out/master.err
+transfer_input_files = params.json, data.bin
+
+class_name    = fast
+requirements  = Arch == "X86_64" && \
+                Memory >= 2048
+rank          = KFlops
+machine_count = 2..10
+queue
+
+class_name    = slow
+requirements  = Arch == "AARCH64"
+machine_count = 0..4
+queue
+"#;
+
+fn errors(text: &str) -> Vec<(usize, String)> {
+    match parse("job.sub", text) {
+        Ok(spec) => panic!("accepted: {spec:?}"),
+        Err(SubmitErrors(es)) => {
+            for e in &es {
+                assert_eq!(e.file, "job.sub");
+            }
+            es.into_iter().map(|e| (e.line, e.reason)).collect()
+        }
+    }
+}
+
+fn one_error(text: &str) -> (usize, String) {
+    let es = errors(text);
+    assert_eq!(es.len(), 1, "{es:?}");
+    es.into_iter().next().unwrap()
+}
+
+#[test]
+fn the_issue_example_parses() {
+    let spec = parse("job.sub", EXAMPLE).unwrap();
+    assert_eq!(spec.executable, "./master");
+    assert_eq!(
+        spec.arguments,
+        vec!["--cycles", "35", "--tag", "run $(Cluster)"]
+    );
+    assert_eq!(spec.transfer_input_files, vec!["params.json", "data.bin"]);
+    assert_eq!(spec.classes.len(), 2);
+    let fast = &spec.classes[0];
+    assert_eq!(fast.name, "fast");
+    assert_eq!(fast.requirements, "Arch == \"X86_64\" && Memory >= 2048");
+    assert_eq!(fast.rank.as_deref(), Some("KFlops"));
+    assert_eq!((fast.min, fast.max, fast.line), (2, 10, 14));
+    let slow = &spec.classes[1];
+    assert_eq!((slow.name.as_str(), slow.min, slow.max), ("slow", 0, 4));
+    assert_eq!(slow.rank, None);
+    let x = spec.expand(42);
+    assert_eq!(x.arguments[3], "run 42");
+    assert_eq!(x.output.as_deref(), Some("out/master.42.out"));
+}
+
+#[test]
+fn defaults_single_count_and_case_insensitive_keys() {
+    let spec = parse(
+        "f",
+        "Executable = m\nMACHINE_COUNT = 3\nqueue\nqueue\nenvironment = A=1;B=x C=$(Cluster)\n",
+    )
+    .unwrap();
+    assert_eq!(spec.classes.len(), 2);
+    assert_eq!(spec.classes[0].name, "class0");
+    assert_eq!((spec.classes[0].min, spec.classes[0].max), (3, 3));
+    // Class keys are reset by queue.
+    assert_eq!(spec.classes[1].name, "class1");
+    assert_eq!((spec.classes[1].min, spec.classes[1].max), (1, 1));
+    assert_eq!(spec.classes[1].requirements, "true");
+    let env: Vec<(&str, &str)> = spec
+        .environment
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    assert_eq!(env, [("A", "1"), ("B", "x"), ("C", "$(Cluster)")]);
+    assert_eq!(spec.expand(7).environment[2].1, "7");
+}
+
+#[test]
+fn unknown_key_is_reported_with_its_line() {
+    let (line, reason) = one_error("executable = m\n\nuniverse = vanilla\nqueue\n");
+    assert_eq!(line, 3);
+    assert!(reason.contains("unknown key `universe`"), "{reason}");
+}
+
+#[test]
+fn bad_expression_is_reported_with_its_line() {
+    let (line, reason) = one_error("executable = m\nrequirements = Memory >= \nqueue\n");
+    assert_eq!(line, 2);
+    assert!(
+        reason.starts_with("requirements: not a ClassAd expression"),
+        "{reason}"
+    );
+    let (line, reason) = one_error("executable = m\nqueue\n# x\nrank = (KFlops\nqueue\n");
+    assert_eq!(line, 4);
+    assert!(reason.starts_with("rank:"), "{reason}");
+}
+
+#[test]
+fn machine_count_mistakes() {
+    let (line, reason) = one_error("executable = m\nmachine_count = 5..2\nqueue\n");
+    assert_eq!(line, 2);
+    assert!(
+        reason.contains("minimum 5 is above the maximum 2"),
+        "{reason}"
+    );
+    let (_, reason) = one_error("executable = m\nmachine_count = lots\nqueue\n");
+    assert!(reason.contains("`lots` is not a whole number"), "{reason}");
+    let (_, reason) = one_error("executable = m\nmachine_count = 0\nqueue\n");
+    assert!(reason.contains("at least 1"), "{reason}");
+}
+
+#[test]
+fn missing_executable_and_missing_queue() {
+    let (line, reason) = one_error("class_name = a\nqueue\n");
+    assert_eq!(line, 0);
+    assert!(reason.contains("missing `executable"), "{reason}");
+    let (line, reason) = one_error("executable = m\nmachine_count = 2\n");
+    assert_eq!(line, 2);
+    assert!(reason.contains("no `queue`"), "{reason}");
+    let (line, reason) = one_error("executable = m\nqueue\nmachine_count = 2\n");
+    assert_eq!(line, 3);
+    assert!(reason.contains("after the last `queue`"), "{reason}");
+}
+
+#[test]
+fn every_mistake_is_reported_in_line_order() {
+    let es = errors(
+        "foo = 1\nexecutable = m\nexecutable = n\narguments = $(Nope)\nqueue 3\nbroken line\n",
+    );
+    let lines: Vec<usize> = es.iter().map(|e| e.0).collect();
+    assert_eq!(lines, [1, 3, 4, 5, 6], "{es:?}");
+    assert!(es[1].1.contains("set twice (first on line 2)"));
+    assert!(es[2].1.contains("unknown macro `$(Nope)`"));
+    assert!(es[3].1.contains("takes no count"));
+    assert!(es[4].1.contains("neither `key = value`"));
+}
+
+#[test]
+fn duplicate_class_names_and_bad_names() {
+    let (line, reason) =
+        one_error("executable = m\nclass_name = a\nqueue\nclass_name = a\nqueue\n");
+    assert_eq!(line, 5);
+    assert!(
+        reason.contains("already defined by the queue on line 3"),
+        "{reason}"
+    );
+    let (line, _) = one_error("executable = m\nclass_name = a b\nqueue\n");
+    assert_eq!(line, 2);
+}
+
+#[test]
+fn continuation_lines_keep_the_first_line_number() {
+    let (line, _) = one_error("executable = m\narguments = a \\\n  b\nbogus \\\n = 1\nqueue\n");
+    assert_eq!(line, 4);
+    let spec = parse("f", "executable = m\narguments = a \\\n  \"b c\"\nqueue\n").unwrap();
+    assert_eq!(spec.arguments, ["a", "b c"]);
+}
+
+#[test]
+fn error_display_names_file_and_line() {
+    let e = parse("dir/job.sub", "executable = m\nzzz = 1\nqueue\n").unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("dir/job.sub:2: unknown key `zzz`"),
+        "{e}"
+    );
+}

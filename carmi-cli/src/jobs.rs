@@ -1,0 +1,353 @@
+//! `carmi submit`, `carmi q` (with `-analyze`) and `carmi rm`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use carmi_api::admin::request;
+use carmi_api::handshake::Secret;
+use carmi_api::ids::JobId;
+use carmi_api::msg::{
+    ClassAnalysis, ExecutableRef, FromGlobal, JobAnalysis, JobStatus, SubmitRequest, ToGlobal,
+};
+use clap::Args;
+
+use crate::config::{PoolArgs, resolve_env};
+
+/// `carmi submit` options.
+#[derive(Args)]
+pub struct SubmitArgs {
+    #[command(flatten)]
+    pool: PoolArgs,
+    /// The submit file.
+    file: PathBuf,
+    /// Master's machine [env: CARMI_MACHINE, else host name]
+    #[arg(long, value_name = "NAME")]
+    machine: Option<String>,
+    /// Print {"job": N} instead of the job id alone
+    #[arg(long)]
+    json: bool,
+}
+
+/// `carmi q` options.
+#[derive(Args)]
+pub struct QArgs {
+    #[command(flatten)]
+    pool: PoolArgs,
+    /// Why JOB's classes are not satisfied (or -analyze)
+    #[arg(long, value_name = "JOB")]
+    analyze: Option<u64>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `carmi rm` options.
+#[derive(Args)]
+pub struct RmArgs {
+    #[command(flatten)]
+    pool: PoolArgs,
+    /// The job to remove (its processes are killed, its machines freed)
+    job: u64,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn connect(pool: &PoolArgs) -> anyhow::Result<(String, Secret)> {
+    let coords = resolve_env(pool)?;
+    let secret = Secret::from_file(coords.secret()?)?;
+    Ok((coords.pool()?.to_string(), secret))
+}
+
+fn print(text: &str) -> anyhow::Result<()> {
+    std::io::stdout()
+        .write_all(text.as_bytes())
+        .context("cannot write to stdout")
+}
+
+fn failed(answer: FromGlobal, what: &str) -> anyhow::Error {
+    match answer {
+        FromGlobal::AdminFailed(f) => anyhow::anyhow!("{what}: {}", f.message),
+        other => anyhow::anyhow!("{what}: the global RM answered {other:?}"),
+    }
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|s| s.trim().split('.').next().unwrap_or_default().to_string())
+        .unwrap_or_default()
+}
+
+/// Runs `carmi submit`.
+pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
+    let display = args.file.display().to_string();
+    let text = std::fs::read_to_string(&args.file)
+        .with_context(|| format!("cannot read submit file {display}"))?;
+    let mut spec = carmi_api::submit::parse(&display, &text).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let base = args.file.parent().unwrap_or(Path::new("."));
+    // The master runs on the submit machine: paths relative to the submit
+    // file become absolute, as the local RM starts it elsewhere.
+    let base_abs = std::path::absolute(base)
+        .with_context(|| format!("cannot resolve the directory of {display}"))?;
+    let abs = |p: &str| base_abs.join(p).to_string_lossy().into_owned();
+    spec.output = spec.output.as_deref().map(abs);
+    spec.error = spec.error.as_deref().map(abs);
+    for f in &mut spec.transfer_input_files {
+        let path = abs(f);
+        if !Path::new(&path).is_file() {
+            anyhow::bail!("{display}: transfer_input_files: {path} is not a readable file");
+        }
+        *f = path;
+    }
+    let exe_path = base.join(&spec.executable);
+    let bytes = std::fs::read(&exe_path).with_context(|| {
+        format!(
+            "{display}: executable {} cannot be read",
+            exe_path.display()
+        )
+    })?;
+    let executable = ExecutableRef {
+        name: Path::new(&spec.executable)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| spec.executable.clone()),
+        sha256: carmi_api::exe::sha256_hex(&bytes),
+        size: bytes.len() as u64,
+    };
+    let machine = args
+        .machine
+        .or_else(|| {
+            std::env::var("CARMI_MACHINE")
+                .ok()
+                .filter(|m| !m.is_empty())
+        })
+        .unwrap_or_else(host_name);
+    let owner = std::env::var("USER")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| "unknown".into());
+    let submitted_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (pool, secret) = connect(&args.pool)?;
+    let msg = ToGlobal::Submit(Box::new(SubmitRequest {
+        owner,
+        machine,
+        executable: executable.clone(),
+        spec,
+        submitted_unix,
+    }));
+    let answer = crate::block_on(async {
+        Ok(request(&pool, &secret, Some((&executable, &bytes)), msg).await?)
+    })?;
+    match answer {
+        FromGlobal::Submitted { job } if args.json => {
+            print(&format!("{}\n", serde_json::json!({ "job": job.0 })))
+        }
+        FromGlobal::Submitted { job } => print(&format!("{}\n", job.0)),
+        other => Err(failed(other, &format!("submit of {display}"))),
+    }
+}
+
+/// Runs `carmi rm`.
+pub fn rm(args: RmArgs) -> anyhow::Result<()> {
+    let (pool, secret) = connect(&args.pool)?;
+    let job = JobId(args.job);
+    let answer = crate::block_on(async {
+        Ok(request(&pool, &secret, None, ToGlobal::RemoveJob { job }).await?)
+    })?;
+    match answer {
+        FromGlobal::Removed { job } if args.json => {
+            print(&format!("{}\n", serde_json::json!({ "removed": job.0 })))
+        }
+        FromGlobal::Removed { job } => print(&format!("job {} removed\n", job.0)),
+        other => Err(failed(other, &format!("rm {}", args.job))),
+    }
+}
+
+/// Runs `carmi q` and `carmi q -analyze JOB`.
+pub fn q(args: QArgs) -> anyhow::Result<()> {
+    let (pool, secret) = connect(&args.pool)?;
+    if let Some(job) = args.analyze {
+        let msg = ToGlobal::Analyze { job: JobId(job) };
+        let answer = crate::block_on(async { Ok(request(&pool, &secret, None, msg).await?) })?;
+        let FromGlobal::Analysis(a) = answer else {
+            return Err(failed(answer, &format!("analyze {job}")));
+        };
+        return if args.json {
+            print(&json_text(&a))
+        } else {
+            print(&analysis_text(&a))
+        };
+    }
+    let answer =
+        crate::block_on(async { Ok(request(&pool, &secret, None, ToGlobal::Queue).await?) })?;
+    let FromGlobal::Queue(jobs) = answer else {
+        return Err(failed(answer, "q"));
+    };
+    if args.json {
+        print(&json_text(&jobs))
+    } else {
+        print(&queue_text(&jobs))
+    }
+}
+
+fn json_text<T: serde::Serialize>(v: &T) -> String {
+    let mut t = serde_json::to_string_pretty(v).expect("protocol types serialize");
+    t.push('\n');
+    t
+}
+
+/// `MM/DD HH:MM` (UTC) of a Unix time; `-` for 0.
+pub fn short_time(unix: u64) -> String {
+    if unix == 0 {
+        return "-".into();
+    }
+    let days = (unix / 86_400) as i64;
+    let secs = unix % 86_400;
+    // Civil date from days since 1970-01-01 (proleptic Gregorian).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    format!(
+        "{month:02}/{day:02} {:02}:{:02}",
+        secs / 3600,
+        (secs % 3600) / 60
+    )
+}
+
+/// The `carmi q` table: one line per job, then a summary line.
+pub fn queue_text(jobs: &[JobStatus]) -> String {
+    let mut out = format!(
+        "{:>5}  {:<10} {:<11}  {:<8}  {}\n",
+        "ID", "OWNER", "SUBMITTED", "STATE", "HOSTS (held/min..max per class)"
+    );
+    let (mut running, mut waiting, mut held) = (0, 0, 0);
+    for j in jobs {
+        match j.state.as_str() {
+            "waiting" => waiting += 1,
+            _ => running += 1,
+        }
+        let classes: Vec<String> = j
+            .classes
+            .iter()
+            .map(|c| {
+                held += c.held;
+                if c.max == 0 {
+                    format!("{} {}", c.name, c.held)
+                } else {
+                    format!("{} {}/{}..{}", c.name, c.held, c.min, c.max)
+                }
+            })
+            .collect();
+        let owner: String = j.owner.chars().take(10).collect();
+        out.push_str(&format!(
+            "{:>5}  {:<10} {:<11}  {:<8}  {}\n",
+            j.job.0,
+            owner,
+            short_time(j.submitted_unix),
+            j.state,
+            classes.join(", ")
+        ));
+    }
+    out.push_str(&format!(
+        "{} job{}: {running} running, {waiting} waiting; {held} host{} held\n",
+        jobs.len(),
+        if jobs.len() == 1 { "" } else { "s" },
+        if held == 1 { "" } else { "s" },
+    ));
+    out
+}
+
+fn class_text(c: &ClassAnalysis, waiting: bool) -> String {
+    let s = &c.class;
+    let mut out = format!(
+        "Class `{}`: holds {} (min {}, max {})\n  requirements: {}\n",
+        s.name, s.held, s.min, s.max, s.requirements
+    );
+    let rows = [
+        (c.rejected_by_class, "rejected by the class's requirements"),
+        (
+            c.rejecting_job,
+            "on machines whose Requirements reject the job",
+        ),
+        (c.held_by_job, "held by this job"),
+        (c.claimed_by_others, "claimed by other jobs"),
+        (
+            c.preemptible,
+            "  of which above their job's minimum (can be taken back)",
+        ),
+        (c.owner, "taken by their owners"),
+        (c.idle, "idle"),
+    ];
+    out.push_str(&format!("  {:>5} slots in the pool:\n", c.slots));
+    for (n, what) in rows {
+        out.push_str(&format!("  {n:>5} {what}\n"));
+    }
+    let usable = c.idle + if waiting { 0 } else { c.held_by_job };
+    let verdict = if waiting && c.idle + c.preemptible < s.min {
+        format!(
+            "cannot start: needs {} at once, {} idle and {} reclaimable now",
+            s.min, c.idle, c.preemptible
+        )
+    } else if waiting {
+        "enough for this class; another class or an earlier job holds it up".to_string()
+    } else if s.max > 0 && s.held >= s.max {
+        "satisfied: at its maximum".to_string()
+    } else if s.max > 0 && c.idle == 0 {
+        format!(
+            "below its maximum ({} of {}): no idle machine matches",
+            s.held, s.max
+        )
+    } else if s.max == 0 {
+        "defined at run time: grows only through AddHosts".to_string()
+    } else {
+        format!("{usable} usable now")
+    };
+    out.push_str(&format!("  -> {verdict}\n"));
+    out
+}
+
+/// The `carmi q -analyze` text.
+pub fn analysis_text(a: &JobAnalysis) -> String {
+    let j = &a.job;
+    let waiting = j.state == "waiting";
+    let mut out = format!("Job {} ({}), {}", j.job.0, j.owner, j.state);
+    if waiting {
+        out.push_str(&format!(
+            ", {} job{} ahead in the queue",
+            a.queued_ahead,
+            if a.queued_ahead == 1 { "" } else { "s" }
+        ));
+    }
+    out.push('\n');
+    if waiting {
+        out.push_str(
+            "A job starts once all its minimums can be met at once; earlier jobs go first.\n",
+        );
+    }
+    for c in &a.classes {
+        out.push_str(&class_text(c, waiting));
+    }
+    out
+}
+
+/// Turns HTCondor-style single-dash long options into clap's double-dash ones.
+pub fn htcondor_args(args: impl IntoIterator<Item = String>) -> Vec<String> {
+    args.into_iter()
+        .map(|a| match a.as_str() {
+            "-analyze" | "-better-analyze" => "--analyze".into(),
+            "-constraint" => "--constraint".into(),
+            "-long" => "--long".into(),
+            "-json" => "--json".into(),
+            _ => a,
+        })
+        .collect()
+}

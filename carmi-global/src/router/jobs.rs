@@ -1,0 +1,353 @@
+//! Submitted jobs at the router: admin requests (`carmi submit`, `rm`, `q`,
+//! `q -analyze`, `status -l`), and the job's master, which runs on the submit
+//! machine outside its slots and whose exit ends the job.
+
+use carmi_api::ids::{JobId, ProcessId};
+use carmi_api::msg::{
+    ExecutableRef, ExitStatus, Failure, FailureCode, FromGlobal, JobAnalysis, JobStatus,
+    ProcessState, SubmitRequest,
+};
+use carmi_api::submit::JobSpec;
+use tracing::{info, warn};
+
+use super::{LinkId, Output, Router, new_proc};
+use crate::alloc::{ClassLimits, Phase};
+use crate::journal::Record;
+
+/// What the router keeps of a submitted job.
+#[derive(Clone, Debug)]
+pub(super) struct Submitted {
+    pub owner: String,
+    /// The machine whose local RM runs the master.
+    pub machine: String,
+    pub executable: ExecutableRef,
+    /// Macros expanded.
+    pub spec: JobSpec,
+    pub submitted_unix: u64,
+    /// The master, once started.
+    pub master: Option<ProcessId>,
+}
+
+impl Router {
+    fn admin_fail(&mut self, link: LinkId, code: FailureCode, message: String) {
+        self.send(link, FromGlobal::AdminFailed(Failure { code, message }));
+    }
+
+    /// `carmi submit`.
+    pub(super) fn submit(&mut self, link: LinkId, req: SubmitRequest) {
+        if !self.executables.contains_key(&req.executable.sha256) {
+            let message = format!(
+                "executable {} ({}) was not uploaded before the submit",
+                req.executable.name, req.executable.sha256
+            );
+            return self.admin_fail(link, FailureCode::BadExecutable, message);
+        }
+        if !self.alloc.is_online(&req.machine) {
+            let message = format!(
+                "machine `{}` is not in the pool (its local RM runs the master); name a machine of `carmi status` with --machine",
+                req.machine
+            );
+            return self.admin_fail(link, FailureCode::Unavailable, message);
+        }
+        let job = JobId(self.next_job);
+        let limits: Vec<ClassLimits> = req
+            .spec
+            .classes
+            .iter()
+            .map(|c| ClassLimits {
+                name: c.name.clone(),
+                expression: c.requirements.clone(),
+                min: c.min,
+                max: c.max,
+                rank: c.rank.clone(),
+            })
+            .collect();
+        if let Err(f) = self.alloc.submit_job(job, &req.owner, &limits) {
+            return self.admin_fail(link, f.code, f.message);
+        }
+        self.next_job += 1;
+        info!(job = %job, owner = req.owner, machine = req.machine, "job submitted");
+        // On disk before the answer: the driver fsyncs it before sending on.
+        self.out.push(Output::Journal(Record::Submitted {
+            job,
+            request: Box::new(req.clone()),
+        }));
+        self.submitted.insert(
+            job,
+            Submitted {
+                owner: req.owner,
+                machine: req.machine,
+                executable: req.executable,
+                spec: req.spec.expand(job.0),
+                submitted_unix: req.submitted_unix,
+                master: None,
+            },
+        );
+        self.send(link, FromGlobal::Submitted { job });
+    }
+
+    /// `carmi rm`.
+    pub(super) fn remove_job(&mut self, link: LinkId, job: JobId) {
+        if !self.alloc.has_job(job) {
+            let message = format!(
+                "job {} is not in the queue (it ended or never existed)",
+                job.0
+            );
+            return self.admin_fail(link, FailureCode::Invalid, message);
+        }
+        info!(job = %job, "job removed by an administrator");
+        self.end_job(job);
+        self.send(link, FromGlobal::Removed { job });
+    }
+
+    /// One job for `carmi q`.
+    fn job_status(&self, job: JobId) -> JobStatus {
+        let phase = self.alloc.job_phase(job).unwrap_or(Phase::Attached);
+        let sub = self.submitted.get(&job);
+        JobStatus {
+            job,
+            owner: sub
+                .map(|s| s.owner.clone())
+                .unwrap_or_else(|| self.alloc.job_owner(job)),
+            submitted_unix: sub.map_or(0, |s| s.submitted_unix),
+            state: phase.name().to_string(),
+            executable: sub.map(|s| s.executable.name.clone()).unwrap_or_default(),
+            master: sub.and_then(|s| s.master),
+            classes: self.alloc.class_status(job),
+        }
+    }
+
+    /// `carmi q`.
+    pub(super) fn queue(&mut self, link: LinkId) {
+        let jobs = self
+            .alloc
+            .job_ids()
+            .into_iter()
+            .map(|j| self.job_status(j))
+            .collect();
+        self.send(link, FromGlobal::Queue(jobs));
+    }
+
+    /// `carmi q -analyze`.
+    pub(super) fn analyze(&mut self, link: LinkId, job: JobId) {
+        if !self.alloc.has_job(job) {
+            let message = format!(
+                "job {} is not in the queue (it ended or never existed)",
+                job.0
+            );
+            return self.admin_fail(link, FailureCode::Invalid, message);
+        }
+        let analysis = JobAnalysis {
+            job: self.job_status(job),
+            queued_ahead: self.alloc.queued_ahead(job).unwrap_or(0),
+            classes: self.alloc.analyze(job),
+        };
+        self.send(link, FromGlobal::Analysis(analysis));
+    }
+
+    /// The allocator started `job`: its master goes to the submit machine.
+    pub(super) fn start_master(&mut self, job: JobId) {
+        let Some(sub) = self.submitted.get(&job).cloned() else {
+            return;
+        };
+        let process = self.procs.fresh_id();
+        let mut proc = new_proc(job, true);
+        proc.state = ProcessState::Starting;
+        self.procs.insert(process, proc);
+        self.masters.insert(process, (job, sub.machine.clone()));
+        if let Some(s) = self.submitted.get_mut(&job) {
+            s.master = Some(process);
+        }
+        self.out.push(Output::Journal(Record::Started {
+            job,
+            master: process,
+        }));
+        match self.ready_link(&sub.machine) {
+            Some(link) => self.send_master(link, process, job),
+            None => {
+                // Sent when the machine advertises again (`unsent_masters`).
+                info!(job = %job, machine = sub.machine, "the submit machine is away; the master starts when it is back");
+            }
+        }
+    }
+
+    /// Sends `SpawnMaster` for `process`, the master of `job`, on `link`.
+    pub(super) fn send_master(&mut self, link: LinkId, process: ProcessId, job: JobId) {
+        let Some(sub) = self.submitted.get(&job).cloned() else {
+            return;
+        };
+        if self.sent_masters.contains(&process)
+            || self
+                .procs
+                .find(process)
+                .is_some_and(|p| p.state != ProcessState::Starting)
+        {
+            return;
+        }
+        self.sent_masters.insert(process);
+        info!(job = %job, %process, machine = sub.machine, "starting the master");
+        let env = sub.spec.environment.clone();
+        self.send(
+            link,
+            FromGlobal::SpawnMaster {
+                process,
+                job,
+                executable: sub.executable,
+                args: sub.spec.arguments,
+                env,
+                output: sub.spec.output,
+                error: sub.spec.error,
+                input_files: sub.spec.transfer_input_files,
+            },
+        );
+    }
+
+    /// The job a master process leads, if `process` is one and runs on `machine`.
+    pub(super) fn master_on(&self, process: ProcessId, machine: &str) -> Option<JobId> {
+        self.masters
+            .get(&process)
+            .filter(|(_, m)| m == machine)
+            .map(|(j, _)| *j)
+    }
+
+    /// A master reported by its local RM: started, or exited (which ends its job).
+    pub(super) fn master_report(
+        &mut self,
+        process: ProcessId,
+        job: JobId,
+        outcome: Result<(), ExitStatus>,
+    ) {
+        match outcome {
+            Ok(()) => {
+                if self
+                    .procs
+                    .find(process)
+                    .is_some_and(|p| p.state == ProcessState::Starting)
+                {
+                    self.procs.set_state(process, ProcessState::Running);
+                }
+                self.alloc.on_master_running(job);
+            }
+            Err(status) => {
+                info!(job = %job, %process, ?status, "the master ended; so does its job");
+                self.masters.remove(&process);
+                self.sent_masters.remove(&process);
+                self.end_job(job);
+            }
+        }
+    }
+
+    /// Kills the master of `job` if it runs (called as the job ends).
+    pub(super) fn kill_master(&mut self, job: JobId) {
+        let Some(sub) = self.submitted.remove(&job) else {
+            return;
+        };
+        self.out.push(Output::Journal(Record::Ended { job }));
+        if let Some(p) = sub.master
+            && self.masters.remove(&p).is_some()
+            && self.sent_masters.remove(&p)
+            && let Some(link) = self.ready_link(&sub.machine)
+        {
+            self.send(link, FromGlobal::Kill { process: p });
+        }
+    }
+}
+
+impl Router {
+    /// Replays the journal of an earlier run, before any connection: waiting
+    /// jobs queue again, started ones run again (their masters are expected
+    /// back with their local RMs), ended ones are forgotten.
+    pub fn recover(&mut self, records: Vec<Record>) {
+        for r in records {
+            match r {
+                Record::Submitted { job, request } => {
+                    self.next_job = self.next_job.max(job.0 + 1);
+                    let req = *request;
+                    let limits: Vec<ClassLimits> = req
+                        .spec
+                        .classes
+                        .iter()
+                        .map(|c| ClassLimits {
+                            name: c.name.clone(),
+                            expression: c.requirements.clone(),
+                            min: c.min,
+                            max: c.max,
+                            rank: c.rank.clone(),
+                        })
+                        .collect();
+                    if let Err(f) = self.alloc.submit_job(job, &req.owner, &limits) {
+                        warn!(job = %job, "journal: cannot recover the job: {}", f.message);
+                        continue;
+                    }
+                    self.submitted.insert(
+                        job,
+                        Submitted {
+                            owner: req.owner,
+                            machine: req.machine,
+                            executable: req.executable,
+                            spec: req.spec.expand(job.0),
+                            submitted_unix: req.submitted_unix,
+                            master: None,
+                        },
+                    );
+                }
+                Record::Started { job, master } => {
+                    let Some(sub) = self.submitted.get_mut(&job) else {
+                        continue;
+                    };
+                    sub.master = Some(master);
+                    let machine = sub.machine.clone();
+                    self.alloc.recover_running(job);
+                    self.procs.insert(master, new_proc(job, true));
+                    self.masters.insert(master, (job, machine));
+                    // Sent before the restart; its local RM will re-report it.
+                    self.sent_masters.insert(master);
+                }
+                Record::Ended { job } => {
+                    if let Some(sub) = self.submitted.remove(&job)
+                        && let Some(p) = sub.master
+                    {
+                        self.masters.remove(&p);
+                        self.sent_masters.remove(&p);
+                    }
+                    for p in self.procs.of_job(job) {
+                        self.procs.remove(p);
+                        self.recovered.remove(&p);
+                    }
+                    self.alloc.on_job_ended(job);
+                }
+                Record::Machine { name, hosts } => {
+                    if !self.alloc.recover_machine(&name, &hosts) {
+                        warn!(
+                            machine = name,
+                            "journal: its host ids cannot be given back; it gets new ones"
+                        );
+                    }
+                }
+                Record::Spawned {
+                    process,
+                    job,
+                    host,
+                    class,
+                    origin,
+                } => {
+                    if !self.alloc.has_job(job) {
+                        continue;
+                    }
+                    let mut proc = new_proc(job, false);
+                    proc.host = Some(host);
+                    proc.origin = origin;
+                    self.procs.insert(process, proc);
+                    self.recovered.insert(process, (job, class));
+                }
+                Record::Exited { process } => {
+                    self.procs.remove(process);
+                    self.recovered.remove(&process);
+                }
+            }
+        }
+        // Nothing is online yet: whatever the allocator says now concerns no one.
+        let _ = self.alloc.take_effects();
+        info!(jobs = self.submitted.len(), "journal replayed");
+    }
+}

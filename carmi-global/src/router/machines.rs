@@ -1,0 +1,223 @@
+//! Machines at the router: registration and reconciliation of what a
+//! reconnecting local RM still runs, heartbeats, loss, and owner-policy slot changes.
+
+use std::collections::BTreeSet;
+
+use carmi_api::ids::{JobId, ProcessId};
+use carmi_api::msg::{ExitStatus, FromGlobal, ProcessState, SlotActivity};
+use classad::ClassAd;
+use tracing::{debug, info, warn};
+
+use super::{LinkId, Output, Router};
+
+impl Router {
+    /// Any message from a registered machine proves it alive.
+    pub(super) fn touch(&mut self, name: &str) {
+        let deadline = self.now.saturating_add(self.lost_after());
+        // Only registered machines have a deadline to push back.
+        if let Some(p) = self.presence.get_mut(name)
+            && let Some(old) = p.deadline.as_mut().map(|d| std::mem::replace(d, deadline))
+        {
+            self.deadlines.remove(&(old, name.to_string()));
+            self.deadlines.insert((deadline, name.to_string()));
+        }
+    }
+
+    pub(super) fn advertise(
+        &mut self,
+        link: LinkId,
+        name: &str,
+        ad: &str,
+        slots: u32,
+        running: Vec<ProcessId>,
+    ) {
+        if slots > self.config.max_slots {
+            let reason = format!(
+                "machine `{name}` advertised {slots} slots; at most {} are accepted",
+                self.config.max_slots
+            );
+            return self.close(link, reason);
+        }
+        let ad = match ClassAd::parse_any(ad) {
+            Ok(ad) => ad,
+            Err(e) => {
+                let reason = format!("the machine ad of `{name}` does not parse: {e}");
+                return self.close(link, reason);
+            }
+        };
+        let known = self.alloc.known_hosts(name).len();
+        let hosts = self.alloc.on_machine_registered(name, ad, slots);
+        if hosts.len() > known {
+            self.out
+                .push(Output::Journal(crate::journal::Record::Machine {
+                    name: name.to_string(),
+                    hosts: self.alloc.known_hosts(name).to_vec(),
+                }));
+        }
+        let deadline = self.now.saturating_add(self.lost_after());
+        let p = self.presence.entry(name.to_string()).or_default();
+        p.ready = true;
+        if let Some(old) = p.deadline.replace(deadline) {
+            self.deadlines.remove(&(old, name.to_string()));
+        }
+        self.deadlines.insert((deadline, name.to_string()));
+        info!(machine = name, slots, "machine registered");
+        // The answer first: a local RM may expect it before anything else.
+        self.send(
+            link,
+            FromGlobal::Registered {
+                hosts: hosts.clone(),
+                heartbeat_ms: self
+                    .config
+                    .heartbeat
+                    .as_millis()
+                    .try_into()
+                    .unwrap_or(u64::MAX),
+            },
+        );
+        // Reconcile with what the local RM says still runs there.
+        let running: BTreeSet<ProcessId> = running.into_iter().collect();
+        for &p in &running {
+            let known = self
+                .procs
+                .find(p)
+                .is_some_and(|pr| pr.is_live() && pr.host.is_some_and(|h| hosts.contains(&h)))
+                || self.master_on(p, name).is_some();
+            if !known {
+                debug!(machine = name, process = %p, "killing a process the global RM no longer knows");
+                self.send(link, FromGlobal::Kill { process: p });
+            }
+        }
+        // Masters that waited for this machine to come back.
+        let waiting: Vec<(ProcessId, JobId)> = self
+            .masters
+            .iter()
+            .filter(|(p, (_, m))| m == name && !self.sent_masters.contains(p))
+            .map(|(&p, &(j, _))| (p, j))
+            .collect();
+        for (p, j) in waiting {
+            self.send_master(link, p, j);
+        }
+        // Processes recovered from the journal that still run get their hosts back.
+        for &p in &running {
+            if let Some((job, class)) = self.recovered.remove(&p)
+                && let Some(host) = self.procs.find(p).and_then(|pr| pr.host)
+                && !self.alloc.recover_claim(host, job, &class, p)
+            {
+                warn!(machine = name, process = %p, "its host went to another job meanwhile; killing it");
+                self.send(link, FromGlobal::Kill { process: p });
+                self.exit_process(p, ExitStatus::HostLost, 0.0);
+            }
+        }
+        // Processes it no longer runs most likely ended while it was away:
+        // their `Exited` follows `Registered` from its backlog, with the real
+        // status. Whatever is still unexplained at its next heartbeat (sent
+        // after the backlog) was lost.
+        let mut suspects: Vec<ProcessId> = hosts
+            .iter()
+            .flat_map(|&h| self.procs.live_on(h))
+            .filter(|p| !running.contains(p))
+            .collect();
+        // Masters sent to it earlier run outside its slots.
+        suspects.extend(
+            self.masters
+                .iter()
+                .filter(|(p, (_, m))| {
+                    m == name && self.sent_masters.contains(p) && !running.contains(p)
+                })
+                .map(|(&p, _)| p),
+        );
+        if let Some(p) = self.presence.get_mut(name) {
+            p.suspects = suspects;
+        }
+    }
+
+    pub(super) fn heartbeat(&mut self, name: &str, update: &str) {
+        let suspects = self
+            .presence
+            .get_mut(name)
+            .map(|p| std::mem::take(&mut p.suspects))
+            .unwrap_or_default();
+        for p in suspects {
+            if let Some(job) = self.master_on(p, name) {
+                // The local RM restarted without it: the master is gone, so is its job.
+                self.exit_process(p, ExitStatus::HostLost, 0.0);
+                self.master_report(p, job, Err(ExitStatus::HostLost));
+            } else if self.runs_on(p, name) {
+                self.exit_process(p, ExitStatus::HostLost, 0.0);
+            }
+        }
+        if update.trim().is_empty() {
+            return;
+        }
+        match ClassAd::parse_old(update) {
+            Ok(ad) => {
+                self.alloc.on_machine_updated(name, &ad);
+            }
+            Err(e) => warn!(
+                machine = name,
+                "heartbeat update ignored: it does not parse: {e}"
+            ),
+        }
+    }
+
+    pub(super) fn machine_lost(&mut self, name: &str, reason: String) {
+        warn!(machine = name, "{reason}; declaring it lost");
+        // A job whose master ran there has lost its master: it ends.
+        let masters: Vec<(ProcessId, JobId)> = self
+            .masters
+            .iter()
+            .filter(|(_, (_, m))| m == name)
+            .map(|(&p, &(j, _))| (p, j))
+            .collect();
+        for (p, j) in masters {
+            self.exit_process(p, ExitStatus::HostLost, 0.0);
+            self.master_report(p, j, Err(ExitStatus::HostLost));
+        }
+        for h in self.alloc.machine_hosts(name).to_vec() {
+            for p in self.procs.live_on(h) {
+                self.exit_process(p, ExitStatus::HostLost, 0.0);
+            }
+        }
+        self.alloc.on_machine_lost(name);
+        // Jobs hear about it before the connection goes.
+        self.flush();
+        if let Some(p) = self.presence.get_mut(name) {
+            if let Some(d) = p.deadline.take() {
+                self.deadlines.remove(&(d, name.to_string()));
+            }
+            p.ready = false;
+            if let Some(link) = p.link.take() {
+                self.links.remove(&link);
+                self.close(link, reason);
+            }
+        }
+    }
+
+    pub(super) fn slot_state(&mut self, name: &str, slot: u32, state: SlotActivity) {
+        let Some(host) = self.alloc.host_of_slot(name, slot) else {
+            warn!(
+                machine = name,
+                slot, "state change for a slot the machine did not advertise"
+            );
+            return;
+        };
+        if state == SlotActivity::Vacated {
+            // The local RM killed them; whatever it reports later is old news.
+            for p in self.procs.live_on(host) {
+                self.exit_process(p, ExitStatus::HostLost, 0.0);
+            }
+        }
+        self.alloc.on_slot_state(name, slot, state);
+        let (from, to) = match state {
+            SlotActivity::Suspended => (ProcessState::Running, ProcessState::Suspended),
+            SlotActivity::Available => (ProcessState::Suspended, ProcessState::Running),
+            SlotActivity::Vacated => return,
+        };
+        for p in self.procs.live_on(host) {
+            if self.procs.find(p).is_some_and(|pr| pr.state == from) {
+                self.procs.set_state(p, to.clone());
+            }
+        }
+    }
+}

@@ -1,0 +1,271 @@
+//! `carmi-stage`: how long it takes to stage one executable to 1, 4, 16 and
+//! 64 slots, for 4, 8 and 12 MiB, with one local RM per slot, all on this
+//! host. Prints Markdown for `BENCHMARKS.md`:
+//!
+//! ```text
+//! cargo run --release -p carmi-tests --bin carmi-stage
+//! ```
+//!
+//! For each pool size, a job takes every slot; then, per executable size and
+//! repetition, a fresh executable (new contents, so cached nowhere) is
+//! spawned once on every slot (*cold*: upload, distribution to every
+//! machine's cache, start), and again (*warm*: start only). Staging is cold
+//! minus warm, and the per-slot rate is size / staging (every slot's
+//! machine receives the whole executable).
+
+use std::collections::{HashSet, VecDeque};
+use std::error::Error;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use carmi_api::client::{Carmi, ConnectOptions, EventStream, Incoming, connect};
+use carmi_api::ids::{HostId, RequestId};
+use carmi_api::msg::{Event, ExitStatus, SpawnTarget};
+use carmi_tests::{Pool, PoolOptions};
+
+type Result<T> = std::result::Result<T, Box<dyn Error + Send + Sync>>;
+
+const SLOTS: [usize; 4] = [1, 4, 16, 64];
+const SIZES_MIB: [usize; 3] = [4, 8, 12];
+const REPS: usize = 3;
+const PATIENCE: Duration = Duration::from_secs(120);
+
+/// Events kept while waiting for others.
+struct Inbox {
+    events: EventStream,
+    kept: VecDeque<Incoming>,
+}
+
+impl Inbox {
+    async fn take<T>(
+        &mut self,
+        what: &str,
+        mut want: impl FnMut(&Incoming) -> Option<T>,
+    ) -> Result<T> {
+        if let Some(i) = self.kept.iter().position(|x| want(x).is_some()) {
+            let item = self.kept.remove(i).expect("position is in range");
+            return Ok(want(&item).expect("accepted a moment ago"));
+        }
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            match tokio::time::timeout_at(deadline, self.events.next()).await {
+                Ok(Some(item)) => {
+                    if let Some(t) = want(&item) {
+                        return Ok(t);
+                    }
+                    if let Incoming::Rm(Event::Failed { request, failure }) = &item {
+                        return Err(
+                            format!("waiting for {what}: {request} failed: {failure:?}").into()
+                        );
+                    }
+                    self.kept.push_back(item);
+                }
+                Ok(None) => return Err(format!("event stream ended waiting for {what}").into()),
+                Err(_) => return Err(format!("timed out waiting for {what}").into()),
+            }
+        }
+    }
+}
+
+/// A job holding `count` hosts of every machine.
+async fn job(pool: &Pool, count: usize) -> Result<(Carmi, Inbox, Vec<HostId>)> {
+    let opts = ConnectOptions::new(pool.locals[0].app_addr.clone(), pool.secret.clone());
+    let (carmi, events) = connect(opts).await?;
+    let mut inbox = Inbox {
+        events,
+        kept: VecDeque::new(),
+    };
+    let def = carmi.define_class("any", "true");
+    inbox
+        .take("DefineClass", |x| match x {
+            Incoming::Rm(Event::Done { request, .. }) if *request == def => Some(()),
+            _ => None,
+        })
+        .await?;
+    let add = carmi.addhosts("any", count as u32, count as u32);
+    let mut hosts = Vec::new();
+    while hosts.len() < count {
+        let got = inbox
+            .take("hosts", |x| match x {
+                Incoming::Rm(Event::HostsAdded { request, hosts, .. }) if *request == add => {
+                    Some(hosts.iter().map(|h| h.host).collect::<Vec<_>>())
+                }
+                _ => None,
+            })
+            .await?;
+        hosts.extend(got);
+    }
+    Ok((carmi, inbox, hosts))
+}
+
+/// A `size`-byte shell script that exits at once; `seed` makes its hash new.
+fn write_executable(path: &Path, size: usize, seed: u64) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = Vec::with_capacity(size);
+    out.extend_from_slice(b"#!/bin/sh\nexit 0\n");
+    let mut x = seed | 1;
+    while out.len() < size {
+        out.push(b'#');
+        for _ in 0..8 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            out.extend_from_slice(format!("{x:016x}").as_bytes());
+        }
+        out.push(b'\n');
+    }
+    out.truncate(size - 1);
+    out.push(b'\n');
+    std::fs::write(path, &out)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))?;
+    Ok(())
+}
+
+/// Spawns `exe` once per host; the time until every process has started.
+async fn spawn_all(
+    carmi: &Carmi,
+    inbox: &mut Inbox,
+    exe: &Path,
+    hosts: &[HostId],
+) -> Result<Duration> {
+    let t0 = Instant::now();
+    let mine: HashSet<RequestId> = hosts
+        .iter()
+        .map(|&h| carmi.class_spawn(exe, Vec::<String>::new(), SpawnTarget::Host(h)))
+        .collect();
+    carmi.flush().await;
+    let (mut started, mut exited) = (0, 0);
+    let mut all_started = Duration::ZERO;
+    while exited < hosts.len() {
+        let e = inbox
+            .take("starts and exits", |x| match x {
+                Incoming::Rm(
+                    e @ (Event::ProcessStarted { request, .. }
+                    | Event::ProcessExited { request, .. }),
+                ) if mine.contains(request) => Some(e.clone()),
+                _ => None,
+            })
+            .await?;
+        match e {
+            Event::ProcessStarted { .. } => {
+                started += 1;
+                if started == hosts.len() {
+                    all_started = t0.elapsed();
+                }
+            }
+            Event::ProcessExited { status, .. } => {
+                if status != ExitStatus::Code(0) {
+                    return Err(format!("a process ended with {status:?}").into());
+                }
+                exited += 1;
+            }
+            _ => {}
+        }
+    }
+    Ok(all_started)
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.0}", d.as_secs_f64() * 1000.0)
+}
+
+async fn measure(pool: &Pool, slots: usize, seed: u64) -> Result<Vec<(usize, Duration, Duration)>> {
+    let (carmi, mut inbox, hosts) = job(pool, slots).await?;
+    let mut rows = Vec::new();
+    for (i, &mib) in SIZES_MIB.iter().enumerate() {
+        let (mut cold, mut warm) = (Vec::new(), Vec::new());
+        for rep in 0..REPS {
+            let exe = pool.dir.join(format!("stage-{mib}-{rep}.sh"));
+            write_executable(
+                &exe,
+                mib << 20,
+                seed ^ (((i * REPS + rep) as u64 + 1) * 0x9e37_79b9),
+            )?;
+            cold.push(spawn_all(&carmi, &mut inbox, &exe, &hosts).await?);
+            warm.push(spawn_all(&carmi, &mut inbox, &exe, &hosts).await?);
+        }
+        rows.push((mib, median(cold), median(warm)));
+    }
+    Ok(rows)
+}
+
+fn main() -> ExitCode {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    if cfg!(debug_assertions) {
+        println!("**Built without `--release`: these numbers are not representative.**\n");
+    }
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64);
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("```\ncargo run --release -p carmi-tests --bin carmi-stage\n```\n");
+    println!(
+        "One local RM per slot on this host ({} CPUs, load average at the start {}); median of {REPS}. \
+         Cold: a fresh executable spawned on every slot (upload, distribution to every cache, start); \
+         warm: the same again (start only); staging = cold - warm; per-slot rate = size / staging (1 MB = 10^6 bytes).\n",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    println!(
+        "| MiB | slots | cold, all started (ms) | warm (ms) | staging (ms) | per-slot MB/s | staging / 1 slot |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    let mut base: Vec<(usize, Duration)> = Vec::new();
+    let mut table: Vec<(usize, usize, Duration, Duration)> = Vec::new();
+    for &slots in &SLOTS {
+        eprintln!("carmi-stage: {slots} slots");
+        // 64 daemons hashing on a small host must not be declared lost.
+        let options = PoolOptions {
+            heartbeat_ms: 1000,
+            missed_heartbeats: 10,
+            ..PoolOptions::default()
+        };
+        let pool = Pool::start_with(
+            &format!("stage-{slots}"),
+            1,
+            &vec![Vec::new(); slots],
+            options,
+        );
+        match rt.block_on(measure(&pool, slots, seed)) {
+            Ok(rows) => {
+                for (mib, cold, warm) in rows {
+                    table.push((mib, slots, cold, warm));
+                }
+            }
+            Err(e) => {
+                eprintln!("carmi-stage: {slots} slots: {e}\n{}", pool.logs());
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    table.sort_by_key(|r| (r.0, r.1));
+    for (mib, slots, cold, warm) in table {
+        let staging = cold.saturating_sub(warm).max(Duration::from_micros(1));
+        if slots == 1 {
+            base.push((mib, staging));
+        }
+        let one = base.iter().find(|b| b.0 == mib).map_or(staging, |b| b.1);
+        let rate = mib as f64 * 1.048_576 / staging.as_secs_f64();
+        println!(
+            "| {mib} | {slots} | {} | {} | {} | {:.0} | {:.1}x |",
+            ms(cold),
+            ms(warm),
+            ms(staging),
+            rate,
+            staging.as_secs_f64() / one.as_secs_f64()
+        );
+    }
+    ExitCode::SUCCESS
+}
