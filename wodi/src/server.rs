@@ -36,11 +36,12 @@ use tracing::{info, warn};
 
 use crate::conn::{Outgoing, Writer, spawn_reader, spawn_writer};
 use crate::ids::{CycleId, StepId, WorkerId};
+use crate::order::LongestFirst;
 use crate::proto::{
     ClassSpec, FromMaster, FromWorker, Hello, HelloRole, ToMaster, ToWorker, WODI_PROTOCOL,
     connect_arg,
 };
-use crate::sched::{ArrivalOrder, LossCause, Output, Sched, SchedConfig, Ticket, Verdict};
+use crate::sched::{LossCause, Output, Sched, SchedConfig, Ticket, Verdict};
 
 /// How long a peer has to send its [`Hello`].
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -169,7 +170,7 @@ pub async fn run(opts: ServerOptions) -> anyhow::Result<()> {
         let _ = due.send(Ev::MasterDue);
     });
     let mut d = Driver {
-        sched: Sched::new(SchedConfig::default(), Box::new(ArrivalOrder)),
+        sched: Sched::new(SchedConfig::default(), Box::new(LongestFirst)),
         start: Instant::now(),
         carmi,
         events_tx,
@@ -491,7 +492,7 @@ impl Driver {
                         suspend_timeout: Duration::from_millis(suspend_timeout_ms),
                         ..SchedConfig::default()
                     };
-                    self.sched = Sched::new(cfg, Box::new(ArrivalOrder));
+                    self.sched = Sched::new(cfg, Box::new(LongestFirst));
                     self.start = Instant::now();
                     self.executable = PathBuf::from(executable);
                     self.args = args;

@@ -106,6 +106,8 @@ pub struct RunSummary {
     pub lower_bound_s: f64,
     /// Length of each cycle, seconds.
     pub cycle_s: Vec<f64>,
+    /// Each cycle's own lower bound on all the pool's hosts, seconds.
+    pub cycle_bound_s: Vec<f64>,
 }
 
 /// A finished simulation: its summary and the core's own statistics.
@@ -319,10 +321,7 @@ impl World<'_> {
 
     /// Carries out the core's decisions.
     fn flush(&mut self, sched: &mut Sched, stats_failed: &mut u64) {
-        loop {
-            let Some(out) = sched.poll_output() else {
-                break;
-            };
+        while let Some(out) = sched.poll_output() {
             match out {
                 Output::RequestHosts { count, .. } => {
                     self.demand += count;
@@ -410,7 +409,7 @@ pub fn simulate(cfg: &SimConfig, dispatch: Box<dyn Dispatch>) -> SimRun {
     let mut next_owner = owners.next();
     let mut sched = Sched::new(cfg.sched.clone(), dispatch);
     let mut failed = 0u64;
-    let mut lower = lower_bound(&world.times, &cfg.speeds);
+    let mut bounds = vec![lower_bound(&world.times, &cfg.speeds)];
     let mut cycle_s = Vec::new();
     let mut cycle: u32 = 0;
     let mut cycle_start: f64 = 0.0;
@@ -571,7 +570,7 @@ pub fn simulate(cfg: &SimConfig, dispatch: Box<dyn Dispatch>) -> SimRun {
                             }
                         }
                         world.times = sample_cycle(&cfg.profile, &mut rng);
-                        lower += lower_bound(&world.times, &cfg.speeds);
+                        bounds.push(lower_bound(&world.times, &cfg.speeds));
                         open = n;
                         for i in 0..n {
                             sched.submit(
@@ -618,8 +617,13 @@ pub fn simulate(cfg: &SimConfig, dispatch: Box<dyn Dispatch>) -> SimRun {
         } else {
             0.0
         },
-        lower_bound_s: lower,
+        lower_bound_s: bounds.iter().sum(),
         cycle_s,
+        cycle_bound_s: bounds,
     };
     SimRun { summary, stats }
 }
+
+#[cfg(test)]
+#[path = "sim_tests.rs"]
+mod tests;

@@ -32,7 +32,7 @@ struct Args {
     /// Single steps timed one at a time.
     #[arg(long, default_value_t = 2_000)]
     latency_steps: u64,
-    /// Local RM of an existing pool (default: start a local test pool).
+    /// Local RM of an existing pool (default: start an embedded pool in this process).
     #[arg(long, requires = "secret")]
     pool: Option<String>,
     /// Secret file of that pool.
@@ -54,7 +54,7 @@ fn main() -> anyhow::Result<()> {
             .run();
     }
     let args = Args::parse();
-    let rt = tokio::runtime::Builder::new_current_thread()
+    let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     rt.block_on(bench(args))
@@ -80,6 +80,7 @@ async fn expect_done(master: &mut Master) -> anyhow::Result<()> {
 }
 
 async fn bench(args: Args) -> anyhow::Result<()> {
+    // An embedded pool (no owners) lives as long as this function.
     let _pool;
     let pool = match (&args.pool, &args.secret) {
         (Some(local), Some(secret)) => PoolAddr {
@@ -87,11 +88,14 @@ async fn bench(args: Args) -> anyhow::Result<()> {
             secret_file: secret.clone(),
         },
         _ => {
-            let p =
-                carmi_tests::Pool::start("wodi-bench", 1, &vec![Vec::new(); args.workers as usize]);
+            let p = owner_sim::EmbeddedPool::start(owner_sim::PoolOptions {
+                hosts: args.workers as usize,
+                ..owner_sim::PoolOptions::default()
+            })
+            .await?;
             let addr = PoolAddr {
-                local: p.locals[0].app_addr.clone(),
-                secret_file: p.secret_path.clone(),
+                local: p.submit_addr().to_string(),
+                secret_file: p.secret_file().to_path_buf(),
             };
             _pool = p;
             addr
