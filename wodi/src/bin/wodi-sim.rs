@@ -1,0 +1,242 @@
+//! `wodi-sim`: runs WoDi's scheduler core on a simulated opportunistic pool
+//! in virtual time, hours of a run in a fraction of a second, and prints the
+//! paper's figures (run length, occupancy, CPU time, efficiency, hosts added
+//! and lost) per run and over runs.
+//!
+//! ```text
+//! wodi-sim --steps 31 --cycles 35 --hosts 20 --owners stochastic --seed 1 --runs 61
+//! wodi-sim --hosts 24 --owners none --ordering none      # the paper's sequential order
+//! wodi-sim --hosts 24 --owners none --fewest-hosts 0.05  # ask for the fewest hosts
+//! ```
+
+use std::process::ExitCode;
+
+use clap::{Parser, ValueEnum};
+use owner_sim::OwnerModel;
+use serde::Serialize;
+use wodi::order::LongestFirst;
+use wodi::profile::{StepProfile, materials};
+use wodi::sched::{ArrivalOrder, Dispatch, SchedConfig};
+use wodi::sim::{PoolPolicy, RunSummary, SimConfig, simulate};
+
+/// Simulate WoDi runs of the paper's materials application on an opportunistic pool.
+#[derive(Parser, Debug)]
+#[command(name = "wodi-sim", version)]
+struct Cli {
+    /// Steps per cycle (the materials profile, stretched or shrunk to this many).
+    #[arg(long, default_value_t = 31)]
+    steps: usize,
+    /// Cycles per run.
+    #[arg(long, default_value_t = 35)]
+    cycles: u32,
+    /// Hosts in the pool (the run asks for all of them unless --fewest-hosts).
+    #[arg(long, default_value_t = 16)]
+    hosts: usize,
+    /// Host speeds: all 1.0, or spread evenly over 0.5..2.0.
+    #[arg(long, value_enum, default_value_t = Speeds::Identical)]
+    speeds: Speeds,
+    /// Owner model: `none`, `stochastic`, or `trace:FILE`.
+    #[arg(long, default_value = "stochastic")]
+    owners: String,
+    /// Hour of the week (0 = Monday 00:00) at which the first run starts;
+    /// successive runs start every `--spacing` hours after it.
+    #[arg(long, default_value_t = 9.0)]
+    start_hour: f64,
+    /// Hours between the starts of successive runs.
+    #[arg(long, default_value_t = 2.75)]
+    spacing: f64,
+    /// Seed of the first run (run r uses seed + r).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// How steps are ordered: `lpt` (history, longest first, earliest finish) or `none` (arrival).
+    #[arg(long, value_enum, default_value_t = Ordering::Lpt)]
+    ordering: Ordering,
+    /// After each cycle, ask for the fewest hosts that reach the best cycle within this tolerance (e.g. 0.05).
+    #[arg(long)]
+    fewest_hosts: Option<f64>,
+    /// Seconds a suspended worker keeps its step before it is sent elsewhere.
+    #[arg(long, default_value_t = 120.0)]
+    suspend_timeout: f64,
+    /// Number of runs.
+    #[arg(long, default_value_t = 1)]
+    runs: u32,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Ordering {
+    None,
+    Lpt,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Speeds {
+    Identical,
+    Varied,
+}
+
+#[derive(Serialize)]
+struct Aggregate {
+    mean: f64,
+    std: f64,
+    min: f64,
+    max: f64,
+}
+
+fn aggregate(xs: &[f64]) -> Aggregate {
+    let n = xs.len().max(1) as f64;
+    let mean = xs.iter().sum::<f64>() / n;
+    let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n;
+    Aggregate {
+        mean,
+        std: var.sqrt(),
+        min: xs.iter().copied().fold(f64::INFINITY, f64::min),
+        max: xs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+    }
+}
+
+/// The materials profile with `n` steps: step i takes the time of the
+/// profile's step at the same relative position.
+fn profile(n: usize) -> Vec<StepProfile> {
+    let base = materials();
+    (0..n).map(|i| base[i * base.len() / n.max(1)]).collect()
+}
+
+fn hms(s: f64) -> String {
+    let m = (s / 60.0).round() as u64;
+    format!("{}:{:02}", m / 60, m % 60)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let owners = match OwnerModel::from_spec(&cli.owners) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("wodi-sim: --owners: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if cli.hosts == 0 || cli.steps == 0 || cli.cycles == 0 {
+        eprintln!("wodi-sim: --hosts, --steps and --cycles must be at least 1");
+        return ExitCode::from(2);
+    }
+    let speeds: Vec<f64> = match cli.speeds {
+        Speeds::Identical => vec![1.0; cli.hosts],
+        Speeds::Varied => (0..cli.hosts)
+            .map(|i| 0.5 + 1.5 * i as f64 / (cli.hosts.max(2) - 1) as f64)
+            .collect(),
+    };
+    let mut runs: Vec<RunSummary> = Vec::new();
+    for r in 0..cli.runs {
+        let cfg = SimConfig {
+            profile: profile(cli.steps),
+            cycles: cli.cycles,
+            speeds: speeds.clone(),
+            owners: owners.clone(),
+            owner_offset: (cli.start_hour + f64::from(r) * cli.spacing) * 3600.0 - 9.0 * 3600.0,
+            policy: PoolPolicy::default(),
+            hosts_wanted: cli.hosts as u32,
+            fewest_hosts: cli.fewest_hosts,
+            sched: SchedConfig {
+                suspend_timeout: std::time::Duration::from_secs_f64(cli.suspend_timeout),
+                ..SchedConfig::default()
+            },
+            seed: cli.seed + u64::from(r),
+        };
+        let dispatch: Box<dyn Dispatch> = match cli.ordering {
+            Ordering::None => Box::new(ArrivalOrder),
+            Ordering::Lpt => Box::new(LongestFirst),
+        };
+        runs.push(simulate(&cfg, dispatch).summary);
+    }
+    let field = |f: fn(&RunSummary) -> f64| aggregate(&runs.iter().map(f).collect::<Vec<_>>());
+    if cli.json {
+        let out = serde_json::json!({
+            "config": {
+                "steps": cli.steps, "cycles": cli.cycles, "hosts": cli.hosts, "speeds": cli.speeds,
+                "owners": cli.owners, "seed": cli.seed, "ordering": cli.ordering,
+                "fewest_hosts": cli.fewest_hosts, "runs": cli.runs,
+            },
+            "runs": runs,
+            "run_length_s": field(|r| r.run_length_s),
+            "occupancy_s": field(|r| r.occupancy_s),
+            "cpu_time_s": field(|r| r.cpu_time_s),
+            "efficiency": field(|r| r.efficiency),
+            "adds": field(|r| f64::from(r.adds)),
+            "losses": field(|r| f64::from(r.losses)),
+            "mean_hosts": field(|r| r.mean_hosts),
+            "lower_bound_s": field(|r| r.lower_bound_s),
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).expect("JSON of plain data")
+        );
+        return ExitCode::SUCCESS;
+    }
+    println!(
+        "{:>4}  {:>8}  {:>10}  {:>9}  {:>6}  {:>5}  {:>6}  {:>10}  {:>11}",
+        "run",
+        "length",
+        "occupancy",
+        "CPU time",
+        "eff.",
+        "adds",
+        "losses",
+        "avg hosts",
+        "lower bound"
+    );
+    for (i, r) in runs.iter().enumerate() {
+        println!(
+            "{:>4}  {:>8}  {:>10}  {:>9}  {:>5.1}%  {:>5}  {:>6}  {:>10.1}  {:>11}",
+            i + 1,
+            hms(r.run_length_s),
+            hms(r.occupancy_s),
+            hms(r.cpu_time_s),
+            r.efficiency * 100.0,
+            r.adds,
+            r.losses,
+            r.mean_hosts,
+            hms(r.lower_bound_s)
+        );
+    }
+    if runs.len() > 1 {
+        println!();
+        println!(
+            "{:<12} {:>9} {:>9} {:>9} {:>9}",
+            "", "mean", "std", "min", "max"
+        );
+        let time_row = |name: &str, a: Aggregate| {
+            println!(
+                "{:<12} {:>9} {:>9} {:>9} {:>9}",
+                name,
+                hms(a.mean),
+                hms(a.std),
+                hms(a.min),
+                hms(a.max)
+            )
+        };
+        let num_row = |name: &str, a: Aggregate, pct: bool| {
+            let k = if pct { 100.0 } else { 1.0 };
+            let u = if pct { "%" } else { "" };
+            println!(
+                "{:<12} {:>8.1}{u} {:>8.1}{u} {:>8.1}{u} {:>8.1}{u}",
+                name,
+                a.mean * k,
+                a.std * k,
+                a.min * k,
+                a.max * k
+            )
+        };
+        num_row("avg hosts", field(|r| r.mean_hosts), false);
+        time_row("run length", field(|r| r.run_length_s));
+        num_row("efficiency", field(|r| r.efficiency), true);
+        time_row("occupancy", field(|r| r.occupancy_s));
+        num_row("adds", field(|r| f64::from(r.adds)), false);
+        num_row("losses", field(|r| f64::from(r.losses)), false);
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,35 @@
+//! A worker for WoDi's own tests: it answers each step with the init data,
+//! the current cycle's begin data and the step's data, so that tests can
+//! check that every worker got what the master sent before its steps.
+//! A step whose data is `crash` kills the worker (a poison step); `sleep MS`
+//! sleeps first; `pid DIR MS` creates the file `DIR/PID-STEP`, then sleeps.
+
+fn main() -> anyhow::Result<()> {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    let init = Rc::new(RefCell::new(String::new()));
+    let cycle = Rc::new(RefCell::new(String::new()));
+    let (i2, c2, i3, c3) = (init.clone(), cycle.clone(), init.clone(), cycle.clone());
+    wodi::worker::Worker::new()
+        .on_init(move |s: String| *i2.borrow_mut() = s)
+        .on_begin_cycle(move |c, s: String| *c2.borrow_mut() = format!("{c}:{s}"))
+        .on_step(move |step, data: String| {
+            if data == "crash" {
+                std::process::abort();
+            }
+            if let Some(rest) = data.strip_prefix("pid ") {
+                let (dir, ms) = rest.rsplit_once(' ').ok_or("pid DIR MS")?;
+                let pid = std::process::id();
+                std::fs::write(format!("{dir}/{pid}-{}", step.0), b"")
+                    .map_err(|e| format!("{e}"))?;
+                let ms: u64 = ms.parse().map_err(|e| format!("{e}"))?;
+                std::thread::sleep(std::time::Duration::from_millis(ms));
+            }
+            if let Some(ms) = data.strip_prefix("sleep ") {
+                let ms: u64 = ms.parse().map_err(|e| format!("{e}"))?;
+                std::thread::sleep(std::time::Duration::from_millis(ms));
+            }
+            Ok(format!("{}|{}|{step}|{data}", i3.borrow(), c3.borrow()))
+        })
+        .run()
+}

@@ -1,0 +1,357 @@
+//! The master library.
+//!
+//! [`Master::init`] starts the WoDi server (by default the current executable
+//! again, with `WODI_ROLE=server`; see [`crate::enter`]), connects to it and
+//! sends the classes, the worker command and the init data. Then the master
+//! submits steps ([`Master::send_work`]), optionally grouped in cycles, and
+//! receives one [`StepOutcome`] per step ([`Master::recv_result`]). Sending
+//! never waits: frames are queued to a writer task that batches them.
+//! [`Master::complete`] releases the pool and returns the [`Stats`].
+//!
+//! Cycles: a cycle's steps should all have returned before the next
+//! `begin_cycle`, since a worker holds one cycle's begin data at a time.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use bytes::Bytes;
+use carmi_api::frame::FrameReader;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::mpsc;
+
+use crate::conn::{Outgoing, Writer, spawn_reader, spawn_writer};
+use crate::ids::{CycleId, StepId};
+use crate::proto::{ClassSpec, FromMaster, Hello, HelloRole, ToMaster, WODI_PROTOCOL};
+use crate::stats::Stats;
+
+/// Which executable runs the server.
+#[derive(Clone, Debug, Default)]
+pub enum ServerCommand {
+    /// This executable again (its `main` must call [`crate::enter`] first).
+    #[default]
+    CurrentExe,
+    /// Another executable that serves when started with `WODI_ROLE=server`
+    /// (the `wodi-server` binary does).
+    Path(PathBuf),
+    /// A server already running for another master (see [`Master::server`]):
+    /// this master shares its workers, so it must name the same worker
+    /// executable and arguments.
+    Connect {
+        /// The server's address.
+        addr: String,
+        /// Its run token.
+        token: String,
+    },
+}
+
+/// Where the pool is: the local RM's address and the pool secret file.
+#[derive(Clone, Debug)]
+pub struct PoolAddr {
+    /// `host:port` of the local RM.
+    pub local: String,
+    /// Path of the pool's secret file.
+    pub secret_file: PathBuf,
+}
+
+/// Everything [`Master::init`] needs besides the init data.
+#[derive(Clone, Debug)]
+pub struct MasterConfig {
+    /// Resource classes with their desired host counts.
+    pub classes: Vec<ClassSpec>,
+    /// The worker executable (uploaded to pool hosts by CARMI).
+    pub worker: PathBuf,
+    /// Arguments for the worker (before WoDi's own `--wodi-connect=`).
+    pub worker_args: Vec<String>,
+    /// The server executable.
+    pub server: ServerCommand,
+    /// The pool; `None` takes `CARMI_LOCAL` and `CARMI_SECRET_FILE` from the environment.
+    pub pool: Option<PoolAddr>,
+    /// Steps in flight per worker.
+    pub prefetch: u32,
+    /// Worker crashes a step may cause before it fails.
+    pub max_attempts: u32,
+    /// How long a suspended worker keeps its steps.
+    pub suspend_timeout: Duration,
+}
+
+impl MasterConfig {
+    /// One class of `count` hosts matching `requirements`, workers running
+    /// `worker` with `args`; defaults for the rest (the current executable
+    /// serves, pool from the environment, one step per worker, 3 attempts,
+    /// 10 s suspension grace).
+    pub fn new(
+        worker: impl Into<PathBuf>,
+        args: Vec<String>,
+        requirements: &str,
+        count: u32,
+    ) -> MasterConfig {
+        MasterConfig {
+            classes: vec![ClassSpec {
+                name: "workers".into(),
+                requirements: requirements.into(),
+                count,
+            }],
+            worker: worker.into(),
+            worker_args: args,
+            server: ServerCommand::CurrentExe,
+            pool: None,
+            prefetch: 1,
+            max_attempts: 3,
+            suspend_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What became of one step.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StepOutcome<R> {
+    /// Its result (the first one; copies are never delivered).
+    Done(StepId, R),
+    /// It will never produce a result.
+    Failed(StepId, String),
+}
+
+/// Why the master API failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MasterError {
+    /// The server could not be started or reached.
+    #[error("starting the WoDi server: {0}")]
+    Start(String),
+    /// The server ended the run.
+    #[error("the WoDi server stopped the run: {0}")]
+    Fatal(String),
+    /// The connection to the server is gone.
+    #[error("lost the WoDi server: {0}")]
+    Disconnected(String),
+    /// Data could not be (de)serialized.
+    #[error("step data: {0}")]
+    Codec(#[from] serde_json::Error),
+}
+
+enum FromServer {
+    Msg(ToMaster, Bytes),
+    Gone(Option<String>),
+}
+
+/// A running master-worker computation. Dropping it closes the connection
+/// to the server, which then stops the workers and releases every host
+/// (without returning statistics; use [`Master::complete`] for those).
+pub struct Master {
+    writer: Writer,
+    events: mpsc::UnboundedReceiver<FromServer>,
+    /// The server process, if this master started it.
+    server: Option<tokio::process::Child>,
+    addr: String,
+    token: String,
+    stats: Option<Stats>,
+}
+
+/// Starts a server process and reads the address it listens on.
+async fn spawn_server(
+    exe: PathBuf,
+    cfg: &MasterConfig,
+) -> Result<(String, String, Option<tokio::process::Child>), MasterError> {
+    let start = |e: String| MasterError::Start(e);
+    let token = format!("{:032x}", rand::random::<u128>());
+    let mut cmd = tokio::process::Command::new(&exe);
+    cmd.env(crate::ENV_ROLE, "server")
+        .env(crate::ENV_TOKEN, &token)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped());
+    if let Some(pool) = &cfg.pool {
+        cmd.env(carmi_api::client::ENV_LOCAL, &pool.local)
+            .env(carmi_api::client::ENV_SECRET_FILE, &pool.secret_file);
+    }
+    let mut server = cmd
+        .spawn()
+        .map_err(|e| start(format!("{}: {e}", exe.display())))?;
+    let stdout = server.stdout.take().expect("stdout is piped");
+    let mut line = String::new();
+    let read = tokio::time::timeout(
+        Duration::from_secs(60),
+        BufReader::new(stdout).read_line(&mut line),
+    )
+    .await;
+    let addr = match read {
+        Ok(Ok(n)) if n > 0 => line
+            .trim()
+            .strip_prefix("listening on ")
+            .map(str::to_string)
+            .ok_or_else(|| start(format!("{} printed {line:?}", exe.display())))?,
+        Ok(_) => {
+            let status = server.wait().await.ok();
+            return Err(start(format!(
+                "{} exited ({status:?}) before reporting its address; see its stderr",
+                exe.display()
+            )));
+        }
+        Err(_) => return Err(start("no address within 60 s".into())),
+    };
+    Ok((addr, token, Some(server)))
+}
+
+impl Master {
+    /// Starts the server and the run with `init` (JSON) as every worker's init data.
+    pub async fn init<T: Serialize>(cfg: MasterConfig, init: &T) -> Result<Master, MasterError> {
+        Master::init_raw(cfg, Bytes::from(serde_json::to_vec(init)?)).await
+    }
+
+    /// Starts the server and the run with raw init data.
+    pub async fn init_raw(cfg: MasterConfig, init: Bytes) -> Result<Master, MasterError> {
+        let start = |e: String| MasterError::Start(e);
+        let (addr, token, server) = match &cfg.server {
+            ServerCommand::Connect { addr, token } => (addr.clone(), token.clone(), None),
+            ServerCommand::CurrentExe => {
+                let exe = std::env::current_exe()
+                    .map_err(|e| start(format!("path of this executable: {e}")))?;
+                spawn_server(exe, &cfg).await?
+            }
+            ServerCommand::Path(p) => spawn_server(p.clone(), &cfg).await?,
+        };
+        let stream = carmi_api::net::dial(&addr, carmi_api::net::CONNECT_TIMEOUT)
+            .await
+            .map_err(|e| start(format!("connecting to {addr}: {e}")))?;
+        let (r, w) = stream.into_split();
+        let writer = spawn_writer(w);
+        let (tx, events) = mpsc::unbounded_channel();
+        spawn_reader(
+            FrameReader::with_max(r, crate::proto::MAX_FRAME),
+            tx,
+            FromServer::Msg,
+            FromServer::Gone,
+        );
+        let hello = Hello {
+            version: WODI_PROTOCOL,
+            token: token.clone(),
+            role: HelloRole::Master,
+        };
+        let _ = writer.send(Outgoing::new(&hello, Bytes::new()));
+        let msg = FromMaster::Init {
+            classes: cfg.classes,
+            executable: cfg.worker.to_string_lossy().into_owned(),
+            args: cfg.worker_args,
+            prefetch: cfg.prefetch,
+            max_attempts: cfg.max_attempts,
+            suspend_timeout_ms: cfg.suspend_timeout.as_millis() as u64,
+        };
+        let _ = writer.send(Outgoing::new(&msg, init));
+        let mut master = Master {
+            writer,
+            events,
+            server,
+            addr,
+            token,
+            stats: None,
+        };
+        match master.next().await? {
+            (ToMaster::Ready, _) => Ok(master),
+            (other, _) => Err(start(format!("the server answered {other:?}"))),
+        }
+    }
+
+    /// Where this master's server listens and its run token, for another
+    /// master to share it with [`ServerCommand::Connect`].
+    pub fn server(&self) -> (String, String) {
+        (self.addr.clone(), self.token.clone())
+    }
+
+    fn send(&self, msg: &FromMaster, payload: Bytes) {
+        // A dead connection shows up on the receiving side.
+        let _ = self.writer.send(Outgoing::new(msg, payload));
+    }
+
+    async fn next(&mut self) -> Result<(ToMaster, Bytes), MasterError> {
+        match self.events.recv().await {
+            Some(FromServer::Msg(ToMaster::Fatal { reason }, _)) => Err(MasterError::Fatal(reason)),
+            Some(FromServer::Msg(m, p)) => Ok((m, p)),
+            Some(FromServer::Gone(why)) => {
+                Err(MasterError::Disconnected(why.unwrap_or_else(|| {
+                    "the server closed the connection".into()
+                })))
+            }
+            None => Err(MasterError::Disconnected("the reader stopped".into())),
+        }
+    }
+
+    /// Begins a cycle; `data` (JSON) goes to every worker before its first step of the cycle.
+    pub fn begin_cycle<T: Serialize>(
+        &mut self,
+        cycle: CycleId,
+        data: &T,
+    ) -> Result<(), MasterError> {
+        self.begin_cycle_raw(cycle, Bytes::from(serde_json::to_vec(data)?));
+        Ok(())
+    }
+
+    /// [`Master::begin_cycle`] with raw data.
+    pub fn begin_cycle_raw(&mut self, cycle: CycleId, data: Bytes) {
+        self.send(&FromMaster::BeginCycle { cycle }, data);
+    }
+
+    /// Ends a cycle; `data` (JSON) goes to every current worker.
+    pub fn end_cycle<T: Serialize>(&mut self, cycle: CycleId, data: &T) -> Result<(), MasterError> {
+        self.end_cycle_raw(cycle, Bytes::from(serde_json::to_vec(data)?));
+        Ok(())
+    }
+
+    /// [`Master::end_cycle`] with raw data.
+    pub fn end_cycle_raw(&mut self, cycle: CycleId, data: Bytes) {
+        self.send(&FromMaster::EndCycle { cycle }, data);
+    }
+
+    /// Submits a step with data encoded as JSON.
+    pub fn send_work<T: Serialize>(&mut self, step: StepId, data: &T) -> Result<(), MasterError> {
+        self.send_work_raw(step, Bytes::from(serde_json::to_vec(data)?));
+        Ok(())
+    }
+
+    /// Submits a step with raw data.
+    pub fn send_work_raw(&mut self, step: StepId, data: Bytes) {
+        self.send(&FromMaster::Step { step }, data);
+    }
+
+    /// The next step outcome, its result decoded from JSON.
+    pub async fn recv_result<R: DeserializeOwned>(
+        &mut self,
+    ) -> Result<StepOutcome<R>, MasterError> {
+        Ok(match self.recv_result_raw().await? {
+            StepOutcome::Done(s, data) => StepOutcome::Done(s, serde_json::from_slice(&data)?),
+            StepOutcome::Failed(s, why) => StepOutcome::Failed(s, why),
+        })
+    }
+
+    /// The next step outcome with the raw result.
+    pub async fn recv_result_raw(&mut self) -> Result<StepOutcome<Bytes>, MasterError> {
+        loop {
+            match self.next().await? {
+                (ToMaster::Result { step }, data) => return Ok(StepOutcome::Done(step, data)),
+                (ToMaster::StepFailed { step, reason }, _) => {
+                    return Ok(StepOutcome::Failed(step, reason));
+                }
+                (ToMaster::Stats, data) => self.stats = serde_json::from_slice(&data).ok(),
+                (ToMaster::Ready | ToMaster::Fatal { .. }, _) => {}
+            }
+        }
+    }
+
+    /// Ends the run: the server stops the workers, releases every host and
+    /// returns the statistics; then it exits.
+    pub async fn complete(mut self) -> Result<Stats, MasterError> {
+        self.send(&FromMaster::Complete, Bytes::new());
+        while self.stats.is_none() {
+            match self.next().await? {
+                (ToMaster::Stats, data) => self.stats = Some(serde_json::from_slice(&data)?),
+                _ => continue,
+            }
+        }
+        drop(self.writer);
+        // A server this master started exits once its last master has gone.
+        if let Some(server) = &mut self.server {
+            let _ = tokio::time::timeout(Duration::from_secs(10), server.wait()).await;
+        }
+        Ok(self.stats.take().expect("stats were received"))
+    }
+}

@@ -1,0 +1,198 @@
+//! The messages of WoDi's own connections, typed by direction.
+//!
+//! Master and workers talk to the server over plain TCP with CARMI's frames
+//! ([`carmi_api::frame`]): a JSON header naming the message and a payload of
+//! raw bytes (init data, step data, results) that travels verbatim. Every
+//! connection starts with a [`Hello`] carrying the run's token; the server
+//! closes a connection whose token is wrong.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{CycleId, StepId, WorkerId};
+
+/// Version of these messages; a peer with another version is refused.
+pub const WODI_PROTOCOL: u32 = 1;
+
+/// Largest frame accepted on a WoDi connection.
+pub const MAX_FRAME: usize = 1 << 30;
+
+/// First frame on every connection to the server.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Hello {
+    /// [`WODI_PROTOCOL`] of the sender.
+    pub version: u32,
+    /// The run's secret token, given to the server by the master and to the
+    /// workers in their spawn arguments.
+    pub token: String,
+    /// Who is connecting.
+    pub role: HelloRole,
+}
+
+/// The kind of peer in a [`Hello`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum HelloRole {
+    /// The master process.
+    Master,
+    /// A worker the server spawned, with the id it was given.
+    Worker {
+        /// Id from the spawn arguments.
+        worker: WorkerId,
+    },
+}
+
+/// A resource class the master wants workers on.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClassSpec {
+    /// Class name (unique within the run).
+    pub name: String,
+    /// ClassAd requirements expression over machine ads (`true` for any host).
+    pub requirements: String,
+    /// How many hosts (one worker each) the class should hold.
+    pub count: u32,
+}
+
+/// Master -> server. Payload-carrying messages say so.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum FromMaster {
+    /// Start the run. Payload: init data for every worker.
+    Init {
+        /// The classes and their desired counts.
+        classes: Vec<ClassSpec>,
+        /// Path of the worker executable on the submit machine (uploaded by CARMI).
+        executable: String,
+        /// Arguments before WoDi's own connection argument.
+        args: Vec<String>,
+        /// Steps in flight per worker (1 = one at a time; more hides latency).
+        prefetch: u32,
+        /// Crashes a step may cause before it is reported failed.
+        max_attempts: u32,
+        /// How long a suspended worker keeps its steps before they are re-sent, in ms.
+        suspend_timeout_ms: u64,
+    },
+    /// A cycle begins. Payload: its begin data.
+    BeginCycle {
+        /// The cycle.
+        cycle: CycleId,
+    },
+    /// One step. Payload: its data.
+    Step {
+        /// The step.
+        step: StepId,
+    },
+    /// A cycle ends. Payload: end data for every worker.
+    EndCycle {
+        /// The cycle.
+        cycle: CycleId,
+    },
+    /// The master is done: release everything and send the statistics.
+    Complete,
+}
+
+/// Server -> master.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ToMaster {
+    /// The run started (hosts are being requested).
+    Ready,
+    /// The first result of a step. Payload: the result.
+    Result {
+        /// The step.
+        step: StepId,
+    },
+    /// A step will never produce a result.
+    StepFailed {
+        /// The step.
+        step: StepId,
+        /// Why.
+        reason: String,
+    },
+    /// The run cannot go on (for instance the pool refused the classes).
+    Fatal {
+        /// Why.
+        reason: String,
+    },
+    /// Answer to `Complete`. Payload: the statistics as JSON.
+    Stats,
+}
+
+/// Server -> worker.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ToWorker {
+    /// Sent first. Payload: the master's init data.
+    Init,
+    /// A cycle begins (or is already running when this worker joins). Payload: its data.
+    BeginCycle {
+        /// The cycle.
+        cycle: CycleId,
+    },
+    /// Compute a step. Payload: its data.
+    Step {
+        /// The submission this copy belongs to; echoed in the answer.
+        ticket: u64,
+        /// The step, as the master named it.
+        step: StepId,
+    },
+    /// A cycle ended. Payload: its end data.
+    EndCycle {
+        /// The cycle.
+        cycle: CycleId,
+    },
+    /// Finish and exit.
+    Stop,
+}
+
+/// Worker -> server (after its [`Hello`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum FromWorker {
+    /// A step's result. Payload: the result.
+    Result {
+        /// The ticket of the `Step` message answered.
+        ticket: u64,
+        /// CPU time of the step (process and children), microseconds.
+        cpu_us: u64,
+        /// Wall time of the step, microseconds.
+        wall_us: u64,
+    },
+    /// The step's handler returned an error: the step fails without retry,
+    /// since running it again would give the same answer.
+    Error {
+        /// The ticket of the `Step` message answered.
+        ticket: u64,
+        /// The handler's message.
+        message: String,
+    },
+}
+
+/// Argument prefix by which the server tells a spawned worker where to connect:
+/// `--wodi-connect=ADDR,TOKEN,WORKER`.
+pub const CONNECT_ARG: &str = "--wodi-connect=";
+
+/// Formats the connection argument for a worker.
+pub fn connect_arg(addr: &str, token: &str, worker: WorkerId) -> String {
+    format!("{CONNECT_ARG}{addr},{token},{}", worker.0)
+}
+
+/// Parses the connection argument's value (after the prefix).
+pub fn parse_connect_arg(value: &str) -> Option<(String, String, WorkerId)> {
+    let mut parts = value.splitn(3, ',');
+    let addr = parts.next()?.to_string();
+    let token = parts.next()?.to_string();
+    let worker = parts.next()?.parse().ok()?;
+    Some((addr, token, WorkerId(worker)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connect_argument_round_trips() {
+        let a = connect_arg("127.0.0.1:4000", "abc", WorkerId(7));
+        let v = a.strip_prefix(CONNECT_ARG).unwrap();
+        assert_eq!(
+            parse_connect_arg(v),
+            Some(("127.0.0.1:4000".into(), "abc".into(), WorkerId(7)))
+        );
+        assert_eq!(parse_connect_arg("x,y"), None);
+        assert_eq!(parse_connect_arg("x,y,z"), None);
+    }
+}

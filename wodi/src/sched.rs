@@ -1,0 +1,888 @@
+//! The scheduler core: a pure state machine with no I/O and no clock.
+//!
+//! The server (or a simulator, or a test) feeds it what happened (`host_*`,
+//! `worker_*`, `submit`, `result`, `on_deadline`), each with the current time
+//! since the start of the run, and then drains what it decided with
+//! [`Sched::poll_output`]: assign a step to a worker, request or release hosts,
+//! spawn a worker on a new host, report a step failed. Time must only move
+//! forward between calls. [`Sched::next_deadline`] is the one time at which
+//! the core wants [`Sched::on_deadline`] to be called (a suspended worker's
+//! grace period ending).
+//!
+//! Exactly once: every submission is a [`Ticket`]; the first result of a
+//! ticket is delivered ([`Verdict::Deliver`]) and later copies are discarded.
+//! A worker lost with tickets in hand puts them back at the front of the
+//! queue; a suspended worker keeps them for `suspend_timeout`, after which
+//! they are queued again while the suspended copy may still answer first.
+//! The step the crashed worker was computing (its oldest ticket) counts an
+//! attempt; after `max_attempts` the step fails instead of killing more workers.
+//!
+//! Which queued ticket a free worker gets is decided by a [`Dispatch`]
+//! policy; [`ArrivalOrder`] is the first-come-first-served one.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::time::Duration;
+
+use carmi_api::ids::HostId;
+
+use crate::ids::{CycleId, StepId, WorkerId};
+use crate::plan::{History, fewest_hosts};
+use crate::stats::{CycleTime, HostRecord, RunOutcome, RunRecord, Stats};
+
+/// Time since the start of the run (virtual in tests and simulations).
+pub type Time = Duration;
+
+/// One submission of a step: the unit of exactly-once delivery.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+pub struct Ticket(pub u64);
+
+/// Tunables of the core.
+#[derive(Clone, Debug)]
+pub struct SchedConfig {
+    /// Tickets a worker may hold at once (1 = one step at a time).
+    pub prefetch: u32,
+    /// Worker crashes a step may cause before it is reported failed.
+    pub max_attempts: u32,
+    /// How long a suspended worker keeps its steps before they are re-sent.
+    pub suspend_timeout: Duration,
+    /// Workers that may die on one host in a row before it is given back.
+    pub max_respawns: u32,
+}
+
+impl Default for SchedConfig {
+    fn default() -> SchedConfig {
+        SchedConfig {
+            prefetch: 1,
+            max_attempts: 3,
+            suspend_timeout: Duration::from_secs(10),
+            max_respawns: 3,
+        }
+    }
+}
+
+/// A decision of the core, for the driver to carry out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// Send ticket's step to the worker.
+    Assign {
+        /// The submission.
+        ticket: Ticket,
+        /// Its step id (as the master named it).
+        step: StepId,
+        /// The worker.
+        worker: WorkerId,
+    },
+    /// Ask the pool for more hosts of a class.
+    RequestHosts {
+        /// The class.
+        class: String,
+        /// How many more.
+        count: u32,
+    },
+    /// Give a host back to the pool (its worker, if any, is killed with it).
+    ReleaseHost {
+        /// The host.
+        host: HostId,
+    },
+    /// Start a worker with this id on the host.
+    Spawn {
+        /// The host.
+        host: HostId,
+        /// The id to give the worker.
+        worker: WorkerId,
+    },
+    /// The step will not produce a result.
+    StepFailed {
+        /// The submission.
+        ticket: Ticket,
+        /// Its step.
+        step: StepId,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// What to do with a result that arrived.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The first result of its ticket: give it to the master.
+    Deliver,
+    /// The ticket already has its result (or failed): drop this copy.
+    Duplicate,
+}
+
+/// Why a worker is gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LossCause {
+    /// The process died or its connection broke while its host is still ours:
+    /// the step in hand may be to blame.
+    Crashed,
+    /// The host was taken away (owner came back, machine lost, released).
+    HostGone,
+}
+
+/// What a [`Dispatch`] policy sees of a free worker.
+#[derive(Clone, Copy, Debug)]
+pub struct WorkerView {
+    /// The worker.
+    pub worker: WorkerId,
+    /// Its host.
+    pub host: HostId,
+    /// The host's relative speed, if known.
+    pub speed: Option<f64>,
+}
+
+/// A ready worker as a [`Dispatch`] policy sees it on the [`Board`].
+#[derive(Clone, Copy, Debug)]
+pub struct WorkerLoad {
+    /// The worker.
+    pub worker: WorkerId,
+    /// Its host's relative speed, if known.
+    pub speed: Option<f64>,
+    /// The step it is computing and since when, if any.
+    pub busy_with: Option<(StepId, Time)>,
+}
+
+/// What a [`Dispatch`] policy may look at besides the free worker: the time,
+/// every ready worker (free or busy) and the run's history.
+pub struct Board<'a> {
+    /// Now.
+    pub now: Time,
+    /// Every ready (connected, not suspended) worker.
+    pub workers: &'a [WorkerLoad],
+    /// The step of the queued ticket at index `i`.
+    pub step_of: &'a dyn Fn(usize) -> StepId,
+    /// Compute times of the steps seen so far.
+    pub history: &'a History<StepId>,
+}
+
+/// Chooses which queued ticket a free worker gets. The queue holds tickets in
+/// order (re-queued ones at the front); the policy returns an index into it.
+pub trait Dispatch: Send {
+    /// Index of the ticket to give `worker`, or `None` to leave it idle.
+    /// `eligible(i)` is false for tickets this worker already holds a copy of.
+    fn pick(
+        &mut self,
+        queue: &VecDeque<Ticket>,
+        worker: &WorkerView,
+        board: &Board<'_>,
+        eligible: &dyn Fn(usize) -> bool,
+    ) -> Option<usize>;
+}
+
+/// First come, first served: the front of the queue.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ArrivalOrder;
+
+impl Dispatch for ArrivalOrder {
+    fn pick(
+        &mut self,
+        queue: &VecDeque<Ticket>,
+        _worker: &WorkerView,
+        _board: &Board<'_>,
+        eligible: &dyn Fn(usize) -> bool,
+    ) -> Option<usize> {
+        (0..queue.len()).find(|&i| eligible(i))
+    }
+}
+
+#[derive(Debug)]
+enum TaskState {
+    /// Waiting for a worker or running; `copies` are the workers holding it.
+    Open { copies: Vec<WorkerId>, queued: bool },
+    /// Result delivered or failure reported.
+    Closed,
+}
+
+#[derive(Debug)]
+struct Task {
+    step: StepId,
+    cycle: Option<CycleId>,
+    attempts: u32,
+    state: TaskState,
+}
+
+#[derive(Debug, PartialEq)]
+enum WorkerState {
+    /// Spawned, not connected yet.
+    Starting,
+    /// Connected.
+    Ready,
+    /// Its host is suspended; its tickets are re-queued at `deadline`.
+    Suspended { deadline: Option<Time> },
+}
+
+#[derive(Debug)]
+struct Worker {
+    host: HostId,
+    state: WorkerState,
+    /// Tickets held, oldest (the one being computed) first, with the index of their run record.
+    in_hand: VecDeque<(Ticket, usize)>,
+}
+
+#[derive(Debug)]
+struct Host {
+    class: String,
+    worker: Option<WorkerId>,
+    suspended: bool,
+    crashes_in_a_row: u32,
+    speed: Option<f64>,
+    /// Index of its record in `host_records`.
+    record: usize,
+}
+
+#[derive(Debug)]
+struct Class {
+    desired: u32,
+    requested: u32,
+}
+
+/// The scheduler state machine; see the module documentation for the call order.
+pub struct Sched {
+    cfg: SchedConfig,
+    dispatch: Box<dyn Dispatch>,
+    classes: BTreeMap<String, Class>,
+    hosts: BTreeMap<HostId, Host>,
+    workers: BTreeMap<WorkerId, Worker>,
+    tasks: HashMap<Ticket, Task>,
+    queue: VecDeque<Ticket>,
+    next_ticket: u64,
+    next_worker: u64,
+    outputs: VecDeque<Output>,
+    runs: Vec<RunRecord>,
+    host_records: Vec<HostRecord>,
+    finished: bool,
+    history: History<StepId>,
+    cycles: Vec<CycleTime>,
+}
+
+impl Sched {
+    /// A core with no classes, hosts or steps, dispatching with `dispatch`.
+    pub fn new(cfg: SchedConfig, dispatch: Box<dyn Dispatch>) -> Sched {
+        Sched {
+            cfg,
+            dispatch,
+            classes: BTreeMap::new(),
+            hosts: BTreeMap::new(),
+            workers: BTreeMap::new(),
+            tasks: HashMap::new(),
+            queue: VecDeque::new(),
+            next_ticket: 0,
+            next_worker: 0,
+            outputs: VecDeque::new(),
+            runs: Vec::new(),
+            host_records: Vec::new(),
+            finished: false,
+            history: History::new(),
+            cycles: Vec::new(),
+        }
+    }
+
+    /// Compute times of the steps seen so far (normalized by host speed).
+    pub fn history(&self) -> &History<StepId> {
+        &self.history
+    }
+
+    /// The fewest hosts, given the speeds of those held now (and speed 1 for
+    /// hosts of unknown speed), with which `steps` would finish within
+    /// `1 + tolerance` times their longest: the best cycle any number of
+    /// hosts can give. `None` until every step has history.
+    pub fn fewest_hosts(&self, steps: &[StepId], tolerance: f64) -> Option<u32> {
+        let work: Option<Vec<f64>> = steps.iter().map(|s| self.history.estimate(s)).collect();
+        let work = work?;
+        let mut speeds: Vec<f64> = self
+            .hosts
+            .values()
+            .map(|h| h.speed.unwrap_or(1.0))
+            .collect();
+        // Hosts not held yet are assumed as fast as the slowest held one.
+        let slowest = speeds.iter().copied().fold(f64::INFINITY, f64::min);
+        let fill = if slowest.is_finite() { slowest } else { 1.0 };
+        speeds.resize(speeds.len().max(work.len()), fill);
+        Some(fewest_hosts(&work, &speeds, tolerance) as u32)
+    }
+
+    /// The next decision to carry out, in the order they were made.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.outputs.pop_front()
+    }
+
+    /// Sets how many hosts class `name` should hold (adding the class if new):
+    /// asks for the missing ones, releases idle surplus ones.
+    pub fn set_class(&mut self, name: &str, desired: u32, now: Time) {
+        self.classes
+            .entry(name.to_string())
+            .or_insert(Class {
+                desired,
+                requested: 0,
+            })
+            .desired = desired;
+        self.top_up(name);
+        let held: Vec<HostId> = self
+            .hosts
+            .iter()
+            .filter(|(_, h)| h.class == name)
+            .map(|(id, _)| *id)
+            .collect();
+        let mut surplus = held.len().saturating_sub(desired as usize);
+        for host in held.into_iter().rev() {
+            if surplus == 0 {
+                break;
+            }
+            let idle = match self.hosts[&host].worker {
+                Some(w) => self.workers[&w].in_hand.is_empty(),
+                None => true,
+            };
+            if idle {
+                self.release(host, now);
+                surplus -= 1;
+            }
+        }
+    }
+
+    /// Gives a held host back: it leaves the run as released (not lost),
+    /// and its worker's tickets, if any, are queued again.
+    fn release(&mut self, host: HostId, now: Time) {
+        let Some(h) = self.hosts.remove(&host) else {
+            return;
+        };
+        self.host_records[h.record].end(now, false);
+        if let Some(w) = h.worker {
+            self.drop_worker(w, LossCause::HostGone, now);
+        }
+        self.outputs.push_back(Output::ReleaseHost { host });
+    }
+
+    /// Requests hosts so that held + requested reaches the desired count.
+    fn top_up(&mut self, name: &str) {
+        if self.finished {
+            return;
+        }
+        let held = self.hosts.values().filter(|h| h.class == name).count() as u32;
+        let Some(class) = self.classes.get_mut(name) else {
+            return;
+        };
+        let missing = class.desired.saturating_sub(held + class.requested);
+        if missing > 0 {
+            class.requested += missing;
+            self.outputs.push_back(Output::RequestHosts {
+                class: name.to_string(),
+                count: missing,
+            });
+        }
+    }
+
+    /// A host request for `class` ended with `count` hosts never granted
+    /// (refused or cancelled). They are not asked for again until the class
+    /// changes or a host is lost, so that a refusing pool is not hammered.
+    pub fn hosts_not_granted(&mut self, class: &str, count: u32, _now: Time) {
+        if let Some(c) = self.classes.get_mut(class) {
+            c.requested = c.requested.saturating_sub(count);
+        }
+    }
+
+    /// The pool granted `host` to `class`: a worker is spawned on it, or it is
+    /// released if the class is already full (or the run finished).
+    pub fn host_added(&mut self, host: HostId, class: &str, speed: Option<f64>, now: Time) {
+        let held = self.hosts.values().filter(|h| h.class == class).count() as u32;
+        let wanted = match self.classes.get_mut(class) {
+            Some(c) => {
+                c.requested = c.requested.saturating_sub(1);
+                held < c.desired
+            }
+            None => false,
+        };
+        if self.finished || !wanted || self.hosts.contains_key(&host) {
+            self.outputs.push_back(Output::ReleaseHost { host });
+            return;
+        }
+        self.host_records.push(HostRecord::new(host, class, now));
+        self.hosts.insert(
+            host,
+            Host {
+                class: class.to_string(),
+                worker: None,
+                suspended: false,
+                crashes_in_a_row: 0,
+                speed,
+                record: self.host_records.len() - 1,
+            },
+        );
+        self.spawn_on(host);
+    }
+
+    fn spawn_on(&mut self, host: HostId) {
+        let worker = WorkerId(self.next_worker);
+        self.next_worker += 1;
+        let h = self.hosts.get_mut(&host).expect("spawn on a held host");
+        h.worker = Some(worker);
+        let state = if h.suspended {
+            WorkerState::Suspended { deadline: None }
+        } else {
+            WorkerState::Starting
+        };
+        self.workers.insert(
+            worker,
+            Worker {
+                host,
+                state,
+                in_hand: VecDeque::new(),
+            },
+        );
+        self.outputs.push_back(Output::Spawn { host, worker });
+    }
+
+    /// The host is gone (taken back, lost or released): its worker is lost
+    /// with it, and a replacement is requested.
+    pub fn host_lost(&mut self, host: HostId, now: Time) {
+        let Some(h) = self.hosts.remove(&host) else {
+            return;
+        };
+        self.host_records[h.record].end(now, !self.finished);
+        if let Some(w) = h.worker {
+            self.drop_worker(w, LossCause::HostGone, now);
+        }
+        self.top_up(&h.class);
+        self.dispatch_all(now);
+    }
+
+    /// The host's owner came back: its worker stops computing.
+    pub fn host_suspended(&mut self, host: HostId, now: Time) {
+        let Some(h) = self.hosts.get_mut(&host) else {
+            return;
+        };
+        if h.suspended {
+            return;
+        }
+        h.suspended = true;
+        self.host_records[h.record].suspended.push((now, None));
+        if let Some(w) = h.worker.and_then(|w| self.workers.get_mut(&w)) {
+            let deadline = (!w.in_hand.is_empty()).then(|| now + self.cfg.suspend_timeout);
+            if w.state != WorkerState::Starting || deadline.is_some() {
+                w.state = WorkerState::Suspended { deadline };
+            }
+        }
+    }
+
+    /// The host is free again: its worker goes on (it may still answer steps
+    /// that were re-sent meanwhile; the first answer wins).
+    pub fn host_resumed(&mut self, host: HostId, now: Time) {
+        let Some(h) = self.hosts.get_mut(&host) else {
+            return;
+        };
+        if !h.suspended {
+            return;
+        }
+        h.suspended = false;
+        if let Some(period) = self.host_records[h.record].suspended.last_mut() {
+            period.1 = Some(now);
+        }
+        if let Some(w) = h.worker.and_then(|w| self.workers.get_mut(&w))
+            && matches!(w.state, WorkerState::Suspended { .. })
+        {
+            w.state = WorkerState::Ready;
+        }
+        self.dispatch_all(now);
+    }
+
+    /// The worker connected and received its init data: it can take steps.
+    pub fn worker_joined(&mut self, worker: WorkerId, now: Time) {
+        if let Some(w) = self.workers.get_mut(&worker)
+            && w.state == WorkerState::Starting
+        {
+            // Its host may have been suspended while the worker was starting.
+            let suspended = self.hosts.get(&w.host).is_some_and(|h| h.suspended);
+            w.state = if suspended {
+                WorkerState::Suspended { deadline: None }
+            } else {
+                WorkerState::Ready
+            };
+        }
+        self.dispatch_all(now);
+    }
+
+    /// The worker is gone while its host may still be ours.
+    pub fn worker_lost(&mut self, worker: WorkerId, cause: LossCause, now: Time) {
+        let Some(host) = self.workers.get(&worker).map(|w| w.host) else {
+            return;
+        };
+        self.drop_worker(worker, cause, now);
+        if let Some(h) = self.hosts.get_mut(&host)
+            && h.worker == Some(worker)
+        {
+            h.worker = None;
+            h.crashes_in_a_row += 1;
+            if self.finished {
+                // Nothing more to run: the host goes back.
+            } else if h.crashes_in_a_row <= self.cfg.max_respawns {
+                self.spawn_on(host);
+            } else {
+                let class = h.class.clone();
+                self.release(host, now);
+                self.top_up(&class);
+            }
+        }
+        self.dispatch_all(now);
+    }
+
+    /// Takes a worker out, re-queueing (or failing) the tickets it held.
+    fn drop_worker(&mut self, worker: WorkerId, cause: LossCause, now: Time) {
+        let Some(w) = self.workers.remove(&worker) else {
+            return;
+        };
+        // Front of the queue in their original order: push the newest first.
+        for (i, (ticket, run)) in w.in_hand.iter().enumerate().rev() {
+            self.runs[*run].close(now, RunOutcome::Lost);
+            let task = self.tasks.get_mut(ticket).expect("held tickets exist");
+            let TaskState::Open { copies, queued } = &mut task.state else {
+                continue;
+            };
+            copies.retain(|c| *c != worker);
+            if i == 0 && cause == LossCause::Crashed {
+                task.attempts += 1;
+            }
+            if task.attempts >= self.cfg.max_attempts {
+                let reason = format!(
+                    "the step crashed its worker {} times (the limit)",
+                    task.attempts
+                );
+                let step = task.step;
+                self.close(*ticket);
+                self.outputs.push_back(Output::StepFailed {
+                    ticket: *ticket,
+                    step,
+                    reason,
+                });
+            } else if copies.is_empty() && !*queued {
+                *queued = true;
+                self.queue.push_front(*ticket);
+            }
+        }
+    }
+
+    /// The master began a cycle (recorded for the statistics' cycle boundaries).
+    pub fn begin_cycle(&mut self, cycle: CycleId, now: Time) {
+        self.cycles.push(CycleTime {
+            cycle,
+            begin_s: now.as_secs_f64(),
+            end_s: None,
+        });
+    }
+
+    /// The master ended a cycle.
+    pub fn end_cycle(&mut self, cycle: CycleId, now: Time) {
+        if let Some(c) = self.cycles.iter_mut().rev().find(|c| c.cycle == cycle) {
+            c.end_s = Some(now.as_secs_f64());
+        }
+    }
+
+    /// Queues a step of the master; returns its ticket.
+    pub fn submit(&mut self, step: StepId, cycle: Option<CycleId>, _now: Time) -> Ticket {
+        let ticket = Ticket(self.next_ticket);
+        self.next_ticket += 1;
+        self.tasks.insert(
+            ticket,
+            Task {
+                step,
+                cycle,
+                attempts: 0,
+                state: TaskState::Open {
+                    copies: Vec::new(),
+                    queued: true,
+                },
+            },
+        );
+        self.queue.push_back(ticket);
+        ticket
+    }
+
+    /// Gives queued steps to free workers. Call it after a batch of
+    /// [`Sched::submit`]s: submitting does not dispatch, so that a policy
+    /// that orders steps (longest first) sees the whole batch, not the first
+    /// step alone while the rest are still arriving.
+    pub fn dispatch(&mut self, now: Time) {
+        self.dispatch_all(now);
+    }
+
+    /// A worker answered a ticket; `cpu`/`wall` are what it measured.
+    pub fn result(
+        &mut self,
+        worker: WorkerId,
+        ticket: Ticket,
+        cpu: Duration,
+        wall: Duration,
+        now: Time,
+    ) -> Verdict {
+        let open = matches!(
+            self.tasks.get(&ticket),
+            Some(Task {
+                state: TaskState::Open { .. },
+                ..
+            })
+        );
+        if let Some(w) = self.workers.get_mut(&worker)
+            && let Some(pos) = w.in_hand.iter().position(|(t, _)| *t == ticket)
+        {
+            let (_, run) = w.in_hand.remove(pos).expect("position is in range");
+            let outcome = if open {
+                RunOutcome::Delivered
+            } else {
+                RunOutcome::Discarded
+            };
+            self.runs[run].finish(now, cpu, wall, outcome);
+            if open {
+                // CPU time is what the step cost; without it (a worker that
+                // cannot measure it), the time it took.
+                let took = if cpu.is_zero() { wall } else { cpu };
+                let step = self.tasks[&ticket].step;
+                let speed = self.hosts.get(&w.host).and_then(|h| h.speed).unwrap_or(1.0);
+                self.history.observe(step, took.as_secs_f64(), speed);
+            }
+            if let Some(h) = self.hosts.get_mut(&w.host) {
+                h.crashes_in_a_row = 0;
+            }
+            if w.in_hand.is_empty()
+                && let WorkerState::Suspended { deadline } = &mut w.state
+            {
+                *deadline = None;
+            }
+        }
+        if !open {
+            // The answering worker has a free slot again.
+            self.dispatch_all(now);
+            return Verdict::Duplicate;
+        }
+        self.close(ticket);
+        self.dispatch_all(now);
+        Verdict::Deliver
+    }
+
+    /// The step's handler reported an error: the step fails at once.
+    pub fn step_error(&mut self, worker: WorkerId, ticket: Ticket, message: &str, now: Time) {
+        let verdict = self.result(worker, ticket, Duration::ZERO, Duration::ZERO, now);
+        if verdict == Verdict::Deliver {
+            let step = self.tasks[&ticket].step;
+            self.outputs.push_back(Output::StepFailed {
+                ticket,
+                step,
+                reason: format!("the worker's step handler failed: {message}"),
+            });
+        }
+    }
+
+    /// The master no longer wants this ticket (it left): it is taken out of
+    /// the queue, and copies still running will be discarded when they answer.
+    pub fn cancel(&mut self, ticket: Ticket) {
+        if matches!(
+            self.tasks.get(&ticket),
+            Some(Task {
+                state: TaskState::Open { .. },
+                ..
+            })
+        ) {
+            self.close(ticket);
+        }
+    }
+
+    /// Marks a ticket answered and forgets its queue entry and copies.
+    fn close(&mut self, ticket: Ticket) {
+        let task = self.tasks.get_mut(&ticket).expect("closing a known ticket");
+        if let TaskState::Open { queued, .. } = task.state
+            && queued
+        {
+            self.queue.retain(|t| *t != ticket);
+        }
+        task.state = TaskState::Closed;
+    }
+
+    /// The earliest time at which [`Sched::on_deadline`] has something to do.
+    pub fn next_deadline(&self) -> Option<Time> {
+        self.workers
+            .values()
+            .filter_map(|w| match w.state {
+                WorkerState::Suspended { deadline } => deadline,
+                _ => None,
+            })
+            .min()
+    }
+
+    /// Time passed: suspended workers past their grace period lose their
+    /// claim on their steps, which are queued again (the suspended copies may
+    /// still answer first).
+    pub fn on_deadline(&mut self, now: Time) {
+        let mut expired = Vec::new();
+        for w in self.workers.values_mut() {
+            if let WorkerState::Suspended { deadline } = &mut w.state
+                && deadline.is_some_and(|d| d <= now)
+            {
+                *deadline = None;
+                expired.extend(w.in_hand.iter().map(|(t, _)| *t));
+            }
+        }
+        for ticket in expired.into_iter().rev() {
+            if let Some(Task {
+                state: TaskState::Open { queued, .. },
+                ..
+            }) = self.tasks.get_mut(&ticket)
+                && !*queued
+            {
+                *queued = true;
+                self.queue.push_front(ticket);
+            }
+        }
+        self.dispatch_all(now);
+    }
+
+    /// Gives free workers queued tickets, as the policy chooses.
+    fn dispatch_all(&mut self, now: Time) {
+        if self.queue.is_empty() {
+            return;
+        }
+        let free: Vec<WorkerId> = self
+            .workers
+            .iter()
+            .filter(|(_, w)| w.state == WorkerState::Ready)
+            .map(|(id, _)| *id)
+            .collect();
+        for worker in free {
+            while self.workers[&worker].in_hand.len() < self.cfg.prefetch as usize
+                && !self.queue.is_empty()
+            {
+                let host = self.workers[&worker].host;
+                let view = WorkerView {
+                    worker,
+                    host,
+                    speed: self.hosts.get(&host).and_then(|h| h.speed),
+                };
+                let loads = self.loads();
+                let tasks = &self.tasks;
+                let queue = &self.queue;
+                let eligible = |i: usize| match &tasks[&queue[i]].state {
+                    TaskState::Open { copies, .. } => !copies.contains(&worker),
+                    TaskState::Closed => false,
+                };
+                let step_of = |i: usize| tasks[&queue[i]].step;
+                let board = Board {
+                    now,
+                    workers: &loads,
+                    step_of: &step_of,
+                    history: &self.history,
+                };
+                let Some(i) = self.dispatch.pick(queue, &view, &board, &eligible) else {
+                    break;
+                };
+                let ticket = self.queue.remove(i).expect("policy picks inside the queue");
+                self.assign(ticket, worker, now);
+            }
+        }
+    }
+
+    /// Every ready worker with the step it computes (its oldest ticket).
+    fn loads(&self) -> Vec<WorkerLoad> {
+        self.workers
+            .iter()
+            .filter(|(_, w)| w.state == WorkerState::Ready)
+            .map(|(id, w)| WorkerLoad {
+                worker: *id,
+                speed: self.hosts.get(&w.host).and_then(|h| h.speed),
+                busy_with: w
+                    .in_hand
+                    .front()
+                    .map(|(t, run)| (self.tasks[t].step, self.runs[*run].assigned())),
+            })
+            .collect()
+    }
+
+    fn assign(&mut self, ticket: Ticket, worker: WorkerId, now: Time) {
+        let task = self.tasks.get_mut(&ticket).expect("queued tickets exist");
+        let TaskState::Open { copies, queued } = &mut task.state else {
+            panic!("a closed ticket {ticket:?} was still queued");
+        };
+        copies.push(worker);
+        *queued = false;
+        let w = self
+            .workers
+            .get_mut(&worker)
+            .expect("assigning to a known worker");
+        let speed = self.hosts.get(&w.host).and_then(|h| h.speed);
+        self.runs.push(RunRecord::new(
+            task.step, task.cycle, worker, w.host, speed, now,
+        ));
+        w.in_hand.push_back((ticket, self.runs.len() - 1));
+        self.outputs.push_back(Output::Assign {
+            ticket,
+            step: task.step,
+            worker,
+        });
+    }
+
+    /// Tickets neither answered nor failed yet.
+    pub fn open_tickets(&self) -> usize {
+        self.tasks
+            .values()
+            .filter(|t| matches!(t.state, TaskState::Open { .. }))
+            .count()
+    }
+
+    /// The host a worker runs on, if the worker is known.
+    pub fn find_worker_host(&self, worker: WorkerId) -> Option<HostId> {
+        self.workers.get(&worker).map(|w| w.host)
+    }
+
+    /// The master is done: every host is released and no more are requested.
+    pub fn finish(&mut self, now: Time) {
+        self.finished = true;
+        let hosts: Vec<HostId> = self.hosts.keys().copied().collect();
+        for host in hosts {
+            self.release(host, now);
+        }
+        for c in self.classes.values_mut() {
+            c.desired = 0;
+        }
+    }
+
+    /// The statistics of the run so far, as of `now` (open periods end at `now`).
+    pub fn stats(&self, now: Time) -> Stats {
+        let mut stats = Stats::compute(&self.runs, &self.host_records, now);
+        stats.cycles = self.cycles.clone();
+        stats
+    }
+
+    /// Checks the invariants; tests call it after every step. Panics naming the broken one.
+    pub fn sanity_check(&self) {
+        for (ticket, task) in &self.tasks {
+            if let TaskState::Open { copies, queued } = &task.state {
+                let in_queue = self.queue.iter().filter(|t| *t == ticket).count();
+                assert_eq!(in_queue, usize::from(*queued), "{ticket:?} queued flag");
+                for c in copies {
+                    let w = self
+                        .workers
+                        .get(c)
+                        .expect("a copy is held by a live worker");
+                    assert!(
+                        w.in_hand.iter().any(|(t, _)| t == ticket),
+                        "{ticket:?} in hand"
+                    );
+                }
+                assert!(
+                    *queued || !copies.is_empty() || self.tasks.is_empty(),
+                    "{ticket:?} is open but neither queued nor held"
+                );
+            } else {
+                assert!(!self.queue.contains(ticket), "closed {ticket:?} queued");
+            }
+        }
+        for (id, w) in &self.workers {
+            assert!(
+                w.in_hand.len() <= self.cfg.prefetch as usize,
+                "{id} over prefetch"
+            );
+            let h = self.hosts.get(&w.host).expect("a worker's host is held");
+            assert_eq!(h.worker, Some(*id), "{id} is its host's worker");
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "sched_tests.rs"]
+mod tests;

@@ -1,0 +1,730 @@
+//! The WoDi server: the thin tokio driver around [`crate::sched::Sched`].
+//!
+//! It runs on the submit side, started by the master library. It holds the
+//! only CARMI connection of the run: it defines the master's classes, asks
+//! for hosts, spawns one worker per host with `class_spawn`, and watches
+//! hosts being suspended, resumed and deleted and workers exiting. Master and
+//! workers connect to its TCP listener and prove the run's token in a
+//! [`Hello`]. It decides nothing itself: every event goes to the core, and
+//! the core's outputs are carried out here.
+//!
+//! Several masters may connect (a second one with
+//! `ServerCommand::Connect`); they share the workers, which must then run the
+//! same executable. A worker about to compute a step of another master than
+//! its last one is first sent that master's init and cycle data. The server
+//! ends when its last master leaves.
+//!
+//! On SIGTERM, or when the last master goes away, it stops the workers and
+//! releases every host before exiting.
+//!
+//! A worker whose connection drops is reported lost after a short grace
+//! period, so that a host deletion arriving meanwhile is seen as the cause
+//! (not the step: a vacated host must not count as a crash of a poison step).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use carmi_api::client::{Carmi, ConnectOptions, Incoming, connect};
+use carmi_api::frame::FrameReader;
+use carmi_api::ids::{HostId, ProcessId, RequestId};
+use carmi_api::msg::{Event, FailureCode, SpawnTarget};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+use crate::conn::{Outgoing, Writer, spawn_reader, spawn_writer};
+use crate::ids::{CycleId, StepId, WorkerId};
+use crate::order::LongestFirst;
+use crate::proto::{
+    ClassSpec, FromMaster, FromWorker, Hello, HelloRole, ToMaster, ToWorker, WODI_PROTOCOL,
+    connect_arg,
+};
+use crate::sched::{LossCause, Output, Sched, SchedConfig, Ticket, Verdict};
+
+/// How long a peer has to send its [`Hello`].
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How the server is set up.
+#[derive(Clone, Debug)]
+pub struct ServerOptions {
+    /// The run's token that master and workers must present.
+    pub token: String,
+    /// How to reach the local CARMI RM.
+    pub carmi: ConnectOptions,
+    /// Where to listen (`0.0.0.0:0` by default, so pool machines can connect).
+    pub listen: String,
+    /// Host name or address workers should dial; `None` picks the address of
+    /// the interface that reaches the local RM.
+    pub advertise_host: Option<String>,
+    /// How long after a worker's connection drops it counts as crashed.
+    pub loss_grace: Duration,
+}
+
+enum Ev {
+    Hello(Reader, WriteHalf, Hello),
+    Master(MasterId, FromMaster, Bytes),
+    MasterGone(MasterId, Option<String>),
+    Worker(WorkerId, FromWorker, Bytes),
+    WorkerGone(WorkerId, u64),
+    LossDue(WorkerId),
+    /// Time for the master to have connected.
+    MasterDue,
+}
+
+/// How long the server waits for its master before giving up.
+const MASTER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A master connected to this server (several may share its workers).
+type MasterId = u64;
+
+/// What the server keeps about one master.
+struct MasterConn {
+    writer: Writer,
+    init: Bytes,
+    cycle: Option<(CycleId, Bytes)>,
+    /// Hosts this master added to each class's desired count.
+    classes: Vec<(String, u32)>,
+    /// It sent `Complete` (or left): its steps are cancelled, its hosts no longer wanted.
+    retired: bool,
+}
+
+struct WorkerConn {
+    writer: Writer,
+    /// Distinguishes this connection from a later one of the same worker id.
+    generation: u64,
+}
+
+/// Everything the driver keeps beside the core.
+struct Driver {
+    sched: Sched,
+    start: Instant,
+    carmi: Carmi,
+    events_tx: mpsc::UnboundedSender<Ev>,
+    masters: HashMap<MasterId, MasterConn>,
+    next_master: MasterId,
+    /// Whether the first master's `Init` configured the run.
+    started: bool,
+    /// Desired hosts per class, summed over masters.
+    desired: HashMap<String, u32>,
+    /// The master whose init (and cycle) data each worker holds now.
+    context: HashMap<WorkerId, MasterId>,
+    connect_addr: String,
+    token: String,
+    loss_grace: Duration,
+    executable: PathBuf,
+    args: Vec<String>,
+    workers: HashMap<WorkerId, WorkerConn>,
+    generation: u64,
+    data: HashMap<Ticket, Bytes>,
+    steps: HashMap<Ticket, (MasterId, StepId)>,
+    host_requests: HashMap<RequestId, String>,
+    spawns: HashMap<RequestId, WorkerId>,
+    processes: HashMap<ProcessId, WorkerId>,
+}
+
+/// Runs the server until the master completes or goes away. Prints
+/// `listening on ADDR` on stdout first, for the master to read.
+pub async fn run(opts: ServerOptions) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(&opts.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("wodi server: cannot listen on {}: {e}", opts.listen))?;
+    let port = listener.local_addr()?.port();
+    let host = match &opts.advertise_host {
+        Some(h) => h.clone(),
+        None => interface_towards(&opts.carmi.local)?,
+    };
+    let (carmi, mut carmi_events) = connect(opts.carmi.clone())
+        .await
+        .map_err(|e| anyhow::anyhow!("wodi server: {e}"))?;
+    println!("listening on 127.0.0.1:{port}");
+    use std::io::Write;
+    std::io::stdout().flush()?;
+
+    let (events_tx, mut events) = mpsc::unbounded_channel();
+    let accept_tx = events_tx.clone();
+    let token = opts.token.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let tx = accept_tx.clone();
+            let token = token.clone();
+            tokio::spawn(async move {
+                let _ = stream.set_nodelay(true);
+                match read_hello(stream, &token).await {
+                    Ok((r, w, hello)) => {
+                        let _ = tx.send(Ev::Hello(r, w, hello));
+                    }
+                    Err(e) => warn!("refused a connection: {e}"),
+                }
+            });
+        }
+    });
+
+    let due = events_tx.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(MASTER_TIMEOUT).await;
+        let _ = due.send(Ev::MasterDue);
+    });
+    let mut d = Driver {
+        sched: Sched::new(SchedConfig::default(), Box::new(LongestFirst)),
+        start: Instant::now(),
+        carmi,
+        events_tx,
+        masters: HashMap::new(),
+        next_master: 0,
+        started: false,
+        desired: HashMap::new(),
+        context: HashMap::new(),
+        connect_addr: format!("{host}:{port}"),
+        token: opts.token,
+        loss_grace: opts.loss_grace,
+        executable: PathBuf::new(),
+        args: Vec::new(),
+        workers: HashMap::new(),
+        generation: 0,
+        data: HashMap::new(),
+        steps: HashMap::new(),
+        host_requests: HashMap::new(),
+        spawns: HashMap::new(),
+        processes: HashMap::new(),
+    };
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    loop {
+        let deadline = d.sched.next_deadline().map(|t| d.start + t);
+        let sleep = async {
+            match deadline {
+                Some(t) => tokio::time::sleep_until(t.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            ev = events.recv() => {
+                let Some(ev) = ev else { break };
+                if d.on_event(ev) {
+                    break;
+                }
+                // Take whatever else has arrived (a master sends a cycle's
+                // steps back to back) before dispatching, so that ordering
+                // sees the whole batch.
+                tokio::task::yield_now().await;
+                let mut stop = false;
+                while let Ok(ev) = events.try_recv() {
+                    if d.on_event(ev) {
+                        stop = true;
+                        break;
+                    }
+                }
+                if stop {
+                    break;
+                }
+            }
+            inc = carmi_events.next() => {
+                let Some(inc) = inc else {
+                    d.fatal("the CARMI client shut down");
+                    break;
+                };
+                d.on_carmi(inc);
+            }
+            _ = sigterm.recv() => {
+                // Stopped from outside: still release the pool's hosts.
+                d.fatal("the WoDi server was stopped (SIGTERM)");
+                break;
+            }
+            _ = sleep => {
+                let now = d.now();
+                d.sched.on_deadline(now);
+            }
+        }
+        let now = d.now();
+        d.sched.dispatch(now);
+        d.flush_outputs();
+    }
+    d.shutdown().await;
+    Ok(())
+}
+
+/// The local address this machine uses to reach `addr`, which pool machines can dial back.
+fn interface_towards(addr: &str) -> anyhow::Result<String> {
+    let sock = std::net::UdpSocket::bind("0.0.0.0:0")?;
+    sock.connect(addr)
+        .map_err(|e| anyhow::anyhow!("wodi server: cannot route to the local RM {addr}: {e}"))?;
+    Ok(sock.local_addr()?.ip().to_string())
+}
+
+type Reader = FrameReader<tokio::net::tcp::OwnedReadHalf>;
+type WriteHalf = tokio::net::tcp::OwnedWriteHalf;
+
+/// Reads and checks the first frame of a connection. The reader keeps any
+/// bytes that followed the hello in its buffer.
+async fn read_hello(stream: TcpStream, token: &str) -> anyhow::Result<(Reader, WriteHalf, Hello)> {
+    let peer = stream.peer_addr()?;
+    let (r, w) = stream.into_split();
+    let mut r = FrameReader::with_max(r, 64 * 1024);
+    let hello = match tokio::time::timeout(HELLO_TIMEOUT, r.read::<Hello>()).await {
+        Ok(Ok(Some((h, _)))) => h,
+        Ok(Ok(None)) => anyhow::bail!("{peer} closed before its hello"),
+        Ok(Err(e)) => anyhow::bail!("{peer} sent a bad hello: {e}"),
+        Err(_) => anyhow::bail!("{peer} sent no hello within {HELLO_TIMEOUT:?}"),
+    };
+    if hello.version != WODI_PROTOCOL {
+        anyhow::bail!(
+            "{peer} speaks WoDi protocol {}, not {WODI_PROTOCOL}",
+            hello.version
+        );
+    }
+    if hello.token != token {
+        anyhow::bail!("{peer} presented a wrong run token");
+    }
+    *r.max_mut() = crate::proto::MAX_FRAME;
+    Ok((r, w, hello))
+}
+
+impl Driver {
+    fn now(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    fn to_master(&self, m: MasterId, msg: &ToMaster, payload: Bytes) {
+        if let Some(m) = self.masters.get(&m) {
+            let _ = m.writer.send(Outgoing::new(msg, payload));
+        }
+    }
+
+    /// Tells every master that the run cannot go on.
+    fn fatal(&self, reason: &str) {
+        warn!("fatal: {reason}");
+        for m in self.masters.keys() {
+            self.to_master(
+                *m,
+                &ToMaster::Fatal {
+                    reason: reason.to_string(),
+                },
+                Bytes::new(),
+            );
+        }
+    }
+
+    /// Sends to every worker, or only to those holding master `m`'s context.
+    fn broadcast(&self, only: Option<MasterId>, msg: &ToWorker, payload: &Bytes) {
+        for (id, w) in &self.workers {
+            if only.is_none() || self.context.get(id).copied() == only {
+                let _ = w.writer.send(Outgoing::new(msg, payload.clone()));
+            }
+        }
+    }
+
+    /// Master `m` is done: its open steps are cancelled and its hosts are no
+    /// longer wanted (idle surplus hosts are released by the core). The last
+    /// master to finish ends the run: workers stop and every host goes back.
+    fn retire(&mut self, m: MasterId, now: Duration) {
+        let Some(conn) = self.masters.get_mut(&m) else {
+            return;
+        };
+        if conn.retired {
+            return;
+        }
+        conn.retired = true;
+        let classes = std::mem::take(&mut conn.classes);
+        let mine: Vec<Ticket> = self
+            .steps
+            .iter()
+            .filter(|(_, (owner, _))| *owner == m)
+            .map(|(t, _)| *t)
+            .collect();
+        for t in mine {
+            self.sched.cancel(t);
+            self.steps.remove(&t);
+            self.data.remove(&t);
+        }
+        if self.masters.values().any(|c| !c.retired) {
+            for (name, count) in classes {
+                let d = self.desired.entry(name.clone()).or_default();
+                *d = d.saturating_sub(count);
+                let d = *d;
+                self.sched.set_class(&name, d, now);
+            }
+        } else {
+            self.broadcast(None, &ToWorker::Stop, &Bytes::new());
+            self.sched.finish(now);
+        }
+    }
+
+    /// Handles one event of the run's own connections; `true` ends the server.
+    fn on_event(&mut self, ev: Ev) -> bool {
+        let now = self.now();
+        match ev {
+            Ev::Hello(r, w, hello) => match hello.role {
+                HelloRole::Master => {
+                    let id = self.next_master;
+                    self.next_master += 1;
+                    self.masters.insert(
+                        id,
+                        MasterConn {
+                            writer: spawn_writer(w),
+                            init: Bytes::new(),
+                            cycle: None,
+                            classes: Vec::new(),
+                            retired: false,
+                        },
+                    );
+                    spawn_reader(
+                        r,
+                        self.events_tx.clone(),
+                        move |msg, p| Ev::Master(id, msg, p),
+                        move |why| Ev::MasterGone(id, why),
+                    );
+                }
+                HelloRole::Worker { worker } => {
+                    if self.sched.find_worker_host(worker).is_none() {
+                        warn!("{worker} connected but is not a live worker of this run");
+                        return false;
+                    }
+                    self.generation += 1;
+                    let generation = self.generation;
+                    // Init and cycle data go out with its first step (`switch_context`).
+                    let writer = spawn_writer(w);
+                    self.workers
+                        .insert(worker, WorkerConn { writer, generation });
+                    spawn_reader(
+                        r,
+                        self.events_tx.clone(),
+                        move |m, p| Ev::Worker(worker, m, p),
+                        move |_| Ev::WorkerGone(worker, generation),
+                    );
+                    info!("{worker} joined");
+                    self.sched.worker_joined(worker, now);
+                }
+            },
+            Ev::Master(m, msg, payload) => self.on_master(m, msg, payload),
+            Ev::MasterGone(m, why) => {
+                if self.masters.get(&m).is_some_and(|c| !c.retired) {
+                    warn!(
+                        "master {m} went away before completing ({})",
+                        why.unwrap_or_else(|| "connection closed".into())
+                    );
+                }
+                self.retire(m, now);
+                self.masters.remove(&m);
+                if self.masters.is_empty() {
+                    return true;
+                }
+            }
+            Ev::Worker(worker, msg, payload) => match msg {
+                FromWorker::Result {
+                    ticket,
+                    cpu_us,
+                    wall_us,
+                } => {
+                    let ticket = Ticket(ticket);
+                    let verdict = self.sched.result(
+                        worker,
+                        ticket,
+                        Duration::from_micros(cpu_us),
+                        Duration::from_micros(wall_us),
+                        now,
+                    );
+                    if verdict == Verdict::Deliver
+                        && let Some((m, step)) = self.step_of(ticket)
+                    {
+                        self.to_master(m, &ToMaster::Result { step }, payload);
+                    }
+                }
+                FromWorker::Error { ticket, message } => {
+                    self.sched.step_error(worker, Ticket(ticket), &message, now);
+                }
+            },
+            Ev::WorkerGone(worker, generation) => {
+                if self
+                    .workers
+                    .get(&worker)
+                    .is_some_and(|w| w.generation == generation)
+                {
+                    self.workers.remove(&worker);
+                    let tx = self.events_tx.clone();
+                    let grace = self.loss_grace;
+                    tokio::spawn(async move {
+                        tokio::time::sleep(grace).await;
+                        let _ = tx.send(Ev::LossDue(worker));
+                    });
+                }
+            }
+            Ev::MasterDue => {
+                if self.masters.is_empty() {
+                    warn!("no master connected within {MASTER_TIMEOUT:?}; stopping");
+                    return true;
+                }
+            }
+            Ev::LossDue(worker) => {
+                if !self.workers.contains_key(&worker) {
+                    info!("{worker} lost its connection: counted as crashed");
+                    self.sched.worker_lost(worker, LossCause::Crashed, now);
+                }
+            }
+        }
+        false
+    }
+
+    /// The step id of a ticket whose data is still held; forgets it.
+    fn step_of(&mut self, ticket: Ticket) -> Option<(MasterId, StepId)> {
+        self.data.remove(&ticket);
+        self.steps.remove(&ticket)
+    }
+
+    fn on_master(&mut self, m: MasterId, msg: FromMaster, payload: Bytes) {
+        let now = self.now();
+        match msg {
+            FromMaster::Init {
+                classes,
+                executable,
+                args,
+                prefetch,
+                max_attempts,
+                suspend_timeout_ms,
+            } => {
+                if !self.started {
+                    let cfg = SchedConfig {
+                        prefetch: prefetch.max(1),
+                        max_attempts: max_attempts.max(1),
+                        suspend_timeout: Duration::from_millis(suspend_timeout_ms),
+                        ..SchedConfig::default()
+                    };
+                    self.sched = Sched::new(cfg, Box::new(LongestFirst));
+                    self.start = Instant::now();
+                    self.executable = PathBuf::from(executable);
+                    self.args = args;
+                    self.started = true;
+                } else if std::path::Path::new(&executable) != self.executable || args != self.args
+                {
+                    // Shared workers run one executable; say so instead of guessing.
+                    let reason = format!(
+                        "this server's workers run {} {:?}, not {executable} {args:?}",
+                        self.executable.display(),
+                        self.args
+                    );
+                    self.to_master(m, &ToMaster::Fatal { reason }, Bytes::new());
+                    return;
+                }
+                let now = self.now();
+                let Some(conn) = self.masters.get_mut(&m) else {
+                    return;
+                };
+                conn.init = payload;
+                for ClassSpec {
+                    name,
+                    requirements,
+                    count,
+                } in classes
+                {
+                    conn.classes.push((name.clone(), count));
+                    let d = self.desired.entry(name.clone()).or_default();
+                    if *d == 0 {
+                        self.carmi.define_class(name.clone(), requirements);
+                    }
+                    *d += count;
+                    self.sched.set_class(&name, *d, now);
+                }
+                self.to_master(m, &ToMaster::Ready, Bytes::new());
+            }
+            FromMaster::BeginCycle { cycle } => {
+                self.sched.begin_cycle(cycle, now);
+                self.broadcast(Some(m), &ToWorker::BeginCycle { cycle }, &payload);
+                if let Some(conn) = self.masters.get_mut(&m) {
+                    conn.cycle = Some((cycle, payload));
+                }
+            }
+            FromMaster::Step { step } => self.submit(m, step, payload, now),
+            FromMaster::EndCycle { cycle } => {
+                self.sched.end_cycle(cycle, now);
+                self.broadcast(Some(m), &ToWorker::EndCycle { cycle }, &payload);
+            }
+            FromMaster::Complete => {
+                self.retire(m, now);
+                self.flush_outputs();
+                let stats = self.sched.stats(now);
+                let json = serde_json::to_vec(&stats).expect("statistics serialize");
+                self.to_master(m, &ToMaster::Stats, Bytes::from(json));
+            }
+        }
+    }
+
+    fn submit(&mut self, m: MasterId, step: StepId, data: Bytes, now: Duration) {
+        let cycle = self
+            .masters
+            .get(&m)
+            .and_then(|c| c.cycle.as_ref())
+            .map(|(c, _)| *c);
+        // The core's assignments are carried out after this returns, so the
+        // data is in place before any worker is sent the step.
+        let ticket = self.sched.submit(step, cycle, now);
+        self.data.insert(ticket, data);
+        self.steps.insert(ticket, (m, step));
+    }
+
+    /// Before a worker computes a step of master `m`, it gets `m`'s init data
+    /// and current cycle data, unless it already holds them.
+    fn switch_context(&mut self, worker: WorkerId, m: MasterId) {
+        if self.context.get(&worker) == Some(&m) {
+            return;
+        }
+        let (Some(w), Some(conn)) = (self.workers.get(&worker), self.masters.get(&m)) else {
+            return;
+        };
+        let _ = w
+            .writer
+            .send(Outgoing::new(&ToWorker::Init, conn.init.clone()));
+        if let Some((cycle, data)) = &conn.cycle {
+            let _ = w.writer.send(Outgoing::new(
+                &ToWorker::BeginCycle { cycle: *cycle },
+                data.clone(),
+            ));
+        }
+        self.context.insert(worker, m);
+    }
+
+    fn on_carmi(&mut self, inc: Incoming) {
+        let now = self.now();
+        let Incoming::Rm(event) = inc else {
+            if let Incoming::Disconnected(why) = inc {
+                self.fatal(&format!("lost the local CARMI RM: {why}"));
+            }
+            return;
+        };
+        match event {
+            Event::HostsAdded { request, hosts, .. } => {
+                let Some(class) = self.host_requests.get(&request).cloned() else {
+                    return;
+                };
+                let ids: Vec<HostId> = hosts.iter().map(|h| h.host).collect();
+                self.carmi.suspend_notify(&ids);
+                self.carmi.resume_notify(&ids);
+                self.carmi.delete_notify(&ids);
+                for h in hosts {
+                    info!("host {} ({}) added to class {class}", h.host, h.name);
+                    self.sched.host_added(h.host, &class, None, now);
+                }
+            }
+            Event::HostDeleted { host, reason, .. } => {
+                info!("host {host} deleted: {reason}");
+                self.sched.host_lost(host, now);
+            }
+            Event::HostSuspended { host, .. } => self.sched.host_suspended(host, now),
+            Event::HostResumed { host, .. } => self.sched.host_resumed(host, now),
+            Event::ProcessStarted {
+                request, process, ..
+            } => {
+                if let Some(worker) = self.spawns.remove(&request) {
+                    self.processes.insert(process, worker);
+                }
+            }
+            Event::ProcessExited {
+                process, status, ..
+            } => {
+                if let Some(worker) = self.processes.remove(&process) {
+                    info!("{worker} ({process}) exited: {status:?}");
+                    // The connection's own loss (with its grace period) decides;
+                    // a worker that never connected is lost here.
+                    if !self.workers.contains_key(&worker) {
+                        let tx = self.events_tx.clone();
+                        let grace = self.loss_grace;
+                        tokio::spawn(async move {
+                            tokio::time::sleep(grace).await;
+                            let _ = tx.send(Ev::LossDue(worker));
+                        });
+                    }
+                }
+            }
+            Event::Failed { request, failure } => {
+                if let Some(class) = self.host_requests.remove(&request) {
+                    warn!("request for hosts of {class} failed: {}", failure.message);
+                    self.sched.hosts_not_granted(&class, u32::MAX, now);
+                    self.fatal(&format!(
+                        "the pool refused hosts of class {class}: {}",
+                        failure.message
+                    ));
+                } else if let Some(worker) = self.spawns.remove(&request) {
+                    warn!("spawning {worker} failed: {}", failure.message);
+                    if failure.code == FailureCode::BadExecutable {
+                        // Every host would refuse it the same way.
+                        self.fatal(&format!(
+                            "the worker executable {} cannot be used: {}",
+                            self.executable.display(),
+                            failure.message
+                        ));
+                    }
+                    self.sched.worker_lost(worker, LossCause::Crashed, now);
+                } else {
+                    warn!("CARMI request {request} failed: {}", failure.message);
+                }
+            }
+            Event::Done { .. } => {}
+        }
+    }
+
+    /// Carries out the core's decisions.
+    fn flush_outputs(&mut self) {
+        while let Some(out) = self.sched.poll_output() {
+            match out {
+                Output::Assign {
+                    ticket,
+                    step,
+                    worker,
+                } => {
+                    let data = self.data.get(&ticket).cloned().unwrap_or_default();
+                    if let Some((m, _)) = self.steps.get(&ticket).copied() {
+                        self.switch_context(worker, m);
+                    }
+                    if let Some(w) = self.workers.get(&worker) {
+                        let _ = w.writer.send(Outgoing::new(
+                            &ToWorker::Step {
+                                ticket: ticket.0,
+                                step,
+                            },
+                            data,
+                        ));
+                    }
+                }
+                Output::RequestHosts { class, count } => {
+                    let id = self.carmi.addhosts(class.clone(), count, 1);
+                    self.host_requests.insert(id, class);
+                }
+                Output::ReleaseHost { host } => {
+                    self.carmi.delhosts(&[host]);
+                }
+                Output::Spawn { host, worker } => {
+                    let mut args = self.args.clone();
+                    args.push(connect_arg(&self.connect_addr, &self.token, worker));
+                    let id =
+                        self.carmi
+                            .class_spawn(&self.executable, args, SpawnTarget::Host(host));
+                    self.spawns.insert(id, worker);
+                }
+                Output::StepFailed {
+                    ticket,
+                    step,
+                    reason,
+                } => {
+                    self.data.remove(&ticket);
+                    if let Some((m, _)) = self.steps.remove(&ticket) {
+                        self.to_master(m, &ToMaster::StepFailed { step, reason }, Bytes::new());
+                    }
+                }
+            }
+        }
+    }
+
+    async fn shutdown(&mut self) {
+        let now = self.now();
+        self.broadcast(None, &ToWorker::Stop, &Bytes::new());
+        self.sched.finish(now);
+        self.flush_outputs();
+        self.carmi.flush().await;
+        self.masters.clear();
+        self.workers.clear();
+        // Let the writer tasks put their last frames on the wire.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -1,0 +1,629 @@
+//! A discrete-event simulator that drives the real scheduler core ([`Sched`])
+//! with virtual time: hours of a WoDi run on an opportunistic pool in
+//! milliseconds, deterministically from a seed.
+//!
+//! What is simulated is everything around the core: a pool of hosts with
+//! speeds whose owners come and go (an [`OwnerModel`] from `owner-sim`),
+//! CARMI's default owner policy on each host (suspend when the owner comes
+//! back, continue after [`PoolPolicy::continue_after`] idle, vacate after
+//! [`PoolPolicy::preempt_after`] suspended, lend the host again after
+//! [`PoolPolicy::start_after`] idle), CARMI granting hosts as they free up,
+//! workers starting, computing steps at their host's speed and answering,
+//! and a master that runs cycles of steps with times drawn from a
+//! [`StepProfile`]. Every decision (which step goes where, how many hosts to
+//! hold, when to re-send) is the core's, exactly as in the WoDi server.
+
+use std::cmp::Ordering as CmpOrdering;
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::time::Duration;
+
+use carmi_api::ids::HostId;
+use carmi_api::msg::OwnerEvent;
+use owner_sim::OwnerModel;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{CycleId, StepId, WorkerId};
+use crate::plan::lower_bound;
+use crate::profile::{StepProfile, sample_cycle};
+use crate::sched::{Dispatch, Output, Sched, SchedConfig, Ticket, Verdict};
+use crate::stats::Stats;
+
+/// CARMI's owner policy as the simulated hosts apply it, in virtual seconds.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PoolPolicy {
+    /// Owner idle time before a host is lent to jobs.
+    pub start_after: f64,
+    /// Owner idle time before a suspended job continues.
+    pub continue_after: f64,
+    /// Time suspended before the job is vacated.
+    pub preempt_after: f64,
+    /// From a host granted to its worker ready for work (spawn, connect, init).
+    pub worker_startup: f64,
+}
+
+impl Default for PoolPolicy {
+    /// HTCondor's classic desktop policy (15, 5 and 10 minutes) and a worker
+    /// that starts in two seconds.
+    fn default() -> PoolPolicy {
+        PoolPolicy {
+            start_after: 15.0 * 60.0,
+            continue_after: 5.0 * 60.0,
+            preempt_after: 10.0 * 60.0,
+            worker_startup: 2.0,
+        }
+    }
+}
+
+/// One simulated run.
+pub struct SimConfig {
+    /// The steps of one cycle.
+    pub profile: Vec<StepProfile>,
+    /// Cycles to run.
+    pub cycles: u32,
+    /// Relative speed of every host of the pool.
+    pub speeds: Vec<f64>,
+    /// Owners of the hosts.
+    pub owners: OwnerModel,
+    /// Where in the owner model's time (seconds; the stochastic model's 0 is
+    /// a Monday 09:00) the run starts.
+    pub owner_offset: f64,
+    /// The owner policy.
+    pub policy: PoolPolicy,
+    /// Hosts the master asks for.
+    pub hosts_wanted: u32,
+    /// After each cycle, ask for the fewest hosts that reach (almost) the
+    /// best cycle time instead, with this tolerance (e.g. 0.05); `None` keeps
+    /// `hosts_wanted`.
+    pub fewest_hosts: Option<f64>,
+    /// The core's tunables.
+    pub sched: SchedConfig,
+    /// Seed of the step-time noise (and of the owners).
+    pub seed: u64,
+}
+
+/// The figures of a run, in the paper's terms, plus the bound no schedule
+/// on this pool could beat.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunSummary {
+    /// From the first worker ready to the last result, seconds.
+    pub run_length_s: f64,
+    /// Host time allocated to the run, seconds.
+    pub occupancy_s: f64,
+    /// Compute time of all step copies, seconds.
+    pub cpu_time_s: f64,
+    /// `cpu_time_s / occupancy_s`.
+    pub efficiency: f64,
+    /// Hosts granted.
+    pub adds: u32,
+    /// Hosts taken away by their owners.
+    pub losses: u32,
+    /// Mean number of hosts held (occupancy / run length).
+    pub mean_hosts: f64,
+    /// Sum over cycles of the cycle's lower bound on all the pool's hosts
+    /// (longest step on the fastest host, or all work spread perfectly).
+    pub lower_bound_s: f64,
+    /// Length of each cycle, seconds.
+    pub cycle_s: Vec<f64>,
+    /// Each cycle's own lower bound on all the pool's hosts, seconds.
+    pub cycle_bound_s: Vec<f64>,
+}
+
+/// A finished simulation: its summary and the core's own statistics.
+pub struct SimRun {
+    /// The paper's figures.
+    pub summary: RunSummary,
+    /// What the core recorded (per-step times, timeline).
+    pub stats: Stats,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Ev {
+    Owner {
+        host: usize,
+        present: bool,
+    },
+    /// The owner has been away long enough for the policy to act (if `epoch` still holds).
+    Idle {
+        host: usize,
+        epoch: u64,
+    },
+    /// Suspended since `since`: vacate if still so.
+    Preempt {
+        host: usize,
+        since: f64,
+    },
+    WorkerReady {
+        worker: WorkerId,
+    },
+    StepDone {
+        worker: WorkerId,
+        epoch: u64,
+    },
+    /// The core's deadline, exactly as it gave it (f64 seconds would round).
+    Deadline(Duration),
+}
+
+struct Queued {
+    at: f64,
+    seq: u64,
+    ev: Ev,
+}
+
+impl PartialEq for Queued {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == CmpOrdering::Equal
+    }
+}
+impl Eq for Queued {}
+impl PartialOrd for Queued {
+    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Queued {
+    /// Earliest first out of the max-heap, ties in insertion order.
+    fn cmp(&self, other: &Self) -> CmpOrdering {
+        other
+            .at
+            .total_cmp(&self.at)
+            .then_with(|| other.seq.cmp(&self.seq))
+    }
+}
+
+/// What a host of the simulated pool is doing.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Lend {
+    /// The owner is there, or has not been away long enough.
+    Owner,
+    /// Free for jobs.
+    Free,
+    /// Granted to the run.
+    Granted,
+}
+
+struct SimHost {
+    speed: f64,
+    lend: Lend,
+    present: bool,
+    suspended_since: Option<f64>,
+    /// Bumped on every owner change, invalidating pending idle timers.
+    epoch: u64,
+}
+
+/// A worker computing its queue of tickets one at a time.
+struct SimWorker {
+    host: usize,
+    ready: bool,
+    queue: VecDeque<(Ticket, StepId)>,
+    /// The step being computed: speed-1 work left at `since` (when running).
+    current: Option<Current>,
+    /// Bumped whenever the current computation stops or restarts.
+    epoch: u64,
+}
+
+struct Current {
+    ticket: Ticket,
+    left: f64,
+    since: Option<f64>,
+    started: f64,
+    cpu: f64,
+}
+
+struct World<'a> {
+    cfg: &'a SimConfig,
+    now: f64,
+    heap: BinaryHeap<Queued>,
+    seq: u64,
+    hosts: Vec<SimHost>,
+    /// Hosts the core asked for and has not been granted yet.
+    demand: u32,
+    workers: BTreeMap<WorkerId, SimWorker>,
+    host_worker: BTreeMap<usize, WorkerId>,
+    /// This cycle's step times (speed-1 seconds), by step id.
+    times: Vec<f64>,
+    first_ready: Option<f64>,
+}
+
+fn host_id(h: usize) -> HostId {
+    HostId(h as u64 + 1)
+}
+
+fn time(s: f64) -> Duration {
+    Duration::from_secs_f64(s.max(0.0))
+}
+
+impl World<'_> {
+    fn push(&mut self, at: f64, ev: Ev) {
+        self.seq += 1;
+        self.heap.push(Queued {
+            at,
+            seq: self.seq,
+            ev,
+        });
+    }
+
+    /// Grants free hosts while the core wants some, fastest first (what a
+    /// `Rank = Speed` class would get).
+    fn grant(&mut self, sched: &mut Sched) {
+        while self.demand > 0 {
+            let Some(h) = (0..self.hosts.len())
+                .filter(|&h| self.hosts[h].lend == Lend::Free)
+                .max_by(|&a, &b| self.hosts[a].speed.total_cmp(&self.hosts[b].speed))
+            else {
+                return;
+            };
+            self.demand -= 1;
+            self.hosts[h].lend = Lend::Granted;
+            sched.host_added(host_id(h), CLASS, Some(self.hosts[h].speed), time(self.now));
+        }
+    }
+
+    /// Starts the worker's next ticket if it is idle and may run.
+    fn start_next(&mut self, worker: WorkerId) {
+        let now = self.now;
+        let Some(w) = self.workers.get_mut(&worker) else {
+            return;
+        };
+        if !w.ready || w.current.is_some() || self.hosts[w.host].suspended_since.is_some() {
+            return;
+        }
+        let Some((ticket, step)) = w.queue.pop_front() else {
+            return;
+        };
+        let work = self.times[step.0 as usize % self.times.len()];
+        w.epoch += 1;
+        w.current = Some(Current {
+            ticket,
+            left: work,
+            since: Some(now),
+            started: now,
+            cpu: 0.0,
+        });
+        let at = now + work / self.hosts[w.host].speed;
+        let epoch = w.epoch;
+        self.push(at, Ev::StepDone { worker, epoch });
+    }
+
+    /// Stops the worker's computation (suspension), keeping the work done.
+    fn pause(&mut self, worker: WorkerId) {
+        let now = self.now;
+        if let Some(w) = self.workers.get_mut(&worker)
+            && let Some(c) = &mut w.current
+            && let Some(since) = c.since.take()
+        {
+            let speed = self.hosts[w.host].speed;
+            c.left -= (now - since) * speed;
+            c.cpu += now - since;
+            w.epoch += 1;
+        }
+    }
+
+    fn resume(&mut self, worker: WorkerId) {
+        let now = self.now;
+        let Some(w) = self.workers.get_mut(&worker) else {
+            return;
+        };
+        let speed = self.hosts[w.host].speed;
+        if let Some(c) = &mut w.current {
+            if c.since.is_none() {
+                c.since = Some(now);
+                w.epoch += 1;
+                let at = now + c.left.max(0.0) / speed;
+                let epoch = w.epoch;
+                self.push(at, Ev::StepDone { worker, epoch });
+            }
+        } else {
+            self.start_next(worker);
+        }
+    }
+
+    /// Carries out the core's decisions.
+    fn flush(&mut self, sched: &mut Sched, stats_failed: &mut u64) {
+        while let Some(out) = sched.poll_output() {
+            match out {
+                Output::RequestHosts { count, .. } => {
+                    self.demand += count;
+                    self.grant(sched);
+                }
+                Output::ReleaseHost { host } => {
+                    let h = (host.0 - 1) as usize;
+                    if let Some(w) = self.host_worker.remove(&h) {
+                        self.workers.remove(&w);
+                    }
+                    let hs = &mut self.hosts[h];
+                    if hs.lend == Lend::Granted {
+                        hs.suspended_since = None;
+                        hs.lend = if hs.present { Lend::Owner } else { Lend::Free };
+                    }
+                }
+                Output::Spawn { host, worker } => {
+                    let h = (host.0 - 1) as usize;
+                    self.workers.insert(
+                        worker,
+                        SimWorker {
+                            host: h,
+                            ready: false,
+                            queue: VecDeque::new(),
+                            current: None,
+                            epoch: 0,
+                        },
+                    );
+                    self.host_worker.insert(h, worker);
+                    let at = self.now + self.cfg.policy.worker_startup;
+                    self.push(at, Ev::WorkerReady { worker });
+                }
+                Output::Assign {
+                    ticket,
+                    step,
+                    worker,
+                } => {
+                    if let Some(w) = self.workers.get_mut(&worker) {
+                        w.queue.push_back((ticket, step));
+                    }
+                    self.start_next(worker);
+                }
+                Output::StepFailed { .. } => *stats_failed += 1,
+            }
+        }
+    }
+}
+
+/// Virtual seconds after which a run is abandoned (a pool whose owners
+/// never leave cannot finish it).
+const MAX_VIRTUAL_TIME: f64 = 365.0 * 24.0 * 3600.0;
+
+/// The one resource class of a simulated run.
+const CLASS: &str = "hosts";
+
+/// Runs one simulation with the given dispatch policy.
+pub fn simulate(cfg: &SimConfig, dispatch: Box<dyn Dispatch>) -> SimRun {
+    let mut rng = StdRng::seed_from_u64(cfg.seed);
+    let n = cfg.profile.len();
+    let mut world = World {
+        cfg,
+        now: 0.0,
+        heap: BinaryHeap::new(),
+        seq: 0,
+        hosts: cfg
+            .speeds
+            .iter()
+            .map(|&speed| SimHost {
+                speed,
+                lend: Lend::Free,
+                present: false,
+                suspended_since: None,
+                epoch: 0,
+            })
+            .collect(),
+        demand: 0,
+        workers: BTreeMap::new(),
+        host_worker: BTreeMap::new(),
+        times: sample_cycle(&cfg.profile, &mut rng),
+        first_ready: None,
+    };
+    // Owner events in the run's time frame; those before the start only set
+    // the initial state.
+    let mut owners = cfg.owners.stream(cfg.speeds.len(), cfg.seed);
+    let mut next_owner = owners.next();
+    let mut sched = Sched::new(cfg.sched.clone(), dispatch);
+    let mut failed = 0u64;
+    let mut bounds = vec![lower_bound(&world.times, &cfg.speeds)];
+    let mut cycle_s = Vec::new();
+    let mut cycle: u32 = 0;
+    let mut cycle_start: f64 = 0.0;
+    let mut open = n;
+    let mut armed: Option<Duration> = None;
+
+    sched.set_class(CLASS, cfg.hosts_wanted, time(0.0));
+    for i in 0..n {
+        sched.submit(StepId(i as u64), Some(CycleId(0)), time(0.0));
+    }
+    sched.dispatch(time(0.0));
+    world.flush(&mut sched, &mut failed);
+
+    loop {
+        // The stream is endless: take owner events only up to the next
+        // simulated event, or the next owner event alone when nothing else is due.
+        let next_owner_at = next_owner.as_ref().map(|e| e.time - cfg.owner_offset);
+        let horizon = match (world.heap.peek().map(|q| q.at), next_owner_at) {
+            (Some(a), Some(b)) => a.min(b.max(0.0)),
+            (Some(a), None) => a,
+            (None, Some(b)) => b.max(0.0),
+            (None, None) => break,
+        };
+        while let Some(e) = next_owner.as_ref() {
+            let at = e.time - cfg.owner_offset;
+            if at > horizon {
+                break;
+            }
+            if let OwnerEvent::Arrive | OwnerEvent::Leave = e.event {
+                let present = e.event == OwnerEvent::Arrive;
+                let host = e.host;
+                world.push(at.max(0.0), Ev::Owner { host, present });
+            }
+            next_owner = owners.next();
+        }
+        let Some(Queued { at, ev, .. }) = world.heap.pop() else {
+            break;
+        };
+        world.now = at;
+        let now = at;
+        match ev {
+            Ev::Owner { host: h, present } => {
+                let hs = &mut world.hosts[h];
+                if hs.present == present {
+                    continue;
+                }
+                hs.present = present;
+                hs.epoch += 1;
+                let epoch = hs.epoch;
+                if present {
+                    match hs.lend {
+                        Lend::Free => hs.lend = Lend::Owner,
+                        Lend::Granted if hs.suspended_since.is_none() => {
+                            hs.suspended_since = Some(now);
+                            let at = now + cfg.policy.preempt_after;
+                            world.push(
+                                at,
+                                Ev::Preempt {
+                                    host: h,
+                                    since: now,
+                                },
+                            );
+                            if let Some(&w) = world.host_worker.get(&h) {
+                                world.pause(w);
+                            }
+                            sched.host_suspended(host_id(h), time(now));
+                        }
+                        _ => {}
+                    }
+                } else {
+                    let wait = if world.hosts[h].suspended_since.is_some() {
+                        cfg.policy.continue_after
+                    } else {
+                        cfg.policy.start_after
+                    };
+                    world.push(now + wait, Ev::Idle { host: h, epoch });
+                }
+            }
+            Ev::Idle { host: h, epoch } => {
+                let hs = &mut world.hosts[h];
+                if hs.epoch != epoch || hs.present {
+                    continue;
+                }
+                match hs.lend {
+                    Lend::Owner => {
+                        hs.lend = Lend::Free;
+                        world.grant(&mut sched);
+                    }
+                    Lend::Granted if hs.suspended_since.is_some() => {
+                        hs.suspended_since = None;
+                        if let Some(&w) = world.host_worker.get(&h) {
+                            world.resume(w);
+                        }
+                        sched.host_resumed(host_id(h), time(now));
+                    }
+                    _ => {}
+                }
+            }
+            Ev::Preempt { host: h, since } => {
+                let hs = &mut world.hosts[h];
+                if hs.lend != Lend::Granted || hs.suspended_since != Some(since) {
+                    continue;
+                }
+                hs.suspended_since = None;
+                hs.lend = Lend::Owner;
+                hs.epoch += 1;
+                let epoch = hs.epoch;
+                if !hs.present {
+                    world.push(now + cfg.policy.start_after, Ev::Idle { host: h, epoch });
+                }
+                if let Some(w) = world.host_worker.remove(&h) {
+                    world.workers.remove(&w);
+                }
+                sched.host_lost(host_id(h), time(now));
+            }
+            Ev::WorkerReady { worker } => {
+                let Some(w) = world.workers.get_mut(&worker) else {
+                    continue;
+                };
+                w.ready = true;
+                world.first_ready.get_or_insert(now);
+                sched.worker_joined(worker, time(now));
+                world.start_next(worker);
+            }
+            Ev::StepDone { worker, epoch } => {
+                let Some(w) = world.workers.get_mut(&worker) else {
+                    continue;
+                };
+                if w.epoch != epoch {
+                    continue;
+                }
+                let Some(c) = w.current.take() else {
+                    continue;
+                };
+                let cpu = c.cpu + c.since.map_or(0.0, |s| now - s);
+                let verdict = sched.result(
+                    worker,
+                    c.ticket,
+                    time(cpu),
+                    time(now - c.started),
+                    time(now),
+                );
+                if verdict == Verdict::Deliver {
+                    open -= 1;
+                    if open == 0 {
+                        cycle_s.push(now - cycle_start.max(world.first_ready.unwrap_or(0.0)));
+                        cycle += 1;
+                        if cycle == cfg.cycles {
+                            sched.finish(time(now));
+                            world.flush(&mut sched, &mut failed);
+                            break;
+                        }
+                        cycle_start = now;
+                        if let Some(tolerance) = cfg.fewest_hosts {
+                            let steps: Vec<StepId> = (0..n as u64).map(StepId).collect();
+                            if let Some(k) = sched.fewest_hosts(&steps, tolerance) {
+                                sched.set_class(CLASS, k.min(cfg.hosts_wanted), time(now));
+                            }
+                        }
+                        world.times = sample_cycle(&cfg.profile, &mut rng);
+                        bounds.push(lower_bound(&world.times, &cfg.speeds));
+                        open = n;
+                        for i in 0..n {
+                            sched.submit(
+                                StepId(i as u64),
+                                Some(CycleId(u64::from(cycle))),
+                                time(now),
+                            );
+                        }
+                        sched.dispatch(time(now));
+                    }
+                }
+                world.start_next(worker);
+            }
+            Ev::Deadline(d) => {
+                armed = None;
+                sched.on_deadline(d.max(time(now)));
+            }
+        }
+        world.flush(&mut sched, &mut failed);
+        if let Some(d) = sched.next_deadline()
+            && armed.is_none_or(|a| d < a)
+        {
+            armed = Some(d);
+            world.push(d.as_secs_f64().max(now), Ev::Deadline(d));
+        }
+        if now > MAX_VIRTUAL_TIME {
+            // A run that cannot finish (no host ever free): stop rather than spin.
+            break;
+        }
+    }
+    let end = world.now;
+    let stats = sched.stats(time(end));
+    let begin = world.first_ready.unwrap_or(0.0);
+    let run_length_s = end - begin;
+    let summary = RunSummary {
+        run_length_s,
+        occupancy_s: stats.occupancy_s,
+        cpu_time_s: stats.cpu_time_s,
+        efficiency: stats.efficiency,
+        adds: stats.hosts_added,
+        losses: stats.hosts_lost,
+        mean_hosts: if run_length_s > 0.0 {
+            stats.occupancy_s / run_length_s
+        } else {
+            0.0
+        },
+        lower_bound_s: bounds.iter().sum(),
+        cycle_s,
+        cycle_bound_s: bounds,
+    };
+    SimRun { summary, stats }
+}
+
+#[cfg(test)]
+#[path = "sim_tests.rs"]
+mod tests;
