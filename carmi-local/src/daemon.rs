@@ -169,6 +169,20 @@ impl Daemon {
                 settings.secret_file.clone().into_os_string(),
             ),
         ];
+        let mut env = env;
+        // The machine ad as of start-up, for the processes started here (as
+        // HTCondor's `_CONDOR_MACHINE_AD`): a job can read what the pool
+        // knows of its machine (`Speed`, `Memory`, ...) without a request.
+        let ad_path = work_dir.join("machine.ad");
+        let snapshot = machine.build(&sample_dynamic(&work_dir)).to_old_syntax();
+        match std::fs::write(&ad_path, snapshot) {
+            Ok(()) => env.push(("CARMI_MACHINE_AD".into(), ad_path.into_os_string())),
+            Err(e) => tracing::warn!(
+                path = %ad_path.display(),
+                error = %e,
+                "cannot write the machine ad for job processes; they run without CARMI_MACHINE_AD"
+            ),
+        }
         let launcher = Launcher::new(work_dir.clone(), env);
         launcher.clean_stale_sandboxes();
 

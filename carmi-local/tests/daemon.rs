@@ -208,6 +208,7 @@ async fn advertise_register_fetch_spawn_and_exit() {
          echo \"job=$CARMI_JOB process=$CARMI_PROCESS host=$CARMI_HOST arg=$1\"\n\
          [ -r \"$CARMI_SECRET_FILE\" ] && echo secret-readable\n\
          [ -n \"$CARMI_LOCAL\" ] && echo local-set\n\
+         grep -q '^HasTestTools = true$' \"$CARMI_MACHINE_AD\" && echo ad-readable\n\
          exit 3\n",
     );
     g.send(spawn_msg(1, 11, &exe), &[]).await;
@@ -245,7 +246,7 @@ async fn advertise_register_fetch_spawn_and_exit() {
     let out = std::fs::read_to_string(daemon.work_dir().join("output/1/1.out")).unwrap();
     assert_eq!(
         out,
-        "job=1 process=1 host=11 arg=first arg\nsecret-readable\nlocal-set\n"
+        "job=1 process=1 host=11 arg=first arg\nsecret-readable\nlocal-set\nad-readable\n"
     );
 
     // The same executable again: served from the cache, no Fetch.
