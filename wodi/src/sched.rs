@@ -372,6 +372,12 @@ impl Sched {
         }
     }
 
+    /// Asks again for the hosts `class` is missing (after a request the pool
+    /// could not serve for the moment).
+    pub fn request_missing(&mut self, class: &str) {
+        self.top_up(class);
+    }
+
     /// A host request for `class` ended with `count` hosts never granted
     /// (refused or cancelled). They are not asked for again until the class
     /// changes or a host is lost, so that a refusing pool is not hammered.

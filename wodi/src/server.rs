@@ -71,7 +71,13 @@ enum Ev {
     LossDue(WorkerId),
     /// Time for the master to have connected.
     MasterDue,
+    /// Time to ask again for the hosts of a class the pool could not serve for now.
+    RetryHosts(String),
 }
+
+/// How long to wait before asking again for hosts the pool could not serve
+/// for now (its local RM reconnecting to the global RM, say).
+const HOST_RETRY: Duration = Duration::from_secs(1);
 
 /// How long the server waits for its master before giving up.
 const MASTER_TIMEOUT: Duration = Duration::from_secs(30);
@@ -458,6 +464,7 @@ impl Driver {
                     return true;
                 }
             }
+            Ev::RetryHosts(class) => self.sched.request_missing(&class),
             Ev::LossDue(worker) => {
                 if !self.workers.contains_key(&worker) {
                     info!("{worker} lost its connection: counted as crashed");
@@ -641,6 +648,15 @@ impl Driver {
                 if let Some(class) = self.host_requests.remove(&request) {
                     warn!("request for hosts of {class} failed: {}", failure.message);
                     self.sched.hosts_not_granted(&class, u32::MAX, now);
+                    if failure.code == FailureCode::Unavailable {
+                        // Transient: the pool will serve the request again soon.
+                        let tx = self.events_tx.clone();
+                        tokio::spawn(async move {
+                            tokio::time::sleep(HOST_RETRY).await;
+                            let _ = tx.send(Ev::RetryHosts(class));
+                        });
+                        return;
+                    }
                     self.fatal(&format!(
                         "the pool refused hosts of class {class}: {}",
                         failure.message

@@ -199,6 +199,12 @@ async fn a_suspended_worker_answering_after_its_step_was_resent_still_gives_one_
     settings.name = "owned".into();
     settings.slots = Some(1);
     settings.benchmark = false;
+    // The test plays the owner: this machine's own terminals must not. A
+    // policy minute of 0.1 s: the job continues 0.5 s after the owner
+    // leaves; it is never vacated (the owner stays about 1.5 s).
+    settings.owner_source = carmi_local::config::OwnerSource::Simulated;
+    settings.policy.minute = 0.1;
+    settings.policy.preempt = classad::parse_expr("false").expect("a constant parses");
     settings.work_dir = pool.dir.join("owned");
     let owned = carmi_local::daemon::Daemon::start(settings)
         .await
