@@ -252,10 +252,13 @@ fn summary(machines: &[MachineStatus]) -> String {
         out.push_str(&line(arch, counts));
     }
     let slots: usize = totals.values().sum();
+    // Machines that lend no slots (submit machines) serve applications but
+    // are not part of what the pool can run on: counted apart.
+    let submit = machines.iter().filter(|m| m.slots.is_empty()).count();
+    let hosts = machines.len() - submit;
     out.push_str(&format!(
-        "{} machine{}, {slots} slot{}{}\n",
-        machines.len(),
-        if machines.len() == 1 { "" } else { "s" },
+        "{hosts} machine{}, {slots} slot{}{}{}\n",
+        if hosts == 1 { "" } else { "s" },
         if slots == 1 { "" } else { "s" },
         if totals.is_empty() {
             String::new()
@@ -268,6 +271,11 @@ fn summary(machines: &[MachineStatus]) -> String {
                     .collect::<Vec<_>>()
                     .join(", ")
             )
+        },
+        match submit {
+            0 => String::new(),
+            1 => "; 1 submit machine (no slots)".to_string(),
+            n => format!("; {n} submit machines (no slots)"),
         }
     ));
     out

@@ -144,6 +144,12 @@ fn pool() -> Vec<MachineStatus> {
                 job: None,
             }],
         },
+        // A submit machine: it lends no slots.
+        MachineStatus {
+            name: "submit".into(),
+            attributes: attrs("X86_64", 4096, "0.1"),
+            slots: vec![],
+        },
     ]
 }
 
@@ -196,7 +202,7 @@ async fn status_prints_the_pool_as_a_table() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let table = text(&out.stdout);
     let lines: Vec<&str> = table.lines().collect();
-    assert_eq!(lines.len(), 6, "{table}");
+    assert_eq!(lines.len(), 7, "{table}");
     let words = |line: &str| {
         line.split_whitespace()
             .map(String::from)
@@ -230,12 +236,16 @@ async fn status_prints_the_pool_as_a_table() {
         ]
     );
     // The summary by architecture, then the total.
+    assert_eq!(words(lines[3])[0], "submit");
     assert_eq!(
-        words(lines[3]),
+        words(lines[4]),
         ["X86_64:", "2", "slots", "1", "claimed,", "1", "idle"]
     );
-    assert_eq!(words(lines[4]), ["aarch64:", "1", "slots", "1", "owner"]);
-    assert_eq!(lines[5], "2 machines, 3 slots: 1 claimed, 1 idle, 1 owner");
+    assert_eq!(words(lines[5]), ["aarch64:", "1", "slots", "1", "owner"]);
+    assert_eq!(
+        lines[6],
+        "2 machines, 3 slots: 1 claimed, 1 idle, 1 owner; 1 submit machine (no slots)"
+    );
 }
 
 #[tokio::test]
@@ -250,7 +260,7 @@ async fn status_prints_json_and_reads_its_settings_from_the_environment() {
     let out = run(cmd).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(json.as_array().unwrap().len(), 2);
+    assert_eq!(json.as_array().unwrap().len(), 3);
     let first = &json[0];
     assert_eq!(first["name"], "lab-pc-01.example.edu");
     assert_eq!(first["attributes"]["Arch"], "X86_64");
