@@ -29,6 +29,48 @@ impl OwnerTarget for Daemon {
     }
 }
 
+/// A local RM reached over its control connection (another process, or
+/// another machine): what `owner-sim drive` feeds a real pool through.
+pub struct RemoteOwner {
+    link: tokio::sync::Mutex<carmi_local::control::OwnerLink>,
+    addr: String,
+}
+
+impl RemoteOwner {
+    /// Connects to the local RM whose application listen address is `addr`.
+    pub async fn connect(
+        addr: &str,
+        secret: &carmi_api::handshake::Secret,
+    ) -> Result<RemoteOwner, carmi_local::control::ControlError> {
+        Ok(RemoteOwner {
+            link: tokio::sync::Mutex::new(
+                carmi_local::control::OwnerLink::connect(addr, secret).await?,
+            ),
+            addr: addr.to_string(),
+        })
+    }
+
+    /// Reports `event` and returns the local RM's answer.
+    pub async fn send(
+        &self,
+        event: OwnerEvent,
+    ) -> Result<carmi_api::msg::FromLocalControl, carmi_local::control::ControlError> {
+        self.link.lock().await.send(event).await
+    }
+}
+
+impl OwnerTarget for RemoteOwner {
+    async fn owner_event(&self, event: OwnerEvent) -> bool {
+        match self.send(event).await {
+            Ok(carmi_api::msg::FromLocalControl::OwnerApplied { applied, .. }) => applied,
+            Err(e) => {
+                tracing::warn!(addr = %self.addr, error = %e, "owner event not delivered");
+                false
+            }
+        }
+    }
+}
+
 /// What a driver run did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DriveReport {

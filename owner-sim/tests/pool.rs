@@ -203,3 +203,48 @@ async fn bad_options_are_refused_before_anything_starts() {
     let e = EmbeddedPool::start(o).await.err().unwrap().to_string();
     assert!(e.contains("hosts"), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_owner_over_the_control_connection_takes_a_host_and_gives_it_back() {
+    use carmi_api::msg::{FromLocalControl, OwnerEvent};
+    use owner_sim::driver::RemoteOwner;
+
+    let pool = EmbeddedPool::start(options(2, OwnerModel::None, 600.0))
+        .await
+        .unwrap();
+    let secret = Secret::from_file(pool.secret_file()).unwrap();
+    let host = &pool.hosts()[1];
+    let owner = RemoteOwner::connect(&host.app_addr.to_string(), &secret)
+        .await
+        .unwrap();
+    let FromLocalControl::OwnerApplied { applied, state, .. } =
+        owner.send(OwnerEvent::Arrive).await.unwrap();
+    assert!(applied);
+    assert_eq!(state, "Owner");
+    let mut states = slot_states(&status(&pool).await);
+    for _ in 0..50 {
+        if states.contains(&(host.name.clone(), "owner".into())) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        states = slot_states(&status(&pool).await);
+    }
+    assert!(
+        states.contains(&(host.name.clone(), "owner".into())),
+        "{states:?}"
+    );
+    // Back to the pool once the owner has been away 15 policy minutes (1.5 s).
+    assert!(owner.send(OwnerEvent::Leave).await.is_ok());
+    for _ in 0..100 {
+        states = slot_states(&status(&pool).await);
+        if states.contains(&(host.name.clone(), "idle".into())) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        states.contains(&(host.name.clone(), "idle".into())),
+        "{states:?}"
+    );
+    pool.shutdown().await;
+}

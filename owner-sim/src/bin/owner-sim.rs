@@ -7,6 +7,10 @@
 //! - `owner-sim pool [--hosts N] [--owners MODEL] [--speedup X] [--seed S]`
 //!   runs an embedded pool until Ctrl-C, printing where it is; the pool
 //!   cleans up after itself on SIGINT and SIGTERM.
+//! - `owner-sim drive --secret FILE [--owners MODEL] [--speedup X] [--seed S] LOCAL...`
+//!   plays the owners of running local RMs (given by their listen addresses,
+//!   host01 first) over their control connections, until Ctrl-C; the local
+//!   RMs must run with `[owner] source = "simulated"`.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -41,6 +45,24 @@ enum Command {
         /// Seed.
         #[arg(long, default_value_t = 0)]
         seed: u64,
+    },
+    /// Play the owners of running local RMs over their control connections until Ctrl-C.
+    Drive {
+        /// The pool's secret file.
+        #[arg(long, value_name = "FILE")]
+        secret: std::path::PathBuf,
+        /// Owner model: none, stochastic, or trace:FILE.
+        #[arg(long, default_value = "stochastic", value_name = "MODEL")]
+        owners: String,
+        /// Virtual seconds per wall second.
+        #[arg(long, default_value_t = 1.0)]
+        speedup: f64,
+        /// Seed.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Listen addresses (HOST:PORT) of the local RMs, the first playing host01.
+        #[arg(required = true, value_name = "LOCAL")]
+        locals: Vec<String>,
     },
     /// Run an embedded pool in the foreground until Ctrl-C.
     Pool {
@@ -82,6 +104,48 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             let events = model.schedule(hosts, span, seed);
             std::io::stdout().write_all(owner_sim::trace::format_schedule(&events).as_bytes())?;
             Ok(())
+        }
+        Command::Drive {
+            secret,
+            owners,
+            speedup,
+            seed,
+            locals,
+        } => {
+            let model = OwnerModel::from_spec(&owners)?;
+            model.check()?;
+            if !(speedup.is_finite() && speedup > 0.0) {
+                return Err(format!("--speedup must be positive, got {speedup}").into());
+            }
+            let secret = carmi_api::handshake::Secret::from_file(&secret)?;
+            let runtime = tokio::runtime::Runtime::new()?;
+            runtime.block_on(async {
+                let mut targets = Vec::new();
+                for addr in &locals {
+                    targets.push(std::sync::Arc::new(
+                        owner_sim::driver::RemoteOwner::connect(addr, &secret).await?,
+                    ));
+                }
+                let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+                tokio::spawn(async move {
+                    let _ = tokio::signal::ctrl_c().await;
+                    let _ = stop_tx.send(true);
+                });
+                eprintln!(
+                    "owner-sim: playing the owners of {} local RMs ({owners}, {speedup}x); Ctrl-C stops",
+                    targets.len()
+                );
+                let report = owner_sim::driver::drive(
+                    model.stream(targets.len(), seed),
+                    &targets,
+                    speedup,
+                    tokio::time::Instant::now(),
+                    stop_rx,
+                )
+                .await;
+                eprintln!("owner-sim: {report:?}");
+                Ok::<(), Box<dyn std::error::Error>>(())
+            })
         }
         Command::Pool {
             hosts,
