@@ -55,7 +55,7 @@ fn main() -> anyhow::Result<()> {
                 args.pool.clone(),
                 args.secret.clone(),
                 args.hosts as usize,
-                "none",
+                owner_sim::OwnerModel::None,
                 1.0,
                 0,
             )

@@ -5,7 +5,7 @@
 //! The master runs 35 cycles of 31 steps. Step times follow
 //! [`wodi::profile::materials`] (a few steps near six minutes, many under
 //! two, about 4% noise from cycle to cycle), scaled down by `--scale`
-//! (default 1/200) so that the run takes about a minute; the owners' time
+//! (default 1/300) so that the run takes about a minute; the owners' time
 //! runs faster by the same factor, so they churn during that minute.
 //!
 //! The worker is honest about what it does: a step of W seconds of speed-1
@@ -52,7 +52,7 @@ struct Args {
     #[arg(long, default_value_t = 16)]
     hosts: u32,
     /// Factor applied to the paper-scale step times (and, inverted, to the owners' clock).
-    #[arg(long, default_value_t = 1.0 / 200.0)]
+    #[arg(long, default_value_t = 1.0 / 300.0)]
     scale: f64,
     /// Seed of the step times, the owners and the machine ads.
     #[arg(long, default_value_t = 1)]
@@ -118,7 +118,7 @@ async fn master(args: Args) -> anyhow::Result<()> {
         args.pool.clone(),
         args.secret.clone(),
         args.hosts as usize,
-        &args.owners,
+        wodi_examples::owner_model(&args.owners)?,
         1.0 / args.scale,
         args.seed,
     )
