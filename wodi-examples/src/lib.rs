@@ -172,7 +172,7 @@ pub fn timeline_of(stats: &Stats, title: &str) -> timeline::Timeline {
         .iter()
         .map(|h| {
             let mut row = timeline::Row {
-                host: format!("{} {}", h.host, h.class),
+                host: h.host.to_string(),
                 ..Default::default()
             };
             for p in &h.periods {
