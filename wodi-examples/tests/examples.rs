@@ -85,3 +85,44 @@ fn commands_counts_the_lines_of_each_file() {
         "{out}"
     );
 }
+
+#[test]
+fn mandelbrot_tiles_make_the_whole_image() {
+    let dir = tempfile::tempdir().unwrap();
+    let png_path = dir.path().join("m.png");
+    let (w, h, iter) = (200u32, 150u32, 300u32);
+    let out = run(
+        env!("CARGO_BIN_EXE_mandelbrot"),
+        &[
+            "--width",
+            &w.to_string(),
+            "--height",
+            &h.to_string(),
+            "--tile",
+            "48",
+            "--max-iter",
+            &iter.to_string(),
+            "--hosts",
+            "3",
+            "--out",
+            png_path.to_str().unwrap(),
+        ],
+    );
+    // The tiles put together are the image computed in one piece here.
+    let whole = wodi_examples::kernels::mandelbrot_tile(
+        wodi_examples::kernels::View::default(),
+        w,
+        (0, 0, w, h),
+        iter,
+    );
+    let sum = format!("checksum {:016x}", wodi_examples::kernels::fnv1a(&whole));
+    assert!(out.contains(&sum), "{out} (expected {sum})");
+    assert!(out.contains("200x150 image"), "{out}");
+    // 5 x 4 tiles of 48 pixels cover 200 x 150.
+    assert!(out.contains(", 20 tiles"), "{out}");
+    let decoder = png::Decoder::new(std::io::BufReader::new(
+        std::fs::File::open(&png_path).unwrap(),
+    ));
+    let info = decoder.read_info().unwrap();
+    assert_eq!((info.info().width, info.info().height), (w, h));
+}
