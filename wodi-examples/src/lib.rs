@@ -50,7 +50,8 @@ impl RunPool {
     /// Uses the pool at `local` with the secret file `secret` when both are
     /// given; otherwise starts an embedded pool of `hosts` machines whose
     /// owners follow `owners` at `speedup` model seconds per wall second.
-    /// The embedded pool shuts itself down and exits the process on Ctrl-C.
+    /// Signals are the caller's to handle (see [`until_interrupted`]), so
+    /// that the master stops first and the pool is shut down after it.
     pub async fn open(
         local: Option<String>,
         secret: Option<PathBuf>,
@@ -75,7 +76,7 @@ impl RunPool {
                     owners,
                     speedup,
                     seed,
-                    handle_signals: true,
+                    handle_signals: false,
                     ..Default::default()
                 })
                 .await
@@ -99,6 +100,27 @@ impl RunPool {
         }
     }
 }
+
+/// Runs `fut` until it ends or the process gets SIGINT (Ctrl-C) or SIGTERM;
+/// `None` when a signal came first. Dropping the unfinished future drops its
+/// master, whose server then stops the workers and releases the hosts; the
+/// caller shuts the pool down next.
+pub async fn until_interrupted<T>(fut: impl std::future::Future<Output = T>) -> Option<T> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        // Without a SIGTERM handler, Ctrl-C still works.
+        Err(_) => signal(SignalKind::interrupt()).ok()?,
+    };
+    tokio::select! {
+        out = fut => Some(out),
+        _ = tokio::signal::ctrl_c() => None,
+        _ = term.recv() => None,
+    }
+}
+
+/// Exit status after an interruption (128 + SIGINT, as shells report it).
+pub const INTERRUPTED: i32 = 130;
 
 /// Owner model from a spec: `none`, `trace:FILE`, or `stochastic`, whose
 /// owners here start on a Monday at 17:30 (owner-sim's default is 09:00):

@@ -60,8 +60,14 @@ fn main() -> anyhow::Result<()> {
                 0,
             )
             .await?;
-            let result = run(&args, &files, &pool).await;
+            let result = wodi_examples::until_interrupted(run(&args, &files, &pool)).await;
+            if result.is_none() {
+                eprintln!("interrupted: shutting down");
+            }
             pool.close().await;
+            let Some(result) = result else {
+                std::process::exit(wodi_examples::INTERRUPTED);
+            };
             result
         })
 }

@@ -78,8 +78,14 @@ fn main() -> anyhow::Result<()> {
                 0,
             )
             .await?;
-            let result = render(&args, &pool).await;
+            let result = wodi_examples::until_interrupted(render(&args, &pool)).await;
+            if result.is_none() {
+                eprintln!("interrupted: shutting down");
+            }
             pool.close().await;
+            let Some(result) = result else {
+                std::process::exit(wodi_examples::INTERRUPTED);
+            };
             let (values, stats) = result?;
             write_png(&args, &values)?;
             println!(

@@ -131,8 +131,14 @@ async fn master(args: Args) -> anyhow::Result<()> {
             1.0 / args.scale
         );
     }
-    let result = run(&args, &pool).await;
+    let result = wodi_examples::until_interrupted(run(&args, &pool)).await;
+    if result.is_none() {
+        eprintln!("interrupted: shutting down");
+    }
     pool.close().await;
+    let Some(result) = result else {
+        std::process::exit(wodi_examples::INTERRUPTED);
+    };
     let stats = result?;
 
     println!("\nrun finished\n{}", table(&stats));
