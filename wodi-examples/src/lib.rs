@@ -1,0 +1,308 @@
+//! Example WoDi applications and the code they share.
+//!
+//! Each example is one executable that plays three roles: its `main` calls
+//! [`wodi::enter`] first (it becomes the WoDi server when the master starts
+//! it with `WODI_ROLE=server`), then runs the worker when
+//! [`wodi::worker::started_as_worker`] says the server started it, and
+//! otherwise runs the master. The master names its own executable as the
+//! worker, so nothing else has to be installed. By default each example
+//! starts an embedded pool ([`owner_sim::EmbeddedPool`]) in its own process
+//! and shuts it down at the end; `--pool HOST:PORT --secret FILE` runs it on
+//! a real pool instead.
+//!
+//! # Layout
+//! - `kernels`: the numeric work of the examples (pi, Mandelbrot tiles,
+//!   the materials worker's eigenvalue kernel, a checksum).
+//! - `timeline`: an SVG picture of a run in the manner of the paper's Figure 9.
+//! - this file: the pool (embedded or given), the host speed from the
+//!   machine ad, the duty-cycled compute of the materials worker, the
+//!   conversion of [`wodi::Stats`] into a [`timeline::Timeline`], and the
+//!   final table.
+//! - `src/bin/`: `materials` (the main job), `pi`, `commands`.
+
+#![warn(missing_docs)]
+
+pub mod kernels;
+pub mod timeline;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use owner_sim::model::OwnerModel;
+use owner_sim::pool::{EmbeddedPool, PoolOptions};
+use wodi::Stats;
+use wodi::master::PoolAddr;
+use wodi::stats::PeriodKind;
+
+/// Environment variable a local RM sets for the processes it starts: the
+/// path of a file holding the machine ad, one `Name = value` per line.
+pub const ENV_MACHINE_AD: &str = "CARMI_MACHINE_AD";
+
+/// The pool a master runs on: one it started (and must shut down) or one given.
+pub struct RunPool {
+    /// The embedded pool, when this process started one.
+    pub embedded: Option<EmbeddedPool>,
+    /// Where the master connects.
+    pub addr: PoolAddr,
+}
+
+impl RunPool {
+    /// Uses the pool at `local` with the secret file `secret` when both are
+    /// given; otherwise starts an embedded pool of `hosts` machines whose
+    /// owners follow `owners` at `speedup` model seconds per wall second.
+    /// Signals are the caller's to handle (see [`until_interrupted`]), so
+    /// that the master stops first and the pool is shut down after it.
+    pub async fn open(
+        local: Option<String>,
+        secret: Option<PathBuf>,
+        hosts: usize,
+        owners: OwnerModel,
+        speedup: f64,
+        seed: u64,
+    ) -> anyhow::Result<RunPool> {
+        match (local, secret) {
+            (Some(local), Some(secret_file)) => Ok(RunPool {
+                embedded: None,
+                addr: PoolAddr { local, secret_file },
+            }),
+            (Some(_), None) | (None, Some(_)) => {
+                anyhow::bail!(
+                    "--pool and --secret go together (the local RM's address and the pool's secret file)"
+                )
+            }
+            (None, None) => {
+                let pool = EmbeddedPool::start(PoolOptions {
+                    hosts,
+                    owners,
+                    speedup,
+                    seed,
+                    handle_signals: false,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| anyhow::anyhow!("starting the embedded pool: {e}"))?;
+                let addr = PoolAddr {
+                    local: pool.submit_addr().to_string(),
+                    secret_file: pool.secret_file().to_path_buf(),
+                };
+                Ok(RunPool {
+                    embedded: Some(pool),
+                    addr,
+                })
+            }
+        }
+    }
+
+    /// Shuts the embedded pool down (kills what still runs on it, removes its folder).
+    pub async fn close(self) {
+        if let Some(pool) = self.embedded {
+            pool.shutdown().await;
+        }
+    }
+}
+
+/// Runs `fut` until it ends or the process gets SIGINT (Ctrl-C) or SIGTERM;
+/// `None` when a signal came first. Dropping the unfinished future drops its
+/// master, whose server then stops the workers and releases the hosts; the
+/// caller shuts the pool down next.
+pub async fn until_interrupted<T>(fut: impl std::future::Future<Output = T>) -> Option<T> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        // Without a SIGTERM handler, Ctrl-C still works.
+        Err(_) => signal(SignalKind::interrupt()).ok()?,
+    };
+    tokio::select! {
+        out = fut => Some(out),
+        _ = tokio::signal::ctrl_c() => None,
+        _ = term.recv() => None,
+    }
+}
+
+/// Exit status after an interruption (128 + SIGINT, as shells report it).
+pub const INTERRUPTED: i32 = 130;
+
+/// Owner model from a spec: `none`, `trace:FILE`, or `stochastic`, whose
+/// owners here start on a Monday at 17:30 (owner-sim's default is 09:00):
+/// at the owner clock of the main job (200x) a one-minute run then sees the
+/// end of the working day, when machines are busy and owners come and go,
+/// and the evening, when most machines free up, as in the paper's runs.
+pub fn owner_model(spec: &str) -> anyhow::Result<OwnerModel> {
+    if spec == "stochastic" {
+        return Ok(OwnerModel::Stochastic(owner_sim::Stochastic {
+            start: 17.5 * 3600.0,
+            ..Default::default()
+        }));
+    }
+    OwnerModel::from_spec(spec).map_err(|e| anyhow::anyhow!("owner model {spec:?}: {e}"))
+}
+
+/// The `Speed` attribute of a machine ad in old ClassAd syntax, if present.
+pub fn speed_from_ad(ad: &str) -> Option<f64> {
+    ad.lines().find_map(|line| {
+        let (name, value) = line.split_once('=')?;
+        if !name.trim().eq_ignore_ascii_case("speed") {
+            return None;
+        }
+        let v: f64 = value.trim().trim_end_matches(';').trim().parse().ok()?;
+        (v.is_finite() && v > 0.0).then_some(v)
+    })
+}
+
+/// This host's relative speed: `Speed` from the machine ad named by
+/// [`ENV_MACHINE_AD`], or 1.0 when the variable, the file or the attribute
+/// is missing (e.g. on a local RM that does not write the ad yet).
+pub fn host_speed() -> f64 {
+    std::env::var_os(ENV_MACHINE_AD)
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .and_then(|ad| speed_from_ad(&ad))
+        .unwrap_or(1.0)
+}
+
+/// Fraction of each time slice the materials worker computes; it sleeps the rest.
+pub const DUTY: f64 = 0.05;
+/// Length of one compute-and-sleep slice.
+const SLICE: Duration = Duration::from_millis(2);
+
+/// Emulates `wall` seconds of computing on a shared machine: real work
+/// ([`kernels::chain_eigen`] in small chunks) for a [`DUTY`] fraction of
+/// every 2 ms slice, sleeping the rest. Sixteen emulated hosts share two
+/// cores this way without starving each other or the pool's daemons, while
+/// the step still takes its full wall time and burns real CPU. Returns the
+/// last eigenvalue computed.
+pub fn duty_cycled_work(k: f64, wall: Duration) -> f64 {
+    let start = Instant::now();
+    let mut lambda = kernels::chain_eigen(k, 4);
+    loop {
+        let slice_start = Instant::now();
+        if slice_start >= start + wall {
+            return lambda;
+        }
+        let busy = SLICE.mul_f64(DUTY);
+        while slice_start.elapsed() < busy {
+            lambda = kernels::chain_eigen(k, 4);
+        }
+        let left = (start + wall).saturating_duration_since(Instant::now());
+        std::thread::sleep(SLICE.saturating_sub(slice_start.elapsed()).min(left));
+    }
+}
+
+/// The picture of a run: one row per host stay, cycle ends marked.
+pub fn timeline_of(stats: &Stats, title: &str) -> timeline::Timeline {
+    let rows = stats
+        .timeline
+        .iter()
+        .map(|h| {
+            let mut row = timeline::Row {
+                host: h.host.to_string(),
+                ..Default::default()
+            };
+            for p in &h.periods {
+                let activity = match p.kind {
+                    PeriodKind::Allocated => timeline::Activity::Allocated,
+                    PeriodKind::Busy => timeline::Activity::Busy,
+                    PeriodKind::Suspended => timeline::Activity::Suspended,
+                    PeriodKind::Lost => {
+                        row.losses.push(p.start_s);
+                        continue;
+                    }
+                };
+                row.periods.push(timeline::Period {
+                    start: p.start_s,
+                    end: p.end_s,
+                    activity,
+                });
+            }
+            row
+        })
+        .collect();
+    timeline::Timeline {
+        length: stats.execution_time_s,
+        rows,
+        cycle_ends: stats.cycles.iter().filter_map(|c| c.end_s).collect(),
+        title: title.to_string(),
+    }
+}
+
+/// The final table, in the terms of the paper's Tables 1 and 2.
+pub fn table(stats: &Stats) -> String {
+    let rows: [(&str, String); 9] = [
+        ("run length", format!("{:.1} s", stats.execution_time_s)),
+        ("occupancy", format!("{:.1} host-s", stats.occupancy_s)),
+        ("CPU time", format!("{:.1} s", stats.cpu_time_s)),
+        (
+            "useful CPU time",
+            format!("{:.1} s", stats.useful_cpu_time_s),
+        ),
+        ("efficiency", format!("{:.1} %", stats.efficiency * 100.0)),
+        ("hosts added", stats.hosts_added.to_string()),
+        ("hosts lost", stats.hosts_lost.to_string()),
+        ("steps delivered", stats.steps_delivered.to_string()),
+        ("step copies", stats.step_copies.to_string()),
+    ];
+    let mut out = String::new();
+    for (name, value) in rows {
+        out.push_str(&format!("  {name:<18}{value:>16}\n"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wodi::stats::{HostTimeline, Period};
+
+    #[test]
+    fn speed_is_read_from_the_ad_and_defaults_to_none() {
+        let ad = "Memory = 2048\nSpeed = 1.75\nName = \"host03\"\n";
+        assert_eq!(speed_from_ad(ad), Some(1.75));
+        assert_eq!(speed_from_ad("speed=0.5;"), Some(0.5));
+        assert_eq!(speed_from_ad("Memory = 1\n"), None);
+        assert_eq!(speed_from_ad("Speed = fast\n"), None);
+        assert_eq!(speed_from_ad("Speed = -1\n"), None);
+        assert_eq!(speed_from_ad("SpeedUp = 3\n"), None);
+    }
+
+    #[test]
+    fn duty_cycled_work_takes_its_time_and_returns_an_eigenvalue() {
+        let t0 = Instant::now();
+        let l = duty_cycled_work(0.3, Duration::from_millis(30));
+        assert!(t0.elapsed() >= Duration::from_millis(30));
+        assert_eq!(l, kernels::chain_eigen(0.3, 4));
+    }
+
+    #[test]
+    fn timeline_keeps_periods_and_turns_losses_into_marks() {
+        let stats = Stats {
+            execution_time_s: 10.0,
+            timeline: vec![HostTimeline {
+                host: "h3".parse().unwrap(),
+                class: "workers".into(),
+                periods: vec![
+                    Period {
+                        kind: PeriodKind::Allocated,
+                        start_s: 1.0,
+                        end_s: 8.0,
+                    },
+                    Period {
+                        kind: PeriodKind::Busy,
+                        start_s: 2.0,
+                        end_s: 3.0,
+                    },
+                    Period {
+                        kind: PeriodKind::Lost,
+                        start_s: 8.0,
+                        end_s: 8.0,
+                    },
+                ],
+            }],
+            ..Default::default()
+        };
+        let t = timeline_of(&stats, "t");
+        assert_eq!(t.rows.len(), 1);
+        assert_eq!(t.rows[0].periods.len(), 2);
+        assert_eq!(t.rows[0].periods[1].activity, timeline::Activity::Busy);
+        assert_eq!(t.rows[0].losses, vec![8.0]);
+        assert!(table(&stats).contains("run length"));
+    }
+}
