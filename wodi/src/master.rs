@@ -75,6 +75,8 @@ pub struct MasterConfig {
     pub max_attempts: u32,
     /// How long a suspended worker keeps its steps.
     pub suspend_timeout: Duration,
+    /// How the server orders steps (default: longest first by history).
+    pub ordering: crate::order::Ordering,
 }
 
 impl MasterConfig {
@@ -101,6 +103,7 @@ impl MasterConfig {
             prefetch: 1,
             max_attempts: 3,
             suspend_timeout: Duration::from_secs(10),
+            ordering: crate::order::Ordering::LongestFirst,
         }
     }
 }
@@ -236,6 +239,7 @@ impl Master {
             prefetch: cfg.prefetch,
             max_attempts: cfg.max_attempts,
             suspend_timeout_ms: cfg.suspend_timeout.as_millis() as u64,
+            ordering: cfg.ordering,
         };
         let _ = writer.send(Outgoing::new(&msg, init));
         let mut master = Master {

@@ -24,6 +24,29 @@ const WINDOW: usize = 1024;
 /// counted on to free up: its estimate is wrong or it is stuck.
 const OVERDUE: f64 = 2.0;
 
+/// Which dispatch policy a run uses; the master chooses it in its
+/// [`crate::master::MasterConfig`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ordering {
+    /// [`LongestFirst`]: WoDi's own.
+    #[default]
+    LongestFirst,
+    /// First come, first served ([`crate::sched::ArrivalOrder`]): the order
+    /// the master submitted, as applications did before WoDi.
+    Arrival,
+}
+
+impl Ordering {
+    /// The policy object for the scheduler core.
+    pub fn dispatch(self) -> Box<dyn Dispatch> {
+        match self {
+            Ordering::LongestFirst => Box::new(LongestFirst),
+            Ordering::Arrival => Box::new(crate::sched::ArrivalOrder),
+        }
+    }
+}
+
 /// Longest first by history, placed where each step finishes earliest.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct LongestFirst;

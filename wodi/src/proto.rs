@@ -68,6 +68,9 @@ pub enum FromMaster {
         max_attempts: u32,
         /// How long a suspended worker keeps its steps before they are re-sent, in ms.
         suspend_timeout_ms: u64,
+        /// How steps are ordered (absent from older masters: WoDi's own).
+        #[serde(default)]
+        ordering: crate::order::Ordering,
     },
     /// A cycle begins. Payload: its begin data.
     BeginCycle {

@@ -491,6 +491,7 @@ impl Driver {
                 prefetch,
                 max_attempts,
                 suspend_timeout_ms,
+                ordering,
             } => {
                 if !self.started {
                     let cfg = SchedConfig {
@@ -499,7 +500,7 @@ impl Driver {
                         suspend_timeout: Duration::from_millis(suspend_timeout_ms),
                         ..SchedConfig::default()
                     };
-                    self.sched = Sched::new(cfg, Box::new(LongestFirst));
+                    self.sched = Sched::new(cfg, ordering.dispatch());
                     self.start = Instant::now();
                     self.executable = PathBuf::from(executable);
                     self.args = args;

@@ -108,12 +108,6 @@ fn worker() -> anyhow::Result<()> {
 }
 
 async fn master(args: Args) -> anyhow::Result<()> {
-    if args.ordering == Ordering::None {
-        println!(
-            "note: --ordering none is not available yet (the WoDi API does not let the \
-             master choose dispatch); running with the server's longest-first order"
-        );
-    }
     let pool = RunPool::open(
         args.pool.clone(),
         args.secret.clone(),
@@ -164,6 +158,10 @@ async fn run(args: &Args, pool: &RunPool) -> anyhow::Result<wodi::Stats> {
     let exe = std::env::current_exe()?;
     let mut cfg = MasterConfig::new(exe, vec![], "true", args.hosts);
     cfg.pool = Some(pool.addr.clone());
+    cfg.ordering = match args.ordering {
+        Ordering::None => wodi::order::Ordering::Arrival,
+        Ordering::Lpt => wodi::order::Ordering::LongestFirst,
+    };
     let mut master = Master::init(cfg, &()).await?;
     let profile = wodi::profile::scaled(&wodi::profile::materials(), args.scale);
     let mut rng = StdRng::seed_from_u64(args.seed);
