@@ -319,11 +319,20 @@ async fn a_running_job_survives_a_restart_of_the_global_rm() {
     assert_eq!(held(&after, waiting), Some(("waiting".into(), 0)));
     // A new job gets a fresh id (once the submit machine is back).
     wait_pool(&pool).await;
-    let third = submit(&pool, &pool.dir.join("stop-3"), "1").await;
+    let stop_3 = pool.dir.join("stop-3");
+    let third = submit(&pool, &stop_3, "1").await;
     assert!(third.0 > waiting.0, "{third} after {waiting}");
     std::fs::write(&stop, "").unwrap();
     wait_for(&pool, "the job to end after the restart", |j| {
         held(j, job).is_none()
+    })
+    .await;
+    // The other two jobs end too, so that no master is still starting or
+    // running while the pool is torn down.
+    std::fs::write(&stop_w, "").unwrap();
+    std::fs::write(&stop_3, "").unwrap();
+    wait_for(&pool, "every job to end", |j| {
+        held(j, waiting).is_none() && held(j, third).is_none()
     })
     .await;
 }
