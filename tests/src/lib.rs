@@ -300,3 +300,61 @@ impl Drop for Pool {
         }
     }
 }
+
+/// Writes a `size`-byte shell script that exits at once: after `exit 0`
+/// come comment lines the shell never reaches. `seed` makes the content, and
+/// so the hash, new for every run that must find no cache warm. The filler
+/// is varied (xorshift64), so hashing and copying handle real content, not
+/// a run of one byte.
+pub fn write_executable(path: &Path, size: usize, seed: u64) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = Vec::with_capacity(size);
+    out.extend_from_slice(b"#!/bin/sh\nexit 0\n");
+    let mut x = seed | 1;
+    while out.len() < size {
+        out.push(b'#');
+        for _ in 0..8 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            out.extend_from_slice(format!("{x:016x}").as_bytes());
+        }
+        out.push(b'\n');
+    }
+    out.truncate(size - 1);
+    out.push(b'\n');
+    std::fs::write(path, &out)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+}
+
+/// The first event satisfying `want`: one already `seen` (taken out), or the
+/// next to arrive within `limit`; the others that arrive meanwhile join
+/// `seen`, so that a test can wait for one kind of event while the rest
+/// (arriving in any order) stay available. Panics naming `what` on timeout
+/// or when the stream ends.
+pub async fn take_event<T>(
+    events: &mut carmi_api::client::EventStream,
+    seen: &mut std::collections::VecDeque<carmi_api::client::Incoming>,
+    limit: Duration,
+    what: &str,
+    mut want: impl FnMut(&carmi_api::client::Incoming) -> Option<T>,
+) -> T {
+    if let Some(i) = seen.iter().position(|x| want(x).is_some()) {
+        let item = seen.remove(i).expect("position is valid");
+        return want(&item).expect("matched before");
+    }
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match tokio::time::timeout(left, events.next()).await {
+            Ok(Some(item)) => {
+                if let Some(t) = want(&item) {
+                    return t;
+                }
+                seen.push_back(item);
+            }
+            Ok(None) => panic!("event stream ended while waiting for {what}; had {seen:?}"),
+            Err(_) => panic!("timed out waiting for {what}; had {seen:?}"),
+        }
+    }
+}

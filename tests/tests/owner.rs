@@ -13,7 +13,7 @@ use carmi_api::client::{Carmi, ConnectOptions, EventStream, Incoming, connect};
 use carmi_api::ids::{HostId, ProcessId, RequestId};
 use carmi_api::msg::{Event, FromLocalControl, OwnerEvent, SpawnTarget};
 use carmi_local::control::OwnerLink;
-use carmi_tests::{Pool, PoolOptions};
+use carmi_tests::{Pool, PoolOptions, take_event};
 
 const POLICY: &str = "[policy]\nminute = 0.4\n";
 const WAIT: Duration = Duration::from_secs(20);
@@ -25,25 +25,8 @@ struct Inbox {
 }
 
 impl Inbox {
-    async fn take<T>(&mut self, what: &str, mut want: impl FnMut(&Incoming) -> Option<T>) -> T {
-        if let Some(i) = self.seen.iter().position(|x| want(x).is_some()) {
-            let item = self.seen.remove(i).expect("position is valid");
-            return want(&item).expect("matched before");
-        }
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match tokio::time::timeout(left, self.events.next()).await {
-                Ok(Some(item)) => {
-                    if let Some(t) = want(&item) {
-                        return t;
-                    }
-                    self.seen.push_back(item);
-                }
-                Ok(None) => panic!("event stream ended waiting for {what}; had {:?}", self.seen),
-                Err(_) => panic!("timed out waiting for {what}; had {:?}", self.seen),
-            }
-        }
+    async fn take<T>(&mut self, what: &str, want: impl FnMut(&Incoming) -> Option<T>) -> T {
+        take_event(&mut self.events, &mut self.seen, WAIT, what, want).await
     }
 
     async fn done(&mut self, request: RequestId) {

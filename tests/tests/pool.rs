@@ -9,7 +9,7 @@ use bytes::Bytes;
 use carmi_api::client::{ConnectError, ConnectOptions, EventStream, Incoming, connect};
 use carmi_api::ids::{HostId, ProcessId, RequestId};
 use carmi_api::msg::{Event, ExitStatus, FailureCode, Reply, SpawnTarget};
-use carmi_tests::{HEARTBEAT_MS, MISSED_HEARTBEATS, Pool};
+use carmi_tests::{HEARTBEAT_MS, MISSED_HEARTBEATS, Pool, take_event};
 
 /// Everything that arrived, so tests can wait for one kind of event while
 /// others (arriving in any order) stay available.
@@ -31,29 +31,9 @@ impl Inbox {
         &mut self,
         limit: Duration,
         what: &str,
-        mut want: impl FnMut(&Incoming) -> Option<T>,
+        want: impl FnMut(&Incoming) -> Option<T>,
     ) -> T {
-        if let Some(i) = self.seen.iter().position(|x| want(x).is_some()) {
-            let item = self.seen.remove(i).expect("position is valid");
-            return want(&item).expect("matched before");
-        }
-        let deadline = Instant::now() + limit;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match tokio::time::timeout(left, self.events.next()).await {
-                Ok(Some(item)) => {
-                    if let Some(t) = want(&item) {
-                        return t;
-                    }
-                    self.seen.push_back(item);
-                }
-                Ok(None) => panic!(
-                    "event stream ended while waiting for {what}; had {:?}",
-                    self.seen
-                ),
-                Err(_) => panic!("timed out waiting for {what}; had {:?}", self.seen),
-            }
-        }
+        take_event(&mut self.events, &mut self.seen, limit, what, want).await
     }
 
     /// The `Done` reply of `request`; panics on `Failed`.

@@ -903,30 +903,10 @@ struct SpawnRun {
     all_exited: Duration,
 }
 
-/// Writes a `size`-byte shell script that exits at once: after `exit 0`
-/// come lines of comment the shell never reaches. `seed` makes the content,
-/// and so the hash, new for every run that must find no cache warm.
+/// Writes the filler script ([`carmi_tests::write_executable`]) and checks
+/// that it runs and exits at once.
 fn write_executable(path: &Path, size: usize, seed: u64) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let mut out = Vec::with_capacity(size);
-    out.extend_from_slice(b"#!/bin/sh\nexit 0\n");
-    // xorshift64: cheap varied filler, so the file is 12 MiB of real content
-    // for hashing and copying, not a run of one byte.
-    let mut x = seed | 1;
-    while out.len() < size {
-        out.push(b'#');
-        for _ in 0..8 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            out.extend_from_slice(format!("{x:016x}").as_bytes());
-        }
-        out.push(b'\n');
-    }
-    out.truncate(size - 1);
-    out.push(b'\n');
-    std::fs::write(path, &out)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))?;
+    carmi_tests::write_executable(path, size, seed)?;
     // It must run, and quickly, or the runs would time the script, not CARMI.
     let t = Instant::now();
     let status = Command::new(path).status()?;

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use carmi_api::client::{Carmi, ConnectOptions, EventStream, Incoming, connect};
 use carmi_api::ids::{HostId, RequestId};
 use carmi_api::msg::{Event, ExitStatus, SpawnTarget};
-use carmi_tests::{Pool, PoolOptions};
+use carmi_tests::{Pool, PoolOptions, write_executable};
 
 type Result<T> = std::result::Result<T, Box<dyn Error + Send + Sync>>;
 
@@ -97,29 +97,6 @@ async fn job(pool: &Pool, count: usize) -> Result<(Carmi, Inbox, Vec<HostId>)> {
         hosts.extend(got);
     }
     Ok((carmi, inbox, hosts))
-}
-
-/// A `size`-byte shell script that exits at once; `seed` makes its hash new.
-fn write_executable(path: &Path, size: usize, seed: u64) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let mut out = Vec::with_capacity(size);
-    out.extend_from_slice(b"#!/bin/sh\nexit 0\n");
-    let mut x = seed | 1;
-    while out.len() < size {
-        out.push(b'#');
-        for _ in 0..8 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            out.extend_from_slice(format!("{x:016x}").as_bytes());
-        }
-        out.push(b'\n');
-    }
-    out.truncate(size - 1);
-    out.push(b'\n');
-    std::fs::write(path, &out)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))?;
-    Ok(())
 }
 
 /// Spawns `exe` once per host; the time until every process has started.
