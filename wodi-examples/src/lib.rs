@@ -122,6 +122,20 @@ pub async fn until_interrupted<T>(fut: impl std::future::Future<Output = T>) -> 
 /// Exit status after an interruption (128 + SIGINT, as shells report it).
 pub const INTERRUPTED: i32 = 130;
 
+/// Shuts `pool` down after a run that [`until_interrupted`] returned, and
+/// hands back its result; if a signal ended the run, exits the process with
+/// [`INTERRUPTED`] once the pool is down (so nothing is left running).
+pub async fn close_after<T>(pool: RunPool, result: Option<T>) -> T {
+    if result.is_none() {
+        eprintln!("interrupted: shutting down");
+    }
+    pool.close().await;
+    match result {
+        Some(r) => r,
+        None => std::process::exit(INTERRUPTED),
+    }
+}
+
 /// Owner model from a spec: `none`, `trace:FILE`, or `stochastic`, whose
 /// owners here start on a Monday at 17:30 (owner-sim's default is 09:00):
 /// at the owner clock of the main job (200x) a one-minute run then sees the

@@ -61,14 +61,7 @@ fn main() -> anyhow::Result<()> {
             )
             .await?;
             let result = wodi_examples::until_interrupted(run(&args, &files, &pool)).await;
-            if result.is_none() {
-                eprintln!("interrupted: shutting down");
-            }
-            pool.close().await;
-            let Some(result) = result else {
-                std::process::exit(wodi_examples::INTERRUPTED);
-            };
-            result
+            wodi_examples::close_after(pool, result).await
         })
 }
 

@@ -79,13 +79,7 @@ fn main() -> anyhow::Result<()> {
             )
             .await?;
             let result = wodi_examples::until_interrupted(render(&args, &pool)).await;
-            if result.is_none() {
-                eprintln!("interrupted: shutting down");
-            }
-            pool.close().await;
-            let Some(result) = result else {
-                std::process::exit(wodi_examples::INTERRUPTED);
-            };
+            let result = wodi_examples::close_after(pool, result).await;
             let (values, stats) = result?;
             write_png(&args, &values)?;
             println!(

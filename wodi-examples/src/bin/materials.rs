@@ -126,13 +126,7 @@ async fn master(args: Args) -> anyhow::Result<()> {
         );
     }
     let result = wodi_examples::until_interrupted(run(&args, &pool)).await;
-    if result.is_none() {
-        eprintln!("interrupted: shutting down");
-    }
-    pool.close().await;
-    let Some(result) = result else {
-        std::process::exit(wodi_examples::INTERRUPTED);
-    };
+    let result = wodi_examples::close_after(pool, result).await;
     let stats = result?;
 
     println!("\nrun finished\n{}", table(&stats));

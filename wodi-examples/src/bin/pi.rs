@@ -59,13 +59,7 @@ fn main() -> anyhow::Result<()> {
             )
             .await?;
             let result = wodi_examples::until_interrupted(estimate(&args, &pool)).await;
-            if result.is_none() {
-                eprintln!("interrupted: shutting down");
-            }
-            pool.close().await;
-            let Some(result) = result else {
-                std::process::exit(wodi_examples::INTERRUPTED);
-            };
+            let result = wodi_examples::close_after(pool, result).await;
             let (pi, stats) = result?;
             println!(
                 "pi ~ {pi:.6} from {} points in {} steps ({:.1} s, {} workers)",
