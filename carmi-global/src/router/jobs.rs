@@ -50,18 +50,7 @@ impl Router {
             return self.admin_fail(link, FailureCode::Unavailable, message);
         }
         let job = JobId(self.next_job);
-        let limits: Vec<ClassLimits> = req
-            .spec
-            .classes
-            .iter()
-            .map(|c| ClassLimits {
-                name: c.name.clone(),
-                expression: c.requirements.clone(),
-                min: c.min,
-                max: c.max,
-                rank: c.rank.clone(),
-            })
-            .collect();
+        let limits = class_limits(&req.spec);
         if let Err(f) = self.alloc.submit_job(job, &req.owner, &limits) {
             return self.admin_fail(link, f.code, f.message);
         }
@@ -263,18 +252,7 @@ impl Router {
                 Record::Submitted { job, request } => {
                     self.next_job = self.next_job.max(job.0 + 1);
                     let req = *request;
-                    let limits: Vec<ClassLimits> = req
-                        .spec
-                        .classes
-                        .iter()
-                        .map(|c| ClassLimits {
-                            name: c.name.clone(),
-                            expression: c.requirements.clone(),
-                            min: c.min,
-                            max: c.max,
-                            rank: c.rank.clone(),
-                        })
-                        .collect();
+                    let limits = class_limits(&req.spec);
                     if let Err(f) = self.alloc.submit_job(job, &req.owner, &limits) {
                         warn!(job = %job, "journal: cannot recover the job: {}", f.message);
                         continue;
@@ -350,4 +328,19 @@ impl Router {
         let _ = self.alloc.take_effects();
         info!(jobs = self.submitted.len(), "journal replayed");
     }
+}
+
+/// What the allocator needs of a submit file's classes (for a new submit and
+/// for one recovered from the journal alike).
+fn class_limits(spec: &carmi_api::submit::JobSpec) -> Vec<ClassLimits> {
+    spec.classes
+        .iter()
+        .map(|c| ClassLimits {
+            name: c.name.clone(),
+            expression: c.requirements.clone(),
+            min: c.min,
+            max: c.max,
+            rank: c.rank.clone(),
+        })
+        .collect()
 }
