@@ -23,6 +23,7 @@
 #![warn(missing_docs)]
 
 pub mod kernels;
+pub mod progress;
 pub mod timeline;
 
 use std::path::PathBuf;
@@ -37,6 +38,15 @@ use wodi::stats::PeriodKind;
 /// Environment variable a local RM sets for the processes it starts: the
 /// path of a file holding the machine ad, one `Name = value` per line.
 pub const ENV_MACHINE_AD: &str = "CARMI_MACHINE_AD";
+
+/// Prints `text` and a newline on stdout, ignoring a closed stdout: an
+/// example piped into `head` goes on to the end (and shuts its pool down)
+/// instead of panicking half-way.
+pub fn say(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{text}").and_then(|_| out.flush());
+}
 
 /// The pool a master runs on: one it started (and must shut down) or one given.
 pub struct RunPool {

@@ -50,6 +50,21 @@ fn materials_returns_every_step_once_and_writes_its_files() {
         ],
     );
     assert!(out.contains("cycle   3/3"), "{out}");
+    // Plain lines (stdout is a pipe here) carry the server's live status: by
+    // the last cycle the run holds hosts, which it can only know from a
+    // status report.
+    let last = out.lines().find(|l| l.starts_with("cycle   3/3")).unwrap();
+    let held: u32 = last
+        .split("hosts")
+        .nth(1)
+        .and_then(|s| s.split('(').next())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no host count in {last:?}"));
+    assert!(held >= 1, "{last}");
+    assert!(
+        !out.contains('\r'),
+        "a progress bar was drawn into a pipe: {out:?}"
+    );
     let json = std::fs::read(dir.path().join("materials-stats.json")).unwrap();
     let stats: wodi::Stats = serde_json::from_slice(&json).unwrap();
     assert_eq!(stats.steps_delivered, 3 * 31);

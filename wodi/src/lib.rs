@@ -43,6 +43,7 @@ pub mod stats;
 pub mod worker;
 
 pub use ids::{CycleId, StepId, WorkerId};
+pub use proto::Status;
 pub use stats::Stats;
 
 /// Environment variable naming the role this process was started in.

@@ -20,11 +20,11 @@ use carmi_api::frame::FrameReader;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::conn::{Outgoing, Writer, spawn_reader, spawn_writer};
 use crate::ids::{CycleId, StepId};
-use crate::proto::{ClassSpec, FromMaster, Hello, HelloRole, ToMaster, WODI_PROTOCOL};
+use crate::proto::{ClassSpec, FromMaster, Hello, HelloRole, Status, ToMaster, WODI_PROTOCOL};
 use crate::stats::Stats;
 
 /// Which executable runs the server.
@@ -150,6 +150,8 @@ pub struct Master {
     addr: String,
     token: String,
     stats: Option<Stats>,
+    /// The latest [`Status`] the server sent, kept by the reader task.
+    status: watch::Receiver<Status>,
 }
 
 /// Starts a server process and reads the address it listens on.
@@ -220,10 +222,18 @@ impl Master {
         let (r, w) = stream.into_split();
         let writer = spawn_writer(w);
         let (tx, events) = mpsc::unbounded_channel();
+        let (status_tx, status) = watch::channel(Status::default());
+        // The reader keeps the status current even while the application
+        // is not reading results (a progress display may poll it any time).
         spawn_reader(
             FrameReader::with_max(r, crate::proto::MAX_FRAME),
             tx,
-            FromServer::Msg,
+            move |msg, payload| {
+                if let ToMaster::Status(st) = &msg {
+                    status_tx.send_replace(*st);
+                }
+                FromServer::Msg(msg, payload)
+            },
             FromServer::Gone,
         );
         let hello = Hello {
@@ -249,6 +259,7 @@ impl Master {
             addr,
             token,
             stats: None,
+            status,
         };
         match master.next().await? {
             (ToMaster::Ready, _) => Ok(master),
@@ -260,6 +271,18 @@ impl Master {
     /// master to share it with [`ServerCommand::Connect`].
     pub fn server(&self) -> (String, String) {
         (self.addr.clone(), self.token.clone())
+    }
+
+    /// The run's hosts and steps as the server last reported them (it
+    /// reports changes a few times a second). All zero until the first report.
+    pub fn status(&self) -> Status {
+        *self.status.borrow()
+    }
+
+    /// A receiver that wakes on every status report, for a progress display
+    /// running beside the code that sends work and reads results.
+    pub fn watch_status(&self) -> watch::Receiver<Status> {
+        self.status.clone()
     }
 
     fn send(&self, msg: &FromMaster, payload: Bytes) {
@@ -336,7 +359,7 @@ impl Master {
                     return Ok(StepOutcome::Failed(step, reason));
                 }
                 (ToMaster::Stats, data) => self.stats = serde_json::from_slice(&data).ok(),
-                (ToMaster::Ready | ToMaster::Fatal { .. }, _) => {}
+                (ToMaster::Ready | ToMaster::Fatal { .. } | ToMaster::Status(_), _) => {}
             }
         }
     }

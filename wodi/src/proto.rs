@@ -115,6 +115,28 @@ pub enum ToMaster {
     },
     /// Answer to `Complete`. Payload: the statistics as JSON.
     Stats,
+    /// The run's hosts and steps now, sent when they change (at most a few
+    /// times a second) so that a master can show progress.
+    Status(Status),
+}
+
+/// A snapshot of a run's hosts and steps, for progress displays.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Status {
+    /// Hosts allocated to the run (suspended ones included).
+    pub hosts: u32,
+    /// Of those, hosts whose owner is back (the worker is stopped).
+    pub suspended: u32,
+    /// Hosts whose worker is computing a step.
+    pub busy: u32,
+    /// Hosts whose worker is starting (spawned, not connected yet).
+    pub starting: u32,
+    /// Hosts the run would like to hold (the sum over its classes).
+    pub wanted: u32,
+    /// Steps waiting for a worker.
+    pub queued: u32,
+    /// Steps handed to a worker and not answered yet (copies count once).
+    pub running: u32,
 }
 
 /// Server -> worker.

@@ -830,6 +830,32 @@ impl Sched {
             .count()
     }
 
+    /// What the pool looks like to this run now: hosts held, busy,
+    /// suspended, and the steps waiting or running. The server sends it to
+    /// its masters as [`crate::proto::Status`] so that they can show progress.
+    pub fn status(&self) -> crate::proto::Status {
+        let mut st = crate::proto::Status {
+            hosts: self.hosts.len() as u32,
+            suspended: self.hosts.values().filter(|h| h.suspended).count() as u32,
+            wanted: self.classes.values().map(|c| c.desired).sum(),
+            queued: self.queue.len() as u32,
+            ..Default::default()
+        };
+        for w in self.workers.values() {
+            match w.state {
+                WorkerState::Starting => st.starting += 1,
+                WorkerState::Ready if !w.in_hand.is_empty() => st.busy += 1,
+                _ => {}
+            }
+        }
+        st.running = self
+            .tasks
+            .values()
+            .filter(|t| matches!(&t.state, TaskState::Open { copies, .. } if !copies.is_empty()))
+            .count() as u32;
+        st
+    }
+
     /// The host a worker runs on, if the worker is known.
     pub fn find_worker_host(&self, worker: WorkerId) -> Option<HostId> {
         self.workers.get(&worker).map(|w| w.host)

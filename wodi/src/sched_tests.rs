@@ -391,3 +391,26 @@ fn cancelled_tickets_are_not_sent_and_their_answers_are_dropped() {
     assert_eq!(h.assigned(), vec![(2, w[0])]);
     assert_eq!(h.s.open_tickets(), 1);
 }
+
+#[test]
+fn status_counts_hosts_busy_suspended_and_steps() {
+    let cfg = SchedConfig::default();
+    let (mut h, _workers) = Harness::with_workers(cfg, 3);
+    assert_eq!(
+        h.s.status(),
+        crate::proto::Status {
+            hosts: 3,
+            wanted: 3,
+            ..Default::default()
+        }
+    );
+    // Four steps on three one-at-a-time workers: three run, one waits.
+    h.submit(4);
+    h.take();
+    let st = h.s.status();
+    assert_eq!((st.busy, st.running, st.queued), (3, 3, 1), "{st:?}");
+    h.s.host_suspended(HostId(0), h.now);
+    h.take();
+    let st = h.s.status();
+    assert_eq!((st.hosts, st.suspended, st.busy), (3, 1, 2), "{st:?}");
+}

@@ -38,7 +38,7 @@ use crate::conn::{Outgoing, Writer, spawn_reader, spawn_writer};
 use crate::ids::{CycleId, StepId, WorkerId};
 use crate::order::LongestFirst;
 use crate::proto::{
-    ClassSpec, FromMaster, FromWorker, Hello, HelloRole, ToMaster, ToWorker, WODI_PROTOCOL,
+    ClassSpec, FromMaster, FromWorker, Hello, HelloRole, Status, ToMaster, ToWorker, WODI_PROTOCOL,
     connect_arg,
 };
 use crate::sched::{LossCause, Output, Sched, SchedConfig, Ticket, Verdict};
@@ -128,7 +128,12 @@ struct Driver {
     host_requests: HashMap<RequestId, String>,
     spawns: HashMap<RequestId, WorkerId>,
     processes: HashMap<ProcessId, WorkerId>,
+    /// The last [`Status`] sent to the masters, and when.
+    status: (Status, Instant),
 }
+
+/// How often at most the masters hear of a changed [`Status`].
+const STATUS_EVERY: Duration = Duration::from_millis(250);
 
 /// Runs the server until the master completes or goes away. Prints
 /// `listening on ADDR` on stdout first, for the master to read.
@@ -197,7 +202,10 @@ pub async fn run(opts: ServerOptions) -> anyhow::Result<()> {
         host_requests: HashMap::new(),
         spawns: HashMap::new(),
         processes: HashMap::new(),
+        status: (Status::default(), Instant::now()),
     };
+    let mut status_tick = tokio::time::interval(STATUS_EVERY);
+    status_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     loop {
         let deadline = d.sched.next_deadline().map(|t| d.start + t);
@@ -244,10 +252,13 @@ pub async fn run(opts: ServerOptions) -> anyhow::Result<()> {
                 let now = d.now();
                 d.sched.on_deadline(now);
             }
+            // A change held back by the rate limit still goes out.
+            _ = status_tick.tick() => {}
         }
         let now = d.now();
         d.sched.dispatch(now);
         d.flush_outputs();
+        d.send_status();
     }
     d.shutdown().await;
     Ok(())
@@ -297,6 +308,19 @@ impl Driver {
     fn to_master(&self, m: MasterId, msg: &ToMaster, payload: Bytes) {
         if let Some(m) = self.masters.get(&m) {
             let _ = m.writer.send(Outgoing::new(msg, payload));
+        }
+    }
+
+    /// Sends the run's [`Status`] to every master if it changed, at most
+    /// once per [`STATUS_EVERY`].
+    fn send_status(&mut self) {
+        let st = self.sched.status();
+        if st == self.status.0 || self.status.1.elapsed() < STATUS_EVERY {
+            return;
+        }
+        self.status = (st, Instant::now());
+        for m in self.masters.keys() {
+            self.to_master(*m, &ToMaster::Status(st), Bytes::new());
         }
     }
 

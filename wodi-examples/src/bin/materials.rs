@@ -22,7 +22,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use rand::SeedableRng;
@@ -30,7 +30,8 @@ use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
 use wodi::master::{Master, MasterConfig, StepOutcome};
 use wodi::{CycleId, StepId};
-use wodi_examples::{RunPool, duty_cycled_work, host_speed, table, timeline};
+use wodi_examples::progress::CycleProgress;
+use wodi_examples::{RunPool, duty_cycled_work, host_speed, say, table, timeline};
 
 /// Dispatch order of a cycle's steps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -118,18 +119,19 @@ async fn master(args: Args) -> anyhow::Result<()> {
     )
     .await?;
     if let Some(p) = &pool.embedded {
-        println!(
+        say(&format!(
             "embedded pool: {} hosts, owners {}, owner clock x{:.0}",
             p.hosts().len(),
             args.owners,
             1.0 / args.scale
-        );
+        ));
     }
     let result = wodi_examples::until_interrupted(run(&args, &pool)).await;
     let result = wodi_examples::close_after(pool, result).await;
     let stats = result?;
 
-    println!("\nrun finished\n{}", table(&stats));
+    // The files first: a reader of stdout that went away (`| head`) must
+    // not cost the run's results.
     std::fs::create_dir_all(&args.out)?;
     let svg = args.out.join("materials-timeline.svg");
     let json = args.out.join("materials-stats.json");
@@ -142,8 +144,12 @@ async fn master(args: Args) -> anyhow::Result<()> {
         timeline::svg(&wodi_examples::timeline_of(&stats, &title)),
     )?;
     std::fs::write(&json, serde_json::to_vec_pretty(&stats)?)?;
-    println!("timeline:   {}", svg.display());
-    println!("statistics: {}", json.display());
+    say(&format!(
+        "\nrun finished\n{}\ntimeline:   {}\nstatistics: {}",
+        table(&stats),
+        svg.display(),
+        json.display()
+    ));
     Ok(())
 }
 
@@ -160,13 +166,12 @@ async fn run(args: &Args, pool: &RunPool) -> anyhow::Result<wodi::Stats> {
     let profile = wodi::profile::scaled(&wodi::profile::materials(), args.scale);
     let mut rng = StdRng::seed_from_u64(args.seed);
     let total = args.cycles * profile.len() as u64;
-    let mut done = 0u64;
-    let t0 = Instant::now();
+    let mut progress = CycleProgress::new(args.cycles, total, master.watch_status());
     for c in 0..args.cycles {
         let cycle = CycleId(c);
-        let begun = Instant::now();
         master.begin_cycle(cycle, &())?;
         let times = wodi::profile::sample_cycle(&profile, &mut rng);
+        progress.begin(c, times.len() as u64);
         for (i, seconds) in times.iter().enumerate() {
             let work = Work {
                 seconds: *seconds,
@@ -183,6 +188,7 @@ async fn run(args: &Args, pool: &RunPool) -> anyhow::Result<wodi::Stats> {
                         "cycle {c} step {step}: eigenvalue {lambda}"
                     );
                     *seen.entry(step.0).or_default() += 1;
+                    progress.step_done();
                 }
                 StepOutcome::Failed(step, why) => {
                     anyhow::bail!("cycle {c} step {step} failed: {why}")
@@ -193,15 +199,9 @@ async fn run(args: &Args, pool: &RunPool) -> anyhow::Result<wodi::Stats> {
             seen.values().all(|&n| n == 1),
             "cycle {c}: a step came back twice"
         );
-        done += times.len() as u64;
         master.end_cycle(cycle, &())?;
-        println!(
-            "cycle {:>3}/{}  {:>6.2} s   steps {done}/{total}   elapsed {:>5.1} s",
-            c + 1,
-            args.cycles,
-            begun.elapsed().as_secs_f64(),
-            t0.elapsed().as_secs_f64()
-        );
+        progress.end(c);
     }
+    progress.finish();
     Ok(master.complete().await?)
 }
