@@ -1,16 +1,20 @@
 //! Submitted jobs: each class has a minimum and a maximum number of hosts.
 //!
 //! # Policy
-//! - **Start, all or nothing.** Waiting jobs are considered in submit order,
-//!   and only the head of the queue may start: it starts when every class's
-//!   minimum can be met *at once*, found as a bipartite matching of minimum
-//!   places to slots (a slot may belong to several classes). Minimums are
-//!   never held partially, so two jobs that each need more than half the pool
-//!   cannot deadlock: the first takes its minimums whole, the second waits.
-//!   Idle slots are used first; hosts that running jobs hold *above* their
-//!   minimums are taken back ([`ReleaseCause::Preempted`]) if idle ones are
-//!   not enough. Strict order means a job that cannot start holds up later
-//!   ones; `carmi q -analyze` explains why it waits.
+//! - **Start, all or nothing.** Waiting jobs are considered in submit order.
+//!   A job starts when every class's minimum can be met *at once*, found as
+//!   a bipartite matching of minimum places to slots (a slot may belong to
+//!   several classes). Minimums are never held partially, so two jobs that
+//!   each need more than half the pool cannot deadlock: the first takes its
+//!   minimums whole, the second waits. The head of the queue uses idle slots
+//!   first, then hosts that running jobs hold *above* their minimums, taken
+//!   back ([`ReleaseCause::Preempted`]).
+//! - **Backfill.** A job behind a head that cannot start may start out of
+//!   order, but only on idle slots that no job ahead of it could use for a
+//!   minimum: it cannot delay them (minimums are held until the job ends, so
+//!   a slot an earlier job needs is never given away), and a pool with a
+//!   waiting job that needs the whole pool still serves small jobs on the
+//!   machines it cannot use. `carmi q -analyze` explains why a job waits.
 //! - **Growth, fairly.** Once a job's master runs ([`Allocator::on_master_running`]),
 //!   idle slots go to running jobs below their maxima, one at a time to the
 //!   job holding the fewest hosts (the older on ties), so a later job is not
@@ -317,11 +321,26 @@ impl Allocator {
         // Running jobs are owed their minimums (lost to owners, or after a
         // restart) before waiting jobs may start.
         self.grow(true);
-        while let Some((&seq, &job)) = self.queue.first_key_value() {
-            if !self.try_start(job) {
+        // Idle slots no job still waiting ahead could use for a minimum:
+        // `None` while every earlier job has started.
+        let mut free: Option<Vec<HostId>> = None;
+        let waiting: Vec<(u64, JobId)> = self.queue.iter().map(|(&s, &j)| (s, j)).collect();
+        for (seq, job) in waiting {
+            if free.as_ref().is_some_and(|f| f.is_empty()) {
                 break;
             }
-            self.queue.remove(&seq);
+            if self.try_start(job, free.as_deref()) {
+                self.queue.remove(&seq);
+                if let Some(f) = &mut free {
+                    f.retain(|&h| matches!(self.get_slot(h).state, SlotState::Idle));
+                }
+                continue;
+            }
+            let mut f = free
+                .take()
+                .unwrap_or_else(|| self.idle.iter().map(|&(_, h)| h).collect());
+            f.retain(|&h| !self.needs_for_minimum(job, h));
+            free = Some(f);
         }
         self.grow(false);
         self.rebalance();
@@ -362,14 +381,20 @@ impl Allocator {
         out
     }
 
-    /// Starts `job` if all its minimums can be met at once.
-    fn try_start(&mut self, job: JobId) -> bool {
+    /// Starts `job` if all its minimums can be met at once. When it waits
+    /// behind jobs that could not start (`backfill`), only those idle slots,
+    /// which none of them could use for a minimum, are candidates, and
+    /// nothing is preempted.
+    fn try_start(&mut self, job: JobId, backfill: Option<&[HostId]>) -> bool {
         let places: Vec<String> = self.jobs[&job]
             .limits
             .iter()
             .flat_map(|(c, &(min, _))| std::iter::repeat_n(c.clone(), min as usize))
             .collect();
-        let mut cands: Vec<HostId> = self.idle.iter().map(|&(_, h)| h).collect();
+        let mut cands: Vec<HostId> = match backfill {
+            Some(free) => free.to_vec(),
+            None => self.idle.iter().map(|&(_, h)| h).collect(),
+        };
         let n_idle = cands.len();
         let adj_for = |a: &mut Allocator, cands: &[HostId]| -> Vec<Vec<usize>> {
             let mut adj = Vec::with_capacity(places.len());
@@ -391,6 +416,7 @@ impl Allocator {
         let adj = adj_for(self, &cands);
         let placed = match match_all(&adj, cands.len()) {
             Some(p) => p,
+            None if backfill.is_some() => return false,
             None => {
                 cands.extend(self.surplus_hosts(job));
                 if cands.len() == n_idle {
@@ -484,11 +510,16 @@ impl Allocator {
 
     /// True when `host` could serve a minimum of the head waiting job.
     fn reserved(&mut self, host: HostId) -> bool {
-        let Some(&head) = self.queue.values().next() else {
-            return false;
-        };
+        match self.queue.values().next() {
+            Some(&head) => self.needs_for_minimum(head, host),
+            None => false,
+        }
+    }
+
+    /// True when `host` could serve a minimum of `job`.
+    fn needs_for_minimum(&mut self, job: JobId, host: HostId) -> bool {
         let m = self.get_slot(host).machine;
-        let classes: Vec<String> = self.jobs[&head]
+        let classes: Vec<String> = self.jobs[&job]
             .limits
             .iter()
             .filter(|&(_, &(min, _))| min > 0)
@@ -496,7 +527,7 @@ impl Allocator {
             .collect();
         classes
             .iter()
-            .any(|c| member(&mut self.jobs, &self.machines, head, c, m))
+            .any(|c| member(&mut self.jobs, &self.machines, job, c, m))
     }
 
     /// Gives idle slots, one at a time, to the job holding the fewest: up to

@@ -253,3 +253,41 @@ fn rank_picks_machines_before_speed() {
     let f = s.step(|a| a.submit_job(J2, "bob", &[bad])).unwrap_err();
     assert_eq!(f.code, FailureCode::BadExpression);
 }
+
+#[test]
+fn a_small_job_backfills_only_on_machines_the_waiting_head_cannot_use() {
+    const J3: JobId = JobId(3);
+    const J4: JobId = JobId(4);
+    let mut s = Sim::new();
+    pool(&mut s, 2);
+    let arm = s.machine("arm0", "Arch = \"AARCH64\"", 1)[0];
+    s.machine("arm1", "Arch = \"AARCH64\"", 1);
+    // J1 needs three X86_64 machines of the two there are: it waits.
+    let x86 = [limits("x", "Arch == \"X86_64\"", 3, 3)];
+    s.step(|a| a.submit_job(J1, "alice", &x86)).unwrap();
+    assert!(take_started(&mut s).is_empty());
+    // J2 could run anywhere; it must not take an X86_64 machine J1 waits
+    // for, so it starts on an AARCH64 one.
+    s.step(|a| a.submit_job(J2, "bob", &[limits("any", "true", 1, 1)]))
+        .unwrap();
+    assert_eq!(take_started(&mut s), [J2]);
+    assert_eq!(s.a.queued_ahead(J1), Some(0));
+    // J3 needs an X86_64 machine: behind J1 it waits, although one is idle.
+    s.step(|a| a.submit_job(J3, "carol", &[limits("x", "Arch == \"X86_64\"", 1, 1)]))
+        .unwrap();
+    assert!(take_started(&mut s).is_empty());
+    assert_eq!(s.a.job_phase(J3), Some(Phase::Waiting));
+    // J4 needs both AARCH64 machines, one of which J2 holds: it waits, and
+    // when J2 ends it starts; J1 and J3 still wait for X86_64 machines.
+    s.step(|a| a.submit_job(J4, "dave", &[limits("a", "Arch == \"AARCH64\"", 2, 2)]))
+        .unwrap();
+    assert!(take_started(&mut s).is_empty());
+    s.step(|a| a.on_job_ended(J2));
+    assert_eq!(take_started(&mut s), [J4]);
+    assert!(matches!(s.a.host_state(arm), Some(SlotState::Claimed(c)) if c.job == J4));
+    // A third X86_64 machine starts the head, then J3 on what is left.
+    s.machine("m2", "Arch = \"X86_64\"", 1);
+    assert_eq!(take_started(&mut s), [J1]);
+    s.machine("m3", "Arch = \"X86_64\"", 1);
+    assert_eq!(take_started(&mut s), [J3]);
+}
