@@ -15,6 +15,16 @@
 //! damage is reported ([`Damage`]), the damaged bytes are saved beside the
 //! journal as `journal.damaged-<offset>` and cut off, so new records follow
 //! the last good one. [`parse`] is pure, for tests.
+//!
+//! # Compaction
+//! Ended jobs and exited processes stay in the file until it is compacted:
+//! the journal keeps the live state ([`Live`]) as it appends, and once the
+//! records written since the last compaction outnumber the live ones by far
+//! (see [`Journal::append`]), or when it is opened, it rewrites the file with
+//! only what a replay needs: a [`Record::Counters`] so that ids never go
+//! back, each machine's host ids, and the live jobs and processes. The new
+//! file is written aside, fsync'd and renamed over the old one, so a crash
+//! leaves either the old journal or the new one, never a mix.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -74,6 +84,129 @@ pub enum Record {
         /// The process.
         process: ProcessId,
     },
+    /// Written first by a compaction: ids below these were handed out
+    /// before, by records the compaction dropped, and must not be reused.
+    Counters {
+        /// The next job id.
+        next_job: u64,
+        /// The next process id.
+        next_process: u64,
+    },
+}
+
+/// What a replay of the journal so far needs: the result of applying every
+/// record, as records again ([`Live::records`]).
+#[derive(Debug, Default)]
+pub struct Live {
+    next_job: u64,
+    next_process: u64,
+    /// Each machine's last `Machine` record, by name, with its first position.
+    machines: std::collections::BTreeMap<String, (u64, Vec<HostId>)>,
+    /// Jobs submitted and not ended: their `Submitted` and `Started` records.
+    jobs: std::collections::BTreeMap<JobId, (Record, Option<Record>)>,
+    /// Processes spawned and not exited, by id, with their record.
+    processes: std::collections::BTreeMap<ProcessId, Record>,
+    /// Records applied so far (orders machines).
+    seq: u64,
+}
+
+impl Live {
+    /// The state after `records`.
+    pub fn of(records: &[Record]) -> Live {
+        let mut live = Live::default();
+        for r in records {
+            live.apply(r);
+        }
+        live
+    }
+
+    /// Takes one more record into account.
+    pub fn apply(&mut self, r: &Record) {
+        self.seq += 1;
+        match r {
+            Record::Submitted { job, .. } => {
+                self.next_job = self.next_job.max(job.0 + 1);
+                self.jobs.insert(*job, (r.clone(), None));
+            }
+            Record::Started { job, master } => {
+                self.next_process = self.next_process.max(master.0 + 1);
+                if let Some(j) = self.jobs.get_mut(job) {
+                    j.1 = Some(r.clone());
+                }
+            }
+            Record::Ended { job } => {
+                self.jobs.remove(job);
+                self.processes
+                    .retain(|_, p| !matches!(p, Record::Spawned { job: j, .. } if j == job));
+            }
+            Record::Machine { name, hosts } => {
+                let seq = self.seq;
+                let e = self
+                    .machines
+                    .entry(name.clone())
+                    .or_insert((seq, Vec::new()));
+                e.1 = hosts.clone();
+            }
+            Record::Spawned { process, .. } => {
+                self.next_process = self.next_process.max(process.0 + 1);
+                self.processes.insert(*process, r.clone());
+            }
+            Record::Exited { process } => {
+                self.processes.remove(process);
+            }
+            Record::Counters {
+                next_job,
+                next_process,
+            } => {
+                self.next_job = self.next_job.max(*next_job);
+                self.next_process = self.next_process.max(*next_process);
+            }
+        }
+    }
+
+    /// How many records [`Live::records`] returns.
+    pub fn len(&self) -> usize {
+        1 + self.machines.len()
+            + self
+                .jobs
+                .values()
+                .map(|j| 1 + j.1.is_some() as usize)
+                .sum::<usize>()
+            + self.processes.len()
+    }
+
+    /// Always false: the counters are always there.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The shortest journal whose replay gives the same state: counters,
+    /// machines (in the order they first appeared), then each live job's
+    /// records, then the live processes (a job's `Submitted` always comes
+    /// before its processes).
+    pub fn records(&self) -> Vec<Record> {
+        let mut out = Vec::with_capacity(self.len());
+        out.push(Record::Counters {
+            next_job: self.next_job,
+            next_process: self.next_process,
+        });
+        let mut machines: Vec<_> = self.machines.iter().collect();
+        machines.sort_by_key(|(_, (seq, _))| *seq);
+        out.extend(
+            machines
+                .into_iter()
+                .map(|(name, (_, hosts))| Record::Machine {
+                    name: name.clone(),
+                    hosts: hosts.clone(),
+                }),
+        );
+        for (submitted, started) in self.jobs.values() {
+            out.push(submitted.clone());
+            out.extend(started.clone());
+        }
+        out.extend(self.processes.values().cloned());
+        out
+    }
 }
 
 /// Where and why the journal stops being readable.
@@ -149,7 +282,16 @@ pub fn parse(bytes: &[u8]) -> (Vec<Record>, Option<Damage>) {
 pub struct Journal {
     path: PathBuf,
     file: File,
+    live: Live,
+    /// Records in the file now.
+    in_file: usize,
 }
+
+/// A journal is compacted when it holds more than this many records and
+/// more than [`COMPACT_RATIO`] times what its live state needs.
+const COMPACT_MIN: usize = 4096;
+/// See [`COMPACT_MIN`].
+const COMPACT_RATIO: usize = 4;
 
 impl Journal {
     /// Opens (creating) `dir/journal.log`, returning what it holds and any
@@ -173,14 +315,69 @@ impl Journal {
             f.sync_all()?;
         }
         let file = OpenOptions::new().create(true).append(true).open(&path)?;
-        Ok((Journal { path, file }, records, damage))
+        let live = Live::of(&records);
+        let mut journal = Journal {
+            path,
+            file,
+            live,
+            in_file: records.len(),
+        };
+        // Start the run from a short journal: what the last run left over
+        // (ended jobs, exited processes) is never needed again.
+        if journal.in_file > journal.live.len() {
+            journal.compact()?;
+        }
+        Ok((journal, records, damage))
     }
 
-    /// Appends records and waits until they are on disk.
+    /// Appends records and waits until they are on disk; compacts the file
+    /// when it has grown far beyond its live state.
     pub fn append(&mut self, records: &[Record]) -> std::io::Result<()> {
         let text: String = records.iter().map(encode).collect();
         self.file.write_all(text.as_bytes())?;
-        self.file.sync_data()
+        self.file.sync_data()?;
+        for r in records {
+            self.live.apply(r);
+        }
+        self.in_file += records.len();
+        if self.in_file > COMPACT_MIN && self.in_file > COMPACT_RATIO * self.live.len() {
+            // The records are on disk already: a failed compaction costs
+            // only space, so it is logged and the old file kept.
+            if let Err(e) = self.compact() {
+                tracing::warn!(journal = %self.path.display(), "cannot compact the journal: {e}");
+            }
+        }
+        Ok(())
+    }
+
+    /// Rewrites the file with only the live state's records, atomically.
+    pub fn compact(&mut self) -> std::io::Result<()> {
+        let records = self.live.records();
+        let text: String = records.iter().map(encode).collect();
+        let tmp = self.path.with_extension("compact");
+        {
+            let mut f = File::create(&tmp)?;
+            f.write_all(text.as_bytes())?;
+            f.sync_all()?;
+        }
+        std::fs::rename(&tmp, &self.path)?;
+        if let Some(dir) = self.path.parent() {
+            File::open(dir)?.sync_all()?;
+        }
+        self.file = OpenOptions::new().append(true).open(&self.path)?;
+        tracing::info!(
+            journal = %self.path.display(),
+            from = self.in_file,
+            to = records.len(),
+            "journal compacted"
+        );
+        self.in_file = records.len();
+        Ok(())
+    }
+
+    /// Records in the file now (for tests and logs).
+    pub fn records_in_file(&self) -> usize {
+        self.in_file
     }
 
     /// Where it is.
@@ -284,5 +481,93 @@ mod tests {
         assert_eq!(damage, None);
         assert_eq!(got.len(), 4);
         assert_eq!(got[3], Record::Ended { job: JobId(2) });
+    }
+
+    #[test]
+    fn the_live_state_keeps_only_what_a_replay_needs() {
+        let records = vec![
+            Record::Machine {
+                name: "m0".into(),
+                hosts: vec![HostId(1)],
+            },
+            submitted(1),
+            Record::Started {
+                job: JobId(1),
+                master: ProcessId(4),
+            },
+            submitted(2),
+            Record::Spawned {
+                process: ProcessId(5),
+                job: JobId(1),
+                host: HostId(1),
+                class: "c".into(),
+                origin: None,
+            },
+            Record::Spawned {
+                process: ProcessId(6),
+                job: JobId(2),
+                host: HostId(1),
+                class: "c".into(),
+                origin: None,
+            },
+            Record::Machine {
+                name: "m0".into(),
+                hosts: vec![HostId(1), HostId(2)],
+            },
+            Record::Ended { job: JobId(1) },
+            Record::Exited {
+                process: ProcessId(6),
+            },
+        ];
+        let live = Live::of(&records).records();
+        assert_eq!(
+            live,
+            vec![
+                Record::Counters {
+                    next_job: 3,
+                    next_process: 7
+                },
+                Record::Machine {
+                    name: "m0".into(),
+                    hosts: vec![HostId(1), HostId(2)],
+                },
+                submitted(2),
+            ]
+        );
+        // Compacting a compacted journal changes nothing.
+        assert_eq!(Live::of(&live).records(), live);
+        assert_eq!(Live::of(&live).len(), live.len());
+    }
+
+    #[test]
+    fn a_long_journal_is_compacted_and_reads_back_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut j, _, _) = Journal::open(dir.path()).unwrap();
+        let mut all = Vec::new();
+        // Many short jobs, one still waiting at the end; 100 per append
+        // (each append is an fsync).
+        for first in (1..=3000u64).step_by(100) {
+            let mut batch = Vec::new();
+            for job in first..first + 100 {
+                batch.push(submitted(job));
+                if job < 3000 {
+                    batch.push(Record::Ended { job: JobId(job) });
+                }
+            }
+            j.append(&batch).unwrap();
+            all.extend(batch);
+        }
+        assert!(
+            j.records_in_file() <= COMPACT_MIN,
+            "compacted on the way: {} of {} records in the file",
+            j.records_in_file(),
+            all.len()
+        );
+        drop(j);
+        let (j, got, damage) = Journal::open(dir.path()).unwrap();
+        assert_eq!(damage, None);
+        assert_eq!(Live::of(&got).records(), Live::of(&all).records());
+        assert_eq!(j.records_in_file(), 2, "counters and the waiting job");
+        assert!(!dir.path().join("journal.compact").exists());
     }
 }

@@ -69,6 +69,11 @@ impl ProcTable {
         id
     }
 
+    /// Never hands out ids below `next` (ids an earlier run used).
+    pub fn reserve_ids_below(&mut self, next: u64) {
+        self.next = self.next.max(next);
+    }
+
     /// True when `id` was never handed out (so it may be adopted as is).
     pub fn is_unused(&self, id: ProcessId) -> bool {
         id.0 >= self.next

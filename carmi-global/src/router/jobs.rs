@@ -322,6 +322,13 @@ impl Router {
                     self.procs.remove(process);
                     self.recovered.remove(&process);
                 }
+                Record::Counters {
+                    next_job,
+                    next_process,
+                } => {
+                    self.next_job = self.next_job.max(next_job);
+                    self.procs.reserve_ids_below(next_process);
+                }
             }
         }
         // Nothing is online yet: whatever the allocator says now concerns no one.

@@ -137,67 +137,70 @@ fn a_job_recovered_from_the_journal_keeps_its_running_processes() {
     journal.extend(records);
     let before: Vec<HostId> = r.allocator().job_hosts(JobId(1));
 
-    // A new global RM from the journal alone.
-    let mut r = Router::new(RouterConfig::default());
+    // A new global RM from the journal alone, as written and as compacted.
     let journal_machines: Vec<&Record> = journal
         .iter()
         .filter(|r| matches!(r, Record::Machine { .. }))
         .collect();
     assert_eq!(journal_machines.len(), 2, "{journal:?}");
-    r.recover(journal);
-    let worker_link = if r.allocator().host_machine(host) == Some("m0") {
-        m0
-    } else {
-        m1
-    };
-    let running = |l: LinkId| {
-        let mut v = vec![];
-        if l == worker_link {
-            v.push(worker);
+    let compacted = journal::Live::of(&journal).records();
+    for journal in [journal.clone(), compacted] {
+        let mut r = Router::new(RouterConfig::default());
+        r.recover(journal);
+        let worker_link = if r.allocator().host_machine(host) == Some("m0") {
+            m0
+        } else {
+            m1
+        };
+        let running = |l: LinkId| {
+            let mut v = vec![];
+            if l == worker_link {
+                v.push(worker);
+            }
+            if l == m0 {
+                v.push(master);
+            }
+            v
+        };
+        for (link, name) in [(m0, "m0"), (m1, "m1")] {
+            let (sends, records) = advertise(&mut r, link, name, running(link));
+            assert!(
+                records.is_empty(),
+                "same host ids, nothing new: {records:?}"
+            );
+            assert!(
+                !sends
+                    .iter()
+                    .any(|(_, m)| matches!(m, FromGlobal::Kill { .. })),
+                "nothing is killed: {sends:?}"
+            );
         }
-        if l == m0 {
-            v.push(master);
-        }
-        v
-    };
-    for (link, name) in [(m0, "m0"), (m1, "m1")] {
-        let (sends, records) = advertise(&mut r, link, name, running(link));
+        assert_eq!(r.allocator().known_hosts("m0").len(), 2);
         assert!(
-            records.is_empty(),
-            "same host ids, nothing new: {records:?}"
+            r.allocator().job_hosts(JobId(1)).contains(&host),
+            "the worker's host is the job's again"
+        );
+        assert_eq!(r.allocator().job_hosts(JobId(1)).len(), before.len());
+        assert!(r.processes().find(worker).is_some_and(|p| p.is_live()));
+        // The master's exit still ends the job.
+        let exited = ToGlobal::Exited {
+            process: master,
+            status: carmi_api::msg::ExitStatus::Code(0),
+            cpu_seconds: 0.0,
+        };
+        let (sends, records) = step(&mut r, |r| r.on_message(m0, exited, Duration::ZERO));
+        assert!(
+            records.contains(&Record::Ended { job: JobId(1) }),
+            "{records:?}"
         );
         assert!(
-            !sends
+            sends
                 .iter()
-                .any(|(_, m)| matches!(m, FromGlobal::Kill { .. })),
-            "nothing is killed: {sends:?}"
+                .any(|(_, m)| *m == FromGlobal::Kill { process: worker }),
+            "{sends:?}"
         );
+        assert!(!r.allocator().has_job(JobId(1)));
     }
-    assert_eq!(r.allocator().known_hosts("m0").len(), 2);
-    assert!(
-        r.allocator().job_hosts(JobId(1)).contains(&host),
-        "the worker's host is the job's again"
-    );
-    assert_eq!(r.allocator().job_hosts(JobId(1)).len(), before.len());
-    assert!(r.processes().find(worker).is_some_and(|p| p.is_live()));
-    // The master's exit still ends the job.
-    let exited = ToGlobal::Exited {
-        process: master,
-        status: carmi_api::msg::ExitStatus::Code(0),
-        cpu_seconds: 0.0,
-    };
-    let (sends, records) = step(&mut r, |r| r.on_message(m0, exited, Duration::ZERO));
-    assert!(
-        records.contains(&Record::Ended { job: JobId(1) }),
-        "{records:?}"
-    );
-    assert!(
-        sends
-            .iter()
-            .any(|(_, m)| *m == FromGlobal::Kill { process: worker }),
-        "{sends:?}"
-    );
-    assert!(!r.allocator().has_job(JobId(1)));
 }
 
 #[test]
@@ -283,4 +286,73 @@ fn a_master_missing_from_its_machines_advertisement_ends_its_job() {
     let (_, records) = step(&mut r, |r| r.on_message(LinkId(2), hb, Duration::ZERO));
     assert_eq!(records, [Record::Ended { job: JobId(1) }]);
     assert!(!r.allocator().has_job(JobId(1)));
+}
+
+#[test]
+fn ids_never_go_back_after_a_compacted_journal_is_replayed() {
+    let mut r = Router::new(RouterConfig::default());
+    let mut journal = Vec::new();
+    journal.extend(advertise(&mut r, LinkId(1), "m0", vec![]).1);
+    r.on_executable_stored(&exe("master"));
+    step(&mut r, |r| {
+        r.on_link_opened(ADMIN, Role::Admin, Duration::ZERO)
+    });
+    let submit = || {
+        let spec = carmi_api::submit::parse("j", "executable = master\nqueue\n").unwrap();
+        ToGlobal::Submit(Box::new(SubmitRequest {
+            owner: "carol".into(),
+            machine: "m0".into(),
+            executable: exe("master"),
+            spec,
+            submitted_unix: 0,
+        }))
+    };
+    let mut masters = Vec::new();
+    for _ in 0..2 {
+        let (sends, records) = step(&mut r, |r| r.on_message(ADMIN, submit(), Duration::ZERO));
+        journal.extend(records);
+        masters.extend(sends.iter().filter_map(|(_, m)| match m {
+            FromGlobal::SpawnMaster { process, .. } => Some(*process),
+            _ => None,
+        }));
+    }
+    assert_eq!(masters.len(), 2, "both masters go out");
+    // Both end: the compacted journal holds no job at all.
+    for &p in &masters {
+        let exited = ToGlobal::Exited {
+            process: p,
+            status: carmi_api::msg::ExitStatus::Code(0),
+            cpu_seconds: 0.0,
+        };
+        journal.extend(step(&mut r, |r| r.on_message(LinkId(1), exited, Duration::ZERO)).1);
+    }
+    let compacted = journal::Live::of(&journal).records();
+    assert!(
+        !compacted
+            .iter()
+            .any(|r| matches!(r, Record::Submitted { .. })),
+        "{compacted:?}"
+    );
+    assert!(compacted.len() < journal.len());
+    // A new global RM from it numbers the next job 3 and its master above both.
+    let mut r = Router::new(RouterConfig::default());
+    r.recover(compacted);
+    advertise(&mut r, LinkId(1), "m0", vec![]);
+    r.on_executable_stored(&exe("master"));
+    step(&mut r, |r| {
+        r.on_link_opened(ADMIN, Role::Admin, Duration::ZERO)
+    });
+    let (sends, _) = step(&mut r, |r| r.on_message(ADMIN, submit(), Duration::ZERO));
+    assert!(
+        sends.contains(&(ADMIN, FromGlobal::Submitted { job: JobId(3) })),
+        "{sends:?}"
+    );
+    let master = sends.iter().find_map(|(_, m)| match m {
+        FromGlobal::SpawnMaster { process, .. } => Some(*process),
+        _ => None,
+    });
+    assert!(
+        master.is_some_and(|p| masters.iter().all(|&old| p > old)),
+        "{master:?} vs {masters:?}"
+    );
 }
