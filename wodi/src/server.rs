@@ -29,7 +29,7 @@ use bytes::Bytes;
 use carmi_api::client::{Carmi, ConnectOptions, Incoming, connect};
 use carmi_api::frame::FrameReader;
 use carmi_api::ids::{HostId, ProcessId, RequestId};
-use carmi_api::msg::{Event, FailureCode, SpawnTarget};
+use carmi_api::msg::{Event, FailureCode, Reply, SpawnTarget};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
@@ -42,6 +42,7 @@ use crate::proto::{
     connect_arg,
 };
 use crate::sched::{LossCause, Output, Sched, SchedConfig, Ticket, Verdict};
+use crate::speed::{BENCHMARK_STEP, BENCHMARK_TICKET, HostSpeeds, SpeedSource};
 
 /// How long a peer has to send its [`Hello`].
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -128,6 +129,12 @@ struct Driver {
     host_requests: HashMap<RequestId, String>,
     spawns: HashMap<RequestId, WorkerId>,
     processes: HashMap<ProcessId, WorkerId>,
+    /// Host speeds: their source, the benchmark step, observed corrections.
+    speeds: HostSpeeds,
+    /// The master whose init data the benchmark step runs with.
+    bench_master: Option<MasterId>,
+    /// `get_host_info` requests for hosts whose ad the speed source needs.
+    info_requests: HashMap<RequestId, HostId>,
 }
 
 /// Runs the server until the master completes or goes away. Prints
@@ -197,6 +204,9 @@ pub async fn run(opts: ServerOptions) -> anyhow::Result<()> {
         host_requests: HashMap::new(),
         spawns: HashMap::new(),
         processes: HashMap::new(),
+        speeds: HostSpeeds::new(SpeedSource::Unknown, false),
+        bench_master: None,
+        info_requests: HashMap::new(),
     };
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     loop {
@@ -402,7 +412,12 @@ impl Driver {
                         move |_| Ev::WorkerGone(worker, generation),
                     );
                     info!("{worker} joined");
-                    self.sched.worker_joined(worker, now);
+                    let host = self.sched.find_worker_host(worker).expect("checked above");
+                    if self.speeds.worker_connected(worker, host, now) {
+                        self.send_benchmark(worker);
+                    } else {
+                        self.sched.worker_joined(worker, now);
+                    }
                 }
             },
             Ev::Master(m, msg, payload) => self.on_master(m, msg, payload),
@@ -425,7 +440,19 @@ impl Driver {
                     cpu_us,
                     wall_us,
                 } => {
+                    if ticket == BENCHMARK_TICKET {
+                        let took = self.sched.learned_time(
+                            Duration::from_micros(cpu_us),
+                            Duration::from_micros(wall_us),
+                        );
+                        self.benchmark_answered(worker, Some(took), now);
+                        return false;
+                    }
                     let ticket = Ticket(ticket);
+                    let expect = self
+                        .steps
+                        .get(&ticket)
+                        .and_then(|(_, step)| self.speeds.expect(&self.sched, worker, *step));
                     let verdict = self.sched.result(
                         worker,
                         ticket,
@@ -434,12 +461,26 @@ impl Driver {
                         now,
                     );
                     if verdict == Verdict::Deliver
+                        && let Some(exp) = expect
+                    {
+                        let took = self.sched.learned_time(
+                            Duration::from_micros(cpu_us),
+                            Duration::from_micros(wall_us),
+                        );
+                        self.speeds.observe_result(&mut self.sched, exp, took);
+                    }
+                    if verdict == Verdict::Deliver
                         && let Some((m, step)) = self.step_of(ticket)
                     {
                         self.to_master(m, &ToMaster::Result { step }, payload);
                     }
                 }
                 FromWorker::Error { ticket, message } => {
+                    if ticket == BENCHMARK_TICKET {
+                        warn!("{worker}: the speed benchmark failed: {message}");
+                        self.benchmark_answered(worker, None, now);
+                        return false;
+                    }
                     self.sched.step_error(worker, Ticket(ticket), &message, now);
                 }
             },
@@ -467,6 +508,7 @@ impl Driver {
             Ev::RetryHosts(class) => self.sched.request_missing(&class),
             Ev::LossDue(worker) => {
                 if !self.workers.contains_key(&worker) {
+                    self.speeds.worker_gone(worker);
                     info!("{worker} lost its connection: counted as crashed");
                     self.sched.worker_lost(worker, LossCause::Crashed, now);
                 }
@@ -492,15 +534,21 @@ impl Driver {
                 max_attempts,
                 suspend_timeout_ms,
                 ordering,
+                speed,
+                refine_speed,
+                learn_from_wall,
             } => {
                 if !self.started {
                     let cfg = SchedConfig {
                         prefetch: prefetch.max(1),
                         max_attempts: max_attempts.max(1),
                         suspend_timeout: Duration::from_millis(suspend_timeout_ms),
+                        learn_from_wall,
                         ..SchedConfig::default()
                     };
                     self.sched = Sched::new(cfg, ordering.dispatch());
+                    self.speeds = HostSpeeds::new(speed, refine_speed);
+                    self.bench_master = Some(m);
                     self.start = Instant::now();
                     self.executable = PathBuf::from(executable);
                     self.args = args;
@@ -525,8 +573,10 @@ impl Driver {
                     name,
                     requirements,
                     count,
+                    speed,
                 } in classes
                 {
+                    self.speeds.set_class_speed(&name, speed);
                     conn.classes.push((name.clone(), count));
                     let d = self.desired.entry(name.clone()).or_default();
                     if *d == 0 {
@@ -545,6 +595,18 @@ impl Driver {
                 }
             }
             FromMaster::Step { step } => self.submit(m, step, payload, now),
+            FromMaster::Benchmark => self.speeds.set_benchmark(payload),
+            FromMaster::RestoreHistory => {
+                match serde_json::from_slice::<Vec<crate::checkpoint::SavedEstimate>>(&payload) {
+                    Ok(saved) => crate::checkpoint::restore(self.sched.history_mut(), &saved),
+                    Err(e) => warn!("master {m} sent a history that does not parse: {e}"),
+                }
+            }
+            FromMaster::GetHistory => {
+                let saved = crate::checkpoint::snapshot(self.sched.history());
+                let json = serde_json::to_vec(&saved).expect("estimates serialize");
+                self.to_master(m, &ToMaster::History, Bytes::from(json));
+            }
             FromMaster::EndCycle { cycle } => {
                 self.sched.end_cycle(cycle, now);
                 self.broadcast(Some(m), &ToWorker::EndCycle { cycle }, &payload);
@@ -552,7 +614,9 @@ impl Driver {
             FromMaster::Complete => {
                 self.retire(m, now);
                 self.flush_outputs();
-                let stats = self.sched.stats(now);
+                let mut stats = self.sched.stats(now);
+                stats.speed_benchmarks = self.speeds.benchmarks;
+                stats.speed_benchmark_s = self.speeds.benchmark_time.as_secs_f64();
                 let json = serde_json::to_vec(&stats).expect("statistics serialize");
                 self.to_master(m, &ToMaster::Stats, Bytes::from(json));
             }
@@ -612,11 +676,18 @@ impl Driver {
                 self.carmi.delete_notify(&ids);
                 for h in hosts {
                     info!("host {} ({}) added to class {class}", h.host, h.name);
-                    self.sched.host_added(h.host, &class, None, now);
+                    let need_ad =
+                        self.speeds
+                            .host_added(&mut self.sched, h.host, &class, &h.ad, now);
+                    if need_ad {
+                        let id = self.carmi.get_host_info(h.host);
+                        self.info_requests.insert(id, h.host);
+                    }
                 }
             }
             Event::HostDeleted { host, reason, .. } => {
                 info!("host {host} deleted: {reason}");
+                self.speeds.host_gone(host);
                 self.sched.host_lost(host, now);
             }
             Event::HostSuspended { host, .. } => self.sched.host_suspended(host, now),
@@ -677,6 +748,14 @@ impl Driver {
                     warn!("CARMI request {request} failed: {}", failure.message);
                 }
             }
+            Event::Done {
+                request,
+                reply: Reply::Host(info),
+            } => {
+                if let Some(host) = self.info_requests.remove(&request) {
+                    self.speeds.host_ad(&mut self.sched, host, &info.ad);
+                }
+            }
             Event::Done { .. } => {}
         }
     }
@@ -709,6 +788,7 @@ impl Driver {
                     self.host_requests.insert(id, class);
                 }
                 Output::ReleaseHost { host } => {
+                    self.speeds.host_gone(host);
                     self.carmi.delhosts(&[host]);
                 }
                 Output::Spawn { host, worker } => {
@@ -730,6 +810,36 @@ impl Driver {
                     }
                 }
             }
+        }
+    }
+
+    /// Sends the benchmark step to a worker that just connected (with the
+    /// init data of the master that registered it).
+    fn send_benchmark(&mut self, worker: WorkerId) {
+        if let Some(m) = self.bench_master {
+            self.switch_context(worker, m);
+        }
+        let data = self.speeds.benchmark().cloned().unwrap_or_default();
+        if let Some(w) = self.workers.get(&worker) {
+            let msg = ToWorker::Step {
+                ticket: BENCHMARK_TICKET,
+                step: StepId(BENCHMARK_STEP),
+            };
+            let _ = w.writer.send(Outgoing::new(&msg, data));
+        }
+    }
+
+    /// The benchmark's answer: the host's speed is set, and the worker is
+    /// given to the core for real steps.
+    fn benchmark_answered(&mut self, worker: WorkerId, took: Option<Duration>, now: Duration) {
+        if self
+            .speeds
+            .benchmark_done(&mut self.sched, worker, took, now)
+        {
+            if let Some(t) = took {
+                info!("{worker} ran the speed benchmark in {t:?}");
+            }
+            self.sched.worker_joined(worker, now);
         }
     }
 
