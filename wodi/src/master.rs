@@ -26,9 +26,9 @@ use std::collections::VecDeque;
 
 use crate::checkpoint::{CHECKPOINT_FORMAT, Checkpoint, CheckpointError, SavedEstimate};
 use crate::conn::{Outgoing, Writer, spawn_reader, spawn_writer};
-use crate::speed::SpeedSource;
 use crate::ids::{CycleId, StepId};
 use crate::proto::{ClassSpec, FromMaster, Hello, HelloRole, ToMaster, WODI_PROTOCOL};
+use crate::speed::SpeedSource;
 use crate::stats::Stats;
 
 /// Which executable runs the server.
@@ -286,7 +286,10 @@ impl Master {
         }
         if let Some(cp) = &resumed {
             let json = serde_json::to_vec(&cp.history)?;
-            let _ = writer.send(Outgoing::new(&FromMaster::RestoreHistory, Bytes::from(json)));
+            let _ = writer.send(Outgoing::new(
+                &FromMaster::RestoreHistory,
+                Bytes::from(json),
+            ));
         }
         let mut master = Master {
             writer,
@@ -337,7 +340,11 @@ impl Master {
     }
 
     /// [`Master::checkpoint`] with raw state.
-    pub async fn checkpoint_raw(&mut self, cycle: CycleId, state: Bytes) -> Result<(), MasterError> {
+    pub async fn checkpoint_raw(
+        &mut self,
+        cycle: CycleId,
+        state: Bytes,
+    ) -> Result<(), MasterError> {
         let Some(path) = self.checkpoint.clone() else {
             return Ok(());
         };

@@ -449,10 +449,19 @@ impl Driver {
                         return false;
                     }
                     let ticket = Ticket(ticket);
+                    // Every copy's time says how fast its host is; the
+                    // speed is corrected before the history learns from it.
                     let expect = self
                         .steps
                         .get(&ticket)
                         .and_then(|(_, step)| self.speeds.expect(&self.sched, worker, *step));
+                    if let Some(exp) = expect {
+                        let took = self.sched.learned_time(
+                            Duration::from_micros(cpu_us),
+                            Duration::from_micros(wall_us),
+                        );
+                        self.speeds.observe_result(&mut self.sched, exp, took);
+                    }
                     let verdict = self.sched.result(
                         worker,
                         ticket,
@@ -460,15 +469,6 @@ impl Driver {
                         Duration::from_micros(wall_us),
                         now,
                     );
-                    if verdict == Verdict::Deliver
-                        && let Some(exp) = expect
-                    {
-                        let took = self.sched.learned_time(
-                            Duration::from_micros(cpu_us),
-                            Duration::from_micros(wall_us),
-                        );
-                        self.speeds.observe_result(&mut self.sched, exp, took);
-                    }
                     if verdict == Verdict::Deliver
                         && let Some((m, step)) = self.step_of(ticket)
                     {

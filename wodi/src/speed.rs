@@ -81,7 +81,10 @@ pub const CORRECTION_BOUNDS: (f64, f64) = (0.25, 4.0);
 
 /// How far one observation moves the correction, in log space: half-way,
 /// so a wrong speed is mostly mended in three steps and a noisy step moves
-/// it by half its noise.
+/// it by half its noise. A host's first observation moves it all the way:
+/// the history learns from the host's steps normalized by its speed, so a
+/// speed left half-wrong would teach the history half-wrong estimates, and
+/// the two would then agree on the mistake.
 const CORRECTION_WEIGHT: f64 = 0.5;
 
 /// Steps shorter than this (seconds, either predicted or observed) say more
@@ -97,6 +100,8 @@ struct Entry {
     correction: f64,
     /// Still held (gone hosts keep their score for the median).
     held: bool,
+    /// Observations that corrected it so far.
+    observed: u32,
 }
 
 /// Per-host speeds: a source score relative to a reference, times a bounded
@@ -130,6 +135,7 @@ impl SpeedBook {
                 score,
                 correction: 1.0,
                 held: true,
+                observed: 0,
             },
         );
     }
@@ -199,8 +205,7 @@ impl SpeedBook {
     /// the host's correction towards what that ratio says, within
     /// [`CORRECTION_BOUNDS`]. Returns whether the speed changed.
     pub fn observe(&mut self, host: HostId, expected_s: f64, observed_s: f64) -> bool {
-        if !self.refine
-            || !(expected_s.is_finite() && observed_s.is_finite())
+        if !(self.refine && expected_s.is_finite() && observed_s.is_finite())
             || expected_s < MIN_OBSERVED_S
             || observed_s < MIN_OBSERVED_S
         {
@@ -210,8 +215,14 @@ impl SpeedBook {
             return false;
         };
         let ratio = expected_s / observed_s;
-        let next = (e.correction * ratio.powf(CORRECTION_WEIGHT))
-            .clamp(CORRECTION_BOUNDS.0, CORRECTION_BOUNDS.1);
+        let weight = if e.observed == 0 {
+            1.0
+        } else {
+            CORRECTION_WEIGHT
+        };
+        e.observed += 1;
+        let next =
+            (e.correction * ratio.powf(weight)).clamp(CORRECTION_BOUNDS.0, CORRECTION_BOUNDS.1);
         let changed = (next - e.correction).abs() > 1e-9;
         e.correction = next;
         changed
@@ -380,8 +391,9 @@ impl HostSpeeds {
         })
     }
 
-    /// The result was delivered and `took` is the time the core learned
-    /// from: corrects the host's speed and tells the core.
+    /// A result came back and `took` is the time the core learns from:
+    /// corrects the host's speed and tells the core. Call it before the core
+    /// takes the result, so that the history learns with the corrected speed.
     pub fn observe_result(&mut self, sched: &mut Sched, exp: Expectation, took: Duration) {
         if self
             .book
@@ -419,7 +431,10 @@ mod tests {
             score_from_ad("[ Mips = 6000; KFlops = 3000000 ]", "mips"),
             Some(6000.0)
         );
-        assert_eq!(score_from_ad("Mips = 1500\nSpeed = 0.5\n", "Mips"), Some(1500.0));
+        assert_eq!(
+            score_from_ad("Mips = 1500\nSpeed = 0.5\n", "Mips"),
+            Some(1500.0)
+        );
         assert_eq!(score_from_ad("[ Mips = 0 ]", "Mips"), None);
         assert_eq!(score_from_ad("[ Memory = 10 ]", "Mips"), None);
         assert_eq!(score_from_ad("[ garbage", "Mips"), None);
@@ -487,3 +502,7 @@ mod tests {
         assert!(b.speed(h(1)).unwrap() > 1.5);
     }
 }
+
+#[cfg(test)]
+#[path = "speed_tests.rs"]
+mod speed_tests;
