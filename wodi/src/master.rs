@@ -348,8 +348,22 @@ impl Master {
         let Some(path) = self.checkpoint.clone() else {
             return Ok(());
         };
+        let history = self.history().await?;
+        let cp = Checkpoint {
+            format: CHECKPOINT_FORMAT,
+            cycle,
+            state: state.to_vec(),
+            history,
+        };
+        cp.save(&path)?;
+        Ok(())
+    }
+
+    /// WoDi's step history as it stands (estimates in seconds on a speed-1
+    /// host). Outcomes arriving meanwhile are kept for [`Master::recv_result`].
+    pub async fn history(&mut self) -> Result<Vec<SavedEstimate>, MasterError> {
         self.send(&FromMaster::GetHistory, Bytes::new());
-        let history: Vec<SavedEstimate> = loop {
+        Ok(loop {
             match self.next().await? {
                 (ToMaster::History, data) => break serde_json::from_slice(&data)?,
                 (ToMaster::Result { step }, data) => {
@@ -361,15 +375,7 @@ impl Master {
                 (ToMaster::Stats, data) => self.stats = serde_json::from_slice(&data).ok(),
                 (ToMaster::Ready | ToMaster::Fatal { .. }, _) => {}
             }
-        };
-        let cp = Checkpoint {
-            format: CHECKPOINT_FORMAT,
-            cycle,
-            state: state.to_vec(),
-            history,
-        };
-        cp.save(&path)?;
-        Ok(())
+        })
     }
 
     /// Where this master's server listens and its run token, for another
