@@ -45,6 +45,11 @@ struct Args {
     /// Let observed step times correct the speeds (the simulator knows them exactly).
     #[arg(long)]
     refine: bool,
+    /// Where the real server gets host speeds: `ad` (the machine ad's
+    /// `Speed`), `benchmark` (a 0.2 s step on every new worker), or `none`
+    /// (unknown; only `--refine` learns them). The simulator always knows them.
+    #[arg(long, default_value = "ad")]
+    speed: String,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -70,6 +75,9 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     rt.block_on(bench(args))
 }
+
+/// Work of the benchmark step on a speed-1 host, seconds.
+const BENCHMARK_S: f64 = 0.2;
 
 /// The workload: materials means scaled, with no noise.
 fn profile(scale: f64) -> Vec<StepProfile> {
@@ -108,9 +116,19 @@ async fn run_real(args: &Args, pool: PoolAddr, profile: &[StepProfile]) -> anyho
     let mut cfg = MasterConfig::new(std::env::current_exe()?, Vec::new(), "true", 0);
     cfg.classes[0].count = args.hosts as u32;
     cfg.pool = Some(pool);
-    cfg.speed = SpeedSource::MachineAd {
-        attribute: "Speed".into(),
-        reference: Some(1.0),
+    cfg.speed = match args.speed.as_str() {
+        "ad" => SpeedSource::MachineAd {
+            attribute: "Speed".into(),
+            reference: Some(1.0),
+        },
+        "benchmark" => {
+            cfg.benchmark = Some(serde_json::to_vec(&BENCHMARK_S)?.into());
+            SpeedSource::Benchmark {
+                reference_s: Some(BENCHMARK_S),
+            }
+        }
+        "none" => SpeedSource::Unknown,
+        other => anyhow::bail!("--speed {other:?}: use ad, benchmark or none"),
     };
     cfg.learn_from_wall = true;
     cfg.refine_speed = args.refine;
@@ -185,6 +203,10 @@ async fn bench(args: Args) -> anyhow::Result<()> {
                 "speeds": speeds,
                 "cycles": args.cycles,
                 "scale": args.scale,
+                "speed": args.speed,
+                "refine": args.refine,
+                "speed_benchmarks": real.speed_benchmarks,
+                "speed_benchmark_s": real.speed_benchmark_s,
                 "real_cycle_s": real_s,
                 "sim_cycle_s": sim_s,
                 "deviation": dev,
@@ -194,9 +216,18 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         );
     } else {
         println!(
-            "hosts {} speeds {speeds:?}, materials x {:.5}",
-            args.hosts, args.scale
+            "hosts {} speeds {speeds:?}, materials x {:.5}, speed from {}{}",
+            args.hosts,
+            args.scale,
+            args.speed,
+            if args.refine { ", refined" } else { "" }
         );
+        if real.speed_benchmarks > 0 {
+            println!(
+                "{} speed benchmarks took {:.2} s of host time",
+                real.speed_benchmarks, real.speed_benchmark_s
+            );
+        }
         println!("cycle   real s   simulated s   deviation");
         for (c, ((r, p), d)) in real_s.iter().zip(&sim_s).zip(&dev).enumerate() {
             println!("{c:>5} {r:>8.3} {p:>13.3} {:>+10.1}%", d * 100.0);
