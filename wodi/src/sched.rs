@@ -652,6 +652,9 @@ impl Sched {
         wall: Duration,
         now: Time,
     ) -> Verdict {
+        // CPU time is what the step cost; without it (a worker that cannot
+        // measure it) or when so configured, the time it took.
+        let took = self.learned_time(cpu, wall);
         let open = matches!(
             self.tasks.get(&ticket),
             Some(Task {
@@ -670,13 +673,6 @@ impl Sched {
             };
             self.runs[run].finish(now, cpu, wall, outcome);
             if open {
-                // CPU time is what the step cost; without it (a worker that
-                // cannot measure it), the time it took.
-                let took = if cpu.is_zero() || self.cfg.learn_from_wall {
-                    wall
-                } else {
-                    cpu
-                };
                 let step = self.tasks[&ticket].step;
                 let speed = self.hosts.get(&w.host).and_then(|h| h.speed).unwrap_or(1.0);
                 self.history.observe(step, took.as_secs_f64(), speed);

@@ -175,3 +175,22 @@ fn observed_times_correct_a_wrong_speed() {
     let est = s.history().estimate(&StepId(7)).unwrap();
     assert!((est - 1.0).abs() < 0.3, "estimate {est}");
 }
+
+#[test]
+fn the_history_learns_wall_time_when_asked() {
+    for (wall_clock, expected) in [(false, 0.1), (true, 2.0)] {
+        let cfg = SchedConfig {
+            learn_from_wall: wall_clock,
+            ..SchedConfig::default()
+        };
+        let mut s = Sched::new(cfg, Box::new(ArrivalOrder));
+        let mut hs = HostSpeeds::new(SpeedSource::Unknown, false);
+        let w = grant(&mut s, &mut hs, "c", &[""]);
+        let t = s.submit(StepId(1), None, T0);
+        s.dispatch(T0);
+        let cpu = Duration::from_millis(100);
+        let wall = Duration::from_secs(2);
+        assert_eq!(s.result(w[0], t, cpu, wall, wall), Verdict::Deliver);
+        assert_eq!(s.history().estimate(&StepId(1)), Some(expected));
+    }
+}
