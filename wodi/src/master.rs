@@ -10,6 +10,36 @@
 //!
 //! Cycles: a cycle's steps should all have returned before the next
 //! `begin_cycle`, since a worker holds one cycle's begin data at a time.
+//!
+//! Host speed: [`MasterConfig::speed`] says where the server gets each
+//! host's relative speed (a class speed, a machine-ad score, or a benchmark
+//! step run on every new worker; see [`crate::speed`]), and
+//! [`MasterConfig::refine_speed`] lets observed step times correct it. The
+//! first master of a server sets these for every master sharing it.
+//!
+//! Checkpoints: with [`MasterConfig::checkpoint`], [`Master::checkpoint`]
+//! after each completed cycle writes the cycle, the application's state and
+//! WoDi's history to that file atomically. A master started again with the
+//! same file gets them back from [`Master::resume_point`] (and the server
+//! starts from the saved history), so it goes on after the last completed
+//! cycle instead of from the beginning:
+//!
+//! ```no_run
+//! # async fn run(mut cfg: wodi::master::MasterConfig) -> Result<(), wodi::master::MasterError> {
+//! use wodi::master::Master;
+//! use wodi::CycleId;
+//! cfg.checkpoint = Some("job.checkpoint".into());
+//! let mut master = Master::init(cfg, &()).await?;
+//! let (first, mut state) = match master.resume_point::<Vec<f64>>()? {
+//!     Some((done, state)) => (done.0 + 1, state),
+//!     None => (0, Vec::new()),
+//! };
+//! for c in first..35 {
+//!     // ... begin_cycle, send_work, recv_result, end_cycle, update `state` ...
+//!     master.checkpoint(CycleId(c), &state).await?;
+//! }
+//! # Ok(()) }
+//! ```
 
 use std::path::PathBuf;
 use std::process::Stdio;

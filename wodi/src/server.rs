@@ -27,25 +27,22 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use carmi_api::client::{Carmi, ConnectOptions, Incoming, connect};
-use carmi_api::frame::FrameReader;
 use carmi_api::ids::{HostId, ProcessId, RequestId};
 use carmi_api::msg::{Event, FailureCode, Reply, SpawnTarget};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-use crate::conn::{Outgoing, Writer, spawn_reader, spawn_writer};
+use crate::conn::{
+    Outgoing, Reader, WriteHalf, Writer, interface_towards, read_hello, spawn_reader, spawn_writer,
+};
 use crate::ids::{CycleId, StepId, WorkerId};
 use crate::order::LongestFirst;
 use crate::proto::{
-    ClassSpec, FromMaster, FromWorker, Hello, HelloRole, ToMaster, ToWorker, WODI_PROTOCOL,
-    connect_arg,
+    ClassSpec, FromMaster, FromWorker, Hello, HelloRole, ToMaster, ToWorker, connect_arg,
 };
 use crate::sched::{LossCause, Output, Sched, SchedConfig, Ticket, Verdict};
 use crate::speed::{BENCHMARK_STEP, BENCHMARK_TICKET, HostSpeeds, SpeedSource};
-
-/// How long a peer has to send its [`Hello`].
-const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How the server is set up.
 #[derive(Clone, Debug)]
@@ -261,42 +258,6 @@ pub async fn run(opts: ServerOptions) -> anyhow::Result<()> {
     }
     d.shutdown().await;
     Ok(())
-}
-
-/// The local address this machine uses to reach `addr`, which pool machines can dial back.
-fn interface_towards(addr: &str) -> anyhow::Result<String> {
-    let sock = std::net::UdpSocket::bind("0.0.0.0:0")?;
-    sock.connect(addr)
-        .map_err(|e| anyhow::anyhow!("wodi server: cannot route to the local RM {addr}: {e}"))?;
-    Ok(sock.local_addr()?.ip().to_string())
-}
-
-type Reader = FrameReader<tokio::net::tcp::OwnedReadHalf>;
-type WriteHalf = tokio::net::tcp::OwnedWriteHalf;
-
-/// Reads and checks the first frame of a connection. The reader keeps any
-/// bytes that followed the hello in its buffer.
-async fn read_hello(stream: TcpStream, token: &str) -> anyhow::Result<(Reader, WriteHalf, Hello)> {
-    let peer = stream.peer_addr()?;
-    let (r, w) = stream.into_split();
-    let mut r = FrameReader::with_max(r, 64 * 1024);
-    let hello = match tokio::time::timeout(HELLO_TIMEOUT, r.read::<Hello>()).await {
-        Ok(Ok(Some((h, _)))) => h,
-        Ok(Ok(None)) => anyhow::bail!("{peer} closed before its hello"),
-        Ok(Err(e)) => anyhow::bail!("{peer} sent a bad hello: {e}"),
-        Err(_) => anyhow::bail!("{peer} sent no hello within {HELLO_TIMEOUT:?}"),
-    };
-    if hello.version != WODI_PROTOCOL {
-        anyhow::bail!(
-            "{peer} speaks WoDi protocol {}, not {WODI_PROTOCOL}",
-            hello.version
-        );
-    }
-    if hello.token != token {
-        anyhow::bail!("{peer} presented a wrong run token");
-    }
-    *r.max_mut() = crate::proto::MAX_FRAME;
-    Ok((r, w, hello))
 }
 
 impl Driver {
