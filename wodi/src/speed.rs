@@ -47,8 +47,11 @@ pub enum SpeedSource {
         reference: Option<f64>,
     },
     /// A benchmark step (its data sent by the master after `Init`) run on
-    /// every new worker; speed = `reference_s` / its wall time, or, without a
+    /// every new worker; speed = `reference_s` / its time, or, without a
     /// reference, the median time of the workers measured so far / its time.
+    /// Its time is measured as the history measures steps: CPU time, or
+    /// wall time with `learn_from_wall` (a benchmark that sleeps or waits
+    /// needs wall time). A failed benchmark leaves the speed unknown.
     Benchmark {
         /// Time of the benchmark on a host of speed 1, seconds.
         reference_s: Option<f64>,

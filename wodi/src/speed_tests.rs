@@ -111,6 +111,19 @@ fn the_benchmark_runs_before_any_step_and_sets_the_speed() {
     assert_eq!(speeds(&s, 2), vec![Some(2.0), Some(0.5)]);
     assert_eq!(hs.benchmarks, 2);
     assert_eq!(hs.benchmark_time, 2 * at);
+    // A worker whose benchmark fails still works, at an unknown speed.
+    s.set_class("c", 3, at);
+    assert!(!hs.host_added(&mut s, HostId(2), "c", "", at));
+    let w3 = std::iter::from_fn(|| s.poll_output())
+        .find_map(|o| match o {
+            Output::Spawn { worker, .. } => Some(worker),
+            _ => None,
+        })
+        .expect("a worker on the third host");
+    assert!(hs.worker_connected(w3, HostId(2), at));
+    assert!(hs.benchmark_done(&mut s, w3, None, at));
+    assert_eq!(s.host_speed(HostId(2)), None);
+    assert_eq!(hs.benchmarks, 3);
     // A second answer from the same worker is not a benchmark any more.
     assert!(!hs.benchmark_done(&mut s, w[0], Some(Duration::from_secs(9)), at));
     assert_eq!(s.host_speed(HostId(0)), Some(2.0));
