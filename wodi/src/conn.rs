@@ -1,13 +1,19 @@
 //! Connection plumbing shared by server, master and bench: a writer task
-//! that batches queued frames into few writes, and a reader task that turns
-//! frames into channel messages.
+//! that batches queued frames into few writes, a reader task that turns
+//! frames into channel messages, and the server's side of a peer's [`Hello`].
 
 use bytes::{Bytes, BytesMut};
 use carmi_api::frame::{FrameReader, encode_header};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
 use tokio::sync::mpsc;
+
+use crate::proto::{Hello, WODI_PROTOCOL};
+
+/// How long a peer has to send its [`Hello`].
+const HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Payloads above this size are written directly instead of being copied into the batch.
 const COPY_LIMIT: usize = 32 * 1024;
@@ -95,4 +101,45 @@ pub fn spawn_reader<R, T, E>(
         };
         let _ = out.send(done(why));
     });
+}
+
+/// The local address this machine uses to reach `addr`, which pool machines can dial back.
+pub fn interface_towards(addr: &str) -> anyhow::Result<String> {
+    let sock = std::net::UdpSocket::bind("0.0.0.0:0")?;
+    sock.connect(addr)
+        .map_err(|e| anyhow::anyhow!("wodi server: cannot route to the local RM {addr}: {e}"))?;
+    Ok(sock.local_addr()?.ip().to_string())
+}
+
+/// The read half of a peer's connection, framed.
+pub type Reader = FrameReader<tokio::net::tcp::OwnedReadHalf>;
+/// The write half of a peer's connection.
+pub type WriteHalf = tokio::net::tcp::OwnedWriteHalf;
+
+/// Reads and checks the first frame of a connection. The reader keeps any
+/// bytes that followed the hello in its buffer.
+pub async fn read_hello(
+    stream: TcpStream,
+    token: &str,
+) -> anyhow::Result<(Reader, WriteHalf, Hello)> {
+    let peer = stream.peer_addr()?;
+    let (r, w) = stream.into_split();
+    let mut r = FrameReader::with_max(r, 64 * 1024);
+    let hello = match tokio::time::timeout(HELLO_TIMEOUT, r.read::<Hello>()).await {
+        Ok(Ok(Some((h, _)))) => h,
+        Ok(Ok(None)) => anyhow::bail!("{peer} closed before its hello"),
+        Ok(Err(e)) => anyhow::bail!("{peer} sent a bad hello: {e}"),
+        Err(_) => anyhow::bail!("{peer} sent no hello within {HELLO_TIMEOUT:?}"),
+    };
+    if hello.version != WODI_PROTOCOL {
+        anyhow::bail!(
+            "{peer} speaks WoDi protocol {}, not {WODI_PROTOCOL}",
+            hello.version
+        );
+    }
+    if hello.token != token {
+        anyhow::bail!("{peer} presented a wrong run token");
+    }
+    *r.max_mut() = crate::proto::MAX_FRAME;
+    Ok((r, w, hello))
 }

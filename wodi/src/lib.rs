@@ -19,6 +19,8 @@
 //! - `plan`: work history and cycle planning (longest first, earliest finish, fewest hosts).
 //! - `profile`: step-time profiles (the paper's materials application).
 //! - `sim`: a discrete-event simulator driving the real core with virtual time.
+//! - `speed`: host speed from a class, the machine ad or a benchmark step, refined by observed times.
+//! - `checkpoint`: the master's checkpoint file (last completed cycle, its state, the history).
 //! - `stats`: run statistics (occupancy, CPU time, efficiency, timeline) and their JSON form.
 //! - `conn`: batching frame writer and frame reader tasks.
 //! - `server`: the tokio driver of the core: CARMI client, worker and master connections.
@@ -28,6 +30,7 @@
 
 #![warn(missing_docs)]
 
+pub mod checkpoint;
 pub mod cmd;
 pub mod conn;
 pub mod ids;
@@ -39,6 +42,7 @@ pub mod proto;
 pub mod sched;
 pub mod server;
 pub mod sim;
+pub mod speed;
 pub mod stats;
 pub mod worker;
 

@@ -10,6 +10,36 @@
 //!
 //! Cycles: a cycle's steps should all have returned before the next
 //! `begin_cycle`, since a worker holds one cycle's begin data at a time.
+//!
+//! Host speed: [`MasterConfig::speed`] says where the server gets each
+//! host's relative speed (a class speed, a machine-ad score, or a benchmark
+//! step run on every new worker; see [`crate::speed`]), and
+//! [`MasterConfig::refine_speed`] lets observed step times correct it. The
+//! first master of a server sets these for every master sharing it.
+//!
+//! Checkpoints: with [`MasterConfig::checkpoint`], [`Master::checkpoint`]
+//! after each completed cycle writes the cycle, the application's state and
+//! WoDi's history to that file atomically. A master started again with the
+//! same file gets them back from [`Master::resume_point`] (and the server
+//! starts from the saved history), so it goes on after the last completed
+//! cycle instead of from the beginning:
+//!
+//! ```no_run
+//! # async fn run(mut cfg: wodi::master::MasterConfig) -> Result<(), wodi::master::MasterError> {
+//! use wodi::master::Master;
+//! use wodi::CycleId;
+//! cfg.checkpoint = Some("job.checkpoint".into());
+//! let mut master = Master::init(cfg, &()).await?;
+//! let (first, mut state) = match master.resume_point::<Vec<f64>>()? {
+//!     Some((done, state)) => (done.0 + 1, state),
+//!     None => (0, Vec::new()),
+//! };
+//! for c in first..35 {
+//!     // ... begin_cycle, send_work, recv_result, end_cycle, update `state` ...
+//!     master.checkpoint(CycleId(c), &state).await?;
+//! }
+//! # Ok(()) }
+//! ```
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -22,9 +52,13 @@ use serde::de::DeserializeOwned;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::{mpsc, watch};
 
+use std::collections::VecDeque;
+
+use crate::checkpoint::{CHECKPOINT_FORMAT, Checkpoint, CheckpointError, SavedEstimate};
 use crate::conn::{Outgoing, Writer, spawn_reader, spawn_writer};
 use crate::ids::{CycleId, StepId};
 use crate::proto::{ClassSpec, FromMaster, Hello, HelloRole, Status, ToMaster, WODI_PROTOCOL};
+use crate::speed::SpeedSource;
 use crate::stats::Stats;
 
 /// Which executable runs the server.
@@ -77,6 +111,20 @@ pub struct MasterConfig {
     pub suspend_timeout: Duration,
     /// How the server orders steps (default: longest first by history).
     pub ordering: crate::order::Ordering,
+    /// Where host speeds come from (default: unknown, learned from observation).
+    pub speed: SpeedSource,
+    /// The benchmark step's data, for [`SpeedSource::Benchmark`]: every new
+    /// worker's step handler computes it (step id
+    /// [`crate::speed::BENCHMARK_STEP`]) before any real step.
+    pub benchmark: Option<Bytes>,
+    /// Whether observed step times correct host speeds (default: yes).
+    pub refine_speed: bool,
+    /// Learn step times from wall time rather than CPU time (default: no);
+    /// for steps that wait rather than compute.
+    pub learn_from_wall: bool,
+    /// The checkpoint file: [`Master::checkpoint`] writes it, and a master
+    /// started with an existing one resumes from it ([`Master::resume_point`]).
+    pub checkpoint: Option<PathBuf>,
 }
 
 impl MasterConfig {
@@ -95,6 +143,7 @@ impl MasterConfig {
                 name: "workers".into(),
                 requirements: requirements.into(),
                 count,
+                speed: None,
             }],
             worker: worker.into(),
             worker_args: args,
@@ -104,6 +153,11 @@ impl MasterConfig {
             max_attempts: 3,
             suspend_timeout: Duration::from_secs(10),
             ordering: crate::order::Ordering::LongestFirst,
+            speed: SpeedSource::Unknown,
+            benchmark: None,
+            refine_speed: true,
+            learn_from_wall: false,
+            checkpoint: None,
         }
     }
 }
@@ -132,6 +186,9 @@ pub enum MasterError {
     /// Data could not be (de)serialized.
     #[error("step data: {0}")]
     Codec(#[from] serde_json::Error),
+    /// The checkpoint file could not be read or written.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
 }
 
 enum FromServer {
@@ -152,6 +209,11 @@ pub struct Master {
     stats: Option<Stats>,
     /// The latest [`Status`] the server sent, kept by the reader task.
     status: watch::Receiver<Status>,
+    /// The checkpoint file, and what it held when this master started.
+    checkpoint: Option<PathBuf>,
+    resumed: Option<Checkpoint>,
+    /// Outcomes that arrived while waiting for another answer.
+    pending: VecDeque<StepOutcome<Bytes>>,
 }
 
 /// Starts a server process and reads the address it listens on.
@@ -207,6 +269,10 @@ impl Master {
     /// Starts the server and the run with raw init data.
     pub async fn init_raw(cfg: MasterConfig, init: Bytes) -> Result<Master, MasterError> {
         let start = |e: String| MasterError::Start(e);
+        let resumed = match &cfg.checkpoint {
+            Some(path) => Checkpoint::load(path)?,
+            None => None,
+        };
         let (addr, token, server) = match &cfg.server {
             ServerCommand::Connect { addr, token } => (addr.clone(), token.clone(), None),
             ServerCommand::CurrentExe => {
@@ -250,8 +316,21 @@ impl Master {
             max_attempts: cfg.max_attempts,
             suspend_timeout_ms: cfg.suspend_timeout.as_millis() as u64,
             ordering: cfg.ordering,
+            speed: cfg.speed,
+            refine_speed: cfg.refine_speed,
+            learn_from_wall: cfg.learn_from_wall,
         };
         let _ = writer.send(Outgoing::new(&msg, init));
+        if let Some(data) = cfg.benchmark {
+            let _ = writer.send(Outgoing::new(&FromMaster::Benchmark, data));
+        }
+        if let Some(cp) = &resumed {
+            let json = serde_json::to_vec(&cp.history)?;
+            let _ = writer.send(Outgoing::new(
+                &FromMaster::RestoreHistory,
+                Bytes::from(json),
+            ));
+        }
         let mut master = Master {
             writer,
             events,
@@ -260,11 +339,84 @@ impl Master {
             token,
             stats: None,
             status,
+            checkpoint: cfg.checkpoint,
+            resumed,
+            pending: VecDeque::new(),
         };
         match master.next().await? {
             (ToMaster::Ready, _) => Ok(master),
             (other, _) => Err(start(format!("the server answered {other:?}"))),
         }
+    }
+
+    /// Where a restarted master resumes: the last cycle it had completed
+    /// when it called [`Master::checkpoint`], and the state it saved then
+    /// (decoded from JSON). `None` on a fresh start (no checkpoint file).
+    pub fn resume_point<T: DeserializeOwned>(&self) -> Result<Option<(CycleId, T)>, MasterError> {
+        match self.resume_point_raw() {
+            Some((c, state)) => Ok(Some((c, serde_json::from_slice(&state)?))),
+            None => Ok(None),
+        }
+    }
+
+    /// [`Master::resume_point`] with the raw state.
+    pub fn resume_point_raw(&self) -> Option<(CycleId, Bytes)> {
+        self.resumed
+            .as_ref()
+            .map(|cp| (cp.cycle, Bytes::from(cp.state.clone())))
+    }
+
+    /// Records that `cycle` is complete (the application has all its
+    /// results) with the application's `state` (JSON) at that point: writes
+    /// the checkpoint file atomically, with WoDi's step history. A master
+    /// restarted with the same [`MasterConfig::checkpoint`] resumes after
+    /// `cycle`. Does nothing without a checkpoint file.
+    pub async fn checkpoint<T: Serialize>(
+        &mut self,
+        cycle: CycleId,
+        state: &T,
+    ) -> Result<(), MasterError> {
+        self.checkpoint_raw(cycle, Bytes::from(serde_json::to_vec(state)?))
+            .await
+    }
+
+    /// [`Master::checkpoint`] with raw state.
+    pub async fn checkpoint_raw(
+        &mut self,
+        cycle: CycleId,
+        state: Bytes,
+    ) -> Result<(), MasterError> {
+        let Some(path) = self.checkpoint.clone() else {
+            return Ok(());
+        };
+        let history = self.history().await?;
+        let cp = Checkpoint {
+            format: CHECKPOINT_FORMAT,
+            cycle,
+            state: state.to_vec(),
+            history,
+        };
+        cp.save(&path)?;
+        Ok(())
+    }
+
+    /// WoDi's step history as it stands (estimates in seconds on a speed-1
+    /// host). Outcomes arriving meanwhile are kept for [`Master::recv_result`].
+    pub async fn history(&mut self) -> Result<Vec<SavedEstimate>, MasterError> {
+        self.send(&FromMaster::GetHistory, Bytes::new());
+        Ok(loop {
+            match self.next().await? {
+                (ToMaster::History, data) => break serde_json::from_slice(&data)?,
+                (ToMaster::Result { step }, data) => {
+                    self.pending.push_back(StepOutcome::Done(step, data))
+                }
+                (ToMaster::StepFailed { step, reason }, _) => {
+                    self.pending.push_back(StepOutcome::Failed(step, reason))
+                }
+                (ToMaster::Stats, data) => self.stats = serde_json::from_slice(&data).ok(),
+                (ToMaster::Ready | ToMaster::Fatal { .. } | ToMaster::Status(_), _) => {}
+            }
+        })
     }
 
     /// Where this master's server listens and its run token, for another
@@ -352,6 +504,9 @@ impl Master {
 
     /// The next step outcome with the raw result.
     pub async fn recv_result_raw(&mut self) -> Result<StepOutcome<Bytes>, MasterError> {
+        if let Some(o) = self.pending.pop_front() {
+            return Ok(o);
+        }
         loop {
             match self.next().await? {
                 (ToMaster::Result { step }, data) => return Ok(StepOutcome::Done(step, data)),
@@ -359,7 +514,13 @@ impl Master {
                     return Ok(StepOutcome::Failed(step, reason));
                 }
                 (ToMaster::Stats, data) => self.stats = serde_json::from_slice(&data).ok(),
-                (ToMaster::Ready | ToMaster::Fatal { .. } | ToMaster::Status(_), _) => {}
+                (
+                    ToMaster::Ready
+                    | ToMaster::Fatal { .. }
+                    | ToMaster::History
+                    | ToMaster::Status(_),
+                    _,
+                ) => {}
             }
         }
     }

@@ -74,6 +74,14 @@ impl<K: Hash + Eq> History<K> {
             });
     }
 
+    /// Puts back an estimate saved earlier (a master's checkpoint), replacing
+    /// what was learned of `step` so far. Non-finite or negative means are ignored.
+    pub fn restore(&mut self, step: K, estimate: Estimate) {
+        if estimate.mean.is_finite() && estimate.mean >= 0.0 {
+            self.steps.insert(step, estimate);
+        }
+    }
+
     /// The estimated work of `step` (seconds on a speed-1 host), if it was ever seen.
     pub fn estimate(&self, step: &K) -> Option<f64> {
         self.steps.get(step).map(|e| e.mean)

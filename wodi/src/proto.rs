@@ -49,6 +49,10 @@ pub struct ClassSpec {
     pub requirements: String,
     /// How many hosts (one worker each) the class should hold.
     pub count: u32,
+    /// Relative speed of the class's hosts, used with
+    /// [`crate::speed::SpeedSource::Class`] (absent: 1).
+    #[serde(default)]
+    pub speed: Option<f64>,
 }
 
 /// Master -> server. Payload-carrying messages say so.
@@ -71,7 +75,25 @@ pub enum FromMaster {
         /// How steps are ordered (absent from older masters: WoDi's own).
         #[serde(default)]
         ordering: crate::order::Ordering,
+        /// Where host speeds come from (absent from older masters: unknown).
+        #[serde(default)]
+        speed: crate::speed::SpeedSource,
+        /// Whether observed step times correct host speeds.
+        #[serde(default)]
+        refine_speed: bool,
+        /// Learn step times from wall time instead of CPU time.
+        #[serde(default)]
+        learn_from_wall: bool,
     },
+    /// The benchmark step of [`crate::speed::SpeedSource::Benchmark`],
+    /// sent right after `Init`. Payload: its data, as the worker's step
+    /// handler reads it (under step id [`crate::speed::BENCHMARK_STEP`]).
+    Benchmark,
+    /// Step estimates to start from (a restarted master's checkpoint).
+    /// Payload: JSON list of [`crate::checkpoint::SavedEstimate`].
+    RestoreHistory,
+    /// Ask for the history as it stands; answered by `ToMaster::History`.
+    GetHistory,
     /// A cycle begins. Payload: its begin data.
     BeginCycle {
         /// The cycle.
@@ -118,6 +140,9 @@ pub enum ToMaster {
     /// The run's hosts and steps now, sent when they change (at most a few
     /// times a second) so that a master can show progress.
     Status(Status),
+    /// Answer to `GetHistory`. Payload: JSON list of
+    /// [`crate::checkpoint::SavedEstimate`].
+    History,
 }
 
 /// A snapshot of a run's hosts and steps, for progress displays.

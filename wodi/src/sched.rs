@@ -47,6 +47,9 @@ pub struct SchedConfig {
     pub suspend_timeout: Duration,
     /// Workers that may die on one host in a row before it is given back.
     pub max_respawns: u32,
+    /// Learn step times from wall time, not CPU time: for steps that wait
+    /// (I/O, emulated hosts) rather than compute, whose CPU time says little.
+    pub learn_from_wall: bool,
 }
 
 impl Default for SchedConfig {
@@ -56,6 +59,7 @@ impl Default for SchedConfig {
             max_attempts: 3,
             suspend_timeout: Duration::from_secs(10),
             max_respawns: 3,
+            learn_from_wall: false,
         }
     }
 }
@@ -281,6 +285,35 @@ impl Sched {
     /// Compute times of the steps seen so far (normalized by host speed).
     pub fn history(&self) -> &History<StepId> {
         &self.history
+    }
+
+    /// The history to extend, e.g. with a checkpoint's (see `crate::checkpoint`).
+    pub fn history_mut(&mut self) -> &mut History<StepId> {
+        &mut self.history
+    }
+
+    /// The relative speed the core uses for a held host, if known.
+    pub fn host_speed(&self, host: HostId) -> Option<f64> {
+        self.hosts.get(&host).and_then(|h| h.speed)
+    }
+
+    /// Sets a held host's relative speed (learned after it was added: a
+    /// benchmark step, or a correction from observed step times). Steps
+    /// placed from now on use it.
+    pub fn set_host_speed(&mut self, host: HostId, speed: Option<f64>) {
+        if let Some(h) = self.hosts.get_mut(&host) {
+            h.speed = speed.filter(|s| s.is_finite() && *s > 0.0);
+        }
+    }
+
+    /// The step time the core learns from for a result: wall time when so
+    /// configured or when no CPU time was measured, else CPU time.
+    pub fn learned_time(&self, cpu: Duration, wall: Duration) -> Duration {
+        if cpu.is_zero() || self.cfg.learn_from_wall {
+            wall
+        } else {
+            cpu
+        }
     }
 
     /// The fewest hosts, given the speeds of those held now (and speed 1 for
@@ -619,6 +652,9 @@ impl Sched {
         wall: Duration,
         now: Time,
     ) -> Verdict {
+        // CPU time is what the step cost; without it (a worker that cannot
+        // measure it) or when so configured, the time it took.
+        let took = self.learned_time(cpu, wall);
         let open = matches!(
             self.tasks.get(&ticket),
             Some(Task {
@@ -637,9 +673,6 @@ impl Sched {
             };
             self.runs[run].finish(now, cpu, wall, outcome);
             if open {
-                // CPU time is what the step cost; without it (a worker that
-                // cannot measure it), the time it took.
-                let took = if cpu.is_zero() { wall } else { cpu };
                 let step = self.tasks[&ticket].step;
                 let speed = self.hosts.get(&w.host).and_then(|h| h.speed).unwrap_or(1.0);
                 self.history.observe(step, took.as_secs_f64(), speed);

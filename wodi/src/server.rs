@@ -27,24 +27,22 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use carmi_api::client::{Carmi, ConnectOptions, Incoming, connect};
-use carmi_api::frame::FrameReader;
 use carmi_api::ids::{HostId, ProcessId, RequestId};
-use carmi_api::msg::{Event, FailureCode, SpawnTarget};
-use tokio::net::{TcpListener, TcpStream};
+use carmi_api::msg::{Event, FailureCode, Reply, SpawnTarget};
+use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-use crate::conn::{Outgoing, Writer, spawn_reader, spawn_writer};
+use crate::conn::{
+    Outgoing, Reader, WriteHalf, Writer, interface_towards, read_hello, spawn_reader, spawn_writer,
+};
 use crate::ids::{CycleId, StepId, WorkerId};
 use crate::order::LongestFirst;
 use crate::proto::{
-    ClassSpec, FromMaster, FromWorker, Hello, HelloRole, Status, ToMaster, ToWorker, WODI_PROTOCOL,
-    connect_arg,
+    ClassSpec, FromMaster, FromWorker, Hello, HelloRole, Status, ToMaster, ToWorker, connect_arg,
 };
 use crate::sched::{LossCause, Output, Sched, SchedConfig, Ticket, Verdict};
-
-/// How long a peer has to send its [`Hello`].
-const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+use crate::speed::{BENCHMARK_STEP, BENCHMARK_TICKET, HostSpeeds, SpeedSource};
 
 /// How the server is set up.
 #[derive(Clone, Debug)]
@@ -130,6 +128,12 @@ struct Driver {
     processes: HashMap<ProcessId, WorkerId>,
     /// The last [`Status`] sent to the masters, and when.
     status: (Status, Instant),
+    /// Host speeds: their source, the benchmark step, observed corrections.
+    speeds: HostSpeeds,
+    /// The master whose init data the benchmark step runs with.
+    bench_master: Option<MasterId>,
+    /// `get_host_info` requests for hosts whose ad the speed source needs.
+    info_requests: HashMap<RequestId, HostId>,
 }
 
 /// How often at most the masters hear of a changed [`Status`].
@@ -203,6 +207,9 @@ pub async fn run(opts: ServerOptions) -> anyhow::Result<()> {
         spawns: HashMap::new(),
         processes: HashMap::new(),
         status: (Status::default(), Instant::now()),
+        speeds: HostSpeeds::new(SpeedSource::Unknown, false),
+        bench_master: None,
+        info_requests: HashMap::new(),
     };
     let mut status_tick = tokio::time::interval(STATUS_EVERY);
     status_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -262,42 +269,6 @@ pub async fn run(opts: ServerOptions) -> anyhow::Result<()> {
     }
     d.shutdown().await;
     Ok(())
-}
-
-/// The local address this machine uses to reach `addr`, which pool machines can dial back.
-fn interface_towards(addr: &str) -> anyhow::Result<String> {
-    let sock = std::net::UdpSocket::bind("0.0.0.0:0")?;
-    sock.connect(addr)
-        .map_err(|e| anyhow::anyhow!("wodi server: cannot route to the local RM {addr}: {e}"))?;
-    Ok(sock.local_addr()?.ip().to_string())
-}
-
-type Reader = FrameReader<tokio::net::tcp::OwnedReadHalf>;
-type WriteHalf = tokio::net::tcp::OwnedWriteHalf;
-
-/// Reads and checks the first frame of a connection. The reader keeps any
-/// bytes that followed the hello in its buffer.
-async fn read_hello(stream: TcpStream, token: &str) -> anyhow::Result<(Reader, WriteHalf, Hello)> {
-    let peer = stream.peer_addr()?;
-    let (r, w) = stream.into_split();
-    let mut r = FrameReader::with_max(r, 64 * 1024);
-    let hello = match tokio::time::timeout(HELLO_TIMEOUT, r.read::<Hello>()).await {
-        Ok(Ok(Some((h, _)))) => h,
-        Ok(Ok(None)) => anyhow::bail!("{peer} closed before its hello"),
-        Ok(Err(e)) => anyhow::bail!("{peer} sent a bad hello: {e}"),
-        Err(_) => anyhow::bail!("{peer} sent no hello within {HELLO_TIMEOUT:?}"),
-    };
-    if hello.version != WODI_PROTOCOL {
-        anyhow::bail!(
-            "{peer} speaks WoDi protocol {}, not {WODI_PROTOCOL}",
-            hello.version
-        );
-    }
-    if hello.token != token {
-        anyhow::bail!("{peer} presented a wrong run token");
-    }
-    *r.max_mut() = crate::proto::MAX_FRAME;
-    Ok((r, w, hello))
 }
 
 impl Driver {
@@ -426,7 +397,12 @@ impl Driver {
                         move |_| Ev::WorkerGone(worker, generation),
                     );
                     info!("{worker} joined");
-                    self.sched.worker_joined(worker, now);
+                    let host = self.sched.find_worker_host(worker).expect("checked above");
+                    if self.speeds.worker_connected(worker, host, now) {
+                        self.send_benchmark(worker);
+                    } else {
+                        self.sched.worker_joined(worker, now);
+                    }
                 }
             },
             Ev::Master(m, msg, payload) => self.on_master(m, msg, payload),
@@ -449,7 +425,28 @@ impl Driver {
                     cpu_us,
                     wall_us,
                 } => {
+                    if ticket == BENCHMARK_TICKET {
+                        let took = self.sched.learned_time(
+                            Duration::from_micros(cpu_us),
+                            Duration::from_micros(wall_us),
+                        );
+                        self.benchmark_answered(worker, Some(took), now);
+                        return false;
+                    }
                     let ticket = Ticket(ticket);
+                    // Every copy's time says how fast its host is; the
+                    // speed is corrected before the history learns from it.
+                    let expect = self
+                        .steps
+                        .get(&ticket)
+                        .and_then(|(_, step)| self.speeds.expect(&self.sched, worker, *step));
+                    if let Some(exp) = expect {
+                        let took = self.sched.learned_time(
+                            Duration::from_micros(cpu_us),
+                            Duration::from_micros(wall_us),
+                        );
+                        self.speeds.observe_result(&mut self.sched, exp, took);
+                    }
                     let verdict = self.sched.result(
                         worker,
                         ticket,
@@ -464,6 +461,11 @@ impl Driver {
                     }
                 }
                 FromWorker::Error { ticket, message } => {
+                    if ticket == BENCHMARK_TICKET {
+                        warn!("{worker}: the speed benchmark failed: {message}");
+                        self.benchmark_answered(worker, None, now);
+                        return false;
+                    }
                     self.sched.step_error(worker, Ticket(ticket), &message, now);
                 }
             },
@@ -491,6 +493,7 @@ impl Driver {
             Ev::RetryHosts(class) => self.sched.request_missing(&class),
             Ev::LossDue(worker) => {
                 if !self.workers.contains_key(&worker) {
+                    self.speeds.worker_gone(worker);
                     info!("{worker} lost its connection: counted as crashed");
                     self.sched.worker_lost(worker, LossCause::Crashed, now);
                 }
@@ -516,15 +519,21 @@ impl Driver {
                 max_attempts,
                 suspend_timeout_ms,
                 ordering,
+                speed,
+                refine_speed,
+                learn_from_wall,
             } => {
                 if !self.started {
                     let cfg = SchedConfig {
                         prefetch: prefetch.max(1),
                         max_attempts: max_attempts.max(1),
                         suspend_timeout: Duration::from_millis(suspend_timeout_ms),
+                        learn_from_wall,
                         ..SchedConfig::default()
                     };
                     self.sched = Sched::new(cfg, ordering.dispatch());
+                    self.speeds = HostSpeeds::new(speed, refine_speed);
+                    self.bench_master = Some(m);
                     self.start = Instant::now();
                     self.executable = PathBuf::from(executable);
                     self.args = args;
@@ -549,8 +558,10 @@ impl Driver {
                     name,
                     requirements,
                     count,
+                    speed,
                 } in classes
                 {
+                    self.speeds.set_class_speed(&name, speed);
                     conn.classes.push((name.clone(), count));
                     let d = self.desired.entry(name.clone()).or_default();
                     if *d == 0 {
@@ -569,6 +580,18 @@ impl Driver {
                 }
             }
             FromMaster::Step { step } => self.submit(m, step, payload, now),
+            FromMaster::Benchmark => self.speeds.set_benchmark(payload),
+            FromMaster::RestoreHistory => {
+                match serde_json::from_slice::<Vec<crate::checkpoint::SavedEstimate>>(&payload) {
+                    Ok(saved) => crate::checkpoint::restore(self.sched.history_mut(), &saved),
+                    Err(e) => warn!("master {m} sent a history that does not parse: {e}"),
+                }
+            }
+            FromMaster::GetHistory => {
+                let saved = crate::checkpoint::snapshot(self.sched.history());
+                let json = serde_json::to_vec(&saved).expect("estimates serialize");
+                self.to_master(m, &ToMaster::History, Bytes::from(json));
+            }
             FromMaster::EndCycle { cycle } => {
                 self.sched.end_cycle(cycle, now);
                 self.broadcast(Some(m), &ToWorker::EndCycle { cycle }, &payload);
@@ -576,7 +599,9 @@ impl Driver {
             FromMaster::Complete => {
                 self.retire(m, now);
                 self.flush_outputs();
-                let stats = self.sched.stats(now);
+                let mut stats = self.sched.stats(now);
+                stats.speed_benchmarks = self.speeds.benchmarks;
+                stats.speed_benchmark_s = self.speeds.benchmark_time.as_secs_f64();
                 let json = serde_json::to_vec(&stats).expect("statistics serialize");
                 self.to_master(m, &ToMaster::Stats, Bytes::from(json));
             }
@@ -636,11 +661,18 @@ impl Driver {
                 self.carmi.delete_notify(&ids);
                 for h in hosts {
                     info!("host {} ({}) added to class {class}", h.host, h.name);
-                    self.sched.host_added(h.host, &class, None, now);
+                    let need_ad =
+                        self.speeds
+                            .host_added(&mut self.sched, h.host, &class, &h.ad, now);
+                    if need_ad {
+                        let id = self.carmi.get_host_info(h.host);
+                        self.info_requests.insert(id, h.host);
+                    }
                 }
             }
             Event::HostDeleted { host, reason, .. } => {
                 info!("host {host} deleted: {reason}");
+                self.speeds.host_gone(host);
                 self.sched.host_lost(host, now);
             }
             Event::HostSuspended { host, .. } => self.sched.host_suspended(host, now),
@@ -701,6 +733,14 @@ impl Driver {
                     warn!("CARMI request {request} failed: {}", failure.message);
                 }
             }
+            Event::Done {
+                request,
+                reply: Reply::Host(info),
+            } => {
+                if let Some(host) = self.info_requests.remove(&request) {
+                    self.speeds.host_ad(&mut self.sched, host, &info.ad);
+                }
+            }
             Event::Done { .. } => {}
         }
     }
@@ -733,6 +773,7 @@ impl Driver {
                     self.host_requests.insert(id, class);
                 }
                 Output::ReleaseHost { host } => {
+                    self.speeds.host_gone(host);
                     self.carmi.delhosts(&[host]);
                 }
                 Output::Spawn { host, worker } => {
@@ -754,6 +795,36 @@ impl Driver {
                     }
                 }
             }
+        }
+    }
+
+    /// Sends the benchmark step to a worker that just connected (with the
+    /// init data of the master that registered it).
+    fn send_benchmark(&mut self, worker: WorkerId) {
+        if let Some(m) = self.bench_master {
+            self.switch_context(worker, m);
+        }
+        let data = self.speeds.benchmark().cloned().unwrap_or_default();
+        if let Some(w) = self.workers.get(&worker) {
+            let msg = ToWorker::Step {
+                ticket: BENCHMARK_TICKET,
+                step: StepId(BENCHMARK_STEP),
+            };
+            let _ = w.writer.send(Outgoing::new(&msg, data));
+        }
+    }
+
+    /// The benchmark's answer: the host's speed is set, and the worker is
+    /// given to the core for real steps.
+    fn benchmark_answered(&mut self, worker: WorkerId, took: Option<Duration>, now: Duration) {
+        if self
+            .speeds
+            .benchmark_done(&mut self.sched, worker, took, now)
+        {
+            if let Some(t) = took {
+                info!("{worker} ran the speed benchmark in {t:?}");
+            }
+            self.sched.worker_joined(worker, now);
         }
     }
 

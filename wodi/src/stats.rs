@@ -156,6 +156,13 @@ pub struct Stats {
     pub timeline: Vec<HostTimeline>,
     /// When each cycle began and ended (the timeline's cycle boundaries).
     pub cycles: Vec<CycleTime>,
+    /// Benchmark steps run on new workers to measure host speed.
+    #[serde(default)]
+    pub speed_benchmarks: u32,
+    /// Host time they took (part of the occupancy, none of the steps' CPU
+    /// time), seconds.
+    #[serde(default)]
+    pub speed_benchmark_s: f64,
 }
 
 /// One cycle's boundaries.

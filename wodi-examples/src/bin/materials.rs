@@ -162,6 +162,13 @@ async fn run(args: &Args, pool: &RunPool) -> anyhow::Result<wodi::Stats> {
         Ordering::None => wodi::order::Ordering::Arrival,
         Ordering::Lpt => wodi::order::Ordering::LongestFirst,
     };
+    // The workers emulate their host's `Speed` by the clock: the ad gives
+    // each host's speed up front, and wall time is what a step costs.
+    cfg.speed = wodi::speed::SpeedSource::MachineAd {
+        attribute: "Speed".into(),
+        reference: Some(1.0),
+    };
+    cfg.learn_from_wall = true;
     let mut master = Master::init(cfg, &()).await?;
     let profile = wodi::profile::scaled(&wodi::profile::materials(), args.scale);
     let mut rng = StdRng::seed_from_u64(args.seed);

@@ -2,7 +2,9 @@
 //! the current cycle's begin data and the step's data, so that tests can
 //! check that every worker got what the master sent before its steps.
 //! A step whose data is `crash` kills the worker (a poison step); `sleep MS`
-//! sleeps first; `pid DIR MS` creates the file `DIR/PID-STEP`, then sleeps.
+//! sleeps first; `pid DIR MS` creates the file `DIR/PID-STEP`, then sleeps;
+//! `work MS` emulates MS milliseconds of work on a speed-1 host: it sleeps
+//! MS / `Speed`, the speed in the machine ad (`CARMI_MACHINE_AD`; 1 without one).
 
 fn main() -> anyhow::Result<()> {
     use std::cell::RefCell;
@@ -24,6 +26,14 @@ fn main() -> anyhow::Result<()> {
                     .map_err(|e| format!("{e}"))?;
                 let ms: u64 = ms.parse().map_err(|e| format!("{e}"))?;
                 std::thread::sleep(std::time::Duration::from_millis(ms));
+            }
+            if let Some(ms) = data.strip_prefix("work ") {
+                let ms: f64 = ms.parse().map_err(|e| format!("{e}"))?;
+                let speed = std::env::var_os("CARMI_MACHINE_AD")
+                    .and_then(|p| std::fs::read_to_string(p).ok())
+                    .and_then(|ad| wodi::speed::score_from_ad(&ad, "Speed"))
+                    .unwrap_or(1.0);
+                std::thread::sleep(std::time::Duration::from_secs_f64(ms / 1000.0 / speed));
             }
             if let Some(ms) = data.strip_prefix("sleep ") {
                 let ms: u64 = ms.parse().map_err(|e| format!("{e}"))?;

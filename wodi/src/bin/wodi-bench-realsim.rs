@@ -1,0 +1,242 @@
+//! `wodi-bench-realsim`: the same workload run for real on an embedded pool
+//! and in the simulator (`wodi::sim`), cycle by cycle.
+//!
+//! The workload is the materials cycle (`wodi::profile::materials`, 31 steps)
+//! scaled down by `--scale`, without its cycle-to-cycle noise, so both runs
+//! see the same step times. The pool's hosts have the speeds of their machine
+//! ads (owner-sim's varied `Speed`); the real server takes them from the ad
+//! (`SpeedSource::MachineAd` on `Speed`), the simulator is given them. Real
+//! workers emulate their host's speed by sleeping `work / Speed` and the
+//! server learns from wall time. No owners. Cycle times are measured the
+//! simulator's way: a cycle ends at its last result and the next begins
+//! there; the first begins when the first step is sent to a worker.
+//!
+//! This one executable is master, server (`wodi::enter`) and worker.
+
+use std::time::Duration;
+
+use clap::Parser;
+use owner_sim::model::OwnerModel;
+use owner_sim::{EmbeddedPool, PoolOptions};
+use wodi::master::{Master, MasterConfig, PoolAddr, StepOutcome};
+use wodi::order::LongestFirst;
+use wodi::profile::{StepProfile, materials, scaled};
+use wodi::sched::SchedConfig;
+use wodi::sim::{PoolPolicy, SimConfig, simulate};
+use wodi::speed::{SpeedSource, score_from_ad};
+use wodi::stats::RunOutcome;
+use wodi::{CycleId, Stats, StepId};
+
+#[derive(Parser, Debug)]
+#[command(about = "Cycle times of a real WoDi run against the simulator's prediction")]
+struct Args {
+    /// Hosts of the embedded pool (all used).
+    #[arg(long, default_value_t = 8)]
+    hosts: usize,
+    /// Cycles of 31 steps.
+    #[arg(long, default_value_t = 5)]
+    cycles: u32,
+    /// Factor on the materials step times (1/300: a 5.7-minute step takes 1.14 s).
+    #[arg(long, default_value_t = 1.0 / 300.0)]
+    scale: f64,
+    /// Seed of the pool's machine ads (hence the hosts' speeds).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Let observed step times correct the speeds (the simulator knows them exactly).
+    #[arg(long)]
+    refine: bool,
+    /// Where the real server gets host speeds: `ad` (the machine ad's
+    /// `Speed`), `benchmark` (a 0.2 s step on every new worker), or `none`
+    /// (unknown; only `--refine` learns them). The simulator always knows them.
+    #[arg(long, default_value = "ad")]
+    speed: String,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() -> anyhow::Result<()> {
+    wodi::enter();
+    if wodi::worker::started_as_worker() {
+        let speed = std::env::var_os("CARMI_MACHINE_AD")
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .and_then(|ad| score_from_ad(&ad, "Speed"))
+            .unwrap_or(1.0);
+        return wodi::worker::Worker::new()
+            .on_step(move |_, work_s: f64| {
+                std::thread::sleep(Duration::from_secs_f64(work_s / speed));
+                Ok(())
+            })
+            .run();
+    }
+    let args = Args::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(bench(args))
+}
+
+/// Work of the benchmark step on a speed-1 host, seconds.
+const BENCHMARK_S: f64 = 0.2;
+
+/// The workload: materials means scaled, with no noise.
+fn profile(scale: f64) -> Vec<StepProfile> {
+    scaled(&materials(), scale)
+        .into_iter()
+        .map(|s| StepProfile {
+            mean: s.mean,
+            std_dev: 0.0,
+        })
+        .collect()
+}
+
+/// Each cycle's length from the server's records: from the previous cycle's
+/// last result (the first cycle: its first assignment) to its own last one.
+fn real_cycles(stats: &Stats, cycles: u32) -> Vec<f64> {
+    let mut out = Vec::new();
+    let mut start = stats
+        .steps
+        .iter()
+        .map(|t| t.assigned_s)
+        .fold(f64::INFINITY, f64::min);
+    for c in 0..u64::from(cycles) {
+        let end = stats
+            .steps
+            .iter()
+            .filter(|t| t.cycle == Some(CycleId(c)) && t.outcome == RunOutcome::Delivered)
+            .filter_map(|t| t.end_s)
+            .fold(f64::NEG_INFINITY, f64::max);
+        out.push(end - start);
+        start = end;
+    }
+    out
+}
+
+async fn run_real(args: &Args, pool: PoolAddr, profile: &[StepProfile]) -> anyhow::Result<Stats> {
+    let mut cfg = MasterConfig::new(std::env::current_exe()?, Vec::new(), "true", 0);
+    cfg.classes[0].count = args.hosts as u32;
+    cfg.pool = Some(pool);
+    cfg.speed = match args.speed.as_str() {
+        "ad" => SpeedSource::MachineAd {
+            attribute: "Speed".into(),
+            reference: Some(1.0),
+        },
+        "benchmark" => {
+            cfg.benchmark = Some(serde_json::to_vec(&BENCHMARK_S)?.into());
+            SpeedSource::Benchmark {
+                reference_s: Some(BENCHMARK_S),
+            }
+        }
+        "none" => SpeedSource::Unknown,
+        other => anyhow::bail!("--speed {other:?}: use ad, benchmark or none"),
+    };
+    cfg.learn_from_wall = true;
+    cfg.refine_speed = args.refine;
+    let mut master = Master::init(cfg, &()).await?;
+    for c in 0..u64::from(args.cycles) {
+        master.begin_cycle(CycleId(c), &())?;
+        for (i, s) in profile.iter().enumerate() {
+            master.send_work(StepId(i as u64), &s.mean)?;
+        }
+        for _ in profile {
+            if let StepOutcome::Failed(s, why) = master.recv_result::<()>().await? {
+                anyhow::bail!("{s} failed: {why}");
+            }
+        }
+        master.end_cycle(CycleId(c), &())?;
+    }
+    Ok(master.complete().await?)
+}
+
+async fn bench(args: Args) -> anyhow::Result<()> {
+    let pool = EmbeddedPool::start(PoolOptions {
+        hosts: args.hosts,
+        seed: args.seed,
+        ..PoolOptions::default()
+    })
+    .await?;
+    let speeds: Vec<f64> = pool.hosts().iter().map(|h| h.speed).collect();
+    let addr = PoolAddr {
+        local: pool.submit_addr().to_string(),
+        secret_file: pool.secret_file().to_path_buf(),
+    };
+    let profile = profile(args.scale);
+    let real = run_real(&args, addr, &profile).await;
+    pool.shutdown().await;
+    let real = real?;
+
+    let sim = simulate(
+        &SimConfig {
+            profile: profile.clone(),
+            cycles: args.cycles,
+            speeds: speeds.clone(),
+            owners: OwnerModel::None,
+            owner_offset: 0.0,
+            policy: PoolPolicy {
+                worker_startup: 0.0,
+                ..PoolPolicy::default()
+            },
+            hosts_wanted: args.hosts as u32,
+            fewest_hosts: None,
+            sched: SchedConfig::default(),
+            seed: args.seed,
+        },
+        Box::new(LongestFirst),
+    );
+    let real_s = real_cycles(&real, args.cycles);
+    let sim_s = sim.summary.cycle_s.clone();
+    let dev: Vec<f64> = real_s
+        .iter()
+        .zip(&sim_s)
+        .map(|(r, p)| (r - p) / p)
+        .collect();
+    // The first cycle has no history (arrival order) and waits for workers
+    // to join one by one; the comparison that matters is the steady state.
+    let steady: Vec<f64> = dev.iter().skip(1).copied().collect();
+    let max_abs = steady.iter().fold(0.0f64, |m, d| m.max(d.abs()));
+    let mean = steady.iter().sum::<f64>() / steady.len().max(1) as f64;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "hosts": args.hosts,
+                "speeds": speeds,
+                "cycles": args.cycles,
+                "scale": args.scale,
+                "speed": args.speed,
+                "refine": args.refine,
+                "speed_benchmarks": real.speed_benchmarks,
+                "speed_benchmark_s": real.speed_benchmark_s,
+                "real_cycle_s": real_s,
+                "sim_cycle_s": sim_s,
+                "deviation": dev,
+                "steady_mean_deviation": mean,
+                "steady_max_abs_deviation": max_abs,
+            })
+        );
+    } else {
+        println!(
+            "hosts {} speeds {speeds:?}, materials x {:.5}, speed from {}{}",
+            args.hosts,
+            args.scale,
+            args.speed,
+            if args.refine { ", refined" } else { "" }
+        );
+        if real.speed_benchmarks > 0 {
+            println!(
+                "{} speed benchmarks took {:.2} s of host time",
+                real.speed_benchmarks, real.speed_benchmark_s
+            );
+        }
+        println!("cycle   real s   simulated s   deviation");
+        for (c, ((r, p), d)) in real_s.iter().zip(&sim_s).zip(&dev).enumerate() {
+            println!("{c:>5} {r:>8.3} {p:>13.3} {:>+10.1}%", d * 100.0);
+        }
+        println!(
+            "cycles 1..: mean deviation {:+.1}%, largest {:.1}%",
+            mean * 100.0,
+            max_abs * 100.0
+        );
+    }
+    Ok(())
+}
