@@ -233,6 +233,52 @@ pub fn fewest_hosts(work: &[f64], speeds: &[f64], tolerance: f64) -> usize {
     speeds.len()
 }
 
+/// Hysteresis on a host count (the fewest-hosts answer, recomputed every
+/// cycle from estimates that wobble): a higher count is taken at once, a
+/// lower one only after it has been asked for `patience` times in a row, and
+/// then the highest of those. Without it a count on the edge flips by one
+/// every few cycles and each flip releases or asks for a host.
+#[derive(Clone, Debug)]
+pub struct Hysteresis {
+    current: u32,
+    patience: u32,
+    /// Lower counts asked for in a row, and the highest of them.
+    lower: u32,
+    lower_max: u32,
+}
+
+impl Hysteresis {
+    /// Starts at `current`; `patience` 0 follows every change.
+    pub fn new(current: u32, patience: u32) -> Hysteresis {
+        Hysteresis {
+            current,
+            patience,
+            lower: 0,
+            lower_max: 0,
+        }
+    }
+
+    /// The count to use now that `wanted` is asked for.
+    pub fn update(&mut self, wanted: u32) -> u32 {
+        if wanted >= self.current {
+            self.current = wanted;
+            self.lower = 0;
+        } else {
+            self.lower_max = if self.lower == 0 {
+                wanted
+            } else {
+                self.lower_max.max(wanted)
+            };
+            self.lower += 1;
+            if self.lower >= self.patience {
+                self.current = self.lower_max;
+                self.lower = 0;
+            }
+        }
+        self.current
+    }
+}
+
 #[cfg(test)]
 #[path = "plan_tests.rs"]
 mod tests;

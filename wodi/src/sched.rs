@@ -29,6 +29,8 @@ use crate::ids::{CycleId, StepId, WorkerId};
 use crate::plan::{History, fewest_hosts};
 use crate::stats::{CycleTime, HostRecord, RunOutcome, RunRecord, Stats};
 
+pub mod policy;
+
 /// Time since the start of the run (virtual in tests and simulations).
 pub type Time = Duration;
 
@@ -47,6 +49,24 @@ pub struct SchedConfig {
     pub suspend_timeout: Duration,
     /// Workers that may die on one host in a row before it is given back.
     pub max_respawns: u32,
+    /// Give back a host that has nothing to do in the tail of a cycle (the
+    /// queue is empty, other steps still run) when that tail lasts longer
+    /// than `reacquire`, and ask for hosts again only as queued steps need
+    /// them. See [`policy`].
+    pub release_idle: bool,
+    /// What getting a host back costs: CARMI granting one and a worker
+    /// starting on it. An idle host is kept when the cycle should end sooner.
+    pub reacquire: Duration,
+    /// Give back a suspended host once its grace (`suspend_timeout`) is over,
+    /// instead of holding it until its owner leaves or CARMI vacates it.
+    pub release_suspended: bool,
+    /// In the tail of a cycle, start a second copy of a straggling step on
+    /// an idle host that would finish it clearly sooner; the first result wins.
+    pub stragglers: bool,
+    /// Fast abort: a step running this many times longer than its estimate
+    /// on its host is a strike against the worker (and is sent again); two
+    /// strikes retire the worker and its host. `None` turns it off.
+    pub fast_abort: Option<f64>,
 }
 
 impl Default for SchedConfig {
@@ -56,6 +76,11 @@ impl Default for SchedConfig {
             max_attempts: 3,
             suspend_timeout: Duration::from_secs(10),
             max_respawns: 3,
+            release_idle: false,
+            reacquire: Duration::from_secs(10),
+            release_suspended: false,
+            stragglers: false,
+            fast_abort: None,
         }
     }
 }
@@ -218,6 +243,13 @@ struct Worker {
     state: WorkerState,
     /// Tickets held, oldest (the one being computed) first, with the index of their run record.
     in_hand: VecDeque<(Ticket, usize)>,
+    /// Since when the oldest ticket has been computed without a suspension
+    /// (the clock of fast abort).
+    front_since: Option<Time>,
+    /// Whether the oldest ticket already earned a strike.
+    front_struck: bool,
+    /// Fast-abort strikes.
+    strikes: u32,
 }
 
 #[derive(Debug)]
@@ -359,10 +391,18 @@ impl Sched {
             return;
         }
         let held = self.hosts.values().filter(|h| h.class == name).count() as u32;
+        let unserved = if self.cfg.release_idle {
+            self.unserved()
+        } else {
+            u32::MAX
+        };
         let Some(class) = self.classes.get_mut(name) else {
             return;
         };
-        let missing = class.desired.saturating_sub(held + class.requested);
+        let missing = class
+            .desired
+            .saturating_sub(held + class.requested)
+            .min(unserved);
         if missing > 0 {
             class.requested += missing;
             self.outputs.push_back(Output::RequestHosts {
@@ -433,6 +473,9 @@ impl Sched {
                 host,
                 state,
                 in_hand: VecDeque::new(),
+                front_since: None,
+                front_struck: false,
+                strikes: 0,
             },
         );
         self.outputs.push_back(Output::Spawn { host, worker });
@@ -463,7 +506,8 @@ impl Sched {
         h.suspended = true;
         self.host_records[h.record].suspended.push((now, None));
         if let Some(w) = h.worker.and_then(|w| self.workers.get_mut(&w)) {
-            let deadline = (!w.in_hand.is_empty()).then(|| now + self.cfg.suspend_timeout);
+            let deadline = (!w.in_hand.is_empty() || self.cfg.release_suspended)
+                .then(|| now + self.cfg.suspend_timeout);
             if w.state != WorkerState::Starting || deadline.is_some() {
                 w.state = WorkerState::Suspended { deadline };
             }
@@ -487,6 +531,10 @@ impl Sched {
             && matches!(w.state, WorkerState::Suspended { .. })
         {
             w.state = WorkerState::Ready;
+            // The suspension is not the worker's slowness: its clock restarts.
+            if w.front_since.is_some() {
+                w.front_since = Some(now);
+            }
         }
         self.dispatch_all(now);
     }
@@ -499,7 +547,11 @@ impl Sched {
             // Its host may have been suspended while the worker was starting.
             let suspended = self.hosts.get(&w.host).is_some_and(|h| h.suspended);
             w.state = if suspended {
-                WorkerState::Suspended { deadline: None }
+                let deadline = self
+                    .cfg
+                    .release_suspended
+                    .then(|| now + self.cfg.suspend_timeout);
+                WorkerState::Suspended { deadline }
             } else {
                 WorkerState::Ready
             };
@@ -607,6 +659,13 @@ impl Sched {
     /// that orders steps (longest first) sees the whole batch, not the first
     /// step alone while the rest are still arriving.
     pub fn dispatch(&mut self, now: Time) {
+        if self.cfg.release_idle {
+            // Hosts given back in the last cycle's tail are asked for again.
+            let classes: Vec<String> = self.classes.keys().cloned().collect();
+            for c in classes {
+                self.top_up(&c);
+            }
+        }
         self.dispatch_all(now);
     }
 
@@ -630,27 +689,40 @@ impl Sched {
             && let Some(pos) = w.in_hand.iter().position(|(t, _)| *t == ticket)
         {
             let (_, run) = w.in_hand.remove(pos).expect("position is in range");
+            let was_front = pos == 0;
+            let struck = was_front && w.front_struck;
+            if was_front {
+                w.front_struck = false;
+                w.front_since = (!w.in_hand.is_empty()).then_some(now);
+            }
             let outcome = if open {
                 RunOutcome::Delivered
             } else {
                 RunOutcome::Discarded
             };
             self.runs[run].finish(now, cpu, wall, outcome);
-            if open {
-                // CPU time is what the step cost; without it (a worker that
-                // cannot measure it), the time it took.
-                let took = if cpu.is_zero() { wall } else { cpu };
-                let step = self.tasks[&ticket].step;
-                let speed = self.hosts.get(&w.host).and_then(|h| h.speed).unwrap_or(1.0);
+            // CPU time is what the step cost; without it (a worker that
+            // cannot measure it), the time it took.
+            let took = if cpu.is_zero() { wall } else { cpu };
+            let step = self.tasks[&ticket].step;
+            let speed = self.hosts.get(&w.host).and_then(|h| h.speed).unwrap_or(1.0);
+            let slow = !struck && self.too_slow(step, took, speed);
+            if open && !slow && !struck {
+                // A slow worker's time says nothing about the step.
                 self.history.observe(step, took.as_secs_f64(), speed);
             }
+            let w = self.workers.get_mut(&worker).expect("looked up above");
             if let Some(h) = self.hosts.get_mut(&w.host) {
                 h.crashes_in_a_row = 0;
             }
             if w.in_hand.is_empty()
+                && !self.cfg.release_suspended
                 && let WorkerState::Suspended { deadline } = &mut w.state
             {
                 *deadline = None;
+            }
+            if slow {
+                self.strike(worker, now);
             }
         }
         if !open {
@@ -703,13 +775,18 @@ impl Sched {
 
     /// The earliest time at which [`Sched::on_deadline`] has something to do.
     pub fn next_deadline(&self) -> Option<Time> {
-        self.workers
+        let grace = self
+            .workers
             .values()
             .filter_map(|w| match w.state {
                 WorkerState::Suspended { deadline } => deadline,
                 _ => None,
             })
-            .min()
+            .min();
+        match (grace, self.abort_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Time passed: suspended workers past their grace period lose their
@@ -717,14 +794,21 @@ impl Sched {
     /// still answer first).
     pub fn on_deadline(&mut self, now: Time) {
         let mut expired = Vec::new();
+        let mut give_back = Vec::new();
         for w in self.workers.values_mut() {
             if let WorkerState::Suspended { deadline } = &mut w.state
                 && deadline.is_some_and(|d| d <= now)
             {
                 *deadline = None;
-                expired.extend(w.in_hand.iter().map(|(t, _)| *t));
+                if self.cfg.release_suspended {
+                    give_back.push(w.host);
+                } else {
+                    expired.extend(w.in_hand.iter().map(|(t, _)| *t));
+                }
             }
         }
+        self.release_suspended(give_back, now);
+        self.check_overdue(now);
         for ticket in expired.into_iter().rev() {
             if let Some(Task {
                 state: TaskState::Open { queued, .. },
@@ -739,8 +823,15 @@ impl Sched {
         self.dispatch_all(now);
     }
 
-    /// Gives free workers queued tickets, as the policy chooses.
+    /// Gives free workers queued tickets, as the policy chooses, then lets
+    /// the tail policies act on the workers left idle.
     fn dispatch_all(&mut self, now: Time) {
+        self.dispatch_queue(now);
+        self.settle_idle(now);
+    }
+
+    /// Gives free workers queued tickets, as the policy chooses.
+    fn dispatch_queue(&mut self, now: Time) {
         if self.queue.is_empty() {
             return;
         }
@@ -811,6 +902,10 @@ impl Sched {
             .get_mut(&worker)
             .expect("assigning to a known worker");
         let speed = self.hosts.get(&w.host).and_then(|h| h.speed);
+        if w.in_hand.is_empty() {
+            w.front_since = Some(now);
+            w.front_struck = false;
+        }
         self.runs.push(RunRecord::new(
             task.step, task.cycle, worker, w.host, speed, now,
         ));

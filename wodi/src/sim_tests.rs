@@ -12,11 +12,13 @@ fn config(hosts: usize, owners: OwnerModel, seed: u64) -> SimConfig {
         profile: materials(),
         cycles: 35,
         speeds: vec![1.0; hosts],
+        actual_speeds: None,
         owners,
         owner_offset: 0.0,
         policy: PoolPolicy::default(),
         hosts_wanted: hosts as u32,
         fewest_hosts: None,
+        hysteresis: 0,
         sched: SchedConfig {
             suspend_timeout: Duration::from_secs(30),
             ..SchedConfig::default()
