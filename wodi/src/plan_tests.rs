@@ -255,3 +255,21 @@ fn with_more_hosts_than_the_heuristic_asks_for_a_cycle_is_within_five_percent_of
         }
     }
 }
+
+#[test]
+fn hysteresis_rises_at_once_and_falls_only_after_patience() {
+    let mut h = Hysteresis::new(16, 3);
+    assert_eq!(h.update(18), 18);
+    assert_eq!(h.update(17), 18);
+    assert_eq!(h.update(17), 18);
+    assert_eq!(h.update(18), 18, "a rise resets the count");
+    assert_eq!(h.update(17), 18);
+    assert_eq!(h.update(16), 18);
+    assert_eq!(
+        h.update(17),
+        17,
+        "three lower in a row: the highest of them"
+    );
+    let mut follow = Hysteresis::new(16, 0);
+    assert_eq!(follow.update(15), 15);
+}

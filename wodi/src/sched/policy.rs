@@ -303,3 +303,7 @@ impl Sched {
         true
     }
 }
+
+#[cfg(test)]
+#[path = "policy_tests.rs"]
+mod tests;
