@@ -168,7 +168,7 @@ impl Sched {
     /// When the copy of `ticket` held by `worker` should end: `None` when
     /// unknown (no estimate, or queued behind another step), infinity when
     /// its worker is suspended.
-    fn copy_end(&self, ticket: Ticket, worker: WorkerId) -> Option<f64> {
+    fn copy_end(&self, ticket: Ticket, worker: WorkerId, now: f64) -> Option<f64> {
         let w = self.workers.get(&worker)?;
         if matches!(w.state, WorkerState::Suspended { .. }) {
             return Some(f64::INFINITY);
@@ -177,7 +177,11 @@ impl Sched {
             return None;
         }
         let est = self.history.estimate(&self.tasks.get(&ticket)?.step)?;
-        Some(w.front_since?.as_secs_f64() + est / self.speed_of(w.host))
+        let since = w.front_since?.as_secs_f64();
+        let end = since + est / self.speed_of(w.host);
+        // Past its estimate, a copy is assumed to need as long again as it
+        // has run so far: its host is slower than it claims.
+        Some(if end < now { now + (now - since) } else { end })
     }
 
     /// The tail policies: with nothing queued while steps still run, idle
@@ -203,6 +207,7 @@ impl Sched {
             return;
         }
         idle.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let t_now = now.as_secs_f64();
         // Every open ticket with its copies and when it should end (the
         // earliest copy; `None` when unknown).
         let mut running: Vec<(Ticket, Vec<WorkerId>, Option<f64>)> = self
@@ -210,8 +215,10 @@ impl Sched {
             .iter()
             .filter_map(|(t, task)| match &task.state {
                 TaskState::Open { copies, .. } if !copies.is_empty() => {
-                    let ends: Option<Vec<f64>> =
-                        copies.iter().map(|c| self.copy_end(*t, *c)).collect();
+                    let ends: Option<Vec<f64>> = copies
+                        .iter()
+                        .map(|c| self.copy_end(*t, *c, t_now))
+                        .collect();
                     let end = ends.map(|e| e.into_iter().fold(f64::INFINITY, f64::min));
                     Some((*t, copies.clone(), end))
                 }
@@ -223,7 +230,6 @@ impl Sched {
             return;
         }
         running.sort_by_key(|r| r.0);
-        let t_now = now.as_secs_f64();
         let mut leftover = Vec::new();
         for (worker, speed, empty) in idle {
             if self.cfg.stragglers
