@@ -178,10 +178,16 @@ impl Sched {
         }
         let est = self.history.estimate(&self.tasks.get(&ticket)?.step)?;
         let since = w.front_since?.as_secs_f64();
-        let end = since + est / self.speed_of(w.host);
-        // Past its estimate, a copy is assumed to need as long again as it
-        // has run so far: its host is slower than it claims.
-        Some(if end < now { now + (now - since) } else { end })
+        let expected = est / self.speed_of(w.host);
+        let elapsed = now - since;
+        // Past its estimate by a ratio r, a copy is assumed to need r times
+        // what it has run: a little late is noise, far late is a host slower
+        // than it claims.
+        Some(if elapsed > expected && expected > 0.0 {
+            since + elapsed * (elapsed / expected)
+        } else {
+            since + expected
+        })
     }
 
     /// The tail policies: with nothing queued while steps still run, idle
