@@ -116,6 +116,19 @@ impl Dispatch for LongestFirst {
                 hosts.len() - 1
             }
         };
+        // Hosts on their way count as free when they arrive; if the plan
+        // then leaves this worker nothing, it plans without them, so that a
+        // host that never comes cannot stall the queue.
+        if !board.coming.is_empty() {
+            let mut with = hosts.clone();
+            with.extend(board.coming.iter().map(|&speed| Host {
+                free_in: board.coming_in,
+                speed,
+            }));
+            if let Some(&k) = plan(&work, &with).queues[me].first() {
+                return Some(candidates[k]);
+            }
+        }
         let p = plan(&work, &hosts);
         p.queues[me].first().map(|&k| candidates[k])
     }

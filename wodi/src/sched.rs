@@ -179,6 +179,13 @@ pub struct Board<'a> {
     pub step_of: &'a dyn Fn(usize) -> StepId,
     /// Compute times of the steps seen so far.
     pub history: &'a History<StepId>,
+    /// Hosts asked for again after the tail policy gave them back, by their
+    /// speed when they left: expected ready `coming_in` seconds from now. A
+    /// policy may keep a long step for a fast host on its way rather than
+    /// give it to a slow one here now.
+    pub coming: &'a [f64],
+    /// Seconds until the `coming` hosts should be ready.
+    pub coming_in: f64,
 }
 
 /// Chooses which queued ticket a free worker gets. The queue holds tickets in
@@ -286,6 +293,8 @@ pub struct Sched {
     finished: bool,
     history: History<StepId>,
     cycles: Vec<CycleTime>,
+    /// Speeds of the hosts the tail policy gave back, fastest first.
+    parked: Vec<f64>,
 }
 
 impl Sched {
@@ -307,6 +316,7 @@ impl Sched {
             finished: false,
             history: History::new(),
             cycles: Vec::new(),
+            parked: Vec::new(),
         }
     }
 
@@ -442,6 +452,7 @@ impl Sched {
             self.outputs.push_back(Output::ReleaseHost { host });
             return;
         }
+        self.unpark(speed);
         self.host_records.push(HostRecord::new(host, class, now));
         self.hosts.insert(
             host,
@@ -859,11 +870,14 @@ impl Sched {
                     TaskState::Closed => false,
                 };
                 let step_of = |i: usize| tasks[&queue[i]].step;
+                let coming = self.coming();
                 let board = Board {
                     now,
                     workers: &loads,
                     step_of: &step_of,
                     history: &self.history,
+                    coming: &coming,
+                    coming_in: self.cfg.reacquire.as_secs_f64(),
                 };
                 let Some(i) = self.dispatch.pick(queue, &view, &board, &eligible) else {
                     break;

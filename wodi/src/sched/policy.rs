@@ -151,6 +151,33 @@ impl Sched {
         }
     }
 
+    /// Speeds of the parked hosts asked for again and not granted yet.
+    pub(super) fn coming(&self) -> Vec<f64> {
+        if !self.cfg.release_idle {
+            return Vec::new();
+        }
+        let requested: u32 = self.classes.values().map(|c| c.requested).sum();
+        self.parked
+            .iter()
+            .take(requested as usize)
+            .copied()
+            .collect()
+    }
+
+    /// A host was granted: it is (most likely) one of the parked ones.
+    pub(super) fn unpark(&mut self, speed: Option<f64>) {
+        if self.parked.is_empty() {
+            return;
+        }
+        let speed = speed.unwrap_or(1.0);
+        let i = self
+            .parked
+            .iter()
+            .position(|s| (s - speed).abs() < 1e-9)
+            .unwrap_or(0);
+        self.parked.remove(i);
+    }
+
     fn is_open(&self, ticket: &Ticket) -> bool {
         self.tasks
             .get(ticket)
@@ -270,9 +297,15 @@ impl Sched {
         }
         for worker in leftover {
             if let Some(host) = self.workers.get(&worker).map(|w| w.host) {
+                self.parked.push(self.speed_of(host));
                 self.release(host, now);
             }
         }
+        self.parked.sort_by(|a, b| b.total_cmp(a));
+        // Hosts lost rather than granted back leave entries behind: never
+        // expect more than the run wants.
+        let desired: u32 = self.classes.values().map(|c| c.desired).sum();
+        self.parked.truncate(desired as usize);
     }
 
     /// Starts a second copy of the step expected to end last on `worker` if
