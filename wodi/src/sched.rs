@@ -19,6 +19,10 @@
 //!
 //! Which queued ticket a free worker gets is decided by a [`Dispatch`]
 //! policy; [`ArrivalOrder`] is the first-come-first-served one.
+//!
+//! Submodules: `dispatch` (the [`Dispatch`] trait and what a policy sees,
+//! re-exported here) and [`policy`] (giving back idle and suspended hosts,
+//! straggler copies, fast abort: each switched by a [`SchedConfig`] field).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
@@ -26,10 +30,15 @@ use std::time::Duration;
 use carmi_api::ids::HostId;
 
 use crate::ids::{CycleId, StepId, WorkerId};
-use crate::plan::{History, fewest_hosts};
+use crate::plan::History;
 use crate::stats::{CycleTime, HostRecord, RunOutcome, RunRecord, Stats};
 
+mod check;
+mod dispatch;
+mod hosts;
 pub mod policy;
+
+pub use dispatch::{ArrivalOrder, Board, Dispatch, WorkerLoad, WorkerView};
 
 /// Time since the start of the run (virtual in tests and simulations).
 pub type Time = Duration;
@@ -146,78 +155,6 @@ pub enum LossCause {
     HostGone,
 }
 
-/// What a [`Dispatch`] policy sees of a free worker.
-#[derive(Clone, Copy, Debug)]
-pub struct WorkerView {
-    /// The worker.
-    pub worker: WorkerId,
-    /// Its host.
-    pub host: HostId,
-    /// The host's relative speed, if known.
-    pub speed: Option<f64>,
-}
-
-/// A ready worker as a [`Dispatch`] policy sees it on the [`Board`].
-#[derive(Clone, Copy, Debug)]
-pub struct WorkerLoad {
-    /// The worker.
-    pub worker: WorkerId,
-    /// Its host's relative speed, if known.
-    pub speed: Option<f64>,
-    /// The step it is computing and since when, if any.
-    pub busy_with: Option<(StepId, Time)>,
-}
-
-/// What a [`Dispatch`] policy may look at besides the free worker: the time,
-/// every ready worker (free or busy) and the run's history.
-pub struct Board<'a> {
-    /// Now.
-    pub now: Time,
-    /// Every ready (connected, not suspended) worker.
-    pub workers: &'a [WorkerLoad],
-    /// The step of the queued ticket at index `i`.
-    pub step_of: &'a dyn Fn(usize) -> StepId,
-    /// Compute times of the steps seen so far.
-    pub history: &'a History<StepId>,
-    /// Hosts asked for again after the tail policy gave them back, by their
-    /// speed when they left: expected ready `coming_in` seconds from now. A
-    /// policy may keep a long step for a fast host on its way rather than
-    /// give it to a slow one here now.
-    pub coming: &'a [f64],
-    /// Seconds until the `coming` hosts should be ready.
-    pub coming_in: f64,
-}
-
-/// Chooses which queued ticket a free worker gets. The queue holds tickets in
-/// order (re-queued ones at the front); the policy returns an index into it.
-pub trait Dispatch: Send {
-    /// Index of the ticket to give `worker`, or `None` to leave it idle.
-    /// `eligible(i)` is false for tickets this worker already holds a copy of.
-    fn pick(
-        &mut self,
-        queue: &VecDeque<Ticket>,
-        worker: &WorkerView,
-        board: &Board<'_>,
-        eligible: &dyn Fn(usize) -> bool,
-    ) -> Option<usize>;
-}
-
-/// First come, first served: the front of the queue.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ArrivalOrder;
-
-impl Dispatch for ArrivalOrder {
-    fn pick(
-        &mut self,
-        queue: &VecDeque<Ticket>,
-        _worker: &WorkerView,
-        _board: &Board<'_>,
-        eligible: &dyn Fn(usize) -> bool,
-    ) -> Option<usize> {
-        (0..queue.len()).find(|&i| eligible(i))
-    }
-}
-
 #[derive(Debug)]
 enum TaskState {
     /// Waiting for a worker or running; `copies` are the workers holding it.
@@ -325,116 +262,9 @@ impl Sched {
         &self.history
     }
 
-    /// The fewest hosts, given the speeds of those held now (and speed 1 for
-    /// hosts of unknown speed), with which `steps` would finish within
-    /// `1 + tolerance` times their longest: the best cycle any number of
-    /// hosts can give. `None` until every step has history.
-    pub fn fewest_hosts(&self, steps: &[StepId], tolerance: f64) -> Option<u32> {
-        let work: Option<Vec<f64>> = steps.iter().map(|s| self.history.estimate(s)).collect();
-        let work = work?;
-        let mut speeds: Vec<f64> = self
-            .hosts
-            .values()
-            .map(|h| h.speed.unwrap_or(1.0))
-            .collect();
-        // Hosts not held yet are assumed as fast as the slowest held one.
-        let slowest = speeds.iter().copied().fold(f64::INFINITY, f64::min);
-        let fill = if slowest.is_finite() { slowest } else { 1.0 };
-        speeds.resize(speeds.len().max(work.len()), fill);
-        Some(fewest_hosts(&work, &speeds, tolerance) as u32)
-    }
-
     /// The next decision to carry out, in the order they were made.
     pub fn poll_output(&mut self) -> Option<Output> {
         self.outputs.pop_front()
-    }
-
-    /// Sets how many hosts class `name` should hold (adding the class if new):
-    /// asks for the missing ones, releases idle surplus ones.
-    pub fn set_class(&mut self, name: &str, desired: u32, now: Time) {
-        self.classes
-            .entry(name.to_string())
-            .or_insert(Class {
-                desired,
-                requested: 0,
-            })
-            .desired = desired;
-        self.top_up(name);
-        let held: Vec<HostId> = self
-            .hosts
-            .iter()
-            .filter(|(_, h)| h.class == name)
-            .map(|(id, _)| *id)
-            .collect();
-        let mut surplus = held.len().saturating_sub(desired as usize);
-        for host in held.into_iter().rev() {
-            if surplus == 0 {
-                break;
-            }
-            let idle = match self.hosts[&host].worker {
-                Some(w) => self.workers[&w].in_hand.is_empty(),
-                None => true,
-            };
-            if idle {
-                self.release(host, now);
-                surplus -= 1;
-            }
-        }
-    }
-
-    /// Gives a held host back: it leaves the run as released (not lost),
-    /// and its worker's tickets, if any, are queued again.
-    fn release(&mut self, host: HostId, now: Time) {
-        let Some(h) = self.hosts.remove(&host) else {
-            return;
-        };
-        self.host_records[h.record].end(now, false);
-        if let Some(w) = h.worker {
-            self.drop_worker(w, LossCause::HostGone, now);
-        }
-        self.outputs.push_back(Output::ReleaseHost { host });
-    }
-
-    /// Requests hosts so that held + requested reaches the desired count.
-    fn top_up(&mut self, name: &str) {
-        if self.finished {
-            return;
-        }
-        let held = self.hosts.values().filter(|h| h.class == name).count() as u32;
-        let unserved = if self.cfg.release_idle {
-            self.unserved()
-        } else {
-            u32::MAX
-        };
-        let Some(class) = self.classes.get_mut(name) else {
-            return;
-        };
-        let missing = class
-            .desired
-            .saturating_sub(held + class.requested)
-            .min(unserved);
-        if missing > 0 {
-            class.requested += missing;
-            self.outputs.push_back(Output::RequestHosts {
-                class: name.to_string(),
-                count: missing,
-            });
-        }
-    }
-
-    /// Asks again for the hosts `class` is missing (after a request the pool
-    /// could not serve for the moment).
-    pub fn request_missing(&mut self, class: &str) {
-        self.top_up(class);
-    }
-
-    /// A host request for `class` ended with `count` hosts never granted
-    /// (refused or cancelled). They are not asked for again until the class
-    /// changes or a host is lost, so that a refusing pool is not hammered.
-    pub fn hosts_not_granted(&mut self, class: &str, count: u32, _now: Time) {
-        if let Some(c) = self.classes.get_mut(class) {
-            c.requested = c.requested.saturating_sub(count);
-        }
     }
 
     /// The pool granted `host` to `class`: a worker is spawned on it, or it is
@@ -961,40 +791,6 @@ impl Sched {
         let mut stats = Stats::compute(&self.runs, &self.host_records, now);
         stats.cycles = self.cycles.clone();
         stats
-    }
-
-    /// Checks the invariants; tests call it after every step. Panics naming the broken one.
-    pub fn sanity_check(&self) {
-        for (ticket, task) in &self.tasks {
-            if let TaskState::Open { copies, queued } = &task.state {
-                let in_queue = self.queue.iter().filter(|t| *t == ticket).count();
-                assert_eq!(in_queue, usize::from(*queued), "{ticket:?} queued flag");
-                for c in copies {
-                    let w = self
-                        .workers
-                        .get(c)
-                        .expect("a copy is held by a live worker");
-                    assert!(
-                        w.in_hand.iter().any(|(t, _)| t == ticket),
-                        "{ticket:?} in hand"
-                    );
-                }
-                assert!(
-                    *queued || !copies.is_empty() || self.tasks.is_empty(),
-                    "{ticket:?} is open but neither queued nor held"
-                );
-            } else {
-                assert!(!self.queue.contains(ticket), "closed {ticket:?} queued");
-            }
-        }
-        for (id, w) in &self.workers {
-            assert!(
-                w.in_hand.len() <= self.cfg.prefetch as usize,
-                "{id} over prefetch"
-            );
-            let h = self.hosts.get(&w.host).expect("a worker's host is held");
-            assert_eq!(h.worker, Some(*id), "{id} is its host's worker");
-        }
     }
 }
 
