@@ -24,7 +24,7 @@
 //! re-exported here) and [`policy`] (giving back idle and suspended hosts,
 //! straggler copies, fast abort: each switched by a [`SchedConfig`] field).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
 
 use carmi_api::ids::HostId;
@@ -232,6 +232,8 @@ pub struct Sched {
     cycles: Vec<CycleTime>,
     /// Speeds of the hosts the tail policy gave back, fastest first.
     parked: Vec<f64>,
+    /// Hosts fast abort retired: given back at once if granted again.
+    retired: BTreeSet<HostId>,
 }
 
 impl Sched {
@@ -254,6 +256,7 @@ impl Sched {
             history: History::new(),
             cycles: Vec::new(),
             parked: Vec::new(),
+            retired: BTreeSet::new(),
         }
     }
 
@@ -280,6 +283,14 @@ impl Sched {
         };
         if self.finished || !wanted || self.hosts.contains_key(&host) {
             self.outputs.push_back(Output::ReleaseHost { host });
+            return;
+        }
+        if self.retired.contains(&host) {
+            // The pool offered a host fast abort retired: back it goes, and
+            // another is asked for (the driver should exclude retired hosts
+            // from its requests, see `Sched::is_retired`).
+            self.outputs.push_back(Output::ReleaseHost { host });
+            self.top_up(class);
             return;
         }
         self.unpark(speed);
@@ -759,6 +770,12 @@ impl Sched {
             step: task.step,
             worker,
         });
+    }
+
+    /// Whether fast abort retired `host`: a driver should not ask the pool
+    /// for it again (a class requirement excluding it).
+    pub fn is_retired(&self, host: HostId) -> bool {
+        self.retired.contains(&host)
     }
 
     /// Tickets neither answered nor failed yet.

@@ -243,6 +243,8 @@ struct World<'a> {
     hosts: Vec<SimHost>,
     /// Hosts the core asked for and has not been granted yet.
     demand: u32,
+    /// Per host: retired by fast abort, never granted to the run again.
+    excluded: Vec<bool>,
     workers: BTreeMap<WorkerId, SimWorker>,
     host_worker: BTreeMap<usize, WorkerId>,
     /// This cycle's step times (speed-1 seconds), by step id.
@@ -273,7 +275,7 @@ impl World<'_> {
     fn grant(&mut self) {
         while self.demand > 0 {
             let Some(h) = (0..self.hosts.len())
-                .filter(|&h| self.hosts[h].lend == Lend::Free)
+                .filter(|&h| self.hosts[h].lend == Lend::Free && !self.excluded[h])
                 .max_by(|&a, &b| self.hosts[a].speed.total_cmp(&self.hosts[b].speed))
             else {
                 return;
@@ -354,6 +356,9 @@ impl World<'_> {
                 }
                 Output::ReleaseHost { host } => {
                     let h = (host.0 - 1) as usize;
+                    // A host fast abort retired is excluded from later
+                    // requests, as a class requirement would.
+                    self.excluded[h] |= sched.is_retired(host);
                     if let Some(w) = self.host_worker.remove(&h) {
                         self.workers.remove(&w);
                     }
@@ -430,6 +435,7 @@ pub fn simulate(cfg: &SimConfig, dispatch: Box<dyn Dispatch>) -> SimRun {
             })
             .collect(),
         demand: 0,
+        excluded: vec![false; cfg.speeds.len()],
         workers: BTreeMap::new(),
         host_worker: BTreeMap::new(),
         times: sample_cycle(&cfg.profile, &mut rng),

@@ -132,6 +132,7 @@ impl Sched {
             return;
         };
         tracing::info!(%worker, %host, "retiring a worker that ran much slower than its host's speed twice");
+        self.retired.insert(host);
         self.release(host, now);
         self.top_up(&class);
     }

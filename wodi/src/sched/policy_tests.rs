@@ -294,6 +294,13 @@ fn a_worker_twice_much_slower_than_its_speed_is_retired() {
     let outs = drain(&mut s);
     assert_eq!(released(&outs), vec![HostId(0)]);
     assert_eq!(requested(&outs), 1, "a replacement is asked for");
+    assert!(s.is_retired(HostId(0)));
+    // Offered the same host again, the core gives it back and asks again.
+    s.host_added(HostId(0), "c", Some(1.0), now);
+    let outs = drain(&mut s);
+    assert_eq!(released(&outs), vec![HostId(0)]);
+    assert_eq!(requested(&outs), 1);
+    assert!(!outs.iter().any(|o| matches!(o, Output::Spawn { .. })));
 }
 
 #[test]
