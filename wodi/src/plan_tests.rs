@@ -257,19 +257,19 @@ fn with_more_hosts_than_the_heuristic_asks_for_a_cycle_is_within_five_percent_of
 }
 
 #[test]
-fn hysteresis_rises_at_once_and_falls_only_after_patience() {
-    let mut h = Hysteresis::new(16, 3);
-    assert_eq!(h.update(18), 18);
+fn hysteresis_follows_a_one_off_answer_only_after_patience_in_one_direction() {
+    let mut h = Hysteresis::new(32, 3);
+    assert_eq!(h.update(17), 17, "far off: taken at once");
+    assert_eq!(h.update(18), 17);
+    assert_eq!(h.update(16), 17, "a change of direction restarts the count");
+    assert_eq!(h.update(17), 17);
+    assert_eq!(h.update(18), 17);
+    assert_eq!(h.update(18), 17);
+    assert_eq!(h.update(18), 18, "three above in a row");
     assert_eq!(h.update(17), 18);
     assert_eq!(h.update(17), 18);
-    assert_eq!(h.update(18), 18, "a rise resets the count");
-    assert_eq!(h.update(17), 18);
-    assert_eq!(h.update(16), 18);
-    assert_eq!(
-        h.update(17),
-        17,
-        "three lower in a row: the highest of them"
-    );
+    assert_eq!(h.update(17), 17);
     let mut follow = Hysteresis::new(16, 0);
     assert_eq!(follow.update(15), 15);
+    assert_eq!(follow.update(17), 17);
 }

@@ -86,8 +86,8 @@ pub struct SimConfig {
     /// best cycle time instead, with this tolerance (e.g. 0.05); `None` keeps
     /// `hosts_wanted`.
     pub fewest_hosts: Option<f64>,
-    /// With `fewest_hosts`: cycles in a row the count must want fewer hosts
-    /// before it is lowered (it rises at once); 0 follows every change.
+    /// With `fewest_hosts`: cycles in a row the answer must differ from the
+    /// count in one direction before the count follows; 0 follows every change.
     pub hysteresis: u32,
     /// The core's tunables.
     pub sched: SchedConfig,

@@ -58,7 +58,7 @@ struct Cli {
     /// After each cycle, ask for the fewest hosts that reach the best cycle within this tolerance (e.g. 0.05).
     #[arg(long)]
     fewest_hosts: Option<f64>,
-    /// With --fewest-hosts: cycles in a row the count must want fewer hosts before it is lowered (0: follow every change).
+    /// With --fewest-hosts: cycles in a row the answer must differ in one direction before the count follows (0: follow every change).
     #[arg(long, default_value_t = 5)]
     hysteresis: u32,
     /// Seconds a suspended worker keeps its step before it is sent elsewhere.
