@@ -57,7 +57,9 @@ use std::collections::VecDeque;
 use crate::checkpoint::{CHECKPOINT_FORMAT, Checkpoint, CheckpointError, SavedEstimate};
 use crate::conn::{Outgoing, Writer, spawn_reader, spawn_writer};
 use crate::ids::{CycleId, StepId};
-use crate::proto::{ClassSpec, FromMaster, Hello, HelloRole, Status, ToMaster, WODI_PROTOCOL};
+use crate::proto::{
+    ClassSpec, FromMaster, Hello, HelloRole, Policies, Status, ToMaster, WODI_PROTOCOL,
+};
 use crate::speed::SpeedSource;
 use crate::stats::Stats;
 
@@ -122,6 +124,9 @@ pub struct MasterConfig {
     /// Learn step times from wall time rather than CPU time (default: no);
     /// for steps that wait rather than compute.
     pub learn_from_wall: bool,
+    /// The scheduler's policies beyond the paper (default:
+    /// [`Policies::recommended`]; `Policies::default()` runs the paper's WoDi).
+    pub policies: Policies,
     /// The checkpoint file: [`Master::checkpoint`] writes it, and a master
     /// started with an existing one resumes from it ([`Master::resume_point`]).
     pub checkpoint: Option<PathBuf>,
@@ -157,6 +162,7 @@ impl MasterConfig {
             benchmark: None,
             refine_speed: true,
             learn_from_wall: false,
+            policies: Policies::recommended(),
             checkpoint: None,
         }
     }
@@ -319,6 +325,7 @@ impl Master {
             speed: cfg.speed,
             refine_speed: cfg.refine_speed,
             learn_from_wall: cfg.learn_from_wall,
+            policies: cfg.policies,
         };
         let _ = writer.send(Outgoing::new(&msg, init));
         if let Some(data) = cfg.benchmark {

@@ -116,6 +116,19 @@ impl Dispatch for LongestFirst {
                 hosts.len() - 1
             }
         };
+        // Hosts on their way count as free when they arrive; if the plan
+        // then leaves this worker nothing, it plans without them, so that a
+        // host that never comes cannot stall the queue.
+        if !board.coming.is_empty() {
+            let mut with = hosts.clone();
+            with.extend(board.coming.iter().map(|&speed| Host {
+                free_in: board.coming_in,
+                speed,
+            }));
+            if let Some(&k) = plan(&work, &with).queues[me].first() {
+                return Some(candidates[k]);
+            }
+        }
         let p = plan(&work, &hosts);
         p.queues[me].first().map(|&k| candidates[k])
     }
@@ -182,6 +195,44 @@ mod tests {
             let took = SEC * secs as u32;
             assert_eq!(s.result(w, ticket, took, took, *now), Verdict::Deliver);
         }
+    }
+
+    #[test]
+    fn a_long_step_waits_for_a_fast_host_on_its_way() {
+        use crate::plan::History;
+        use crate::sched::{Board, WorkerLoad};
+        let mut history = History::new();
+        history.observe(StepId(1), 100.0, 1.0);
+        history.observe(StepId(2), 10.0, 1.0);
+        let queue: VecDeque<Ticket> = [Ticket(0), Ticket(1)].into();
+        let steps = [StepId(1), StepId(2)];
+        let me = WorkerView {
+            worker: WorkerId(0),
+            host: HostId(0),
+            speed: Some(1.0),
+        };
+        let loads = [WorkerLoad {
+            worker: WorkerId(0),
+            speed: Some(1.0),
+            busy_with: None,
+        }];
+        let step_of = |i: usize| steps[i];
+        let pick = |coming: &[f64]| {
+            let board = Board {
+                now: Duration::ZERO,
+                workers: &loads,
+                step_of: &step_of,
+                history: &history,
+                coming,
+                coming_in: 10.0,
+            };
+            LongestFirst.pick(&queue, &me, &board, &|_| true)
+        };
+        // Alone, the slow worker takes the long step.
+        assert_eq!(pick(&[]), Some(0));
+        // A host four times as fast arrives in 10 s: it would end the long
+        // step at 35 s instead of 100 s, so this worker takes the short one.
+        assert_eq!(pick(&[4.0]), Some(1));
     }
 
     #[test]

@@ -241,6 +241,58 @@ pub fn fewest_hosts(work: &[f64], speeds: &[f64], tolerance: f64) -> usize {
     speeds.len()
 }
 
+/// Hysteresis on a host count (the fewest-hosts answer, recomputed every
+/// cycle from estimates that wobble): an answer one off the count changes it
+/// only once answers have differed from it in the same direction `patience`
+/// times in a row, and then to the latest; an answer further off is taken at
+/// once (the first plan from a user's count, a pool that changed). Without it a count on the edge flips by one
+/// every few cycles and each flip releases or asks for a host.
+#[derive(Clone, Debug)]
+pub struct Hysteresis {
+    current: u32,
+    patience: u32,
+    /// Answers in a row above (positive) or below (negative) the count.
+    streak: i64,
+}
+
+impl Hysteresis {
+    /// Starts at `current`; `patience` 0 or 1 follows every change.
+    pub fn new(current: u32, patience: u32) -> Hysteresis {
+        Hysteresis {
+            current,
+            patience,
+            streak: 0,
+        }
+    }
+
+    /// The count to use now that `wanted` is asked for.
+    pub fn update(&mut self, wanted: u32) -> u32 {
+        let dir: i64 = match wanted.cmp(&self.current) {
+            std::cmp::Ordering::Equal => {
+                self.streak = 0;
+                return self.current;
+            }
+            std::cmp::Ordering::Greater => 1,
+            std::cmp::Ordering::Less => -1,
+        };
+        if wanted.abs_diff(self.current) > 1 {
+            self.current = wanted;
+            self.streak = 0;
+            return self.current;
+        }
+        self.streak = if self.streak.signum() == dir {
+            self.streak + dir
+        } else {
+            dir
+        };
+        if self.streak.unsigned_abs() >= u64::from(self.patience) {
+            self.current = wanted;
+            self.streak = 0;
+        }
+        self.current
+    }
+}
+
 #[cfg(test)]
 #[path = "plan_tests.rs"]
 mod tests;

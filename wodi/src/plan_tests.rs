@@ -255,3 +255,21 @@ fn with_more_hosts_than_the_heuristic_asks_for_a_cycle_is_within_five_percent_of
         }
     }
 }
+
+#[test]
+fn hysteresis_follows_a_one_off_answer_only_after_patience_in_one_direction() {
+    let mut h = Hysteresis::new(32, 3);
+    assert_eq!(h.update(17), 17, "far off: taken at once");
+    assert_eq!(h.update(18), 17);
+    assert_eq!(h.update(16), 17, "a change of direction restarts the count");
+    assert_eq!(h.update(17), 17);
+    assert_eq!(h.update(18), 17);
+    assert_eq!(h.update(18), 17);
+    assert_eq!(h.update(18), 18, "three above in a row");
+    assert_eq!(h.update(17), 18);
+    assert_eq!(h.update(17), 18);
+    assert_eq!(h.update(17), 17);
+    let mut follow = Hysteresis::new(16, 0);
+    assert_eq!(follow.update(15), 15);
+    assert_eq!(follow.update(17), 17);
+}

@@ -19,15 +19,26 @@
 //!
 //! Which queued ticket a free worker gets is decided by a [`Dispatch`]
 //! policy; [`ArrivalOrder`] is the first-come-first-served one.
+//!
+//! Submodules: `dispatch` (the [`Dispatch`] trait and what a policy sees,
+//! re-exported here) and [`policy`] (giving back idle and suspended hosts,
+//! straggler copies, fast abort: each switched by a [`SchedConfig`] field).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
 
 use carmi_api::ids::HostId;
 
 use crate::ids::{CycleId, StepId, WorkerId};
-use crate::plan::{History, fewest_hosts};
+use crate::plan::History;
 use crate::stats::{CycleTime, HostRecord, RunOutcome, RunRecord, Stats};
+
+mod check;
+mod dispatch;
+mod hosts;
+pub mod policy;
+
+pub use dispatch::{ArrivalOrder, Board, Dispatch, WorkerLoad, WorkerView};
 
 /// Time since the start of the run (virtual in tests and simulations).
 pub type Time = Duration;
@@ -50,6 +61,24 @@ pub struct SchedConfig {
     /// Learn step times from wall time, not CPU time: for steps that wait
     /// (I/O, emulated hosts) rather than compute, whose CPU time says little.
     pub learn_from_wall: bool,
+    /// Give back a host that has nothing to do in the tail of a cycle (the
+    /// queue is empty, other steps still run) when that tail lasts longer
+    /// than `reacquire`, and ask for hosts again only as queued steps need
+    /// them. See [`policy`].
+    pub release_idle: bool,
+    /// What getting a host back costs: CARMI granting one and a worker
+    /// starting on it. An idle host is kept when the cycle should end sooner.
+    pub reacquire: Duration,
+    /// Give back a suspended host once its grace (`suspend_timeout`) is over,
+    /// instead of holding it until its owner leaves or CARMI vacates it.
+    pub release_suspended: bool,
+    /// In the tail of a cycle, start a second copy of a straggling step on
+    /// an idle host that would finish it clearly sooner; the first result wins.
+    pub stragglers: bool,
+    /// Fast abort: a step running this many times longer than its estimate
+    /// on its host is a strike against the worker (and is sent again); two
+    /// strikes retire the worker and its host. `None` turns it off.
+    pub fast_abort: Option<f64>,
 }
 
 impl Default for SchedConfig {
@@ -60,6 +89,11 @@ impl Default for SchedConfig {
             suspend_timeout: Duration::from_secs(10),
             max_respawns: 3,
             learn_from_wall: false,
+            release_idle: false,
+            reacquire: Duration::from_secs(10),
+            release_suspended: false,
+            stragglers: false,
+            fast_abort: None,
         }
     }
 }
@@ -125,71 +159,6 @@ pub enum LossCause {
     HostGone,
 }
 
-/// What a [`Dispatch`] policy sees of a free worker.
-#[derive(Clone, Copy, Debug)]
-pub struct WorkerView {
-    /// The worker.
-    pub worker: WorkerId,
-    /// Its host.
-    pub host: HostId,
-    /// The host's relative speed, if known.
-    pub speed: Option<f64>,
-}
-
-/// A ready worker as a [`Dispatch`] policy sees it on the [`Board`].
-#[derive(Clone, Copy, Debug)]
-pub struct WorkerLoad {
-    /// The worker.
-    pub worker: WorkerId,
-    /// Its host's relative speed, if known.
-    pub speed: Option<f64>,
-    /// The step it is computing and since when, if any.
-    pub busy_with: Option<(StepId, Time)>,
-}
-
-/// What a [`Dispatch`] policy may look at besides the free worker: the time,
-/// every ready worker (free or busy) and the run's history.
-pub struct Board<'a> {
-    /// Now.
-    pub now: Time,
-    /// Every ready (connected, not suspended) worker.
-    pub workers: &'a [WorkerLoad],
-    /// The step of the queued ticket at index `i`.
-    pub step_of: &'a dyn Fn(usize) -> StepId,
-    /// Compute times of the steps seen so far.
-    pub history: &'a History<StepId>,
-}
-
-/// Chooses which queued ticket a free worker gets. The queue holds tickets in
-/// order (re-queued ones at the front); the policy returns an index into it.
-pub trait Dispatch: Send {
-    /// Index of the ticket to give `worker`, or `None` to leave it idle.
-    /// `eligible(i)` is false for tickets this worker already holds a copy of.
-    fn pick(
-        &mut self,
-        queue: &VecDeque<Ticket>,
-        worker: &WorkerView,
-        board: &Board<'_>,
-        eligible: &dyn Fn(usize) -> bool,
-    ) -> Option<usize>;
-}
-
-/// First come, first served: the front of the queue.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ArrivalOrder;
-
-impl Dispatch for ArrivalOrder {
-    fn pick(
-        &mut self,
-        queue: &VecDeque<Ticket>,
-        _worker: &WorkerView,
-        _board: &Board<'_>,
-        eligible: &dyn Fn(usize) -> bool,
-    ) -> Option<usize> {
-        (0..queue.len()).find(|&i| eligible(i))
-    }
-}
-
 #[derive(Debug)]
 enum TaskState {
     /// Waiting for a worker or running; `copies` are the workers holding it.
@@ -222,6 +191,13 @@ struct Worker {
     state: WorkerState,
     /// Tickets held, oldest (the one being computed) first, with the index of their run record.
     in_hand: VecDeque<(Ticket, usize)>,
+    /// Since when the oldest ticket has been computed without a suspension
+    /// (the clock of fast abort).
+    front_since: Option<Time>,
+    /// Whether the oldest ticket already earned a strike.
+    front_struck: bool,
+    /// Fast-abort strikes.
+    strikes: u32,
 }
 
 #[derive(Debug)]
@@ -258,6 +234,10 @@ pub struct Sched {
     finished: bool,
     history: History<StepId>,
     cycles: Vec<CycleTime>,
+    /// Speeds of the hosts the tail policy gave back, fastest first.
+    parked: Vec<f64>,
+    /// Hosts fast abort retired: given back at once if granted again.
+    retired: BTreeSet<HostId>,
 }
 
 impl Sched {
@@ -279,6 +259,8 @@ impl Sched {
             finished: false,
             history: History::new(),
             cycles: Vec::new(),
+            parked: Vec::new(),
+            retired: BTreeSet::new(),
         }
     }
 
@@ -316,108 +298,9 @@ impl Sched {
         }
     }
 
-    /// The fewest hosts, given the speeds of those held now (and speed 1 for
-    /// hosts of unknown speed), with which `steps` would finish within
-    /// `1 + tolerance` times their longest: the best cycle any number of
-    /// hosts can give. `None` until every step has history.
-    pub fn fewest_hosts(&self, steps: &[StepId], tolerance: f64) -> Option<u32> {
-        let work: Option<Vec<f64>> = steps.iter().map(|s| self.history.estimate(s)).collect();
-        let work = work?;
-        let mut speeds: Vec<f64> = self
-            .hosts
-            .values()
-            .map(|h| h.speed.unwrap_or(1.0))
-            .collect();
-        // Hosts not held yet are assumed as fast as the slowest held one.
-        let slowest = speeds.iter().copied().fold(f64::INFINITY, f64::min);
-        let fill = if slowest.is_finite() { slowest } else { 1.0 };
-        speeds.resize(speeds.len().max(work.len()), fill);
-        Some(fewest_hosts(&work, &speeds, tolerance) as u32)
-    }
-
     /// The next decision to carry out, in the order they were made.
     pub fn poll_output(&mut self) -> Option<Output> {
         self.outputs.pop_front()
-    }
-
-    /// Sets how many hosts class `name` should hold (adding the class if new):
-    /// asks for the missing ones, releases idle surplus ones.
-    pub fn set_class(&mut self, name: &str, desired: u32, now: Time) {
-        self.classes
-            .entry(name.to_string())
-            .or_insert(Class {
-                desired,
-                requested: 0,
-            })
-            .desired = desired;
-        self.top_up(name);
-        let held: Vec<HostId> = self
-            .hosts
-            .iter()
-            .filter(|(_, h)| h.class == name)
-            .map(|(id, _)| *id)
-            .collect();
-        let mut surplus = held.len().saturating_sub(desired as usize);
-        for host in held.into_iter().rev() {
-            if surplus == 0 {
-                break;
-            }
-            let idle = match self.hosts[&host].worker {
-                Some(w) => self.workers[&w].in_hand.is_empty(),
-                None => true,
-            };
-            if idle {
-                self.release(host, now);
-                surplus -= 1;
-            }
-        }
-    }
-
-    /// Gives a held host back: it leaves the run as released (not lost),
-    /// and its worker's tickets, if any, are queued again.
-    fn release(&mut self, host: HostId, now: Time) {
-        let Some(h) = self.hosts.remove(&host) else {
-            return;
-        };
-        self.host_records[h.record].end(now, false);
-        if let Some(w) = h.worker {
-            self.drop_worker(w, LossCause::HostGone, now);
-        }
-        self.outputs.push_back(Output::ReleaseHost { host });
-    }
-
-    /// Requests hosts so that held + requested reaches the desired count.
-    fn top_up(&mut self, name: &str) {
-        if self.finished {
-            return;
-        }
-        let held = self.hosts.values().filter(|h| h.class == name).count() as u32;
-        let Some(class) = self.classes.get_mut(name) else {
-            return;
-        };
-        let missing = class.desired.saturating_sub(held + class.requested);
-        if missing > 0 {
-            class.requested += missing;
-            self.outputs.push_back(Output::RequestHosts {
-                class: name.to_string(),
-                count: missing,
-            });
-        }
-    }
-
-    /// Asks again for the hosts `class` is missing (after a request the pool
-    /// could not serve for the moment).
-    pub fn request_missing(&mut self, class: &str) {
-        self.top_up(class);
-    }
-
-    /// A host request for `class` ended with `count` hosts never granted
-    /// (refused or cancelled). They are not asked for again until the class
-    /// changes or a host is lost, so that a refusing pool is not hammered.
-    pub fn hosts_not_granted(&mut self, class: &str, count: u32, _now: Time) {
-        if let Some(c) = self.classes.get_mut(class) {
-            c.requested = c.requested.saturating_sub(count);
-        }
     }
 
     /// The pool granted `host` to `class`: a worker is spawned on it, or it is
@@ -435,6 +318,15 @@ impl Sched {
             self.outputs.push_back(Output::ReleaseHost { host });
             return;
         }
+        if self.retired.contains(&host) {
+            // The pool offered a host fast abort retired: back it goes, and
+            // another is asked for (the driver should exclude retired hosts
+            // from its requests, see `Sched::is_retired`).
+            self.outputs.push_back(Output::ReleaseHost { host });
+            self.top_up(class);
+            return;
+        }
+        self.unpark(speed);
         self.host_records.push(HostRecord::new(host, class, now));
         self.hosts.insert(
             host,
@@ -466,6 +358,9 @@ impl Sched {
                 host,
                 state,
                 in_hand: VecDeque::new(),
+                front_since: None,
+                front_struck: false,
+                strikes: 0,
             },
         );
         self.outputs.push_back(Output::Spawn { host, worker });
@@ -496,7 +391,8 @@ impl Sched {
         h.suspended = true;
         self.host_records[h.record].suspended.push((now, None));
         if let Some(w) = h.worker.and_then(|w| self.workers.get_mut(&w)) {
-            let deadline = (!w.in_hand.is_empty()).then(|| now + self.cfg.suspend_timeout);
+            let deadline = (!w.in_hand.is_empty() || self.cfg.release_suspended)
+                .then(|| now + self.cfg.suspend_timeout);
             if w.state != WorkerState::Starting || deadline.is_some() {
                 w.state = WorkerState::Suspended { deadline };
             }
@@ -520,6 +416,10 @@ impl Sched {
             && matches!(w.state, WorkerState::Suspended { .. })
         {
             w.state = WorkerState::Ready;
+            // The suspension is not the worker's slowness: its clock restarts.
+            if w.front_since.is_some() {
+                w.front_since = Some(now);
+            }
         }
         self.dispatch_all(now);
     }
@@ -532,7 +432,11 @@ impl Sched {
             // Its host may have been suspended while the worker was starting.
             let suspended = self.hosts.get(&w.host).is_some_and(|h| h.suspended);
             w.state = if suspended {
-                WorkerState::Suspended { deadline: None }
+                let deadline = self
+                    .cfg
+                    .release_suspended
+                    .then(|| now + self.cfg.suspend_timeout);
+                WorkerState::Suspended { deadline }
             } else {
                 WorkerState::Ready
             };
@@ -640,6 +544,13 @@ impl Sched {
     /// that orders steps (longest first) sees the whole batch, not the first
     /// step alone while the rest are still arriving.
     pub fn dispatch(&mut self, now: Time) {
+        if self.cfg.release_idle {
+            // Hosts given back in the last cycle's tail are asked for again.
+            let classes: Vec<String> = self.classes.keys().cloned().collect();
+            for c in classes {
+                self.top_up(&c);
+            }
+        }
         self.dispatch_all(now);
     }
 
@@ -666,24 +577,37 @@ impl Sched {
             && let Some(pos) = w.in_hand.iter().position(|(t, _)| *t == ticket)
         {
             let (_, run) = w.in_hand.remove(pos).expect("position is in range");
+            let was_front = pos == 0;
+            let struck = was_front && w.front_struck;
+            if was_front {
+                w.front_struck = false;
+                w.front_since = (!w.in_hand.is_empty()).then_some(now);
+            }
             let outcome = if open {
                 RunOutcome::Delivered
             } else {
                 RunOutcome::Discarded
             };
             self.runs[run].finish(now, cpu, wall, outcome);
-            if open {
-                let step = self.tasks[&ticket].step;
-                let speed = self.hosts.get(&w.host).and_then(|h| h.speed).unwrap_or(1.0);
+            let step = self.tasks[&ticket].step;
+            let speed = self.hosts.get(&w.host).and_then(|h| h.speed).unwrap_or(1.0);
+            let slow = !struck && self.too_slow(step, took, speed);
+            if open && !slow && !struck {
+                // A slow worker's time says nothing about the step.
                 self.history.observe(step, took.as_secs_f64(), speed);
             }
+            let w = self.workers.get_mut(&worker).expect("looked up above");
             if let Some(h) = self.hosts.get_mut(&w.host) {
                 h.crashes_in_a_row = 0;
             }
             if w.in_hand.is_empty()
+                && !self.cfg.release_suspended
                 && let WorkerState::Suspended { deadline } = &mut w.state
             {
                 *deadline = None;
+            }
+            if slow {
+                self.strike(worker, now);
             }
         }
         if !open {
@@ -736,13 +660,18 @@ impl Sched {
 
     /// The earliest time at which [`Sched::on_deadline`] has something to do.
     pub fn next_deadline(&self) -> Option<Time> {
-        self.workers
+        let grace = self
+            .workers
             .values()
             .filter_map(|w| match w.state {
                 WorkerState::Suspended { deadline } => deadline,
                 _ => None,
             })
-            .min()
+            .min();
+        match (grace, self.abort_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Time passed: suspended workers past their grace period lose their
@@ -750,14 +679,21 @@ impl Sched {
     /// still answer first).
     pub fn on_deadline(&mut self, now: Time) {
         let mut expired = Vec::new();
+        let mut give_back = Vec::new();
         for w in self.workers.values_mut() {
             if let WorkerState::Suspended { deadline } = &mut w.state
                 && deadline.is_some_and(|d| d <= now)
             {
                 *deadline = None;
-                expired.extend(w.in_hand.iter().map(|(t, _)| *t));
+                if self.cfg.release_suspended {
+                    give_back.push(w.host);
+                } else {
+                    expired.extend(w.in_hand.iter().map(|(t, _)| *t));
+                }
             }
         }
+        self.release_suspended(give_back, now);
+        self.check_overdue(now);
         for ticket in expired.into_iter().rev() {
             if let Some(Task {
                 state: TaskState::Open { queued, .. },
@@ -772,8 +708,15 @@ impl Sched {
         self.dispatch_all(now);
     }
 
-    /// Gives free workers queued tickets, as the policy chooses.
+    /// Gives free workers queued tickets, as the policy chooses, then lets
+    /// the tail policies act on the workers left idle.
     fn dispatch_all(&mut self, now: Time) {
+        self.dispatch_queue(now);
+        self.settle_idle(now);
+    }
+
+    /// Gives free workers queued tickets, as the policy chooses.
+    fn dispatch_queue(&mut self, now: Time) {
         if self.queue.is_empty() {
             return;
         }
@@ -801,11 +744,14 @@ impl Sched {
                     TaskState::Closed => false,
                 };
                 let step_of = |i: usize| tasks[&queue[i]].step;
+                let coming = self.coming();
                 let board = Board {
                     now,
                     workers: &loads,
                     step_of: &step_of,
                     history: &self.history,
+                    coming: &coming,
+                    coming_in: self.cfg.reacquire.as_secs_f64(),
                 };
                 let Some(i) = self.dispatch.pick(queue, &view, &board, &eligible) else {
                     break;
@@ -844,6 +790,10 @@ impl Sched {
             .get_mut(&worker)
             .expect("assigning to a known worker");
         let speed = self.hosts.get(&w.host).and_then(|h| h.speed);
+        if w.in_hand.is_empty() {
+            w.front_since = Some(now);
+            w.front_struck = false;
+        }
         self.runs.push(RunRecord::new(
             task.step, task.cycle, worker, w.host, speed, now,
         ));
@@ -853,6 +803,12 @@ impl Sched {
             step: task.step,
             worker,
         });
+    }
+
+    /// Whether fast abort retired `host`: a driver should not ask the pool
+    /// for it again (a class requirement excluding it).
+    pub fn is_retired(&self, host: HostId) -> bool {
+        self.retired.contains(&host)
     }
 
     /// Tickets neither answered nor failed yet.
@@ -911,40 +867,6 @@ impl Sched {
         let mut stats = Stats::compute(&self.runs, &self.host_records, now);
         stats.cycles = self.cycles.clone();
         stats
-    }
-
-    /// Checks the invariants; tests call it after every step. Panics naming the broken one.
-    pub fn sanity_check(&self) {
-        for (ticket, task) in &self.tasks {
-            if let TaskState::Open { copies, queued } = &task.state {
-                let in_queue = self.queue.iter().filter(|t| *t == ticket).count();
-                assert_eq!(in_queue, usize::from(*queued), "{ticket:?} queued flag");
-                for c in copies {
-                    let w = self
-                        .workers
-                        .get(c)
-                        .expect("a copy is held by a live worker");
-                    assert!(
-                        w.in_hand.iter().any(|(t, _)| t == ticket),
-                        "{ticket:?} in hand"
-                    );
-                }
-                assert!(
-                    *queued || !copies.is_empty() || self.tasks.is_empty(),
-                    "{ticket:?} is open but neither queued nor held"
-                );
-            } else {
-                assert!(!self.queue.contains(ticket), "closed {ticket:?} queued");
-            }
-        }
-        for (id, w) in &self.workers {
-            assert!(
-                w.in_hand.len() <= self.cfg.prefetch as usize,
-                "{id} over prefetch"
-            );
-            let h = self.hosts.get(&w.host).expect("a worker's host is held");
-            assert_eq!(h.worker, Some(*id), "{id} is its host's worker");
-        }
     }
 }
 

@@ -522,15 +522,17 @@ impl Driver {
                 speed,
                 refine_speed,
                 learn_from_wall,
+                policies,
             } => {
                 if !self.started {
-                    let cfg = SchedConfig {
+                    let mut cfg = SchedConfig {
                         prefetch: prefetch.max(1),
                         max_attempts: max_attempts.max(1),
                         suspend_timeout: Duration::from_millis(suspend_timeout_ms),
                         learn_from_wall,
                         ..SchedConfig::default()
                     };
+                    policies.apply(&mut cfg);
                     self.sched = Sched::new(cfg, ordering.dispatch());
                     self.speeds = HostSpeeds::new(speed, refine_speed);
                     self.bench_master = Some(m);

@@ -25,7 +25,7 @@ use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{CycleId, StepId, WorkerId};
-use crate::plan::lower_bound;
+use crate::plan::{Hysteresis, lower_bound};
 use crate::profile::{StepProfile, sample_cycle};
 use crate::sched::{Dispatch, Output, Sched, SchedConfig, Ticket, Verdict};
 use crate::stats::Stats;
@@ -41,17 +41,23 @@ pub struct PoolPolicy {
     pub preempt_after: f64,
     /// From a host granted to its worker ready for work (spawn, connect, init).
     pub worker_startup: f64,
+    /// From a host free in the pool to it granted to the run (CARMI matching
+    /// and claiming it): what asking for a host again costs in time. The
+    /// host is not the run's (no occupancy) while it is being granted.
+    pub grant_delay: f64,
 }
 
 impl Default for PoolPolicy {
-    /// HTCondor's classic desktop policy (15, 5 and 10 minutes) and a worker
-    /// that starts in two seconds.
+    /// HTCondor's classic desktop policy (15, 5 and 10 minutes), a host
+    /// granted five seconds after it is asked for and a worker that starts in
+    /// two seconds.
     fn default() -> PoolPolicy {
         PoolPolicy {
             start_after: 15.0 * 60.0,
             continue_after: 5.0 * 60.0,
             preempt_after: 10.0 * 60.0,
             worker_startup: 2.0,
+            grant_delay: 5.0,
         }
     }
 }
@@ -62,8 +68,11 @@ pub struct SimConfig {
     pub profile: Vec<StepProfile>,
     /// Cycles to run.
     pub cycles: u32,
-    /// Relative speed of every host of the pool.
+    /// Relative speed of every host of the pool, as the core is told it.
     pub speeds: Vec<f64>,
+    /// The speed each host really computes at, when it differs from
+    /// `speeds` (a host busier or slower than advertised); `None`: `speeds`.
+    pub actual_speeds: Option<Vec<f64>>,
     /// Owners of the hosts.
     pub owners: OwnerModel,
     /// Where in the owner model's time (seconds; the stochastic model's 0 is
@@ -77,6 +86,9 @@ pub struct SimConfig {
     /// best cycle time instead, with this tolerance (e.g. 0.05); `None` keeps
     /// `hosts_wanted`.
     pub fewest_hosts: Option<f64>,
+    /// With `fewest_hosts`: cycles in a row the answer must differ from the
+    /// count in one direction before the count follows; 0 follows every change.
+    pub hysteresis: u32,
     /// The core's tunables.
     pub sched: SchedConfig,
     /// Seed of the step-time noise (and of the owners).
@@ -91,9 +103,12 @@ pub struct RunSummary {
     pub run_length_s: f64,
     /// Host time allocated to the run, seconds.
     pub occupancy_s: f64,
-    /// Compute time of all step copies, seconds.
+    /// Compute time of all step copies, seconds (duplicates included).
     pub cpu_time_s: f64,
-    /// `cpu_time_s / occupancy_s`.
+    /// Compute time of the copies whose result was delivered, seconds.
+    pub useful_cpu_time_s: f64,
+    /// `useful_cpu_time_s / occupancy_s`: duplicate and lost copies count
+    /// in the occupancy, not as useful work.
     pub efficiency: f64,
     /// Hosts granted.
     pub adds: u32,
@@ -133,6 +148,10 @@ enum Ev {
     Preempt {
         host: usize,
         since: f64,
+    },
+    /// CARMI finished granting the host to the run.
+    Granted {
+        host: usize,
     },
     WorkerReady {
         worker: WorkerId,
@@ -179,12 +198,17 @@ enum Lend {
     Owner,
     /// Free for jobs.
     Free,
+    /// Being granted to the run (for `grant_delay`).
+    Granting,
     /// Granted to the run.
     Granted,
 }
 
 struct SimHost {
+    /// The speed the core is told.
     speed: f64,
+    /// The speed it computes at.
+    actual: f64,
     lend: Lend,
     present: bool,
     suspended_since: Option<f64>,
@@ -219,6 +243,8 @@ struct World<'a> {
     hosts: Vec<SimHost>,
     /// Hosts the core asked for and has not been granted yet.
     demand: u32,
+    /// Per host: retired by fast abort, never granted to the run again.
+    excluded: Vec<bool>,
     workers: BTreeMap<WorkerId, SimWorker>,
     host_worker: BTreeMap<usize, WorkerId>,
     /// This cycle's step times (speed-1 seconds), by step id.
@@ -246,17 +272,18 @@ impl World<'_> {
 
     /// Grants free hosts while the core wants some, fastest first (what a
     /// `Rank = Speed` class would get).
-    fn grant(&mut self, sched: &mut Sched) {
+    fn grant(&mut self) {
         while self.demand > 0 {
             let Some(h) = (0..self.hosts.len())
-                .filter(|&h| self.hosts[h].lend == Lend::Free)
+                .filter(|&h| self.hosts[h].lend == Lend::Free && !self.excluded[h])
                 .max_by(|&a, &b| self.hosts[a].speed.total_cmp(&self.hosts[b].speed))
             else {
                 return;
             };
             self.demand -= 1;
-            self.hosts[h].lend = Lend::Granted;
-            sched.host_added(host_id(h), CLASS, Some(self.hosts[h].speed), time(self.now));
+            self.hosts[h].lend = Lend::Granting;
+            let at = self.now + self.cfg.policy.grant_delay;
+            self.push(at, Ev::Granted { host: h });
         }
     }
 
@@ -281,7 +308,7 @@ impl World<'_> {
             started: now,
             cpu: 0.0,
         });
-        let at = now + work / self.hosts[w.host].speed;
+        let at = now + work / self.hosts[w.host].actual;
         let epoch = w.epoch;
         self.push(at, Ev::StepDone { worker, epoch });
     }
@@ -293,7 +320,7 @@ impl World<'_> {
             && let Some(c) = &mut w.current
             && let Some(since) = c.since.take()
         {
-            let speed = self.hosts[w.host].speed;
+            let speed = self.hosts[w.host].actual;
             c.left -= (now - since) * speed;
             c.cpu += now - since;
             w.epoch += 1;
@@ -305,7 +332,7 @@ impl World<'_> {
         let Some(w) = self.workers.get_mut(&worker) else {
             return;
         };
-        let speed = self.hosts[w.host].speed;
+        let speed = self.hosts[w.host].actual;
         if let Some(c) = &mut w.current {
             if c.since.is_none() {
                 c.since = Some(now);
@@ -325,10 +352,13 @@ impl World<'_> {
             match out {
                 Output::RequestHosts { count, .. } => {
                     self.demand += count;
-                    self.grant(sched);
+                    self.grant();
                 }
                 Output::ReleaseHost { host } => {
                     let h = (host.0 - 1) as usize;
+                    // A host fast abort retired is excluded from later
+                    // requests, as a class requirement would.
+                    self.excluded[h] |= sched.is_retired(host);
                     if let Some(w) = self.host_worker.remove(&h) {
                         self.workers.remove(&w);
                     }
@@ -390,8 +420,14 @@ pub fn simulate(cfg: &SimConfig, dispatch: Box<dyn Dispatch>) -> SimRun {
         hosts: cfg
             .speeds
             .iter()
-            .map(|&speed| SimHost {
+            .enumerate()
+            .map(|(i, &speed)| SimHost {
                 speed,
+                actual: cfg
+                    .actual_speeds
+                    .as_ref()
+                    .and_then(|a| a.get(i).copied())
+                    .unwrap_or(speed),
                 lend: Lend::Free,
                 present: false,
                 suspended_since: None,
@@ -399,6 +435,7 @@ pub fn simulate(cfg: &SimConfig, dispatch: Box<dyn Dispatch>) -> SimRun {
             })
             .collect(),
         demand: 0,
+        excluded: vec![false; cfg.speeds.len()],
         workers: BTreeMap::new(),
         host_worker: BTreeMap::new(),
         times: sample_cycle(&cfg.profile, &mut rng),
@@ -415,6 +452,7 @@ pub fn simulate(cfg: &SimConfig, dispatch: Box<dyn Dispatch>) -> SimRun {
     let mut cycle_start: f64 = 0.0;
     let mut open = n;
     let mut armed: Option<Duration> = None;
+    let mut hold = Hysteresis::new(cfg.hosts_wanted, cfg.hysteresis);
 
     sched.set_class(CLASS, cfg.hosts_wanted, time(0.0));
     for i in 0..n {
@@ -462,6 +500,13 @@ pub fn simulate(cfg: &SimConfig, dispatch: Box<dyn Dispatch>) -> SimRun {
                 if present {
                     match hs.lend {
                         Lend::Free => hs.lend = Lend::Owner,
+                        Lend::Granting => {
+                            // Taken back before the grant completed: CARMI
+                            // grants another host instead.
+                            hs.lend = Lend::Owner;
+                            world.demand += 1;
+                            world.grant();
+                        }
                         Lend::Granted if hs.suspended_since.is_none() => {
                             hs.suspended_since = Some(now);
                             let at = now + cfg.policy.preempt_after;
@@ -496,7 +541,7 @@ pub fn simulate(cfg: &SimConfig, dispatch: Box<dyn Dispatch>) -> SimRun {
                 match hs.lend {
                     Lend::Owner => {
                         hs.lend = Lend::Free;
-                        world.grant(&mut sched);
+                        world.grant();
                     }
                     Lend::Granted if hs.suspended_since.is_some() => {
                         hs.suspended_since = None;
@@ -524,6 +569,14 @@ pub fn simulate(cfg: &SimConfig, dispatch: Box<dyn Dispatch>) -> SimRun {
                     world.workers.remove(&w);
                 }
                 sched.host_lost(host_id(h), time(now));
+            }
+            Ev::Granted { host: h } => {
+                if world.hosts[h].lend != Lend::Granting {
+                    continue;
+                }
+                world.hosts[h].lend = Lend::Granted;
+                let speed = world.hosts[h].speed;
+                sched.host_added(host_id(h), CLASS, Some(speed), time(now));
             }
             Ev::WorkerReady { worker } => {
                 let Some(w) = world.workers.get_mut(&worker) else {
@@ -566,7 +619,8 @@ pub fn simulate(cfg: &SimConfig, dispatch: Box<dyn Dispatch>) -> SimRun {
                         if let Some(tolerance) = cfg.fewest_hosts {
                             let steps: Vec<StepId> = (0..n as u64).map(StepId).collect();
                             if let Some(k) = sched.fewest_hosts(&steps, tolerance) {
-                                sched.set_class(CLASS, k.min(cfg.hosts_wanted), time(now));
+                                let k = hold.update(k.min(cfg.hosts_wanted));
+                                sched.set_class(CLASS, k, time(now));
                             }
                         }
                         world.times = sample_cycle(&cfg.profile, &mut rng);
@@ -609,7 +663,12 @@ pub fn simulate(cfg: &SimConfig, dispatch: Box<dyn Dispatch>) -> SimRun {
         run_length_s,
         occupancy_s: stats.occupancy_s,
         cpu_time_s: stats.cpu_time_s,
-        efficiency: stats.efficiency,
+        useful_cpu_time_s: stats.useful_cpu_time_s,
+        efficiency: if stats.occupancy_s > 0.0 {
+            stats.useful_cpu_time_s / stats.occupancy_s
+        } else {
+            0.0
+        },
         adds: stats.hosts_added,
         losses: stats.hosts_lost,
         mean_hosts: if run_length_s > 0.0 {

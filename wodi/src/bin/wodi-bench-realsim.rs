@@ -170,14 +170,17 @@ async fn bench(args: Args) -> anyhow::Result<()> {
             profile: profile.clone(),
             cycles: args.cycles,
             speeds: speeds.clone(),
+            actual_speeds: None,
             owners: OwnerModel::None,
             owner_offset: 0.0,
             policy: PoolPolicy {
                 worker_startup: 0.0,
+                grant_delay: 0.0,
                 ..PoolPolicy::default()
             },
             hosts_wanted: args.hosts as u32,
             fewest_hosts: None,
+            hysteresis: 0,
             sched: SchedConfig::default(),
             seed: args.seed,
         },

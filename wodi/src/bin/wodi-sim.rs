@@ -7,11 +7,15 @@
 //! wodi-sim --steps 31 --cycles 35 --hosts 20 --owners stochastic --seed 1 --runs 61
 //! wodi-sim --hosts 24 --owners none --ordering none      # the paper's sequential order
 //! wodi-sim --hosts 24 --owners none --fewest-hosts 0.05  # ask for the fewest hosts
+//! wodi-sim --release-idle false --release-suspended false --stragglers false --fast-abort 0
 //! ```
+//!
+//! Efficiency is the CPU time of delivered step copies over the occupancy
+//! (every second a host is allocated, suspended included).
 
 use std::process::ExitCode;
 
-use clap::{Parser, ValueEnum};
+use clap::{ArgAction, Parser, ValueEnum};
 use owner_sim::OwnerModel;
 use serde::Serialize;
 use wodi::order::LongestFirst;
@@ -54,9 +58,36 @@ struct Cli {
     /// After each cycle, ask for the fewest hosts that reach the best cycle within this tolerance (e.g. 0.05).
     #[arg(long)]
     fewest_hosts: Option<f64>,
+    /// With --fewest-hosts: cycles in a row the answer must differ in one direction before the count follows (0: follow every change).
+    #[arg(long, default_value_t = 5)]
+    hysteresis: u32,
     /// Seconds a suspended worker keeps its step before it is sent elsewhere.
     #[arg(long, default_value_t = 120.0)]
     suspend_timeout: f64,
+    /// Give back hosts left idle in a cycle's tail and ask again at the next cycle.
+    #[arg(long, default_value_t = true, action = ArgAction::Set)]
+    release_idle: bool,
+    /// Give back a suspended host when its grace (--suspend-timeout) ends.
+    #[arg(long, default_value_t = true, action = ArgAction::Set)]
+    release_suspended: bool,
+    /// Start second copies of straggling steps on idle faster hosts in a cycle's tail.
+    #[arg(long, default_value_t = true, action = ArgAction::Set)]
+    stragglers: bool,
+    /// Fast abort: a step this many times over its estimate strikes its worker; two retire it (0: off).
+    #[arg(long, default_value_t = 3.0)]
+    fast_abort: f64,
+    /// Seconds from asking CARMI for a host to it granted (the cost of asking again).
+    #[arg(long, default_value_t = 5.0)]
+    grant_delay: f64,
+    /// Seconds from a host granted to its worker ready.
+    #[arg(long, default_value_t = 2.0)]
+    worker_startup: f64,
+    /// Every k-th host really computes at this fraction of its advertised speed (with --slow-every).
+    #[arg(long, default_value_t = 1.0)]
+    slow_factor: f64,
+    /// Which hosts are slower than advertised: every k-th one (0: none).
+    #[arg(long, default_value_t = 0)]
+    slow_every: usize,
     /// Number of runs.
     #[arg(long, default_value_t = 1)]
     runs: u32,
@@ -136,13 +167,36 @@ fn main() -> ExitCode {
             profile: profile(cli.steps),
             cycles: cli.cycles,
             speeds: speeds.clone(),
+            actual_speeds: (cli.slow_every > 0).then(|| {
+                speeds
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| {
+                        if i % cli.slow_every == cli.slow_every - 1 {
+                            s * cli.slow_factor
+                        } else {
+                            *s
+                        }
+                    })
+                    .collect()
+            }),
             owners: owners.clone(),
             owner_offset: (cli.start_hour + f64::from(r) * cli.spacing) * 3600.0 - 9.0 * 3600.0,
-            policy: PoolPolicy::default(),
+            policy: PoolPolicy {
+                grant_delay: cli.grant_delay,
+                worker_startup: cli.worker_startup,
+                ..PoolPolicy::default()
+            },
             hosts_wanted: cli.hosts as u32,
             fewest_hosts: cli.fewest_hosts,
+            hysteresis: cli.hysteresis,
             sched: SchedConfig {
                 suspend_timeout: std::time::Duration::from_secs_f64(cli.suspend_timeout),
+                release_idle: cli.release_idle,
+                reacquire: std::time::Duration::from_secs_f64(cli.grant_delay + cli.worker_startup),
+                release_suspended: cli.release_suspended,
+                stragglers: cli.stragglers,
+                fast_abort: (cli.fast_abort > 0.0).then_some(cli.fast_abort),
                 ..SchedConfig::default()
             },
             seed: cli.seed + u64::from(r),
@@ -159,12 +213,17 @@ fn main() -> ExitCode {
             "config": {
                 "steps": cli.steps, "cycles": cli.cycles, "hosts": cli.hosts, "speeds": cli.speeds,
                 "owners": cli.owners, "seed": cli.seed, "ordering": cli.ordering,
-                "fewest_hosts": cli.fewest_hosts, "runs": cli.runs,
+                "fewest_hosts": cli.fewest_hosts, "hysteresis": cli.hysteresis, "runs": cli.runs,
+                "release_idle": cli.release_idle, "release_suspended": cli.release_suspended,
+                "stragglers": cli.stragglers, "fast_abort": cli.fast_abort,
+                "grant_delay": cli.grant_delay, "worker_startup": cli.worker_startup,
+                "slow_factor": cli.slow_factor, "slow_every": cli.slow_every,
             },
             "runs": runs,
             "run_length_s": field(|r| r.run_length_s),
             "occupancy_s": field(|r| r.occupancy_s),
             "cpu_time_s": field(|r| r.cpu_time_s),
+            "useful_cpu_time_s": field(|r| r.useful_cpu_time_s),
             "efficiency": field(|r| r.efficiency),
             "adds": field(|r| f64::from(r.adds)),
             "losses": field(|r| f64::from(r.losses)),

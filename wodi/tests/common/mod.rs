@@ -24,6 +24,17 @@ fn step_data(s: u64, step_ms: u64) -> String {
 pub fn config(local: &str, secret: &Path, worker: &str, count: u32) -> MasterConfig {
     let mut cfg = MasterConfig::new(PathBuf::from(worker), Vec::new(), "true", count);
     cfg.server = ServerCommand::Path(env!("CARGO_BIN_EXE_wodi-server").into());
+    // `WODI_TEST_POLICIES=isc` (release Idle, release Suspended, Copy
+    // stragglers) runs the end-to-end tests under other policies than the
+    // recommended ones, to look for a combination that loses a step.
+    if let Ok(p) = std::env::var("WODI_TEST_POLICIES") {
+        cfg.policies = wodi::proto::Policies {
+            release_idle: p.contains('i'),
+            release_suspended: p.contains('s'),
+            stragglers: p.contains('c'),
+            ..Default::default()
+        };
+    }
     cfg.pool = Some(PoolAddr {
         local: local.to_string(),
         secret_file: secret.to_path_buf(),

@@ -1,0 +1,39 @@
+//! The core's invariants, checked by tests after every step.
+
+use super::{Sched, TaskState};
+
+impl Sched {
+    /// Checks the invariants; tests call it after every step. Panics naming the broken one.
+    pub fn sanity_check(&self) {
+        for (ticket, task) in &self.tasks {
+            if let TaskState::Open { copies, queued } = &task.state {
+                let in_queue = self.queue.iter().filter(|t| *t == ticket).count();
+                assert_eq!(in_queue, usize::from(*queued), "{ticket:?} queued flag");
+                for c in copies {
+                    let w = self
+                        .workers
+                        .get(c)
+                        .expect("a copy is held by a live worker");
+                    assert!(
+                        w.in_hand.iter().any(|(t, _)| t == ticket),
+                        "{ticket:?} in hand"
+                    );
+                }
+                assert!(
+                    *queued || !copies.is_empty() || self.tasks.is_empty(),
+                    "{ticket:?} is open but neither queued nor held"
+                );
+            } else {
+                assert!(!self.queue.contains(ticket), "closed {ticket:?} queued");
+            }
+        }
+        for (id, w) in &self.workers {
+            assert!(
+                w.in_hand.len() <= self.cfg.prefetch as usize,
+                "{id} over prefetch"
+            );
+            let h = self.hosts.get(&w.host).expect("a worker's host is held");
+            assert_eq!(h.worker, Some(*id), "{id} is its host's worker");
+        }
+    }
+}
