@@ -235,7 +235,7 @@ impl Router {
             Role::Admin => {
                 self.links.insert(link, LinkRole::Admin);
             }
-            Role::Application { .. } | Role::Peer { .. } => {
+            Role::Application { .. } | Role::Peer { .. } | Role::Output { .. } => {
                 self.close(
                     link,
                     "applications talk to their local RM, not to the global RM".into(),

@@ -214,6 +214,7 @@ async fn a_job_defines_a_class_and_gets_hosts() {
         Request::DefineClass {
             name: "fast".into(),
             expression: "Mips >= 500 && Arch == \"x86_64\"".into(),
+            rank: None,
         },
     )
     .await;
@@ -256,6 +257,7 @@ async fn a_job_defines_a_class_and_gets_hosts() {
         Request::DefineClass {
             name: "bad".into(),
             expression: "Mips >= ".into(),
+            rank: None,
         },
     )
     .await;
@@ -313,6 +315,7 @@ async fn a_silent_machine_is_declared_lost() {
         Request::DefineClass {
             name: "any".into(),
             expression: "true".into(),
+            rank: None,
         },
     )
     .await;
@@ -398,6 +401,7 @@ async fn executables_upload_fetch_and_spawn() {
             Request::DefineClass {
                 name: "any".into(),
                 expression: "true".into(),
+                rank: None,
             },
         ),
         (

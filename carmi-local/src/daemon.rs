@@ -25,7 +25,8 @@ use bytes::Bytes;
 use carmi_api::handshake::Secret;
 use carmi_api::ids::{ConnId, JobId, ProcessId, RequestId};
 use carmi_api::msg::{
-    ExecutableRef, FromGlobal, FromLocal, FromLocalControl, OwnerEvent, Request, ToGlobal,
+    ExecutableRef, FromGlobal, FromLocal, FromLocalControl, OutputRoute, OwnerEvent, Request,
+    ToGlobal,
 };
 use classad::ClassAd;
 use tokio::net::TcpListener;
@@ -38,9 +39,10 @@ use crate::config::{OwnerSource, Settings};
 use crate::core::{Core, Effect, Launch};
 use crate::global::GlobalConfig;
 use crate::machine::{MachineAd, detect_static, sample_dynamic};
+use crate::output::{self, ForwardTarget};
 use crate::owner::{RealOwner, SimulatedOwner};
 use crate::policy::{Policy, PolicyEffect};
-use crate::spawn::{ExitReport, LaunchSpec, Launcher, ProcessGroup};
+use crate::spawn::{Capture, ExitReport, LaunchSpec, Launcher, ProcessGroup};
 use crate::{Error, apps, benchmark, global};
 
 /// Inputs queued before senders (connections) wait for the driver.
@@ -198,7 +200,7 @@ impl Daemon {
         ));
         let gcfg = GlobalConfig {
             addr: settings.global.clone(),
-            secret,
+            secret: secret.clone(),
             name: settings.name.clone(),
         };
         let global_task = tokio::spawn(global::run(gcfg, inputs_tx.clone(), links_stop_rx));
@@ -243,6 +245,7 @@ impl Daemon {
             heartbeat: None,
             kill_grace: settings.kill_grace,
             heartbeat_fallback: settings.heartbeat_fallback,
+            secret,
         };
         driver.measure();
         driver.evaluate();
@@ -359,6 +362,8 @@ struct Driver {
     heartbeat: Option<Interval>,
     kill_grace: Duration,
     heartbeat_fallback: Duration,
+    /// The pool secret, for the output connections to requesters.
+    secret: Secret,
 }
 
 impl Driver {
@@ -706,6 +711,24 @@ impl Driver {
                 launch.stdio.1.map(PathBuf::from),
             ),
             input_files: launch.input_files.into_iter().map(PathBuf::from).collect(),
+            capture: match &launch.output {
+                OutputRoute::Keep => Capture::Files,
+                OutputRoute::Discard => Capture::Discard,
+                OutputRoute::Forward { .. } => Capture::Pipes,
+            },
+        };
+        let forward = match launch.output {
+            OutputRoute::Forward { endpoint, request } => Some((
+                ForwardTarget {
+                    endpoint,
+                    request,
+                    job: launch.job,
+                    process: launch.process,
+                    fallback_dir: self.work_dir.join("output").join(launch.job.0.to_string()),
+                },
+                self.secret.clone(),
+            )),
+            _ => None,
         };
         let launcher = self.launcher.clone();
         let inputs = self.inputs_tx.clone();
@@ -722,7 +745,13 @@ impl Driver {
             let result = tokio::task::spawn_blocking(move || launcher.launch(&spec, on_exit))
                 .await
                 .map_err(|e| format!("launching failed: {e}"))
-                .and_then(|r| r.map_err(|e| e.to_string()));
+                .and_then(|r| r.map_err(|e| e.to_string()))
+                .map(|launched| {
+                    if let (Some(pipes), Some((target, secret))) = (launched.pipes, forward) {
+                        tokio::spawn(output::forward(pipes, target, secret));
+                    }
+                    launched.group
+                });
             let _ = inputs.send(Input::Launched { process, result }).await;
             let _ = launched_tx.send(());
         });

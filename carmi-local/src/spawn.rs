@@ -47,8 +47,40 @@ pub struct LaunchSpec {
     pub env: Vec<(String, String)>,
     /// Files for standard output and error instead of the sandbox's (a master's).
     pub stdio: (Option<PathBuf>, Option<PathBuf>),
+    /// Files (the default), pipes handed back to the caller, or `/dev/null`.
+    pub capture: Capture,
     /// Files copied into the sandbox, by file name, before the start.
     pub input_files: Vec<PathBuf>,
+}
+
+/// What the process's standard output and error are connected to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Capture {
+    /// Files: `stdio`'s, else the sandbox's, kept after the exit.
+    #[default]
+    Files,
+    /// Pipes, returned in [`Launched::pipes`] for the caller to read.
+    Pipes,
+    /// `/dev/null`.
+    Discard,
+}
+
+/// The read ends of a process's output pipes ([`Capture::Pipes`]).
+#[derive(Debug)]
+pub struct OutputPipes {
+    /// Standard output.
+    pub stdout: std::process::ChildStdout,
+    /// Standard error.
+    pub stderr: std::process::ChildStderr,
+}
+
+/// A started process.
+#[derive(Debug)]
+pub struct Launched {
+    /// Its process group.
+    pub group: ProcessGroup,
+    /// Its output pipes, with [`Capture::Pipes`].
+    pub pipes: Option<OutputPipes>,
 }
 
 /// How a process ended, from `wait4`.
@@ -124,10 +156,10 @@ impl Launcher {
         &self,
         spec: &LaunchSpec,
         on_exit: impl FnOnce(ExitReport) + Send + 'static,
-    ) -> Result<ProcessGroup, SpawnError> {
+    ) -> Result<Launched, SpawnError> {
         let sandbox = self.sandbox_dir(spec.process);
-        let pid = match self.start_child(spec, &sandbox) {
-            Ok(pid) => pid,
+        let (pid, pipes) = match self.start_child(spec, &sandbox) {
+            Ok(started) => started,
             Err(e) => {
                 let _ = fs::remove_dir_all(&sandbox);
                 return Err(e);
@@ -153,14 +185,22 @@ impl Launcher {
             return Err(SpawnError::Waiter(e));
         }
         tracing::info!(%process, job = %spec.job, pid, name = %spec.name, "process started");
-        Ok(ProcessGroup {
-            pgid: pid,
-            reaped: reaped_rx,
+        Ok(Launched {
+            group: ProcessGroup {
+                pgid: pid,
+                reaped: reaped_rx,
+            },
+            pipes,
         })
     }
 
-    /// Prepares the sandbox and starts the child; its pid (= its group id).
-    fn start_child(&self, spec: &LaunchSpec, sandbox: &Path) -> Result<libc::pid_t, SpawnError> {
+    /// Prepares the sandbox and starts the child; its pid (= its group id)
+    /// and, with [`Capture::Pipes`], its output pipes.
+    fn start_child(
+        &self,
+        spec: &LaunchSpec,
+        sandbox: &Path,
+    ) -> Result<(libc::pid_t, Option<OutputPipes>), SpawnError> {
         let sb_err = |path: &Path| {
             let path = path.to_path_buf();
             move |error| SpawnError::Sandbox { path, error }
@@ -191,8 +231,14 @@ impl Launcher {
             }
             File::create(&path).map_err(sb_err(&path))
         };
-        let stdout = open(&spec.stdio.0, "stdout")?;
-        let stderr = open(&spec.stdio.1, "stderr")?;
+        let (stdout, stderr): (Stdio, Stdio) = match spec.capture {
+            Capture::Files => (
+                open(&spec.stdio.0, "stdout")?.into(),
+                open(&spec.stdio.1, "stderr")?.into(),
+            ),
+            Capture::Pipes => (Stdio::piped(), Stdio::piped()),
+            Capture::Discard => (Stdio::null(), Stdio::null()),
+        };
 
         let mut cmd = Command::new(&exe);
         cmd.arg0(&spec.name)
@@ -219,14 +265,18 @@ impl Launcher {
                 Ok(())
             });
         }
-        let child = spawn_retrying(&mut cmd).map_err(|error| SpawnError::Exec {
+        let mut child = spawn_retrying(&mut cmd).map_err(|error| SpawnError::Exec {
             name: spec.name.clone(),
             error,
         })?;
         let pid = child.id() as libc::pid_t;
+        let pipes = match (child.stdout.take(), child.stderr.take()) {
+            (Some(stdout), Some(stderr)) => Some(OutputPipes { stdout, stderr }),
+            _ => None,
+        };
         // The waiting thread reaps the child with wait4; std's handle must not.
         drop(child);
-        Ok(pid)
+        Ok((pid, pipes))
     }
 }
 
@@ -437,6 +487,7 @@ pub(crate) mod tests {
             args: vec!["-c".into(), script.into()],
             env: Vec::new(),
             stdio: (None, None),
+            capture: Capture::Files,
             input_files: Vec::new(),
         }
     }
@@ -464,7 +515,8 @@ pub(crate) mod tests {
             .launch(spec, move |r| {
                 let _ = tx.send(r);
             })
-            .unwrap();
+            .unwrap()
+            .group;
         (Guard(g), rx)
     }
 

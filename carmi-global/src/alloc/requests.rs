@@ -263,9 +263,23 @@ impl Allocator {
         self.done(job, req, Reply::Classes(defs));
     }
 
-    /// `DefineClass`: defines or redefines a class. Pending requests of the
-    /// class meet the idle slots again under the new expression.
+    /// `DefineClass` without a rank (see [`Allocator::define_class_ranked`]).
     pub fn define_class(&mut self, job: JobId, req: ReqRef, name: &str, expression: &str) {
+        self.define_class_ranked(job, req, name, expression, None);
+    }
+
+    /// `DefineClass`: defines or redefines a class, with the `rank` that
+    /// orders its matching machines (higher first; `None`: speed alone; a
+    /// redefinition replaces the rank too). Pending requests of the class meet
+    /// the idle slots again under the new expression.
+    pub fn define_class_ranked(
+        &mut self,
+        job: JobId,
+        req: ReqRef,
+        name: &str,
+        expression: &str,
+        rank: Option<&str>,
+    ) {
         if !self.check_job(job, req) {
             return;
         }
@@ -287,6 +301,26 @@ impl Allocator {
                 );
                 return self.fail(job, req, FailureCode::BadExpression, message);
             }
+        };
+        let rank = match rank.map(classad::parse_expr).transpose() {
+            Ok(r) => r,
+            Err(e) => {
+                let message = format!(
+                    "class `{name}`: rank: line {}, column {}: {}\n  {}\n  {:>width$}",
+                    e.line,
+                    e.column,
+                    e.message,
+                    e.line_text,
+                    "^",
+                    width = e.column
+                );
+                return self.fail(job, req, FailureCode::BadExpression, message);
+            }
+        };
+        let j = self.jobs.get_mut(&job).expect("checked");
+        match rank {
+            Some(r) => j.ranks.insert(name.to_string(), r),
+            None => j.ranks.remove(name),
         };
         self.jobs.get_mut(&job).expect("checked").classes.insert(
             name.to_string(),

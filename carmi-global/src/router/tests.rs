@@ -182,6 +182,7 @@ impl Sim {
             Request::DefineClass {
                 name: "c".into(),
                 expression: "Mips > 0".into(),
+                rank: None,
             },
         );
         self.expect_done(1);
@@ -754,6 +755,7 @@ fn heartbeat_updates_reach_the_allocator() {
         Request::DefineClass {
             name: "calm".into(),
             expression: "LoadAvg < 0.5".into(),
+            rank: None,
         },
     );
     s.expect_done(1);
@@ -845,6 +847,7 @@ fn random_messages_never_break_the_router() {
             13 => Request::DefineClass {
                 name: class,
                 expression: ["true", "Mips > 15", "Mips >", ""][rng.random_range(0..4)].into(),
+                rank: None,
             },
             14 => Request::RemoveClass { name: class },
             _ => Request::LookupProcess { process },
