@@ -423,6 +423,7 @@ async fn executables_upload_fetch_and_spawn() {
             executable: exe.clone(),
             args: vec!["a".into()],
             target: SpawnTarget::Class("any".into()),
+            output: Default::default(),
         },
     )
     .await;

@@ -183,6 +183,7 @@ fn spawn_msg(process: u64, host: u64, executable: &ExecutableRef) -> FromGlobal 
         host: HostId(host),
         executable: executable.clone(),
         args: vec!["first arg".into()],
+        output: Default::default(),
     }
 }
 

@@ -212,6 +212,7 @@ impl Sim {
                 executable: exe(),
                 args: vec!["--fast".into()],
                 target: SpawnTarget::Host(host),
+                output: Default::default(),
             },
         );
         let process = match self.next_send(machine) {
@@ -376,6 +377,7 @@ fn spawned_processes_start_attach_are_looked_up_and_exit() {
             executable: exe(),
             args: vec![],
             target: SpawnTarget::Class("c".into()),
+            output: Default::default(),
         },
     );
     let p = match s.next_send(M1) {
@@ -469,6 +471,7 @@ fn spawned_processes_start_attach_are_looked_up_and_exit() {
             executable: exe(),
             args: vec![],
             target: SpawnTarget::Class("c".into()),
+            output: Default::default(),
         },
     );
     s.expect_failed(7, FailureCode::Unavailable);
@@ -515,6 +518,7 @@ fn spawn_failures_say_what_to_do() {
             executable: other,
             args: vec![],
             target: SpawnTarget::Host(hosts[0]),
+            output: Default::default(),
         },
     );
     let msg = s.expect_failed(3, FailureCode::BadExecutable);
@@ -525,6 +529,7 @@ fn spawn_failures_say_what_to_do() {
             executable: exe(),
             args: vec![],
             target: SpawnTarget::Host(HostId(77)),
+            output: Default::default(),
         },
     );
     s.expect_failed(4, FailureCode::NotYourHost);
@@ -538,6 +543,7 @@ fn spawn_failures_say_what_to_do() {
             executable: exe(),
             args: vec![],
             target: SpawnTarget::Host(hosts[0]),
+            output: Default::default(),
         },
     );
     s.expect_failed(8, FailureCode::Unavailable);
@@ -548,6 +554,7 @@ fn spawn_failures_say_what_to_do() {
             executable: exe(),
             args: vec![],
             target: SpawnTarget::Host(hosts[0]),
+            output: Default::default(),
         },
     );
     let msg = s.expect_failed(5, FailureCode::Unavailable);
@@ -573,6 +580,7 @@ fn failed_starts_and_vacated_hosts_end_processes() {
             executable: exe(),
             args: vec![],
             target: SpawnTarget::Host(hosts[0]),
+            output: Default::default(),
         },
     );
     let FromGlobal::Spawn { process: p, .. } = s.next_send(M1) else {
@@ -841,6 +849,7 @@ fn random_messages_never_break_the_router() {
                 } else {
                     SpawnTarget::Host(host)
                 },
+                output: Default::default(),
             },
             11 => Request::ProcessInfo { process },
             12 => Request::GetClassDefinitions,
