@@ -172,8 +172,10 @@ impl Allocator {
         }
         if ranked {
             // Stable: among equal ranks the speed order of `idle` stays.
-            let mut by_rank: Vec<(f64, HostId)> =
-                found.iter().map(|&h| (self.rank(job, &class, h), h)).collect();
+            let mut by_rank: Vec<(f64, HostId)> = found
+                .iter()
+                .map(|&h| (self.rank(job, &class, h), h))
+                .collect();
             by_rank.sort_by(|a, b| b.0.total_cmp(&a.0));
             found = by_rank.into_iter().take(need).map(|(_, h)| h).collect();
         }

@@ -24,7 +24,10 @@ fn addhosts_takes_the_highest_ranked_matching_machines_first() {
     got.sort();
     let mut want = vec![big_slow, mid_slow];
     want.sort();
-    assert_eq!(got, want, "the two biggest-memory members, not the fastest or a non-member");
+    assert_eq!(
+        got, want,
+        "the two biggest-memory members, not the fastest or a non-member"
+    );
 
     // Redefined without a rank: speed decides again.
     s.step(|a| a.define_class(J1, r(J1, 3), "c", "Kind == \"a\""));
