@@ -1010,3 +1010,6 @@ fn a_reconnecting_local_rm_keeps_its_jobs_and_its_processes_exit_codes() {
     assert_eq!(s.r.allocator().job_hosts(job), hosts);
     assert!(s.r.processes().find(alive).is_some_and(|p| p.is_live()));
 }
+
+#[path = "lost_tests.rs"]
+mod lost;
