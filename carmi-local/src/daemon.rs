@@ -10,9 +10,11 @@
 //! arrives, when the number of job processes changes, and at its deadline
 //! (where a real owner is measured first); its effects become core calls.
 //!
-//! Shutdown: every process group gets SIGTERM (SIGKILL after the grace
-//! period); their exits are reported to the global RM if it is there; then
-//! the listener and the global link stop. Dropping the driver without a
+//! Shutdown: the launcher is closed first (no process starts after that,
+//! and a launch under way finishes and is counted), then every process group
+//! it started gets SIGTERM (SIGKILL after the grace period), whether or not
+//! its launch had been reported; their exits are reported to the global RM
+//! if it is there; then the listener and the global link stop. Dropping the driver without a
 //! shutdown (a runtime torn down) SIGKILLs every group still alive.
 
 use std::collections::HashMap;
@@ -401,20 +403,33 @@ impl Driver {
         tracing::info!("local RM stopped");
     }
 
-    /// Kills all processes and keeps serving inputs until their exits are in.
+    /// Refuses new processes, kills all it started (including those whose
+    /// launch has not been reported yet), and keeps serving inputs until
+    /// their exits are in.
     async fn stop(&mut self, inputs: &mut mpsc::Receiver<Input>) {
-        let live: Vec<ProcessGroup> = self.groups.0.values().cloned().collect();
+        // First the gate: after `close` no process can start, and every one
+        // that did is in its list, reported to this driver or not.
+        let launcher = self.launcher.clone();
+        let started = tokio::task::spawn_blocking(move || launcher.close())
+            .await
+            .unwrap_or_default();
+        let mut live: HashMap<ProcessId, ProcessGroup> = self.groups.0.clone();
+        for (p, g) in started {
+            live.entry(p).or_insert(g);
+        }
         if !live.is_empty() {
             tracing::info!(processes = live.len(), "stopping: killing all processes");
         }
-        for g in live {
+        let mut terminating = tokio::task::JoinSet::new();
+        for g in live.into_values() {
             let grace = self.kill_grace;
-            tokio::spawn(async move { g.terminate(grace).await });
+            terminating.spawn(async move { g.terminate(grace).await });
         }
         let deadline = Instant::now() + self.kill_grace + Duration::from_secs(3);
-        while !self.groups.0.is_empty() {
+        while !self.groups.0.is_empty() || !terminating.is_empty() {
             let input = tokio::select! {
                 i = inputs.recv() => i,
+                Some(_) = terminating.join_next(), if !terminating.is_empty() => continue,
                 _ = tokio::time::sleep_until(deadline) => None,
             };
             let Some(input) = input else {

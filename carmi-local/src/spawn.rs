@@ -16,12 +16,14 @@
 //! grandchild that is never waited for, escapes both the kill and the CPU
 //! accounting; closing that gap needs cgroups.
 
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fs::{self, File};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use carmi_api::ids::{HostId, JobId, ProcessId};
@@ -114,20 +116,46 @@ pub enum SpawnError {
     /// No thread could be started to wait for the process (it was killed).
     #[error("cannot start a thread to wait for the process: {0}")]
     Waiter(std::io::Error),
+    /// The launcher was closed ([`Launcher::close`]): the local RM is stopping.
+    #[error("the local RM is shutting down and starts no more processes")]
+    Closed,
 }
 
-/// Starts processes in sandboxes under one work directory.
+/// Starts processes in sandboxes under one work directory. Clones share
+/// one gate and one table of live groups, so that [`Launcher::close`] stops
+/// every clone and finds every process any of them started.
 #[derive(Clone, Debug)]
 pub struct Launcher {
     work_dir: PathBuf,
     env: Vec<(String, OsString)>,
+    /// True once closed. Launches hold it for reading while they start a
+    /// process and record its group; `close` takes it for writing, so that
+    /// afterwards no launch is half done and none can begin.
+    closed: Arc<RwLock<bool>>,
+    /// Groups started and not yet reaped, whether or not the caller has
+    /// heard of them yet.
+    live: Arc<Mutex<HashMap<ProcessId, ProcessGroup>>>,
 }
 
 impl Launcher {
     /// A launcher whose processes get `env` on top of the daemon's own
     /// environment (besides `CARMI_JOB`, `CARMI_PROCESS`, `CARMI_HOST`).
     pub fn new(work_dir: PathBuf, env: Vec<(String, OsString)>) -> Launcher {
-        Launcher { work_dir, env }
+        Launcher {
+            work_dir,
+            env,
+            closed: Arc::new(RwLock::new(false)),
+            live: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// Refuses every later launch ([`SpawnError::Closed`]), waits for the
+    /// launches under way, and returns every process group started and not
+    /// yet reaped: the caller kills them, so that nothing outlives it.
+    pub fn close(&self) -> Vec<(ProcessId, ProcessGroup)> {
+        *self.closed.write().unwrap_or_else(|e| e.into_inner()) = true;
+        let live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        live.iter().map(|(p, g)| (*p, g.clone())).collect()
     }
 
     /// The sandbox directory of `process`.
@@ -157,6 +185,11 @@ impl Launcher {
         spec: &LaunchSpec,
         on_exit: impl FnOnce(ExitReport) + Send + 'static,
     ) -> Result<Launched, SpawnError> {
+        // Held until the group is recorded in `live` (see `close`).
+        let closed = self.closed.read().unwrap_or_else(|e| e.into_inner());
+        if *closed {
+            return Err(SpawnError::Closed);
+        }
         let sandbox = self.sandbox_dir(spec.process);
         let (pid, pipes) = match self.start_child(spec, &sandbox) {
             Ok(started) => started,
@@ -168,6 +201,14 @@ impl Launcher {
         let (reaped_tx, reaped_rx) = watch::channel(false);
         let output_dir = self.work_dir.join("output").join(spec.job.0.to_string());
         let process = spec.process;
+        let group = ProcessGroup {
+            pgid: pid,
+            reaped: reaped_rx,
+        };
+        let live = self.live.clone();
+        live.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(process, group.clone());
         let spawned = std::thread::Builder::new()
             .name(format!("carmi-wait-{}", process.0))
             .spawn(move || {
@@ -175,23 +216,25 @@ impl Launcher {
                 // Whatever the process left behind in its group goes with it.
                 signal_group(pid, libc::SIGKILL);
                 let _ = reaped_tx.send(true);
+                live.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&process);
                 keep_output(&sandbox, &output_dir, process);
                 on_exit(report);
             });
         if let Err(e) = spawned {
+            self.live
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&process);
             signal_group(pid, libc::SIGKILL);
             let _ = wait_for(pid);
             let _ = fs::remove_dir_all(self.sandbox_dir(process));
             return Err(SpawnError::Waiter(e));
         }
         tracing::info!(%process, job = %spec.job, pid, name = %spec.name, "process started");
-        Ok(Launched {
-            group: ProcessGroup {
-                pgid: pid,
-                reaped: reaped_rx,
-            },
-            pipes,
-        })
+        drop(closed);
+        Ok(Launched { group, pipes })
     }
 
     /// Prepares the sandbox and starts the child; its pid (= its group id)
@@ -690,6 +733,30 @@ pub(crate) mod tests {
         assert!(
             !l.sandbox_dir(ProcessId(8)).exists(),
             "failed launches leave no sandbox"
+        );
+    }
+
+    /// Shutdown's gate: once closed, nothing starts, and every process that
+    /// did start (its launch reported or not, from any clone) is listed.
+    #[test]
+    fn a_closed_launcher_starts_nothing_and_lists_what_it_started() {
+        let dir = TempDir::new("close");
+        let l = Launcher::new(dir.path().to_path_buf(), vec![]);
+        let clone = l.clone();
+        let (g, rx) = launch(&clone, &shell(9, "sleep 100"));
+        let (_done, done_rx) = launch(&l, &shell(10, "true"));
+        done_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        let listed = l.close();
+        assert_eq!(listed.len(), 1, "only the live process is listed");
+        assert_eq!(listed[0].0, ProcessId(9));
+        assert_eq!(listed[0].1.pgid(), g.pgid());
+        let err = clone.launch(&shell(11, "true"), |_| {}).unwrap_err();
+        assert!(matches!(err, SpawnError::Closed), "{err}");
+        assert!(!l.sandbox_dir(ProcessId(11)).exists());
+        listed[0].1.kill_now();
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(5)).unwrap().status,
+            ExitStatus::Signal(libc::SIGKILL)
         );
     }
 }
