@@ -33,7 +33,7 @@ pub(super) async fn receive(
     let files = lock(&shared.output_files).get(&request).cloned();
     let mut sink = match files {
         Some((out, err)) => match Files::open(&out, &err).await {
-            Ok(f) => Sink::Files(f),
+            Ok(f) => Sink::Files(Box::new(f)),
             Err(e) => {
                 tracing::warn!(%process, "cannot open the output files: {e}; output comes as events");
                 Sink::Events
@@ -98,7 +98,7 @@ pub(super) async fn receive(
 /// Where one process's output goes on this side.
 enum Sink {
     Events,
-    Files(Files),
+    Files(Box<Files>),
 }
 
 /// The two files of [`super::SpawnOutput::Files`] (one handle when both name the same file).
