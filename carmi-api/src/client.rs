@@ -26,7 +26,8 @@
 //! # Tasks
 //! One writer task owns the write half of the RM connection (requests,
 //! executable uploads), one reader task its read half (events), one task
-//! accepts direct connections from peers (one receiving task each), and one
+//! accepts direct connections from peers and from the local RMs forwarding
+//! spawned processes' output (one receiving task each; see `output.rs`), and one
 //! writer task per peer this process sends to. All of them stop when the last
 //! [`Carmi`] clone is dropped; queued requests and messages are still written
 //! first. Call [`Carmi::flush`] before the process exits so that nothing
