@@ -178,3 +178,41 @@ async fn output_of_a_spawned_process_reaches_the_submitter_complete_and_in_order
         "discarded output arrived"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_class_rank_picks_the_preferred_machines_among_those_that_match() {
+    // Memory grows with the index; only machines 0..3 are in the lab.
+    let machines: Vec<Vec<String>> = (0..5)
+        .map(|i| {
+            vec![
+                format!("Memory = {}", 1024 * (i + 1)),
+                format!("InLab = {}", i < 4),
+            ]
+        })
+        .collect();
+    let pool = Pool::start("rank", 1, &machines);
+    let (carmi, mut inbox) = app(&pool, 0).await;
+    inbox
+        .done(carmi.define_class_ranked("lab", "InLab == true", "Memory"))
+        .await;
+    let add = carmi.addhosts("lab", 2, 2);
+    let names = inbox
+        .take("two hosts", |x| match x {
+            Incoming::Rm(Event::HostsAdded { request, hosts, .. }) if *request == add => {
+                Some(hosts.iter().map(|h| h.name.clone()).collect::<Vec<_>>())
+            }
+            _ => None,
+        })
+        .await;
+    let mut machines_got: Vec<String> = names
+        .iter()
+        .map(|n| n.rsplit('@').next().unwrap_or("").to_string())
+        .collect();
+    machines_got.sort();
+    // m4 has the most memory but is not in the lab; m3 and m2 come next.
+    assert_eq!(
+        machines_got,
+        vec!["m2".to_string(), "m3".to_string()],
+        "{names:?}"
+    );
+}

@@ -85,9 +85,8 @@ pub(super) async fn receive(
     {
         tracing::warn!(%process, "flushing output files failed: {e}");
     }
-    if complete {
-        lock(&shared.output_files).remove(&request);
-    }
+    // One process per request: its files are done with either way.
+    lock(&shared.output_files).remove(&request);
     let _ = shared.events.send(Incoming::OutputEnd {
         process,
         request,
