@@ -44,3 +44,21 @@ fn a_rank_that_does_not_parse_is_refused_with_its_position() {
     let msg = s.expect_failed(r(J1, 1), FailureCode::BadExpression);
     assert!(msg.contains("rank") && msg.contains("column"), "{msg}");
 }
+
+#[test]
+fn class_spawn_prefers_the_best_ranked_free_host() {
+    let mut s = Sim::new();
+    let fast_small = s.machine("fast", "Mips = 9000; Memory = 512", 1)[0];
+    let slow_big = s.machine("slow", "Mips = 100; Memory = 8192", 1)[0];
+    s.step(|a| a.on_job_created(J1, "alice"));
+    s.step(|a| a.define_class_ranked(J1, r(J1, 1), "c", "true", Some("Memory")));
+    s.expect_done(r(J1, 1));
+    s.step(|a| a.add_hosts(J1, r(J1, 2), "c", 2, 2));
+    let mut got = s.expect_grant(r(J1, 2), 0);
+    got.sort();
+    let mut want = vec![fast_small, slow_big];
+    want.sort();
+    assert_eq!(got, want);
+    let target = carmi_api::msg::SpawnTarget::Class("c".into());
+    assert_eq!(s.a.pick_spawn_host(J1, &target), Ok(slow_big));
+}

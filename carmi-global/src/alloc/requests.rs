@@ -390,8 +390,9 @@ impl Allocator {
         self.done(job, req, Reply::Ok);
     }
 
-    /// Where `ClassSpawn` should run a process: for a class, the fastest host of
-    /// that class allocated to the job, running and without processes; for a
+    /// Where `ClassSpawn` should run a process: for a class, the best ranked
+    /// (then fastest) host of that class allocated to the job, running and
+    /// without processes; for a
     /// named host, that host if it is the job's and not suspended.
     pub fn pick_spawn_host(&self, job: JobId, target: &SpawnTarget) -> Result<HostId, Failure> {
         let fail = |code, message| Err(Failure { code, message });
@@ -409,7 +410,8 @@ impl Allocator {
                     );
                 }
                 let (mut total, mut busy, mut suspended) = (0, 0, 0);
-                let mut best: Option<(SpeedKey, HostId)> = None;
+                // Highest class rank first, then the fastest (lowest speed key).
+                let mut best: Option<(f64, (SpeedKey, HostId))> = None;
                 for (&h, c) in &j.hosts {
                     if c != class {
                         continue;
@@ -418,9 +420,10 @@ impl Allocator {
                     let slot = self.get_slot(h);
                     match &slot.state {
                         SlotState::Claimed(_) if slot.busy.is_empty() => {
+                            let rank = self.rank(job, class, h);
                             let key = (self.machine_of(h).speed, h);
-                            if best.is_none_or(|b| key < b) {
-                                best = Some(key);
+                            if best.is_none_or(|(r, k)| rank > r || (rank == r && key < k)) {
+                                best = Some((rank, key));
                             }
                         }
                         SlotState::Claimed(_) => busy += 1,
@@ -428,7 +431,7 @@ impl Allocator {
                     }
                 }
                 match best {
-                    Some((_, h)) => Ok(h),
+                    Some((_, (_, h))) => Ok(h),
                     None => fail(
                         FailureCode::Unavailable,
                         format!(
