@@ -216,3 +216,35 @@ async fn a_class_rank_picks_the_preferred_machines_among_those_that_match() {
         "{names:?}"
     );
 }
+
+/// A submitter that does not read its events holds the spawned process back
+/// (bounded buffers all the way to the pipe) instead of buffering its output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unread_event_stream_holds_the_printing_process_back() {
+    let pool = Pool::start("backpressure", 1, &[vec![], vec![]]);
+    let (carmi, mut inbox) = app(&pool, 0).await;
+    let host = inbox.one_host(&carmi).await;
+    let done = pool.dir.join("done");
+    let exe = script(
+        &pool,
+        "flood.sh",
+        &format!("head -c 50000000 /dev/zero; touch {}", done.display()),
+    );
+    let spawn = carmi.class_spawn(
+        &exe,
+        Vec::<String>::new(),
+        carmi_api::msg::SpawnTarget::Host(host),
+    );
+    // Not reading: far less than 50 MB fits in the buffers on the way.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        !done.exists(),
+        "50 MB were buffered for a submitter that did not read"
+    );
+    let (out, _, complete) = inbox.output_of(spawn).await;
+    assert!(complete);
+    assert_eq!(out.len(), 50_000_000);
+    assert!(out.iter().all(|&b| b == 0));
+    inbox.exited(spawn).await;
+    assert!(done.exists());
+}
