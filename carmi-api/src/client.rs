@@ -427,6 +427,10 @@ impl Shared {
 
     /// Routes an RM event: to a waiting peer lookup, or to the event stream.
     fn deliver(&self, event: Event) {
+        if let Event::Failed { request, .. } = &event {
+            // A spawn that failed has no output coming: forget its files.
+            lock(&self.output_files).remove(request);
+        }
         let waiting = lock(&self.lookups).remove(&event.request());
         match waiting {
             Some(tx) => {
