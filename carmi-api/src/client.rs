@@ -69,32 +69,7 @@ pub const ATTACH_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a first message to a peer waits for the RM to say where the peer listens.
 pub const LOOKUP_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Most output bytes ([`Incoming::Output`]) waiting on the event stream
-/// before the client stops reading from the spawned processes' machines.
-pub const OUTPUT_BUFFER: usize = 4 << 20;
-
-/// What becomes of the standard output and error of a process started with
-/// [`Carmi::class_spawn_with`].
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub enum SpawnOutput {
-    /// As [`Incoming::Output`] events on this process's stream, then
-    /// [`Incoming::OutputEnd`] (the default, and what [`Carmi::class_spawn`] does).
-    #[default]
-    Events,
-    /// Appended to these files on this machine (created if missing), then
-    /// [`Incoming::OutputEnd`]. Both may name the same file.
-    Files {
-        /// For standard output.
-        stdout: PathBuf,
-        /// For standard error.
-        stderr: PathBuf,
-    },
-    /// Kept in files on the machine that runs the process
-    /// (`WORK_DIR/output/<job>/<process>.{out,err}` of its local RM).
-    Keep,
-    /// Thrown away.
-    Discard,
-}
+pub use output::{OUTPUT_BUFFER, SpawnOutput};
 
 /// Environment variable: `host:port` of the local RM.
 pub const ENV_LOCAL: &str = "CARMI_LOCAL";
@@ -831,75 +806,4 @@ impl Carmi {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let map: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |name| map.get(name).cloned()
-    }
-
-    #[test]
-    fn handles_and_streams_move_between_threads() {
-        fn assert_send_sync<T: Send + Sync + 'static>() {}
-        assert_send_sync::<Carmi>();
-        assert_send_sync::<EventStream>();
-        assert_send_sync::<ConnectError>();
-    }
-
-    #[test]
-    fn environment_names_what_is_missing_or_wrong() {
-        let dir = tempfile::tempdir().unwrap();
-        let secret = dir.path().join("pool.secret");
-        std::fs::write(&secret, Secret::generate_text()).unwrap();
-        let secret = secret.to_str().unwrap();
-
-        let err = ConnectOptions::from_vars(vars(&[])).unwrap_err();
-        assert!(err.to_string().contains("CARMI_LOCAL is not set"), "{err}");
-        let err = ConnectOptions::from_vars(vars(&[("CARMI_LOCAL", "h:1")])).unwrap_err();
-        assert!(err.to_string().contains("CARMI_SECRET_FILE"), "{err}");
-        let err = ConnectOptions::from_vars(vars(&[
-            ("CARMI_LOCAL", "h:1"),
-            ("CARMI_SECRET_FILE", "/nonexistent/secret"),
-        ]))
-        .unwrap_err();
-        assert!(err.to_string().contains("/nonexistent/secret"), "{err}");
-        let err = ConnectOptions::from_vars(vars(&[
-            ("CARMI_LOCAL", "h:1"),
-            ("CARMI_SECRET_FILE", secret),
-            ("CARMI_PROCESS", "p4"),
-        ]))
-        .unwrap_err();
-        assert!(err.to_string().contains("CARMI_JOB is not set"), "{err}");
-        let err = ConnectOptions::from_vars(vars(&[
-            ("CARMI_LOCAL", "h:1"),
-            ("CARMI_SECRET_FILE", secret),
-            ("CARMI_JOB", "seven"),
-        ]))
-        .unwrap_err();
-        assert!(err.to_string().contains("CARMI_JOB=\"seven\""), "{err}");
-
-        let first = ConnectOptions::from_vars(vars(&[
-            ("CARMI_LOCAL", "h:1"),
-            ("CARMI_SECRET_FILE", secret),
-            ("CARMI_JOB", ""),
-        ]))
-        .unwrap();
-        assert_eq!((first.job, first.process), (None, None));
-        let started = ConnectOptions::from_vars(vars(&[
-            ("CARMI_LOCAL", "h:1"),
-            ("CARMI_SECRET_FILE", secret),
-            ("CARMI_JOB", "j3"),
-            ("CARMI_PROCESS", "12"),
-            ("CARMI_ENDPOINT_HOST", "10.0.0.5"),
-        ]))
-        .unwrap();
-        assert_eq!(started.local, "h:1");
-        assert_eq!(started.job, Some(JobId(3)));
-        assert_eq!(started.process, Some(ProcessId(12)));
-        assert_eq!(started.endpoint_host.as_deref(), Some("10.0.0.5"));
-    }
-}
+mod tests;

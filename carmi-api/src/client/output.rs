@@ -18,6 +18,33 @@ use crate::frame::FrameReader;
 use crate::ids::{ProcessId, RequestId};
 use crate::msg::{OutputFrame, StdStream};
 
+/// Most output bytes ([`Incoming::Output`]) waiting on the event stream
+/// before the client stops reading from the spawned processes' machines.
+pub const OUTPUT_BUFFER: usize = 4 << 20;
+
+/// What becomes of the standard output and error of a process started with
+/// [`super::Carmi::class_spawn_with`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum SpawnOutput {
+    /// As [`Incoming::Output`] events on this process's stream, then
+    /// [`Incoming::OutputEnd`] (the default, and what [`super::Carmi::class_spawn`] does).
+    #[default]
+    Events,
+    /// Appended to these files on this machine (created if missing), then
+    /// [`Incoming::OutputEnd`]. Both may name the same file.
+    Files {
+        /// For standard output.
+        stdout: PathBuf,
+        /// For standard error.
+        stderr: PathBuf,
+    },
+    /// Kept in files on the machine that runs the process
+    /// (`WORK_DIR/output/<job>/<process>.{out,err}` of its local RM).
+    Keep,
+    /// Thrown away.
+    Discard,
+}
+
 /// Largest output frame accepted; the local RM sends 64 KiB chunks. Smaller
 /// than the budget, so one frame always fits once the stream drains.
 const MAX_OUTPUT_FRAME: usize = 1 << 20;
