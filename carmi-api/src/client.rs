@@ -26,12 +26,14 @@
 //! # Tasks
 //! One writer task owns the write half of the RM connection (requests,
 //! executable uploads), one reader task its read half (events), one task
-//! accepts direct connections from peers (one receiving task each), and one
+//! accepts direct connections from peers and from the local RMs forwarding
+//! spawned processes' output (one receiving task each; see `output.rs`), and one
 //! writer task per peer this process sends to. All of them stop when the last
 //! [`Carmi`] clone is dropped; queued requests and messages are still written
 //! first. Call [`Carmi::flush`] before the process exits so that nothing
 //! queued is lost when the runtime stops.
 
+mod output;
 mod peer;
 mod rm;
 
@@ -47,12 +49,15 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 
 use crate::frame::FrameReader;
 use crate::handshake::{self, HandshakeError, Secret};
 use crate::ids::{HostId, JobId, ParseIdError, ProcessId, RequestId};
-use crate::msg::{Event, Failure, FailureCode, FromLocal, Reply, Request, Role, SpawnTarget};
+use crate::msg::{
+    Event, Failure, FailureCode, FromLocal, OutputMode, Reply, Request, Role, SpawnTarget,
+    StdStream,
+};
 
 /// How long `connect` waits for the local RM to accept the TCP connection.
 pub const CONNECT_TIMEOUT: Duration = crate::net::CONNECT_TIMEOUT;
@@ -63,6 +68,8 @@ pub const ATTACH_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long a first message to a peer waits for the RM to say where the peer listens.
 pub const LOOKUP_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub use output::{OUTPUT_BUFFER, SpawnOutput};
 
 /// Environment variable: `host:port` of the local RM.
 pub const ENV_LOCAL: &str = "CARMI_LOCAL";
@@ -245,6 +252,33 @@ pub enum Incoming {
         /// Queued messages dropped.
         unsent: usize,
     },
+    /// Bytes a process spawned with [`SpawnOutput::Events`] wrote to its
+    /// standard output or error, in the order written (per stream). Output
+    /// waiting on the stream is bounded ([`OUTPUT_BUFFER`]): while it is full
+    /// the spawned process blocks in `write`, so read the stream.
+    Output {
+        /// The spawned process.
+        process: ProcessId,
+        /// The `class_spawn` that started it.
+        request: RequestId,
+        /// Which stream.
+        stream: StdStream,
+        /// The bytes, verbatim.
+        data: Bytes,
+    },
+    /// The output of a process spawned with [`SpawnOutput::Events`] or
+    /// [`SpawnOutput::Files`] is over. `complete` is true when both streams
+    /// reached end of file and every byte was delivered (or written to the
+    /// files); false when the connection from its machine broke (its local RM
+    /// then keeps the rest in its own output folder).
+    OutputEnd {
+        /// The spawned process.
+        process: ProcessId,
+        /// The `class_spawn` that started it.
+        request: RequestId,
+        /// Whether every byte arrived.
+        complete: bool,
+    },
     /// The connection to the local RM is gone. Outstanding requests will not
     /// be answered; later requests fail at once with
     /// [`FailureCode::Unavailable`]. Direct messages still flow.
@@ -256,12 +290,24 @@ pub enum Incoming {
 /// once every [`Carmi`] clone has been dropped and the buffered items are read.
 pub struct EventStream {
     rx: mpsc::UnboundedReceiver<Incoming>,
+    /// Output bytes that may still be queued ([`OUTPUT_BUFFER`]); given back
+    /// as the application takes [`Incoming::Output`] items.
+    output_budget: Arc<Semaphore>,
 }
 
 impl EventStream {
     /// The next item, or `None` when the client has shut down.
     pub async fn next(&mut self) -> Option<Incoming> {
-        self.rx.recv().await
+        let item = self.rx.recv().await;
+        self.taken(item)
+    }
+
+    /// Gives back the output budget of an item the application now holds.
+    fn taken(&self, item: Option<Incoming>) -> Option<Incoming> {
+        if let Some(Incoming::Output { data, .. }) = &item {
+            self.output_budget.add_permits(data.len());
+        }
+        item
     }
 }
 
@@ -269,7 +315,10 @@ impl futures::Stream for EventStream {
     type Item = Incoming;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Incoming>> {
-        self.rx.poll_recv(cx)
+        match self.rx.poll_recv(cx) {
+            Poll::Ready(item) => Poll::Ready(self.taken(item)),
+            Poll::Pending => Poll::Pending,
+        }
     }
 }
 
@@ -323,6 +372,11 @@ struct Shared {
     endpoints: Mutex<HashMap<ProcessId, String>>,
     /// One queue per peer this process sends to, each drained by its own task.
     peers: Mutex<HashMap<ProcessId, mpsc::UnboundedSender<peer::Outgoing>>>,
+    /// How the output of each `class_spawn` request is handled on arrival
+    /// (absent: as events).
+    output_files: Mutex<HashMap<RequestId, (PathBuf, PathBuf)>>,
+    /// See [`EventStream::output_budget`].
+    output_budget: Arc<Semaphore>,
 }
 
 /// Locks a mutex; a poisoned one still holds consistent maps (no code panics
@@ -348,6 +402,10 @@ impl Shared {
 
     /// Routes an RM event: to a waiting peer lookup, or to the event stream.
     fn deliver(&self, event: Event) {
+        if let Event::Failed { request, .. } = &event {
+            // A spawn that failed has no output coming: forget its files.
+            lock(&self.output_files).remove(request);
+        }
         let waiting = lock(&self.lookups).remove(&event.request());
         match waiting {
             Some(tx) => {
@@ -464,6 +522,7 @@ pub async fn connect(opts: ConnectOptions) -> Result<(Carmi, EventStream), Conne
     let (commands, commands_rx) = mpsc::unbounded_channel();
     let (events, events_rx) = mpsc::unbounded_channel();
     let runtime = tokio::runtime::Handle::current();
+    let output_budget = Arc::new(Semaphore::new(OUTPUT_BUFFER));
     let shared = Arc::new(Shared {
         job,
         process,
@@ -477,6 +536,8 @@ pub async fn connect(opts: ConnectOptions) -> Result<(Carmi, EventStream), Conne
         rm_down: Mutex::new(None),
         endpoints: Mutex::new(HashMap::new()),
         peers: Mutex::new(HashMap::new()),
+        output_files: Mutex::new(HashMap::new()),
+        output_budget: output_budget.clone(),
     });
     runtime.spawn(rm::write_loop(shared.clone(), commands_rx, w));
     runtime.spawn(rm::read_loop(shared.clone(), r));
@@ -487,7 +548,11 @@ pub async fn connect(opts: ConnectOptions) -> Result<(Carmi, EventStream), Conne
             _stop: stop_tx,
         }),
     };
-    Ok((carmi, EventStream { rx: events_rx }))
+    let events = EventStream {
+        rx: events_rx,
+        output_budget,
+    };
+    Ok((carmi, events))
 }
 
 /// Opens the listener for direct messages on `endpoint_host`, or else on the
@@ -598,9 +663,10 @@ impl Carmi {
     }
 
     /// Starts `executable` with `args` on `target` (`ProcessStarted`, later
-    /// `ProcessExited`). The file is read and hashed by the writer task, and
-    /// its bytes are uploaded once per content per client; a file that cannot
-    /// be read fails the request with [`FailureCode::BadExecutable`].
+    /// `ProcessExited`); its output arrives as events ([`SpawnOutput::Events`]).
+    /// The file is read and hashed by the writer task, and its bytes are
+    /// uploaded once per content per client; a file that cannot be read fails
+    /// the request with [`FailureCode::BadExecutable`].
     pub fn class_spawn<I, S>(
         &self,
         executable: impl Into<PathBuf>,
@@ -611,13 +677,40 @@ impl Carmi {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
+        self.class_spawn_with(executable, args, target, SpawnOutput::Events)
+    }
+
+    /// [`Carmi::class_spawn`] with a choice of what becomes of the process's
+    /// standard output and error.
+    pub fn class_spawn_with<I, S>(
+        &self,
+        executable: impl Into<PathBuf>,
+        args: I,
+        target: SpawnTarget,
+        output: SpawnOutput,
+    ) -> RequestId
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
         let shared = &self.inner.shared;
         let id = shared.new_request_id();
+        let mode = match output {
+            SpawnOutput::Events => OutputMode::Forward,
+            SpawnOutput::Files { stdout, stderr } => {
+                // Registered before the request leaves, so no output can beat it.
+                lock(&shared.output_files).insert(id, (stdout, stderr));
+                OutputMode::Forward
+            }
+            SpawnOutput::Keep => OutputMode::Keep,
+            SpawnOutput::Discard => OutputMode::Discard,
+        };
         shared.queue(rm::Command::Spawn {
             id,
             path: executable.into(),
             args: args.into_iter().map(Into::into).collect(),
             target,
+            output: mode,
         });
         id
     }
@@ -641,6 +734,24 @@ impl Carmi {
         self.request(Request::DefineClass {
             name: name.into(),
             expression: expression.into(),
+            rank: None,
+        })
+    }
+
+    /// Defines (or redefines) a resource class whose matching machines are
+    /// preferred by `rank` (a ClassAd expression over machine attributes):
+    /// `addhosts` and growth take higher-ranked machines first, the fastest
+    /// among equals.
+    pub fn define_class_ranked(
+        &self,
+        name: impl Into<String>,
+        expression: impl Into<String>,
+        rank: impl Into<String>,
+    ) -> RequestId {
+        self.request(Request::DefineClass {
+            name: name.into(),
+            expression: expression.into(),
+            rank: Some(rank.into()),
         })
     }
 
@@ -695,75 +806,4 @@ impl Carmi {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let map: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |name| map.get(name).cloned()
-    }
-
-    #[test]
-    fn handles_and_streams_move_between_threads() {
-        fn assert_send_sync<T: Send + Sync + 'static>() {}
-        assert_send_sync::<Carmi>();
-        assert_send_sync::<EventStream>();
-        assert_send_sync::<ConnectError>();
-    }
-
-    #[test]
-    fn environment_names_what_is_missing_or_wrong() {
-        let dir = tempfile::tempdir().unwrap();
-        let secret = dir.path().join("pool.secret");
-        std::fs::write(&secret, Secret::generate_text()).unwrap();
-        let secret = secret.to_str().unwrap();
-
-        let err = ConnectOptions::from_vars(vars(&[])).unwrap_err();
-        assert!(err.to_string().contains("CARMI_LOCAL is not set"), "{err}");
-        let err = ConnectOptions::from_vars(vars(&[("CARMI_LOCAL", "h:1")])).unwrap_err();
-        assert!(err.to_string().contains("CARMI_SECRET_FILE"), "{err}");
-        let err = ConnectOptions::from_vars(vars(&[
-            ("CARMI_LOCAL", "h:1"),
-            ("CARMI_SECRET_FILE", "/nonexistent/secret"),
-        ]))
-        .unwrap_err();
-        assert!(err.to_string().contains("/nonexistent/secret"), "{err}");
-        let err = ConnectOptions::from_vars(vars(&[
-            ("CARMI_LOCAL", "h:1"),
-            ("CARMI_SECRET_FILE", secret),
-            ("CARMI_PROCESS", "p4"),
-        ]))
-        .unwrap_err();
-        assert!(err.to_string().contains("CARMI_JOB is not set"), "{err}");
-        let err = ConnectOptions::from_vars(vars(&[
-            ("CARMI_LOCAL", "h:1"),
-            ("CARMI_SECRET_FILE", secret),
-            ("CARMI_JOB", "seven"),
-        ]))
-        .unwrap_err();
-        assert!(err.to_string().contains("CARMI_JOB=\"seven\""), "{err}");
-
-        let first = ConnectOptions::from_vars(vars(&[
-            ("CARMI_LOCAL", "h:1"),
-            ("CARMI_SECRET_FILE", secret),
-            ("CARMI_JOB", ""),
-        ]))
-        .unwrap();
-        assert_eq!((first.job, first.process), (None, None));
-        let started = ConnectOptions::from_vars(vars(&[
-            ("CARMI_LOCAL", "h:1"),
-            ("CARMI_SECRET_FILE", secret),
-            ("CARMI_JOB", "j3"),
-            ("CARMI_PROCESS", "12"),
-            ("CARMI_ENDPOINT_HOST", "10.0.0.5"),
-        ]))
-        .unwrap();
-        assert_eq!(started.local, "h:1");
-        assert_eq!(started.job, Some(JobId(3)));
-        assert_eq!(started.process, Some(ProcessId(12)));
-        assert_eq!(started.endpoint_host.as_deref(), Some("10.0.0.5"));
-    }
-}
+mod tests;

@@ -12,7 +12,8 @@
 //! - `net`: dialing a peer (timeout, TCP_NODELAY).
 //! - `handshake`: version, role, mutual HMAC challenge-response on the pool secret.
 //! - `client`: the client library: `connect`, the `Carmi` handle (requests return
-//!   ids at once), the merged `EventStream`, direct messages between processes.
+//!   ids at once), the merged `EventStream`, direct messages between processes,
+//!   and the output of spawned processes streamed back to their requester.
 //! - `admin`: administration requests to the global RM (`carmi status`, jobs).
 //! - `submit`: submit files (`key = value`, one `queue` per resource class), parsed purely.
 //!

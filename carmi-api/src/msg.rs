@@ -52,6 +52,70 @@ pub enum Role {
     },
     /// An administration tool (`carmi status`).
     Admin,
+    /// A local RM forwarding a spawned process's standard output and error to
+    /// the process that asked for it ([`OutputRoute::Forward`]), on the
+    /// requester's direct-message endpoint; [`OutputFrame`]s follow.
+    Output {
+        /// The job both processes belong to; another job's output is refused.
+        job: JobId,
+        /// The spawned process whose output this is.
+        process: ProcessId,
+        /// The requester's `ClassSpawn` request id.
+        request: RequestId,
+    },
+}
+
+/// What the submitter of `class_spawn` wants done with the new process's
+/// standard output and error.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OutputMode {
+    /// Stream both to the requesting process (as client events or files on its side).
+    Forward,
+    /// Keep them in files on the machine that runs the process
+    /// (`WORK_DIR/output/<job>/<process>.{out,err}`); what older clients got.
+    #[default]
+    Keep,
+    /// Throw them away (`/dev/null`).
+    Discard,
+}
+
+/// Where a local RM sends a spawned process's standard output and error
+/// (decided by the global RM from the request's [`OutputMode`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OutputRoute {
+    /// Files on the machine ([`OutputMode::Keep`]).
+    #[default]
+    Keep,
+    /// `/dev/null`.
+    Discard,
+    /// Stream to the requester over a direct connection ([`Role::Output`]).
+    Forward {
+        /// `host:port` of the requester's direct-message endpoint.
+        endpoint: String,
+        /// The requester's `ClassSpawn` request id.
+        request: RequestId,
+    },
+}
+
+/// One of a process's two output streams.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum StdStream {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+/// A frame on a [`Role::Output`] connection, local RM -> requester.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OutputFrame {
+    /// Bytes the process wrote to `stream`; they are the frame payload, verbatim.
+    Data {
+        /// Which stream.
+        stream: StdStream,
+    },
+    /// Both streams reached end of file and every byte was sent before this.
+    End,
 }
 
 /// Where `class_spawn` should run a process.
@@ -134,6 +198,9 @@ pub enum Request {
         args: Vec<String>,
         /// Where.
         target: SpawnTarget,
+        /// What becomes of its standard output and error (absent: [`OutputMode::Keep`]).
+        #[serde(default)]
+        output: OutputMode,
     },
     /// State of a process of the job.
     ProcessInfo {
@@ -148,6 +215,10 @@ pub enum Request {
         name: String,
         /// ClassAd expression over machine attributes.
         expression: String,
+        /// ClassAd expression rating a matching machine (`TARGET` is the job
+        /// ad): higher is taken first, the fastest among equals; absent: speed alone.
+        #[serde(default)]
+        rank: Option<String>,
     },
     /// Remove a class; fails while hosts of that class are allocated.
     RemoveClass {
@@ -670,6 +741,9 @@ pub enum FromGlobal {
         executable: ExecutableRef,
         /// Arguments after `argv[0]`.
         args: Vec<String>,
+        /// Where its standard output and error go (absent: [`OutputRoute::Keep`]).
+        #[serde(default)]
+        output: OutputRoute,
     },
     /// Kill a process (and its children).
     Kill {

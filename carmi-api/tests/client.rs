@@ -374,6 +374,7 @@ async fn class_spawn_uploads_each_executable_once_and_bad_files_fail_their_reque
                 executable: executable.clone(),
                 args: args.iter().map(|s| s.to_string()).collect(),
                 target: target.clone(),
+                output: carmi_api::msg::OutputMode::Forward,
             },
         };
     assert_eq!(

@@ -51,6 +51,8 @@ mod jobs;
 #[cfg(test)]
 mod jobs_tests;
 mod pool;
+#[cfg(test)]
+mod rank_tests;
 mod requests;
 #[cfg(test)]
 mod tests;

@@ -14,7 +14,8 @@
 //! - `router`: everything the daemon decides: registry, heartbeats, requests, process events,
 //!   submitted jobs and their masters (`router::jobs`), machines (`router::machines`).
 //! - `store`: executables stored by content hash under the state directory.
-//! - `server`: the tokio driver: listener, handshake, framing, one router task.
+//! - `server`: the tokio driver: listener, handshake, framing, one router task; a bounded
+//!   outgoing queue per connection (a peer that stops reading is disconnected).
 //! - `main.rs`: the `carmi-global` command.
 
 #![warn(missing_docs)]

@@ -45,6 +45,10 @@ mod requests;
 #[cfg(test)]
 mod tests;
 
+/// Most events kept for one unreachable process ([`Router::deliver`]); a
+/// process that stays away longer than that many events loses the oldest.
+pub const MAX_PARKED: usize = 4096;
+
 /// One connection accepted by the global RM (a local RM or an admin tool).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LinkId(pub u64);
@@ -128,6 +132,10 @@ pub struct Router {
     procs: ProcTable,
     /// `LookupProcess` requests waiting for their process to attach.
     lookups: HashMap<ProcessId, Vec<ReqRef>>,
+    /// Events for processes attached through a machine whose connection is
+    /// down (or which was declared lost): kept until the machine's local RM
+    /// announces the process again, so that every request gets its answer.
+    parked: HashMap<ProcessId, Vec<Event>>,
     /// Stored executables: sha256 -> size.
     executables: HashMap<String, u64>,
     /// Jobs submitted with `carmi submit`, until they end.
@@ -155,6 +163,7 @@ impl Router {
             deadlines: BTreeSet::new(),
             procs: ProcTable::new(),
             lookups: HashMap::new(),
+            parked: HashMap::new(),
             executables: HashMap::new(),
             submitted: HashMap::new(),
             masters: HashMap::new(),
@@ -235,7 +244,7 @@ impl Router {
             Role::Admin => {
                 self.links.insert(link, LinkRole::Admin);
             }
-            Role::Application { .. } | Role::Peer { .. } => {
+            Role::Application { .. } | Role::Peer { .. } | Role::Output { .. } => {
                 self.close(
                     link,
                     "applications talk to their local RM, not to the global RM".into(),
@@ -467,7 +476,18 @@ impl Router {
                     event,
                 },
             ),
-            _ => debug!(%process, ?event, "event dropped: the process is not reachable"),
+            // Its machine is away: its local RM keeps the process's
+            // connection and announces it again when it is back.
+            (Some(a), None) => {
+                let parked = self.parked.entry(process).or_default();
+                if parked.len() >= MAX_PARKED {
+                    let dropped = parked.remove(0);
+                    warn!(%process, machine = a.machine, ?dropped, "too many events kept for an unreachable process; dropping the oldest");
+                }
+                debug!(%process, machine = a.machine, "machine away: event kept until the process is announced again");
+                parked.push(event);
+            }
+            (None, _) => debug!(%process, ?event, "event dropped: the process is not attached"),
         }
     }
 
@@ -581,6 +601,9 @@ impl Router {
         };
         self.procs.attach(process, at, endpoint.clone());
         self.send(link, FromGlobal::Attached { conn, job, process });
+        for event in self.parked.remove(&process).unwrap_or_default() {
+            self.send(link, FromGlobal::Deliver { conn, event });
+        }
         for waiting in self.lookups.remove(&process).unwrap_or_default() {
             let reply = Reply::Endpoint {
                 process,
@@ -598,6 +621,7 @@ impl Router {
         let Some(p) = self.procs.detach(&at) else {
             return;
         };
+        self.parked.remove(&p);
         self.alloc.on_requester_gone(p);
         let proc = self.procs.find(p).expect("detach returned a known process");
         let job = proc.job;
@@ -618,6 +642,7 @@ impl Router {
         for p in self.procs.of_job(job) {
             let proc = self.procs.remove(p).expect("listed by of_job");
             self.lookups.remove(&p);
+            self.parked.remove(&p);
             if proc.is_live()
                 && let Some(link) = proc
                     .host

@@ -36,6 +36,9 @@ use crate::store::ExeStore;
 /// How long shutdown waits for connections to finish.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
+/// Default for [`ServerConfig::max_queued`].
+pub const DEFAULT_MAX_QUEUED: usize = 16 * 1024;
+
 /// Settings of the daemon.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
@@ -47,6 +50,10 @@ pub struct ServerConfig {
     pub router: RouterConfig,
     /// Largest frame accepted after the handshake.
     pub max_frame: usize,
+    /// Most frames waiting to be written to one connection. A peer that
+    /// stops reading fills its queue and is then disconnected (with a logged
+    /// reason) rather than making the daemon's memory grow without limit.
+    pub max_queued: usize,
 }
 
 impl ServerConfig {
@@ -57,6 +64,7 @@ impl ServerConfig {
             state_dir,
             router: RouterConfig::default(),
             max_frame: DEFAULT_MAX_FRAME,
+            max_queued: DEFAULT_MAX_QUEUED,
         }
     }
 }
@@ -76,7 +84,7 @@ enum Cmd {
     Opened {
         link: LinkId,
         role: Role,
-        tx: mpsc::UnboundedSender<Outgoing>,
+        out: LinkTx,
     },
     Message {
         link: LinkId,
@@ -86,6 +94,14 @@ enum Cmd {
     Closed {
         link: LinkId,
     },
+}
+
+/// The router task's way to a connection: its bounded queue, and a bell
+/// that ends the connection when the queue is full (a full queue cannot
+/// carry the order to close).
+struct LinkTx {
+    tx: mpsc::Sender<Outgoing>,
+    kick: Arc<tokio::sync::Notify>,
 }
 
 /// From the router task (or the connection's own reader) to its writer.
@@ -101,6 +117,7 @@ struct Shared {
     store: Arc<ExeStore>,
     cmds: mpsc::UnboundedSender<Cmd>,
     next_link: AtomicU64,
+    max_queued: usize,
 }
 
 impl Server {
@@ -169,6 +186,7 @@ impl Server {
             store: self.store.clone(),
             cmds: cmd_tx,
             next_link: AtomicU64::new(1),
+            max_queued: self.config.max_queued,
         });
         tokio::pin!(shutdown);
         loop {
@@ -212,7 +230,7 @@ async fn router_task(
     _done: mpsc::Sender<()>,
 ) {
     let start = Instant::now();
-    let mut links: HashMap<LinkId, mpsc::UnboundedSender<Outgoing>> = HashMap::new();
+    let mut links: HashMap<LinkId, LinkTx> = HashMap::new();
     loop {
         // A deadline beyond what the clock can express is no deadline.
         let deadline = router.next_deadline().and_then(|d| start.checked_add(d));
@@ -221,8 +239,8 @@ async fn router_task(
                 let Some(cmd) = cmd else { break };
                 let now = start.elapsed();
                 match cmd {
-                    Cmd::Opened { link, role, tx } => {
-                        links.insert(link, tx);
+                    Cmd::Opened { link, role, out } => {
+                        links.insert(link, out);
                         router.on_link_opened(link, role, now);
                     }
                     Cmd::Message { link, msg } => router.on_message(link, msg, now),
@@ -240,14 +258,12 @@ async fn router_task(
         }
         for out in router.take_outputs() {
             match out {
-                Output::Send { link, msg } => {
-                    if let Some(tx) = links.get(&link) {
-                        let _ = tx.send(Outgoing::Frame(msg, Bytes::new()));
-                    }
-                }
+                Output::Send { link, msg } => send_or_kick(&mut links, link, msg),
                 Output::Close { link, reason } => {
-                    if let Some(tx) = links.remove(&link) {
-                        let _ = tx.send(Outgoing::Close(reason));
+                    if let Some(out) = links.remove(&link)
+                        && out.tx.try_send(Outgoing::Close(reason)).is_err()
+                    {
+                        out.kick.notify_one();
                     }
                 }
                 // A short blocking fsync on this task, on purpose: nothing
@@ -266,6 +282,27 @@ async fn router_task(
                 }
             }
         }
+    }
+}
+
+/// Queues `msg` for `link`. A connection whose queue is full has stopped
+/// reading: it is disconnected (the router hears `Closed` from its task, as
+/// for any other end) and nothing more is queued for it.
+fn send_or_kick(links: &mut HashMap<LinkId, LinkTx>, link: LinkId, msg: FromGlobal) {
+    let Some(out) = links.get(&link) else { return };
+    match out.tx.try_send(Outgoing::Frame(msg, Bytes::new())) {
+        Ok(()) => {}
+        Err(mpsc::error::TrySendError::Full(_)) => {
+            let out = links.remove(&link).expect("present above");
+            warn!(
+                %link,
+                queued = out.tx.max_capacity(),
+                "disconnecting: the peer stopped reading and its outgoing queue is full"
+            );
+            out.kick.notify_one();
+        }
+        // The connection task has ended; its `Closed` is on the way.
+        Err(mpsc::error::TrySendError::Closed(_)) => {}
     }
 }
 
@@ -294,11 +331,15 @@ async fn connection(
     debug!(%peer, %link, ?role, "connection accepted");
     // Admin links upload the master of a job before `Submit`.
     let serves_executables = matches!(role, Role::Local { .. } | Role::Admin);
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (tx, mut rx) = mpsc::channel(shared.max_queued.max(1));
+    let kick = Arc::new(tokio::sync::Notify::new());
     let opened = Cmd::Opened {
         link,
         role,
-        tx: tx.clone(),
+        out: LinkTx {
+            tx: tx.clone(),
+            kick: kick.clone(),
+        },
     };
     if shared.cmds.send(opened).is_err() {
         return;
@@ -306,6 +347,10 @@ async fn connection(
     let ended = tokio::select! {
         r = read_frames(&mut reader, link, serves_executables, &shared, &tx) => r,
         r = write_frames(&mut w, &mut rx) => r,
+        _ = kick.notified() => Err(format!(
+            "the peer stopped reading: {} frames are waiting for it",
+            shared.max_queued
+        )),
         _ = stop.changed() => Ok(()),
     };
     match ended {
@@ -322,7 +367,7 @@ async fn read_frames(
     link: LinkId,
     serves_executables: bool,
     shared: &Shared,
-    tx: &mpsc::UnboundedSender<Outgoing>,
+    tx: &mpsc::Sender<Outgoing>,
 ) -> Result<(), String> {
     loop {
         let (msg, payload) = match reader.read::<ToGlobal>().await {
@@ -359,7 +404,8 @@ async fn read_frames(
                         Outgoing::Frame(FromGlobal::NoExecutable { sha256 }, Bytes::new())
                     }
                 };
-                let _ = tx.send(reply);
+                // Waits while the queue is full: this peer's reading pauses, nobody else's.
+                let _ = tx.send(reply).await;
             }
             msg => {
                 if shared.cmds.send(Cmd::Message { link, msg }).is_err() {
@@ -375,7 +421,7 @@ async fn read_frames(
 /// system call rather than one per frame.
 async fn write_frames(
     w: &mut OwnedWriteHalf,
-    rx: &mut mpsc::UnboundedReceiver<Outgoing>,
+    rx: &mut mpsc::Receiver<Outgoing>,
 ) -> Result<(), String> {
     let failed = |e: std::io::Error| format!("write failed: {e}");
     let mut w = BufWriter::with_capacity(64 * 1024, w);

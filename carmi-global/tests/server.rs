@@ -34,6 +34,11 @@ struct Daemon {
 
 impl Daemon {
     async fn start(heartbeat_ms: u64) -> Daemon {
+        Daemon::start_with(heartbeat_ms, |_| {}).await
+    }
+
+    /// [`Daemon::start`] with further settings.
+    async fn start_with(heartbeat_ms: u64, tune: impl FnOnce(&mut ServerConfig)) -> Daemon {
         static N: AtomicU32 = AtomicU32::new(0);
         let dir = std::env::temp_dir().join(format!(
             "carmi-global-test-{}-{}",
@@ -47,6 +52,7 @@ impl Daemon {
             ..RouterConfig::default()
         };
         config.max_frame = 1 << 20;
+        tune(&mut config);
         let server = Server::bind("127.0.0.1:0", config).await.unwrap();
         let addr = server.local_addr().unwrap();
         let (tx, rx) = oneshot::channel::<()>();
@@ -214,6 +220,7 @@ async fn a_job_defines_a_class_and_gets_hosts() {
         Request::DefineClass {
             name: "fast".into(),
             expression: "Mips >= 500 && Arch == \"x86_64\"".into(),
+            rank: None,
         },
     )
     .await;
@@ -256,6 +263,7 @@ async fn a_job_defines_a_class_and_gets_hosts() {
         Request::DefineClass {
             name: "bad".into(),
             expression: "Mips >= ".into(),
+            rank: None,
         },
     )
     .await;
@@ -313,6 +321,7 @@ async fn a_silent_machine_is_declared_lost() {
         Request::DefineClass {
             name: "any".into(),
             expression: "true".into(),
+            rank: None,
         },
     )
     .await;
@@ -398,6 +407,7 @@ async fn executables_upload_fetch_and_spawn() {
             Request::DefineClass {
                 name: "any".into(),
                 expression: "true".into(),
+                rank: None,
             },
         ),
         (
@@ -419,6 +429,7 @@ async fn executables_upload_fetch_and_spawn() {
             executable: exe.clone(),
             args: vec!["a".into()],
             target: SpawnTarget::Class("any".into()),
+            output: Default::default(),
         },
     )
     .await;
@@ -481,5 +492,54 @@ async fn executables_upload_fetch_and_spawn() {
             cpu_seconds: 0.25
         }
     );
+    d.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_client_that_stops_reading_is_disconnected_and_others_stay_served() {
+    let d = Daemon::start_with(200, |c| c.max_queued = 8).await;
+    // A machine with a large ad, so that each `MachineAds` answer is large.
+    let mut m = d.connect(Role::Local { name: "big".into() }).await;
+    let blob = "x".repeat(100_000);
+    m.send(&ToGlobal::Advertise {
+        ad: format!("[ Name = \"big\"; Mips = 10; Blob = \"{blob}\" ]"),
+        slots: 1,
+        running: vec![],
+    })
+    .await;
+    assert!(matches!(m.recv().await, FromGlobal::Registered { .. }));
+
+    // Asks for far more than the socket buffers and the queue hold, never reading.
+    let asked = 3000;
+    let mut stuck = d.connect(Role::Admin).await;
+    for _ in 0..asked {
+        // The daemon may hang up on it before it has asked everything.
+        if write_frame(&mut stuck.w, &ToGlobal::MachineAds, &[])
+            .await
+            .is_err()
+        {
+            break;
+        }
+    }
+    // Everyone else is still served meanwhile.
+    let mut admin = d.connect(Role::Admin).await;
+    admin.send(&ToGlobal::Status).await;
+    assert!(matches!(admin.recv().await, FromGlobal::Pool(_)));
+
+    // The stuck client finds its connection closed after what was buffered.
+    let mut got = 0;
+    let closed = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Ok(Some(_)) = stuck.r.read::<FromGlobal>().await {
+            got += 1;
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "the stuck connection was never closed");
+    assert!(
+        got < asked,
+        "all {asked} answers were queued for a client that did not read"
+    );
+    admin.send(&ToGlobal::Status).await;
+    assert!(matches!(admin.recv().await, FromGlobal::Pool(_)));
     d.shutdown().await;
 }

@@ -31,8 +31,8 @@ use std::collections::{BTreeMap, VecDeque};
 use bytes::Bytes;
 use carmi_api::ids::{ConnId, HostId, JobId, ProcessId, RequestId};
 use carmi_api::msg::{
-    Event, ExecutableRef, ExitStatus, Failure, FailureCode, FromGlobal, FromLocal, Request,
-    SlotActivity, ToGlobal,
+    Event, ExecutableRef, ExitStatus, Failure, FailureCode, FromGlobal, FromLocal, OutputRoute,
+    Request, SlotActivity, ToGlobal,
 };
 
 use carmi_api::exe::is_sha256_hex;
@@ -89,6 +89,8 @@ pub struct Launch {
     pub stdio: (Option<String>, Option<String>),
     /// Files copied into a master's sandbox before it starts.
     pub input_files: Vec<String>,
+    /// Where standard output and error go (a master: always its files).
+    pub output: OutputRoute,
 }
 
 /// The connection to the global RM, as far as the core is concerned.
@@ -336,6 +338,7 @@ impl Core {
                 host,
                 executable,
                 args,
+                output,
             } => self.on_spawn(Launch {
                 process,
                 job,
@@ -346,6 +349,7 @@ impl Core {
                 env: Vec::new(),
                 stdio: (None, None),
                 input_files: Vec::new(),
+                output,
             }),
             FromGlobal::SpawnMaster {
                 process,
@@ -366,6 +370,7 @@ impl Core {
                 env,
                 stdio: (output, error),
                 input_files,
+                output: OutputRoute::Keep,
             }),
             FromGlobal::Kill { process } => self.on_kill(process),
             FromGlobal::Executable { executable } => self.on_executable(executable, payload),

@@ -32,6 +32,7 @@ fn spawn(process: u64, host: u64, executable: ExecutableRef) -> FromGlobal {
         host: HostId(host),
         executable,
         args: vec!["a".into()],
+        output: Default::default(),
     }
 }
 

@@ -10,9 +10,11 @@
 //! arrives, when the number of job processes changes, and at its deadline
 //! (where a real owner is measured first); its effects become core calls.
 //!
-//! Shutdown: every process group gets SIGTERM (SIGKILL after the grace
-//! period); their exits are reported to the global RM if it is there; then
-//! the listener and the global link stop. Dropping the driver without a
+//! Shutdown: the launcher is closed first (no process starts after that,
+//! and a launch under way finishes and is counted), then every process group
+//! it started gets SIGTERM (SIGKILL after the grace period), whether or not
+//! its launch had been reported; their exits are reported to the global RM
+//! if it is there; then the listener and the global link stop. Dropping the driver without a
 //! shutdown (a runtime torn down) SIGKILLs every group still alive.
 
 use std::collections::HashMap;
@@ -25,7 +27,8 @@ use bytes::Bytes;
 use carmi_api::handshake::Secret;
 use carmi_api::ids::{ConnId, JobId, ProcessId, RequestId};
 use carmi_api::msg::{
-    ExecutableRef, FromGlobal, FromLocal, FromLocalControl, OwnerEvent, Request, ToGlobal,
+    ExecutableRef, FromGlobal, FromLocal, FromLocalControl, OutputRoute, OwnerEvent, Request,
+    ToGlobal,
 };
 use classad::ClassAd;
 use tokio::net::TcpListener;
@@ -38,9 +41,10 @@ use crate::config::{OwnerSource, Settings};
 use crate::core::{Core, Effect, Launch};
 use crate::global::GlobalConfig;
 use crate::machine::{MachineAd, detect_static, sample_dynamic};
+use crate::output::{self, ForwardTarget};
 use crate::owner::{RealOwner, SimulatedOwner};
 use crate::policy::{Policy, PolicyEffect};
-use crate::spawn::{ExitReport, LaunchSpec, Launcher, ProcessGroup};
+use crate::spawn::{Capture, ExitReport, LaunchSpec, Launcher, ProcessGroup};
 use crate::{Error, apps, benchmark, global};
 
 /// Inputs queued before senders (connections) wait for the driver.
@@ -198,7 +202,7 @@ impl Daemon {
         ));
         let gcfg = GlobalConfig {
             addr: settings.global.clone(),
-            secret,
+            secret: secret.clone(),
             name: settings.name.clone(),
         };
         let global_task = tokio::spawn(global::run(gcfg, inputs_tx.clone(), links_stop_rx));
@@ -243,6 +247,7 @@ impl Daemon {
             heartbeat: None,
             kill_grace: settings.kill_grace,
             heartbeat_fallback: settings.heartbeat_fallback,
+            secret,
         };
         driver.measure();
         driver.evaluate();
@@ -359,6 +364,8 @@ struct Driver {
     heartbeat: Option<Interval>,
     kill_grace: Duration,
     heartbeat_fallback: Duration,
+    /// The pool secret, for the output connections to requesters.
+    secret: Secret,
 }
 
 impl Driver {
@@ -396,20 +403,33 @@ impl Driver {
         tracing::info!("local RM stopped");
     }
 
-    /// Kills all processes and keeps serving inputs until their exits are in.
+    /// Refuses new processes, kills all it started (including those whose
+    /// launch has not been reported yet), and keeps serving inputs until
+    /// their exits are in.
     async fn stop(&mut self, inputs: &mut mpsc::Receiver<Input>) {
-        let live: Vec<ProcessGroup> = self.groups.0.values().cloned().collect();
+        // First the gate: after `close` no process can start, and every one
+        // that did is in its list, reported to this driver or not.
+        let launcher = self.launcher.clone();
+        let started = tokio::task::spawn_blocking(move || launcher.close())
+            .await
+            .unwrap_or_default();
+        let mut live: HashMap<ProcessId, ProcessGroup> = self.groups.0.clone();
+        for (p, g) in started {
+            live.entry(p).or_insert(g);
+        }
         if !live.is_empty() {
             tracing::info!(processes = live.len(), "stopping: killing all processes");
         }
-        for g in live {
+        let mut terminating = tokio::task::JoinSet::new();
+        for g in live.into_values() {
             let grace = self.kill_grace;
-            tokio::spawn(async move { g.terminate(grace).await });
+            terminating.spawn(async move { g.terminate(grace).await });
         }
         let deadline = Instant::now() + self.kill_grace + Duration::from_secs(3);
-        while !self.groups.0.is_empty() {
+        while !self.groups.0.is_empty() || !terminating.is_empty() {
             let input = tokio::select! {
                 i = inputs.recv() => i,
+                Some(_) = terminating.join_next(), if !terminating.is_empty() => continue,
                 _ = tokio::time::sleep_until(deadline) => None,
             };
             let Some(input) = input else {
@@ -706,6 +726,24 @@ impl Driver {
                 launch.stdio.1.map(PathBuf::from),
             ),
             input_files: launch.input_files.into_iter().map(PathBuf::from).collect(),
+            capture: match &launch.output {
+                OutputRoute::Keep => Capture::Files,
+                OutputRoute::Discard => Capture::Discard,
+                OutputRoute::Forward { .. } => Capture::Pipes,
+            },
+        };
+        let forward = match launch.output {
+            OutputRoute::Forward { endpoint, request } => Some((
+                ForwardTarget {
+                    endpoint,
+                    request,
+                    job: launch.job,
+                    process: launch.process,
+                    fallback_dir: self.work_dir.join("output").join(launch.job.0.to_string()),
+                },
+                self.secret.clone(),
+            )),
+            _ => None,
         };
         let launcher = self.launcher.clone();
         let inputs = self.inputs_tx.clone();
@@ -722,7 +760,13 @@ impl Driver {
             let result = tokio::task::spawn_blocking(move || launcher.launch(&spec, on_exit))
                 .await
                 .map_err(|e| format!("launching failed: {e}"))
-                .and_then(|r| r.map_err(|e| e.to_string()));
+                .and_then(|r| r.map_err(|e| e.to_string()))
+                .map(|launched| {
+                    if let (Some(pipes), Some((target, secret))) = (launched.pipes, forward) {
+                        tokio::spawn(output::forward(pipes, target, secret));
+                    }
+                    launched.group
+                });
             let _ = inputs.send(Input::Launched { process, result }).await;
             let _ = launched_tx.send(());
         });

@@ -29,6 +29,7 @@
 //! - `owner`: owner activity sources: the real keyboard/load measurement and the simulated owner.
 //! - `control`: the control connection (owner events from `owner-sim`) and its client, [`control::OwnerLink`].
 //! - `core`: the I/O-free router: connection states, process table, pending fetches, the backlog kept while the global RM is away; its `core_owner.rs` part carries out the owner policy on slots and processes.
+//! - `output`: forwarding a spawned process's stdout/stderr to its requester, with backpressure down to the pipe.
 //! - `apps`: the listener for application processes and one task per connection.
 //! - `global`: the connection to the global RM, with reconnection and backoff.
 //! - `daemon`: the driver that feeds socket, process and timer events to `core` and carries out its effects.
@@ -44,6 +45,7 @@ pub mod core;
 pub mod daemon;
 pub mod global;
 pub mod machine;
+pub mod output;
 pub mod owner;
 pub mod policy;
 pub mod spawn;

@@ -16,12 +16,14 @@
 //! grandchild that is never waited for, escapes both the kill and the CPU
 //! accounting; closing that gap needs cgroups.
 
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fs::{self, File};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use carmi_api::ids::{HostId, JobId, ProcessId};
@@ -47,8 +49,40 @@ pub struct LaunchSpec {
     pub env: Vec<(String, String)>,
     /// Files for standard output and error instead of the sandbox's (a master's).
     pub stdio: (Option<PathBuf>, Option<PathBuf>),
+    /// Files (the default), pipes handed back to the caller, or `/dev/null`.
+    pub capture: Capture,
     /// Files copied into the sandbox, by file name, before the start.
     pub input_files: Vec<PathBuf>,
+}
+
+/// What the process's standard output and error are connected to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Capture {
+    /// Files: `stdio`'s, else the sandbox's, kept after the exit.
+    #[default]
+    Files,
+    /// Pipes, returned in [`Launched::pipes`] for the caller to read.
+    Pipes,
+    /// `/dev/null`.
+    Discard,
+}
+
+/// The read ends of a process's output pipes ([`Capture::Pipes`]).
+#[derive(Debug)]
+pub struct OutputPipes {
+    /// Standard output.
+    pub stdout: std::process::ChildStdout,
+    /// Standard error.
+    pub stderr: std::process::ChildStderr,
+}
+
+/// A started process.
+#[derive(Debug)]
+pub struct Launched {
+    /// Its process group.
+    pub group: ProcessGroup,
+    /// Its output pipes, with [`Capture::Pipes`].
+    pub pipes: Option<OutputPipes>,
 }
 
 /// How a process ended, from `wait4`.
@@ -82,20 +116,46 @@ pub enum SpawnError {
     /// No thread could be started to wait for the process (it was killed).
     #[error("cannot start a thread to wait for the process: {0}")]
     Waiter(std::io::Error),
+    /// The launcher was closed ([`Launcher::close`]): the local RM is stopping.
+    #[error("the local RM is shutting down and starts no more processes")]
+    Closed,
 }
 
-/// Starts processes in sandboxes under one work directory.
+/// Starts processes in sandboxes under one work directory. Clones share
+/// one gate and one table of live groups, so that [`Launcher::close`] stops
+/// every clone and finds every process any of them started.
 #[derive(Clone, Debug)]
 pub struct Launcher {
     work_dir: PathBuf,
     env: Vec<(String, OsString)>,
+    /// True once closed. Launches hold it for reading while they start a
+    /// process and record its group; `close` takes it for writing, so that
+    /// afterwards no launch is half done and none can begin.
+    closed: Arc<RwLock<bool>>,
+    /// Groups started and not yet reaped, whether or not the caller has
+    /// heard of them yet.
+    live: Arc<Mutex<HashMap<ProcessId, ProcessGroup>>>,
 }
 
 impl Launcher {
     /// A launcher whose processes get `env` on top of the daemon's own
     /// environment (besides `CARMI_JOB`, `CARMI_PROCESS`, `CARMI_HOST`).
     pub fn new(work_dir: PathBuf, env: Vec<(String, OsString)>) -> Launcher {
-        Launcher { work_dir, env }
+        Launcher {
+            work_dir,
+            env,
+            closed: Arc::new(RwLock::new(false)),
+            live: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// Refuses every later launch ([`SpawnError::Closed`]), waits for the
+    /// launches under way, and returns every process group started and not
+    /// yet reaped: the caller kills them, so that nothing outlives it.
+    pub fn close(&self) -> Vec<(ProcessId, ProcessGroup)> {
+        *self.closed.write().unwrap_or_else(|e| e.into_inner()) = true;
+        let live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        live.iter().map(|(p, g)| (*p, g.clone())).collect()
     }
 
     /// The sandbox directory of `process`.
@@ -124,10 +184,15 @@ impl Launcher {
         &self,
         spec: &LaunchSpec,
         on_exit: impl FnOnce(ExitReport) + Send + 'static,
-    ) -> Result<ProcessGroup, SpawnError> {
+    ) -> Result<Launched, SpawnError> {
+        // Held until the group is recorded in `live` (see `close`).
+        let closed = self.closed.read().unwrap_or_else(|e| e.into_inner());
+        if *closed {
+            return Err(SpawnError::Closed);
+        }
         let sandbox = self.sandbox_dir(spec.process);
-        let pid = match self.start_child(spec, &sandbox) {
-            Ok(pid) => pid,
+        let (pid, pipes) = match self.start_child(spec, &sandbox) {
+            Ok(started) => started,
             Err(e) => {
                 let _ = fs::remove_dir_all(&sandbox);
                 return Err(e);
@@ -136,6 +201,14 @@ impl Launcher {
         let (reaped_tx, reaped_rx) = watch::channel(false);
         let output_dir = self.work_dir.join("output").join(spec.job.0.to_string());
         let process = spec.process;
+        let group = ProcessGroup {
+            pgid: pid,
+            reaped: reaped_rx,
+        };
+        let live = self.live.clone();
+        live.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(process, group.clone());
         let spawned = std::thread::Builder::new()
             .name(format!("carmi-wait-{}", process.0))
             .spawn(move || {
@@ -143,24 +216,34 @@ impl Launcher {
                 // Whatever the process left behind in its group goes with it.
                 signal_group(pid, libc::SIGKILL);
                 let _ = reaped_tx.send(true);
+                live.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&process);
                 keep_output(&sandbox, &output_dir, process);
                 on_exit(report);
             });
         if let Err(e) = spawned {
+            self.live
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&process);
             signal_group(pid, libc::SIGKILL);
             let _ = wait_for(pid);
             let _ = fs::remove_dir_all(self.sandbox_dir(process));
             return Err(SpawnError::Waiter(e));
         }
         tracing::info!(%process, job = %spec.job, pid, name = %spec.name, "process started");
-        Ok(ProcessGroup {
-            pgid: pid,
-            reaped: reaped_rx,
-        })
+        drop(closed);
+        Ok(Launched { group, pipes })
     }
 
-    /// Prepares the sandbox and starts the child; its pid (= its group id).
-    fn start_child(&self, spec: &LaunchSpec, sandbox: &Path) -> Result<libc::pid_t, SpawnError> {
+    /// Prepares the sandbox and starts the child; its pid (= its group id)
+    /// and, with [`Capture::Pipes`], its output pipes.
+    fn start_child(
+        &self,
+        spec: &LaunchSpec,
+        sandbox: &Path,
+    ) -> Result<(libc::pid_t, Option<OutputPipes>), SpawnError> {
         let sb_err = |path: &Path| {
             let path = path.to_path_buf();
             move |error| SpawnError::Sandbox { path, error }
@@ -191,8 +274,14 @@ impl Launcher {
             }
             File::create(&path).map_err(sb_err(&path))
         };
-        let stdout = open(&spec.stdio.0, "stdout")?;
-        let stderr = open(&spec.stdio.1, "stderr")?;
+        let (stdout, stderr): (Stdio, Stdio) = match spec.capture {
+            Capture::Files => (
+                open(&spec.stdio.0, "stdout")?.into(),
+                open(&spec.stdio.1, "stderr")?.into(),
+            ),
+            Capture::Pipes => (Stdio::piped(), Stdio::piped()),
+            Capture::Discard => (Stdio::null(), Stdio::null()),
+        };
 
         let mut cmd = Command::new(&exe);
         cmd.arg0(&spec.name)
@@ -219,14 +308,18 @@ impl Launcher {
                 Ok(())
             });
         }
-        let child = spawn_retrying(&mut cmd).map_err(|error| SpawnError::Exec {
+        let mut child = spawn_retrying(&mut cmd).map_err(|error| SpawnError::Exec {
             name: spec.name.clone(),
             error,
         })?;
         let pid = child.id() as libc::pid_t;
+        let pipes = match (child.stdout.take(), child.stderr.take()) {
+            (Some(stdout), Some(stderr)) => Some(OutputPipes { stdout, stderr }),
+            _ => None,
+        };
         // The waiting thread reaps the child with wait4; std's handle must not.
         drop(child);
-        Ok(pid)
+        Ok((pid, pipes))
     }
 }
 
@@ -437,6 +530,7 @@ pub(crate) mod tests {
             args: vec!["-c".into(), script.into()],
             env: Vec::new(),
             stdio: (None, None),
+            capture: Capture::Files,
             input_files: Vec::new(),
         }
     }
@@ -464,7 +558,8 @@ pub(crate) mod tests {
             .launch(spec, move |r| {
                 let _ = tx.send(r);
             })
-            .unwrap();
+            .unwrap()
+            .group;
         (Guard(g), rx)
     }
 
@@ -638,6 +733,30 @@ pub(crate) mod tests {
         assert!(
             !l.sandbox_dir(ProcessId(8)).exists(),
             "failed launches leave no sandbox"
+        );
+    }
+
+    /// Shutdown's gate: once closed, nothing starts, and every process that
+    /// did start (its launch reported or not, from any clone) is listed.
+    #[test]
+    fn a_closed_launcher_starts_nothing_and_lists_what_it_started() {
+        let dir = TempDir::new("close");
+        let l = Launcher::new(dir.path().to_path_buf(), vec![]);
+        let clone = l.clone();
+        let (g, rx) = launch(&clone, &shell(9, "sleep 100"));
+        let (_done, done_rx) = launch(&l, &shell(10, "true"));
+        done_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        let listed = l.close();
+        assert_eq!(listed.len(), 1, "only the live process is listed");
+        assert_eq!(listed[0].0, ProcessId(9));
+        assert_eq!(listed[0].1.pgid(), g.pgid());
+        let err = clone.launch(&shell(11, "true"), |_| {}).unwrap_err();
+        assert!(matches!(err, SpawnError::Closed), "{err}");
+        assert!(!l.sandbox_dir(ProcessId(11)).exists());
+        listed[0].1.kill_now();
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(5)).unwrap().status,
+            ExitStatus::Signal(libc::SIGKILL)
         );
     }
 }

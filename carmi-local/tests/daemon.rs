@@ -183,6 +183,7 @@ fn spawn_msg(process: u64, host: u64, executable: &ExecutableRef) -> FromGlobal 
         host: HostId(host),
         executable: executable.clone(),
         args: vec!["first arg".into()],
+        output: Default::default(),
     }
 }
 
@@ -561,4 +562,70 @@ async fn in_process_owner_events_close_and_reopen_the_machine() {
         );
     }
     daemon.shutdown().await;
+}
+
+/// True while `pid` exists and is not a zombie.
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
+        Err(_) => false,
+    }
+}
+
+/// Spawns that arrive just before a shutdown (their launch under way, not
+/// yet reported) must not outlive the daemon, nor may anything start after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_launched_during_shutdown_do_not_outlive_it() {
+    init_logs();
+    let dir = TempDir::new("shutdown-race");
+    let global = FakeGlobal::new().await;
+    let mut s = settings(&global, dir.path(), "it-m3");
+    s.slots = Some(8);
+    let daemon = Daemon::start(s).await.unwrap();
+    let mut g = global.accept("it-m3").await;
+    g.register(&[1, 2, 3, 4, 5, 6, 7, 8]).await;
+    let pids = dir.path().join("pids");
+    let (exe, bytes) = script(&format!(
+        "#!/bin/sh\necho $$ >> {}\nexec sleep 300\n",
+        pids.display()
+    ));
+    // The first one stages the executable and runs.
+    g.send(spawn_msg(1, 1, &exe), &[]).await;
+    assert!(matches!(g.recv().await.0, ToGlobal::Fetch { .. }));
+    g.send(
+        FromGlobal::Executable {
+            executable: exe.clone(),
+        },
+        &bytes,
+    )
+    .await;
+    assert!(matches!(
+        g.recv().await.0,
+        ToGlobal::Started { result: Ok(()), .. }
+    ));
+    // More from the cache, and the shutdown right behind them.
+    for p in 2..=8 {
+        g.send(spawn_msg(p, p, &exe), &[]).await;
+    }
+    g.w.flush().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    tokio::time::timeout(Duration::from_secs(20), daemon.shutdown())
+        .await
+        .expect("shutdown finishes");
+    // Nothing may start late, and nothing that started may be left.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let listed = std::fs::read_to_string(&pids).unwrap_or_default();
+    let started: Vec<i32> = listed
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    assert!(!started.is_empty(), "the first process ran");
+    for pid in started {
+        assert!(!alive(pid), "process {pid} outlived the local RM");
+    }
 }

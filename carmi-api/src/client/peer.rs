@@ -199,6 +199,14 @@ pub(super) async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
 fn admit(role: &Role, job: JobId) -> Result<(), String> {
     match role {
         Role::Peer { job: theirs, .. } if *theirs == job => Ok(()),
+        Role::Output { job: theirs, .. } if *theirs == job => Ok(()),
+        Role::Output {
+            process,
+            job: theirs,
+            ..
+        } => Err(format!(
+            "output of process {process} of job {theirs} is not for a process of job {job}"
+        )),
         Role::Peer { from, job: theirs } => Err(format!(
             "process {from} of job {theirs} may not send to a process of job {job}"
         )),
@@ -216,7 +224,12 @@ async fn receive(shared: Arc<Shared>, stream: TcpStream) {
         .await
     {
         Ok(Role::Peer { from, .. }) => from,
-        Ok(_) => unreachable!("admit() lets only peers through"),
+        Ok(Role::Output {
+            process, request, ..
+        }) => {
+            return super::output::receive(shared, r, process, request).await;
+        }
+        Ok(_) => unreachable!("admit() lets only peers and output through"),
         Err(e) => {
             tracing::debug!("refused a peer connection: {e}");
             return;

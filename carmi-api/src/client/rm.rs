@@ -14,7 +14,9 @@ use tokio::sync::{mpsc, oneshot};
 use super::Shared;
 use crate::frame::{DEFAULT_MAX_FRAME, FrameReader, write_frame};
 use crate::ids::RequestId;
-use crate::msg::{ExecutableRef, FailureCode, FromLocal, Request, SpawnTarget, ToLocal};
+use crate::msg::{
+    ExecutableRef, FailureCode, FromLocal, OutputMode, Request, SpawnTarget, ToLocal,
+};
 
 /// Largest executable the client uploads: it travels as one frame payload,
 /// and the frame also holds the JSON header.
@@ -30,6 +32,7 @@ pub(super) enum Command {
         path: PathBuf,
         args: Vec<String>,
         target: SpawnTarget,
+        output: OutputMode,
     },
     /// Acknowledge once everything before it has been written out.
     Flush(oneshot::Sender<()>),
@@ -131,6 +134,7 @@ async fn write_one(
             path,
             args,
             target,
+            output,
         } => {
             let executable = match prepare(w, exes, path).await? {
                 Ok(executable) => executable,
@@ -143,6 +147,7 @@ async fn write_one(
                 executable,
                 args,
                 target,
+                output,
             };
             write_frame(w, &ToLocal::Request { id, body }, &[]).await?;
         }

@@ -158,14 +158,26 @@ impl Allocator {
         let p = &self.pending[&seq];
         let need = (p.remaining as usize).saturating_sub(p.partial.len());
         let mut found = Vec::with_capacity(need.min(64));
+        let ranked = self.jobs[&p.job].ranks.contains_key(&p.class);
+        let (job, class) = (p.job, p.class.clone());
         for &(_, host) in &self.idle {
-            if found.len() == need {
+            // With a rank every member competes; without, the fastest `need` do.
+            if found.len() == need && !ranked {
                 break;
             }
             let m = self.slots[host.0 as usize - 1].machine;
-            if member(&mut self.jobs, &self.machines, p.job, &p.class, m) {
+            if member(&mut self.jobs, &self.machines, job, &class, m) {
                 found.push(host);
             }
+        }
+        if ranked {
+            // Stable: among equal ranks the speed order of `idle` stays.
+            let mut by_rank: Vec<(f64, HostId)> = found
+                .iter()
+                .map(|&h| (self.rank(job, &class, h), h))
+                .collect();
+            by_rank.sort_by(|a, b| b.0.total_cmp(&a.0));
+            found = by_rank.into_iter().take(need).map(|(_, h)| h).collect();
         }
         for h in found {
             if self.claim_for(seq, h) {

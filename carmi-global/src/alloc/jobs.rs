@@ -474,7 +474,7 @@ impl Allocator {
 
     /// The rank of `host` for `job`'s `class` (0 without a rank; a rank that
     /// is not a number counts as 0).
-    fn rank(&self, job: JobId, class: &str, host: HostId) -> f64 {
+    pub(super) fn rank(&self, job: JobId, class: &str, host: HostId) -> f64 {
         let j = &self.jobs[&job];
         let Some(r) = j.ranks.get(class) else {
             return 0.0;

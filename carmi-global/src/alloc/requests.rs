@@ -263,9 +263,23 @@ impl Allocator {
         self.done(job, req, Reply::Classes(defs));
     }
 
-    /// `DefineClass`: defines or redefines a class. Pending requests of the
-    /// class meet the idle slots again under the new expression.
+    /// `DefineClass` without a rank (see [`Allocator::define_class_ranked`]).
     pub fn define_class(&mut self, job: JobId, req: ReqRef, name: &str, expression: &str) {
+        self.define_class_ranked(job, req, name, expression, None);
+    }
+
+    /// `DefineClass`: defines or redefines a class, with the `rank` that
+    /// orders its matching machines (higher first; `None`: speed alone; a
+    /// redefinition replaces the rank too). Pending requests of the class meet
+    /// the idle slots again under the new expression.
+    pub fn define_class_ranked(
+        &mut self,
+        job: JobId,
+        req: ReqRef,
+        name: &str,
+        expression: &str,
+        rank: Option<&str>,
+    ) {
         if !self.check_job(job, req) {
             return;
         }
@@ -287,6 +301,26 @@ impl Allocator {
                 );
                 return self.fail(job, req, FailureCode::BadExpression, message);
             }
+        };
+        let rank = match rank.map(classad::parse_expr).transpose() {
+            Ok(r) => r,
+            Err(e) => {
+                let message = format!(
+                    "class `{name}`: rank: line {}, column {}: {}\n  {}\n  {:>width$}",
+                    e.line,
+                    e.column,
+                    e.message,
+                    e.line_text,
+                    "^",
+                    width = e.column
+                );
+                return self.fail(job, req, FailureCode::BadExpression, message);
+            }
+        };
+        let j = self.jobs.get_mut(&job).expect("checked");
+        match rank {
+            Some(r) => j.ranks.insert(name.to_string(), r),
+            None => j.ranks.remove(name),
         };
         self.jobs.get_mut(&job).expect("checked").classes.insert(
             name.to_string(),
@@ -356,8 +390,9 @@ impl Allocator {
         self.done(job, req, Reply::Ok);
     }
 
-    /// Where `ClassSpawn` should run a process: for a class, the fastest host of
-    /// that class allocated to the job, running and without processes; for a
+    /// Where `ClassSpawn` should run a process: for a class, the best ranked
+    /// (then fastest) host of that class allocated to the job, running and
+    /// without processes; for a
     /// named host, that host if it is the job's and not suspended.
     pub fn pick_spawn_host(&self, job: JobId, target: &SpawnTarget) -> Result<HostId, Failure> {
         let fail = |code, message| Err(Failure { code, message });
@@ -375,7 +410,8 @@ impl Allocator {
                     );
                 }
                 let (mut total, mut busy, mut suspended) = (0, 0, 0);
-                let mut best: Option<(SpeedKey, HostId)> = None;
+                // Highest class rank first, then the fastest (lowest speed key).
+                let mut best: Option<(f64, (SpeedKey, HostId))> = None;
                 for (&h, c) in &j.hosts {
                     if c != class {
                         continue;
@@ -384,9 +420,10 @@ impl Allocator {
                     let slot = self.get_slot(h);
                     match &slot.state {
                         SlotState::Claimed(_) if slot.busy.is_empty() => {
+                            let rank = self.rank(job, class, h);
                             let key = (self.machine_of(h).speed, h);
-                            if best.is_none_or(|b| key < b) {
-                                best = Some(key);
+                            if best.is_none_or(|(r, k)| rank > r || (rank == r && key < k)) {
+                                best = Some((rank, key));
                             }
                         }
                         SlotState::Claimed(_) => busy += 1,
@@ -394,7 +431,7 @@ impl Allocator {
                     }
                 }
                 match best {
-                    Some((_, h)) => Ok(h),
+                    Some((_, (_, h))) => Ok(h),
                     None => fail(
                         FailureCode::Unavailable,
                         format!(

@@ -120,6 +120,7 @@ fn a_job_recovered_from_the_journal_keeps_its_running_processes() {
             executable: exe("worker"),
             args: vec![],
             target: SpawnTarget::Class("class0".into()),
+            output: Default::default(),
         },
     };
     let (sends, records) = step(&mut r, |r| r.on_message(m0, spawn, Duration::ZERO));

@@ -3,8 +3,8 @@
 
 use carmi_api::ids::{ConnId, JobId, ProcessId, RequestId};
 use carmi_api::msg::{
-    Event, ExecutableRef, Failure, FailureCode, FromGlobal, ProcessInfo, ProcessState, Reply,
-    Request, SpawnTarget,
+    Event, ExecutableRef, Failure, FailureCode, FromGlobal, OutputMode, OutputRoute, ProcessInfo,
+    ProcessState, Reply, Request, SpawnTarget,
 };
 
 use super::{LinkId, Router};
@@ -56,15 +56,18 @@ impl Router {
             Request::SuspendNotify { hosts } => a.suspend_notify(job, req, &hosts),
             Request::ResumeNotify { hosts } => a.resume_notify(job, req, &hosts),
             Request::GetClassDefinitions => a.class_definitions(job, req),
-            Request::DefineClass { name, expression } => {
-                a.define_class(job, req, &name, &expression)
-            }
+            Request::DefineClass {
+                name,
+                expression,
+                rank,
+            } => a.define_class_ranked(job, req, &name, &expression, rank.as_deref()),
             Request::RemoveClass { name } => a.remove_class(job, req, &name),
             Request::ClassSpawn {
                 executable,
                 args,
                 target,
-            } => self.class_spawn(job, req, executable, args, target),
+                output,
+            } => self.class_spawn(job, req, executable, args, target, output),
             Request::ProcessInfo { process: other } => {
                 let result = self.same_job(job, other).map(|p| {
                     Reply::Process(ProcessInfo {
@@ -139,6 +142,7 @@ impl Router {
         executable: ExecutableRef,
         args: Vec<String>,
         target: SpawnTarget,
+        output: OutputMode,
     ) {
         if self.executables.get(&executable.sha256) != Some(&executable.size) {
             let failure = Failure {
@@ -168,6 +172,31 @@ impl Router {
                 ),
             };
             return self.answer(req, Err(failure));
+        };
+        let output = match output {
+            OutputMode::Keep => OutputRoute::Keep,
+            OutputMode::Discard => OutputRoute::Discard,
+            OutputMode::Forward => match self
+                .procs
+                .find(req.process)
+                .and_then(|p| p.endpoint.clone())
+            {
+                Some(endpoint) => OutputRoute::Forward {
+                    endpoint,
+                    request: req.id,
+                },
+                None => {
+                    let failure = Failure {
+                        code: FailureCode::Invalid,
+                        message: format!(
+                            "process {} has no direct-message endpoint to forward output to; \
+                             ask for OutputMode::Keep instead",
+                            req.process
+                        ),
+                    };
+                    return self.answer(req, Err(failure));
+                }
+            },
         };
         let process = self.procs.fresh_id();
         self.procs.insert(
@@ -201,6 +230,7 @@ impl Router {
                 host,
                 executable,
                 args,
+                output,
             },
         );
     }

@@ -182,6 +182,7 @@ impl Sim {
             Request::DefineClass {
                 name: "c".into(),
                 expression: "Mips > 0".into(),
+                rank: None,
             },
         );
         self.expect_done(1);
@@ -211,6 +212,7 @@ impl Sim {
                 executable: exe(),
                 args: vec!["--fast".into()],
                 target: SpawnTarget::Host(host),
+                output: Default::default(),
             },
         );
         let process = match self.next_send(machine) {
@@ -375,6 +377,7 @@ fn spawned_processes_start_attach_are_looked_up_and_exit() {
             executable: exe(),
             args: vec![],
             target: SpawnTarget::Class("c".into()),
+            output: Default::default(),
         },
     );
     let p = match s.next_send(M1) {
@@ -468,6 +471,7 @@ fn spawned_processes_start_attach_are_looked_up_and_exit() {
             executable: exe(),
             args: vec![],
             target: SpawnTarget::Class("c".into()),
+            output: Default::default(),
         },
     );
     s.expect_failed(7, FailureCode::Unavailable);
@@ -514,6 +518,7 @@ fn spawn_failures_say_what_to_do() {
             executable: other,
             args: vec![],
             target: SpawnTarget::Host(hosts[0]),
+            output: Default::default(),
         },
     );
     let msg = s.expect_failed(3, FailureCode::BadExecutable);
@@ -524,6 +529,7 @@ fn spawn_failures_say_what_to_do() {
             executable: exe(),
             args: vec![],
             target: SpawnTarget::Host(HostId(77)),
+            output: Default::default(),
         },
     );
     s.expect_failed(4, FailureCode::NotYourHost);
@@ -537,6 +543,7 @@ fn spawn_failures_say_what_to_do() {
             executable: exe(),
             args: vec![],
             target: SpawnTarget::Host(hosts[0]),
+            output: Default::default(),
         },
     );
     s.expect_failed(8, FailureCode::Unavailable);
@@ -547,6 +554,7 @@ fn spawn_failures_say_what_to_do() {
             executable: exe(),
             args: vec![],
             target: SpawnTarget::Host(hosts[0]),
+            output: Default::default(),
         },
     );
     let msg = s.expect_failed(5, FailureCode::Unavailable);
@@ -572,6 +580,7 @@ fn failed_starts_and_vacated_hosts_end_processes() {
             executable: exe(),
             args: vec![],
             target: SpawnTarget::Host(hosts[0]),
+            output: Default::default(),
         },
     );
     let FromGlobal::Spawn { process: p, .. } = s.next_send(M1) else {
@@ -754,6 +763,7 @@ fn heartbeat_updates_reach_the_allocator() {
         Request::DefineClass {
             name: "calm".into(),
             expression: "LoadAvg < 0.5".into(),
+            rank: None,
         },
     );
     s.expect_done(1);
@@ -839,12 +849,14 @@ fn random_messages_never_break_the_router() {
                 } else {
                     SpawnTarget::Host(host)
                 },
+                output: Default::default(),
             },
             11 => Request::ProcessInfo { process },
             12 => Request::GetClassDefinitions,
             13 => Request::DefineClass {
                 name: class,
                 expression: ["true", "Mips > 15", "Mips >", ""][rng.random_range(0..4)].into(),
+                rank: None,
             },
             14 => Request::RemoveClass { name: class },
             _ => Request::LookupProcess { process },
@@ -998,3 +1010,6 @@ fn a_reconnecting_local_rm_keeps_its_jobs_and_its_processes_exit_codes() {
     assert_eq!(s.r.allocator().job_hosts(job), hosts);
     assert!(s.r.processes().find(alive).is_some_and(|p| p.is_live()));
 }
+
+#[path = "lost_tests.rs"]
+mod lost;

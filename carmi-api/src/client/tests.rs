@@ -1,0 +1,72 @@
+//! Unit tests of the client: thread-safety of the handles, environment parsing.
+
+use super::*;
+
+fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let map: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    move |name| map.get(name).cloned()
+}
+
+#[test]
+fn handles_and_streams_move_between_threads() {
+    fn assert_send_sync<T: Send + Sync + 'static>() {}
+    assert_send_sync::<Carmi>();
+    assert_send_sync::<EventStream>();
+    assert_send_sync::<ConnectError>();
+}
+
+#[test]
+fn environment_names_what_is_missing_or_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("pool.secret");
+    std::fs::write(&secret, Secret::generate_text()).unwrap();
+    let secret = secret.to_str().unwrap();
+
+    let err = ConnectOptions::from_vars(vars(&[])).unwrap_err();
+    assert!(err.to_string().contains("CARMI_LOCAL is not set"), "{err}");
+    let err = ConnectOptions::from_vars(vars(&[("CARMI_LOCAL", "h:1")])).unwrap_err();
+    assert!(err.to_string().contains("CARMI_SECRET_FILE"), "{err}");
+    let err = ConnectOptions::from_vars(vars(&[
+        ("CARMI_LOCAL", "h:1"),
+        ("CARMI_SECRET_FILE", "/nonexistent/secret"),
+    ]))
+    .unwrap_err();
+    assert!(err.to_string().contains("/nonexistent/secret"), "{err}");
+    let err = ConnectOptions::from_vars(vars(&[
+        ("CARMI_LOCAL", "h:1"),
+        ("CARMI_SECRET_FILE", secret),
+        ("CARMI_PROCESS", "p4"),
+    ]))
+    .unwrap_err();
+    assert!(err.to_string().contains("CARMI_JOB is not set"), "{err}");
+    let err = ConnectOptions::from_vars(vars(&[
+        ("CARMI_LOCAL", "h:1"),
+        ("CARMI_SECRET_FILE", secret),
+        ("CARMI_JOB", "seven"),
+    ]))
+    .unwrap_err();
+    assert!(err.to_string().contains("CARMI_JOB=\"seven\""), "{err}");
+
+    let first = ConnectOptions::from_vars(vars(&[
+        ("CARMI_LOCAL", "h:1"),
+        ("CARMI_SECRET_FILE", secret),
+        ("CARMI_JOB", ""),
+    ]))
+    .unwrap();
+    assert_eq!((first.job, first.process), (None, None));
+    let started = ConnectOptions::from_vars(vars(&[
+        ("CARMI_LOCAL", "h:1"),
+        ("CARMI_SECRET_FILE", secret),
+        ("CARMI_JOB", "j3"),
+        ("CARMI_PROCESS", "12"),
+        ("CARMI_ENDPOINT_HOST", "10.0.0.5"),
+    ]))
+    .unwrap();
+    assert_eq!(started.local, "h:1");
+    assert_eq!(started.job, Some(JobId(3)));
+    assert_eq!(started.process, Some(ProcessId(12)));
+    assert_eq!(started.endpoint_host.as_deref(), Some("10.0.0.5"));
+}
