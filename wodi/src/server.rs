@@ -646,11 +646,27 @@ impl Driver {
 
     fn on_carmi(&mut self, inc: Incoming) {
         let now = self.now();
-        let Incoming::Rm(event) = inc else {
-            if let Incoming::Disconnected(why) = inc {
+        let event = match inc {
+            Incoming::Rm(event) => event,
+            Incoming::Disconnected(why) => {
                 self.fatal(&format!("lost the local CARMI RM: {why}"));
+                return;
             }
-            return;
+            // What workers print (a panic, a library's warning) is worth
+            // seeing where the run was started: on this server's stderr,
+            // which is the master's, each line marked with its worker.
+            Incoming::Output { process, data, .. } => {
+                let who = self
+                    .processes
+                    .get(&process)
+                    .map_or_else(|| format!("process {process}"), |w| format!("worker {w}"));
+                let text = String::from_utf8_lossy(&data);
+                for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                    eprintln!("[{who}] {line}");
+                }
+                return;
+            }
+            _ => return,
         };
         match event {
             Event::HostsAdded { request, hosts, .. } => {
