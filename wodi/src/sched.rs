@@ -117,6 +117,13 @@ pub enum Output {
         /// How many more.
         count: u32,
     },
+    /// Stop asking for hosts of a class: every request still pending for it
+    /// is withdrawn (hosts granted meanwhile still arrive and are judged by
+    /// [`Sched::host_added`]).
+    CancelRequests {
+        /// The class.
+        class: String,
+    },
     /// Give a host back to the pool (its worker, if any, is killed with it).
     ReleaseHost {
         /// The host.

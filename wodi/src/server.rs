@@ -124,6 +124,8 @@ struct Driver {
     data: HashMap<Ticket, Bytes>,
     steps: HashMap<Ticket, (MasterId, StepId)>,
     host_requests: HashMap<RequestId, String>,
+    /// Host requests withdrawn (`Output::CancelRequests`).
+    cancelled: std::collections::HashSet<RequestId>,
     spawns: HashMap<RequestId, WorkerId>,
     processes: HashMap<ProcessId, WorkerId>,
     /// The last [`Status`] sent to the masters, and when.
@@ -204,6 +206,7 @@ pub async fn run(opts: ServerOptions) -> anyhow::Result<()> {
         data: HashMap::new(),
         steps: HashMap::new(),
         host_requests: HashMap::new(),
+        cancelled: std::collections::HashSet::new(),
         spawns: HashMap::new(),
         processes: HashMap::new(),
         status: (Status::default(), Instant::now()),
@@ -789,6 +792,15 @@ impl Driver {
                 Output::RequestHosts { class, count } => {
                     let id = self.carmi.addhosts(class.clone(), count, 1);
                     self.host_requests.insert(id, class);
+                }
+                Output::CancelRequests { class } => {
+                    // Hosts granted before the cancel arrives still come, as
+                    // this class's, and the core judges them.
+                    for (id, c) in &self.host_requests {
+                        if *c == class && self.cancelled.insert(*id) {
+                            self.carmi.cancel_request(*id);
+                        }
+                    }
                 }
                 Output::ReleaseHost { host } => {
                     self.speeds.host_gone(host);

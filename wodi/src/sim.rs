@@ -354,6 +354,8 @@ impl World<'_> {
                     self.demand += count;
                     self.grant();
                 }
+                // One class: nothing more is wanted until the core asks again.
+                Output::CancelRequests { .. } => self.demand = 0,
                 Output::ReleaseHost { host } => {
                     let h = (host.0 - 1) as usize;
                     // A host fast abort retired is excluded from later

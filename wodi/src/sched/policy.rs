@@ -297,10 +297,22 @@ impl Sched {
             return;
         }
         for worker in leftover {
-            if let Some(host) = self.workers.get(&worker).map(|w| w.host) {
-                self.parked.push(self.speed_of(host));
-                self.release(host, now);
+            let Some(host) = self.workers.get(&worker).map(|w| w.host) else {
+                continue;
+            };
+            // A request still pending for the class would take the host
+            // straight back from the pool: withdraw it first (the next
+            // cycle's steps ask again).
+            if let Some(class) = self.hosts.get(&host).map(|h| h.class.clone())
+                && let Some(c) = self.classes.get_mut(&class)
+                && c.requested > 0
+            {
+                c.requested = 0;
+                self.outputs
+                    .push_back(crate::sched::Output::CancelRequests { class });
             }
+            self.parked.push(self.speed_of(host));
+            self.release(host, now);
         }
         self.parked.sort_by(|a, b| b.total_cmp(a));
         // Hosts lost rather than granted back leave entries behind: never

@@ -320,3 +320,47 @@ fn without_the_policies_nothing_is_released_copied_or_retired() {
     assert!(outs.is_empty(), "{outs:?}");
     assert_eq!(s.next_deadline(), None);
 }
+
+#[test]
+fn an_idle_host_goes_back_with_the_request_that_would_take_it_again() {
+    let (mut s, w0) = core(release_idle(), &[1.0]);
+    let w0 = w0[0];
+    let mut now = Duration::ZERO;
+    learn(&mut s, w0, 1.0, 1, 100.0, &mut now);
+    learn(&mut s, w0, 1.0, 2, 5.0, &mut now);
+    learn(&mut s, w0, 1.0, 3, 5.0, &mut now);
+    // Three hosts wanted; a cycle of three steps asks for two more hosts.
+    s.set_class("c", 3, now);
+    for id in 1..=3 {
+        s.submit(StepId(id), None, now);
+    }
+    s.dispatch(now);
+    let outs = drain(&mut s);
+    assert!(assigned(&outs, w0).is_some());
+    assert_eq!(requested(&outs), 2);
+    // One is granted; the other is still being asked for.
+    s.host_added(HostId(1), "c", Some(1.0), now);
+    let w1 = drain(&mut s)
+        .into_iter()
+        .find_map(|o| match o {
+            Output::Spawn { worker, .. } => Some(worker),
+            _ => None,
+        })
+        .expect("a worker on the new host");
+    s.worker_joined(w1, now);
+    let t = assigned(&drain(&mut s), w1).expect("the new worker gets a step");
+    now += 5 * SEC;
+    assert_eq!(s.result(w1, t, 5 * SEC, 5 * SEC, now), Verdict::Deliver);
+    let t = assigned(&drain(&mut s), w1).expect("and the last one");
+    now += 5 * SEC;
+    assert_eq!(s.result(w1, t, 5 * SEC, 5 * SEC, now), Verdict::Deliver);
+    // The tail (the long step) is long: the idle host goes back, and the
+    // request still pending, which would take it straight back, is withdrawn.
+    let outs = drain(&mut s);
+    assert_eq!(released(&outs), vec![HostId(1)]);
+    assert!(
+        outs.iter()
+            .any(|o| matches!(o, Output::CancelRequests { class } if class == "c")),
+        "{outs:?}"
+    );
+}
