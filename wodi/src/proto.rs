@@ -170,6 +170,15 @@ pub struct Policies {
     /// Retire a worker after two steps that ran this many times their
     /// estimate; `None` never retires.
     pub fast_abort: Option<f64>,
+    /// After each cycle, hold only the fewest hosts with which the cycle
+    /// would still end within `1 + tolerance` times its longest step (by the
+    /// history and the hosts' speeds), never more than the master asked
+    /// for; surplus hosts go back to the pool. `None`: hold what was asked.
+    /// Runs with one class only (the host count is per class).
+    pub fewest_hosts: Option<f64>,
+    /// With `fewest_hosts`: cycles in a row the answer must differ in one
+    /// direction before the count follows it (0 follows every change).
+    pub hysteresis: u32,
 }
 
 impl Default for Policies {
@@ -180,6 +189,8 @@ impl Default for Policies {
             release_suspended: false,
             stragglers: false,
             fast_abort: None,
+            fewest_hosts: None,
+            hysteresis: 2,
         }
     }
 }

@@ -124,6 +124,10 @@ struct Driver {
     data: HashMap<Ticket, Bytes>,
     steps: HashMap<Ticket, (MasterId, StepId)>,
     host_requests: HashMap<RequestId, String>,
+    /// With `Policies::fewest_hosts`: the tolerance, the count's hysteresis,
+    /// and the steps of the cycle under way (one class, one master).
+    fewest: Option<(f64, crate::plan::Hysteresis)>,
+    cycle_steps: Vec<StepId>,
     /// Host requests withdrawn (`Output::CancelRequests`).
     cancelled: std::collections::HashSet<RequestId>,
     spawns: HashMap<RequestId, WorkerId>,
@@ -207,6 +211,8 @@ pub async fn run(opts: ServerOptions) -> anyhow::Result<()> {
         steps: HashMap::new(),
         host_requests: HashMap::new(),
         cancelled: std::collections::HashSet::new(),
+        fewest: None,
+        cycle_steps: Vec::new(),
         spawns: HashMap::new(),
         processes: HashMap::new(),
         status: (Status::default(), Instant::now()),
@@ -282,6 +288,29 @@ impl Driver {
     fn to_master(&self, m: MasterId, msg: &ToMaster, payload: Bytes) {
         if let Some(m) = self.masters.get(&m) {
             let _ = m.writer.send(Outgoing::new(msg, payload));
+        }
+    }
+
+    /// With `Policies::fewest_hosts`, after a cycle: the fewest hosts with
+    /// which that cycle's steps would end within the tolerance of their
+    /// longest (once every step has history), at most what the master asked
+    /// for, becomes the class's count; the core gives surplus hosts back.
+    fn hold_fewest_hosts(&mut self, now: Duration) {
+        let steps = std::mem::take(&mut self.cycle_steps);
+        if self.masters.len() != 1 || steps.is_empty() {
+            return;
+        }
+        let Some((tolerance, hold)) = &mut self.fewest else {
+            return;
+        };
+        let Some((class, &asked)) = self.desired.iter().next() else {
+            return;
+        };
+        if let Some(k) = self.sched.fewest_hosts(&steps, *tolerance) {
+            let k = hold.update(k.clamp(1, asked.max(1)));
+            info!("fewest hosts for the best cycle: {k} of {asked}");
+            let class = class.clone();
+            self.sched.set_class(&class, k, now);
         }
     }
 
@@ -536,6 +565,20 @@ impl Driver {
                         ..SchedConfig::default()
                     };
                     policies.apply(&mut cfg);
+                    let asked: u32 = classes.iter().map(|c| c.count).sum();
+                    self.fewest = match (policies.fewest_hosts, classes.len()) {
+                        (Some(tol), 1) if tol.is_finite() && tol >= 0.0 => Some((
+                            tol,
+                            crate::plan::Hysteresis::new(asked, policies.hysteresis),
+                        )),
+                        (Some(_), n) => {
+                            warn!(
+                                "fewest_hosts needs exactly one class, not {n}: holding what was asked"
+                            );
+                            None
+                        }
+                        _ => None,
+                    };
                     self.sched = Sched::new(cfg, ordering.dispatch());
                     self.speeds = HostSpeeds::new(speed, refine_speed);
                     self.bench_master = Some(m);
@@ -599,6 +642,7 @@ impl Driver {
             }
             FromMaster::EndCycle { cycle } => {
                 self.sched.end_cycle(cycle, now);
+                self.hold_fewest_hosts(now);
                 self.broadcast(Some(m), &ToWorker::EndCycle { cycle }, &payload);
             }
             FromMaster::Complete => {
@@ -621,6 +665,9 @@ impl Driver {
             .map(|(c, _)| *c);
         // The core's assignments are carried out after this returns, so the
         // data is in place before any worker is sent the step.
+        if cycle.is_some() && self.fewest.is_some() {
+            self.cycle_steps.push(step);
+        }
         let ticket = self.sched.submit(step, cycle, now);
         self.data.insert(ticket, data);
         self.steps.insert(ticket, (m, step));

@@ -324,3 +324,44 @@ async fn two_masters_share_one_server_and_its_workers() {
     let stats_a = a.complete().await.expect("complete A");
     assert_eq!(stats_a.steps_delivered, 62);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fewest_hosts_gives_back_what_the_best_cycle_does_not_need() {
+    let (_turn, pool) = pool("wodi-fewest", 4).await;
+    let mut cfg = config(
+        &pool.locals[0].app_addr,
+        &pool.secret_path,
+        test_worker(),
+        4,
+    );
+    cfg.learn_from_wall = true;
+    cfg.policies.fewest_hosts = Some(0.1);
+    cfg.policies.hysteresis = 0;
+    let mut master = Master::init(cfg, &"f".to_string()).await.expect("init");
+    // One step of 800 ms and seven of 20 ms: the cycle can never be shorter
+    // than the long step, and two hosts already reach that.
+    let data = |s: u64| format!("sleep {}", if s == 0 { 800 } else { 20 });
+    for c in 0..4 {
+        let cycle = wodi::CycleId(c);
+        master.begin_cycle(cycle, &format!("b{c}")).unwrap();
+        for s in 0..8 {
+            master.send_work(StepId(s), &data(s)).unwrap();
+        }
+        let done = collect(&mut master, 8).await;
+        assert!(done.iter().all(|o| matches!(o, StepOutcome::Done(..))));
+        master.end_cycle(cycle, &()).unwrap();
+    }
+    // The server's reports catch up within a second.
+    let mut status = master.status();
+    for _ in 0..40 {
+        if status.wanted == 2 && status.hosts <= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        status = master.status();
+    }
+    assert_eq!(status.wanted, 2, "{status:?}");
+    assert!(status.hosts <= 2, "surplus hosts went back: {status:?}");
+    let stats = master.complete().await.expect("complete");
+    assert_eq!(stats.steps_delivered, 32);
+}
