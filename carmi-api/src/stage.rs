@@ -293,7 +293,8 @@ pub struct FetchSpec<'a> {
     /// What to fetch: size and hash are checked against this, not against
     /// what the source claims.
     pub executable: &'a ExecutableRef,
-    /// The file to write (created; the caller renames it into place).
+    /// The file to write (created if missing, so the caller may create it
+    /// empty beforehand to serve it at once; the caller renames it into place).
     pub dest: &'a Path,
     /// Told after every write, so that others can be served from `dest` meanwhile.
     pub progress: &'a watch::Sender<Progress>,
@@ -416,7 +417,8 @@ fn write_chunks(
     // Never executable while incomplete.
     let mut f = std::fs::OpenOptions::new()
         .write(true)
-        .create_new(true)
+        .create(true)
+        .truncate(true)
         .mode(0o600)
         .open(dest)?;
     let mut hasher = Sha256::new();

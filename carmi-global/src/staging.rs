@@ -136,7 +136,7 @@ impl Staging {
             self.out.push((link, FromGlobal::NoExecutable { sha256 }));
             return;
         }
-        match self.pick(link, &sha256) {
+        match self.pick(link, &sha256, true) {
             Some(src) => self.direct(link, sha256, src),
             None => self.queued.push_back((link, sha256)),
         }
@@ -173,9 +173,9 @@ impl Staging {
                     self.direct(link, sha256, None);
                 } else {
                     // The store itself failed (or never had it): any other holder.
-                    match self.pick(link, &sha256) {
-                        Some(s) if s.is_some() => self.direct(link, sha256, s),
-                        _ => self.out.push((link, FromGlobal::NoExecutable { sha256 })),
+                    match self.pick(link, &sha256, false) {
+                        Some(s) => self.direct(link, sha256, s),
+                        None => self.out.push((link, FromGlobal::NoExecutable { sha256 })),
                     }
                 }
             }
@@ -216,25 +216,23 @@ impl Staging {
         }
     }
 
-    /// The least busy source with room: peers first (holders in age order),
-    /// then the store.
-    fn pick(&self, fetcher: LinkId, sha256: &str) -> Option<Src> {
+    /// The oldest source with room: the store first, then holders in the
+    /// order they got it, so the copies spread breadth first (a tree of
+    /// depth log_fanout of the machines, not a chain).
+    fn pick(&self, fetcher: LinkId, sha256: &str, store: bool) -> Option<Src> {
         let fanout = self.config.fanout.max(1);
         let busy = |s: &Src| self.serving.get(s).copied().unwrap_or(0);
-        let peer = self
-            .holders
+        if store && self.stored.contains(sha256) && busy(&None) < fanout {
+            return Some(None);
+        }
+        self.holders
             .get(sha256)
             .into_iter()
             .flatten()
             .filter(|l| **l != fetcher)
             .filter(|l| self.peers.get(l).is_some_and(|p| p.endpoint.is_some()))
             .map(|l| Some(*l))
-            .filter(|s| busy(s) < fanout)
-            .min_by_key(busy);
-        if peer.is_some() {
-            return peer;
-        }
-        (self.stored.contains(sha256) && busy(&None) < fanout).then_some(None)
+            .find(|s| busy(s) < fanout)
     }
 
     fn direct(&mut self, link: LinkId, sha256: String, src: Src) {
@@ -283,7 +281,7 @@ impl Staging {
                 self.out.push((link, FromGlobal::NoExecutable { sha256 }));
                 continue;
             }
-            match self.pick(link, &sha256) {
+            match self.pick(link, &sha256, true) {
                 Some(src) => self.direct(link, sha256, src),
                 None => self.queued.push_back((link, sha256)),
             }

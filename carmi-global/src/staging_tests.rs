@@ -67,18 +67,19 @@ fn sixty_four_fetches_form_a_tree_and_the_store_serves_only_fanout() {
 fn a_failed_peer_copy_falls_back_to_the_store_and_the_peer_is_not_offered_again() {
     let mut s = pool(3, 1);
     s.on_fetch(LinkId(1), SHA.into());
-    assert_eq!(take(&mut s), vec![(1, "global".into())]);
-    s.on_fetched(LinkId(1), SHA.into(), None);
     s.on_fetch(LinkId(2), SHA.into());
-    assert_eq!(take(&mut s), vec![(2, "m1".into())]);
+    assert_eq!(take(&mut s), vec![(1, "global".into()), (2, "m1".into())]);
+    // The store is the fallback, beyond its fan-out.
     s.on_fetched(LinkId(2), SHA.into(), Some("SHA-256 mismatch".into()));
     assert_eq!(take(&mut s), vec![(2, "global".into())]);
-    // m1 served a bad copy: m3 is not sent there, though m1 is idle.
+    // m1 served a bad copy: m3 is sent to m2 (receiving), not to m1.
     s.on_fetch(LinkId(3), SHA.into());
-    assert_eq!(take(&mut s), vec![]);
-    s.on_fetched(LinkId(2), SHA.into(), None);
     assert_eq!(take(&mut s), vec![(3, "m2".into())]);
-    assert_eq!(s.stats().failed, 1);
+    for i in 1..=3 {
+        s.on_fetched(LinkId(i), SHA.into(), None);
+    }
+    assert!(take(&mut s).is_empty());
+    assert_eq!((s.stats().failed, s.stats().completed), (1, 3));
 }
 
 #[test]
@@ -106,12 +107,19 @@ fn unknown_executables_are_refused_and_a_store_failure_tries_a_peer() {
     s.on_fetch(LinkId(1), other);
     assert_eq!(take(&mut s), vec![(1, "none".into())]);
     s.on_fetch(LinkId(1), SHA.into());
+    assert_eq!(take(&mut s), vec![(1, "global".into())]);
     s.on_fetched(LinkId(1), SHA.into(), None);
     s.on_fetch(LinkId(2), SHA.into());
+    s.on_fetch(LinkId(2), SHA.into());
+    // The store has room, so it serves (the repeated fetch is ignored).
+    assert_eq!(take(&mut s), vec![(2, "global".into())]);
+    // The store failed: a peer.
+    s.on_fetched(LinkId(2), SHA.into(), Some("disk full".into()));
     assert_eq!(take(&mut s), vec![(2, "m1".into())]);
+    // The peer failed: the store again.
     s.on_fetched(LinkId(2), SHA.into(), Some("stalled".into()));
     assert_eq!(take(&mut s), vec![(2, "global".into())]);
+    // The store failed, m1 failed before: no source left.
     s.on_fetched(LinkId(2), SHA.into(), Some("disk full".into()));
-    // m1 failed it before: no source left.
     assert_eq!(take(&mut s), vec![(2, "none".into())]);
 }
