@@ -161,8 +161,18 @@ where
         Err(e) => return Err(format!("bad request: {e}")),
     };
     if !is_sha256_hex(&sha256) {
-        let reason = format!("`{}` is not a SHA-256", sha256.chars().take(80).collect::<String>());
-        let _ = write_frame(w, &StageReply::Missing { reason: reason.clone() }, &[]).await;
+        let reason = format!(
+            "`{}` is not a SHA-256",
+            sha256.chars().take(80).collect::<String>()
+        );
+        let _ = write_frame(
+            w,
+            &StageReply::Missing {
+                reason: reason.clone(),
+            },
+            &[],
+        )
+        .await;
         return Err(reason);
     }
     let failed = |e: std::io::Error| format!("write failed: {e}");
@@ -198,7 +208,14 @@ where
                     Progress::Done => break size,
                     Progress::Failed => {
                         let reason = "the copy this server was receiving failed".to_string();
-                        let _ = write_frame(&mut w, &StageReply::Missing { reason: reason.clone() }, &[]).await;
+                        let _ = write_frame(
+                            &mut w,
+                            &StageReply::Missing {
+                                reason: reason.clone(),
+                            },
+                            &[],
+                        )
+                        .await;
                         let _ = w.flush().await;
                         return Err(reason);
                     }
@@ -338,7 +355,9 @@ async fn fetch_inner(spec: &FetchSpec<'_>) -> Result<(), FetchError> {
     write_frame(&mut w, &get, &[])
         .await
         .map_err(|e| src(format!("sending the request: {e}")))?;
-    w.flush().await.map_err(|e| src(format!("sending the request: {e}")))?;
+    w.flush()
+        .await
+        .map_err(|e| src(format!("sending the request: {e}")))?;
     let mut next = async || -> Result<(StageReply, Bytes), FetchError> {
         match tokio::time::timeout(STALL_TIMEOUT, reader.read::<StageReply>()).await {
             Err(_) => Err(src(format!("no bytes for {} s", STALL_TIMEOUT.as_secs()))),
@@ -349,14 +368,21 @@ async fn fetch_inner(spec: &FetchSpec<'_>) -> Result<(), FetchError> {
     };
     match next().await? {
         (StageReply::Begin { executable }, _) => {
-            if executable.sha256 != spec.executable.sha256 || executable.size != spec.executable.size {
+            if executable.sha256 != spec.executable.sha256
+                || executable.size != spec.executable.size
+            {
                 return Err(corrupt(format!(
                     "offered {} ({} bytes) for {} ({} bytes)",
-                    executable.sha256, executable.size, spec.executable.sha256, spec.executable.size
+                    executable.sha256,
+                    executable.size,
+                    spec.executable.sha256,
+                    spec.executable.size
                 )));
             }
         }
-        (StageReply::Missing { reason }, _) => return Err(src(format!("does not hold it: {reason}"))),
+        (StageReply::Missing { reason }, _) => {
+            return Err(src(format!("does not hold it: {reason}")));
+        }
         (other, _) => return Err(src(format!("answered {other:?} instead of Begin"))),
     }
     // The writer thread: hashes and writes each chunk, then reports progress.
@@ -371,14 +397,18 @@ async fn fetch_inner(spec: &FetchSpec<'_>) -> Result<(), FetchError> {
             Ok((StageReply::Chunk, bytes)) => {
                 got += bytes.len() as u64;
                 if got > expected {
-                    break Err(corrupt(format!("sent more than the {expected} bytes announced")));
+                    break Err(corrupt(format!(
+                        "sent more than the {expected} bytes announced"
+                    )));
                 }
                 if tx.send(bytes).is_err() {
                     break Ok(()); // the writer failed; its error is reported below
                 }
             }
             Ok((StageReply::End, _)) => break Ok(()),
-            Ok((StageReply::Missing { reason }, _)) => break Err(src(format!("gave up: {reason}"))),
+            Ok((StageReply::Missing { reason }, _)) => {
+                break Err(src(format!("gave up: {reason}")));
+            }
             Ok((other, _)) => break Err(src(format!("answered {other:?} mid-transfer"))),
             Err(e) => break Err(e),
         }
@@ -430,7 +460,11 @@ fn write_chunks(
         progress.send_replace(Progress::Receiving(n));
     }
     f.sync_all()?;
-    let hex = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    let hex = hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     Ok((n, hex))
 }
 

@@ -103,10 +103,22 @@ enum Cmd {
 
 /// Staging messages, for the [`Staging`] core in the router task.
 enum StageInput {
-    Fetch { link: LinkId, sha256: String },
-    Serve { link: LinkId, endpoint: String },
-    Fetched { link: LinkId, sha256: String, error: Option<String> },
-    Stats { link: LinkId },
+    Fetch {
+        link: LinkId,
+        sha256: String,
+    },
+    Serve {
+        link: LinkId,
+        endpoint: String,
+    },
+    Fetched {
+        link: LinkId,
+        sha256: String,
+        error: Option<String>,
+    },
+    Stats {
+        link: LinkId,
+    },
     GlobalSend,
 }
 
@@ -394,8 +406,8 @@ async fn read_frames(
             ToGlobal::Upload { executable } if serves_executables => {
                 // Hashed and written on the blocking pool; this loop reads on.
                 let store = shared.store.clone();
-                let task = tokio::task::spawn_blocking(move || {
-                    match store.put(&executable, &payload) {
+                let task =
+                    tokio::task::spawn_blocking(move || match store.put(&executable, &payload) {
                         Ok(()) => {
                             debug!(%link, name = executable.name, "executable stored");
                             Some(Cmd::Stored(executable))
@@ -404,25 +416,34 @@ async fn read_frames(
                             warn!(%link, "upload rejected: {e}");
                             None
                         }
-                    }
-                });
+                    });
                 if !send(Pending::Storing(task)) {
                     return Ok(());
                 }
             }
             ToGlobal::Fetch { sha256 } if serves_executables => {
-                if !send(Pending::Ready(Cmd::Staging(StageInput::Fetch { link, sha256 }))) {
+                if !send(Pending::Ready(Cmd::Staging(StageInput::Fetch {
+                    link,
+                    sha256,
+                }))) {
                     return Ok(());
                 }
             }
             ToGlobal::StageServe { endpoint } => {
-                if !send(Pending::Ready(Cmd::Staging(StageInput::Serve { link, endpoint }))) {
+                if !send(Pending::Ready(Cmd::Staging(StageInput::Serve {
+                    link,
+                    endpoint,
+                }))) {
                     return Ok(());
                 }
             }
             ToGlobal::Fetched { sha256, result, .. } => {
                 let error = result.err();
-                if !send(Pending::Ready(Cmd::Staging(StageInput::Fetched { link, sha256, error }))) {
+                if !send(Pending::Ready(Cmd::Staging(StageInput::Fetched {
+                    link,
+                    sha256,
+                    error,
+                }))) {
                     return Ok(());
                 }
             }

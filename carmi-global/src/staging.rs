@@ -206,12 +206,19 @@ impl Staging {
         }
         for (src, n) in &counted {
             if src.is_none_or(|l| self.peers.contains_key(&l)) {
-                assert_eq!(self.serving.get(src).copied().unwrap_or(0), *n, "serving count of {src:?}");
+                assert_eq!(
+                    self.serving.get(src).copied().unwrap_or(0),
+                    *n,
+                    "serving count of {src:?}"
+                );
             }
         }
         for (src, n) in &self.serving {
             if *n > 0 && src.is_some() {
-                assert!(counted.contains_key(src), "source {src:?} serves nothing in flight");
+                assert!(
+                    counted.contains_key(src),
+                    "source {src:?} serves nothing in flight"
+                );
             }
         }
     }
@@ -254,7 +261,8 @@ impl Staging {
         self.inflight.insert((link, sha256.clone()), src);
         // Receiving is enough to serve: copies are pipelined.
         self.add_holder(link, &sha256);
-        self.out.push((link, FromGlobal::FetchFrom { sha256, source }));
+        self.out
+            .push((link, FromGlobal::FetchFrom { sha256, source }));
     }
 
     fn add_holder(&mut self, link: LinkId, sha256: &str) {

@@ -45,7 +45,11 @@ fn sixty_four_fetches_form_a_tree_and_the_store_serves_only_fanout() {
         s.on_fetch(LinkId(i), SHA.into());
     }
     let out = take(&mut s);
-    assert_eq!(out.len(), 64, "every fetch is directed at once (pipelined holders)");
+    assert_eq!(
+        out.len(),
+        64,
+        "every fetch is directed at once (pipelined holders)"
+    );
     let from_global = out.iter().filter(|(_, src)| src == "global").count();
     assert_eq!(from_global, 2);
     // No source serves more than the fan-out, nobody fetches from itself.
@@ -60,7 +64,10 @@ fn sixty_four_fetches_form_a_tree_and_the_store_serves_only_fanout() {
     }
     assert!(take(&mut s).is_empty());
     let st = s.stats();
-    assert_eq!((st.directed_global, st.directed_peer, st.completed), (2, 62, 64));
+    assert_eq!(
+        (st.directed_global, st.directed_peer, st.completed),
+        (2, 62, 64)
+    );
 }
 
 #[test]

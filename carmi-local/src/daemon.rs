@@ -39,9 +39,9 @@ use crate::core::{Core, Effect, Launch};
 use crate::global::GlobalConfig;
 use crate::machine::{MachineAd, detect_static, sample_dynamic};
 use crate::owner::{RealOwner, SimulatedOwner};
+use crate::peer::Stager;
 use crate::policy::{Policy, PolicyEffect};
 use crate::spawn::{ExitReport, LaunchSpec, Launcher, ProcessGroup};
-use crate::peer::Stager;
 use crate::{Error, apps, benchmark, global};
 
 /// Inputs queued before senders (connections) wait for the driver.

@@ -201,8 +201,12 @@ impl Stager {
         let me = self.clone();
         let lookup = move |sha256: &str| me.lookup(sha256);
         match stage::serve(&mut reader, &mut w, lookup, &self.limiter).await {
-            Ok(bytes) => tracing::debug!(%peer, machine = %name, bytes, "executable served to a peer"),
-            Err(e) => tracing::warn!(%peer, machine = %name, "serving an executable to a peer ended: {e}"),
+            Ok(bytes) => {
+                tracing::debug!(%peer, machine = %name, bytes, "executable served to a peer")
+            }
+            Err(e) => {
+                tracing::warn!(%peer, machine = %name, "serving an executable to a peer ended: {e}")
+            }
         }
         let _ = w.shutdown().await;
     }

@@ -35,10 +35,16 @@ async fn job(pool: &Pool, via: usize) -> Job {
         hosts: HashMap::new(),
     };
     let def = j.carmi.define_class("any", "true");
-    take_event(&mut j.events, &mut j.seen, PATIENCE, "DefineClass", |x| match x {
-        Incoming::Rm(Event::Done { request, .. }) if *request == def => Some(()),
-        _ => None,
-    })
+    take_event(
+        &mut j.events,
+        &mut j.seen,
+        PATIENCE,
+        "DefineClass",
+        |x| match x {
+            Incoming::Rm(Event::Done { request, .. }) if *request == def => Some(()),
+            _ => None,
+        },
+    )
     .await;
     let n = pool.locals.len();
     let add = j.carmi.addhosts("any", n as u32, n as u32);
@@ -105,7 +111,10 @@ async fn the_global_rm_sends_fewer_copies_than_machines() {
     let s = stats(&pool).await;
     assert_eq!(s.completed, 6, "every machine verified its copy: {s:?}");
     assert_eq!(s.failed, 0, "{s:?}");
-    assert!(s.global_sends <= 2, "fan-out 2: the store sends at most 2 copies: {s:?}");
+    assert!(
+        s.global_sends <= 2,
+        "fan-out 2: the store sends at most 2 copies: {s:?}"
+    );
     assert_eq!(s.directed_global + s.directed_peer, 6, "{s:?}");
     // Every cache holds the right bytes.
     let sha = sha256_hex(&std::fs::read(&exe).unwrap());
