@@ -65,7 +65,7 @@ async fn main() -> anyhow::Result<()> {
         missed_heartbeats: args.missed_heartbeats,
         ..RouterConfig::default()
     };
-    if args.stage_fanout == 0 || args.stage_link_rate.is_some_and(|r| !(r > 0.0)) {
+    if args.stage_fanout == 0 || args.stage_link_rate.is_some_and(|r| r.is_nan() || r <= 0.0) {
         bail!("--stage-fanout must be at least 1 and --stage-link-rate positive");
     }
     config.staging = StagingConfig {

@@ -294,7 +294,7 @@ impl Settings {
                 s.heartbeat_fallback = Duration::from_millis(ms);
             }
             if let Some(rate) = f.stage_link_rate {
-                if !(rate > 0.0 && rate.is_finite()) {
+                if rate.is_nan() || rate <= 0.0 || rate.is_infinite() {
                     return Err(ConfigError::BadSetting {
                         setting: "stage_link_rate",
                         reason: format!("{rate} is not a positive number of MB/s"),
