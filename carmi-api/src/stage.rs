@@ -143,12 +143,13 @@ impl RateLimiter {
 }
 
 /// Serves one request on an authenticated staging connection: reads the
-/// `Get`, asks `lookup`, streams the bytes through `limiter`. Returns the
+/// `Get`, asks `lookup` (which may wait a little for a copy about to
+/// start arriving), streams the bytes through `limiter`. Returns the
 /// number of bytes sent, or why the connection ended early.
 pub async fn serve<R, W>(
     reader: &mut FrameReader<R>,
     w: &mut W,
-    lookup: impl FnOnce(&str) -> Served,
+    lookup: impl AsyncFnOnce(String) -> Served,
     limiter: &RateLimiter,
 ) -> Result<u64, String>
 where
@@ -176,7 +177,7 @@ where
         return Err(reason);
     }
     let failed = |e: std::io::Error| format!("write failed: {e}");
-    let (file, executable, progress) = match lookup(&sha256) {
+    let (file, executable, progress) = match lookup(sha256.clone()).await {
         Served::File { file, executable } => (file, executable, None),
         Served::Growing {
             file,

@@ -542,7 +542,7 @@ async fn serve_stager(
 ) {
     let store = shared.store.clone();
     let cmds = shared.cmds.clone();
-    let lookup = move |sha256: &str| match store.open_file(sha256) {
+    let lookup = async move |sha256: String| match store.open_file(&sha256) {
         Ok(Some((executable, file))) => {
             let _ = cmds.send(Cmd::Staging(StageInput::GlobalSend));
             Served::File { file, executable }

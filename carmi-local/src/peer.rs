@@ -26,6 +26,9 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+/// How long a peer's request waits for a copy this machine is about to fetch.
+const ARRIVAL_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// A copy being received.
 struct Growing {
     path: PathBuf,
@@ -136,6 +139,22 @@ impl Stager {
         result
     }
 
+    /// [`Stager::lookup`], waiting up to [`ARRIVAL_WAIT`] for a copy to
+    /// start: the global RM names this machine as a source as soon as it
+    /// has directed it to fetch, which a peer may learn before this
+    /// machine has started.
+    async fn lookup_soon(&self, sha256: &str) -> Served {
+        let until = tokio::time::Instant::now() + ARRIVAL_WAIT;
+        loop {
+            match self.lookup(sha256) {
+                Served::Missing(_) if tokio::time::Instant::now() < until => {
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// What this machine holds of `sha256`, with the file opened.
     fn lookup(&self, sha256: &str) -> Served {
         let g = self.growing.lock().expect("growing table lock");
@@ -199,7 +218,7 @@ impl Stager {
             }
         };
         let me = self.clone();
-        let lookup = move |sha256: &str| me.lookup(sha256);
+        let lookup = async move |sha256: String| me.lookup_soon(&sha256).await;
         match stage::serve(&mut reader, &mut w, lookup, &self.limiter).await {
             Ok(bytes) => {
                 tracing::debug!(%peer, machine = %name, bytes, "executable served to a peer")
