@@ -15,6 +15,8 @@
 //!   ids at once), the merged `EventStream`, direct messages between processes,
 //!   and the output of spawned processes streamed back to their requester.
 //! - `admin`: administration requests to the global RM (`carmi status`, jobs).
+//! - `stage`: staging connections: fetching an executable from the global RM
+//!   or a peer local RM, pipelined, hashed off the socket task, rate-limited sends.
 //! - `submit`: submit files (`key = value`, one `queue` per resource class), parsed purely.
 //!
 //! The protocol is described for implementers in `docs/protocol.md` at the
@@ -28,4 +30,5 @@ pub mod handshake;
 pub mod ids;
 pub mod msg;
 pub mod net;
+pub mod stage;
 pub mod submit;

@@ -63,6 +63,12 @@ pub enum Role {
         /// The requester's `ClassSpawn` request id.
         request: RequestId,
     },
+    /// A daemon fetching an executable over a staging connection
+    /// ([`crate::stage`]): a local RM from a peer local RM or from the global RM.
+    Stager {
+        /// The fetching machine's name, for logs.
+        name: String,
+    },
 }
 
 /// What the submitter of `class_spawn` wants done with the new process's
@@ -568,6 +574,58 @@ pub enum ToGlobal {
     /// Admin: every online machine's whole ad (`carmi status -l`, `-constraint`).
     /// Answered with [`FromGlobal::Ads`].
     MachineAds,
+    /// Where this local RM serves its executable cache to peers (a staging
+    /// listener, [`crate::stage`]); sent after every `Registered`. A local RM
+    /// that never sends it only fetches, it is never asked to serve.
+    StageServe {
+        /// `host:port` of its staging listener.
+        endpoint: String,
+    },
+    /// Outcome of a fetch the global RM directed with [`FromGlobal::FetchFrom`]:
+    /// on success this machine holds the executable (and may be named as a
+    /// source); on failure the global RM directs it elsewhere or answers
+    /// [`FromGlobal::NoExecutable`].
+    Fetched {
+        /// The executable.
+        sha256: String,
+        /// Where it was fetched from.
+        source: StageSource,
+        /// `Err` with why the copy was refused (bad hash, peer gone, stalled).
+        result: Result<(), String>,
+    },
+    /// Admin: staging counters. Answered with [`FromGlobal::StageStats`].
+    StageStats,
+}
+
+/// Where a local RM fetches an executable from (answer to a `Fetch`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum StageSource {
+    /// The global RM's own store, over a staging connection to its listener.
+    Global,
+    /// Another local RM's cache (it may still be receiving the executable).
+    Peer {
+        /// The machine's name.
+        name: String,
+        /// Its staging listener.
+        endpoint: String,
+    },
+}
+
+/// Counters of the global RM about staging (answer to [`ToGlobal::StageStats`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StageStats {
+    /// Executable copies the global RM started sending from its store
+    /// (staging connections, plus whole-executable `Executable` answers).
+    pub global_sends: u64,
+    /// Fetches directed to the global store.
+    pub directed_global: u64,
+    /// Fetches directed to a peer.
+    pub directed_peer: u64,
+    /// Fetches reported complete and verified.
+    pub completed: u64,
+    /// Fetches reported failed (corrupt copy, peer gone, stalled), each then
+    /// directed elsewhere.
+    pub failed: u64,
 }
 
 /// A job as `carmi submit` sends it: the parsed submit file, with the master's
@@ -755,6 +813,16 @@ pub enum FromGlobal {
         /// Its reference.
         executable: ExecutableRef,
     },
+    /// Answer to `Fetch`: fetch the executable from `source` over a staging
+    /// connection ([`crate::stage`]), then report with [`ToGlobal::Fetched`].
+    FetchFrom {
+        /// The executable.
+        sha256: String,
+        /// Where from.
+        source: StageSource,
+    },
+    /// Admin: answer to [`ToGlobal::StageStats`].
+    StageStats(StageStats),
     /// `Fetch` of an unknown executable.
     NoExecutable {
         /// The hash asked for.

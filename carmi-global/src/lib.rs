@@ -13,6 +13,8 @@
 //! - `procs`: the process table: where each process runs, is attached, and who spawned it.
 //! - `router`: everything the daemon decides: registry, heartbeats, requests, process events,
 //!   submitted jobs and their masters (`router::jobs`), machines (`router::machines`).
+//! - `staging`: the staging tree: which source (a peer local RM or the store)
+//!   answers each `Fetch`, at most `fanout` fetches per source; pure.
 //! - `store`: executables stored by content hash under the state directory.
 //! - `server`: the tokio driver: listener, handshake, framing, one router task; a bounded
 //!   outgoing queue per connection (a peer that stops reading is disconnected).
@@ -25,6 +27,7 @@ pub mod journal;
 pub mod procs;
 pub mod router;
 pub mod server;
+pub mod staging;
 pub mod store;
 
 /// What can stop the daemon.

@@ -12,6 +12,7 @@ use anyhow::{Context, bail};
 use carmi_api::handshake::Secret;
 use carmi_global::router::RouterConfig;
 use carmi_global::server::{Server, ServerConfig};
+use carmi_global::staging::StagingConfig;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
@@ -34,6 +35,14 @@ struct Args {
     /// A machine silent for this many heartbeat periods is declared lost.
     #[arg(long, value_name = "N", default_value_t = 3)]
     missed_heartbeats: u32,
+    /// Cap on the bandwidth of executable staging sent from this daemon's
+    /// store, in MB/s (10^6 bytes); unlimited if not given.
+    #[arg(long, value_name = "MB_PER_S")]
+    stage_link_rate: Option<f64>,
+    /// How many fetches one holder of an executable (a local RM or the
+    /// store) serves at once: copies spread as a tree of this fan-out.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    stage_fanout: u32,
 }
 
 #[tokio::main]
@@ -56,6 +65,13 @@ async fn main() -> anyhow::Result<()> {
         missed_heartbeats: args.missed_heartbeats,
         ..RouterConfig::default()
     };
+    if args.stage_fanout == 0 || args.stage_link_rate.is_some_and(|r| r.is_nan() || r <= 0.0) {
+        bail!("--stage-fanout must be at least 1 and --stage-link-rate positive");
+    }
+    config.staging = StagingConfig {
+        fanout: args.stage_fanout,
+    };
+    config.stage_link_rate = args.stage_link_rate;
     let server = Server::bind(&args.listen, config).await?;
     let addr = server.local_addr()?;
     let mut out = std::io::stdout().lock();

@@ -244,7 +244,10 @@ impl Router {
             Role::Admin => {
                 self.links.insert(link, LinkRole::Admin);
             }
-            Role::Application { .. } | Role::Peer { .. } | Role::Output { .. } => {
+            Role::Application { .. }
+            | Role::Peer { .. }
+            | Role::Output { .. }
+            | Role::Stager { .. } => {
                 self.close(
                     link,
                     "applications talk to their local RM, not to the global RM".into(),
@@ -357,7 +360,11 @@ impl Router {
                 let pool = self.alloc.pool_status();
                 self.send(link, FromGlobal::Pool(pool));
             }
-            ToGlobal::Upload { .. } | ToGlobal::Fetch { .. } => {
+            ToGlobal::Upload { .. }
+            | ToGlobal::Fetch { .. }
+            | ToGlobal::StageServe { .. }
+            | ToGlobal::Fetched { .. }
+            | ToGlobal::StageStats => {
                 debug!(%link, "executable transfer reached the router; the driver serves those");
             }
             ToGlobal::Submit(_)
@@ -732,6 +739,9 @@ fn variant_name(msg: &ToGlobal) -> &'static str {
         ToGlobal::Forward { .. } => "Forward",
         ToGlobal::Upload { .. } => "Upload",
         ToGlobal::Fetch { .. } => "Fetch",
+        ToGlobal::StageServe { .. } => "StageServe",
+        ToGlobal::Fetched { .. } => "Fetched",
+        ToGlobal::StageStats => "StageStats",
         ToGlobal::Started { .. } => "Started",
         ToGlobal::Exited { .. } => "Exited",
         ToGlobal::SlotState { .. } => "SlotState",

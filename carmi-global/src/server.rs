@@ -2,7 +2,11 @@
 //! frames and hands each message to the [`Router`], which runs in one task and
 //! owns every decision; then it writes what the router says. Executable bytes
 //! are the one thing it handles itself (they are storage, not decisions):
-//! `Upload` is verified and stored, `Fetch` answered from the store.
+//! `Upload` is verified and stored off the connection's read loop (later
+//! messages of that connection wait for it, in order, so a `ClassSpawn` sent
+//! after an upload finds the executable stored); `Fetch` is answered by the
+//! [`Staging`] core with a source, and the store is served to local RMs that
+//! connect as [`Role::Stager`] (see `carmi_api::stage`).
 //!
 //! Tasks: one accept loop, one router task, one task per connection (reading
 //! and writing in one `select!`, so that either side ending ends both).
@@ -21,6 +25,7 @@ use bytes::Bytes;
 use carmi_api::frame::{DEFAULT_MAX_FRAME, FrameReader, write_frame};
 use carmi_api::handshake::{self, Secret};
 use carmi_api::msg::{ExecutableRef, FromGlobal, Role, ToGlobal};
+use carmi_api::stage::{self, RateLimiter, Served};
 use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
@@ -31,6 +36,7 @@ use tracing::{debug, info, warn};
 use crate::Error;
 use crate::journal::{Journal, Record};
 use crate::router::{LinkId, Output, Router, RouterConfig};
+use crate::staging::{Staging, StagingConfig};
 use crate::store::ExeStore;
 
 /// How long shutdown waits for connections to finish.
@@ -54,6 +60,10 @@ pub struct ServerConfig {
     /// stops reading fills its queue and is then disconnected (with a logged
     /// reason) rather than making the daemon's memory grow without limit.
     pub max_queued: usize,
+    /// How executables are passed between local RMs.
+    pub staging: StagingConfig,
+    /// Bandwidth of this daemon's staging sends, in MB/s (`None`: unlimited).
+    pub stage_link_rate: Option<f64>,
 }
 
 impl ServerConfig {
@@ -65,6 +75,8 @@ impl ServerConfig {
             router: RouterConfig::default(),
             max_frame: DEFAULT_MAX_FRAME,
             max_queued: DEFAULT_MAX_QUEUED,
+            staging: StagingConfig::default(),
+            stage_link_rate: None,
         }
     }
 }
@@ -79,6 +91,14 @@ pub struct Server {
     recovered: Vec<Record>,
 }
 
+/// The router task's way to a connection: its bounded queue, and a bell
+/// that ends the connection when the queue is full (a full queue cannot
+/// carry the order to close).
+struct LinkTx {
+    tx: mpsc::Sender<Outgoing>,
+    kick: Arc<tokio::sync::Notify>,
+}
+
 /// From connection tasks to the router task.
 enum Cmd {
     Opened {
@@ -91,17 +111,38 @@ enum Cmd {
         msg: ToGlobal,
     },
     Stored(ExecutableRef),
+    Staging(StageInput),
     Closed {
         link: LinkId,
     },
 }
 
-/// The router task's way to a connection: its bounded queue, and a bell
-/// that ends the connection when the queue is full (a full queue cannot
-/// carry the order to close).
-struct LinkTx {
-    tx: mpsc::Sender<Outgoing>,
-    kick: Arc<tokio::sync::Notify>,
+/// Staging messages, for the [`Staging`] core in the router task.
+enum StageInput {
+    Fetch {
+        link: LinkId,
+        sha256: String,
+    },
+    Serve {
+        link: LinkId,
+        endpoint: String,
+    },
+    Fetched {
+        link: LinkId,
+        sha256: String,
+        error: Option<String>,
+    },
+    Stats {
+        link: LinkId,
+    },
+    GlobalSend,
+}
+
+/// A message of one connection on its way to the router task, in order.
+enum Pending {
+    Ready(Cmd),
+    /// An upload being stored: the command once it is.
+    Storing(tokio::task::JoinHandle<Option<Cmd>>),
 }
 
 /// From the router task (or the connection's own reader) to its writer.
@@ -117,6 +158,7 @@ struct Shared {
     store: Arc<ExeStore>,
     cmds: mpsc::UnboundedSender<Cmd>,
     next_link: AtomicU64,
+    limiter: RateLimiter,
     max_queued: usize,
 }
 
@@ -173,8 +215,13 @@ impl Server {
             router.on_executable_stored(exe);
         }
         router.recover(self.recovered);
+        let mut staging = Staging::new(self.config.staging.clone());
+        for exe in &self.stored {
+            staging.on_stored(&exe.sha256);
+        }
         tokio::spawn(router_task(
             router,
+            staging,
             self.journal,
             cmd_rx,
             stop_rx.clone(),
@@ -186,6 +233,7 @@ impl Server {
             store: self.store.clone(),
             cmds: cmd_tx,
             next_link: AtomicU64::new(1),
+            limiter: RateLimiter::new(self.config.stage_link_rate),
             max_queued: self.config.max_queued,
         });
         tokio::pin!(shutdown);
@@ -224,6 +272,7 @@ impl Server {
 /// at the router's next deadline.
 async fn router_task(
     mut router: Router,
+    mut staging: Staging,
     mut journal: Journal,
     mut cmds: mpsc::UnboundedReceiver<Cmd>,
     mut stop: watch::Receiver<bool>,
@@ -241,12 +290,20 @@ async fn router_task(
                 match cmd {
                     Cmd::Opened { link, role, out } => {
                         links.insert(link, out);
+                        if let Role::Local { name } = &role {
+                            staging.on_local_opened(link, name.clone());
+                        }
                         router.on_link_opened(link, role, now);
                     }
                     Cmd::Message { link, msg } => router.on_message(link, msg, now),
-                    Cmd::Stored(exe) => router.on_executable_stored(&exe),
+                    Cmd::Stored(exe) => {
+                        staging.on_stored(&exe.sha256);
+                        router.on_executable_stored(&exe);
+                    }
+                    Cmd::Staging(input) => on_stage_input(&mut staging, input),
                     Cmd::Closed { link } => {
                         links.remove(&link);
+                        staging.on_closed(link);
                         router.on_link_closed(link, now);
                     }
                 }
@@ -255,6 +312,9 @@ async fn router_task(
                 router.on_tick(start.elapsed());
             }
             _ = stop.changed() => break,
+        }
+        for (link, msg) in staging.take_outputs() {
+            send_or_kick(&mut links, link, msg);
         }
         for out in router.take_outputs() {
             match out {
@@ -327,6 +387,10 @@ async fn connection(
         },
         _ = stop.changed() => return,
     };
+    if let Role::Stager { name } = &role {
+        serve_stager(reader, w, name, peer, &shared).await;
+        return;
+    }
     let link = LinkId(shared.next_link.fetch_add(1, Ordering::Relaxed));
     debug!(%peer, %link, ?role, "connection accepted");
     // Admin links upload the master of a job before `Submit`.
@@ -344,8 +408,11 @@ async fn connection(
     if shared.cmds.send(opened).is_err() {
         return;
     }
+    // Messages go to the router in order, an upload's once it is stored.
+    let (order_tx, order_rx) = mpsc::unbounded_channel();
+    let forwarder = tokio::spawn(forward_in_order(order_rx, shared.cmds.clone()));
     let ended = tokio::select! {
-        r = read_frames(&mut reader, link, serves_executables, &shared, &tx) => r,
+        r = read_frames(&mut reader, link, serves_executables, &shared, &order_tx) => r,
         r = write_frames(&mut w, &mut rx) => r,
         _ = kick.notified() => Err(format!(
             "the peer stopped reading: {} frames are waiting for it",
@@ -353,6 +420,8 @@ async fn connection(
         )),
         _ = stop.changed() => Ok(()),
     };
+    drop(order_tx);
+    let _ = forwarder.await;
     match ended {
         Ok(()) => debug!(%peer, %link, "connection closed"),
         Err(reason) => warn!(%peer, %link, "closing connection: {reason}"),
@@ -367,8 +436,9 @@ async fn read_frames(
     link: LinkId,
     serves_executables: bool,
     shared: &Shared,
-    tx: &mpsc::Sender<Outgoing>,
+    order: &mpsc::UnboundedSender<Pending>,
 ) -> Result<(), String> {
+    let send = |p: Pending| order.send(p).is_ok();
     loop {
         let (msg, payload) = match reader.read::<ToGlobal>().await {
             Ok(Some(frame)) => frame,
@@ -377,38 +447,56 @@ async fn read_frames(
         };
         match msg {
             ToGlobal::Upload { executable } if serves_executables => {
-                // Awaited before the next frame, so a ClassSpawn sent after the
-                // upload finds the executable stored.
+                // Hashed and written on the blocking pool; this loop reads on.
                 let store = shared.store.clone();
-                let exe = executable.clone();
-                match tokio::task::spawn_blocking(move || store.put(&exe, &payload)).await {
-                    Ok(Ok(())) => {
-                        debug!(%link, name = executable.name, "executable stored");
-                        let _ = shared.cmds.send(Cmd::Stored(executable));
-                    }
-                    Ok(Err(e)) => warn!(%link, "upload rejected: {e}"),
-                    Err(e) => warn!(%link, "upload failed: {e}"),
+                let task =
+                    tokio::task::spawn_blocking(move || match store.put(&executable, &payload) {
+                        Ok(()) => {
+                            debug!(%link, name = executable.name, "executable stored");
+                            Some(Cmd::Stored(executable))
+                        }
+                        Err(e) => {
+                            warn!(%link, "upload rejected: {e}");
+                            None
+                        }
+                    });
+                if !send(Pending::Storing(task)) {
+                    return Ok(());
                 }
             }
             ToGlobal::Fetch { sha256 } if serves_executables => {
-                let store = shared.store.clone();
-                let sha = sha256.clone();
-                let reply = match tokio::task::spawn_blocking(move || store.get(&sha)).await {
-                    Ok(Ok(Some((executable, bytes)))) => {
-                        Outgoing::Frame(FromGlobal::Executable { executable }, Bytes::from(bytes))
-                    }
-                    other => {
-                        if let Ok(Err(e)) = &other {
-                            warn!(%link, "fetch of {sha256}: {e}");
-                        }
-                        Outgoing::Frame(FromGlobal::NoExecutable { sha256 }, Bytes::new())
-                    }
-                };
-                // Waits while the queue is full: this peer's reading pauses, nobody else's.
-                let _ = tx.send(reply).await;
+                if !send(Pending::Ready(Cmd::Staging(StageInput::Fetch {
+                    link,
+                    sha256,
+                }))) {
+                    return Ok(());
+                }
+            }
+            ToGlobal::StageServe { endpoint } => {
+                if !send(Pending::Ready(Cmd::Staging(StageInput::Serve {
+                    link,
+                    endpoint,
+                }))) {
+                    return Ok(());
+                }
+            }
+            ToGlobal::Fetched { sha256, result, .. } => {
+                let error = result.err();
+                if !send(Pending::Ready(Cmd::Staging(StageInput::Fetched {
+                    link,
+                    sha256,
+                    error,
+                }))) {
+                    return Ok(());
+                }
+            }
+            ToGlobal::StageStats => {
+                if !send(Pending::Ready(Cmd::Staging(StageInput::Stats { link }))) {
+                    return Ok(());
+                }
             }
             msg => {
-                if shared.cmds.send(Cmd::Message { link, msg }).is_err() {
+                if !send(Pending::Ready(Cmd::Message { link, msg })) {
                     return Ok(());
                 }
             }
@@ -445,4 +533,72 @@ async fn write_frames(
         w.flush().await.map_err(failed)?;
     }
     Ok(())
+}
+
+/// Passes a connection's messages to the router task in the order they were
+/// read, waiting for each upload's store to finish before what follows it.
+async fn forward_in_order(
+    mut order: mpsc::UnboundedReceiver<Pending>,
+    cmds: mpsc::UnboundedSender<Cmd>,
+) {
+    while let Some(p) = order.recv().await {
+        let cmd = match p {
+            Pending::Ready(cmd) => Some(cmd),
+            Pending::Storing(task) => match task.await {
+                Ok(cmd) => cmd,
+                Err(e) => {
+                    warn!("storing an upload failed: {e}");
+                    None
+                }
+            },
+        };
+        if let Some(cmd) = cmd
+            && cmds.send(cmd).is_err()
+        {
+            return;
+        }
+    }
+}
+
+/// Hands a staging message to the [`Staging`] core.
+fn on_stage_input(staging: &mut Staging, input: StageInput) {
+    match input {
+        StageInput::Fetch { link, sha256 } => staging.on_fetch(link, sha256),
+        StageInput::Serve { link, endpoint } => staging.on_endpoint(link, endpoint),
+        StageInput::Fetched {
+            link,
+            sha256,
+            error,
+        } => staging.on_fetched(link, sha256, error),
+        StageInput::Stats { link } => staging.on_stats_request(link),
+        StageInput::GlobalSend => staging.on_global_send(),
+    }
+}
+
+/// A local RM fetching from the store: one executable, through the link limiter.
+async fn serve_stager(
+    mut reader: FrameReader<OwnedReadHalf>,
+    mut w: OwnedWriteHalf,
+    name: &str,
+    peer: SocketAddr,
+    shared: &Shared,
+) {
+    let store = shared.store.clone();
+    let cmds = shared.cmds.clone();
+    let lookup = async move |sha256: String| match store.open_file(&sha256) {
+        Ok(Some((executable, file))) => {
+            let _ = cmds.send(Cmd::Staging(StageInput::GlobalSend));
+            Served::File { file, executable }
+        }
+        Ok(None) => Served::Missing("not in the global RM's store".into()),
+        Err(e) => {
+            warn!("staging {sha256}: {e}");
+            Served::Missing(format!("the global RM cannot read it: {e}"))
+        }
+    };
+    match stage::serve(&mut reader, &mut w, lookup, &shared.limiter).await {
+        Ok(bytes) => debug!(%peer, machine = name, bytes, "executable staged from the store"),
+        Err(e) => warn!(%peer, machine = name, "staging from the store ended: {e}"),
+    }
+    let _ = w.shutdown().await;
 }

@@ -118,6 +118,31 @@ impl ExeStore {
     }
 }
 
+impl ExeStore {
+    /// The reference and the open file of a stored executable, or `None`:
+    /// for streaming it without reading it whole.
+    pub fn open_file(
+        &self,
+        sha256: &str,
+    ) -> Result<Option<(ExecutableRef, std::fs::File)>, StoreError> {
+        let path = self.path_of(sha256)?;
+        let Some(exe) = Self::read_ref(&path.with_extension("json")) else {
+            return Ok(None);
+        };
+        let file = match std::fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_err(&path)(e)),
+        };
+        let len = file.metadata().map_err(io_err(&path))?.len();
+        if len != exe.size || exe.sha256 != sha256 {
+            warn!(path = %path.display(), "stored executable does not match its reference");
+            return Ok(None);
+        }
+        Ok(Some((exe, file)))
+    }
+}
+
 /// Writes to a temporary file in the same directory, then renames it into place.
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
     let tmp = path.with_extension(format!("tmp{}", rand::random::<u32>()));

@@ -12,8 +12,10 @@ use carmi_api::frame::{FrameReader, encode_header, write_frame};
 use carmi_api::handshake::{self, HandshakeError, Secret};
 use carmi_api::ids::{ConnId, HostId, JobId, ProcessId, RequestId};
 use carmi_api::msg::{
-    Event, ExecutableRef, ExitStatus, FromGlobal, Reply, Request, Role, SpawnTarget, ToGlobal,
+    Event, ExecutableRef, ExitStatus, FromGlobal, Reply, Request, Role, SpawnTarget, StageSource,
+    ToGlobal,
 };
+use carmi_api::stage;
 use carmi_global::router::RouterConfig;
 use carmi_global::server::{Server, ServerConfig};
 use tokio::io::AsyncWriteExt;
@@ -450,15 +452,34 @@ async fn executables_upload_fetch_and_spawn() {
         sha256: exe.sha256.clone(),
     })
     .await;
-    let (msg, payload) = m1.recv_frame().await;
+    // The store is the only source: the bytes come over a staging connection.
     assert_eq!(
-        msg,
-        FromGlobal::Executable {
-            executable: exe.clone()
+        m1.recv().await,
+        FromGlobal::FetchFrom {
+            sha256: exe.sha256.clone(),
+            source: StageSource::Global,
         }
     );
-    assert_eq!(&payload[..], &bytes[..]);
     assert!(d.dir.join("executables").join(&exe.sha256).is_file());
+    let dest = d.dir.join("fetched-copy");
+    let (progress, _) = tokio::sync::watch::channel(stage::Progress::Receiving(0));
+    stage::fetch(stage::FetchSpec {
+        addr: &d.addr.to_string(),
+        secret: &Secret::new(SECRET).unwrap(),
+        name: "m1",
+        executable: &exe,
+        dest: &dest,
+        progress: &progress,
+    })
+    .await
+    .expect("fetched from the store");
+    assert_eq!(std::fs::read(&dest).unwrap(), bytes);
+    m1.send(&ToGlobal::Fetched {
+        sha256: exe.sha256.clone(),
+        source: StageSource::Global,
+        result: Ok(()),
+    })
+    .await;
     m1.send(&ToGlobal::Fetch {
         sha256: "0".repeat(64),
     })

@@ -8,6 +8,7 @@
 //! work_dir = "/var/tmp/carmi" # optional
 //! kill_grace_ms = 2000        # SIGTERM -> SIGKILL delay
 //! heartbeat_ms = 5000         # used only if the global RM does not name a period
+//! stage_link_rate = 50.0      # MB/s cap on executables served to peers (default: none)
 //!
 //! [attributes]                # extra machine attributes
 //! Owner = '"alice"'           # a string is ClassAd expression text
@@ -141,6 +142,8 @@ pub struct FileConfig {
     pub kill_grace_ms: Option<u64>,
     /// Heartbeat period used if the global RM names none.
     pub heartbeat_ms: Option<u64>,
+    /// Cap on the bandwidth of executables served to peers, in MB/s.
+    pub stage_link_rate: Option<f64>,
     /// Extra attributes: a string is expression text, a boolean or number a literal.
     #[serde(default)]
     pub attributes: toml::Table,
@@ -228,6 +231,9 @@ pub struct Settings {
     pub policy: PolicyConfig,
     /// Where owner activity comes from.
     pub owner_source: OwnerSource,
+    /// Cap on the bandwidth of executables served to peers, in MB/s
+    /// (10^6 bytes); `None` is unlimited.
+    pub stage_link_rate: Option<f64>,
 }
 
 impl Settings {
@@ -247,6 +253,7 @@ impl Settings {
             benchmark: true,
             policy: PolicyConfig::default(),
             owner_source: OwnerSource::Real,
+            stage_link_rate: None,
         }
     }
 
@@ -285,6 +292,15 @@ impl Settings {
                     });
                 }
                 s.heartbeat_fallback = Duration::from_millis(ms);
+            }
+            if let Some(rate) = f.stage_link_rate {
+                if rate.is_nan() || rate <= 0.0 || rate.is_infinite() {
+                    return Err(ConfigError::BadSetting {
+                        setting: "stage_link_rate",
+                        reason: format!("{rate} is not a positive number of MB/s"),
+                    });
+                }
+                s.stage_link_rate = Some(rate);
             }
             let origin = format!("configuration file {}", path.display());
             for (name, value) in &f.attributes {

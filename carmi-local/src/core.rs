@@ -32,7 +32,7 @@ use bytes::Bytes;
 use carmi_api::ids::{ConnId, HostId, JobId, ProcessId, RequestId};
 use carmi_api::msg::{
     Event, ExecutableRef, ExitStatus, Failure, FailureCode, FromGlobal, FromLocal, OutputRoute,
-    Request, SlotActivity, ToGlobal,
+    Request, SlotActivity, StageSource, ToGlobal,
 };
 
 use carmi_api::exe::is_sha256_hex;
@@ -53,6 +53,14 @@ pub enum Effect {
         executable: ExecutableRef,
         /// The bytes.
         payload: Bytes,
+    },
+    /// Fetch an executable over a staging connection into the cache
+    /// (answer with [`Core::on_fetched`]).
+    FetchFrom {
+        /// What to fetch (as the spawn asked for).
+        executable: ExecutableRef,
+        /// Where from (the global RM's answer to `Fetch`).
+        source: StageSource,
     },
     /// Terminate a process's group (SIGTERM, then SIGKILL after the grace period).
     Kill(ProcessId),
@@ -374,6 +382,7 @@ impl Core {
             }),
             FromGlobal::Kill { process } => self.on_kill(process),
             FromGlobal::Executable { executable } => self.on_executable(executable, payload),
+            FromGlobal::FetchFrom { sha256, source } => self.on_fetch_from(sha256, source),
             FromGlobal::NoExecutable { sha256 } => {
                 let reason = format!("the global RM has no executable with SHA-256 {sha256}");
                 self.fail_fetch(&sha256, &reason);
@@ -384,6 +393,7 @@ impl Core {
             | FromGlobal::Queue(_)
             | FromGlobal::Analysis(_)
             | FromGlobal::Ads(_)
+            | FromGlobal::StageStats(_)
             | FromGlobal::AdminFailed(_) => {
                 tracing::warn!("an admin answer was sent to a local RM; ignored");
             }
@@ -582,6 +592,46 @@ impl Core {
             executable,
             payload,
         });
+    }
+
+    fn on_fetch_from(&mut self, sha256: String, source: StageSource) {
+        let Some(f) = self.fetches.get_mut(&sha256) else {
+            tracing::warn!(%sha256, "FetchFrom for an executable nobody waits for; ignored");
+            return;
+        };
+        if f.storing {
+            tracing::debug!(%sha256, "FetchFrom while already fetching; ignored");
+            return;
+        }
+        f.storing = true;
+        let executable = f.executable.clone();
+        self.effects.push(Effect::FetchFrom { executable, source });
+    }
+
+    /// An [`Effect::FetchFrom`] finished. Either way the global RM is told
+    /// (it tracks who holds what); on failure it names another source.
+    pub fn on_fetched(&mut self, sha256: &str, source: StageSource, result: Result<(), String>) {
+        self.send_or_keep(
+            ToGlobal::Fetched {
+                sha256: sha256.to_string(),
+                source,
+                result: result.clone(),
+            },
+            Bytes::new(),
+        );
+        match result {
+            Ok(()) => self.on_stored(sha256, Ok(())),
+            Err(reason) => {
+                tracing::warn!(%sha256, %reason, "staged copy refused; asking the global RM for another source");
+                let registered = self.is_registered();
+                if let Some(f) = self.fetches.get_mut(sha256) {
+                    f.storing = false;
+                    // The global RM answers the report with a new source;
+                    // without a link, `Fetch` is sent again once registered.
+                    f.asked = registered;
+                }
+            }
+        }
     }
 
     /// An [`Effect::Store`] finished: `Err` carries why the bytes were refused.

@@ -667,3 +667,6 @@ fn vacate_terminates_running_processes_and_drops_unstarted_ones() {
     assert_eq!(h.core.job_count(), 0);
     h.nothing_else();
 }
+
+#[path = "core_stage_tests.rs"]
+mod stage;

@@ -43,6 +43,7 @@ use crate::global::GlobalConfig;
 use crate::machine::{MachineAd, detect_static, sample_dynamic};
 use crate::output::{self, ForwardTarget};
 use crate::owner::{RealOwner, SimulatedOwner};
+use crate::peer::Stager;
 use crate::policy::{Policy, PolicyEffect};
 use crate::spawn::{Capture, ExitReport, LaunchSpec, Launcher, ProcessGroup};
 use crate::{Error, apps, benchmark, global};
@@ -90,6 +91,11 @@ pub(crate) enum Input {
     },
     Stored {
         sha256: String,
+        result: Result<(), String>,
+    },
+    Fetched {
+        sha256: String,
+        source: carmi_api::msg::StageSource,
         result: Result<(), String>,
     },
     Exited {
@@ -163,6 +169,21 @@ impl Daemon {
         let cache_dir = work_dir.join("cache");
         let cache = ExeCache::open(cache_dir.clone())
             .map_err(io("cannot open executable cache", &cache_dir))?;
+        // Peers fetch from this machine's cache on a listener of its own,
+        // on the application listener's address.
+        let stage_listener = TcpListener::bind(SocketAddr::new(app_addr.ip(), 0))
+            .await
+            .map_err(|source| Error::Listen {
+                addr: format!("{}:0 (staging)", app_addr.ip()),
+                source,
+            })?;
+        let stage_endpoint = stage_listener
+            .local_addr()
+            .map(|a| connect_addr(a).to_string())
+            .map_err(|source| Error::Listen {
+                addr: "staging listener".into(),
+                source,
+            })?;
         let env: Vec<(String, OsString)> = vec![
             (
                 "CARMI_LOCAL".into(),
@@ -200,6 +221,14 @@ impl Daemon {
             inputs_tx.clone(),
             links_stop_rx.clone(),
         ));
+        let stager = std::sync::Arc::new(Stager::new(
+            cache_dir.clone(),
+            secret.clone(),
+            settings.name.clone(),
+            settings.global.clone(),
+            settings.stage_link_rate,
+        ));
+        tokio::spawn(stager.clone().serve(stage_listener, links_stop_rx.clone()));
         let gcfg = GlobalConfig {
             addr: settings.global.clone(),
             secret: secret.clone(),
@@ -239,6 +268,8 @@ impl Daemon {
             work_dir: work_dir.clone(),
             machine,
             cache,
+            stager,
+            stage_endpoint,
             launcher,
             groups: Groups::default(),
             global_tx: None,
@@ -356,6 +387,10 @@ struct Driver {
     work_dir: PathBuf,
     machine: MachineAd,
     cache: ExeCache,
+    /// Fetches executables from peers and serves them ([`crate::peer`]).
+    stager: std::sync::Arc<Stager>,
+    /// Where peers reach [`Driver::stager`], told to the global RM on registration.
+    stage_endpoint: String,
     launcher: Launcher,
     groups: Groups,
     global_tx: Option<mpsc::UnboundedSender<(ToGlobal, Bytes)>>,
@@ -482,7 +517,12 @@ impl Driver {
                     i.set_missed_tick_behavior(MissedTickBehavior::Delay);
                     self.heartbeat = Some(i);
                 }
+                let registered = matches!(msg, FromGlobal::Registered { .. });
                 self.core.on_global(msg, payload);
+                if registered && let Some(tx) = &self.global_tx {
+                    let endpoint = self.stage_endpoint.clone();
+                    let _ = tx.send((ToGlobal::StageServe { endpoint }, Bytes::new()));
+                }
             }
             Input::GlobalDown { failed, mut rest } => {
                 self.global_tx = None;
@@ -533,6 +573,11 @@ impl Driver {
                 }
                 self.core.on_stored(&sha256, result);
             }
+            Input::Fetched {
+                sha256,
+                source,
+                result,
+            } => self.core.on_fetched(&sha256, source, result),
             Input::Exited { process, report } => {
                 self.groups.0.remove(&process);
                 tracing::info!(%process, status = ?report.status, cpu_seconds = report.cpu_seconds, "process exited");
@@ -669,6 +714,21 @@ impl Driver {
                             .map_err(|e| format!("storing the executable failed: {e}"))
                             .and_then(|r| r.map(|_| ()).map_err(|e| e.to_string()));
                     let _ = inputs.send(Input::Stored { sha256, result }).await;
+                });
+            }
+            Effect::FetchFrom { executable, source } => {
+                let stager = self.stager.clone();
+                let inputs = self.inputs_tx.clone();
+                tokio::spawn(async move {
+                    let result = stager.fetch(&executable, &source).await;
+                    let sha256 = executable.sha256;
+                    let _ = inputs
+                        .send(Input::Fetched {
+                            sha256,
+                            source,
+                            result,
+                        })
+                        .await;
                 });
             }
             Effect::Kill(process) => match self.groups.0.get(&process) {

@@ -30,6 +30,8 @@
 //! - `control`: the control connection (owner events from `owner-sim`) and its client, [`control::OwnerLink`].
 //! - `core`: the I/O-free router: connection states, process table, pending fetches, the backlog kept while the global RM is away; its `core_owner.rs` part carries out the owner policy on slots and processes.
 //! - `output`: forwarding a spawned process's stdout/stderr to its requester, with backpressure down to the pipe.
+//! - `peer`: executable staging between machines: fetching from the global RM's store or a
+//!   peer (pipelined, verified), and serving this cache, partial copies included, to peers.
 //! - `apps`: the listener for application processes and one task per connection.
 //! - `global`: the connection to the global RM, with reconnection and backoff.
 //! - `daemon`: the driver that feeds socket, process and timer events to `core` and carries out its effects.
@@ -47,6 +49,7 @@ pub mod global;
 pub mod machine;
 pub mod output;
 pub mod owner;
+pub mod peer;
 pub mod policy;
 pub mod spawn;
 

@@ -103,7 +103,11 @@ impl GlobalConn {
     async fn recv(&mut self) -> (ToGlobal, Bytes) {
         loop {
             let m = self.recv_any().await;
-            if !matches!(m.0, ToGlobal::Heartbeat { .. }) {
+            // Heartbeats and the staging endpoint come at any time.
+            if !matches!(
+                m.0,
+                ToGlobal::Heartbeat { .. } | ToGlobal::StageServe { .. }
+            ) {
                 return m;
             }
         }

@@ -105,6 +105,10 @@ pub struct PoolOptions {
     /// TOML appended to every local RM's configuration file (which starts as
     /// [`LOCAL_CONFIG`]; it may add a `[policy]` table, not another `[owner]`).
     pub local_config: String,
+    /// Top-level TOML keys put before [`LOCAL_CONFIG`]'s tables (`stage_link_rate = 1.0`).
+    pub local_settings: String,
+    /// Extra command-line arguments of the global RM (`--stage-fanout 1`).
+    pub global_args: Vec<String>,
 }
 
 impl Default for PoolOptions {
@@ -113,6 +117,8 @@ impl Default for PoolOptions {
             heartbeat_ms: HEARTBEAT_MS,
             missed_heartbeats: MISSED_HEARTBEATS,
             local_config: String::new(),
+            global_args: Vec::new(),
+            local_settings: String::new(),
         }
     }
 }
@@ -183,6 +189,7 @@ impl Pool {
                 "--missed-heartbeats",
                 &options.missed_heartbeats.to_string(),
             ])
+            .args(&options.global_args)
             .env("RUST_LOG", "info")
             .stdout(Stdio::piped())
             .stderr(log(&dir, "global"))
@@ -192,7 +199,10 @@ impl Pool {
         let local_config = dir.join("local.toml");
         std::fs::write(
             &local_config,
-            format!("{LOCAL_CONFIG}{}", options.local_config),
+            format!(
+                "{}{LOCAL_CONFIG}{}",
+                options.local_settings, options.local_config
+            ),
         )
         .expect("write the local RM configuration");
         let mut pool = Pool {
@@ -250,6 +260,7 @@ impl Pool {
                 "--missed-heartbeats",
                 &self.options.missed_heartbeats.to_string(),
             ])
+            .args(&self.options.global_args)
             .env("RUST_LOG", "info")
             .stdout(Stdio::piped())
             .stderr(log)

@@ -3,8 +3,15 @@
 //! host. Prints Markdown for `BENCHMARKS.md`:
 //!
 //! ```text
-//! cargo run --release -p carmi-tests --bin carmi-stage
+//! cargo run --release -p carmi-tests --bin carmi-stage [-- --link-rate MB_PER_S] [--fanout N]
 //! ```
+//!
+//! `--link-rate` models a network on one host: every daemon (the global RM
+//! and each local RM) sends staged executables through a link of that many
+//! MB/s (`--stage-link-rate` / `stage_link_rate`), so that a star (N copies
+//! through the store's link) and a tree (copies passed on by peers) cost
+//! what they would cost between machines. `--fanout` is the global RM's
+//! `--stage-fanout` (fetches one holder serves at once; default 2).
 //!
 //! For each pool size, a job takes every slot; then, per executable size and
 //! repetition, a fresh executable (new contents, so cached nowhere) is
@@ -172,7 +179,23 @@ async fn measure(pool: &Pool, slots: usize, seed: u64) -> Result<Vec<(usize, Dur
     Ok(rows)
 }
 
+/// `--link-rate R` and `--fanout N` from the command line.
+fn options() -> (Option<f64>, Option<u32>) {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .map(|v| {
+                v.parse::<f64>()
+                    .unwrap_or_else(|_| panic!("{flag} takes a number"))
+            })
+    };
+    (value("--link-rate"), value("--fanout").map(|f| f as u32))
+}
+
 fn main() -> ExitCode {
+    let (link_rate, fanout) = options();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -184,7 +207,15 @@ fn main() -> ExitCode {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(1, |d| d.as_nanos() as u64);
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    println!("```\ncargo run --release -p carmi-tests --bin carmi-stage\n```\n");
+    let mut extra = String::new();
+    if let Some(r) = link_rate {
+        extra.push_str(&format!(" --link-rate {r}"));
+    }
+    if let Some(f) = fanout {
+        extra.push_str(&format!(" --fanout {f}"));
+    }
+    let sep = if extra.is_empty() { "" } else { " --" };
+    println!("```\ncargo run --release -p carmi-tests --bin carmi-stage{sep}{extra}\n```\n");
     println!(
         "One local RM per slot on this host ({} CPUs, load average at the start {}); median of {REPS}. \
          Cold: a fresh executable spawned on every slot (upload, distribution to every cache, start); \
@@ -196,6 +227,16 @@ fn main() -> ExitCode {
             .join(" ")
     );
     println!(
+        "Mode: {}; staging fan-out {}.\n",
+        match link_rate {
+            Some(r) => format!(
+                "every daemon's staging sends limited to {r} MB/s (a modelled network link per machine)"
+            ),
+            None => "unthrottled (loopback; every copy costs CPU on this one host)".to_string(),
+        },
+        fanout.unwrap_or(2)
+    );
+    println!(
         "| MiB | slots | cold, all started (ms) | warm (ms) | staging (ms) | per-slot MB/s | staging / 1 slot |"
     );
     println!("|---:|---:|---:|---:|---:|---:|---:|");
@@ -204,11 +245,20 @@ fn main() -> ExitCode {
     for &slots in &SLOTS {
         eprintln!("carmi-stage: {slots} slots");
         // 64 daemons hashing on a small host must not be declared lost.
-        let options = PoolOptions {
+        let mut options = PoolOptions {
             heartbeat_ms: 1000,
             missed_heartbeats: 10,
             ..PoolOptions::default()
         };
+        if let Some(r) = link_rate {
+            options.global_args = vec!["--stage-link-rate".into(), r.to_string()];
+            options.local_settings = format!("stage_link_rate = {r}\n");
+        }
+        if let Some(f) = fanout {
+            options
+                .global_args
+                .extend(["--stage-fanout".into(), f.to_string()]);
+        }
         let pool = Pool::start_with(
             &format!("stage-{slots}"),
             1,

@@ -1,0 +1,488 @@
+//! Staging connections: how a local RM fetches an executable's bytes from the
+//! global RM's store or from a peer local RM's cache, so that the global RM
+//! need not send one copy per machine (it answers a `Fetch` with a
+//! [`StageSource`], see `carmi-global`'s `staging`).
+//!
+//! ```text
+//! fetcher -> server  handshake as Role::Stager { name }
+//! fetcher -> server  StageRequest::Get { sha256 }
+//! server -> fetcher  StageReply::Begin { executable }
+//!                    StageReply::Chunk (payload: the next bytes) ...
+//!                    StageReply::End
+//!               or   StageReply::Missing { reason }
+//! ```
+//! One executable per connection. A server may still be receiving the
+//! executable itself ([`Served::Growing`]): it sends what it has and waits for
+//! more, so copies are pipelined down a tree instead of waiting for each
+//! level to finish. The fetcher trusts nothing: it hashes as the bytes arrive
+//! and refuses a copy whose size or SHA-256 is not what the spawn asked for.
+//!
+//! Hashing and writing run on a blocking thread fed through a channel, never
+//! on the task that reads the socket. A [`RateLimiter`] shared by every send
+//! of a daemon models (or enforces) its link's bandwidth.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::exe::is_sha256_hex;
+use crate::frame::{FrameReader, write_frame};
+use crate::handshake::{self, Secret};
+use crate::msg::{ExecutableRef, Role};
+
+/// Bytes per [`StageReply::Chunk`]: small enough that a receiver can pass the
+/// first bytes on long before the last arrive.
+pub const STAGE_CHUNK: usize = 64 * 1024;
+
+/// How long a fetcher waits for the next bytes before it gives the source up
+/// as dead or stalled (a slow but steady source is fine).
+pub const STALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Fetcher -> server.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StageRequest {
+    /// Send the executable with this hash.
+    Get {
+        /// Its SHA-256.
+        sha256: String,
+    },
+}
+
+/// Server -> fetcher.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StageReply {
+    /// The bytes follow in `Chunk`s.
+    Begin {
+        /// What the server believes it holds.
+        executable: ExecutableRef,
+    },
+    /// The next bytes, as the frame payload.
+    Chunk,
+    /// Everything was sent.
+    End,
+    /// The server does not hold it (or lost it while sending).
+    Missing {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// How far a growing copy has come.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// This many bytes are written (readable from the file).
+    Receiving(u64),
+    /// Complete and verified.
+    Done,
+    /// Abandoned: readers must give up too.
+    Failed,
+}
+
+/// What a server holds for a requested hash.
+pub enum Served {
+    /// A complete, verified file.
+    File {
+        /// The open file (opened while the holder's lock was held, so a
+        /// concurrent rename cannot make it vanish).
+        file: std::fs::File,
+        /// What it is.
+        executable: ExecutableRef,
+    },
+    /// A copy still arriving: readable up to what `progress` says.
+    Growing {
+        /// The open partial file.
+        file: std::fs::File,
+        /// What it will be.
+        executable: ExecutableRef,
+        /// Its progress.
+        progress: watch::Receiver<Progress>,
+    },
+    /// Not held.
+    Missing(String),
+}
+
+/// A token bucket without burst: every send of a daemon reserves its bytes'
+/// time on one shared link of `rate` bytes per second. `None` is unlimited.
+#[derive(Debug)]
+pub struct RateLimiter {
+    rate: Option<f64>,
+    next: Mutex<Option<Instant>>,
+}
+
+impl RateLimiter {
+    /// A limiter for `mb_per_s` megabytes (10^6 bytes) per second; `None` or
+    /// a non-positive rate is unlimited.
+    pub fn new(mb_per_s: Option<f64>) -> RateLimiter {
+        RateLimiter {
+            rate: mb_per_s.filter(|r| *r > 0.0).map(|r| r * 1e6),
+            next: Mutex::new(None),
+        }
+    }
+
+    /// Waits until `n` more bytes may go out.
+    pub async fn take(&self, n: usize) {
+        let Some(rate) = self.rate else { return };
+        let cost = Duration::from_secs_f64(n as f64 / rate);
+        let due = {
+            let mut next = self.next.lock().expect("rate limiter lock");
+            let now = Instant::now();
+            let start = next.filter(|t| *t > now).unwrap_or(now);
+            *next = Some(start + cost);
+            start + cost
+        };
+        tokio::time::sleep_until(due).await;
+    }
+}
+
+/// Serves one request on an authenticated staging connection: reads the
+/// `Get`, asks `lookup` (which may wait a little for a copy about to
+/// start arriving), streams the bytes through `limiter`. Returns the
+/// number of bytes sent, or why the connection ended early.
+pub async fn serve<R, W>(
+    reader: &mut FrameReader<R>,
+    w: &mut W,
+    lookup: impl AsyncFnOnce(String) -> Served,
+    limiter: &RateLimiter,
+) -> Result<u64, String>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let sha256 = match reader.read::<StageRequest>().await {
+        Ok(Some((StageRequest::Get { sha256 }, _))) => sha256,
+        Ok(None) => return Err("closed before asking".into()),
+        Err(e) => return Err(format!("bad request: {e}")),
+    };
+    if !is_sha256_hex(&sha256) {
+        let reason = format!(
+            "`{}` is not a SHA-256",
+            sha256.chars().take(80).collect::<String>()
+        );
+        let _ = write_frame(
+            w,
+            &StageReply::Missing {
+                reason: reason.clone(),
+            },
+            &[],
+        )
+        .await;
+        return Err(reason);
+    }
+    let failed = |e: std::io::Error| format!("write failed: {e}");
+    let (file, executable, progress) = match lookup(sha256.clone()).await {
+        Served::File { file, executable } => (file, executable, None),
+        Served::Growing {
+            file,
+            executable,
+            progress,
+        } => (file, executable, Some(progress)),
+        Served::Missing(reason) => {
+            write_frame(w, &StageReply::Missing { reason }, &[])
+                .await
+                .map_err(failed)?;
+            return Ok(0);
+        }
+    };
+    let mut w = BufWriter::with_capacity(2 * STAGE_CHUNK, w);
+    let size = executable.size;
+    write_frame(&mut w, &StageReply::Begin { executable }, &[])
+        .await
+        .map_err(failed)?;
+    let mut reader = ChunkReader::new(file);
+    let mut sent = 0u64;
+    let mut progress = progress;
+    while sent < size {
+        // How far the file may be read now.
+        let avail = match &mut progress {
+            None => size,
+            Some(p) => loop {
+                let now = *p.borrow_and_update();
+                match now {
+                    Progress::Done => break size,
+                    Progress::Failed => {
+                        let reason = "the copy this server was receiving failed".to_string();
+                        let _ = write_frame(
+                            &mut w,
+                            &StageReply::Missing {
+                                reason: reason.clone(),
+                            },
+                            &[],
+                        )
+                        .await;
+                        let _ = w.flush().await;
+                        return Err(reason);
+                    }
+                    Progress::Receiving(n) if n > sent => break n.min(size),
+                    Progress::Receiving(_) => {
+                        // Nothing new yet: let what was sent go out, then wait.
+                        w.flush().await.map_err(failed)?;
+                        if p.changed().await.is_err() {
+                            return Err("the receiving side of this copy went away".into());
+                        }
+                    }
+                }
+            },
+        };
+        let want = ((avail - sent) as usize).min(STAGE_CHUNK);
+        let (back, chunk) = reader.read(want).await?;
+        reader = back;
+        limiter.take(chunk.len()).await;
+        write_frame(&mut w, &StageReply::Chunk, &chunk)
+            .await
+            .map_err(failed)?;
+        sent += chunk.len() as u64;
+    }
+    write_frame(&mut w, &StageReply::End, &[])
+        .await
+        .map_err(failed)?;
+    w.flush().await.map_err(failed)?;
+    Ok(sent)
+}
+
+/// Reads a file sequentially on the blocking pool.
+struct ChunkReader {
+    file: std::fs::File,
+}
+
+impl ChunkReader {
+    fn new(file: std::fs::File) -> ChunkReader {
+        ChunkReader { file }
+    }
+
+    /// Reads exactly `n` bytes (the caller knows they are there).
+    async fn read(self, n: usize) -> Result<(ChunkReader, Bytes), String> {
+        let mut file = self.file;
+        tokio::task::spawn_blocking(move || {
+            let mut buf = vec![0u8; n];
+            file.read_exact(&mut buf)
+                .map_err(|e| format!("reading the executable: {e}"))?;
+            Ok((ChunkReader { file }, Bytes::from(buf)))
+        })
+        .await
+        .map_err(|e| format!("reading the executable: {e}"))?
+    }
+}
+
+/// Why a fetch failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    /// The source could not be reached, refused us, or went away.
+    #[error("source {source_addr}: {reason}")]
+    Source {
+        /// The source.
+        source_addr: String,
+        /// Why.
+        reason: String,
+    },
+    /// The bytes are not the executable asked for.
+    #[error("source {source_addr} sent a bad copy: {reason}")]
+    Corrupt {
+        /// The source.
+        source_addr: String,
+        /// Size or hash mismatch.
+        reason: String,
+    },
+    /// Writing our copy failed.
+    #[error("writing {path}: {error}")]
+    Io {
+        /// The file.
+        path: String,
+        /// Why.
+        error: std::io::Error,
+    },
+}
+
+/// What [`fetch`] needs.
+pub struct FetchSpec<'a> {
+    /// `host:port` of the source.
+    pub addr: &'a str,
+    /// The pool secret.
+    pub secret: &'a Secret,
+    /// Our machine name (declared in the handshake).
+    pub name: &'a str,
+    /// What to fetch: size and hash are checked against this, not against
+    /// what the source claims.
+    pub executable: &'a ExecutableRef,
+    /// The file to write (created if missing, so the caller may create it
+    /// empty beforehand to serve it at once; the caller renames it into place).
+    pub dest: &'a Path,
+    /// Told after every write, so that others can be served from `dest` meanwhile.
+    pub progress: &'a watch::Sender<Progress>,
+}
+
+/// Fetches an executable into `spec.dest`, hashing and writing on a blocking
+/// thread, and verifies it. On success the file is complete and synced; on
+/// failure it is removed and `progress` says `Failed`.
+pub async fn fetch(spec: FetchSpec<'_>) -> Result<(), FetchError> {
+    let result = fetch_inner(&spec).await;
+    if result.is_err() {
+        let _ = std::fs::remove_file(spec.dest);
+        spec.progress.send_replace(Progress::Failed);
+    }
+    result
+}
+
+async fn fetch_inner(spec: &FetchSpec<'_>) -> Result<(), FetchError> {
+    let src = |reason: String| FetchError::Source {
+        source_addr: spec.addr.to_string(),
+        reason,
+    };
+    let corrupt = |reason: String| FetchError::Corrupt {
+        source_addr: spec.addr.to_string(),
+        reason,
+    };
+    let stream = crate::net::dial(spec.addr, crate::net::CONNECT_TIMEOUT)
+        .await
+        .map_err(|e| src(format!("cannot connect: {e}")))?;
+    let (r, mut w) = stream.into_split();
+    let mut reader = FrameReader::with_max(r, STAGE_CHUNK + 64 * 1024);
+    let role = Role::Stager {
+        name: spec.name.to_string(),
+    };
+    handshake::client(&mut reader, &mut w, spec.secret, &role)
+        .await
+        .map_err(|e| src(format!("handshake: {e}")))?;
+    let get = StageRequest::Get {
+        sha256: spec.executable.sha256.clone(),
+    };
+    write_frame(&mut w, &get, &[])
+        .await
+        .map_err(|e| src(format!("sending the request: {e}")))?;
+    w.flush()
+        .await
+        .map_err(|e| src(format!("sending the request: {e}")))?;
+    let mut next = async || -> Result<(StageReply, Bytes), FetchError> {
+        match tokio::time::timeout(STALL_TIMEOUT, reader.read::<StageReply>()).await {
+            Err(_) => Err(src(format!("no bytes for {} s", STALL_TIMEOUT.as_secs()))),
+            Ok(Ok(Some(frame))) => Ok(frame),
+            Ok(Ok(None)) => Err(src("closed the connection mid-transfer".into())),
+            Ok(Err(e)) => Err(src(format!("bad frame: {e}"))),
+        }
+    };
+    match next().await? {
+        (StageReply::Begin { executable }, _) => {
+            if executable.sha256 != spec.executable.sha256
+                || executable.size != spec.executable.size
+            {
+                return Err(corrupt(format!(
+                    "offered {} ({} bytes) for {} ({} bytes)",
+                    executable.sha256,
+                    executable.size,
+                    spec.executable.sha256,
+                    spec.executable.size
+                )));
+            }
+        }
+        (StageReply::Missing { reason }, _) => {
+            return Err(src(format!("does not hold it: {reason}")));
+        }
+        (other, _) => return Err(src(format!("answered {other:?} instead of Begin"))),
+    }
+    // The writer thread: hashes and writes each chunk, then reports progress.
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Bytes>(16);
+    let dest = spec.dest.to_path_buf();
+    let progress = spec.progress.clone();
+    let writer = tokio::task::spawn_blocking(move || write_chunks(&dest, rx, &progress));
+    let expected = spec.executable.size;
+    let mut got = 0u64;
+    let outcome = loop {
+        match next().await {
+            Ok((StageReply::Chunk, bytes)) => {
+                got += bytes.len() as u64;
+                if got > expected {
+                    break Err(corrupt(format!(
+                        "sent more than the {expected} bytes announced"
+                    )));
+                }
+                if tx.send(bytes).is_err() {
+                    break Ok(()); // the writer failed; its error is reported below
+                }
+            }
+            Ok((StageReply::End, _)) => break Ok(()),
+            Ok((StageReply::Missing { reason }, _)) => {
+                break Err(src(format!("gave up: {reason}")));
+            }
+            Ok((other, _)) => break Err(src(format!("answered {other:?} mid-transfer"))),
+            Err(e) => break Err(e),
+        }
+    };
+    drop(tx);
+    let written = writer.await.map_err(|e| FetchError::Io {
+        path: spec.dest.display().to_string(),
+        error: std::io::Error::other(e.to_string()),
+    })?;
+    outcome?;
+    let (size, sha256) = written.map_err(|error| FetchError::Io {
+        path: spec.dest.display().to_string(),
+        error,
+    })?;
+    if size != expected {
+        return Err(corrupt(format!("sent {size} bytes, {expected} expected")));
+    }
+    if sha256 != spec.executable.sha256 {
+        return Err(corrupt(format!(
+            "SHA-256 of the copy is {sha256}, not {}",
+            spec.executable.sha256
+        )));
+    }
+    spec.progress.send_replace(Progress::Done);
+    Ok(())
+}
+
+/// The writer thread of [`fetch`]: returns the size and hash written, the
+/// file synced.
+fn write_chunks(
+    dest: &PathBuf,
+    rx: std::sync::mpsc::Receiver<Bytes>,
+    progress: &watch::Sender<Progress>,
+) -> std::io::Result<(u64, String)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    // Never executable while incomplete.
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(dest)?;
+    let mut hasher = Sha256::new();
+    let mut n = 0u64;
+    for chunk in rx {
+        f.write_all(&chunk)?;
+        hasher.update(&chunk);
+        n += chunk.len() as u64;
+        progress.send_replace(Progress::Receiving(n));
+    }
+    f.sync_all()?;
+    let hex = hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    Ok((n, hex))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_limiter_spaces_sends_at_the_link_rate() {
+        let l = RateLimiter::new(Some(1.0));
+        let t0 = Instant::now();
+        l.take(500_000).await;
+        l.take(500_000).await;
+        assert_eq!(t0.elapsed(), Duration::from_secs(1));
+        let free = RateLimiter::new(None);
+        let t1 = Instant::now();
+        free.take(1 << 30).await;
+        assert_eq!(t1.elapsed(), Duration::ZERO);
+    }
+}

@@ -1,0 +1,232 @@
+//! Executable staging between machines: this local RM fetches executables
+//! from wherever the global RM says (its store or a peer), and serves its
+//! own cache, including copies it is still receiving, to peers that pass
+//! the pool's handshake as `Role::Stager` (protocol in `carmi_api::stage`).
+//!
+//! A copy being received is written to `cache/.tmp-<sha256>-<random>` and
+//! listed in [`Stager`]'s growing table with its progress; it is renamed
+//! into the cache once its hash is verified. A server opens the file while
+//! holding the table's lock, and the table entry is removed (under the lock)
+//! before the rename, so a server always holds an open file of either the
+//! partial or the complete copy.
+
+use std::collections::HashMap;
+use std::fs;
+use std::net::SocketAddr;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use carmi_api::exe::is_sha256_hex;
+use carmi_api::frame::FrameReader;
+use carmi_api::handshake::{self, Secret};
+use carmi_api::msg::{ExecutableRef, Role, StageSource};
+use carmi_api::stage::{self, FetchSpec, Progress, RateLimiter, Served};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+/// How long a peer's request waits for a copy this machine is about to fetch.
+const ARRIVAL_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A copy being received.
+struct Growing {
+    path: PathBuf,
+    executable: ExecutableRef,
+    progress: watch::Receiver<Progress>,
+}
+
+/// Fetching and serving executables for one local RM.
+pub struct Stager {
+    cache_dir: PathBuf,
+    secret: Secret,
+    name: String,
+    global_addr: String,
+    limiter: RateLimiter,
+    growing: Mutex<HashMap<String, Growing>>,
+}
+
+impl Stager {
+    /// A stager over the cache in `cache_dir`; `rate` caps what it serves (MB/s).
+    pub fn new(
+        cache_dir: PathBuf,
+        secret: Secret,
+        name: String,
+        global_addr: String,
+        rate: Option<f64>,
+    ) -> Stager {
+        Stager {
+            cache_dir,
+            secret,
+            name,
+            global_addr,
+            limiter: RateLimiter::new(rate),
+            growing: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Fetches `exe` from `source` into the cache (verified). `Err` says why
+    /// not, naming the source.
+    pub async fn fetch(&self, exe: &ExecutableRef, source: &StageSource) -> Result<(), String> {
+        if !is_sha256_hex(&exe.sha256) {
+            return Err(format!("`{}` is not a SHA-256", exe.sha256));
+        }
+        let addr = match source {
+            StageSource::Global => self.global_addr.clone(),
+            StageSource::Peer { endpoint, .. } => endpoint.clone(),
+        };
+        let tmp = self.cache_dir.join(format!(
+            ".tmp-{}-{:016x}",
+            exe.sha256,
+            rand::random::<u64>()
+        ));
+        let (tx, rx) = watch::channel(Progress::Receiving(0));
+        // Created before it is listed, so a peer told to fetch from us finds it.
+        fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
+        {
+            let mut g = self.growing.lock().expect("growing table lock");
+            if g.contains_key(&exe.sha256) {
+                let _ = fs::remove_file(&tmp);
+                return Err("already being fetched here".into());
+            }
+            g.insert(
+                exe.sha256.clone(),
+                Growing {
+                    path: tmp.clone(),
+                    executable: exe.clone(),
+                    progress: rx,
+                },
+            );
+        }
+        let result = stage::fetch(FetchSpec {
+            addr: &addr,
+            secret: &self.secret,
+            name: &self.name,
+            executable: exe,
+            dest: &tmp,
+            progress: &tx,
+        })
+        .await
+        .map_err(|e| e.to_string());
+        // Out of the table before the rename (see the module docs).
+        self.growing
+            .lock()
+            .expect("growing table lock")
+            .remove(&exe.sha256);
+        let result = match result {
+            Ok(()) => {
+                let dest = self.cache_dir.join(&exe.sha256);
+                let tmp2 = tmp.clone();
+                tokio::task::spawn_blocking(move || {
+                    fs::set_permissions(&tmp2, fs::Permissions::from_mode(0o555))?;
+                    fs::rename(&tmp2, &dest)
+                })
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| format!("cannot move the copy into the cache: {e}")))
+            }
+            Err(e) => Err(e),
+        };
+        if result.is_err() {
+            let _ = fs::remove_file(&tmp);
+            tx.send_replace(Progress::Failed);
+        }
+        result
+    }
+
+    /// [`Stager::lookup`], waiting up to [`ARRIVAL_WAIT`] for a copy to
+    /// start: the global RM names this machine as a source as soon as it
+    /// has directed it to fetch, which a peer may learn before this
+    /// machine has started.
+    async fn lookup_soon(&self, sha256: &str) -> Served {
+        let until = tokio::time::Instant::now() + ARRIVAL_WAIT;
+        loop {
+            match self.lookup(sha256) {
+                Served::Missing(_) if tokio::time::Instant::now() < until => {
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// What this machine holds of `sha256`, with the file opened.
+    fn lookup(&self, sha256: &str) -> Served {
+        let g = self.growing.lock().expect("growing table lock");
+        if let Some(c) = g.get(sha256) {
+            return match fs::File::open(&c.path) {
+                Ok(file) => Served::Growing {
+                    file,
+                    executable: c.executable.clone(),
+                    progress: c.progress.clone(),
+                },
+                Err(e) => Served::Missing(format!("partial copy unreadable: {e}")),
+            };
+        }
+        drop(g);
+        let path = self.cache_dir.join(sha256);
+        match fs::File::open(&path).and_then(|f| Ok((f.metadata()?.len(), f))) {
+            Ok((size, file)) => Served::File {
+                file,
+                executable: ExecutableRef {
+                    name: sha256.to_string(),
+                    sha256: sha256.to_string(),
+                    size,
+                },
+            },
+            Err(_) => Served::Missing("not in this machine's cache".into()),
+        }
+    }
+
+    /// Serves peers on `listener` until `stop` turns true.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener, mut stop: watch::Receiver<bool>) {
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, peer)) => {
+                        tokio::spawn(self.clone().serve_one(stream, peer));
+                    }
+                    Err(e) => {
+                        tracing::warn!("staging listener: accept failed: {e}");
+                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    }
+                },
+                _ = crate::daemon::stopped(&mut stop) => return,
+            }
+        }
+    }
+
+    async fn serve_one(self: Arc<Self>, stream: TcpStream, peer: SocketAddr) {
+        let _ = stream.set_nodelay(true);
+        let (r, mut w) = stream.into_split();
+        let mut reader = FrameReader::with_max(r, 64 * 1024);
+        let admit = |role: &Role| match role {
+            Role::Stager { .. } => Ok(()),
+            _ => Err("this listener serves executables to local RMs only".to_string()),
+        };
+        let name = match handshake::server_with(&mut reader, &mut w, &self.secret, admit).await {
+            Ok(Role::Stager { name }) => name,
+            Ok(_) => return,
+            Err(e) => {
+                tracing::warn!(%peer, "staging handshake failed: {e}");
+                return;
+            }
+        };
+        let me = self.clone();
+        let lookup = async move |sha256: String| me.lookup_soon(&sha256).await;
+        match stage::serve(&mut reader, &mut w, lookup, &self.limiter).await {
+            Ok(bytes) => {
+                tracing::debug!(%peer, machine = %name, bytes, "executable served to a peer")
+            }
+            Err(e) => {
+                tracing::warn!(%peer, machine = %name, "serving an executable to a peer ended: {e}")
+            }
+        }
+        let _ = w.shutdown().await;
+    }
+}
