@@ -435,7 +435,11 @@ fn a_worker_suspended_and_resumed_before_it_joined_gets_steps_only_once_joined()
     h.advance(SEC);
     h.s.host_resumed(HostId(0), h.now);
     let t = h.submit(1);
-    assert_eq!(h.assigned(), vec![], "a step went to a worker not joined yet");
+    assert_eq!(
+        h.assigned(),
+        vec![],
+        "a step went to a worker not joined yet"
+    );
     h.s.worker_joined(w, h.now);
     assert_eq!(h.assigned(), vec![(0, w)]);
     assert_eq!(h.answer(w, t[0]), Verdict::Deliver);
@@ -455,7 +459,11 @@ fn a_worker_respawned_on_a_suspended_host_waits_for_its_join_after_resumption() 
     };
     h.s.host_resumed(HostId(0), h.now);
     let t = h.submit(1);
-    assert_eq!(h.assigned(), vec![], "a step went to a worker not joined yet");
+    assert_eq!(
+        h.assigned(),
+        vec![],
+        "a step went to a worker not joined yet"
+    );
     h.s.worker_joined(fresh, h.now);
     assert_eq!(h.assigned(), vec![(0, fresh)]);
     assert_eq!(h.answer(fresh, t[0]), Verdict::Deliver);
