@@ -622,6 +622,19 @@ impl Sched {
             if slow {
                 self.strike(worker, now);
             }
+        } else if open {
+            // A worker the run let go of (its host given back, its
+            // connection not closed yet) answered first: its copy, closed
+            // as lost, is the one delivered.
+            let step = self.tasks[&ticket].step;
+            if let Some(run) = self
+                .runs
+                .iter_mut()
+                .rev()
+                .find(|r| r.is_lost_copy(worker, step))
+            {
+                run.finish(now, cpu, wall, RunOutcome::Delivered);
+            }
         }
         if !open {
             // The answering worker has a free slot again.
