@@ -205,6 +205,10 @@ struct Worker {
     front_struck: bool,
     /// Fast-abort strikes.
     strikes: u32,
+    /// Whether it has connected ([`Sched::worker_joined`]). Its host's
+    /// resumption makes it ready only then: a worker suspended while
+    /// starting has no connection yet to send steps on.
+    joined: bool,
 }
 
 #[derive(Debug)]
@@ -368,6 +372,7 @@ impl Sched {
                 front_since: None,
                 front_struck: false,
                 strikes: 0,
+                joined: false,
             },
         );
         self.outputs.push_back(Output::Spawn { host, worker });
@@ -422,7 +427,12 @@ impl Sched {
         if let Some(w) = h.worker.and_then(|w| self.workers.get_mut(&w))
             && matches!(w.state, WorkerState::Suspended { .. })
         {
-            w.state = WorkerState::Ready;
+            // Suspended before it connected, it is still starting.
+            w.state = if w.joined {
+                WorkerState::Ready
+            } else {
+                WorkerState::Starting
+            };
             // The suspension is not the worker's slowness: its clock restarts.
             if w.front_since.is_some() {
                 w.front_since = Some(now);
@@ -433,6 +443,9 @@ impl Sched {
 
     /// The worker connected and received its init data: it can take steps.
     pub fn worker_joined(&mut self, worker: WorkerId, now: Time) {
+        if let Some(w) = self.workers.get_mut(&worker) {
+            w.joined = true;
+        }
         if let Some(w) = self.workers.get_mut(&worker)
             && w.state == WorkerState::Starting
         {
@@ -615,6 +628,19 @@ impl Sched {
             }
             if slow {
                 self.strike(worker, now);
+            }
+        } else if open {
+            // A worker the run let go of (its host given back, its
+            // connection not closed yet) answered first: its copy, closed
+            // as lost, is the one delivered.
+            let step = self.tasks[&ticket].step;
+            if let Some(run) = self
+                .runs
+                .iter_mut()
+                .rev()
+                .find(|r| r.is_lost_copy(worker, step))
+            {
+                run.finish(now, cpu, wall, RunOutcome::Delivered);
             }
         }
         if !open {

@@ -414,3 +414,57 @@ fn status_counts_hosts_busy_suspended_and_steps() {
     let st = h.s.status();
     assert_eq!((st.hosts, st.suspended, st.busy), (3, 1, 2), "{st:?}");
 }
+
+/// A host suspended and resumed while its worker is still starting (the
+/// real server's order when an owner drops by before the worker connected):
+/// the worker must not be given steps before it joined, as the server has
+/// no connection to send them on and would drop them.
+#[test]
+fn a_worker_suspended_and_resumed_before_it_joined_gets_steps_only_once_joined() {
+    let mut c = cfg();
+    c.release_suspended = true;
+    let mut h = Harness::new(c);
+    h.s.set_class("c", 1, h.now);
+    h.take();
+    h.s.host_added(HostId(0), "c", None, h.now);
+    let w = match h.take().as_slice() {
+        [Output::Spawn { worker, .. }] => *worker,
+        other => panic!("expected a spawn, got {other:?}"),
+    };
+    h.s.host_suspended(HostId(0), h.now);
+    h.advance(SEC);
+    h.s.host_resumed(HostId(0), h.now);
+    let t = h.submit(1);
+    assert_eq!(
+        h.assigned(),
+        vec![],
+        "a step went to a worker not joined yet"
+    );
+    h.s.worker_joined(w, h.now);
+    assert_eq!(h.assigned(), vec![(0, w)]);
+    assert_eq!(h.answer(w, t[0]), Verdict::Deliver);
+    assert_eq!(h.s.open_tickets(), 0);
+}
+
+/// The same without the policy: a worker respawned on a suspended host
+/// starts suspended, and its host's resumption must not make it ready.
+#[test]
+fn a_worker_respawned_on_a_suspended_host_waits_for_its_join_after_resumption() {
+    let (mut h, w) = Harness::with_workers(cfg(), 1);
+    h.s.host_suspended(HostId(0), h.now);
+    h.s.worker_lost(w[0], LossCause::Crashed, h.now);
+    let fresh = match h.take().as_slice() {
+        [Output::Spawn { worker, .. }] => *worker,
+        other => panic!("expected a respawn, got {other:?}"),
+    };
+    h.s.host_resumed(HostId(0), h.now);
+    let t = h.submit(1);
+    assert_eq!(
+        h.assigned(),
+        vec![],
+        "a step went to a worker not joined yet"
+    );
+    h.s.worker_joined(fresh, h.now);
+    assert_eq!(h.assigned(), vec![(0, fresh)]);
+    assert_eq!(h.answer(fresh, t[0]), Verdict::Deliver);
+}

@@ -81,6 +81,12 @@ impl RunRecord {
         self.outcome = outcome;
     }
 
+    /// Whether this is a copy of `step` on `worker` closed as lost: a late
+    /// answer from a worker the run already let go of is matched to it.
+    pub fn is_lost_copy(&self, worker: WorkerId, step: StepId) -> bool {
+        self.worker == worker && self.step == step && self.outcome == RunOutcome::Lost
+    }
+
     /// The copy ended without an answer.
     pub fn close(&mut self, now: Time, outcome: RunOutcome) {
         if self.end.is_none() {

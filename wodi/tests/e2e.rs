@@ -28,9 +28,12 @@ async fn cycles_of_31_steps_return_every_result_once() {
     let (_turn, pool) = pool("wodi-cycles", 3).await;
     let stats = cycles_with_steps(&pool.locals[0].app_addr, &pool.secret_path, 3, 4, 2).await;
     assert_eq!(stats.steps_delivered, 4 * 31);
-    assert_eq!(stats.hosts_added, 3);
+    // Releasing idle hosts (a recommended policy) may give hosts back in a
+    // cycle's tail and get them again at the next cycle, when the steps
+    // still running have no estimate yet: more than three adds, none lost.
+    assert!(stats.hosts_added >= 3, "{} hosts added", stats.hosts_added);
     assert_eq!(stats.hosts_lost, 0);
-    assert_eq!(stats.timeline.len(), 3);
+    assert_eq!(stats.timeline.len(), stats.hosts_added as usize);
     let ended: Vec<u64> = stats
         .cycles
         .iter()
@@ -219,6 +222,10 @@ async fn a_suspended_worker_answering_after_its_step_was_resent_still_gives_one_
         2,
     );
     cfg.suspend_timeout = Duration::from_millis(300);
+    // What this test is about: a suspended host kept after its grace, whose
+    // worker answers when its owner leaves (not given back, as the
+    // recommended policies do).
+    cfg.policies.release_suspended = false;
     let mut master = Master::init(cfg, &"i".to_string()).await.expect("init");
     for s in 0..2 {
         master

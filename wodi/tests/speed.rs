@@ -77,6 +77,11 @@ fn base(pool: &Pool) -> MasterConfig {
     cfg.learn_from_wall = true;
     // The sources alone decide here (no correction from observed times).
     cfg.refine_speed = false;
+    // Two hosts kept for the whole run: releasing idle ones in a cycle's
+    // tail (a recommended policy) would give the fast host back while the
+    // long step runs, and a host granted again is benchmarked and learned
+    // afresh, which is not what these tests count.
+    cfg.policies.release_idle = false;
     cfg
 }
 

@@ -1,6 +1,6 @@
 //! The core's invariants, checked by tests after every step.
 
-use super::{Sched, TaskState};
+use super::{Sched, TaskState, WorkerState};
 
 impl Sched {
     /// Checks the invariants; tests call it after every step. Panics naming the broken one.
@@ -31,6 +31,14 @@ impl Sched {
             assert!(
                 w.in_hand.len() <= self.cfg.prefetch as usize,
                 "{id} over prefetch"
+            );
+            assert!(
+                w.joined || w.in_hand.is_empty(),
+                "{id} holds tickets before it joined"
+            );
+            assert!(
+                w.joined || w.state != WorkerState::Ready,
+                "{id} is ready before it joined"
             );
             let h = self.hosts.get(&w.host).expect("a worker's host is held");
             assert_eq!(h.worker, Some(*id), "{id} is its host's worker");

@@ -147,6 +147,7 @@ impl Sched {
             // Its owner took it: a loss in the statistics, although the run
             // lets go of it before CARMI would vacate it.
             self.host_records[record].end(now, true);
+            tracing::info!(%host, "giving back a host suspended past its grace");
             self.release(host, now);
             self.top_up(&class);
         }

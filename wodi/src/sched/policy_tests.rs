@@ -6,6 +6,7 @@ use carmi_api::ids::HostId;
 
 use crate::ids::{StepId, WorkerId};
 use crate::sched::{ArrivalOrder, Output, Sched, SchedConfig, Ticket, Verdict};
+use crate::stats::RunOutcome;
 
 const SEC: Duration = Duration::from_secs(1);
 
@@ -363,4 +364,34 @@ fn an_idle_host_goes_back_with_the_request_that_would_take_it_again() {
             .any(|o| matches!(o, Output::CancelRequests { class } if class == "c")),
         "{outs:?}"
     );
+}
+
+/// A suspended host given back after its grace, whose worker (resumed
+/// before CARMI killed it) answers its step first: the result is delivered
+/// once, and the statistics count that copy as the delivered one.
+#[test]
+fn a_late_answer_from_a_released_worker_is_delivered_once_and_counted() {
+    let cfg = SchedConfig {
+        release_suspended: true,
+        suspend_timeout: Duration::from_secs(1),
+        ..SchedConfig::default()
+    };
+    let (mut s, w) = core(cfg, &[1.0, 1.0]);
+    let t = s.submit(StepId(0), None, Duration::ZERO);
+    s.dispatch(Duration::ZERO);
+    drain(&mut s);
+    s.host_suspended(HostId(0), Duration::ZERO);
+    s.on_deadline(Duration::from_secs(1));
+    let outs = drain(&mut s);
+    assert_eq!(released(&outs), vec![HostId(0)]);
+    assert_eq!(assigned(&outs, w[1]), Some(t));
+    let took = Duration::from_millis(1500);
+    let now = Duration::from_secs(2);
+    assert_eq!(s.result(w[0], t, took, took, now), Verdict::Deliver);
+    assert_eq!(s.result(w[1], t, took, took, now), Verdict::Duplicate);
+    s.sanity_check();
+    let stats = s.stats(now);
+    assert_eq!(stats.steps_delivered, 1);
+    let outcomes: Vec<RunOutcome> = stats.steps.iter().map(|r| r.outcome).collect();
+    assert_eq!(outcomes, vec![RunOutcome::Delivered, RunOutcome::Discarded]);
 }

@@ -35,6 +35,15 @@ pub fn config(local: &str, secret: &Path, worker: &str, count: u32) -> MasterCon
             ..Default::default()
         };
     }
+    // `WODI_TEST_SUSPEND_MS=300` shortens a suspended worker's grace (10 s
+    // by default, longer than the churn test's suspensions), so that with
+    // `s` suspended hosts are really given back during the run.
+    if let Some(ms) = std::env::var("WODI_TEST_SUSPEND_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        cfg.suspend_timeout = Duration::from_millis(ms);
+    }
     cfg.pool = Some(PoolAddr {
         local: local.to_string(),
         secret_file: secret.to_path_buf(),
