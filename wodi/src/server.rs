@@ -770,6 +770,12 @@ impl Driver {
                 }
             }
             Event::Failed { request, failure } => {
+                if self.cancelled.remove(&request) {
+                    // Withdrawn on purpose (the core already stopped counting it).
+                    self.host_requests.remove(&request);
+                    info!("host request {request} withdrawn: {}", failure.message);
+                    return;
+                }
                 if let Some(class) = self.host_requests.remove(&request) {
                     warn!("request for hosts of {class} failed: {}", failure.message);
                     self.sched.hosts_not_granted(&class, u32::MAX, now);
