@@ -89,6 +89,10 @@ pub struct SimConfig {
     /// With `fewest_hosts`: cycles in a row the answer must differ from the
     /// count in one direction before the count follows; 0 follows every change.
     pub hysteresis: u32,
+    /// Extra start-up time of each host's first worker, seconds, indexed like
+    /// `speeds` (empty: none). Real workers do not join at once; to compare
+    /// a real run with the simulator, give each host the delay it had.
+    pub startup_offsets: Vec<f64>,
     /// The core's tunables.
     pub sched: SchedConfig,
     /// Seed of the step-time noise (and of the owners).
@@ -250,6 +254,8 @@ struct World<'a> {
     /// This cycle's step times (speed-1 seconds), by step id.
     times: Vec<f64>,
     first_ready: Option<f64>,
+    /// Whether each host has had a worker (for `startup_offsets`).
+    started: Vec<bool>,
 }
 
 fn host_id(h: usize) -> HostId {
@@ -383,7 +389,14 @@ impl World<'_> {
                         },
                     );
                     self.host_worker.insert(h, worker);
-                    let at = self.now + self.cfg.policy.worker_startup;
+                    // Only a host's first worker pays its recorded offset.
+                    let offset = if self.started[h] {
+                        0.0
+                    } else {
+                        self.started[h] = true;
+                        self.cfg.startup_offsets.get(h).copied().unwrap_or(0.0)
+                    };
+                    let at = self.now + self.cfg.policy.worker_startup + offset;
                     self.push(at, Ev::WorkerReady { worker });
                 }
                 Output::Assign {
@@ -442,6 +455,7 @@ pub fn simulate(cfg: &SimConfig, dispatch: Box<dyn Dispatch>) -> SimRun {
         host_worker: BTreeMap::new(),
         times: sample_cycle(&cfg.profile, &mut rng),
         first_ready: None,
+        started: vec![false; cfg.speeds.len()],
     };
     // Owner events in the run's time frame; those before the start only set
     // the initial state.

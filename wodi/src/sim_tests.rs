@@ -19,6 +19,7 @@ fn config(hosts: usize, owners: OwnerModel, seed: u64) -> SimConfig {
         hosts_wanted: hosts as u32,
         fewest_hosts: None,
         hysteresis: 0,
+        startup_offsets: Vec::new(),
         sched: SchedConfig {
             suspend_timeout: Duration::from_secs(30),
             ..SchedConfig::default()

@@ -90,6 +90,28 @@ fn profile(scale: f64) -> Vec<StepProfile> {
         .collect()
 }
 
+/// When each host's worker took its first step, after the first worker
+/// did, in the order of `speeds` (hosts are matched by their speed, which
+/// the server recorded with each step; the embedded pool's speeds differ).
+fn startup_offsets(stats: &Stats, speeds: &[f64]) -> Vec<f64> {
+    let first = |pick: &dyn Fn(&wodi::stats::StepTime) -> bool| {
+        stats
+            .steps
+            .iter()
+            .filter(|t| pick(t))
+            .map(|t| t.assigned_s)
+            .fold(f64::INFINITY, f64::min)
+    };
+    let start = first(&|_| true);
+    speeds
+        .iter()
+        .map(|&s| {
+            let at = first(&|t| t.speed.is_some_and(|x| (x - s).abs() < 1e-9));
+            if at.is_finite() { at - start } else { 0.0 }
+        })
+        .collect()
+}
+
 /// Each cycle's length from the server's records: from the previous cycle's
 /// last result (the first cycle: its first assignment) to its own last one.
 fn real_cycles(stats: &Stats, cycles: u32) -> Vec<f64> {
@@ -132,6 +154,9 @@ async fn run_real(args: &Args, pool: PoolAddr, profile: &[StepProfile]) -> anyho
     };
     cfg.learn_from_wall = true;
     cfg.refine_speed = args.refine;
+    // The paper's scheduler both ways: the simulator below runs the core
+    // without the policies that give hosts back or copy steps.
+    cfg.policies = wodi::proto::Policies::default();
     let mut master = Master::init(cfg, &()).await?;
     for c in 0..u64::from(args.cycles) {
         master.begin_cycle(CycleId(c), &())?;
@@ -181,6 +206,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
             hosts_wanted: args.hosts as u32,
             fewest_hosts: None,
             hysteresis: 0,
+            startup_offsets: startup_offsets(&real, &speeds),
             sched: SchedConfig::default(),
             seed: args.seed,
         },

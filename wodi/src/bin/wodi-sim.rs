@@ -190,6 +190,7 @@ fn main() -> ExitCode {
             hosts_wanted: cli.hosts as u32,
             fewest_hosts: cli.fewest_hosts,
             hysteresis: cli.hysteresis,
+            startup_offsets: Vec::new(),
             sched: SchedConfig {
                 suspend_timeout: std::time::Duration::from_secs_f64(cli.suspend_timeout),
                 release_idle: cli.release_idle,
