@@ -899,6 +899,7 @@ impl Sched {
     pub fn stats(&self, now: Time) -> Stats {
         let mut stats = Stats::compute(&self.runs, &self.host_records, now);
         stats.cycles = self.cycles.clone();
+        stats.history = crate::checkpoint::snapshot(&self.history);
         stats
     }
 }

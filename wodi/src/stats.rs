@@ -169,6 +169,11 @@ pub struct Stats {
     /// time), seconds.
     #[serde(default)]
     pub speed_benchmark_s: f64,
+    /// Each step's learned estimate at the end (work on a speed-1 host,
+    /// seconds, and the observations behind it), sorted by step id: what a
+    /// later run of the same application could start from.
+    #[serde(default)]
+    pub history: Vec<crate::checkpoint::SavedEstimate>,
 }
 
 /// One cycle's boundaries.

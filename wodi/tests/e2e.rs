@@ -44,6 +44,13 @@ async fn cycles_of_31_steps_return_every_result_once() {
     assert!(stats.occupancy_s > 0.0);
     let json = serde_json::to_string(&stats).unwrap();
     assert!(json.contains("\"efficiency\""));
+    // The history is saved with the statistics: every step, seen 4 times.
+    assert_eq!(stats.history.len(), 31);
+    assert!(
+        stats.history.iter().all(|e| e.samples == 4),
+        "{:?}",
+        stats.history
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
