@@ -57,6 +57,9 @@ pub(crate) enum Input {
     /// A global connection is up; messages for it go into `tx`.
     GlobalUp {
         tx: mpsc::UnboundedSender<(ToGlobal, Bytes)>,
+        /// This machine's address on the connection to the global RM: the
+        /// one other machines of the pool can reach.
+        local_ip: Option<IpAddr>,
     },
     /// A message from the global RM.
     Global(FromGlobal, Bytes),
@@ -179,7 +182,6 @@ impl Daemon {
             })?;
         let stage_endpoint = stage_listener
             .local_addr()
-            .map(|a| connect_addr(a).to_string())
             .map_err(|source| Error::Listen {
                 addr: "staging listener".into(),
                 source,
@@ -270,6 +272,7 @@ impl Daemon {
             cache,
             stager,
             stage_endpoint,
+            global_local_ip: None,
             launcher,
             groups: Groups::default(),
             global_tx: None,
@@ -344,6 +347,19 @@ impl Daemon {
     }
 }
 
+/// Where peers on other machines reach a staging listener bound to `bound`:
+/// a wildcard address means "every interface", so the one this machine uses
+/// towards the global RM is named (peers reach the global RM too); without
+/// one, loopback (peers on this machine only).
+fn stage_endpoint_for(bound: SocketAddr, towards_global: Option<IpAddr>) -> SocketAddr {
+    match towards_global {
+        Some(ip) if bound.ip().is_unspecified() && !ip.is_unspecified() => {
+            SocketAddr::new(ip, bound.port())
+        }
+        _ => connect_addr(bound),
+    }
+}
+
 /// The address a process on this machine should connect to: a wildcard
 /// listen address is reachable through loopback.
 fn connect_addr(a: SocketAddr) -> SocketAddr {
@@ -389,8 +405,12 @@ struct Driver {
     cache: ExeCache,
     /// Fetches executables from peers and serves them ([`crate::peer`]).
     stager: std::sync::Arc<Stager>,
-    /// Where peers reach [`Driver::stager`], told to the global RM on registration.
-    stage_endpoint: String,
+    /// Where peers reach [`Driver::stager`], told to the global RM on
+    /// registration. A wildcard address is replaced by this machine's
+    /// address towards the global RM (see [`stage_endpoint_for`]).
+    stage_endpoint: SocketAddr,
+    /// This machine's address on the current global connection.
+    global_local_ip: Option<IpAddr>,
     launcher: Launcher,
     groups: Groups,
     global_tx: Option<mpsc::UnboundedSender<(ToGlobal, Bytes)>>,
@@ -497,8 +517,9 @@ impl Driver {
 
     fn handle(&mut self, input: Input) {
         match input {
-            Input::GlobalUp { tx } => {
+            Input::GlobalUp { tx, local_ip } => {
                 self.global_tx = Some(tx);
+                self.global_local_ip = local_ip;
                 let ad = self.machine.advertise_text();
                 self.core.on_global_connected(ad);
             }
@@ -520,7 +541,8 @@ impl Driver {
                 let registered = matches!(msg, FromGlobal::Registered { .. });
                 self.core.on_global(msg, payload);
                 if registered && let Some(tx) = &self.global_tx {
-                    let endpoint = self.stage_endpoint.clone();
+                    let endpoint =
+                        stage_endpoint_for(self.stage_endpoint, self.global_local_ip).to_string();
                     let _ = tx.send((ToGlobal::StageServe { endpoint }, Bytes::new()));
                 }
             }
@@ -846,4 +868,27 @@ async fn tick(i: &mut Option<Interval>) {
 pub(crate) async fn stopped(stop: &mut watch::Receiver<bool>) {
     // The guard wait_for returns must not live across the caller's awaits.
     let _ = stop.wait_for(|s| *s).await.map(|_| ());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wildcard_staging_listener_is_named_by_the_address_towards_the_global_rm() {
+        let any: SocketAddr = "0.0.0.0:7000".parse().unwrap();
+        let lan: IpAddr = "10.1.2.3".parse().unwrap();
+        assert_eq!(
+            stage_endpoint_for(any, Some(lan)),
+            "10.1.2.3:7000".parse().unwrap()
+        );
+        // Without a global connection's address: this machine only.
+        assert_eq!(
+            stage_endpoint_for(any, None),
+            "127.0.0.1:7000".parse().unwrap()
+        );
+        // A concrete address is kept as configured.
+        let fixed: SocketAddr = "192.168.0.5:7000".parse().unwrap();
+        assert_eq!(stage_endpoint_for(fixed, Some(lan)), fixed);
+    }
 }

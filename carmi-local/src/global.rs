@@ -138,7 +138,8 @@ async fn session(
     stop: &mut watch::Receiver<bool>,
 ) -> bool {
     let (tx, mut rx) = mpsc::unbounded_channel::<(ToGlobal, Bytes)>();
-    if inputs.send(Input::GlobalUp { tx }).await.is_err() {
+    let local_ip = w.local_addr().ok().map(|a| a.ip());
+    if inputs.send(Input::GlobalUp { tx, local_ip }).await.is_err() {
         return false;
     }
     let mut registered = false;
