@@ -183,22 +183,33 @@ fn a_suspended_host_goes_back_after_its_grace_and_its_step_is_sent_again() {
     assert_eq!(stats.hosts_lost, 1, "the owner took the host");
 }
 
+/// A core on hosts of `speeds` that has learnt step 1 (40 s) and step 2
+/// (4 s) on worker 0, then a cycle of both dispatched in arrival order: the
+/// core, its workers, the time, and the cycle's assignments.
+fn long_and_short(
+    cfg: SchedConfig,
+    speeds: &[f64],
+) -> (Sched, Vec<WorkerId>, Duration, Vec<Output>) {
+    let (mut s, w) = core(cfg, speeds);
+    let mut now = Duration::ZERO;
+    learn(&mut s, w[0], 1.0, 1, 40.0, &mut now);
+    learn(&mut s, w[0], 1.0, 2, 4.0, &mut now);
+    s.submit(StepId(1), None, now);
+    s.submit(StepId(2), None, now);
+    s.dispatch(now);
+    let outs = drain(&mut s);
+    (s, w, now, outs)
+}
+
 #[test]
 fn an_idle_fast_host_copies_a_straggler_and_the_first_result_wins_once() {
     let cfg = SchedConfig {
         stragglers: true,
         ..SchedConfig::default()
     };
-    // Worker 0 is slow (speed 1), worker 1 four times as fast.
-    let (mut s, w) = core(cfg, &[1.0, 4.0]);
-    let mut now = Duration::ZERO;
-    learn(&mut s, w[0], 1.0, 1, 40.0, &mut now);
-    learn(&mut s, w[0], 1.0, 2, 4.0, &mut now);
-    // Arrival order puts step 1 (40 s) on the slow worker, step 2 on the fast one.
-    s.submit(StepId(1), None, now);
-    s.submit(StepId(2), None, now);
-    s.dispatch(now);
-    let outs = drain(&mut s);
+    // Worker 0 is slow (speed 1), worker 1 four times as fast. Arrival
+    // order puts step 1 (40 s) on the slow worker, step 2 on the fast one.
+    let (mut s, w, mut now, outs) = long_and_short(cfg, &[1.0, 4.0]);
     let slow = assigned(&outs, w[0]).expect("worker 0 has a step");
     let quick = assigned(&outs, w[1]).expect("worker 1 has a step");
     now += SEC;
@@ -227,14 +238,7 @@ fn no_copy_when_the_idle_host_would_not_finish_sooner() {
         stragglers: true,
         ..SchedConfig::default()
     };
-    let (mut s, w) = core(cfg, &[1.0, 1.0]);
-    let mut now = Duration::ZERO;
-    learn(&mut s, w[0], 1.0, 1, 40.0, &mut now);
-    learn(&mut s, w[0], 1.0, 2, 4.0, &mut now);
-    s.submit(StepId(1), None, now);
-    s.submit(StepId(2), None, now);
-    s.dispatch(now);
-    let outs = drain(&mut s);
+    let (mut s, w, mut now, outs) = long_and_short(cfg, &[1.0, 1.0]);
     let quick = assigned(&outs, w[1]).expect("worker 1 has a step");
     now += 4 * SEC;
     s.result(w[1], quick, 4 * SEC, 4 * SEC, now);
