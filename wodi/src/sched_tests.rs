@@ -434,15 +434,7 @@ fn a_worker_suspended_and_resumed_before_it_joined_gets_steps_only_once_joined()
     h.s.host_suspended(HostId(0), h.now);
     h.advance(SEC);
     h.s.host_resumed(HostId(0), h.now);
-    let t = h.submit(1);
-    assert_eq!(
-        h.assigned(),
-        vec![],
-        "a step went to a worker not joined yet"
-    );
-    h.s.worker_joined(w, h.now);
-    assert_eq!(h.assigned(), vec![(0, w)]);
-    assert_eq!(h.answer(w, t[0]), Verdict::Deliver);
+    resumed_worker_gets_steps_only_once_joined(&mut h, w);
     assert_eq!(h.s.open_tickets(), 0);
 }
 
@@ -458,13 +450,19 @@ fn a_worker_respawned_on_a_suspended_host_waits_for_its_join_after_resumption() 
         other => panic!("expected a respawn, got {other:?}"),
     };
     h.s.host_resumed(HostId(0), h.now);
+    resumed_worker_gets_steps_only_once_joined(&mut h, fresh);
+}
+
+/// After its host resumed, worker `w` (spawned, not joined) gets no step
+/// until it joins; then it gets the one queued and its answer is delivered.
+fn resumed_worker_gets_steps_only_once_joined(h: &mut Harness, w: WorkerId) {
     let t = h.submit(1);
     assert_eq!(
         h.assigned(),
         vec![],
         "a step went to a worker not joined yet"
     );
-    h.s.worker_joined(fresh, h.now);
-    assert_eq!(h.assigned(), vec![(0, fresh)]);
-    assert_eq!(h.answer(fresh, t[0]), Verdict::Deliver);
+    h.s.worker_joined(w, h.now);
+    assert_eq!(h.assigned(), vec![(0, w)]);
+    assert_eq!(h.answer(w, t[0]), Verdict::Deliver);
 }
