@@ -75,6 +75,11 @@ async fn spawn_on(j: &mut Job, exe: &Path, machines: &[&str]) {
         })
         .collect();
     j.carmi.flush().await;
+    all_exit_zero(j, ids).await;
+}
+
+/// Waits until every spawn of `ids` has exited with status 0.
+async fn all_exit_zero(j: &mut Job, ids: Vec<RequestId>) {
     for id in ids {
         let status = take_event(&mut j.events, &mut j.seen, PATIENCE, "exit", |x| match x {
             Incoming::Rm(Event::ProcessExited {
@@ -189,19 +194,7 @@ async fn a_peer_that_dies_mid_transfer_does_not_stop_the_spawn() {
     }
     assert!(directed, "no fetch was directed to a peer\n{}", pool.logs());
     pool.kill_local(0);
-    for id in ids {
-        let status = take_event(&mut j.events, &mut j.seen, PATIENCE, "exit", |x| match x {
-            Incoming::Rm(Event::ProcessExited {
-                request, status, ..
-            }) if *request == id => Some(status.clone()),
-            Incoming::Rm(Event::Failed { request, failure }) if *request == id => {
-                panic!("spawn failed: {failure:?}")
-            }
-            _ => None,
-        })
-        .await;
-        assert_eq!(status, ExitStatus::Code(0));
-    }
+    all_exit_zero(&mut j, ids).await;
     let s = stats(&pool).await;
     assert_eq!(s.failed, 1, "the broken transfer is reported: {s:?}");
 }
