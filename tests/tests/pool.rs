@@ -434,15 +434,7 @@ async fn children_of_a_killed_process_die_with_it() {
 
 /// True while `pid` exists and is not a zombie.
 fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
-        Err(_) => false,
-    }
+    owner_sim::sweep::alive(pid as i32)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
