@@ -317,8 +317,13 @@ impl Driver {
     /// Sends the run's [`Status`] to every master if it changed, at most
     /// once per [`STATUS_EVERY`].
     fn send_status(&mut self) {
+        // Checked first: this runs after every batch of events, and the
+        // snapshot walks every ticket of the run.
+        if self.status.1.elapsed() < STATUS_EVERY {
+            return;
+        }
         let st = self.sched.status();
-        if st == self.status.0 || self.status.1.elapsed() < STATUS_EVERY {
+        if st == self.status.0 {
             return;
         }
         self.status = (st, Instant::now());
