@@ -13,9 +13,12 @@
 //! ```
 //! One executable per connection. A server may still be receiving the
 //! executable itself ([`Served::Growing`]): it sends what it has and waits for
-//! more, so copies are pipelined down a tree instead of waiting for each
-//! level to finish. The fetcher trusts nothing: it hashes as the bytes arrive
-//! and refuses a copy whose size or SHA-256 is not what the spawn asked for.
+//! more, so copies are pipelined down a tree (or a chain) instead of waiting
+//! for each level to finish. What a machine passes on while receiving comes
+//! from memory ([`Arrival`]: the chunks as they arrived), not from its disk,
+//! so a hop costs one chunk's link time and a task wake-up. The fetcher
+//! trusts nothing: it hashes as the bytes arrive and refuses a copy whose
+//! size or SHA-256 is not what the spawn asked for.
 //!
 //! Hashing and writing run on a blocking thread fed through a channel, never
 //! on the task that reads the socket. A [`RateLimiter`] shared by every send
@@ -23,7 +26,7 @@
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -38,9 +41,19 @@ use crate::frame::{FrameReader, write_frame};
 use crate::handshake::{self, Secret};
 use crate::msg::{ExecutableRef, Role};
 
-/// Bytes per [`StageReply::Chunk`]: small enough that a receiver can pass the
-/// first bytes on long before the last arrive.
+/// Most bytes per [`StageReply::Chunk`]: small enough that a receiver can pass
+/// the first bytes on long before the last arrive.
 pub const STAGE_CHUNK: usize = 64 * 1024;
+
+/// Fewest bytes per chunk on a slow link (below this, framing and wake-ups
+/// cost more than the latency they save).
+pub const MIN_STAGE_CHUNK: usize = 4 * 1024;
+
+/// How long one chunk may take on the link. A machine passes a chunk on only
+/// once it has all of it, so every level of a staging tree (or every hop of
+/// a chain) adds one chunk's link time: sizing chunks by the link keeps that
+/// to a few milliseconds per hop, where 64 KiB at 2 MB/s cost 33 ms per hop.
+pub const CHUNK_LINK_TIME: Duration = Duration::from_millis(4);
 
 /// How long a fetcher waits for the next bytes before it gives the source up
 /// as dead or stalled (a slow but steady source is fine).
@@ -86,6 +99,88 @@ pub enum Progress {
     Failed,
 }
 
+/// A copy on its way in, shared between the fetch that receives it and the
+/// servers that pass it on: the chunks received so far, kept in memory
+/// until the last holder of a clone lets go (the size of one executable
+/// per machine, only while it is being staged), and how far it has come.
+#[derive(Clone, Debug)]
+pub struct Arrival {
+    inner: Arc<ArrivalInner>,
+}
+
+#[derive(Debug)]
+struct ArrivalInner {
+    chunks: Mutex<Vec<Bytes>>,
+    progress: watch::Sender<Progress>,
+}
+
+impl Default for Arrival {
+    fn default() -> Self {
+        Arrival::new()
+    }
+}
+
+impl Arrival {
+    /// Nothing received yet.
+    pub fn new() -> Arrival {
+        Arrival {
+            inner: Arc::new(ArrivalInner {
+                chunks: Mutex::new(Vec::new()),
+                progress: watch::Sender::new(Progress::Receiving(0)),
+            }),
+        }
+    }
+
+    /// How far the copy has come.
+    pub fn progress(&self) -> Progress {
+        *self.inner.progress.borrow()
+    }
+
+    /// Watches the progress.
+    pub fn subscribe(&self) -> watch::Receiver<Progress> {
+        self.inner.progress.subscribe()
+    }
+
+    /// The copy was given up: servers passing it on give up too.
+    pub fn fail(&self) {
+        self.inner.progress.send_replace(Progress::Failed);
+    }
+
+    fn push(&self, chunk: Bytes) {
+        let len = chunk.len() as u64;
+        self.inner
+            .chunks
+            .lock()
+            .expect("arrival chunks lock")
+            .push(chunk);
+        self.inner.progress.send_modify(|p| {
+            if let Progress::Receiving(n) = p {
+                *n += len;
+            }
+        });
+    }
+
+    fn done(&self) {
+        self.inner.progress.send_replace(Progress::Done);
+    }
+
+    /// At most `max` bytes starting at byte `at`, which must have arrived.
+    fn slice(&self, at: u64, max: usize) -> Option<Bytes> {
+        let chunks = self.inner.chunks.lock().expect("arrival chunks lock");
+        let mut start = 0u64;
+        for c in chunks.iter() {
+            let end = start + c.len() as u64;
+            if at < end {
+                let from = (at - start) as usize;
+                let to = c.len().min(from + max);
+                return Some(c.slice(from..to));
+            }
+            start = end;
+        }
+        None
+    }
+}
+
 /// What a server holds for a requested hash.
 pub enum Served {
     /// A complete, verified file.
@@ -96,14 +191,12 @@ pub enum Served {
         /// What it is.
         executable: ExecutableRef,
     },
-    /// A copy still arriving: readable up to what `progress` says.
+    /// A copy still arriving, passed on from memory as it comes.
     Growing {
-        /// The open partial file.
-        file: std::fs::File,
         /// What it will be.
         executable: ExecutableRef,
-        /// Its progress.
-        progress: watch::Receiver<Progress>,
+        /// Its bytes so far and its progress.
+        arrival: Arrival,
     },
     /// Not held.
     Missing(String),
@@ -127,14 +220,28 @@ impl RateLimiter {
         }
     }
 
-    /// Waits until `n` more bytes may go out.
+    /// Bytes per chunk for sends through this link: what the link carries in
+    /// [`CHUNK_LINK_TIME`], between [`MIN_STAGE_CHUNK`] and [`STAGE_CHUNK`].
+    pub fn chunk_size(&self) -> usize {
+        match self.rate {
+            None => STAGE_CHUNK,
+            Some(rate) => ((rate * CHUNK_LINK_TIME.as_secs_f64()) as usize)
+                .clamp(MIN_STAGE_CHUNK, STAGE_CHUNK),
+        }
+    }
+
+    /// Waits until `n` more bytes may go out. A link that stood idle for
+    /// less than [`CHUNK_LINK_TIME`] keeps that time as credit: a sender
+    /// woken a little late by the timer or the scheduler loses no bandwidth
+    /// (a link idle for longer banks nothing, as a real one).
     pub async fn take(&self, n: usize) {
         let Some(rate) = self.rate else { return };
         let cost = Duration::from_secs_f64(n as f64 / rate);
         let due = {
             let mut next = self.next.lock().expect("rate limiter lock");
             let now = Instant::now();
-            let start = next.filter(|t| *t > now).unwrap_or(now);
+            let earliest = now.checked_sub(CHUNK_LINK_TIME).unwrap_or(now);
+            let start = next.map_or(now, |t| t.max(earliest));
             *next = Some(start + cost);
             start + cost
         };
@@ -177,13 +284,18 @@ where
         return Err(reason);
     }
     let failed = |e: std::io::Error| format!("write failed: {e}");
-    let (file, executable, progress) = match lookup(sha256.clone()).await {
-        Served::File { file, executable } => (file, executable, None),
+    let (mut source, executable) = match lookup(sha256.clone()).await {
+        Served::File { file, executable } => (Source::File(ChunkReader::new(file)), executable),
         Served::Growing {
-            file,
             executable,
-            progress,
-        } => (file, executable, Some(progress)),
+            arrival,
+        } => (
+            Source::Memory {
+                progress: arrival.subscribe(),
+                arrival,
+            },
+            executable,
+        ),
         Served::Missing(reason) => {
             write_frame(w, &StageReply::Missing { reason }, &[])
                 .await
@@ -191,19 +303,22 @@ where
             return Ok(0);
         }
     };
+    // Header and payload of a chunk go out in one write; every chunk is
+    // flushed at once, since the receiver passes nothing on before it has
+    // the whole chunk (holding one back until the next fills the buffer
+    // doubled the latency of every hop).
     let mut w = BufWriter::with_capacity(2 * STAGE_CHUNK, w);
+    let chunk_size = limiter.chunk_size();
     let size = executable.size;
     write_frame(&mut w, &StageReply::Begin { executable }, &[])
         .await
         .map_err(failed)?;
-    let mut reader = ChunkReader::new(file);
     let mut sent = 0u64;
-    let mut progress = progress;
     while sent < size {
-        // How far the file may be read now.
-        let avail = match &mut progress {
-            None => size,
-            Some(p) => loop {
+        // How far the copy may be read now.
+        let avail = match &mut source {
+            Source::File(_) => size,
+            Source::Memory { progress: p, .. } => loop {
                 let now = *p.borrow_and_update();
                 match now {
                     Progress::Done => break size,
@@ -231,13 +346,18 @@ where
                 }
             },
         };
-        let want = ((avail - sent) as usize).min(STAGE_CHUNK);
-        let (back, chunk) = reader.read(want).await?;
-        reader = back;
+        let want = ((avail - sent) as usize).min(chunk_size);
+        let chunk = match &mut source {
+            Source::File(reader) => reader.read(want).await?,
+            Source::Memory { arrival, .. } => arrival
+                .slice(sent, want)
+                .ok_or("the copy being received lost bytes it had announced")?,
+        };
         limiter.take(chunk.len()).await;
         write_frame(&mut w, &StageReply::Chunk, &chunk)
             .await
             .map_err(failed)?;
+        w.flush().await.map_err(failed)?;
         sent += chunk.len() as u64;
     }
     write_frame(&mut w, &StageReply::End, &[])
@@ -247,27 +367,43 @@ where
     Ok(sent)
 }
 
+/// Where [`serve`] takes the bytes from.
+enum Source {
+    /// A complete file.
+    File(ChunkReader),
+    /// A copy still arriving.
+    Memory {
+        arrival: Arrival,
+        progress: watch::Receiver<Progress>,
+    },
+}
+
 /// Reads a file sequentially on the blocking pool.
 struct ChunkReader {
-    file: std::fs::File,
+    file: Option<std::fs::File>,
 }
 
 impl ChunkReader {
     fn new(file: std::fs::File) -> ChunkReader {
-        ChunkReader { file }
+        ChunkReader { file: Some(file) }
     }
 
     /// Reads exactly `n` bytes (the caller knows they are there).
-    async fn read(self, n: usize) -> Result<(ChunkReader, Bytes), String> {
-        let mut file = self.file;
-        tokio::task::spawn_blocking(move || {
+    async fn read(&mut self, n: usize) -> Result<Bytes, String> {
+        let mut file = self
+            .file
+            .take()
+            .ok_or("an earlier read of the executable failed")?;
+        let (file, chunk) = tokio::task::spawn_blocking(move || {
             let mut buf = vec![0u8; n];
             file.read_exact(&mut buf)
                 .map_err(|e| format!("reading the executable: {e}"))?;
-            Ok((ChunkReader { file }, Bytes::from(buf)))
+            Ok::<_, String>((file, Bytes::from(buf)))
         })
         .await
-        .map_err(|e| format!("reading the executable: {e}"))?
+        .map_err(|e| format!("reading the executable: {e}"))??;
+        self.file = Some(file);
+        Ok(chunk)
     }
 }
 
@@ -314,18 +450,19 @@ pub struct FetchSpec<'a> {
     /// The file to write (created if missing, so the caller may create it
     /// empty beforehand to serve it at once; the caller renames it into place).
     pub dest: &'a Path,
-    /// Told after every write, so that others can be served from `dest` meanwhile.
-    pub progress: &'a watch::Sender<Progress>,
+    /// Given every chunk as it arrives, so that others can be served
+    /// meanwhile; told `Done` once the copy is verified, `Failed` if not.
+    pub arrival: &'a Arrival,
 }
 
 /// Fetches an executable into `spec.dest`, hashing and writing on a blocking
 /// thread, and verifies it. On success the file is complete and synced; on
-/// failure it is removed and `progress` says `Failed`.
+/// failure it is removed and the arrival says `Failed`.
 pub async fn fetch(spec: FetchSpec<'_>) -> Result<(), FetchError> {
     let result = fetch_inner(&spec).await;
     if result.is_err() {
         let _ = std::fs::remove_file(spec.dest);
-        spec.progress.send_replace(Progress::Failed);
+        spec.arrival.fail();
     }
     result
 }
@@ -386,11 +523,11 @@ async fn fetch_inner(spec: &FetchSpec<'_>) -> Result<(), FetchError> {
         }
         (other, _) => return Err(src(format!("answered {other:?} instead of Begin"))),
     }
-    // The writer thread: hashes and writes each chunk, then reports progress.
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Bytes>(16);
+    // The writer thread hashes and writes each chunk; servers passing the
+    // copy on take it from the arrival at once.
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Bytes>(64);
     let dest = spec.dest.to_path_buf();
-    let progress = spec.progress.clone();
-    let writer = tokio::task::spawn_blocking(move || write_chunks(&dest, rx, &progress));
+    let writer = tokio::task::spawn_blocking(move || write_chunks(&dest, rx));
     let expected = spec.executable.size;
     let mut got = 0u64;
     let outcome = loop {
@@ -402,6 +539,7 @@ async fn fetch_inner(spec: &FetchSpec<'_>) -> Result<(), FetchError> {
                         "sent more than the {expected} bytes announced"
                     )));
                 }
+                spec.arrival.push(bytes.clone());
                 if tx.send(bytes).is_err() {
                     break Ok(()); // the writer failed; its error is reported below
                 }
@@ -433,7 +571,7 @@ async fn fetch_inner(spec: &FetchSpec<'_>) -> Result<(), FetchError> {
             spec.executable.sha256
         )));
     }
-    spec.progress.send_replace(Progress::Done);
+    spec.arrival.done();
     Ok(())
 }
 
@@ -442,7 +580,6 @@ async fn fetch_inner(spec: &FetchSpec<'_>) -> Result<(), FetchError> {
 fn write_chunks(
     dest: &PathBuf,
     rx: std::sync::mpsc::Receiver<Bytes>,
-    progress: &watch::Sender<Progress>,
 ) -> std::io::Result<(u64, String)> {
     use std::os::unix::fs::OpenOptionsExt;
     // Never executable while incomplete.
@@ -458,7 +595,6 @@ fn write_chunks(
         f.write_all(&chunk)?;
         hasher.update(&chunk);
         n += chunk.len() as u64;
-        progress.send_replace(Progress::Receiving(n));
     }
     f.sync_all()?;
     let hex = hasher
@@ -484,5 +620,94 @@ mod tests {
         let t1 = Instant::now();
         free.take(1 << 30).await;
         assert_eq!(t1.elapsed(), Duration::ZERO);
+    }
+
+    /// Reads the serve side's replies until `want` payload bytes arrived
+    /// (or End / Missing); returns the bytes and the last reply.
+    async fn read_until<R: AsyncRead + Unpin>(
+        r: &mut FrameReader<R>,
+        got: &mut Vec<u8>,
+        want: usize,
+    ) -> StageReply {
+        loop {
+            let (reply, bytes) =
+                tokio::time::timeout(Duration::from_secs(5), r.read::<StageReply>())
+                    .await
+                    .expect("the server sends within 5 s")
+                    .expect("a good frame")
+                    .expect("the connection stays open");
+            got.extend_from_slice(&bytes);
+            if !matches!(reply, StageReply::Chunk) || got.len() >= want {
+                return reply;
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_copy_still_arriving_is_passed_on_as_it_comes_and_its_failure_too() {
+        let exe = ExecutableRef {
+            name: "x".into(),
+            sha256: "a".repeat(64),
+            size: 100_000,
+        };
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        for fail in [false, true] {
+            let arrival = Arrival::new();
+            arrival.push(Bytes::copy_from_slice(&data[..30_000]));
+            let (client, server) = tokio::io::duplex(1 << 20);
+            let (sr, mut sw) = tokio::io::split(server);
+            let (cr, mut cw) = tokio::io::split(client);
+            let served = arrival.clone();
+            let exe2 = exe.clone();
+            let limiter = RateLimiter::new(None);
+            let task = tokio::spawn(async move {
+                let mut reader = FrameReader::new(sr);
+                let lookup = async move |_| Served::Growing {
+                    executable: exe2,
+                    arrival: served,
+                };
+                serve(&mut reader, &mut sw, lookup, &limiter).await
+            });
+            write_frame(
+                &mut cw,
+                &StageRequest::Get {
+                    sha256: exe.sha256.clone(),
+                },
+                &[],
+            )
+            .await
+            .unwrap();
+            let mut r = FrameReader::new(cr);
+            let mut got = Vec::new();
+            assert!(matches!(
+                read_until(&mut r, &mut got, 0).await,
+                StageReply::Begin { .. }
+            ));
+            // The first 30 000 bytes come before the rest has arrived.
+            read_until(&mut r, &mut got, 30_000).await;
+            assert_eq!(got, data[..30_000]);
+            if fail {
+                arrival.fail();
+                let last = read_until(&mut r, &mut got, usize::MAX).await;
+                assert!(matches!(last, StageReply::Missing { .. }), "{last:?}");
+                assert!(task.await.unwrap().is_err());
+            } else {
+                arrival.push(Bytes::copy_from_slice(&data[30_000..]));
+                arrival.done();
+                let last = read_until(&mut r, &mut got, usize::MAX).await;
+                assert_eq!(last, StageReply::End);
+                assert_eq!(got, data);
+                assert_eq!(task.await.unwrap(), Ok(100_000));
+            }
+        }
+    }
+
+    #[test]
+    fn chunks_shrink_on_slow_links_within_bounds() {
+        assert_eq!(RateLimiter::new(None).chunk_size(), STAGE_CHUNK);
+        // 2 MB/s carries 8000 bytes in 4 ms.
+        assert_eq!(RateLimiter::new(Some(2.0)).chunk_size(), 8000);
+        assert_eq!(RateLimiter::new(Some(0.1)).chunk_size(), MIN_STAGE_CHUNK);
+        assert_eq!(RateLimiter::new(Some(1000.0)).chunk_size(), STAGE_CHUNK);
     }
 }

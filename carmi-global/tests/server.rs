@@ -462,14 +462,14 @@ async fn executables_upload_fetch_and_spawn() {
     );
     assert!(d.dir.join("executables").join(&exe.sha256).is_file());
     let dest = d.dir.join("fetched-copy");
-    let (progress, _) = tokio::sync::watch::channel(stage::Progress::Receiving(0));
+    let arrival = stage::Arrival::new();
     stage::fetch(stage::FetchSpec {
         addr: &d.addr.to_string(),
         secret: &Secret::new(SECRET).unwrap(),
         name: "m1",
         executable: &exe,
         dest: &dest,
-        progress: &progress,
+        arrival: &arrival,
     })
     .await
     .expect("fetched from the store");

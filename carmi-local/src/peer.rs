@@ -4,11 +4,11 @@
 //! the pool's handshake as `Role::Stager` (protocol in `carmi_api::stage`).
 //!
 //! A copy being received is written to `cache/.tmp-<sha256>-<random>` and
-//! listed in [`Stager`]'s growing table with its progress; it is renamed
-//! into the cache once its hash is verified. A server opens the file while
-//! holding the table's lock, and the table entry is removed (under the lock)
-//! before the rename, so a server always holds an open file of either the
-//! partial or the complete copy.
+//! listed in [`Stager`]'s growing table with its [`Arrival`] (the chunks so
+//! far, in memory); it is renamed into the cache once its hash is verified.
+//! A peer asking meanwhile is served from the arrival, never from the
+//! partial file; the table entry is removed (under the lock) before the
+//! rename, so a peer finds either the arrival or the complete file.
 
 use std::collections::HashMap;
 use std::fs;
@@ -21,7 +21,7 @@ use carmi_api::exe::is_sha256_hex;
 use carmi_api::frame::FrameReader;
 use carmi_api::handshake::{self, Secret};
 use carmi_api::msg::{ExecutableRef, Role, StageSource};
-use carmi_api::stage::{self, FetchSpec, Progress, RateLimiter, Served};
+use carmi_api::stage::{self, Arrival, FetchSpec, RateLimiter, Served};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -31,9 +31,8 @@ const ARRIVAL_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A copy being received.
 struct Growing {
-    path: PathBuf,
     executable: ExecutableRef,
-    progress: watch::Receiver<Progress>,
+    arrival: Arrival,
 }
 
 /// Fetching and serving executables for one local RM.
@@ -80,8 +79,7 @@ impl Stager {
             exe.sha256,
             rand::random::<u64>()
         ));
-        let (tx, rx) = watch::channel(Progress::Receiving(0));
-        // Created before it is listed, so a peer told to fetch from us finds it.
+        let arrival = Arrival::new();
         fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -97,9 +95,8 @@ impl Stager {
             g.insert(
                 exe.sha256.clone(),
                 Growing {
-                    path: tmp.clone(),
                     executable: exe.clone(),
-                    progress: rx,
+                    arrival: arrival.clone(),
                 },
             );
         }
@@ -109,7 +106,7 @@ impl Stager {
             name: &self.name,
             executable: exe,
             dest: &tmp,
-            progress: &tx,
+            arrival: &arrival,
         })
         .await
         .map_err(|e| e.to_string());
@@ -134,7 +131,7 @@ impl Stager {
         };
         if result.is_err() {
             let _ = fs::remove_file(&tmp);
-            tx.send_replace(Progress::Failed);
+            arrival.fail();
         }
         result
     }
@@ -159,13 +156,9 @@ impl Stager {
     fn lookup(&self, sha256: &str) -> Served {
         let g = self.growing.lock().expect("growing table lock");
         if let Some(c) = g.get(sha256) {
-            return match fs::File::open(&c.path) {
-                Ok(file) => Served::Growing {
-                    file,
-                    executable: c.executable.clone(),
-                    progress: c.progress.clone(),
-                },
-                Err(e) => Served::Missing(format!("partial copy unreadable: {e}")),
+            return Served::Growing {
+                executable: c.executable.clone(),
+                arrival: c.arrival.clone(),
             };
         }
         drop(g);

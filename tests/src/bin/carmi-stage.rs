@@ -4,7 +4,11 @@
 //!
 //! ```text
 //! cargo run --release -p carmi-tests --bin carmi-stage [-- --link-rate MB_PER_S] [--fanout N]
+//!     [--slots 1,64] [--mib 4]
 //! ```
+//!
+//! `--slots` and `--mib` measure only some of the pool and executable sizes
+//! (for a quick look; the table in `BENCHMARKS.md` has them all).
 //!
 //! `--link-rate` models a network on one host: every daemon (the global RM
 //! and each local RM) sends staged executables through a link of that many
@@ -159,10 +163,15 @@ fn ms(d: Duration) -> String {
     format!("{:.0}", d.as_secs_f64() * 1000.0)
 }
 
-async fn measure(pool: &Pool, slots: usize, seed: u64) -> Result<Vec<(usize, Duration, Duration)>> {
+async fn measure(
+    pool: &Pool,
+    slots: usize,
+    sizes: &[usize],
+    seed: u64,
+) -> Result<Vec<(usize, Duration, Duration)>> {
     let (carmi, mut inbox, hosts) = job(pool, slots).await?;
     let mut rows = Vec::new();
-    for (i, &mib) in SIZES_MIB.iter().enumerate() {
+    for (i, &mib) in sizes.iter().enumerate() {
         let (mut cold, mut warm) = (Vec::new(), Vec::new());
         for rep in 0..REPS {
             let exe = pool.dir.join(format!("stage-{mib}-{rep}.sh"));
@@ -179,23 +188,76 @@ async fn measure(pool: &Pool, slots: usize, seed: u64) -> Result<Vec<(usize, Dur
     Ok(rows)
 }
 
-/// `--link-rate R` and `--fanout N` from the command line.
-fn options() -> (Option<f64>, Option<u32>) {
+/// What the command line asks for.
+struct Options {
+    link_rate: Option<f64>,
+    fanout: Option<u32>,
+    slots: Vec<usize>,
+    sizes: Vec<usize>,
+}
+
+/// `--link-rate R`, `--fanout N`, `--slots A,B` and `--mib A,B`.
+fn options() -> std::result::Result<Options, String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let value = |flag: &str| {
+    if let Some(a) = args
+        .iter()
+        .step_by(2)
+        .find(|a| !["--link-rate", "--fanout", "--slots", "--mib"].contains(&a.as_str()))
+    {
+        return Err(format!(
+            "unknown argument `{a}` (expected --link-rate MB_PER_S, --fanout N, --slots A,B, --mib A,B)"
+        ));
+    }
+    let raw = |flag: &str| {
         args.iter()
             .position(|a| a == flag)
-            .and_then(|i| args.get(i + 1))
+            .map(|i| {
+                args.get(i + 1)
+                    .cloned()
+                    .ok_or(format!("{flag} takes a value"))
+            })
+            .transpose()
+    };
+    let number = |flag: &str| -> std::result::Result<Option<f64>, String> {
+        raw(flag)?
             .map(|v| {
                 v.parse::<f64>()
-                    .unwrap_or_else(|_| panic!("{flag} takes a number"))
+                    .map_err(|_| format!("{flag} takes a number, not `{v}`"))
             })
+            .transpose()
     };
-    (value("--link-rate"), value("--fanout").map(|f| f as u32))
+    let list = |flag: &str, all: &[usize]| -> std::result::Result<Vec<usize>, String> {
+        match raw(flag)? {
+            None => Ok(all.to_vec()),
+            Some(v) => v
+                .split(',')
+                .map(|x| {
+                    x.trim()
+                        .parse::<usize>()
+                        .ok()
+                        .filter(|n| *n > 0)
+                        .ok_or(format!("{flag} takes positive whole numbers, not `{x}`"))
+                })
+                .collect(),
+        }
+    };
+    Ok(Options {
+        link_rate: number("--link-rate")?,
+        fanout: number("--fanout")?.map(|f| f as u32),
+        slots: list("--slots", &SLOTS)?,
+        sizes: list("--mib", &SIZES_MIB)?,
+    })
 }
 
 fn main() -> ExitCode {
-    let (link_rate, fanout) = options();
+    let opts = match options() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("carmi-stage: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let (link_rate, fanout) = (opts.link_rate, opts.fanout);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -213,6 +275,18 @@ fn main() -> ExitCode {
     }
     if let Some(f) = fanout {
         extra.push_str(&format!(" --fanout {f}"));
+    }
+    let joined = |v: &[usize]| {
+        v.iter()
+            .map(|x| x.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    if opts.slots != SLOTS {
+        extra.push_str(&format!(" --slots {}", joined(&opts.slots)));
+    }
+    if opts.sizes != SIZES_MIB {
+        extra.push_str(&format!(" --mib {}", joined(&opts.sizes)));
     }
     let sep = if extra.is_empty() { "" } else { " --" };
     println!("```\ncargo run --release -p carmi-tests --bin carmi-stage{sep}{extra}\n```\n");
@@ -242,7 +316,7 @@ fn main() -> ExitCode {
     println!("|---:|---:|---:|---:|---:|---:|---:|");
     let mut base: Vec<(usize, Duration)> = Vec::new();
     let mut table: Vec<(usize, usize, Duration, Duration)> = Vec::new();
-    for &slots in &SLOTS {
+    for &slots in &opts.slots {
         eprintln!("carmi-stage: {slots} slots");
         // 64 daemons hashing on a small host must not be declared lost.
         let mut options = PoolOptions {
@@ -265,7 +339,7 @@ fn main() -> ExitCode {
             &vec![Vec::new(); slots],
             options,
         );
-        match rt.block_on(measure(&pool, slots, seed)) {
+        match rt.block_on(measure(&pool, slots, &opts.sizes, seed)) {
             Ok(rows) => {
                 for (mib, cold, warm) in rows {
                     table.push((mib, slots, cold, warm));
@@ -286,7 +360,7 @@ fn main() -> ExitCode {
         let one = base.iter().find(|b| b.0 == mib).map_or(staging, |b| b.1);
         let rate = mib as f64 * 1.048_576 / staging.as_secs_f64();
         println!(
-            "| {mib} | {slots} | {} | {} | {} | {:.0} | {:.1}x |",
+            "| {mib} | {slots} | {} | {} | {} | {:.2} | {:.2}x |",
             ms(cold),
             ms(warm),
             ms(staging),
