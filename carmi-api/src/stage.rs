@@ -59,6 +59,13 @@ pub const CHUNK_LINK_TIME: Duration = Duration::from_millis(4);
 /// as dead or stalled (a slow but steady source is fine).
 pub const STALL_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Idle link time a [`RateLimiter`] lets a late sender make up: twice the
+/// granularity of tokio's timer (which wakes a sleeper up to 1 ms late).
+/// Kept below a chunk's link time, so a machine passing a chunk on still
+/// pays most of the chunk's time on its own link, as store-and-forward
+/// costs between real machines.
+pub const LINK_CREDIT: Duration = Duration::from_millis(2);
+
 /// Fetcher -> server.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum StageRequest {
@@ -230,17 +237,17 @@ impl RateLimiter {
         }
     }
 
-    /// Waits until `n` more bytes may go out. A link that stood idle for
-    /// less than [`CHUNK_LINK_TIME`] keeps that time as credit: a sender
-    /// woken a little late by the timer or the scheduler loses no bandwidth
-    /// (a link idle for longer banks nothing, as a real one).
+    /// Waits until `n` more bytes may go out. A link keeps up to
+    /// [`LINK_CREDIT`] of idle time as credit, so that a sender woken a
+    /// little late by the timer loses no bandwidth; a link idle for longer
+    /// banks nothing, as a real one.
     pub async fn take(&self, n: usize) {
         let Some(rate) = self.rate else { return };
         let cost = Duration::from_secs_f64(n as f64 / rate);
         let due = {
             let mut next = self.next.lock().expect("rate limiter lock");
             let now = Instant::now();
-            let earliest = now.checked_sub(CHUNK_LINK_TIME).unwrap_or(now);
+            let earliest = now.checked_sub(LINK_CREDIT).unwrap_or(now);
             let start = next.map_or(now, |t| t.max(earliest));
             *next = Some(start + cost);
             start + cost
@@ -700,6 +707,27 @@ mod tests {
                 assert_eq!(task.await.unwrap(), Ok(100_000));
             }
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_late_sender_makes_up_a_millisecond_but_an_idle_link_banks_no_more() {
+        let l = RateLimiter::new(Some(1.0));
+        let t0 = Instant::now();
+        l.take(500_000).await;
+        // Late by 1.5 ms in all (the timer's own lateness and some work).
+        let late = t0 + Duration::from_micros(501_500) - Instant::now();
+        tokio::time::advance(late).await;
+        l.take(500_000).await;
+        // Made up: the second half-megabyte is due exactly 1 s after the start.
+        assert!(t0.elapsed() >= Duration::from_secs(1));
+        assert!(t0.elapsed() <= Duration::from_millis(1001));
+        tokio::time::advance(Duration::from_millis(500)).await;
+        let idle_end = Instant::now();
+        l.take(500_000).await;
+        // Idle for 0.5 s: only LINK_CREDIT of it counts.
+        let took = idle_end.elapsed();
+        assert!(took >= Duration::from_millis(500) - LINK_CREDIT, "{took:?}");
+        assert!(took <= Duration::from_millis(501) - LINK_CREDIT, "{took:?}");
     }
 
     #[test]
