@@ -53,7 +53,7 @@ pub const MIN_STAGE_CHUNK: usize = 4 * 1024;
 /// once it has all of it, so every level of a staging tree (or every hop of
 /// a chain) adds one chunk's link time: sizing chunks by the link keeps that
 /// to a few milliseconds per hop, where 64 KiB at 2 MB/s cost 33 ms per hop.
-pub const CHUNK_LINK_TIME: Duration = Duration::from_millis(4);
+pub const CHUNK_LINK_TIME: Duration = Duration::from_millis(8);
 
 /// How long a fetcher waits for the next bytes before it gives the source up
 /// as dead or stalled (a slow but steady source is fine).

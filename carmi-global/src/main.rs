@@ -40,8 +40,10 @@ struct Args {
     #[arg(long, value_name = "MB_PER_S")]
     stage_link_rate: Option<f64>,
     /// How many fetches one holder of an executable (a local RM or the
-    /// store) serves at once: copies spread as a tree of this fan-out.
-    #[arg(long, value_name = "N", default_value_t = 2)]
+    /// store) serves at once: copies spread as a tree of this fan-out; 1 (a
+    /// chain, every copy at the full link rate) suits pools up to a few
+    /// hundred machines, 2 (a binary tree) larger ones.
+    #[arg(long, value_name = "N", default_value_t = 1)]
     stage_fanout: u32,
 }
 

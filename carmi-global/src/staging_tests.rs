@@ -71,6 +71,31 @@ fn sixty_four_fetches_form_a_tree_and_the_store_serves_only_fanout() {
 }
 
 #[test]
+fn the_default_fanout_makes_a_chain_each_machine_passing_it_to_the_next() {
+    let mut s = Staging::new(StagingConfig::default());
+    for i in 1..=8 {
+        s.on_local_opened(LinkId(i), format!("m{i}"));
+        s.on_endpoint(LinkId(i), format!("127.0.0.1:{}", 9000 + i));
+    }
+    s.on_stored(SHA);
+    for i in 1..=8 {
+        s.on_fetch(LinkId(i), SHA.into());
+    }
+    let out = take(&mut s);
+    let expected: Vec<(u64, String)> = (1..=8)
+        .map(|i| {
+            let src = if i == 1 {
+                "global".to_string()
+            } else {
+                format!("m{}", i - 1)
+            };
+            (i, src)
+        })
+        .collect();
+    assert_eq!(out, expected, "store -> m1 -> m2 -> ... -> m8");
+}
+
+#[test]
 fn a_failed_peer_copy_falls_back_to_the_store_and_the_peer_is_not_offered_again() {
     let mut s = pool(3, 1);
     s.on_fetch(LinkId(1), SHA.into());

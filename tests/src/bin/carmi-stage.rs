@@ -15,7 +15,7 @@
 //! MB/s (`--stage-link-rate` / `stage_link_rate`), so that a star (N copies
 //! through the store's link) and a tree (copies passed on by peers) cost
 //! what they would cost between machines. `--fanout` is the global RM's
-//! `--stage-fanout` (fetches one holder serves at once; default 2).
+//! `--stage-fanout` (fetches one holder serves at once; default 1, a chain).
 //!
 //! For each pool size, a job takes every slot; then, per executable size and
 //! repetition, a fresh executable (new contents, so cached nowhere) is
@@ -308,7 +308,7 @@ fn main() -> ExitCode {
             ),
             None => "unthrottled (loopback; every copy costs CPU on this one host)".to_string(),
         },
-        fanout.unwrap_or(2)
+        fanout.unwrap_or(1)
     );
     println!(
         "| MiB | slots | cold, all started (ms) | warm (ms) | staging (ms) | per-slot MB/s | staging / 1 slot |"
