@@ -16,6 +16,7 @@ use carmi_api::msg::{
 };
 use carmi_local::config::{Settings, parse_attr_arg};
 use carmi_local::daemon::Daemon;
+use carmi_local::spawn::alive;
 use classad::ClassAd;
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -566,19 +567,6 @@ async fn in_process_owner_events_close_and_reopen_the_machine() {
         );
     }
     daemon.shutdown().await;
-}
-
-/// True while `pid` exists and is not a zombie.
-fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
-        Err(_) => false,
-    }
 }
 
 /// Spawns that arrive just before a shutdown (their launch under way, not
