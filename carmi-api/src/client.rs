@@ -755,6 +755,17 @@ impl Carmi {
         })
     }
 
+    /// Never grants the machines of `hosts` to this job for `class` again
+    /// (`Reply::Ok`): for a machine that proved too slow. Send it before
+    /// `delhosts` of the same hosts, so that a pending `addhosts` cannot take
+    /// them straight back.
+    pub fn exclude_hosts(&self, class: impl Into<String>, hosts: &[HostId]) -> RequestId {
+        self.request(Request::ExcludeHosts {
+            class: class.into(),
+            hosts: hosts.to_vec(),
+        })
+    }
+
     /// Removes a resource class of the job.
     pub fn remove_class(&self, name: impl Into<String>) -> RequestId {
         self.request(Request::RemoveClass { name: name.into() })

@@ -226,6 +226,18 @@ pub enum Request {
         #[serde(default)]
         rank: Option<String>,
     },
+    /// Never grant the machines of `hosts` to the job for `class` again (a
+    /// machine that proved too slow): every slot of each machine is left out
+    /// of the class's future `AddHosts` grants and growth. Hosts the job holds
+    /// stay until given back with `DelHosts` (send this first, or a pending
+    /// `AddHosts` may take a returned host straight back). Answered with
+    /// `Done(Ok)`; lasts as long as the class, through redefinitions.
+    ExcludeHosts {
+        /// Class name.
+        class: String,
+        /// Hosts of the pool (the job's own or earlier ones) naming the machines.
+        hosts: Vec<HostId>,
+    },
     /// Remove a class; fails while hosts of that class are allocated.
     RemoveClass {
         /// Class name.
@@ -300,6 +312,14 @@ pub struct ClassDef {
     pub name: String,
     /// Expression text.
     pub expression: String,
+    /// The rank expression's text, as defined (`DefineClass`'s `rank`, the
+    /// submit file's `rank`); `None` when machines are ordered by speed alone.
+    /// Absent in answers from older global RMs.
+    #[serde(default)]
+    pub rank: Option<String>,
+    /// Names of the machines excluded from the class (`ExcludeHosts`), sorted.
+    #[serde(default)]
+    pub excluded: Vec<String>,
 }
 
 /// Why a request failed: a code to branch on and a message a person can act on.
@@ -338,7 +358,7 @@ pub enum FailureCode {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Reply {
     /// Done, nothing to report (`DelHosts`, `DefineClass`, `RemoveClass`,
-    /// `CancelRequest`, and a subscription being registered).
+    /// `ExcludeHosts`, `CancelRequest`, and a subscription being registered).
     Ok,
     /// `Config`.
     Hosts(Vec<HostInfo>),
@@ -670,6 +690,9 @@ pub struct ClassStatus {
     pub name: String,
     /// Its requirements expression.
     pub requirements: String,
+    /// Its rank expression, if it has one (absent from older global RMs).
+    #[serde(default)]
+    pub rank: Option<String>,
     /// Hosts the job holds for it.
     pub held: u32,
     /// Fewest the job starts with (0 for a class defined at run time).

@@ -272,6 +272,11 @@ fn class_text(c: &ClassAnalysis, waiting: bool) -> String {
         "Class `{}`: holds {} (min {}, max {})\n  requirements: {}\n",
         s.name, s.held, s.min, s.max, s.requirements
     );
+    if let Some(rank) = &s.rank {
+        out.push_str(&format!(
+            "  rank: {rank} (higher first, then the fastest)\n"
+        ));
+    }
     let rows = [
         (c.rejected_by_class, "rejected by the class's requirements"),
         (
@@ -350,4 +355,53 @@ pub fn htcondor_args(args: impl IntoIterator<Item = String>) -> Vec<String> {
             _ => a,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use carmi_api::msg::ClassStatus;
+
+    use super::*;
+
+    fn analysis(rank: Option<&str>) -> JobAnalysis {
+        let class = ClassStatus {
+            name: "w".into(),
+            requirements: "Memory > 1".into(),
+            rank: rank.map(str::to_string),
+            held: 1,
+            min: 1,
+            max: 2,
+        };
+        JobAnalysis {
+            job: JobStatus {
+                job: JobId(4),
+                owner: "alice".into(),
+                submitted_unix: 0,
+                state: "running".into(),
+                executable: "m".into(),
+                master: None,
+                classes: vec![class.clone()],
+            },
+            queued_ahead: 0,
+            classes: vec![ClassAnalysis {
+                class,
+                slots: 3,
+                rejected_by_class: 0,
+                rejecting_job: 0,
+                held_by_job: 1,
+                claimed_by_others: 0,
+                preemptible: 0,
+                owner: 0,
+                idle: 2,
+            }],
+        }
+    }
+
+    #[test]
+    fn analyze_shows_a_class_rank_only_when_it_has_one() {
+        let text = analysis_text(&analysis(Some("KFlops * 2")));
+        assert!(text.contains("  rank: KFlops * 2"), "{text}");
+        let text = analysis_text(&analysis(None));
+        assert!(!text.contains("rank:"), "{text}");
+    }
 }

@@ -39,7 +39,7 @@
 //! - `effect`: [`Effect`] and its translation to wire events.
 //! - `engine`: slot state changes, offering slots to pending requests, grants, releases.
 //! - `pool`: machine, slot, job and process inputs.
-//! - `requests`: application requests.
+//! - `requests`: application requests (`ExcludeHosts` keeps machines out of a class's grants).
 //! - `check`: pool status and [`Allocator::sanity_check`].
 //! - `jobs`: submitted jobs: the queue, all-or-nothing start at the minimums,
 //!   fair growth towards the maxima, `carmi q` and `-analyze`.
@@ -47,6 +47,8 @@
 mod check;
 mod effect;
 mod engine;
+#[cfg(test)]
+mod exclude_tests;
 mod jobs;
 #[cfg(test)]
 mod jobs_tests;
@@ -153,10 +155,20 @@ struct Slot {
 struct Class {
     expression: String,
     expr: Expr,
+    /// Machines the job excluded from this class's future grants
+    /// (`ExcludeHosts`); they are never members, whatever the expression says.
+    excluded: BTreeSet<MachineIdx>,
     /// Per machine: 0 = not evaluated, else `generation << 1 | member`.
     /// Evaluated lazily, so defining a class costs nothing and a scan only
     /// evaluates the machines it looks at.
     cache: Vec<u32>,
+}
+
+/// A class's rank: the text as given (for `GetClassDefinitions` and `carmi
+/// q`) and its parsed form.
+struct Rank {
+    text: String,
+    expr: Expr,
 }
 
 enum SubKind {
@@ -181,8 +193,8 @@ struct Job {
     seq: u64,
     /// Per class from the submit file: (min, max). Empty for a job started by hand.
     limits: BTreeMap<String, (u32, u32)>,
-    /// Per class from the submit file: the `rank` preferring some machines (higher first).
-    ranks: BTreeMap<String, Expr>,
+    /// Per class: the `rank` preferring some machines (higher first).
+    ranks: BTreeMap<String, Rank>,
     phase: Phase,
 }
 
@@ -246,6 +258,9 @@ fn member(
     let Some(c) = j.classes.get_mut(class) else {
         return false;
     };
+    if c.excluded.contains(&m) {
+        return false;
+    }
     let i = m.0 as usize;
     let mach = &machines[i];
     if c.cache.len() <= i {

@@ -2,8 +2,15 @@
 //! the handshake, turns frames into driver inputs, and writes what the driver
 //! sends back. A bad frame or a failed handshake closes that connection only.
 //! A connection with the `Admin` role is a control connection ([`crate::control`]).
+//!
+//! What the driver sends an application waits in a bounded queue
+//! ([`crate::config::Settings::app_queue`]): an application that stops
+//! reading fills it and is disconnected ([`AppTx::kick`] ends its task even
+//! in the middle of a write that cannot complete), so that it can neither
+//! grow the daemon's memory nor hold up the others.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use carmi_api::frame::{FrameReader, write_frame};
@@ -11,17 +18,30 @@ use carmi_api::handshake::{self, Secret};
 use carmi_api::ids::ConnId;
 use carmi_api::msg::{FromLocal, Role, ToLocal};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Notify, mpsc, watch};
 
 use crate::daemon::{Input, stopped};
 
-/// Messages queued for one application before it counts as not reading (and is disconnected).
+/// Default for [`crate::config::Settings::app_queue`]: messages queued for
+/// one application before it counts as not reading (and is disconnected).
 pub const APP_QUEUE: usize = 1024;
+
+/// The driver's end of an application connection.
+#[derive(Debug)]
+pub(crate) struct AppTx {
+    /// Its outgoing queue, bounded.
+    pub tx: mpsc::Sender<FromLocal>,
+    /// Ends the connection's task at once (it then reports `AppClosed`).
+    pub kick: Arc<Notify>,
+    /// Where the application connected from, for logs.
+    pub peer: SocketAddr,
+}
 
 /// Accepts application connections until `stop` turns true.
 pub(crate) async fn serve(
     listener: TcpListener,
     secret: Secret,
+    queue: usize,
     inputs: mpsc::Sender<Input>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -32,7 +52,7 @@ pub(crate) async fn serve(
                 Ok((stream, peer)) => {
                     let conn = ConnId(next_conn);
                     next_conn += 1;
-                    tokio::spawn(connection(stream, peer, conn, secret.clone(), inputs.clone(), stop.clone()));
+                    tokio::spawn(connection(stream, peer, conn, secret.clone(), queue, inputs.clone(), stop.clone()));
                 }
                 Err(e) => {
                     // Out of file descriptors, typically: wait instead of spinning.
@@ -50,6 +70,7 @@ async fn connection(
     peer: SocketAddr,
     conn: ConnId,
     secret: Secret,
+    queue: usize,
     inputs: mpsc::Sender<Input>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -84,13 +105,18 @@ async fn connection(
         return;
     };
     tracing::debug!(%conn, %peer, ?job, ?process, %endpoint, "application connected");
-    let (tx, mut rx) = mpsc::channel(APP_QUEUE);
+    let (tx, mut rx) = mpsc::channel(queue.max(1));
+    let kick = Arc::new(Notify::new());
     let connected = Input::AppConnected {
         conn,
         job,
         process,
         endpoint,
-        tx,
+        out: AppTx {
+            tx,
+            kick: kick.clone(),
+            peer,
+        },
     };
     if inputs.send(connected).await.is_err() {
         return;
@@ -122,14 +148,22 @@ async fn connection(
             },
             out = rx.recv() => match out {
                 Some(msg) => {
-                    if let Err(e) = write_frame(&mut w, &msg, &[]).await {
+                    // An application that stopped reading blocks this write;
+                    // the driver's kick must still end the connection.
+                    let written = tokio::select! {
+                        r = write_frame(&mut w, &msg, &[]) => r,
+                        _ = kick.notified() => break,
+                    };
+                    if let Err(e) = written {
                         tracing::warn!(%conn, %peer, error = %e, "cannot write to an application; closing its connection");
                         break;
                     }
                 }
-                // The driver dropped us: the application stopped reading, or the daemon stops.
+                // The driver dropped us: the daemon stops.
                 None => break,
             },
+            // The driver gave up on this application (its queue is full).
+            _ = kick.notified() => break,
             _ = stopped(&mut stop) => break,
         }
     }
@@ -137,12 +171,17 @@ async fn connection(
 }
 
 /// Sends `msg` to an application without waiting; false if its queue is full
-/// or it is gone (the caller then forgets the connection).
-pub(crate) fn try_send(tx: &mpsc::Sender<FromLocal>, conn: ConnId, msg: FromLocal) -> bool {
-    match tx.try_send(msg) {
+/// or it is gone (the caller then forgets the connection and kicks it).
+pub(crate) fn try_send(out: &AppTx, conn: ConnId, msg: FromLocal) -> bool {
+    match out.tx.try_send(msg) {
         Ok(()) => true,
         Err(mpsc::error::TrySendError::Full(_)) => {
-            tracing::warn!(%conn, queued = APP_QUEUE, "application is not reading its events; disconnecting it");
+            tracing::error!(
+                %conn,
+                peer = %out.peer,
+                queued = out.tx.max_capacity(),
+                "application is not reading its events: its outgoing queue is full; disconnecting it"
+            );
             false
         }
         Err(mpsc::error::TrySendError::Closed(_)) => false,

@@ -234,6 +234,15 @@ pub struct Settings {
     /// Cap on the bandwidth of executables served to peers, in MB/s
     /// (10^6 bytes); `None` is unlimited.
     pub stage_link_rate: Option<f64>,
+    /// Most messages waiting to be written to the global RM (more wait in
+    /// the driver while the queue drains).
+    pub global_queue: usize,
+    /// How long a full queue to the global RM may not move before the global
+    /// RM counts as not reading: the link is dropped and made again.
+    pub global_stall: Duration,
+    /// Most messages waiting to be written to one application; one that
+    /// stops reading fills it and is disconnected.
+    pub app_queue: usize,
 }
 
 impl Settings {
@@ -254,6 +263,9 @@ impl Settings {
             policy: PolicyConfig::default(),
             owner_source: OwnerSource::Real,
             stage_link_rate: None,
+            global_queue: crate::global::GLOBAL_QUEUE,
+            global_stall: crate::global::GLOBAL_STALL,
+            app_queue: crate::apps::APP_QUEUE,
         }
     }
 

@@ -27,8 +27,7 @@ use bytes::Bytes;
 use carmi_api::handshake::Secret;
 use carmi_api::ids::{ConnId, JobId, ProcessId, RequestId};
 use carmi_api::msg::{
-    ExecutableRef, FromGlobal, FromLocal, FromLocalControl, OutputRoute, OwnerEvent, Request,
-    ToGlobal,
+    ExecutableRef, FromGlobal, FromLocalControl, OutputRoute, OwnerEvent, Request, ToGlobal,
 };
 use classad::ClassAd;
 use tokio::net::TcpListener;
@@ -36,10 +35,11 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 
+use crate::apps::AppTx;
 use crate::cache::ExeCache;
 use crate::config::{OwnerSource, Settings};
 use crate::core::{Core, Effect, Launch};
-use crate::global::GlobalConfig;
+use crate::global::{GlobalConfig, GlobalLink, GlobalTx, Outgoing};
 use crate::machine::{MachineAd, detect_static, sample_dynamic};
 use crate::output::{self, ForwardTarget};
 use crate::owner::{RealOwner, SimulatedOwner};
@@ -54,9 +54,9 @@ const INPUT_QUEUE: usize = 4096;
 /// What the driver hears about.
 #[derive(Debug)]
 pub(crate) enum Input {
-    /// A global connection is up; messages for it go into `tx`.
+    /// A global connection is up; messages for it go into `out`.
     GlobalUp {
-        tx: mpsc::UnboundedSender<(ToGlobal, Bytes)>,
+        out: GlobalTx,
         /// This machine's address on the connection to the global RM: the
         /// one other machines of the pool can reach.
         local_ip: Option<IpAddr>,
@@ -65,15 +65,15 @@ pub(crate) enum Input {
     Global(FromGlobal, Bytes),
     /// The global connection is gone: `failed` could not be written, `rest` was never tried.
     GlobalDown {
-        failed: Option<(ToGlobal, Bytes)>,
-        rest: mpsc::UnboundedReceiver<(ToGlobal, Bytes)>,
+        failed: Option<Outgoing>,
+        rest: mpsc::Receiver<Outgoing>,
     },
     AppConnected {
         conn: ConnId,
         job: Option<JobId>,
         process: Option<ProcessId>,
         endpoint: String,
-        tx: mpsc::Sender<FromLocal>,
+        out: AppTx,
     },
     AppRequest {
         conn: ConnId,
@@ -220,6 +220,7 @@ impl Daemon {
         tokio::spawn(apps::serve(
             listener,
             secret.clone(),
+            settings.app_queue,
             inputs_tx.clone(),
             links_stop_rx.clone(),
         ));
@@ -235,6 +236,7 @@ impl Daemon {
             addr: settings.global.clone(),
             secret: secret.clone(),
             name: settings.name.clone(),
+            queue: settings.global_queue,
         };
         let global_task = tokio::spawn(global::run(gcfg, inputs_tx.clone(), links_stop_rx));
         tracing::info!(
@@ -275,7 +277,7 @@ impl Daemon {
             global_local_ip: None,
             launcher,
             groups: Groups::default(),
-            global_tx: None,
+            global: GlobalLink::new(settings.global.clone(), settings.global_stall),
             apps: HashMap::new(),
             inputs_tx: inputs_tx.clone(),
             heartbeat: None,
@@ -413,8 +415,8 @@ struct Driver {
     global_local_ip: Option<IpAddr>,
     launcher: Launcher,
     groups: Groups,
-    global_tx: Option<mpsc::UnboundedSender<(ToGlobal, Bytes)>>,
-    apps: HashMap<ConnId, mpsc::Sender<FromLocal>>,
+    global: GlobalLink,
+    apps: HashMap<ConnId, AppTx>,
     inputs_tx: mpsc::Sender<Input>,
     heartbeat: Option<Interval>,
     kill_grace: Duration,
@@ -437,6 +439,8 @@ impl Driver {
                     Some(input) => self.handle(input),
                     None => break,
                 },
+                permit = self.global.room() => self.global.on_room(permit),
+                _ = at(self.global.deadline()) => self.global.on_deadline(),
                 _ = tick(&mut self.heartbeat) => {
                     let update = self.machine.heartbeat_update();
                     self.core.on_heartbeat(update);
@@ -517,8 +521,8 @@ impl Driver {
 
     fn handle(&mut self, input: Input) {
         match input {
-            Input::GlobalUp { tx, local_ip } => {
-                self.global_tx = Some(tx);
+            Input::GlobalUp { out, local_ip } => {
+                self.global.up(out);
                 self.global_local_ip = local_ip;
                 let ad = self.machine.advertise_text();
                 self.core.on_global_connected(ad);
@@ -540,19 +544,16 @@ impl Driver {
                 }
                 let registered = matches!(msg, FromGlobal::Registered { .. });
                 self.core.on_global(msg, payload);
-                if registered && let Some(tx) = &self.global_tx {
+                if registered && self.global.is_up() {
                     let endpoint =
                         stage_endpoint_for(self.stage_endpoint, self.global_local_ip).to_string();
-                    let _ = tx.send((ToGlobal::StageServe { endpoint }, Bytes::new()));
+                    self.global
+                        .send(ToGlobal::StageServe { endpoint }, Bytes::new());
                 }
             }
-            Input::GlobalDown { failed, mut rest } => {
-                self.global_tx = None;
+            Input::GlobalDown { failed, rest } => {
                 self.heartbeat = None;
-                let mut unsent: Vec<(ToGlobal, Bytes)> = failed.into_iter().collect();
-                while let Ok(m) = rest.try_recv() {
-                    unsent.push(m);
-                }
+                let unsent = self.global.down(failed, rest);
                 tracing::info!(
                     unsent = unsent.len(),
                     "lost the global RM; processes keep running"
@@ -564,9 +565,9 @@ impl Driver {
                 job,
                 process,
                 endpoint,
-                tx,
+                out,
             } => {
-                self.apps.insert(conn, tx);
+                self.apps.insert(conn, out);
                 self.core.on_app_connected(conn, job, process, endpoint);
             }
             Input::AppRequest { conn, id, body } => self.core.on_app_request(conn, id, body),
@@ -700,25 +701,15 @@ impl Driver {
 
     fn apply(&mut self, effect: Effect) {
         match effect {
-            Effect::ToGlobal(msg, payload) => match &self.global_tx {
-                Some(tx) => {
-                    if let Err(e) = tx.send((msg, payload)) {
-                        tracing::error!(msg = ?e.0.0, "global link task is gone; message dropped");
-                    }
-                }
-                None => tracing::error!(
-                    ?msg,
-                    "message for the global RM without a connection; dropped"
-                ),
-            },
+            Effect::ToGlobal(msg, payload) => self.global.send(msg, payload),
             Effect::ToApp(conn, msg) => {
                 let refused = self
                     .apps
                     .get(&conn)
-                    .is_some_and(|tx| !apps::try_send(tx, conn, msg));
-                // Dropping the sender ends the connection's task, which reports AppClosed.
-                if refused {
-                    self.apps.remove(&conn);
+                    .is_some_and(|out| !apps::try_send(out, conn, msg));
+                // The kick ends the connection's task, which reports AppClosed.
+                if refused && let Some(out) = self.apps.remove(&conn) {
+                    out.kick.notify_one();
                 }
             }
             Effect::Launch(launch) => self.launch(launch),
@@ -852,6 +843,14 @@ impl Driver {
             let _ = inputs.send(Input::Launched { process, result }).await;
             let _ = launched_tx.send(());
         });
+    }
+}
+
+/// Resolves at `deadline`; never without one.
+async fn at(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
     }
 }
 

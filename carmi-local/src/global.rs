@@ -6,7 +6,18 @@
 //! Each session tells the driver `GlobalUp` with a sender for outgoing
 //! messages, and `GlobalDown` with the receiver, so that the driver can take
 //! back whatever was queued but never written.
+//!
+//! The outgoing queue is bounded ([`GLOBAL_QUEUE`] messages by default).
+//! What finds it full waits on the driver's side ([`GlobalLink`]) and moves
+//! in as the session writes, so that a burst (the backlog replayed after a
+//! reconnection) is not mistaken for a global RM that stopped reading. One
+//! that makes no progress for [`GLOBAL_STALL`] has stopped reading: the
+//! driver ends the session ([`GlobalTx::kick`], which also interrupts a write
+//! stuck on a full socket), keeps what was not written, and reconnects. So
+//! a stalled global RM costs at most what the machine produces in that time.
 
+use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -14,7 +25,8 @@ use carmi_api::frame::{FrameReader, write_frame};
 use carmi_api::handshake::{self, Secret};
 use carmi_api::msg::{FromGlobal, Role, ToGlobal};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Notify, mpsc, watch};
+use tokio::time::Instant;
 
 use crate::daemon::{Input, stopped};
 
@@ -26,6 +38,26 @@ pub const BACKOFF_MAX: Duration = Duration::from_secs(5);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long queued messages may take to go out when the daemon stops.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
+/// Default for [`crate::config::Settings::global_queue`]: messages waiting
+/// to be written to the global RM before it counts as not reading.
+pub const GLOBAL_QUEUE: usize = 16 * 1024;
+
+/// Default for [`crate::config::Settings::global_stall`]: how long a full
+/// queue to the global RM may make no progress before the link is dropped.
+pub const GLOBAL_STALL: Duration = Duration::from_secs(30);
+
+/// A message for the global RM and its frame payload.
+pub(crate) type Outgoing = (ToGlobal, Bytes);
+
+/// The driver's end of a session: where messages go, and how to end it.
+#[derive(Debug)]
+pub(crate) struct GlobalTx {
+    /// The session's outgoing queue, bounded.
+    pub tx: mpsc::Sender<Outgoing>,
+    /// Ends the session at once, even in the middle of a write that cannot
+    /// complete; the session then reports `GlobalDown` as for any failure.
+    pub kick: Arc<Notify>,
+}
 
 /// Exponential backoff with jitter.
 #[derive(Clone, Debug)]
@@ -56,12 +88,159 @@ impl Backoff {
     }
 }
 
+/// The driver's side of the link to the global RM: the current session's
+/// queue, what waits for room in it, and what is kept after the session was
+/// ended for not reading (until its `GlobalDown` hands back the rest).
+///
+/// Call order: [`GlobalLink::up`] on `GlobalUp`; [`GlobalLink::send`] for
+/// every message; when [`GlobalLink::room`] resolves, [`GlobalLink::on_room`];
+/// at [`GlobalLink::deadline`], [`GlobalLink::on_deadline`];
+/// [`GlobalLink::down`] on `GlobalDown`, which returns every message not
+/// written, in order.
+pub(crate) struct GlobalLink {
+    addr: String,
+    stall: Duration,
+    out: Option<GlobalTx>,
+    /// Found the queue full; they keep their order and go in as it drains.
+    waiting: VecDeque<Outgoing>,
+    /// While `waiting` is not empty: when the session, without progress, counts as stalled.
+    stall_at: Option<Instant>,
+    /// After a kick and until `GlobalDown`: messages that follow the unsent rest.
+    overflow: Option<Vec<Outgoing>>,
+}
+
+impl GlobalLink {
+    /// No session yet. `addr` names the global RM in logs.
+    pub fn new(addr: String, stall: Duration) -> GlobalLink {
+        GlobalLink {
+            addr,
+            stall,
+            out: None,
+            waiting: VecDeque::new(),
+            stall_at: None,
+            overflow: None,
+        }
+    }
+
+    /// A session is up.
+    pub fn up(&mut self, out: GlobalTx) {
+        self.out = Some(out);
+    }
+
+    /// True while a session takes messages.
+    pub fn is_up(&self) -> bool {
+        self.out.is_some()
+    }
+
+    /// Queues a message without waiting: into the session's queue, behind
+    /// those waiting for room, or (after a kick) with the unsent rest.
+    pub fn send(&mut self, msg: ToGlobal, payload: Bytes) {
+        if let Some(overflow) = &mut self.overflow {
+            overflow.push((msg, payload));
+            return;
+        }
+        let Some(out) = &self.out else {
+            tracing::error!(
+                ?msg,
+                "message for the global RM without a connection; dropped"
+            );
+            return;
+        };
+        if !self.waiting.is_empty() {
+            self.waiting.push_back((msg, payload));
+            return;
+        }
+        match out.tx.try_send((msg, payload)) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(m)) => {
+                self.waiting.push_back(m);
+                self.stall_at = Some(Instant::now() + self.stall);
+            }
+            // The session has ended; its GlobalDown, with what it had not written, is on the way.
+            Err(mpsc::error::TrySendError::Closed(m)) => {
+                self.out = None;
+                self.overflow = Some(vec![m]);
+            }
+        }
+    }
+
+    /// Resolves when a waiting message can move into the queue (never while
+    /// none waits); owns what it needs, so the driver can race it.
+    pub fn room(&self) -> impl Future<Output = Option<mpsc::OwnedPermit<Outgoing>>> + 'static {
+        let tx = match &self.out {
+            Some(out) if !self.waiting.is_empty() => Some(out.tx.clone()),
+            _ => None,
+        };
+        async move {
+            match tx {
+                Some(tx) => tx.reserve_owned().await.ok(),
+                None => std::future::pending().await,
+            }
+        }
+    }
+
+    /// The session wrote something: the oldest waiting message goes in, and
+    /// the stall clock starts again.
+    pub fn on_room(&mut self, permit: Option<mpsc::OwnedPermit<Outgoing>>) {
+        let Some(permit) = permit else {
+            return;
+        };
+        if let Some(m) = self.waiting.pop_front() {
+            permit.send(m);
+        }
+        self.stall_at = (!self.waiting.is_empty()).then(|| Instant::now() + self.stall);
+    }
+
+    /// When the session counts as stalled, if messages are waiting.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.stall_at
+    }
+
+    /// The deadline passed: the global RM stopped reading. The session is
+    /// ended (the link reconnects) and nothing unsent is lost.
+    pub fn on_deadline(&mut self) {
+        self.stall_at = None;
+        let Some(out) = self.out.take() else {
+            return;
+        };
+        tracing::error!(
+            global = %self.addr,
+            queued = out.tx.max_capacity(),
+            waiting = self.waiting.len(),
+            stall_ms = self.stall.as_millis() as u64,
+            "the global RM stopped reading: its outgoing queue is full and did not move; dropping the connection to reconnect, unsent messages are kept"
+        );
+        out.kick.notify_one();
+        self.overflow = Some(Vec::new());
+    }
+
+    /// The session ended: every message it was given but did not write
+    /// (`failed` first, then `rest`), then those that waited, in order.
+    pub fn down(
+        &mut self,
+        failed: Option<Outgoing>,
+        mut rest: mpsc::Receiver<Outgoing>,
+    ) -> Vec<Outgoing> {
+        self.out = None;
+        self.stall_at = None;
+        let mut unsent: Vec<Outgoing> = failed.into_iter().collect();
+        while let Ok(m) = rest.try_recv() {
+            unsent.push(m);
+        }
+        unsent.extend(self.waiting.drain(..));
+        unsent.extend(self.overflow.take().unwrap_or_default());
+        unsent
+    }
+}
+
 /// Where and who to connect as.
 #[derive(Clone, Debug)]
 pub(crate) struct GlobalConfig {
     pub addr: String,
     pub secret: Secret,
     pub name: String,
+    /// Capacity of each session's outgoing queue.
+    pub queue: usize,
 }
 
 /// Keeps a connection to the global RM until `stop` turns true.
@@ -82,7 +261,7 @@ pub(crate) async fn run(
         match connected {
             Ok((reader, writer)) => {
                 tracing::info!(global = %cfg.addr, "connected to the global RM");
-                if session(reader, writer, &inputs, &mut stop).await {
+                if session(reader, writer, cfg.queue, &inputs, &mut stop).await {
                     backoff.reset();
                 }
             }
@@ -134,12 +313,22 @@ async fn connect(
 async fn session(
     mut reader: FrameReader<OwnedReadHalf>,
     mut w: OwnedWriteHalf,
+    queue: usize,
     inputs: &mpsc::Sender<Input>,
     stop: &mut watch::Receiver<bool>,
 ) -> bool {
-    let (tx, mut rx) = mpsc::unbounded_channel::<(ToGlobal, Bytes)>();
+    let (tx, mut rx) = mpsc::channel::<Outgoing>(queue.max(1));
+    let kick = Arc::new(Notify::new());
     let local_ip = w.local_addr().ok().map(|a| a.ip());
-    if inputs.send(Input::GlobalUp { tx, local_ip }).await.is_err() {
+    let out = GlobalTx {
+        tx,
+        kick: kick.clone(),
+    };
+    if inputs
+        .send(Input::GlobalUp { out, local_ip })
+        .await
+        .is_err()
+    {
         return false;
     }
     let mut registered = false;
@@ -168,7 +357,13 @@ async fn session(
             },
             out = rx.recv() => match out {
                 Some((msg, payload)) => {
-                    if let Err(e) = write_frame(&mut w, &msg, &payload).await {
+                    // A global RM that stopped reading blocks this write; the
+                    // driver's kick must still end the session.
+                    let written = tokio::select! {
+                        r = write_frame(&mut w, &msg, &payload) => r.map_err(|e| e.to_string()),
+                        _ = kick.notified() => Err("the outgoing queue is full".to_string()),
+                    };
+                    if let Err(e) = written {
                         tracing::warn!(error = %e, "cannot write to the global RM; dropping the connection");
                         failed = Some((msg, payload));
                         break;
@@ -176,6 +371,10 @@ async fn session(
                 }
                 None => break,
             },
+            _ = kick.notified() => {
+                tracing::warn!("the global RM stopped reading; dropping the connection to reconnect");
+                break;
+            }
             _ = stopped(stop) => {
                 // Last words (exits of the processes killed at shutdown), briefly.
                 let flush = async {
@@ -198,6 +397,44 @@ async fn session(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn heartbeat(i: usize) -> Outgoing {
+        let update = format!("N = {i}");
+        (ToGlobal::Heartbeat { update }, Bytes::new())
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_waits_in_order_and_a_stall_ends_the_session_losing_nothing() {
+        let (tx, mut rx) = mpsc::channel(2);
+        let kick = Arc::new(Notify::new());
+        let mut link = GlobalLink::new("global".into(), Duration::from_secs(30));
+        link.up(GlobalTx {
+            tx,
+            kick: kick.clone(),
+        });
+        for i in 0..5 {
+            let (m, p) = heartbeat(i);
+            link.send(m, p);
+        }
+        assert!(
+            link.deadline().is_some(),
+            "three wait: the stall clock runs"
+        );
+        // The session writes one; the oldest waiting message takes its place.
+        assert_eq!(rx.recv().await.unwrap(), heartbeat(0));
+        let permit = link.room().await;
+        link.on_room(permit);
+        assert!(link.deadline().is_some(), "two still wait");
+        // No more progress: the session is told to end, nothing is dropped.
+        link.on_deadline();
+        kick.notified().await;
+        assert!(!link.is_up());
+        let (m, p) = heartbeat(5);
+        link.send(m, p);
+        let unsent = link.down(None, rx);
+        assert_eq!(unsent, (1..6).map(heartbeat).collect::<Vec<_>>());
+        assert_eq!(link.deadline(), None);
+    }
 
     #[test]
     fn backoff_doubles_to_the_cap_with_jitter_and_resets() {

@@ -32,8 +32,8 @@
 //! - `output`: forwarding a spawned process's stdout/stderr to its requester, with backpressure down to the pipe.
 //! - `peer`: executable staging between machines: fetching from the global RM's store or a
 //!   peer (pipelined, verified), and serving this cache, partial copies included, to peers.
-//! - `apps`: the listener for application processes and one task per connection.
-//! - `global`: the connection to the global RM, with reconnection and backoff.
+//! - `apps`: the listener for application processes and one task per connection, each with a bounded queue.
+//! - `global`: the connection to the global RM, with reconnection and backoff, and its bounded queue (`GlobalLink` on the driver's side).
 //! - `daemon`: the driver that feeds socket, process and timer events to `core` and carries out its effects.
 
 #![warn(missing_docs)]

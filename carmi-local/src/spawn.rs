@@ -30,6 +30,19 @@ use carmi_api::ids::{HostId, JobId, ProcessId};
 use carmi_api::msg::ExitStatus;
 use tokio::sync::watch;
 
+/// True while process `pid` exists and is not a zombie (from `/proc`), for
+/// tests and tools that check that a process group really died; the daemon
+/// itself learns of exits from `wait4`.
+pub fn alive(pid: i32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which may itself hold `)`.
+        Ok(stat) => !stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
 /// What to start.
 #[derive(Clone, Debug)]
 pub struct LaunchSpec {
@@ -494,6 +507,22 @@ pub(crate) mod tests {
     use super::*;
     use std::sync::mpsc;
     use std::time::Instant;
+
+    #[test]
+    fn alive_is_false_for_a_zombie_and_for_a_reaped_process() {
+        assert!(alive(std::process::id() as i32));
+        let mut child = Command::new("true").spawn().expect("run true");
+        let pid = child.id() as i32;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while alive(pid) {
+            assert!(Instant::now() < deadline, "`true` did not exit");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // Not reaped yet: a zombie, which counts as dead.
+        assert!(Path::new(&format!("/proc/{pid}")).exists());
+        child.wait().expect("reap");
+        assert!(!alive(pid));
+    }
 
     /// A temporary directory removed on drop (tests only; no extra dependency).
     pub(crate) struct TempDir(PathBuf);

@@ -2,10 +2,8 @@
 //! protocol over TCP on 127.0.0.1, with real application connections and
 //! real processes.
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use bytes::Bytes;
 use carmi_api::exe::sha256_hex;
 use carmi_api::frame::{FrameReader, write_frame};
 use carmi_api::handshake::{self, Secret};
@@ -14,161 +12,15 @@ use carmi_api::msg::{
     Event, ExecutableRef, ExitStatus, FromGlobal, FromLocal, Reply, Request, Role, ToGlobal,
     ToLocal,
 };
-use carmi_local::config::{Settings, parse_attr_arg};
 use carmi_local::daemon::Daemon;
+use carmi_local::spawn::alive;
 use classad::ClassAd;
 use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
-const SECRET: &[u8] = b"integration-test-secret-0123456789";
-const WAIT: Duration = Duration::from_secs(10);
+mod common;
 
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!(
-            "carmi-local-it-{tag}-{}-{:08x}",
-            std::process::id(),
-            rand::random::<u32>()
-        ));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn init_logs() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_test_writer()
-        .try_init();
-}
-
-/// The fake global RM's listening side.
-struct FakeGlobal {
-    listener: TcpListener,
-    secret: Secret,
-}
-
-/// One connection from the local RM, seen from the fake global RM.
-struct GlobalConn {
-    r: FrameReader<OwnedReadHalf>,
-    w: OwnedWriteHalf,
-}
-
-impl FakeGlobal {
-    async fn new() -> FakeGlobal {
-        FakeGlobal {
-            listener: TcpListener::bind("127.0.0.1:0").await.unwrap(),
-            secret: Secret::new(SECRET).unwrap(),
-        }
-    }
-
-    fn addr(&self) -> String {
-        self.listener.local_addr().unwrap().to_string()
-    }
-
-    /// Accepts the local RM, checks its role, and returns the connection.
-    async fn accept(&self, name: &str) -> GlobalConn {
-        let (stream, _) = tokio::time::timeout(WAIT, self.listener.accept())
-            .await
-            .expect("the local RM connects")
-            .unwrap();
-        let (r, mut w) = stream.into_split();
-        let mut r = FrameReader::new(r);
-        let role = handshake::server(&mut r, &mut w, &self.secret)
-            .await
-            .unwrap();
-        assert_eq!(role, Role::Local { name: name.into() });
-        GlobalConn { r, w }
-    }
-}
-
-impl GlobalConn {
-    /// The next message other than a heartbeat.
-    async fn recv(&mut self) -> (ToGlobal, Bytes) {
-        loop {
-            let m = self.recv_any().await;
-            // Heartbeats and the staging endpoint come at any time.
-            if !matches!(
-                m.0,
-                ToGlobal::Heartbeat { .. } | ToGlobal::StageServe { .. }
-            ) {
-                return m;
-            }
-        }
-    }
-
-    async fn recv_any(&mut self) -> (ToGlobal, Bytes) {
-        tokio::time::timeout(WAIT, self.r.read::<ToGlobal>())
-            .await
-            .expect("a message from the local RM in time")
-            .unwrap()
-            .expect("the local RM keeps the connection open")
-    }
-
-    async fn send(&mut self, msg: FromGlobal, payload: &[u8]) {
-        write_frame(&mut self.w, &msg, payload).await.unwrap();
-    }
-
-    /// Reads the advertisement and registers `hosts`.
-    async fn register(&mut self, hosts: &[u64]) -> (ClassAd, Vec<ProcessId>) {
-        let (msg, _) = self.recv().await;
-        let ToGlobal::Advertise { ad, slots, running } = msg else {
-            panic!("expected Advertise, got {msg:?}");
-        };
-        assert_eq!(slots as usize, hosts.len());
-        let ad = ClassAd::parse(&ad).expect("the ad is new-syntax ClassAd text");
-        self.send(
-            FromGlobal::Registered {
-                hosts: hosts.iter().map(|h| HostId(*h)).collect(),
-                heartbeat_ms: 100,
-            },
-            &[],
-        )
-        .await;
-        (ad, running)
-    }
-}
-
-async fn app_recv(r: &mut FrameReader<OwnedReadHalf>) -> FromLocal {
-    tokio::time::timeout(WAIT, r.read::<FromLocal>())
-        .await
-        .expect("a message for the application in time")
-        .unwrap()
-        .expect("the connection stays open")
-        .0
-}
-
-fn settings(global: &FakeGlobal, dir: &Path, name: &str) -> Settings {
-    let secret_file = dir.join("secret");
-    std::fs::write(&secret_file, SECRET).unwrap();
-    let mut s = Settings::new(global.addr(), secret_file);
-    s.name = name.into();
-    s.slots = Some(2);
-    s.work_dir = dir.join("work");
-    s.benchmark = false;
-    // Terminals in use on the test machine must not close it.
-    s.owner_source = carmi_local::config::OwnerSource::Simulated;
-    s.kill_grace = Duration::from_millis(500);
-    s.attributes
-        .push(parse_attr_arg("HasTestTools = true").unwrap());
-    s
-}
+use common::*;
 
 fn script(text: &str) -> (ExecutableRef, Vec<u8>) {
     let bytes = text.as_bytes().to_vec();
@@ -566,19 +418,6 @@ async fn in_process_owner_events_close_and_reopen_the_machine() {
         );
     }
     daemon.shutdown().await;
-}
-
-/// True while `pid` exists and is not a zombie.
-fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
-        Err(_) => false,
-    }
 }
 
 /// Spawns that arrive just before a shutdown (their launch under way, not

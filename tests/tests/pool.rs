@@ -432,6 +432,45 @@ async fn children_of_a_killed_process_die_with_it() {
     }
 }
 
+/// `ExcludeHosts` through the real daemons: a machine the job gave back
+/// after excluding it is not granted to the class again, though it is idle
+/// and the class's best ranked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_excluded_machine_is_not_granted_to_the_class_again() {
+    let machines = vec![
+        vec!["Memory = 8192".to_string()],
+        vec!["Memory = 1024".to_string()],
+    ];
+    let pool = Pool::start("exclude", 1, &machines);
+    let (carmi, mut inbox) = app(&pool, 0).await;
+    inbox
+        .done(carmi.define_class_ranked("c", "true", "Memory"))
+        .await;
+    let add = carmi.addhosts("c", 1, 1);
+    let (big, _) = inbox.hosts_added(add, 1).await;
+    inbox.done(carmi.exclude_hosts("c", &big)).await;
+    inbox.done(carmi.delhosts(&big)).await;
+
+    let add = carmi.addhosts("c", 2, 1);
+    let (small, _) = inbox.hosts_added(add, 1).await;
+    assert_ne!(small, big, "the excluded machine came back");
+    // Requests are served in order: had the idle excluded machine been
+    // grantable, its grant would have come before the cancel is processed.
+    inbox.done(carmi.cancel_request(add)).await;
+    let (code, _) = inbox.failed(add).await;
+    assert_eq!(code, FailureCode::Cancelled);
+    match inbox.done(carmi.get_class_definitions()).await {
+        Reply::Classes(cs) => {
+            assert_eq!(cs.len(), 1);
+            assert_eq!(cs[0].rank.as_deref(), Some("Memory"));
+            assert_eq!(cs[0].excluded, [pool.locals[0].name.clone()]);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    let (code, _) = inbox.failed(carmi.exclude_hosts("nosuch", &small)).await;
+    assert_eq!(code, FailureCode::UnknownClass);
+}
+
 /// True while `pid` exists and is not a zombie.
 fn alive(pid: u32) -> bool {
     owner_sim::sweep::alive(pid as i32)

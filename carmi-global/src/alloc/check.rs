@@ -204,6 +204,14 @@ impl Allocator {
                 "pending of undefined class"
             );
             assert!(p.remaining > 0, "a complete request is still pending");
+            let excluded = &job.classes[&p.class].excluded;
+            assert!(
+                p.partial
+                    .iter()
+                    .all(|&h| !excluded.contains(&self.get_slot(h).machine)),
+                "pending {:?}: holds a host of a machine its class excludes",
+                p.req
+            );
             assert!(
                 (p.partial.len() as u32) < p.increment.min(p.remaining),
                 "pending {:?}: a complete group was not announced",
@@ -218,7 +226,8 @@ impl Allocator {
                 let class = &job.classes[&p.class];
                 for &(_, h) in &self.idle {
                     let m = self.machine_of(h);
-                    let ok = m.ad.eval_expr(&class.expr, Some(&job.ad)).is_true()
+                    let ok = !class.excluded.contains(&self.get_slot(h).machine)
+                        && m.ad.eval_expr(&class.expr, Some(&job.ad)).is_true()
                         && (!m.has_requirements || classad::matching::accepts(&m.ad, &job.ad));
                     assert!(
                         !ok,

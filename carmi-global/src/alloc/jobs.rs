@@ -34,7 +34,7 @@ use carmi_api::ids::{HostId, JobId};
 use carmi_api::msg::{ClassAnalysis, ClassStatus, Failure, FailureCode};
 use serde::{Deserialize, Serialize};
 
-use super::{Allocator, Claim, Class, Effect, ReleaseCause, SlotState, SubKind, member};
+use super::{Allocator, Claim, Class, Effect, Rank, ReleaseCause, SlotState, SubKind, member};
 
 /// Where a job is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -155,6 +155,7 @@ impl Allocator {
             let class = Class {
                 expression: c.expression.clone(),
                 expr,
+                excluded: Default::default(),
                 cache: Vec::new(),
             };
             if parsed.insert(c.name.clone(), class).is_some() {
@@ -166,8 +167,9 @@ impl Allocator {
             limits.insert(c.name.clone(), (c.min, c.max));
             if let Some(text) = &c.rank {
                 match classad::parse_expr(text) {
-                    Ok(e) => {
-                        ranks.insert(c.name.clone(), e);
+                    Ok(expr) => {
+                        let text = text.clone();
+                        ranks.insert(c.name.clone(), Rank { text, expr });
                     }
                     Err(e) => {
                         return fail(
@@ -255,6 +257,7 @@ impl Allocator {
                 ClassStatus {
                     name: name.clone(),
                     requirements: c.expression.clone(),
+                    rank: j.ranks.get(name).map(|r| r.text.clone()),
                     held: self.held(job, name),
                     min,
                     max,
@@ -294,7 +297,9 @@ impl Allocator {
                     let host = HostId(i as u64 + 1);
                     a.slots += 1;
                     let m = &self.machines[slot.machine.0 as usize];
-                    if !m.ad.eval_expr(&class.expr, Some(&j.ad)).is_true() {
+                    if class.excluded.contains(&slot.machine)
+                        || !m.ad.eval_expr(&class.expr, Some(&j.ad)).is_true()
+                    {
                         a.rejected_by_class += 1;
                     } else if m.has_requirements && !classad::matching::accepts(&m.ad, &j.ad) {
                         a.rejecting_job += 1;
@@ -479,7 +484,11 @@ impl Allocator {
         let Some(r) = j.ranks.get(class) else {
             return 0.0;
         };
-        let v = self.machine_of(host).ad.eval_expr(r, Some(&j.ad)).as_f64();
+        let v = self
+            .machine_of(host)
+            .ad
+            .eval_expr(&r.expr, Some(&j.ad))
+            .as_f64();
         v.filter(|x| x.is_finite()).unwrap_or(0.0)
     }
 

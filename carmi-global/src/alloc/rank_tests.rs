@@ -1,6 +1,6 @@
 //! A class's `Rank` from `DefineClass`: among matching machines, higher rank first.
 
-use carmi_api::msg::FailureCode;
+use carmi_api::msg::{FailureCode, Reply};
 
 use super::tests::{Sim, r};
 use super::*;
@@ -61,4 +61,42 @@ fn class_spawn_prefers_the_best_ranked_free_host() {
     assert_eq!(got, want);
     let target = carmi_api::msg::SpawnTarget::Class("c".into());
     assert_eq!(s.a.pick_spawn_host(J1, &target), Ok(slow_big));
+}
+
+#[test]
+fn class_definitions_and_the_queue_show_each_class_rank() {
+    let mut s = Sim::new();
+    s.step(|a| a.on_job_created(J1, "alice"));
+    s.step(|a| a.define_class_ranked(J1, r(J1, 1), "big", "true", Some("Memory * 2")));
+    s.expect_done(r(J1, 1));
+    s.step(|a| a.define_class(J1, r(J1, 2), "any", "true"));
+    s.expect_done(r(J1, 2));
+    s.step(|a| a.class_definitions(J1, r(J1, 3)));
+    let Reply::Classes(defs) = s.expect_done(r(J1, 3)) else {
+        panic!("GetClassDefinitions answers with Classes");
+    };
+    let ranks: Vec<(String, Option<String>)> = defs.into_iter().map(|d| (d.name, d.rank)).collect();
+    assert_eq!(
+        ranks,
+        vec![
+            ("any".to_string(), None),
+            ("big".to_string(), Some("Memory * 2".to_string())),
+        ]
+    );
+
+    // A submitted class's rank is shown by `carmi q` as well.
+    let limits = ClassLimits {
+        name: "c".into(),
+        expression: "true".into(),
+        min: 0,
+        max: 1,
+        rank: Some("KFlops".into()),
+    };
+    s.step(|a| {
+        a.submit_job(JobId(2), "bob", &[limits])
+            .expect("a valid job")
+    });
+    let status = s.a.class_status(JobId(2));
+    assert_eq!(status[0].rank.as_deref(), Some("KFlops"));
+    assert_eq!(s.a.class_status(J1)[0].rank, None);
 }

@@ -5,8 +5,8 @@ use carmi_api::ids::{HostId, JobId, RequestId};
 use carmi_api::msg::{ClassDef, Failure, FailureCode, Reply, SpawnTarget};
 
 use super::{
-    Allocator, Class, Effect, Pending, ReleaseCause, ReqRef, SlotState, SpeedKey, Sub, SubKind,
-    host_list,
+    Allocator, Class, Effect, Pending, Rank, ReleaseCause, ReqRef, SlotState, SpeedKey, Sub,
+    SubKind, host_list,
 };
 
 impl Allocator {
@@ -258,6 +258,16 @@ impl Allocator {
             .map(|(n, c)| ClassDef {
                 name: n.clone(),
                 expression: c.expression.clone(),
+                rank: self.jobs[&job].ranks.get(n).map(|r| r.text.clone()),
+                excluded: {
+                    let mut names: Vec<String> = c
+                        .excluded
+                        .iter()
+                        .map(|m| self.machines[m.0 as usize].name.clone())
+                        .collect();
+                    names.sort();
+                    names
+                },
             })
             .collect();
         self.done(job, req, Reply::Classes(defs));
@@ -302,6 +312,7 @@ impl Allocator {
                 return self.fail(job, req, FailureCode::BadExpression, message);
             }
         };
+        let rank_text = rank;
         let rank = match rank.map(classad::parse_expr).transpose() {
             Ok(r) => r,
             Err(e) => {
@@ -318,15 +329,25 @@ impl Allocator {
             }
         };
         let j = self.jobs.get_mut(&job).expect("checked");
-        match rank {
-            Some(r) => j.ranks.insert(name.to_string(), r),
+        match rank.zip(rank_text) {
+            Some((expr, text)) => {
+                let text = text.to_string();
+                j.ranks.insert(name.to_string(), Rank { text, expr })
+            }
             None => j.ranks.remove(name),
         };
-        self.jobs.get_mut(&job).expect("checked").classes.insert(
+        // Exclusions belong to the class name, not to one version of its expression.
+        let excluded = j
+            .classes
+            .remove(name)
+            .map(|c| c.excluded)
+            .unwrap_or_default();
+        j.classes.insert(
             name.to_string(),
             Class {
                 expression: expression.to_string(),
                 expr,
+                excluded,
                 cache: Vec::new(),
             },
         );
@@ -339,6 +360,60 @@ impl Allocator {
         for seq in queued {
             self.serve(seq);
         }
+    }
+
+    /// `ExcludeHosts`: the machines of `hosts` (every slot of each) are never
+    /// again granted to the job for `class`: not by `AddHosts`, not by growth.
+    /// Hosts the job holds keep running (give them back with `DelHosts`,
+    /// after this so that they are not granted again at once); hosts claimed
+    /// for a group not yet announced are let go. A host need not be the job's:
+    /// any host of the pool names its machine.
+    pub fn exclude_hosts(&mut self, job: JobId, req: ReqRef, class: &str, hosts: &[HostId]) {
+        if !self.check_job(job, req) {
+            return;
+        }
+        if !self.jobs[&job].classes.contains_key(class) {
+            return self.unknown_class(job, req, class);
+        }
+        if hosts.is_empty() {
+            let message = "ExcludeHosts needs at least one host".to_string();
+            return self.fail(job, req, FailureCode::Invalid, message);
+        }
+        let mut machines = Vec::with_capacity(hosts.len());
+        for &h in hosts {
+            match self.find_slot(h) {
+                Some(slot) => machines.push(slot.machine),
+                None => {
+                    let message = format!("ExcludeHosts: host {h} is not a host of this pool");
+                    return self.fail(job, req, FailureCode::NotYourHost, message);
+                }
+            }
+        }
+        let c = self
+            .jobs
+            .get_mut(&job)
+            .expect("checked")
+            .classes
+            .get_mut(class)
+            .expect("checked");
+        c.excluded.extend(machines.iter().copied());
+        // Claimed for a group of this class but not yet announced: let go.
+        let seqs: Vec<u64> = self
+            .groups
+            .get(&(job, class.to_string()))
+            .map(|s| s.iter().copied().collect())
+            .unwrap_or_default();
+        let mut freed = Vec::new();
+        for seq in seqs {
+            for h in self.pending[&seq].partial.clone() {
+                if machines.contains(&self.get_slot(h).machine) {
+                    self.release(h, ReleaseCause::Deleted);
+                    freed.push(h);
+                }
+            }
+        }
+        self.done(job, req, Reply::Ok);
+        self.offer_all(freed);
     }
 
     /// `RemoveClass`: fails while hosts of the class are allocated or pending.

@@ -634,6 +634,8 @@ fn every_effect_kind_roundtrips_through_the_wire() {
             reply: Reply::Classes(vec![ClassDef {
                 name: "c".into(),
                 expression: "Mips > 0.25".into(),
+                rank: None,
+                excluded: Vec::new(),
             }]),
         },
         Effect::Failed {

@@ -62,6 +62,7 @@ impl Router {
                 rank,
             } => a.define_class_ranked(job, req, &name, &expression, rank.as_deref()),
             Request::RemoveClass { name } => a.remove_class(job, req, &name),
+            Request::ExcludeHosts { class, hosts } => a.exclude_hosts(job, req, &class, &hosts),
             Request::ClassSpawn {
                 executable,
                 args,

@@ -827,7 +827,7 @@ fn random_messages_never_break_the_router() {
         let process = ProcessId(rng.random_range(0..12));
         let id = RequestId(rng.random_range(0..30));
         let class = ["c", "d", "zz"][rng.random_range(0..3)].to_string();
-        let body = match rng.random_range(0..16) {
+        let body = match rng.random_range(0..17) {
             0 => Request::CancelRequest { request: id },
             1 => Request::Config,
             2 => Request::GetHostInfo { host },
@@ -859,6 +859,10 @@ fn random_messages_never_break_the_router() {
                 rank: None,
             },
             14 => Request::RemoveClass { name: class },
+            15 => Request::ExcludeHosts {
+                class,
+                hosts: vec![host],
+            },
             _ => Request::LookupProcess { process },
         };
         let msg = match rng.random_range(0..14) {
