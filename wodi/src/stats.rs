@@ -73,6 +73,11 @@ impl RunRecord {
         self.assigned
     }
 
+    /// The step this copy computes.
+    pub fn step(&self) -> StepId {
+        self.step
+    }
+
     /// The copy answered.
     pub fn finish(&mut self, now: Time, cpu: Duration, wall: Duration, outcome: RunOutcome) {
         self.end = Some(now);
