@@ -352,6 +352,10 @@ pub enum FailureCode {
     Invalid,
     /// The RM lost contact with what the request needs.
     Unavailable,
+    /// The named host is suspended (its owner is back): it takes no new
+    /// process until it resumes. Not the process's fault: try again after
+    /// the host's `HostResumed`.
+    HostSuspended,
 }
 
 /// Successful outcome of a request.

@@ -11,6 +11,11 @@
 //!
 //! Exactly once: every submission is a [`Ticket`]; the first result of a
 //! ticket is delivered ([`Verdict::Deliver`]) and later copies are discarded.
+//! Only open tickets are kept: tickets are issued in increasing order, so a
+//! ticket below the next one to issue that is no longer kept is closed
+//! (answered, failed or cancelled), and a late copy of it is recognised
+//! without remembering it. The core's memory and the cost of
+//! [`Sched::status`] follow the open work, not the length of the run.
 //! A worker lost with tickets in hand puts them back at the front of the
 //! queue; a suspended worker keeps them for `suspend_timeout`, after which
 //! they are queued again while the suspended copy may still answer first.
@@ -21,7 +26,9 @@
 //! policy; [`ArrivalOrder`] is the first-come-first-served one.
 //!
 //! Submodules: `dispatch` (the [`Dispatch`] trait and what a policy sees,
-//! re-exported here) and [`policy`] (giving back idle and suspended hosts,
+//! re-exported here), `hosts` (desired counts, requests, releases),
+//! `workers` (spawned, joined, detached, lost; a worker for a suspended host
+//! is spawned when it resumes), `check` (invariants) and [`policy`] (giving back idle and suspended hosts,
 //! straggler copies, fast abort: each switched by a [`SchedConfig`] field).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -37,6 +44,7 @@ mod check;
 mod dispatch;
 mod hosts;
 pub mod policy;
+mod workers;
 
 pub use dispatch::{ArrivalOrder, Board, Dispatch, WorkerLoad, WorkerView};
 
@@ -166,20 +174,17 @@ pub enum LossCause {
     HostGone,
 }
 
-#[derive(Debug)]
-enum TaskState {
-    /// Waiting for a worker or running; `copies` are the workers holding it.
-    Open { copies: Vec<WorkerId>, queued: bool },
-    /// Result delivered or failure reported.
-    Closed,
-}
-
+/// An open ticket: waiting for a worker or running. Closed tickets (result
+/// delivered, failure reported, cancelled) leave `Sched::tasks`.
 #[derive(Debug)]
 struct Task {
     step: StepId,
     cycle: Option<CycleId>,
     attempts: u32,
-    state: TaskState,
+    /// The workers holding a copy.
+    copies: Vec<WorkerId>,
+    /// Whether it is in the queue.
+    queued: bool,
 }
 
 #[derive(Debug, PartialEq)]
@@ -190,6 +195,11 @@ enum WorkerState {
     Ready,
     /// Its host is suspended; its tickets are re-queued at `deadline`.
     Suspended { deadline: Option<Time> },
+    /// Its connection dropped (or an assignment could not be sent on it):
+    /// it takes no steps until it joins again or is reported lost, which
+    /// the driver does after a grace period so that a host loss arriving
+    /// meanwhile is seen as the cause.
+    Detached,
 }
 
 #[derive(Debug)]
@@ -209,6 +219,10 @@ struct Worker {
     /// resumption makes it ready only then: a worker suspended while
     /// starting has no connection yet to send steps on.
     joined: bool,
+    /// Whether its process was asked for (`Output::Spawn`). A worker for a
+    /// host known to be suspended is not: the pool would refuse to start a
+    /// process there, so it is spawned when the host resumes.
+    spawned: bool,
 }
 
 #[derive(Debug)]
@@ -235,6 +249,7 @@ pub struct Sched {
     classes: BTreeMap<String, Class>,
     hosts: BTreeMap<HostId, Host>,
     workers: BTreeMap<WorkerId, Worker>,
+    /// Open tickets only (see the module documentation).
     tasks: HashMap<Ticket, Task>,
     queue: VecDeque<Ticket>,
     next_ticket: u64,
@@ -350,32 +365,7 @@ impl Sched {
                 record: self.host_records.len() - 1,
             },
         );
-        self.spawn_on(host);
-    }
-
-    fn spawn_on(&mut self, host: HostId) {
-        let worker = WorkerId(self.next_worker);
-        self.next_worker += 1;
-        let h = self.hosts.get_mut(&host).expect("spawn on a held host");
-        h.worker = Some(worker);
-        let state = if h.suspended {
-            WorkerState::Suspended { deadline: None }
-        } else {
-            WorkerState::Starting
-        };
-        self.workers.insert(
-            worker,
-            Worker {
-                host,
-                state,
-                in_hand: VecDeque::new(),
-                front_since: None,
-                front_struck: false,
-                strikes: 0,
-                joined: false,
-            },
-        );
-        self.outputs.push_back(Output::Spawn { host, worker });
+        self.spawn_on(host, now);
     }
 
     /// The host is gone (taken back, lost or released): its worker is lost
@@ -402,7 +392,9 @@ impl Sched {
         }
         h.suspended = true;
         self.host_records[h.record].suspended.push((now, None));
-        if let Some(w) = h.worker.and_then(|w| self.workers.get_mut(&w)) {
+        if let Some(w) = h.worker.and_then(|w| self.workers.get_mut(&w))
+            && w.state != WorkerState::Detached
+        {
             let deadline = (!w.in_hand.is_empty() || self.cfg.release_suspended)
                 .then(|| now + self.cfg.suspend_timeout);
             if w.state != WorkerState::Starting || deadline.is_some() {
@@ -437,90 +429,13 @@ impl Sched {
             if w.front_since.is_some() {
                 w.front_since = Some(now);
             }
-        }
-        self.dispatch_all(now);
-    }
-
-    /// The worker connected and received its init data: it can take steps.
-    pub fn worker_joined(&mut self, worker: WorkerId, now: Time) {
-        if let Some(w) = self.workers.get_mut(&worker) {
-            w.joined = true;
-        }
-        if let Some(w) = self.workers.get_mut(&worker)
-            && w.state == WorkerState::Starting
-        {
-            // Its host may have been suspended while the worker was starting.
-            let suspended = self.hosts.get(&w.host).is_some_and(|h| h.suspended);
-            w.state = if suspended {
-                let deadline = self
-                    .cfg
-                    .release_suspended
-                    .then(|| now + self.cfg.suspend_timeout);
-                WorkerState::Suspended { deadline }
-            } else {
-                WorkerState::Ready
-            };
-        }
-        self.dispatch_all(now);
-    }
-
-    /// The worker is gone while its host may still be ours.
-    pub fn worker_lost(&mut self, worker: WorkerId, cause: LossCause, now: Time) {
-        let Some(host) = self.workers.get(&worker).map(|w| w.host) else {
-            return;
-        };
-        self.drop_worker(worker, cause, now);
-        if let Some(h) = self.hosts.get_mut(&host)
-            && h.worker == Some(worker)
-        {
-            h.worker = None;
-            h.crashes_in_a_row += 1;
-            if self.finished {
-                // Nothing more to run: the host goes back.
-            } else if h.crashes_in_a_row <= self.cfg.max_respawns {
-                self.spawn_on(host);
-            } else {
-                let class = h.class.clone();
-                self.release(host, now);
-                self.top_up(&class);
+            if !w.spawned {
+                w.spawned = true;
+                let worker = h.worker.expect("looked up above");
+                self.outputs.push_back(Output::Spawn { host, worker });
             }
         }
         self.dispatch_all(now);
-    }
-
-    /// Takes a worker out, re-queueing (or failing) the tickets it held.
-    fn drop_worker(&mut self, worker: WorkerId, cause: LossCause, now: Time) {
-        let Some(w) = self.workers.remove(&worker) else {
-            return;
-        };
-        // Front of the queue in their original order: push the newest first.
-        for (i, (ticket, run)) in w.in_hand.iter().enumerate().rev() {
-            self.runs[*run].close(now, RunOutcome::Lost);
-            let task = self.tasks.get_mut(ticket).expect("held tickets exist");
-            let TaskState::Open { copies, queued } = &mut task.state else {
-                continue;
-            };
-            copies.retain(|c| *c != worker);
-            if i == 0 && cause == LossCause::Crashed {
-                task.attempts += 1;
-            }
-            if task.attempts >= self.cfg.max_attempts {
-                let reason = format!(
-                    "the step crashed its worker {} times (the limit)",
-                    task.attempts
-                );
-                let step = task.step;
-                self.close(*ticket);
-                self.outputs.push_back(Output::StepFailed {
-                    ticket: *ticket,
-                    step,
-                    reason,
-                });
-            } else if copies.is_empty() && !*queued {
-                *queued = true;
-                self.queue.push_front(*ticket);
-            }
-        }
     }
 
     /// The master began a cycle (recorded for the statistics' cycle boundaries).
@@ -549,10 +464,8 @@ impl Sched {
                 step,
                 cycle,
                 attempts: 0,
-                state: TaskState::Open {
-                    copies: Vec::new(),
-                    queued: true,
-                },
+                copies: Vec::new(),
+                queued: true,
             },
         );
         self.queue.push_back(ticket);
@@ -586,13 +499,7 @@ impl Sched {
         // CPU time is what the step cost; without it (a worker that cannot
         // measure it) or when so configured, the time it took.
         let took = self.learned_time(cpu, wall);
-        let open = matches!(
-            self.tasks.get(&ticket),
-            Some(Task {
-                state: TaskState::Open { .. },
-                ..
-            })
-        );
+        let open = self.tasks.contains_key(&ticket);
         if let Some(w) = self.workers.get_mut(&worker)
             && let Some(pos) = w.in_hand.iter().position(|(t, _)| *t == ticket)
         {
@@ -609,7 +516,7 @@ impl Sched {
                 RunOutcome::Discarded
             };
             self.runs[run].finish(now, cpu, wall, outcome);
-            let step = self.tasks[&ticket].step;
+            let step = self.runs[run].step();
             let speed = self.hosts.get(&w.host).and_then(|h| h.speed).unwrap_or(1.0);
             let slow = !struck && self.too_slow(step, took, speed);
             if open && !slow && !struck {
@@ -655,9 +562,11 @@ impl Sched {
 
     /// The step's handler reported an error: the step fails at once.
     pub fn step_error(&mut self, worker: WorkerId, ticket: Ticket, message: &str, now: Time) {
+        let step = self.tasks.get(&ticket).map(|t| t.step);
         let verdict = self.result(worker, ticket, Duration::ZERO, Duration::ZERO, now);
-        if verdict == Verdict::Deliver {
-            let step = self.tasks[&ticket].step;
+        if verdict == Verdict::Deliver
+            && let Some(step) = step
+        {
             self.outputs.push_back(Output::StepFailed {
                 ticket,
                 step,
@@ -669,26 +578,18 @@ impl Sched {
     /// The master no longer wants this ticket (it left): it is taken out of
     /// the queue, and copies still running will be discarded when they answer.
     pub fn cancel(&mut self, ticket: Ticket) {
-        if matches!(
-            self.tasks.get(&ticket),
-            Some(Task {
-                state: TaskState::Open { .. },
-                ..
-            })
-        ) {
+        if self.tasks.contains_key(&ticket) {
             self.close(ticket);
         }
     }
 
-    /// Marks a ticket answered and forgets its queue entry and copies.
+    /// Closes a ticket: it leaves the open tickets and the queue. Copies
+    /// still in workers' hands keep their run record, which names the step.
     fn close(&mut self, ticket: Ticket) {
-        let task = self.tasks.get_mut(&ticket).expect("closing a known ticket");
-        if let TaskState::Open { queued, .. } = task.state
-            && queued
-        {
+        let task = self.tasks.remove(&ticket).expect("closing an open ticket");
+        if task.queued {
             self.queue.retain(|t| *t != ticket);
         }
-        task.state = TaskState::Closed;
     }
 
     /// The earliest time at which [`Sched::on_deadline`] has something to do.
@@ -728,13 +629,10 @@ impl Sched {
         self.release_suspended(give_back, now);
         self.check_overdue(now);
         for ticket in expired.into_iter().rev() {
-            if let Some(Task {
-                state: TaskState::Open { queued, .. },
-                ..
-            }) = self.tasks.get_mut(&ticket)
-                && !*queued
+            if let Some(task) = self.tasks.get_mut(&ticket)
+                && !task.queued
             {
-                *queued = true;
+                task.queued = true;
                 self.queue.push_front(ticket);
             }
         }
@@ -772,9 +670,10 @@ impl Sched {
                 let loads = self.loads();
                 let tasks = &self.tasks;
                 let queue = &self.queue;
-                let eligible = |i: usize| match &tasks[&queue[i]].state {
-                    TaskState::Open { copies, .. } => !copies.contains(&worker),
-                    TaskState::Closed => false,
+                let eligible = |i: usize| {
+                    tasks
+                        .get(&queue[i])
+                        .is_some_and(|t| !t.copies.contains(&worker))
                 };
                 let step_of = |i: usize| tasks[&queue[i]].step;
                 let coming = self.coming();
@@ -806,18 +705,18 @@ impl Sched {
                 busy_with: w
                     .in_hand
                     .front()
-                    .map(|(t, run)| (self.tasks[t].step, self.runs[*run].assigned())),
+                    .map(|(_, run)| (self.runs[*run].step(), self.runs[*run].assigned())),
             })
             .collect()
     }
 
     fn assign(&mut self, ticket: Ticket, worker: WorkerId, now: Time) {
-        let task = self.tasks.get_mut(&ticket).expect("queued tickets exist");
-        let TaskState::Open { copies, queued } = &mut task.state else {
-            panic!("a closed ticket {ticket:?} was still queued");
-        };
-        copies.push(worker);
-        *queued = false;
+        let task = self
+            .tasks
+            .get_mut(&ticket)
+            .unwrap_or_else(|| panic!("a closed ticket {ticket:?} was assigned"));
+        task.copies.push(worker);
+        task.queued = false;
         let w = self
             .workers
             .get_mut(&worker)
@@ -846,15 +745,13 @@ impl Sched {
 
     /// Tickets neither answered nor failed yet.
     pub fn open_tickets(&self) -> usize {
-        self.tasks
-            .values()
-            .filter(|t| matches!(t.state, TaskState::Open { .. }))
-            .count()
+        self.tasks.len()
     }
 
     /// What the pool looks like to this run now: hosts held, busy,
     /// suspended, and the steps waiting or running. The server sends it to
     /// its masters as [`crate::proto::Status`] so that they can show progress.
+    /// It costs O(hosts + open tickets), whatever the run has done so far.
     pub fn status(&self) -> crate::proto::Status {
         let mut st = crate::proto::Status {
             hosts: self.hosts.len() as u32,
@@ -870,11 +767,7 @@ impl Sched {
                 _ => {}
             }
         }
-        st.running = self
-            .tasks
-            .values()
-            .filter(|t| matches!(&t.state, TaskState::Open { copies, .. } if !copies.is_empty()))
-            .count() as u32;
+        st.running = self.tasks.values().filter(|t| !t.copies.is_empty()).count() as u32;
         st
     }
 

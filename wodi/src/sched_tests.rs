@@ -438,18 +438,20 @@ fn a_worker_suspended_and_resumed_before_it_joined_gets_steps_only_once_joined()
     assert_eq!(h.s.open_tickets(), 0);
 }
 
-/// The same without the policy: a worker respawned on a suspended host
-/// starts suspended, and its host's resumption must not make it ready.
+/// The same without the policy: a worker lost on a suspended host is
+/// spawned again only when the host resumes (the pool would refuse it
+/// before), and that must not make it ready before it joins.
 #[test]
 fn a_worker_respawned_on_a_suspended_host_waits_for_its_join_after_resumption() {
     let (mut h, w) = Harness::with_workers(cfg(), 1);
     h.s.host_suspended(HostId(0), h.now);
     h.s.worker_lost(w[0], LossCause::Crashed, h.now);
+    assert_eq!(h.take(), vec![], "no spawn on a suspended host");
+    h.s.host_resumed(HostId(0), h.now);
     let fresh = match h.take().as_slice() {
         [Output::Spawn { worker, .. }] => *worker,
         other => panic!("expected a respawn, got {other:?}"),
     };
-    h.s.host_resumed(HostId(0), h.now);
     resumed_worker_gets_steps_only_once_joined(&mut h, fresh);
 }
 
@@ -465,4 +467,211 @@ fn resumed_worker_gets_steps_only_once_joined(h: &mut Harness, w: WorkerId) {
     h.s.worker_joined(w, h.now);
     assert_eq!(h.assigned(), vec![(0, w)]);
     assert_eq!(h.answer(w, t[0]), Verdict::Deliver);
+}
+
+/// The assignments among the outputs, as (ticket, worker).
+fn assignments(outs: Vec<Output>) -> Vec<(Ticket, WorkerId)> {
+    outs.into_iter()
+        .filter_map(|o| match o {
+            Output::Assign { ticket, worker, .. } => Some((ticket, worker)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Many cycles: the core keeps only the open tickets (a cycle's worth),
+/// every result is delivered once, and a late copy of a ticket closed
+/// hundreds of cycles ago is still recognised and dropped.
+#[test]
+fn closed_tickets_leave_the_core_and_late_copies_are_still_dropped() {
+    const CYCLES: u64 = 300;
+    const STEPS: u64 = 10;
+    let mut c = cfg();
+    c.prefetch = 2;
+    let (mut h, w) = Harness::with_workers(c, 3);
+    let mut first = None;
+    let mut delivered = 0;
+    for cycle in 0..CYCLES {
+        h.s.begin_cycle(CycleId(cycle), h.now);
+        let tickets: Vec<Ticket> = (0..STEPS)
+            .map(|i| h.s.submit(StepId(i), Some(CycleId(cycle)), h.now))
+            .collect();
+        first.get_or_insert((tickets[0], w[0]));
+        h.s.dispatch(h.now);
+        let mut running = assignments(h.take());
+        while let Some((t, worker)) = running.pop() {
+            assert!(h.s.tasks.len() <= STEPS as usize, "{}", h.s.tasks.len());
+            h.advance(SEC);
+            assert_eq!(h.answer(worker, t), Verdict::Deliver);
+            delivered += 1;
+            // An immediate repeat of the same answer is dropped.
+            assert_eq!(h.answer(worker, t), Verdict::Duplicate);
+            running.extend(assignments(h.take()));
+        }
+        h.s.end_cycle(CycleId(cycle), h.now);
+        assert!(h.s.tasks.is_empty(), "cycle {cycle} left tickets behind");
+        assert_eq!(h.s.status().running, 0);
+    }
+    assert_eq!(delivered, CYCLES * STEPS);
+    let (old, worker) = first.expect("a first cycle ran");
+    assert_eq!(h.answer(worker, old), Verdict::Duplicate);
+    // A ticket the core never issued is not delivered either.
+    assert_eq!(h.answer(worker, Ticket(u64::MAX - 1)), Verdict::Duplicate);
+    h.s.cancel(old);
+    let stats = h.s.stats(h.now);
+    assert_eq!(stats.steps_delivered, CYCLES * STEPS);
+    assert_eq!(stats.cycles.len() as u64, CYCLES);
+    assert!(h.take().is_empty());
+}
+
+/// A host granted with `cfg` whose worker was spawned but has not joined.
+fn one_spawned_host(cfg: SchedConfig) -> (Harness, WorkerId) {
+    let mut h = Harness::new(cfg);
+    h.s.set_class("c", 1, h.now);
+    h.take();
+    h.s.host_added(HostId(0), "c", None, h.now);
+    match h.take().as_slice() {
+        [Output::Spawn { worker, .. }] => (h, *worker),
+        other => panic!("expected a spawn, got {other:?}"),
+    }
+}
+
+/// The pool refuses to start a worker on a suspended host (its owner is
+/// back; the notice may come later or not at all): that is no crash, so
+/// however often it happens the host is kept, and the worker is spawned
+/// again when the host resumes. Other failures to start are crashes.
+#[test]
+fn a_spawn_refused_on_a_suspended_host_waits_for_its_resumption_and_is_no_crash() {
+    let mut c = cfg();
+    c.max_respawns = 1;
+    let (mut h, w) = one_spawned_host(c.clone());
+    for round in 0..4 {
+        h.s.spawn_failed(w, true, h.now);
+        assert_eq!(h.take(), vec![], "round {round}: nothing until it resumes");
+        assert_eq!(h.s.status().suspended, 1);
+        // The notice arriving after the refusal changes nothing.
+        h.s.host_suspended(HostId(0), h.now);
+        assert!(h.take().is_empty());
+        h.advance(SEC);
+        h.s.host_resumed(HostId(0), h.now);
+        assert_eq!(
+            h.take(),
+            vec![Output::Spawn {
+                host: HostId(0),
+                worker: w
+            }],
+            "round {round}"
+        );
+    }
+    h.s.worker_joined(w, h.now);
+    let t = h.submit(1);
+    assert_eq!(h.assigned(), vec![(0, w)]);
+    assert_eq!(h.answer(w, t[0]), Verdict::Deliver);
+    let stats = h.s.stats(h.now);
+    assert_eq!((stats.hosts_added, stats.hosts_lost), (1, 0));
+    let suspended = stats.timeline[0]
+        .periods
+        .iter()
+        .filter(|p| p.kind == crate::stats::PeriodKind::Suspended)
+        .count();
+    assert_eq!(suspended, 4);
+
+    // A failure to start for another reason counts as a crash: with one
+    // respawn allowed, the second gives the host back.
+    let (mut h, w) = one_spawned_host(c);
+    h.s.spawn_failed(w, false, h.now);
+    let w1 = match h.take().as_slice() {
+        [Output::Spawn { worker, .. }] => *worker,
+        other => panic!("expected a respawn, got {other:?}"),
+    };
+    h.s.spawn_failed(w1, false, h.now);
+    assert_eq!(
+        h.take(),
+        vec![
+            Output::ReleaseHost { host: HostId(0) },
+            Output::RequestHosts {
+                class: "c".into(),
+                count: 1
+            }
+        ]
+    );
+}
+
+/// With `release_suspended`, a host whose worker waits for its resumption
+/// is given back when the grace ends, like any suspended host.
+#[test]
+fn a_host_refusing_spawns_is_given_back_after_the_grace_when_so_configured() {
+    let mut c = cfg();
+    c.release_suspended = true;
+    c.suspend_timeout = 5 * SEC;
+    let (mut h, w) = one_spawned_host(c);
+    h.s.spawn_failed(w, true, h.now);
+    assert!(h.take().is_empty());
+    assert_eq!(h.s.next_deadline(), Some(5 * SEC));
+    h.advance(5 * SEC);
+    h.s.on_deadline(h.now);
+    assert_eq!(
+        h.take(),
+        vec![
+            Output::ReleaseHost { host: HostId(0) },
+            Output::RequestHosts {
+                class: "c".into(),
+                count: 1
+            }
+        ]
+    );
+}
+
+/// An assignment the driver could not send (the worker's connection is
+/// gone, its loss not decided yet) comes back to the queue at once, goes to
+/// another worker, and counts no attempt against the step.
+#[test]
+fn an_assignment_that_cannot_be_sent_goes_back_to_the_queue() {
+    let mut c = cfg();
+    c.max_attempts = 1;
+    let (mut h, w) = Harness::with_workers(c, 2);
+    let t = h.submit(3);
+    assert_eq!(h.assigned(), vec![(0, w[0]), (1, w[1])]);
+    h.s.assign_failed(w[0], t[0], h.now);
+    // Worker 0 takes nothing more; step 0 waits in front of step 2.
+    assert!(h.take().is_empty());
+    assert_eq!(h.s.status().queued, 2);
+    h.advance(SEC);
+    assert_eq!(h.answer(w[1], t[1]), Verdict::Deliver);
+    assert_eq!(h.assigned(), vec![(0, w[1])]);
+    // Its loss, decided later, is no crash of step 0 (one attempt allowed).
+    h.s.worker_lost(w[0], LossCause::Crashed, h.now);
+    let fresh = match h.take().as_slice() {
+        [Output::Spawn { worker, .. }] => *worker,
+        other => panic!("expected a respawn only, got {other:?}"),
+    };
+    h.s.worker_joined(fresh, h.now);
+    assert_eq!(h.assigned(), vec![(2, fresh)]);
+    assert_eq!(h.answer(w[1], t[0]), Verdict::Deliver);
+    assert_eq!(h.answer(fresh, t[2]), Verdict::Deliver);
+    assert_eq!(h.s.open_tickets(), 0);
+    let lost =
+        h.s.stats(h.now)
+            .steps
+            .iter()
+            .filter(|s| s.outcome == RunOutcome::Lost)
+            .count();
+    assert_eq!(lost, 1, "the copy never sent");
+}
+
+/// A worker whose connection dropped gets no steps while its loss is
+/// undecided, and gets them again if it joins again.
+#[test]
+fn a_detached_worker_gets_no_steps_until_it_joins_again() {
+    let (mut h, w) = Harness::with_workers(cfg(), 1);
+    h.s.worker_detached(w[0], h.now);
+    let t = h.submit(1);
+    assert!(h.take().is_empty());
+    // Suspending and resuming its host does not make it ready either.
+    h.s.host_suspended(HostId(0), h.now);
+    h.s.host_resumed(HostId(0), h.now);
+    assert!(h.take().is_empty());
+    h.s.worker_joined(w[0], h.now);
+    assert_eq!(h.assigned(), vec![(0, w[0])]);
+    assert_eq!(h.answer(w[0], t[0]), Verdict::Deliver);
 }

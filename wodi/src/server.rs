@@ -513,6 +513,8 @@ impl Driver {
                     .is_some_and(|w| w.generation == generation)
                 {
                     self.workers.remove(&worker);
+                    // No steps for it until it is back or its loss decided.
+                    self.sched.worker_detached(worker, now);
                     let tx = self.events_tx.clone();
                     let grace = self.loss_grace;
                     tokio::spawn(async move {
@@ -734,9 +736,14 @@ impl Driver {
                 self.carmi.delete_notify(&ids);
                 for h in hosts {
                     info!("host {} ({}) added to class {class}", h.host, h.name);
-                    let need_ad =
-                        self.speeds
-                            .host_added(&mut self.sched, h.host, &class, &h.ad, now);
+                    let need_ad = self.speeds.host_added(
+                        &mut self.sched,
+                        h.host,
+                        &h.name,
+                        &class,
+                        &h.ad,
+                        now,
+                    );
                     if need_ad {
                         let id = self.carmi.get_host_info(h.host);
                         self.info_requests.insert(id, h.host);
@@ -758,9 +765,17 @@ impl Driver {
                 }
             }
             Event::ProcessExited {
-                process, status, ..
+                request,
+                process,
+                status,
+                ..
             } => {
-                if let Some(worker) = self.processes.remove(&process) {
+                if let Some(worker) = self.spawns.remove(&request) {
+                    // It never started (no `ProcessStarted`): the local RM
+                    // refused or could not start it.
+                    warn!("{worker} could not start: {status:?}");
+                    self.sched.spawn_failed(worker, false, now);
+                } else if let Some(worker) = self.processes.remove(&process) {
                     info!("{worker} ({process}) exited: {status:?}");
                     // The connection's own loss (with its grace period) decides;
                     // a worker that never connected is lost here.
@@ -798,6 +813,13 @@ impl Driver {
                         failure.message
                     ));
                 } else if let Some(worker) = self.spawns.remove(&request) {
+                    let suspended = failure.code == FailureCode::HostSuspended;
+                    if suspended {
+                        // Not a crash: the core spawns it again when the host resumes.
+                        info!("{worker} waits for its host to resume: {}", failure.message);
+                        self.sched.spawn_failed(worker, true, now);
+                        return;
+                    }
                     warn!("spawning {worker} failed: {}", failure.message);
                     if failure.code == FailureCode::BadExecutable {
                         // Every host would refuse it the same way.
@@ -807,7 +829,7 @@ impl Driver {
                             failure.message
                         ));
                     }
-                    self.sched.worker_lost(worker, LossCause::Crashed, now);
+                    self.sched.spawn_failed(worker, false, now);
                 } else {
                     warn!("CARMI request {request} failed: {}", failure.message);
                 }
@@ -833,6 +855,14 @@ impl Driver {
                     step,
                     worker,
                 } => {
+                    if !self.workers.contains_key(&worker) {
+                        // Its connection dropped and its loss is not decided
+                        // yet: the step goes back to the core, not lost here.
+                        warn!("{worker} has no connection: {step} goes back to the queue");
+                        let now = self.now();
+                        self.sched.assign_failed(worker, ticket, now);
+                        continue;
+                    }
                     let data = self.data.get(&ticket).cloned().unwrap_or_default();
                     if let Some((m, _)) = self.steps.get(&ticket).copied() {
                         self.switch_context(worker, m);

@@ -16,6 +16,11 @@
 //! time with what the history predicted for that host and nudges a bounded
 //! per-host correction, so a wrong or missing speed is mended after a few steps.
 //!
+//! What is learned about a host (its score, its correction) is kept by its
+//! name (`slotN@machine`) for the whole run: a host given back (an idle tail,
+//! fewest hosts) and granted again, under the same or another host id,
+//! starts with what the run knew, and is not benchmarked again.
+//!
 //! Everything here is pure (no I/O, no clock): the server feeds it what it
 //! measured and pushes the resulting speeds into the core.
 
@@ -116,6 +121,9 @@ pub struct SpeedBook {
     /// Whether observations correct the speeds.
     refine: bool,
     hosts: BTreeMap<HostId, Entry>,
+    /// The host id each host name was last held under, so that a host
+    /// granted again finds its entry.
+    names: HashMap<String, HostId>,
 }
 
 impl SpeedBook {
@@ -126,21 +134,47 @@ impl SpeedBook {
             reference: reference.filter(|r| r.is_finite() && *r > 0.0),
             refine,
             hosts: BTreeMap::new(),
+            names: HashMap::new(),
         }
     }
 
-    /// A host joined with `score` (higher is faster), if known yet.
-    pub fn add_host(&mut self, host: HostId, score: Option<f64>) {
+    /// A host joined with `score` (higher is faster), if known yet. A host
+    /// `name` seen before in the run (given back, now granted again) keeps
+    /// its learned correction, and its score unless a new one is given; an
+    /// empty name is not remembered.
+    pub fn add_host(&mut self, host: HostId, name: &str, score: Option<f64>) {
         let score = score.filter(|s| s.is_finite() && *s > 0.0);
-        self.hosts.insert(
-            host,
-            Entry {
+        let before = if name.is_empty() {
+            None
+        } else {
+            self.names
+                .insert(name.to_string(), host)
+                .and_then(|old| match self.hosts.get(&old) {
+                    // Still held under another id: two hosts, not one back.
+                    Some(e) if e.held && old != host => None,
+                    Some(_) => self.hosts.remove(&old),
+                    None => None,
+                })
+        };
+        let entry = match before {
+            Some(e) => Entry {
+                score: score.or(e.score),
+                held: true,
+                ..e
+            },
+            None => Entry {
                 score,
                 correction: 1.0,
                 held: true,
                 observed: 0,
             },
-        );
+        };
+        self.hosts.insert(host, entry);
+    }
+
+    /// Whether the host's score is known (from its source or a benchmark).
+    pub fn has_score(&self, host: HostId) -> bool {
+        self.hosts.get(&host).is_some_and(|e| e.score.is_some())
     }
 
     /// The score of a host became known (its benchmark finished).
@@ -295,14 +329,16 @@ impl HostSpeeds {
         }
     }
 
-    /// The pool granted `host` (machine ad `ad`, possibly empty) to `class`:
-    /// gives it to the core with the speed the source says. Returns true
+    /// The pool granted `host` (named `name`, machine ad `ad`, possibly
+    /// empty) to `class`: gives it to the core with the speed the source
+    /// says, or what the run learned of it in an earlier grant. Returns true
     /// when the source needs the ad and it was missing: the driver should
     /// ask for the host's info and call [`HostSpeeds::host_ad`].
     pub fn host_added(
         &mut self,
         sched: &mut Sched,
         host: HostId,
+        name: &str,
         class: &str,
         ad: &str,
         now: Time,
@@ -316,7 +352,7 @@ impl HostSpeeds {
                 score_from_ad(ad, attribute)
             }
         };
-        self.book.add_host(host, score);
+        self.book.add_host(host, name, score);
         // A host the core does not keep (class full) comes back as a
         // release, which the driver reports with `host_gone`.
         sched.host_added(host, class, self.book.speed(host), now);
@@ -341,9 +377,11 @@ impl HostSpeeds {
 
     /// A worker connected on `host`. True if it must run the benchmark step
     /// before the core may give it work: the driver sends the step and
-    /// calls [`HostSpeeds::benchmark_done`] with its answer.
+    /// calls [`HostSpeeds::benchmark_done`] with its answer. A host whose
+    /// benchmark already ran in this run (an earlier worker, an earlier
+    /// grant) is not benchmarked again.
     pub fn worker_connected(&mut self, worker: WorkerId, host: HostId, now: Time) -> bool {
-        if self.benchmark().is_none() {
+        if self.benchmark().is_none() || self.book.has_score(host) {
             return false;
         }
         self.pending.insert(worker, (host, now));
@@ -446,15 +484,15 @@ mod tests {
     #[test]
     fn scores_are_relative_to_the_reference_or_the_median() {
         let mut b = SpeedBook::new(Some(3000.0), false);
-        b.add_host(h(1), Some(6000.0));
-        b.add_host(h(2), Some(1500.0));
+        b.add_host(h(1), "", Some(6000.0));
+        b.add_host(h(2), "", Some(1500.0));
         assert_eq!(b.speed(h(1)), Some(2.0));
         assert_eq!(b.speed(h(2)), Some(0.5));
 
         let mut m = SpeedBook::new(None, false);
-        m.add_host(h(1), Some(1000.0));
-        m.add_host(h(2), Some(2000.0));
-        m.add_host(h(3), Some(4000.0));
+        m.add_host(h(1), "", Some(1000.0));
+        m.add_host(h(2), "", Some(2000.0));
+        m.add_host(h(3), "", Some(4000.0));
         assert_eq!(m.speed(h(2)), Some(1.0));
         assert_eq!(m.speed(h(3)), Some(2.0));
         // A host that leaves keeps counting for the median.
@@ -466,7 +504,7 @@ mod tests {
     #[test]
     fn unknown_scores_stay_unknown_until_set() {
         let mut b = SpeedBook::new(Some(1.0), true);
-        b.add_host(h(1), None);
+        b.add_host(h(1), "", None);
         assert_eq!(b.speed(h(1)), None);
         b.set_score(h(1), 2.5);
         assert_eq!(b.speed(h(1)), Some(2.5));
@@ -476,7 +514,7 @@ mod tests {
     fn observations_correct_a_wrong_speed_within_bounds() {
         let mut b = SpeedBook::new(Some(1.0), true);
         // Told speed 1, really speed 2: a 1 s step (at speed 1) takes 0.5 s.
-        b.add_host(h(1), Some(1.0));
+        b.add_host(h(1), "", Some(1.0));
         for _ in 0..8 {
             let speed = b.speed(h(1)).unwrap();
             b.observe(h(1), 1.0 / speed, 0.5);
@@ -492,7 +530,7 @@ mod tests {
         // Too-short steps and a book without refinement change nothing.
         assert!(!b.observe(h(1), 0.001, 0.5));
         let mut fixed = SpeedBook::new(Some(1.0), false);
-        fixed.add_host(h(1), Some(1.0));
+        fixed.add_host(h(1), "", Some(1.0));
         assert!(!fixed.observe(h(1), 1.0, 0.5));
         assert_eq!(fixed.speed(h(1)), Some(1.0));
     }
@@ -500,7 +538,7 @@ mod tests {
     #[test]
     fn observation_alone_gives_an_unknown_host_a_speed() {
         let mut b = SpeedBook::new(None, true);
-        b.add_host(h(1), None);
+        b.add_host(h(1), "", None);
         assert!(b.observe(h(1), 1.0, 0.25));
         assert!(b.speed(h(1)).unwrap() > 1.5);
     }

@@ -25,7 +25,7 @@ fn grant(s: &mut Sched, hs: &mut HostSpeeds, class: &str, ads: &[&str]) -> Vec<W
     let mut workers = Vec::new();
     for (i, ad) in ads.iter().enumerate() {
         let host = HostId(i as u64);
-        assert!(!hs.host_added(s, host, class, ad, T0));
+        assert!(!hs.host_added(s, host, &format!("slot1@m{i}"), class, ad, T0));
         let w = std::iter::from_fn(|| s.poll_output())
             .find_map(|o| match o {
                 Output::Spawn { worker, .. } => Some(worker),
@@ -81,7 +81,7 @@ fn machine_ad_scores_reach_the_core_relative_to_a_reference_or_the_median() {
     let mut s = core();
     let mut hs = HostSpeeds::new(SpeedSource::mips(), false);
     s.set_class("c", 1, T0);
-    assert!(hs.host_added(&mut s, HostId(0), "c", "", T0));
+    assert!(hs.host_added(&mut s, HostId(0), "slot1@m0", "c", "", T0));
     assert_eq!(s.host_speed(HostId(0)), None);
     hs.host_ad(&mut s, HostId(0), "[ Mips = 3000 ]");
     assert_eq!(s.host_speed(HostId(0)), Some(1.0));
@@ -113,7 +113,7 @@ fn the_benchmark_runs_before_any_step_and_sets_the_speed() {
     assert_eq!(hs.benchmark_time, 2 * at);
     // A worker whose benchmark fails still works, at an unknown speed.
     s.set_class("c", 3, at);
-    assert!(!hs.host_added(&mut s, HostId(2), "c", "", at));
+    assert!(!hs.host_added(&mut s, HostId(2), "slot1@m2", "c", "", at));
     let w3 = std::iter::from_fn(|| s.poll_output())
         .find_map(|o| match o {
             Output::Spawn { worker, .. } => Some(worker),
@@ -206,4 +206,72 @@ fn the_history_learns_wall_time_when_asked() {
         assert_eq!(s.result(w[0], t, cpu, wall, wall), Verdict::Deliver);
         assert_eq!(s.history().estimate(&StepId(1)), Some(expected));
     }
+}
+
+/// The first spawned worker among the core's outputs.
+fn spawned(s: &mut Sched) -> WorkerId {
+    std::iter::from_fn(|| s.poll_output())
+        .find_map(|o| match o {
+            Output::Spawn { worker, .. } => Some(worker),
+            _ => None,
+        })
+        .expect("a worker is spawned")
+}
+
+#[test]
+fn a_host_given_back_and_granted_again_keeps_what_the_run_learned() {
+    // Observed times taught host 0 that it is twice as fast as it was told.
+    let mut s = Sched::new(SchedConfig::default(), Box::new(ArrivalOrder));
+    let mut hs = HostSpeeds::new(SpeedSource::Class, true);
+    let w = grant(&mut s, &mut hs, "c", &[""]);
+    s.history_mut().observe(StepId(7), 1.0, 1.0);
+    let mut now = T0;
+    for _ in 0..3 {
+        run_step(&mut s, &mut hs, 7, &mut now, &|_| 0.5);
+    }
+    let learned = s.host_speed(HostId(0)).expect("a speed was learned");
+    assert!(learned > 1.5, "learned {learned}");
+    // Given back (the run shrank), then granted again: under its old id,
+    // and once more under a new one, it starts from what was learned.
+    s.set_class("c", 0, now);
+    let _ = std::iter::from_fn(|| s.poll_output()).count();
+    hs.host_gone(HostId(0));
+    assert_eq!(s.find_worker_host(w[0]), None);
+    for id in [HostId(0), HostId(7)] {
+        s.set_class("c", 1, now);
+        assert!(!hs.host_added(&mut s, id, "slot1@m0", "c", "", now));
+        assert_eq!(s.host_speed(id), Some(learned));
+        s.set_class("c", 0, now);
+        let _ = std::iter::from_fn(|| s.poll_output()).count();
+        hs.host_gone(id);
+    }
+    // Another machine starts from its source's speed.
+    s.set_class("c", 1, now);
+    assert!(!hs.host_added(&mut s, HostId(8), "slot1@m1", "c", "", now));
+    assert_eq!(s.host_speed(HostId(8)), Some(1.0));
+}
+
+#[test]
+fn a_host_granted_again_is_not_benchmarked_again() {
+    let mut s = core();
+    let mut hs = HostSpeeds::new(
+        SpeedSource::Benchmark {
+            reference_s: Some(0.5),
+        },
+        false,
+    );
+    hs.set_benchmark(Bytes::from_static(b"bench"));
+    let w = grant(&mut s, &mut hs, "c", &[""]);
+    assert!(hs.benchmark_done(&mut s, w[0], Some(Duration::from_millis(250)), T0));
+    s.worker_joined(w[0], T0);
+    assert_eq!(s.host_speed(HostId(0)), Some(2.0));
+    s.set_class("c", 0, T0);
+    let _ = std::iter::from_fn(|| s.poll_output()).count();
+    hs.host_gone(HostId(0));
+    s.set_class("c", 1, T0);
+    assert!(!hs.host_added(&mut s, HostId(0), "slot1@m0", "c", "", T0));
+    let again = spawned(&mut s);
+    assert!(!hs.worker_connected(again, HostId(0), T0));
+    assert_eq!(s.host_speed(HostId(0)), Some(2.0));
+    assert_eq!(hs.benchmarks, 1);
 }

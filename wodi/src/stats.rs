@@ -7,6 +7,7 @@
 //! The scheduler core keeps the raw records ([`RunRecord`], [`HostRecord`])
 //! as it goes; [`Stats::compute`] turns them into the serializable summary.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use carmi_api::ids::HostId;
@@ -71,6 +72,11 @@ impl RunRecord {
     /// When the copy was sent to its worker.
     pub fn assigned(&self) -> Time {
         self.assigned
+    }
+
+    /// The step this copy computes.
+    pub fn step(&self) -> StepId {
+        self.step
     }
 
     /// The copy answered.
@@ -288,6 +294,10 @@ impl Stats {
                 }
             })
             .collect();
+        let mut by_host: HashMap<HostId, Vec<usize>> = HashMap::new();
+        for (i, h) in hosts.iter().enumerate() {
+            by_host.entry(h.host).or_default().push(i);
+        }
         for r in runs {
             stats.cpu_time_s += s(r.cpu);
             if r.outcome == RunOutcome::Delivered {
@@ -303,14 +313,12 @@ impl Stats {
                 end.saturating_sub(r.wall).max(r.assigned)
             };
             // The latest stay of the host that began before the step: a host
-            // id may come back to the run after being lost.
-            if let Some(row) = hosts
-                .iter()
-                .zip(rows.iter_mut())
-                .rev()
-                .find(|(h, _)| h.host == r.host && h.added <= r.assigned)
-                .map(|(_, row)| row)
-            {
+            // id may come back to the run after being lost (or given back).
+            // Its stays are in the order they began, so a binary search finds
+            // it: a scan of every stay for every copy was quadratic in the run.
+            let stays = by_host.get(&r.host).map_or(&[][..], Vec::as_slice);
+            let before = stays.partition_point(|&i| hosts[i].added <= r.assigned);
+            if let Some(row) = before.checked_sub(1).map(|k| &mut rows[stays[k]]) {
                 row.periods.push(Period {
                     kind: PeriodKind::Busy,
                     start_s: s(start),

@@ -526,7 +526,7 @@ impl Allocator {
                 }
                 if matches!(self.get_slot(*h).state, SlotState::Suspended(_)) {
                     return fail(
-                        FailureCode::Unavailable,
+                        FailureCode::HostSuspended,
                         format!(
                             "host {h} ({}) is suspended: its owner is back; wait for it to resume",
                             self.host_name(*h)

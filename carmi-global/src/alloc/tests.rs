@@ -317,7 +317,7 @@ fn suspend_resume_and_vacate_reach_subscribers() {
     );
     // A suspended host cannot take a new process.
     let e = s.a.pick_spawn_host(J1, &SpawnTarget::Host(h)).unwrap_err();
-    assert_eq!(e.code, FailureCode::Unavailable);
+    assert_eq!(e.code, FailureCode::HostSuspended);
     s.step(|a| a.on_slot_state("m", 0, SlotActivity::Available));
     assert_eq!(
         s.next(),

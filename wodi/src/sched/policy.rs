@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use carmi_api::ids::HostId;
 
-use super::{Sched, TaskState, Ticket, Time, WorkerState};
+use super::{Sched, Ticket, Time, WorkerState};
 use crate::ids::{StepId, WorkerId};
 
 /// A straggler copy must beat the running copy by this fraction of its own
@@ -70,9 +70,6 @@ impl Sched {
         let since = w.front_since?;
         let (ticket, _) = w.in_hand.front()?;
         let task = self.tasks.get(ticket)?;
-        if !matches!(task.state, TaskState::Open { .. }) {
-            return None;
-        }
         let est = self.history.estimate(&task.step)?;
         let speed = self.speed_of(w.host);
         Some(since + Duration::from_secs_f64((factor * est / speed).clamp(0.0, 1e9)))
@@ -107,10 +104,9 @@ impl Sched {
             let ticket = w.in_hand.front().map(|(t, _)| *t);
             if let Some(ticket) = ticket
                 && let Some(task) = self.tasks.get_mut(&ticket)
-                && let TaskState::Open { queued, .. } = &mut task.state
-                && !*queued
+                && !task.queued
             {
-                *queued = true;
+                task.queued = true;
                 self.queue.push_front(ticket);
             }
             self.strike(worker, now);
@@ -181,9 +177,7 @@ impl Sched {
     }
 
     fn is_open(&self, ticket: &Ticket) -> bool {
-        self.tasks
-            .get(ticket)
-            .is_some_and(|t| matches!(t.state, TaskState::Open { .. }))
+        self.tasks.contains_key(ticket)
     }
 
     fn speed_of(&self, host: HostId) -> f64 {
@@ -248,16 +242,15 @@ impl Sched {
         let mut running: Vec<(Ticket, Vec<WorkerId>, Option<f64>)> = self
             .tasks
             .iter()
-            .filter_map(|(t, task)| match &task.state {
-                TaskState::Open { copies, .. } if !copies.is_empty() => {
-                    let ends: Option<Vec<f64>> = copies
-                        .iter()
-                        .map(|c| self.copy_end(*t, *c, t_now))
-                        .collect();
-                    let end = ends.map(|e| e.into_iter().fold(f64::INFINITY, f64::min));
-                    Some((*t, copies.clone(), end))
-                }
-                _ => None,
+            .filter(|(_, task)| !task.copies.is_empty())
+            .map(|(t, task)| {
+                let ends: Option<Vec<f64>> = task
+                    .copies
+                    .iter()
+                    .map(|c| self.copy_end(*t, *c, t_now))
+                    .collect();
+                let end = ends.map(|e| e.into_iter().fold(f64::INFINITY, f64::min));
+                (*t, task.copies.clone(), end)
             })
             .collect();
         if running.is_empty() {
