@@ -106,10 +106,17 @@ pub enum Progress {
     Failed,
 }
 
+/// How many of the latest bytes of a copy being received stay in memory
+/// for passing on. A server that falls further behind reads the older
+/// bytes back from the partial file (they are written by then), so a
+/// machine relaying a large executable holds a bounded window, not the
+/// whole copy (an embedded pool runs all its local RMs in one process).
+pub const ARRIVAL_WINDOW: u64 = 2 << 20;
+
 /// A copy on its way in, shared between the fetch that receives it and the
-/// servers that pass it on: the chunks received so far, kept in memory
-/// until the last holder of a clone lets go (the size of one executable
-/// per machine, only while it is being staged), and how far it has come.
+/// servers that pass it on: the latest chunks (at least [`ARRIVAL_WINDOW`]
+/// bytes, or all not yet written to the partial file), how many bytes are
+/// written, and how far the copy has come.
 #[derive(Clone, Debug)]
 pub struct Arrival {
     inner: Arc<ArrivalInner>,
@@ -117,8 +124,17 @@ pub struct Arrival {
 
 #[derive(Debug)]
 struct ArrivalInner {
-    chunks: Mutex<Vec<Bytes>>,
+    window: Mutex<Window>,
+    written: std::sync::atomic::AtomicU64,
     progress: watch::Sender<Progress>,
+}
+
+/// The chunks in memory: `chunks` starts at byte `start` of the copy.
+#[derive(Debug, Default)]
+struct Window {
+    start: u64,
+    held: u64,
+    chunks: std::collections::VecDeque<Bytes>,
 }
 
 impl Default for Arrival {
@@ -132,7 +148,8 @@ impl Arrival {
     pub fn new() -> Arrival {
         Arrival {
             inner: Arc::new(ArrivalInner {
-                chunks: Mutex::new(Vec::new()),
+                window: Mutex::new(Window::default()),
+                written: std::sync::atomic::AtomicU64::new(0),
                 progress: watch::Sender::new(Progress::Receiving(0)),
             }),
         }
@@ -153,13 +170,33 @@ impl Arrival {
         self.inner.progress.send_replace(Progress::Failed);
     }
 
+    /// Bytes kept in memory now (for tests and logs).
+    pub fn held(&self) -> u64 {
+        self.inner.window.lock().expect("arrival window lock").held
+    }
+
     fn push(&self, chunk: Bytes) {
         let len = chunk.len() as u64;
-        self.inner
-            .chunks
-            .lock()
-            .expect("arrival chunks lock")
-            .push(chunk);
+        {
+            let written = self
+                .inner
+                .written
+                .load(std::sync::atomic::Ordering::Acquire);
+            let mut w = self.inner.window.lock().expect("arrival window lock");
+            w.held += len;
+            w.chunks.push_back(chunk);
+            // Let go of the oldest chunks beyond the window once they are
+            // on disk, where a lagging server finds them.
+            while let Some(front) = w.chunks.front() {
+                let flen = front.len() as u64;
+                if w.held - flen < ARRIVAL_WINDOW || w.start + flen > written {
+                    break;
+                }
+                w.chunks.pop_front();
+                w.start += flen;
+                w.held -= flen;
+            }
+        }
         self.inner.progress.send_modify(|p| {
             if let Progress::Receiving(n) = p {
                 *n += len;
@@ -167,24 +204,35 @@ impl Arrival {
         });
     }
 
+    fn wrote(&self, total: u64) {
+        self.inner
+            .written
+            .store(total, std::sync::atomic::Ordering::Release);
+    }
+
     fn done(&self) {
         self.inner.progress.send_replace(Progress::Done);
     }
 
-    /// At most `max` bytes starting at byte `at`, which must have arrived.
-    fn slice(&self, at: u64, max: usize) -> Option<Bytes> {
-        let chunks = self.inner.chunks.lock().expect("arrival chunks lock");
-        let mut start = 0u64;
-        for c in chunks.iter() {
+    /// At most `max` bytes starting at byte `at`, which must have arrived:
+    /// from memory, or `Err(n)` if they left the window: the first `n`
+    /// bytes from `at` are on disk.
+    fn slice(&self, at: u64, max: usize) -> Result<Bytes, u64> {
+        let w = self.inner.window.lock().expect("arrival window lock");
+        if at < w.start {
+            return Err(w.start - at);
+        }
+        let mut start = w.start;
+        for c in w.chunks.iter() {
             let end = start + c.len() as u64;
             if at < end {
                 let from = (at - start) as usize;
                 let to = c.len().min(from + max);
-                return Some(c.slice(from..to));
+                return Ok(c.slice(from..to));
             }
             start = end;
         }
-        None
+        Err(0)
     }
 }
 
@@ -200,9 +248,11 @@ pub enum Served {
     },
     /// A copy still arriving, passed on from memory as it comes.
     Growing {
+        /// The partial file, for bytes that left the arrival's window.
+        file: std::fs::File,
         /// What it will be.
         executable: ExecutableRef,
-        /// Its bytes so far and its progress.
+        /// Its latest bytes and its progress.
         arrival: Arrival,
     },
     /// Not held.
@@ -294,12 +344,14 @@ where
     let (mut source, executable) = match lookup(sha256.clone()).await {
         Served::File { file, executable } => (Source::File(ChunkReader::new(file)), executable),
         Served::Growing {
+            file,
             executable,
             arrival,
         } => (
             Source::Memory {
                 progress: arrival.subscribe(),
                 arrival,
+                file: Arc::new(file),
             },
             executable,
         ),
@@ -356,9 +408,11 @@ where
         let want = ((avail - sent) as usize).min(chunk_size);
         let chunk = match &mut source {
             Source::File(reader) => reader.read(want).await?,
-            Source::Memory { arrival, .. } => arrival
-                .slice(sent, want)
-                .ok_or("the copy being received lost bytes it had announced")?,
+            Source::Memory { arrival, file, .. } => match arrival.slice(sent, want) {
+                Ok(chunk) => chunk,
+                Err(0) => return Err("the copy being received lost bytes it had announced".into()),
+                Err(on_disk) => read_at(file, sent, want.min(on_disk as usize)).await?,
+            },
         };
         limiter.take(chunk.len()).await;
         write_frame(&mut w, &StageReply::Chunk, &chunk)
@@ -382,7 +436,22 @@ enum Source {
     Memory {
         arrival: Arrival,
         progress: watch::Receiver<Progress>,
+        file: Arc<std::fs::File>,
     },
+}
+
+/// Reads `n` bytes at `offset` of `file` on the blocking pool.
+async fn read_at(file: &Arc<std::fs::File>, offset: u64, n: usize) -> Result<Bytes, String> {
+    use std::os::unix::fs::FileExt;
+    let file = file.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut buf = vec![0u8; n];
+        file.read_exact_at(&mut buf, offset)
+            .map_err(|e| format!("reading the partial copy: {e}"))?;
+        Ok(Bytes::from(buf))
+    })
+    .await
+    .map_err(|e| format!("reading the partial copy: {e}"))?
 }
 
 /// Reads a file sequentially on the blocking pool.
@@ -534,7 +603,8 @@ async fn fetch_inner(spec: &FetchSpec<'_>) -> Result<(), FetchError> {
     // copy on take it from the arrival at once.
     let (tx, rx) = std::sync::mpsc::sync_channel::<Bytes>(64);
     let dest = spec.dest.to_path_buf();
-    let writer = tokio::task::spawn_blocking(move || write_chunks(&dest, rx));
+    let arrival = spec.arrival.clone();
+    let writer = tokio::task::spawn_blocking(move || write_chunks(&dest, rx, &arrival));
     let expected = spec.executable.size;
     let mut got = 0u64;
     let outcome = loop {
@@ -587,6 +657,7 @@ async fn fetch_inner(spec: &FetchSpec<'_>) -> Result<(), FetchError> {
 fn write_chunks(
     dest: &PathBuf,
     rx: std::sync::mpsc::Receiver<Bytes>,
+    arrival: &Arrival,
 ) -> std::io::Result<(u64, String)> {
     use std::os::unix::fs::OpenOptionsExt;
     // Never executable while incomplete.
@@ -602,6 +673,7 @@ fn write_chunks(
         f.write_all(&chunk)?;
         hasher.update(&chunk);
         n += chunk.len() as u64;
+        arrival.wrote(n);
     }
     f.sync_all()?;
     let hex = hasher
@@ -670,6 +742,7 @@ mod tests {
             let task = tokio::spawn(async move {
                 let mut reader = FrameReader::new(sr);
                 let lookup = async move |_| Served::Growing {
+                    file: tempfile::tempfile().unwrap(),
                     executable: exe2,
                     arrival: served,
                 };
@@ -730,11 +803,70 @@ mod tests {
         assert!(took <= Duration::from_millis(501) - LINK_CREDIT, "{took:?}");
     }
 
+    #[tokio::test]
+    async fn a_relay_keeps_a_bounded_window_and_a_lagging_reader_gets_the_rest_from_disk() {
+        use std::io::{Seek, SeekFrom};
+        let size = 5usize << 20;
+        let data: Vec<u8> = (0..size as u32).map(|i| (i * 13 % 251) as u8).collect();
+        let exe = ExecutableRef {
+            name: "x".into(),
+            sha256: "b".repeat(64),
+            size: size as u64,
+        };
+        // The writer keeps up: every chunk is on disk once pushed.
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(&data).unwrap();
+        file.seek(SeekFrom::Start(0)).unwrap();
+        let arrival = Arrival::new();
+        let mut n = 0;
+        for c in data.chunks(STAGE_CHUNK) {
+            arrival.push(Bytes::copy_from_slice(c));
+            n += c.len() as u64;
+            arrival.wrote(n);
+        }
+        assert!(
+            arrival.held() <= ARRIVAL_WINDOW + STAGE_CHUNK as u64,
+            "{} bytes held",
+            arrival.held()
+        );
+        arrival.done();
+        let (client, server) = tokio::io::duplex(1 << 20);
+        let (sr, mut sw) = tokio::io::split(server);
+        let (cr, mut cw) = tokio::io::split(client);
+        let served = arrival.clone();
+        let limiter = RateLimiter::new(None);
+        let exe2 = exe.clone();
+        let task = tokio::spawn(async move {
+            let mut reader = FrameReader::new(sr);
+            let lookup = async move |_| Served::Growing {
+                file,
+                executable: exe2,
+                arrival: served,
+            };
+            serve(&mut reader, &mut sw, lookup, &limiter).await
+        });
+        write_frame(&mut cw, &StageRequest::Get { sha256: exe.sha256 }, &[])
+            .await
+            .unwrap();
+        let mut r = FrameReader::new(cr);
+        let mut got = Vec::new();
+        assert!(matches!(
+            read_until(&mut r, &mut got, 0).await,
+            StageReply::Begin { .. }
+        ));
+        assert_eq!(
+            read_until(&mut r, &mut got, usize::MAX).await,
+            StageReply::End
+        );
+        assert!(got == data, "the copy passed on differs");
+        assert_eq!(task.await.unwrap(), Ok(size as u64));
+    }
+
     #[test]
     fn chunks_shrink_on_slow_links_within_bounds() {
         assert_eq!(RateLimiter::new(None).chunk_size(), STAGE_CHUNK);
-        // 2 MB/s carries 8000 bytes in 4 ms.
-        assert_eq!(RateLimiter::new(Some(2.0)).chunk_size(), 8000);
+        // 2 MB/s carries 16 000 bytes in 8 ms.
+        assert_eq!(RateLimiter::new(Some(2.0)).chunk_size(), 16_000);
         assert_eq!(RateLimiter::new(Some(0.1)).chunk_size(), MIN_STAGE_CHUNK);
         assert_eq!(RateLimiter::new(Some(1000.0)).chunk_size(), STAGE_CHUNK);
     }

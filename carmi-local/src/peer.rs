@@ -4,11 +4,13 @@
 //! the pool's handshake as `Role::Stager` (protocol in `carmi_api::stage`).
 //!
 //! A copy being received is written to `cache/.tmp-<sha256>-<random>` and
-//! listed in [`Stager`]'s growing table with its [`Arrival`] (the chunks so
-//! far, in memory); it is renamed into the cache once its hash is verified.
-//! A peer asking meanwhile is served from the arrival, never from the
-//! partial file; the table entry is removed (under the lock) before the
-//! rename, so a peer finds either the arrival or the complete file.
+//! listed in [`Stager`]'s growing table with its [`Arrival`] (the latest
+//! chunks, in memory); it is renamed into the cache once its hash is
+//! verified. A peer asking meanwhile is served from the arrival, and from
+//! the partial file for bytes that left the arrival's window; that file is
+//! opened while holding the table's lock, and the table entry is removed
+//! (under the lock) before the rename, so a server always holds either the
+//! arrival with an open partial file or the complete file.
 
 use std::collections::HashMap;
 use std::fs;
@@ -31,6 +33,7 @@ const ARRIVAL_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A copy being received.
 struct Growing {
+    path: PathBuf,
     executable: ExecutableRef,
     arrival: Arrival,
 }
@@ -80,6 +83,7 @@ impl Stager {
             rand::random::<u64>()
         ));
         let arrival = Arrival::new();
+        // Created before it is listed, so a peer told to fetch from us can open it.
         fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -95,6 +99,7 @@ impl Stager {
             g.insert(
                 exe.sha256.clone(),
                 Growing {
+                    path: tmp.clone(),
                     executable: exe.clone(),
                     arrival: arrival.clone(),
                 },
@@ -156,9 +161,13 @@ impl Stager {
     fn lookup(&self, sha256: &str) -> Served {
         let g = self.growing.lock().expect("growing table lock");
         if let Some(c) = g.get(sha256) {
-            return Served::Growing {
-                executable: c.executable.clone(),
-                arrival: c.arrival.clone(),
+            return match fs::File::open(&c.path) {
+                Ok(file) => Served::Growing {
+                    file,
+                    executable: c.executable.clone(),
+                    arrival: c.arrival.clone(),
+                },
+                Err(e) => Served::Missing(format!("partial copy unreadable: {e}")),
             };
         }
         drop(g);
