@@ -195,9 +195,8 @@ impl Interrupts {
     /// Starts catching SIGINT and SIGTERM (inside a tokio runtime).
     pub fn watch() -> anyhow::Result<Interrupts> {
         use tokio::signal::unix::{SignalKind, signal};
-        let catch = |kind, name| {
-            signal(kind).map_err(|e| anyhow::anyhow!("cannot catch {name}: {e}"))
-        };
+        let catch =
+            |kind, name| signal(kind).map_err(|e| anyhow::anyhow!("cannot catch {name}: {e}"));
         Ok(Interrupts {
             int: catch(SignalKind::interrupt(), "SIGINT")?,
             term: catch(SignalKind::terminate(), "SIGTERM")?,
@@ -236,8 +235,63 @@ pub async fn close_after<T>(pool: RunPool, result: Option<T>) -> T {
     pool.close().await;
     match result {
         Some(r) => r,
-        None => std::process::exit(INTERRUPTED),
+        None => {
+            // The dropped master's server is still stopping its workers and
+            // releasing its hosts; the process ends after it, not before.
+            wait_for_children(CHILDREN_GRACE).await;
+            std::process::exit(INTERRUPTED)
+        }
     }
+}
+
+/// How long an interrupted example waits for its children to end.
+const CHILDREN_GRACE: Duration = Duration::from_secs(5);
+
+/// Waits until no child process of this process runs any more, for at most
+/// `limit`, then kills those still running.
+async fn wait_for_children(limit: Duration) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let running = running_children();
+        if running.is_empty() {
+            return;
+        }
+        if Instant::now() >= deadline {
+            for pid in running {
+                eprintln!("child process {pid} did not stop within {limit:?}; killing it");
+                // SAFETY: a plain signal to a child of this process.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The pids of this process's children that still run (zombies excluded).
+fn running_children() -> Vec<i32> {
+    let me = std::process::id().to_string();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    procs
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| {
+            // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            let mut rest = stat
+                .rsplit_once(')')
+                .map(|(_, r)| r.split_whitespace())
+                .into_iter()
+                .flatten();
+            let state = rest.next();
+            let ppid = rest.next();
+            ppid == Some(me.as_str()) && state != Some("Z")
+        })
+        .collect()
 }
 
 /// Owner model from a spec: `none`, `trace:FILE`, or `stochastic`, whose

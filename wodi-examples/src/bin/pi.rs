@@ -43,8 +43,9 @@ fn main() -> anyhow::Result<()> {
         seed: args.seed,
         ..Embedded::idle(args.hosts as usize)
     };
-    let (pi, stats) =
-        wodi_examples::run_on_pool(&args.pool, embedded, async |pool| estimate(&args, pool).await)?;
+    let (pi, stats) = wodi_examples::run_on_pool(&args.pool, embedded, async |pool| {
+        estimate(&args, pool).await
+    })?;
     println!(
         "pi ~ {pi:.6} from {} points in {} steps ({:.1} s, {} workers)",
         args.steps * args.samples,
