@@ -8,17 +8,21 @@
 //! worker, so nothing else has to be installed. By default each example
 //! starts an embedded pool ([`owner_sim::EmbeddedPool`]) in its own process
 //! and shuts it down at the end; `--pool HOST:PORT --secret FILE` runs it on
-//! a real pool instead.
+//! a real pool instead. [`run_on_pool`] does that set-up for every example,
+//! Ctrl-C included: a run interrupted at any point stops its master, its
+//! server, its workers and the pool, and removes the pool's folder.
 //!
 //! # Layout
 //! - `kernels`: the numeric work of the examples (pi, Mandelbrot tiles,
 //!   the materials worker's eigenvalue kernel, a checksum).
 //! - `timeline`: an SVG picture of a run in the manner of the paper's Figure 9.
-//! - this file: the pool (embedded or given), the host speed from the
+//! - `progress`: the per-cycle progress bar and lines of the main job.
+//! - this file: the pool (embedded or given) and the run on it
+//!   ([`run_on_pool`], [`Interrupts`]), the host speed from the
 //!   machine ad, the duty-cycled compute of the materials worker, the
 //!   conversion of [`wodi::Stats`] into a [`timeline::Timeline`], and the
 //!   final table.
-//! - `src/bin/`: `materials` (the main job), `pi`, `commands`.
+//! - `src/bin/`: `materials` (the main job), `pi`, `commands`, `mandelbrot`.
 
 #![warn(missing_docs)]
 
@@ -32,7 +36,7 @@ use std::time::{Duration, Instant};
 use owner_sim::model::OwnerModel;
 use owner_sim::pool::{EmbeddedPool, PoolOptions};
 use wodi::Stats;
-use wodi::master::PoolAddr;
+use wodi::master::{MasterConfig, PoolAddr};
 use wodi::stats::PeriodKind;
 
 /// Environment variable a local RM sets for the processes it starts: the
@@ -48,6 +52,44 @@ pub fn say(text: &str) {
     let _ = writeln!(out, "{text}").and_then(|_| out.flush());
 }
 
+/// The options every example takes to run on a real pool instead of
+/// starting an embedded one (flattened into its command line).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct PoolArgs {
+    /// A real pool's local RM, HOST:PORT (with --secret), instead of the embedded pool.
+    #[arg(long)]
+    pub pool: Option<String>,
+    /// The real pool's secret file.
+    #[arg(long)]
+    pub secret: Option<PathBuf>,
+}
+
+/// The embedded pool an example starts when no real pool is given.
+#[derive(Clone, Debug)]
+pub struct Embedded {
+    /// Machines in the pool.
+    pub hosts: usize,
+    /// How their owners behave.
+    pub owners: OwnerModel,
+    /// Model seconds of owner behaviour per wall second.
+    pub speedup: f64,
+    /// Seed of the owners and the machine ads.
+    pub seed: u64,
+}
+
+impl Embedded {
+    /// `hosts` machines whose owners never come back (the small examples):
+    /// seed 0, owner clock at wall speed.
+    pub fn idle(hosts: usize) -> Embedded {
+        Embedded {
+            hosts,
+            owners: OwnerModel::None,
+            speedup: 1.0,
+            seed: 0,
+        }
+    }
+}
+
 /// The pool a master runs on: one it started (and must shut down) or one given.
 pub struct RunPool {
     /// The embedded pool, when this process started one.
@@ -57,23 +99,18 @@ pub struct RunPool {
 }
 
 impl RunPool {
-    /// Uses the pool at `local` with the secret file `secret` when both are
-    /// given; otherwise starts an embedded pool of `hosts` machines whose
-    /// owners follow `owners` at `speedup` model seconds per wall second.
-    /// Signals are the caller's to handle (see [`until_interrupted`]), so
-    /// that the master stops first and the pool is shut down after it.
-    pub async fn open(
-        local: Option<String>,
-        secret: Option<PathBuf>,
-        hosts: usize,
-        owners: OwnerModel,
-        speedup: f64,
-        seed: u64,
-    ) -> anyhow::Result<RunPool> {
-        match (local, secret) {
+    /// Uses the real pool `args` names when it names one; otherwise starts
+    /// the embedded pool `embedded`. Signals are the caller's to handle (see
+    /// [`run_on_pool`]), so that the master stops first and the pool
+    /// is shut down after it.
+    pub async fn open(args: &PoolArgs, embedded: Embedded) -> anyhow::Result<RunPool> {
+        match (&args.pool, &args.secret) {
             (Some(local), Some(secret_file)) => Ok(RunPool {
                 embedded: None,
-                addr: PoolAddr { local, secret_file },
+                addr: PoolAddr {
+                    local: local.clone(),
+                    secret_file: secret_file.clone(),
+                },
             }),
             (Some(_), None) | (None, Some(_)) => {
                 anyhow::bail!(
@@ -82,10 +119,10 @@ impl RunPool {
             }
             (None, None) => {
                 let pool = EmbeddedPool::start(PoolOptions {
-                    hosts,
-                    owners,
-                    speedup,
-                    seed,
+                    hosts: embedded.hosts,
+                    owners: embedded.owners,
+                    speedup: embedded.speedup,
+                    seed: embedded.seed,
                     handle_signals: false,
                     ..Default::default()
                 })
@@ -103,6 +140,14 @@ impl RunPool {
         }
     }
 
+    /// A master configuration for this pool whose workers are this
+    /// executable (no arguments), on `hosts` hosts of any kind.
+    pub fn master_config(&self, hosts: u32) -> anyhow::Result<MasterConfig> {
+        let mut cfg = MasterConfig::new(std::env::current_exe()?, vec![], "true", hosts);
+        cfg.pool = Some(self.addr.clone());
+        Ok(cfg)
+    }
+
     /// Shuts the embedded pool down (kills what still runs on it, removes its folder).
     pub async fn close(self) {
         if let Some(pool) = self.embedded {
@@ -111,28 +156,76 @@ impl RunPool {
     }
 }
 
-/// Runs `fut` until it ends or the process gets SIGINT (Ctrl-C) or SIGTERM;
-/// `None` when a signal came first. Dropping the unfinished future drops its
-/// master, whose server then stops the workers and releases the hosts; the
-/// caller shuts the pool down next.
-pub async fn until_interrupted<T>(fut: impl std::future::Future<Output = T>) -> Option<T> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        // Without a SIGTERM handler, Ctrl-C still works.
-        Err(_) => signal(SignalKind::interrupt()).ok()?,
-    };
-    tokio::select! {
-        out = fut => Some(out),
-        _ = tokio::signal::ctrl_c() => None,
-        _ = term.recv() => None,
+/// Runs an example's master: builds a tokio runtime of two threads (the
+/// machine's cores are shared with the embedded pool and its workers),
+/// opens the pool (see [`RunPool::open`]), runs `job` on it, and shuts the
+/// pool down afterwards. On SIGINT (Ctrl-C) or SIGTERM, from the start of
+/// the pool on, the job is dropped (its master's server then stops the
+/// workers and releases the hosts), the pool is shut down, and the process
+/// exits with status [`INTERRUPTED`], leaving nothing behind.
+pub fn run_on_pool<T>(
+    args: &PoolArgs,
+    embedded: Embedded,
+    job: impl AsyncFnOnce(&RunPool) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?
+        .block_on(async {
+            // Watched before the pool starts: a Ctrl-C while it comes up
+            // must not kill the process with the pool's folder half made.
+            let mut signals = Interrupts::watch()?;
+            let pool = RunPool::open(args, embedded).await?;
+            let result = signals.until_interrupted(job(&pool)).await;
+            close_after(pool, result).await
+        })
+}
+
+/// SIGINT (Ctrl-C) and SIGTERM, caught from the moment [`Interrupts::watch`]
+/// returns instead of ending the process on the spot; a signal that came
+/// while nobody was waiting is seen by the next
+/// [`Interrupts::until_interrupted`].
+pub struct Interrupts {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+}
+
+impl Interrupts {
+    /// Starts catching SIGINT and SIGTERM (inside a tokio runtime).
+    pub fn watch() -> anyhow::Result<Interrupts> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let catch =
+            |kind, name| signal(kind).map_err(|e| anyhow::anyhow!("cannot catch {name}: {e}"));
+        Ok(Interrupts {
+            int: catch(SignalKind::interrupt(), "SIGINT")?,
+            term: catch(SignalKind::terminate(), "SIGTERM")?,
+        })
+    }
+
+    /// Runs `fut` until it ends or a signal comes; `None` when a signal came
+    /// first (or had come already). Dropping the unfinished future drops its
+    /// master, whose server then stops the workers and releases the hosts;
+    /// the caller shuts the pool down next ([`close_after`]).
+    pub async fn until_interrupted<T>(
+        &mut self,
+        fut: impl std::future::Future<Output = T>,
+    ) -> Option<T> {
+        tokio::select! {
+            // Signals first: one that is already pending wins over a job
+            // that would otherwise start.
+            biased;
+            _ = self.int.recv() => None,
+            _ = self.term.recv() => None,
+            out = fut => Some(out),
+        }
     }
 }
 
 /// Exit status after an interruption (128 + SIGINT, as shells report it).
 pub const INTERRUPTED: i32 = 130;
 
-/// Shuts `pool` down after a run that [`until_interrupted`] returned, and
+/// Shuts `pool` down after a run that [`Interrupts::until_interrupted`] returned, and
 /// hands back its result; if a signal ended the run, exits the process with
 /// [`INTERRUPTED`] once the pool is down (so nothing is left running).
 pub async fn close_after<T>(pool: RunPool, result: Option<T>) -> T {
@@ -142,8 +235,63 @@ pub async fn close_after<T>(pool: RunPool, result: Option<T>) -> T {
     pool.close().await;
     match result {
         Some(r) => r,
-        None => std::process::exit(INTERRUPTED),
+        None => {
+            // The dropped master's server is still stopping its workers and
+            // releasing its hosts; the process ends after it, not before.
+            wait_for_children(CHILDREN_GRACE).await;
+            std::process::exit(INTERRUPTED)
+        }
     }
+}
+
+/// How long an interrupted example waits for its children to end.
+const CHILDREN_GRACE: Duration = Duration::from_secs(5);
+
+/// Waits until no child process of this process runs any more, for at most
+/// `limit`, then kills those still running.
+async fn wait_for_children(limit: Duration) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let running = running_children();
+        if running.is_empty() {
+            return;
+        }
+        if Instant::now() >= deadline {
+            for pid in running {
+                eprintln!("child process {pid} did not stop within {limit:?}; killing it");
+                // SAFETY: a plain signal to a child of this process.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The pids of this process's children that still run (zombies excluded).
+fn running_children() -> Vec<i32> {
+    let me = std::process::id().to_string();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    procs
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| {
+            // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            let mut rest = stat
+                .rsplit_once(')')
+                .map(|(_, r)| r.split_whitespace())
+                .into_iter()
+                .flatten();
+            let state = rest.next();
+            let ppid = rest.next();
+            ppid == Some(me.as_str()) && state != Some("Z")
+        })
+        .collect()
 }
 
 /// Owner model from a spec: `none`, `trace:FILE`, or `stochastic`, whose

@@ -1,5 +1,8 @@
-//! Each example run briefly on its embedded pool, checking its result.
+//! Each example run briefly on its embedded pool, checking its result; and
+//! the main job interrupted part-way (Ctrl-C), checking that it leaves no
+//! process and no pool folder behind.
 
+use std::path::PathBuf;
 use std::process::Command;
 
 fn run(exe: &str, args: &[&str]) -> String {
@@ -140,4 +143,166 @@ fn mandelbrot_tiles_make_the_whole_image() {
     ));
     let info = decoder.read_info().unwrap();
     assert_eq!((info.info().width, info.info().height), (w, h));
+}
+
+/// Environment variable that marks every process of one interrupted run:
+/// children inherit it (the WoDi server from the master, the workers from
+/// the in-process local RMs), so a process carrying it after the run has
+/// exited was left behind, whoever its parent is by then.
+const TAG_VAR: &str = "WODI_EXAMPLES_TEST_RUN";
+
+/// Pids of the live processes whose environment holds `TAG_VAR=tag`.
+fn tagged_processes(tag: &str) -> Vec<u32> {
+    let needle = format!("{TAG_VAR}={tag}");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        // Unreadable (gone, or a zombie whose memory is released): not running.
+        let Ok(env) = std::fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        if env.split(|&b| b == 0).any(|v| v == needle.as_bytes()) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Starts `materials` on a short, endless-looking run in its own process
+/// group, waits until it has finished two cycles (pool, server and workers
+/// all running), sends SIGINT to the whole group (what Ctrl-C on a terminal
+/// does) or to the process alone (`kill -INT`), and checks that it exits
+/// with status 130 and its message, leaving no process and no pool folder.
+fn interrupt_materials(whole_group: bool) {
+    use std::io::BufRead;
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    use std::time::{Duration, Instant};
+
+    let tmp = tempfile::tempdir().unwrap();
+    let tag = format!("{}-{}-{whole_group}", std::process::id(), rand_suffix());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_materials"))
+        .args(["--cycles", "1000", "--hosts", "4", "--scale", "0.0005"])
+        .arg("--out")
+        .arg(tmp.path())
+        // The embedded pool makes its folder under the temporary directory.
+        .env("TMPDIR", tmp.path())
+        .env(TAG_VAR, &tag)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let stdout = child.stdout.take().unwrap();
+    let (lines_tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // Hang guards only (the run itself takes a few seconds).
+    let give_up = |child: &mut std::process::Child, why: String| -> ! {
+        // SAFETY: a plain signal to the group this test started.
+        unsafe { libc::kill(-pid, libc::SIGKILL) };
+        let _ = child.wait();
+        panic!("{why}");
+    };
+    let mut seen = Vec::new();
+    loop {
+        match lines.recv_timeout(Duration::from_secs(60)) {
+            Ok(line) => {
+                let second = line.starts_with("cycle   2/");
+                seen.push(line);
+                if second {
+                    break;
+                }
+            }
+            Err(e) => give_up(&mut child, format!("no second cycle ({e}): {seen:?}")),
+        }
+    }
+    let running = tagged_processes(&tag);
+    // The master, its WoDi server and at least one worker.
+    assert!(running.len() >= 3, "only {running:?} run: {seen:?}");
+    let pools: Vec<_> = pool_folders(tmp.path());
+    assert_eq!(pools.len(), 1, "{pools:?}");
+
+    let target = if whole_group { -pid } else { pid };
+    // SAFETY: a plain signal to the process (group) this test started.
+    assert_eq!(unsafe { libc::kill(target, libc::SIGINT) }, 0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            give_up(&mut child, "still running 30 s after SIGINT".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(
+        status.code(),
+        Some(130),
+        "{status:?} {:?}\n{stderr}",
+        status.signal()
+    );
+    assert!(
+        stderr.contains("interrupted: shutting down"),
+        "stderr: {stderr}"
+    );
+    // Nothing of the run is left: no process (server, workers), no folder.
+    let left = tagged_processes(&tag);
+    if !left.is_empty() {
+        for &p in &left {
+            // SAFETY: a plain signal to a leftover of this test's run.
+            unsafe { libc::kill(p as i32, libc::SIGKILL) };
+        }
+        panic!("processes left behind: {left:?}\nstderr: {stderr}");
+    }
+    assert_eq!(pool_folders(tmp.path()), Vec::<PathBuf>::new());
+    // An interrupted run writes no results.
+    assert!(!tmp.path().join("materials-stats.json").exists());
+}
+
+/// The embedded pools' folders directly under `dir`.
+fn pool_folders(dir: &std::path::Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(owner_sim::sweep::DIR_PREFIX)
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
+/// A few random hex digits, so that runs of this test never share a tag.
+fn rand_suffix() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!("{nanos:08x}")
+}
+
+#[test]
+fn ctrl_c_stops_the_run_and_leaves_nothing_behind() {
+    interrupt_materials(true);
+}
+
+#[test]
+fn sigint_to_the_master_alone_stops_the_run_and_leaves_nothing_behind() {
+    interrupt_materials(false);
 }

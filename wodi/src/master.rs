@@ -233,7 +233,13 @@ async fn spawn_server(
     cmd.env(crate::ENV_ROLE, "server")
         .env(crate::ENV_TOKEN, &token)
         .stdin(Stdio::null())
-        .stdout(Stdio::piped());
+        .stdout(Stdio::piped())
+        // Out of the master's process group, so that Ctrl-C on a terminal
+        // reaches the master only. The server stops when its master goes
+        // (it stops the workers and releases the hosts first); killed by
+        // the same SIGINT, it vanished under a master that was still
+        // shutting down, which then failed with "lost the WoDi server".
+        .process_group(0);
     if let Some(pool) = &cfg.pool {
         cmd.env(carmi_api::client::ENV_LOCAL, &pool.local)
             .env(carmi_api::client::ENV_SECRET_FILE, &pool.secret_file);

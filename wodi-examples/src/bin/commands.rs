@@ -9,8 +9,8 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use wodi::StepId;
-use wodi::master::{Master, MasterConfig, StepOutcome};
-use wodi_examples::RunPool;
+use wodi::master::{Master, StepOutcome};
+use wodi_examples::{Embedded, PoolArgs, RunPool};
 
 /// Runs a shell command on every file of a folder, on WoDi workers.
 #[derive(Parser, Debug)]
@@ -25,12 +25,9 @@ struct Args {
     /// Workers to ask for (and hosts of the embedded pool).
     #[arg(long, default_value_t = 4)]
     hosts: u32,
-    /// A real pool's local RM, HOST:PORT (with --secret).
-    #[arg(long)]
-    pool: Option<String>,
-    /// The real pool's secret file.
-    #[arg(long)]
-    secret: Option<PathBuf>,
+    /// Where to run (default: an embedded pool).
+    #[command(flatten)]
+    pool: PoolArgs,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -46,29 +43,14 @@ fn main() -> anyhow::Result<()> {
         .filter(|p| p.is_file())
         .collect();
     files.sort();
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?
-        .block_on(async {
-            let pool = RunPool::open(
-                args.pool.clone(),
-                args.secret.clone(),
-                args.hosts as usize,
-                owner_sim::OwnerModel::None,
-                1.0,
-                0,
-            )
-            .await?;
-            let result = wodi_examples::until_interrupted(run(&args, &files, &pool)).await;
-            wodi_examples::close_after(pool, result).await
-        })
+    let embedded = Embedded::idle(args.hosts as usize);
+    wodi_examples::run_on_pool(&args.pool, embedded, async |pool| {
+        run(&args, &files, pool).await
+    })
 }
 
 async fn run(args: &Args, files: &[PathBuf], pool: &RunPool) -> anyhow::Result<()> {
-    let mut cfg = MasterConfig::new(std::env::current_exe()?, vec![], "true", args.hosts);
-    cfg.pool = Some(pool.addr.clone());
-    let mut master = Master::init(cfg, &()).await?;
+    let mut master = Master::init(pool.master_config(args.hosts)?, &()).await?;
     for (i, f) in files.iter().enumerate() {
         let path = std::path::absolute(f)?;
         // Single quotes keep the shell from reading anything in the path.

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use wodi::StepId;
-use wodi::master::{Master, MasterConfig, StepOutcome};
-use wodi_examples::{RunPool, kernels};
+use wodi::master::{Master, StepOutcome};
+use wodi_examples::{Embedded, PoolArgs, RunPool, kernels};
 
 /// Renders the Mandelbrot set on WoDi workers.
 #[derive(Parser, Debug)]
@@ -34,12 +34,9 @@ struct Args {
     /// Where to write the image.
     #[arg(long, default_value = "mandelbrot.png")]
     out: PathBuf,
-    /// A real pool's local RM, HOST:PORT (with --secret).
-    #[arg(long)]
-    pool: Option<String>,
-    /// The real pool's secret file.
-    #[arg(long)]
-    secret: Option<PathBuf>,
+    /// Where to run (default: an embedded pool).
+    #[command(flatten)]
+    pool: PoolArgs,
 }
 
 /// A tile to compute: image width, (x, y, w, h), iterations.
@@ -64,42 +61,25 @@ fn main() -> anyhow::Result<()> {
         args.width > 0 && args.height > 0 && args.tile > 0,
         "sizes must be positive"
     );
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?
-        .block_on(async {
-            let pool = RunPool::open(
-                args.pool.clone(),
-                args.secret.clone(),
-                args.hosts as usize,
-                owner_sim::OwnerModel::None,
-                1.0,
-                0,
-            )
-            .await?;
-            let result = wodi_examples::until_interrupted(render(&args, &pool)).await;
-            let result = wodi_examples::close_after(pool, result).await;
-            let (values, stats) = result?;
-            write_png(&args, &values)?;
-            println!(
-                "{}x{} image, checksum {:016x}, {} tiles in {:.1} s -> {}",
-                args.width,
-                args.height,
-                kernels::fnv1a(&values),
-                stats.steps_delivered,
-                stats.execution_time_s,
-                args.out.display()
-            );
-            Ok(())
-        })
+    let embedded = Embedded::idle(args.hosts as usize);
+    let (values, stats) =
+        wodi_examples::run_on_pool(&args.pool, embedded, async |pool| render(&args, pool).await)?;
+    write_png(&args, &values)?;
+    println!(
+        "{}x{} image, checksum {:016x}, {} tiles in {:.1} s -> {}",
+        args.width,
+        args.height,
+        kernels::fnv1a(&values),
+        stats.steps_delivered,
+        stats.execution_time_s,
+        args.out.display()
+    );
+    Ok(())
 }
 
 /// Computes every tile; returns the escape values in row order.
 async fn render(args: &Args, pool: &RunPool) -> anyhow::Result<(Vec<u8>, wodi::Stats)> {
-    let mut cfg = MasterConfig::new(std::env::current_exe()?, vec![], "true", args.hosts);
-    cfg.pool = Some(pool.addr.clone());
-    let mut master = Master::init(cfg, &()).await?;
+    let mut master = Master::init(pool.master_config(args.hosts)?, &()).await?;
     let mut tiles = Vec::new();
     for y in (0..args.height).step_by(args.tile as usize) {
         for x in (0..args.width).step_by(args.tile as usize) {

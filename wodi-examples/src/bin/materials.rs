@@ -28,10 +28,12 @@ use clap::{Parser, ValueEnum};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
-use wodi::master::{Master, MasterConfig, StepOutcome};
+use wodi::master::{Master, StepOutcome};
 use wodi::{CycleId, StepId};
 use wodi_examples::progress::CycleProgress;
-use wodi_examples::{RunPool, duty_cycled_work, host_speed, say, table, timeline};
+use wodi_examples::{
+    Embedded, PoolArgs, RunPool, duty_cycled_work, host_speed, say, table, timeline,
+};
 
 /// Dispatch order of a cycle's steps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -64,12 +66,9 @@ struct Args {
     /// Dispatch order.
     #[arg(long, value_enum, default_value_t = Ordering::Lpt)]
     ordering: Ordering,
-    /// A real pool's local RM, HOST:PORT (with --secret), instead of the embedded pool.
-    #[arg(long)]
-    pool: Option<String>,
-    /// The real pool's secret file.
-    #[arg(long)]
-    secret: Option<PathBuf>,
+    /// Where to run (default: an embedded pool).
+    #[command(flatten)]
+    pool: PoolArgs,
     /// Folder for the SVG timeline and the JSON statistics.
     #[arg(long, default_value = ".")]
     out: PathBuf,
@@ -90,11 +89,24 @@ fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     anyhow::ensure!(args.scale > 0.0, "--scale must be positive");
     anyhow::ensure!(args.hosts > 0, "--hosts must be positive");
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?
-        .block_on(master(args))
+    let embedded = Embedded {
+        hosts: args.hosts as usize,
+        owners: wodi_examples::owner_model(&args.owners)?,
+        speedup: 1.0 / args.scale,
+        seed: args.seed,
+    };
+    let stats = wodi_examples::run_on_pool(&args.pool, embedded, async |pool| {
+        if let Some(p) = &pool.embedded {
+            say(&format!(
+                "embedded pool: {} hosts, owners {}, owner clock x{:.0}",
+                p.hosts().len(),
+                args.owners,
+                1.0 / args.scale
+            ));
+        }
+        run(&args, pool).await
+    })?;
+    write_results(&args, &stats)
 }
 
 /// The worker: emulates its host's speed with duty-cycled real work.
@@ -108,28 +120,8 @@ fn worker() -> anyhow::Result<()> {
         .run()
 }
 
-async fn master(args: Args) -> anyhow::Result<()> {
-    let pool = RunPool::open(
-        args.pool.clone(),
-        args.secret.clone(),
-        args.hosts as usize,
-        wodi_examples::owner_model(&args.owners)?,
-        1.0 / args.scale,
-        args.seed,
-    )
-    .await?;
-    if let Some(p) = &pool.embedded {
-        say(&format!(
-            "embedded pool: {} hosts, owners {}, owner clock x{:.0}",
-            p.hosts().len(),
-            args.owners,
-            1.0 / args.scale
-        ));
-    }
-    let result = wodi_examples::until_interrupted(run(&args, &pool)).await;
-    let result = wodi_examples::close_after(pool, result).await;
-    let stats = result?;
-
+/// Writes the picture and the statistics of the run, then prints its table.
+fn write_results(args: &Args, stats: &wodi::Stats) -> anyhow::Result<()> {
     // The files first: a reader of stdout that went away (`| head`) must
     // not cost the run's results.
     std::fs::create_dir_all(&args.out)?;
@@ -141,12 +133,12 @@ async fn master(args: Args) -> anyhow::Result<()> {
     );
     std::fs::write(
         &svg,
-        timeline::svg(&wodi_examples::timeline_of(&stats, &title)),
+        timeline::svg(&wodi_examples::timeline_of(stats, &title)),
     )?;
-    std::fs::write(&json, serde_json::to_vec_pretty(&stats)?)?;
+    std::fs::write(&json, serde_json::to_vec_pretty(stats)?)?;
     say(&format!(
         "\nrun finished\n{}\ntimeline:   {}\nstatistics: {}",
-        table(&stats),
+        table(stats),
         svg.display(),
         json.display()
     ));
@@ -155,9 +147,7 @@ async fn master(args: Args) -> anyhow::Result<()> {
 
 /// Runs every cycle and returns the run's statistics.
 async fn run(args: &Args, pool: &RunPool) -> anyhow::Result<wodi::Stats> {
-    let exe = std::env::current_exe()?;
-    let mut cfg = MasterConfig::new(exe, vec![], "true", args.hosts);
-    cfg.pool = Some(pool.addr.clone());
+    let mut cfg = pool.master_config(args.hosts)?;
     cfg.ordering = match args.ordering {
         Ordering::None => wodi::order::Ordering::Arrival,
         Ordering::Lpt => wodi::order::Ordering::LongestFirst,

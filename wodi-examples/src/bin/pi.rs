@@ -4,12 +4,10 @@
 //! counts. Runs on a small embedded pool (4 hosts, no owners) unless given
 //! `--pool` and `--secret`.
 
-use std::path::PathBuf;
-
 use clap::Parser;
 use wodi::StepId;
-use wodi::master::{Master, MasterConfig, StepOutcome};
-use wodi_examples::{RunPool, kernels};
+use wodi::master::{Master, StepOutcome};
+use wodi_examples::{Embedded, PoolArgs, RunPool, kernels};
 
 /// Estimates pi with WoDi workers.
 #[derive(Parser, Debug)]
@@ -27,12 +25,9 @@ struct Args {
     /// Base seed.
     #[arg(long, default_value_t = 7)]
     seed: u64,
-    /// A real pool's local RM, HOST:PORT (with --secret).
-    #[arg(long)]
-    pool: Option<String>,
-    /// The real pool's secret file.
-    #[arg(long)]
-    secret: Option<PathBuf>,
+    /// Where to run (default: an embedded pool).
+    #[command(flatten)]
+    pool: PoolArgs,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -44,38 +39,25 @@ fn main() -> anyhow::Result<()> {
             .run();
     }
     let args = Args::parse();
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?
-        .block_on(async {
-            let pool = RunPool::open(
-                args.pool.clone(),
-                args.secret.clone(),
-                args.hosts as usize,
-                owner_sim::OwnerModel::None,
-                1.0,
-                args.seed,
-            )
-            .await?;
-            let result = wodi_examples::until_interrupted(estimate(&args, &pool)).await;
-            let result = wodi_examples::close_after(pool, result).await;
-            let (pi, stats) = result?;
-            println!(
-                "pi ~ {pi:.6} from {} points in {} steps ({:.1} s, {} workers)",
-                args.steps * args.samples,
-                stats.steps_delivered,
-                stats.execution_time_s,
-                stats.hosts_added
-            );
-            Ok(())
-        })
+    let embedded = Embedded {
+        seed: args.seed,
+        ..Embedded::idle(args.hosts as usize)
+    };
+    let (pi, stats) = wodi_examples::run_on_pool(&args.pool, embedded, async |pool| {
+        estimate(&args, pool).await
+    })?;
+    println!(
+        "pi ~ {pi:.6} from {} points in {} steps ({:.1} s, {} workers)",
+        args.steps * args.samples,
+        stats.steps_delivered,
+        stats.execution_time_s,
+        stats.hosts_added
+    );
+    Ok(())
 }
 
 async fn estimate(args: &Args, pool: &RunPool) -> anyhow::Result<(f64, wodi::Stats)> {
-    let mut cfg = MasterConfig::new(std::env::current_exe()?, vec![], "true", args.hosts);
-    cfg.pool = Some(pool.addr.clone());
-    let mut master = Master::init(cfg, &()).await?;
+    let mut master = Master::init(pool.master_config(args.hosts)?, &()).await?;
     for i in 0..args.steps {
         master.send_work(
             StepId(i),
