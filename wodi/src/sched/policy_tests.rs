@@ -304,7 +304,12 @@ fn a_worker_twice_much_slower_than_its_speed_is_retired() {
     // request for its replacement cannot take it again.
     let excluded = outs
         .iter()
-        .position(|o| *o == Output::ExcludeHost { class: "c".into(), host: HostId(0) })
+        .position(|o| {
+            *o == Output::ExcludeHost {
+                class: "c".into(),
+                host: HostId(0),
+            }
+        })
         .expect("the retired host is excluded");
     let release = outs
         .iter()
