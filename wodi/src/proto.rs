@@ -168,7 +168,9 @@ pub struct Policies {
     /// sooner; the first result wins.
     pub stragglers: bool,
     /// Retire a worker after two steps that ran this many times their
-    /// estimate; `None` never retires.
+    /// estimate: its host is excluded from the class (CARMI's
+    /// `ExcludeHosts`, so the pool never grants it to the run's class again)
+    /// and given back, and a replacement is asked for. `None` never retires.
     pub fast_abort: Option<f64>,
     /// After each cycle, hold only the fewest hosts with which the cycle
     /// would still end within `1 + tolerance` times its longest step (by the
@@ -201,8 +203,13 @@ impl Policies {
     /// the simulator shows them raising efficiency from about 81% to about
     /// 98% over the paper's 61 churning runs at the same run length, and the
     /// churn test on an embedded pool delivers every step exactly once with
-    /// them. Fast abort stays off: the server cannot yet keep CARMI from
-    /// offering a retired host again.
+    /// them. Fast abort stays off here, although the server now has CARMI
+    /// exclude a retired host from the class before giving it back (so a
+    /// pending request no longer takes it straight back): the main job's
+    /// published numbers were measured without it, and on hosts that keep
+    /// their advertised speed it has nothing to act on. A master whose pool
+    /// has hosts much slower than they claim can turn it on
+    /// (`fast_abort: Some(3.0)`).
     pub fn recommended() -> Policies {
         Policies {
             release_idle: true,

@@ -132,6 +132,16 @@ pub enum Output {
         /// The class.
         class: String,
     },
+    /// Ask the pool never to grant this host to the class again (fast abort
+    /// retired it). Comes right before the host's `ReleaseHost`, and must be
+    /// carried out first: a request still pending for the class would
+    /// otherwise take the host straight back.
+    ExcludeHost {
+        /// The class the host was granted to.
+        class: String,
+        /// The host.
+        host: HostId,
+    },
     /// Give a host back to the pool (its worker, if any, is killed with it).
     ReleaseHost {
         /// The host.
@@ -264,6 +274,9 @@ pub struct Sched {
     parked: Vec<f64>,
     /// Hosts fast abort retired: given back at once if granted again.
     retired: BTreeSet<HostId>,
+    /// Times the pool granted a retired host again (none when the driver's
+    /// exclusion works).
+    retired_offers: u32,
 }
 
 impl Sched {
@@ -287,6 +300,7 @@ impl Sched {
             cycles: Vec::new(),
             parked: Vec::new(),
             retired: BTreeSet::new(),
+            retired_offers: 0,
         }
     }
 
@@ -345,9 +359,10 @@ impl Sched {
             return;
         }
         if self.retired.contains(&host) {
-            // The pool offered a host fast abort retired: back it goes, and
-            // another is asked for (the driver should exclude retired hosts
-            // from its requests, see `Sched::is_retired`).
+            // The pool offered a host fast abort retired (its exclusion,
+            // `Output::ExcludeHost`, failed or came too late): back it goes,
+            // and another is asked for.
+            self.retired_offers += 1;
             self.outputs.push_back(Output::ReleaseHost { host });
             self.top_up(class);
             return;
@@ -737,8 +752,8 @@ impl Sched {
         });
     }
 
-    /// Whether fast abort retired `host`: a driver should not ask the pool
-    /// for it again (a class requirement excluding it).
+    /// Whether fast abort retired `host` (the core has asked the driver to
+    /// exclude it with [`Output::ExcludeHost`]).
     pub fn is_retired(&self, host: HostId) -> bool {
         self.retired.contains(&host)
     }
@@ -793,6 +808,8 @@ impl Sched {
         let mut stats = Stats::compute(&self.runs, &self.host_records, now);
         stats.cycles = self.cycles.clone();
         stats.history = crate::checkpoint::snapshot(&self.history);
+        stats.hosts_retired = self.retired.len() as u32;
+        stats.retired_offers = self.retired_offers;
         stats
     }
 }

@@ -140,6 +140,8 @@ struct Driver {
     bench_master: Option<MasterId>,
     /// `get_host_info` requests for hosts whose ad the speed source needs.
     info_requests: HashMap<RequestId, HostId>,
+    /// `exclude_hosts` requests not answered yet, with the host and class.
+    exclusions: HashMap<RequestId, (HostId, String)>,
 }
 
 /// How often at most the masters hear of a changed [`Status`].
@@ -219,6 +221,7 @@ pub async fn run(opts: ServerOptions) -> anyhow::Result<()> {
         speeds: HostSpeeds::new(SpeedSource::Unknown, false),
         bench_master: None,
         info_requests: HashMap::new(),
+        exclusions: HashMap::new(),
     };
     let mut status_tick = tokio::time::interval(STATUS_EVERY);
     status_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -830,6 +833,13 @@ impl Driver {
                         ));
                     }
                     self.sched.spawn_failed(worker, false, now);
+                } else if let Some((host, class)) = self.exclusions.remove(&request) {
+                    // Not fatal: the core gives the host back again whenever
+                    // the pool offers it (and counts it in the statistics).
+                    warn!(
+                        "the pool did not exclude host {host} from class {class}: {}",
+                        failure.message
+                    );
                 } else {
                     warn!("CARMI request {request} failed: {}", failure.message);
                 }
@@ -842,7 +852,11 @@ impl Driver {
                     self.speeds.host_ad(&mut self.sched, host, &info.ad);
                 }
             }
-            Event::Done { .. } => {}
+            Event::Done { request, .. } => {
+                if let Some((host, class)) = self.exclusions.remove(&request) {
+                    info!("host {host} is excluded from class {class}");
+                }
+            }
         }
     }
 
@@ -889,6 +903,14 @@ impl Driver {
                             self.carmi.cancel_request(*id);
                         }
                     }
+                }
+                Output::ExcludeHost { class, host } => {
+                    // Sent before the host's release (the next output), on
+                    // the same connection: by the time the host is free, the
+                    // pool no longer grants it to this class.
+                    info!("excluding host {host}, retired by fast abort, from class {class}");
+                    let id = self.carmi.exclude_hosts(class.clone(), &[host]);
+                    self.exclusions.insert(id, (host, class));
                 }
                 Output::ReleaseHost { host } => {
                     self.speeds.host_gone(host);

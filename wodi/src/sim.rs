@@ -362,11 +362,11 @@ impl World<'_> {
                 }
                 // One class: nothing more is wanted until the core asks again.
                 Output::CancelRequests { .. } => self.demand = 0,
+                // A host fast abort retired is never granted again, as
+                // CARMI's `ExcludeHosts` does.
+                Output::ExcludeHost { host, .. } => self.excluded[(host.0 - 1) as usize] = true,
                 Output::ReleaseHost { host } => {
                     let h = (host.0 - 1) as usize;
-                    // A host fast abort retired is excluded from later
-                    // requests, as a class requirement would.
-                    self.excluded[h] |= sched.is_retired(host);
                     if let Some(w) = self.host_worker.remove(&h) {
                         self.workers.remove(&w);
                     }

@@ -180,6 +180,13 @@ pub struct Stats {
     /// later run of the same application could start from.
     #[serde(default)]
     pub history: Vec<crate::checkpoint::SavedEstimate>,
+    /// Hosts fast abort retired (given back and excluded from the run's class).
+    #[serde(default)]
+    pub hosts_retired: u32,
+    /// Times the pool granted a retired host again anyway (given straight
+    /// back): 0 when CARMI honours the exclusion.
+    #[serde(default)]
+    pub retired_offers: u32,
 }
 
 /// One cycle's boundaries.

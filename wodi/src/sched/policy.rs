@@ -1,6 +1,7 @@
 //! The core's policies for not wasting hosts, each switched by a field of
 //! [`SchedConfig`](super::SchedConfig) and each a decision the driver carries
-//! out with the ordinary outputs (`ReleaseHost`, `RequestHosts`, `Assign`):
+//! out with the ordinary outputs (`ReleaseHost`, `RequestHosts`, `Assign`,
+//! and `ExcludeHost` for fast abort):
 //!
 //! - **Release idle hosts in a cycle's tail** (`release_idle`): when the
 //!   queue is empty and the steps still running will take longer than
@@ -20,6 +21,9 @@
 //! - **Fast abort** (`fast_abort`): a step running `factor` times longer
 //!   than its estimate on its host is sent again and is a strike against the
 //!   worker; two strikes and the worker's host is given back and replaced.
+//!   The host is excluded first (`ExcludeHost`), so that the pool never
+//!   grants it to the class again, not even to the request for its
+//!   replacement.
 //!
 //! Everything here is pure: decisions depend on the times passed in.
 
@@ -113,8 +117,9 @@ impl Sched {
         }
     }
 
-    /// One more strike against `worker`; at the limit its host goes back
-    /// (its steps are queued again) and a replacement is asked for.
+    /// One more strike against `worker`; at the limit its host is excluded
+    /// from its class and goes back (its steps are queued again), and a
+    /// replacement is asked for.
     pub(super) fn strike(&mut self, worker: WorkerId, now: Time) {
         let Some(w) = self.workers.get_mut(&worker) else {
             return;
@@ -129,6 +134,12 @@ impl Sched {
         };
         tracing::info!(%worker, %host, "retiring a worker that ran much slower than its host's speed twice");
         self.retired.insert(host);
+        // Excluded before it goes back: the request for its replacement
+        // (or one still pending) would take it again otherwise.
+        self.outputs.push_back(super::Output::ExcludeHost {
+            class: class.clone(),
+            host,
+        });
         self.release(host, now);
         self.top_up(&class);
     }

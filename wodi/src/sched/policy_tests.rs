@@ -300,12 +300,37 @@ fn a_worker_twice_much_slower_than_its_speed_is_retired() {
     assert_eq!(released(&outs), vec![HostId(0)]);
     assert_eq!(requested(&outs), 1, "a replacement is asked for");
     assert!(s.is_retired(HostId(0)));
-    // Offered the same host again, the core gives it back and asks again.
+    // The host is excluded from its class before it goes back, so that the
+    // request for its replacement cannot take it again.
+    let excluded = outs
+        .iter()
+        .position(|o| {
+            *o == Output::ExcludeHost {
+                class: "c".into(),
+                host: HostId(0),
+            }
+        })
+        .expect("the retired host is excluded");
+    let release = outs
+        .iter()
+        .position(|o| matches!(o, Output::ReleaseHost { .. }))
+        .unwrap();
+    let request = outs
+        .iter()
+        .position(|o| matches!(o, Output::RequestHosts { .. }))
+        .unwrap();
+    assert!(excluded < release && release < request, "{outs:?}");
+    assert_eq!(s.stats(now).retired_offers, 0);
+    // Offered the same host again all the same (an exclusion the pool
+    // failed), the core gives it back, asks again, and counts the offer.
     s.host_added(HostId(0), "c", Some(1.0), now);
     let outs = drain(&mut s);
     assert_eq!(released(&outs), vec![HostId(0)]);
     assert_eq!(requested(&outs), 1);
     assert!(!outs.iter().any(|o| matches!(o, Output::Spawn { .. })));
+    assert!(!outs.iter().any(|o| matches!(o, Output::ExcludeHost { .. })));
+    let stats = s.stats(now);
+    assert_eq!((stats.hosts_retired, stats.retired_offers), (1, 1));
 }
 
 #[test]
