@@ -31,7 +31,7 @@ use carmi_api::ids::{HostId, ProcessId, RequestId};
 use carmi_api::msg::{Event, FailureCode, Reply, SpawnTarget};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::conn::{
     Outgoing, Reader, WriteHalf, Writer, interface_towards, read_hello, spawn_reader, spawn_writer,
@@ -130,6 +130,9 @@ struct Driver {
     cycle_steps: Vec<StepId>,
     /// Host requests withdrawn (`Output::CancelRequests`).
     cancelled: std::collections::HashSet<RequestId>,
+    /// The cancel requests themselves: one may fail because the host
+    /// request was answered meanwhile, which is expected, not a problem.
+    cancels: std::collections::HashSet<RequestId>,
     spawns: HashMap<RequestId, WorkerId>,
     processes: HashMap<ProcessId, WorkerId>,
     /// The last [`Status`] sent to the masters, and when.
@@ -213,6 +216,7 @@ pub async fn run(opts: ServerOptions) -> anyhow::Result<()> {
         steps: HashMap::new(),
         host_requests: HashMap::new(),
         cancelled: std::collections::HashSet::new(),
+        cancels: std::collections::HashSet::new(),
         fewest: None,
         cycle_steps: Vec::new(),
         spawns: HashMap::new(),
@@ -840,6 +844,8 @@ impl Driver {
                         "the pool did not exclude host {host} from class {class}: {}",
                         failure.message
                     );
+                } else if self.cancels.remove(&request) {
+                    debug!("cancel {request} came too late: {}", failure.message);
                 } else {
                     warn!("CARMI request {request} failed: {}", failure.message);
                 }
@@ -853,6 +859,7 @@ impl Driver {
                 }
             }
             Event::Done { request, .. } => {
+                self.cancels.remove(&request);
                 if let Some((host, class)) = self.exclusions.remove(&request) {
                     info!("host {host} is excluded from class {class}");
                 }
@@ -900,7 +907,7 @@ impl Driver {
                     // this class's, and the core judges them.
                     for (id, c) in &self.host_requests {
                         if *c == class && self.cancelled.insert(*id) {
-                            self.carmi.cancel_request(*id);
+                            self.cancels.insert(self.carmi.cancel_request(*id));
                         }
                     }
                 }
