@@ -38,6 +38,10 @@ use crate::ids::{StepId, WorkerId};
 /// expected time, so that estimate noise does not double the work.
 const STRAGGLER_MARGIN: f64 = 0.1;
 
+/// Most copies of one step while every copy is on a suspended host: an
+/// idle host may add one more copy to such a step, up to this many.
+const MAX_STUCK_COPIES: usize = 3;
+
 /// Strikes after which fast abort retires a worker.
 const STRIKES: u32 = 2;
 
@@ -338,12 +342,16 @@ impl Sched {
     ) -> bool {
         let mut best: Option<(usize, f64)> = None;
         for (i, (ticket, copies, end)) in running.iter().enumerate() {
-            if copies.len() != 1 || copies.contains(&worker) {
-                continue;
-            }
             let Some(end) = *end else {
                 continue;
             };
+            // One copy per step, except for a step whose every copy sits on
+            // a suspended host: it would otherwise wait out the suspend
+            // grace while this host idles (bounded, in case those resume).
+            let stuck = end.is_infinite() && copies.len() < MAX_STUCK_COPIES;
+            if (copies.len() != 1 && !stuck) || copies.contains(&worker) {
+                continue;
+            }
             let mine = self
                 .history
                 .estimate(&self.tasks[ticket].step)

@@ -233,6 +233,38 @@ fn an_idle_fast_host_copies_a_straggler_and_the_first_result_wins_once() {
 }
 
 #[test]
+fn a_step_whose_every_copy_is_suspended_gets_another_on_an_idle_host() {
+    let cfg = SchedConfig {
+        stragglers: true,
+        ..SchedConfig::default()
+    };
+    // Step 1 (40 s) goes to slow worker 0, step 2 to fast worker 1, and
+    // idle fast worker 2 copies step 1 at once.
+    let (mut s, w, mut now, outs) = long_and_short(cfg, &[1.0, 4.0, 4.0]);
+    let long = assigned(&outs, w[0]).expect("worker 0 has a step");
+    let quick = assigned(&outs, w[1]).expect("worker 1 has a step");
+    assert_eq!(assigned(&outs, w[2]), Some(long), "worker 2 copies step 1");
+    // Both copies' owners come back.
+    now += SEC;
+    s.host_suspended(HostId(0), now);
+    s.host_suspended(HostId(2), now);
+    drain(&mut s);
+    // Worker 1 is done with its step: step 1 has two copies, both stuck.
+    s.result(w[1], quick, SEC, SEC, now);
+    let outs = drain(&mut s);
+    assert_eq!(
+        assigned(&outs, w[1]),
+        Some(long),
+        "a third copy on the idle host: {outs:?}"
+    );
+    now += 10 * SEC;
+    assert_eq!(
+        s.result(w[1], long, 10 * SEC, 10 * SEC, now),
+        Verdict::Deliver
+    );
+}
+
+#[test]
 fn no_copy_when_the_idle_host_would_not_finish_sooner() {
     let cfg = SchedConfig {
         stragglers: true,
