@@ -24,7 +24,7 @@
 //! on the task that reads the socket. A [`RateLimiter`] shared by every send
 //! of a daemon models (or enforces) its link's bandwidth.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -153,11 +153,6 @@ impl Arrival {
                 progress: watch::Sender::new(Progress::Receiving(0)),
             }),
         }
-    }
-
-    /// How far the copy has come.
-    pub fn progress(&self) -> Progress {
-        *self.inner.progress.borrow()
     }
 
     /// Watches the progress.
@@ -342,7 +337,7 @@ where
     }
     let failed = |e: std::io::Error| format!("write failed: {e}");
     let (mut source, executable) = match lookup(sha256.clone()).await {
-        Served::File { file, executable } => (Source::File(ChunkReader::new(file)), executable),
+        Served::File { file, executable } => (Source::File(Arc::new(file)), executable),
         Served::Growing {
             file,
             executable,
@@ -407,7 +402,7 @@ where
         };
         let want = ((avail - sent) as usize).min(chunk_size);
         let chunk = match &mut source {
-            Source::File(reader) => reader.read(want).await?,
+            Source::File(file) => read_at(file, sent, want).await?,
             Source::Memory { arrival, file, .. } => match arrival.slice(sent, want) {
                 Ok(chunk) => chunk,
                 Err(0) => return Err("the copy being received lost bytes it had announced".into()),
@@ -431,8 +426,8 @@ where
 /// Where [`serve`] takes the bytes from.
 enum Source {
     /// A complete file.
-    File(ChunkReader),
-    /// A copy still arriving.
+    File(Arc<std::fs::File>),
+    /// A copy still arriving (its partial file for bytes out of the window).
     Memory {
         arrival: Arrival,
         progress: watch::Receiver<Progress>,
@@ -447,40 +442,11 @@ async fn read_at(file: &Arc<std::fs::File>, offset: u64, n: usize) -> Result<Byt
     tokio::task::spawn_blocking(move || {
         let mut buf = vec![0u8; n];
         file.read_exact_at(&mut buf, offset)
-            .map_err(|e| format!("reading the partial copy: {e}"))?;
+            .map_err(|e| format!("reading the executable: {e}"))?;
         Ok(Bytes::from(buf))
     })
     .await
-    .map_err(|e| format!("reading the partial copy: {e}"))?
-}
-
-/// Reads a file sequentially on the blocking pool.
-struct ChunkReader {
-    file: Option<std::fs::File>,
-}
-
-impl ChunkReader {
-    fn new(file: std::fs::File) -> ChunkReader {
-        ChunkReader { file: Some(file) }
-    }
-
-    /// Reads exactly `n` bytes (the caller knows they are there).
-    async fn read(&mut self, n: usize) -> Result<Bytes, String> {
-        let mut file = self
-            .file
-            .take()
-            .ok_or("an earlier read of the executable failed")?;
-        let (file, chunk) = tokio::task::spawn_blocking(move || {
-            let mut buf = vec![0u8; n];
-            file.read_exact(&mut buf)
-                .map_err(|e| format!("reading the executable: {e}"))?;
-            Ok::<_, String>((file, Bytes::from(buf)))
-        })
-        .await
-        .map_err(|e| format!("reading the executable: {e}"))??;
-        self.file = Some(file);
-        Ok(chunk)
-    }
+    .map_err(|e| format!("reading the executable: {e}"))?
 }
 
 /// Why a fetch failed.

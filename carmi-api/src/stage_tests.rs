@@ -33,6 +33,42 @@ async fn read_until<R: AsyncRead + Unpin>(
     }
 }
 
+/// Serves `arrival` (a copy still arriving, with `file` as its partial
+/// file) over an in-memory connection and asks for it: the client's reader,
+/// past `Begin`, and the serving task.
+async fn serve_growing(
+    file: std::fs::File,
+    exe: &ExecutableRef,
+    arrival: &Arrival,
+) -> (
+    FrameReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>,
+    tokio::task::JoinHandle<Result<u64, String>>,
+) {
+    let (client, server) = tokio::io::duplex(1 << 20);
+    let (sr, mut sw) = tokio::io::split(server);
+    let (cr, mut cw) = tokio::io::split(client);
+    let (served, executable) = (arrival.clone(), exe.clone());
+    let task = tokio::spawn(async move {
+        let mut reader = FrameReader::new(sr);
+        let lookup = async move |_| Served::Growing {
+            file,
+            executable,
+            arrival: served,
+        };
+        serve(&mut reader, &mut sw, lookup, &RateLimiter::new(None)).await
+    });
+    let get = StageRequest::Get {
+        sha256: exe.sha256.clone(),
+    };
+    write_frame(&mut cw, &get, &[]).await.unwrap();
+    let mut r = FrameReader::new(cr);
+    assert!(matches!(
+        read_until(&mut r, &mut Vec::new(), 0).await,
+        StageReply::Begin { .. }
+    ));
+    (r, task)
+}
+
 #[tokio::test]
 async fn a_copy_still_arriving_is_passed_on_as_it_comes_and_its_failure_too() {
     let exe = ExecutableRef {
@@ -44,36 +80,8 @@ async fn a_copy_still_arriving_is_passed_on_as_it_comes_and_its_failure_too() {
     for fail in [false, true] {
         let arrival = Arrival::new();
         arrival.push(Bytes::copy_from_slice(&data[..30_000]));
-        let (client, server) = tokio::io::duplex(1 << 20);
-        let (sr, mut sw) = tokio::io::split(server);
-        let (cr, mut cw) = tokio::io::split(client);
-        let served = arrival.clone();
-        let exe2 = exe.clone();
-        let limiter = RateLimiter::new(None);
-        let task = tokio::spawn(async move {
-            let mut reader = FrameReader::new(sr);
-            let lookup = async move |_| Served::Growing {
-                file: tempfile::tempfile().unwrap(),
-                executable: exe2,
-                arrival: served,
-            };
-            serve(&mut reader, &mut sw, lookup, &limiter).await
-        });
-        write_frame(
-            &mut cw,
-            &StageRequest::Get {
-                sha256: exe.sha256.clone(),
-            },
-            &[],
-        )
-        .await
-        .unwrap();
-        let mut r = FrameReader::new(cr);
+        let (mut r, task) = serve_growing(tempfile::tempfile().unwrap(), &exe, &arrival).await;
         let mut got = Vec::new();
-        assert!(matches!(
-            read_until(&mut r, &mut got, 0).await,
-            StageReply::Begin { .. }
-        ));
         // The first 30 000 bytes come before the rest has arrived.
         read_until(&mut r, &mut got, 30_000).await;
         assert_eq!(got, data[..30_000]);
@@ -141,30 +149,8 @@ async fn a_relay_keeps_a_bounded_window_and_a_lagging_reader_gets_the_rest_from_
         arrival.held()
     );
     arrival.done();
-    let (client, server) = tokio::io::duplex(1 << 20);
-    let (sr, mut sw) = tokio::io::split(server);
-    let (cr, mut cw) = tokio::io::split(client);
-    let served = arrival.clone();
-    let limiter = RateLimiter::new(None);
-    let exe2 = exe.clone();
-    let task = tokio::spawn(async move {
-        let mut reader = FrameReader::new(sr);
-        let lookup = async move |_| Served::Growing {
-            file,
-            executable: exe2,
-            arrival: served,
-        };
-        serve(&mut reader, &mut sw, lookup, &limiter).await
-    });
-    write_frame(&mut cw, &StageRequest::Get { sha256: exe.sha256 }, &[])
-        .await
-        .unwrap();
-    let mut r = FrameReader::new(cr);
+    let (mut r, task) = serve_growing(file, &exe, &arrival).await;
     let mut got = Vec::new();
-    assert!(matches!(
-        read_until(&mut r, &mut got, 0).await,
-        StageReply::Begin { .. }
-    ));
     assert_eq!(
         read_until(&mut r, &mut got, usize::MAX).await,
         StageReply::End

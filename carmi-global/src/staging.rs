@@ -29,7 +29,7 @@ pub struct StagingConfig {
     /// tree: every copy below the store at half the rate, the depth
     /// log2 of the machines. The chain wins while the machines times a
     /// chunk's time stays below the transfer time of one copy (64 machines
-    /// and 4-12 MiB on a 2 MB/s link: 1.3x the time of one machine against
+    /// and 4-12 MiB on a 2 MB/s link: 1.1-1.2x the time of one machine against
     /// 2x); for thousands of machines, or small executables on fast links,
     /// choose 2.
     pub fanout: u32,
