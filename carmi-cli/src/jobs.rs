@@ -34,9 +34,9 @@ pub struct SubmitArgs {
 pub struct QArgs {
     #[command(flatten)]
     pool: PoolArgs,
-    /// Why JOB's classes are not satisfied (or -analyze)
+    /// Why JOB's classes are not satisfied (or -analyze); JOB as `j3` or `3`
     #[arg(long, value_name = "JOB")]
-    analyze: Option<u64>,
+    analyze: Option<JobId>,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -47,8 +47,8 @@ pub struct QArgs {
 pub struct RmArgs {
     #[command(flatten)]
     pool: PoolArgs,
-    /// The job to remove (its processes are killed, its machines freed)
-    job: u64,
+    /// The job to remove (its processes are killed, its machines freed), as `j3` or `3`
+    job: JobId,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -86,7 +86,12 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("cannot read submit file {display}"))?;
     let mut spec = carmi_api::submit::parse(&display, &text).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let base = args.file.parent().unwrap_or(Path::new("."));
+    // `job.sub` has the parent `""`, which is the current directory.
+    let base = args
+        .file
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     // The master runs on the submit machine: paths relative to the submit
     // file become absolute, as the local RM starts it elsewhere.
     let base_abs = std::path::absolute(base)
@@ -154,7 +159,7 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
 /// Runs `carmi rm`.
 pub fn rm(args: RmArgs) -> anyhow::Result<()> {
     let (pool, secret) = connect(&args.pool)?;
-    let job = JobId(args.job);
+    let job = args.job;
     let answer = crate::block_on(async {
         Ok(request(&pool, &secret, None, ToGlobal::RemoveJob { job }).await?)
     })?;
@@ -171,7 +176,7 @@ pub fn rm(args: RmArgs) -> anyhow::Result<()> {
 pub fn q(args: QArgs) -> anyhow::Result<()> {
     let (pool, secret) = connect(&args.pool)?;
     if let Some(job) = args.analyze {
-        let msg = ToGlobal::Analyze { job: JobId(job) };
+        let msg = ToGlobal::Analyze { job };
         let answer = crate::block_on(async { Ok(request(&pool, &secret, None, msg).await?) })?;
         let FromGlobal::Analysis(a) = answer else {
             return Err(failed(answer, &format!("analyze {job}")));
@@ -348,13 +353,25 @@ pub fn analysis_text(a: &JobAnalysis) -> String {
 pub fn htcondor_args(args: impl IntoIterator<Item = String>) -> Vec<String> {
     args.into_iter()
         .map(|a| match a.as_str() {
-            "-analyze" | "-better-analyze" => "--analyze".into(),
-            "-constraint" => "--constraint".into(),
-            "-long" => "--long".into(),
-            "-json" => "--json".into(),
+            "-better-analyze" => "--analyze".into(),
+            // HTCondor spells long options with one dash. Left alone, clap
+            // reads `-hold` as `-h old` and prints the help.
+            _ if is_single_dash_word(&a) => format!("-{a}"),
             _ => a,
         })
         .collect()
+}
+
+/// `-word`: one dash, then a letter and at least one more letter, digit,
+/// `-` or `_` (not `-1`, not `--x`, not `-h`).
+fn is_single_dash_word(arg: &str) -> bool {
+    let Some(rest) = arg.strip_prefix('-') else {
+        return false;
+    };
+    let mut chars = rest.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && rest.len() > 1
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
 #[cfg(test)]
@@ -362,6 +379,20 @@ mod tests {
     use carmi_api::msg::ClassStatus;
 
     use super::*;
+
+    #[test]
+    fn htcondor_single_dash_words_become_long_options() {
+        let args = |v: &[&str]| htcondor_args(v.iter().map(|s| s.to_string()));
+        assert_eq!(
+            args(&["carmi", "q", "-hold", "-better-analyze", "3"]),
+            ["carmi", "q", "--hold", "--analyze", "3"]
+        );
+        // Short options, negative numbers, long options and values stay.
+        assert_eq!(
+            args(&["-l", "-1", "--json", "-x_", "State == \"Owner\""]),
+            ["-l", "-1", "--json", "--x_", "State == \"Owner\""]
+        );
+    }
 
     fn analysis(rank: Option<&str>) -> JobAnalysis {
         let class = ClassStatus {

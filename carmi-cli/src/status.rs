@@ -169,7 +169,7 @@ fn machines_json(machines: &[MachineStatus]) -> serde_json::Value {
                     serde_json::json!({
                         "host": s.host.to_string(),
                         "state": s.state,
-                        "job": s.job.map(|j| j.to_string()),
+                        "job": s.job.map(|j| j.0),
                     })
                 })
                 .collect();

@@ -155,6 +155,19 @@ fn pool() -> Vec<MachineStatus> {
 
 /// A global RM that answers every admin's `Status` with `machines`.
 async fn fake_global(secret: &[u8], machines: Vec<MachineStatus>) -> String {
+    fake_global_answering(secret, move |msg| {
+        assert_eq!(msg, ToGlobal::Status);
+        FromGlobal::Pool(machines.clone())
+    })
+    .await
+}
+
+/// A global RM that answers each admin's request (after any `Upload`) with
+/// `answer(request)`.
+async fn fake_global_answering(
+    secret: &[u8],
+    answer: impl Fn(ToGlobal) -> FromGlobal + Send + 'static,
+) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let secret = Secret::new(secret).unwrap();
@@ -168,11 +181,11 @@ async fn fake_global(secret: &[u8], machines: Vec<MachineStatus>) -> String {
                 Ok(role) => panic!("expected an admin, got {role:?}"),
                 Err(_) => continue,
             }
-            let (msg, _) = r.read::<ToGlobal>().await.unwrap().unwrap();
-            assert_eq!(msg, ToGlobal::Status);
-            write_frame(&mut w, &FromGlobal::Pool(machines.clone()), &[])
-                .await
-                .unwrap();
+            let mut msg = r.read::<ToGlobal>().await.unwrap().unwrap().0;
+            if let ToGlobal::Upload { .. } = msg {
+                msg = r.read::<ToGlobal>().await.unwrap().unwrap().0;
+            }
+            write_frame(&mut w, &answer(msg), &[]).await.unwrap();
         }
     });
     addr
@@ -270,7 +283,7 @@ async fn status_prints_json_and_reads_its_settings_from_the_environment() {
         first["slots"],
         serde_json::json!([
             { "host": "h1", "state": "idle", "job": null },
-            { "host": "h2", "state": "claimed", "job": "j3" },
+            { "host": "h2", "state": "claimed", "job": 3 },
         ])
     );
 }
@@ -324,4 +337,81 @@ async fn status_of_an_unreachable_pool_says_where_it_looked() {
     let out = run(cmd).await;
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("/nonexistent/pool.secret"));
+}
+
+#[tokio::test]
+async fn rm_and_analyze_take_job_ids_as_status_prints_them() {
+    let addr = fake_global_answering(POOL_SECRET.as_bytes(), |msg| match msg {
+        ToGlobal::RemoveJob { job } => FromGlobal::Removed { job },
+        other => panic!("unexpected {other:?}"),
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let secret = secret_file(dir.path(), POOL_SECRET);
+    for id in ["j2", "2"] {
+        let mut cmd = carmi();
+        cmd.args(["rm", id, "--pool", &addr, "--secret"])
+            .arg(&secret);
+        let out = run(cmd).await;
+        assert!(out.status.success(), "rm {id}: {}", text(&out.stderr));
+        assert_eq!(text(&out.stdout), "job 2 removed\n");
+    }
+    let mut cmd = carmi();
+    cmd.args(["rm", "x2", "--pool", &addr]);
+    let out = run(cmd).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("x2"), "{}", text(&out.stderr));
+}
+
+#[tokio::test]
+async fn htcondor_style_options_never_fall_into_the_help() {
+    // `-hold` used to be read as `-h old`: the help, exit 0.
+    let out = run({
+        let mut cmd = carmi();
+        cmd.args(["q", "-hold"]);
+        cmd
+    })
+    .await;
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(err.contains("--hold"), "{err}");
+    assert!(!text(&out.stdout).contains("Usage"));
+}
+
+#[tokio::test]
+async fn submit_takes_a_file_name_without_a_directory() {
+    let addr = fake_global_answering(POOL_SECRET.as_bytes(), |msg| match msg {
+        ToGlobal::Submit(req) => {
+            // Relative paths of the submit file are made absolute.
+            let out = req.spec.output.as_deref().unwrap();
+            assert!(Path::new(out).is_absolute(), "{out}");
+            assert!(out.ends_with("/out/master.out"), "{out}");
+            FromGlobal::Submitted { job: JobId(7) }
+        }
+        other => panic!("unexpected {other:?}"),
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let secret = secret_file(dir.path(), POOL_SECRET);
+    std::fs::write(dir.path().join("master"), "#!/bin/sh\n").unwrap();
+    std::fs::write(
+        dir.path().join("job.sub"),
+        "executable = ./master\noutput = out/master.out\nqueue\n",
+    )
+    .unwrap();
+    let mut cmd = carmi();
+    cmd.current_dir(dir.path())
+        .args([
+            "submit",
+            "job.sub",
+            "--machine",
+            "m1",
+            "--pool",
+            &addr,
+            "--secret",
+        ])
+        .arg(&secret);
+    let out = run(cmd).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "7\n");
 }
