@@ -265,6 +265,9 @@ impl Daemon {
             policy: Policy::new(settings.policy.clone(), 0.0),
             owner,
             epoch,
+            unix_epoch: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
             policy_at: epoch,
             base_ad,
             base_at: epoch,
@@ -395,6 +398,8 @@ struct Driver {
     owner: OwnerInput,
     /// Policy time 0.
     epoch: Instant,
+    /// Policy time 0 in Unix seconds (for `EnteredCurrentState` in the ad).
+    unix_epoch: f64,
     /// When the policy must be stepped next.
     policy_at: Instant,
     /// The machine ad the policy evaluates against, and when it was sampled.
@@ -442,7 +447,8 @@ impl Driver {
                 permit = self.global.room() => self.global.on_room(permit),
                 _ = at(self.global.deadline()) => self.global.on_deadline(),
                 _ = tick(&mut self.heartbeat) => {
-                    let update = self.machine.heartbeat_update();
+                    let values = self.policy.public_values(self.unix_epoch);
+                    let update = self.machine.heartbeat_update(&values);
                     self.core.on_heartbeat(update);
                 }
                 _ = tokio::time::sleep_until(self.policy_at) => {
@@ -524,7 +530,10 @@ impl Driver {
             Input::GlobalUp { out, local_ip } => {
                 self.global.up(out);
                 self.global_local_ip = local_ip;
-                let ad = self.machine.advertise_text();
+                let values = self.policy.public_values(self.unix_epoch);
+                let ad = self
+                    .machine
+                    .advertise_text(&values, &self.policy.expressions());
                 self.core.on_global_connected(ad);
             }
             Input::Global(msg, payload) => {

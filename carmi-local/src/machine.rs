@@ -213,25 +213,45 @@ impl MachineAd {
         ad
     }
 
-    /// The ad for an advertisement, sampled now, in new syntax; heartbeats
-    /// that follow report changes from these values.
-    pub fn advertise_text(&mut self) -> String {
+    /// The ad for an advertisement, sampled now, in new syntax, with the
+    /// owner policy's `values` and `exprs` (see `Policy::public_values`);
+    /// heartbeats that follow report changes from these values.
+    pub fn advertise_text(
+        &mut self,
+        values: &[(&'static str, Value)],
+        exprs: &[(&str, &Expr)],
+    ) -> String {
         let d = sample_dynamic(&self.work_dir);
         self.last_sent = self.dynamic_values(&d).into_iter().collect();
-        self.build(&d).to_string()
+        let mut ad = self.build(&d);
+        for (n, v) in values {
+            ad.insert_value(n, v.clone());
+            self.last_sent.insert(n, v.clone());
+        }
+        for (n, e) in exprs {
+            if !self.is_configured(n) {
+                ad.insert(n, (*e).clone());
+            }
+        }
+        ad.to_string()
     }
 
     /// The heartbeat update, sampled now: `Name = value` lines (old syntax)
-    /// for the dynamic attributes that changed since last sent; may be empty.
-    pub fn heartbeat_update(&mut self) -> String {
+    /// for the dynamic attributes and policy `values` that changed since last
+    /// sent; may be empty.
+    pub fn heartbeat_update(&mut self, values: &[(&'static str, Value)]) -> String {
         let d = sample_dynamic(&self.work_dir);
-        self.update_from(&d)
+        self.update_from(&d, values)
     }
 
-    /// Like [`MachineAd::heartbeat_update`] with given values.
-    pub fn update_from(&mut self, d: &DynamicInfo) -> String {
+    /// Like [`MachineAd::heartbeat_update`] with given dynamic values.
+    pub fn update_from(&mut self, d: &DynamicInfo, values: &[(&'static str, Value)]) -> String {
         let mut changed = ClassAd::new();
-        for (n, v) in self.dynamic_values(d) {
+        let all = self
+            .dynamic_values(d)
+            .into_iter()
+            .chain(values.iter().cloned());
+        for (n, v) in all {
             let same = self.last_sent.get(n).is_some_and(|old| old.identical(&v));
             if !same {
                 changed.insert_value(n, v.clone());
@@ -315,13 +335,13 @@ mod tests {
             vec![parse_attr_arg("Disk=1").unwrap()],
             PathBuf::from("/"),
         );
-        let first = m.update_from(&dynamic(0.5));
+        let first = m.update_from(&dynamic(0.5), &[]);
         // Disk is the owner's, so it is never refreshed.
         assert!(!first.contains("Disk"), "{first}");
         assert!(first.contains("LoadAvg = 0.5"), "{first}");
         assert!(first.contains("FreeMemory = 2048"), "{first}");
-        assert_eq!(m.update_from(&dynamic(0.5)), "");
-        let next = m.update_from(&dynamic(1.25));
+        assert_eq!(m.update_from(&dynamic(0.5), &[]), "");
+        let next = m.update_from(&dynamic(1.25), &[]);
         assert_eq!(next.trim(), "LoadAvg = 1.25");
         assert!(ClassAd::parse_old(&next).is_ok());
     }

@@ -289,6 +289,43 @@ impl Policy {
         ad
     }
 
+    /// What the global RM's copy of the machine ad carries of the policy at
+    /// `now`, so that `carmi status -constraint 'State == "Owner"'` and
+    /// `-analyze` see what the owner's machine sees: its state and activity,
+    /// when it entered them (Unix seconds: `unix_epoch` is the Unix time of
+    /// the policy's time zero) and the owner's activity. `LoadAvg` is left
+    /// to the machine ad's own sample.
+    pub fn public_values(&self, unix_epoch: f64) -> Vec<(&'static str, Value)> {
+        vec![
+            ("State", Value::str(self.state.name())),
+            ("Activity", Value::str(self.activity.name())),
+            (
+                "EnteredCurrentState",
+                Value::Int((unix_epoch + self.entered_state) as i64),
+            ),
+            (
+                "EnteredCurrentActivity",
+                Value::Int((unix_epoch + self.entered_activity) as i64),
+            ),
+            ("KeyboardIdle", Value::Int(self.obs.keyboard_idle as i64)),
+            ("NonPoolLoad", Value::Real(self.obs.non_pool_load)),
+        ]
+    }
+
+    /// The policy's expressions under HTCondor's names (`Start`, `Suspend`,
+    /// `Continue`, `Preempt`, `Kill`), for the advertised ad: whoever reads
+    /// the ad can tell why a machine does not start jobs.
+    pub fn expressions(&self) -> [(&'static str, &Expr); 5] {
+        let c = &self.config;
+        [
+            ("Start", &c.start),
+            ("Suspend", &c.suspend),
+            ("Continue", &c.continue_),
+            ("Preempt", &c.preempt),
+            ("Kill", &c.kill),
+        ]
+    }
+
     /// Evaluates the policy at `now` against `base` and moves as far as it
     /// goes; returns what to do, in order.
     pub fn step(&mut self, now: f64, base: &ClassAd) -> Vec<PolicyEffect> {
