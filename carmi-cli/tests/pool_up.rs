@@ -217,6 +217,50 @@ fn a_churning_pool_changes_state_between_two_status_calls() {
         v.sort();
         v
     };
+    // Every machine's ad carries its owner policy, so a constraint on
+    // `State` finds the machines whose owners are back.
+    let json = ok(carmi(&config).args(["status", "--json"]).output().unwrap());
+    let machines: serde_json::Value = serde_json::from_str(&json).unwrap();
+    for m in machines.as_array().unwrap() {
+        if m["slots"].as_array().unwrap().is_empty() {
+            continue;
+        }
+        let a = &m["attributes"];
+        assert!(a["State"].is_string() && a["Activity"].is_string(), "{m}");
+        assert!(
+            a["KeyboardIdle"].is_i64() && a["EnteredCurrentState"].is_i64(),
+            "{m}"
+        );
+        assert!(a["Start"].is_string(), "the policy's Start expression: {m}");
+    }
+    let mut owned = String::new();
+    for _ in 0..250 {
+        owned = ok(carmi(&config)
+            .args([
+                "status",
+                "-constraint",
+                "State == \"Owner\"",
+                "-af",
+                "Name",
+                "State",
+            ])
+            .output()
+            .unwrap());
+        if !owned.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(
+        !owned.is_empty(),
+        "no machine's ad ever said State == \"Owner\""
+    );
+    for line in owned.lines() {
+        assert!(
+            line.starts_with("host") && line.ends_with(" Owner"),
+            "{owned}"
+        );
+    }
     let first = states();
     let mut changed = false;
     for _ in 0..250 {
