@@ -7,11 +7,13 @@
 //! - `embedded`: `carmi pool up`/`down`: an embedded pool in a background process.
 //! - `status`: `carmi status` (table, `-l`, `-constraint`, summary by arch and state).
 //! - `jobs`: `carmi submit`, `carmi q` (`-analyze`), `carmi rm`.
+//! - `shell`: `carmi completions`, `carmi man`.
 
 mod config;
 mod embedded;
 mod jobs;
 mod pool;
+mod shell;
 mod status;
 
 use std::process::ExitCode;
@@ -36,7 +38,7 @@ HTCondor-style options are accepted too: -analyze, -constraint, -long.";
     about = "Use and administer a CARMI pool",
     after_help = AFTER_HELP
 )]
-struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
 }
@@ -60,6 +62,10 @@ enum Command {
     /// Remove a job: its processes are killed and its machines freed.
     #[command(after_help = AFTER_HELP)]
     Rm(jobs::RmArgs),
+    /// Print a shell completion script, e.g. `carmi completions bash`.
+    Completions(shell::CompletionsArgs),
+    /// Write man pages for carmi and each subcommand into a directory.
+    Man(shell::ManArgs),
 }
 
 /// Runs a future on a small runtime (each command makes one or two requests).
@@ -81,6 +87,8 @@ fn main() -> ExitCode {
         Command::Submit(args) => jobs::submit(args),
         Command::Q(args) => jobs::q(args),
         Command::Rm(args) => jobs::rm(args),
+        Command::Completions(args) => shell::completions(args),
+        Command::Man(args) => shell::man(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

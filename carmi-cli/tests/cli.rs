@@ -478,3 +478,63 @@ async fn submit_takes_a_file_name_without_a_directory() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "7\n");
 }
+
+#[test]
+fn completions_and_man_pages_come_from_the_options() {
+    let out = carmi().args(["completions", "bash"]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let script = text(&out.stdout);
+    for word in ["submit", "status", "--constraint", "--af"] {
+        assert!(script.contains(word), "no {word} in the bash completions");
+    }
+    // The script must be valid bash.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("carmi.bash");
+    std::fs::write(&file, &script).unwrap();
+    let check = std::process::Command::new("bash")
+        .arg("-n")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{}", text(&check.stderr));
+    let out = carmi().args(["completions", "zsh"]).output().unwrap();
+    assert!(text(&out.stdout).contains("#compdef carmi"));
+
+    let pages = dir.path().join("man");
+    let out = carmi().arg("man").arg(&pages).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for page in [
+        "carmi.1",
+        "carmi-submit.1",
+        "carmi-status.1",
+        "carmi-pool-up.1",
+    ] {
+        let roff = std::fs::read_to_string(pages.join(page)).unwrap();
+        assert!(roff.contains(".TH"), "{page} is not a man page");
+    }
+    let status = std::fs::read_to_string(pages.join("carmi-status.1")).unwrap();
+    assert!(status.contains("constraint"), "{status}");
+}
+
+#[test]
+fn version_and_bad_arguments_say_so_without_a_backtrace() {
+    let out = carmi().arg("--version").output().unwrap();
+    assert!(out.status.success());
+    assert!(
+        text(&out.stdout).starts_with("carmi "),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = carmi()
+        .args(["status", "--no-such-option"])
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(err.contains("--no-such-option"), "{err}");
+    assert!(
+        !err.contains("panicked") && !err.contains("backtrace"),
+        "{err}"
+    );
+}

@@ -11,7 +11,7 @@ use wodi_examples::{Embedded, PoolArgs, RunPool, kernels};
 
 /// Estimates pi with WoDi workers.
 #[derive(Parser, Debug)]
-#[command(name = "pi")]
+#[command(name = "pi", version)]
 struct Args {
     /// Steps (each one seeded differently).
     #[arg(long, default_value_t = 64)]
