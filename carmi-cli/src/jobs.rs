@@ -12,7 +12,7 @@ use carmi_api::msg::{
 };
 use clap::Args;
 
-use crate::config::{PoolArgs, resolve_env};
+use crate::config::{PoolArgs, Required, resolve_env};
 
 /// `carmi submit` options.
 #[derive(Args)]

@@ -25,9 +25,12 @@ const AFTER_HELP: &str = "\
 Pool coordinates, first found wins, key by key:
   1. flags: --pool HOST:PORT, --secret FILE, --local HOST:PORT
   2. environment: CARMI_POOL, CARMI_SECRET, CARMI_LOCAL
-  3. the TOML file $CARMI_CONFIG, else $XDG_CONFIG_HOME/carmi/config.toml,
+  3. the embedded pool `carmi pool up` runs on this machine (its record is
+     $XDG_STATE_HOME/carmi/pool-up.toml, else ~/.local/state/carmi/pool-up.toml)
+  4. the TOML file $CARMI_CONFIG, else $XDG_CONFIG_HOME/carmi/config.toml,
      else $HOME/.config/carmi/config.toml, with keys
-     pool = \"HOST:PORT\", secret = \"/abs/path\", local = \"HOST:PORT\", pool_pid = N
+     pool = \"HOST:PORT\", secret = \"/abs/path\", local = \"HOST:PORT\"
+WoDi programs started by hand find their local RM and secret the same way.
 
 HTCondor-style options are accepted too: -analyze, -constraint, -long.";
 

@@ -11,7 +11,7 @@ use carmi_api::handshake::Secret;
 use carmi_api::msg::{FromGlobal, MachineStatus, ToGlobal};
 use clap::Args;
 
-use crate::config::{PoolArgs, resolve_env};
+use crate::config::{PoolArgs, Required, resolve_env};
 
 /// `carmi status` options.
 #[derive(Args)]
