@@ -55,6 +55,8 @@ mod jobs_tests;
 mod pool;
 #[cfg(test)]
 mod rank_tests;
+#[cfg(test)]
+mod register_tests;
 mod requests;
 #[cfg(test)]
 mod tests;
