@@ -7,9 +7,11 @@
 //! - `embedded`: `carmi pool up`/`down`: an embedded pool in a background process.
 //! - `status`: `carmi status` (table, `-l`, `-constraint`, summary by arch and state).
 //! - `jobs`: `carmi submit`, `carmi q` (`-analyze`), `carmi rm`.
+//! - `history`: `carmi history`: jobs that left the queue and how they ended.
 
 mod config;
 mod embedded;
+mod history;
 mod jobs;
 mod pool;
 mod status;
@@ -60,6 +62,10 @@ enum Command {
     /// Remove a job: its processes are killed and its machines freed.
     #[command(after_help = AFTER_HELP)]
     Rm(jobs::RmArgs),
+    /// Show jobs that left the queue: when, and how they ended (exit status,
+    /// removed, or why the master failed to start).
+    #[command(after_help = AFTER_HELP)]
+    History(history::HistoryArgs),
 }
 
 /// Runs a future on a small runtime (each command makes one or two requests).
@@ -81,6 +87,7 @@ fn main() -> ExitCode {
         Command::Submit(args) => jobs::submit(args),
         Command::Q(args) => jobs::q(args),
         Command::Rm(args) => jobs::rm(args),
+        Command::History(args) => history::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

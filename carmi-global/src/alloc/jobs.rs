@@ -134,6 +134,14 @@ impl Allocator {
         let mut limits = BTreeMap::new();
         let mut ranks = BTreeMap::new();
         for c in classes {
+            // Refused here too, not only at the door: a journal written
+            // before the limits existed is replayed through this.
+            if let Err(e) = carmi_api::limits::check_machine_count(
+                &format!("class `{}`: machine_count", c.name),
+                c.max,
+            ) {
+                return fail(FailureCode::Invalid, e.to_string());
+            }
             if c.min > c.max || c.max == 0 {
                 return fail(
                     FailureCode::Invalid,
@@ -391,6 +399,16 @@ impl Allocator {
     /// which none of them could use for a minimum, are candidates, and
     /// nothing is preempted.
     fn try_start(&mut self, job: JobId, backfill: Option<&[HostId]>) -> bool {
+        let minimum: u64 = self.jobs[&job]
+            .limits
+            .values()
+            .map(|&(min, _)| u64::from(min))
+            .sum();
+        // One place is built per minimum machine: never more than the pool
+        // has slots, whatever number the job asked for.
+        if minimum > self.slots.len() as u64 {
+            return false;
+        }
         let places: Vec<String> = self.jobs[&job]
             .limits
             .iter()
