@@ -227,7 +227,7 @@ pub fn check_spec(spec: &JobSpec) -> Vec<LimitError> {
         MAX_CLASSES_PER_JOB,
         "classes",
     ));
-    let mut minimum = 0u64;
+    let (mut minimum, mut class_over) = (0u64, false);
     for c in spec.classes.iter().take(MAX_CLASSES_PER_JOB) {
         let name = if c.name.len() > MAX_NAME_BYTES {
             push(check_len("class_name", &c.name, MAX_NAME_BYTES));
@@ -248,11 +248,13 @@ pub fn check_spec(spec: &JobSpec) -> Vec<LimitError> {
             ));
         }
         let field = format!("class `{name}`: machine_count");
-        push(check_machine_count(&field, c.min));
-        push(check_machine_count(&field, c.max));
+        let count = check_machine_count(&field, c.min.max(c.max));
+        class_over |= count.is_err();
+        push(count);
         minimum += u64::from(c.min);
     }
-    if minimum > MAX_MINIMUM_PER_JOB {
+    // The sum says nothing more when one class is over its own limit.
+    if minimum > MAX_MINIMUM_PER_JOB && !class_over {
         out.push(over(
             "machine_count (minimums of all classes)",
             minimum,

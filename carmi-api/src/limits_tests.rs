@@ -70,7 +70,8 @@ fn minimums_add_up_over_classes() {
 #[test]
 fn every_size_of_a_submit_request_is_checked() {
     let base = spec("executable = m\nqueue\n");
-    let cases: Vec<(Box<dyn Fn(&mut SubmitRequest)>, &str)> = vec![
+    type Change = Box<dyn Fn(&mut SubmitRequest)>;
+    let cases: Vec<(Change, &str)> = vec![
         (
             Box::new(|r| r.owner = "o".repeat(256)),
             "owner: 256 bytes is above the limit of 255 bytes",
