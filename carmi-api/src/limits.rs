@@ -60,6 +60,10 @@ pub const MAX_HOSTS_PER_REQUEST: usize = MAX_MACHINES_PER_CLASS as usize;
 pub const MAX_SLOTS_PER_MACHINE: u32 = 1_024;
 /// Longest `host:port` endpoint, in bytes.
 pub const MAX_ENDPOINT_BYTES: usize = 300;
+/// Largest job or process id a client may name (2^53, the largest integer
+/// every JSON reader keeps exact): ids are counters, and adopting one near
+/// `u64::MAX` would move the counter to its end, where the next id overflows.
+pub const MAX_ID: u64 = 1 << 53;
 /// Longest failure reason kept (a master's `exec` error in `carmi history`),
 /// in bytes; a longer one is cut, not refused: it is a report, not a request.
 pub const MAX_REASON_BYTES: usize = 4_096;
@@ -342,6 +346,14 @@ pub fn check_request(req: &Request) -> Result<(), Failure> {
         Request::RemoveClass { name } => class("RemoveClass name", name),
     };
     refuse(r.err().into_iter().collect())
+}
+
+/// A job or process id chosen by a client is at most [`MAX_ID`].
+pub fn check_id(field: &str, id: u64) -> Result<(), LimitError> {
+    if id > MAX_ID {
+        return Err(over(field, id, format!("{MAX_ID} (2^53)")));
+    }
+    Ok(())
 }
 
 /// The slot count of a machine's advertisement.

@@ -213,3 +213,12 @@ fn slots_and_reasons() {
     assert!(cut.len() < MAX_REASON_BYTES + 40, "{}", cut.len());
     assert!(cut.ends_with(&format!("... ({} bytes in all)", long.len())));
 }
+
+#[test]
+fn ids_a_client_names_stay_far_from_the_end_of_the_counters() {
+    assert!(check_id("job", MAX_ID).is_ok());
+    assert_eq!(
+        check_id("job", u64::MAX).unwrap_err().to_string(),
+        "job: 18446744073709551615 is above the limit of 9007199254740992 (2^53)"
+    );
+}

@@ -341,7 +341,10 @@ impl Router {
                 job,
                 process,
                 endpoint,
-            } => self.app_attach(link, &name, conn, job, process, endpoint),
+            } => {
+                let (job, process) = self.sane_attach_ids(&name, job, process);
+                self.app_attach(link, &name, conn, job, process, endpoint)
+            }
             ToGlobal::AppDetach { conn } => self.app_detach(&name, conn),
             ToGlobal::Forward { conn, id, body } => self.forward(link, &name, conn, id, body),
             ToGlobal::Started { process, result } => match self.master_on(process, &name) {

@@ -164,6 +164,29 @@ impl Router {
             .then(|| format!("needs {need} machines at once; the pool has {online} slots online"))
     }
 
+    /// The ids an attaching process declares (chosen by the application):
+    /// one above [`limits::MAX_ID`] is dropped with a warning, so the process
+    /// attaches as if it had not named it (a new job, a fresh process id)
+    /// and the id counters never approach their end.
+    pub(super) fn sane_attach_ids(
+        &self,
+        machine: &str,
+        job: Option<JobId>,
+        process: Option<ProcessId>,
+    ) -> (Option<JobId>, Option<ProcessId>) {
+        let keep = |field: &str, id: u64| match limits::check_id(field, id) {
+            Ok(()) => true,
+            Err(e) => {
+                warn!(machine, "AppAttach: {e}; ignored");
+                false
+            }
+        };
+        (
+            job.filter(|j| keep("job", j.0)),
+            process.filter(|p| keep("process", p.0)),
+        )
+    }
+
     /// `carmi history`.
     pub(super) fn history(&mut self, link: LinkId, job: Option<JobId>) {
         let records = self.history.select(job);

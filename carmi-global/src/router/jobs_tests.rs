@@ -535,3 +535,35 @@ fn the_history_keeps_the_last_jobs_only() {
     );
     assert_eq!(live.len(), 1 + super::HISTORY_LIMIT);
 }
+
+#[test]
+fn an_attach_naming_ids_near_the_end_of_the_counters_gets_fresh_ones() {
+    let mut r = Router::new(RouterConfig::default());
+    let m0 = LinkId(1);
+    advertise(&mut r, m0, "m0", vec![]);
+    let attach = |conn, job: u64, process: u64| ToGlobal::AppAttach {
+        conn: ConnId(conn),
+        job: Some(JobId(job)),
+        process: Some(ProcessId(process)),
+        endpoint: "127.0.0.1:1".into(),
+    };
+    // Before the limit, this moved the job counter to u64::MAX + 1 (a
+    // panic, or 0 in a release build: every later id taken).
+    let (sends, _) = step(&mut r, |r| {
+        r.on_message(m0, attach(1, u64::MAX, u64::MAX), Duration::ZERO)
+    });
+    let (job, process) = match &sends[..] {
+        [(_, FromGlobal::Attached { job, process, .. })] => (*job, *process),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!((job, process), (JobId(1), ProcessId(1)));
+    // Ids at the limit are still adopted (a job of an earlier run).
+    let max = carmi_api::limits::MAX_ID;
+    let (sends, _) = step(&mut r, |r| {
+        r.on_message(m0, attach(2, max, max), Duration::ZERO)
+    });
+    assert!(
+        matches!(&sends[..], [(_, FromGlobal::Attached { job, process, .. })] if job.0 == max && process.0 == max),
+        "{sends:?}"
+    );
+}
