@@ -154,6 +154,51 @@ async fn a_huge_machine_count_is_refused_naming_the_limit_and_the_global_rm_keep
         "{text}"
     );
     status_works(&pool);
+    // It does not hold back the queue: a job behind it runs and completes.
+    let file = write_job(
+        &pool.dir,
+        "small.sub",
+        MASTER.as_bytes(),
+        "executable = master.sh\nmachine_count = 2\nqueue\n",
+    );
+    let out = carmi(&pool)
+        .args(["submit", "--json"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let small = v["job"].as_u64().expect("a job id");
+    let end = wait_history(&pool, small).await;
+    assert_eq!(
+        end,
+        JobEnd::Completed(carmi_api::msg::ExitStatus::Code(0)),
+        "{}",
+        pool.logs()
+    );
+}
+
+/// How `job` ended, once it is in `carmi history` (20 s at most).
+async fn wait_history(pool: &Pool, job: u64) -> JobEnd {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = carmi(pool)
+            .args(["history", "--json", &job.to_string()])
+            .output()
+            .unwrap();
+        if out.status.success() {
+            let records: Vec<carmi_api::msg::JobRecord> =
+                serde_json::from_slice(&out.stdout).expect("history --json parses");
+            assert_eq!(records.len(), 1, "{records:?}");
+            return records[0].end.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "job {job} never reached the history: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            pool.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -269,22 +314,8 @@ async fn a_master_that_cannot_start_shows_in_history_with_the_exec_error() {
         .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let ok_job = v["job"].as_u64().expect("a job id");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let out = carmi(&pool)
-            .args(["history", "--json", &ok_job.to_string()])
-            .output()
-            .unwrap();
-        if out.status.success() {
-            let records: Vec<carmi_api::msg::JobRecord> =
-                serde_json::from_slice(&out.stdout).unwrap();
-            assert_eq!(
-                records[0].end,
-                JobEnd::Completed(carmi_api::msg::ExitStatus::Code(0))
-            );
-            break;
-        }
-        assert!(Instant::now() < deadline, "{}", pool.logs());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    assert_eq!(
+        wait_history(&pool, ok_job).await,
+        JobEnd::Completed(carmi_api::msg::ExitStatus::Code(0))
+    );
 }

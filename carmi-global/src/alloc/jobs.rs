@@ -338,6 +338,11 @@ impl Allocator {
         // `None` while every earlier job has started.
         let mut free: Option<Vec<HostId>> = None;
         let waiting: Vec<(u64, JobId)> = self.queue.iter().map(|(&s, &j)| (s, j)).collect();
+        let online = self
+            .slots
+            .iter()
+            .filter(|s| s.state != SlotState::Offline)
+            .count() as u64;
         for (seq, job) in waiting {
             if free.as_ref().is_some_and(|f| f.is_empty()) {
                 break;
@@ -349,6 +354,13 @@ impl Allocator {
                 }
                 continue;
             }
+            // A job whose minimums add up to more slots than are online
+            // cannot start now whatever is kept for it: it waits (the pool
+            // may grow) without holding back the jobs behind it, or one
+            // `machine_count` would stop the whole queue.
+            if self.minimum(job) > online {
+                continue;
+            }
             let mut f = free
                 .take()
                 .unwrap_or_else(|| self.idle.iter().map(|&(_, h)| h).collect());
@@ -357,6 +369,15 @@ impl Allocator {
         }
         self.grow(false);
         self.rebalance();
+    }
+
+    /// The machines `job` needs at once: its minimums added up.
+    fn minimum(&self, job: JobId) -> u64 {
+        self.jobs[&job]
+            .limits
+            .values()
+            .map(|&(min, _)| u64::from(min))
+            .sum()
     }
 
     /// Hosts running jobs hold above their minimums, latest claimed first
@@ -399,14 +420,9 @@ impl Allocator {
     /// which none of them could use for a minimum, are candidates, and
     /// nothing is preempted.
     fn try_start(&mut self, job: JobId, backfill: Option<&[HostId]>) -> bool {
-        let minimum: u64 = self.jobs[&job]
-            .limits
-            .values()
-            .map(|&(min, _)| u64::from(min))
-            .sum();
         // One place is built per minimum machine: never more than the pool
         // has slots, whatever number the job asked for.
-        if minimum > self.slots.len() as u64 {
+        if self.minimum(job) > self.slots.len() as u64 {
             return false;
         }
         let places: Vec<String> = self.jobs[&job]

@@ -130,8 +130,9 @@ impl Router {
         self.send(link, FromGlobal::Removed { job });
     }
 
-    /// One job for `carmi q`.
-    fn job_status(&self, job: JobId) -> JobStatus {
+    /// One job for `carmi q`; `online` is the pool's online slot count
+    /// (counted once per answer, not once per job).
+    fn job_status(&self, job: JobId, online: usize) -> JobStatus {
         let phase = self.alloc.job_phase(job).unwrap_or(Phase::Attached);
         let sub = self.submitted.get(&job);
         JobStatus {
@@ -144,7 +145,7 @@ impl Router {
             executable: sub.map(|s| s.executable.name.clone()).unwrap_or_default(),
             master: sub.and_then(|s| s.master),
             note: (phase == Phase::Waiting)
-                .then(|| self.impossible(job))
+                .then(|| self.impossible(job, online))
                 .flatten(),
             classes: self.alloc.class_status(job),
         }
@@ -152,14 +153,13 @@ impl Router {
 
     /// Why a waiting job cannot start in the pool as it is now: its minimums
     /// add up to more slots than are online.
-    fn impossible(&self, job: JobId) -> Option<String> {
+    fn impossible(&self, job: JobId, online: usize) -> Option<String> {
         let need: u64 = self
             .alloc
             .class_status(job)
             .iter()
             .map(|c| u64::from(c.min))
             .sum();
-        let (online, _) = self.alloc.slot_counts();
         (need > online as u64)
             .then(|| format!("needs {need} machines at once; the pool has {online} slots online"))
     }
@@ -228,11 +228,12 @@ impl Router {
 
     /// `carmi q`.
     pub(super) fn queue(&mut self, link: LinkId) {
+        let (online, _) = self.alloc.slot_counts();
         let jobs = self
             .alloc
             .job_ids()
             .into_iter()
-            .map(|j| self.job_status(j))
+            .map(|j| self.job_status(j, online))
             .collect();
         self.send(link, FromGlobal::Queue(jobs));
     }
@@ -247,7 +248,7 @@ impl Router {
             return self.admin_fail(link, FailureCode::Invalid, message);
         }
         let analysis = JobAnalysis {
-            job: self.job_status(job),
+            job: self.job_status(job, self.alloc.slot_counts().0),
             queued_ahead: self.alloc.queued_ahead(job).unwrap_or(0),
             classes: self.alloc.analyze(job),
         };
