@@ -79,7 +79,7 @@ impl Default for RouterConfig {
         RouterConfig {
             heartbeat: Duration::from_millis(1000),
             missed_heartbeats: 3,
-            max_slots: 1024,
+            max_slots: carmi_api::limits::MAX_SLOTS_PER_MACHINE,
             started_unix: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
@@ -238,6 +238,14 @@ impl Router {
         match role {
             Role::Local { name } if name.trim().is_empty() => {
                 self.close(link, "a local RM must give its machine a name".into());
+            }
+            Role::Local { name } if name.len() > carmi_api::limits::MAX_NAME_BYTES => {
+                let e = carmi_api::limits::check_len(
+                    "machine name",
+                    &name,
+                    carmi_api::limits::MAX_NAME_BYTES,
+                );
+                self.close(link, e.err().map(|e| e.to_string()).unwrap_or_default());
             }
             Role::Local { name } => {
                 let p = self.presence.entry(name.clone()).or_default();

@@ -567,3 +567,21 @@ fn an_attach_naming_ids_near_the_end_of_the_counters_gets_fresh_ones() {
         "{sends:?}"
     );
 }
+
+#[test]
+fn a_machine_name_above_the_limit_is_refused_with_the_limit() {
+    let mut r = Router::new(RouterConfig::default());
+    let name = "m".repeat(300);
+    r.on_link_opened(LinkId(1), Role::Local { name }, Duration::ZERO);
+    match &r.take_outputs()[..] {
+        [Output::Close { link, reason }] => {
+            assert_eq!(*link, LinkId(1));
+            assert_eq!(
+                reason,
+                "machine name: 300 bytes is above the limit of 255 bytes"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    r.sanity_check();
+}
