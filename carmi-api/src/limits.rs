@@ -56,7 +56,8 @@ pub const MAX_SUBMIT_FILE_BYTES: usize = 16 << 20;
 pub const MAX_EXECUTABLE_BYTES: u64 = 255 << 20;
 /// Most hosts one request names (`DelHosts`, the notifications, `ExcludeHosts`).
 pub const MAX_HOSTS_PER_REQUEST: usize = MAX_MACHINES_PER_CLASS as usize;
-/// Most slots one machine may advertise: the global RM keeps an entry per slot.
+/// Most slots one machine may advertise: the global RM keeps an entry per
+/// slot (its default `RouterConfig::max_slots`).
 pub const MAX_SLOTS_PER_MACHINE: u32 = 1_024;
 /// Longest `host:port` endpoint, in bytes.
 pub const MAX_ENDPOINT_BYTES: usize = 300;
@@ -352,18 +353,6 @@ pub fn check_request(req: &Request) -> Result<(), Failure> {
 pub fn check_id(field: &str, id: u64) -> Result<(), LimitError> {
     if id > MAX_ID {
         return Err(over(field, id, format!("{MAX_ID} (2^53)")));
-    }
-    Ok(())
-}
-
-/// The slot count of a machine's advertisement.
-pub fn check_slots(slots: u32) -> Result<(), LimitError> {
-    if slots > MAX_SLOTS_PER_MACHINE {
-        return Err(over(
-            "Advertise slots",
-            slots,
-            format!("{MAX_SLOTS_PER_MACHINE} slots per machine"),
-        ));
     }
     Ok(())
 }
