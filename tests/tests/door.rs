@@ -237,7 +237,7 @@ async fn a_ten_megabyte_arguments_line_is_refused_at_submit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_that_cannot_start_shows_in_history_with_the_exec_error() {
-    let pool = pool("door-history");
+    let mut pool = pool("door-history");
     wait_pool(&pool).await;
     // Its interpreter does not exist: `exec` fails with ENOENT. (A file
     // with no `#!` at all would be run by /bin/sh, as execvp does.)
@@ -317,5 +317,28 @@ async fn a_master_that_cannot_start_shows_in_history_with_the_exec_error() {
     assert_eq!(
         wait_history(&pool, ok_job).await,
         JobEnd::Completed(carmi_api::msg::ExitStatus::Code(0))
+    );
+    // The history is journaled: a restarted global RM still has both.
+    pool.restart_global();
+    let out = carmi(&pool).args(["history", "--json"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        pool.logs()
+    );
+    let records: Vec<carmi_api::msg::JobRecord> = serde_json::from_slice(&out.stdout).unwrap();
+    let ends: Vec<(u64, &JobEnd)> = records.iter().map(|r| (r.job.0, &r.end)).collect();
+    assert_eq!(ends.len(), 2, "{records:?}");
+    assert_eq!(ends[0].0, job);
+    assert!(
+        matches!(ends[0].1, JobEnd::FailedToStart(r) if r.contains("No such file or directory"))
+    );
+    assert_eq!(
+        ends[1],
+        (
+            ok_job,
+            &JobEnd::Completed(carmi_api::msg::ExitStatus::Code(0))
+        )
     );
 }
