@@ -17,10 +17,18 @@
 //!   (the process number; 0 for the master, also `$(ProcId)`) may appear in `arguments`,
 //!   `output`, `error` and `environment`; [`JobSpec::expand`] replaces them once
 //!   the job id is known. Any other `$(...)` is a mistake.
+//!
+//! # Limits
+//! Every number and size is checked against [`crate::limits`] (machines per
+//! class, classes per job, argument and environment bytes, path and
+//! expression lengths, file size), so that a file the parser accepts is never
+//! refused by the pool for a limit.
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+
+use crate::limits::{self, LimitError};
 
 /// One resource class of a job: which machines, how many.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -104,6 +112,9 @@ const JOB_KEYS: [&str; 6] = [
     "environment",
 ];
 const CLASS_KEYS: [&str; 4] = ["class_name", "requirements", "rank", "machine_count"];
+/// Mistakes reported at most, so that a file of a million bad lines gives a
+/// readable answer (and a small one on the wire).
+const MAX_REPORTED: usize = 50;
 const MACROS: [&str; 4] = ["cluster", "clusterid", "process", "procid"];
 
 /// A logical line: continuation lines joined, with the line it started on.
@@ -174,6 +185,9 @@ fn machine_count(value: &str) -> Result<(u32, u32), String> {
     if max == 0 {
         return Err("machine_count: a class needs a maximum of at least 1 machine".into());
     }
+    // Checked here, before anything is sized by it (the allocator places
+    // every minimum machine at once).
+    limits::check_machine_count("machine_count", max).map_err(|e| e.to_string())?;
     Ok((min, max))
 }
 
@@ -243,6 +257,9 @@ fn environment(value: &str) -> Result<Vec<(String, String)>, String> {
 }
 
 fn check_expr(key: &str, value: &str) -> Result<(), String> {
+    // Before parsing: a huge expression costs the parser (and every later
+    // match against every machine) in proportion.
+    limits::check_len(key, value, limits::MAX_EXPRESSION_BYTES).map_err(|e| e.to_string())?;
     classad::parse_expr(value).map(|_| ()).map_err(|e| {
         format!(
             "{key}: not a ClassAd expression (column {}: {})",
@@ -254,6 +271,13 @@ fn check_expr(key: &str, value: &str) -> Result<(), String> {
 /// Parses a submit file. `file` names it in messages. On any mistake, every
 /// mistake found is returned and no job is described.
 pub fn parse(file: &str, text: &str) -> Result<JobSpec, SubmitErrors> {
+    if let Err(e) = limits::check_len("the file", text, limits::MAX_SUBMIT_FILE_BYTES) {
+        return Err(SubmitErrors(vec![SubmitError {
+            file: file.to_string(),
+            line: 0,
+            reason: e.to_string(),
+        }]));
+    }
     let mut errors = Vec::new();
     let mut err = |line: usize, reason: String| {
         errors.push(SubmitError {
@@ -266,6 +290,7 @@ pub fn parse(file: &str, text: &str) -> Result<JobSpec, SubmitErrors> {
     let mut draft = ClassDraft::default();
     let mut classes: Vec<ClassSpec> = Vec::new();
     let mut class_keys_seen = false;
+    let mut too_many_classes = false;
     for l in logical_lines(text) {
         let t = l.text.trim();
         if t.is_empty() || t.starts_with('#') {
@@ -283,6 +308,22 @@ pub fn parse(file: &str, text: &str) -> Result<JobSpec, SubmitErrors> {
             }
             let d = std::mem::take(&mut draft);
             class_keys_seen = false;
+            if classes.len() >= limits::MAX_CLASSES_PER_JOB {
+                // Reported once, at the first class too many; the rest are
+                // not kept, so that a file of a million `queue` lines costs
+                // no more than one of 64.
+                if !too_many_classes {
+                    too_many_classes = true;
+                    let e = limits::check_count(
+                        "queue",
+                        classes.len() + 1,
+                        limits::MAX_CLASSES_PER_JOB,
+                        "classes",
+                    );
+                    err(l.line, e.err().map(|e| e.to_string()).unwrap_or_default());
+                }
+                continue;
+            }
             let name = d.name.unwrap_or_else(|| format!("class{}", classes.len()));
             if let Some(prev) = classes.iter().find(|c| c.name == name) {
                 err(
@@ -332,7 +373,10 @@ pub fn parse(file: &str, text: &str) -> Result<JobSpec, SubmitErrors> {
             class_keys_seen = true;
             let result = match key_lc.as_str() {
                 "class_name" => {
-                    if value.is_empty()
+                    if let Err(e) = limits::check_len("class_name", &value, limits::MAX_NAME_BYTES)
+                    {
+                        Err(e.to_string())
+                    } else if value.is_empty()
                         || !value
                             .chars()
                             .all(|c| c.is_alphanumeric() || c == '_' || c == '-')
@@ -412,7 +456,7 @@ pub fn parse(file: &str, text: &str) -> Result<JobSpec, SubmitErrors> {
         }),
         None => Vec::new(),
     };
-    let transfer = get("transfer_input_files")
+    let transfer: Vec<String> = get("transfer_input_files")
         .map(|(v, _)| {
             v.split(',')
                 .map(|s| s.trim().to_string())
@@ -421,8 +465,60 @@ pub fn parse(file: &str, text: &str) -> Result<JobSpec, SubmitErrors> {
         })
         .unwrap_or_default();
     let (output, error) = (get("output").map(|x| x.0), get("error").map(|x| x.0));
+    let line_of = |k: &str| get(k).map_or(0, |(_, l)| l);
+    for (key, max) in [
+        ("executable", limits::MAX_PATH_BYTES),
+        ("output", limits::MAX_PATH_BYTES),
+        ("error", limits::MAX_PATH_BYTES),
+    ] {
+        if let Some((v, line)) = get(key)
+            && let Err(e) = limits::check_len(key, &v, max)
+        {
+            err(line, e.to_string());
+        }
+    }
+    let transfer_line = line_of("transfer_input_files");
+    if let Err(e) = limits::check_count(
+        "transfer_input_files",
+        transfer.len(),
+        limits::MAX_INPUT_FILES,
+        "files",
+    ) {
+        err(transfer_line, e.to_string());
+    } else if let Some(e) = transfer
+        .iter()
+        .find_map(|f| limits::check_len("transfer_input_files", f, limits::MAX_PATH_BYTES).err())
+    {
+        err(transfer_line, e.to_string());
+    }
+    if let Err(e) = limits::check_command_line("arguments", &arguments, &env) {
+        let line = if e.field.starts_with("environment") {
+            line_of("environment")
+        } else {
+            line_of("arguments")
+        };
+        err(line, e.to_string());
+    }
+    let minimum: u64 = classes.iter().map(|c| u64::from(c.min)).sum();
+    if minimum > limits::MAX_MINIMUM_PER_JOB {
+        let e = LimitError {
+            field: "machine_count (minimums of all classes)".into(),
+            value: minimum.to_string(),
+            limit: format!("{} machines per job", limits::MAX_MINIMUM_PER_JOB),
+        };
+        err(classes.last().map_or(0, |c| c.line), e.to_string());
+    }
     if !errors.is_empty() {
         errors.sort_by_key(|e| e.line);
+        if errors.len() > MAX_REPORTED {
+            let more = errors.len() - MAX_REPORTED;
+            errors.truncate(MAX_REPORTED);
+            errors.push(SubmitError {
+                file: file.to_string(),
+                line: 0,
+                reason: format!("and {more} more mistakes"),
+            });
+        }
         return Err(SubmitErrors(errors));
     }
     Ok(JobSpec {

@@ -175,3 +175,129 @@ fn error_display_names_file_and_line() {
         "{e}"
     );
 }
+
+#[test]
+fn machine_count_above_its_limit_is_refused_with_the_limit_named() {
+    let (line, reason) = one_error("executable = m\nmachine_count = 4294967295\nqueue\n");
+    assert_eq!(line, 2);
+    assert_eq!(
+        reason,
+        "machine_count: 4294967295 is above the limit of 100000 machines per class"
+    );
+    let (_, reason) = one_error("executable = m\nmachine_count = 0..100001\nqueue\n");
+    assert!(
+        reason.contains("100001 is above the limit of 100000"),
+        "{reason}"
+    );
+    assert!(parse("j", "executable = m\nmachine_count = 100000\nqueue\n").is_ok());
+}
+
+#[test]
+fn minimums_above_the_job_limit_are_refused() {
+    let text = "executable = m\nmachine_count = 60000\nqueue\nmachine_count = 60000\nqueue\n";
+    let (line, reason) = one_error(text);
+    assert_eq!(line, 5);
+    assert!(
+        reason.contains("120000 is above the limit of 100000 machines per job"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn a_ten_megabyte_arguments_line_is_refused_with_the_exec_limit() {
+    let text = format!(
+        "executable = m\narguments = {}\nqueue\n",
+        "x".repeat(10 << 20)
+    );
+    let (line, reason) = one_error(&text);
+    assert_eq!(line, 2);
+    assert_eq!(
+        reason,
+        "arguments (argument 1): 10485760 bytes is above the limit of 131071 bytes per argument (Linux's MAX_ARG_STRLEN)"
+    );
+    // Many short arguments: the total is what `exec` refuses.
+    let text = format!(
+        "executable = m\narguments = {}\nqueue\n",
+        ("x".repeat(39) + " ").repeat(30_000)
+    );
+    let (line, reason) = one_error(&text);
+    assert_eq!(line, 2);
+    assert!(
+        reason.starts_with(
+            "arguments and environment: 1200000 bytes is above the limit of 1048576 bytes in all"
+        ),
+        "{reason}"
+    );
+}
+
+#[test]
+fn environment_paths_and_expressions_have_limits() {
+    let (line, reason) = one_error(&format!(
+        "executable = m\nenvironment = A={}\nqueue\n",
+        "b".repeat(200_000)
+    ));
+    assert_eq!(line, 2);
+    assert!(
+        reason.starts_with("environment (A): 200002 bytes is above"),
+        "{reason}"
+    );
+    let (line, reason) = one_error(&format!("executable = {}\nqueue\n", "p".repeat(5000)));
+    assert_eq!(
+        (line, reason.as_str()),
+        (1, "executable: 5000 bytes is above the limit of 4095 bytes")
+    );
+    let (line, reason) = one_error(&format!(
+        "executable = m\noutput = {}\nqueue\n",
+        "p".repeat(5000)
+    ));
+    assert_eq!(line, 2);
+    assert!(reason.starts_with("output: 5000 bytes"), "{reason}");
+    let (line, reason) = one_error(&format!(
+        "executable = m\nrequirements = {}\nqueue\n",
+        "1+".repeat(40_000) + "1"
+    ));
+    assert_eq!(line, 2);
+    assert_eq!(
+        reason,
+        "requirements: 80001 bytes is above the limit of 65536 bytes"
+    );
+    let (_, reason) = one_error(&format!(
+        "executable = m\nclass_name = {}\nqueue\n",
+        "c".repeat(300)
+    ));
+    assert_eq!(
+        reason,
+        "class_name: 300 bytes is above the limit of 255 bytes"
+    );
+    let files = vec!["f"; 1001].join(",");
+    let (_, reason) = one_error(&format!(
+        "executable = m\ntransfer_input_files = {files}\nqueue\n"
+    ));
+    assert_eq!(
+        reason,
+        "transfer_input_files: 1001 files is above the limit of 1000 files"
+    );
+}
+
+#[test]
+fn classes_beyond_the_limit_are_refused_once_and_not_kept() {
+    let text = format!("executable = m\n{}", "queue\n".repeat(100_000));
+    let (line, reason) = one_error(&text);
+    assert_eq!(line, 2 + 64);
+    assert_eq!(reason, "queue: 65 classes is above the limit of 64 classes");
+    assert!(parse("j", &format!("executable = m\n{}", "queue\n".repeat(64))).is_ok());
+}
+
+#[test]
+fn a_file_above_the_size_limit_is_refused_whole_and_mistakes_are_capped() {
+    let text = "#".repeat(crate::limits::MAX_SUBMIT_FILE_BYTES + 1);
+    let (line, reason) = one_error(&text);
+    assert_eq!(line, 0);
+    assert_eq!(
+        reason,
+        "the file: 16777217 bytes is above the limit of 16777216 bytes"
+    );
+    let es = errors(&"nonsense\n".repeat(1000));
+    assert_eq!(es.len(), 51);
+    assert_eq!(es[50], (0, "and 952 more mistakes".to_string()));
+}

@@ -1,4 +1,5 @@
-//! `carmi submit`, `carmi q` (with `-analyze`) and `carmi rm`.
+//! `carmi submit`, `carmi q` (with `-analyze`) and `carmi rm`, and what the
+//! job commands share (`carmi history` lives in `history`).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -54,19 +55,19 @@ pub struct RmArgs {
     json: bool,
 }
 
-fn connect(pool: &PoolArgs) -> anyhow::Result<(String, Secret)> {
+pub(crate) fn connect(pool: &PoolArgs) -> anyhow::Result<(String, Secret)> {
     let coords = resolve_env(pool)?;
     let secret = Secret::from_file(coords.secret()?)?;
     Ok((coords.pool()?.to_string(), secret))
 }
 
-fn print(text: &str) -> anyhow::Result<()> {
+pub(crate) fn print(text: &str) -> anyhow::Result<()> {
     std::io::stdout()
         .write_all(text.as_bytes())
         .context("cannot write to stdout")
 }
 
-fn failed(answer: FromGlobal, what: &str) -> anyhow::Error {
+pub(crate) fn failed(answer: FromGlobal, what: &str) -> anyhow::Error {
     match answer {
         FromGlobal::AdminFailed(f) => anyhow::anyhow!("{what}: {}", f.message),
         other => anyhow::anyhow!("{what}: the global RM answered {other:?}"),
@@ -83,6 +84,16 @@ fn host_name() -> String {
 /// Runs `carmi submit`.
 pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     let display = args.file.display().to_string();
+    // Before reading: a huge file is refused without being held in memory.
+    if let Ok(meta) = std::fs::metadata(&args.file)
+        && meta.len() > carmi_api::limits::MAX_SUBMIT_FILE_BYTES as u64
+    {
+        anyhow::bail!(
+            "{display}: the file: {} bytes is above the limit of {} bytes",
+            meta.len(),
+            carmi_api::limits::MAX_SUBMIT_FILE_BYTES
+        );
+    }
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("cannot read submit file {display}"))?;
     let mut spec = carmi_api::submit::parse(&display, &text).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -199,7 +210,7 @@ pub fn q(args: QArgs) -> anyhow::Result<()> {
     }
 }
 
-fn json_text<T: serde::Serialize>(v: &T) -> String {
+pub(crate) fn json_text<T: serde::Serialize>(v: &T) -> String {
     let mut t = serde_json::to_string_pretty(v).expect("protocol types serialize");
     t.push('\n');
     t
@@ -261,6 +272,9 @@ pub fn queue_text(jobs: &[JobStatus]) -> String {
             j.state,
             classes.join(", ")
         ));
+        if let Some(note) = &j.note {
+            out.push_str(&format!("{:>5}  ^ {note}\n", ""));
+        }
     }
     out.push_str(&format!(
         "{} job{}: {running} running, {waiting} waiting; {held} host{} held\n",
@@ -412,6 +426,7 @@ mod tests {
                 executable: "m".into(),
                 master: None,
                 classes: vec![class.clone()],
+                note: None,
             },
             queued_ahead: 0,
             classes: vec![ClassAnalysis {

@@ -7,10 +7,12 @@
 //! - `embedded`: `carmi pool up`/`down`: an embedded pool in a background process.
 //! - `status`: `carmi status` (table, `-l`, `-constraint`, summary by arch and state).
 //! - `jobs`: `carmi submit`, `carmi q` (`-analyze`), `carmi rm`.
+//! - `history`: `carmi history`: jobs that left the queue and how they ended.
 //! - `shell`: `carmi completions`, `carmi man`.
 
 mod config;
 mod embedded;
+mod history;
 mod jobs;
 mod pool;
 mod shell;
@@ -65,6 +67,10 @@ enum Command {
     /// Remove a job: its processes are killed and its machines freed.
     #[command(after_help = AFTER_HELP)]
     Rm(jobs::RmArgs),
+    /// Show jobs that left the queue: when, and how they ended (exit status,
+    /// removed, or why the master failed to start).
+    #[command(after_help = AFTER_HELP)]
+    History(history::HistoryArgs),
     /// Print a shell completion script, e.g. `carmi completions bash`.
     Completions(shell::CompletionsArgs),
     /// Write man pages for carmi and each subcommand into a directory.
@@ -90,6 +96,7 @@ fn main() -> ExitCode {
         Command::Submit(args) => jobs::submit(args),
         Command::Q(args) => jobs::q(args),
         Command::Rm(args) => jobs::rm(args),
+        Command::History(args) => history::run(args),
         Command::Completions(args) => shell::completions(args),
         Command::Man(args) => shell::man(args),
     };

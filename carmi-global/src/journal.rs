@@ -22,7 +22,8 @@
 //! records written since the last compaction outnumber the live ones by far
 //! (see [`Journal::append`]), or when it is opened, it rewrites the file with
 //! only what a replay needs: a [`Record::Counters`] so that ids never go
-//! back, each machine's host ids, and the live jobs and processes. The new
+//! back, each machine's host ids, the last ended jobs' [`Record::History`]
+//! (bounded like the router's history), and the live jobs and processes. The new
 //! file is written aside, fsync'd and renamed over the old one, so a crash
 //! leaves either the old journal or the new one, never a mix.
 
@@ -31,7 +32,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use carmi_api::ids::{HostId, JobId, ProcessId};
-use carmi_api::msg::SubmitRequest;
+use carmi_api::msg::{JobRecord, SubmitRequest};
 use serde::{Deserialize, Serialize};
 
 use crate::alloc::ReqRef;
@@ -84,6 +85,10 @@ pub enum Record {
         /// The process.
         process: ProcessId,
     },
+    /// A job left the queue: how, for `carmi history` (written before its
+    /// `Ended`, and by compactions for the last
+    /// [`HISTORY_LIMIT`](crate::router::HISTORY_LIMIT) ended jobs).
+    History(Box<JobRecord>),
     /// Written first by a compaction: ids below these were handed out
     /// before, by records the compaction dropped, and must not be reused.
     Counters {
@@ -106,6 +111,8 @@ pub struct Live {
     jobs: std::collections::BTreeMap<JobId, (Record, Option<Record>)>,
     /// Processes spawned and not exited, by id, with their record.
     processes: std::collections::BTreeMap<ProcessId, Record>,
+    /// The last ended jobs' `History` records, oldest first.
+    history: std::collections::VecDeque<Record>,
     /// Records applied so far (orders machines).
     seq: u64,
 }
@@ -161,12 +168,20 @@ impl Live {
                 self.next_job = self.next_job.max(*next_job);
                 self.next_process = self.next_process.max(*next_process);
             }
+            Record::History(h) => {
+                self.next_job = self.next_job.max(h.job.0 + 1);
+                if self.history.len() == crate::router::HISTORY_LIMIT {
+                    self.history.pop_front();
+                }
+                self.history.push_back(r.clone());
+            }
         }
     }
 
     /// How many records [`Live::records`] returns.
     pub fn len(&self) -> usize {
         1 + self.machines.len()
+            + self.history.len()
             + self
                 .jobs
                 .values()
@@ -181,7 +196,7 @@ impl Live {
     }
 
     /// The shortest journal whose replay gives the same state: counters,
-    /// machines (in the order they first appeared), then each live job's
+    /// machines (in the order they first appeared), the history, then each live job's
     /// records, then the live processes (a job's `Submitted` always comes
     /// before its processes).
     pub fn records(&self) -> Vec<Record> {
@@ -200,6 +215,7 @@ impl Live {
                     hosts: hosts.clone(),
                 }),
         );
+        out.extend(self.history.iter().cloned());
         for (submitted, started) in self.jobs.values() {
             out.push(submitted.clone());
             out.extend(started.clone());

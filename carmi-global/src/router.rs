@@ -38,6 +38,7 @@ use crate::alloc::{Allocator, Effect, ReleaseCause, ReqRef};
 use crate::procs::{Attachment, Proc, ProcTable};
 
 mod jobs;
+pub use jobs::HISTORY_LIMIT;
 #[cfg(test)]
 mod jobs_tests;
 mod machines;
@@ -68,6 +69,9 @@ pub struct RouterConfig {
     pub missed_heartbeats: u32,
     /// Most slots one machine may advertise (guards memory against a bad ad).
     pub max_slots: u32,
+    /// Wall-clock time, seconds since the Unix epoch, at `now == 0`: the
+    /// router's clock is monotonic, and `carmi history` shows when jobs ended.
+    pub started_unix: u64,
 }
 
 impl Default for RouterConfig {
@@ -75,7 +79,10 @@ impl Default for RouterConfig {
         RouterConfig {
             heartbeat: Duration::from_millis(1000),
             missed_heartbeats: 3,
-            max_slots: 1024,
+            max_slots: carmi_api::limits::MAX_SLOTS_PER_MACHINE,
+            started_unix: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
         }
     }
 }
@@ -147,6 +154,8 @@ pub struct Router {
     recovered: HashMap<ProcessId, (JobId, String)>,
     /// Masters whose `SpawnMaster` went out (the others wait for their machine).
     sent_masters: std::collections::HashSet<ProcessId>,
+    /// Jobs that left the queue, for `carmi history`.
+    history: jobs::History,
     next_job: u64,
     out: Vec<Output>,
 }
@@ -169,6 +178,7 @@ impl Router {
             masters: HashMap::new(),
             recovered: HashMap::new(),
             sent_masters: Default::default(),
+            history: Default::default(),
             next_job: 1,
             out: Vec::new(),
         }
@@ -228,6 +238,14 @@ impl Router {
         match role {
             Role::Local { name } if name.trim().is_empty() => {
                 self.close(link, "a local RM must give its machine a name".into());
+            }
+            Role::Local { name } if name.len() > carmi_api::limits::MAX_NAME_BYTES => {
+                let e = carmi_api::limits::check_len(
+                    "machine name",
+                    &name,
+                    carmi_api::limits::MAX_NAME_BYTES,
+                );
+                self.close(link, e.err().map(|e| e.to_string()).unwrap_or_default());
             }
             Role::Local { name } => {
                 let p = self.presence.entry(name.clone()).or_default();
@@ -305,13 +323,14 @@ impl Router {
                     ToGlobal::RemoveJob { job } => self.remove_job(link, job),
                     ToGlobal::Queue => self.queue(link),
                     ToGlobal::Analyze { job } => self.analyze(link, job),
+                    ToGlobal::History { job } => self.history(link, job),
                     ToGlobal::MachineAds => {
                         let ads = self.alloc.machine_ads();
                         self.send(link, FromGlobal::Ads(ads));
                     }
                     other => {
                         let what = variant_name(&other);
-                        self.close(link, format!("admin connections may send Status, Submit, RemoveJob, Queue, Analyze and MachineAds, not {what}"));
+                        self.close(link, format!("admin connections may send Status, Submit, RemoveJob, Queue, Analyze, History and MachineAds, not {what}"));
                     }
                 }
                 self.flush();
@@ -330,7 +349,10 @@ impl Router {
                 job,
                 process,
                 endpoint,
-            } => self.app_attach(link, &name, conn, job, process, endpoint),
+            } => {
+                let (job, process) = self.sane_attach_ids(&name, job, process);
+                self.app_attach(link, &name, conn, job, process, endpoint)
+            }
             ToGlobal::AppDetach { conn } => self.app_detach(&name, conn),
             ToGlobal::Forward { conn, id, body } => self.forward(link, &name, conn, id, body),
             ToGlobal::Started { process, result } => match self.master_on(process, &name) {
@@ -371,6 +393,7 @@ impl Router {
             | ToGlobal::RemoveJob { .. }
             | ToGlobal::Queue
             | ToGlobal::Analyze { .. }
+            | ToGlobal::History { .. }
             | ToGlobal::MachineAds => {
                 let what = variant_name(&msg);
                 warn!(
@@ -633,6 +656,7 @@ impl Router {
         let proc = self.procs.find(p).expect("detach returned a known process");
         let job = proc.job;
         if proc.root {
+            self.record_end(job, carmi_api::msg::JobEnd::Detached);
             self.end_job(job);
         } else if proc.host.is_none() {
             // Started by hand, so no local RM will report its exit: leaving is its end.
@@ -751,5 +775,6 @@ fn variant_name(msg: &ToGlobal) -> &'static str {
         ToGlobal::Queue => "Queue",
         ToGlobal::Analyze { .. } => "Analyze",
         ToGlobal::MachineAds => "MachineAds",
+        ToGlobal::History { .. } => "History",
     }
 }

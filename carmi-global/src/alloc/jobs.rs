@@ -134,6 +134,14 @@ impl Allocator {
         let mut limits = BTreeMap::new();
         let mut ranks = BTreeMap::new();
         for c in classes {
+            // Refused here too, not only at the door: a journal written
+            // before the limits existed is replayed through this.
+            if let Err(e) = carmi_api::limits::check_machine_count(
+                &format!("class `{}`: machine_count", c.name),
+                c.max,
+            ) {
+                return fail(FailureCode::Invalid, e.to_string());
+            }
             if c.min > c.max || c.max == 0 {
                 return fail(
                     FailureCode::Invalid,
@@ -330,6 +338,11 @@ impl Allocator {
         // `None` while every earlier job has started.
         let mut free: Option<Vec<HostId>> = None;
         let waiting: Vec<(u64, JobId)> = self.queue.iter().map(|(&s, &j)| (s, j)).collect();
+        let online = self
+            .slots
+            .iter()
+            .filter(|s| s.state != SlotState::Offline)
+            .count() as u64;
         for (seq, job) in waiting {
             if free.as_ref().is_some_and(|f| f.is_empty()) {
                 break;
@@ -341,6 +354,13 @@ impl Allocator {
                 }
                 continue;
             }
+            // A job whose minimums add up to more slots than are online
+            // cannot start now whatever is kept for it: it waits (the pool
+            // may grow) without holding back the jobs behind it, or one
+            // `machine_count` would stop the whole queue.
+            if self.minimum(job) > online {
+                continue;
+            }
             let mut f = free
                 .take()
                 .unwrap_or_else(|| self.idle.iter().map(|&(_, h)| h).collect());
@@ -349,6 +369,15 @@ impl Allocator {
         }
         self.grow(false);
         self.rebalance();
+    }
+
+    /// The machines `job` needs at once: its minimums added up.
+    fn minimum(&self, job: JobId) -> u64 {
+        self.jobs[&job]
+            .limits
+            .values()
+            .map(|&(min, _)| u64::from(min))
+            .sum()
     }
 
     /// Hosts running jobs hold above their minimums, latest claimed first
@@ -391,6 +420,11 @@ impl Allocator {
     /// which none of them could use for a minimum, are candidates, and
     /// nothing is preempted.
     fn try_start(&mut self, job: JobId, backfill: Option<&[HostId]>) -> bool {
+        // One place is built per minimum machine: never more than the pool
+        // has slots, whatever number the job asked for.
+        if self.minimum(job) > self.slots.len() as u64 {
+            return false;
+        }
         let places: Vec<String> = self.jobs[&job]
             .limits
             .iter()

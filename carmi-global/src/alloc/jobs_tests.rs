@@ -291,3 +291,35 @@ fn a_small_job_backfills_only_on_machines_the_waiting_head_cannot_use() {
     s.machine("m3", "Arch = \"X86_64\"", 1);
     assert_eq!(take_started(&mut s), [J3]);
 }
+
+#[test]
+fn a_job_needing_more_slots_than_are_online_waits_without_holding_back_the_queue() {
+    let mut s = Sim::new();
+    pool(&mut s, 2);
+    // Within the per-class limit, far beyond the pool: nothing is built per
+    // minimum machine, and the job waits.
+    let huge = [limits("any", "true", 100_000, 100_000)];
+    s.step(|a| a.submit_job(J1, "mallory", &huge)).unwrap();
+    assert_eq!(s.a.job_phase(J1), Some(Phase::Waiting));
+    // The job behind it starts on the idle slots the first could never fill.
+    s.step(|a| a.submit_job(J2, "bob", &[limits("any", "true", 2, 2)]))
+        .unwrap();
+    assert_eq!(take_started(&mut s), [J2]);
+    assert_eq!(held(&s, J2), 2);
+    assert_eq!(s.a.job_phase(J1), Some(Phase::Waiting));
+    s.quiet();
+}
+
+#[test]
+fn a_machine_count_above_the_limit_is_refused_by_the_allocator_too() {
+    let mut s = Sim::new();
+    pool(&mut s, 2);
+    let err = s
+        .step(|a| a.submit_job(J1, "mallory", &[limits("any", "true", 1, u32::MAX)]))
+        .unwrap_err();
+    assert_eq!(
+        err.message,
+        "class `any`: machine_count: 4294967295 is above the limit of 100000 machines per class"
+    );
+    assert!(!s.a.has_job(J1));
+}
