@@ -60,6 +60,7 @@ mod register_tests;
 mod requests;
 #[cfg(test)]
 mod tests;
+mod why;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};

@@ -62,3 +62,26 @@ fn a_machine_registering_again_keeps_the_claims_of_running_jobs() {
         "the claim stays"
     );
 }
+
+#[test]
+fn analyze_names_the_false_clause_of_an_owners_start() {
+    let mut s = Sim::new();
+    s.machine(
+        "desk7",
+        "KeyboardIdle = 32; Start = KeyboardIdle > 900 && true",
+        1,
+    );
+    s.machine("lab", "KeyboardIdle = 5000; Start = KeyboardIdle > 900", 1);
+    s.step(|a| a.on_slot_state("desk7", 0, SlotActivity::Vacated));
+    s.job_with_class(J1, "c", "true");
+    s.quiet();
+    let a = &s.a.analyze(J1)[0];
+    assert_eq!(a.owner, 1);
+    assert_eq!(
+        a.owner_reasons,
+        [(
+            "desk7".to_string(),
+            "START is false: KeyboardIdle > 900 (KeyboardIdle = 32)".to_string()
+        )]
+    );
+}
