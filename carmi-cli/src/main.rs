@@ -9,6 +9,7 @@
 //! - `jobs`: `carmi submit`, `carmi q` (`-analyze`), `carmi rm`.
 //! - `history`: `carmi history`: jobs that left the queue and how they ended.
 //! - `shell`: `carmi completions`, `carmi man`.
+//! - `wait`: `carmi wait JOB`, exiting with the job's exit status.
 
 mod config;
 mod embedded;
@@ -17,6 +18,7 @@ mod jobs;
 mod pool;
 mod shell;
 mod status;
+mod wait;
 
 use std::process::ExitCode;
 
@@ -71,6 +73,10 @@ enum Command {
     /// removed, or why the master failed to start).
     #[command(after_help = AFTER_HELP)]
     History(history::HistoryArgs),
+    /// Wait until a job leaves the queue; exit with its exit status (128+N
+    /// for signal N; 1 if removed or failed to start; 124 on --timeout).
+    #[command(after_help = AFTER_HELP)]
+    Wait(wait::WaitArgs),
     /// Print a shell completion script, e.g. `carmi completions bash`.
     Completions(shell::CompletionsArgs),
     /// Write man pages for carmi and each subcommand into a directory.
@@ -91,6 +97,15 @@ pub(crate) fn block_on<T>(
 fn main() -> ExitCode {
     let cli = Cli::parse_from(jobs::htcondor_args(std::env::args()));
     let result = match cli.command {
+        Command::Wait(args) => {
+            return match wait::run(args) {
+                Ok(code) => ExitCode::from(code),
+                Err(e) => {
+                    eprintln!("carmi: error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
         Command::Pool { command } => pool::run(command),
         Command::Status(args) => status::run(args),
         Command::Submit(args) => jobs::submit(args),
