@@ -144,9 +144,10 @@ impl Router {
             state: phase.name().to_string(),
             executable: sub.map(|s| s.executable.name.clone()).unwrap_or_default(),
             master: sub.and_then(|s| s.master),
-            note: (phase == Phase::Waiting)
-                .then(|| self.impossible(job, online))
-                .flatten(),
+            note: match phase {
+                Phase::Waiting => self.impossible(job, online),
+                _ => sub.and_then(|s| self.master_unsent(s)),
+            },
             classes: self.alloc.class_status(job),
         }
     }
@@ -162,6 +163,14 @@ impl Router {
             .sum();
         (need > online as u64)
             .then(|| format!("needs {need} machines at once; the pool has {online} slots online"))
+    }
+
+    /// Why a started job's master is not running yet: its machine is away,
+    /// so `SpawnMaster` waits for it (while the job holds its hosts).
+    fn master_unsent(&self, sub: &Submitted) -> Option<String> {
+        let p = sub.master?;
+        (!self.sent_masters.contains(&p) && self.ready_link(&sub.machine).is_none())
+            .then(|| format!("the master waits for machine `{}` to connect", sub.machine))
     }
 
     /// The ids an attaching process declares (chosen by the application):

@@ -226,6 +226,17 @@ fn a_master_waits_for_its_machine_and_ends_with_it() {
     }));
     let (sends, _) = step(&mut r, |r| r.on_message(ADMIN, submit, Duration::ZERO));
     assert_eq!(sends, [(ADMIN, FromGlobal::Submitted { job: JobId(1) })]);
+    // `carmi q` says what it waits for.
+    let (sends, _) = step(&mut r, |r| {
+        r.on_message(ADMIN, ToGlobal::Queue, Duration::ZERO)
+    });
+    match &sends[..] {
+        [(ADMIN, FromGlobal::Queue(jobs))] => assert_eq!(
+            jobs[0].note.as_deref(),
+            Some("the master waits for machine `m0` to connect")
+        ),
+        other => panic!("{other:?}"),
+    }
     // Back: the master goes out right after the registration.
     let (sends, _) = advertise(&mut r, LinkId(3), "m0", vec![]);
     assert!(
