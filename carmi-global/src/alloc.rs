@@ -43,6 +43,7 @@
 //! - `check`: pool status and [`Allocator::sanity_check`].
 //! - `jobs`: submitted jobs: the queue, all-or-nothing start at the minimums,
 //!   fair growth towards the maxima, `carmi q` and `-analyze`.
+//! - `matching`: the matching of a job's minimum places to slots (augmenting paths).
 
 mod check;
 mod effect;
@@ -52,6 +53,7 @@ mod exclude_tests;
 mod jobs;
 #[cfg(test)]
 mod jobs_tests;
+mod matching;
 mod pool;
 #[cfg(test)]
 mod rank_tests;
