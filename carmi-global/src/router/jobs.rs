@@ -383,6 +383,12 @@ impl Router {
                 Record::Submitted { job, request } => {
                     self.next_job = self.next_job.max(job.0 + 1);
                     let req = *request;
+                    // A journal written before the limits may hold a job the
+                    // door would refuse now: it is dropped, not run.
+                    if let Err(f) = limits::check_submit(&req) {
+                        warn!(job = %job, "journal: the job is above a limit and is dropped: {}", f.message);
+                        continue;
+                    }
                     let limits = class_limits(&req.spec);
                     if let Err(f) = self.alloc.submit_job(job, &req.owner, &limits) {
                         warn!(job = %job, "journal: cannot recover the job: {}", f.message);

@@ -596,3 +596,23 @@ fn a_machine_name_above_the_limit_is_refused_with_the_limit() {
     }
     r.sanity_check();
 }
+
+#[test]
+fn a_journaled_job_above_a_limit_is_dropped_on_replay() {
+    let mut spec = carmi_api::submit::parse("j", "executable = master\nqueue\n").unwrap();
+    spec.arguments = vec!["x".repeat(carmi_api::limits::MAX_ARG_BYTES + 1)];
+    let request = Box::new(SubmitRequest {
+        owner: "old".into(),
+        machine: "m0".into(),
+        executable: exe("master"),
+        spec,
+        submitted_unix: 0,
+    });
+    let mut r = Router::new(RouterConfig::default());
+    r.recover(vec![Record::Submitted {
+        job: JobId(4),
+        request,
+    }]);
+    assert!(!r.allocator().has_job(JobId(4)));
+    r.sanity_check();
+}
