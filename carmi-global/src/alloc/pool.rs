@@ -198,6 +198,7 @@ impl Allocator {
             classes: BTreeMap::new(),
             hosts: BTreeMap::new(),
             subs: Vec::new(),
+            sub_reqs: Default::default(),
             seq,
             limits: BTreeMap::new(),
             ranks: BTreeMap::new(),
@@ -253,7 +254,7 @@ impl Allocator {
             freed.extend(self.remove_pending(seq).partial);
         }
         for j in self.jobs.values_mut() {
-            j.subs.retain(|s| s.req.process != process);
+            j.retain_subs(|s| s.req.process != process);
         }
         self.offer_all(freed);
     }
