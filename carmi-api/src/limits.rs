@@ -56,6 +56,11 @@ pub const MAX_SUBMIT_FILE_BYTES: usize = 16 << 20;
 pub const MAX_EXECUTABLE_BYTES: u64 = 255 << 20;
 /// Most hosts one request names (`DelHosts`, the notifications, `ExcludeHosts`).
 pub const MAX_HOSTS_PER_REQUEST: usize = MAX_MACHINES_PER_CLASS as usize;
+/// Most requests one job may have outstanding at once (pending `AddHosts`
+/// and notification subscriptions together): every host event is checked
+/// against the job's subscriptions, so their number bounds its cost. A
+/// WoDi master holds three per group of hosts it was given.
+pub const MAX_OUTSTANDING_PER_JOB: usize = 100_000;
 /// Most slots one machine may advertise: the global RM keeps an entry per
 /// slot (its default `RouterConfig::max_slots`).
 pub const MAX_SLOTS_PER_MACHINE: u32 = 1_024;

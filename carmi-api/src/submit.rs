@@ -279,7 +279,14 @@ pub fn parse(file: &str, text: &str) -> Result<JobSpec, SubmitErrors> {
         }]));
     }
     let mut errors = Vec::new();
+    // Mistakes beyond a few times what is shown are only counted, so that a
+    // file of a million bad lines costs no more memory than one of a thousand.
+    let mut uncounted = 0usize;
     let mut err = |line: usize, reason: String| {
+        if errors.len() >= 20 * MAX_REPORTED {
+            uncounted += 1;
+            return;
+        }
         errors.push(SubmitError {
             file: file.to_string(),
             line,
@@ -511,7 +518,7 @@ pub fn parse(file: &str, text: &str) -> Result<JobSpec, SubmitErrors> {
     if !errors.is_empty() {
         errors.sort_by_key(|e| e.line);
         if errors.len() > MAX_REPORTED {
-            let more = errors.len() - MAX_REPORTED;
+            let more = errors.len() - MAX_REPORTED + uncounted;
             errors.truncate(MAX_REPORTED);
             errors.push(SubmitError {
                 file: file.to_string(),

@@ -300,4 +300,8 @@ fn a_file_above_the_size_limit_is_refused_whole_and_mistakes_are_capped() {
     let es = errors(&"nonsense\n".repeat(1000));
     assert_eq!(es.len(), 51);
     assert_eq!(es[50], (0, "and 952 more mistakes".to_string()));
+    // Beyond what is kept, mistakes are still counted.
+    let es = errors(&"nonsense\n".repeat(100_000));
+    assert_eq!(es.len(), 51);
+    assert_eq!(es[50], (0, "and 99952 more mistakes".to_string()));
 }

@@ -17,6 +17,9 @@ pub struct HistoryArgs {
     pool: PoolArgs,
     /// Only this job, as `j3` or `3`
     job: Option<JobId>,
+    /// Only the last N jobs to end (or -limit N)
+    #[arg(long, value_name = "N")]
+    limit: Option<usize>,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -27,9 +30,12 @@ pub fn run(args: HistoryArgs) -> anyhow::Result<()> {
     let (pool, secret) = connect(&args.pool)?;
     let msg = ToGlobal::History { job: args.job };
     let answer = crate::block_on(async { Ok(request(&pool, &secret, None, msg).await?) })?;
-    let FromGlobal::History(jobs) = answer else {
+    let FromGlobal::History(mut jobs) = answer else {
         return Err(failed(answer, "history"));
     };
+    if let Some(n) = args.limit {
+        jobs.drain(..jobs.len().saturating_sub(n));
+    }
     if let Some(job) = args.job
         && jobs.is_empty()
     {

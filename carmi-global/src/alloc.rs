@@ -43,6 +43,7 @@
 //! - `check`: pool status and [`Allocator::sanity_check`].
 //! - `jobs`: submitted jobs: the queue, all-or-nothing start at the minimums,
 //!   fair growth towards the maxima, `carmi q` and `-analyze`.
+//! - `matching`: the matching of a job's minimum places to slots (augmenting paths).
 
 mod check;
 mod effect;
@@ -52,6 +53,7 @@ mod exclude_tests;
 mod jobs;
 #[cfg(test)]
 mod jobs_tests;
+mod matching;
 mod pool;
 #[cfg(test)]
 mod rank_tests;
@@ -63,7 +65,7 @@ mod tests;
 mod why;
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use carmi_api::ids::{HostId, JobId, ProcessId};
@@ -192,6 +194,9 @@ struct Job {
     /// Announced hosts and the class each was allocated for.
     hosts: BTreeMap<HostId, String>,
     subs: Vec<Sub>,
+    /// The requests of `subs`, so that a new request's id is checked for
+    /// reuse in constant time however many subscriptions the job holds.
+    sub_reqs: HashSet<ReqRef>,
     /// Submit order (also for jobs started by hand): ties in fair sharing go to the older.
     seq: u64,
     /// Per class from the submit file: (min, max). Empty for a job started by hand.
@@ -199,6 +204,26 @@ struct Job {
     /// Per class: the `rank` preferring some machines (higher first).
     ranks: BTreeMap<String, Rank>,
     phase: Phase,
+}
+
+impl Job {
+    /// Adds a subscription (its request id checked unused by the caller).
+    fn push_sub(&mut self, sub: Sub) {
+        self.sub_reqs.insert(sub.req);
+        self.subs.push(sub);
+    }
+
+    /// Keeps the subscriptions `keep` accepts, in order.
+    fn retain_subs(&mut self, mut keep: impl FnMut(&Sub) -> bool) {
+        let reqs = &mut self.sub_reqs;
+        self.subs.retain(|s| {
+            let k = keep(s);
+            if !k {
+                reqs.remove(&s.req);
+            }
+            k
+        });
+    }
 }
 
 struct Pending {

@@ -341,4 +341,12 @@ async fn a_master_that_cannot_start_shows_in_history_with_the_exec_error() {
             &JobEnd::Completed(carmi_api::msg::ExitStatus::Code(0))
         )
     );
+    // HTCondor's `-limit N`: the last N to end.
+    let out = carmi(&pool)
+        .args(["history", "-limit", "1", "--json"])
+        .output()
+        .unwrap();
+    let records: Vec<carmi_api::msg::JobRecord> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].job.0, ok_job);
 }

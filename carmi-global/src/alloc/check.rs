@@ -162,6 +162,16 @@ impl Allocator {
                     "job {id}: host {h} of undefined class `{class}`"
                 );
             }
+            assert_eq!(
+                job.sub_reqs,
+                job.subs.iter().map(|s| s.req).collect(),
+                "job {id}: subscription index"
+            );
+            assert_eq!(
+                job.sub_reqs.len(),
+                job.subs.len(),
+                "job {id}: one subscription per request"
+            );
             for s in &job.subs {
                 if let SubKind::Delete(set) | SubKind::Suspend(set) | SubKind::Resume(set) = &s.kind
                 {

@@ -15,6 +15,8 @@
 //!   a slot an earlier job needs is never given away), and a pool with a
 //!   waiting job that needs the whole pool still serves small jobs on the
 //!   machines it cannot use. `carmi q -analyze` explains why a job waits.
+//!   A job whose minimums add up to more slots than are online cannot start
+//!   whatever is kept for it: it waits without holding back the jobs behind it.
 //! - **Growth, fairly.** Once a job's master runs ([`Allocator::on_master_running`]),
 //!   idle slots go to running jobs below their maxima, one at a time to the
 //!   job holding the fewest hosts (the older on ties), so a later job is not
@@ -34,6 +36,7 @@ use carmi_api::ids::{HostId, JobId};
 use carmi_api::msg::{ClassAnalysis, ClassStatus, Failure, FailureCode};
 use serde::{Deserialize, Serialize};
 
+use super::matching::match_all;
 use super::{Allocator, Claim, Class, Effect, Rank, ReleaseCause, SlotState, SubKind, member};
 
 /// Where a job is in its life.
@@ -75,39 +78,6 @@ pub struct ClassLimits {
     /// ClassAd expression over machine attributes: machines ranking higher
     /// are taken first (then the fastest); `None` for speed alone.
     pub rank: Option<String>,
-}
-
-/// Finds a place for minimum slot `u` (Kuhn's augmenting paths).
-fn augment(u: usize, adj: &[Vec<usize>], seen: &mut [bool], owner: &mut [Option<usize>]) -> bool {
-    for &c in &adj[u] {
-        if seen[c] {
-            continue;
-        }
-        seen[c] = true;
-        if owner[c].is_none_or(|o| augment(o, adj, seen, owner)) {
-            owner[c] = Some(u);
-            return true;
-        }
-    }
-    false
-}
-
-/// A matching of every place to a distinct candidate, or `None`.
-fn match_all(adj: &[Vec<usize>], candidates: usize) -> Option<Vec<usize>> {
-    let mut owner: Vec<Option<usize>> = vec![None; candidates];
-    for u in 0..adj.len() {
-        let mut seen = vec![false; candidates];
-        if !augment(u, adj, &mut seen, &mut owner) {
-            return None;
-        }
-    }
-    let mut placed = vec![0; adj.len()];
-    for (c, o) in owner.iter().enumerate() {
-        if let Some(u) = o {
-            placed[*u] = c;
-        }
-    }
-    Some(placed)
 }
 
 impl Allocator {

@@ -323,3 +323,35 @@ fn a_machine_count_above_the_limit_is_refused_by_the_allocator_too() {
     );
     assert!(!s.a.has_job(J1));
 }
+
+#[test]
+fn outstanding_requests_of_a_job_are_capped_and_ids_checked_in_constant_time() {
+    use carmi_api::limits::MAX_OUTSTANDING_PER_JOB;
+    let mut s = Sim::new();
+    pool(&mut s, 1);
+    s.job_with_class(J1, "w", "Arch == \"NONE\"");
+    // Driven without the per-step invariant walk (itself linear in the
+    // subscriptions): before the index, the reuse check alone made this loop
+    // quadratic, some 5e9 comparisons.
+    for i in 0..MAX_OUTSTANDING_PER_JOB as u64 - 1 {
+        s.a.add_notify(J1, r(J1, i), "w");
+    }
+    s.a.add_hosts(J1, r(J1, u64::MAX - 1), "w", 1, 1);
+    s.a.take_effects();
+    s.a.sanity_check();
+    s.step(|a| a.add_notify(J1, r(J1, u64::MAX), "w"));
+    let msg = s.expect_failed(r(J1, u64::MAX), FailureCode::Invalid);
+    assert_eq!(
+        msg,
+        "outstanding requests of the job: 100001 requests is above the limit of 100000 requests; cancel some (CancelRequest) first"
+    );
+    // A reused id is still refused, and cancelling makes room.
+    s.step(|a| a.cancel(J1, r(J1, u64::MAX - 2), carmi_api::ids::RequestId(5)));
+    s.expect_failed(r(J1, 5), FailureCode::Cancelled);
+    s.expect_done(r(J1, u64::MAX - 2));
+    s.step(|a| a.add_notify(J1, r(J1, 6), "w"));
+    s.expect_failed(r(J1, 6), FailureCode::Invalid);
+    s.step(|a| a.add_notify(J1, r(J1, u64::MAX), "w"));
+    s.expect_done(r(J1, u64::MAX));
+    s.quiet();
+}

@@ -204,6 +204,7 @@ impl Allocator {
             classes: BTreeMap::new(),
             hosts: BTreeMap::new(),
             subs: Vec::new(),
+            sub_reqs: Default::default(),
             seq,
             limits: BTreeMap::new(),
             ranks: BTreeMap::new(),
@@ -259,7 +260,7 @@ impl Allocator {
             freed.extend(self.remove_pending(seq).partial);
         }
         for j in self.jobs.values_mut() {
-            j.subs.retain(|s| s.req.process != process);
+            j.retain_subs(|s| s.req.process != process);
         }
         self.offer_all(freed);
     }

@@ -144,9 +144,10 @@ impl Router {
             state: phase.name().to_string(),
             executable: sub.map(|s| s.executable.name.clone()).unwrap_or_default(),
             master: sub.and_then(|s| s.master),
-            note: (phase == Phase::Waiting)
-                .then(|| self.impossible(job, online))
-                .flatten(),
+            note: match phase {
+                Phase::Waiting => self.impossible(job, online),
+                _ => sub.and_then(|s| self.master_unsent(s)),
+            },
             classes: self.alloc.class_status(job),
         }
     }
@@ -162,6 +163,14 @@ impl Router {
             .sum();
         (need > online as u64)
             .then(|| format!("needs {need} machines at once; the pool has {online} slots online"))
+    }
+
+    /// Why a started job's master is not running yet: its machine is away,
+    /// so `SpawnMaster` waits for it (while the job holds its hosts).
+    fn master_unsent(&self, sub: &Submitted) -> Option<String> {
+        let p = sub.master?;
+        (!self.sent_masters.contains(&p) && self.ready_link(&sub.machine).is_none())
+            .then(|| format!("the master waits for machine `{}` to connect", sub.machine))
     }
 
     /// The ids an attaching process declares (chosen by the application):
@@ -374,6 +383,12 @@ impl Router {
                 Record::Submitted { job, request } => {
                     self.next_job = self.next_job.max(job.0 + 1);
                     let req = *request;
+                    // A journal written before the limits may hold a job the
+                    // door would refuse now: it is dropped, not run.
+                    if let Err(f) = limits::check_submit(&req) {
+                        warn!(job = %job, "journal: the job is above a limit and is dropped: {}", f.message);
+                        continue;
+                    }
                     let limits = class_limits(&req.spec);
                     if let Err(f) = self.alloc.submit_job(job, &req.owner, &limits) {
                         warn!(job = %job, "journal: cannot recover the job: {}", f.message);

@@ -226,6 +226,17 @@ fn a_master_waits_for_its_machine_and_ends_with_it() {
     }));
     let (sends, _) = step(&mut r, |r| r.on_message(ADMIN, submit, Duration::ZERO));
     assert_eq!(sends, [(ADMIN, FromGlobal::Submitted { job: JobId(1) })]);
+    // `carmi q` says what it waits for.
+    let (sends, _) = step(&mut r, |r| {
+        r.on_message(ADMIN, ToGlobal::Queue, Duration::ZERO)
+    });
+    match &sends[..] {
+        [(ADMIN, FromGlobal::Queue(jobs))] => assert_eq!(
+            jobs[0].note.as_deref(),
+            Some("the master waits for machine `m0` to connect")
+        ),
+        other => panic!("{other:?}"),
+    }
     // Back: the master goes out right after the registration.
     let (sends, _) = advertise(&mut r, LinkId(3), "m0", vec![]);
     assert!(
@@ -583,5 +594,25 @@ fn a_machine_name_above_the_limit_is_refused_with_the_limit() {
         }
         other => panic!("{other:?}"),
     }
+    r.sanity_check();
+}
+
+#[test]
+fn a_journaled_job_above_a_limit_is_dropped_on_replay() {
+    let mut spec = carmi_api::submit::parse("j", "executable = master\nqueue\n").unwrap();
+    spec.arguments = vec!["x".repeat(carmi_api::limits::MAX_ARG_BYTES + 1)];
+    let request = Box::new(SubmitRequest {
+        owner: "old".into(),
+        machine: "m0".into(),
+        executable: exe("master"),
+        spec,
+        submitted_unix: 0,
+    });
+    let mut r = Router::new(RouterConfig::default());
+    r.recover(vec![Record::Submitted {
+        job: JobId(4),
+        request,
+    }]);
+    assert!(!r.allocator().has_job(JobId(4)));
     r.sanity_check();
 }
