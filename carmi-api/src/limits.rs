@@ -45,8 +45,15 @@ pub const MAX_NAME_BYTES: usize = 255;
 /// Longest path (executable, output, error, input files), in bytes: Linux's `PATH_MAX` less its NUL.
 pub const MAX_PATH_BYTES: usize = 4_095;
 /// Longest ClassAd expression (requirements, rank, `DefineClass`), in bytes:
-/// every expression is evaluated against every machine.
-pub const MAX_EXPRESSION_BYTES: usize = 65_536;
+/// every expression is evaluated against every machine, in the router's one
+/// task. Real ones are well under 1 KiB.
+pub const MAX_EXPRESSION_BYTES: usize = 16_384;
+/// Most bytes of expressions (requirements and ranks) of all the classes of
+/// one submitted job together: a job's classes are all evaluated against
+/// every machine when it tries to start. 64 classes of 57 KiB expressions on
+/// 100 machines took 2.8 s to schedule (debug build); 64 KiB in all bounds
+/// that to what one 64 KiB expression costs.
+pub const MAX_EXPRESSION_BYTES_PER_JOB: usize = 65_536;
 /// Most `transfer_input_files` of one job (each is copied before the master starts).
 pub const MAX_INPUT_FILES: usize = 1_000;
 /// Largest submit file, in bytes (one `carmi submit` message carries it all).
@@ -271,7 +278,25 @@ pub fn check_spec(spec: &JobSpec) -> Vec<LimitError> {
             format!("{MAX_MINIMUM_PER_JOB} machines per job"),
         ));
     }
+    out.extend(check_expressions_of_job(&spec.classes).err());
     out
+}
+
+/// The requirements and ranks of all of a job's classes together are at most
+/// [`MAX_EXPRESSION_BYTES_PER_JOB`].
+pub fn check_expressions_of_job(classes: &[crate::submit::ClassSpec]) -> Result<(), LimitError> {
+    let total: usize = classes
+        .iter()
+        .map(|c| c.requirements.len() + c.rank.as_ref().map_or(0, String::len))
+        .sum();
+    if total > MAX_EXPRESSION_BYTES_PER_JOB {
+        return Err(over(
+            "requirements and rank of all classes",
+            format!("{total} bytes"),
+            format!("{MAX_EXPRESSION_BYTES_PER_JOB} bytes per job"),
+        ));
+    }
+    Ok(())
 }
 
 fn refuse(errors: Vec<LimitError>) -> Result<(), Failure> {

@@ -122,11 +122,11 @@ fn every_size_of_a_submit_request_is_checked() {
         ),
         (
             Box::new(|r| r.spec.classes[0].requirements = "x".repeat(MAX_EXPRESSION_BYTES + 1)),
-            "class `class0`: requirements: 65537 bytes",
+            "class `class0`: requirements: 16385 bytes",
         ),
         (
             Box::new(|r| r.spec.classes[0].rank = Some("x".repeat(MAX_EXPRESSION_BYTES + 1))),
-            "class `class0`: rank: 65537 bytes",
+            "class `class0`: rank: 16385 bytes",
         ),
         (
             Box::new(|r| r.spec.classes[0].name = "x".repeat(300)),
@@ -183,7 +183,7 @@ fn application_requests_are_checked() {
                 expression: "x".repeat(MAX_EXPRESSION_BYTES + 1),
                 rank: None,
             },
-            "DefineClass expression: 65537 bytes",
+            "DefineClass expression: 16385 bytes",
         ),
         (
             Request::ExcludeHosts {

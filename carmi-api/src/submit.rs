@@ -506,6 +506,9 @@ pub fn parse(file: &str, text: &str) -> Result<JobSpec, SubmitErrors> {
         };
         err(line, e.to_string());
     }
+    if let Err(e) = limits::check_expressions_of_job(&classes) {
+        err(classes.last().map_or(0, |c| c.line), e.to_string());
+    }
     let minimum: u64 = classes.iter().map(|c| u64::from(c.min)).sum();
     if minimum > limits::MAX_MINIMUM_PER_JOB {
         let e = LimitError {

@@ -254,12 +254,12 @@ fn environment_paths_and_expressions_have_limits() {
     assert!(reason.starts_with("output: 5000 bytes"), "{reason}");
     let (line, reason) = one_error(&format!(
         "executable = m\nrequirements = {}\nqueue\n",
-        "1+".repeat(40_000) + "1"
+        "1+".repeat(10_000) + "1"
     ));
     assert_eq!(line, 2);
     assert_eq!(
         reason,
-        "requirements: 80001 bytes is above the limit of 65536 bytes"
+        "requirements: 20001 bytes is above the limit of 16384 bytes"
     );
     let (_, reason) = one_error(&format!(
         "executable = m\nclass_name = {}\nqueue\n",
@@ -304,4 +304,19 @@ fn a_file_above_the_size_limit_is_refused_whole_and_mistakes_are_capped() {
     let es = errors(&"nonsense\n".repeat(100_000));
     assert_eq!(es.len(), 51);
     assert_eq!(es[50], (0, "and 99952 more mistakes".to_string()));
+}
+
+#[test]
+fn expressions_of_all_classes_together_have_a_limit() {
+    // A wide list: one level deep, 8,003 bytes.
+    let class = format!("requirements = {{{}1}}\nqueue\n", "1,".repeat(4_000));
+    let text = format!("executable = m\n{}", class.repeat(9));
+    let (line, reason) = one_error(&text);
+    // The line of the last `queue`.
+    assert_eq!(line, 19);
+    assert_eq!(
+        reason,
+        "requirements and rank of all classes: 72027 bytes is above the limit of 65536 bytes per job"
+    );
+    assert!(parse("j", &format!("executable = m\n{}", class.repeat(8))).is_ok());
 }

@@ -231,6 +231,21 @@ async fn a_ten_megabyte_arguments_line_is_refused_at_submit() {
         }
         other => panic!("accepted: {other:?}"),
     }
+    // A file above the submit-file limit is refused before it is read.
+    let body = format!(
+        "# {}\nexecutable = master.sh\nqueue\n",
+        "x".repeat(17 << 20)
+    );
+    let file = write_job(&pool.dir, "huge-file.sub", MASTER.as_bytes(), &body);
+    let out = carmi(&pool).arg("submit").arg(&file).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "huge-file.sub: the file: 17825824 bytes is above the limit of 16777216 bytes"
+        ),
+        "{err}"
+    );
     assert!(queue_is_empty(&pool));
     status_works(&pool);
 }

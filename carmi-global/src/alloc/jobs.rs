@@ -399,19 +399,29 @@ impl Allocator {
         if self.minimum(job) > self.slots.len() as u64 {
             return false;
         }
-        let places: Vec<String> = self.jobs[&job]
-            .limits
-            .iter()
-            .flat_map(|(c, &(min, _))| std::iter::repeat_n(c.clone(), min as usize))
-            .collect();
+        // One candidate list per class; each minimum place names its class.
+        let (classes, class_of): (Vec<String>, Vec<usize>) = {
+            let needed: Vec<(String, u32)> = self.jobs[&job]
+                .limits
+                .iter()
+                .filter(|&(_, &(min, _))| min > 0)
+                .map(|(c, &(min, _))| (c.clone(), min))
+                .collect();
+            let class_of = needed
+                .iter()
+                .enumerate()
+                .flat_map(|(k, &(_, min))| std::iter::repeat_n(k, min as usize))
+                .collect();
+            (needed.into_iter().map(|(c, _)| c).collect(), class_of)
+        };
         let mut cands: Vec<HostId> = match backfill {
             Some(free) => free.to_vec(),
             None => self.idle.iter().map(|&(_, h)| h).collect(),
         };
         let n_idle = cands.len();
         let adj_for = |a: &mut Allocator, cands: &[HostId]| -> Vec<Vec<usize>> {
-            let mut adj = Vec::with_capacity(places.len());
-            for class in &places {
+            let mut adj = Vec::with_capacity(classes.len());
+            for class in &classes {
                 let mut list: Vec<(f64, usize)> = Vec::new();
                 for (i, &h) in cands.iter().enumerate() {
                     let m = a.get_slot(h).machine;
@@ -427,7 +437,7 @@ impl Allocator {
             adj
         };
         let adj = adj_for(self, &cands);
-        let placed = match match_all(&adj, cands.len()) {
+        let placed = match match_all(&adj, &class_of, cands.len()) {
             Some(p) => p,
             None if backfill.is_some() => return false,
             None => {
@@ -436,21 +446,21 @@ impl Allocator {
                     return false;
                 }
                 let adj = adj_for(self, &cands);
-                match match_all(&adj, cands.len()) {
+                match match_all(&adj, &class_of, cands.len()) {
                     Some(p) => p,
                     None => return false,
                 }
             }
         };
-        for (i, class) in places.iter().enumerate() {
+        for (i, &k) in class_of.iter().enumerate() {
             let host = cands[placed[i]];
             if placed[i] >= n_idle {
                 self.release(host, ReleaseCause::Preempted);
             }
-            self.give(job, class, host, false);
+            self.give(job, &classes[k], host, false);
         }
         self.jobs.get_mut(&job).expect("waiting job exists").phase = Phase::Running { grow: false };
-        tracing::info!(job = %job, hosts = places.len(), "job started: its minimums are held");
+        tracing::info!(job = %job, hosts = class_of.len(), "job started: its minimums are held");
         self.effects.push(Effect::JobStarted { job });
         true
     }

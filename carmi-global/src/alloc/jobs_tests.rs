@@ -355,3 +355,25 @@ fn outstanding_requests_of_a_job_are_capped_and_ids_checked_in_constant_time() {
     s.expect_done(r(J1, u64::MAX));
     s.quiet();
 }
+
+#[test]
+fn classes_defined_at_run_time_are_capped_like_a_submit_files() {
+    use carmi_api::limits::MAX_CLASSES_PER_JOB;
+    let mut s = Sim::new();
+    pool(&mut s, 1);
+    s.step(|a| a.on_job_created(J1, "alice"));
+    for i in 0..MAX_CLASSES_PER_JOB as u64 {
+        s.step(|a| a.define_class(J1, r(J1, i), &format!("c{i}"), "true"));
+        s.expect_done(r(J1, i));
+    }
+    s.step(|a| a.define_class(J1, r(J1, 100), "one-more", "true"));
+    let msg = s.expect_failed(r(J1, 100), FailureCode::Invalid);
+    assert_eq!(
+        msg,
+        "DefineClass: classes of the job: 65 classes is above the limit of 64 classes; redefine or remove one (RemoveClass)"
+    );
+    // Redefining one is not a new class.
+    s.step(|a| a.define_class(J1, r(J1, 101), "c0", "false"));
+    s.expect_done(r(J1, 101));
+    s.quiet();
+}

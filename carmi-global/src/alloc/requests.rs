@@ -331,6 +331,21 @@ impl Allocator {
             let message = "DefineClass needs a class name".to_string();
             return self.fail(job, req, FailureCode::Invalid, message);
         }
+        let classes = &self.jobs[&job].classes;
+        if !classes.contains_key(name) {
+            // Every class is evaluated against the machines it is asked of:
+            // their number is bounded like a submit file's.
+            let max = carmi_api::limits::MAX_CLASSES_PER_JOB;
+            if let Err(e) = carmi_api::limits::check_count(
+                "DefineClass: classes of the job",
+                classes.len() + 1,
+                max,
+                "classes",
+            ) {
+                let message = format!("{e}; redefine or remove one (RemoveClass)");
+                return self.fail(job, req, FailureCode::Invalid, message);
+            }
+        }
         let expr = match classad::parse_expr(expression) {
             Ok(e) => e,
             Err(e) => {
