@@ -35,3 +35,4 @@ pub mod msg;
 pub mod net;
 pub mod stage;
 pub mod submit;
+pub mod submit_condor;

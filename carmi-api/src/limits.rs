@@ -25,6 +25,10 @@ pub const MAX_MACHINES_PER_CLASS: u32 = 100_000;
 /// Most machines a job's minimums may add up to over all its classes: the
 /// allocator places every minimum machine at once when the job starts.
 pub const MAX_MINIMUM_PER_JOB: u64 = MAX_MACHINES_PER_CLASS as u64;
+/// Most custom attributes of one job (`+Name = value` and the like).
+pub const MAX_JOB_ATTRIBUTES: usize = 256;
+/// Most copies of a job one submit file makes (`queue N`).
+pub const MAX_JOBS_PER_SUBMIT: u32 = 10_000;
 /// Most resource classes in one job (each `queue` line, each `DefineClass`
 /// name in one request); every class is matched against every machine.
 pub const MAX_CLASSES_PER_JOB: usize = 64;
@@ -244,6 +248,34 @@ pub fn check_spec(spec: &JobSpec) -> Vec<LimitError> {
         MAX_CLASSES_PER_JOB,
         "classes",
     ));
+    push(check_count(
+        "job attributes",
+        spec.attributes.len(),
+        MAX_JOB_ATTRIBUTES,
+        "attributes",
+    ));
+    for (name, text) in spec.attributes.iter().take(MAX_JOB_ATTRIBUTES) {
+        push(check_len("job attribute name", name, MAX_NAME_BYTES));
+        push(check_len("job attribute value", text, MAX_EXPRESSION_BYTES));
+    }
+    for (key, path) in [("log", &spec.log), ("initialdir", &spec.initial_dir)] {
+        if let Some(p) = path {
+            push(check_len(key, p, MAX_PATH_BYTES));
+        }
+    }
+    push(check_count(
+        "transfer_output_files",
+        spec.transfer_output_files.len(),
+        MAX_INPUT_FILES,
+        "files",
+    ));
+    if !(1..=MAX_JOBS_PER_SUBMIT).contains(&spec.count) {
+        push(Err(LimitError {
+            field: "queue".into(),
+            value: spec.count.to_string(),
+            limit: format!("1 to {MAX_JOBS_PER_SUBMIT} copies of a job"),
+        }));
+    }
     let (mut minimum, mut class_over) = (0u64, false);
     for c in spec.classes.iter().take(MAX_CLASSES_PER_JOB) {
         let name = if c.name.len() > MAX_NAME_BYTES {

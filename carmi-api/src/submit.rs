@@ -12,7 +12,12 @@
 //!   (`NAME=VALUE` pairs separated by `;` or spaces).
 //! - Class keys, reset by every `queue`: `class_name`, `requirements` and
 //!   `rank` (ClassAd expressions), `machine_count` (`N` or `MIN..MAX`).
-//! - Each `queue` closes one resource class; at least one is needed.
+//! - Each `queue` closes one resource class; at least one is needed. A file
+//!   with a single `queue N` describes N copies of the job (one cluster;
+//!   `$(Process)` numbers them).
+//! - The commands of HTCondor's vanilla universe users write every day
+//!   (`universe`, `request_*`, `+Name`, `JobBatchName`, `initialdir`, `log`,
+//!   the file-transfer settings) are read by [`crate::submit_condor`].
 //! - Macros `$(Cluster)` (the job id, also `$(ClusterId)`) and `$(Process)`
 //!   (the process number; 0 for the master, also `$(ProcId)`) may appear in `arguments`,
 //!   `output`, `error` and `environment`; [`JobSpec::expand`] replaces them once
@@ -64,6 +69,26 @@ pub struct JobSpec {
     pub environment: Vec<(String, String)>,
     /// The resource classes, in file order.
     pub classes: Vec<ClassSpec>,
+    /// Job attributes for the job ad (`+Name = value`, `JobBatchName`,
+    /// `RequestCpus`...): `(name, ClassAd expression text)`.
+    #[serde(default)]
+    pub attributes: Vec<(String, String)>,
+    /// `initialdir`: where relative paths start (else the submit file's directory).
+    #[serde(default)]
+    pub initial_dir: Option<String>,
+    /// `log`: the job's event log, as written.
+    #[serde(default)]
+    pub log: Option<String>,
+    /// `transfer_output_files`, as written.
+    #[serde(default)]
+    pub transfer_output_files: Vec<String>,
+    /// `queue N`: how many copies of the job the file describes.
+    #[serde(default = "one")]
+    pub count: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// One mistake in a submit file.
@@ -298,6 +323,8 @@ pub fn parse(file: &str, text: &str) -> Result<JobSpec, SubmitErrors> {
     let mut classes: Vec<ClassSpec> = Vec::new();
     let mut class_keys_seen = false;
     let mut too_many_classes = false;
+    let mut extras = crate::submit_condor::Extras::default();
+    let mut count: Option<(u32, usize)> = None;
     for l in logical_lines(text) {
         let t = l.text.trim();
         if t.is_empty() || t.starts_with('#') {
@@ -305,13 +332,25 @@ pub fn parse(file: &str, text: &str) -> Result<JobSpec, SubmitErrors> {
         }
         if t.eq_ignore_ascii_case("queue") || t.to_ascii_lowercase().starts_with("queue ") {
             let arg = t[5..].trim();
-            if !arg.is_empty() && arg != "1" {
-                err(
-                    l.line,
-                    format!(
-                        "`queue {arg}`: each queue closes one resource class and takes no count; use machine_count"
+            if !arg.is_empty() {
+                match arg.parse::<u32>() {
+                    Ok(n) if (1..=limits::MAX_JOBS_PER_SUBMIT).contains(&n) => {
+                        count = Some((n, l.line))
+                    }
+                    Ok(n) => err(
+                        l.line,
+                        format!(
+                            "`queue {n}`: between 1 and {} copies of a job per submit file",
+                            limits::MAX_JOBS_PER_SUBMIT
+                        ),
                     ),
-                );
+                    Err(_) => err(
+                        l.line,
+                        format!(
+                            "`queue {arg}`: only `queue` and `queue N` are understood here (no `in`, `from` or `matching` lists)"
+                        ),
+                    ),
+                }
             }
             let d = std::mem::take(&mut draft);
             class_keys_seen = false;
@@ -405,19 +444,37 @@ pub fn parse(file: &str, text: &str) -> Result<JobSpec, SubmitErrors> {
             if let Err(e) = result {
                 err(l.line, e);
             }
+        } else if crate::submit_condor::is_condor_key(key) {
+            if let Err(e) = extras.set(key, &value) {
+                err(l.line, e);
+            }
         } else {
             err(
                 l.line,
                 format!(
-                    "unknown key `{}`; job keys: {}; class keys: {}",
+                    "unknown key `{}`; job keys: {}; class keys: {}; HTCondor commands: {}, +Name",
                     key.trim(),
                     JOB_KEYS.join(", "),
-                    CLASS_KEYS.join(", ")
+                    CLASS_KEYS.join(", "),
+                    crate::submit_condor::KEYS.join(", ")
                 ),
             );
         }
     }
     let last_line = text.lines().count();
+    if let Some((n, line)) = count
+        && n > 1
+        && classes.len() > 1
+    {
+        err(
+            line,
+            format!(
+                "`queue {n}` makes {n} copies of a one-class job; this file has {} classes (each `queue` closes one)",
+                classes.len()
+            ),
+        );
+    }
+    extras.apply_requests(&mut classes);
     if classes.is_empty() {
         err(
             last_line.max(1),
@@ -539,11 +596,17 @@ pub fn parse(file: &str, text: &str) -> Result<JobSpec, SubmitErrors> {
         transfer_input_files: transfer,
         environment: env,
         classes,
+        attributes: extras.job_attributes(),
+        initial_dir: extras.initial_dir,
+        log: extras.log,
+        transfer_output_files: extras.transfer_output_files,
+        count: count.map_or(1, |(n, _)| n),
     })
 }
 
-/// Replaces the macros of one value.
-fn expand_one(value: &str, cluster: u64, process: usize) -> String {
+/// Replaces the macros of one value; with no `cluster`, `$(Cluster)` stays.
+fn expand_one(value: &str, cluster: impl Into<Option<u64>>, process: usize) -> String {
+    let cluster = cluster.into();
     let mut out = String::with_capacity(value.len());
     let mut rest = value;
     while let Some(i) = rest.find("$(") {
@@ -551,7 +614,10 @@ fn expand_one(value: &str, cluster: u64, process: usize) -> String {
         let after = &rest[i + 2..];
         let end = after.find(')').unwrap_or(after.len());
         match after[..end].to_ascii_lowercase().as_str() {
-            "cluster" | "clusterid" => out.push_str(&cluster.to_string()),
+            "cluster" | "clusterid" => match cluster {
+                Some(c) => out.push_str(&c.to_string()),
+                None => out.push_str(&format!("$({})", &after[..end])),
+            },
             "process" | "procid" => out.push_str(&process.to_string()),
             other => out.push_str(&format!("$({other})")),
         }
@@ -562,6 +628,25 @@ fn expand_one(value: &str, cluster: u64, process: usize) -> String {
 }
 
 impl JobSpec {
+    /// Copy `process` of a `queue N` file, a job of its own: `$(Process)`
+    /// replaced by `process`, `$(Cluster)` left for the pool to fill.
+    pub fn copy(&self, process: usize) -> JobSpec {
+        let x = |v: &str| expand_one(v, None, process);
+        JobSpec {
+            arguments: self.arguments.iter().map(|a| x(a)).collect(),
+            output: self.output.as_deref().map(x),
+            error: self.error.as_deref().map(x),
+            environment: self
+                .environment
+                .iter()
+                .map(|(k, v)| (k.clone(), x(v)))
+                .collect(),
+            log: self.log.as_deref().map(x),
+            count: 1,
+            ..self.clone()
+        }
+    }
+
     /// The spec with `$(Cluster)` replaced by `cluster` and `$(Process)` by 0
     /// (the master) in its arguments, output, error and environment.
     pub fn expand(&self, cluster: u64) -> JobSpec {

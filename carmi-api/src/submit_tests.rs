@@ -87,9 +87,10 @@ fn defaults_single_count_and_case_insensitive_keys() {
 
 #[test]
 fn unknown_key_is_reported_with_its_line() {
-    let (line, reason) = one_error("executable = m\n\nuniverse = vanilla\nqueue\n");
+    let (line, reason) = one_error("executable = m\n\nnotify_user = me@lab\nqueue\n");
     assert_eq!(line, 3);
-    assert!(reason.contains("unknown key `universe`"), "{reason}");
+    assert!(reason.contains("unknown key `notify_user`"), "{reason}");
+    assert!(reason.contains("HTCondor commands: universe"), "{reason}");
 }
 
 #[test]
@@ -135,13 +136,13 @@ fn missing_executable_and_missing_queue() {
 #[test]
 fn every_mistake_is_reported_in_line_order() {
     let es = errors(
-        "foo = 1\nexecutable = m\nexecutable = n\narguments = $(Nope)\nqueue 3\nbroken line\n",
+        "foo = 1\nexecutable = m\nexecutable = n\narguments = $(Nope)\nqueue 3 in (a b)\nbroken line\n",
     );
     let lines: Vec<usize> = es.iter().map(|e| e.0).collect();
     assert_eq!(lines, [1, 3, 4, 5, 6], "{es:?}");
     assert!(es[1].1.contains("set twice (first on line 2)"));
     assert!(es[2].1.contains("unknown macro `$(Nope)`"));
-    assert!(es[3].1.contains("takes no count"));
+    assert!(es[3].1.contains("only `queue` and `queue N`"));
     assert!(es[4].1.contains("neither `key = value`"));
 }
 
@@ -319,4 +320,66 @@ fn expressions_of_all_classes_together_have_a_limit() {
         "requirements and rank of all classes: 72027 bytes is above the limit of 65536 bytes per job"
     );
     assert!(parse("j", &format!("executable = m\n{}", class.repeat(8))).is_ok());
+}
+
+/// A submit file in the style of the HTCondor manual's examples.
+const CONDOR_STYLE: &str = r#"
+# A vanilla-universe job, as HTCondor users write it.
+universe                = vanilla
+executable              = analyze.sh
+arguments               = $(Cluster) $(Process)
+initialdir              = run
+log                     = analyze.log
+output                  = analyze.$(Process).out
+error                   = analyze.$(Process).err
+should_transfer_files   = YES
+when_to_transfer_output = ON_EXIT
+transfer_input_files    = data.csv
+transfer_output_files   = summary.txt
+request_cpus            = 2
+request_memory          = 1GB
+request_disk            = 100MB
+requirements            = OpSys == "LINUX"
++Department             = "physics"
+JobBatchName            = sweep
+queue 3
+"#;
+
+#[test]
+fn an_htcondor_style_vanilla_job_parses_with_each_command_meant() {
+    let spec = parse("job.sub", CONDOR_STYLE).unwrap();
+    assert_eq!(spec.count, 3);
+    assert_eq!(spec.classes.len(), 1);
+    assert_eq!(
+        spec.classes[0].requirements,
+        "(OpSys == \"LINUX\") && Cpus >= 2 && Memory >= 1024 && Disk >= 102400"
+    );
+    assert_eq!(spec.initial_dir.as_deref(), Some("run"));
+    assert_eq!(spec.log.as_deref(), Some("analyze.log"));
+    assert_eq!(spec.transfer_output_files, ["summary.txt"]);
+    assert_eq!(spec.transfer_input_files, ["data.csv"]);
+    let attrs: Vec<(&str, &str)> = spec
+        .attributes
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+        .collect();
+    assert_eq!(
+        attrs,
+        [
+            ("RequestCpus", "2"),
+            ("RequestMemory", "1024"),
+            ("RequestDisk", "102400"),
+            ("Department", "\"physics\""),
+            ("JobBatchName", "\"sweep\""),
+        ]
+    );
+    // `queue N` copies a one-class job; with several classes it is a mistake.
+    let (line, reason) =
+        one_error("executable = m\nclass_name = a\nqueue\nclass_name = b\nqueue 2\n");
+    assert_eq!(line, 5);
+    assert!(reason.contains("this file has 2 classes"), "{reason}");
+    let (_, reason) = one_error("executable = m\nuniverse = grid\nqueue\n");
+    assert!(reason.contains("only the vanilla universe"), "{reason}");
+    let (_, reason) = one_error("executable = m\nqueue 0\n");
+    assert!(reason.contains("between 1 and 10000"), "{reason}");
 }

@@ -28,6 +28,9 @@ pub struct SubmitArgs {
     /// Print {"job": N} instead of the job id alone
     #[arg(long)]
     json: bool,
+    /// Print the job ads it would queue and queue nothing (or -dry-run)
+    #[arg(long)]
+    dry_run: bool,
 }
 
 /// `carmi q` options.
@@ -107,9 +110,23 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     // file become absolute, as the local RM starts it elsewhere.
     let base_abs = std::path::absolute(base)
         .with_context(|| format!("cannot resolve the directory of {display}"))?;
-    let abs = |p: &str| base_abs.join(p).to_string_lossy().into_owned();
+    // `initialdir` moves where the job's files are, not where its executable is.
+    let io_base = match &spec.initial_dir {
+        Some(d) => base_abs.join(d),
+        None => base_abs.clone(),
+    };
+    if !io_base.is_dir() {
+        anyhow::bail!(
+            "{display}: initialdir: {} is not a directory",
+            io_base.display()
+        );
+    }
+    let abs = |p: &str| io_base.join(p).to_string_lossy().into_owned();
     spec.output = spec.output.as_deref().map(abs);
     spec.error = spec.error.as_deref().map(abs);
+    spec.log = spec.log.as_deref().map(abs);
+    spec.initial_dir = Some(io_base.to_string_lossy().into_owned());
+    crate::dryrun::warn_unbuilt(&display, &spec);
     for f in &mut spec.transfer_input_files {
         let path = abs(f);
         if !Path::new(&path).is_file() {
@@ -147,23 +164,50 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     let submitted_unix = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
+    let copies: Vec<_> = (0..spec.count as usize).map(|p| spec.copy(p)).collect();
+    if args.dry_run {
+        return print(&crate::dryrun::job_ads(
+            &copies,
+            &owner,
+            &machine,
+            &executable,
+        ));
+    }
     let (pool, secret) = connect(&args.pool)?;
-    let msg = ToGlobal::Submit(Box::new(SubmitRequest {
-        owner,
-        machine,
-        executable: executable.clone(),
-        spec,
-        submitted_unix,
-    }));
-    let answer = crate::block_on(async {
-        Ok(request(&pool, &secret, Some((&executable, &bytes)), msg).await?)
-    })?;
-    match answer {
-        FromGlobal::Submitted { job } if args.json => {
-            print(&format!("{}\n", serde_json::json!({ "job": job.0 })))
+    let mut jobs = Vec::new();
+    for (i, copy) in copies.into_iter().enumerate() {
+        let msg = ToGlobal::Submit(Box::new(SubmitRequest {
+            owner: owner.clone(),
+            machine: machine.clone(),
+            executable: executable.clone(),
+            spec: copy,
+            submitted_unix,
+        }));
+        // The executable travels once; the global RM keeps it for the copies.
+        let upload = (i == 0).then_some((&executable, bytes.as_slice()));
+        let answer = crate::block_on(async { Ok(request(&pool, &secret, upload, msg).await?) })?;
+        match answer {
+            FromGlobal::Submitted { job } => jobs.push(job.0),
+            other if jobs.is_empty() => return Err(failed(other, &format!("submit of {display}"))),
+            other => {
+                print(&ids_text(&jobs, args.json))?;
+                return Err(failed(
+                    other,
+                    &format!("submit of {display}, copy {i} (copies before it were queued)"),
+                ));
+            }
         }
-        FromGlobal::Submitted { job } => print(&format!("{}\n", job.0)),
-        other => Err(failed(other, &format!("submit of {display}"))),
+    }
+    print(&ids_text(&jobs, args.json))
+}
+
+/// The queued job ids: one a line, or `{"job": FIRST, "jobs": [...]}`.
+fn ids_text(jobs: &[u64], json: bool) -> String {
+    if json {
+        let first = jobs.first().copied().unwrap_or_default();
+        format!("{}\n", serde_json::json!({ "job": first, "jobs": jobs }))
+    } else {
+        jobs.iter().map(|j| format!("{j}\n")).collect()
     }
 }
 

@@ -12,6 +12,7 @@
 //! - `wait`: `carmi wait JOB`, exiting with the job's exit status.
 
 mod config;
+mod dryrun;
 mod embedded;
 mod history;
 mod jobs;

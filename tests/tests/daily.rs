@@ -114,3 +114,81 @@ fn wait_exits_with_the_jobs_exit_status() {
         text(&out.stderr)
     );
 }
+
+/// A submit file in the style of the HTCondor manual's examples.
+const CONDOR_STYLE: &str = "\
+# as an HTCondor user writes it
+universe                = vanilla
+executable              = copy.sh
+arguments               = $(Process)
+output                  = out.$(Process)
+error                   = err.$(Process)
+log                     = copies.log
+should_transfer_files   = YES
+when_to_transfer_output = ON_EXIT
+request_cpus            = 1
+request_memory          = 1MB
++Department             = \"physics\"
+JobBatchName            = sweep
+queue 3
+";
+
+#[test]
+fn an_htcondor_style_submit_file_runs_each_copy() {
+    // The machine takes only physics jobs: the custom attribute must reach
+    // the job ad for any copy to run.
+    let pool = Pool::start(
+        "daily-condor",
+        2,
+        &[vec![
+            "Arch=\"X86_64\"".to_string(),
+            "Requirements=TARGET.Department == \"physics\"".to_string(),
+        ]],
+    );
+    wait_pool(&pool);
+    job(&pool.dir, "copy", "echo \"copy $1\"");
+    let sub = pool.dir.join("condor.sub");
+    std::fs::write(&sub, CONDOR_STYLE).unwrap();
+
+    let out = carmi(&pool)
+        .args(["submit", "-dry-run"])
+        .arg(&sub)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let ads = text(&out.stdout);
+    assert_eq!(ads.matches("Department = \"physics\"").count(), 3, "{ads}");
+    assert!(ads.contains("ProcId = 2"), "{ads}");
+    assert!(
+        ads.contains("Class_class0_Requirements = Cpus >= 1 && Memory >= 1"),
+        "{ads}"
+    );
+    assert!(ads.contains("JobBatchName = \"sweep\""), "{ads}");
+    let q = carmi(&pool).args(["q", "--json"]).output().unwrap();
+    assert_eq!(text(&q.stdout).trim(), "[]", "a dry run queues nothing");
+
+    let out = carmi(&pool).arg("submit").arg(&sub).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out.stderr),
+        pool.logs()
+    );
+    assert!(text(&out.stderr).contains("log: the event log is not written yet"));
+    let ids: Vec<String> = text(&out.stdout).lines().map(String::from).collect();
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    for id in &ids {
+        let out = wait(&pool, &[id, "--timeout", "60"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}\n{}",
+            text(&out.stderr),
+            pool.logs()
+        );
+    }
+    for p in 0..3 {
+        let got = std::fs::read_to_string(pool.dir.join(format!("out.{p}"))).unwrap();
+        assert_eq!(got, format!("copy {p}\n"));
+    }
+}

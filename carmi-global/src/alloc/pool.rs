@@ -212,6 +212,24 @@ impl Allocator {
         });
     }
 
+    /// Adds a submitted job's own attributes (`+Name = value`, `JobBatchName`,
+    /// `RequestCpus`...) to its ad, where machines' `Requirements` and `Rank`
+    /// read them as `TARGET.Name`. `Owner` and `JobId` stay the pool's, and
+    /// an expression that does not parse (the door checked it) is skipped.
+    pub fn set_job_attributes(&mut self, job: JobId, attributes: &[(String, String)]) {
+        let Some(j) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        for (name, text) in attributes {
+            if name.eq_ignore_ascii_case("Owner") || name.eq_ignore_ascii_case("JobId") {
+                continue;
+            }
+            if let Ok(expr) = classad::parse_expr(text) {
+                j.ad.insert(name, expr);
+            }
+        }
+    }
+
     /// A job ended: its pending requests are dropped and its hosts go back to
     /// the pool ([`super::Effect::Released`] with [`ReleaseCause::JobEnded`] for each).
     pub fn on_job_ended(&mut self, job: JobId) {

@@ -94,6 +94,7 @@ impl Router {
         if let Err(f) = self.alloc.submit_job(job, &req.owner, &limits) {
             return self.admin_fail(link, f.code, f.message);
         }
+        self.alloc.set_job_attributes(job, &req.spec.attributes);
         self.next_job += 1;
         info!(job = %job, owner = req.owner, machine = req.machine, "job submitted");
         // On disk before the answer: the driver fsyncs it before sending on.
@@ -394,6 +395,7 @@ impl Router {
                         warn!(job = %job, "journal: cannot recover the job: {}", f.message);
                         continue;
                     }
+                    self.alloc.set_job_attributes(job, &req.spec.attributes);
                     self.submitted.insert(
                         job,
                         Submitted {
