@@ -415,14 +415,15 @@ impl Allocator {
             None => self.idle.iter().map(|&(_, h)| h).collect(),
         };
         let n_idle = cands.len();
-        let adj_for = |a: &mut Allocator, cands: &[HostId]| -> Vec<Vec<usize>> {
+        let adj_for = |a: &mut Allocator, cands: &[HostId], ranked: bool| -> Vec<Vec<usize>> {
             let mut adj = Vec::with_capacity(classes.len());
             for class in &classes {
                 let mut list: Vec<(f64, usize)> = Vec::new();
                 for (i, &h) in cands.iter().enumerate() {
                     let m = a.get_slot(h).machine;
                     if member(&mut a.jobs, &a.machines, job, class, m) {
-                        list.push((a.rank(job, class, h), i));
+                        let rank = if ranked { a.rank(job, class, h) } else { 0.0 };
+                        list.push((rank, i));
                     }
                 }
                 // Augmenting paths try candidates in order: best ranked first,
@@ -432,22 +433,24 @@ impl Allocator {
             }
             adj
         };
-        let adj = adj_for(self, &cands);
-        let placed = match match_all(&adj, &class_of, cands.len()) {
-            Some(p) => p,
-            None if backfill.is_some() => return false,
-            None => {
-                cands.extend(self.surplus_hosts(job));
-                if cands.len() == n_idle {
-                    return false;
-                }
-                let adj = adj_for(self, &cands);
-                match match_all(&adj, &class_of, cands.len()) {
-                    Some(p) => p,
-                    None => return false,
-                }
-            }
+        // Whether the minimums can be met at all depends on membership alone
+        // (cached per machine); ranks, evaluated per candidate, are computed
+        // only once they can, so a waiting job retried after every input
+        // costs no rank evaluation.
+        let fits = |a: &mut Allocator, cands: &[HostId]| {
+            match_all(&adj_for(a, cands, false), &class_of, cands.len()).is_some()
         };
+        if !fits(self, &cands) {
+            if backfill.is_some() {
+                return false;
+            }
+            cands.extend(self.surplus_hosts(job));
+            if cands.len() == n_idle || !fits(self, &cands) {
+                return false;
+            }
+        }
+        let placed = match_all(&adj_for(self, &cands, true), &class_of, cands.len())
+            .expect("the same edges in another order match as well");
         for (i, &k) in class_of.iter().enumerate() {
             let host = cands[placed[i]];
             if placed[i] >= n_idle {
