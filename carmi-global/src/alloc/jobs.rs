@@ -33,7 +33,7 @@
 use std::collections::BTreeMap;
 
 use carmi_api::ids::{HostId, JobId};
-use carmi_api::msg::{ClassAnalysis, ClassStatus, Failure, FailureCode};
+use carmi_api::msg::{ClassStatus, Failure, FailureCode};
 use serde::{Deserialize, Serialize};
 
 use super::matching::match_all;
@@ -244,61 +244,6 @@ impl Allocator {
             .collect()
     }
 
-    /// Why each class of `job` is not (fully) satisfied: every online slot in
-    /// the first category that applies. Evaluates afresh (no caches), as it is
-    /// asked by people, rarely.
-    pub fn analyze(&self, job: JobId) -> Vec<ClassAnalysis> {
-        let Some(j) = self.jobs.get(&job) else {
-            return Vec::new();
-        };
-        let surplus: std::collections::BTreeSet<HostId> =
-            self.surplus_hosts(job).into_iter().collect();
-        self.class_status(job)
-            .into_iter()
-            .map(|status| {
-                let class = &j.classes[&status.name];
-                let mut a = ClassAnalysis {
-                    class: status,
-                    slots: 0,
-                    rejected_by_class: 0,
-                    rejecting_job: 0,
-                    held_by_job: 0,
-                    claimed_by_others: 0,
-                    preemptible: 0,
-                    owner: 0,
-                    idle: 0,
-                };
-                for (i, slot) in self.slots.iter().enumerate() {
-                    if slot.state == SlotState::Offline {
-                        continue;
-                    }
-                    let host = HostId(i as u64 + 1);
-                    a.slots += 1;
-                    let m = &self.machines[slot.machine.0 as usize];
-                    if class.excluded.contains(&slot.machine)
-                        || !m.ad.eval_expr(&class.expr, Some(&j.ad)).is_true()
-                    {
-                        a.rejected_by_class += 1;
-                    } else if m.has_requirements && !classad::matching::accepts(&m.ad, &j.ad) {
-                        a.rejecting_job += 1;
-                    } else {
-                        match &slot.state {
-                            SlotState::Idle => a.idle += 1,
-                            SlotState::Claimed(c) if c.job == job => a.held_by_job += 1,
-                            SlotState::Claimed(_) => {
-                                a.claimed_by_others += 1;
-                                a.preemptible += surplus.contains(&host) as u32;
-                            }
-                            SlotState::Suspended(Some(c)) if c.job == job => a.held_by_job += 1,
-                            _ => a.owner += 1,
-                        }
-                    }
-                }
-                a
-            })
-            .collect()
-    }
-
     /// Starts waiting jobs, grows running ones, evens shares out.
     pub(super) fn schedule(&mut self) {
         // Running jobs are owed their minimums (lost to owners, or after a
@@ -352,7 +297,7 @@ impl Allocator {
 
     /// Hosts running jobs hold above their minimums, latest claimed first
     /// within each class: any subset of them can be taken without breaking a minimum.
-    fn surplus_hosts(&self, except: JobId) -> Vec<HostId> {
+    pub(super) fn surplus_hosts(&self, except: JobId) -> Vec<HostId> {
         let mut out = Vec::new();
         for (&id, j) in &self.jobs {
             if id == except || !matches!(j.phase, Phase::Running { .. }) {
