@@ -616,3 +616,35 @@ fn a_journaled_job_above_a_limit_is_dropped_on_replay() {
     assert!(!r.allocator().has_job(JobId(4)));
     r.sanity_check();
 }
+
+#[test]
+fn arguments_that_outgrow_the_limit_once_the_job_id_is_expanded_are_refused() {
+    let mut r = Router::new(RouterConfig::default());
+    // A long-lived pool: job ids of 16 digits.
+    r.recover(vec![Record::Counters {
+        next_job: 1_000_000_000_000_000,
+        next_process: 1,
+    }]);
+    advertise(&mut r, LinkId(1), "m0", vec![]);
+    r.on_executable_stored(&exe("master"));
+    step(&mut r, |r| {
+        r.on_link_opened(ADMIN, Role::Admin, Duration::ZERO)
+    });
+    // 130,000 bytes as written: within the limit; 208,000 once expanded.
+    let text = format!(
+        "executable = master\narguments = {}\nqueue\n",
+        "$(Cluster)".repeat(13_000)
+    );
+    let spec = carmi_api::submit::parse("j", &text).unwrap();
+    let (sends, records) = step(&mut r, |r| {
+        r.on_message(ADMIN, submit_msg(spec), Duration::ZERO)
+    });
+    assert!(records.is_empty(), "{records:?}");
+    match &sends[..] {
+        [(ADMIN, FromGlobal::AdminFailed(f))] => assert_eq!(
+            f.message,
+            "arguments (argument 1): 208000 bytes is above the limit of 131071 bytes per argument (Linux's MAX_ARG_STRLEN), once $(Cluster) is expanded to 1000000000000000"
+        ),
+        other => panic!("{other:?}"),
+    }
+}
