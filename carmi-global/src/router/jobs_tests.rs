@@ -648,3 +648,57 @@ fn arguments_that_outgrow_the_limit_once_the_job_id_is_expanded_are_refused() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn a_forwarded_request_above_a_limit_is_failed_naming_it() {
+    let mut r = Router::new(RouterConfig::default());
+    let m0 = LinkId(1);
+    advertise(&mut r, m0, "m0", vec![]);
+    let attach = ToGlobal::AppAttach {
+        conn: ConnId(3),
+        job: None,
+        process: None,
+        endpoint: "127.0.0.1:1".into(),
+    };
+    step(&mut r, |r| r.on_message(m0, attach, Duration::ZERO));
+    let forward = |id, body| ToGlobal::Forward {
+        conn: ConnId(3),
+        id: RequestId(id),
+        body,
+    };
+    let define = Request::DefineClass {
+        name: "w".into(),
+        expression: "true".into(),
+        rank: None,
+    };
+    step(&mut r, |r| {
+        r.on_message(m0, forward(1, define), Duration::ZERO)
+    });
+    let add = Request::AddHosts {
+        class: "w".into(),
+        count: u32::MAX,
+        increment: 1,
+    };
+    let (sends, _) = step(&mut r, |r| {
+        r.on_message(m0, forward(2, add), Duration::ZERO)
+    });
+    match &sends[..] {
+        [
+            (
+                _,
+                FromGlobal::Deliver {
+                    event: carmi_api::msg::Event::Failed { request, failure },
+                    ..
+                },
+            ),
+        ] => {
+            assert_eq!(*request, RequestId(2));
+            assert_eq!(
+                failure.message,
+                "AddHosts count: 4294967295 is above the limit of 100000 machines per class"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(r.allocator().pending_requests(), 0);
+}
