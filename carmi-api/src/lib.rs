@@ -25,6 +25,7 @@
 
 pub mod admin;
 pub mod client;
+pub mod coords;
 pub mod exe;
 pub mod frame;
 pub mod handshake;

@@ -769,6 +769,10 @@ pub struct ClassAnalysis {
     pub owner: u32,
     /// Matching slots idle now.
     pub idle: u32,
+    /// For the first few machines whose owners hold matching slots, why:
+    /// `(machine, "START is false: KeyboardIdle > 15 * Minute (KeyboardIdle = 32)")`.
+    #[serde(default)]
+    pub owner_reasons: Vec<(String, String)>,
 }
 
 /// A job's classes explained, for `carmi q -analyze`.

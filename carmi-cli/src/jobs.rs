@@ -13,7 +13,7 @@ use carmi_api::msg::{
 };
 use clap::Args;
 
-use crate::config::{PoolArgs, resolve_env};
+use crate::config::{PoolArgs, Required, resolve_env};
 
 /// `carmi submit` options.
 #[derive(Args)]
@@ -314,6 +314,11 @@ fn class_text(c: &ClassAnalysis, waiting: bool) -> String {
     out.push_str(&format!("  {:>5} slots in the pool:\n", c.slots));
     for (n, what) in rows {
         out.push_str(&format!("  {n:>5} {what}\n"));
+        if what == "taken by their owners" {
+            for (machine, why) in &c.owner_reasons {
+                out.push_str(&format!("          {machine}: {why}\n"));
+            }
+        }
     }
     let usable = c.idle + if waiting { 0 } else { c.held_by_job };
     let verdict = if waiting && c.idle + c.preemptible < s.min {
@@ -437,8 +442,12 @@ mod tests {
                 held_by_job: 1,
                 claimed_by_others: 0,
                 preemptible: 0,
-                owner: 0,
+                owner: 1,
                 idle: 2,
+                owner_reasons: vec![(
+                    "desk7".into(),
+                    "START is false: KeyboardIdle > 900 (KeyboardIdle = 32)".into(),
+                )],
             }],
         }
     }
@@ -449,5 +458,15 @@ mod tests {
         assert!(text.contains("  rank: KFlops * 2"), "{text}");
         let text = analysis_text(&analysis(None));
         assert!(!text.contains("rank:"), "{text}");
+    }
+
+    #[test]
+    fn analyze_says_why_owners_hold_their_machines() {
+        let text = analysis_text(&analysis(None));
+        let owners = text.find("taken by their owners").unwrap();
+        let why = text
+            .find("desk7: START is false: KeyboardIdle > 900 (KeyboardIdle = 32)")
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(why > owners, "{text}");
     }
 }

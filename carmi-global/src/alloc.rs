@@ -59,9 +59,12 @@ mod matching;
 mod pool;
 #[cfg(test)]
 mod rank_tests;
+#[cfg(test)]
+mod register_tests;
 mod requests;
 #[cfg(test)]
 mod tests;
+mod why;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};

@@ -29,6 +29,7 @@ impl Allocator {
                     preemptible: 0,
                     owner: 0,
                     idle: 0,
+                    owner_reasons: Vec::new(),
                 };
                 for (i, slot) in self.slots.iter().enumerate() {
                     if slot.state == SlotState::Offline {
@@ -52,12 +53,26 @@ impl Allocator {
                                 a.preemptible += surplus.contains(&host) as u32;
                             }
                             SlotState::Suspended(Some(c)) if c.job == job => a.held_by_job += 1,
-                            _ => a.owner += 1,
+                            _ => {
+                                a.owner += 1;
+                                explain_owner(&mut a.owner_reasons, m, &j.ad);
+                            }
                         }
                     }
                 }
                 a
             })
             .collect()
+    }
+}
+
+/// Adds why `m`'s owner holds it (its `Start` clause that fails), once per
+/// machine and for the first few only: `-analyze` stays readable on a big pool.
+fn explain_owner(reasons: &mut Vec<(String, String)>, m: &super::Machine, job: &classad::ClassAd) {
+    if reasons.len() >= super::why::MAX_EXPLAINED || reasons.iter().any(|(n, _)| *n == m.name) {
+        return;
+    }
+    if let Some(why) = super::why::start_blocker(&m.ad, job) {
+        reasons.push((m.name.clone(), why));
     }
 }

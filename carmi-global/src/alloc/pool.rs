@@ -13,7 +13,10 @@ use super::{Allocator, Job, Machine, MachineIdx, Phase, ReleaseCause, Slot, Slot
 impl Allocator {
     /// A machine advertised itself with `slots` slots: returns the host id of
     /// each slot, the same ids as before for a known name. A machine that was
-    /// online keeps its claims; its idle slots are offered again under the new ad.
+    /// online keeps its claims; its unclaimed slots (idle, or taken by an
+    /// owner without a job on them) are offered again under the new ad, as a
+    /// local RM that registers anew reports afterwards every slot that is not
+    /// available (a restarted one may have a new owner policy).
     pub fn on_machine_registered(&mut self, name: &str, ad: ClassAd, slots: u32) -> Vec<HostId> {
         let idx = match self.by_name.get(name) {
             Some(&idx) => idx,
@@ -44,7 +47,10 @@ impl Allocator {
         let online_hosts: Vec<HostId> =
             self.machines[idx.0 as usize].hosts[..old_slots as usize].to_vec();
         for &h in &online_hosts {
-            if self.get_slot(h).state == SlotState::Idle {
+            if matches!(
+                self.get_slot(h).state,
+                SlotState::Idle | SlotState::Owner | SlotState::Suspended(None)
+            ) {
                 self.set_state(h, SlotState::Offline);
             }
         }

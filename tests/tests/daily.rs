@@ -1,0 +1,116 @@
+//! End to end, the daily loop of a pool user (issue 20): `carmi wait`
+//! exits with a job's exit status, over a real `carmi-global` and
+//! `carmi-local`, through the `carmi` command as a user types it.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use carmi_tests::{Pool, bin_dir};
+
+fn pool(name: &str) -> Pool {
+    Pool::start(name, 2, &[vec!["Arch=\"X86_64\"".to_string()]])
+}
+
+fn wait_pool(pool: &Pool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !carmi(pool).arg("status").output().unwrap().status.success()
+        || !String::from_utf8_lossy(&carmi(pool).arg("status").output().unwrap().stdout)
+            .contains("2 slots")
+    {
+        assert!(Instant::now() < deadline, "pool not up\n{}", pool.logs());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn carmi(pool: &Pool) -> std::process::Command {
+    let mut cmd = std::process::Command::new(bin_dir().join("carmi"));
+    cmd.env("CARMI_POOL", &pool.global_addr)
+        .env("CARMI_SECRET", &pool.secret_path)
+        .env("CARMI_CONFIG", "/nonexistent/carmi-config.toml")
+        .env("XDG_STATE_HOME", "/nonexistent/carmi-state")
+        .env("CARMI_MACHINE", "m0");
+    cmd
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Writes `<name>.sh` with `script` and `<name>.sub` running it; returns the submit file.
+fn job(dir: &Path, name: &str, script: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let exe = dir.join(format!("{name}.sh"));
+    std::fs::write(&exe, format!("#!/bin/sh\n{script}\n")).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let sub = dir.join(format!("{name}.sub"));
+    std::fs::write(&sub, format!("executable = {name}.sh\nqueue\n")).unwrap();
+    sub
+}
+
+fn submit(pool: &Pool, sub: &Path) -> String {
+    let out = carmi(pool).arg("submit").arg(sub).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out.stderr),
+        pool.logs()
+    );
+    let id = text(&out.stdout);
+    id.split_whitespace()
+        .find_map(|w| {
+            let w = w.trim_start_matches('j').trim_end_matches('.');
+            w.parse::<u64>().ok().map(|n| n.to_string())
+        })
+        .unwrap_or_else(|| panic!("no job id in {id:?}"))
+}
+
+fn wait(pool: &Pool, args: &[&str]) -> Output {
+    carmi(pool).arg("wait").args(args).output().unwrap()
+}
+
+#[test]
+fn wait_exits_with_the_jobs_exit_status() {
+    let pool = pool("daily-wait");
+    wait_pool(&pool);
+    let three = submit(&pool, &job(&pool.dir, "three", "sleep 0.3; exit 3"));
+    let out = wait(&pool, &[&three]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}\n{}",
+        text(&out.stderr),
+        pool.logs()
+    );
+
+    let killed = submit(&pool, &job(&pool.dir, "killed", "kill -TERM $$"));
+    let out = wait(&pool, &[&killed]);
+    assert_eq!(out.status.code(), Some(128 + 15), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("signal 15"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // Still running when the timeout passes; then removed.
+    let long = submit(&pool, &job(&pool.dir, "long", "sleep 60"));
+    let out = wait(&pool, &[&long, "--timeout", "0.5"]);
+    assert_eq!(out.status.code(), Some(124), "{}", text(&out.stderr));
+    let out = carmi(&pool).args(["rm", &long]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = wait(&pool, &[&long]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("removed"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let out = wait(&pool, &["9999"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("job 9999 is neither queued"),
+        "{}",
+        text(&out.stderr)
+    );
+}
