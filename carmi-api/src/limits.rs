@@ -1,5 +1,5 @@
 //! Limits on every number and size a client sends: submit files, admin
-//! requests, application requests and machine advertisements. Each is
+//! requests, application requests, attach ids and machine names. Each is
 //! checked where the message arrives, before any work depends on it, and a
 //! value above its limit is refused with a [`LimitError`] naming the field,
 //! the value and the limit (e.g. "machine_count: 4294967295 is above the
@@ -29,8 +29,9 @@ pub const MAX_MINIMUM_PER_JOB: u64 = MAX_MACHINES_PER_CLASS as u64;
 pub const MAX_JOB_ATTRIBUTES: usize = 256;
 /// Most copies of a job one submit file makes (`queue N`).
 pub const MAX_JOBS_PER_SUBMIT: u32 = 10_000;
-/// Most resource classes in one job (each `queue` line, each `DefineClass`
-/// name in one request); every class is matched against every machine.
+/// Most resource classes in one job (each `queue` line of a submit file,
+/// each class defined at run time with `DefineClass`); every class is
+/// matched against every machine.
 pub const MAX_CLASSES_PER_JOB: usize = 64;
 /// Longest single argument or environment entry, in bytes: Linux refuses a
 /// string longer than `MAX_ARG_STRLEN` (32 pages, 131072 bytes with its NUL)
@@ -75,8 +76,6 @@ pub const MAX_OUTSTANDING_PER_JOB: usize = 100_000;
 /// Most slots one machine may advertise: the global RM keeps an entry per
 /// slot (its default `RouterConfig::max_slots`).
 pub const MAX_SLOTS_PER_MACHINE: u32 = 1_024;
-/// Longest `host:port` endpoint, in bytes.
-pub const MAX_ENDPOINT_BYTES: usize = 300;
 /// Largest job or process id a client may name (2^53, the largest integer
 /// every JSON reader keeps exact): ids are counters, and adopting one near
 /// `u64::MAX` would move the counter to its end, where the next id overflows.

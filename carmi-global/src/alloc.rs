@@ -43,8 +43,10 @@
 //! - `check`: pool status and [`Allocator::sanity_check`].
 //! - `jobs`: submitted jobs: the queue, all-or-nothing start at the minimums,
 //!   fair growth towards the maxima, `carmi q` and `-analyze`.
+//! - `analyze`: `carmi q -analyze`, every online slot of a class in the first category that applies.
 //! - `matching`: the matching of a job's minimum places to slots (augmenting paths).
 
+mod analyze;
 mod check;
 mod effect;
 mod engine;

@@ -33,7 +33,7 @@
 use std::collections::BTreeMap;
 
 use carmi_api::ids::{HostId, JobId};
-use carmi_api::msg::{ClassAnalysis, ClassStatus, Failure, FailureCode};
+use carmi_api::msg::{ClassStatus, Failure, FailureCode};
 use serde::{Deserialize, Serialize};
 
 use super::matching::match_all;
@@ -244,65 +244,6 @@ impl Allocator {
             .collect()
     }
 
-    /// Why each class of `job` is not (fully) satisfied: every online slot in
-    /// the first category that applies. Evaluates afresh (no caches), as it is
-    /// asked by people, rarely.
-    pub fn analyze(&self, job: JobId) -> Vec<ClassAnalysis> {
-        let Some(j) = self.jobs.get(&job) else {
-            return Vec::new();
-        };
-        let surplus: std::collections::BTreeSet<HostId> =
-            self.surplus_hosts(job).into_iter().collect();
-        self.class_status(job)
-            .into_iter()
-            .map(|status| {
-                let class = &j.classes[&status.name];
-                let mut a = ClassAnalysis {
-                    class: status,
-                    slots: 0,
-                    rejected_by_class: 0,
-                    rejecting_job: 0,
-                    held_by_job: 0,
-                    claimed_by_others: 0,
-                    preemptible: 0,
-                    owner: 0,
-                    idle: 0,
-                    owner_reasons: Vec::new(),
-                };
-                for (i, slot) in self.slots.iter().enumerate() {
-                    if slot.state == SlotState::Offline {
-                        continue;
-                    }
-                    let host = HostId(i as u64 + 1);
-                    a.slots += 1;
-                    let m = &self.machines[slot.machine.0 as usize];
-                    if class.excluded.contains(&slot.machine)
-                        || !m.ad.eval_expr(&class.expr, Some(&j.ad)).is_true()
-                    {
-                        a.rejected_by_class += 1;
-                    } else if m.has_requirements && !classad::matching::accepts(&m.ad, &j.ad) {
-                        a.rejecting_job += 1;
-                    } else {
-                        match &slot.state {
-                            SlotState::Idle => a.idle += 1,
-                            SlotState::Claimed(c) if c.job == job => a.held_by_job += 1,
-                            SlotState::Claimed(_) => {
-                                a.claimed_by_others += 1;
-                                a.preemptible += surplus.contains(&host) as u32;
-                            }
-                            SlotState::Suspended(Some(c)) if c.job == job => a.held_by_job += 1,
-                            _ => {
-                                a.owner += 1;
-                                explain_owner(&mut a.owner_reasons, m, &j.ad);
-                            }
-                        }
-                    }
-                }
-                a
-            })
-            .collect()
-    }
-
     /// Starts waiting jobs, grows running ones, evens shares out.
     pub(super) fn schedule(&mut self) {
         // Running jobs are owed their minimums (lost to owners, or after a
@@ -356,7 +297,7 @@ impl Allocator {
 
     /// Hosts running jobs hold above their minimums, latest claimed first
     /// within each class: any subset of them can be taken without breaking a minimum.
-    fn surplus_hosts(&self, except: JobId) -> Vec<HostId> {
+    pub(super) fn surplus_hosts(&self, except: JobId) -> Vec<HostId> {
         let mut out = Vec::new();
         for (&id, j) in &self.jobs {
             if id == except || !matches!(j.phase, Phase::Running { .. }) {
@@ -419,14 +360,15 @@ impl Allocator {
             None => self.idle.iter().map(|&(_, h)| h).collect(),
         };
         let n_idle = cands.len();
-        let adj_for = |a: &mut Allocator, cands: &[HostId]| -> Vec<Vec<usize>> {
+        let adj_for = |a: &mut Allocator, cands: &[HostId], ranked: bool| -> Vec<Vec<usize>> {
             let mut adj = Vec::with_capacity(classes.len());
             for class in &classes {
                 let mut list: Vec<(f64, usize)> = Vec::new();
                 for (i, &h) in cands.iter().enumerate() {
                     let m = a.get_slot(h).machine;
                     if member(&mut a.jobs, &a.machines, job, class, m) {
-                        list.push((a.rank(job, class, h), i));
+                        let rank = if ranked { a.rank(job, class, h) } else { 0.0 };
+                        list.push((rank, i));
                     }
                 }
                 // Augmenting paths try candidates in order: best ranked first,
@@ -436,22 +378,24 @@ impl Allocator {
             }
             adj
         };
-        let adj = adj_for(self, &cands);
-        let placed = match match_all(&adj, &class_of, cands.len()) {
-            Some(p) => p,
-            None if backfill.is_some() => return false,
-            None => {
-                cands.extend(self.surplus_hosts(job));
-                if cands.len() == n_idle {
-                    return false;
-                }
-                let adj = adj_for(self, &cands);
-                match match_all(&adj, &class_of, cands.len()) {
-                    Some(p) => p,
-                    None => return false,
-                }
-            }
+        // Whether the minimums can be met at all depends on membership alone
+        // (cached per machine); ranks, evaluated per candidate, are computed
+        // only once they can, so a waiting job retried after every input
+        // costs no rank evaluation.
+        let fits = |a: &mut Allocator, cands: &[HostId]| {
+            match_all(&adj_for(a, cands, false), &class_of, cands.len()).is_some()
         };
+        if !fits(self, &cands) {
+            if backfill.is_some() {
+                return false;
+            }
+            cands.extend(self.surplus_hosts(job));
+            if cands.len() == n_idle || !fits(self, &cands) {
+                return false;
+            }
+        }
+        let placed = match_all(&adj_for(self, &cands, true), &class_of, cands.len())
+            .expect("the same edges in another order match as well");
         for (i, &k) in class_of.iter().enumerate() {
             let host = cands[placed[i]];
             if placed[i] >= n_idle {
@@ -712,16 +656,5 @@ impl Allocator {
         }
         self.on_process_spawned(host, process);
         true
-    }
-}
-
-/// Adds why `m`'s owner holds it (its `Start` clause that fails), once per
-/// machine and for the first few only: `-analyze` stays readable on a big pool.
-fn explain_owner(reasons: &mut Vec<(String, String)>, m: &super::Machine, job: &classad::ClassAd) {
-    if reasons.len() >= super::why::MAX_EXPLAINED || reasons.iter().any(|(n, _)| *n == m.name) {
-        return;
-    }
-    if let Some(why) = super::why::start_blocker(&m.ad, job) {
-        reasons.push((m.name.clone(), why));
     }
 }

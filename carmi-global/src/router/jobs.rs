@@ -90,6 +90,14 @@ impl Router {
             return self.admin_fail(link, FailureCode::Unavailable, message);
         }
         let job = JobId(self.next_job);
+        // `$(Cluster)` grows with the job id: what `exec` will be given is
+        // known only now, and is refused here rather than at the master's start.
+        let spec = req.spec.expand(job.0);
+        if let Err(e) = limits::check_command_line("arguments", &spec.arguments, &spec.environment)
+        {
+            let message = format!("{e}, once $(Cluster) is expanded to {}", job.0);
+            return self.admin_fail(link, FailureCode::Invalid, message);
+        }
         let limits = class_limits(&req.spec);
         if let Err(f) = self.alloc.submit_job(job, &req.owner, &limits) {
             return self.admin_fail(link, f.code, f.message);
@@ -108,7 +116,7 @@ impl Router {
                 owner: req.owner,
                 machine: req.machine,
                 executable: req.executable,
-                spec: req.spec.expand(job.0),
+                spec,
                 submitted_unix: req.submitted_unix,
                 master: None,
             },
