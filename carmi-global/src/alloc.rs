@@ -43,6 +43,8 @@
 //! - `check`: pool status and [`Allocator::sanity_check`].
 //! - `jobs`: submitted jobs: the queue, all-or-nothing start at the minimums,
 //!   fair growth towards the maxima, `carmi q` and `-analyze`.
+//! - `queue`: waiting jobs grouped into clusters of identical requests, so
+//!   that settling the queue costs time per cluster, not per job.
 
 mod check;
 mod effect;
@@ -53,6 +55,9 @@ mod jobs;
 #[cfg(test)]
 mod jobs_tests;
 mod pool;
+mod queue;
+#[cfg(test)]
+mod queue_tests;
 #[cfg(test)]
 mod rank_tests;
 mod requests;
@@ -229,6 +234,13 @@ pub struct Allocator {
     next_seq: u64,
     /// Submitted jobs waiting for their minimums, by submit order.
     queue: BTreeMap<u64, JobId>,
+    /// The same jobs grouped by what they ask for.
+    clusters: queue::Clusters,
+    /// Submitted jobs that started (phase `Running`): growth and fair
+    /// sharing look at these only, however long the queue.
+    running: BTreeSet<JobId>,
+    /// Start attempts so far (see [`Allocator::start_attempts`]).
+    tries: u64,
     next_job_seq: u64,
     /// Set when a slot became idle or a job was submitted: the job queue
     /// must be settled before effects are taken.
@@ -308,6 +320,9 @@ impl Allocator {
             groups: BTreeMap::new(),
             next_seq: 0,
             queue: BTreeMap::new(),
+            clusters: Default::default(),
+            running: BTreeSet::new(),
+            tries: 0,
             next_job_seq: 0,
             dirty: false,
             effects: Vec::new(),

@@ -231,7 +231,12 @@ impl Allocator {
             }
         }
         if let Some(j) = self.jobs.remove(&job) {
-            self.queue.remove(&j.seq);
+            self.running.remove(&job);
+            if j.phase == Phase::Waiting {
+                self.dequeue(job, j.seq);
+                // Slots it kept for its minimums may now serve a job behind it.
+                self.dirty = true;
+            }
         }
         for h in suspended {
             self.set_state(h, SlotState::Suspended(None));
