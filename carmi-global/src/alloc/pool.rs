@@ -233,9 +233,7 @@ impl Allocator {
         if let Some(j) = self.jobs.remove(&job) {
             self.running.remove(&job);
             if j.phase == Phase::Waiting {
-                self.dequeue(job, j.seq);
-                // Slots it kept for its minimums may now serve a job behind it.
-                self.dirty = true;
+                self.drop_waiting(job, j.seq);
             }
         }
         for h in suspended {

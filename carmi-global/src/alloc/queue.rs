@@ -48,7 +48,10 @@ impl Clusters {
         self.of_job.len()
     }
 
-    fn join(&mut self, job: JobId, seq: u64, signature: String) {
+    /// Adds a job at the end of its cluster; true when the cluster is new
+    /// (no identical job waits ahead of it).
+    fn join(&mut self, job: JobId, seq: u64, signature: String) -> bool {
+        let fresh = !self.by_signature.contains_key(&signature);
         let id = match self.by_signature.get(&signature) {
             Some(&id) => id,
             None => {
@@ -65,6 +68,14 @@ impl Clusters {
             .1
             .insert((seq, job));
         self.of_job.insert(job, id);
+        fresh
+    }
+
+    /// True when `job` (submitted as `seq`) is the first waiting job of its cluster.
+    fn leads(&self, job: JobId, seq: u64) -> bool {
+        self.of(job)
+            .and_then(|id| self.first(id))
+            .is_some_and(|first| first == (seq, job))
     }
 
     fn leave(&mut self, job: JobId, seq: u64) {
@@ -119,14 +130,20 @@ fn signature(job: JobId, owner: &str, classes: &[ClassLimits]) -> String {
 }
 
 impl Allocator {
-    /// Puts a job that was just submitted at the end of the queue.
+    /// Puts a job that was just submitted at the end of the queue. Only a
+    /// job unlike every waiting one needs a settling pass: the queue was
+    /// settled after the last input, so the first job of its cluster could
+    /// not start, and neither can it, behind it.
     pub(super) fn enqueue(&mut self, job: JobId, owner: &str, classes: &[ClassLimits]) {
         let j = self.jobs.get_mut(&job).expect("enqueuing a live job");
         j.phase = Phase::Waiting;
         self.queue.insert(j.seq, job);
-        self.clusters
-            .join(job, j.seq, signature(job, owner, classes));
-        self.dirty = true;
+        if self
+            .clusters
+            .join(job, j.seq, signature(job, owner, classes))
+        {
+            self.dirty = true;
+        }
     }
 
     /// Takes a job off the queue (it started, was recovered running, or ended).
@@ -134,6 +151,17 @@ impl Allocator {
         if self.queue.remove(&seq).is_some() {
             self.clusters.leave(job, seq);
         }
+    }
+
+    /// Takes a waiting job that ended off the queue. Slots it kept for its
+    /// minimums may now serve a job behind it, so the queue is settled
+    /// again, unless an identical job waits ahead of it and keeps the same
+    /// slots (then it was never tried, and removing it changes nothing).
+    pub(super) fn drop_waiting(&mut self, job: JobId, seq: u64) {
+        if self.clusters.leads(job, seq) {
+            self.dirty = true;
+        }
+        self.dequeue(job, seq);
     }
 
     /// Tries the waiting jobs in submit order, skipping those that wait

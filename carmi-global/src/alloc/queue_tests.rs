@@ -56,6 +56,13 @@ fn a_submit_into_a_long_queue_tries_one_job_per_cluster() {
     s.step(|a| a.submit_job(JobId(2000), "bob", &fits)).unwrap();
     assert_eq!(take_started(&mut s), [JobId(2000)]);
     assert_eq!(s.a.waiting_clusters(), 1);
+    // Removing a job with an identical one ahead of it settles nothing;
+    // removing the first of them tries the next one.
+    let before = s.a.start_attempts();
+    s.step(|a| a.on_job_ended(JobId(500)));
+    assert_eq!(s.a.start_attempts(), before);
+    s.step(|a| a.on_job_ended(JobId(1)));
+    assert_eq!(s.a.start_attempts(), before + 1);
     s.quiet();
 }
 
