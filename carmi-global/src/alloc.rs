@@ -45,6 +45,8 @@
 //!   fair growth towards the maxima, `carmi q` and `-analyze`.
 //! - `analyze`: `carmi q -analyze`, every online slot of a class in the first category that applies.
 //! - `matching`: the matching of a job's minimum places to slots (augmenting paths).
+//! - `queue`: waiting jobs grouped into clusters of identical requests, so
+//!   that settling the queue costs time per cluster, not per job.
 
 mod analyze;
 mod check;
@@ -57,6 +59,9 @@ mod jobs;
 mod jobs_tests;
 mod matching;
 mod pool;
+mod queue;
+#[cfg(test)]
+mod queue_tests;
 #[cfg(test)]
 mod rank_tests;
 #[cfg(test)]
@@ -259,6 +264,13 @@ pub struct Allocator {
     next_seq: u64,
     /// Submitted jobs waiting for their minimums, by submit order.
     queue: BTreeMap<u64, JobId>,
+    /// The same jobs grouped by what they ask for.
+    clusters: queue::Clusters,
+    /// Submitted jobs that started (phase `Running`): growth and fair
+    /// sharing look at these only, however long the queue.
+    running: BTreeSet<JobId>,
+    /// Start attempts so far (see [`Allocator::start_attempts`]).
+    tries: u64,
     next_job_seq: u64,
     /// Set when a slot became idle or a job was submitted: the job queue
     /// must be settled before effects are taken.
@@ -338,6 +350,9 @@ impl Allocator {
             groups: BTreeMap::new(),
             next_seq: 0,
             queue: BTreeMap::new(),
+            clusters: Default::default(),
+            running: BTreeSet::new(),
+            tries: 0,
             next_job_seq: 0,
             dirty: false,
             effects: Vec::new(),

@@ -113,6 +113,12 @@ pub struct Live {
     processes: std::collections::BTreeMap<ProcessId, Record>,
     /// The last ended jobs' `History` records, oldest first.
     history: std::collections::VecDeque<Record>,
+    /// The same processes by job, so that a job's end costs time in its
+    /// own processes, not in every live one.
+    by_job: std::collections::BTreeMap<JobId, std::collections::BTreeSet<ProcessId>>,
+    /// Live jobs with a `Started` record: [`Live::len`] is asked after every
+    /// append and must not walk the jobs.
+    started: usize,
     /// Records applied so far (orders machines).
     seq: u64,
 }
@@ -133,18 +139,24 @@ impl Live {
         match r {
             Record::Submitted { job, .. } => {
                 self.next_job = self.next_job.max(job.0 + 1);
-                self.jobs.insert(*job, (r.clone(), None));
+                if let Some((_, Some(_))) = self.jobs.insert(*job, (r.clone(), None)) {
+                    self.started -= 1;
+                }
             }
             Record::Started { job, master } => {
                 self.next_process = self.next_process.max(master.0 + 1);
                 if let Some(j) = self.jobs.get_mut(job) {
+                    self.started += j.1.is_none() as usize;
                     j.1 = Some(r.clone());
                 }
             }
             Record::Ended { job } => {
-                self.jobs.remove(job);
-                self.processes
-                    .retain(|_, p| !matches!(p, Record::Spawned { job: j, .. } if j == job));
+                if let Some((_, Some(_))) = self.jobs.remove(job) {
+                    self.started -= 1;
+                }
+                for p in self.by_job.remove(job).unwrap_or_default() {
+                    self.processes.remove(&p);
+                }
             }
             Record::Machine { name, hosts } => {
                 let seq = self.seq;
@@ -154,12 +166,17 @@ impl Live {
                     .or_insert((seq, Vec::new()));
                 e.1 = hosts.clone();
             }
-            Record::Spawned { process, .. } => {
+            Record::Spawned { process, job, .. } => {
                 self.next_process = self.next_process.max(process.0 + 1);
-                self.processes.insert(*process, r.clone());
+                if let Some(old) = self.processes.insert(*process, r.clone()) {
+                    self.forget_process(*process, &old);
+                }
+                self.by_job.entry(*job).or_default().insert(*process);
             }
             Record::Exited { process } => {
-                self.processes.remove(process);
+                if let Some(old) = self.processes.remove(process) {
+                    self.forget_process(*process, &old);
+                }
             }
             Record::Counters {
                 next_job,
@@ -178,15 +195,24 @@ impl Live {
         }
     }
 
+    /// Drops `process` (whose record was `old`) from its job's set.
+    fn forget_process(&mut self, process: ProcessId, old: &Record) {
+        if let Record::Spawned { job, .. } = old
+            && let Some(set) = self.by_job.get_mut(job)
+        {
+            set.remove(&process);
+            if set.is_empty() {
+                self.by_job.remove(job);
+            }
+        }
+    }
+
     /// How many records [`Live::records`] returns.
     pub fn len(&self) -> usize {
         1 + self.machines.len()
             + self.history.len()
-            + self
-                .jobs
-                .values()
-                .map(|j| 1 + j.1.is_some() as usize)
-                .sum::<usize>()
+            + self.jobs.len()
+            + self.started
             + self.processes.len()
     }
 
@@ -535,6 +561,11 @@ mod tests {
                 process: ProcessId(6),
             },
         ];
+        // The count kept as records are applied agrees with the records, at every step.
+        for n in 0..=records.len() {
+            let live = Live::of(&records[..n]);
+            assert_eq!(live.len(), live.records().len(), "after {n} records");
+        }
         let live = Live::of(&records).records();
         assert_eq!(
             live,

@@ -166,9 +166,7 @@ impl Allocator {
         j.classes = parsed;
         j.limits = limits;
         j.ranks = ranks;
-        j.phase = Phase::Waiting;
-        self.queue.insert(j.seq, job);
-        self.dirty = true;
+        self.enqueue(job, owner, classes);
         Ok(())
     }
 
@@ -189,8 +187,10 @@ impl Allocator {
         if let Some(j) = self.jobs.get_mut(&job)
             && j.phase == Phase::Waiting
         {
-            self.queue.remove(&j.seq);
             j.phase = Phase::Running { grow: true };
+            let seq = j.seq;
+            self.dequeue(job, seq);
+            self.running.insert(job);
             self.dirty = true;
         }
     }
@@ -249,45 +249,13 @@ impl Allocator {
         // Running jobs are owed their minimums (lost to owners, or after a
         // restart) before waiting jobs may start.
         self.grow(true);
-        // Idle slots no job still waiting ahead could use for a minimum:
-        // `None` while every earlier job has started.
-        let mut free: Option<Vec<HostId>> = None;
-        let waiting: Vec<(u64, JobId)> = self.queue.iter().map(|(&s, &j)| (s, j)).collect();
-        let online = self
-            .slots
-            .iter()
-            .filter(|s| s.state != SlotState::Offline)
-            .count() as u64;
-        for (seq, job) in waiting {
-            if free.as_ref().is_some_and(|f| f.is_empty()) {
-                break;
-            }
-            if self.try_start(job, free.as_deref()) {
-                self.queue.remove(&seq);
-                if let Some(f) = &mut free {
-                    f.retain(|&h| matches!(self.get_slot(h).state, SlotState::Idle));
-                }
-                continue;
-            }
-            // A job whose minimums add up to more slots than are online
-            // cannot start now whatever is kept for it: it waits (the pool
-            // may grow) without holding back the jobs behind it, or one
-            // `machine_count` would stop the whole queue.
-            if self.minimum(job) > online {
-                continue;
-            }
-            let mut f = free
-                .take()
-                .unwrap_or_else(|| self.idle.iter().map(|&(_, h)| h).collect());
-            f.retain(|&h| !self.needs_for_minimum(job, h));
-            free = Some(f);
-        }
+        self.start_waiting();
         self.grow(false);
         self.rebalance();
     }
 
     /// The machines `job` needs at once: its minimums added up.
-    fn minimum(&self, job: JobId) -> u64 {
+    pub(super) fn minimum(&self, job: JobId) -> u64 {
         self.jobs[&job]
             .limits
             .values()
@@ -299,8 +267,9 @@ impl Allocator {
     /// within each class: any subset of them can be taken without breaking a minimum.
     pub(super) fn surplus_hosts(&self, except: JobId) -> Vec<HostId> {
         let mut out = Vec::new();
-        for (&id, j) in &self.jobs {
-            if id == except || !matches!(j.phase, Phase::Running { .. }) {
+        for &id in &self.running {
+            let j = &self.jobs[&id];
+            if id == except {
                 continue;
             }
             for (class, &(min, _)) in &j.limits {
@@ -334,7 +303,7 @@ impl Allocator {
     /// behind jobs that could not start (`backfill`), only those idle slots,
     /// which none of them could use for a minimum, are candidates, and
     /// nothing is preempted.
-    fn try_start(&mut self, job: JobId, backfill: Option<&[HostId]>) -> bool {
+    pub(super) fn try_start(&mut self, job: JobId, backfill: Option<&[HostId]>) -> bool {
         // One place is built per minimum machine: never more than the pool
         // has slots, whatever number the job asked for.
         if self.minimum(job) > self.slots.len() as u64 {
@@ -404,6 +373,7 @@ impl Allocator {
             self.give(job, &classes[k], host, false);
         }
         self.jobs.get_mut(&job).expect("waiting job exists").phase = Phase::Running { grow: false };
+        self.running.insert(job);
         tracing::info!(job = %job, hosts = class_of.len(), "job started: its minimums are held");
         self.effects.push(Effect::JobStarted { job });
         true
@@ -459,8 +429,9 @@ impl Allocator {
     /// below their maximums (jobs whose master runs).
     fn hungry(&self, to_min: bool) -> Vec<(u32, u64, JobId, Vec<String>)> {
         let mut out: Vec<_> = self
-            .jobs
+            .running
             .iter()
+            .map(|id| (id, &self.jobs[id]))
             .filter(|(_, j)| match j.phase {
                 Phase::Running { grow } => grow || to_min,
                 _ => false,
@@ -488,7 +459,7 @@ impl Allocator {
     }
 
     /// True when `host` could serve a minimum of `job`.
-    fn needs_for_minimum(&mut self, job: JobId, host: HostId) -> bool {
+    pub(super) fn needs_for_minimum(&mut self, job: JobId, host: HostId) -> bool {
         let m = self.get_slot(host).machine;
         let classes: Vec<String> = self.jobs[&job]
             .limits

@@ -256,7 +256,10 @@ impl Allocator {
             }
         }
         if let Some(j) = self.jobs.remove(&job) {
-            self.queue.remove(&j.seq);
+            self.running.remove(&job);
+            if j.phase == Phase::Waiting {
+                self.drop_waiting(job, j.seq);
+            }
         }
         for h in suspended {
             self.set_state(h, SlotState::Suspended(None));
