@@ -8,11 +8,17 @@
 //! The driver calls one input at a time, each with the current time (time
 //! only moves forward):
 //! - [`Router::on_link_opened`] after a successful handshake,
-//! - [`Router::on_message`] for each decoded frame (except `Upload` and
-//!   `Fetch`, whose bytes the driver stores and serves itself, reporting a
-//!   stored executable with [`Router::on_executable_stored`]),
+//! - [`Router::on_decoded`] for each decoded frame, its ad already checked
+//!   and parsed by [`Decoded::new`] off the router's task (or
+//!   [`Router::on_message`], which does both), except `Upload` and `Fetch`,
+//!   whose bytes the driver stores and serves itself, reporting a stored
+//!   executable with [`Router::on_executable_stored`]. `now` is when the
+//!   frame was received, so a machine's liveness does not depend on how
+//!   soon the router got to its heartbeat,
 //! - [`Router::on_link_closed`] when a connection ends,
-//! - [`Router::on_tick`] when [`Router::next_deadline`] has passed,
+//! - [`Router::on_tick`] when [`Router::next_deadline`] has passed and every
+//!   input received before then has been handed over (a machine is lost for
+//!   its own silence, not because its heartbeats waited in the router's inbox),
 //!
 //! then sends what [`Router::take_outputs`] returns, in order (an
 //! [`Output::Journal`] record is on disk before anything after it goes out),
@@ -37,6 +43,9 @@ use tracing::{debug, info, warn};
 use crate::alloc::{Allocator, Effect, ReleaseCause, ReqRef};
 use crate::procs::{Attachment, Proc, ProcTable};
 
+pub use ads::{Decoded, MAX_AD_ATTRIBUTES, MAX_AD_BYTES, count_attributes};
+
+mod ads;
 mod jobs;
 pub use jobs::HISTORY_LIMIT;
 #[cfg(test)]
@@ -72,6 +81,10 @@ pub struct RouterConfig {
     /// Wall-clock time, seconds since the Unix epoch, at `now == 0`: the
     /// router's clock is monotonic, and `carmi history` shows when jobs ended.
     pub started_unix: u64,
+    /// Most attributes in a machine ad or heartbeat update ([`MAX_AD_ATTRIBUTES`]).
+    pub max_ad_attributes: usize,
+    /// Most bytes of text in a machine ad or heartbeat update ([`MAX_AD_BYTES`]).
+    pub max_ad_bytes: usize,
 }
 
 impl Default for RouterConfig {
@@ -83,6 +96,8 @@ impl Default for RouterConfig {
             started_unix: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
+            max_ad_attributes: MAX_AD_ATTRIBUTES,
+            max_ad_bytes: MAX_AD_BYTES,
         }
     }
 }
@@ -126,6 +141,8 @@ struct Presence {
     suspects: Vec<ProcessId>,
     /// When it will be declared lost; `None` while it is not registered.
     deadline: Option<Duration>,
+    /// Ads of it refused: when one was last logged, and how many since.
+    refusals: Option<(Duration, u64)>,
 }
 
 /// The global RM's decisions. See the module documentation for the call order.
@@ -308,8 +325,17 @@ impl Router {
         }
     }
 
-    /// A decoded message arrived on a connection.
+    /// A decoded message arrived on a connection: [`Router::on_decoded`]
+    /// after parsing its ad here (tests, and drivers that do not mind).
     pub fn on_message(&mut self, link: LinkId, msg: ToGlobal, now: Duration) {
+        let decoded = Decoded::new(msg, &self.config);
+        self.on_decoded(link, decoded, now);
+    }
+
+    /// A message arrived on a connection at `now`, its ad (if any) checked
+    /// and parsed by [`Decoded::new`].
+    pub fn on_decoded(&mut self, link: LinkId, decoded: Decoded, now: Duration) {
+        let Decoded { msg, ad } = decoded;
         self.advance(now);
         let name = match self.links.get(&link) {
             None => return,
@@ -340,10 +366,11 @@ impl Router {
         };
         self.touch(&name);
         match msg {
-            ToGlobal::Advertise { ad, slots, running } => {
-                self.advertise(link, &name, &ad, slots, running)
+            ToGlobal::Advertise { slots, running, .. } => {
+                let ad = ad.unwrap_or_else(|| Err("the machine ad is missing".into()));
+                self.advertise(link, &name, ad, slots, running)
             }
-            ToGlobal::Heartbeat { update } => self.heartbeat(&name, &update),
+            ToGlobal::Heartbeat { .. } => self.heartbeat(link, &name, ad),
             ToGlobal::AppAttach {
                 conn,
                 job,
