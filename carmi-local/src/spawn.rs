@@ -353,8 +353,13 @@ impl Launcher {
                 // The process dies with the local RM (SIGKILLed or crashed),
                 // rather than run on unwatched; what it started is left to
                 // the next run's sweep of the group records.
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0)
-                    == -1
+                if libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    libc::SIGKILL as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                ) == -1
                 {
                     return Err(std::io::Error::last_os_error());
                 }
