@@ -89,6 +89,37 @@ pub enum Record {
     /// `Ended`, and by compactions for the last
     /// [`HISTORY_LIMIT`](crate::router::HISTORY_LIMIT) ended jobs).
     History(Box<JobRecord>),
+    /// A job was created by a process started by hand (not submitted)
+    /// attaching at a machine's local RM: after a restart it keeps its id,
+    /// its root process and its workers.
+    Attached {
+        /// The job.
+        job: JobId,
+        /// The machine the root process attached at (also the job's owner).
+        machine: String,
+        /// The root process: the job ends when it leaves.
+        root: ProcessId,
+    },
+    /// A job defined or redefined a class at run time (`DefineClass`); replayed
+    /// so that its recovered processes find their class again. One that failed
+    /// fails again on replay, changing nothing.
+    ClassDefined {
+        /// The job.
+        job: JobId,
+        /// The class.
+        name: String,
+        /// Its requirements.
+        expression: String,
+        /// Its rank, if any.
+        rank: Option<String>,
+    },
+    /// A job removed a class (`RemoveClass`).
+    ClassRemoved {
+        /// The job.
+        job: JobId,
+        /// The class.
+        name: String,
+    },
     /// Written first by a compaction: ids below these were handed out
     /// before, by records the compaction dropped, and must not be reused.
     Counters {
@@ -109,6 +140,8 @@ pub struct Live {
     machines: std::collections::BTreeMap<String, (u64, Vec<HostId>)>,
     /// Jobs submitted and not ended: their `Submitted` and `Started` records.
     jobs: std::collections::BTreeMap<JobId, (Record, Option<Record>)>,
+    /// Classes defined at run time by live jobs: their last `ClassDefined`.
+    classes: std::collections::BTreeMap<(JobId, String), Record>,
     /// Processes spawned and not exited, by id, with their record.
     processes: std::collections::BTreeMap<ProcessId, Record>,
     /// The last ended jobs' `History` records, oldest first.
@@ -150,6 +183,19 @@ impl Live {
                     j.1 = Some(r.clone());
                 }
             }
+            Record::Attached { job, root, .. } => {
+                self.next_job = self.next_job.max(job.0 + 1);
+                self.next_process = self.next_process.max(root.0 + 1);
+                self.jobs.insert(*job, (r.clone(), None));
+            }
+            Record::ClassDefined { job, name, .. } => {
+                if self.jobs.contains_key(job) {
+                    self.classes.insert((*job, name.clone()), r.clone());
+                }
+            }
+            Record::ClassRemoved { job, name } => {
+                self.classes.remove(&(*job, name.clone()));
+            }
             Record::Ended { job } => {
                 if let Some((_, Some(_))) = self.jobs.remove(job) {
                     self.started -= 1;
@@ -157,6 +203,7 @@ impl Live {
                 for p in self.by_job.remove(job).unwrap_or_default() {
                     self.processes.remove(&p);
                 }
+                self.classes.retain(|(j, _), _| j != job);
             }
             Record::Machine { name, hosts } => {
                 let seq = self.seq;
@@ -213,6 +260,7 @@ impl Live {
             + self.history.len()
             + self.jobs.len()
             + self.started
+            + self.classes.len()
             + self.processes.len()
     }
 
@@ -222,9 +270,10 @@ impl Live {
     }
 
     /// The shortest journal whose replay gives the same state: counters,
-    /// machines (in the order they first appeared), the history, then each live job's
-    /// records, then the live processes (a job's `Submitted` always comes
-    /// before its processes).
+    /// machines (in the order they first appeared), the history, then each
+    /// live job's records, then their run-time classes, then the live
+    /// processes (a job's `Submitted` or `Attached` always comes before its
+    /// classes and processes).
     pub fn records(&self) -> Vec<Record> {
         let mut out = Vec::with_capacity(self.len());
         out.push(Record::Counters {
@@ -246,6 +295,7 @@ impl Live {
             out.push(submitted.clone());
             out.extend(started.clone());
         }
+        out.extend(self.classes.values().cloned());
         out.extend(self.processes.values().cloned());
         out
     }

@@ -46,6 +46,8 @@ use crate::procs::{Attachment, Proc, ProcTable};
 pub use ads::{Decoded, MAX_AD_ATTRIBUTES, MAX_AD_BYTES, count_attributes};
 
 mod ads;
+#[cfg(test)]
+mod hand_tests;
 mod jobs;
 pub use jobs::HISTORY_LIMIT;
 #[cfg(test)]
@@ -169,6 +171,11 @@ pub struct Router {
     /// Processes replayed from the journal whose host is not held again yet:
     /// their job and class, until their machine re-reports them.
     recovered: HashMap<ProcessId, (JobId, String)>,
+    /// Root processes of hand-started jobs replayed from the journal, with
+    /// their job and machine, until they attach again; one that is not back
+    /// by its machine's first heartbeat after registering is gone, and so is
+    /// its job.
+    awaiting_roots: HashMap<ProcessId, (JobId, String)>,
     /// Masters whose `SpawnMaster` went out (the others wait for their machine).
     sent_masters: std::collections::HashSet<ProcessId>,
     /// Jobs that left the queue, for `carmi history`.
@@ -194,6 +201,7 @@ impl Router {
             submitted: HashMap::new(),
             masters: HashMap::new(),
             recovered: HashMap::new(),
+            awaiting_roots: HashMap::new(),
             sent_masters: Default::default(),
             history: Default::default(),
             next_job: 1,
@@ -653,9 +661,17 @@ impl Router {
                 let id = self.procs.fresh_id();
                 self.procs.insert(id, new_proc(j, true));
                 info!(job = %j, machine = name, "new job");
+                // Journaled like a submitted job, so that a restart keeps its id and workers.
+                self.out
+                    .push(Output::Journal(crate::journal::Record::Attached {
+                        job: j,
+                        machine: name.to_string(),
+                        root: id,
+                    }));
                 (j, id)
             }
         };
+        self.awaiting_roots.remove(&process);
         self.procs.attach(process, at, endpoint.clone());
         self.send(link, FromGlobal::Attached { conn, job, process });
         for event in self.parked.remove(&process).unwrap_or_default() {
@@ -694,6 +710,12 @@ impl Router {
     /// The job's first process left: its hosts go back and its processes are killed.
     fn end_job(&mut self, job: JobId) {
         info!(job = %job, "job ended");
+        // A submitted job's end is journaled by `kill_master`; a hand-started one's here.
+        if !self.submitted.contains_key(&job) {
+            self.out
+                .push(Output::Journal(crate::journal::Record::Ended { job }));
+        }
+        self.awaiting_roots.retain(|_, (j, _)| *j != job);
         self.kill_master(job);
         self.alloc.on_job_ended(job);
         self.flush();
@@ -755,6 +777,14 @@ impl Router {
                 self.submitted.get(job).and_then(|s| s.master),
                 Some(*p),
                 "master {p} is not its job's"
+            );
+        }
+        for (p, (job, _)) in &self.awaiting_roots {
+            assert!(
+                self.procs
+                    .find(*p)
+                    .is_some_and(|pr| pr.root && pr.job == *job && pr.attached.is_none()),
+                "awaited root {p} is not an unattached root of job {job}"
             );
         }
         for (p, waiting) in &self.lookups {

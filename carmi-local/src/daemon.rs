@@ -211,6 +211,8 @@ impl Daemon {
             ),
         }
         let launcher = Launcher::new(work_dir.clone(), env);
+        // Before the first launch, so that every record is an earlier run's.
+        launcher.kill_leftovers();
         launcher.clean_stale_sandboxes();
 
         let (inputs_tx, inputs_rx) = mpsc::channel(INPUT_QUEUE);

@@ -25,6 +25,7 @@
 //! - `benchmark`: the start-up integer/floating-point benchmark (`Mips`, `KFlops`) and its on-disk cache.
 //! - `cache`: the content-addressed executable cache, which verifies SHA-256 and size before storing.
 //! - `spawn`: sandboxes, starting a process in its own session, `wait4` with CPU time, group signals.
+//! - `orphans`: on-disk records of the started process groups; a restarted daemon kills what a killed one left.
 //! - `policy`: the I/O-free owner policy (START/SUSPEND/CONTINUE/PREEMPT/KILL over the live ad).
 //! - `owner`: owner activity sources: the real keyboard/load measurement and the simulated owner.
 //! - `control`: the control connection (owner events from `owner-sim`) and its client, [`control::OwnerLink`].
@@ -47,6 +48,7 @@ pub mod core;
 pub mod daemon;
 pub mod global;
 pub mod machine;
+pub mod orphans;
 pub mod output;
 pub mod owner;
 pub mod peer;

@@ -429,6 +429,7 @@ impl Router {
                     self.sent_masters.insert(master);
                 }
                 Record::Ended { job } => {
+                    self.awaiting_roots.retain(|_, (j, _)| *j != job);
                     if let Some(sub) = self.submitted.remove(&job)
                         && let Some(p) = sub.master
                     {
@@ -469,6 +470,28 @@ impl Router {
                     self.procs.remove(process);
                     self.recovered.remove(&process);
                 }
+                Record::Attached { job, machine, root } => {
+                    self.next_job = self.next_job.max(job.0 + 1);
+                    self.procs.reserve_ids_below(root.0 + 1);
+                    self.alloc.on_job_created(job, &machine);
+                    self.procs.insert(root, new_proc(job, true));
+                    // Expected back with its local RM (`awaiting_roots`).
+                    self.awaiting_roots.insert(root, (job, machine));
+                }
+                Record::ClassDefined {
+                    job,
+                    name,
+                    expression,
+                    rank,
+                } => {
+                    // Its answer went out before the restart; the replay's is dropped below.
+                    let req = replay_request();
+                    self.alloc
+                        .define_class_ranked(job, req, &name, &expression, rank.as_deref());
+                }
+                Record::ClassRemoved { job, name } => {
+                    self.alloc.remove_class(job, replay_request(), &name);
+                }
                 Record::Counters {
                     next_job,
                     next_process,
@@ -482,6 +505,15 @@ impl Router {
         // Nothing is online yet: whatever the allocator says now concerns no one.
         let _ = self.alloc.take_effects();
         info!(jobs = self.submitted.len(), "journal replayed");
+    }
+}
+
+/// The requester of a request replayed from the journal (nobody: its
+/// effects are discarded).
+fn replay_request() -> crate::alloc::ReqRef {
+    crate::alloc::ReqRef {
+        process: ProcessId(0),
+        id: carmi_api::ids::RequestId(0),
     }
 }
 

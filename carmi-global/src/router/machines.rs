@@ -133,6 +133,14 @@ impl Router {
                 })
                 .map(|(&p, _)| p),
         );
+        // Hand-started roots from the journal that ran here: their local RM
+        // announces them again right after `Registered`.
+        suspects.extend(
+            self.awaiting_roots
+                .iter()
+                .filter(|(_, (_, m))| m == name)
+                .map(|(&p, _)| p),
+        );
         if let Some(p) = self.presence.get_mut(name) {
             p.suspects = suspects;
         }
@@ -150,7 +158,10 @@ impl Router {
             .map(|p| std::mem::take(&mut p.suspects))
             .unwrap_or_default();
         for p in suspects {
-            if let Some(job) = self.master_on(p, name) {
+            if let Some((job, _)) = self.awaiting_roots.remove(&p) {
+                warn!(machine = name, %job, process = %p, "the hand-started root process of the job did not come back with its machine; the job ends");
+                self.end_job(job);
+            } else if let Some(job) = self.master_on(p, name) {
                 // The local RM restarted without it: the master is gone, so is its job.
                 self.exit_process(p, ExitStatus::HostLost, 0.0);
                 self.master_report(p, job, Err(ExitStatus::HostLost));

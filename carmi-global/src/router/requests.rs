@@ -66,8 +66,24 @@ impl Router {
                 name,
                 expression,
                 rank,
-            } => a.define_class_ranked(job, req, &name, &expression, rank.as_deref()),
-            Request::RemoveClass { name } => a.remove_class(job, req, &name),
+            } => {
+                a.define_class_ranked(job, req, &name, &expression, rank.as_deref());
+                // Replayed after a restart, so that recovered processes find their class.
+                self.out.push(super::Output::Journal(
+                    crate::journal::Record::ClassDefined {
+                        job,
+                        name,
+                        expression,
+                        rank,
+                    },
+                ));
+            }
+            Request::RemoveClass { name } => {
+                a.remove_class(job, req, &name);
+                self.out.push(super::Output::Journal(
+                    crate::journal::Record::ClassRemoved { job, name },
+                ));
+            }
             Request::ExcludeHosts { class, hosts } => a.exclude_hosts(job, req, &class, &hosts),
             Request::ClassSpawn {
                 executable,
