@@ -205,6 +205,7 @@ fn parse_stat(stat: &str) -> Option<(i32, u64, u64)> {
 }
 
 /// `utime + stime` of a process in clock ticks, from /proc/PID/stat.
+#[cfg(test)]
 fn cpu_ticks(pid: i32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     parse_stat_ticks(&stat)
