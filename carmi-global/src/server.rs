@@ -129,7 +129,8 @@ enum Cmd {
     },
     Message {
         link: LinkId,
-        msg: Decoded,
+        /// Boxed: a parsed ad is large, and every command would be that size.
+        msg: Box<Decoded>,
         /// When the frame was read.
         at: Instant,
     },
@@ -401,7 +402,7 @@ fn handle(
             router.on_link_opened(link, role, now);
         }
         Cmd::Message { link, msg, at } => {
-            router.on_decoded(link, msg, at.saturating_duration_since(start))
+            router.on_decoded(link, *msg, at.saturating_duration_since(start))
         }
         Cmd::Stored(exe) => {
             staging.on_stored(&exe.sha256);
@@ -589,7 +590,7 @@ async fn read_frames(
             msg if Decoded::is_heavy(&msg) => {
                 let config = shared.router.clone();
                 let task = tokio::task::spawn_blocking(move || {
-                    let msg = Decoded::new(msg, &config);
+                    let msg = Box::new(Decoded::new(msg, &config));
                     Some(Cmd::Message { link, msg, at })
                 });
                 if !send(Pending::Working(task)) {
@@ -597,7 +598,7 @@ async fn read_frames(
                 }
             }
             msg => {
-                let msg = Decoded::new(msg, &shared.router);
+                let msg = Box::new(Decoded::new(msg, &shared.router));
                 if !send(Pending::Ready(Cmd::Message { link, msg, at })) {
                     return Ok(());
                 }
