@@ -221,6 +221,26 @@ async fn nine_thousand_half_open_handshakes_leave_the_global_rm_small_and_servin
     let before = rss_mb(global_pid);
     let target: SocketAddr = pool.global_addr.parse().expect("an address");
 
+    // One address holding many handshakes open is refused past its cap, and
+    // told so; another address is still served.
+    let crowded = IpAddr::V4(Ipv4Addr::new(127, 0, 2, 1));
+    let mut crowd = Vec::new();
+    for _ in 0..200 {
+        crowd.extend(half_open(crowded, target, false).await);
+    }
+    let socket = TcpSocket::new_v4().expect("socket");
+    socket.bind(SocketAddr::new(crowded, 0)).expect("bind");
+    let (r, mut w) = socket.connect(target).await.expect("connect").into_split();
+    let mut r = FrameReader::new(r);
+    match handshake::client(&mut r, &mut w, &pool.secret, &Role::Admin).await {
+        Err(handshake::HandshakeError::Refused(why)) => {
+            assert!(why.contains("max_handshaking_per_addr"), "{why}")
+        }
+        other => panic!("a crowded address was not refused: {other:?}"),
+    }
+    status_time(&pool).await;
+    drop(crowd);
+
     // Each opens a handshake frame and stops short of its end: half announce
     // 65,000 bytes and send 64,000, half announce 4,000 (within the
     // handshake's limit) and send 3,000. They come from 90 addresses
