@@ -136,6 +136,9 @@ struct Presence {
     deadline: Option<Duration>,
     /// Ads of it refused: when one was last logged, and how many since.
     refusals: Option<(Duration, u64)>,
+    /// Its deadline was pushed back once because the router ran late
+    /// ([`Router::on_tick`]); cleared by its next message.
+    reprieved: bool,
 }
 
 /// The global RM's decisions. See the module documentation for the call order.
@@ -291,9 +294,25 @@ impl Router {
         self.executables.insert(exe.sha256.clone(), exe.size);
     }
 
-    /// Declares every machine whose deadline has passed lost.
+    /// Declares every machine whose deadline has passed lost, unless the
+    /// tick itself comes late.
+    ///
+    /// A tick more than a heartbeat period past a deadline means this
+    /// process did not run in between (stopped, starved of CPU, swapping, or
+    /// stuck on one input): the machines' heartbeats may be waiting unread in
+    /// their sockets, and a silence the global RM could not hear is not
+    /// theirs. Each overdue machine then gets one more period counted from
+    /// now, once (any message from it renews that): a machine that is really
+    /// gone is lost one period later, one that was only unheard is not.
     pub fn on_tick(&mut self, now: Duration) {
         self.advance(now);
+        let late = self
+            .deadlines
+            .first()
+            .is_some_and(|(d, _)| self.now.saturating_sub(*d) > self.config.heartbeat);
+        if late {
+            self.reprieve_overdue();
+        }
         while let Some((d, name)) = self.deadlines.first().cloned() {
             if d > self.now {
                 break;

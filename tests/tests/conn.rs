@@ -213,6 +213,75 @@ async fn a_200000_attribute_ad_stalls_neither_the_router_nor_a_healthy_machines_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_global_rm_stopped_past_every_deadline_loses_no_machine() {
+    let pool = Pool::start("stopped", 1, &[vec![]]);
+    let opts = ConnectOptions::new(pool.locals[0].app_addr.clone(), pool.secret.clone());
+    let (carmi, mut events) = connect(opts).await.expect("connect to m0");
+    let mut seen = VecDeque::new();
+    let _ = carmi.define_class("any", "true");
+    let add = carmi.addhosts("any", 1, 1);
+    let host = take_event(
+        &mut events,
+        &mut seen,
+        Duration::from_secs(20),
+        "host",
+        |x| match x {
+            Incoming::Rm(Event::HostsAdded { request, hosts, .. }) if *request == add => {
+                Some(hosts[0].host)
+            }
+            _ => None,
+        },
+    )
+    .await;
+    let pidfile = pool.dir.join("worker.pid");
+    let exe = pool.dir.join("worker.sh");
+    write_script(
+        &exe,
+        &format!("echo $$ > {}; exec sleep 300", pidfile.display()),
+    );
+    let spawn = carmi.class_spawn(&exe, Vec::<String>::new(), SpawnTarget::Host(host));
+    take_event(
+        &mut events,
+        &mut seen,
+        Duration::from_secs(20),
+        "started",
+        |x| match x {
+            Incoming::Rm(Event::ProcessStarted { request, .. }) if *request == spawn => Some(()),
+            _ => None,
+        },
+    )
+    .await;
+    let pid = read_pid(&pidfile).await;
+
+    // The global RM does not run for 2 s, over three times the 600 ms after
+    // which a silent machine is lost; m0 kept sending its heartbeats.
+    let global = pid_of_global(&pool.dir).expect("the global RM's pid");
+    signal(global, "STOP");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    signal(global, "CONT");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let log = std::fs::read_to_string(pool.dir.join("global.log")).unwrap_or_default();
+    assert!(
+        !log.contains("`m0` sent nothing"),
+        "m0 was declared lost\n{log}"
+    );
+    assert!(alive(pid), "m0's process {pid} was killed");
+    let ended = seen.iter().any(
+        |x| matches!(x, Incoming::Rm(Event::ProcessExited { request, .. }) if *request == spawn),
+    );
+    assert!(!ended, "m0's process was reported ended: {seen:?}");
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill -{sig} {pid}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nine_thousand_half_open_handshakes_leave_the_global_rm_small_and_serving() {
     const CONNECTIONS: usize = 9_000;
     raise_fd_limit(CONNECTIONS as u64 + 1_000);
