@@ -36,7 +36,7 @@ use bytes::Bytes;
 use carmi_api::frame::{DEFAULT_MAX_FRAME, FrameDeadline, FrameReader, write_frame};
 use carmi_api::handshake::{self, Secret};
 use carmi_api::msg::{ExecutableRef, FromGlobal, Role, ToGlobal};
-use carmi_api::stage::{self, RateLimiter, Served};
+use carmi_api::stage::RateLimiter;
 use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
@@ -51,6 +51,9 @@ use crate::staging::{Staging, StagingConfig};
 use crate::store::ExeStore;
 
 mod gate;
+mod stager;
+
+use stager::{StageInput, on_stage_input, serve_stager};
 
 pub use gate::{ConnLimits, Gate, REFUSAL_LOG_PERIOD, Refusal, Ticket};
 
@@ -139,27 +142,6 @@ enum Cmd {
     Closed {
         link: LinkId,
     },
-}
-
-/// Staging messages, for the [`Staging`] core in the router task.
-enum StageInput {
-    Fetch {
-        link: LinkId,
-        sha256: String,
-    },
-    Serve {
-        link: LinkId,
-        endpoint: String,
-    },
-    Fetched {
-        link: LinkId,
-        sha256: String,
-        error: Option<String>,
-    },
-    Stats {
-        link: LinkId,
-    },
-    GlobalSend,
 }
 
 /// A message of one connection on its way to the router task, in order.
@@ -661,47 +643,4 @@ async fn forward_in_order(
             return;
         }
     }
-}
-
-/// Hands a staging message to the [`Staging`] core.
-fn on_stage_input(staging: &mut Staging, input: StageInput) {
-    match input {
-        StageInput::Fetch { link, sha256 } => staging.on_fetch(link, sha256),
-        StageInput::Serve { link, endpoint } => staging.on_endpoint(link, endpoint),
-        StageInput::Fetched {
-            link,
-            sha256,
-            error,
-        } => staging.on_fetched(link, sha256, error),
-        StageInput::Stats { link } => staging.on_stats_request(link),
-        StageInput::GlobalSend => staging.on_global_send(),
-    }
-}
-
-/// A local RM fetching from the store: one executable, through the link limiter.
-async fn serve_stager(
-    mut reader: FrameReader<OwnedReadHalf>,
-    mut w: OwnedWriteHalf,
-    name: &str,
-    peer: SocketAddr,
-    shared: &Shared,
-) {
-    let store = shared.store.clone();
-    let cmds = shared.cmds.clone();
-    let lookup = async move |sha256: String| match store.open_file(&sha256) {
-        Ok(Some((executable, file))) => {
-            let _ = cmds.send(Cmd::Staging(StageInput::GlobalSend));
-            Served::File { file, executable }
-        }
-        Ok(None) => Served::Missing("not in the global RM's store".into()),
-        Err(e) => {
-            warn!("staging {sha256}: {e}");
-            Served::Missing(format!("the global RM cannot read it: {e}"))
-        }
-    };
-    match stage::serve(&mut reader, &mut w, lookup, &shared.limiter).await {
-        Ok(bytes) => debug!(%peer, machine = name, bytes, "executable staged from the store"),
-        Err(e) => warn!(%peer, machine = name, "staging from the store ended: {e}"),
-    }
-    let _ = w.shutdown().await;
 }

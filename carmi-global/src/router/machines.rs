@@ -65,6 +65,38 @@ impl Router {
         }
     }
 
+    /// Declares every machine whose deadline has passed lost, unless the
+    /// tick itself comes late.
+    ///
+    /// A tick more than a heartbeat period past a deadline means this
+    /// process did not run in between (stopped, starved of CPU, swapping, or
+    /// stuck on one input): the machines' heartbeats may be waiting unread in
+    /// their sockets, and a silence the global RM could not hear is not
+    /// theirs. Each overdue machine then gets one more period counted from
+    /// now, once (any message from it renews that): a machine that is really
+    /// gone is lost one period later, one that was only unheard is not.
+    pub fn on_tick(&mut self, now: Duration) {
+        self.advance(now);
+        let late = self
+            .deadlines
+            .first()
+            .is_some_and(|(d, _)| self.now.saturating_sub(*d) > self.config.heartbeat);
+        if late {
+            self.reprieve_overdue();
+        }
+        while let Some((d, name)) = self.deadlines.first().cloned() {
+            if d > self.now {
+                break;
+            }
+            let reason = format!(
+                "machine `{name}` sent nothing for {} ms ({} heartbeat periods)",
+                self.lost_after().as_millis(),
+                self.config.missed_heartbeats
+            );
+            self.machine_lost(&name, reason);
+        }
+    }
+
     pub(super) fn advertise(
         &mut self,
         link: LinkId,
