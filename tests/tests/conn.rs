@@ -13,7 +13,7 @@ use carmi_api::client::{ConnectOptions, Incoming, connect};
 use carmi_api::frame::{FrameReader, write_frame};
 use carmi_api::handshake::{self, Secret};
 use carmi_api::msg::{Event, FromGlobal, Role, SpawnTarget, ToGlobal};
-use carmi_tests::{Pool, take_event};
+use carmi_tests::{Pool, PoolOptions, take_event};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpSocket, TcpStream};
 
@@ -279,6 +279,49 @@ fn signal(pid: u32, sig: &str) {
         .status()
         .is_ok_and(|s| s.success());
     assert!(ok, "kill -{sig} {pid}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_authenticated_connection_cannot_hold_a_partial_frame_but_may_idle() {
+    let options = PoolOptions {
+        global_args: vec!["--frame-timeout-s".into(), "1".into()],
+        ..PoolOptions::default()
+    };
+    let pool = Pool::start_with("partial", 1, &[vec![]], options);
+    let admin = |name: &'static str| {
+        let addr = pool.global_addr.clone();
+        let secret = pool.secret.clone();
+        async move {
+            let stream = TcpStream::connect(&addr).await.expect("connect");
+            let (r, mut w) = stream.into_split();
+            let mut r = FrameReader::new(r);
+            handshake::client(&mut r, &mut w, &secret, &Role::Admin)
+                .await
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            (r, w)
+        }
+    };
+    let (mut idle_r, mut idle_w) = admin("idle").await;
+    let (mut r, mut w) = admin("partial").await;
+    // 1 MiB announced (allowed 1 s + 1 s), 100 bytes sent, then nothing.
+    let mut start = (1u32 << 20).to_be_bytes().to_vec();
+    start.extend_from_slice(&[b'{'; 100]);
+    w.write_all(&start).await.expect("start a frame");
+    let closed = tokio::time::timeout(Duration::from_secs(30), r.read::<FromGlobal>()).await;
+    assert!(
+        matches!(closed, Ok(Ok(None)) | Ok(Err(_))),
+        "a stalled frame kept its connection: {closed:?}"
+    );
+    let log = std::fs::read_to_string(pool.dir.join("global.log")).unwrap_or_default();
+    assert!(log.contains("was still incomplete"), "{log}");
+    // The idle connection, as old, is still served.
+    write_frame(&mut idle_w, &ToGlobal::Status, &[])
+        .await
+        .expect("ask");
+    match tokio::time::timeout(Duration::from_secs(30), idle_r.read::<FromGlobal>()).await {
+        Ok(Ok(Some((FromGlobal::Pool(_), _)))) => {}
+        other => panic!("the idle connection was not served: {other:?}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
