@@ -119,6 +119,15 @@ pub fn decode<T: DeserializeOwned>(
     buf: &mut BytesMut,
     max: usize,
 ) -> Result<Option<(T, Bytes)>, FrameError> {
+    match decode_raw(buf, max)? {
+        Some((header, payload)) => Ok(Some((serde_json::from_slice(&header)?, payload))),
+        None => Ok(None),
+    }
+}
+
+/// Like [`decode`], leaving the header undecoded: the JSON bytes, then the
+/// payload. A server decodes a large header where it does not hold up others.
+pub fn decode_raw(buf: &mut BytesMut, max: usize) -> Result<Option<(Bytes, Bytes)>, FrameError> {
     if buf.len() < 4 {
         return Ok(None);
     }
@@ -147,8 +156,7 @@ pub fn decode<T: DeserializeOwned>(
     buf.advance(8);
     let mut frame = buf.split_to(len - 4).freeze();
     let header = frame.split_to(hlen);
-    let msg = serde_json::from_slice(&header)?;
-    Ok(Some((msg, frame)))
+    Ok(Some((header, frame)))
 }
 
 /// Encodes a frame header (length fields + JSON) for `msg` followed by `payload_len` bytes.
@@ -222,8 +230,16 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
 
     /// The next frame, or `Ok(None)` when the peer closed the connection cleanly between frames.
     pub async fn read<T: DeserializeOwned>(&mut self) -> Result<Option<(T, Bytes)>, FrameError> {
+        match self.read_raw().await? {
+            Some((header, payload)) => Ok(Some((serde_json::from_slice(&header)?, payload))),
+            None => Ok(None),
+        }
+    }
+
+    /// Like [`FrameReader::read`], leaving the header undecoded (see [`decode_raw`]).
+    pub async fn read_raw(&mut self) -> Result<Option<(Bytes, Bytes)>, FrameError> {
         loop {
-            if let Some(frame) = decode(&mut self.buf, self.max)? {
+            if let Some(frame) = decode_raw(&mut self.buf, self.max)? {
                 self.after_frame();
                 return Ok(Some(frame));
             }

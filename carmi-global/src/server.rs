@@ -60,6 +60,10 @@ pub use gate::{ConnLimits, Gate, REFUSAL_LOG_PERIOD, Refusal, Ticket};
 /// How long shutdown waits for connections to finish.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
+/// Frame headers (message JSON) longer than this are decoded off the worker
+/// thread ([`off_worker`]).
+const HEAVY_HEADER: usize = 64 * 1024;
+
 /// Default for [`ServerConfig::max_queued`].
 pub const DEFAULT_MAX_QUEUED: usize = 16 * 1024;
 
@@ -350,13 +354,7 @@ async fn router_task(
                 // A short blocking fsync on this task, on purpose: nothing
                 // after it may go out before the record is on disk.
                 Output::Journal(record) => {
-                    let multi = tokio::runtime::Handle::current().runtime_flavor()
-                        == tokio::runtime::RuntimeFlavor::MultiThread;
-                    let result = if multi {
-                        tokio::task::block_in_place(|| journal.append(&[record]))
-                    } else {
-                        journal.append(&[record])
-                    };
+                    let result = off_worker(|| journal.append(&[record]));
                     if let Err(e) = result {
                         tracing::error!(journal = %journal.path().display(), "cannot write the journal: {e}");
                     }
@@ -513,12 +511,21 @@ async fn read_frames(
 ) -> Result<(), String> {
     let send = |p: Pending| order.send(p).is_ok();
     loop {
-        let (msg, payload) = match reader.read::<ToGlobal>().await {
+        let (header, payload) = match reader.read_raw().await {
             Ok(Some(frame)) => frame,
             Ok(None) => return Ok(()),
             Err(e) => return Err(format!("bad frame: {e}")),
         };
         let at = Instant::now();
+        let decode = || serde_json::from_slice::<ToGlobal>(&header);
+        // A header of megabytes takes a while to decode: off the worker
+        // thread, so that the other connections' tasks run meanwhile.
+        let msg = if header.len() > HEAVY_HEADER {
+            off_worker(decode)
+        } else {
+            decode()
+        };
+        let msg = msg.map_err(|e| format!("bad frame: undecodable message: {e}"))?;
         match msg {
             ToGlobal::Upload { executable } if serves_executables => {
                 // Hashed and written on the blocking pool; this loop reads on.
@@ -586,6 +593,18 @@ async fn read_frames(
                 }
             }
         }
+    }
+}
+
+/// Runs `f`, which keeps a thread busy for a while: on a multi-threaded
+/// runtime the worker hands its other tasks over first.
+fn off_worker<T>(f: impl FnOnce() -> T) -> T {
+    let multi = tokio::runtime::Handle::current().runtime_flavor()
+        == tokio::runtime::RuntimeFlavor::MultiThread;
+    if multi {
+        tokio::task::block_in_place(f)
+    } else {
+        f()
     }
 }
 
