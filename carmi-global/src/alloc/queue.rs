@@ -23,10 +23,12 @@
 //! job asks for something different. Only what may start waiting jobs
 //! (a slot becoming idle, an ad changing, a job starting) runs a full pass.
 //!
-//! Membership evaluates class expressions against the job's ad, which also
-//! holds `JobId`: a job whose class expressions mention `JobId` is a cluster
-//! of its own. (A machine `Requirements` telling jobs apart by `JobId` is not
-//! seen; such a machine may be offered to a job one pass late.)
+//! Membership evaluates class expressions and machine `Requirements`
+//! against the job's ad, `Owner` and `JobId`. The owner is part of the
+//! signature; a job whose class expressions mention `JobId` is a cluster of
+//! its own. (A machine whose `Requirements` tells jobs apart by `JobId` is
+//! not seen: a job behind an identical one that such a machine refused
+//! waits until that one starts or leaves.)
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
