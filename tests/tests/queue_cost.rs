@@ -1,10 +1,12 @@
 //! End to end (issue 23): what a submit costs does not grow with the queue.
 //! Two real pools run side by side, one with an empty queue and one holding
-//! thousands of jobs that no machine can serve (which leave the idle slots
-//! free for the jobs behind them, so a global RM that went through its whole
-//! queue on every submit did it here); submits alternate between the two, so
-//! both see the same load on the machine.
+//! thousands of jobs that no machine can serve, each asking for something
+//! else (they leave the idle slots free for the jobs behind them, so a
+//! global RM that went through its whole queue on every submit did it here,
+//! and no two are alike, so grouping identical jobs does not help); submits
+//! alternate between the two, so both see the same load on the machine.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use carmi_api::admin::request;
@@ -26,10 +28,15 @@ fn executable() -> ExecutableRef {
     }
 }
 
-/// Submits a job asking for a machine no pool has; uploads the master when `upload`.
+/// Submits a job asking for a machine no pool has, unlike every other job
+/// (`Memory >= n`, a new `n` each time); uploads the master when `upload`.
 async fn submit(pool: &Pool, upload: bool) -> JobId {
-    let text = "executable = master.sh\nrequirements = Arch == \"PPC\"\nmachine_count = 1\nqueue\n";
-    let spec = carmi_api::submit::parse("job.sub", text).expect("a valid submit file");
+    static N: AtomicU64 = AtomicU64::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let text = format!(
+        "executable = master.sh\nrequirements = Arch == \"PPC\" && Memory >= {n}\nmachine_count = 1\nqueue\n"
+    );
+    let spec = carmi_api::submit::parse("job.sub", &text).expect("a valid submit file");
     let exe = executable();
     let msg = ToGlobal::Submit(Box::new(SubmitRequest {
         owner: "tester".into(),
