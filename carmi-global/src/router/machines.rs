@@ -1,11 +1,15 @@
 //! Machines at the router: registration and reconciliation of what a
 //! reconnecting local RM still runs, heartbeats, loss, and owner-policy slot changes.
+//! Loss is for a machine's own silence: heartbeats count from their arrival,
+//! and a router that ran late gives overdue machines one more period
+//! ([`Router::on_tick`]). Ads and updates over the limits are refused with
+//! their reason, told to the machine and logged at most once per
+//! [`REFUSAL_LOG_PERIOD`].
 
 use std::collections::BTreeSet;
-
-use carmi_api::ids::{JobId, ProcessId};
 use std::time::Duration;
 
+use carmi_api::ids::{JobId, ProcessId};
 use carmi_api::msg::{ExitStatus, Failure, FailureCode, FromGlobal, ProcessState, SlotActivity};
 use classad::ClassAd;
 use tracing::{debug, info, warn};
