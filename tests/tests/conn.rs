@@ -127,18 +127,19 @@ async fn a_200000_attribute_ad_stalls_neither_the_router_nor_a_healthy_machines_
 
     // Two machines send 200,000 attributes (about 4 MB): one as heartbeat
     // updates, again and again, the other as its machine ad.
-    let (mut r, mut w) = raw_local(&pool.global_addr, &pool.secret, "huge").await;
-    let update = update_of(200_000);
+    // Encoded once, before registering: the raw machine must keep its own
+    // heartbeat period (600 ms of silence loses it too).
+    let update = ToGlobal::Heartbeat {
+        update: update_of(200_000),
+    };
+    let mut frame = carmi_api::frame::encode_header(&update, 0);
+    frame.shrink_to_fit();
     let big_ad = ad_of("huge2", 200_000);
+    let (mut r, mut w) = raw_local(&pool.global_addr, &pool.secret, "huge").await;
     let flood = tokio::spawn(async move {
-        for _ in 0..10 {
-            let hb = ToGlobal::Heartbeat {
-                update: update.clone(),
-            };
-            write_frame(&mut w, &hb, &[])
-                .await
-                .expect("send huge update");
-            tokio::time::sleep(Duration::from_millis(200)).await;
+        for _ in 0..15 {
+            w.write_all(&frame).await.expect("send huge update");
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
         w
     });
