@@ -134,7 +134,14 @@ async fn a_200000_attribute_ad_stalls_neither_the_router_nor_a_healthy_machines_
     };
     let mut frame = carmi_api::frame::encode_header(&update, 0);
     frame.shrink_to_fit();
-    let big_ad = ad_of("huge2", 200_000);
+    let big_ad = carmi_api::frame::encode_header(
+        &ToGlobal::Advertise {
+            ad: ad_of("huge2", 200_000),
+            slots: 1,
+            running: vec![],
+        },
+        0,
+    );
     let (mut r, mut w) = raw_local(&pool.global_addr, &pool.secret, "huge").await;
     let flood = tokio::spawn(async move {
         for _ in 0..15 {
@@ -156,12 +163,7 @@ async fn a_200000_attribute_ad_stalls_neither_the_router_nor_a_healthy_machines_
             handshake::client(&mut r, &mut w, &secret, &role)
                 .await
                 .expect("handshake");
-            let ad = ToGlobal::Advertise {
-                ad: big_ad,
-                slots: 1,
-                running: vec![],
-            };
-            write_frame(&mut w, &ad, &[]).await.expect("advertise");
+            w.write_all(&big_ad).await.expect("advertise");
             refusal(&mut r).await
         })
     };
