@@ -285,7 +285,7 @@ fn signal(pid: u32, sig: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_authenticated_connection_cannot_hold_a_partial_frame_but_may_idle() {
+async fn an_authenticated_connection_cannot_hold_a_partial_frame_or_send_a_huge_message_but_may_idle() {
     let options = PoolOptions {
         global_args: vec!["--frame-timeout-s".into(), "1".into()],
         ..PoolOptions::default()
@@ -317,6 +317,20 @@ async fn an_authenticated_connection_cannot_hold_a_partial_frame_but_may_idle() 
     );
     let log = std::fs::read_to_string(pool.dir.join("global.log")).unwrap_or_default();
     assert!(log.contains("was still incomplete"), "{log}");
+    // A message (frame header) over 16 MiB is refused before it is decoded.
+    let (mut r, mut w) = admin("huge header").await;
+    let hlen: u32 = (16 << 20) + 1;
+    let mut big = (hlen + 4).to_be_bytes().to_vec();
+    big.extend_from_slice(&hlen.to_be_bytes());
+    big.resize(8 + hlen as usize, b' ');
+    let _ = w.write_all(&big).await;
+    let closed = tokio::time::timeout(Duration::from_secs(30), r.read::<FromGlobal>()).await;
+    assert!(
+        matches!(closed, Ok(Ok(None)) | Ok(Err(_))),
+        "a 16 MiB message was not refused: {closed:?}"
+    );
+    let log = std::fs::read_to_string(pool.dir.join("global.log")).unwrap_or_default();
+    assert!(log.contains("exceeds the limit of 16777216 bytes"), "{log}");
     // The idle connection, as old, is still served.
     write_frame(&mut idle_w, &ToGlobal::Status, &[])
         .await
