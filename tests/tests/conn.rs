@@ -285,7 +285,7 @@ fn signal(pid: u32, sig: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_authenticated_connection_cannot_hold_a_partial_frame_or_send_a_huge_message_but_may_idle() {
+async fn a_stalled_frame_or_a_huge_message_ends_its_connection_an_idle_one_is_served() {
     let options = PoolOptions {
         global_args: vec!["--frame-timeout-s".into(), "1".into()],
         ..PoolOptions::default()
