@@ -378,6 +378,18 @@ pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     if !args.child {
         return crate::supervise::supervise(args);
     }
+    // The daemons run as tasks here, and a panicking task would end alone,
+    // unseen, leaving a pool without its global RM or one of its machines.
+    // A daemon that panics takes the process down instead, and the
+    // supervisor starts the whole pool again.
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        tracing::error!(
+            "a daemon of the embedded pool panicked: {info}; aborting so that the pool is restarted"
+        );
+        std::process::abort();
+    }));
     let owners = OwnerModel::from_spec(&args.up.owners)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
