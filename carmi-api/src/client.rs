@@ -39,7 +39,7 @@ mod rm;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -113,9 +113,12 @@ impl ConnectOptions {
         }
     }
 
-    /// Reads `CARMI_LOCAL`, `CARMI_SECRET_FILE` (both required), `CARMI_JOB`,
-    /// `CARMI_PROCESS` and `CARMI_ENDPOINT_HOST` (optional), as the local RM
-    /// sets them for the processes it starts.
+    /// Reads `CARMI_LOCAL`, `CARMI_SECRET_FILE`, `CARMI_JOB`, `CARMI_PROCESS`
+    /// and `CARMI_ENDPOINT_HOST`, as the local RM sets them for the processes
+    /// it starts. A program started by hand finds its local RM and secret as
+    /// `carmi` does (see [`crate::coords`]): `CARMI_LOCAL`/`CARMI_SECRET`,
+    /// then the embedded pool `carmi pool up` runs, then the user's config
+    /// file.
     pub fn from_env() -> Result<ConnectOptions, ConnectError> {
         ConnectOptions::from_vars(|name| std::env::var(name).ok())
     }
@@ -124,10 +127,16 @@ impl ConnectOptions {
     /// touch the process environment, which is shared between threads).
     fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<ConnectOptions, ConnectError> {
         // An empty variable is treated as unset: shells make `X=` easy to write by mistake.
-        let get = |name| var(name).filter(|v: &String| !v.trim().is_empty());
-        let local = get(ENV_LOCAL).ok_or(ConnectError::MissingVar(ENV_LOCAL))?;
-        let secret_path = get(ENV_SECRET_FILE).ok_or(ConnectError::MissingVar(ENV_SECRET_FILE))?;
-        let secret = Secret::from_file(Path::new(&secret_path)).map_err(ConnectError::Secret)?;
+        let get = |name: &str| var(name).filter(|v: &String| !v.trim().is_empty());
+        let coords = crate::coords::resolve(&Default::default(), &|k| get(k))
+            .map_err(ConnectError::Config)?;
+        let missing = |key: &'static str| ConnectError::NoPool {
+            key,
+            hint: crate::coords::where_to_give(key, &|k| get(k)),
+        };
+        let local = coords.local.ok_or_else(|| missing("local"))?;
+        let secret_path = coords.secret.ok_or_else(|| missing("secret"))?;
+        let secret = Secret::from_file(&secret_path).map_err(ConnectError::Secret)?;
         let job = parse_id_var(ENV_JOB, get(ENV_JOB))?;
         let process = parse_id_var(ENV_PROCESS, get(ENV_PROCESS))?;
         if process.is_some() && job.is_none() {
@@ -170,6 +179,17 @@ pub enum ConnectError {
         "environment variable {0} is not set (the local RM sets it for the processes it starts)"
     )]
     MissingVar(&'static str),
+    /// No source names the pool's local RM or secret.
+    #[error("no pool {key} for this program: {hint}")]
+    NoPool {
+        /// `local` or `secret`.
+        key: &'static str,
+        /// Every place it may be given.
+        hint: String,
+    },
+    /// The config file or the embedded pool's record is broken.
+    #[error("pool coordinates: {0}")]
+    Config(crate::coords::FileError),
     /// An environment variable has a value that makes no sense.
     #[error("environment variable {var}={value:?}: {reason}")]
     BadVar {

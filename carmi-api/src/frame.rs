@@ -9,14 +9,66 @@
 //! The decoder waits for a whole frame before parsing it ("need more bytes"
 //! is not an error). A frame longer than the maximum, or whose header does not
 //! decode, is an error that closes that connection only.
+//!
+//! A [`FrameReader`] holds memory for bytes that arrived, never for bytes a
+//! length prefix merely announced, and gives back a buffer grown by a large
+//! frame once that frame is taken: a peer that announces 256 MB and sends
+//! 10 bytes costs 10 bytes (plus one small read buffer), and a burst of large
+//! frames does not leave every connection holding its peak. A server can also
+//! bound how long a started frame may take ([`FrameDeadline`]), so that an
+//! authenticated peer cannot hold a partial frame open forever.
+
+use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::time::Instant;
 
 /// Default largest frame accepted: room for a large executable in one frame.
 pub const DEFAULT_MAX_FRAME: usize = 256 << 20;
+
+/// Spare room a [`FrameReader`] makes before reading when it knows nothing
+/// about what comes (between frames): enough for any small message.
+const SMALL_READ: usize = 4 * 1024;
+
+/// Most room a [`FrameReader`] makes at once for a large announced frame; the
+/// buffer grows further only as those bytes actually arrive.
+const BIG_READ: usize = 256 * 1024;
+
+/// A buffer whose capacity grew past this for a large frame is replaced
+/// (what remains in it copied) once that frame has been taken.
+const KEEP_CAPACITY: usize = 16 * 1024;
+
+/// How long a frame may take once its first byte has arrived: `base` plus
+/// its announced length at `min_rate` bytes per second. Servers set one so
+/// that a peer cannot keep a partial frame (and the memory holding it) open
+/// indefinitely; between frames a connection may idle as long as it likes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameDeadline {
+    /// Time any frame is allowed, however short.
+    pub base: Duration,
+    /// Slowest transfer rate tolerated for the rest of a large frame, in bytes per second.
+    pub min_rate: u64,
+}
+
+impl FrameDeadline {
+    /// The global RM's default: 30 s, plus one second per MiB (a 256 MiB
+    /// upload may take over four minutes; a partial small frame is dropped
+    /// after 30 s).
+    pub const DEFAULT: FrameDeadline = FrameDeadline {
+        base: Duration::from_secs(30),
+        min_rate: 1 << 20,
+    };
+
+    /// How long a frame of `len` bytes may take in total.
+    pub fn allowance(&self, len: usize) -> Duration {
+        let rate = self.min_rate.max(1);
+        self.base
+            .saturating_add(Duration::from_secs(len as u64 / rate))
+    }
+}
 
 /// What can go wrong with a frame.
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +98,19 @@ pub enum FrameError {
     /// The connection closed in the middle of a frame.
     #[error("connection closed in the middle of a frame")]
     Truncated,
+    /// A started frame did not finish within its [`FrameDeadline`].
+    #[error(
+        "a frame of {len} bytes was still incomplete ({have} bytes arrived) after {} s",
+        waited.as_secs()
+    )]
+    Stalled {
+        /// Announced length (0 while not even the length had arrived).
+        len: usize,
+        /// Bytes of it that arrived.
+        have: usize,
+        /// How long it was given.
+        waited: Duration,
+    },
 }
 
 /// Tries to take one whole frame off the front of `buf`. `Ok(None)` means
@@ -67,8 +132,9 @@ pub fn decode<T: DeserializeOwned>(
             frame: len,
         });
     }
+    // No reservation here: memory follows the bytes that arrive, not the
+    // length a peer announces.
     if buf.len() < 4 + len {
-        buf.reserve(4 + len - buf.len());
         return Ok(None);
     }
     let hlen = u32::from_be_bytes(buf[4..8].try_into().expect("4 bytes")) as usize;
@@ -117,6 +183,9 @@ pub struct FrameReader<R> {
     inner: R,
     buf: BytesMut,
     max: usize,
+    deadline: Option<FrameDeadline>,
+    /// When the first byte of the frame at the front of `buf` arrived.
+    started: Option<Instant>,
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
@@ -129,28 +198,76 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     pub fn with_max(inner: R, max: usize) -> FrameReader<R> {
         FrameReader {
             inner,
-            buf: BytesMut::with_capacity(64 * 1024),
+            buf: BytesMut::new(),
             max,
+            deadline: None,
+            started: None,
         }
+    }
+
+    /// Bounds how long a started frame may take (none by default).
+    pub fn set_deadline(&mut self, deadline: Option<FrameDeadline>) {
+        self.deadline = deadline;
     }
 
     /// The next frame, or `Ok(None)` when the peer closed the connection cleanly between frames.
     pub async fn read<T: DeserializeOwned>(&mut self) -> Result<Option<(T, Bytes)>, FrameError> {
         loop {
             if let Some(frame) = decode(&mut self.buf, self.max)? {
+                self.after_frame();
                 return Ok(Some(frame));
             }
-            if self.buf.capacity() - self.buf.len() < 4096 {
-                self.buf.reserve(64 * 1024);
+            let announced = self.announced();
+            let missing = announced.map_or(SMALL_READ, |len| 4 + len - self.buf.len());
+            if self.buf.capacity() - self.buf.len() < SMALL_READ.min(missing) {
+                self.buf.reserve(missing.clamp(SMALL_READ, BIG_READ));
             }
-            if self.inner.read_buf(&mut self.buf).await? == 0 {
+            let read = match (self.deadline, self.started) {
+                (Some(d), Some(started)) => {
+                    let waited = d.allowance(announced.unwrap_or(0));
+                    tokio::time::timeout_at(started + waited, self.inner.read_buf(&mut self.buf))
+                        .await
+                        .map_err(|_| FrameError::Stalled {
+                            len: announced.unwrap_or(0),
+                            have: self.buf.len(),
+                            waited,
+                        })??
+                }
+                _ => self.inner.read_buf(&mut self.buf).await?,
+            };
+            if read == 0 {
                 return if self.buf.is_empty() {
                     Ok(None)
                 } else {
                     Err(FrameError::Truncated)
                 };
             }
+            if self.started.is_none() {
+                self.started = Some(Instant::now());
+            }
         }
+    }
+
+    /// The length the frame at the front of the buffer announced, once known.
+    fn announced(&self) -> Option<usize> {
+        let prefix: [u8; 4] = self.buf.get(..4)?.try_into().expect("4 bytes");
+        Some(u32::from_be_bytes(prefix) as usize)
+    }
+
+    /// A frame was taken: the next one starts with its first byte (now, if
+    /// some already wait). The buffer shares its allocation with the frames
+    /// taken from it, so an empty or oversized one is replaced: an idle
+    /// connection then holds no memory of its past frames.
+    fn after_frame(&mut self) {
+        self.started = (!self.buf.is_empty()).then(Instant::now);
+        if self.buf.is_empty() || self.buf.capacity() > KEEP_CAPACITY {
+            self.buf = BytesMut::from(&self.buf[..]);
+        }
+    }
+
+    /// Bytes held for frames not yet complete, and the capacity holding them.
+    pub fn buffered(&self) -> (usize, usize) {
+        (self.buf.len(), self.buf.capacity())
     }
 
     /// The frame limit, adjustable (the handshake lowers it while it runs).
@@ -200,5 +317,67 @@ mod tests {
             decode::<PeerMessage>(&mut bad, 1024),
             Err(FrameError::BadLength { .. })
         ));
+    }
+
+    #[tokio::test]
+    async fn memory_follows_arrived_bytes_not_announced_ones() {
+        use tokio::io::AsyncWriteExt;
+        let (mut a, b) = tokio::io::duplex(1 << 20);
+        let mut r = FrameReader::new(b);
+        // 200 MB announced, 10 bytes sent.
+        a.write_all(&(200u32 << 20).to_be_bytes()).await.unwrap();
+        a.write_all(&[0; 10]).await.unwrap();
+        let pending =
+            tokio::time::timeout(Duration::from_millis(50), r.read::<PeerMessage>()).await;
+        assert!(pending.is_err(), "the frame is incomplete");
+        let (len, cap) = r.buffered();
+        assert_eq!(len, 14);
+        assert!(cap <= 2 * BIG_READ, "capacity {cap} for 14 bytes");
+    }
+
+    #[tokio::test]
+    async fn a_large_frame_leaves_no_large_buffer_behind() {
+        let (mut a, b) = tokio::io::duplex(1 << 20);
+        let mut r = FrameReader::new(b);
+        let payload = vec![7u8; 3 << 20];
+        let writer = tokio::spawn(async move {
+            write_frame(&mut a, &PeerMessage { tag: 1 }, &payload)
+                .await
+                .unwrap();
+            a
+        });
+        let (m, p) = r.read::<PeerMessage>().await.unwrap().unwrap();
+        assert_eq!((m.tag, p.len()), (1, 3 << 20));
+        let (len, cap) = r.buffered();
+        assert_eq!(len, 0);
+        assert!(cap <= KEEP_CAPACITY, "an idle reader keeps {cap} bytes");
+        drop(writer.await.unwrap());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_frame_ends_after_its_allowance_an_idle_link_does_not() {
+        use tokio::io::AsyncWriteExt;
+        let (mut a, b) = tokio::io::duplex(1 << 16);
+        let mut r = FrameReader::new(b);
+        let d = FrameDeadline {
+            base: Duration::from_secs(30),
+            min_rate: 1 << 20,
+        };
+        r.set_deadline(Some(d));
+        // Idle between frames: no deadline.
+        let idle = tokio::time::timeout(Duration::from_secs(3600), r.read::<PeerMessage>()).await;
+        assert!(idle.is_err(), "an idle connection is not a stalled frame");
+        // 4 MiB announced, a few bytes sent, then nothing: 30 s + 4 s allowed.
+        a.write_all(&(4u32 << 20).to_be_bytes()).await.unwrap();
+        a.write_all(b"abc").await.unwrap();
+        let t0 = Instant::now();
+        let err = r.read::<PeerMessage>().await.unwrap_err();
+        let waited = t0.elapsed();
+        assert!(
+            matches!(err, FrameError::Stalled { len, have: 7, .. } if len == 4 << 20),
+            "{err}"
+        );
+        assert!(waited <= Duration::from_secs(34), "{waited:?}");
+        assert!(err.to_string().contains("after 34 s"), "{err}");
     }
 }

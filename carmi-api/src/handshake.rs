@@ -29,8 +29,12 @@ use crate::msg::{PROTOCOL_VERSION, Role};
 /// How long a peer has to complete the handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Largest frame accepted during the handshake: nothing big is legitimate yet.
-const HANDSHAKE_MAX_FRAME: usize = 64 * 1024;
+/// Largest frame a server accepts during the handshake. Nothing big is
+/// legitimate before authentication (a `Hello` is a few hundred bytes: a
+/// version, a nonce and a role with a machine name or an endpoint), and every
+/// unauthenticated connection may buffer up to this much: 9,000 half-open
+/// connections cost at most 36 MiB of buffers, not 9,000 announced 64 KiB frames.
+pub const HANDSHAKE_MAX_FRAME: usize = 4 * 1024;
 
 /// The pool's shared secret.
 #[derive(Clone)]
@@ -194,13 +198,14 @@ where
         write_frame(w, &hello, &[])
             .await
             .map_err(FrameError::from)?;
-        let Hs::Challenge {
-            version,
-            server_nonce,
-            server_proof,
-        } = next(r).await?
-        else {
-            return Err(HandshakeError::Unexpected);
+        let (version, server_nonce, server_proof) = match next(r).await? {
+            Hs::Challenge {
+                version,
+                server_nonce,
+                server_proof,
+            } => (version, server_nonce, server_proof),
+            Hs::Refused { reason } => return Err(HandshakeError::Refused(reason)),
+            _ => return Err(HandshakeError::Unexpected),
         };
         if version != PROTOCOL_VERSION {
             return Err(HandshakeError::Version {
@@ -275,6 +280,16 @@ where
     })
     .await
     .map_err(|_| HandshakeError::Timeout)?
+}
+
+/// Server side, refusing a connection before its handshake (too many
+/// connections, say): the client's handshake fails with
+/// [`HandshakeError::Refused`] and `reason`, whatever it sent.
+pub async fn refuse<W: AsyncWrite + Unpin>(w: &mut W, reason: &str) -> std::io::Result<()> {
+    let refused = Hs::Refused {
+        reason: reason.to_string(),
+    };
+    write_frame(w, &refused, &[]).await
 }
 
 async fn server_inner<R, W, F>(

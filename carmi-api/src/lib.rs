@@ -17,6 +17,7 @@
 //! - `admin`: administration requests to the global RM (`carmi status`, jobs).
 //! - `stage`: staging connections: fetching an executable from the global RM
 //!   or a peer local RM, pipelined, hashed off the socket task, rate-limited sends.
+//! - `limits`: the documented limit of every number and size a client sends, checked at the door.
 //! - `submit`: submit files (`key = value`, one `queue` per resource class), parsed purely.
 //!
 //! The protocol is described for implementers in `docs/protocol.md` at the
@@ -24,11 +25,14 @@
 
 pub mod admin;
 pub mod client;
+pub mod coords;
 pub mod exe;
 pub mod frame;
 pub mod handshake;
 pub mod ids;
+pub mod limits;
 pub mod msg;
 pub mod net;
 pub mod stage;
 pub mod submit;
+pub mod submit_condor;

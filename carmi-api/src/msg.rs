@@ -619,6 +619,13 @@ pub enum ToGlobal {
     },
     /// Admin: staging counters. Answered with [`FromGlobal::StageStats`].
     StageStats,
+    /// Admin: jobs that left the queue, oldest first (`carmi history`): the
+    /// last [`JobRecord`]s the global RM keeps. Answered with [`FromGlobal::History`].
+    History {
+        /// Only this job (an empty answer when it is not in the history).
+        #[serde(default)]
+        job: Option<JobId>,
+    },
 }
 
 /// Where a local RM fetches an executable from (answer to a `Fetch`).
@@ -685,6 +692,41 @@ pub struct JobStatus {
     pub master: Option<ProcessId>,
     /// Per class: hosts held, minimum, maximum.
     pub classes: Vec<ClassStatus>,
+    /// Why the job cannot proceed, when the global RM knows (a minimum the
+    /// pool cannot supply); absent from older global RMs.
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+/// How a job left the queue.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JobEnd {
+    /// Its master (for a job started by hand: its first process) ended this way.
+    Completed(ExitStatus),
+    /// Its master could not be started: the local RM's reason (the `exec`
+    /// error, a staging failure), so that the job does not vanish silently.
+    FailedToStart(String),
+    /// Removed with `carmi rm`.
+    Removed,
+    /// Started by hand: its first process disconnected from its local RM.
+    Detached,
+}
+
+/// A job that left the queue, for `carmi history`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobRecord {
+    /// The job.
+    pub job: JobId,
+    /// Who submitted it (for a job started by hand: its machine).
+    pub owner: String,
+    /// The master's executable name (empty for a job started by hand).
+    pub executable: String,
+    /// Wall-clock submit time, seconds since the Unix epoch (0 when unknown).
+    pub submitted_unix: u64,
+    /// Wall-clock end time at the global RM, seconds since the Unix epoch.
+    pub ended_unix: u64,
+    /// How it ended.
+    pub end: JobEnd,
 }
 
 /// One class of a job, for `carmi q`.
@@ -727,6 +769,10 @@ pub struct ClassAnalysis {
     pub owner: u32,
     /// Matching slots idle now.
     pub idle: u32,
+    /// For the first few machines whose owners hold matching slots, why:
+    /// `(machine, "START is false: KeyboardIdle > 15 * Minute (KeyboardIdle = 32)")`.
+    #[serde(default)]
+    pub owner_reasons: Vec<(String, String)>,
 }
 
 /// A job's classes explained, for `carmi q -analyze`.
@@ -875,6 +921,8 @@ pub enum FromGlobal {
     Ads(Vec<(String, String)>),
     /// Admin: a request could not be honoured.
     AdminFailed(Failure),
+    /// Admin: answer to [`ToGlobal::History`], oldest first.
+    History(Vec<JobRecord>),
     /// Start a job's master on this machine, outside its slots (the submit
     /// side). Answered like `Spawn`, with `Started` and later `Exited`.
     SpawnMaster {

@@ -12,15 +12,28 @@
 //!   (`NAME=VALUE` pairs separated by `;` or spaces).
 //! - Class keys, reset by every `queue`: `class_name`, `requirements` and
 //!   `rank` (ClassAd expressions), `machine_count` (`N` or `MIN..MAX`).
-//! - Each `queue` closes one resource class; at least one is needed.
+//! - Each `queue` closes one resource class; at least one is needed. A file
+//!   with a single `queue N` describes N copies of the job (one cluster;
+//!   `$(Process)` numbers them).
+//! - The commands of HTCondor's vanilla universe users write every day
+//!   (`universe`, `request_*`, `+Name`, `JobBatchName`, `initialdir`, `log`,
+//!   the file-transfer settings) are read by [`crate::submit_condor`].
 //! - Macros `$(Cluster)` (the job id, also `$(ClusterId)`) and `$(Process)`
 //!   (the process number; 0 for the master, also `$(ProcId)`) may appear in `arguments`,
 //!   `output`, `error` and `environment`; [`JobSpec::expand`] replaces them once
 //!   the job id is known. Any other `$(...)` is a mistake.
+//!
+//! # Limits
+//! Every number and size is checked against [`crate::limits`] (machines per
+//! class, classes per job, argument and environment bytes, path and
+//! expression lengths, file size), so that a file the parser accepts is never
+//! refused by the pool for a limit.
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+
+use crate::limits::{self, LimitError};
 
 /// One resource class of a job: which machines, how many.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,6 +69,26 @@ pub struct JobSpec {
     pub environment: Vec<(String, String)>,
     /// The resource classes, in file order.
     pub classes: Vec<ClassSpec>,
+    /// Job attributes for the job ad (`+Name = value`, `JobBatchName`,
+    /// `RequestCpus`...): `(name, ClassAd expression text)`.
+    #[serde(default)]
+    pub attributes: Vec<(String, String)>,
+    /// `initialdir`: where relative paths start (else the submit file's directory).
+    #[serde(default)]
+    pub initial_dir: Option<String>,
+    /// `log`: the job's event log, as written.
+    #[serde(default)]
+    pub log: Option<String>,
+    /// `transfer_output_files`, as written.
+    #[serde(default)]
+    pub transfer_output_files: Vec<String>,
+    /// `queue N`: how many copies of the job the file describes.
+    #[serde(default = "one")]
+    pub count: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// One mistake in a submit file.
@@ -104,6 +137,9 @@ const JOB_KEYS: [&str; 6] = [
     "environment",
 ];
 const CLASS_KEYS: [&str; 4] = ["class_name", "requirements", "rank", "machine_count"];
+/// Mistakes reported at most, so that a file of a million bad lines gives a
+/// readable answer (and a small one on the wire).
+const MAX_REPORTED: usize = 50;
 const MACROS: [&str; 4] = ["cluster", "clusterid", "process", "procid"];
 
 /// A logical line: continuation lines joined, with the line it started on.
@@ -174,6 +210,9 @@ fn machine_count(value: &str) -> Result<(u32, u32), String> {
     if max == 0 {
         return Err("machine_count: a class needs a maximum of at least 1 machine".into());
     }
+    // Checked here, before anything is sized by it (the allocator places
+    // every minimum machine at once).
+    limits::check_machine_count("machine_count", max).map_err(|e| e.to_string())?;
     Ok((min, max))
 }
 
@@ -243,6 +282,9 @@ fn environment(value: &str) -> Result<Vec<(String, String)>, String> {
 }
 
 fn check_expr(key: &str, value: &str) -> Result<(), String> {
+    // Before parsing: a huge expression costs the parser (and every later
+    // match against every machine) in proportion.
+    limits::check_len(key, value, limits::MAX_EXPRESSION_BYTES).map_err(|e| e.to_string())?;
     classad::parse_expr(value).map(|_| ()).map_err(|e| {
         format!(
             "{key}: not a ClassAd expression (column {}: {})",
@@ -254,8 +296,22 @@ fn check_expr(key: &str, value: &str) -> Result<(), String> {
 /// Parses a submit file. `file` names it in messages. On any mistake, every
 /// mistake found is returned and no job is described.
 pub fn parse(file: &str, text: &str) -> Result<JobSpec, SubmitErrors> {
+    if let Err(e) = limits::check_len("the file", text, limits::MAX_SUBMIT_FILE_BYTES) {
+        return Err(SubmitErrors(vec![SubmitError {
+            file: file.to_string(),
+            line: 0,
+            reason: e.to_string(),
+        }]));
+    }
     let mut errors = Vec::new();
+    // Mistakes beyond a few times what is shown are only counted, so that a
+    // file of a million bad lines costs no more memory than one of a thousand.
+    let mut uncounted = 0usize;
     let mut err = |line: usize, reason: String| {
+        if errors.len() >= 20 * MAX_REPORTED {
+            uncounted += 1;
+            return;
+        }
         errors.push(SubmitError {
             file: file.to_string(),
             line,
@@ -266,6 +322,9 @@ pub fn parse(file: &str, text: &str) -> Result<JobSpec, SubmitErrors> {
     let mut draft = ClassDraft::default();
     let mut classes: Vec<ClassSpec> = Vec::new();
     let mut class_keys_seen = false;
+    let mut too_many_classes = false;
+    let mut extras = crate::submit_condor::Extras::default();
+    let mut count: Option<(u32, usize)> = None;
     for l in logical_lines(text) {
         let t = l.text.trim();
         if t.is_empty() || t.starts_with('#') {
@@ -273,16 +332,44 @@ pub fn parse(file: &str, text: &str) -> Result<JobSpec, SubmitErrors> {
         }
         if t.eq_ignore_ascii_case("queue") || t.to_ascii_lowercase().starts_with("queue ") {
             let arg = t[5..].trim();
-            if !arg.is_empty() && arg != "1" {
-                err(
-                    l.line,
-                    format!(
-                        "`queue {arg}`: each queue closes one resource class and takes no count; use machine_count"
+            if !arg.is_empty() {
+                match arg.parse::<u32>() {
+                    Ok(n) if (1..=limits::MAX_JOBS_PER_SUBMIT).contains(&n) => {
+                        count = Some((n, l.line))
+                    }
+                    Ok(n) => err(
+                        l.line,
+                        format!(
+                            "`queue {n}`: between 1 and {} copies of a job per submit file",
+                            limits::MAX_JOBS_PER_SUBMIT
+                        ),
                     ),
-                );
+                    Err(_) => err(
+                        l.line,
+                        format!(
+                            "`queue {arg}`: only `queue` and `queue N` are understood here (no `in`, `from` or `matching` lists)"
+                        ),
+                    ),
+                }
             }
             let d = std::mem::take(&mut draft);
             class_keys_seen = false;
+            if classes.len() >= limits::MAX_CLASSES_PER_JOB {
+                // Reported once, at the first class too many; the rest are
+                // not kept, so that a file of a million `queue` lines costs
+                // no more than one of 64.
+                if !too_many_classes {
+                    too_many_classes = true;
+                    let e = limits::check_count(
+                        "queue",
+                        classes.len() + 1,
+                        limits::MAX_CLASSES_PER_JOB,
+                        "classes",
+                    );
+                    err(l.line, e.err().map(|e| e.to_string()).unwrap_or_default());
+                }
+                continue;
+            }
             let name = d.name.unwrap_or_else(|| format!("class{}", classes.len()));
             if let Some(prev) = classes.iter().find(|c| c.name == name) {
                 err(
@@ -332,7 +419,10 @@ pub fn parse(file: &str, text: &str) -> Result<JobSpec, SubmitErrors> {
             class_keys_seen = true;
             let result = match key_lc.as_str() {
                 "class_name" => {
-                    if value.is_empty()
+                    if let Err(e) = limits::check_len("class_name", &value, limits::MAX_NAME_BYTES)
+                    {
+                        Err(e.to_string())
+                    } else if value.is_empty()
                         || !value
                             .chars()
                             .all(|c| c.is_alphanumeric() || c == '_' || c == '-')
@@ -354,19 +444,37 @@ pub fn parse(file: &str, text: &str) -> Result<JobSpec, SubmitErrors> {
             if let Err(e) = result {
                 err(l.line, e);
             }
+        } else if crate::submit_condor::is_condor_key(key) {
+            if let Err(e) = extras.set(key, &value) {
+                err(l.line, e);
+            }
         } else {
             err(
                 l.line,
                 format!(
-                    "unknown key `{}`; job keys: {}; class keys: {}",
+                    "unknown key `{}`; job keys: {}; class keys: {}; HTCondor commands: {}, +Name",
                     key.trim(),
                     JOB_KEYS.join(", "),
-                    CLASS_KEYS.join(", ")
+                    CLASS_KEYS.join(", "),
+                    crate::submit_condor::KEYS.join(", ")
                 ),
             );
         }
     }
     let last_line = text.lines().count();
+    if let Some((n, line)) = count
+        && n > 1
+        && classes.len() > 1
+    {
+        err(
+            line,
+            format!(
+                "`queue {n}` makes {n} copies of a one-class job; this file has {} classes (each `queue` closes one)",
+                classes.len()
+            ),
+        );
+    }
+    extras.apply_requests(&mut classes);
     if classes.is_empty() {
         err(
             last_line.max(1),
@@ -412,7 +520,7 @@ pub fn parse(file: &str, text: &str) -> Result<JobSpec, SubmitErrors> {
         }),
         None => Vec::new(),
     };
-    let transfer = get("transfer_input_files")
+    let transfer: Vec<String> = get("transfer_input_files")
         .map(|(v, _)| {
             v.split(',')
                 .map(|s| s.trim().to_string())
@@ -421,8 +529,63 @@ pub fn parse(file: &str, text: &str) -> Result<JobSpec, SubmitErrors> {
         })
         .unwrap_or_default();
     let (output, error) = (get("output").map(|x| x.0), get("error").map(|x| x.0));
+    let line_of = |k: &str| get(k).map_or(0, |(_, l)| l);
+    for (key, max) in [
+        ("executable", limits::MAX_PATH_BYTES),
+        ("output", limits::MAX_PATH_BYTES),
+        ("error", limits::MAX_PATH_BYTES),
+    ] {
+        if let Some((v, line)) = get(key)
+            && let Err(e) = limits::check_len(key, &v, max)
+        {
+            err(line, e.to_string());
+        }
+    }
+    let transfer_line = line_of("transfer_input_files");
+    if let Err(e) = limits::check_count(
+        "transfer_input_files",
+        transfer.len(),
+        limits::MAX_INPUT_FILES,
+        "files",
+    ) {
+        err(transfer_line, e.to_string());
+    } else if let Some(e) = transfer
+        .iter()
+        .find_map(|f| limits::check_len("transfer_input_files", f, limits::MAX_PATH_BYTES).err())
+    {
+        err(transfer_line, e.to_string());
+    }
+    if let Err(e) = limits::check_command_line("arguments", &arguments, &env) {
+        let line = if e.field.starts_with("environment") {
+            line_of("environment")
+        } else {
+            line_of("arguments")
+        };
+        err(line, e.to_string());
+    }
+    if let Err(e) = limits::check_expressions_of_job(&classes) {
+        err(classes.last().map_or(0, |c| c.line), e.to_string());
+    }
+    let minimum: u64 = classes.iter().map(|c| u64::from(c.min)).sum();
+    if minimum > limits::MAX_MINIMUM_PER_JOB {
+        let e = LimitError {
+            field: "machine_count (minimums of all classes)".into(),
+            value: minimum.to_string(),
+            limit: format!("{} machines per job", limits::MAX_MINIMUM_PER_JOB),
+        };
+        err(classes.last().map_or(0, |c| c.line), e.to_string());
+    }
     if !errors.is_empty() {
         errors.sort_by_key(|e| e.line);
+        if errors.len() > MAX_REPORTED {
+            let more = errors.len() - MAX_REPORTED + uncounted;
+            errors.truncate(MAX_REPORTED);
+            errors.push(SubmitError {
+                file: file.to_string(),
+                line: 0,
+                reason: format!("and {more} more mistakes"),
+            });
+        }
         return Err(SubmitErrors(errors));
     }
     Ok(JobSpec {
@@ -433,11 +596,17 @@ pub fn parse(file: &str, text: &str) -> Result<JobSpec, SubmitErrors> {
         transfer_input_files: transfer,
         environment: env,
         classes,
+        attributes: extras.job_attributes(),
+        initial_dir: extras.initial_dir,
+        log: extras.log,
+        transfer_output_files: extras.transfer_output_files,
+        count: count.map_or(1, |(n, _)| n),
     })
 }
 
-/// Replaces the macros of one value.
-fn expand_one(value: &str, cluster: u64, process: usize) -> String {
+/// Replaces the macros of one value; with no `cluster`, `$(Cluster)` stays.
+fn expand_one(value: &str, cluster: impl Into<Option<u64>>, process: usize) -> String {
+    let cluster = cluster.into();
     let mut out = String::with_capacity(value.len());
     let mut rest = value;
     while let Some(i) = rest.find("$(") {
@@ -445,7 +614,10 @@ fn expand_one(value: &str, cluster: u64, process: usize) -> String {
         let after = &rest[i + 2..];
         let end = after.find(')').unwrap_or(after.len());
         match after[..end].to_ascii_lowercase().as_str() {
-            "cluster" | "clusterid" => out.push_str(&cluster.to_string()),
+            "cluster" | "clusterid" => match cluster {
+                Some(c) => out.push_str(&c.to_string()),
+                None => out.push_str(&format!("$({})", &after[..end])),
+            },
             "process" | "procid" => out.push_str(&process.to_string()),
             other => out.push_str(&format!("$({other})")),
         }
@@ -456,6 +628,25 @@ fn expand_one(value: &str, cluster: u64, process: usize) -> String {
 }
 
 impl JobSpec {
+    /// Copy `process` of a `queue N` file, a job of its own: `$(Process)`
+    /// replaced by `process`, `$(Cluster)` left for the pool to fill.
+    pub fn copy(&self, process: usize) -> JobSpec {
+        let x = |v: &str| expand_one(v, None, process);
+        JobSpec {
+            arguments: self.arguments.iter().map(|a| x(a)).collect(),
+            output: self.output.as_deref().map(x),
+            error: self.error.as_deref().map(x),
+            environment: self
+                .environment
+                .iter()
+                .map(|(k, v)| (k.clone(), x(v)))
+                .collect(),
+            log: self.log.as_deref().map(x),
+            count: 1,
+            ..self.clone()
+        }
+    }
+
     /// The spec with `$(Cluster)` replaced by `cluster` and `$(Process)` by 0
     /// (the master) in its arguments, output, error and environment.
     pub fn expand(&self, cluster: u64) -> JobSpec {

@@ -87,9 +87,10 @@ fn defaults_single_count_and_case_insensitive_keys() {
 
 #[test]
 fn unknown_key_is_reported_with_its_line() {
-    let (line, reason) = one_error("executable = m\n\nuniverse = vanilla\nqueue\n");
+    let (line, reason) = one_error("executable = m\n\nnotify_user = me@lab\nqueue\n");
     assert_eq!(line, 3);
-    assert!(reason.contains("unknown key `universe`"), "{reason}");
+    assert!(reason.contains("unknown key `notify_user`"), "{reason}");
+    assert!(reason.contains("HTCondor commands: universe"), "{reason}");
 }
 
 #[test]
@@ -135,13 +136,13 @@ fn missing_executable_and_missing_queue() {
 #[test]
 fn every_mistake_is_reported_in_line_order() {
     let es = errors(
-        "foo = 1\nexecutable = m\nexecutable = n\narguments = $(Nope)\nqueue 3\nbroken line\n",
+        "foo = 1\nexecutable = m\nexecutable = n\narguments = $(Nope)\nqueue 3 in (a b)\nbroken line\n",
     );
     let lines: Vec<usize> = es.iter().map(|e| e.0).collect();
     assert_eq!(lines, [1, 3, 4, 5, 6], "{es:?}");
     assert!(es[1].1.contains("set twice (first on line 2)"));
     assert!(es[2].1.contains("unknown macro `$(Nope)`"));
-    assert!(es[3].1.contains("takes no count"));
+    assert!(es[3].1.contains("only `queue` and `queue N`"));
     assert!(es[4].1.contains("neither `key = value`"));
 }
 
@@ -174,4 +175,211 @@ fn error_display_names_file_and_line() {
             .starts_with("dir/job.sub:2: unknown key `zzz`"),
         "{e}"
     );
+}
+
+#[test]
+fn machine_count_above_its_limit_is_refused_with_the_limit_named() {
+    let (line, reason) = one_error("executable = m\nmachine_count = 4294967295\nqueue\n");
+    assert_eq!(line, 2);
+    assert_eq!(
+        reason,
+        "machine_count: 4294967295 is above the limit of 100000 machines per class"
+    );
+    let (_, reason) = one_error("executable = m\nmachine_count = 0..100001\nqueue\n");
+    assert!(
+        reason.contains("100001 is above the limit of 100000"),
+        "{reason}"
+    );
+    assert!(parse("j", "executable = m\nmachine_count = 100000\nqueue\n").is_ok());
+}
+
+#[test]
+fn minimums_above_the_job_limit_are_refused() {
+    let text = "executable = m\nmachine_count = 60000\nqueue\nmachine_count = 60000\nqueue\n";
+    let (line, reason) = one_error(text);
+    assert_eq!(line, 5);
+    assert!(
+        reason.contains("120000 is above the limit of 100000 machines per job"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn a_ten_megabyte_arguments_line_is_refused_with_the_exec_limit() {
+    let text = format!(
+        "executable = m\narguments = {}\nqueue\n",
+        "x".repeat(10 << 20)
+    );
+    let (line, reason) = one_error(&text);
+    assert_eq!(line, 2);
+    assert_eq!(
+        reason,
+        "arguments (argument 1): 10485760 bytes is above the limit of 131071 bytes per argument (Linux's MAX_ARG_STRLEN)"
+    );
+    // Many short arguments: the total is what `exec` refuses.
+    let text = format!(
+        "executable = m\narguments = {}\nqueue\n",
+        ("x".repeat(39) + " ").repeat(30_000)
+    );
+    let (line, reason) = one_error(&text);
+    assert_eq!(line, 2);
+    assert!(
+        reason.starts_with(
+            "arguments and environment: 1200000 bytes is above the limit of 1048576 bytes in all"
+        ),
+        "{reason}"
+    );
+}
+
+#[test]
+fn environment_paths_and_expressions_have_limits() {
+    let (line, reason) = one_error(&format!(
+        "executable = m\nenvironment = A={}\nqueue\n",
+        "b".repeat(200_000)
+    ));
+    assert_eq!(line, 2);
+    assert!(
+        reason.starts_with("environment (A): 200002 bytes is above"),
+        "{reason}"
+    );
+    let (line, reason) = one_error(&format!("executable = {}\nqueue\n", "p".repeat(5000)));
+    assert_eq!(
+        (line, reason.as_str()),
+        (1, "executable: 5000 bytes is above the limit of 4095 bytes")
+    );
+    let (line, reason) = one_error(&format!(
+        "executable = m\noutput = {}\nqueue\n",
+        "p".repeat(5000)
+    ));
+    assert_eq!(line, 2);
+    assert!(reason.starts_with("output: 5000 bytes"), "{reason}");
+    let (line, reason) = one_error(&format!(
+        "executable = m\nrequirements = {}\nqueue\n",
+        "1+".repeat(10_000) + "1"
+    ));
+    assert_eq!(line, 2);
+    assert_eq!(
+        reason,
+        "requirements: 20001 bytes is above the limit of 16384 bytes"
+    );
+    let (_, reason) = one_error(&format!(
+        "executable = m\nclass_name = {}\nqueue\n",
+        "c".repeat(300)
+    ));
+    assert_eq!(
+        reason,
+        "class_name: 300 bytes is above the limit of 255 bytes"
+    );
+    let files = vec!["f"; 1001].join(",");
+    let (_, reason) = one_error(&format!(
+        "executable = m\ntransfer_input_files = {files}\nqueue\n"
+    ));
+    assert_eq!(
+        reason,
+        "transfer_input_files: 1001 files is above the limit of 1000 files"
+    );
+}
+
+#[test]
+fn classes_beyond_the_limit_are_refused_once_and_not_kept() {
+    let text = format!("executable = m\n{}", "queue\n".repeat(100_000));
+    let (line, reason) = one_error(&text);
+    assert_eq!(line, 2 + 64);
+    assert_eq!(reason, "queue: 65 classes is above the limit of 64 classes");
+    assert!(parse("j", &format!("executable = m\n{}", "queue\n".repeat(64))).is_ok());
+}
+
+#[test]
+fn a_file_above_the_size_limit_is_refused_whole_and_mistakes_are_capped() {
+    let text = "#".repeat(crate::limits::MAX_SUBMIT_FILE_BYTES + 1);
+    let (line, reason) = one_error(&text);
+    assert_eq!(line, 0);
+    assert_eq!(
+        reason,
+        "the file: 16777217 bytes is above the limit of 16777216 bytes"
+    );
+    let es = errors(&"nonsense\n".repeat(1000));
+    assert_eq!(es.len(), 51);
+    assert_eq!(es[50], (0, "and 952 more mistakes".to_string()));
+    // Beyond what is kept, mistakes are still counted.
+    let es = errors(&"nonsense\n".repeat(100_000));
+    assert_eq!(es.len(), 51);
+    assert_eq!(es[50], (0, "and 99952 more mistakes".to_string()));
+}
+
+#[test]
+fn expressions_of_all_classes_together_have_a_limit() {
+    // A wide list: one level deep, 8,003 bytes.
+    let class = format!("requirements = {{{}1}}\nqueue\n", "1,".repeat(4_000));
+    let text = format!("executable = m\n{}", class.repeat(9));
+    let (line, reason) = one_error(&text);
+    // The line of the last `queue`.
+    assert_eq!(line, 19);
+    assert_eq!(
+        reason,
+        "requirements and rank of all classes: 72027 bytes is above the limit of 65536 bytes per job"
+    );
+    assert!(parse("j", &format!("executable = m\n{}", class.repeat(8))).is_ok());
+}
+
+/// A submit file in the style of the HTCondor manual's examples.
+const CONDOR_STYLE: &str = r#"
+# A vanilla-universe job, as HTCondor users write it.
+universe                = vanilla
+executable              = analyze.sh
+arguments               = $(Cluster) $(Process)
+initialdir              = run
+log                     = analyze.log
+output                  = analyze.$(Process).out
+error                   = analyze.$(Process).err
+should_transfer_files   = YES
+when_to_transfer_output = ON_EXIT
+transfer_input_files    = data.csv
+transfer_output_files   = summary.txt
+request_cpus            = 2
+request_memory          = 1GB
+request_disk            = 100MB
+requirements            = OpSys == "LINUX"
++Department             = "physics"
+JobBatchName            = sweep
+queue 3
+"#;
+
+#[test]
+fn an_htcondor_style_vanilla_job_parses_with_each_command_meant() {
+    let spec = parse("job.sub", CONDOR_STYLE).unwrap();
+    assert_eq!(spec.count, 3);
+    assert_eq!(spec.classes.len(), 1);
+    assert_eq!(
+        spec.classes[0].requirements,
+        "(OpSys == \"LINUX\") && Cpus >= 2 && Memory >= 1024 && Disk >= 102400"
+    );
+    assert_eq!(spec.initial_dir.as_deref(), Some("run"));
+    assert_eq!(spec.log.as_deref(), Some("analyze.log"));
+    assert_eq!(spec.transfer_output_files, ["summary.txt"]);
+    assert_eq!(spec.transfer_input_files, ["data.csv"]);
+    let attrs: Vec<(&str, &str)> = spec
+        .attributes
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+        .collect();
+    assert_eq!(
+        attrs,
+        [
+            ("RequestCpus", "2"),
+            ("RequestMemory", "1024"),
+            ("RequestDisk", "102400"),
+            ("Department", "\"physics\""),
+            ("JobBatchName", "\"sweep\""),
+        ]
+    );
+    // `queue N` copies a one-class job; with several classes it is a mistake.
+    let (line, reason) =
+        one_error("executable = m\nclass_name = a\nqueue\nclass_name = b\nqueue 2\n");
+    assert_eq!(line, 5);
+    assert!(reason.contains("this file has 2 classes"), "{reason}");
+    let (_, reason) = one_error("executable = m\nuniverse = grid\nqueue\n");
+    assert!(reason.contains("only the vanilla universe"), "{reason}");
+    let (_, reason) = one_error("executable = m\nqueue 0\n");
+    assert!(reason.contains("between 1 and 10000"), "{reason}");
 }

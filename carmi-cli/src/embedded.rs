@@ -7,7 +7,10 @@
 //! ([`crate::supervise`]), with its
 //! output in `pool.log` in the pool's folder, waits for the ready file that
 //! `serve` writes once every local RM has registered, and records the pool in
-//! the `carmi` configuration file:
+//! a file of its own, [`carmi_api::coords::record_path`]
+//! (`$XDG_STATE_HOME/carmi/pool-up.toml`, else
+//! `$HOME/.local/state/carmi/pool-up.toml`), which every `carmi` command and
+//! every WoDi program started by hand reads while the pool runs:
 //!
 //! ```toml
 //! pool = "127.0.0.1:40123"              # the global RM
@@ -16,8 +19,7 @@
 //! pool_pid = 12345                      # the `carmi pool serve` process
 //! ```
 //!
-//! The file is `$CARMI_CONFIG`, else `$XDG_CONFIG_HOME/carmi/config.toml`,
-//! else `$HOME/.config/carmi/config.toml`; other keys in it are kept.
+//! The user's own config file is never written.
 //! `down` sends SIGTERM to the serve process (which stops every daemon and
 //! job process and removes the folder), waits, falls back to SIGKILL, removes
 //! the folder if it is still there, and removes those keys.
@@ -30,8 +32,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use owner_sim::{EmbeddedPool, OwnerModel, PoolOptions};
 
-/// The keys `pool up` records and `pool down` removes.
-pub const KEYS: [&str; 4] = ["pool", "secret", "local", "pool_pid"];
 /// How long `up` waits for the pool to come up.
 const UP_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long `down` waits after SIGTERM before SIGKILL.
@@ -90,17 +90,17 @@ pub struct Recorded {
     pub pool_pid: Option<i32>,
 }
 
-/// The `carmi` configuration file's path, if any environment names one
-/// (the same file `crate::config` reads the pool's coordinates from).
-fn config_path() -> Option<PathBuf> {
-    crate::config::config_path(&|k| std::env::var(k).ok())
+/// Where `pool up` records the pool it started.
+fn record_path() -> anyhow::Result<PathBuf> {
+    carmi_api::coords::record_path(&|k| std::env::var(k).ok())
+        .context("nowhere to record the pool: set XDG_STATE_HOME or HOME")
 }
 
 fn read_table(path: &Path) -> anyhow::Result<toml::Table> {
     match std::fs::read_to_string(path) {
         Ok(text) => text
             .parse::<toml::Table>()
-            .with_context(|| format!("configuration file {}", path.display())),
+            .with_context(|| format!("{} is not valid TOML", path.display())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(toml::Table::new()),
         Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
     }
@@ -119,7 +119,7 @@ fn write_table(path: &Path, table: &toml::Table) -> anyhow::Result<()> {
         std::fs::create_dir_all(parent)
             .with_context(|| format!("cannot create {}", parent.display()))?;
     }
-    let text = toml::to_string(table).context("cannot format the configuration")?;
+    let text = toml::to_string(table).context("cannot format the pool's record")?;
     let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
     std::fs::write(&tmp, text)
         .and_then(|()| std::fs::rename(&tmp, path))
@@ -172,9 +172,8 @@ fn alive(pid: i32) -> bool {
 pub fn up(args: &UpArgs) -> anyhow::Result<()> {
     // Refuse bad options here, not in the background process's log.
     OwnerModel::from_spec(&args.owners)?;
-    let config = config_path()
-        .context("no configuration file: set CARMI_CONFIG, XDG_CONFIG_HOME or HOME")?;
-    if let Some(r) = recorded_in(&read_table(&config)?)
+    let record = record_path()?;
+    if let Some(r) = recorded_in(&read_table(&record)?)
         && let Some(pid) = r.pool_pid
         && alive(pid)
         && is_pool_process(pid)
@@ -254,12 +253,12 @@ pub fn up(args: &UpArgs) -> anyhow::Result<()> {
         std::thread::sleep(Duration::from_millis(20));
     };
     let r = recorded_in(&table).context("the pool's ready file is incomplete")?;
-    let mut t = read_table(&config)?;
+    let mut t = toml::Table::new();
     t.insert("pool".into(), r.pool.clone().into());
     t.insert("secret".into(), r.secret.display().to_string().into());
     t.insert("local".into(), r.local.clone().unwrap_or_default().into());
     t.insert("pool_pid".into(), i64::from(child.id() as i32).into());
-    write_table(&config, &t)?;
+    write_table(&record, &t)?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "{}", r.pool)?;
     writeln!(
@@ -273,7 +272,7 @@ pub fn up(args: &UpArgs) -> anyhow::Result<()> {
     writeln!(
         out,
         "recorded in {}; log in {}; stop it with `carmi pool down`",
-        config.display(),
+        record.display(),
         log_path.display()
     )?;
     Ok(())
@@ -281,19 +280,18 @@ pub fn up(args: &UpArgs) -> anyhow::Result<()> {
 
 /// `carmi pool down`.
 pub fn down() -> anyhow::Result<()> {
-    let config = config_path()
-        .context("no configuration file: set CARMI_CONFIG, XDG_CONFIG_HOME or HOME")?;
-    let mut table = read_table(&config)?;
+    let record = record_path()?;
+    let table = read_table(&record)?;
     let Some(r) = recorded_in(&table) else {
         bail!(
             "no pool is recorded in {} (start one with `carmi pool up`)",
-            config.display()
+            record.display()
         );
     };
     let Some(pid) = r.pool_pid else {
         bail!(
             "the pool in {} was not started by `carmi pool up` (no pool_pid); stop it where it runs",
-            config.display()
+            record.display()
         );
     };
     if alive(pid) && is_pool_process(pid) {
@@ -335,10 +333,7 @@ pub fn down() -> anyhow::Result<()> {
     {
         std::fs::remove_dir_all(dir).with_context(|| format!("cannot remove {}", dir.display()))?;
     }
-    for k in KEYS {
-        table.remove(k);
-    }
-    write_table(&config, &table)?;
+    write_table(&record, &toml::Table::new())?;
     println!("pool stopped (process {pid})");
     Ok(())
 }

@@ -1,4 +1,5 @@
-//! `carmi submit`, `carmi q` (with `-analyze`) and `carmi rm`.
+//! `carmi submit`, `carmi q` (with `-analyze`) and `carmi rm`, and what the
+//! job commands share (`carmi history` lives in `history`).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -12,7 +13,7 @@ use carmi_api::msg::{
 };
 use clap::Args;
 
-use crate::config::{PoolArgs, resolve_env};
+use crate::config::{PoolArgs, Required, resolve_env};
 
 /// `carmi submit` options.
 #[derive(Args)]
@@ -27,6 +28,9 @@ pub struct SubmitArgs {
     /// Print {"job": N} instead of the job id alone
     #[arg(long)]
     json: bool,
+    /// Print the job ads it would queue and queue nothing (or -dry-run)
+    #[arg(long)]
+    dry_run: bool,
 }
 
 /// `carmi q` options.
@@ -54,19 +58,19 @@ pub struct RmArgs {
     json: bool,
 }
 
-fn connect(pool: &PoolArgs) -> anyhow::Result<(String, Secret)> {
+pub(crate) fn connect(pool: &PoolArgs) -> anyhow::Result<(String, Secret)> {
     let coords = resolve_env(pool)?;
     let secret = Secret::from_file(coords.secret()?)?;
     Ok((coords.pool()?.to_string(), secret))
 }
 
-fn print(text: &str) -> anyhow::Result<()> {
+pub(crate) fn print(text: &str) -> anyhow::Result<()> {
     std::io::stdout()
         .write_all(text.as_bytes())
         .context("cannot write to stdout")
 }
 
-fn failed(answer: FromGlobal, what: &str) -> anyhow::Error {
+pub(crate) fn failed(answer: FromGlobal, what: &str) -> anyhow::Error {
     match answer {
         FromGlobal::AdminFailed(f) => anyhow::anyhow!("{what}: {}", f.message),
         other => anyhow::anyhow!("{what}: the global RM answered {other:?}"),
@@ -83,6 +87,16 @@ fn host_name() -> String {
 /// Runs `carmi submit`.
 pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     let display = args.file.display().to_string();
+    // Before reading: a huge file is refused without being held in memory.
+    if let Ok(meta) = std::fs::metadata(&args.file)
+        && meta.len() > carmi_api::limits::MAX_SUBMIT_FILE_BYTES as u64
+    {
+        anyhow::bail!(
+            "{display}: the file: {} bytes is above the limit of {} bytes",
+            meta.len(),
+            carmi_api::limits::MAX_SUBMIT_FILE_BYTES
+        );
+    }
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("cannot read submit file {display}"))?;
     let mut spec = carmi_api::submit::parse(&display, &text).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -96,9 +110,23 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     // file become absolute, as the local RM starts it elsewhere.
     let base_abs = std::path::absolute(base)
         .with_context(|| format!("cannot resolve the directory of {display}"))?;
-    let abs = |p: &str| base_abs.join(p).to_string_lossy().into_owned();
+    // `initialdir` moves where the job's files are, not where its executable is.
+    let io_base = match &spec.initial_dir {
+        Some(d) => base_abs.join(d),
+        None => base_abs.clone(),
+    };
+    if !io_base.is_dir() {
+        anyhow::bail!(
+            "{display}: initialdir: {} is not a directory",
+            io_base.display()
+        );
+    }
+    let abs = |p: &str| io_base.join(p).to_string_lossy().into_owned();
     spec.output = spec.output.as_deref().map(abs);
     spec.error = spec.error.as_deref().map(abs);
+    spec.log = spec.log.as_deref().map(abs);
+    spec.initial_dir = Some(io_base.to_string_lossy().into_owned());
+    crate::dryrun::warn_unbuilt(&display, &spec);
     for f in &mut spec.transfer_input_files {
         let path = abs(f);
         if !Path::new(&path).is_file() {
@@ -136,23 +164,50 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     let submitted_unix = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
+    let copies: Vec<_> = (0..spec.count as usize).map(|p| spec.copy(p)).collect();
+    if args.dry_run {
+        return print(&crate::dryrun::job_ads(
+            &copies,
+            &owner,
+            &machine,
+            &executable,
+        ));
+    }
     let (pool, secret) = connect(&args.pool)?;
-    let msg = ToGlobal::Submit(Box::new(SubmitRequest {
-        owner,
-        machine,
-        executable: executable.clone(),
-        spec,
-        submitted_unix,
-    }));
-    let answer = crate::block_on(async {
-        Ok(request(&pool, &secret, Some((&executable, &bytes)), msg).await?)
-    })?;
-    match answer {
-        FromGlobal::Submitted { job } if args.json => {
-            print(&format!("{}\n", serde_json::json!({ "job": job.0 })))
+    let mut jobs = Vec::new();
+    for (i, copy) in copies.into_iter().enumerate() {
+        let msg = ToGlobal::Submit(Box::new(SubmitRequest {
+            owner: owner.clone(),
+            machine: machine.clone(),
+            executable: executable.clone(),
+            spec: copy,
+            submitted_unix,
+        }));
+        // The executable travels once; the global RM keeps it for the copies.
+        let upload = (i == 0).then_some((&executable, bytes.as_slice()));
+        let answer = crate::block_on(async { Ok(request(&pool, &secret, upload, msg).await?) })?;
+        match answer {
+            FromGlobal::Submitted { job } => jobs.push(job.0),
+            other if jobs.is_empty() => return Err(failed(other, &format!("submit of {display}"))),
+            other => {
+                print(&ids_text(&jobs, args.json))?;
+                return Err(failed(
+                    other,
+                    &format!("submit of {display}, copy {i} (copies before it were queued)"),
+                ));
+            }
         }
-        FromGlobal::Submitted { job } => print(&format!("{}\n", job.0)),
-        other => Err(failed(other, &format!("submit of {display}"))),
+    }
+    print(&ids_text(&jobs, args.json))
+}
+
+/// The queued job ids: one a line, or `{"job": FIRST, "jobs": [...]}`.
+fn ids_text(jobs: &[u64], json: bool) -> String {
+    if json {
+        let first = jobs.first().copied().unwrap_or_default();
+        format!("{}\n", serde_json::json!({ "job": first, "jobs": jobs }))
+    } else {
+        jobs.iter().map(|j| format!("{j}\n")).collect()
     }
 }
 
@@ -199,7 +254,7 @@ pub fn q(args: QArgs) -> anyhow::Result<()> {
     }
 }
 
-fn json_text<T: serde::Serialize>(v: &T) -> String {
+pub(crate) fn json_text<T: serde::Serialize>(v: &T) -> String {
     let mut t = serde_json::to_string_pretty(v).expect("protocol types serialize");
     t.push('\n');
     t
@@ -261,6 +316,9 @@ pub fn queue_text(jobs: &[JobStatus]) -> String {
             j.state,
             classes.join(", ")
         ));
+        if let Some(note) = &j.note {
+            out.push_str(&format!("{:>5}  ^ {note}\n", ""));
+        }
     }
     out.push_str(&format!(
         "{} job{}: {running} running, {waiting} waiting; {held} host{} held\n",
@@ -300,6 +358,11 @@ fn class_text(c: &ClassAnalysis, waiting: bool) -> String {
     out.push_str(&format!("  {:>5} slots in the pool:\n", c.slots));
     for (n, what) in rows {
         out.push_str(&format!("  {n:>5} {what}\n"));
+        if what == "taken by their owners" {
+            for (machine, why) in &c.owner_reasons {
+                out.push_str(&format!("          {machine}: {why}\n"));
+            }
+        }
     }
     let usable = c.idle + if waiting { 0 } else { c.held_by_job };
     let verdict = if waiting && c.idle + c.preemptible < s.min {
@@ -412,6 +475,7 @@ mod tests {
                 executable: "m".into(),
                 master: None,
                 classes: vec![class.clone()],
+                note: None,
             },
             queued_ahead: 0,
             classes: vec![ClassAnalysis {
@@ -422,8 +486,12 @@ mod tests {
                 held_by_job: 1,
                 claimed_by_others: 0,
                 preemptible: 0,
-                owner: 0,
+                owner: 1,
                 idle: 2,
+                owner_reasons: vec![(
+                    "desk7".into(),
+                    "START is false: KeyboardIdle > 900 (KeyboardIdle = 32)".into(),
+                )],
             }],
         }
     }
@@ -434,5 +502,15 @@ mod tests {
         assert!(text.contains("  rank: KFlops * 2"), "{text}");
         let text = analysis_text(&analysis(None));
         assert!(!text.contains("rank:"), "{text}");
+    }
+
+    #[test]
+    fn analyze_says_why_owners_hold_their_machines() {
+        let text = analysis_text(&analysis(None));
+        let owners = text.find("taken by their owners").unwrap();
+        let why = text
+            .find("desk7: START is false: KeyboardIdle > 900 (KeyboardIdle = 32)")
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(why > owners, "{text}");
     }
 }

@@ -8,13 +8,20 @@
 //! - `supervise`: the background `carmi pool serve`, which restarts the pool's process when it dies.
 //! - `status`: `carmi status` (table, `-l`, `-constraint`, summary by arch and state).
 //! - `jobs`: `carmi submit`, `carmi q` (`-analyze`), `carmi rm`.
+//! - `history`: `carmi history`: jobs that left the queue and how they ended.
+//! - `shell`: `carmi completions`, `carmi man`.
+//! - `wait`: `carmi wait JOB`, exiting with the job's exit status.
 
 mod config;
+mod dryrun;
 mod embedded;
+mod history;
 mod jobs;
 mod pool;
+mod shell;
 mod status;
 mod supervise;
+mod wait;
 
 use std::process::ExitCode;
 
@@ -25,9 +32,12 @@ const AFTER_HELP: &str = "\
 Pool coordinates, first found wins, key by key:
   1. flags: --pool HOST:PORT, --secret FILE, --local HOST:PORT
   2. environment: CARMI_POOL, CARMI_SECRET, CARMI_LOCAL
-  3. the TOML file $CARMI_CONFIG, else $XDG_CONFIG_HOME/carmi/config.toml,
+  3. the embedded pool `carmi pool up` runs on this machine (its record is
+     $XDG_STATE_HOME/carmi/pool-up.toml, else ~/.local/state/carmi/pool-up.toml)
+  4. the TOML file $CARMI_CONFIG, else $XDG_CONFIG_HOME/carmi/config.toml,
      else $HOME/.config/carmi/config.toml, with keys
-     pool = \"HOST:PORT\", secret = \"/abs/path\", local = \"HOST:PORT\", pool_pid = N
+     pool = \"HOST:PORT\", secret = \"/abs/path\", local = \"HOST:PORT\"
+WoDi programs started by hand find their local RM and secret the same way.
 
 HTCondor-style options are accepted too: -analyze, -constraint, -long.";
 
@@ -38,7 +48,7 @@ HTCondor-style options are accepted too: -analyze, -constraint, -long.";
     about = "Use and administer a CARMI pool",
     after_help = AFTER_HELP
 )]
-struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
 }
@@ -62,6 +72,18 @@ enum Command {
     /// Remove a job: its processes are killed and its machines freed.
     #[command(after_help = AFTER_HELP)]
     Rm(jobs::RmArgs),
+    /// Show jobs that left the queue: when, and how they ended (exit status,
+    /// removed, or why the master failed to start).
+    #[command(after_help = AFTER_HELP)]
+    History(history::HistoryArgs),
+    /// Wait until a job leaves the queue; exit with its exit status (128+N
+    /// for signal N; 1 if removed or failed to start; 124 on --timeout).
+    #[command(after_help = AFTER_HELP)]
+    Wait(wait::WaitArgs),
+    /// Print a shell completion script, e.g. `carmi completions bash`.
+    Completions(shell::CompletionsArgs),
+    /// Write man pages for carmi and each subcommand into a directory.
+    Man(shell::ManArgs),
 }
 
 /// Runs a future on a small runtime (each command makes one or two requests).
@@ -78,11 +100,23 @@ pub(crate) fn block_on<T>(
 fn main() -> ExitCode {
     let cli = Cli::parse_from(jobs::htcondor_args(std::env::args()));
     let result = match cli.command {
+        Command::Wait(args) => {
+            return match wait::run(args) {
+                Ok(code) => ExitCode::from(code),
+                Err(e) => {
+                    eprintln!("carmi: error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
         Command::Pool { command } => pool::run(command),
         Command::Status(args) => status::run(args),
         Command::Submit(args) => jobs::submit(args),
         Command::Q(args) => jobs::q(args),
         Command::Rm(args) => jobs::rm(args),
+        Command::History(args) => history::run(args),
+        Command::Completions(args) => shell::completions(args),
+        Command::Man(args) => shell::man(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

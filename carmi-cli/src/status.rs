@@ -11,7 +11,7 @@ use carmi_api::handshake::Secret;
 use carmi_api::msg::{FromGlobal, MachineStatus, ToGlobal};
 use clap::Args;
 
-use crate::config::{PoolArgs, resolve_env};
+use crate::config::{PoolArgs, Required, resolve_env};
 
 /// `carmi status` options.
 #[derive(Args)]
@@ -24,9 +24,16 @@ pub struct StatusArgs {
     /// Print every machine's whole ad (or -long)
     #[arg(short = 'l', long = "long")]
     long: bool,
-    /// Print JSON instead of a table.
+    /// Print JSON instead of a table: every attribute of each machine's ad.
     #[arg(long)]
     json: bool,
+    /// Print these attributes of each machine, one line per machine, values
+    /// separated by spaces (or -af, as condor_status -af)
+    #[arg(long = "af", alias = "autoformat", num_args = 1.., value_name = "ATTR")]
+    af: Vec<String>,
+    /// Print only the summary of slots by architecture and state (or -total)
+    #[arg(long)]
+    total: bool,
 }
 
 /// Runs `carmi status`.
@@ -46,7 +53,8 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
     };
     let (mut machines, ads) = crate::block_on(async {
         let machines = pool_status(&pool, &secret).await?;
-        let ads = if constraint.is_some() || args.long {
+        let whole_ads = constraint.is_some() || args.long || args.json || !args.af.is_empty();
+        let ads = if whole_ads {
             match request(&pool, &secret, None, ToGlobal::MachineAds).await? {
                 FromGlobal::Ads(ads) => ads,
                 other => bail!("the global RM answered {other:?} to MachineAds"),
@@ -72,7 +80,21 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
                 .is_some_and(|ad| ad.eval_expr(c, None).is_true())
         });
     }
-    let out = if args.json {
+    if args.json {
+        for m in &mut machines {
+            if let Some(ad) = parsed.get(&m.name) {
+                m.attributes = ad
+                    .iter()
+                    .map(|(n, e)| (n.to_string(), e.to_string()))
+                    .collect();
+            }
+        }
+    }
+    let out = if !args.af.is_empty() {
+        autoformat(&machines, &parsed, &args.af)
+    } else if args.total {
+        summary(&machines)
+    } else if args.json {
         let mut v = machines_json(&machines);
         if args.long
             && let serde_json::Value::Array(items) = &mut v
@@ -104,6 +126,31 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
         .write_all(out.as_bytes())
         .context("cannot write to stdout")?;
     Ok(())
+}
+
+/// `-af`: the named attributes of each machine, evaluated in its ad, on one
+/// line per machine; strings lose their quotes as in `condor_status -af`, and
+/// a missing attribute prints `undefined`.
+fn autoformat(
+    machines: &[MachineStatus],
+    ads: &BTreeMap<String, classad::ClassAd>,
+    names: &[String],
+) -> String {
+    let empty = classad::ClassAd::new();
+    let mut out = String::new();
+    for m in machines {
+        let ad = ads.get(&m.name).unwrap_or(&empty);
+        let values: Vec<String> = names
+            .iter()
+            .map(|n| match ad.eval_attr(n) {
+                classad::Value::Str(s) => s.to_string(),
+                v => v.to_string(),
+            })
+            .collect();
+        out.push_str(&values.join(" "));
+        out.push('\n');
+    }
+    out
 }
 
 /// The attributes shown in the table, in column order.

@@ -153,13 +153,33 @@ fn pool() -> Vec<MachineStatus> {
     ]
 }
 
-/// A global RM that answers every admin's `Status` with `machines`.
+/// A global RM that answers every admin's `Status` with `machines`, and
+/// `MachineAds` with their ads: the status attributes plus what only the
+/// whole ad carries (an owner's `--attr`, the policy's `State`).
 async fn fake_global(secret: &[u8], machines: Vec<MachineStatus>) -> String {
-    fake_global_answering(secret, move |msg| {
-        assert_eq!(msg, ToGlobal::Status);
-        FromGlobal::Pool(machines.clone())
+    fake_global_answering(secret, move |msg| match msg {
+        ToGlobal::Status => FromGlobal::Pool(machines.clone()),
+        ToGlobal::MachineAds => FromGlobal::Ads(machines.iter().map(whole_ad).collect()),
+        other => panic!("unexpected request {other:?}"),
     })
     .await
+}
+
+fn whole_ad(m: &MachineStatus) -> (String, String) {
+    let mut text = String::from("[");
+    for (name, value) in &m.attributes {
+        text.push_str(&format!("{name} = {value}; "));
+    }
+    let state = if m.name == "desk7" {
+        "Owner"
+    } else {
+        "Unclaimed"
+    };
+    text.push_str(&format!(
+        "State = \"{state}\"; Department = \"physics\"; Name = \"{}\" ]",
+        m.name
+    ));
+    (m.name.clone(), text)
 }
 
 /// A global RM that answers each admin's request (after any `Upload`) with
@@ -279,12 +299,55 @@ async fn status_prints_json_and_reads_its_settings_from_the_environment() {
     assert_eq!(first["attributes"]["Arch"], "X86_64");
     assert_eq!(first["attributes"]["Memory"], 16384);
     assert_eq!(first["attributes"]["LoadAvg"], 0.25);
+    // The whole ad, not only the table's columns.
+    assert_eq!(first["attributes"]["Department"], "physics");
+    assert_eq!(json[1]["attributes"]["State"], "Owner");
     assert_eq!(
         first["slots"],
         serde_json::json!([
             { "host": "h1", "state": "idle", "job": null },
             { "host": "h2", "state": "claimed", "job": 3 },
         ])
+    );
+}
+
+#[tokio::test]
+async fn status_selects_by_policy_state_and_prints_chosen_attributes() {
+    let addr = fake_global(POOL_SECRET.as_bytes(), pool()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let secret = secret_file(dir.path(), POOL_SECRET);
+    let status = |args: &[&str]| {
+        let mut cmd = carmi();
+        cmd.arg("status")
+            .args(args)
+            .env("CARMI_POOL", &addr)
+            .env("CARMI_SECRET", &secret);
+        run(cmd)
+    };
+    let out = status(&[
+        "-constraint",
+        "State == \"Owner\"",
+        "-af",
+        "Name",
+        "State",
+        "Memory",
+    ])
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "desk7 Owner 8192\n");
+    let out = status(&["-af", "Name", "NoSuchAttribute"]).await;
+    assert_eq!(
+        text(&out.stdout),
+        "lab-pc-01.example.edu undefined\ndesk7 undefined\nsubmit undefined\n"
+    );
+    let out = status(&["-total"]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let summary = text(&out.stdout);
+    assert!(!summary.contains("lab-pc-01"), "{summary}");
+    assert_eq!(summary.lines().count(), 3, "{summary}");
+    assert!(
+        summary.ends_with("1 submit machine (no slots)\n"),
+        "{summary}"
     );
 }
 
@@ -414,4 +477,64 @@ async fn submit_takes_a_file_name_without_a_directory() {
     let out = run(cmd).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "7\n");
+}
+
+#[test]
+fn completions_and_man_pages_come_from_the_options() {
+    let out = carmi().args(["completions", "bash"]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let script = text(&out.stdout);
+    for word in ["submit", "status", "--constraint", "--af"] {
+        assert!(script.contains(word), "no {word} in the bash completions");
+    }
+    // The script must be valid bash.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("carmi.bash");
+    std::fs::write(&file, &script).unwrap();
+    let check = std::process::Command::new("bash")
+        .arg("-n")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{}", text(&check.stderr));
+    let out = carmi().args(["completions", "zsh"]).output().unwrap();
+    assert!(text(&out.stdout).contains("#compdef carmi"));
+
+    let pages = dir.path().join("man");
+    let out = carmi().arg("man").arg(&pages).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for page in [
+        "carmi.1",
+        "carmi-submit.1",
+        "carmi-status.1",
+        "carmi-pool-up.1",
+    ] {
+        let roff = std::fs::read_to_string(pages.join(page)).unwrap();
+        assert!(roff.contains(".TH"), "{page} is not a man page");
+    }
+    let status = std::fs::read_to_string(pages.join("carmi-status.1")).unwrap();
+    assert!(status.contains("constraint"), "{status}");
+}
+
+#[test]
+fn version_and_bad_arguments_say_so_without_a_backtrace() {
+    let out = carmi().arg("--version").output().unwrap();
+    assert!(out.status.success());
+    assert!(
+        text(&out.stdout).starts_with("carmi "),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = carmi()
+        .args(["status", "--no-such-option"])
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(err.contains("--no-such-option"), "{err}");
+    assert!(
+        !err.contains("panicked") && !err.contains("backtrace"),
+        "{err}"
+    );
 }

@@ -11,8 +11,18 @@ fn carmi(config: &Path) -> std::process::Command {
     cmd.env_remove("CARMI_SECRET")
         .env_remove("CARMI_POOL")
         .env("CARMI_CONFIG", config)
+        .env("XDG_STATE_HOME", state_of(config))
         .env("TMPDIR", tmp_of(config));
     cmd
+}
+
+/// Where `pool up` records its pool, beside (never in) the user's config.
+fn state_of(config: &Path) -> PathBuf {
+    config.parent().unwrap().join("state")
+}
+
+fn record_of(config: &Path) -> PathBuf {
+    state_of(config).join("carmi/pool-up.toml")
 }
 
 fn tmp_of(config: &Path) -> PathBuf {
@@ -70,18 +80,28 @@ fn pool_up_status_and_down_leave_nothing_behind() {
     let home = tempfile::tempdir().unwrap();
     let config = home.path().join("carmi/config.toml");
     std::fs::create_dir_all(config.parent().unwrap()).unwrap();
-    std::fs::write(&config, "editor = \"vi\"\n").unwrap();
+    // The user's own pool (nothing listens there): the running embedded
+    // pool comes first, and the user's file is left as it was.
+    let mine = "editor = \"vi\"\npool = \"127.0.0.1:1\"\n";
+    std::fs::write(&config, mine).unwrap();
 
     let out = ok(carmi(&config)
         .args(["pool", "up", "--hosts", "16", "--seed", "5"])
         .output()
         .unwrap());
-    let t: toml::Table = std::fs::read_to_string(&config).unwrap().parse().unwrap();
+    let t: toml::Table = std::fs::read_to_string(record_of(&config))
+        .unwrap()
+        .parse()
+        .unwrap();
     let pool = t["pool"].as_str().unwrap().to_string();
     let secret = PathBuf::from(t["secret"].as_str().unwrap());
     let local = t["local"].as_str().unwrap().to_string();
     let pid = t["pool_pid"].as_integer().unwrap();
-    assert_eq!(t["editor"].as_str(), Some("vi"), "other keys are kept");
+    assert_eq!(
+        std::fs::read_to_string(&config).unwrap(),
+        mine,
+        "the user's config file is never written"
+    );
     assert_eq!(out.lines().next(), Some(pool.as_str()), "{out}");
     assert!(secret.is_file());
     assert!(local.parse::<std::net::SocketAddr>().is_ok(), "{local}");
@@ -122,8 +142,8 @@ fn pool_up_status_and_down_leave_nothing_behind() {
         processes_mentioning(&dir.display().to_string()),
         Vec::<String>::new()
     );
-    let t: toml::Table = std::fs::read_to_string(&config).unwrap().parse().unwrap();
-    assert_eq!(t.keys().collect::<Vec<_>>(), ["editor"]);
+    assert!(!record_of(&config).exists(), "pool down leaves its record");
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), mine);
 
     // Nothing recorded now: plain status and down say so.
     let out = carmi(&config).arg("status").output().unwrap();
@@ -217,6 +237,50 @@ fn a_churning_pool_changes_state_between_two_status_calls() {
         v.sort();
         v
     };
+    // Every machine's ad carries its owner policy, so a constraint on
+    // `State` finds the machines whose owners are back.
+    let json = ok(carmi(&config).args(["status", "--json"]).output().unwrap());
+    let machines: serde_json::Value = serde_json::from_str(&json).unwrap();
+    for m in machines.as_array().unwrap() {
+        if m["slots"].as_array().unwrap().is_empty() {
+            continue;
+        }
+        let a = &m["attributes"];
+        assert!(a["State"].is_string() && a["Activity"].is_string(), "{m}");
+        assert!(
+            a["KeyboardIdle"].is_i64() && a["EnteredCurrentState"].is_i64(),
+            "{m}"
+        );
+        assert!(a["Start"].is_string(), "the policy's Start expression: {m}");
+    }
+    let mut owned = String::new();
+    for _ in 0..250 {
+        owned = ok(carmi(&config)
+            .args([
+                "status",
+                "-constraint",
+                "State == \"Owner\"",
+                "-af",
+                "Name",
+                "State",
+            ])
+            .output()
+            .unwrap());
+        if !owned.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(
+        !owned.is_empty(),
+        "no machine's ad ever said State == \"Owner\""
+    );
+    for line in owned.lines() {
+        assert!(
+            line.starts_with("host") && line.ends_with(" Owner"),
+            "{owned}"
+        );
+    }
     let first = states();
     let mut changed = false;
     for _ in 0..250 {

@@ -43,7 +43,12 @@
 //! - `check`: pool status and [`Allocator::sanity_check`].
 //! - `jobs`: submitted jobs: the queue, all-or-nothing start at the minimums,
 //!   fair growth towards the maxima, `carmi q` and `-analyze`.
+//! - `analyze`: `carmi q -analyze`, every online slot of a class in the first category that applies.
+//! - `matching`: the matching of a job's minimum places to slots (augmenting paths).
+//! - `queue`: waiting jobs grouped into clusters of identical requests, so
+//!   that settling the queue costs time per cluster, not per job.
 
+mod analyze;
 mod check;
 mod effect;
 mod engine;
@@ -52,15 +57,22 @@ mod exclude_tests;
 mod jobs;
 #[cfg(test)]
 mod jobs_tests;
+mod matching;
 mod pool;
+mod queue;
+#[cfg(test)]
+mod queue_tests;
 #[cfg(test)]
 mod rank_tests;
+#[cfg(test)]
+mod register_tests;
 mod requests;
 #[cfg(test)]
 mod tests;
+mod why;
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use carmi_api::ids::{HostId, JobId, ProcessId};
@@ -189,6 +201,9 @@ struct Job {
     /// Announced hosts and the class each was allocated for.
     hosts: BTreeMap<HostId, String>,
     subs: Vec<Sub>,
+    /// The requests of `subs`, so that a new request's id is checked for
+    /// reuse in constant time however many subscriptions the job holds.
+    sub_reqs: HashSet<ReqRef>,
     /// Submit order (also for jobs started by hand): ties in fair sharing go to the older.
     seq: u64,
     /// Per class from the submit file: (min, max). Empty for a job started by hand.
@@ -196,6 +211,26 @@ struct Job {
     /// Per class: the `rank` preferring some machines (higher first).
     ranks: BTreeMap<String, Rank>,
     phase: Phase,
+}
+
+impl Job {
+    /// Adds a subscription (its request id checked unused by the caller).
+    fn push_sub(&mut self, sub: Sub) {
+        self.sub_reqs.insert(sub.req);
+        self.subs.push(sub);
+    }
+
+    /// Keeps the subscriptions `keep` accepts, in order.
+    fn retain_subs(&mut self, mut keep: impl FnMut(&Sub) -> bool) {
+        let reqs = &mut self.sub_reqs;
+        self.subs.retain(|s| {
+            let k = keep(s);
+            if !k {
+                reqs.remove(&s.req);
+            }
+            k
+        });
+    }
 }
 
 struct Pending {
@@ -229,6 +264,13 @@ pub struct Allocator {
     next_seq: u64,
     /// Submitted jobs waiting for their minimums, by submit order.
     queue: BTreeMap<u64, JobId>,
+    /// The same jobs grouped by what they ask for.
+    clusters: queue::Clusters,
+    /// Submitted jobs that started (phase `Running`): growth and fair
+    /// sharing look at these only, however long the queue.
+    running: BTreeSet<JobId>,
+    /// Start attempts so far (see [`Allocator::start_attempts`]).
+    tries: u64,
     next_job_seq: u64,
     /// Set when a slot became idle or a job was submitted: the job queue
     /// must be settled before effects are taken.
@@ -308,6 +350,9 @@ impl Allocator {
             groups: BTreeMap::new(),
             next_seq: 0,
             queue: BTreeMap::new(),
+            clusters: Default::default(),
+            running: BTreeSet::new(),
+            tries: 0,
             next_job_seq: 0,
             dirty: false,
             effects: Vec::new(),

@@ -22,7 +22,8 @@
 //! records written since the last compaction outnumber the live ones by far
 //! (see [`Journal::append`]), or when it is opened, it rewrites the file with
 //! only what a replay needs: a [`Record::Counters`] so that ids never go
-//! back, each machine's host ids, and the live jobs and processes. The new
+//! back, each machine's host ids, the last ended jobs' [`Record::History`]
+//! (bounded like the router's history), and the live jobs and processes. The new
 //! file is written aside, fsync'd and renamed over the old one, so a crash
 //! leaves either the old journal or the new one, never a mix.
 
@@ -31,7 +32,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use carmi_api::ids::{HostId, JobId, ProcessId};
-use carmi_api::msg::SubmitRequest;
+use carmi_api::msg::{JobRecord, SubmitRequest};
 use serde::{Deserialize, Serialize};
 
 use crate::alloc::ReqRef;
@@ -84,6 +85,10 @@ pub enum Record {
         /// The process.
         process: ProcessId,
     },
+    /// A job left the queue: how, for `carmi history` (written before its
+    /// `Ended`, and by compactions for the last
+    /// [`HISTORY_LIMIT`](crate::router::HISTORY_LIMIT) ended jobs).
+    History(Box<JobRecord>),
     /// A job was created by a process started by hand (not submitted)
     /// attaching at a machine's local RM: after a restart it keeps its id,
     /// its root process and its workers.
@@ -139,6 +144,14 @@ pub struct Live {
     classes: std::collections::BTreeMap<(JobId, String), Record>,
     /// Processes spawned and not exited, by id, with their record.
     processes: std::collections::BTreeMap<ProcessId, Record>,
+    /// The last ended jobs' `History` records, oldest first.
+    history: std::collections::VecDeque<Record>,
+    /// The same processes by job, so that a job's end costs time in its
+    /// own processes, not in every live one.
+    by_job: std::collections::BTreeMap<JobId, std::collections::BTreeSet<ProcessId>>,
+    /// Live jobs with a `Started` record: [`Live::len`] is asked after every
+    /// append and must not walk the jobs.
+    started: usize,
     /// Records applied so far (orders machines).
     seq: u64,
 }
@@ -159,11 +172,14 @@ impl Live {
         match r {
             Record::Submitted { job, .. } => {
                 self.next_job = self.next_job.max(job.0 + 1);
-                self.jobs.insert(*job, (r.clone(), None));
+                if let Some((_, Some(_))) = self.jobs.insert(*job, (r.clone(), None)) {
+                    self.started -= 1;
+                }
             }
             Record::Started { job, master } => {
                 self.next_process = self.next_process.max(master.0 + 1);
                 if let Some(j) = self.jobs.get_mut(job) {
+                    self.started += j.1.is_none() as usize;
                     j.1 = Some(r.clone());
                 }
             }
@@ -181,10 +197,13 @@ impl Live {
                 self.classes.remove(&(*job, name.clone()));
             }
             Record::Ended { job } => {
-                self.jobs.remove(job);
+                if let Some((_, Some(_))) = self.jobs.remove(job) {
+                    self.started -= 1;
+                }
+                for p in self.by_job.remove(job).unwrap_or_default() {
+                    self.processes.remove(&p);
+                }
                 self.classes.retain(|(j, _), _| j != job);
-                self.processes
-                    .retain(|_, p| !matches!(p, Record::Spawned { job: j, .. } if j == job));
             }
             Record::Machine { name, hosts } => {
                 let seq = self.seq;
@@ -194,12 +213,17 @@ impl Live {
                     .or_insert((seq, Vec::new()));
                 e.1 = hosts.clone();
             }
-            Record::Spawned { process, .. } => {
+            Record::Spawned { process, job, .. } => {
                 self.next_process = self.next_process.max(process.0 + 1);
-                self.processes.insert(*process, r.clone());
+                if let Some(old) = self.processes.insert(*process, r.clone()) {
+                    self.forget_process(*process, &old);
+                }
+                self.by_job.entry(*job).or_default().insert(*process);
             }
             Record::Exited { process } => {
-                self.processes.remove(process);
+                if let Some(old) = self.processes.remove(process) {
+                    self.forget_process(*process, &old);
+                }
             }
             Record::Counters {
                 next_job,
@@ -208,17 +232,34 @@ impl Live {
                 self.next_job = self.next_job.max(*next_job);
                 self.next_process = self.next_process.max(*next_process);
             }
+            Record::History(h) => {
+                self.next_job = self.next_job.max(h.job.0 + 1);
+                if self.history.len() == crate::router::HISTORY_LIMIT {
+                    self.history.pop_front();
+                }
+                self.history.push_back(r.clone());
+            }
+        }
+    }
+
+    /// Drops `process` (whose record was `old`) from its job's set.
+    fn forget_process(&mut self, process: ProcessId, old: &Record) {
+        if let Record::Spawned { job, .. } = old
+            && let Some(set) = self.by_job.get_mut(job)
+        {
+            set.remove(&process);
+            if set.is_empty() {
+                self.by_job.remove(job);
+            }
         }
     }
 
     /// How many records [`Live::records`] returns.
     pub fn len(&self) -> usize {
         1 + self.machines.len()
-            + self
-                .jobs
-                .values()
-                .map(|j| 1 + j.1.is_some() as usize)
-                .sum::<usize>()
+            + self.history.len()
+            + self.jobs.len()
+            + self.started
             + self.classes.len()
             + self.processes.len()
     }
@@ -229,10 +270,10 @@ impl Live {
     }
 
     /// The shortest journal whose replay gives the same state: counters,
-    /// machines (in the order they first appeared), then each live job's
-    /// records, then their run-time classes, then the live processes (a
-    /// job's `Submitted` or `Attached` always comes before its classes and
-    /// processes).
+    /// machines (in the order they first appeared), the history, then each
+    /// live job's records, then their run-time classes, then the live
+    /// processes (a job's `Submitted` or `Attached` always comes before its
+    /// classes and processes).
     pub fn records(&self) -> Vec<Record> {
         let mut out = Vec::with_capacity(self.len());
         out.push(Record::Counters {
@@ -249,6 +290,7 @@ impl Live {
                     hosts: hosts.clone(),
                 }),
         );
+        out.extend(self.history.iter().cloned());
         for (submitted, started) in self.jobs.values() {
             out.push(submitted.clone());
             out.extend(started.clone());
@@ -569,6 +611,11 @@ mod tests {
                 process: ProcessId(6),
             },
         ];
+        // The count kept as records are applied agrees with the records, at every step.
+        for n in 0..=records.len() {
+            let live = Live::of(&records[..n]);
+            assert_eq!(live.len(), live.records().len(), "after {n} records");
+        }
         let live = Live::of(&records).records();
         assert_eq!(
             live,

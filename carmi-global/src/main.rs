@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use carmi_api::handshake::Secret;
 use carmi_global::router::RouterConfig;
-use carmi_global::server::{Server, ServerConfig};
+use carmi_global::server::{ConnLimits, Server, ServerConfig};
 use carmi_global::staging::StagingConfig;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
@@ -45,6 +45,10 @@ struct Args {
     /// hundred machines, 2 (a binary tree) larger ones.
     #[arg(long, value_name = "N", default_value_t = 1)]
     stage_fanout: u32,
+    /// Most connections open at once (local RMs, tools, and clients still in
+    /// their handshake); lowered to fit the file-descriptor limit.
+    #[arg(long, value_name = "N", default_value_t = ConnLimits::default().max_connections)]
+    max_connections: usize,
 }
 
 #[tokio::main]
@@ -74,6 +78,16 @@ async fn main() -> anyhow::Result<()> {
         fanout: args.stage_fanout,
     };
     config.stage_link_rate = args.stage_link_rate;
+    let fds = raise_fd_limit();
+    // Room for the journal, the store, staging files and the listener.
+    let fit = usize::try_from(fds.saturating_sub(64)).unwrap_or(usize::MAX);
+    if args.max_connections > fit {
+        tracing::warn!(
+            "--max-connections {} lowered to {fit}: only {fds} file descriptors are allowed",
+            args.max_connections
+        );
+    }
+    config.conn_limits.max_connections = args.max_connections.min(fit).max(1);
     let server = Server::bind(&args.listen, config).await?;
     let addr = server.local_addr()?;
     let mut out = std::io::stdout().lock();
@@ -83,6 +97,37 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(%addr, state_dir = %args.state_dir.display(), "carmi-global started");
     server.run(shutdown_signal()).await?;
     Ok(())
+}
+
+/// Raises this process's soft limit on open files to its hard limit (every
+/// connection is one) and returns the limit in force.
+fn raise_fd_limit() -> libc::rlim_t {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the struct passed.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return 1024;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                lim = raised;
+            } else {
+                tracing::warn!(
+                    "cannot raise the open-file limit from {} to {}",
+                    lim.rlim_cur,
+                    lim.rlim_max
+                );
+            }
+        }
+    }
+    lim.rlim_cur
 }
 
 /// Completes on SIGINT or SIGTERM.

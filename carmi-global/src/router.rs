@@ -8,11 +8,17 @@
 //! The driver calls one input at a time, each with the current time (time
 //! only moves forward):
 //! - [`Router::on_link_opened`] after a successful handshake,
-//! - [`Router::on_message`] for each decoded frame (except `Upload` and
-//!   `Fetch`, whose bytes the driver stores and serves itself, reporting a
-//!   stored executable with [`Router::on_executable_stored`]),
+//! - [`Router::on_decoded`] for each decoded frame, its ad already checked
+//!   and parsed by [`Decoded::new`] off the router's task (or
+//!   [`Router::on_message`], which does both), except `Upload` and `Fetch`,
+//!   whose bytes the driver stores and serves itself, reporting a stored
+//!   executable with [`Router::on_executable_stored`]. `now` is when the
+//!   frame was received, so a machine's liveness does not depend on how
+//!   soon the router got to its heartbeat,
 //! - [`Router::on_link_closed`] when a connection ends,
-//! - [`Router::on_tick`] when [`Router::next_deadline`] has passed,
+//! - [`Router::on_tick`] when [`Router::next_deadline`] has passed and every
+//!   input received before then has been handed over (a machine is lost for
+//!   its own silence, not because its heartbeats waited in the router's inbox),
 //!
 //! then sends what [`Router::take_outputs`] returns, in order (an
 //! [`Output::Journal`] record is on disk before anything after it goes out),
@@ -37,9 +43,13 @@ use tracing::{debug, info, warn};
 use crate::alloc::{Allocator, Effect, ReleaseCause, ReqRef};
 use crate::procs::{Attachment, Proc, ProcTable};
 
+pub use ads::{Decoded, MAX_AD_ATTRIBUTES, MAX_AD_BYTES, count_attributes};
+
+mod ads;
 #[cfg(test)]
 mod hand_tests;
 mod jobs;
+pub use jobs::HISTORY_LIMIT;
 #[cfg(test)]
 mod jobs_tests;
 mod machines;
@@ -70,6 +80,13 @@ pub struct RouterConfig {
     pub missed_heartbeats: u32,
     /// Most slots one machine may advertise (guards memory against a bad ad).
     pub max_slots: u32,
+    /// Wall-clock time, seconds since the Unix epoch, at `now == 0`: the
+    /// router's clock is monotonic, and `carmi history` shows when jobs ended.
+    pub started_unix: u64,
+    /// Most attributes in a machine ad or heartbeat update ([`MAX_AD_ATTRIBUTES`]).
+    pub max_ad_attributes: usize,
+    /// Most bytes of text in a machine ad or heartbeat update ([`MAX_AD_BYTES`]).
+    pub max_ad_bytes: usize,
 }
 
 impl Default for RouterConfig {
@@ -77,7 +94,12 @@ impl Default for RouterConfig {
         RouterConfig {
             heartbeat: Duration::from_millis(1000),
             missed_heartbeats: 3,
-            max_slots: 1024,
+            max_slots: carmi_api::limits::MAX_SLOTS_PER_MACHINE,
+            started_unix: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            max_ad_attributes: MAX_AD_ATTRIBUTES,
+            max_ad_bytes: MAX_AD_BYTES,
         }
     }
 }
@@ -121,6 +143,8 @@ struct Presence {
     suspects: Vec<ProcessId>,
     /// When it will be declared lost; `None` while it is not registered.
     deadline: Option<Duration>,
+    /// Ads of it refused: when one was last logged, and how many since.
+    refusals: Option<(Duration, u64)>,
 }
 
 /// The global RM's decisions. See the module documentation for the call order.
@@ -154,6 +178,8 @@ pub struct Router {
     awaiting_roots: HashMap<ProcessId, (JobId, String)>,
     /// Masters whose `SpawnMaster` went out (the others wait for their machine).
     sent_masters: std::collections::HashSet<ProcessId>,
+    /// Jobs that left the queue, for `carmi history`.
+    history: jobs::History,
     next_job: u64,
     out: Vec<Output>,
 }
@@ -177,6 +203,7 @@ impl Router {
             recovered: HashMap::new(),
             awaiting_roots: HashMap::new(),
             sent_masters: Default::default(),
+            history: Default::default(),
             next_job: 1,
             out: Vec::new(),
         }
@@ -236,6 +263,14 @@ impl Router {
         match role {
             Role::Local { name } if name.trim().is_empty() => {
                 self.close(link, "a local RM must give its machine a name".into());
+            }
+            Role::Local { name } if name.len() > carmi_api::limits::MAX_NAME_BYTES => {
+                let e = carmi_api::limits::check_len(
+                    "machine name",
+                    &name,
+                    carmi_api::limits::MAX_NAME_BYTES,
+                );
+                self.close(link, e.err().map(|e| e.to_string()).unwrap_or_default());
             }
             Role::Local { name } => {
                 let p = self.presence.entry(name.clone()).or_default();
@@ -298,8 +333,17 @@ impl Router {
         }
     }
 
-    /// A decoded message arrived on a connection.
+    /// A decoded message arrived on a connection: [`Router::on_decoded`]
+    /// after parsing its ad here (tests, and drivers that do not mind).
     pub fn on_message(&mut self, link: LinkId, msg: ToGlobal, now: Duration) {
+        let decoded = Decoded::new(msg, &self.config);
+        self.on_decoded(link, decoded, now);
+    }
+
+    /// A message arrived on a connection at `now`, its ad (if any) checked
+    /// and parsed by [`Decoded::new`].
+    pub fn on_decoded(&mut self, link: LinkId, decoded: Decoded, now: Duration) {
+        let Decoded { msg, ad } = decoded;
         self.advance(now);
         let name = match self.links.get(&link) {
             None => return,
@@ -313,13 +357,14 @@ impl Router {
                     ToGlobal::RemoveJob { job } => self.remove_job(link, job),
                     ToGlobal::Queue => self.queue(link),
                     ToGlobal::Analyze { job } => self.analyze(link, job),
+                    ToGlobal::History { job } => self.history(link, job),
                     ToGlobal::MachineAds => {
                         let ads = self.alloc.machine_ads();
                         self.send(link, FromGlobal::Ads(ads));
                     }
                     other => {
                         let what = variant_name(&other);
-                        self.close(link, format!("admin connections may send Status, Submit, RemoveJob, Queue, Analyze and MachineAds, not {what}"));
+                        self.close(link, format!("admin connections may send Status, Submit, RemoveJob, Queue, Analyze, History and MachineAds, not {what}"));
                     }
                 }
                 self.flush();
@@ -329,16 +374,20 @@ impl Router {
         };
         self.touch(&name);
         match msg {
-            ToGlobal::Advertise { ad, slots, running } => {
-                self.advertise(link, &name, &ad, slots, running)
+            ToGlobal::Advertise { slots, running, .. } => {
+                let ad = ad.unwrap_or_else(|| Err("the machine ad is missing".into()));
+                self.advertise(link, &name, ad, slots, running)
             }
-            ToGlobal::Heartbeat { update } => self.heartbeat(&name, &update),
+            ToGlobal::Heartbeat { .. } => self.heartbeat(link, &name, ad),
             ToGlobal::AppAttach {
                 conn,
                 job,
                 process,
                 endpoint,
-            } => self.app_attach(link, &name, conn, job, process, endpoint),
+            } => {
+                let (job, process) = self.sane_attach_ids(&name, job, process);
+                self.app_attach(link, &name, conn, job, process, endpoint)
+            }
             ToGlobal::AppDetach { conn } => self.app_detach(&name, conn),
             ToGlobal::Forward { conn, id, body } => self.forward(link, &name, conn, id, body),
             ToGlobal::Started { process, result } => match self.master_on(process, &name) {
@@ -379,6 +428,7 @@ impl Router {
             | ToGlobal::RemoveJob { .. }
             | ToGlobal::Queue
             | ToGlobal::Analyze { .. }
+            | ToGlobal::History { .. }
             | ToGlobal::MachineAds => {
                 let what = variant_name(&msg);
                 warn!(
@@ -649,6 +699,7 @@ impl Router {
         let proc = self.procs.find(p).expect("detach returned a known process");
         let job = proc.job;
         if proc.root {
+            self.record_end(job, carmi_api::msg::JobEnd::Detached);
             self.end_job(job);
         } else if proc.host.is_none() {
             // Started by hand, so no local RM will report its exit: leaving is its end.
@@ -781,5 +832,6 @@ fn variant_name(msg: &ToGlobal) -> &'static str {
         ToGlobal::Queue => "Queue",
         ToGlobal::Analyze { .. } => "Analyze",
         ToGlobal::MachineAds => "MachineAds",
+        ToGlobal::History { .. } => "History",
     }
 }

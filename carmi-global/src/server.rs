@@ -8,6 +8,17 @@
 //! [`Staging`] core with a source, and the store is served to local RMs that
 //! connect as [`Role::Stager`] (see `carmi_api::stage`).
 //!
+//! Machine ads and heartbeat updates are checked against their limits and
+//! parsed on the connection's task ([`Decoded`]), a large one on the blocking
+//! pool, and each message is stamped with when it was read: the router task
+//! only decides, so one huge message stalls its own connection, not the pool,
+//! and a machine's heartbeats count from their arrival. When a machine's
+//! deadline passes, the router first takes everything already in its inbox.
+//!
+//! Connections are admitted by a [`Gate`] (caps in total, in handshake, and
+//! in handshake per address; refusals logged in summary), and after the
+//! handshake a started frame must finish within a [`FrameDeadline`].
+//!
 //! Tasks: one accept loop, one router task, one task per connection (reading
 //! and writing in one `select!`, so that either side ending ends both).
 //! Shutdown is a `watch` broadcast; every task holds a clone of a completion
@@ -22,7 +33,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use carmi_api::frame::{DEFAULT_MAX_FRAME, FrameReader, write_frame};
+use carmi_api::frame::{DEFAULT_MAX_FRAME, FrameDeadline, FrameReader, write_frame};
 use carmi_api::handshake::{self, Secret};
 use carmi_api::msg::{ExecutableRef, FromGlobal, Role, ToGlobal};
 use carmi_api::stage::{self, RateLimiter, Served};
@@ -35,9 +46,13 @@ use tracing::{debug, info, warn};
 
 use crate::Error;
 use crate::journal::{Journal, Record};
-use crate::router::{LinkId, Output, Router, RouterConfig};
+use crate::router::{Decoded, LinkId, Output, Router, RouterConfig};
 use crate::staging::{Staging, StagingConfig};
 use crate::store::ExeStore;
+
+mod gate;
+
+pub use gate::{ConnLimits, Gate, REFUSAL_LOG_PERIOD, Refusal, Ticket};
 
 /// How long shutdown waits for connections to finish.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -64,6 +79,10 @@ pub struct ServerConfig {
     pub staging: StagingConfig,
     /// Bandwidth of this daemon's staging sends, in MB/s (`None`: unlimited).
     pub stage_link_rate: Option<f64>,
+    /// Caps on connections.
+    pub conn_limits: ConnLimits,
+    /// How long a frame may take once started, after the handshake.
+    pub frame_deadline: FrameDeadline,
 }
 
 impl ServerConfig {
@@ -77,6 +96,8 @@ impl ServerConfig {
             max_queued: DEFAULT_MAX_QUEUED,
             staging: StagingConfig::default(),
             stage_link_rate: None,
+            conn_limits: ConnLimits::default(),
+            frame_deadline: FrameDeadline::DEFAULT,
         }
     }
 }
@@ -108,7 +129,9 @@ enum Cmd {
     },
     Message {
         link: LinkId,
-        msg: ToGlobal,
+        msg: Decoded,
+        /// When the frame was read.
+        at: Instant,
     },
     Stored(ExecutableRef),
     Staging(StageInput),
@@ -141,8 +164,9 @@ enum StageInput {
 /// A message of one connection on its way to the router task, in order.
 enum Pending {
     Ready(Cmd),
-    /// An upload being stored: the command once it is.
-    Storing(tokio::task::JoinHandle<Option<Cmd>>),
+    /// Work on the blocking pool (an upload being stored, a large ad being
+    /// parsed): the command once it is done.
+    Working(tokio::task::JoinHandle<Option<Cmd>>),
 }
 
 /// From the router task (or the connection's own reader) to its writer.
@@ -160,6 +184,9 @@ struct Shared {
     next_link: AtomicU64,
     limiter: RateLimiter,
     max_queued: usize,
+    router: RouterConfig,
+    deadline: FrameDeadline,
+    gate: Arc<Gate>,
 }
 
 impl Server {
@@ -235,19 +262,41 @@ impl Server {
             next_link: AtomicU64::new(1),
             limiter: RateLimiter::new(self.config.stage_link_rate),
             max_queued: self.config.max_queued,
+            router: self.config.router.clone(),
+            deadline: self.config.frame_deadline,
+            gate: Gate::new(self.config.conn_limits.clone()),
         });
+        let mut summary = tokio::time::interval(REFUSAL_LOG_PERIOD);
+        let mut accept_failures = 0u64;
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
-                accepted = self.listener.accept() => match accepted {
-                    Ok((stream, peer)) => {
-                        let task = connection(stream, peer, shared.clone(), stop_rx.clone(), done_tx.clone());
-                        tokio::spawn(task);
+                _ = summary.tick() => {
+                    shared.gate.flush_log();
+                    if accept_failures > 1 {
+                        warn!("{accept_failures} accepts failed in the last {} s (the first is logged above)", REFUSAL_LOG_PERIOD.as_secs());
                     }
+                    accept_failures = 0;
+                }
+                accepted = self.listener.accept() => match accepted {
+                    Ok((stream, peer)) => match shared.gate.admit(peer.ip()) {
+                        Ok(ticket) => {
+                            let task = connection(stream, peer, ticket, shared.clone(), stop_rx.clone(), done_tx.clone());
+                            tokio::spawn(task);
+                        }
+                        Err(Refusal(reason)) => {
+                            shared.gate.note_refusal(peer.ip(), &reason);
+                            tokio::spawn(refuse(stream, reason));
+                        }
+                    },
                     Err(e) => {
-                        // Out of file descriptors and the like: do not spin.
-                        warn!("accept failed: {e}");
+                        // Out of file descriptors and the like: do not spin,
+                        // and do not write a line per attempt either.
+                        if accept_failures == 0 {
+                            warn!("accept failed: {e}");
+                        }
+                        accept_failures += 1;
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }
                 },
@@ -286,29 +335,18 @@ async fn router_task(
         tokio::select! {
             cmd = cmds.recv() => {
                 let Some(cmd) = cmd else { break };
-                let now = start.elapsed();
-                match cmd {
-                    Cmd::Opened { link, role, out } => {
-                        links.insert(link, out);
-                        if let Role::Local { name } = &role {
-                            staging.on_local_opened(link, name.clone());
-                        }
-                        router.on_link_opened(link, role, now);
-                    }
-                    Cmd::Message { link, msg } => router.on_message(link, msg, now),
-                    Cmd::Stored(exe) => {
-                        staging.on_stored(&exe.sha256);
-                        router.on_executable_stored(&exe);
-                    }
-                    Cmd::Staging(input) => on_stage_input(&mut staging, input),
-                    Cmd::Closed { link } => {
-                        links.remove(&link);
-                        staging.on_closed(link);
-                        router.on_link_closed(link, now);
-                    }
-                }
+                handle(cmd, &mut router, &mut staging, &mut links, start);
             }
             _ = tokio::time::sleep_until(deadline.unwrap_or(start)), if deadline.is_some() => {
+                // What arrived before the deadline counts first: heartbeats
+                // that waited in the inbox while this task was busy are not silence.
+                let waiting = cmds.len();
+                for _ in 0..waiting {
+                    match cmds.try_recv() {
+                        Ok(cmd) => handle(cmd, &mut router, &mut staging, &mut links, start),
+                        Err(_) => break,
+                    }
+                }
                 router.on_tick(start.elapsed());
             }
             _ = stop.changed() => break,
@@ -345,6 +383,39 @@ async fn router_task(
     }
 }
 
+/// Hands one command to the router or the staging core.
+fn handle(
+    cmd: Cmd,
+    router: &mut Router,
+    staging: &mut Staging,
+    links: &mut HashMap<LinkId, LinkTx>,
+    start: Instant,
+) {
+    let now = start.elapsed();
+    match cmd {
+        Cmd::Opened { link, role, out } => {
+            links.insert(link, out);
+            if let Role::Local { name } = &role {
+                staging.on_local_opened(link, name.clone());
+            }
+            router.on_link_opened(link, role, now);
+        }
+        Cmd::Message { link, msg, at } => {
+            router.on_decoded(link, msg, at.saturating_duration_since(start))
+        }
+        Cmd::Stored(exe) => {
+            staging.on_stored(&exe.sha256);
+            router.on_executable_stored(&exe);
+        }
+        Cmd::Staging(input) => on_stage_input(staging, input),
+        Cmd::Closed { link } => {
+            links.remove(&link);
+            staging.on_closed(link);
+            router.on_link_closed(link, now);
+        }
+    }
+}
+
 /// Queues `msg` for `link`. A connection whose queue is full has stopped
 /// reading: it is disconnected (the router hears `Closed` from its task, as
 /// for any other end) and nothing more is queued for it.
@@ -366,10 +437,21 @@ fn send_or_kick(links: &mut HashMap<LinkId, LinkTx>, link: LinkId, msg: FromGlob
     }
 }
 
+/// Tells a connection the [`Gate`] did not admit why, and closes it.
+async fn refuse(mut stream: TcpStream, reason: String) {
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let _ = handshake::refuse(&mut stream, &format!("connection refused: {reason}")).await;
+        let _ = stream.shutdown().await;
+    })
+    .await;
+}
+
 /// One connection: handshake, then reading and writing until either ends.
+/// `ticket` is its place at the [`Gate`], held until it ends.
 async fn connection(
     stream: TcpStream,
     peer: SocketAddr,
+    mut ticket: Ticket,
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
     _done: mpsc::Sender<()>,
@@ -381,12 +463,20 @@ async fn connection(
         res = handshake::server(&mut reader, &mut w, &shared.secret) => match res {
             Ok(role) => role,
             Err(e) => {
-                warn!(%peer, "handshake failed: {e}");
+                shared.gate.note_refusal(peer.ip(), &format!("handshake failed: {e}"));
                 return;
             }
         },
+        _ = ticket.evicted() => {
+            shared.gate.note_refusal(peer.ip(), "handshake dropped to make room for newer connections (max_handshaking or max_connections)");
+            return;
+        }
         _ = stop.changed() => return,
     };
+    if !ticket.authenticated() {
+        return;
+    }
+    reader.set_deadline(Some(shared.deadline));
     if let Role::Stager { name } = &role {
         serve_stager(reader, w, name, peer, &shared).await;
         return;
@@ -445,6 +535,7 @@ async fn read_frames(
             Ok(None) => return Ok(()),
             Err(e) => return Err(format!("bad frame: {e}")),
         };
+        let at = Instant::now();
         match msg {
             ToGlobal::Upload { executable } if serves_executables => {
                 // Hashed and written on the blocking pool; this loop reads on.
@@ -460,7 +551,7 @@ async fn read_frames(
                             None
                         }
                     });
-                if !send(Pending::Storing(task)) {
+                if !send(Pending::Working(task)) {
                     return Ok(());
                 }
             }
@@ -495,8 +586,19 @@ async fn read_frames(
                     return Ok(());
                 }
             }
+            msg if Decoded::is_heavy(&msg) => {
+                let config = shared.router.clone();
+                let task = tokio::task::spawn_blocking(move || {
+                    let msg = Decoded::new(msg, &config);
+                    Some(Cmd::Message { link, msg, at })
+                });
+                if !send(Pending::Working(task)) {
+                    return Ok(());
+                }
+            }
             msg => {
-                if !send(Pending::Ready(Cmd::Message { link, msg })) {
+                let msg = Decoded::new(msg, &shared.router);
+                if !send(Pending::Ready(Cmd::Message { link, msg, at })) {
                     return Ok(());
                 }
             }
@@ -544,10 +646,10 @@ async fn forward_in_order(
     while let Some(p) = order.recv().await {
         let cmd = match p {
             Pending::Ready(cmd) => Some(cmd),
-            Pending::Storing(task) => match task.await {
+            Pending::Working(task) => match task.await {
                 Ok(cmd) => cmd,
                 Err(e) => {
-                    warn!("storing an upload failed: {e}");
+                    warn!("work on the blocking pool failed: {e}");
                     None
                 }
             },

@@ -394,6 +394,7 @@ impl Core {
             | FromGlobal::Analysis(_)
             | FromGlobal::Ads(_)
             | FromGlobal::StageStats(_)
+            | FromGlobal::History(_)
             | FromGlobal::AdminFailed(_) => {
                 tracing::warn!("an admin answer was sent to a local RM; ignored");
             }

@@ -309,6 +309,10 @@ impl Policy {
             ),
             ("KeyboardIdle", Value::Int(self.obs.keyboard_idle as i64)),
             ("NonPoolLoad", Value::Real(self.obs.non_pool_load)),
+            // What the expressions below are written in, so that whoever
+            // evaluates them on the global RM's copy gets the owner's answer.
+            ("Minute", Value::Real(self.config.minute)),
+            ("VacateGrace", Value::Real(self.config.grace_seconds())),
         ]
     }
 

@@ -1,7 +1,9 @@
 //! `ClassAd` records: named attributes bound to expressions.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use crate::ast::Expr;
@@ -14,13 +16,50 @@ use crate::value::{ShortStr, Value, ValueRef};
 /// case; the spelling of the first insertion is kept for printing.
 ///
 /// Lookup compares interned symbols, so evaluating an attribute never hashes
-/// or lowercases a string.
+/// or lowercases a string. An ad of up to [`INDEX_FROM`] attributes is
+/// searched in order; a larger one keeps a hash index too, so that inserting
+/// and finding an attribute cost the same in an ad of 200,000 attributes as
+/// in one of 50 (a list search made parsing such an ad quadratic: 11 s).
 #[derive(Clone, Default)]
 pub struct ClassAd {
     /// A summary of the first attributes, kept inline (see [`Head`]).
     head: Head,
     /// All attributes, in insertion order.
     attrs: Vec<Attr>,
+    /// Position in `attrs` by symbol, once there are more than
+    /// [`INDEX_FROM`] attributes (boxed: small ads, the matchmaking hot
+    /// path, pay one null pointer for it).
+    index: Option<Box<Index>>,
+}
+
+/// Above this many attributes an ad keeps an [`Index`]. Below, a scan of the
+/// symbols beyond the inline ones is as fast as hashing and costs no memory.
+const INDEX_FROM: usize = 48;
+
+/// Attribute positions by symbol id.
+type Index = HashMap<u32, u32, BuildHasherDefault<IdHasher>>;
+
+/// Hashes a symbol id by one multiplication. Ids are small consecutive
+/// integers handed out by the interner, not chosen by whoever wrote the ad
+/// (a flood of distinct names costs interner memory, not collisions here),
+/// so spreading their bits is all a hash must do.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8 | u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.0 = u64::from(n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 /// One attribute of a [`ClassAd`].
@@ -295,6 +334,7 @@ impl ClassAd {
         ClassAd {
             head: Head::default(),
             attrs: Vec::with_capacity(n),
+            index: None,
         }
     }
 
@@ -364,10 +404,36 @@ impl ClassAd {
                     name: name.text,
                     expr: bound,
                 });
-                self.attrs.len() - 1
+                let i = self.attrs.len() - 1;
+                match &mut self.index {
+                    Some(index) => {
+                        index.insert(name.sym.id(), i as u32);
+                    }
+                    None if self.attrs.len() > INDEX_FROM => self.build_index(),
+                    None => {}
+                }
+                i
             }
         };
         self.head.set(i, name.sym, &self.attrs[i].expr);
+    }
+
+    /// Indexes every attribute (the ad just grew past [`INDEX_FROM`], or
+    /// positions moved).
+    fn build_index(&mut self) {
+        let index = self.index.get_or_insert_with(|| {
+            Box::new(Index::with_capacity_and_hasher(
+                self.attrs.len(),
+                Default::default(),
+            ))
+        });
+        index.clear();
+        index.extend(
+            self.attrs
+                .iter()
+                .enumerate()
+                .map(|(i, a)| (a.sym.id(), i as u32)),
+        );
     }
 
     /// Binds `name` to a literal value.
@@ -383,12 +449,22 @@ impl ClassAd {
     }
 
     /// Removes an attribute; returns its expression if it was there.
+    ///
+    /// Keeps insertion order, so this costs time in the number of attributes
+    /// after it (inserting and finding do not).
     pub fn remove(&mut self, name: &str) -> Option<Expr> {
         let i = self.find_sym(Symbol::intern(name))?;
         let removed = self.attrs.remove(i);
         self.head = Head::default();
-        for (j, a) in self.attrs.iter().enumerate() {
+        for (j, a) in self.attrs.iter().enumerate().take(HEAD) {
             self.head.set(j, a.sym, &a.expr);
+        }
+        if self.index.is_some() {
+            if self.attrs.len() > INDEX_FROM {
+                self.build_index();
+            } else {
+                self.index = None;
+            }
         }
         Some(removed.expr.into_expr())
     }
@@ -412,6 +488,9 @@ impl ClassAd {
     #[cold]
     #[inline(never)]
     fn find_sym_tail(&self, sym: Symbol) -> Option<usize> {
+        if let Some(index) = &self.index {
+            return index.get(&sym.id()).map(|&i| i as usize);
+        }
         self.attrs[HEAD..]
             .iter()
             .position(|a| a.sym == sym)
@@ -508,98 +587,5 @@ impl fmt::Display for ClassAd {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::parse_expr;
-
-    /// What `literal_at` must agree with: the bound expression's literal.
-    fn check_literals(ad: &ClassAd) {
-        for i in 0..ad.len() {
-            match (ad.literal_at(i), ad.expr_at(i)) {
-                (Some(v), Expr::Literal(w)) => {
-                    assert!(v.to_value().same_as(w).unwrap_or(false), "{i}: {v:?} {w:?}")
-                }
-                (None, Expr::Literal(w)) => panic!("{i}: literal {w:?} not seen"),
-                (Some(v), e) => panic!("{i}: {v:?} for {e:?}"),
-                (None, _) => {}
-            }
-        }
-    }
-
-    #[test]
-    fn literals_are_read_inline_or_from_the_expression() {
-        let mut ad = ClassAd::parse(
-            r#"[ i = -5; r = 2.5; t = true; f = false; u = undefined; e = error;
-                 s0 = ""; s8 = "12345678"; s9 = "123456789"; nul = "a\0b"; utf = "é";
-                 l = {1}; x = i + 1 ]"#,
-        )
-        .expect("ad parses");
-        check_literals(&ad);
-        assert!(matches!(ad.literal_at(7), Some(ValueRef::ShortStr(_))));
-        assert!(matches!(ad.literal_at(8), Some(ValueRef::Str(_))));
-        // Replacing and removing keep the inline copies in step.
-        ad.insert("i", parse_expr("i2 + 1").expect("parses"));
-        ad.insert_value("x", Value::Int(3));
-        check_literals(&ad);
-        ad.remove("r");
-        check_literals(&ad);
-        assert_eq!(ad.eval_attr("x"), Value::Int(3));
-        assert_eq!(ad.eval_attr("t"), Value::Bool(true));
-    }
-
-    #[test]
-    fn attributes_past_the_inline_ones_are_found() {
-        let defs: Vec<String> = (0..40).map(|i| format!("a{i} = {i}")).collect();
-        let ad = ClassAd::parse(&format!("[ {} ]", defs.join("; "))).expect("parses");
-        check_literals(&ad);
-        for i in 0..40 {
-            assert_eq!(ad.eval_attr(&format!("A{i}")), Value::Int(i));
-        }
-        assert_eq!(ad.eval_attr("a40"), Value::Undefined);
-    }
-
-    #[test]
-    fn ads_can_be_shared_between_threads() {
-        fn check<T: Send + Sync>() {}
-        check::<ClassAd>();
-    }
-
-    #[test]
-    fn identical_expressions_are_shared_and_print_as_written() {
-        let a =
-            ClassAd::parse_old("Requirements = Memory > 2 * 1024\nRank = Mips").expect("parses");
-        let b =
-            ClassAd::parse_old("Requirements = Memory > 2 * 1024\nRank = mips").expect("parses");
-        assert!(std::ptr::eq(a.expr_at(0), b.expr_at(0)));
-        assert!(!std::ptr::eq(a.expr_at(1), b.expr_at(1)));
-        assert_eq!(
-            b.to_old_syntax(),
-            "Requirements = Memory > 2 * 1024\nRank = mips\n"
-        );
-        let c = ClassAd::parse_old("Requirements = Memory > 2.0 * 1024").expect("parses");
-        assert!(!std::ptr::eq(a.expr_at(0), c.expr_at(0)));
-    }
-
-    #[test]
-    fn repeated_source_text_is_reused_only_for_the_same_name_and_text() {
-        let a = ClassAd::parse_old("Start = KeyboardIdle > 15 * 60\nX = 1").expect("parses");
-        let b = ClassAd::parse_old("Start = KeyboardIdle > 15 * 60\nX = 2").expect("parses");
-        assert!(std::ptr::eq(a.expr_at(0), b.expr_at(0)));
-        // Same text under another name, and a longer text with the same
-        // beginning, are parsed for themselves.
-        let c =
-            ClassAd::parse_old("Other = KeyboardIdle > 15 * 60\nStart = KeyboardIdle > 15 * 600")
-                .expect("parses");
-        assert_eq!(
-            c.to_old_syntax(),
-            "Other = KeyboardIdle > 15 * 60\nStart = KeyboardIdle > 15 * 600\n"
-        );
-        let mut d = c.clone();
-        d.insert_value("KeyboardIdle", Value::Int(1000));
-        assert_eq!(d.eval_attr("Start"), Value::Bool(false));
-        assert_eq!(d.eval_attr("Other"), Value::Bool(true));
-        // A line that does not parse is an error even after the same name
-        // was bound to valid text.
-        assert!(ClassAd::parse_old("Start = KeyboardIdle > (15 * 60").is_err());
-    }
-}
+#[path = "record_tests.rs"]
+mod tests;

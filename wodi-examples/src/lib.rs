@@ -7,7 +7,7 @@
 //! otherwise runs the master. The master names its own executable as the
 //! worker, so nothing else has to be installed. By default each example
 //! starts an embedded pool ([`owner_sim::EmbeddedPool`]) in its own process
-//! and shuts it down at the end; `--pool HOST:PORT --secret FILE` runs it on
+//! and shuts it down at the end; `--local HOST:PORT [--secret FILE]` runs it on
 //! a real pool instead. [`run_on_pool`] does that set-up for every example,
 //! Ctrl-C included: a run interrupted at any point stops its master, its
 //! server, its workers and the pool, and removes the pool's folder.
@@ -56,11 +56,13 @@ pub fn say(text: &str) {
 /// starting an embedded one (flattened into its command line).
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct PoolArgs {
-    /// A real pool's local RM, HOST:PORT (with --secret), instead of the embedded pool.
-    #[arg(long)]
-    pub pool: Option<String>,
-    /// The real pool's secret file.
-    #[arg(long)]
+    /// Run on a real pool through its local RM at HOST:PORT instead of an
+    /// embedded pool (`--pool` is an old name of this option).
+    #[arg(long = "local", alias = "pool", value_name = "HOST:PORT")]
+    pub local: Option<String>,
+    /// The real pool's secret file; else CARMI_SECRET, the embedded pool
+    /// `carmi pool up` runs, or the config file, as for `carmi`.
+    #[arg(long, value_name = "FILE")]
     pub secret: Option<PathBuf>,
 }
 
@@ -104,20 +106,29 @@ impl RunPool {
     /// [`run_on_pool`]), so that the master stops first and the pool
     /// is shut down after it.
     pub async fn open(args: &PoolArgs, embedded: Embedded) -> anyhow::Result<RunPool> {
-        match (&args.pool, &args.secret) {
-            (Some(local), Some(secret_file)) => Ok(RunPool {
-                embedded: None,
-                addr: PoolAddr {
-                    local: local.clone(),
-                    secret_file: secret_file.clone(),
-                },
-            }),
-            (Some(_), None) | (None, Some(_)) => {
-                anyhow::bail!(
-                    "--pool and --secret go together (the local RM's address and the pool's secret file)"
-                )
+        match &args.local {
+            Some(local) => {
+                let given = carmi_api::coords::Coordinates {
+                    secret: args.secret.clone(),
+                    ..Default::default()
+                };
+                let lookup = |k: &str| std::env::var(k).ok();
+                let coords = carmi_api::coords::resolve(&given, &lookup)?;
+                let Some(secret_file) = coords.secret else {
+                    anyhow::bail!(
+                        "--local needs the pool's secret: {}",
+                        carmi_api::coords::where_to_give("secret", &lookup)
+                    );
+                };
+                Ok(RunPool {
+                    embedded: None,
+                    addr: PoolAddr {
+                        local: local.clone(),
+                        secret_file,
+                    },
+                })
             }
-            (None, None) => {
+            None => {
                 let pool = EmbeddedPool::start(PoolOptions {
                     hosts: embedded.hosts,
                     owners: embedded.owners,

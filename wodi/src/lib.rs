@@ -83,6 +83,8 @@ pub fn server_main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
+        // Its stderr is usually a log file: colour codes only on a terminal.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
     let token = std::env::var(ENV_TOKEN)
         .map_err(|_| anyhow::anyhow!("{ENV_TOKEN} is not set (the master sets it)"))?;

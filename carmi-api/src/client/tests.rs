@@ -26,9 +26,10 @@ fn environment_names_what_is_missing_or_wrong() {
     let secret = secret.to_str().unwrap();
 
     let err = ConnectOptions::from_vars(vars(&[])).unwrap_err();
-    assert!(err.to_string().contains("CARMI_LOCAL is not set"), "{err}");
+    assert!(err.to_string().contains("no pool local"), "{err}");
+    assert!(err.to_string().contains("set CARMI_LOCAL"), "{err}");
     let err = ConnectOptions::from_vars(vars(&[("CARMI_LOCAL", "h:1")])).unwrap_err();
-    assert!(err.to_string().contains("CARMI_SECRET_FILE"), "{err}");
+    assert!(err.to_string().contains("set CARMI_SECRET"), "{err}");
     let err = ConnectOptions::from_vars(vars(&[
         ("CARMI_LOCAL", "h:1"),
         ("CARMI_SECRET_FILE", "/nonexistent/secret"),
@@ -69,4 +70,31 @@ fn environment_names_what_is_missing_or_wrong() {
     assert_eq!(started.job, Some(JobId(3)));
     assert_eq!(started.process, Some(ProcessId(12)));
     assert_eq!(started.endpoint_host.as_deref(), Some("10.0.0.5"));
+}
+
+#[test]
+fn a_program_started_by_hand_finds_the_pool_as_carmi_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("pool.secret");
+    std::fs::write(&secret, Secret::generate_text()).unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!("local = \"lab:9620\"\nsecret = \"{}\"\n", secret.display()),
+    )
+    .unwrap();
+    let config = config.to_str().unwrap().to_string();
+    let from_file = ConnectOptions::from_vars(vars(&[("CARMI_CONFIG", &config)])).unwrap();
+    assert_eq!(from_file.local, "lab:9620");
+    // The environment still wins, as for `carmi`.
+    let from_env = ConnectOptions::from_vars(vars(&[
+        ("CARMI_CONFIG", &config),
+        ("CARMI_LOCAL", "other:1"),
+    ]))
+    .unwrap();
+    assert_eq!(from_env.local, "other:1");
+    // A broken file is named, not skipped.
+    std::fs::write(&config, "local = [").unwrap();
+    let err = ConnectOptions::from_vars(vars(&[("CARMI_CONFIG", &config)])).unwrap_err();
+    assert!(err.to_string().contains(&config), "{err}");
 }

@@ -143,6 +143,10 @@ impl Allocator {
                 "job {job}: queued but not waiting"
             );
             assert!(j.hosts.is_empty(), "job {job}: holds hosts while waiting");
+            assert!(
+                self.clusters.of(*job).is_some(),
+                "job {job}: queued but in no cluster"
+            );
         }
         let waiting = self
             .jobs
@@ -150,6 +154,18 @@ impl Allocator {
             .filter(|j| j.phase == super::Phase::Waiting)
             .count();
         assert_eq!(waiting, self.queue.len(), "a waiting job is not queued");
+        assert_eq!(
+            self.clusters.jobs(),
+            self.queue.len(),
+            "clusters hold jobs that do not wait"
+        );
+        let running: std::collections::BTreeSet<_> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| matches!(j.phase, super::Phase::Running { .. }))
+            .map(|(&id, _)| id)
+            .collect();
+        assert_eq!(running, self.running, "the running set is out of step");
         for (&id, job) in &self.jobs {
             for (&h, class) in &job.hosts {
                 let claim = self.get_slot(h).state.claim();
@@ -162,6 +178,16 @@ impl Allocator {
                     "job {id}: host {h} of undefined class `{class}`"
                 );
             }
+            assert_eq!(
+                job.sub_reqs,
+                job.subs.iter().map(|s| s.req).collect(),
+                "job {id}: subscription index"
+            );
+            assert_eq!(
+                job.sub_reqs.len(),
+                job.subs.len(),
+                "job {id}: one subscription per request"
+            );
             for s in &job.subs {
                 if let SubKind::Delete(set) | SubKind::Suspend(set) | SubKind::Resume(set) = &s.kind
                 {

@@ -225,7 +225,7 @@ impl Allocator {
             }
         }
         // A host subscription whose hosts are all gone has nothing left to report.
-        job.subs.retain(|s| match &s.kind {
+        job.retain_subs(|s| match &s.kind {
             SubKind::Add(_) => true,
             SubKind::Delete(set) | SubKind::Suspend(set) | SubKind::Resume(set) => !set.is_empty(),
         });

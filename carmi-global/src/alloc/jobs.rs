@@ -15,6 +15,8 @@
 //!   a slot an earlier job needs is never given away), and a pool with a
 //!   waiting job that needs the whole pool still serves small jobs on the
 //!   machines it cannot use. `carmi q -analyze` explains why a job waits.
+//!   A job whose minimums add up to more slots than are online cannot start
+//!   whatever is kept for it: it waits without holding back the jobs behind it.
 //! - **Growth, fairly.** Once a job's master runs ([`Allocator::on_master_running`]),
 //!   idle slots go to running jobs below their maxima, one at a time to the
 //!   job holding the fewest hosts (the older on ties), so a later job is not
@@ -31,9 +33,10 @@
 use std::collections::BTreeMap;
 
 use carmi_api::ids::{HostId, JobId};
-use carmi_api::msg::{ClassAnalysis, ClassStatus, Failure, FailureCode};
+use carmi_api::msg::{ClassStatus, Failure, FailureCode};
 use serde::{Deserialize, Serialize};
 
+use super::matching::match_all;
 use super::{Allocator, Claim, Class, Effect, Rank, ReleaseCause, SlotState, SubKind, member};
 
 /// Where a job is in its life.
@@ -77,39 +80,6 @@ pub struct ClassLimits {
     pub rank: Option<String>,
 }
 
-/// Finds a place for minimum slot `u` (Kuhn's augmenting paths).
-fn augment(u: usize, adj: &[Vec<usize>], seen: &mut [bool], owner: &mut [Option<usize>]) -> bool {
-    for &c in &adj[u] {
-        if seen[c] {
-            continue;
-        }
-        seen[c] = true;
-        if owner[c].is_none_or(|o| augment(o, adj, seen, owner)) {
-            owner[c] = Some(u);
-            return true;
-        }
-    }
-    false
-}
-
-/// A matching of every place to a distinct candidate, or `None`.
-fn match_all(adj: &[Vec<usize>], candidates: usize) -> Option<Vec<usize>> {
-    let mut owner: Vec<Option<usize>> = vec![None; candidates];
-    for u in 0..adj.len() {
-        let mut seen = vec![false; candidates];
-        if !augment(u, adj, &mut seen, &mut owner) {
-            return None;
-        }
-    }
-    let mut placed = vec![0; adj.len()];
-    for (c, o) in owner.iter().enumerate() {
-        if let Some(u) = o {
-            placed[*u] = c;
-        }
-    }
-    Some(placed)
-}
-
 impl Allocator {
     /// A submitted job: it waits in the queue until its minimums can be met
     /// at once. Fails (creating nothing) on a bad expression, no class, a
@@ -134,6 +104,14 @@ impl Allocator {
         let mut limits = BTreeMap::new();
         let mut ranks = BTreeMap::new();
         for c in classes {
+            // Refused here too, not only at the door: a journal written
+            // before the limits existed is replayed through this.
+            if let Err(e) = carmi_api::limits::check_machine_count(
+                &format!("class `{}`: machine_count", c.name),
+                c.max,
+            ) {
+                return fail(FailureCode::Invalid, e.to_string());
+            }
             if c.min > c.max || c.max == 0 {
                 return fail(
                     FailureCode::Invalid,
@@ -188,9 +166,7 @@ impl Allocator {
         j.classes = parsed;
         j.limits = limits;
         j.ranks = ranks;
-        j.phase = Phase::Waiting;
-        self.queue.insert(j.seq, job);
-        self.dirty = true;
+        self.enqueue(job, owner, classes);
         Ok(())
     }
 
@@ -211,8 +187,10 @@ impl Allocator {
         if let Some(j) = self.jobs.get_mut(&job)
             && j.phase == Phase::Waiting
         {
-            self.queue.remove(&j.seq);
             j.phase = Phase::Running { grow: true };
+            let seq = j.seq;
+            self.dequeue(job, seq);
+            self.running.insert(job);
             self.dirty = true;
         }
     }
@@ -266,97 +244,32 @@ impl Allocator {
             .collect()
     }
 
-    /// Why each class of `job` is not (fully) satisfied: every online slot in
-    /// the first category that applies. Evaluates afresh (no caches), as it is
-    /// asked by people, rarely.
-    pub fn analyze(&self, job: JobId) -> Vec<ClassAnalysis> {
-        let Some(j) = self.jobs.get(&job) else {
-            return Vec::new();
-        };
-        let surplus: std::collections::BTreeSet<HostId> =
-            self.surplus_hosts(job).into_iter().collect();
-        self.class_status(job)
-            .into_iter()
-            .map(|status| {
-                let class = &j.classes[&status.name];
-                let mut a = ClassAnalysis {
-                    class: status,
-                    slots: 0,
-                    rejected_by_class: 0,
-                    rejecting_job: 0,
-                    held_by_job: 0,
-                    claimed_by_others: 0,
-                    preemptible: 0,
-                    owner: 0,
-                    idle: 0,
-                };
-                for (i, slot) in self.slots.iter().enumerate() {
-                    if slot.state == SlotState::Offline {
-                        continue;
-                    }
-                    let host = HostId(i as u64 + 1);
-                    a.slots += 1;
-                    let m = &self.machines[slot.machine.0 as usize];
-                    if class.excluded.contains(&slot.machine)
-                        || !m.ad.eval_expr(&class.expr, Some(&j.ad)).is_true()
-                    {
-                        a.rejected_by_class += 1;
-                    } else if m.has_requirements && !classad::matching::accepts(&m.ad, &j.ad) {
-                        a.rejecting_job += 1;
-                    } else {
-                        match &slot.state {
-                            SlotState::Idle => a.idle += 1,
-                            SlotState::Claimed(c) if c.job == job => a.held_by_job += 1,
-                            SlotState::Claimed(_) => {
-                                a.claimed_by_others += 1;
-                                a.preemptible += surplus.contains(&host) as u32;
-                            }
-                            SlotState::Suspended(Some(c)) if c.job == job => a.held_by_job += 1,
-                            _ => a.owner += 1,
-                        }
-                    }
-                }
-                a
-            })
-            .collect()
-    }
-
     /// Starts waiting jobs, grows running ones, evens shares out.
     pub(super) fn schedule(&mut self) {
         // Running jobs are owed their minimums (lost to owners, or after a
         // restart) before waiting jobs may start.
         self.grow(true);
-        // Idle slots no job still waiting ahead could use for a minimum:
-        // `None` while every earlier job has started.
-        let mut free: Option<Vec<HostId>> = None;
-        let waiting: Vec<(u64, JobId)> = self.queue.iter().map(|(&s, &j)| (s, j)).collect();
-        for (seq, job) in waiting {
-            if free.as_ref().is_some_and(|f| f.is_empty()) {
-                break;
-            }
-            if self.try_start(job, free.as_deref()) {
-                self.queue.remove(&seq);
-                if let Some(f) = &mut free {
-                    f.retain(|&h| matches!(self.get_slot(h).state, SlotState::Idle));
-                }
-                continue;
-            }
-            let mut f = free
-                .take()
-                .unwrap_or_else(|| self.idle.iter().map(|&(_, h)| h).collect());
-            f.retain(|&h| !self.needs_for_minimum(job, h));
-            free = Some(f);
-        }
+        self.start_waiting();
         self.grow(false);
         self.rebalance();
     }
 
+    /// The machines `job` needs at once: its minimums added up.
+    pub(super) fn minimum(&self, job: JobId) -> u64 {
+        self.jobs[&job]
+            .limits
+            .values()
+            .map(|&(min, _)| u64::from(min))
+            .sum()
+    }
+
     /// Hosts running jobs hold above their minimums, latest claimed first
     /// within each class: any subset of them can be taken without breaking a minimum.
-    fn surplus_hosts(&self, except: JobId) -> Vec<HostId> {
+    pub(super) fn surplus_hosts(&self, except: JobId) -> Vec<HostId> {
         let mut out = Vec::new();
-        for (&id, j) in &self.jobs {
-            if id == except || !matches!(j.phase, Phase::Running { .. }) {
+        for &id in &self.running {
+            let j = &self.jobs[&id];
+            if id == except {
                 continue;
             }
             for (class, &(min, _)) in &j.limits {
@@ -390,25 +303,41 @@ impl Allocator {
     /// behind jobs that could not start (`backfill`), only those idle slots,
     /// which none of them could use for a minimum, are candidates, and
     /// nothing is preempted.
-    fn try_start(&mut self, job: JobId, backfill: Option<&[HostId]>) -> bool {
-        let places: Vec<String> = self.jobs[&job]
-            .limits
-            .iter()
-            .flat_map(|(c, &(min, _))| std::iter::repeat_n(c.clone(), min as usize))
-            .collect();
+    pub(super) fn try_start(&mut self, job: JobId, backfill: Option<&[HostId]>) -> bool {
+        // One place is built per minimum machine: never more than the pool
+        // has slots, whatever number the job asked for.
+        if self.minimum(job) > self.slots.len() as u64 {
+            return false;
+        }
+        // One candidate list per class; each minimum place names its class.
+        let (classes, class_of): (Vec<String>, Vec<usize>) = {
+            let needed: Vec<(String, u32)> = self.jobs[&job]
+                .limits
+                .iter()
+                .filter(|&(_, &(min, _))| min > 0)
+                .map(|(c, &(min, _))| (c.clone(), min))
+                .collect();
+            let class_of = needed
+                .iter()
+                .enumerate()
+                .flat_map(|(k, &(_, min))| std::iter::repeat_n(k, min as usize))
+                .collect();
+            (needed.into_iter().map(|(c, _)| c).collect(), class_of)
+        };
         let mut cands: Vec<HostId> = match backfill {
             Some(free) => free.to_vec(),
             None => self.idle.iter().map(|&(_, h)| h).collect(),
         };
         let n_idle = cands.len();
-        let adj_for = |a: &mut Allocator, cands: &[HostId]| -> Vec<Vec<usize>> {
-            let mut adj = Vec::with_capacity(places.len());
-            for class in &places {
+        let adj_for = |a: &mut Allocator, cands: &[HostId], ranked: bool| -> Vec<Vec<usize>> {
+            let mut adj = Vec::with_capacity(classes.len());
+            for class in &classes {
                 let mut list: Vec<(f64, usize)> = Vec::new();
                 for (i, &h) in cands.iter().enumerate() {
                     let m = a.get_slot(h).machine;
                     if member(&mut a.jobs, &a.machines, job, class, m) {
-                        list.push((a.rank(job, class, h), i));
+                        let rank = if ranked { a.rank(job, class, h) } else { 0.0 };
+                        list.push((rank, i));
                     }
                 }
                 // Augmenting paths try candidates in order: best ranked first,
@@ -418,31 +347,34 @@ impl Allocator {
             }
             adj
         };
-        let adj = adj_for(self, &cands);
-        let placed = match match_all(&adj, cands.len()) {
-            Some(p) => p,
-            None if backfill.is_some() => return false,
-            None => {
-                cands.extend(self.surplus_hosts(job));
-                if cands.len() == n_idle {
-                    return false;
-                }
-                let adj = adj_for(self, &cands);
-                match match_all(&adj, cands.len()) {
-                    Some(p) => p,
-                    None => return false,
-                }
-            }
+        // Whether the minimums can be met at all depends on membership alone
+        // (cached per machine); ranks, evaluated per candidate, are computed
+        // only once they can, so a waiting job retried after every input
+        // costs no rank evaluation.
+        let fits = |a: &mut Allocator, cands: &[HostId]| {
+            match_all(&adj_for(a, cands, false), &class_of, cands.len()).is_some()
         };
-        for (i, class) in places.iter().enumerate() {
+        if !fits(self, &cands) {
+            if backfill.is_some() {
+                return false;
+            }
+            cands.extend(self.surplus_hosts(job));
+            if cands.len() == n_idle || !fits(self, &cands) {
+                return false;
+            }
+        }
+        let placed = match_all(&adj_for(self, &cands, true), &class_of, cands.len())
+            .expect("the same edges in another order match as well");
+        for (i, &k) in class_of.iter().enumerate() {
             let host = cands[placed[i]];
             if placed[i] >= n_idle {
                 self.release(host, ReleaseCause::Preempted);
             }
-            self.give(job, class, host, false);
+            self.give(job, &classes[k], host, false);
         }
         self.jobs.get_mut(&job).expect("waiting job exists").phase = Phase::Running { grow: false };
-        tracing::info!(job = %job, hosts = places.len(), "job started: its minimums are held");
+        self.running.insert(job);
+        tracing::info!(job = %job, hosts = class_of.len(), "job started: its minimums are held");
         self.effects.push(Effect::JobStarted { job });
         true
     }
@@ -497,8 +429,9 @@ impl Allocator {
     /// below their maximums (jobs whose master runs).
     fn hungry(&self, to_min: bool) -> Vec<(u32, u64, JobId, Vec<String>)> {
         let mut out: Vec<_> = self
-            .jobs
+            .running
             .iter()
+            .map(|id| (id, &self.jobs[id]))
             .filter(|(_, j)| match j.phase {
                 Phase::Running { grow } => grow || to_min,
                 _ => false,
@@ -526,7 +459,7 @@ impl Allocator {
     }
 
     /// True when `host` could serve a minimum of `job`.
-    fn needs_for_minimum(&mut self, job: JobId, host: HostId) -> bool {
+    pub(super) fn needs_for_minimum(&mut self, job: JobId, host: HostId) -> bool {
         let m = self.get_slot(host).machine;
         let classes: Vec<String> = self.jobs[&job]
             .limits

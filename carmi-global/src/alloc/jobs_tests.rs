@@ -291,3 +291,89 @@ fn a_small_job_backfills_only_on_machines_the_waiting_head_cannot_use() {
     s.machine("m3", "Arch = \"X86_64\"", 1);
     assert_eq!(take_started(&mut s), [J3]);
 }
+
+#[test]
+fn a_job_needing_more_slots_than_are_online_waits_without_holding_back_the_queue() {
+    let mut s = Sim::new();
+    pool(&mut s, 2);
+    // Within the per-class limit, far beyond the pool: nothing is built per
+    // minimum machine, and the job waits.
+    let huge = [limits("any", "true", 100_000, 100_000)];
+    s.step(|a| a.submit_job(J1, "mallory", &huge)).unwrap();
+    assert_eq!(s.a.job_phase(J1), Some(Phase::Waiting));
+    // The job behind it starts on the idle slots the first could never fill.
+    s.step(|a| a.submit_job(J2, "bob", &[limits("any", "true", 2, 2)]))
+        .unwrap();
+    assert_eq!(take_started(&mut s), [J2]);
+    assert_eq!(held(&s, J2), 2);
+    assert_eq!(s.a.job_phase(J1), Some(Phase::Waiting));
+    s.quiet();
+}
+
+#[test]
+fn a_machine_count_above_the_limit_is_refused_by_the_allocator_too() {
+    let mut s = Sim::new();
+    pool(&mut s, 2);
+    let err = s
+        .step(|a| a.submit_job(J1, "mallory", &[limits("any", "true", 1, u32::MAX)]))
+        .unwrap_err();
+    assert_eq!(
+        err.message,
+        "class `any`: machine_count: 4294967295 is above the limit of 100000 machines per class"
+    );
+    assert!(!s.a.has_job(J1));
+}
+
+#[test]
+fn outstanding_requests_of_a_job_are_capped_and_ids_checked_in_constant_time() {
+    use carmi_api::limits::MAX_OUTSTANDING_PER_JOB;
+    let mut s = Sim::new();
+    pool(&mut s, 1);
+    s.job_with_class(J1, "w", "Arch == \"NONE\"");
+    // Driven without the per-step invariant walk (itself linear in the
+    // subscriptions): before the index, the reuse check alone made this loop
+    // quadratic, some 5e9 comparisons.
+    for i in 0..MAX_OUTSTANDING_PER_JOB as u64 - 1 {
+        s.a.add_notify(J1, r(J1, i), "w");
+    }
+    s.a.add_hosts(J1, r(J1, u64::MAX - 1), "w", 1, 1);
+    s.a.take_effects();
+    s.a.sanity_check();
+    s.step(|a| a.add_notify(J1, r(J1, u64::MAX), "w"));
+    let msg = s.expect_failed(r(J1, u64::MAX), FailureCode::Invalid);
+    assert_eq!(
+        msg,
+        "outstanding requests of the job: 100001 requests is above the limit of 100000 requests; cancel some (CancelRequest) first"
+    );
+    // A reused id is still refused, and cancelling makes room.
+    s.step(|a| a.cancel(J1, r(J1, u64::MAX - 2), carmi_api::ids::RequestId(5)));
+    s.expect_failed(r(J1, 5), FailureCode::Cancelled);
+    s.expect_done(r(J1, u64::MAX - 2));
+    s.step(|a| a.add_notify(J1, r(J1, 6), "w"));
+    s.expect_failed(r(J1, 6), FailureCode::Invalid);
+    s.step(|a| a.add_notify(J1, r(J1, u64::MAX), "w"));
+    s.expect_done(r(J1, u64::MAX));
+    s.quiet();
+}
+
+#[test]
+fn classes_defined_at_run_time_are_capped_like_a_submit_files() {
+    use carmi_api::limits::MAX_CLASSES_PER_JOB;
+    let mut s = Sim::new();
+    pool(&mut s, 1);
+    s.step(|a| a.on_job_created(J1, "alice"));
+    for i in 0..MAX_CLASSES_PER_JOB as u64 {
+        s.step(|a| a.define_class(J1, r(J1, i), &format!("c{i}"), "true"));
+        s.expect_done(r(J1, i));
+    }
+    s.step(|a| a.define_class(J1, r(J1, 100), "one-more", "true"));
+    let msg = s.expect_failed(r(J1, 100), FailureCode::Invalid);
+    assert_eq!(
+        msg,
+        "DefineClass: classes of the job: 65 classes is above the limit of 64 classes; redefine or remove one (RemoveClass)"
+    );
+    // Redefining one is not a new class.
+    s.step(|a| a.define_class(J1, r(J1, 101), "c0", "false"));
+    s.expect_done(r(J1, 101));
+    s.quiet();
+}

@@ -13,7 +13,10 @@ use super::{Allocator, Job, Machine, MachineIdx, Phase, ReleaseCause, Slot, Slot
 impl Allocator {
     /// A machine advertised itself with `slots` slots: returns the host id of
     /// each slot, the same ids as before for a known name. A machine that was
-    /// online keeps its claims; its idle slots are offered again under the new ad.
+    /// online keeps its claims; its unclaimed slots (idle, or taken by an
+    /// owner without a job on them) are offered again under the new ad, as a
+    /// local RM that registers anew reports afterwards every slot that is not
+    /// available (a restarted one may have a new owner policy).
     pub fn on_machine_registered(&mut self, name: &str, ad: ClassAd, slots: u32) -> Vec<HostId> {
         let idx = match self.by_name.get(name) {
             Some(&idx) => idx,
@@ -44,7 +47,10 @@ impl Allocator {
         let online_hosts: Vec<HostId> =
             self.machines[idx.0 as usize].hosts[..old_slots as usize].to_vec();
         for &h in &online_hosts {
-            if self.get_slot(h).state == SlotState::Idle {
+            if matches!(
+                self.get_slot(h).state,
+                SlotState::Idle | SlotState::Owner | SlotState::Suspended(None)
+            ) {
                 self.set_state(h, SlotState::Offline);
             }
         }
@@ -198,11 +204,30 @@ impl Allocator {
             classes: BTreeMap::new(),
             hosts: BTreeMap::new(),
             subs: Vec::new(),
+            sub_reqs: Default::default(),
             seq,
             limits: BTreeMap::new(),
             ranks: BTreeMap::new(),
             phase: Phase::Attached,
         });
+    }
+
+    /// Adds a submitted job's own attributes (`+Name = value`, `JobBatchName`,
+    /// `RequestCpus`...) to its ad, where machines' `Requirements` and `Rank`
+    /// read them as `TARGET.Name`. `Owner` and `JobId` stay the pool's, and
+    /// an expression that does not parse (the door checked it) is skipped.
+    pub fn set_job_attributes(&mut self, job: JobId, attributes: &[(String, String)]) {
+        let Some(j) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        for (name, text) in attributes {
+            if name.eq_ignore_ascii_case("Owner") || name.eq_ignore_ascii_case("JobId") {
+                continue;
+            }
+            if let Ok(expr) = classad::parse_expr(text) {
+                j.ad.insert(name, expr);
+            }
+        }
     }
 
     /// A job ended: its pending requests are dropped and its hosts go back to
@@ -231,7 +256,10 @@ impl Allocator {
             }
         }
         if let Some(j) = self.jobs.remove(&job) {
-            self.queue.remove(&j.seq);
+            self.running.remove(&job);
+            if j.phase == Phase::Waiting {
+                self.drop_waiting(job, j.seq);
+            }
         }
         for h in suspended {
             self.set_state(h, SlotState::Suspended(None));
@@ -253,7 +281,7 @@ impl Allocator {
             freed.extend(self.remove_pending(seq).partial);
         }
         for j in self.jobs.values_mut() {
-            j.subs.retain(|s| s.req.process != process);
+            j.retain_subs(|s| s.req.process != process);
         }
         self.offer_all(freed);
     }

@@ -59,8 +59,37 @@ impl Allocator {
         );
     }
 
+    /// Fails the request when the job already has
+    /// [`MAX_OUTSTANDING_PER_JOB`](carmi_api::limits::MAX_OUTSTANDING_PER_JOB)
+    /// requests outstanding (pending `AddHosts` and subscriptions).
+    fn check_room(&mut self, job: JobId, req: ReqRef) -> bool {
+        let max = carmi_api::limits::MAX_OUTSTANDING_PER_JOB;
+        let pending: usize = self
+            .groups
+            .range((job, String::new())..)
+            .take_while(|((j, _), _)| *j == job)
+            .map(|(_, g)| g.len())
+            .sum();
+        let outstanding = pending + self.jobs[&job].subs.len();
+        if outstanding < max {
+            return true;
+        }
+        let e = carmi_api::limits::check_count(
+            "outstanding requests of the job",
+            outstanding + 1,
+            max,
+            "requests",
+        );
+        let message = format!(
+            "{}; cancel some (CancelRequest) first",
+            e.err().map(|e| e.to_string()).unwrap_or_default()
+        );
+        self.fail(job, req, FailureCode::Invalid, message);
+        false
+    }
+
     fn is_outstanding(&self, job: JobId, req: ReqRef) -> bool {
-        self.pending_by_req.contains_key(&req) || self.jobs[&job].subs.iter().any(|s| s.req == req)
+        self.pending_by_req.contains_key(&req) || self.jobs[&job].sub_reqs.contains(&req)
     }
 
     /// Checks that `hosts` is non-empty and all announced to the job; fails the request otherwise.
@@ -106,6 +135,9 @@ impl Allocator {
                 req.id
             );
             return self.fail(job, req, FailureCode::Invalid, message);
+        }
+        if !self.check_room(job, req) {
+            return;
         }
         let seq = self.push_pending(Pending {
             req,
@@ -164,8 +196,8 @@ impl Allocator {
             return;
         }
         let j = self.jobs.get_mut(&job).expect("checked above");
-        if let Some(i) = j.subs.iter().position(|s| s.req == t) {
-            j.subs.remove(i);
+        if j.sub_reqs.contains(&t) {
+            j.retain_subs(|s| s.req != t);
             let message = format!("subscription {target} was cancelled by request {}", req.id);
             self.fail(job, t, FailureCode::Cancelled, message);
             self.done(job, req, Reply::Ok);
@@ -239,11 +271,13 @@ impl Allocator {
             );
             return self.fail(job, req, FailureCode::Invalid, message);
         }
+        if !self.check_room(job, req) {
+            return;
+        }
         self.jobs
             .get_mut(&job)
             .expect("checked by the caller")
-            .subs
-            .push(Sub { req, kind });
+            .push_sub(Sub { req, kind });
         self.done(job, req, Reply::Ok);
     }
 
@@ -296,6 +330,21 @@ impl Allocator {
         if name.trim().is_empty() {
             let message = "DefineClass needs a class name".to_string();
             return self.fail(job, req, FailureCode::Invalid, message);
+        }
+        let classes = &self.jobs[&job].classes;
+        if !classes.contains_key(name) {
+            // Every class is evaluated against the machines it is asked of:
+            // their number is bounded like a submit file's.
+            let max = carmi_api::limits::MAX_CLASSES_PER_JOB;
+            if let Err(e) = carmi_api::limits::check_count(
+                "DefineClass: classes of the job",
+                classes.len() + 1,
+                max,
+                "classes",
+            ) {
+                let message = format!("{e}; redefine or remove one (RemoveClass)");
+                return self.fail(job, req, FailureCode::Invalid, message);
+            }
         }
         let expr = match classad::parse_expr(expression) {
             Ok(e) => e,
@@ -451,7 +500,7 @@ impl Allocator {
         let j = self.jobs.get_mut(&job).expect("checked");
         j.classes.remove(name);
         let mut ended = Vec::new();
-        j.subs.retain(|s| match &s.kind {
+        j.retain_subs(|s| match &s.kind {
             SubKind::Add(c) if c == name => {
                 ended.push(s.req);
                 false

@@ -1,11 +1,16 @@
 //! Submitted jobs at the router: admin requests (`carmi submit`, `rm`, `q`,
-//! `q -analyze`, `status -l`), and the job's master, which runs on the submit
-//! machine outside its slots and whose exit ends the job.
+//! `q -analyze`, `history`, `status -l`), and the job's master, which runs on
+//! the submit machine outside its slots and whose exit ends the job. Every
+//! job that leaves the queue is kept in a bounded history (journaled), with
+//! how it ended: a master that cannot start ends its job with the reason.
+
+use std::collections::VecDeque;
 
 use carmi_api::ids::{JobId, ProcessId};
+use carmi_api::limits;
 use carmi_api::msg::{
-    ExecutableRef, ExitStatus, Failure, FailureCode, FromGlobal, JobAnalysis, JobStatus,
-    ProcessState, SubmitRequest,
+    ExecutableRef, ExitStatus, Failure, FailureCode, FromGlobal, JobAnalysis, JobEnd, JobRecord,
+    JobStatus, ProcessState, SubmitRequest,
 };
 use carmi_api::submit::JobSpec;
 use tracing::{info, warn};
@@ -28,6 +33,35 @@ pub(super) struct Submitted {
     pub master: Option<ProcessId>,
 }
 
+/// Ended jobs kept for `carmi history`: enough for a day of a busy pool,
+/// bounded so that the history (and its journal records) cannot grow forever.
+pub const HISTORY_LIMIT: usize = 10_000;
+
+/// The last [`HISTORY_LIMIT`] jobs that left the queue, oldest first.
+#[derive(Debug, Default)]
+pub(super) struct History {
+    ended: VecDeque<JobRecord>,
+}
+
+impl History {
+    /// Keeps `record`, forgetting the oldest beyond the limit.
+    pub(super) fn push(&mut self, record: JobRecord) {
+        if self.ended.len() == HISTORY_LIMIT {
+            self.ended.pop_front();
+        }
+        self.ended.push_back(record);
+    }
+
+    /// Every record, or `job`'s only.
+    pub(super) fn select(&self, job: Option<JobId>) -> Vec<JobRecord> {
+        self.ended
+            .iter()
+            .filter(|r| job.is_none_or(|j| r.job == j))
+            .cloned()
+            .collect()
+    }
+}
+
 impl Router {
     fn admin_fail(&mut self, link: LinkId, code: FailureCode, message: String) {
         self.send(link, FromGlobal::AdminFailed(Failure { code, message }));
@@ -35,6 +69,12 @@ impl Router {
 
     /// `carmi submit`.
     pub(super) fn submit(&mut self, link: LinkId, req: SubmitRequest) {
+        // First: nothing below may be sized by a number the client chose
+        // before it is known to be within its limit.
+        if let Err(f) = limits::check_submit(&req) {
+            warn!(owner = %req.owner.chars().take(64).collect::<String>(), "submit refused: {}", f.message);
+            return self.admin_fail(link, f.code, f.message);
+        }
         if !self.executables.contains_key(&req.executable.sha256) {
             let message = format!(
                 "executable {} ({}) was not uploaded before the submit",
@@ -50,10 +90,19 @@ impl Router {
             return self.admin_fail(link, FailureCode::Unavailable, message);
         }
         let job = JobId(self.next_job);
+        // `$(Cluster)` grows with the job id: what `exec` will be given is
+        // known only now, and is refused here rather than at the master's start.
+        let spec = req.spec.expand(job.0);
+        if let Err(e) = limits::check_command_line("arguments", &spec.arguments, &spec.environment)
+        {
+            let message = format!("{e}, once $(Cluster) is expanded to {}", job.0);
+            return self.admin_fail(link, FailureCode::Invalid, message);
+        }
         let limits = class_limits(&req.spec);
         if let Err(f) = self.alloc.submit_job(job, &req.owner, &limits) {
             return self.admin_fail(link, f.code, f.message);
         }
+        self.alloc.set_job_attributes(job, &req.spec.attributes);
         self.next_job += 1;
         info!(job = %job, owner = req.owner, machine = req.machine, "job submitted");
         // On disk before the answer: the driver fsyncs it before sending on.
@@ -67,7 +116,7 @@ impl Router {
                 owner: req.owner,
                 machine: req.machine,
                 executable: req.executable,
-                spec: req.spec.expand(job.0),
+                spec,
                 submitted_unix: req.submitted_unix,
                 master: None,
             },
@@ -85,12 +134,14 @@ impl Router {
             return self.admin_fail(link, FailureCode::Invalid, message);
         }
         info!(job = %job, "job removed by an administrator");
+        self.record_end(job, JobEnd::Removed);
         self.end_job(job);
         self.send(link, FromGlobal::Removed { job });
     }
 
-    /// One job for `carmi q`.
-    fn job_status(&self, job: JobId) -> JobStatus {
+    /// One job for `carmi q`; `online` is the pool's online slot count
+    /// (counted once per answer, not once per job).
+    fn job_status(&self, job: JobId, online: usize) -> JobStatus {
         let phase = self.alloc.job_phase(job).unwrap_or(Phase::Attached);
         let sub = self.submitted.get(&job);
         JobStatus {
@@ -102,17 +153,105 @@ impl Router {
             state: phase.name().to_string(),
             executable: sub.map(|s| s.executable.name.clone()).unwrap_or_default(),
             master: sub.and_then(|s| s.master),
+            note: match phase {
+                Phase::Waiting => self.impossible(job, online),
+                _ => sub.and_then(|s| self.master_unsent(s)),
+            },
             classes: self.alloc.class_status(job),
         }
     }
 
+    /// Why a waiting job cannot start in the pool as it is now: its minimums
+    /// add up to more slots than are online.
+    fn impossible(&self, job: JobId, online: usize) -> Option<String> {
+        let need: u64 = self
+            .alloc
+            .class_status(job)
+            .iter()
+            .map(|c| u64::from(c.min))
+            .sum();
+        (need > online as u64)
+            .then(|| format!("needs {need} machines at once; the pool has {online} slots online"))
+    }
+
+    /// Why a started job's master is not running yet: its machine is away,
+    /// so `SpawnMaster` waits for it (while the job holds its hosts).
+    fn master_unsent(&self, sub: &Submitted) -> Option<String> {
+        let p = sub.master?;
+        (!self.sent_masters.contains(&p) && self.ready_link(&sub.machine).is_none())
+            .then(|| format!("the master waits for machine `{}` to connect", sub.machine))
+    }
+
+    /// The ids an attaching process declares (chosen by the application):
+    /// one above [`limits::MAX_ID`] is dropped with a warning, so the process
+    /// attaches as if it had not named it (a new job, a fresh process id)
+    /// and the id counters never approach their end.
+    pub(super) fn sane_attach_ids(
+        &self,
+        machine: &str,
+        job: Option<JobId>,
+        process: Option<ProcessId>,
+    ) -> (Option<JobId>, Option<ProcessId>) {
+        let keep = |field: &str, id: u64| match limits::check_id(field, id) {
+            Ok(()) => true,
+            Err(e) => {
+                warn!(machine, "AppAttach: {e}; ignored");
+                false
+            }
+        };
+        (
+            job.filter(|j| keep("job", j.0)),
+            process.filter(|p| keep("process", p.0)),
+        )
+    }
+
+    /// `carmi history`.
+    pub(super) fn history(&mut self, link: LinkId, job: Option<JobId>) {
+        let records = self.history.select(job);
+        self.send(link, FromGlobal::History(records));
+    }
+
+    /// Keeps how `job` ended, in the history and the journal; called before
+    /// the job is ended, while what is known of it is still there. A job
+    /// already gone is not recorded twice.
+    pub(super) fn record_end(&mut self, job: JobId, end: JobEnd) {
+        if !self.alloc.has_job(job) {
+            return;
+        }
+        let sub = self.submitted.get(&job);
+        let end = match end {
+            JobEnd::FailedToStart(reason) => JobEnd::FailedToStart(limits::cut_reason(&reason)),
+            JobEnd::Completed(ExitStatus::FailedToStart(reason)) => {
+                JobEnd::FailedToStart(limits::cut_reason(&reason))
+            }
+            other => other,
+        };
+        if let JobEnd::FailedToStart(reason) = &end {
+            warn!(job = %job, "the master could not be started: {reason}");
+        }
+        let record = JobRecord {
+            job,
+            owner: sub
+                .map(|s| s.owner.clone())
+                .unwrap_or_else(|| self.alloc.job_owner(job)),
+            executable: sub.map(|s| s.executable.name.clone()).unwrap_or_default(),
+            submitted_unix: sub.map_or(0, |s| s.submitted_unix),
+            ended_unix: self.config.started_unix + self.now.as_secs(),
+            end,
+        };
+        self.out
+            .push(Output::Journal(Record::History(Box::new(record.clone()))));
+        self.history.push(record);
+    }
+
     /// `carmi q`.
     pub(super) fn queue(&mut self, link: LinkId) {
+        let (online, _) = self.alloc.slot_counts();
         let jobs = self
             .alloc
             .job_ids()
             .into_iter()
-            .map(|j| self.job_status(j))
+            .map(|j| self.job_status(j, online))
             .collect();
         self.send(link, FromGlobal::Queue(jobs));
     }
@@ -127,7 +266,7 @@ impl Router {
             return self.admin_fail(link, FailureCode::Invalid, message);
         }
         let analysis = JobAnalysis {
-            job: self.job_status(job),
+            job: self.job_status(job, self.alloc.slot_counts().0),
             queued_ahead: self.alloc.queued_ahead(job).unwrap_or(0),
             classes: self.alloc.analyze(job),
         };
@@ -219,6 +358,7 @@ impl Router {
             }
             Err(status) => {
                 info!(job = %job, %process, ?status, "the master ended; so does its job");
+                self.record_end(job, JobEnd::Completed(status));
                 self.masters.remove(&process);
                 self.sent_masters.remove(&process);
                 self.end_job(job);
@@ -252,11 +392,18 @@ impl Router {
                 Record::Submitted { job, request } => {
                     self.next_job = self.next_job.max(job.0 + 1);
                     let req = *request;
+                    // A journal written before the limits may hold a job the
+                    // door would refuse now: it is dropped, not run.
+                    if let Err(f) = limits::check_submit(&req) {
+                        warn!(job = %job, "journal: the job is above a limit and is dropped: {}", f.message);
+                        continue;
+                    }
                     let limits = class_limits(&req.spec);
                     if let Err(f) = self.alloc.submit_job(job, &req.owner, &limits) {
                         warn!(job = %job, "journal: cannot recover the job: {}", f.message);
                         continue;
                     }
+                    self.alloc.set_job_attributes(job, &req.spec.attributes);
                     self.submitted.insert(
                         job,
                         Submitted {
@@ -352,6 +499,7 @@ impl Router {
                     self.next_job = self.next_job.max(next_job);
                     self.procs.reserve_ids_below(next_process);
                 }
+                Record::History(record) => self.history.push(*record),
             }
         }
         // Nothing is online yet: whatever the allocator says now concerns no one.

@@ -226,6 +226,17 @@ fn a_master_waits_for_its_machine_and_ends_with_it() {
     }));
     let (sends, _) = step(&mut r, |r| r.on_message(ADMIN, submit, Duration::ZERO));
     assert_eq!(sends, [(ADMIN, FromGlobal::Submitted { job: JobId(1) })]);
+    // `carmi q` says what it waits for.
+    let (sends, _) = step(&mut r, |r| {
+        r.on_message(ADMIN, ToGlobal::Queue, Duration::ZERO)
+    });
+    match &sends[..] {
+        [(ADMIN, FromGlobal::Queue(jobs))] => assert_eq!(
+            jobs[0].note.as_deref(),
+            Some("the master waits for machine `m0` to connect")
+        ),
+        other => panic!("{other:?}"),
+    }
     // Back: the master goes out right after the registration.
     let (sends, _) = advertise(&mut r, LinkId(3), "m0", vec![]);
     assert!(
@@ -285,7 +296,13 @@ fn a_master_missing_from_its_machines_advertisement_ends_its_job() {
         update: String::new(),
     };
     let (_, records) = step(&mut r, |r| r.on_message(LinkId(2), hb, Duration::ZERO));
-    assert_eq!(records, [Record::Ended { job: JobId(1) }]);
+    match &records[..] {
+        [Record::History(h), Record::Ended { job: JobId(1) }] => assert_eq!(
+            h.end,
+            carmi_api::msg::JobEnd::Completed(carmi_api::msg::ExitStatus::HostLost)
+        ),
+        other => panic!("{other:?}"),
+    }
     assert!(!r.allocator().has_job(JobId(1)));
 }
 
@@ -357,3 +374,6 @@ fn ids_never_go_back_after_a_compacted_journal_is_replayed() {
         "{master:?} vs {masters:?}"
     );
 }
+
+#[path = "door_tests.rs"]
+mod door;

@@ -1,7 +1,10 @@
-//! Requests of a process whose machine is declared lost and comes back: every
-//! answer that fell in between still reaches the process.
+//! Machines that fall silent or send too much: requests of a process whose
+//! machine is declared lost and comes back (every answer that fell in between
+//! still reaches the process), and ads and updates over the limits (refused
+//! with the limit's name, without costing the machine its place).
 
 use super::*;
+use crate::router::{MAX_AD_ATTRIBUTES, MAX_AD_BYTES, count_attributes};
 
 #[test]
 fn answers_for_a_process_whose_machine_was_lost_arrive_when_it_returns() {
@@ -83,4 +86,95 @@ fn answers_for_a_process_whose_machine_was_lost_arrive_when_it_returns() {
         other => panic!("expected the grant, got {other:?}"),
     }
     s.quiet();
+}
+
+/// An old-syntax update of `n` attributes.
+fn update_of(n: usize) -> String {
+    (0..n).map(|i| format!("Attr{i} = {i}\n")).collect()
+}
+
+fn expect_refused(s: &mut Sim, link: LinkId, needle: &str) -> String {
+    match s.next_send(link) {
+        FromGlobal::AdminFailed(f) => {
+            assert_eq!(f.code, FailureCode::Invalid);
+            assert!(f.message.contains(needle), "{}", f.message);
+            f.message
+        }
+        other => panic!("expected a refusal naming {needle}, got {other:?}"),
+    }
+}
+
+#[test]
+fn updates_over_the_limits_are_refused_with_the_limit_and_the_machine_stays() {
+    let mut s = Sim::new();
+    s.machine(M1, "m1", 10, 1);
+    // Every heartbeat carries too much; each still proves the machine alive.
+    for _ in 0..5 {
+        s.sleep(900);
+        s.msg(
+            M1,
+            ToGlobal::Heartbeat {
+                update: update_of(MAX_AD_ATTRIBUTES + 1),
+            },
+        );
+        let why = expect_refused(&mut s, M1, "max_ad_attributes");
+        assert!(
+            why.contains(&format!("{} attributes", MAX_AD_ATTRIBUTES + 1)),
+            "{why}"
+        );
+        s.step(|r, now| r.on_tick(now));
+        s.quiet();
+    }
+    let huge = format!("Blob = \"{}\"\n", "x".repeat(MAX_AD_BYTES));
+    s.msg(M1, ToGlobal::Heartbeat { update: huge });
+    expect_refused(&mut s, M1, "max_ad_bytes");
+    s.msg(
+        M1,
+        ToGlobal::Heartbeat {
+            update: "Mips = ".into(),
+        },
+    );
+    expect_refused(&mut s, M1, "does not parse");
+    // A good update still applies.
+    s.msg(
+        M1,
+        ToGlobal::Heartbeat {
+            update: "LoadAvg = 0.5\n".into(),
+        },
+    );
+    s.quiet();
+    let ads = s.r.allocator().machine_ads();
+    assert!(ads[0].1.contains("LoadAvg"), "{ads:?}");
+}
+
+#[test]
+fn a_machine_ad_over_the_limit_is_refused_and_its_connection_closed() {
+    let mut s = Sim::new();
+    let role = Role::Local { name: "m1".into() };
+    s.step(|r, now| r.on_link_opened(M1, role, now));
+    let attrs: String = (0..=MAX_AD_ATTRIBUTES)
+        .map(|i| format!("A{i} = {i}; "))
+        .collect();
+    s.msg(
+        M1,
+        ToGlobal::Advertise {
+            ad: format!("[ {attrs}]"),
+            slots: 1,
+            running: vec![],
+        },
+    );
+    expect_refused(&mut s, M1, "max_ad_attributes");
+    assert!(s.expect_closed(M1).contains("max_ad_attributes"));
+    s.quiet();
+    assert!(s.r.allocator().machine_ads().is_empty());
+}
+
+#[test]
+fn attributes_are_counted_without_parsing() {
+    assert_eq!(count_attributes("a = 1\n\n# note\n  b = \"x;y\"\n"), 2);
+    assert_eq!(
+        count_attributes("[ a = 1; b = \"x;\\\"; y\"; c = [ d = 2; e = 3 ] ]"),
+        4
+    );
+    assert_eq!(count_attributes(&update_of(1000)), 1000);
 }

@@ -4,11 +4,16 @@
 use std::collections::BTreeSet;
 
 use carmi_api::ids::{JobId, ProcessId};
-use carmi_api::msg::{ExitStatus, FromGlobal, ProcessState, SlotActivity};
+use std::time::Duration;
+
+use carmi_api::msg::{ExitStatus, Failure, FailureCode, FromGlobal, ProcessState, SlotActivity};
 use classad::ClassAd;
 use tracing::{debug, info, warn};
 
 use super::{LinkId, Output, Router};
+
+/// Least time between two log lines about one machine's refused updates.
+pub const REFUSAL_LOG_PERIOD: Duration = Duration::from_secs(10);
 
 impl Router {
     /// Any message from a registered machine proves it alive.
@@ -27,7 +32,7 @@ impl Router {
         &mut self,
         link: LinkId,
         name: &str,
-        ad: &str,
+        ad: Result<ClassAd, String>,
         slots: u32,
         running: Vec<ProcessId>,
     ) {
@@ -38,10 +43,11 @@ impl Router {
             );
             return self.close(link, reason);
         }
-        let ad = match ClassAd::parse_any(ad) {
+        let ad = match ad {
             Ok(ad) => ad,
             Err(e) => {
-                let reason = format!("the machine ad of `{name}` does not parse: {e}");
+                let reason = format!("machine `{name}`: {e}");
+                self.tell_refused(link, &reason);
                 return self.close(link, reason);
             }
         };
@@ -140,7 +146,12 @@ impl Router {
         }
     }
 
-    pub(super) fn heartbeat(&mut self, name: &str, update: &str) {
+    pub(super) fn heartbeat(
+        &mut self,
+        link: LinkId,
+        name: &str,
+        update: Option<Result<ClassAd, String>>,
+    ) {
         let suspects = self
             .presence
             .get_mut(name)
@@ -158,17 +169,53 @@ impl Router {
                 self.exit_process(p, ExitStatus::HostLost, 0.0);
             }
         }
-        if update.trim().is_empty() {
-            return;
-        }
-        match ClassAd::parse_old(update) {
-            Ok(ad) => {
+        match update {
+            None => {}
+            Some(Ok(ad)) => {
                 self.alloc.on_machine_updated(name, &ad);
             }
-            Err(e) => warn!(
-                machine = name,
-                "heartbeat update ignored: it does not parse: {e}"
-            ),
+            // The heartbeat still proves the machine alive; only its update is dropped.
+            Some(Err(e)) => {
+                let reason = format!("machine `{name}`: {e}; the update is ignored");
+                self.tell_refused(link, &reason);
+                self.log_refusal(name, &reason);
+            }
+        }
+    }
+
+    /// Tells a local RM why what it sent was refused, as a failure naming
+    /// the limit or the parse error (its log shows it).
+    fn tell_refused(&mut self, link: LinkId, reason: &str) {
+        let failure = Failure {
+            code: FailureCode::Invalid,
+            message: reason.to_string(),
+        };
+        self.send(link, FromGlobal::AdminFailed(failure));
+    }
+
+    /// Logs a refused update of machine `name` at most once per
+    /// [`REFUSAL_LOG_PERIOD`], with how many were refused in between: a
+    /// machine repeating a bad update every heartbeat writes one line per
+    /// period, not one per heartbeat.
+    fn log_refusal(&mut self, name: &str, reason: &str) {
+        let now = self.now;
+        let Some(p) = self.presence.get_mut(name) else {
+            return;
+        };
+        match &mut p.refusals {
+            Some((last, quiet)) if now.saturating_sub(*last) < REFUSAL_LOG_PERIOD => *quiet += 1,
+            slot => {
+                let quiet = slot.map_or(0, |(_, q)| q);
+                *slot = Some((now, 0));
+                if quiet > 0 {
+                    warn!(
+                        machine = name,
+                        "{reason} ({quiet} more refused since the last such line)"
+                    );
+                } else {
+                    warn!(machine = name, "{reason}");
+                }
+            }
         }
     }
 

@@ -40,6 +40,12 @@ impl Router {
             .expect("attached process exists")
             .job;
         let req = ReqRef { process, id };
+        // Before any request reaches the allocator: counts and lists sized by
+        // the client are refused above their limits, naming the limit.
+        if let Err(failure) = carmi_api::limits::check_request(&body) {
+            tracing::warn!(job = %job, %process, "request refused: {}", failure.message);
+            return self.answer(req, Err(failure));
+        }
         let a = &mut self.alloc;
         match body {
             Request::CancelRequest { request } => a.cancel(job, req, request),

@@ -740,6 +740,9 @@ fn links_are_served_by_role() {
             running: vec![],
         },
     );
+    assert!(
+        matches!(s.next_send(M1), FromGlobal::AdminFailed(f) if f.message.contains("does not parse"))
+    );
     assert!(s.expect_closed(M1).contains("does not parse"));
     s.msg(
         M1,
@@ -781,6 +784,9 @@ fn heartbeat_updates_reach_the_allocator() {
         ToGlobal::Heartbeat {
             update: "LoadAvg = ".into(),
         },
+    );
+    assert!(
+        matches!(s.next_send(M1), FromGlobal::AdminFailed(f) if f.message.contains("does not parse"))
     );
     s.quiet();
     s.msg(

@@ -14,7 +14,7 @@ use wodi_examples::{Embedded, PoolArgs, RunPool};
 
 /// Runs a shell command on every file of a folder, on WoDi workers.
 #[derive(Parser, Debug)]
-#[command(name = "commands")]
+#[command(name = "commands", version)]
 struct Args {
     /// The folder whose files are the inputs.
     #[arg(default_value = ".")]

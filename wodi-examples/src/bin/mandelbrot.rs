@@ -14,7 +14,7 @@ use wodi_examples::{Embedded, PoolArgs, RunPool, kernels};
 
 /// Renders the Mandelbrot set on WoDi workers.
 #[derive(Parser, Debug)]
-#[command(name = "mandelbrot")]
+#[command(name = "mandelbrot", version)]
 struct Args {
     /// Image width in pixels.
     #[arg(long, default_value_t = 800)]

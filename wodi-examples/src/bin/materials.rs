@@ -46,7 +46,7 @@ enum Ordering {
 
 /// The materials-science job on an embedded (or given) pool.
 #[derive(Parser, Debug)]
-#[command(name = "materials")]
+#[command(name = "materials", version)]
 struct Args {
     /// Cycles to run.
     #[arg(long, default_value_t = 35)]

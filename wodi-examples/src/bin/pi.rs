@@ -2,7 +2,7 @@
 //! many steps. Step `i` counts how many of `--samples` seeded random points
 //! of the unit square fall inside the quarter circle; the master adds the
 //! counts. Runs on a small embedded pool (4 hosts, no owners) unless given
-//! `--pool` and `--secret`.
+//! `--local HOST:PORT` (a real pool's local RM).
 
 use clap::Parser;
 use wodi::StepId;
@@ -11,7 +11,7 @@ use wodi_examples::{Embedded, PoolArgs, RunPool, kernels};
 
 /// Estimates pi with WoDi workers.
 #[derive(Parser, Debug)]
-#[command(name = "pi")]
+#[command(name = "pi", version)]
 struct Args {
     /// Steps (each one seeded differently).
     #[arg(long, default_value_t = 64)]

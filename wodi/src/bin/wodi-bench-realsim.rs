@@ -28,7 +28,10 @@ use wodi::stats::RunOutcome;
 use wodi::{CycleId, Stats, StepId};
 
 #[derive(Parser, Debug)]
-#[command(about = "Cycle times of a real WoDi run against the simulator's prediction")]
+#[command(
+    version,
+    about = "Cycle times of a real WoDi run against the simulator's prediction"
+)]
 struct Args {
     /// Hosts of the embedded pool (all used).
     #[arg(long, default_value_t = 8)]

@@ -15,7 +15,10 @@ use wodi::StepId;
 use wodi::master::{Master, MasterConfig, PoolAddr, StepOutcome};
 
 #[derive(Parser, Debug)]
-#[command(about = "Measure WoDi step throughput, round-trip latency and payload throughput")]
+#[command(
+    version,
+    about = "Measure WoDi step throughput, round-trip latency and payload throughput"
+)]
 struct Args {
     /// Workers (one per pool machine).
     #[arg(long, default_value_t = 2)]

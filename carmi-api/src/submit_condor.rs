@@ -1,0 +1,354 @@
+//! The commands an HTCondor vanilla-universe user writes in every submit
+//! file, each given its meaning here, so that files in the style of the
+//! HTCondor manual's examples are accepted as they are.
+//!
+//! - `universe = vanilla` (the only one: the master is a plain process);
+//! - `request_cpus`, `request_memory` (MiB unless a `K`/`M`/`G`/`T` unit is
+//!   given), `request_disk` (KiB unless a unit is given): added to every
+//!   class's requirements (`Cpus >= N`, `Memory >= M`, `Disk >= D`) and to
+//!   the job ad (`RequestCpus`, ...);
+//! - `+Name = value` and `MY.Name = value`: custom job attributes (ClassAd
+//!   expressions), visible to machines' `Requirements` and `Rank` as
+//!   `TARGET.Name`; `JobBatchName = text` becomes the string attribute
+//!   `JobBatchName`;
+//! - `initialdir`: the directory the other paths are relative to;
+//! - `log`: the job's event log (kept in the spec; see [`JobSpec::log`]);
+//! - `should_transfer_files` (`YES`, `NO`, `IF_NEEDED`) and
+//!   `when_to_transfer_output` (`ON_EXIT`, `ON_EXIT_OR_EVICT`): accepted and
+//!   checked; input files always travel to the master's machine;
+//!   `transfer_output_files`: kept in the spec.
+
+use crate::limits;
+use crate::submit::ClassSpec;
+
+/// Commands recognised here besides `+Name`, lower case.
+pub const KEYS: [&str; 10] = [
+    "universe",
+    "request_cpus",
+    "request_memory",
+    "request_disk",
+    "jobbatchname",
+    "initialdir",
+    "log",
+    "should_transfer_files",
+    "when_to_transfer_output",
+    "transfer_output_files",
+];
+
+/// What these commands set, gathered over the file.
+#[derive(Debug, Default)]
+pub struct Extras {
+    /// `request_cpus`, `request_memory` (MiB), `request_disk` (KiB).
+    pub cpus: Option<u64>,
+    /// Memory in MiB.
+    pub memory_mib: Option<u64>,
+    /// Disk in KiB.
+    pub disk_kib: Option<u64>,
+    /// Job attributes in file order: `(name, expression text)`.
+    pub attributes: Vec<(String, String)>,
+    /// `initialdir`.
+    pub initial_dir: Option<String>,
+    /// `log`.
+    pub log: Option<String>,
+    /// `transfer_output_files`.
+    pub transfer_output_files: Vec<String>,
+}
+
+/// Whether `key` (as written) is one of these commands.
+pub fn is_condor_key(key: &str) -> bool {
+    let k = key.trim();
+    k.starts_with('+')
+        || k.to_ascii_lowercase().starts_with("my.")
+        || KEYS.contains(&k.to_ascii_lowercase().as_str())
+}
+
+impl Extras {
+    /// Takes one `key = value` line of these commands.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
+        let key = key.trim();
+        let lc = key.to_ascii_lowercase();
+        if let Some(name) = key
+            .strip_prefix('+')
+            .or_else(|| lc.starts_with("my.").then(|| &key[3..]))
+        {
+            return self.attribute(name, value);
+        }
+        match lc.as_str() {
+            "universe" => match value.to_ascii_lowercase().as_str() {
+                "vanilla" => Ok(()),
+                other => Err(format!(
+                    "universe = {other}: only the vanilla universe runs here (the master is started as a plain process)"
+                )),
+            },
+            "request_cpus" => {
+                self.cpus = Some(quantity("request_cpus", value, 1)?);
+                Ok(())
+            }
+            "request_memory" => {
+                self.memory_mib = Some(quantity("request_memory", value, 1 << 20)?);
+                Ok(())
+            }
+            "request_disk" => {
+                self.disk_kib = Some(quantity("request_disk", value, 1 << 10)?);
+                Ok(())
+            }
+            "jobbatchname" => {
+                let text = value.trim_matches('"');
+                limits::check_len("JobBatchName", text, limits::MAX_NAME_BYTES)
+                    .map_err(|e| e.to_string())?;
+                self.attributes
+                    .push(("JobBatchName".into(), format!("{text:?}")));
+                Ok(())
+            }
+            "initialdir" => path(&mut self.initial_dir, "initialdir", value),
+            "log" => path(&mut self.log, "log", value),
+            "should_transfer_files" => {
+                one_of("should_transfer_files", value, &["yes", "no", "if_needed"])
+            }
+            "when_to_transfer_output" => one_of(
+                "when_to_transfer_output",
+                value,
+                &["on_exit", "on_exit_or_evict"],
+            ),
+            "transfer_output_files" => {
+                self.transfer_output_files = value
+                    .split(',')
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty())
+                    .collect();
+                for f in &self.transfer_output_files {
+                    limits::check_len("transfer_output_files", f, limits::MAX_PATH_BYTES)
+                        .map_err(|e| e.to_string())?;
+                }
+                Ok(())
+            }
+            _ => Err(format!("`{key}` is not an HTCondor command known here")),
+        }
+    }
+
+    fn attribute(&mut self, name: &str, value: &str) -> Result<(), String> {
+        let name = name.trim();
+        if name.is_empty()
+            || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            || name.starts_with(|c: char| c.is_ascii_digit())
+        {
+            return Err(format!(
+                "+{name}: not an attribute name (letters, digits and `_`)"
+            ));
+        }
+        limits::check_len("attribute value", value, limits::MAX_EXPRESSION_BYTES)
+            .map_err(|e| e.to_string())?;
+        classad::parse_expr(value).map_err(|e| {
+            format!(
+                "+{name}: not a ClassAd expression (column {}: {}); strings need double quotes",
+                e.column, e.message
+            )
+        })?;
+        if self
+            .attributes
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case(name))
+        {
+            return Err(format!("+{name} is set twice"));
+        }
+        limits::check_count(
+            "job attributes",
+            self.attributes.len() + 1,
+            limits::MAX_JOB_ATTRIBUTES,
+            "attributes",
+        )
+        .map_err(|e| e.to_string())?;
+        self.attributes
+            .push((name.to_string(), value.trim().to_string()));
+        Ok(())
+    }
+
+    /// The job attributes the requests add (`RequestCpus`...), then the custom ones.
+    pub fn job_attributes(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for (name, v) in [
+            ("RequestCpus", self.cpus),
+            ("RequestMemory", self.memory_mib),
+            ("RequestDisk", self.disk_kib),
+        ] {
+            if let Some(v) = v {
+                out.push((name.to_string(), v.to_string()));
+            }
+        }
+        out.extend(self.attributes.iter().cloned());
+        out
+    }
+
+    /// Adds the resource requests to every class's requirements.
+    pub fn apply_requests(&self, classes: &mut [ClassSpec]) {
+        let mut terms = Vec::new();
+        for (attr, v) in [
+            ("Cpus", self.cpus),
+            ("Memory", self.memory_mib),
+            ("Disk", self.disk_kib),
+        ] {
+            if let Some(v) = v {
+                terms.push(format!("{attr} >= {v}"));
+            }
+        }
+        if terms.is_empty() {
+            return;
+        }
+        let extra = terms.join(" && ");
+        for c in classes {
+            c.requirements = if c.requirements.trim() == "true" {
+                extra.clone()
+            } else {
+                format!("({}) && {extra}", c.requirements)
+            };
+        }
+    }
+}
+
+fn path(slot: &mut Option<String>, key: &str, value: &str) -> Result<(), String> {
+    if value.is_empty() {
+        return Err(format!("{key}: the path is empty"));
+    }
+    limits::check_len(key, value, limits::MAX_PATH_BYTES).map_err(|e| e.to_string())?;
+    *slot = Some(value.to_string());
+    Ok(())
+}
+
+fn one_of(key: &str, value: &str, allowed: &[&str]) -> Result<(), String> {
+    if allowed.contains(&value.to_ascii_lowercase().as_str()) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{key} = {value}: expected one of {}",
+            allowed
+                .iter()
+                .map(|a| a.to_ascii_uppercase())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    }
+}
+
+/// A whole number with an optional unit (`K`, `M`, `G`, `T`, with or
+/// without a trailing `B`), in units of `base` bytes; without a unit the
+/// number is already in those units, as HTCondor reads it.
+fn quantity(key: &str, value: &str, base: u64) -> Result<u64, String> {
+    let v = value.trim();
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (digits, unit) = v.split_at(split);
+    let n: u64 = digits.parse().map_err(|_| {
+        format!("{key}: `{v}` is not a whole number (with an optional unit K, M, G, T)")
+    })?;
+    let unit = unit.trim().to_ascii_uppercase();
+    let unit = unit.strip_suffix('B').unwrap_or(&unit);
+    let bytes: u64 = match unit {
+        "" => return Ok(n),
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        "T" => 1 << 40,
+        other => return Err(format!("{key}: unknown unit `{other}` (K, M, G or T)")),
+    };
+    if base == 1 {
+        return Err(format!("{key}: a count takes no unit"));
+    }
+    n.checked_mul(bytes)
+        .map(|b| b.div_ceil(base))
+        .ok_or_else(|| format!("{key}: `{v}` is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantities_read_as_htcondor_reads_them() {
+        assert_eq!(quantity("request_memory", "2048", 1 << 20), Ok(2048));
+        assert_eq!(quantity("request_memory", "2GB", 1 << 20), Ok(2048));
+        assert_eq!(quantity("request_memory", "2 G", 1 << 20), Ok(2048));
+        assert_eq!(quantity("request_disk", "1M", 1 << 10), Ok(1024));
+        assert_eq!(quantity("request_disk", "100", 1 << 10), Ok(100));
+        assert_eq!(quantity("request_cpus", "4", 1), Ok(4));
+        assert!(quantity("request_cpus", "4G", 1).is_err());
+        assert!(quantity("request_memory", "lots", 1 << 20).is_err());
+        assert!(quantity("request_memory", "3X", 1 << 20).is_err());
+        assert!(quantity("request_memory", "99999999999T", 1 << 20).is_err());
+    }
+
+    #[test]
+    fn requests_join_every_class() {
+        let mut e = Extras::default();
+        e.set("request_cpus", "2").unwrap();
+        e.set("Request_Memory", "1G").unwrap();
+        let mut classes = vec![
+            ClassSpec {
+                name: "a".into(),
+                requirements: "true".into(),
+                rank: None,
+                min: 1,
+                max: 1,
+                line: 3,
+            },
+            ClassSpec {
+                name: "b".into(),
+                requirements: "Arch == \"X86_64\" || HasGpu".into(),
+                rank: None,
+                min: 1,
+                max: 1,
+                line: 5,
+            },
+        ];
+        e.apply_requests(&mut classes);
+        assert_eq!(classes[0].requirements, "Cpus >= 2 && Memory >= 1024");
+        assert_eq!(
+            classes[1].requirements,
+            "(Arch == \"X86_64\" || HasGpu) && Cpus >= 2 && Memory >= 1024"
+        );
+        assert_eq!(
+            e.job_attributes(),
+            [
+                ("RequestCpus".to_string(), "2".to_string()),
+                ("RequestMemory".to_string(), "1024".to_string())
+            ]
+        );
+    }
+
+    #[test]
+    fn custom_attributes_and_their_mistakes() {
+        let mut e = Extras::default();
+        e.set("+Department", "\"physics\"").unwrap();
+        e.set("MY.Priority", "10").unwrap();
+        e.set("JobBatchName", "sweep-3").unwrap();
+        assert_eq!(
+            e.job_attributes(),
+            [
+                ("Department".to_string(), "\"physics\"".to_string()),
+                ("Priority".to_string(), "10".to_string()),
+                ("JobBatchName".to_string(), "\"sweep-3\"".to_string()),
+            ]
+        );
+        assert!(e.set("+Department", "1").unwrap_err().contains("twice"));
+        assert!(
+            e.set("+Bad", "physics dept")
+                .unwrap_err()
+                .contains("double quotes")
+        );
+        assert!(
+            e.set("+9x", "1")
+                .unwrap_err()
+                .contains("not an attribute name")
+        );
+        assert!(
+            e.set("universe", "docker")
+                .unwrap_err()
+                .contains("only the vanilla")
+        );
+        assert!(e.set("universe", "Vanilla").is_ok());
+        assert!(
+            e.set("should_transfer_files", "sometimes")
+                .unwrap_err()
+                .contains("YES, NO, IF_NEEDED")
+        );
+        assert!(e.set("when_to_transfer_output", "ON_EXIT").is_ok());
+    }
+}

@@ -1,0 +1,82 @@
+//! `carmi submit --dry-run`: the job ads a submit file would queue, in the
+//! `Name = value` form of `condor_submit -dry-run` and `condor_q -l`, so a
+//! user can check what the pool will see before anything is queued; and the
+//! warnings for commands that are read but not acted on yet.
+
+use carmi_api::msg::ExecutableRef;
+use carmi_api::submit::JobSpec;
+
+/// Says which accepted commands have no effect yet, so nobody waits for a
+/// file that will not come.
+pub fn warn_unbuilt(display: &str, spec: &JobSpec) {
+    if spec.log.is_some() {
+        eprintln!(
+            "carmi: warning: {display}: log: the event log is not written yet; `carmi history` and `carmi wait` give the job's end"
+        );
+    }
+    if !spec.transfer_output_files.is_empty() {
+        eprintln!(
+            "carmi: warning: {display}: transfer_output_files: output files are not brought back yet; the master's machine writes `output` and `error` at their paths"
+        );
+    }
+}
+
+/// One ad per copy of the job, separated by blank lines.
+pub fn job_ads(copies: &[JobSpec], owner: &str, machine: &str, exe: &ExecutableRef) -> String {
+    let mut out = String::new();
+    for (process, spec) in copies.iter().enumerate() {
+        let mut lines: Vec<(String, String)> = vec![
+            ("Owner".into(), quoted(owner)),
+            ("ClusterId".into(), "undefined".into()),
+            ("ProcId".into(), process.to_string()),
+            ("Cmd".into(), quoted(&spec.executable)),
+            ("Arguments".into(), quoted(&spec.arguments.join(" "))),
+            ("MasterMachine".into(), quoted(machine)),
+            ("ExecutableSha256".into(), quoted(&exe.sha256)),
+        ];
+        for (name, value) in [
+            ("Iwd", &spec.initial_dir),
+            ("Out", &spec.output),
+            ("Err", &spec.error),
+            ("UserLog", &spec.log),
+        ] {
+            if let Some(v) = value {
+                lines.push((name.into(), quoted(v)));
+            }
+        }
+        if !spec.transfer_input_files.is_empty() {
+            lines.push((
+                "TransferInput".into(),
+                quoted(&spec.transfer_input_files.join(",")),
+            ));
+        }
+        if !spec.environment.is_empty() {
+            let env: Vec<String> = spec
+                .environment
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            lines.push(("Environment".into(), quoted(&env.join(" "))));
+        }
+        lines.extend(spec.attributes.iter().cloned());
+        for c in &spec.classes {
+            let prefix = format!("Class_{}_", c.name);
+            lines.push((format!("{prefix}Requirements"), c.requirements.clone()));
+            if let Some(rank) = &c.rank {
+                lines.push((format!("{prefix}Rank"), rank.clone()));
+            }
+            lines.push((format!("{prefix}MinMachines"), c.min.to_string()));
+            lines.push((format!("{prefix}MaxMachines"), c.max.to_string()));
+        }
+        for (name, value) in lines {
+            out.push_str(&format!("{name} = {value}\n"));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// A ClassAd string literal.
+fn quoted(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}

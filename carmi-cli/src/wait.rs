@@ -1,0 +1,118 @@
+//! `carmi wait JOB`: blocks until a job leaves the queue and exits with its
+//! exit status, so that scripts can chain on a job as on a local command
+//! (HTCondor's `condor_wait`, Slurm's `sbatch --wait`).
+//!
+//! Exit codes: the master's own exit code when it exited; 128 + N when a
+//! signal N killed it (as shells report it); 1 when the job was removed,
+//! failed to start, or lost its master's machine (the reason on stderr);
+//! 124 when `--timeout` passed first (as `timeout(1)` does).
+
+use std::time::{Duration, Instant};
+
+use carmi_api::admin::request;
+use carmi_api::handshake::Secret;
+use carmi_api::ids::JobId;
+use carmi_api::msg::{ExitStatus, FromGlobal, JobEnd, JobRecord, ToGlobal};
+use clap::Args;
+
+use crate::config::PoolArgs;
+use crate::jobs::{connect, failed};
+
+/// `carmi wait` options.
+#[derive(Args)]
+pub struct WaitArgs {
+    #[command(flatten)]
+    pool: PoolArgs,
+    /// The job, as `j3` or `3`
+    job: JobId,
+    /// Give up after this many seconds (exit code 124)
+    #[arg(long, value_name = "SECONDS")]
+    timeout: Option<f64>,
+}
+
+/// How often the global RM is asked; a job's end is seen within this.
+const POLL: Duration = Duration::from_millis(250);
+/// Exit code when `--timeout` passes first.
+pub const TIMED_OUT: u8 = 124;
+
+/// Runs `carmi wait`; returns the exit code.
+pub fn run(args: WaitArgs) -> anyhow::Result<u8> {
+    let (pool, secret) = connect(&args.pool)?;
+    let started = Instant::now();
+    let limit = args.timeout.map(Duration::from_secs_f64);
+    crate::block_on(async {
+        loop {
+            if let Some(record) = ended(&pool, &secret, args.job).await? {
+                return Ok(report(&record));
+            }
+            if !queued(&pool, &secret, args.job).await? {
+                // It may have left the queue between the two questions.
+                if let Some(record) = ended(&pool, &secret, args.job).await? {
+                    return Ok(report(&record));
+                }
+                anyhow::bail!(
+                    "wait: job {} is neither queued nor in the history (never submitted, or older than the last jobs kept)",
+                    args.job.0
+                );
+            }
+            if limit.is_some_and(|l| started.elapsed() >= l) {
+                eprintln!("carmi wait: job {} is still queued", args.job.0);
+                return Ok(TIMED_OUT);
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    })
+}
+
+async fn ended(pool: &str, secret: &Secret, job: JobId) -> anyhow::Result<Option<JobRecord>> {
+    let answer = request(pool, secret, None, ToGlobal::History { job: Some(job) }).await?;
+    let FromGlobal::History(mut jobs) = answer else {
+        return Err(failed(answer, "wait"));
+    };
+    Ok(jobs.pop())
+}
+
+async fn queued(pool: &str, secret: &Secret, job: JobId) -> anyhow::Result<bool> {
+    let answer = request(pool, secret, None, ToGlobal::Queue).await?;
+    let FromGlobal::Queue(jobs) = answer else {
+        return Err(failed(answer, "wait"));
+    };
+    Ok(jobs.iter().any(|j| j.job == job))
+}
+
+/// Says how the job ended (on stderr unless it simply exited) and picks the exit code.
+fn report(record: &JobRecord) -> u8 {
+    let code = exit_code(&record.end);
+    if !matches!(record.end, JobEnd::Completed(ExitStatus::Code(_))) {
+        eprintln!(
+            "carmi wait: job {} {}",
+            record.job.0,
+            crate::history::end_text(&record.end)
+        );
+    }
+    code
+}
+
+/// The exit code `carmi wait` gives for a job's end.
+pub fn exit_code(end: &JobEnd) -> u8 {
+    match end {
+        JobEnd::Completed(ExitStatus::Code(c)) => u8::try_from(*c).unwrap_or(1),
+        JobEnd::Completed(ExitStatus::Signal(s)) => u8::try_from(128 + *s).unwrap_or(1),
+        _ => 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes_follow_the_shells() {
+        assert_eq!(exit_code(&JobEnd::Completed(ExitStatus::Code(0))), 0);
+        assert_eq!(exit_code(&JobEnd::Completed(ExitStatus::Code(3))), 3);
+        assert_eq!(exit_code(&JobEnd::Completed(ExitStatus::Signal(9))), 137);
+        assert_eq!(exit_code(&JobEnd::Removed), 1);
+        assert_eq!(exit_code(&JobEnd::FailedToStart("no such file".into())), 1);
+        assert_eq!(exit_code(&JobEnd::Completed(ExitStatus::HostLost)), 1);
+    }
+}

@@ -1,0 +1,371 @@
+//! What one connection may cost the global RM, against real daemons: a
+//! machine sending a 200,000-attribute ad stalls neither the router nor
+//! another machine's job, and 9,000 half-open handshakes leave the daemon
+//! small and quick to answer `status`.
+
+use std::collections::VecDeque;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use carmi_api::admin::pool_status;
+use carmi_api::client::{ConnectOptions, Incoming, connect};
+use carmi_api::frame::{FrameReader, write_frame};
+use carmi_api::handshake::{self, Secret};
+use carmi_api::msg::{Event, FromGlobal, Role, SpawnTarget, ToGlobal};
+use carmi_tests::{Pool, take_event};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpSocket, TcpStream};
+
+/// An old-syntax update of `n` attributes.
+fn update_of(n: usize) -> String {
+    (0..n).map(|i| format!("Attribute{i} = {i}\n")).collect()
+}
+
+/// A new-syntax machine ad of `n` attributes.
+fn ad_of(name: &str, n: usize) -> String {
+    let attrs: String = (0..n).map(|i| format!("Attribute{i} = {i}; ")).collect();
+    format!("[ Name = \"{name}\"; {attrs}]")
+}
+
+/// A raw client speaking the protocol as local RM `name`, registered with one slot.
+async fn raw_local(
+    addr: &str,
+    secret: &Secret,
+    name: &str,
+) -> (
+    FrameReader<tokio::net::tcp::OwnedReadHalf>,
+    tokio::net::tcp::OwnedWriteHalf,
+) {
+    let stream = TcpStream::connect(addr).await.expect("connect");
+    let (r, mut w) = stream.into_split();
+    let mut r = FrameReader::new(r);
+    let role = Role::Local { name: name.into() };
+    handshake::client(&mut r, &mut w, secret, &role)
+        .await
+        .expect("handshake");
+    let ad = ToGlobal::Advertise {
+        ad: format!("[ Name = \"{name}\"; Mips = 1 ]"),
+        slots: 1,
+        running: vec![],
+    };
+    write_frame(&mut w, &ad, &[]).await.expect("advertise");
+    match r.read::<FromGlobal>().await {
+        Ok(Some((FromGlobal::Registered { .. }, _))) => {}
+        other => panic!("expected Registered, got {other:?}"),
+    }
+    (r, w)
+}
+
+/// The next refusal sent to a raw local RM: its message.
+async fn refusal(r: &mut FrameReader<tokio::net::tcp::OwnedReadHalf>) -> String {
+    loop {
+        match tokio::time::timeout(Duration::from_secs(30), r.read::<FromGlobal>()).await {
+            Ok(Ok(Some((FromGlobal::AdminFailed(f), _)))) => return f.message,
+            Ok(Ok(Some(_))) => {}
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+}
+
+/// How long `status` takes to answer, end to end (connect, handshake, request).
+async fn status_time(pool: &Pool) -> Duration {
+    let t0 = Instant::now();
+    let machines = tokio::time::timeout(
+        Duration::from_secs(30),
+        pool_status(&pool.global_addr, &pool.secret),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("status took over 30 s\n{}", pool.logs()))
+    .unwrap_or_else(|e| panic!("status failed: {e}\n{}", pool.logs()));
+    let took = t0.elapsed();
+    assert!(!machines.is_empty() || pool.locals.is_empty());
+    took
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_200000_attribute_ad_stalls_neither_the_router_nor_a_healthy_machines_job() {
+    let pool = Pool::start("huge-ad", 1, &[vec![]]);
+    let opts = ConnectOptions::new(pool.locals[0].app_addr.clone(), pool.secret.clone());
+    let (carmi, mut events) = connect(opts).await.expect("connect to m0");
+    let mut seen = VecDeque::new();
+    let define = carmi.define_class("any", "Name == \"m0\"");
+    let add = carmi.addhosts("any", 1, 1);
+    let host = take_event(
+        &mut events,
+        &mut seen,
+        Duration::from_secs(20),
+        "host",
+        |x| match x {
+            Incoming::Rm(Event::HostsAdded { request, hosts, .. }) if *request == add => {
+                Some(hosts[0].host)
+            }
+            _ => None,
+        },
+    )
+    .await;
+    let _ = define;
+    let pidfile = pool.dir.join("worker.pid");
+    let exe = pool.dir.join("worker.sh");
+    write_script(
+        &exe,
+        &format!("echo $$ > {}; exec sleep 300", pidfile.display()),
+    );
+    let spawn = carmi.class_spawn(&exe, Vec::<String>::new(), SpawnTarget::Host(host));
+    take_event(
+        &mut events,
+        &mut seen,
+        Duration::from_secs(20),
+        "started",
+        |x| match x {
+            Incoming::Rm(Event::ProcessStarted { request, .. }) if *request == spawn => Some(()),
+            _ => None,
+        },
+    )
+    .await;
+    let pid = read_pid(&pidfile).await;
+
+    // Two machines send 200,000 attributes (about 4 MB): one as heartbeat
+    // updates, again and again, the other as its machine ad.
+    let (mut r, mut w) = raw_local(&pool.global_addr, &pool.secret, "huge").await;
+    let update = update_of(200_000);
+    let big_ad = ad_of("huge2", 200_000);
+    let flood = tokio::spawn(async move {
+        for _ in 0..10 {
+            let hb = ToGlobal::Heartbeat {
+                update: update.clone(),
+            };
+            write_frame(&mut w, &hb, &[])
+                .await
+                .expect("send huge update");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        w
+    });
+    let second = {
+        let addr = pool.global_addr.clone();
+        let secret = pool.secret.clone();
+        tokio::spawn(async move {
+            let stream = TcpStream::connect(&addr).await.expect("connect");
+            let (r, mut w) = stream.into_split();
+            let mut r = FrameReader::new(r);
+            let role = Role::Local {
+                name: "huge2".into(),
+            };
+            handshake::client(&mut r, &mut w, &secret, &role)
+                .await
+                .expect("handshake");
+            let ad = ToGlobal::Advertise {
+                ad: big_ad,
+                slots: 1,
+                running: vec![],
+            };
+            write_frame(&mut w, &ad, &[]).await.expect("advertise");
+            refusal(&mut r).await
+        })
+    };
+
+    // The router keeps answering meanwhile.
+    let mut worst = Duration::ZERO;
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(3) {
+        worst = worst.max(status_time(&pool).await);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let why = refusal(&mut r).await;
+    assert!(
+        why.contains("heartbeat update") && why.contains("max_ad_"),
+        "{why}"
+    );
+    let why = second.await.expect("second huge machine");
+    assert!(
+        why.contains("machine ad") && why.contains("max_ad_"),
+        "{why}"
+    );
+    drop(flood.await.expect("flood"));
+    eprintln!("worst status round trip during the flood: {worst:?}");
+    assert!(
+        worst < Duration::from_secs(1),
+        "status took {worst:?} while a huge ad arrived\n{}",
+        pool.logs()
+    );
+
+    // The healthy machine was never lost: its process runs, nothing ended it.
+    assert!(alive(pid), "the healthy machine's process {pid} was killed");
+    let machines = pool_status(&pool.global_addr, &pool.secret)
+        .await
+        .expect("status");
+    assert!(machines.iter().any(|m| m.name == "m0"), "{machines:?}");
+    let ended = seen.iter().any(
+        |x| matches!(x, Incoming::Rm(Event::ProcessExited { request, .. }) if *request == spawn),
+    );
+    assert!(
+        !ended,
+        "the healthy machine's process was reported ended: {seen:?}"
+    );
+    let log = std::fs::read_to_string(pool.dir.join("global.log")).unwrap_or_default();
+    assert!(
+        !log.contains("`m0` sent nothing"),
+        "m0 was declared lost\n{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nine_thousand_half_open_handshakes_leave_the_global_rm_small_and_serving() {
+    const CONNECTIONS: usize = 9_000;
+    raise_fd_limit(CONNECTIONS as u64 + 1_000);
+    let pool = Pool::start("half-open", 1, &[vec![]]);
+    let global_pid = pid_of_global(&pool.dir).expect("the global RM's pid");
+    let before = rss_mb(global_pid);
+    let target: SocketAddr = pool.global_addr.parse().expect("an address");
+
+    // Each opens a handshake frame and stops: half announce 65 KB (over the
+    // handshake's limit), half a frame within it of which 1 KB arrives. They
+    // come from 90 addresses (127.0.0.0/8 is all loopback), 100 from each.
+    let mut held = Vec::with_capacity(CONNECTIONS);
+    for batch in 0..CONNECTIONS / 500 {
+        let mut set = tokio::task::JoinSet::new();
+        for i in batch * 500..(batch + 1) * 500 {
+            let from = IpAddr::V4(Ipv4Addr::new(127, 0, 1, (2 + i % 90) as u8));
+            set.spawn(half_open(from, target, i % 2 == 0));
+        }
+        while let Some(s) = set.join_next().await {
+            if let Some(s) = s.expect("task") {
+                held.push(s);
+            }
+        }
+    }
+    assert!(
+        held.len() >= CONNECTIONS * 9 / 10,
+        "only {} connections opened",
+        held.len()
+    );
+    let during = rss_mb(global_pid);
+    let mut times: Vec<Duration> = Vec::new();
+    for _ in 0..5 {
+        times.push(status_time(&pool).await);
+    }
+    times.sort();
+    eprintln!(
+        "{} half-open: RSS {before} MB before, {during} MB during; status {times:?}",
+        held.len()
+    );
+    assert!(
+        during < 200,
+        "the global RM grew to {during} MB\n{}",
+        pool.logs()
+    );
+    assert!(
+        times[2] < Duration::from_millis(100),
+        "status took {times:?} (median over 100 ms)\n{}",
+        pool.logs()
+    );
+
+    drop(held);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = rss_mb(global_pid);
+    eprintln!("RSS after the burst: {after} MB");
+    assert!(after < 200, "the global RM kept {after} MB after the burst");
+
+    // Refusals are summed up, not written one line each.
+    let log_path = pool.dir.join("global.log");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let log = loop {
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        if log.contains("connections or handshakes from") || Instant::now() > deadline {
+            break log;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        log.contains("connections or handshakes from"),
+        "no summary of refusals\n{log}"
+    );
+    let lines = log.lines().filter(|l| l.contains("refus")).count();
+    assert!(lines < 20, "{lines} log lines about refusals\n{log}");
+}
+
+/// A connection from `from` that starts a handshake frame and never finishes
+/// it (announcing 65,000 bytes if `oversized`, else 4,000 of which 1,000
+/// arrive); `None` if it could not be opened.
+async fn half_open(from: IpAddr, to: SocketAddr, oversized: bool) -> Option<TcpStream> {
+    let socket = TcpSocket::new_v4().ok()?;
+    socket.bind(SocketAddr::new(from, 0)).ok()?;
+    let mut s = tokio::time::timeout(Duration::from_secs(10), socket.connect(to))
+        .await
+        .ok()?
+        .ok()?;
+    let announced: u32 = if oversized { 65_000 } else { 4_000 };
+    let mut bytes = announced.to_be_bytes().to_vec();
+    bytes.extend_from_slice(&[b'{'; 1_000]);
+    // The server may already have refused and closed: that is fine too.
+    let _ = s.write_all(&bytes).await;
+    Some(s)
+}
+
+fn write_script(path: &Path, body: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, format!("#!/bin/sh\n{body}\n")).expect("write script");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+async fn read_pid(path: &Path) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(s) = std::fs::read_to_string(path)
+            && let Ok(pid) = s.trim().parse()
+        {
+            return pid;
+        }
+        assert!(Instant::now() < deadline, "no pid in {}", path.display());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// True while `pid` exists and is not a zombie.
+fn alive(pid: u32) -> bool {
+    owner_sim::sweep::alive(pid as i32)
+}
+
+/// The pid of the `carmi-global` whose state directory is under `dir`.
+fn pid_of_global(dir: &Path) -> Option<u32> {
+    let dir = dir.to_str()?;
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+        let cmd = String::from_utf8_lossy(&cmd);
+        (cmd.contains("carmi-global") && cmd.contains(dir)).then_some(pid)
+    })
+}
+
+/// Resident memory of `pid`, in MB (VmRSS of /proc/PID/status).
+fn rss_mb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status of pid");
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS");
+    kb / 1024
+}
+
+/// Raises this process's open-file limit to at least `want` (within the hard limit).
+fn raise_fd_limit(want: u64) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the struct passed.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+        if lim.rlim_cur < want {
+            lim.rlim_cur = want.min(lim.rlim_max);
+            assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+        }
+    }
+    assert!(
+        lim.rlim_cur >= want,
+        "this test needs {want} open files; the hard limit is {}",
+        lim.rlim_max
+    );
+}

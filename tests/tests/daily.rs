@@ -1,0 +1,236 @@
+//! End to end, the daily loop of a pool user (issue 20): `carmi wait`
+//! exits with a job's exit status, over a real `carmi-global` and
+//! `carmi-local`, through the `carmi` command as a user types it.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use carmi_tests::{Pool, bin_dir};
+
+fn pool(name: &str) -> Pool {
+    Pool::start(name, 2, &[vec!["Arch=\"X86_64\"".to_string()]])
+}
+
+fn wait_pool(pool: &Pool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !carmi(pool).arg("status").output().unwrap().status.success()
+        || !String::from_utf8_lossy(&carmi(pool).arg("status").output().unwrap().stdout)
+            .contains("2 slots")
+    {
+        assert!(Instant::now() < deadline, "pool not up\n{}", pool.logs());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn carmi(pool: &Pool) -> std::process::Command {
+    let mut cmd = std::process::Command::new(bin_dir().join("carmi"));
+    cmd.env("CARMI_POOL", &pool.global_addr)
+        .env("CARMI_SECRET", &pool.secret_path)
+        .env("CARMI_CONFIG", "/nonexistent/carmi-config.toml")
+        .env("XDG_STATE_HOME", "/nonexistent/carmi-state")
+        .env("CARMI_MACHINE", "m0");
+    cmd
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Writes `<name>.sh` with `script` and `<name>.sub` running it; returns the submit file.
+fn job(dir: &Path, name: &str, script: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let exe = dir.join(format!("{name}.sh"));
+    std::fs::write(&exe, format!("#!/bin/sh\n{script}\n")).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let sub = dir.join(format!("{name}.sub"));
+    std::fs::write(&sub, format!("executable = {name}.sh\nqueue\n")).unwrap();
+    sub
+}
+
+fn submit(pool: &Pool, sub: &Path) -> String {
+    let out = carmi(pool).arg("submit").arg(sub).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out.stderr),
+        pool.logs()
+    );
+    let id = text(&out.stdout);
+    id.split_whitespace()
+        .find_map(|w| {
+            let w = w.trim_start_matches('j').trim_end_matches('.');
+            w.parse::<u64>().ok().map(|n| n.to_string())
+        })
+        .unwrap_or_else(|| panic!("no job id in {id:?}"))
+}
+
+fn wait(pool: &Pool, args: &[&str]) -> Output {
+    carmi(pool).arg("wait").args(args).output().unwrap()
+}
+
+#[test]
+fn status_shows_an_owners_attributes_and_the_policy_state() {
+    let pool = Pool::start(
+        "daily-status",
+        2,
+        &[vec![
+            "HasMatlab=true".to_string(),
+            "Lab=\"optics\"".to_string(),
+        ]],
+    );
+    wait_pool(&pool);
+    let out = carmi(&pool)
+        .args([
+            "status",
+            "-af",
+            "Name",
+            "HasMatlab",
+            "Lab",
+            "State",
+            "Activity",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "m0 true optics Unclaimed Idle\n");
+    let out = carmi(&pool).args(["status", "--json"]).output().unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let a = &json[0]["attributes"];
+    assert_eq!(a["HasMatlab"], true, "{json}");
+    assert_eq!(a["Lab"], "optics", "{json}");
+    assert_eq!(a["State"], "Unclaimed", "{json}");
+    let out = carmi(&pool)
+        .args(["status", "-constraint", "State == \"Owner\""])
+        .output()
+        .unwrap();
+    assert!(
+        text(&out.stdout).contains("0 machines"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
+fn wait_exits_with_the_jobs_exit_status() {
+    let pool = pool("daily-wait");
+    wait_pool(&pool);
+    let three = submit(&pool, &job(&pool.dir, "three", "sleep 0.3; exit 3"));
+    let out = wait(&pool, &[&three]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}\n{}",
+        text(&out.stderr),
+        pool.logs()
+    );
+
+    let killed = submit(&pool, &job(&pool.dir, "killed", "kill -TERM $$"));
+    let out = wait(&pool, &[&killed]);
+    assert_eq!(out.status.code(), Some(128 + 15), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("signal 15"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // Still running when the timeout passes; then removed.
+    let long = submit(&pool, &job(&pool.dir, "long", "sleep 60"));
+    let out = wait(&pool, &[&long, "--timeout", "0.5"]);
+    assert_eq!(out.status.code(), Some(124), "{}", text(&out.stderr));
+    let out = carmi(&pool).args(["rm", &long]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = wait(&pool, &[&long]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("removed"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let out = wait(&pool, &["9999"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("job 9999 is neither queued"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// A submit file in the style of the HTCondor manual's examples.
+const CONDOR_STYLE: &str = "\
+# as an HTCondor user writes it
+universe                = vanilla
+executable              = copy.sh
+arguments               = $(Process)
+output                  = out.$(Process)
+error                   = err.$(Process)
+log                     = copies.log
+should_transfer_files   = YES
+when_to_transfer_output = ON_EXIT
+request_cpus            = 1
+request_memory          = 1MB
++Department             = \"physics\"
+JobBatchName            = sweep
+queue 3
+";
+
+#[test]
+fn an_htcondor_style_submit_file_runs_each_copy() {
+    // The machine takes only physics jobs: the custom attribute must reach
+    // the job ad for any copy to run.
+    let pool = Pool::start(
+        "daily-condor",
+        2,
+        &[vec![
+            "Arch=\"X86_64\"".to_string(),
+            "Requirements=TARGET.Department == \"physics\"".to_string(),
+        ]],
+    );
+    wait_pool(&pool);
+    job(&pool.dir, "copy", "echo \"copy $1\"");
+    let sub = pool.dir.join("condor.sub");
+    std::fs::write(&sub, CONDOR_STYLE).unwrap();
+
+    let out = carmi(&pool)
+        .args(["submit", "-dry-run"])
+        .arg(&sub)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let ads = text(&out.stdout);
+    assert_eq!(ads.matches("Department = \"physics\"").count(), 3, "{ads}");
+    assert!(ads.contains("ProcId = 2"), "{ads}");
+    assert!(
+        ads.contains("Class_class0_Requirements = Cpus >= 1 && Memory >= 1"),
+        "{ads}"
+    );
+    assert!(ads.contains("JobBatchName = \"sweep\""), "{ads}");
+    let q = carmi(&pool).args(["q", "--json"]).output().unwrap();
+    assert_eq!(text(&q.stdout).trim(), "[]", "a dry run queues nothing");
+
+    let out = carmi(&pool).arg("submit").arg(&sub).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out.stderr),
+        pool.logs()
+    );
+    assert!(text(&out.stderr).contains("log: the event log is not written yet"));
+    let ids: Vec<String> = text(&out.stdout).lines().map(String::from).collect();
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    for id in &ids {
+        let out = wait(&pool, &[id, "--timeout", "60"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}\n{}",
+            text(&out.stderr),
+            pool.logs()
+        );
+    }
+    for p in 0..3 {
+        let got = std::fs::read_to_string(pool.dir.join(format!("out.{p}"))).unwrap();
+        assert_eq!(got, format!("copy {p}\n"));
+    }
+}

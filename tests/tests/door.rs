@@ -1,0 +1,367 @@
+//! End to end: what a client sends is checked at the door (issue 23, items 1
+//! and 7). A real `carmi-global` and one `carmi-local`; requests go through
+//! the `carmi` command, and through the admin protocol directly as a client
+//! that skips the command's own checks would send them.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use carmi_api::admin::request;
+use carmi_api::exe::sha256_hex;
+use carmi_api::msg::{ExecutableRef, FromGlobal, JobEnd, SubmitRequest, ToGlobal};
+use carmi_tests::{Pool, bin_dir};
+
+const MASTER: &str = "#!/bin/sh\nexit 0\n";
+
+fn pool(name: &str) -> Pool {
+    Pool::start(name, 2, &[vec!["Arch=\"X86_64\"".to_string()]])
+}
+
+async fn wait_pool(pool: &Pool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let machines = carmi_api::admin::pool_status(&pool.global_addr, &pool.secret)
+            .await
+            .expect("status");
+        if machines.iter().map(|m| m.slots.len()).sum::<usize>() == 2 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "pool did not come up\n{}",
+            pool.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn carmi(pool: &Pool) -> std::process::Command {
+    let mut cmd = std::process::Command::new(bin_dir().join("carmi"));
+    cmd.env("CARMI_POOL", &pool.global_addr)
+        .env("CARMI_SECRET", &pool.secret_path)
+        .env("CARMI_CONFIG", "/nonexistent/carmi-config.toml")
+        .env("CARMI_MACHINE", "m0");
+    cmd
+}
+
+fn write_job(dir: &Path, name: &str, master: &[u8], body: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let exe = dir.join("master.sh");
+    std::fs::write(&exe, master).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, body).unwrap();
+    path
+}
+
+/// A submit as a client that skips `carmi submit`'s checks sends it.
+async fn raw_submit(pool: &Pool, spec: carmi_api::submit::JobSpec) -> FromGlobal {
+    let executable = ExecutableRef {
+        name: "master.sh".into(),
+        sha256: sha256_hex(MASTER.as_bytes()),
+        size: MASTER.len() as u64,
+    };
+    let msg = ToGlobal::Submit(Box::new(SubmitRequest {
+        owner: "mallory".into(),
+        machine: "m0".into(),
+        executable: executable.clone(),
+        spec,
+        submitted_unix: 0,
+    }));
+    let upload = Some((&executable, MASTER.as_bytes()));
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        request(&pool.global_addr, &pool.secret, upload, msg),
+    )
+    .await
+    .expect("the global RM answers a submit")
+    .unwrap_or_else(|e| panic!("submit: {e}\n{}", pool.logs()))
+}
+
+/// `carmi status` answers, in bounded time.
+fn status_works(pool: &Pool) {
+    let t = Instant::now();
+    let out = carmi(pool).arg("status").output().unwrap();
+    assert!(
+        out.status.success(),
+        "carmi status failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        pool.logs()
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("m0"));
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+}
+
+fn queue_is_empty(pool: &Pool) -> bool {
+    let out = carmi(pool).args(["q", "--json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("q --json parses");
+    v.as_array().is_some_and(|a| a.is_empty())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_machine_count_is_refused_naming_the_limit_and_the_global_rm_keeps_serving() {
+    let pool = pool("door-count");
+    wait_pool(&pool).await;
+    let file = write_job(
+        &pool.dir,
+        "huge.sub",
+        MASTER.as_bytes(),
+        "executable = master.sh\nmachine_count = 4294967295\nqueue\n",
+    );
+    let out = carmi(&pool).arg("submit").arg(&file).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "huge.sub:2: machine_count: 4294967295 is above the limit of 100000 machines per class"
+        ),
+        "{err}"
+    );
+    // The same job sent straight to the global RM (before the limits, this
+    // one message aborted it on a 100 GB allocation).
+    let mut spec = carmi_api::submit::parse("huge.sub", "executable = master.sh\nqueue\n").unwrap();
+    spec.classes[0].min = u32::MAX;
+    spec.classes[0].max = u32::MAX;
+    match raw_submit(&pool, spec).await {
+        FromGlobal::AdminFailed(f) => assert!(
+            f.message.contains(
+                "machine_count: 4294967295 is above the limit of 100000 machines per class"
+            ),
+            "{}",
+            f.message
+        ),
+        other => panic!("accepted: {other:?}"),
+    }
+    status_works(&pool);
+    assert!(queue_is_empty(&pool));
+    // At the limit but beyond the pool: accepted, waits, flagged in `carmi q`.
+    let file = write_job(
+        &pool.dir,
+        "big.sub",
+        MASTER.as_bytes(),
+        "executable = master.sh\nmachine_count = 100000\nqueue\n",
+    );
+    let out = carmi(&pool).arg("submit").arg(&file).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = carmi(&pool).arg("q").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("needs 100000 machines at once; the pool has 2 slots online"),
+        "{text}"
+    );
+    status_works(&pool);
+    // It does not hold back the queue: a job behind it runs and completes.
+    let file = write_job(
+        &pool.dir,
+        "small.sub",
+        MASTER.as_bytes(),
+        "executable = master.sh\nmachine_count = 2\nqueue\n",
+    );
+    let out = carmi(&pool)
+        .args(["submit", "--json"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let small = v["job"].as_u64().expect("a job id");
+    let end = wait_history(&pool, small).await;
+    assert_eq!(
+        end,
+        JobEnd::Completed(carmi_api::msg::ExitStatus::Code(0)),
+        "{}",
+        pool.logs()
+    );
+}
+
+/// How `job` ended, once it is in `carmi history` (20 s at most).
+async fn wait_history(pool: &Pool, job: u64) -> JobEnd {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = carmi(pool)
+            .args(["history", "--json", &job.to_string()])
+            .output()
+            .unwrap();
+        if out.status.success() {
+            let records: Vec<carmi_api::msg::JobRecord> =
+                serde_json::from_slice(&out.stdout).expect("history --json parses");
+            assert_eq!(records.len(), 1, "{records:?}");
+            return records[0].end.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "job {job} never reached the history: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            pool.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ten_megabyte_arguments_line_is_refused_at_submit() {
+    let pool = pool("door-args");
+    wait_pool(&pool).await;
+    let body = format!(
+        "executable = master.sh\narguments = {}\nqueue\n",
+        "x".repeat(10 << 20)
+    );
+    let file = write_job(&pool.dir, "long.sub", MASTER.as_bytes(), &body);
+    let out = carmi(&pool).arg("submit").arg(&file).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("long.sub:2: arguments (argument 1): 10485760 bytes is above the limit of 131071 bytes per argument"),
+        "{err}"
+    );
+    // Sent straight to the global RM: refused there too, and no job is queued
+    // to vanish when its master cannot be started.
+    let mut spec = carmi_api::submit::parse("long.sub", "executable = master.sh\nqueue\n").unwrap();
+    spec.arguments = vec!["x".repeat(10 << 20)];
+    match raw_submit(&pool, spec).await {
+        FromGlobal::AdminFailed(f) => {
+            assert!(
+                f.message.contains("10485760 bytes is above"),
+                "{}",
+                f.message
+            )
+        }
+        other => panic!("accepted: {other:?}"),
+    }
+    // A file above the submit-file limit is refused before it is read.
+    let body = format!(
+        "# {}\nexecutable = master.sh\nqueue\n",
+        "x".repeat(17 << 20)
+    );
+    let file = write_job(&pool.dir, "huge-file.sub", MASTER.as_bytes(), &body);
+    let out = carmi(&pool).arg("submit").arg(&file).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "huge-file.sub: the file: 17825824 bytes is above the limit of 16777216 bytes"
+        ),
+        "{err}"
+    );
+    assert!(queue_is_empty(&pool));
+    status_works(&pool);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_that_cannot_start_shows_in_history_with_the_exec_error() {
+    let mut pool = pool("door-history");
+    wait_pool(&pool).await;
+    // Its interpreter does not exist: `exec` fails with ENOENT. (A file
+    // with no `#!` at all would be run by /bin/sh, as execvp does.)
+    let file = write_job(
+        &pool.dir,
+        "broken.sub",
+        b"#!/nonexistent/carmi-interpreter\nexit 0\n",
+        "executable = master.sh\nqueue\n",
+    );
+    let out = carmi(&pool)
+        .args(["submit", "--json"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let job = v["job"].as_u64().expect("a job id");
+    // It leaves the queue, and the history says why.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let record = loop {
+        let out = carmi(&pool)
+            .args(["history", "--json", &job.to_string()])
+            .output()
+            .unwrap();
+        if out.status.success() {
+            let records: Vec<carmi_api::msg::JobRecord> =
+                serde_json::from_slice(&out.stdout).expect("history --json parses");
+            break records.into_iter().next().expect("one record");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "job {job} never reached the history: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            pool.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(record.job.0, job);
+    assert_eq!(record.executable, "master.sh");
+    let JobEnd::FailedToStart(reason) = &record.end else {
+        panic!("ended otherwise: {record:?}");
+    };
+    assert!(reason.contains("No such file or directory"), "{reason}");
+    assert!(record.ended_unix > 0);
+    assert!(queue_is_empty(&pool));
+    // The table too, and a job never seen is an error naming it.
+    let out = carmi(&pool).arg("history").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("failed to start:"), "{text}");
+    assert!(text.contains("No such file or directory"), "{text}");
+    assert!(text.contains("1 job, 1 failed to start"), "{text}");
+    let out = carmi(&pool).args(["history", "99"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("job 99 is not in the history"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A completed job is recorded with its exit status.
+    let ok = write_job(
+        &pool.dir,
+        "ok.sub",
+        MASTER.as_bytes(),
+        "executable = master.sh\nqueue\n",
+    );
+    let out = carmi(&pool)
+        .args(["submit", "--json"])
+        .arg(&ok)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ok_job = v["job"].as_u64().expect("a job id");
+    assert_eq!(
+        wait_history(&pool, ok_job).await,
+        JobEnd::Completed(carmi_api::msg::ExitStatus::Code(0))
+    );
+    // The history is journaled: a restarted global RM still has both.
+    pool.restart_global();
+    let out = carmi(&pool).args(["history", "--json"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        pool.logs()
+    );
+    let records: Vec<carmi_api::msg::JobRecord> = serde_json::from_slice(&out.stdout).unwrap();
+    let ends: Vec<(u64, &JobEnd)> = records.iter().map(|r| (r.job.0, &r.end)).collect();
+    assert_eq!(ends.len(), 2, "{records:?}");
+    assert_eq!(ends[0].0, job);
+    assert!(
+        matches!(ends[0].1, JobEnd::FailedToStart(r) if r.contains("No such file or directory"))
+    );
+    assert_eq!(
+        ends[1],
+        (
+            ok_job,
+            &JobEnd::Completed(carmi_api::msg::ExitStatus::Code(0))
+        )
+    );
+    // HTCondor's `-limit N`: the last N to end.
+    let out = carmi(&pool)
+        .args(["history", "-limit", "1", "--json"])
+        .output()
+        .unwrap();
+    let records: Vec<carmi_api::msg::JobRecord> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].job.0, ok_job);
+}
