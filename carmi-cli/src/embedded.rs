@@ -339,23 +339,22 @@ pub fn down() -> anyhow::Result<()> {
 }
 
 /// After the supervisor restarted the pool: records its new addresses
-/// (`ready`, as the child wrote them) in the configuration file, unless that
-/// file names another pool by now.
+/// (`ready`, as the child wrote them) where `up` recorded the pool, unless
+/// that record names another pool by now.
 pub fn record_restart(ready: &toml::Table) -> anyhow::Result<()> {
     let r = recorded_in(ready).context("the restarted pool's ready file is incomplete")?;
-    let config = config_path()
-        .context("no configuration file: set CARMI_CONFIG, XDG_CONFIG_HOME or HOME")?;
-    let mut t = read_table(&config)?;
+    let record = record_path()?;
+    let mut t = read_table(&record)?;
     let ours = recorded_in(&t).and_then(|r| r.pool_pid) == Some(std::process::id() as i32);
     if !ours {
-        tracing::warn!(config = %config.display(), "the configuration names another pool now; the restarted pool's addresses are not recorded");
+        tracing::warn!(record = %record.display(), "the record names another pool now; the restarted pool's addresses are not recorded");
         return Ok(());
     }
     t.insert("pool".into(), r.pool.clone().into());
     t.insert("secret".into(), r.secret.display().to_string().into());
     t.insert("local".into(), r.local.clone().unwrap_or_default().into());
-    write_table(&config, &t)?;
-    tracing::info!(pool = %r.pool, local = ?r.local, config = %config.display(), "recorded the restarted pool");
+    write_table(&record, &t)?;
+    tracing::info!(pool = %r.pool, local = ?r.local, record = %record.display(), "recorded the restarted pool");
     Ok(())
 }
 

@@ -7,8 +7,8 @@
 //! in the folder, and its local RMs kill whatever the dead ones' job
 //! processes left running (each job process itself dies with its local RM).
 //! Its addresses change (ports are picked afresh), so the supervisor records
-//! the new ones in the `carmi` configuration file, as `pool up` did, as long
-//! as that file still names this supervisor as `pool_pid`.
+//! the new ones where `pool up` recorded the pool, as long as that record
+//! still names this supervisor as `pool_pid`.
 //!
 //! The child writes its ready file beside the one `up` waits for; the
 //! supervisor renames it into place only after it has stopped dying with
@@ -86,7 +86,7 @@ fn start_child(args: &ServeArgs) -> anyhow::Result<tokio::process::Child> {
 
 /// The child is up: records its addresses. The first time, the ready file
 /// goes where `up` waits for it (after this process stops dying with `up`);
-/// after a restart, the new addresses go into the configuration file.
+/// after a restart, the new addresses go into the pool's record.
 fn on_ready(args: &ServeArgs, first: bool) -> anyhow::Result<()> {
     let child_ready = child_ready_file(&args.ready_file);
     if first {

@@ -1,5 +1,5 @@
 //! `carmi pool up` keeps its pool up: SIGKILL of the process that runs the
-//! pool's daemons brings them back, recorded in the configuration file.
+//! pool's daemons brings them back, recorded where `pool up` recorded them.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -11,6 +11,7 @@ fn carmi(config: &Path) -> std::process::Command {
     cmd.env_remove("CARMI_SECRET")
         .env_remove("CARMI_POOL")
         .env("CARMI_CONFIG", config)
+        .env("XDG_STATE_HOME", config.parent().unwrap().join("state"))
         .env("TMPDIR", tmp);
     cmd
 }
@@ -49,8 +50,10 @@ fn pool_children(parent: i32) -> Vec<i32> {
     out
 }
 
+/// What `pool up` recorded (beside, never in, the user's config).
 fn recorded(config: &Path) -> toml::Table {
-    std::fs::read_to_string(config).unwrap().parse().unwrap()
+    let record = config.parent().unwrap().join("state/carmi/pool-up.toml");
+    std::fs::read_to_string(record).unwrap().parse().unwrap()
 }
 
 /// Hosts that `carmi status --json` lists, or `None` if it fails.
