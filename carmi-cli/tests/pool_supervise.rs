@@ -122,3 +122,50 @@ fn a_sigkilled_pool_process_is_restarted_and_recorded_again() {
     assert!(!alive(supervisor) && !alive(now[0]));
     assert!(!dir.exists(), "{} is left", dir.display());
 }
+
+/// A pool that keeps dying is not restarted forever: after the sixth death
+/// within a minute the supervisor gives up and says so, and `pool down`
+/// still cleans up.
+#[test]
+fn a_pool_that_keeps_dying_is_given_up_on() {
+    let home = tempfile::tempdir().unwrap();
+    let config = home.path().join("config.toml");
+    let out = carmi(&config)
+        .args(["pool", "up", "--hosts", "1"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = recorded(&config);
+    let supervisor = t["pool_pid"].as_integer().unwrap() as i32;
+    let dir = PathBuf::from(t["secret"].as_str().unwrap())
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let log = || std::fs::read_to_string(dir.join("pool.log")).unwrap_or_default();
+    let mut killed = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(50);
+    while alive(supervisor) {
+        assert!(
+            Instant::now() < deadline,
+            "still restarting after {killed:?}:\n{}",
+            log()
+        );
+        if let Some(&child) = pool_children(supervisor).first()
+            && !killed.contains(&child)
+        {
+            // SAFETY: a signal to the pool process this test started.
+            unsafe { libc::kill(child, libc::SIGKILL) };
+            killed.push(child);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(killed.len(), 6, "five restarts, then none:\n{}", log());
+    assert!(
+        log().contains("for the 6th time in 60 s; not restarting it"),
+        "{}",
+        log()
+    );
+    let out = carmi(&config).args(["pool", "down"]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!dir.exists(), "{} is left", dir.display());
+}
