@@ -120,6 +120,19 @@ pub enum Record {
         /// The class.
         name: String,
     },
+    /// A submitted job was held (`carmi hold`): it stays in the queue
+    /// without a master, processes or hosts until a `Released`.
+    Held {
+        /// The job.
+        job: JobId,
+        /// Why, for `carmi q`.
+        reason: String,
+    },
+    /// A held job was released: it waits again at its old place.
+    Released {
+        /// The job.
+        job: JobId,
+    },
     /// Written first by a compaction: ids below these were handed out
     /// before, by records the compaction dropped, and must not be reused.
     Counters {
@@ -231,6 +244,25 @@ impl Live {
             } => {
                 self.next_job = self.next_job.max(*next_job);
                 self.next_process = self.next_process.max(*next_process);
+            }
+            Record::Held { job, .. } => {
+                // Held replaces `Started`: its master and processes were killed.
+                if let Some(j) = self.jobs.get_mut(job) {
+                    self.started += j.1.is_none() as usize;
+                    j.1 = Some(r.clone());
+                }
+                for p in self.by_job.remove(job).unwrap_or_default() {
+                    self.processes.remove(&p);
+                }
+                self.classes.retain(|(j, _), _| j != job);
+            }
+            Record::Released { job } => {
+                if let Some(j) = self.jobs.get_mut(job)
+                    && matches!(j.1, Some(Record::Held { .. }))
+                {
+                    j.1 = None;
+                    self.started -= 1;
+                }
             }
             Record::History(h) => {
                 self.next_job = self.next_job.max(h.job.0 + 1);
