@@ -972,6 +972,10 @@ pub enum FromGlobal {
         events: Vec<crate::events::JobEvent>,
         /// True once the job has ended: no event will follow.
         ended: bool,
+        /// The submit file's `log =` (absolute, on the submit machine), where
+        /// `carmi wait`, `carmi events` and `carmi submit` append these lines.
+        #[serde(default)]
+        log: Option<String>,
     },
     /// Start a job's master on this machine, outside its slots (the submit
     /// side). Answered like `Spawn`, with `Started` and later `Exited`.

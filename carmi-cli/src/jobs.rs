@@ -175,7 +175,10 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     }
     let (pool, secret) = connect(&args.pool)?;
     let mut jobs = Vec::new();
+    // Jobs with a `log =`: their `submitted` line is written once all are queued.
+    let mut logged = Vec::new();
     for (i, copy) in copies.into_iter().enumerate() {
+        let copy_log = copy.log.clone();
         let msg = ToGlobal::Submit(Box::new(SubmitRequest {
             owner: owner.clone(),
             machine: machine.clone(),
@@ -187,7 +190,12 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
         let upload = (i == 0).then_some((&executable, bytes.as_slice()));
         let answer = crate::block_on(async { Ok(request(&pool, &secret, upload, msg).await?) })?;
         match answer {
-            FromGlobal::Submitted { job } => jobs.push(job.0),
+            FromGlobal::Submitted { job } => {
+                jobs.push(job.0);
+                if copy_log.is_some() {
+                    logged.push(job);
+                }
+            }
             other if jobs.is_empty() => return Err(failed(other, &format!("submit of {display}"))),
             other => {
                 print(&ids_text(&jobs, args.json))?;
@@ -198,6 +206,10 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
             }
         }
     }
+    crate::block_on(async {
+        crate::events::write_logs(&pool, &secret, &logged).await;
+        Ok(())
+    })?;
     print(&ids_text(&jobs, args.json))
 }
 

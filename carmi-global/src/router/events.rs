@@ -29,6 +29,8 @@ pub const ENDED_LOGS: usize = 1_000;
 struct JobLog {
     /// The last event's number (events are numbered from 1).
     last: u64,
+    /// The submit file's `log =`, for the clients that write it.
+    path: Option<String>,
     events: VecDeque<JobEvent>,
 }
 
@@ -43,8 +45,8 @@ pub(super) struct EventLogs {
 
 impl EventLogs {
     /// Starts `job`'s log (a job submitted, or recovered from the journal).
-    pub(super) fn open(&mut self, job: JobId) {
-        self.live.entry(job).or_default();
+    pub(super) fn open(&mut self, job: JobId, path: Option<String>) {
+        self.live.entry(job).or_default().path = path;
     }
 
     /// Appends an event to a live job's log; nothing for a job without one
@@ -81,7 +83,7 @@ impl EventLogs {
 
     /// `job`'s events numbered above `after`, and whether it ended; `None`
     /// when no log of it is kept.
-    fn select(&self, job: JobId, after: u64) -> Option<(Vec<JobEvent>, bool)> {
+    fn select(&self, job: JobId, after: u64) -> Option<(Vec<JobEvent>, bool, Option<String>)> {
         let (log, ended) = match self.live.get(&job) {
             Some(l) => (l, false),
             None => (self.ended.get(&job)?, true),
@@ -92,7 +94,7 @@ impl EventLogs {
             .filter(|e| e.seq > after)
             .cloned()
             .collect();
-        Some((events, ended))
+        Some((events, ended, log.path.clone()))
     }
 }
 
@@ -142,7 +144,15 @@ impl Router {
     /// `carmi events`.
     pub(super) fn job_events(&mut self, link: LinkId, job: JobId, after: u64) {
         match self.events.select(job, after) {
-            Some((events, ended)) => self.send(link, FromGlobal::Events { job, events, ended }),
+            Some((events, ended, log)) => self.send(
+                link,
+                FromGlobal::Events {
+                    job,
+                    events,
+                    ended,
+                    log,
+                },
+            ),
             None => {
                 let message = format!(
                     "no events of job {} are kept: it never existed, was started by hand, or ended among more than the last {ENDED_LOGS} jobs",

@@ -125,7 +125,7 @@ impl Router {
                 held: None,
             },
         );
-        self.events.open(job);
+        self.events.open(job, self.submitted[&job].spec.log.clone());
         let owner = self.submitted[&job].owner.clone();
         self.log_event(job, EventKind::Submitted { owner });
         self.send(link, FromGlobal::Submitted { job });
@@ -436,7 +436,7 @@ impl Router {
                         },
                     );
                     // Events before the restart are not kept (see `events`).
-                    self.events.open(job);
+                    self.events.open(job, self.submitted[&job].spec.log.clone());
                 }
                 Record::Started { job, master } => {
                     let Some(sub) = self.submitted.get_mut(&job) else {
