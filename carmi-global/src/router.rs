@@ -229,6 +229,7 @@ impl Router {
 
     /// What to send and close, in order, since the last call.
     pub fn take_outputs(&mut self) -> Vec<Output> {
+        self.journal_events();
         std::mem::take(&mut self.out)
     }
 

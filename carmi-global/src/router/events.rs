@@ -5,9 +5,12 @@
 //! reader sees the gap) and in total, so neither a job that gains and loses
 //! hosts all day nor a long history grows the global RM's memory.
 //!
-//! The logs are kept in memory only: a restarted global RM starts each
-//! recovered job's log afresh (the lines a reader wrote to the job's `log =`
-//! file before stay there). See `docs/events.md`.
+//! The events of one input are journaled together, in one
+//! [`Record::Events`] after the input's other records (one more write per
+//! input that changed a job, not one per event), so a restarted global RM
+//! keeps every job's log and goes on numbering where it was: a reader that
+//! wrote events 1 to 5 to a `log =` file appends event 6 next. See
+//! `docs/events.md`.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -15,8 +18,9 @@ use carmi_api::events::{EventKind, JobEvent};
 use carmi_api::ids::JobId;
 use carmi_api::msg::{Failure, FailureCode, FromGlobal};
 
-use super::{LinkId, Router};
+use super::{LinkId, Output, Router};
 use crate::alloc::{HostChangeKind, ReleaseCause};
+use crate::journal::Record;
 
 /// Most events kept per job: a job's first hours, or its last ones.
 pub const EVENTS_PER_JOB: usize = 256;
@@ -41,6 +45,17 @@ pub(super) struct EventLogs {
     ended: HashMap<JobId, JobLog>,
     /// Ended jobs in the order they ended, to forget the oldest.
     ended_order: VecDeque<JobId>,
+    /// Events of the current input, to journal at its end.
+    unjournaled: Vec<JobEvent>,
+}
+
+/// Appends `event` to `log`, forgetting the oldest beyond [`EVENTS_PER_JOB`].
+fn append(log: &mut JobLog, event: JobEvent) {
+    log.last = log.last.max(event.seq);
+    if log.events.len() == EVENTS_PER_JOB {
+        log.events.pop_front();
+    }
+    log.events.push_back(event);
 }
 
 impl EventLogs {
@@ -55,20 +70,40 @@ impl EventLogs {
         let Some(log) = self.live.get_mut(&job) else {
             return;
         };
-        log.last += 1;
-        if log.events.len() == EVENTS_PER_JOB {
-            log.events.pop_front();
-        }
-        log.events.push_back(JobEvent {
+        let event = JobEvent {
             job,
-            seq: log.last,
+            seq: log.last + 1,
             unix,
             kind,
-        });
+        };
+        self.unjournaled.push(event.clone());
+        append(log, event);
+    }
+
+    /// The record of the events of the input just handled, if any.
+    pub(super) fn journal_record(&mut self) -> Option<Record> {
+        (!self.unjournaled.is_empty())
+            .then(|| Record::Events(std::mem::take(&mut self.unjournaled)))
+    }
+
+    /// Replays an event from the journal: into its job's live log, else
+    /// into its ended log (a job that ended before the restart).
+    pub(super) fn restore(&mut self, event: JobEvent) {
+        let job = event.job;
+        if let Some(log) = self.live.get_mut(&job) {
+            return append(log, event);
+        }
+        if !self.ended.contains_key(&job) {
+            self.live.insert(job, JobLog::default());
+            self.close(job);
+        }
+        if let Some(log) = self.ended.get_mut(&job) {
+            append(log, event);
+        }
     }
 
     /// The job ended: its log is kept among the last [`ENDED_LOGS`].
-    fn close(&mut self, job: JobId) {
+    pub(super) fn close(&mut self, job: JobId) {
         let Some(log) = self.live.remove(&job) else {
             return;
         };
@@ -108,6 +143,15 @@ impl Router {
     pub(super) fn log_event(&mut self, job: JobId, kind: EventKind) {
         let unix = self.unix_now();
         self.events.push(job, unix, kind);
+    }
+
+    /// Journals the events of the input just handled (called as its
+    /// outputs are taken: after every other record of the input, so that
+    /// each event's job is known to a replay before its events are).
+    pub(super) fn journal_events(&mut self) {
+        if let Some(record) = self.events.journal_record() {
+            self.out.push(Output::Journal(record));
+        }
     }
 
     /// The job ended: its log stops growing and is kept for a while.

@@ -158,7 +158,8 @@ fn a_held_job_gives_everything_back_and_a_released_one_starts_afresh() {
     let (sends, records) = msg(&mut r, ADMIN, hold(1));
     journal.extend(records.clone());
     assert!(
-        matches!(&records[..], [Record::Held { job: JobId(1), reason }] if reason == "held by bob")
+        matches!(&records[..], [Record::Held { job: JobId(1), reason }, Record::Events(_)] if reason == "held by bob"),
+        "{records:?}"
     );
     // Master and worker are killed, the answer is given, both slots are idle.
     let killed: Vec<ProcessId> = sends
@@ -309,5 +310,38 @@ fn a_job_not_in_the_queue_cannot_be_held_and_has_no_events() {
             matches!(&sends[..], [(_, FromGlobal::AdminFailed(f))] if f.message.contains("job 7")),
             "{sends:?}"
         );
+    }
+}
+
+fn all_events(r: &mut Router, job: JobId) -> Vec<carmi_api::events::JobEvent> {
+    match msg(r, ADMIN, ToGlobal::Events { job, after: 0 }).0.pop() {
+        Some((_, FromGlobal::Events { events, .. })) => events,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn event_logs_survive_a_restart_and_numbering_goes_on() {
+    let (mut r, mut journal) = pool();
+    submit(&mut r, &mut journal).expect("job 1 starts");
+    assert!(submit(&mut r, &mut journal).is_none(), "job 2 waits");
+    let (_, records) = msg(&mut r, ADMIN, ToGlobal::RemoveJob { job: JobId(1) });
+    journal.extend(records);
+    // Job 2 started on the freed slots; hold it.
+    let (_, records) = msg(&mut r, ADMIN, hold(2));
+    journal.extend(records);
+    let (one, two) = (all_events(&mut r, JobId(1)), all_events(&mut r, JobId(2)));
+    assert_eq!(one.last().unwrap().kind.word(), "ended");
+    assert_eq!(two.last().unwrap().kind.word(), "held");
+    for replay in [journal.clone(), Live::of(&journal).records()] {
+        let mut back = Router::new(RouterConfig::default());
+        back.recover(replay);
+        step(&mut back, |r| r.on_link_opened(ADMIN, Role::Admin, T));
+        assert_eq!(all_events(&mut back, JobId(1)), one);
+        assert_eq!(all_events(&mut back, JobId(2)), two);
+        // The next event of job 2 follows its last number.
+        msg(&mut back, ADMIN, ToGlobal::Release { job: JobId(2) });
+        let after = all_events(&mut back, JobId(2));
+        assert_eq!(after.last().unwrap().seq, two.last().unwrap().seq + 1);
     }
 }

@@ -451,6 +451,7 @@ impl Router {
                     self.sent_masters.insert(master);
                 }
                 Record::Ended { job } => {
+                    self.events.close(job);
                     self.awaiting_roots.retain(|_, (j, _)| *j != job);
                     if let Some(sub) = self.submitted.remove(&job)
                         && let Some(p) = sub.master
@@ -524,6 +525,11 @@ impl Router {
                 Record::History(record) => self.history.push(*record),
                 Record::Held { job, reason } => self.recover_held(job, reason),
                 Record::Released { job } => self.recover_released(job),
+                Record::Events(events) => {
+                    for e in events {
+                        self.events.restore(e);
+                    }
+                }
             }
         }
         // Nothing is online yet: whatever the allocator says now concerns no one.
