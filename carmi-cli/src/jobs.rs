@@ -302,9 +302,11 @@ pub fn queue_text(jobs: &[JobStatus]) -> String {
         "ID", "OWNER", "SUBMITTED", "STATE", "HOSTS (held/min..max per class)"
     );
     let (mut running, mut waiting, mut held) = (0, 0, 0);
+    let mut held_jobs = 0;
     for j in jobs {
         match j.state.as_str() {
             "waiting" => waiting += 1,
+            "held" => held_jobs += 1,
             _ => running += 1,
         }
         let classes: Vec<String> = j
@@ -332,8 +334,15 @@ pub fn queue_text(jobs: &[JobStatus]) -> String {
             out.push_str(&format!("{:>5}  ^ {note}\n", ""));
         }
     }
+    // Held jobs are counted only when there are some, so that the line
+    // reads as before for everyone who never holds a job.
+    let held_part = if held_jobs > 0 {
+        format!(", {held_jobs} on hold")
+    } else {
+        String::new()
+    };
     out.push_str(&format!(
-        "{} job{}: {running} running, {waiting} waiting; {held} host{} held\n",
+        "{} job{}: {running} running, {waiting} waiting{held_part}; {held} host{} held\n",
         jobs.len(),
         if jobs.len() == 1 { "" } else { "s" },
         if held == 1 { "" } else { "s" },
