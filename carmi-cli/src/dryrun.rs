@@ -9,11 +9,6 @@ use carmi_api::submit::JobSpec;
 /// Says which accepted commands have no effect yet, so nobody waits for a
 /// file that will not come.
 pub fn warn_unbuilt(display: &str, spec: &JobSpec) {
-    if spec.log.is_some() {
-        eprintln!(
-            "carmi: warning: {display}: log: the event log is not written yet; `carmi history` and `carmi wait` give the job's end"
-        );
-    }
     if !spec.transfer_output_files.is_empty() {
         eprintln!(
             "carmi: warning: {display}: transfer_output_files: output files are not brought back yet; the master's machine writes `output` and `error` at their paths"

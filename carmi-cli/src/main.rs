@@ -11,11 +11,15 @@
 //! - `history`: `carmi history`: jobs that left the queue and how they ended.
 //! - `shell`: `carmi completions`, `carmi man`.
 //! - `wait`: `carmi wait JOB`, exiting with the job's exit status.
+//! - `hold`: `carmi hold` / `carmi release`.
+//! - `events`: `carmi events JOB [-f]`, and the submit file's `log =` written from them.
 
 mod config;
 mod dryrun;
 mod embedded;
+mod events;
 mod history;
+mod hold;
 mod jobs;
 mod pool;
 mod shell;
@@ -80,6 +84,18 @@ enum Command {
     /// for signal N; 1 if removed or failed to start; 124 on --timeout).
     #[command(after_help = AFTER_HELP)]
     Wait(wait::WaitArgs),
+    /// Hold jobs: each keeps its place in the queue, its processes are
+    /// killed and its machines go back to the pool.
+    #[command(after_help = AFTER_HELP)]
+    Hold(hold::HoldArgs),
+    /// Release held jobs: each waits again at its place and starts from
+    /// scratch when its minimums can be met.
+    #[command(after_help = AFTER_HELP)]
+    Release(hold::ReleaseArgs),
+    /// Print a job's events (submitted, master started, hosts added / lost,
+    /// held, ended...), one a line; -f follows them until the job ends.
+    #[command(after_help = AFTER_HELP)]
+    Events(events::EventsArgs),
     /// Print a shell completion script, e.g. `carmi completions bash`.
     Completions(shell::CompletionsArgs),
     /// Write man pages for carmi and each subcommand into a directory.
@@ -115,6 +131,9 @@ fn main() -> ExitCode {
         Command::Q(args) => jobs::q(args),
         Command::Rm(args) => jobs::rm(args),
         Command::History(args) => history::run(args),
+        Command::Hold(args) => hold::hold(args),
+        Command::Release(args) => hold::release(args),
+        Command::Events(args) => events::run(args),
         Command::Completions(args) => shell::completions(args),
         Command::Man(args) => shell::man(args),
     };

@@ -47,8 +47,13 @@ pub use ads::{Decoded, MAX_AD_ATTRIBUTES, MAX_AD_BYTES, count_attributes};
 
 mod ads;
 mod check;
+mod events;
 #[cfg(test)]
 mod hand_tests;
+pub use events::{ENDED_LOGS, EVENTS_PER_JOB};
+mod hold;
+#[cfg(test)]
+mod hold_tests;
 mod jobs;
 pub use jobs::HISTORY_LIMIT;
 #[cfg(test)]
@@ -184,6 +189,8 @@ pub struct Router {
     sent_masters: std::collections::HashSet<ProcessId>,
     /// Jobs that left the queue, for `carmi history`.
     history: jobs::History,
+    /// Submitted jobs' event logs, for `carmi events`.
+    events: events::EventLogs,
     next_job: u64,
     out: Vec<Output>,
 }
@@ -208,6 +215,7 @@ impl Router {
             awaiting_roots: HashMap::new(),
             sent_masters: Default::default(),
             history: Default::default(),
+            events: Default::default(),
             next_job: 1,
             out: Vec::new(),
         }
@@ -225,6 +233,7 @@ impl Router {
 
     /// What to send and close, in order, since the last call.
     pub fn take_outputs(&mut self) -> Vec<Output> {
+        self.journal_events();
         std::mem::take(&mut self.out)
     }
 
@@ -346,13 +355,16 @@ impl Router {
                     ToGlobal::Queue => self.queue(link),
                     ToGlobal::Analyze { job } => self.analyze(link, job),
                     ToGlobal::History { job } => self.history(link, job),
+                    ToGlobal::Hold { job, reason, user } => self.hold(link, job, reason, &user),
+                    ToGlobal::Release { job } => self.release(link, job),
+                    ToGlobal::Events { job, after } => self.job_events(link, job, after),
                     ToGlobal::MachineAds => {
                         let ads = self.alloc.machine_ads();
                         self.send(link, FromGlobal::Ads(ads));
                     }
                     other => {
                         let what = variant_name(&other);
-                        self.close(link, format!("admin connections may send Status, Submit, RemoveJob, Queue, Analyze, History and MachineAds, not {what}"));
+                        self.close(link, format!("admin connections may send Status, Submit, RemoveJob, Queue, Analyze, History, Hold, Release, Events and MachineAds, not {what}"));
                     }
                 }
                 self.flush();
@@ -417,6 +429,9 @@ impl Router {
             | ToGlobal::Queue
             | ToGlobal::Analyze { .. }
             | ToGlobal::History { .. }
+            | ToGlobal::Hold { .. }
+            | ToGlobal::Release { .. }
+            | ToGlobal::Events { .. }
             | ToGlobal::MachineAds => {
                 let what = variant_name(&msg);
                 warn!(
@@ -560,6 +575,7 @@ impl Router {
                     self.deliver(p, event);
                 }
             }
+            self.log_host_changes();
         }
     }
 
@@ -576,8 +592,8 @@ impl Router {
                     self.exit_process(p, ExitStatus::HostLost, 0.0);
                 }
             }
-            // `end_job` kills every process of the job, on these hosts or not.
-            ReleaseCause::JobEnded => {}
+            // `end_job` (or `hold`) kills every process of the job, on these hosts or not.
+            ReleaseCause::JobEnded | ReleaseCause::Held => {}
             ReleaseCause::Deleted | ReleaseCause::Withdrawn | ReleaseCause::Preempted => {
                 let link = self
                     .alloc
@@ -758,5 +774,8 @@ fn variant_name(msg: &ToGlobal) -> &'static str {
         ToGlobal::Analyze { .. } => "Analyze",
         ToGlobal::MachineAds => "MachineAds",
         ToGlobal::History { .. } => "History",
+        ToGlobal::Hold { .. } => "Hold",
+        ToGlobal::Release { .. } => "Release",
+        ToGlobal::Events { .. } => "Events",
     }
 }

@@ -6,6 +6,7 @@
 
 use std::collections::VecDeque;
 
+use carmi_api::events::EventKind;
 use carmi_api::ids::{JobId, ProcessId};
 use carmi_api::limits;
 use carmi_api::msg::{
@@ -31,6 +32,8 @@ pub(super) struct Submitted {
     pub submitted_unix: u64,
     /// The master, once started.
     pub master: Option<ProcessId>,
+    /// Why it is held (`carmi hold`), while it is.
+    pub held: Option<String>,
 }
 
 /// Ended jobs kept for `carmi history`: enough for a day of a busy pool,
@@ -63,7 +66,7 @@ impl History {
 }
 
 impl Router {
-    fn admin_fail(&mut self, link: LinkId, code: FailureCode, message: String) {
+    pub(super) fn admin_fail(&mut self, link: LinkId, code: FailureCode, message: String) {
         self.send(link, FromGlobal::AdminFailed(Failure { code, message }));
     }
 
@@ -119,8 +122,12 @@ impl Router {
                 spec,
                 submitted_unix: req.submitted_unix,
                 master: None,
+                held: None,
             },
         );
+        self.events.open(job, self.submitted[&job].spec.log.clone());
+        let owner = self.submitted[&job].owner.clone();
+        self.log_event(job, EventKind::Submitted { owner });
         self.send(link, FromGlobal::Submitted { job });
     }
 
@@ -155,6 +162,7 @@ impl Router {
             master: sub.and_then(|s| s.master),
             note: match phase {
                 Phase::Waiting => self.impossible(job, online),
+                Phase::Held => sub.and_then(|s| s.held.clone()),
                 _ => sub.and_then(|s| self.master_unsent(s)),
             },
             classes: self.alloc.class_status(job),
@@ -239,6 +247,12 @@ impl Router {
             ended_unix: self.config.started_unix + self.now.as_secs(),
             end,
         };
+        self.log_event(
+            job,
+            EventKind::Ended {
+                end: record.end.clone(),
+            },
+        );
         self.out
             .push(Output::Journal(Record::History(Box::new(record.clone()))));
         self.history.push(record);
@@ -353,6 +367,10 @@ impl Router {
                     .is_some_and(|p| p.state == ProcessState::Starting)
                 {
                     self.procs.set_state(process, ProcessState::Running);
+                    if let Some((_, machine)) = self.masters.get(&process) {
+                        let machine = machine.clone();
+                        self.log_event(job, EventKind::MasterStarted { machine });
+                    }
                 }
                 self.alloc.on_master_running(job);
             }
@@ -371,6 +389,7 @@ impl Router {
         let Some(sub) = self.submitted.remove(&job) else {
             return;
         };
+        self.close_event_log(job);
         self.out.push(Output::Journal(Record::Ended { job }));
         if let Some(p) = sub.master
             && self.masters.remove(&p).is_some()
@@ -413,8 +432,11 @@ impl Router {
                             spec: req.spec.expand(job.0),
                             submitted_unix: req.submitted_unix,
                             master: None,
+                            held: None,
                         },
                     );
+                    // Events before the restart are not kept (see `events`).
+                    self.events.open(job, self.submitted[&job].spec.log.clone());
                 }
                 Record::Started { job, master } => {
                     let Some(sub) = self.submitted.get_mut(&job) else {
@@ -429,6 +451,7 @@ impl Router {
                     self.sent_masters.insert(master);
                 }
                 Record::Ended { job } => {
+                    self.events.close(job);
                     self.awaiting_roots.retain(|_, (j, _)| *j != job);
                     if let Some(sub) = self.submitted.remove(&job)
                         && let Some(p) = sub.master
@@ -500,6 +523,13 @@ impl Router {
                     self.procs.reserve_ids_below(next_process);
                 }
                 Record::History(record) => self.history.push(*record),
+                Record::Held { job, reason } => self.recover_held(job, reason),
+                Record::Released { job } => self.recover_released(job),
+                Record::Events(events) => {
+                    for e in events {
+                        self.events.restore(e);
+                    }
+                }
             }
         }
         // Nothing is online yet: whatever the allocator says now concerns no one.
@@ -519,7 +549,7 @@ fn replay_request() -> crate::alloc::ReqRef {
 
 /// What the allocator needs of a submit file's classes (for a new submit and
 /// for one recovered from the journal alike).
-fn class_limits(spec: &carmi_api::submit::JobSpec) -> Vec<ClassLimits> {
+pub(super) fn class_limits(spec: &carmi_api::submit::JobSpec) -> Vec<ClassLimits> {
     spec.classes
         .iter()
         .map(|c| ClassLimits {

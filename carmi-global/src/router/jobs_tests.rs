@@ -299,7 +299,12 @@ fn a_master_missing_from_its_machines_advertisement_ends_its_job() {
     };
     let (_, records) = step(&mut r, |r| r.on_message(LinkId(2), hb, Duration::ZERO));
     match &records[..] {
-        [Record::History(h), Record::Ended { job: JobId(1) }] => assert_eq!(
+        // Then the job's `ended` event (router::events).
+        [
+            Record::History(h),
+            Record::Ended { job: JobId(1) },
+            Record::Events(_),
+        ] => assert_eq!(
             h.end,
             carmi_api::msg::JobEnd::Completed(carmi_api::msg::ExitStatus::HostLost)
         ),
