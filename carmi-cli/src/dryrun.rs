@@ -14,11 +14,6 @@ pub fn warn_unbuilt(display: &str, spec: &JobSpec) {
             "carmi: warning: {display}: log: the event log is not written yet; `carmi history` and `carmi wait` give the job's end"
         );
     }
-    if !spec.transfer_output_files.is_empty() {
-        eprintln!(
-            "carmi: warning: {display}: transfer_output_files: output files are not brought back yet; the master's machine writes `output` and `error` at their paths"
-        );
-    }
 }
 
 /// One ad per copy of the job, separated by blank lines.

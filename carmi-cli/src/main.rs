@@ -10,10 +10,12 @@
 //! - `history`: `carmi history`: jobs that left the queue and how they ended.
 //! - `shell`: `carmi completions`, `carmi man`.
 //! - `wait`: `carmi wait JOB`, exiting with the job's exit status.
+//! - `fetch`: `carmi fetch JOB`: the files a job's master sent back, into the submit directory.
 
 mod config;
 mod dryrun;
 mod embedded;
+mod fetch;
 mod history;
 mod jobs;
 mod pool;
@@ -78,6 +80,10 @@ enum Command {
     /// for signal N; 1 if removed or failed to start; 124 on --timeout).
     #[command(after_help = AFTER_HELP)]
     Wait(wait::WaitArgs),
+    /// Write the files an ended job's master sent back (output and error
+    /// from another machine, transfer_output_files) into its submit directory.
+    #[command(after_help = AFTER_HELP)]
+    Fetch(fetch::FetchArgs),
     /// Print a shell completion script, e.g. `carmi completions bash`.
     Completions(shell::CompletionsArgs),
     /// Write man pages for carmi and each subcommand into a directory.
@@ -113,6 +119,7 @@ fn main() -> ExitCode {
         Command::Q(args) => jobs::q(args),
         Command::Rm(args) => jobs::rm(args),
         Command::History(args) => history::run(args),
+        Command::Fetch(args) => fetch::run(args),
         Command::Completions(args) => shell::completions(args),
         Command::Man(args) => shell::man(args),
     };

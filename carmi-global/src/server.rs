@@ -46,6 +46,7 @@ use tracing::{debug, info, warn};
 
 use crate::Error;
 use crate::journal::{Journal, Record};
+use crate::returned::ReturnedStore;
 use crate::router::{Decoded, LinkId, Output, Router, RouterConfig};
 use crate::staging::{Staging, StagingConfig};
 use crate::store::ExeStore;
@@ -108,6 +109,7 @@ pub struct Server {
     config: ServerConfig,
     store: Arc<ExeStore>,
     stored: Vec<ExecutableRef>,
+    returned: Arc<ReturnedStore>,
     journal: Journal,
     recovered: Vec<Record>,
 }
@@ -129,7 +131,7 @@ enum Cmd {
     },
     Message {
         link: LinkId,
-        msg: Decoded,
+        msg: Box<Decoded>,
         /// When the frame was read.
         at: Instant,
     },
@@ -170,6 +172,9 @@ enum Pending {
 }
 
 /// From the router task (or the connection's own reader) to its writer.
+// Nearly everything queued is a frame: boxing it would cost an allocation
+// per message to save room only in the rare `Close`.
+#[allow(clippy::large_enum_variant)]
 enum Outgoing {
     Frame(FromGlobal, Bytes),
     Close(String),
@@ -180,6 +185,7 @@ struct Shared {
     secret: Secret,
     max_frame: usize,
     store: Arc<ExeStore>,
+    returned: Arc<ReturnedStore>,
     cmds: mpsc::UnboundedSender<Cmd>,
     next_link: AtomicU64,
     limiter: RateLimiter,
@@ -193,6 +199,12 @@ impl Server {
     /// Opens the state directory and binds `addr` (`HOST:PORT`; port 0 picks one).
     pub async fn bind(addr: &str, config: ServerConfig) -> Result<Server, Error> {
         let (store, stored) = ExeStore::open(&config.state_dir)?;
+        let returned = ReturnedStore::open(&config.state_dir).map_err(|source| {
+            crate::store::StoreError::Io {
+                path: config.state_dir.join("returned").display().to_string(),
+                source,
+            }
+        })?;
         let (journal, recovered, damage) =
             Journal::open(&config.state_dir).map_err(|source| Error::Journal {
                 path: config.state_dir.display().to_string(),
@@ -219,6 +231,7 @@ impl Server {
             config,
             store: Arc::new(store),
             stored,
+            returned: Arc::new(returned),
             journal,
             recovered,
         })
@@ -249,6 +262,7 @@ impl Server {
         tokio::spawn(router_task(
             router,
             staging,
+            self.returned.clone(),
             self.journal,
             cmd_rx,
             stop_rx.clone(),
@@ -258,6 +272,7 @@ impl Server {
             secret: self.config.secret.clone(),
             max_frame: self.config.max_frame,
             store: self.store.clone(),
+            returned: self.returned.clone(),
             cmds: cmd_tx,
             next_link: AtomicU64::new(1),
             limiter: RateLimiter::new(self.config.stage_link_rate),
@@ -322,6 +337,7 @@ impl Server {
 async fn router_task(
     mut router: Router,
     mut staging: Staging,
+    returned: Arc<ReturnedStore>,
     mut journal: Journal,
     mut cmds: mpsc::UnboundedReceiver<Cmd>,
     mut stop: watch::Receiver<bool>,
@@ -378,9 +394,49 @@ async fn router_task(
                         tracing::error!(journal = %journal.path().display(), "cannot write the journal: {e}");
                     }
                 }
+                Output::DropFiles { process } => {
+                    let store = returned.clone();
+                    tokio::task::spawn_blocking(move || store.remove(process));
+                }
+                Output::SendFiles { link, files } => {
+                    if let Some(out) = links.get(&link) {
+                        tokio::spawn(send_files(returned.clone(), out.tx.clone(), files));
+                    }
+                }
             }
         }
     }
+}
+
+/// Reads the files of an ended job's master from the store and sends them
+/// (or why they cannot be) on an admin connection, off the router task.
+async fn send_files(
+    store: Arc<ReturnedStore>,
+    tx: mpsc::Sender<Outgoing>,
+    files: carmi_api::msg::JobFiles,
+) {
+    let read = {
+        let files = files.clone();
+        tokio::task::spawn_blocking(move || store.read(&files)).await
+    };
+    let frame = match read {
+        Ok(Ok(bytes)) => Outgoing::Frame(FromGlobal::Files(files), Bytes::from(bytes)),
+        Ok(Err(message)) => Outgoing::Frame(
+            FromGlobal::AdminFailed(carmi_api::msg::Failure {
+                code: carmi_api::msg::FailureCode::Unavailable,
+                message,
+            }),
+            Bytes::new(),
+        ),
+        Err(e) => Outgoing::Frame(
+            FromGlobal::AdminFailed(carmi_api::msg::Failure {
+                code: carmi_api::msg::FailureCode::Unavailable,
+                message: format!("reading the files failed: {e}"),
+            }),
+            Bytes::new(),
+        ),
+    };
+    let _ = tx.send(frame).await;
 }
 
 /// Hands one command to the router or the staging core.
@@ -401,7 +457,7 @@ fn handle(
             router.on_link_opened(link, role, now);
         }
         Cmd::Message { link, msg, at } => {
-            router.on_decoded(link, msg, at.saturating_duration_since(start))
+            router.on_decoded(link, *msg, at.saturating_duration_since(start))
         }
         Cmd::Stored(exe) => {
             staging.on_stored(&exe.sha256);
@@ -485,6 +541,7 @@ async fn connection(
     debug!(%peer, %link, ?role, "connection accepted");
     // Admin links upload the master of a job before `Submit`.
     let serves_executables = matches!(role, Role::Local { .. } | Role::Admin);
+    let local = matches!(role, Role::Local { .. });
     let (tx, mut rx) = mpsc::channel(shared.max_queued.max(1));
     let kick = Arc::new(tokio::sync::Notify::new());
     let opened = Cmd::Opened {
@@ -502,7 +559,7 @@ async fn connection(
     let (order_tx, order_rx) = mpsc::unbounded_channel();
     let forwarder = tokio::spawn(forward_in_order(order_rx, shared.cmds.clone()));
     let ended = tokio::select! {
-        r = read_frames(&mut reader, link, serves_executables, &shared, &order_tx) => r,
+        r = read_frames(&mut reader, link, (serves_executables, local), &shared, &order_tx) => r,
         r = write_frames(&mut w, &mut rx) => r,
         _ = kick.notified() => Err(format!(
             "the peer stopped reading: {} frames are waiting for it",
@@ -524,7 +581,7 @@ async fn connection(
 async fn read_frames(
     reader: &mut FrameReader<OwnedReadHalf>,
     link: LinkId,
-    serves_executables: bool,
+    (serves_executables, local): (bool, bool),
     shared: &Shared,
     order: &mpsc::UnboundedSender<Pending>,
 ) -> Result<(), String> {
@@ -551,6 +608,33 @@ async fn read_frames(
                             None
                         }
                     });
+                if !send(Pending::Working(task)) {
+                    return Ok(());
+                }
+            }
+            ToGlobal::MasterFiles { process, files } if local => {
+                // Stored first, like an upload; the router then decides
+                // whether they are wanted (and has them dropped if not).
+                let store = shared.returned.clone();
+                let config = shared.router.clone();
+                let task = tokio::task::spawn_blocking(move || {
+                    match store.put(process, &files, &payload) {
+                        Ok(()) => {
+                            let msg = ToGlobal::MasterFiles { process, files };
+                            let msg = Decoded::new(msg, &config);
+                            Some(Cmd::Message {
+                                link,
+                                msg: Box::new(msg),
+                                at,
+                            })
+                        }
+                        Err(e) => {
+                            warn!(%link, %process, "files sent back refused: {e}");
+                            store.remove(process);
+                            None
+                        }
+                    }
+                });
                 if !send(Pending::Working(task)) {
                     return Ok(());
                 }
@@ -590,7 +674,11 @@ async fn read_frames(
                 let config = shared.router.clone();
                 let task = tokio::task::spawn_blocking(move || {
                     let msg = Decoded::new(msg, &config);
-                    Some(Cmd::Message { link, msg, at })
+                    Some(Cmd::Message {
+                        link,
+                        msg: Box::new(msg),
+                        at,
+                    })
                 });
                 if !send(Pending::Working(task)) {
                     return Ok(());
@@ -598,7 +686,11 @@ async fn read_frames(
             }
             msg => {
                 let msg = Decoded::new(msg, &shared.router);
-                if !send(Pending::Ready(Cmd::Message { link, msg, at })) {
+                if !send(Pending::Ready(Cmd::Message {
+                    link,
+                    msg: Box::new(msg),
+                    at,
+                })) {
                     return Ok(());
                 }
             }
