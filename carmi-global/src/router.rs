@@ -47,6 +47,8 @@ pub use ads::{Decoded, MAX_AD_ATTRIBUTES, MAX_AD_BYTES, count_attributes};
 
 mod ads;
 #[cfg(test)]
+mod anywhere_tests;
+#[cfg(test)]
 mod hand_tests;
 mod jobs;
 pub use jobs::HISTORY_LIMIT;
