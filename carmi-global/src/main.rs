@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use carmi_api::frame::FrameDeadline;
 use carmi_api::handshake::Secret;
 use carmi_global::router::RouterConfig;
 use carmi_global::server::{ConnLimits, Server, ServerConfig};
@@ -49,6 +50,11 @@ struct Args {
     /// their handshake); lowered to fit the file-descriptor limit.
     #[arg(long, value_name = "N", default_value_t = ConnLimits::default().max_connections)]
     max_connections: usize,
+    /// A frame started after the handshake must arrive whole within this
+    /// many seconds, plus one per MiB of its length; the connection is
+    /// closed otherwise (idle connections between frames are not affected).
+    #[arg(long, value_name = "S", default_value_t = FrameDeadline::DEFAULT.base.as_secs())]
+    frame_timeout_s: u64,
 }
 
 #[tokio::main]
@@ -88,6 +94,13 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     config.conn_limits.max_connections = args.max_connections.min(fit).max(1);
+    if args.frame_timeout_s == 0 {
+        bail!("--frame-timeout-s must be at least 1");
+    }
+    config.frame_deadline = FrameDeadline {
+        base: Duration::from_secs(args.frame_timeout_s),
+        ..FrameDeadline::DEFAULT
+    };
     let server = Server::bind(&args.listen, config).await?;
     let addr = server.local_addr()?;
     let mut out = std::io::stdout().lock();

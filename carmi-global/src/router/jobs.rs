@@ -367,6 +367,8 @@ impl Router {
             s.master = Some(process);
             s.machine = machine.clone();
             s.placed = placed;
+            // A master started again (after a hold) sends its own files.
+            s.returned = None;
         }
         self.out.push(Output::Journal(Record::Started {
             job,
@@ -685,6 +687,7 @@ impl Router {
                     {
                         self.masters.remove(&p);
                         self.sent_masters.remove(&p);
+                        self.unplaced.remove(&p);
                     }
                     for p in self.procs.of_job(job) {
                         self.procs.remove(p);
