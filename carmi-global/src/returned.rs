@@ -104,6 +104,27 @@ impl ReturnedStore {
         Ok(out)
     }
 
+    /// Deletes every master's files but `keep`'s: run at start, it removes
+    /// what a crash left between storing files and recording them, or
+    /// between a history record's drop and its files' deletion.
+    pub fn retain(&self, keep: &std::collections::HashSet<ProcessId>) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let kept = name
+                .to_str()
+                .and_then(|n| n.parse::<u64>().ok())
+                .is_some_and(|p| keep.contains(&ProcessId(p)));
+            if !kept {
+                let path = entry.path();
+                tracing::info!(path = %path.display(), "deleting returned files no job refers to");
+                let _ = std::fs::remove_dir_all(&path).or_else(|_| std::fs::remove_file(&path));
+            }
+        }
+    }
+
     /// Deletes what master `process` sent back (nothing there is no error).
     pub fn remove(&self, process: ProcessId) {
         let dir = self.master_dir(process);
@@ -141,8 +162,12 @@ mod tests {
         assert_eq!(store.read(&job).unwrap(), b"abcde");
         // Stored by index: a hostile name writes nothing outside the store.
         assert!(tmp.path().join("returned/7/1").is_file());
-        store.remove(ProcessId(7));
+        store.put(ProcessId(8), &[file("x", 1)], b"x").unwrap();
+        store.retain(&[ProcessId(8)].into_iter().collect());
         assert!(store.read(&job).unwrap_err().contains("gone"));
+        assert!(tmp.path().join("returned/8/0").is_file());
+        store.remove(ProcessId(8));
+        assert!(!tmp.path().join("returned/8").exists());
     }
 
     #[test]

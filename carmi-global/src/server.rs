@@ -242,6 +242,11 @@ impl Server {
             router.on_executable_stored(exe);
         }
         router.recover(self.recovered);
+        // Before any connection: a master's files stored from now on are wanted.
+        {
+            let (store, keep) = (self.returned.clone(), router.kept_files());
+            let _ = tokio::task::spawn_blocking(move || store.retain(&keep)).await;
+        }
         let mut staging = Staging::new(self.config.staging.clone());
         for exe in &self.stored {
             staging.on_stored(&exe.sha256);

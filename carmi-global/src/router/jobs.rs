@@ -610,6 +610,15 @@ impl Router {
 }
 
 impl Router {
+    /// The masters whose returned files are still wanted (their job's
+    /// history record, or a job that has not ended yet, refers to them): the
+    /// driver deletes the others' at start.
+    pub fn kept_files(&self) -> std::collections::HashSet<ProcessId> {
+        let ended = self.history.ended.iter().filter_map(|r| r.files.as_ref());
+        let live = self.submitted.values().filter_map(|s| s.returned.as_ref());
+        ended.chain(live).map(|f| f.process).collect()
+    }
+
     /// Replays the journal of an earlier run, before any connection: waiting
     /// jobs queue again, started ones run again (their masters are expected
     /// back with their local RMs), ended ones are forgotten.
