@@ -45,6 +45,15 @@ pub fn job_ads(copies: &[JobSpec], owner: &str, machine: &str, exe: &ExecutableR
                 quoted(&spec.transfer_input_files.join(",")),
             ));
         }
+        if !spec.transfer_output_files.is_empty() {
+            lines.push((
+                "TransferOutput".into(),
+                quoted(&spec.transfer_output_files.join(",")),
+            ));
+        }
+        if let Some(r) = &spec.master_requirements {
+            lines.push(("MasterRequirements".into(), r.clone()));
+        }
         if !spec.environment.is_empty() {
             let env: Vec<String> = spec
                 .environment
@@ -74,4 +83,26 @@ pub fn job_ads(copies: &[JobSpec], owner: &str, machine: &str, exe: &ExecutableR
 /// A ClassAd string literal.
 fn quoted(s: &str) -> String {
     format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ad_shows_where_the_master_may_run_and_what_comes_back() {
+        let spec = carmi_api::submit::parse(
+            "job.sub",
+            "executable = m\nmaster_requirements = Memory >= 2048\ntransfer_output_files = a.txt, b.txt\nqueue\n",
+        )
+        .unwrap();
+        let exe = ExecutableRef {
+            name: "m".into(),
+            sha256: "ab".repeat(32),
+            size: 1,
+        };
+        let ad = job_ads(&[spec], "alice", "laptop", &exe);
+        assert!(ad.contains("MasterRequirements = Memory >= 2048\n"), "{ad}");
+        assert!(ad.contains("TransferOutput = \"a.txt,b.txt\"\n"), "{ad}");
+    }
 }
