@@ -55,6 +55,11 @@ pub enum Record {
         job: JobId,
         /// The master process.
         master: ProcessId,
+        /// Where the global RM placed it, away from the submit machine (an
+        /// empty name while no machine matches); absent when it runs on
+        /// the submit machine. Written again once it is placed.
+        #[serde(default)]
+        placed: Option<String>,
     },
     /// The job ended (master exited, `carmi rm`, or it could not start).
     Ended {
@@ -199,7 +204,7 @@ impl Live {
                     self.started -= 1;
                 }
             }
-            Record::Started { job, master } => {
+            Record::Started { job, master, .. } => {
                 self.next_process = self.next_process.max(master.0 + 1);
                 if let Some(j) = self.jobs.get_mut(job) {
                     self.started += j.1.is_none() as usize;
@@ -596,6 +601,7 @@ mod tests {
                 },
                 spec,
                 submitted_unix: 1,
+                anywhere: false,
             }),
         }
     }
@@ -604,6 +610,7 @@ mod tests {
         let records = vec![
             submitted(1),
             Record::Started {
+                placed: None,
                 job: JobId(1),
                 master: ProcessId(4),
             },
@@ -682,6 +689,7 @@ mod tests {
             },
             submitted(1),
             Record::Started {
+                placed: None,
                 job: JobId(1),
                 master: ProcessId(4),
             },
