@@ -385,8 +385,7 @@ impl Router {
                     }
                     other => {
                         let what = variant_name(&other);
-                        self.close(link, format!("admin connections may send Status, Submit, RemoveJob, Queue, Analyze, History, Hold, Release, Events and MachineAds, not {what}"));
-                        self.close(link, format!("admin connections may send Status, Submit, RemoveJob, Queue, Analyze, History, FetchFiles and MachineAds, not {what}"));
+                        self.close(link, format!("admin connections may send Status, Submit, RemoveJob, Queue, Analyze, History, Hold, Release, Events, FetchFiles and MachineAds, not {what}"));
                     }
                 }
                 self.flush();
