@@ -427,6 +427,13 @@ pub fn analysis_text(a: &JobAnalysis) -> String {
             "A job starts once all its minimums can be met at once; earlier jobs go first.\n",
         );
     }
+    if j.state == "held" {
+        out.push_str(&format!(
+            "It is held ({}): it waits for `carmi release {}`, then at its place in the queue.\n",
+            j.note.as_deref().unwrap_or("no reason given"),
+            j.job.0
+        ));
+    }
     for c in &a.classes {
         out.push_str(&class_text(c, waiting));
     }

@@ -283,7 +283,20 @@ fn the_log_file_holds_the_jobs_events_in_order() {
     until(&pool, "the job lost the host of m1", || {
         ok(&pool, &["events", &id]).contains(" host-lost ")
     });
+    // `events -f` follows the job until it ends, then exits by itself.
+    let follower = carmi(&pool)
+        .args(["events", "-f", "--json", &id])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     std::fs::write(dir.join("go"), "").unwrap();
+    let followed = follower.wait_with_output().unwrap();
+    assert!(followed.status.success(), "{}", text(&followed.stderr));
+    let last: Value = serde_json::from_str(text(&followed.stdout).lines().last().unwrap()).unwrap();
+    assert_eq!(
+        last["kind"]["Ended"]["end"]["Completed"]["Code"], 0,
+        "{last}"
+    );
     let out = wait(&pool, &id);
     assert_eq!(
         out.status.code(),
