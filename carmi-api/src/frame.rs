@@ -37,8 +37,9 @@ const SMALL_READ: usize = 4 * 1024;
 /// buffer grows further only as those bytes actually arrive.
 const BIG_READ: usize = 256 * 1024;
 
-/// A buffer whose capacity grew past this for a large frame is replaced
-/// (what remains in it copied) once that frame has been taken.
+/// After a frame larger than this, or when the buffer's capacity is, the
+/// buffer is replaced (what remains in it copied); smaller ones keep it, so
+/// that a stream of small messages does not allocate per message.
 const KEEP_CAPACITY: usize = 16 * 1024;
 
 /// How long a frame may take once its first byte has arrived: `base` plus
@@ -119,6 +120,15 @@ pub fn decode<T: DeserializeOwned>(
     buf: &mut BytesMut,
     max: usize,
 ) -> Result<Option<(T, Bytes)>, FrameError> {
+    match decode_raw(buf, max)? {
+        Some((header, payload)) => Ok(Some((serde_json::from_slice(&header)?, payload))),
+        None => Ok(None),
+    }
+}
+
+/// Like [`decode`], leaving the header undecoded: the JSON bytes, then the
+/// payload. A server decodes a large header where it does not hold up others.
+pub fn decode_raw(buf: &mut BytesMut, max: usize) -> Result<Option<(Bytes, Bytes)>, FrameError> {
     if buf.len() < 4 {
         return Ok(None);
     }
@@ -147,8 +157,7 @@ pub fn decode<T: DeserializeOwned>(
     buf.advance(8);
     let mut frame = buf.split_to(len - 4).freeze();
     let header = frame.split_to(hlen);
-    let msg = serde_json::from_slice(&header)?;
-    Ok(Some((msg, frame)))
+    Ok(Some((header, frame)))
 }
 
 /// Encodes a frame header (length fields + JSON) for `msg` followed by `payload_len` bytes.
@@ -183,8 +192,14 @@ pub struct FrameReader<R> {
     inner: R,
     buf: BytesMut,
     max: usize,
-    deadline: Option<FrameDeadline>,
-    /// When the first byte of the frame at the front of `buf` arrived.
+    /// Boxed: most readers have none, and readers live inside other types.
+    timing: Option<Box<Timing>>,
+}
+
+/// A reader's [`FrameDeadline`], and when the frame at the front of its
+/// buffer got its first byte.
+struct Timing {
+    deadline: FrameDeadline,
     started: Option<Instant>,
 }
 
@@ -200,30 +215,46 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             inner,
             buf: BytesMut::new(),
             max,
-            deadline: None,
-            started: None,
+            timing: None,
         }
     }
 
     /// Bounds how long a started frame may take (none by default).
     pub fn set_deadline(&mut self, deadline: Option<FrameDeadline>) {
-        self.deadline = deadline;
+        self.timing = deadline.map(|deadline| {
+            Box::new(Timing {
+                deadline,
+                started: (!self.buf.is_empty()).then(Instant::now),
+            })
+        });
     }
 
     /// The next frame, or `Ok(None)` when the peer closed the connection cleanly between frames.
     pub async fn read<T: DeserializeOwned>(&mut self) -> Result<Option<(T, Bytes)>, FrameError> {
+        match self.read_raw().await? {
+            Some((header, payload)) => Ok(Some((serde_json::from_slice(&header)?, payload))),
+            None => Ok(None),
+        }
+    }
+
+    /// Like [`FrameReader::read`], leaving the header undecoded (see [`decode_raw`]).
+    pub async fn read_raw(&mut self) -> Result<Option<(Bytes, Bytes)>, FrameError> {
         loop {
-            if let Some(frame) = decode(&mut self.buf, self.max)? {
-                self.after_frame();
-                return Ok(Some(frame));
+            if let Some((header, payload)) = decode_raw(&mut self.buf, self.max)? {
+                self.after_frame(8 + header.len() + payload.len());
+                return Ok(Some((header, payload)));
             }
             let announced = self.announced();
             let missing = announced.map_or(SMALL_READ, |len| 4 + len - self.buf.len());
             if self.buf.capacity() - self.buf.len() < SMALL_READ.min(missing) {
                 self.buf.reserve(missing.clamp(SMALL_READ, BIG_READ));
             }
-            let read = match (self.deadline, self.started) {
-                (Some(d), Some(started)) => {
+            let started = self
+                .timing
+                .as_ref()
+                .and_then(|t| Some((t.deadline, t.started?)));
+            let read = match started {
+                Some((d, started)) => {
                     let waited = d.allowance(announced.unwrap_or(0));
                     tokio::time::timeout_at(started + waited, self.inner.read_buf(&mut self.buf))
                         .await
@@ -233,7 +264,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                             waited,
                         })??
                 }
-                _ => self.inner.read_buf(&mut self.buf).await?,
+                None => self.inner.read_buf(&mut self.buf).await?,
             };
             if read == 0 {
                 return if self.buf.is_empty() {
@@ -242,8 +273,10 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                     Err(FrameError::Truncated)
                 };
             }
-            if self.started.is_none() {
-                self.started = Some(Instant::now());
+            if let Some(t) = &mut self.timing
+                && t.started.is_none()
+            {
+                t.started = Some(Instant::now());
             }
         }
     }
@@ -254,13 +287,16 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         Some(u32::from_be_bytes(prefix) as usize)
     }
 
-    /// A frame was taken: the next one starts with its first byte (now, if
-    /// some already wait). The buffer shares its allocation with the frames
-    /// taken from it, so an empty or oversized one is replaced: an idle
-    /// connection then holds no memory of its past frames.
-    fn after_frame(&mut self) {
-        self.started = (!self.buf.is_empty()).then(Instant::now);
-        if self.buf.is_empty() || self.buf.capacity() > KEEP_CAPACITY {
+    /// A frame of `taken` bytes was taken: the next one starts with its
+    /// first byte (now, if some already wait). The buffer shares its
+    /// allocation with the frames taken from it, so after a large frame it is
+    /// replaced: an idle connection then holds at most [`KEEP_CAPACITY`] of
+    /// its past frames, whatever their size.
+    fn after_frame(&mut self, taken: usize) {
+        if let Some(t) = &mut self.timing {
+            t.started = (!self.buf.is_empty()).then(Instant::now);
+        }
+        if taken > KEEP_CAPACITY || self.buf.capacity() > KEEP_CAPACITY {
             self.buf = BytesMut::from(&self.buf[..]);
         }
     }

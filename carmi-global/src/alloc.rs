@@ -404,8 +404,14 @@ impl Allocator {
     /// settled first (waiting jobs started, running ones grown), so that every
     /// input's consequences are complete when they are taken.
     pub fn take_effects(&mut self) -> Vec<Effect> {
-        while std::mem::take(&mut self.dirty) {
-            self.schedule();
+        loop {
+            if std::mem::take(&mut self.dirty) {
+                self.schedule();
+            } else if self.clusters.has_fresh() {
+                self.start_fresh();
+            } else {
+                break;
+            }
         }
         std::mem::take(&mut self.effects)
     }

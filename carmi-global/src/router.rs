@@ -46,6 +46,7 @@ use crate::procs::{Attachment, Proc, ProcTable};
 pub use ads::{Decoded, MAX_AD_ATTRIBUTES, MAX_AD_BYTES, count_attributes};
 
 mod ads;
+mod check;
 mod events;
 #[cfg(test)]
 mod hand_tests;
@@ -150,6 +151,9 @@ struct Presence {
     deadline: Option<Duration>,
     /// Ads of it refused: when one was last logged, and how many since.
     refusals: Option<(Duration, u64)>,
+    /// Its deadline was pushed back once because the router ran late
+    /// ([`Router::on_tick`]); cleared by its next message.
+    reprieved: bool,
 }
 
 /// The global RM's decisions. See the module documentation for the call order.
@@ -324,22 +328,6 @@ impl Router {
     /// An executable's bytes were stored and verified.
     pub fn on_executable_stored(&mut self, exe: &ExecutableRef) {
         self.executables.insert(exe.sha256.clone(), exe.size);
-    }
-
-    /// Declares every machine whose deadline has passed lost.
-    pub fn on_tick(&mut self, now: Duration) {
-        self.advance(now);
-        while let Some((d, name)) = self.deadlines.first().cloned() {
-            if d > self.now {
-                break;
-            }
-            let reason = format!(
-                "machine `{name}` sent nothing for {} ms ({} heartbeat periods)",
-                self.lost_after().as_millis(),
-                self.config.missed_heartbeats
-            );
-            self.machine_lost(&name, reason);
-        }
     }
 
     /// A decoded message arrived on a connection: [`Router::on_decoded`]
@@ -747,69 +735,6 @@ impl Router {
             {
                 self.send(link, FromGlobal::Kill { process: p });
             }
-        }
-    }
-
-    /// Checks the invariants of the router and of its allocator; for tests.
-    pub fn sanity_check(&self) {
-        self.alloc.sanity_check();
-        self.procs.sanity_check();
-        let mut with_deadline = 0;
-        for (name, p) in &self.presence {
-            if let Some(d) = p.deadline {
-                with_deadline += 1;
-                assert!(
-                    self.deadlines.contains(&(d, name.clone())),
-                    "{name}: deadline not indexed"
-                );
-                assert!(self.alloc.is_online(name), "{name}: deadline but offline");
-            } else {
-                assert!(
-                    !self.alloc.is_online(name),
-                    "{name}: online without a deadline"
-                );
-            }
-            assert!(
-                p.link.is_some() || !p.ready,
-                "{name}: ready without a connection"
-            );
-            if let Some(l) = p.link {
-                assert!(
-                    matches!(self.links.get(&l), Some(LinkRole::Machine(n)) if n == name),
-                    "{name}: link {l} not registered for it"
-                );
-            }
-        }
-        assert_eq!(with_deadline, self.deadlines.len(), "stale deadlines");
-        for p in &self.sent_masters {
-            assert!(
-                self.masters.contains_key(p),
-                "sent master {p} is not a live master"
-            );
-        }
-        for (p, (job, _)) in &self.masters {
-            assert!(self.alloc.has_job(*job), "master {p} of ended job {job}");
-            assert_eq!(
-                self.submitted.get(job).and_then(|s| s.master),
-                Some(*p),
-                "master {p} is not its job's"
-            );
-        }
-        for (p, (job, _)) in &self.awaiting_roots {
-            assert!(
-                self.procs
-                    .find(*p)
-                    .is_some_and(|pr| pr.root && pr.job == *job && pr.attached.is_none()),
-                "awaited root {p} is not an unattached root of job {job}"
-            );
-        }
-        for (p, waiting) in &self.lookups {
-            let proc = self.procs.find(*p);
-            assert!(
-                proc.is_some_and(|pr| pr.is_live() && pr.endpoint.is_none()),
-                "lookups wait for {p}, which is gone or already reachable"
-            );
-            assert!(!waiting.is_empty(), "empty lookup list for {p}");
         }
     }
 }

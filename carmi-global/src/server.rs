@@ -36,7 +36,7 @@ use bytes::Bytes;
 use carmi_api::frame::{DEFAULT_MAX_FRAME, FrameDeadline, FrameReader, write_frame};
 use carmi_api::handshake::{self, Secret};
 use carmi_api::msg::{ExecutableRef, FromGlobal, Role, ToGlobal};
-use carmi_api::stage::{self, RateLimiter, Served};
+use carmi_api::stage::RateLimiter;
 use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
@@ -51,11 +51,25 @@ use crate::staging::{Staging, StagingConfig};
 use crate::store::ExeStore;
 
 mod gate;
+mod stager;
+
+use stager::{StageInput, on_stage_input, serve_stager};
 
 pub use gate::{ConnLimits, Gate, REFUSAL_LOG_PERIOD, Refusal, Ticket};
 
 /// How long shutdown waits for connections to finish.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Frame headers (message JSON) longer than this are decoded off the worker
+/// thread ([`off_worker`]).
+const HEAVY_HEADER: usize = 64 * 1024;
+
+/// Largest message (frame header, JSON) the global RM decodes: 16 MiB. Its
+/// largest legitimate messages are machine ads and updates (1 MiB of text
+/// at most, see `router::MAX_AD_BYTES`) and submit files; executables travel
+/// in the payload. A larger header closes the connection before it is
+/// decoded, which bounds the memory and time one message can cost.
+pub const MAX_HEADER: usize = 16 << 20;
 
 /// Default for [`ServerConfig::max_queued`].
 pub const DEFAULT_MAX_QUEUED: usize = 16 * 1024;
@@ -129,7 +143,8 @@ enum Cmd {
     },
     Message {
         link: LinkId,
-        msg: Decoded,
+        /// Boxed: a parsed ad is large, and every command would be that size.
+        msg: Box<Decoded>,
         /// When the frame was read.
         at: Instant,
     },
@@ -138,27 +153,6 @@ enum Cmd {
     Closed {
         link: LinkId,
     },
-}
-
-/// Staging messages, for the [`Staging`] core in the router task.
-enum StageInput {
-    Fetch {
-        link: LinkId,
-        sha256: String,
-    },
-    Serve {
-        link: LinkId,
-        endpoint: String,
-    },
-    Fetched {
-        link: LinkId,
-        sha256: String,
-        error: Option<String>,
-    },
-    Stats {
-        link: LinkId,
-    },
-    GlobalSend,
 }
 
 /// A message of one connection on its way to the router task, in order.
@@ -367,13 +361,7 @@ async fn router_task(
                 // A short blocking fsync on this task, on purpose: nothing
                 // after it may go out before the record is on disk.
                 Output::Journal(record) => {
-                    let multi = tokio::runtime::Handle::current().runtime_flavor()
-                        == tokio::runtime::RuntimeFlavor::MultiThread;
-                    let result = if multi {
-                        tokio::task::block_in_place(|| journal.append(&[record]))
-                    } else {
-                        journal.append(&[record])
-                    };
+                    let result = off_worker(|| journal.append(&[record]));
                     if let Err(e) = result {
                         tracing::error!(journal = %journal.path().display(), "cannot write the journal: {e}");
                     }
@@ -401,7 +389,7 @@ fn handle(
             router.on_link_opened(link, role, now);
         }
         Cmd::Message { link, msg, at } => {
-            router.on_decoded(link, msg, at.saturating_duration_since(start))
+            router.on_decoded(link, *msg, at.saturating_duration_since(start))
         }
         Cmd::Stored(exe) => {
             staging.on_stored(&exe.sha256);
@@ -530,12 +518,28 @@ async fn read_frames(
 ) -> Result<(), String> {
     let send = |p: Pending| order.send(p).is_ok();
     loop {
-        let (msg, payload) = match reader.read::<ToGlobal>().await {
+        let (header, payload) = match reader.read_raw().await {
             Ok(Some(frame)) => frame,
             Ok(None) => return Ok(()),
             Err(e) => return Err(format!("bad frame: {e}")),
         };
         let at = Instant::now();
+        if header.len() > MAX_HEADER {
+            return Err(format!(
+                "bad frame: a message of {} bytes exceeds the limit of {MAX_HEADER} bytes \
+                 (bulk bytes travel in the frame's payload, not in the message)",
+                header.len()
+            ));
+        }
+        let decode = || serde_json::from_slice::<ToGlobal>(&header);
+        // A header of megabytes takes a while to decode: off the worker
+        // thread, so that the other connections' tasks run meanwhile.
+        let msg = if header.len() > HEAVY_HEADER {
+            off_worker(decode)
+        } else {
+            decode()
+        };
+        let msg = msg.map_err(|e| format!("bad frame: undecodable message: {e}"))?;
         match msg {
             ToGlobal::Upload { executable } if serves_executables => {
                 // Hashed and written on the blocking pool; this loop reads on.
@@ -589,7 +593,7 @@ async fn read_frames(
             msg if Decoded::is_heavy(&msg) => {
                 let config = shared.router.clone();
                 let task = tokio::task::spawn_blocking(move || {
-                    let msg = Decoded::new(msg, &config);
+                    let msg = Box::new(Decoded::new(msg, &config));
                     Some(Cmd::Message { link, msg, at })
                 });
                 if !send(Pending::Working(task)) {
@@ -597,12 +601,24 @@ async fn read_frames(
                 }
             }
             msg => {
-                let msg = Decoded::new(msg, &shared.router);
+                let msg = Box::new(Decoded::new(msg, &shared.router));
                 if !send(Pending::Ready(Cmd::Message { link, msg, at })) {
                     return Ok(());
                 }
             }
         }
+    }
+}
+
+/// Runs `f`, which keeps a thread busy for a while: on a multi-threaded
+/// runtime the worker hands its other tasks over first.
+fn off_worker<T>(f: impl FnOnce() -> T) -> T {
+    let multi = tokio::runtime::Handle::current().runtime_flavor()
+        == tokio::runtime::RuntimeFlavor::MultiThread;
+    if multi {
+        tokio::task::block_in_place(f)
+    } else {
+        f()
     }
 }
 
@@ -660,47 +676,4 @@ async fn forward_in_order(
             return;
         }
     }
-}
-
-/// Hands a staging message to the [`Staging`] core.
-fn on_stage_input(staging: &mut Staging, input: StageInput) {
-    match input {
-        StageInput::Fetch { link, sha256 } => staging.on_fetch(link, sha256),
-        StageInput::Serve { link, endpoint } => staging.on_endpoint(link, endpoint),
-        StageInput::Fetched {
-            link,
-            sha256,
-            error,
-        } => staging.on_fetched(link, sha256, error),
-        StageInput::Stats { link } => staging.on_stats_request(link),
-        StageInput::GlobalSend => staging.on_global_send(),
-    }
-}
-
-/// A local RM fetching from the store: one executable, through the link limiter.
-async fn serve_stager(
-    mut reader: FrameReader<OwnedReadHalf>,
-    mut w: OwnedWriteHalf,
-    name: &str,
-    peer: SocketAddr,
-    shared: &Shared,
-) {
-    let store = shared.store.clone();
-    let cmds = shared.cmds.clone();
-    let lookup = async move |sha256: String| match store.open_file(&sha256) {
-        Ok(Some((executable, file))) => {
-            let _ = cmds.send(Cmd::Staging(StageInput::GlobalSend));
-            Served::File { file, executable }
-        }
-        Ok(None) => Served::Missing("not in the global RM's store".into()),
-        Err(e) => {
-            warn!("staging {sha256}: {e}");
-            Served::Missing(format!("the global RM cannot read it: {e}"))
-        }
-    };
-    match stage::serve(&mut reader, &mut w, lookup, &shared.limiter).await {
-        Ok(bytes) => debug!(%peer, machine = name, bytes, "executable staged from the store"),
-        Err(e) => warn!(%peer, machine = name, "staging from the store ended: {e}"),
-    }
-    let _ = w.shutdown().await;
 }

@@ -66,14 +66,28 @@ impl SimulatedOwner {
 /// Measures the real owner of this machine.
 #[derive(Debug, Default)]
 pub struct RealOwner {
-    /// CPU ticks of each job group leader at the last measurement.
+    /// CPU ticks (its own and its reaped children's) of each process of our
+    /// job groups at the last measurement, by pid.
     last_ticks: HashMap<i32, u64>,
+    /// The job groups watched at the last measurement.
+    last_groups: std::collections::HashSet<i32>,
     /// When the last measurement was taken (policy time).
     last_at: Option<f64>,
+    /// CPUs our job processes used between the last two measurements.
+    last_share: f64,
 }
 
 impl RealOwner {
-    /// Measures now (`now` is policy time); `job_pids` are the group leaders of our job processes.
+    /// CPUs the job processes used between the last two measurements: what
+    /// [`RealOwner::measure`] takes off the load to get the owner's.
+    pub fn job_cpus(&self) -> f64 {
+        self.last_share
+    }
+
+    /// Measures now (`now` is policy time); `job_pids` are the group leaders
+    /// of our job processes. The job's load is the CPU of every process in
+    /// their groups, children included (the shell commands a worker runs),
+    /// so that a job never counts as its owner's load and suspends itself.
     pub fn measure(&mut self, now: f64, job_pids: &[i32]) -> Observation {
         let keyboard_idle = keyboard_idle_seconds(SystemTime::now());
         let load_avg = std::fs::read_to_string("/proc/loadavg")
@@ -81,20 +95,28 @@ impl RealOwner {
             .and_then(|t| t.split_whitespace().next()?.parse::<f64>().ok())
             .filter(|l| l.is_finite())
             .unwrap_or(0.0);
+        let groups: std::collections::HashSet<i32> = job_pids.iter().copied().collect();
         let mut ticks = HashMap::with_capacity(job_pids.len());
         let mut used = 0u64;
-        for &pid in job_pids {
-            if let Some(t) = cpu_ticks(pid) {
-                used += t.saturating_sub(self.last_ticks.get(&pid).copied().unwrap_or(t));
-                ticks.insert(pid, t);
-            }
+        for (pid, pgrp, t) in group_members(&groups) {
+            // A process first seen in a group watched last time was born
+            // since: all its time is new. In a new group, only what follows.
+            let before = match self.last_ticks.get(&pid) {
+                Some(&b) => b,
+                None if self.last_groups.contains(&pgrp) => 0,
+                None => t,
+            };
+            used += t.saturating_sub(before);
+            ticks.insert(pid, t);
         }
+        self.last_groups = groups;
         let share = match self.last_at {
             Some(then) if now > then => used as f64 / ticks_per_second() / (now - then),
             _ => 0.0,
         };
         self.last_ticks = ticks;
         self.last_at = Some(now);
+        self.last_share = share;
         Observation {
             keyboard_idle,
             load_avg,
@@ -142,7 +164,48 @@ fn uptime_seconds() -> f64 {
         .unwrap_or(0.0)
 }
 
+/// Every live process whose process group is one of `groups`: its pid, group
+/// and CPU ticks (its own and its reaped children's), from one scan of /proc.
+fn group_members(groups: &std::collections::HashSet<i32>) -> Vec<(i32, i32, u64)> {
+    let mut out = Vec::new();
+    if groups.is_empty() {
+        return out;
+    }
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        if let Some((pgrp, own, children)) = parse_stat(&stat)
+            && groups.contains(&pgrp)
+        {
+            out.push((pid, pgrp, own + children));
+        }
+    }
+    out
+}
+
+/// The process group, `utime + stime` and `cutime + cstime` from the text of
+/// /proc/PID/stat (fields 5, 14-15 and 16-17).
+fn parse_stat(stat: &str) -> Option<(i32, u64, u64)> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().take(15).collect();
+    let num = |i: usize| f.get(i)?.parse::<u64>().ok();
+    let pgrp = f.get(2)?.parse::<i32>().ok()?;
+    Some((pgrp, num(11)? + num(12)?, num(13)? + num(14)?))
+}
+
 /// `utime + stime` of a process in clock ticks, from /proc/PID/stat.
+#[cfg(test)]
 fn cpu_ticks(pid: i32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     parse_stat_ticks(&stat)
@@ -191,6 +254,47 @@ mod tests {
         assert_eq!(parse_stat_ticks("garbage"), None);
         let own = cpu_ticks(std::process::id() as i32);
         assert!(own.is_some());
+    }
+
+    #[test]
+    fn a_jobs_busy_children_count_as_the_jobs_load() {
+        use std::os::unix::process::CommandExt;
+        // The group's leader only waits; its two children spin, as the shell
+        // commands of a worker do.
+        let mut leader = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "sh -c 'while :; do :; done' & sh -c 'while :; do :; done' & wait",
+            ])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pgid = leader.id() as i32;
+        let mut r = RealOwner::default();
+        let start = std::time::Instant::now();
+        r.measure(0.0, &[pgid]);
+        std::thread::sleep(std::time::Duration::from_millis(800));
+        let o = r.measure(start.elapsed().as_secs_f64(), &[pgid]);
+        let leader_only = cpu_ticks(pgid).unwrap_or(0) as f64 / ticks_per_second();
+        // SAFETY: a signal to the test's own process group.
+        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        let _ = leader.wait();
+        // Two spinning children: well above a tenth of a CPU even on a
+        // loaded machine; the leader alone used next to nothing.
+        assert!(
+            r.job_cpus() > 0.1,
+            "the children's CPU was not counted: {}",
+            r.job_cpus()
+        );
+        assert!(leader_only < 0.05, "{leader_only}");
+        assert!(o.non_pool_load <= o.load_avg, "{o:?}");
+    }
+
+    #[test]
+    fn stat_fields_of_group_and_children() {
+        let stat = "42 (a (b) c) S 1 40 40 0 -1 4194304 100 0 0 0 7 3 5 6 20 0 1 0 5 0 0";
+        assert_eq!(parse_stat(stat), Some((40, 10, 11)));
+        assert_eq!(parse_stat("7 (x) S 1"), None);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use carmi_api::client::{ConnectOptions, Incoming, connect};
 use carmi_api::frame::{FrameReader, write_frame};
 use carmi_api::handshake::{self, Secret};
 use carmi_api::msg::{Event, FromGlobal, Role, SpawnTarget, ToGlobal};
-use carmi_tests::{Pool, take_event};
+use carmi_tests::{Pool, PoolOptions, take_event};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpSocket, TcpStream};
 
@@ -127,18 +127,26 @@ async fn a_200000_attribute_ad_stalls_neither_the_router_nor_a_healthy_machines_
 
     // Two machines send 200,000 attributes (about 4 MB): one as heartbeat
     // updates, again and again, the other as its machine ad.
+    // Encoded once, before registering: the raw machine must keep its own
+    // heartbeat period (600 ms of silence loses it too).
+    let update = ToGlobal::Heartbeat {
+        update: update_of(200_000),
+    };
+    let mut frame = carmi_api::frame::encode_header(&update, 0);
+    frame.shrink_to_fit();
+    let big_ad = carmi_api::frame::encode_header(
+        &ToGlobal::Advertise {
+            ad: ad_of("huge2", 200_000),
+            slots: 1,
+            running: vec![],
+        },
+        0,
+    );
     let (mut r, mut w) = raw_local(&pool.global_addr, &pool.secret, "huge").await;
-    let update = update_of(200_000);
-    let big_ad = ad_of("huge2", 200_000);
     let flood = tokio::spawn(async move {
-        for _ in 0..10 {
-            let hb = ToGlobal::Heartbeat {
-                update: update.clone(),
-            };
-            write_frame(&mut w, &hb, &[])
-                .await
-                .expect("send huge update");
-            tokio::time::sleep(Duration::from_millis(200)).await;
+        for _ in 0..15 {
+            w.write_all(&frame).await.expect("send huge update");
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
         w
     });
@@ -155,23 +163,20 @@ async fn a_200000_attribute_ad_stalls_neither_the_router_nor_a_healthy_machines_
             handshake::client(&mut r, &mut w, &secret, &role)
                 .await
                 .expect("handshake");
-            let ad = ToGlobal::Advertise {
-                ad: big_ad,
-                slots: 1,
-                running: vec![],
-            };
-            write_frame(&mut w, &ad, &[]).await.expect("advertise");
+            w.write_all(&big_ad).await.expect("advertise");
             refusal(&mut r).await
         })
     };
 
     // The router keeps answering meanwhile.
-    let mut worst = Duration::ZERO;
+    let mut times = Vec::new();
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(3) {
-        worst = worst.max(status_time(&pool).await);
+        times.push(status_time(&pool).await);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let worst = times.iter().copied().max().unwrap_or_default();
+    eprintln!("status round trips during the flood: {times:?}");
     let why = refusal(&mut r).await;
     assert!(
         why.contains("heartbeat update") && why.contains("max_ad_"),
@@ -211,6 +216,132 @@ async fn a_200000_attribute_ad_stalls_neither_the_router_nor_a_healthy_machines_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_global_rm_stopped_past_every_deadline_loses_no_machine() {
+    let pool = Pool::start("stopped", 1, &[vec![]]);
+    let opts = ConnectOptions::new(pool.locals[0].app_addr.clone(), pool.secret.clone());
+    let (carmi, mut events) = connect(opts).await.expect("connect to m0");
+    let mut seen = VecDeque::new();
+    let _ = carmi.define_class("any", "true");
+    let add = carmi.addhosts("any", 1, 1);
+    let host = take_event(
+        &mut events,
+        &mut seen,
+        Duration::from_secs(20),
+        "host",
+        |x| match x {
+            Incoming::Rm(Event::HostsAdded { request, hosts, .. }) if *request == add => {
+                Some(hosts[0].host)
+            }
+            _ => None,
+        },
+    )
+    .await;
+    let pidfile = pool.dir.join("worker.pid");
+    let exe = pool.dir.join("worker.sh");
+    write_script(
+        &exe,
+        &format!("echo $$ > {}; exec sleep 300", pidfile.display()),
+    );
+    let spawn = carmi.class_spawn(&exe, Vec::<String>::new(), SpawnTarget::Host(host));
+    take_event(
+        &mut events,
+        &mut seen,
+        Duration::from_secs(20),
+        "started",
+        |x| match x {
+            Incoming::Rm(Event::ProcessStarted { request, .. }) if *request == spawn => Some(()),
+            _ => None,
+        },
+    )
+    .await;
+    let pid = read_pid(&pidfile).await;
+
+    // The global RM does not run for 2 s, over three times the 600 ms after
+    // which a silent machine is lost; m0 kept sending its heartbeats.
+    let global = pid_of_global(&pool.dir).expect("the global RM's pid");
+    signal(global, "STOP");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    signal(global, "CONT");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let log = std::fs::read_to_string(pool.dir.join("global.log")).unwrap_or_default();
+    assert!(
+        !log.contains("`m0` sent nothing"),
+        "m0 was declared lost\n{log}"
+    );
+    assert!(alive(pid), "m0's process {pid} was killed");
+    let ended = seen.iter().any(
+        |x| matches!(x, Incoming::Rm(Event::ProcessExited { request, .. }) if *request == spawn),
+    );
+    assert!(!ended, "m0's process was reported ended: {seen:?}");
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill -{sig} {pid}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_frame_or_a_huge_message_ends_its_connection_an_idle_one_is_served() {
+    let options = PoolOptions {
+        global_args: vec!["--frame-timeout-s".into(), "1".into()],
+        ..PoolOptions::default()
+    };
+    let pool = Pool::start_with("partial", 1, &[vec![]], options);
+    let admin = |name: &'static str| {
+        let addr = pool.global_addr.clone();
+        let secret = pool.secret.clone();
+        async move {
+            let stream = TcpStream::connect(&addr).await.expect("connect");
+            let (r, mut w) = stream.into_split();
+            let mut r = FrameReader::new(r);
+            handshake::client(&mut r, &mut w, &secret, &Role::Admin)
+                .await
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            (r, w)
+        }
+    };
+    let (mut idle_r, mut idle_w) = admin("idle").await;
+    let (mut r, mut w) = admin("partial").await;
+    // 1 MiB announced (allowed 1 s + 1 s), 100 bytes sent, then nothing.
+    let mut start = (1u32 << 20).to_be_bytes().to_vec();
+    start.extend_from_slice(&[b'{'; 100]);
+    w.write_all(&start).await.expect("start a frame");
+    let closed = tokio::time::timeout(Duration::from_secs(30), r.read::<FromGlobal>()).await;
+    assert!(
+        matches!(closed, Ok(Ok(None)) | Ok(Err(_))),
+        "a stalled frame kept its connection: {closed:?}"
+    );
+    let log = std::fs::read_to_string(pool.dir.join("global.log")).unwrap_or_default();
+    assert!(log.contains("was still incomplete"), "{log}");
+    // A message (frame header) over 16 MiB is refused before it is decoded.
+    let (mut r, mut w) = admin("huge header").await;
+    let hlen: u32 = (16 << 20) + 1;
+    let mut big = (hlen + 4).to_be_bytes().to_vec();
+    big.extend_from_slice(&hlen.to_be_bytes());
+    big.resize(8 + hlen as usize, b' ');
+    let _ = w.write_all(&big).await;
+    let closed = tokio::time::timeout(Duration::from_secs(30), r.read::<FromGlobal>()).await;
+    assert!(
+        matches!(closed, Ok(Ok(None)) | Ok(Err(_))),
+        "a 16 MiB message was not refused: {closed:?}"
+    );
+    let log = std::fs::read_to_string(pool.dir.join("global.log")).unwrap_or_default();
+    assert!(log.contains("exceeds the limit of 16777216 bytes"), "{log}");
+    // The idle connection, as old, is still served.
+    write_frame(&mut idle_w, &ToGlobal::Status, &[])
+        .await
+        .expect("ask");
+    match tokio::time::timeout(Duration::from_secs(30), idle_r.read::<FromGlobal>()).await {
+        Ok(Ok(Some((FromGlobal::Pool(_), _)))) => {}
+        other => panic!("the idle connection was not served: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nine_thousand_half_open_handshakes_leave_the_global_rm_small_and_serving() {
     const CONNECTIONS: usize = 9_000;
     raise_fd_limit(CONNECTIONS as u64 + 1_000);
@@ -219,9 +350,30 @@ async fn nine_thousand_half_open_handshakes_leave_the_global_rm_small_and_servin
     let before = rss_mb(global_pid);
     let target: SocketAddr = pool.global_addr.parse().expect("an address");
 
-    // Each opens a handshake frame and stops: half announce 65 KB (over the
-    // handshake's limit), half a frame within it of which 1 KB arrives. They
-    // come from 90 addresses (127.0.0.0/8 is all loopback), 100 from each.
+    // One address holding many handshakes open is refused past its cap, and
+    // told so; another address is still served.
+    let crowded = IpAddr::V4(Ipv4Addr::new(127, 0, 2, 1));
+    let mut crowd = Vec::new();
+    for _ in 0..200 {
+        crowd.extend(half_open(crowded, target, false).await);
+    }
+    let socket = TcpSocket::new_v4().expect("socket");
+    socket.bind(SocketAddr::new(crowded, 0)).expect("bind");
+    let (r, mut w) = socket.connect(target).await.expect("connect").into_split();
+    let mut r = FrameReader::new(r);
+    match handshake::client(&mut r, &mut w, &pool.secret, &Role::Admin).await {
+        Err(handshake::HandshakeError::Refused(why)) => {
+            assert!(why.contains("max_handshaking_per_addr"), "{why}")
+        }
+        other => panic!("a crowded address was not refused: {other:?}"),
+    }
+    status_time(&pool).await;
+    drop(crowd);
+
+    // Each opens a handshake frame and stops short of its end: half announce
+    // 65,000 bytes and send 64,000, half announce 4,000 (within the
+    // handshake's limit) and send 3,000. They come from 90 addresses
+    // (127.0.0.0/8 is all loopback), 100 from each.
     let mut held = Vec::with_capacity(CONNECTIONS);
     for batch in 0..CONNECTIONS / 500 {
         let mut set = tokio::task::JoinSet::new();
@@ -286,8 +438,8 @@ async fn nine_thousand_half_open_handshakes_leave_the_global_rm_small_and_servin
 }
 
 /// A connection from `from` that starts a handshake frame and never finishes
-/// it (announcing 65,000 bytes if `oversized`, else 4,000 of which 1,000
-/// arrive); `None` if it could not be opened.
+/// it: 65,000 bytes announced and 64,000 sent if `oversized`, else 4,000
+/// and 3,000; `None` if it could not be opened.
 async fn half_open(from: IpAddr, to: SocketAddr, oversized: bool) -> Option<TcpStream> {
     let socket = TcpSocket::new_v4().ok()?;
     socket.bind(SocketAddr::new(from, 0)).ok()?;
@@ -297,7 +449,7 @@ async fn half_open(from: IpAddr, to: SocketAddr, oversized: bool) -> Option<TcpS
         .ok()?;
     let announced: u32 = if oversized { 65_000 } else { 4_000 };
     let mut bytes = announced.to_be_bytes().to_vec();
-    bytes.extend_from_slice(&[b'{'; 1_000]);
+    bytes.resize(announced as usize - 1_000, b'{');
     // The server may already have refused and closed: that is fine too.
     let _ = s.write_all(&bytes).await;
     Some(s)

@@ -70,6 +70,48 @@ fn wait(pool: &Pool, args: &[&str]) -> Output {
 }
 
 #[test]
+fn status_shows_an_owners_attributes_and_the_policy_state() {
+    let pool = Pool::start(
+        "daily-status",
+        2,
+        &[vec![
+            "HasMatlab=true".to_string(),
+            "Lab=\"optics\"".to_string(),
+        ]],
+    );
+    wait_pool(&pool);
+    let out = carmi(&pool)
+        .args([
+            "status",
+            "-af",
+            "Name",
+            "HasMatlab",
+            "Lab",
+            "State",
+            "Activity",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "m0 true optics Unclaimed Idle\n");
+    let out = carmi(&pool).args(["status", "--json"]).output().unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let a = &json[0]["attributes"];
+    assert_eq!(a["HasMatlab"], true, "{json}");
+    assert_eq!(a["Lab"], "optics", "{json}");
+    assert_eq!(a["State"], "Unclaimed", "{json}");
+    let out = carmi(&pool)
+        .args(["status", "-constraint", "State == \"Owner\""])
+        .output()
+        .unwrap();
+    assert!(
+        text(&out.stdout).contains("0 machines"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
 fn wait_exits_with_the_jobs_exit_status() {
     let pool = pool("daily-wait");
     wait_pool(&pool);

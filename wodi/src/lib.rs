@@ -18,7 +18,6 @@
 //! - `order`: history-based dispatch (longest first, earliest finish).
 //! - `plan`: work history and cycle planning (longest first, earliest finish, fewest hosts).
 //! - `profile`: step-time profiles (the paper's materials application).
-//! - `sim`: a discrete-event simulator driving the real core with virtual time.
 //! - `speed`: host speed from a class, the machine ad or a benchmark step, refined by observed times.
 //! - `checkpoint`: the master's checkpoint file (last completed cycle, its state, the history).
 //! - `stats`: run statistics (occupancy, CPU time, efficiency, timeline) and their JSON form.
@@ -27,6 +26,10 @@
 //! - `master`: the master library.
 //! - `worker`: the worker library (blocking, one step at a time, CPU time measured per step).
 //! - `cmd`: the command worker's step format (a step is a shell command line).
+//!
+//! The simulator that drives `sched` in virtual time on modelled owners, and
+//! the WoDi benchmarks, are the `wodi-sim` crate: a program using WoDi
+//! compiles neither the owner models nor the daemons.
 
 #![warn(missing_docs)]
 
@@ -41,7 +44,6 @@ pub mod profile;
 pub mod proto;
 pub mod sched;
 pub mod server;
-pub mod sim;
 pub mod speed;
 pub mod stats;
 pub mod worker;

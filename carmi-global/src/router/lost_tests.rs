@@ -178,3 +178,49 @@ fn attributes_are_counted_without_parsing() {
     );
     assert_eq!(count_attributes(&update_of(1000)), 1000);
 }
+
+#[test]
+fn a_late_tick_counts_silence_again_once_and_a_silent_machine_is_lost_a_window_later() {
+    let mut s = Sim::new();
+    s.machine(M1, "m1", 10, 1);
+    s.machine(M2, "m2", 10, 1);
+    // The global RM did not run for 10 s (SIGSTOP, swap): both deadlines
+    // (3 s) passed long ago, but nobody could have been heard.
+    s.sleep(10_000);
+    s.step(|r, now| r.on_tick(now));
+    s.quiet();
+    assert_eq!(s.r.next_deadline(), Some(s.now + Duration::from_secs(3)));
+    // m1's heartbeats were waiting in its socket; m2 is really gone.
+    s.sleep(100);
+    s.msg(
+        M1,
+        ToGlobal::Heartbeat {
+            update: String::new(),
+        },
+    );
+    s.sleep(2_900);
+    s.step(|r, now| r.on_tick(now));
+    assert!(s.expect_closed(M2).contains("`m2` sent nothing"));
+    s.quiet();
+    // m1 lives on its own heartbeats from now on: lost 3 s after its last.
+    s.sleep(50);
+    s.step(|r, now| r.on_tick(now));
+    s.quiet();
+    s.sleep(50);
+    s.step(|r, now| r.on_tick(now));
+    assert!(s.expect_closed(M1).contains("`m1` sent nothing"));
+}
+
+#[test]
+fn a_machine_is_reprieved_only_once_per_silence() {
+    let mut s = Sim::new();
+    s.machine(M1, "m1", 10, 1);
+    s.sleep(10_000);
+    s.step(|r, now| r.on_tick(now));
+    s.quiet();
+    // Late again: a reprieved machine that still said nothing is lost.
+    s.sleep(10_000);
+    s.step(|r, now| r.on_tick(now));
+    assert!(s.expect_closed(M1).contains("sent nothing"));
+    s.quiet();
+}

@@ -1,11 +1,15 @@
 //! Machines at the router: registration and reconciliation of what a
 //! reconnecting local RM still runs, heartbeats, loss, and owner-policy slot changes.
+//! Loss is for a machine's own silence: heartbeats count from their arrival,
+//! and a router that ran late counts overdue machines' silence again from
+//! when it resumed ([`Router::on_tick`]). Ads and updates over the limits are refused with
+//! their reason, told to the machine and logged at most once per
+//! [`REFUSAL_LOG_PERIOD`].
 
 use std::collections::BTreeSet;
-
-use carmi_api::ids::{JobId, ProcessId};
 use std::time::Duration;
 
+use carmi_api::ids::{JobId, ProcessId};
 use carmi_api::msg::{ExitStatus, Failure, FailureCode, FromGlobal, ProcessState, SlotActivity};
 use classad::ClassAd;
 use tracing::{debug, info, warn};
@@ -19,12 +23,81 @@ impl Router {
     /// Any message from a registered machine proves it alive.
     pub(super) fn touch(&mut self, name: &str) {
         let deadline = self.now.saturating_add(self.lost_after());
-        // Only registered machines have a deadline to push back.
+        self.set_deadline(name, deadline);
+        if let Some(p) = self.presence.get_mut(name) {
+            p.reprieved = false;
+        }
+    }
+
+    /// Moves the deadline of machine `name`, if it has one (only registered
+    /// machines do).
+    fn set_deadline(&mut self, name: &str, deadline: Duration) {
         if let Some(p) = self.presence.get_mut(name)
             && let Some(old) = p.deadline.as_mut().map(|d| std::mem::replace(d, deadline))
         {
             self.deadlines.remove(&(old, name.to_string()));
             self.deadlines.insert((deadline, name.to_string()));
+        }
+    }
+
+    /// Gives every machine past its deadline, and not reprieved already
+    /// since its last message, a whole new loss window from now (see
+    /// [`Router::on_tick`]).
+    pub(super) fn reprieve_overdue(&mut self) {
+        let now = self.now;
+        let overdue: Vec<String> = self
+            .deadlines
+            .iter()
+            .take_while(|(d, _)| *d <= now)
+            .map(|(_, name)| name.clone())
+            .filter(|name| self.presence.get(name).is_some_and(|p| !p.reprieved))
+            .collect();
+        if overdue.is_empty() {
+            return;
+        }
+        warn!(
+            machines = overdue.len(),
+            "the global RM ran late past their deadlines (it was stopped or overloaded): \
+             their silence counts again from now"
+        );
+        let deadline = now.saturating_add(self.lost_after());
+        for name in overdue {
+            self.set_deadline(&name, deadline);
+            if let Some(p) = self.presence.get_mut(&name) {
+                p.reprieved = true;
+            }
+        }
+    }
+
+    /// Declares every machine whose deadline has passed lost, unless the
+    /// tick itself comes late.
+    ///
+    /// A tick more than a heartbeat period past a deadline means this
+    /// process did not run in between (stopped, starved of CPU, swapping, or
+    /// stuck on one input): the machines' heartbeats may be waiting unread in
+    /// their sockets, and a silence the global RM could not hear is not
+    /// theirs. Each overdue machine's silence then counts again from now,
+    /// once (any message from it renews that): a machine that is really gone
+    /// is lost one loss window later, one that was only unheard is not.
+    pub fn on_tick(&mut self, now: Duration) {
+        self.advance(now);
+        let late = self
+            .deadlines
+            .first()
+            .is_some_and(|(d, _)| self.now.saturating_sub(*d) > self.config.heartbeat);
+        if late {
+            self.reprieve_overdue();
+        }
+        while let Some((d, name)) = self.deadlines.first().cloned() {
+            if d > self.now {
+                break;
+            }
+            let reason = format!(
+                "machine `{name}` sent nothing for {} ms ({} heartbeat periods)",
+                self.lost_after().as_millis(),
+                self.config.missed_heartbeats
+            );
+            self.machine_lost(&name, reason);
         }
     }
 

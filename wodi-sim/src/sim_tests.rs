@@ -2,10 +2,10 @@
 //! how close a static cycle gets to its bound, and exactly-once under churn.
 
 use super::*;
-use crate::order::LongestFirst;
-use crate::plan::fewest_hosts;
-use crate::profile::materials;
-use crate::sched::ArrivalOrder;
+use wodi::order::LongestFirst;
+use wodi::plan::fewest_hosts;
+use wodi::profile::materials;
+use wodi::sched::ArrivalOrder;
 
 fn config(hosts: usize, owners: OwnerModel, seed: u64) -> SimConfig {
     SimConfig {
@@ -86,7 +86,7 @@ fn every_step_is_delivered_exactly_once_while_owners_come_and_go() {
         // Each (cycle, step) delivered once.
         let mut seen = std::collections::HashSet::new();
         for st in &run.stats.steps {
-            if st.outcome == crate::stats::RunOutcome::Delivered {
+            if st.outcome == wodi::stats::RunOutcome::Delivered {
                 assert!(
                     seen.insert((st.cycle, st.step)),
                     "seed {seed}: delivered twice"
@@ -196,7 +196,7 @@ fn exactly_once_under_churn_with_straggler_copies_and_slow_hosts() {
         assert_eq!(run.stats.steps_delivered, 35 * 31, "seed {seed}");
         let mut seen = std::collections::HashSet::new();
         for st in &run.stats.steps {
-            if st.outcome == crate::stats::RunOutcome::Delivered {
+            if st.outcome == wodi::stats::RunOutcome::Delivered {
                 assert!(seen.insert((st.cycle, st.step)), "seed {seed}: twice");
             }
         }
@@ -204,7 +204,7 @@ fn exactly_once_under_churn_with_straggler_copies_and_slow_hosts() {
             .stats
             .steps
             .iter()
-            .filter(|s| s.outcome == crate::stats::RunOutcome::Discarded)
+            .filter(|s| s.outcome == wodi::stats::RunOutcome::Discarded)
             .count();
     }
     assert!(copies > 0, "no second copy ever ran");

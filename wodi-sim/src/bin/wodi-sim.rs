@@ -21,7 +21,7 @@ use serde::Serialize;
 use wodi::order::LongestFirst;
 use wodi::profile::{StepProfile, materials};
 use wodi::sched::{ArrivalOrder, Dispatch, SchedConfig};
-use wodi::sim::{PoolPolicy, RunSummary, SimConfig, simulate};
+use wodi_sim::{PoolPolicy, RunSummary, SimConfig, simulate};
 
 /// Simulate WoDi runs of the paper's materials application on an opportunistic pool.
 #[derive(Parser, Debug)]

@@ -24,11 +24,11 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{CycleId, StepId, WorkerId};
-use crate::plan::{Hysteresis, lower_bound};
-use crate::profile::{StepProfile, sample_cycle};
-use crate::sched::{Dispatch, Output, Sched, SchedConfig, Ticket, Verdict};
-use crate::stats::Stats;
+use wodi::ids::{CycleId, StepId, WorkerId};
+use wodi::plan::{Hysteresis, lower_bound};
+use wodi::profile::{StepProfile, sample_cycle};
+use wodi::sched::{Dispatch, Output, Sched, SchedConfig, Ticket, Verdict};
+use wodi::stats::Stats;
 
 /// CARMI's owner policy as the simulated hosts apply it, in virtual seconds.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]

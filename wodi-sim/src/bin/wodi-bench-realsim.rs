@@ -1,5 +1,5 @@
 //! `wodi-bench-realsim`: the same workload run for real on an embedded pool
-//! and in the simulator (`wodi::sim`), cycle by cycle.
+//! and in the simulator (`wodi_sim`), cycle by cycle.
 //!
 //! The workload is the materials cycle (`wodi::profile::materials`, 31 steps)
 //! scaled down by `--scale`, without its cycle-to-cycle noise, so both runs
@@ -22,10 +22,10 @@ use wodi::master::{Master, MasterConfig, PoolAddr, StepOutcome};
 use wodi::order::LongestFirst;
 use wodi::profile::{StepProfile, materials, scaled};
 use wodi::sched::SchedConfig;
-use wodi::sim::{PoolPolicy, SimConfig, simulate};
 use wodi::speed::{SpeedSource, score_from_ad};
 use wodi::stats::RunOutcome;
 use wodi::{CycleId, Stats, StepId};
+use wodi_sim::{PoolPolicy, SimConfig, simulate};
 
 #[derive(Parser, Debug)]
 #[command(

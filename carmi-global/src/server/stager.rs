@@ -1,0 +1,78 @@
+//! Staging at the driver: staging messages on their way to the [`Staging`]
+//! core, and the store served to local RMs that connect as stagers.
+
+use std::net::SocketAddr;
+
+use carmi_api::frame::FrameReader;
+use carmi_api::stage::{self, Served};
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tracing::{debug, warn};
+
+use super::{Cmd, Shared};
+use crate::router::LinkId;
+use crate::staging::Staging;
+
+/// Staging messages, for the [`Staging`] core in the router task.
+pub(super) enum StageInput {
+    Fetch {
+        link: LinkId,
+        sha256: String,
+    },
+    Serve {
+        link: LinkId,
+        endpoint: String,
+    },
+    Fetched {
+        link: LinkId,
+        sha256: String,
+        error: Option<String>,
+    },
+    Stats {
+        link: LinkId,
+    },
+    GlobalSend,
+}
+
+/// Hands a staging message to the [`Staging`] core.
+pub(super) fn on_stage_input(staging: &mut Staging, input: StageInput) {
+    match input {
+        StageInput::Fetch { link, sha256 } => staging.on_fetch(link, sha256),
+        StageInput::Serve { link, endpoint } => staging.on_endpoint(link, endpoint),
+        StageInput::Fetched {
+            link,
+            sha256,
+            error,
+        } => staging.on_fetched(link, sha256, error),
+        StageInput::Stats { link } => staging.on_stats_request(link),
+        StageInput::GlobalSend => staging.on_global_send(),
+    }
+}
+
+/// A local RM fetching from the store: one executable, through the link limiter.
+pub(super) async fn serve_stager(
+    mut reader: FrameReader<OwnedReadHalf>,
+    mut w: OwnedWriteHalf,
+    name: &str,
+    peer: SocketAddr,
+    shared: &Shared,
+) {
+    let store = shared.store.clone();
+    let cmds = shared.cmds.clone();
+    let lookup = async move |sha256: String| match store.open_file(&sha256) {
+        Ok(Some((executable, file))) => {
+            let _ = cmds.send(Cmd::Staging(StageInput::GlobalSend));
+            Served::File { file, executable }
+        }
+        Ok(None) => Served::Missing("not in the global RM's store".into()),
+        Err(e) => {
+            warn!("staging {sha256}: {e}");
+            Served::Missing(format!("the global RM cannot read it: {e}"))
+        }
+    };
+    match stage::serve(&mut reader, &mut w, lookup, &shared.limiter).await {
+        Ok(bytes) => debug!(%peer, machine = name, bytes, "executable staged from the store"),
+        Err(e) => warn!(%peer, machine = name, "staging from the store ended: {e}"),
+    }
+    let _ = w.shutdown().await;
+}
