@@ -345,3 +345,34 @@ fn event_logs_survive_a_restart_and_numbering_goes_on() {
         assert_eq!(after.last().unwrap().seq, two.last().unwrap().seq + 1);
     }
 }
+
+#[test]
+fn an_owners_comings_and_goings_are_in_the_jobs_events() {
+    use carmi_api::msg::SlotActivity;
+    let (mut r, mut journal) = pool();
+    let master = submit(&mut r, &mut journal).expect("the job starts");
+    let started = ToGlobal::Started {
+        process: master,
+        result: Ok(()),
+    };
+    msg(&mut r, M0, started);
+    for state in [
+        SlotActivity::Suspended,
+        SlotActivity::Available,
+        SlotActivity::Suspended,
+        SlotActivity::Vacated,
+    ] {
+        msg(&mut r, M0, ToGlobal::SlotState { slot: 1, state });
+    }
+    let events = all_events(&mut r, JobId(1));
+    let lines: Vec<String> = events.iter().skip(4).map(|e| e.kind.to_string()).collect();
+    assert_eq!(
+        lines,
+        [
+            "host-suspended h2 m0",
+            "host-resumed h2 m0",
+            "host-suspended h2 m0",
+            "host-lost h2 m0 the owner of h2 reclaimed it"
+        ]
+    );
+}
