@@ -41,6 +41,9 @@ pub struct QArgs {
     /// Why JOB's classes are not satisfied (or -analyze); JOB as `j3` or `3`
     #[arg(long, value_name = "JOB")]
     analyze: Option<JobId>,
+    /// Only held jobs, each with why it is held (or -hold; see `carmi hold`)
+    #[arg(long)]
+    hold: bool,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -256,9 +259,12 @@ pub fn q(args: QArgs) -> anyhow::Result<()> {
     }
     let answer =
         crate::block_on(async { Ok(request(&pool, &secret, None, ToGlobal::Queue).await?) })?;
-    let FromGlobal::Queue(jobs) = answer else {
+    let FromGlobal::Queue(mut jobs) = answer else {
         return Err(failed(answer, "q"));
     };
+    if args.hold {
+        jobs.retain(|j| j.state == "held");
+    }
     if args.json {
         print(&json_text(&jobs))
     } else {

@@ -145,6 +145,13 @@ fn a_held_job_gives_back_its_hosts_and_runs_again_once_released() {
     );
     let table = ok(&pool, &["q"]);
     assert!(table.contains("held"), "{table}");
+    // `q -hold`, as condor_q's: the held jobs, each with its reason.
+    let held = ok(&pool, &["q", "-hold"]);
+    assert!(held.contains("^ held by alice"), "{held}");
+    assert!(
+        held.contains("1 job: 0 running, 0 waiting, 1 on hold"),
+        "{held}"
+    );
     // Holding it again, or releasing a job that is not held, is an error naming why.
     let again = carmi(&pool).args(["hold", &id]).output().unwrap();
     assert!(!again.status.success());
