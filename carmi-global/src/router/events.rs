@@ -211,3 +211,68 @@ impl Router {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::Live;
+
+    fn released(logs: &mut EventLogs, job: u64) {
+        logs.push(JobId(job), 0, EventKind::Released);
+    }
+
+    #[test]
+    fn a_jobs_log_keeps_its_last_events_and_numbers_on() {
+        let mut logs = EventLogs::default();
+        logs.open(JobId(1), None);
+        for _ in 0..EVENTS_PER_JOB + 44 {
+            released(&mut logs, 1);
+        }
+        let (events, ended, _) = logs.select(JobId(1), 0).unwrap();
+        assert!(!ended);
+        assert_eq!(events.len(), EVENTS_PER_JOB);
+        assert_eq!(events[0].seq, 45);
+        assert_eq!(events.last().unwrap().seq, EVENTS_PER_JOB as u64 + 44);
+        // The journal's live state keeps as many, for a compaction.
+        let record = logs.journal_record().unwrap();
+        let submitted = Record::Attached {
+            job: JobId(1),
+            machine: "m".into(),
+            root: carmi_api::ids::ProcessId(1),
+        };
+        let live = Live::of(&[submitted, record]);
+        let kept: usize = live
+            .records()
+            .iter()
+            .map(|r| match r {
+                Record::Events(e) => e.len(),
+                _ => 0,
+            })
+            .sum();
+        assert_eq!(kept, EVENTS_PER_JOB);
+    }
+
+    #[test]
+    fn only_the_last_ended_jobs_logs_are_kept() {
+        let mut logs = EventLogs::default();
+        for job in 1..=ENDED_LOGS as u64 + 1 {
+            logs.open(JobId(job), None);
+            released(&mut logs, job);
+            logs.close(JobId(job));
+        }
+        assert!(logs.select(JobId(1), 0).is_none());
+        let (events, ended, _) = logs.select(JobId(2), 0).unwrap();
+        assert!(ended && events.len() == 1);
+        // Nothing is logged for a job that has no log (ended, or by hand).
+        released(&mut logs, 2);
+        assert_eq!(logs.select(JobId(2), 0).unwrap().0.len(), 1);
+        let record = logs.journal_record().unwrap();
+        let live = Live::of(&[record]);
+        let ended_logs = live
+            .records()
+            .iter()
+            .filter(|r| matches!(r, Record::Events(_)))
+            .count();
+        assert_eq!(ended_logs, ENDED_LOGS);
+    }
+}
