@@ -6,8 +6,8 @@
 //! hosts all day nor a long history grows the global RM's memory.
 //!
 //! The events of one input are journaled together, in one
-//! [`Record::Events`] after the input's other records (one more write per
-//! input that changed a job, not one per event), so a restarted global RM
+//! [`Record::Events`] right after the input's other records (one more
+//! record per input that changed a job, not one per event), so a restarted global RM
 //! keeps every job's log and goes on numbering where it was: a reader that
 //! wrote events 1 to 5 to a `log =` file appends event 6 next. See
 //! `docs/events.md`.
@@ -146,11 +146,18 @@ impl Router {
     }
 
     /// Journals the events of the input just handled (called as its
-    /// outputs are taken: after every other record of the input, so that
-    /// each event's job is known to a replay before its events are).
+    /// outputs are taken): right after the input's last other record, so
+    /// that each event's job is known to a replay before its events are,
+    /// and so that a driver writing adjacent records together adds no disk
+    /// write for them; at the end when the input wrote no other record.
     pub(super) fn journal_events(&mut self) {
         if let Some(record) = self.events.journal_record() {
-            self.out.push(Output::Journal(record));
+            let at = self
+                .out
+                .iter()
+                .rposition(|o| matches!(o, Output::Journal(_)))
+                .map_or(self.out.len(), |i| i + 1);
+            self.out.insert(at, Output::Journal(record));
         }
     }
 
