@@ -71,6 +71,19 @@ pub async fn request(
     upload: Option<(&ExecutableRef, &[u8])>,
     msg: ToGlobal,
 ) -> Result<FromGlobal, AdminError> {
+    request_with_payload(addr, secret, upload, msg)
+        .await
+        .map(|(answer, _)| answer)
+}
+
+/// [`request`], also returning the answer's payload (the bytes of
+/// [`FromGlobal::Files`]).
+pub async fn request_with_payload(
+    addr: &str,
+    secret: &Secret,
+    upload: Option<(&ExecutableRef, &[u8])>,
+    msg: ToGlobal,
+) -> Result<(FromGlobal, bytes::Bytes), AdminError> {
     let unreachable = |error| AdminError::Unreachable {
         addr: addr.to_string(),
         error,
@@ -111,7 +124,7 @@ pub async fn request(
             "nothing within {} s",
             REPLY_TIMEOUT.as_secs()
         ))),
-        Ok(Ok(Some((answer, _)))) => Ok(answer),
+        Ok(Ok(Some(answer))) => Ok(answer),
         Ok(Ok(None)) => Err(no_answer("it closed the connection".into())),
         Ok(Err(e)) => Err(no_answer(e.to_string())),
     }

@@ -83,6 +83,17 @@ pub const MAX_ID: u64 = 1 << 53;
 /// Longest failure reason kept (a master's `exec` error in `carmi history`),
 /// in bytes; a longer one is cut, not refused: it is a report, not a request.
 pub const MAX_REASON_BYTES: usize = 4_096;
+/// Most bytes a job's master sends back to its submit directory (`output`,
+/// `error` and `transfer_output_files` together). Each file gets an equal
+/// share of what the files before it left over; a larger file is cut to its
+/// share and marked truncated (the rest stays in the local RM's log of the
+/// job, not in the submit directory).
+pub const MAX_RETURNED_BYTES: u64 = 64 << 20;
+/// Most files a master sends back (`transfer_output_files` plus output and error).
+pub const MAX_RETURNED_FILES: usize = 256;
+/// Most bytes of returned files the global RM keeps over every job of its
+/// history; the oldest job's files go first beyond it (the history record stays).
+pub const MAX_KEPT_FILES_BYTES: u64 = 4 << 30;
 
 /// A value above its limit: which field, what it was, what the limit is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -265,9 +276,15 @@ pub fn check_spec(spec: &JobSpec) -> Vec<LimitError> {
     push(check_count(
         "transfer_output_files",
         spec.transfer_output_files.len(),
-        MAX_INPUT_FILES,
+        MAX_RETURNED_FILES - 2,
         "files",
     ));
+    for f in spec.transfer_output_files.iter().take(MAX_RETURNED_FILES) {
+        push(check_len("transfer_output_files", f, MAX_PATH_BYTES));
+    }
+    if let Some(e) = &spec.master_requirements {
+        push(check_len("master_requirements", e, MAX_EXPRESSION_BYTES));
+    }
     if !(1..=MAX_JOBS_PER_SUBMIT).contains(&spec.count) {
         push(Err(LimitError {
             field: "queue".into(),

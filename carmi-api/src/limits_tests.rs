@@ -21,6 +21,7 @@ fn submit(spec: JobSpec) -> SubmitRequest {
         executable: exe(),
         spec,
         submitted_unix: 0,
+        anywhere: false,
     }
 }
 

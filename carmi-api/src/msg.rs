@@ -656,6 +656,50 @@ pub enum ToGlobal {
         #[serde(default)]
         after: u64,
     },
+    /// What a job's master left that goes back to its submit directory
+    /// (`output`, `error`, `transfer_output_files`), sent by the local RM that
+    /// ran it just before its `Exited`: the bytes of `files`, in order, are
+    /// the frame's payload, each cut to what [`crate::limits::MAX_RETURNED_BYTES`]
+    /// allows (and marked `truncated`).
+    MasterFiles {
+        /// The master process.
+        process: ProcessId,
+        /// The files, in payload order.
+        files: Vec<ReturnedFile>,
+    },
+    /// Admin: the files an ended job's master sent back (`carmi wait`,
+    /// `carmi fetch`). Answered with [`FromGlobal::Files`] or [`FromGlobal::AdminFailed`].
+    FetchFiles {
+        /// The job.
+        job: JobId,
+    },
+}
+
+/// A file a master left, sent back to its submit directory.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReturnedFile {
+    /// Its name in the master's sandbox (`stdout`, `stderr`, or a
+    /// `transfer_output_files` entry).
+    pub name: String,
+    /// Bytes sent (after any cut).
+    pub size: u64,
+    /// True when the file was larger than its share of the limit and was cut.
+    #[serde(default)]
+    pub truncated: bool,
+    /// Where it goes on the submit machine (absolute); filled in by the
+    /// global RM from the submit file, empty from the local RM.
+    #[serde(default)]
+    pub dest: String,
+}
+
+/// The files an ended job's master sent back, kept by the global RM in its
+/// state directory beside the job's history record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobFiles {
+    /// The master that sent them (they are stored under its id).
+    pub process: ProcessId,
+    /// The files, with their destinations.
+    pub files: Vec<ReturnedFile>,
 }
 
 /// Where a local RM fetches an executable from (answer to a `Fetch`).
@@ -703,6 +747,12 @@ pub struct SubmitRequest {
     pub spec: crate::submit::JobSpec,
     /// Wall-clock submit time, seconds since the Unix epoch (the submitter's clock).
     pub submitted_unix: u64,
+    /// True when `machine` is only the submit machine's name, not a choice:
+    /// the master runs there if it is a machine of the pool, else the global
+    /// RM places it on a machine that matches the job's `master_requirements`.
+    /// False pins the master to `machine` (`--machine`, `CARMI_MACHINE`).
+    #[serde(default)]
+    pub anywhere: bool,
 }
 
 /// One job, for `carmi q`.
@@ -758,6 +808,9 @@ pub struct JobRecord {
     pub ended_unix: u64,
     /// How it ended.
     pub end: JobEnd,
+    /// What its master sent back for the submit directory, if anything.
+    #[serde(default)]
+    pub files: Option<JobFiles>,
 }
 
 /// One class of a job, for `carmi q`.
@@ -977,6 +1030,9 @@ pub enum FromGlobal {
         #[serde(default)]
         log: Option<String>,
     },
+    /// Admin: answer to [`ToGlobal::FetchFiles`]: the files' bytes, in
+    /// order, are the frame's payload.
+    Files(JobFiles),
     /// Start a job's master on this machine, outside its slots (the submit
     /// side). Answered like `Spawn`, with `Started` and later `Exited`.
     SpawnMaster {
@@ -996,6 +1052,11 @@ pub enum FromGlobal {
         error: Option<String>,
         /// Files (absolute, on this machine) copied into its working directory before it starts.
         input_files: Vec<String>,
+        /// Files of its sandbox to send back with [`ToGlobal::MasterFiles`]
+        /// when it exits (`stdout` and `stderr` are its standard output and
+        /// error when `output`/`error` are not given).
+        #[serde(default)]
+        return_files: Vec<String>,
     },
 }
 

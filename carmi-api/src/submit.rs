@@ -82,6 +82,11 @@ pub struct JobSpec {
     /// `transfer_output_files`, as written.
     #[serde(default)]
     pub transfer_output_files: Vec<String>,
+    /// `master_requirements`: a ClassAd expression over machine ads; where
+    /// the global RM may place the master of a job submitted from outside
+    /// the pool (`None`: any machine).
+    #[serde(default)]
+    pub master_requirements: Option<String>,
     /// `queue N`: how many copies of the job the file describes.
     #[serde(default = "one")]
     pub count: u32,
@@ -600,6 +605,7 @@ pub fn parse(file: &str, text: &str) -> Result<JobSpec, SubmitErrors> {
         initial_dir: extras.initial_dir,
         log: extras.log,
         transfer_output_files: extras.transfer_output_files,
+        master_requirements: extras.master_requirements,
         count: count.map_or(1, |(n, _)| n),
     })
 }

@@ -16,13 +16,16 @@
 //! - `should_transfer_files` (`YES`, `NO`, `IF_NEEDED`) and
 //!   `when_to_transfer_output` (`ON_EXIT`, `ON_EXIT_OR_EVICT`): accepted and
 //!   checked; input files always travel to the master's machine;
-//!   `transfer_output_files`: kept in the spec.
+//!   `transfer_output_files`: sent back to `initialdir` when the master exits;
+//! - `master_requirements`: a ClassAd expression a machine must satisfy for
+//!   the global RM to place the master there when it is submitted from a
+//!   machine outside the pool (default: any machine).
 
 use crate::limits;
 use crate::submit::ClassSpec;
 
 /// Commands recognised here besides `+Name`, lower case.
-pub const KEYS: [&str; 10] = [
+pub const KEYS: [&str; 11] = [
     "universe",
     "request_cpus",
     "request_memory",
@@ -33,6 +36,7 @@ pub const KEYS: [&str; 10] = [
     "should_transfer_files",
     "when_to_transfer_output",
     "transfer_output_files",
+    "master_requirements",
 ];
 
 /// What these commands set, gathered over the file.
@@ -52,6 +56,8 @@ pub struct Extras {
     pub log: Option<String>,
     /// `transfer_output_files`.
     pub transfer_output_files: Vec<String>,
+    /// `master_requirements`.
+    pub master_requirements: Option<String>,
 }
 
 /// Whether `key` (as written) is one of these commands.
@@ -120,6 +126,18 @@ impl Extras {
                     limits::check_len("transfer_output_files", f, limits::MAX_PATH_BYTES)
                         .map_err(|e| e.to_string())?;
                 }
+                Ok(())
+            }
+            "master_requirements" => {
+                limits::check_len("master_requirements", value, limits::MAX_EXPRESSION_BYTES)
+                    .map_err(|e| e.to_string())?;
+                classad::parse_expr(value).map_err(|e| {
+                    format!(
+                        "master_requirements: not a ClassAd expression (column {}: {})",
+                        e.column, e.message
+                    )
+                })?;
+                self.master_requirements = Some(value.trim().to_string());
                 Ok(())
             }
             _ => Err(format!("`{key}` is not an HTCondor command known here")),

@@ -383,3 +383,35 @@ fn an_htcondor_style_vanilla_job_parses_with_each_command_meant() {
     let (_, reason) = one_error("executable = m\nqueue 0\n");
     assert!(reason.contains("between 1 and 10000"), "{reason}");
 }
+
+#[test]
+fn master_requirements_is_a_checked_expression() {
+    let spec = parse(
+        "job.sub",
+        "executable = m\nmaster_requirements = Memory >= 2048 && OpSys == \"LINUX\"\nqueue\n",
+    )
+    .unwrap();
+    assert_eq!(
+        spec.master_requirements.as_deref(),
+        Some("Memory >= 2048 && OpSys == \"LINUX\"")
+    );
+    assert_eq!(
+        parse("job.sub", "executable = m\nqueue\n")
+            .unwrap()
+            .master_requirements,
+        None
+    );
+    let (line, reason) = one_error("executable = m\nmaster_requirements = Memory >=\nqueue\n");
+    assert_eq!(line, 2);
+    assert!(
+        reason.contains("master_requirements: not a ClassAd expression"),
+        "{reason}"
+    );
+    let long = format!(
+        "executable = m\nmaster_requirements = {}\nqueue\n",
+        "x".repeat(20_000)
+    );
+    let (line, reason) = one_error(&long);
+    assert_eq!(line, 2);
+    assert!(reason.contains("master_requirements"), "{reason}");
+}

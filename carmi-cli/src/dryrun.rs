@@ -1,20 +1,9 @@
 //! `carmi submit --dry-run`: the job ads a submit file would queue, in the
 //! `Name = value` form of `condor_submit -dry-run` and `condor_q -l`, so a
-//! user can check what the pool will see before anything is queued; and the
-//! warnings for commands that are read but not acted on yet.
+//! user can check what the pool will see before anything is queued.
 
 use carmi_api::msg::ExecutableRef;
 use carmi_api::submit::JobSpec;
-
-/// Says which accepted commands have no effect yet, so nobody waits for a
-/// file that will not come.
-pub fn warn_unbuilt(display: &str, spec: &JobSpec) {
-    if !spec.transfer_output_files.is_empty() {
-        eprintln!(
-            "carmi: warning: {display}: transfer_output_files: output files are not brought back yet; the master's machine writes `output` and `error` at their paths"
-        );
-    }
-}
 
 /// One ad per copy of the job, separated by blank lines.
 pub fn job_ads(copies: &[JobSpec], owner: &str, machine: &str, exe: &ExecutableRef) -> String {
@@ -45,6 +34,15 @@ pub fn job_ads(copies: &[JobSpec], owner: &str, machine: &str, exe: &ExecutableR
                 quoted(&spec.transfer_input_files.join(",")),
             ));
         }
+        if !spec.transfer_output_files.is_empty() {
+            lines.push((
+                "TransferOutput".into(),
+                quoted(&spec.transfer_output_files.join(",")),
+            ));
+        }
+        if let Some(r) = &spec.master_requirements {
+            lines.push(("MasterRequirements".into(), r.clone()));
+        }
         if !spec.environment.is_empty() {
             let env: Vec<String> = spec
                 .environment
@@ -74,4 +72,26 @@ pub fn job_ads(copies: &[JobSpec], owner: &str, machine: &str, exe: &ExecutableR
 /// A ClassAd string literal.
 fn quoted(s: &str) -> String {
     format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ad_shows_where_the_master_may_run_and_what_comes_back() {
+        let spec = carmi_api::submit::parse(
+            "job.sub",
+            "executable = m\nmaster_requirements = Memory >= 2048\ntransfer_output_files = a.txt, b.txt\nqueue\n",
+        )
+        .unwrap();
+        let exe = ExecutableRef {
+            name: "m".into(),
+            sha256: "ab".repeat(32),
+            size: 1,
+        };
+        let ad = job_ads(&[spec], "alice", "laptop", &exe);
+        assert!(ad.contains("MasterRequirements = Memory >= 2048\n"), "{ad}");
+        assert!(ad.contains("TransferOutput = \"a.txt,b.txt\"\n"), "{ad}");
+    }
 }

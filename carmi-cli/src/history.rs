@@ -111,6 +111,7 @@ mod tests {
             submitted_unix: 86_400 + 3_600,
             ended_unix: 86_400 + 7_260,
             end,
+            files: None,
         }
     }
 

@@ -22,7 +22,10 @@ pub struct SubmitArgs {
     pool: PoolArgs,
     /// The submit file.
     file: PathBuf,
-    /// Master's machine [env: CARMI_MACHINE, else host name]
+    /// Pin the master to this machine [env: CARMI_MACHINE]; else it runs on
+    /// this machine if it is in the pool, else where the global RM places it
+    /// (on a machine matching `master_requirements`), and its output comes
+    /// back with `carmi wait` or `carmi fetch`
     #[arg(long, value_name = "NAME")]
     machine: Option<String>,
     /// Print {"job": N} instead of the job id alone
@@ -129,7 +132,6 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     spec.error = spec.error.as_deref().map(abs);
     spec.log = spec.log.as_deref().map(abs);
     spec.initial_dir = Some(io_base.to_string_lossy().into_owned());
-    crate::dryrun::warn_unbuilt(&display, &spec);
     for f in &mut spec.transfer_input_files {
         let path = abs(f);
         if !Path::new(&path).is_file() {
@@ -152,14 +154,13 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
         sha256: carmi_api::exe::sha256_hex(&bytes),
         size: bytes.len() as u64,
     };
-    let machine = args
-        .machine
-        .or_else(|| {
-            std::env::var("CARMI_MACHINE")
-                .ok()
-                .filter(|m| !m.is_empty())
-        })
-        .unwrap_or_else(host_name);
+    let pinned = args.machine.or_else(|| {
+        std::env::var("CARMI_MACHINE")
+            .ok()
+            .filter(|m| !m.is_empty())
+    });
+    let anywhere = pinned.is_none();
+    let machine = pinned.unwrap_or_else(host_name);
     let owner = std::env::var("USER")
         .ok()
         .filter(|u| !u.is_empty())
@@ -188,6 +189,7 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
             executable: executable.clone(),
             spec: copy,
             submitted_unix,
+            anywhere,
         }));
         // The executable travels once; the global RM keeps it for the copies.
         let upload = (i == 0).then_some((&executable, bytes.as_slice()));

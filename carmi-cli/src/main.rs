@@ -13,11 +13,13 @@
 //! - `wait`: `carmi wait JOB`, exiting with the job's exit status.
 //! - `hold`: `carmi hold` / `carmi release`.
 //! - `events`: `carmi events JOB [-f]`, and the submit file's `log =` written from them.
+//! - `fetch`: `carmi fetch JOB`: the files a job's master sent back, into the submit directory.
 
 mod config;
 mod dryrun;
 mod embedded;
 mod events;
+mod fetch;
 mod history;
 mod hold;
 mod jobs;
@@ -96,6 +98,10 @@ enum Command {
     /// held, ended...), one a line; -f follows them until the job ends.
     #[command(after_help = AFTER_HELP)]
     Events(events::EventsArgs),
+    /// Write the files an ended job's master sent back (output and error
+    /// from another machine, transfer_output_files) into its submit directory.
+    #[command(after_help = AFTER_HELP)]
+    Fetch(fetch::FetchArgs),
     /// Print a shell completion script, e.g. `carmi completions bash`.
     Completions(shell::CompletionsArgs),
     /// Write man pages for carmi and each subcommand into a directory.
@@ -134,6 +140,7 @@ fn main() -> ExitCode {
         Command::Hold(args) => hold::hold(args),
         Command::Release(args) => hold::release(args),
         Command::Events(args) => events::run(args),
+        Command::Fetch(args) => fetch::run(args),
         Command::Completions(args) => shell::completions(args),
         Command::Man(args) => shell::man(args),
     };

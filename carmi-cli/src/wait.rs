@@ -6,6 +6,11 @@
 //! signal N killed it (as shells report it); 1 when the job was removed,
 //! failed to start, or lost its master's machine (the reason on stderr);
 //! 124 when `--timeout` passed first (as `timeout(1)` does).
+//!
+//! When the job's master sent files back (its output and error from another
+//! machine, its `transfer_output_files`), they are written into the submit
+//! directory before `wait` returns, as `carmi fetch` does; a failure to write
+//! them is reported on stderr and does not change the exit code.
 
 use std::time::{Duration, Instant};
 
@@ -51,13 +56,13 @@ pub fn run(args: WaitArgs) -> anyhow::Result<u8> {
             if let Some(record) = ended(&pool, &secret, args.job).await? {
                 // The events up to its end, logged between the two questions.
                 log_events(&pool, &secret, args.job, after, &mut log).await;
-                return Ok(report(&record));
+                return Ok(finish(&pool, &secret, &record).await);
             }
             if !queued(&pool, &secret, args.job).await? {
                 // It may have left the queue between the two questions.
                 if let Some(record) = ended(&pool, &secret, args.job).await? {
                     log_events(&pool, &secret, args.job, after, &mut log).await;
-                    return Ok(report(&record));
+                    return Ok(finish(&pool, &secret, &record).await);
                 }
                 anyhow::bail!(
                     "wait: job {} is neither queued nor in the history (never submitted, or older than the last jobs kept)",
@@ -105,6 +110,19 @@ async fn queued(pool: &str, secret: &Secret, job: JobId) -> anyhow::Result<bool>
         return Err(failed(answer, "wait"));
     };
     Ok(jobs.iter().any(|j| j.job == job))
+}
+
+/// Brings the job's files back, then reports its end.
+async fn finish(pool: &str, secret: &Secret, record: &JobRecord) -> u8 {
+    if record.files.is_some()
+        && let Err(e) = crate::fetch::bring_back(pool, secret, record.job).await
+    {
+        eprintln!(
+            "carmi wait: the files of job {} were not brought back: {e:#}",
+            record.job.0
+        );
+    }
+    report(record)
 }
 
 /// Says how the job ended (on stderr unless it simply exited) and picks the exit code.

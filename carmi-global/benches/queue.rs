@@ -53,6 +53,7 @@ fn submit(kind: &str) -> ToGlobal {
         executable: exe(),
         spec,
         submitted_unix: 0,
+        anywhere: false,
     }))
 }
 

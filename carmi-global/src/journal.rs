@@ -54,6 +54,11 @@ pub enum Record {
         job: JobId,
         /// The master process.
         master: ProcessId,
+        /// Where the global RM placed it, away from the submit machine (an
+        /// empty name while no machine matches); absent when it runs on
+        /// the submit machine. Written again once it is placed.
+        #[serde(default)]
+        placed: Option<String>,
     },
     /// The job ended (master exited, `carmi rm`, or it could not start).
     Ended {
@@ -347,6 +352,7 @@ mod tests {
                 },
                 spec,
                 submitted_unix: 1,
+                anywhere: false,
             }),
         }
     }
@@ -355,6 +361,7 @@ mod tests {
         let records = vec![
             submitted(1),
             Record::Started {
+                placed: None,
                 job: JobId(1),
                 master: ProcessId(4),
             },
@@ -433,6 +440,7 @@ mod tests {
             },
             submitted(1),
             Record::Started {
+                placed: None,
                 job: JobId(1),
                 master: ProcessId(4),
             },

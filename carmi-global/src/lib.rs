@@ -25,6 +25,7 @@
 pub mod alloc;
 pub mod journal;
 pub mod procs;
+pub mod returned;
 pub mod router;
 pub mod server;
 pub mod staging;

@@ -46,6 +46,8 @@ use crate::procs::{Attachment, Proc, ProcTable};
 pub use ads::{Decoded, MAX_AD_ATTRIBUTES, MAX_AD_BYTES, count_attributes};
 
 mod ads;
+#[cfg(test)]
+mod anywhere_tests;
 mod check;
 mod events;
 #[cfg(test)]
@@ -130,6 +132,20 @@ pub enum Output {
     /// Append a record to the journal and fsync it before carrying out the
     /// outputs that follow (a submit is acknowledged only once it is on disk).
     Journal(crate::journal::Record),
+    /// Delete the files master `process` sent back (from the store of
+    /// returned files): its job's record is gone, or they were not wanted.
+    DropFiles {
+        /// The master.
+        process: ProcessId,
+    },
+    /// Answer an admin's `FetchFiles` on `link` with these files, read from
+    /// the store (or with a failure if they cannot be read).
+    SendFiles {
+        /// The admin connection.
+        link: LinkId,
+        /// The files and the master that sent them.
+        files: carmi_api::msg::JobFiles,
+    },
 }
 
 enum LinkRole {
@@ -187,6 +203,9 @@ pub struct Router {
     awaiting_roots: HashMap<ProcessId, (JobId, String)>,
     /// Masters whose `SpawnMaster` went out (the others wait for their machine).
     sent_masters: std::collections::HashSet<ProcessId>,
+    /// Masters the global RM must place and for which no machine matched
+    /// yet: placed when a machine registers or changes its ad.
+    unplaced: std::collections::BTreeSet<ProcessId>,
     /// Jobs that left the queue, for `carmi history`.
     history: jobs::History,
     /// Submitted jobs' event logs, for `carmi events`.
@@ -214,6 +233,7 @@ impl Router {
             recovered: HashMap::new(),
             awaiting_roots: HashMap::new(),
             sent_masters: Default::default(),
+            unplaced: Default::default(),
             history: Default::default(),
             events: Default::default(),
             next_job: 1,
@@ -358,13 +378,14 @@ impl Router {
                     ToGlobal::Hold { job, reason, user } => self.hold(link, job, reason, &user),
                     ToGlobal::Release { job } => self.release(link, job),
                     ToGlobal::Events { job, after } => self.job_events(link, job, after),
+                    ToGlobal::FetchFiles { job } => self.fetch_files(link, job),
                     ToGlobal::MachineAds => {
                         let ads = self.alloc.machine_ads();
                         self.send(link, FromGlobal::Ads(ads));
                     }
                     other => {
                         let what = variant_name(&other);
-                        self.close(link, format!("admin connections may send Status, Submit, RemoveJob, Queue, Analyze, History, Hold, Release, Events and MachineAds, not {what}"));
+                        self.close(link, format!("admin connections may send Status, Submit, RemoveJob, Queue, Analyze, History, Hold, Release, Events, FetchFiles and MachineAds, not {what}"));
                     }
                 }
                 self.flush();
@@ -413,6 +434,7 @@ impl Router {
                 }
             }
             ToGlobal::SlotState { slot, state } => self.slot_state(&name, slot, state),
+            ToGlobal::MasterFiles { process, files } => self.master_files(&name, process, files),
             ToGlobal::Status => {
                 let pool = self.alloc.pool_status();
                 self.send(link, FromGlobal::Pool(pool));
@@ -432,6 +454,7 @@ impl Router {
             | ToGlobal::Hold { .. }
             | ToGlobal::Release { .. }
             | ToGlobal::Events { .. }
+            | ToGlobal::FetchFiles { .. }
             | ToGlobal::MachineAds => {
                 let what = variant_name(&msg);
                 warn!(
@@ -777,5 +800,7 @@ fn variant_name(msg: &ToGlobal) -> &'static str {
         ToGlobal::Hold { .. } => "Hold",
         ToGlobal::Release { .. } => "Release",
         ToGlobal::Events { .. } => "Events",
+        ToGlobal::MasterFiles { .. } => "MasterFiles",
+        ToGlobal::FetchFiles { .. } => "FetchFiles",
     }
 }

@@ -46,6 +46,7 @@ use tracing::{debug, info, warn};
 
 use crate::Error;
 use crate::journal::{Journal, Record};
+use crate::returned::ReturnedStore;
 use crate::router::{Decoded, LinkId, Output, Router, RouterConfig};
 use crate::staging::{Staging, StagingConfig};
 use crate::store::ExeStore;
@@ -122,6 +123,7 @@ pub struct Server {
     config: ServerConfig,
     store: Arc<ExeStore>,
     stored: Vec<ExecutableRef>,
+    returned: Arc<ReturnedStore>,
     journal: Journal,
     recovered: Vec<Record>,
 }
@@ -164,6 +166,9 @@ enum Pending {
 }
 
 /// From the router task (or the connection's own reader) to its writer.
+// Nearly everything queued is a frame: boxing it would cost an allocation
+// per message to save room only in the rare `Close`.
+#[allow(clippy::large_enum_variant)]
 enum Outgoing {
     Frame(FromGlobal, Bytes),
     Close(String),
@@ -174,6 +179,7 @@ struct Shared {
     secret: Secret,
     max_frame: usize,
     store: Arc<ExeStore>,
+    returned: Arc<ReturnedStore>,
     cmds: mpsc::UnboundedSender<Cmd>,
     next_link: AtomicU64,
     limiter: RateLimiter,
@@ -187,6 +193,12 @@ impl Server {
     /// Opens the state directory and binds `addr` (`HOST:PORT`; port 0 picks one).
     pub async fn bind(addr: &str, config: ServerConfig) -> Result<Server, Error> {
         let (store, stored) = ExeStore::open(&config.state_dir)?;
+        let returned = ReturnedStore::open(&config.state_dir).map_err(|source| {
+            crate::store::StoreError::Io {
+                path: config.state_dir.join("returned").display().to_string(),
+                source,
+            }
+        })?;
         let (journal, recovered, damage) =
             Journal::open(&config.state_dir).map_err(|source| Error::Journal {
                 path: config.state_dir.display().to_string(),
@@ -213,6 +225,7 @@ impl Server {
             config,
             store: Arc::new(store),
             stored,
+            returned: Arc::new(returned),
             journal,
             recovered,
         })
@@ -236,6 +249,11 @@ impl Server {
             router.on_executable_stored(exe);
         }
         router.recover(self.recovered);
+        // Before any connection: a master's files stored from now on are wanted.
+        {
+            let (store, keep) = (self.returned.clone(), router.kept_files());
+            let _ = tokio::task::spawn_blocking(move || store.retain(&keep)).await;
+        }
         let mut staging = Staging::new(self.config.staging.clone());
         for exe in &self.stored {
             staging.on_stored(&exe.sha256);
@@ -243,6 +261,7 @@ impl Server {
         tokio::spawn(router_task(
             router,
             staging,
+            self.returned.clone(),
             self.journal,
             cmd_rx,
             stop_rx.clone(),
@@ -252,6 +271,7 @@ impl Server {
             secret: self.config.secret.clone(),
             max_frame: self.config.max_frame,
             store: self.store.clone(),
+            returned: self.returned.clone(),
             cmds: cmd_tx,
             next_link: AtomicU64::new(1),
             limiter: RateLimiter::new(self.config.stage_link_rate),
@@ -316,6 +336,7 @@ impl Server {
 async fn router_task(
     mut router: Router,
     mut staging: Staging,
+    returned: Arc<ReturnedStore>,
     mut journal: Journal,
     mut cmds: mpsc::UnboundedReceiver<Cmd>,
     mut stop: watch::Receiver<bool>,
@@ -366,9 +387,49 @@ async fn router_task(
                         tracing::error!(journal = %journal.path().display(), "cannot write the journal: {e}");
                     }
                 }
+                Output::DropFiles { process } => {
+                    let store = returned.clone();
+                    tokio::task::spawn_blocking(move || store.remove(process));
+                }
+                Output::SendFiles { link, files } => {
+                    if let Some(out) = links.get(&link) {
+                        tokio::spawn(send_files(returned.clone(), out.tx.clone(), files));
+                    }
+                }
             }
         }
     }
+}
+
+/// Reads the files of an ended job's master from the store and sends them
+/// (or why they cannot be) on an admin connection, off the router task.
+async fn send_files(
+    store: Arc<ReturnedStore>,
+    tx: mpsc::Sender<Outgoing>,
+    files: carmi_api::msg::JobFiles,
+) {
+    let read = {
+        let files = files.clone();
+        tokio::task::spawn_blocking(move || store.read(&files)).await
+    };
+    let frame = match read {
+        Ok(Ok(bytes)) => Outgoing::Frame(FromGlobal::Files(files), Bytes::from(bytes)),
+        Ok(Err(message)) => Outgoing::Frame(
+            FromGlobal::AdminFailed(carmi_api::msg::Failure {
+                code: carmi_api::msg::FailureCode::Unavailable,
+                message,
+            }),
+            Bytes::new(),
+        ),
+        Err(e) => Outgoing::Frame(
+            FromGlobal::AdminFailed(carmi_api::msg::Failure {
+                code: carmi_api::msg::FailureCode::Unavailable,
+                message: format!("reading the files failed: {e}"),
+            }),
+            Bytes::new(),
+        ),
+    };
+    let _ = tx.send(frame).await;
 }
 
 /// Hands one command to the router or the staging core.
@@ -473,6 +534,7 @@ async fn connection(
     debug!(%peer, %link, ?role, "connection accepted");
     // Admin links upload the master of a job before `Submit`.
     let serves_executables = matches!(role, Role::Local { .. } | Role::Admin);
+    let local = matches!(role, Role::Local { .. });
     let (tx, mut rx) = mpsc::channel(shared.max_queued.max(1));
     let kick = Arc::new(tokio::sync::Notify::new());
     let opened = Cmd::Opened {
@@ -490,7 +552,7 @@ async fn connection(
     let (order_tx, order_rx) = mpsc::unbounded_channel();
     let forwarder = tokio::spawn(forward_in_order(order_rx, shared.cmds.clone()));
     let ended = tokio::select! {
-        r = read_frames(&mut reader, link, serves_executables, &shared, &order_tx) => r,
+        r = read_frames(&mut reader, link, (serves_executables, local), &shared, &order_tx) => r,
         r = write_frames(&mut w, &mut rx) => r,
         _ = kick.notified() => Err(format!(
             "the peer stopped reading: {} frames are waiting for it",
@@ -512,7 +574,7 @@ async fn connection(
 async fn read_frames(
     reader: &mut FrameReader<OwnedReadHalf>,
     link: LinkId,
-    serves_executables: bool,
+    (serves_executables, local): (bool, bool),
     shared: &Shared,
     order: &mpsc::UnboundedSender<Pending>,
 ) -> Result<(), String> {
@@ -555,6 +617,33 @@ async fn read_frames(
                             None
                         }
                     });
+                if !send(Pending::Working(task)) {
+                    return Ok(());
+                }
+            }
+            ToGlobal::MasterFiles { process, files } if local => {
+                // Stored first, like an upload; the router then decides
+                // whether they are wanted (and has them dropped if not).
+                let store = shared.returned.clone();
+                let config = shared.router.clone();
+                let task = tokio::task::spawn_blocking(move || {
+                    match store.put(process, &files, &payload) {
+                        Ok(()) => {
+                            let msg = ToGlobal::MasterFiles { process, files };
+                            let msg = Decoded::new(msg, &config);
+                            Some(Cmd::Message {
+                                link,
+                                msg: Box::new(msg),
+                                at,
+                            })
+                        }
+                        Err(e) => {
+                            warn!(%link, %process, "files sent back refused: {e}");
+                            store.remove(process);
+                            None
+                        }
+                    }
+                });
                 if !send(Pending::Working(task)) {
                     return Ok(());
                 }

@@ -97,6 +97,8 @@ pub struct Launch {
     pub stdio: (Option<String>, Option<String>),
     /// Files copied into a master's sandbox before it starts.
     pub input_files: Vec<String>,
+    /// Files of a master's sandbox sent back when it exits.
+    pub return_files: Vec<String>,
     /// Where standard output and error go (a master: always its files).
     pub output: OutputRoute,
 }
@@ -357,6 +359,7 @@ impl Core {
                 env: Vec::new(),
                 stdio: (None, None),
                 input_files: Vec::new(),
+                return_files: Vec::new(),
                 output,
             }),
             FromGlobal::SpawnMaster {
@@ -368,6 +371,7 @@ impl Core {
                 output,
                 error,
                 input_files,
+                return_files,
             } => self.on_spawn(Launch {
                 process,
                 job,
@@ -378,6 +382,7 @@ impl Core {
                 env,
                 stdio: (output, error),
                 input_files,
+                return_files,
                 output: OutputRoute::Keep,
             }),
             FromGlobal::Kill { process } => self.on_kill(process),
@@ -398,6 +403,7 @@ impl Core {
             | FromGlobal::Held { .. }
             | FromGlobal::Released { .. }
             | FromGlobal::Events { .. }
+            | FromGlobal::Files(_)
             | FromGlobal::AdminFailed(_) => {
                 tracing::warn!("an admin answer was sent to a local RM; ignored");
             }
@@ -777,6 +783,18 @@ impl Core {
         );
     }
 
+    /// A master left files to send back (read from its sandbox as it
+    /// exited): they go out before its `Exited`, on the same connection, so
+    /// that the global RM has them when the job ends.
+    pub fn on_master_files(
+        &mut self,
+        process: ProcessId,
+        files: Vec<carmi_api::msg::ReturnedFile>,
+        bytes: Vec<u8>,
+    ) {
+        self.send_or_keep(ToGlobal::MasterFiles { process, files }, Bytes::from(bytes));
+    }
+
     /// Heartbeat time: `update` holds the dynamic attributes that changed.
     pub fn on_heartbeat(&mut self, update: String) {
         if self.is_registered() {
@@ -851,7 +869,10 @@ impl Core {
 fn must_deliver(msg: &ToGlobal) -> bool {
     matches!(
         msg,
-        ToGlobal::Started { .. } | ToGlobal::Exited { .. } | ToGlobal::Upload { .. }
+        ToGlobal::Started { .. }
+            | ToGlobal::Exited { .. }
+            | ToGlobal::Upload { .. }
+            | ToGlobal::MasterFiles { .. }
     )
 }
 

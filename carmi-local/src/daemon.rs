@@ -615,6 +615,11 @@ impl Driver {
             Input::Exited { process, report } => {
                 self.groups.0.remove(&process);
                 tracing::info!(%process, status = ?report.status, cpu_seconds = report.cpu_seconds, "process exited");
+                let returned = report.returned;
+                if !returned.files.is_empty() {
+                    self.core
+                        .on_master_files(process, returned.files, returned.bytes);
+                }
                 self.core
                     .on_exited(process, report.status, report.cpu_seconds);
             }
@@ -810,6 +815,7 @@ impl Driver {
                 launch.stdio.1.map(PathBuf::from),
             ),
             input_files: launch.input_files.into_iter().map(PathBuf::from).collect(),
+            return_files: launch.return_files,
             capture: match &launch.output {
                 OutputRoute::Keep => Capture::Files,
                 OutputRoute::Discard => Capture::Discard,

@@ -53,6 +53,7 @@ pub mod output;
 pub mod owner;
 pub mod peer;
 pub mod policy;
+pub mod returned;
 pub mod spawn;
 
 use std::path::PathBuf;

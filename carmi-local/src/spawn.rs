@@ -76,6 +76,9 @@ pub struct LaunchSpec {
     pub capture: Capture,
     /// Files copied into the sandbox, by file name, before the start.
     pub input_files: Vec<PathBuf>,
+    /// Files of the sandbox read after the exit, before the sandbox goes,
+    /// for [`ExitReport::returned`] (a master's, see [`crate::returned`]).
+    pub return_files: Vec<String>,
 }
 
 /// What the process's standard output and error are connected to.
@@ -115,6 +118,8 @@ pub struct ExitReport {
     pub status: ExitStatus,
     /// User + system CPU seconds of the process and its waited-for descendants.
     pub cpu_seconds: f64,
+    /// The [`LaunchSpec::return_files`] read from the sandbox.
+    pub returned: crate::returned::Returned,
 }
 
 /// Why a process could not be started.
@@ -258,6 +263,10 @@ impl Launcher {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .remove(&process);
+                let mut report = report;
+                if !spec.return_files.is_empty() {
+                    report.returned = crate::returned::collect(&sandbox, &spec.return_files);
+                }
                 keep_output(&sandbox, &me.output_dir(job), process);
                 on_exit(report);
             })
@@ -441,6 +450,7 @@ fn wait_for(pid: libc::pid_t) -> ExitReport {
         return ExitReport {
             status: ExitStatus::FailedToStart(format!("lost track of the process: {err}")),
             cpu_seconds: 0.0,
+            returned: Default::default(),
         };
     }
     let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
@@ -455,6 +465,7 @@ fn wait_for(pid: libc::pid_t) -> ExitReport {
     ExitReport {
         status,
         cpu_seconds,
+        returned: Default::default(),
     }
 }
 

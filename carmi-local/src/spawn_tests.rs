@@ -57,6 +57,7 @@ fn shell(process: u64, script: &str) -> LaunchSpec {
         stdio: (None, None),
         capture: Capture::Files,
         input_files: Vec::new(),
+        return_files: Vec::new(),
     }
 }
 

@@ -67,6 +67,7 @@ async fn raw_submit(pool: &Pool, spec: carmi_api::submit::JobSpec) -> FromGlobal
         executable: executable.clone(),
         spec,
         submitted_unix: 0,
+        anywhere: false,
     }));
     let upload = Some((&executable, MASTER.as_bytes()));
     tokio::time::timeout(

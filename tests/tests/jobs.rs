@@ -37,6 +37,7 @@ async fn submit(pool: &Pool, stop: &Path, machine_count: &str) -> JobId {
         executable: executable.clone(),
         spec,
         submitted_unix: 0,
+        anywhere: false,
     }));
     let upload = Some((&executable, MASTER.as_bytes()));
     match request(&pool.global_addr, &pool.secret, upload, msg).await {

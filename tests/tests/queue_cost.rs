@@ -44,6 +44,7 @@ async fn submit(pool: &Pool, upload: bool) -> JobId {
         executable: exe.clone(),
         spec,
         submitted_unix: 0,
+        anywhere: false,
     }));
     let up = upload.then_some((&exe, MASTER.as_bytes()));
     match request(&pool.global_addr, &pool.secret, up, msg).await {

@@ -35,6 +35,14 @@ impl Allocator {
             .collect()
     }
 
+    /// Every online machine's name and ad, for placing a job's master.
+    pub fn online_ads(&self) -> impl Iterator<Item = (&str, &classad::ClassAd)> {
+        self.machines
+            .iter()
+            .filter(|m| m.online)
+            .map(|m| (m.name.as_str(), &m.ad))
+    }
+
     /// Every online machine's name and whole ad (new syntax), for `carmi status -l`.
     pub fn machine_ads(&self) -> Vec<(String, String)> {
         self.machines

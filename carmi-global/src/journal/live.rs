@@ -58,7 +58,7 @@ impl Live {
                     self.started -= 1;
                 }
             }
-            Record::Started { job, master } => {
+            Record::Started { job, master, .. } => {
                 self.next_process = self.next_process.max(master.0 + 1);
                 if let Some(j) = self.jobs.get_mut(job) {
                     self.started += j.1.is_none() as usize;

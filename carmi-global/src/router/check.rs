@@ -34,13 +34,28 @@ impl Router {
             }
         }
         assert_eq!(with_deadline, self.deadlines.len(), "stale deadlines");
+        for p in &self.unplaced {
+            assert!(
+                self.masters.contains_key(p),
+                "unplaced {p} is not a live master"
+            );
+        }
         for p in &self.sent_masters {
             assert!(
                 self.masters.contains_key(p),
                 "sent master {p} is not a live master"
             );
         }
-        for (p, (job, _)) in &self.masters {
+        for (p, (job, machine)) in &self.masters {
+            assert_eq!(
+                machine.is_empty(),
+                self.unplaced.contains(p),
+                "master {p}: unplaced exactly when it has no machine"
+            );
+            assert!(
+                !(machine.is_empty() && self.sent_masters.contains(p)),
+                "master {p} sent to no machine"
+            );
             assert!(self.alloc.has_job(*job), "master {p} of ended job {job}");
             assert_eq!(
                 self.submitted.get(job).and_then(|s| s.master),

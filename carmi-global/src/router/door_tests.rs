@@ -10,6 +10,7 @@ fn submit_msg(spec: carmi_api::submit::JobSpec) -> ToGlobal {
         executable: exe("master"),
         spec,
         submitted_unix: 7,
+        anywhere: false,
     }))
 }
 
@@ -111,6 +112,7 @@ fn a_master_that_cannot_start_ends_its_job_with_the_reason_in_the_history() {
         submitted_unix: 7,
         ended_unix: 1_005,
         end: carmi_api::msg::JobEnd::FailedToStart(reason.into()),
+        files: None,
     };
     assert_eq!(
         records[..2],
@@ -154,6 +156,7 @@ fn the_history_keeps_the_last_jobs_only() {
             submitted_unix: 0,
             ended_unix: 0,
             end: carmi_api::msg::JobEnd::Removed,
+            files: None,
         });
     }
     let all = h.select(None);
@@ -168,6 +171,7 @@ fn the_history_keeps_the_last_jobs_only() {
                 submitted_unix: 0,
                 ended_unix: 0,
                 end: carmi_api::msg::JobEnd::Removed,
+                files: None,
             }))
             .map(|r| Record::History(Box::new(r)))
             .collect::<Vec<_>>(),
@@ -235,6 +239,7 @@ fn a_journaled_job_above_a_limit_is_dropped_on_replay() {
         executable: exe("master"),
         spec,
         submitted_unix: 0,
+        anywhere: false,
     });
     let mut r = Router::new(RouterConfig::default());
     r.recover(vec![Record::Submitted {

@@ -33,7 +33,7 @@ fn step(r: &mut Router, f: impl FnOnce(&mut Router)) -> (Vec<(LinkId, FromGlobal
                 assert_eq!((back, damage), (vec![rec.clone()], None));
                 records.push(rec);
             }
-            Output::Close { .. } => {}
+            Output::Close { .. } | Output::DropFiles { .. } | Output::SendFiles { .. } => {}
         }
     }
     (sends, records)

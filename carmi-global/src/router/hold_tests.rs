@@ -38,7 +38,7 @@ fn step(r: &mut Router, f: impl FnOnce(&mut Router)) -> (Vec<(LinkId, FromGlobal
                 assert_eq!((back, damage), (vec![rec.clone()], None));
                 records.push(rec);
             }
-            Output::Close { .. } => {}
+            Output::Close { .. } | Output::DropFiles { .. } | Output::SendFiles { .. } => {}
         }
     }
     (sends, records)
@@ -76,6 +76,7 @@ fn submit(r: &mut Router, journal: &mut Vec<Record>) -> Option<ProcessId> {
         executable: exe("master"),
         spec,
         submitted_unix: 5,
+        anywhere: false,
     }));
     let (sends, records) = msg(r, ADMIN, req);
     journal.extend(records);

@@ -1,8 +1,17 @@
 //! Submitted jobs at the router: admin requests (`carmi submit`, `rm`, `q`,
-//! `q -analyze`, `history`, `status -l`), and the job's master, which runs on
-//! the submit machine outside its slots and whose exit ends the job. Every
+//! `q -analyze`, `history`, `status -l`), and the job's master, which runs
+//! outside the slots of a machine and whose exit ends the job. The master
+//! runs on the machine it is pinned to (`--machine`), else on the submit
+//! machine when that is in the pool, else on a machine the global RM picks
+//! among those matching the job's `master_requirements` (fewest masters
+//! first; the job waits while none matches). A master placed away from the
+//! submit machine writes its output in its sandbox, and its local RM sends
+//! it back with `transfer_output_files` when it exits ([`ToGlobal::MasterFiles`]),
+//! for `carmi wait`/`carmi fetch` to write into the submit directory. Every
 //! job that leaves the queue is kept in a bounded history (journaled), with
 //! how it ended: a master that cannot start ends its job with the reason.
+//!
+//! [`ToGlobal::MasterFiles`]: carmi_api::msg::ToGlobal::MasterFiles
 
 use std::collections::VecDeque;
 
@@ -10,10 +19,11 @@ use carmi_api::events::EventKind;
 use carmi_api::ids::{JobId, ProcessId};
 use carmi_api::limits;
 use carmi_api::msg::{
-    ExecutableRef, ExitStatus, Failure, FailureCode, FromGlobal, JobAnalysis, JobEnd, JobRecord,
-    JobStatus, ProcessState, SubmitRequest,
+    ExecutableRef, ExitStatus, Failure, FailureCode, FromGlobal, JobAnalysis, JobEnd, JobFiles,
+    JobRecord, JobStatus, ProcessState, ReturnedFile, SubmitRequest,
 };
 use carmi_api::submit::JobSpec;
+use classad::ClassAd;
 use tracing::{info, warn};
 
 use super::{LinkId, Output, Router, new_proc};
@@ -24,8 +34,20 @@ use crate::journal::Record;
 #[derive(Clone, Debug)]
 pub(super) struct Submitted {
     pub owner: String,
-    /// The machine whose local RM runs the master.
+    /// The machine whose local RM runs the master (empty while a master the
+    /// global RM places finds no machine).
     pub machine: String,
+    /// The submit machine's name (or the machine the master is pinned to).
+    pub submit_machine: String,
+    /// The master may run elsewhere than `submit_machine` (not pinned).
+    pub anywhere: bool,
+    /// The global RM placed the master away from the submit machine: its
+    /// output and error come back as files rather than being written in place.
+    pub placed: bool,
+    /// `[Requirements = master_requirements]`, for placing the master.
+    pub master_ad: Option<ClassAd>,
+    /// What the master sent back before it exited.
+    pub returned: Option<JobFiles>,
     pub executable: ExecutableRef,
     /// Macros expanded.
     pub spec: JobSpec,
@@ -44,15 +66,48 @@ pub const HISTORY_LIMIT: usize = 10_000;
 #[derive(Debug, Default)]
 pub(super) struct History {
     ended: VecDeque<JobRecord>,
+    /// Jobs whose returned files are kept, oldest first, with their bytes.
+    kept: VecDeque<(JobId, ProcessId, u64)>,
+    /// Sum of `kept`'s bytes, at most [`limits::MAX_KEPT_FILES_BYTES`].
+    kept_bytes: u64,
 }
 
 impl History {
-    /// Keeps `record`, forgetting the oldest beyond the limit.
-    pub(super) fn push(&mut self, record: JobRecord) {
-        if self.ended.len() == HISTORY_LIMIT {
-            self.ended.pop_front();
+    /// Keeps `record`, forgetting the oldest beyond the limit; returns the
+    /// masters whose stored files must go (their record was forgotten, or
+    /// newer files need the room).
+    pub(super) fn push(&mut self, record: JobRecord) -> Vec<ProcessId> {
+        let mut drop = Vec::new();
+        if self.ended.len() == HISTORY_LIMIT
+            && let Some(old) = self.ended.pop_front()
+            && let Some(f) = old.files
+        {
+            self.forget_files(old.job);
+            drop.push(f.process);
+        }
+        if let Some(f) = &record.files {
+            let bytes: u64 = f.files.iter().map(|x| x.size).sum();
+            self.kept.push_back((record.job, f.process, bytes));
+            self.kept_bytes += bytes;
         }
         self.ended.push_back(record);
+        while self.kept_bytes > limits::MAX_KEPT_FILES_BYTES
+            && let Some((job, process, bytes)) = self.kept.pop_front()
+        {
+            self.kept_bytes -= bytes;
+            if let Some(r) = self.ended.iter_mut().find(|r| r.job == job) {
+                r.files = None;
+            }
+            drop.push(process);
+        }
+        drop
+    }
+
+    fn forget_files(&mut self, job: JobId) {
+        if let Some(i) = self.kept.iter().position(|(j, _, _)| *j == job) {
+            let (_, _, bytes) = self.kept.remove(i).expect("found above");
+            self.kept_bytes -= bytes;
+        }
     }
 
     /// Every record, or `job`'s only.
@@ -85,7 +140,7 @@ impl Router {
             );
             return self.admin_fail(link, FailureCode::BadExecutable, message);
         }
-        if !self.alloc.is_online(&req.machine) {
+        if !req.anywhere && !self.alloc.is_online(&req.machine) {
             let message = format!(
                 "machine `{}` is not in the pool (its local RM runs the master); name a machine of `carmi status` with --machine",
                 req.machine
@@ -101,6 +156,10 @@ impl Router {
             let message = format!("{e}, once $(Cluster) is expanded to {}", job.0);
             return self.admin_fail(link, FailureCode::Invalid, message);
         }
+        let master_ad = match master_ad(&req.spec) {
+            Ok(ad) => ad,
+            Err(message) => return self.admin_fail(link, FailureCode::Invalid, message),
+        };
         let limits = class_limits(&req.spec);
         if let Err(f) = self.alloc.submit_job(job, &req.owner, &limits) {
             return self.admin_fail(link, f.code, f.message);
@@ -117,7 +176,12 @@ impl Router {
             job,
             Submitted {
                 owner: req.owner,
-                machine: req.machine,
+                machine: req.machine.clone(),
+                submit_machine: req.machine,
+                anywhere: req.anywhere,
+                placed: false,
+                master_ad,
+                returned: None,
                 executable: req.executable,
                 spec,
                 submitted_unix: req.submitted_unix,
@@ -186,6 +250,12 @@ impl Router {
     /// so `SpawnMaster` waits for it (while the job holds its hosts).
     fn master_unsent(&self, sub: &Submitted) -> Option<String> {
         let p = sub.master?;
+        if sub.machine.is_empty() {
+            let wanted = sub.spec.master_requirements.as_deref().unwrap_or("true");
+            return Some(format!(
+                "the master waits for a machine of the pool that matches master_requirements = {wanted}"
+            ));
+        }
         (!self.sent_masters.contains(&p) && self.ready_link(&sub.machine).is_none())
             .then(|| format!("the master waits for machine `{}` to connect", sub.machine))
     }
@@ -246,6 +316,7 @@ impl Router {
             submitted_unix: sub.map_or(0, |s| s.submitted_unix),
             ended_unix: self.config.started_unix + self.now.as_secs(),
             end,
+            files: sub.and_then(|s| s.returned.clone()),
         };
         self.log_event(
             job,
@@ -255,7 +326,9 @@ impl Router {
         );
         self.out
             .push(Output::Journal(Record::History(Box::new(record.clone()))));
-        self.history.push(record);
+        for process in self.history.push(record) {
+            self.out.push(Output::DropFiles { process });
+        }
     }
 
     /// `carmi q`.
@@ -287,28 +360,98 @@ impl Router {
         self.send(link, FromGlobal::Analysis(analysis));
     }
 
-    /// The allocator started `job`: its master goes to the submit machine.
+    /// The allocator started `job`: its master goes to the machine it is
+    /// pinned to, the submit machine if that is in the pool, else to one the
+    /// global RM picks (or waits for one, see [`Router::place_masters`]).
     pub(super) fn start_master(&mut self, job: JobId) {
-        let Some(sub) = self.submitted.get(&job).cloned() else {
+        let Some(sub) = self.submitted.get(&job) else {
             return;
+        };
+        let (machine, placed) = if !sub.anywhere || self.alloc.is_online(&sub.submit_machine) {
+            (sub.submit_machine.clone(), false)
+        } else {
+            (self.pick_master_machine(sub).unwrap_or_default(), true)
         };
         let process = self.procs.fresh_id();
         let mut proc = new_proc(job, true);
         proc.state = ProcessState::Starting;
         self.procs.insert(process, proc);
-        self.masters.insert(process, (job, sub.machine.clone()));
+        self.masters.insert(process, (job, machine.clone()));
         if let Some(s) = self.submitted.get_mut(&job) {
             s.master = Some(process);
+            s.machine = machine.clone();
+            s.placed = placed;
+            // A master started again (after a hold) sends its own files.
+            s.returned = None;
         }
         self.out.push(Output::Journal(Record::Started {
             job,
             master: process,
+            placed: placed.then(|| machine.clone()),
         }));
-        match self.ready_link(&sub.machine) {
+        if machine.is_empty() {
+            info!(job = %job, "no machine matches the master's requirements; the master waits for one");
+            self.unplaced.insert(process);
+            return;
+        }
+        match self.ready_link(&machine) {
             Some(link) => self.send_master(link, process, job),
             None => {
                 // Sent when the machine advertises again (`unsent_masters`).
-                info!(job = %job, machine = sub.machine, "the submit machine is away; the master starts when it is back");
+                info!(job = %job, machine, "the master's machine is away; the master starts when it is back");
+            }
+        }
+    }
+
+    /// The online machine for the master of `sub`: one its
+    /// `master_requirements` accept, running the fewest masters (then the
+    /// first by name, so that the choice is reproducible).
+    fn pick_master_machine(&self, sub: &Submitted) -> Option<String> {
+        let mut load: std::collections::HashMap<&str, usize> = Default::default();
+        for (_, m) in self.masters.values() {
+            *load.entry(m.as_str()).or_default() += 1;
+        }
+        self.alloc
+            .online_ads()
+            .filter(|(_, ad)| {
+                sub.master_ad
+                    .as_ref()
+                    .is_none_or(|m| classad::matching::accepts(m, ad))
+            })
+            .map(|(name, _)| (load.get(name).copied().unwrap_or(0), name))
+            .min()
+            .map(|(_, name)| name.to_string())
+    }
+
+    /// Places the masters that found no machine when their job started, now
+    /// that a machine registered or changed its ad.
+    pub(super) fn place_masters(&mut self) {
+        let waiting: Vec<ProcessId> = self.unplaced.iter().copied().collect();
+        for process in waiting {
+            let Some(&(job, _)) = self.masters.get(&process) else {
+                self.unplaced.remove(&process);
+                continue;
+            };
+            let Some(machine) = self
+                .submitted
+                .get(&job)
+                .and_then(|s| self.pick_master_machine(s))
+            else {
+                continue;
+            };
+            self.unplaced.remove(&process);
+            info!(job = %job, machine, "the master is placed");
+            self.masters.insert(process, (job, machine.clone()));
+            if let Some(s) = self.submitted.get_mut(&job) {
+                s.machine = machine.clone();
+            }
+            self.out.push(Output::Journal(Record::Started {
+                job,
+                master: process,
+                placed: Some(machine.clone()),
+            }));
+            if let Some(link) = self.ready_link(&machine) {
+                self.send_master(link, process, job);
             }
         }
     }
@@ -329,6 +472,14 @@ impl Router {
         self.sent_masters.insert(process);
         info!(job = %job, %process, machine = sub.machine, "starting the master");
         let env = sub.spec.environment.clone();
+        let return_files = return_plan(&sub).into_iter().map(|(n, _)| n).collect();
+        // Away from the submit machine its paths mean nothing: the sandbox's
+        // files are written and sent back instead.
+        let (output, error) = if sub.placed {
+            (None, None)
+        } else {
+            (sub.spec.output, sub.spec.error)
+        };
         self.send(
             link,
             FromGlobal::SpawnMaster {
@@ -337,11 +488,84 @@ impl Router {
                 executable: sub.executable,
                 args: sub.spec.arguments,
                 env,
-                output: sub.spec.output,
-                error: sub.spec.error,
+                output,
+                error,
                 input_files: sub.spec.transfer_input_files,
+                return_files,
             },
         );
+    }
+
+    /// Files a master's local RM sent back before its exit: kept with the
+    /// job (their bytes are already in the store under the master's id),
+    /// each given its destination in the submit directory. Files from a
+    /// process that is no master there, or not asked for, are dropped.
+    pub(super) fn master_files(
+        &mut self,
+        machine: &str,
+        process: ProcessId,
+        files: Vec<ReturnedFile>,
+    ) {
+        let Some(job) = self.master_on(process, machine) else {
+            warn!(machine, %process, "files sent back by a process that is no master there; dropped");
+            self.out.push(Output::DropFiles { process });
+            return;
+        };
+        let Some(sub) = self.submitted.get(&job) else {
+            self.out.push(Output::DropFiles { process });
+            return;
+        };
+        let plan = return_plan(sub);
+        let mut kept = Vec::with_capacity(files.len());
+        for mut f in files {
+            match plan.iter().find(|(n, _)| *n == f.name) {
+                Some((_, dest)) => {
+                    f.dest = dest.clone();
+                    kept.push(f);
+                }
+                None => {
+                    warn!(machine, %process, name = f.name, "a file that was not asked for was sent back; ignored")
+                }
+            }
+        }
+        info!(job = %job, %process, files = kept.len(), "the master's files are back");
+        if let Some(s) = self.submitted.get_mut(&job) {
+            s.returned = Some(JobFiles {
+                process,
+                files: kept,
+            });
+        }
+    }
+
+    /// `carmi fetch` (and `carmi wait`): the files an ended job's master
+    /// sent back, read from the store by the driver.
+    pub(super) fn fetch_files(&mut self, link: LinkId, job: JobId) {
+        if self.alloc.has_job(job) {
+            let message = format!(
+                "job {} has not ended yet; its files come back when its master exits",
+                job.0
+            );
+            return self.admin_fail(link, FailureCode::Unavailable, message);
+        }
+        match self.history.select(Some(job)).pop() {
+            Some(JobRecord {
+                files: Some(files), ..
+            }) => self.out.push(Output::SendFiles { link, files }),
+            Some(_) => {
+                let message = format!(
+                    "job {} has no files to bring back (none were asked for, or they were dropped to keep the store within its limit)",
+                    job.0
+                );
+                self.admin_fail(link, FailureCode::Invalid, message);
+            }
+            None => {
+                let message = format!(
+                    "job {} is not in the history (never submitted, or older than the jobs kept)",
+                    job.0
+                );
+                self.admin_fail(link, FailureCode::Invalid, message);
+            }
+        }
     }
 
     /// The job a master process leads, if `process` is one and runs on `machine`.
@@ -391,6 +615,9 @@ impl Router {
         };
         self.close_event_log(job);
         self.out.push(Output::Journal(Record::Ended { job }));
+        if let Some(p) = sub.master {
+            self.unplaced.remove(&p);
+        }
         if let Some(p) = sub.master
             && self.masters.remove(&p).is_some()
             && self.sent_masters.remove(&p)
@@ -402,6 +629,15 @@ impl Router {
 }
 
 impl Router {
+    /// The masters whose returned files are still wanted (their job's
+    /// history record, or a job that has not ended yet, refers to them): the
+    /// driver deletes the others' at start.
+    pub fn kept_files(&self) -> std::collections::HashSet<ProcessId> {
+        let ended = self.history.ended.iter().filter_map(|r| r.files.as_ref());
+        let live = self.submitted.values().filter_map(|s| s.returned.as_ref());
+        ended.chain(live).map(|f| f.process).collect()
+    }
+
     /// Replays the journal of an earlier run, before any connection: waiting
     /// jobs queue again, started ones run again (their masters are expected
     /// back with their local RMs), ended ones are forgotten.
@@ -423,11 +659,20 @@ impl Router {
                         continue;
                     }
                     self.alloc.set_job_attributes(job, &req.spec.attributes);
+                    let master_ad = master_ad(&req.spec).unwrap_or_else(|e| {
+                        warn!(job = %job, "journal: {e}; the master may run on any machine");
+                        None
+                    });
                     self.submitted.insert(
                         job,
                         Submitted {
                             owner: req.owner,
-                            machine: req.machine,
+                            machine: req.machine.clone(),
+                            submit_machine: req.machine,
+                            anywhere: req.anywhere,
+                            placed: false,
+                            master_ad,
+                            returned: None,
                             executable: req.executable,
                             spec: req.spec.expand(job.0),
                             submitted_unix: req.submitted_unix,
@@ -438,17 +683,33 @@ impl Router {
                     // Events before the restart are not kept (see `events`).
                     self.events.open(job, self.submitted[&job].spec.log.clone());
                 }
-                Record::Started { job, master } => {
+                Record::Started {
+                    job,
+                    master,
+                    placed,
+                } => {
                     let Some(sub) = self.submitted.get_mut(&job) else {
                         continue;
                     };
+                    let again = sub.master == Some(master);
                     sub.master = Some(master);
+                    if let Some(m) = placed {
+                        sub.machine = m;
+                        sub.placed = true;
+                    }
                     let machine = sub.machine.clone();
-                    self.alloc.recover_running(job);
-                    self.procs.insert(master, new_proc(job, true));
+                    if !again {
+                        self.alloc.recover_running(job);
+                        self.procs.insert(master, new_proc(job, true));
+                    }
+                    if machine.is_empty() {
+                        self.unplaced.insert(master);
+                    } else {
+                        self.unplaced.remove(&master);
+                        // Sent before the restart; its local RM will re-report it.
+                        self.sent_masters.insert(master);
+                    }
                     self.masters.insert(master, (job, machine));
-                    // Sent before the restart; its local RM will re-report it.
-                    self.sent_masters.insert(master);
                 }
                 Record::Ended { job } => {
                     self.events.close(job);
@@ -458,6 +719,7 @@ impl Router {
                     {
                         self.masters.remove(&p);
                         self.sent_masters.remove(&p);
+                        self.unplaced.remove(&p);
                     }
                     for p in self.procs.of_job(job) {
                         self.procs.remove(p);
@@ -522,7 +784,11 @@ impl Router {
                     self.next_job = self.next_job.max(next_job);
                     self.procs.reserve_ids_below(next_process);
                 }
-                Record::History(record) => self.history.push(*record),
+                Record::History(record) => {
+                    for process in self.history.push(*record) {
+                        self.out.push(Output::DropFiles { process });
+                    }
+                }
                 Record::Held { job, reason } => self.recover_held(job, reason),
                 Record::Released { job } => self.recover_released(job),
                 Record::Events(events) => {
@@ -545,6 +811,46 @@ fn replay_request() -> crate::alloc::ReqRef {
         process: ProcessId(0),
         id: carmi_api::ids::RequestId(0),
     }
+}
+
+/// `[Requirements = master_requirements]` for placing a job's master, or
+/// why the expression is refused (a client other than `carmi` may send one).
+fn master_ad(spec: &JobSpec) -> Result<Option<ClassAd>, String> {
+    let Some(text) = &spec.master_requirements else {
+        return Ok(None);
+    };
+    let mut ad = ClassAd::new();
+    ad.insert_expr_str("Requirements", text)
+        .map_err(|e| format!("master_requirements: not a ClassAd expression: {e}"))?;
+    Ok(Some(ad))
+}
+
+/// The files a job's master sends back, by their name in its sandbox, and
+/// where each goes on the submit machine: its output and error when the
+/// global RM placed it away from the submit machine, and its
+/// `transfer_output_files` (by file name, into `initialdir`, as HTCondor
+/// does) wherever it ran.
+fn return_plan(sub: &Submitted) -> Vec<(String, String)> {
+    let mut plan = Vec::new();
+    if sub.placed {
+        for (name, path) in [("stdout", &sub.spec.output), ("stderr", &sub.spec.error)] {
+            if let Some(p) = path {
+                plan.push((name.to_string(), p.clone()));
+            }
+        }
+    }
+    let dir = std::path::Path::new(sub.spec.initial_dir.as_deref().unwrap_or(""));
+    for f in &sub.spec.transfer_output_files {
+        let Some(base) = std::path::Path::new(f).file_name() else {
+            continue;
+        };
+        if plan.iter().any(|(n, _)| n == f) {
+            continue;
+        }
+        plan.push((f.clone(), dir.join(base).to_string_lossy().into_owned()));
+    }
+    plan.truncate(limits::MAX_RETURNED_FILES);
+    plan
 }
 
 /// What the allocator needs of a submit file's classes (for a new submit and

@@ -36,7 +36,7 @@ fn step(r: &mut Router, f: impl FnOnce(&mut Router)) -> (Vec<(LinkId, FromGlobal
                 records.push(rec);
             }
             // Connections closed (a lost machine) are not what these tests look at.
-            Output::Close { .. } => {}
+            Output::Close { .. } | Output::DropFiles { .. } | Output::SendFiles { .. } => {}
         }
     }
     (sends, records)
@@ -81,6 +81,7 @@ fn a_job_recovered_from_the_journal_keeps_its_running_processes() {
         executable: exe("master"),
         spec,
         submitted_unix: 5,
+        anywhere: false,
     }));
     let (sends, records) = step(&mut r, |r| r.on_message(ADMIN, submit, Duration::ZERO));
     // The job is in the journal before the answer; the master goes to m0.
@@ -223,6 +224,7 @@ fn a_master_waits_for_its_machine_and_ends_with_it() {
         executable: exe("master"),
         spec,
         submitted_unix: 0,
+        anywhere: false,
     }));
     let (sends, _) = step(&mut r, |r| r.on_message(ADMIN, submit, Duration::ZERO));
     assert_eq!(sends, [(ADMIN, FromGlobal::Submitted { job: JobId(1) })]);
@@ -285,6 +287,7 @@ fn a_master_missing_from_its_machines_advertisement_ends_its_job() {
         executable: exe("master"),
         spec,
         submitted_unix: 0,
+        anywhere: false,
     }));
     step(&mut r, |r| r.on_message(ADMIN, submit, Duration::ZERO));
     // The local RM restarts and no longer runs it: at its next heartbeat the job ends.
@@ -330,6 +333,7 @@ fn ids_never_go_back_after_a_compacted_journal_is_replayed() {
             executable: exe("master"),
             spec,
             submitted_unix: 0,
+            anywhere: false,
         }))
     };
     let mut masters = Vec::new();

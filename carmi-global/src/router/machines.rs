@@ -177,6 +177,7 @@ impl Router {
         for (p, j) in waiting {
             self.send_master(link, p, j);
         }
+        self.place_masters();
         // Processes recovered from the journal that still run get their hosts back.
         for &p in &running {
             if let Some((job, class)) = self.recovered.remove(&p)
@@ -246,6 +247,9 @@ impl Router {
             None => {}
             Some(Ok(ad)) => {
                 self.alloc.on_machine_updated(name, &ad);
+                if !self.unplaced.is_empty() {
+                    self.place_masters();
+                }
             }
             // The heartbeat still proves the machine alive; only its update is dropped.
             Some(Err(e)) => {

@@ -1,0 +1,295 @@
+//! Submit from anywhere at the router: where a master is placed, a job that
+//! waits for a machine its `master_requirements` accept, the files a master
+//! sends back, and the placement surviving a restart.
+
+use std::time::Duration;
+
+use carmi_api::ids::{JobId, ProcessId};
+use carmi_api::msg::{
+    ExecutableRef, ExitStatus, FromGlobal, JobFiles, ReturnedFile, Role, SubmitRequest, ToGlobal,
+};
+
+use super::{LinkId, Output, Router, RouterConfig};
+use crate::journal::Record;
+
+const ADMIN: LinkId = LinkId(100);
+
+fn exe() -> ExecutableRef {
+    ExecutableRef {
+        name: "master".into(),
+        sha256: "cd".repeat(32),
+        size: 10,
+    }
+}
+
+/// What one input produced, invariants checked.
+fn step(r: &mut Router, f: impl FnOnce(&mut Router)) -> Vec<Output> {
+    f(r);
+    r.sanity_check();
+    r.take_outputs()
+}
+
+fn sends(out: &[Output]) -> Vec<(LinkId, FromGlobal)> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::Send { link, msg } => Some((*link, msg.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn records(out: &[Output]) -> Vec<Record> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::Journal(r) => Some(r.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Where `SpawnMaster`s went, with their output and the files asked back.
+fn masters(out: &[Output]) -> Vec<(LinkId, ProcessId, Option<String>, Vec<String>)> {
+    sends(out)
+        .into_iter()
+        .filter_map(|(l, m)| match m {
+            FromGlobal::SpawnMaster {
+                process,
+                output,
+                return_files,
+                ..
+            } => Some((l, process, output, return_files)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn advertise(r: &mut Router, link: LinkId, name: &str, memory: u32) -> Vec<Output> {
+    step(r, |r| {
+        r.on_link_opened(link, Role::Local { name: name.into() }, Duration::ZERO)
+    });
+    let msg = ToGlobal::Advertise {
+        ad: format!("[ Name = \"{name}\"; Memory = {memory} ]"),
+        slots: 1,
+        running: vec![],
+    };
+    step(r, |r| r.on_message(link, msg, Duration::ZERO))
+}
+
+fn submit(r: &mut Router, file: &str, machine: &str, anywhere: bool) -> Vec<Output> {
+    let spec = carmi_api::submit::parse("job.sub", file).unwrap();
+    let msg = ToGlobal::Submit(Box::new(SubmitRequest {
+        owner: "alice".into(),
+        machine: machine.into(),
+        executable: exe(),
+        spec,
+        submitted_unix: 0,
+        anywhere,
+    }));
+    step(r, |r| r.on_message(ADMIN, msg, Duration::ZERO))
+}
+
+fn router() -> Router {
+    let mut r = Router::new(RouterConfig::default());
+    r.on_executable_stored(&exe());
+    step(&mut r, |r| {
+        r.on_link_opened(ADMIN, Role::Admin, Duration::ZERO)
+    });
+    r
+}
+
+const BIG: &str = "executable = master\noutput = /home/alice/run/out.txt\ntransfer_output_files = res/result.dat\ninitialdir = /home/alice/run\nmaster_requirements = Memory >= 2000\nmachine_count = 1..1\nqueue\n";
+
+#[test]
+fn a_master_from_outside_the_pool_runs_where_its_requirements_allow() {
+    let mut r = router();
+    let (m0, m1) = (LinkId(1), LinkId(2));
+    advertise(&mut r, m0, "m0", 1000);
+    advertise(&mut r, m1, "m1", 4000);
+    let out = submit(&mut r, BIG, "laptop", true);
+    // m1 alone has the memory; its output comes back rather than being
+    // written at a path of the laptop.
+    let placed = masters(&out);
+    assert_eq!(placed.len(), 1, "{out:?}");
+    let (link, _, output, back) = &placed[0];
+    assert_eq!((*link, output.clone()), (m1, None));
+    assert_eq!(back, &["stdout", "res/result.dat"]);
+    assert!(
+        records(&out).iter().any(|rec| matches!(rec,
+            Record::Started { placed: Some(m), .. } if m == "m1")),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn a_pinned_or_pool_submit_machine_keeps_the_master_and_writes_in_place() {
+    let mut r = router();
+    let (m0, m1) = (LinkId(1), LinkId(2));
+    advertise(&mut r, m0, "m0", 1000);
+    advertise(&mut r, m1, "m1", 4000);
+    // The submit machine is in the pool: the master stays there, whatever
+    // its requirements say, and writes its output itself.
+    let out = submit(&mut r, BIG, "m0", true);
+    let placed = masters(&out);
+    assert_eq!(placed[0].0, m0);
+    assert_eq!(placed[0].2.as_deref(), Some("/home/alice/run/out.txt"));
+    assert_eq!(placed[0].3, ["res/result.dat"]);
+    // Pinned to a machine that is not in the pool: refused, as before.
+    let out = submit(&mut r, BIG, "laptop", false);
+    assert!(
+        matches!(&sends(&out)[..], [(_, FromGlobal::AdminFailed(f))] if f.message.contains("not in the pool")),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn masters_spread_over_the_machines_with_fewest_masters() {
+    let mut r = router();
+    for (i, name) in ["m0", "m1", "m2"].iter().enumerate() {
+        advertise(&mut r, LinkId(i as u64 + 1), name, 4000);
+    }
+    let file = "executable = master\nmachine_count = 0..1\nqueue\n";
+    let mut links: Vec<LinkId> = (0..3)
+        .flat_map(|_| masters(&submit(&mut r, file, "laptop", true)))
+        .map(|(l, ..)| l)
+        .collect();
+    links.sort();
+    assert_eq!(links, [LinkId(1), LinkId(2), LinkId(3)]);
+}
+
+#[test]
+fn with_no_matching_machine_the_master_waits_and_q_says_why() {
+    let mut r = router();
+    advertise(&mut r, LinkId(1), "m0", 1000);
+    let file =
+        "executable = master\nmaster_requirements = Memory >= 2000\nmachine_count = 0..1\nqueue\n";
+    let out = submit(&mut r, file, "laptop", true);
+    assert!(masters(&out).is_empty(), "{out:?}");
+    let out = step(&mut r, |r| {
+        r.on_message(ADMIN, ToGlobal::Queue, Duration::ZERO)
+    });
+    let [(_, FromGlobal::Queue(q))] = &sends(&out)[..] else {
+        panic!("{out:?}")
+    };
+    let note = q[0].note.clone().unwrap_or_default();
+    assert!(note.contains("Memory >= 2000"), "{note}");
+    // A machine that matches arrives: the master goes there.
+    let out = advertise(&mut r, LinkId(2), "big", 8000);
+    let placed = masters(&out);
+    assert_eq!(placed.len(), 1, "{out:?}");
+    assert_eq!(placed[0].0, LinkId(2));
+}
+
+#[test]
+fn files_sent_back_are_kept_with_the_history_and_fetched() {
+    let mut r = router();
+    let m1 = LinkId(2);
+    advertise(&mut r, LinkId(1), "m0", 1000);
+    advertise(&mut r, m1, "m1", 4000);
+    let out = submit(&mut r, BIG, "laptop", true);
+    let master = masters(&out)[0].1;
+    let started = ToGlobal::Started {
+        process: master,
+        result: Ok(()),
+    };
+    step(&mut r, |r| r.on_message(m1, started, Duration::ZERO));
+    // Another machine cannot send files in the master's name.
+    let file = |name: &str, size| ReturnedFile {
+        name: name.into(),
+        size,
+        truncated: false,
+        dest: String::new(),
+    };
+    let forged = ToGlobal::MasterFiles {
+        process: master,
+        files: vec![file("stdout", 1)],
+    };
+    let out = step(&mut r, |r| r.on_message(LinkId(1), forged, Duration::ZERO));
+    assert!(
+        out.iter()
+            .any(|o| matches!(o, Output::DropFiles { process } if *process == master)),
+        "{out:?}"
+    );
+    let back = ToGlobal::MasterFiles {
+        process: master,
+        files: vec![
+            file("stdout", 3),
+            file("res/result.dat", 2),
+            file("other", 1),
+        ],
+    };
+    step(&mut r, |r| r.on_message(m1, back, Duration::ZERO));
+    // Asked for before the end: not yet.
+    let fetch = ToGlobal::FetchFiles { job: JobId(1) };
+    let out = step(&mut r, |r| {
+        r.on_message(ADMIN, fetch.clone(), Duration::ZERO)
+    });
+    assert!(
+        matches!(&sends(&out)[..], [(_, FromGlobal::AdminFailed(_))]),
+        "{out:?}"
+    );
+    let exited = ToGlobal::Exited {
+        process: master,
+        status: ExitStatus::Code(3),
+        cpu_seconds: 0.5,
+    };
+    let out = step(&mut r, |r| r.on_message(m1, exited, Duration::ZERO));
+    let history = records(&out)
+        .into_iter()
+        .find_map(|rec| match rec {
+            Record::History(h) => Some(h),
+            _ => None,
+        })
+        .expect("a history record");
+    let want = JobFiles {
+        process: master,
+        files: vec![
+            ReturnedFile {
+                dest: "/home/alice/run/out.txt".into(),
+                ..file("stdout", 3)
+            },
+            ReturnedFile {
+                dest: "/home/alice/run/result.dat".into(),
+                ..file("res/result.dat", 2)
+            },
+        ],
+    };
+    assert_eq!(history.files.as_ref(), Some(&want));
+    let out = step(&mut r, |r| r.on_message(ADMIN, fetch, Duration::ZERO));
+    assert!(
+        out.iter().any(
+            |o| matches!(o, Output::SendFiles { link, files } if *link == ADMIN && *files == want)
+        ),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn a_placed_master_is_expected_back_on_its_machine_after_a_restart() {
+    let mut r = router();
+    let mut journal = Vec::new();
+    journal.extend(records(&advertise(&mut r, LinkId(1), "m0", 1000)));
+    journal.extend(records(&advertise(&mut r, LinkId(2), "m1", 4000)));
+    let out = submit(&mut r, BIG, "laptop", true);
+    let master = masters(&out)[0].1;
+    journal.extend(records(&out));
+    let mut again = Router::new(RouterConfig::default());
+    again.recover(journal);
+    again.on_executable_stored(&exe());
+    let m1 = LinkId(7);
+    step(&mut again, |r| {
+        r.on_link_opened(m1, Role::Local { name: "m1".into() }, Duration::ZERO)
+    });
+    let msg = ToGlobal::Advertise {
+        ad: "[ Name = \"m1\"; Memory = 4000 ]".into(),
+        slots: 1,
+        running: vec![master],
+    };
+    // m1 still runs the master: it is neither killed nor started again.
+    let out = step(&mut again, |r| r.on_message(m1, msg, Duration::ZERO));
+    assert!(
+        !sends(&out)
+            .iter()
+            .any(|(_, m)| matches!(m, FromGlobal::Kill { .. } | FromGlobal::SpawnMaster { .. })),
+        "{out:?}"
+    );
+}

@@ -1,0 +1,192 @@
+//! End to end, submit from anywhere (issue 20, item 3): a job submitted from
+//! a directory of a machine that runs no local RM (this test process: no
+//! `CARMI_MACHINE`, and a host name that is no pool machine, whose local
+//! RMs are named m0, m1) has its master placed by the global RM on a
+//! machine its `master_requirements` accept; `carmi wait` exits with the
+//! master's exit status and writes its output, error and
+//! `transfer_output_files` into the submit directory; `carmi fetch` brings
+//! them back again, also after the global RM restarted.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use carmi_tests::{Pool, bin_dir};
+
+/// `carmi` as a user on a laptop runs it: no machine named, no config file.
+fn carmi(pool: &Pool, dir: &Path) -> Command {
+    let mut cmd = Command::new(bin_dir().join("carmi"));
+    cmd.current_dir(dir)
+        .env("CARMI_POOL", &pool.global_addr)
+        .env("CARMI_SECRET", &pool.secret_path)
+        .env("CARMI_CONFIG", "/nonexistent/carmi-config.toml")
+        .env("XDG_STATE_HOME", "/nonexistent/carmi-state")
+        .env_remove("CARMI_MACHINE");
+    cmd
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn ok(out: Output, pool: &Pool) -> String {
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out.stderr),
+        pool.logs()
+    );
+    text(&out.stdout)
+}
+
+fn wait_pool(pool: &Pool, dir: &Path, machines: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let want = format!("{machines} machine");
+    loop {
+        let out = carmi(pool, dir).arg("status").output().unwrap();
+        if out.status.success() && text(&out.stdout).contains(&want) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "pool not up\n{}", pool.logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_job_from_outside_the_pool_runs_and_its_files_come_back() {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    assert!(
+        !matches!(host.trim(), "m0" | "m1"),
+        "this test needs a host name that is not a machine of its pool"
+    );
+    let pool = Pool::start(
+        "anywhere",
+        1,
+        &[vec!["Big=false".into()], vec!["Big=true".into()]],
+    );
+    let submit_dir = pool.dir.join("laptop").join("project");
+    std::fs::create_dir_all(&submit_dir).unwrap();
+    wait_pool(&pool, &submit_dir, 2);
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let exe = submit_dir.join("master.sh");
+        std::fs::write(
+            &exe,
+            "#!/bin/sh\necho \"master in $(pwd)\"\necho 'a warning' >&2\nmkdir -p res\necho 42 > res/result.dat\nexit 3\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::write(
+        submit_dir.join("job.sub"),
+        "universe = vanilla\nexecutable = master.sh\noutput = out.txt\nerror = err.txt\n\
+         should_transfer_files = YES\nwhen_to_transfer_output = ON_EXIT\n\
+         transfer_output_files = res/result.dat\nmaster_requirements = Big == true\nqueue\n",
+    )
+    .unwrap();
+
+    // The README's words: a relative path, from the submit directory.
+    let out = carmi(&pool, &submit_dir)
+        .args(["submit", "job.sub"])
+        .output()
+        .unwrap();
+    let job = ok(out, &pool).trim().to_string();
+    assert!(
+        !text(
+            &carmi(&pool, &submit_dir)
+                .args(["submit", "--dry-run", "job.sub"])
+                .output()
+                .unwrap()
+                .stderr
+        )
+        .contains("not brought back"),
+        "the warning that output files do not come back is gone"
+    );
+
+    let out = carmi(&pool, &submit_dir)
+        .args(["wait", &job, "--timeout", "60"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "wait gives the master's exit status\n{}\n{}",
+        text(&out.stderr),
+        pool.logs()
+    );
+    let read = |name: &str| std::fs::read_to_string(submit_dir.join(name)).unwrap_or_default();
+    // It ran on m1, the only machine with Big == true, in a sandbox there.
+    let output = read("out.txt");
+    assert!(
+        output.starts_with("master in ") && output.contains("/m1/sandbox/"),
+        "out.txt: {output:?}\n{}",
+        pool.logs()
+    );
+    assert_eq!(read("err.txt"), "a warning\n");
+    assert_eq!(read("result.dat"), "42\n");
+
+    // Kept by the global RM beside its history, across a restart.
+    std::fs::remove_file(submit_dir.join("out.txt")).unwrap();
+    std::fs::remove_file(submit_dir.join("result.dat")).unwrap();
+    let mut pool = pool;
+    pool.restart_global();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let fetched = loop {
+        let out = carmi(&pool, &submit_dir)
+            .args(["fetch", &job])
+            .output()
+            .unwrap();
+        if out.status.success() {
+            break text(&out.stdout);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "fetch after a restart: {}\n{}",
+            text(&out.stderr),
+            pool.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(fetched.contains("out.txt"), "{fetched}");
+    assert_eq!(read("out.txt"), output);
+    assert_eq!(read("result.dat"), "42\n");
+    let history = ok(
+        carmi(&pool, &submit_dir).arg("history").output().unwrap(),
+        &pool,
+    );
+    assert!(history.contains("master.sh"), "{history}");
+}
+
+#[test]
+fn a_master_that_fits_no_machine_waits_and_q_says_why() {
+    let pool = Pool::start("anywhere-wait", 1, &[vec!["Big=false".into()]]);
+    let dir = pool.dir.join("laptop");
+    std::fs::create_dir_all(&dir).unwrap();
+    wait_pool(&pool, &dir, 1);
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let exe = dir.join("master.sh");
+        std::fs::write(&exe, "#!/bin/sh\nexit 0\n").unwrap();
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::write(
+        dir.join("job.sub"),
+        "executable = master.sh\nmaster_requirements = Big == true\nqueue\n",
+    )
+    .unwrap();
+    let job = ok(
+        carmi(&pool, &dir)
+            .args(["submit", "job.sub"])
+            .output()
+            .unwrap(),
+        &pool,
+    );
+    let q = ok(carmi(&pool, &dir).args(["q"]).output().unwrap(), &pool);
+    assert!(q.contains("master_requirements = Big == true"), "{q}");
+    // Still queued, not failed.
+    let out = carmi(&pool, &dir)
+        .args(["wait", job.trim(), "--timeout", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(124), "{}", text(&out.stderr));
+}
