@@ -377,3 +377,57 @@ fn an_owners_comings_and_goings_are_in_the_jobs_events() {
         ]
     );
 }
+
+#[test]
+fn a_held_job_whose_master_waited_for_a_machine_waits_no_more() {
+    let mut r = Router::new(RouterConfig::default());
+    r.on_executable_stored(&exe("master"));
+    step(&mut r, |r| r.on_link_opened(ADMIN, Role::Admin, T));
+    step(&mut r, |r| {
+        r.on_link_opened(M0, Role::Local { name: "m0".into() }, T)
+    });
+    let ad = ToGlobal::Advertise {
+        ad: "[ Name = \"m0\"; Memory = 1000 ]".into(),
+        slots: 1,
+        running: vec![],
+    };
+    msg(&mut r, M0, ad);
+    let file =
+        "executable = master\nmaster_requirements = Memory >= 2000\nmachine_count = 0..1\nqueue\n";
+    let req = ToGlobal::Submit(Box::new(SubmitRequest {
+        owner: "alice".into(),
+        machine: "laptop".into(),
+        executable: exe("master"),
+        spec: carmi_api::submit::parse("job.sub", file).unwrap(),
+        submitted_unix: 0,
+        anywhere: true,
+    }));
+    msg(&mut r, ADMIN, req);
+    // Its master waits for a machine with the memory; the job is held
+    // (`step` checks that no unplaced master is left behind).
+    msg(&mut r, ADMIN, hold(1));
+    let big = LinkId(2);
+    step(&mut r, |r| {
+        r.on_link_opened(big, Role::Local { name: "big".into() }, T)
+    });
+    let ad = ToGlobal::Advertise {
+        ad: "[ Name = \"big\"; Memory = 8000 ]".into(),
+        slots: 1,
+        running: vec![],
+    };
+    let (sends, _) = msg(&mut r, big, ad);
+    assert!(
+        !sends
+            .iter()
+            .any(|(_, m)| matches!(m, FromGlobal::SpawnMaster { .. })),
+        "{sends:?}"
+    );
+    // Released, it starts again, and its new master goes to `big`.
+    let (sends, _) = msg(&mut r, ADMIN, ToGlobal::Release { job: JobId(1) });
+    assert!(
+        sends
+            .iter()
+            .any(|(l, m)| *l == big && matches!(m, FromGlobal::SpawnMaster { .. })),
+        "{sends:?}"
+    );
+}
