@@ -44,6 +44,9 @@ pub struct QArgs {
     /// Why JOB's classes are not satisfied (or -analyze); JOB as `j3` or `3`
     #[arg(long, value_name = "JOB")]
     analyze: Option<JobId>,
+    /// Only held jobs, each with why it is held (or -hold; see `carmi hold`)
+    #[arg(long)]
+    hold: bool,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -258,9 +261,12 @@ pub fn q(args: QArgs) -> anyhow::Result<()> {
     }
     let answer =
         crate::block_on(async { Ok(request(&pool, &secret, None, ToGlobal::Queue).await?) })?;
-    let FromGlobal::Queue(jobs) = answer else {
+    let FromGlobal::Queue(mut jobs) = answer else {
         return Err(failed(answer, "q"));
     };
+    if args.hold {
+        jobs.retain(|j| j.state == "held");
+    }
     if args.json {
         print(&json_text(&jobs))
     } else {
@@ -428,6 +434,13 @@ pub fn analysis_text(a: &JobAnalysis) -> String {
         out.push_str(
             "A job starts once all its minimums can be met at once; earlier jobs go first.\n",
         );
+    }
+    if j.state == "held" {
+        out.push_str(&format!(
+            "It is held ({}): it waits for `carmi release {}`, then at its place in the queue.\n",
+            j.note.as_deref().unwrap_or("no reason given"),
+            j.job.0
+        ));
     }
     for c in &a.classes {
         out.push_str(&class_text(c, waiting));

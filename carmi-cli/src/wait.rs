@@ -61,6 +61,7 @@ pub fn run(args: WaitArgs) -> anyhow::Result<u8> {
             if !queued(&pool, &secret, args.job).await? {
                 // It may have left the queue between the two questions.
                 if let Some(record) = ended(&pool, &secret, args.job).await? {
+                    log_events(&pool, &secret, args.job, after, &mut log).await;
                     return Ok(finish(&pool, &secret, &record).await);
                 }
                 anyhow::bail!(

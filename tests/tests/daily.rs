@@ -216,7 +216,7 @@ fn an_htcondor_style_submit_file_runs_each_copy() {
         text(&out.stderr),
         pool.logs()
     );
-    assert!(text(&out.stderr).contains("log: the event log is not written yet"));
+    assert!(!text(&out.stderr).contains("log:"), "{}", text(&out.stderr));
     let ids: Vec<String> = text(&out.stdout).lines().map(String::from).collect();
     assert_eq!(ids.len(), 3, "{ids:?}");
     for id in &ids {
@@ -232,5 +232,22 @@ fn an_htcondor_style_submit_file_runs_each_copy() {
     for p in 0..3 {
         let got = std::fs::read_to_string(pool.dir.join(format!("out.{p}"))).unwrap();
         assert_eq!(got, format!("copy {p}\n"));
+    }
+    // `log`: the three copies share one event log, each event of each once
+    // (docs/events.md), from `submitted` to `ended`.
+    let log = std::fs::read_to_string(pool.dir.join("copies.log")).unwrap();
+    for id in &ids {
+        let mine: Vec<&str> = log
+            .lines()
+            .filter(|l| l.split(' ').nth(2) == Some(id.as_str()))
+            .collect();
+        let numbers: Vec<String> = mine
+            .iter()
+            .map(|l| l.split(' ').nth(3).unwrap().to_string())
+            .collect();
+        let expected: Vec<String> = (1..=mine.len()).map(|n| format!("#{n}")).collect();
+        assert_eq!(numbers, expected, "{log}");
+        assert!(mine[0].contains(" #1 submitted "), "{log}");
+        assert!(mine.last().unwrap().ends_with(" ended exit 0"), "{log}");
     }
 }

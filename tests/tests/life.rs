@@ -145,6 +145,13 @@ fn a_held_job_gives_back_its_hosts_and_runs_again_once_released() {
     );
     let table = ok(&pool, &["q"]);
     assert!(table.contains("held"), "{table}");
+    // `q -hold`, as condor_q's: the held jobs, each with its reason.
+    let held = ok(&pool, &["q", "-hold"]);
+    assert!(held.contains("^ held by alice"), "{held}");
+    assert!(
+        held.contains("1 job: 0 running, 0 waiting, 1 on hold"),
+        "{held}"
+    );
     // Holding it again, or releasing a job that is not held, is an error naming why.
     let again = carmi(&pool).args(["hold", &id]).output().unwrap();
     assert!(!again.status.success());
@@ -283,7 +290,20 @@ fn the_log_file_holds_the_jobs_events_in_order() {
     until(&pool, "the job lost the host of m1", || {
         ok(&pool, &["events", &id]).contains(" host-lost ")
     });
+    // `events -f` follows the job until it ends, then exits by itself.
+    let follower = carmi(&pool)
+        .args(["events", "-f", "--json", &id])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     std::fs::write(dir.join("go"), "").unwrap();
+    let followed = follower.wait_with_output().unwrap();
+    assert!(followed.status.success(), "{}", text(&followed.stderr));
+    let last: Value = serde_json::from_str(text(&followed.stdout).lines().last().unwrap()).unwrap();
+    assert_eq!(
+        last["kind"]["Ended"]["end"]["Completed"]["Code"], 0,
+        "{last}"
+    );
     let out = wait(&pool, &id);
     assert_eq!(
         out.status.code(),

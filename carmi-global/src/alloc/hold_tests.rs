@@ -78,3 +78,19 @@ fn a_held_job_returns_every_host_and_restarts_from_its_submit_file() {
     assert_eq!(held(&s, J1), 3);
     assert!(hosts.len() == 4);
 }
+
+#[test]
+fn only_a_submitted_job_in_the_queue_can_be_held() {
+    let mut s = Sim::new();
+    s.machine("m0", "Arch = \"X86_64\"", 1);
+    s.step(|a| a.on_job_created(J2, "m0"));
+    let by_hand = s.step(|a| a.hold_job(J2)).unwrap_err();
+    assert!(by_hand.message.contains("started by hand"), "{by_hand:?}");
+    let unknown = s.step(|a| a.hold_job(J1)).unwrap_err();
+    assert!(unknown.message.contains("not in the queue"), "{unknown:?}");
+    let not_held = s.step(|a| a.release_job(J2, &any(1, 1))).unwrap_err();
+    assert!(
+        not_held.message.contains("is not held (it is attached)"),
+        "{not_held:?}"
+    );
+}

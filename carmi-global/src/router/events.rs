@@ -6,8 +6,8 @@
 //! hosts all day nor a long history grows the global RM's memory.
 //!
 //! The events of one input are journaled together, in one
-//! [`Record::Events`] after the input's other records (one more write per
-//! input that changed a job, not one per event), so a restarted global RM
+//! [`Record::Events`] right after the input's other records (one more
+//! record per input that changed a job, not one per event), so a restarted global RM
 //! keeps every job's log and goes on numbering where it was: a reader that
 //! wrote events 1 to 5 to a `log =` file appends event 6 next. See
 //! `docs/events.md`.
@@ -146,11 +146,18 @@ impl Router {
     }
 
     /// Journals the events of the input just handled (called as its
-    /// outputs are taken: after every other record of the input, so that
-    /// each event's job is known to a replay before its events are).
+    /// outputs are taken): right after the input's last other record, so
+    /// that each event's job is known to a replay before its events are,
+    /// and so that a driver writing adjacent records together adds no disk
+    /// write for them; at the end when the input wrote no other record.
     pub(super) fn journal_events(&mut self) {
         if let Some(record) = self.events.journal_record() {
-            self.out.push(Output::Journal(record));
+            let at = self
+                .out
+                .iter()
+                .rposition(|o| matches!(o, Output::Journal(_)))
+                .map_or(self.out.len(), |i| i + 1);
+            self.out.insert(at, Output::Journal(record));
         }
     }
 
@@ -209,5 +216,70 @@ impl Router {
                 self.send(link, FromGlobal::AdminFailed(failure));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::Live;
+
+    fn released(logs: &mut EventLogs, job: u64) {
+        logs.push(JobId(job), 0, EventKind::Released);
+    }
+
+    #[test]
+    fn a_jobs_log_keeps_its_last_events_and_numbers_on() {
+        let mut logs = EventLogs::default();
+        logs.open(JobId(1), None);
+        for _ in 0..EVENTS_PER_JOB + 44 {
+            released(&mut logs, 1);
+        }
+        let (events, ended, _) = logs.select(JobId(1), 0).unwrap();
+        assert!(!ended);
+        assert_eq!(events.len(), EVENTS_PER_JOB);
+        assert_eq!(events[0].seq, 45);
+        assert_eq!(events.last().unwrap().seq, EVENTS_PER_JOB as u64 + 44);
+        // The journal's live state keeps as many, for a compaction.
+        let record = logs.journal_record().unwrap();
+        let submitted = Record::Attached {
+            job: JobId(1),
+            machine: "m".into(),
+            root: carmi_api::ids::ProcessId(1),
+        };
+        let live = Live::of(&[submitted, record]);
+        let kept: usize = live
+            .records()
+            .iter()
+            .map(|r| match r {
+                Record::Events(e) => e.len(),
+                _ => 0,
+            })
+            .sum();
+        assert_eq!(kept, EVENTS_PER_JOB);
+    }
+
+    #[test]
+    fn only_the_last_ended_jobs_logs_are_kept() {
+        let mut logs = EventLogs::default();
+        for job in 1..=ENDED_LOGS as u64 + 1 {
+            logs.open(JobId(job), None);
+            released(&mut logs, job);
+            logs.close(JobId(job));
+        }
+        assert!(logs.select(JobId(1), 0).is_none());
+        let (events, ended, _) = logs.select(JobId(2), 0).unwrap();
+        assert!(ended && events.len() == 1);
+        // Nothing is logged for a job that has no log (ended, or by hand).
+        released(&mut logs, 2);
+        assert_eq!(logs.select(JobId(2), 0).unwrap().0.len(), 1);
+        let record = logs.journal_record().unwrap();
+        let live = Live::of(&[record]);
+        let ended_logs = live
+            .records()
+            .iter()
+            .filter(|r| matches!(r, Record::Events(_)))
+            .count();
+        assert_eq!(ended_logs, ENDED_LOGS);
     }
 }

@@ -346,3 +346,88 @@ fn event_logs_survive_a_restart_and_numbering_goes_on() {
         assert_eq!(after.last().unwrap().seq, two.last().unwrap().seq + 1);
     }
 }
+
+#[test]
+fn an_owners_comings_and_goings_are_in_the_jobs_events() {
+    use carmi_api::msg::SlotActivity;
+    let (mut r, mut journal) = pool();
+    let master = submit(&mut r, &mut journal).expect("the job starts");
+    let started = ToGlobal::Started {
+        process: master,
+        result: Ok(()),
+    };
+    msg(&mut r, M0, started);
+    for state in [
+        SlotActivity::Suspended,
+        SlotActivity::Available,
+        SlotActivity::Suspended,
+        SlotActivity::Vacated,
+    ] {
+        msg(&mut r, M0, ToGlobal::SlotState { slot: 1, state });
+    }
+    let events = all_events(&mut r, JobId(1));
+    let lines: Vec<String> = events.iter().skip(4).map(|e| e.kind.to_string()).collect();
+    assert_eq!(
+        lines,
+        [
+            "host-suspended h2 m0",
+            "host-resumed h2 m0",
+            "host-suspended h2 m0",
+            "host-lost h2 m0 the owner of h2 reclaimed it"
+        ]
+    );
+}
+
+#[test]
+fn a_held_job_whose_master_waited_for_a_machine_waits_no_more() {
+    let mut r = Router::new(RouterConfig::default());
+    r.on_executable_stored(&exe("master"));
+    step(&mut r, |r| r.on_link_opened(ADMIN, Role::Admin, T));
+    step(&mut r, |r| {
+        r.on_link_opened(M0, Role::Local { name: "m0".into() }, T)
+    });
+    let ad = ToGlobal::Advertise {
+        ad: "[ Name = \"m0\"; Memory = 1000 ]".into(),
+        slots: 1,
+        running: vec![],
+    };
+    msg(&mut r, M0, ad);
+    let file =
+        "executable = master\nmaster_requirements = Memory >= 2000\nmachine_count = 0..1\nqueue\n";
+    let req = ToGlobal::Submit(Box::new(SubmitRequest {
+        owner: "alice".into(),
+        machine: "laptop".into(),
+        executable: exe("master"),
+        spec: carmi_api::submit::parse("job.sub", file).unwrap(),
+        submitted_unix: 0,
+        anywhere: true,
+    }));
+    msg(&mut r, ADMIN, req);
+    // Its master waits for a machine with the memory; the job is held
+    // (`step` checks that no unplaced master is left behind).
+    msg(&mut r, ADMIN, hold(1));
+    let big = LinkId(2);
+    step(&mut r, |r| {
+        r.on_link_opened(big, Role::Local { name: "big".into() }, T)
+    });
+    let ad = ToGlobal::Advertise {
+        ad: "[ Name = \"big\"; Memory = 8000 ]".into(),
+        slots: 1,
+        running: vec![],
+    };
+    let (sends, _) = msg(&mut r, big, ad);
+    assert!(
+        !sends
+            .iter()
+            .any(|(_, m)| matches!(m, FromGlobal::SpawnMaster { .. })),
+        "{sends:?}"
+    );
+    // Released, it starts again, and its new master goes to `big`.
+    let (sends, _) = msg(&mut r, ADMIN, ToGlobal::Release { job: JobId(1) });
+    assert!(
+        sends
+            .iter()
+            .any(|(l, m)| *l == big && matches!(m, FromGlobal::SpawnMaster { .. })),
+        "{sends:?}"
+    );
+}
