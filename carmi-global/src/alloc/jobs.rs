@@ -93,7 +93,7 @@ fn augment(u: usize, adj: &[Vec<usize>], seen: &mut [bool], owner: &mut [Option<
 }
 
 /// A matching of every place to a distinct candidate, or `None`.
-fn match_all(adj: &[Vec<usize>], candidates: usize) -> Option<Vec<usize>> {
+pub(super) fn match_all(adj: &[Vec<usize>], candidates: usize) -> Option<Vec<usize>> {
     let mut owner: Vec<Option<usize>> = vec![None; candidates];
     for u in 0..adj.len() {
         let mut seen = vec![false; candidates];
@@ -333,7 +333,7 @@ impl Allocator {
 
     /// Hosts running jobs hold above their minimums, latest claimed first
     /// within each class: any subset of them can be taken without breaking a minimum.
-    fn surplus_hosts(&self, except: JobId) -> Vec<HostId> {
+    pub(super) fn surplus_hosts(&self, except: JobId) -> Vec<HostId> {
         let mut out = Vec::new();
         for &id in &self.running {
             let j = &self.jobs[&id];
