@@ -298,3 +298,35 @@ fn the_queue_is_always_settled_as_if_every_job_were_tried() {
         }
     }
 }
+
+#[test]
+fn the_job_behind_a_removed_head_may_take_hosts_above_minimums_as_the_new_head() {
+    let mut s = Sim::new();
+    pool(&mut s, 2);
+    // A running job holds both slots, one above its minimum.
+    s.step(|a| {
+        a.submit_job(
+            JobId(1),
+            "alice",
+            &[ClassLimits {
+                max: 2,
+                ..limits("true", 1)
+            }],
+        )
+    })
+    .unwrap();
+    s.step(|a| a.on_master_running(JobId(1)));
+    assert_eq!(take_started(&mut s), [JobId(1)]);
+    s.log.clear();
+    // A head no machine serves (no idle slot to keep: it keeps nothing but
+    // its place), and behind it a job that could take the surplus host,
+    // were it the head.
+    s.step(|a| a.submit_job(JobId(2), "bob", &[limits("Arch == \"PPC\"", 1)]))
+        .unwrap();
+    s.step(|a| a.submit_job(JobId(3), "carol", &[limits("true", 1)]))
+        .unwrap();
+    assert_eq!(take_started(&mut s), []);
+    s.step(|a| a.on_job_ended(JobId(2)));
+    assert_eq!(take_started(&mut s), [JobId(3)]);
+    s.log.clear();
+}
