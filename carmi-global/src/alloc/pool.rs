@@ -113,7 +113,11 @@ impl Allocator {
         m.speed = speed_of(&m.ad);
         m.ad_text = m.ad.to_string();
         m.generation = m.generation % (u32::MAX >> 2) + 1;
-        // Membership may have changed: the idle slots meet the pending requests again.
+        // Membership may have changed: the idle slots meet the pending requests again,
+        // and the head of the queue may now use hosts held above minimums.
+        if !self.queue.is_empty() {
+            self.dirty = true;
+        }
         self.offer_all(idle);
         true
     }
