@@ -369,3 +369,31 @@ fn the_job_behind_a_removed_head_may_take_hosts_above_minimums_as_the_new_head()
     assert_eq!(take_started(&mut s), [JobId(3)]);
     s.log.clear();
 }
+
+#[test]
+fn a_busy_machine_s_new_ad_settles_the_queue_only_if_the_head_could_use_it() {
+    let mut s = Sim::new();
+    pool(&mut s, 2);
+    let grows = [ClassLimits {
+        max: 2,
+        ..limits("true", 1)
+    }];
+    s.step(|a| a.submit_job(JobId(1), "alice", &grows)).unwrap();
+    s.sleep(1);
+    s.step(|a| a.on_master_running(JobId(1)));
+    s.step(|a| a.submit_job(JobId(2), "bob", &[limits("Arch == \"PPC\"", 1)]))
+        .unwrap();
+    assert_eq!(take_started(&mut s), [JobId(1)]);
+    s.log.clear();
+    // Both machines are busy. A heartbeat that changes nothing the head
+    // asks for settles nothing...
+    let before = s.a.start_attempts();
+    let memory = ClassAd::parse("[ Memory = 4096 ]").expect("parses");
+    s.step(|a| a.on_machine_updated("m0", &memory));
+    assert_eq!(s.a.start_attempts(), before);
+    // ...one that makes the machine what the head wants does.
+    let ppc = ClassAd::parse("[ Arch = \"PPC\" ]").expect("parses");
+    s.step(|a| a.on_machine_updated("m1", &ppc));
+    assert!(s.a.start_attempts() > before);
+    s.log.clear();
+}
