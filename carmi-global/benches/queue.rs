@@ -13,8 +13,9 @@
 //! - `distinct`: the same, but every job asks for something else
 //!   (`Memory >= n`), so no two are alike.
 //!
-//! `cargo bench -p carmi-global --bench queue` (`-- 0,20000` picks the
-//! queue lengths; the default is 0, 20000, 100000).
+//! `cargo bench -p carmi-global --bench queue` (`-- 0,20000 distinct`
+//! picks the queue lengths and the queues; by default 0, 20000, 100000 and
+//! all three).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -120,23 +121,7 @@ fn bench(kind: &str, queued: usize) {
         }
     }
     journal.append(&batch).expect("journal append");
-    let (mut sub_core, mut sub_all, mut rm_core, mut rm_all) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..SAMPLES {
-        let t = Instant::now();
-        let (job, records) = run(&mut r, submit(kind));
-        let core = t.elapsed();
-        journal.append(&records).expect("journal append");
-        sub_core.push(core);
-        sub_all.push(t.elapsed());
-        let job = job.expect("the submit is answered");
-        let t = Instant::now();
-        let (_, records) = run(&mut r, ToGlobal::RemoveJob { job });
-        let core = t.elapsed();
-        journal.append(&records).expect("journal append");
-        rm_core.push(core);
-        rm_all.push(t.elapsed());
-    }
+    let [sub_core, sub_all, rm_core, rm_all] = measure(kind, &mut r, &mut journal);
     let waiting = r.allocator().job_ids().len();
     assert_eq!(waiting, queued, "the queue stays at its length");
     for (op, core, all) in [("submit", sub_core, sub_all), ("rm", rm_core, rm_all)] {
@@ -148,17 +133,52 @@ fn bench(kind: &str, queued: usize) {
     }
 }
 
+/// The timed part: submit and remove [`SAMPLES`] jobs; the submit times
+/// (router core, then with the journal), then the same for the removals.
+/// Kept out of line so that `valgrind --tool=callgrind
+/// --collect-atstart=no --toggle-collect='queue::measure*'` counts the
+/// instructions of these operations alone, which a loaded machine does
+/// not change.
+#[inline(never)]
+fn measure(kind: &str, r: &mut Router, journal: &mut Journal) -> [Vec<Duration>; 4] {
+    let (mut sub_core, mut sub_all, mut rm_core, mut rm_all) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..SAMPLES {
+        let msg = submit(kind);
+        let t = Instant::now();
+        let (job, records) = run(r, msg);
+        let core = t.elapsed();
+        journal.append(&records).expect("journal append");
+        sub_core.push(core);
+        sub_all.push(t.elapsed());
+        let job = job.expect("the submit is answered");
+        let t = Instant::now();
+        let (_, records) = run(r, ToGlobal::RemoveJob { job });
+        let core = t.elapsed();
+        journal.append(&records).expect("journal append");
+        rm_core.push(core);
+        rm_all.push(t.elapsed());
+    }
+    [sub_core, sub_all, rm_core, rm_all]
+}
+
 fn main() {
-    let sizes: Vec<usize> = std::env::args()
+    let args: Vec<String> = std::env::args()
         .skip(1)
-        .find(|a| !a.starts_with('-'))
-        .map(|a| {
-            a.split(',')
-                .map(|n| n.parse().expect("queue lengths are numbers"))
-                .collect()
-        })
-        .unwrap_or_else(|| vec![0, 20_000, 100_000]);
-    for kind in ["blocked", "unservable", "distinct"] {
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let sizes: Vec<usize> = match args.first() {
+        Some(a) => a
+            .split(',')
+            .map(|n| n.parse().expect("queue lengths are numbers"))
+            .collect(),
+        None => vec![0, 20_000, 100_000],
+    };
+    let kinds: Vec<&str> = match args.get(1) {
+        Some(a) => a.split(',').collect(),
+        None => vec!["blocked", "unservable", "distinct"],
+    };
+    for kind in kinds {
         for &n in &sizes {
             bench(kind, n);
         }

@@ -33,8 +33,11 @@ pub struct ClassAd {
 }
 
 /// Above this many attributes an ad keeps an [`Index`]. Below, a scan of the
-/// symbols beyond the inline ones is as fast as hashing and costs no memory.
-const INDEX_FROM: usize = 48;
+/// attributes beyond the inline ones is as fast as hashing and costs no
+/// memory; above, it is not: evaluating the last attribute of 10,000 ads
+/// took 26 ns per ad with 24 attributes, 48 ns with 32 and 191 ns with 48
+/// by scanning, 22-32 ns through the index (release build).
+const INDEX_FROM: usize = 24;
 
 /// Attribute positions by symbol id.
 type Index = HashMap<u32, u32, BuildHasherDefault<IdHasher>>;

@@ -8,6 +8,12 @@
 //! has seen, which for ClassAds is a small vocabulary. Each thread keeps a
 //! cache of spellings in front of the shared table, so parsing on many
 //! threads does not contend on its lock.
+//!
+//! A peer that writes fresh names into every ad it sends grows the table
+//! without bound: about 270 bytes per name (2,000,000 distinct names took
+//! `classad match` from 138 MB to 672 MB). A daemon that parses ads from
+//! the network can watch [`Symbol::count`] and refuse ads that bring new
+//! names beyond a limit of its own.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -97,6 +103,15 @@ impl Symbol {
         intern_spelling(name).0
     }
 
+    /// How many distinct names (ignoring case) the process has interned.
+    pub fn count() -> usize {
+        INTERNER
+            .lock()
+            .expect("symbol interner lock poisoned")
+            .folded
+            .len()
+    }
+
     /// The raw id, useful for ordering and hashing.
     #[inline]
     pub fn id(self) -> u32 {
@@ -143,6 +158,18 @@ mod tests {
         assert_eq!(Name::new("KFlops").text, "KFlops");
         assert_eq!(Name::new("kflops").text, "kflops");
         assert_eq!(Name::new("KFlops"), Name::new("kflops"));
+    }
+
+    #[test]
+    fn the_count_grows_with_a_new_name() {
+        Symbol::intern("CountedName");
+        let before = Symbol::count();
+        Symbol::intern("COUNTEDNAME");
+        Symbol::intern("countedname");
+        // Other tests may intern names meanwhile: the count never falls.
+        assert!(Symbol::count() >= before);
+        Symbol::intern("CountedName2");
+        assert!(Symbol::count() > before);
     }
 
     #[test]

@@ -119,7 +119,22 @@ impl Allocator {
         m.speed = speed_of(&m.ad);
         m.ad_text = m.ad.to_string();
         m.generation = m.generation % (u32::MAX >> 2) + 1;
-        // Membership may have changed: the idle slots meet the pending requests again.
+        // Membership may have changed: the idle slots meet the pending requests
+        // again (settling the queue), and the head of the queue, which alone may
+        // take hosts from running jobs, may now want one of this machine's. Only
+        // then does a busy machine's heartbeat settle the queue: a pass costs time
+        // per kind of waiting job, and heartbeats are many.
+        let m = &self.machines[idx.0 as usize];
+        let claimed: Vec<HostId> = m.hosts[..m.slots as usize]
+            .iter()
+            .copied()
+            .filter(|&h| matches!(self.get_slot(h).state, SlotState::Claimed(_)))
+            .collect();
+        if let Some(&head) = self.queue.values().next()
+            && claimed.iter().any(|&h| self.needs_for_minimum(head, h))
+        {
+            self.dirty = true;
+        }
         self.offer_all(idle);
         true
     }

@@ -21,7 +21,8 @@
 //! that kept nothing from anyone changes nothing for the jobs behind it. So
 //! neither a submit nor a removal walks the queue, even when every waiting
 //! job asks for something different. Only what may start waiting jobs
-//! (a slot becoming idle, an ad changing, a job starting) runs a full pass.
+//! (a slot becoming idle, an ad changing, a job starting or a master
+//! running, a job that kept slots leaving) runs a full pass.
 //!
 //! Membership evaluates class expressions and machine `Requirements`
 //! against the job's ad, `Owner` and `JobId`. The owner is part of the
