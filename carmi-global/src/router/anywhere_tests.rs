@@ -293,3 +293,96 @@ fn a_placed_master_is_expected_back_on_its_machine_after_a_restart() {
         "{out:?}"
     );
 }
+
+#[test]
+fn a_placed_master_whose_machine_is_lost_starts_again_elsewhere() {
+    let mut r = router();
+    let (m0, m1) = (LinkId(1), LinkId(2));
+    advertise(&mut r, m0, "m0", 4000);
+    advertise(&mut r, m1, "m1", 4000);
+    let mut journal = Vec::new();
+    let file = "executable = master\noutput = /home/alice/out.txt\nmachine_count = 1..1\nqueue\n";
+    let out = submit(&mut r, file, "laptop", true);
+    journal.extend(records(&out));
+    let [(link, first, ..)] = &masters(&out)[..] else {
+        panic!("{out:?}")
+    };
+    let (first, kept) = (*first, if *link == m0 { m1 } else { m0 });
+    // Only the other machine keeps sending heartbeats.
+    let beat = ToGlobal::Heartbeat {
+        update: String::new(),
+    };
+    step(&mut r, |r| {
+        r.on_message(kept, beat, Duration::from_millis(2500))
+    });
+    let out = step(&mut r, |r| r.on_tick(Duration::from_secs(4)));
+    journal.extend(records(&out));
+    let again = masters(&out);
+    assert_eq!(again.len(), 1, "{out:?}");
+    let (link, second, output, back) = &again[0];
+    assert_eq!(*link, kept);
+    assert_ne!(*second, first);
+    // Placed away from the submit machine: its output comes back.
+    assert_eq!(
+        (output.clone(), back.clone()),
+        (None, vec!["stdout".to_string()])
+    );
+    assert!(
+        !records(&out)
+            .iter()
+            .any(|rec| matches!(rec, Record::History(_))),
+        "the job did not end: {out:?}"
+    );
+    // A pinned job would have ended; this one is still queued.
+    let out = step(&mut r, |r| {
+        r.on_message(ADMIN, ToGlobal::Queue, Duration::from_secs(4))
+    });
+    let [(_, FromGlobal::Queue(q))] = &sends(&out)[..] else {
+        panic!("{out:?}")
+    };
+    assert_eq!(q[0].master, Some(*second));
+    // After a restart of the global RM the new master is the job's, on its new machine.
+    let mut back_again = Router::new(RouterConfig::default());
+    back_again.recover(journal);
+    back_again.sanity_check();
+    let l = LinkId(9);
+    let name = if kept == m0 { "m0" } else { "m1" };
+    step(&mut back_again, |r| {
+        r.on_link_opened(l, Role::Local { name: name.into() }, Duration::ZERO)
+    });
+    let msg = ToGlobal::Advertise {
+        ad: format!("[ Name = \"{name}\"; Memory = 4000 ]"),
+        slots: 1,
+        running: vec![*second],
+    };
+    let out = step(&mut back_again, |r| r.on_message(l, msg, Duration::ZERO));
+    assert!(
+        !sends(&out)
+            .iter()
+            .any(|(_, m)| matches!(m, FromGlobal::Kill { .. } | FromGlobal::SpawnMaster { .. })),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn a_pinned_master_whose_machine_is_lost_ends_its_job() {
+    let mut r = router();
+    advertise(&mut r, LinkId(1), "m0", 4000);
+    advertise(&mut r, LinkId(2), "m1", 4000);
+    let file = "executable = master\nqueue\n";
+    submit(&mut r, file, "m1", false);
+    let beat = ToGlobal::Heartbeat {
+        update: String::new(),
+    };
+    step(&mut r, |r| {
+        r.on_message(LinkId(1), beat, Duration::from_millis(2500))
+    });
+    let out = step(&mut r, |r| r.on_tick(Duration::from_secs(4)));
+    assert!(masters(&out).is_empty(), "{out:?}");
+    assert!(
+        records(&out)
+            .iter()
+            .any(|rec| matches!(rec, Record::History(_))),
+        "{out:?}"
+    );
+}

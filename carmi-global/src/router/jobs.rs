@@ -590,6 +590,43 @@ impl Router {
         }
     }
 
+    /// The master `process` of `job` is gone with its machine (declared
+    /// lost, or its local RM came back without it). A job whose master the
+    /// global RM may place starts a new master, on another machine if need
+    /// be, from the hosts the job holds (as a first master starts: its
+    /// minimums held); the old master's processes are killed, as no new
+    /// master knows them. A job pinned to a machine ends, as before.
+    pub(super) fn master_lost(&mut self, process: ProcessId, job: JobId) {
+        self.exit_process(process, ExitStatus::HostLost, 0.0);
+        if !self.submitted.get(&job).is_some_and(|s| s.anywhere) {
+            return self.master_report(process, job, Err(ExitStatus::HostLost));
+        }
+        self.masters.remove(&process);
+        self.sent_masters.remove(&process);
+        self.unplaced.remove(&process);
+        for p in self.procs.of_job(job) {
+            let Some(proc) = self.procs.find(p) else {
+                continue;
+            };
+            if !proc.is_live() || p == process {
+                continue;
+            }
+            let link = proc
+                .host
+                .and_then(|h| self.alloc.host_machine(h))
+                .and_then(|m| self.ready_link(m));
+            match (proc.host, link) {
+                // Still live until its local RM reports how it ended.
+                (Some(_), Some(link)) => self.send(link, FromGlobal::Kill { process: p }),
+                (Some(_), None) => self.exit_process(p, ExitStatus::HostLost, 0.0),
+                // Started by hand: not ours to kill.
+                (None, _) => {}
+            }
+        }
+        warn!(job = %job, %process, "the master's machine is gone; the job starts a new master");
+        self.start_master(job);
+    }
+
     /// Kills the master of `job` if it runs (called as the job ends).
     pub(super) fn kill_master(&mut self, job: JobId) {
         let Some(sub) = self.submitted.remove(&job) else {
@@ -669,13 +706,20 @@ impl Router {
                     let Some(sub) = self.submitted.get_mut(&job) else {
                         continue;
                     };
-                    let again = sub.master == Some(master);
-                    sub.master = Some(master);
+                    let before = sub.master.replace(master);
+                    let again = before == Some(master);
                     if let Some(m) = placed {
                         sub.machine = m;
                         sub.placed = true;
                     }
                     let machine = sub.machine.clone();
+                    if let Some(old) = before.filter(|_| !again) {
+                        // Restarted after its machine was lost.
+                        self.masters.remove(&old);
+                        self.sent_masters.remove(&old);
+                        self.unplaced.remove(&old);
+                        self.procs.remove(old);
+                    }
                     if !again {
                         self.alloc.recover_running(job);
                         self.procs.insert(master, new_proc(job, true));
