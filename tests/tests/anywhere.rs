@@ -190,3 +190,70 @@ fn a_master_that_fits_no_machine_waits_and_q_says_why() {
         .unwrap();
     assert_eq!(out.status.code(), Some(124), "{}", text(&out.stderr));
 }
+
+#[test]
+fn a_master_whose_machine_dies_starts_again_elsewhere_and_its_output_comes_back() {
+    let mut pool = Pool::start("anywhere-lost", 1, &[vec![], vec![]]);
+    let dir = pool.dir.join("laptop");
+    std::fs::create_dir_all(&dir).unwrap();
+    wait_pool(&pool, &dir, 2);
+    // The first run leaves a mark and waits (to be cut off); the second
+    // finds the mark (this test shares one file system) and exits.
+    let mark = dir.join("first-run");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let exe = dir.join("master.sh");
+        std::fs::write(
+            &exe,
+            format!(
+                "#!/bin/sh\nif [ -e {m} ]; then echo \"second run in $(pwd)\"; exit 0; fi\ntouch {m}\nsleep 600\n",
+                m = mark.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::write(
+        dir.join("job.sub"),
+        "executable = master.sh\noutput = out.txt\nqueue\n",
+    )
+    .unwrap();
+    let job = ok(
+        carmi(&pool, &dir)
+            .args(["submit", "job.sub"])
+            .output()
+            .unwrap(),
+        &pool,
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !mark.exists() {
+        assert!(Instant::now() < deadline, "no first run\n{}", pool.logs());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Kill the machine the first run is on: the one with a sandbox.
+    let busy = |i: usize| {
+        std::fs::read_dir(pool.dir.join(format!("m{i}")).join("sandbox"))
+            .map(|d| d.count() > 0)
+            .unwrap_or(false)
+    };
+    let (first, other) = if busy(0) { (0, 1) } else { (1, 0) };
+    assert!(busy(first), "the first run has a sandbox\n{}", pool.logs());
+    pool.kill_local(first);
+    let out = carmi(&pool, &dir)
+        .args(["wait", job.trim(), "--timeout", "60"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{}",
+        text(&out.stderr),
+        pool.logs()
+    );
+    let output = std::fs::read_to_string(dir.join("out.txt")).unwrap_or_default();
+    assert!(
+        output.starts_with("second run in ") && output.contains(&format!("/m{other}/sandbox/")),
+        "out.txt: {output:?}\n{}",
+        pool.logs()
+    );
+}
