@@ -5,7 +5,8 @@
 //! machine its `master_requirements` accept; `carmi wait` exits with the
 //! master's exit status and writes its output, error and
 //! `transfer_output_files` into the submit directory; `carmi fetch` brings
-//! them back again, also after the global RM restarted.
+//! them back again, also after the global RM restarted. Its
+//! `transfer_input_files` travel through the pool, as its executable does.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -72,14 +73,16 @@ fn a_job_from_outside_the_pool_runs_and_its_files_come_back() {
         let exe = submit_dir.join("master.sh");
         std::fs::write(
             &exe,
-            "#!/bin/sh\necho \"master in $(pwd)\"\necho 'a warning' >&2\nmkdir -p res\necho 42 > res/result.dat\nexit 3\n",
+            "#!/bin/sh\necho \"master in $(pwd)\"\ncat params.txt\necho 'a warning' >&2\nmkdir -p res\necho 42 > res/result.dat\nexit 3\n",
         )
         .unwrap();
         std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
+    std::fs::write(submit_dir.join("params.txt"), "alpha = 0.5\n").unwrap();
     std::fs::write(
         submit_dir.join("job.sub"),
         "universe = vanilla\nexecutable = master.sh\noutput = out.txt\nerror = err.txt\n\
+         transfer_input_files = params.txt\n\
          should_transfer_files = YES\nwhen_to_transfer_output = ON_EXIT\n\
          transfer_output_files = res/result.dat\nmaster_requirements = Big == true\nqueue\n",
     )
@@ -118,8 +121,18 @@ fn a_job_from_outside_the_pool_runs_and_its_files_come_back() {
     // It ran on m1, the only machine with Big == true, in a sandbox there.
     let output = read("out.txt");
     assert!(
-        output.starts_with("master in ") && output.contains("/m1/sandbox/"),
+        output.starts_with("master in ")
+            && output.contains("/m1/sandbox/")
+            && output.contains("alpha = 0.5\n"),
         "out.txt: {output:?}\n{}",
+        pool.logs()
+    );
+    // The input file reached m1 by content, through the pool (its cache
+    // holds it by hash), not by its path on the submit machine.
+    let params_hash = carmi_api::exe::sha256_hex(b"alpha = 0.5\n");
+    assert!(
+        pool.dir.join("m1").join("cache").join(&params_hash).is_file(),
+        "params.txt is not in m1's cache\n{}",
         pool.logs()
     );
     assert_eq!(read("err.txt"), "a warning\n");

@@ -386,3 +386,51 @@ fn a_pinned_master_whose_machine_is_lost_ends_its_job() {
         "{out:?}"
     );
 }
+
+#[test]
+fn a_placed_master_gets_its_input_files_by_content_once_uploaded() {
+    let mut r = router();
+    advertise(&mut r, LinkId(1), "m0", 4000);
+    let params = ExecutableRef {
+        name: "params.json".into(),
+        sha256: "ef".repeat(32),
+        size: 3,
+    };
+    let mut spec = carmi_api::submit::parse(
+        "job.sub",
+        "executable = master\ntransfer_input_files = /home/alice/params.json\nqueue\n",
+    )
+    .unwrap();
+    spec.input_refs = vec![params.clone()];
+    let msg = |spec: &carmi_api::submit::JobSpec| {
+        ToGlobal::Submit(Box::new(SubmitRequest {
+            owner: "alice".into(),
+            machine: "laptop".into(),
+            executable: exe(),
+            spec: spec.clone(),
+            submitted_unix: 0,
+            anywhere: true,
+        }))
+    };
+    // Not uploaded: refused, naming the file.
+    let out = step(&mut r, |r| r.on_message(ADMIN, msg(&spec), Duration::ZERO));
+    assert!(
+        matches!(&sends(&out)[..], [(_, FromGlobal::AdminFailed(f))] if f.message.contains("params.json")),
+        "{out:?}"
+    );
+    r.on_executable_stored(&params);
+    let out = step(&mut r, |r| r.on_message(ADMIN, msg(&spec), Duration::ZERO));
+    let spawn = sends(&out)
+        .into_iter()
+        .find_map(|(_, m)| match m {
+            FromGlobal::SpawnMaster {
+                input_files,
+                inputs,
+                ..
+            } => Some((input_files, inputs)),
+            _ => None,
+        })
+        .expect("the master starts");
+    // No path of the laptop reaches m0: the file comes from the pool.
+    assert_eq!(spawn, (vec![], vec![params]));
+}

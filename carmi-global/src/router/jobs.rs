@@ -145,6 +145,18 @@ impl Router {
             );
             return self.admin_fail(link, FailureCode::BadExecutable, message);
         }
+        if let Some(r) = req
+            .spec
+            .input_refs
+            .iter()
+            .find(|r| !self.executables.contains_key(&r.sha256))
+        {
+            let message = format!(
+                "transfer_input_files: {} ({}) was not uploaded before the submit",
+                r.name, r.sha256
+            );
+            return self.admin_fail(link, FailureCode::BadExecutable, message);
+        }
         if !req.anywhere && !self.alloc.is_online(&req.machine) {
             let message = format!(
                 "machine `{}` is not in the pool (its local RM runs the master); name a machine of `carmi status` with --machine",
@@ -421,6 +433,13 @@ impl Router {
         } else {
             (sub.spec.output, sub.spec.error)
         };
+        // Input files by path on the submit machine, or (placed elsewhere,
+        // when the client uploaded them) by content from the pool's store.
+        let (input_files, inputs) = if sub.placed && !sub.spec.input_refs.is_empty() {
+            (Vec::new(), sub.spec.input_refs)
+        } else {
+            (sub.spec.transfer_input_files, Vec::new())
+        };
         self.send(
             link,
             FromGlobal::SpawnMaster {
@@ -431,8 +450,9 @@ impl Router {
                 env,
                 output,
                 error,
-                input_files: sub.spec.transfer_input_files,
+                input_files,
                 return_files,
+                inputs,
             },
         );
     }
