@@ -37,8 +37,9 @@ const SMALL_READ: usize = 4 * 1024;
 /// buffer grows further only as those bytes actually arrive.
 const BIG_READ: usize = 256 * 1024;
 
-/// A buffer whose capacity grew past this for a large frame is replaced
-/// (what remains in it copied) once that frame has been taken.
+/// After a frame larger than this, or when the buffer's capacity is, the
+/// buffer is replaced (what remains in it copied); smaller ones keep it, so
+/// that a stream of small messages does not allocate per message.
 const KEEP_CAPACITY: usize = 16 * 1024;
 
 /// How long a frame may take once its first byte has arrived: `base` plus
@@ -239,9 +240,9 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// Like [`FrameReader::read`], leaving the header undecoded (see [`decode_raw`]).
     pub async fn read_raw(&mut self) -> Result<Option<(Bytes, Bytes)>, FrameError> {
         loop {
-            if let Some(frame) = decode_raw(&mut self.buf, self.max)? {
-                self.after_frame();
-                return Ok(Some(frame));
+            if let Some((header, payload)) = decode_raw(&mut self.buf, self.max)? {
+                self.after_frame(8 + header.len() + payload.len());
+                return Ok(Some((header, payload)));
             }
             let announced = self.announced();
             let missing = announced.map_or(SMALL_READ, |len| 4 + len - self.buf.len());
@@ -286,15 +287,16 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         Some(u32::from_be_bytes(prefix) as usize)
     }
 
-    /// A frame was taken: the next one starts with its first byte (now, if
-    /// some already wait). The buffer shares its allocation with the frames
-    /// taken from it, so an empty or oversized one is replaced: an idle
-    /// connection then holds no memory of its past frames.
-    fn after_frame(&mut self) {
+    /// A frame of `taken` bytes was taken: the next one starts with its
+    /// first byte (now, if some already wait). The buffer shares its
+    /// allocation with the frames taken from it, so after a large frame it is
+    /// replaced: an idle connection then holds at most [`KEEP_CAPACITY`] of
+    /// its past frames, whatever their size.
+    fn after_frame(&mut self, taken: usize) {
         if let Some(t) = &mut self.timing {
             t.started = (!self.buf.is_empty()).then(Instant::now);
         }
-        if self.buf.is_empty() || self.buf.capacity() > KEEP_CAPACITY {
+        if taken > KEEP_CAPACITY || self.buf.capacity() > KEEP_CAPACITY {
             self.buf = BytesMut::from(&self.buf[..]);
         }
     }

@@ -7,6 +7,7 @@
 //! # Layout
 //! - `ids`: newtype identifiers (requests, hosts, processes, jobs, connections).
 //! - `msg`: protocol messages, typed by direction.
+//! - `events`: a submitted job's event log (`carmi events`, `log =`), one event a line.
 //! - `exe`: content-addressed executables: SHA-256 and verification shared by store and caches.
 //! - `frame`: length-prefixed frames with a JSON header and a verbatim payload.
 //! - `net`: dialing a peer (timeout, TCP_NODELAY).
@@ -26,6 +27,7 @@
 pub mod admin;
 pub mod client;
 pub mod coords;
+pub mod events;
 pub mod exe;
 pub mod frame;
 pub mod handshake;

@@ -626,6 +626,36 @@ pub enum ToGlobal {
         #[serde(default)]
         job: Option<JobId>,
     },
+    /// Admin: hold a submitted job (`carmi hold`): it keeps its place in the
+    /// queue, its processes are killed and its hosts go back. Answered with
+    /// [`FromGlobal::Held`] or [`FromGlobal::AdminFailed`] (not in the
+    /// queue, started by hand, held already).
+    Hold {
+        /// The job.
+        job: JobId,
+        /// Why, for `carmi q` and the event log; absent: "held by USER".
+        #[serde(default)]
+        reason: Option<String>,
+        /// Who holds it.
+        user: String,
+    },
+    /// Admin: release a held job (`carmi release`): it waits again at its
+    /// old place and its master starts from scratch once its minimums can be
+    /// met. Answered with [`FromGlobal::Released`] or [`FromGlobal::AdminFailed`].
+    Release {
+        /// The job.
+        job: JobId,
+    },
+    /// Admin: a job's events after number `after` (`carmi events`), while it
+    /// is queued and for a bounded number of jobs after it ended. Answered
+    /// with [`FromGlobal::Events`] or [`FromGlobal::AdminFailed`] (unknown job).
+    Events {
+        /// The job.
+        job: JobId,
+        /// Only events numbered above this (0: all).
+        #[serde(default)]
+        after: u64,
+    },
     /// What a job's master left that goes back to its submit directory
     /// (`output`, `error`, `transfer_output_files`), sent by the local RM that
     /// ran it just before its `Exited`: the bytes of `files`, in order, are
@@ -734,7 +764,8 @@ pub struct JobStatus {
     pub owner: String,
     /// Wall-clock submit time, seconds since the Unix epoch (0 when unknown).
     pub submitted_unix: u64,
-    /// `waiting`, `running`, or `attached` (started by hand, no submit file).
+    /// `waiting`, `running`, `held` (with the reason in `note`), or `attached`
+    /// (started by hand, no submit file).
     pub state: String,
     /// The master's executable name (empty for a job started by hand).
     pub executable: String,
@@ -976,6 +1007,29 @@ pub enum FromGlobal {
     AdminFailed(Failure),
     /// Admin: answer to [`ToGlobal::History`], oldest first.
     History(Vec<JobRecord>),
+    /// Admin: the job is held (answer to `Hold`).
+    Held {
+        /// The job.
+        job: JobId,
+    },
+    /// Admin: the job waits again (answer to `Release`).
+    Released {
+        /// The job.
+        job: JobId,
+    },
+    /// Admin: answer to [`ToGlobal::Events`].
+    Events {
+        /// The job.
+        job: JobId,
+        /// Its events after the number asked for, oldest first.
+        events: Vec<crate::events::JobEvent>,
+        /// True once the job has ended: no event will follow.
+        ended: bool,
+        /// The submit file's `log =` (absolute, on the submit machine), where
+        /// `carmi wait`, `carmi events` and `carmi submit` append these lines.
+        #[serde(default)]
+        log: Option<String>,
+    },
     /// Admin: answer to [`ToGlobal::FetchFiles`]: the files' bytes, in
     /// order, are the frame's payload.
     Files(JobFiles),

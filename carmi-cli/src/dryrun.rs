@@ -1,20 +1,9 @@
 //! `carmi submit --dry-run`: the job ads a submit file would queue, in the
 //! `Name = value` form of `condor_submit -dry-run` and `condor_q -l`, so a
-//! user can check what the pool will see before anything is queued; and the
-//! warnings for commands that are read but not acted on yet.
+//! user can check what the pool will see before anything is queued.
 
 use carmi_api::msg::ExecutableRef;
 use carmi_api::submit::JobSpec;
-
-/// Says which accepted commands have no effect yet, so nobody waits for a
-/// file that will not come.
-pub fn warn_unbuilt(display: &str, spec: &JobSpec) {
-    if spec.log.is_some() {
-        eprintln!(
-            "carmi: warning: {display}: log: the event log is not written yet; `carmi history` and `carmi wait` give the job's end"
-        );
-    }
-}
 
 /// One ad per copy of the job, separated by blank lines.
 pub fn job_ads(copies: &[JobSpec], owner: &str, machine: &str, exe: &ExecutableRef) -> String {

@@ -2,7 +2,9 @@
 //! that `up` runs in the background.
 //!
 //! `up` re-executes this program as `carmi pool serve` in a new session
-//! (so that the terminal's Ctrl-C and hang-up do not reach it), with its
+//! (so that the terminal's Ctrl-C and hang-up do not reach it), which runs
+//! the pool in a child process and restarts it if it dies
+//! ([`crate::supervise`]), with its
 //! output in `pool.log` in the pool's folder, waits for the ready file that
 //! `serve` writes once every local RM has registered, and records the pool in
 //! a file of its own, [`carmi_api::coords::record_path`]
@@ -69,6 +71,10 @@ pub struct ServeArgs {
     /// Written (pool, secret, local, pool_pid) once the pool is up.
     #[arg(long, value_name = "FILE")]
     pub ready_file: PathBuf,
+    /// Run the pool in this process; without it, `serve` runs the pool in a
+    /// child process and restarts it when it dies ([`crate::supervise`]).
+    #[arg(long)]
+    pub child: bool,
 }
 
 /// What `pool up` recorded.
@@ -332,7 +338,28 @@ pub fn down() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `carmi pool serve`: runs the embedded pool until SIGTERM or SIGINT.
+/// After the supervisor restarted the pool: records its new addresses
+/// (`ready`, as the child wrote them) where `up` recorded the pool, unless
+/// that record names another pool by now.
+pub fn record_restart(ready: &toml::Table) -> anyhow::Result<()> {
+    let r = recorded_in(ready).context("the restarted pool's ready file is incomplete")?;
+    let record = record_path()?;
+    let mut t = read_table(&record)?;
+    let ours = recorded_in(&t).and_then(|r| r.pool_pid) == Some(std::process::id() as i32);
+    if !ours {
+        tracing::warn!(record = %record.display(), "the record names another pool now; the restarted pool's addresses are not recorded");
+        return Ok(());
+    }
+    t.insert("pool".into(), r.pool.clone().into());
+    t.insert("secret".into(), r.secret.display().to_string().into());
+    t.insert("local".into(), r.local.clone().unwrap_or_default().into());
+    write_table(&record, &t)?;
+    tracing::info!(pool = %r.pool, local = ?r.local, record = %record.display(), "recorded the restarted pool");
+    Ok(())
+}
+
+/// `carmi pool serve`: runs the embedded pool until SIGTERM or SIGINT (with
+/// `--child`), or supervises a child process that does.
 pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -342,6 +369,21 @@ pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .with_ansi(false)
         .init();
+    if !args.child {
+        return crate::supervise::supervise(args);
+    }
+    // The daemons run as tasks here, and a panicking task would end alone,
+    // unseen, leaving a pool without its global RM or one of its machines.
+    // A daemon that panics takes the process down instead, and the
+    // supervisor starts the whole pool again.
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        tracing::error!(
+            "a daemon of the embedded pool panicked: {info}; aborting so that the pool is restarted"
+        );
+        std::process::abort();
+    }));
     let owners = OwnerModel::from_spec(&args.up.owners)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -376,11 +418,8 @@ pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
             let _ = std::fs::remove_dir_all(&args.dir);
             return Ok(());
         };
-        // From here on the pool outlives `up`; this runs on the thread that
-        // was forked (block_on polls this future on the calling thread),
-        // which is the one the parent-death signal is attached to.
-        // SAFETY: prctl with these arguments only changes a flag.
-        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, 0) };
+        // The parent-death signal stays: the pool stops with its supervisor,
+        // which itself outlives `up` once it has seen the ready file.
         let mut t = toml::Table::new();
         t.insert("pool".into(), pool.global_addr().to_string().into());
         t.insert(

@@ -161,7 +161,6 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     spec.error = spec.error.as_deref().map(abs);
     spec.log = spec.log.as_deref().map(abs);
     spec.initial_dir = Some(io_base.to_string_lossy().into_owned());
-    crate::dryrun::warn_unbuilt(&display, &spec);
     for f in &mut spec.transfer_input_files {
         let path = abs(f);
         if !Path::new(&path).is_file() {
@@ -217,7 +216,10 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     }
     let (pool, secret) = connect(&args.pool)?;
     let mut jobs = Vec::new();
+    // Jobs with a `log =`: their `submitted` line is written once all are queued.
+    let mut logged = Vec::new();
     for (i, copy) in copies.into_iter().enumerate() {
+        let copy_log = copy.log.clone();
         let msg = ToGlobal::Submit(Box::new(SubmitRequest {
             owner: owner.clone(),
             machine: machine.clone(),
@@ -238,7 +240,12 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
             Ok(request_with_payload(&pool, &secret, &uploads, msg).await?.0)
         })?;
         match answer {
-            FromGlobal::Submitted { job } => jobs.push(job.0),
+            FromGlobal::Submitted { job } => {
+                jobs.push(job.0);
+                if copy_log.is_some() {
+                    logged.push(job);
+                }
+            }
             other if jobs.is_empty() => return Err(failed(other, &format!("submit of {display}"))),
             other => {
                 print(&ids_text(&jobs, args.json))?;
@@ -249,6 +256,10 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
             }
         }
     }
+    crate::block_on(async {
+        crate::events::write_logs(&pool, &secret, &logged).await;
+        Ok(())
+    })?;
     print(&ids_text(&jobs, args.json))
 }
 
@@ -341,9 +352,11 @@ pub fn queue_text(jobs: &[JobStatus]) -> String {
         "ID", "OWNER", "SUBMITTED", "STATE", "HOSTS (held/min..max per class)"
     );
     let (mut running, mut waiting, mut held) = (0, 0, 0);
+    let mut held_jobs = 0;
     for j in jobs {
         match j.state.as_str() {
             "waiting" => waiting += 1,
+            "held" => held_jobs += 1,
             _ => running += 1,
         }
         let classes: Vec<String> = j
@@ -371,8 +384,15 @@ pub fn queue_text(jobs: &[JobStatus]) -> String {
             out.push_str(&format!("{:>5}  ^ {note}\n", ""));
         }
     }
+    // Held jobs are counted only when there are some, so that the line
+    // reads as before for everyone who never holds a job.
+    let held_part = if held_jobs > 0 {
+        format!(", {held_jobs} on hold")
+    } else {
+        String::new()
+    };
     out.push_str(&format!(
-        "{} job{}: {running} running, {waiting} waiting; {held} host{} held\n",
+        "{} job{}: {running} running, {waiting} waiting{held_part}; {held} host{} held\n",
         jobs.len(),
         if jobs.len() == 1 { "" } else { "s" },
         if held == 1 { "" } else { "s" },

@@ -5,22 +5,28 @@
 //! - `config`: where the pool is (flags > environment > config file).
 //! - `pool`: `carmi pool init`, `up`, `down` (the `carmi pool` subcommands).
 //! - `embedded`: `carmi pool up`/`down`: an embedded pool in a background process.
+//! - `supervise`: the background `carmi pool serve`, which restarts the pool's process when it dies.
 //! - `status`: `carmi status` (table, `-l`, `-constraint`, summary by arch and state).
 //! - `jobs`: `carmi submit`, `carmi q` (`-analyze`), `carmi rm`.
 //! - `history`: `carmi history`: jobs that left the queue and how they ended.
 //! - `shell`: `carmi completions`, `carmi man`.
 //! - `wait`: `carmi wait JOB`, exiting with the job's exit status.
+//! - `hold`: `carmi hold` / `carmi release`.
+//! - `events`: `carmi events JOB [-f]`, and the submit file's `log =` written from them.
 //! - `fetch`: `carmi fetch JOB`: the files a job's master sent back, into the submit directory.
 
 mod config;
 mod dryrun;
 mod embedded;
+mod events;
 mod fetch;
 mod history;
+mod hold;
 mod jobs;
 mod pool;
 mod shell;
 mod status;
+mod supervise;
 mod wait;
 
 use std::process::ExitCode;
@@ -80,6 +86,18 @@ enum Command {
     /// for signal N; 1 if removed or failed to start; 124 on --timeout).
     #[command(after_help = AFTER_HELP)]
     Wait(wait::WaitArgs),
+    /// Hold jobs: each keeps its place in the queue, its processes are
+    /// killed and its machines go back to the pool.
+    #[command(after_help = AFTER_HELP)]
+    Hold(hold::HoldArgs),
+    /// Release held jobs: each waits again at its place and starts from
+    /// scratch when its minimums can be met.
+    #[command(after_help = AFTER_HELP)]
+    Release(hold::ReleaseArgs),
+    /// Print a job's events (submitted, master started, hosts added / lost,
+    /// held, ended...), one a line; -f follows them until the job ends.
+    #[command(after_help = AFTER_HELP)]
+    Events(events::EventsArgs),
     /// Write the files an ended job's master sent back (output and error
     /// from another machine, transfer_output_files) into its submit directory.
     #[command(after_help = AFTER_HELP)]
@@ -119,6 +137,9 @@ fn main() -> ExitCode {
         Command::Q(args) => jobs::q(args),
         Command::Rm(args) => jobs::rm(args),
         Command::History(args) => history::run(args),
+        Command::Hold(args) => hold::hold(args),
+        Command::Release(args) => hold::release(args),
+        Command::Events(args) => events::run(args),
         Command::Fetch(args) => fetch::run(args),
         Command::Completions(args) => shell::completions(args),
         Command::Man(args) => shell::man(args),

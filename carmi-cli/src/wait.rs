@@ -21,6 +21,7 @@ use carmi_api::msg::{ExitStatus, FromGlobal, JobEnd, JobRecord, ToGlobal};
 use clap::Args;
 
 use crate::config::PoolArgs;
+use crate::events::LogWriter;
 use crate::jobs::{connect, failed};
 
 /// `carmi wait` options.
@@ -45,9 +46,16 @@ pub fn run(args: WaitArgs) -> anyhow::Result<u8> {
     let (pool, secret) = connect(&args.pool)?;
     let started = Instant::now();
     let limit = args.timeout.map(Duration::from_secs_f64);
+    let mut log = LogWriter::new(args.job);
     crate::block_on(async {
+        // The job's `log =` file follows its events as they come; a job
+        // whose events are not kept (started by hand) simply has none.
+        let mut after = 0;
         loop {
+            after = log_events(&pool, &secret, args.job, after, &mut log).await;
             if let Some(record) = ended(&pool, &secret, args.job).await? {
+                // The events up to its end, logged between the two questions.
+                log_events(&pool, &secret, args.job, after, &mut log).await;
                 return Ok(finish(&pool, &secret, &record).await);
             }
             if !queued(&pool, &secret, args.job).await? {
@@ -67,6 +75,24 @@ pub fn run(args: WaitArgs) -> anyhow::Result<u8> {
             tokio::time::sleep(POLL).await;
         }
     })
+}
+
+/// Appends `job`'s events after number `after` to its log file; returns the
+/// last event number seen.
+async fn log_events(
+    pool: &str,
+    secret: &Secret,
+    job: JobId,
+    after: u64,
+    log: &mut LogWriter,
+) -> u64 {
+    match crate::events::fetch(pool, secret, job, after).await {
+        Ok(a) => {
+            log.write(a.log.as_deref(), &a.events);
+            a.events.last().map_or(after, |e| e.seq)
+        }
+        Err(_) => after,
+    }
 }
 
 async fn ended(pool: &str, secret: &Secret, job: JobId) -> anyhow::Result<Option<JobRecord>> {

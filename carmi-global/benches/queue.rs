@@ -10,10 +10,13 @@
 //! - `unservable`: every job asks for `Arch == "PPC"`, which no machine is:
 //!   the idle slots stay free for the jobs behind, so a settling pass that
 //!   visited every job would try them all.
+//! - `distinct`: the same, but every job asks for something else
+//!   (`Memory >= n`), so no two are alike.
 //!
 //! `cargo bench -p carmi-global --bench queue` (`-- 0,20000` picks the
 //! queue lengths; the default is 0, 20000, 100000).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use carmi_api::ids::JobId;
@@ -34,8 +37,13 @@ fn exe() -> ExecutableRef {
 
 fn submit(kind: &str) -> ToGlobal {
     let class = match kind {
-        "blocked" => "machine_count = 16\n",
-        _ => "requirements = Arch == \"PPC\"\nmachine_count = 1\n",
+        "blocked" => "machine_count = 16\n".to_string(),
+        "distinct" => {
+            static N: AtomicU64 = AtomicU64::new(0);
+            let n = N.fetch_add(1, Ordering::Relaxed);
+            format!("requirements = Arch == \"PPC\" && Memory >= {n}\nmachine_count = 1\n")
+        }
+        _ => "requirements = Arch == \"PPC\"\nmachine_count = 1\n".to_string(),
     };
     let spec = carmi_api::submit::parse("j", &format!("executable = master\n{class}queue\n"))
         .expect("the benchmark's submit file parses");
@@ -150,7 +158,7 @@ fn main() {
                 .collect()
         })
         .unwrap_or_else(|| vec![0, 20_000, 100_000]);
-    for kind in ["blocked", "unservable"] {
+    for kind in ["blocked", "unservable", "distinct"] {
         for &n in &sizes {
             bench(kind, n);
         }

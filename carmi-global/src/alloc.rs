@@ -54,6 +54,9 @@ mod effect;
 mod engine;
 #[cfg(test)]
 mod exclude_tests;
+mod hold;
+#[cfg(test)]
+mod hold_tests;
 mod jobs;
 #[cfg(test)]
 mod jobs_tests;
@@ -83,6 +86,31 @@ use classad::{ClassAd, Expr};
 
 pub use effect::{Effect, ReleaseCause, ReqRef};
 pub use jobs::{ClassLimits, Phase};
+
+/// A change of the hosts a job holds, for the job's event log (`carmi
+/// events`): collected apart from [`Effect`]s, which go to applications.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostChange {
+    /// The job.
+    pub job: JobId,
+    /// The host.
+    pub host: HostId,
+    /// What happened to it.
+    pub kind: HostChangeKind,
+}
+
+/// What happened to a job's host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostChangeKind {
+    /// The job was given it (at its start, by growth or for a request).
+    Added,
+    /// Its owner came back: the job's processes there are stopped.
+    Suspended,
+    /// Its owner left again: the job's processes there run again.
+    Resumed,
+    /// It left the job, and why.
+    Removed(ReleaseCause),
+}
 
 /// A job's hold on a slot.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -276,6 +304,8 @@ pub struct Allocator {
     /// must be settled before effects are taken.
     dirty: bool,
     effects: Vec<Effect>,
+    /// Host changes of jobs since [`Allocator::take_host_changes`].
+    host_changes: Vec<HostChange>,
 }
 
 impl Default for Allocator {
@@ -356,6 +386,7 @@ impl Allocator {
             next_job_seq: 0,
             dirty: false,
             effects: Vec::new(),
+            host_changes: Vec::new(),
         }
     }
 
@@ -373,10 +404,22 @@ impl Allocator {
     /// settled first (waiting jobs started, running ones grown), so that every
     /// input's consequences are complete when they are taken.
     pub fn take_effects(&mut self) -> Vec<Effect> {
-        while std::mem::take(&mut self.dirty) {
-            self.schedule();
+        loop {
+            if std::mem::take(&mut self.dirty) {
+                self.schedule();
+            } else if self.clusters.has_fresh() {
+                self.start_fresh();
+            } else {
+                break;
+            }
         }
         std::mem::take(&mut self.effects)
+    }
+
+    /// The host changes of jobs since the last call, in order (take them
+    /// after [`Allocator::take_effects`], which may add some).
+    pub fn take_host_changes(&mut self) -> Vec<HostChange> {
+        std::mem::take(&mut self.host_changes)
     }
 
     // ----------------------------------------------------------------- lookups

@@ -31,11 +31,13 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use carmi_api::events::JobEvent;
 use carmi_api::ids::{HostId, JobId, ProcessId};
 use carmi_api::msg::{JobRecord, SubmitRequest};
 use serde::{Deserialize, Serialize};
 
 use crate::alloc::ReqRef;
+use crate::router::{ENDED_LOGS, EVENTS_PER_JOB};
 
 /// One state change.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -125,6 +127,22 @@ pub enum Record {
         /// The class.
         name: String,
     },
+    /// A submitted job was held (`carmi hold`): it stays in the queue
+    /// without a master, processes or hosts until a `Released`.
+    Held {
+        /// The job.
+        job: JobId,
+        /// Why, for `carmi q`.
+        reason: String,
+    },
+    /// A held job was released: it waits again at its old place.
+    Released {
+        /// The job.
+        job: JobId,
+    },
+    /// Events of submitted jobs' logs (`carmi events`), those of one input
+    /// of the router, written after its other records.
+    Events(Vec<JobEvent>),
     /// Written first by a compaction: ids below these were handed out
     /// before, by records the compaction dropped, and must not be reused.
     Counters {
@@ -151,6 +169,11 @@ pub struct Live {
     processes: std::collections::BTreeMap<ProcessId, Record>,
     /// The last ended jobs' `History` records, oldest first.
     history: std::collections::VecDeque<Record>,
+    /// Live jobs' events, the last [`EVENTS_PER_JOB`] of each.
+    events: std::collections::BTreeMap<JobId, std::collections::VecDeque<JobEvent>>,
+    /// Ended jobs' events, for the last [`ENDED_LOGS`] jobs to end, in the
+    /// order they ended.
+    ended_events: std::collections::VecDeque<(JobId, std::collections::VecDeque<JobEvent>)>,
     /// The same processes by job, so that a job's end costs time in its
     /// own processes, not in every live one.
     by_job: std::collections::BTreeMap<JobId, std::collections::BTreeSet<ProcessId>>,
@@ -209,6 +232,9 @@ impl Live {
                     self.processes.remove(&p);
                 }
                 self.classes.retain(|(j, _), _| j != job);
+                if let Some(events) = self.events.remove(job) {
+                    self.end_events(*job, events);
+                }
             }
             Record::Machine { name, hosts } => {
                 let seq = self.seq;
@@ -237,6 +263,30 @@ impl Live {
                 self.next_job = self.next_job.max(*next_job);
                 self.next_process = self.next_process.max(*next_process);
             }
+            Record::Held { job, .. } => {
+                // Held replaces `Started`: its master and processes were killed.
+                if let Some(j) = self.jobs.get_mut(job) {
+                    self.started += j.1.is_none() as usize;
+                    j.1 = Some(r.clone());
+                }
+                for p in self.by_job.remove(job).unwrap_or_default() {
+                    self.processes.remove(&p);
+                }
+                self.classes.retain(|(j, _), _| j != job);
+            }
+            Record::Released { job } => {
+                if let Some(j) = self.jobs.get_mut(job)
+                    && matches!(j.1, Some(Record::Held { .. }))
+                {
+                    j.1 = None;
+                    self.started -= 1;
+                }
+            }
+            Record::Events(events) => {
+                for e in events {
+                    self.keep_event(e);
+                }
+            }
             Record::History(h) => {
                 self.next_job = self.next_job.max(h.job.0 + 1);
                 if self.history.len() == crate::router::HISTORY_LIMIT {
@@ -245,6 +295,40 @@ impl Live {
                 self.history.push_back(r.clone());
             }
         }
+    }
+
+    /// Keeps an event: with its live job's, else with its ended job's
+    /// (the `ended` event comes after the job's `Ended`).
+    fn keep_event(&mut self, e: &JobEvent) {
+        let list = if self.jobs.contains_key(&e.job) {
+            self.events.entry(e.job).or_default()
+        } else {
+            if !self.ended_events.iter().rev().any(|(j, _)| *j == e.job) {
+                self.end_events(e.job, Default::default());
+            }
+            match self
+                .ended_events
+                .iter_mut()
+                .rev()
+                .find(|(j, _)| *j == e.job)
+            {
+                Some((_, list)) => list,
+                None => return,
+            }
+        };
+        if list.len() == EVENTS_PER_JOB {
+            list.pop_front();
+        }
+        list.push_back(e.clone());
+    }
+
+    /// Moves an ended job's events among the ended ones, forgetting the
+    /// oldest job's beyond [`ENDED_LOGS`].
+    fn end_events(&mut self, job: JobId, events: std::collections::VecDeque<JobEvent>) {
+        if self.ended_events.len() == ENDED_LOGS {
+            self.ended_events.pop_front();
+        }
+        self.ended_events.push_back((job, events));
     }
 
     /// Drops `process` (whose record was `old`) from its job's set.
@@ -267,6 +351,8 @@ impl Live {
             + self.started
             + self.classes.len()
             + self.processes.len()
+            + self.events.len()
+            + self.ended_events.len()
     }
 
     /// Always false: the counters are always there.
@@ -296,11 +382,23 @@ impl Live {
                 }),
         );
         out.extend(self.history.iter().cloned());
+        // Ended jobs' events replay into ended logs wherever they stand.
+        out.extend(
+            self.ended_events
+                .iter()
+                .map(|(_, events)| Record::Events(events.iter().cloned().collect())),
+        );
         for (submitted, started) in self.jobs.values() {
             out.push(submitted.clone());
             out.extend(started.clone());
         }
         out.extend(self.classes.values().cloned());
+        // After the jobs' own records: a replay opens their logs first.
+        out.extend(
+            self.events
+                .values()
+                .map(|events| Record::Events(events.iter().cloned().collect())),
+        );
         out.extend(self.processes.values().cloned());
         out
     }

@@ -47,9 +47,10 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = 1)]
     stage_fanout: u32,
     /// Most connections open at once (local RMs, tools, and clients still in
-    /// their handshake); lowered to fit the file-descriptor limit.
-    #[arg(long, value_name = "N", default_value_t = ConnLimits::default().max_connections)]
-    max_connections: usize,
+    /// their handshake); lowered to fit the file-descriptor limit [default:
+    /// 8192].
+    #[arg(long, value_name = "N")]
+    max_connections: Option<usize>,
     /// A frame started after the handshake must arrive whole within this
     /// many seconds, plus one per MiB of its length; the connection is
     /// closed otherwise (idle connections between frames are not affected).
@@ -87,13 +88,20 @@ async fn main() -> anyhow::Result<()> {
     let fds = raise_fd_limit();
     // Room for the journal, the store, staging files and the listener.
     let fit = usize::try_from(fds.saturating_sub(64)).unwrap_or(usize::MAX);
-    if args.max_connections > fit {
-        tracing::warn!(
-            "--max-connections {} lowered to {fit}: only {fds} file descriptors are allowed",
-            args.max_connections
-        );
+    let wanted = args
+        .max_connections
+        .unwrap_or(ConnLimits::default().max_connections);
+    if wanted > fit {
+        // Only a limit asked for explicitly is worth a warning.
+        if args.max_connections.is_some() {
+            tracing::warn!(
+                "--max-connections {wanted} lowered to {fit}: only {fds} files may be open"
+            );
+        } else {
+            tracing::info!("at most {fit} connections: only {fds} files may be open");
+        }
     }
-    config.conn_limits.max_connections = args.max_connections.min(fit).max(1);
+    config.conn_limits.max_connections = wanted.min(fit).max(1);
     if args.frame_timeout_s == 0 {
         bail!("--frame-timeout-s must be at least 1");
     }

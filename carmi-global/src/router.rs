@@ -50,8 +50,13 @@ mod anywhere;
 #[cfg(test)]
 mod anywhere_tests;
 mod check;
+mod events;
 #[cfg(test)]
 mod hand_tests;
+pub use events::{ENDED_LOGS, EVENTS_PER_JOB};
+mod hold;
+#[cfg(test)]
+mod hold_tests;
 mod jobs;
 pub use jobs::HISTORY_LIMIT;
 #[cfg(test)]
@@ -204,6 +209,8 @@ pub struct Router {
     unplaced: std::collections::BTreeSet<ProcessId>,
     /// Jobs that left the queue, for `carmi history`.
     history: jobs::History,
+    /// Submitted jobs' event logs, for `carmi events`.
+    events: events::EventLogs,
     next_job: u64,
     out: Vec<Output>,
 }
@@ -229,6 +236,7 @@ impl Router {
             sent_masters: Default::default(),
             unplaced: Default::default(),
             history: Default::default(),
+            events: Default::default(),
             next_job: 1,
             out: Vec::new(),
         }
@@ -246,6 +254,7 @@ impl Router {
 
     /// What to send and close, in order, since the last call.
     pub fn take_outputs(&mut self) -> Vec<Output> {
+        self.journal_events();
         std::mem::take(&mut self.out)
     }
 
@@ -367,6 +376,9 @@ impl Router {
                     ToGlobal::Queue => self.queue(link),
                     ToGlobal::Analyze { job } => self.analyze(link, job),
                     ToGlobal::History { job } => self.history(link, job),
+                    ToGlobal::Hold { job, reason, user } => self.hold(link, job, reason, &user),
+                    ToGlobal::Release { job } => self.release(link, job),
+                    ToGlobal::Events { job, after } => self.job_events(link, job, after),
                     ToGlobal::FetchFiles { job } => self.fetch_files(link, job),
                     ToGlobal::MachineAds => {
                         let ads = self.alloc.machine_ads();
@@ -374,7 +386,7 @@ impl Router {
                     }
                     other => {
                         let what = variant_name(&other);
-                        self.close(link, format!("admin connections may send Status, Submit, RemoveJob, Queue, Analyze, History, FetchFiles and MachineAds, not {what}"));
+                        self.close(link, format!("admin connections may send Status, Submit, RemoveJob, Queue, Analyze, History, Hold, Release, Events, FetchFiles and MachineAds, not {what}"));
                     }
                 }
                 self.flush();
@@ -440,6 +452,9 @@ impl Router {
             | ToGlobal::Queue
             | ToGlobal::Analyze { .. }
             | ToGlobal::History { .. }
+            | ToGlobal::Hold { .. }
+            | ToGlobal::Release { .. }
+            | ToGlobal::Events { .. }
             | ToGlobal::FetchFiles { .. }
             | ToGlobal::MachineAds => {
                 let what = variant_name(&msg);
@@ -584,6 +599,7 @@ impl Router {
                     self.deliver(p, event);
                 }
             }
+            self.log_host_changes();
         }
     }
 
@@ -600,8 +616,8 @@ impl Router {
                     self.exit_process(p, ExitStatus::HostLost, 0.0);
                 }
             }
-            // `end_job` kills every process of the job, on these hosts or not.
-            ReleaseCause::JobEnded => {}
+            // `end_job` (or `hold`) kills every process of the job, on these hosts or not.
+            ReleaseCause::JobEnded | ReleaseCause::Held => {}
             ReleaseCause::Deleted | ReleaseCause::Withdrawn | ReleaseCause::Preempted => {
                 let link = self
                     .alloc
@@ -782,6 +798,9 @@ fn variant_name(msg: &ToGlobal) -> &'static str {
         ToGlobal::Analyze { .. } => "Analyze",
         ToGlobal::MachineAds => "MachineAds",
         ToGlobal::History { .. } => "History",
+        ToGlobal::Hold { .. } => "Hold",
+        ToGlobal::Release { .. } => "Release",
+        ToGlobal::Events { .. } => "Events",
         ToGlobal::MasterFiles { .. } => "MasterFiles",
         ToGlobal::FetchFiles { .. } => "FetchFiles",
     }

@@ -65,6 +65,13 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// thread ([`off_worker`]).
 const HEAVY_HEADER: usize = 64 * 1024;
 
+/// Largest message (frame header, JSON) the global RM decodes: 16 MiB. Its
+/// largest legitimate messages are machine ads and updates (1 MiB of text
+/// at most, see `router::MAX_AD_BYTES`) and submit files; executables travel
+/// in the payload. A larger header closes the connection before it is
+/// decoded, which bounds the memory and time one message can cost.
+pub const MAX_HEADER: usize = 16 << 20;
+
 /// Default for [`ServerConfig::max_queued`].
 pub const DEFAULT_MAX_QUEUED: usize = 16 * 1024;
 
@@ -579,6 +586,13 @@ async fn read_frames(
             Err(e) => return Err(format!("bad frame: {e}")),
         };
         let at = Instant::now();
+        if header.len() > MAX_HEADER {
+            return Err(format!(
+                "bad frame: a message of {} bytes exceeds the limit of {MAX_HEADER} bytes \
+                 (bulk bytes travel in the frame's payload, not in the message)",
+                header.len()
+            ));
+        }
         let decode = || serde_json::from_slice::<ToGlobal>(&header);
         // A header of megabytes takes a while to decode: off the worker
         // thread, so that the other connections' tasks run meanwhile.

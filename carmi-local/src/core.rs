@@ -406,6 +406,9 @@ impl Core {
             | FromGlobal::Ads(_)
             | FromGlobal::StageStats(_)
             | FromGlobal::History(_)
+            | FromGlobal::Held { .. }
+            | FromGlobal::Released { .. }
+            | FromGlobal::Events { .. }
             | FromGlobal::Files(_)
             | FromGlobal::AdminFailed(_) => {
                 tracing::warn!("an admin answer was sent to a local RM; ignored");

@@ -19,7 +19,10 @@
 //!
 //! Limits: a descendant that leaves the group with `setsid` of its own, or a
 //! grandchild that is never waited for, escapes both the kill and the CPU
-//! accounting; closing that gap needs cgroups.
+//! accounting; closing that gap needs cgroups. The parent-death signal
+//! reaches the group leader only: after a SIGKILL of the daemon, what the
+//! leader started runs on until the daemon starts again (or, under the
+//! shipped systemd unit, until systemd kills the rest of its cgroup).
 
 use std::collections::HashMap;
 use std::ffi::OsString;

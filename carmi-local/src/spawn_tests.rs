@@ -286,3 +286,39 @@ fn a_closed_launcher_starts_nothing_and_lists_what_it_started() {
         ExitStatus::Signal(libc::SIGKILL)
     );
 }
+
+/// The parent-death signal is tied to the thread that forks: a process
+/// launched from a thread that then ends (as tokio retires idle blocking
+/// threads) must keep running, and die only when it is killed.
+#[test]
+fn a_process_outlives_the_thread_that_launched_it() {
+    let dir = TempDir::new("pdeathsig");
+    let l = Launcher::new(dir.path().to_path_buf(), vec![]);
+    let (tx, rx) = mpsc::channel();
+    let launcher = l.clone();
+    let group = std::thread::spawn(move || {
+        launcher
+            .launch(&shell(12, "sleep 100"), move |r| {
+                let _ = tx.send(r);
+            })
+            .unwrap()
+            .group
+    })
+    .join()
+    .unwrap();
+    let g = Guard(group);
+    wait_until("the sleep", || sleeps(g.pgid()) == 1);
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        rx.try_recv().is_err(),
+        "the process ended with its launching thread"
+    );
+    assert_eq!(sleeps(g.pgid()), 1);
+    // While it runs its group is on record, for a restarted daemon to find.
+    let record = dir.path().join("groups").join(g.pgid().to_string());
+    assert!(record.exists(), "no record at {}", record.display());
+    g.kill_now();
+    let r = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(r.status, ExitStatus::Signal(libc::SIGKILL));
+    wait_until("the record to go", || !record.exists());
+}

@@ -92,6 +92,7 @@ pub struct Local {
     pub name: String,
     /// Where applications connect to it.
     pub app_addr: String,
+    attrs: Vec<String>,
     child: Option<Child>,
 }
 
@@ -136,6 +137,7 @@ pub struct Pool {
     global: Child,
     /// The local RMs, in start order.
     pub locals: Vec<Local>,
+    slots: u32,
     options: PoolOptions,
 }
 
@@ -212,31 +214,12 @@ impl Pool {
             global_addr,
             global,
             locals: Vec::new(),
+            slots,
             options,
         };
         for (i, attrs) in machines.iter().enumerate() {
-            let name = format!("m{i}");
-            let mut cmd = Command::new(bins.join("carmi-local"));
-            cmd.args(["--global", &pool.global_addr, "--secret"])
-                .arg(&pool.secret_path)
-                .args(["--name", &name, "--slots", &slots.to_string()])
-                .arg("--config")
-                .arg(&local_config)
-                .arg("--work-dir")
-                .arg(pool.dir.join(&name))
-                .env("RUST_LOG", "info")
-                .stdout(Stdio::piped())
-                .stderr(log(&pool.dir, &name));
-            for a in attrs {
-                cmd.args(["--attr", a]);
-            }
-            let mut child = cmd.spawn().expect("start carmi-local");
-            let app_addr = listening_addr(&mut child, &name);
-            pool.locals.push(Local {
-                name,
-                app_addr,
-                child: Some(child),
-            });
+            let local = pool.start_local(format!("m{i}"), attrs.clone(), false);
+            pool.locals.push(local);
         }
         pool
     }
@@ -269,6 +252,51 @@ impl Pool {
         let addr = listening_addr(&mut global, "carmi-global (restarted)");
         assert_eq!(addr, self.global_addr, "restarted on the same address");
         self.global = global;
+    }
+
+    /// Starts local RM `name` with `--attr` settings `attrs`; its log is
+    /// appended to if `append`, else created.
+    fn start_local(&self, name: String, attrs: Vec<String>, append: bool) -> Local {
+        let log_path = self.dir.join(format!("{name}.log"));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(append)
+            .write(true)
+            .truncate(!append)
+            .open(&log_path)
+            .expect("open the local RM's log");
+        let mut cmd = Command::new(bin_dir().join("carmi-local"));
+        cmd.args(["--global", &self.global_addr, "--secret"])
+            .arg(&self.secret_path)
+            .args(["--name", &name, "--slots", &self.slots.to_string()])
+            .arg("--config")
+            .arg(self.dir.join("local.toml"))
+            .arg("--work-dir")
+            .arg(self.dir.join(&name))
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(log);
+        for a in &attrs {
+            cmd.args(["--attr", a]);
+        }
+        let mut child = cmd.spawn().expect("start carmi-local");
+        let app_addr = listening_addr(&mut child, &name);
+        Local {
+            name,
+            app_addr,
+            attrs,
+            child: Some(child),
+        }
+    }
+
+    /// Starts local RM `i` again (after [`Pool::kill_local`]) with the same
+    /// name, attributes and work directory, as a machine coming back; its
+    /// application address may change.
+    pub fn restart_local(&mut self, i: usize) {
+        self.kill_local(i);
+        let old = &self.locals[i];
+        let local = self.start_local(old.name.clone(), old.attrs.clone(), true);
+        self.locals[i] = local;
     }
 
     /// Kills local RM `i` with SIGKILL, as a machine that vanishes.

@@ -127,18 +127,26 @@ async fn a_200000_attribute_ad_stalls_neither_the_router_nor_a_healthy_machines_
 
     // Two machines send 200,000 attributes (about 4 MB): one as heartbeat
     // updates, again and again, the other as its machine ad.
+    // Encoded once, before registering: the raw machine must keep its own
+    // heartbeat period (600 ms of silence loses it too).
+    let update = ToGlobal::Heartbeat {
+        update: update_of(200_000),
+    };
+    let mut frame = carmi_api::frame::encode_header(&update, 0);
+    frame.shrink_to_fit();
+    let big_ad = carmi_api::frame::encode_header(
+        &ToGlobal::Advertise {
+            ad: ad_of("huge2", 200_000),
+            slots: 1,
+            running: vec![],
+        },
+        0,
+    );
     let (mut r, mut w) = raw_local(&pool.global_addr, &pool.secret, "huge").await;
-    let update = update_of(200_000);
-    let big_ad = ad_of("huge2", 200_000);
     let flood = tokio::spawn(async move {
-        for _ in 0..10 {
-            let hb = ToGlobal::Heartbeat {
-                update: update.clone(),
-            };
-            write_frame(&mut w, &hb, &[])
-                .await
-                .expect("send huge update");
-            tokio::time::sleep(Duration::from_millis(200)).await;
+        for _ in 0..15 {
+            w.write_all(&frame).await.expect("send huge update");
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
         w
     });
@@ -155,12 +163,7 @@ async fn a_200000_attribute_ad_stalls_neither_the_router_nor_a_healthy_machines_
             handshake::client(&mut r, &mut w, &secret, &role)
                 .await
                 .expect("handshake");
-            let ad = ToGlobal::Advertise {
-                ad: big_ad,
-                slots: 1,
-                running: vec![],
-            };
-            write_frame(&mut w, &ad, &[]).await.expect("advertise");
+            w.write_all(&big_ad).await.expect("advertise");
             refusal(&mut r).await
         })
     };
@@ -282,7 +285,7 @@ fn signal(pid: u32, sig: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_authenticated_connection_cannot_hold_a_partial_frame_but_may_idle() {
+async fn a_stalled_frame_or_a_huge_message_ends_its_connection_an_idle_one_is_served() {
     let options = PoolOptions {
         global_args: vec!["--frame-timeout-s".into(), "1".into()],
         ..PoolOptions::default()
@@ -314,6 +317,20 @@ async fn an_authenticated_connection_cannot_hold_a_partial_frame_but_may_idle() 
     );
     let log = std::fs::read_to_string(pool.dir.join("global.log")).unwrap_or_default();
     assert!(log.contains("was still incomplete"), "{log}");
+    // A message (frame header) over 16 MiB is refused before it is decoded.
+    let (mut r, mut w) = admin("huge header").await;
+    let hlen: u32 = (16 << 20) + 1;
+    let mut big = (hlen + 4).to_be_bytes().to_vec();
+    big.extend_from_slice(&hlen.to_be_bytes());
+    big.resize(8 + hlen as usize, b' ');
+    let _ = w.write_all(&big).await;
+    let closed = tokio::time::timeout(Duration::from_secs(30), r.read::<FromGlobal>()).await;
+    assert!(
+        matches!(closed, Ok(Ok(None)) | Ok(Err(_))),
+        "a 16 MiB message was not refused: {closed:?}"
+    );
+    let log = std::fs::read_to_string(pool.dir.join("global.log")).unwrap_or_default();
+    assert!(log.contains("exceeds the limit of 16777216 bytes"), "{log}");
     // The idle connection, as old, is still served.
     write_frame(&mut idle_w, &ToGlobal::Status, &[])
         .await

@@ -6,7 +6,16 @@
 fn wodi_depends_on_neither_daemon_nor_the_pool_nor_the_owner_models() {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = std::process::Command::new(cargo)
-        .args(["tree", "-p", "wodi", "-e", "normal", "--prefix", "none", "--offline"])
+        .args([
+            "tree",
+            "-p",
+            "wodi",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+            "--offline",
+        ])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("run cargo tree");
@@ -18,7 +27,13 @@ fn wodi_depends_on_neither_daemon_nor_the_pool_nor_the_owner_models() {
     let tree = String::from_utf8_lossy(&out.stdout);
     let crates: Vec<&str> = tree.lines().filter_map(|l| l.split(' ').next()).collect();
     assert!(crates.contains(&"carmi-api"), "{tree}");
-    for heavy in ["carmi-local", "carmi-global", "owner-sim", "carmi-cli", "wodi-sim"] {
+    for heavy in [
+        "carmi-local",
+        "carmi-global",
+        "owner-sim",
+        "carmi-cli",
+        "wodi-sim",
+    ] {
         assert!(!crates.contains(&heavy), "wodi depends on {heavy}:\n{tree}");
     }
 }

@@ -30,11 +30,14 @@ pub enum ReleaseCause {
     /// Taken back from a job above its minimum, for another job's minimum or
     /// fair share; its processes must be killed.
     Preempted,
+    /// The job was held (`carmi hold`): every host goes back and every
+    /// process of the job is killed.
+    Held,
 }
 
 impl ReleaseCause {
     /// Why, for people, naming the host.
-    pub(super) fn reason(self, host_name: &str) -> String {
+    pub fn reason(self, host_name: &str) -> String {
         match self {
             ReleaseCause::Deleted => format!("{host_name} was given back with DelHosts"),
             ReleaseCause::Vacated => format!("the owner of {host_name} reclaimed it"),
@@ -43,6 +46,7 @@ impl ReleaseCause {
                 format!("{host_name} was withdrawn: its machine now offers fewer slots")
             }
             ReleaseCause::JobEnded => format!("the job holding {host_name} ended"),
+            ReleaseCause::Held => format!("the job holding {host_name} was held"),
             ReleaseCause::Preempted => format!(
                 "{host_name} was above the job's minimum and went to another job (fair share)"
             ),

@@ -5,7 +5,10 @@
 use carmi_api::ids::{HostId, JobId};
 use carmi_api::msg::HostInfo;
 
-use super::{Allocator, Claim, Effect, Pending, ReleaseCause, ReqRef, SlotState, SubKind, member};
+use super::{
+    Allocator, Claim, Effect, HostChange, HostChangeKind, Pending, ReleaseCause, ReqRef, SlotState,
+    SubKind, member,
+};
 
 impl Allocator {
     /// Sets a slot's state, keeping the idle set in step.
@@ -128,6 +131,11 @@ impl Allocator {
             .expect("allocator invariant: a pending request's job exists");
         for &h in hosts {
             j.hosts.insert(h, class.to_string());
+            self.host_changes.push(HostChange {
+                job,
+                host: h,
+                kind: HostChangeKind::Added,
+            });
         }
         let watchers: Vec<ReqRef> = j
             .subs
@@ -209,7 +217,9 @@ impl Allocator {
         for sub in &mut job.subs {
             match &mut sub.kind {
                 SubKind::Delete(set) => {
-                    if set.remove(&host) && cause != ReleaseCause::JobEnded {
+                    if set.remove(&host)
+                        && !matches!(cause, ReleaseCause::JobEnded | ReleaseCause::Held)
+                    {
                         self.effects.push(Effect::Deleted {
                             job: claim.job,
                             request: sub.req,
@@ -230,6 +240,11 @@ impl Allocator {
             SubKind::Delete(set) | SubKind::Suspend(set) | SubKind::Resume(set) => !set.is_empty(),
         });
         self.get_slot_mut(host).busy.clear();
+        self.host_changes.push(HostChange {
+            job: claim.job,
+            host,
+            kind: HostChangeKind::Removed(cause),
+        });
         self.effects.push(Effect::Released {
             job: claim.job,
             host,
@@ -245,6 +260,15 @@ impl Allocator {
         let Some(j) = self.jobs.get(&job) else {
             return;
         };
+        self.host_changes.push(HostChange {
+            job,
+            host,
+            kind: if suspended {
+                HostChangeKind::Suspended
+            } else {
+                HostChangeKind::Resumed
+            },
+        });
         for sub in &j.subs {
             match &sub.kind {
                 SubKind::Suspend(set) if suspended && set.contains(&host) => {

@@ -37,7 +37,10 @@ use carmi_api::msg::{ClassStatus, Failure, FailureCode};
 use serde::{Deserialize, Serialize};
 
 use super::matching::match_all;
-use super::{Allocator, Claim, Class, Effect, Rank, ReleaseCause, SlotState, SubKind, member};
+use super::{
+    Allocator, Claim, Class, Effect, HostChange, HostChangeKind, Rank, ReleaseCause, SlotState,
+    SubKind, member,
+};
 
 /// Where a job is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,6 +54,9 @@ pub enum Phase {
         /// True once the master runs: only then does the job grow.
         grow: bool,
     },
+    /// Held (`carmi hold`): keeps its place in the queue, holds no host and
+    /// is not considered until it is released.
+    Held,
 }
 
 impl Phase {
@@ -60,6 +66,7 @@ impl Phase {
             Phase::Attached => "attached",
             Phase::Waiting => "waiting",
             Phase::Running { .. } => "running",
+            Phase::Held => "held",
         }
     }
 }
@@ -78,6 +85,83 @@ pub struct ClassLimits {
     /// ClassAd expression over machine attributes: machines ranking higher
     /// are taken first (then the fastest); `None` for speed alone.
     pub rank: Option<String>,
+}
+
+/// A job's classes as the allocator keeps them: parsed expressions, (min,
+/// max) limits and ranks, by class name. Fails on a bad expression, a class
+/// defined twice, or limits that are empty or above the cap.
+pub(super) type ParsedClasses = (
+    BTreeMap<String, Class>,
+    BTreeMap<String, (u32, u32)>,
+    BTreeMap<String, Rank>,
+);
+
+/// Parses the classes of a submit file (for a submit, and again when a held
+/// job is released and starts from scratch).
+pub(super) fn parse_classes(classes: &[ClassLimits]) -> Result<ParsedClasses, Failure> {
+    let fail = |code, message| Err(Failure { code, message });
+    let mut parsed = BTreeMap::new();
+    let mut limits = BTreeMap::new();
+    let mut ranks = BTreeMap::new();
+    for c in classes {
+        // Refused here too, not only at the door: a journal written
+        // before the limits existed is replayed through this.
+        if let Err(e) = carmi_api::limits::check_machine_count(
+            &format!("class `{}`: machine_count", c.name),
+            c.max,
+        ) {
+            return fail(FailureCode::Invalid, e.to_string());
+        }
+        if c.min > c.max || c.max == 0 {
+            return fail(
+                FailureCode::Invalid,
+                format!(
+                    "class `{}`: machine_count {}..{} is empty",
+                    c.name, c.min, c.max
+                ),
+            );
+        }
+        let expr = match classad::parse_expr(&c.expression) {
+            Ok(e) => e,
+            Err(e) => {
+                return fail(
+                    FailureCode::BadExpression,
+                    format!("class `{}`: column {}: {}", c.name, e.column, e.message),
+                );
+            }
+        };
+        let class = Class {
+            expression: c.expression.clone(),
+            expr,
+            excluded: Default::default(),
+            cache: Vec::new(),
+        };
+        if parsed.insert(c.name.clone(), class).is_some() {
+            return fail(
+                FailureCode::Invalid,
+                format!("class `{}` is defined twice", c.name),
+            );
+        }
+        limits.insert(c.name.clone(), (c.min, c.max));
+        if let Some(text) = &c.rank {
+            match classad::parse_expr(text) {
+                Ok(expr) => {
+                    let text = text.clone();
+                    ranks.insert(c.name.clone(), Rank { text, expr });
+                }
+                Err(e) => {
+                    return fail(
+                        FailureCode::BadExpression,
+                        format!(
+                            "class `{}`: rank: column {}: {}",
+                            c.name, e.column, e.message
+                        ),
+                    );
+                }
+            }
+        }
+    }
+    Ok((parsed, limits, ranks))
 }
 
 impl Allocator {
@@ -100,67 +184,7 @@ impl Allocator {
                 "a job needs at least one class".into(),
             );
         }
-        let mut parsed = BTreeMap::new();
-        let mut limits = BTreeMap::new();
-        let mut ranks = BTreeMap::new();
-        for c in classes {
-            // Refused here too, not only at the door: a journal written
-            // before the limits existed is replayed through this.
-            if let Err(e) = carmi_api::limits::check_machine_count(
-                &format!("class `{}`: machine_count", c.name),
-                c.max,
-            ) {
-                return fail(FailureCode::Invalid, e.to_string());
-            }
-            if c.min > c.max || c.max == 0 {
-                return fail(
-                    FailureCode::Invalid,
-                    format!(
-                        "class `{}`: machine_count {}..{} is empty",
-                        c.name, c.min, c.max
-                    ),
-                );
-            }
-            let expr = match classad::parse_expr(&c.expression) {
-                Ok(e) => e,
-                Err(e) => {
-                    return fail(
-                        FailureCode::BadExpression,
-                        format!("class `{}`: column {}: {}", c.name, e.column, e.message),
-                    );
-                }
-            };
-            let class = Class {
-                expression: c.expression.clone(),
-                expr,
-                excluded: Default::default(),
-                cache: Vec::new(),
-            };
-            if parsed.insert(c.name.clone(), class).is_some() {
-                return fail(
-                    FailureCode::Invalid,
-                    format!("class `{}` is defined twice", c.name),
-                );
-            }
-            limits.insert(c.name.clone(), (c.min, c.max));
-            if let Some(text) = &c.rank {
-                match classad::parse_expr(text) {
-                    Ok(expr) => {
-                        let text = text.clone();
-                        ranks.insert(c.name.clone(), Rank { text, expr });
-                    }
-                    Err(e) => {
-                        return fail(
-                            FailureCode::BadExpression,
-                            format!(
-                                "class `{}`: rank: column {}: {}",
-                                c.name, e.column, e.message
-                            ),
-                        );
-                    }
-                }
-            }
-        }
+        let (parsed, limits, ranks) = parse_classes(classes)?;
         self.on_job_created(job, owner);
         let j = self.jobs.get_mut(&job).expect("just created");
         j.classes = parsed;
@@ -391,6 +415,11 @@ impl Allocator {
         let info = self.host_info(host, class);
         let j = self.jobs.get_mut(&job).expect("giving to a live job");
         j.hosts.insert(host, class.to_string());
+        self.host_changes.push(HostChange {
+            job,
+            host,
+            kind: HostChangeKind::Added,
+        });
         if !notify {
             return;
         }

@@ -1,5 +1,6 @@
 //! The waiting queue in clusters: a pass tries one job per cluster, keeps
-//! submit order across clusters, and reacts to the head leaving.
+//! submit order across clusters, and reacts to the head leaving; a submit
+//! or a removal tries at most the job itself.
 
 use super::tests::Sim;
 use super::*;
@@ -117,5 +118,55 @@ fn jobs_whose_classes_name_their_job_id_are_clusters_of_their_own() {
         .unwrap();
     assert_eq!(take_started(&mut s), [JobId(2)]);
     assert_eq!(s.a.waiting_clusters(), 1);
+    s.quiet();
+}
+
+#[test]
+fn jobs_that_all_differ_are_tried_one_per_submit_and_not_again_on_removal() {
+    let mut s = Sim::new();
+    pool(&mut s, 4);
+    for i in 1..=300 {
+        let differs = [limits(&format!("Arch == \"PPC\" && Memory >= {i}"), 1)];
+        let before = s.a.start_attempts();
+        s.step(|a| a.submit_job(JobId(i), "alice", &differs))
+            .unwrap();
+        assert_eq!(s.a.start_attempts() - before, 1, "submit of job {i}");
+    }
+    assert_eq!(s.a.waiting_clusters(), 300);
+    // A job behind them that fits starts on the slots none of them can use.
+    s.step(|a| a.submit_job(JobId(1000), "bob", &[limits("Arch == \"X86_64\"", 2)]))
+        .unwrap();
+    assert_eq!(take_started(&mut s), [JobId(1000)]);
+    // Removing a job that kept no slot from anyone tries nothing; removing
+    // the head (which may take hosts from running jobs) settles the queue.
+    let before = s.a.start_attempts();
+    s.step(|a| a.on_job_ended(JobId(150)));
+    assert_eq!(s.a.start_attempts(), before);
+    s.step(|a| a.on_job_ended(JobId(1)));
+    assert!(s.a.start_attempts() > before);
+    s.quiet();
+}
+
+#[test]
+fn a_job_tried_alone_keeps_its_slots_from_the_jobs_behind_it() {
+    let mut s = Sim::new();
+    pool(&mut s, 2);
+    // One slot runs a job.
+    s.step(|a| a.submit_job(JobId(10), "dave", &[limits("true", 1)]))
+        .unwrap();
+    assert_eq!(take_started(&mut s), [JobId(10)]);
+    // A head that cannot start keeps nothing from a job that fits elsewhere...
+    s.step(|a| a.submit_job(JobId(1), "alice", &[limits("Arch == \"PPC\"", 1)]))
+        .unwrap();
+    // ...then one that needs both slots keeps the idle one,
+    s.step(|a| a.submit_job(JobId(2), "bob", &[limits("true", 2)]))
+        .unwrap();
+    // so a small job behind it waits,
+    s.step(|a| a.submit_job(JobId(3), "carol", &[limits("true", 1)]))
+        .unwrap();
+    assert_eq!(take_started(&mut s), []);
+    // and starts once the job that kept the slots is removed.
+    s.step(|a| a.on_job_ended(JobId(2)));
+    assert_eq!(take_started(&mut s), [JobId(3)]);
     s.quiet();
 }

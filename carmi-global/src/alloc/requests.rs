@@ -28,6 +28,13 @@ impl Allocator {
 
     /// True when the job exists; otherwise fails the request.
     fn check_job(&mut self, job: JobId, req: ReqRef) -> bool {
+        if self.is_held(job) {
+            // Its processes were killed as it was held; a request still in
+            // flight must not claim hosts for it.
+            let message = format!("job {job} is held");
+            self.fail(job, req, FailureCode::Unavailable, message);
+            return false;
+        }
         if self.jobs.contains_key(&job) {
             return true;
         }

@@ -15,6 +15,7 @@
 
 use std::collections::VecDeque;
 
+use carmi_api::events::EventKind;
 use carmi_api::ids::{JobId, ProcessId};
 use carmi_api::limits;
 use carmi_api::msg::{
@@ -54,6 +55,8 @@ pub(super) struct Submitted {
     pub submitted_unix: u64,
     /// The master, once started.
     pub master: Option<ProcessId>,
+    /// Why it is held (`carmi hold`), while it is.
+    pub held: Option<String>,
 }
 
 /// Ended jobs kept for `carmi history`: enough for a day of a busy pool,
@@ -203,8 +206,12 @@ impl Router {
                 spec,
                 submitted_unix: req.submitted_unix,
                 master: None,
+                held: None,
             },
         );
+        self.events.open(job, self.submitted[&job].spec.log.clone());
+        let owner = self.submitted[&job].owner.clone();
+        self.log_event(job, EventKind::Submitted { owner });
         self.send(link, FromGlobal::Submitted { job });
     }
 
@@ -239,6 +246,7 @@ impl Router {
             master: sub.and_then(|s| s.master),
             note: match phase {
                 Phase::Waiting => self.impossible(job, online),
+                Phase::Held => sub.and_then(|s| s.held.clone()),
                 _ => sub.and_then(|s| self.master_unsent(s)),
             },
             classes: self.alloc.class_status(job),
@@ -330,6 +338,12 @@ impl Router {
             end,
             files: sub.and_then(|s| s.returned.clone()),
         };
+        self.log_event(
+            job,
+            EventKind::Ended {
+                end: record.end.clone(),
+            },
+        );
         self.out
             .push(Output::Journal(Record::History(Box::new(record.clone()))));
         for process in self.history.push(record) {
@@ -480,6 +494,10 @@ impl Router {
                     .is_some_and(|p| p.state == ProcessState::Starting)
                 {
                     self.procs.set_state(process, ProcessState::Running);
+                    if let Some((_, machine)) = self.masters.get(&process) {
+                        let machine = machine.clone();
+                        self.log_event(job, EventKind::MasterStarted { machine });
+                    }
                 }
                 self.alloc.on_master_running(job);
             }
@@ -498,6 +516,7 @@ impl Router {
         let Some(sub) = self.submitted.remove(&job) else {
             return;
         };
+        self.close_event_log(job);
         self.out.push(Output::Journal(Record::Ended { job }));
         if let Some(p) = sub.master {
             self.unplaced.remove(&p);
@@ -552,8 +571,11 @@ impl Router {
                             spec: req.spec.expand(job.0),
                             submitted_unix: req.submitted_unix,
                             master: None,
+                            held: None,
                         },
                     );
+                    // Events before the restart are not kept (see `events`).
+                    self.events.open(job, self.submitted[&job].spec.log.clone());
                 }
                 Record::Started {
                     job,
@@ -591,6 +613,7 @@ impl Router {
                     self.masters.insert(master, (job, machine));
                 }
                 Record::Ended { job } => {
+                    self.events.close(job);
                     self.awaiting_roots.retain(|_, (j, _)| *j != job);
                     if let Some(sub) = self.submitted.remove(&job)
                         && let Some(p) = sub.master
@@ -667,6 +690,13 @@ impl Router {
                         self.out.push(Output::DropFiles { process });
                     }
                 }
+                Record::Held { job, reason } => self.recover_held(job, reason),
+                Record::Released { job } => self.recover_released(job),
+                Record::Events(events) => {
+                    for e in events {
+                        self.events.restore(e);
+                    }
+                }
             }
         }
         // Nothing is online yet: whatever the allocator says now concerns no one.
@@ -686,7 +716,7 @@ fn replay_request() -> crate::alloc::ReqRef {
 
 /// What the allocator needs of a submit file's classes (for a new submit and
 /// for one recovered from the journal alike).
-fn class_limits(spec: &carmi_api::submit::JobSpec) -> Vec<ClassLimits> {
+pub(super) fn class_limits(spec: &carmi_api::submit::JobSpec) -> Vec<ClassLimits> {
     spec.classes
         .iter()
         .map(|c| ClassLimits {

@@ -1,11 +1,15 @@
 //! Machines at the router: registration and reconciliation of what a
 //! reconnecting local RM still runs, heartbeats, loss, and owner-policy slot changes.
+//! Loss is for a machine's own silence: heartbeats count from their arrival,
+//! and a router that ran late counts overdue machines' silence again from
+//! when it resumed ([`Router::on_tick`]). Ads and updates over the limits are refused with
+//! their reason, told to the machine and logged at most once per
+//! [`REFUSAL_LOG_PERIOD`].
 
 use std::collections::BTreeSet;
-
-use carmi_api::ids::{JobId, ProcessId};
 use std::time::Duration;
 
+use carmi_api::ids::{JobId, ProcessId};
 use carmi_api::msg::{ExitStatus, Failure, FailureCode, FromGlobal, ProcessState, SlotActivity};
 use classad::ClassAd;
 use tracing::{debug, info, warn};
@@ -37,7 +41,7 @@ impl Router {
     }
 
     /// Gives every machine past its deadline, and not reprieved already
-    /// since its last message, one more heartbeat period from now (see
+    /// since its last message, a whole new loss window from now (see
     /// [`Router::on_tick`]).
     pub(super) fn reprieve_overdue(&mut self) {
         let now = self.now;
@@ -54,9 +58,9 @@ impl Router {
         warn!(
             machines = overdue.len(),
             "the global RM ran late past their deadlines (it was stopped or overloaded): \
-             they get one more heartbeat period before being declared lost"
+             their silence counts again from now"
         );
-        let deadline = now.saturating_add(self.config.heartbeat);
+        let deadline = now.saturating_add(self.lost_after());
         for name in overdue {
             self.set_deadline(&name, deadline);
             if let Some(p) = self.presence.get_mut(&name) {
@@ -72,9 +76,9 @@ impl Router {
     /// process did not run in between (stopped, starved of CPU, swapping, or
     /// stuck on one input): the machines' heartbeats may be waiting unread in
     /// their sockets, and a silence the global RM could not hear is not
-    /// theirs. Each overdue machine then gets one more period counted from
-    /// now, once (any message from it renews that): a machine that is really
-    /// gone is lost one period later, one that was only unheard is not.
+    /// theirs. Each overdue machine's silence then counts again from now,
+    /// once (any message from it renews that): a machine that is really gone
+    /// is lost one loss window later, one that was only unheard is not.
     pub fn on_tick(&mut self, now: Duration) {
         self.advance(now);
         let late = self
