@@ -434,3 +434,30 @@ fn a_placed_master_gets_its_input_files_by_content_once_uploaded() {
     // No path of the laptop reaches m0: the file comes from the pool.
     assert_eq!(spawn, (vec![], vec![params]));
 }
+
+#[test]
+fn a_held_job_whose_master_waited_for_a_machine_is_placed_after_its_release() {
+    let mut r = router();
+    advertise(&mut r, LinkId(1), "m0", 1000);
+    let file =
+        "executable = master\nmaster_requirements = Memory >= 2000\nmachine_count = 0..1\nqueue\n";
+    submit(&mut r, file, "laptop", true);
+    // `step` checks the router's invariants: the unplaced master goes with the hold.
+    let hold = ToGlobal::Hold {
+        job: JobId(1),
+        reason: None,
+        user: "alice".into(),
+    };
+    let out = step(&mut r, |r| r.on_message(ADMIN, hold, Duration::ZERO));
+    assert!(
+        matches!(&sends(&out)[..], [(_, FromGlobal::Held { .. })]),
+        "{out:?}"
+    );
+    let out = advertise(&mut r, LinkId(2), "big", 8000);
+    assert!(masters(&out).is_empty(), "held: no master\n{out:?}");
+    let release = ToGlobal::Release { job: JobId(1) };
+    let out = step(&mut r, |r| r.on_message(ADMIN, release, Duration::ZERO));
+    let placed = masters(&out);
+    assert_eq!(placed.len(), 1, "{out:?}");
+    assert_eq!(placed[0].0, LinkId(2));
+}

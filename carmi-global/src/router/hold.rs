@@ -65,6 +65,7 @@ impl Router {
         // The allocator released the hosts; the processes on them are ours to kill.
         self.flush();
         if let Some(p) = self.submitted.get_mut(&job).and_then(|s| s.master.take()) {
+            self.unplaced.remove(&p);
             let machine = self.masters.remove(&p).map(|(_, m)| m);
             if self.sent_masters.remove(&p)
                 && let Some(link) = machine.and_then(|m| self.ready_link(&m))
@@ -102,6 +103,7 @@ impl Router {
         if let Some(p) = sub.master.take() {
             self.masters.remove(&p);
             self.sent_masters.remove(&p);
+            self.unplaced.remove(&p);
         }
         for p in self.procs.of_job(job) {
             self.procs.remove(p);
