@@ -71,17 +71,19 @@ pub async fn request(
     upload: Option<(&ExecutableRef, &[u8])>,
     msg: ToGlobal,
 ) -> Result<FromGlobal, AdminError> {
-    request_with_payload(addr, secret, upload, msg)
+    let uploads: Vec<_> = upload.into_iter().collect();
+    request_with_payload(addr, secret, &uploads, msg)
         .await
         .map(|(answer, _)| answer)
 }
 
-/// [`request`], also returning the answer's payload (the bytes of
-/// [`FromGlobal::Files`]).
+/// [`request`] after any number of uploads (a master's executable and its
+/// `transfer_input_files`), also returning the answer's payload (the bytes
+/// of [`FromGlobal::Files`]).
 pub async fn request_with_payload(
     addr: &str,
     secret: &Secret,
-    upload: Option<(&ExecutableRef, &[u8])>,
+    uploads: &[(&ExecutableRef, &[u8])],
     msg: ToGlobal,
 ) -> Result<(FromGlobal, bytes::Bytes), AdminError> {
     let unreachable = |error| AdminError::Unreachable {
@@ -108,7 +110,7 @@ pub async fn request_with_payload(
         addr: addr.to_string(),
         reason,
     };
-    if let Some((executable, bytes)) = upload {
+    for &(executable, bytes) in uploads {
         let up = ToGlobal::Upload {
             executable: executable.clone(),
         };

@@ -61,6 +61,11 @@ pub const MAX_EXPRESSION_BYTES: usize = 16_384;
 pub const MAX_EXPRESSION_BYTES_PER_JOB: usize = 65_536;
 /// Most `transfer_input_files` of one job (each is copied before the master starts).
 pub const MAX_INPUT_FILES: usize = 1_000;
+/// Most bytes of `transfer_input_files` together that `carmi submit`
+/// uploads for a master placed on another machine: they travel through the
+/// global RM's store, held in memory on the way; larger data belongs on a
+/// shared file system or with the workers.
+pub const MAX_INPUT_BYTES: u64 = 256 << 20;
 /// Largest submit file, in bytes (one `carmi submit` message carries it all).
 pub const MAX_SUBMIT_FILE_BYTES: usize = 16 << 20;
 /// Largest executable, in bytes: it travels in one frame, whose limit is
@@ -251,6 +256,28 @@ pub fn check_spec(spec: &JobSpec) -> Vec<LimitError> {
     ));
     for f in spec.transfer_input_files.iter().take(MAX_INPUT_FILES) {
         push(check_len("transfer_input_files", f, MAX_PATH_BYTES));
+    }
+    push(check_count(
+        "transfer_input_files (uploaded)",
+        spec.input_refs.len(),
+        MAX_INPUT_FILES,
+        "files",
+    ));
+    for r in spec.input_refs.iter().take(MAX_INPUT_FILES) {
+        push(check_executable("transfer_input_files", r));
+    }
+    let input_bytes: u64 = spec
+        .input_refs
+        .iter()
+        .take(MAX_INPUT_FILES)
+        .map(|r| r.size.min(MAX_INPUT_BYTES + 1))
+        .sum();
+    if input_bytes > MAX_INPUT_BYTES {
+        push(Err(over(
+            "transfer_input_files (together)",
+            format!("{input_bytes} bytes"),
+            format!("{MAX_INPUT_BYTES} bytes (256 MiB)"),
+        )));
     }
     push(check_count(
         "queue",

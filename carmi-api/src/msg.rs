@@ -1057,6 +1057,11 @@ pub enum FromGlobal {
         /// error when `output`/`error` are not given).
         #[serde(default)]
         return_files: Vec<String>,
+        /// Files to put in its sandbox by content, fetched like an
+        /// executable and named by their `name` (the `transfer_input_files`
+        /// of a master placed away from its submit machine).
+        #[serde(default)]
+        inputs: Vec<ExecutableRef>,
     },
 }
 

@@ -87,6 +87,12 @@ pub struct JobSpec {
     /// the pool (`None`: any machine).
     #[serde(default)]
     pub master_requirements: Option<String>,
+    /// The `transfer_input_files` by content (file name, SHA-256, size),
+    /// uploaded by `carmi submit` with the executable: a master the global
+    /// RM places on another machine gets them from the pool, as it gets its
+    /// executable. Empty from the parser and from older clients.
+    #[serde(default)]
+    pub input_refs: Vec<crate::msg::ExecutableRef>,
     /// `queue N`: how many copies of the job the file describes.
     #[serde(default = "one")]
     pub count: u32,
@@ -606,6 +612,7 @@ pub fn parse(file: &str, text: &str) -> Result<JobSpec, SubmitErrors> {
         log: extras.log,
         transfer_output_files: extras.transfer_output_files,
         master_requirements: extras.master_requirements,
+        input_refs: Vec::new(),
         count: count.map_or(1, |(n, _)| n),
     })
 }

@@ -45,7 +45,7 @@ pub fn run(args: FetchArgs) -> anyhow::Result<()> {
 /// Asks the global RM for `job`'s files and writes them; the paths written.
 pub async fn bring_back(pool: &str, secret: &Secret, job: JobId) -> anyhow::Result<Vec<String>> {
     let (answer, payload) =
-        request_with_payload(pool, secret, None, ToGlobal::FetchFiles { job }).await?;
+        request_with_payload(pool, secret, &[], ToGlobal::FetchFiles { job }).await?;
     let FromGlobal::Files(files) = answer else {
         return Err(failed(answer, &format!("fetch of job {}", job.0)));
     };

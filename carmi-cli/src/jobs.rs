@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use carmi_api::admin::request;
+use carmi_api::admin::{request, request_with_payload};
 use carmi_api::handshake::Secret;
 use carmi_api::ids::JobId;
 use carmi_api::msg::{
@@ -90,6 +90,38 @@ fn host_name() -> String {
         .unwrap_or_default()
 }
 
+/// Reads `transfer_input_files` (absolute paths) for upload, within
+/// [`carmi_api::limits::MAX_INPUT_BYTES`] together (checked before reading).
+fn read_inputs(display: &str, paths: &[String]) -> anyhow::Result<Vec<(ExecutableRef, Vec<u8>)>> {
+    let limit = carmi_api::limits::MAX_INPUT_BYTES;
+    let mut total = 0u64;
+    for p in paths {
+        total += std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    }
+    if total > limit {
+        anyhow::bail!(
+            "{display}: transfer_input_files: {total} bytes together, above the limit of {limit} bytes (256 MiB) for files sent through the pool; put large data on a shared file system, or pin the master with --machine"
+        );
+    }
+    paths
+        .iter()
+        .map(|p| {
+            let bytes = std::fs::read(p)
+                .with_context(|| format!("{display}: transfer_input_files: cannot read {p}"))?;
+            let name = Path::new(p)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| p.clone());
+            let r = ExecutableRef {
+                name,
+                sha256: carmi_api::exe::sha256_hex(&bytes),
+                size: bytes.len() as u64,
+            };
+            Ok((r, bytes))
+        })
+        .collect()
+}
+
 /// Runs `carmi submit`.
 pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     let display = args.file.display().to_string();
@@ -139,6 +171,20 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
         }
         *f = path;
     }
+    let pinned = args.machine.or_else(|| {
+        std::env::var("CARMI_MACHINE")
+            .ok()
+            .filter(|m| !m.is_empty())
+    });
+    let anywhere = pinned.is_none();
+    // A master the global RM may place on another machine gets its input
+    // files by content, through the pool, as it gets its executable.
+    let inputs = if anywhere && !args.dry_run {
+        read_inputs(&display, &spec.transfer_input_files)?
+    } else {
+        Vec::new()
+    };
+    spec.input_refs = inputs.iter().map(|(r, _)| r.clone()).collect();
     let exe_path = base.join(&spec.executable);
     let bytes = std::fs::read(&exe_path).with_context(|| {
         format!(
@@ -154,12 +200,6 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
         sha256: carmi_api::exe::sha256_hex(&bytes),
         size: bytes.len() as u64,
     };
-    let pinned = args.machine.or_else(|| {
-        std::env::var("CARMI_MACHINE")
-            .ok()
-            .filter(|m| !m.is_empty())
-    });
-    let anywhere = pinned.is_none();
     let machine = pinned.unwrap_or_else(host_name);
     let owner = std::env::var("USER")
         .ok()
@@ -191,9 +231,17 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
             submitted_unix,
             anywhere,
         }));
-        // The executable travels once; the global RM keeps it for the copies.
-        let upload = (i == 0).then_some((&executable, bytes.as_slice()));
-        let answer = crate::block_on(async { Ok(request(&pool, &secret, upload, msg).await?) })?;
+        // The files travel once; the global RM keeps them for the copies.
+        let uploads: Vec<(&ExecutableRef, &[u8])> = if i == 0 {
+            std::iter::once((&executable, bytes.as_slice()))
+                .chain(inputs.iter().map(|(r, b)| (r, b.as_slice())))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let answer = crate::block_on(async {
+            Ok(request_with_payload(&pool, &secret, &uploads, msg).await?.0)
+        })?;
         match answer {
             FromGlobal::Submitted { job } => {
                 jobs.push(job.0);

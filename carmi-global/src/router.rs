@@ -46,6 +46,7 @@ use crate::procs::{Attachment, Proc, ProcTable};
 pub use ads::{Decoded, MAX_AD_ATTRIBUTES, MAX_AD_BYTES, count_attributes};
 
 mod ads;
+mod anywhere;
 #[cfg(test)]
 mod anywhere_tests;
 mod check;

@@ -99,6 +99,9 @@ pub struct Launch {
     pub input_files: Vec<String>,
     /// Files of a master's sandbox sent back when it exits.
     pub return_files: Vec<String>,
+    /// Files put in a master's sandbox from the cache, by content, named by
+    /// their `name` (fetched like the executable when missing).
+    pub inputs: Vec<ExecutableRef>,
     /// Where standard output and error go (a master: always its files).
     pub output: OutputRoute,
 }
@@ -360,6 +363,7 @@ impl Core {
                 stdio: (None, None),
                 input_files: Vec::new(),
                 return_files: Vec::new(),
+                inputs: Vec::new(),
                 output,
             }),
             FromGlobal::SpawnMaster {
@@ -372,6 +376,7 @@ impl Core {
                 error,
                 input_files,
                 return_files,
+                inputs,
             } => self.on_spawn(Launch {
                 process,
                 job,
@@ -383,6 +388,7 @@ impl Core {
                 stdio: (output, error),
                 input_files,
                 return_files,
+                inputs,
                 output: OutputRoute::Keep,
             }),
             FromGlobal::Kill { process } => self.on_kill(process),
@@ -561,6 +567,21 @@ impl Core {
 
     /// The executable of a launch is not in the cache: fetch it from the global RM.
     pub fn on_cache_miss(&mut self, process: ProcessId) {
+        let Some(exe) = self
+            .procs
+            .get(&process)
+            .map(|p| p.launch.executable.clone())
+        else {
+            return;
+        };
+        self.on_input_miss(process, exe);
+    }
+
+    /// A file a launch needs (its executable, or a master's input file) is
+    /// not in the cache: fetch it as an executable is fetched; the launch is
+    /// tried again once it is stored (and then finds the next one missing,
+    /// if any).
+    pub fn on_input_miss(&mut self, process: ProcessId, exe: ExecutableRef) {
         let Some(p) = self.procs.get_mut(&process) else {
             return;
         };
@@ -570,7 +591,6 @@ impl Core {
             return;
         }
         p.state = ProcState::Fetching;
-        let exe = p.launch.executable.clone();
         let registered = self.is_registered();
         let f = self.fetches.entry(exe.sha256.clone()).or_insert(Fetch {
             executable: exe,
@@ -749,14 +769,12 @@ impl Core {
         };
         match p.state {
             ProcState::Fetching => {
-                let sha = p.launch.executable.sha256.clone();
                 self.procs.remove(&process);
-                if let Some(f) = self.fetches.get_mut(&sha) {
+                // Its executable's fetch, or one of its input files'.
+                self.fetches.retain(|_, f| {
                     f.waiting.retain(|w| *w != process);
-                    if f.waiting.is_empty() {
-                        self.fetches.remove(&sha);
-                    }
-                }
+                    !f.waiting.is_empty()
+                });
                 self.report_killed_before_start(process);
             }
             ProcState::Launching { .. } => p.state = ProcState::Launching { kill: true },

@@ -802,6 +802,16 @@ impl Driver {
             self.core.on_cache_miss(launch.process);
             return;
         };
+        let mut input_copies = Vec::with_capacity(launch.inputs.len());
+        for input in &launch.inputs {
+            match self.cache.lookup(input) {
+                Some(path) => input_copies.push((path, input.name.clone())),
+                None => {
+                    self.core.on_input_miss(launch.process, input.clone());
+                    return;
+                }
+            }
+        }
         let spec = LaunchSpec {
             process: launch.process,
             job: launch.job,
@@ -816,6 +826,7 @@ impl Driver {
             ),
             input_files: launch.input_files.into_iter().map(PathBuf::from).collect(),
             return_files: launch.return_files,
+            input_copies,
             capture: match &launch.output {
                 OutputRoute::Keep => Capture::Files,
                 OutputRoute::Discard => Capture::Discard,

@@ -76,6 +76,9 @@ pub struct LaunchSpec {
     pub capture: Capture,
     /// Files copied into the sandbox, by file name, before the start.
     pub input_files: Vec<PathBuf>,
+    /// Files copied into the sandbox under the given file name (a master's
+    /// input files from the cache, where they are named by their hash).
+    pub input_copies: Vec<(PathBuf, String)>,
     /// Files of the sandbox read after the exit, before the sandbox goes,
     /// for [`ExitReport::returned`] (a master's, see [`crate::returned`]).
     pub return_files: Vec<String>,
@@ -321,6 +324,16 @@ impl Launcher {
                 });
             };
             fs::copy(input, sandbox.join(name)).map_err(sb_err(input))?;
+        }
+        for (from, name) in &spec.input_copies {
+            // Named by the submitter: only a plain file name lands in the sandbox.
+            let Some(base) = Path::new(name).file_name().filter(|b| *b == name.as_str()) else {
+                return Err(SpawnError::Sandbox {
+                    path: PathBuf::from(name),
+                    error: std::io::Error::other("an input file's name must be a plain file name"),
+                });
+            };
+            fs::copy(from, sandbox.join(base)).map_err(sb_err(from))?;
         }
         let open = |chosen: &Option<PathBuf>, default: &str| {
             let path = chosen.clone().unwrap_or_else(|| sandbox.join(default));

@@ -58,6 +58,7 @@ fn shell(process: u64, script: &str) -> LaunchSpec {
         capture: Capture::Files,
         input_files: Vec::new(),
         return_files: Vec::new(),
+        input_copies: Vec::new(),
     }
 }
 

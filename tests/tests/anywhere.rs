@@ -5,7 +5,8 @@
 //! machine its `master_requirements` accept; `carmi wait` exits with the
 //! master's exit status and writes its output, error and
 //! `transfer_output_files` into the submit directory; `carmi fetch` brings
-//! them back again, also after the global RM restarted.
+//! them back again, also after the global RM restarted. Its
+//! `transfer_input_files` travel through the pool, as its executable does.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -72,14 +73,16 @@ fn a_job_from_outside_the_pool_runs_and_its_files_come_back() {
         let exe = submit_dir.join("master.sh");
         std::fs::write(
             &exe,
-            "#!/bin/sh\necho \"master in $(pwd)\"\necho 'a warning' >&2\nmkdir -p res\necho 42 > res/result.dat\nexit 3\n",
+            "#!/bin/sh\necho \"master in $(pwd)\"\ncat params.txt\necho 'a warning' >&2\nmkdir -p res\necho 42 > res/result.dat\nexit 3\n",
         )
         .unwrap();
         std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
+    std::fs::write(submit_dir.join("params.txt"), "alpha = 0.5\n").unwrap();
     std::fs::write(
         submit_dir.join("job.sub"),
         "universe = vanilla\nexecutable = master.sh\noutput = out.txt\nerror = err.txt\n\
+         transfer_input_files = params.txt\n\
          should_transfer_files = YES\nwhen_to_transfer_output = ON_EXIT\n\
          transfer_output_files = res/result.dat\nmaster_requirements = Big == true\nqueue\n",
     )
@@ -118,8 +121,18 @@ fn a_job_from_outside_the_pool_runs_and_its_files_come_back() {
     // It ran on m1, the only machine with Big == true, in a sandbox there.
     let output = read("out.txt");
     assert!(
-        output.starts_with("master in ") && output.contains("/m1/sandbox/"),
+        output.starts_with("master in ")
+            && output.contains("/m1/sandbox/")
+            && output.contains("alpha = 0.5\n"),
         "out.txt: {output:?}\n{}",
+        pool.logs()
+    );
+    // The input file reached m1 by content, through the pool (its cache
+    // holds it by hash), not by its path on the submit machine.
+    let params_hash = carmi_api::exe::sha256_hex(b"alpha = 0.5\n");
+    assert!(
+        pool.dir.join("m1").join("cache").join(&params_hash).is_file(),
+        "params.txt is not in m1's cache\n{}",
         pool.logs()
     );
     assert_eq!(read("err.txt"), "a warning\n");
@@ -189,4 +202,71 @@ fn a_master_that_fits_no_machine_waits_and_q_says_why() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(124), "{}", text(&out.stderr));
+}
+
+#[test]
+fn a_master_whose_machine_dies_starts_again_elsewhere_and_its_output_comes_back() {
+    let mut pool = Pool::start("anywhere-lost", 1, &[vec![], vec![]]);
+    let dir = pool.dir.join("laptop");
+    std::fs::create_dir_all(&dir).unwrap();
+    wait_pool(&pool, &dir, 2);
+    // The first run leaves a mark and waits (to be cut off); the second
+    // finds the mark (this test shares one file system) and exits.
+    let mark = dir.join("first-run");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let exe = dir.join("master.sh");
+        std::fs::write(
+            &exe,
+            format!(
+                "#!/bin/sh\nif [ -e {m} ]; then echo \"second run in $(pwd)\"; exit 0; fi\ntouch {m}\nsleep 600\n",
+                m = mark.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::write(
+        dir.join("job.sub"),
+        "executable = master.sh\noutput = out.txt\nqueue\n",
+    )
+    .unwrap();
+    let job = ok(
+        carmi(&pool, &dir)
+            .args(["submit", "job.sub"])
+            .output()
+            .unwrap(),
+        &pool,
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !mark.exists() {
+        assert!(Instant::now() < deadline, "no first run\n{}", pool.logs());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Kill the machine the first run is on: the one with a sandbox.
+    let busy = |i: usize| {
+        std::fs::read_dir(pool.dir.join(format!("m{i}")).join("sandbox"))
+            .map(|d| d.count() > 0)
+            .unwrap_or(false)
+    };
+    let (first, other) = if busy(0) { (0, 1) } else { (1, 0) };
+    assert!(busy(first), "the first run has a sandbox\n{}", pool.logs());
+    pool.kill_local(first);
+    let out = carmi(&pool, &dir)
+        .args(["wait", job.trim(), "--timeout", "60"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{}",
+        text(&out.stderr),
+        pool.logs()
+    );
+    let output = std::fs::read_to_string(dir.join("out.txt")).unwrap_or_default();
+    assert!(
+        output.starts_with("second run in ") && output.contains(&format!("/m{other}/sandbox/")),
+        "out.txt: {output:?}\n{}",
+        pool.logs()
+    );
 }

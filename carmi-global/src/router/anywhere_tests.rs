@@ -293,3 +293,171 @@ fn a_placed_master_is_expected_back_on_its_machine_after_a_restart() {
         "{out:?}"
     );
 }
+
+#[test]
+fn a_placed_master_whose_machine_is_lost_starts_again_elsewhere() {
+    let mut r = router();
+    let (m0, m1) = (LinkId(1), LinkId(2));
+    advertise(&mut r, m0, "m0", 4000);
+    advertise(&mut r, m1, "m1", 4000);
+    let mut journal = Vec::new();
+    let file = "executable = master\noutput = /home/alice/out.txt\nmachine_count = 1..1\nqueue\n";
+    let out = submit(&mut r, file, "laptop", true);
+    journal.extend(records(&out));
+    let [(link, first, ..)] = &masters(&out)[..] else {
+        panic!("{out:?}")
+    };
+    let (first, kept) = (*first, if *link == m0 { m1 } else { m0 });
+    // Only the other machine keeps sending heartbeats.
+    let beat = ToGlobal::Heartbeat {
+        update: String::new(),
+    };
+    step(&mut r, |r| {
+        r.on_message(kept, beat, Duration::from_millis(2500))
+    });
+    let out = step(&mut r, |r| r.on_tick(Duration::from_secs(4)));
+    journal.extend(records(&out));
+    let again = masters(&out);
+    assert_eq!(again.len(), 1, "{out:?}");
+    let (link, second, output, back) = &again[0];
+    assert_eq!(*link, kept);
+    assert_ne!(*second, first);
+    // Placed away from the submit machine: its output comes back.
+    assert_eq!(
+        (output.clone(), back.clone()),
+        (None, vec!["stdout".to_string()])
+    );
+    assert!(
+        !records(&out)
+            .iter()
+            .any(|rec| matches!(rec, Record::History(_))),
+        "the job did not end: {out:?}"
+    );
+    // A pinned job would have ended; this one is still queued.
+    let out = step(&mut r, |r| {
+        r.on_message(ADMIN, ToGlobal::Queue, Duration::from_secs(4))
+    });
+    let [(_, FromGlobal::Queue(q))] = &sends(&out)[..] else {
+        panic!("{out:?}")
+    };
+    assert_eq!(q[0].master, Some(*second));
+    // After a restart of the global RM the new master is the job's, on its new machine.
+    let mut back_again = Router::new(RouterConfig::default());
+    back_again.recover(journal);
+    back_again.sanity_check();
+    let l = LinkId(9);
+    let name = if kept == m0 { "m0" } else { "m1" };
+    step(&mut back_again, |r| {
+        r.on_link_opened(l, Role::Local { name: name.into() }, Duration::ZERO)
+    });
+    let msg = ToGlobal::Advertise {
+        ad: format!("[ Name = \"{name}\"; Memory = 4000 ]"),
+        slots: 1,
+        running: vec![*second],
+    };
+    let out = step(&mut back_again, |r| r.on_message(l, msg, Duration::ZERO));
+    assert!(
+        !sends(&out)
+            .iter()
+            .any(|(_, m)| matches!(m, FromGlobal::Kill { .. } | FromGlobal::SpawnMaster { .. })),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn a_pinned_master_whose_machine_is_lost_ends_its_job() {
+    let mut r = router();
+    advertise(&mut r, LinkId(1), "m0", 4000);
+    advertise(&mut r, LinkId(2), "m1", 4000);
+    let file = "executable = master\nqueue\n";
+    submit(&mut r, file, "m1", false);
+    let beat = ToGlobal::Heartbeat {
+        update: String::new(),
+    };
+    step(&mut r, |r| {
+        r.on_message(LinkId(1), beat, Duration::from_millis(2500))
+    });
+    let out = step(&mut r, |r| r.on_tick(Duration::from_secs(4)));
+    assert!(masters(&out).is_empty(), "{out:?}");
+    assert!(
+        records(&out)
+            .iter()
+            .any(|rec| matches!(rec, Record::History(_))),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn a_placed_master_gets_its_input_files_by_content_once_uploaded() {
+    let mut r = router();
+    advertise(&mut r, LinkId(1), "m0", 4000);
+    let params = ExecutableRef {
+        name: "params.json".into(),
+        sha256: "ef".repeat(32),
+        size: 3,
+    };
+    let mut spec = carmi_api::submit::parse(
+        "job.sub",
+        "executable = master\ntransfer_input_files = /home/alice/params.json\nqueue\n",
+    )
+    .unwrap();
+    spec.input_refs = vec![params.clone()];
+    let msg = |spec: &carmi_api::submit::JobSpec| {
+        ToGlobal::Submit(Box::new(SubmitRequest {
+            owner: "alice".into(),
+            machine: "laptop".into(),
+            executable: exe(),
+            spec: spec.clone(),
+            submitted_unix: 0,
+            anywhere: true,
+        }))
+    };
+    // Not uploaded: refused, naming the file.
+    let out = step(&mut r, |r| r.on_message(ADMIN, msg(&spec), Duration::ZERO));
+    assert!(
+        matches!(&sends(&out)[..], [(_, FromGlobal::AdminFailed(f))] if f.message.contains("params.json")),
+        "{out:?}"
+    );
+    r.on_executable_stored(&params);
+    let out = step(&mut r, |r| r.on_message(ADMIN, msg(&spec), Duration::ZERO));
+    let spawn = sends(&out)
+        .into_iter()
+        .find_map(|(_, m)| match m {
+            FromGlobal::SpawnMaster {
+                input_files,
+                inputs,
+                ..
+            } => Some((input_files, inputs)),
+            _ => None,
+        })
+        .expect("the master starts");
+    // No path of the laptop reaches m0: the file comes from the pool.
+    assert_eq!(spawn, (vec![], vec![params]));
+}
+
+#[test]
+fn a_held_job_whose_master_waited_for_a_machine_is_placed_after_its_release() {
+    let mut r = router();
+    advertise(&mut r, LinkId(1), "m0", 1000);
+    let file =
+        "executable = master\nmaster_requirements = Memory >= 2000\nmachine_count = 0..1\nqueue\n";
+    submit(&mut r, file, "laptop", true);
+    // `step` checks the router's invariants: the unplaced master goes with the hold.
+    let hold = ToGlobal::Hold {
+        job: JobId(1),
+        reason: None,
+        user: "alice".into(),
+    };
+    let out = step(&mut r, |r| r.on_message(ADMIN, hold, Duration::ZERO));
+    assert!(
+        matches!(&sends(&out)[..], [(_, FromGlobal::Held { .. })]),
+        "{out:?}"
+    );
+    let out = advertise(&mut r, LinkId(2), "big", 8000);
+    assert!(masters(&out).is_empty(), "held: no master\n{out:?}");
+    let release = ToGlobal::Release { job: JobId(1) };
+    let out = step(&mut r, |r| r.on_message(ADMIN, release, Duration::ZERO));
+    let placed = masters(&out);
+    assert_eq!(placed.len(), 1, "{out:?}");
+    assert_eq!(placed[0].0, LinkId(2));
+}

@@ -20,12 +20,13 @@ use carmi_api::ids::{JobId, ProcessId};
 use carmi_api::limits;
 use carmi_api::msg::{
     ExecutableRef, ExitStatus, Failure, FailureCode, FromGlobal, JobAnalysis, JobEnd, JobFiles,
-    JobRecord, JobStatus, ProcessState, ReturnedFile, SubmitRequest,
+    JobRecord, JobStatus, ProcessState, SubmitRequest,
 };
 use carmi_api::submit::JobSpec;
 use classad::ClassAd;
 use tracing::{info, warn};
 
+use super::anywhere::{master_ad, return_plan};
 use super::{LinkId, Output, Router, new_proc};
 use crate::alloc::{ClassLimits, Phase};
 use crate::journal::Record;
@@ -110,6 +111,13 @@ impl History {
         }
     }
 
+    /// The masters whose stored files the records refer to.
+    pub(super) fn file_owners(&self) -> impl Iterator<Item = ProcessId> + '_ {
+        self.ended
+            .iter()
+            .filter_map(|r| r.files.as_ref().map(|f| f.process))
+    }
+
     /// Every record, or `job`'s only.
     pub(super) fn select(&self, job: Option<JobId>) -> Vec<JobRecord> {
         self.ended
@@ -137,6 +145,18 @@ impl Router {
             let message = format!(
                 "executable {} ({}) was not uploaded before the submit",
                 req.executable.name, req.executable.sha256
+            );
+            return self.admin_fail(link, FailureCode::BadExecutable, message);
+        }
+        if let Some(r) = req
+            .spec
+            .input_refs
+            .iter()
+            .find(|r| !self.executables.contains_key(&r.sha256))
+        {
+            let message = format!(
+                "transfer_input_files: {} ({}) was not uploaded before the submit",
+                r.name, r.sha256
             );
             return self.admin_fail(link, FailureCode::BadExecutable, message);
         }
@@ -403,59 +423,6 @@ impl Router {
         }
     }
 
-    /// The online machine for the master of `sub`: one its
-    /// `master_requirements` accept, running the fewest masters (then the
-    /// first by name, so that the choice is reproducible).
-    fn pick_master_machine(&self, sub: &Submitted) -> Option<String> {
-        let mut load: std::collections::HashMap<&str, usize> = Default::default();
-        for (_, m) in self.masters.values() {
-            *load.entry(m.as_str()).or_default() += 1;
-        }
-        self.alloc
-            .online_ads()
-            .filter(|(_, ad)| {
-                sub.master_ad
-                    .as_ref()
-                    .is_none_or(|m| classad::matching::accepts(m, ad))
-            })
-            .map(|(name, _)| (load.get(name).copied().unwrap_or(0), name))
-            .min()
-            .map(|(_, name)| name.to_string())
-    }
-
-    /// Places the masters that found no machine when their job started, now
-    /// that a machine registered or changed its ad.
-    pub(super) fn place_masters(&mut self) {
-        let waiting: Vec<ProcessId> = self.unplaced.iter().copied().collect();
-        for process in waiting {
-            let Some(&(job, _)) = self.masters.get(&process) else {
-                self.unplaced.remove(&process);
-                continue;
-            };
-            let Some(machine) = self
-                .submitted
-                .get(&job)
-                .and_then(|s| self.pick_master_machine(s))
-            else {
-                continue;
-            };
-            self.unplaced.remove(&process);
-            info!(job = %job, machine, "the master is placed");
-            self.masters.insert(process, (job, machine.clone()));
-            if let Some(s) = self.submitted.get_mut(&job) {
-                s.machine = machine.clone();
-            }
-            self.out.push(Output::Journal(Record::Started {
-                job,
-                master: process,
-                placed: Some(machine.clone()),
-            }));
-            if let Some(link) = self.ready_link(&machine) {
-                self.send_master(link, process, job);
-            }
-        }
-    }
-
     /// Sends `SpawnMaster` for `process`, the master of `job`, on `link`.
     pub(super) fn send_master(&mut self, link: LinkId, process: ProcessId, job: JobId) {
         let Some(sub) = self.submitted.get(&job).cloned() else {
@@ -480,6 +447,13 @@ impl Router {
         } else {
             (sub.spec.output, sub.spec.error)
         };
+        // Input files by path on the submit machine, or (placed elsewhere,
+        // when the client uploaded them) by content from the pool's store.
+        let (input_files, inputs) = if sub.placed && !sub.spec.input_refs.is_empty() {
+            (Vec::new(), sub.spec.input_refs)
+        } else {
+            (sub.spec.transfer_input_files, Vec::new())
+        };
         self.send(
             link,
             FromGlobal::SpawnMaster {
@@ -490,82 +464,11 @@ impl Router {
                 env,
                 output,
                 error,
-                input_files: sub.spec.transfer_input_files,
+                input_files,
                 return_files,
+                inputs,
             },
         );
-    }
-
-    /// Files a master's local RM sent back before its exit: kept with the
-    /// job (their bytes are already in the store under the master's id),
-    /// each given its destination in the submit directory. Files from a
-    /// process that is no master there, or not asked for, are dropped.
-    pub(super) fn master_files(
-        &mut self,
-        machine: &str,
-        process: ProcessId,
-        files: Vec<ReturnedFile>,
-    ) {
-        let Some(job) = self.master_on(process, machine) else {
-            warn!(machine, %process, "files sent back by a process that is no master there; dropped");
-            self.out.push(Output::DropFiles { process });
-            return;
-        };
-        let Some(sub) = self.submitted.get(&job) else {
-            self.out.push(Output::DropFiles { process });
-            return;
-        };
-        let plan = return_plan(sub);
-        let mut kept = Vec::with_capacity(files.len());
-        for mut f in files {
-            match plan.iter().find(|(n, _)| *n == f.name) {
-                Some((_, dest)) => {
-                    f.dest = dest.clone();
-                    kept.push(f);
-                }
-                None => {
-                    warn!(machine, %process, name = f.name, "a file that was not asked for was sent back; ignored")
-                }
-            }
-        }
-        info!(job = %job, %process, files = kept.len(), "the master's files are back");
-        if let Some(s) = self.submitted.get_mut(&job) {
-            s.returned = Some(JobFiles {
-                process,
-                files: kept,
-            });
-        }
-    }
-
-    /// `carmi fetch` (and `carmi wait`): the files an ended job's master
-    /// sent back, read from the store by the driver.
-    pub(super) fn fetch_files(&mut self, link: LinkId, job: JobId) {
-        if self.alloc.has_job(job) {
-            let message = format!(
-                "job {} has not ended yet; its files come back when its master exits",
-                job.0
-            );
-            return self.admin_fail(link, FailureCode::Unavailable, message);
-        }
-        match self.history.select(Some(job)).pop() {
-            Some(JobRecord {
-                files: Some(files), ..
-            }) => self.out.push(Output::SendFiles { link, files }),
-            Some(_) => {
-                let message = format!(
-                    "job {} has no files to bring back (none were asked for, or they were dropped to keep the store within its limit)",
-                    job.0
-                );
-                self.admin_fail(link, FailureCode::Invalid, message);
-            }
-            None => {
-                let message = format!(
-                    "job {} is not in the history (never submitted, or older than the jobs kept)",
-                    job.0
-                );
-                self.admin_fail(link, FailureCode::Invalid, message);
-            }
-        }
     }
 
     /// The job a master process leads, if `process` is one and runs on `machine`.
@@ -629,15 +532,6 @@ impl Router {
 }
 
 impl Router {
-    /// The masters whose returned files are still wanted (their job's
-    /// history record, or a job that has not ended yet, refers to them): the
-    /// driver deletes the others' at start.
-    pub fn kept_files(&self) -> std::collections::HashSet<ProcessId> {
-        let ended = self.history.ended.iter().filter_map(|r| r.files.as_ref());
-        let live = self.submitted.values().filter_map(|s| s.returned.as_ref());
-        ended.chain(live).map(|f| f.process).collect()
-    }
-
     /// Replays the journal of an earlier run, before any connection: waiting
     /// jobs queue again, started ones run again (their masters are expected
     /// back with their local RMs), ended ones are forgotten.
@@ -691,13 +585,20 @@ impl Router {
                     let Some(sub) = self.submitted.get_mut(&job) else {
                         continue;
                     };
-                    let again = sub.master == Some(master);
-                    sub.master = Some(master);
+                    let before = sub.master.replace(master);
+                    let again = before == Some(master);
                     if let Some(m) = placed {
                         sub.machine = m;
                         sub.placed = true;
                     }
                     let machine = sub.machine.clone();
+                    if let Some(old) = before.filter(|_| !again) {
+                        // Restarted after its machine was lost.
+                        self.masters.remove(&old);
+                        self.sent_masters.remove(&old);
+                        self.unplaced.remove(&old);
+                        self.procs.remove(old);
+                    }
                     if !again {
                         self.alloc.recover_running(job);
                         self.procs.insert(master, new_proc(job, true));
@@ -811,46 +712,6 @@ fn replay_request() -> crate::alloc::ReqRef {
         process: ProcessId(0),
         id: carmi_api::ids::RequestId(0),
     }
-}
-
-/// `[Requirements = master_requirements]` for placing a job's master, or
-/// why the expression is refused (a client other than `carmi` may send one).
-fn master_ad(spec: &JobSpec) -> Result<Option<ClassAd>, String> {
-    let Some(text) = &spec.master_requirements else {
-        return Ok(None);
-    };
-    let mut ad = ClassAd::new();
-    ad.insert_expr_str("Requirements", text)
-        .map_err(|e| format!("master_requirements: not a ClassAd expression: {e}"))?;
-    Ok(Some(ad))
-}
-
-/// The files a job's master sends back, by their name in its sandbox, and
-/// where each goes on the submit machine: its output and error when the
-/// global RM placed it away from the submit machine, and its
-/// `transfer_output_files` (by file name, into `initialdir`, as HTCondor
-/// does) wherever it ran.
-fn return_plan(sub: &Submitted) -> Vec<(String, String)> {
-    let mut plan = Vec::new();
-    if sub.placed {
-        for (name, path) in [("stdout", &sub.spec.output), ("stderr", &sub.spec.error)] {
-            if let Some(p) = path {
-                plan.push((name.to_string(), p.clone()));
-            }
-        }
-    }
-    let dir = std::path::Path::new(sub.spec.initial_dir.as_deref().unwrap_or(""));
-    for f in &sub.spec.transfer_output_files {
-        let Some(base) = std::path::Path::new(f).file_name() else {
-            continue;
-        };
-        if plan.iter().any(|(n, _)| n == f) {
-            continue;
-        }
-        plan.push((f.clone(), dir.join(base).to_string_lossy().into_owned()));
-    }
-    plan.truncate(limits::MAX_RETURNED_FILES);
-    plan
 }
 
 /// What the allocator needs of a submit file's classes (for a new submit and

@@ -236,9 +236,8 @@ impl Router {
                 warn!(machine = name, %job, process = %p, "the hand-started root process of the job did not come back with its machine; the job ends");
                 self.end_job(job);
             } else if let Some(job) = self.master_on(p, name) {
-                // The local RM restarted without it: the master is gone, so is its job.
-                self.exit_process(p, ExitStatus::HostLost, 0.0);
-                self.master_report(p, job, Err(ExitStatus::HostLost));
+                // The local RM restarted without it: the master is gone.
+                self.master_lost(p, job);
             } else if self.runs_on(p, name) {
                 self.exit_process(p, ExitStatus::HostLost, 0.0);
             }
@@ -298,16 +297,22 @@ impl Router {
 
     pub(super) fn machine_lost(&mut self, name: &str, reason: String) {
         warn!(machine = name, "{reason}; declaring it lost");
-        // A job whose master ran there has lost its master: it ends.
+        // A job whose master ran there has lost its master: it ends, or
+        // starts a new one elsewhere (below, once this machine is offline).
         let masters: Vec<(ProcessId, JobId)> = self
             .masters
             .iter()
             .filter(|(_, (_, m))| m == name)
             .map(|(&p, &(j, _))| (p, j))
             .collect();
+        let mut restart = Vec::new();
         for (p, j) in masters {
-            self.exit_process(p, ExitStatus::HostLost, 0.0);
-            self.master_report(p, j, Err(ExitStatus::HostLost));
+            if self.submitted.get(&j).is_some_and(|s| s.anywhere) {
+                restart.push((p, j));
+            } else {
+                self.exit_process(p, ExitStatus::HostLost, 0.0);
+                self.master_report(p, j, Err(ExitStatus::HostLost));
+            }
         }
         for h in self.alloc.machine_hosts(name).to_vec() {
             for p in self.procs.live_on(h) {
@@ -315,6 +320,9 @@ impl Router {
             }
         }
         self.alloc.on_machine_lost(name);
+        for (p, j) in restart {
+            self.master_lost(p, j);
+        }
         // Jobs hear about it before the connection goes.
         self.flush();
         if let Some(p) = self.presence.get_mut(name) {
