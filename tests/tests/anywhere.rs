@@ -82,7 +82,7 @@ fn a_job_from_outside_the_pool_runs_and_its_files_come_back() {
     std::fs::write(
         submit_dir.join("job.sub"),
         "universe = vanilla\nexecutable = master.sh\noutput = out.txt\nerror = err.txt\n\
-         transfer_input_files = params.txt\n\
+         transfer_input_files = params.txt\nlog = job.log\n\
          should_transfer_files = YES\nwhen_to_transfer_output = ON_EXIT\n\
          transfer_output_files = res/result.dat\nmaster_requirements = Big == true\nqueue\n",
     )
@@ -131,11 +131,23 @@ fn a_job_from_outside_the_pool_runs_and_its_files_come_back() {
     // holds it by hash), not by its path on the submit machine.
     let params_hash = carmi_api::exe::sha256_hex(b"alpha = 0.5\n");
     assert!(
-        pool.dir.join("m1").join("cache").join(&params_hash).is_file(),
+        pool.dir
+            .join("m1")
+            .join("cache")
+            .join(&params_hash)
+            .is_file(),
         "params.txt is not in m1's cache\n{}",
         pool.logs()
     );
     assert_eq!(read("err.txt"), "a warning\n");
+    // The event log is in the submit directory too, up to the end.
+    let log = read("job.log");
+    assert!(
+        log.contains(" submitted ")
+            && log.contains(" master-started m1")
+            && log.contains(" ended exit 3"),
+        "job.log: {log}"
+    );
     assert_eq!(read("result.dat"), "42\n");
 
     // Kept by the global RM beside its history, across a restart.
