@@ -461,3 +461,48 @@ fn a_held_job_whose_master_waited_for_a_machine_is_placed_after_its_release() {
     assert_eq!(placed.len(), 1, "{out:?}");
     assert_eq!(placed[0].0, LinkId(2));
 }
+
+/// A history record whose master sent back one file of `bytes` bytes.
+fn ended(job: u64, bytes: u64) -> carmi_api::msg::JobRecord {
+    carmi_api::msg::JobRecord {
+        job: JobId(job),
+        owner: "alice".into(),
+        executable: "master".into(),
+        submitted_unix: 0,
+        ended_unix: 0,
+        end: carmi_api::msg::JobEnd::Removed,
+        files: Some(JobFiles {
+            process: ProcessId(1000 + job),
+            files: vec![ReturnedFile {
+                name: "stdout".into(),
+                size: bytes,
+                truncated: false,
+                dest: "/x".into(),
+            }],
+        }),
+    }
+}
+
+#[test]
+fn returned_files_go_with_their_history_record_and_within_the_store_limit() {
+    use carmi_api::limits::MAX_KEPT_FILES_BYTES;
+    let mut h = super::jobs::History::default();
+    // Over the store's limit: the oldest job's files go, its record stays.
+    let big = MAX_KEPT_FILES_BYTES / 2;
+    assert!(h.push(ended(1, big)).is_empty());
+    assert!(h.push(ended(2, big)).is_empty());
+    assert_eq!(h.push(ended(3, 1)), [ProcessId(1001)]);
+    let kept: Vec<bool> = h.select(None).iter().map(|r| r.files.is_some()).collect();
+    assert_eq!(kept, [false, true, true]);
+    // Past the history's limit: a forgotten record's files are deleted with it.
+    let mut h = super::jobs::History::default();
+    h.push(ended(1, 10));
+    for job in 2..=super::HISTORY_LIMIT as u64 {
+        let mut r = ended(job, 0);
+        r.files = None;
+        assert!(h.push(r).is_empty());
+    }
+    let mut last = ended(1_000_000, 0);
+    last.files = None;
+    assert_eq!(h.push(last), [ProcessId(1001)]);
+}
