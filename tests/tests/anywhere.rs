@@ -73,7 +73,7 @@ fn a_job_from_outside_the_pool_runs_and_its_files_come_back() {
         let exe = submit_dir.join("master.sh");
         std::fs::write(
             &exe,
-            "#!/bin/sh\necho \"master in $(pwd)\"\ncat params.txt\necho 'a warning' >&2\nmkdir -p res\necho 42 > res/result.dat\nexit 3\n",
+            "#!/bin/sh\necho \"master in $(pwd)\"\ncat params.txt\necho 'a warning' >&2\nmkdir -p res\necho 42 > res/result.dat\nhead -c 3145728 /dev/zero | tr '\\0' x > big.bin\nexit 3\n",
         )
         .unwrap();
         std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -84,7 +84,7 @@ fn a_job_from_outside_the_pool_runs_and_its_files_come_back() {
         "universe = vanilla\nexecutable = master.sh\noutput = out.txt\nerror = err.txt\n\
          transfer_input_files = params.txt\nlog = job.log\n\
          should_transfer_files = YES\nwhen_to_transfer_output = ON_EXIT\n\
-         transfer_output_files = res/result.dat\nmaster_requirements = Big == true\nqueue\n",
+         transfer_output_files = res/result.dat, big.bin\nmaster_requirements = Big == true\nqueue\n",
     )
     .unwrap();
 
@@ -149,6 +149,13 @@ fn a_job_from_outside_the_pool_runs_and_its_files_come_back() {
         "job.log: {log}"
     );
     assert_eq!(read("result.dat"), "42\n");
+    // Megabytes travel as well as lines.
+    let big = std::fs::read(submit_dir.join("big.bin")).unwrap_or_default();
+    assert!(
+        big.len() == 3 << 20 && big.iter().all(|&b| b == b'x'),
+        "big.bin: {} bytes",
+        big.len()
+    );
 
     // Kept by the global RM beside its history, across a restart.
     std::fs::remove_file(submit_dir.join("out.txt")).unwrap();
