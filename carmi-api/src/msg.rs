@@ -811,6 +811,24 @@ pub struct JobRecord {
     /// What its master sent back for the submit directory, if anything.
     #[serde(default)]
     pub files: Option<JobFiles>,
+    /// What it used, for `carmi history` (zero from global RMs before it was recorded).
+    #[serde(default)]
+    pub usage: JobUsage,
+}
+
+/// What a job used over its life, for `carmi history`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobUsage {
+    /// When its master started, seconds since the Unix epoch (0: never, or
+    /// before a restart of the global RM).
+    #[serde(default)]
+    pub started_unix: u64,
+    /// CPU time of its processes that exited (master and workers), milliseconds.
+    #[serde(default)]
+    pub cpu_ms: u64,
+    /// The machines its processes ran on, sorted.
+    #[serde(default)]
+    pub machines: Vec<String>,
 }
 
 /// One class of a job, for `carmi q`.

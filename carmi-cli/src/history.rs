@@ -4,7 +4,7 @@
 
 use carmi_api::admin::request;
 use carmi_api::ids::JobId;
-use carmi_api::msg::{ExitStatus, FromGlobal, JobEnd, JobRecord, ToGlobal};
+use carmi_api::msg::{ExitStatus, FromGlobal, JobEnd, JobRecord, JobUsage, ToGlobal};
 use clap::Args;
 
 use crate::config::PoolArgs;
@@ -20,6 +20,12 @@ pub struct HistoryArgs {
     /// Only the last N jobs to end (or -limit N)
     #[arg(long, value_name = "N")]
     limit: Option<usize>,
+    /// Only jobs whose ad satisfies EXPR (or -constraint), with HTCondor's
+    /// names: Owner, ClusterId, Cmd, QDate, JobStartDate, CompletionDate,
+    /// ExitCode, ExitSignal, JobStatus (3 removed, 4 completed),
+    /// RemoteWallClockTime, RemoteUserCpu, Machines, HoldReason...
+    #[arg(long, alias = "const", value_name = "EXPR")]
+    constraint: Option<String>,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -33,6 +39,16 @@ pub fn run(args: HistoryArgs) -> anyhow::Result<()> {
     let FromGlobal::History(mut jobs) = answer else {
         return Err(failed(answer, "history"));
     };
+    if let Some(text) = &args.constraint {
+        let expr = classad::parse_expr(text).map_err(|e| {
+            anyhow::anyhow!(
+                "-constraint: not a ClassAd expression (column {}: {})",
+                e.column,
+                e.message
+            )
+        })?;
+        jobs.retain(|j| record_ad(j).eval_expr(&expr, None).is_true());
+    }
     if let Some(n) = args.limit {
         jobs.drain(..jobs.len().saturating_sub(n));
     }
@@ -65,11 +81,63 @@ pub fn end_text(end: &JobEnd) -> String {
     }
 }
 
+/// An ended job as a ClassAd with HTCondor's attribute names, for
+/// `-constraint` (as `condor_history -constraint` reads its job ads).
+pub fn record_ad(j: &JobRecord) -> classad::ClassAd {
+    use classad::Value;
+    let mut ad = classad::ClassAd::new();
+    let int = |v: u64| Value::Int(i64::try_from(v).unwrap_or(i64::MAX));
+    ad.insert_value("ClusterId", int(j.job.0));
+    ad.insert_value("ProcId", Value::Int(0));
+    ad.insert_value("Owner", Value::str(j.owner.as_str()));
+    ad.insert_value("Cmd", Value::str(j.executable.as_str()));
+    ad.insert_value("QDate", int(j.submitted_unix));
+    ad.insert_value("CompletionDate", int(j.ended_unix));
+    let u = &j.usage;
+    if u.started_unix > 0 {
+        ad.insert_value("JobStartDate", int(u.started_unix));
+        ad.insert_value(
+            "RemoteWallClockTime",
+            int(j.ended_unix.saturating_sub(u.started_unix)),
+        );
+    }
+    ad.insert_value("RemoteUserCpu", Value::Real(u.cpu_ms as f64 / 1000.0));
+    ad.insert_value("Machines", Value::str(u.machines.join(",").as_str()));
+    ad.insert_value("MachineCount", int(u.machines.len() as u64));
+    let status = match &j.end {
+        JobEnd::Removed => 3,
+        _ => 4,
+    };
+    ad.insert_value("JobStatus", Value::Int(status));
+    match &j.end {
+        JobEnd::Completed(ExitStatus::Code(c)) => {
+            ad.insert_value("ExitCode", Value::Int(i64::from(*c)));
+            ad.insert_value("ExitBySignal", Value::Bool(false));
+        }
+        JobEnd::Completed(ExitStatus::Signal(sig)) => {
+            ad.insert_value("ExitSignal", Value::Int(i64::from(*sig)));
+            ad.insert_value("ExitBySignal", Value::Bool(true));
+        }
+        other => ad.insert_value("EndReason", Value::str(end_text(other).as_str())),
+    }
+    ad
+}
+
+/// `1h02m`, `3m07s`, `12s`; `-` when unknown.
+fn duration(seconds: Option<u64>) -> String {
+    match seconds {
+        None => "-".into(),
+        Some(s) if s >= 3600 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        Some(s) if s >= 60 => format!("{}m{:02}s", s / 60, s % 60),
+        Some(s) => format!("{s}s"),
+    }
+}
+
 /// The `carmi history` table: one line per job, then a summary line.
 pub fn history_text(jobs: &[JobRecord]) -> String {
     let mut out = format!(
-        "{:>5}  {:<10} {:<11}  {:<11}  {:<12}  {}\n",
-        "ID", "OWNER", "SUBMITTED", "ENDED", "EXECUTABLE", "HOW"
+        "{:>5}  {:<10} {:<11}  {:<11}  {:>7}  {:>7}  {:>5}  {:<12}  {}\n",
+        "ID", "OWNER", "SUBMITTED", "ENDED", "WALL", "CPU", "HOSTS", "EXECUTABLE", "HOW"
     );
     let mut failed = 0;
     for j in jobs {
@@ -81,12 +149,17 @@ pub fn history_text(jobs: &[JobRecord]) -> String {
         }
         let owner: String = j.owner.chars().take(10).collect();
         let exe: String = j.executable.chars().take(12).collect();
+        let u = &j.usage;
+        let wall = (u.started_unix > 0).then(|| j.ended_unix.saturating_sub(u.started_unix));
         out.push_str(&format!(
-            "{:>5}  {:<10} {:<11}  {:<11}  {:<12}  {}\n",
+            "{:>5}  {:<10} {:<11}  {:<11}  {:>7}  {:>7}  {:>5}  {:<12}  {}\n",
             j.job.0,
             owner,
             short_time(j.submitted_unix),
             short_time(j.ended_unix),
+            duration(wall),
+            duration(Some(u.cpu_ms / 1000)),
+            u.machines.len(),
             exe,
             end_text(&j.end)
         ));
@@ -112,7 +185,37 @@ mod tests {
             ended_unix: 86_400 + 7_260,
             end,
             files: None,
+            usage: Default::default(),
         }
+    }
+
+    #[test]
+    fn constraints_read_htcondor_names() {
+        let mut done = record(1, JobEnd::Completed(ExitStatus::Code(3)));
+        done.usage = JobUsage {
+            started_unix: 86_400 + 3_700,
+            cpu_ms: 2_500,
+            machines: vec!["m0".into(), "m1".into()],
+        };
+        let ad = record_ad(&done);
+        let holds = |e: &str| {
+            ad.eval_expr(&classad::parse_expr(e).unwrap(), None)
+                .is_true()
+        };
+        assert!(holds(
+            "ExitCode == 3 && JobStatus == 4 && Owner == \"alice\""
+        ));
+        assert!(holds("RemoteWallClockTime == 3560 && RemoteUserCpu == 2.5"));
+        assert!(holds("MachineCount == 2 && Machines == \"m0,m1\""));
+        assert!(!holds("ExitBySignal"));
+        let removed = record_ad(&record(2, JobEnd::Removed));
+        assert!(
+            removed
+                .eval_expr(&classad::parse_expr("JobStatus == 3").unwrap(), None)
+                .is_true()
+        );
+        let text = history_text(&[done]);
+        assert!(text.contains("59m20s") && text.contains("2s"), "{text}");
     }
 
     #[test]

@@ -124,6 +124,33 @@ fn wait_exits_with_the_jobs_exit_status() {
         text(&out.stderr),
         pool.logs()
     );
+    // The history has it, with what it used, and -constraint reads HTCondor's names.
+    let out = carmi(&pool)
+        .args([
+            "history",
+            "--json",
+            "-constraint",
+            "ExitCode == 3 && JobStatus == 4",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let records: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let records = records.as_array().unwrap();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0]["job"].to_string(), three);
+    let usage = &records[0]["usage"];
+    assert!(usage["started_unix"].as_u64().unwrap() > 0, "{usage}");
+    assert_eq!(usage["machines"], serde_json::json!(["m0"]), "{usage}");
+    let out = carmi(&pool)
+        .args(["history", "-constraint", "ExitCode == 99"])
+        .output()
+        .unwrap();
+    assert!(
+        text(&out.stdout).contains("0 jobs"),
+        "{}",
+        text(&out.stdout)
+    );
 
     let killed = submit(&pool, &job(&pool.dir, "killed", "kill -TERM $$"));
     let out = wait(&pool, &[&killed]);

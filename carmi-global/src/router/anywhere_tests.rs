@@ -480,6 +480,7 @@ fn ended(job: u64, bytes: u64) -> carmi_api::msg::JobRecord {
                 dest: "/x".into(),
             }],
         }),
+        usage: Default::default(),
     }
 }
 

@@ -113,6 +113,7 @@ fn a_master_that_cannot_start_ends_its_job_with_the_reason_in_the_history() {
         ended_unix: 1_005,
         end: carmi_api::msg::JobEnd::FailedToStart(reason.into()),
         files: None,
+        usage: Default::default(),
     };
     assert_eq!(
         records[..2],
@@ -157,6 +158,7 @@ fn the_history_keeps_the_last_jobs_only() {
             ended_unix: 0,
             end: carmi_api::msg::JobEnd::Removed,
             files: None,
+            usage: Default::default(),
         });
     }
     let all = h.select(None);
@@ -172,6 +174,7 @@ fn the_history_keeps_the_last_jobs_only() {
                 ended_unix: 0,
                 end: carmi_api::msg::JobEnd::Removed,
                 files: None,
+                usage: Default::default(),
             }))
             .map(|r| Record::History(Box::new(r)))
             .collect::<Vec<_>>(),

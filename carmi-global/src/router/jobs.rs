@@ -20,7 +20,7 @@ use carmi_api::ids::{JobId, ProcessId};
 use carmi_api::limits;
 use carmi_api::msg::{
     ExecutableRef, ExitStatus, Failure, FailureCode, FromGlobal, JobAnalysis, JobEnd, JobFiles,
-    JobRecord, JobStatus, ProcessState, SubmitRequest,
+    JobRecord, JobStatus, JobUsage, ProcessState, SubmitRequest,
 };
 use carmi_api::submit::JobSpec;
 use classad::ClassAd;
@@ -55,6 +55,9 @@ pub(super) struct Submitted {
     pub submitted_unix: u64,
     /// The master, once started.
     pub master: Option<ProcessId>,
+    /// When the master was sent to its machine (Unix seconds), for the
+    /// job's wall time in `carmi history`; not journaled.
+    pub started_unix: u64,
     /// Why it is held (`carmi hold`), while it is.
     pub held: Option<String>,
 }
@@ -206,6 +209,7 @@ impl Router {
                 spec,
                 submitted_unix: req.submitted_unix,
                 master: None,
+                started_unix: 0,
                 held: None,
             },
         );
@@ -337,6 +341,7 @@ impl Router {
             ended_unix: self.config.started_unix + self.now.as_secs(),
             end,
             files: sub.and_then(|s| s.returned.clone()),
+            usage: self.usage_of(job),
         };
         self.log_event(
             job,
@@ -348,6 +353,33 @@ impl Router {
             .push(Output::Journal(Record::History(Box::new(record.clone()))));
         for process in self.history.push(record) {
             self.out.push(Output::DropFiles { process });
+        }
+    }
+
+    /// What `job` used: when its master started, the CPU time of its
+    /// processes that exited, and the machines they ran on.
+    fn usage_of(&self, job: JobId) -> JobUsage {
+        let mut cpu = 0.0;
+        let mut machines = std::collections::BTreeSet::new();
+        for p in self.procs.of_job(job) {
+            let Some(proc) = self.procs.find(p) else {
+                continue;
+            };
+            if let ProcessState::Exited { cpu_seconds, .. } = &proc.state {
+                cpu += cpu_seconds.max(0.0);
+            }
+            if let Some(m) = proc.host.and_then(|h| self.alloc.host_machine(h)) {
+                machines.insert(m.to_string());
+            }
+        }
+        let sub = self.submitted.get(&job);
+        if let Some(s) = sub.filter(|s| s.master.is_some() && !s.machine.is_empty()) {
+            machines.insert(s.machine.clone());
+        }
+        JobUsage {
+            started_unix: sub.map_or(0, |s| s.started_unix),
+            cpu_ms: (cpu * 1000.0).round() as u64,
+            machines: machines.into_iter().collect(),
         }
     }
 
@@ -437,6 +469,10 @@ impl Router {
             return;
         }
         self.sent_masters.insert(process);
+        let now = self.config.started_unix + self.now.as_secs();
+        if let Some(s) = self.submitted.get_mut(&job) {
+            s.started_unix = now;
+        }
         info!(job = %job, %process, machine = sub.machine, "starting the master");
         let env = sub.spec.environment.clone();
         let return_files = return_plan(&sub).into_iter().map(|(n, _)| n).collect();
@@ -571,6 +607,7 @@ impl Router {
                             spec: req.spec.expand(job.0),
                             submitted_unix: req.submitted_unix,
                             master: None,
+                            started_unix: 0,
                             held: None,
                         },
                     );
