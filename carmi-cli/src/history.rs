@@ -4,7 +4,7 @@
 
 use carmi_api::admin::request;
 use carmi_api::ids::JobId;
-use carmi_api::msg::{ExitStatus, FromGlobal, JobEnd, JobRecord, JobUsage, ToGlobal};
+use carmi_api::msg::{ExitStatus, FromGlobal, JobEnd, JobRecord, ToGlobal};
 use clap::Args;
 
 use crate::config::PoolArgs;
@@ -175,6 +175,7 @@ pub fn history_text(jobs: &[JobRecord]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use carmi_api::msg::JobUsage;
 
     fn record(job: u64, end: JobEnd) -> JobRecord {
         JobRecord {

@@ -57,9 +57,11 @@ pub struct QArgs {
 pub struct RmArgs {
     #[command(flatten)]
     pool: PoolArgs,
-    /// The job to remove (its processes are killed, its machines freed), as `j3` or `3`
-    job: JobId,
-    /// Print JSON.
+    /// The jobs to remove (their processes are killed, their machines
+    /// freed), as `j3` or `3`; several at once, e.g. the copies of a `queue N`
+    #[arg(required = true, num_args = 1..)]
+    jobs: Vec<JobId>,
+    /// Print JSON ({"removed": N}, one line per job).
     #[arg(long)]
     json: bool,
 }
@@ -279,16 +281,27 @@ fn ids_text(jobs: &[u64], json: bool) -> String {
 /// Runs `carmi rm`.
 pub fn rm(args: RmArgs) -> anyhow::Result<()> {
     let (pool, secret) = connect(&args.pool)?;
-    let job = args.job;
-    let answer = crate::block_on(async {
-        Ok(request(&pool, &secret, None, ToGlobal::RemoveJob { job }).await?)
-    })?;
-    match answer {
-        FromGlobal::Removed { job } if args.json => {
-            print(&format!("{}\n", serde_json::json!({ "removed": job.0 })))
+    let mut errors = Vec::new();
+    // Each job on its own: one that cannot be removed does not keep the others.
+    for &job in &args.jobs {
+        let answer = crate::block_on(async {
+            Ok(request(&pool, &secret, None, ToGlobal::RemoveJob { job }).await?)
+        })?;
+        match answer {
+            FromGlobal::Removed { job } if args.json => {
+                print(&format!("{}\n", serde_json::json!({ "removed": job.0 })))?
+            }
+            FromGlobal::Removed { job } => print(&format!("job {} removed\n", job.0))?,
+            other => errors.push(failed(other, &format!("rm {job}"))),
         }
-        FromGlobal::Removed { job } => print(&format!("job {} removed\n", job.0)),
-        other => Err(failed(other, &format!("rm {}", args.job))),
+    }
+    match errors.len() {
+        0 => Ok(()),
+        1 => Err(errors.remove(0)),
+        n => {
+            let all: Vec<String> = errors.iter().map(|e| format!("{e:#}")).collect();
+            anyhow::bail!("{n} jobs were not removed:\n{}", all.join("\n"))
+        }
     }
 }
 

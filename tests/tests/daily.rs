@@ -165,6 +165,17 @@ fn wait_exits_with_the_jobs_exit_status() {
     let long = submit(&pool, &job(&pool.dir, "long", "sleep 60"));
     let out = wait(&pool, &[&long, "--timeout", "0.5"]);
     assert_eq!(out.status.code(), Some(124), "{}", text(&out.stderr));
+    // Several at once, as the copies of a `queue N`; one that is not queued
+    // is reported without keeping the others.
+    let other = submit(&pool, &job(&pool.dir, "other", "sleep 60"));
+    let out = carmi(&pool).args(["rm", &other, "9999"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("9999"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains(&format!("job {other} removed")),
+        "{}",
+        text(&out.stdout)
+    );
     let out = carmi(&pool).args(["rm", &long]).output().unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     let out = wait(&pool, &[&long]);
