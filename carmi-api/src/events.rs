@@ -44,6 +44,13 @@ pub enum EventKind {
         /// Where.
         machine: String,
     },
+    /// `master-lost MACHINE`: the machine running its master was lost; the
+    /// global RM starts a new master (`master-started` follows), as the
+    /// master was not pinned to a machine.
+    MasterLost {
+        /// Where it ran.
+        machine: String,
+    },
     /// `host-added HOST MACHINE`.
     HostAdded {
         /// The host.
@@ -96,6 +103,7 @@ impl EventKind {
         match self {
             EventKind::Submitted { .. } => "submitted",
             EventKind::MasterStarted { .. } => "master-started",
+            EventKind::MasterLost { .. } => "master-lost",
             EventKind::HostAdded { .. } => "host-added",
             EventKind::HostSuspended { .. } => "host-suspended",
             EventKind::HostResumed { .. } => "host-resumed",
@@ -119,7 +127,9 @@ impl fmt::Display for EventKind {
         f.write_str(self.word())?;
         match self {
             EventKind::Submitted { owner } => write!(f, " {}", one_line(owner)),
-            EventKind::MasterStarted { machine } => write!(f, " {}", one_line(machine)),
+            EventKind::MasterStarted { machine } | EventKind::MasterLost { machine } => {
+                write!(f, " {}", one_line(machine))
+            }
             EventKind::HostAdded { host, machine }
             | EventKind::HostSuspended { host, machine }
             | EventKind::HostResumed { host, machine } => {

@@ -6,6 +6,7 @@
 //! as it exits, kept with the job's history record for `carmi wait` and
 //! `carmi fetch`. The master's life itself is in `jobs`.
 
+use carmi_api::events::EventKind;
 use carmi_api::ids::{JobId, ProcessId};
 use carmi_api::limits;
 use carmi_api::msg::{ExitStatus, FailureCode, FromGlobal, JobFiles, JobRecord, ReturnedFile};
@@ -177,6 +178,12 @@ impl Router {
             }
         }
         warn!(job = %job, %process, "the master's machine is gone; the job starts a new master");
+        let machine = self
+            .submitted
+            .get(&job)
+            .map(|s| s.machine.clone())
+            .unwrap_or_default();
+        self.log_event(job, EventKind::MasterLost { machine });
         self.start_master(job);
     }
 

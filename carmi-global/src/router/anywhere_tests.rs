@@ -341,6 +341,23 @@ fn a_placed_master_whose_machine_is_lost_starts_again_elsewhere() {
         panic!("{out:?}")
     };
     assert_eq!(q[0].master, Some(*second));
+    // The event log says why a second master started.
+    let lost_name = if kept == m0 { "m1" } else { "m0" };
+    let out = step(&mut r, |r| {
+        let ask = ToGlobal::Events {
+            job: q[0].job,
+            after: 0,
+        };
+        r.on_message(ADMIN, ask, Duration::from_secs(4))
+    });
+    let [(_, FromGlobal::Events { events, .. })] = &sends(&out)[..] else {
+        panic!("{out:?}")
+    };
+    let lines: Vec<String> = events.iter().map(|e| e.kind.to_string()).collect();
+    assert!(
+        lines.contains(&format!("master-lost {lost_name}")),
+        "{lines:?}"
+    );
     // After a restart of the global RM the new master is the job's, on its new machine.
     let mut back_again = Router::new(RouterConfig::default());
     back_again.recover(journal);
