@@ -398,6 +398,12 @@ impl Core {
                 let reason = format!("the global RM has no executable with SHA-256 {sha256}");
                 self.fail_fetch(&sha256, &reason);
             }
+            // The global RM refused something of ours (an ad over its limits,
+            // a heartbeat update it could not take): say what, it is not ours
+            // to retry differently.
+            FromGlobal::AdminFailed(f) => {
+                tracing::warn!(code = ?f.code, "the global RM refused: {}", f.message);
+            }
             FromGlobal::Pool(_)
             | FromGlobal::Submitted { .. }
             | FromGlobal::Removed { .. }
@@ -409,8 +415,7 @@ impl Core {
             | FromGlobal::Held { .. }
             | FromGlobal::Released { .. }
             | FromGlobal::Events { .. }
-            | FromGlobal::Files(_)
-            | FromGlobal::AdminFailed(_) => {
+            | FromGlobal::Files(_) => {
                 tracing::warn!("an admin answer was sent to a local RM; ignored");
             }
         }
