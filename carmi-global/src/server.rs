@@ -369,7 +369,15 @@ async fn router_task(
         for (link, msg) in staging.take_outputs() {
             send_or_kick(&mut links, link, msg);
         }
+        // Adjacent journal records share one fsync: nothing else goes out
+        // before the records ahead of it are on disk.
+        let mut records = Vec::new();
         for out in router.take_outputs() {
+            if let Output::Journal(record) = out {
+                records.push(record);
+                continue;
+            }
+            write_journal(&mut journal, &mut records);
             match out {
                 Output::Send { link, msg } => send_or_kick(&mut links, link, msg),
                 Output::Close { link, reason } => {
@@ -379,14 +387,8 @@ async fn router_task(
                         out.kick.notify_one();
                     }
                 }
-                // A short blocking fsync on this task, on purpose: nothing
-                // after it may go out before the record is on disk.
-                Output::Journal(record) => {
-                    let result = off_worker(|| journal.append(&[record]));
-                    if let Err(e) = result {
-                        tracing::error!(journal = %journal.path().display(), "cannot write the journal: {e}");
-                    }
-                }
+                // Gathered above; kept in order should one ever get here.
+                Output::Journal(record) => records.push(record),
                 Output::DropFiles { process } => {
                     let store = returned.clone();
                     tokio::task::spawn_blocking(move || store.remove(process));
@@ -398,6 +400,21 @@ async fn router_task(
                 }
             }
         }
+        write_journal(&mut journal, &mut records);
+    }
+}
+
+/// Appends `records` (if any) with one fsync, a short blocking write on the
+/// router's task on purpose: nothing after them may go out before they are
+/// on disk.
+fn write_journal(journal: &mut Journal, records: &mut Vec<crate::journal::Record>) {
+    if records.is_empty() {
+        return;
+    }
+    let result = off_worker(|| journal.append(records));
+    records.clear();
+    if let Err(e) = result {
+        tracing::error!(journal = %journal.path().display(), "cannot write the journal: {e}");
     }
 }
 

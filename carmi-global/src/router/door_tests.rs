@@ -113,7 +113,10 @@ fn a_master_that_cannot_start_ends_its_job_with_the_reason_in_the_history() {
         ended_unix: 1_005,
         end: carmi_api::msg::JobEnd::FailedToStart(reason.into()),
         files: None,
-        usage: Default::default(),
+        usage: carmi_api::msg::JobUsage {
+            machines: vec!["m0".into()],
+            ..Default::default()
+        },
     };
     assert_eq!(
         records[..2],

@@ -343,6 +343,11 @@ impl Router {
             files: sub.and_then(|s| s.returned.clone()),
             usage: self.usage_of(job),
         };
+        let mut record = record;
+        if matches!(record.end, JobEnd::FailedToStart(_)) {
+            // Sent to its machine, never run: no wall time to speak of.
+            record.usage.started_unix = 0;
+        }
         self.log_event(
             job,
             EventKind::Ended {
