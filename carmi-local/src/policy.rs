@@ -307,13 +307,23 @@ impl Policy {
                 "EnteredCurrentActivity",
                 Value::Int((unix_epoch + self.entered_activity) as i64),
             ),
-            ("KeyboardIdle", Value::Int(self.obs.keyboard_idle as i64)),
+            ("KeyboardIdle", Value::Int(self.advertised_keyboard_idle())),
             ("NonPoolLoad", Value::Real(self.obs.non_pool_load)),
             // What the expressions below are written in, so that whoever
             // evaluates them on the global RM's copy gets the owner's answer.
             ("Minute", Value::Real(self.config.minute)),
             ("VacateGrace", Value::Real(self.config.grace_seconds())),
         ]
+    }
+
+    /// `KeyboardIdle` for the global RM's copy, in whole policy minutes:
+    /// it grows every second while the owner is away, and every changed
+    /// heartbeat makes the global RM look at the machine's idle slots again,
+    /// so the copy moves once a minute (at most one minute behind; the
+    /// policy itself decides on the exact value).
+    fn advertised_keyboard_idle(&self) -> i64 {
+        let minute = self.config.minute.max(1.0);
+        ((self.obs.keyboard_idle / minute).floor() * minute) as i64
     }
 
     /// The policy's expressions under HTCondor's names (`Start`, `Suspend`,

@@ -337,3 +337,24 @@ fn processes_gone_while_suspended_reopen_when_start_holds() {
     assert_eq!(s.at(), (S::Unclaimed, A::Idle));
     assert!(s.policy.may_start());
 }
+
+#[test]
+fn the_advertised_keyboard_idle_moves_once_a_minute() {
+    let mut sim = Sim::defaults();
+    let idle_at = |sim: &mut Sim, seconds: f64| {
+        sim.policy.observe(Observation {
+            keyboard_idle: seconds,
+            load_avg: 0.0,
+            non_pool_load: 0.0,
+        });
+        sim.policy
+            .public_values(0.0)
+            .into_iter()
+            .find(|(n, _)| *n == "KeyboardIdle")
+            .map(|(_, v)| v)
+    };
+    assert_eq!(idle_at(&mut sim, 59.0), Some(Value::Int(0)));
+    assert_eq!(idle_at(&mut sim, 125.5), Some(Value::Int(120)));
+    assert_eq!(idle_at(&mut sim, 179.9), Some(Value::Int(120)));
+    assert_eq!(idle_at(&mut sim, 180.0), Some(Value::Int(180)));
+}
