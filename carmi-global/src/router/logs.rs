@@ -41,7 +41,8 @@ impl LogReads {
         self.pending.values().map(|r| r.deadline).min()
     }
 
-    /// Reads waiting (tests, sanity checks).
+    /// Reads waiting.
+    #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         self.pending.len()
     }
