@@ -958,3 +958,7 @@ mod owner;
 #[cfg(test)]
 #[path = "core_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "core_log_tests.rs"]
+mod log_tests;
