@@ -168,3 +168,69 @@ fn logs_of_an_unknown_job_says_so() {
         "{err}"
     );
 }
+
+#[test]
+fn logs_reads_a_pinned_masters_output_file_on_its_machine() {
+    let pool = Pool::start("logs-pinned", 1, &[vec![]]);
+    let dir = pool.dir.join("submit");
+    std::fs::create_dir_all(&dir).unwrap();
+    wait_pool(&pool, &dir);
+    let gate = dir.join("go");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let exe = dir.join("master.sh");
+        std::fs::write(
+            &exe,
+            format!(
+                "#!/bin/sh\necho pinned\nwhile [ ! -e {g} ]; do sleep 0.05; done\n",
+                g = gate.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::write(
+        dir.join("job.sub"),
+        "executable = master.sh\noutput = out.txt\nqueue\n",
+    )
+    .unwrap();
+    // Pinned to m0: its output goes straight to out.txt, read there.
+    let job = ok(
+        carmi(&pool, &dir)
+            .env("CARMI_MACHINE", "m0")
+            .args(["submit", "job.sub"])
+            .output()
+            .unwrap(),
+        &pool,
+    );
+    let job = job.trim();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = carmi(&pool, &dir).args(["logs", job]).output().unwrap();
+        if out.status.success() && text(&out.stdout) == "pinned\n" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no output while it runs: {:?} {}\n{}",
+            text(&out.stdout),
+            text(&out.stderr),
+            pool.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::fs::write(&gate, "").unwrap();
+    let out = carmi(&pool, &dir)
+        .args(["wait", job, "--timeout", "60"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // Ended, and nothing was sent back (it wrote out.txt in place): said so.
+    let out = carmi(&pool, &dir).args(["logs", job]).output().unwrap();
+    assert!(out.status.success() && out.stdout.is_empty());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("has ended") && err.contains("keeps no copy"),
+        "{err}"
+    );
+}
