@@ -176,6 +176,25 @@ impl Router {
         }
     }
 
+    /// Every waiting read is for an open admin connection and was asked
+    /// of an open machine connection (else it would wait for nothing).
+    pub(super) fn check_log_reads(&self) {
+        for (n, r) in &self.log_reads.pending {
+            assert!(
+                matches!(self.links.get(&r.link), Some(super::LinkRole::Admin)),
+                "log read {n}: its admin connection is gone"
+            );
+            assert!(
+                matches!(self.links.get(&r.machine_link), Some(super::LinkRole::Machine(m)) if *m == r.machine),
+                "log read {n}: its machine connection is gone"
+            );
+            assert!(
+                r.deadline <= self.now + LOG_READ_TIMEOUT,
+                "log read {n}: deadline"
+            );
+        }
+    }
+
     /// An admin connection closed: its reads are forgotten.
     pub(super) fn forget_log_reads(&mut self, link: LinkId) {
         self.log_reads.pending.retain(|_, r| r.link != link);
