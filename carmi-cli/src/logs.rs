@@ -39,6 +39,9 @@ pub struct LogsArgs {
 /// How often `-f` asks again when there was nothing new.
 const POLL: Duration = Duration::from_millis(250);
 
+/// Answers in a row with the same reason before `-f` says why it waits.
+const SAY_AFTER: u32 = 4;
+
 /// Runs `carmi logs`.
 pub fn run(args: LogsArgs) -> anyhow::Result<()> {
     let (pool, secret) = connect(&args.pool)?;
@@ -58,8 +61,10 @@ async fn follow(
     follow: bool,
 ) -> anyhow::Result<()> {
     let mut offset = 0u64;
-    // The last reason it could not be read, said once while following.
-    let mut said: Option<String> = None;
+    // Why it could not be read, how many times in a row, and whether that
+    // was said: a master that just exited is briefly "not running" before
+    // its job ends, which is not worth a line.
+    let mut said: (Option<String>, u32, bool) = (None, 0, false);
     let mut out = std::io::stdout();
     loop {
         let msg = ToGlobal::Logs {
@@ -75,7 +80,7 @@ async fn follow(
                 out.flush()?;
                 let more = chunk.next < chunk.size && chunk.next > offset;
                 offset = chunk.next;
-                said = None;
+                said = (None, 0, false);
                 if more {
                     continue;
                 }
@@ -89,9 +94,13 @@ async fn follow(
             FromGlobal::AdminFailed(f) if follow && f.code == FailureCode::Unavailable => {
                 // Not started yet, its machine reconnecting, or it just
                 // exited: asked again until the job has ended.
-                if said.as_deref() != Some(f.message.as_str()) {
-                    eprintln!("carmi: {}; waiting", f.message);
-                    said = Some(f.message);
+                if said.0.as_deref() != Some(f.message.as_str()) {
+                    said = (Some(f.message), 0, false);
+                }
+                said.1 += 1;
+                if said.1 >= SAY_AFTER && !said.2 {
+                    eprintln!("carmi: {}; waiting", said.0.as_deref().unwrap_or_default());
+                    said.2 = true;
                 }
             }
             other => return Err(failed(other, &format!("logs of job {}", job.0))),
