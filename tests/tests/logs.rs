@@ -234,3 +234,80 @@ fn logs_reads_a_pinned_masters_output_file_on_its_machine() {
         "{err}"
     );
 }
+
+#[test]
+fn logs_follow_waits_for_a_held_master_and_follows_it_once_released() {
+    use std::io::BufRead;
+    let pool = Pool::start("logs-held", 1, &[vec![]]);
+    let dir = pool.dir.join("laptop");
+    std::fs::create_dir_all(&dir).unwrap();
+    wait_pool(&pool, &dir);
+    let gate = dir.join("go");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let exe = dir.join("master.sh");
+        std::fs::write(
+            &exe,
+            format!(
+                "#!/bin/sh\necho run\nwhile [ ! -e {g} ]; do sleep 0.05; done\n",
+                g = gate.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::write(dir.join("job.sub"), "executable = master.sh\nqueue\n").unwrap();
+    let job = ok(
+        carmi(&pool, &dir)
+            .args(["submit", "job.sub"])
+            .output()
+            .unwrap(),
+        &pool,
+    );
+    let job = job.trim();
+    ok(
+        carmi(&pool, &dir).args(["hold", job]).output().unwrap(),
+        &pool,
+    );
+    let mut follow = carmi(&pool, &dir)
+        .args(["logs", "-f", job])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // It says why it waits, and waits (an error would end it instead).
+    let mut err = std::io::BufReader::new(follow.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    assert!(
+        line.contains("has not started yet") && line.ends_with("; waiting\n"),
+        "{line:?}"
+    );
+    assert!(follow.try_wait().unwrap().is_none(), "it keeps waiting");
+    ok(
+        carmi(&pool, &dir).args(["release", job]).output().unwrap(),
+        &pool,
+    );
+    // The new master's line, while it runs (no `output =`: nothing of it
+    // would be kept once it ended).
+    let mut stdout = std::io::BufReader::new(follow.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    assert_eq!(first, "run\n");
+    std::fs::write(&gate, "").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = follow.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = follow.kill();
+            panic!("carmi logs -f did not end with the job\n{}", pool.logs());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).unwrap();
+    assert!(status.success(), "{}", pool.logs());
+    assert_eq!(rest, "", "each line once");
+}
