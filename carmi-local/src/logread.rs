@@ -89,6 +89,21 @@ mod tests {
     }
 
     #[test]
+    fn one_read_carries_at_most_the_limit() {
+        let dir = crate::spawn::tests::TempDir::new("logread-big");
+        let p = dir.path().join("stdout");
+        let size = MAX_LOG_CHUNK_BYTES + 10;
+        std::fs::write(&p, vec![b'x'; size as usize]).unwrap();
+        let c = read_chunk(&[&p], 0).unwrap();
+        assert_eq!(
+            (c.text.len() as u64, c.next, c.size),
+            (MAX_LOG_CHUNK_BYTES, MAX_LOG_CHUNK_BYTES, size)
+        );
+        let c = read_chunk(&[&p], c.next).unwrap();
+        assert_eq!((c.text.len(), c.next), (10, size));
+    }
+
+    #[test]
     fn no_file_is_a_clear_error() {
         let dir = crate::spawn::tests::TempDir::new("logread");
         let e = read_chunk(&[&dir.path().join("stdout")], 0).unwrap_err();
