@@ -139,7 +139,14 @@ async fn ended(
             at = end;
         }
     }
-    if offset == 0 {
+    if offset > 0 {
+        eprintln!(
+            "carmi: job {} has ended; whatever its master wrote after byte {offset} of its standard {} is not kept by the pool (only in the submit file's `{}` on the machine that ran it, if it named one)",
+            job.0,
+            if name == "stdout" { "output" } else { "error" },
+            if name == "stdout" { "output" } else { "error" },
+        );
+    } else {
         eprintln!(
             "carmi: job {} has ended; the pool keeps no copy of its master's standard {} (it went to the submit file's `{}` on the machine that ran it, or nowhere)",
             job.0,
