@@ -477,3 +477,8 @@ pub fn cut_reason(reason: &str) -> String {
 #[cfg(test)]
 #[path = "limits_tests.rs"]
 mod tests;
+
+/// Most bytes of a master's output one `carmi logs` answer carries: the
+/// local RM reads no more per request, so that a large log costs several
+/// small frames rather than one large one.
+pub const MAX_LOG_CHUNK_BYTES: u64 = 1 << 20;

@@ -673,6 +673,39 @@ pub enum ToGlobal {
         /// The job.
         job: JobId,
     },
+    /// Admin: a running job's master's standard output or error from byte
+    /// `offset` (`carmi logs`). The global RM asks the local RM running the
+    /// master ([`FromGlobal::ReadLog`]) and answers with [`FromGlobal::Log`]
+    /// or [`FromGlobal::AdminFailed`] (not queued, master not started yet,
+    /// its machine not connected or lost, no answer in time).
+    Logs {
+        /// The job.
+        job: JobId,
+        /// Which stream.
+        stream: StdStream,
+        /// First byte wanted.
+        offset: u64,
+    },
+    /// A local RM's answer to [`FromGlobal::ReadLog`]: at most
+    /// [`crate::limits::MAX_LOG_CHUNK_BYTES`] of the stream, or why not.
+    LogRead {
+        /// The number the global RM gave the request.
+        request: u64,
+        /// What was read.
+        result: Result<LogChunk, String>,
+    },
+}
+
+/// A piece of a master's standard output or error (`carmi logs`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogChunk {
+    /// The text, from byte `offset`: bytes that are not UTF-8 come as
+    /// U+FFFD, and a character cut by the end of the read is left for the next.
+    pub text: String,
+    /// Where the next read starts (`offset` + the bytes `text` came from).
+    pub next: u64,
+    /// The stream's size when it was read: more is waiting when `next < size`.
+    pub size: u64,
 }
 
 /// A file a master left, sent back to its submit directory.
@@ -1047,6 +1080,27 @@ pub enum FromGlobal {
         /// `carmi wait`, `carmi events` and `carmi submit` append these lines.
         #[serde(default)]
         log: Option<String>,
+    },
+    /// Admin: answer to [`ToGlobal::Logs`].
+    Log {
+        /// The job.
+        job: JobId,
+        /// What was read; `None` once the job has ended (its master's output
+        /// is then what came back with it, [`ToGlobal::FetchFiles`]).
+        chunk: Option<LogChunk>,
+    },
+    /// Read a running process's standard output or error from byte `offset`
+    /// (at most [`crate::limits::MAX_LOG_CHUNK_BYTES`]); answered with
+    /// [`ToGlobal::LogRead`].
+    ReadLog {
+        /// Number for the answer.
+        request: u64,
+        /// The process (a master).
+        process: ProcessId,
+        /// Which stream.
+        stream: StdStream,
+        /// First byte wanted.
+        offset: u64,
     },
     /// Admin: answer to [`ToGlobal::FetchFiles`]: the files' bytes, in
     /// order, are the frame's payload.

@@ -23,6 +23,7 @@ mod fetch;
 mod history;
 mod hold;
 mod jobs;
+mod logs;
 mod pool;
 mod shell;
 mod status;
@@ -102,6 +103,10 @@ enum Command {
     /// from another machine, transfer_output_files) into its submit directory.
     #[command(after_help = AFTER_HELP)]
     Fetch(fetch::FetchArgs),
+    /// Print a running job's master's standard output (--stderr: error)
+    /// from wherever it runs; -f follows it until the job ends.
+    #[command(after_help = AFTER_HELP)]
+    Logs(logs::LogsArgs),
     /// Print a shell completion script, e.g. `carmi completions bash`.
     Completions(shell::CompletionsArgs),
     /// Write man pages for carmi and each subcommand into a directory.
@@ -141,6 +146,7 @@ fn main() -> ExitCode {
         Command::Release(args) => hold::release(args),
         Command::Events(args) => events::run(args),
         Command::Fetch(args) => fetch::run(args),
+        Command::Logs(args) => logs::run(args),
         Command::Completions(args) => shell::completions(args),
         Command::Man(args) => shell::man(args),
     };

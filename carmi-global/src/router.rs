@@ -58,6 +58,10 @@ mod hold;
 #[cfg(test)]
 mod hold_tests;
 mod jobs;
+mod logs;
+#[cfg(test)]
+#[path = "router/logs_tests.rs"]
+mod logs_tests;
 pub use jobs::HISTORY_LIMIT;
 #[cfg(test)]
 mod jobs_tests;
@@ -211,6 +215,8 @@ pub struct Router {
     history: jobs::History,
     /// Submitted jobs' event logs, for `carmi events`.
     events: events::EventLogs,
+    /// `carmi logs` reads waiting for a local RM.
+    log_reads: logs::LogReads,
     next_job: u64,
     out: Vec<Output>,
 }
@@ -237,6 +243,7 @@ impl Router {
             unplaced: Default::default(),
             history: Default::default(),
             events: Default::default(),
+            log_reads: Default::default(),
             next_job: 1,
             out: Vec::new(),
         }
@@ -260,7 +267,11 @@ impl Router {
 
     /// When [`Router::on_tick`] must next be called, if ever.
     pub fn next_deadline(&self) -> Option<Duration> {
-        self.deadlines.first().map(|(d, _)| *d)
+        let machines = self.deadlines.first().map(|(d, _)| *d);
+        match (machines, self.log_reads.next_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     fn advance(&mut self, now: Duration) {
@@ -317,6 +328,7 @@ impl Router {
                     );
                 }
                 self.links.insert(link, LinkRole::Machine(name));
+                self.settle_log_reads();
             }
             Role::Admin => {
                 self.links.insert(link, LinkRole::Admin);
@@ -336,7 +348,13 @@ impl Router {
     /// A connection ended.
     pub fn on_link_closed(&mut self, link: LinkId, now: Duration) {
         self.advance(now);
-        if let Some(LinkRole::Machine(name)) = self.links.remove(&link)
+        let role = self.links.remove(&link);
+        match role {
+            Some(LinkRole::Machine(_)) => self.settle_log_reads(),
+            Some(LinkRole::Admin) => self.forget_log_reads(link),
+            None => {}
+        }
+        if let Some(LinkRole::Machine(name)) = role
             && let Some(p) = self.presence.get_mut(&name)
             && p.link == Some(link)
         {
@@ -380,13 +398,18 @@ impl Router {
                     ToGlobal::Release { job } => self.release(link, job),
                     ToGlobal::Events { job, after } => self.job_events(link, job, after),
                     ToGlobal::FetchFiles { job } => self.fetch_files(link, job),
+                    ToGlobal::Logs {
+                        job,
+                        stream,
+                        offset,
+                    } => self.read_log(link, job, stream, offset),
                     ToGlobal::MachineAds => {
                         let ads = self.alloc.machine_ads();
                         self.send(link, FromGlobal::Ads(ads));
                     }
                     other => {
                         let what = variant_name(&other);
-                        self.close(link, format!("admin connections may send Status, Submit, RemoveJob, Queue, Analyze, History, Hold, Release, Events, FetchFiles and MachineAds, not {what}"));
+                        self.close(link, format!("admin connections may send Status, Submit, RemoveJob, Queue, Analyze, History, Hold, Release, Events, FetchFiles, Logs and MachineAds, not {what}"));
                     }
                 }
                 self.flush();
@@ -436,6 +459,7 @@ impl Router {
             }
             ToGlobal::SlotState { slot, state } => self.slot_state(&name, slot, state),
             ToGlobal::MasterFiles { process, files } => self.master_files(&name, process, files),
+            ToGlobal::LogRead { request, result } => self.log_read(&name, request, result),
             ToGlobal::Status => {
                 let pool = self.alloc.pool_status();
                 self.send(link, FromGlobal::Pool(pool));
@@ -456,6 +480,7 @@ impl Router {
             | ToGlobal::Release { .. }
             | ToGlobal::Events { .. }
             | ToGlobal::FetchFiles { .. }
+            | ToGlobal::Logs { .. }
             | ToGlobal::MachineAds => {
                 let what = variant_name(&msg);
                 warn!(
@@ -803,5 +828,7 @@ fn variant_name(msg: &ToGlobal) -> &'static str {
         ToGlobal::Events { .. } => "Events",
         ToGlobal::MasterFiles { .. } => "MasterFiles",
         ToGlobal::FetchFiles { .. } => "FetchFiles",
+        ToGlobal::Logs { .. } => "Logs",
+        ToGlobal::LogRead { .. } => "LogRead",
     }
 }

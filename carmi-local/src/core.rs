@@ -31,8 +31,8 @@ use std::collections::{BTreeMap, VecDeque};
 use bytes::Bytes;
 use carmi_api::ids::{ConnId, HostId, JobId, ProcessId, RequestId};
 use carmi_api::msg::{
-    Event, ExecutableRef, ExitStatus, Failure, FailureCode, FromGlobal, FromLocal, OutputRoute,
-    Request, SlotActivity, StageSource, ToGlobal,
+    Event, ExecutableRef, ExitStatus, Failure, FailureCode, FromGlobal, FromLocal, LogChunk,
+    OutputRoute, Request, SlotActivity, StageSource, StdStream, ToGlobal,
 };
 
 use carmi_api::exe::is_sha256_hex;
@@ -73,6 +73,22 @@ pub enum Effect {
     Terminate(ProcessId),
     /// SIGKILL to a process's group now.
     KillNow(ProcessId),
+    /// Read a process's standard output or error for `carmi logs` (answer
+    /// with [`Core::on_log_read`]).
+    ReadLog {
+        /// The global RM's number for the request.
+        request: u64,
+        /// The process.
+        process: ProcessId,
+        /// Its job (where its output is kept once it exited).
+        job: JobId,
+        /// Which stream.
+        stream: StdStream,
+        /// First byte wanted.
+        offset: u64,
+        /// The file its submit file named for that stream (else the sandbox's).
+        path: Option<String>,
+    },
 }
 
 /// A process to start, with everything the launcher needs.
@@ -392,6 +408,12 @@ impl Core {
                 output: OutputRoute::Keep,
             }),
             FromGlobal::Kill { process } => self.on_kill(process),
+            FromGlobal::ReadLog {
+                request,
+                process,
+                stream,
+                offset,
+            } => self.on_read_log(request, process, stream, offset),
             FromGlobal::Executable { executable } => self.on_executable(executable, payload),
             FromGlobal::FetchFrom { sha256, source } => self.on_fetch_from(sha256, source),
             FromGlobal::NoExecutable { sha256 } => {
@@ -415,9 +437,45 @@ impl Core {
             | FromGlobal::Held { .. }
             | FromGlobal::Released { .. }
             | FromGlobal::Events { .. }
-            | FromGlobal::Files(_) => {
+            | FromGlobal::Files(_)
+            | FromGlobal::Log { .. } => {
                 tracing::warn!("an admin answer was sent to a local RM; ignored");
             }
+        }
+    }
+
+    /// `carmi logs`: a started process's output is read by the driver; any
+    /// other is answered at once with why not.
+    fn on_read_log(&mut self, request: u64, process: ProcessId, stream: StdStream, offset: u64) {
+        let Some(p) = self.procs.get(&process) else {
+            let why = format!("process {process} is not running on this machine");
+            return self.on_log_read(request, Err(why));
+        };
+        if !matches!(p.state, ProcState::Running { .. }) {
+            let why = format!("process {process} has not started yet");
+            return self.on_log_read(request, Err(why));
+        }
+        let path = match stream {
+            StdStream::Stdout => p.launch.stdio.0.clone(),
+            StdStream::Stderr => p.launch.stdio.1.clone(),
+        };
+        let job = p.launch.job;
+        self.effects.push(Effect::ReadLog {
+            request,
+            process,
+            job,
+            stream,
+            offset,
+            path,
+        });
+    }
+
+    /// The driver read a process's output for [`Effect::ReadLog`]: the
+    /// answer goes to the global RM if it is still connected (a new
+    /// connection's global RM no longer waits for it).
+    pub fn on_log_read(&mut self, request: u64, result: Result<LogChunk, String>) {
+        if self.is_registered() {
+            self.send(ToGlobal::LogRead { request, result }, Bytes::new());
         }
     }
 
@@ -905,3 +963,7 @@ mod owner;
 #[cfg(test)]
 #[path = "core_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "core_log_tests.rs"]
+mod log_tests;

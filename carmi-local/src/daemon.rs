@@ -105,6 +105,11 @@ pub(crate) enum Input {
         process: ProcessId,
         report: ExitReport,
     },
+    /// A read for `carmi logs` is done.
+    LogRead {
+        request: u64,
+        result: Result<carmi_api::msg::LogChunk, String>,
+    },
     SuspendSlot(u32, oneshot::Sender<bool>),
     ResumeSlot(u32, oneshot::Sender<bool>),
     /// Owner activity; the answer (if asked for) once its effects are carried out.
@@ -623,6 +628,7 @@ impl Driver {
                 self.core
                     .on_exited(process, report.status, report.cpu_seconds);
             }
+            Input::LogRead { request, result } => self.core.on_log_read(request, result),
             Input::SuspendSlot(slot, reply) => {
                 let _ = reply.send(self.core.suspend_slot(slot));
             }
@@ -787,6 +793,39 @@ impl Driver {
                         g.resume();
                     }
                 }
+            }
+            Effect::ReadLog {
+                request,
+                process,
+                job,
+                stream,
+                offset,
+                path,
+            } => {
+                let (name, kept) = match stream {
+                    carmi_api::msg::StdStream::Stdout => ("stdout", "out"),
+                    carmi_api::msg::StdStream::Stderr => ("stderr", "err"),
+                };
+                // Its submit file's path, else its sandbox's file, else (it
+                // exited meanwhile) where that file is kept.
+                let mut paths: Vec<std::path::PathBuf> = path.into_iter().map(Into::into).collect();
+                paths.push(self.launcher.sandbox_dir(process).join(name));
+                paths.push(
+                    self.launcher
+                        .output_dir(job)
+                        .join(format!("{}.{kept}", process.0)),
+                );
+                let inputs = self.inputs_tx.clone();
+                tokio::spawn(async move {
+                    let result = tokio::task::spawn_blocking(move || {
+                        let refs: Vec<&std::path::Path> =
+                            paths.iter().map(|p| p.as_path()).collect();
+                        crate::logread::read_chunk(&refs, offset)
+                    })
+                    .await
+                    .unwrap_or_else(|e| Err(format!("reading the output failed: {e}")));
+                    let _ = inputs.send(Input::LogRead { request, result }).await;
+                });
             }
             Effect::KillNow(process) => {
                 if let Some(g) = self.groups.0.get(&process) {

@@ -47,6 +47,7 @@ pub mod control;
 pub mod core;
 pub mod daemon;
 pub mod global;
+pub mod logread;
 pub mod machine;
 pub mod orphans;
 pub mod output;

@@ -284,7 +284,8 @@ impl Launcher {
         Ok(launched)
     }
 
-    fn output_dir(&self, job: JobId) -> PathBuf {
+    /// Where a job's processes' output is kept once they exited.
+    pub fn output_dir(&self, job: JobId) -> PathBuf {
         self.work_dir.join("output").join(job.0.to_string())
     }
 

@@ -7,6 +7,7 @@ impl Router {
     pub fn sanity_check(&self) {
         self.alloc.sanity_check();
         self.procs.sanity_check();
+        self.check_log_reads();
         let mut with_deadline = 0;
         for (name, p) in &self.presence {
             if let Some(d) = p.deadline {

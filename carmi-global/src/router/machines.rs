@@ -99,6 +99,7 @@ impl Router {
             );
             self.machine_lost(&name, reason);
         }
+        self.settle_log_reads();
     }
 
     pub(super) fn advertise(
@@ -335,6 +336,7 @@ impl Router {
                 self.close(link, reason);
             }
         }
+        self.settle_log_reads();
     }
 
     pub(super) fn slot_state(&mut self, name: &str, slot: u32, state: SlotActivity) {
