@@ -254,8 +254,12 @@ impl PartialEq for Value {
     }
 }
 
-/// Formats a real the way HTCondor does when it turns one into a string: `%.15E`.
+/// Formats a real the way HTCondor does when it turns one into a string:
+/// `%.15E`, except zero, which it writes `0.0` (or `-0.0`).
 pub fn real_to_string(r: f64) -> String {
+    if r == 0.0 {
+        return if r.is_sign_negative() { "-0.0" } else { "0.0" }.to_string();
+    }
     if r.is_nan() {
         return if r.is_sign_negative() { "-nan" } else { "nan" }.to_string();
     }
@@ -299,6 +303,7 @@ mod tests {
         assert_eq!(real_to_string(1.5), "1.500000000000000E+00");
         assert_eq!(real_to_string(-2.0), "-2.000000000000000E+00");
         assert_eq!(real_to_string(1e-100), "1.000000000000000E-100");
-        assert_eq!(real_to_string(0.0), "0.000000000000000E+00");
+        assert_eq!(real_to_string(0.0), "0.0");
+        assert_eq!(real_to_string(-0.0), "-0.0");
     }
 }

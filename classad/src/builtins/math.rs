@@ -42,7 +42,8 @@ pub fn round(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
 }
 
 /// `pow(base, exp)`: an integer when both are integers and `exp` is not
-/// negative, otherwise a real. Anything but two numbers (even UNDEFINED) is ERROR.
+/// negative, otherwise a real (booleans count as 0 and 1). Anything but two
+/// numbers or booleans (even UNDEFINED) is ERROR.
 pub fn pow(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
     let Some([b, e]) = eval_n::<2>(ev, sc, args) else {
         return Value::Error;
@@ -52,13 +53,14 @@ pub fn pow(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
             // HTCondor computes in floating point and casts, so overflow gives i64::MIN.
             Value::Int(real_to_int((*b as f64).powf(*e as f64)))
         }
-        // Unlike quantize, pow takes no booleans.
-        (Value::Int(_) | Value::Real(_), Value::Int(_) | Value::Real(_)) => {
-            match (b.as_real(), e.as_real()) {
-                (Some(b), Some(e)) => Value::Real(b.powf(e)),
-                _ => Value::Error,
-            }
-        }
+        // Booleans count as 0 and 1 (and make the result a real).
+        (
+            Value::Int(_) | Value::Real(_) | Value::Bool(_),
+            Value::Int(_) | Value::Real(_) | Value::Bool(_),
+        ) => match (b.as_real(), e.as_real()) {
+            (Some(b), Some(e)) => Value::Real(b.powf(e)),
+            _ => Value::Error,
+        },
         _ => Value::Error,
     }
 }
@@ -86,16 +88,15 @@ fn quantize_to(a: &Value, q: &Value) -> Value {
     match (a, q) {
         (Value::Int(_), Value::Int(0)) => a.clone(),
         (Value::Int(a), Value::Int(q)) => {
-            let (d, r) = (a.wrapping_div(*q), a.wrapping_rem(*q));
-            // Integer division truncates toward zero; step up when the exact
-            // quotient was positive and not whole.
-            let d = if r != 0 && ((r < 0) == (*q < 0)) {
-                d.wrapping_add(1)
-            } else {
-                d
-            };
-            Value::Int(d.wrapping_mul(*q))
+            // HTCondor's integer rule, `((a + q - 1) / q) * q` with
+            // truncating division: rounding up for positive numbers, and
+            // what that formula gives otherwise (quantize(-10, 5) is -5,
+            // quantize(-2, -3) is -6), checked against its library.
+            let up = a.wrapping_add(*q).wrapping_sub(1);
+            Value::Int(up.wrapping_div(*q).wrapping_mul(*q))
         }
+        // A zero quantum (`false` too) leaves `a` as it is, integer or real.
+        (_, q) if q.as_real() == Some(0.0) && a.as_real().is_some() => a.clone(),
         _ => match (a.as_real(), q.as_real()) {
             (Some(av), Some(0.0)) => Value::Real(av),
             (Some(av), Some(qv)) => Value::Real((av / qv).ceil() * qv),
@@ -170,6 +171,24 @@ mod tests {
         assert_eq!(quantize_to(&Value::Int(7), &Value::Int(5)), Value::Int(10));
         assert_eq!(quantize_to(&Value::Int(10), &Value::Int(5)), Value::Int(10));
         assert_eq!(quantize_to(&Value::Int(-3), &Value::Int(2)), Value::Int(-2));
+        // As HTCondor 25.14.1 answers, signs mixed included.
+        for (a, q, want) in [
+            (-10, 5, -5),
+            (-7, 5, 0),
+            (-1, 5, 0),
+            (-2, 2, 0),
+            (4, -3, 0),
+            (1, -3, -3),
+            (-2, -3, -6),
+            (-7, -5, -10),
+            (3, 5, 5),
+        ] {
+            assert_eq!(
+                quantize_to(&Value::Int(a), &Value::Int(q)),
+                Value::Int(want),
+                "quantize({a}, {q})"
+            );
+        }
         assert_eq!(quantize_to(&Value::Int(1), &Value::Int(0)), Value::Int(1));
         assert_eq!(
             quantize_to(&Value::Real(7.5), &Value::Int(2)),

@@ -168,7 +168,9 @@ mod tests {
         assert_eq!(ev("member(undefined, 3)"), Value::Undefined);
         assert_eq!(ev("substr(undefined, error)"), Value::Undefined);
         assert_eq!(ev("stringListMember(\"a\", undefined)"), Value::Bool(false));
-        assert_eq!(ev("strcat(\"a\", undefined, error)"), Value::Error);
+        // The first of UNDEFINED and ERROR in argument order (HTCondor 25.14.1).
+        assert_eq!(ev("strcat(\"a\", undefined, error)"), Value::Undefined);
+        assert_eq!(ev("strcat(\"a\", error, undefined)"), Value::Error);
         assert_eq!(ev("isError(error)"), Value::Bool(true));
     }
 

@@ -30,7 +30,8 @@ fn compile(pattern: &str, options: &str) -> Option<Regex> {
 
 /// Evaluates all arguments, which must be strings, and compiles the pattern
 /// (first) with the options (the argument at `opt_index`, if present).
-/// UNDEFINED anywhere wins over a type error. `Err` is the value to return.
+/// ERROR anywhere wins, then UNDEFINED, then a type error (as HTCondor
+/// answers `regexp(error, undefined)` with ERROR). `Err` is the value to return.
 fn regex_args(
     ev: &mut Evaluator<'_>,
     sc: &Scope,
@@ -38,6 +39,9 @@ fn regex_args(
     opt_index: usize,
 ) -> Result<(Regex, Vec<Value>), Value> {
     let vals: Vec<Value> = args.iter().map(|a| ev.eval(a, sc)).collect();
+    if vals.iter().any(|v| v.is_error()) {
+        return Err(Value::Error);
+    }
     if vals.iter().any(Value::is_undefined) {
         return Err(Value::Undefined);
     }
@@ -140,6 +144,10 @@ pub fn regexp_member(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value
     let pattern = ev.eval(&args[0], sc);
     let list = ev.eval(&args[1], sc);
     let options = args.get(2).map(|a| ev.eval(a, sc));
+    let all = [Some(&pattern), Some(&list), options.as_ref()];
+    if all.iter().flatten().any(|v| v.is_error()) {
+        return Value::Error;
+    }
     if pattern.is_undefined()
         || list.is_undefined()
         || options.as_ref().is_some_and(Value::is_undefined)

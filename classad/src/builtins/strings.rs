@@ -17,12 +17,12 @@ const DEFAULT_DELIMS: &str = " \t\r\n,";
 /// `strcat(a, b, ...)`: every argument printed as text and concatenated.
 pub fn strcat(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
     let mut out = String::new();
-    let mut undefined = false;
     for a in args {
         let v = ev.eval(a, sc);
         match v {
-            Value::Error => return Value::Error,
-            Value::Undefined => undefined = true,
+            // The first UNDEFINED or ERROR, in argument order, is the result
+            // (HTCondor: strcat(undefined, error) is UNDEFINED).
+            Value::Error | Value::Undefined => return v,
             Value::Str(s) => out.push_str(&s),
             v => {
                 if let Some(t) = to_display_string(&v) {
@@ -31,11 +31,7 @@ pub fn strcat(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
             }
         }
     }
-    if undefined {
-        Value::Undefined
-    } else {
-        Value::str(out)
-    }
+    Value::str(out)
 }
 
 /// `substr(s, offset [, length])`: a negative offset counts from the end; a
@@ -116,10 +112,22 @@ fn compare_texts(
     let Some(vals) = eval_n::<2>(ev, sc, args) else {
         return Value::Error;
     };
+    // Unlike most functions, an UNDEFINED argument wins over an ERROR one
+    // here (HTCondor's strcmp checks for UNDEFINED first).
+    if vals.iter().any(Value::is_undefined) {
+        return Value::Undefined;
+    }
     if let Some(v) = absorb(&vals) {
         return v;
     }
-    match (scalar_text(&vals[0]), scalar_text(&vals[1])) {
+    // Lists and ads compare as their text, as HTCondor converts them.
+    fn text(v: &Value) -> Option<std::borrow::Cow<'_, str>> {
+        match v {
+            Value::List(_) | Value::Ad(_) => to_display_string(v).map(std::borrow::Cow::Owned),
+            v => scalar_text(v),
+        }
+    }
+    match (text(&vals[0]), text(&vals[1])) {
         (Some(a), Some(b)) => sign(cmp(&a, &b)),
         _ => Value::Error,
     }
@@ -147,57 +155,64 @@ fn push_text(out: &mut String, v: &Value) -> Result<(), Value> {
     Ok(())
 }
 
-/// Joins the elements of a list with `sep`; UNDEFINED elements are left out.
-fn join_list(sep: &str, items: &[Value]) -> Value {
+/// Joins `items` with `sep` as HTCondor does: UNDEFINED items are left out
+/// (and if every item is UNDEFINED, so is the result), an ERROR one is the
+/// result, anything else is its text (a list unparsed).
+fn join_items(sep: Option<&str>, items: &[Value]) -> Value {
+    // An UNDEFINED separator joins with nothing, but joins no item into UNDEFINED.
+    let (sep, empty) = match sep {
+        Some(s) => (s, Value::str("")),
+        None => ("", Value::Undefined),
+    };
     let mut out = String::new();
-    let mut first = true;
-    for item in items.iter().filter(|v| !v.is_undefined()) {
-        if !first {
+    let mut joined = 0usize;
+    for item in items {
+        if item.is_undefined() {
+            continue;
+        }
+        if joined > 0 {
             out.push_str(sep);
         }
-        first = false;
+        joined += 1;
         if let Err(v) = push_text(&mut out, item) {
             return v;
         }
     }
-    Value::str(out)
-}
-
-/// Joins separate arguments with `sep`; any UNDEFINED or ERROR one is the result.
-fn join_args(sep: &str, items: &[Value]) -> Value {
-    let mut out = String::new();
-    for (i, item) in items.iter().enumerate() {
-        if i > 0 {
-            out.push_str(sep);
-        }
-        if let Err(v) = push_text(&mut out, item) {
-            return v;
-        }
+    if joined == 0 {
+        return if items.is_empty() {
+            empty
+        } else {
+            Value::Undefined
+        };
     }
     Value::str(out)
 }
 
 /// `join(sep, list)`, `join(sep, a, b, ...)` or `join(list)`: the items'
-/// texts separated by `sep` (nothing for the one-argument form).
+/// texts separated by `sep` (nothing for the one-argument form). `sep` may
+/// be any value but ERROR: UNDEFINED joins with nothing, a number or a
+/// boolean with its text.
 pub fn join(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
     match args {
         [] => Value::Error,
         [list] => match ev.eval(list, sc) {
-            Value::List(items) => join_list("", &items),
+            Value::List(items) => join_items(Some(""), &items),
             Value::Undefined => Value::Undefined,
-            _ => Value::Error,
+            Value::Error => Value::Error,
+            // HTCondor joins the elements of a list; anything else has none.
+            _ => Value::str(""),
         },
         [sep, rest @ ..] => {
             let sep = ev.eval(sep, sc);
             let items: Vec<Value> = rest.iter().map(|a| ev.eval(a, sc)).collect();
             let sep = match &sep {
-                Value::Str(s) => s,
-                Value::Undefined => return Value::Undefined,
-                _ => return Value::Error,
+                Value::Error => return Value::Error,
+                Value::Undefined => None,
+                v => Some(to_display_string(v).unwrap_or_default()),
             };
             match items.as_slice() {
-                [Value::List(list)] => join_list(sep, list),
-                items => join_args(sep, items),
+                [Value::List(list)] => join_items(sep.as_deref(), list),
+                items => join_items(sep.as_deref(), items),
             }
         }
     }
@@ -427,11 +442,16 @@ fn list_member(
     }
     let item = ev.eval(&args[0], sc);
     let list = list_arg(ev, sc, &args[1], args.get(2));
-    let (l, d) = match list {
-        Ok(x) => x,
-        // HTCondor finds nothing in a list that does not exist, whatever the item.
-        Err(Value::Undefined) => return Value::Bool(false),
-        Err(v) => return v,
+    // As HTCondor answers: ERROR for anything but strings (UNDEFINED
+    // aside); UNDEFINED only when both are; otherwise a missing item or a
+    // missing list holds nothing.
+    let (l, d) = match (list, &item) {
+        (Err(Value::Undefined), Value::Undefined) => return Value::Undefined,
+        (Err(Value::Undefined), Value::Str(_)) => return Value::Bool(false),
+        (Err(Value::Undefined), _) => return Value::Error,
+        (Err(v), _) => return v,
+        (Ok(_), Value::Undefined) => return Value::Bool(false),
+        (Ok(x), _) => x,
     };
     let Value::Str(item) = &item else {
         return Value::Error;
