@@ -358,6 +358,11 @@ fn bitwise(op: BinaryOp, l: ValueRef<'_>, r: ValueRef<'_>) -> Value {
         BitXor => a ^ b,
         BitAnd => a & b,
         Shl => a.wrapping_shl(b as u32),
+        // As HTCondor answers: a negative number shifted by 64 or more is
+        // -1 and by a negative count is itself; otherwise the count is
+        // taken modulo 64 (the hardware's rule).
+        Shr if a < 0 && b >= 64 => -1,
+        Shr if a < 0 && b < 0 => a,
         Shr => a.wrapping_shr(b as u32),
         UShr => ((a as u64).wrapping_shr(b as u32)) as i64,
         _ => unreachable!("bitwise called with a non-bitwise operator"),

@@ -66,6 +66,22 @@ fn answers_as_htcondor_gives_them() {
         ("pow(true, 7)", "1.0"),
         ("pow(2, true)", "2.0"),
         ("pow(undefined, 2)", "error"),
+        // pow reads numbers at the start of strings, and rounds as HTCondor does.
+        ("pow(2, \"3\")", "8.0"),
+        ("pow(\"2x\", 3)", "8.0"),
+        ("pow(2, \"a\")", "error"),
+        ("pow(-3, 3)", "-26"),
+        ("pow(-3, 7)", "-2186"),
+        ("pow(3, 2)", "9"),
+        // floor, ceiling and round read the number at the start of a string.
+        ("floor(\"4096-1\")", "4096"),
+        ("ceiling(\"3.2\")", "4"),
+        ("floor(\"x\")", "error"),
+        // Right shifts of negative numbers saturate.
+        ("(-64001) >> 64", "-1"),
+        ("(-64001) >> -1", "-64001"),
+        ("64001 >> 64", "64001"),
+        ("64001 >> 65", "32000"),
         // The regular expression functions: ERROR before UNDEFINED.
         ("regexp(error, undefined)", "error"),
         ("regexp(undefined, 3)", "undefined"),

@@ -18,9 +18,11 @@ fn round_with(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr], f: fn(f64) -> f
         Value::Int(i) => Value::Int(i),
         Value::Bool(b) => Value::Int(i64::from(b)),
         Value::Real(r) => Value::Int(real_to_int(f(r))),
+        // The number at the start of the string, as `strtod` reads it
+        // (HTCondor: floor("4096-1") is 4096).
         Value::Str(s) => match parse_real_prefix(&s) {
-            Some((r, n)) if n == s.len() => Value::Int(real_to_int(f(r))),
-            _ => Value::Error,
+            Some((r, _)) => Value::Int(real_to_int(f(r))),
+            None => Value::Error,
         },
         _ => Value::Error,
     }
@@ -48,10 +50,20 @@ pub fn pow(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
     let Some([b, e]) = eval_n::<2>(ev, sc, args) else {
         return Value::Error;
     };
+    // Numbers at the start of strings count, as `strtod` reads them, and
+    // make the result a real (HTCondor: pow(2, "3") is 8.0).
+    let number = |v: &Value| match v {
+        Value::Str(s) => parse_real_prefix(s).map(|(r, _)| Value::Real(r)),
+        v => Some(v.clone()),
+    };
+    let (Some(b), Some(e)) = (number(&b), number(&e)) else {
+        return Value::Error;
+    };
     match (&b, &e) {
         (Value::Int(b), Value::Int(e)) if *e >= 0 => {
-            // HTCondor computes in floating point and casts, so overflow gives i64::MIN.
-            Value::Int(real_to_int((*b as f64).powf(*e as f64)))
+            // HTCondor computes in floating point, adds one half and
+            // truncates: pow(-3, 3) is -26, not -27; overflow gives i64::MIN.
+            Value::Int(real_to_int((*b as f64).powf(*e as f64) + 0.5))
         }
         // Booleans count as 0 and 1 (and make the result a real).
         (
