@@ -330,7 +330,6 @@ fn arith(op: BinaryOp, l: ValueRef<'_>, r: ValueRef<'_>) -> Value {
                 Add => a + b,
                 Sub => a - b,
                 Mul => a * b,
-                Div if b == 0.0 => return Value::Error,
                 Div => a / b,
                 // HTCondor defines `%` on integers only: once an operand is
                 // real (booleans count as integers) the result is ERROR, as
@@ -338,8 +337,10 @@ fn arith(op: BinaryOp, l: ValueRef<'_>, r: ValueRef<'_>) -> Value {
                 Mod => return Value::Error,
                 _ => unreachable!("arith called with a non-arithmetic operator"),
             };
-            // HTCondor treats a finite computation that overflows as an error.
-            if !res.is_finite() && a.is_finite() && b.is_finite() {
+            // HTCondor treats a finite computation that ends at +inf as an
+            // error (a positive number over zero too), but keeps -inf and NaN:
+            // -1.25 / 0 is -inf, 0.0 / 0 is NaN, 1e308 * 10 is ERROR.
+            if res == f64::INFINITY && a.is_finite() && b.is_finite() {
                 Value::Error
             } else {
                 Value::Real(res)

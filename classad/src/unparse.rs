@@ -64,6 +64,9 @@ pub fn write_string<W: Write>(w: &mut W, s: &str) -> fmt::Result {
 
 /// Writes a real so that it reads back as the same number and as a real.
 pub fn write_real<W: Write>(w: &mut W, r: f64) -> fmt::Result {
+    if AS_TEXT.with(std::cell::Cell::get) {
+        return w.write_str(&crate::value::real_to_string(r));
+    }
     if r.is_nan() {
         return w.write_str("real(\"NaN\")");
     }
@@ -121,6 +124,25 @@ fn write_scalar<W: Write>(w: &mut W, v: &Value) -> fmt::Result {
 /// Writes a value in ClassAd syntax.
 pub fn write_value<W: Write>(w: &mut W, v: &Value) -> fmt::Result {
     write_scalar(w, v)
+}
+
+thread_local! {
+    /// Set while a list or ad is turned into text by `string()` and its
+    /// kin, which write every real inside as `%.15E`, as HTCondor does.
+    static AS_TEXT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// A list or ad as `string()`, `strcat()` and `join()` write it: ClassAd
+/// syntax, but every real as `%.15E` (`{ 3,1.500000000000000E+00 }`).
+pub fn as_text(v: &Value) -> String {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            AS_TEXT.with(|c| c.set(self.0));
+        }
+    }
+    let _reset = Reset(AS_TEXT.with(|c| c.replace(true)));
+    v.to_string()
 }
 
 /// Writes an ad in new syntax on one line.

@@ -283,7 +283,7 @@ pub fn to_display_string(v: &Value) -> Option<String> {
         Value::Int(i) => i.to_string(),
         Value::Real(r) => real_to_string(*r),
         Value::Str(s) => s.to_string(),
-        Value::List(_) | Value::Ad(_) => v.to_string(),
+        Value::List(_) | Value::Ad(_) => crate::unparse::as_text(v),
     })
 }
 

@@ -82,6 +82,21 @@ fn answers_as_htcondor_gives_them() {
         ("(-64001) >> -1", "-64001"),
         ("64001 >> 64", "64001"),
         ("64001 >> 65", "32000"),
+        // Lists and ads as text write their reals with %.15E.
+        (
+            "string({1.5, {2.5}})",
+            r#""{ 1.500000000000000E+00,{ 2.500000000000000E+00 } }""#,
+        ),
+        ("string([a = 1.5])", r#""[ a = 1.500000000000000E+00 ]""#),
+        ("toLower({1.5})", r#""{ 1.500000000000000e+00 }""#),
+        ("toUpper({\"a\"})", r#""{ \"A\" }""#),
+        // Real arithmetic: +inf from finite numbers is ERROR, -inf and NaN are kept.
+        ("(-1.25) / 0", "-real(\"INF\")"),
+        ("1.25 / 0", "error"),
+        ("1e308 * 10", "error"),
+        ("(-1e308) * 10", "-real(\"INF\")"),
+        ("isReal(0.0 / 0)", "true"),
+        ("1 / 0", "error"),
         // The regular expression functions: ERROR before UNDEFINED.
         ("regexp(error, undefined)", "error"),
         ("regexp(undefined, 3)", "undefined"),

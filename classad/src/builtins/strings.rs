@@ -77,10 +77,14 @@ fn map_case(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr], f: fn(&str) -> St
     let Some([v]) = eval_n::<1>(ev, sc, args) else {
         return Value::Error;
     };
-    if v.is_undefined() {
-        return Value::Undefined;
+    match &v {
+        Value::Undefined => Value::Undefined,
+        // A list or an ad is cased as its text (HTCondor: toUpper({"a"}) is "{ \"A\" }").
+        Value::List(_) | Value::Ad(_) => {
+            to_display_string(&v).map_or(Value::Error, |t| Value::str(f(&t)))
+        }
+        v => scalar_text(v).map_or(Value::Error, |t| Value::str(f(&t))),
     }
-    scalar_text(&v).map_or(Value::Error, |t| Value::str(f(&t)))
 }
 
 /// `toUpper(s)`: ASCII upper case; numbers and booleans are printed first.
