@@ -14,7 +14,6 @@ fn wodi_depends_on_neither_daemon_nor_the_pool_nor_the_owner_models() {
             "normal",
             "--prefix",
             "none",
-            "--offline",
         ])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
