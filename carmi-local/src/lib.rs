@@ -35,7 +35,7 @@
 //!   peer (pipelined, verified), and serving this cache, partial copies included, to peers.
 //! - `apps`: the listener for application processes and one task per connection, each with a bounded queue.
 //! - `global`: the connection to the global RM, with reconnection and backoff, and its bounded queue (`GlobalLink` on the driver's side).
-//! - `daemon`: the driver that feeds socket, process and timer events to `core` and carries out its effects.
+//! - `daemon`: the driver that feeds socket, process and timer events to `core` and carries out its effects (inputs in `daemon_inputs.rs`, effects in `daemon_effects.rs`).
 
 #![warn(missing_docs)]
 
