@@ -65,6 +65,7 @@ pub(crate) use lifecycle::new_proc;
 #[cfg(test)]
 mod jobs_tests;
 mod machines;
+mod recover;
 mod requests;
 #[cfg(test)]
 mod tests;
