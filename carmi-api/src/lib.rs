@@ -6,7 +6,8 @@
 //!
 //! # Layout
 //! - `ids`: newtype identifiers (requests, hosts, processes, jobs, connections).
-//! - `msg`: protocol messages, typed by direction.
+//! - `msg`: protocol messages, typed by direction; application requests, replies
+//!   and events in `msg/app.rs`, job and pool reports for admin tools in `msg/admin.rs`.
 //! - `events`: a submitted job's event log (`carmi events`, `log =`), one event a line.
 //! - `exe`: content-addressed executables: SHA-256 and verification shared by store and caches.
 //! - `frame`: length-prefixed frames with a JSON header and a verbatim payload.

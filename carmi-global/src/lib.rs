@@ -12,12 +12,14 @@
 //! - `journal`: accepted jobs and their state changes on disk, replayed after a restart.
 //! - `procs`: the process table: where each process runs, is attached, and who spawned it.
 //! - `router`: everything the daemon decides: registry, heartbeats, requests, process events,
-//!   submitted jobs and their masters (`router::jobs`), machines (`router::machines`).
+//!   submitted jobs and their masters (`router::jobs`), machines (`router::machines`),
+//!   processes starting, exiting, attaching and leaving (`router::lifecycle`).
 //! - `staging`: the staging tree: which source (a peer local RM or the store)
 //!   answers each `Fetch`, at most `fanout` fetches per source; pure.
 //! - `store`: executables stored by content hash under the state directory.
 //! - `server`: the tokio driver: listener, handshake, framing, one router task; a bounded
-//!   outgoing queue per connection (a peer that stops reading is disconnected).
+//!   outgoing queue per connection (a peer that stops reading is disconnected); each
+//!   connection's task in `server::conn`.
 //! - `main.rs`: the `carmi-global` command.
 
 #![warn(missing_docs)]

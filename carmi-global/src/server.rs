@@ -29,20 +29,18 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use bytes::Bytes;
-use carmi_api::frame::{DEFAULT_MAX_FRAME, FrameDeadline, FrameReader, write_frame};
-use carmi_api::handshake::{self, Secret};
-use carmi_api::msg::{ExecutableRef, FromGlobal, Role, ToGlobal};
+use carmi_api::frame::{DEFAULT_MAX_FRAME, FrameDeadline};
+use carmi_api::handshake::Secret;
+use carmi_api::msg::{ExecutableRef, FromGlobal, Role};
 use carmi_api::stage::RateLimiter;
-use tokio::io::{AsyncWriteExt, BufWriter};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use crate::Error;
 use crate::journal::{Journal, Record};
@@ -51,10 +49,12 @@ use crate::router::{Decoded, LinkId, Output, Router, RouterConfig};
 use crate::staging::{Staging, StagingConfig};
 use crate::store::ExeStore;
 
+mod conn;
 mod gate;
 mod stager;
 
-use stager::{StageInput, on_stage_input, serve_stager};
+use conn::{connection, refuse};
+use stager::{StageInput, on_stage_input};
 
 pub use gate::{ConnLimits, Gate, REFUSAL_LOG_PERIOD, Refusal, Ticket};
 
@@ -503,219 +503,6 @@ fn send_or_kick(links: &mut HashMap<LinkId, LinkTx>, link: LinkId, msg: FromGlob
     }
 }
 
-/// Tells a connection the [`Gate`] did not admit why, and closes it.
-async fn refuse(mut stream: TcpStream, reason: String) {
-    let _ = tokio::time::timeout(Duration::from_secs(1), async {
-        let _ = handshake::refuse(&mut stream, &format!("connection refused: {reason}")).await;
-        let _ = stream.shutdown().await;
-    })
-    .await;
-}
-
-/// One connection: handshake, then reading and writing until either ends.
-/// `ticket` is its place at the [`Gate`], held until it ends.
-async fn connection(
-    stream: TcpStream,
-    peer: SocketAddr,
-    mut ticket: Ticket,
-    shared: Arc<Shared>,
-    mut stop: watch::Receiver<bool>,
-    _done: mpsc::Sender<()>,
-) {
-    let _ = stream.set_nodelay(true);
-    let (r, mut w) = stream.into_split();
-    let mut reader = FrameReader::with_max(r, shared.max_frame);
-    let role = tokio::select! {
-        res = handshake::server(&mut reader, &mut w, &shared.secret) => match res {
-            Ok(role) => role,
-            Err(e) => {
-                shared.gate.note_refusal(peer.ip(), &format!("handshake failed: {e}"));
-                return;
-            }
-        },
-        _ = ticket.evicted() => {
-            shared.gate.note_refusal(peer.ip(), "handshake dropped to make room for newer connections (max_handshaking or max_connections)");
-            return;
-        }
-        _ = stop.changed() => return,
-    };
-    if !ticket.authenticated() {
-        return;
-    }
-    reader.set_deadline(Some(shared.deadline));
-    if let Role::Stager { name } = &role {
-        serve_stager(reader, w, name, peer, &shared).await;
-        return;
-    }
-    let link = LinkId(shared.next_link.fetch_add(1, Ordering::Relaxed));
-    debug!(%peer, %link, ?role, "connection accepted");
-    // Admin links upload the master of a job before `Submit`.
-    let serves_executables = matches!(role, Role::Local { .. } | Role::Admin);
-    let local = matches!(role, Role::Local { .. });
-    let (tx, mut rx) = mpsc::channel(shared.max_queued.max(1));
-    let kick = Arc::new(tokio::sync::Notify::new());
-    let opened = Cmd::Opened {
-        link,
-        role,
-        out: LinkTx {
-            tx: tx.clone(),
-            kick: kick.clone(),
-        },
-    };
-    if shared.cmds.send(opened).is_err() {
-        return;
-    }
-    // Messages go to the router in order, an upload's once it is stored.
-    let (order_tx, order_rx) = mpsc::unbounded_channel();
-    let forwarder = tokio::spawn(forward_in_order(order_rx, shared.cmds.clone()));
-    let ended = tokio::select! {
-        r = read_frames(&mut reader, link, (serves_executables, local), &shared, &order_tx) => r,
-        r = write_frames(&mut w, &mut rx) => r,
-        _ = kick.notified() => Err(format!(
-            "the peer stopped reading: {} frames are waiting for it",
-            shared.max_queued
-        )),
-        _ = stop.changed() => Ok(()),
-    };
-    drop(order_tx);
-    let _ = forwarder.await;
-    match ended {
-        Ok(()) => debug!(%peer, %link, "connection closed"),
-        Err(reason) => warn!(%peer, %link, "closing connection: {reason}"),
-    }
-    let _ = shared.cmds.send(Cmd::Closed { link });
-    let _ = w.shutdown().await;
-}
-
-/// Reads frames until the peer closes (`Ok`) or sends something unreadable (`Err`).
-async fn read_frames(
-    reader: &mut FrameReader<OwnedReadHalf>,
-    link: LinkId,
-    (serves_executables, local): (bool, bool),
-    shared: &Shared,
-    order: &mpsc::UnboundedSender<Pending>,
-) -> Result<(), String> {
-    let send = |p: Pending| order.send(p).is_ok();
-    loop {
-        let (header, payload) = match reader.read_raw().await {
-            Ok(Some(frame)) => frame,
-            Ok(None) => return Ok(()),
-            Err(e) => return Err(format!("bad frame: {e}")),
-        };
-        let at = Instant::now();
-        if header.len() > MAX_HEADER {
-            return Err(format!(
-                "bad frame: a message of {} bytes exceeds the limit of {MAX_HEADER} bytes \
-                 (bulk bytes travel in the frame's payload, not in the message)",
-                header.len()
-            ));
-        }
-        let decode = || serde_json::from_slice::<ToGlobal>(&header);
-        // A header of megabytes takes a while to decode: off the worker
-        // thread, so that the other connections' tasks run meanwhile.
-        let msg = if header.len() > HEAVY_HEADER {
-            off_worker(decode)
-        } else {
-            decode()
-        };
-        let msg = msg.map_err(|e| format!("bad frame: undecodable message: {e}"))?;
-        match msg {
-            ToGlobal::Upload { executable } if serves_executables => {
-                // Hashed and written on the blocking pool; this loop reads on.
-                let store = shared.store.clone();
-                let task =
-                    tokio::task::spawn_blocking(move || match store.put(&executable, &payload) {
-                        Ok(()) => {
-                            debug!(%link, name = executable.name, "executable stored");
-                            Some(Cmd::Stored(executable))
-                        }
-                        Err(e) => {
-                            warn!(%link, "upload rejected: {e}");
-                            None
-                        }
-                    });
-                if !send(Pending::Working(task)) {
-                    return Ok(());
-                }
-            }
-            ToGlobal::MasterFiles { process, files } if local => {
-                // Stored first, like an upload; the router then decides
-                // whether they are wanted (and has them dropped if not).
-                let store = shared.returned.clone();
-                let config = shared.router.clone();
-                let task = tokio::task::spawn_blocking(move || {
-                    match store.put(process, &files, &payload) {
-                        Ok(()) => {
-                            let msg = ToGlobal::MasterFiles { process, files };
-                            let msg = Decoded::new(msg, &config);
-                            Some(Cmd::Message {
-                                link,
-                                msg: Box::new(msg),
-                                at,
-                            })
-                        }
-                        Err(e) => {
-                            warn!(%link, %process, "files sent back refused: {e}");
-                            store.remove(process);
-                            None
-                        }
-                    }
-                });
-                if !send(Pending::Working(task)) {
-                    return Ok(());
-                }
-            }
-            ToGlobal::Fetch { sha256 } if serves_executables => {
-                if !send(Pending::Ready(Cmd::Staging(StageInput::Fetch {
-                    link,
-                    sha256,
-                }))) {
-                    return Ok(());
-                }
-            }
-            ToGlobal::StageServe { endpoint } => {
-                if !send(Pending::Ready(Cmd::Staging(StageInput::Serve {
-                    link,
-                    endpoint,
-                }))) {
-                    return Ok(());
-                }
-            }
-            ToGlobal::Fetched { sha256, result, .. } => {
-                let error = result.err();
-                if !send(Pending::Ready(Cmd::Staging(StageInput::Fetched {
-                    link,
-                    sha256,
-                    error,
-                }))) {
-                    return Ok(());
-                }
-            }
-            ToGlobal::StageStats => {
-                if !send(Pending::Ready(Cmd::Staging(StageInput::Stats { link }))) {
-                    return Ok(());
-                }
-            }
-            msg if Decoded::is_heavy(&msg) => {
-                let config = shared.router.clone();
-                let task = tokio::task::spawn_blocking(move || {
-                    let msg = Box::new(Decoded::new(msg, &config));
-                    Some(Cmd::Message { link, msg, at })
-                });
-                if !send(Pending::Working(task)) {
-                    return Ok(());
-                }
-            }
-            msg => {
-                let msg = Box::new(Decoded::new(msg, &shared.router));
-                if !send(Pending::Ready(Cmd::Message { link, msg, at })) {
-                    return Ok(());
-                }
-            }
-        }
-    }
-}
-
 /// Runs `f`, which keeps a thread busy for a while: on a multi-threaded
 /// runtime the worker hands its other tasks over first.
 fn off_worker<T>(f: impl FnOnce() -> T) -> T {
@@ -725,61 +512,5 @@ fn off_worker<T>(f: impl FnOnce() -> T) -> T {
         tokio::task::block_in_place(f)
     } else {
         f()
-    }
-}
-
-/// Writes what arrives for this connection until told to close it. Whatever
-/// is queued is written before one flush, so a burst of events costs one
-/// system call rather than one per frame.
-async fn write_frames(
-    w: &mut OwnedWriteHalf,
-    rx: &mut mpsc::Receiver<Outgoing>,
-) -> Result<(), String> {
-    let failed = |e: std::io::Error| format!("write failed: {e}");
-    let mut w = BufWriter::with_capacity(64 * 1024, w);
-    while let Some(mut out) = rx.recv().await {
-        loop {
-            match out {
-                Outgoing::Frame(msg, payload) => {
-                    write_frame(&mut w, &msg, &payload).await.map_err(failed)?
-                }
-                Outgoing::Close(reason) => {
-                    // What was queued before the close still goes out.
-                    let _ = w.flush().await;
-                    return Err(reason);
-                }
-            }
-            match rx.try_recv() {
-                Ok(next) => out = next,
-                Err(_) => break,
-            }
-        }
-        w.flush().await.map_err(failed)?;
-    }
-    Ok(())
-}
-
-/// Passes a connection's messages to the router task in the order they were
-/// read, waiting for each upload's store to finish before what follows it.
-async fn forward_in_order(
-    mut order: mpsc::UnboundedReceiver<Pending>,
-    cmds: mpsc::UnboundedSender<Cmd>,
-) {
-    while let Some(p) = order.recv().await {
-        let cmd = match p {
-            Pending::Ready(cmd) => Some(cmd),
-            Pending::Working(task) => match task.await {
-                Ok(cmd) => cmd,
-                Err(e) => {
-                    warn!("work on the blocking pool failed: {e}");
-                    None
-                }
-            },
-        };
-        if let Some(cmd) = cmd
-            && cmds.send(cmd).is_err()
-        {
-            return;
-        }
     }
 }

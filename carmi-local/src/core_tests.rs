@@ -3,6 +3,7 @@
 
 use super::*;
 use carmi_api::frame::{decode, encode_header};
+use carmi_api::msg::ExitStatus;
 
 /// Owns a core and checks it after every step; effects are round-tripped
 /// through the wire encoding so that the tests see what a peer would.

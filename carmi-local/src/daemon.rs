@@ -16,6 +16,9 @@
 //! its launch had been reported; their exits are reported to the global RM
 //! if it is there; then the listener and the global link stop. Dropping the driver without a
 //! shutdown (a runtime torn down) SIGKILLs every group still alive.
+//!
+//! How each input is handed to the core is in `daemon_inputs.rs`, how each
+//! effect is carried out in `daemon_effects.rs`.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -26,26 +29,23 @@ use std::time::Duration;
 use bytes::Bytes;
 use carmi_api::handshake::Secret;
 use carmi_api::ids::{ConnId, JobId, ProcessId, RequestId};
-use carmi_api::msg::{
-    ExecutableRef, FromGlobal, FromLocalControl, OutputRoute, OwnerEvent, Request, ToGlobal,
-};
+use carmi_api::msg::{ExecutableRef, FromGlobal, FromLocalControl, OwnerEvent, Request};
 use classad::ClassAd;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
-use tokio::time::{Instant, Interval, MissedTickBehavior};
+use tokio::time::{Instant, Interval};
 
 use crate::apps::AppTx;
 use crate::cache::ExeCache;
 use crate::config::{OwnerSource, Settings};
-use crate::core::{Core, Effect, Launch};
+use crate::core::Core;
 use crate::global::{GlobalConfig, GlobalLink, GlobalTx, Outgoing};
 use crate::machine::{MachineAd, detect_static, sample_dynamic};
-use crate::output::{self, ForwardTarget};
 use crate::owner::{RealOwner, SimulatedOwner};
 use crate::peer::Stager;
 use crate::policy::{Policy, PolicyEffect};
-use crate::spawn::{Capture, ExitReport, LaunchSpec, Launcher, ProcessGroup};
+use crate::spawn::{ExitReport, Launcher, ProcessGroup};
 use crate::{Error, apps, benchmark, global};
 
 /// Inputs queued before senders (connections) wait for the driver.
@@ -532,141 +532,6 @@ impl Driver {
         }
     }
 
-    fn handle(&mut self, input: Input) {
-        match input {
-            Input::GlobalUp { out, local_ip } => {
-                self.global.up(out);
-                self.global_local_ip = local_ip;
-                let values = self.policy.public_values(self.unix_epoch);
-                let ad = self
-                    .machine
-                    .advertise_text(&values, &self.policy.expressions());
-                self.core.on_global_connected(ad);
-            }
-            Input::Global(msg, payload) => {
-                if let FromGlobal::Registered { heartbeat_ms, .. } = &msg {
-                    let period = if *heartbeat_ms == 0 {
-                        self.heartbeat_fallback
-                    } else {
-                        Duration::from_millis(*heartbeat_ms)
-                    };
-                    tracing::info!(
-                        period_ms = period.as_millis() as u64,
-                        "registered with the global RM"
-                    );
-                    let mut i = tokio::time::interval_at(Instant::now() + period, period);
-                    i.set_missed_tick_behavior(MissedTickBehavior::Delay);
-                    self.heartbeat = Some(i);
-                }
-                let registered = matches!(msg, FromGlobal::Registered { .. });
-                self.core.on_global(msg, payload);
-                if registered && self.global.is_up() {
-                    let endpoint =
-                        stage_endpoint_for(self.stage_endpoint, self.global_local_ip).to_string();
-                    self.global
-                        .send(ToGlobal::StageServe { endpoint }, Bytes::new());
-                }
-            }
-            Input::GlobalDown { failed, rest } => {
-                self.heartbeat = None;
-                let unsent = self.global.down(failed, rest);
-                tracing::info!(
-                    unsent = unsent.len(),
-                    "lost the global RM; processes keep running"
-                );
-                self.core.on_global_lost(unsent);
-            }
-            Input::AppConnected {
-                conn,
-                job,
-                process,
-                endpoint,
-                out,
-            } => {
-                self.apps.insert(conn, out);
-                self.core.on_app_connected(conn, job, process, endpoint);
-            }
-            Input::AppRequest { conn, id, body } => self.core.on_app_request(conn, id, body),
-            Input::AppUpload {
-                conn,
-                executable,
-                payload,
-            } => self.core.on_app_upload(conn, executable, payload),
-            Input::AppClosed { conn } => {
-                self.apps.remove(&conn);
-                self.core.on_app_closed(conn);
-            }
-            Input::Launched { process, result } => match result {
-                Ok(group) => {
-                    self.groups.0.insert(process, group);
-                    self.core.on_launched(process, Ok(()));
-                }
-                Err(reason) => {
-                    tracing::warn!(%process, %reason, "process could not be started");
-                    self.core.on_launched(process, Err(reason));
-                }
-            },
-            Input::Stored { sha256, result } => {
-                if let Err(reason) = &result {
-                    tracing::warn!(%sha256, %reason, "staged executable rejected");
-                }
-                self.core.on_stored(&sha256, result);
-            }
-            Input::Fetched {
-                sha256,
-                source,
-                result,
-            } => self.core.on_fetched(&sha256, source, result),
-            Input::Exited { process, report } => {
-                self.groups.0.remove(&process);
-                tracing::info!(%process, status = ?report.status, cpu_seconds = report.cpu_seconds, "process exited");
-                let returned = report.returned;
-                if !returned.files.is_empty() {
-                    self.core
-                        .on_master_files(process, returned.files, returned.bytes);
-                }
-                self.core
-                    .on_exited(process, report.status, report.cpu_seconds);
-            }
-            Input::LogRead { request, result } => self.core.on_log_read(request, result),
-            Input::SuspendSlot(slot, reply) => {
-                let _ = reply.send(self.core.suspend_slot(slot));
-            }
-            Input::ResumeSlot(slot, reply) => {
-                let _ = reply.send(self.core.resume_slot(slot));
-            }
-            Input::Owner(event, reply) => {
-                let now = self.now();
-                let applied = match &mut self.owner {
-                    OwnerInput::Simulated(o) => {
-                        o.apply(event, now);
-                        true
-                    }
-                    OwnerInput::Real(_) => {
-                        tracing::warn!(
-                            ?event,
-                            "owner event for a local RM that measures its real owner; ignored"
-                        );
-                        false
-                    }
-                };
-                if applied {
-                    tracing::info!(?event, "owner event");
-                    self.evaluate();
-                    // Signals go out before the answer does.
-                    self.flush();
-                }
-                if let Some(reply) = reply {
-                    let _ = reply.send(FromLocalControl::OwnerApplied {
-                        applied,
-                        state: self.policy.state().name().into(),
-                        activity: self.policy.activity().name().into(),
-                    });
-                }
-            }
-        }
-    }
-
     /// Policy time now: seconds since the driver started.
     fn now(&self) -> f64 {
         self.epoch.elapsed().as_secs_f64()
@@ -707,210 +572,6 @@ impl Driver {
         let next = Duration::from_secs_f64(self.policy.next_deadline().max(0.0));
         self.policy_at = self.epoch + next;
     }
-
-    /// Carries out the core's effects, including those that carrying them out produces.
-    fn flush(&mut self) {
-        loop {
-            let effects = self.core.take_effects();
-            if effects.is_empty() {
-                return;
-            }
-            for e in effects {
-                self.apply(e);
-            }
-        }
-    }
-
-    fn apply(&mut self, effect: Effect) {
-        match effect {
-            Effect::ToGlobal(msg, payload) => self.global.send(msg, payload),
-            Effect::ToApp(conn, msg) => {
-                let refused = self
-                    .apps
-                    .get(&conn)
-                    .is_some_and(|out| !apps::try_send(out, conn, msg));
-                // The kick ends the connection's task, which reports AppClosed.
-                if refused && let Some(out) = self.apps.remove(&conn) {
-                    out.kick.notify_one();
-                }
-            }
-            Effect::Launch(launch) => self.launch(launch),
-            Effect::Store {
-                executable,
-                payload,
-            } => {
-                let cache = self.cache.clone();
-                let inputs = self.inputs_tx.clone();
-                tokio::spawn(async move {
-                    let sha256 = executable.sha256.clone();
-                    let result =
-                        tokio::task::spawn_blocking(move || cache.store(&executable, &payload))
-                            .await
-                            .map_err(|e| format!("storing the executable failed: {e}"))
-                            .and_then(|r| r.map(|_| ()).map_err(|e| e.to_string()));
-                    let _ = inputs.send(Input::Stored { sha256, result }).await;
-                });
-            }
-            Effect::FetchFrom { executable, source } => {
-                let stager = self.stager.clone();
-                let inputs = self.inputs_tx.clone();
-                tokio::spawn(async move {
-                    let result = stager.fetch(&executable, &source).await;
-                    let sha256 = executable.sha256;
-                    let _ = inputs
-                        .send(Input::Fetched {
-                            sha256,
-                            source,
-                            result,
-                        })
-                        .await;
-                });
-            }
-            Effect::Kill(process) => match self.groups.0.get(&process) {
-                Some(g) => {
-                    let g = g.clone();
-                    let grace = self.kill_grace;
-                    tracing::info!(%process, "killing process group");
-                    tokio::spawn(async move { g.terminate(grace).await });
-                }
-                None => tracing::error!(%process, "kill of a process without a group"),
-            },
-            Effect::Suspend(process) => {
-                if let Some(g) = self.groups.0.get(&process) {
-                    g.suspend();
-                }
-            }
-            Effect::Resume(process) => {
-                if let Some(g) = self.groups.0.get(&process) {
-                    g.resume();
-                }
-            }
-            Effect::Terminate(process) => {
-                if let Some(g) = self.groups.0.get(&process) {
-                    tracing::info!(%process, "vacating: SIGTERM to the process group");
-                    if g.signal(libc::SIGTERM) {
-                        // A stopped group acts on SIGTERM only once continued.
-                        g.resume();
-                    }
-                }
-            }
-            Effect::ReadLog {
-                request,
-                process,
-                job,
-                stream,
-                offset,
-                path,
-            } => {
-                let (name, kept) = match stream {
-                    carmi_api::msg::StdStream::Stdout => ("stdout", "out"),
-                    carmi_api::msg::StdStream::Stderr => ("stderr", "err"),
-                };
-                // Its submit file's path, else its sandbox's file, else (it
-                // exited meanwhile) where that file is kept.
-                let mut paths: Vec<std::path::PathBuf> = path.into_iter().map(Into::into).collect();
-                paths.push(self.launcher.sandbox_dir(process).join(name));
-                paths.push(
-                    self.launcher
-                        .output_dir(job)
-                        .join(format!("{}.{kept}", process.0)),
-                );
-                let inputs = self.inputs_tx.clone();
-                tokio::spawn(async move {
-                    let result = tokio::task::spawn_blocking(move || {
-                        let refs: Vec<&std::path::Path> =
-                            paths.iter().map(|p| p.as_path()).collect();
-                        crate::logread::read_chunk(&refs, offset)
-                    })
-                    .await
-                    .unwrap_or_else(|e| Err(format!("reading the output failed: {e}")));
-                    let _ = inputs.send(Input::LogRead { request, result }).await;
-                });
-            }
-            Effect::KillNow(process) => {
-                if let Some(g) = self.groups.0.get(&process) {
-                    tracing::info!(%process, "vacate grace over: SIGKILL to the process group");
-                    g.kill_now();
-                }
-            }
-        }
-    }
-
-    fn launch(&mut self, launch: Launch) {
-        let Some(program) = self.cache.lookup(&launch.executable) else {
-            self.core.on_cache_miss(launch.process);
-            return;
-        };
-        let mut input_copies = Vec::with_capacity(launch.inputs.len());
-        for input in &launch.inputs {
-            match self.cache.lookup(input) {
-                Some(path) => input_copies.push((path, input.name.clone())),
-                None => {
-                    self.core.on_input_miss(launch.process, input.clone());
-                    return;
-                }
-            }
-        }
-        let spec = LaunchSpec {
-            process: launch.process,
-            job: launch.job,
-            host: launch.host,
-            name: launch.executable.name.clone(),
-            program,
-            args: launch.args,
-            env: launch.env,
-            stdio: (
-                launch.stdio.0.map(PathBuf::from),
-                launch.stdio.1.map(PathBuf::from),
-            ),
-            input_files: launch.input_files.into_iter().map(PathBuf::from).collect(),
-            return_files: launch.return_files,
-            input_copies,
-            capture: match &launch.output {
-                OutputRoute::Keep => Capture::Files,
-                OutputRoute::Discard => Capture::Discard,
-                OutputRoute::Forward { .. } => Capture::Pipes,
-            },
-        };
-        let forward = match launch.output {
-            OutputRoute::Forward { endpoint, request } => Some((
-                ForwardTarget {
-                    endpoint,
-                    request,
-                    job: launch.job,
-                    process: launch.process,
-                    fallback_dir: self.work_dir.join("output").join(launch.job.0.to_string()),
-                },
-                self.secret.clone(),
-            )),
-            _ => None,
-        };
-        let launcher = self.launcher.clone();
-        let inputs = self.inputs_tx.clone();
-        tokio::spawn(async move {
-            let process = spec.process;
-            // The exit must not overtake the launch result in the input queue:
-            // the waiting thread holds its report until the launch is reported.
-            let (launched_tx, launched_rx) = oneshot::channel::<()>();
-            let exit_inputs = inputs.clone();
-            let on_exit = move |report: ExitReport| {
-                let _ = launched_rx.blocking_recv();
-                let _ = exit_inputs.blocking_send(Input::Exited { process, report });
-            };
-            let result = tokio::task::spawn_blocking(move || launcher.launch(&spec, on_exit))
-                .await
-                .map_err(|e| format!("launching failed: {e}"))
-                .and_then(|r| r.map_err(|e| e.to_string()))
-                .map(|launched| {
-                    if let (Some(pipes), Some((target, secret))) = (launched.pipes, forward) {
-                        tokio::spawn(output::forward(pipes, target, secret));
-                    }
-                    launched.group
-                });
-            let _ = inputs.send(Input::Launched { process, result }).await;
-            let _ = launched_tx.send(());
-        });
-    }
 }
 
 /// Resolves at `deadline`; never without one.
@@ -935,6 +596,11 @@ pub(crate) async fn stopped(stop: &mut watch::Receiver<bool>) {
     // The guard wait_for returns must not live across the caller's awaits.
     let _ = stop.wait_for(|s| *s).await.map(|_| ());
 }
+
+#[path = "daemon_effects.rs"]
+mod effects;
+#[path = "daemon_inputs.rs"]
+mod inputs;
 
 #[cfg(test)]
 mod tests {

@@ -29,13 +29,13 @@
 //! - `policy`: the I/O-free owner policy (START/SUSPEND/CONTINUE/PREEMPT/KILL over the live ad).
 //! - `owner`: owner activity sources: the real keyboard/load measurement and the simulated owner.
 //! - `control`: the control connection (owner events from `owner-sim`) and its client, [`control::OwnerLink`].
-//! - `core`: the I/O-free router: connection states, process table, pending fetches, the backlog kept while the global RM is away; its `core_owner.rs` part carries out the owner policy on slots and processes.
+//! - `core`: the I/O-free router: connection states, process table, pending fetches, the backlog kept while the global RM is away; its `core_owner.rs` part carries out the owner policy on slots and processes, its `core_procs.rs` part fetches, launches, kills and reports processes.
 //! - `output`: forwarding a spawned process's stdout/stderr to its requester, with backpressure down to the pipe.
 //! - `peer`: executable staging between machines: fetching from the global RM's store or a
 //!   peer (pipelined, verified), and serving this cache, partial copies included, to peers.
 //! - `apps`: the listener for application processes and one task per connection, each with a bounded queue.
 //! - `global`: the connection to the global RM, with reconnection and backoff, and its bounded queue (`GlobalLink` on the driver's side).
-//! - `daemon`: the driver that feeds socket, process and timer events to `core` and carries out its effects.
+//! - `daemon`: the driver that feeds socket, process and timer events to `core` and carries out its effects (inputs in `daemon_inputs.rs`, effects in `daemon_effects.rs`).
 
 #![warn(missing_docs)]
 

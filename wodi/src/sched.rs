@@ -26,7 +26,8 @@
 //! policy; [`ArrivalOrder`] is the first-come-first-served one.
 //!
 //! Submodules: `dispatch` (the [`Dispatch`] trait and what a policy sees,
-//! re-exported here), `hosts` (desired counts, requests, releases),
+//! re-exported here), `assign` (free workers given queued tickets),
+//! `hosts` (hosts granted, lost, suspended, resumed; desired counts, requests, releases),
 //! `workers` (spawned, joined, detached, lost; a worker for a suspended host
 //! is spawned when it resumes), `check` (invariants) and [`policy`] (giving back idle and suspended hosts,
 //! straggler copies, fast abort: each switched by a [`SchedConfig`] field).
@@ -40,6 +41,7 @@ use crate::ids::{CycleId, StepId, WorkerId};
 use crate::plan::History;
 use crate::stats::{CycleTime, HostRecord, RunOutcome, RunRecord, Stats};
 
+mod assign;
 mod check;
 mod dispatch;
 mod hosts;
@@ -343,116 +345,6 @@ impl Sched {
         self.outputs.pop_front()
     }
 
-    /// The pool granted `host` to `class`: a worker is spawned on it, or it is
-    /// released if the class is already full (or the run finished).
-    pub fn host_added(&mut self, host: HostId, class: &str, speed: Option<f64>, now: Time) {
-        let held = self.hosts.values().filter(|h| h.class == class).count() as u32;
-        let wanted = match self.classes.get_mut(class) {
-            Some(c) => {
-                c.requested = c.requested.saturating_sub(1);
-                held < c.desired
-            }
-            None => false,
-        };
-        if self.finished || !wanted || self.hosts.contains_key(&host) {
-            self.outputs.push_back(Output::ReleaseHost { host });
-            return;
-        }
-        if self.retired.contains(&host) {
-            // The pool offered a host fast abort retired (its exclusion,
-            // `Output::ExcludeHost`, failed or came too late): back it goes,
-            // and another is asked for.
-            self.retired_offers += 1;
-            self.outputs.push_back(Output::ReleaseHost { host });
-            self.top_up(class);
-            return;
-        }
-        self.unpark(speed);
-        self.host_records.push(HostRecord::new(host, class, now));
-        self.hosts.insert(
-            host,
-            Host {
-                class: class.to_string(),
-                worker: None,
-                suspended: false,
-                crashes_in_a_row: 0,
-                speed,
-                record: self.host_records.len() - 1,
-            },
-        );
-        self.spawn_on(host, now);
-    }
-
-    /// The host is gone (taken back, lost or released): its worker is lost
-    /// with it, and a replacement is requested.
-    pub fn host_lost(&mut self, host: HostId, now: Time) {
-        let Some(h) = self.hosts.remove(&host) else {
-            return;
-        };
-        self.host_records[h.record].end(now, !self.finished);
-        if let Some(w) = h.worker {
-            self.drop_worker(w, LossCause::HostGone, now);
-        }
-        self.top_up(&h.class);
-        self.dispatch_all(now);
-    }
-
-    /// The host's owner came back: its worker stops computing.
-    pub fn host_suspended(&mut self, host: HostId, now: Time) {
-        let Some(h) = self.hosts.get_mut(&host) else {
-            return;
-        };
-        if h.suspended {
-            return;
-        }
-        h.suspended = true;
-        self.host_records[h.record].suspended.push((now, None));
-        if let Some(w) = h.worker.and_then(|w| self.workers.get_mut(&w))
-            && w.state != WorkerState::Detached
-        {
-            let deadline = (!w.in_hand.is_empty() || self.cfg.release_suspended)
-                .then(|| now + self.cfg.suspend_timeout);
-            if w.state != WorkerState::Starting || deadline.is_some() {
-                w.state = WorkerState::Suspended { deadline };
-            }
-        }
-    }
-
-    /// The host is free again: its worker goes on (it may still answer steps
-    /// that were re-sent meanwhile; the first answer wins).
-    pub fn host_resumed(&mut self, host: HostId, now: Time) {
-        let Some(h) = self.hosts.get_mut(&host) else {
-            return;
-        };
-        if !h.suspended {
-            return;
-        }
-        h.suspended = false;
-        if let Some(period) = self.host_records[h.record].suspended.last_mut() {
-            period.1 = Some(now);
-        }
-        if let Some(w) = h.worker.and_then(|w| self.workers.get_mut(&w))
-            && matches!(w.state, WorkerState::Suspended { .. })
-        {
-            // Suspended before it connected, it is still starting.
-            w.state = if w.joined {
-                WorkerState::Ready
-            } else {
-                WorkerState::Starting
-            };
-            // The suspension is not the worker's slowness: its clock restarts.
-            if w.front_since.is_some() {
-                w.front_since = Some(now);
-            }
-            if !w.spawned {
-                w.spawned = true;
-                let worker = h.worker.expect("looked up above");
-                self.outputs.push_back(Output::Spawn { host, worker });
-            }
-        }
-        self.dispatch_all(now);
-    }
-
     /// The master began a cycle (recorded for the statistics' cycle boundaries).
     pub fn begin_cycle(&mut self, cycle: CycleId, now: Time) {
         self.cycles.push(CycleTime {
@@ -652,104 +544,6 @@ impl Sched {
             }
         }
         self.dispatch_all(now);
-    }
-
-    /// Gives free workers queued tickets, as the policy chooses, then lets
-    /// the tail policies act on the workers left idle.
-    fn dispatch_all(&mut self, now: Time) {
-        self.dispatch_queue(now);
-        self.settle_idle(now);
-    }
-
-    /// Gives free workers queued tickets, as the policy chooses.
-    fn dispatch_queue(&mut self, now: Time) {
-        if self.queue.is_empty() {
-            return;
-        }
-        let free: Vec<WorkerId> = self
-            .workers
-            .iter()
-            .filter(|(_, w)| w.state == WorkerState::Ready)
-            .map(|(id, _)| *id)
-            .collect();
-        for worker in free {
-            while self.workers[&worker].in_hand.len() < self.cfg.prefetch as usize
-                && !self.queue.is_empty()
-            {
-                let host = self.workers[&worker].host;
-                let view = WorkerView {
-                    worker,
-                    host,
-                    speed: self.hosts.get(&host).and_then(|h| h.speed),
-                };
-                let loads = self.loads();
-                let tasks = &self.tasks;
-                let queue = &self.queue;
-                let eligible = |i: usize| {
-                    tasks
-                        .get(&queue[i])
-                        .is_some_and(|t| !t.copies.contains(&worker))
-                };
-                let step_of = |i: usize| tasks[&queue[i]].step;
-                let coming = self.coming();
-                let board = Board {
-                    now,
-                    workers: &loads,
-                    step_of: &step_of,
-                    history: &self.history,
-                    coming: &coming,
-                    coming_in: self.cfg.reacquire.as_secs_f64(),
-                };
-                let Some(i) = self.dispatch.pick(queue, &view, &board, &eligible) else {
-                    break;
-                };
-                let ticket = self.queue.remove(i).expect("policy picks inside the queue");
-                self.assign(ticket, worker, now);
-            }
-        }
-    }
-
-    /// Every ready worker with the step it computes (its oldest ticket).
-    fn loads(&self) -> Vec<WorkerLoad> {
-        self.workers
-            .iter()
-            .filter(|(_, w)| w.state == WorkerState::Ready)
-            .map(|(id, w)| WorkerLoad {
-                worker: *id,
-                speed: self.hosts.get(&w.host).and_then(|h| h.speed),
-                busy_with: w
-                    .in_hand
-                    .front()
-                    .map(|(_, run)| (self.runs[*run].step(), self.runs[*run].assigned())),
-            })
-            .collect()
-    }
-
-    fn assign(&mut self, ticket: Ticket, worker: WorkerId, now: Time) {
-        let task = self
-            .tasks
-            .get_mut(&ticket)
-            .unwrap_or_else(|| panic!("a closed ticket {ticket:?} was assigned"));
-        task.copies.push(worker);
-        task.queued = false;
-        let w = self
-            .workers
-            .get_mut(&worker)
-            .expect("assigning to a known worker");
-        let speed = self.hosts.get(&w.host).and_then(|h| h.speed);
-        if w.in_hand.is_empty() {
-            w.front_since = Some(now);
-            w.front_struck = false;
-        }
-        self.runs.push(RunRecord::new(
-            task.step, task.cycle, worker, w.host, speed, now,
-        ));
-        w.in_hand.push_back((ticket, self.runs.len() - 1));
-        self.outputs.push_back(Output::Assign {
-            ticket,
-            step: task.step,
-            worker,
-        });
     }
 
     /// Whether fast abort retired `host` (the core has asked the driver to

@@ -20,18 +20,21 @@
 //! A worker whose connection drops is reported lost after a short grace
 //! period, so that a host deletion arriving meanwhile is seen as the cause
 //! (not the step: a vacated host must not count as a crash of a poison step).
+//!
+//! Masters' messages are handled in `server/masters.rs`, CARMI's events in
+//! `server/carmi.rs`; the event loop and the core's outputs stay here.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use carmi_api::client::{Carmi, ConnectOptions, Incoming, connect};
+use carmi_api::client::{Carmi, ConnectOptions, connect};
 use carmi_api::ids::{HostId, ProcessId, RequestId};
-use carmi_api::msg::{Event, FailureCode, Reply, SpawnTarget};
+use carmi_api::msg::SpawnTarget;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use crate::conn::{
     Outgoing, Reader, WriteHalf, Writer, interface_towards, read_hello, spawn_reader, spawn_writer,
@@ -39,10 +42,13 @@ use crate::conn::{
 use crate::ids::{CycleId, StepId, WorkerId};
 use crate::order::LongestFirst;
 use crate::proto::{
-    ClassSpec, FromMaster, FromWorker, Hello, HelloRole, Status, ToMaster, ToWorker, connect_arg,
+    FromMaster, FromWorker, Hello, HelloRole, Status, ToMaster, ToWorker, connect_arg,
 };
 use crate::sched::{LossCause, Output, Sched, SchedConfig, Ticket, Verdict};
 use crate::speed::{BENCHMARK_STEP, BENCHMARK_TICKET, HostSpeeds, SpeedSource};
+
+mod carmi;
+mod masters;
 
 /// How the server is set up.
 #[derive(Clone, Debug)]
@@ -546,325 +552,6 @@ impl Driver {
             }
         }
         false
-    }
-
-    /// The step id of a ticket whose data is still held; forgets it.
-    fn step_of(&mut self, ticket: Ticket) -> Option<(MasterId, StepId)> {
-        self.data.remove(&ticket);
-        self.steps.remove(&ticket)
-    }
-
-    fn on_master(&mut self, m: MasterId, msg: FromMaster, payload: Bytes) {
-        let now = self.now();
-        match msg {
-            FromMaster::Init {
-                classes,
-                executable,
-                args,
-                prefetch,
-                max_attempts,
-                suspend_timeout_ms,
-                ordering,
-                speed,
-                refine_speed,
-                learn_from_wall,
-                policies,
-            } => {
-                if !self.started {
-                    let mut cfg = SchedConfig {
-                        prefetch: prefetch.max(1),
-                        max_attempts: max_attempts.max(1),
-                        suspend_timeout: Duration::from_millis(suspend_timeout_ms),
-                        learn_from_wall,
-                        ..SchedConfig::default()
-                    };
-                    policies.apply(&mut cfg);
-                    let asked: u32 = classes.iter().map(|c| c.count).sum();
-                    self.fewest = match (policies.fewest_hosts, classes.len()) {
-                        (Some(tol), 1) if tol.is_finite() && tol >= 0.0 => Some((
-                            tol,
-                            crate::plan::Hysteresis::new(asked, policies.hysteresis),
-                        )),
-                        (Some(_), n) => {
-                            warn!(
-                                "fewest_hosts needs exactly one class, not {n}: holding what was asked"
-                            );
-                            None
-                        }
-                        _ => None,
-                    };
-                    self.sched = Sched::new(cfg, ordering.dispatch());
-                    self.speeds = HostSpeeds::new(speed, refine_speed);
-                    self.bench_master = Some(m);
-                    self.start = Instant::now();
-                    self.executable = PathBuf::from(executable);
-                    self.args = args;
-                    self.started = true;
-                } else if std::path::Path::new(&executable) != self.executable || args != self.args
-                {
-                    // Shared workers run one executable; say so instead of guessing.
-                    let reason = format!(
-                        "this server's workers run {} {:?}, not {executable} {args:?}",
-                        self.executable.display(),
-                        self.args
-                    );
-                    self.to_master(m, &ToMaster::Fatal { reason }, Bytes::new());
-                    return;
-                }
-                let now = self.now();
-                let Some(conn) = self.masters.get_mut(&m) else {
-                    return;
-                };
-                conn.init = payload;
-                for ClassSpec {
-                    name,
-                    requirements,
-                    count,
-                    speed,
-                } in classes
-                {
-                    self.speeds.set_class_speed(&name, speed);
-                    conn.classes.push((name.clone(), count));
-                    let d = self.desired.entry(name.clone()).or_default();
-                    if *d == 0 {
-                        self.carmi.define_class(name.clone(), requirements);
-                    }
-                    *d += count;
-                    self.sched.set_class(&name, *d, now);
-                }
-                self.to_master(m, &ToMaster::Ready, Bytes::new());
-            }
-            FromMaster::BeginCycle { cycle } => {
-                self.sched.begin_cycle(cycle, now);
-                self.broadcast(Some(m), &ToWorker::BeginCycle { cycle }, &payload);
-                if let Some(conn) = self.masters.get_mut(&m) {
-                    conn.cycle = Some((cycle, payload));
-                }
-            }
-            FromMaster::Step { step } => self.submit(m, step, payload, now),
-            FromMaster::Benchmark => self.speeds.set_benchmark(payload),
-            FromMaster::RestoreHistory => {
-                match serde_json::from_slice::<Vec<crate::checkpoint::SavedEstimate>>(&payload) {
-                    Ok(saved) => crate::checkpoint::restore(self.sched.history_mut(), &saved),
-                    Err(e) => warn!("master {m} sent a history that does not parse: {e}"),
-                }
-            }
-            FromMaster::GetHistory => {
-                let saved = crate::checkpoint::snapshot(self.sched.history());
-                let json = serde_json::to_vec(&saved).expect("estimates serialize");
-                self.to_master(m, &ToMaster::History, Bytes::from(json));
-            }
-            FromMaster::EndCycle { cycle } => {
-                self.sched.end_cycle(cycle, now);
-                self.hold_fewest_hosts(now);
-                self.broadcast(Some(m), &ToWorker::EndCycle { cycle }, &payload);
-            }
-            FromMaster::Complete => {
-                self.retire(m, now);
-                self.flush_outputs();
-                let mut stats = self.sched.stats(now);
-                stats.speed_benchmarks = self.speeds.benchmarks;
-                stats.speed_benchmark_s = self.speeds.benchmark_time.as_secs_f64();
-                let json = serde_json::to_vec(&stats).expect("statistics serialize");
-                self.to_master(m, &ToMaster::Stats, Bytes::from(json));
-            }
-        }
-    }
-
-    fn submit(&mut self, m: MasterId, step: StepId, data: Bytes, now: Duration) {
-        let cycle = self
-            .masters
-            .get(&m)
-            .and_then(|c| c.cycle.as_ref())
-            .map(|(c, _)| *c);
-        // The core's assignments are carried out after this returns, so the
-        // data is in place before any worker is sent the step.
-        if cycle.is_some() && self.fewest.is_some() {
-            self.cycle_steps.push(step);
-        }
-        let ticket = self.sched.submit(step, cycle, now);
-        self.data.insert(ticket, data);
-        self.steps.insert(ticket, (m, step));
-    }
-
-    /// Before a worker computes a step of master `m`, it gets `m`'s init data
-    /// and current cycle data, unless it already holds them.
-    fn switch_context(&mut self, worker: WorkerId, m: MasterId) {
-        if self.context.get(&worker) == Some(&m) {
-            return;
-        }
-        let (Some(w), Some(conn)) = (self.workers.get(&worker), self.masters.get(&m)) else {
-            return;
-        };
-        let _ = w
-            .writer
-            .send(Outgoing::new(&ToWorker::Init, conn.init.clone()));
-        if let Some((cycle, data)) = &conn.cycle {
-            let _ = w.writer.send(Outgoing::new(
-                &ToWorker::BeginCycle { cycle: *cycle },
-                data.clone(),
-            ));
-        }
-        self.context.insert(worker, m);
-    }
-
-    fn on_carmi(&mut self, inc: Incoming) {
-        let now = self.now();
-        let event = match inc {
-            Incoming::Rm(event) => event,
-            Incoming::Disconnected(why) => {
-                self.fatal(&format!("lost the local CARMI RM: {why}"));
-                return;
-            }
-            // What workers print (a panic, a library's warning) is worth
-            // seeing where the run was started: on this server's stderr,
-            // which is the master's, each line marked with its worker.
-            Incoming::Output { process, data, .. } => {
-                let who = self
-                    .processes
-                    .get(&process)
-                    .map_or_else(|| format!("process {process}"), |w| format!("worker {w}"));
-                let text = String::from_utf8_lossy(&data);
-                for line in text.lines().filter(|l| !l.trim().is_empty()) {
-                    eprintln!("[{who}] {line}");
-                }
-                return;
-            }
-            _ => return,
-        };
-        match event {
-            Event::HostsAdded { request, hosts, .. } => {
-                let Some(class) = self.host_requests.get(&request).cloned() else {
-                    return;
-                };
-                let ids: Vec<HostId> = hosts.iter().map(|h| h.host).collect();
-                self.carmi.suspend_notify(&ids);
-                self.carmi.resume_notify(&ids);
-                self.carmi.delete_notify(&ids);
-                for h in hosts {
-                    info!("host {} ({}) added to class {class}", h.host, h.name);
-                    let need_ad = self.speeds.host_added(
-                        &mut self.sched,
-                        h.host,
-                        &h.name,
-                        &class,
-                        &h.ad,
-                        now,
-                    );
-                    if need_ad {
-                        let id = self.carmi.get_host_info(h.host);
-                        self.info_requests.insert(id, h.host);
-                    }
-                }
-            }
-            Event::HostDeleted { host, reason, .. } => {
-                info!("host {host} deleted: {reason}");
-                self.speeds.host_gone(host);
-                self.sched.host_lost(host, now);
-            }
-            Event::HostSuspended { host, .. } => self.sched.host_suspended(host, now),
-            Event::HostResumed { host, .. } => self.sched.host_resumed(host, now),
-            Event::ProcessStarted {
-                request, process, ..
-            } => {
-                if let Some(worker) = self.spawns.remove(&request) {
-                    self.processes.insert(process, worker);
-                }
-            }
-            Event::ProcessExited {
-                request,
-                process,
-                status,
-                ..
-            } => {
-                if let Some(worker) = self.spawns.remove(&request) {
-                    // It never started (no `ProcessStarted`): the local RM
-                    // refused or could not start it.
-                    warn!("{worker} could not start: {status:?}");
-                    self.sched.spawn_failed(worker, false, now);
-                } else if let Some(worker) = self.processes.remove(&process) {
-                    info!("{worker} ({process}) exited: {status:?}");
-                    // The connection's own loss (with its grace period) decides;
-                    // a worker that never connected is lost here.
-                    if !self.workers.contains_key(&worker) {
-                        let tx = self.events_tx.clone();
-                        let grace = self.loss_grace;
-                        tokio::spawn(async move {
-                            tokio::time::sleep(grace).await;
-                            let _ = tx.send(Ev::LossDue(worker));
-                        });
-                    }
-                }
-            }
-            Event::Failed { request, failure } => {
-                if self.cancelled.remove(&request) {
-                    // Withdrawn on purpose (the core already stopped counting it).
-                    self.host_requests.remove(&request);
-                    info!("host request {request} withdrawn: {}", failure.message);
-                    return;
-                }
-                if let Some(class) = self.host_requests.remove(&request) {
-                    warn!("request for hosts of {class} failed: {}", failure.message);
-                    self.sched.hosts_not_granted(&class, u32::MAX, now);
-                    if failure.code == FailureCode::Unavailable {
-                        // Transient: the pool will serve the request again soon.
-                        let tx = self.events_tx.clone();
-                        tokio::spawn(async move {
-                            tokio::time::sleep(HOST_RETRY).await;
-                            let _ = tx.send(Ev::RetryHosts(class));
-                        });
-                        return;
-                    }
-                    self.fatal(&format!(
-                        "the pool refused hosts of class {class}: {}",
-                        failure.message
-                    ));
-                } else if let Some(worker) = self.spawns.remove(&request) {
-                    let suspended = failure.code == FailureCode::HostSuspended;
-                    if suspended {
-                        // Not a crash: the core spawns it again when the host resumes.
-                        info!("{worker} waits for its host to resume: {}", failure.message);
-                        self.sched.spawn_failed(worker, true, now);
-                        return;
-                    }
-                    warn!("spawning {worker} failed: {}", failure.message);
-                    if failure.code == FailureCode::BadExecutable {
-                        // Every host would refuse it the same way.
-                        self.fatal(&format!(
-                            "the worker executable {} cannot be used: {}",
-                            self.executable.display(),
-                            failure.message
-                        ));
-                    }
-                    self.sched.spawn_failed(worker, false, now);
-                } else if let Some((host, class)) = self.exclusions.remove(&request) {
-                    // Not fatal: the core gives the host back again whenever
-                    // the pool offers it (and counts it in the statistics).
-                    warn!(
-                        "the pool did not exclude host {host} from class {class}: {}",
-                        failure.message
-                    );
-                } else if self.cancels.remove(&request) {
-                    debug!("cancel {request} came too late: {}", failure.message);
-                } else {
-                    warn!("CARMI request {request} failed: {}", failure.message);
-                }
-            }
-            Event::Done {
-                request,
-                reply: Reply::Host(info),
-            } => {
-                if let Some(host) = self.info_requests.remove(&request) {
-                    self.speeds.host_ad(&mut self.sched, host, &info.ad);
-                }
-            }
-            Event::Done { request, .. } => {
-                self.cancels.remove(&request);
-                if let Some((host, class)) = self.exclusions.remove(&request) {
-                    info!("host {host} is excluded from class {class}");
-                }
-            }
-        }
     }
 
     /// Carries out the core's decisions.

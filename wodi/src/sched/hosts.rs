@@ -1,11 +1,13 @@
-//! How many hosts the run holds: the desired count per class, requests for
-//! the missing ones, giving hosts back, and the fewest-hosts estimate.
+//! The run's hosts: granted, lost, suspended and resumed; how many it holds
+//! (the desired count per class, requests for the missing ones), giving
+//! hosts back, and the fewest-hosts estimate.
 
 use carmi_api::ids::HostId;
 
-use super::{Class, LossCause, Output, Sched, Time};
+use super::{Class, Host, LossCause, Output, Sched, Time, WorkerState};
 use crate::ids::StepId;
 use crate::plan::fewest_hosts;
+use crate::stats::HostRecord;
 
 impl Sched {
     /// The fewest hosts, given the speeds of those held now (and speed 1 for
@@ -113,5 +115,115 @@ impl Sched {
         if let Some(c) = self.classes.get_mut(class) {
             c.requested = c.requested.saturating_sub(count);
         }
+    }
+
+    /// The pool granted `host` to `class`: a worker is spawned on it, or it is
+    /// released if the class is already full (or the run finished).
+    pub fn host_added(&mut self, host: HostId, class: &str, speed: Option<f64>, now: Time) {
+        let held = self.hosts.values().filter(|h| h.class == class).count() as u32;
+        let wanted = match self.classes.get_mut(class) {
+            Some(c) => {
+                c.requested = c.requested.saturating_sub(1);
+                held < c.desired
+            }
+            None => false,
+        };
+        if self.finished || !wanted || self.hosts.contains_key(&host) {
+            self.outputs.push_back(Output::ReleaseHost { host });
+            return;
+        }
+        if self.retired.contains(&host) {
+            // The pool offered a host fast abort retired (its exclusion,
+            // `Output::ExcludeHost`, failed or came too late): back it goes,
+            // and another is asked for.
+            self.retired_offers += 1;
+            self.outputs.push_back(Output::ReleaseHost { host });
+            self.top_up(class);
+            return;
+        }
+        self.unpark(speed);
+        self.host_records.push(HostRecord::new(host, class, now));
+        self.hosts.insert(
+            host,
+            Host {
+                class: class.to_string(),
+                worker: None,
+                suspended: false,
+                crashes_in_a_row: 0,
+                speed,
+                record: self.host_records.len() - 1,
+            },
+        );
+        self.spawn_on(host, now);
+    }
+
+    /// The host is gone (taken back, lost or released): its worker is lost
+    /// with it, and a replacement is requested.
+    pub fn host_lost(&mut self, host: HostId, now: Time) {
+        let Some(h) = self.hosts.remove(&host) else {
+            return;
+        };
+        self.host_records[h.record].end(now, !self.finished);
+        if let Some(w) = h.worker {
+            self.drop_worker(w, LossCause::HostGone, now);
+        }
+        self.top_up(&h.class);
+        self.dispatch_all(now);
+    }
+
+    /// The host's owner came back: its worker stops computing.
+    pub fn host_suspended(&mut self, host: HostId, now: Time) {
+        let Some(h) = self.hosts.get_mut(&host) else {
+            return;
+        };
+        if h.suspended {
+            return;
+        }
+        h.suspended = true;
+        self.host_records[h.record].suspended.push((now, None));
+        if let Some(w) = h.worker.and_then(|w| self.workers.get_mut(&w))
+            && w.state != WorkerState::Detached
+        {
+            let deadline = (!w.in_hand.is_empty() || self.cfg.release_suspended)
+                .then(|| now + self.cfg.suspend_timeout);
+            if w.state != WorkerState::Starting || deadline.is_some() {
+                w.state = WorkerState::Suspended { deadline };
+            }
+        }
+    }
+
+    /// The host is free again: its worker goes on (it may still answer steps
+    /// that were re-sent meanwhile; the first answer wins).
+    pub fn host_resumed(&mut self, host: HostId, now: Time) {
+        let Some(h) = self.hosts.get_mut(&host) else {
+            return;
+        };
+        if !h.suspended {
+            return;
+        }
+        h.suspended = false;
+        if let Some(period) = self.host_records[h.record].suspended.last_mut() {
+            period.1 = Some(now);
+        }
+        if let Some(w) = h.worker.and_then(|w| self.workers.get_mut(&w))
+            && matches!(w.state, WorkerState::Suspended { .. })
+        {
+            // Suspended before it connected, it is still starting.
+            w.state = if w.joined {
+                WorkerState::Ready
+            } else {
+                WorkerState::Starting
+            };
+            // The suspension is not the worker's slowness: its clock restarts.
+            if w.front_since.is_some() {
+                w.front_since = Some(now);
+            }
+            if !w.spawned {
+                w.spawned = true;
+                let worker = h.worker.expect("looked up above");
+                self.outputs.push_back(Output::Spawn { host, worker });
+            }
+        }
+        self.dispatch_all(now);
     }
 }

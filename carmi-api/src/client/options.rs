@@ -1,0 +1,188 @@
+//! How a process finds its local RM and says who it is: [`ConnectOptions`],
+//! set by hand or read from the environment the local RM gives the
+//! processes it starts, and why connecting can fail ([`ConnectError`]).
+//!
+//! Kept apart from `client.rs` (the connection, its tasks and the request
+//! methods) so that each file stays readable. Re-exported from
+//! [`crate::client`].
+
+use std::str::FromStr;
+
+use crate::handshake::{HandshakeError, Secret};
+use crate::ids::{JobId, ParseIdError, ProcessId};
+
+/// Environment variable: `host:port` of the local RM.
+pub const ENV_LOCAL: &str = "CARMI_LOCAL";
+/// Environment variable: path of the pool secret file.
+pub const ENV_SECRET_FILE: &str = "CARMI_SECRET_FILE";
+/// Environment variable: the job this process belongs to (`3` or `j3`).
+pub const ENV_JOB: &str = "CARMI_JOB";
+/// Environment variable: this process's id (`5` or `p5`).
+pub const ENV_PROCESS: &str = "CARMI_PROCESS";
+/// Environment variable (optional): the host name or address on which this
+/// process accepts direct messages, when peers cannot reach it at the address
+/// it uses to reach its local RM (for instance when that is `127.0.0.1`).
+pub const ENV_ENDPOINT_HOST: &str = "CARMI_ENDPOINT_HOST";
+
+/// How to reach the local RM and who this process is.
+#[derive(Clone, Debug)]
+pub struct ConnectOptions {
+    /// `host:port` of the local RM.
+    pub local: String,
+    /// The pool's shared secret.
+    pub secret: Secret,
+    /// The job to join; `None` starts a new job with this process as its first process.
+    pub job: Option<JobId>,
+    /// The id the RM gave this process when it started it; `None` otherwise.
+    pub process: Option<ProcessId>,
+    /// Where peers should connect for direct messages (a host name or
+    /// address; the port is chosen by the system). `None` listens on the
+    /// address this process uses to reach its local RM.
+    pub endpoint_host: Option<String>,
+}
+
+impl ConnectOptions {
+    /// Options for a new job's first process: no job, no process id, default endpoint.
+    pub fn new(local: impl Into<String>, secret: Secret) -> ConnectOptions {
+        ConnectOptions {
+            local: local.into(),
+            secret,
+            job: None,
+            process: None,
+            endpoint_host: None,
+        }
+    }
+
+    /// Reads `CARMI_LOCAL`, `CARMI_SECRET_FILE`, `CARMI_JOB`, `CARMI_PROCESS`
+    /// and `CARMI_ENDPOINT_HOST`, as the local RM sets them for the processes
+    /// it starts. A program started by hand finds its local RM and secret as
+    /// `carmi` does (see [`crate::coords`]): `CARMI_LOCAL`/`CARMI_SECRET`,
+    /// then the embedded pool `carmi pool up` runs, then the user's config
+    /// file.
+    pub fn from_env() -> Result<ConnectOptions, ConnectError> {
+        ConnectOptions::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// [`ConnectOptions::from_env`] over any source of variables (tests do not
+    /// touch the process environment, which is shared between threads).
+    pub(super) fn from_vars(
+        var: impl Fn(&str) -> Option<String>,
+    ) -> Result<ConnectOptions, ConnectError> {
+        // An empty variable is treated as unset: shells make `X=` easy to write by mistake.
+        let get = |name: &str| var(name).filter(|v: &String| !v.trim().is_empty());
+        let coords = crate::coords::resolve(&Default::default(), &|k| get(k))
+            .map_err(ConnectError::Config)?;
+        let missing = |key: &'static str| ConnectError::NoPool {
+            key,
+            hint: crate::coords::where_to_give(key, &|k| get(k)),
+        };
+        let local = coords.local.ok_or_else(|| missing("local"))?;
+        let secret_path = coords.secret.ok_or_else(|| missing("secret"))?;
+        let secret = Secret::from_file(&secret_path).map_err(ConnectError::Secret)?;
+        let job = parse_id_var(ENV_JOB, get(ENV_JOB))?;
+        let process = parse_id_var(ENV_PROCESS, get(ENV_PROCESS))?;
+        if process.is_some() && job.is_none() {
+            // A process id means the RM started us, and it always says for which job.
+            return Err(ConnectError::MissingVar(ENV_JOB));
+        }
+        Ok(ConnectOptions {
+            local,
+            secret,
+            job,
+            process,
+            endpoint_host: get(ENV_ENDPOINT_HOST),
+        })
+    }
+}
+
+/// Parses the id in environment variable `name`, if it is set.
+fn parse_id_var<T: FromStr<Err = ParseIdError>>(
+    name: &'static str,
+    value: Option<String>,
+) -> Result<Option<T>, ConnectError> {
+    value
+        .map(|v| {
+            v.trim()
+                .parse()
+                .map_err(|e: ParseIdError| ConnectError::BadVar {
+                    var: name,
+                    value: v.clone(),
+                    reason: e.to_string(),
+                })
+        })
+        .transpose()
+}
+
+/// Why [`connect`](super::connect) (or [`ConnectOptions::from_env`]) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// A required environment variable is not set.
+    #[error(
+        "environment variable {0} is not set (the local RM sets it for the processes it starts)"
+    )]
+    MissingVar(&'static str),
+    /// No source names the pool's local RM or secret.
+    #[error("no pool {key} for this program: {hint}")]
+    NoPool {
+        /// `local` or `secret`.
+        key: &'static str,
+        /// Every place it may be given.
+        hint: String,
+    },
+    /// The config file or the embedded pool's record is broken.
+    #[error("pool coordinates: {0}")]
+    Config(crate::coords::FileError),
+    /// An environment variable has a value that makes no sense.
+    #[error("environment variable {var}={value:?}: {reason}")]
+    BadVar {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The secret file could not be read or holds no usable secret.
+    #[error("pool secret: {0}")]
+    Secret(HandshakeError),
+    /// The local RM could not be reached.
+    #[error("cannot reach the local RM at {addr}: {error}")]
+    Unreachable {
+        /// The address tried.
+        addr: String,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The listener for direct messages could not be opened.
+    #[error("cannot listen for direct messages on {addr}: {error}")]
+    Listen {
+        /// The address tried.
+        addr: String,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The local RM and this process do not share the pool secret.
+    #[error(
+        "authentication with the local RM at {addr} failed: it does not know this process's pool secret (wrong secret file?)"
+    )]
+    WrongSecret {
+        /// The local RM.
+        addr: String,
+    },
+    /// The handshake failed for another reason (version, timeout, refusal).
+    #[error("handshake with the local RM at {addr} failed: {error}")]
+    Handshake {
+        /// The local RM.
+        addr: String,
+        /// Why.
+        error: HandshakeError,
+    },
+    /// The handshake succeeded but the RM did not attach this process.
+    #[error("the local RM at {addr} did not attach this process: {reason}")]
+    NotAttached {
+        /// The local RM.
+        addr: String,
+        /// What happened instead.
+        reason: String,
+    },
+}

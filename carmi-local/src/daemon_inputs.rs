@@ -1,0 +1,151 @@
+//! The driver's inputs: each event from the global link, application
+//! connections, launches, stores, exits and the owner handed to the core.
+//!
+//! Kept apart from `daemon.rs` (startup, the select loop, shutdown) so that
+//! each file stays readable.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use carmi_api::msg::{FromGlobal, FromLocalControl, ToGlobal};
+use tokio::time::{Instant, MissedTickBehavior};
+
+use super::{Driver, Input, OwnerInput, stage_endpoint_for};
+
+impl Driver {
+    /// Hands one input to the core (or to the link, cache or policy it concerns).
+    pub(super) fn handle(&mut self, input: Input) {
+        match input {
+            Input::GlobalUp { out, local_ip } => {
+                self.global.up(out);
+                self.global_local_ip = local_ip;
+                let values = self.policy.public_values(self.unix_epoch);
+                let ad = self
+                    .machine
+                    .advertise_text(&values, &self.policy.expressions());
+                self.core.on_global_connected(ad);
+            }
+            Input::Global(msg, payload) => {
+                if let FromGlobal::Registered { heartbeat_ms, .. } = &msg {
+                    let period = if *heartbeat_ms == 0 {
+                        self.heartbeat_fallback
+                    } else {
+                        Duration::from_millis(*heartbeat_ms)
+                    };
+                    tracing::info!(
+                        period_ms = period.as_millis() as u64,
+                        "registered with the global RM"
+                    );
+                    let mut i = tokio::time::interval_at(Instant::now() + period, period);
+                    i.set_missed_tick_behavior(MissedTickBehavior::Delay);
+                    self.heartbeat = Some(i);
+                }
+                let registered = matches!(msg, FromGlobal::Registered { .. });
+                self.core.on_global(msg, payload);
+                if registered && self.global.is_up() {
+                    let endpoint =
+                        stage_endpoint_for(self.stage_endpoint, self.global_local_ip).to_string();
+                    self.global
+                        .send(ToGlobal::StageServe { endpoint }, Bytes::new());
+                }
+            }
+            Input::GlobalDown { failed, rest } => {
+                self.heartbeat = None;
+                let unsent = self.global.down(failed, rest);
+                tracing::info!(
+                    unsent = unsent.len(),
+                    "lost the global RM; processes keep running"
+                );
+                self.core.on_global_lost(unsent);
+            }
+            Input::AppConnected {
+                conn,
+                job,
+                process,
+                endpoint,
+                out,
+            } => {
+                self.apps.insert(conn, out);
+                self.core.on_app_connected(conn, job, process, endpoint);
+            }
+            Input::AppRequest { conn, id, body } => self.core.on_app_request(conn, id, body),
+            Input::AppUpload {
+                conn,
+                executable,
+                payload,
+            } => self.core.on_app_upload(conn, executable, payload),
+            Input::AppClosed { conn } => {
+                self.apps.remove(&conn);
+                self.core.on_app_closed(conn);
+            }
+            Input::Launched { process, result } => match result {
+                Ok(group) => {
+                    self.groups.0.insert(process, group);
+                    self.core.on_launched(process, Ok(()));
+                }
+                Err(reason) => {
+                    tracing::warn!(%process, %reason, "process could not be started");
+                    self.core.on_launched(process, Err(reason));
+                }
+            },
+            Input::Stored { sha256, result } => {
+                if let Err(reason) = &result {
+                    tracing::warn!(%sha256, %reason, "staged executable rejected");
+                }
+                self.core.on_stored(&sha256, result);
+            }
+            Input::Fetched {
+                sha256,
+                source,
+                result,
+            } => self.core.on_fetched(&sha256, source, result),
+            Input::Exited { process, report } => {
+                self.groups.0.remove(&process);
+                tracing::info!(%process, status = ?report.status, cpu_seconds = report.cpu_seconds, "process exited");
+                let returned = report.returned;
+                if !returned.files.is_empty() {
+                    self.core
+                        .on_master_files(process, returned.files, returned.bytes);
+                }
+                self.core
+                    .on_exited(process, report.status, report.cpu_seconds);
+            }
+            Input::LogRead { request, result } => self.core.on_log_read(request, result),
+            Input::SuspendSlot(slot, reply) => {
+                let _ = reply.send(self.core.suspend_slot(slot));
+            }
+            Input::ResumeSlot(slot, reply) => {
+                let _ = reply.send(self.core.resume_slot(slot));
+            }
+            Input::Owner(event, reply) => {
+                let now = self.now();
+                let applied = match &mut self.owner {
+                    OwnerInput::Simulated(o) => {
+                        o.apply(event, now);
+                        true
+                    }
+                    OwnerInput::Real(_) => {
+                        tracing::warn!(
+                            ?event,
+                            "owner event for a local RM that measures its real owner; ignored"
+                        );
+                        false
+                    }
+                };
+                if applied {
+                    tracing::info!(?event, "owner event");
+                    self.evaluate();
+                    // Signals go out before the answer does.
+                    self.flush();
+                }
+                if let Some(reply) = reply {
+                    let _ = reply.send(FromLocalControl::OwnerApplied {
+                        applied,
+                        state: self.policy.state().name().into(),
+                        activity: self.policy.activity().name().into(),
+                    });
+                }
+            }
+        }
+    }
+}
