@@ -6,15 +6,7 @@
 fn wodi_depends_on_neither_daemon_nor_the_pool_nor_the_owner_models() {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = std::process::Command::new(cargo)
-        .args([
-            "tree",
-            "-p",
-            "wodi",
-            "-e",
-            "normal",
-            "--prefix",
-            "none",
-        ])
+        .args(["tree", "-p", "wodi", "-e", "normal", "--prefix", "none"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("run cargo tree");
