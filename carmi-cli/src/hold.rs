@@ -45,10 +45,7 @@ pub struct ReleaseArgs {
 
 /// Who holds: the user, as `carmi submit` names the owner.
 fn user() -> String {
-    std::env::var("USER")
-        .ok()
-        .filter(|u| !u.is_empty())
-        .unwrap_or_else(|| "unknown".into())
+    crate::jobs::user_name()
 }
 
 /// Runs `carmi hold`.

@@ -539,3 +539,25 @@ fn version_and_bad_arguments_say_so_without_a_backtrace() {
         "{err}"
     );
 }
+
+#[test]
+fn the_owner_is_the_user_even_without_user_in_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("m.sh"), "#!/bin/sh\n").unwrap();
+    std::fs::write(dir.path().join("job.sub"), "executable = m.sh\nqueue\n").unwrap();
+    let me = std::process::Command::new("id")
+        .arg("-un")
+        .output()
+        .unwrap();
+    let me = text(&me.stdout).trim().to_string();
+    let out = carmi()
+        .args(["submit", "--dry-run", "job.sub"])
+        .current_dir(dir.path())
+        .env_remove("USER")
+        .env_remove("LOGNAME")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let ads = text(&out.stdout);
+    assert!(ads.contains(&format!("Owner = \"{me}\"")), "{ads}");
+}
