@@ -15,6 +15,11 @@ pub const HEARTBEAT_MS: u64 = 200;
 /// Missed heartbeats before a machine is declared lost.
 pub const MISSED_HEARTBEATS: u32 = 3;
 
+/// A command's output as text, for assertions and messages.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
 /// Where cargo put the workspace binaries, building them first if needed.
 pub fn bin_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
@@ -304,6 +309,50 @@ impl Pool {
         if let Some(mut c) = self.locals[i].child.take() {
             let _ = c.kill();
             let _ = c.wait();
+        }
+    }
+
+    /// `carmi` aimed at this pool as a user outside it runs it: the pool
+    /// and its secret from the environment, no config file, no embedded
+    /// pool's record, no machine named (tests add `CARMI_MACHINE` to pin).
+    pub fn carmi(&self) -> Command {
+        let mut cmd = Command::new(bin_dir().join("carmi"));
+        cmd.env("CARMI_POOL", &self.global_addr)
+            .env("CARMI_SECRET", &self.secret_path)
+            .env("CARMI_CONFIG", "/nonexistent/carmi-config.toml")
+            .env("XDG_STATE_HOME", "/nonexistent/carmi-state")
+            .env_remove("CARMI_MACHINE")
+            .env_remove("CARMI_LOCAL");
+        cmd
+    }
+
+    /// Blocks until every local RM of the pool is registered with its
+    /// slots (as `carmi status --json` shows them), at most 30 s.
+    pub fn wait_registered(&self) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let out = self.carmi().args(["status", "--json"]).output();
+            let up = out.ok().filter(|o| o.status.success()).is_some_and(|o| {
+                let machines: serde_json::Value =
+                    serde_json::from_slice(&o.stdout).unwrap_or_default();
+                self.locals.iter().all(|l| {
+                    machines.as_array().is_some_and(|ms| {
+                        ms.iter().any(|m| {
+                            m["name"] == l.name.as_str()
+                                && m["slots"].as_array().is_some_and(|s| !s.is_empty())
+                        })
+                    })
+                })
+            });
+            if up {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the pool did not come up\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 

@@ -12,22 +12,13 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use carmi_tests::{Pool, bin_dir};
+use carmi_tests::{Pool, text};
 
 /// `carmi` as a user on a laptop runs it: no machine named, no config file.
 fn carmi(pool: &Pool, dir: &Path) -> Command {
-    let mut cmd = Command::new(bin_dir().join("carmi"));
-    cmd.current_dir(dir)
-        .env("CARMI_POOL", &pool.global_addr)
-        .env("CARMI_SECRET", &pool.secret_path)
-        .env("CARMI_CONFIG", "/nonexistent/carmi-config.toml")
-        .env("XDG_STATE_HOME", "/nonexistent/carmi-state")
-        .env_remove("CARMI_MACHINE");
+    let mut cmd = pool.carmi();
+    cmd.current_dir(dir);
     cmd
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 fn ok(out: Output, pool: &Pool) -> String {
@@ -38,19 +29,6 @@ fn ok(out: Output, pool: &Pool) -> String {
         pool.logs()
     );
     text(&out.stdout)
-}
-
-fn wait_pool(pool: &Pool, dir: &Path, machines: usize) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let want = format!("{machines} machine");
-    loop {
-        let out = carmi(pool, dir).arg("status").output().unwrap();
-        if out.status.success() && text(&out.stdout).contains(&want) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "pool not up\n{}", pool.logs());
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 #[test]
@@ -67,7 +45,7 @@ fn a_job_from_outside_the_pool_runs_and_its_files_come_back() {
     );
     let submit_dir = pool.dir.join("laptop").join("project");
     std::fs::create_dir_all(&submit_dir).unwrap();
-    wait_pool(&pool, &submit_dir, 2);
+    pool.wait_registered();
     {
         use std::os::unix::fs::PermissionsExt;
         let exe = submit_dir.join("master.sh");
@@ -194,7 +172,7 @@ fn a_master_that_fits_no_machine_waits_and_q_says_why() {
     let pool = Pool::start("anywhere-wait", 1, &[vec!["Big=false".into()]]);
     let dir = pool.dir.join("laptop");
     std::fs::create_dir_all(&dir).unwrap();
-    wait_pool(&pool, &dir, 1);
+    pool.wait_registered();
     {
         use std::os::unix::fs::PermissionsExt;
         let exe = dir.join("master.sh");
@@ -228,7 +206,7 @@ fn a_master_whose_machine_dies_starts_again_elsewhere_and_its_output_comes_back(
     let mut pool = Pool::start("anywhere-lost", 1, &[vec![], vec![]]);
     let dir = pool.dir.join("laptop");
     std::fs::create_dir_all(&dir).unwrap();
-    wait_pool(&pool, &dir, 2);
+    pool.wait_registered();
     // The first run leaves a mark and waits (to be cut off); the second
     // finds the mark (this test shares one file system) and exits.
     let mark = dir.join("first-run");

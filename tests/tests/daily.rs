@@ -4,37 +4,18 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
-use std::time::{Duration, Instant};
 
-use carmi_tests::{Pool, bin_dir};
+use carmi_tests::{Pool, text};
 
 fn pool(name: &str) -> Pool {
     Pool::start(name, 2, &[vec!["Arch=\"X86_64\"".to_string()]])
 }
 
-fn wait_pool(pool: &Pool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !carmi(pool).arg("status").output().unwrap().status.success()
-        || !String::from_utf8_lossy(&carmi(pool).arg("status").output().unwrap().stdout)
-            .contains("2 slots")
-    {
-        assert!(Instant::now() < deadline, "pool not up\n{}", pool.logs());
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
+/// `carmi` with the masters pinned to m0.
 fn carmi(pool: &Pool) -> std::process::Command {
-    let mut cmd = std::process::Command::new(bin_dir().join("carmi"));
-    cmd.env("CARMI_POOL", &pool.global_addr)
-        .env("CARMI_SECRET", &pool.secret_path)
-        .env("CARMI_CONFIG", "/nonexistent/carmi-config.toml")
-        .env("XDG_STATE_HOME", "/nonexistent/carmi-state")
-        .env("CARMI_MACHINE", "m0");
+    let mut cmd = pool.carmi();
+    cmd.env("CARMI_MACHINE", "m0");
     cmd
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 /// Writes `<name>.sh` with `script` and `<name>.sub` running it; returns the submit file.
@@ -79,7 +60,7 @@ fn status_shows_an_owners_attributes_and_the_policy_state() {
             "Lab=\"optics\"".to_string(),
         ]],
     );
-    wait_pool(&pool);
+    pool.wait_registered();
     let out = carmi(&pool)
         .args([
             "status",
@@ -114,7 +95,7 @@ fn status_shows_an_owners_attributes_and_the_policy_state() {
 #[test]
 fn wait_exits_with_the_jobs_exit_status() {
     let pool = pool("daily-wait");
-    wait_pool(&pool);
+    pool.wait_registered();
     let three = submit(&pool, &job(&pool.dir, "three", "sleep 0.3; exit 3"));
     let out = wait(&pool, &[&three]);
     assert_eq!(
@@ -225,7 +206,7 @@ fn an_htcondor_style_submit_file_runs_each_copy() {
             "Requirements=TARGET.Department == \"physics\"".to_string(),
         ]],
     );
-    wait_pool(&pool);
+    pool.wait_registered();
     job(&pool.dir, "copy", "echo \"copy $1\"");
     let sub = pool.dir.join("condor.sub");
     std::fs::write(&sub, CONDOR_STYLE).unwrap();

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use carmi_api::admin::request;
 use carmi_api::exe::sha256_hex;
 use carmi_api::msg::{ExecutableRef, FromGlobal, JobEnd, SubmitRequest, ToGlobal};
-use carmi_tests::{Pool, bin_dir};
+use carmi_tests::Pool;
 
 const MASTER: &str = "#!/bin/sh\nexit 0\n";
 
@@ -17,30 +17,10 @@ fn pool(name: &str) -> Pool {
     Pool::start(name, 2, &[vec!["Arch=\"X86_64\"".to_string()]])
 }
 
-async fn wait_pool(pool: &Pool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let machines = carmi_api::admin::pool_status(&pool.global_addr, &pool.secret)
-            .await
-            .expect("status");
-        if machines.iter().map(|m| m.slots.len()).sum::<usize>() == 2 {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "pool did not come up\n{}",
-            pool.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
+/// `carmi` with the masters pinned to m0.
 fn carmi(pool: &Pool) -> std::process::Command {
-    let mut cmd = std::process::Command::new(bin_dir().join("carmi"));
-    cmd.env("CARMI_POOL", &pool.global_addr)
-        .env("CARMI_SECRET", &pool.secret_path)
-        .env("CARMI_CONFIG", "/nonexistent/carmi-config.toml")
-        .env("CARMI_MACHINE", "m0");
+    let mut cmd = pool.carmi();
+    cmd.env("CARMI_MACHINE", "m0");
     cmd
 }
 
@@ -102,7 +82,7 @@ fn queue_is_empty(pool: &Pool) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_huge_machine_count_is_refused_naming_the_limit_and_the_global_rm_keeps_serving() {
     let pool = pool("door-count");
-    wait_pool(&pool).await;
+    pool.wait_registered();
     let file = write_job(
         &pool.dir,
         "huge.sub",
@@ -205,7 +185,7 @@ async fn wait_history(pool: &Pool, job: u64) -> JobEnd {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ten_megabyte_arguments_line_is_refused_at_submit() {
     let pool = pool("door-args");
-    wait_pool(&pool).await;
+    pool.wait_registered();
     let body = format!(
         "executable = master.sh\narguments = {}\nqueue\n",
         "x".repeat(10 << 20)
@@ -254,7 +234,7 @@ async fn a_ten_megabyte_arguments_line_is_refused_at_submit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_that_cannot_start_shows_in_history_with_the_exec_error() {
     let mut pool = pool("door-history");
-    wait_pool(&pool).await;
+    pool.wait_registered();
     // Its interpreter does not exist: `exec` fails with ENOENT. (A file
     // with no `#!` at all would be run by /bin/sh, as execvp does.)
     let file = write_job(

@@ -10,7 +10,7 @@ use carmi_api::admin::request;
 use carmi_api::exe::sha256_hex;
 use carmi_api::ids::JobId;
 use carmi_api::msg::{ExecutableRef, FromGlobal, JobStatus, SubmitRequest, ToGlobal};
-use carmi_tests::{Pool, bin_dir};
+use carmi_tests::Pool;
 
 const MASTER: &str = "#!/bin/sh\nwhile [ ! -e \"$STOP\" ]; do sleep 0.05; done\n";
 
@@ -78,28 +78,10 @@ async fn wait_for(pool: &Pool, what: &str, want: impl Fn(&[JobStatus]) -> bool) 
 }
 
 /// Waits until every machine has registered (6 slots online).
-async fn wait_pool(pool: &Pool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let machines = carmi_api::admin::pool_status(&pool.global_addr, &pool.secret)
-            .await
-            .expect("status");
-        if machines.iter().map(|m| m.slots.len()).sum::<usize>() == 6 {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "pool did not come up\n{}",
-            pool.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_jobs_whose_minimums_cannot_both_be_met_run_one_after_the_other() {
     let pool = pool("jobs-fifo");
-    wait_pool(&pool).await;
+    pool.wait_registered();
     let (stop_a, stop_b) = (pool.dir.join("stop-a"), pool.dir.join("stop-b"));
     let a = submit(&pool, &stop_a, "4").await;
     let b = submit(&pool, &stop_b, "4").await;
@@ -124,7 +106,7 @@ async fn two_jobs_whose_minimums_cannot_both_be_met_run_one_after_the_other() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_of_2_to_10_grows_to_the_whole_pool_of_6() {
     let pool = pool("jobs-grow");
-    wait_pool(&pool).await;
+    pool.wait_registered();
     let stop = pool.dir.join("stop");
     let job = submit(&pool, &stop, "2..10").await;
     let jobs = wait_for(&pool, "the job at 6 hosts", |j| {
@@ -148,12 +130,10 @@ async fn a_job_of_2_to_10_grows_to_the_whole_pool_of_6() {
     );
 }
 
+/// `carmi` with the masters pinned to m0.
 fn carmi(pool: &Pool) -> std::process::Command {
-    let mut cmd = std::process::Command::new(bin_dir().join("carmi"));
-    cmd.env("CARMI_POOL", &pool.global_addr)
-        .env("CARMI_SECRET", &pool.secret_path)
-        .env("CARMI_CONFIG", "/nonexistent/carmi-config.toml")
-        .env("CARMI_MACHINE", "m0");
+    let mut cmd = pool.carmi();
+    cmd.env("CARMI_MACHINE", "m0");
     cmd
 }
 
@@ -167,7 +147,7 @@ fn write_job(dir: &Path, name: &str, body: &str) -> PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_carmi_command_submits_lists_analyzes_and_removes() {
     let pool = pool("jobs-cli");
-    wait_pool(&pool).await;
+    pool.wait_registered();
     let dir = pool.dir.clone();
     let stop = dir.join("stop");
     let good = write_job(
@@ -293,7 +273,7 @@ async fn the_carmi_command_submits_lists_analyzes_and_removes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_job_survives_a_restart_of_the_global_rm() {
     let mut pool = pool("jobs-restart");
-    wait_pool(&pool).await;
+    pool.wait_registered();
     let (stop, stop_w) = (pool.dir.join("stop"), pool.dir.join("stop-w"));
     let job = submit(&pool, &stop, "2..3").await;
     let before = wait_for(&pool, "the job at 3 hosts", |j| {
@@ -319,7 +299,7 @@ async fn a_running_job_survives_a_restart_of_the_global_rm() {
     assert_eq!(after[0].owner, "tester");
     assert_eq!(held(&after, waiting), Some(("waiting".into(), 0)));
     // A new job gets a fresh id (once the submit machine is back).
-    wait_pool(&pool).await;
+    pool.wait_registered();
     let stop_3 = pool.dir.join("stop-3");
     let third = submit(&pool, &stop_3, "1").await;
     assert!(third.0 > waiting.0, "{third} after {waiting}");

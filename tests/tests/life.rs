@@ -7,22 +7,14 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use carmi_tests::{Pool, bin_dir};
+use carmi_tests::{Pool, text};
 use serde_json::Value;
 
+/// `carmi` as alice, with the masters pinned to m0.
 fn carmi(pool: &Pool) -> std::process::Command {
-    let mut cmd = std::process::Command::new(bin_dir().join("carmi"));
-    cmd.env("CARMI_POOL", &pool.global_addr)
-        .env("CARMI_SECRET", &pool.secret_path)
-        .env("CARMI_CONFIG", "/nonexistent/carmi-config.toml")
-        .env("XDG_STATE_HOME", "/nonexistent/carmi-state")
-        .env("CARMI_MACHINE", "m0")
-        .env("USER", "alice");
+    let mut cmd = pool.carmi();
+    cmd.env("CARMI_MACHINE", "m0").env("USER", "alice");
     cmd
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 /// Runs `carmi ARGS`, asserting success; returns its stdout.

@@ -10,22 +10,13 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use carmi_tests::{Pool, bin_dir};
+use carmi_tests::{Pool, text};
 
 /// `carmi` as on a laptop: no machine named, no config file.
 fn carmi(pool: &Pool, dir: &Path) -> Command {
-    let mut cmd = Command::new(bin_dir().join("carmi"));
-    cmd.current_dir(dir)
-        .env("CARMI_POOL", &pool.global_addr)
-        .env("CARMI_SECRET", &pool.secret_path)
-        .env("CARMI_CONFIG", "/nonexistent/carmi-config.toml")
-        .env("XDG_STATE_HOME", "/nonexistent/carmi-state")
-        .env_remove("CARMI_MACHINE");
+    let mut cmd = pool.carmi();
+    cmd.current_dir(dir);
     cmd
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 fn ok(out: Output, pool: &Pool) -> String {
@@ -38,24 +29,12 @@ fn ok(out: Output, pool: &Pool) -> String {
     text(&out.stdout)
 }
 
-fn wait_pool(pool: &Pool, dir: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let out = carmi(pool, dir).arg("status").output().unwrap();
-        if out.status.success() && text(&out.stdout).contains("1 machine") {
-            return;
-        }
-        assert!(Instant::now() < deadline, "pool not up\n{}", pool.logs());
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 #[test]
 fn logs_shows_a_running_masters_output_and_follows_it_to_the_end() {
     let pool = Pool::start("logs", 1, &[vec![]]);
     let dir = pool.dir.join("laptop");
     std::fs::create_dir_all(&dir).unwrap();
-    wait_pool(&pool, &dir);
+    pool.wait_registered();
     let gate = dir.join("go");
     {
         use std::os::unix::fs::PermissionsExt;
@@ -159,7 +138,7 @@ fn logs_of_an_unknown_job_says_so() {
     let pool = Pool::start("logs-unknown", 1, &[vec![]]);
     let dir = pool.dir.join("laptop");
     std::fs::create_dir_all(&dir).unwrap();
-    wait_pool(&pool, &dir);
+    pool.wait_registered();
     let out = carmi(&pool, &dir).args(["logs", "j99"]).output().unwrap();
     assert!(!out.status.success());
     let err = text(&out.stderr);
@@ -174,7 +153,7 @@ fn logs_reads_a_pinned_masters_output_file_on_its_machine() {
     let pool = Pool::start("logs-pinned", 1, &[vec![]]);
     let dir = pool.dir.join("submit");
     std::fs::create_dir_all(&dir).unwrap();
-    wait_pool(&pool, &dir);
+    pool.wait_registered();
     let gate = dir.join("go");
     {
         use std::os::unix::fs::PermissionsExt;
@@ -241,7 +220,7 @@ fn logs_follow_waits_for_a_held_master_and_follows_it_once_released() {
     let pool = Pool::start("logs-held", 1, &[vec![]]);
     let dir = pool.dir.join("laptop");
     std::fs::create_dir_all(&dir).unwrap();
-    wait_pool(&pool, &dir);
+    pool.wait_registered();
     let gate = dir.join("go");
     {
         use std::os::unix::fs::PermissionsExt;
