@@ -283,6 +283,16 @@ async fn a_master_that_cannot_start_shows_in_history_with_the_exec_error() {
     assert!(reason.contains("No such file or directory"), "{reason}");
     assert!(record.ended_unix > 0);
     assert!(queue_is_empty(&pool));
+    // The job's event log says it too.
+    let out = carmi(&pool)
+        .args(["events", &job.to_string()])
+        .output()
+        .unwrap();
+    let events = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        events.contains("ended failed-to-start") && events.contains("No such file or directory"),
+        "{events}"
+    );
     // The table too, and a job never seen is an error naming it.
     let out = carmi(&pool).arg("history").output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
