@@ -332,7 +332,7 @@ impl Router {
         if let JobEnd::FailedToStart(reason) = &end {
             warn!(job = %job, "the master could not be started: {reason}");
         }
-        let record = JobRecord {
+        let mut record = JobRecord {
             job,
             owner: sub
                 .map(|s| s.owner.clone())
@@ -344,7 +344,6 @@ impl Router {
             files: sub.and_then(|s| s.returned.clone()),
             usage: self.usage_of(job),
         };
-        let mut record = record;
         if matches!(record.end, JobEnd::FailedToStart(_)) {
             // Sent to its machine, never run: no wall time to speak of.
             record.usage.started_unix = 0;
