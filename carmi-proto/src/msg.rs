@@ -1,7 +1,7 @@
 //! Protocol messages, typed by direction.
 //!
 //! Three kinds of connection exist, each opened by a handshake
-//! ([`crate::handshake`]) that names its [`Role`]:
+//! (the handshake, `carmi_api::handshake`) that names its [`Role`]:
 //! - application process -> its local RM: [`ToLocal`] up, [`FromLocal`] down;
 //! - local RM -> global RM: [`ToGlobal`] up, [`FromGlobal`] down;
 //! - application process -> application process (direct messages): [`PeerMessage`].
@@ -12,7 +12,7 @@
 //!
 //! Messages are serde types encoded as JSON in the frame header; bulk bytes
 //! (executables, application message bodies) travel verbatim as the frame
-//! payload, next to the header (see [`crate::frame`]). A message that carries
+//! payload, next to the header (see `carmi_api::frame`). A message that carries
 //! a payload says so in its documentation.
 //!
 //! `docs/protocol.md` (repository root) describes these messages for
@@ -81,7 +81,7 @@ pub enum Role {
         request: RequestId,
     },
     /// A daemon fetching an executable over a staging connection
-    /// ([`crate::stage`]): a local RM from a peer local RM or from the global RM.
+    /// (`carmi_api::stage`): a local RM from a peer local RM or from the global RM.
     Stager {
         /// The fetching machine's name, for logs.
         name: String,
@@ -218,7 +218,7 @@ pub enum ToGlobal {
     /// Answered with [`FromGlobal::Ads`].
     MachineAds,
     /// Where this local RM serves its executable cache to peers (a staging
-    /// listener, [`crate::stage`]); sent after every `Registered`. A local RM
+    /// listener, `carmi_api::stage`); sent after every `Registered`. A local RM
     /// that never sends it only fetches, it is never asked to serve.
     StageServe {
         /// `host:port` of its staging listener.
@@ -430,7 +430,7 @@ pub enum FromGlobal {
         executable: ExecutableRef,
     },
     /// Answer to `Fetch`: fetch the executable from `source` over a staging
-    /// connection ([`crate::stage`]), then report with [`ToGlobal::Fetched`].
+    /// connection (`carmi_api::stage`), then report with [`ToGlobal::Fetched`].
     FetchFrom {
         /// The executable.
         sha256: String,

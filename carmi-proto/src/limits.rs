@@ -69,7 +69,7 @@ pub const MAX_INPUT_BYTES: u64 = 256 << 20;
 /// Largest submit file, in bytes (one `carmi submit` message carries it all).
 pub const MAX_SUBMIT_FILE_BYTES: usize = 16 << 20;
 /// Largest executable, in bytes: it travels in one frame, whose limit is
-/// [`crate::frame::DEFAULT_MAX_FRAME`] (256 MiB) with room left for the header.
+/// `carmi_api::frame::DEFAULT_MAX_FRAME` (256 MiB) with room left for the header.
 pub const MAX_EXECUTABLE_BYTES: u64 = 255 << 20;
 /// Most hosts one request names (`DelHosts`, the notifications, `ExcludeHosts`).
 pub const MAX_HOSTS_PER_REQUEST: usize = MAX_MACHINES_PER_CLASS as usize;
