@@ -10,9 +10,7 @@
 //! varied machine ad, driven by the chosen owner model.
 //!
 //! # Layout
-//! - `stochastic`: the stochastic owner (present/absent periods, working hours vs off hours) and its documented defaults.
-//! - `trace`: the trace file format and its parser (errors carry line numbers).
-//! - `model`: [`OwnerModel`] (none, stochastic, trace) and the merged, time-ordered [`model::Scheduled`] stream and `schedule`.
+//! - `stochastic`, `trace`, `model`: the owner models, re-exported from the pure crate `owner-model`.
 //! - `driver`: plays a schedule to local RMs (or any [`driver::OwnerTarget`]) in wall time with a speed-up.
 //! - `pool`: [`EmbeddedPool`]: global + N local RMs in-process, their folders, machine ads, clean-up.
 //! - `sweep`: removal of folders (and job processes) left by pools whose process was killed.
@@ -21,18 +19,17 @@
 #![warn(missing_docs)]
 
 pub mod driver;
-pub mod model;
 pub mod pool;
-pub mod stochastic;
 pub mod sweep;
-pub mod trace;
+
+pub use owner_model::{model, stochastic, trace};
 
 use std::path::PathBuf;
 
-pub use model::{OwnerModel, Scheduled};
+pub use owner_model::{
+    OwnerModel, Regime, Scheduled, Shape, Stochastic, Trace, TraceError, format_schedule,
+};
 pub use pool::{EmbeddedPool, PoolHost, PoolOptions};
-pub use stochastic::{Regime, Shape, Stochastic};
-pub use trace::{Trace, TraceError};
 
 /// Everything that can go wrong in this crate.
 #[derive(Debug, thiserror::Error)]
@@ -47,17 +44,9 @@ pub enum Error {
         /// The cause.
         source: std::io::Error,
     },
-    /// A trace file has a mistake.
-    #[error("trace file {path}: {error}")]
-    Trace {
-        /// The file.
-        path: PathBuf,
-        /// The line and what is wrong.
-        error: TraceError,
-    },
-    /// An owner model's parameters make no sense.
-    #[error("owner model: {0}")]
-    BadModel(String),
+    /// The owner model is wrong (a bad trace file, bad parameters).
+    #[error(transparent)]
+    Model(#[from] owner_model::Error),
     /// The pool options make no sense.
     #[error("pool options: {0}")]
     BadOptions(String),

@@ -102,7 +102,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             let model = OwnerModel::from_spec(&owners)?;
             model.check()?;
             let events = model.schedule(hosts, span, seed);
-            std::io::stdout().write_all(owner_sim::trace::format_schedule(&events).as_bytes())?;
+            std::io::stdout().write_all(owner_sim::format_schedule(&events).as_bytes())?;
             Ok(())
         }
         Command::Drive {
