@@ -473,7 +473,7 @@ async fn an_excluded_machine_is_not_granted_to_the_class_again() {
 
 /// True while `pid` exists and is not a zombie.
 fn alive(pid: u32) -> bool {
-    owner_sim::sweep::alive(pid as i32)
+    carmi_pool::sweep::alive(pid as i32)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,20 +1,22 @@
-//! Simulated machine owners, and a whole CARMI pool in one process.
+//! A whole CARMI pool in one process, played by simulated owners.
 //!
-//! An opportunistic pool lives by its owners coming and going. To develop,
-//! test and demonstrate that without a building full of desktops, this crate
-//! models owners (randomly with a day/night rhythm, or replayed from a trace),
-//! turns a model into a deterministic, seeded schedule of owner events in
-//! virtual time, plays a schedule to running local RMs in wall time with a
-//! speed-up factor, and starts an embedded pool: one global RM and N local
-//! RMs as tasks of the calling process, each with its own folder and a
-//! varied machine ad, driven by the chosen owner model.
+//! To develop, test, demonstrate and measure an opportunistic pool without a
+//! building full of desktops, this crate starts an embedded pool: one global
+//! RM and N local RMs as tasks of the calling process, each with its own
+//! folder and a varied machine ad, whose owners come and go as an owner model
+//! (crate `owner-model`) says, played in wall time with a speed-up factor.
+//! `carmi pool up`, the WoDi examples and the benchmarks start their pools
+//! with it; it links both daemons, which is why the pure owner models live
+//! apart.
 //!
 //! # Layout
-//! - `stochastic`, `trace`, `model`: the owner models, re-exported from the pure crate `owner-model`.
 //! - `driver`: plays a schedule to local RMs (or any [`driver::OwnerTarget`]) in wall time with a speed-up.
 //! - `pool`: [`EmbeddedPool`]: global + N local RMs in-process, their folders, machine ads, clean-up.
 //! - `sweep`: removal of folders (and job processes) left by pools whose process was killed.
-//! - `bin/owner-sim.rs`: the `owner-sim` tool: `schedule` prints a model's events as a trace, `pool` runs a pool in the foreground.
+//! - `model`, `stochastic`, `trace`: the owner models of `owner-model`, re-exported because
+//!   [`PoolOptions`] names them (and so that code written against the former `owner-sim` paths compiles).
+//! - `bin/owner-sim.rs`: the `owner-sim` tool: `schedule` prints a model's events as a trace,
+//!   `pool` runs a pool in the foreground, `drive` plays owners to running local RMs.
 
 #![warn(missing_docs)]
 
