@@ -17,7 +17,7 @@
 mod fake_global;
 mod inbox;
 
-pub use fake_global::{FakeGlobal, GlobalConn};
+pub use fake_global::{FAKE_SECRET, FAKE_WAIT, FakeGlobal, GlobalConn};
 pub use inbox::{Inbox, InboxError};
 
 use std::io::{BufRead, BufReader};

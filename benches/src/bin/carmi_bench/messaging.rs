@@ -15,12 +15,14 @@ use carmi_api::frame::{FrameReader, write_frame};
 use carmi_api::handshake::Secret;
 use carmi_api::ids::{ProcessId, RequestId};
 use carmi_api::msg::{Event, PeerMessage, SpawnTarget};
-use carmi_tests::Pool;
+use carmi_testkit::Pool;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
-use super::inbox::{Inbox, job_with_hosts};
+use carmi_testkit::Inbox;
+
+use super::inbox::{bench_inbox, job_with_hosts};
 use super::{
     BULK, BULK_COUNT, ECHO_TASK, Latency, PATIENCE, ROUND_TRIPS, Result, SMALL, Samples, TAG_BULK,
     TAG_ONE_WAY, TAG_PING, TAG_SYNC, WARMUP, WINDOW, load_average, mib_per_s, micros,
@@ -347,7 +349,7 @@ pub(super) async fn start_echo(
     let args = args.iter().map(|a| a.to_string());
     let spawn = carmi.class_spawn(echo_exe, args, SpawnTarget::Host(hosts[0]));
     let echo = inbox
-        .take("the echo to start", |x| match x {
+        .try_take("the echo to start", |x| match x {
             Incoming::Rm(Event::ProcessStarted {
                 request, process, ..
             }) if *request == spawn => Some(*process),
@@ -356,7 +358,7 @@ pub(super) async fn start_echo(
         .await?;
     // The first message waits (in the RM's lookup) until the echo has attached.
     carmi.send(echo, TAG_PING, Bytes::from_static(b"hello"));
-    reply(&mut inbox.events, echo, TAG_PING + 1).await?;
+    reply(inbox.events(), echo, TAG_PING + 1).await?;
     Ok((carmi, inbox, echo, spawn))
 }
 
@@ -420,7 +422,7 @@ pub(super) async fn messaging(
         // Nothing that is kept for later is needed after this point.
         Layer::App {
             carmi: carmi.clone(),
-            events: inbox.events,
+            events: inbox.into_events(),
             echo,
             sink,
         }
@@ -447,11 +449,11 @@ pub(super) async fn messaging(
     });
     for (carmi, echo, spawn) in [(carmi, echo, spawn), (carmi2, echo2, spawn2)] {
         let events = streams.next().expect("one event stream per echo");
-        let mut inbox = Inbox::new(events);
+        let mut inbox = bench_inbox(events);
         carmi.send(echo, 0, Bytes::new());
         carmi.flush().await;
         inbox
-            .take("an echo to exit", |x| match x {
+            .try_take("an echo to exit", |x| match x {
                 Incoming::Rm(Event::ProcessExited { request, .. }) if *request == spawn => Some(()),
                 _ => None,
             })

@@ -2,7 +2,7 @@
 //! BENCHMARKS.md ("Owner handling").
 //!
 //! ```text
-//! cargo run --release -p carmi-tests --bin carmi-owner-bench -- [stop|idle|all]
+//! cargo run --release -p carmi-benches --bin carmi-owner-bench -- [stop|idle|all]
 //! ```
 //!
 //! - `stop`: one machine with 4 slots, a job process with a child on each;
@@ -25,7 +25,7 @@ use carmi_api::handshake::Secret;
 use carmi_api::ids::HostId;
 use carmi_api::msg::{Event, OwnerEvent, SpawnTarget};
 use carmi_local::control::OwnerLink;
-use carmi_tests::{Pool, PoolOptions, bin_dir, scratch};
+use carmi_testkit::{Pool, PoolOptions, bin_dir, scratch};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -165,7 +165,7 @@ async fn stop() -> Result<()> {
     answered.sort();
     let ms = |d: Duration| format!("{:.2} ms", d.as_secs_f64() * 1e3);
     println!(
-        "Command: `cargo run --release -p carmi-tests --bin carmi-owner-bench -- stop` \
+        "Command: `cargo run --release -p carmi-benches --bin carmi-owner-bench -- stop` \
          (1 machine, {SLOTS} slots, a shell and its child per slot = {} processes, {ROUNDS} rounds)\n",
         pids.len()
     );
@@ -215,7 +215,7 @@ async fn idle() -> Result<()> {
         .arg(dir.join("global-state"));
     let (mut global, gaddr) = daemon(g, &dir.join("global.log"))?;
     println!(
-        "Command: `cargo run --release -p carmi-tests --bin carmi-owner-bench -- idle` \
+        "Command: `cargo run --release -p carmi-benches --bin carmi-owner-bench -- idle` \
          (one idle `carmi-local`, 2 slots, no jobs, default heartbeat and policy, {IDLE_SECONDS} s)\n"
     );
     println!("| owner source | CPU time | share of one core |");

@@ -9,9 +9,11 @@ use std::time::{Duration, Instant};
 use carmi_api::client::{Carmi, Incoming};
 use carmi_api::ids::{HostId, RequestId};
 use carmi_api::msg::{Event, ExitStatus, SpawnTarget};
-use carmi_tests::Pool;
+use carmi_testkit::Pool;
 
-use super::inbox::{Inbox, job_with_hosts};
+use carmi_testkit::Inbox;
+
+use super::inbox::job_with_hosts;
 use super::{
     EXE_SIZE, Result, SPAWN_COUNT, SPAWN_MACHINES, SPAWN_REPS, SPAWN_SLOTS, load_average, millis,
     print_command,
@@ -28,10 +30,10 @@ pub(super) struct SpawnRun {
     all_exited: Duration,
 }
 
-/// Writes the filler script ([`carmi_tests::write_executable`]) and checks
+/// Writes the filler script ([`carmi_testkit::write_executable`]) and checks
 /// that it runs and exits at once.
 pub(super) fn write_executable(path: &Path, size: usize, seed: u64) -> Result<()> {
-    carmi_tests::write_executable(path, size, seed)?;
+    carmi_testkit::write_executable(path, size, seed)?;
     // It must run, and quickly, or the runs would time the script, not CARMI.
     let t = Instant::now();
     let status = Command::new(path).status()?;
@@ -65,7 +67,7 @@ pub(super) async fn spawn_run(carmi: &Carmi, inbox: &mut Inbox, exe: &Path) -> R
     while exited < SPAWN_COUNT {
         let what = format!("{} started, {exited} exited", started.len());
         let event = inbox
-            .take(&what, |x| match x {
+            .try_take(&what, |x| match x {
                 Incoming::Rm(
                     e @ (Event::ProcessStarted { request, .. }
                     | Event::ProcessExited { request, .. }),
@@ -99,7 +101,7 @@ pub(super) async fn spawn_run(carmi: &Carmi, inbox: &mut Inbox, exe: &Path) -> R
 
 /// Gives a job's hosts back and closes its connection.
 pub(super) async fn release(carmi: Carmi, mut inbox: Inbox, hosts: &[HostId]) -> Result<()> {
-    inbox.done(carmi.delhosts(hosts)).await?;
+    inbox.try_done(carmi.delhosts(hosts)).await?;
     carmi.flush().await;
     Ok(())
 }

@@ -3,7 +3,7 @@
 //! host. Prints Markdown for `BENCHMARKS.md`:
 //!
 //! ```text
-//! cargo run --release -p carmi-tests --bin carmi-stage [-- --link-rate MB_PER_S] [--fanout N]
+//! cargo run --release -p carmi-benches --bin carmi-stage [-- --link-rate MB_PER_S] [--fanout N]
 //!     [--slots 1,64] [--mib 4]
 //! ```
 //!
@@ -24,16 +24,16 @@
 //! minus warm, and the per-slot rate is size / staging (every slot's
 //! machine receives the whole executable).
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 use std::error::Error;
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use carmi_api::client::{Carmi, ConnectOptions, EventStream, Incoming, connect};
+use carmi_api::client::{Carmi, ConnectOptions, Incoming, connect};
 use carmi_api::ids::{HostId, RequestId};
 use carmi_api::msg::{Event, ExitStatus, SpawnTarget};
-use carmi_tests::{Pool, PoolOptions, write_executable};
+use carmi_testkit::{Inbox, Pool, PoolOptions, write_executable};
 
 type Result<T> = std::result::Result<T, Box<dyn Error + Send + Sync>>;
 
@@ -42,54 +42,14 @@ const SIZES_MIB: [usize; 3] = [4, 8, 12];
 const REPS: usize = 3;
 const PATIENCE: Duration = Duration::from_secs(120);
 
-/// Events kept while waiting for others.
-struct Inbox {
-    events: EventStream,
-    kept: VecDeque<Incoming>,
-}
-
-impl Inbox {
-    async fn take<T>(
-        &mut self,
-        what: &str,
-        mut want: impl FnMut(&Incoming) -> Option<T>,
-    ) -> Result<T> {
-        if let Some(i) = self.kept.iter().position(|x| want(x).is_some()) {
-            let item = self.kept.remove(i).expect("position is in range");
-            return Ok(want(&item).expect("accepted a moment ago"));
-        }
-        let deadline = tokio::time::Instant::now() + PATIENCE;
-        loop {
-            match tokio::time::timeout_at(deadline, self.events.next()).await {
-                Ok(Some(item)) => {
-                    if let Some(t) = want(&item) {
-                        return Ok(t);
-                    }
-                    if let Incoming::Rm(Event::Failed { request, failure }) = &item {
-                        return Err(
-                            format!("waiting for {what}: {request} failed: {failure:?}").into()
-                        );
-                    }
-                    self.kept.push_back(item);
-                }
-                Ok(None) => return Err(format!("event stream ended waiting for {what}").into()),
-                Err(_) => return Err(format!("timed out waiting for {what}").into()),
-            }
-        }
-    }
-}
-
 /// A job holding `count` hosts of every machine.
 async fn job(pool: &Pool, count: usize) -> Result<(Carmi, Inbox, Vec<HostId>)> {
     let opts = ConnectOptions::new(pool.locals[0].app_addr.clone(), pool.secret.clone());
     let (carmi, events) = connect(opts).await?;
-    let mut inbox = Inbox {
-        events,
-        kept: VecDeque::new(),
-    };
+    let mut inbox = Inbox::new(events).with_patience(PATIENCE).fail_fast();
     let def = carmi.define_class("any", "true");
     inbox
-        .take("DefineClass", |x| match x {
+        .try_take("DefineClass", |x| match x {
             Incoming::Rm(Event::Done { request, .. }) if *request == def => Some(()),
             _ => None,
         })
@@ -98,7 +58,7 @@ async fn job(pool: &Pool, count: usize) -> Result<(Carmi, Inbox, Vec<HostId>)> {
     let mut hosts = Vec::new();
     while hosts.len() < count {
         let got = inbox
-            .take("hosts", |x| match x {
+            .try_take("hosts", |x| match x {
                 Incoming::Rm(Event::HostsAdded { request, hosts, .. }) if *request == add => {
                     Some(hosts.iter().map(|h| h.host).collect::<Vec<_>>())
                 }
@@ -127,7 +87,7 @@ async fn spawn_all(
     let mut all_started = Duration::ZERO;
     while exited < hosts.len() {
         let e = inbox
-            .take("starts and exits", |x| match x {
+            .try_take("starts and exits", |x| match x {
                 Incoming::Rm(
                     e @ (Event::ProcessStarted { request, .. }
                     | Event::ProcessExited { request, .. }),
@@ -289,7 +249,7 @@ fn main() -> ExitCode {
         extra.push_str(&format!(" --mib {}", joined(&opts.sizes)));
     }
     let sep = if extra.is_empty() { "" } else { " --" };
-    println!("```\ncargo run --release -p carmi-tests --bin carmi-stage{sep}{extra}\n```\n");
+    println!("```\ncargo run --release -p carmi-benches --bin carmi-stage{sep}{extra}\n```\n");
     println!(
         "One local RM per slot on this host ({} CPUs, load average at the start {}); median of {REPS}. \
          Cold: a fresh executable spawned on every slot (upload, distribution to every cache, start); \

@@ -3,7 +3,7 @@
 //! BENCHMARKS.md.
 //!
 //! ```text
-//! cargo run --release -p carmi-tests --bin carmi-bench -- [messaging|spawn|all]
+//! cargo run --release -p carmi-benches --bin carmi-bench -- [messaging|spawn|all]
 //! ```
 //!
 //! - `messaging`: latency and throughput layer by layer, so that the cost each
@@ -18,7 +18,7 @@
 //! this program that way as a second echo, one that runs its loop in a task.
 //!
 //! The benchmark builds what it starts (the daemons through
-//! [`carmi_tests::bin_dir`], `carmi-echo` itself) with the profile it was built
+//! [`carmi_testkit::bin_dir`], `carmi-echo` itself) with the profile it was built
 //! with. It only prints: no timing is asserted anywhere.
 
 use std::error::Error;
@@ -87,7 +87,7 @@ fn main() -> ExitCode {
         "all" => (true, true),
         _ => {
             eprintln!(
-                "usage: cargo run --release -p carmi-tests --bin carmi-bench -- [messaging|spawn|all]"
+                "usage: cargo run --release -p carmi-benches --bin carmi-bench -- [messaging|spawn|all]"
             );
             return ExitCode::from(2);
         }
@@ -150,7 +150,7 @@ fn load_average() -> String {
 
 /// The command that reproduces a section, printed above its tables.
 fn print_command(section: &str) {
-    println!("```\ncargo run --release -p carmi-tests --bin carmi-bench -- {section}\n```\n");
+    println!("```\ncargo run --release -p carmi-benches --bin carmi-bench -- {section}\n```\n");
 }
 
 /// The argument that makes this program an echo (see [`echo_task`]).
