@@ -6,9 +6,9 @@
 //! application links, so that each file stays readable.
 
 use bytes::Bytes;
-use carmi_api::exe::is_sha256_hex;
-use carmi_api::ids::{HostId, ProcessId};
-use carmi_api::msg::{ExecutableRef, ExitStatus, SlotActivity, StageSource, ToGlobal};
+use carmi_proto::exe::is_sha256_hex;
+use carmi_proto::ids::{HostId, ProcessId};
+use carmi_proto::msg::{ExecutableRef, ExitStatus, SlotActivity, StageSource, ToGlobal};
 
 use super::{Core, Effect, Fetch, Launch, Link, Proc, ProcState};
 
@@ -320,7 +320,7 @@ impl Core {
     pub fn on_master_files(
         &mut self,
         process: ProcessId,
-        files: Vec<carmi_api::msg::ReturnedFile>,
+        files: Vec<carmi_proto::msg::ReturnedFile>,
         bytes: Vec<u8>,
     ) {
         self.send_or_keep(ToGlobal::MasterFiles { process, files }, Bytes::from(bytes));

@@ -3,8 +3,8 @@
 //! processes may start.
 
 use bytes::Bytes;
-use carmi_api::ids::ProcessId;
-use carmi_api::msg::{SlotActivity, ToGlobal};
+use carmi_proto::ids::ProcessId;
+use carmi_proto::msg::{SlotActivity, ToGlobal};
 
 use super::{Core, Effect, ProcState};
 

@@ -29,8 +29,8 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use bytes::Bytes;
-use carmi_api::ids::{ConnId, HostId, JobId, ProcessId, RequestId};
-use carmi_api::msg::{
+use carmi_proto::ids::{ConnId, HostId, JobId, ProcessId, RequestId};
+use carmi_proto::msg::{
     Event, ExecutableRef, Failure, FailureCode, FromGlobal, FromLocal, LogChunk, OutputRoute,
     Request, SlotActivity, StageSource, StdStream, ToGlobal,
 };
@@ -649,16 +649,16 @@ fn must_deliver(msg: &ToGlobal) -> bool {
     )
 }
 
-#[path = "core_owner.rs"]
+#[path = "node_owner.rs"]
 mod owner;
 
-#[path = "core_procs.rs"]
+#[path = "node_procs.rs"]
 mod procs;
 
 #[cfg(test)]
-#[path = "core_tests.rs"]
+#[path = "node_tests.rs"]
 mod tests;
 
 #[cfg(test)]
-#[path = "core_log_tests.rs"]
+#[path = "node_log_tests.rs"]
 mod log_tests;

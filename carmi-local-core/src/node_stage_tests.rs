@@ -3,7 +3,7 @@
 //! global RM's next source.
 
 use super::*;
-use carmi_api::msg::StageSource;
+use carmi_proto::msg::StageSource;
 
 #[test]
 fn fetch_from_a_peer_then_fall_back_after_a_bad_copy() {
