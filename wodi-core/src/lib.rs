@@ -16,6 +16,8 @@
 //! - `speed`: host speed from a class, the machine ad or a benchmark step, refined by observed times.
 //! - `proto`: the messages of master, server and worker connections.
 //! - `profile`: step-time profiles (the paper's materials application).
+//! - `run`: every decision of the WoDi server around the scheduler (masters,
+//!   classes, fewest hosts, contexts, benchmark, CARMI requests, loss grace).
 
 #![warn(missing_docs)]
 
@@ -24,6 +26,7 @@ pub mod order;
 pub mod plan;
 pub mod profile;
 pub mod proto;
+pub mod run;
 pub mod sched;
 pub mod speed;
 pub mod stats;
