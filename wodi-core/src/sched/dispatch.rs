@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use carmi_api::ids::HostId;
+use carmi_proto::ids::HostId;
 
 use super::{Ticket, Time};
 use crate::ids::{StepId, WorkerId};

@@ -35,7 +35,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
 
-use carmi_api::ids::HostId;
+use carmi_proto::ids::HostId;
 
 use crate::ids::{CycleId, StepId, WorkerId};
 use crate::plan::History;
@@ -50,8 +50,7 @@ mod workers;
 
 pub use dispatch::{ArrivalOrder, Board, Dispatch, WorkerLoad, WorkerView};
 
-/// Time since the start of the run (virtual in tests and simulations).
-pub type Time = Duration;
+pub use crate::time::Time;
 
 /// One submission of a step: the unit of exactly-once delivery.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
@@ -311,7 +310,7 @@ impl Sched {
         &self.history
     }
 
-    /// The history to extend, e.g. with a checkpoint's (see `crate::checkpoint`).
+    /// The history to extend, e.g. with a checkpoint's (see `wodi::checkpoint`).
     pub fn history_mut(&mut self) -> &mut History<StepId> {
         &mut self.history
     }
@@ -559,10 +558,10 @@ impl Sched {
 
     /// What the pool looks like to this run now: hosts held, busy,
     /// suspended, and the steps waiting or running. The server sends it to
-    /// its masters as [`crate::proto::Status`] so that they can show progress.
+    /// its masters as [`crate::stats::Status`] so that they can show progress.
     /// It costs O(hosts + open tickets), whatever the run has done so far.
-    pub fn status(&self) -> crate::proto::Status {
-        let mut st = crate::proto::Status {
+    pub fn status(&self) -> crate::stats::Status {
+        let mut st = crate::stats::Status {
             hosts: self.hosts.len() as u32,
             suspended: self.hosts.values().filter(|h| h.suspended).count() as u32,
             wanted: self.classes.values().map(|c| c.desired).sum(),
@@ -601,7 +600,7 @@ impl Sched {
     pub fn stats(&self, now: Time) -> Stats {
         let mut stats = Stats::compute(&self.runs, &self.host_records, now);
         stats.cycles = self.cycles.clone();
-        stats.history = crate::checkpoint::snapshot(&self.history);
+        stats.history = crate::plan::snapshot(&self.history);
         stats.hosts_retired = self.retired.len() as u32;
         stats.retired_offers = self.retired_offers;
         stats

@@ -2,7 +2,7 @@
 //! (the desired count per class, requests for the missing ones), giving
 //! hosts back, and the fewest-hosts estimate.
 
-use carmi_api::ids::HostId;
+use carmi_proto::ids::HostId;
 
 use super::{Class, Host, LossCause, Output, Sched, Time, WorkerState};
 use crate::ids::StepId;

@@ -25,7 +25,7 @@ const WINDOW: usize = 1024;
 const OVERDUE: f64 = 2.0;
 
 /// Which dispatch policy a run uses; the master chooses it in its
-/// [`crate::master::MasterConfig`].
+/// `wodi::master::MasterConfig`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Ordering {
@@ -138,7 +138,7 @@ impl Dispatch for LongestFirst {
 mod tests {
     use std::time::Duration;
 
-    use carmi_api::ids::HostId;
+    use carmi_proto::ids::HostId;
 
     use super::*;
     use crate::ids::{StepId, WorkerId};

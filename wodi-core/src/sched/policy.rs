@@ -29,7 +29,7 @@
 
 use std::time::Duration;
 
-use carmi_api::ids::HostId;
+use carmi_proto::ids::HostId;
 
 use super::{Sched, Ticket, Time, WorkerState};
 use crate::ids::{StepId, WorkerId};

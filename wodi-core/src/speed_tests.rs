@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use carmi_api::ids::HostId;
+use carmi_proto::ids::HostId;
 
 use super::*;
 use crate::ids::{StepId, WorkerId};

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use carmi_api::ids::HostId;
+use carmi_proto::ids::HostId;
 
 use crate::ids::{StepId, WorkerId};
 use crate::sched::{ArrivalOrder, Output, Sched, SchedConfig, Ticket, Verdict};

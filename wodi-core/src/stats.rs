@@ -10,11 +10,11 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use carmi_api::ids::HostId;
+use carmi_proto::ids::HostId;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{CycleId, StepId, WorkerId};
-use crate::sched::Time;
+use crate::time::Time;
 
 /// How one copy of a step ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -179,7 +179,7 @@ pub struct Stats {
     /// seconds, and the observations behind it), sorted by step id: what a
     /// later run of the same application could start from.
     #[serde(default)]
-    pub history: Vec<crate::checkpoint::SavedEstimate>,
+    pub history: Vec<crate::plan::SavedEstimate>,
     /// Hosts fast abort retired (given back and excluded from the run's class).
     #[serde(default)]
     pub hosts_retired: u32,
@@ -351,4 +351,23 @@ impl Stats {
         stats.timeline = rows;
         stats
     }
+}
+
+/// A snapshot of a run's hosts and steps, for progress displays.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Status {
+    /// Hosts allocated to the run (suspended ones included).
+    pub hosts: u32,
+    /// Of those, hosts whose owner is back (the worker is stopped).
+    pub suspended: u32,
+    /// Hosts whose worker is computing a step.
+    pub busy: u32,
+    /// Hosts whose worker is starting (spawned, not connected yet).
+    pub starting: u32,
+    /// Hosts the run would like to hold (the sum over its classes).
+    pub wanted: u32,
+    /// Steps waiting for a worker.
+    pub queued: u32,
+    /// Steps handed to a worker and not answered yet (copies count once).
+    pub running: u32,
 }

@@ -16,6 +16,10 @@
 use std::collections::HashMap;
 use std::hash::Hash;
 
+use serde::{Deserialize, Serialize};
+
+use crate::ids::StepId;
+
 /// Weight of the newest sample once a step has a few: high enough that an
 /// estimate follows a step whose time drifts within two or three cycles, low
 /// enough that one noisy cycle moves it by less than a third.
@@ -290,6 +294,44 @@ impl Hysteresis {
             self.streak = 0;
         }
         self.current
+    }
+}
+
+/// One step's history estimate, as saved.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SavedEstimate {
+    /// The step.
+    pub step: StepId,
+    /// Its estimated work on a speed-1 host, seconds.
+    pub mean: f64,
+    /// Observations behind it.
+    pub samples: u32,
+}
+
+/// The history as a list, sorted by step id (so files compare byte for byte).
+pub fn snapshot(history: &History<StepId>) -> Vec<SavedEstimate> {
+    let mut out: Vec<SavedEstimate> = history
+        .iter()
+        .map(|(step, e)| SavedEstimate {
+            step: *step,
+            mean: e.mean,
+            samples: e.samples,
+        })
+        .collect();
+    out.sort_by_key(|e| e.step);
+    out
+}
+
+/// Puts saved estimates back into a history.
+pub fn restore(history: &mut History<StepId>, saved: &[SavedEstimate]) {
+    for e in saved {
+        history.restore(
+            e.step,
+            Estimate {
+                mean: e.mean,
+                samples: e.samples,
+            },
+        );
     }
 }
 

@@ -1,7 +1,7 @@
 //! The messages of WoDi's own connections, typed by direction.
 //!
 //! Master and workers talk to the server over plain TCP with CARMI's frames
-//! ([`carmi_api::frame`]): a JSON header naming the message and a payload of
+//! ([`carmi_proto::frame`]): a JSON header naming the message and a payload of
 //! raw bytes (init data, step data, results) that travels verbatim. Every
 //! connection starts with a [`Hello`] carrying the run's token; the server
 //! closes a connection whose token is wrong.
@@ -94,7 +94,7 @@ pub enum FromMaster {
     /// handler reads it (under step id [`crate::speed::BENCHMARK_STEP`]).
     Benchmark,
     /// Step estimates to start from (a restarted master's checkpoint).
-    /// Payload: JSON list of [`crate::checkpoint::SavedEstimate`].
+    /// Payload: JSON list of [`crate::plan::SavedEstimate`].
     RestoreHistory,
     /// Ask for the history as it stands; answered by `ToMaster::History`.
     GetHistory,
@@ -145,7 +145,7 @@ pub enum ToMaster {
     /// times a second) so that a master can show progress.
     Status(Status),
     /// Answer to `GetHistory`. Payload: JSON list of
-    /// [`crate::checkpoint::SavedEstimate`].
+    /// [`crate::plan::SavedEstimate`].
     History,
 }
 
@@ -153,7 +153,7 @@ pub enum ToMaster {
 /// docs/results.md for what each one buys): giving back hosts the run cannot
 /// use, copying stragglers, retiring hosts much slower than their speed.
 /// `Default` turns them all off (the paper's WoDi); [`Policies::recommended`]
-/// is what [`crate::master::MasterConfig::new`] asks for.
+/// is what `wodi::master::MasterConfig::new` asks for.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Policies {
@@ -229,24 +229,8 @@ impl Policies {
     }
 }
 
-/// A snapshot of a run's hosts and steps, for progress displays.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Status {
-    /// Hosts allocated to the run (suspended ones included).
-    pub hosts: u32,
-    /// Of those, hosts whose owner is back (the worker is stopped).
-    pub suspended: u32,
-    /// Hosts whose worker is computing a step.
-    pub busy: u32,
-    /// Hosts whose worker is starting (spawned, not connected yet).
-    pub starting: u32,
-    /// Hosts the run would like to hold (the sum over its classes).
-    pub wanted: u32,
-    /// Steps waiting for a worker.
-    pub queued: u32,
-    /// Steps handed to a worker and not answered yet (copies count once).
-    pub running: u32,
-}
+/// Progress counts, defined beside the statistics (kept importable from here).
+pub use crate::stats::Status;
 
 /// Server -> worker.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

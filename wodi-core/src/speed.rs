@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use bytes::Bytes;
-use carmi_api::ids::HostId;
+use carmi_proto::ids::HostId;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{StepId, WorkerId};
@@ -41,7 +41,7 @@ pub enum SpeedSource {
     /// times correct it (when refinement is on).
     #[default]
     Unknown,
-    /// The speed each [`crate::proto::ClassSpec`] names (1 where it names none).
+    /// The speed each class spec (`proto::ClassSpec`) names (1 where it names none).
     Class,
     /// A score in the machine ad, relative to `reference` (the score of a
     /// speed-1 host) or, without one, to the median score of the hosts seen.

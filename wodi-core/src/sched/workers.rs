@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use carmi_api::ids::HostId;
+use carmi_proto::ids::HostId;
 
 use super::{LossCause, Output, Sched, Ticket, Time, Worker, WorkerState};
 use crate::ids::WorkerId;
