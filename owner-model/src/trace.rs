@@ -22,7 +22,7 @@
 
 use std::path::Path;
 
-use carmi_api::msg::OwnerEvent;
+use carmi_proto::msg::OwnerEvent;
 
 use crate::Error;
 
@@ -106,25 +106,10 @@ impl Trace {
     }
 }
 
-/// Writes owner events in the trace format, one per line, so that a
-/// generated schedule can be kept, edited and replayed; [`Trace::parse`]
-/// reads back exactly the same events.
-pub fn format_schedule(events: &[crate::Scheduled]) -> String {
-    let mut out = String::from("# host time(s) event\n");
-    for e in events {
-        let event = match e.event {
-            OwnerEvent::Arrive => "arrive".to_string(),
-            OwnerEvent::Leave => "leave".to_string(),
-            OwnerEvent::Load(x) => format!("load={x}"),
-        };
-        // `{}` of an f64 prints the shortest text that parses back to it.
-        out.push_str(&format!(
-            "{} {} {event}\n",
-            crate::pool::host_name(e.host),
-            e.time
-        ));
-    }
-    out
+/// The machine name of host index `i` (`host01` for 0): the names the
+/// embedded pool gives its hosts, which a trace uses to say whose owner acts.
+pub fn host_name(i: usize) -> String {
+    format!("host{:02}", i + 1)
 }
 
 fn parse_host(s: &str) -> Result<usize, String> {

@@ -6,8 +6,8 @@ use std::time::Duration;
 use carmi_api::admin::pool_status;
 use carmi_api::handshake::Secret;
 use carmi_api::msg::MachineStatus;
-use owner_sim::pool::SUBMIT_HOST;
-use owner_sim::{EmbeddedPool, OwnerModel, PoolOptions, Regime, Shape, Stochastic, Trace};
+use carmi_pool::pool::SUBMIT_HOST;
+use carmi_pool::{EmbeddedPool, OwnerModel, PoolOptions, Regime, Shape, Stochastic, Trace};
 
 fn options(hosts: usize, owners: OwnerModel, speedup: f64) -> PoolOptions {
     PoolOptions {
@@ -207,7 +207,7 @@ async fn bad_options_are_refused_before_anything_starts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_remote_owner_over_the_control_connection_takes_a_host_and_gives_it_back() {
     use carmi_api::msg::{FromLocalControl, OwnerEvent};
-    use owner_sim::driver::RemoteOwner;
+    use carmi_pool::driver::RemoteOwner;
 
     let pool = EmbeddedPool::start(options(2, OwnerModel::None, 600.0))
         .await

@@ -2,17 +2,17 @@
 //! of owner events for a whole pool in virtual time.
 //!
 //! The same stream serves a discrete-event simulator (which reads virtual
-//! times directly) and the wall-clock [`crate::driver`] (which waits
+//! times directly) and a wall-clock driver (the embedded pool's, which waits
 //! `time / speedup` before each event). Everything here is pure: the same
 //! model, host count and seed always give the same events.
 
 use std::path::PathBuf;
 
-use carmi_api::msg::OwnerEvent;
+use carmi_proto::msg::OwnerEvent;
 
 use crate::Error;
 use crate::stochastic::{HostOwner, Stochastic};
-use crate::trace::Trace;
+use crate::trace::{Trace, host_name};
 
 /// One owner event of the schedule.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -138,6 +138,23 @@ impl Iterator for OwnerStream {
             }
         }
     }
+}
+
+/// Writes owner events in the trace format, one per line, so that a
+/// generated schedule can be kept, edited and replayed; [`Trace::parse`]
+/// reads back exactly the same events.
+pub fn format_schedule(events: &[Scheduled]) -> String {
+    let mut out = String::from("# host time(s) event\n");
+    for e in events {
+        let event = match e.event {
+            OwnerEvent::Arrive => "arrive".to_string(),
+            OwnerEvent::Leave => "leave".to_string(),
+            OwnerEvent::Load(x) => format!("load={x}"),
+        };
+        // `{}` of an f64 prints the shortest text that parses back to it.
+        out.push_str(&format!("{} {} {event}\n", host_name(e.host), e.time));
+    }
+    out
 }
 
 #[cfg(test)]

@@ -40,7 +40,7 @@
 //! 09:00, makes a freshly started pool churn at once instead of idling
 //! through its first simulated night.
 
-use carmi_api::msg::OwnerEvent;
+use carmi_proto::msg::OwnerEvent;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

@@ -37,9 +37,9 @@ fn schedule_prints_a_replayable_trace() {
         .unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    let trace = owner_sim::Trace::parse(&text).unwrap();
+    let trace = carmi_pool::Trace::parse(&text).unwrap();
     assert!(!trace.events.is_empty());
-    let again =
-        owner_sim::OwnerModel::Stochastic(owner_sim::Stochastic::default()).schedule(3, 36000.0, 4);
+    let again = carmi_pool::OwnerModel::Stochastic(carmi_pool::Stochastic::default())
+        .schedule(3, 36000.0, 4);
     assert_eq!(trace.events.len(), again.len());
 }

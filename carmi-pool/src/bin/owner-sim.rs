@@ -15,8 +15,8 @@
 use std::io::Write;
 use std::process::ExitCode;
 
+use carmi_pool::{EmbeddedPool, OwnerModel, PoolOptions};
 use clap::{Parser, Subcommand};
-use owner_sim::{EmbeddedPool, OwnerModel, PoolOptions};
 
 #[derive(Parser)]
 #[command(
@@ -102,7 +102,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             let model = OwnerModel::from_spec(&owners)?;
             model.check()?;
             let events = model.schedule(hosts, span, seed);
-            std::io::stdout().write_all(owner_sim::trace::format_schedule(&events).as_bytes())?;
+            std::io::stdout().write_all(carmi_pool::format_schedule(&events).as_bytes())?;
             Ok(())
         }
         Command::Drive {
@@ -123,7 +123,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 let mut targets = Vec::new();
                 for addr in &locals {
                     targets.push(std::sync::Arc::new(
-                        owner_sim::driver::RemoteOwner::connect(addr, &secret).await?,
+                        carmi_pool::driver::RemoteOwner::connect(addr, &secret).await?,
                     ));
                 }
                 let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -135,7 +135,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                     "owner-sim: playing the owners of {} local RMs ({owners}, {speedup}x); Ctrl-C stops",
                     targets.len()
                 );
-                let report = owner_sim::driver::drive(
+                let report = carmi_pool::driver::drive(
                     model.stream(targets.len(), seed),
                     &targets,
                     speedup,

@@ -1,7 +1,7 @@
 //! The wall-clock driver: plays an owner schedule to running local RMs,
 //! `speedup` virtual seconds per wall second.
 //!
-//! It decides nothing: the schedule ([`crate::model`]) says what happens
+//! It decides nothing: the schedule ([`owner_model`]) says what happens
 //! when, the local RMs' owner policy decides what to do about it. Waiting is
 //! against the start instant (not from event to event), so that delays in
 //! delivery never accumulate into drift.
@@ -15,7 +15,7 @@ use carmi_local::daemon::Daemon;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::model::Scheduled;
+use owner_model::Scheduled;
 
 /// Something that takes owner events: a local RM, or a recorder in tests.
 pub trait OwnerTarget: Send + Sync + 'static {

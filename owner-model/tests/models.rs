@@ -1,8 +1,8 @@
 //! The owner models as a simulator sees them: schedules in virtual time.
 
-use carmi_api::msg::OwnerEvent;
-use owner_sim::trace::Trace;
-use owner_sim::{OwnerModel, Regime, Scheduled, Shape, Stochastic};
+use carmi_proto::msg::OwnerEvent;
+use owner_model::trace::Trace;
+use owner_model::{OwnerModel, Regime, Scheduled, Shape, Stochastic};
 
 const HOUR: f64 = 3600.0;
 const DAY: f64 = 24.0 * HOUR;
@@ -161,7 +161,7 @@ fn a_trace_file_replays_in_time_order() {
 fn a_generated_schedule_survives_the_trace_format() {
     let m = OwnerModel::Stochastic(Stochastic::default());
     let s = m.schedule(12, 2.0 * DAY, 77);
-    let text = owner_sim::trace::format_schedule(&s);
+    let text = owner_model::format_schedule(&s);
     let back = OwnerModel::Trace(Trace::parse(&text).unwrap()).schedule(12, 2.0 * DAY, 0);
     assert_eq!(back, s);
     let loads = [Scheduled {
@@ -169,6 +169,6 @@ fn a_generated_schedule_survives_the_trace_format() {
         host: 0,
         event: OwnerEvent::Load(1.75),
     }];
-    let text = owner_sim::trace::format_schedule(&loads);
+    let text = owner_model::format_schedule(&loads);
     assert_eq!(text.lines().nth(1), Some("host01 0.25 load=1.75"));
 }

@@ -38,8 +38,10 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::driver::{DriveReport, drive};
-use crate::model::OwnerModel;
 use crate::{Error, sweep};
+use owner_model::OwnerModel;
+
+pub use owner_model::host_name;
 
 /// Name of the submit-side local RM.
 pub const SUBMIT_HOST: &str = "submit";
@@ -282,7 +284,7 @@ fn check(opts: &PoolOptions) -> Result<(), Error> {
     if opts.heartbeat.is_zero() {
         return bad("heartbeat must be positive".into());
     }
-    opts.owners.check()
+    Ok(opts.owners.check()?)
 }
 
 fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error {
@@ -317,11 +319,6 @@ fn fresh_dir() -> Result<PathBuf, Error> {
         "no free folder name under {}",
         base.display()
     )))
-}
-
-/// The machine name of host index `i`.
-pub fn host_name(i: usize) -> String {
-    format!("host{:02}", i + 1)
 }
 
 /// The varied machine ads: a log-uniform `Speed` in 0.5..2.0 (as many

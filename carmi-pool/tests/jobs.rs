@@ -6,7 +6,7 @@ use carmi_api::client::{ConnectOptions, EventStream, Incoming, connect};
 use carmi_api::handshake::Secret;
 use carmi_api::ids::RequestId;
 use carmi_api::msg::{Event, OwnerEvent, SpawnTarget};
-use owner_sim::{EmbeddedPool, OwnerModel, PoolOptions};
+use carmi_pool::{EmbeddedPool, OwnerModel, PoolOptions};
 
 /// The next RM event about `request` that `want` accepts; panics after 20 s.
 async fn wait_for<T>(
