@@ -39,7 +39,6 @@ use tokio::time::{Instant, Interval};
 use crate::apps::AppTx;
 use crate::cache::ExeCache;
 use crate::config::{OwnerSource, Settings};
-use crate::core::Core;
 use crate::global::{GlobalConfig, GlobalLink, GlobalTx, Outgoing};
 use crate::machine::{MachineAd, detect_static, sample_dynamic};
 use crate::owner::{RealOwner, SimulatedOwner};
@@ -47,6 +46,7 @@ use crate::peer::Stager;
 use crate::policy::{Policy, PolicyEffect};
 use crate::spawn::{ExitReport, Launcher, ProcessGroup};
 use crate::{Error, apps, benchmark, global};
+use carmi_local_core::node::Core;
 
 /// Inputs queued before senders (connections) wait for the driver.
 const INPUT_QUEUE: usize = 4096;

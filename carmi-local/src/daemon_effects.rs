@@ -11,9 +11,9 @@ use tokio::sync::oneshot;
 
 use super::{Driver, Input};
 use crate::apps;
-use crate::core::{Effect, Launch};
 use crate::output::{self, ForwardTarget};
 use crate::spawn::{Capture, ExitReport, LaunchSpec};
+use carmi_local_core::node::{Effect, Launch};
 
 impl Driver {
     /// Carries out the core's effects, including those that carrying them out produces.
