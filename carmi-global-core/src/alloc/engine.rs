@@ -240,6 +240,15 @@ impl Allocator {
             SubKind::Delete(set) | SubKind::Suspend(set) | SubKind::Resume(set) => !set.is_empty(),
         });
         self.get_slot_mut(host).busy.clear();
+        // The pool took it back: the job may now lack a minimum, or hold
+        // less than its share, which idle slots already there can make up
+        // (no slot becomes idle to say so).
+        if matches!(
+            cause,
+            ReleaseCause::Vacated | ReleaseCause::Lost | ReleaseCause::Withdrawn
+        ) {
+            self.dirty = true;
+        }
         self.host_changes.push(HostChange {
             job: claim.job,
             host,

@@ -72,7 +72,7 @@ fn a_minimum_the_pool_cannot_supply_waits_flagged_in_the_queue() {
     assert_eq!(jobs[0].state, "waiting");
     assert_eq!(
         jobs[0].note.as_deref(),
-        Some("needs 100000 machines at once; the pool has 2 slots online")
+        Some("cannot start: needs 100000 machines at once; the pool has 2 slots online")
     );
 }
 

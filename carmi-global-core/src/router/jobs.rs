@@ -27,6 +27,8 @@ use carmi_proto::submit::JobSpec;
 use classad::ClassAd;
 use tracing::{info, warn};
 
+use crate::bounds::HISTORY_LIMIT;
+
 use super::anywhere::{master_ad, return_plan};
 use super::{LinkId, Output, Router, new_proc};
 use crate::alloc::{ClassLimits, Phase};
@@ -62,10 +64,6 @@ pub(super) struct Submitted {
     /// Why it is held (`carmi hold`), while it is.
     pub held: Option<String>,
 }
-
-/// Ended jobs kept for `carmi history`: enough for a day of a busy pool,
-/// bounded so that the history (and its journal records) cannot grow forever.
-pub const HISTORY_LIMIT: usize = 10_000;
 
 /// The last [`HISTORY_LIMIT`] jobs that left the queue, oldest first.
 #[derive(Debug, Default)]
@@ -235,9 +233,8 @@ impl Router {
         self.send(link, FromGlobal::Removed { job });
     }
 
-    /// One job for `carmi q`; `online` is the pool's online slot count
-    /// (counted once per answer, not once per job).
-    fn job_status(&self, job: JobId, online: usize) -> JobStatus {
+    /// One job for `carmi q`.
+    fn job_status(&self, job: JobId) -> JobStatus {
         let phase = self.alloc.job_phase(job).unwrap_or(Phase::Attached);
         let sub = self.submitted.get(&job);
         JobStatus {
@@ -250,25 +247,12 @@ impl Router {
             executable: sub.map(|s| s.executable.name.clone()).unwrap_or_default(),
             master: sub.and_then(|s| s.master),
             note: match phase {
-                Phase::Waiting => self.impossible(job, online),
+                Phase::Waiting => self.alloc.impossible(job),
                 Phase::Held => sub.and_then(|s| s.held.clone()),
                 _ => sub.and_then(|s| self.master_unsent(s)),
             },
             classes: self.alloc.class_status(job),
         }
-    }
-
-    /// Why a waiting job cannot start in the pool as it is now: its minimums
-    /// add up to more slots than are online.
-    fn impossible(&self, job: JobId, online: usize) -> Option<String> {
-        let need: u64 = self
-            .alloc
-            .class_status(job)
-            .iter()
-            .map(|c| u64::from(c.min))
-            .sum();
-        (need > online as u64)
-            .then(|| format!("needs {need} machines at once; the pool has {online} slots online"))
     }
 
     /// Why a started job's master is not running yet: its machine is away,
@@ -390,12 +374,11 @@ impl Router {
 
     /// `carmi q`.
     pub(super) fn queue(&mut self, link: LinkId) {
-        let (online, _) = self.alloc.slot_counts();
         let jobs = self
             .alloc
             .job_ids()
             .into_iter()
-            .map(|j| self.job_status(j, online))
+            .map(|j| self.job_status(j))
             .collect();
         self.send(link, FromGlobal::Queue(jobs));
     }
@@ -410,7 +393,7 @@ impl Router {
             return self.admin_fail(link, FailureCode::Invalid, message);
         }
         let analysis = JobAnalysis {
-            job: self.job_status(job, self.alloc.slot_counts().0),
+            job: self.job_status(job),
             queued_ahead: self.alloc.queued_ahead(job).unwrap_or(0),
             classes: self.alloc.analyze(job),
         };
