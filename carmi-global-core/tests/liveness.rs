@@ -1,7 +1,9 @@
 //! Nothing stuck (issue 15, item 1): random sequences of submits, removals,
 //! holds, releases, masters starting, machines arriving, leaving, coming
-//! back with another slot count, and owners taking slots and giving them
-//! back, driven through the allocator's public inputs in virtual time.
+//! back with another slot count, owners taking slots and giving them back,
+//! and running jobs' requests (`AddHosts`, `DelHosts`, a class defined and
+//! removed at run time), driven through the allocator's public inputs in
+//! virtual time.
 //! After each input, once its effects are taken (a quiet point), an oracle
 //! that knows the pool only from the test's own model (which machine is of
 //! which kind, what each job asked for) checks that
@@ -21,8 +23,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use carmi_global_core::alloc::{Allocator, ClassLimits, Phase, SlotState};
-use carmi_proto::ids::{HostId, JobId};
+use carmi_global_core::alloc::{Allocator, ClassLimits, Phase, ReqRef, SlotState};
+use carmi_proto::ids::{HostId, JobId, ProcessId, RequestId};
 use carmi_proto::msg::SlotActivity;
 use classad::ClassAd;
 use proptest::prelude::*;
@@ -69,6 +71,20 @@ enum Op {
         slot: u32,
         activity: u8,
     },
+    /// `AddHosts` of a running job: of its first class, or of a class
+    /// defined at run time (`r`, kind b or c).
+    AddHosts {
+        job: usize,
+        runtime: bool,
+        count: u32,
+    },
+    /// `DelHosts` of one of a job's hosts.
+    DelHosts {
+        job: usize,
+        host: usize,
+    },
+    /// `RemoveClass` of the run-time class (refused while it holds hosts).
+    RemoveClass(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -94,6 +110,13 @@ fn op() -> impl Strategy<Value = Op> {
             slot,
             activity
         }),
+        1 => (0usize..64, any::<bool>(), 1u32..4).prop_map(|(job, runtime, count)| Op::AddHosts {
+            job,
+            runtime,
+            count
+        }),
+        1 => (0usize..64, 0usize..8).prop_map(|(job, host)| Op::DelHosts { job, host }),
+        1 => (0usize..64).prop_map(Op::RemoveClass),
     ]
 }
 
@@ -109,6 +132,7 @@ struct Harness {
     now: Duration,
     jobs: BTreeMap<JobId, Asked>,
     next_job: u64,
+    next_request: u64,
     machines: BTreeSet<String>,
 }
 
@@ -119,6 +143,7 @@ impl Harness {
             now: Duration::ZERO,
             jobs: BTreeMap::new(),
             next_job: 1,
+            next_request: 1,
             machines: BTreeSet::new(),
         }
     }
@@ -217,10 +242,73 @@ impl Harness {
                 self.a
                     .on_slot_state(&format!("m{machine}"), *slot, activity);
             }
+            Op::AddHosts {
+                job,
+                runtime,
+                count,
+            } => self.add_hosts(*job, *runtime, *count),
+            Op::DelHosts { job, host } => {
+                if let Some(job) = self.running(*job) {
+                    let hosts = self.a.job_hosts(job);
+                    if !hosts.is_empty() {
+                        let host = hosts[*host % hosts.len()];
+                        let class = self.a.host_class(job, host).expect("a host of the job");
+                        // The allocator lowers the class's maximum by the host given back.
+                        if let Some(c) = self
+                            .jobs
+                            .get_mut(&job)
+                            .expect("live")
+                            .classes
+                            .get_mut(&class)
+                        {
+                            c.2 = c.2.saturating_sub(1).max(c.1);
+                        }
+                        let req = self.request(job);
+                        self.a.del_hosts(job, req, &[host]);
+                    }
+                }
+            }
+            Op::RemoveClass(job) => {
+                if let Some(job) = self.running(*job) {
+                    let req = self.request(job);
+                    self.a.remove_class(job, req, "r");
+                }
+            }
         }
         let _ = self.a.take_effects();
         let _ = self.a.take_host_changes();
         self.a.sanity_check();
+    }
+
+    /// The running job the `i`th pick names, if it runs.
+    fn running(&self, i: usize) -> Option<JobId> {
+        self.pick(i)
+            .filter(|&j| matches!(self.a.job_phase(j), Some(Phase::Running { .. })))
+    }
+
+    /// A fresh request of the job's master (process id = job id here).
+    fn request(&mut self, job: JobId) -> ReqRef {
+        self.next_request += 1;
+        ReqRef {
+            process: ProcessId(job.0),
+            id: RequestId(self.next_request),
+        }
+    }
+
+    fn add_hosts(&mut self, job: usize, runtime: bool, count: u32) {
+        let Some(job) = self.running(job) else {
+            return;
+        };
+        let class = if runtime {
+            let req = self.request(job);
+            self.a
+                .define_class(job, req, "r", "Kind == \"b\" || Kind == \"c\"");
+            "r"
+        } else {
+            "c0"
+        };
+        let req = self.request(job);
+        self.a.add_hosts(job, req, class, count, 1);
     }
 
     /// Online hosts (in any state but offline) with their machine's kind.
@@ -570,4 +658,42 @@ fn overlapping_classes_that_cannot_be_met_together_are_flagged() {
         h.a.job_phase(JobId(1)),
         Some(Phase::Running { .. })
     ));
+}
+
+/// Found by the random test: a job gave back (`DelHosts`) a host of a class
+/// at its minimum, a pending `AddHosts` of another class took that host at
+/// once, and the class stayed below its minimum beside an idle slot.
+#[test]
+fn a_minimum_given_back_is_made_up_from_an_idle_slot() {
+    replay(&[
+        Op::Register {
+            machine: 2,
+            slots: 2,
+            mips: 3,
+        },
+        submit(0, 1),
+        Op::Register {
+            machine: 0,
+            slots: 1,
+            mips: 1,
+        },
+        submit(0, 1),
+        Op::Remove(0),
+        Op::Submit {
+            owner: 0,
+            classes: vec![(0, 1, 0), (0, 0, 0)],
+        },
+        Op::Remove(0),
+        Op::Submit {
+            owner: 0,
+            classes: vec![(3, 1, 0), (4, 1, 0)],
+        },
+        Op::Remove(20),
+        Op::AddHosts {
+            job: 0,
+            runtime: false,
+            count: 1,
+        },
+        Op::DelHosts { job: 0, host: 1 },
+    ]);
 }
