@@ -23,7 +23,7 @@ use carmi_proto::msg::{
     ExecutableRef, ExitStatus, Failure, FailureCode, FromGlobal, JobAnalysis, JobEnd, JobFiles,
     JobRecord, JobStatus, JobUsage, ProcessState, SubmitRequest,
 };
-use carmi_proto::submit::JobSpec;
+use carmi_proto::submit::{JobSpec, OnImpossible};
 use classad::ClassAd;
 use tracing::{info, warn};
 
@@ -187,6 +187,20 @@ impl Router {
             return self.admin_fail(link, f.code, f.message);
         }
         self.alloc.set_job_attributes(job, &req.spec.attributes);
+        // Judged with the job's own attributes, which machines' `Requirements` read.
+        let impossible = match req.spec.on_impossible {
+            OnImpossible::Wait => None,
+            OnImpossible::Hold | OnImpossible::Reject => self.alloc.impossible(job),
+        };
+        if let Some(why) = &impossible
+            && req.spec.on_impossible == OnImpossible::Reject
+        {
+            // Never accepted: nothing journaled, and the id is given again.
+            self.alloc.on_job_ended(job);
+            let message = format!("{why} (on_impossible = reject)");
+            info!(owner = req.owner, "submit refused: {message}");
+            return self.admin_fail(link, FailureCode::Unavailable, message);
+        }
         self.next_job += 1;
         info!(job = %job, owner = req.owner, machine = req.machine, "job submitted");
         // On disk before the answer: the driver fsyncs it before sending on.
@@ -215,6 +229,9 @@ impl Router {
         self.events.open(job, self.submitted[&job].spec.log.clone());
         let owner = self.submitted[&job].owner.clone();
         self.log_event(job, EventKind::Submitted { owner });
+        if let Some(why) = impossible {
+            self.hold_at_submit(job, &why);
+        }
         self.send(link, FromGlobal::Submitted { job });
     }
 
