@@ -50,7 +50,7 @@ mod check;
 mod events;
 #[cfg(test)]
 mod hand_tests;
-pub use events::{ENDED_LOGS, EVENTS_PER_JOB};
+pub use crate::bounds::{ENDED_LOGS, EVENTS_PER_JOB, HISTORY_LIMIT};
 mod hold;
 #[cfg(test)]
 mod hold_tests;
@@ -60,7 +60,6 @@ mod logs;
 #[cfg(test)]
 #[path = "router/logs_tests.rs"]
 mod logs_tests;
-pub use jobs::HISTORY_LIMIT;
 pub(crate) use lifecycle::new_proc;
 #[cfg(test)]
 mod jobs_tests;
