@@ -27,95 +27,29 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use bytes::Bytes;
 use carmi_api::handshake::Secret;
-use carmi_api::ids::{ConnId, JobId, ProcessId, RequestId};
-use carmi_api::msg::{ExecutableRef, FromGlobal, FromLocalControl, OwnerEvent, Request};
+use carmi_api::ids::{ConnId, ProcessId};
+use carmi_api::msg::{FromGlobal, OwnerEvent};
 use classad::ClassAd;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::apps::AppTx;
 use crate::cache::ExeCache;
 use crate::config::{OwnerSource, Settings};
-use crate::global::{GlobalConfig, GlobalLink, GlobalTx, Outgoing};
+use crate::global::{GlobalConfig, GlobalLink};
+use crate::input::{AppTx, Input};
 use crate::machine::{MachineAd, detect_static, sample_dynamic};
 use crate::owner::{RealOwner, SimulatedOwner};
 use crate::peer::Stager;
 use crate::policy::{Policy, PolicyEffect};
-use crate::spawn::{ExitReport, Launcher, ProcessGroup};
+use crate::spawn::{Launcher, ProcessGroup};
 use crate::{Error, apps, benchmark, global};
 use carmi_local_core::node::Core;
 
 /// Inputs queued before senders (connections) wait for the driver.
 const INPUT_QUEUE: usize = 4096;
-
-/// What the driver hears about.
-#[derive(Debug)]
-pub(crate) enum Input {
-    /// A global connection is up; messages for it go into `out`.
-    GlobalUp {
-        out: GlobalTx,
-        /// This machine's address on the connection to the global RM: the
-        /// one other machines of the pool can reach.
-        local_ip: Option<IpAddr>,
-    },
-    /// A message from the global RM.
-    Global(FromGlobal, Bytes),
-    /// The global connection is gone: `failed` could not be written, `rest` was never tried.
-    GlobalDown {
-        failed: Option<Outgoing>,
-        rest: mpsc::Receiver<Outgoing>,
-    },
-    AppConnected {
-        conn: ConnId,
-        job: Option<JobId>,
-        process: Option<ProcessId>,
-        endpoint: String,
-        out: AppTx,
-    },
-    AppRequest {
-        conn: ConnId,
-        id: RequestId,
-        body: Request,
-    },
-    AppUpload {
-        conn: ConnId,
-        executable: ExecutableRef,
-        payload: Bytes,
-    },
-    AppClosed {
-        conn: ConnId,
-    },
-    Launched {
-        process: ProcessId,
-        result: Result<ProcessGroup, String>,
-    },
-    Stored {
-        sha256: String,
-        result: Result<(), String>,
-    },
-    Fetched {
-        sha256: String,
-        source: carmi_api::msg::StageSource,
-        result: Result<(), String>,
-    },
-    Exited {
-        process: ProcessId,
-        report: ExitReport,
-    },
-    /// A read for `carmi logs` is done.
-    LogRead {
-        request: u64,
-        result: Result<carmi_api::msg::LogChunk, String>,
-    },
-    SuspendSlot(u32, oneshot::Sender<bool>),
-    ResumeSlot(u32, oneshot::Sender<bool>),
-    /// Owner activity; the answer (if asked for) once its effects are carried out.
-    Owner(OwnerEvent, Option<oneshot::Sender<FromLocalControl>>),
-}
 
 /// How often the machine ad the policy sees is re-sampled (load, memory, disk).
 const BASE_AD_REFRESH: Duration = Duration::from_secs(5);
@@ -581,12 +515,6 @@ async fn at(deadline: Option<Instant>) {
         Some(d) => tokio::time::sleep_until(d).await,
         None => std::future::pending().await,
     }
-}
-
-/// Resolves once `stop` turns true (or its sender is gone).
-pub(crate) async fn stopped(stop: &mut watch::Receiver<bool>) {
-    // The guard wait_for returns must not live across the caller's awaits.
-    let _ = stop.wait_for(|s| *s).await.map(|_| ());
 }
 
 #[path = "daemon_effects.rs"]
