@@ -14,6 +14,8 @@
 //!   ids at once), the merged `EventStream`, direct messages between processes,
 //!   and the output of spawned processes streamed back to their requester.
 //! - `admin`: administration requests to the global RM (`carmi status`, jobs).
+//! - `control`: the client of a local RM's control connection ([`control::OwnerLink`]:
+//!   owner events from `owner-sim` or an admin tool).
 //! - `stage`: staging connections: fetching an executable from the global RM
 //!   or a peer local RM, pipelined, hashed off the socket task, rate-limited sends.
 //!
@@ -22,6 +24,7 @@
 
 pub mod admin;
 pub mod client;
+pub mod control;
 pub mod coords;
 pub mod frame;
 pub mod handshake;

@@ -583,7 +583,7 @@ mod tests {
 
     #[test]
     fn config_file_errors_name_the_file_and_attribute() {
-        let dir = crate::spawn::tests::TempDir::new("config");
+        let dir = crate::test_dir::TempDir::new("config");
         let path = dir.path().join("local.toml");
         std::fs::write(&path, "[attributes]\nFast = 'Mips >'\n").unwrap();
         let cli = Cli::try_parse_from([
@@ -639,7 +639,7 @@ mod tests {
 
     #[test]
     fn command_line_overrides_the_file() {
-        let dir = crate::spawn::tests::TempDir::new("config2");
+        let dir = crate::test_dir::TempDir::new("config2");
         let path = dir.path().join("local.toml");
         std::fs::write(
             &path,

@@ -28,7 +28,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
-use crate::daemon::{Input, stopped};
+use crate::input::{GlobalTx, Input, Outgoing, stopped};
 
 /// First reconnection delay.
 pub const BACKOFF_MIN: Duration = Duration::from_millis(100);
@@ -45,19 +45,6 @@ pub const GLOBAL_QUEUE: usize = 16 * 1024;
 /// Default for [`crate::config::Settings::global_stall`]: how long a full
 /// queue to the global RM may make no progress before the link is dropped.
 pub const GLOBAL_STALL: Duration = Duration::from_secs(30);
-
-/// A message for the global RM and its frame payload.
-pub(crate) type Outgoing = (ToGlobal, Bytes);
-
-/// The driver's end of a session: where messages go, and how to end it.
-#[derive(Debug)]
-pub(crate) struct GlobalTx {
-    /// The session's outgoing queue, bounded.
-    pub tx: mpsc::Sender<Outgoing>,
-    /// Ends the session at once, even in the middle of a write that cannot
-    /// complete; the session then reports `GlobalDown` as for any failure.
-    pub kick: Arc<Notify>,
-}
 
 /// Exponential backoff with jitter.
 #[derive(Clone, Debug)]
