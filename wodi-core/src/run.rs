@@ -338,6 +338,12 @@ impl Run {
         self.finished
     }
 
+    /// Whether master `m` is connected (the driver closes the connection of
+    /// one that is not, once its last outputs are carried out).
+    pub fn has_master(&self, m: MasterId) -> bool {
+        self.masters.contains_key(&m)
+    }
+
     /// The worker a CARMI process is, for labelling what it prints.
     pub fn worker_of_process(&self, process: ProcessId) -> Option<WorkerId> {
         self.processes.get(&process).copied()
@@ -436,12 +442,12 @@ impl Run {
             let msg = ToMaster::Fatal {
                 reason: reason.to_string(),
             };
-            self.to_master(m, msg, Bytes::new());
+            self.tell_master(m, msg, Bytes::new());
         }
     }
 
     /// Queues a message for master `m`, if it is still connected.
-    fn to_master(&mut self, m: MasterId, msg: ToMaster, payload: Bytes) {
+    fn tell_master(&mut self, m: MasterId, msg: ToMaster, payload: Bytes) {
         if self.masters.contains_key(&m) {
             self.queue.push_back(Queued::Out(Output::ToMaster {
                 master: m,

@@ -114,11 +114,11 @@ impl Run {
                         "this server's workers run {} {:?}, not {} {:?}",
                         self.executable, self.args, init.executable, init.args
                     );
-                    self.to_master(m, ToMaster::Fatal { reason }, Bytes::new());
+                    self.tell_master(m, ToMaster::Fatal { reason }, Bytes::new());
                     return;
                 }
                 self.add_classes(m, init.classes, payload);
-                self.to_master(m, ToMaster::Ready, Bytes::new());
+                self.tell_master(m, ToMaster::Ready, Bytes::new());
             }
             FromMaster::BeginCycle { cycle } => {
                 let t = self.t();
@@ -139,7 +139,7 @@ impl Run {
             FromMaster::GetHistory => {
                 let saved = crate::plan::snapshot(self.sched.history());
                 let json = serde_json::to_vec(&saved).expect("estimates serialize");
-                self.to_master(m, ToMaster::History, Bytes::from(json));
+                self.tell_master(m, ToMaster::History, Bytes::from(json));
             }
             FromMaster::EndCycle { cycle } => {
                 let t = self.t();

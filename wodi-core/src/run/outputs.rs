@@ -36,9 +36,7 @@ impl Run {
             }
             match self.queue.pop_front() {
                 Some(Queued::Stats(m)) => {
-                    if let Some(o) = self.stats_for(m) {
-                        return Some(o);
-                    }
+                    return Some(self.stats_for(m));
                 }
                 Some(Queued::Out(o)) => return Some(o),
                 None => {
@@ -183,20 +181,18 @@ impl Run {
         out
     }
 
-    /// The statistics answering master `m`'s `Complete`.
-    fn stats_for(&mut self, m: MasterId) -> Option<Output> {
-        if !self.masters.contains_key(&m) {
-            return None;
-        }
+    /// The statistics answering master `m`'s `Complete` (even if it left
+    /// meanwhile: its connection may still take them).
+    fn stats_for(&mut self, m: MasterId) -> Output {
         let mut stats = self.sched.stats(self.t());
         stats.speed_benchmarks = self.speeds.benchmarks;
         stats.speed_benchmark_s = self.speeds.benchmark_time.as_secs_f64();
         let json = serde_json::to_vec(&stats).expect("statistics serialize");
-        Some(Output::ToMaster {
+        Output::ToMaster {
             master: m,
             msg: ToMaster::Stats,
             payload: Bytes::from(json),
-        })
+        }
     }
 
     /// Sends the run's [`Status`](crate::proto::Status) to every master if
