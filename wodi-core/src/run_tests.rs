@@ -30,12 +30,7 @@ fn init(classes: &[(&str, u32)], max_attempts: u32, policies: Policies) -> FromM
     FromMaster::Init {
         classes: classes
             .iter()
-            .map(|(name, count)| ClassSpec {
-                name: name.to_string(),
-                requirements: "true".into(),
-                count: *count,
-                speed: None,
-            })
+            .map(|(name, count)| ClassSpec::new(*name, "true", *count))
             .collect(),
         executable: "/bin/worker".into(),
         args: vec!["--x".into()],
@@ -318,19 +313,6 @@ fn fewest_hosts_follows_a_change_of_one_only_after_two_cycles_in_a_row() {
 }
 
 #[test]
-fn fewest_hosts_is_not_applied_across_two_classes() {
-    let mut b = Bench::new();
-    let policies = Policies {
-        fewest_hosts: Some(0.0),
-        hysteresis: 0,
-        ..Policies::default()
-    };
-    let m = b.master(init(&[("a", 2), ("b", 2)], 3, policies), "");
-    b.drain();
-    assert_eq!(cycle(&mut b, m, 1, &[10.0, 1.0, 1.0]), 4);
-}
-
-#[test]
 fn retiring_a_master_frees_only_its_own_hosts_and_steps() {
     let mut b = Bench::new();
     let a = b.master(init(&[("a", 1)], 3, Policies::default()), "A");
@@ -525,4 +507,152 @@ fn outputs_round_trip_through_serde() {
     let json = serde_json::to_string(&out).unwrap();
     let back: Vec<Output> = serde_json::from_str(&json).unwrap();
     assert_eq!(back, out);
+}
+
+fn class_init(classes: Vec<ClassSpec>, policies: Policies) -> FromMaster {
+    let FromMaster::Init {
+        executable,
+        args,
+        prefetch,
+        max_attempts,
+        suspend_timeout_ms,
+        ordering,
+        refine_speed,
+        learn_from_wall,
+        ..
+    } = init(&[], 3, Policies::default())
+    else {
+        unreachable!()
+    };
+    FromMaster::Init {
+        classes,
+        executable,
+        args,
+        prefetch,
+        max_attempts,
+        suspend_timeout_ms,
+        ordering,
+        speed: crate::speed::SpeedSource::Class,
+        refine_speed,
+        learn_from_wall,
+        policies,
+    }
+}
+
+fn spec(name: &str, count: u32, speed: f64) -> ClassSpec {
+    ClassSpec {
+        speed: Some(speed),
+        ..ClassSpec::new(name, "true", count)
+    }
+}
+
+#[test]
+fn fewest_hosts_across_classes_keeps_the_fast_class_and_gives_back_the_slow_one() {
+    let mut b = Bench::new();
+    let policies = Policies {
+        fewest_hosts: Some(0.0),
+        hysteresis: 0,
+        ..Policies::default()
+    };
+    let classes = vec![spec("slow", 2, 0.5), spec("fast", 2, 2.0)];
+    let m = b.master(class_init(classes, policies), "");
+    b.drain();
+    // 4 s of work is 2 s on a fast host, the best cycle; the two 2 s steps
+    // fit on the second fast host in the same time.
+    cycle(&mut b, m, 1, &[4.0, 2.0, 2.0]);
+    assert_eq!(b.run.sched().class_desired("fast"), 2);
+    assert_eq!(b.run.sched().class_desired("slow"), 0);
+    // One fast host held now; the other (not held yet) counts as fast as it.
+    let _ = b.grant("fast", 1);
+    // With six steps of 2 s, two fast hosts need 3 s against the best 1 s:
+    // every host asked for is kept, the fast ones first.
+    cycle(&mut b, m, 2, &[2.0; 6]);
+    assert_eq!(b.run.sched().class_desired("fast"), 2);
+    assert_eq!(b.run.sched().class_desired("slow"), 2);
+}
+
+#[test]
+fn fewest_hosts_with_one_class_matches_the_single_class_rule() {
+    // The per-class rule gives what the one-class rule gave: the count,
+    // clamped to at least one and at most what was asked.
+    let mut b = Bench::new();
+    let policies = Policies {
+        fewest_hosts: Some(0.0),
+        hysteresis: 0,
+        ..Policies::default()
+    };
+    let m = b.master(init(&[("a", 5)], 3, policies), "");
+    b.drain();
+    for (n, work) in [vec![1.0], vec![3.0, 1.0, 1.0, 1.0], vec![1.0; 12]]
+        .into_iter()
+        .enumerate()
+    {
+        let steps: Vec<StepId> = (0..work.len())
+            .map(|i| StepId(100 * (n as u64 + 1) + i as u64))
+            .collect();
+        let wanted = cycle(&mut b, m, n as u64 + 1, &work);
+        let single = b.run.sched().fewest_hosts(&steps, 0.0).unwrap().clamp(1, 5);
+        assert_eq!(wanted, single, "cycle {n}: {work:?}");
+    }
+}
+
+#[test]
+fn each_class_spawns_its_own_worker_command() {
+    let mut b = Bench::new();
+    let classes = vec![
+        ClassSpec {
+            args: Some(vec!["--arch=a".into()]),
+            ..ClassSpec::new("a", "true", 1)
+        },
+        ClassSpec {
+            executable: Some("/bin/worker-b".into()),
+            ..ClassSpec::new("b", "true", 1)
+        },
+    ];
+    b.master(class_init(classes, Policies::default()), "");
+    b.drain();
+    b.grant("a", 1);
+    b.grant("b", 2);
+    let spawns: Vec<(HostId, String, Vec<String>)> = b
+        .calls
+        .iter()
+        .filter_map(|(_, c)| match c {
+            CarmiCall::Spawn {
+                executable,
+                args,
+                host,
+            } => Some((*host, executable.clone(), args[..args.len() - 1].to_vec())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        spawns,
+        vec![
+            (
+                HostId(1),
+                "/bin/worker".into(),
+                vec!["--arch=a".to_string()]
+            ),
+            (HostId(2), "/bin/worker-b".into(), vec!["--x".to_string()]),
+        ]
+    );
+}
+
+#[test]
+fn a_second_master_naming_a_class_with_another_command_is_refused() {
+    let mut b = Bench::new();
+    b.master(init(&[("a", 1)], 3, Policies::default()), "");
+    b.drain();
+    let classes = vec![ClassSpec {
+        executable: Some("/bin/other".into()),
+        ..ClassSpec::new("a", "true", 1)
+    }];
+    let second = b.master(class_init(classes, Policies::default()), "");
+    let out = b.drain();
+    let told = to_master(&out, second);
+    assert!(
+        matches!(told.as_slice(), [ToMaster::Fatal { reason }] if reason.contains("class a")),
+        "{told:?}"
+    );
+    assert_eq!(b.run.sched().class_desired("a"), 1);
 }

@@ -123,14 +123,21 @@ impl Run {
             }
             SchedOutput::ReleaseHost { host } => {
                 self.speeds.host_gone(host);
+                self.host_class.remove(&host);
                 let o = self.call(CarmiCall::DelHosts { hosts: vec![host] }, None);
                 self.ready.push_back(o);
             }
             SchedOutput::Spawn { host, worker } => {
-                let mut args = self.args.clone();
+                // Each class may run its own build of the worker.
+                let (executable, mut args) = self
+                    .host_class
+                    .get(&host)
+                    .and_then(|c| self.commands.get(c))
+                    .cloned()
+                    .unwrap_or_else(|| (self.executable.clone(), self.args.clone()));
                 args.push(connect_arg(&self.cfg.connect_addr, &self.cfg.token, worker));
                 let request = CarmiCall::Spawn {
-                    executable: self.executable.clone(),
+                    executable,
                     args,
                     host,
                 };
