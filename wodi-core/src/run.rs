@@ -25,6 +25,9 @@
 //!   as the cause (a vacated host must not count as a crash of a poison step);
 //! - how often the masters hear the run's [`Status`].
 //!
+//! Each input is a method; [`Input`] holds any of them as one serde-able
+//! value ([`Run::handle`]) for drivers that queue, record or replay them.
+//!
 //! The driver's contract: after an [`Output::Carmi`], it makes the request
 //! and calls [`Run::issued`] with the request id CARMI's client gave it
 //! before polling the next output (the run matches CARMI's events to its
@@ -47,9 +50,12 @@ use crate::speed::{HostSpeeds, SpeedSource};
 use crate::time::Time;
 
 mod carmi;
+mod input;
 mod masters;
 mod outputs;
 mod workers;
+
+pub use input::{Input, Taken};
 
 /// A master connected to the run (several may share its workers), numbered
 /// by the run in connection order.

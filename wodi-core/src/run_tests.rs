@@ -656,3 +656,58 @@ fn a_second_master_naming_a_class_with_another_command_is_refused() {
     );
     assert_eq!(b.run.sched().class_desired("a"), 1);
 }
+
+#[test]
+fn inputs_round_tripped_through_serde_drive_the_run_the_same() {
+    // The same run twice: by method calls, and by `Input`s that went
+    // through JSON (as a simulator's queue may carry them).
+    let script = |b: &mut Bench, via_serde: bool| -> Vec<Output> {
+        let give = |run: &mut Run, input: Input, now: Time| -> Taken {
+            let input = if via_serde {
+                serde_json::from_str(&serde_json::to_string(&input).unwrap()).unwrap()
+            } else {
+                input
+            };
+            run.handle(input, now)
+        };
+        let Taken::Master(m) = give(&mut b.run, Input::MasterConnected, b.now) else {
+            panic!("a master id");
+        };
+        let init = init(&[("a", 1)], 3, Policies::default());
+        let msg = Input::FromMaster {
+            master: m,
+            msg: init,
+            payload: Bytes::from_static(b"i"),
+        };
+        give(&mut b.run, msg, b.now);
+        let mut out = b.drain();
+        b.grant("a", 1);
+        let step = Input::FromMaster {
+            master: m,
+            msg: FromMaster::Step { step: StepId(4) },
+            payload: Bytes::from_static(b"d"),
+        };
+        give(&mut b.run, step, b.now);
+        give(&mut b.run, Input::Tick, b.now);
+        out.extend(b.drain());
+        let refused = give(
+            &mut b.run,
+            Input::WorkerConnected {
+                worker: WorkerId(99),
+            },
+            b.now,
+        );
+        assert_eq!(refused, Taken::Refused);
+        out
+    };
+    let plain = script(&mut Bench::new(), false);
+    let serde = script(&mut Bench::new(), true);
+    assert!(plain.iter().any(|o| matches!(
+        o,
+        Output::ToWorker {
+            msg: ToWorker::Step { .. },
+            ..
+        }
+    )));
+    assert_eq!(plain, serde);
+}
