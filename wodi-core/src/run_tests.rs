@@ -711,3 +711,113 @@ fn inputs_round_tripped_through_serde_drive_the_run_the_same() {
     )));
     assert_eq!(plain, serde);
 }
+
+#[test]
+fn a_new_worker_runs_the_benchmark_step_before_any_real_step() {
+    let mut b = Bench::new();
+    let FromMaster::Init {
+        classes,
+        executable,
+        args,
+        prefetch,
+        max_attempts,
+        suspend_timeout_ms,
+        ordering,
+        refine_speed,
+        learn_from_wall,
+        policies,
+        ..
+    } = init(&[("a", 1)], 3, Policies::default())
+    else {
+        unreachable!()
+    };
+    let msg = FromMaster::Init {
+        classes,
+        executable,
+        args,
+        prefetch,
+        max_attempts,
+        suspend_timeout_ms,
+        ordering,
+        speed: crate::speed::SpeedSource::Benchmark {
+            reference_s: Some(0.2),
+        },
+        refine_speed,
+        learn_from_wall,
+        policies,
+    };
+    let m = b.master(msg, "the-init");
+    b.send(m, FromMaster::Benchmark, "bench");
+    b.send(m, FromMaster::Step { step: StepId(1) }, "real");
+    b.drain();
+    let w = b.grant("a", 1);
+    b.at(1.0);
+    let out = b.drain();
+    use crate::speed::{BENCHMARK_STEP, BENCHMARK_TICKET};
+    assert_eq!(
+        to_worker(&out, w),
+        vec![
+            (ToWorker::Init, "the-init".into()),
+            (
+                ToWorker::Step {
+                    ticket: BENCHMARK_TICKET,
+                    step: StepId(BENCHMARK_STEP)
+                },
+                "bench".into()
+            ),
+        ]
+    );
+    // 100 ms where a speed-1 host takes 200: speed 2, then the real step.
+    b.at(1.1);
+    let answer = FromWorker::Result {
+        ticket: BENCHMARK_TICKET,
+        cpu_us: 100_000,
+        wall_us: 100_000,
+    };
+    b.run.worker_message(w, answer, Bytes::new(), b.now);
+    let out = b.drain();
+    assert_eq!(b.run.sched().host_speed(HostId(1)), Some(2.0));
+    assert_eq!(
+        step_tickets(&out, w)
+            .into_iter()
+            .map(|(_, s)| s)
+            .collect::<Vec<_>>(),
+        vec![StepId(1)],
+        "{out:?}"
+    );
+}
+
+#[test]
+fn the_masters_hear_of_a_changed_status_at_most_every_250_ms() {
+    let mut b = Bench::new();
+    b.at(0.1);
+    let m = b.master(init(&[("a", 2)], 3, Policies::default()), "");
+    let statuses = |out: &[Output]| -> Vec<Status> {
+        to_master(out, m)
+            .into_iter()
+            .filter_map(|x| match x {
+                ToMaster::Status(s) => Some(s),
+                _ => None,
+            })
+            .collect()
+    };
+    assert!(statuses(&b.drain()).is_empty(), "held back until 250 ms");
+    assert_eq!(b.run.next_deadline(), Some(secs(0.25)));
+    b.at(0.25);
+    let sent = statuses(&b.drain());
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].wanted, 2);
+    b.at(0.3);
+    b.send(m, FromMaster::Step { step: StepId(1) }, "");
+    assert!(statuses(&b.drain()).is_empty());
+    assert_eq!(b.run.next_deadline(), Some(secs(0.5)));
+    b.at(0.5);
+    let sent = statuses(&b.drain());
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].queued, 1);
+    // Nothing changed: nothing sent, and no wake-up asked for (the next
+    // one is the master timeout's, which a master already answered).
+    b.at(0.8);
+    assert!(statuses(&b.drain()).is_empty());
+    assert_eq!(b.run.next_deadline(), Some(secs(30.0)));
+}
