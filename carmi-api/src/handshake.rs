@@ -7,12 +7,17 @@
 //! be replayed and a server without the secret cannot impersonate the pool.
 //!
 //! ```text
-//! client -> server  Hello     { version, role, client_nonce }
+//! client -> server  Hello     { version, role, client_nonce, token? }
 //! server -> client  Challenge { version, server_nonce, server_proof = HMAC(secret, "server" | client_nonce | server_nonce) }
-//! client -> server  Proof     { client_proof = HMAC(secret, "client" | server_nonce | client_nonce | role JSON) }
+//! client -> server  Proof     { client_proof = HMAC(secret, "client" | server_nonce | client_nonce | role JSON | token) }
 //! server -> client  Welcome | Refused { reason }
 //! ```
 //! Nothing else is read or served before `Welcome`.
+//!
+//! The optional token ([`crate::token`]) names who the client is and what it
+//! may do; a server that enforces tokens checks it in its `admit` callback
+//! ([`server_auth`]). The client proof covers it, so it cannot be swapped on
+//! the way by someone without the secret.
 
 use std::path::Path;
 use std::time::Duration;
@@ -36,9 +41,10 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// connections cost at most 36 MiB of buffers, not 9,000 announced 64 KiB frames.
 pub const HANDSHAKE_MAX_FRAME: usize = 4 * 1024;
 
-/// The pool's shared secret.
+/// The pool's shared secret, and the token (if any) this side presents
+/// with it when it opens a connection.
 #[derive(Clone)]
-pub struct Secret(Vec<u8>);
+pub struct Secret(Vec<u8>, Option<std::sync::Arc<str>>);
 
 impl std::fmt::Debug for Secret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -53,7 +59,18 @@ impl Secret {
         if trimmed.len() < 16 {
             return Err(HandshakeError::WeakSecret(trimmed.len()));
         }
-        Ok(Secret(trimmed.to_vec()))
+        Ok(Secret(trimmed.to_vec(), None))
+    }
+
+    /// The same secret, presenting `token` in the handshakes it opens.
+    pub fn with_token(mut self, token: Option<String>) -> Secret {
+        self.1 = token.map(Into::into);
+        self
+    }
+
+    /// The token presented in the handshakes this side opens.
+    pub fn token(&self) -> Option<&str> {
+        self.1.as_deref()
     }
 
     /// Reads a secret file.
@@ -109,6 +126,8 @@ enum Hs {
         version: u32,
         role: Role,
         client_nonce: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        token: Option<String>,
     },
     Challenge {
         version: u32,
@@ -194,6 +213,7 @@ where
             version: PROTOCOL_VERSION,
             role: role.clone(),
             client_nonce: client_nonce.clone(),
+            token: secret.token().map(str::to_string),
         };
         write_frame(w, &hello, &[])
             .await
@@ -224,6 +244,7 @@ where
             server_nonce.as_bytes(),
             client_nonce.as_bytes(),
             &role_json,
+            secret.token().unwrap_or_default().as_bytes(),
         ]);
         let proof = Hs::Proof {
             client_proof: hex(&mine.finalize().into_bytes()),
@@ -272,6 +293,26 @@ where
     W: AsyncWrite + Unpin,
     F: FnOnce(&Role) -> Result<(), String>,
 {
+    server_auth(r, w, secret, |role, _token| admit(role))
+        .await
+        .map(|(role, ())| role)
+}
+
+/// Server side that also sees the client's token: after the client has
+/// proved it knows the secret, `admit` checks its role and token and returns
+/// what the server keeps of them (the identity the token names), or a reason
+/// to refuse that the client receives as [`HandshakeError::Refused`].
+pub async fn server_auth<R, W, F, T>(
+    r: &mut FrameReader<R>,
+    w: &mut W,
+    secret: &Secret,
+    admit: F,
+) -> Result<(Role, T), HandshakeError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+    F: FnOnce(&Role, Option<&str>) -> Result<T, String>,
+{
     tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
         let saved_max = std::mem::replace(r.max_mut(), HANDSHAKE_MAX_FRAME);
         let result = server_inner(r, w, secret, admit).await;
@@ -292,21 +333,22 @@ pub async fn refuse<W: AsyncWrite + Unpin>(w: &mut W, reason: &str) -> std::io::
     write_frame(w, &refused, &[]).await
 }
 
-async fn server_inner<R, W, F>(
+async fn server_inner<R, W, F, T>(
     r: &mut FrameReader<R>,
     w: &mut W,
     secret: &Secret,
     admit: F,
-) -> Result<Role, HandshakeError>
+) -> Result<(Role, T), HandshakeError>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
-    F: FnOnce(&Role) -> Result<(), String>,
+    F: FnOnce(&Role, Option<&str>) -> Result<T, String>,
 {
     let Hs::Hello {
         version,
         role,
         client_nonce,
+        token,
     } = next(r).await?
     else {
         return Err(HandshakeError::Unexpected);
@@ -342,6 +384,7 @@ where
         server_nonce.as_bytes(),
         client_nonce.as_bytes(),
         &role_json,
+        token.as_deref().unwrap_or_default().as_bytes(),
     ]);
     let ok = unhex(&client_proof).is_some_and(|p| expected.verify_slice(&p).is_ok());
     if !ok {
@@ -349,21 +392,24 @@ where
         let _ = write_frame(w, &Hs::Refused { reason }, &[]).await;
         return Err(HandshakeError::BadProof);
     }
-    if let Err(reason) = admit(&role) {
-        let _ = write_frame(
-            w,
-            &Hs::Refused {
-                reason: reason.clone(),
-            },
-            &[],
-        )
-        .await;
-        return Err(HandshakeError::NotAdmitted(reason));
-    }
+    let kept = match admit(&role, token.as_deref()) {
+        Ok(kept) => kept,
+        Err(reason) => {
+            let _ = write_frame(
+                w,
+                &Hs::Refused {
+                    reason: reason.clone(),
+                },
+                &[],
+            )
+            .await;
+            return Err(HandshakeError::NotAdmitted(reason));
+        }
+    };
     write_frame(w, &Hs::Welcome, &[])
         .await
         .map_err(FrameError::from)?;
-    Ok(role)
+    Ok((role, kept))
 }
 
 #[cfg(test)]
@@ -439,6 +485,28 @@ mod tests {
             server.await.unwrap(),
             Err(HandshakeError::NotAdmitted(_))
         ));
+    }
+
+    #[tokio::test]
+    async fn the_token_reaches_the_servers_admit() {
+        let (a, b) = pair();
+        let secret = Secret::new(b"0123456789abcdef0123").unwrap();
+        let s2 = secret.clone();
+        let server = tokio::spawn(async move {
+            let (r, mut w) = tokio::io::split(b);
+            let mut r = FrameReader::new(r);
+            server_auth(&mut r, &mut w, &s2, |_, token| match token {
+                Some("good") => Ok(token.map(str::to_string)),
+                other => Err(format!("token {other:?} refused")),
+            })
+            .await
+        });
+        let (r, mut w) = tokio::io::split(a);
+        let mut r = FrameReader::new(r);
+        let with = secret.clone().with_token(Some("good".into()));
+        client(&mut r, &mut w, &with, &Role::Admin).await.unwrap();
+        let (_, kept) = server.await.unwrap().unwrap();
+        assert_eq!(kept.as_deref(), Some("good"));
     }
 
     #[test]

@@ -35,4 +35,4 @@ pub mod token;
 // The protocol's data lives in `carmi-proto` (no I/O, no runtime) so that the
 // daemons' pure cores can use it without tokio; re-exported here so that a
 // client needs one crate.
-pub use carmi_proto::{events, exe, ids, limits, msg, submit, submit_condor};
+pub use carmi_proto::{authz, events, exe, ids, limits, msg, submit, submit_condor};

@@ -239,9 +239,16 @@ impl Daemon {
             settings.stage_link_rate,
         ));
         tokio::spawn(stager.clone().serve(stage_listener, links_stop_rx.clone()));
+        // Only the link to the global RM presents the daemon token: the
+        // other connections this daemon opens reach peers and job processes.
+        let token = match (&settings.token, &settings.token_file) {
+            (Some(t), _) => Some(t.clone()),
+            (None, Some(path)) => Some(carmi_api::token::read_token_file(path)?),
+            (None, None) => None,
+        };
         let gcfg = GlobalConfig {
             addr: settings.global.clone(),
-            secret: secret.clone(),
+            secret: secret.clone().with_token(token),
             name: settings.name.clone(),
             queue: settings.global_queue,
         };

@@ -176,6 +176,70 @@ pub fn check(who: &Identity, action: &Action) -> Result<(), Refusal> {
     }
 }
 
+/// A token as `carmi token list` shows it (never its signature: the list
+/// does not hand out working tokens).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenInfo {
+    /// Its id.
+    pub id: String,
+    /// Who it names.
+    pub identity: String,
+    /// What it allows.
+    pub power: Power,
+    /// A daemon token's machine.
+    pub machine: Option<String>,
+    /// When it was made, seconds since the Unix epoch.
+    pub issued_unix: u64,
+    /// When it stops working, seconds since the Unix epoch.
+    pub expires_unix: u64,
+    /// True once revoked.
+    pub revoked: bool,
+}
+
+/// Token administration (`carmi token`), admin only.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TokenRequest {
+    /// Make and sign a token.
+    Create {
+        /// Who it names.
+        identity: String,
+        /// What it allows.
+        power: Power,
+        /// A daemon token's machine.
+        machine: Option<String>,
+        /// How long it lasts, in seconds.
+        lifetime_s: u64,
+    },
+    /// The tokens the global RM made (and the revoked ones).
+    List,
+    /// Revoke token `id`: refused from now on, its open connections closed.
+    Revoke {
+        /// The token's id.
+        id: String,
+    },
+}
+
+/// Answer to a [`TokenRequest`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TokenAnswer {
+    /// The new token: its text (to hand to its holder) and what it says.
+    Created {
+        /// The token, one line.
+        token: String,
+        /// Its claims.
+        info: TokenInfo,
+    },
+    /// Every token made by this global RM.
+    List(Vec<TokenInfo>),
+    /// Revoked (`known`: false if the global RM never made it; it is refused all the same).
+    Revoked {
+        /// The id.
+        id: String,
+        /// Whether this global RM made it.
+        known: bool,
+    },
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use carmi_api::frame::{FrameReader, write_frame};
 use carmi_api::handshake;
-use carmi_api::msg::{Role, ToGlobal};
+use carmi_api::msg::{Failure, FailureCode, FromGlobal, Role, ToGlobal};
 use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -46,9 +46,19 @@ pub(super) async fn connection(
     let _ = stream.set_nodelay(true);
     let (r, mut w) = stream.into_split();
     let mut reader = FrameReader::with_max(r, shared.max_frame);
-    let role = tokio::select! {
-        res = handshake::server(&mut reader, &mut w, &shared.secret) => match res {
-            Ok(role) => role,
+    let auth = shared.auth.clone();
+    let admit = |role: &Role, token: Option<&str>| match &auth {
+        Some(a) => a.admit(role, token).map(Some),
+        None => Ok(None),
+    };
+    let (role, admitted) = tokio::select! {
+        res = handshake::server_auth(&mut reader, &mut w, &shared.secret, admit) => match res {
+            Ok(ok) => ok,
+            Err(handshake::HandshakeError::NotAdmitted(reason)) => {
+                // Named, not summarized: a refused identity is worth a line.
+                warn!(%peer, "connection refused: {reason}");
+                return;
+            }
             Err(e) => {
                 shared.gate.note_refusal(peer.ip(), &format!("handshake failed: {e}"));
                 return;
@@ -75,9 +85,11 @@ pub(super) async fn connection(
     let local = matches!(role, Role::Local { .. });
     let (tx, mut rx) = mpsc::channel(shared.max_queued.max(1));
     let kick = Arc::new(tokio::sync::Notify::new());
+    let identity = admitted.as_ref().map(|a| a.identity.clone());
     let opened = Cmd::Opened {
         link,
         role,
+        identity: identity.clone(),
         out: LinkTx {
             tx: tx.clone(),
             kick: kick.clone(),
@@ -89,8 +101,15 @@ pub(super) async fn connection(
     // Messages go to the router in order, an upload's once it is stored.
     let (order_tx, order_rx) = mpsc::unbounded_channel();
     let forwarder = tokio::spawn(forward_in_order(order_rx, shared.cmds.clone()));
+    let invalid = async {
+        match (&shared.auth, &admitted) {
+            (Some(auth), Some(a)) => auth.until_invalid(a).await,
+            _ => std::future::pending().await,
+        }
+    };
     let ended = tokio::select! {
-        r = read_frames(&mut reader, link, (serves_executables, local), &shared, &order_tx) => r,
+        r = read_frames(&mut reader, link, (serves_executables, local), identity.as_ref(), &shared, &order_tx) => r,
+        reason = invalid => Err(reason),
         r = write_frames(&mut w, &mut rx) => r,
         _ = kick.notified() => Err(format!(
             "the peer stopped reading: {} frames are waiting for it",
@@ -113,6 +132,7 @@ async fn read_frames(
     reader: &mut FrameReader<OwnedReadHalf>,
     link: LinkId,
     (serves_executables, local): (bool, bool),
+    identity: Option<&carmi_api::authz::Identity>,
     shared: &Shared,
     order: &mpsc::UnboundedSender<Pending>,
 ) -> Result<(), String> {
@@ -209,6 +229,18 @@ async fn read_frames(
                     sha256,
                     error,
                 }))) {
+                    return Ok(());
+                }
+            }
+            ToGlobal::Tokens(req) => {
+                let msg = match &shared.auth {
+                    Some(auth) => auth.handle(identity, req),
+                    None => FromGlobal::AdminFailed(Failure {
+                        code: FailureCode::Unavailable,
+                        message: "this global RM runs without a pool signing key (--pool-key): it has no tokens".into(),
+                    }),
+                };
+                if !send(Pending::Ready(Cmd::Reply { link, msg })) {
                     return Ok(());
                 }
             }
