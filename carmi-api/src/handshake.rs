@@ -207,6 +207,23 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
+    client_bound(r, w, secret, role, &[]).await
+}
+
+/// [`client`] over a TLS session whose exported keying material is
+/// `binding` ([`crate::tls::Stream::binding`]): both proofs cover it, so the
+/// handshake succeeds only if both ends share that one session.
+pub async fn client_bound<R, W>(
+    r: &mut FrameReader<R>,
+    w: &mut W,
+    secret: &Secret,
+    role: &Role,
+    binding: &[u8],
+) -> Result<(), HandshakeError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
         let client_nonce = nonce();
         let hello = Hs::Hello {
@@ -233,7 +250,12 @@ where
                 theirs: version,
             });
         }
-        let expected = secret.mac(&[b"server", client_nonce.as_bytes(), server_nonce.as_bytes()]);
+        let expected = secret.mac(&[
+            b"server",
+            client_nonce.as_bytes(),
+            server_nonce.as_bytes(),
+            binding,
+        ]);
         let proof = unhex(&server_proof).ok_or(HandshakeError::BadProof)?;
         expected
             .verify_slice(&proof)
@@ -245,6 +267,7 @@ where
             client_nonce.as_bytes(),
             &role_json,
             secret.token().unwrap_or_default().as_bytes(),
+            binding,
         ]);
         let proof = Hs::Proof {
             client_proof: hex(&mine.finalize().into_bytes()),
@@ -293,7 +316,7 @@ where
     W: AsyncWrite + Unpin,
     F: FnOnce(&Role) -> Result<(), String>,
 {
-    server_auth(r, w, secret, |role, _token| admit(role))
+    server_auth(r, w, secret, &[], |role, _token| admit(role))
         .await
         .map(|(role, ())| role)
 }
@@ -306,6 +329,7 @@ pub async fn server_auth<R, W, F, T>(
     r: &mut FrameReader<R>,
     w: &mut W,
     secret: &Secret,
+    binding: &[u8],
     admit: F,
 ) -> Result<(Role, T), HandshakeError>
 where
@@ -315,7 +339,7 @@ where
 {
     tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
         let saved_max = std::mem::replace(r.max_mut(), HANDSHAKE_MAX_FRAME);
-        let result = server_inner(r, w, secret, admit).await;
+        let result = server_inner(r, w, secret, binding, admit).await;
         *r.max_mut() = saved_max;
         result
     })
@@ -337,6 +361,7 @@ async fn server_inner<R, W, F, T>(
     r: &mut FrameReader<R>,
     w: &mut W,
     secret: &Secret,
+    binding: &[u8],
     admit: F,
 ) -> Result<(Role, T), HandshakeError>
 where
@@ -366,7 +391,12 @@ where
         return Err(HandshakeError::Unexpected);
     }
     let server_nonce = nonce();
-    let proof = secret.mac(&[b"server", client_nonce.as_bytes(), server_nonce.as_bytes()]);
+    let proof = secret.mac(&[
+        b"server",
+        client_nonce.as_bytes(),
+        server_nonce.as_bytes(),
+        binding,
+    ]);
     let challenge = Hs::Challenge {
         version: PROTOCOL_VERSION,
         server_nonce: server_nonce.clone(),
@@ -385,6 +415,7 @@ where
         client_nonce.as_bytes(),
         &role_json,
         token.as_deref().unwrap_or_default().as_bytes(),
+        binding,
     ]);
     let ok = unhex(&client_proof).is_some_and(|p| expected.verify_slice(&p).is_ok());
     if !ok {
@@ -495,7 +526,7 @@ mod tests {
         let server = tokio::spawn(async move {
             let (r, mut w) = tokio::io::split(b);
             let mut r = FrameReader::new(r);
-            server_auth(&mut r, &mut w, &s2, |_, token| match token {
+            server_auth(&mut r, &mut w, &s2, &[], |_, token| match token {
                 Some("good") => Ok(token.map(str::to_string)),
                 other => Err(format!("token {other:?} refused")),
             })

@@ -11,6 +11,8 @@
 //! - `net`: dialing a peer (timeout, TCP_NODELAY).
 //! - `handshake`: version, role, mutual HMAC challenge-response on the pool secret.
 //! - `token`: the pool's signed tokens (identity, power, machine, expiry, id), Ed25519 via ring.
+//! - `tls`: TLS 1.3 under the handshake (rustls; self-signed certificates made in memory,
+//!   the session bound to the pool handshake by its exported keying material).
 //! - `files`: key and token files: written 0600, refused (as ssh does) when others may read them.
 //! - `client`: the client library: `connect`, the `Carmi` handle (requests return
 //!   ids at once), the merged `EventStream`, direct messages between processes,
@@ -30,6 +32,7 @@ pub mod frame;
 pub mod handshake;
 pub mod net;
 pub mod stage;
+pub mod tls;
 pub mod token;
 
 // The protocol's data lives in `carmi-proto` (no I/O, no runtime) so that the

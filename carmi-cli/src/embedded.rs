@@ -92,7 +92,7 @@ pub struct Recorded {
 
 /// The embedded pool's admin token, which it writes beside its secret.
 fn token_beside(secret: &Path) -> Option<String> {
-    let token = secret.with_file_name("admin.token");
+    let token = secret.with_extension("admin.token");
     token.exists().then(|| token.display().to_string())
 }
 

@@ -11,7 +11,7 @@ use clap::Subcommand;
 #[derive(Subcommand)]
 pub enum PoolCommand {
     /// Write a fresh random pool secret and, beside it, the pool's signing
-    /// key (pool.key) and a first admin token (admin.token), all readable by
+    /// key (pool.key) and a first admin token (pool.admin.token), all readable by
     /// their owner only. The key stays on the manager (`carmi-global
     /// --pool-key`); the secret goes to every machine.
     Init {
@@ -41,16 +41,12 @@ pub fn run(command: PoolCommand) -> anyhow::Result<()> {
     match command {
         PoolCommand::Init { secret, force } => {
             pool_init(&secret, force)?;
-            let dir = match secret.parent() {
-                Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-                _ => std::path::PathBuf::from("."),
-            };
             let user = std::env::var("USER").unwrap_or_else(|_| "admin".into());
-            let id = crate::token::init_keys(&dir, &user, force)?;
+            let id = crate::token::init_keys(&secret, &user, force)?;
             println!(
                 "wrote the pool's signing key to {} (keep it on the manager: carmi-global --pool-key) and an admin token ({id}, for `{user}`) to {}",
-                dir.join("pool.key").display(),
-                dir.join("admin.token").display()
+                secret.with_extension("key").display(),
+                secret.with_extension("admin.token").display()
             );
             Ok(())
         }

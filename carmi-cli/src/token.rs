@@ -188,12 +188,13 @@ pub fn parse_duration(text: &str) -> anyhow::Result<u64> {
         .with_context(|| format!("`{text}` is not a usable lifetime"))
 }
 
-/// Writes a new signing key to `dir/pool.key` and a first admin token (for
-/// `identity`) to `dir/admin.token`, both mode 0600; returns the token's id.
-pub fn init_keys(dir: &Path, identity: &str, force: bool) -> anyhow::Result<String> {
+/// Writes a new signing key beside the pool secret `secret` (`pool.secret`
+/// -> `pool.key`) and a first admin token for `identity` (`pool.admin.token`),
+/// both mode 0600; returns the token's id.
+pub fn init_keys(secret: &Path, identity: &str, force: bool) -> anyhow::Result<String> {
     let key = SigningKey::generate()?;
-    let key_path = dir.join("pool.key");
-    let token_path = dir.join("admin.token");
+    let key_path = secret.with_extension("key");
+    let token_path = secret.with_extension("admin.token");
     for p in [&key_path, &token_path] {
         if p.exists() && !force {
             bail!(
@@ -232,9 +233,11 @@ mod tests {
     #[test]
     fn pool_init_keys_are_private_and_the_token_verifies() {
         let dir = tempfile::tempdir().unwrap();
-        let id = init_keys(dir.path(), "root", false).unwrap();
+        let secret = dir.path().join("pool.secret");
+        let id = init_keys(&secret, "root", false).unwrap();
         let key = carmi_api::files::read_private(&dir.path().join("pool.key")).unwrap();
-        let token = carmi_api::token::read_token_file(&dir.path().join("admin.token")).unwrap();
+        let token =
+            carmi_api::token::read_token_file(&dir.path().join("pool.admin.token")).unwrap();
         let key = SigningKey::from_text(&key).unwrap();
         let claims = key
             .public()
@@ -242,7 +245,7 @@ mod tests {
             .unwrap();
         assert_eq!((claims.id, claims.power), (id, Power::Admin));
         assert!(
-            init_keys(dir.path(), "root", false).is_err(),
+            init_keys(&secret, "root", false).is_err(),
             "never replaced silently"
         );
     }

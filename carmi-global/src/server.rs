@@ -201,6 +201,7 @@ struct Shared {
     deadline: FrameDeadline,
     gate: Arc<Gate>,
     auth: Option<Arc<Authority>>,
+    tls: carmi_api::tls::Acceptor,
 }
 
 impl Server {
@@ -255,6 +256,9 @@ impl Server {
 
     /// Serves until `shutdown` completes, then stops every task and returns.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
+        // A fresh self-signed certificate per run: clients authenticate the
+        // daemon through the pool handshake, not the certificate (`carmi_api::tls`).
+        let tls = carmi_api::tls::Acceptor::generate().map_err(Error::Tls)?;
         let (stop_tx, stop_rx) = watch::channel(false);
         let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
@@ -294,6 +298,7 @@ impl Server {
             deadline: self.config.frame_deadline,
             gate: Gate::new(self.config.conn_limits.clone()),
             auth: self.config.auth.clone(),
+            tls,
         });
         if self.config.auth.is_none() {
             warn!(

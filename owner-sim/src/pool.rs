@@ -467,7 +467,7 @@ async fn start_in(opts: &PoolOptions, dir: &Path) -> Result<EmbeddedPool, Error>
     let (admin_token, _) = key
         .issue(&grant, now_unix())
         .map_err(|e| Error::BadOptions(e.to_string()))?;
-    let token_file = dir.join("admin.token");
+    let token_file = secret_file.with_extension("admin.token");
     carmi_api::files::write_private(&token_file, &format!("{admin_token}\n"), false)
         .map_err(|e| Error::BadOptions(e.to_string()))?;
     let secret = Secret::from_file(&secret_file)?.with_token(Some(admin_token.clone()));

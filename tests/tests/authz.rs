@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use carmi_api::frame::{FrameReader, write_frame};
 use carmi_api::handshake::{self, HandshakeError};
 use carmi_api::msg::{FromGlobal, Role, ToGlobal};
+use carmi_api::tls;
 use carmi_api::token::Power;
 use carmi_tests::{Pool, text};
 
@@ -58,15 +59,11 @@ fn submit(pool: &Pool, token: &Path) -> Result<String, String> {
 async fn advertise(pool: &Pool, token: &Path, machine: &str) -> Result<(), String> {
     let text = carmi_api::token::read_token_file(token).unwrap();
     let secret = pool.secret.clone().with_token(Some(text));
-    let stream = carmi_api::net::dial(&pool.global_addr, Duration::from_secs(5))
-        .await
-        .unwrap();
-    let (r, mut w) = stream.into_split();
-    let mut r = FrameReader::new(r);
+    let (mut r, mut w, binding) = open(pool).await;
     let role = Role::Local {
         name: machine.into(),
     };
-    match handshake::client(&mut r, &mut w, &secret, &role).await {
+    match handshake::client_bound(&mut r, &mut w, &secret, &role, &binding).await {
         Ok(()) => {}
         Err(HandshakeError::Refused(reason)) => return Err(reason),
         Err(e) => panic!("handshake failed otherwise: {e}"),
@@ -322,24 +319,26 @@ async fn bad_tokens_are_refused_and_a_revoked_one_loses_its_connections() {
     );
 }
 
-type Open = (
-    FrameReader<tokio::net::tcp::OwnedReadHalf>,
-    tokio::net::tcp::OwnedWriteHalf,
-);
+type Open = (FrameReader<tls::Reader>, tls::Writer);
 
 /// An idle admin connection opened with `token`.
 async fn connect(pool: &Pool, token: &Path) -> Open {
     let text = carmi_api::token::read_token_file(token).unwrap();
     let secret = pool.secret.clone().with_token(Some(text));
-    let stream = carmi_api::net::dial(&pool.global_addr, Duration::from_secs(5))
-        .await
-        .unwrap();
-    let (r, mut w) = stream.into_split();
-    let mut r = FrameReader::new(r);
-    handshake::client(&mut r, &mut w, &secret, &Role::Admin)
+    let (mut r, mut w, binding) = open(pool).await;
+    handshake::client_bound(&mut r, &mut w, &secret, &Role::Admin, &binding)
         .await
         .expect("admitted");
     (r, w)
+}
+
+/// A TLS connection to the global RM, before the pool handshake.
+async fn open(pool: &Pool) -> (FrameReader<tls::Reader>, tls::Writer, Vec<u8>) {
+    let stream = carmi_api::net::dial(&pool.global_addr, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let s = tls::connect(stream).await.unwrap();
+    (FrameReader::new(s.reader), s.writer, s.binding)
 }
 
 /// Waits until the global RM closes `open`, at most `limit`.

@@ -13,9 +13,9 @@ use std::time::Duration;
 use carmi_api::frame::{FrameReader, write_frame};
 use carmi_api::handshake;
 use carmi_api::msg::{Failure, FailureCode, FromGlobal, Role, ToGlobal};
+use carmi_api::tls;
 use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::{debug, warn};
@@ -44,15 +44,48 @@ pub(super) async fn connection(
     _done: mpsc::Sender<()>,
 ) {
     let _ = stream.set_nodelay(true);
-    let (r, mut w) = stream.into_split();
+    // TLS first (within the handshake's time), in clear only for a pool
+    // without tokens or a staging connection (which presents none).
+    let opened = tokio::select! {
+        s = tokio::time::timeout(handshake::HANDSHAKE_TIMEOUT, shared.tls.accept(stream, true)) => s,
+        _ = ticket.evicted() => {
+            shared.gate.note_refusal(peer.ip(), "handshake dropped to make room for newer connections (max_handshaking or max_connections)");
+            return;
+        }
+        _ = stop.changed() => return,
+    };
+    let tls::Stream {
+        reader: r,
+        writer: mut w,
+        binding,
+    } = match opened {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            shared
+                .gate
+                .note_refusal(peer.ip(), &format!("TLS handshake failed: {e}"));
+            return;
+        }
+        Err(_) => {
+            shared
+                .gate
+                .note_refusal(peer.ip(), "TLS handshake timed out");
+            return;
+        }
+    };
     let mut reader = FrameReader::with_max(r, shared.max_frame);
     let auth = shared.auth.clone();
+    let clear = binding.is_empty();
     let admit = |role: &Role, token: Option<&str>| match &auth {
+        // A token crossing in clear could be read and replayed.
+        Some(_) if clear && token.is_some() && !matches!(role, Role::Stager { .. }) => {
+            Err("this pool takes connections with a token over TLS only (update the client)".into())
+        }
         Some(a) => a.admit(role, token).map(Some),
         None => Ok(None),
     };
     let (role, admitted) = tokio::select! {
-        res = handshake::server_auth(&mut reader, &mut w, &shared.secret, admit) => match res {
+        res = handshake::server_auth(&mut reader, &mut w, &shared.secret, &binding, admit) => match res {
             Ok(ok) => ok,
             Err(handshake::HandshakeError::NotAdmitted(reason)) => {
                 // Named, not summarized: a refused identity is worth a line.
@@ -129,7 +162,7 @@ pub(super) async fn connection(
 
 /// Reads frames until the peer closes (`Ok`) or sends something unreadable (`Err`).
 async fn read_frames(
-    reader: &mut FrameReader<OwnedReadHalf>,
+    reader: &mut FrameReader<tls::Reader>,
     link: LinkId,
     (serves_executables, local): (bool, bool),
     identity: Option<&carmi_api::authz::Identity>,
@@ -273,7 +306,7 @@ async fn read_frames(
 /// is queued is written before one flush, so a burst of events costs one
 /// system call rather than one per frame.
 async fn write_frames(
-    w: &mut OwnedWriteHalf,
+    w: &mut tls::Writer,
     rx: &mut mpsc::Receiver<Outgoing>,
 ) -> Result<(), String> {
     let failed = |e: std::io::Error| format!("write failed: {e}");
