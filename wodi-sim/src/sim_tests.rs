@@ -1,6 +1,8 @@
 //! The simulator on the paper's setting: what history-based scheduling buys,
 //! how close a static cycle gets to its bound, and exactly-once under churn.
 
+use std::time::Duration;
+
 use super::*;
 use wodi::order::LongestFirst;
 use wodi::plan::fewest_hosts;
@@ -15,7 +17,7 @@ fn config(hosts: usize, owners: OwnerModel, seed: u64) -> SimConfig {
         actual_speeds: None,
         owners,
         owner_offset: 0.0,
-        policy: PoolPolicy::default(),
+        pool: PoolConfig::default(),
         hosts_wanted: hosts as u32,
         fewest_hosts: None,
         hysteresis: 0,
@@ -107,7 +109,7 @@ fn a_seed_gives_the_same_run() {
 /// Every improvement of the core on, as `wodi-sim` runs by default.
 fn improved(mut cfg: SimConfig) -> SimConfig {
     cfg.sched.release_idle = true;
-    cfg.sched.reacquire = time(cfg.policy.grant_delay + cfg.policy.worker_startup);
+    cfg.sched.reacquire = Duration::from_secs_f64(cfg.pool.worker_startup + 4.0 * cfg.pool.latency);
     cfg.sched.release_suspended = true;
     cfg.sched.stragglers = true;
     cfg.sched.fast_abort = Some(3.0);

@@ -25,7 +25,7 @@ use wodi::sched::SchedConfig;
 use wodi::speed::{SpeedSource, score_from_ad};
 use wodi::stats::RunOutcome;
 use wodi::{CycleId, Stats, StepId};
-use wodi_sim::{PoolPolicy, SimConfig, simulate};
+use wodi_sim::{PoolConfig, SimConfig, simulate};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -201,10 +201,9 @@ async fn bench(args: Args) -> anyhow::Result<()> {
             actual_speeds: None,
             owners: OwnerModel::None,
             owner_offset: 0.0,
-            policy: PoolPolicy {
+            pool: PoolConfig {
                 worker_startup: 0.0,
-                grant_delay: 0.0,
-                ..PoolPolicy::default()
+                ..PoolConfig::default()
             },
             hosts_wanted: args.hosts as u32,
             fewest_hosts: None,
