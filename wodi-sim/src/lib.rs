@@ -49,6 +49,10 @@ pub struct SimConfig {
     /// Where in the owner model's time (seconds; the stochastic model's 0 is
     /// a Monday 09:00) the run starts.
     pub owner_offset: f64,
+    /// Seconds of owner behaviour per simulated second (as the embedded
+    /// pool's `speedup`; give the policy a `minute` of `60 / speedup` with
+    /// it); 1: the owners' own time.
+    pub owner_speedup: f64,
     /// The pool: owner policy, link latency, heartbeats, worker start-up.
     pub pool: PoolConfig,
     /// Hosts the master asks for.

@@ -28,7 +28,8 @@ pub fn simulate(cfg: &SimConfig, dispatch: Box<dyn Dispatch>) -> SimRun {
     loop {
         // The stream is endless: take owner events only up to the next
         // simulated event, or the next owner event alone when nothing else is due.
-        let next_owner_at = next_owner.as_ref().map(|e| e.time - cfg.owner_offset);
+        let scale = |t: f64| (t - cfg.owner_offset) / cfg.owner_speedup;
+        let next_owner_at = next_owner.as_ref().map(|e| scale(e.time));
         let horizon = match (q.peek_at(), next_owner_at) {
             (Some(a), Some(b)) => a.min(b.max(0.0)),
             (Some(a), None) => a,
@@ -36,7 +37,7 @@ pub fn simulate(cfg: &SimConfig, dispatch: Box<dyn Dispatch>) -> SimRun {
             (None, None) => break,
         };
         while let Some(e) = next_owner.as_ref() {
-            let at = e.time - cfg.owner_offset;
+            let at = scale(e.time);
             if at > horizon {
                 break;
             }

@@ -17,6 +17,7 @@ fn config(hosts: usize, owners: OwnerModel, seed: u64) -> SimConfig {
         actual_speeds: None,
         owners,
         owner_offset: 0.0,
+        owner_speedup: 1.0,
         pool: PoolConfig::default(),
         hosts_wanted: hosts as u32,
         fewest_hosts: None,

@@ -182,6 +182,7 @@ fn main() -> ExitCode {
             }),
             owners: owners.clone(),
             owner_offset: (cli.start_hour + f64::from(r) * cli.spacing) * 3600.0 - 9.0 * 3600.0,
+            owner_speedup: 1.0,
             pool: PoolConfig {
                 latency: cli.latency,
                 worker_startup: cli.worker_startup,
