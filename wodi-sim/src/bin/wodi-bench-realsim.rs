@@ -146,7 +146,11 @@ fn length_and_efficiency(stats: &Stats, profile: &[StepProfile]) -> (f64, f64) {
         .filter(|p| p.kind == PeriodKind::Allocated)
         .map(|p| (p.end_s.min(end) - p.start_s.max(start)).max(0.0))
         .sum();
-    let eff = if occupancy > 0.0 { work / occupancy } else { 0.0 };
+    let eff = if occupancy > 0.0 {
+        work / occupancy
+    } else {
+        0.0
+    };
     (end - start, eff)
 }
 
