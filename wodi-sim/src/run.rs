@@ -18,7 +18,7 @@ use wodi::plan::{Hysteresis, lower_bound};
 use wodi::profile::sample_cycle;
 use wodi::sched::{Dispatch, LossCause, Output, Sched, Ticket, Verdict};
 
-use crate::SimConfig;
+use crate::config::SimConfig;
 use crate::pool::{Pool, ToWodi, WORKER_ARG, worker_exe};
 use crate::queue::{Ev, Queue, time};
 

@@ -6,10 +6,10 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use wodi::sched::Dispatch;
 
+use crate::config::{RunSummary, SimConfig, SimRun};
 use crate::pool::Pool;
 use crate::queue::{Queue, time};
 use crate::run::Wodi;
-use crate::{RunSummary, SimConfig, SimRun};
 
 /// Virtual seconds after which a run is abandoned (a pool whose owners
 /// never leave cannot finish it).

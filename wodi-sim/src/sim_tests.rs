@@ -4,10 +4,12 @@
 use std::time::Duration;
 
 use super::*;
+use owner_sim::OwnerModel;
 use wodi::order::LongestFirst;
 use wodi::plan::fewest_hosts;
 use wodi::profile::materials;
 use wodi::sched::ArrivalOrder;
+use wodi::sched::SchedConfig;
 
 fn config(hosts: usize, owners: OwnerModel, seed: u64) -> SimConfig {
     SimConfig {
