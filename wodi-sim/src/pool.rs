@@ -76,6 +76,10 @@ pub struct PoolConfig {
     pub heartbeat: f64,
     /// From a worker process started to it connected and ready for work.
     pub worker_startup: f64,
+    /// Check the CARMI cores' invariants (`sanity_check`) after every
+    /// input they take: slow, for tests that want the real cores checked
+    /// under churn.
+    pub check: bool,
 }
 
 impl Default for PoolConfig {
@@ -88,6 +92,7 @@ impl Default for PoolConfig {
             latency: 0.001,
             heartbeat: 30.0,
             worker_startup: 2.0,
+            check: false,
         }
     }
 }
@@ -291,6 +296,12 @@ impl Pool {
                 }
             }
             _ => return false,
+        }
+        if self.cfg.check {
+            self.router.sanity_check();
+            for m in &self.machines {
+                m.core.sanity_check();
+            }
         }
         true
     }

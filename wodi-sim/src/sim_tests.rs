@@ -102,6 +102,19 @@ fn every_step_is_delivered_exactly_once_while_owners_come_and_go() {
 }
 
 #[test]
+fn the_carmi_cores_keep_their_invariants_under_churn() {
+    // Every input of the router (and its allocator) and of every local
+    // core checked, on a short run whose owners come and go at once.
+    let owners = OwnerModel::from_spec("stochastic").expect("a known model");
+    let mut cfg = improved(config(8, owners, 4));
+    cfg.cycles = 6;
+    cfg.pool.check = true;
+    let run = simulate(&cfg, Box::new(LongestFirst));
+    assert_eq!(run.summary.cycle_s.len(), 6);
+    assert!(run.summary.losses > 0, "the owners took no host back");
+}
+
+#[test]
 fn a_seed_gives_the_same_run() {
     let owners = OwnerModel::from_spec("stochastic").expect("a known model");
     let a = simulate(&config(10, owners.clone(), 9), Box::new(LongestFirst)).summary;
