@@ -104,6 +104,9 @@ struct Machine {
     owner: SimulatedOwner,
     /// The machine ad the policy evaluates against.
     base: ClassAd,
+    /// The same, as advertised.
+    ad: String,
+    name: String,
     link: LinkId,
     /// The policy's timer, as armed.
     policy_at: f64,
@@ -151,10 +154,9 @@ fn machine_ad(i: usize, speed: f64) -> String {
 }
 
 impl Pool {
-    /// A pool of one-slot machines with these advertised speeds, each
-    /// connecting to the global RM now; the submit machine's local RM
-    /// announces the WoDi server's connection.
-    pub fn new(cfg: PoolConfig, speeds: &[f64], q: &mut Queue) -> Pool {
+    /// A pool of one-slot machines with these advertised speeds, none
+    /// connected yet (give the owners their state first, then [`Pool::start`]).
+    pub fn new(cfg: PoolConfig, speeds: &[f64]) -> Pool {
         let router = Router::new(RouterConfig {
             heartbeat: time(cfg.heartbeat),
             started_unix: 0,
@@ -185,26 +187,41 @@ impl Pool {
                 policy: Policy::new(pool.cfg.policy.clone(), 0.0),
                 owner: SimulatedOwner::new(0.0),
                 base,
+                ad,
+                name,
                 link,
                 policy_at: 0.0,
                 last_jobs: 0,
             });
             pool.links.insert(link, m);
-            pool.router
-                .on_link_opened(link, Role::Local { name }, time(q.now));
-            pool.machines[m].core.on_global_connected(ad);
-            pool.router_outputs(q);
-            pool.core_effects(m, q, &mut Vec::new());
-            if m > 0 {
-                pool.evaluate(m, q, &mut Vec::new());
-            }
-            q.push(pool.cfg.heartbeat, Ev::Heartbeat { m });
         }
-        pool.machines[0]
+        pool
+    }
+
+    /// Starts every machine's local RM as the daemon starts: its owner
+    /// policy evaluated first (a machine whose owner is there offers
+    /// nothing), then connected to the global RM; the submit machine's
+    /// local RM announces the WoDi server's connection.
+    pub fn start(&mut self, q: &mut Queue) {
+        for m in 0..self.machines.len() {
+            if m > 0 {
+                self.evaluate(m, q, &mut Vec::new());
+            }
+            let (link, name, ad) = {
+                let mach = &self.machines[m];
+                (mach.link, mach.name.clone(), mach.ad.clone())
+            };
+            self.router
+                .on_link_opened(link, Role::Local { name }, time(q.now));
+            self.machines[m].core.on_global_connected(ad);
+            self.router_outputs(q);
+            self.core_effects(m, q, &mut Vec::new());
+            q.push(q.now + self.cfg.heartbeat, Ev::Heartbeat { m });
+        }
+        self.machines[0]
             .core
             .on_app_connected(APP_CONN, None, None, "sim:0".into());
-        pool.core_effects(0, q, &mut Vec::new());
-        pool
+        self.core_effects(0, q, &mut Vec::new());
     }
 
     /// The pool host index (as in the configuration's speeds) of a host id.

@@ -18,17 +18,22 @@ const MAX_VIRTUAL_TIME: f64 = 365.0 * 24.0 * 3600.0;
 /// Runs one simulation with the given dispatch policy.
 pub fn simulate(cfg: &SimConfig, dispatch: Box<dyn Dispatch>) -> SimRun {
     let mut q = Queue::default();
-    let mut pool = Pool::new(cfg.pool.clone(), &cfg.speeds, &mut q);
+    let mut pool = Pool::new(cfg.pool.clone(), &cfg.speeds);
     let mut wodi = Wodi::new(cfg, dispatch, StdRng::seed_from_u64(cfg.seed));
     // Owner events in the run's time frame; those before the start only set
-    // the owners' state.
+    // the owners' state, before the machines start.
+    let scale = |t: f64| (t - cfg.owner_offset) / cfg.owner_speedup;
     let mut owners = cfg.owners.stream(cfg.speeds.len(), cfg.seed);
     let mut next_owner = owners.next();
+    while let Some(e) = next_owner.as_ref().filter(|e| scale(e.time) < 0.0) {
+        pool.owner_event(e.host, e.event, scale(e.time), &mut q);
+        next_owner = owners.next();
+    }
+    pool.start(&mut q);
     let mut out = Vec::new();
     loop {
         // The stream is endless: take owner events only up to the next
         // simulated event, or the next owner event alone when nothing else is due.
-        let scale = |t: f64| (t - cfg.owner_offset) / cfg.owner_speedup;
         let next_owner_at = next_owner.as_ref().map(|e| scale(e.time));
         let horizon = match (q.peek_at(), next_owner_at) {
             (Some(a), Some(b)) => a.min(b.max(0.0)),
