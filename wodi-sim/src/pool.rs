@@ -108,8 +108,8 @@ struct Machine {
     ad: String,
     name: String,
     link: LinkId,
-    /// The policy's timer, as armed.
-    policy_at: f64,
+    /// The policy's timer, as last armed (an earlier arming is stale).
+    policy_timer: u64,
     /// Job count at the last evaluation (a change means evaluate again).
     last_jobs: usize,
 }
@@ -190,7 +190,7 @@ impl Pool {
                 ad,
                 name,
                 link,
-                policy_at: 0.0,
+                policy_timer: 0,
                 last_jobs: 0,
             });
             pool.links.insert(link, m);
@@ -291,8 +291,8 @@ impl Pool {
                 }
             }
             Ev::ToApp { frame } => out.push(ToWodi::App(unframe(frame))),
-            Ev::Policy { m } => {
-                if self.machines[*m].policy_at <= now {
+            Ev::Policy { m, timer } => {
+                if self.machines[*m].policy_timer == *timer {
                     self.evaluate(*m, q, out);
                 }
             }
@@ -430,8 +430,9 @@ impl Pool {
         }
         mach.core.set_accepting(mach.policy.may_start());
         let next = mach.policy.next_deadline().max(now);
-        mach.policy_at = next;
-        q.push(next, Ev::Policy { m });
+        mach.policy_timer += 1;
+        let timer = mach.policy_timer;
+        q.push(next, Ev::Policy { m, timer });
         self.core_effects(m, q, out);
     }
 }

@@ -25,8 +25,8 @@ pub(crate) enum Ev {
     ToApp { frame: Bytes },
     /// The global RM's deadline, exactly as it gave it.
     RouterTick(Duration),
-    /// Machine `m`'s owner policy is due.
-    Policy { m: usize },
+    /// Machine `m`'s owner policy is due (if `timer` is still its latest).
+    Policy { m: usize, timer: u64 },
     /// Machine `m`'s heartbeat timer.
     Heartbeat { m: usize },
     /// The owner of machine `m` (pool host index `m - 1`) did something.
