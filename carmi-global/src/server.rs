@@ -154,7 +154,8 @@ enum Cmd {
     /// An answer the connection's task made itself (token requests), in order.
     Reply {
         link: LinkId,
-        msg: FromGlobal,
+        /// Boxed, as `Message`: every command would be the size of the largest answer.
+        msg: Box<FromGlobal>,
     },
     Message {
         link: LinkId,
@@ -499,7 +500,7 @@ fn handle(
                 router.on_link_identity(link, identity);
             }
         }
-        Cmd::Reply { link, msg } => send_or_kick(links, link, msg),
+        Cmd::Reply { link, msg } => send_or_kick(links, link, *msg),
         Cmd::Message { link, msg, at } => {
             router.on_decoded(link, *msg, at.saturating_duration_since(start))
         }

@@ -273,7 +273,10 @@ async fn read_frames(
                         message: "this global RM runs without a pool signing key (--pool-key): it has no tokens".into(),
                     }),
                 };
-                if !send(Pending::Ready(Cmd::Reply { link, msg })) {
+                if !send(Pending::Ready(Cmd::Reply {
+                    link,
+                    msg: Box::new(msg),
+                })) {
                     return Ok(());
                 }
             }
