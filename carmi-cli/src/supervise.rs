@@ -162,13 +162,16 @@ pub fn supervise(args: &ServeArgs) -> anyhow::Result<()> {
                 );
             }
             restarts.push_back(now);
-            // The pool writes a fresh secret at each start and refuses to
-            // overwrite one; clients read the file anew, so they follow.
-            let secret = args.dir.join("pool.secret");
-            if let Err(e) = std::fs::remove_file(&secret)
-                && e.kind() != std::io::ErrorKind::NotFound
-            {
-                bail!("cannot remove {} before the restart: {e}", secret.display());
+            // The pool writes a fresh secret and admin token at each start
+            // (its signing key lives in memory only) and refuses to overwrite
+            // either; clients read the files anew, so they follow.
+            for name in ["pool.secret", "pool.admin.token"] {
+                let file = args.dir.join(name);
+                if let Err(e) = std::fs::remove_file(&file)
+                    && e.kind() != std::io::ErrorKind::NotFound
+                {
+                    bail!("cannot remove {} before the restart: {e}", file.display());
+                }
             }
             // A pause, so that a pool that dies at once does not spin.
             tokio::time::sleep(RESTART_PAUSE).await;
