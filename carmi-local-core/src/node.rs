@@ -15,7 +15,9 @@
 //! - time: [`Core::on_time`] before every input and at [`Core::next_deadline`]
 //!   (the kill grace's end, the next heartbeat); the heartbeat's update as
 //!   [`Core::on_heartbeat`] after an [`Effect::Heartbeat`];
-//! - the owner policy: [`Core::set_accepting`], [`Core::suspend_all`],
+//! - the owner policy: [`Core::step_policy`] (which applies the policy's
+//!   effects itself, stepped again when [`Core::policy_stale`]), or by hand
+//!   [`Core::set_accepting`], [`Core::suspend_all`],
 //!   [`Core::resume_all`], [`Core::open_all`], [`Core::close_all`],
 //!   [`Core::vacate_all`], [`Core::kill_all`]; per slot [`Core::suspend_slot`],
 //!   [`Core::resume_slot`].
@@ -201,6 +203,8 @@ pub struct Core {
     accepting: bool,
     /// Deadlines and the clock they are measured on.
     time: Timing,
+    /// Processes here at the last step of the owner policy.
+    policy_jobs: usize,
 }
 
 /// The core's clock and timers, in seconds of the driver's clock.
@@ -246,6 +250,7 @@ impl Core {
                 heartbeat_period: DEFAULT_HEARTBEAT_FALLBACK,
                 heartbeat_at: None,
             },
+            policy_jobs: 0,
         }
     }
 
@@ -708,6 +713,9 @@ mod procs;
 
 #[path = "node_time.rs"]
 mod time;
+
+#[path = "node_policy.rs"]
+mod policy;
 
 #[cfg(test)]
 #[path = "node_tests.rs"]

@@ -43,7 +43,7 @@ use crate::input::{AppTx, Input};
 use crate::machine::{MachineAd, detect_static, sample_dynamic};
 use crate::owner::{RealOwner, SimulatedOwner};
 use crate::peer::Stager;
-use crate::policy::{Policy, PolicyEffect};
+use crate::policy::Policy;
 use crate::spawn::{Launcher, ProcessGroup};
 use crate::{Error, apps, benchmark, global};
 use carmi_local_core::node::Core;
@@ -215,7 +215,6 @@ impl Daemon {
             policy_at: epoch,
             base_ad,
             base_at: epoch,
-            last_jobs: 0,
             work_dir: work_dir.clone(),
             machine,
             cache,
@@ -347,8 +346,6 @@ struct Driver {
     /// The machine ad the policy evaluates against, and when it was sampled.
     base_ad: ClassAd,
     base_at: Instant,
-    /// Job processes at the last policy step.
-    last_jobs: usize,
     work_dir: PathBuf,
     machine: MachineAd,
     cache: ExeCache,
@@ -395,7 +392,7 @@ impl Driver {
                 }
                 _ = shutdown.wait_for(|s| *s) => break,
             }
-            if self.core.job_count() != self.last_jobs {
+            if self.core.policy_stale() {
                 self.evaluate();
             }
             self.flush();
@@ -485,26 +482,17 @@ impl Driver {
         }
     }
 
-    /// Steps the owner policy and hands its effects to the core.
+    /// Steps the owner policy, after a look at a simulated owner; the core
+    /// carries out what it decides.
     fn evaluate(&mut self) {
         let now = self.now();
-        self.last_jobs = self.core.job_count();
-        self.policy.set_jobs(self.last_jobs);
         if let OwnerInput::Simulated(o) = &self.owner {
             self.policy.observe(o.observation(now));
         }
-        for effect in self.policy.step(now, &self.base_ad) {
-            match effect {
-                PolicyEffect::Open => self.core.open_all(),
-                PolicyEffect::Close => self.core.close_all(),
-                PolicyEffect::Suspend => self.core.suspend_all(),
-                PolicyEffect::Resume => self.core.resume_all(),
-                PolicyEffect::Vacate => self.core.vacate_all(),
-                PolicyEffect::Kill => self.core.kill_all(),
-            }
-        }
-        self.core.set_accepting(self.policy.may_start());
-        let next = Duration::from_secs_f64(self.policy.next_deadline().max(0.0));
+        let next = self.core.step_policy(&mut self.policy, now, &self.base_ad);
+        // A deadline beyond any Duration (a policy minute set absurdly long)
+        // is stepped at the longest interval the policy itself uses.
+        let next = Duration::try_from_secs_f64(next.max(0.0)).unwrap_or(Duration::from_secs(5));
         self.policy_at = self.epoch + next;
     }
 }
