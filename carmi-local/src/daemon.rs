@@ -126,30 +126,7 @@ impl Daemon {
                 addr: "staging listener".into(),
                 source,
             })?;
-        let env: Vec<(String, OsString)> = vec![
-            (
-                "CARMI_LOCAL".into(),
-                connect_addr(app_addr).to_string().into(),
-            ),
-            (
-                "CARMI_SECRET_FILE".into(),
-                settings.secret_file.clone().into_os_string(),
-            ),
-        ];
-        let mut env = env;
-        // The machine ad as of start-up, for the processes started here (as
-        // HTCondor's `_CONDOR_MACHINE_AD`): a job can read what the pool
-        // knows of its machine (`Speed`, `Memory`, ...) without a request.
-        let ad_path = work_dir.join("machine.ad");
-        let snapshot = machine.build(&sample_dynamic(&work_dir)).to_old_syntax();
-        match std::fs::write(&ad_path, snapshot) {
-            Ok(()) => env.push(("CARMI_MACHINE_AD".into(), ad_path.into_os_string())),
-            Err(e) => tracing::warn!(
-                path = %ad_path.display(),
-                error = %e,
-                "cannot write the machine ad for job processes; they run without CARMI_MACHINE_AD"
-            ),
-        }
+        let env = job_env(app_addr, &settings, &work_dir, &machine);
         let launcher = Launcher::new(work_dir.clone(), env);
         // Before the first launch, so that every record is an earlier run's.
         launcher.kill_leftovers();
@@ -291,6 +268,40 @@ impl Daemon {
             tracing::error!(error = %e, "the local RM driver failed");
         }
     }
+}
+
+/// The environment of every process started here, on top of the daemon's:
+/// where the local RM and the pool secret are, and the machine ad.
+fn job_env(
+    app_addr: SocketAddr,
+    settings: &Settings,
+    work_dir: &std::path::Path,
+    machine: &MachineAd,
+) -> Vec<(String, OsString)> {
+    let mut env: Vec<(String, OsString)> = vec![
+        (
+            "CARMI_LOCAL".into(),
+            connect_addr(app_addr).to_string().into(),
+        ),
+        (
+            "CARMI_SECRET_FILE".into(),
+            settings.secret_file.clone().into_os_string(),
+        ),
+    ];
+    // The machine ad as of start-up, for the processes started here (as
+    // HTCondor's `_CONDOR_MACHINE_AD`): a job can read what the pool
+    // knows of its machine (`Speed`, `Memory`, ...) without a request.
+    let ad_path = work_dir.join("machine.ad");
+    let snapshot = machine.build(&sample_dynamic(work_dir)).to_old_syntax();
+    match std::fs::write(&ad_path, snapshot) {
+        Ok(()) => env.push(("CARMI_MACHINE_AD".into(), ad_path.into_os_string())),
+        Err(e) => tracing::warn!(
+            path = %ad_path.display(),
+            error = %e,
+            "cannot write the machine ad for job processes; they run without CARMI_MACHINE_AD"
+        ),
+    }
+    env
 }
 
 /// Where peers on other machines reach a staging listener bound to `bound`:
