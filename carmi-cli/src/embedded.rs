@@ -30,14 +30,14 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use owner_sim::{EmbeddedPool, OwnerModel, PoolOptions};
+use carmi_pool::{EmbeddedPool, OwnerModel, PoolOptions};
 
 /// How long `up` waits for the pool to come up.
 const UP_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long `down` waits after SIGTERM before SIGKILL.
 const DOWN_TIMEOUT: Duration = Duration::from_secs(20);
 /// Prefix of the folders `up` creates; `down` removes only folders named so.
-use owner_sim::sweep::DIR_PREFIX;
+use carmi_pool::sweep::DIR_PREFIX;
 
 /// Options of `carmi pool up`.
 #[derive(clap::Args, Debug, Clone)]
@@ -322,7 +322,7 @@ pub fn down() -> anyhow::Result<()> {
         // After a SIGKILL, job processes may still run in the folder; the
         // sweep kills them (its owner, the serve process, is gone now).
         if let Some(base) = dir.parent() {
-            owner_sim::sweep::sweep_stale(base);
+            carmi_pool::sweep::sweep_stale(base);
         }
     }
     if let Some(dir) = r.secret.parent()
