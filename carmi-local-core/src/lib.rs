@@ -15,11 +15,13 @@
 //!   policy's effects on slots and processes, `node_policy.rs` stepping the
 //!   policy, `node_time.rs` the deadlines (kill grace, heartbeats) and shutdown.
 //!   (Named `node`, not `core`, so as not to shadow the standard `core`.)
+//! - `ad`: the machine ad and its heartbeat updates, from detected, sampled and configured attributes.
 //! - `policy`: the owner policy (START/SUSPEND/CONTINUE/PREEMPT/KILL over the live ad).
 //! - `owner`: the simulated owner, whose events the policy observes.
 
 #![warn(missing_docs)]
 
+pub mod ad;
 pub mod node;
 pub mod owner;
 pub mod policy;

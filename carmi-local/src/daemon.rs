@@ -97,7 +97,7 @@ impl Daemon {
         let slots = settings
             .slots
             .unwrap_or_else(|| u32::try_from(info.cpus.max(1)).unwrap_or(1));
-        let machine = MachineAd::new(info, settings.attributes.clone(), work_dir.clone());
+        let machine = MachineAd::new(info, settings.attributes.clone());
 
         let listener = TcpListener::bind(&settings.listen)
             .await
