@@ -139,3 +139,39 @@ async fn heartbeats_use_the_fallback_when_the_global_rm_names_no_period() {
         .expect("three heartbeats at the fallback period");
     daemon.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_sigkills_a_process_that_ignores_sigterm_and_reports_it() {
+    init_logs();
+    let dir = TempDir::new("stop-grace");
+    let global = FakeGlobal::new().await;
+    let daemon = Daemon::start(settings(&global, dir.path(), "it-stop"))
+        .await
+        .unwrap();
+    let mut g = global.accept("it-stop").await;
+    g.register(&[10, 11]).await;
+    start(
+        &mut g,
+        1,
+        "#!/bin/sh\ntrap '' TERM\necho $$ > pid\nwhile :; do sleep 0.05; done\n",
+    )
+    .await;
+    // Time for the shell to set its trap before the signal.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let sandbox = daemon.work_dir().join("sandbox").join("1");
+    let pid: i32 = std::fs::read_to_string(sandbox.join("pid"))
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .expect("the job wrote its pid in its sandbox");
+    daemon.shutdown().await;
+    match g.recv().await.0 {
+        ToGlobal::Exited {
+            process, status, ..
+        } => assert_eq!((process, status), (ProcessId(1), ExitStatus::Signal(9))),
+        other => panic!("expected the exit of 1, got {other:?}"),
+    }
+    assert!(
+        !carmi_local::spawn::alive(pid),
+        "process {pid} outlived the daemon"
+    );
+}
