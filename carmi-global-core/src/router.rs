@@ -46,6 +46,7 @@ mod ads;
 mod anywhere;
 #[cfg(test)]
 mod anywhere_tests;
+mod authz;
 mod check;
 mod events;
 #[cfg(test)]
@@ -218,6 +219,8 @@ pub struct Router {
     log_reads: logs::LogReads,
     next_job: u64,
     out: Vec<Output>,
+    /// What each admin connection's token lets it do (`router/authz.rs`).
+    identities: HashMap<LinkId, carmi_proto::authz::Identity>,
 }
 
 impl Router {
@@ -245,6 +248,7 @@ impl Router {
             log_reads: Default::default(),
             next_job: 1,
             out: Vec::new(),
+            identities: HashMap::new(),
         }
     }
 
@@ -348,6 +352,7 @@ impl Router {
     pub fn on_link_closed(&mut self, link: LinkId, now: Duration) {
         self.advance(now);
         let role = self.links.remove(&link);
+        self.identities.remove(&link);
         match role {
             Some(LinkRole::Machine(_)) => self.settle_log_reads(),
             Some(LinkRole::Admin) => self.forget_log_reads(link),
@@ -383,6 +388,10 @@ impl Router {
         let name = match self.links.get(&link) {
             None => return,
             Some(LinkRole::Admin) => {
+                let Some(msg) = self.authorize(link, msg) else {
+                    self.flush();
+                    return;
+                };
                 match msg {
                     ToGlobal::Status => {
                         let pool = self.alloc.pool_status();
@@ -480,6 +489,7 @@ impl Router {
             | ToGlobal::Events { .. }
             | ToGlobal::FetchFiles { .. }
             | ToGlobal::Logs { .. }
+            | ToGlobal::Tokens(_)
             | ToGlobal::MachineAds => {
                 let what = variant_name(&msg);
                 warn!(
@@ -522,5 +532,6 @@ fn variant_name(msg: &ToGlobal) -> &'static str {
         ToGlobal::FetchFiles { .. } => "FetchFiles",
         ToGlobal::Logs { .. } => "Logs",
         ToGlobal::LogRead { .. } => "LogRead",
+        ToGlobal::Tokens(_) => "Tokens",
     }
 }

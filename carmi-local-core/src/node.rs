@@ -491,6 +491,7 @@ impl Core {
             | FromGlobal::Released { .. }
             | FromGlobal::Events { .. }
             | FromGlobal::Files(_)
+            | FromGlobal::Tokens(_)
             | FromGlobal::Log { .. } => {
                 tracing::warn!("an admin answer was sent to a local RM; ignored");
             }

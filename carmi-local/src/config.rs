@@ -62,6 +62,11 @@ pub struct Cli {
     /// File holding the pool's shared secret.
     #[arg(long, value_name = "FILE")]
     pub secret: PathBuf,
+    /// File holding this machine's daemon token (`carmi token create
+    /// --authz daemon --machine NAME`), mode 0600; required by a pool whose
+    /// global RM has a signing key.
+    #[arg(long, value_name = "FILE")]
+    pub token: Option<PathBuf>,
     /// TOML configuration file (attributes, slots, ...).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -243,6 +248,10 @@ pub struct Settings {
     /// Most messages waiting to be written to one application; one that
     /// stops reading fills it and is disconnected.
     pub app_queue: usize,
+    /// File holding this machine's daemon token, presented to the global RM.
+    pub token_file: Option<PathBuf>,
+    /// The token itself (an in-process pool's); wins over `token_file`.
+    pub token: Option<String>,
 }
 
 impl Settings {
@@ -252,6 +261,8 @@ impl Settings {
         Settings {
             global: global.into(),
             secret_file: absolute(&secret_file.into()),
+            token_file: None,
+            token: None,
             work_dir: default_work_dir(&name),
             name,
             slots: None,
@@ -276,6 +287,7 @@ impl Settings {
             None => None,
         };
         let mut s = Settings::new(cli.global.clone(), cli.secret.clone());
+        s.token_file = cli.token.clone();
         let mut name_set = false;
         let mut work_dir_set = false;
         if let Some((path, f)) = &file {

@@ -84,6 +84,14 @@ impl Daemon {
         let work_dir = std::fs::canonicalize(&settings.work_dir)
             .map_err(io("cannot resolve work directory", &settings.work_dir))?;
         let secret = Secret::from_file(&settings.secret_file)?;
+        // Only the link to the global RM presents the daemon token: the
+        // other connections this daemon opens reach peers and job processes.
+        // Read first, so that a file others may read stops the start at once.
+        let token = match (&settings.token, &settings.token_file) {
+            (Some(t), _) => Some(t.clone()),
+            (None, Some(path)) => Some(carmi_api::token::read_token_file(path)?),
+            (None, None) => None,
+        };
 
         let scores = if settings.benchmark {
             let dir = work_dir.clone();
@@ -153,7 +161,7 @@ impl Daemon {
         tokio::spawn(stager.clone().serve(stage_listener, links_stop_rx.clone()));
         let gcfg = GlobalConfig {
             addr: settings.global.clone(),
-            secret: secret.clone(),
+            secret: secret.clone().with_token(token),
             name: settings.name.clone(),
             queue: settings.global_queue,
         };

@@ -77,6 +77,9 @@ pub enum Error {
     /// The pool secret could not be read or is unusable.
     #[error(transparent)]
     Secret(#[from] carmi_api::handshake::HandshakeError),
+    /// The token file is unreadable or others may read it.
+    #[error("token file: {0}")]
+    Token(#[from] carmi_api::files::FileError),
     /// A file or directory the daemon needs could not be used.
     #[error("{what} {path}: {source}")]
     Io {

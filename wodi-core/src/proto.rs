@@ -1,7 +1,7 @@
 //! The messages of WoDi's own connections, typed by direction.
 //!
 //! Master and workers talk to the server over plain TCP with CARMI's frames
-//! ([`carmi_proto::frame`]): a JSON header naming the message and a payload of
+//! (`carmi_api::frame`): a JSON header naming the message and a payload of
 //! raw bytes (init data, step data, results) that travels verbatim. Every
 //! connection starts with a [`Hello`] carrying the run's token; the server
 //! closes a connection whose token is wrong.
