@@ -59,10 +59,6 @@ pub mod spawn;
 #[cfg(test)]
 mod test_dir;
 
-/// The pure core under its old path, for crates not yet switched to
-/// `carmi_local_core::node` (the simulator); to be removed once none uses it,
-/// as a module named `core` shadows the standard one.
-pub use carmi_local_core::node as core;
 /// The owner policy, under its old path (`carmi-local-core`'s `policy`).
 pub use carmi_local_core::policy;
 
