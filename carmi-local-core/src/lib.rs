@@ -9,15 +9,19 @@
 //!
 //! # Layout
 //! - `node`: the local RM's router: connection states, process table, pending
-//!   fetches, the backlog kept while the global RM is away; its `node_owner.rs`
-//!   part carries out the owner policy on slots and processes, its
-//!   `node_procs.rs` part fetches, launches, kills and reports processes.
+//!   fetches, the backlog kept while the global RM is away; its parts:
+//!   `node_apps.rs` application connections, `node_procs.rs` fetching,
+//!   launching, killing and reporting processes, `node_owner.rs` the owner
+//!   policy's effects on slots and processes, `node_policy.rs` stepping the
+//!   policy, `node_time.rs` the deadlines (kill grace, heartbeats) and shutdown.
 //!   (Named `node`, not `core`, so as not to shadow the standard `core`.)
+//! - `ad`: the machine ad and its heartbeat updates, from detected, sampled and configured attributes.
 //! - `policy`: the owner policy (START/SUSPEND/CONTINUE/PREEMPT/KILL over the live ad).
 //! - `owner`: the simulated owner, whose events the policy observes.
 
 #![warn(missing_docs)]
 
+pub mod ad;
 pub mod node;
 pub mod owner;
 pub mod policy;

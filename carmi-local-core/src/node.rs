@@ -15,7 +15,9 @@
 //! - time: [`Core::on_time`] before every input and at [`Core::next_deadline`]
 //!   (the kill grace's end, the next heartbeat); the heartbeat's update as
 //!   [`Core::on_heartbeat`] after an [`Effect::Heartbeat`];
-//! - the owner policy: [`Core::set_accepting`], [`Core::suspend_all`],
+//! - the owner policy: [`Core::step_policy`] (which applies the policy's
+//!   effects itself, stepped again when [`Core::policy_stale`]), or by hand
+//!   [`Core::set_accepting`], [`Core::suspend_all`],
 //!   [`Core::resume_all`], [`Core::open_all`], [`Core::close_all`],
 //!   [`Core::vacate_all`], [`Core::kill_all`]; per slot [`Core::suspend_slot`],
 //!   [`Core::resume_slot`].
@@ -31,10 +33,10 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use bytes::Bytes;
-use carmi_proto::ids::{ConnId, HostId, JobId, ProcessId, RequestId};
+use carmi_proto::ids::{ConnId, HostId, JobId, ProcessId};
 use carmi_proto::msg::{
-    Event, ExecutableRef, Failure, FailureCode, FromGlobal, FromLocal, LogChunk, OutputRoute,
-    Request, SlotActivity, StageSource, StdStream, ToGlobal,
+    ExecutableRef, FromGlobal, FromLocal, LogChunk, OutputRoute, SlotActivity, StageSource,
+    StdStream, ToGlobal,
 };
 
 /// Something for the driver to do.
@@ -201,6 +203,8 @@ pub struct Core {
     accepting: bool,
     /// Deadlines and the clock they are measured on.
     time: Timing,
+    /// Processes here at the last step of the owner policy.
+    policy_jobs: usize,
 }
 
 /// The core's clock and timers, in seconds of the driver's clock.
@@ -246,6 +250,7 @@ impl Core {
                 heartbeat_period: DEFAULT_HEARTBEAT_FALLBACK,
                 heartbeat_at: None,
             },
+            policy_jobs: 0,
         }
     }
 
@@ -574,117 +579,10 @@ impl Core {
         }
     }
 
-    fn announce(&mut self, conn: ConnId) {
-        let Some(app) = self.apps.get_mut(&conn) else {
-            return;
-        };
-        if app.announced {
-            return;
-        }
-        app.announced = true;
-        let (job, process) = match app.attached {
-            Some((j, p)) => (Some(j), Some(p)),
-            None => (app.declared_job, app.declared_process),
-        };
-        let endpoint = app.endpoint.clone();
-        self.send(
-            ToGlobal::AppAttach {
-                conn,
-                job,
-                process,
-                endpoint,
-            },
-            Bytes::new(),
-        );
-    }
-
-    fn on_attached(&mut self, conn: ConnId, job: JobId, process: ProcessId) {
-        let Some(app) = self.apps.get_mut(&conn) else {
-            tracing::debug!(%conn, "Attached for a connection that is gone");
-            return;
-        };
-        match app.attached {
-            None => {
-                app.attached = Some((job, process));
-                self.send_app(conn, FromLocal::Attached { job, process });
-            }
-            // A re-announcement after reconnecting: the application already knows who it is.
-            Some(ids) if ids == (job, process) => {}
-            Some((old_job, old_process)) => {
-                tracing::warn!(
-                    %conn, %old_job, %old_process, %job, %process,
-                    "the global RM re-attached a connection under other ids"
-                );
-                app.attached = Some((job, process));
-            }
-        }
-    }
-
     /// Heartbeat time: `update` holds the dynamic attributes that changed.
     pub fn on_heartbeat(&mut self, update: String) {
         if self.is_registered() {
             self.send(ToGlobal::Heartbeat { update }, Bytes::new());
-        }
-    }
-
-    // ----- applications -----
-
-    /// An application finished its handshake on connection `conn`.
-    pub fn on_app_connected(
-        &mut self,
-        conn: ConnId,
-        job: Option<JobId>,
-        process: Option<ProcessId>,
-        endpoint: String,
-    ) {
-        self.apps.insert(
-            conn,
-            App {
-                declared_job: job,
-                declared_process: process,
-                endpoint,
-                attached: None,
-                announced: false,
-            },
-        );
-        if self.is_registered() {
-            self.announce(conn);
-        }
-    }
-
-    /// A request from an application.
-    pub fn on_app_request(&mut self, conn: ConnId, id: RequestId, body: Request) {
-        let Some(app) = self.apps.get(&conn) else {
-            return;
-        };
-        if self.is_registered() && app.announced {
-            self.send(ToGlobal::Forward { conn, id, body }, Bytes::new());
-        } else {
-            self.fail_unavailable(conn, id);
-        }
-    }
-
-    fn fail_unavailable(&mut self, conn: ConnId, request: RequestId) {
-        let failure = Failure {
-            code: FailureCode::Unavailable,
-            message: "the local RM is not connected to the global RM; retry later".into(),
-        };
-        self.send_app(conn, FromLocal::Event(Event::Failed { request, failure }));
-    }
-
-    /// An application uploaded an executable (bytes in `payload`, passed on verbatim).
-    pub fn on_app_upload(&mut self, conn: ConnId, executable: ExecutableRef, payload: Bytes) {
-        if !self.apps.contains_key(&conn) {
-            return;
-        }
-        self.send_or_keep(ToGlobal::Upload { executable }, payload);
-    }
-
-    /// An application connection closed.
-    pub fn on_app_closed(&mut self, conn: ConnId) {
-        let announced = self.apps.remove(&conn).is_some_and(|app| app.announced);
-        if announced && self.is_registered() {
-            self.send(ToGlobal::AppDetach { conn }, Bytes::new());
         }
     }
 }
@@ -707,8 +605,14 @@ mod owner;
 #[path = "node_procs.rs"]
 mod procs;
 
+#[path = "node_apps.rs"]
+mod apps;
+
 #[path = "node_time.rs"]
 mod time;
+
+#[path = "node_policy.rs"]
+mod policy;
 
 #[cfg(test)]
 #[path = "node_tests.rs"]

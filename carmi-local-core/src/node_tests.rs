@@ -2,7 +2,8 @@
 //! the real serde encoding, invariants checked after every step.
 
 use super::*;
-use carmi_proto::msg::ExitStatus;
+use carmi_proto::ids::RequestId;
+use carmi_proto::msg::{Event, ExitStatus, FailureCode, Request};
 
 /// Owns a core and checks it after every step; effects are round-tripped
 /// through the wire encoding so that the tests see what a peer would.

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+pub use carmi_local_core::ad::Scores;
+
 /// How long each of the two loops runs.
 const PHASE: Duration = Duration::from_millis(75);
 /// Iterations between two looks at the clock.
@@ -20,15 +22,6 @@ const CHUNK: u32 = 50_000;
 const BENCHMARK_VERSION: u32 = 1;
 /// Cache file name inside the work directory.
 pub const CACHE_FILE: &str = "benchmark.json";
-
-/// The benchmark's result.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Scores {
-    /// Millions of integer operations per second.
-    pub mips: i64,
-    /// Thousands of floating-point operations per second.
-    pub kflops: i64,
-}
 
 /// What the cached result depends on.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

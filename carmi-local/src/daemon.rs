@@ -43,7 +43,7 @@ use crate::input::{AppTx, Input};
 use crate::machine::{MachineAd, detect_static, sample_dynamic};
 use crate::owner::{RealOwner, SimulatedOwner};
 use crate::peer::Stager;
-use crate::policy::{Policy, PolicyEffect};
+use crate::policy::Policy;
 use crate::spawn::{Launcher, ProcessGroup};
 use crate::{Error, apps, benchmark, global};
 use carmi_local_core::node::Core;
@@ -105,7 +105,7 @@ impl Daemon {
         let slots = settings
             .slots
             .unwrap_or_else(|| u32::try_from(info.cpus.max(1)).unwrap_or(1));
-        let machine = MachineAd::new(info, settings.attributes.clone(), work_dir.clone());
+        let machine = MachineAd::new(info, settings.attributes.clone());
 
         let listener = TcpListener::bind(&settings.listen)
             .await
@@ -134,30 +134,7 @@ impl Daemon {
                 addr: "staging listener".into(),
                 source,
             })?;
-        let env: Vec<(String, OsString)> = vec![
-            (
-                "CARMI_LOCAL".into(),
-                connect_addr(app_addr).to_string().into(),
-            ),
-            (
-                "CARMI_SECRET_FILE".into(),
-                settings.secret_file.clone().into_os_string(),
-            ),
-        ];
-        let mut env = env;
-        // The machine ad as of start-up, for the processes started here (as
-        // HTCondor's `_CONDOR_MACHINE_AD`): a job can read what the pool
-        // knows of its machine (`Speed`, `Memory`, ...) without a request.
-        let ad_path = work_dir.join("machine.ad");
-        let snapshot = machine.build(&sample_dynamic(&work_dir)).to_old_syntax();
-        match std::fs::write(&ad_path, snapshot) {
-            Ok(()) => env.push(("CARMI_MACHINE_AD".into(), ad_path.into_os_string())),
-            Err(e) => tracing::warn!(
-                path = %ad_path.display(),
-                error = %e,
-                "cannot write the machine ad for job processes; they run without CARMI_MACHINE_AD"
-            ),
-        }
+        let env = job_env(app_addr, &settings, &work_dir, &machine);
         let launcher = Launcher::new(work_dir.clone(), env);
         // Before the first launch, so that every record is an earlier run's.
         launcher.kill_leftovers();
@@ -223,7 +200,6 @@ impl Daemon {
             policy_at: epoch,
             base_ad,
             base_at: epoch,
-            last_jobs: 0,
             work_dir: work_dir.clone(),
             machine,
             cache,
@@ -302,6 +278,40 @@ impl Daemon {
     }
 }
 
+/// The environment of every process started here, on top of the daemon's:
+/// where the local RM and the pool secret are, and the machine ad.
+fn job_env(
+    app_addr: SocketAddr,
+    settings: &Settings,
+    work_dir: &std::path::Path,
+    machine: &MachineAd,
+) -> Vec<(String, OsString)> {
+    let mut env: Vec<(String, OsString)> = vec![
+        (
+            "CARMI_LOCAL".into(),
+            connect_addr(app_addr).to_string().into(),
+        ),
+        (
+            "CARMI_SECRET_FILE".into(),
+            settings.secret_file.clone().into_os_string(),
+        ),
+    ];
+    // The machine ad as of start-up, for the processes started here (as
+    // HTCondor's `_CONDOR_MACHINE_AD`): a job can read what the pool
+    // knows of its machine (`Speed`, `Memory`, ...) without a request.
+    let ad_path = work_dir.join("machine.ad");
+    let snapshot = machine.build(&sample_dynamic(work_dir)).to_old_syntax();
+    match std::fs::write(&ad_path, snapshot) {
+        Ok(()) => env.push(("CARMI_MACHINE_AD".into(), ad_path.into_os_string())),
+        Err(e) => tracing::warn!(
+            path = %ad_path.display(),
+            error = %e,
+            "cannot write the machine ad for job processes; they run without CARMI_MACHINE_AD"
+        ),
+    }
+    env
+}
+
 /// Where peers on other machines reach a staging listener bound to `bound`:
 /// a wildcard address means "every interface", so the one this machine uses
 /// towards the global RM is named (peers reach the global RM too); without
@@ -355,8 +365,6 @@ struct Driver {
     /// The machine ad the policy evaluates against, and when it was sampled.
     base_ad: ClassAd,
     base_at: Instant,
-    /// Job processes at the last policy step.
-    last_jobs: usize,
     work_dir: PathBuf,
     machine: MachineAd,
     cache: ExeCache,
@@ -403,7 +411,7 @@ impl Driver {
                 }
                 _ = shutdown.wait_for(|s| *s) => break,
             }
-            if self.core.job_count() != self.last_jobs {
+            if self.core.policy_stale() {
                 self.evaluate();
             }
             self.flush();
@@ -493,26 +501,17 @@ impl Driver {
         }
     }
 
-    /// Steps the owner policy and hands its effects to the core.
+    /// Steps the owner policy, after a look at a simulated owner; the core
+    /// carries out what it decides.
     fn evaluate(&mut self) {
         let now = self.now();
-        self.last_jobs = self.core.job_count();
-        self.policy.set_jobs(self.last_jobs);
         if let OwnerInput::Simulated(o) = &self.owner {
             self.policy.observe(o.observation(now));
         }
-        for effect in self.policy.step(now, &self.base_ad) {
-            match effect {
-                PolicyEffect::Open => self.core.open_all(),
-                PolicyEffect::Close => self.core.close_all(),
-                PolicyEffect::Suspend => self.core.suspend_all(),
-                PolicyEffect::Resume => self.core.resume_all(),
-                PolicyEffect::Vacate => self.core.vacate_all(),
-                PolicyEffect::Kill => self.core.kill_all(),
-            }
-        }
-        self.core.set_accepting(self.policy.may_start());
-        let next = Duration::from_secs_f64(self.policy.next_deadline().max(0.0));
+        let next = self.core.step_policy(&mut self.policy, now, &self.base_ad);
+        // A deadline beyond any Duration (a policy minute set absurdly long)
+        // is stepped at the longest interval the policy itself uses.
+        let next = Duration::try_from_secs_f64(next.max(0.0)).unwrap_or(Duration::from_secs(5));
         self.policy_at = self.epoch + next;
     }
 }

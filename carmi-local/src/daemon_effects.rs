@@ -89,7 +89,8 @@ impl Driver {
             },
             Effect::Heartbeat => {
                 let values = self.policy.public_values(self.unix_epoch);
-                let update = self.machine.heartbeat_update(&values);
+                let sampled = crate::machine::sample_dynamic(&self.work_dir);
+                let update = self.machine.update_from(&sampled, &values);
                 self.core.on_heartbeat(update);
             }
             Effect::Suspend(process) => {

@@ -19,9 +19,10 @@ impl Driver {
                 self.global.up(out);
                 self.global_local_ip = local_ip;
                 let values = self.policy.public_values(self.unix_epoch);
+                let sampled = crate::machine::sample_dynamic(&self.work_dir);
                 let ad = self
                     .machine
-                    .advertise_text(&values, &self.policy.expressions());
+                    .advertise(&sampled, &values, &self.policy.expressions());
                 self.core.on_global_connected(ad);
             }
             Input::Global(msg, payload) => {

@@ -1,0 +1,119 @@
+//! The core's side of application connections: announced to the global
+//! RM (again after each reconnection), their requests forwarded or failed
+//! while it is away, their uploads kept until it is back.
+//!
+//! Kept apart from `node.rs`, which holds the state and the global link, so
+//! that each file stays readable.
+
+use bytes::Bytes;
+use carmi_proto::ids::{ConnId, JobId, ProcessId, RequestId};
+use carmi_proto::msg::{Event, ExecutableRef, Failure, FailureCode, FromLocal, Request, ToGlobal};
+
+use super::{App, Core};
+
+impl Core {
+    pub(super) fn announce(&mut self, conn: ConnId) {
+        let Some(app) = self.apps.get_mut(&conn) else {
+            return;
+        };
+        if app.announced {
+            return;
+        }
+        app.announced = true;
+        let (job, process) = match app.attached {
+            Some((j, p)) => (Some(j), Some(p)),
+            None => (app.declared_job, app.declared_process),
+        };
+        let endpoint = app.endpoint.clone();
+        self.send(
+            ToGlobal::AppAttach {
+                conn,
+                job,
+                process,
+                endpoint,
+            },
+            Bytes::new(),
+        );
+    }
+
+    pub(super) fn on_attached(&mut self, conn: ConnId, job: JobId, process: ProcessId) {
+        let Some(app) = self.apps.get_mut(&conn) else {
+            tracing::debug!(%conn, "Attached for a connection that is gone");
+            return;
+        };
+        match app.attached {
+            None => {
+                app.attached = Some((job, process));
+                self.send_app(conn, FromLocal::Attached { job, process });
+            }
+            // A re-announcement after reconnecting: the application already knows who it is.
+            Some(ids) if ids == (job, process) => {}
+            Some((old_job, old_process)) => {
+                tracing::warn!(
+                    %conn, %old_job, %old_process, %job, %process,
+                    "the global RM re-attached a connection under other ids"
+                );
+                app.attached = Some((job, process));
+            }
+        }
+    }
+
+    /// An application finished its handshake on connection `conn`.
+    pub fn on_app_connected(
+        &mut self,
+        conn: ConnId,
+        job: Option<JobId>,
+        process: Option<ProcessId>,
+        endpoint: String,
+    ) {
+        self.apps.insert(
+            conn,
+            App {
+                declared_job: job,
+                declared_process: process,
+                endpoint,
+                attached: None,
+                announced: false,
+            },
+        );
+        if self.is_registered() {
+            self.announce(conn);
+        }
+    }
+
+    /// A request from an application.
+    pub fn on_app_request(&mut self, conn: ConnId, id: RequestId, body: Request) {
+        let Some(app) = self.apps.get(&conn) else {
+            return;
+        };
+        if self.is_registered() && app.announced {
+            self.send(ToGlobal::Forward { conn, id, body }, Bytes::new());
+        } else {
+            self.fail_unavailable(conn, id);
+        }
+    }
+
+    pub(super) fn fail_unavailable(&mut self, conn: ConnId, request: RequestId) {
+        let failure = Failure {
+            code: FailureCode::Unavailable,
+            message: "the local RM is not connected to the global RM; retry later".into(),
+        };
+        self.send_app(conn, FromLocal::Event(Event::Failed { request, failure }));
+    }
+
+    /// An application uploaded an executable (bytes in `payload`, passed on verbatim).
+    pub fn on_app_upload(&mut self, conn: ConnId, executable: ExecutableRef, payload: Bytes) {
+        if !self.apps.contains_key(&conn) {
+            return;
+        }
+        self.send_or_keep(ToGlobal::Upload { executable }, payload);
+    }
+
+    /// An application connection closed.
+    pub fn on_app_closed(&mut self, conn: ConnId) {
+        let announced = self.apps.remove(&conn).is_some_and(|app| app.announced);
+        if announced && self.is_registered() {
+            self.send(ToGlobal::AppDetach { conn }, Bytes::new());
+        }
+    }
+}
