@@ -65,7 +65,7 @@ async fn dial(
 }
 
 /// The next refusal sent to a raw local RM: its message.
-async fn refusal(r: &mut FrameReader<tokio::net::tcp::OwnedReadHalf>) -> String {
+async fn refusal(r: &mut FrameReader<tls::Reader>) -> String {
     loop {
         match tokio::time::timeout(Duration::from_secs(30), r.read::<FromGlobal>()).await {
             Ok(Ok(Some((FromGlobal::AdminFailed(f), _)))) => return f.message,
