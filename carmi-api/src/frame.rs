@@ -253,7 +253,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 .timing
                 .as_ref()
                 .and_then(|t| Some((t.deadline, t.started?)));
-            let read = match started {
+            let result = match started {
                 Some((d, started)) => {
                     let waited = d.allowance(announced.unwrap_or(0));
                     tokio::time::timeout_at(started + waited, self.inner.read_buf(&mut self.buf))
@@ -262,9 +262,16 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                             len: announced.unwrap_or(0),
                             have: self.buf.len(),
                             waited,
-                        })??
+                        })?
                 }
-                None => self.inner.read_buf(&mut self.buf).await?,
+                None => self.inner.read_buf(&mut self.buf).await,
+            };
+            // TLS reports a peer that closed without its close_notify as
+            // UnexpectedEof: the same end as a plain close (and a cut inside
+            // a frame is still `Truncated` below).
+            let read = match result {
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => 0,
+                r => r?,
             };
             if read == 0 {
                 return if self.buf.is_empty() {

@@ -465,7 +465,8 @@ async fn start_in(opts: &PoolOptions, dir: &Path) -> Result<EmbeddedPool, Error>
         .issue(&grant, now_unix())
         .map_err(|e| Error::BadOptions(e.to_string()))?;
     let token_file = secret_file.with_extension("admin.token");
-    carmi_api::files::write_private(&token_file, &format!("{admin_token}\n"), false)
+    // Replaced: a pool restarted in the same folder makes a new key.
+    carmi_api::files::write_private(&token_file, &format!("{admin_token}\n"), true)
         .map_err(|e| Error::BadOptions(e.to_string()))?;
     let secret = Secret::from_file(&secret_file)?.with_token(Some(admin_token.clone()));
 

@@ -13,6 +13,7 @@ use carmi_api::client::{ConnectOptions, Incoming, connect};
 use carmi_api::frame::{FrameReader, write_frame};
 use carmi_api::handshake::{self, Secret};
 use carmi_api::msg::{Event, FromGlobal, Role, SpawnTarget, ToGlobal};
+use carmi_api::tls;
 use carmi_tests::{Pool, PoolOptions, take_event};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpSocket, TcpStream};
@@ -33,17 +34,9 @@ async fn raw_local(
     addr: &str,
     secret: &Secret,
     name: &str,
-) -> (
-    FrameReader<tokio::net::tcp::OwnedReadHalf>,
-    tokio::net::tcp::OwnedWriteHalf,
-) {
-    let stream = TcpStream::connect(addr).await.expect("connect");
-    let (r, mut w) = stream.into_split();
-    let mut r = FrameReader::new(r);
+) -> (FrameReader<tls::Reader>, tls::Writer) {
     let role = Role::Local { name: name.into() };
-    handshake::client(&mut r, &mut w, secret, &role)
-        .await
-        .expect("handshake");
+    let (mut r, mut w) = dial(addr, secret, &role).await.expect("handshake");
     let ad = ToGlobal::Advertise {
         ad: format!("[ Name = \"{name}\"; Mips = 1 ]"),
         slots: 1,
@@ -57,8 +50,22 @@ async fn raw_local(
     (r, w)
 }
 
+/// A connection to the global RM as a client of the pool opens it (TLS
+/// when presenting a token), after the handshake as `role`.
+async fn dial(
+    addr: &str,
+    secret: &Secret,
+    role: &Role,
+) -> Result<(FrameReader<tls::Reader>, tls::Writer), handshake::HandshakeError> {
+    let stream = TcpStream::connect(addr).await.expect("connect");
+    let s = tls::connect_for(stream, secret).await.expect("TLS");
+    let (mut r, mut w) = (FrameReader::new(s.reader), s.writer);
+    handshake::client_bound(&mut r, &mut w, secret, role, &s.binding).await?;
+    Ok((r, w))
+}
+
 /// The next refusal sent to a raw local RM: its message.
-async fn refusal(r: &mut FrameReader<tokio::net::tcp::OwnedReadHalf>) -> String {
+async fn refusal(r: &mut FrameReader<tls::Reader>) -> String {
     loop {
         match tokio::time::timeout(Duration::from_secs(30), r.read::<FromGlobal>()).await {
             Ok(Ok(Some((FromGlobal::AdminFailed(f), _)))) => return f.message,
@@ -154,15 +161,10 @@ async fn a_200000_attribute_ad_stalls_neither_the_router_nor_a_healthy_machines_
         let addr = pool.global_addr.clone();
         let secret = pool.secret.clone();
         tokio::spawn(async move {
-            let stream = TcpStream::connect(&addr).await.expect("connect");
-            let (r, mut w) = stream.into_split();
-            let mut r = FrameReader::new(r);
             let role = Role::Local {
                 name: "huge2".into(),
             };
-            handshake::client(&mut r, &mut w, &secret, &role)
-                .await
-                .expect("handshake");
+            let (mut r, mut w) = dial(&addr, &secret, &role).await.expect("handshake");
             w.write_all(&big_ad).await.expect("advertise");
             refusal(&mut r).await
         })
@@ -295,13 +297,9 @@ async fn a_stalled_frame_or_a_huge_message_ends_its_connection_an_idle_one_is_se
         let addr = pool.global_addr.clone();
         let secret = pool.secret.clone();
         async move {
-            let stream = TcpStream::connect(&addr).await.expect("connect");
-            let (r, mut w) = stream.into_split();
-            let mut r = FrameReader::new(r);
-            handshake::client(&mut r, &mut w, &secret, &Role::Admin)
+            dial(&addr, &secret, &Role::Admin)
                 .await
-                .unwrap_or_else(|e| panic!("{name}: {e}"));
-            (r, w)
+                .unwrap_or_else(|e| panic!("{name}: {e}"))
         }
     };
     let (mut idle_r, mut idle_w) = admin("idle").await;

@@ -1,0 +1,100 @@
+//! Frames over loopback in clear and over TLS 1.3 (`carmi_api::tls`), side
+//! by side in one run: round trips of a small frame, and the throughput of
+//! 1 MiB payloads. What encryption would cost the messaging layer.
+//!
+//! `cargo run -p carmi-api --example tls_messaging [ROUND_TRIPS] [MIB]`
+
+use std::time::{Duration, Instant};
+
+use carmi_api::frame::{FrameReader, write_frame};
+use carmi_api::tls::{self, Acceptor, Stream};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+
+async fn pair(secure: bool) -> (Stream, Stream) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let acceptor = Acceptor::generate().unwrap();
+    let server = tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.unwrap();
+        tcp.set_nodelay(true).unwrap();
+        acceptor.accept(tcp, true).await.unwrap()
+    });
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    tcp.set_nodelay(true).unwrap();
+    let client = if secure {
+        tls::connect(tcp).await.unwrap()
+    } else {
+        Stream::plain(tcp)
+    };
+    (client, server.await.unwrap())
+}
+
+/// Mean round trip of a small frame echoed back, over `n` trips.
+async fn round_trip(secure: bool, n: u32) -> Duration {
+    let (client, server) = pair(secure).await;
+    let echo = tokio::spawn(async move {
+        let mut r = FrameReader::new(server.reader);
+        let mut w = server.writer;
+        while let Ok(Some((header, payload))) = r.read_raw().await {
+            let msg: serde_json::Value = serde_json::from_slice(&header).unwrap();
+            write_frame(&mut w, &msg, &payload).await.unwrap();
+            w.flush().await.unwrap();
+        }
+    });
+    let mut r = FrameReader::new(client.reader);
+    let mut w = client.writer;
+    let start = Instant::now();
+    for i in 0..n {
+        write_frame(&mut w, &serde_json::json!({ "Ping": i }), &[0u8; 64])
+            .await
+            .unwrap();
+        w.flush().await.unwrap();
+        r.read_raw().await.unwrap().unwrap();
+    }
+    let took = start.elapsed() / n;
+    drop(w);
+    let _ = echo.await;
+    took
+}
+
+/// MB/s (10^6 bytes) of `mib` 1 MiB payloads sent one way.
+async fn throughput(secure: bool, mib: usize) -> f64 {
+    let (client, server) = pair(secure).await;
+    let sink = tokio::spawn(async move {
+        let mut r = FrameReader::with_max(server.reader, 2 << 20);
+        let mut bytes = 0;
+        while let Ok(Some((_, payload))) = r.read_raw().await {
+            bytes += payload.len();
+        }
+        bytes
+    });
+    let mut w = client.writer;
+    let payload = vec![7u8; 1 << 20];
+    let start = Instant::now();
+    for i in 0..mib {
+        write_frame(&mut w, &serde_json::json!({ "Chunk": i }), &payload)
+            .await
+            .unwrap();
+    }
+    w.shutdown().await.unwrap();
+    drop(w);
+    let bytes = sink.await.unwrap();
+    assert_eq!(bytes, mib << 20);
+    bytes as f64 / start.elapsed().as_secs_f64() / 1e6
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let mut args = std::env::args().skip(1);
+    let trips: u32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(20_000);
+    let mib: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(256);
+    println!("| transport | round trip (64 B frame) | throughput (1 MiB frames) |");
+    println!("|---|---|---|");
+    for secure in [false, true] {
+        let rt = round_trip(secure, trips).await;
+        let mbs = throughput(secure, mib).await;
+        let name = if secure { "TLS 1.3" } else { "plain TCP" };
+        println!("| {name} | {:.1} µs | {mbs:.0} MB/s |", rt.as_secs_f64() * 1e6);
+    }
+}
