@@ -29,7 +29,7 @@
 //! leaves either the old journal or the new one, never a mix.
 
 use carmi_proto::events::JobEvent;
-use carmi_proto::ids::{HostId, JobId, ProcessId};
+use carmi_proto::ids::{HostId, JobId, ProcessId, RequestId};
 use carmi_proto::msg::{JobRecord, SubmitRequest};
 use serde::{Deserialize, Serialize};
 
@@ -135,6 +135,38 @@ pub enum Record {
     Released {
         /// The job.
         job: JobId,
+    },
+    /// A request that stays outstanding after it is accepted (`AddHosts`
+    /// waiting for hosts, a notify subscription): should the global RM
+    /// restart before it is answered in full or cancelled, its process is
+    /// told that it was lost when it attaches again, never left waiting.
+    Outstanding {
+        /// The job.
+        job: JobId,
+        /// The process that made it.
+        process: ProcessId,
+        /// Its id.
+        request: RequestId,
+        /// What it was, for the failure message (`AddHosts of 3 hosts of class w`).
+        what: String,
+    },
+    /// An outstanding request was answered in full, failed, was cancelled,
+    /// or its loss was told.
+    Answered {
+        /// The process that made it.
+        process: ProcessId,
+        /// Its id.
+        request: RequestId,
+    },
+    /// A job kept machines out of a class (`ExcludeHosts`): replayed after
+    /// its class, so that a restart does not give them back to it.
+    Excluded {
+        /// The job.
+        job: JobId,
+        /// The class.
+        class: String,
+        /// The hosts it named (their machines are excluded).
+        hosts: Vec<HostId>,
     },
     /// Events of submitted jobs' logs (`carmi events`), those of one input
     /// of the router, written after its other records.

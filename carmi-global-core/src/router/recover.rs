@@ -98,6 +98,7 @@ impl Router {
                     self.masters.insert(master, (job, machine));
                 }
                 Record::Ended { job } => {
+                    self.forget_lost(None, Some(job));
                     self.events.close(job);
                     self.awaiting_roots.retain(|_, (j, _)| *j != job);
                     if let Some(sub) = self.submitted.remove(&job)
@@ -140,6 +141,18 @@ impl Router {
                 Record::Exited { process } => {
                     self.procs.remove(process);
                     self.recovered.remove(&process);
+                    self.forget_lost(Some(process), None);
+                }
+                Record::Outstanding {
+                    job,
+                    process,
+                    request,
+                    what,
+                } => self.recover_outstanding(job, process, request, what),
+                Record::Answered { process, request } => self.recover_answered(process, request),
+                Record::Excluded { job, class, hosts } => {
+                    self.alloc
+                        .exclude_hosts(job, replay_request(), &class, &hosts);
                 }
                 Record::Attached { job, machine, root } => {
                     self.next_job = self.next_job.max(job.0 + 1);
@@ -175,7 +188,10 @@ impl Router {
                         self.out.push(Output::DropFiles { process });
                     }
                 }
-                Record::Held { job, reason } => self.recover_held(job, reason),
+                Record::Held { job, reason } => {
+                    self.forget_lost(None, Some(job));
+                    self.recover_held(job, reason);
+                }
                 Record::Released { job } => self.recover_released(job),
                 Record::Events(events) => {
                     for e in events {
