@@ -79,9 +79,7 @@ impl Router {
                 master,
                 placed,
             } => {
-                let Some(sub) = self.submitted.get_mut(&job) else {
-                    return None;
-                };
+                let sub = self.submitted.get_mut(&job)?;
                 let before = sub.master.replace(master);
                 let again = before == Some(master);
                 if let Some(m) = placed {
