@@ -400,4 +400,53 @@ mod tests {
         assert_eq!(Live::of(&live).records(), live);
         assert_eq!(Live::of(&live).len(), live.len());
     }
+
+    #[test]
+    fn outstanding_requests_and_exclusions_live_as_long_as_their_process_and_class() {
+        let pending = |process: u64, request: u64| Record::Outstanding {
+            job: JobId(1),
+            process: ProcessId(process),
+            request: RequestId(request),
+            what: "AddHosts of 2 host(s) of class `c`".into(),
+        };
+        let excluded = |class: &str| Record::Excluded {
+            job: JobId(1),
+            class: class.into(),
+            hosts: vec![HostId(1)],
+        };
+        let records = vec![
+            submitted(1),
+            Record::Started {
+                placed: None,
+                job: JobId(1),
+                master: ProcessId(4),
+            },
+            pending(4, 1),
+            pending(4, 2),
+            pending(5, 1),
+            excluded("c"),
+            excluded("d"),
+            Record::Answered {
+                process: ProcessId(4),
+                request: RequestId(1),
+            },
+            Record::Exited {
+                process: ProcessId(5),
+            },
+            Record::ClassRemoved {
+                job: JobId(1),
+                name: "d".into(),
+            },
+        ];
+        for n in 0..=records.len() {
+            let live = Live::of(&records[..n]);
+            assert_eq!(live.len(), live.records().len(), "after {n} records");
+        }
+        let live = Live::of(&records).records();
+        assert_eq!(live[3..], [excluded("c"), pending(4, 2)]);
+        // The job's end forgets them all.
+        let mut ended = records.clone();
+        ended.push(Record::Ended { job: JobId(1) });
+        assert_eq!(Live::of(&ended).records().len(), 1);
+    }
 }
