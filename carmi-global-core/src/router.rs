@@ -46,6 +46,7 @@ mod ads;
 mod anywhere;
 #[cfg(test)]
 mod anywhere_tests;
+mod authz;
 mod check;
 mod events;
 #[cfg(test)]
@@ -221,6 +222,8 @@ pub struct Router {
     log_reads: logs::LogReads,
     next_job: u64,
     out: Vec<Output>,
+    /// What each admin connection's token lets it do (`router/authz.rs`).
+    identities: HashMap<LinkId, carmi_proto::authz::Identity>,
 }
 
 impl Router {
@@ -249,6 +252,7 @@ impl Router {
             log_reads: Default::default(),
             next_job: 1,
             out: Vec::new(),
+            identities: HashMap::new(),
         }
     }
 
@@ -352,6 +356,7 @@ impl Router {
     pub fn on_link_closed(&mut self, link: LinkId, now: Duration) {
         self.advance(now);
         let role = self.links.remove(&link);
+        self.identities.remove(&link);
         match role {
             Some(LinkRole::Machine(_)) => self.settle_log_reads(),
             Some(LinkRole::Admin) => self.forget_log_reads(link),
@@ -387,6 +392,10 @@ impl Router {
         let name = match self.links.get(&link) {
             None => return,
             Some(LinkRole::Admin) => {
+                let Some(msg) = self.authorize(link, msg) else {
+                    self.flush();
+                    return;
+                };
                 match msg {
                     ToGlobal::Status => {
                         let pool = self.alloc.pool_status();
@@ -484,6 +493,7 @@ impl Router {
             | ToGlobal::Events { .. }
             | ToGlobal::FetchFiles { .. }
             | ToGlobal::Logs { .. }
+            | ToGlobal::Tokens(_)
             | ToGlobal::MachineAds => {
                 let what = variant_name(&msg);
                 warn!(
@@ -526,5 +536,6 @@ fn variant_name(msg: &ToGlobal) -> &'static str {
         ToGlobal::FetchFiles { .. } => "FetchFiles",
         ToGlobal::Logs { .. } => "Logs",
         ToGlobal::LogRead { .. } => "LogRead",
+        ToGlobal::Tokens(_) => "Tokens",
     }
 }
