@@ -29,7 +29,7 @@
 //! leaves either the old journal or the new one, never a mix.
 
 use carmi_proto::events::JobEvent;
-use carmi_proto::ids::{HostId, JobId, ProcessId};
+use carmi_proto::ids::{HostId, JobId, ProcessId, RequestId};
 use carmi_proto::msg::{JobRecord, SubmitRequest};
 use serde::{Deserialize, Serialize};
 
@@ -135,6 +135,38 @@ pub enum Record {
     Released {
         /// The job.
         job: JobId,
+    },
+    /// A request that stays outstanding after it is accepted (`AddHosts`
+    /// waiting for hosts, a notify subscription): should the global RM
+    /// restart before it is answered in full or cancelled, its process is
+    /// told that it was lost when it attaches again, never left waiting.
+    Outstanding {
+        /// The job.
+        job: JobId,
+        /// The process that made it.
+        process: ProcessId,
+        /// Its id.
+        request: RequestId,
+        /// What it was, for the failure message (`AddHosts of 3 hosts of class w`).
+        what: String,
+    },
+    /// An outstanding request was answered in full, failed, was cancelled,
+    /// or its loss was told.
+    Answered {
+        /// The process that made it.
+        process: ProcessId,
+        /// Its id.
+        request: RequestId,
+    },
+    /// A job kept machines out of a class (`ExcludeHosts`): replayed after
+    /// its class, so that a restart does not give them back to it.
+    Excluded {
+        /// The job.
+        job: JobId,
+        /// The class.
+        class: String,
+        /// The hosts it named (their machines are excluded).
+        hosts: Vec<HostId>,
     },
     /// Events of submitted jobs' logs (`carmi events`), those of one input
     /// of the router, written after its other records.
@@ -367,5 +399,54 @@ mod tests {
         // Compacting a compacted journal changes nothing.
         assert_eq!(Live::of(&live).records(), live);
         assert_eq!(Live::of(&live).len(), live.len());
+    }
+
+    #[test]
+    fn outstanding_requests_and_exclusions_live_as_long_as_their_process_and_class() {
+        let pending = |process: u64, request: u64| Record::Outstanding {
+            job: JobId(1),
+            process: ProcessId(process),
+            request: RequestId(request),
+            what: "AddHosts of 2 host(s) of class `c`".into(),
+        };
+        let excluded = |class: &str| Record::Excluded {
+            job: JobId(1),
+            class: class.into(),
+            hosts: vec![HostId(1)],
+        };
+        let records = vec![
+            submitted(1),
+            Record::Started {
+                placed: None,
+                job: JobId(1),
+                master: ProcessId(4),
+            },
+            pending(4, 1),
+            pending(4, 2),
+            pending(5, 1),
+            excluded("c"),
+            excluded("d"),
+            Record::Answered {
+                process: ProcessId(4),
+                request: RequestId(1),
+            },
+            Record::Exited {
+                process: ProcessId(5),
+            },
+            Record::ClassRemoved {
+                job: JobId(1),
+                name: "d".into(),
+            },
+        ];
+        for n in 0..=records.len() {
+            let live = Live::of(&records[..n]);
+            assert_eq!(live.len(), live.records().len(), "after {n} records");
+        }
+        let live = Live::of(&records).records();
+        assert_eq!(live[3..], [excluded("c"), pending(4, 2)]);
+        // The job's end forgets them all.
+        let mut ended = records.clone();
+        ended.push(Record::Ended { job: JobId(1) });
+        assert_eq!(Live::of(&ended).records().len(), 1);
     }
 }

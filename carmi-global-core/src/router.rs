@@ -65,6 +65,7 @@ pub(crate) use lifecycle::new_proc;
 #[cfg(test)]
 mod jobs_tests;
 mod machines;
+mod outstanding;
 mod recover;
 mod requests;
 #[cfg(test)]
@@ -192,6 +193,8 @@ pub struct Router {
     /// down (or which was declared lost): kept until the machine's local RM
     /// announces the process again, so that every request gets its answer.
     parked: HashMap<ProcessId, Vec<Event>>,
+    /// Requests journaled as outstanding in this run (see `outstanding`).
+    outstanding: outstanding::Outstanding,
     /// Stored executables: sha256 -> size.
     executables: HashMap<String, u64>,
     /// Jobs submitted with `carmi submit`, until they end.
@@ -236,6 +239,7 @@ impl Router {
             procs: ProcTable::new(),
             lookups: HashMap::new(),
             parked: HashMap::new(),
+            outstanding: Default::default(),
             executables: HashMap::new(),
             submitted: HashMap::new(),
             masters: HashMap::new(),

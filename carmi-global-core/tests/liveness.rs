@@ -85,6 +85,11 @@ enum Op {
     },
     /// `RemoveClass` of the run-time class (refused while it holds hosts).
     RemoveClass(usize),
+    /// A heartbeat changes an online machine's kind.
+    Retype {
+        machine: usize,
+        kind: usize,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -117,6 +122,7 @@ fn op() -> impl Strategy<Value = Op> {
         }),
         1 => (0usize..64, 0usize..8).prop_map(|(job, host)| Op::DelHosts { job, host }),
         1 => (0usize..64).prop_map(Op::RemoveClass),
+        1 => (0..MACHINES, 0..KINDS.len()).prop_map(|(machine, kind)| Op::Retype { machine, kind }),
     ]
 }
 
@@ -134,6 +140,8 @@ struct Harness {
     next_job: u64,
     next_request: u64,
     machines: BTreeSet<String>,
+    /// Each machine's kind now (by its name until a heartbeat changes it).
+    kinds: BTreeMap<String, usize>,
 }
 
 impl Harness {
@@ -144,6 +152,7 @@ impl Harness {
             jobs: BTreeMap::new(),
             next_job: 1,
             next_request: 1,
+            kinds: BTreeMap::new(),
             machines: BTreeSet::new(),
         }
     }
@@ -220,7 +229,7 @@ impl Harness {
                 let name = format!("m{machine}");
                 let ad = ClassAd::parse(&format!(
                     "[ Name = \"{name}\"; Kind = \"{}\"; Mips = {mips} ]",
-                    KINDS[kind_of(&name)]
+                    KINDS[self.kind(&name)]
                 ))
                 .expect("test ad");
                 self.a.on_machine_registered(&name, ad, *slots);
@@ -268,6 +277,14 @@ impl Harness {
                     }
                 }
             }
+            Op::Retype { machine, kind } => {
+                let name = format!("m{machine}");
+                let update = ClassAd::parse(&format!("[ Kind = \"{}\" ]", KINDS[*kind]))
+                    .expect("test update");
+                if self.a.on_machine_updated(&name, &update) {
+                    self.kinds.insert(name, *kind);
+                }
+            }
             Op::RemoveClass(job) => {
                 if let Some(job) = self.running(*job) {
                     let req = self.request(job);
@@ -278,6 +295,13 @@ impl Harness {
         let _ = self.a.take_effects();
         let _ = self.a.take_host_changes();
         self.a.sanity_check();
+    }
+
+    fn kind(&self, machine: &str) -> usize {
+        self.kinds
+            .get(machine)
+            .copied()
+            .unwrap_or_else(|| kind_of(machine))
     }
 
     /// The running job the `i`th pick names, if it runs.
@@ -317,7 +341,7 @@ impl Harness {
         for name in &self.machines {
             for &h in self.a.machine_hosts(name) {
                 if self.a.host_state(h) != Some(&SlotState::Offline) {
-                    out.push((h, kind_of(name)));
+                    out.push((h, self.kind(name)));
                 }
             }
         }
@@ -695,5 +719,35 @@ fn a_minimum_given_back_is_made_up_from_an_idle_slot() {
             count: 1,
         },
         Op::DelHosts { job: 0, host: 1 },
+    ]);
+}
+
+/// Found by the random test: a heartbeat changed a machine's kind so that a
+/// job that kept slots could never start; what it kept stayed kept from the
+/// job submitted next.
+#[test]
+fn a_machine_changing_kind_under_a_job_that_kept_slots_frees_them() {
+    let reg = |machine, slots| Op::Register {
+        machine,
+        slots,
+        mips: 1,
+    };
+    let two = |a, b| Op::Submit {
+        owner: 0,
+        classes: vec![(a, 1, 0), (b, 1, 0)],
+    };
+    replay(&[
+        reg(5, 3),
+        reg(0, 2),
+        submit(0, 1),
+        reg(3, 1),
+        submit(3, 3),
+        Op::Hold(20),
+        two(2, 3),
+        Op::Retype {
+            machine: 5,
+            kind: 0,
+        },
+        submit(2, 1),
     ]);
 }

@@ -14,7 +14,8 @@
 //! - `exe`: content-addressed executables: SHA-256 and verification shared by store and caches.
 //! - `limits`: the documented limit of every number and size a client sends, checked at the door.
 //! - `submit`: submit files (`key = value`, one `queue` per resource class), parsed purely;
-//!   `submit_condor` the HTCondor submit commands it also accepts.
+//!   `submit_condor` the HTCondor submit commands it also accepts; `submit_options`
+//!   what the pool does with a job (`on_impossible`).
 
 pub mod authz;
 pub mod events;
@@ -24,3 +25,4 @@ pub mod limits;
 pub mod msg;
 pub mod submit;
 pub mod submit_condor;
+pub mod submit_options;

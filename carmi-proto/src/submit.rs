@@ -34,6 +34,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::limits::{self, LimitError};
+pub use crate::submit_options::OnImpossible;
 
 /// One resource class of a job: which machines, how many.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -100,20 +101,6 @@ pub struct JobSpec {
     /// no set of machines in the pool could meet at submit.
     #[serde(default)]
     pub on_impossible: OnImpossible,
-}
-
-/// What to do with a job the pool cannot start as it is (`on_impossible =
-/// wait | hold | reject` in a submit file). Whichever is chosen, a waiting
-/// job the pool cannot start keeps nothing back from the jobs behind it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub enum OnImpossible {
-    /// Accept it and let it wait, flagged in `carmi q` (the pool may grow).
-    #[default]
-    Wait,
-    /// Accept it held, with the reason (`carmi release` once the pool grew).
-    Hold,
-    /// Refuse the submit with the reason.
-    Reject,
 }
 
 fn one() -> u32 {
@@ -538,18 +525,10 @@ pub fn parse(file: &str, text: &str) -> Result<JobSpec, SubmitErrors> {
     };
     let on_impossible = match get("on_impossible") {
         None => OnImpossible::Wait,
-        Some((v, line)) => match v.to_ascii_lowercase().as_str() {
-            "wait" => OnImpossible::Wait,
-            "hold" => OnImpossible::Hold,
-            "reject" => OnImpossible::Reject,
-            other => {
-                err(
-                    line,
-                    format!("on_impossible = {other}: use wait, hold or reject"),
-                );
-                OnImpossible::Wait
-            }
-        },
+        Some((v, line)) => OnImpossible::parse(&v).unwrap_or_else(|e| {
+            err(line, e);
+            OnImpossible::Wait
+        }),
     };
     let arguments = match get("arguments") {
         Some((v, line)) => split_args(&v).unwrap_or_else(|e| {

@@ -112,6 +112,7 @@ impl Allocator {
             .copied()
             .filter(|&h| self.get_slot(h).state == SlotState::Idle)
             .collect();
+        let reserving_before = self.reserving_membership(idx);
         for &h in &idle {
             self.set_state(h, SlotState::Offline);
         }
@@ -136,9 +137,13 @@ impl Allocator {
             .collect();
         self.offer_all(idle);
         // With its slots back online: a new ad may leave a job that kept
-        // slots unable to ever start.
+        // slots unable to ever start. Heartbeats are many: only when the ad
+        // changed what this machine is to such a job is that judged now
+        // (other jobs are judged again when next tried).
         self.pool_changed();
-        self.recheck_reserving();
+        if self.reserving_membership(idx) != reserving_before {
+            self.recheck_reserving();
+        }
         if let Some(head) = self.head()
             && claimed.iter().any(|&h| self.needs_for_minimum(head, h))
         {

@@ -16,7 +16,7 @@
 use carmi_proto::ids::{HostId, JobId};
 
 use super::matching::match_all;
-use super::{Allocator, Job, SlotState, member};
+use super::{Allocator, Job, MachineIdx, SlotState, member};
 
 /// Why `job` cannot start on `online`, given a membership test by class name
 /// and host: the first class with more minimum than matching slots, else
@@ -156,6 +156,23 @@ impl Allocator {
         if reserving.into_iter().any(|job| !self.possible(job)) {
             self.dirty = true;
         }
+    }
+
+    /// Whether machine `m` belongs to each class with a minimum of each
+    /// job that kept slots in the last pass, by the machine's current ad.
+    pub(super) fn reserving_membership(&mut self, m: MachineIdx) -> Vec<bool> {
+        let mut jobs = self.clusters.reserving_jobs();
+        jobs.sort();
+        let mut out = Vec::new();
+        for job in jobs {
+            let Some(j) = self.jobs.get(&job) else {
+                continue;
+            };
+            for (class, _) in minimums(j) {
+                out.push(member(&mut self.jobs, &self.machines, job, &class, m));
+            }
+        }
+        out
     }
 
     /// The first waiting job that could ever start: the one whose minimums

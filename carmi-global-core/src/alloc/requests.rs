@@ -95,6 +95,13 @@ impl Allocator {
         false
     }
 
+    /// True while `req` of `job` is a pending `AddHosts` or a live
+    /// subscription: the driver journals such requests, so that a restart
+    /// can tell their processes they were lost.
+    pub fn is_outstanding_request(&self, job: JobId, req: ReqRef) -> bool {
+        self.jobs.contains_key(&job) && self.is_outstanding(job, req)
+    }
+
     fn is_outstanding(&self, job: JobId, req: ReqRef) -> bool {
         self.pending_by_req.contains_key(&req) || self.jobs[&job].sub_reqs.contains(&req)
     }

@@ -2,7 +2,7 @@
 //! from which a compaction writes the shortest journal with the same replay.
 
 use carmi_proto::events::JobEvent;
-use carmi_proto::ids::{HostId, JobId, ProcessId};
+use carmi_proto::ids::{HostId, JobId, ProcessId, RequestId};
 
 use super::Record;
 use crate::bounds::{ENDED_LOGS, EVENTS_PER_JOB, HISTORY_LIMIT};
@@ -31,6 +31,12 @@ pub struct Live {
     /// The same processes by job, so that a job's end costs time in its
     /// own processes, not in every live one.
     by_job: std::collections::BTreeMap<JobId, std::collections::BTreeSet<ProcessId>>,
+    /// Outstanding requests of live processes, by process and request.
+    outstanding: std::collections::BTreeMap<(ProcessId, RequestId), Record>,
+    /// Exclusions of live jobs' classes, by job and class, in order.
+    excluded: std::collections::BTreeMap<(JobId, String), Vec<Record>>,
+    /// Records in `excluded` ([`Live::len`] must not walk them).
+    excluded_len: usize,
     /// Live jobs with a `Started` record: [`Live::len`] is asked after every
     /// append and must not walk the jobs.
     started: usize,
@@ -77,6 +83,31 @@ impl Live {
             }
             Record::ClassRemoved { job, name } => {
                 self.classes.remove(&(*job, name.clone()));
+                if let Some(gone) = self.excluded.remove(&(*job, name.clone())) {
+                    self.excluded_len -= gone.len();
+                }
+            }
+            Record::Outstanding {
+                job,
+                process,
+                request,
+                ..
+            } => {
+                if self.jobs.contains_key(job) {
+                    self.outstanding.insert((*process, *request), r.clone());
+                }
+            }
+            Record::Answered { process, request } => {
+                self.outstanding.remove(&(*process, *request));
+            }
+            Record::Excluded { job, class, .. } => {
+                if self.jobs.contains_key(job) {
+                    self.excluded
+                        .entry((*job, class.clone()))
+                        .or_default()
+                        .push(r.clone());
+                    self.excluded_len += 1;
+                }
             }
             Record::Ended { job } => {
                 if let Some((_, Some(_))) = self.jobs.remove(job) {
@@ -86,6 +117,7 @@ impl Live {
                     self.processes.remove(&p);
                 }
                 self.classes.retain(|(j, _), _| j != job);
+                self.forget_requests(*job);
                 if let Some(events) = self.events.remove(job) {
                     self.end_events(*job, events);
                 }
@@ -109,6 +141,15 @@ impl Live {
                 if let Some(old) = self.processes.remove(process) {
                     self.forget_process(*process, &old);
                 }
+                let gone: Vec<_> = self
+                    .outstanding
+                    .range((*process, RequestId(0))..)
+                    .take_while(|((p, _), _)| p == process)
+                    .map(|(k, _)| *k)
+                    .collect();
+                for k in gone {
+                    self.outstanding.remove(&k);
+                }
             }
             Record::Counters {
                 next_job,
@@ -127,6 +168,7 @@ impl Live {
                     self.processes.remove(&p);
                 }
                 self.classes.retain(|(j, _), _| j != job);
+                self.forget_requests(*job);
             }
             Record::Released { job } => {
                 if let Some(j) = self.jobs.get_mut(job)
@@ -185,6 +227,22 @@ impl Live {
         self.ended_events.push_back((job, events));
     }
 
+    /// Forgets a job's outstanding requests and exclusions (it ended, or
+    /// was held: its processes were killed and its classes start afresh).
+    fn forget_requests(&mut self, job: JobId) {
+        self.outstanding
+            .retain(|_, r| !matches!(r, Record::Outstanding { job: j, .. } if *j == job));
+        let mut gone = 0;
+        self.excluded.retain(|(j, _), list| {
+            let keep = *j != job;
+            if !keep {
+                gone += list.len();
+            }
+            keep
+        });
+        self.excluded_len -= gone;
+    }
+
     /// Drops `process` (whose record was `old`) from its job's set.
     fn forget_process(&mut self, process: ProcessId, old: &Record) {
         if let Record::Spawned { job, .. } = old
@@ -207,6 +265,8 @@ impl Live {
             + self.processes.len()
             + self.events.len()
             + self.ended_events.len()
+            + self.outstanding.len()
+            + self.excluded_len
     }
 
     /// Always false: the counters are always there.
@@ -247,6 +307,8 @@ impl Live {
             out.extend(started.clone());
         }
         out.extend(self.classes.values().cloned());
+        // After their classes.
+        out.extend(self.excluded.values().flatten().cloned());
         // After the jobs' own records: a replay opens their logs first.
         out.extend(
             self.events
@@ -254,6 +316,7 @@ impl Live {
                 .map(|events| Record::Events(events.iter().cloned().collect())),
         );
         out.extend(self.processes.values().cloned());
+        out.extend(self.outstanding.values().cloned());
         out
     }
 }

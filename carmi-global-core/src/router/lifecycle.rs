@@ -77,6 +77,7 @@ impl Router {
                 .push(Output::Journal(crate::journal::Record::Exited { process }));
         }
         self.recovered.remove(&process);
+        self.forget_lost(Some(process), None);
         self.procs.set_state(
             process,
             ProcessState::Exited {
@@ -142,6 +143,7 @@ impl Router {
         loop {
             let effects = self.alloc.take_effects();
             if effects.is_empty() {
+                self.settle_outstanding();
                 return;
             }
             for e in effects {
@@ -269,6 +271,7 @@ impl Router {
             };
             self.answer(waiting, Ok(reply));
         }
+        self.tell_lost(process);
     }
 
     /// A process left its local RM; a job's first process leaving ends the job.
@@ -302,6 +305,7 @@ impl Router {
                 .push(Output::Journal(crate::journal::Record::Ended { job }));
         }
         self.awaiting_roots.retain(|_, (j, _)| *j != job);
+        self.forget_lost(None, Some(job));
         self.kill_master(job);
         self.alloc.on_job_ended(job);
         self.flush();

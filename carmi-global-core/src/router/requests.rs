@@ -46,6 +46,13 @@ impl Router {
             tracing::warn!(job = %job, %process, "request refused: {}", failure.message);
             return self.answer(req, Err(failure));
         }
+        let kind = Self::outstanding_kind(&body);
+        self.dispatch(job, req, body);
+        self.note_outstanding(job, req, kind);
+    }
+
+    /// Hands an accepted request to the allocator or to the router's own handler.
+    fn dispatch(&mut self, job: JobId, req: ReqRef, body: Request) {
         let a = &mut self.alloc;
         match body {
             Request::CancelRequest { request } => a.cancel(job, req, request),
@@ -84,7 +91,16 @@ impl Router {
                     crate::journal::Record::ClassRemoved { job, name },
                 ));
             }
-            Request::ExcludeHosts { class, hosts } => a.exclude_hosts(job, req, &class, &hosts),
+            Request::ExcludeHosts { class, hosts } => {
+                a.exclude_hosts(job, req, &class, &hosts);
+                // Replayed after a restart (one that failed fails again).
+                self.out
+                    .push(super::Output::Journal(crate::journal::Record::Excluded {
+                        job,
+                        class,
+                        hosts,
+                    }));
+            }
             Request::ClassSpawn {
                 executable,
                 args,
