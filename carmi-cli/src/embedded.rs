@@ -30,14 +30,14 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use owner_sim::{EmbeddedPool, OwnerModel, PoolOptions};
+use carmi_pool::{EmbeddedPool, OwnerModel, PoolOptions};
 
 /// How long `up` waits for the pool to come up.
 const UP_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long `down` waits after SIGTERM before SIGKILL.
 const DOWN_TIMEOUT: Duration = Duration::from_secs(20);
 /// Prefix of the folders `up` creates; `down` removes only folders named so.
-use owner_sim::sweep::DIR_PREFIX;
+use carmi_pool::sweep::DIR_PREFIX;
 
 /// Options of `carmi pool up`.
 #[derive(clap::Args, Debug, Clone)]
@@ -88,6 +88,12 @@ pub struct Recorded {
     pub local: Option<String>,
     /// The background process.
     pub pool_pid: Option<i32>,
+}
+
+/// The embedded pool's admin token, which it writes beside its secret.
+fn token_beside(secret: &Path) -> Option<String> {
+    let token = secret.with_extension("admin.token");
+    token.exists().then(|| token.display().to_string())
 }
 
 /// Where `pool up` records the pool it started.
@@ -256,6 +262,9 @@ pub fn up(args: &UpArgs) -> anyhow::Result<()> {
     let mut t = toml::Table::new();
     t.insert("pool".into(), r.pool.clone().into());
     t.insert("secret".into(), r.secret.display().to_string().into());
+    if let Some(token) = token_beside(&r.secret) {
+        t.insert("token".into(), token.into());
+    }
     t.insert("local".into(), r.local.clone().unwrap_or_default().into());
     t.insert("pool_pid".into(), i64::from(child.id() as i32).into());
     write_table(&record, &t)?;
@@ -322,7 +331,7 @@ pub fn down() -> anyhow::Result<()> {
         // After a SIGKILL, job processes may still run in the folder; the
         // sweep kills them (its owner, the serve process, is gone now).
         if let Some(base) = dir.parent() {
-            owner_sim::sweep::sweep_stale(base);
+            carmi_pool::sweep::sweep_stale(base);
         }
     }
     if let Some(dir) = r.secret.parent()
@@ -352,6 +361,9 @@ pub fn record_restart(ready: &toml::Table) -> anyhow::Result<()> {
     }
     t.insert("pool".into(), r.pool.clone().into());
     t.insert("secret".into(), r.secret.display().to_string().into());
+    if let Some(token) = token_beside(&r.secret) {
+        t.insert("token".into(), token.into());
+    }
     t.insert("local".into(), r.local.clone().unwrap_or_default().into());
     write_table(&record, &t)?;
     tracing::info!(pool = %r.pool, local = ?r.local, record = %record.display(), "recorded the restarted pool");
@@ -425,6 +437,10 @@ pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         t.insert(
             "secret".into(),
             pool.secret_file().display().to_string().into(),
+        );
+        t.insert(
+            "token".into(),
+            pool.token_file().display().to_string().into(),
         );
         t.insert("local".into(), pool.submit_addr().to_string().into());
         t.insert("pool_pid".into(), i64::from(std::process::id()).into());

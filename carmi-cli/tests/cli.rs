@@ -4,10 +4,10 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Output;
 
-use carmi_api::frame::{FrameReader, write_frame};
-use carmi_api::handshake::{self, Secret};
+use carmi_api::handshake::Secret;
 use carmi_api::ids::{HostId, JobId};
-use carmi_api::msg::{FromGlobal, MachineStatus, Role, SlotStatus, ToGlobal};
+use carmi_api::msg::{FromGlobal, MachineStatus, SlotStatus, ToGlobal};
+use carmi_testkit::FakeGlobal;
 use tokio::net::TcpListener;
 
 /// The command with none of its environment variables inherited from the test's environment.
@@ -76,11 +76,15 @@ fn pool_init_refuses_to_overwrite_unless_forced() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_ne!(std::fs::read_to_string(&path).unwrap(), first);
     assert_eq!(mode(&path), 0o600);
+    // The secret, and beside it the signing key and the first admin token.
     assert_eq!(
         std::fs::read_dir(dir.path()).unwrap().count(),
-        1,
+        3,
         "no temporary file left"
     );
+    for f in ["pool.key", "pool.admin.token"] {
+        assert_eq!(mode(&dir.path().join(f)), 0o600, "{f}");
+    }
 }
 
 #[test]
@@ -183,31 +187,14 @@ fn whole_ad(m: &MachineStatus) -> (String, String) {
 }
 
 /// A global RM that answers each admin's request (after any `Upload`) with
-/// `answer(request)`.
+/// `answer(request)`; returns its address.
 async fn fake_global_answering(
     secret: &[u8],
     answer: impl Fn(ToGlobal) -> FromGlobal + Send + 'static,
 ) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let secret = Secret::new(secret).unwrap();
-    tokio::spawn(async move {
-        loop {
-            let (stream, _) = listener.accept().await.unwrap();
-            let (r, mut w) = stream.into_split();
-            let mut r = FrameReader::new(r);
-            match handshake::server(&mut r, &mut w, &secret).await {
-                Ok(Role::Admin) => {}
-                Ok(role) => panic!("expected an admin, got {role:?}"),
-                Err(_) => continue,
-            }
-            let mut msg = r.read::<ToGlobal>().await.unwrap().unwrap().0;
-            if let ToGlobal::Upload { .. } = msg {
-                msg = r.read::<ToGlobal>().await.unwrap().unwrap().0;
-            }
-            write_frame(&mut w, &answer(msg), &[]).await.unwrap();
-        }
-    });
+    let global = FakeGlobal::with_secret(secret).await;
+    let addr = global.addr();
+    global.answer_admins(answer);
     addr
 }
 

@@ -3,19 +3,15 @@
 //! request router and the process table, behind a thin tokio driver.
 //!
 //! Every decision is made by plain state machines that take an input and the
-//! current time and return outputs ([`alloc::Allocator`], [`router::Router`]);
-//! the driver ([`server::Server`]) only decodes frames, calls them, and writes
-//! what they say. Tests and the benchmark drive the same code with virtual time.
+//! current time and return outputs ([`alloc::Allocator`], [`router::Router`]),
+//! in the crate `carmi-global-core` (no I/O, no tokio), re-exported here as
+//! `alloc`, `procs`, `router` and `staging`; the driver ([`server::Server`])
+//! only decodes frames, calls them, and writes what they say. Tests and the
+//! benchmark drive the same code with virtual time.
 //!
 //! # Layout
-//! - `alloc`: the allocator: machines, slots, jobs, classes, pending `AddHosts`, subscriptions.
-//! - `journal`: accepted jobs and their state changes on disk, replayed after a restart.
-//! - `procs`: the process table: where each process runs, is attached, and who spawned it.
-//! - `router`: everything the daemon decides: registry, heartbeats, requests, process events,
-//!   submitted jobs and their masters (`router::jobs`), machines (`router::machines`),
-//!   processes starting, exiting, attaching and leaving (`router::lifecycle`).
-//! - `staging`: the staging tree: which source (a peer local RM or the store)
-//!   answers each `Fetch`, at most `fanout` fetches per source; pure.
+//! - `journal`: accepted jobs and their state changes on disk, replayed after a restart
+//!   (the records and their parsing are the core's `journal`, re-exported).
 //! - `store`: executables stored by content hash under the state directory.
 //! - `server`: the tokio driver: listener, handshake, framing, one router task; a bounded
 //!   outgoing queue per connection (a peer that stops reading is disconnected); each
@@ -24,13 +20,10 @@
 
 #![warn(missing_docs)]
 
-pub mod alloc;
+pub use carmi_global_core::{alloc, procs, router, staging};
 pub mod journal;
-pub mod procs;
 pub mod returned;
-pub mod router;
 pub mod server;
-pub mod staging;
 pub mod store;
 
 /// What can stop the daemon.
@@ -57,4 +50,7 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// TLS could not be set up (no certificate could be made).
+    #[error("TLS: {0}")]
+    Tls(String),
 }

@@ -26,16 +26,17 @@
 //! - `cache`: the content-addressed executable cache, which verifies SHA-256 and size before storing.
 //! - `spawn`: sandboxes, starting a process in its own session, `wait4` with CPU time, group signals.
 //! - `orphans`: on-disk records of the started process groups; a restarted daemon kills what a killed one left.
-//! - `policy`: the I/O-free owner policy (START/SUSPEND/CONTINUE/PREEMPT/KILL over the live ad).
-//! - `owner`: owner activity sources: the real keyboard/load measurement and the simulated owner.
+//! - `policy` (re-exported from `carmi-local-core`): the I/O-free owner policy (START/SUSPEND/CONTINUE/PREEMPT/KILL over the live ad).
+//! - `owner`: owner activity sources: the real keyboard/load measurement, and the simulated owner (pure, from `carmi-local-core`).
 //! - `control`: the control connection (owner events from `owner-sim`) and its client, [`control::OwnerLink`].
-//! - `core`: the I/O-free router: connection states, process table, pending fetches, the backlog kept while the global RM is away; its `core_owner.rs` part carries out the owner policy on slots and processes, its `core_procs.rs` part fetches, launches, kills and reports processes.
+//! - the I/O-free router (connection states, process table, fetches, the backlog kept while the global RM is away) is `carmi_local_core::node`, in a crate of its own so that the compiler keeps it pure.
 //! - `output`: forwarding a spawned process's stdout/stderr to its requester, with backpressure down to the pipe.
 //! - `peer`: executable staging between machines: fetching from the global RM's store or a
 //!   peer (pipelined, verified), and serving this cache, partial copies included, to peers.
 //! - `apps`: the listener for application processes and one task per connection, each with a bounded queue.
 //! - `global`: the connection to the global RM, with reconnection and backoff, and its bounded queue (`GlobalLink` on the driver's side).
-//! - `daemon`: the driver that feeds socket, process and timer events to `core` and carries out its effects (inputs in `daemon_inputs.rs`, effects in `daemon_effects.rs`).
+//! - `input`: what the driver hears about (`Input`) and the channel ends of the connections, below every module that sends inputs.
+//! - `daemon`: the driver that feeds socket, process and timer events to the core (`carmi_local_core::node`) and carries out its effects (inputs in `daemon_inputs.rs`, effects in `daemon_effects.rs`).
 
 #![warn(missing_docs)]
 
@@ -44,18 +45,22 @@ pub mod benchmark;
 pub mod cache;
 pub mod config;
 pub mod control;
-pub mod core;
 pub mod daemon;
 pub mod global;
+mod input;
 pub mod logread;
 pub mod machine;
 pub mod orphans;
 pub mod output;
 pub mod owner;
 pub mod peer;
-pub mod policy;
 pub mod returned;
 pub mod spawn;
+#[cfg(test)]
+mod test_dir;
+
+/// The owner policy, under its old path (`carmi-local-core`'s `policy`).
+pub use carmi_local_core::policy;
 
 use std::path::PathBuf;
 
@@ -68,6 +73,9 @@ pub enum Error {
     /// The pool secret could not be read or is unusable.
     #[error(transparent)]
     Secret(#[from] carmi_api::handshake::HandshakeError),
+    /// The token file is unreadable or others may read it.
+    #[error("token file: {0}")]
+    Token(#[from] carmi_api::files::FileError),
     /// A file or directory the daemon needs could not be used.
     #[error("{what} {path}: {source}")]
     Io {

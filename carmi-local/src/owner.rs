@@ -1,5 +1,6 @@
 //! Where the owner's activity comes from: a real machine's keyboard, mouse
-//! and load, or a simulated owner driven by [`OwnerEvent`]s.
+//! and load, or a simulated owner driven by owner events ([`SimulatedOwner`],
+//! pure, in `carmi-local-core`).
 //!
 //! Real measurement, as HTCondor does it: the keyboard idle time is the time
 //! since the most recent access of any terminal (`/dev/tty*`, `/dev/pts/*`)
@@ -12,56 +13,9 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::SystemTime;
 
-use carmi_api::msg::OwnerEvent;
+pub use carmi_local_core::owner::{SIMULATED_INITIAL_IDLE, SimulatedOwner};
 
 use crate::policy::Observation;
-
-/// A simulated owner: present or not, and the load of their programs.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SimulatedOwner {
-    /// `None`: at the machine now; `Some(t)`: left at policy time `t`.
-    left_at: Option<f64>,
-    load: f64,
-}
-
-/// How long a simulated owner has been away at start-up: long enough for any
-/// sensible `START` to hold at once.
-pub const SIMULATED_INITIAL_IDLE: f64 = 1e9;
-
-impl SimulatedOwner {
-    /// An owner who has been away for [`SIMULATED_INITIAL_IDLE`] seconds at `now`.
-    pub fn new(now: f64) -> SimulatedOwner {
-        SimulatedOwner {
-            left_at: Some(now - SIMULATED_INITIAL_IDLE),
-            load: 0.0,
-        }
-    }
-
-    /// Takes in an event at policy time `now`.
-    pub fn apply(&mut self, event: OwnerEvent, now: f64) {
-        match event {
-            OwnerEvent::Arrive => self.left_at = None,
-            OwnerEvent::Leave => {
-                if self.left_at.is_none() {
-                    self.left_at = Some(now);
-                }
-            }
-            OwnerEvent::Load(l) if l.is_finite() && l >= 0.0 => self.load = l,
-            OwnerEvent::Load(l) => {
-                tracing::warn!(load = l, "owner load must be 0 or more; ignored")
-            }
-        }
-    }
-
-    /// What the policy sees at `now`.
-    pub fn observation(&self, now: f64) -> Observation {
-        Observation {
-            keyboard_idle: self.left_at.map_or(0.0, |t| (now - t).max(0.0)),
-            load_avg: self.load,
-            non_pool_load: self.load,
-        }
-    }
-}
 
 /// Measures the real owner of this machine.
 #[derive(Debug, Default)]
@@ -232,20 +186,6 @@ pub fn ticks_per_second() -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_simulated_owner_starts_away_and_follows_events() {
-        let mut o = SimulatedOwner::new(5.0);
-        assert!(o.observation(5.0).keyboard_idle >= SIMULATED_INITIAL_IDLE);
-        o.apply(OwnerEvent::Arrive, 10.0);
-        assert_eq!(o.observation(20.0).keyboard_idle, 0.0);
-        o.apply(OwnerEvent::Leave, 20.0);
-        o.apply(OwnerEvent::Leave, 25.0);
-        assert_eq!(o.observation(30.0).keyboard_idle, 10.0);
-        o.apply(OwnerEvent::Load(0.8), 30.0);
-        o.apply(OwnerEvent::Load(f64::NAN), 30.0);
-        assert_eq!(o.observation(30.0).non_pool_load, 0.8);
-    }
 
     #[test]
     fn stat_parsing_skips_a_command_with_spaces() {

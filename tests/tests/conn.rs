@@ -476,7 +476,7 @@ async fn read_pid(path: &Path) -> u32 {
 
 /// True while `pid` exists and is not a zombie.
 fn alive(pid: u32) -> bool {
-    owner_sim::sweep::alive(pid as i32)
+    carmi_pool::sweep::alive(pid as i32)
 }
 
 /// The pid of the `carmi-global` whose state directory is under `dir`.

@@ -5,63 +5,39 @@
 //! The policy minute is 0.4 s, so that with the default expressions the jobs
 //! resume 2 s after the owner leaves and are vacated 4 s after suspension.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use carmi_api::client::{Carmi, ConnectOptions, EventStream, Incoming, connect};
+use carmi_api::client::{Carmi, ConnectOptions, Incoming, connect};
 use carmi_api::ids::{HostId, ProcessId, RequestId};
 use carmi_api::msg::{Event, FromLocalControl, OwnerEvent, SpawnTarget};
 use carmi_local::control::OwnerLink;
-use carmi_tests::{Pool, PoolOptions, take_event};
+use carmi_tests::{Inbox, Pool, PoolOptions};
 
 const POLICY: &str = "[policy]\nminute = 0.4\n";
 const WAIT: Duration = Duration::from_secs(20);
 
-/// Events that arrived, so that a test can wait for one kind while others stay.
-struct Inbox {
-    events: EventStream,
-    seen: VecDeque<Incoming>,
-}
-
-impl Inbox {
-    async fn take<T>(&mut self, what: &str, want: impl FnMut(&Incoming) -> Option<T>) -> T {
-        take_event(&mut self.events, &mut self.seen, WAIT, what, want).await
-    }
-
-    async fn done(&mut self, request: RequestId) {
-        self.take(&format!("reply to {request}"), |x| match x {
-            Incoming::Rm(Event::Done { request: r, .. }) if *r == request => Some(()),
-            Incoming::Rm(Event::Failed {
-                request: r,
-                failure,
-            }) if *r == request => panic!("{request} failed: {failure:?}"),
-            _ => None,
-        })
-        .await
-    }
-
-    /// Hosts named in notifications of `request` until all of `hosts` were named.
-    async fn notified(&mut self, request: RequestId, hosts: &[HostId], what: &str) {
-        let mut left: BTreeSet<HostId> = hosts.iter().copied().collect();
-        while !left.is_empty() {
-            let host = self
-                .take(what, |x| match x {
-                    Incoming::Rm(
-                        Event::HostSuspended { request: r, host }
-                        | Event::HostResumed { request: r, host }
-                        | Event::HostDeleted {
-                            request: r, host, ..
-                        },
-                    ) if *r == request => Some(*host),
-                    _ => None,
-                })
-                .await;
-            assert!(
-                left.remove(&host),
-                "{what} named host {host}, not one of {hosts:?} still expected"
-            );
-        }
+/// Hosts named in notifications of `request` until all of `hosts` were named.
+async fn notified(inbox: &mut Inbox, request: RequestId, hosts: &[HostId], what: &str) {
+    let mut left: BTreeSet<HostId> = hosts.iter().copied().collect();
+    while !left.is_empty() {
+        let host = inbox
+            .take(what, |x| match x {
+                Incoming::Rm(
+                    Event::HostSuspended { request: r, host }
+                    | Event::HostResumed { request: r, host }
+                    | Event::HostDeleted {
+                        request: r, host, ..
+                    },
+                ) if *r == request => Some(*host),
+                _ => None,
+            })
+            .await;
+        assert!(
+            left.remove(&host),
+            "{what} named host {host}, not one of {hosts:?} still expected"
+        );
     }
 }
 
@@ -96,10 +72,7 @@ impl Setup {
         let (carmi, events) = connect(opts)
             .await
             .unwrap_or_else(|e| panic!("connect: {e}\n{}", pool.logs()));
-        let mut inbox = Inbox {
-            events,
-            seen: VecDeque::new(),
-        };
+        let mut inbox = Inbox::new(events).with_patience(WAIT);
         inbox.done(carmi.define_class("any", "true")).await;
         let add = carmi.addhosts("any", slots, slots);
         let infos = inbox
@@ -239,15 +212,11 @@ async fn an_owner_visit_suspends_every_process_and_leaving_resumes_them() {
     // Shells and their children alike: the whole process group stops.
     all_become(&pids, "stopped (T)", |st| st == Some('T')).await;
     let hosts = s.hosts.clone();
-    s.inbox
-        .notified(suspend, &hosts, "suspend notifications")
-        .await;
+    notified(&mut s.inbox, suspend, &hosts, "suspend notifications").await;
 
     // Leaving before the preempt deadline: resumed after CONTINUE holds.
     applied(owner.send(OwnerEvent::Leave).await.unwrap());
-    s.inbox
-        .notified(resume, &hosts, "resume notifications")
-        .await;
+    notified(&mut s.inbox, resume, &hosts, "resume notifications").await;
     all_become(&pids, "running again", |st| matches!(st, Some('S' | 'R'))).await;
     for f in &s.families {
         assert!(s.sandbox(f.process).is_dir(), "sandbox kept while running");
@@ -269,13 +238,9 @@ async fn an_owner_who_stays_vacates_the_machine() {
     applied(owner.send(OwnerEvent::Arrive).await.unwrap());
     all_become(&pids, "stopped (T)", |st| st == Some('T')).await;
     let hosts = s.hosts.clone();
-    s.inbox
-        .notified(suspend, &hosts, "suspend notification")
-        .await;
+    notified(&mut s.inbox, suspend, &hosts, "suspend notification").await;
     // The owner stays: after PREEMPT the processes are vacated.
-    s.inbox
-        .notified(delete, &hosts, "delete notification")
-        .await;
+    notified(&mut s.inbox, delete, &hosts, "delete notification").await;
     all_become(&pids, "gone", |st| st.is_none() || st == Some('Z')).await;
     let deadline = Instant::now() + Duration::from_secs(10);
     while s.sandbox(process).exists() {

@@ -2,112 +2,13 @@
 //! localhost, with different attributes, driven by a test application
 //! through the client library over TCP with authentication on.
 
-use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use carmi_api::client::{ConnectError, ConnectOptions, EventStream, Incoming, connect};
+use carmi_api::client::{ConnectError, ConnectOptions, Incoming, connect};
 use carmi_api::ids::{HostId, ProcessId, RequestId};
 use carmi_api::msg::{Event, ExitStatus, FailureCode, Reply, SpawnTarget};
-use carmi_tests::{HEARTBEAT_MS, MISSED_HEARTBEATS, Pool, take_event};
-
-/// Everything that arrived, so tests can wait for one kind of event while
-/// others (arriving in any order) stay available.
-struct Inbox {
-    events: EventStream,
-    seen: VecDeque<Incoming>,
-}
-
-impl Inbox {
-    fn new(events: EventStream) -> Inbox {
-        Inbox {
-            events,
-            seen: VecDeque::new(),
-        }
-    }
-
-    /// The first item satisfying `want`, waiting up to `limit`.
-    async fn take<T>(
-        &mut self,
-        limit: Duration,
-        what: &str,
-        want: impl FnMut(&Incoming) -> Option<T>,
-    ) -> T {
-        take_event(&mut self.events, &mut self.seen, limit, what, want).await
-    }
-
-    /// The `Done` reply of `request`; panics on `Failed`.
-    async fn done(&mut self, request: RequestId) -> Reply {
-        let r = self
-            .take(
-                Duration::from_secs(20),
-                &format!("reply to {request}"),
-                |x| match x {
-                    Incoming::Rm(Event::Done { request: r, reply }) if *r == request => {
-                        Some(Ok(reply.clone()))
-                    }
-                    Incoming::Rm(Event::Failed {
-                        request: r,
-                        failure,
-                    }) if *r == request => Some(Err(failure.clone())),
-                    _ => None,
-                },
-            )
-            .await;
-        r.unwrap_or_else(|f| panic!("request {request} failed: {f:?}"))
-    }
-
-    /// The `Failed` event of `request`; panics on `Done`.
-    async fn failed(&mut self, request: RequestId) -> (FailureCode, String) {
-        let r = self
-            .take(
-                Duration::from_secs(20),
-                &format!("failure of {request}"),
-                |x| match x {
-                    Incoming::Rm(Event::Done { request: r, reply }) if *r == request => {
-                        Some(Err(reply.clone()))
-                    }
-                    Incoming::Rm(Event::Failed {
-                        request: r,
-                        failure,
-                    }) if *r == request => Some(Ok((failure.code, failure.message.clone()))),
-                    _ => None,
-                },
-            )
-            .await;
-        r.unwrap_or_else(|reply| {
-            panic!("request {request} succeeded with {reply:?}, expected a failure")
-        })
-    }
-
-    /// Hosts delivered for `request`, waiting until `remaining` reaches 0; returns
-    /// the hosts and the sizes of the groups they came in.
-    async fn hosts_added(&mut self, request: RequestId, count: usize) -> (Vec<HostId>, Vec<usize>) {
-        let mut hosts = Vec::new();
-        let mut groups = Vec::new();
-        while hosts.len() < count {
-            let (h, _remaining) = self
-                .take(
-                    Duration::from_secs(20),
-                    &format!("hosts for {request}"),
-                    |x| match x {
-                        Incoming::Rm(Event::HostsAdded {
-                            request: r,
-                            hosts,
-                            remaining,
-                        }) if *r == request => {
-                            Some((hosts.iter().map(|h| h.host).collect::<Vec<_>>(), *remaining))
-                        }
-                        _ => None,
-                    },
-                )
-                .await;
-            groups.push(h.len());
-            hosts.extend(h);
-        }
-        (hosts, groups)
-    }
-}
+use carmi_tests::{HEARTBEAT_MS, Inbox, MISSED_HEARTBEATS, Pool};
 
 fn machines() -> Vec<Vec<String>> {
     (0..8)
@@ -220,7 +121,7 @@ async fn every_service_end_to_end() {
         SpawnTarget::Class("fast".into()),
     );
     let (process, host) = inbox
-        .take(Duration::from_secs(20), "ProcessStarted", |x| match x {
+        .take_within(Duration::from_secs(20), "ProcessStarted", |x| match x {
             Incoming::Rm(Event::ProcessStarted {
                 request,
                 process,
@@ -234,7 +135,7 @@ async fn every_service_end_to_end() {
         "spawned on a host not ours"
     );
     let (status, cpu) = inbox
-        .take(Duration::from_secs(30), "ProcessExited", |x| match x {
+        .take_within(Duration::from_secs(30), "ProcessExited", |x| match x {
             Incoming::Rm(Event::ProcessExited {
                 request,
                 process: p,
@@ -255,7 +156,7 @@ async fn every_service_end_to_end() {
     let echo = std::path::PathBuf::from(env!("CARGO_BIN_EXE_carmi-echo"));
     let spawn_echo = carmi.class_spawn(&echo, Vec::<String>::new(), SpawnTarget::Host(hosts[0]));
     let echo_pid = inbox
-        .take(Duration::from_secs(30), "echo started", |x| match x {
+        .take_within(Duration::from_secs(30), "echo started", |x| match x {
             Incoming::Rm(Event::ProcessStarted {
                 request, process, ..
             }) if *request == spawn_echo => Some(*process),
@@ -269,7 +170,7 @@ async fn every_service_end_to_end() {
         carmi.send(echo_pid, 10, Bytes::from_static(b"ping"));
         let got = tokio::time::timeout(Duration::from_millis(300), async {
             inbox
-                .take(Duration::from_millis(300), "echo", |x| match x {
+                .take_within(Duration::from_millis(300), "echo", |x| match x {
                     Incoming::Message {
                         from,
                         tag: 11,
@@ -292,7 +193,7 @@ async fn every_service_end_to_end() {
     assert!(answered, "the echo process never answered\n{}", pool.logs());
     carmi.send(echo_pid, 20, big_body.clone());
     let back = inbox
-        .take(Duration::from_secs(20), "1 MiB echo", |x| match x {
+        .take_within(Duration::from_secs(20), "1 MiB echo", |x| match x {
             Incoming::Message {
                 from,
                 tag: 21,
@@ -304,7 +205,7 @@ async fn every_service_end_to_end() {
     assert_eq!(back, big_body, "a 1 MiB message came back altered");
     carmi.send(echo_pid, 0, Bytes::new());
     let status = inbox
-        .take(Duration::from_secs(20), "echo exit", |x| match x {
+        .take_within(Duration::from_secs(20), "echo exit", |x| match x {
             Incoming::Rm(Event::ProcessExited {
                 request, status, ..
             }) if *request == spawn_echo => Some(status.clone()),
@@ -345,7 +246,7 @@ async fn every_service_end_to_end() {
     let bound = Duration::from_millis(HEARTBEAT_MS * (MISSED_HEARTBEATS as u64 + 2))
         + Duration::from_secs(2);
     let lost = inbox
-        .take(bound + Duration::from_secs(5), "HostDeleted", |x| match x {
+        .take_within(bound + Duration::from_secs(5), "HostDeleted", |x| match x {
             Incoming::Rm(Event::HostDeleted { request, host, .. }) if *request == watch => {
                 Some(*host)
             }
@@ -395,7 +296,7 @@ async fn children_of_a_killed_process_die_with_it() {
     );
     let spawn = carmi.class_spawn(&exe, Vec::<String>::new(), SpawnTarget::Host(hosts[0]));
     inbox
-        .take(Duration::from_secs(20), "started", |x| match x {
+        .take_within(Duration::from_secs(20), "started", |x| match x {
             Incoming::Rm(Event::ProcessStarted { request, .. }) if *request == spawn => Some(()),
             _ => None,
         })
@@ -417,7 +318,7 @@ async fn children_of_a_killed_process_die_with_it() {
     // Giving the host back kills what runs there, children included.
     inbox.done(carmi.delhosts(&hosts)).await;
     inbox
-        .take(Duration::from_secs(20), "exited", |x| match x {
+        .take_within(Duration::from_secs(20), "exited", |x| match x {
             Incoming::Rm(Event::ProcessExited { request, .. }) if *request == spawn => Some(()),
             _ => None,
         })
@@ -473,7 +374,7 @@ async fn an_excluded_machine_is_not_granted_to_the_class_again() {
 
 /// True while `pid` exists and is not a zombie.
 fn alive(pid: u32) -> bool {
-    owner_sim::sweep::alive(pid as i32)
+    carmi_pool::sweep::alive(pid as i32)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,89 +1,58 @@
 //! End to end, real daemons: what a spawned process prints reaches its
 //! submitter (as events or as files on the submit side), completely and in order.
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
-use carmi_api::client::{ConnectOptions, EventStream, Incoming, SpawnOutput, connect};
+use carmi_api::client::{ConnectOptions, Incoming, SpawnOutput, connect};
 use carmi_api::ids::{HostId, RequestId};
 use carmi_api::msg::{Event, StdStream};
-use carmi_tests::{Pool, take_event};
+use carmi_tests::{Inbox, Pool};
 
-struct Inbox {
-    events: EventStream,
-    seen: VecDeque<Incoming>,
-}
-
-impl Inbox {
-    async fn take<T>(&mut self, what: &str, want: impl FnMut(&Incoming) -> Option<T>) -> T {
-        take_event(
-            &mut self.events,
-            &mut self.seen,
-            Duration::from_secs(30),
-            what,
-            want,
-        )
-        .await
-    }
-
-    async fn done(&mut self, request: RequestId) {
-        let ok = self
-            .take(&format!("answer to {request}"), |x| match x {
-                Incoming::Rm(Event::Done { request: r, .. }) if *r == request => Some(Ok(())),
-                Incoming::Rm(Event::Failed {
-                    request: r,
-                    failure,
-                }) if *r == request => Some(Err(failure.clone())),
-                _ => None,
-            })
-            .await;
-        ok.unwrap_or_else(|f| panic!("{request} failed: {f:?}"));
-    }
-
-    async fn one_host(&mut self, carmi: &carmi_api::client::Carmi) -> HostId {
-        self.done(carmi.define_class("any", "true")).await;
-        let add = carmi.addhosts("any", 1, 1);
-        self.take("a host", |x| match x {
+async fn one_host(inbox: &mut Inbox, carmi: &carmi_api::client::Carmi) -> HostId {
+    inbox.done(carmi.define_class("any", "true")).await;
+    let add = carmi.addhosts("any", 1, 1);
+    inbox
+        .take("a host", |x| match x {
             Incoming::Rm(Event::HostsAdded { request, hosts, .. }) if *request == add => {
                 Some(hosts[0].host)
             }
             _ => None,
         })
         .await
-    }
+}
 
-    /// Output items of `spawn` until its `OutputEnd`: (stdout, stderr, complete).
-    async fn output_of(&mut self, spawn: RequestId) -> (Vec<u8>, Vec<u8>, bool) {
-        let (mut out, mut err) = (Vec::new(), Vec::new());
-        loop {
-            let item = self
-                .take("output", |x| match x {
-                    Incoming::Output { request, .. } | Incoming::OutputEnd { request, .. }
-                        if *request == spawn =>
-                    {
-                        Some(x.clone())
-                    }
-                    _ => None,
-                })
-                .await;
-            match item {
-                Incoming::Output { stream, data, .. } => match stream {
-                    StdStream::Stdout => out.extend_from_slice(&data),
-                    StdStream::Stderr => err.extend_from_slice(&data),
-                },
-                Incoming::OutputEnd { complete, .. } => return (out, err, complete),
-                _ => unreachable!(),
-            }
+/// Output items of `spawn` until its `OutputEnd`: (stdout, stderr, complete).
+async fn output_of(inbox: &mut Inbox, spawn: RequestId) -> (Vec<u8>, Vec<u8>, bool) {
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    loop {
+        let item = inbox
+            .take("output", |x| match x {
+                Incoming::Output { request, .. } | Incoming::OutputEnd { request, .. }
+                    if *request == spawn =>
+                {
+                    Some(x.clone())
+                }
+                _ => None,
+            })
+            .await;
+        match item {
+            Incoming::Output { stream, data, .. } => match stream {
+                StdStream::Stdout => out.extend_from_slice(&data),
+                StdStream::Stderr => err.extend_from_slice(&data),
+            },
+            Incoming::OutputEnd { complete, .. } => return (out, err, complete),
+            _ => unreachable!(),
         }
     }
+}
 
-    async fn exited(&mut self, spawn: RequestId) {
-        self.take("exit", |x| match x {
+async fn exited(inbox: &mut Inbox, spawn: RequestId) {
+    inbox
+        .take("exit", |x| match x {
             Incoming::Rm(Event::ProcessExited { request, .. }) if *request == spawn => Some(()),
             _ => None,
         })
         .await
-    }
 }
 
 fn script(pool: &Pool, name: &str, body: &str) -> std::path::PathBuf {
@@ -99,10 +68,7 @@ async fn app(pool: &Pool, local: usize) -> (carmi_api::client::Carmi, Inbox) {
     let (carmi, events) = connect(opts)
         .await
         .unwrap_or_else(|e| panic!("connect: {e}\n{}", pool.logs()));
-    let inbox = Inbox {
-        events,
-        seen: VecDeque::new(),
-    };
+    let inbox = Inbox::new(events).with_patience(Duration::from_secs(30));
     (carmi, inbox)
 }
 
@@ -122,7 +88,7 @@ async fn output_of_a_spawned_process_reaches_the_submitter_complete_and_in_order
     let pool = Pool::start("output", 1, &[vec![], vec![]]);
     // The submitter attaches through machine 0; the process runs wherever the host is.
     let (carmi, mut inbox) = app(&pool, 0).await;
-    let host = inbox.one_host(&carmi).await;
+    let host = one_host(&mut inbox, &carmi).await;
     let exe = script(&pool, "printer.sh", PRINTER);
 
     // As events (the default).
@@ -131,12 +97,12 @@ async fn output_of_a_spawned_process_reaches_the_submitter_complete_and_in_order
         Vec::<String>::new(),
         carmi_api::msg::SpawnTarget::Host(host),
     );
-    let (out, err, complete) = inbox.output_of(spawn).await;
+    let (out, err, complete) = output_of(&mut inbox, spawn).await;
     assert!(complete, "the output did not end cleanly\n{}", pool.logs());
     assert_eq!(out.len(), expected_stdout().len());
     assert!(out == expected_stdout(), "stdout differs");
     assert_eq!(err, b"err1\nerr2\n");
-    inbox.exited(spawn).await;
+    exited(&mut inbox, spawn).await;
 
     // As files on the submit side, both streams into one file: the exact bytes.
     let file = pool.dir.join("both.txt");
@@ -149,10 +115,10 @@ async fn output_of_a_spawned_process_reaches_the_submitter_complete_and_in_order
             stderr: pool.dir.join("err.txt"),
         },
     );
-    let (out, err, complete) = inbox.output_of(spawn).await;
+    let (out, err, complete) = output_of(&mut inbox, spawn).await;
     assert!(complete);
     assert!(out.is_empty() && err.is_empty(), "files mode sent events");
-    inbox.exited(spawn).await;
+    exited(&mut inbox, spawn).await;
     let written = std::fs::read(&file).expect("stdout file");
     assert!(
         written == expected_stdout(),
@@ -171,9 +137,9 @@ async fn output_of_a_spawned_process_reaches_the_submitter_complete_and_in_order
         carmi_api::msg::SpawnTarget::Host(host),
         SpawnOutput::Discard,
     );
-    inbox.exited(spawn).await;
+    exited(&mut inbox, spawn).await;
     assert!(
-        !inbox.seen.iter().any(|x| matches!(x,
+        !inbox.kept().any(|x| matches!(x,
             Incoming::Output { request, .. } | Incoming::OutputEnd { request, .. } if *request == spawn)),
         "discarded output arrived"
     );
@@ -223,7 +189,7 @@ async fn a_class_rank_picks_the_preferred_machines_among_those_that_match() {
 async fn an_unread_event_stream_holds_the_printing_process_back() {
     let pool = Pool::start("backpressure", 1, &[vec![], vec![]]);
     let (carmi, mut inbox) = app(&pool, 0).await;
-    let host = inbox.one_host(&carmi).await;
+    let host = one_host(&mut inbox, &carmi).await;
     let done = pool.dir.join("done");
     let exe = script(
         &pool,
@@ -241,10 +207,10 @@ async fn an_unread_event_stream_holds_the_printing_process_back() {
         !done.exists(),
         "50 MB were buffered for a submitter that did not read"
     );
-    let (out, _, complete) = inbox.output_of(spawn).await;
+    let (out, _, complete) = output_of(&mut inbox, spawn).await;
     assert!(complete);
     assert_eq!(out.len(), 50_000_000);
     assert!(out.iter().all(|&b| b == 0));
-    inbox.exited(spawn).await;
+    exited(&mut inbox, spawn).await;
     assert!(done.exists());
 }

@@ -6,7 +6,7 @@
 //! [`wodi::worker::started_as_worker`] says the server started it, and
 //! otherwise runs the master. The master names its own executable as the
 //! worker, so nothing else has to be installed. By default each example
-//! starts an embedded pool ([`owner_sim::EmbeddedPool`]) in its own process
+//! starts an embedded pool ([`carmi_pool::EmbeddedPool`]) in its own process
 //! and shuts it down at the end; `--local HOST:PORT [--secret FILE]` runs it on
 //! a real pool instead. [`run_on_pool`] does that set-up for every example,
 //! Ctrl-C included: a run interrupted at any point stops its master, its
@@ -33,8 +33,8 @@ pub mod timeline;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use owner_sim::model::OwnerModel;
-use owner_sim::pool::{EmbeddedPool, PoolOptions};
+use carmi_pool::model::OwnerModel;
+use carmi_pool::pool::{EmbeddedPool, PoolOptions};
 use wodi::Stats;
 use wodi::master::{MasterConfig, PoolAddr};
 use wodi::stats::PeriodKind;
@@ -312,7 +312,7 @@ fn running_children() -> Vec<i32> {
 /// and the evening, when most machines free up, as in the paper's runs.
 pub fn owner_model(spec: &str) -> anyhow::Result<OwnerModel> {
     if spec == "stochastic" {
-        return Ok(OwnerModel::Stochastic(owner_sim::Stochastic {
+        return Ok(OwnerModel::Stochastic(carmi_pool::Stochastic {
             start: 17.5 * 3600.0,
             ..Default::default()
         }));

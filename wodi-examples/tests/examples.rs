@@ -282,7 +282,7 @@ fn pool_folders(dir: &std::path::Path) -> Vec<PathBuf> {
         .filter(|e| {
             e.file_name()
                 .to_string_lossy()
-                .starts_with(owner_sim::sweep::DIR_PREFIX)
+                .starts_with(carmi_pool::sweep::DIR_PREFIX)
         })
         .map(|e| e.path())
         .collect()

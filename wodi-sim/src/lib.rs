@@ -3,9 +3,9 @@
 //! a fraction of a second, deterministically from a seed.
 //!
 //! The cores are the ones the daemons run: the global RM's router and
-//! allocator (`carmi_global::router::Router`), per machine the local RM's
-//! core and owner policy (`carmi_local::core::Core`,
-//! `carmi_local::policy::Policy`) fed by an owner model from `owner-sim`,
+//! allocator (`carmi_global_core::router::Router`), per machine the local RM's
+//! core and owner policy (`carmi_local_core::node::Core`,
+//! `carmi_local_core::policy::Policy`) fed by an owner model from `owner-sim`,
 //! and WoDi's scheduler core ([`wodi::sched::Sched`]) driven as the WoDi server drives
 //! it. Every message between them is encoded into a frame and decoded on
 //! arrival (serde), after a configurable link latency. What is simulated is
@@ -24,7 +24,7 @@ mod queue;
 mod run;
 mod sim;
 
-pub use carmi_local::policy::PolicyConfig;
+pub use carmi_local_core::policy::PolicyConfig;
 pub use config::{RunSummary, SimConfig, SimRun};
 pub use pool::PoolConfig;
 pub use sim::simulate;

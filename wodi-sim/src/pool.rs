@@ -17,10 +17,10 @@ use carmi_api::ids::{ConnId, HostId, ProcessId, RequestId};
 use carmi_api::msg::{
     ExecutableRef, ExitStatus, FromGlobal, FromLocal, OwnerEvent, Request, Role, ToGlobal, ToLocal,
 };
-use carmi_global::router::{LinkId, Output, Router, RouterConfig};
-use carmi_local::core::{Core, Effect};
-use carmi_local::owner::SimulatedOwner;
-use carmi_local::policy::{Policy, PolicyConfig, PolicyEffect};
+use carmi_global_core::router::{LinkId, Output, Router, RouterConfig};
+use carmi_local_core::node::{Core, Effect};
+use carmi_local_core::owner::SimulatedOwner;
+use carmi_local_core::policy::{Policy, PolicyConfig, PolicyEffect};
 use classad::ClassAd;
 
 use crate::queue::{Ev, Queue, time};
@@ -399,6 +399,9 @@ impl Pool {
                             out.push(ToWodi::Ended(p));
                         }
                     }
+                    // The simulated machines heartbeat on their own timer
+                    // (`Ev::Heartbeat`) and never feed the core `on_time`.
+                    Effect::Heartbeat => {}
                     Effect::Store { .. } | Effect::FetchFrom { .. } | Effect::ReadLog { .. } => {
                         tracing::warn!(?e, "an effect the simulated pool does not carry out");
                     }

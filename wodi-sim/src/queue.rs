@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use carmi_api::ids::ProcessId;
 use carmi_api::msg::OwnerEvent;
-use carmi_global::router::LinkId;
+use carmi_global_core::router::LinkId;
 use wodi::ids::WorkerId;
 
 /// Something due at a virtual time.

@@ -13,49 +13,11 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{CycleId, StepId};
-use crate::plan::{Estimate, History};
+use crate::ids::CycleId;
+pub use crate::plan::{SavedEstimate, restore, snapshot};
 
 /// Version of the checkpoint file format.
 pub const CHECKPOINT_FORMAT: u32 = 1;
-
-/// One step's history estimate, as saved.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct SavedEstimate {
-    /// The step.
-    pub step: StepId,
-    /// Its estimated work on a speed-1 host, seconds.
-    pub mean: f64,
-    /// Observations behind it.
-    pub samples: u32,
-}
-
-/// The history as a list, sorted by step id (so files compare byte for byte).
-pub fn snapshot(history: &History<StepId>) -> Vec<SavedEstimate> {
-    let mut out: Vec<SavedEstimate> = history
-        .iter()
-        .map(|(step, e)| SavedEstimate {
-            step: *step,
-            mean: e.mean,
-            samples: e.samples,
-        })
-        .collect();
-    out.sort_by_key(|e| e.step);
-    out
-}
-
-/// Puts saved estimates back into a history.
-pub fn restore(history: &mut History<StepId>, saved: &[SavedEstimate]) {
-    for e in saved {
-        history.restore(
-            e.step,
-            Estimate {
-                mean: e.mean,
-                samples: e.samples,
-            },
-        );
-    }
-}
 
 /// What a checkpoint file holds.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -150,6 +112,8 @@ impl Checkpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::StepId;
+    use crate::plan::History;
 
     #[test]
     fn history_round_trips_through_a_file() {

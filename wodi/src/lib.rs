@@ -6,21 +6,15 @@
 //! Three roles take part, and they may all be one executable:
 //! - the **master** links [`master`] and calls [`master::Master::init`], which
 //!   starts the server by re-executing the current executable (or a given one);
-//! - the **server** ([`server`]) holds the CARMI connection and the scheduler
-//!   core; an executable becomes the server when [`enter`] sees `WODI_ROLE=server`;
+//! - the **server** ([`server`]) holds the CARMI connection and drives the
+//!   run's pure core (`wodi_core::run::Run`); an executable becomes the server when [`enter`] sees `WODI_ROLE=server`;
 //! - **workers** call [`worker::Worker::run`]; the server starts them with a
 //!   `--wodi-connect=` argument telling them where to connect.
 //!
 //! # Layout
-//! - `ids`: newtype ids (steps, workers, cycles).
-//! - `proto`: the messages of master, server and worker connections.
-//! - `sched`: the scheduler core, a pure state machine driven with virtual time in tests.
-//! - `order`: history-based dispatch (longest first, earliest finish).
-//! - `plan`: work history and cycle planning (longest first, earliest finish, fewest hosts).
-//! - `profile`: step-time profiles (the paper's materials application).
-//! - `speed`: host speed from a class, the machine ad or a benchmark step, refined by observed times.
+//! - `ids`, `proto`, `run`, `sched`, `order`, `plan`, `profile`, `speed`, `stats`:
+//!   the pure core, re-exported from the `wodi-core` crate (no I/O, no tokio).
 //! - `checkpoint`: the master's checkpoint file (last completed cycle, its state, the history).
-//! - `stats`: run statistics (occupancy, CPU time, efficiency, timeline) and their JSON form.
 //! - `conn`: batching frame writer and frame reader tasks.
 //! - `server`: the tokio driver of the core: CARMI client, worker and master connections.
 //! - `master`: the master library.
@@ -36,17 +30,14 @@
 pub mod checkpoint;
 pub mod cmd;
 pub mod conn;
-pub mod ids;
 pub mod master;
-pub mod order;
-pub mod plan;
-pub mod profile;
-pub mod proto;
-pub mod sched;
 pub mod server;
-pub mod speed;
-pub mod stats;
 pub mod worker;
+
+// The pure core lives in `wodi-core` (which the compiler keeps free of I/O
+// and tokio); re-exported under the old paths so that programs using WoDi,
+// the simulator and the examples need one crate.
+pub use wodi_core::{ids, order, plan, profile, proto, run, sched, speed, stats};
 
 pub use ids::{CycleId, StepId, WorkerId};
 pub use proto::Status;

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use owner_sim::{EmbeddedPool, OwnerModel, PoolOptions, Trace};
+use carmi_pool::{EmbeddedPool, OwnerModel, PoolOptions, Trace};
 
 /// Policy seconds per wall second: a policy minute is 0.1 s, so START waits
 /// 1.5 s of idleness, CONTINUE 0.5 s and PREEMPT 1 s of suspension.

@@ -21,7 +21,8 @@ fn wodi_depends_on_neither_daemon_nor_the_pool_nor_the_owner_models() {
     for heavy in [
         "carmi-local",
         "carmi-global",
-        "owner-sim",
+        "carmi-pool",
+        "owner-model",
         "carmi-cli",
         "wodi-sim",
     ] {

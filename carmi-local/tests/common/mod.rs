@@ -1,24 +1,21 @@
-//! The test harness shared by the daemon's integration tests: an in-process
-//! fake global RM that speaks the real protocol over TCP on 127.0.0.1, and
-//! helpers for application connections.
+//! The test harness shared by the daemon's integration tests: settings for a
+//! local RM under test, helpers for application connections, and the test
+//! kit's fake global RM (which speaks the real protocol over TCP on 127.0.0.1).
 
 #![allow(dead_code)] // each test file uses its own part of the harness
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use bytes::Bytes;
-use carmi_api::frame::{FrameReader, write_frame};
+use carmi_api::frame::FrameReader;
 use carmi_api::handshake::{self, Secret};
-use carmi_api::ids::{ConnId, HostId, JobId, ProcessId};
+use carmi_api::ids::{ConnId, JobId, ProcessId};
 use carmi_api::msg::{FromGlobal, FromLocal, Role, ToGlobal};
 use carmi_local::config::{Settings, parse_attr_arg};
-use classad::ClassAd;
-use tokio::net::TcpListener;
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
-pub const SECRET: &[u8] = b"integration-test-secret-0123456789";
+pub const SECRET: &[u8] = carmi_testkit::FAKE_SECRET;
 pub const WAIT: Duration = Duration::from_secs(10);
 
 pub struct TempDir(PathBuf);
@@ -55,92 +52,8 @@ pub fn init_logs() {
         .try_init();
 }
 
-/// The fake global RM's listening side.
-pub struct FakeGlobal {
-    listener: TcpListener,
-    secret: Secret,
-}
-
-/// One connection from the local RM, seen from the fake global RM.
-pub struct GlobalConn {
-    pub r: FrameReader<OwnedReadHalf>,
-    pub w: OwnedWriteHalf,
-}
-
-impl FakeGlobal {
-    pub async fn new() -> FakeGlobal {
-        FakeGlobal {
-            listener: TcpListener::bind("127.0.0.1:0").await.unwrap(),
-            secret: Secret::new(SECRET).unwrap(),
-        }
-    }
-
-    pub fn addr(&self) -> String {
-        self.listener.local_addr().unwrap().to_string()
-    }
-
-    /// Accepts the local RM, checks its role, and returns the connection.
-    pub async fn accept(&self, name: &str) -> GlobalConn {
-        let (stream, _) = tokio::time::timeout(WAIT, self.listener.accept())
-            .await
-            .expect("the local RM connects")
-            .unwrap();
-        let (r, mut w) = stream.into_split();
-        let mut r = FrameReader::new(r);
-        let role = handshake::server(&mut r, &mut w, &self.secret)
-            .await
-            .unwrap();
-        assert_eq!(role, Role::Local { name: name.into() });
-        GlobalConn { r, w }
-    }
-}
-
-impl GlobalConn {
-    /// The next message other than a heartbeat.
-    pub async fn recv(&mut self) -> (ToGlobal, Bytes) {
-        loop {
-            let m = self.recv_any().await;
-            // Heartbeats and the staging endpoint come at any time.
-            if !matches!(
-                m.0,
-                ToGlobal::Heartbeat { .. } | ToGlobal::StageServe { .. }
-            ) {
-                return m;
-            }
-        }
-    }
-
-    pub async fn recv_any(&mut self) -> (ToGlobal, Bytes) {
-        tokio::time::timeout(WAIT, self.r.read::<ToGlobal>())
-            .await
-            .expect("a message from the local RM in time")
-            .unwrap()
-            .expect("the local RM keeps the connection open")
-    }
-
-    pub async fn send(&mut self, msg: FromGlobal, payload: &[u8]) {
-        write_frame(&mut self.w, &msg, payload).await.unwrap();
-    }
-
-    /// Reads the advertisement and registers `hosts`.
-    pub async fn register(&mut self, hosts: &[u64]) -> (ClassAd, Vec<ProcessId>) {
-        let (msg, _) = self.recv().await;
-        let ToGlobal::Advertise { ad, slots, running } = msg else {
-            panic!("expected Advertise, got {msg:?}");
-        };
-        assert_eq!(slots as usize, hosts.len());
-        let ad = ClassAd::parse(&ad).expect("the ad is new-syntax ClassAd text");
-        self.send(
-            FromGlobal::Registered {
-                hosts: hosts.iter().map(|h| HostId(*h)).collect(),
-                heartbeat_ms: 100,
-            },
-            &[],
-        )
-        .await;
-        (ad, running)
-    }
-}
+// The fake global RM and its connections are the test kit's.
+pub use carmi_testkit::{FakeGlobal, GlobalConn};
 
 pub async fn app_recv(r: &mut FrameReader<OwnedReadHalf>) -> FromLocal {
     tokio::time::timeout(WAIT, r.read::<FromLocal>())

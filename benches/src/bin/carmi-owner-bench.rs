@@ -1,0 +1,253 @@
+//! `carmi-owner-bench`: how fast owner handling is, printed as markdown for
+//! BENCHMARKS.md ("Owner handling").
+//!
+//! ```text
+//! cargo run --release -p carmi-benches --bin carmi-owner-bench -- [stop|idle|all]
+//! ```
+//!
+//! - `stop`: one machine with 4 slots, a job process with a child on each;
+//!   the time from sending an owner `Arrive` on the control connection to all
+//!   8 processes shown as stopped (`T`) in `/proc/PID/stat`, and to the
+//!   control answer; repeated, with `Leave` (and the resume) between rounds.
+//! - `idle`: the CPU time (`utime + stime` from `/proc/PID/stat`) one idle
+//!   `carmi-local` uses over 30 s, registered with a global RM at the default
+//!   heartbeat period, once with a simulated owner and once measuring the
+//!   real one (default policy minute of 60 s).
+//!
+//! Only prints; nothing is asserted.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use carmi_api::client::{ConnectOptions, Incoming, connect};
+use carmi_api::handshake::Secret;
+use carmi_api::ids::HostId;
+use carmi_api::msg::{Event, OwnerEvent, SpawnTarget};
+use carmi_local::control::OwnerLink;
+use carmi_testkit::{Pool, PoolOptions, bin_dir, scratch};
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+const SLOTS: u32 = 4;
+const ROUNDS: usize = 30;
+const IDLE_SECONDS: u64 = 30;
+
+fn main() -> ExitCode {
+    let what = std::env::args().nth(1).unwrap_or_else(|| "all".into());
+    let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+    let result = rt.block_on(async {
+        if what == "stop" || what == "all" {
+            stop().await?;
+        }
+        if what == "idle" || what == "all" {
+            idle().await?;
+        }
+        Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("carmi-owner-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')').next()?.trim_start().chars().next()
+}
+
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    carmi_local::owner::parse_stat_ticks(
+        &std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?,
+    )
+}
+
+/// Spins until every pid's state satisfies `ok`; the time it took.
+fn wait_states(pids: &[u32], ok: impl Fn(Option<char>) -> bool) -> Result<Duration> {
+    let t = Instant::now();
+    while !pids.iter().all(|&p| ok(state(p))) {
+        if t.elapsed() > Duration::from_secs(10) {
+            return Err("processes did not change state within 10 s".into());
+        }
+        std::hint::spin_loop();
+    }
+    Ok(t.elapsed())
+}
+
+async fn stop() -> Result<()> {
+    // PREEMPT never holds, CONTINUE soon after leaving: rounds repeat quickly.
+    let policy = "[policy]\nminute = 0.1\npreempt = \"false\"\n";
+    let options = PoolOptions {
+        local_config: policy.to_string(),
+        ..PoolOptions::default()
+    };
+    let pool = Pool::start_with("owner-bench", SLOTS, &[vec![]], options);
+    let opts = ConnectOptions::new(pool.locals[0].app_addr.clone(), pool.secret.clone());
+    let (carmi, mut events) = connect(opts).await?;
+    let class = carmi.define_class("any", "true");
+    let add = carmi.addhosts("any", SLOTS, SLOTS);
+    let mut hosts: Vec<HostId> = Vec::new();
+    let exe = pool.dir.join("family.sh");
+    std::fs::write(
+        &exe,
+        "#!/bin/sh\necho $$ > \"$1\"; sleep 300 & echo $! >> \"$1\"; wait\n",
+    )?;
+    std::fs::set_permissions(
+        &exe,
+        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755),
+    )?;
+    let mut started = 0;
+    let mut pidfiles: Vec<PathBuf> = Vec::new();
+    while started < SLOTS {
+        let Some(item) = events.next().await else {
+            return Err("event stream ended".into());
+        };
+        match item {
+            Incoming::Rm(Event::HostsAdded {
+                request, hosts: h, ..
+            }) if request == add => {
+                for info in h {
+                    let file = pool.dir.join(format!("pids{}", hosts.len()));
+                    carmi.class_spawn(
+                        &exe,
+                        vec![file.display().to_string()],
+                        SpawnTarget::Host(info.host),
+                    );
+                    pidfiles.push(file);
+                    hosts.push(info.host);
+                }
+            }
+            Incoming::Rm(Event::ProcessStarted { .. }) => started += 1,
+            Incoming::Rm(Event::Failed { request, failure })
+                if request == class || request == add =>
+            {
+                return Err(format!("{failure:?}").into());
+            }
+            _ => {}
+        }
+    }
+    let mut pids = Vec::new();
+    for f in &pidfiles {
+        let t = Instant::now();
+        loop {
+            let text = std::fs::read_to_string(f).unwrap_or_default();
+            let p: Vec<u32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+            if p.len() == 2 {
+                pids.extend(p);
+                break;
+            }
+            if t.elapsed() > Duration::from_secs(10) {
+                return Err(format!("{} never got its pids", f.display()).into());
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    let mut owner = OwnerLink::connect(&pool.locals[0].app_addr, &pool.secret).await?;
+    let mut stopped = Vec::new();
+    let mut answered = Vec::new();
+    for _ in 0..ROUNDS {
+        // The watcher spins on its own thread from just before the send.
+        let t0 = Instant::now();
+        let watched = pids.clone();
+        let watcher = std::thread::spawn(move || {
+            wait_states(&watched, |s| s == Some('T')).map(|_| t0.elapsed())
+        });
+        owner.send(OwnerEvent::Arrive).await?;
+        answered.push(t0.elapsed());
+        stopped.push(watcher.join().map_err(|_| "watcher panicked")??);
+        owner.send(OwnerEvent::Leave).await?;
+        wait_states(&pids, |s| matches!(s, Some('S' | 'R')))?;
+    }
+    stopped.sort();
+    answered.sort();
+    let ms = |d: Duration| format!("{:.2} ms", d.as_secs_f64() * 1e3);
+    println!(
+        "Command: `cargo run --release -p carmi-benches --bin carmi-owner-bench -- stop` \
+         (1 machine, {SLOTS} slots, a shell and its child per slot = {} processes, {ROUNDS} rounds)\n",
+        pids.len()
+    );
+    println!("| owner `Arrive` sent -> | median | max |");
+    println!("|---|---|---|");
+    println!(
+        "| all processes in state `T` | {} | {} |",
+        ms(stopped[ROUNDS / 2]),
+        ms(stopped[ROUNDS - 1])
+    );
+    println!(
+        "| control answer received | {} | {} |",
+        ms(answered[ROUNDS / 2]),
+        ms(answered[ROUNDS - 1])
+    );
+    println!();
+    drop(carmi);
+    Ok(())
+}
+
+/// Starts a daemon, returning it and the `listening on` address it prints.
+fn daemon(mut cmd: Command, log: &Path) -> Result<(Child, String)> {
+    use std::io::BufRead;
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(log)?)
+        .spawn()?;
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().ok_or("no stdout")?).read_line(&mut line)?;
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .ok_or_else(|| format!("daemon printed {line:?}"))?
+        .to_string();
+    Ok((child, addr))
+}
+
+async fn idle() -> Result<()> {
+    let bins = bin_dir();
+    let dir = scratch("owner-idle");
+    let secret = dir.join("pool.secret");
+    std::fs::write(&secret, Secret::generate_text())?;
+    let mut g = Command::new(bins.join("carmi-global"));
+    g.args(["--listen", "127.0.0.1:0", "--secret"])
+        .arg(&secret)
+        .arg("--state-dir")
+        .arg(dir.join("global-state"));
+    let (mut global, gaddr) = daemon(g, &dir.join("global.log"))?;
+    println!(
+        "Command: `cargo run --release -p carmi-benches --bin carmi-owner-bench -- idle` \
+         (one idle `carmi-local`, 2 slots, no jobs, default heartbeat and policy, {IDLE_SECONDS} s)\n"
+    );
+    println!("| owner source | CPU time | share of one core |");
+    println!("|---|---|---|");
+    for source in ["simulated", "real"] {
+        let mut l = Command::new(bins.join("carmi-local"));
+        l.args(["--global", &gaddr, "--secret"])
+            .arg(&secret)
+            .args(["--name", source, "--slots", "2", "--owner", source])
+            .arg("--work-dir")
+            .arg(dir.join(source));
+        let (mut local, _) = daemon(l, &dir.join(format!("{source}.log")))?;
+        // Start-up (benchmark, first advertisement) is not idle time.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let pid = local.id();
+        let before = cpu_ticks(pid).ok_or("cannot read the local RM's CPU time")?;
+        let t = Instant::now();
+        tokio::time::sleep(Duration::from_secs(IDLE_SECONDS)).await;
+        let after = cpu_ticks(pid).ok_or("cannot read the local RM's CPU time")?;
+        let wall = t.elapsed().as_secs_f64();
+        let cpu = (after - before) as f64 / carmi_local::owner::ticks_per_second();
+        println!(
+            "| {source} | {:.0} ms | {:.3}% |",
+            cpu * 1e3,
+            cpu / wall * 100.0
+        );
+        let _ = Command::new("kill").arg(pid.to_string()).status();
+        let _ = local.wait();
+    }
+    println!();
+    let _ = global.kill();
+    let _ = global.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}

@@ -1,0 +1,275 @@
+//! The pool as `carmi status` shows it, and the invariant walker for tests.
+
+use carmi_proto::ids::HostId;
+use carmi_proto::msg::{MachineStatus, SlotStatus};
+
+use super::{Allocator, Pending, SlotState, SubKind};
+
+impl Allocator {
+    /// The online machines, for `carmi status`.
+    pub fn pool_status(&self) -> Vec<MachineStatus> {
+        const SHOWN: [&str; 7] = [
+            "Arch", "OpSys", "Memory", "Cpus", "Mips", "KFlops", "LoadAvg",
+        ];
+        self.machines
+            .iter()
+            .filter(|m| m.online)
+            .map(|m| MachineStatus {
+                name: m.name.clone(),
+                attributes: SHOWN
+                    .iter()
+                    .filter_map(|&a| m.ad.get(a).map(|e| (a.to_string(), e.to_string())))
+                    .collect(),
+                slots: m.hosts[..m.slots as usize]
+                    .iter()
+                    .map(|&h| {
+                        let state = &self.get_slot(h).state;
+                        SlotStatus {
+                            host: h,
+                            state: state.name().to_string(),
+                            job: state.claim().map(|c| c.job),
+                        }
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// Every online machine's name and ad, for placing a job's master.
+    pub fn online_ads(&self) -> impl Iterator<Item = (&str, &classad::ClassAd)> {
+        self.machines
+            .iter()
+            .filter(|m| m.online)
+            .map(|m| (m.name.as_str(), &m.ad))
+    }
+
+    /// Every online machine's name and whole ad (new syntax), for `carmi status -l`.
+    pub fn machine_ads(&self) -> Vec<(String, String)> {
+        self.machines
+            .iter()
+            .filter(|m| m.online)
+            .map(|m| (m.name.clone(), m.ad_text.clone()))
+            .collect()
+    }
+
+    /// The `Owner` of a job's ad (empty for an unknown job).
+    pub fn job_owner(&self, job: carmi_proto::ids::JobId) -> String {
+        self.jobs
+            .get(&job)
+            .and_then(|j| j.ad.eval_attr("Owner").as_str().map(str::to_string))
+            .unwrap_or_default()
+    }
+
+    /// Checks every invariant; panics naming the first one broken. For tests:
+    /// it costs a walk over the whole pool (and class evaluations when the pool is small).
+    pub fn sanity_check(&self) {
+        let mut idle_seen = 0;
+        for (i, slot) in self.slots.iter().enumerate() {
+            let host = HostId(i as u64 + 1);
+            let m = &self.machines[slot.machine.0 as usize];
+            assert_eq!(
+                m.hosts[slot.index as usize], host,
+                "host {host}: machine's host list"
+            );
+            let online = m.online && slot.index < m.slots;
+            assert_eq!(
+                slot.state == SlotState::Offline,
+                !online,
+                "host {host}: offline exactly when its machine or slot is"
+            );
+            if slot.state == SlotState::Idle {
+                idle_seen += 1;
+                assert!(
+                    self.idle.contains(&(m.speed, host)),
+                    "host {host}: idle but not in the idle set under its speed key"
+                );
+            }
+            assert!(
+                slot.busy.is_empty() || slot.state.claim().is_some(),
+                "host {host}: processes counted on an unclaimed slot"
+            );
+            assert!(
+                slot.group.is_none() || slot.state.claim().is_some(),
+                "host {host}: in a group but unclaimed"
+            );
+            if let Some(c) = slot.state.claim() {
+                assert!(c.since <= self.now, "host {host}: claimed in the future");
+                let job = self
+                    .jobs
+                    .get(&c.job)
+                    .unwrap_or_else(|| panic!("host {host}: claimed by ended job {}", c.job));
+                let announced = job.hosts.get(&host);
+                let partial: Vec<&Pending> = self
+                    .pending
+                    .values()
+                    .filter(|p| p.partial.contains(&host))
+                    .collect();
+                assert_eq!(
+                    slot.group
+                        .and_then(|seq| self.pending.get(&seq))
+                        .map(|p| p.req),
+                    partial.first().map(|p| p.req),
+                    "host {host}: partial-group mark disagrees with the queue"
+                );
+                match (announced, partial.as_slice()) {
+                    (Some(class), []) => {
+                        assert_eq!(
+                            class, &c.class,
+                            "host {host}: class of claim and job differ"
+                        )
+                    }
+                    (None, [p]) => {
+                        assert_eq!(p.job, c.job, "host {host}: partial for another job");
+                        assert_eq!(p.class, c.class, "host {host}: partial for another class");
+                        assert!(
+                            matches!(slot.state, SlotState::Claimed(_)),
+                            "host {host}: a partial host is never suspended"
+                        );
+                    }
+                    _ => panic!(
+                        "host {host}: claimed by {} but announced {} and in {} partial groups",
+                        c.job,
+                        announced.is_some(),
+                        partial.len()
+                    ),
+                }
+            }
+        }
+        assert_eq!(idle_seen, self.idle.len(), "idle set holds non-idle slots");
+        for (&seq, job) in &self.queue {
+            let j = self
+                .jobs
+                .get(job)
+                .unwrap_or_else(|| panic!("queued job {job} does not exist"));
+            assert_eq!(
+                j.seq, seq,
+                "job {job}: queued under another sequence number"
+            );
+            assert_eq!(
+                j.phase,
+                super::Phase::Waiting,
+                "job {job}: queued but not waiting"
+            );
+            assert!(j.hosts.is_empty(), "job {job}: holds hosts while waiting");
+            assert!(
+                self.clusters.of(*job).is_some(),
+                "job {job}: queued but in no cluster"
+            );
+        }
+        let waiting = self
+            .jobs
+            .values()
+            .filter(|j| j.phase == super::Phase::Waiting)
+            .count();
+        assert_eq!(waiting, self.queue.len(), "a waiting job is not queued");
+        assert_eq!(
+            self.clusters.jobs(),
+            self.queue.len(),
+            "clusters hold jobs that do not wait"
+        );
+        let running: std::collections::BTreeSet<_> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| matches!(j.phase, super::Phase::Running { .. }))
+            .map(|(&id, _)| id)
+            .collect();
+        assert_eq!(running, self.running, "the running set is out of step");
+        for (&id, job) in &self.jobs {
+            for (&h, class) in &job.hosts {
+                let claim = self.get_slot(h).state.claim();
+                assert!(
+                    claim.is_some_and(|c| c.job == id),
+                    "job {id}: host {h} listed but claimed by {claim:?}"
+                );
+                assert!(
+                    job.classes.contains_key(class),
+                    "job {id}: host {h} of undefined class `{class}`"
+                );
+            }
+            assert_eq!(
+                job.sub_reqs,
+                job.subs.iter().map(|s| s.req).collect(),
+                "job {id}: subscription index"
+            );
+            assert_eq!(
+                job.sub_reqs.len(),
+                job.subs.len(),
+                "job {id}: one subscription per request"
+            );
+            for s in &job.subs {
+                if let SubKind::Delete(set) | SubKind::Suspend(set) | SubKind::Resume(set) = &s.kind
+                {
+                    assert!(!set.is_empty(), "job {id}: empty host subscription");
+                    assert!(
+                        set.iter().all(|h| job.hosts.contains_key(h)),
+                        "job {id}: subscription to a host it does not hold"
+                    );
+                }
+            }
+        }
+        assert_eq!(
+            self.pending.len(),
+            self.pending_by_req.len(),
+            "request index size"
+        );
+        let grouped: usize = self.groups.values().map(|s| s.len()).sum();
+        assert_eq!(self.pending.len(), grouped, "group index size");
+        for (&seq, p) in &self.pending {
+            assert_eq!(
+                self.pending_by_req.get(&p.req),
+                Some(&seq),
+                "request index of {:?}",
+                p.req
+            );
+            assert!(
+                self.groups
+                    .get(&(p.job, p.class.clone()))
+                    .is_some_and(|s| s.contains(&seq)),
+                "group index of {:?}",
+                p.req
+            );
+            assert!(seq < self.next_seq, "sequence number from the future");
+            let job = self
+                .jobs
+                .get(&p.job)
+                .unwrap_or_else(|| panic!("pending {:?} of ended job {}", p.req, p.job));
+            assert!(
+                job.classes.contains_key(&p.class),
+                "pending of undefined class"
+            );
+            assert!(p.remaining > 0, "a complete request is still pending");
+            let excluded = &job.classes[&p.class].excluded;
+            assert!(
+                p.partial
+                    .iter()
+                    .all(|&h| !excluded.contains(&self.get_slot(h).machine)),
+                "pending {:?}: holds a host of a machine its class excludes",
+                p.req
+            );
+            assert!(
+                (p.partial.len() as u32) < p.increment.min(p.remaining),
+                "pending {:?}: a complete group was not announced",
+                p.req
+            );
+        }
+        // First come, first served means no idle slot belongs to a pending
+        // request's class. Evaluated afresh (not from the caches), when cheap.
+        if self.idle.len() * self.pending.len() <= 20_000 {
+            for p in self.pending.values() {
+                let job = &self.jobs[&p.job];
+                let class = &job.classes[&p.class];
+                for &(_, h) in &self.idle {
+                    let m = self.machine_of(h);
+                    let ok = !class.excluded.contains(&self.get_slot(h).machine)
+                        && m.ad.eval_expr(&class.expr, Some(&job.ad)).is_true()
+                        && (!m.has_requirements || classad::matching::accepts(&m.ad, &job.ad));
+                    assert!(
+                        !ok,
+                        "idle host {h} belongs to class `{}` of pending request {:?}",
+                        p.class, p.req
+                    );
+                }
+            }
+        }
+    }
+}

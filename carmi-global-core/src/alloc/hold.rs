@@ -1,0 +1,122 @@
+//! Held jobs (`carmi hold` / `carmi release`, as HTCondor's condor_hold and
+//! condor_release): a held job gives back every host it holds and drops its
+//! requests, but keeps its submit sequence number, so that once released it
+//! waits again at the place it had in the queue. It restarts from scratch,
+//! as after a vacate: its classes are those of its submit file again (a
+//! `DelHosts` that lowered a maximum, or a class defined at run time, is
+//! forgotten), since its new master knows nothing of the old one's changes.
+
+use carmi_proto::ids::{HostId, JobId};
+use carmi_proto::msg::{Failure, FailureCode};
+
+use super::jobs::parse_classes;
+use super::{Allocator, ClassLimits, Phase, ReleaseCause, SlotState};
+
+impl Allocator {
+    /// Holds a submitted job, waiting or running: its hosts go back to the
+    /// pool ([`super::Effect::Released`] with [`ReleaseCause::Held`]; the
+    /// driver kills its processes) and it is not considered until
+    /// [`Allocator::release_job`]. Fails, changing nothing, for an unknown
+    /// job, a job started by hand (no submit file to start it again from),
+    /// or one held already.
+    pub fn hold_job(&mut self, job: JobId) -> Result<(), Failure> {
+        let fail = |message| {
+            Err(Failure {
+                code: FailureCode::Invalid,
+                message,
+            })
+        };
+        let Some(j) = self.jobs.get(&job) else {
+            return fail(format!(
+                "job {} is not in the queue (it ended or never existed)",
+                job.0
+            ));
+        };
+        let seq = j.seq;
+        match j.phase {
+            Phase::Held => return fail(format!("job {} is held already", job.0)),
+            Phase::Attached => {
+                return fail(format!(
+                    "job {} was started by hand, not submitted: there is no submit file to start it again from",
+                    job.0
+                ));
+            }
+            Phase::Waiting => self.drop_waiting(job, seq),
+            Phase::Running { .. } => {
+                self.running.remove(&job);
+            }
+        }
+        let mut freed = self.drop_requests(job);
+        let announced: Vec<HostId> = self.jobs[&job].hosts.keys().copied().collect();
+        let mut suspended = Vec::new();
+        for h in announced {
+            self.release(h, ReleaseCause::Held);
+            match self.get_slot(h).state {
+                SlotState::Claimed(_) => freed.push(h),
+                _ => suspended.push(h),
+            }
+        }
+        let j = self.jobs.get_mut(&job).expect("checked above");
+        j.phase = Phase::Held;
+        j.retain_subs(|_| false);
+        for h in suspended {
+            self.set_state(h, SlotState::Suspended(None));
+        }
+        self.offer_all(freed);
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// Releases a held job: it waits again at its old place in the queue,
+    /// with the classes of its submit file (`classes`), and starts when its
+    /// minimums can be met. Fails, changing nothing, when the job is not
+    /// held or its classes do not parse.
+    pub fn release_job(&mut self, job: JobId, classes: &[ClassLimits]) -> Result<(), Failure> {
+        let fail = |message| {
+            Err(Failure {
+                code: FailureCode::Invalid,
+                message,
+            })
+        };
+        match self.jobs.get(&job).map(|j| j.phase) {
+            None => {
+                return fail(format!(
+                    "job {} is not in the queue (it ended or never existed)",
+                    job.0
+                ));
+            }
+            Some(Phase::Held) => {}
+            Some(p) => return fail(format!("job {} is not held (it is {})", job.0, p.name())),
+        }
+        let (parsed, limits, ranks) = parse_classes(classes)?;
+        let owner = self.job_owner(job);
+        let j = self.jobs.get_mut(&job).expect("checked above");
+        j.classes = parsed;
+        j.limits = limits;
+        j.ranks = ranks;
+        self.pool_changed();
+        // `enqueue` files it under its own (old) sequence number.
+        self.enqueue(job, &owner, classes);
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// Drops every pending request of `job`; returns the partial hosts they
+    /// held (claimed, not announced), for the caller to offer again.
+    pub(super) fn drop_requests(&mut self, job: JobId) -> Vec<HostId> {
+        let seqs: Vec<u64> = self
+            .groups
+            .range((job, String::new())..)
+            .take_while(|((j, _), _)| *j == job)
+            .flat_map(|(_, seqs)| seqs.iter().copied())
+            .collect();
+        seqs.into_iter()
+            .flat_map(|seq| self.remove_pending(seq).partial)
+            .collect()
+    }
+
+    /// True when `job` is held.
+    pub fn is_held(&self, job: JobId) -> bool {
+        self.jobs.get(&job).is_some_and(|j| j.phase == Phase::Held)
+    }
+}

@@ -1,0 +1,332 @@
+//! Inputs from the pool (machines and their slots) and from the job
+//! lifecycle (jobs, requesters and processes coming and going).
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet};
+
+use carmi_proto::ids::{HostId, JobId, ProcessId};
+use carmi_proto::msg::SlotActivity;
+use classad::{ClassAd, Value};
+
+use super::{Allocator, Job, Machine, MachineIdx, Phase, ReleaseCause, Slot, SlotState, speed_of};
+
+impl Allocator {
+    /// A machine advertised itself with `slots` slots: returns the host id of
+    /// each slot, the same ids as before for a known name. A machine that was
+    /// online keeps its claims; its unclaimed slots (idle, or taken by an
+    /// owner without a job on them) are offered again under the new ad, as a
+    /// local RM that registers anew reports afterwards every slot that is not
+    /// available (a restarted one may have a new owner policy).
+    pub fn on_machine_registered(&mut self, name: &str, ad: ClassAd, slots: u32) -> Vec<HostId> {
+        let idx = match self.by_name.get(name) {
+            Some(&idx) => idx,
+            None => {
+                let idx = MachineIdx(self.machines.len() as u32);
+                self.machines.push(Machine {
+                    name: name.to_string(),
+                    ad: ClassAd::new(),
+                    ad_text: String::new(),
+                    has_requirements: false,
+                    hosts: Vec::new(),
+                    slots: 0,
+                    online: false,
+                    generation: 0,
+                    speed: (Reverse(0), Reverse(0)),
+                });
+                self.by_name.insert(name.to_string(), idx);
+                idx
+            }
+        };
+        let was_online = self.machines[idx.0 as usize].online;
+        let old_slots = if was_online {
+            self.machines[idx.0 as usize].slots
+        } else {
+            0
+        };
+        // Idle slots leave the idle set while the speed key changes, and are offered again below.
+        let online_hosts: Vec<HostId> =
+            self.machines[idx.0 as usize].hosts[..old_slots as usize].to_vec();
+        for &h in &online_hosts {
+            if matches!(
+                self.get_slot(h).state,
+                SlotState::Idle | SlotState::Owner | SlotState::Suspended(None)
+            ) {
+                self.set_state(h, SlotState::Offline);
+            }
+        }
+        // Slots beyond the new count are withdrawn.
+        for &h in online_hosts.iter().skip(slots as usize) {
+            self.release(h, ReleaseCause::Withdrawn);
+            self.set_state(h, SlotState::Offline);
+        }
+        let m = &mut self.machines[idx.0 as usize];
+        m.has_requirements = ad.get("Requirements").is_some();
+        m.speed = speed_of(&ad);
+        m.ad_text = ad.to_string();
+        m.ad = ad;
+        m.generation = m.generation % (u32::MAX >> 2) + 1;
+        m.online = true;
+        m.slots = slots;
+        while (self.machines[idx.0 as usize].hosts.len() as u32) < slots {
+            let host = HostId(self.slots.len() as u64 + 1);
+            let m = &mut self.machines[idx.0 as usize];
+            self.slots.push(Slot {
+                machine: idx,
+                index: m.hosts.len() as u32,
+                state: SlotState::Offline,
+                group: None,
+                busy: BTreeSet::new(),
+            });
+            m.hosts.push(host);
+        }
+        let hosts = self.machines[idx.0 as usize].hosts[..slots as usize].to_vec();
+        let fresh: Vec<HostId> = hosts
+            .iter()
+            .copied()
+            .filter(|&h| self.get_slot(h).state == SlotState::Offline)
+            .collect();
+        self.offer_all(fresh);
+        // Only now are its slots online again: fewer of them, or another
+        // ad, may leave a job that kept slots unable to ever start.
+        self.pool_changed();
+        self.recheck_reserving();
+        hosts
+    }
+
+    /// Dynamic attributes of an online machine changed (from a heartbeat).
+    /// Returns false for an unknown or lost machine.
+    pub fn on_machine_updated(&mut self, name: &str, update: &ClassAd) -> bool {
+        let Some(&idx) = self.by_name.get(name) else {
+            return false;
+        };
+        let m = &self.machines[idx.0 as usize];
+        if !m.online {
+            return false;
+        }
+        let changed = update.iter().any(|(n, e)| m.ad.get(n) != Some(e));
+        if !changed {
+            return true;
+        }
+        let idle: Vec<HostId> = m.hosts[..m.slots as usize]
+            .iter()
+            .copied()
+            .filter(|&h| self.get_slot(h).state == SlotState::Idle)
+            .collect();
+        for &h in &idle {
+            self.set_state(h, SlotState::Offline);
+        }
+        let m = &mut self.machines[idx.0 as usize];
+        for (n, e) in update.iter() {
+            m.ad.insert(n, e.clone());
+        }
+        m.has_requirements = m.ad.get("Requirements").is_some();
+        m.speed = speed_of(&m.ad);
+        m.ad_text = m.ad.to_string();
+        m.generation = m.generation % (u32::MAX >> 2) + 1;
+        // Membership may have changed: the idle slots meet the pending requests
+        // again (settling the queue), and the head of the queue, which alone may
+        // take hosts from running jobs, may now want one of this machine's. Only
+        // then does a busy machine's heartbeat settle the queue: a pass costs time
+        // per kind of waiting job, and heartbeats are many.
+        let m = &self.machines[idx.0 as usize];
+        let claimed: Vec<HostId> = m.hosts[..m.slots as usize]
+            .iter()
+            .copied()
+            .filter(|&h| matches!(self.get_slot(h).state, SlotState::Claimed(_)))
+            .collect();
+        self.offer_all(idle);
+        // With its slots back online: a new ad may leave a job that kept
+        // slots unable to ever start.
+        self.pool_changed();
+        self.recheck_reserving();
+        if let Some(head) = self.head()
+            && claimed.iter().any(|&h| self.needs_for_minimum(head, h))
+        {
+            self.dirty = true;
+        }
+        true
+    }
+
+    /// A machine stopped answering: every slot goes offline and every job
+    /// holding one is told. Returns false for an unknown or already lost machine.
+    pub fn on_machine_lost(&mut self, name: &str) -> bool {
+        let Some(&idx) = self.by_name.get(name) else {
+            return false;
+        };
+        let m = &self.machines[idx.0 as usize];
+        if !m.online {
+            return false;
+        }
+        let hosts = m.hosts[..m.slots as usize].to_vec();
+        for h in hosts {
+            self.release(h, ReleaseCause::Lost);
+            self.set_state(h, SlotState::Offline);
+        }
+        self.machines[idx.0 as usize].online = false;
+        // A job that kept slots from the jobs behind it may need this machine.
+        self.pool_changed();
+        self.recheck_reserving();
+        true
+    }
+
+    /// The owner policy changed slot `slot` of machine `name`. Returns the
+    /// host, or `None` when the machine or slot is unknown.
+    pub fn on_slot_state(
+        &mut self,
+        name: &str,
+        slot: u32,
+        activity: SlotActivity,
+    ) -> Option<HostId> {
+        let host = self.host_of_slot(name, slot)?;
+        let state = self.get_slot(host).state.clone();
+        match (activity, state) {
+            (SlotActivity::Available, SlotState::Suspended(Some(c))) => {
+                let job = c.job;
+                self.set_state(host, SlotState::Claimed(c));
+                self.notify_hosts(host, job, false);
+            }
+            (SlotActivity::Available, SlotState::Suspended(None) | SlotState::Owner) => {
+                self.offer(host);
+            }
+            (SlotActivity::Available, _) => {}
+            (SlotActivity::Suspended, SlotState::Claimed(c)) => {
+                if self.is_partial(host) {
+                    // The job never saw it; it simply leaves the group.
+                    self.release(host, ReleaseCause::Vacated);
+                    self.set_state(host, SlotState::Suspended(None));
+                } else {
+                    let job = c.job;
+                    self.set_state(host, SlotState::Suspended(Some(c)));
+                    self.notify_hosts(host, job, true);
+                }
+            }
+            (SlotActivity::Suspended, SlotState::Idle | SlotState::Owner) => {
+                self.set_state(host, SlotState::Suspended(None));
+            }
+            (SlotActivity::Suspended, _) => {}
+            (SlotActivity::Vacated, SlotState::Claimed(_) | SlotState::Suspended(Some(_))) => {
+                self.release(host, ReleaseCause::Vacated);
+                self.set_state(host, SlotState::Owner);
+            }
+            (SlotActivity::Vacated, SlotState::Idle | SlotState::Suspended(None)) => {
+                self.set_state(host, SlotState::Owner);
+            }
+            (SlotActivity::Vacated, _) => {}
+        }
+        Some(host)
+    }
+
+    // ------------------------------------------------------------- job inputs
+
+    /// A job was created; `owner` goes into its ad as `Owner`, beside `JobId`.
+    pub fn on_job_created(&mut self, job: JobId, owner: &str) {
+        let mut ad = ClassAd::with_capacity(2);
+        ad.insert_value("Owner", Value::str(owner));
+        ad.insert_value("JobId", Value::Int(job.0 as i64));
+        let seq = self.next_job_seq;
+        self.next_job_seq += 1;
+        self.jobs.entry(job).or_insert(Job {
+            ad,
+            classes: BTreeMap::new(),
+            hosts: BTreeMap::new(),
+            subs: Vec::new(),
+            sub_reqs: Default::default(),
+            seq,
+            limits: BTreeMap::new(),
+            ranks: BTreeMap::new(),
+            phase: Phase::Attached,
+            possible: None,
+        });
+    }
+
+    /// Adds a submitted job's own attributes (`+Name = value`, `JobBatchName`,
+    /// `RequestCpus`...) to its ad, where machines' `Requirements` and `Rank`
+    /// read them as `TARGET.Name`. `Owner` and `JobId` stay the pool's, and
+    /// an expression that does not parse (the door checked it) is skipped.
+    pub fn set_job_attributes(&mut self, job: JobId, attributes: &[(String, String)]) {
+        let Some(j) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        for (name, text) in attributes {
+            if name.eq_ignore_ascii_case("Owner") || name.eq_ignore_ascii_case("JobId") {
+                continue;
+            }
+            if let Ok(expr) = classad::parse_expr(text) {
+                j.ad.insert(name, expr);
+            }
+        }
+    }
+
+    /// A job ended: its pending requests are dropped and its hosts go back to
+    /// the pool ([`super::Effect::Released`] with [`ReleaseCause::JobEnded`] for each).
+    pub fn on_job_ended(&mut self, job: JobId) {
+        let Some(j) = self.jobs.get(&job) else {
+            return;
+        };
+        let announced: Vec<HostId> = j.hosts.keys().copied().collect();
+        let mut freed = Vec::new();
+        let seqs: Vec<u64> = self
+            .groups
+            .range((job, String::new())..)
+            .take_while(|((j, _), _)| *j == job)
+            .flat_map(|(_, seqs)| seqs.iter().copied())
+            .collect();
+        for seq in seqs {
+            freed.extend(self.remove_pending(seq).partial);
+        }
+        let mut suspended = Vec::new();
+        for h in announced {
+            self.release(h, ReleaseCause::JobEnded);
+            match self.get_slot(h).state {
+                SlotState::Claimed(_) => freed.push(h),
+                _ => suspended.push(h),
+            }
+        }
+        if let Some(j) = self.jobs.remove(&job) {
+            self.running.remove(&job);
+            if j.phase == Phase::Waiting {
+                self.drop_waiting(job, j.seq);
+            }
+        }
+        for h in suspended {
+            self.set_state(h, SlotState::Suspended(None));
+        }
+        self.offer_all(freed);
+    }
+
+    /// A process went away: its pending requests and subscriptions are dropped
+    /// (nobody is left to tell), and hosts held for them go back to the pool.
+    pub fn on_requester_gone(&mut self, process: ProcessId) {
+        let mut freed = Vec::new();
+        let seqs: Vec<u64> = self
+            .pending_by_req
+            .iter()
+            .filter(|(r, _)| r.process == process)
+            .map(|(_, &seq)| seq)
+            .collect();
+        for seq in seqs {
+            freed.extend(self.remove_pending(seq).partial);
+        }
+        for j in self.jobs.values_mut() {
+            j.retain_subs(|s| s.req.process != process);
+        }
+        self.offer_all(freed);
+    }
+
+    /// A process was started on a host of its job (it is busy until it exits).
+    pub fn on_process_spawned(&mut self, host: HostId, process: ProcessId) {
+        if self
+            .find_slot(host)
+            .is_some_and(|s| s.state.claim().is_some())
+        {
+            self.get_slot_mut(host).busy.insert(process);
+        }
+    }
+
+    /// A process on a host ended.
+    pub fn on_process_exited(&mut self, host: HostId, process: ProcessId) {
+        if self.find_slot(host).is_some() {
+            self.get_slot_mut(host).busy.remove(&process);
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! [`Live`]: the live state of the journal, kept as records are appended,
+//! from which a compaction writes the shortest journal with the same replay.
+
+use carmi_proto::events::JobEvent;
+use carmi_proto::ids::{HostId, JobId, ProcessId};
+
+use super::Record;
+use crate::bounds::{ENDED_LOGS, EVENTS_PER_JOB, HISTORY_LIMIT};
+
+/// What a replay of the journal so far needs: the result of applying every
+/// record, as records again ([`Live::records`]).
+#[derive(Debug, Default)]
+pub struct Live {
+    next_job: u64,
+    next_process: u64,
+    /// Each machine's last `Machine` record, by name, with its first position.
+    machines: std::collections::BTreeMap<String, (u64, Vec<HostId>)>,
+    /// Jobs submitted and not ended: their `Submitted` and `Started` records.
+    jobs: std::collections::BTreeMap<JobId, (Record, Option<Record>)>,
+    /// Classes defined at run time by live jobs: their last `ClassDefined`.
+    classes: std::collections::BTreeMap<(JobId, String), Record>,
+    /// Processes spawned and not exited, by id, with their record.
+    processes: std::collections::BTreeMap<ProcessId, Record>,
+    /// The last ended jobs' `History` records, oldest first.
+    history: std::collections::VecDeque<Record>,
+    /// Live jobs' events, the last [`EVENTS_PER_JOB`] of each.
+    events: std::collections::BTreeMap<JobId, std::collections::VecDeque<JobEvent>>,
+    /// Ended jobs' events, for the last [`ENDED_LOGS`] jobs to end, in the
+    /// order they ended.
+    ended_events: std::collections::VecDeque<(JobId, std::collections::VecDeque<JobEvent>)>,
+    /// The same processes by job, so that a job's end costs time in its
+    /// own processes, not in every live one.
+    by_job: std::collections::BTreeMap<JobId, std::collections::BTreeSet<ProcessId>>,
+    /// Live jobs with a `Started` record: [`Live::len`] is asked after every
+    /// append and must not walk the jobs.
+    started: usize,
+    /// Records applied so far (orders machines).
+    seq: u64,
+}
+
+impl Live {
+    /// The state after `records`.
+    pub fn of(records: &[Record]) -> Live {
+        let mut live = Live::default();
+        for r in records {
+            live.apply(r);
+        }
+        live
+    }
+
+    /// Takes one more record into account.
+    pub fn apply(&mut self, r: &Record) {
+        self.seq += 1;
+        match r {
+            Record::Submitted { job, .. } => {
+                self.next_job = self.next_job.max(job.0 + 1);
+                if let Some((_, Some(_))) = self.jobs.insert(*job, (r.clone(), None)) {
+                    self.started -= 1;
+                }
+            }
+            Record::Started { job, master, .. } => {
+                self.next_process = self.next_process.max(master.0 + 1);
+                if let Some(j) = self.jobs.get_mut(job) {
+                    self.started += j.1.is_none() as usize;
+                    j.1 = Some(r.clone());
+                }
+            }
+            Record::Attached { job, root, .. } => {
+                self.next_job = self.next_job.max(job.0 + 1);
+                self.next_process = self.next_process.max(root.0 + 1);
+                self.jobs.insert(*job, (r.clone(), None));
+            }
+            Record::ClassDefined { job, name, .. } => {
+                if self.jobs.contains_key(job) {
+                    self.classes.insert((*job, name.clone()), r.clone());
+                }
+            }
+            Record::ClassRemoved { job, name } => {
+                self.classes.remove(&(*job, name.clone()));
+            }
+            Record::Ended { job } => {
+                if let Some((_, Some(_))) = self.jobs.remove(job) {
+                    self.started -= 1;
+                }
+                for p in self.by_job.remove(job).unwrap_or_default() {
+                    self.processes.remove(&p);
+                }
+                self.classes.retain(|(j, _), _| j != job);
+                if let Some(events) = self.events.remove(job) {
+                    self.end_events(*job, events);
+                }
+            }
+            Record::Machine { name, hosts } => {
+                let seq = self.seq;
+                let e = self
+                    .machines
+                    .entry(name.clone())
+                    .or_insert((seq, Vec::new()));
+                e.1 = hosts.clone();
+            }
+            Record::Spawned { process, job, .. } => {
+                self.next_process = self.next_process.max(process.0 + 1);
+                if let Some(old) = self.processes.insert(*process, r.clone()) {
+                    self.forget_process(*process, &old);
+                }
+                self.by_job.entry(*job).or_default().insert(*process);
+            }
+            Record::Exited { process } => {
+                if let Some(old) = self.processes.remove(process) {
+                    self.forget_process(*process, &old);
+                }
+            }
+            Record::Counters {
+                next_job,
+                next_process,
+            } => {
+                self.next_job = self.next_job.max(*next_job);
+                self.next_process = self.next_process.max(*next_process);
+            }
+            Record::Held { job, .. } => {
+                // Held replaces `Started`: its master and processes were killed.
+                if let Some(j) = self.jobs.get_mut(job) {
+                    self.started += j.1.is_none() as usize;
+                    j.1 = Some(r.clone());
+                }
+                for p in self.by_job.remove(job).unwrap_or_default() {
+                    self.processes.remove(&p);
+                }
+                self.classes.retain(|(j, _), _| j != job);
+            }
+            Record::Released { job } => {
+                if let Some(j) = self.jobs.get_mut(job)
+                    && matches!(j.1, Some(Record::Held { .. }))
+                {
+                    j.1 = None;
+                    self.started -= 1;
+                }
+            }
+            Record::Events(events) => {
+                for e in events {
+                    self.keep_event(e);
+                }
+            }
+            Record::History(h) => {
+                self.next_job = self.next_job.max(h.job.0 + 1);
+                if self.history.len() == HISTORY_LIMIT {
+                    self.history.pop_front();
+                }
+                self.history.push_back(r.clone());
+            }
+        }
+    }
+
+    /// Keeps an event: with its live job's, else with its ended job's
+    /// (the `ended` event comes after the job's `Ended`).
+    fn keep_event(&mut self, e: &JobEvent) {
+        let list = if self.jobs.contains_key(&e.job) {
+            self.events.entry(e.job).or_default()
+        } else {
+            if !self.ended_events.iter().rev().any(|(j, _)| *j == e.job) {
+                self.end_events(e.job, Default::default());
+            }
+            match self
+                .ended_events
+                .iter_mut()
+                .rev()
+                .find(|(j, _)| *j == e.job)
+            {
+                Some((_, list)) => list,
+                None => return,
+            }
+        };
+        if list.len() == EVENTS_PER_JOB {
+            list.pop_front();
+        }
+        list.push_back(e.clone());
+    }
+
+    /// Moves an ended job's events among the ended ones, forgetting the
+    /// oldest job's beyond [`ENDED_LOGS`].
+    fn end_events(&mut self, job: JobId, events: std::collections::VecDeque<JobEvent>) {
+        if self.ended_events.len() == ENDED_LOGS {
+            self.ended_events.pop_front();
+        }
+        self.ended_events.push_back((job, events));
+    }
+
+    /// Drops `process` (whose record was `old`) from its job's set.
+    fn forget_process(&mut self, process: ProcessId, old: &Record) {
+        if let Record::Spawned { job, .. } = old
+            && let Some(set) = self.by_job.get_mut(job)
+        {
+            set.remove(&process);
+            if set.is_empty() {
+                self.by_job.remove(job);
+            }
+        }
+    }
+
+    /// How many records [`Live::records`] returns.
+    pub fn len(&self) -> usize {
+        1 + self.machines.len()
+            + self.history.len()
+            + self.jobs.len()
+            + self.started
+            + self.classes.len()
+            + self.processes.len()
+            + self.events.len()
+            + self.ended_events.len()
+    }
+
+    /// Always false: the counters are always there.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The shortest journal whose replay gives the same state: counters,
+    /// machines (in the order they first appeared), the history, then each
+    /// live job's records, then their run-time classes, then the live
+    /// processes (a job's `Submitted` or `Attached` always comes before its
+    /// classes and processes).
+    pub fn records(&self) -> Vec<Record> {
+        let mut out = Vec::with_capacity(self.len());
+        out.push(Record::Counters {
+            next_job: self.next_job,
+            next_process: self.next_process,
+        });
+        let mut machines: Vec<_> = self.machines.iter().collect();
+        machines.sort_by_key(|(_, (seq, _))| *seq);
+        out.extend(
+            machines
+                .into_iter()
+                .map(|(name, (_, hosts))| Record::Machine {
+                    name: name.clone(),
+                    hosts: hosts.clone(),
+                }),
+        );
+        out.extend(self.history.iter().cloned());
+        // Ended jobs' events replay into ended logs wherever they stand.
+        out.extend(
+            self.ended_events
+                .iter()
+                .map(|(_, events)| Record::Events(events.iter().cloned().collect())),
+        );
+        for (submitted, started) in self.jobs.values() {
+            out.push(submitted.clone());
+            out.extend(started.clone());
+        }
+        out.extend(self.classes.values().cloned());
+        // After the jobs' own records: a replay opens their logs first.
+        out.extend(
+            self.events
+                .values()
+                .map(|events| Record::Events(events.iter().cloned().collect())),
+        );
+        out.extend(self.processes.values().cloned());
+        out
+    }
+}

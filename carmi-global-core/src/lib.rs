@@ -1,0 +1,28 @@
+//! The CARMI global resource manager's pure core: every decision the daemon
+//! makes, as plain state machines that take an input and the current time and
+//! return outputs ([`alloc::Allocator`], [`router::Router`]). No I/O and no
+//! async runtime in its dependency tree (checked by `tests/pure.rs`), so
+//! tests, benchmarks and simulators drive exactly the daemon's logic in
+//! virtual time; the tokio driver, the executable store and the journal file
+//! live in `carmi-global`.
+//!
+//! # Layout
+//! - `alloc`: the allocator: machines, slots, jobs, classes, pending `AddHosts`, subscriptions.
+//! - `bounds`: how many ended jobs and events are remembered, by the router and the journal alike.
+//! - `journal`: the journal's records, the live state a compaction keeps, and their
+//!   encoding and parsing (the file itself is written by the driver).
+//! - `procs`: the process table: where each process runs, is attached, and who spawned it.
+//! - `router`: everything the daemon decides: registry, heartbeats, requests, process events,
+//!   submitted jobs and their masters (`router::jobs`), machines (`router::machines`),
+//!   processes starting, exiting, attaching and leaving (`router::lifecycle`).
+//! - `staging`: the staging tree: which source (a peer local RM or the store)
+//!   answers each `Fetch`, at most `fanout` fetches per source.
+
+#![warn(missing_docs)]
+
+pub mod alloc;
+pub mod bounds;
+pub mod journal;
+pub mod procs;
+pub mod router;
+pub mod staging;

@@ -1,0 +1,537 @@
+//! The router: everything the global RM decides, as a pure state machine over
+//! decoded messages. It owns the [`Allocator`], the machine registry (host ids,
+//! heartbeat deadlines, which connection reaches which machine) and the
+//! [`ProcTable`], and turns each input into [`Output`]s: messages to send on
+//! a connection, connections to close.
+//!
+//! # Call order
+//! The driver calls one input at a time, each with the current time (time
+//! only moves forward):
+//! - [`Router::on_link_opened`] after a successful handshake,
+//! - [`Router::on_decoded`] for each decoded frame, its ad already checked
+//!   and parsed by [`Decoded::new`] off the router's task (or
+//!   [`Router::on_message`], which does both), except `Upload` and `Fetch`,
+//!   whose bytes the driver stores and serves itself, reporting a stored
+//!   executable with [`Router::on_executable_stored`]. `now` is when the
+//!   frame was received, so a machine's liveness does not depend on how
+//!   soon the router got to its heartbeat,
+//! - [`Router::on_link_closed`] when a connection ends,
+//! - [`Router::on_tick`] when [`Router::next_deadline`] has passed and every
+//!   input received before then has been handed over (a machine is lost for
+//!   its own silence, not because its heartbeats waited in the router's inbox),
+//!
+//! then sends what [`Router::take_outputs`] returns, in order (an
+//! [`Output::Journal`] record is on disk before anything after it goes out),
+//! and arms one timer at the new [`Router::next_deadline`]. Before the first
+//! input, [`Router::recover`] replays the journal of an earlier run.
+//!
+//! A machine's connection dropping does not make it lost: its local RM keeps
+//! its processes and reconnects. Only silence for `missed_heartbeats`
+//! heartbeat periods does.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt;
+use std::time::Duration;
+
+use carmi_proto::ids::{JobId, ProcessId};
+use carmi_proto::msg::{Event, ExecutableRef, ExitStatus, FromGlobal, Role, ToGlobal};
+use tracing::{debug, warn};
+
+use crate::alloc::{Allocator, ReqRef};
+use crate::procs::ProcTable;
+
+pub use ads::{Decoded, MAX_AD_ATTRIBUTES, MAX_AD_BYTES, count_attributes};
+
+mod ads;
+mod anywhere;
+#[cfg(test)]
+mod anywhere_tests;
+mod authz;
+mod check;
+mod events;
+#[cfg(test)]
+mod hand_tests;
+pub use crate::bounds::{ENDED_LOGS, EVENTS_PER_JOB, HISTORY_LIMIT};
+mod hold;
+#[cfg(test)]
+mod hold_tests;
+mod jobs;
+mod lifecycle;
+mod logs;
+#[cfg(test)]
+#[path = "router/logs_tests.rs"]
+mod logs_tests;
+pub(crate) use lifecycle::new_proc;
+#[cfg(test)]
+mod jobs_tests;
+mod machines;
+mod recover;
+mod requests;
+#[cfg(test)]
+mod tests;
+
+/// Most events kept for one unreachable process ([`Router::deliver`]); a
+/// process that stays away longer than that many events loses the oldest.
+pub const MAX_PARKED: usize = 4096;
+
+/// One connection accepted by the global RM (a local RM or an admin tool).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LinkId(pub u64);
+
+impl fmt::Display for LinkId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "l{}", self.0)
+    }
+}
+
+/// Settings of the router.
+#[derive(Clone, Debug)]
+pub struct RouterConfig {
+    /// Heartbeat period asked of local RMs.
+    pub heartbeat: Duration,
+    /// A machine silent for this many periods is lost.
+    pub missed_heartbeats: u32,
+    /// Most slots one machine may advertise (guards memory against a bad ad).
+    pub max_slots: u32,
+    /// Wall-clock time, seconds since the Unix epoch, at `now == 0`: the
+    /// router's clock is monotonic, and `carmi history` shows when jobs ended.
+    pub started_unix: u64,
+    /// Most attributes in a machine ad or heartbeat update ([`MAX_AD_ATTRIBUTES`]).
+    pub max_ad_attributes: usize,
+    /// Most bytes of text in a machine ad or heartbeat update ([`MAX_AD_BYTES`]).
+    pub max_ad_bytes: usize,
+}
+
+impl Default for RouterConfig {
+    fn default() -> Self {
+        RouterConfig {
+            heartbeat: Duration::from_millis(1000),
+            missed_heartbeats: 3,
+            max_slots: carmi_proto::limits::MAX_SLOTS_PER_MACHINE,
+            started_unix: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            max_ad_attributes: MAX_AD_ATTRIBUTES,
+            max_ad_bytes: MAX_AD_BYTES,
+        }
+    }
+}
+
+/// What the driver must do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Output {
+    /// Send a message on a connection.
+    Send {
+        /// The connection.
+        link: LinkId,
+        /// The message.
+        msg: FromGlobal,
+    },
+    /// Close a connection, logging why.
+    Close {
+        /// The connection.
+        link: LinkId,
+        /// Why, for the log.
+        reason: String,
+    },
+    /// Append a record to the journal and fsync it before carrying out the
+    /// outputs that follow (a submit is acknowledged only once it is on disk).
+    Journal(crate::journal::Record),
+    /// Delete the files master `process` sent back (from the store of
+    /// returned files): its job's record is gone, or they were not wanted.
+    DropFiles {
+        /// The master.
+        process: ProcessId,
+    },
+    /// Answer an admin's `FetchFiles` on `link` with these files, read from
+    /// the store (or with a failure if they cannot be read).
+    SendFiles {
+        /// The admin connection.
+        link: LinkId,
+        /// The files and the master that sent them.
+        files: carmi_proto::msg::JobFiles,
+    },
+}
+
+enum LinkRole {
+    Machine(String),
+    Admin,
+}
+
+#[derive(Default)]
+struct Presence {
+    /// The machine's latest connection.
+    link: Option<LinkId>,
+    /// True once that connection has advertised: only then is it sent work
+    /// (`Spawn`, `Kill`), so that its `Advertise` (with the processes still
+    /// running) can never cross a `Spawn` sent on the same connection.
+    ready: bool,
+    /// Processes missing from its last `Advertise`, to settle at its next heartbeat.
+    suspects: Vec<ProcessId>,
+    /// When it will be declared lost; `None` while it is not registered.
+    deadline: Option<Duration>,
+    /// Ads of it refused: when one was last logged, and how many since.
+    refusals: Option<(Duration, u64)>,
+    /// Its deadline was pushed back once because the router ran late
+    /// ([`Router::on_tick`]); cleared by its next message.
+    reprieved: bool,
+}
+
+/// The global RM's decisions. See the module documentation for the call order.
+pub struct Router {
+    config: RouterConfig,
+    now: Duration,
+    alloc: Allocator,
+    links: HashMap<LinkId, LinkRole>,
+    presence: HashMap<String, Presence>,
+    deadlines: BTreeSet<(Duration, String)>,
+    procs: ProcTable,
+    /// `LookupProcess` requests waiting for their process to attach.
+    lookups: HashMap<ProcessId, Vec<ReqRef>>,
+    /// Events for processes attached through a machine whose connection is
+    /// down (or which was declared lost): kept until the machine's local RM
+    /// announces the process again, so that every request gets its answer.
+    parked: HashMap<ProcessId, Vec<Event>>,
+    /// Stored executables: sha256 -> size.
+    executables: HashMap<String, u64>,
+    /// Jobs submitted with `carmi submit`, until they end.
+    submitted: HashMap<JobId, jobs::Submitted>,
+    /// Live masters of submitted jobs: their job and the machine running them.
+    masters: HashMap<ProcessId, (JobId, String)>,
+    /// Processes replayed from the journal whose host is not held again yet:
+    /// their job and class, until their machine re-reports them.
+    recovered: HashMap<ProcessId, (JobId, String)>,
+    /// Root processes of hand-started jobs replayed from the journal, with
+    /// their job and machine, until they attach again; one that is not back
+    /// by its machine's first heartbeat after registering is gone, and so is
+    /// its job.
+    awaiting_roots: HashMap<ProcessId, (JobId, String)>,
+    /// Masters whose `SpawnMaster` went out (the others wait for their machine).
+    sent_masters: std::collections::HashSet<ProcessId>,
+    /// Masters the global RM must place and for which no machine matched
+    /// yet: placed when a machine registers or changes its ad.
+    unplaced: std::collections::BTreeSet<ProcessId>,
+    /// Jobs that left the queue, for `carmi history`.
+    history: jobs::History,
+    /// Submitted jobs' event logs, for `carmi events`.
+    events: events::EventLogs,
+    /// `carmi logs` reads waiting for a local RM.
+    log_reads: logs::LogReads,
+    next_job: u64,
+    out: Vec<Output>,
+    /// What each admin connection's token lets it do (`router/authz.rs`).
+    identities: HashMap<LinkId, carmi_proto::authz::Identity>,
+}
+
+impl Router {
+    /// A router with an empty pool.
+    pub fn new(config: RouterConfig) -> Router {
+        Router {
+            config,
+            now: Duration::ZERO,
+            alloc: Allocator::new(),
+            links: HashMap::new(),
+            presence: HashMap::new(),
+            deadlines: BTreeSet::new(),
+            procs: ProcTable::new(),
+            lookups: HashMap::new(),
+            parked: HashMap::new(),
+            executables: HashMap::new(),
+            submitted: HashMap::new(),
+            masters: HashMap::new(),
+            recovered: HashMap::new(),
+            awaiting_roots: HashMap::new(),
+            sent_masters: Default::default(),
+            unplaced: Default::default(),
+            history: Default::default(),
+            events: Default::default(),
+            log_reads: Default::default(),
+            next_job: 1,
+            out: Vec::new(),
+            identities: HashMap::new(),
+        }
+    }
+
+    /// The allocator, for inspection.
+    pub fn allocator(&self) -> &Allocator {
+        &self.alloc
+    }
+
+    /// The process table, for inspection.
+    pub fn processes(&self) -> &ProcTable {
+        &self.procs
+    }
+
+    /// What to send and close, in order, since the last call.
+    pub fn take_outputs(&mut self) -> Vec<Output> {
+        self.journal_events();
+        std::mem::take(&mut self.out)
+    }
+
+    /// When [`Router::on_tick`] must next be called, if ever.
+    pub fn next_deadline(&self) -> Option<Duration> {
+        let machines = self.deadlines.first().map(|(d, _)| *d);
+        match (machines, self.log_reads.next_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn advance(&mut self, now: Duration) {
+        self.now = self.now.max(now);
+        self.alloc.advance_to(self.now);
+    }
+
+    fn send(&mut self, link: LinkId, msg: FromGlobal) {
+        self.out.push(Output::Send { link, msg });
+    }
+
+    fn close(&mut self, link: LinkId, reason: String) {
+        self.out.push(Output::Close { link, reason });
+    }
+
+    fn lost_after(&self) -> Duration {
+        self.config
+            .heartbeat
+            .checked_mul(self.config.missed_heartbeats.max(1))
+            .unwrap_or(Duration::MAX)
+    }
+
+    /// The connection to machine `name`, once it has advertised on it.
+    fn ready_link(&self, name: &str) -> Option<LinkId> {
+        self.presence
+            .get(name)
+            .filter(|p| p.ready)
+            .and_then(|p| p.link)
+    }
+
+    /// A new connection passed the handshake with `role`.
+    pub fn on_link_opened(&mut self, link: LinkId, role: Role, now: Duration) {
+        self.advance(now);
+        match role {
+            Role::Local { name } if name.trim().is_empty() => {
+                self.close(link, "a local RM must give its machine a name".into());
+            }
+            Role::Local { name } if name.len() > carmi_proto::limits::MAX_NAME_BYTES => {
+                let e = carmi_proto::limits::check_len(
+                    "machine name",
+                    &name,
+                    carmi_proto::limits::MAX_NAME_BYTES,
+                );
+                self.close(link, e.err().map(|e| e.to_string()).unwrap_or_default());
+            }
+            Role::Local { name } => {
+                let p = self.presence.entry(name.clone()).or_default();
+                p.ready = false;
+                if let Some(old) = p.link.replace(link) {
+                    self.links.remove(&old);
+                    self.close(
+                        old,
+                        format!("machine `{name}` connected again on a newer connection"),
+                    );
+                }
+                self.links.insert(link, LinkRole::Machine(name));
+                self.settle_log_reads();
+            }
+            Role::Admin => {
+                self.links.insert(link, LinkRole::Admin);
+            }
+            Role::Application { .. }
+            | Role::Peer { .. }
+            | Role::Output { .. }
+            | Role::Stager { .. } => {
+                self.close(
+                    link,
+                    "applications talk to their local RM, not to the global RM".into(),
+                );
+            }
+        }
+    }
+
+    /// A connection ended.
+    pub fn on_link_closed(&mut self, link: LinkId, now: Duration) {
+        self.advance(now);
+        let role = self.links.remove(&link);
+        self.identities.remove(&link);
+        match role {
+            Some(LinkRole::Machine(_)) => self.settle_log_reads(),
+            Some(LinkRole::Admin) => self.forget_log_reads(link),
+            None => {}
+        }
+        if let Some(LinkRole::Machine(name)) = role
+            && let Some(p) = self.presence.get_mut(&name)
+            && p.link == Some(link)
+        {
+            // Not lost yet: the local RM keeps its processes and may reconnect.
+            p.link = None;
+            p.ready = false;
+        }
+    }
+
+    /// An executable's bytes were stored and verified.
+    pub fn on_executable_stored(&mut self, exe: &ExecutableRef) {
+        self.executables.insert(exe.sha256.clone(), exe.size);
+    }
+
+    /// A decoded message arrived on a connection: [`Router::on_decoded`]
+    /// after parsing its ad here (tests, and drivers that do not mind).
+    pub fn on_message(&mut self, link: LinkId, msg: ToGlobal, now: Duration) {
+        let decoded = Decoded::new(msg, &self.config);
+        self.on_decoded(link, decoded, now);
+    }
+
+    /// A message arrived on a connection at `now`, its ad (if any) checked
+    /// and parsed by [`Decoded::new`].
+    pub fn on_decoded(&mut self, link: LinkId, decoded: Decoded, now: Duration) {
+        let Decoded { msg, ad } = decoded;
+        self.advance(now);
+        let name = match self.links.get(&link) {
+            None => return,
+            Some(LinkRole::Admin) => {
+                let Some(msg) = self.authorize(link, msg) else {
+                    self.flush();
+                    return;
+                };
+                match msg {
+                    ToGlobal::Status => {
+                        let pool = self.alloc.pool_status();
+                        self.send(link, FromGlobal::Pool(pool));
+                    }
+                    ToGlobal::Submit(req) => self.submit(link, *req),
+                    ToGlobal::RemoveJob { job } => self.remove_job(link, job),
+                    ToGlobal::Queue => self.queue(link),
+                    ToGlobal::Analyze { job } => self.analyze(link, job),
+                    ToGlobal::History { job } => self.history(link, job),
+                    ToGlobal::Hold { job, reason, user } => self.hold(link, job, reason, &user),
+                    ToGlobal::Release { job } => self.release(link, job),
+                    ToGlobal::Events { job, after } => self.job_events(link, job, after),
+                    ToGlobal::FetchFiles { job } => self.fetch_files(link, job),
+                    ToGlobal::Logs {
+                        job,
+                        stream,
+                        offset,
+                    } => self.read_log(link, job, stream, offset),
+                    ToGlobal::MachineAds => {
+                        let ads = self.alloc.machine_ads();
+                        self.send(link, FromGlobal::Ads(ads));
+                    }
+                    other => {
+                        let what = variant_name(&other);
+                        self.close(link, format!("admin connections may send Status, Submit, RemoveJob, Queue, Analyze, History, Hold, Release, Events, FetchFiles, Logs and MachineAds, not {what}"));
+                    }
+                }
+                self.flush();
+                return;
+            }
+            Some(LinkRole::Machine(name)) => name.clone(),
+        };
+        self.touch(&name);
+        match msg {
+            ToGlobal::Advertise { slots, running, .. } => {
+                let ad = ad.unwrap_or_else(|| Err("the machine ad is missing".into()));
+                self.advertise(link, &name, ad, slots, running)
+            }
+            ToGlobal::Heartbeat { .. } => self.heartbeat(link, &name, ad),
+            ToGlobal::AppAttach {
+                conn,
+                job,
+                process,
+                endpoint,
+            } => {
+                let (job, process) = self.sane_attach_ids(&name, job, process);
+                self.app_attach(link, &name, conn, job, process, endpoint)
+            }
+            ToGlobal::AppDetach { conn } => self.app_detach(&name, conn),
+            ToGlobal::Forward { conn, id, body } => self.forward(link, &name, conn, id, body),
+            ToGlobal::Started { process, result } => match self.master_on(process, &name) {
+                Some(job) => {
+                    let outcome = result.map_err(ExitStatus::FailedToStart);
+                    if let Err(status) = &outcome {
+                        self.exit_process(process, status.clone(), 0.0);
+                    }
+                    self.master_report(process, job, outcome);
+                }
+                None => self.started(&name, process, result),
+            },
+            ToGlobal::Exited {
+                process,
+                status,
+                cpu_seconds,
+            } => {
+                if let Some(job) = self.master_on(process, &name) {
+                    self.exit_process(process, status.clone(), cpu_seconds);
+                    self.master_report(process, job, Err(status));
+                } else if self.runs_on(process, &name) {
+                    self.exit_process(process, status, cpu_seconds);
+                }
+            }
+            ToGlobal::SlotState { slot, state } => self.slot_state(&name, slot, state),
+            ToGlobal::MasterFiles { process, files } => self.master_files(&name, process, files),
+            ToGlobal::LogRead { request, result } => self.log_read(&name, request, result),
+            ToGlobal::Status => {
+                let pool = self.alloc.pool_status();
+                self.send(link, FromGlobal::Pool(pool));
+            }
+            ToGlobal::Upload { .. }
+            | ToGlobal::Fetch { .. }
+            | ToGlobal::StageServe { .. }
+            | ToGlobal::Fetched { .. }
+            | ToGlobal::StageStats => {
+                debug!(%link, "executable transfer reached the router; the driver serves those");
+            }
+            ToGlobal::Submit(_)
+            | ToGlobal::RemoveJob { .. }
+            | ToGlobal::Queue
+            | ToGlobal::Analyze { .. }
+            | ToGlobal::History { .. }
+            | ToGlobal::Hold { .. }
+            | ToGlobal::Release { .. }
+            | ToGlobal::Events { .. }
+            | ToGlobal::FetchFiles { .. }
+            | ToGlobal::Logs { .. }
+            | ToGlobal::Tokens(_)
+            | ToGlobal::MachineAds => {
+                let what = variant_name(&msg);
+                warn!(
+                    machine = name,
+                    "{what} is an admin request; a local RM may not send it"
+                );
+            }
+        }
+        self.flush();
+    }
+}
+
+/// The name of a message's variant, for logs.
+fn variant_name(msg: &ToGlobal) -> &'static str {
+    match msg {
+        ToGlobal::Advertise { .. } => "Advertise",
+        ToGlobal::Heartbeat { .. } => "Heartbeat",
+        ToGlobal::AppAttach { .. } => "AppAttach",
+        ToGlobal::AppDetach { .. } => "AppDetach",
+        ToGlobal::Forward { .. } => "Forward",
+        ToGlobal::Upload { .. } => "Upload",
+        ToGlobal::Fetch { .. } => "Fetch",
+        ToGlobal::StageServe { .. } => "StageServe",
+        ToGlobal::Fetched { .. } => "Fetched",
+        ToGlobal::StageStats => "StageStats",
+        ToGlobal::Started { .. } => "Started",
+        ToGlobal::Exited { .. } => "Exited",
+        ToGlobal::SlotState { .. } => "SlotState",
+        ToGlobal::Status => "Status",
+        ToGlobal::Submit(_) => "Submit",
+        ToGlobal::RemoveJob { .. } => "RemoveJob",
+        ToGlobal::Queue => "Queue",
+        ToGlobal::Analyze { .. } => "Analyze",
+        ToGlobal::MachineAds => "MachineAds",
+        ToGlobal::History { .. } => "History",
+        ToGlobal::Hold { .. } => "Hold",
+        ToGlobal::Release { .. } => "Release",
+        ToGlobal::Events { .. } => "Events",
+        ToGlobal::MasterFiles { .. } => "MasterFiles",
+        ToGlobal::FetchFiles { .. } => "FetchFiles",
+        ToGlobal::Logs { .. } => "Logs",
+        ToGlobal::LogRead { .. } => "LogRead",
+        ToGlobal::Tokens(_) => "Tokens",
+    }
+}

@@ -1,0 +1,125 @@
+//! Machine ads and heartbeat updates checked against their limits and parsed
+//! before the router sees them. The driver does this on the connection's own
+//! task (a large one on the blocking pool), so that one huge ad costs its
+//! sender's connection time, never the single router task that every other
+//! machine's heartbeats wait for.
+
+use carmi_proto::msg::ToGlobal;
+use classad::ClassAd;
+
+use super::RouterConfig;
+
+/// Default for [`RouterConfig::max_ad_attributes`]. HTCondor's machine ads
+/// have a few hundred attributes; sixteen times that leaves room for custom
+/// ones while an ad stays cheap to parse, store and match.
+pub const MAX_AD_ATTRIBUTES: usize = 4096;
+
+/// Default for [`RouterConfig::max_ad_bytes`]: a machine ad or update of
+/// more than 1 MiB of text is a mistake or an attack (real ones are a few KiB).
+pub const MAX_AD_BYTES: usize = 1 << 20;
+
+/// An ad text over this size is decoded on the blocking pool rather than on
+/// the connection's task, which shares the runtime's few worker threads.
+const HEAVY_AD_BYTES: usize = 64 * 1024;
+
+/// A message from a connection, with the ClassAd it carries (the machine ad
+/// of `Advertise`, the update of `Heartbeat`) already checked and parsed: its
+/// text is dropped from the message once parsed.
+pub struct Decoded {
+    pub(super) msg: ToGlobal,
+    /// `None`: the message carries no ad (or an empty update). `Err`: the ad
+    /// broke a limit or does not parse, with the reason for its sender.
+    pub(super) ad: Option<Result<ClassAd, String>>,
+}
+
+impl Decoded {
+    /// Checks and parses the ad that `msg` carries, if any.
+    pub fn new(mut msg: ToGlobal, config: &RouterConfig) -> Decoded {
+        let ad = match &mut msg {
+            ToGlobal::Advertise { ad, .. } => Some(check(
+                &std::mem::take(ad),
+                "machine ad",
+                config,
+                ClassAd::parse_any,
+            )),
+            ToGlobal::Heartbeat { update } if !update.trim().is_empty() => Some(check(
+                &std::mem::take(update),
+                "heartbeat update",
+                config,
+                ClassAd::parse_old,
+            )),
+            _ => None,
+        };
+        Decoded { msg, ad }
+    }
+
+    /// True when `msg` carries an ad large enough that parsing it belongs
+    /// on the blocking pool.
+    pub fn is_heavy(msg: &ToGlobal) -> bool {
+        match msg {
+            ToGlobal::Advertise { ad, .. } => ad.len() > HEAVY_AD_BYTES,
+            ToGlobal::Heartbeat { update } => update.len() > HEAVY_AD_BYTES,
+            _ => false,
+        }
+    }
+}
+
+/// The ad in `text`, or why it is refused. Size and attribute count are
+/// checked before parsing: parsing interns every attribute name for the life
+/// of the process, so an ad over the limit must not reach the parser at all.
+fn check(
+    text: &str,
+    what: &str,
+    config: &RouterConfig,
+    parse: impl FnOnce(&str) -> Result<ClassAd, classad::ParseError>,
+) -> Result<ClassAd, String> {
+    if text.len() > config.max_ad_bytes {
+        return Err(format!(
+            "the {what} is {} bytes long; at most {} are accepted (max_ad_bytes)",
+            text.len(),
+            config.max_ad_bytes
+        ));
+    }
+    let too_many = |n: usize| {
+        format!(
+            "the {what} has {n} attributes; at most {} are accepted (max_ad_attributes)",
+            config.max_ad_attributes
+        )
+    };
+    let estimate = count_attributes(text);
+    if estimate > config.max_ad_attributes {
+        return Err(too_many(estimate));
+    }
+    let ad = parse(text).map_err(|e| format!("the {what} does not parse: {e}"))?;
+    if ad.len() > config.max_ad_attributes {
+        return Err(too_many(ad.len()));
+    }
+    Ok(ad)
+}
+
+/// How many attributes `text` holds, without parsing it: in old syntax one
+/// per line that is neither blank nor a comment; in new syntax one more than
+/// the `;` outside string literals (nested ads' attributes included, since
+/// they cost as much). Exact for ads as daemons write them; for others an
+/// estimate close enough for a limit of thousands.
+pub fn count_attributes(text: &str) -> usize {
+    if !text.trim_start().starts_with('[') {
+        return text
+            .lines()
+            .map(str::trim_start)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .count();
+    }
+    let (mut count, mut in_string, mut escaped) = (1, false, false);
+    for b in text.bytes() {
+        match (in_string, escaped, b) {
+            (true, true, _) => escaped = false,
+            (true, false, b'\\') => escaped = true,
+            (true, false, b'"') => in_string = false,
+            (false, _, b'"') => in_string = true,
+            (false, _, b';') => count += 1,
+            _ => {}
+        }
+    }
+    count
+}

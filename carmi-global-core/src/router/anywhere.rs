@@ -1,0 +1,240 @@
+//! Where a submitted job's master runs, and what it sends back: placing a
+//! master submitted from outside the pool on a machine its
+//! `master_requirements` accept (fewest masters first; waiting while none
+//! matches), starting it again elsewhere when its machine is lost, and the
+//! files (output, error, `transfer_output_files`) its local RM sends back
+//! as it exits, kept with the job's history record for `carmi wait` and
+//! `carmi fetch`. The master's life itself is in `jobs`.
+
+use carmi_proto::events::EventKind;
+use carmi_proto::ids::{JobId, ProcessId};
+use carmi_proto::limits;
+use carmi_proto::msg::{ExitStatus, FailureCode, FromGlobal, JobFiles, JobRecord, ReturnedFile};
+use carmi_proto::submit::JobSpec;
+use classad::ClassAd;
+use tracing::{info, warn};
+
+use super::jobs::Submitted;
+use super::{LinkId, Output, Router};
+use crate::journal::Record;
+
+impl Router {
+    /// The online machine for the master of `sub`: one its
+    /// `master_requirements` accept, running the fewest masters (then the
+    /// first by name, so that the choice is reproducible).
+    pub(super) fn pick_master_machine(&self, sub: &Submitted) -> Option<String> {
+        let mut load: std::collections::HashMap<&str, usize> = Default::default();
+        for (_, m) in self.masters.values() {
+            *load.entry(m.as_str()).or_default() += 1;
+        }
+        self.alloc
+            .online_ads()
+            .filter(|(_, ad)| {
+                sub.master_ad
+                    .as_ref()
+                    .is_none_or(|m| classad::matching::accepts(m, ad))
+            })
+            .map(|(name, _)| (load.get(name).copied().unwrap_or(0), name))
+            .min()
+            .map(|(_, name)| name.to_string())
+    }
+
+    /// Places the masters that found no machine when their job started, now
+    /// that a machine registered or changed its ad.
+    pub(super) fn place_masters(&mut self) {
+        let waiting: Vec<ProcessId> = self.unplaced.iter().copied().collect();
+        for process in waiting {
+            let Some(&(job, _)) = self.masters.get(&process) else {
+                self.unplaced.remove(&process);
+                continue;
+            };
+            let Some(machine) = self
+                .submitted
+                .get(&job)
+                .and_then(|s| self.pick_master_machine(s))
+            else {
+                continue;
+            };
+            self.unplaced.remove(&process);
+            info!(job = %job, machine, "the master is placed");
+            self.masters.insert(process, (job, machine.clone()));
+            if let Some(s) = self.submitted.get_mut(&job) {
+                s.machine = machine.clone();
+            }
+            self.out.push(Output::Journal(Record::Started {
+                job,
+                master: process,
+                placed: Some(machine.clone()),
+            }));
+            if let Some(link) = self.ready_link(&machine) {
+                self.send_master(link, process, job);
+            }
+        }
+    }
+
+    /// Files a master's local RM sent back before its exit: kept with the
+    /// job (their bytes are already in the store under the master's id),
+    /// each given its destination in the submit directory. Files from a
+    /// process that is no master there, or not asked for, are dropped.
+    pub(super) fn master_files(
+        &mut self,
+        machine: &str,
+        process: ProcessId,
+        files: Vec<ReturnedFile>,
+    ) {
+        let Some(job) = self.master_on(process, machine) else {
+            warn!(machine, %process, "files sent back by a process that is no master there; dropped");
+            self.out.push(Output::DropFiles { process });
+            return;
+        };
+        let Some(sub) = self.submitted.get(&job) else {
+            self.out.push(Output::DropFiles { process });
+            return;
+        };
+        let plan = return_plan(sub);
+        let mut kept = Vec::with_capacity(files.len());
+        for mut f in files {
+            match plan.iter().find(|(n, _)| *n == f.name) {
+                Some((_, dest)) => {
+                    f.dest = dest.clone();
+                    kept.push(f);
+                }
+                None => {
+                    warn!(machine, %process, name = f.name, "a file that was not asked for was sent back; ignored")
+                }
+            }
+        }
+        info!(job = %job, %process, files = kept.len(), "the master's files are back");
+        if let Some(s) = self.submitted.get_mut(&job) {
+            s.returned = Some(JobFiles {
+                process,
+                files: kept,
+            });
+        }
+    }
+
+    /// `carmi fetch` (and `carmi wait`): the files an ended job's master
+    /// sent back, read from the store by the driver.
+    pub(super) fn fetch_files(&mut self, link: LinkId, job: JobId) {
+        if self.alloc.has_job(job) {
+            let message = format!(
+                "job {} has not ended yet; its files come back when its master exits",
+                job.0
+            );
+            return self.admin_fail(link, FailureCode::Unavailable, message);
+        }
+        match self.history.select(Some(job)).pop() {
+            Some(JobRecord {
+                files: Some(files), ..
+            }) => self.out.push(Output::SendFiles { link, files }),
+            Some(_) => {
+                let message = format!(
+                    "job {} has no files to bring back (none were asked for, or they were dropped to keep the store within its limit)",
+                    job.0
+                );
+                self.admin_fail(link, FailureCode::Invalid, message);
+            }
+            None => {
+                let message = format!(
+                    "job {} is not in the history (never submitted, or older than the jobs kept)",
+                    job.0
+                );
+                self.admin_fail(link, FailureCode::Invalid, message);
+            }
+        }
+    }
+
+    /// The master `process` of `job` is gone with its machine (declared
+    /// lost, or its local RM came back without it). A job whose master the
+    /// global RM may place starts a new master, on another machine if need
+    /// be, from the hosts the job holds (as a first master starts: its
+    /// minimums held); the old master's processes are killed, as no new
+    /// master knows them. A job pinned to a machine ends, as before.
+    pub(super) fn master_lost(&mut self, process: ProcessId, job: JobId) {
+        self.exit_process(process, ExitStatus::HostLost, 0.0);
+        if !self.submitted.get(&job).is_some_and(|s| s.anywhere) {
+            return self.master_report(process, job, Err(ExitStatus::HostLost));
+        }
+        self.masters.remove(&process);
+        self.sent_masters.remove(&process);
+        self.unplaced.remove(&process);
+        for p in self.procs.of_job(job) {
+            let Some(proc) = self.procs.find(p) else {
+                continue;
+            };
+            if !proc.is_live() || p == process {
+                continue;
+            }
+            let link = proc
+                .host
+                .and_then(|h| self.alloc.host_machine(h))
+                .and_then(|m| self.ready_link(m));
+            match (proc.host, link) {
+                // Still live until its local RM reports how it ended.
+                (Some(_), Some(link)) => self.send(link, FromGlobal::Kill { process: p }),
+                (Some(_), None) => self.exit_process(p, ExitStatus::HostLost, 0.0),
+                // Started by hand: not ours to kill.
+                (None, _) => {}
+            }
+        }
+        warn!(job = %job, %process, "the master's machine is gone; the job starts a new master");
+        let machine = self
+            .submitted
+            .get(&job)
+            .map(|s| s.machine.clone())
+            .unwrap_or_default();
+        self.log_event(job, EventKind::MasterLost { machine });
+        self.start_master(job);
+    }
+
+    /// The masters whose returned files are still wanted (their job's
+    /// history record, or a job that has not ended yet, refers to them): the
+    /// driver deletes the others' at start.
+    pub fn kept_files(&self) -> std::collections::HashSet<ProcessId> {
+        let live = self.submitted.values().filter_map(|s| s.returned.as_ref());
+        self.history
+            .file_owners()
+            .chain(live.map(|f| f.process))
+            .collect()
+    }
+}
+
+/// `[Requirements = master_requirements]` for placing a job's master, or
+/// why the expression is refused (a client other than `carmi` may send one).
+pub(super) fn master_ad(spec: &JobSpec) -> Result<Option<ClassAd>, String> {
+    let Some(text) = &spec.master_requirements else {
+        return Ok(None);
+    };
+    let mut ad = ClassAd::new();
+    ad.insert_expr_str("Requirements", text)
+        .map_err(|e| format!("master_requirements: not a ClassAd expression: {e}"))?;
+    Ok(Some(ad))
+}
+
+/// The files a job's master sends back, by their name in its sandbox, and
+/// where each goes on the submit machine: its output and error when the
+/// global RM placed it away from the submit machine, and its
+/// `transfer_output_files` (by file name, into `initialdir`, as HTCondor
+/// does) wherever it ran.
+pub(super) fn return_plan(sub: &Submitted) -> Vec<(String, String)> {
+    let mut plan = Vec::new();
+    if sub.placed {
+        for (name, path) in [("stdout", &sub.spec.output), ("stderr", &sub.spec.error)] {
+            if let Some(p) = path {
+                plan.push((name.to_string(), p.clone()));
+            }
+        }
+    }
+    let dir = std::path::Path::new(sub.spec.initial_dir.as_deref().unwrap_or(""));
+    for f in &sub.spec.transfer_output_files {
+        let Some(base) = std::path::Path::new(f).file_name() else {
+            continue;
+        };
+        if plan.iter().any(|(n, _)| n == f) {
+            continue;
+        }
+        plan.push((f.clone(), dir.join(base).to_string_lossy().into_owned()));
+    }
+    plan.truncate(limits::MAX_RETURNED_FILES);
+    plan
+}

@@ -1,0 +1,147 @@
+//! `carmi hold` and `carmi release` at the router: a held job's master and
+//! processes are killed and its hosts go back (the allocator keeps its place
+//! in the queue); a released one waits again, and its master starts from
+//! scratch when its minimums are met, as after a vacate. Both are journaled,
+//! so a restarted global RM keeps a held job held.
+
+use carmi_proto::events::EventKind;
+use carmi_proto::ids::JobId;
+use carmi_proto::limits;
+use carmi_proto::msg::{FailureCode, FromGlobal};
+use tracing::info;
+
+use super::jobs::class_limits;
+use super::{LinkId, Output, Router};
+use crate::journal::Record;
+
+impl Router {
+    /// `carmi hold`.
+    pub(super) fn hold(&mut self, link: LinkId, job: JobId, reason: Option<String>, user: &str) {
+        if let Err(f) = self.alloc.hold_job(job) {
+            return self.admin_fail(link, f.code, f.message);
+        }
+        let reason = match reason.filter(|r| !r.trim().is_empty()) {
+            Some(r) => limits::cut_reason(&r),
+            None => limits::cut_reason(&format!("held by {user}")),
+        };
+        info!(job = %job, reason, "job held");
+        self.out.push(Output::Journal(Record::Held {
+            job,
+            reason: reason.clone(),
+        }));
+        self.stop_job_processes(job);
+        if let Some(s) = self.submitted.get_mut(&job) {
+            s.held = Some(reason.clone());
+        }
+        self.log_event(job, EventKind::Held { reason });
+        self.send(link, FromGlobal::Held { job });
+    }
+
+    /// Holds a job just submitted with `on_impossible = hold` that the pool
+    /// cannot start, giving why as the reason (`carmi release` once the pool grew).
+    pub(super) fn hold_at_submit(&mut self, job: JobId, why: &str) {
+        if let Err(f) = self.alloc.hold_job(job) {
+            tracing::warn!(job = %job, "cannot hold the job at submit: {}", f.message);
+            return;
+        }
+        let reason = limits::cut_reason(&format!("{why} (on_impossible = hold)"));
+        info!(job = %job, reason, "job held at submit");
+        self.out.push(Output::Journal(Record::Held {
+            job,
+            reason: reason.clone(),
+        }));
+        if let Some(s) = self.submitted.get_mut(&job) {
+            s.held = Some(reason.clone());
+        }
+        self.log_event(job, EventKind::Held { reason });
+    }
+
+    /// `carmi release`.
+    pub(super) fn release(&mut self, link: LinkId, job: JobId) {
+        let Some(spec) = self.submitted.get(&job).map(|s| s.spec.clone()) else {
+            let message = format!(
+                "job {} is not a submitted job in the queue (it ended, never existed, or was started by hand)",
+                job.0
+            );
+            return self.admin_fail(link, FailureCode::Invalid, message);
+        };
+        if let Err(f) = self.alloc.release_job(job, &class_limits(&spec)) {
+            return self.admin_fail(link, f.code, f.message);
+        }
+        info!(job = %job, "job released");
+        self.out.push(Output::Journal(Record::Released { job }));
+        if let Some(s) = self.submitted.get_mut(&job) {
+            s.held = None;
+        }
+        self.log_event(job, EventKind::Released);
+        self.send(link, FromGlobal::Released { job });
+    }
+
+    /// Kills the master and every process of a job that stays in the queue
+    /// (held): they are forgotten at once, so that whatever they still send
+    /// or whatever is reported of them later concerns no live process.
+    fn stop_job_processes(&mut self, job: JobId) {
+        // The allocator released the hosts; the processes on them are ours to kill.
+        self.flush();
+        if let Some(p) = self.submitted.get_mut(&job).and_then(|s| s.master.take()) {
+            self.unplaced.remove(&p);
+            let machine = self.masters.remove(&p).map(|(_, m)| m);
+            if self.sent_masters.remove(&p)
+                && let Some(link) = machine.and_then(|m| self.ready_link(&m))
+            {
+                self.send(link, FromGlobal::Kill { process: p });
+            }
+        }
+        for p in self.procs.of_job(job) {
+            let Some(proc) = self.procs.remove(p) else {
+                continue;
+            };
+            self.recovered.remove(&p);
+            self.lookups.remove(&p);
+            self.parked.remove(&p);
+            self.alloc.on_requester_gone(p);
+            if proc.is_live()
+                && let Some(link) = proc
+                    .host
+                    .and_then(|h| self.alloc.host_machine(h))
+                    .and_then(|m| self.ready_link(m))
+            {
+                self.send(link, FromGlobal::Kill { process: p });
+            }
+        }
+    }
+
+    /// Replays a `Held` record: the job (waiting, or running with its master
+    /// expected back) is held again and its processes are forgotten (they
+    /// were killed when it was held).
+    pub(super) fn recover_held(&mut self, job: JobId, reason: String) {
+        let Some(sub) = self.submitted.get_mut(&job) else {
+            return;
+        };
+        sub.held = Some(reason);
+        if let Some(p) = sub.master.take() {
+            self.masters.remove(&p);
+            self.sent_masters.remove(&p);
+            self.unplaced.remove(&p);
+        }
+        for p in self.procs.of_job(job) {
+            self.procs.remove(p);
+            self.recovered.remove(&p);
+        }
+        if let Err(f) = self.alloc.hold_job(job) {
+            tracing::warn!(job = %job, "journal: cannot hold the job again: {}", f.message);
+        }
+    }
+
+    /// Replays a `Released` record.
+    pub(super) fn recover_released(&mut self, job: JobId) {
+        let Some(sub) = self.submitted.get_mut(&job) else {
+            return;
+        };
+        sub.held = None;
+        let limits = class_limits(&sub.spec);
+        if let Err(f) = self.alloc.release_job(job, &limits) {
+            tracing::warn!(job = %job, "journal: cannot release the job again: {}", f.message);
+        }
+    }
+}

@@ -1,0 +1,368 @@
+//! Machines at the router: registration and reconciliation of what a
+//! reconnecting local RM still runs, heartbeats, loss, and owner-policy slot changes.
+//! Loss is for a machine's own silence: heartbeats count from their arrival,
+//! and a router that ran late counts overdue machines' silence again from
+//! when it resumed ([`Router::on_tick`]). Ads and updates over the limits are refused with
+//! their reason, told to the machine and logged at most once per
+//! [`REFUSAL_LOG_PERIOD`].
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use carmi_proto::ids::{JobId, ProcessId};
+use carmi_proto::msg::{ExitStatus, Failure, FailureCode, FromGlobal, ProcessState, SlotActivity};
+use classad::ClassAd;
+use tracing::{debug, info, warn};
+
+use super::{LinkId, Output, Router};
+
+/// Least time between two log lines about one machine's refused updates.
+pub const REFUSAL_LOG_PERIOD: Duration = Duration::from_secs(10);
+
+impl Router {
+    /// Any message from a registered machine proves it alive.
+    pub(super) fn touch(&mut self, name: &str) {
+        let deadline = self.now.saturating_add(self.lost_after());
+        self.set_deadline(name, deadline);
+        if let Some(p) = self.presence.get_mut(name) {
+            p.reprieved = false;
+        }
+    }
+
+    /// Moves the deadline of machine `name`, if it has one (only registered
+    /// machines do).
+    fn set_deadline(&mut self, name: &str, deadline: Duration) {
+        if let Some(p) = self.presence.get_mut(name)
+            && let Some(old) = p.deadline.as_mut().map(|d| std::mem::replace(d, deadline))
+        {
+            self.deadlines.remove(&(old, name.to_string()));
+            self.deadlines.insert((deadline, name.to_string()));
+        }
+    }
+
+    /// Gives every machine past its deadline, and not reprieved already
+    /// since its last message, a whole new loss window from now (see
+    /// [`Router::on_tick`]).
+    pub(super) fn reprieve_overdue(&mut self) {
+        let now = self.now;
+        let overdue: Vec<String> = self
+            .deadlines
+            .iter()
+            .take_while(|(d, _)| *d <= now)
+            .map(|(_, name)| name.clone())
+            .filter(|name| self.presence.get(name).is_some_and(|p| !p.reprieved))
+            .collect();
+        if overdue.is_empty() {
+            return;
+        }
+        warn!(
+            machines = overdue.len(),
+            "the global RM ran late past their deadlines (it was stopped or overloaded): \
+             their silence counts again from now"
+        );
+        let deadline = now.saturating_add(self.lost_after());
+        for name in overdue {
+            self.set_deadline(&name, deadline);
+            if let Some(p) = self.presence.get_mut(&name) {
+                p.reprieved = true;
+            }
+        }
+    }
+
+    /// Declares every machine whose deadline has passed lost, unless the
+    /// tick itself comes late.
+    ///
+    /// A tick more than a heartbeat period past a deadline means this
+    /// process did not run in between (stopped, starved of CPU, swapping, or
+    /// stuck on one input): the machines' heartbeats may be waiting unread in
+    /// their sockets, and a silence the global RM could not hear is not
+    /// theirs. Each overdue machine's silence then counts again from now,
+    /// once (any message from it renews that): a machine that is really gone
+    /// is lost one loss window later, one that was only unheard is not.
+    pub fn on_tick(&mut self, now: Duration) {
+        self.advance(now);
+        let late = self
+            .deadlines
+            .first()
+            .is_some_and(|(d, _)| self.now.saturating_sub(*d) > self.config.heartbeat);
+        if late {
+            self.reprieve_overdue();
+        }
+        while let Some((d, name)) = self.deadlines.first().cloned() {
+            if d > self.now {
+                break;
+            }
+            let reason = format!(
+                "machine `{name}` sent nothing for {} ms ({} heartbeat periods)",
+                self.lost_after().as_millis(),
+                self.config.missed_heartbeats
+            );
+            self.machine_lost(&name, reason);
+        }
+        self.settle_log_reads();
+    }
+
+    pub(super) fn advertise(
+        &mut self,
+        link: LinkId,
+        name: &str,
+        ad: Result<ClassAd, String>,
+        slots: u32,
+        running: Vec<ProcessId>,
+    ) {
+        if slots > self.config.max_slots {
+            let reason = format!(
+                "machine `{name}` advertised {slots} slots; at most {} are accepted",
+                self.config.max_slots
+            );
+            return self.close(link, reason);
+        }
+        let ad = match ad {
+            Ok(ad) => ad,
+            Err(e) => {
+                let reason = format!("machine `{name}`: {e}");
+                self.tell_refused(link, &reason);
+                return self.close(link, reason);
+            }
+        };
+        let known = self.alloc.known_hosts(name).len();
+        let hosts = self.alloc.on_machine_registered(name, ad, slots);
+        if hosts.len() > known {
+            self.out
+                .push(Output::Journal(crate::journal::Record::Machine {
+                    name: name.to_string(),
+                    hosts: self.alloc.known_hosts(name).to_vec(),
+                }));
+        }
+        let deadline = self.now.saturating_add(self.lost_after());
+        let p = self.presence.entry(name.to_string()).or_default();
+        p.ready = true;
+        if let Some(old) = p.deadline.replace(deadline) {
+            self.deadlines.remove(&(old, name.to_string()));
+        }
+        self.deadlines.insert((deadline, name.to_string()));
+        info!(machine = name, slots, "machine registered");
+        // The answer first: a local RM may expect it before anything else.
+        self.send(
+            link,
+            FromGlobal::Registered {
+                hosts: hosts.clone(),
+                heartbeat_ms: self
+                    .config
+                    .heartbeat
+                    .as_millis()
+                    .try_into()
+                    .unwrap_or(u64::MAX),
+            },
+        );
+        // Reconcile with what the local RM says still runs there.
+        let running: BTreeSet<ProcessId> = running.into_iter().collect();
+        for &p in &running {
+            let known = self
+                .procs
+                .find(p)
+                .is_some_and(|pr| pr.is_live() && pr.host.is_some_and(|h| hosts.contains(&h)))
+                || self.master_on(p, name).is_some();
+            if !known {
+                debug!(machine = name, process = %p, "killing a process the global RM no longer knows");
+                self.send(link, FromGlobal::Kill { process: p });
+            }
+        }
+        // Masters that waited for this machine to come back.
+        let waiting: Vec<(ProcessId, JobId)> = self
+            .masters
+            .iter()
+            .filter(|(p, (_, m))| m == name && !self.sent_masters.contains(p))
+            .map(|(&p, &(j, _))| (p, j))
+            .collect();
+        for (p, j) in waiting {
+            self.send_master(link, p, j);
+        }
+        self.place_masters();
+        // Processes recovered from the journal that still run get their hosts back.
+        for &p in &running {
+            if let Some((job, class)) = self.recovered.remove(&p)
+                && let Some(host) = self.procs.find(p).and_then(|pr| pr.host)
+                && !self.alloc.recover_claim(host, job, &class, p)
+            {
+                warn!(machine = name, process = %p, "its host went to another job meanwhile; killing it");
+                self.send(link, FromGlobal::Kill { process: p });
+                self.exit_process(p, ExitStatus::HostLost, 0.0);
+            }
+        }
+        // Processes it no longer runs most likely ended while it was away:
+        // their `Exited` follows `Registered` from its backlog, with the real
+        // status. Whatever is still unexplained at its next heartbeat (sent
+        // after the backlog) was lost.
+        let mut suspects: Vec<ProcessId> = hosts
+            .iter()
+            .flat_map(|&h| self.procs.live_on(h))
+            .filter(|p| !running.contains(p))
+            .collect();
+        // Masters sent to it earlier run outside its slots.
+        suspects.extend(
+            self.masters
+                .iter()
+                .filter(|(p, (_, m))| {
+                    m == name && self.sent_masters.contains(p) && !running.contains(p)
+                })
+                .map(|(&p, _)| p),
+        );
+        // Hand-started roots from the journal that ran here: their local RM
+        // announces them again right after `Registered`.
+        suspects.extend(
+            self.awaiting_roots
+                .iter()
+                .filter(|(_, (_, m))| m == name)
+                .map(|(&p, _)| p),
+        );
+        if let Some(p) = self.presence.get_mut(name) {
+            p.suspects = suspects;
+        }
+    }
+
+    pub(super) fn heartbeat(
+        &mut self,
+        link: LinkId,
+        name: &str,
+        update: Option<Result<ClassAd, String>>,
+    ) {
+        let suspects = self
+            .presence
+            .get_mut(name)
+            .map(|p| std::mem::take(&mut p.suspects))
+            .unwrap_or_default();
+        for p in suspects {
+            if let Some((job, _)) = self.awaiting_roots.remove(&p) {
+                warn!(machine = name, %job, process = %p, "the hand-started root process of the job did not come back with its machine; the job ends");
+                self.end_job(job);
+            } else if let Some(job) = self.master_on(p, name) {
+                // The local RM restarted without it: the master is gone.
+                self.master_lost(p, job);
+            } else if self.runs_on(p, name) {
+                self.exit_process(p, ExitStatus::HostLost, 0.0);
+            }
+        }
+        match update {
+            None => {}
+            Some(Ok(ad)) => {
+                self.alloc.on_machine_updated(name, &ad);
+                if !self.unplaced.is_empty() {
+                    self.place_masters();
+                }
+            }
+            // The heartbeat still proves the machine alive; only its update is dropped.
+            Some(Err(e)) => {
+                let reason = format!("machine `{name}`: {e}; the update is ignored");
+                self.tell_refused(link, &reason);
+                self.log_refusal(name, &reason);
+            }
+        }
+    }
+
+    /// Tells a local RM why what it sent was refused, as a failure naming
+    /// the limit or the parse error (its log shows it).
+    fn tell_refused(&mut self, link: LinkId, reason: &str) {
+        let failure = Failure {
+            code: FailureCode::Invalid,
+            message: reason.to_string(),
+        };
+        self.send(link, FromGlobal::AdminFailed(failure));
+    }
+
+    /// Logs a refused update of machine `name` at most once per
+    /// [`REFUSAL_LOG_PERIOD`], with how many were refused in between: a
+    /// machine repeating a bad update every heartbeat writes one line per
+    /// period, not one per heartbeat.
+    fn log_refusal(&mut self, name: &str, reason: &str) {
+        let now = self.now;
+        let Some(p) = self.presence.get_mut(name) else {
+            return;
+        };
+        match &mut p.refusals {
+            Some((last, quiet)) if now.saturating_sub(*last) < REFUSAL_LOG_PERIOD => *quiet += 1,
+            slot => {
+                let quiet = slot.map_or(0, |(_, q)| q);
+                *slot = Some((now, 0));
+                if quiet > 0 {
+                    warn!(
+                        machine = name,
+                        "{reason} ({quiet} more refused since the last such line)"
+                    );
+                } else {
+                    warn!(machine = name, "{reason}");
+                }
+            }
+        }
+    }
+
+    pub(super) fn machine_lost(&mut self, name: &str, reason: String) {
+        warn!(machine = name, "{reason}; declaring it lost");
+        // A job whose master ran there has lost its master: it ends, or
+        // starts a new one elsewhere (below, once this machine is offline).
+        let masters: Vec<(ProcessId, JobId)> = self
+            .masters
+            .iter()
+            .filter(|(_, (_, m))| m == name)
+            .map(|(&p, &(j, _))| (p, j))
+            .collect();
+        let mut restart = Vec::new();
+        for (p, j) in masters {
+            if self.submitted.get(&j).is_some_and(|s| s.anywhere) {
+                restart.push((p, j));
+            } else {
+                self.exit_process(p, ExitStatus::HostLost, 0.0);
+                self.master_report(p, j, Err(ExitStatus::HostLost));
+            }
+        }
+        for h in self.alloc.machine_hosts(name).to_vec() {
+            for p in self.procs.live_on(h) {
+                self.exit_process(p, ExitStatus::HostLost, 0.0);
+            }
+        }
+        self.alloc.on_machine_lost(name);
+        for (p, j) in restart {
+            self.master_lost(p, j);
+        }
+        // Jobs hear about it before the connection goes.
+        self.flush();
+        if let Some(p) = self.presence.get_mut(name) {
+            if let Some(d) = p.deadline.take() {
+                self.deadlines.remove(&(d, name.to_string()));
+            }
+            p.ready = false;
+            if let Some(link) = p.link.take() {
+                self.links.remove(&link);
+                self.close(link, reason);
+            }
+        }
+        self.settle_log_reads();
+    }
+
+    pub(super) fn slot_state(&mut self, name: &str, slot: u32, state: SlotActivity) {
+        let Some(host) = self.alloc.host_of_slot(name, slot) else {
+            warn!(
+                machine = name,
+                slot, "state change for a slot the machine did not advertise"
+            );
+            return;
+        };
+        if state == SlotActivity::Vacated {
+            // The local RM killed them; whatever it reports later is old news.
+            for p in self.procs.live_on(host) {
+                self.exit_process(p, ExitStatus::HostLost, 0.0);
+            }
+        }
+        self.alloc.on_slot_state(name, slot, state);
+        let (from, to) = match state {
+            SlotActivity::Suspended => (ProcessState::Running, ProcessState::Suspended),
+            SlotActivity::Available => (ProcessState::Suspended, ProcessState::Running),
+            SlotActivity::Vacated => return,
+        };
+        for p in self.procs.live_on(host) {
+            if self.procs.find(p).is_some_and(|pr| pr.state == from) {
+                self.procs.set_state(p, to.clone());
+            }
+        }
+    }
+}

@@ -1,0 +1,200 @@
+//! The router's start after a restart: the journal of an earlier run
+//! replayed, before any connection, into jobs waiting again, jobs running
+//! again (their masters expected back with their local RMs), holds and the
+//! history; ended jobs are forgotten.
+//!
+//! Kept apart from `jobs.rs` (what admin requests do to jobs as they
+//! happen) so that each file stays readable.
+
+use carmi_proto::ids::ProcessId;
+use carmi_proto::limits;
+use tracing::{info, warn};
+
+use super::anywhere::master_ad;
+use super::jobs::{Submitted, class_limits};
+use super::{Output, Router, new_proc};
+use crate::journal::Record;
+
+impl Router {
+    /// Replays the journal of an earlier run, before any connection: waiting
+    /// jobs queue again, started ones run again (their masters are expected
+    /// back with their local RMs), ended ones are forgotten.
+    pub fn recover(&mut self, records: Vec<Record>) {
+        for r in records {
+            match r {
+                Record::Submitted { job, request } => {
+                    self.next_job = self.next_job.max(job.0 + 1);
+                    let req = *request;
+                    // A journal written before the limits may hold a job the
+                    // door would refuse now: it is dropped, not run.
+                    if let Err(f) = limits::check_submit(&req) {
+                        warn!(job = %job, "journal: the job is above a limit and is dropped: {}", f.message);
+                        continue;
+                    }
+                    let limits = class_limits(&req.spec);
+                    if let Err(f) = self.alloc.submit_job(job, &req.owner, &limits) {
+                        warn!(job = %job, "journal: cannot recover the job: {}", f.message);
+                        continue;
+                    }
+                    self.alloc.set_job_attributes(job, &req.spec.attributes);
+                    let master_ad = master_ad(&req.spec).unwrap_or_else(|e| {
+                        warn!(job = %job, "journal: {e}; the master may run on any machine");
+                        None
+                    });
+                    self.submitted.insert(
+                        job,
+                        Submitted {
+                            owner: req.owner,
+                            machine: req.machine.clone(),
+                            submit_machine: req.machine,
+                            anywhere: req.anywhere,
+                            placed: false,
+                            master_ad,
+                            returned: None,
+                            executable: req.executable,
+                            spec: req.spec.expand(job.0),
+                            submitted_unix: req.submitted_unix,
+                            master: None,
+                            started_unix: 0,
+                            held: None,
+                        },
+                    );
+                    // Events before the restart are not kept (see `events`).
+                    self.events.open(job, self.submitted[&job].spec.log.clone());
+                }
+                Record::Started {
+                    job,
+                    master,
+                    placed,
+                } => {
+                    let Some(sub) = self.submitted.get_mut(&job) else {
+                        continue;
+                    };
+                    let before = sub.master.replace(master);
+                    let again = before == Some(master);
+                    if let Some(m) = placed {
+                        sub.machine = m;
+                        sub.placed = true;
+                    }
+                    let machine = sub.machine.clone();
+                    if let Some(old) = before.filter(|_| !again) {
+                        // Restarted after its machine was lost.
+                        self.masters.remove(&old);
+                        self.sent_masters.remove(&old);
+                        self.unplaced.remove(&old);
+                        self.procs.remove(old);
+                    }
+                    if !again {
+                        self.alloc.recover_running(job);
+                        self.procs.insert(master, new_proc(job, true));
+                    }
+                    if machine.is_empty() {
+                        self.unplaced.insert(master);
+                    } else {
+                        self.unplaced.remove(&master);
+                        // Sent before the restart; its local RM will re-report it.
+                        self.sent_masters.insert(master);
+                    }
+                    self.masters.insert(master, (job, machine));
+                }
+                Record::Ended { job } => {
+                    self.events.close(job);
+                    self.awaiting_roots.retain(|_, (j, _)| *j != job);
+                    if let Some(sub) = self.submitted.remove(&job)
+                        && let Some(p) = sub.master
+                    {
+                        self.masters.remove(&p);
+                        self.sent_masters.remove(&p);
+                        self.unplaced.remove(&p);
+                    }
+                    for p in self.procs.of_job(job) {
+                        self.procs.remove(p);
+                        self.recovered.remove(&p);
+                    }
+                    self.alloc.on_job_ended(job);
+                }
+                Record::Machine { name, hosts } => {
+                    if !self.alloc.recover_machine(&name, &hosts) {
+                        warn!(
+                            machine = name,
+                            "journal: its host ids cannot be given back; it gets new ones"
+                        );
+                    }
+                }
+                Record::Spawned {
+                    process,
+                    job,
+                    host,
+                    class,
+                    origin,
+                } => {
+                    if !self.alloc.has_job(job) {
+                        continue;
+                    }
+                    let mut proc = new_proc(job, false);
+                    proc.host = Some(host);
+                    proc.origin = origin;
+                    self.procs.insert(process, proc);
+                    self.recovered.insert(process, (job, class));
+                }
+                Record::Exited { process } => {
+                    self.procs.remove(process);
+                    self.recovered.remove(&process);
+                }
+                Record::Attached { job, machine, root } => {
+                    self.next_job = self.next_job.max(job.0 + 1);
+                    self.procs.reserve_ids_below(root.0 + 1);
+                    self.alloc.on_job_created(job, &machine);
+                    self.procs.insert(root, new_proc(job, true));
+                    // Expected back with its local RM (`awaiting_roots`).
+                    self.awaiting_roots.insert(root, (job, machine));
+                }
+                Record::ClassDefined {
+                    job,
+                    name,
+                    expression,
+                    rank,
+                } => {
+                    // Its answer went out before the restart; the replay's is dropped below.
+                    let req = replay_request();
+                    self.alloc
+                        .define_class_ranked(job, req, &name, &expression, rank.as_deref());
+                }
+                Record::ClassRemoved { job, name } => {
+                    self.alloc.remove_class(job, replay_request(), &name);
+                }
+                Record::Counters {
+                    next_job,
+                    next_process,
+                } => {
+                    self.next_job = self.next_job.max(next_job);
+                    self.procs.reserve_ids_below(next_process);
+                }
+                Record::History(record) => {
+                    for process in self.history.push(*record) {
+                        self.out.push(Output::DropFiles { process });
+                    }
+                }
+                Record::Held { job, reason } => self.recover_held(job, reason),
+                Record::Released { job } => self.recover_released(job),
+                Record::Events(events) => {
+                    for e in events {
+                        self.events.restore(e);
+                    }
+                }
+            }
+        }
+        // Nothing is online yet: whatever the allocator says now concerns no one.
+        let _ = self.alloc.take_effects();
+        info!(jobs = self.submitted.len(), "journal replayed");
+    }
+}
+
+/// The requester of a request replayed from the journal (nobody: its
+/// effects are discarded).
+fn replay_request() -> crate::alloc::ReqRef {
+    crate::alloc::ReqRef {
+        process: ProcessId(0),
+        id: carmi_proto::ids::RequestId(0),
+    }
+}

@@ -1,0 +1,550 @@
+//! What CARMI's tests share, so that each test file writes only its test.
+//!
+//! - [`Pool`]: a pool on localhost for end-to-end tests: one `carmi-global`
+//!   and several `carmi-local` processes, started from the workspace's own
+//!   binaries and stopped when the [`Pool`] is dropped.
+//! - [`Inbox`]: an application's event stream that keeps what arrives while
+//!   a test waits for something else (RM events come in any order).
+//! - [`FakeGlobal`]: a global RM in the test process that speaks the real
+//!   handshake and frames, for testing a local RM or a tool against it.
+//! - [`scratch`] and [`TempDir`]: scratch directories.
+//!
+//! # Layout
+//! - `lib.rs`: the process pool, scratch directories, test executables, [`take_event`].
+//! - `inbox`: [`Inbox`] and [`InboxError`].
+//! - `fake_global`: [`FakeGlobal`] and its connections, [`GlobalConn`].
+
+mod fake_global;
+mod inbox;
+
+pub use fake_global::{FAKE_SECRET, FAKE_WAIT, FakeGlobal, GlobalConn};
+pub use inbox::{Inbox, InboxError};
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use carmi_api::handshake::Secret;
+use carmi_api::token::{Grant, Power, SigningKey};
+
+/// Heartbeat period the test pools run with, so that loss is noticed quickly.
+pub const HEARTBEAT_MS: u64 = 200;
+/// Missed heartbeats before a machine is declared lost.
+pub const MISSED_HEARTBEATS: u32 = 3;
+
+/// A command's output as text, for assertions and messages.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Where cargo put the workspace binaries, building them first if needed.
+pub fn bin_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let exe = std::env::current_exe().expect("path of the test binary");
+        // Tests live in target/<profile>/deps/, binaries of this package (the
+        // benchmark) in target/<profile>/ itself, beside the daemons.
+        let mut dir = exe
+            .parent()
+            .expect("the test binary lives in a directory")
+            .to_path_buf();
+        if dir.file_name().is_some_and(|n| n == "deps") {
+            dir.pop();
+        }
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args([
+            "build",
+            "-q",
+            "-p",
+            "carmi-global",
+            "-p",
+            "carmi-local",
+            "-p",
+            "carmi-cli",
+            "--bins",
+        ]);
+        if !cfg!(debug_assertions) {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().expect("run cargo build for the daemons");
+        assert!(
+            status.success(),
+            "building carmi-global, carmi-local and carmi failed"
+        );
+        dir
+    })
+}
+
+/// A fresh scratch directory under the system temp dir.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "carmi-e2e-{name}-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    ));
+    std::fs::create_dir_all(&dir).expect("create scratch dir");
+    dir
+}
+
+/// A scratch directory ([`scratch`]) removed with everything in it when
+/// dropped, for tests that leave nothing worth reading behind.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    /// A fresh, empty directory whose name contains `name`.
+    pub fn new(name: &str) -> TempDir {
+        TempDir(scratch(name))
+    }
+
+    /// Where it is.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Reads the `listening on ADDR` line a daemon prints first.
+fn listening_addr(child: &mut Child, what: &str) -> String {
+    let out = child.stdout.take().expect("stdout is piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(out).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx
+        .recv_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("{what} did not report its address"));
+    line.trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("{what} printed {line:?} instead of its address"))
+        .to_string()
+}
+
+/// One `carmi-local` of a test pool.
+pub struct Local {
+    /// Its machine name.
+    pub name: String,
+    /// Where applications connect to it.
+    pub app_addr: String,
+    attrs: Vec<String>,
+    child: Option<Child>,
+}
+
+/// Settings of a test pool.
+#[derive(Clone, Debug)]
+pub struct PoolOptions {
+    /// Heartbeat period, in milliseconds.
+    pub heartbeat_ms: u64,
+    /// Missed heartbeats before a machine is declared lost.
+    pub missed_heartbeats: u32,
+    /// TOML appended to every local RM's configuration file (which starts as
+    /// [`LOCAL_CONFIG`]; it may add a `[policy]` table, not another `[owner]`).
+    pub local_config: String,
+    /// Top-level TOML keys put before [`LOCAL_CONFIG`]'s tables (`stage_link_rate = 1.0`).
+    pub local_settings: String,
+    /// Extra command-line arguments of the global RM (`--stage-fanout 1`).
+    pub global_args: Vec<String>,
+}
+
+impl Default for PoolOptions {
+    fn default() -> Self {
+        PoolOptions {
+            heartbeat_ms: HEARTBEAT_MS,
+            missed_heartbeats: MISSED_HEARTBEATS,
+            local_config: String::new(),
+            global_args: Vec::new(),
+            local_settings: String::new(),
+        }
+    }
+}
+
+/// A running pool.
+pub struct Pool {
+    /// Scratch directory holding secret, state and work dirs, and logs.
+    pub dir: PathBuf,
+    /// The secret file.
+    pub secret_path: PathBuf,
+    /// The secret, presenting the pool's admin token ([`Pool::admin_token`]).
+    pub secret: Secret,
+    /// The pool's signing key (the global RM reads it from `pool.key`).
+    pub key: SigningKey,
+    /// The file of the admin token (identity `admin`) that [`Pool::carmi`]
+    /// and [`Pool::secret`] present.
+    pub admin_token: PathBuf,
+    /// `host:port` of the global RM.
+    pub global_addr: String,
+    global: Child,
+    /// The local RMs, in start order.
+    pub locals: Vec<Local>,
+    slots: u32,
+    options: PoolOptions,
+}
+
+fn stop(child: &mut Child) {
+    // SIGTERM lets a local RM kill its own processes; SIGKILL if it hangs.
+    let _ = Command::new("kill").arg(child.id().to_string()).status();
+    for _ in 0..50 {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn grant(identity: &str, power: Power, machine: Option<&str>) -> Grant {
+    Grant {
+        identity: identity.into(),
+        power,
+        machine: machine.map(Into::into),
+        lifetime_s: 24 * 3600,
+    }
+}
+
+fn now_unix() -> u64 {
+    carmi_api::token::now_unix()
+}
+
+/// The local RMs' configuration: a simulated owner (away from the start), so
+/// that terminals in use on the test machine do not close the pool.
+pub const LOCAL_CONFIG: &str = "[owner]\nsource = \"simulated\"\n";
+
+impl Pool {
+    /// Starts a global RM and one local RM per entry of `machines`: each entry
+    /// is the list of `--attr NAME=VALUE` settings of that machine.
+    pub fn start(name: &str, slots: u32, machines: &[Vec<String>]) -> Pool {
+        Pool::start_with(name, slots, machines, PoolOptions::default())
+    }
+
+    /// [`Pool::start`] with other settings (a benchmark with many local RMs
+    /// on one host wants a more patient heartbeat).
+    pub fn start_with(
+        name: &str,
+        slots: u32,
+        machines: &[Vec<String>],
+        options: PoolOptions,
+    ) -> Pool {
+        let bins = bin_dir();
+        let dir = scratch(name);
+        let secret_path = dir.join("pool.secret");
+        let private = |path: &Path, text: &str| {
+            carmi_api::files::write_private(path, text, false).expect("write a key file")
+        };
+        private(&secret_path, &Secret::generate_text());
+        let key = SigningKey::generate().expect("a signing key");
+        private(&dir.join("pool.key"), &key.to_text());
+        let admin_token = dir.join("admin.token");
+        let (admin, _) = key
+            .issue(&grant("admin", Power::Admin, None), now_unix())
+            .expect("an admin token");
+        private(&admin_token, &admin);
+        let secret = Secret::from_file(&secret_path)
+            .expect("secret reads back")
+            .with_token(Some(admin));
+        let log = |dir: &Path, n: &str| {
+            std::fs::File::create(dir.join(format!("{n}.log"))).expect("create log file")
+        };
+        let mut global = Command::new(bins.join("carmi-global"))
+            .args(["--listen", "127.0.0.1:0", "--secret"])
+            .arg(&secret_path)
+            .arg("--pool-key")
+            .arg(dir.join("pool.key"))
+            .arg("--state-dir")
+            .arg(dir.join("global-state"))
+            .args(["--heartbeat-ms", &options.heartbeat_ms.to_string()])
+            .args([
+                "--missed-heartbeats",
+                &options.missed_heartbeats.to_string(),
+            ])
+            .args(&options.global_args)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(log(&dir, "global"))
+            .spawn()
+            .expect("start carmi-global");
+        let global_addr = listening_addr(&mut global, "carmi-global");
+        let local_config = dir.join("local.toml");
+        std::fs::write(
+            &local_config,
+            format!(
+                "{}{LOCAL_CONFIG}{}",
+                options.local_settings, options.local_config
+            ),
+        )
+        .expect("write the local RM configuration");
+        let mut pool = Pool {
+            dir,
+            secret_path,
+            secret,
+            key,
+            admin_token,
+            global_addr,
+            global,
+            locals: Vec::new(),
+            slots,
+            options,
+        };
+        for (i, attrs) in machines.iter().enumerate() {
+            let local = pool.start_local(format!("m{i}"), attrs.clone(), false);
+            pool.locals.push(local);
+        }
+        pool
+    }
+
+    /// Kills the global RM with SIGKILL and starts it again on the same
+    /// address and state directory, as after a crash.
+    pub fn restart_global(&mut self) {
+        let _ = self.global.kill();
+        let _ = self.global.wait();
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.dir.join("global.log"))
+            .expect("open global log");
+        let mut global = Command::new(bin_dir().join("carmi-global"))
+            .args(["--listen", &self.global_addr, "--secret"])
+            .arg(&self.secret_path)
+            .arg("--pool-key")
+            .arg(self.dir.join("pool.key"))
+            .arg("--state-dir")
+            .arg(self.dir.join("global-state"))
+            .args(["--heartbeat-ms", &self.options.heartbeat_ms.to_string()])
+            .args([
+                "--missed-heartbeats",
+                &self.options.missed_heartbeats.to_string(),
+            ])
+            .args(&self.options.global_args)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .expect("restart carmi-global");
+        let addr = listening_addr(&mut global, "carmi-global (restarted)");
+        assert_eq!(addr, self.global_addr, "restarted on the same address");
+        self.global = global;
+    }
+
+    /// Starts local RM `name` with `--attr` settings `attrs`; its log is
+    /// appended to if `append`, else created.
+    fn start_local(&self, name: String, attrs: Vec<String>, append: bool) -> Local {
+        let log_path = self.dir.join(format!("{name}.log"));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(append)
+            .write(true)
+            .truncate(!append)
+            .open(&log_path)
+            .expect("open the local RM's log");
+        let token = self.dir.join(format!("{name}.token"));
+        if !token.exists() {
+            self.token_file(&token, &name, Power::Daemon, Some(&name), 24 * 3600);
+        }
+        let mut cmd = Command::new(bin_dir().join("carmi-local"));
+        cmd.args(["--global", &self.global_addr, "--secret"])
+            .arg(&self.secret_path)
+            .arg("--token")
+            .arg(&token)
+            .args(["--name", &name, "--slots", &self.slots.to_string()])
+            .arg("--config")
+            .arg(self.dir.join("local.toml"))
+            .arg("--work-dir")
+            .arg(self.dir.join(&name))
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(log);
+        for a in &attrs {
+            cmd.args(["--attr", a]);
+        }
+        let mut child = cmd.spawn().expect("start carmi-local");
+        let app_addr = listening_addr(&mut child, &name);
+        Local {
+            name,
+            app_addr,
+            attrs,
+            child: Some(child),
+        }
+    }
+
+    /// Starts local RM `i` again (after [`Pool::kill_local`]) with the same
+    /// name, attributes and work directory, as a machine coming back; its
+    /// application address may change.
+    pub fn restart_local(&mut self, i: usize) {
+        self.kill_local(i);
+        let old = &self.locals[i];
+        let local = self.start_local(old.name.clone(), old.attrs.clone(), true);
+        self.locals[i] = local;
+    }
+
+    /// Kills local RM `i` with SIGKILL, as a machine that vanishes.
+    pub fn kill_local(&mut self, i: usize) {
+        if let Some(mut c) = self.locals[i].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// `carmi` aimed at this pool as a user outside it runs it: the pool
+    /// and its secret from the environment, no config file, no embedded
+    /// pool's record, no machine named (tests add `CARMI_MACHINE` to pin).
+    pub fn carmi(&self) -> Command {
+        let mut cmd = Command::new(bin_dir().join("carmi"));
+        cmd.env("CARMI_POOL", &self.global_addr)
+            .env("CARMI_SECRET", &self.secret_path)
+            .env("CARMI_TOKEN", &self.admin_token)
+            .env("CARMI_CONFIG", "/nonexistent/carmi-config.toml")
+            .env("XDG_STATE_HOME", "/nonexistent/carmi-state")
+            .env_remove("CARMI_MACHINE")
+            .env_remove("CARMI_LOCAL");
+        cmd
+    }
+
+    /// Signs a token for `identity` with `power` (and `machine`) lasting
+    /// `lifetime_s` and writes it to the new file `path` (mode 0600);
+    /// returns its text.
+    pub fn token_file(
+        &self,
+        path: &Path,
+        identity: &str,
+        power: Power,
+        machine: Option<&str>,
+        lifetime_s: u64,
+    ) -> String {
+        let mut g = grant(identity, power, machine);
+        g.lifetime_s = lifetime_s;
+        let (token, _) = self.key.issue(&g, now_unix()).expect("a token");
+        carmi_api::files::write_private(path, &token, false).expect("write the token file");
+        token
+    }
+
+    /// Blocks until every local RM of the pool is registered with its
+    /// slots (as `carmi status --json` shows them), at most 30 s.
+    pub fn wait_registered(&self) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let out = self.carmi().args(["status", "--json"]).output();
+            let up = out.ok().filter(|o| o.status.success()).is_some_and(|o| {
+                let machines: serde_json::Value =
+                    serde_json::from_slice(&o.stdout).unwrap_or_default();
+                self.locals.iter().all(|l| {
+                    machines.as_array().is_some_and(|ms| {
+                        ms.iter().any(|m| {
+                            m["name"] == l.name.as_str()
+                                && m["slots"].as_array().is_some_and(|s| !s.is_empty())
+                        })
+                    })
+                })
+            });
+            if up {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the pool did not come up\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The logs of every daemon, for failure messages.
+    pub fn logs(&self) -> String {
+        let mut s = String::new();
+        for n in
+            std::iter::once("global".to_string()).chain(self.locals.iter().map(|l| l.name.clone()))
+        {
+            let text =
+                std::fs::read_to_string(self.dir.join(format!("{n}.log"))).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(15).collect();
+            s.push_str(&format!("--- {n}.log (last lines)\n"));
+            for l in tail.iter().rev() {
+                s.push_str(l);
+                s.push('\n');
+            }
+        }
+        s
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        for l in &mut self.locals {
+            if let Some(mut c) = l.child.take() {
+                stop(&mut c);
+            }
+        }
+        stop(&mut self.global);
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Writes a `size`-byte shell script that exits at once: after `exit 0`
+/// come comment lines the shell never reaches. `seed` makes the content, and
+/// so the hash, new for every run that must find no cache warm. The filler
+/// is varied (xorshift64), so hashing and copying handle real content, not
+/// a run of one byte.
+pub fn write_executable(path: &Path, size: usize, seed: u64) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = Vec::with_capacity(size);
+    out.extend_from_slice(b"#!/bin/sh\nexit 0\n");
+    let mut x = seed | 1;
+    while out.len() < size {
+        out.push(b'#');
+        for _ in 0..8 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            out.extend_from_slice(format!("{x:016x}").as_bytes());
+        }
+        out.push(b'\n');
+    }
+    out.truncate(size - 1);
+    out.push(b'\n');
+    std::fs::write(path, &out)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+}
+
+/// The first event satisfying `want`: one already `seen` (taken out), or the
+/// next to arrive within `limit`; the others that arrive meanwhile join
+/// `seen`, so that a test can wait for one kind of event while the rest
+/// (arriving in any order) stay available. Panics naming `what` on timeout
+/// or when the stream ends.
+pub async fn take_event<T>(
+    events: &mut carmi_api::client::EventStream,
+    seen: &mut std::collections::VecDeque<carmi_api::client::Incoming>,
+    limit: Duration,
+    what: &str,
+    mut want: impl FnMut(&carmi_api::client::Incoming) -> Option<T>,
+) -> T {
+    if let Some(i) = seen.iter().position(|x| want(x).is_some()) {
+        let item = seen.remove(i).expect("position is valid");
+        return want(&item).expect("matched before");
+    }
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match tokio::time::timeout(left, events.next()).await {
+            Ok(Some(item)) => {
+                if let Some(t) = want(&item) {
+                    return t;
+                }
+                seen.push_back(item);
+            }
+            Ok(None) => panic!("event stream ended while waiting for {what}; had {seen:?}"),
+            Err(_) => panic!("timed out waiting for {what}; had {seen:?}"),
+        }
+    }
+}

@@ -1,0 +1,608 @@
+//! Every decision of a WoDi run, as one pure state machine: the WoDi server
+//! (`wodi::server`) and the simulator feed it what happens and carry out what
+//! it asks.
+//!
+//! Inputs are the masters' and workers' messages, their connections opening
+//! and dropping, CARMI's events, and `now` (time since the server started, a
+//! plain [`Time`]: real in the server, virtual in tests and simulations).
+//! Outputs ([`Output`]) are messages to send to a master or a worker and
+//! requests to make of CARMI; [`Run::next_deadline`] says when to call
+//! [`Run::tick`] if nothing else happens before. No wall clock, no channel,
+//! no I/O: a test drives it step by step and a simulator at any speed.
+//!
+//! What it decides, beside the scheduler core ([`Sched`]) it holds:
+//! - the run's configuration from the first master's `Init`, and the
+//!   desired host count of each class, summed over masters;
+//! - retiring a master (its steps cancelled, its classes' counts given back);
+//! - the fewest-hosts rule after each cycle, with its hysteresis;
+//! - the context a worker holds (which master's init and cycle data), and
+//!   sending another master's context before that master's step;
+//! - the speed benchmark step of a newly connected worker;
+//! - which CARMI request answers what (host requests, spawns, host ads,
+//!   exclusions, withdrawals);
+//! - the loss grace: a worker whose connection drops is counted as crashed
+//!   only after a grace, so that a host deletion arriving meanwhile is seen
+//!   as the cause (a vacated host must not count as a crash of a poison step);
+//! - how often the masters hear the run's [`Status`].
+//!
+//! Each input is a method; [`Input`] holds any of them as one serde-able
+//! value ([`Run::handle`]) for drivers that queue, record or replay them.
+//!
+//! The driver's contract: after an [`Output::Carmi`], it makes the request
+//! and calls [`Run::issued`] with the request id CARMI's client gave it
+//! before polling the next output (the run matches CARMI's events to its
+//! requests by those ids).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::time::Duration;
+
+use bytes::Bytes;
+use carmi_proto::ids::{HostId, ProcessId, RequestId};
+use serde::{Deserialize, Serialize};
+use tracing::{info, warn};
+
+use crate::ids::{CycleId, StepId, WorkerId};
+use crate::order::LongestFirst;
+use crate::plan::Hysteresis;
+use crate::proto::{Status, ToMaster, ToWorker};
+use crate::sched::{Sched, SchedConfig, Ticket};
+use crate::speed::{HostSpeeds, SpeedSource};
+use crate::time::Time;
+
+mod carmi;
+mod input;
+mod masters;
+mod outputs;
+mod workers;
+
+pub use input::{Input, Taken};
+
+/// A master connected to the run (several may share its workers), numbered
+/// by the run in connection order.
+pub type MasterId = u64;
+
+/// Names one CARMI request the run asked for, until the driver says which
+/// [`RequestId`] CARMI's client gave it ([`Run::issued`]).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, Serialize, Deserialize)]
+pub struct CallId(pub u64);
+
+/// The run's settings that do not come from a master.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunConfig {
+    /// The run's token, in every worker's connection argument.
+    pub token: String,
+    /// `host:port` workers dial to reach the server.
+    pub connect_addr: String,
+    /// How long after a worker's connection drops it counts as crashed.
+    pub loss_grace: Duration,
+    /// How long to wait for the first master before giving up.
+    pub master_timeout: Duration,
+    /// How long to wait before asking again for hosts the pool could not
+    /// serve for now (its local RM reconnecting to the global RM, say).
+    pub host_retry: Duration,
+    /// How often at most the masters hear of a changed [`Status`].
+    pub status_every: Duration,
+}
+
+impl RunConfig {
+    /// The server's settings: a grace of 500 ms, 30 s for the master to
+    /// connect, 1 s before asking again for hosts, status at most 4 times a second.
+    pub fn new(token: impl Into<String>, connect_addr: impl Into<String>) -> RunConfig {
+        RunConfig {
+            token: token.into(),
+            connect_addr: connect_addr.into(),
+            loss_grace: Duration::from_millis(500),
+            master_timeout: Duration::from_secs(30),
+            host_retry: Duration::from_secs(1),
+            status_every: Duration::from_millis(250),
+        }
+    }
+}
+
+/// A request for CARMI (`carmi_api::client::Carmi`'s method of the same name).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum CarmiCall {
+    /// Define a resource class of the job.
+    DefineClass {
+        /// Its name.
+        name: String,
+        /// Its ClassAd requirements.
+        requirements: String,
+    },
+    /// Ask for `count` more hosts of `class`, reported one at a time.
+    AddHosts {
+        /// The class.
+        class: String,
+        /// How many.
+        count: u32,
+    },
+    /// Withdraw a pending request.
+    CancelRequest {
+        /// The request.
+        request: RequestId,
+    },
+    /// Never grant these hosts to the class again.
+    ExcludeHosts {
+        /// The class.
+        class: String,
+        /// The hosts.
+        hosts: Vec<HostId>,
+    },
+    /// Give hosts back to the pool (their workers are killed with them).
+    DelHosts {
+        /// The hosts.
+        hosts: Vec<HostId>,
+    },
+    /// Subscribe to these hosts being suspended, resumed and deleted (three
+    /// requests, in that order; their ids need no [`Run::issued`]).
+    WatchHosts {
+        /// The hosts.
+        hosts: Vec<HostId>,
+    },
+    /// Ask for a host's machine ad.
+    GetHostInfo {
+        /// The host.
+        host: HostId,
+    },
+    /// Start a worker process on a host (`class_spawn`).
+    Spawn {
+        /// The worker executable on the submit machine.
+        executable: String,
+        /// Its arguments, WoDi's connection argument last.
+        args: Vec<String>,
+        /// The host.
+        host: HostId,
+    },
+}
+
+/// What the run asks its driver to do, in order.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Output {
+    /// Send a message (and its payload) to a master.
+    ToMaster {
+        /// The master.
+        master: MasterId,
+        /// The message.
+        msg: ToMaster,
+        /// Its payload.
+        payload: Bytes,
+    },
+    /// Send a message (and its payload) to a connected worker.
+    ToWorker {
+        /// The worker.
+        worker: WorkerId,
+        /// The message.
+        msg: ToWorker,
+        /// Its payload.
+        payload: Bytes,
+    },
+    /// Make a CARMI request, then tell [`Run::issued`] its id.
+    Carmi {
+        /// The run's name for it.
+        call: CallId,
+        /// The request.
+        request: CarmiCall,
+    },
+}
+
+/// What the run keeps about one master.
+#[derive(Debug, Default)]
+struct MasterState {
+    /// Its init data, sent to a worker before that worker's first step of it.
+    init: Bytes,
+    /// Its cycle under way and the cycle's data.
+    cycle: Option<(CycleId, Bytes)>,
+    /// Hosts it added to each class's desired count.
+    classes: Vec<(String, u32)>,
+    /// It sent `Complete` (or left): its steps are cancelled, its hosts no longer wanted.
+    retired: bool,
+}
+
+/// The fewest-hosts rule (`Policies::fewest_hosts`).
+#[derive(Debug)]
+struct Fewest {
+    /// How much longer than the best cycle a cycle may take.
+    tolerance: f64,
+    /// Cycles in a row an answer one off must repeat before a count follows it.
+    patience: u32,
+    /// Each class's count, through its hysteresis.
+    holds: BTreeMap<String, Hysteresis>,
+}
+
+/// What a CARMI request the run made is for.
+#[derive(Clone, Debug)]
+enum Purpose {
+    /// Hosts of this class.
+    Hosts(String),
+    /// Withdrawing a host request.
+    Cancel,
+    /// Starting this worker.
+    Spawn(WorkerId),
+    /// The machine ad of this host.
+    Info(HostId),
+    /// Excluding this host from this class.
+    Exclude(HostId, String),
+}
+
+/// Something to do at a time, beside the scheduler's own deadlines.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Timer {
+    /// The master should have connected by now.
+    MasterDue,
+    /// Ask again for the hosts of a class the pool could not serve.
+    RetryHosts(String),
+    /// The worker's loss grace ended: crashed unless it is back.
+    LossDue(WorkerId),
+}
+
+/// An output waiting its turn; statistics are computed when their turn comes,
+/// after every decision before them has been carried out.
+#[derive(Debug)]
+enum Queued {
+    Out(Output),
+    /// The statistics answering a master's `Complete`.
+    Stats(MasterId),
+}
+
+/// The run: the scheduler core and every decision around it. See the module
+/// documentation.
+pub struct Run {
+    cfg: RunConfig,
+    sched: Sched,
+    /// Latest `now` given; outputs computed while polling use it.
+    now: Time,
+    /// When the first master's `Init` started the run: the scheduler's time zero.
+    epoch: Time,
+    masters: BTreeMap<MasterId, MasterState>,
+    next_master: MasterId,
+    /// Whether the first master's `Init` configured the run.
+    started: bool,
+    /// Desired hosts per class, summed over masters.
+    desired: BTreeMap<String, u32>,
+    /// The master whose init (and cycle) data each worker holds now.
+    context: HashMap<WorkerId, MasterId>,
+    executable: String,
+    args: Vec<String>,
+    /// The worker command (executable, arguments) of each class.
+    commands: BTreeMap<String, (String, Vec<String>)>,
+    /// The speed each class declares (`ClassSpec::speed`).
+    declared_speeds: BTreeMap<String, f64>,
+    /// The class each held host was granted for.
+    host_class: HashMap<HostId, String>,
+    /// Workers whose connection is up.
+    connected: BTreeSet<WorkerId>,
+    data: HashMap<Ticket, Bytes>,
+    steps: HashMap<Ticket, (MasterId, StepId)>,
+    /// With `Policies::fewest_hosts`: the rule; and the steps of the cycle
+    /// under way (one master).
+    fewest: Option<Fewest>,
+    cycle_steps: Vec<StepId>,
+    next_call: u64,
+    /// Requests asked for whose id the driver has not given yet.
+    calls: HashMap<CallId, Purpose>,
+    host_requests: HashMap<RequestId, String>,
+    /// Host requests withdrawn (`sched::Output::CancelRequests`).
+    cancelled: HashSet<RequestId>,
+    /// The cancel requests themselves: one may fail because the host
+    /// request was answered meanwhile, which is expected, not a problem.
+    cancels: HashSet<RequestId>,
+    spawns: HashMap<RequestId, WorkerId>,
+    processes: HashMap<ProcessId, WorkerId>,
+    info_requests: HashMap<RequestId, HostId>,
+    exclusions: HashMap<RequestId, (HostId, String)>,
+    /// The last [`Status`] sent to the masters, and when.
+    status: (Status, Time),
+    /// Whether to look at the status once the outputs are drained.
+    status_check: bool,
+    /// A change held back by the rate limit: when it may go out.
+    status_due: Option<Time>,
+    speeds: HostSpeeds,
+    /// The master whose init data the benchmark step runs with.
+    bench_master: Option<MasterId>,
+    timers: Vec<(Time, Timer)>,
+    queue: VecDeque<Queued>,
+    /// Outputs made from the scheduler's, ready to go.
+    ready: VecDeque<Output>,
+    finished: bool,
+}
+
+impl Run {
+    /// A run whose server started at `now`; it gives up if no master
+    /// connects within the configured timeout.
+    pub fn new(cfg: RunConfig, now: Time) -> Run {
+        let due = now + cfg.master_timeout;
+        Run {
+            cfg,
+            sched: Sched::new(SchedConfig::default(), Box::new(LongestFirst)),
+            now,
+            epoch: Duration::ZERO,
+            masters: BTreeMap::new(),
+            next_master: 0,
+            started: false,
+            desired: BTreeMap::new(),
+            context: HashMap::new(),
+            executable: String::new(),
+            args: Vec::new(),
+            commands: BTreeMap::new(),
+            declared_speeds: BTreeMap::new(),
+            host_class: HashMap::new(),
+            connected: BTreeSet::new(),
+            data: HashMap::new(),
+            steps: HashMap::new(),
+            fewest: None,
+            cycle_steps: Vec::new(),
+            next_call: 0,
+            calls: HashMap::new(),
+            host_requests: HashMap::new(),
+            cancelled: HashSet::new(),
+            cancels: HashSet::new(),
+            spawns: HashMap::new(),
+            processes: HashMap::new(),
+            info_requests: HashMap::new(),
+            exclusions: HashMap::new(),
+            status: (Status::default(), now),
+            status_check: false,
+            status_due: None,
+            speeds: HostSpeeds::new(SpeedSource::Unknown, false),
+            bench_master: None,
+            timers: vec![(due, Timer::MasterDue)],
+            queue: VecDeque::new(),
+            ready: VecDeque::new(),
+            finished: false,
+        }
+    }
+
+    /// The scheduler core, for inspection.
+    pub fn sched(&self) -> &Sched {
+        &self.sched
+    }
+
+    /// Whether the run is over (its last master left, it was stopped, or no
+    /// master came): the driver calls [`Run::shutdown`] and carries out what
+    /// remains.
+    pub fn finished(&self) -> bool {
+        self.finished
+    }
+
+    /// Whether master `m` is connected (the driver closes the connection of
+    /// one that is not, once its last outputs are carried out).
+    pub fn has_master(&self, m: MasterId) -> bool {
+        self.masters.contains_key(&m)
+    }
+
+    /// The worker a CARMI process is, for labelling what it prints.
+    pub fn worker_of_process(&self, process: ProcessId) -> Option<WorkerId> {
+        self.processes.get(&process).copied()
+    }
+
+    /// The scheduler's time: since the first `Init`.
+    fn t(&self) -> Time {
+        self.now.saturating_sub(self.epoch)
+    }
+
+    fn set_now(&mut self, now: Time) {
+        self.now = self.now.max(now);
+    }
+
+    /// The earliest time [`Run::tick`] has something to do, if any.
+    pub fn next_deadline(&self) -> Option<Time> {
+        let sched = self.sched.next_deadline().map(|d| d + self.epoch);
+        let timer = self.timers.iter().map(|(t, _)| *t).min();
+        [sched, timer, self.status_due].into_iter().flatten().min()
+    }
+
+    /// Time passed (call it after each batch of inputs and at
+    /// [`Run::next_deadline`]): due timers fire, and the scheduler hands out
+    /// what it can.
+    pub fn tick(&mut self, now: Time) {
+        self.set_now(now);
+        let now = self.now;
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.timers)
+            .into_iter()
+            .partition(|(t, _)| *t <= now);
+        self.timers = later;
+        for (_, timer) in due {
+            self.fire(timer);
+            if self.finished {
+                return;
+            }
+        }
+        let t = self.t();
+        if self.sched.next_deadline().is_some_and(|d| d <= t) {
+            self.sched.on_deadline(t);
+        }
+        self.sched.dispatch(t);
+        if self.status_due.is_some_and(|d| d <= now) {
+            self.status_due = None;
+        }
+        self.status_check = true;
+    }
+
+    fn fire(&mut self, timer: Timer) {
+        let t = self.t();
+        match timer {
+            Timer::MasterDue => {
+                if self.masters.is_empty() {
+                    warn!(
+                        "no master connected within {:?}; stopping",
+                        self.cfg.master_timeout
+                    );
+                    self.finished = true;
+                }
+            }
+            Timer::RetryHosts(class) => self.sched.request_missing(&class),
+            Timer::LossDue(worker) => {
+                if !self.connected.contains(&worker) {
+                    self.speeds.worker_gone(worker);
+                    info!("{worker} lost its connection: counted as crashed");
+                    self.sched
+                        .worker_lost(worker, crate::sched::LossCause::Crashed, t);
+                }
+            }
+        }
+    }
+
+    /// The run cannot go on (stopped from outside, CARMI's client gone):
+    /// every master is told why, and the run finishes.
+    pub fn stop(&mut self, reason: &str, now: Time) {
+        self.set_now(now);
+        self.fatal(reason);
+        self.finished = true;
+    }
+
+    /// Ends the run: workers are told to stop and every host goes back.
+    /// Carry out the outputs after it.
+    pub fn shutdown(&mut self, now: Time) {
+        self.set_now(now);
+        self.broadcast(None, &ToWorker::Stop, &Bytes::new());
+        let t = self.t();
+        self.sched.finish(t);
+        self.finished = true;
+    }
+
+    /// Tells every master that the run cannot go on.
+    fn fatal(&mut self, reason: &str) {
+        warn!("fatal: {reason}");
+        let masters: Vec<MasterId> = self.masters.keys().copied().collect();
+        for m in masters {
+            let msg = ToMaster::Fatal {
+                reason: reason.to_string(),
+            };
+            self.tell_master(m, msg, Bytes::new());
+        }
+    }
+
+    /// Queues a message for master `m`, if it is still connected.
+    fn tell_master(&mut self, m: MasterId, msg: ToMaster, payload: Bytes) {
+        if self.masters.contains_key(&m) {
+            self.queue.push_back(Queued::Out(Output::ToMaster {
+                master: m,
+                msg,
+                payload,
+            }));
+        }
+    }
+
+    /// Queues a message for every connected worker, or only for those
+    /// holding master `m`'s context.
+    fn broadcast(&mut self, only: Option<MasterId>, msg: &ToWorker, payload: &Bytes) {
+        for id in &self.connected {
+            if only.is_none() || self.context.get(id).copied() == only {
+                self.queue.push_back(Queued::Out(Output::ToWorker {
+                    worker: *id,
+                    msg: msg.clone(),
+                    payload: payload.clone(),
+                }));
+            }
+        }
+    }
+
+    /// A new CARMI request, remembered for what it is for.
+    fn call(&mut self, request: CarmiCall, purpose: Option<Purpose>) -> Output {
+        let call = CallId(self.next_call);
+        self.next_call += 1;
+        if let Some(p) = purpose {
+            self.calls.insert(call, p);
+        }
+        Output::Carmi { call, request }
+    }
+
+    /// The driver made the request of [`Output::Carmi`] `call`, and CARMI's
+    /// client named it `request`.
+    pub fn issued(&mut self, call: CallId, request: RequestId) {
+        match self.calls.remove(&call) {
+            Some(Purpose::Hosts(class)) => {
+                self.host_requests.insert(request, class);
+            }
+            Some(Purpose::Cancel) => {
+                self.cancels.insert(request);
+            }
+            Some(Purpose::Spawn(worker)) => {
+                self.spawns.insert(request, worker);
+            }
+            Some(Purpose::Info(host)) => {
+                self.info_requests.insert(request, host);
+            }
+            Some(Purpose::Exclude(host, class)) => {
+                self.exclusions.insert(request, (host, class));
+            }
+            None => {}
+        }
+    }
+
+    /// Master `m` is done: its open steps are cancelled and its hosts are no
+    /// longer wanted (idle surplus hosts are released by the core). The last
+    /// master to finish ends the run: workers stop and every host goes back.
+    fn retire(&mut self, m: MasterId) {
+        let t = self.t();
+        let Some(conn) = self.masters.get_mut(&m) else {
+            return;
+        };
+        if conn.retired {
+            return;
+        }
+        conn.retired = true;
+        let classes = std::mem::take(&mut conn.classes);
+        let mut mine: Vec<Ticket> = self
+            .steps
+            .iter()
+            .filter(|(_, (owner, _))| *owner == m)
+            .map(|(t, _)| *t)
+            .collect();
+        mine.sort();
+        for ticket in mine {
+            self.sched.cancel(ticket);
+            self.steps.remove(&ticket);
+            self.data.remove(&ticket);
+        }
+        if self.masters.values().any(|c| !c.retired) {
+            for (name, count) in classes {
+                let d = self.desired.entry(name.clone()).or_default();
+                *d = d.saturating_sub(count);
+                let d = *d;
+                self.sched.set_class(&name, d, t);
+            }
+        } else {
+            self.broadcast(None, &ToWorker::Stop, &Bytes::new());
+            self.sched.finish(t);
+        }
+    }
+
+    /// With `Policies::fewest_hosts`, after a cycle: the fewest hosts with
+    /// which that cycle's steps would end within the tolerance of their
+    /// longest (once every step has history), fastest classes first and at
+    /// most what the master asked of each class, become the classes'
+    /// counts, each through its hysteresis; the core gives surplus hosts back.
+    fn hold_fewest_hosts(&mut self) {
+        let t = self.t();
+        let steps = std::mem::take(&mut self.cycle_steps);
+        if self.masters.len() != 1 || steps.is_empty() {
+            return;
+        }
+        let Some(rule) = &mut self.fewest else {
+            return;
+        };
+        let Some(counts) = self.sched.fewest_hosts_by_class(
+            &steps,
+            rule.tolerance,
+            &self.desired,
+            &self.declared_speeds,
+        ) else {
+            return;
+        };
+        for (class, k) in counts {
+            let asked = self.desired.get(&class).copied().unwrap_or(0);
+            let hold = rule
+                .holds
+                .entry(class.clone())
+                .or_insert_with(|| Hysteresis::new(asked, rule.patience));
+            let k = hold.update(k);
+            info!("fewest hosts for the best cycle: {k} of {asked} in class {class}");
+            self.sched.set_class(&class, k, t);
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "run_tests.rs"]
+mod tests;

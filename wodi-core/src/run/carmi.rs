@@ -1,0 +1,157 @@
+//! What the run does with CARMI's events: hosts granted, suspended, resumed
+//! and deleted, workers spawned and exiting, and requests failing, each
+//! turned into an input of the scheduler.
+
+use carmi_proto::ids::HostId;
+use carmi_proto::msg::{Event, FailureCode, Reply};
+use tracing::{debug, info, warn};
+
+use super::{CarmiCall, Purpose, Queued, Run, Timer};
+use crate::time::Time;
+
+impl Run {
+    /// The connection to the local CARMI RM was lost: the masters are told
+    /// (the run cannot get hosts any more).
+    pub fn carmi_disconnected(&mut self, why: &str, now: Time) {
+        self.set_now(now);
+        self.fatal(&format!("lost the local CARMI RM: {why}"));
+    }
+
+    /// An event from CARMI.
+    pub fn carmi_event(&mut self, event: Event, now: Time) {
+        self.set_now(now);
+        let t = self.t();
+        match event {
+            Event::HostsAdded { request, hosts, .. } => {
+                let Some(class) = self.host_requests.get(&request).cloned() else {
+                    return;
+                };
+                let ids: Vec<HostId> = hosts.iter().map(|h| h.host).collect();
+                let watch = self.call(CarmiCall::WatchHosts { hosts: ids }, None);
+                self.queue.push_back(Queued::Out(watch));
+                for h in hosts {
+                    info!("host {} ({}) added to class {class}", h.host, h.name);
+                    self.host_class.insert(h.host, class.clone());
+                    let need_ad =
+                        self.speeds
+                            .host_added(&mut self.sched, h.host, &h.name, &class, &h.ad, t);
+                    if need_ad {
+                        let info = self.call(
+                            CarmiCall::GetHostInfo { host: h.host },
+                            Some(Purpose::Info(h.host)),
+                        );
+                        self.queue.push_back(Queued::Out(info));
+                    }
+                }
+            }
+            Event::HostDeleted { host, reason, .. } => {
+                info!("host {host} deleted: {reason}");
+                self.speeds.host_gone(host);
+                self.host_class.remove(&host);
+                self.sched.host_lost(host, t);
+            }
+            Event::HostSuspended { host, .. } => self.sched.host_suspended(host, t),
+            Event::HostResumed { host, .. } => self.sched.host_resumed(host, t),
+            Event::ProcessStarted {
+                request, process, ..
+            } => {
+                if let Some(worker) = self.spawns.remove(&request) {
+                    self.processes.insert(process, worker);
+                }
+            }
+            Event::ProcessExited {
+                request,
+                process,
+                status,
+                ..
+            } => {
+                if let Some(worker) = self.spawns.remove(&request) {
+                    // It never started (no `ProcessStarted`): the local RM
+                    // refused or could not start it.
+                    warn!("{worker} could not start: {status:?}");
+                    self.sched.spawn_failed(worker, false, t);
+                } else if let Some(worker) = self.processes.remove(&process) {
+                    info!("{worker} ({process}) exited: {status:?}");
+                    // The connection's own loss (with its grace) decides; a
+                    // worker that never connected is lost here, after the
+                    // same grace.
+                    if !self.connected.contains(&worker) {
+                        self.loss_grace(worker);
+                    }
+                }
+            }
+            Event::Failed { request, failure } => self.request_failed(request, failure),
+            Event::Done {
+                request,
+                reply: Reply::Host(info),
+            } => {
+                if let Some(host) = self.info_requests.remove(&request) {
+                    self.speeds.host_ad(&mut self.sched, host, &info.ad);
+                }
+            }
+            Event::Done { request, .. } => {
+                self.cancels.remove(&request);
+                if let Some((host, class)) = self.exclusions.remove(&request) {
+                    info!("host {host} is excluded from class {class}");
+                }
+            }
+        }
+    }
+
+    /// A CARMI request failed: what it was for decides what follows.
+    fn request_failed(
+        &mut self,
+        request: carmi_proto::ids::RequestId,
+        failure: carmi_proto::msg::Failure,
+    ) {
+        let t = self.t();
+        if self.cancelled.remove(&request) {
+            // Withdrawn on purpose (the scheduler already stopped counting it).
+            self.host_requests.remove(&request);
+            info!("host request {request} withdrawn: {}", failure.message);
+            return;
+        }
+        if let Some(class) = self.host_requests.remove(&request) {
+            warn!("request for hosts of {class} failed: {}", failure.message);
+            self.sched.hosts_not_granted(&class, u32::MAX, t);
+            if failure.code == FailureCode::Unavailable {
+                // Transient: the pool will serve the request again soon.
+                let due = self.now + self.cfg.host_retry;
+                self.timers.push((due, Timer::RetryHosts(class)));
+                return;
+            }
+            self.fatal(&format!(
+                "the pool refused hosts of class {class}: {}",
+                failure.message
+            ));
+        } else if let Some(worker) = self.spawns.remove(&request) {
+            if failure.code == FailureCode::HostSuspended {
+                // Not a crash: the scheduler spawns it again when the host resumes.
+                info!("{worker} waits for its host to resume: {}", failure.message);
+                self.sched.spawn_failed(worker, true, t);
+                return;
+            }
+            warn!("spawning {worker} failed: {}", failure.message);
+            if failure.code == FailureCode::BadExecutable {
+                // Every host would refuse it the same way.
+                let reason = format!(
+                    "the worker executable {} cannot be used: {}",
+                    self.executable, failure.message
+                );
+                self.fatal(&reason);
+            }
+            self.sched.spawn_failed(worker, false, t);
+        } else if let Some((host, class)) = self.exclusions.remove(&request) {
+            // Not fatal: the scheduler gives the host back again whenever
+            // the pool offers it (and counts it in the statistics).
+            warn!(
+                "the pool did not exclude host {host} from class {class}: {}",
+                failure.message
+            );
+        } else if self.cancels.remove(&request) {
+            debug!("cancel {request} came too late: {}", failure.message);
+        } else {
+            warn!("CARMI request {request} failed: {}", failure.message);
+        }
+    }
+}
