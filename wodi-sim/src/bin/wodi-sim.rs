@@ -1,5 +1,6 @@
-//! `wodi-sim`: runs WoDi's scheduler core on a simulated opportunistic pool
-//! in virtual time, hours of a run in a fraction of a second, and prints the
+//! `wodi-sim`: runs WoDi's scheduler core with CARMI's real cores (global
+//! RM, a local RM and owner policy per machine) on a pool of simulated
+//! owners in virtual time, hours of a run in about a second, and prints the
 //! paper's figures (run length, occupancy, CPU time, efficiency, hosts added
 //! and lost) per run and over runs.
 //!
