@@ -93,9 +93,23 @@ pub async fn request_with_payload(
     let stream = crate::net::dial(addr, CONNECT_TIMEOUT)
         .await
         .map_err(unreachable)?;
-    let (r, mut w) = stream.into_split();
-    let mut r = FrameReader::new(r);
-    handshake::client(&mut r, &mut w, secret, &Role::Admin)
+    // TLS when presenting a token (a pool with a signing key).
+    let crate::tls::Stream {
+        reader,
+        writer: mut w,
+        binding,
+    } = tokio::time::timeout(
+        handshake::HANDSHAKE_TIMEOUT,
+        crate::tls::connect_for(stream, secret),
+    )
+    .await
+    .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
+    .map_err(|error| AdminError::Handshake {
+        addr: addr.to_string(),
+        error: HandshakeError::Frame(error.into()),
+    })?;
+    let mut r = FrameReader::new(reader);
+    handshake::client_bound(&mut r, &mut w, secret, &Role::Admin, &binding)
         .await
         .map_err(|e| match e {
             HandshakeError::BadProof => AdminError::WrongSecret {

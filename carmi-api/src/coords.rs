@@ -7,7 +7,7 @@
 //! 2. the environment: `CARMI_POOL` (the global RM), `CARMI_SECRET` (the
 //!    secret file; `CARMI_SECRET_FILE`, which a local RM sets for the
 //!    processes it starts, is read too), `CARMI_LOCAL` (this machine's local
-//!    RM);
+//!    RM), `CARMI_TOKEN` (the file holding the user's token);
 //! 3. the embedded pool `carmi pool up` started on this machine, while it
 //!    runs: its record `$XDG_STATE_HOME/carmi/pool-up.toml` (else
 //!    `$HOME/.local/state/carmi/pool-up.toml`) — a file of its own, so that
@@ -28,6 +28,8 @@ use serde::Deserialize;
 pub const ENV_POOL: &str = "CARMI_POOL";
 /// Environment variable: path of the pool's secret file.
 pub const ENV_SECRET: &str = "CARMI_SECRET";
+/// Environment variable: path of the file holding the user's token.
+pub const ENV_TOKEN: &str = "CARMI_TOKEN";
 
 /// The keys of the user's config file and of the embedded pool's record.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -40,6 +42,8 @@ pub struct FileKeys {
     pub local: Option<String>,
     /// Process id of the embedded pool (its record only).
     pub pool_pid: Option<u32>,
+    /// Path of the file holding the user's token.
+    pub token: Option<PathBuf>,
 }
 
 /// The pool's coordinates; each `None` when no source gives it.
@@ -53,6 +57,9 @@ pub struct Coordinates {
     pub local: Option<String>,
     /// Process id of the embedded pool, when the coordinates came from it.
     pub pool_pid: Option<u32>,
+    /// Path of the file holding the user's token (what the global RM lets
+    /// this user do; none for a pool without tokens).
+    pub token: Option<PathBuf>,
 }
 
 /// A config file or record that exists but cannot be read or parsed.
@@ -140,6 +147,10 @@ pub fn resolve(
             .or(embedded.local)
             .or(file.local),
         pool_pid: embedded.pool_pid,
+        token: (given.token.clone())
+            .or_else(|| env(ENV_TOKEN).map(PathBuf::from))
+            .or(embedded.token)
+            .or(file.token),
     })
 }
 

@@ -7,12 +7,17 @@
 //! be replayed and a server without the secret cannot impersonate the pool.
 //!
 //! ```text
-//! client -> server  Hello     { version, role, client_nonce }
+//! client -> server  Hello     { version, role, client_nonce, token? }
 //! server -> client  Challenge { version, server_nonce, server_proof = HMAC(secret, "server" | client_nonce | server_nonce) }
-//! client -> server  Proof     { client_proof = HMAC(secret, "client" | server_nonce | client_nonce | role JSON) }
+//! client -> server  Proof     { client_proof = HMAC(secret, "client" | server_nonce | client_nonce | role JSON | token) }
 //! server -> client  Welcome | Refused { reason }
 //! ```
 //! Nothing else is read or served before `Welcome`.
+//!
+//! The optional token ([`crate::token`]) names who the client is and what it
+//! may do; a server that enforces tokens checks it in its `admit` callback
+//! ([`server_auth`]). The client proof covers it, so it cannot be swapped on
+//! the way by someone without the secret.
 
 use std::path::Path;
 use std::time::Duration;
@@ -36,9 +41,10 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// connections cost at most 36 MiB of buffers, not 9,000 announced 64 KiB frames.
 pub const HANDSHAKE_MAX_FRAME: usize = 4 * 1024;
 
-/// The pool's shared secret.
+/// The pool's shared secret, and the token (if any) this side presents
+/// with it when it opens a connection.
 #[derive(Clone)]
-pub struct Secret(Vec<u8>);
+pub struct Secret(Vec<u8>, Option<std::sync::Arc<str>>);
 
 impl std::fmt::Debug for Secret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -53,7 +59,18 @@ impl Secret {
         if trimmed.len() < 16 {
             return Err(HandshakeError::WeakSecret(trimmed.len()));
         }
-        Ok(Secret(trimmed.to_vec()))
+        Ok(Secret(trimmed.to_vec(), None))
+    }
+
+    /// The same secret, presenting `token` in the handshakes it opens.
+    pub fn with_token(mut self, token: Option<String>) -> Secret {
+        self.1 = token.map(Into::into);
+        self
+    }
+
+    /// The token presented in the handshakes this side opens.
+    pub fn token(&self) -> Option<&str> {
+        self.1.as_deref()
     }
 
     /// Reads a secret file.
@@ -109,6 +126,8 @@ enum Hs {
         version: u32,
         role: Role,
         client_nonce: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        token: Option<String>,
     },
     Challenge {
         version: u32,
@@ -188,12 +207,30 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
+    client_bound(r, w, secret, role, &[]).await
+}
+
+/// [`client`] over a TLS session whose exported keying material is
+/// `binding` ([`crate::tls::Stream::binding`]): both proofs cover it, so the
+/// handshake succeeds only if both ends share that one session.
+pub async fn client_bound<R, W>(
+    r: &mut FrameReader<R>,
+    w: &mut W,
+    secret: &Secret,
+    role: &Role,
+    binding: &[u8],
+) -> Result<(), HandshakeError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
         let client_nonce = nonce();
         let hello = Hs::Hello {
             version: PROTOCOL_VERSION,
             role: role.clone(),
             client_nonce: client_nonce.clone(),
+            token: secret.token().map(str::to_string),
         };
         write_frame(w, &hello, &[])
             .await
@@ -213,7 +250,12 @@ where
                 theirs: version,
             });
         }
-        let expected = secret.mac(&[b"server", client_nonce.as_bytes(), server_nonce.as_bytes()]);
+        let expected = secret.mac(&[
+            b"server",
+            client_nonce.as_bytes(),
+            server_nonce.as_bytes(),
+            binding,
+        ]);
         let proof = unhex(&server_proof).ok_or(HandshakeError::BadProof)?;
         expected
             .verify_slice(&proof)
@@ -224,6 +266,8 @@ where
             server_nonce.as_bytes(),
             client_nonce.as_bytes(),
             &role_json,
+            secret.token().unwrap_or_default().as_bytes(),
+            binding,
         ]);
         let proof = Hs::Proof {
             client_proof: hex(&mine.finalize().into_bytes()),
@@ -272,9 +316,30 @@ where
     W: AsyncWrite + Unpin,
     F: FnOnce(&Role) -> Result<(), String>,
 {
+    server_auth(r, w, secret, &[], |role, _token| admit(role))
+        .await
+        .map(|(role, ())| role)
+}
+
+/// Server side that also sees the client's token: after the client has
+/// proved it knows the secret, `admit` checks its role and token and returns
+/// what the server keeps of them (the identity the token names), or a reason
+/// to refuse that the client receives as [`HandshakeError::Refused`].
+pub async fn server_auth<R, W, F, T>(
+    r: &mut FrameReader<R>,
+    w: &mut W,
+    secret: &Secret,
+    binding: &[u8],
+    admit: F,
+) -> Result<(Role, T), HandshakeError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+    F: FnOnce(&Role, Option<&str>) -> Result<T, String>,
+{
     tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
         let saved_max = std::mem::replace(r.max_mut(), HANDSHAKE_MAX_FRAME);
-        let result = server_inner(r, w, secret, admit).await;
+        let result = server_inner(r, w, secret, binding, admit).await;
         *r.max_mut() = saved_max;
         result
     })
@@ -292,21 +357,23 @@ pub async fn refuse<W: AsyncWrite + Unpin>(w: &mut W, reason: &str) -> std::io::
     write_frame(w, &refused, &[]).await
 }
 
-async fn server_inner<R, W, F>(
+async fn server_inner<R, W, F, T>(
     r: &mut FrameReader<R>,
     w: &mut W,
     secret: &Secret,
+    binding: &[u8],
     admit: F,
-) -> Result<Role, HandshakeError>
+) -> Result<(Role, T), HandshakeError>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
-    F: FnOnce(&Role) -> Result<(), String>,
+    F: FnOnce(&Role, Option<&str>) -> Result<T, String>,
 {
     let Hs::Hello {
         version,
         role,
         client_nonce,
+        token,
     } = next(r).await?
     else {
         return Err(HandshakeError::Unexpected);
@@ -324,7 +391,12 @@ where
         return Err(HandshakeError::Unexpected);
     }
     let server_nonce = nonce();
-    let proof = secret.mac(&[b"server", client_nonce.as_bytes(), server_nonce.as_bytes()]);
+    let proof = secret.mac(&[
+        b"server",
+        client_nonce.as_bytes(),
+        server_nonce.as_bytes(),
+        binding,
+    ]);
     let challenge = Hs::Challenge {
         version: PROTOCOL_VERSION,
         server_nonce: server_nonce.clone(),
@@ -342,6 +414,8 @@ where
         server_nonce.as_bytes(),
         client_nonce.as_bytes(),
         &role_json,
+        token.as_deref().unwrap_or_default().as_bytes(),
+        binding,
     ]);
     let ok = unhex(&client_proof).is_some_and(|p| expected.verify_slice(&p).is_ok());
     if !ok {
@@ -349,21 +423,24 @@ where
         let _ = write_frame(w, &Hs::Refused { reason }, &[]).await;
         return Err(HandshakeError::BadProof);
     }
-    if let Err(reason) = admit(&role) {
-        let _ = write_frame(
-            w,
-            &Hs::Refused {
-                reason: reason.clone(),
-            },
-            &[],
-        )
-        .await;
-        return Err(HandshakeError::NotAdmitted(reason));
-    }
+    let kept = match admit(&role, token.as_deref()) {
+        Ok(kept) => kept,
+        Err(reason) => {
+            let _ = write_frame(
+                w,
+                &Hs::Refused {
+                    reason: reason.clone(),
+                },
+                &[],
+            )
+            .await;
+            return Err(HandshakeError::NotAdmitted(reason));
+        }
+    };
     write_frame(w, &Hs::Welcome, &[])
         .await
         .map_err(FrameError::from)?;
-    Ok(role)
+    Ok((role, kept))
 }
 
 #[cfg(test)]
@@ -439,6 +516,28 @@ mod tests {
             server.await.unwrap(),
             Err(HandshakeError::NotAdmitted(_))
         ));
+    }
+
+    #[tokio::test]
+    async fn the_token_reaches_the_servers_admit() {
+        let (a, b) = pair();
+        let secret = Secret::new(b"0123456789abcdef0123").unwrap();
+        let s2 = secret.clone();
+        let server = tokio::spawn(async move {
+            let (r, mut w) = tokio::io::split(b);
+            let mut r = FrameReader::new(r);
+            server_auth(&mut r, &mut w, &s2, &[], |_, token| match token {
+                Some("good") => Ok(token.map(str::to_string)),
+                other => Err(format!("token {other:?} refused")),
+            })
+            .await
+        });
+        let (r, mut w) = tokio::io::split(a);
+        let mut r = FrameReader::new(r);
+        let with = secret.clone().with_token(Some("good".into()));
+        client(&mut r, &mut w, &with, &Role::Admin).await.unwrap();
+        let (_, kept) = server.await.unwrap().unwrap();
+        assert_eq!(kept.as_deref(), Some("good"));
     }
 
     #[test]

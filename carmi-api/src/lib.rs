@@ -10,10 +10,16 @@
 //! - `frame`: length-prefixed frames with a JSON header and a verbatim payload.
 //! - `net`: dialing a peer (timeout, TCP_NODELAY).
 //! - `handshake`: version, role, mutual HMAC challenge-response on the pool secret.
+//! - `token`: the pool's signed tokens (identity, power, machine, expiry, id), Ed25519 via ring.
+//! - `tls`: TLS 1.3 under the handshake (rustls; self-signed certificates made in memory,
+//!   the session bound to the pool handshake by its exported keying material).
+//! - `files`: key and token files: written 0600, refused (as ssh does) when others may read them.
 //! - `client`: the client library: `connect`, the `Carmi` handle (requests return
 //!   ids at once), the merged `EventStream`, direct messages between processes,
 //!   and the output of spawned processes streamed back to their requester.
 //! - `admin`: administration requests to the global RM (`carmi status`, jobs).
+//! - `control`: the client of a local RM's control connection ([`control::OwnerLink`]:
+//!   owner events from `owner-sim` or an admin tool).
 //! - `stage`: staging connections: fetching an executable from the global RM
 //!   or a peer local RM, pipelined, hashed off the socket task, rate-limited sends.
 //!
@@ -22,13 +28,17 @@
 
 pub mod admin;
 pub mod client;
+pub mod control;
 pub mod coords;
+pub mod files;
 pub mod frame;
 pub mod handshake;
 pub mod net;
 pub mod stage;
+pub mod tls;
+pub mod token;
 
 // The protocol's data lives in `carmi-proto` (no I/O, no runtime) so that the
 // daemons' pure cores can use it without tokio; re-exported here so that a
 // client needs one crate.
-pub use carmi_proto::{events, exe, ids, limits, msg, submit, submit_condor};
+pub use carmi_proto::{authz, events, exe, ids, limits, msg, submit, submit_condor};

@@ -20,6 +20,9 @@ pub struct PoolArgs {
     /// The pool's secret file [env: CARMI_SECRET]
     #[arg(long, value_name = "FILE")]
     pub secret: Option<PathBuf>,
+    /// The file holding your token [env: CARMI_TOKEN]
+    #[arg(long, value_name = "FILE")]
+    pub token: Option<PathBuf>,
     /// This machine's local RM, HOST:PORT [env: CARMI_LOCAL]
     #[arg(long, value_name = "HOST:PORT")]
     pub local: Option<String>,
@@ -31,6 +34,17 @@ pub trait Required {
     fn pool(&self) -> anyhow::Result<&str>;
     /// The secret file.
     fn secret(&self) -> anyhow::Result<&Path>;
+    /// The secret, presenting the user's token if one is given.
+    fn credentials(&self) -> anyhow::Result<carmi_api::handshake::Secret> {
+        let secret = carmi_api::handshake::Secret::from_file(self.secret()?)?;
+        let token = match self.token_file() {
+            Some(path) => Some(carmi_api::token::read_token_file(path)?),
+            None => None,
+        };
+        Ok(secret.with_token(token))
+    }
+    /// The token file, if any.
+    fn token_file(&self) -> Option<&Path>;
 }
 
 impl Required for Coordinates {
@@ -46,6 +60,10 @@ impl Required for Coordinates {
             Some(p) => Ok(p),
             None => bail!("no pool secret: {}", hint("secret")),
         }
+    }
+
+    fn token_file(&self) -> Option<&Path> {
+        self.token.as_deref()
     }
 }
 
@@ -63,6 +81,7 @@ pub fn resolve(
         secret: flags.secret.clone(),
         local: flags.local.clone(),
         pool_pid: None,
+        token: flags.token.clone(),
     };
     Ok(coords::resolve(&given, lookup)?)
 }

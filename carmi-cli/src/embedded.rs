@@ -90,6 +90,12 @@ pub struct Recorded {
     pub pool_pid: Option<i32>,
 }
 
+/// The embedded pool's admin token, which it writes beside its secret.
+fn token_beside(secret: &Path) -> Option<String> {
+    let token = secret.with_extension("admin.token");
+    token.exists().then(|| token.display().to_string())
+}
+
 /// Where `pool up` records the pool it started.
 fn record_path() -> anyhow::Result<PathBuf> {
     carmi_api::coords::record_path(&|k| std::env::var(k).ok())
@@ -256,6 +262,9 @@ pub fn up(args: &UpArgs) -> anyhow::Result<()> {
     let mut t = toml::Table::new();
     t.insert("pool".into(), r.pool.clone().into());
     t.insert("secret".into(), r.secret.display().to_string().into());
+    if let Some(token) = token_beside(&r.secret) {
+        t.insert("token".into(), token.into());
+    }
     t.insert("local".into(), r.local.clone().unwrap_or_default().into());
     t.insert("pool_pid".into(), i64::from(child.id() as i32).into());
     write_table(&record, &t)?;
@@ -352,6 +361,9 @@ pub fn record_restart(ready: &toml::Table) -> anyhow::Result<()> {
     }
     t.insert("pool".into(), r.pool.clone().into());
     t.insert("secret".into(), r.secret.display().to_string().into());
+    if let Some(token) = token_beside(&r.secret) {
+        t.insert("token".into(), token.into());
+    }
     t.insert("local".into(), r.local.clone().unwrap_or_default().into());
     write_table(&record, &t)?;
     tracing::info!(pool = %r.pool, local = ?r.local, record = %record.display(), "recorded the restarted pool");
@@ -425,6 +437,10 @@ pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         t.insert(
             "secret".into(),
             pool.secret_file().display().to_string().into(),
+        );
+        t.insert(
+            "token".into(),
+            pool.token_file().display().to_string().into(),
         );
         t.insert("local".into(), pool.submit_addr().to_string().into());
         t.insert("pool_pid".into(), i64::from(std::process::id()).into());

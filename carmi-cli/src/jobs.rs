@@ -68,7 +68,7 @@ pub struct RmArgs {
 
 pub(crate) fn connect(pool: &PoolArgs) -> anyhow::Result<(String, Secret)> {
     let coords = resolve_env(pool)?;
-    let secret = Secret::from_file(coords.secret()?)?;
+    let secret = coords.credentials()?;
     Ok((coords.pool()?.to_string(), secret))
 }
 

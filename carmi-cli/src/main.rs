@@ -28,6 +28,7 @@ mod pool;
 mod shell;
 mod status;
 mod supervise;
+mod token;
 mod wait;
 
 use std::process::ExitCode;
@@ -37,13 +38,14 @@ use clap::{Parser, Subcommand};
 
 const AFTER_HELP: &str = "\
 Pool coordinates, first found wins, key by key:
-  1. flags: --pool HOST:PORT, --secret FILE, --local HOST:PORT
-  2. environment: CARMI_POOL, CARMI_SECRET, CARMI_LOCAL
+  1. flags: --pool HOST:PORT, --secret FILE, --token FILE, --local HOST:PORT
+  2. environment: CARMI_POOL, CARMI_SECRET, CARMI_TOKEN, CARMI_LOCAL
   3. the embedded pool `carmi pool up` runs on this machine (its record is
      $XDG_STATE_HOME/carmi/pool-up.toml, else ~/.local/state/carmi/pool-up.toml)
   4. the TOML file $CARMI_CONFIG, else $XDG_CONFIG_HOME/carmi/config.toml,
      else $HOME/.config/carmi/config.toml, with keys
-     pool = \"HOST:PORT\", secret = \"/abs/path\", local = \"HOST:PORT\"
+     pool = \"HOST:PORT\", secret = \"/abs/path\", token = \"/abs/path\",
+     local = \"HOST:PORT\"
 WoDi programs started by hand find their local RM and secret the same way.
 
 HTCondor-style options are accepted too: -analyze, -constraint, -long.";
@@ -107,6 +109,12 @@ enum Command {
     /// from wherever it runs; -f follows it until the job ends.
     #[command(after_help = AFTER_HELP)]
     Logs(logs::LogsArgs),
+    /// Create, list and revoke the pool's tokens (admin).
+    #[command(after_help = AFTER_HELP)]
+    Token {
+        #[command(subcommand)]
+        command: token::TokenCommand,
+    },
     /// Print a shell completion script, e.g. `carmi completions bash`.
     Completions(shell::CompletionsArgs),
     /// Write man pages for carmi and each subcommand into a directory.
@@ -137,6 +145,7 @@ fn main() -> ExitCode {
             };
         }
         Command::Pool { command } => pool::run(command),
+        Command::Token { command } => token::run(command),
         Command::Status(args) => status::run(args),
         Command::Submit(args) => jobs::submit(args),
         Command::Q(args) => jobs::q(args),

@@ -10,7 +10,10 @@ use clap::Subcommand;
 /// `carmi pool` subcommands.
 #[derive(Subcommand)]
 pub enum PoolCommand {
-    /// Write a fresh random pool secret, readable by its owner only.
+    /// Write a fresh random pool secret and, beside it, the pool's signing
+    /// key (pool.key) and a first admin token (pool.admin.token), all readable by
+    /// their owner only. The key stays on the manager (`carmi-global
+    /// --pool-key`); the secret goes to every machine.
     Init {
         /// Where to write it.
         #[arg(
@@ -36,7 +39,17 @@ pub enum PoolCommand {
 /// Runs a `carmi pool` subcommand.
 pub fn run(command: PoolCommand) -> anyhow::Result<()> {
     match command {
-        PoolCommand::Init { secret, force } => pool_init(&secret, force),
+        PoolCommand::Init { secret, force } => {
+            pool_init(&secret, force)?;
+            let user = std::env::var("USER").unwrap_or_else(|_| "admin".into());
+            let id = crate::token::init_keys(&secret, &user, force)?;
+            println!(
+                "wrote the pool's signing key to {} (keep it on the manager: carmi-global --pool-key) and an admin token ({id}, for `{user}`) to {}",
+                secret.with_extension("key").display(),
+                secret.with_extension("admin.token").display()
+            );
+            Ok(())
+        }
         PoolCommand::Up(args) => crate::embedded::up(&args),
         PoolCommand::Down => crate::embedded::down(),
         PoolCommand::Serve(args) => crate::embedded::serve(&args),

@@ -7,7 +7,6 @@ use std::io::Write;
 
 use anyhow::{Context, bail};
 use carmi_api::admin::{pool_status, request};
-use carmi_api::handshake::Secret;
 use carmi_api::msg::{FromGlobal, MachineStatus, ToGlobal};
 use clap::Args;
 
@@ -39,7 +38,7 @@ pub struct StatusArgs {
 /// Runs `carmi status`.
 pub fn run(args: StatusArgs) -> anyhow::Result<()> {
     let coords = resolve_env(&args.pool)?;
-    let secret = Secret::from_file(coords.secret()?)?;
+    let secret = coords.credentials()?;
     let pool = coords.pool()?.to_string();
     let constraint = match &args.constraint {
         Some(text) => Some(classad::parse_expr(text).map_err(|e| {

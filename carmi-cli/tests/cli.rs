@@ -76,11 +76,15 @@ fn pool_init_refuses_to_overwrite_unless_forced() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_ne!(std::fs::read_to_string(&path).unwrap(), first);
     assert_eq!(mode(&path), 0o600);
+    // The secret, and beside it the signing key and the first admin token.
     assert_eq!(
         std::fs::read_dir(dir.path()).unwrap().count(),
-        1,
+        3,
         "no temporary file left"
     );
+    for f in ["pool.key", "pool.admin.token"] {
+        assert_eq!(mode(&dir.path().join(f)), 0o600, "{f}");
+    }
 }
 
 #[test]

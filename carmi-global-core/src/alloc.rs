@@ -45,6 +45,7 @@
 //!   fair growth towards the maxima, `carmi q` and `-analyze`.
 //! - `analyze`: `carmi q -analyze`, every online slot of a class in the first category that applies.
 //! - `matching`: the matching of a job's minimum places to slots (augmenting paths).
+//! - `possible`: jobs no set of machines in the pool could start, flagged and keeping nothing back.
 //! - `queue`: waiting jobs grouped into clusters of identical requests, so
 //!   that settling the queue costs time per cluster, not per job.
 
@@ -62,6 +63,7 @@ mod jobs;
 mod jobs_tests;
 mod matching;
 mod pool;
+mod possible;
 mod queue;
 #[cfg(test)]
 mod queue_tests;
@@ -239,6 +241,9 @@ struct Job {
     /// Per class: the `rank` preferring some machines (higher first).
     ranks: BTreeMap<String, Rank>,
     phase: Phase,
+    /// Whether some set of online slots meets its minimums, as of
+    /// [`Allocator::pool_gen`]: `None` inside when it does, else why not.
+    possible: Option<(u64, Option<String>)>,
 }
 
 impl Job {
@@ -303,6 +308,9 @@ pub struct Allocator {
     /// Set when a slot became idle or a job was submitted: the job queue
     /// must be settled before effects are taken.
     dirty: bool,
+    /// Bumped whenever online slots, machine ads, exclusions or a job's
+    /// classes change: which jobs could ever start is computed again.
+    pool_gen: u64,
     effects: Vec<Effect>,
     /// Host changes of jobs since [`Allocator::take_host_changes`].
     host_changes: Vec<HostChange>,
@@ -385,6 +393,7 @@ impl Allocator {
             tries: 0,
             next_job_seq: 0,
             dirty: false,
+            pool_gen: 0,
             effects: Vec::new(),
             host_changes: Vec::new(),
         }

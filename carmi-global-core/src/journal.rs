@@ -90,7 +90,7 @@ pub enum Record {
     },
     /// A job left the queue: how, for `carmi history` (written before its
     /// `Ended`, and by compactions for the last
-    /// [`HISTORY_LIMIT`](crate::router::HISTORY_LIMIT) ended jobs).
+    /// [`HISTORY_LIMIT`](crate::bounds::HISTORY_LIMIT) ended jobs).
     History(Box<JobRecord>),
     /// A job was created by a process started by hand (not submitted)
     /// attaching at a machine's local RM: after a restart it keeps its id,

@@ -8,6 +8,7 @@
 //!
 //! # Layout
 //! - `alloc`: the allocator: machines, slots, jobs, classes, pending `AddHosts`, subscriptions.
+//! - `bounds`: how many ended jobs and events are remembered, by the router and the journal alike.
 //! - `journal`: the journal's records, the live state a compaction keeps, and their
 //!   encoding and parsing (the file itself is written by the driver).
 //! - `procs`: the process table: where each process runs, is attached, and who spawned it.
@@ -20,6 +21,7 @@
 #![warn(missing_docs)]
 
 pub mod alloc;
+pub mod bounds;
 pub mod journal;
 pub mod procs;
 pub mod router;

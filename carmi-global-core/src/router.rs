@@ -46,11 +46,12 @@ mod ads;
 mod anywhere;
 #[cfg(test)]
 mod anywhere_tests;
+mod authz;
 mod check;
 mod events;
 #[cfg(test)]
 mod hand_tests;
-pub use events::{ENDED_LOGS, EVENTS_PER_JOB};
+pub use crate::bounds::{ENDED_LOGS, EVENTS_PER_JOB, HISTORY_LIMIT};
 mod hold;
 #[cfg(test)]
 mod hold_tests;
@@ -60,7 +61,6 @@ mod logs;
 #[cfg(test)]
 #[path = "router/logs_tests.rs"]
 mod logs_tests;
-pub use jobs::HISTORY_LIMIT;
 pub(crate) use lifecycle::new_proc;
 #[cfg(test)]
 mod jobs_tests;
@@ -219,6 +219,8 @@ pub struct Router {
     log_reads: logs::LogReads,
     next_job: u64,
     out: Vec<Output>,
+    /// What each admin connection's token lets it do (`router/authz.rs`).
+    identities: HashMap<LinkId, carmi_proto::authz::Identity>,
 }
 
 impl Router {
@@ -246,6 +248,7 @@ impl Router {
             log_reads: Default::default(),
             next_job: 1,
             out: Vec::new(),
+            identities: HashMap::new(),
         }
     }
 
@@ -349,6 +352,7 @@ impl Router {
     pub fn on_link_closed(&mut self, link: LinkId, now: Duration) {
         self.advance(now);
         let role = self.links.remove(&link);
+        self.identities.remove(&link);
         match role {
             Some(LinkRole::Machine(_)) => self.settle_log_reads(),
             Some(LinkRole::Admin) => self.forget_log_reads(link),
@@ -384,6 +388,10 @@ impl Router {
         let name = match self.links.get(&link) {
             None => return,
             Some(LinkRole::Admin) => {
+                let Some(msg) = self.authorize(link, msg) else {
+                    self.flush();
+                    return;
+                };
                 match msg {
                     ToGlobal::Status => {
                         let pool = self.alloc.pool_status();
@@ -481,6 +489,7 @@ impl Router {
             | ToGlobal::Events { .. }
             | ToGlobal::FetchFiles { .. }
             | ToGlobal::Logs { .. }
+            | ToGlobal::Tokens(_)
             | ToGlobal::MachineAds => {
                 let what = variant_name(&msg);
                 warn!(
@@ -523,5 +532,6 @@ fn variant_name(msg: &ToGlobal) -> &'static str {
         ToGlobal::FetchFiles { .. } => "FetchFiles",
         ToGlobal::Logs { .. } => "Logs",
         ToGlobal::LogRead { .. } => "LogRead",
+        ToGlobal::Tokens(_) => "Tokens",
     }
 }

@@ -50,4 +50,7 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// TLS could not be set up (no certificate could be made).
+    #[error("TLS: {0}")]
+    Tls(String),
 }

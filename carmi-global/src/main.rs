@@ -27,6 +27,10 @@ struct Args {
     /// File holding the pool's shared secret (at least 16 bytes).
     #[arg(long, value_name = "FILE")]
     secret: PathBuf,
+    /// The pool's signing key (`carmi pool init` writes it, mode 0600): with
+    /// it every connection must present a token and is held to its power.
+    #[arg(long, value_name = "FILE")]
+    pool_key: Option<PathBuf>,
     /// Directory for executables and other state (created if missing).
     #[arg(long, value_name = "DIR")]
     state_dir: PathBuf,
@@ -73,6 +77,14 @@ async fn main() -> anyhow::Result<()> {
     }
     let secret = Secret::from_file(&args.secret).context("reading the pool secret")?;
     let mut config = ServerConfig::new(secret, args.state_dir.clone());
+    if let Some(key) = &args.pool_key {
+        std::fs::create_dir_all(&args.state_dir)
+            .with_context(|| format!("creating {}", args.state_dir.display()))?;
+        let auth = carmi_global::server::Authority::open(key, &args.state_dir)
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .context("reading the pool signing key")?;
+        config.auth = Some(std::sync::Arc::new(auth));
+    }
     config.router = RouterConfig {
         heartbeat: Duration::from_millis(args.heartbeat_ms),
         missed_heartbeats: args.missed_heartbeats,

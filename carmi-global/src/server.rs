@@ -49,6 +49,7 @@ use crate::router::{Decoded, LinkId, Output, Router, RouterConfig};
 use crate::staging::{Staging, StagingConfig};
 use crate::store::ExeStore;
 
+mod authz;
 mod conn;
 mod gate;
 mod stager;
@@ -56,6 +57,7 @@ mod stager;
 use conn::{connection, refuse};
 use stager::{StageInput, on_stage_input};
 
+pub use authz::{Admitted, Authority, MAX_LIFETIME_S};
 pub use gate::{ConnLimits, Gate, REFUSAL_LOG_PERIOD, Refusal, Ticket};
 
 /// How long shutdown waits for connections to finish.
@@ -98,6 +100,10 @@ pub struct ServerConfig {
     pub conn_limits: ConnLimits,
     /// How long a frame may take once started, after the handshake.
     pub frame_deadline: FrameDeadline,
+    /// The pool's token authority: every connection must then present a
+    /// token, and each request is checked against its power. `None` (a pool
+    /// without a signing key) admits whoever knows the secret as an admin.
+    pub auth: Option<Arc<Authority>>,
 }
 
 impl ServerConfig {
@@ -113,6 +119,7 @@ impl ServerConfig {
             stage_link_rate: None,
             conn_limits: ConnLimits::default(),
             frame_deadline: FrameDeadline::DEFAULT,
+            auth: None,
         }
     }
 }
@@ -141,7 +148,13 @@ enum Cmd {
     Opened {
         link: LinkId,
         role: Role,
+        identity: Option<carmi_api::authz::Identity>,
         out: LinkTx,
+    },
+    /// An answer the connection's task made itself (token requests), in order.
+    Reply {
+        link: LinkId,
+        msg: FromGlobal,
     },
     Message {
         link: LinkId,
@@ -187,6 +200,8 @@ struct Shared {
     router: RouterConfig,
     deadline: FrameDeadline,
     gate: Arc<Gate>,
+    auth: Option<Arc<Authority>>,
+    tls: carmi_api::tls::Acceptor,
 }
 
 impl Server {
@@ -241,6 +256,9 @@ impl Server {
 
     /// Serves until `shutdown` completes, then stops every task and returns.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
+        // A fresh self-signed certificate per run: clients authenticate the
+        // daemon through the pool handshake, not the certificate (`carmi_api::tls`).
+        let tls = carmi_api::tls::Acceptor::generate().map_err(Error::Tls)?;
         let (stop_tx, stop_rx) = watch::channel(false);
         let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
@@ -279,7 +297,14 @@ impl Server {
             router: self.config.router.clone(),
             deadline: self.config.frame_deadline,
             gate: Gate::new(self.config.conn_limits.clone()),
+            auth: self.config.auth.clone(),
+            tls,
         });
+        if self.config.auth.is_none() {
+            warn!(
+                "no pool signing key (--pool-key): every client that knows the pool secret acts as an admin"
+            );
+        }
         let mut summary = tokio::time::interval(REFUSAL_LOG_PERIOD);
         let mut accept_failures = 0u64;
         tokio::pin!(shutdown);
@@ -459,13 +484,22 @@ fn handle(
 ) {
     let now = start.elapsed();
     match cmd {
-        Cmd::Opened { link, role, out } => {
+        Cmd::Opened {
+            link,
+            role,
+            identity,
+            out,
+        } => {
             links.insert(link, out);
             if let Role::Local { name } = &role {
                 staging.on_local_opened(link, name.clone());
             }
             router.on_link_opened(link, role, now);
+            if let Some(identity) = identity {
+                router.on_link_identity(link, identity);
+            }
         }
+        Cmd::Reply { link, msg } => send_or_kick(links, link, msg),
         Cmd::Message { link, msg, at } => {
             router.on_decoded(link, *msg, at.saturating_duration_since(start))
         }

@@ -12,7 +12,9 @@
 //! - processes: [`Core::on_cache_miss`] or [`Core::on_launched`] after an
 //!   [`Effect::Launch`], [`Core::on_stored`] after an [`Effect::Store`],
 //!   [`Core::on_exited`];
-//! - the heartbeat timer: [`Core::on_heartbeat`];
+//! - time: [`Core::on_time`] before every input and at [`Core::next_deadline`]
+//!   (the kill grace's end, the next heartbeat); the heartbeat's update as
+//!   [`Core::on_heartbeat`] after an [`Effect::Heartbeat`];
 //! - the owner policy: [`Core::set_accepting`], [`Core::suspend_all`],
 //!   [`Core::resume_all`], [`Core::open_all`], [`Core::close_all`],
 //!   [`Core::vacate_all`], [`Core::kill_all`]; per slot [`Core::suspend_slot`],
@@ -60,7 +62,10 @@ pub enum Effect {
         /// Where from (the global RM's answer to `Fetch`).
         source: StageSource,
     },
-    /// Terminate a process's group (SIGTERM, then SIGKILL after the grace period).
+    /// Terminate a process's group: SIGTERM (and SIGCONT, so that a stopped
+    /// group acts on it) now; if it has not exited when the kill grace is
+    /// over, the core asks for [`Effect::KillNow`] (a deadline of the core,
+    /// see [`Core::next_deadline`]).
     Kill(ProcessId),
     /// Stop a process's group.
     Suspend(ProcessId),
@@ -71,6 +76,9 @@ pub enum Effect {
     Terminate(ProcessId),
     /// SIGKILL to a process's group now.
     KillNow(ProcessId),
+    /// Heartbeat time: sample the machine's dynamic attributes and answer
+    /// with [`Core::on_heartbeat`].
+    Heartbeat,
     /// Read a process's standard output or error for `carmi logs` (answer
     /// with [`Core::on_log_read`]).
     ReadLog {
@@ -161,6 +169,8 @@ struct Proc {
     /// `None` for a master, which runs outside the slots.
     slot: Option<usize>,
     state: ProcState,
+    /// When SIGKILL follows the SIGTERM of a `Kill` (the kill grace's end).
+    kill_at: Option<f64>,
 }
 
 /// Executables asked for with `Fetch`, and who waits for them.
@@ -189,7 +199,32 @@ pub struct Core {
     effects: Vec<Effect>,
     /// Whether the owner policy lets new processes start.
     accepting: bool,
+    /// Deadlines and the clock they are measured on.
+    time: Timing,
 }
+
+/// The core's clock and timers, in seconds of the driver's clock.
+#[derive(Clone, Debug)]
+struct Timing {
+    /// The latest time [`Core::on_time`] was given (never goes back).
+    now: f64,
+    /// SIGTERM to SIGKILL delay for a killed process.
+    kill_grace: f64,
+    /// Heartbeat period when the global RM names none (`heartbeat_ms` 0).
+    heartbeat_fallback: f64,
+    /// The heartbeat period of the current registration.
+    heartbeat_period: f64,
+    /// When the next heartbeat is due; `None` while not registered.
+    heartbeat_at: Option<f64>,
+}
+
+/// SIGTERM to SIGKILL delay until [`Core::set_timers`] names one (the
+/// daemon's default `kill_grace_ms`).
+pub const DEFAULT_KILL_GRACE: f64 = 2.0;
+
+/// Heartbeat period used when the global RM names none, until
+/// [`Core::set_timers`] names one (the daemon's default `heartbeat_ms`).
+pub const DEFAULT_HEARTBEAT_FALLBACK: f64 = 5.0;
 
 impl Core {
     /// A core for a machine with `slots` slots, not connected.
@@ -204,6 +239,13 @@ impl Core {
             backlog: VecDeque::new(),
             effects: Vec::new(),
             accepting: true,
+            time: Timing {
+                now: 0.0,
+                kill_grace: DEFAULT_KILL_GRACE,
+                heartbeat_fallback: DEFAULT_HEARTBEAT_FALLBACK,
+                heartbeat_period: DEFAULT_HEARTBEAT_FALLBACK,
+                heartbeat_at: None,
+            },
         }
     }
 
@@ -261,6 +303,10 @@ impl Core {
                 .values()
                 .filter(|f| f.waiting.contains(id))
                 .count();
+            assert!(
+                p.kill_at.is_none() || p.state == ProcState::Running { killing: true },
+                "process {id} has a SIGKILL deadline only while being killed"
+            );
             let expected = usize::from(p.state == ProcState::Fetching);
             assert_eq!(
                 waiting, expected,
@@ -322,6 +368,7 @@ impl Core {
     /// had been given but had not written, in order.
     pub fn on_global_lost(&mut self, unsent: Vec<(ToGlobal, Bytes)>) {
         self.link = Link::Down;
+        self.time.heartbeat_at = None;
         // Unsent messages were produced before anything now in the backlog.
         for (msg, payload) in unsent.into_iter().rev() {
             if must_deliver(&msg) {
@@ -344,7 +391,10 @@ impl Core {
     /// A message from the global RM (`payload` is the frame payload).
     pub fn on_global(&mut self, msg: FromGlobal, payload: Bytes) {
         match msg {
-            FromGlobal::Registered { hosts, .. } => self.on_registered(hosts),
+            FromGlobal::Registered {
+                hosts,
+                heartbeat_ms,
+            } => self.on_registered(hosts, heartbeat_ms),
             _ if !self.is_registered() => {
                 tracing::warn!(
                     ?msg,
@@ -436,6 +486,7 @@ impl Core {
             | FromGlobal::Released { .. }
             | FromGlobal::Events { .. }
             | FromGlobal::Files(_)
+            | FromGlobal::Tokens(_)
             | FromGlobal::Log { .. } => {
                 tracing::warn!("an admin answer was sent to a local RM; ignored");
             }
@@ -477,7 +528,7 @@ impl Core {
         }
     }
 
-    fn on_registered(&mut self, hosts: Vec<HostId>) {
+    fn on_registered(&mut self, hosts: Vec<HostId>, heartbeat_ms: u64) {
         if self.link != Link::Advertised {
             tracing::warn!(link = ?self.link, "Registered without a pending advertisement; ignored");
             return;
@@ -490,6 +541,7 @@ impl Core {
             );
         }
         self.link = Link::Registered { hosts };
+        self.start_heartbeats(heartbeat_ms);
         while let Some((msg, payload)) = self.backlog.pop_front() {
             self.send(msg, payload);
         }
@@ -654,6 +706,9 @@ mod owner;
 
 #[path = "node_procs.rs"]
 mod procs;
+
+#[path = "node_time.rs"]
+mod time;
 
 #[cfg(test)]
 #[path = "node_tests.rs"]

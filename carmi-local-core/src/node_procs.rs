@@ -68,6 +68,7 @@ impl Core {
                 launch: launch.clone(),
                 slot,
                 state: ProcState::Launching { kill: false },
+                kill_at: None,
             },
         );
         self.effects.push(Effect::Launch(launch));
@@ -233,7 +234,7 @@ impl Core {
                     Bytes::new(),
                 );
                 if kill {
-                    self.effects.push(Effect::Kill(process));
+                    self.start_kill(process);
                 } else if suspended {
                     self.effects.push(Effect::Suspend(process));
                 }
@@ -292,10 +293,7 @@ impl Core {
             }
             ProcState::Launching { .. } => p.state = ProcState::Launching { kill: true },
             ProcState::Running { killing: true } => {}
-            ProcState::Running { killing: false } => {
-                p.state = ProcState::Running { killing: true };
-                self.effects.push(Effect::Kill(process));
-            }
+            ProcState::Running { killing: false } => self.start_kill(process),
         }
     }
 

@@ -670,3 +670,6 @@ fn vacate_terminates_running_processes_and_drops_unstarted_ones() {
 
 #[path = "node_stage_tests.rs"]
 mod stage;
+
+#[path = "node_time_tests.rs"]
+mod time;

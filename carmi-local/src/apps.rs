@@ -20,22 +20,11 @@ use carmi_api::msg::{FromLocal, Role, ToLocal};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, mpsc, watch};
 
-use crate::daemon::{Input, stopped};
+use crate::input::{AppTx, Input, stopped};
 
 /// Default for [`crate::config::Settings::app_queue`]: messages queued for
 /// one application before it counts as not reading (and is disconnected).
 pub const APP_QUEUE: usize = 1024;
-
-/// The driver's end of an application connection.
-#[derive(Debug)]
-pub(crate) struct AppTx {
-    /// Its outgoing queue, bounded.
-    pub tx: mpsc::Sender<FromLocal>,
-    /// Ends the connection's task at once (it then reports `AppClosed`).
-    pub kick: Arc<Notify>,
-    /// Where the application connected from, for logs.
-    pub peer: SocketAddr,
-}
 
 /// Accepts application connections until `stop` turns true.
 pub(crate) async fn serve(

@@ -227,7 +227,7 @@ mod tests {
 
     #[test]
     fn benchmark_is_cached_and_redone_when_the_fingerprint_changes() {
-        let dir = crate::spawn::tests::TempDir::new("bench");
+        let dir = crate::test_dir::TempDir::new("bench");
         let t = Instant::now();
         let first = scores(dir.path());
         assert!(first.mips > 0 && first.kflops > 0);

@@ -122,7 +122,7 @@ pub fn verify(exe: &ExecutableRef, bytes: &[u8]) -> Result<(), CacheError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spawn::tests::TempDir;
+    use crate::test_dir::TempDir;
     use carmi_api::exe::sha256_hex;
 
     fn exe_ref(bytes: &[u8]) -> ExecutableRef {

@@ -62,6 +62,11 @@ pub struct Cli {
     /// File holding the pool's shared secret.
     #[arg(long, value_name = "FILE")]
     pub secret: PathBuf,
+    /// File holding this machine's daemon token (`carmi token create
+    /// --authz daemon --machine NAME`), mode 0600; required by a pool whose
+    /// global RM has a signing key.
+    #[arg(long, value_name = "FILE")]
+    pub token: Option<PathBuf>,
     /// TOML configuration file (attributes, slots, ...).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -243,6 +248,10 @@ pub struct Settings {
     /// Most messages waiting to be written to one application; one that
     /// stops reading fills it and is disconnected.
     pub app_queue: usize,
+    /// File holding this machine's daemon token, presented to the global RM.
+    pub token_file: Option<PathBuf>,
+    /// The token itself (an in-process pool's); wins over `token_file`.
+    pub token: Option<String>,
 }
 
 impl Settings {
@@ -252,6 +261,8 @@ impl Settings {
         Settings {
             global: global.into(),
             secret_file: absolute(&secret_file.into()),
+            token_file: None,
+            token: None,
             work_dir: default_work_dir(&name),
             name,
             slots: None,
@@ -276,6 +287,7 @@ impl Settings {
             None => None,
         };
         let mut s = Settings::new(cli.global.clone(), cli.secret.clone());
+        s.token_file = cli.token.clone();
         let mut name_set = false;
         let mut work_dir_set = false;
         if let Some((path, f)) = &file {
@@ -583,7 +595,7 @@ mod tests {
 
     #[test]
     fn config_file_errors_name_the_file_and_attribute() {
-        let dir = crate::spawn::tests::TempDir::new("config");
+        let dir = crate::test_dir::TempDir::new("config");
         let path = dir.path().join("local.toml");
         std::fs::write(&path, "[attributes]\nFast = 'Mips >'\n").unwrap();
         let cli = Cli::try_parse_from([
@@ -639,7 +651,7 @@ mod tests {
 
     #[test]
     fn command_line_overrides_the_file() {
-        let dir = crate::spawn::tests::TempDir::new("config2");
+        let dir = crate::test_dir::TempDir::new("config2");
         let path = dir.path().join("local.toml");
         std::fs::write(
             &path,

@@ -1,6 +1,7 @@
 //! The driver: one task that owns the [`Core`], feeds it every input (from
-//! the global link, application connections, launches, stores, exits and the
-//! heartbeat timer) and carries out its effects. It decides nothing itself.
+//! the global link, application connections, launches, stores, exits) and
+//! the time, at the deadlines the core names (the kill grace's end, the next
+//! heartbeat), and carries out its effects. It decides nothing itself.
 //!
 //! Blocking work (copying an executable into a sandbox, hashing and writing
 //! staged bytes) runs on tokio's blocking pool and comes back as an input;
@@ -26,95 +27,29 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use bytes::Bytes;
 use carmi_api::handshake::Secret;
-use carmi_api::ids::{ConnId, JobId, ProcessId, RequestId};
-use carmi_api::msg::{ExecutableRef, FromGlobal, FromLocalControl, OwnerEvent, Request};
+use carmi_api::ids::{ConnId, ProcessId};
+use carmi_api::msg::{FromGlobal, OwnerEvent};
 use classad::ClassAd;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
-use tokio::time::{Instant, Interval};
+use tokio::time::Instant;
 
-use crate::apps::AppTx;
 use crate::cache::ExeCache;
 use crate::config::{OwnerSource, Settings};
-use crate::global::{GlobalConfig, GlobalLink, GlobalTx, Outgoing};
+use crate::global::{GlobalConfig, GlobalLink};
+use crate::input::{AppTx, Input};
 use crate::machine::{MachineAd, detect_static, sample_dynamic};
 use crate::owner::{RealOwner, SimulatedOwner};
 use crate::peer::Stager;
 use crate::policy::{Policy, PolicyEffect};
-use crate::spawn::{ExitReport, Launcher, ProcessGroup};
+use crate::spawn::{Launcher, ProcessGroup};
 use crate::{Error, apps, benchmark, global};
 use carmi_local_core::node::Core;
 
 /// Inputs queued before senders (connections) wait for the driver.
 const INPUT_QUEUE: usize = 4096;
-
-/// What the driver hears about.
-#[derive(Debug)]
-pub(crate) enum Input {
-    /// A global connection is up; messages for it go into `out`.
-    GlobalUp {
-        out: GlobalTx,
-        /// This machine's address on the connection to the global RM: the
-        /// one other machines of the pool can reach.
-        local_ip: Option<IpAddr>,
-    },
-    /// A message from the global RM.
-    Global(FromGlobal, Bytes),
-    /// The global connection is gone: `failed` could not be written, `rest` was never tried.
-    GlobalDown {
-        failed: Option<Outgoing>,
-        rest: mpsc::Receiver<Outgoing>,
-    },
-    AppConnected {
-        conn: ConnId,
-        job: Option<JobId>,
-        process: Option<ProcessId>,
-        endpoint: String,
-        out: AppTx,
-    },
-    AppRequest {
-        conn: ConnId,
-        id: RequestId,
-        body: Request,
-    },
-    AppUpload {
-        conn: ConnId,
-        executable: ExecutableRef,
-        payload: Bytes,
-    },
-    AppClosed {
-        conn: ConnId,
-    },
-    Launched {
-        process: ProcessId,
-        result: Result<ProcessGroup, String>,
-    },
-    Stored {
-        sha256: String,
-        result: Result<(), String>,
-    },
-    Fetched {
-        sha256: String,
-        source: carmi_api::msg::StageSource,
-        result: Result<(), String>,
-    },
-    Exited {
-        process: ProcessId,
-        report: ExitReport,
-    },
-    /// A read for `carmi logs` is done.
-    LogRead {
-        request: u64,
-        result: Result<carmi_api::msg::LogChunk, String>,
-    },
-    SuspendSlot(u32, oneshot::Sender<bool>),
-    ResumeSlot(u32, oneshot::Sender<bool>),
-    /// Owner activity; the answer (if asked for) once its effects are carried out.
-    Owner(OwnerEvent, Option<oneshot::Sender<FromLocalControl>>),
-}
 
 /// How often the machine ad the policy sees is re-sampled (load, memory, disk).
 const BASE_AD_REFRESH: Duration = Duration::from_secs(5);
@@ -149,6 +84,14 @@ impl Daemon {
         let work_dir = std::fs::canonicalize(&settings.work_dir)
             .map_err(io("cannot resolve work directory", &settings.work_dir))?;
         let secret = Secret::from_file(&settings.secret_file)?;
+        // Only the link to the global RM presents the daemon token: the
+        // other connections this daemon opens reach peers and job processes.
+        // Read first, so that a file others may read stops the start at once.
+        let token = match (&settings.token, &settings.token_file) {
+            (Some(t), _) => Some(t.clone()),
+            (None, Some(path)) => Some(carmi_api::token::read_token_file(path)?),
+            (None, None) => None,
+        };
 
         let scores = if settings.benchmark {
             let dir = work_dir.clone();
@@ -241,7 +184,7 @@ impl Daemon {
         tokio::spawn(stager.clone().serve(stage_listener, links_stop_rx.clone()));
         let gcfg = GlobalConfig {
             addr: settings.global.clone(),
-            secret: secret.clone(),
+            secret: secret.clone().with_token(token),
             name: settings.name.clone(),
             queue: settings.global_queue,
         };
@@ -267,8 +210,10 @@ impl Daemon {
             "owner policy"
         );
         let base_ad = machine.build(&sample_dynamic(&work_dir));
+        let mut core = Core::new(slots);
+        core.set_timers(settings.kill_grace, settings.heartbeat_fallback);
         let mut driver = Driver {
-            core: Core::new(slots),
+            core,
             policy: Policy::new(settings.policy.clone(), 0.0),
             owner,
             epoch,
@@ -290,9 +235,7 @@ impl Daemon {
             global: GlobalLink::new(settings.global.clone(), settings.global_stall),
             apps: HashMap::new(),
             inputs_tx: inputs_tx.clone(),
-            heartbeat: None,
             kill_grace: settings.kill_grace,
-            heartbeat_fallback: settings.heartbeat_fallback,
             secret,
         };
         driver.measure();
@@ -430,9 +373,8 @@ struct Driver {
     global: GlobalLink,
     apps: HashMap<ConnId, AppTx>,
     inputs_tx: mpsc::Sender<Input>,
-    heartbeat: Option<Interval>,
+    /// The kill grace (the core's), to bound how long stopping waits.
     kill_grace: Duration,
-    heartbeat_fallback: Duration,
     /// The pool secret, for the output connections to requesters.
     secret: Secret,
 }
@@ -453,12 +395,9 @@ impl Driver {
                 },
                 permit = self.global.room() => self.global.on_room(permit),
                 _ = at(self.global.deadline()) => self.global.on_deadline(),
-                _ = tick(&mut self.heartbeat) => {
-                    let values = self.policy.public_values(self.unix_epoch);
-                    let update = self.machine.heartbeat_update(&values);
-                    self.core.on_heartbeat(update);
-                }
+                _ = at(self.core_deadline()) => self.core.on_time(self.now()),
                 _ = tokio::time::sleep_until(self.policy_at) => {
+                    self.core.on_time(self.now());
                     self.measure();
                     self.evaluate();
                 }
@@ -475,61 +414,65 @@ impl Driver {
         tracing::info!("local RM stopped");
     }
 
-    /// Refuses new processes, kills all it started (including those whose
-    /// launch has not been reported yet), and keeps serving inputs until
-    /// their exits are in.
+    /// Refuses new processes, has the core kill all it started (including
+    /// those whose launch has not been reported yet, once it is), and keeps
+    /// serving exits, launches and the core's deadlines until every process
+    /// has exited, or the kill grace and a margin are over.
     async fn stop(&mut self, inputs: &mut mpsc::Receiver<Input>) {
         // First the gate: after `close` no process can start, and every one
-        // that did is in its list, reported to this driver or not.
+        // that did is in its list, reported to this driver or not; those not
+        // yet reported are SIGKILLed by `Groups` if they outlive this.
         let launcher = self.launcher.clone();
         let started = tokio::task::spawn_blocking(move || launcher.close())
             .await
             .unwrap_or_default();
-        let mut live: HashMap<ProcessId, ProcessGroup> = self.groups.0.clone();
         for (p, g) in started {
-            live.entry(p).or_insert(g);
+            self.groups.0.entry(p).or_insert(g);
         }
-        if !live.is_empty() {
-            tracing::info!(processes = live.len(), "stopping: killing all processes");
+        if self.core.job_count() > 0 {
+            tracing::info!(
+                processes = self.core.job_count(),
+                "stopping: killing all processes"
+            );
         }
-        let mut terminating = tokio::task::JoinSet::new();
-        for g in live.into_values() {
-            let grace = self.kill_grace;
-            terminating.spawn(async move { g.terminate(grace).await });
-        }
+        self.core.on_time(self.now());
+        self.core.shut_down();
+        self.flush();
         let deadline = Instant::now() + self.kill_grace + Duration::from_secs(3);
-        while !self.groups.0.is_empty() || !terminating.is_empty() {
+        while self.core.job_count() > 0 {
             let input = tokio::select! {
                 i = inputs.recv() => i,
-                Some(_) = terminating.join_next(), if !terminating.is_empty() => continue,
+                _ = at(self.core_deadline()) => {
+                    self.core.on_time(self.now());
+                    self.flush();
+                    continue;
+                }
                 _ = tokio::time::sleep_until(deadline) => None,
             };
             let Some(input) = input else {
-                tracing::warn!(left = self.groups.0.len(), "processes did not exit in time");
+                tracing::warn!(
+                    left = self.core.job_count(),
+                    "processes did not exit in time"
+                );
                 break;
             };
             // Nothing new is started while stopping.
             match input {
                 Input::Exited { .. }
+                | Input::Launched { .. }
                 | Input::GlobalUp { .. }
                 | Input::GlobalDown { .. }
                 | Input::Global(FromGlobal::Registered { .. }, _) => self.handle(input),
-                Input::Launched {
-                    process,
-                    result: Ok(g),
-                } => {
-                    let grace = self.kill_grace;
-                    let group = g.clone();
-                    tokio::spawn(async move { group.terminate(grace).await });
-                    self.handle(Input::Launched {
-                        process,
-                        result: Ok(g),
-                    });
-                }
                 _ => {}
             }
             self.flush();
         }
+    }
+
+    /// When the core wants to be told the time next, on the driver's clock.
+    fn core_deadline(&self) -> Option<Instant> {
+        let t = self.core.next_deadline()?;
+        Some(self.epoch + Duration::try_from_secs_f64(t.max(0.0)).ok()?)
     }
 
     /// Policy time now: seconds since the driver started.
@@ -580,21 +523,6 @@ async fn at(deadline: Option<Instant>) {
         Some(d) => tokio::time::sleep_until(d).await,
         None => std::future::pending().await,
     }
-}
-
-async fn tick(i: &mut Option<Interval>) {
-    match i {
-        Some(i) => {
-            i.tick().await;
-        }
-        None => std::future::pending().await,
-    }
-}
-
-/// Resolves once `stop` turns true (or its sender is gone).
-pub(crate) async fn stopped(stop: &mut watch::Receiver<bool>) {
-    // The guard wait_for returns must not live across the caller's awaits.
-    let _ = stop.wait_for(|s| *s).await.map(|_| ());
 }
 
 #[path = "daemon_effects.rs"]

@@ -75,15 +75,23 @@ impl Driver {
                         .await;
                 });
             }
+            // The SIGKILL, if the process outlives the kill grace, comes
+            // from the core as `KillNow`.
             Effect::Kill(process) => match self.groups.0.get(&process) {
                 Some(g) => {
-                    let g = g.clone();
-                    let grace = self.kill_grace;
-                    tracing::info!(%process, "killing process group");
-                    tokio::spawn(async move { g.terminate(grace).await });
+                    tracing::info!(%process, "killing process group: SIGTERM");
+                    if g.signal(libc::SIGTERM) {
+                        // A stopped group acts on SIGTERM only once continued.
+                        g.resume();
+                    }
                 }
                 None => tracing::error!(%process, "kill of a process without a group"),
             },
+            Effect::Heartbeat => {
+                let values = self.policy.public_values(self.unix_epoch);
+                let update = self.machine.heartbeat_update(&values);
+                self.core.on_heartbeat(update);
+            }
             Effect::Suspend(process) => {
                 if let Some(g) = self.groups.0.get(&process) {
                     g.suspend();
@@ -138,7 +146,7 @@ impl Driver {
             }
             Effect::KillNow(process) => {
                 if let Some(g) = self.groups.0.get(&process) {
-                    tracing::info!(%process, "vacate grace over: SIGKILL to the process group");
+                    tracing::info!(%process, "grace over: SIGKILL to the process group");
                     g.kill_now();
                 }
             }

@@ -4,17 +4,16 @@
 //! Kept apart from `daemon.rs` (startup, the select loop, shutdown) so that
 //! each file stays readable.
 
-use std::time::Duration;
-
 use bytes::Bytes;
 use carmi_api::msg::{FromGlobal, FromLocalControl, ToGlobal};
-use tokio::time::{Instant, MissedTickBehavior};
 
 use super::{Driver, Input, OwnerInput, stage_endpoint_for};
 
 impl Driver {
     /// Hands one input to the core (or to the link, cache or policy it concerns).
     pub(super) fn handle(&mut self, input: Input) {
+        // The core's deadlines (kill grace, heartbeats) are measured from here.
+        self.core.on_time(self.now());
         match input {
             Input::GlobalUp { out, local_ip } => {
                 self.global.up(out);
@@ -26,20 +25,6 @@ impl Driver {
                 self.core.on_global_connected(ad);
             }
             Input::Global(msg, payload) => {
-                if let FromGlobal::Registered { heartbeat_ms, .. } = &msg {
-                    let period = if *heartbeat_ms == 0 {
-                        self.heartbeat_fallback
-                    } else {
-                        Duration::from_millis(*heartbeat_ms)
-                    };
-                    tracing::info!(
-                        period_ms = period.as_millis() as u64,
-                        "registered with the global RM"
-                    );
-                    let mut i = tokio::time::interval_at(Instant::now() + period, period);
-                    i.set_missed_tick_behavior(MissedTickBehavior::Delay);
-                    self.heartbeat = Some(i);
-                }
                 let registered = matches!(msg, FromGlobal::Registered { .. });
                 self.core.on_global(msg, payload);
                 if registered && self.global.is_up() {
@@ -50,7 +35,6 @@ impl Driver {
                 }
             }
             Input::GlobalDown { failed, rest } => {
-                self.heartbeat = None;
                 let unsent = self.global.down(failed, rest);
                 tracing::info!(
                     unsent = unsent.len(),

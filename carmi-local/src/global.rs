@@ -24,11 +24,11 @@ use bytes::Bytes;
 use carmi_api::frame::{FrameReader, write_frame};
 use carmi_api::handshake::{self, Secret};
 use carmi_api::msg::{FromGlobal, Role, ToGlobal};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use carmi_api::tls;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
-use crate::daemon::{Input, stopped};
+use crate::input::{GlobalTx, Input, Outgoing, stopped};
 
 /// First reconnection delay.
 pub const BACKOFF_MIN: Duration = Duration::from_millis(100);
@@ -45,19 +45,6 @@ pub const GLOBAL_QUEUE: usize = 16 * 1024;
 /// Default for [`crate::config::Settings::global_stall`]: how long a full
 /// queue to the global RM may make no progress before the link is dropped.
 pub const GLOBAL_STALL: Duration = Duration::from_secs(30);
-
-/// A message for the global RM and its frame payload.
-pub(crate) type Outgoing = (ToGlobal, Bytes);
-
-/// The driver's end of a session: where messages go, and how to end it.
-#[derive(Debug)]
-pub(crate) struct GlobalTx {
-    /// The session's outgoing queue, bounded.
-    pub tx: mpsc::Sender<Outgoing>,
-    /// Ends the session at once, even in the middle of a write that cannot
-    /// complete; the session then reports `GlobalDown` as for any failure.
-    pub kick: Arc<Notify>,
-}
 
 /// Exponential backoff with jitter.
 #[derive(Clone, Debug)]
@@ -259,9 +246,10 @@ pub(crate) async fn run(
             _ = stopped(&mut stop) => break,
         };
         match connected {
-            Ok((reader, writer)) => {
+            Ok((reader, writer, local_ip)) => {
                 tracing::info!(global = %cfg.addr, "connected to the global RM");
-                if session(reader, writer, cfg.queue, &inputs, &mut stop).await {
+                let link = (reader, writer, local_ip);
+                if session(link, cfg.queue, &inputs, &mut stop).await {
                     backoff.reset();
                 }
             }
@@ -293,33 +281,53 @@ enum ConnectError {
 
 async fn connect(
     cfg: &GlobalConfig,
-) -> Result<(FrameReader<OwnedReadHalf>, OwnedWriteHalf), ConnectError> {
+) -> Result<
+    (
+        FrameReader<tls::Reader>,
+        tls::Writer,
+        Option<std::net::IpAddr>,
+    ),
+    ConnectError,
+> {
     let stream = carmi_api::net::dial(&cfg.addr, CONNECT_TIMEOUT)
         .await
         .map_err(|e| match e.kind() {
             std::io::ErrorKind::TimedOut => ConnectError::Timeout,
             _ => e.into(),
         })?;
-    let (r, mut w) = stream.into_split();
-    let mut reader = FrameReader::new(r);
+    let local_ip = stream.local_addr().ok().map(|a| a.ip());
+    // TLS when presenting a daemon token (a pool with a signing key).
+    let tls::Stream {
+        reader,
+        mut writer,
+        binding,
+    } = tokio::time::timeout(
+        handshake::HANDSHAKE_TIMEOUT,
+        tls::connect_for(stream, &cfg.secret),
+    )
+    .await
+    .map_err(|_| ConnectError::Timeout)??;
+    let mut reader = FrameReader::new(reader);
     let role = Role::Local {
         name: cfg.name.clone(),
     };
-    handshake::client(&mut reader, &mut w, &cfg.secret, &role).await?;
-    Ok((reader, w))
+    handshake::client_bound(&mut reader, &mut writer, &cfg.secret, &role, &binding).await?;
+    Ok((reader, writer, local_ip))
 }
 
 /// Relays one connection; true if it got as far as `Registered`.
 async fn session(
-    mut reader: FrameReader<OwnedReadHalf>,
-    mut w: OwnedWriteHalf,
+    (mut reader, mut w, local_ip): (
+        FrameReader<tls::Reader>,
+        tls::Writer,
+        Option<std::net::IpAddr>,
+    ),
     queue: usize,
     inputs: &mpsc::Sender<Input>,
     stop: &mut watch::Receiver<bool>,
 ) -> bool {
     let (tx, mut rx) = mpsc::channel::<Outgoing>(queue.max(1));
     let kick = Arc::new(Notify::new());
-    let local_ip = w.local_addr().ok().map(|a| a.ip());
     let out = GlobalTx {
         tx,
         kick: kick.clone(),

@@ -35,6 +35,7 @@
 //!   peer (pipelined, verified), and serving this cache, partial copies included, to peers.
 //! - `apps`: the listener for application processes and one task per connection, each with a bounded queue.
 //! - `global`: the connection to the global RM, with reconnection and backoff, and its bounded queue (`GlobalLink` on the driver's side).
+//! - `input`: what the driver hears about (`Input`) and the channel ends of the connections, below every module that sends inputs.
 //! - `daemon`: the driver that feeds socket, process and timer events to the core (`carmi_local_core::node`) and carries out its effects (inputs in `daemon_inputs.rs`, effects in `daemon_effects.rs`).
 
 #![warn(missing_docs)]
@@ -46,6 +47,7 @@ pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod global;
+mod input;
 pub mod logread;
 pub mod machine;
 pub mod orphans;
@@ -54,6 +56,8 @@ pub mod owner;
 pub mod peer;
 pub mod returned;
 pub mod spawn;
+#[cfg(test)]
+mod test_dir;
 
 /// The owner policy, under its old path (`carmi-local-core`'s `policy`).
 pub use carmi_local_core::policy;
@@ -69,6 +73,9 @@ pub enum Error {
     /// The pool secret could not be read or is unusable.
     #[error(transparent)]
     Secret(#[from] carmi_api::handshake::HandshakeError),
+    /// The token file is unreadable or others may read it.
+    #[error("token file: {0}")]
+    Token(#[from] carmi_api::files::FileError),
     /// A file or directory the daemon needs could not be used.
     #[error("{what} {path}: {source}")]
     Io {

@@ -69,7 +69,7 @@ mod tests {
 
     #[test]
     fn reads_from_the_offset_and_says_where_to_go_on() {
-        let dir = crate::spawn::tests::TempDir::new("logread");
+        let dir = crate::test_dir::TempDir::new("logread");
         let p = dir.path().join("stdout");
         std::fs::write(&p, "first\nsecond\n").unwrap();
         let c = read_chunk(&[&dir.path().join("missing"), &p], 6).unwrap();
@@ -90,7 +90,7 @@ mod tests {
 
     #[test]
     fn one_read_carries_at_most_the_limit() {
-        let dir = crate::spawn::tests::TempDir::new("logread-big");
+        let dir = crate::test_dir::TempDir::new("logread-big");
         let p = dir.path().join("stdout");
         let size = MAX_LOG_CHUNK_BYTES + 10;
         std::fs::write(&p, vec![b'x'; size as usize]).unwrap();
@@ -105,7 +105,7 @@ mod tests {
 
     #[test]
     fn no_file_is_a_clear_error() {
-        let dir = crate::spawn::tests::TempDir::new("logread");
+        let dir = crate::test_dir::TempDir::new("logread");
         let e = read_chunk(&[&dir.path().join("stdout")], 0).unwrap_err();
         assert!(e.contains("no such output file"), "{e}");
     }

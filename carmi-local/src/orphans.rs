@@ -238,10 +238,24 @@ fn leftovers(rec: &GroupRecord, boot: &str, stats: &[Stat]) -> usize {
         .count()
 }
 
+/// True while process `pid` exists and is not a zombie (from `/proc`), for
+/// tests and tools that check that a process group really died; the daemon
+/// itself learns of exits from `wait4`. Here, below `spawn` (which
+/// re-exports it), so that this module's tests need not use `spawn`.
+pub fn alive(pid: i32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which may itself hold `)`.
+        Ok(stat) => !stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spawn::tests::TempDir;
+    use crate::test_dir::TempDir;
     use std::os::unix::process::CommandExt;
     use std::process::Command;
 
@@ -333,7 +347,7 @@ mod tests {
         assert_eq!(records.sweep().killed.len(), 0);
         write(rec(start, "another-boot"));
         assert_eq!(records.sweep().killed.len(), 0);
-        assert!(crate::spawn::alive(pgid));
+        assert!(alive(pgid));
         other.kill().unwrap();
         other.wait().unwrap();
     }

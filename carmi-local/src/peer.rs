@@ -198,7 +198,7 @@ impl Stager {
                         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                     }
                 },
-                _ = crate::daemon::stopped(&mut stop) => return,
+                _ = crate::input::stopped(&mut stop) => return,
             }
         }
     }

@@ -90,7 +90,7 @@ mod tests {
 
     #[test]
     fn files_inside_the_sandbox_only() {
-        let tmp = crate::spawn::tests::TempDir::new("returned");
+        let tmp = crate::test_dir::TempDir::new("returned");
         let sb = tmp.path().join("sb");
         std::fs::create_dir_all(sb.join("sub")).unwrap();
         std::fs::write(sb.join("stdout"), b"hello\n").unwrap();
@@ -117,7 +117,7 @@ mod tests {
 
     #[test]
     fn a_file_over_its_share_is_cut_and_marked() {
-        let tmp = crate::spawn::tests::TempDir::new("returned");
+        let tmp = crate::test_dir::TempDir::new("returned");
         std::fs::write(tmp.path().join("a"), b"abcdef").unwrap();
         let (bytes, cut) = read_one(&tmp.path().canonicalize().unwrap(), "a", 4).unwrap();
         assert_eq!((bytes.as_slice(), cut), (&b"abcd"[..], true));

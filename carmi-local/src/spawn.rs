@@ -40,18 +40,7 @@ use tokio::sync::watch;
 
 use crate::orphans::{GroupRecords, Sweep};
 
-/// True while process `pid` exists and is not a zombie (from `/proc`), for
-/// tests and tools that check that a process group really died; the daemon
-/// itself learns of exits from `wait4`.
-pub fn alive(pid: i32) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the command name, which may itself hold `)`.
-        Ok(stat) => !stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-        Err(_) => false,
-    }
-}
+pub use crate::orphans::alive;
 
 /// What to start.
 #[derive(Clone, Debug)]

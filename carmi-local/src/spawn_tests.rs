@@ -1,6 +1,7 @@
 //! Tests of [`super`]: real processes in temporary sandboxes.
 
 use super::*;
+use crate::test_dir::TempDir;
 use std::sync::mpsc;
 use std::time::Instant;
 
@@ -18,31 +19,6 @@ fn alive_is_false_for_a_zombie_and_for_a_reaped_process() {
     assert!(Path::new(&format!("/proc/{pid}")).exists());
     child.wait().expect("reap");
     assert!(!alive(pid));
-}
-
-/// A temporary directory removed on drop (tests only; no extra dependency).
-pub(crate) struct TempDir(PathBuf);
-
-impl TempDir {
-    pub(crate) fn new(tag: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!(
-            "carmi-local-test-{tag}-{}-{:08x}",
-            std::process::id(),
-            rand::random::<u32>()
-        ));
-        fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-
-    pub(crate) fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
 }
 
 fn shell(process: u64, script: &str) -> LaunchSpec {

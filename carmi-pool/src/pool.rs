@@ -27,7 +27,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use carmi_api::handshake::Secret;
-use carmi_global::server::{Server, ServerConfig};
+use carmi_api::token::{Grant, Power, SigningKey, now_unix};
+use carmi_global::server::{Authority, Server, ServerConfig};
 use carmi_local::config::{Cli, Settings};
 use carmi_local::daemon::Daemon;
 use clap::Parser;
@@ -45,6 +46,10 @@ pub use owner_model::host_name;
 
 /// Name of the submit-side local RM.
 pub const SUBMIT_HOST: &str = "submit";
+
+/// Lifetime of the tokens an embedded pool makes: a week, longer than any
+/// run of it (its key dies with it).
+const TOKEN_LIFETIME_S: u64 = 7 * 24 * 3600;
 
 /// How long [`EmbeddedPool::start`] waits for every local RM to register.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -133,6 +138,8 @@ pub struct EmbeddedPool {
     global_addr: SocketAddr,
     submit_addr: SocketAddr,
     secret_file: PathBuf,
+    token_file: PathBuf,
+    admin_token: String,
     dir: PathBuf,
     hosts: Vec<PoolHost>,
     signals: Option<JoinHandle<()>>,
@@ -172,6 +179,17 @@ impl EmbeddedPool {
     /// The pool's secret file.
     pub fn secret_file(&self) -> &Path {
         &self.secret_file
+    }
+
+    /// The file of the admin token the pool made for its user (mode 0600,
+    /// beside the secret): `carmi` presents it to the global RM.
+    pub fn token_file(&self) -> &Path {
+        &self.token_file
+    }
+
+    /// The secret presenting the admin token, for admin requests to the global RM.
+    pub fn admin_secret(&self) -> Result<Secret, Error> {
+        Ok(Secret::from_file(&self.secret_file)?.with_token(Some(self.admin_token.clone())))
     }
 
     /// The submit-side local RM, where applications and `carmi` commands connect.
@@ -376,6 +394,8 @@ struct Common<'a> {
     dir: &'a Path,
     global: SocketAddr,
     secret: &'a Path,
+    /// The pool's signing key: each local RM gets a daemon token for its machine.
+    key: &'a SigningKey,
     kill_grace: Duration,
     /// Seconds in a policy minute.
     minute: f64,
@@ -414,16 +434,48 @@ fn local_settings(
         error: Box::new(e.into()),
     })?;
     s.benchmark = false;
+    let grant = Grant {
+        identity: name.to_string(),
+        power: Power::Daemon,
+        machine: Some(name.to_string()),
+        lifetime_s: TOKEN_LIFETIME_S,
+    };
+    let (token, _) = c
+        .key
+        .issue(&grant, now_unix())
+        .map_err(|e| Error::BadOptions(format!("{name}: {e}")))?;
+    s.token = Some(token);
     Ok(s)
 }
 
 async fn start_in(opts: &PoolOptions, dir: &Path) -> Result<EmbeddedPool, Error> {
     let secret_file = dir.join("pool.secret");
     write_secret(&secret_file)?;
-    let secret = Secret::from_file(&secret_file)?;
+    // Tokens as in any pool, made here: a daemon token per machine, an
+    // admin token for the user, the key kept in memory only.
+    let key = SigningKey::generate().map_err(|e| Error::BadOptions(e.to_string()))?;
+    let user = std::env::var("USER").unwrap_or_else(|_| "admin".into());
+    let grant = Grant {
+        identity: user,
+        power: Power::Admin,
+        machine: None,
+        lifetime_s: TOKEN_LIFETIME_S,
+    };
+    let (admin_token, _) = key
+        .issue(&grant, now_unix())
+        .map_err(|e| Error::BadOptions(e.to_string()))?;
+    let token_file = secret_file.with_extension("admin.token");
+    carmi_api::files::write_private(&token_file, &format!("{admin_token}\n"), false)
+        .map_err(|e| Error::BadOptions(e.to_string()))?;
+    let secret = Secret::from_file(&secret_file)?.with_token(Some(admin_token.clone()));
 
     let mut config = ServerConfig::new(secret.clone(), dir.join("global"));
     config.router.heartbeat = opts.heartbeat;
+    let authority = Authority::with_key(
+        SigningKey::from_text(&key.to_text()).expect("a key reads back"),
+        &dir.join("global"),
+    );
+    config.auth = Some(Arc::new(authority));
     let server = Server::bind("127.0.0.1:0", config).await?;
     let global_addr = server.local_addr()?;
     let (global_stop, global_stop_rx) = oneshot::channel::<()>();
@@ -437,6 +489,7 @@ async fn start_in(opts: &PoolOptions, dir: &Path) -> Result<EmbeddedPool, Error>
         dir,
         global: global_addr,
         secret: &secret_file,
+        key: &key,
         kill_grace: opts.kill_grace,
         minute: 60.0 / opts.speedup,
     };
@@ -535,6 +588,8 @@ async fn start_in(opts: &PoolOptions, dir: &Path) -> Result<EmbeddedPool, Error>
         global_addr,
         submit_addr,
         secret_file,
+        token_file,
+        admin_token,
         dir: dir.to_path_buf(),
         hosts,
         signals,

@@ -21,7 +21,7 @@ fn options(hosts: usize, owners: OwnerModel, speedup: f64) -> PoolOptions {
 }
 
 async fn status(pool: &EmbeddedPool) -> Vec<MachineStatus> {
-    let secret = Secret::from_file(pool.secret_file()).unwrap();
+    let secret = pool.admin_secret().unwrap();
     pool_status(&pool.global_addr().to_string(), &secret)
         .await
         .unwrap()

@@ -6,6 +6,7 @@
 //! framing and the handshake, which do I/O, live in `carmi-api`.
 //!
 //! # Layout
+//! - `authz`: the powers a token grants and which power each action needs (one table).
 //! - `ids`: newtype identifiers (requests, hosts, processes, jobs, connections).
 //! - `msg`: protocol messages, typed by direction; application requests, replies
 //!   and events in `msg/app.rs`, job and pool reports for admin tools in `msg/admin.rs`.
@@ -15,6 +16,7 @@
 //! - `submit`: submit files (`key = value`, one `queue` per resource class), parsed purely;
 //!   `submit_condor` the HTCondor submit commands it also accepts.
 
+pub mod authz;
 pub mod events;
 pub mod exe;
 pub mod ids;

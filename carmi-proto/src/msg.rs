@@ -313,6 +313,9 @@ pub enum ToGlobal {
         /// What was read.
         result: Result<LogChunk, String>,
     },
+    /// Admin: create, list or revoke tokens (`carmi token`). Answered with
+    /// [`FromGlobal::Tokens`] or [`FromGlobal::AdminFailed`].
+    Tokens(crate::authz::TokenRequest),
 }
 
 /// Where a local RM fetches an executable from (answer to a `Fetch`).
@@ -464,6 +467,8 @@ pub enum FromGlobal {
     Ads(Vec<(String, String)>),
     /// Admin: a request could not be honoured.
     AdminFailed(Failure),
+    /// Answer to [`ToGlobal::Tokens`].
+    Tokens(crate::authz::TokenAnswer),
     /// Admin: answer to [`ToGlobal::History`], oldest first.
     History(Vec<JobRecord>),
     /// Admin: the job is held (answer to `Hold`).

@@ -96,6 +96,24 @@ pub struct JobSpec {
     /// `queue N`: how many copies of the job the file describes.
     #[serde(default = "one")]
     pub count: u32,
+    /// `on_impossible`: what the global RM does with a job whose minimums
+    /// no set of machines in the pool could meet at submit.
+    #[serde(default)]
+    pub on_impossible: OnImpossible,
+}
+
+/// What to do with a job the pool cannot start as it is (`on_impossible =
+/// wait | hold | reject` in a submit file). Whichever is chosen, a waiting
+/// job the pool cannot start keeps nothing back from the jobs behind it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OnImpossible {
+    /// Accept it and let it wait, flagged in `carmi q` (the pool may grow).
+    #[default]
+    Wait,
+    /// Accept it held, with the reason (`carmi release` once the pool grew).
+    Hold,
+    /// Refuse the submit with the reason.
+    Reject,
 }
 
 fn one() -> u32 {
@@ -139,13 +157,14 @@ impl fmt::Display for SubmitErrors {
     }
 }
 
-const JOB_KEYS: [&str; 6] = [
+const JOB_KEYS: [&str; 7] = [
     "executable",
     "arguments",
     "output",
     "error",
     "transfer_input_files",
     "environment",
+    "on_impossible",
 ];
 const CLASS_KEYS: [&str; 4] = ["class_name", "requirements", "rank", "machine_count"];
 /// Mistakes reported at most, so that a file of a million bad lines gives a
@@ -517,6 +536,21 @@ pub fn parse(file: &str, text: &str) -> Result<JobSpec, SubmitErrors> {
             String::new()
         }
     };
+    let on_impossible = match get("on_impossible") {
+        None => OnImpossible::Wait,
+        Some((v, line)) => match v.to_ascii_lowercase().as_str() {
+            "wait" => OnImpossible::Wait,
+            "hold" => OnImpossible::Hold,
+            "reject" => OnImpossible::Reject,
+            other => {
+                err(
+                    line,
+                    format!("on_impossible = {other}: use wait, hold or reject"),
+                );
+                OnImpossible::Wait
+            }
+        },
+    };
     let arguments = match get("arguments") {
         Some((v, line)) => split_args(&v).unwrap_or_else(|e| {
             err(line, e);
@@ -614,6 +648,7 @@ pub fn parse(file: &str, text: &str) -> Result<JobSpec, SubmitErrors> {
         master_requirements: extras.master_requirements,
         input_refs: Vec::new(),
         count: count.map_or(1, |(n, _)| n),
+        on_impossible,
     })
 }
 

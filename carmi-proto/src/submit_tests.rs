@@ -415,3 +415,26 @@ fn master_requirements_is_a_checked_expression() {
     assert_eq!(line, 2);
     assert!(reason.contains("master_requirements"), "{reason}");
 }
+
+#[test]
+fn on_impossible_is_wait_hold_or_reject() {
+    let spec = |v: &str| {
+        parse(
+            "j",
+            &format!("executable = m\non_impossible = {v}\nqueue\n"),
+        )
+    };
+    assert_eq!(
+        parse("j", "executable = m\nqueue\n").unwrap().on_impossible,
+        OnImpossible::Wait
+    );
+    assert_eq!(spec("hold").unwrap().on_impossible, OnImpossible::Hold);
+    assert_eq!(spec("REJECT").unwrap().on_impossible, OnImpossible::Reject);
+    assert_eq!(spec("wait").unwrap().on_impossible, OnImpossible::Wait);
+    let e = spec("later").unwrap_err();
+    assert_eq!(e.0[0].line, 2);
+    assert_eq!(
+        e.0[0].reason,
+        "on_impossible = later: use wait, hold or reject"
+    );
+}

@@ -27,6 +27,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use carmi_api::handshake::Secret;
+use carmi_api::token::{Grant, Power, SigningKey};
 
 /// Heartbeat period the test pools run with, so that loss is noticed quickly.
 pub const HEARTBEAT_MS: u64 = 200;
@@ -175,8 +176,13 @@ pub struct Pool {
     pub dir: PathBuf,
     /// The secret file.
     pub secret_path: PathBuf,
-    /// The secret.
+    /// The secret, presenting the pool's admin token ([`Pool::admin_token`]).
     pub secret: Secret,
+    /// The pool's signing key (the global RM reads it from `pool.key`).
+    pub key: SigningKey,
+    /// The file of the admin token (identity `admin`) that [`Pool::carmi`]
+    /// and [`Pool::secret`] present.
+    pub admin_token: PathBuf,
     /// `host:port` of the global RM.
     pub global_addr: String,
     global: Child,
@@ -197,6 +203,19 @@ fn stop(child: &mut Child) {
     }
     let _ = child.kill();
     let _ = child.wait();
+}
+
+fn grant(identity: &str, power: Power, machine: Option<&str>) -> Grant {
+    Grant {
+        identity: identity.into(),
+        power,
+        machine: machine.map(Into::into),
+        lifetime_s: 24 * 3600,
+    }
+}
+
+fn now_unix() -> u64 {
+    carmi_api::token::now_unix()
 }
 
 /// The local RMs' configuration: a simulated owner (away from the start), so
@@ -221,14 +240,28 @@ impl Pool {
         let bins = bin_dir();
         let dir = scratch(name);
         let secret_path = dir.join("pool.secret");
-        std::fs::write(&secret_path, Secret::generate_text()).expect("write secret");
-        let secret = Secret::from_file(&secret_path).expect("secret reads back");
+        let private = |path: &Path, text: &str| {
+            carmi_api::files::write_private(path, text, false).expect("write a key file")
+        };
+        private(&secret_path, &Secret::generate_text());
+        let key = SigningKey::generate().expect("a signing key");
+        private(&dir.join("pool.key"), &key.to_text());
+        let admin_token = dir.join("admin.token");
+        let (admin, _) = key
+            .issue(&grant("admin", Power::Admin, None), now_unix())
+            .expect("an admin token");
+        private(&admin_token, &admin);
+        let secret = Secret::from_file(&secret_path)
+            .expect("secret reads back")
+            .with_token(Some(admin));
         let log = |dir: &Path, n: &str| {
             std::fs::File::create(dir.join(format!("{n}.log"))).expect("create log file")
         };
         let mut global = Command::new(bins.join("carmi-global"))
             .args(["--listen", "127.0.0.1:0", "--secret"])
             .arg(&secret_path)
+            .arg("--pool-key")
+            .arg(dir.join("pool.key"))
             .arg("--state-dir")
             .arg(dir.join("global-state"))
             .args(["--heartbeat-ms", &options.heartbeat_ms.to_string()])
@@ -256,6 +289,8 @@ impl Pool {
             dir,
             secret_path,
             secret,
+            key,
+            admin_token,
             global_addr,
             global,
             locals: Vec::new(),
@@ -281,6 +316,8 @@ impl Pool {
         let mut global = Command::new(bin_dir().join("carmi-global"))
             .args(["--listen", &self.global_addr, "--secret"])
             .arg(&self.secret_path)
+            .arg("--pool-key")
+            .arg(self.dir.join("pool.key"))
             .arg("--state-dir")
             .arg(self.dir.join("global-state"))
             .args(["--heartbeat-ms", &self.options.heartbeat_ms.to_string()])
@@ -310,9 +347,15 @@ impl Pool {
             .truncate(!append)
             .open(&log_path)
             .expect("open the local RM's log");
+        let token = self.dir.join(format!("{name}.token"));
+        if !token.exists() {
+            self.token_file(&token, &name, Power::Daemon, Some(&name), 24 * 3600);
+        }
         let mut cmd = Command::new(bin_dir().join("carmi-local"));
         cmd.args(["--global", &self.global_addr, "--secret"])
             .arg(&self.secret_path)
+            .arg("--token")
+            .arg(&token)
             .args(["--name", &name, "--slots", &self.slots.to_string()])
             .arg("--config")
             .arg(self.dir.join("local.toml"))
@@ -359,11 +402,30 @@ impl Pool {
         let mut cmd = Command::new(bin_dir().join("carmi"));
         cmd.env("CARMI_POOL", &self.global_addr)
             .env("CARMI_SECRET", &self.secret_path)
+            .env("CARMI_TOKEN", &self.admin_token)
             .env("CARMI_CONFIG", "/nonexistent/carmi-config.toml")
             .env("XDG_STATE_HOME", "/nonexistent/carmi-state")
             .env_remove("CARMI_MACHINE")
             .env_remove("CARMI_LOCAL");
         cmd
+    }
+
+    /// Signs a token for `identity` with `power` (and `machine`) lasting
+    /// `lifetime_s` and writes it to the new file `path` (mode 0600);
+    /// returns its text.
+    pub fn token_file(
+        &self,
+        path: &Path,
+        identity: &str,
+        power: Power,
+        machine: Option<&str>,
+        lifetime_s: u64,
+    ) -> String {
+        let mut g = grant(identity, power, machine);
+        g.lifetime_s = lifetime_s;
+        let (token, _) = self.key.issue(&g, now_unix()).expect("a token");
+        carmi_api::files::write_private(path, &token, false).expect("write the token file");
+        token
     }
 
     /// Blocks until every local RM of the pool is registered with its

@@ -10,10 +10,18 @@ use std::time::{Duration, Instant};
 use carmi_tests::{Pool, text};
 use serde_json::Value;
 
-/// `carmi` as alice, with the masters pinned to m0.
+/// `carmi` as alice (her token names her: a job's owner is the identity
+/// that submitted it), with the masters pinned to m0.
 fn carmi(pool: &Pool) -> std::process::Command {
+    let token = pool.dir.join("alice.token");
+    if !token.exists() {
+        let power = carmi_api::token::Power::Submit;
+        pool.token_file(&token, "alice", power, None, 3600);
+    }
     let mut cmd = pool.carmi();
-    cmd.env("CARMI_MACHINE", "m0").env("USER", "alice");
+    cmd.env("CARMI_MACHINE", "m0")
+        .env("USER", "alice")
+        .env("CARMI_TOKEN", &token);
     cmd
 }
 

@@ -53,6 +53,29 @@ pub struct ClassSpec {
     /// [`crate::speed::SpeedSource::Class`] (absent: 1).
     #[serde(default)]
     pub speed: Option<f64>,
+    /// The worker executable on this class's hosts, when it differs from
+    /// `Init`'s (another machine type needs its own build); absent: `Init`'s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executable: Option<String>,
+    /// The worker's arguments on this class's hosts (before WoDi's own
+    /// connection argument); absent: `Init`'s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args: Option<Vec<String>>,
+}
+
+impl ClassSpec {
+    /// `count` hosts matching `requirements`, running `Init`'s worker
+    /// command at the speed the pool says.
+    pub fn new(name: impl Into<String>, requirements: impl Into<String>, count: u32) -> ClassSpec {
+        ClassSpec {
+            name: name.into(),
+            requirements: requirements.into(),
+            count,
+            speed: None,
+            executable: None,
+            args: None,
+        }
+    }
 }
 
 /// Master -> server. Payload-carrying messages say so.
@@ -176,7 +199,8 @@ pub struct Policies {
     /// would still end within `1 + tolerance` times its longest step (by the
     /// history and the hosts' speeds), never more than the master asked
     /// for; surplus hosts go back to the pool. `None`: hold what was asked.
-    /// Runs with one class only (the host count is per class).
+    /// With several classes, the fastest hosts are kept first, at most what
+    /// was asked of each class (one master at a time).
     pub fewest_hosts: Option<f64>,
     /// With `fewest_hosts`: cycles in a row the answer must differ in one
     /// direction before the count follows it (0 follows every change).

@@ -25,6 +25,9 @@
 //!   as the cause (a vacated host must not count as a crash of a poison step);
 //! - how often the masters hear the run's [`Status`].
 //!
+//! Each input is a method; [`Input`] holds any of them as one serde-able
+//! value ([`Run::handle`]) for drivers that queue, record or replay them.
+//!
 //! The driver's contract: after an [`Output::Carmi`], it makes the request
 //! and calls [`Run::issued`] with the request id CARMI's client gave it
 //! before polling the next output (the run matches CARMI's events to its
@@ -47,9 +50,12 @@ use crate::speed::{HostSpeeds, SpeedSource};
 use crate::time::Time;
 
 mod carmi;
+mod input;
 mod masters;
 mod outputs;
 mod workers;
+
+pub use input::{Input, Taken};
 
 /// A master connected to the run (several may share its workers), numbered
 /// by the run in connection order.
@@ -192,6 +198,17 @@ struct MasterState {
     retired: bool,
 }
 
+/// The fewest-hosts rule (`Policies::fewest_hosts`).
+#[derive(Debug)]
+struct Fewest {
+    /// How much longer than the best cycle a cycle may take.
+    tolerance: f64,
+    /// Cycles in a row an answer one off must repeat before a count follows it.
+    patience: u32,
+    /// Each class's count, through its hysteresis.
+    holds: BTreeMap<String, Hysteresis>,
+}
+
 /// What a CARMI request the run made is for.
 #[derive(Clone, Debug)]
 enum Purpose {
@@ -246,13 +263,19 @@ pub struct Run {
     context: HashMap<WorkerId, MasterId>,
     executable: String,
     args: Vec<String>,
+    /// The worker command (executable, arguments) of each class.
+    commands: BTreeMap<String, (String, Vec<String>)>,
+    /// The speed each class declares (`ClassSpec::speed`).
+    declared_speeds: BTreeMap<String, f64>,
+    /// The class each held host was granted for.
+    host_class: HashMap<HostId, String>,
     /// Workers whose connection is up.
     connected: BTreeSet<WorkerId>,
     data: HashMap<Ticket, Bytes>,
     steps: HashMap<Ticket, (MasterId, StepId)>,
-    /// With `Policies::fewest_hosts`: the tolerance and the count's
-    /// hysteresis; and the steps of the cycle under way (one class, one master).
-    fewest: Option<(f64, Hysteresis)>,
+    /// With `Policies::fewest_hosts`: the rule; and the steps of the cycle
+    /// under way (one master).
+    fewest: Option<Fewest>,
     cycle_steps: Vec<StepId>,
     next_call: u64,
     /// Requests asked for whose id the driver has not given yet.
@@ -300,6 +323,9 @@ impl Run {
             context: HashMap::new(),
             executable: String::new(),
             args: Vec::new(),
+            commands: BTreeMap::new(),
+            declared_speeds: BTreeMap::new(),
+            host_class: HashMap::new(),
             connected: BTreeSet::new(),
             data: HashMap::new(),
             steps: HashMap::new(),
@@ -336,6 +362,12 @@ impl Run {
     /// remains.
     pub fn finished(&self) -> bool {
         self.finished
+    }
+
+    /// Whether master `m` is connected (the driver closes the connection of
+    /// one that is not, once its last outputs are carried out).
+    pub fn has_master(&self, m: MasterId) -> bool {
+        self.masters.contains_key(&m)
     }
 
     /// The worker a CARMI process is, for labelling what it prints.
@@ -436,12 +468,12 @@ impl Run {
             let msg = ToMaster::Fatal {
                 reason: reason.to_string(),
             };
-            self.to_master(m, msg, Bytes::new());
+            self.tell_master(m, msg, Bytes::new());
         }
     }
 
     /// Queues a message for master `m`, if it is still connected.
-    fn to_master(&mut self, m: MasterId, msg: ToMaster, payload: Bytes) {
+    fn tell_master(&mut self, m: MasterId, msg: ToMaster, payload: Bytes) {
         if self.masters.contains_key(&m) {
             self.queue.push_back(Queued::Out(Output::ToMaster {
                 master: m,
@@ -538,24 +570,34 @@ impl Run {
 
     /// With `Policies::fewest_hosts`, after a cycle: the fewest hosts with
     /// which that cycle's steps would end within the tolerance of their
-    /// longest (once every step has history), at most what the master asked
-    /// for, becomes the class's count; the core gives surplus hosts back.
+    /// longest (once every step has history), fastest classes first and at
+    /// most what the master asked of each class, become the classes'
+    /// counts, each through its hysteresis; the core gives surplus hosts back.
     fn hold_fewest_hosts(&mut self) {
         let t = self.t();
         let steps = std::mem::take(&mut self.cycle_steps);
         if self.masters.len() != 1 || steps.is_empty() {
             return;
         }
-        let Some((tolerance, hold)) = &mut self.fewest else {
+        let Some(rule) = &mut self.fewest else {
             return;
         };
-        let Some((class, &asked)) = self.desired.iter().next() else {
+        let Some(counts) = self.sched.fewest_hosts_by_class(
+            &steps,
+            rule.tolerance,
+            &self.desired,
+            &self.declared_speeds,
+        ) else {
             return;
         };
-        if let Some(k) = self.sched.fewest_hosts(&steps, *tolerance) {
-            let k = hold.update(k.clamp(1, asked.max(1)));
-            info!("fewest hosts for the best cycle: {k} of {asked}");
-            let class = class.clone();
+        for (class, k) in counts {
+            let asked = self.desired.get(&class).copied().unwrap_or(0);
+            let hold = rule
+                .holds
+                .entry(class.clone())
+                .or_insert_with(|| Hysteresis::new(asked, rule.patience));
+            let k = hold.update(k);
+            info!("fewest hosts for the best cycle: {k} of {asked} in class {class}");
             self.sched.set_class(&class, k, t);
         }
     }

@@ -1,11 +1,15 @@
 //! The simulator on the paper's setting: what history-based scheduling buys,
 //! how close a static cycle gets to its bound, and exactly-once under churn.
 
+use std::time::Duration;
+
 use super::*;
+use owner_sim::OwnerModel;
 use wodi::order::LongestFirst;
 use wodi::plan::fewest_hosts;
 use wodi::profile::materials;
 use wodi::sched::ArrivalOrder;
+use wodi::sched::SchedConfig;
 
 fn config(hosts: usize, owners: OwnerModel, seed: u64) -> SimConfig {
     SimConfig {
@@ -15,7 +19,8 @@ fn config(hosts: usize, owners: OwnerModel, seed: u64) -> SimConfig {
         actual_speeds: None,
         owners,
         owner_offset: 0.0,
-        policy: PoolPolicy::default(),
+        owner_speedup: 1.0,
+        pool: PoolConfig::default(),
         hosts_wanted: hosts as u32,
         fewest_hosts: None,
         hysteresis: 0,
@@ -97,6 +102,19 @@ fn every_step_is_delivered_exactly_once_while_owners_come_and_go() {
 }
 
 #[test]
+fn the_carmi_cores_keep_their_invariants_under_churn() {
+    // Every input of the router (and its allocator) and of every local
+    // core checked, on a short run whose owners come and go at once.
+    let owners = OwnerModel::from_spec("stochastic").expect("a known model");
+    let mut cfg = improved(config(8, owners, 4));
+    cfg.cycles = 6;
+    cfg.pool.check = true;
+    let run = simulate(&cfg, Box::new(LongestFirst));
+    assert_eq!(run.summary.cycle_s.len(), 6);
+    assert!(run.summary.losses > 0, "the owners took no host back");
+}
+
+#[test]
 fn a_seed_gives_the_same_run() {
     let owners = OwnerModel::from_spec("stochastic").expect("a known model");
     let a = simulate(&config(10, owners.clone(), 9), Box::new(LongestFirst)).summary;
@@ -107,7 +125,7 @@ fn a_seed_gives_the_same_run() {
 /// Every improvement of the core on, as `wodi-sim` runs by default.
 fn improved(mut cfg: SimConfig) -> SimConfig {
     cfg.sched.release_idle = true;
-    cfg.sched.reacquire = time(cfg.policy.grant_delay + cfg.policy.worker_startup);
+    cfg.sched.reacquire = Duration::from_secs_f64(cfg.pool.worker_startup + 4.0 * cfg.pool.latency);
     cfg.sched.release_suspended = true;
     cfg.sched.stragglers = true;
     cfg.sched.fast_abort = Some(3.0);

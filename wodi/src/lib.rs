@@ -6,13 +6,13 @@
 //! Three roles take part, and they may all be one executable:
 //! - the **master** links [`master`] and calls [`master::Master::init`], which
 //!   starts the server by re-executing the current executable (or a given one);
-//! - the **server** ([`server`]) holds the CARMI connection and the scheduler
-//!   core; an executable becomes the server when [`enter`] sees `WODI_ROLE=server`;
+//! - the **server** ([`server`]) holds the CARMI connection and drives the
+//!   run's pure core (`wodi_core::run::Run`); an executable becomes the server when [`enter`] sees `WODI_ROLE=server`;
 //! - **workers** call [`worker::Worker::run`]; the server starts them with a
 //!   `--wodi-connect=` argument telling them where to connect.
 //!
 //! # Layout
-//! - `ids`, `proto`, `sched`, `order`, `plan`, `profile`, `speed`, `stats`:
+//! - `ids`, `proto`, `run`, `sched`, `order`, `plan`, `profile`, `speed`, `stats`:
 //!   the pure core, re-exported from the `wodi-core` crate (no I/O, no tokio).
 //! - `checkpoint`: the master's checkpoint file (last completed cycle, its state, the history).
 //! - `conn`: batching frame writer and frame reader tasks.
@@ -37,7 +37,7 @@ pub mod worker;
 // The pure core lives in `wodi-core` (which the compiler keeps free of I/O
 // and tokio); re-exported under the old paths so that programs using WoDi,
 // the simulator and the examples need one crate.
-pub use wodi_core::{ids, order, plan, profile, proto, sched, speed, stats};
+pub use wodi_core::{ids, order, plan, profile, proto, run, sched, speed, stats};
 
 pub use ids::{CycleId, StepId, WorkerId};
 pub use proto::Status;

@@ -144,12 +144,7 @@ impl MasterConfig {
         count: u32,
     ) -> MasterConfig {
         MasterConfig {
-            classes: vec![ClassSpec {
-                name: "workers".into(),
-                requirements: requirements.into(),
-                count,
-                speed: None,
-            }],
+            classes: vec![ClassSpec::new("workers", requirements, count)],
             worker: worker.into(),
             worker_args: args,
             server: ServerCommand::CurrentExe,

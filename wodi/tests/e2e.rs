@@ -207,6 +207,11 @@ async fn a_suspended_worker_answering_after_its_step_was_resent_still_gives_one_
     let mut settings =
         carmi_local::config::Settings::new(pool.global_addr.clone(), pool.secret_path.clone());
     settings.name = "owned".into();
+    // The pool admits local RMs by their daemon token.
+    let token = pool.dir.join("owned.token");
+    let daemon = carmi_api::token::Power::Daemon;
+    pool.token_file(&token, "owned", daemon, Some("owned"), 3600);
+    settings.token_file = Some(token);
     settings.slots = Some(1);
     settings.benchmark = false;
     // The test plays the owner: this machine's own terminals must not. A

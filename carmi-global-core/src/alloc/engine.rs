@@ -240,6 +240,19 @@ impl Allocator {
             SubKind::Delete(set) | SubKind::Suspend(set) | SubKind::Resume(set) => !set.is_empty(),
         });
         self.get_slot_mut(host).busy.clear();
+        // The pool took it back, or the job gave it back: the job may now
+        // lack a minimum, or hold less than its share, which idle slots
+        // already there can make up, and no slot may become idle to say so
+        // (the owner has it, or a pending request took it at once).
+        if matches!(
+            cause,
+            ReleaseCause::Vacated
+                | ReleaseCause::Lost
+                | ReleaseCause::Withdrawn
+                | ReleaseCause::Deleted
+        ) {
+            self.dirty = true;
+        }
         self.host_changes.push(HostChange {
             job: claim.job,
             host,

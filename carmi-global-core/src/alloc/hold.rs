@@ -94,6 +94,7 @@ impl Allocator {
         j.classes = parsed;
         j.limits = limits;
         j.ranks = ranks;
+        self.pool_changed();
         // `enqueue` files it under its own (old) sequence number.
         self.enqueue(job, &owner, classes);
         self.dirty = true;

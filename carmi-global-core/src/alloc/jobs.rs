@@ -15,8 +15,9 @@
 //!   a slot an earlier job needs is never given away), and a pool with a
 //!   waiting job that needs the whole pool still serves small jobs on the
 //!   machines it cannot use. `carmi q -analyze` explains why a job waits.
-//!   A job whose minimums add up to more slots than are online cannot start
-//!   whatever is kept for it: it waits without holding back the jobs behind it.
+//!   A job whose minimums no set of online slots meets cannot start
+//!   whatever is kept for it: it waits, flagged, without holding back the
+//!   jobs behind it (see `possible`).
 //! - **Growth, fairly.** Once a job's master runs ([`Allocator::on_master_running`]),
 //!   idle slots go to running jobs below their maxima, one at a time to the
 //!   job holding the fewest hosts (the older on ties), so a later job is not
@@ -275,7 +276,12 @@ impl Allocator {
         self.grow(true);
         self.start_waiting();
         self.grow(false);
-        self.rebalance();
+        // A host moved to a poorer job leaves room in the richer one, which
+        // an idle slot it could use but the poorer could not may fill: the
+        // next pass grows it (moves only ever even shares out, so passes end).
+        if self.rebalance() {
+            self.dirty = true;
+        }
     }
 
     /// The machines `job` needs at once: its minimums added up.
@@ -479,14 +485,6 @@ impl Allocator {
         out
     }
 
-    /// True when `host` could serve a minimum of the head waiting job.
-    fn reserved(&mut self, host: HostId) -> bool {
-        match self.queue.values().next() {
-            Some(&head) => self.needs_for_minimum(head, host),
-            None => false,
-        }
-    }
-
     /// True when `host` could serve a minimum of `job`.
     pub(super) fn needs_for_minimum(&mut self, job: JobId, host: HostId) -> bool {
         let m = self.get_slot(host).machine;
@@ -514,11 +512,14 @@ impl Allocator {
                 return;
             }
             let idle: Vec<HostId> = self.idle.iter().map(|&(_, h)| h).collect();
+            // Growth leaves alone the idle slots the head waiting job could
+            // use for its minimums (not those of a job that can never start).
+            let head = if to_min { None } else { self.head() };
             for (_, _, job, room) in hungry {
                 // The best ranked idle host of a class with room; the fastest among equals.
                 let mut best: Option<(f64, HostId, String)> = None;
                 for &h in &idle {
-                    if !to_min && self.reserved(h) {
+                    if head.is_some_and(|head| self.needs_for_minimum(head, h)) {
                         continue;
                     }
                     let m = self.get_slot(h).machine;
@@ -540,8 +541,10 @@ impl Allocator {
         }
     }
 
-    /// Moves hosts above a job's minimum to jobs holding at least two fewer.
-    fn rebalance(&mut self) {
+    /// Moves hosts above a job's minimum to jobs holding at least two fewer;
+    /// true when it moved any.
+    fn rebalance(&mut self) -> bool {
+        let mut any = false;
         for _ in 0..self.slots.len() {
             let mut moved = false;
             'find: for (held, _, job, room) in self.hungry(false) {
@@ -573,9 +576,11 @@ impl Allocator {
                 }
             }
             if !moved {
-                return;
+                return any;
             }
+            any = true;
         }
+        any
     }
 }
 

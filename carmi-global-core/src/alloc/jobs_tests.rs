@@ -2,6 +2,7 @@
 
 use super::tests::{Sim, r};
 use super::*;
+use carmi_proto::msg::SlotActivity;
 
 const J1: JobId = JobId(1);
 const J2: JobId = JobId(2);
@@ -262,7 +263,10 @@ fn a_small_job_backfills_only_on_machines_the_waiting_head_cannot_use() {
     pool(&mut s, 2);
     let arm = s.machine("arm0", "Arch = \"AARCH64\"", 1)[0];
     s.machine("arm1", "Arch = \"AARCH64\"", 1);
-    // J1 needs three X86_64 machines of the two there are: it waits.
+    // A third X86_64 machine, its owner at work.
+    s.machine("m2", "Arch = \"X86_64\"", 1);
+    s.step(|a| a.on_slot_state("m2", 0, SlotActivity::Vacated));
+    // J1 needs three X86_64 machines of the two available: it waits.
     let x86 = [limits("x", "Arch == \"X86_64\"", 3, 3)];
     s.step(|a| a.submit_job(J1, "alice", &x86)).unwrap();
     assert!(take_started(&mut s).is_empty());
@@ -285,8 +289,9 @@ fn a_small_job_backfills_only_on_machines_the_waiting_head_cannot_use() {
     s.step(|a| a.on_job_ended(J2));
     assert_eq!(take_started(&mut s), [J4]);
     assert!(matches!(s.a.host_state(arm), Some(SlotState::Claimed(c)) if c.job == J4));
-    // A third X86_64 machine starts the head, then J3 on what is left.
-    s.machine("m2", "Arch = \"X86_64\"", 1);
+    // The third X86_64 machine's owner leaves: the head starts, then J3
+    // on a fourth machine.
+    s.step(|a| a.on_slot_state("m2", 0, SlotActivity::Available));
     assert_eq!(take_started(&mut s), [J1]);
     s.machine("m3", "Arch = \"X86_64\"", 1);
     assert_eq!(take_started(&mut s), [J3]);

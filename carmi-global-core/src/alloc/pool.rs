@@ -86,6 +86,10 @@ impl Allocator {
             .filter(|&h| self.get_slot(h).state == SlotState::Offline)
             .collect();
         self.offer_all(fresh);
+        // Only now are its slots online again: fewer of them, or another
+        // ad, may leave a job that kept slots unable to ever start.
+        self.pool_changed();
+        self.recheck_reserving();
         hosts
     }
 
@@ -130,12 +134,16 @@ impl Allocator {
             .copied()
             .filter(|&h| matches!(self.get_slot(h).state, SlotState::Claimed(_)))
             .collect();
-        if let Some(&head) = self.queue.values().next()
+        self.offer_all(idle);
+        // With its slots back online: a new ad may leave a job that kept
+        // slots unable to ever start.
+        self.pool_changed();
+        self.recheck_reserving();
+        if let Some(head) = self.head()
             && claimed.iter().any(|&h| self.needs_for_minimum(head, h))
         {
             self.dirty = true;
         }
-        self.offer_all(idle);
         true
     }
 
@@ -155,6 +163,9 @@ impl Allocator {
             self.set_state(h, SlotState::Offline);
         }
         self.machines[idx.0 as usize].online = false;
+        // A job that kept slots from the jobs behind it may need this machine.
+        self.pool_changed();
+        self.recheck_reserving();
         true
     }
 
@@ -224,6 +235,7 @@ impl Allocator {
             limits: BTreeMap::new(),
             ranks: BTreeMap::new(),
             phase: Phase::Attached,
+            possible: None,
         });
     }
 

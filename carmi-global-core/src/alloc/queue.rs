@@ -126,6 +126,11 @@ impl Clusters {
         self.members.get(&id)?.1.first().copied()
     }
 
+    /// Waiting jobs that kept slots from the jobs behind them in the last pass.
+    pub(super) fn reserving_jobs(&self) -> Vec<JobId> {
+        self.reserving.iter().copied().collect()
+    }
+
     /// The cluster of a waiting job.
     pub(super) fn of(&self, job: JobId) -> Option<u64> {
         self.of_job.get(&job).copied()
@@ -198,16 +203,11 @@ impl Allocator {
             }
             return true;
         }
-        // A job whose minimums add up to more slots than are online
-        // cannot start now whatever is kept for it: it waits (the pool may
-        // grow) without holding back the jobs behind it, or one
-        // `machine_count` would stop the whole queue.
-        let online = self
-            .slots
-            .iter()
-            .filter(|s| s.state != SlotState::Offline)
-            .count() as u64;
-        if self.minimum(job) > online {
+        // A job whose minimums no set of online slots meets cannot start
+        // whatever is kept for it: it waits (the pool may grow) without
+        // holding back the jobs behind it, or one impossible request would
+        // stop the whole queue (see `possible`).
+        if !self.possible(job) {
             return false;
         }
         let head = free.is_none();

@@ -5,7 +5,7 @@ use carmi_proto::events::JobEvent;
 use carmi_proto::ids::{HostId, JobId, ProcessId};
 
 use super::Record;
-use crate::router::{ENDED_LOGS, EVENTS_PER_JOB};
+use crate::bounds::{ENDED_LOGS, EVENTS_PER_JOB, HISTORY_LIMIT};
 
 /// What a replay of the journal so far needs: the result of applying every
 /// record, as records again ([`Live::records`]).
@@ -143,7 +143,7 @@ impl Live {
             }
             Record::History(h) => {
                 self.next_job = self.next_job.max(h.job.0 + 1);
-                if self.history.len() == crate::router::HISTORY_LIMIT {
+                if self.history.len() == HISTORY_LIMIT {
                     self.history.pop_front();
                 }
                 self.history.push_back(r.clone());

@@ -72,7 +72,107 @@ fn a_minimum_the_pool_cannot_supply_waits_flagged_in_the_queue() {
     assert_eq!(jobs[0].state, "waiting");
     assert_eq!(
         jobs[0].note.as_deref(),
-        Some("needs 100000 machines at once; the pool has 2 slots online")
+        Some("cannot start: needs 100000 machines at once; the pool has 2 slots online")
+    );
+}
+
+/// `on_impossible = reject` refuses a job whose class the pool cannot
+/// meet (three X86_64 machines; the pool has two slots of them, and two
+/// AARCH64 ones) with the
+/// reason, accepting nothing; `hold` accepts it held with that reason, and
+/// the job behind it starts on the machines it named.
+#[test]
+fn on_impossible_rejects_or_holds_a_job_the_pool_cannot_start() {
+    let mut r = Router::new(RouterConfig::default());
+    advertise(&mut r, LinkId(1), "m0", vec![]);
+    // Two more slots, of another kind.
+    let arm = LinkId(2);
+    step(&mut r, |r| {
+        r.on_link_opened(
+            arm,
+            Role::Local {
+                name: "arm0".into(),
+            },
+            Duration::ZERO,
+        )
+    });
+    let ad = ToGlobal::Advertise {
+        ad: "[ Name = \"arm0\"; Arch = \"AARCH64\" ]".into(),
+        slots: 2,
+        running: vec![],
+    };
+    step(&mut r, |r| r.on_message(arm, ad, Duration::ZERO));
+    r.on_executable_stored(&exe("master"));
+    step(&mut r, |r| {
+        r.on_link_opened(ADMIN, Role::Admin, Duration::ZERO)
+    });
+    let file = |choice: &str| {
+        carmi_proto::submit::parse(
+            "j",
+            &format!(
+                "executable = master\non_impossible = {choice}\nrequirements = Arch == \"X86_64\"\nmachine_count = 3\nqueue\n"
+            ),
+        )
+        .unwrap()
+    };
+    let (sends, records) = step(&mut r, |r| {
+        r.on_message(ADMIN, submit_msg(file("reject")), Duration::ZERO)
+    });
+    assert!(records.is_empty(), "{records:?}");
+    match &sends[..] {
+        [(ADMIN, FromGlobal::AdminFailed(f))] => assert_eq!(
+            f.message,
+            "cannot start: class class0 needs 3, the pool has 2 matching (on_impossible = reject)"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(!r.allocator().has_job(JobId(1)));
+    let (sends, records) = step(&mut r, |r| {
+        r.on_message(ADMIN, submit_msg(file("hold")), Duration::ZERO)
+    });
+    assert_eq!(sends, [(ADMIN, FromGlobal::Submitted { job: JobId(1) })]);
+    let reason =
+        "cannot start: class class0 needs 3, the pool has 2 matching (on_impossible = hold)";
+    assert!(
+        records.contains(&Record::Held {
+            job: JobId(1),
+            reason: reason.into()
+        }),
+        "{records:?}"
+    );
+    assert!(r.allocator().is_held(JobId(1)));
+    // `wait` (the default) accepts it waiting, flagged, keeping nothing back.
+    step(&mut r, |r| {
+        r.on_message(ADMIN, submit_msg(file("wait")), Duration::ZERO)
+    });
+    let small = carmi_proto::submit::parse(
+        "j",
+        "executable = master\nrequirements = Arch == \"X86_64\"\nqueue\n",
+    )
+    .unwrap();
+    step(&mut r, |r| {
+        r.on_message(ADMIN, submit_msg(small), Duration::ZERO)
+    });
+    let (sends, _) = step(&mut r, |r| {
+        r.on_message(ADMIN, ToGlobal::Queue, Duration::ZERO)
+    });
+    let [(ADMIN, FromGlobal::Queue(jobs))] = &sends[..] else {
+        panic!("{sends:?}");
+    };
+    let shown: Vec<(&str, Option<&str>)> = jobs
+        .iter()
+        .map(|j| (j.state.as_str(), j.note.as_deref()))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            ("held", Some(reason)),
+            (
+                "waiting",
+                Some("cannot start: class class0 needs 3, the pool has 2 matching")
+            ),
+            ("running", None),
+        ]
     );
 }
 

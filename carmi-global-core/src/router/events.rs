@@ -20,13 +20,8 @@ use carmi_proto::msg::{Failure, FailureCode, FromGlobal};
 
 use super::{LinkId, Output, Router};
 use crate::alloc::{HostChangeKind, ReleaseCause};
+use crate::bounds::{ENDED_LOGS, EVENTS_PER_JOB};
 use crate::journal::Record;
-
-/// Most events kept per job: a job's first hours, or its last ones.
-pub const EVENTS_PER_JOB: usize = 256;
-
-/// Ended jobs whose events are kept (the last ones to end).
-pub const ENDED_LOGS: usize = 1_000;
 
 /// One job's events.
 #[derive(Debug, Default)]

@@ -37,6 +37,25 @@ impl Router {
         self.send(link, FromGlobal::Held { job });
     }
 
+    /// Holds a job just submitted with `on_impossible = hold` that the pool
+    /// cannot start, giving why as the reason (`carmi release` once the pool grew).
+    pub(super) fn hold_at_submit(&mut self, job: JobId, why: &str) {
+        if let Err(f) = self.alloc.hold_job(job) {
+            tracing::warn!(job = %job, "cannot hold the job at submit: {}", f.message);
+            return;
+        }
+        let reason = limits::cut_reason(&format!("{why} (on_impossible = hold)"));
+        info!(job = %job, reason, "job held at submit");
+        self.out.push(Output::Journal(Record::Held {
+            job,
+            reason: reason.clone(),
+        }));
+        if let Some(s) = self.submitted.get_mut(&job) {
+            s.held = Some(reason.clone());
+        }
+        self.log_event(job, EventKind::Held { reason });
+    }
+
     /// `carmi release`.
     pub(super) fn release(&mut self, link: LinkId, job: JobId) {
         let Some(spec) = self.submitted.get(&job).map(|s| s.spec.clone()) else {

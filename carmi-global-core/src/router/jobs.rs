@@ -23,9 +23,11 @@ use carmi_proto::msg::{
     ExecutableRef, ExitStatus, Failure, FailureCode, FromGlobal, JobAnalysis, JobEnd, JobFiles,
     JobRecord, JobStatus, JobUsage, ProcessState, SubmitRequest,
 };
-use carmi_proto::submit::JobSpec;
+use carmi_proto::submit::{JobSpec, OnImpossible};
 use classad::ClassAd;
 use tracing::{info, warn};
+
+use crate::bounds::HISTORY_LIMIT;
 
 use super::anywhere::{master_ad, return_plan};
 use super::{LinkId, Output, Router, new_proc};
@@ -62,10 +64,6 @@ pub(super) struct Submitted {
     /// Why it is held (`carmi hold`), while it is.
     pub held: Option<String>,
 }
-
-/// Ended jobs kept for `carmi history`: enough for a day of a busy pool,
-/// bounded so that the history (and its journal records) cannot grow forever.
-pub const HISTORY_LIMIT: usize = 10_000;
 
 /// The last [`HISTORY_LIMIT`] jobs that left the queue, oldest first.
 #[derive(Debug, Default)]
@@ -189,6 +187,20 @@ impl Router {
             return self.admin_fail(link, f.code, f.message);
         }
         self.alloc.set_job_attributes(job, &req.spec.attributes);
+        // Judged with the job's own attributes, which machines' `Requirements` read.
+        let impossible = match req.spec.on_impossible {
+            OnImpossible::Wait => None,
+            OnImpossible::Hold | OnImpossible::Reject => self.alloc.impossible(job),
+        };
+        if let Some(why) = &impossible
+            && req.spec.on_impossible == OnImpossible::Reject
+        {
+            // Never accepted: nothing journaled, and the id is given again.
+            self.alloc.on_job_ended(job);
+            let message = format!("{why} (on_impossible = reject)");
+            info!(owner = req.owner, "submit refused: {message}");
+            return self.admin_fail(link, FailureCode::Unavailable, message);
+        }
         self.next_job += 1;
         info!(job = %job, owner = req.owner, machine = req.machine, "job submitted");
         // On disk before the answer: the driver fsyncs it before sending on.
@@ -217,6 +229,9 @@ impl Router {
         self.events.open(job, self.submitted[&job].spec.log.clone());
         let owner = self.submitted[&job].owner.clone();
         self.log_event(job, EventKind::Submitted { owner });
+        if let Some(why) = impossible {
+            self.hold_at_submit(job, &why);
+        }
         self.send(link, FromGlobal::Submitted { job });
     }
 
@@ -235,9 +250,8 @@ impl Router {
         self.send(link, FromGlobal::Removed { job });
     }
 
-    /// One job for `carmi q`; `online` is the pool's online slot count
-    /// (counted once per answer, not once per job).
-    fn job_status(&self, job: JobId, online: usize) -> JobStatus {
+    /// One job for `carmi q`.
+    fn job_status(&self, job: JobId) -> JobStatus {
         let phase = self.alloc.job_phase(job).unwrap_or(Phase::Attached);
         let sub = self.submitted.get(&job);
         JobStatus {
@@ -250,25 +264,12 @@ impl Router {
             executable: sub.map(|s| s.executable.name.clone()).unwrap_or_default(),
             master: sub.and_then(|s| s.master),
             note: match phase {
-                Phase::Waiting => self.impossible(job, online),
+                Phase::Waiting => self.alloc.impossible(job),
                 Phase::Held => sub.and_then(|s| s.held.clone()),
                 _ => sub.and_then(|s| self.master_unsent(s)),
             },
             classes: self.alloc.class_status(job),
         }
-    }
-
-    /// Why a waiting job cannot start in the pool as it is now: its minimums
-    /// add up to more slots than are online.
-    fn impossible(&self, job: JobId, online: usize) -> Option<String> {
-        let need: u64 = self
-            .alloc
-            .class_status(job)
-            .iter()
-            .map(|c| u64::from(c.min))
-            .sum();
-        (need > online as u64)
-            .then(|| format!("needs {need} machines at once; the pool has {online} slots online"))
     }
 
     /// Why a started job's master is not running yet: its machine is away,
@@ -390,12 +391,11 @@ impl Router {
 
     /// `carmi q`.
     pub(super) fn queue(&mut self, link: LinkId) {
-        let (online, _) = self.alloc.slot_counts();
         let jobs = self
             .alloc
             .job_ids()
             .into_iter()
-            .map(|j| self.job_status(j, online))
+            .map(|j| self.job_status(j))
             .collect();
         self.send(link, FromGlobal::Queue(jobs));
     }
@@ -410,7 +410,7 @@ impl Router {
             return self.admin_fail(link, FailureCode::Invalid, message);
         }
         let analysis = JobAnalysis {
-            job: self.job_status(job, self.alloc.slot_counts().0),
+            job: self.job_status(job),
             queued_ahead: self.alloc.queued_ahead(job).unwrap_or(0),
             classes: self.alloc.analyze(job),
         };

@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use carmi_api::frame::{FrameReader, write_frame};
 use carmi_api::handshake;
-use carmi_api::msg::{Role, ToGlobal};
+use carmi_api::msg::{Failure, FailureCode, FromGlobal, Role, ToGlobal};
+use carmi_api::tls;
 use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::{debug, warn};
@@ -44,11 +44,54 @@ pub(super) async fn connection(
     _done: mpsc::Sender<()>,
 ) {
     let _ = stream.set_nodelay(true);
-    let (r, mut w) = stream.into_split();
+    // TLS first (within the handshake's time), in clear only for a pool
+    // without tokens or a staging connection (which presents none).
+    let opened = tokio::select! {
+        s = tokio::time::timeout(handshake::HANDSHAKE_TIMEOUT, shared.tls.accept(stream, true)) => s,
+        _ = ticket.evicted() => {
+            shared.gate.note_refusal(peer.ip(), "handshake dropped to make room for newer connections (max_handshaking or max_connections)");
+            return;
+        }
+        _ = stop.changed() => return,
+    };
+    let tls::Stream {
+        reader: r,
+        writer: mut w,
+        binding,
+    } = match opened {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            shared
+                .gate
+                .note_refusal(peer.ip(), &format!("TLS handshake failed: {e}"));
+            return;
+        }
+        Err(_) => {
+            shared
+                .gate
+                .note_refusal(peer.ip(), "TLS handshake timed out");
+            return;
+        }
+    };
     let mut reader = FrameReader::with_max(r, shared.max_frame);
-    let role = tokio::select! {
-        res = handshake::server(&mut reader, &mut w, &shared.secret) => match res {
-            Ok(role) => role,
+    let auth = shared.auth.clone();
+    let clear = binding.is_empty();
+    let admit = |role: &Role, token: Option<&str>| match &auth {
+        // A token crossing in clear could be read and replayed.
+        Some(_) if clear && token.is_some() && !matches!(role, Role::Stager { .. }) => {
+            Err("this pool takes connections with a token over TLS only (update the client)".into())
+        }
+        Some(a) => a.admit(role, token).map(Some),
+        None => Ok(None),
+    };
+    let (role, admitted) = tokio::select! {
+        res = handshake::server_auth(&mut reader, &mut w, &shared.secret, &binding, admit) => match res {
+            Ok(ok) => ok,
+            Err(handshake::HandshakeError::NotAdmitted(reason)) => {
+                // Named, not summarized: a refused identity is worth a line.
+                warn!(%peer, "connection refused: {reason}");
+                return;
+            }
             Err(e) => {
                 shared.gate.note_refusal(peer.ip(), &format!("handshake failed: {e}"));
                 return;
@@ -75,9 +118,11 @@ pub(super) async fn connection(
     let local = matches!(role, Role::Local { .. });
     let (tx, mut rx) = mpsc::channel(shared.max_queued.max(1));
     let kick = Arc::new(tokio::sync::Notify::new());
+    let identity = admitted.as_ref().map(|a| a.identity.clone());
     let opened = Cmd::Opened {
         link,
         role,
+        identity: identity.clone(),
         out: LinkTx {
             tx: tx.clone(),
             kick: kick.clone(),
@@ -89,8 +134,15 @@ pub(super) async fn connection(
     // Messages go to the router in order, an upload's once it is stored.
     let (order_tx, order_rx) = mpsc::unbounded_channel();
     let forwarder = tokio::spawn(forward_in_order(order_rx, shared.cmds.clone()));
+    let invalid = async {
+        match (&shared.auth, &admitted) {
+            (Some(auth), Some(a)) => auth.until_invalid(a).await,
+            _ => std::future::pending().await,
+        }
+    };
     let ended = tokio::select! {
-        r = read_frames(&mut reader, link, (serves_executables, local), &shared, &order_tx) => r,
+        r = read_frames(&mut reader, link, (serves_executables, local), identity.as_ref(), &shared, &order_tx) => r,
+        reason = invalid => Err(reason),
         r = write_frames(&mut w, &mut rx) => r,
         _ = kick.notified() => Err(format!(
             "the peer stopped reading: {} frames are waiting for it",
@@ -110,9 +162,10 @@ pub(super) async fn connection(
 
 /// Reads frames until the peer closes (`Ok`) or sends something unreadable (`Err`).
 async fn read_frames(
-    reader: &mut FrameReader<OwnedReadHalf>,
+    reader: &mut FrameReader<tls::Reader>,
     link: LinkId,
     (serves_executables, local): (bool, bool),
+    identity: Option<&carmi_api::authz::Identity>,
     shared: &Shared,
     order: &mpsc::UnboundedSender<Pending>,
 ) -> Result<(), String> {
@@ -212,6 +265,18 @@ async fn read_frames(
                     return Ok(());
                 }
             }
+            ToGlobal::Tokens(req) => {
+                let msg = match &shared.auth {
+                    Some(auth) => auth.handle(identity, req),
+                    None => FromGlobal::AdminFailed(Failure {
+                        code: FailureCode::Unavailable,
+                        message: "this global RM runs without a pool signing key (--pool-key): it has no tokens".into(),
+                    }),
+                };
+                if !send(Pending::Ready(Cmd::Reply { link, msg })) {
+                    return Ok(());
+                }
+            }
             ToGlobal::StageStats => {
                 if !send(Pending::Ready(Cmd::Staging(StageInput::Stats { link }))) {
                     return Ok(());
@@ -241,7 +306,7 @@ async fn read_frames(
 /// is queued is written before one flush, so a burst of events costs one
 /// system call rather than one per frame.
 async fn write_frames(
-    w: &mut OwnedWriteHalf,
+    w: &mut tls::Writer,
     rx: &mut mpsc::Receiver<Outgoing>,
 ) -> Result<(), String> {
     let failed = |e: std::io::Error| format!("write failed: {e}");

@@ -5,8 +5,8 @@ use std::net::SocketAddr;
 
 use carmi_api::frame::FrameReader;
 use carmi_api::stage::{self, Served};
+use carmi_api::tls;
 use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tracing::{debug, warn};
 
 use super::{Cmd, Shared};
@@ -51,8 +51,8 @@ pub(super) fn on_stage_input(staging: &mut Staging, input: StageInput) {
 
 /// A local RM fetching from the store: one executable, through the link limiter.
 pub(super) async fn serve_stager(
-    mut reader: FrameReader<OwnedReadHalf>,
-    mut w: OwnedWriteHalf,
+    mut reader: FrameReader<tls::Reader>,
+    mut w: tls::Writer,
     name: &str,
     peer: SocketAddr,
     shared: &Shared,

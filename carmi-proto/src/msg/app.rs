@@ -295,6 +295,9 @@ pub enum FailureCode {
     /// process until it resumes. Not the process's fault: try again after
     /// the host's `HostResumed`.
     HostSuspended,
+    /// The connection's identity lacks the power this request needs (the
+    /// message names identity, action and missing power).
+    Denied,
 }
 
 /// Successful outcome of a request.

@@ -31,6 +31,7 @@ impl Run {
                 self.queue.push_back(Queued::Out(watch));
                 for h in hosts {
                     info!("host {} ({}) added to class {class}", h.host, h.name);
+                    self.host_class.insert(h.host, class.clone());
                     let need_ad =
                         self.speeds
                             .host_added(&mut self.sched, h.host, &h.name, &class, &h.ad, t);
@@ -46,6 +47,7 @@ impl Run {
             Event::HostDeleted { host, reason, .. } => {
                 info!("host {host} deleted: {reason}");
                 self.speeds.host_gone(host);
+                self.host_class.remove(&host);
                 self.sched.host_lost(host, t);
             }
             Event::HostSuspended { host, .. } => self.sched.host_suspended(host, t),

@@ -6,7 +6,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tracing::warn;
 
-use super::{CarmiCall, MasterId, MasterState, Queued, Run};
+use super::{CarmiCall, Fewest, MasterId, MasterState, Queued, Run};
 use crate::ids::StepId;
 use crate::plan::{Hysteresis, SavedEstimate};
 use crate::proto::{ClassSpec, FromMaster, Policies, ToMaster, ToWorker};
@@ -14,21 +14,28 @@ use crate::sched::{Sched, SchedConfig};
 use crate::speed::HostSpeeds;
 use crate::time::Time;
 
-/// The fewest-hosts rule a master's policies ask for: the tolerance and the
-/// count's hysteresis, starting from the hosts asked for. One class only
-/// (the count is per class); with more, the run holds what was asked.
-fn fewest_rule(policies: &Policies, classes: &[ClassSpec]) -> Option<(f64, Hysteresis)> {
-    let asked: u32 = classes.iter().map(|c| c.count).sum();
-    match (policies.fewest_hosts, classes.len()) {
-        (Some(tol), 1) if tol.is_finite() && tol >= 0.0 => {
-            Some((tol, Hysteresis::new(asked, policies.hysteresis)))
-        }
-        (Some(_), n) => {
-            warn!("fewest_hosts needs exactly one class, not {n}: holding what was asked");
-            None
-        }
-        _ => None,
+/// The fewest-hosts rule a master's policies ask for: the tolerance and,
+/// per class, the count's hysteresis starting from the hosts asked for.
+fn fewest_rule(policies: &Policies, classes: &[ClassSpec]) -> Option<Fewest> {
+    let tolerance = policies.fewest_hosts?;
+    if !(tolerance.is_finite() && tolerance >= 0.0) {
+        warn!("fewest_hosts tolerance {tolerance} is not a number >= 0: holding what was asked");
+        return None;
     }
+    let holds = classes
+        .iter()
+        .map(|c| {
+            (
+                c.name.clone(),
+                Hysteresis::new(c.count, policies.hysteresis),
+            )
+        })
+        .collect();
+    Some(Fewest {
+        tolerance,
+        patience: policies.hysteresis,
+        holds,
+    })
 }
 
 /// A master's `Init`, as the run takes it apart.
@@ -108,17 +115,20 @@ impl Run {
                     self.executable = init.executable.clone();
                     self.args = init.args.clone();
                     self.started = true;
+                } else if let Some(reason) = self.command_conflict(&init) {
+                    self.tell_master(m, ToMaster::Fatal { reason }, Bytes::new());
+                    return;
                 } else if init.executable != self.executable || init.args != self.args {
                     // Shared workers run one executable; say so instead of guessing.
                     let reason = format!(
                         "this server's workers run {} {:?}, not {} {:?}",
                         self.executable, self.args, init.executable, init.args
                     );
-                    self.to_master(m, ToMaster::Fatal { reason }, Bytes::new());
+                    self.tell_master(m, ToMaster::Fatal { reason }, Bytes::new());
                     return;
                 }
                 self.add_classes(m, init.classes, payload);
-                self.to_master(m, ToMaster::Ready, Bytes::new());
+                self.tell_master(m, ToMaster::Ready, Bytes::new());
             }
             FromMaster::BeginCycle { cycle } => {
                 let t = self.t();
@@ -139,7 +149,7 @@ impl Run {
             FromMaster::GetHistory => {
                 let saved = crate::plan::snapshot(self.sched.history());
                 let json = serde_json::to_vec(&saved).expect("estimates serialize");
-                self.to_master(m, ToMaster::History, Bytes::from(json));
+                self.tell_master(m, ToMaster::History, Bytes::from(json));
             }
             FromMaster::EndCycle { cycle } => {
                 let t = self.t();
@@ -170,9 +180,19 @@ impl Run {
             requirements,
             count,
             speed,
+            executable,
+            args,
         } in classes
         {
             self.speeds.set_class_speed(&name, speed);
+            if let Some(s) = speed.filter(|s| s.is_finite() && *s > 0.0) {
+                self.declared_speeds.insert(name.clone(), s);
+            }
+            let command = (
+                executable.unwrap_or_else(|| self.executable.clone()),
+                args.unwrap_or_else(|| self.args.clone()),
+            );
+            self.commands.entry(name.clone()).or_insert(command);
             let d = self.desired.entry(name.clone()).or_default();
             let first = *d == 0;
             *d += count;
@@ -188,6 +208,22 @@ impl Run {
             }
             self.sched.set_class(&name, d, t);
         }
+    }
+
+    /// Why a later master's classes cannot share this run's workers: a
+    /// class it names already runs another worker command.
+    fn command_conflict(&self, init: &Init) -> Option<String> {
+        init.classes.iter().find_map(|c| {
+            let (exe, args) = self.commands.get(&c.name)?;
+            let want_exe = c.executable.as_ref().unwrap_or(&init.executable);
+            let want_args = c.args.as_ref().unwrap_or(&init.args);
+            (want_exe != exe || want_args != args).then(|| {
+                format!(
+                    "class {}'s workers run {exe} {args:?} in this server, not {want_exe} {want_args:?}",
+                    c.name
+                )
+            })
+        })
     }
 
     /// A step of master `m` goes to the scheduler; its data is kept until a

@@ -36,9 +36,7 @@ impl Run {
             }
             match self.queue.pop_front() {
                 Some(Queued::Stats(m)) => {
-                    if let Some(o) = self.stats_for(m) {
-                        return Some(o);
-                    }
+                    return Some(self.stats_for(m));
                 }
                 Some(Queued::Out(o)) => return Some(o),
                 None => {
@@ -125,14 +123,21 @@ impl Run {
             }
             SchedOutput::ReleaseHost { host } => {
                 self.speeds.host_gone(host);
+                self.host_class.remove(&host);
                 let o = self.call(CarmiCall::DelHosts { hosts: vec![host] }, None);
                 self.ready.push_back(o);
             }
             SchedOutput::Spawn { host, worker } => {
-                let mut args = self.args.clone();
+                // Each class may run its own build of the worker.
+                let (executable, mut args) = self
+                    .host_class
+                    .get(&host)
+                    .and_then(|c| self.commands.get(c))
+                    .cloned()
+                    .unwrap_or_else(|| (self.executable.clone(), self.args.clone()));
                 args.push(connect_arg(&self.cfg.connect_addr, &self.cfg.token, worker));
                 let request = CarmiCall::Spawn {
-                    executable: self.executable.clone(),
+                    executable,
                     args,
                     host,
                 };
@@ -183,20 +188,18 @@ impl Run {
         out
     }
 
-    /// The statistics answering master `m`'s `Complete`.
-    fn stats_for(&mut self, m: MasterId) -> Option<Output> {
-        if !self.masters.contains_key(&m) {
-            return None;
-        }
+    /// The statistics answering master `m`'s `Complete` (even if it left
+    /// meanwhile: its connection may still take them).
+    fn stats_for(&mut self, m: MasterId) -> Output {
         let mut stats = self.sched.stats(self.t());
         stats.speed_benchmarks = self.speeds.benchmarks;
         stats.speed_benchmark_s = self.speeds.benchmark_time.as_secs_f64();
         let json = serde_json::to_vec(&stats).expect("statistics serialize");
-        Some(Output::ToMaster {
+        Output::ToMaster {
             master: m,
             msg: ToMaster::Stats,
             payload: Bytes::from(json),
-        })
+        }
     }
 
     /// Sends the run's [`Status`](crate::proto::Status) to every master if

@@ -86,7 +86,7 @@ impl Run {
                 if verdict == Verdict::Deliver {
                     self.data.remove(&ticket);
                     if let Some((m, step)) = self.steps.remove(&ticket) {
-                        self.to_master(m, ToMaster::Result { step }, payload);
+                        self.tell_master(m, ToMaster::Result { step }, payload);
                     }
                 }
             }

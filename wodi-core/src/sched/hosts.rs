@@ -2,6 +2,8 @@
 //! (the desired count per class, requests for the missing ones), giving
 //! hosts back, and the fewest-hosts estimate.
 
+use std::collections::BTreeMap;
+
 use carmi_proto::ids::HostId;
 
 use super::{Class, Host, LossCause, Output, Sched, Time, WorkerState};
@@ -27,6 +29,83 @@ impl Sched {
         let fill = if slowest.is_finite() { slowest } else { 1.0 };
         speeds.resize(speeds.len().max(work.len()), fill);
         Some(fewest_hosts(&work, &speeds, tolerance) as u32)
+    }
+
+    /// [`Sched::fewest_hosts`] over several classes: the hosts each class
+    /// may hold (at most `asked` of it: those held, fastest first, then
+    /// hosts not held yet, as fast as the class's slowest held one, or its
+    /// declared speed in `declared`, or the run's slowest), pooled fastest
+    /// first; the fewest of them with which `steps` finish within
+    /// `1 + tolerance` times their longest, counted per class. So the
+    /// faster class is kept and the slower one given back first. At least
+    /// one host in all. `None` until every step has history.
+    pub fn fewest_hosts_by_class(
+        &self,
+        steps: &[StepId],
+        tolerance: f64,
+        asked: &BTreeMap<String, u32>,
+        declared: &BTreeMap<String, f64>,
+    ) -> Option<BTreeMap<String, u32>> {
+        let work: Vec<f64> = steps
+            .iter()
+            .map(|s| self.history.estimate(s))
+            .collect::<Option<_>>()?;
+        let speed_of = |h: &Host| h.speed.unwrap_or(1.0);
+        let slowest_held = self
+            .hosts
+            .values()
+            .map(speed_of)
+            .fold(f64::INFINITY, f64::min);
+        let mut pool: Vec<(f64, &str)> = Vec::new();
+        for (class, &count) in asked {
+            let mut speeds: Vec<f64> = self
+                .hosts
+                .values()
+                .filter(|h| h.class == *class)
+                .map(speed_of)
+                .collect();
+            let slowest = speeds.iter().copied().fold(f64::INFINITY, f64::min);
+            let fill = [
+                slowest,
+                declared.get(class).copied().unwrap_or(f64::NAN),
+                slowest_held,
+            ]
+            .into_iter()
+            .find(|s| s.is_finite())
+            .unwrap_or(1.0);
+            speeds.resize(speeds.len().max(work.len()), fill);
+            speeds.sort_by(|a, b| b.total_cmp(a));
+            speeds.truncate(count as usize);
+            pool.extend(
+                speeds
+                    .into_iter()
+                    .filter(|s| *s > 0.0)
+                    .map(|s| (s, class.as_str())),
+            );
+        }
+        // Stable: among equally fast hosts, the classes' order decides.
+        pool.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let speeds: Vec<f64> = pool.iter().map(|(s, _)| *s).collect();
+        let k = fewest_hosts(&work, &speeds, tolerance).max(1);
+        let mut counts: BTreeMap<String, u32> = asked.keys().map(|c| (c.clone(), 0)).collect();
+        match pool.first() {
+            Some(_) => {
+                for (_, class) in pool.iter().take(k) {
+                    *counts.get_mut(*class).expect("a class asked for") += 1;
+                }
+            }
+            None => {
+                if let Some(first) = counts.values_mut().next() {
+                    *first = 1;
+                }
+            }
+        }
+        Some(counts)
+    }
+
+    /// How many hosts class `name` should hold now (0 for an unknown class).
+    pub fn class_desired(&self, name: &str) -> u32 {
+        self.classes.get(name).map_or(0, |c| c.desired)
     }
 
     /// Sets how many hosts class `name` should hold (adding the class if new):

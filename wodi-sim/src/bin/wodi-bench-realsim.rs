@@ -11,6 +11,16 @@
 //! simulator's way: a cycle ends at its last result and the next begins
 //! there; the first begins when the first step is sent to a worker.
 //!
+//! With `--owners` (a trace or `stochastic`, replayed `--speedup` times
+//! faster, the local RMs' policy minute scaled to match) both runs see the
+//! same owners: the real pool's local RMs suspend, continue and vacate the
+//! workers, the simulator's cores do the same in virtual time. A real
+//! worker's step then accrues work only while its process runs (it sleeps
+//! in short slices and does not count a stop). Run length (first
+//! assignment to last result) and efficiency (work of the delivered steps
+//! on their hosts over the occupancy) are computed the same way from both
+//! runs' statistics.
+//!
 //! This one executable is master, server (`wodi::enter`) and worker.
 
 use std::time::Duration;
@@ -23,9 +33,9 @@ use wodi::order::LongestFirst;
 use wodi::profile::{StepProfile, materials, scaled};
 use wodi::sched::SchedConfig;
 use wodi::speed::{SpeedSource, score_from_ad};
-use wodi::stats::RunOutcome;
+use wodi::stats::{PeriodKind, RunOutcome};
 use wodi::{CycleId, Stats, StepId};
-use wodi_sim::{PoolPolicy, SimConfig, simulate};
+use wodi_sim::{PolicyConfig, PoolConfig, SimConfig, simulate};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -53,6 +63,16 @@ struct Args {
     /// (unknown; only `--refine` learns them). The simulator always knows them.
     #[arg(long, default_value = "ad")]
     speed: String,
+    /// Owners of the pool's machines: `none`, `stochastic` or `trace:FILE`
+    /// (host 0 is the first machine).
+    #[arg(long, default_value = "none")]
+    owners: String,
+    /// Owner seconds per wall second (the policy's minute is 60 / speedup).
+    #[arg(long, default_value_t = 60.0)]
+    speedup: f64,
+    /// Seconds a suspended worker keeps its step before it is sent elsewhere.
+    #[arg(long, default_value_t = 10.0)]
+    suspend_timeout: f64,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -67,7 +87,7 @@ fn main() -> anyhow::Result<()> {
             .unwrap_or(1.0);
         return wodi::worker::Worker::new()
             .on_step(move |_, work_s: f64| {
-                std::thread::sleep(Duration::from_secs_f64(work_s / speed));
+                compute(work_s / speed);
                 Ok(())
             })
             .run();
@@ -77,6 +97,61 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(bench(args))
+}
+
+/// Emulates `seconds` of computing: sleeps in short slices and counts only
+/// the time the process ran, so that a stop (SIGSTOP, the owner back)
+/// delays the step as it would delay real work.
+fn compute(seconds: f64) {
+    const SLICE: f64 = 0.005;
+    let mut left = seconds;
+    while left > 0.0 {
+        let slice = left.min(SLICE);
+        let t = std::time::Instant::now();
+        std::thread::sleep(Duration::from_secs_f64(slice));
+        let took = t.elapsed().as_secs_f64();
+        // Much longer than asked: the process was stopped meanwhile.
+        left -= if took > slice + 0.05 { slice } else { took };
+    }
+}
+
+/// Run length (first assignment to last result) and efficiency (work of
+/// the delivered steps on their hosts' speeds over the host time allocated
+/// between those two moments), the same way for the real run and the
+/// simulated one.
+fn length_and_efficiency(stats: &Stats, profile: &[StepProfile]) -> (f64, f64) {
+    let start = stats
+        .steps
+        .iter()
+        .map(|t| t.assigned_s)
+        .fold(f64::INFINITY, f64::min);
+    let end = stats
+        .steps
+        .iter()
+        .filter_map(|t| t.end_s)
+        .fold(f64::NEG_INFINITY, f64::max);
+    let work: f64 = stats
+        .steps
+        .iter()
+        .filter(|t| t.outcome == RunOutcome::Delivered)
+        .map(|t| profile[t.step.0 as usize % profile.len()].mean / t.speed.unwrap_or(1.0))
+        .sum();
+    // Host time allocated within the run: a real run's hosts also wait for
+    // their workers to start and for the master to finish, which the
+    // simulation (started at the first assignment) does not see.
+    let occupancy: f64 = stats
+        .timeline
+        .iter()
+        .flat_map(|h| &h.periods)
+        .filter(|p| p.kind == PeriodKind::Allocated)
+        .map(|p| (p.end_s.min(end) - p.start_s.max(start)).max(0.0))
+        .sum();
+    let eff = if occupancy > 0.0 {
+        work / occupancy
+    } else {
+        0.0
+    };
+    (end - start, eff)
 }
 
 /// Work of the benchmark step on a speed-1 host, seconds.
@@ -156,6 +231,7 @@ async fn run_real(args: &Args, pool: PoolAddr, profile: &[StepProfile]) -> anyho
         other => anyhow::bail!("--speed {other:?}: use ad, benchmark or none"),
     };
     cfg.learn_from_wall = true;
+    cfg.suspend_timeout = Duration::from_secs_f64(args.suspend_timeout);
     cfg.refine_speed = args.refine;
     // The paper's scheduler both ways: the simulator below runs the core
     // without the policies that give hosts back or copy steps.
@@ -177,9 +253,13 @@ async fn run_real(args: &Args, pool: PoolAddr, profile: &[StepProfile]) -> anyho
 }
 
 async fn bench(args: Args) -> anyhow::Result<()> {
+    let owners = OwnerModel::from_spec(&args.owners)?;
+    let pool_start = std::time::Instant::now();
     let pool = EmbeddedPool::start(PoolOptions {
         hosts: args.hosts,
         seed: args.seed,
+        owners: owners.clone(),
+        speedup: args.speedup,
         ..PoolOptions::default()
     })
     .await?;
@@ -189,32 +269,50 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         secret_file: pool.secret_file().to_path_buf(),
     };
     let profile = profile(args.scale);
+    let server_start = pool_start.elapsed().as_secs_f64();
     let real = run_real(&args, addr, &profile).await;
     pool.shutdown().await;
     let real = real?;
 
+    // The simulation starts at the real run's first assignment: the owners'
+    // clock had run that long (pool start to server start, then to it).
+    let first = real
+        .steps
+        .iter()
+        .map(|t| t.assigned_s)
+        .fold(f64::INFINITY, f64::min);
+    let lead = server_start + if first.is_finite() { first } else { 0.0 };
     let sim = simulate(
         &SimConfig {
             profile: profile.clone(),
             cycles: args.cycles,
             speeds: speeds.clone(),
             actual_speeds: None,
-            owners: OwnerModel::None,
-            owner_offset: 0.0,
-            policy: PoolPolicy {
+            owners,
+            owner_offset: lead * args.speedup,
+            owner_speedup: args.speedup,
+            pool: PoolConfig {
                 worker_startup: 0.0,
-                grant_delay: 0.0,
-                ..PoolPolicy::default()
+                policy: PolicyConfig {
+                    minute: 60.0 / args.speedup,
+                    ..PolicyConfig::default()
+                },
+                ..PoolConfig::default()
             },
             hosts_wanted: args.hosts as u32,
             fewest_hosts: None,
             hysteresis: 0,
             startup_offsets: startup_offsets(&real, &speeds),
-            sched: SchedConfig::default(),
+            sched: SchedConfig {
+                suspend_timeout: Duration::from_secs_f64(args.suspend_timeout),
+                ..SchedConfig::default()
+            },
             seed: args.seed,
         },
         Box::new(LongestFirst),
     );
+    let (real_len, real_eff) = length_and_efficiency(&real, &profile);
+    let (sim_len, sim_eff) = length_and_efficiency(&sim.stats, &profile);
     let real_s = real_cycles(&real, args.cycles);
     let sim_s = sim.summary.cycle_s.clone();
     let dev: Vec<f64> = real_s
@@ -244,6 +342,16 @@ async fn bench(args: Args) -> anyhow::Result<()> {
                 "deviation": dev,
                 "steady_mean_deviation": mean,
                 "steady_max_abs_deviation": max_abs,
+                "owners": args.owners,
+                "speedup": args.speedup,
+                "real_run_length_s": real_len,
+                "sim_run_length_s": sim_len,
+                "real_efficiency": real_eff,
+                "sim_efficiency": sim_eff,
+                "real_occupancy_s": real.occupancy_s,
+                "sim_occupancy_s": sim.stats.occupancy_s,
+                "real_losses": real.hosts_lost,
+                "sim_losses": sim.stats.hosts_lost,
             })
         );
     } else {
@@ -268,6 +376,14 @@ async fn bench(args: Args) -> anyhow::Result<()> {
             "cycles 1..: mean deviation {:+.1}%, largest {:.1}%",
             mean * 100.0,
             max_abs * 100.0
+        );
+        println!(
+            "run length real {real_len:.3} s, simulated {sim_len:.3} s ({:+.1}%); efficiency real {:.1}%, simulated {:.1}%; hosts lost real {}, simulated {}",
+            (real_len - sim_len) / sim_len * 100.0,
+            real_eff * 100.0,
+            sim_eff * 100.0,
+            real.hosts_lost,
+            sim.stats.hosts_lost
         );
     }
     Ok(())

@@ -21,7 +21,7 @@ use serde::Serialize;
 use wodi::order::LongestFirst;
 use wodi::profile::{StepProfile, materials};
 use wodi::sched::{ArrivalOrder, Dispatch, SchedConfig};
-use wodi_sim::{PoolPolicy, RunSummary, SimConfig, simulate};
+use wodi_sim::{PoolConfig, RunSummary, SimConfig, simulate};
 
 /// Simulate WoDi runs of the paper's materials application on an opportunistic pool.
 #[derive(Parser, Debug)]
@@ -76,9 +76,9 @@ struct Cli {
     /// Fast abort: a step this many times over its estimate strikes its worker; two retire it (0: off).
     #[arg(long, default_value_t = 3.0)]
     fast_abort: f64,
-    /// Seconds from asking CARMI for a host to it granted (the cost of asking again).
-    #[arg(long, default_value_t = 5.0)]
-    grant_delay: f64,
+    /// One-way delay of every message between CARMI's cores and the WoDi server, seconds.
+    #[arg(long, default_value_t = 0.001)]
+    latency: f64,
     /// Seconds from a host granted to its worker ready.
     #[arg(long, default_value_t = 2.0)]
     worker_startup: f64,
@@ -182,10 +182,11 @@ fn main() -> ExitCode {
             }),
             owners: owners.clone(),
             owner_offset: (cli.start_hour + f64::from(r) * cli.spacing) * 3600.0 - 9.0 * 3600.0,
-            policy: PoolPolicy {
-                grant_delay: cli.grant_delay,
+            owner_speedup: 1.0,
+            pool: PoolConfig {
+                latency: cli.latency,
                 worker_startup: cli.worker_startup,
-                ..PoolPolicy::default()
+                ..PoolConfig::default()
             },
             hosts_wanted: cli.hosts as u32,
             fewest_hosts: cli.fewest_hosts,
@@ -194,7 +195,9 @@ fn main() -> ExitCode {
             sched: SchedConfig {
                 suspend_timeout: std::time::Duration::from_secs_f64(cli.suspend_timeout),
                 release_idle: cli.release_idle,
-                reacquire: std::time::Duration::from_secs_f64(cli.grant_delay + cli.worker_startup),
+                reacquire: std::time::Duration::from_secs_f64(
+                    cli.worker_startup + 4.0 * cli.latency,
+                ),
                 release_suspended: cli.release_suspended,
                 stragglers: cli.stragglers,
                 fast_abort: (cli.fast_abort > 0.0).then_some(cli.fast_abort),
@@ -217,7 +220,7 @@ fn main() -> ExitCode {
                 "fewest_hosts": cli.fewest_hosts, "hysteresis": cli.hysteresis, "runs": cli.runs,
                 "release_idle": cli.release_idle, "release_suspended": cli.release_suspended,
                 "stragglers": cli.stragglers, "fast_abort": cli.fast_abort,
-                "grant_delay": cli.grant_delay, "worker_startup": cli.worker_startup,
+                "latency": cli.latency, "worker_startup": cli.worker_startup,
                 "slow_factor": cli.slow_factor, "slow_every": cli.slow_every,
             },
             "runs": runs,

@@ -4,7 +4,10 @@
 //! A step whose data is `crash` kills the worker (a poison step); `sleep MS`
 //! sleeps first; `pid DIR MS` creates the file `DIR/PID-STEP`, then sleeps;
 //! `work MS` emulates MS milliseconds of work on a speed-1 host: it sleeps
-//! MS / `Speed`, the speed in the machine ad (`CARMI_MACHINE_AD`; 1 without one).
+//! MS / `Speed`, the speed in the machine ad (`CARMI_MACHINE_AD`; 1 without one);
+//! `who MS` does the same work and answers with this worker's command line
+//! (executable name and arguments, WoDi's own left out), so that a test can
+//! tell which class's worker computed a step.
 
 fn main() -> anyhow::Result<()> {
     use std::cell::RefCell;
@@ -27,7 +30,8 @@ fn main() -> anyhow::Result<()> {
                 let ms: u64 = ms.parse().map_err(|e| format!("{e}"))?;
                 std::thread::sleep(std::time::Duration::from_millis(ms));
             }
-            if let Some(ms) = data.strip_prefix("work ") {
+            let who = data.strip_prefix("who ");
+            if let Some(ms) = data.strip_prefix("work ").or(who) {
                 let ms: f64 = ms.parse().map_err(|e| format!("{e}"))?;
                 let speed = std::env::var_os("CARMI_MACHINE_AD")
                     .and_then(|p| std::fs::read_to_string(p).ok())
@@ -38,6 +42,18 @@ fn main() -> anyhow::Result<()> {
             if let Some(ms) = data.strip_prefix("sleep ") {
                 let ms: u64 = ms.parse().map_err(|e| format!("{e}"))?;
                 std::thread::sleep(std::time::Duration::from_millis(ms));
+            }
+            if who.is_some() {
+                let mut argv = std::env::args();
+                let exe = argv.next().unwrap_or_default();
+                let exe = std::path::Path::new(&exe)
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or(exe);
+                let args: Vec<String> = argv
+                    .filter(|a| !a.starts_with(wodi::proto::CONNECT_ARG))
+                    .collect();
+                return Ok(format!("{exe} {}", args.join(" ")).trim().to_string());
             }
             Ok(format!("{}|{}|{step}|{data}", i3.borrow(), c3.borrow()))
         })

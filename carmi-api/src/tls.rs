@@ -1,0 +1,241 @@
+//! Encrypted and integrity-checked connections: TLS 1.3 (rustls, with ring
+//! as its crypto provider) under the handshake of [`crate::handshake`].
+//!
+//! Nobody makes a certificate: a daemon generates a self-signed one in
+//! memory when it starts ([`Acceptor::generate`], rcgen). A client accepts
+//! whatever certificate it is shown, because identity is proved one layer
+//! up: both sides feed the TLS session's exported keying material
+//! (RFC 5705/8446 exporter, [`Stream::binding`]) into the mutual
+//! challenge-response on the pool secret, so a man in the middle who
+//! terminates TLS on both sides holds two different sessions and fails that
+//! proof unless he knows the pool secret. After the handshake TLS protects
+//! every frame: a byte altered on the way fails its record's authentication
+//! and the connection closes with an error.
+//!
+//! A server accepts both TLS and plain connections, told apart by the first
+//! byte (a TLS record starts with 0x16, a frame's length prefix with 0 for
+//! anything the handshake sends); a client uses TLS when it presents a token
+//! ([`crate::handshake::Secret::with_token`]), so that test doubles and
+//! tools of a pool without tokens keep working in clear.
+
+use std::io;
+use std::sync::Arc;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+
+/// The reading half of a connection, TLS or plain.
+pub type Reader = Box<dyn AsyncRead + Send + Unpin>;
+/// The writing half of a connection, TLS or plain.
+pub type Writer = Box<dyn AsyncWrite + Send + Unpin>;
+
+/// Label of the keying material both sides export for the handshake.
+const EXPORTER_LABEL: &[u8] = b"EXPORTER-carmi-handshake-binding";
+
+/// The first byte of a TLS handshake record.
+pub const TLS_HANDSHAKE_BYTE: u8 = 0x16;
+
+/// A connection, split, with the value that binds the pool handshake to
+/// its TLS session (empty for a plain connection).
+pub struct Stream {
+    /// Reading half.
+    pub reader: Reader,
+    /// Writing half.
+    pub writer: Writer,
+    /// Keying material exported from the TLS session; empty in clear.
+    pub binding: Vec<u8>,
+}
+
+impl Stream {
+    /// A plain TCP connection.
+    pub fn plain(tcp: TcpStream) -> Stream {
+        let (r, w) = tcp.into_split();
+        Stream {
+            reader: Box::new(r),
+            writer: Box::new(w),
+            binding: Vec::new(),
+        }
+    }
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// A server's TLS side: its self-signed certificate and key.
+#[derive(Clone)]
+pub struct Acceptor(tokio_rustls::TlsAcceptor);
+
+impl std::fmt::Debug for Acceptor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Acceptor(..)")
+    }
+}
+
+impl Acceptor {
+    /// A fresh self-signed certificate (made in memory, never written).
+    pub fn generate() -> Result<Acceptor, String> {
+        let made = rcgen::generate_simple_self_signed(vec!["carmi-pool".to_string()])
+            .map_err(|e| format!("cannot make a TLS certificate: {e}"))?;
+        let cert = CertificateDer::from(made.cert.der().to_vec());
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(made.key_pair.serialize_der()));
+        let config = rustls::ServerConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(|e| format!("TLS setup: {e}"))?
+            .with_no_client_auth()
+            .with_single_cert(vec![cert], key)
+            .map_err(|e| format!("TLS setup: {e}"))?;
+        Ok(Acceptor(tokio_rustls::TlsAcceptor::from(Arc::new(config))))
+    }
+
+    /// Accepts `tcp`: TLS if its first byte opens a TLS handshake, else in
+    /// clear when `allow_plain`, else refused.
+    pub async fn accept(&self, tcp: TcpStream, allow_plain: bool) -> io::Result<Stream> {
+        let mut first = [0u8; 1];
+        let n = tcp.peek(&mut first).await?;
+        if n == 0 || first[0] != TLS_HANDSHAKE_BYTE {
+            if allow_plain {
+                return Ok(Stream::plain(tcp));
+            }
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "this daemon accepts TLS connections only",
+            ));
+        }
+        let tls = self.0.accept(tcp).await?;
+        let mut binding = vec![0u8; 32];
+        tls.get_ref()
+            .1
+            .export_keying_material(&mut binding, EXPORTER_LABEL, None)
+            .map_err(io::Error::other)?;
+        let (r, w) = tokio::io::split(tls);
+        Ok(Stream {
+            reader: Box::new(r),
+            writer: Box::new(w),
+            binding,
+        })
+    }
+}
+
+/// Opens TLS on `tcp` as a client.
+pub async fn connect(tcp: TcpStream) -> io::Result<Stream> {
+    let verifier = Arc::new(BoundByHandshake(
+        provider().signature_verification_algorithms,
+    ));
+    let config = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(io::Error::other)?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let name = ServerName::try_from("carmi-pool").expect("a valid DNS name");
+    let tls = connector.connect(name, tcp).await?;
+    let mut binding = vec![0u8; 32];
+    tls.get_ref()
+        .1
+        .export_keying_material(&mut binding, EXPORTER_LABEL, None)
+        .map_err(io::Error::other)?;
+    let (r, w) = tokio::io::split(tls);
+    Ok(Stream {
+        reader: Box::new(r),
+        writer: Box::new(w),
+        binding,
+    })
+}
+
+/// Opens `tcp` as a client would for `secret`: TLS when it presents a token.
+pub async fn connect_for(tcp: TcpStream, secret: &crate::handshake::Secret) -> io::Result<Stream> {
+    if secret.token().is_some() {
+        connect(tcp).await
+    } else {
+        Ok(Stream::plain(tcp))
+    }
+}
+
+/// Accepts any server certificate, but checks that the server holds its
+/// key: who the server is, the pool handshake proves over the session's
+/// exported keying material (see the module documentation).
+#[derive(Debug)]
+struct BoundByHandshake(WebPkiSupportedAlgorithms);
+
+impl ServerCertVerifier for BoundByHandshake {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn both_sides_export_the_same_binding_and_bytes_cross() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let acceptor = Acceptor::generate().unwrap();
+        let server = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut s = acceptor.accept(tcp, false).await.unwrap();
+            let mut buf = [0u8; 5];
+            s.reader.read_exact(&mut buf).await.unwrap();
+            (buf, s.binding)
+        });
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let mut c = connect(tcp).await.unwrap();
+        c.writer.write_all(b"hello").await.unwrap();
+        c.writer.flush().await.unwrap();
+        let (got, binding) = server.await.unwrap();
+        assert_eq!(&got, b"hello");
+        assert_eq!(binding, c.binding);
+        assert_eq!(binding.len(), 32);
+    }
+
+    #[tokio::test]
+    async fn a_tls_only_server_refuses_clear_text() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let acceptor = Acceptor::generate().unwrap();
+        let server = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            acceptor.accept(tcp, false).await.map(|_| ())
+        });
+        let mut tcp = TcpStream::connect(addr).await.unwrap();
+        tcp.write_all(b"\0\0\0\x10{\"Hello\":{}}").await.unwrap();
+        assert!(server.await.unwrap().is_err());
+    }
+}

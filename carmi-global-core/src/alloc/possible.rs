@@ -1,0 +1,177 @@
+//! Jobs no set of machines in the pool could start (issue 15, item 2): a
+//! job whose minimums the online slots cannot meet at once, in any state
+//! (an owner's slot comes back; a lost machine may not), waits flagged
+//! ("cannot start: class X needs 9, the pool has 8 matching") and keeps
+//! nothing back from the jobs behind it or from the growth of running jobs:
+//! otherwise one impossible request stops the queue for good.
+//!
+//! The answer depends only on the online slots, the machines' ads and the
+//! job's classes, so it is kept per job and computed again only after one of
+//! those changed (`Allocator::pool_gen`). Only waiting jobs are asked, and
+//! their classes change only when a held job is released (run-time classes,
+//! exclusions and `DelHosts` come from a running job's processes). A shrinking pool may make a job
+//! that kept slots impossible: the queue is then settled again, so that the
+//! jobs behind it see the slots it no longer keeps.
+
+use carmi_proto::ids::{HostId, JobId};
+
+use super::matching::match_all;
+use super::{Allocator, Job, SlotState, member};
+
+/// Why `job` cannot start on `online`, given a membership test by class name
+/// and host: the first class with more minimum than matching slots, else
+/// all classes together (they overlap on too few slots). `None` when it can.
+fn why_impossible(
+    needs: &[(String, u32)],
+    online: &[HostId],
+    mut is_member: impl FnMut(&str, HostId) -> bool,
+) -> Option<String> {
+    let total: u64 = needs.iter().map(|&(_, min)| u64::from(min)).sum();
+    if total > online.len() as u64 {
+        return Some(format!(
+            "cannot start: needs {total} machines at once; the pool has {} slots online",
+            online.len()
+        ));
+    }
+    let lists: Vec<Vec<usize>> = needs
+        .iter()
+        .map(|(c, _)| {
+            (0..online.len())
+                .filter(|&i| is_member(c, online[i]))
+                .collect()
+        })
+        .collect();
+    for ((class, min), list) in needs.iter().zip(&lists) {
+        if (list.len() as u32) < *min {
+            return Some(format!(
+                "cannot start: class {class} needs {min}, the pool has {} matching",
+                list.len()
+            ));
+        }
+    }
+    if needs.len() < 2 {
+        return None;
+    }
+    let class_of: Vec<usize> = needs
+        .iter()
+        .enumerate()
+        .flat_map(|(k, &(_, min))| std::iter::repeat_n(k, min as usize))
+        .collect();
+    if match_all(&lists, &class_of, online.len()).is_some() {
+        return None;
+    }
+    let any = (0..online.len())
+        .filter(|&i| lists.iter().any(|l| l.binary_search(&i).is_ok()))
+        .count();
+    Some(format!(
+        "cannot start: its classes need {total} machines at once, the pool has {any} matching one of them"
+    ))
+}
+
+/// The classes with a minimum, and the minimum.
+fn minimums(job: &Job) -> Vec<(String, u32)> {
+    job.limits
+        .iter()
+        .filter(|&(_, &(min, _))| min > 0)
+        .map(|(c, &(min, _))| (c.clone(), min))
+        .collect()
+}
+
+impl Allocator {
+    /// Online slots, in any state but offline.
+    fn online_hosts(&self) -> Vec<HostId> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.state != SlotState::Offline)
+            .map(|(i, _)| HostId(i as u64 + 1))
+            .collect()
+    }
+
+    /// Why `job` cannot start in the pool as it is, whatever the other jobs
+    /// hold (`carmi q` shows it); `None` when some set of online slots meets
+    /// its minimums, or the job is unknown.
+    pub fn impossible(&self, job: JobId) -> Option<String> {
+        let j = self.jobs.get(&job)?;
+        if let Some((generation, why)) = &j.possible
+            && *generation == self.pool_gen
+        {
+            return why.clone();
+        }
+        // Not tried since the pool changed: evaluated without the
+        // membership caches, which need `&mut`.
+        let online = self.online_hosts();
+        why_impossible(&minimums(j), &online, |class, host| {
+            let m = &self.machines[self.get_slot(host).machine.0 as usize];
+            let c = &j.classes[class];
+            !c.excluded.contains(&self.get_slot(host).machine)
+                && m.ad.eval_expr(&c.expr, Some(&j.ad)).is_true()
+                && (!m.has_requirements || classad::matching::accepts(&m.ad, &j.ad))
+        })
+    }
+
+    /// True when some set of online slots meets `job`'s minimums; kept
+    /// until the pool or the job's classes change.
+    pub(super) fn possible(&mut self, job: JobId) -> bool {
+        let Some(j) = self.jobs.get(&job) else {
+            return false;
+        };
+        if let Some((generation, why)) = &j.possible
+            && *generation == self.pool_gen
+        {
+            return why.is_none();
+        }
+        let needs = minimums(j);
+        let online = self.online_hosts();
+        let why = {
+            let (jobs, machines, slots) = (&mut self.jobs, &self.machines, &self.slots);
+            why_impossible(&needs, &online, |class, host| {
+                member(
+                    jobs,
+                    machines,
+                    job,
+                    class,
+                    slots[host.0 as usize - 1].machine,
+                )
+            })
+        };
+        let ok = why.is_none();
+        if let Some(j) = self.jobs.get_mut(&job) {
+            j.possible = Some((self.pool_gen, why));
+        }
+        ok
+    }
+
+    /// The pool (online slots, ads, exclusions) or a job's classes changed:
+    /// what was known about which jobs could ever start is stale.
+    pub(super) fn pool_changed(&mut self) {
+        self.pool_gen += 1;
+    }
+
+    /// After the pool changed: a waiting job that kept slots from the jobs
+    /// behind it and can no longer start keeps nothing now, so the queue is
+    /// settled again.
+    pub(super) fn recheck_reserving(&mut self) {
+        let reserving: Vec<JobId> = self.clusters.reserving_jobs();
+        if reserving.into_iter().any(|job| !self.possible(job)) {
+            self.dirty = true;
+        }
+    }
+
+    /// The first waiting job that could ever start: the one whose minimums
+    /// idle slots are kept for, and which alone may take hosts from running jobs.
+    pub(super) fn head(&mut self) -> Option<JobId> {
+        let mut after: Option<u64> = None;
+        loop {
+            let next = match after {
+                None => self.queue.iter().next(),
+                Some(seq) => self.queue.range(seq + 1..).next(),
+            };
+            let (seq, job) = next.map(|(&s, &j)| (s, j))?;
+            if self.possible(job) {
+                return Some(job);
+            }
+            after = Some(seq);
+        }
+    }
+}

@@ -1,0 +1,262 @@
+//! The global RM's token authority: the pool's signing key, the tokens it
+//! made and the ones revoked (kept in `tokens.json` in the state directory),
+//! the check of every connection's token in its handshake, and the watch
+//! that ends a connection whose token is revoked or expires.
+//!
+//! The signing key never leaves this daemon: `carmi token create` asks it
+//! for a token over an admin connection, and it signs.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use carmi_api::authz::{Action, Identity, TokenAnswer, TokenInfo, TokenRequest, check};
+use carmi_api::msg::{Failure, FailureCode, FromGlobal, Role};
+use carmi_api::token::{Claims, Grant, PublicKey, SigningKey, now_unix};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+/// Longest lifetime a token may be given: ten years.
+pub const MAX_LIFETIME_S: u64 = 10 * 365 * 24 * 3600;
+
+/// What the authority remembers, on disk as JSON.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Book {
+    issued: Vec<TokenInfo>,
+    revoked: HashSet<String>,
+}
+
+/// A connection's proved identity and when its token stops working.
+#[derive(Clone, Debug)]
+pub struct Admitted {
+    /// Who, with what power.
+    pub identity: Identity,
+    /// Its token's expiry, seconds since the Unix epoch.
+    pub expires_unix: u64,
+}
+
+/// The pool's token authority (see the module documentation).
+pub struct Authority {
+    key: SigningKey,
+    public: PublicKey,
+    book_path: PathBuf,
+    book: Mutex<Book>,
+    revocations: watch::Sender<u64>,
+}
+
+impl std::fmt::Debug for Authority {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Authority(pool {})", self.public.pool_id())
+    }
+}
+
+impl Authority {
+    /// Reads the signing key `key_file` (refused if others may read it) and
+    /// the book of tokens in `state_dir`.
+    pub fn open(key_file: &Path, state_dir: &Path) -> Result<Authority, String> {
+        let text = carmi_api::files::read_private(key_file).map_err(|e| e.to_string())?;
+        let key =
+            SigningKey::from_text(&text).map_err(|e| format!("{}: {e}", key_file.display()))?;
+        let book_path = state_dir.join("tokens.json");
+        let book = match std::fs::read(&book_path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map_err(|e| format!("{}: not a token book: {e}", book_path.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Book::default(),
+            Err(e) => return Err(format!("{}: {e}", book_path.display())),
+        };
+        Ok(Authority::new(key, book_path, book))
+    }
+
+    /// An authority over `key` keeping its book at `state_dir` (for pools
+    /// made in-process, whose key never touches a file).
+    pub fn with_key(key: SigningKey, state_dir: &Path) -> Authority {
+        Authority::new(key, state_dir.join("tokens.json"), Book::default())
+    }
+
+    fn new(key: SigningKey, book_path: PathBuf, book: Book) -> Authority {
+        let public = key.public();
+        Authority {
+            key,
+            public,
+            book_path,
+            book: Mutex::new(book),
+            revocations: watch::channel(0).0,
+        }
+    }
+
+    fn book(&self) -> std::sync::MutexGuard<'_, Book> {
+        // A panic while holding it cannot leave the book half changed (each
+        // change is one insert or push), so a poisoned lock is still good.
+        self.book.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Checks a connection's token against its declared role: the identity
+    /// it may act as, or the reason to refuse it (sent to the client).
+    pub fn admit(&self, role: &Role, token: Option<&str>) -> Result<Admitted, String> {
+        let Some(token) = token else {
+            // A local RM's staging connection presents no token: it also
+            // opens them to peer local RMs, which must not see its daemon
+            // token. It may only fetch executables by hash.
+            if let Role::Stager { name } = role {
+                let identity = Identity {
+                    name: format!("stager of `{name}`"),
+                    power: carmi_api::authz::Power::Read,
+                    machine: None,
+                    token: String::new(),
+                };
+                let expires_unix = u64::MAX;
+                return Ok(Admitted {
+                    identity,
+                    expires_unix,
+                });
+            }
+            return Err(
+                "no token: this pool admits only connections that present one \
+                 (ask its admin for one: `carmi token create`; give it with CARMI_TOKEN or --token)"
+                    .into(),
+            );
+        };
+        let claims: Claims = {
+            let book = self.book();
+            self.public
+                .verify(token, now_unix(), &book.revoked)
+                .map_err(|e| format!("token refused: {e}"))?
+        };
+        let identity = claims.identity();
+        if let Role::Local { name } = role {
+            check(&identity, &Action::Advertise { machine: name })
+                .map_err(|r| format!("permission denied: {r}"))?;
+        }
+        Ok(Admitted {
+            identity,
+            expires_unix: claims.expires_unix,
+        })
+    }
+
+    /// Resolves once `admitted`'s token is revoked or expires, with why: the
+    /// connection that holds it is then closed.
+    pub async fn until_invalid(&self, admitted: &Admitted) -> String {
+        let mut changes = self.revocations.subscribe();
+        let id = &admitted.identity.token;
+        loop {
+            if self.book().revoked.contains(id) {
+                return format!("token {id} of `{}` was revoked", admitted.identity.name);
+            }
+            let now = now_unix();
+            if now >= admitted.expires_unix {
+                return format!("token {id} of `{}` expired", admitted.identity.name);
+            }
+            // Whole seconds: a token expires at the start of its second.
+            let left = Duration::from_secs((admitted.expires_unix - now).min(3600));
+            tokio::select! {
+                _ = tokio::time::sleep(left) => {}
+                changed = changes.changed() => if changed.is_err() {
+                    std::future::pending::<()>().await;
+                },
+            }
+        }
+    }
+
+    /// Carries out a `carmi token` request of `who` (`None`: a connection
+    /// without identity, which a pool with an authority never has).
+    pub fn handle(&self, who: Option<&Identity>, req: TokenRequest) -> FromGlobal {
+        let what = match &req {
+            TokenRequest::Create { .. } => "create",
+            TokenRequest::List => "list",
+            TokenRequest::Revoke { .. } => "revoke",
+        };
+        let fail = |code, message: String| FromGlobal::AdminFailed(Failure { code, message });
+        let Some(who) = who else {
+            return fail(FailureCode::Denied, "permission denied: no identity".into());
+        };
+        if let Err(r) = check(who, &Action::Tokens(what)) {
+            warn!(identity = who.name, power = %who.power, "refused: {r}");
+            return fail(FailureCode::Denied, format!("permission denied: {r}"));
+        }
+        match req {
+            TokenRequest::Create {
+                identity,
+                power,
+                machine,
+                lifetime_s,
+            } => {
+                if lifetime_s > MAX_LIFETIME_S {
+                    let m = format!(
+                        "a lifetime of {lifetime_s} s exceeds the limit of {MAX_LIFETIME_S} s (ten years)"
+                    );
+                    return fail(FailureCode::Invalid, m);
+                }
+                let grant = Grant {
+                    identity,
+                    power,
+                    machine,
+                    lifetime_s,
+                };
+                match self.key.issue(&grant, now_unix()) {
+                    Ok((token, claims)) => {
+                        let info = info_of(&claims);
+                        info!(by = who.name, id = claims.id, identity = claims.identity, power = %claims.power, "token created");
+                        let saved = {
+                            let mut book = self.book();
+                            book.issued.push(info.clone());
+                            self.save(&book)
+                        };
+                        match saved {
+                            Ok(()) => FromGlobal::Tokens(TokenAnswer::Created { token, info }),
+                            Err(e) => fail(FailureCode::Unavailable, e),
+                        }
+                    }
+                    Err(e) => fail(FailureCode::Invalid, e.to_string()),
+                }
+            }
+            TokenRequest::List => {
+                let book = self.book();
+                let list = (book.issued.iter().cloned())
+                    .map(|mut t| {
+                        t.revoked = book.revoked.contains(&t.id);
+                        t
+                    })
+                    .collect();
+                FromGlobal::Tokens(TokenAnswer::List(list))
+            }
+            TokenRequest::Revoke { id } => {
+                let saved = {
+                    let mut book = self.book();
+                    book.revoked.insert(id.clone());
+                    self.save(&book)
+                };
+                // In force at once, saved or not: the connections go now.
+                self.revocations.send_modify(|n| *n += 1);
+                info!(by = who.name, id, "token revoked");
+                let known = self.book().issued.iter().any(|t| t.id == id);
+                match saved {
+                    Ok(()) => FromGlobal::Tokens(TokenAnswer::Revoked { id, known }),
+                    Err(e) => fail(
+                        FailureCode::Unavailable,
+                        format!("revoked until this global RM restarts, but {e}"),
+                    ),
+                }
+            }
+        }
+    }
+
+    fn save(&self, book: &Book) -> Result<(), String> {
+        let json = serde_json::to_string_pretty(book).expect("the book serializes");
+        carmi_api::files::write_private(&self.book_path, &json, true)
+            .map_err(|e| format!("cannot save the token book: {e}"))
+    }
+}
+
+fn info_of(c: &Claims) -> TokenInfo {
+    TokenInfo {
+        id: c.id.clone(),
+        identity: c.identity.clone(),
+        power: c.power,
+        machine: c.machine.clone(),
+        issued_unix: c.issued_unix,
+        expires_unix: c.expires_unix,
+        revoked: false,
+    }
+}

@@ -1,0 +1,90 @@
+//! What one simulated run is given ([`SimConfig`]) and what it yields
+//! ([`SimRun`], [`RunSummary`]).
+
+use owner_sim::OwnerModel;
+use serde::{Deserialize, Serialize};
+
+use wodi::profile::StepProfile;
+use wodi::sched::SchedConfig;
+use wodi::stats::Stats;
+
+use crate::pool::PoolConfig;
+
+/// One simulated run.
+pub struct SimConfig {
+    /// The steps of one cycle.
+    pub profile: Vec<StepProfile>,
+    /// Cycles to run.
+    pub cycles: u32,
+    /// Relative speed of every host of the pool, as the core is told it.
+    pub speeds: Vec<f64>,
+    /// The speed each host really computes at, when it differs from
+    /// `speeds` (a host busier or slower than advertised); `None`: `speeds`.
+    pub actual_speeds: Option<Vec<f64>>,
+    /// Owners of the hosts.
+    pub owners: OwnerModel,
+    /// Where in the owner model's time (seconds; the stochastic model's 0 is
+    /// a Monday 09:00) the run starts.
+    pub owner_offset: f64,
+    /// Seconds of owner behaviour per simulated second (as the embedded
+    /// pool's `speedup`; give the policy a `minute` of `60 / speedup` with
+    /// it); 1: the owners' own time.
+    pub owner_speedup: f64,
+    /// The pool: owner policy, link latency, heartbeats, worker start-up.
+    pub pool: PoolConfig,
+    /// Hosts the master asks for.
+    pub hosts_wanted: u32,
+    /// After each cycle, ask for the fewest hosts that reach (almost) the
+    /// best cycle time instead, with this tolerance (e.g. 0.05); `None` keeps
+    /// `hosts_wanted`.
+    pub fewest_hosts: Option<f64>,
+    /// With `fewest_hosts`: cycles in a row the answer must differ from the
+    /// count in one direction before the count follows; 0 follows every change.
+    pub hysteresis: u32,
+    /// Extra start-up time of each host's first worker, seconds, indexed like
+    /// `speeds` (empty: none). Real workers do not join at once; to compare
+    /// a real run with the simulator, give each host the delay it had.
+    pub startup_offsets: Vec<f64>,
+    /// The core's tunables.
+    pub sched: SchedConfig,
+    /// Seed of the step-time noise (and of the owners).
+    pub seed: u64,
+}
+
+/// The figures of a run, in the paper's terms, plus the bound no schedule
+/// on this pool could beat.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunSummary {
+    /// From the first worker ready to the last result, seconds.
+    pub run_length_s: f64,
+    /// Host time allocated to the run, seconds.
+    pub occupancy_s: f64,
+    /// Compute time of all step copies, seconds (duplicates included).
+    pub cpu_time_s: f64,
+    /// Compute time of the copies whose result was delivered, seconds.
+    pub useful_cpu_time_s: f64,
+    /// `useful_cpu_time_s / occupancy_s`: duplicate and lost copies count
+    /// in the occupancy, not as useful work.
+    pub efficiency: f64,
+    /// Hosts granted.
+    pub adds: u32,
+    /// Hosts taken away by their owners.
+    pub losses: u32,
+    /// Mean number of hosts held (occupancy / run length).
+    pub mean_hosts: f64,
+    /// Sum over cycles of the cycle's lower bound on all the pool's hosts
+    /// (longest step on the fastest host, or all work spread perfectly).
+    pub lower_bound_s: f64,
+    /// Length of each cycle, seconds.
+    pub cycle_s: Vec<f64>,
+    /// Each cycle's own lower bound on all the pool's hosts, seconds.
+    pub cycle_bound_s: Vec<f64>,
+}
+
+/// A finished simulation: its summary and the core's own statistics.
+pub struct SimRun {
+    /// The paper's figures.
+    pub summary: RunSummary,
+    /// What the core recorded (per-step times, timeline).
+    pub stats: Stats,
+}

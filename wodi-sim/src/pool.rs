@@ -1,0 +1,441 @@
+//! The CARMI side of the simulation: the global RM's real core
+//! ([`Router`], with its allocator), and per machine the local RM's real core
+//! ([`Core`]) and owner policy ([`Policy`]) fed by a simulated owner, plus one
+//! submit machine without slots on which the WoDi server is an application.
+//!
+//! Nothing here decides anything: every message between the cores is
+//! encoded as a frame (`carmi_api::frame`, serde) when sent and decoded when
+//! it arrives, `latency` later, in the manner of quinn-proto's test `Pair`;
+//! the driver glue (policy effects to core calls, launches, signals) is what
+//! `carmi-local`'s daemon does with a real process.
+
+use std::collections::BTreeMap;
+
+use bytes::{Bytes, BytesMut};
+use carmi_api::frame::{decode, encode_header};
+use carmi_api::ids::{ConnId, HostId, ProcessId, RequestId};
+use carmi_api::msg::{
+    ExecutableRef, ExitStatus, FromGlobal, FromLocal, OwnerEvent, Request, Role, ToGlobal, ToLocal,
+};
+use carmi_global_core::router::{LinkId, Output, Router, RouterConfig};
+use carmi_local_core::node::{Core, Effect};
+use carmi_local_core::owner::SimulatedOwner;
+use carmi_local_core::policy::{Policy, PolicyConfig, PolicyEffect};
+use classad::ClassAd;
+
+use crate::queue::{Ev, Queue, time};
+
+/// Largest frame the simulated links carry (as the daemons' default).
+const MAX_FRAME: usize = 1 << 26;
+
+/// The WoDi server's one connection to its local RM.
+const APP_CONN: ConnId = ConnId(1);
+
+/// The argument that tells a simulated worker process its WoDi worker id
+/// (the real server passes it in its connect argument).
+pub(crate) const WORKER_ARG: &str = "--sim-worker=";
+
+/// The worker executable: the global RM holds it from the start (uploaded
+/// before the run), so no staging is simulated.
+pub(crate) fn worker_exe() -> ExecutableRef {
+    ExecutableRef {
+        name: "wodi-worker".into(),
+        sha256: "5e".repeat(32),
+        size: 1,
+    }
+}
+
+/// What the CARMI side hands to the WoDi side.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum ToWodi {
+    /// A message on the server's connection to its local RM.
+    App(FromLocal),
+    /// A worker process was started on a host (its worker id from its arguments).
+    Launched {
+        process: ProcessId,
+        worker: u64,
+        host: HostId,
+    },
+    /// The process was stopped (SIGSTOP).
+    Suspended(ProcessId),
+    /// The process was continued (SIGCONT).
+    Resumed(ProcessId),
+    /// The process was signalled to end (SIGTERM or SIGKILL): it exits.
+    Ended(ProcessId),
+}
+
+/// The pool's settings.
+#[derive(Clone, Debug)]
+pub struct PoolConfig {
+    /// The local RMs' owner policy (carmi-local's default: HTCondor's
+    /// desktop policy, 15, 5 and 10 minutes).
+    pub policy: PolicyConfig,
+    /// One-way delay of every message between two cores, seconds.
+    pub latency: f64,
+    /// Heartbeat period the global RM asks of local RMs, seconds.
+    pub heartbeat: f64,
+    /// From a worker process started to it connected and ready for work.
+    pub worker_startup: f64,
+    /// Check the CARMI cores' invariants (`sanity_check`) after every
+    /// input they take: slow, for tests that want the real cores checked
+    /// under churn.
+    pub check: bool,
+}
+
+impl Default for PoolConfig {
+    /// CARMI's default owner policy, 1 ms links, 30 s heartbeats (the
+    /// default is 1 s; no machine is ever silent here, so it only costs
+    /// events) and a worker that starts in two seconds.
+    fn default() -> PoolConfig {
+        PoolConfig {
+            policy: PolicyConfig::default(),
+            latency: 0.001,
+            heartbeat: 30.0,
+            worker_startup: 2.0,
+            check: false,
+        }
+    }
+}
+
+/// One simulated machine: its local RM's core, policy and owner.
+struct Machine {
+    core: Core,
+    policy: Policy,
+    owner: SimulatedOwner,
+    /// The machine ad the policy evaluates against.
+    base: ClassAd,
+    /// The same, as advertised.
+    ad: String,
+    name: String,
+    link: LinkId,
+    /// The policy's timer, as last armed (an earlier arming is stale).
+    policy_timer: u64,
+    /// Job count at the last evaluation (a change means evaluate again).
+    last_jobs: usize,
+}
+
+/// The CARMI side: the global RM, the pool's machines (index 1..) and the
+/// submit machine (index 0).
+pub(crate) struct Pool {
+    cfg: PoolConfig,
+    router: Router,
+    machines: Vec<Machine>,
+    links: BTreeMap<LinkId, usize>,
+    /// Host ids of each pool host (machine `m`, one slot: host index `m - 1`).
+    host_index: BTreeMap<HostId, usize>,
+    /// Live processes and the machine each runs on.
+    procs: BTreeMap<ProcessId, usize>,
+    router_armed: Option<std::time::Duration>,
+}
+
+/// A frame as it would go on the wire.
+fn frame<T: serde::Serialize>(msg: &T) -> Bytes {
+    Bytes::from(encode_header(msg, 0))
+}
+
+/// Decodes a frame the simulation encoded; a frame that does not decode is
+/// a bug of the protocol's serde forms, which is what the round trip is
+/// there to find.
+fn unframe<T: serde::de::DeserializeOwned + std::fmt::Debug>(bytes: &Bytes) -> T {
+    let mut buf = BytesMut::from(&bytes[..]);
+    match decode(&mut buf, MAX_FRAME) {
+        Ok(Some((msg, _))) => msg,
+        other => panic!("a simulated frame did not survive its round trip: {other:?}"),
+    }
+}
+
+/// The ad of pool host `i`: its speed as `Speed` and as `Mips` (the
+/// allocator grants the fastest idle hosts first).
+fn machine_ad(i: usize, speed: f64) -> String {
+    format!(
+        "[ Name = \"h{i}\"; Machine = \"h{i}\"; Mips = {}; Speed = {speed}; Arch = \"X86_64\"; OpSys = \"LINUX\" ]",
+        (speed * 1000.0).round().max(1.0) as i64
+    )
+}
+
+impl Pool {
+    /// A pool of one-slot machines with these advertised speeds, none
+    /// connected yet (give the owners their state first, then [`Pool::start`]).
+    pub fn new(cfg: PoolConfig, speeds: &[f64]) -> Pool {
+        let router = Router::new(RouterConfig {
+            heartbeat: time(cfg.heartbeat),
+            started_unix: 0,
+            ..RouterConfig::default()
+        });
+        let mut pool = Pool {
+            cfg,
+            router,
+            machines: Vec::new(),
+            links: BTreeMap::new(),
+            host_index: BTreeMap::new(),
+            procs: BTreeMap::new(),
+            router_armed: None,
+        };
+        pool.router.on_executable_stored(&worker_exe());
+        let submit = "[ Name = \"submit\"; Machine = \"submit\"; Mips = 1; Arch = \"X86_64\" ]";
+        let ads = std::iter::once((String::from("submit"), submit.to_string(), 0)).chain(
+            speeds
+                .iter()
+                .enumerate()
+                .map(|(i, &s)| (format!("h{i}"), machine_ad(i, s), 1)),
+        );
+        for (m, (name, ad, slots)) in ads.enumerate() {
+            let link = LinkId(m as u64 + 1);
+            let base = ClassAd::parse(&ad).expect("the simulated machine ads parse");
+            pool.machines.push(Machine {
+                core: Core::new(slots),
+                policy: Policy::new(pool.cfg.policy.clone(), 0.0),
+                owner: SimulatedOwner::new(0.0),
+                base,
+                ad,
+                name,
+                link,
+                policy_timer: 0,
+                last_jobs: 0,
+            });
+            pool.links.insert(link, m);
+        }
+        pool
+    }
+
+    /// Starts every machine's local RM as the daemon starts: its owner
+    /// policy evaluated first (a machine whose owner is there offers
+    /// nothing), then connected to the global RM; the submit machine's
+    /// local RM announces the WoDi server's connection.
+    pub fn start(&mut self, q: &mut Queue) {
+        for m in 0..self.machines.len() {
+            if m > 0 {
+                self.evaluate(m, q, &mut Vec::new());
+            }
+            let (link, name, ad) = {
+                let mach = &self.machines[m];
+                (mach.link, mach.name.clone(), mach.ad.clone())
+            };
+            self.router
+                .on_link_opened(link, Role::Local { name }, time(q.now));
+            self.machines[m].core.on_global_connected(ad);
+            self.router_outputs(q);
+            self.core_effects(m, q, &mut Vec::new());
+            q.push(q.now + self.cfg.heartbeat, Ev::Heartbeat { m });
+        }
+        self.machines[0]
+            .core
+            .on_app_connected(APP_CONN, None, None, "sim:0".into());
+        self.core_effects(0, q, &mut Vec::new());
+    }
+
+    /// The pool host index (as in the configuration's speeds) of a host id.
+    pub fn host_index(&self, host: HostId) -> Option<usize> {
+        self.host_index.get(&host).copied()
+    }
+
+    /// Sends a request on the WoDi server's connection.
+    pub fn app_request(&mut self, id: RequestId, body: Request, q: &mut Queue) {
+        let at = q.now + self.cfg.latency;
+        q.push(
+            at,
+            Ev::FromApp {
+                frame: frame(&ToLocal::Request { id, body }),
+            },
+        );
+    }
+
+    /// A worker process ended (after [`ToWodi::Ended`]): its machine reports it.
+    pub fn process_exited(&mut self, process: ProcessId, q: &mut Queue) {
+        if let Some(&m) = self.procs.get(&process) {
+            q.push(q.now, Ev::Exited { m, process });
+        }
+    }
+
+    /// Takes an owner event of pool host `i` at `at`; before the run starts
+    /// (`at < 0`) it only sets the owner's state.
+    pub fn owner_event(&mut self, i: usize, event: OwnerEvent, at: f64, q: &mut Queue) {
+        if at < 0.0 {
+            self.machines[i + 1].owner.apply(event, at);
+        } else {
+            q.push(at, Ev::Owner { m: i + 1, event });
+        }
+    }
+
+    /// Carries out one CARMI event; what reaches the WoDi side is in `out`.
+    /// Returns false if the event is not the CARMI side's.
+    pub fn handle(&mut self, ev: &Ev, q: &mut Queue, out: &mut Vec<ToWodi>) -> bool {
+        let now = q.now;
+        match ev {
+            Ev::ToRouter { link, frame } => {
+                let msg: ToGlobal = unframe(frame);
+                self.router.on_message(*link, msg, time(now));
+                self.router_outputs(q);
+            }
+            Ev::RouterTick(d) => {
+                self.router_armed = None;
+                self.router.on_tick((*d).max(time(now)));
+                self.router_outputs(q);
+            }
+            Ev::ToLocal { m, frame } => {
+                let msg: FromGlobal = unframe(frame);
+                if let FromGlobal::Registered { hosts, .. } = &msg
+                    && *m > 0
+                {
+                    for h in hosts {
+                        self.host_index.insert(*h, m - 1);
+                    }
+                }
+                self.machines[*m].core.on_global(msg, Bytes::new());
+                self.core_effects(*m, q, out);
+            }
+            Ev::FromApp { frame } => {
+                if let ToLocal::Request { id, body } = unframe(frame) {
+                    self.machines[0].core.on_app_request(APP_CONN, id, body);
+                    self.core_effects(0, q, out);
+                }
+            }
+            Ev::ToApp { frame } => out.push(ToWodi::App(unframe(frame))),
+            Ev::Policy { m, timer } => {
+                if self.machines[*m].policy_timer == *timer {
+                    self.evaluate(*m, q, out);
+                }
+            }
+            Ev::Heartbeat { m } => {
+                self.machines[*m].core.on_heartbeat(String::new());
+                self.core_effects(*m, q, out);
+                q.push(now + self.cfg.heartbeat, Ev::Heartbeat { m: *m });
+            }
+            Ev::Owner { m, event } => {
+                self.machines[*m].owner.apply(*event, now);
+                self.evaluate(*m, q, out);
+            }
+            Ev::Exited { m, process } => {
+                if self.procs.remove(process).is_some() {
+                    let status = ExitStatus::Signal(15);
+                    self.machines[*m].core.on_exited(*process, status, 0.0);
+                    self.core_effects(*m, q, out);
+                }
+            }
+            _ => return false,
+        }
+        if self.cfg.check {
+            self.router.sanity_check();
+            for m in &self.machines {
+                m.core.sanity_check();
+            }
+        }
+        true
+    }
+
+    /// Sends the router's outputs and re-arms its timer.
+    fn router_outputs(&mut self, q: &mut Queue) {
+        let at = q.now + self.cfg.latency;
+        for o in self.router.take_outputs() {
+            match o {
+                Output::Send { link, msg } => {
+                    if let Some(&m) = self.links.get(&link) {
+                        q.push(
+                            at,
+                            Ev::ToLocal {
+                                m,
+                                frame: frame(&msg),
+                            },
+                        );
+                    }
+                }
+                Output::Close { link, reason } => {
+                    tracing::warn!(%link, %reason, "the global RM closed a simulated link");
+                }
+                // No journal, no returned files: nothing to store.
+                Output::Journal(_) | Output::DropFiles { .. } | Output::SendFiles { .. } => {}
+            }
+        }
+        if let Some(d) = self.router.next_deadline()
+            && self.router_armed.is_none_or(|a| d < a)
+        {
+            self.router_armed = Some(d);
+            q.push(d.as_secs_f64(), Ev::RouterTick(d));
+        }
+    }
+
+    /// Carries out machine `m`'s core effects, as the local RM's daemon does.
+    fn core_effects(&mut self, m: usize, q: &mut Queue, out: &mut Vec<ToWodi>) {
+        let at = q.now + self.cfg.latency;
+        loop {
+            let effects = self.machines[m].core.take_effects();
+            if effects.is_empty() {
+                break;
+            }
+            for e in effects {
+                match e {
+                    Effect::ToGlobal(msg, _) => {
+                        let link = self.machines[m].link;
+                        q.push(
+                            at,
+                            Ev::ToRouter {
+                                link,
+                                frame: frame(&msg),
+                            },
+                        );
+                    }
+                    Effect::ToApp(_, msg) => q.push(at, Ev::ToApp { frame: frame(&msg) }),
+                    Effect::Launch(l) => {
+                        // Every executable is in the cache: the process starts now.
+                        let worker = l
+                            .args
+                            .iter()
+                            .find_map(|a| a.strip_prefix(WORKER_ARG)?.parse().ok());
+                        self.procs.insert(l.process, m);
+                        self.machines[m].core.on_launched(l.process, Ok(()));
+                        if let Some(worker) = worker {
+                            out.push(ToWodi::Launched {
+                                process: l.process,
+                                worker,
+                                host: l.host,
+                            });
+                        }
+                    }
+                    Effect::Suspend(p) => out.push(ToWodi::Suspended(p)),
+                    Effect::Resume(p) => out.push(ToWodi::Resumed(p)),
+                    // A worker ends on SIGTERM at once, so the grace never runs out.
+                    Effect::Kill(p) | Effect::Terminate(p) | Effect::KillNow(p) => {
+                        if self.procs.contains_key(&p) {
+                            out.push(ToWodi::Ended(p));
+                        }
+                    }
+                    // The simulated machines heartbeat on their own timer
+                    // (`Ev::Heartbeat`) and never feed the core `on_time`.
+                    Effect::Heartbeat => {}
+                    Effect::Store { .. } | Effect::FetchFrom { .. } | Effect::ReadLog { .. } => {
+                        tracing::warn!(?e, "an effect the simulated pool does not carry out");
+                    }
+                }
+            }
+        }
+        if m > 0 && self.machines[m].core.job_count() != self.machines[m].last_jobs {
+            self.evaluate(m, q, out);
+        }
+    }
+
+    /// Steps machine `m`'s owner policy and hands its effects to the core,
+    /// as `carmi-local`'s daemon does, then re-arms the policy's timer.
+    fn evaluate(&mut self, m: usize, q: &mut Queue, out: &mut Vec<ToWodi>) {
+        let now = q.now;
+        let mach = &mut self.machines[m];
+        mach.last_jobs = mach.core.job_count();
+        mach.policy.set_jobs(mach.last_jobs);
+        mach.policy.observe(mach.owner.observation(now));
+        for effect in mach.policy.step(now, &mach.base) {
+            match effect {
+                PolicyEffect::Open => mach.core.open_all(),
+                PolicyEffect::Close => mach.core.close_all(),
+                PolicyEffect::Suspend => mach.core.suspend_all(),
+                PolicyEffect::Resume => mach.core.resume_all(),
+                PolicyEffect::Vacate => mach.core.vacate_all(),
+                PolicyEffect::Kill => mach.core.kill_all(),
+            }
+        }
+        mach.core.set_accepting(mach.policy.may_start());
+        let next = mach.policy.next_deadline().max(now);
+        mach.policy_timer += 1;
+        let timer = mach.policy_timer;
+        q.push(next, Ev::Policy { m, timer });
+        self.core_effects(m, q, out);
+    }
+}
