@@ -32,7 +32,7 @@ impl OwnerTarget for Daemon {
 /// A local RM reached over its control connection (another process, or
 /// another machine): what `owner-sim drive` feeds a real pool through.
 pub struct RemoteOwner {
-    link: tokio::sync::Mutex<carmi_local::control::OwnerLink>,
+    link: tokio::sync::Mutex<carmi_api::control::OwnerLink>,
     addr: String,
 }
 
@@ -41,10 +41,10 @@ impl RemoteOwner {
     pub async fn connect(
         addr: &str,
         secret: &carmi_api::handshake::Secret,
-    ) -> Result<RemoteOwner, carmi_local::control::ControlError> {
+    ) -> Result<RemoteOwner, carmi_api::control::ControlError> {
         Ok(RemoteOwner {
             link: tokio::sync::Mutex::new(
-                carmi_local::control::OwnerLink::connect(addr, secret).await?,
+                carmi_api::control::OwnerLink::connect(addr, secret).await?,
             ),
             addr: addr.to_string(),
         })
@@ -54,7 +54,7 @@ impl RemoteOwner {
     pub async fn send(
         &self,
         event: OwnerEvent,
-    ) -> Result<carmi_api::msg::FromLocalControl, carmi_local::control::ControlError> {
+    ) -> Result<carmi_api::msg::FromLocalControl, carmi_api::control::ControlError> {
         self.link.lock().await.send(event).await
     }
 }

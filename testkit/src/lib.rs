@@ -44,8 +44,8 @@ pub fn bin_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let exe = std::env::current_exe().expect("path of the test binary");
-        // Tests live in target/<profile>/deps/, binaries of this package (the
-        // benchmark) in target/<profile>/ itself, beside the daemons.
+        // Tests live in target/<profile>/deps/, binaries (the benchmarks of
+        // carmi-benches) in target/<profile>/ itself, beside the daemons.
         let mut dir = exe
             .parent()
             .expect("the test binary lives in a directory")

@@ -3,7 +3,6 @@
 //! another machine's job, and 9,000 half-open handshakes leave the daemon
 //! small and quick to answer `status`.
 
-use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -14,7 +13,7 @@ use carmi_api::frame::{FrameReader, write_frame};
 use carmi_api::handshake::{self, Secret};
 use carmi_api::msg::{Event, FromGlobal, Role, SpawnTarget, ToGlobal};
 use carmi_api::tls;
-use carmi_tests::{Pool, PoolOptions, take_event};
+use carmi_tests::{Inbox, Pool, PoolOptions};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpSocket, TcpStream};
 
@@ -94,23 +93,18 @@ async fn status_time(pool: &Pool) -> Duration {
 async fn a_200000_attribute_ad_stalls_neither_the_router_nor_a_healthy_machines_job() {
     let pool = Pool::start("huge-ad", 1, &[vec![]]);
     let opts = ConnectOptions::new(pool.locals[0].app_addr.clone(), pool.secret.clone());
-    let (carmi, mut events) = connect(opts).await.expect("connect to m0");
-    let mut seen = VecDeque::new();
+    let (carmi, events) = connect(opts).await.expect("connect to m0");
+    let mut inbox = Inbox::new(events);
     let define = carmi.define_class("any", "Name == \"m0\"");
     let add = carmi.addhosts("any", 1, 1);
-    let host = take_event(
-        &mut events,
-        &mut seen,
-        Duration::from_secs(20),
-        "host",
-        |x| match x {
+    let host = inbox
+        .take("host", |x| match x {
             Incoming::Rm(Event::HostsAdded { request, hosts, .. }) if *request == add => {
                 Some(hosts[0].host)
             }
             _ => None,
-        },
-    )
-    .await;
+        })
+        .await;
     let _ = define;
     let pidfile = pool.dir.join("worker.pid");
     let exe = pool.dir.join("worker.sh");
@@ -119,17 +113,12 @@ async fn a_200000_attribute_ad_stalls_neither_the_router_nor_a_healthy_machines_
         &format!("echo $$ > {}; exec sleep 300", pidfile.display()),
     );
     let spawn = carmi.class_spawn(&exe, Vec::<String>::new(), SpawnTarget::Host(host));
-    take_event(
-        &mut events,
-        &mut seen,
-        Duration::from_secs(20),
-        "started",
-        |x| match x {
+    inbox
+        .take("started", |x| match x {
             Incoming::Rm(Event::ProcessStarted { request, .. }) if *request == spawn => Some(()),
             _ => None,
-        },
-    )
-    .await;
+        })
+        .await;
     let pid = read_pid(&pidfile).await;
 
     // Two machines send 200,000 attributes (about 4 MB): one as heartbeat
@@ -203,12 +192,13 @@ async fn a_200000_attribute_ad_stalls_neither_the_router_nor_a_healthy_machines_
         .await
         .expect("status");
     assert!(machines.iter().any(|m| m.name == "m0"), "{machines:?}");
-    let ended = seen.iter().any(
+    let ended = inbox.kept().any(
         |x| matches!(x, Incoming::Rm(Event::ProcessExited { request, .. }) if *request == spawn),
     );
     assert!(
         !ended,
-        "the healthy machine's process was reported ended: {seen:?}"
+        "the healthy machine's process was reported ended: {:?}",
+        inbox.kept().collect::<Vec<_>>()
     );
     let log = std::fs::read_to_string(pool.dir.join("global.log")).unwrap_or_default();
     assert!(
@@ -221,23 +211,18 @@ async fn a_200000_attribute_ad_stalls_neither_the_router_nor_a_healthy_machines_
 async fn a_global_rm_stopped_past_every_deadline_loses_no_machine() {
     let pool = Pool::start("stopped", 1, &[vec![]]);
     let opts = ConnectOptions::new(pool.locals[0].app_addr.clone(), pool.secret.clone());
-    let (carmi, mut events) = connect(opts).await.expect("connect to m0");
-    let mut seen = VecDeque::new();
+    let (carmi, events) = connect(opts).await.expect("connect to m0");
+    let mut inbox = Inbox::new(events);
     let _ = carmi.define_class("any", "true");
     let add = carmi.addhosts("any", 1, 1);
-    let host = take_event(
-        &mut events,
-        &mut seen,
-        Duration::from_secs(20),
-        "host",
-        |x| match x {
+    let host = inbox
+        .take("host", |x| match x {
             Incoming::Rm(Event::HostsAdded { request, hosts, .. }) if *request == add => {
                 Some(hosts[0].host)
             }
             _ => None,
-        },
-    )
-    .await;
+        })
+        .await;
     let pidfile = pool.dir.join("worker.pid");
     let exe = pool.dir.join("worker.sh");
     write_script(
@@ -245,17 +230,12 @@ async fn a_global_rm_stopped_past_every_deadline_loses_no_machine() {
         &format!("echo $$ > {}; exec sleep 300", pidfile.display()),
     );
     let spawn = carmi.class_spawn(&exe, Vec::<String>::new(), SpawnTarget::Host(host));
-    take_event(
-        &mut events,
-        &mut seen,
-        Duration::from_secs(20),
-        "started",
-        |x| match x {
+    inbox
+        .take("started", |x| match x {
             Incoming::Rm(Event::ProcessStarted { request, .. }) if *request == spawn => Some(()),
             _ => None,
-        },
-    )
-    .await;
+        })
+        .await;
     let pid = read_pid(&pidfile).await;
 
     // The global RM does not run for 2 s, over three times the 600 ms after
@@ -272,10 +252,14 @@ async fn a_global_rm_stopped_past_every_deadline_loses_no_machine() {
         "m0 was declared lost\n{log}"
     );
     assert!(alive(pid), "m0's process {pid} was killed");
-    let ended = seen.iter().any(
+    let ended = inbox.kept().any(
         |x| matches!(x, Incoming::Rm(Event::ProcessExited { request, .. }) if *request == spawn),
     );
-    assert!(!ended, "m0's process was reported ended: {seen:?}");
+    assert!(
+        !ended,
+        "m0's process was reported ended: {:?}",
+        inbox.kept().collect::<Vec<_>>()
+    );
 }
 
 fn signal(pid: u32, sig: &str) {

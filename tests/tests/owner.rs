@@ -10,9 +10,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use carmi_api::client::{Carmi, ConnectOptions, Incoming, connect};
+use carmi_api::control::OwnerLink;
 use carmi_api::ids::{HostId, ProcessId, RequestId};
 use carmi_api::msg::{Event, FromLocalControl, OwnerEvent, SpawnTarget};
-use carmi_local::control::OwnerLink;
 use carmi_tests::{Inbox, Pool, PoolOptions};
 
 const POLICY: &str = "[policy]\nminute = 0.4\n";

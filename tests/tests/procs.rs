@@ -2,14 +2,13 @@
 //! killed local RM, hand-started jobs survive a global RM restart, and the
 //! embedded pool restarts a daemon that dies.
 
-use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use carmi_api::client::{ConnectOptions, EventStream, Incoming, connect};
+use carmi_api::client::{ConnectOptions, Incoming, connect};
 use carmi_api::ids::{HostId, RequestId};
 use carmi_api::msg::{Event, SpawnTarget};
-use carmi_tests::{Pool, take_event};
+use carmi_tests::{Inbox, Pool};
 
 /// True while `pid` exists and is not a zombie.
 fn alive(pid: u32) -> bool {
@@ -55,16 +54,6 @@ async fn wait_until(pool: &Pool, what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
-/// The first event that `want` picks, within 20 s.
-async fn take<T>(
-    events: &mut EventStream,
-    seen: &mut VecDeque<Incoming>,
-    what: &str,
-    want: impl FnMut(&Incoming) -> Option<T>,
-) -> T {
-    take_event(events, seen, Duration::from_secs(20), what, want).await
-}
-
 /// SIGKILL of a local RM mid-job: the job's process dies with it (it cannot
 /// outlive the daemon that watches it) and the restarted local RM kills what
 /// that process had started (a background child, orphaned by then).
@@ -72,8 +61,8 @@ async fn take<T>(
 async fn a_sigkilled_local_rm_leaves_no_job_process_alive_after_its_restart() {
     let mut pool = Pool::start("orphans", 1, &[vec![]]);
     let opts = ConnectOptions::new(pool.locals[0].app_addr.clone(), pool.secret.clone());
-    let (carmi, mut events) = connect(opts).await.expect("connect to m0");
-    let mut seen = VecDeque::new();
+    let (carmi, events) = connect(opts).await.expect("connect to m0");
+    let mut inbox = Inbox::new(events);
     let done = |want: RequestId| {
         move |x: &Incoming| match x {
             Incoming::Rm(Event::Done { request, .. }) if *request == want => Some(()),
@@ -81,15 +70,16 @@ async fn a_sigkilled_local_rm_leaves_no_job_process_alive_after_its_restart() {
         }
     };
     let r = carmi.define_class("any", "true");
-    take(&mut events, &mut seen, "class defined", done(r)).await;
+    inbox.take("class defined", done(r)).await;
     let add = carmi.addhosts("any", 1, 1);
-    let host: HostId = take(&mut events, &mut seen, "a host", |x| match x {
-        Incoming::Rm(Event::HostsAdded { request, hosts, .. }) if *request == add => {
-            hosts.first().map(|h| h.host)
-        }
-        _ => None,
-    })
-    .await;
+    let host: HostId = inbox
+        .take("a host", |x| match x {
+            Incoming::Rm(Event::HostsAdded { request, hosts, .. }) if *request == add => {
+                hosts.first().map(|h| h.host)
+            }
+            _ => None,
+        })
+        .await;
     let (leader_file, child_file) = (pool.dir.join("leader.pid"), pool.dir.join("child.pid"));
     let exe = script(
         &pool.dir,
@@ -101,11 +91,12 @@ async fn a_sigkilled_local_rm_leaves_no_job_process_alive_after_its_restart() {
         ),
     );
     let spawn = carmi.class_spawn(&exe, Vec::<String>::new(), SpawnTarget::Host(host));
-    take(&mut events, &mut seen, "process started", |x| match x {
-        Incoming::Rm(Event::ProcessStarted { request, .. }) if *request == spawn => Some(()),
-        _ => None,
-    })
-    .await;
+    inbox
+        .take("process started", |x| match x {
+            Incoming::Rm(Event::ProcessStarted { request, .. }) if *request == spawn => Some(()),
+            _ => None,
+        })
+        .await;
     let leader = read_pid(&leader_file).await;
     let child = read_pid(&child_file).await;
     assert!(alive(leader) && alive(child), "the job's processes run");
@@ -150,23 +141,25 @@ async fn held(pool: &Pool, job: carmi_api::ids::JobId) -> Option<u32> {
 async fn a_hand_started_job_keeps_its_id_and_workers_across_a_global_rm_restart() {
     let mut pool = Pool::start("hand-restart", 1, &[vec![], vec![]]);
     let opts = ConnectOptions::new(pool.locals[0].app_addr.clone(), pool.secret.clone());
-    let (carmi, mut events) = connect(opts).await.expect("connect to m0");
+    let (carmi, events) = connect(opts).await.expect("connect to m0");
+    let mut inbox = Inbox::new(events);
     let job = carmi.job();
-    let mut seen = VecDeque::new();
     let r = carmi.define_class("any", "true");
-    take(&mut events, &mut seen, "class defined", |x| match x {
-        Incoming::Rm(Event::Done { request, .. }) if *request == r => Some(()),
-        _ => None,
-    })
-    .await;
+    inbox
+        .take("class defined", |x| match x {
+            Incoming::Rm(Event::Done { request, .. }) if *request == r => Some(()),
+            _ => None,
+        })
+        .await;
     let add = carmi.addhosts("any", 1, 1);
-    let host: HostId = take(&mut events, &mut seen, "a host", |x| match x {
-        Incoming::Rm(Event::HostsAdded { request, hosts, .. }) if *request == add => {
-            hosts.first().map(|h| h.host)
-        }
-        _ => None,
-    })
-    .await;
+    let host: HostId = inbox
+        .take("a host", |x| match x {
+            Incoming::Rm(Event::HostsAdded { request, hosts, .. }) if *request == add => {
+                hosts.first().map(|h| h.host)
+            }
+            _ => None,
+        })
+        .await;
     let worker_file = pool.dir.join("worker.pid");
     let exe = script(
         &pool.dir,
@@ -174,11 +167,12 @@ async fn a_hand_started_job_keeps_its_id_and_workers_across_a_global_rm_restart(
         &format!("echo $$ > {}; exec sleep 300", worker_file.display()),
     );
     let spawn = carmi.class_spawn(&exe, Vec::<String>::new(), SpawnTarget::Host(host));
-    take(&mut events, &mut seen, "worker started", |x| match x {
-        Incoming::Rm(Event::ProcessStarted { request, .. }) if *request == spawn => Some(()),
-        _ => None,
-    })
-    .await;
+    inbox
+        .take("worker started", |x| match x {
+            Incoming::Rm(Event::ProcessStarted { request, .. }) if *request == spawn => Some(()),
+            _ => None,
+        })
+        .await;
     let worker = read_pid(&worker_file).await;
     assert_eq!(held(&pool, job).await, Some(1), "{}", pool.logs());
 
@@ -201,15 +195,17 @@ async fn a_hand_started_job_keeps_its_id_and_workers_across_a_global_rm_restart(
     // Still the job's: giving the host back ends the worker, and the spawn
     // request made before the restart hears of it.
     let del = carmi.delhosts(&[host]);
-    take(&mut events, &mut seen, "host given back", |x| match x {
-        Incoming::Rm(Event::Done { request, .. }) if *request == del => Some(()),
-        _ => None,
-    })
-    .await;
-    take(&mut events, &mut seen, "worker exited", |x| match x {
-        Incoming::Rm(Event::ProcessExited { request, .. }) if *request == spawn => Some(()),
-        _ => None,
-    })
-    .await;
+    inbox
+        .take("host given back", |x| match x {
+            Incoming::Rm(Event::Done { request, .. }) if *request == del => Some(()),
+            _ => None,
+        })
+        .await;
+    inbox
+        .take("worker exited", |x| match x {
+            Incoming::Rm(Event::ProcessExited { request, .. }) if *request == spawn => Some(()),
+            _ => None,
+        })
+        .await;
     wait_until(&pool, "the worker to be killed", || !alive(worker)).await;
 }

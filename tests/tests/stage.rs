@@ -2,24 +2,23 @@
 //! there are machines, and a peer that serves a corrupt copy or dies
 //! mid-transfer does not stop the spawn (the fetcher falls back to the store).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
 use carmi_api::admin::request;
-use carmi_api::client::{Carmi, ConnectOptions, EventStream, Incoming, connect};
+use carmi_api::client::{Carmi, ConnectOptions, Incoming, connect};
 use carmi_api::exe::sha256_hex;
 use carmi_api::ids::{HostId, RequestId};
 use carmi_api::msg::{Event, ExitStatus, FromGlobal, SpawnTarget, StageStats, ToGlobal};
-use carmi_tests::{Pool, PoolOptions, take_event, write_executable};
+use carmi_tests::{Inbox, Pool, PoolOptions, write_executable};
 
 const PATIENCE: Duration = Duration::from_secs(60);
 
 struct Job {
     carmi: Carmi,
-    events: EventStream,
-    seen: VecDeque<Incoming>,
+    inbox: Inbox,
     /// Machine name (`m0`...) -> its host.
     hosts: HashMap<String, HostId>,
 }
@@ -30,32 +29,28 @@ async fn job(pool: &Pool, via: usize) -> Job {
     let (carmi, events) = connect(opts).await.expect("connect");
     let mut j = Job {
         carmi,
-        events,
-        seen: VecDeque::new(),
+        inbox: Inbox::new(events).with_patience(PATIENCE),
         hosts: HashMap::new(),
     };
     let def = j.carmi.define_class("any", "true");
-    take_event(
-        &mut j.events,
-        &mut j.seen,
-        PATIENCE,
-        "DefineClass",
-        |x| match x {
+    j.inbox
+        .take("DefineClass", |x| match x {
             Incoming::Rm(Event::Done { request, .. }) if *request == def => Some(()),
-            _ => None,
-        },
-    )
-    .await;
-    let n = pool.locals.len();
-    let add = j.carmi.addhosts("any", n as u32, n as u32);
-    while j.hosts.len() < n {
-        let got = take_event(&mut j.events, &mut j.seen, PATIENCE, "hosts", |x| match x {
-            Incoming::Rm(Event::HostsAdded { request, hosts, .. }) if *request == add => {
-                Some(hosts.clone())
-            }
             _ => None,
         })
         .await;
+    let n = pool.locals.len();
+    let add = j.carmi.addhosts("any", n as u32, n as u32);
+    while j.hosts.len() < n {
+        let got = j
+            .inbox
+            .take("hosts", |x| match x {
+                Incoming::Rm(Event::HostsAdded { request, hosts, .. }) if *request == add => {
+                    Some(hosts.clone())
+                }
+                _ => None,
+            })
+            .await;
         for h in got {
             let machine = h.name.rsplit('@').next().unwrap().to_string();
             j.hosts.insert(machine, h.host);
@@ -81,16 +76,18 @@ async fn spawn_on(j: &mut Job, exe: &Path, machines: &[&str]) {
 /// Waits until every spawn of `ids` has exited with status 0.
 async fn all_exit_zero(j: &mut Job, ids: Vec<RequestId>) {
     for id in ids {
-        let status = take_event(&mut j.events, &mut j.seen, PATIENCE, "exit", |x| match x {
-            Incoming::Rm(Event::ProcessExited {
-                request, status, ..
-            }) if *request == id => Some(status.clone()),
-            Incoming::Rm(Event::Failed { request, failure }) if *request == id => {
-                panic!("spawn failed: {failure:?}")
-            }
-            _ => None,
-        })
-        .await;
+        let status = j
+            .inbox
+            .take("exit", |x| match x {
+                Incoming::Rm(Event::ProcessExited {
+                    request, status, ..
+                }) if *request == id => Some(status.clone()),
+                Incoming::Rm(Event::Failed { request, failure }) if *request == id => {
+                    panic!("spawn failed: {failure:?}")
+                }
+                _ => None,
+            })
+            .await;
         assert_eq!(status, ExitStatus::Code(0));
     }
 }

@@ -21,10 +21,10 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use carmi_api::client::{ConnectOptions, Incoming, connect};
+use carmi_api::control::OwnerLink;
 use carmi_api::handshake::Secret;
 use carmi_api::ids::HostId;
 use carmi_api::msg::{Event, OwnerEvent, SpawnTarget};
-use carmi_local::control::OwnerLink;
 use carmi_testkit::{Pool, PoolOptions, bin_dir, scratch};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
