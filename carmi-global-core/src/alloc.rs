@@ -311,6 +311,9 @@ pub struct Allocator {
     /// Bumped whenever online slots, machine ads, exclusions or a job's
     /// classes change: which jobs could ever start is computed again.
     pool_gen: u64,
+    /// Verdicts of [`Allocator::possible`] by cluster of waiting jobs, as of
+    /// `pool_gen` (cleared when it moves).
+    cluster_possible: HashMap<u64, Option<String>>,
     effects: Vec<Effect>,
     /// Host changes of jobs since [`Allocator::take_host_changes`].
     host_changes: Vec<HostChange>,
@@ -394,6 +397,7 @@ impl Allocator {
             next_job_seq: 0,
             dirty: false,
             pool_gen: 0,
+            cluster_possible: HashMap::new(),
             effects: Vec::new(),
             host_changes: Vec::new(),
         }

@@ -56,9 +56,9 @@ fn submit(pool: &Pool, file: &Path) -> Result<u64, String> {
     Ok(v["job"].as_u64().expect("a job id"))
 }
 
-/// How `job` ended, once it is in `carmi history` (30 s at most).
+/// How `job` ended, once it is in `carmi history` (60 s at most: a loaded CI machine).
 async fn wait_history(pool: &Pool, job: u64) -> JobEnd {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let out = carmi(pool)
             .args(["history", "--json", &job.to_string()])

@@ -12,14 +12,14 @@ use carmi_api::ids::RequestId;
 use carmi_api::msg::{Event, FailureCode};
 use carmi_tests::{Pool, take_event};
 
-/// The first event that `want` picks, within 30 s.
+/// The first event that `want` picks, within 60 s (a loaded CI machine).
 async fn take<T>(
     events: &mut EventStream,
     seen: &mut VecDeque<Incoming>,
     what: &str,
     want: impl FnMut(&Incoming) -> Option<T>,
 ) -> T {
-    take_event(events, seen, Duration::from_secs(30), what, want).await
+    take_event(events, seen, Duration::from_secs(60), what, want).await
 }
 
 /// The failure of `want`, as (code, message).

@@ -121,6 +121,15 @@ impl Allocator {
         {
             return why.is_none();
         }
+        // Jobs of one cluster ask for the same (see `queue`): one verdict serves all.
+        let cluster = self.clusters.of(job);
+        if let Some(why) = cluster.and_then(|c| self.cluster_possible.get(&c)).cloned() {
+            let ok = why.is_none();
+            if let Some(j) = self.jobs.get_mut(&job) {
+                j.possible = Some((self.pool_gen, why));
+            }
+            return ok;
+        }
         let needs = minimums(j);
         let online = self.online_hosts();
         let why = {
@@ -136,16 +145,31 @@ impl Allocator {
             })
         };
         let ok = why.is_none();
+        if let Some(c) = cluster {
+            self.cluster_possible.insert(c, why.clone());
+        }
         if let Some(j) = self.jobs.get_mut(&job) {
             j.possible = Some((self.pool_gen, why));
         }
         ok
     }
 
+    /// Brings the verdict of every waiting job up to date (one evaluation
+    /// per cluster, with the membership caches), so that
+    /// [`Allocator::impossible`] answers `carmi q` from them, however long
+    /// the queue.
+    pub fn judge_waiting(&mut self) {
+        let waiting: Vec<JobId> = self.queue.values().copied().collect();
+        for job in waiting {
+            self.possible(job);
+        }
+    }
+
     /// The pool (online slots, ads, exclusions) or a job's classes changed:
     /// what was known about which jobs could ever start is stale.
     pub(super) fn pool_changed(&mut self) {
         self.pool_gen += 1;
+        self.cluster_possible.clear();
     }
 
     /// After the pool changed: a waiting job that kept slots from the jobs

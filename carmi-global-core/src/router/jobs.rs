@@ -391,6 +391,7 @@ impl Router {
 
     /// `carmi q`.
     pub(super) fn queue(&mut self, link: LinkId) {
+        self.alloc.judge_waiting();
         let jobs = self
             .alloc
             .job_ids()
@@ -409,6 +410,7 @@ impl Router {
             );
             return self.admin_fail(link, FailureCode::Invalid, message);
         }
+        self.alloc.judge_waiting();
         let analysis = JobAnalysis {
             job: self.job_status(job),
             queued_ahead: self.alloc.queued_ahead(job).unwrap_or(0),
