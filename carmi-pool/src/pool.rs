@@ -465,7 +465,9 @@ async fn start_in(opts: &PoolOptions, dir: &Path) -> Result<EmbeddedPool, Error>
         .issue(&grant, now_unix())
         .map_err(|e| Error::BadOptions(e.to_string()))?;
     let token_file = secret_file.with_extension("admin.token");
-    // Replaced: a pool restarted in the same folder makes a new key.
+    // Replaced, not refused: a pool restarted in its folder (`carmi pool up`'s
+    // supervisor) finds the token of its previous life, signed by a key that
+    // died with it. The secret just created anew says the folder is ours.
     carmi_api::files::write_private(&token_file, &format!("{admin_token}\n"), true)
         .map_err(|e| Error::BadOptions(e.to_string()))?;
     let secret = Secret::from_file(&secret_file)?.with_token(Some(admin_token.clone()));
