@@ -31,10 +31,6 @@ const MAX_FRAME: usize = 1 << 26;
 /// The WoDi server's one connection to its local RM.
 const APP_CONN: ConnId = ConnId(1);
 
-/// The argument that tells a simulated worker process its WoDi worker id
-/// (the real server passes it in its connect argument).
-pub(crate) const WORKER_ARG: &str = "--sim-worker=";
-
 /// The worker executable: the global RM holds it from the start (uploaded
 /// before the run), so no staging is simulated.
 pub(crate) fn worker_exe() -> ExecutableRef {
@@ -50,7 +46,8 @@ pub(crate) fn worker_exe() -> ExecutableRef {
 pub(crate) enum ToWodi {
     /// A message on the server's connection to its local RM.
     App(FromLocal),
-    /// A worker process was started on a host (its worker id from its arguments).
+    /// A worker process was started on a host (its worker id from its
+    /// WoDi connection argument).
     Launched {
         process: ProcessId,
         worker: u64,
@@ -380,7 +377,9 @@ impl Pool {
                         let worker = l
                             .args
                             .iter()
-                            .find_map(|a| a.strip_prefix(WORKER_ARG)?.parse().ok());
+                            .find_map(|a| a.strip_prefix(wodi::proto::CONNECT_ARG))
+                            .and_then(wodi::proto::parse_connect_arg)
+                            .map(|(_, _, w)| w.0);
                         self.procs.insert(l.process, m);
                         self.machines[m].core.on_launched(l.process, Ok(()));
                         if let Some(worker) = worker {

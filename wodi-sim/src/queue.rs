@@ -37,10 +37,8 @@ pub(crate) enum Ev {
     WorkerReady { worker: WorkerId },
     /// A worker's current step finished (if `epoch` still holds).
     StepDone { worker: WorkerId, epoch: u64 },
-    /// The scheduler core's deadline, exactly as it gave it.
+    /// The WoDi core's deadline, exactly as it gave it.
     Deadline(Duration),
-    /// A worker's connection dropped `loss_grace` ago.
-    LossDue { worker: WorkerId },
 }
 
 struct Queued {

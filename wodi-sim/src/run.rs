@@ -1,41 +1,52 @@
-//! The WoDi side of the simulation: the scheduler core ([`Sched`]) driven as
-//! the WoDi server drives it (its outputs become CARMI requests on the
-//! server's application connection, CARMI's events become its inputs, as in
-//! `wodi/src/server/carmi.rs`), the simulated workers that compute steps at
-//! their host's speed, and the master that runs cycles of steps.
+//! The WoDi side of the simulation: the WoDi server's core
+//! ([`wodi::run::Run`], every decision the server makes, with the scheduler
+//! inside) driven as the server drives it: the master's and the workers'
+//! messages and CARMI's events in (each round-tripped through serde), its
+//! CARMI requests made on the server's application connection, its messages
+//! carried to the simulated master and workers. The workers compute their
+//! steps at their host's speed; the master runs cycles of steps.
 //!
-//! This is the one adapter between the WoDi core and the simulated pool:
-//! when the server's remaining decisions move into a pure WoDi core, it is
-//! this file that changes.
+//! This is the one adapter between the WoDi core and the simulated pool.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+use bytes::Bytes;
 use carmi_api::ids::{HostId, ProcessId, RequestId};
-use carmi_api::msg::{Event, FailureCode, FromLocal, Request, SpawnTarget};
+use carmi_api::msg::{FromLocal, Request, SpawnTarget};
 use rand::rngs::StdRng;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use wodi::ids::{CycleId, StepId, WorkerId};
-use wodi::plan::{Hysteresis, lower_bound};
+use wodi::order::Ordering;
+use wodi::plan::lower_bound;
 use wodi::profile::sample_cycle;
-use wodi::sched::{Dispatch, LossCause, Output, Sched, Ticket, Verdict};
+use wodi::proto::{ClassSpec, FromMaster, FromWorker, Policies, ToMaster, ToWorker};
+use wodi::run::{CarmiCall, MasterId, Output, Run, RunConfig};
+use wodi::speed::SpeedSource;
+use wodi::stats::Stats;
 
 use crate::config::SimConfig;
-use crate::pool::{Pool, ToWodi, WORKER_ARG, worker_exe};
+use crate::pool::{Pool, ToWodi, worker_exe};
 use crate::queue::{Ev, Queue, time};
 
 /// The one resource class of a simulated run.
 const CLASS: &str = "hosts";
 
-/// How long the server waits after a worker's connection dropped before it
-/// counts the worker lost (the WoDi server's default `loss_grace`).
-const LOSS_GRACE: f64 = 0.5;
+/// A message as it crosses a connection: serialized and read back.
+fn wire<T: Serialize + DeserializeOwned>(msg: &T) -> T {
+    let json = serde_json::to_vec(msg).expect("protocol messages serialize");
+    serde_json::from_slice(&json).expect("a serialized message reads back")
+}
 
-/// A worker process computing its queue of tickets one at a time.
+/// A worker process computing its queue of steps one at a time.
 struct SimWorker {
     process: ProcessId,
     /// Pool host index (for its real speed).
     host: usize,
+    /// Connected to the server.
     ready: bool,
-    queue: VecDeque<(Ticket, StepId)>,
+    /// Tickets and their work (speed-1 seconds, the step's payload).
+    queue: VecDeque<(u64, f64)>,
     /// The step being computed: speed-1 work left at `since` (when running).
     current: Option<Current>,
     /// Bumped whenever the current computation stops or restarts.
@@ -43,7 +54,7 @@ struct SimWorker {
 }
 
 struct Current {
-    ticket: Ticket,
+    ticket: u64,
     left: f64,
     since: Option<f64>,
     started: f64,
@@ -52,6 +63,7 @@ struct Current {
 
 /// The master's progress through its cycles.
 struct Master {
+    id: Option<MasterId>,
     cycle: u32,
     cycle_start: f64,
     /// Steps of the current cycle without a result yet.
@@ -60,24 +72,19 @@ struct Master {
     times: Vec<f64>,
     cycle_s: Vec<f64>,
     bounds: Vec<f64>,
-    hold: Hysteresis,
-    started: bool,
-    done: bool,
+    /// The statistics the server answered `Complete` with.
+    stats: Option<Stats>,
+    /// The run cannot go on (the server said why).
+    fatal: Option<String>,
 }
 
 /// The WoDi server, its workers and its master.
 pub(crate) struct Wodi<'a> {
     cfg: &'a SimConfig,
+    ordering: Ordering,
     rng: StdRng,
-    pub sched: Sched,
+    run: Run,
     master: Master,
-    next_request: u64,
-    /// `AddHosts` requests and their class.
-    host_requests: BTreeMap<RequestId, String>,
-    /// Host requests withdrawn on purpose.
-    cancelled: BTreeSet<RequestId>,
-    /// `ClassSpawn` requests not answered yet, and their worker.
-    spawns: BTreeMap<RequestId, WorkerId>,
     workers: BTreeMap<WorkerId, SimWorker>,
     proc_worker: BTreeMap<ProcessId, WorkerId>,
     /// Processes stopped by their local RM.
@@ -86,45 +93,54 @@ pub(crate) struct Wodi<'a> {
     had_worker: Vec<bool>,
     /// When the first worker was ready.
     pub first_ready: Option<f64>,
-    /// The scheduler's deadline, as armed.
+    next_request: u64,
+    /// The run's deadline, as armed.
     armed: Option<std::time::Duration>,
 }
 
 impl<'a> Wodi<'a> {
     /// A server that has not reached CARMI yet.
-    pub fn new(cfg: &'a SimConfig, dispatch: Box<dyn Dispatch>, mut rng: StdRng) -> Wodi<'a> {
+    pub fn new(cfg: &'a SimConfig, ordering: Ordering, mut rng: StdRng) -> Wodi<'a> {
         let times = sample_cycle(&cfg.profile, &mut rng);
+        let mut run_cfg = RunConfig::new("sim", "sim:0");
+        // Nobody reads the progress reports: one an hour is plenty.
+        run_cfg.status_every = time(3600.0);
+        // No master timeout: the master connects once CARMI has attached it.
+        run_cfg.master_timeout = time(crate::sim::MAX_VIRTUAL_TIME);
         Wodi {
             cfg,
-            sched: Sched::new(cfg.sched.clone(), dispatch),
+            ordering,
+            run: Run::new(run_cfg, time(0.0)),
             master: Master {
+                id: None,
                 cycle: 0,
                 cycle_start: 0.0,
                 open: cfg.profile.len(),
                 bounds: vec![lower_bound(&times, &cfg.speeds)],
                 times,
                 cycle_s: Vec::new(),
-                hold: Hysteresis::new(cfg.hosts_wanted, cfg.hysteresis),
-                started: false,
-                done: false,
+                stats: None,
+                fatal: None,
             },
             rng,
-            next_request: 0,
-            host_requests: BTreeMap::new(),
-            cancelled: BTreeSet::new(),
-            spawns: BTreeMap::new(),
             workers: BTreeMap::new(),
             proc_worker: BTreeMap::new(),
             stopped: BTreeSet::new(),
             had_worker: vec![false; cfg.speeds.len()],
             first_ready: None,
+            next_request: 0,
             armed: None,
         }
     }
 
-    /// True once the master's last cycle ended.
+    /// True once the server answered the master's `Complete` (or gave up).
     pub fn done(&self) -> bool {
-        self.master.done
+        self.master.stats.is_some() || self.master.fatal.is_some()
+    }
+
+    /// The server's statistics (empty if it gave up), with why it gave up.
+    pub fn stats(&self) -> (Option<&Stats>, Option<&str>) {
+        (self.master.stats.as_ref(), self.master.fatal.as_deref())
     }
 
     /// Cycle lengths and each cycle's lower bound, seconds.
@@ -139,29 +155,28 @@ impl<'a> Wodi<'a> {
         id
     }
 
-    /// Carries out a WoDi-side event (a worker or the core's timer); false
+    /// Carries out a WoDi-side event (a worker or the run's timer); false
     /// if the event is not the WoDi side's.
     pub fn handle(&mut self, ev: &Ev, pool: &mut Pool, q: &mut Queue) -> bool {
         let now = q.now;
         match *ev {
             Ev::WorkerReady { worker } => {
-                let Some(w) = self.workers.get_mut(&worker) else {
+                if !self.workers.contains_key(&worker) {
                     return true;
-                };
-                w.ready = true;
-                self.first_ready.get_or_insert(now);
-                self.sched.worker_joined(worker, time(now));
-                self.start_next(worker, q);
+                }
+                if self.run.worker_connected(worker, time(now)) {
+                    self.first_ready.get_or_insert(now);
+                    if let Some(w) = self.workers.get_mut(&worker) {
+                        w.ready = true;
+                    }
+                } else {
+                    self.workers.remove(&worker);
+                }
             }
             Ev::StepDone { worker, epoch } => self.step_done(worker, epoch, q),
             Ev::Deadline(d) => {
                 self.armed = None;
-                self.sched.on_deadline(d.max(time(now)));
-            }
-            Ev::LossDue { worker } => {
-                // Unknown to the core once its host was lost: then a no-op.
-                self.sched
-                    .worker_lost(worker, LossCause::Crashed, time(now));
+                self.run.tick(d.max(time(now)));
             }
             _ => return false,
         }
@@ -173,38 +188,13 @@ impl<'a> Wodi<'a> {
     pub fn on_carmi(&mut self, msg: ToWodi, pool: &mut Pool, q: &mut Queue) {
         let now = q.now;
         match msg {
-            ToWodi::App(FromLocal::Attached { .. }) => self.start(pool, q),
-            ToWodi::App(FromLocal::Event(e)) => self.on_event(e, pool, q),
+            ToWodi::App(FromLocal::Attached { .. }) => self.start(now),
+            ToWodi::App(FromLocal::Event(e)) => self.run.carmi_event(e, time(now)),
             ToWodi::Launched {
                 process,
                 worker,
                 host,
-            } => {
-                let Some(h) = pool.host_index(host) else {
-                    return;
-                };
-                let worker = WorkerId(worker);
-                self.workers.insert(
-                    worker,
-                    SimWorker {
-                        process,
-                        host: h,
-                        ready: false,
-                        queue: VecDeque::new(),
-                        current: None,
-                        epoch: 0,
-                    },
-                );
-                self.proc_worker.insert(process, worker);
-                // Only a host's first worker pays its recorded offset.
-                let offset = if std::mem::replace(&mut self.had_worker[h], true) {
-                    0.0
-                } else {
-                    self.cfg.startup_offsets.get(h).copied().unwrap_or(0.0)
-                };
-                let at = now + self.cfg.pool.worker_startup + offset;
-                q.push(at, Ev::WorkerReady { worker });
-            }
+            } => self.launched(process, WorkerId(worker), host, pool, q),
             ToWodi::Suspended(p) => {
                 self.stopped.insert(p);
                 if let Some(&w) = self.proc_worker.get(&p) {
@@ -220,159 +210,119 @@ impl<'a> Wodi<'a> {
             ToWodi::Ended(p) => {
                 self.stopped.remove(&p);
                 pool.process_exited(p, q);
-                if let Some(w) = self.proc_worker.remove(&p) {
-                    self.workers.remove(&w);
-                    // Its connection dropped: the server waits `loss_grace`
-                    // for the pool to say whether the host went with it.
-                    self.sched.worker_detached(w, time(now));
-                    q.push(now + LOSS_GRACE, Ev::LossDue { worker: w });
+                if let Some(w) = self.proc_worker.remove(&p)
+                    && let Some(sw) = self.workers.remove(&w)
+                    && sw.ready
+                {
+                    // Its connection dropped; the run's loss grace decides.
+                    self.run.worker_dropped(w, time(now));
                 }
             }
         }
         self.flush(pool, q);
     }
 
-    /// Attached to CARMI: the class is defined and the first cycle submitted.
-    fn start(&mut self, pool: &mut Pool, q: &mut Queue) {
-        if self.master.started {
+    /// A worker process started: it connects `worker_startup` later (its
+    /// host's first worker also pays the host's recorded offset).
+    fn launched(
+        &mut self,
+        process: ProcessId,
+        worker: WorkerId,
+        host: HostId,
+        pool: &Pool,
+        q: &mut Queue,
+    ) {
+        let Some(h) = pool.host_index(host) else {
+            return;
+        };
+        self.workers.insert(
+            worker,
+            SimWorker {
+                process,
+                host: h,
+                ready: false,
+                queue: VecDeque::new(),
+                current: None,
+                epoch: 0,
+            },
+        );
+        self.proc_worker.insert(process, worker);
+        let offset = if std::mem::replace(&mut self.had_worker[h], true) {
+            0.0
+        } else {
+            self.cfg.startup_offsets.get(h).copied().unwrap_or(0.0)
+        };
+        let at = q.now + self.cfg.pool.worker_startup + offset;
+        q.push(at, Ev::WorkerReady { worker });
+    }
+
+    /// Attached to CARMI: the master connects, starts the run and submits
+    /// its first cycle.
+    fn start(&mut self, now: f64) {
+        if self.master.id.is_some() {
             return;
         }
-        self.master.started = true;
-        let now = time(q.now);
-        let define = Request::DefineClass {
-            name: CLASS.into(),
-            expression: "Mips > 0".into(),
-            rank: None,
+        let m = self.run.master_connected(time(now));
+        self.master.id = Some(m);
+        let s = &self.cfg.sched;
+        let init = FromMaster::Init {
+            classes: vec![ClassSpec::new(CLASS, "Mips > 0", self.cfg.hosts_wanted)],
+            executable: "wodi-worker".into(),
+            args: Vec::new(),
+            prefetch: s.prefetch,
+            max_attempts: s.max_attempts,
+            suspend_timeout_ms: s.suspend_timeout.as_millis() as u64,
+            ordering: self.ordering,
+            // As the server reads it from the machine ad, reference 1.
+            speed: SpeedSource::MachineAd {
+                attribute: "Speed".into(),
+                reference: Some(1.0),
+            },
+            refine_speed: false,
+            learn_from_wall: s.learn_from_wall,
+            policies: Policies {
+                release_idle: s.release_idle,
+                reacquire_ms: s.reacquire.as_millis() as u64,
+                release_suspended: s.release_suspended,
+                stragglers: s.stragglers,
+                fast_abort: s.fast_abort,
+                fewest_hosts: self.cfg.fewest_hosts,
+                hysteresis: self.cfg.hysteresis,
+            },
         };
-        self.request(define, pool, q);
-        self.sched.set_class(CLASS, self.cfg.hosts_wanted, now);
-        self.submit_cycle(q.now);
+        self.master_says(init, Bytes::new(), now);
+        self.submit_cycle(now);
+    }
+
+    /// A master message, across the connection.
+    fn master_says(&mut self, msg: FromMaster, payload: Bytes, now: f64) {
+        if let Some(m) = self.master.id {
+            self.run.master_message(m, wire(&msg), payload, time(now));
+        }
     }
 
     fn submit_cycle(&mut self, now: f64) {
         let cycle = CycleId(u64::from(self.master.cycle));
+        self.master_says(FromMaster::BeginCycle { cycle }, Bytes::new(), now);
         for i in 0..self.cfg.profile.len() {
-            self.sched.submit(StepId(i as u64), Some(cycle), time(now));
-        }
-        self.sched.dispatch(time(now));
-    }
-
-    /// An event on the server's CARMI connection, as the server takes it.
-    fn on_event(&mut self, event: Event, pool: &mut Pool, q: &mut Queue) {
-        let now = time(q.now);
-        match event {
-            Event::HostsAdded {
-                request,
-                hosts,
-                remaining,
-            } => {
-                let Some(class) = self.host_requests.get(&request).cloned() else {
-                    return;
-                };
-                if remaining == 0 {
-                    self.host_requests.remove(&request);
-                }
-                let ids: Vec<HostId> = hosts.iter().map(|h| h.host).collect();
-                self.request(Request::SuspendNotify { hosts: ids.clone() }, pool, q);
-                self.request(Request::ResumeNotify { hosts: ids.clone() }, pool, q);
-                self.request(Request::DeleteNotify { hosts: ids }, pool, q);
-                for h in hosts {
-                    // The speed as the server reads it from the machine ad
-                    // (`SpeedSource::MachineAd` on `Speed`, reference 1).
-                    let speed = wodi::speed::score_from_ad(&h.ad, "Speed");
-                    self.sched.host_added(h.host, &class, speed, now);
-                }
-            }
-            Event::HostDeleted { host, .. } => self.sched.host_lost(host, now),
-            Event::HostSuspended { host, .. } => self.sched.host_suspended(host, now),
-            Event::HostResumed { host, .. } => self.sched.host_resumed(host, now),
-            Event::ProcessStarted { request, .. } => {
-                self.spawns.remove(&request);
-            }
-            Event::ProcessExited { request, .. } => {
-                // It never started: its local RM refused it.
-                if let Some(worker) = self.spawns.remove(&request) {
-                    self.sched.spawn_failed(worker, false, now);
-                }
-            }
-            Event::Failed { request, failure } => {
-                if self.cancelled.remove(&request) {
-                    self.host_requests.remove(&request);
-                } else if let Some(class) = self.host_requests.remove(&request) {
-                    tracing::warn!(%class, ?failure, "a simulated host request failed");
-                    self.sched.hosts_not_granted(&class, u32::MAX, now);
-                } else if let Some(worker) = self.spawns.remove(&request) {
-                    let suspended = failure.code == FailureCode::HostSuspended;
-                    self.sched.spawn_failed(worker, suspended, now);
-                }
-            }
-            Event::Done { .. } => {}
+            // The step's data is its work: what the worker computes.
+            let work = serde_json::to_vec(&self.master.times[i]).expect("a number serializes");
+            let step = StepId(i as u64);
+            self.master_says(FromMaster::Step { step }, Bytes::from(work), now);
         }
     }
 
-    /// Carries out the core's decisions and re-arms its timer.
+    /// Carries out the run's outputs and re-arms its timer.
     pub fn flush(&mut self, pool: &mut Pool, q: &mut Queue) {
-        while let Some(out) = self.sched.poll_output() {
-            match out {
-                Output::RequestHosts { class, count } => {
-                    let body = Request::AddHosts {
-                        class: class.clone(),
-                        count,
-                        increment: 1,
-                    };
-                    let id = self.request(body, pool, q);
-                    self.host_requests.insert(id, class);
-                }
-                Output::CancelRequests { class } => {
-                    let ids: Vec<RequestId> = self
-                        .host_requests
-                        .iter()
-                        .filter(|(id, c)| **c == class && !self.cancelled.contains(id))
-                        .map(|(id, _)| *id)
-                        .collect();
-                    for target in ids {
-                        self.cancelled.insert(target);
-                        self.request(Request::CancelRequest { request: target }, pool, q);
-                    }
-                }
-                Output::ExcludeHost { class, host } => {
-                    let body = Request::ExcludeHosts {
-                        class,
-                        hosts: vec![host],
-                    };
-                    self.request(body, pool, q);
-                }
-                Output::ReleaseHost { host } => {
-                    self.request(Request::DelHosts { hosts: vec![host] }, pool, q);
-                }
-                Output::Spawn { host, worker } => {
-                    let body = Request::ClassSpawn {
-                        executable: worker_exe(),
-                        args: vec![format!("{WORKER_ARG}{}", worker.0)],
-                        target: SpawnTarget::Host(host),
-                        output: Default::default(),
-                    };
-                    let id = self.request(body, pool, q);
-                    self.spawns.insert(id, worker);
-                }
-                Output::Assign {
-                    ticket,
-                    step,
-                    worker,
-                } => {
-                    if let Some(w) = self.workers.get_mut(&worker) {
-                        w.queue.push_back((ticket, step));
-                    } else {
-                        // Its process ended and its loss is not decided yet.
-                        self.sched.assign_failed(worker, ticket, time(q.now));
-                    }
-                    self.start_next(worker, q);
-                }
-                // Simulated workers never crash, so no step fails.
-                Output::StepFailed { .. } => {}
+        // A tick after every batch of inputs (the run's contract), and the
+        // master's and workers' answers are inputs too: until quiet.
+        loop {
+            self.run.tick(time(q.now));
+            if !self.drain(pool, q) {
+                break;
             }
         }
-        if let Some(d) = self.sched.next_deadline()
+        if let Some(d) = self.run.next_deadline()
             && self.armed.is_none_or(|a| d < a)
         {
             self.armed = Some(d);
@@ -380,8 +330,101 @@ impl<'a> Wodi<'a> {
         }
     }
 
-    /// A worker's step finished: the result goes to the core and, if it is
-    /// the first, to the master.
+    /// Carries out the run's outputs; false if there were none.
+    fn drain(&mut self, pool: &mut Pool, q: &mut Queue) -> bool {
+        let mut any = false;
+        while let Some(out) = self.run.poll_output() {
+            any = true;
+            match out {
+                Output::Carmi { call, request } => {
+                    if let Some(id) = self.carmi(wire(&request), pool, q) {
+                        self.run.issued(call, id);
+                    }
+                }
+                Output::ToWorker {
+                    worker,
+                    msg,
+                    payload,
+                } => self.worker_gets(worker, wire(&msg), &payload, q),
+                Output::ToMaster { msg, payload, .. } => self.master_gets(wire(&msg), &payload, q),
+            }
+        }
+        any
+    }
+
+    /// Makes a CARMI request on the server's connection; its id, if the run
+    /// needs it.
+    fn carmi(&mut self, call: CarmiCall, pool: &mut Pool, q: &mut Queue) -> Option<RequestId> {
+        let body = match call {
+            CarmiCall::DefineClass { name, requirements } => Request::DefineClass {
+                name,
+                expression: requirements,
+                rank: None,
+            },
+            CarmiCall::AddHosts { class, count } => Request::AddHosts {
+                class,
+                count,
+                increment: 1,
+            },
+            CarmiCall::CancelRequest { request } => Request::CancelRequest { request },
+            CarmiCall::ExcludeHosts { class, hosts } => Request::ExcludeHosts { class, hosts },
+            CarmiCall::DelHosts { hosts } => Request::DelHosts { hosts },
+            CarmiCall::WatchHosts { hosts } => {
+                let watch = hosts.clone();
+                self.request(
+                    Request::SuspendNotify {
+                        hosts: watch.clone(),
+                    },
+                    pool,
+                    q,
+                );
+                self.request(Request::ResumeNotify { hosts: watch }, pool, q);
+                self.request(Request::DeleteNotify { hosts }, pool, q);
+                return None;
+            }
+            CarmiCall::GetHostInfo { host } => Request::GetHostInfo { host },
+            CarmiCall::Spawn { args, host, .. } => Request::ClassSpawn {
+                executable: worker_exe(),
+                args,
+                target: SpawnTarget::Host(host),
+                output: Default::default(),
+            },
+        };
+        Some(self.request(body, pool, q))
+    }
+
+    /// A message of the server to a worker.
+    fn worker_gets(&mut self, worker: WorkerId, msg: ToWorker, payload: &Bytes, q: &mut Queue) {
+        if let ToWorker::Step { ticket, .. } = msg {
+            let work: f64 = serde_json::from_slice(payload).unwrap_or(0.0);
+            if let Some(w) = self.workers.get_mut(&worker) {
+                w.queue.push_back((ticket, work));
+            }
+            self.start_next(worker, q);
+        }
+    }
+
+    /// A message of the server to the master.
+    fn master_gets(&mut self, msg: ToMaster, payload: &Bytes, q: &mut Queue) {
+        let now = q.now;
+        match msg {
+            ToMaster::Result { .. } => self.delivered(now),
+            ToMaster::Stats => {
+                self.master.stats = Some(serde_json::from_slice(payload).unwrap_or_default());
+            }
+            ToMaster::Fatal { reason } => {
+                tracing::warn!(%reason, "the simulated run failed");
+                self.master.fatal = Some(reason);
+            }
+            ToMaster::StepFailed { step, reason } => {
+                tracing::warn!(%step, %reason, "a simulated step failed");
+                self.delivered(now);
+            }
+            ToMaster::Ready | ToMaster::Status(_) | ToMaster::History => {}
+        }
+    }
+
+    /// A worker's step finished: its result goes to the server.
     fn step_done(&mut self, worker: WorkerId, epoch: u64, q: &mut Queue) {
         let now = q.now;
         let Some(w) = self.workers.get_mut(&worker) else {
@@ -394,43 +437,34 @@ impl<'a> Wodi<'a> {
             return;
         };
         let cpu = c.cpu + c.since.map_or(0.0, |s| now - s);
-        let verdict = self.sched.result(
-            worker,
-            c.ticket,
-            time(cpu),
-            time(now - c.started),
-            time(now),
-        );
-        if verdict == Verdict::Deliver {
-            self.delivered(now);
-        }
+        let msg = FromWorker::Result {
+            ticket: c.ticket,
+            cpu_us: (cpu * 1e6).round() as u64,
+            wall_us: ((now - c.started) * 1e6).round() as u64,
+        };
+        self.run
+            .worker_message(worker, wire(&msg), Bytes::new(), time(now));
         self.start_next(worker, q);
     }
 
     /// The master got one more result of its cycle.
     fn delivered(&mut self, now: f64) {
         let m = &mut self.master;
-        m.open -= 1;
+        m.open = m.open.saturating_sub(1);
         if m.open > 0 {
             return;
         }
         m.cycle_s
             .push(now - m.cycle_start.max(self.first_ready.unwrap_or(0.0)));
+        let cycle = CycleId(u64::from(m.cycle));
         m.cycle += 1;
+        self.master_says(FromMaster::EndCycle { cycle }, Bytes::new(), now);
+        let m = &mut self.master;
         if m.cycle == self.cfg.cycles {
-            m.done = true;
-            self.sched.finish(time(now));
+            self.master_says(FromMaster::Complete, Bytes::new(), now);
             return;
         }
         m.cycle_start = now;
-        if let Some(tolerance) = self.cfg.fewest_hosts {
-            let n = self.cfg.profile.len() as u64;
-            let steps: Vec<StepId> = (0..n).map(StepId).collect();
-            if let Some(k) = self.sched.fewest_hosts(&steps, tolerance) {
-                let k = m.hold.update(k.min(self.cfg.hosts_wanted));
-                self.sched.set_class(CLASS, k, time(now));
-            }
-        }
         m.times = sample_cycle(&self.cfg.profile, &mut self.rng);
         m.bounds.push(lower_bound(&m.times, &self.cfg.speeds));
         m.open = self.cfg.profile.len();
@@ -445,7 +479,7 @@ impl<'a> Wodi<'a> {
             .unwrap_or(self.cfg.speeds[host])
     }
 
-    /// Starts the worker's next ticket if it is idle and may run.
+    /// Starts the worker's next step if it is idle and may run.
     fn start_next(&mut self, worker: WorkerId, q: &mut Queue) {
         let now = q.now;
         let Some(w) = self.workers.get(&worker) else {
@@ -455,12 +489,10 @@ impl<'a> Wodi<'a> {
             return;
         }
         let speed = self.actual_speed(w.host);
-        let times = &self.master.times;
         let w = self.workers.get_mut(&worker).expect("looked up above");
-        let Some((ticket, step)) = w.queue.pop_front() else {
+        let Some((ticket, work)) = w.queue.pop_front() else {
             return;
         };
-        let work = times[step.0 as usize % times.len()];
         w.epoch += 1;
         w.current = Some(Current {
             ticket,

@@ -4,22 +4,22 @@
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use wodi::sched::Dispatch;
+use wodi::order::Ordering;
 
 use crate::config::{RunSummary, SimConfig, SimRun};
 use crate::pool::Pool;
-use crate::queue::{Queue, time};
+use crate::queue::Queue;
 use crate::run::Wodi;
 
 /// Virtual seconds after which a run is abandoned (a pool whose owners
 /// never leave cannot finish it).
-const MAX_VIRTUAL_TIME: f64 = 365.0 * 24.0 * 3600.0;
+pub(crate) const MAX_VIRTUAL_TIME: f64 = 365.0 * 24.0 * 3600.0;
 
-/// Runs one simulation with the given dispatch policy.
-pub fn simulate(cfg: &SimConfig, dispatch: Box<dyn Dispatch>) -> SimRun {
+/// Runs one simulation with the given step ordering.
+pub fn simulate(cfg: &SimConfig, ordering: Ordering) -> SimRun {
     let mut q = Queue::default();
     let mut pool = Pool::new(cfg.pool.clone(), &cfg.speeds);
-    let mut wodi = Wodi::new(cfg, dispatch, StdRng::seed_from_u64(cfg.seed));
+    let mut wodi = Wodi::new(cfg, ordering, StdRng::seed_from_u64(cfg.seed));
     // Owner events in the run's time frame; those before the start only set
     // the owners' state, before the machines start.
     let scale = |t: f64| (t - cfg.owner_offset) / cfg.owner_speedup;
@@ -64,7 +64,7 @@ pub fn simulate(cfg: &SimConfig, dispatch: Box<dyn Dispatch>) -> SimRun {
         }
     }
     let end = q.now;
-    let stats = wodi.sched.stats(time(end));
+    let stats = wodi.stats().0.cloned().unwrap_or_default();
     let begin = wodi.first_ready.unwrap_or(0.0);
     let run_length_s = end - begin;
     let (cycle_s, bounds) = wodi.cycles();

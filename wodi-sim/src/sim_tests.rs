@@ -5,10 +5,9 @@ use std::time::Duration;
 
 use super::*;
 use owner_sim::OwnerModel;
-use wodi::order::LongestFirst;
+use wodi::order::Ordering;
 use wodi::plan::fewest_hosts;
 use wodi::profile::materials;
-use wodi::sched::ArrivalOrder;
 use wodi::sched::SchedConfig;
 
 fn config(hosts: usize, owners: OwnerModel, seed: u64) -> SimConfig {
@@ -36,8 +35,8 @@ fn config(hosts: usize, owners: OwnerModel, seed: u64) -> SimConfig {
 #[test]
 fn history_ordering_shortens_the_run_and_raises_efficiency() {
     let cfg = config(20, OwnerModel::None, 1);
-    let plain = simulate(&cfg, Box::new(ArrivalOrder)).summary;
-    let ordered = simulate(&cfg, Box::new(LongestFirst)).summary;
+    let plain = simulate(&cfg, Ordering::Arrival).summary;
+    let ordered = simulate(&cfg, Ordering::LongestFirst).summary;
     assert_eq!(plain.cycle_s.len(), 35);
     assert_eq!(ordered.cycle_s.len(), 35);
     assert!(
@@ -61,7 +60,7 @@ fn with_more_hosts_than_the_heuristic_a_cycle_is_within_five_percent_of_its_boun
             // Hosts given back in a tail come back late for the next cycle.
             cfg = improved(cfg);
         }
-        let run = simulate(&cfg, Box::new(LongestFirst)).summary;
+        let run = simulate(&cfg, Ordering::LongestFirst).summary;
         // The first cycle has no history to order by (and includes the
         // workers' start); every later one is within 5% of its own bound.
         for (i, (c, b)) in run
@@ -83,7 +82,7 @@ fn with_more_hosts_than_the_heuristic_a_cycle_is_within_five_percent_of_its_boun
 fn every_step_is_delivered_exactly_once_while_owners_come_and_go() {
     for seed in 1..6 {
         let owners = OwnerModel::from_spec("stochastic").expect("a known model");
-        let run = simulate(&config(12, owners, seed), Box::new(LongestFirst));
+        let run = simulate(&config(12, owners, seed), Ordering::LongestFirst);
         let s = &run.summary;
         assert_eq!(s.cycle_s.len(), 35, "seed {seed}: not every cycle finished");
         assert_eq!(run.stats.steps_delivered, 35 * 31, "seed {seed}");
@@ -109,7 +108,7 @@ fn the_carmi_cores_keep_their_invariants_under_churn() {
     let mut cfg = improved(config(8, owners, 4));
     cfg.cycles = 6;
     cfg.pool.check = true;
-    let run = simulate(&cfg, Box::new(LongestFirst));
+    let run = simulate(&cfg, Ordering::LongestFirst);
     assert_eq!(run.summary.cycle_s.len(), 6);
     assert!(run.summary.losses > 0, "the owners took no host back");
 }
@@ -117,8 +116,8 @@ fn the_carmi_cores_keep_their_invariants_under_churn() {
 #[test]
 fn a_seed_gives_the_same_run() {
     let owners = OwnerModel::from_spec("stochastic").expect("a known model");
-    let a = simulate(&config(10, owners.clone(), 9), Box::new(LongestFirst)).summary;
-    let b = simulate(&config(10, owners, 9), Box::new(LongestFirst)).summary;
+    let a = simulate(&config(10, owners.clone(), 9), Ordering::LongestFirst).summary;
+    let b = simulate(&config(10, owners, 9), Ordering::LongestFirst).summary;
     assert_eq!(a, b);
 }
 
@@ -146,13 +145,13 @@ fn sixty_one_churning_runs_reach_ninety_percent_mean_efficiency_with_the_improve
     let mut on = Vec::new();
     let mut off = Vec::new();
     for r in 0..61 {
-        let run = simulate(&improved(churning(r)), Box::new(LongestFirst)).summary;
+        let run = simulate(&improved(churning(r)), Ordering::LongestFirst).summary;
         assert_eq!(run.cycle_s.len(), 35, "run {r} did not finish");
         on.push(run.efficiency);
         // Without them, a sample of the same runs stays well below.
         if r % 6 == 0 {
             off.push(
-                simulate(&churning(r), Box::new(LongestFirst))
+                simulate(&churning(r), Ordering::LongestFirst)
                     .summary
                     .efficiency,
             );
@@ -172,8 +171,8 @@ fn with_the_improvements_history_ordering_still_shortens_the_run() {
     for cfgs in [quiet, busy] {
         let (mut plain, mut ordered) = ((0.0, 0.0), (0.0, 0.0));
         for cfg in &cfgs {
-            let p = simulate(cfg, Box::new(ArrivalOrder)).summary;
-            let o = simulate(cfg, Box::new(LongestFirst)).summary;
+            let p = simulate(cfg, Ordering::Arrival).summary;
+            let o = simulate(cfg, Ordering::LongestFirst).summary;
             plain = (plain.0 + p.run_length_s, plain.1 + p.efficiency);
             ordered = (ordered.0 + o.run_length_s, ordered.1 + o.efficiency);
         }
@@ -209,7 +208,7 @@ fn exactly_once_under_churn_with_straggler_copies_and_slow_hosts() {
                 .map(|(i, s)| if i % 4 == 3 { s / 3.0 } else { *s })
                 .collect(),
         );
-        let run = simulate(&cfg, Box::new(LongestFirst));
+        let run = simulate(&cfg, Ordering::LongestFirst);
         assert_eq!(run.summary.cycle_s.len(), 35, "seed {seed}");
         assert_eq!(run.stats.steps_delivered, 35 * 31, "seed {seed}");
         let mut seen = std::collections::HashSet::new();
@@ -232,8 +231,8 @@ fn exactly_once_under_churn_with_straggler_copies_and_slow_hosts() {
 fn hysteresis_cuts_the_churn_of_the_fewest_hosts_count() {
     let mut cfg = config(32, OwnerModel::None, 1);
     cfg.fewest_hosts = Some(0.05);
-    let follow = simulate(&cfg, Box::new(LongestFirst)).summary;
+    let follow = simulate(&cfg, Ordering::LongestFirst).summary;
     cfg.hysteresis = 5;
-    let held = simulate(&cfg, Box::new(LongestFirst)).summary;
+    let held = simulate(&cfg, Ordering::LongestFirst).summary;
     assert!(held.adds < follow.adds, "{} vs {}", held.adds, follow.adds);
 }

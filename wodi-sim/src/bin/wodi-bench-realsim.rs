@@ -29,7 +29,7 @@ use clap::Parser;
 use owner_sim::model::OwnerModel;
 use owner_sim::{EmbeddedPool, PoolOptions};
 use wodi::master::{Master, MasterConfig, PoolAddr, StepOutcome};
-use wodi::order::LongestFirst;
+use wodi::order::Ordering;
 use wodi::profile::{StepProfile, materials, scaled};
 use wodi::sched::SchedConfig;
 use wodi::speed::{SpeedSource, score_from_ad};
@@ -309,7 +309,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
             },
             seed: args.seed,
         },
-        Box::new(LongestFirst),
+        Ordering::LongestFirst,
     );
     let (real_len, real_eff) = length_and_efficiency(&real, &profile);
     let (sim_len, sim_eff) = length_and_efficiency(&sim.stats, &profile);

@@ -19,9 +19,9 @@ use std::process::ExitCode;
 use clap::{ArgAction, Parser, ValueEnum};
 use owner_sim::OwnerModel;
 use serde::Serialize;
-use wodi::order::LongestFirst;
+use wodi::order::Ordering as StepOrder;
 use wodi::profile::{StepProfile, materials};
-use wodi::sched::{ArrivalOrder, Dispatch, SchedConfig};
+use wodi::sched::SchedConfig;
 use wodi_sim::{PoolConfig, RunSummary, SimConfig, simulate};
 
 /// Simulate WoDi runs of the paper's materials application on an opportunistic pool.
@@ -206,11 +206,11 @@ fn main() -> ExitCode {
             },
             seed: cli.seed + u64::from(r),
         };
-        let dispatch: Box<dyn Dispatch> = match cli.ordering {
-            Ordering::None => Box::new(ArrivalOrder),
-            Ordering::Lpt => Box::new(LongestFirst),
+        let order = match cli.ordering {
+            Ordering::None => StepOrder::Arrival,
+            Ordering::Lpt => StepOrder::LongestFirst,
         };
-        runs.push(simulate(&cfg, dispatch).summary);
+        runs.push(simulate(&cfg, order).summary);
     }
     let field = |f: fn(&RunSummary) -> f64| aggregate(&runs.iter().map(f).collect::<Vec<_>>());
     if cli.json {
