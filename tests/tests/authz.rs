@@ -150,7 +150,7 @@ async fn each_power_may_do_what_the_table_says_and_is_told_why_not() {
                 .as_array()
                 .unwrap()
                 .iter()
-                .find(|j| j["job"].to_string() == job);
+                .find(|j| j["job"].as_u64() == job.parse().ok());
             assert_eq!(mine.unwrap()["owner"], who, "{q}");
         } else {
             assert_refused(&format!("{row} submit"), sub, &[who, p, "may not submit"]);

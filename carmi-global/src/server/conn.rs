@@ -122,7 +122,7 @@ pub(super) async fn connection(
     let opened = Cmd::Opened {
         link,
         role,
-        identity: identity.clone(),
+        identity: identity.clone().map(Box::new),
         out: LinkTx {
             tx: tx.clone(),
             kick: kick.clone(),
@@ -273,6 +273,7 @@ async fn read_frames(
                         message: "this global RM runs without a pool signing key (--pool-key): it has no tokens".into(),
                     }),
                 };
+                let msg = Box::new(msg);
                 if !send(Pending::Ready(Cmd::Reply { link, msg })) {
                     return Ok(());
                 }
