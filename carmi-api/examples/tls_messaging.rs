@@ -104,6 +104,9 @@ async fn main() {
         let rt = round_trip(secure, trips).await;
         let mbs = throughput(secure, mib).await;
         let name = if secure { "TLS 1.3" } else { "plain TCP" };
-        println!("| {name} | {:.1} µs | {mbs:.0} MB/s |", rt.as_secs_f64() * 1e6);
+        println!(
+            "| {name} | {:.1} µs | {mbs:.0} MB/s |",
+            rt.as_secs_f64() * 1e6
+        );
     }
 }
