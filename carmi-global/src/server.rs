@@ -148,7 +148,8 @@ enum Cmd {
     Opened {
         link: LinkId,
         role: Role,
-        identity: Option<carmi_api::authz::Identity>,
+        /// Boxed, as `msg` below: commands stay small.
+        identity: Option<Box<carmi_api::authz::Identity>>,
         out: LinkTx,
     },
     /// An answer the connection's task made itself (token requests), in order.
@@ -497,7 +498,7 @@ fn handle(
             }
             router.on_link_opened(link, role, now);
             if let Some(identity) = identity {
-                router.on_link_identity(link, identity);
+                router.on_link_identity(link, *identity);
             }
         }
         Cmd::Reply { link, msg } => send_or_kick(links, link, *msg),

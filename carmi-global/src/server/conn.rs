@@ -122,7 +122,7 @@ pub(super) async fn connection(
     let opened = Cmd::Opened {
         link,
         role,
-        identity: identity.clone(),
+        identity: identity.clone().map(Box::new),
         out: LinkTx {
             tx: tx.clone(),
             kick: kick.clone(),
