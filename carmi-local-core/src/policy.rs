@@ -275,6 +275,14 @@ impl Policy {
     /// The live ad at `now`: `base` (the machine ad) plus the policy's attributes.
     pub fn ad(&self, now: f64, base: &ClassAd) -> ClassAd {
         let mut ad = base.clone();
+        self.fill(now, &mut ad);
+        ad
+    }
+
+    /// Writes the policy's attributes at `now` into `ad` (a copy of the
+    /// machine ad), replacing those of an earlier `fill`: a step refills one
+    /// copy between transitions instead of copying the machine ad again.
+    fn fill(&self, now: f64, ad: &mut ClassAd) {
         ad.insert_value("State", Value::str(self.state.name()));
         ad.insert_value("Activity", Value::str(self.activity.name()));
         ad.insert_value("KeyboardIdle", Value::Real(self.obs.keyboard_idle));
@@ -286,7 +294,6 @@ impl Policy {
         ad.insert_value("ActivityTimer", Value::Real(now - self.entered_activity));
         ad.insert_value("Minute", Value::Real(self.config.minute));
         ad.insert_value("VacateGrace", Value::Real(self.config.grace_seconds()));
-        ad
     }
 
     /// What the global RM's copy of the machine ad carries of the policy at
@@ -346,8 +353,9 @@ impl Policy {
         let mut effects = Vec::new();
         // Each pass moves at most one transition; a chain is bounded by the
         // number of states, so the bound only guards against a logic error.
+        let mut ad = base.clone();
         for _ in 0..8 {
-            let ad = self.ad(now, base);
+            self.fill(now, &mut ad);
             let Some(effect) = self.transition(now, &ad) else {
                 break;
             };
@@ -355,7 +363,7 @@ impl Policy {
                 effects.push(e);
             }
         }
-        let ad = self.ad(now, base);
+        self.fill(now, &mut ad);
         self.may_start = matches!(
             (self.state, self.activity),
             (MachineState::Unclaimed, _) | (MachineState::Claimed, Activity::Busy)
