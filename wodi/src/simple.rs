@@ -220,7 +220,8 @@ impl Pool {
                 serde_json::to_vec(&input).map_err(MasterError::Codec)?,
             ));
         }
-        self.master.begin_cycle_raw(cycle, Bytes::from_static(b"null"));
+        self.master
+            .begin_cycle_raw(cycle, Bytes::from_static(b"null"));
         for (i, data) in encoded.iter().enumerate() {
             self.master.send_work_raw(StepId(i as u64), data.clone());
         }
