@@ -1,5 +1,8 @@
+fn is_prime(n: u64) -> bool {
+    n > 1 && (2..=n.isqrt()).all(|d| !n.is_multiple_of(d))
+}
+
 fn count_primes(block: u64) -> anyhow::Result<usize> {
-    let is_prime = |n: u64| n > 1 && (2..).take_while(|d| d * d <= n).all(|d| n % d != 0);
     Ok((block * 1000..).take(1000).filter(|&n| is_prime(n)).count())
 }
 
