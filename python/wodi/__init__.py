@@ -1,0 +1,133 @@
+"""WoDi for Python: a parallel map over a CARMI pool.
+
+    import wodi
+
+    def square(x):
+        return x * x
+
+    with wodi.Pool() as pool:
+        print(pool.map(square, range(1000)))
+
+Every process of the computation runs the same script: the master (the one
+you start), and the workers WoDi starts on the pool's hosts, in which
+``wodi.Pool()`` serves steps and exits instead of returning. Functions are
+sent by reference (pickle), so they must be defined at the top level of the
+script, above the ``with``. Each ``map`` is one WoDi cycle: steps are ordered
+longest-first from the previous cycles, every result arrives once, and a
+step lost with its host is run again elsewhere.
+"""
+
+import base64
+import json
+import os
+import pickle
+import stat
+import sys
+import tempfile
+
+from . import _native
+
+__all__ = ["Pool", "StepError"]
+
+_CONNECT_ARG = "--wodi-connect="
+
+
+class StepError(Exception):
+    """A step raised: the message names the step's index and its input,
+    and carries the worker's traceback."""
+
+    def __init__(self, index, item, reason):
+        super().__init__(f"step {index} failed on input {item!r}:\n{reason}")
+        self.index = index
+        self.item = item
+        self.reason = reason
+
+
+def _encode(obj):
+    return base64.b64encode(pickle.dumps(obj)).decode("ascii")
+
+
+def _decode(text):
+    return pickle.loads(base64.b64decode(text))
+
+
+def _run_step(text):
+    func, item = _decode(text)
+    return _encode(func(item))
+
+
+def started_as_worker():
+    """True in a process WoDi started as a worker."""
+    return any(a.startswith(_CONNECT_ARG) for a in sys.argv)
+
+
+def _worker_script():
+    """An executable that runs this interpreter on this script: the worker
+    command (a file, since the pool runs an executable with arguments)."""
+    script = os.path.abspath(sys.argv[0])
+    fd, path = tempfile.mkstemp(prefix="wodi-worker-", suffix=".sh")
+    with os.fdopen(fd, "w") as f:
+        f.write("#!/bin/sh\n")
+        f.write(f"cd {_quote(os.getcwd())}\n")
+        f.write(f"PYTHONPATH={_quote(os.pathsep.join(sys.path))} ")
+        f.write(f"exec {_quote(sys.executable)} {_quote(script)} \"$@\"\n")
+    os.chmod(path, stat.S_IRWXU)
+    return path
+
+
+def _quote(s):
+    return "'" + s.replace("'", "'\\''") + "'"
+
+
+class Pool:
+    """A WoDi run on the pool, found as ``carmi`` finds it (or ``local`` and
+    ``secret`` given), with ``hosts`` workers on hosts matching
+    ``requirements`` (a ClassAd expression)."""
+
+    def __init__(self, hosts=4, requirements="true", local=None, secret=None):
+        if started_as_worker():
+            _native.serve_worker(_run_step)
+            sys.exit(0)
+        self._script = _worker_script()
+        self.stats = None
+        self._native = _native.NativePool(
+            self._script,
+            [],
+            hosts,
+            requirements,
+            sys.executable,
+            ["-m", "wodi._server"],
+            local,
+            secret,
+        )
+
+    def map(self, func, items):
+        """Runs ``func`` on every item, one WoDi cycle; returns the results
+        in input order. Raises StepError for the first item whose call
+        raised (after the cycle's other steps have come back)."""
+        items = list(items)
+        outcomes = self._native.map([_encode((func, x)) for x in items])
+        results = []
+        for i, (ok, data) in enumerate(outcomes):
+            if not ok:
+                raise StepError(i, items[i], data)
+            results.append(_decode(data))
+        return results
+
+    def close(self):
+        """Stops the workers, releases the hosts; returns the run's
+        statistics (a dict: efficiency, steps_delivered, ...)."""
+        if self.stats is None:
+            self.stats = json.loads(self._native.close())
+            try:
+                os.unlink(self._script)
+            except OSError:
+                pass
+        return self.stats
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
