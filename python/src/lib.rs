@@ -157,10 +157,21 @@ fn json_string(base64: &str) -> String {
     format!("\"{base64}\"")
 }
 
+/// Whether a pool is configured the way `carmi` finds one (flags aside):
+/// the environment, a running `carmi pool up`, or the user's config file
+/// name a local RM and a secret.
+#[pyfunction]
+fn pool_configured() -> PyResult<bool> {
+    let coords = carmi_api::coords::resolve(&Default::default(), &|k| std::env::var(k).ok())
+        .map_err(runtime_error)?;
+    Ok(coords.local.is_some() && coords.secret.is_some())
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativePool>()?;
     m.add_function(wrap_pyfunction!(serve_worker, m)?)?;
     m.add_function(wrap_pyfunction!(server_main, m)?)?;
+    m.add_function(wrap_pyfunction!(pool_configured, m)?)?;
     Ok(())
 }

@@ -21,6 +21,8 @@ import base64
 import json
 import os
 import pickle
+import shutil
+import subprocess
 import stat
 import sys
 import tempfile
@@ -75,6 +77,25 @@ def _worker_script():
     return path
 
 
+def _start_embedded_pool(hosts):
+    """No pool is configured: starts an embedded one on this machine with
+    ``carmi pool up`` (``$CARMI_BIN``, else ``carmi`` on the PATH); returns
+    the ``carmi`` that stops it."""
+    carmi = os.environ.get("CARMI_BIN") or shutil.which("carmi")
+    if not carmi:
+        raise RuntimeError(
+            "no CARMI pool is configured (CARMI_LOCAL and CARMI_SECRET, `carmi pool up`, "
+            "or ~/.config/carmi/config.toml), and no `carmi` to start one "
+            "(put it on the PATH or set CARMI_BIN)"
+        )
+    up = subprocess.run(
+        [carmi, "pool", "up", "--hosts", str(max(hosts, 1))], capture_output=True, text=True
+    )
+    if up.returncode != 0:
+        raise RuntimeError(f"`carmi pool up` failed: {up.stderr.strip()}")
+    return carmi
+
+
 def _quote(s):
     return "'" + s.replace("'", "'\\''") + "'"
 
@@ -88,8 +109,11 @@ class Pool:
         if started_as_worker():
             _native.serve_worker(_run_step)
             sys.exit(0)
-        self._script = _worker_script()
         self.stats = None
+        self._embedded = None
+        if not (local and secret) and not _native.pool_configured():
+            self._embedded = _start_embedded_pool(hosts)
+        self._script = _worker_script()
         self._native = _native.NativePool(
             self._script,
             [],
@@ -123,6 +147,8 @@ class Pool:
                 os.unlink(self._script)
             except OSError:
                 pass
+            if self._embedded:
+                subprocess.run([self._embedded, "pool", "down"], capture_output=True)
         return self.stats
 
     def __enter__(self):
