@@ -50,14 +50,19 @@ impl NativePool {
         if let (Some(local), Some(secret)) = (local, secret) {
             builder = builder.pool(&local, secret);
         }
-        let pool = py.allow_threads(|| builder.start()).map_err(runtime_error)?;
+        let pool = py
+            .allow_threads(|| builder.start())
+            .map_err(runtime_error)?;
         Ok(NativePool { pool: Some(pool) })
     }
 
     /// Runs one cycle; returns, in input order, `(True, result)` or
     /// `(False, reason)` per input.
     fn map(&mut self, py: Python<'_>, inputs: Vec<String>) -> PyResult<Vec<(bool, String)>> {
-        let pool = self.pool.as_mut().ok_or_else(|| runtime_error("the pool is closed"))?;
+        let pool = self
+            .pool
+            .as_mut()
+            .ok_or_else(|| runtime_error("the pool is closed"))?;
         let n = inputs.len();
         let outcomes = py.allow_threads(|| -> Result<Vec<(bool, String)>, wodi::simple::Error> {
             let mut out = vec![(false, String::new()); n];
