@@ -58,9 +58,15 @@ def _run_step(text):
     return _encode(func(item))
 
 
+# A worker sees the master's arguments only: WoDi's own (which the native
+# part reads from the process's arguments) would confuse the script's parsing.
+_STARTED_AS_WORKER = any(a.startswith(_CONNECT_ARG) for a in sys.argv)
+sys.argv = [a for a in sys.argv if not a.startswith(_CONNECT_ARG)]
+
+
 def started_as_worker():
     """True in a process WoDi started as a worker."""
-    return any(a.startswith(_CONNECT_ARG) for a in sys.argv)
+    return _STARTED_AS_WORKER
 
 
 def _worker_script():
@@ -72,7 +78,10 @@ def _worker_script():
         f.write("#!/bin/sh\n")
         f.write(f"cd {_quote(os.getcwd())}\n")
         f.write(f"PYTHONPATH={_quote(os.pathsep.join(sys.path))} ")
-        f.write(f"exec {_quote(sys.executable)} {_quote(script)} \"$@\"\n")
+        # The master's own arguments too: the script parses them before
+        # it reaches `wodi.Pool()`.
+        args = " ".join(_quote(a) for a in [sys.executable, script, *sys.argv[1:]])
+        f.write(f"exec {args} \"$@\"\n")
     os.chmod(path, stat.S_IRWXU)
     return path
 
