@@ -235,7 +235,8 @@ async fn spawn_server(
     let start = |e: String| MasterError::Start(e);
     let token = format!("{:032x}", rand::random::<u128>());
     let mut cmd = tokio::process::Command::new(&exe);
-    cmd.args(args).env(crate::ENV_ROLE, "server")
+    cmd.args(args)
+        .env(crate::ENV_ROLE, "server")
         .env(crate::ENV_TOKEN, &token)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
