@@ -325,8 +325,9 @@ fn statistics_follow_virtual_time() {
     let t = h.submit(2);
     h.take();
     h.advance(2 * SEC);
-    h.s.result(w[0], t[0], SEC, SEC, h.now);
-    h.s.result(w[1], t[1], SEC, SEC, h.now);
+    // Each step took a second by the clock, half of it on the CPU.
+    h.s.result(w[0], t[0], SEC / 2, SEC, h.now);
+    h.s.result(w[1], t[1], SEC / 2, SEC, h.now);
     h.s.end_cycle(CycleId(0), h.now);
     h.advance(2 * SEC);
     h.s.finish(h.now);
@@ -335,7 +336,10 @@ fn statistics_follow_virtual_time() {
     let stats = h.s.stats(h.now);
     assert_eq!(stats.execution_time_s, 4.0);
     assert_eq!(stats.occupancy_s, 8.0);
-    assert_eq!(stats.cpu_time_s, 2.0);
+    assert_eq!(stats.cpu_time_s, 1.0);
+    assert_eq!(stats.cpu_efficiency, 0.125);
+    // Efficiency is the paper's: busy time (by the clock) over occupancy.
+    assert_eq!(stats.busy_time_s, 2.0);
     assert_eq!(stats.efficiency, 0.25);
     assert_eq!((stats.hosts_added, stats.hosts_lost), (2, 0));
     assert_eq!(
@@ -356,6 +360,13 @@ fn statistics_follow_virtual_time() {
     let json = serde_json::to_string(&stats).unwrap();
     let back: crate::stats::Stats = serde_json::from_str(&json).unwrap();
     assert_eq!(back, stats);
+    // Statistics written before busy time was kept still read.
+    let mut old: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let fields = old.as_object_mut().unwrap();
+    fields.remove("busy_time_s");
+    fields.remove("cpu_efficiency");
+    let back: crate::stats::Stats = serde_json::from_value(old).unwrap();
+    assert_eq!((back.busy_time_s, back.efficiency), (0.0, 0.25));
     // After finishing nothing more is requested.
     h.s.host_added(HostId(7), "c", None, h.now);
     assert_eq!(h.take(), vec![Output::ReleaseHost { host: HostId(7) }]);

@@ -1,7 +1,8 @@
 //! Statistics of a run in the paper's terms (its Section 4.1): execution
 //! time, occupancy (host time allocated to the run), CPU time (what the
-//! workers measured around their steps), efficiency = CPU time / occupancy,
-//! hosts added and lost, the time of every step, and a timeline of each
+//! workers measured around their steps), busy time (host time spent on
+//! steps), efficiency = busy time / occupancy (the paper's), CPU efficiency =
+//! CPU time / occupancy, hosts added and lost, the time of every step, and a timeline of each
 //! host's allocated, suspended, busy and lost periods.
 //!
 //! The scheduler core keeps the raw records ([`RunRecord`], [`HostRecord`])
@@ -152,8 +153,19 @@ pub struct Stats {
     pub cpu_time_s: f64,
     /// CPU time of the copies whose result was delivered, seconds.
     pub useful_cpu_time_s: f64,
-    /// `cpu_time_s / occupancy_s` (0 when nothing was allocated).
+    /// Host time spent computing steps (every copy's wall time), summed
+    /// over hosts, seconds. Absent (0) in statistics written before it was kept.
+    #[serde(default)]
+    pub busy_time_s: f64,
+    /// The paper's efficiency: `busy_time_s / occupancy_s`, the share of
+    /// the allocated host time spent on steps (0 when nothing was allocated).
+    /// Statistics written before `busy_time_s` existed hold the CPU
+    /// efficiency here.
     pub efficiency: f64,
+    /// `cpu_time_s / occupancy_s`: lower than [`Stats::efficiency`] when
+    /// steps wait (I/O, sleeps) or share their host's CPU.
+    #[serde(default)]
+    pub cpu_efficiency: f64,
     /// Hosts granted to the run.
     pub hosts_added: u32,
     /// Hosts taken away before the run released them.
@@ -345,8 +357,10 @@ impl Stats {
                 outcome: r.outcome,
             });
         }
+        stats.busy_time_s = stats.steps.iter().map(|s| s.wall_s).sum();
         if stats.occupancy_s > 0.0 {
-            stats.efficiency = stats.cpu_time_s / stats.occupancy_s;
+            stats.efficiency = stats.busy_time_s / stats.occupancy_s;
+            stats.cpu_efficiency = stats.cpu_time_s / stats.occupancy_s;
         }
         stats.timeline = rows;
         stats

@@ -1,4 +1,5 @@
-//! The README's master and worker, compiled so that it stays true
+//! The README's program before `wodi::Pool` (`wodi-hello`), on the full
+//! asynchronous API: compiled so that it stays true
 //! (`cargo run -p wodi-examples --example readme` on a machine whose
 //! environment names a pool: `CARMI_LOCAL`, `CARMI_SECRET_FILE`).
 

@@ -412,19 +412,14 @@ pub fn table(stats: &Stats) -> String {
     // Steps compute by the clock here (see `duty_cycled_work`): the time a
     // host spent on steps is what its CPU time would be on a dedicated
     // machine, and the paper's efficiency is that over the occupancy.
-    let busy: f64 = stats.steps.iter().map(|s| s.wall_s).sum();
-    let busy_efficiency = if stats.occupancy_s > 0.0 {
-        busy / stats.occupancy_s
-    } else {
-        0.0
-    };
+    let busy = stats.busy_time_s;
     let rows: [(&str, String); 10] = [
         ("run length", format!("{:.1} s", stats.execution_time_s)),
         ("occupancy", format!("{:.1} host-s", stats.occupancy_s)),
         ("busy time", format!("{busy:.1} host-s")),
         (
             "efficiency",
-            format!("{:.1} %  (busy / occupancy)", busy_efficiency * 100.0),
+            format!("{:.1} %  (busy / occupancy)", stats.efficiency * 100.0),
         ),
         (
             "CPU time",

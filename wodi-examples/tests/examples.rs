@@ -76,6 +76,17 @@ fn materials_returns_every_step_once_and_writes_its_files() {
     // The table shows the JSON's numbers.
     let row = out.lines().find(|l| l.contains("steps delivered")).unwrap();
     assert_eq!(row.split_whitespace().last(), Some("93"), "{out}");
+    // Efficiency is the paper's, busy time over occupancy, in the JSON as in the table.
+    let busy: f64 = stats.steps.iter().map(|s| s.wall_s).sum();
+    assert!(stats.busy_time_s > 0.0 && (stats.busy_time_s - busy).abs() < 1e-6);
+    let efficiency = stats.busy_time_s / stats.occupancy_s;
+    assert!((stats.efficiency - efficiency).abs() < 1e-9, "{stats:?}");
+    assert!((stats.cpu_efficiency - stats.cpu_time_s / stats.occupancy_s).abs() < 1e-9);
+    let row = (out.lines())
+        .find(|l| l.trim_start().starts_with("efficiency"))
+        .unwrap();
+    let shown = format!("{:.1} %", efficiency * 100.0);
+    assert!(row.contains(&shown), "{row} vs {shown}");
     let svg = std::fs::read_to_string(dir.path().join("materials-timeline.svg")).unwrap();
     assert!(
         svg.starts_with("<svg") || svg.starts_with("<?xml"),

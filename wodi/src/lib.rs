@@ -19,6 +19,8 @@
 //! - `server`: the tokio driver of the core: CARMI client, worker and master connections.
 //! - `master`: the master library.
 //! - `worker`: the worker library (blocking, one step at a time, CPU time measured per step).
+//! - `simple`: the blocking facade for a parallel map ([`Pool`], [`serve`]),
+//!   beside the full `master` API it drives.
 //! - `cmd`: the command worker's step format (a step is a shell command line).
 //!
 //! The simulator that drives `sched` in virtual time on modelled owners, and
@@ -32,6 +34,7 @@ pub mod cmd;
 pub mod conn;
 pub mod master;
 pub mod server;
+pub mod simple;
 pub mod worker;
 
 // The pure core lives in `wodi-core` (which the compiler keeps free of I/O
@@ -41,6 +44,7 @@ pub use wodi_core::{ids, order, plan, profile, proto, run, sched, speed, stats};
 
 pub use ids::{CycleId, StepId, WorkerId};
 pub use proto::Status;
+pub use simple::{Pool, PoolBuilder, serve, serve_worker};
 pub use stats::Stats;
 
 /// Environment variable naming the role this process was started in.

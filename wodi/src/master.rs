@@ -72,6 +72,15 @@ pub enum ServerCommand {
     /// Another executable that serves when started with `WODI_ROLE=server`
     /// (the `wodi-server` binary does).
     Path(PathBuf),
+    /// A program with arguments that serves when started with
+    /// `WODI_ROLE=server` (an interpreter running a module: the Python
+    /// package's `python -m wodi._server`).
+    Command {
+        /// The program.
+        program: PathBuf,
+        /// Its arguments.
+        args: Vec<String>,
+    },
     /// A server already running for another master (see [`Master::server`]):
     /// this master shares its workers, so it must name the same worker
     /// executable and arguments.
@@ -220,12 +229,14 @@ pub struct Master {
 /// Starts a server process and reads the address it listens on.
 async fn spawn_server(
     exe: PathBuf,
+    args: &[String],
     cfg: &MasterConfig,
 ) -> Result<(String, String, Option<tokio::process::Child>), MasterError> {
     let start = |e: String| MasterError::Start(e);
     let token = format!("{:032x}", rand::random::<u128>());
     let mut cmd = tokio::process::Command::new(&exe);
-    cmd.env(crate::ENV_ROLE, "server")
+    cmd.args(args)
+        .env(crate::ENV_ROLE, "server")
         .env(crate::ENV_TOKEN, &token)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -285,9 +296,12 @@ impl Master {
             ServerCommand::CurrentExe => {
                 let exe = std::env::current_exe()
                     .map_err(|e| start(format!("path of this executable: {e}")))?;
-                spawn_server(exe, &cfg).await?
+                spawn_server(exe, &[], &cfg).await?
             }
-            ServerCommand::Path(p) => spawn_server(p.clone(), &cfg).await?,
+            ServerCommand::Path(p) => spawn_server(p.clone(), &[], &cfg).await?,
+            ServerCommand::Command { program, args } => {
+                spawn_server(program.clone(), args, &cfg).await?
+            }
         };
         let stream = carmi_api::net::dial(&addr, carmi_api::net::CONNECT_TIMEOUT)
             .await

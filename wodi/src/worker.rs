@@ -127,6 +127,16 @@ impl Worker {
         self
     }
 
+    /// Computes steps from their input alone, with a handler that may
+    /// return any error type (its message, `{:#}`, fails the step). This is
+    /// what [`crate::serve`] runs.
+    pub fn on_input<T: DeserializeOwned, R: Serialize, E: std::fmt::Display>(
+        self,
+        mut f: impl FnMut(T) -> Result<R, E> + 'static,
+    ) -> Self {
+        self.on_step(move |_, input| f(input).map_err(|e| format!("{e:#}")))
+    }
+
     /// Computes steps on raw bytes.
     pub fn on_step_raw(
         mut self,

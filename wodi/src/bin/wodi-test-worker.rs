@@ -17,8 +17,14 @@ fn main() -> anyhow::Result<()> {
     let (i2, c2, i3, c3) = (init.clone(), cycle.clone(), init.clone(), cycle.clone());
     wodi::worker::Worker::new()
         .on_init(move |s: String| *i2.borrow_mut() = s)
-        .on_begin_cycle(move |c, s: String| *c2.borrow_mut() = format!("{c}:{s}"))
+        // `wodi::Pool`'s cycles carry no data (null).
+        .on_begin_cycle(move |c, s: Option<String>| {
+            *c2.borrow_mut() = format!("{c}:{}", s.unwrap_or_default())
+        })
         .on_step(move |step, data: String| {
+            if let Some(why) = data.strip_prefix("fail ") {
+                return Err(why.to_string());
+            }
             if data == "crash" {
                 std::process::abort();
             }

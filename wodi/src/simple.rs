@@ -1,0 +1,335 @@
+//! The simple surface: a parallel `map` over the pool without async code,
+//! step ids or outcome matching.
+//!
+//! ```no_run
+//! fn square(x: u64) -> anyhow::Result<u64> {
+//!     Ok(x * x)
+//! }
+//!
+//! fn main() -> anyhow::Result<()> {
+//!     wodi::serve(square); // in a worker WoDi started: serves `square`, then exits
+//!     let mut pool = wodi::Pool::builder().hosts(4).start()?;
+//!     let squares: Vec<u64> = pool.map(0..100u64)?;
+//!     println!("{squares:?}, efficiency {:.0}%", pool.close()?.efficiency * 100.0);
+//!     Ok(())
+//! }
+//! ```
+//!
+//! Each [`Pool::map`] (or [`Pool::stream`]) call is one WoDi cycle: step `i`
+//! is the cycle's `i`-th input, so that the history learned in one cycle
+//! orders the next one longest-first, as in the full [`crate::master`] API,
+//! which this module drives (same scheduling, exactly-once delivery, speed
+//! placement). [`PoolBuilder::configure`] reaches every setting of
+//! [`MasterConfig`].
+
+use std::fmt::Display;
+use std::marker::PhantomData;
+use std::path::PathBuf;
+
+use bytes::Bytes;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::ids::{CycleId, StepId};
+use crate::master::{Master, MasterConfig, MasterError, PoolAddr, StepOutcome};
+use crate::stats::Stats;
+use crate::worker::{Worker, started_as_worker};
+
+/// The executable's one-line dual role: call first in `main`. In the WoDi
+/// server, runs the server and exits; in a worker WoDi started, serves
+/// steps with `f` (a step's input in, its result or any displayable error
+/// out) and exits; in the master, returns at once.
+pub fn serve<T, R, E, F>(f: F)
+where
+    T: DeserializeOwned,
+    R: Serialize,
+    E: Display,
+    F: FnMut(T) -> Result<R, E> + 'static,
+{
+    crate::enter();
+    if started_as_worker() {
+        serve_worker(Worker::new().on_input(f));
+    }
+}
+
+/// [`serve`] with a worker of several handlers (init data, cycle data,
+/// steps that want their ids): in a worker WoDi started, runs `worker` and
+/// exits; otherwise (after [`crate::enter`]) returns at once.
+pub fn serve_worker(worker: Worker) {
+    crate::enter();
+    if !started_as_worker() {
+        return;
+    }
+    let code = match worker.run() {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("wodi worker: {e:#}");
+            1
+        }
+    };
+    std::process::exit(code);
+}
+
+/// Why a [`Pool`] call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The run itself failed (start, server lost, ...).
+    #[error(transparent)]
+    Master(#[from] MasterError),
+    /// A step's handler returned an error, or its result did not decode.
+    #[error("step {index} failed on input {input}: {reason}")]
+    Step {
+        /// The step's position among the call's inputs.
+        index: usize,
+        /// The input, as JSON (cut after 200 characters).
+        input: String,
+        /// The handler's error message.
+        reason: String,
+    },
+    /// The blocking facade's runtime could not start.
+    #[error("starting the runtime: {0}")]
+    Runtime(#[from] std::io::Error),
+}
+
+/// Builds a [`Pool`]: 4 hosts of any kind, workers running this executable,
+/// the pool found as `carmi` finds it, no init data, and the defaults of
+/// [`MasterConfig::new`] for the rest.
+pub struct PoolBuilder {
+    cfg: MasterConfig,
+    init: Result<Bytes, serde_json::Error>,
+}
+
+impl PoolBuilder {
+    /// How many hosts to keep (of the first resource class).
+    pub fn hosts(mut self, count: u32) -> Self {
+        self.cfg.classes[0].count = count;
+        self
+    }
+
+    /// The ClassAd requirements hosts must meet (default `true`).
+    pub fn requirements(mut self, expr: &str) -> Self {
+        self.cfg.classes[0].requirements = expr.to_string();
+        self
+    }
+
+    /// Another worker executable and its arguments (default: this
+    /// executable, which calls [`serve`]).
+    pub fn worker(mut self, exe: impl Into<PathBuf>, args: Vec<String>) -> Self {
+        self.cfg.worker = exe.into();
+        self.cfg.worker_args = args;
+        self
+    }
+
+    /// An explicit pool: its local RM's `host:port` and secret file.
+    pub fn pool(mut self, local: &str, secret_file: impl Into<PathBuf>) -> Self {
+        self.cfg.pool = Some(PoolAddr {
+            local: local.to_string(),
+            secret_file: secret_file.into(),
+        });
+        self
+    }
+
+    /// Init data (JSON) every worker gets before its first step.
+    pub fn init<T: Serialize>(mut self, data: &T) -> Self {
+        self.init = serde_json::to_vec(data).map(Bytes::from);
+        self
+    }
+
+    /// Any other setting of the full configuration.
+    pub fn configure(mut self, f: impl FnOnce(&mut MasterConfig)) -> Self {
+        f(&mut self.cfg);
+        self
+    }
+
+    /// Starts the WoDi server and the run; returns once the server is ready
+    /// (hosts arrive while the first steps wait).
+    pub fn start(self) -> Result<Pool, Error> {
+        let mut cfg = self.cfg;
+        if cfg.worker.as_os_str().is_empty() {
+            cfg.worker = std::env::current_exe().map_err(|e| {
+                MasterError::Start(format!("path of this executable (the worker): {e}"))
+            })?;
+        }
+        let init = self.init.map_err(MasterError::Codec)?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let master = rt.block_on(Master::init_raw(cfg, init))?;
+        Ok(Pool {
+            rt,
+            master,
+            next_cycle: 0,
+        })
+    }
+}
+
+/// A running WoDi computation behind blocking calls. Dropping it stops the
+/// workers and releases the hosts; [`Pool::close`] also returns statistics.
+pub struct Pool {
+    rt: tokio::runtime::Runtime,
+    master: Master,
+    next_cycle: u64,
+}
+
+impl Pool {
+    /// A builder with the defaults (see [`PoolBuilder`]).
+    pub fn builder() -> PoolBuilder {
+        PoolBuilder {
+            cfg: MasterConfig::new(PathBuf::new(), Vec::new(), "true", 4),
+            init: Ok(Bytes::from_static(b"null")),
+        }
+    }
+
+    /// Runs one cycle: every input becomes a step, and the results come back
+    /// in input order. If steps fail, the first failure (by arrival) is
+    /// returned once the cycle's other steps have come back.
+    pub fn map<T: Serialize, R: DeserializeOwned>(
+        &mut self,
+        inputs: impl IntoIterator<Item = T>,
+    ) -> Result<Vec<R>, Error> {
+        let mut stream = self.stream(inputs)?;
+        let mut out: Vec<Option<R>> = (0..stream.inputs.len()).map(|_| None).collect();
+        let mut first_error = None;
+        for item in &mut stream {
+            match item {
+                Ok((i, r)) => out[i] = Some(r),
+                Err(e @ Error::Step { .. }) => {
+                    first_error.get_or_insert(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(out.into_iter().flatten().collect()),
+        }
+    }
+
+    /// Runs one cycle like [`Pool::map`], yielding `(input index, result)`
+    /// as results arrive. Dropping the stream early waits for the cycle's
+    /// remaining steps (and discards them), so that the next cycle starts clean.
+    pub fn stream<T: Serialize, R: DeserializeOwned>(
+        &mut self,
+        inputs: impl IntoIterator<Item = T>,
+    ) -> Result<Stream<'_, R>, Error> {
+        let cycle = CycleId(self.next_cycle);
+        self.next_cycle += 1;
+        let mut encoded = Vec::new();
+        for input in inputs {
+            encoded.push(Bytes::from(
+                serde_json::to_vec(&input).map_err(MasterError::Codec)?,
+            ));
+        }
+        self.master
+            .begin_cycle_raw(cycle, Bytes::from_static(b"null"));
+        for (i, data) in encoded.iter().enumerate() {
+            self.master.send_work_raw(StepId(i as u64), data.clone());
+        }
+        Ok(Stream {
+            seen: vec![false; encoded.len()],
+            remaining: encoded.len(),
+            inputs: encoded,
+            cycle,
+            pool: self,
+            ended: false,
+            _result: PhantomData,
+        })
+    }
+
+    /// The run's hosts and steps as the server last reported them.
+    pub fn status(&self) -> crate::Status {
+        self.master.status()
+    }
+
+    /// Ends the run: stops the workers, releases the hosts, returns the statistics.
+    pub fn close(self) -> Result<Stats, Error> {
+        let Pool { rt, master, .. } = self;
+        Ok(rt.block_on(master.complete())?)
+    }
+}
+
+/// Results of one cycle as they arrive (see [`Pool::stream`]).
+pub struct Stream<'p, R> {
+    pool: &'p mut Pool,
+    inputs: Vec<Bytes>,
+    seen: Vec<bool>,
+    remaining: usize,
+    cycle: CycleId,
+    ended: bool,
+    _result: PhantomData<fn() -> R>,
+}
+
+impl<R> Stream<'_, R> {
+    fn step_error(&self, index: usize, reason: String) -> Error {
+        let mut input = String::from_utf8_lossy(&self.inputs[index]).into_owned();
+        if input.chars().count() > 200 {
+            input = input.chars().take(200).chain("...".chars()).collect();
+        }
+        Error::Step {
+            index,
+            input,
+            reason,
+        }
+    }
+
+    /// The next outcome of this cycle's steps, with its index; `None` when
+    /// all are in. Marks the cycle ended after the last one.
+    fn next_outcome(&mut self) -> Option<Result<(usize, StepOutcome<Bytes>), Error>> {
+        while self.remaining > 0 {
+            let outcome = match self.pool.rt.block_on(self.pool.master.recv_result_raw()) {
+                Ok(o) => o,
+                Err(e) => {
+                    // The run is gone: nothing more will arrive.
+                    self.remaining = 0;
+                    self.ended = true;
+                    return Some(Err(e.into()));
+                }
+            };
+            let step = match &outcome {
+                StepOutcome::Done(s, _) | StepOutcome::Failed(s, _) => s.0 as usize,
+            };
+            // WoDi delivers each step once; anything else is not this cycle's.
+            if step >= self.seen.len() || self.seen[step] {
+                tracing::warn!(%step, cycle = %self.cycle, "an outcome of no waiting step, ignored");
+                continue;
+            }
+            self.seen[step] = true;
+            self.remaining -= 1;
+            if self.remaining == 0 {
+                self.end_cycle();
+            }
+            return Some(Ok((step, outcome)));
+        }
+        None
+    }
+
+    fn end_cycle(&mut self) {
+        if !self.ended {
+            self.ended = true;
+            self.pool
+                .master
+                .end_cycle_raw(self.cycle, Bytes::from_static(b"null"));
+        }
+    }
+}
+
+impl<R: DeserializeOwned> Iterator for Stream<'_, R> {
+    type Item = Result<(usize, R), Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        Some(match self.next_outcome()? {
+            Err(e) => Err(e),
+            Ok((i, StepOutcome::Done(_, data))) => serde_json::from_slice(&data)
+                .map(|r| (i, r))
+                .map_err(|e| self.step_error(i, format!("its result does not decode: {e}"))),
+            Ok((i, StepOutcome::Failed(_, why))) => Err(self.step_error(i, why)),
+        })
+    }
+}
+
+impl<R> Drop for Stream<'_, R> {
+    fn drop(&mut self) {
+        while self.next_outcome().is_some() {}
+        self.end_cycle();
+    }
+}

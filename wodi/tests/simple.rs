@@ -1,0 +1,64 @@
+//! `wodi::Pool`, the blocking facade, on a real pool (`carmi_tests::Pool`):
+//! results in input order, a failing step named by its input, the
+//! streaming form, several cycles on generated step ids.
+
+use wodi::master::ServerCommand;
+
+#[test]
+fn map_returns_results_in_order_and_names_the_input_of_a_failed_step() {
+    let carmi = carmi_tests::Pool::start("wodi-simple", 2, &vec![Vec::new(); 2]);
+    let mut pool = wodi::Pool::builder()
+        .hosts(3)
+        .worker(env!("CARGO_BIN_EXE_wodi-test-worker"), Vec::new())
+        .pool(&carmi.locals[0].app_addr, &carmi.secret_path)
+        .init(&"i")
+        .configure(|cfg| cfg.server = ServerCommand::Path(env!("CARGO_BIN_EXE_wodi-server").into()))
+        .start()
+        .expect("start");
+
+    // Cycle 0: 40 inputs, answered in input order with ids 0..40 generated.
+    let inputs: Vec<String> = (0..40).map(|i| format!("d{i}")).collect();
+    let out: Vec<String> = pool.map(&inputs).expect("map");
+    let expected: Vec<String> = (0..40).map(|i| format!("i|c0:|s{i}|d{i}")).collect();
+    assert_eq!(out, expected);
+
+    // Cycle 1: one step fails; the error names its index and its input, and
+    // the pool goes on.
+    let inputs = ["d0", "fail no convergence", "d2"];
+    match pool.map::<_, String>(inputs) {
+        Err(wodi::simple::Error::Step {
+            index,
+            input,
+            reason,
+        }) => {
+            assert_eq!(index, 1);
+            assert_eq!(input, "\"fail no convergence\"");
+            assert!(reason.contains("no convergence"), "{reason}");
+        }
+        other => panic!("expected a step error, got {other:?}"),
+    }
+    let e = pool.map::<_, String>(["fail x"]).unwrap_err().to_string();
+    assert!(e.contains("\"fail x\""), "{e}");
+
+    // Cycle 3, streamed: every index once, results as they come.
+    let mut seen = vec![0; 10];
+    let sleeps = (0..10).map(|i| format!("sleep {}", 10 * (i % 3)));
+    for item in pool.stream::<_, String>(sleeps).expect("stream") {
+        let (i, r) = item.expect("a result");
+        assert!(r.ends_with(&format!("|s{i}|sleep {}", 10 * (i % 3))), "{r}");
+        seen[i] += 1;
+    }
+    assert_eq!(seen, vec![1; 10]);
+    // A stream dropped early leaves nothing behind for the next cycle.
+    let first = pool
+        .stream::<_, String>(["d0", "d1", "d2"])
+        .expect("stream")
+        .next();
+    assert!(matches!(first, Some(Ok(_))), "{first:?}");
+    let out: Vec<String> = pool.map(["d7"]).expect("map after a dropped stream");
+    assert_eq!(out, vec!["i|c5:|s0|d7".to_string()]);
+
+    let stats = pool.close().expect("close");
+    assert_eq!(stats.steps_delivered, 40 + 3 + 1 + 10 + 3 + 1);
+    assert_eq!(stats.cycles.iter().filter(|c| c.end_s.is_some()).count(), 6);
+}
