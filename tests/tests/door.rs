@@ -50,8 +50,10 @@ async fn raw_submit(pool: &Pool, spec: carmi_api::submit::JobSpec) -> FromGlobal
         anywhere: false,
     }));
     let upload = Some((&executable, MASTER.as_bytes()));
+    // Generous: a 10 MB frame through TLS in a debug build on a loaded
+    // 2-core machine took over 20 s once.
     tokio::time::timeout(
-        Duration::from_secs(20),
+        Duration::from_secs(90),
         request(&pool.global_addr, &pool.secret, upload, msg),
     )
     .await
