@@ -33,17 +33,9 @@ const KNOWN_OFFENDERS: &[&str] = &[
     "carmi-proto/src/submit -> submit_condor",
     "carmi-proto/src/submit_condor -> limits",
     "carmi-proto/src/submit_condor -> submit",
-    "carmi-api/src/client -> coords",
-    "carmi-api/src/coords -> client",
-    "carmi-cli/src/embedded -> supervise",
-    "carmi-cli/src/events -> jobs",
-    "carmi-cli/src/jobs -> events",
-    "carmi-cli/src/supervise -> embedded",
     "carmi-local/src/daemon.rs: fn start",
     "carmi-global-core/src/alloc/check.rs: fn sanity_check",
     "wodi-sim/src/bin/wodi-sim.rs: fn main",
-    "wodi-sim/src/run -> sim",
-    "wodi-sim/src/sim -> run",
 ];
 
 /// The workspace's member directories, from its manifest.
