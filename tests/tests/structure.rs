@@ -33,9 +33,7 @@ const KNOWN_OFFENDERS: &[&str] = &[
     "carmi-proto/src/submit -> submit_condor",
     "carmi-proto/src/submit_condor -> limits",
     "carmi-proto/src/submit_condor -> submit",
-    "carmi-local/src/daemon.rs: fn start",
     "carmi-global-core/src/alloc/check.rs: fn sanity_check",
-    "wodi-sim/src/bin/wodi-sim.rs: fn main",
 ];
 
 /// The workspace's member directories, from its manifest.
