@@ -33,7 +33,6 @@ const KNOWN_OFFENDERS: &[&str] = &[
     "carmi-proto/src/submit -> submit_condor",
     "carmi-proto/src/submit_condor -> limits",
     "carmi-proto/src/submit_condor -> submit",
-    "carmi-global-core/src/alloc/check.rs: fn sanity_check",
 ];
 
 /// The workspace's member directories, from its manifest.
