@@ -30,6 +30,10 @@ pub const ENV_POOL: &str = "CARMI_POOL";
 pub const ENV_SECRET: &str = "CARMI_SECRET";
 /// Environment variable: path of the file holding the user's token.
 pub const ENV_TOKEN: &str = "CARMI_TOKEN";
+/// Environment variable: `host:port` of the local RM.
+pub const ENV_LOCAL: &str = "CARMI_LOCAL";
+/// Environment variable: path of the pool secret file.
+pub const ENV_SECRET_FILE: &str = "CARMI_SECRET_FILE";
 
 /// The keys of the user's config file and of the embedded pool's record.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -139,11 +143,11 @@ pub fn resolve(
             .or(file.pool),
         secret: (given.secret.clone())
             .or_else(|| env(ENV_SECRET).map(PathBuf::from))
-            .or_else(|| env(crate::client::ENV_SECRET_FILE).map(PathBuf::from))
+            .or_else(|| env(ENV_SECRET_FILE).map(PathBuf::from))
             .or(embedded.secret)
             .or(file.secret),
         local: (given.local.clone())
-            .or_else(|| env(crate::client::ENV_LOCAL))
+            .or_else(|| env(ENV_LOCAL))
             .or(embedded.local)
             .or(file.local),
         pool_pid: embedded.pool_pid,
@@ -162,11 +166,7 @@ pub fn where_to_give(key: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Stri
     let (flag, var, example) = match key {
         "pool" => ("--pool HOST:PORT", ENV_POOL, "pool = \"HOST:PORT\""),
         "secret" => ("--secret FILE", ENV_SECRET, "secret = \"/abs/path\""),
-        _ => (
-            "--local HOST:PORT",
-            crate::client::ENV_LOCAL,
-            "local = \"HOST:PORT\"",
-        ),
+        _ => ("--local HOST:PORT", ENV_LOCAL, "local = \"HOST:PORT\""),
     };
     format!(
         "pass {flag}, set {var}, put {example} in {file}, or start a pool on this machine with `carmi pool up`"

@@ -4,7 +4,7 @@
 //! `up` re-executes this program as `carmi pool serve` in a new session
 //! (so that the terminal's Ctrl-C and hang-up do not reach it), which runs
 //! the pool in a child process and restarts it if it dies
-//! ([`crate::supervise`]), with its
+//! ([`supervise`]), with its
 //! output in `pool.log` in the pool's folder, waits for the ready file that
 //! `serve` writes once every local RM has registered, and records the pool in
 //! a file of its own, [`carmi_api::coords::record_path`]
@@ -39,6 +39,9 @@ const DOWN_TIMEOUT: Duration = Duration::from_secs(20);
 /// Prefix of the folders `up` creates; `down` removes only folders named so.
 use carmi_pool::sweep::DIR_PREFIX;
 
+// The supervisor of a background pool: a part of running one, below it.
+pub(crate) mod supervise;
+
 /// Options of `carmi pool up`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct UpArgs {
@@ -72,7 +75,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE")]
     pub ready_file: PathBuf,
     /// Run the pool in this process; without it, `serve` runs the pool in a
-    /// child process and restarts it when it dies ([`crate::supervise`]).
+    /// child process and restarts it when it dies ([`supervise`]).
     #[arg(long)]
     pub child: bool,
 }
@@ -382,7 +385,7 @@ pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         .with_ansi(false)
         .init();
     if !args.child {
-        return crate::supervise::supervise(args);
+        return supervise::supervise(args);
     }
     // The daemons run as tasks here, and a panicking task would end alone,
     // unseen, leaving a pool without its global RM or one of its machines.

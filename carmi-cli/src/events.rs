@@ -29,7 +29,7 @@ use carmi_api::msg::{FromGlobal, ToGlobal};
 use clap::Args;
 
 use crate::config::PoolArgs;
-use crate::jobs::{connect, failed, print};
+use crate::talk::{connect, failed, print};
 
 /// `carmi events` options.
 #[derive(Args)]

@@ -1,19 +1,17 @@
 //! `carmi submit`, `carmi q` (with `-analyze`) and `carmi rm`, and what the
 //! job commands share (`carmi history` lives in `history`).
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use carmi_api::admin::{request, request_with_payload};
-use carmi_api::handshake::Secret;
 use carmi_api::ids::JobId;
 use carmi_api::msg::{
     ClassAnalysis, ExecutableRef, FromGlobal, JobAnalysis, JobStatus, SubmitRequest, ToGlobal,
 };
 use clap::Args;
 
-use crate::config::{PoolArgs, Required, resolve_env};
+use crate::config::PoolArgs;
 
 /// `carmi submit` options.
 #[derive(Args)]
@@ -66,24 +64,9 @@ pub struct RmArgs {
     json: bool,
 }
 
-pub(crate) fn connect(pool: &PoolArgs) -> anyhow::Result<(String, Secret)> {
-    let coords = resolve_env(pool)?;
-    let secret = coords.credentials()?;
-    Ok((coords.pool()?.to_string(), secret))
-}
-
-pub(crate) fn print(text: &str) -> anyhow::Result<()> {
-    std::io::stdout()
-        .write_all(text.as_bytes())
-        .context("cannot write to stdout")
-}
-
-pub(crate) fn failed(answer: FromGlobal, what: &str) -> anyhow::Error {
-    match answer {
-        FromGlobal::AdminFailed(f) => anyhow::anyhow!("{what}: {}", f.message),
-        other => anyhow::anyhow!("{what}: the global RM answered {other:?}"),
-    }
-}
+// Shared by every command that asks the global RM; kept here too so that
+// `crate::jobs::{connect, failed, print}` still names them.
+pub(crate) use crate::talk::{connect, failed, print};
 
 /// Who runs this command: `$USER`, else `$LOGNAME`, else the name of the
 /// process's user id in the password database (a shell started without a

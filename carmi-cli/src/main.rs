@@ -5,7 +5,7 @@
 //! - `config`: where the pool is (flags > environment > config file).
 //! - `pool`: `carmi pool init`, `up`, `down` (the `carmi pool` subcommands).
 //! - `embedded`: `carmi pool up`/`down`: an embedded pool in a background process.
-//! - `supervise`: the background `carmi pool serve`, which restarts the pool's process when it dies.
+//! - `embedded::supervise`: the background `carmi pool serve`, which restarts the pool's process when it dies.
 //! - `status`: `carmi status` (table, `-l`, `-constraint`, summary by arch and state).
 //! - `jobs`: `carmi submit`, `carmi q` (`-analyze`), `carmi rm`.
 //! - `history`: `carmi history`: jobs that left the queue and how they ended.
@@ -27,7 +27,7 @@ mod logs;
 mod pool;
 mod shell;
 mod status;
-mod supervise;
+mod talk;
 mod token;
 mod wait;
 

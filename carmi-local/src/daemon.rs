@@ -70,6 +70,23 @@ pub struct Daemon {
     driver: JoinHandle<()>,
 }
 
+/// The listener on which peers fetch from this machine's executable cache:
+/// one of its own, on the application listener's address, and where it
+/// listens.
+async fn bind_stage_listener(app_addr: SocketAddr) -> Result<(TcpListener, SocketAddr), Error> {
+    let listener = TcpListener::bind(SocketAddr::new(app_addr.ip(), 0))
+        .await
+        .map_err(|source| Error::Listen {
+            addr: format!("{}:0 (staging)", app_addr.ip()),
+            source,
+        })?;
+    let endpoint = listener.local_addr().map_err(|source| Error::Listen {
+        addr: "staging listener".into(),
+        source,
+    })?;
+    Ok((listener, endpoint))
+}
+
 impl Daemon {
     /// Detects the machine, opens the application listener and starts
     /// connecting to the global RM. Fails on configuration and file errors;
@@ -120,20 +137,7 @@ impl Daemon {
         let cache_dir = work_dir.join("cache");
         let cache = ExeCache::open(cache_dir.clone())
             .map_err(io("cannot open executable cache", &cache_dir))?;
-        // Peers fetch from this machine's cache on a listener of its own,
-        // on the application listener's address.
-        let stage_listener = TcpListener::bind(SocketAddr::new(app_addr.ip(), 0))
-            .await
-            .map_err(|source| Error::Listen {
-                addr: format!("{}:0 (staging)", app_addr.ip()),
-                source,
-            })?;
-        let stage_endpoint = stage_listener
-            .local_addr()
-            .map_err(|source| Error::Listen {
-                addr: "staging listener".into(),
-                source,
-            })?;
+        let (stage_listener, stage_endpoint) = bind_stage_listener(app_addr).await?;
         let env = job_env(app_addr, &settings, &work_dir, &machine);
         let launcher = Launcher::new(work_dir.clone(), env);
         // Before the first launch, so that every record is an earlier run's.

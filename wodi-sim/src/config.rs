@@ -10,6 +10,10 @@ use wodi::stats::Stats;
 
 use crate::pool::PoolConfig;
 
+/// Virtual seconds after which a run is abandoned (a pool whose owners
+/// never leave cannot finish it).
+pub(crate) const MAX_VIRTUAL_TIME: f64 = 365.0 * 24.0 * 3600.0;
+
 /// One simulated run.
 pub struct SimConfig {
     /// The steps of one cycle.

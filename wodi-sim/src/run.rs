@@ -106,7 +106,7 @@ impl<'a> Wodi<'a> {
         // Nobody reads the progress reports: one an hour is plenty.
         run_cfg.status_every = time(3600.0);
         // No master timeout: the master connects once CARMI has attached it.
-        run_cfg.master_timeout = time(crate::sim::MAX_VIRTUAL_TIME);
+        run_cfg.master_timeout = time(crate::config::MAX_VIRTUAL_TIME);
         Wodi {
             cfg,
             ordering,

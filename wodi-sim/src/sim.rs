@@ -6,14 +6,10 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use wodi::order::Ordering;
 
-use crate::config::{RunSummary, SimConfig, SimRun};
+use crate::config::{MAX_VIRTUAL_TIME, RunSummary, SimConfig, SimRun};
 use crate::pool::Pool;
 use crate::queue::Queue;
 use crate::run::Wodi;
-
-/// Virtual seconds after which a run is abandoned (a pool whose owners
-/// never leave cannot finish it).
-pub(crate) const MAX_VIRTUAL_TIME: f64 = 365.0 * 24.0 * 3600.0;
 
 /// Runs one simulation with the given step ordering.
 pub fn simulate(cfg: &SimConfig, ordering: Ordering) -> SimRun {

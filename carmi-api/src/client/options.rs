@@ -11,10 +11,9 @@ use std::str::FromStr;
 use crate::handshake::{HandshakeError, Secret};
 use crate::ids::{JobId, ParseIdError, ProcessId};
 
-/// Environment variable: `host:port` of the local RM.
-pub const ENV_LOCAL: &str = "CARMI_LOCAL";
-/// Environment variable: path of the pool secret file.
-pub const ENV_SECRET_FILE: &str = "CARMI_SECRET_FILE";
+// Defined with the other coordinates (`coords` reads them too), so that
+// `coords` need not reach up into the client.
+pub use crate::coords::{ENV_LOCAL, ENV_SECRET_FILE};
 /// Environment variable: the job this process belongs to (`3` or `j3`).
 pub const ENV_JOB: &str = "CARMI_JOB";
 /// Environment variable: this process's id (`5` or `p5`).

@@ -63,6 +63,14 @@ impl Allocator {
     /// Checks every invariant; panics naming the first one broken. For tests:
     /// it costs a walk over the whole pool (and class evaluations when the pool is small).
     pub fn sanity_check(&self) {
+        self.check_slots();
+        self.check_queue();
+        self.check_jobs();
+        self.check_pending();
+    }
+
+    /// Each slot against its machine, the idle set, its claim and the partial groups.
+    fn check_slots(&self) {
         let mut idle_seen = 0;
         for (i, slot) in self.slots.iter().enumerate() {
             let host = HostId(i as u64 + 1);
@@ -136,6 +144,10 @@ impl Allocator {
             }
         }
         assert_eq!(idle_seen, self.idle.len(), "idle set holds non-idle slots");
+    }
+
+    /// The queue of waiting jobs, the clusters and the running set against the jobs.
+    fn check_queue(&self) {
         for (&seq, job) in &self.queue {
             let j = self
                 .jobs
@@ -174,6 +186,10 @@ impl Allocator {
             .map(|(&id, _)| id)
             .collect();
         assert_eq!(running, self.running, "the running set is out of step");
+    }
+
+    /// Each job's hosts and subscriptions against the slots.
+    fn check_jobs(&self) {
         for (&id, job) in &self.jobs {
             for (&h, class) in &job.hosts {
                 let claim = self.get_slot(h).state.claim();
@@ -207,6 +223,10 @@ impl Allocator {
                 }
             }
         }
+    }
+
+    /// The pending requests against their indexes, jobs and classes, and first come, first served.
+    fn check_pending(&self) {
         assert_eq!(
             self.pending.len(),
             self.pending_by_req.len(),

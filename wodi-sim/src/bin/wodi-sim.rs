@@ -143,6 +143,51 @@ fn hms(s: f64) -> String {
     format!("{}:{:02}", m / 60, m % 60)
 }
 
+/// The simulation of run `r` (0-based): the options, with the owners' day
+/// shifted by `--spacing` hours per run and the seed by one.
+fn run_config(cli: &Cli, owners: &OwnerModel, speeds: &[f64], r: u32) -> SimConfig {
+    SimConfig {
+        profile: profile(cli.steps),
+        cycles: cli.cycles,
+        speeds: speeds.to_vec(),
+        actual_speeds: (cli.slow_every > 0).then(|| {
+            speeds
+                .iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    if i % cli.slow_every == cli.slow_every - 1 {
+                        s * cli.slow_factor
+                    } else {
+                        *s
+                    }
+                })
+                .collect()
+        }),
+        owners: owners.clone(),
+        owner_offset: (cli.start_hour + f64::from(r) * cli.spacing) * 3600.0 - 9.0 * 3600.0,
+        owner_speedup: 1.0,
+        pool: PoolConfig {
+            latency: cli.latency,
+            worker_startup: cli.worker_startup,
+            ..PoolConfig::default()
+        },
+        hosts_wanted: cli.hosts as u32,
+        fewest_hosts: cli.fewest_hosts,
+        hysteresis: cli.hysteresis,
+        startup_offsets: Vec::new(),
+        sched: SchedConfig {
+            suspend_timeout: std::time::Duration::from_secs_f64(cli.suspend_timeout),
+            release_idle: cli.release_idle,
+            reacquire: std::time::Duration::from_secs_f64(cli.worker_startup + 4.0 * cli.latency),
+            release_suspended: cli.release_suspended,
+            stragglers: cli.stragglers,
+            fast_abort: (cli.fast_abort > 0.0).then_some(cli.fast_abort),
+            ..SchedConfig::default()
+        },
+        seed: cli.seed + u64::from(r),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let owners = match OwnerModel::from_spec(&cli.owners) {
@@ -164,48 +209,7 @@ fn main() -> ExitCode {
     };
     let mut runs: Vec<RunSummary> = Vec::new();
     for r in 0..cli.runs {
-        let cfg = SimConfig {
-            profile: profile(cli.steps),
-            cycles: cli.cycles,
-            speeds: speeds.clone(),
-            actual_speeds: (cli.slow_every > 0).then(|| {
-                speeds
-                    .iter()
-                    .enumerate()
-                    .map(|(i, s)| {
-                        if i % cli.slow_every == cli.slow_every - 1 {
-                            s * cli.slow_factor
-                        } else {
-                            *s
-                        }
-                    })
-                    .collect()
-            }),
-            owners: owners.clone(),
-            owner_offset: (cli.start_hour + f64::from(r) * cli.spacing) * 3600.0 - 9.0 * 3600.0,
-            owner_speedup: 1.0,
-            pool: PoolConfig {
-                latency: cli.latency,
-                worker_startup: cli.worker_startup,
-                ..PoolConfig::default()
-            },
-            hosts_wanted: cli.hosts as u32,
-            fewest_hosts: cli.fewest_hosts,
-            hysteresis: cli.hysteresis,
-            startup_offsets: Vec::new(),
-            sched: SchedConfig {
-                suspend_timeout: std::time::Duration::from_secs_f64(cli.suspend_timeout),
-                release_idle: cli.release_idle,
-                reacquire: std::time::Duration::from_secs_f64(
-                    cli.worker_startup + 4.0 * cli.latency,
-                ),
-                release_suspended: cli.release_suspended,
-                stragglers: cli.stragglers,
-                fast_abort: (cli.fast_abort > 0.0).then_some(cli.fast_abort),
-                ..SchedConfig::default()
-            },
-            seed: cli.seed + u64::from(r),
-        };
+        let cfg = run_config(&cli, &owners, &speeds, r);
         let order = match cli.ordering {
             Ordering::None => StepOrder::Arrival,
             Ordering::Lpt => StepOrder::LongestFirst,

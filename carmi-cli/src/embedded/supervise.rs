@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use crate::embedded::ServeArgs;
+use super::ServeArgs;
 
 /// At most this many restarts within [`RESTART_WINDOW`].
 pub const MAX_RESTARTS: usize = 5;
@@ -100,7 +100,7 @@ fn on_ready(args: &ServeArgs, first: bool) -> anyhow::Result<()> {
         .with_context(|| format!("cannot read {}", child_ready.display()))?;
     let _ = std::fs::remove_file(&child_ready);
     let ready: toml::Table = text.parse().context("the restarted pool's ready file")?;
-    crate::embedded::record_restart(&ready)
+    super::record_restart(&ready)
 }
 
 /// Runs the pool in a child process until SIGTERM or SIGINT, starting it
