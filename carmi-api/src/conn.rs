@@ -84,6 +84,11 @@ where
         self.reader.recv().await
     }
 
+    /// Pushes out what a buffering writer holds.
+    pub async fn flush(&mut self) -> std::io::Result<()> {
+        self.writer.inner.flush().await
+    }
+
     /// Bounds how long a started frame may take (none by default).
     pub fn set_deadline(&mut self, deadline: Option<FrameDeadline>) {
         self.reader.set_deadline(deadline);
