@@ -112,6 +112,30 @@ where
 }
 
 impl<In: DeserializeOwned, R: AsyncRead + Unpin> ConnReader<In, R> {
+    /// A reading half on its own (a task that only receives), refusing
+    /// frames longer than `max` bytes.
+    pub fn with_max(reader: R, max: usize) -> Self {
+        ConnReader {
+            frames: FrameReader::with_max(reader, max),
+            _in: PhantomData,
+        }
+    }
+
+    /// The same half receiving another kind of message, keeping any bytes
+    /// already buffered: a protocol whose first message (a hello) says
+    /// which kind of peer this is and so what it sends next.
+    pub fn retype<Next: DeserializeOwned>(self) -> ConnReader<Next, R> {
+        ConnReader {
+            frames: self.frames,
+            _in: PhantomData,
+        }
+    }
+
+    /// The frame limit, adjustable (a hello is small; what follows may not be).
+    pub fn max_mut(&mut self) -> &mut usize {
+        self.frames.max_mut()
+    }
+
     /// The next message and its payload, or `Ok(None)` when the peer closed
     /// the connection cleanly between frames.
     pub async fn recv(&mut self) -> Result<Option<(In, Bytes)>, FrameError> {

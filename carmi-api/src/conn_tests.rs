@@ -152,3 +152,19 @@ async fn split_halves_work_concurrently() {
     cw.shutdown().await.unwrap();
     assert_eq!(echo.await.unwrap(), 200);
 }
+
+#[tokio::test]
+async fn a_retyped_reader_keeps_the_bytes_that_followed_the_first_message() {
+    let (mut a, b) = tokio::io::duplex(1 << 16);
+    // A first message, and right behind it in the same write one of another kind.
+    let mut bytes = encode_header(&PeerMessage { tag: 3 }, 0);
+    bytes.extend_from_slice(&encode_header(&ToGlobal::Status, 2));
+    bytes.extend_from_slice(b"ok");
+    a.write_all(&bytes).await.unwrap();
+    let mut first: ConnReader<PeerMessage, DuplexStream> = ConnReader::with_max(b, 1 << 10);
+    assert_eq!(first.recv().await.unwrap().unwrap().0.tag, 3);
+    let mut next: ConnReader<ToGlobal, DuplexStream> = first.retype();
+    let (msg, payload) = next.recv().await.unwrap().unwrap();
+    assert!(matches!(msg, ToGlobal::Status), "{msg:?}");
+    assert_eq!(&payload[..], b"ok");
+}
