@@ -167,6 +167,14 @@ impl<Out: Serialize, W: AsyncWrite + Unpin> ConnWriter<Out, W> {
         write_frame(&mut self.inner, msg, payload).await
     }
 
+    /// The same half sending another kind of message (see [`ConnReader::retype`]).
+    pub fn retype<Next: Serialize>(self) -> ConnWriter<Next, W> {
+        ConnWriter {
+            inner: self.inner,
+            _out: PhantomData,
+        }
+    }
+
     /// Closes the writing direction (a TLS close_notify, a TCP FIN).
     pub async fn shutdown(&mut self) -> std::io::Result<()> {
         self.inner.shutdown().await
