@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::frame::{FrameReader, write_frame};
+use crate::conn::Conn;
 use crate::handshake::{self, HandshakeError, Secret};
 use crate::msg::{ExecutableRef, FromGlobal, MachineStatus, Role, ToGlobal};
 
@@ -96,7 +96,7 @@ pub async fn request_with_payload(
     // TLS when presenting a token (a pool with a signing key).
     let crate::tls::Stream {
         reader,
-        writer: mut w,
+        writer,
         binding,
     } = tokio::time::timeout(
         handshake::HANDSHAKE_TIMEOUT,
@@ -108,8 +108,9 @@ pub async fn request_with_payload(
         addr: addr.to_string(),
         error: HandshakeError::Frame(error.into()),
     })?;
-    let mut r = FrameReader::new(reader);
-    handshake::client_bound(&mut r, &mut w, secret, &Role::Admin, &binding)
+    let mut conn: Conn<ToGlobal, FromGlobal> = Conn::new(reader, writer);
+    let (r, w) = conn.parts_mut();
+    handshake::client_bound(r, w, secret, &Role::Admin, &binding)
         .await
         .map_err(|e| match e {
             HandshakeError::BadProof => AdminError::WrongSecret {
@@ -128,14 +129,14 @@ pub async fn request_with_payload(
         let up = ToGlobal::Upload {
             executable: executable.clone(),
         };
-        write_frame(&mut w, &up, bytes)
+        conn.send(&up, bytes)
             .await
             .map_err(|e| no_answer(e.to_string()))?;
     }
-    write_frame(&mut w, &msg, &[])
+    conn.send(&msg, &[])
         .await
         .map_err(|e| no_answer(e.to_string()))?;
-    match tokio::time::timeout(REPLY_TIMEOUT, r.read::<FromGlobal>()).await {
+    match tokio::time::timeout(REPLY_TIMEOUT, conn.recv()).await {
         Err(_) => Err(no_answer(format!(
             "nothing within {} s",
             REPLY_TIMEOUT.as_secs()

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
-use crate::frame::{FrameReader, write_frame};
+use crate::conn::Conn;
 use crate::handshake::{self, Secret};
 use crate::msg::{FromLocalControl, OwnerEvent, Role, ToLocalControl};
 
@@ -45,8 +45,7 @@ pub enum ControlError {
 /// A control connection to one local RM, for reporting a simulated owner.
 pub struct OwnerLink {
     addr: String,
-    reader: FrameReader<OwnedReadHalf>,
-    writer: OwnedWriteHalf,
+    conn: Conn<ToLocalControl, FromLocalControl, OwnedReadHalf, OwnedWriteHalf>,
 }
 
 impl OwnerLink {
@@ -58,9 +57,10 @@ impl OwnerLink {
                 addr: addr.to_string(),
                 source,
             })?;
-        let (r, mut w) = stream.into_split();
-        let mut reader = FrameReader::new(r);
-        handshake::client(&mut reader, &mut w, secret, &Role::Admin)
+        let (r, w) = stream.into_split();
+        let mut conn = Conn::new(r, w);
+        let (reader, writer) = conn.parts_mut();
+        handshake::client(reader, writer, secret, &Role::Admin)
             .await
             .map_err(|source| ControlError::Handshake {
                 addr: addr.to_string(),
@@ -68,8 +68,7 @@ impl OwnerLink {
             })?;
         Ok(OwnerLink {
             addr: addr.to_string(),
-            reader,
-            writer: w,
+            conn,
         })
     }
 
@@ -80,10 +79,11 @@ impl OwnerLink {
             addr: self.addr.clone(),
             reason,
         };
-        write_frame(&mut self.writer, &ToLocalControl::Owner(event), &[])
+        self.conn
+            .send(&ToLocalControl::Owner(event), &[])
             .await
             .map_err(|e| link(e.to_string()))?;
-        match self.reader.read::<FromLocalControl>().await {
+        match self.conn.recv().await {
             Ok(Some((answer, _))) => Ok(answer),
             Ok(None) => Err(link("closed by the local RM".into())),
             Err(e) => Err(link(e.to_string())),

@@ -8,6 +8,8 @@
 //! - `ids`, `msg`, `events`, `exe`, `limits`, `submit`, `submit_condor`: the protocol's
 //!   data, re-exported from `carmi-proto` (pure; see that crate).
 //! - `frame`: length-prefixed frames with a JSON header and a verbatim payload.
+//! - `conn`: the typed connection every connection kind uses ([`conn::Conn`]: `Out` messages
+//!   one way, `In` the other, frame limit and deadline, split into halves for tasks).
 //! - `net`: dialing a peer (timeout, TCP_NODELAY).
 //! - `handshake`: version, role, mutual HMAC challenge-response on the pool secret.
 //! - `token`: the pool's signed tokens (identity, power, machine, expiry, id), Ed25519 via ring.
@@ -28,6 +30,7 @@
 
 pub mod admin;
 pub mod client;
+pub mod conn;
 pub mod control;
 pub mod coords;
 pub mod files;

@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use carmi_api::frame::{FrameReader, write_frame};
+use carmi_api::conn::Conn;
 use carmi_api::handshake::{self, Secret};
 use carmi_api::ids::ConnId;
 use carmi_api::msg::{FromLocal, Role, ToLocal};
@@ -64,8 +64,8 @@ async fn connection(
     mut stop: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
-    let (r, mut w) = stream.into_split();
-    let mut reader = FrameReader::new(r);
+    let (r, w) = stream.into_split();
+    let mut link: Conn<FromLocal, ToLocal, _, _> = Conn::new(r, w);
     // Other roles are refused inside the handshake, so that the client is told why.
     let admit = |role: &Role| match role {
         Role::Application { .. } | Role::Admin => Ok(()),
@@ -73,7 +73,8 @@ async fn connection(
             "a local RM serves application processes and control tools only, not {other:?}"
         )),
     };
-    let role = match handshake::server_with(&mut reader, &mut w, &secret, admit).await {
+    let (hs_reader, hs_writer) = link.parts_mut();
+    let role = match handshake::server_with(hs_reader, hs_writer, &secret, admit).await {
         Ok(role) => role,
         Err(e) => {
             tracing::warn!(%peer, error = %e, "application handshake failed; connection closed");
@@ -81,7 +82,8 @@ async fn connection(
         }
     };
     if role == Role::Admin {
-        crate::control::serve(reader, w, peer, inputs, stop).await;
+        let (reader, writer) = link.split();
+        crate::control::serve(reader.retype(), writer.retype(), peer, inputs, stop).await;
         return;
     }
     let Role::Application {
@@ -110,9 +112,10 @@ async fn connection(
     if inputs.send(connected).await.is_err() {
         return;
     }
+    let (mut reader, mut writer) = link.split();
     loop {
         tokio::select! {
-            frame = reader.read::<ToLocal>() => match frame {
+            frame = reader.recv() => match frame {
                 Ok(Some((ToLocal::Request { id, body }, payload))) => {
                     if !payload.is_empty() {
                         tracing::warn!(%conn, %id, bytes = payload.len(), "request with a payload; payload ignored");
@@ -140,7 +143,7 @@ async fn connection(
                     // An application that stopped reading blocks this write;
                     // the driver's kick must still end the connection.
                     let written = tokio::select! {
-                        r = write_frame(&mut w, &msg, &[]) => r,
+                        r = writer.send(&msg, &[]) => r,
                         _ = kick.notified() => break,
                     };
                     if let Err(e) = written {

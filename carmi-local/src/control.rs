@@ -2,14 +2,14 @@
 //! local RM's listen address with the pool secret and handshake role
 //! [`Role::Admin`](carmi_api::msg::Role::Admin), then sends
 //! [`ToLocalControl`] frames; each is answered with one
-//! [`FromLocalControl`](carmi_api::msg::FromLocalControl),
+//! [`FromLocalControl`],
 //! in order. The client side, [`OwnerLink`], is in `carmi_api::control`
 //! (re-exported here under its old path).
 
 use std::net::SocketAddr;
 
-use carmi_api::frame::{FrameReader, write_frame};
-use carmi_api::msg::ToLocalControl;
+use carmi_api::conn::{ConnReader, ConnWriter};
+use carmi_api::msg::{FromLocalControl, ToLocalControl};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -19,8 +19,8 @@ use crate::input::{Input, stopped};
 
 /// Serves one control connection whose handshake is done.
 pub(crate) async fn serve<R, W>(
-    mut reader: FrameReader<R>,
-    mut w: W,
+    mut reader: ConnReader<ToLocalControl, R>,
+    mut writer: ConnWriter<FromLocalControl, W>,
     peer: SocketAddr,
     inputs: mpsc::Sender<Input>,
     mut stop: watch::Receiver<bool>,
@@ -31,7 +31,7 @@ pub(crate) async fn serve<R, W>(
     tracing::info!(%peer, "control connection opened");
     loop {
         let frame = tokio::select! {
-            f = reader.read::<ToLocalControl>() => f,
+            f = reader.recv() => f,
             _ = stopped(&mut stop) => break,
         };
         let msg = match frame {
@@ -48,7 +48,7 @@ pub(crate) async fn serve<R, W>(
             break;
         }
         let Ok(answer) = rx.await else { break };
-        if let Err(e) = write_frame(&mut w, &answer, &[]).await {
+        if let Err(e) = writer.send(&answer, &[]).await {
             tracing::debug!(%peer, error = %e, "control connection gone");
             break;
         }

@@ -455,7 +455,7 @@ async fn processes_launched_during_shutdown_do_not_outlive_it() {
     for p in 2..=8 {
         g.send(spawn_msg(p, p, &exe), &[]).await;
     }
-    g.w.flush().await.unwrap();
+    g.conn.flush().await.unwrap();
     tokio::time::sleep(Duration::from_millis(5)).await;
     tokio::time::timeout(Duration::from_secs(20), daemon.shutdown())
         .await

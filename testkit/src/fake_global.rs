@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use carmi_api::frame::{FrameReader, write_frame};
+use carmi_api::conn::Conn;
 use carmi_api::handshake::{self, Secret};
 use carmi_api::ids::{HostId, ProcessId};
 use carmi_api::msg::{FromGlobal, Role, ToGlobal};
@@ -30,10 +30,8 @@ pub struct FakeGlobal {
 
 /// One connection to the fake global RM, seen from its side.
 pub struct GlobalConn {
-    /// Frames from the peer.
-    pub r: FrameReader<OwnedReadHalf>,
-    /// Frames to the peer.
-    pub w: OwnedWriteHalf,
+    /// The connection, from the global RM's side.
+    pub conn: Conn<FromGlobal, ToGlobal, OwnedReadHalf, OwnedWriteHalf>,
 }
 
 impl FakeGlobal {
@@ -66,13 +64,14 @@ impl FakeGlobal {
             .await
             .expect("the local RM connects")
             .expect("accept a connection");
-        let (r, mut w) = stream.into_split();
-        let mut r = FrameReader::new(r);
-        let role = handshake::server(&mut r, &mut w, &self.secret)
+        let (r, w) = stream.into_split();
+        let mut conn = Conn::new(r, w);
+        let (r, w) = conn.parts_mut();
+        let role = handshake::server(r, w, &self.secret)
             .await
             .expect("the local RM's handshake");
         assert_eq!(role, Role::Local { name: name.into() });
-        GlobalConn { r, w }
+        GlobalConn { conn }
     }
 
     /// Serves admins from now on, in a task: each connection's request (after
@@ -82,27 +81,28 @@ impl FakeGlobal {
         tokio::spawn(async move {
             loop {
                 let (stream, _) = self.listener.accept().await.expect("accept an admin");
-                let (r, mut w) = stream.into_split();
-                let mut r = FrameReader::new(r);
-                match handshake::server(&mut r, &mut w, &self.secret).await {
+                let (r, w) = stream.into_split();
+                let mut conn: Conn<FromGlobal, ToGlobal, _, _> = Conn::new(r, w);
+                let (r, w) = conn.parts_mut();
+                match handshake::server(r, w, &self.secret).await {
                     Ok(Role::Admin) => {}
                     Ok(role) => panic!("expected an admin, got {role:?}"),
                     Err(_) => continue,
                 }
-                let mut msg = read_request(&mut r).await;
+                let mut msg = read_request(&mut conn).await;
                 if let ToGlobal::Upload { .. } = msg {
-                    msg = read_request(&mut r).await;
+                    msg = read_request(&mut conn).await;
                 }
-                write_frame(&mut w, &answer(msg), &[])
-                    .await
-                    .expect("send the answer");
+                conn.send(&answer(msg), &[]).await.expect("send the answer");
             }
         });
     }
 }
 
-async fn read_request(r: &mut FrameReader<OwnedReadHalf>) -> ToGlobal {
-    r.read::<ToGlobal>()
+async fn read_request(
+    conn: &mut Conn<FromGlobal, ToGlobal, OwnedReadHalf, OwnedWriteHalf>,
+) -> ToGlobal {
+    conn.recv()
         .await
         .expect("a well-formed frame")
         .expect("a request before the admin hangs up")
@@ -126,7 +126,7 @@ impl GlobalConn {
 
     /// The next message, whatever it is.
     pub async fn recv_any(&mut self) -> (ToGlobal, Bytes) {
-        tokio::time::timeout(FAKE_WAIT, self.r.read::<ToGlobal>())
+        tokio::time::timeout(FAKE_WAIT, self.conn.recv())
             .await
             .expect("a message from the local RM in time")
             .expect("a well-formed frame")
@@ -135,7 +135,8 @@ impl GlobalConn {
 
     /// Sends `msg` with `payload`.
     pub async fn send(&mut self, msg: FromGlobal, payload: &[u8]) {
-        write_frame(&mut self.w, &msg, payload)
+        self.conn
+            .send(&msg, payload)
             .await
             .expect("send to the local RM");
     }

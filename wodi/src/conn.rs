@@ -3,7 +3,8 @@
 //! frames into channel messages, and the server's side of a peer's [`Hello`].
 
 use bytes::{Bytes, BytesMut};
-use carmi_api::frame::{FrameReader, encode_header};
+use carmi_api::conn::ConnReader;
+use carmi_api::frame::encode_header;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -78,7 +79,7 @@ pub fn spawn_writer<W: AsyncWrite + Unpin + Send + 'static>(mut w: W) -> Writer 
 /// Starts a task reading frames of type `T` from `r` and handing each to
 /// `wrap`, whose result goes to `out`; at the end (close or error) `done` is sent.
 pub fn spawn_reader<R, T, E>(
-    mut r: FrameReader<R>,
+    mut r: ConnReader<T, R>,
     out: mpsc::UnboundedSender<E>,
     wrap: impl Fn(T, Bytes) -> E + Send + 'static,
     done: impl FnOnce(Option<String>) -> E + Send + 'static,
@@ -89,7 +90,7 @@ pub fn spawn_reader<R, T, E>(
 {
     tokio::spawn(async move {
         let why = loop {
-            match r.read::<T>().await {
+            match r.recv().await {
                 Ok(Some((msg, payload))) => {
                     if out.send(wrap(msg, payload)).is_err() {
                         return;
@@ -111,8 +112,9 @@ pub fn interface_towards(addr: &str) -> anyhow::Result<String> {
     Ok(sock.local_addr()?.ip().to_string())
 }
 
-/// The read half of a peer's connection, framed.
-pub type Reader = FrameReader<tokio::net::tcp::OwnedReadHalf>;
+/// The read half of a peer's connection after its hello (which says what
+/// it sends next: [`ConnReader::retype`]).
+pub type Reader = ConnReader<Hello, tokio::net::tcp::OwnedReadHalf>;
 /// The write half of a peer's connection.
 pub type WriteHalf = tokio::net::tcp::OwnedWriteHalf;
 
@@ -124,8 +126,8 @@ pub async fn read_hello(
 ) -> anyhow::Result<(Reader, WriteHalf, Hello)> {
     let peer = stream.peer_addr()?;
     let (r, w) = stream.into_split();
-    let mut r = FrameReader::with_max(r, 64 * 1024);
-    let hello = match tokio::time::timeout(HELLO_TIMEOUT, r.read::<Hello>()).await {
+    let mut r: Reader = ConnReader::with_max(r, 64 * 1024);
+    let hello = match tokio::time::timeout(HELLO_TIMEOUT, r.recv()).await {
         Ok(Ok(Some((h, _)))) => h,
         Ok(Ok(None)) => anyhow::bail!("{peer} closed before its hello"),
         Ok(Err(e)) => anyhow::bail!("{peer} sent a bad hello: {e}"),

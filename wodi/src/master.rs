@@ -46,7 +46,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use bytes::Bytes;
-use carmi_api::frame::FrameReader;
+use carmi_api::conn::ConnReader;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -313,7 +313,7 @@ impl Master {
         // The reader keeps the status current even while the application
         // is not reading results (a progress display may poll it any time).
         spawn_reader(
-            FrameReader::with_max(r, crate::proto::MAX_FRAME),
+            ConnReader::with_max(r, crate::proto::MAX_FRAME),
             tx,
             move |msg, payload| {
                 if let ToMaster::Status(st) = &msg {

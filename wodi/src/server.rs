@@ -186,7 +186,7 @@ impl Driver {
                     let id = self.run.master_connected(now);
                     self.masters.insert(id, spawn_writer(w));
                     spawn_reader(
-                        r,
+                        r.retype(),
                         self.events_tx.clone(),
                         move |msg, p| Ev::Master(id, msg, p),
                         move |why| Ev::MasterGone(id, why),
@@ -201,7 +201,7 @@ impl Driver {
                     let generation = self.generation;
                     self.workers.insert(worker, (spawn_writer(w), generation));
                     spawn_reader(
-                        r,
+                        r.retype(),
                         self.events_tx.clone(),
                         move |m, p| Ev::Worker(worker, m, p),
                         move |_| Ev::WorkerGone(worker, generation),
