@@ -244,6 +244,14 @@ enum Queued {
     Stats(MasterId),
 }
 
+/// Workers in a row that may exit before connecting before the run gives up
+/// with [`ToMaster::Fatal`]: a worker that dies at start-up on every host (a
+/// missing library, a script that fails to parse its arguments) would
+/// otherwise be spawned again and again, thousands of processes a minute
+/// across the pool. The pool's own kills (SIGTERM, SIGKILL, a lost host) do
+/// not count, and any worker connecting resets the count.
+pub const MAX_EARLY_DEATHS: u32 = 10;
+
 /// The run: the scheduler core and every decision around it. See the module
 /// documentation.
 pub struct Run {
@@ -271,6 +279,9 @@ pub struct Run {
     host_class: HashMap<HostId, String>,
     /// Workers whose connection is up.
     connected: BTreeSet<WorkerId>,
+    /// Workers in a row whose process exited before it connected (reset by
+    /// any worker connecting): a broken worker executable, not churn.
+    early_deaths: u32,
     data: HashMap<Ticket, Bytes>,
     steps: HashMap<Ticket, (MasterId, StepId)>,
     /// With `Policies::fewest_hosts`: the rule; and the steps of the cycle
@@ -327,6 +338,7 @@ impl Run {
             declared_speeds: BTreeMap::new(),
             host_class: HashMap::new(),
             connected: BTreeSet::new(),
+            early_deaths: 0,
             data: HashMap::new(),
             steps: HashMap::new(),
             fewest: None,

@@ -92,6 +92,14 @@ impl Bench {
     /// Grants host `host` to the oldest unanswered request for `class`,
     /// starts the worker the run spawns on it and connects it.
     fn grant(&mut self, class: &str, host: u64) -> WorkerId {
+        let (_, _, worker) = self.grant_unconnected(class, host);
+        assert!(self.run.worker_connected(worker, self.now));
+        worker
+    }
+
+    /// Grants host `host` like [`Bench::grant`]; its worker's process
+    /// starts but does not connect.
+    fn grant_unconnected(&mut self, class: &str, host: u64) -> (RequestId, ProcessId, WorkerId) {
         let request = self
             .calls
             .iter()
@@ -131,8 +139,55 @@ impl Bench {
             host: HostId(host),
         };
         self.run.carmi_event(started, self.now);
-        assert!(self.run.worker_connected(worker, self.now));
-        worker
+        (spawn, process, worker)
+    }
+
+    /// Starts the next worker the run spawns after request `after`, on any
+    /// host, granting a new host (`*next_host`, counted up) when the run asked
+    /// for one instead (as it does once a host saw too many crashes).
+    fn start_next_worker(
+        &mut self,
+        after: RequestId,
+        next_host: &mut u64,
+    ) -> (RequestId, ProcessId) {
+        let newest_spawn = |b: &Bench| {
+            b.calls.iter().rev().find_map(|(id, c)| match c {
+                CarmiCall::Spawn { host, .. } if *id > after => Some((*id, *host)),
+                _ => None,
+            })
+        };
+        if newest_spawn(self).is_none() {
+            let ask = self
+                .calls
+                .iter()
+                .rev()
+                .find_map(|(id, c)| matches!(c, CarmiCall::AddHosts { .. }).then_some(*id))
+                .expect("the run asks for hosts again");
+            let info = HostInfo {
+                host: HostId(*next_host),
+                name: format!("slot1@m{next_host}"),
+                class: "a".into(),
+                ad: String::new(),
+            };
+            *next_host += 1;
+            let event = Event::HostsAdded {
+                request: ask,
+                hosts: vec![info],
+                remaining: 0,
+            };
+            self.run.carmi_event(event, self.now);
+            self.drain();
+        }
+        let (spawn, host) = newest_spawn(self).expect("a worker is spawned again");
+        let process = ProcessId(self.next_process);
+        self.next_process += 1;
+        let started = Event::ProcessStarted {
+            request: spawn,
+            process,
+            host,
+        };
+        self.run.carmi_event(started, self.now);
+        (spawn, process)
     }
 
     fn result(&mut self, worker: WorkerId, ticket: u64, payload: &str) {
@@ -601,3 +656,70 @@ fn the_masters_hear_of_a_changed_status_at_most_every_250_ms() {
 
 #[path = "run_tests_classes.rs"]
 mod classes;
+
+#[test]
+fn workers_that_keep_dying_before_connecting_end_the_run_with_the_reason() {
+    let mut b = Bench::new();
+    let m = b.master(init(&[("a", 1)], 3, Policies::default()), "init");
+    b.drain();
+    let (mut spawn, mut process, _) = b.grant_unconnected("a", 1);
+    let mut next_host = 10;
+    let mut deaths = 0;
+    let mut fatal = None;
+    while fatal.is_none() && deaths <= MAX_EARLY_DEATHS {
+        let exited = Event::ProcessExited {
+            request: spawn,
+            process,
+            status: carmi_proto::msg::ExitStatus::Code(1),
+            cpu_seconds: 0.0,
+        };
+        b.run.carmi_event(exited, b.now);
+        deaths += 1;
+        // Past the loss grace: the scheduler spawns the next worker.
+        b.at(deaths as f64);
+        let out = b.drain();
+        fatal = to_master(&out, m).into_iter().find_map(|x| match x {
+            ToMaster::Fatal { reason } => Some(reason),
+            _ => None,
+        });
+        (spawn, process) = b.start_next_worker(spawn, &mut next_host);
+    }
+    assert_eq!(deaths, MAX_EARLY_DEATHS);
+    let reason = fatal.unwrap();
+    assert!(
+        reason.contains("10 workers in a row exited before connecting"),
+        "{reason}"
+    );
+    assert!(reason.contains("Code(1)"), "{reason}");
+}
+
+#[test]
+fn a_worker_that_connects_resets_the_count_of_early_deaths() {
+    let mut b = Bench::new();
+    let m = b.master(init(&[("a", 1), ("b", 1)], 3, Policies::default()), "init");
+    b.drain();
+    let (mut spawn, mut process, _) = b.grant_unconnected("a", 1);
+    let mut next_host = 10;
+    for i in 1..MAX_EARLY_DEATHS + 5 {
+        let exited = Event::ProcessExited {
+            request: spawn,
+            process,
+            status: carmi_proto::msg::ExitStatus::Code(1),
+            cpu_seconds: 0.0,
+        };
+        b.run.carmi_event(exited, b.now);
+        if i == MAX_EARLY_DEATHS - 1 {
+            // Another class's worker starts fine: the executable works.
+            b.grant("b", 2);
+        }
+        b.at(i as f64);
+        let out = b.drain();
+        assert!(
+            !to_master(&out, m)
+                .iter()
+                .any(|x| matches!(x, ToMaster::Fatal { .. })),
+            "death {i}: {out:?}"
+        );
+        (spawn, process) = b.start_next_worker(spawn, &mut next_host);
+    }
+}

@@ -76,6 +76,7 @@ impl Run {
                     // worker that never connected is lost here, after the
                     // same grace.
                     if !self.connected.contains(&worker) {
+                        self.early_death(&status);
                         self.loss_grace(worker);
                     }
                 }
@@ -152,6 +153,29 @@ impl Run {
             debug!("cancel {request} came too late: {}", failure.message);
         } else {
             warn!("CARMI request {request} failed: {}", failure.message);
+        }
+    }
+}
+
+impl Run {
+    /// A worker's process exited before it connected: counts it, and ends
+    /// the run once [`super::MAX_EARLY_DEATHS`] did so in a row.
+    fn early_death(&mut self, status: &carmi_proto::msg::ExitStatus) {
+        use carmi_proto::msg::ExitStatus as S;
+        // The pool's own kills (a vacate's SIGTERM, the grace's SIGKILL, a
+        // lost host) are churn, not a broken worker.
+        if matches!(status, S::HostLost | S::Signal(9) | S::Signal(15)) {
+            return;
+        }
+        self.early_deaths += 1;
+        if self.early_deaths == super::MAX_EARLY_DEATHS {
+            let reason = format!(
+                "{} workers in a row exited before connecting to the WoDi server (the last: \
+                 {status:?}); the worker command ({}) fails at start-up: its standard error \
+                 is in `carmi logs` of the job",
+                self.early_deaths, self.executable
+            );
+            self.fatal(&reason);
         }
     }
 }

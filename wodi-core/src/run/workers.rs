@@ -25,6 +25,7 @@ impl Run {
         };
         // Init and cycle data go out with its first step (`switch_context`).
         self.connected.insert(worker);
+        self.early_deaths = 0;
         info!("{worker} joined");
         let t = self.t();
         if self.speeds.worker_connected(worker, host, t) {
