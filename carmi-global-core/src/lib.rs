@@ -1,7 +1,7 @@
 //! The CARMI global resource manager's pure core: every decision the daemon
 //! makes, as plain state machines that take an input and the current time and
 //! return outputs ([`alloc::Allocator`], [`router::Router`]). No I/O and no
-//! async runtime in its dependency tree (checked by `tests/pure.rs`), so
+//! async runtime in its dependency tree (checked by carmi-tests' `tests/structure.rs`), so
 //! tests, benchmarks and simulators drive exactly the daemon's logic in
 //! virtual time; the tokio driver, the executable store and the journal file
 //! live in `carmi-global`.

@@ -4,7 +4,7 @@
 //! The daemon (`carmi-local`) feeds them socket, process, timer and owner
 //! events and carries out what they return; the simulator can run them in
 //! virtual time. This crate's dependency tree holds no async runtime, so the
-//! compiler checks that nothing here does I/O (`tests/pure.rs` checks the
+//! compiler checks that nothing here does I/O (carmi-tests' `tests/structure.rs` checks the
 //! tree).
 //!
 //! # Layout

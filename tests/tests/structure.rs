@@ -486,3 +486,50 @@ fn the_checker_finds_circles_long_fns_and_skips_tests() {
     assert!(long_fns(&code).is_empty());
     assert_eq!(removed, MAX_FN_LINES + 4);
 }
+
+/// The crates that must stay pure, each with one crate its tree must contain
+/// (so that an empty or failed `cargo tree` cannot pass).
+const PURE_CRATES: &[(&str, &str)] = &[
+    ("carmi-proto", "classad"),
+    ("carmi-global-core", "carmi-proto"),
+    ("carmi-local-core", "carmi-proto"),
+    ("wodi-core", "carmi-proto"),
+    ("owner-model", "carmi-proto"),
+];
+
+/// What no pure crate may link: an async runtime, the client library (which
+/// pulls one) or a daemon.
+const NOT_IN_A_PURE_TREE: &[&str] = &[
+    "tokio",
+    "mio",
+    "carmi-api",
+    "carmi-global",
+    "carmi-local",
+    "carmi-pool",
+];
+
+#[test]
+fn pure_crates_link_no_runtime_and_no_daemon() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    for (krate, expected) in PURE_CRATES {
+        let out = std::process::Command::new(&cargo)
+            .args(["tree", "-p", krate, "-e", "normal", "--prefix", "none"])
+            .current_dir(workspace_root())
+            .output()
+            .expect("run cargo tree");
+        let tree = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "cargo tree -p {krate}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let crates: BTreeSet<&str> = tree.lines().filter_map(|l| l.split(' ').next()).collect();
+        assert!(crates.contains(expected), "{krate}: {tree}");
+        for heavy in NOT_IN_A_PURE_TREE {
+            assert!(
+                !crates.contains(heavy),
+                "{krate} depends on {heavy}:\n{tree}"
+            );
+        }
+    }
+}

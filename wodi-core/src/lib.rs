@@ -2,7 +2,7 @@
 //! inputs and `now` and drained of outputs.
 //!
 //! No I/O, no wall clock and no async runtime (the crate's dependency tree
-//! has no tokio, checked by `tests/floors.rs`), so the WoDi server drives it
+//! has no tokio, checked by carmi-tests' `tests/structure.rs`), so the WoDi server drives it
 //! over real connections and the simulator drives it in virtual time.
 //!
 //! # Layout (lower modules first; a module imports only modules above it)
