@@ -117,6 +117,30 @@ fn eval_reads_an_ad_from_stdin() {
     assert_eq!(out, "false\n");
 }
 
+/// Issue 22: an expression too deep for the parser, and too long for a
+/// command line, is a syntax error with a readable message, never a crash.
+#[test]
+fn a_hundred_thousand_nested_parentheses_from_stdin_are_a_syntax_error() {
+    let n = 100_000;
+    let deep = format!("{}1{}", "(".repeat(n), ")".repeat(n));
+    let out = run(&["eval", "-"], &deep);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("nested deeper than"), "{err}");
+    assert!(err.contains("from stdin"), "{err}");
+    assert!(
+        err.len() < 1_000,
+        "the context is clipped around the error: {err}"
+    );
+}
+
+#[test]
+fn eval_reads_the_expression_from_stdin() {
+    assert_eq!(ok(&["eval", "-"], "1 + 2\n"), "3\n");
+    let out = run(&["eval", "--my", "-", "-"], "A = 1\n");
+    assert_eq!(out.status.code(), Some(1), "stdin read once only");
+}
+
 #[test]
 fn eval_refuses_to_read_stdin_twice() {
     let out = run(&["eval", "--my", "-", "--target", "-", "1"], "A = 1\n");

@@ -1,6 +1,7 @@
 //! `classad`: check ClassAd expressions from the command line.
 //!
-//! - `classad eval [--my FILE] [--target FILE] EXPR` prints the value of `EXPR`.
+//! - `classad eval [--my FILE] [--target FILE] EXPR` prints the value of `EXPR`
+//!   (`-` reads `EXPR` from stdin).
 //! - `classad match --requirements EXPR [--rank EXPR] [--list] FILE...` counts
 //!   the machine ads in the files for which `EXPR` is `true`.
 //! - `classad synth --count N` writes `N` synthetic machine ads to try `match` on.
@@ -46,7 +47,8 @@ enum Command {
         /// The ad that is TARGET (one ad, old or new syntax; `-` for stdin).
         #[arg(long, value_name = "FILE")]
         target: Option<PathBuf>,
-        /// The expression, e.g. 'strcat("x", 1 + 2)'.
+        /// The expression, e.g. 'strcat("x", 1 + 2)'; `-` reads it from stdin
+        /// (for expressions longer than the command line allows).
         expr: String,
     },
     /// Count the ads for which an expression is true (MY = each ad, no TARGET).
@@ -107,9 +109,14 @@ fn run(cli: Cli) -> Result<()> {
     let mut inputs = Inputs::default();
     match cli.command {
         Command::Eval { my, target, expr } => {
-            let expr = parse_arg("the expression", &expr)?;
             let my = my.map(|p| read_one_ad(&mut inputs, &p)).transpose()?;
             let target = target.map(|p| read_one_ad(&mut inputs, &p)).transpose()?;
+            let expr = if expr == "-" {
+                let (_, text) = inputs.read(Path::new("-"))?;
+                parse_arg("the expression from stdin", text.trim_end())?
+            } else {
+                parse_arg("the expression", &expr)?
+            };
             let v = eval_with(&expr, my.as_ref(), target.as_ref());
             let mut out = io::stdout().lock();
             writeln!(out, "{v}")?;
@@ -192,15 +199,43 @@ impl fmt::Display for SyntaxError {
         if let Some(start) = self.ad_line {
             write!(f, " (in the ad starting at line {start})")?;
         }
+        let (text, column) = clip_around(&e.line_text, e.column);
         write!(
             f,
             ": {}\n  {}\n  {:>width$}",
             e.message,
-            e.line_text,
+            text,
             "^",
-            width = e.column
+            width = column
         )
     }
+}
+
+/// Characters of context kept on each side of an error's column: a line of
+/// 100,000 brackets is no help to read, a window around the caret is.
+const CONTEXT_CHARS: usize = 60;
+
+/// The part of `line` around the 1-based character `column`, with `...`
+/// where it was cut, and the caret's column within that part.
+fn clip_around(line: &str, column: usize) -> (String, usize) {
+    let chars: Vec<char> = line.chars().collect();
+    let at = column.saturating_sub(1).min(chars.len());
+    let start = at.saturating_sub(CONTEXT_CHARS);
+    let end = (at + CONTEXT_CHARS).min(chars.len());
+    if start == 0 && end == chars.len() {
+        return (line.to_string(), column);
+    }
+    let mut text = String::new();
+    let mut column = at - start + 1;
+    if start > 0 {
+        text.push_str("...");
+        column += 3;
+    }
+    text.extend(&chars[start..end]);
+    if end < chars.len() {
+        text.push_str("...");
+    }
+    (text, column)
 }
 
 impl std::error::Error for SyntaxError {}
