@@ -33,7 +33,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::limits::{self, LimitError};
+use crate::bounds::{self as limits, LimitError, over};
 pub use crate::submit_options::OnImpossible;
 
 /// One resource class of a job: which machines, how many.
@@ -93,7 +93,7 @@ pub struct JobSpec {
     /// RM places on another machine gets them from the pool, as it gets its
     /// executable. Empty from the parser and from older clients.
     #[serde(default)]
-    pub input_refs: Vec<crate::msg::ExecutableRef>,
+    pub input_refs: Vec<crate::exe::ExecutableRef>,
     /// `queue N`: how many copies of the job the file describes.
     #[serde(default = "one")]
     pub count: u32,
@@ -105,6 +105,25 @@ pub struct JobSpec {
 
 fn one() -> u32 {
     1
+}
+
+/// The requirements and ranks of all of a job's classes together are at most
+/// [`MAX_EXPRESSION_BYTES_PER_JOB`](crate::limits::MAX_EXPRESSION_BYTES_PER_JOB);
+/// also `carmi_proto::limits::check_expressions_of_job`.
+pub fn check_expressions_of_job(classes: &[ClassSpec]) -> Result<(), LimitError> {
+    let total: usize = classes
+        .iter()
+        .map(|c| c.requirements.len() + c.rank.as_ref().map_or(0, String::len))
+        .sum();
+    let max = limits::MAX_EXPRESSION_BYTES_PER_JOB;
+    if total > max {
+        return Err(over(
+            "requirements and rank of all classes",
+            format!("{total} bytes"),
+            format!("{max} bytes per job"),
+        ));
+    }
+    Ok(())
 }
 
 /// One mistake in a submit file.
@@ -491,7 +510,7 @@ pub fn parse(file: &str, text: &str) -> Result<JobSpec, SubmitErrors> {
             ),
         );
     }
-    extras.apply_requests(&mut classes);
+    extras.apply_requests(classes.iter_mut().map(|c| &mut c.requirements));
     if classes.is_empty() {
         err(
             last_line.max(1),
@@ -587,7 +606,7 @@ pub fn parse(file: &str, text: &str) -> Result<JobSpec, SubmitErrors> {
         };
         err(line, e.to_string());
     }
-    if let Err(e) = limits::check_expressions_of_job(&classes) {
+    if let Err(e) = check_expressions_of_job(&classes) {
         err(classes.last().map_or(0, |c| c.line), e.to_string());
     }
     let minimum: u64 = classes.iter().map(|c| u64::from(c.min)).sum();

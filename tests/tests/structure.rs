@@ -23,16 +23,6 @@ const CIRCLES_ALLOWED: &[&str] = &["classad"];
 /// only shrinks), and a new one fails.
 const KNOWN_OFFENDERS: &[&str] = &[
     "carmi-proto/src/submit.rs: fn parse",
-    "carmi-proto/src/events -> msg",
-    "carmi-proto/src/limits -> msg",
-    "carmi-proto/src/limits -> submit",
-    "carmi-proto/src/msg -> events",
-    "carmi-proto/src/msg -> submit",
-    "carmi-proto/src/submit -> limits",
-    "carmi-proto/src/submit -> msg",
-    "carmi-proto/src/submit -> submit_condor",
-    "carmi-proto/src/submit_condor -> limits",
-    "carmi-proto/src/submit_condor -> submit",
 ];
 
 /// The workspace's member directories, from its manifest.
