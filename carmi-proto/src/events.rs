@@ -16,7 +16,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{HostId, JobId};
-use crate::msg::{ExitStatus, JobEnd};
+use crate::outcome::{ExitStatus, JobEnd};
 
 /// One event of a job.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -2,9 +2,21 @@
 //! party that stores or stages executable bytes (the global RM's store, the
 //! local RMs' caches), so that they agree on what "the same executable" means.
 
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::msg::ExecutableRef;
+/// A content-addressed executable. Its bytes are uploaded once to the global
+/// RM ([`ToLocal::UploadExecutable`](crate::msg::ToLocal::UploadExecutable)) and staged from there to the machines
+/// that lack them.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ExecutableRef {
+    /// File name, for the process's `argv[0]` and for people.
+    pub name: String,
+    /// SHA-256 of the contents, lower-case hex.
+    pub sha256: String,
+    /// Size in bytes.
+    pub size: u64,
+}
 
 /// Lower-case hex SHA-256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {

@@ -1,6 +1,6 @@
 use super::*;
 use crate::ids::HostId;
-use crate::msg::SpawnTarget;
+use crate::msg::{ExecutableRef, SpawnTarget};
 
 fn spec(text: &str) -> JobSpec {
     crate::submit::parse("job.sub", text).expect("a valid submit file")

@@ -27,13 +27,17 @@ mod admin;
 mod app;
 
 pub use admin::{
-    ClassAnalysis, ClassStatus, JobAnalysis, JobEnd, JobFiles, JobRecord, JobStatus, JobUsage,
-    LogChunk, MachineStatus, ReturnedFile, SlotStatus, StageStats, SubmitRequest,
+    ClassAnalysis, ClassStatus, JobAnalysis, JobFiles, JobRecord, JobStatus, JobUsage, LogChunk,
+    MachineStatus, ReturnedFile, SlotStatus, StageStats, SubmitRequest,
 };
 pub use app::{
-    ClassDef, Event, ExecutableRef, ExitStatus, Failure, FailureCode, HostInfo, OutputFrame,
-    OutputMode, OutputRoute, ProcessInfo, ProcessState, Reply, Request, SpawnTarget, StdStream,
+    ClassDef, Event, Failure, FailureCode, HostInfo, OutputFrame, OutputMode, OutputRoute,
+    ProcessInfo, ProcessState, Reply, Request, SpawnTarget, StdStream,
 };
+// Shared with modules below this one (the event log, executables, submit
+// files), so defined there and named here too.
+pub use crate::exe::ExecutableRef;
+pub use crate::outcome::{ExitStatus, JobEnd};
 
 use serde::{Deserialize, Serialize};
 

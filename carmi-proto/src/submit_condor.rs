@@ -21,8 +21,7 @@
 //!   the global RM to place the master there when it is submitted from a
 //!   machine outside the pool (default: any machine).
 
-use crate::limits;
-use crate::submit::ClassSpec;
+use crate::bounds as limits;
 
 /// Commands recognised here besides `+Name`, lower case.
 pub const KEYS: [&str; 11] = [
@@ -197,8 +196,10 @@ impl Extras {
         out
     }
 
-    /// Adds the resource requests to every class's requirements.
-    pub fn apply_requests(&self, classes: &mut [ClassSpec]) {
+    /// Adds the resource requests to every class's requirements (given as
+    /// the classes' `requirements` fields, so that this module needs no
+    /// class type: the parser in [`crate::submit`] uses it, not the reverse).
+    pub fn apply_requests<'a>(&self, requirements: impl IntoIterator<Item = &'a mut String>) {
         let mut terms = Vec::new();
         for (attr, v) in [
             ("Cpus", self.cpus),
@@ -213,11 +214,11 @@ impl Extras {
             return;
         }
         let extra = terms.join(" && ");
-        for c in classes {
-            c.requirements = if c.requirements.trim() == "true" {
+        for r in requirements {
+            *r = if r.trim() == "true" {
                 extra.clone()
             } else {
-                format!("({}) && {extra}", c.requirements)
+                format!("({r}) && {extra}")
             };
         }
     }
@@ -298,28 +299,14 @@ mod tests {
         let mut e = Extras::default();
         e.set("request_cpus", "2").unwrap();
         e.set("Request_Memory", "1G").unwrap();
-        let mut classes = vec![
-            ClassSpec {
-                name: "a".into(),
-                requirements: "true".into(),
-                rank: None,
-                min: 1,
-                max: 1,
-                line: 3,
-            },
-            ClassSpec {
-                name: "b".into(),
-                requirements: "Arch == \"X86_64\" || HasGpu".into(),
-                rank: None,
-                min: 1,
-                max: 1,
-                line: 5,
-            },
+        let mut requirements = vec![
+            "true".to_string(),
+            "Arch == \"X86_64\" || HasGpu".to_string(),
         ];
-        e.apply_requests(&mut classes);
-        assert_eq!(classes[0].requirements, "Cpus >= 2 && Memory >= 1024");
+        e.apply_requests(&mut requirements);
+        assert_eq!(requirements[0], "Cpus >= 2 && Memory >= 1024");
         assert_eq!(
-            classes[1].requirements,
+            requirements[1],
             "(Arch == \"X86_64\" || HasGpu) && Cpus >= 2 && Memory >= 1024"
         );
         assert_eq!(

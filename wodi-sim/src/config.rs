@@ -1,7 +1,7 @@
 //! What one simulated run is given ([`SimConfig`]) and what it yields
 //! ([`SimRun`], [`RunSummary`]).
 
-use owner_sim::OwnerModel;
+use owner_model::OwnerModel;
 use serde::{Deserialize, Serialize};
 
 use wodi::profile::StepProfile;

@@ -5,12 +5,12 @@
 //! The cores are the ones the daemons run: the global RM's router and
 //! allocator (`carmi_global_core::router::Router`), per machine the local RM's
 //! core and owner policy (`carmi_local_core::node::Core`,
-//! `carmi_local_core::policy::Policy`) fed by an owner model from `owner-sim`,
+//! `carmi_local_core::policy::Policy`) fed by an owner model from `owner-model`,
 //! and the WoDi server's core ([`wodi::run::Run`], the scheduler inside)
 //! fed the master's and workers' messages. Every message between them is
 //! encoded and decoded on arrival (serde), after a configurable link
 //! latency. What is simulated is
-//! only what lies outside the cores: owners (an [`owner_sim::OwnerModel`]), processes
+//! only what lies outside the cores: owners (an [`owner_model::OwnerModel`]), processes
 //! (a worker computes its steps at its host's speed and stops when
 //! SIGSTOPped), and a master that runs cycles of steps with times drawn
 //! from a [`wodi::profile::StepProfile`].

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::*;
-use owner_sim::OwnerModel;
+use owner_model::OwnerModel;
 use wodi::order::Ordering;
 use wodi::plan::fewest_hosts;
 use wodi::profile::materials;

@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{ExecutableRef, ExitStatus};
+use super::{ExecutableRef, JobEnd};
 use crate::ids::{HostId, JobId, ProcessId};
 
 /// A piece of a master's standard output or error (`carmi logs`).
@@ -110,20 +110,6 @@ pub struct JobStatus {
     /// pool cannot supply); absent from older global RMs.
     #[serde(default)]
     pub note: Option<String>,
-}
-
-/// How a job left the queue.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum JobEnd {
-    /// Its master (for a job started by hand: its first process) ended this way.
-    Completed(ExitStatus),
-    /// Its master could not be started: the local RM's reason (the `exec`
-    /// error, a staging failure), so that the job does not vanish silently.
-    FailedToStart(String),
-    /// Removed with `carmi rm`.
-    Removed,
-    /// Started by hand: its first process disconnected from its local RM.
-    Detached,
 }
 
 /// A job that left the queue, for `carmi history`.

@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::{ExecutableRef, ExitStatus};
 use crate::ids::{HostId, ProcessId, RequestId};
 
 /// What the submitter of `class_spawn` wants done with the new process's
@@ -70,19 +71,6 @@ pub enum SpawnTarget {
     Class(String),
     /// This host, which must be allocated to the job.
     Host(HostId),
-}
-
-/// A content-addressed executable. Its bytes are uploaded once to the global
-/// RM ([`ToLocal::UploadExecutable`](super::ToLocal::UploadExecutable)) and staged from there to the machines
-/// that lack them.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct ExecutableRef {
-    /// File name, for the process's `argv[0]` and for people.
-    pub name: String,
-    /// SHA-256 of the contents, lower-case hex.
-    pub sha256: String,
-    /// Size in bytes.
-    pub size: u64,
 }
 
 /// A service request of Appendix A. Every request carries a [`RequestId`]
@@ -200,19 +188,6 @@ pub struct HostInfo {
     pub class: String,
     /// The machine ad in new ClassAd syntax (all attributes).
     pub ad: String,
-}
-
-/// How a process ended.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ExitStatus {
-    /// Exited with this code.
-    Code(i32),
-    /// Killed by this signal.
-    Signal(i32),
-    /// Could not be started (reason).
-    FailedToStart(String),
-    /// Its host was lost or vacated.
-    HostLost,
 }
 
 /// State of a process.

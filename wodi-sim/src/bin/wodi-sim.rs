@@ -17,7 +17,7 @@
 use std::process::ExitCode;
 
 use clap::{ArgAction, Parser, ValueEnum};
-use owner_sim::OwnerModel;
+use owner_model::OwnerModel;
 use serde::Serialize;
 use wodi::order::Ordering as StepOrder;
 use wodi::profile::{StepProfile, materials};

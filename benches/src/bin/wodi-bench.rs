@@ -91,9 +91,9 @@ async fn bench(args: Args) -> anyhow::Result<()> {
             secret_file: secret.clone(),
         },
         _ => {
-            let p = owner_sim::EmbeddedPool::start(owner_sim::PoolOptions {
+            let p = carmi_pool::EmbeddedPool::start(carmi_pool::PoolOptions {
                 hosts: args.workers as usize,
-                ..owner_sim::PoolOptions::default()
+                ..carmi_pool::PoolOptions::default()
             })
             .await?;
             let addr = PoolAddr {

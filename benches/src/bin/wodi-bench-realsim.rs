@@ -25,9 +25,9 @@
 
 use std::time::Duration;
 
+use carmi_pool::{EmbeddedPool, PoolOptions};
 use clap::Parser;
-use owner_sim::model::OwnerModel;
-use owner_sim::{EmbeddedPool, PoolOptions};
+use owner_model::OwnerModel;
 use wodi::master::{Master, MasterConfig, PoolAddr, StepOutcome};
 use wodi::order::Ordering;
 use wodi::profile::{StepProfile, materials, scaled};
