@@ -51,12 +51,13 @@ use bytes::Bytes;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 
+use crate::conn::Conn;
 use crate::frame::FrameReader;
 use crate::handshake::{self, HandshakeError, Secret};
 use crate::ids::{HostId, JobId, ProcessId, RequestId};
 use crate::msg::{
     Event, Failure, FailureCode, FromLocal, OutputMode, Reply, Request, Role, SpawnTarget,
-    StdStream,
+    StdStream, ToLocal,
 };
 
 /// How long `connect` waits for the local RM to accept the TCP connection.
@@ -353,7 +354,10 @@ pub async fn connect(opts: ConnectOptions) -> Result<(Carmi, EventStream), Conne
         addr: addr.clone(),
         reason,
     };
-    let (job, process) = match tokio::time::timeout(ATTACH_TIMEOUT, r.read::<FromLocal>()).await {
+    // Written through a buffer: many small requests share a packet (see `rm::write_loop`).
+    let w = tokio::io::BufWriter::with_capacity(64 * 1024, w);
+    let mut conn: Conn<ToLocal, FromLocal, _, _> = Conn::from_parts(r, w);
+    let (job, process) = match tokio::time::timeout(ATTACH_TIMEOUT, conn.recv()).await {
         Err(_) => {
             return Err(not_attached(format!(
                 "no answer within {} s",
@@ -389,6 +393,7 @@ pub async fn connect(opts: ConnectOptions) -> Result<(Carmi, EventStream), Conne
         output_files: Mutex::new(HashMap::new()),
         output_budget: output_budget.clone(),
     });
+    let (r, w) = conn.split();
     runtime.spawn(rm::write_loop(shared.clone(), commands_rx, w));
     runtime.spawn(rm::read_loop(shared.clone(), r));
     runtime.spawn(peer::accept_loop(shared.clone(), listener));

@@ -121,6 +121,15 @@ impl<In: DeserializeOwned, R: AsyncRead + Unpin> ConnReader<In, R> {
         }
     }
 
+    /// A reading half over a frame reader that may already hold buffered
+    /// bytes: the handshake ran on it, and what follows is of this kind.
+    pub fn from_frames(frames: FrameReader<R>) -> Self {
+        ConnReader {
+            frames,
+            _in: PhantomData,
+        }
+    }
+
     /// The same half receiving another kind of message, keeping any bytes
     /// already buffered: a protocol whose first message (a hello) says
     /// which kind of peer this is and so what it sends next.
@@ -165,6 +174,11 @@ impl<Out: Serialize, W: AsyncWrite + Unpin> ConnWriter<Out, W> {
     /// Sends one message with its payload (empty for most messages).
     pub async fn send(&mut self, msg: &Out, payload: &[u8]) -> std::io::Result<()> {
         write_frame(&mut self.inner, msg, payload).await
+    }
+
+    /// Pushes out what a buffering writer holds.
+    pub async fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush().await
     }
 
     /// The same half sending another kind of message (see [`ConnReader::retype`]).

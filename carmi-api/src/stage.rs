@@ -32,12 +32,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::io::{AsyncRead, AsyncWrite, BufWriter};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::conn::{Conn, ConnReader, ConnWriter};
 use crate::exe::is_sha256_hex;
-use crate::frame::{FrameReader, write_frame};
+use crate::frame::FrameReader;
 use crate::handshake::{self, Secret};
 use crate::msg::{ExecutableRef, Role};
 
@@ -306,8 +307,8 @@ impl RateLimiter {
 /// start arriving), streams the bytes through `limiter`. Returns the
 /// number of bytes sent, or why the connection ended early.
 pub async fn serve<R, W>(
-    reader: &mut FrameReader<R>,
-    w: &mut W,
+    reader: &mut ConnReader<StageRequest, R>,
+    w: &mut ConnWriter<StageReply, W>,
     lookup: impl AsyncFnOnce(String) -> Served,
     limiter: &RateLimiter,
 ) -> Result<u64, String>
@@ -315,7 +316,7 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let sha256 = match reader.read::<StageRequest>().await {
+    let sha256 = match reader.recv().await {
         Ok(Some((StageRequest::Get { sha256 }, _))) => sha256,
         Ok(None) => return Err("closed before asking".into()),
         Err(e) => return Err(format!("bad request: {e}")),
@@ -325,14 +326,14 @@ where
             "`{}` is not a SHA-256",
             sha256.chars().take(80).collect::<String>()
         );
-        let _ = write_frame(
-            w,
-            &StageReply::Missing {
-                reason: reason.clone(),
-            },
-            &[],
-        )
-        .await;
+        let _ = w
+            .send(
+                &StageReply::Missing {
+                    reason: reason.clone(),
+                },
+                &[],
+            )
+            .await;
         return Err(reason);
     }
     let failed = |e: std::io::Error| format!("write failed: {e}");
@@ -351,7 +352,7 @@ where
             executable,
         ),
         Served::Missing(reason) => {
-            write_frame(w, &StageReply::Missing { reason }, &[])
+            w.send(&StageReply::Missing { reason }, &[])
                 .await
                 .map_err(failed)?;
             return Ok(0);
@@ -361,10 +362,11 @@ where
     // flushed at once, since the receiver passes nothing on before it has
     // the whole chunk (holding one back until the next fills the buffer
     // doubled the latency of every hop).
-    let mut w = BufWriter::with_capacity(2 * STAGE_CHUNK, w);
+    let mut w: ConnWriter<StageReply, _> =
+        ConnWriter::new(BufWriter::with_capacity(2 * STAGE_CHUNK, w.get_mut()));
     let chunk_size = limiter.chunk_size();
     let size = executable.size;
-    write_frame(&mut w, &StageReply::Begin { executable }, &[])
+    w.send(&StageReply::Begin { executable }, &[])
         .await
         .map_err(failed)?;
     let mut sent = 0u64;
@@ -378,14 +380,14 @@ where
                     Progress::Done => break size,
                     Progress::Failed => {
                         let reason = "the copy this server was receiving failed".to_string();
-                        let _ = write_frame(
-                            &mut w,
-                            &StageReply::Missing {
-                                reason: reason.clone(),
-                            },
-                            &[],
-                        )
-                        .await;
+                        let _ = w
+                            .send(
+                                &StageReply::Missing {
+                                    reason: reason.clone(),
+                                },
+                                &[],
+                            )
+                            .await;
                         let _ = w.flush().await;
                         return Err(reason);
                     }
@@ -410,15 +412,11 @@ where
             },
         };
         limiter.take(chunk.len()).await;
-        write_frame(&mut w, &StageReply::Chunk, &chunk)
-            .await
-            .map_err(failed)?;
+        w.send(&StageReply::Chunk, &chunk).await.map_err(failed)?;
         w.flush().await.map_err(failed)?;
         sent += chunk.len() as u64;
     }
-    write_frame(&mut w, &StageReply::End, &[])
-        .await
-        .map_err(failed)?;
+    w.send(&StageReply::End, &[]).await.map_err(failed)?;
     w.flush().await.map_err(failed)?;
     Ok(sent)
 }
@@ -529,17 +527,18 @@ async fn fetch_inner(spec: &FetchSpec<'_>) -> Result<(), FetchError> {
     handshake::client(&mut reader, &mut w, spec.secret, &role)
         .await
         .map_err(|e| src(format!("handshake: {e}")))?;
+    let mut conn: Conn<StageRequest, StageReply, _, _> = Conn::from_parts(reader, w);
     let get = StageRequest::Get {
         sha256: spec.executable.sha256.clone(),
     };
-    write_frame(&mut w, &get, &[])
+    conn.send(&get, &[])
         .await
         .map_err(|e| src(format!("sending the request: {e}")))?;
-    w.flush()
+    conn.flush()
         .await
         .map_err(|e| src(format!("sending the request: {e}")))?;
     let mut next = async || -> Result<(StageReply, Bytes), FetchError> {
-        match tokio::time::timeout(STALL_TIMEOUT, reader.read::<StageReply>()).await {
+        match tokio::time::timeout(STALL_TIMEOUT, conn.recv()).await {
             Err(_) => Err(src(format!("no bytes for {} s", STALL_TIMEOUT.as_secs()))),
             Ok(Ok(Some(frame))) => Ok(frame),
             Ok(Ok(None)) => Err(src("closed the connection mid-transfer".into())),

@@ -16,12 +16,12 @@ async fn the_limiter_spaces_sends_at_the_link_rate() {
 /// Reads the serve side's replies until `want` payload bytes arrived
 /// (or End / Missing); returns the bytes and the last reply.
 async fn read_until<R: AsyncRead + Unpin>(
-    r: &mut FrameReader<R>,
+    r: &mut ConnReader<StageReply, R>,
     got: &mut Vec<u8>,
     want: usize,
 ) -> StageReply {
     loop {
-        let (reply, bytes) = tokio::time::timeout(Duration::from_secs(5), r.read::<StageReply>())
+        let (reply, bytes) = tokio::time::timeout(Duration::from_secs(5), r.recv())
             .await
             .expect("the server sends within 5 s")
             .expect("a good frame")
@@ -41,15 +41,16 @@ async fn serve_growing(
     exe: &ExecutableRef,
     arrival: &Arrival,
 ) -> (
-    FrameReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>,
+    ConnReader<StageReply, tokio::io::ReadHalf<tokio::io::DuplexStream>>,
     tokio::task::JoinHandle<Result<u64, String>>,
 ) {
     let (client, server) = tokio::io::duplex(1 << 20);
-    let (sr, mut sw) = tokio::io::split(server);
-    let (cr, mut cw) = tokio::io::split(client);
+    let (sr, sw) = tokio::io::split(server);
+    let (cr, cw) = tokio::io::split(client);
     let (served, executable) = (arrival.clone(), exe.clone());
     let task = tokio::spawn(async move {
-        let mut reader = FrameReader::new(sr);
+        let mut reader = ConnReader::with_max(sr, crate::frame::DEFAULT_MAX_FRAME);
+        let mut sw = ConnWriter::new(sw);
         let lookup = async move |_| Served::Growing {
             file,
             executable,
@@ -60,8 +61,9 @@ async fn serve_growing(
     let get = StageRequest::Get {
         sha256: exe.sha256.clone(),
     };
-    write_frame(&mut cw, &get, &[]).await.unwrap();
-    let mut r = FrameReader::new(cr);
+    let mut cw: ConnWriter<StageRequest, _> = ConnWriter::new(cw);
+    cw.send(&get, &[]).await.unwrap();
+    let mut r = ConnReader::with_max(cr, crate::frame::DEFAULT_MAX_FRAME);
     assert!(matches!(
         read_until(&mut r, &mut Vec::new(), 0).await,
         StageReply::Begin { .. }

@@ -19,12 +19,12 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use carmi_api::conn::{ConnReader, ConnWriter};
 use carmi_api::exe::is_sha256_hex;
 use carmi_api::frame::FrameReader;
 use carmi_api::handshake::{self, Secret};
 use carmi_api::msg::{ExecutableRef, Role, StageSource};
 use carmi_api::stage::{self, Arrival, FetchSpec, RateLimiter, Served};
-use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -219,6 +219,7 @@ impl Stager {
                 return;
             }
         };
+        let (mut reader, mut w) = (ConnReader::from_frames(reader), ConnWriter::new(w));
         let me = self.clone();
         let lookup = async move |sha256: String| me.lookup_soon(&sha256).await;
         match stage::serve(&mut reader, &mut w, lookup, &self.limiter).await {

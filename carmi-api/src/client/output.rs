@@ -14,7 +14,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::OwnedReadHalf;
 
 use super::{Incoming, Shared, lock};
-use crate::frame::FrameReader;
+use crate::conn::ConnReader;
 use crate::ids::{ProcessId, RequestId};
 use crate::msg::{OutputFrame, StdStream};
 
@@ -52,7 +52,7 @@ const MAX_OUTPUT_FRAME: usize = 1 << 20;
 /// Reads one spawned process's output until its `End` or the connection's end.
 pub(super) async fn receive(
     shared: Arc<Shared>,
-    mut r: FrameReader<OwnedReadHalf>,
+    mut r: ConnReader<OutputFrame, OwnedReadHalf>,
     process: ProcessId,
     request: RequestId,
 ) {
@@ -69,7 +69,7 @@ pub(super) async fn receive(
         None => Sink::Events,
     };
     let complete = loop {
-        match r.read::<OutputFrame>().await {
+        match r.recv().await {
             Ok(Some((OutputFrame::Data { stream }, data))) => match &mut sink {
                 Sink::Events => {
                     // A frame larger than the budget cannot arrive (MAX_OUTPUT_FRAME).

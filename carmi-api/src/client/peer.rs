@@ -5,14 +5,15 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use tokio::io::{AsyncWriteExt, BufWriter};
+use tokio::io::BufWriter;
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
 use super::{Incoming, LOOKUP_TIMEOUT, Shared, lock};
-use crate::frame::{FrameReader, write_frame};
+use crate::conn::{ConnReader, ConnWriter};
+use crate::frame::FrameReader;
 use crate::handshake;
 use crate::ids::{JobId, ProcessId};
 use crate::msg::{PeerMessage, Request, Role};
@@ -85,7 +86,7 @@ async fn run(shared: Arc<Shared>, to: ProcessId, mut rx: mpsc::UnboundedReceiver
 }
 
 /// Looks the peer up (once), connects and introduces this process.
-async fn open(shared: &Shared, to: ProcessId) -> Result<BufWriter<OwnedWriteHalf>, String> {
+async fn open(shared: &Shared, to: ProcessId) -> Result<PeerWriter, String> {
     let addr = endpoint_of(shared, to).await?;
     let stream = crate::net::dial(&addr, super::CONNECT_TIMEOUT)
         .await
@@ -100,7 +101,7 @@ async fn open(shared: &Shared, to: ProcessId) -> Result<BufWriter<OwnedWriteHalf
         .await
         .map_err(|e| format!("process {to} at {addr}: {e}"))?;
     // Nothing is ever read on this connection after the handshake.
-    Ok(BufWriter::with_capacity(64 * 1024, w))
+    Ok(ConnWriter::new(BufWriter::with_capacity(64 * 1024, w)))
 }
 
 /// Where `to` listens: from the cache, or else asked of the RM once.
@@ -131,9 +132,12 @@ async fn endpoint_of(shared: &Shared, to: ProcessId) -> Result<String, String> {
     Ok(answer)
 }
 
+/// The writing side of a connection to a peer: direct messages, buffered.
+type PeerWriter = ConnWriter<PeerMessage, BufWriter<OwnedWriteHalf>>;
+
 /// Writes queued items until the client stops (then drains what is queued).
 async fn pump(
-    mut w: BufWriter<OwnedWriteHalf>,
+    mut w: PeerWriter,
     rx: &mut mpsc::UnboundedReceiver<Outgoing>,
     stop: &mut tokio::sync::watch::Receiver<()>,
 ) -> Result<(), PeerError> {
@@ -155,7 +159,7 @@ async fn pump(
         while let Some(item) = next {
             match item {
                 Outgoing::Message { tag, data } => {
-                    write_frame(&mut w, &PeerMessage { tag }, &data)
+                    w.send(&PeerMessage { tag }, &data)
                         .await
                         .map_err(|e| broken(e, 1))?;
                 }
@@ -227,6 +231,7 @@ async fn receive(shared: Arc<Shared>, stream: TcpStream) {
         Ok(Role::Output {
             process, request, ..
         }) => {
+            let r = ConnReader::from_frames(r);
             return super::output::receive(shared, r, process, request).await;
         }
         Ok(_) => unreachable!("admit() lets only peers and output through"),
@@ -235,8 +240,9 @@ async fn receive(shared: Arc<Shared>, stream: TcpStream) {
             return;
         }
     };
+    let mut r: ConnReader<PeerMessage, _> = ConnReader::from_frames(r);
     loop {
-        match r.read::<PeerMessage>().await {
+        match r.recv().await {
             Ok(Some((PeerMessage { tag }, data))) => {
                 let message = Incoming::Message { from, tag, data };
                 if shared.events.send(message).is_err() {

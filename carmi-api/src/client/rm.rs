@@ -7,12 +7,13 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncWriteExt, BufWriter};
+use tokio::io::BufWriter;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, oneshot};
 
 use super::Shared;
-use crate::frame::{DEFAULT_MAX_FRAME, FrameReader, write_frame};
+use crate::conn::{ConnReader, ConnWriter};
+use crate::frame::DEFAULT_MAX_FRAME;
 use crate::ids::RequestId;
 use crate::msg::{
     ExecutableRef, FailureCode, FromLocal, OutputMode, Request, SpawnTarget, ToLocal,
@@ -64,6 +65,10 @@ struct Executables {
     uploaded: HashSet<String>,
 }
 
+/// The writing side of the connection to the RM, buffered so that many
+/// small requests share a packet.
+pub(super) type RmWriter = ConnWriter<ToLocal, BufWriter<OwnedWriteHalf>>;
+
 /// Writes commands to the RM in queue order. Requests are written in the
 /// order they were made, so a `define_class` before a `class_spawn` reaches
 /// the RM first even though the spawn reads a file. When the connection is
@@ -71,9 +76,8 @@ struct Executables {
 pub(super) async fn write_loop(
     shared: Arc<Shared>,
     mut rx: mpsc::UnboundedReceiver<Command>,
-    w: OwnedWriteHalf,
+    mut w: RmWriter,
 ) {
-    let mut w = BufWriter::with_capacity(64 * 1024, w);
     let mut exes = Executables::default();
     let mut stop = shared.stop.clone();
     loop {
@@ -105,7 +109,7 @@ pub(super) async fn write_loop(
 
 async fn write_one(
     shared: &Shared,
-    w: &mut BufWriter<OwnedWriteHalf>,
+    w: &mut RmWriter,
     exes: &mut Executables,
     cmd: Command,
 ) -> std::io::Result<()> {
@@ -127,7 +131,7 @@ async fn write_one(
     }
     match cmd {
         Command::Request { id, body } => {
-            write_frame(w, &ToLocal::Request { id, body }, &[]).await?;
+            w.send(&ToLocal::Request { id, body }, &[]).await?;
         }
         Command::Spawn {
             id,
@@ -149,7 +153,7 @@ async fn write_one(
                 target,
                 output,
             };
-            write_frame(w, &ToLocal::Request { id, body }, &[]).await?;
+            w.send(&ToLocal::Request { id, body }, &[]).await?;
         }
         Command::Flush(ack) => {
             w.flush().await?;
@@ -163,7 +167,7 @@ async fn write_one(
 /// connection already carried them. The outer error is the socket's, the
 /// inner one the file's (which fails only this request).
 async fn prepare(
-    w: &mut BufWriter<OwnedWriteHalf>,
+    w: &mut RmWriter,
     exes: &mut Executables,
     path: PathBuf,
 ) -> std::io::Result<Result<ExecutableRef, String>> {
@@ -187,7 +191,7 @@ async fn prepare(
         let upload = ToLocal::UploadExecutable {
             executable: executable.clone(),
         };
-        write_frame(w, &upload, &bytes).await?;
+        w.send(&upload, &bytes).await?;
         exes.uploaded.insert(executable.sha256.clone());
     }
     if let Some(meta) = meta {
@@ -231,13 +235,13 @@ fn load(path: &Path) -> Result<(ExecutableRef, Bytes), String> {
 }
 
 /// Reads events from the RM until it goes away or the client stops.
-pub(super) async fn read_loop(shared: Arc<Shared>, mut r: FrameReader<OwnedReadHalf>) {
+pub(super) async fn read_loop(shared: Arc<Shared>, mut r: ConnReader<FromLocal, OwnedReadHalf>) {
     let mut stop = shared.stop.clone();
     let reason = loop {
-        // `read` keeps partial frames in its buffer, so abandoning it at the
+        // `recv` keeps partial frames in its buffer, so abandoning it at the
         // stop signal loses nothing that matters.
         let frame = tokio::select! {
-            frame = r.read::<FromLocal>() => frame,
+            frame = r.recv() => frame,
             _ = stop.changed() => return,
         };
         match frame {

@@ -3,10 +3,10 @@
 
 use std::net::SocketAddr;
 
+use carmi_api::conn::{ConnReader, ConnWriter};
 use carmi_api::frame::FrameReader;
 use carmi_api::stage::{self, Served};
 use carmi_api::tls;
-use tokio::io::AsyncWriteExt;
 use tracing::{debug, warn};
 
 use super::{Cmd, Shared};
@@ -51,12 +51,13 @@ pub(super) fn on_stage_input(staging: &mut Staging, input: StageInput) {
 
 /// A local RM fetching from the store: one executable, through the link limiter.
 pub(super) async fn serve_stager(
-    mut reader: FrameReader<tls::Reader>,
-    mut w: tls::Writer,
+    reader: FrameReader<tls::Reader>,
+    w: tls::Writer,
     name: &str,
     peer: SocketAddr,
     shared: &Shared,
 ) {
+    let (mut reader, mut w) = (ConnReader::from_frames(reader), ConnWriter::new(w));
     let store = shared.store.clone();
     let cmds = shared.cmds.clone();
     let lookup = async move |sha256: String| match store.open_file(&sha256) {
