@@ -72,6 +72,7 @@ mod rank_tests;
 #[cfg(test)]
 mod register_tests;
 mod requests;
+mod restore;
 #[cfg(test)]
 mod tests;
 mod why;
@@ -317,6 +318,9 @@ pub struct Allocator {
     effects: Vec<Effect>,
     /// Host changes of jobs since [`Allocator::take_host_changes`].
     host_changes: Vec<HostChange>,
+    /// Hosts the journal says a job held (for a class) before a restart,
+    /// given back to it when their machine registers again (see `restore`).
+    recorded_claims: HashMap<HostId, (JobId, String)>,
 }
 
 impl Default for Allocator {
@@ -400,6 +404,7 @@ impl Allocator {
             cluster_possible: HashMap::new(),
             effects: Vec::new(),
             host_changes: Vec::new(),
+            recorded_claims: HashMap::new(),
         }
     }
 

@@ -30,7 +30,7 @@
 
 use carmi_proto::events::JobEvent;
 use carmi_proto::ids::{HostId, JobId, ProcessId, RequestId};
-use carmi_proto::msg::{JobRecord, SubmitRequest};
+use carmi_proto::msg::{JobRecord, Request, SubmitRequest};
 use serde::{Deserialize, Serialize};
 
 use crate::alloc::ReqRef;
@@ -149,6 +149,12 @@ pub enum Record {
         request: RequestId,
         /// What it was, for the failure message (`AddHosts of 3 hosts of class w`).
         what: String,
+        /// The request itself, so that a restarted global RM serves it again
+        /// when its process attaches (an `AddHosts` with the hosts still to
+        /// come). Absent in journals written before it was kept: such a
+        /// request fails, naming it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        body: Option<Box<Request>>,
     },
     /// An outstanding request was answered in full, failed, was cancelled,
     /// or its loss was told.
@@ -167,6 +173,26 @@ pub enum Record {
         class: String,
         /// The hosts it named (their machines are excluded).
         hosts: Vec<HostId>,
+    },
+    /// A host was given to a job for a class (at its start, by growth, for
+    /// an `AddHosts`): replayed so that a job keeps the hosts it held after a
+    /// restart, processes on them or not. (A reader older than this record
+    /// stops at it as damage.)
+    Claimed {
+        /// The job.
+        job: JobId,
+        /// The host.
+        host: HostId,
+        /// The class it is held for.
+        class: String,
+    },
+    /// A host left a job (given back, lost, withdrawn, preempted); a job's
+    /// end or hold frees all of its hosts without one.
+    Freed {
+        /// The job.
+        job: JobId,
+        /// The host.
+        host: HostId,
     },
     /// Events of submitted jobs' logs (`carmi events`), those of one input
     /// of the router, written after its other records.
@@ -408,6 +434,7 @@ mod tests {
             process: ProcessId(process),
             request: RequestId(request),
             what: "AddHosts of 2 host(s) of class `c`".into(),
+            body: None,
         };
         let excluded = |class: &str| Record::Excluded {
             job: JobId(1),

@@ -51,6 +51,8 @@ mod check;
 mod events;
 #[cfg(test)]
 mod hand_tests;
+#[cfg(test)]
+mod restart_tests;
 pub use crate::bounds::{ENDED_LOGS, EVENTS_PER_JOB, HISTORY_LIMIT};
 mod hold;
 #[cfg(test)]

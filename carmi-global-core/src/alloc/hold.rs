@@ -47,6 +47,7 @@ impl Allocator {
             }
         }
         let mut freed = self.drop_requests(job);
+        self.forget_recorded_claims(job);
         let announced: Vec<HostId> = self.jobs[&job].hosts.keys().copied().collect();
         let mut suspended = Vec::new();
         for h in announced {

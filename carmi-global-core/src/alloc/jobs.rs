@@ -411,7 +411,7 @@ impl Allocator {
 
     /// Claims `host` for `job`'s `class` and announces it to the job (and to
     /// its `AddNotify` subscribers when `notify`).
-    fn give(&mut self, job: JobId, class: &str, host: HostId, notify: bool) {
+    pub(super) fn give(&mut self, job: JobId, class: &str, host: HostId, notify: bool) {
         let claim = Claim {
             job,
             class: class.to_string(),

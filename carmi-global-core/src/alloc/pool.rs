@@ -85,6 +85,8 @@ impl Allocator {
             .copied()
             .filter(|&h| self.get_slot(h).state == SlotState::Offline)
             .collect();
+        // Hosts a job held before a restart go back to it before anyone else is offered them.
+        let fresh = self.restore_recorded_claims(fresh);
         self.offer_all(fresh);
         // Only now are its slots online again: fewer of them, or another
         // ad, may leave a job that kept slots unable to ever start.
@@ -287,6 +289,7 @@ impl Allocator {
                 _ => suspended.push(h),
             }
         }
+        self.forget_recorded_claims(job);
         if let Some(j) = self.jobs.remove(&job) {
             self.running.remove(&job);
             if j.phase == Phase::Waiting {

@@ -37,6 +37,8 @@ pub struct Live {
     excluded: std::collections::BTreeMap<(JobId, String), Vec<Record>>,
     /// Records in `excluded` ([`Live::len`] must not walk them).
     excluded_len: usize,
+    /// Hosts held by live jobs: their last `Claimed`, by host.
+    claims: std::collections::BTreeMap<HostId, Record>,
     /// Live jobs with a `Started` record: [`Live::len`] is asked after every
     /// append and must not walk the jobs.
     started: usize,
@@ -99,6 +101,17 @@ impl Live {
             }
             Record::Answered { process, request } => {
                 self.outstanding.remove(&(*process, *request));
+            }
+            Record::Claimed { job, host, .. } => {
+                if self.jobs.contains_key(job) {
+                    self.claims.insert(*host, r.clone());
+                }
+            }
+            Record::Freed { job, host } => {
+                if matches!(self.claims.get(host), Some(Record::Claimed { job: j, .. }) if j == job)
+                {
+                    self.claims.remove(host);
+                }
             }
             Record::Excluded { job, class, .. } => {
                 if self.jobs.contains_key(job) {
@@ -227,9 +240,11 @@ impl Live {
         self.ended_events.push_back((job, events));
     }
 
-    /// Forgets a job's outstanding requests and exclusions (it ended, or
+    /// Forgets a job's outstanding requests, exclusions and hosts (it ended, or
     /// was held: its processes were killed and its classes start afresh).
     fn forget_requests(&mut self, job: JobId) {
+        self.claims
+            .retain(|_, r| !matches!(r, Record::Claimed { job: j, .. } if *j == job));
         self.outstanding
             .retain(|_, r| !matches!(r, Record::Outstanding { job: j, .. } if *j == job));
         let mut gone = 0;
@@ -267,6 +282,7 @@ impl Live {
             + self.ended_events.len()
             + self.outstanding.len()
             + self.excluded_len
+            + self.claims.len()
     }
 
     /// Always false: the counters are always there.
@@ -315,6 +331,7 @@ impl Live {
                 .values()
                 .map(|events| Record::Events(events.iter().cloned().collect())),
         );
+        out.extend(self.claims.values().cloned());
         out.extend(self.processes.values().cloned());
         out.extend(self.outstanding.values().cloned());
         out

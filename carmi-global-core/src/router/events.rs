@@ -161,9 +161,9 @@ impl Router {
         self.events.close(job);
     }
 
-    /// Turns the allocator's host changes into events (after its effects).
-    pub(super) fn log_host_changes(&mut self) {
-        for c in self.alloc.take_host_changes() {
+    /// Turns the allocator's host changes (taken with its effects) into events.
+    pub(super) fn log_host_changes(&mut self, changes: Vec<crate::alloc::HostChange>) {
+        for c in changes {
             let Some(machine) = self.alloc.host_machine(c.host).map(str::to_string) else {
                 continue;
             };
@@ -185,6 +185,32 @@ impl Router {
             };
             self.log_event(c.job, kind);
         }
+    }
+
+    /// Journals a host given to or taken from a job, so that a restart
+    /// gives the job back what it held (issue 15 item 3). A job's end or hold
+    /// frees every host with its own record.
+    pub(super) fn journal_host_change(&mut self, c: &crate::alloc::HostChange) {
+        let record = match c.kind {
+            HostChangeKind::Added => {
+                // Gone again within the same input: its `Freed` follows.
+                let Some(class) = self.alloc.host_class(c.job, c.host) else {
+                    return;
+                };
+                Record::Claimed {
+                    job: c.job,
+                    host: c.host,
+                    class,
+                }
+            }
+            HostChangeKind::Removed(ReleaseCause::JobEnded | ReleaseCause::Held) => return,
+            HostChangeKind::Removed(_) => Record::Freed {
+                job: c.job,
+                host: c.host,
+            },
+            HostChangeKind::Suspended | HostChangeKind::Resumed => return,
+        };
+        self.out.push(Output::Journal(record));
     }
 
     /// `carmi events`.

@@ -5,16 +5,14 @@
 use std::time::Duration;
 
 use carmi_proto::ids::{ConnId, HostId, JobId, ProcessId, RequestId};
-use carmi_proto::msg::{
-    Event, ExecutableRef, FailureCode, FromGlobal, Reply, Request, Role, SpawnTarget, ToGlobal,
-};
+use carmi_proto::msg::{ExecutableRef, FromGlobal, Request, Role, SpawnTarget, ToGlobal};
 
 use super::{LinkId, Output, Router, RouterConfig};
 use crate::journal::{self, Record};
 
-const CONN: ConnId = ConnId(9);
+pub(super) const CONN: ConnId = ConnId(9);
 
-fn worker_exe() -> ExecutableRef {
+pub(super) fn worker_exe() -> ExecutableRef {
     ExecutableRef {
         name: "worker".into(),
         sha256: "ab".repeat(32),
@@ -23,7 +21,10 @@ fn worker_exe() -> ExecutableRef {
 }
 
 /// Runs one input; the sends and journal records (through their encoding), invariants checked.
-fn step(r: &mut Router, f: impl FnOnce(&mut Router)) -> (Vec<(LinkId, FromGlobal)>, Vec<Record>) {
+pub(super) fn step(
+    r: &mut Router,
+    f: impl FnOnce(&mut Router),
+) -> (Vec<(LinkId, FromGlobal)>, Vec<Record>) {
     f(r);
     r.sanity_check();
     let (mut sends, mut records) = (Vec::new(), Vec::new());
@@ -41,7 +42,12 @@ fn step(r: &mut Router, f: impl FnOnce(&mut Router)) -> (Vec<(LinkId, FromGlobal
     (sends, records)
 }
 
-fn advertise(r: &mut Router, link: LinkId, name: &str, running: Vec<ProcessId>) -> Vec<Record> {
+pub(super) fn advertise(
+    r: &mut Router,
+    link: LinkId,
+    name: &str,
+    running: Vec<ProcessId>,
+) -> Vec<Record> {
     step(r, |r| {
         r.on_link_opened(link, Role::Local { name: name.into() }, Duration::ZERO)
     });
@@ -60,7 +66,7 @@ fn advertise(r: &mut Router, link: LinkId, name: &str, running: Vec<ProcessId>) 
     records
 }
 
-fn request(r: &mut Router, link: LinkId, id: u64, body: Request) -> Vec<Record> {
+pub(super) fn request(r: &mut Router, link: LinkId, id: u64, body: Request) -> Vec<Record> {
     let msg = ToGlobal::Forward {
         conn: CONN,
         id: RequestId(id),
@@ -69,7 +75,7 @@ fn request(r: &mut Router, link: LinkId, id: u64, body: Request) -> Vec<Record> 
     step(r, |r| r.on_message(link, msg, Duration::ZERO)).1
 }
 
-fn heartbeat(r: &mut Router, link: LinkId) -> (Vec<(LinkId, FromGlobal)>, Vec<Record>) {
+pub(super) fn heartbeat(r: &mut Router, link: LinkId) -> (Vec<(LinkId, FromGlobal)>, Vec<Record>) {
     let hb = ToGlobal::Heartbeat {
         update: String::new(),
     };
@@ -236,148 +242,4 @@ fn a_hand_started_job_whose_root_does_not_come_back_ends() {
         "{sends:?}"
     );
     assert!(!r.allocator().has_job(JobId(1)));
-}
-
-/// Issue 15 item 3: a request still outstanding when the global RM is
-/// killed (an `AddHosts` waiting for more hosts than the pool has, an
-/// `AddNotify` subscription) fails, naming it, when its process attaches
-/// again after the restart, and only once; an exclusion is kept.
-#[test]
-fn outstanding_requests_fail_after_a_restart_and_exclusions_are_kept() {
-    let (m0, m1) = (LinkId(1), LinkId(2));
-    let mut r = Router::new(RouterConfig::default());
-    let mut journal = Vec::new();
-    journal.extend(advertise(&mut r, m0, "m0", vec![]));
-    journal.extend(advertise(&mut r, m1, "m1", vec![]));
-    let attach = |process: Option<ProcessId>| ToGlobal::AppAttach {
-        conn: CONN,
-        job: process.map(|_| JobId(1)),
-        process,
-        endpoint: "127.0.0.1:1".into(),
-    };
-    let (sends, records) = step(&mut r, |r| r.on_message(m0, attach(None), Duration::ZERO));
-    let Some((_, FromGlobal::Attached { process: root, .. })) = sends.first() else {
-        panic!("{sends:?}");
-    };
-    let root = *root;
-    journal.extend(records);
-    let define = Request::DefineClass {
-        name: "any".into(),
-        expression: "true".into(),
-        rank: None,
-    };
-    journal.extend(request(&mut r, m0, 1, define));
-    let m1_host = r.allocator().machine_hosts("m1")[0];
-    let exclude = Request::ExcludeHosts {
-        class: "any".into(),
-        hosts: vec![m1_host],
-    };
-    journal.extend(request(&mut r, m0, 2, exclude));
-    // One host of the class is left (m1 is excluded): four more stay pending.
-    let add = Request::AddHosts {
-        class: "any".into(),
-        count: 5,
-        increment: 1,
-    };
-    journal.extend(request(&mut r, m0, 3, add));
-    let notify = Request::AddNotify {
-        class: "any".into(),
-    };
-    journal.extend(request(&mut r, m0, 4, notify));
-    // Answered at once: never outstanding.
-    journal.extend(request(&mut r, m0, 5, Request::Config));
-    let outstanding: Vec<u64> = journal
-        .iter()
-        .filter_map(|rec| match rec {
-            Record::Outstanding { request, .. } => Some(request.0),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(outstanding, [3, 4]);
-    // SIGKILL: the journal is all that is left.
-    let compacted = journal::Live::of(&journal).records();
-    for journal in [journal.clone(), compacted] {
-        let mut r = Router::new(RouterConfig::default());
-        r.recover(journal.clone());
-        advertise(&mut r, m0, "m0", vec![]);
-        advertise(&mut r, m1, "m1", vec![]);
-        let (sends, records) = step(&mut r, |r| {
-            r.on_message(m0, attach(Some(root)), Duration::ZERO)
-        });
-        let failed: Vec<(u64, FailureCode, String)> = sends
-            .iter()
-            .filter_map(|(_, m)| match m {
-                FromGlobal::Deliver {
-                    event: Event::Failed { request, failure },
-                    ..
-                } => Some((request.0, failure.code, failure.message.clone())),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(
-            failed,
-            [
-                (
-                    3,
-                    FailureCode::Unavailable,
-                    "the global RM restarted and lost request r3 (AddHosts of 5 host(s) of class `any`); send it again".to_string()
-                ),
-                (
-                    4,
-                    FailureCode::Unavailable,
-                    "the global RM restarted and lost request r4 (AddNotify of class `any`); send it again".to_string()
-                ),
-            ]
-        );
-        assert_eq!(
-            records,
-            [
-                Record::Answered {
-                    process: root,
-                    request: RequestId(3)
-                },
-                Record::Answered {
-                    process: root,
-                    request: RequestId(4)
-                }
-            ]
-        );
-        // The exclusion survived.
-        let (sends, _) = step(&mut r, |r| {
-            r.on_message(
-                m0,
-                ToGlobal::Forward {
-                    conn: CONN,
-                    id: RequestId(6),
-                    body: Request::GetClassDefinitions,
-                },
-                Duration::ZERO,
-            )
-        });
-        assert!(
-            sends.iter().any(|(_, m)| matches!(m,
-                FromGlobal::Deliver { event: Event::Done { reply: Reply::Classes(c), .. }, .. }
-                    if c.iter().any(|c| c.name == "any" && c.excluded == ["m1"]))),
-            "{sends:?}"
-        );
-        // A second restart tells nothing again.
-        let mut all = journal;
-        all.extend(records);
-        let mut r = Router::new(RouterConfig::default());
-        r.recover(all);
-        advertise(&mut r, m0, "m0", vec![]);
-        let (sends, _) = step(&mut r, |r| {
-            r.on_message(m0, attach(Some(root)), Duration::ZERO)
-        });
-        assert!(
-            !sends.iter().any(|(_, m)| matches!(
-                m,
-                FromGlobal::Deliver {
-                    event: Event::Failed { .. },
-                    ..
-                }
-            )),
-            "{sends:?}"
-        );
-    }
 }

@@ -213,8 +213,19 @@ fn a_held_job_gives_everything_back_and_a_released_one_starts_afresh() {
         matches!(records[0], Record::Released { job: JobId(1) }),
         "{records:?}"
     );
+    // Its two hosts are journaled before the master is sent.
     assert!(
-        matches!(records[1], Record::Started { job: JobId(1), .. }),
+        matches!(
+            &records[1..3],
+            [
+                Record::Claimed { job: JobId(1), .. },
+                Record::Claimed { job: JobId(1), .. }
+            ]
+        ),
+        "{records:?}"
+    );
+    assert!(
+        matches!(records[3], Record::Started { job: JobId(1), .. }),
         "{records:?}"
     );
     let fresh = sends

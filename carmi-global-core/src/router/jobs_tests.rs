@@ -90,8 +90,19 @@ fn a_job_recovered_from_the_journal_keeps_its_running_processes() {
         matches!(records[0], Record::Submitted { job: JobId(1), .. }),
         "{records:?}"
     );
+    // Its two hosts are journaled before the master is sent.
     assert!(
-        matches!(records[1], Record::Started { job: JobId(1), .. }),
+        matches!(
+            &records[1..3],
+            [
+                Record::Claimed { job: JobId(1), .. },
+                Record::Claimed { job: JobId(1), .. }
+            ]
+        ),
+        "{records:?}"
+    );
+    assert!(
+        matches!(records[3], Record::Started { job: JobId(1), .. }),
         "{records:?}"
     );
     let master = match &sends[..] {

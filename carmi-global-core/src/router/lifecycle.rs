@@ -142,11 +142,22 @@ impl Router {
     pub(super) fn flush(&mut self) {
         loop {
             let effects = self.alloc.take_effects();
-            if effects.is_empty() {
+            // Hosts given and taken are journaled before any event about them goes out.
+            let changes = self.alloc.take_host_changes();
+            for c in &changes {
+                self.journal_host_change(c);
+            }
+            if effects.is_empty() && changes.is_empty() {
                 self.settle_outstanding();
                 return;
             }
             for e in effects {
+                if let Effect::Grant {
+                    request, remaining, ..
+                } = &e
+                {
+                    self.note_granted(*request, *remaining);
+                }
                 if let Effect::Released { job, host, cause } = e {
                     self.released(job, host, cause);
                 } else if let Effect::JobStarted { job } = e {
@@ -155,7 +166,7 @@ impl Router {
                     self.deliver(p, event);
                 }
             }
-            self.log_host_changes();
+            self.log_host_changes(changes);
         }
     }
 

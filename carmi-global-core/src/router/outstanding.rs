@@ -1,28 +1,47 @@
 //! Requests that outlive their first answer (`AddHosts` waiting for hosts,
-//! notify subscriptions) across a restart of the global RM (issue 15 item
-//! 3): each is journaled when accepted ([`Record::Outstanding`]) and when it
-//! is answered in full, failed or cancelled ([`Record::Answered`]). A
-//! restarted global RM cannot serve them again (its pool and the job's
-//! hosts are rebuilt as machines come back), so when the process that made
-//! one attaches again it gets a failure naming the request, never silence.
-//! Exclusions (`ExcludeHosts`) are journaled and replayed instead: they
-//! change what the job is given, not an answer it waits for.
+//! notify subscriptions, a `LookupProcess` waiting for its process to
+//! connect) across a restart of the global RM (issue 15 item 3): each is
+//! journaled with its body when accepted ([`Record::Outstanding`]), again
+//! with the hosts still to come after each grant of an `AddHosts`, and when
+//! it is answered in full, failed or cancelled ([`Record::Answered`]). When
+//! the process that made one attaches again after a restart, the request is
+//! served again as if nothing happened: an `AddHosts` asks for the hosts
+//! still to come, a subscription starts again (its acceptance is not told
+//! twice), a host of a `DeleteNotify` that left the job meanwhile is told
+//! as deleted. A request journaled without its body (by an older version)
+//! fails instead, naming it, never silence. Exclusions (`ExcludeHosts`) are
+//! journaled and replayed at once: they change what the job is given, not an
+//! answer it waits for.
 
 use std::collections::HashMap;
 
-use carmi_proto::ids::{JobId, ProcessId, RequestId};
+use carmi_proto::ids::{HostId, JobId, ProcessId, RequestId};
 use carmi_proto::msg::{Event, Failure, FailureCode, Request};
 
 use super::{Output, Router};
 use crate::alloc::ReqRef;
 use crate::journal::Record;
 
+/// A request outstanding in this run.
+struct LiveReq {
+    job: JobId,
+    what: String,
+    body: Request,
+}
+
+/// A request a replay found outstanding, waiting for its process to attach.
+struct LostReq {
+    request: RequestId,
+    what: String,
+    body: Option<Box<Request>>,
+}
+
 /// The router's part: requests journaled as outstanding in this run, and
 /// those a replay found outstanding, per process, until it attaches again.
 #[derive(Default)]
 pub(super) struct Outstanding {
-    live: HashMap<ReqRef, JobId>,
-    lost: HashMap<ProcessId, (JobId, Vec<(RequestId, String)>)>,
+    live: HashMap<ReqRef, LiveReq>,
+    lost: HashMap<ProcessId, (JobId, Vec<LostReq>)>,
 }
 
 /// What a request is, for the failure message; `None` for one that never
@@ -36,37 +55,80 @@ fn describe(body: &Request) -> Option<String> {
         Request::DeleteNotify { hosts } => format!("DeleteNotify of {} host(s)", hosts.len()),
         Request::SuspendNotify { hosts } => format!("SuspendNotify of {} host(s)", hosts.len()),
         Request::ResumeNotify { hosts } => format!("ResumeNotify of {} host(s)", hosts.len()),
+        Request::LookupProcess { process } => format!("LookupProcess of process {process}"),
         _ => return None,
     })
 }
 
 impl Router {
-    /// After the allocator took `body`: journals it if it stays outstanding.
-    pub(super) fn note_outstanding(&mut self, job: JobId, req: ReqRef, body_was: Option<String>) {
-        let Some(what) = body_was else {
+    /// What `body` is and a copy of it, if it may stay outstanding (asked
+    /// before the request is dispatched, which consumes it).
+    pub(super) fn outstanding_kind(body: &Request) -> Option<(String, Request)> {
+        describe(body).map(|what| (what, body.clone()))
+    }
+
+    /// True while `req` waits for more than its first answer.
+    fn still_outstanding(&self, job: JobId, req: ReqRef, body: &Request) -> bool {
+        match body {
+            Request::LookupProcess { process } => self
+                .lookups
+                .get(process)
+                .is_some_and(|waiting| waiting.contains(&req)),
+            _ => self.alloc.is_outstanding_request(job, req),
+        }
+    }
+
+    /// After the request was dispatched: journals it if it stays outstanding.
+    pub(super) fn note_outstanding(
+        &mut self,
+        job: JobId,
+        req: ReqRef,
+        kind: Option<(String, Request)>,
+    ) {
+        let Some((what, body)) = kind else {
             return;
         };
-        if !self.alloc.is_outstanding_request(job, req) {
+        if !self.still_outstanding(job, req, &body) {
             return;
         }
-        self.outstanding.live.insert(req, job);
         self.out.push(Output::Journal(Record::Outstanding {
             job,
             process: req.process,
             request: req.id,
-            what,
+            what: what.clone(),
+            body: Some(Box::new(body.clone())),
+        }));
+        self.outstanding
+            .live
+            .insert(req, LiveReq { job, what, body });
+    }
+
+    /// A group of hosts went to `req`: should the global RM restart, only
+    /// the `remaining` hosts are asked for again.
+    pub(super) fn note_granted(&mut self, req: ReqRef, remaining: u32) {
+        let Some(live) = self.outstanding.live.get_mut(&req) else {
+            return;
+        };
+        let Request::AddHosts { count, .. } = &mut live.body else {
+            return;
+        };
+        if remaining == 0 || *count == remaining {
+            // Done (settled below), or nothing changed.
+            return;
+        }
+        *count = remaining;
+        self.out.push(Output::Journal(Record::Outstanding {
+            job: live.job,
+            process: req.process,
+            request: req.id,
+            what: live.what.clone(),
+            body: Some(Box::new(live.body.clone())),
         }));
     }
 
-    /// What `body` is, if it may stay outstanding (asked before the
-    /// allocator consumes it).
-    pub(super) fn outstanding_kind(body: &Request) -> Option<String> {
-        describe(body)
-    }
-
-    /// Journals the end of every outstanding request the allocator no
-    /// longer holds (answered in full, failed, cancelled, or dropped with
-    /// its process or job). Called after effects were taken.
+    /// Journals the end of every outstanding request that no longer waits
+    /// (answered in full, failed, cancelled, or dropped with its process or
+    /// job). Called after effects were taken.
     pub(super) fn settle_outstanding(&mut self) {
         if self.outstanding.live.is_empty() {
             return;
@@ -75,7 +137,7 @@ impl Router {
             .outstanding
             .live
             .iter()
-            .filter(|&(&req, &job)| !self.alloc.is_outstanding_request(job, req))
+            .filter(|&(&req, live)| !self.still_outstanding(live.job, req, &live.body))
             .map(|(&req, _)| req)
             .collect();
         for req in done {
@@ -87,14 +149,16 @@ impl Router {
         }
     }
 
-    /// Replays an `Outstanding` record: its process hears of the loss when
-    /// it attaches again.
+    /// Replays an `Outstanding` record: its process is served again (or told
+    /// of the loss) when it attaches again. A later record of the same
+    /// request replaces the earlier one.
     pub(super) fn recover_outstanding(
         &mut self,
         job: JobId,
         process: ProcessId,
         request: RequestId,
         what: String,
+        body: Option<Box<Request>>,
     ) {
         if !self.alloc.has_job(job) {
             return;
@@ -104,13 +168,18 @@ impl Router {
             .lost
             .entry(process)
             .or_insert_with(|| (job, Vec::new()));
-        entry.1.push((request, what));
+        entry.1.retain(|l| l.request != request);
+        entry.1.push(LostReq {
+            request,
+            what,
+            body,
+        });
     }
 
     /// Replays an `Answered` record.
     pub(super) fn recover_answered(&mut self, process: ProcessId, request: RequestId) {
         if let Some((_, list)) = self.outstanding.lost.get_mut(&process) {
-            list.retain(|(r, _)| *r != request);
+            list.retain(|l| l.request != request);
             if list.is_empty() {
                 self.outstanding.lost.remove(&process);
             }
@@ -129,23 +198,102 @@ impl Router {
     }
 
     /// A process attached again: each of its requests the journal held as
-    /// outstanding before the restart fails now, naming it, so that the
-    /// application asks again instead of waiting for ever.
+    /// outstanding before the restart is served again; one journaled without
+    /// its body fails, naming it, so that the application asks again instead
+    /// of waiting for ever.
     pub(super) fn tell_lost(&mut self, process: ProcessId) {
-        let Some((_, lost)) = self.outstanding.lost.remove(&process) else {
+        let Some((job, lost)) = self.outstanding.lost.remove(&process) else {
             return;
         };
-        for (request, what) in lost {
-            tracing::info!(%process, %request, "telling a process its request was lost in a restart");
-            let failure = Failure {
-                code: FailureCode::Unavailable,
-                message: format!(
-                    "the global RM restarted and lost request {request} ({what}); send it again"
-                ),
+        for LostReq {
+            request,
+            what,
+            body,
+        } in lost
+        {
+            let req = ReqRef {
+                process,
+                id: request,
             };
-            self.deliver(process, Event::Failed { request, failure });
-            self.out
-                .push(Output::Journal(Record::Answered { process, request }));
+            match body {
+                Some(body) => {
+                    tracing::info!(%process, %request, "serving again a request outstanding before a restart: {what}");
+                    self.serve_again(job, req, what, *body);
+                }
+                None => {
+                    tracing::info!(%process, %request, "telling a process its request was lost in a restart");
+                    let failure = Failure {
+                        code: FailureCode::Unavailable,
+                        message: format!(
+                            "the global RM restarted and lost request {request} ({what}); send it again"
+                        ),
+                    };
+                    self.deliver(process, Event::Failed { request, failure });
+                    self.out
+                        .push(Output::Journal(Record::Answered { process, request }));
+                }
+            }
+        }
+    }
+
+    /// Serves `body` again for `req` as the restarted global RM knows the job now.
+    fn serve_again(&mut self, job: JobId, req: ReqRef, what: String, mut body: Request) {
+        // Hosts a notify named that left the job while the global RM was away.
+        let mut gone: Vec<HostId> = Vec::new();
+        if let Request::DeleteNotify { hosts }
+        | Request::SuspendNotify { hosts }
+        | Request::ResumeNotify { hosts } = &mut body
+        {
+            let alloc = &self.alloc;
+            hosts.retain(|&h| {
+                let held = alloc.host_class(job, h).is_some();
+                if !held {
+                    gone.push(h);
+                }
+                held
+            });
+        }
+        if matches!(body, Request::DeleteNotify { .. }) {
+            for host in &gone {
+                let event = Event::HostDeleted {
+                    request: req.id,
+                    host: *host,
+                    reason: format!("{host} left the job while the global RM restarted"),
+                };
+                self.deliver(req.process, event);
+            }
+        }
+        let subscription = matches!(
+            body,
+            Request::AddNotify { .. }
+                | Request::DeleteNotify { .. }
+                | Request::SuspendNotify { .. }
+                | Request::ResumeNotify { .. }
+        );
+        let empty = matches!(&body, Request::DeleteNotify { hosts }
+            | Request::SuspendNotify { hosts }
+            | Request::ResumeNotify { hosts } if hosts.is_empty());
+        if empty {
+            // Nothing left to watch: it ends as it would have.
+            self.out.push(Output::Journal(Record::Answered {
+                process: req.process,
+                request: req.id,
+            }));
+            return;
+        }
+        let kind = Some((what, body.clone()));
+        self.dispatch(job, req, body);
+        if subscription {
+            // Its acceptance was told before the restart.
+            self.alloc.drop_done(req);
+        }
+        self.note_outstanding(job, req, kind);
+        if !self.outstanding.live.contains_key(&req) {
+            // Failed or answered at once: its end is journaled.
+            self.out.push(Output::Journal(Record::Answered {
+                process: req.process,
+                request: req.id,
+            }));
         }
     }
 }

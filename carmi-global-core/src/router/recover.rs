@@ -27,6 +27,7 @@ impl Router {
         }
         // Nothing is online yet: whatever the allocator says now concerns no one.
         let _ = self.alloc.take_effects();
+        let _ = self.alloc.take_host_changes();
         info!(jobs = self.submitted.len(), "journal replayed");
     }
 
@@ -166,7 +167,10 @@ impl Router {
                 process,
                 request,
                 what,
-            } => self.recover_outstanding(job, process, request, what),
+                body,
+            } => self.recover_outstanding(job, process, request, what, body),
+            Record::Claimed { job, host, class } => self.alloc.remember_claim(host, job, &class),
+            Record::Freed { job, host } => self.alloc.forget_claim(host, job),
             Record::Answered { process, request } => self.recover_answered(process, request),
             Record::Excluded { job, class, hosts } => {
                 self.alloc

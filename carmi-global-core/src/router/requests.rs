@@ -52,7 +52,7 @@ impl Router {
     }
 
     /// Hands an accepted request to the allocator or to the router's own handler.
-    fn dispatch(&mut self, job: JobId, req: ReqRef, body: Request) {
+    pub(super) fn dispatch(&mut self, job: JobId, req: ReqRef, body: Request) {
         let a = &mut self.alloc;
         match body {
             Request::CancelRequest { request } => a.cancel(job, req, request),
