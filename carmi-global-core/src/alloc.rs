@@ -521,6 +521,14 @@ impl Allocator {
         self.jobs.contains_key(&job)
     }
 
+    /// True when `job` has a class named `name` (from its submit file or
+    /// `DefineClass`).
+    pub fn has_class(&self, job: JobId, name: &str) -> bool {
+        self.jobs
+            .get(&job)
+            .is_some_and(|j| j.classes.contains_key(name))
+    }
+
     /// The announced hosts of a job.
     pub fn job_hosts(&self, job: JobId) -> Vec<HostId> {
         self.jobs

@@ -118,6 +118,7 @@ fn hand_started_job() -> (Vec<Record>, ProcessId, ProcessId, HostId, LinkId) {
         name: "any".into(),
         expression: "true".into(),
         rank: None,
+        replace: false,
     };
     journal.extend(request(&mut r, m0, 1, define));
     let add = Request::AddHosts {
@@ -265,6 +266,7 @@ fn outstanding_requests_fail_after_a_restart_and_exclusions_are_kept() {
         name: "any".into(),
         expression: "true".into(),
         rank: None,
+        replace: false,
     };
     journal.extend(request(&mut r, m0, 1, define));
     let m1_host = r.allocator().machine_hosts("m1")[0];

@@ -336,5 +336,6 @@ pub(crate) fn new_proc(job: JobId, root: bool) -> Proc {
         attached: None,
         origin: None,
         root,
+        executable: None,
     }
 }
