@@ -46,6 +46,7 @@
 //! - `analyze`: `carmi q -analyze`, every online slot of a class in the first category that applies.
 //! - `matching`: the matching of a job's minimum places to slots (augmenting paths).
 //! - `possible`: jobs no set of machines in the pool could start, flagged and keeping nothing back.
+//! - `share`: fair share between users, weighted by their priority (`crate::usage`).
 //! - `queue`: waiting jobs grouped into clusters of identical requests, so
 //!   that settling the queue costs time per cluster, not per job.
 
@@ -72,6 +73,9 @@ mod rank_tests;
 #[cfg(test)]
 mod register_tests;
 mod requests;
+mod share;
+#[cfg(test)]
+mod share_tests;
 #[cfg(test)]
 mod tests;
 mod why;
@@ -317,6 +321,8 @@ pub struct Allocator {
     effects: Vec<Effect>,
     /// Host changes of jobs since [`Allocator::take_host_changes`].
     host_changes: Vec<HostChange>,
+    /// Every user's recent use of the pool: fair share between users (`share`).
+    usage: crate::usage::Usage,
 }
 
 impl Default for Allocator {
@@ -400,12 +406,14 @@ impl Allocator {
             cluster_possible: HashMap::new(),
             effects: Vec::new(),
             host_changes: Vec::new(),
+            usage: Default::default(),
         }
     }
 
     /// Moves the clock to `now`. Time only moves forward: an earlier `now` is ignored.
     pub fn advance_to(&mut self, now: Duration) {
         self.now = self.now.max(now);
+        self.sample_usage();
     }
 
     /// The current time.
