@@ -575,12 +575,19 @@ impl Carmi {
         self.request(Request::ProcessInfo { process })
     }
 
+    /// The specification's `process_info`: asks for every process of the
+    /// job, with host, parent, executable and state (`Reply::Processes`).
+    pub fn processes(&self) -> RequestId {
+        self.request(Request::Processes)
+    }
+
     /// Asks for the job's class names and expressions (`Reply::Classes`).
     pub fn get_class_definitions(&self) -> RequestId {
         self.request(Request::GetClassDefinitions)
     }
 
-    /// Defines (or redefines) a resource class of the job.
+    /// Defines a resource class of the job; a name the job already has
+    /// fails with `FailureCode::ClassExists` (see [`Carmi::redefine_class`]).
     pub fn define_class(
         &self,
         name: impl Into<String>,
@@ -590,10 +597,27 @@ impl Carmi {
             name: name.into(),
             expression: expression.into(),
             rank: None,
+            replace: false,
         })
     }
 
-    /// Defines (or redefines) a resource class whose matching machines are
+    /// Defines a resource class, replacing the job's class of that name if
+    /// it has one (its expression and rank; its exclusions stay).
+    pub fn redefine_class(
+        &self,
+        name: impl Into<String>,
+        expression: impl Into<String>,
+        rank: Option<String>,
+    ) -> RequestId {
+        self.request(Request::DefineClass {
+            name: name.into(),
+            expression: expression.into(),
+            rank,
+            replace: true,
+        })
+    }
+
+    /// Defines a resource class (failing on a name the job has) whose matching machines are
     /// preferred by `rank` (a ClassAd expression over machine attributes):
     /// `addhosts` and growth take higher-ranked machines first, the fastest
     /// among equals.
@@ -607,6 +631,7 @@ impl Carmi {
             name: name.into(),
             expression: expression.into(),
             rank: Some(rank.into()),
+            replace: false,
         })
     }
 

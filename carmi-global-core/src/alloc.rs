@@ -46,6 +46,7 @@
 //! - `analyze`: `carmi q -analyze`, every online slot of a class in the first category that applies.
 //! - `matching`: the matching of a job's minimum places to slots (augmenting paths).
 //! - `possible`: jobs no set of machines in the pool could start, flagged and keeping nothing back.
+//! - `share`: fair share between users, weighted by their priority (`crate::usage`).
 //! - `queue`: waiting jobs grouped into clusters of identical requests, so
 //!   that settling the queue costs time per cluster, not per job.
 
@@ -73,6 +74,9 @@ mod rank_tests;
 mod register_tests;
 mod requests;
 mod restore;
+mod share;
+#[cfg(test)]
+mod share_tests;
 #[cfg(test)]
 mod tests;
 mod why;
@@ -321,6 +325,8 @@ pub struct Allocator {
     /// Hosts the journal says a job held (for a class) before a restart,
     /// given back to it when their machine registers again (see `restore`).
     recorded_claims: HashMap<HostId, (JobId, String)>,
+    /// Every user's recent use of the pool: fair share between users (`share`).
+    usage: crate::usage::Usage,
 }
 
 impl Default for Allocator {
@@ -405,12 +411,14 @@ impl Allocator {
             effects: Vec::new(),
             host_changes: Vec::new(),
             recorded_claims: HashMap::new(),
+            usage: Default::default(),
         }
     }
 
     /// Moves the clock to `now`. Time only moves forward: an earlier `now` is ignored.
     pub fn advance_to(&mut self, now: Duration) {
         self.now = self.now.max(now);
+        self.sample_usage();
     }
 
     /// The current time.
@@ -524,6 +532,14 @@ impl Allocator {
     /// True when the job exists.
     pub fn has_job(&self, job: JobId) -> bool {
         self.jobs.contains_key(&job)
+    }
+
+    /// True when `job` has a class named `name` (from its submit file or
+    /// `DefineClass`).
+    pub fn has_class(&self, job: JobId, name: &str) -> bool {
+        self.jobs
+            .get(&job)
+            .is_some_and(|j| j.classes.contains_key(name))
     }
 
     /// The announced hosts of a job.

@@ -82,6 +82,9 @@ pub enum Record {
         class: String,
         /// The request that started it, to tell of its exit.
         origin: Option<ReqRef>,
+        /// The name of its executable (`Processes`); absent in older journals.
+        #[serde(default)]
+        executable: Option<String>,
     },
     /// A spawned process ended.
     Exited {
@@ -385,6 +388,7 @@ mod tests {
                 host: HostId(1),
                 class: "c".into(),
                 origin: None,
+                executable: None,
             },
             Record::Spawned {
                 process: ProcessId(6),
@@ -392,6 +396,7 @@ mod tests {
                 host: HostId(1),
                 class: "c".into(),
                 origin: None,
+                executable: None,
             },
             Record::Machine {
                 name: "m0".into(),

@@ -26,3 +26,4 @@ pub mod journal;
 pub mod procs;
 pub mod router;
 pub mod staging;
+pub mod usage;

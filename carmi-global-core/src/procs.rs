@@ -35,6 +35,9 @@ pub struct Proc {
     pub origin: Option<ReqRef>,
     /// The job's first process: the job ends when it goes.
     pub root: bool,
+    /// The name of the executable a `ClassSpawn` started (for `Processes`);
+    /// `None` for a first process (its job's submit file names it).
+    pub executable: Option<String>,
 }
 
 impl Proc {

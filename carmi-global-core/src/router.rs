@@ -70,6 +70,7 @@ mod machines;
 mod outstanding;
 mod recover;
 mod requests;
+mod spec_api;
 #[cfg(test)]
 mod tests;
 

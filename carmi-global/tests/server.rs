@@ -223,6 +223,7 @@ async fn a_job_defines_a_class_and_gets_hosts() {
             name: "fast".into(),
             expression: "Mips >= 500 && Arch == \"x86_64\"".into(),
             rank: None,
+            replace: false,
         },
     )
     .await;
@@ -266,6 +267,7 @@ async fn a_job_defines_a_class_and_gets_hosts() {
             name: "bad".into(),
             expression: "Mips >= ".into(),
             rank: None,
+            replace: false,
         },
     )
     .await;
@@ -324,6 +326,7 @@ async fn a_silent_machine_is_declared_lost() {
             name: "any".into(),
             expression: "true".into(),
             rank: None,
+            replace: false,
         },
     )
     .await;
@@ -410,6 +413,7 @@ async fn executables_upload_fetch_and_spawn() {
                 name: "any".into(),
                 expression: "true".into(),
                 rank: None,
+                replace: false,
             },
         ),
         (

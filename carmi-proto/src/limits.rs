@@ -184,6 +184,7 @@ pub fn check_request(req: &Request) -> Result<(), Failure> {
         | Request::Config
         | Request::GetHostInfo { .. }
         | Request::ProcessInfo { .. }
+        | Request::Processes
         | Request::GetClassDefinitions
         | Request::LookupProcess { .. } => Ok(()),
         Request::AddHosts {
@@ -213,6 +214,7 @@ pub fn check_request(req: &Request) -> Result<(), Failure> {
             name,
             expression,
             rank,
+            ..
         } => class("DefineClass name", name)
             .and_then(|()| expr("DefineClass expression", expression))
             .and_then(|()| {

@@ -183,6 +183,7 @@ fn application_requests_are_checked() {
                 name: "w".into(),
                 expression: "x".repeat(MAX_EXPRESSION_BYTES + 1),
                 rank: None,
+                replace: false,
             },
             "DefineClass expression: 16385 bytes",
         ),

@@ -360,6 +360,7 @@ impl<'a> Wodi<'a> {
                 name,
                 expression: requirements,
                 rank: None,
+                replace: true,
             },
             CarmiCall::AddHosts { class, count } => Request::AddHosts {
                 class,

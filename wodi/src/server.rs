@@ -285,7 +285,11 @@ impl Driver {
     fn request(&self, request: CarmiCall) -> Option<RequestId> {
         let c = &self.carmi;
         Some(match request {
-            CarmiCall::DefineClass { name, requirements } => c.define_class(name, requirements),
+            // The run defines a class when its first master wants it and
+            // means its own definition, even over one of the submit file's.
+            CarmiCall::DefineClass { name, requirements } => {
+                c.redefine_class(name, requirements, None)
+            }
             CarmiCall::AddHosts { class, count } => c.addhosts(class, count, 1),
             CarmiCall::CancelRequest { request } => c.cancel_request(request),
             CarmiCall::ExcludeHosts { class, hosts } => c.exclude_hosts(class, &hosts),

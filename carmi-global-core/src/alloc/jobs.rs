@@ -18,7 +18,7 @@
 //!   A job whose minimums no set of online slots meets cannot start
 //!   whatever is kept for it: it waits, flagged, without holding back the
 //!   jobs behind it (see `possible`).
-//! - **Growth, fairly.** Once a job's master runs ([`Allocator::on_master_running`]),
+//! - **Growth, fairly** (between users first, see `share`). Once a job's master runs ([`Allocator::on_master_running`]),
 //!   idle slots go to running jobs below their maxima, one at a time to the
 //!   job holding the fewest hosts (the older on ties), so a later job is not
 //!   starved by an earlier one. Slots the head waiting job could use for its
@@ -481,7 +481,7 @@ impl Allocator {
                 (!room.is_empty()).then_some((j.hosts.len() as u32, j.seq, id, room))
             })
             .collect();
-        out.sort();
+        self.order_by_share(&mut out);
         out
     }
 
@@ -547,20 +547,24 @@ impl Allocator {
         let mut any = false;
         for _ in 0..self.slots.len() {
             let mut moved = false;
-            'find: for (held, _, job, room) in self.hungry(false) {
-                let mut donors: Vec<HostId> = self
+            let users = self.held_by_user();
+            'find: for (_, _, job, room) in self.hungry(false) {
+                let donor = |a: &Allocator, h: HostId| {
+                    a.get_slot(h).state.claim().expect("surplus is claimed").job
+                };
+                let mut donors: Vec<(f64, usize, HostId)> = self
                     .surplus_hosts(job)
                     .into_iter()
-                    .filter(|&h| {
-                        let c = self.get_slot(h).state.claim().expect("surplus is claimed");
-                        self.jobs[&c.job].hosts.len() as u32 > held + 1
+                    .filter(|&h| self.may_move(&users, donor(self, h), job))
+                    .map(|h| {
+                        let d = donor(self, h);
+                        let w = self.user_weight(&users, &self.job_owner(d), 0);
+                        (w, self.jobs[&d].hosts.len(), h)
                     })
                     .collect();
-                // The richest donor first.
-                donors.sort_by_key(|&h| {
-                    let c = self.get_slot(h).state.claim().expect("surplus is claimed");
-                    std::cmp::Reverse(self.jobs[&c.job].hosts.len())
-                });
+                // The heaviest user's richest job first.
+                donors.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
+                let donors = donors.into_iter().map(|(_, _, h)| h);
                 for h in donors {
                     let m = self.get_slot(h).machine;
                     if let Some(c) = room

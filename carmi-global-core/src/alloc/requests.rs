@@ -164,14 +164,17 @@ impl Allocator {
         self.serve(seq);
     }
 
-    /// `DelHosts`: gives hosts back (all or nothing).
+    /// `DelHosts`: gives hosts back (all or nothing), answered with the
+    /// hosts freed, as the specification's `delhosts` is.
     pub fn del_hosts(&mut self, job: JobId, req: ReqRef, hosts: &[HostId]) {
         if !self.check_job(job, req) || !self.check_own_hosts(job, req, "DelHosts", hosts) {
             return;
         }
         let mut freed = Vec::new();
+        let mut removed = Vec::new();
         for &h in hosts {
             if let Some(class) = self.jobs[&job].hosts.get(&h).cloned() {
+                removed.push(h);
                 // A submitted job giving a host back wants one fewer: growth
                 // must not hand it straight back (never below the minimum).
                 let j = self.jobs.get_mut(&job).expect("checked");
@@ -185,7 +188,7 @@ impl Allocator {
                 }
             }
         }
-        self.done(job, req, Reply::Ok);
+        self.done(job, req, Reply::HostsRemoved(removed));
         self.offer_all(freed);
     }
 

@@ -409,6 +409,7 @@ fn a_forwarded_request_above_a_limit_is_failed_naming_it() {
         name: "w".into(),
         expression: "true".into(),
         rank: None,
+        replace: false,
     };
     step(&mut r, |r| {
         r.on_message(m0, forward(1, define), Duration::ZERO)

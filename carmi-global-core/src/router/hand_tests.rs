@@ -124,6 +124,7 @@ fn hand_started_job() -> (Vec<Record>, ProcessId, ProcessId, HostId, LinkId) {
         name: "any".into(),
         expression: "true".into(),
         rank: None,
+        replace: false,
     };
     journal.extend(request(&mut r, m0, 1, define));
     let add = Request::AddHosts {

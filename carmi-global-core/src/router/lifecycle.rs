@@ -347,5 +347,6 @@ pub(crate) fn new_proc(job: JobId, root: bool) -> Proc {
         attached: None,
         origin: None,
         root,
+        executable: None,
     }
 }

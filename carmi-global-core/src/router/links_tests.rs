@@ -129,6 +129,7 @@ fn heartbeat_updates_reach_the_allocator() {
             name: "calm".into(),
             expression: "LoadAvg < 0.5".into(),
             rank: None,
+            replace: false,
         },
     );
     s.expect_done(1);
@@ -225,6 +226,7 @@ fn random_messages_never_break_the_router() {
                 name: class,
                 expression: ["true", "Mips > 15", "Mips >", ""][rng.random_range(0..4)].into(),
                 rank: None,
+                replace: false,
             },
             14 => Request::RemoveClass { name: class },
             15 => Request::ExcludeHosts {

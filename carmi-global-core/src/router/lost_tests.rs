@@ -16,6 +16,7 @@ fn answers_for_a_process_whose_machine_was_lost_arrive_when_it_returns() {
             name: "any".into(),
             expression: "true".into(),
             rank: None,
+            replace: false,
         },
     );
     s.expect_done(1);

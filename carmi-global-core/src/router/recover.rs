@@ -147,6 +147,7 @@ impl Router {
                 host,
                 class,
                 origin,
+                executable,
             } => {
                 if !self.alloc.has_job(job) {
                     return;
@@ -154,6 +155,7 @@ impl Router {
                 let mut proc = new_proc(job, false);
                 proc.host = Some(host);
                 proc.origin = origin;
+                proc.executable = executable;
                 self.procs.insert(process, proc);
                 self.recovered.insert(process, (job, class));
             }

@@ -3,8 +3,8 @@
 
 use carmi_proto::ids::{ConnId, JobId, ProcessId, RequestId};
 use carmi_proto::msg::{
-    Event, ExecutableRef, Failure, FailureCode, FromGlobal, OutputMode, OutputRoute, ProcessInfo,
-    ProcessState, Reply, Request, SpawnTarget,
+    Event, ExecutableRef, Failure, FailureCode, FromGlobal, OutputMode, OutputRoute, ProcessState,
+    Reply, Request, SpawnTarget,
 };
 
 use super::{LinkId, Router};
@@ -73,7 +73,12 @@ impl Router {
                 name,
                 expression,
                 rank,
+                replace,
             } => {
+                if let Err(failure) = self.check_define(job, &name, replace) {
+                    return self.answer(req, Err(failure));
+                }
+                let a = &mut self.alloc;
                 a.define_class_ranked(job, req, &name, &expression, rank.as_deref());
                 // Replayed after a restart, so that recovered processes find their class.
                 self.out.push(super::Output::Journal(
@@ -108,14 +113,14 @@ impl Router {
                 output,
             } => self.class_spawn(job, req, executable, args, target, output),
             Request::ProcessInfo { process: other } => {
-                let result = self.same_job(job, other).map(|p| {
-                    Reply::Process(ProcessInfo {
-                        process: other,
-                        host: p.host,
-                        state: p.state.clone(),
-                    })
-                });
+                let result = self
+                    .same_job(job, other)
+                    .map(|p| Reply::Process(self.process_info(other, p)));
                 self.answer(req, result);
+            }
+            Request::Processes => {
+                let reply = self.processes_of(job);
+                self.answer(req, Ok(reply));
             }
             Request::LookupProcess { process: other } => {
                 let result = self
@@ -248,6 +253,7 @@ impl Router {
                 attached: None,
                 origin: Some(req),
                 root: false,
+                executable: Some(executable.name.clone()),
             },
         );
         self.alloc.on_process_spawned(host, process);
@@ -259,6 +265,7 @@ impl Router {
                     host,
                     class,
                     origin: Some(req),
+                    executable: Some(executable.name.clone()),
                 }));
         }
         self.send(

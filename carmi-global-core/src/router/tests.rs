@@ -183,6 +183,7 @@ impl Sim {
                 name: "c".into(),
                 expression: "Mips > 0".into(),
                 rank: None,
+                replace: false,
             },
         );
         self.expect_done(1);
@@ -398,7 +399,9 @@ fn spawned_processes_start_attach_are_looked_up_and_exit() {
         Reply::Process(ProcessInfo {
             process: p,
             host: Some(hosts[0]),
-            state: ProcessState::Starting
+            state: ProcessState::Starting,
+            parent: Some(root),
+            executable: Some(exe().name),
         })
     );
     // A lookup before the process has connected waits for it.
@@ -646,3 +649,5 @@ fn failed_starts_and_vacated_hosts_end_processes() {
 mod links;
 #[path = "lost_tests.rs"]
 mod lost;
+#[path = "spec_api_tests.rs"]
+mod spec_api;

@@ -140,9 +140,14 @@ pub enum Request {
         /// The process.
         process: ProcessId,
     },
+    /// The specification's `process_info`: every process of the job (host,
+    /// parent, executable, state), answered with [`Reply::Processes`].
+    Processes,
     /// Class names and expressions of the job.
     GetClassDefinitions,
-    /// Define (or redefine) a resource class of the job.
+    /// Define a resource class of the job. A name the job already has fails
+    /// with [`FailureCode::ClassExists`] (the specification answers false)
+    /// unless `replace` asks to redefine it.
     DefineClass {
         /// Class name.
         name: String,
@@ -152,6 +157,10 @@ pub enum Request {
         /// ad): higher is taken first, the fastest among equals; absent: speed alone.
         #[serde(default)]
         rank: Option<String>,
+        /// Redefine the class if the job has it already (absent: false, so a
+        /// duplicate name fails as the specification says).
+        #[serde(default)]
+        replace: bool,
     },
     /// Never grant the machines of `hosts` to the job for `class` again (a
     /// machine that proved too slow): every slot of each machine is left out
@@ -217,6 +226,14 @@ pub struct ProcessInfo {
     pub host: Option<HostId>,
     /// Its state.
     pub state: ProcessState,
+    /// The process whose `ClassSpawn` started it; `None` for the job's first
+    /// process. Absent in answers from older global RMs.
+    #[serde(default)]
+    pub parent: Option<ProcessId>,
+    /// The name of the executable it runs, when the global RM knows it (not
+    /// for a first process started by hand). Absent from older global RMs.
+    #[serde(default)]
+    pub executable: Option<String>,
 }
 
 /// A class definition.
@@ -273,12 +290,14 @@ pub enum FailureCode {
     /// The connection's identity lacks the power this request needs (the
     /// message names identity, action and missing power).
     Denied,
+    /// `DefineClass` of a name the job already has, without `replace`.
+    ClassExists,
 }
 
 /// Successful outcome of a request.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Reply {
-    /// Done, nothing to report (`DelHosts`, `DefineClass`, `RemoveClass`,
+    /// Done, nothing to report (`DefineClass`, `RemoveClass`,
     /// `ExcludeHosts`, `CancelRequest`, and a subscription being registered).
     Ok,
     /// `Config`.
@@ -287,6 +306,11 @@ pub enum Reply {
     Host(HostInfo),
     /// `ProcessInfo`.
     Process(ProcessInfo),
+    /// `Processes`: every process of the job, by id.
+    Processes(Vec<ProcessInfo>),
+    /// `DelHosts`: the hosts given back (each once; all those asked for,
+    /// as the request is all or nothing).
+    HostsRemoved(Vec<HostId>),
     /// `GetClassDefinitions`.
     Classes(Vec<ClassDef>),
     /// `LookupProcess`: `host:port` of the process's direct-message listener.

@@ -1,0 +1,114 @@
+//! Fair share between users (issue 15, item 7): growth and rebalancing even
+//! out the hosts held per *user* (the job's `Owner`: the submitting
+//! identity when the pool has tokens, else the submit file's owner), each
+//! weighted by the user's priority ([`crate::usage`]), and only then per job
+//! within a user. A user who submits ten jobs gets no more of the pool than
+//! one who submits one; a user who used much of it lately gets less.
+//!
+//! A user's *weight* is the hosts their running jobs hold times their
+//! priority. Growth gives an idle slot to the hungry job whose user would
+//! weigh least with it; a host above its job's minimum moves to a job of
+//! another user only if the giver still weighs at least as much as the
+//! taker afterwards (so every move lowers the sum of priority x held², and
+//! moves end), and between jobs of one user when the giving job holds at
+//! least two more (the per-job rule). Minimums are never taken.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use carmi_proto::ids::JobId;
+
+use super::{Allocator, Phase};
+use crate::usage::{Usage, UserUsage};
+
+/// Usage is sampled at most this often: holdings between two samples are
+/// taken as those at the second (close enough against a day's half-life).
+const SAMPLE_EVERY: Duration = Duration::from_secs(1);
+
+/// Hosts held per user by the jobs competing for growth.
+pub(super) type Held = BTreeMap<String, u32>;
+
+impl Allocator {
+    /// Hosts held per user by running submitted jobs (those that grow and
+    /// give hosts back; jobs started by hand hold only what they asked for).
+    pub(super) fn held_by_user(&self) -> Held {
+        let mut held = Held::new();
+        for id in &self.running {
+            let n = self.jobs[id].hosts.len() as u32;
+            *held.entry(self.job_owner(*id)).or_default() += n;
+        }
+        held
+    }
+
+    /// How much `owner` would weigh holding `extra` more hosts than `held` says.
+    pub(super) fn user_weight(&self, held: &Held, owner: &str, extra: i64) -> f64 {
+        let n = i64::from(held.get(owner).copied().unwrap_or(0)) + extra;
+        n.max(0) as f64 * self.usage.priority(owner)
+    }
+
+    /// Sorts hungry jobs (held, submit order, job, room) for growth: the
+    /// job whose user would weigh least with one more host first, then the
+    /// job holding fewest, then the older.
+    pub(super) fn order_by_share(&self, hungry: &mut Vec<(u32, u64, JobId, Vec<String>)>) {
+        let held = self.held_by_user();
+        let mut keyed: Vec<(f64, (u32, u64, JobId, Vec<String>))> = hungry
+            .drain(..)
+            .map(|h| (self.user_weight(&held, &self.job_owner(h.2), 1), h))
+            .collect();
+        keyed.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+        hungry.extend(keyed.into_iter().map(|(_, h)| h));
+    }
+
+    /// Whether a host above `donor`'s minimum may move to `taker` (see the
+    /// module's rule).
+    pub(super) fn may_move(&self, held: &Held, donor: JobId, taker: JobId) -> bool {
+        let (d, t) = (self.job_owner(donor), self.job_owner(taker));
+        if d == t {
+            return self.jobs[&donor].hosts.len() > self.jobs[&taker].hosts.len() + 1;
+        }
+        self.user_weight(held, &d, -1) >= self.user_weight(held, &t, 1)
+    }
+
+    /// Accumulates usage up to now with the hosts each user holds (every
+    /// job, started by hand or submitted), at most once per [`SAMPLE_EVERY`].
+    pub(super) fn sample_usage(&mut self) {
+        if self.now < self.usage.at() + SAMPLE_EVERY {
+            return;
+        }
+        let mut held = Held::new();
+        for (&id, j) in &self.jobs {
+            if !j.hosts.is_empty() && j.phase != Phase::Held {
+                *held.entry(self.job_owner(id)).or_default() += j.hosts.len() as u32;
+            }
+        }
+        self.usage.advance(self.now, &held);
+    }
+
+    /// Every user's usage and priority factor (for `carmi q` and the journal).
+    pub fn usage(&self) -> &Usage {
+        &self.usage
+    }
+
+    /// `user`'s usage and factor.
+    pub fn user_usage(&self, user: &str) -> UserUsage {
+        self.usage.user(user)
+    }
+
+    /// Sets the half-life usage decays with (the pool's configuration),
+    /// keeping the usage so far.
+    pub fn set_usage_half_life(&mut self, half_life: Duration) {
+        let mut fresh = Usage::new(half_life);
+        for (name, u) in self.usage.users() {
+            fresh.restore(name, u.host_seconds);
+            if u.factor != 1.0 {
+                fresh.set_factor(name, u.factor);
+            }
+        }
+        self.usage = fresh;
+    }
+
+    /// Puts back a user's usage read from the journal after a restart.
+    pub fn restore_usage(&mut self, user: &str, host_seconds: f64) {
+        self.usage.restore(user, host_seconds);
+    }
+}
