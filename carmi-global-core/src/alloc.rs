@@ -51,6 +51,7 @@
 
 mod analyze;
 mod check;
+mod demand;
 mod effect;
 mod engine;
 #[cfg(test)]
@@ -86,6 +87,7 @@ use carmi_proto::msg::FailureCode;
 use carmi_proto::msg::HostInfo;
 use classad::{ClassAd, Expr};
 
+pub use demand::Unmet;
 pub use effect::{Effect, ReleaseCause, ReqRef};
 pub use jobs::{ClassLimits, Phase};
 

@@ -25,6 +25,7 @@
 
 mod admin;
 mod app;
+mod pilot;
 
 pub use admin::{
     ClassAnalysis, ClassStatus, JobAnalysis, JobEnd, JobFiles, JobRecord, JobStatus, JobUsage,
@@ -34,6 +35,7 @@ pub use app::{
     ClassDef, Event, ExecutableRef, ExitStatus, Failure, FailureCode, HostInfo, OutputFrame,
     OutputMode, OutputRoute, ProcessInfo, ProcessState, Reply, Request, SpawnTarget, StdStream,
 };
+pub use pilot::{AllocAnswer, AllocQueueSpec, AllocQueueStatus, AllocRequest, AllocationStatus};
 
 use serde::{Deserialize, Serialize};
 
@@ -316,6 +318,9 @@ pub enum ToGlobal {
     /// Admin: create, list or revoke tokens (`carmi token`). Answered with
     /// [`FromGlobal::Tokens`] or [`FromGlobal::AdminFailed`].
     Tokens(crate::authz::TokenRequest),
+    /// Admin: manage allocation queues (`carmi alloc`, pilots from a batch
+    /// system). Answered with [`FromGlobal::Alloc`] or [`FromGlobal::AdminFailed`].
+    Alloc(AllocRequest),
 }
 
 /// Where a local RM fetches an executable from (answer to a `Fetch`).
@@ -518,6 +523,8 @@ pub enum FromGlobal {
     /// Admin: answer to [`ToGlobal::FetchFiles`]: the files' bytes, in
     /// order, are the frame's payload.
     Files(JobFiles),
+    /// Admin: answer to [`ToGlobal::Alloc`].
+    Alloc(AllocAnswer),
     /// Start a job's master on this machine, outside its slots (the submit
     /// side). Answered like `Spawn`, with `Started` and later `Exited`.
     SpawnMaster {
