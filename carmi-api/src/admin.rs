@@ -12,6 +12,9 @@ pub const CONNECT_TIMEOUT: Duration = crate::net::CONNECT_TIMEOUT;
 
 /// How long to wait for the answer once asked.
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long `carmi alloc dry-run` waits for its answer: the batch queue,
+/// the pilot's start and its registration (the global RM gives up first).
+pub const DRY_RUN_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Why an administration request failed.
 #[derive(Debug, thiserror::Error)]
@@ -133,13 +136,18 @@ pub async fn request_with_payload(
             .await
             .map_err(|e| no_answer(e.to_string()))?;
     }
+    // A dry run is answered once its pilot came up, or failed to.
+    let patience = match &msg {
+        ToGlobal::Alloc(crate::msg::AllocRequest::DryRun(_)) => DRY_RUN_TIMEOUT,
+        _ => REPLY_TIMEOUT,
+    };
     conn.send(&msg, &[])
         .await
         .map_err(|e| no_answer(e.to_string()))?;
-    match tokio::time::timeout(REPLY_TIMEOUT, conn.recv()).await {
+    match tokio::time::timeout(patience, conn.recv()).await {
         Err(_) => Err(no_answer(format!(
             "nothing within {} s",
-            REPLY_TIMEOUT.as_secs()
+            patience.as_secs()
         ))),
         Ok(Ok(Some(answer))) => Ok(answer),
         Ok(Ok(None)) => Err(no_answer("it closed the connection".into())),

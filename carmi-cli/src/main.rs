@@ -14,7 +14,9 @@
 //! - `hold`: `carmi hold` / `carmi release`.
 //! - `events`: `carmi events JOB [-f]`, and the submit file's `log =` written from them.
 //! - `fetch`: `carmi fetch JOB`: the files a job's master sent back, into the submit directory.
+//! - `alloc`: `carmi alloc`: allocation queues growing the pool with pilots from Slurm.
 
+mod alloc;
 mod config;
 mod dryrun;
 mod embedded;
@@ -115,6 +117,13 @@ enum Command {
         #[command(subcommand)]
         command: token::TokenCommand,
     },
+    /// Allocation queues: pilots from a batch system (Slurm) while jobs
+    /// wait for hosts (admin).
+    #[command(after_help = AFTER_HELP)]
+    Alloc {
+        #[command(subcommand)]
+        command: alloc::AllocCommand,
+    },
     /// Print a shell completion script, e.g. `carmi completions bash`.
     Completions(shell::CompletionsArgs),
     /// Write man pages for carmi and each subcommand into a directory.
@@ -146,6 +155,7 @@ fn main() -> ExitCode {
         }
         Command::Pool { command } => pool::run(command),
         Command::Token { command } => token::run(command),
+        Command::Alloc { command } => alloc::run(command),
         Command::Status(args) => status::run(args),
         Command::Submit(args) => jobs::submit(args),
         Command::Q(args) => jobs::q(args),

@@ -52,6 +52,7 @@
 
 mod analyze;
 mod check;
+mod demand;
 mod effect;
 mod engine;
 #[cfg(test)]
@@ -91,6 +92,7 @@ use carmi_proto::msg::FailureCode;
 use carmi_proto::msg::HostInfo;
 use classad::{ClassAd, Expr};
 
+pub use demand::Unmet;
 pub use effect::{Effect, ReleaseCause, ReqRef};
 pub use jobs::{ClassLimits, Phase};
 

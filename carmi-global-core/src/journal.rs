@@ -208,6 +208,9 @@ pub enum Record {
         /// The next process id.
         next_process: u64,
     },
+    /// The allocation queues as they are now (`carmi alloc`); the last one
+    /// replaces every earlier one.
+    Pilots(Box<crate::alloc_queue::Snapshot>),
 }
 
 mod live;

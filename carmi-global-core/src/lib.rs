@@ -21,6 +21,7 @@
 #![warn(missing_docs)]
 
 pub mod alloc;
+pub mod alloc_queue;
 pub mod bounds;
 pub mod journal;
 pub mod procs;

@@ -68,6 +68,7 @@ pub(crate) use lifecycle::new_proc;
 mod jobs_tests;
 mod machines;
 mod outstanding;
+mod pilots;
 mod recover;
 mod requests;
 mod spec_api;
@@ -155,6 +156,10 @@ pub enum Output {
         /// The files and the master that sent them.
         files: carmi_proto::msg::JobFiles,
     },
+    /// Carry out an allocation queue's command with the batch system
+    /// (`sbatch`, `scancel`, `squeue`), and report back with
+    /// [`Router::on_pilot_submitted`] or [`Router::on_batch_states`].
+    Pilot(crate::alloc_queue::QueueCommand),
 }
 
 enum LinkRole {
@@ -227,6 +232,11 @@ pub struct Router {
     out: Vec<Output>,
     /// What each admin connection's token lets it do (`router/authz.rs`).
     identities: HashMap<LinkId, carmi_proto::authz::Identity>,
+    /// The allocation queues (`carmi alloc`, `router/pilots.rs`).
+    pilots: crate::alloc_queue::AllocQueues,
+    /// Dry runs waiting for their pilot, by number: the admin connection to answer.
+    dry_runs: HashMap<u64, LinkId>,
+    next_waiter: u64,
 }
 
 impl Router {
@@ -256,6 +266,9 @@ impl Router {
             next_job: 1,
             out: Vec::new(),
             identities: HashMap::new(),
+            pilots: crate::alloc_queue::AllocQueues::new(Default::default()),
+            dry_runs: HashMap::new(),
+            next_waiter: 1,
         }
     }
 
@@ -278,10 +291,14 @@ impl Router {
     /// When [`Router::on_tick`] must next be called, if ever.
     pub fn next_deadline(&self) -> Option<Duration> {
         let machines = self.deadlines.first().map(|(d, _)| *d);
-        match (machines, self.log_reads.next_deadline()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            machines,
+            self.log_reads.next_deadline(),
+            self.pilots_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     fn advance(&mut self, now: Duration) {
@@ -422,9 +439,10 @@ impl Router {
                         let ads = self.alloc.machine_ads();
                         self.send(link, FromGlobal::Ads(ads));
                     }
+                    ToGlobal::Alloc(req) => self.alloc_request(link, req),
                     other => {
                         let what = variant_name(&other);
-                        self.close(link, format!("admin connections may send Status, Submit, RemoveJob, Queue, Analyze, History, Hold, Release, Events, FetchFiles, Logs and MachineAds, not {what}"));
+                        self.close(link, format!("admin connections may send Status, Submit, RemoveJob, Queue, Analyze, History, Hold, Release, Events, FetchFiles, Logs, MachineAds and Alloc, not {what}"));
                     }
                 }
                 self.flush();
@@ -497,6 +515,7 @@ impl Router {
             | ToGlobal::FetchFiles { .. }
             | ToGlobal::Logs { .. }
             | ToGlobal::Tokens(_)
+            | ToGlobal::Alloc(_)
             | ToGlobal::MachineAds => {
                 let what = variant_name(&msg);
                 warn!(
@@ -540,5 +559,6 @@ fn variant_name(msg: &ToGlobal) -> &'static str {
         ToGlobal::Logs { .. } => "Logs",
         ToGlobal::LogRead { .. } => "LogRead",
         ToGlobal::Tokens(_) => "Tokens",
+        ToGlobal::Alloc(_) => "Alloc",
     }
 }

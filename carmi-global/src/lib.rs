@@ -22,6 +22,7 @@
 
 pub use carmi_global_core::{alloc, procs, router, staging};
 pub mod journal;
+pub mod pilots;
 pub mod returned;
 pub mod server;
 pub mod store;

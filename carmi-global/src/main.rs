@@ -60,6 +60,15 @@ struct Args {
     /// closed otherwise (idle connections between frames are not affected).
     #[arg(long, value_name = "S", default_value_t = FrameDeadline::DEFAULT.base.as_secs())]
     frame_timeout_s: u64,
+    /// The `carmi-local` that pilots run (`carmi alloc`) [default: the one
+    /// beside this executable]. It must be reachable at this path on the
+    /// batch system's nodes.
+    #[arg(long, value_name = "FILE")]
+    pilot_local: Option<PathBuf>,
+    /// Where pilots connect to this daemon, HOST:PORT [default: the address
+    /// it listens on]; give a name the batch nodes can reach.
+    #[arg(long, value_name = "HOST:PORT")]
+    pilot_global: Option<String>,
 }
 
 #[tokio::main]
@@ -121,6 +130,14 @@ async fn main() -> anyhow::Result<()> {
         base: Duration::from_secs(args.frame_timeout_s),
         ..FrameDeadline::DEFAULT
     };
+    let mut pilots = carmi_global::pilots::PilotSettings::beside_this_executable(
+        std::path::absolute(&args.secret).unwrap_or(args.secret.clone()),
+    );
+    if let Some(local) = &args.pilot_local {
+        pilots.local_binary = std::path::absolute(local).unwrap_or(local.clone());
+    }
+    pilots.global_addr = args.pilot_global.clone();
+    config.pilots = Some(pilots);
     let server = Server::bind(&args.listen, config).await?;
     let addr = server.local_addr()?;
     let mut out = std::io::stdout().lock();

@@ -104,6 +104,9 @@ pub struct ServerConfig {
     /// token, and each request is checked against its power. `None` (a pool
     /// without a signing key) admits whoever knows the secret as an admin.
     pub auth: Option<Arc<Authority>>,
+    /// How pilots are started (`carmi alloc`); `None`: allocation queues
+    /// may be made, but every submission fails saying so.
+    pub pilots: Option<crate::pilots::PilotSettings>,
 }
 
 impl ServerConfig {
@@ -120,6 +123,7 @@ impl ServerConfig {
             conn_limits: ConnLimits::default(),
             frame_deadline: FrameDeadline::DEFAULT,
             auth: None,
+            pilots: None,
         }
     }
 }
@@ -170,6 +174,8 @@ enum Cmd {
     Closed {
         link: LinkId,
     },
+    /// What the batch system said about pilots.
+    Pilot(crate::pilots::PilotReport),
 }
 
 /// A message of one connection on its way to the router task, in order.
@@ -256,6 +262,23 @@ impl Server {
         })
     }
 
+    /// The driver of pilots: Slurm, its pilots connecting to this daemon's
+    /// address unless the settings name another.
+    fn pilot_driver(&self) -> Result<crate::pilots::PilotDriver, Error> {
+        let backend: Arc<dyn crate::pilots::Backend> = match &self.config.pilots {
+            Some(settings) => Arc::new(crate::pilots::slurm::Slurm::new(
+                settings.clone(),
+                self.local_addr()?.to_string(),
+            )),
+            None => Arc::new(crate::pilots::Unconfigured),
+        };
+        Ok(crate::pilots::PilotDriver::new(
+            backend,
+            self.config.auth.clone(),
+            self.config.state_dir.clone(),
+        ))
+    }
+
     /// Serves until `shutdown` completes, then stops every task and returns.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
         // A fresh self-signed certificate per run: clients authenticate the
@@ -264,6 +287,7 @@ impl Server {
         let (stop_tx, stop_rx) = watch::channel(false);
         let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
+        let pilots = self.pilot_driver()?;
         let mut router = Router::new(self.config.router.clone());
         for exe in &self.stored {
             router.on_executable_stored(exe);
@@ -284,6 +308,7 @@ impl Server {
             self.returned.clone(),
             self.journal,
             cmd_rx,
+            (pilots, cmd_tx.clone()),
             stop_rx.clone(),
             done_tx.clone(),
         ));
@@ -360,12 +385,15 @@ impl Server {
 
 /// Owns the router: one input at a time, outputs flushed after each, one timer
 /// at the router's next deadline.
+// One argument more than clippy likes: the task's whole world, handed over once.
+#[allow(clippy::too_many_arguments)]
 async fn router_task(
     mut router: Router,
     mut staging: Staging,
     returned: Arc<ReturnedStore>,
     mut journal: Journal,
     mut cmds: mpsc::UnboundedReceiver<Cmd>,
+    (pilots, to_router): (crate::pilots::PilotDriver, mpsc::UnboundedSender<Cmd>),
     mut stop: watch::Receiver<bool>,
     _done: mpsc::Sender<()>,
 ) {
@@ -419,6 +447,12 @@ async fn router_task(
                 Output::DropFiles { process } => {
                     let store = returned.clone();
                     tokio::task::spawn_blocking(move || store.remove(process));
+                }
+                Output::Pilot(cmd) => {
+                    let tx = to_router.clone();
+                    pilots.carry_out(cmd, move |r| {
+                        let _ = tx.send(Cmd::Pilot(r));
+                    });
                 }
                 Output::SendFiles { link, files } => {
                     if let Some(out) = links.get(&link) {
@@ -510,6 +544,12 @@ fn handle(
             router.on_executable_stored(&exe);
         }
         Cmd::Staging(input) => on_stage_input(staging, input),
+        Cmd::Pilot(crate::pilots::PilotReport::Submitted { alloc, result }) => {
+            router.on_pilot_submitted(alloc, result, now)
+        }
+        Cmd::Pilot(crate::pilots::PilotReport::States(states)) => {
+            router.on_batch_states(&states, now)
+        }
         Cmd::Closed { link } => {
             links.remove(&link);
             staging.on_closed(link);

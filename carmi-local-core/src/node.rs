@@ -492,6 +492,7 @@ impl Core {
             | FromGlobal::Events { .. }
             | FromGlobal::Files(_)
             | FromGlobal::Tokens(_)
+            | FromGlobal::Alloc(_)
             | FromGlobal::Log { .. } => {
                 tracing::warn!("an admin answer was sent to a local RM; ignored");
             }

@@ -89,6 +89,12 @@ pub struct Cli {
     /// load) or `simulated` (owner events from the control connection only).
     #[arg(long, value_name = "SOURCE")]
     pub owner: Option<OwnerSource>,
+    /// The owner comes back for good at this wall-clock time (seconds since
+    /// the Unix epoch), as if someone sat down at the machine: a pilot's
+    /// time limit, less a lead time, so that its hosts are vacated before
+    /// the batch system ends it. Needs a simulated owner.
+    #[arg(long, value_name = "UNIX_SECONDS")]
+    pub owner_returns_at: Option<u64>,
 }
 
 /// Where the owner's activity comes from.

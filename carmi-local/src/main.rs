@@ -31,7 +31,7 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(settings).await {
+    match run(settings, cli.owner_returns_at).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("carmi-local: error: {e:#}");
@@ -40,7 +40,7 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(settings: Settings) -> anyhow::Result<()> {
+async fn run(settings: Settings, owner_returns_at: Option<u64>) -> anyhow::Result<()> {
     // Signal handlers first, so that a signal during start-up is not lost.
     let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
@@ -50,10 +50,32 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
         writeln!(out, "listening on {}", daemon.app_addr())?;
         out.flush()?;
     }
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
-        _ = int.recv() => tracing::info!("SIGINT: stopping"),
+    let returns = owner_returns(owner_returns_at);
+    tokio::pin!(returns);
+    let mut returned = owner_returns_at.is_none();
+    loop {
+        tokio::select! {
+            _ = term.recv() => { tracing::info!("SIGTERM: stopping"); break }
+            _ = int.recv() => { tracing::info!("SIGINT: stopping"); break }
+            _ = &mut returns, if !returned => {
+                returned = true;
+                tracing::info!("the owner comes back for good (--owner-returns-at): vacating");
+                daemon.owner_event(carmi_api::msg::OwnerEvent::Arrive).await;
+            }
+        }
     }
     daemon.shutdown().await;
     Ok(())
+}
+
+/// Completes at wall-clock time `at` (seconds since the Unix epoch), never
+/// without one.
+async fn owner_returns(at: Option<u64>) {
+    let Some(at) = at else {
+        return std::future::pending().await;
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    tokio::time::sleep(std::time::Duration::from_secs(at.saturating_sub(now))).await;
 }

@@ -25,6 +25,7 @@
 
 mod admin;
 mod app;
+mod pilot;
 
 pub use admin::{
     ClassAnalysis, ClassStatus, JobAnalysis, JobFiles, JobRecord, JobStatus, JobUsage, LogChunk,
@@ -38,6 +39,7 @@ pub use app::{
 // files), so defined there and named here too.
 pub use crate::exe::ExecutableRef;
 pub use crate::outcome::{ExitStatus, JobEnd};
+pub use pilot::{AllocAnswer, AllocQueueSpec, AllocQueueStatus, AllocRequest, AllocationStatus};
 
 use serde::{Deserialize, Serialize};
 
@@ -320,6 +322,9 @@ pub enum ToGlobal {
     /// Admin: create, list or revoke tokens (`carmi token`). Answered with
     /// [`FromGlobal::Tokens`] or [`FromGlobal::AdminFailed`].
     Tokens(crate::authz::TokenRequest),
+    /// Admin: manage allocation queues (`carmi alloc`, pilots from a batch
+    /// system). Answered with [`FromGlobal::Alloc`] or [`FromGlobal::AdminFailed`].
+    Alloc(AllocRequest),
 }
 
 /// Where a local RM fetches an executable from (answer to a `Fetch`).
@@ -522,6 +527,8 @@ pub enum FromGlobal {
     /// Admin: answer to [`ToGlobal::FetchFiles`]: the files' bytes, in
     /// order, are the frame's payload.
     Files(JobFiles),
+    /// Admin: answer to [`ToGlobal::Alloc`].
+    Alloc(AllocAnswer),
     /// Start a job's master on this machine, outside its slots (the submit
     /// side). Answered like `Spawn`, with `Started` and later `Exited`.
     SpawnMaster {

@@ -240,7 +240,7 @@ impl Allocator {
         ids.into_iter().map(|(_, id)| id).collect()
     }
 
-    fn held(&self, job: JobId, class: &str) -> u32 {
+    pub(super) fn held(&self, job: JobId, class: &str) -> u32 {
         self.jobs[&job]
             .hosts
             .values()

@@ -44,6 +44,8 @@ pub struct Live {
     started: usize,
     /// Records applied so far (orders machines).
     seq: u64,
+    /// The allocation queues' last snapshot.
+    pilots: Option<Record>,
 }
 
 impl Live {
@@ -60,6 +62,7 @@ impl Live {
     pub fn apply(&mut self, r: &Record) {
         self.seq += 1;
         match r {
+            Record::Pilots(_) => self.pilots = Some(r.clone()),
             Record::Submitted { job, .. } => {
                 self.next_job = self.next_job.max(job.0 + 1);
                 if let Some((_, Some(_))) = self.jobs.insert(*job, (r.clone(), None)) {
@@ -272,7 +275,8 @@ impl Live {
 
     /// How many records [`Live::records`] returns.
     pub fn len(&self) -> usize {
-        1 + self.machines.len()
+        1 + usize::from(self.pilots.is_some())
+            + self.machines.len()
             + self.history.len()
             + self.jobs.len()
             + self.started
@@ -334,6 +338,7 @@ impl Live {
         out.extend(self.claims.values().cloned());
         out.extend(self.processes.values().cloned());
         out.extend(self.outstanding.values().cloned());
+        out.extend(self.pilots.clone());
         out
     }
 }

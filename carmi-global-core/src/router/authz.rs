@@ -64,6 +64,11 @@ impl Router {
                 manage("read the logs of", *job, &owner)
             }
             ToGlobal::Tokens(_) => Action::Tokens("manage"),
+            // Pilots run with daemon tokens the global RM makes: admins only.
+            ToGlobal::Alloc(
+                carmi_proto::msg::AllocRequest::List | carmi_proto::msg::AllocRequest::Info { .. },
+            ) => Action::Read("alloc list"),
+            ToGlobal::Alloc(_) => Action::Tokens("manage allocation queues"),
             // Looking (status, q, history, events, analysis, ads) and
             // messages an admin link may not send at all (refused after this).
             other => Action::Read(variant_name(other)),

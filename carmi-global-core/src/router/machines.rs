@@ -100,6 +100,7 @@ impl Router {
             self.machine_lost(&name, reason);
         }
         self.settle_log_reads();
+        self.pilot_tick();
     }
 
     pub(super) fn advertise(
@@ -126,6 +127,7 @@ impl Router {
             }
         };
         let known = self.alloc.known_hosts(name).len();
+        self.pilot_registered(name, &ad);
         let hosts = self.alloc.on_machine_registered(name, ad, slots);
         if hosts.len() > known {
             self.out
@@ -321,6 +323,7 @@ impl Router {
             }
         }
         self.alloc.on_machine_lost(name);
+        self.pilot_lost(name);
         for (p, j) in restart {
             self.master_lost(p, j);
         }

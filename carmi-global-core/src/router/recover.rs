@@ -133,6 +133,7 @@ impl Router {
     /// Replays every record but a job's own.
     fn replay_other(&mut self, r: Record) {
         match r {
+            Record::Pilots(snapshot) => self.pilots.restore(*snapshot),
             Record::Machine { name, hosts } => {
                 if !self.alloc.recover_machine(&name, &hosts) {
                     warn!(
