@@ -133,6 +133,7 @@ pub struct Server {
     returned: Arc<ReturnedStore>,
     journal: Journal,
     recovered: Vec<Record>,
+    dashboard: Option<crate::dashboard::Dashboard>,
 }
 
 /// The router task's way to a connection: its bounded queue, and a bell
@@ -167,6 +168,8 @@ enum Cmd {
     },
     Stored(ExecutableRef),
     Staging(StageInput),
+    /// The dashboard asks what `Status` and `Queue` would answer.
+    Snapshot(tokio::sync::oneshot::Sender<crate::dashboard::Snapshot>),
     Closed {
         link: LinkId,
     },
@@ -245,7 +248,15 @@ impl Server {
             returned: Arc::new(returned),
             journal,
             recovered,
+            dashboard: None,
         })
+    }
+
+    /// Serves `dashboard` (bound with [`Dashboard::bind`](crate::dashboard::Dashboard::bind))
+    /// beside the pool while running.
+    pub fn with_dashboard(mut self, dashboard: crate::dashboard::Dashboard) -> Server {
+        self.dashboard = Some(dashboard);
+        self
     }
 
     /// The address actually bound.
@@ -273,6 +284,16 @@ impl Server {
         {
             let (store, keep) = (self.returned.clone(), router.kept_files());
             let _ = tokio::task::spawn_blocking(move || store.retain(&keep)).await;
+        }
+        if let Some(dashboard) = self.dashboard {
+            let cmds = cmd_tx.clone();
+            let ask: crate::dashboard::Ask =
+                Arc::new(move |tx| cmds.send(Cmd::Snapshot(tx)).is_ok());
+            let (stop, done) = (stop_rx.clone(), done_tx.clone());
+            tokio::spawn(async move {
+                dashboard.serve(ask, stop).await;
+                drop(done);
+            });
         }
         let mut staging = Staging::new(self.config.staging.clone());
         for exe in &self.stored {
@@ -510,6 +531,13 @@ fn handle(
             router.on_executable_stored(&exe);
         }
         Cmd::Staging(input) => on_stage_input(staging, input),
+        Cmd::Snapshot(tx) => {
+            let snapshot = crate::dashboard::Snapshot {
+                machines: router.allocator().pool_status(),
+                jobs: router.queue_status(),
+            };
+            let _ = tx.send(snapshot);
+        }
         Cmd::Closed { link } => {
             links.remove(&link);
             staging.on_closed(link);
