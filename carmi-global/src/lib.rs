@@ -16,11 +16,14 @@
 //! - `server`: the tokio driver: listener, handshake, framing, one router task; a bounded
 //!   outgoing queue per connection (a peer that stops reading is disconnected); each
 //!   connection's task in `server::conn`.
+//! - `dashboard`: the web dashboard (`--http`): page, JSON API, server-sent events;
+//!   its view model (lost machines, the pool's curve) in `dashboard::view`.
 //! - `main.rs`: the `carmi-global` command.
 
 #![warn(missing_docs)]
 
 pub use carmi_global_core::{alloc, procs, router, staging};
+pub mod dashboard;
 pub mod journal;
 pub mod pilots;
 pub mod returned;

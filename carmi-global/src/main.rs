@@ -1,8 +1,8 @@
 //! `carmi-global`: the CARMI global resource manager daemon.
 //!
 //! Prints `listening on HOST:PORT` as the first line on stdout once it
-//! accepts connections (logs go to stderr), and stops cleanly on SIGTERM or
-//! SIGINT.
+//! accepts connections, then `dashboard on http://HOST:PORT/` with `--http`
+//! (logs go to stderr), and stops cleanly on SIGTERM or SIGINT.
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -69,6 +69,11 @@ struct Args {
     /// it listens on]; give a name the batch nodes can reach.
     #[arg(long, value_name = "HOST:PORT")]
     pilot_global: Option<String>,
+    /// Serve the web dashboard (read-only) on HOST:PORT (port 0 picks one);
+    /// off by default. With --pool-key every request needs a `read` token;
+    /// without it only a loopback address is accepted.
+    #[arg(long, value_name = "HOST:PORT")]
+    http: Option<String>,
 }
 
 #[tokio::main]
@@ -138,10 +143,23 @@ async fn main() -> anyhow::Result<()> {
     }
     pilots.global_addr = args.pilot_global.clone();
     config.pilots = Some(pilots);
-    let server = Server::bind(&args.listen, config).await?;
+    let auth = config.auth.clone();
+    let mut server = Server::bind(&args.listen, config).await?;
     let addr = server.local_addr()?;
+    let mut dashboard_addr = None;
+    if let Some(http) = &args.http {
+        let dashboard = carmi_global::dashboard::Dashboard::bind(http, auth)
+            .await
+            .map_err(|e| anyhow::anyhow!(e))?;
+        dashboard_addr = Some(dashboard.local_addr()?);
+        server = server.with_dashboard(dashboard);
+    }
     let mut out = std::io::stdout().lock();
     writeln!(out, "listening on {addr}")?;
+    if let Some(http) = dashboard_addr {
+        writeln!(out, "dashboard on http://{http}/")?;
+        carmi_global::dashboard::announce(http);
+    }
     out.flush()?;
     drop(out);
     tracing::info!(%addr, state_dir = %args.state_dir.display(), "carmi-global started");

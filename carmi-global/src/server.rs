@@ -137,6 +137,7 @@ pub struct Server {
     returned: Arc<ReturnedStore>,
     journal: Journal,
     recovered: Vec<Record>,
+    dashboard: Option<crate::dashboard::Dashboard>,
 }
 
 /// The router task's way to a connection: its bounded queue, and a bell
@@ -171,6 +172,8 @@ enum Cmd {
     },
     Stored(ExecutableRef),
     Staging(StageInput),
+    /// The dashboard asks what `Status` and `Queue` would answer.
+    Snapshot(tokio::sync::oneshot::Sender<crate::dashboard::Snapshot>),
     Closed {
         link: LinkId,
     },
@@ -251,7 +254,15 @@ impl Server {
             returned: Arc::new(returned),
             journal,
             recovered,
+            dashboard: None,
         })
+    }
+
+    /// Serves `dashboard` (bound with [`Dashboard::bind`](crate::dashboard::Dashboard::bind))
+    /// beside the pool while running.
+    pub fn with_dashboard(mut self, dashboard: crate::dashboard::Dashboard) -> Server {
+        self.dashboard = Some(dashboard);
+        self
     }
 
     /// The address actually bound.
@@ -297,6 +308,16 @@ impl Server {
         {
             let (store, keep) = (self.returned.clone(), router.kept_files());
             let _ = tokio::task::spawn_blocking(move || store.retain(&keep)).await;
+        }
+        if let Some(dashboard) = self.dashboard {
+            let cmds = cmd_tx.clone();
+            let ask: crate::dashboard::Ask =
+                Arc::new(move |tx| cmds.send(Cmd::Snapshot(tx)).is_ok());
+            let (stop, done) = (stop_rx.clone(), done_tx.clone());
+            tokio::spawn(async move {
+                dashboard.serve(ask, stop).await;
+                drop(done);
+            });
         }
         let mut staging = Staging::new(self.config.staging.clone());
         for exe in &self.stored {
@@ -549,6 +570,13 @@ fn handle(
         }
         Cmd::Pilot(crate::pilots::PilotReport::States(states)) => {
             router.on_batch_states(&states, now)
+        }
+        Cmd::Snapshot(tx) => {
+            let snapshot = crate::dashboard::Snapshot {
+                machines: router.allocator().pool_status(),
+                jobs: router.queue_status(),
+            };
+            let _ = tx.send(snapshot);
         }
         Cmd::Closed { link } => {
             links.remove(&link);

@@ -391,14 +391,20 @@ impl Router {
 
     /// `carmi q`.
     pub(super) fn queue(&mut self, link: LinkId) {
+        let jobs = self.queue_status();
+        self.send(link, FromGlobal::Queue(jobs));
+    }
+
+    /// Every job in the queue as `carmi q` shows it (the answer to
+    /// `ToGlobal::Queue`), for drivers that show the queue without a
+    /// connection (the global RM's web dashboard).
+    pub fn queue_status(&mut self) -> Vec<JobStatus> {
         self.alloc.judge_waiting();
-        let jobs = self
-            .alloc
+        self.alloc
             .job_ids()
             .into_iter()
             .map(|j| self.job_status(j))
-            .collect();
-        self.send(link, FromGlobal::Queue(jobs));
+            .collect()
     }
 
     /// `carmi q -analyze`.

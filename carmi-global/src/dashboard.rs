@@ -1,0 +1,359 @@
+//! The global RM's web dashboard (`carmi-global --http ADDR`): one static
+//! page (HTML, CSS and JavaScript in `dashboard/page.html`, built into the
+//! binary), a read-only JSON API, and a server-sent event stream that
+//! pushes every change of the pool or the queue to the page, which redraws
+//! itself without a reload. `docs/dashboard.md` documents the API.
+//!
+//! The router task's loop stays as it is: one poller task asks it for a
+//! [`Snapshot`] (what `Status` and `Queue` answer, computed on the router's
+//! task as for `carmi status` and `carmi q`) twice a second while someone
+//! watches and every five seconds otherwise (for the pool's curve); every
+//! browser is then served from that one snapshot, so a hundred open pages
+//! cost the router what one does. The JSON is built off the router's task.
+//!
+//! Access: only `GET` and `HEAD` (anything else is answered 405). With a
+//! pool signing key, every request must carry a token of at least `read`
+//! power (`Authorization: Bearer TOKEN`, the cookie `carmi_token`, or
+//! `?token=TOKEN`, which the page turns into that cookie): 401 without one,
+//! 403 with a bad one. Without a key only loopback is served (the daemon
+//! refuses to listen elsewhere, and a request from elsewhere gets 403).
+
+pub mod view;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{ConnectInfo, Query, Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::middleware::{Next, from_fn_with_state};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::get;
+use carmi_api::authz::{Action, check};
+use carmi_api::msg::Role;
+use futures_util::Stream;
+use tokio::net::TcpListener;
+use tokio::sync::{Notify, oneshot, watch};
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use crate::server::Authority;
+pub use view::{Snapshot, View, Viewer};
+
+/// The page, embedded: no build step, no file to find at run time, nothing
+/// fetched from the network by the browser.
+pub const PAGE: &str = include_str!("dashboard/page.html");
+
+/// How often the router is asked while a page or API client watches.
+pub const WATCHED_PERIOD: Duration = Duration::from_millis(500);
+
+/// How often it is asked otherwise (the pool's curve keeps going).
+pub const UNWATCHED_PERIOD: Duration = Duration::from_secs(5);
+
+/// How the dashboard asks the router for a snapshot: it hands over the
+/// sender the answer goes to, and hears `false` once the router is gone.
+pub type Ask = Arc<dyn Fn(oneshot::Sender<Snapshot>) -> bool + Send + Sync>;
+
+/// The latest view, as the poller published it.
+#[derive(Clone)]
+struct Published {
+    /// Bumped when the view's JSON changed: streams send only then.
+    version: u64,
+    view: Arc<View>,
+    /// The view's JSON, made once for every stream.
+    json: Arc<String>,
+    taken: Instant,
+}
+
+/// What every request handler shares.
+#[derive(Clone)]
+struct Shared {
+    views: watch::Sender<Published>,
+    wake: Arc<Notify>,
+    auth: Option<Arc<Authority>>,
+    stop: watch::Receiver<bool>,
+}
+
+/// A bound, not yet serving, dashboard.
+pub struct Dashboard {
+    listener: TcpListener,
+    auth: Option<Arc<Authority>>,
+}
+
+impl Dashboard {
+    /// Binds `addr` (`HOST:PORT`). Without `auth` (a pool without signing
+    /// key) only a loopback address is accepted: nothing would keep others
+    /// from reading the pool.
+    pub async fn bind(addr: &str, auth: Option<Arc<Authority>>) -> Result<Dashboard, String> {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|e| format!("--http {addr}: cannot listen: {e}"))?;
+        let local = listener
+            .local_addr()
+            .map_err(|e| format!("--http {addr}: {e}"))?;
+        if auth.is_none() && !local.ip().is_loopback() {
+            return Err(format!(
+                "--http {addr}: without a pool signing key (--pool-key) the dashboard has no \
+                 tokens to check and serves only loopback (127.0.0.1 or [::1])"
+            ));
+        }
+        Ok(Dashboard { listener, auth })
+    }
+
+    /// The address bound.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until `stop` turns true, asking the router through `ask`.
+    pub async fn serve(self, ask: Ask, stop: watch::Receiver<bool>) {
+        let first = Published {
+            version: 0,
+            view: Arc::new(Viewer::new().update(Snapshot::default(), 0)),
+            json: Arc::new(String::new()),
+            taken: Instant::now() - UNWATCHED_PERIOD * 2,
+        };
+        let (views, _) = watch::channel(first);
+        let shared = Shared {
+            views,
+            wake: Arc::new(Notify::new()),
+            auth: self.auth,
+            stop: stop.clone(),
+        };
+        tokio::spawn(poll(ask, shared.clone()));
+        let app = Router::new()
+            .route("/", get(index))
+            .route("/api/view", get(api_view))
+            .route("/api/machines", get(api_machines))
+            .route("/api/jobs", get(api_jobs))
+            .route("/api/events", get(events))
+            .fallback(not_found)
+            .layer(from_fn_with_state(shared.clone(), guard))
+            .with_state(shared);
+        let mut stopped = stop;
+        let until = async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        };
+        let service = app.into_make_service_with_connect_info::<SocketAddr>();
+        if let Err(e) = axum::serve(self.listener, service)
+            .with_graceful_shutdown(until)
+            .await
+        {
+            warn!("the dashboard stopped: {e}");
+        }
+    }
+}
+
+/// Asks the router for a snapshot at the pace of [`WATCHED_PERIOD`] or
+/// [`UNWATCHED_PERIOD`] and publishes the view.
+async fn poll(ask: Ask, shared: Shared) {
+    let mut viewer = Viewer::new();
+    let mut stop = shared.stop.clone();
+    let mut version = 0;
+    loop {
+        let (tx, rx) = oneshot::channel();
+        if !ask(tx) {
+            return;
+        }
+        let Ok(snap) = rx.await else { return };
+        let view = viewer.update(snap, carmi_api::token::now_unix());
+        let json = match serde_json::to_string(&view) {
+            Ok(j) => j,
+            Err(e) => {
+                warn!("the dashboard's view does not serialize: {e}");
+                String::new()
+            }
+        };
+        shared.views.send_modify(|p| {
+            if *p.json != json {
+                version += 1;
+                p.version = version;
+                p.json = Arc::new(json);
+            }
+            p.view = Arc::new(view);
+            p.taken = Instant::now();
+        });
+        let period = if shared.views.receiver_count() > 0 {
+            WATCHED_PERIOD
+        } else {
+            UNWATCHED_PERIOD
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(period) => {}
+            _ = shared.wake.notified() => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+/// Refuses writes (405), and requests without the right to read (see the
+/// module documentation), before any handler runs.
+async fn guard(
+    State(shared): State<Shared>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    req: Request,
+    next: Next,
+) -> Response {
+    if !matches!(*req.method(), Method::GET | Method::HEAD) {
+        let why = format!(
+            "{} refused: the dashboard is read-only (GET and HEAD only); change the pool with `carmi`",
+            req.method()
+        );
+        return (
+            StatusCode::METHOD_NOT_ALLOWED,
+            [(header::ALLOW, "GET, HEAD")],
+            why,
+        )
+            .into_response();
+    }
+    match &shared.auth {
+        None if !peer.ip().is_loopback() => {
+            let why = "the dashboard of a pool without tokens serves only this machine (loopback)";
+            return (StatusCode::FORBIDDEN, why).into_response();
+        }
+        None => {}
+        Some(auth) => {
+            let Some(token) = token_of(req.headers(), req.uri().query()) else {
+                let why = "this dashboard needs a token of `read` power or more: send it as \
+                           `Authorization: Bearer TOKEN`, in the cookie `carmi_token`, or open \
+                           /?token=TOKEN once (`carmi token create --power read`)";
+                return (
+                    StatusCode::UNAUTHORIZED,
+                    [(header::WWW_AUTHENTICATE, "Bearer")],
+                    why,
+                )
+                    .into_response();
+            };
+            let allowed = auth.admit(&Role::Admin, Some(&token)).and_then(|a| {
+                check(&a.identity, &Action::Read("dashboard")).map_err(|r| r.to_string())
+            });
+            if let Err(why) = allowed {
+                warn!(%peer, "dashboard request refused: {why}");
+                return (StatusCode::FORBIDDEN, why).into_response();
+            }
+        }
+    }
+    next.run(req).await
+}
+
+/// The token a request carries: bearer header first, then the cookie, then
+/// the query.
+fn token_of(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let cookie = || {
+        headers
+            .get_all(header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(';'))
+            .find_map(|c| c.trim().strip_prefix("carmi_token="))
+    };
+    let query = || query?.split('&').find_map(|kv| kv.strip_prefix("token="));
+    let token = bearer.or_else(cookie).or_else(query)?.trim();
+    (!token.is_empty()).then(|| token.to_string())
+}
+
+/// `?token=` on the page's address.
+#[derive(serde::Deserialize)]
+struct TokenQuery {
+    token: Option<String>,
+}
+
+/// The page; opened with `?token=`, the token becomes a cookie (so the
+/// event stream, which cannot carry headers, presents it too) and the
+/// address loses it.
+async fn index(Query(q): Query<TokenQuery>) -> Response {
+    match q.token {
+        Some(token)
+            if !token.is_empty() && token.bytes().all(|b| b.is_ascii_graphic() && b != b';') =>
+        {
+            let cookie = format!("carmi_token={token}; Path=/; HttpOnly; SameSite=Strict");
+            let mut r = Redirect::to("/").into_response();
+            if let Ok(v) = cookie.parse() {
+                r.headers_mut().insert(header::SET_COOKIE, v);
+            }
+            r
+        }
+        _ => ([(header::CACHE_CONTROL, "no-store")], Html(PAGE)).into_response(),
+    }
+}
+
+/// The latest view, at most [`WATCHED_PERIOD`] old when it returns: a
+/// request after a quiet spell wakes the poller and waits for it.
+async fn fresh(shared: &Shared) -> Published {
+    let mut rx = shared.views.subscribe();
+    let recent = |p: &Published| p.taken.elapsed() <= WATCHED_PERIOD * 2;
+    let current = rx.borrow_and_update().clone();
+    if recent(&current) {
+        return current;
+    }
+    shared.wake.notify_one();
+    let _ = tokio::time::timeout(Duration::from_secs(5), rx.changed()).await;
+    rx.borrow().clone()
+}
+
+/// `/api/view`: machines (lost ones too), jobs and the pool's curve.
+async fn api_view(State(shared): State<Shared>) -> Response {
+    json(&*fresh(&shared).await.view)
+}
+
+/// `/api/machines`: every machine with its state and slots.
+async fn api_machines(State(shared): State<Shared>) -> Response {
+    json(&fresh(&shared).await.view.machines)
+}
+
+/// `/api/jobs`: the queue, as `carmi q --json`.
+async fn api_jobs(State(shared): State<Shared>) -> Response {
+    json(&fresh(&shared).await.view.jobs)
+}
+
+fn json<T: serde::Serialize>(value: &T) -> Response {
+    match serde_json::to_string(value) {
+        Ok(text) => ([(header::CONTENT_TYPE, "application/json")], text).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+/// `/api/events`: the view as a `view` event now and after every change.
+async fn events(
+    State(shared): State<Shared>,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let rx = shared.views.subscribe();
+    shared.wake.notify_one();
+    let stop = shared.stop.clone();
+    let stream =
+        futures_util::stream::unfold((rx, stop, None), |(mut rx, mut stop, sent)| async move {
+            loop {
+                let p = rx.borrow_and_update().clone();
+                if !p.json.is_empty() && sent != Some(p.version) {
+                    let event = Event::default().event("view").data(p.json.as_str());
+                    return Some((Ok(event), (rx, stop, Some(p.version))));
+                }
+                tokio::select! {
+                    changed = rx.changed() => if changed.is_err() { return None },
+                    _ = stop.wait_for(|s| *s) => return None,
+                }
+            }
+        });
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}
+
+/// Unknown addresses: 404 (writes never get here: the guard said 405).
+async fn not_found() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        "no such page: the dashboard is at /, its API under /api/",
+    )
+        .into_response()
+}
+
+/// Logs where the dashboard is (the daemon prints it on stdout too).
+pub fn announce(addr: SocketAddr) {
+    info!(%addr, "dashboard at http://{addr}/");
+}
