@@ -339,8 +339,11 @@ impl Pool {
                 Output::Close { link, reason } => {
                     tracing::warn!(%link, %reason, "the global RM closed a simulated link");
                 }
-                // No journal, no returned files: nothing to store.
-                Output::Journal(_) | Output::DropFiles { .. } | Output::SendFiles { .. } => {}
+                // No journal, no returned files, no batch system: nothing to do.
+                Output::Journal(_)
+                | Output::DropFiles { .. }
+                | Output::SendFiles { .. }
+                | Output::Pilot(_) => {}
             }
         }
         if let Some(d) = self.router.next_deadline()

@@ -36,7 +36,10 @@ pub(super) fn step(
                 assert_eq!((back, damage), (vec![rec.clone()], None));
                 records.push(rec);
             }
-            Output::Close { .. } | Output::DropFiles { .. } | Output::SendFiles { .. } => {}
+            Output::Close { .. }
+            | Output::DropFiles { .. }
+            | Output::SendFiles { .. }
+            | Output::Pilot(_) => {}
         }
     }
     (sends, records)

@@ -49,6 +49,7 @@ fn pool_and_job(n: usize) -> (Router, Vec<Record>, ProcessId) {
         name: "any".into(),
         expression: "true".into(),
         rank: None,
+        replace: false,
     };
     journal.extend(request(&mut r, link(0), 1, define));
     (r, journal, root)
