@@ -51,7 +51,7 @@ impl Allocator {
     /// job holding fewest, then the older.
     pub(super) fn order_by_share(&self, hungry: &mut Vec<(u32, u64, JobId, Vec<String>)>) {
         let held = self.held_by_user();
-        let mut keyed: Vec<(f64, (u32, u64, JobId, Vec<String>))> = hungry
+        let mut keyed: Vec<(f64, _)> = hungry
             .drain(..)
             .map(|h| (self.user_weight(&held, &self.job_owner(h.2), 1), h))
             .collect();
