@@ -37,7 +37,31 @@
 //! to carry out in order; call `step` again at [`Policy::next_deadline`] at
 //! the latest. Time only moves forward.
 
+use std::sync::LazyLock;
+
+use classad::symbol::Name;
 use classad::{ClassAd, Expr, Value, parse_expr};
+
+/// The attributes [`Policy`] writes into the live ad, in the order of its
+/// `fill`.
+const FILLED: [&str; 11] = [
+    "State",
+    "Activity",
+    "KeyboardIdle",
+    "LoadAvg",
+    "NonPoolLoad",
+    "EnteredCurrentState",
+    "EnteredCurrentActivity",
+    "StateTimer",
+    "ActivityTimer",
+    "Minute",
+    "VacateGrace",
+];
+
+/// [`FILLED`] interned once: every machine's policy is stepped every
+/// interval (the simulator steps thousands of them), and interning a name
+/// on each write was most of a step's cost.
+static FILLED_NAMES: LazyLock<[Name; 11]> = LazyLock::new(|| FILLED.map(Name::new));
 
 /// Default `START`: the keyboard has been idle 15 minutes and the owner's load is low.
 pub const DEFAULT_START: &str = "KeyboardIdle > 15 * Minute && NonPoolLoad < 0.3";
@@ -283,17 +307,22 @@ impl Policy {
     /// machine ad), replacing those of an earlier `fill`: a step refills one
     /// copy between transitions instead of copying the machine ad again.
     fn fill(&self, now: f64, ad: &mut ClassAd) {
-        ad.insert_value("State", Value::str(self.state.name()));
-        ad.insert_value("Activity", Value::str(self.activity.name()));
-        ad.insert_value("KeyboardIdle", Value::Real(self.obs.keyboard_idle));
-        ad.insert_value("LoadAvg", Value::Real(self.obs.load_avg));
-        ad.insert_value("NonPoolLoad", Value::Real(self.obs.non_pool_load));
-        ad.insert_value("EnteredCurrentState", Value::Real(self.entered_state));
-        ad.insert_value("EnteredCurrentActivity", Value::Real(self.entered_activity));
-        ad.insert_value("StateTimer", Value::Real(now - self.entered_state));
-        ad.insert_value("ActivityTimer", Value::Real(now - self.entered_activity));
-        ad.insert_value("Minute", Value::Real(self.config.minute));
-        ad.insert_value("VacateGrace", Value::Real(self.config.grace_seconds()));
+        let values = [
+            Value::str(self.state.name()),
+            Value::str(self.activity.name()),
+            Value::Real(self.obs.keyboard_idle),
+            Value::Real(self.obs.load_avg),
+            Value::Real(self.obs.non_pool_load),
+            Value::Real(self.entered_state),
+            Value::Real(self.entered_activity),
+            Value::Real(now - self.entered_state),
+            Value::Real(now - self.entered_activity),
+            Value::Real(self.config.minute),
+            Value::Real(self.config.grace_seconds()),
+        ];
+        for (name, v) in FILLED_NAMES.iter().zip(values) {
+            ad.insert_name(*name, Expr::Literal(v));
+        }
     }
 
     /// What the global RM's copy of the machine ad carries of the policy at
@@ -354,16 +383,18 @@ impl Policy {
         // Each pass moves at most one transition; a chain is bounded by the
         // number of states, so the bound only guards against a logic error.
         let mut ad = base.clone();
+        self.fill(now, &mut ad);
         for _ in 0..8 {
-            self.fill(now, &mut ad);
             let Some(effect) = self.transition(now, &ad) else {
+                // Stable: nothing changed since the last fill, so `ad` is
+                // already what `START` below is evaluated in.
                 break;
             };
             if let Some(e) = effect {
                 effects.push(e);
             }
+            self.fill(now, &mut ad);
         }
-        self.fill(now, &mut ad);
         self.may_start = matches!(
             (self.state, self.activity),
             (MachineState::Unclaimed, _) | (MachineState::Claimed, Activity::Busy)

@@ -140,23 +140,58 @@ fn churning(r: u32) -> SimConfig {
     cfg
 }
 
+/// `f` of every item, computed on every core the machine offers, in item
+/// order. The Table 2 tests run dozens of independent simulations (most of
+/// this crate's test time); one after the other they kept one core busy for
+/// minutes after the harness had run every other test on the other.
+fn on_all_cores<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let mut done: Vec<(usize, R)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads.min(items.len()))
+            .map(|_| {
+                s.spawn(|| {
+                    let mut out = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(item) = items.get(i) else {
+                            return out;
+                        };
+                        out.push((i, f(item)));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("a simulation panicked"))
+            .collect()
+    });
+    done.sort_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, r)| r).collect()
+}
+
 #[test]
 fn sixty_one_churning_runs_reach_ninety_percent_mean_efficiency_with_the_improvements() {
-    let mut on = Vec::new();
-    let mut off = Vec::new();
-    for r in 0..61 {
-        let run = simulate(&improved(churning(r)), Ordering::LongestFirst).summary;
-        assert_eq!(run.cycle_s.len(), 35, "run {r} did not finish");
-        on.push(run.efficiency);
-        // Without them, a sample of the same runs stays well below.
-        if r % 6 == 0 {
-            off.push(
-                simulate(&churning(r), Ordering::LongestFirst)
-                    .summary
-                    .efficiency,
-            );
+    // Run r with the improvements; without them, a sample of the same runs
+    // (every sixth), which stays well below.
+    let cfgs: Vec<(u32, SimConfig)> = (0..61)
+        .map(|r| (r, improved(churning(r))))
+        .chain((0..61).step_by(6).map(|r| (r, churning(r))))
+        .collect();
+    let runs = on_all_cores(&cfgs, |(_, cfg)| {
+        simulate(cfg, Ordering::LongestFirst).summary
+    });
+    let (mut on, mut off) = (Vec::new(), Vec::new());
+    for ((r, cfg), run) in cfgs.iter().zip(runs) {
+        if cfg.sched.release_idle {
+            assert_eq!(run.cycle_s.len(), 35, "run {r} did not finish");
+            on.push(run.efficiency);
+        } else {
+            off.push(run.efficiency);
         }
     }
+    assert_eq!((on.len(), off.len()), (61, 11));
     let mean = |xs: &[f64]| xs.iter().sum::<f64>() / xs.len() as f64;
     assert!(mean(&on) >= 0.90, "mean efficiency {:.3}", mean(&on));
     assert!(mean(&off) < 0.85, "without: {:.3}", mean(&off));
@@ -170,9 +205,13 @@ fn with_the_improvements_history_ordering_still_shortens_the_run() {
     let busy: Vec<SimConfig> = (0..61).step_by(12).map(|r| improved(churning(r))).collect();
     for cfgs in [quiet, busy] {
         let (mut plain, mut ordered) = ((0.0, 0.0), (0.0, 0.0));
-        for cfg in &cfgs {
-            let p = simulate(cfg, Ordering::Arrival).summary;
-            let o = simulate(cfg, Ordering::LongestFirst).summary;
+        let both: Vec<(&SimConfig, Ordering)> = cfgs
+            .iter()
+            .flat_map(|c| [(c, Ordering::Arrival), (c, Ordering::LongestFirst)])
+            .collect();
+        let runs = on_all_cores(&both, |(cfg, order)| simulate(cfg, *order).summary);
+        for pair in runs.chunks(2) {
+            let (p, o) = (&pair[0], &pair[1]);
             plain = (plain.0 + p.run_length_s, plain.1 + p.efficiency);
             ordered = (ordered.0 + o.run_length_s, ordered.1 + o.efficiency);
         }
