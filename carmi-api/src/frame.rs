@@ -177,6 +177,7 @@ pub fn encode_header<T: Serialize>(msg: &T, payload_len: usize) -> Vec<u8> {
 /// fixes the message type; this stays public for the handshake's callers and
 /// for tests that write frames of their own (malformed ones included).
 /// `tests/tests/one_conn.rs` keeps it out of daemon and client code.
+#[doc(hidden)]
 pub async fn write_frame<W: AsyncWrite + Unpin, T: Serialize>(
     w: &mut W,
     msg: &T,
