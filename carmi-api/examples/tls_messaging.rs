@@ -6,9 +6,9 @@
 
 use std::time::{Duration, Instant};
 
-use carmi_api::frame::{FrameReader, write_frame};
+use carmi_api::conn::{Conn, ConnReader, ConnWriter};
 use carmi_api::tls::{self, Acceptor, Stream};
-use tokio::io::AsyncWriteExt;
+use serde_json::Value;
 use tokio::net::{TcpListener, TcpStream};
 
 async fn pair(secure: bool) -> (Stream, Stream) {
@@ -40,23 +40,20 @@ async fn pair(secure: bool) -> (Stream, Stream) {
 async fn round_trip(secure: bool, n: u32) -> Duration {
     let (client, server) = pair(secure).await;
     let echo = tokio::spawn(async move {
-        let mut r = FrameReader::new(server.reader);
-        let mut w = server.writer;
-        while let Ok(Some((header, payload))) = r.read_raw().await {
-            let msg: serde_json::Value = serde_json::from_slice(&header).unwrap();
-            write_frame(&mut w, &msg, &payload).await.unwrap();
-            w.flush().await.unwrap();
+        let mut conn: Conn<Value, Value> = Conn::new(server.reader, server.writer);
+        while let Ok(Some((msg, payload))) = conn.recv().await {
+            conn.send(&msg, &payload).await.unwrap();
+            conn.flush().await.unwrap();
         }
     });
-    let mut r = FrameReader::new(client.reader);
-    let mut w = client.writer;
+    let (mut r, mut w) = Conn::<Value, Value>::new(client.reader, client.writer).split();
     let start = Instant::now();
     for i in 0..n {
-        write_frame(&mut w, &serde_json::json!({ "Ping": i }), &[0u8; 64])
+        w.send(&serde_json::json!({ "Ping": i }), &[0u8; 64])
             .await
             .unwrap();
         w.flush().await.unwrap();
-        r.read_raw().await.unwrap().unwrap();
+        r.recv().await.unwrap().unwrap();
     }
     let took = start.elapsed() / n;
     // A TLS write half does not end the stream when dropped (its read half
@@ -71,18 +68,18 @@ async fn round_trip(secure: bool, n: u32) -> Duration {
 async fn throughput(secure: bool, mib: usize) -> f64 {
     let (client, server) = pair(secure).await;
     let sink = tokio::spawn(async move {
-        let mut r = FrameReader::with_max(server.reader, 2 << 20);
+        let mut r: ConnReader<Value> = ConnReader::with_max(server.reader, 2 << 20);
         let mut bytes = 0;
-        while let Ok(Some((_, payload))) = r.read_raw().await {
+        while let Ok(Some((_, payload))) = r.recv().await {
             bytes += payload.len();
         }
         bytes
     });
-    let mut w = client.writer;
+    let mut w: ConnWriter<Value> = ConnWriter::new(client.writer);
     let payload = vec![7u8; 1 << 20];
     let start = Instant::now();
     for i in 0..mib {
-        write_frame(&mut w, &serde_json::json!({ "Chunk": i }), &payload)
+        w.send(&serde_json::json!({ "Chunk": i }), &payload)
             .await
             .unwrap();
     }

@@ -84,6 +84,11 @@ where
         self.reader.recv().await
     }
 
+    /// The next frame with its header not yet decoded (see [`ConnReader::recv_raw`]).
+    pub async fn recv_raw(&mut self) -> Result<Option<RawFrame<In>>, FrameError> {
+        self.reader.recv_raw().await
+    }
+
     /// Pushes out what a buffering writer holds.
     pub async fn flush(&mut self) -> std::io::Result<()> {
         self.writer.inner.flush().await
@@ -151,6 +156,22 @@ impl<In: DeserializeOwned, R: AsyncRead + Unpin> ConnReader<In, R> {
         self.frames.read().await
     }
 
+    /// The next frame with its header left undecoded, or `Ok(None)` at a
+    /// clean close: for a server that checks the header's size before
+    /// decoding it, and decodes a large one where it holds up no other
+    /// connection ([`RawFrame::decode`]).
+    pub async fn recv_raw(&mut self) -> Result<Option<RawFrame<In>>, FrameError> {
+        Ok(self
+            .frames
+            .read_raw()
+            .await?
+            .map(|(header, payload)| RawFrame {
+                header,
+                payload,
+                _in: PhantomData,
+            }))
+    }
+
     /// Bounds how long a started frame may take (none by default).
     pub fn set_deadline(&mut self, deadline: Option<FrameDeadline>) {
         self.frames.set_deadline(deadline);
@@ -159,6 +180,23 @@ impl<In: DeserializeOwned, R: AsyncRead + Unpin> ConnReader<In, R> {
     /// The untyped frame reader underneath.
     pub fn frames_mut(&mut self) -> &mut FrameReader<R> {
         &mut self.frames
+    }
+}
+
+/// A received frame whose header is still JSON bytes; it decodes only as
+/// the connection's `In` messages.
+pub struct RawFrame<In> {
+    /// The header's JSON.
+    pub header: Bytes,
+    /// The raw payload.
+    pub payload: Bytes,
+    _in: PhantomData<fn() -> In>,
+}
+
+impl<In: DeserializeOwned> RawFrame<In> {
+    /// The header as the connection's message.
+    pub fn decode(&self) -> Result<In, serde_json::Error> {
+        serde_json::from_slice(&self.header)
     }
 }
 

@@ -168,3 +168,26 @@ async fn a_retyped_reader_keeps_the_bytes_that_followed_the_first_message() {
     assert!(matches!(msg, ToGlobal::Status), "{msg:?}");
     assert_eq!(&payload[..], b"ok");
 }
+
+#[tokio::test]
+async fn a_raw_frame_keeps_its_header_bytes_and_decodes_only_as_the_connections_kind() {
+    let (mut a, b) = tokio::io::duplex(1 << 16);
+    let mut bytes = encode_header(&ToGlobal::Status, 3);
+    bytes.extend_from_slice(b"abc");
+    // Then a header that is JSON but no ToGlobal.
+    bytes.extend_from_slice(&encode_header(&PeerMessage { tag: 5 }, 0));
+    a.write_all(&bytes).await.unwrap();
+    drop(a);
+    let mut r: ConnReader<ToGlobal, DuplexStream> = ConnReader::with_max(b, 1 << 10);
+    let frame = r.recv_raw().await.unwrap().unwrap();
+    assert_eq!(&frame.header[..], &encode_header(&ToGlobal::Status, 0)[8..]);
+    assert_eq!(&frame.payload[..], b"abc");
+    assert!(matches!(frame.decode().unwrap(), ToGlobal::Status));
+    let other = r.recv_raw().await.unwrap().unwrap();
+    assert_eq!(&other.header[..], br#"{"tag":5}"#);
+    assert!(other.decode().is_err(), "a peer message is no ToGlobal");
+    assert!(
+        r.recv_raw().await.unwrap().is_none(),
+        "a clean close is None"
+    );
+}

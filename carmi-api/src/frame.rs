@@ -172,6 +172,12 @@ pub fn encode_header<T: Serialize>(msg: &T, payload_len: usize) -> Vec<u8> {
 }
 
 /// Writes one frame. Small payloads go out in one write; large ones are not copied.
+///
+/// Connection kinds send through [`crate::conn::ConnWriter::send`], which
+/// fixes the message type; this stays public for the handshake's callers and
+/// for tests that write frames of their own (malformed ones included).
+/// `tests/tests/one_conn.rs` keeps it out of daemon and client code.
+#[doc(hidden)]
 pub async fn write_frame<W: AsyncWrite + Unpin, T: Serialize>(
     w: &mut W,
     msg: &T,
@@ -230,6 +236,10 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     }
 
     /// The next frame, or `Ok(None)` when the peer closed the connection cleanly between frames.
+    ///
+    /// Connection kinds receive through [`crate::conn::ConnReader::recv`]
+    /// (the type fixed once); daemon and client code does not call this
+    /// (`tests/tests/one_conn.rs`).
     pub async fn read<T: DeserializeOwned>(&mut self) -> Result<Option<(T, Bytes)>, FrameError> {
         match self.read_raw().await? {
             Some((header, payload)) => Ok(Some((serde_json::from_slice(&header)?, payload))),

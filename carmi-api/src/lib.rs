@@ -7,9 +7,12 @@
 //! # Layout
 //! - `ids`, `msg`, `events`, `exe`, `limits`, `submit`, `submit_condor`: the protocol's
 //!   data, re-exported from `carmi-proto` (pure; see that crate).
-//! - `frame`: length-prefixed frames with a JSON header and a verbatim payload.
-//! - `conn`: the typed connection every connection kind uses ([`conn::Conn`]: `Out` messages
-//!   one way, `In` the other, frame limit and deadline, split into halves for tasks).
+//! - `frame`: length-prefixed frames with a JSON header and a verbatim payload (the codec, and
+//!   the reader the handshake runs on).
+//! - `conn`: the typed connection every connection kind uses once its handshake is done
+//!   ([`conn::Conn`]: `Out` messages one way, `In` the other, frame limit and deadline, split
+//!   into halves for tasks, `recv_raw` for a server that checks a header before decoding it).
+//!   No daemon or client reads or writes frames by hand (`tests/tests/one_conn.rs`).
 //! - `net`: dialing a peer (timeout, TCP_NODELAY).
 //! - `handshake`: version, role, mutual HMAC challenge-response on the pool secret.
 //! - `token`: the pool's signed tokens (identity, power, machine, expiry, id), Ed25519 via ring.

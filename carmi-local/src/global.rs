@@ -21,7 +21,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use carmi_api::frame::{FrameReader, write_frame};
+use carmi_api::conn::Conn;
+use carmi_api::frame::FrameReader;
 use carmi_api::handshake::{self, Secret};
 use carmi_api::msg::{FromGlobal, Role, ToGlobal};
 use carmi_api::tls;
@@ -317,7 +318,7 @@ async fn connect(
 
 /// Relays one connection; true if it got as far as `Registered`.
 async fn session(
-    (mut reader, mut w, local_ip): (
+    (reader, w, local_ip): (
         FrameReader<tls::Reader>,
         tls::Writer,
         Option<std::net::IpAddr>,
@@ -326,6 +327,7 @@ async fn session(
     inputs: &mpsc::Sender<Input>,
     stop: &mut watch::Receiver<bool>,
 ) -> bool {
+    let (mut reader, mut w) = Conn::<ToGlobal, FromGlobal>::from_parts(reader, w).split();
     let (tx, mut rx) = mpsc::channel::<Outgoing>(queue.max(1));
     let kick = Arc::new(Notify::new());
     let out = GlobalTx {
@@ -342,10 +344,10 @@ async fn session(
     let mut registered = false;
     let mut failed = None;
     loop {
-        // FrameReader::read keeps partial frames in its buffer, so losing this
-        // race to an outgoing message loses no bytes.
+        // `recv` keeps partial frames in its buffer, so losing this race to
+        // an outgoing message loses no bytes.
         tokio::select! {
-            frame = reader.read::<FromGlobal>() => match frame {
+            frame = reader.recv() => match frame {
                 Ok(Some((msg, payload))) => {
                     if matches!(msg, FromGlobal::Registered { .. }) {
                         registered = true;
@@ -368,7 +370,7 @@ async fn session(
                     // A global RM that stopped reading blocks this write; the
                     // driver's kick must still end the session.
                     let written = tokio::select! {
-                        r = write_frame(&mut w, &msg, &payload) => r.map_err(|e| e.to_string()),
+                        r = w.send(&msg, &payload) => r.map_err(|e| e.to_string()),
                         _ = kick.notified() => Err("the outgoing queue is full".to_string()),
                     };
                     if let Err(e) = written {
@@ -387,7 +389,7 @@ async fn session(
                 // Last words (exits of the processes killed at shutdown), briefly.
                 let flush = async {
                     while let Ok((msg, payload)) = rx.try_recv() {
-                        write_frame(&mut w, &msg, &payload).await?;
+                        w.send(&msg, &payload).await?;
                     }
                     std::io::Result::Ok(())
                 };

@@ -17,11 +17,12 @@
 
 use std::path::PathBuf;
 
-use carmi_api::frame::{FrameReader, write_frame};
+use carmi_api::conn::ConnWriter;
+use carmi_api::frame::FrameReader;
 use carmi_api::handshake::{self, Secret};
 use carmi_api::ids::{JobId, ProcessId, RequestId};
 use carmi_api::msg::{OutputFrame, Role, StdStream};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, BufWriter};
 
 use crate::spawn::OutputPipes;
 
@@ -59,7 +60,7 @@ pub async fn forward(pipes: OutputPipes, target: ForwardTarget, secret: Secret) 
     let mut open = [true, true];
     match connect(&target, &secret).await {
         Ok(w) => {
-            let mut w = BufWriter::with_capacity(CHUNK + 256, w);
+            let mut w = ConnWriter::new(BufWriter::with_capacity(CHUNK + 256, w));
             match pump(&mut out, &mut err, &mut open, &mut w).await {
                 Ok(()) => return,
                 Err(e) => tracing::warn!(
@@ -111,7 +112,7 @@ async fn pump<O, E, W>(
     out: &mut O,
     err: &mut E,
     open: &mut [bool; 2],
-    w: &mut W,
+    w: &mut ConnWriter<OutputFrame, W>,
 ) -> std::io::Result<()>
 where
     O: AsyncRead + Unpin,
@@ -133,12 +134,12 @@ where
             open[slot] = false;
             continue;
         }
-        write_frame(w, &OutputFrame::Data { stream }, &buf[..n]).await?;
+        w.send(&OutputFrame::Data { stream }, &buf[..n]).await?;
         // Flushed at once: output is for people watching it, and the next
         // read may wait for a long time.
         w.flush().await?;
     }
-    write_frame(w, &OutputFrame::End, &[]).await?;
+    w.send(&OutputFrame::End, &[]).await?;
     w.flush().await?;
     w.shutdown().await
 }
@@ -196,9 +197,9 @@ mod tests {
         let mut err: &[u8] = b"oops\n";
         let (client, server) = tokio::io::duplex(8 * 1024);
         let reader = tokio::spawn(async move {
-            let mut r = FrameReader::new(server);
+            let mut r = carmi_api::conn::ConnReader::with_max(server, 1 << 20);
             let (mut o, mut e, mut ended) = (Vec::new(), Vec::new(), false);
-            while let Some((frame, data)) = r.read::<OutputFrame>().await.unwrap() {
+            while let Some((frame, data)) = r.recv().await.unwrap() {
                 assert!(!ended, "nothing after End");
                 match frame {
                     OutputFrame::Data {
@@ -212,7 +213,7 @@ mod tests {
             }
             (o, e, ended)
         });
-        let mut w = client;
+        let mut w = ConnWriter::new(client);
         let mut open = [true, true];
         pump(&mut out, &mut err, &mut open, &mut w).await.unwrap();
         drop(w);

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use carmi_api::frame::{FrameReader, write_frame};
+use carmi_api::conn::{Conn, ConnReader, ConnWriter};
+use carmi_api::frame::FrameReader;
 use carmi_api::handshake;
 use carmi_api::msg::{Failure, FailureCode, FromGlobal, Role, ToGlobal};
 use carmi_api::tls;
@@ -111,6 +112,7 @@ pub(super) async fn connection(
         serve_stager(reader, w, name, peer, &shared).await;
         return;
     }
+    let (mut reader, mut w) = Conn::<FromGlobal, ToGlobal>::from_parts(reader, w).split();
     let link = LinkId(shared.next_link.fetch_add(1, Ordering::Relaxed));
     debug!(%peer, %link, ?role, "connection accepted");
     // Admin links upload the master of a job before `Submit`.
@@ -162,7 +164,7 @@ pub(super) async fn connection(
 
 /// Reads frames until the peer closes (`Ok`) or sends something unreadable (`Err`).
 async fn read_frames(
-    reader: &mut FrameReader<tls::Reader>,
+    reader: &mut ConnReader<ToGlobal>,
     link: LinkId,
     (serves_executables, local): (bool, bool),
     identity: Option<&carmi_api::authz::Identity>,
@@ -171,28 +173,29 @@ async fn read_frames(
 ) -> Result<(), String> {
     let send = |p: Pending| order.send(p).is_ok();
     loop {
-        let (header, payload) = match reader.read_raw().await {
+        let frame = match reader.recv_raw().await {
             Ok(Some(frame)) => frame,
             Ok(None) => return Ok(()),
             Err(e) => return Err(format!("bad frame: {e}")),
         };
         let at = Instant::now();
-        if header.len() > MAX_HEADER {
+        if frame.header.len() > MAX_HEADER {
             return Err(format!(
                 "bad frame: a message of {} bytes exceeds the limit of {MAX_HEADER} bytes \
                  (bulk bytes travel in the frame's payload, not in the message)",
-                header.len()
+                frame.header.len()
             ));
         }
-        let decode = || serde_json::from_slice::<ToGlobal>(&header);
+        let decode = || frame.decode();
         // A header of megabytes takes a while to decode: off the worker
         // thread, so that the other connections' tasks run meanwhile.
-        let msg = if header.len() > HEAVY_HEADER {
+        let msg = if frame.header.len() > HEAVY_HEADER {
             off_worker(decode)
         } else {
             decode()
         };
         let msg = msg.map_err(|e| format!("bad frame: undecodable message: {e}"))?;
+        let payload = frame.payload;
         match msg {
             ToGlobal::Upload { executable } if serves_executables => {
                 // Hashed and written on the blocking pool; this loop reads on.
@@ -309,17 +312,16 @@ async fn read_frames(
 /// is queued is written before one flush, so a burst of events costs one
 /// system call rather than one per frame.
 async fn write_frames(
-    w: &mut tls::Writer,
+    w: &mut ConnWriter<FromGlobal>,
     rx: &mut mpsc::Receiver<Outgoing>,
 ) -> Result<(), String> {
     let failed = |e: std::io::Error| format!("write failed: {e}");
-    let mut w = BufWriter::with_capacity(64 * 1024, w);
+    let mut w: ConnWriter<FromGlobal, _> =
+        ConnWriter::new(BufWriter::with_capacity(64 * 1024, w.get_mut()));
     while let Some(mut out) = rx.recv().await {
         loop {
             match out {
-                Outgoing::Frame(msg, payload) => {
-                    write_frame(&mut w, &msg, &payload).await.map_err(failed)?
-                }
+                Outgoing::Frame(msg, payload) => w.send(&msg, &payload).await.map_err(failed)?,
                 Outgoing::Close(reason) => {
                     // What was queued before the close still goes out.
                     let _ = w.flush().await;

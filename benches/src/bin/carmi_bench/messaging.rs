@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use carmi_api::client::{Carmi, EventStream, Incoming};
-use carmi_api::frame::{FrameReader, write_frame};
+use carmi_api::conn::{Conn, ConnReader, ConnWriter};
 use carmi_api::handshake::Secret;
 use carmi_api::ids::{ProcessId, RequestId};
 use carmi_api::msg::{Event, PeerMessage, SpawnTarget};
@@ -97,39 +97,38 @@ pub(super) async fn raw_sink(mut s: TcpStream) -> Result<()> {
     }
 }
 
-/// One framed connection: a frame reader and a buffered writer, as the
-/// client library's peer connections have.
+/// One framed connection: a typed [`Conn`] of peer messages split into its
+/// reading half and a buffered writing half, as the client library's peer
+/// connections have.
 pub(super) struct Framed {
-    r: FrameReader<tokio::net::tcp::OwnedReadHalf>,
-    w: BufWriter<tokio::net::tcp::OwnedWriteHalf>,
+    r: ConnReader<PeerMessage, tokio::net::tcp::OwnedReadHalf>,
+    w: ConnWriter<PeerMessage, BufWriter<tokio::net::tcp::OwnedWriteHalf>>,
 }
 
 impl Framed {
     pub(super) fn new(s: TcpStream) -> Framed {
         let (r, w) = s.into_split();
-        Framed {
-            r: FrameReader::new(r),
-            w: BufWriter::with_capacity(64 * 1024, w),
-        }
+        let (r, w) = Conn::new(r, BufWriter::with_capacity(64 * 1024, w)).split();
+        Framed { r, w }
     }
 }
 
 /// Writes one framed message and hands it to the socket, as the client's peer writer does.
 pub(super) async fn send_frame<W: AsyncWrite + Unpin>(
-    w: &mut W,
+    w: &mut ConnWriter<PeerMessage, W>,
     tag: u32,
     body: &[u8],
 ) -> Result<()> {
-    write_frame(w, &PeerMessage { tag }, body).await?;
+    w.send(&PeerMessage { tag }, body).await?;
     w.flush().await?;
     Ok(())
 }
 
 /// The next framed message, or an error if the connection ends.
 pub(super) async fn recv_frame<R: AsyncRead + Unpin>(
-    r: &mut FrameReader<R>,
+    r: &mut ConnReader<PeerMessage, R>,
 ) -> Result<(u32, Bytes)> {
-    match r.read::<PeerMessage>().await? {
+    match r.recv().await? {
         Some((PeerMessage { tag }, body)) => Ok((tag, body)),
         None => Err("the framed connection closed early".into()),
     }
@@ -138,7 +137,7 @@ pub(super) async fn recv_frame<R: AsyncRead + Unpin>(
 /// Framed far end: answers every message with the same body and tag + 1, like `carmi-echo`.
 pub(super) async fn frame_echo(s: TcpStream) -> Result<()> {
     let mut f = Framed::new(s);
-    while let Some((PeerMessage { tag }, body)) = f.r.read::<PeerMessage>().await? {
+    while let Some((PeerMessage { tag }, body)) = f.r.recv().await? {
         send_frame(&mut f.w, tag + 1, &body).await?;
     }
     Ok(())
@@ -147,7 +146,7 @@ pub(super) async fn frame_echo(s: TcpStream) -> Result<()> {
 /// Framed far end for one-way runs: drops messages, answers `TAG_SYNC` with tag + 1.
 pub(super) async fn frame_sink(s: TcpStream) -> Result<()> {
     let mut f = Framed::new(s);
-    while let Some((PeerMessage { tag }, _)) = f.r.read::<PeerMessage>().await? {
+    while let Some((PeerMessage { tag }, _)) = f.r.recv().await? {
         if tag == TAG_SYNC {
             send_frame(&mut f.w, TAG_SYNC + 1, &[]).await?;
         }
@@ -530,7 +529,7 @@ pub(super) fn run_messaging(rt: &tokio::runtime::Runtime) -> Result<()> {
     println!("|---|---:|---:|---:|---:|");
     let names = [
         "raw TCP (tokio `TcpStream`)",
-        "framing (`write_frame` / `FrameReader`, `PeerMessage` header)",
+        "framing (`conn::Conn`, `PeerMessage` header)",
         "application `send` (bench → `carmi-echo` → bench)",
         "application `send`, echo loop in a task (bench → `carmi-bench echo-task` → bench)",
     ];
