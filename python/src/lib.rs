@@ -11,6 +11,7 @@ use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::PyBytes;
 
 use wodi::master::ServerCommand;
+use wodi::simple::RawOutcome;
 
 fn runtime_error(e: impl std::fmt::Display) -> PyErr {
     PyRuntimeError::new_err(format!("{e:#}"))
@@ -35,7 +36,7 @@ impl NativePool {
 /// An outcome for Python: `(index, True, result bytes)` or `(index, False, reason)`.
 type PyOutcome = (usize, bool, PyObject);
 
-fn to_py(py: Python<'_>, (index, result): (usize, Result<Bytes, String>)) -> PyOutcome {
+fn to_py(py: Python<'_>, (index, result): RawOutcome) -> PyOutcome {
     match result {
         Ok(data) => (index, true, PyBytes::new(py, &data).into_any().unbind()),
         Err(why) => (
@@ -100,16 +101,14 @@ impl NativePool {
         let n = inputs.len();
         let inputs = inputs.iter().map(|b| Bytes::copy_from_slice(b)).collect();
         let pool = self.pool()?;
-        let outcomes = py.allow_threads(
-            || -> Result<Vec<(usize, Result<Bytes, String>)>, wodi::simple::Error> {
-                pool.begin_raw(inputs);
-                let mut out = Vec::with_capacity(n);
-                while let Some(item) = pool.next_raw() {
-                    out.push(item?);
-                }
-                Ok(out)
-            },
-        );
+        let outcomes = py.allow_threads(|| -> Result<Vec<RawOutcome>, wodi::simple::Error> {
+            pool.begin_raw(inputs);
+            let mut out = Vec::with_capacity(n);
+            while let Some(item) = pool.next_raw() {
+                out.push(item?);
+            }
+            Ok(out)
+        });
         let mut ordered: Vec<(bool, PyObject)> = (0..n).map(|_| (false, py.None())).collect();
         for outcome in outcomes.map_err(runtime_error)? {
             let (i, ok, data) = to_py(py, outcome);

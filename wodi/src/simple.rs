@@ -179,6 +179,10 @@ pub struct Pool {
     open: Option<OpenCycle>,
 }
 
+/// One step's outcome in a raw cycle ([`Pool::next_raw`]): its input's
+/// index, and its result's bytes or the handler's error message.
+pub type RawOutcome = (usize, Result<Bytes, String>);
+
 /// The cycle last begun: its inputs (for error messages) and which of its
 /// steps are still out.
 struct OpenCycle {
@@ -272,7 +276,7 @@ impl Pool {
     /// [`Pool::stream`]) began, as it arrives: the step's input index and
     /// its result bytes or the handler's error message; `None` once every
     /// step of the cycle is in (or none is open). Blocks until one arrives.
-    pub fn next_raw(&mut self) -> Option<Result<(usize, Result<Bytes, String>), Error>> {
+    pub fn next_raw(&mut self) -> Option<Result<RawOutcome, Error>> {
         let open = self.open.as_mut()?;
         while open.remaining > 0 {
             let outcome = match self.rt.block_on(self.master.recv_result_raw()) {
