@@ -1,30 +1,61 @@
 //! The native half of the Python package `wodi`: a blocking [`wodi::Pool`]
-//! whose steps carry opaque text (the Python side pickles a function and
-//! its input), the worker loop that hands each step to a Python callable,
+//! whose steps carry opaque bytes (the Python side pickles a function and
+//! its input, or hands a command worker its own bytes), the worker loops
+//! that hand each step to a Python callable or run it as a shell command,
 //! and the server role (`python -m wodi._server`).
 
+use bytes::Bytes;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedBytes;
+use pyo3::types::PyBytes;
 
 use wodi::master::ServerCommand;
+use wodi::simple::RawOutcome;
 
 fn runtime_error(e: impl std::fmt::Display) -> PyErr {
     PyRuntimeError::new_err(format!("{e:#}"))
 }
 
 /// A running WoDi computation (see `wodi.Pool` for the Python surface).
+/// Step data and results travel as the frames' payload bytes, as the Python
+/// side gives them (pickles, or a command worker's own bytes).
 #[pyclass(unsendable)]
 struct NativePool {
     pool: Option<wodi::Pool>,
+}
+
+impl NativePool {
+    fn pool(&mut self) -> PyResult<&mut wodi::Pool> {
+        self.pool
+            .as_mut()
+            .ok_or_else(|| runtime_error("the pool is closed"))
+    }
+}
+
+/// An outcome for Python: `(index, True, result bytes)` or `(index, False, reason)`.
+type PyOutcome = (usize, bool, PyObject);
+
+fn to_py(py: Python<'_>, (index, result): RawOutcome) -> PyOutcome {
+    match result {
+        Ok(data) => (index, true, PyBytes::new(py, &data).into_any().unbind()),
+        Err(why) => (
+            index,
+            false,
+            why.into_pyobject(py)
+                .map_or_else(|_| py.None(), |s| s.into_any().unbind()),
+        ),
+    }
 }
 
 #[pymethods]
 impl NativePool {
     /// Starts the server (`server` with `server_args`) and the run: `hosts`
     /// workers running `worker` with `worker_args` on hosts matching
-    /// `requirements`; the pool from `local`/`secret` or found as `carmi` finds it.
+    /// `requirements`, each given `init` (bytes) first; the pool from
+    /// `local`/`secret` or found as `carmi` finds it.
     #[new]
-    #[pyo3(signature = (worker, worker_args, hosts, requirements, server, server_args, local=None, secret=None))]
+    #[pyo3(signature = (worker, worker_args, hosts, requirements, server, server_args, local=None, secret=None, init=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -36,6 +67,7 @@ impl NativePool {
         server_args: Vec<String>,
         local: Option<String>,
         secret: Option<String>,
+        init: Option<PyBackedBytes>,
     ) -> PyResult<Self> {
         let mut builder = wodi::Pool::builder()
             .hosts(hosts)
@@ -47,6 +79,9 @@ impl NativePool {
                     args: server_args,
                 }
             });
+        if let Some(init) = init {
+            builder = builder.init_raw(Bytes::copy_from_slice(&init));
+        }
         if let (Some(local), Some(secret)) = (local, secret) {
             builder = builder.pool(&local, secret);
         }
@@ -58,26 +93,48 @@ impl NativePool {
 
     /// Runs one cycle; returns, in input order, `(True, result)` or
     /// `(False, reason)` per input.
-    fn map(&mut self, py: Python<'_>, inputs: Vec<String>) -> PyResult<Vec<(bool, String)>> {
-        let pool = self
-            .pool
-            .as_mut()
-            .ok_or_else(|| runtime_error("the pool is closed"))?;
+    fn map(
+        &mut self,
+        py: Python<'_>,
+        inputs: Vec<PyBackedBytes>,
+    ) -> PyResult<Vec<(bool, PyObject)>> {
         let n = inputs.len();
-        let outcomes = py.allow_threads(|| -> Result<Vec<(bool, String)>, wodi::simple::Error> {
-            let mut out = vec![(false, String::new()); n];
-            for item in pool.stream::<_, String>(inputs)? {
-                match item {
-                    Ok((i, r)) => out[i] = (true, r),
-                    Err(wodi::simple::Error::Step { index, reason, .. }) => {
-                        out[index] = (false, reason)
-                    }
-                    Err(e) => return Err(e),
-                }
+        let inputs = inputs.iter().map(|b| Bytes::copy_from_slice(b)).collect();
+        let pool = self.pool()?;
+        let outcomes = py.allow_threads(|| -> Result<Vec<RawOutcome>, wodi::simple::Error> {
+            pool.begin_raw(inputs);
+            let mut out = Vec::with_capacity(n);
+            while let Some(item) = pool.next_raw() {
+                out.push(item?);
             }
             Ok(out)
         });
-        outcomes.map_err(runtime_error)
+        let mut ordered: Vec<(bool, PyObject)> = (0..n).map(|_| (false, py.None())).collect();
+        for outcome in outcomes.map_err(runtime_error)? {
+            let (i, ok, data) = to_py(py, outcome);
+            ordered[i] = (ok, data);
+        }
+        Ok(ordered)
+    }
+
+    /// Begins a cycle whose outcomes [`NativePool::next`] yields as they
+    /// arrive (a cycle still open is first finished, its outcomes dropped).
+    fn begin(&mut self, py: Python<'_>, inputs: Vec<PyBackedBytes>) -> PyResult<()> {
+        let inputs = inputs.iter().map(|b| Bytes::copy_from_slice(b)).collect();
+        let pool = self.pool()?;
+        py.allow_threads(|| pool.begin_raw(inputs));
+        Ok(())
+    }
+
+    /// The next outcome of the open cycle, `(index, ok, data)`, or `None`
+    /// once all are in.
+    fn next(&mut self, py: Python<'_>) -> PyResult<Option<PyOutcome>> {
+        let pool = self.pool()?;
+        match py.allow_threads(|| pool.next_raw()) {
+            None => Ok(None),
+            Some(Err(e)) => Err(runtime_error(e)),
+            Some(Ok(outcome)) => Ok(Some(to_py(py, outcome))),
+        }
     }
 
     /// Ends the run; returns the statistics as JSON.
@@ -116,21 +173,54 @@ impl std::fmt::Display for WodiJson<'_> {
 }
 
 /// Serves steps as a WoDi worker (this process was started with
-/// `--wodi-connect=`): each step's text goes to `step(text)`, whose returned
-/// text is the result; an exception fails the step with its message.
+/// `--wodi-connect=`): each step's bytes go to `step(data)`, whose returned
+/// bytes (or str, sent as UTF-8) are the result; an exception fails the
+/// step with its traceback. The init data's bytes go to `init(data)` first.
 #[pyfunction]
-fn serve_worker(step: PyObject) -> PyResult<()> {
-    let worker = wodi::worker::Worker::new().on_step_raw(move |_, data| {
+#[pyo3(signature = (step, init=None))]
+fn serve_worker(step: PyObject, init: Option<PyObject>) -> PyResult<()> {
+    let mut worker = wodi::worker::Worker::new().on_step_raw(move |_, data| {
         Python::with_gil(|py| {
-            let text = std::str::from_utf8(data).map_err(|e| format!("step data: {e}"))?;
-            let text: String = serde_json_str(text)?;
             let out = step
-                .call1(py, (text,))
-                .and_then(|r| r.extract::<String>(py))
+                .call1(py, (PyBytes::new(py, data),))
                 .map_err(|e| format_exception(py, e))?;
-            Ok(json_string(&out).into_bytes())
+            result_bytes(out.bind(py))
         })
     });
+    if let Some(init) = init {
+        worker = worker.on_init_raw(move |data| {
+            Python::with_gil(|py| {
+                init.call1(py, (PyBytes::new(py, data),))
+                    .map(drop)
+                    .map_err(|e| format_exception(py, e))
+            })
+        });
+    }
+    // The worker's handlers are not `Send`: it runs holding the GIL, which
+    // each step takes again (re-entrantly) to call Python.
+    worker.run().map_err(runtime_error)
+}
+
+/// A step function's return value as the result's bytes.
+fn result_bytes(out: &Bound<'_, PyAny>) -> Result<Vec<u8>, String> {
+    if let Ok(b) = out.downcast::<PyBytes>() {
+        return Ok(b.as_bytes().to_vec());
+    }
+    if let Ok(s) = out.extract::<String>() {
+        return Ok(s.into_bytes());
+    }
+    let kind = out
+        .get_type()
+        .name()
+        .map_or_else(|_| "?".to_string(), |n| n.to_string());
+    Err(format!("the step returned a {kind}, not bytes or str"))
+}
+
+/// Serves steps as a command worker: each step's data is a shell command
+/// line, its result the command's standard output (`wodi::cmd`).
+#[pyfunction]
+fn serve_commands() -> PyResult<()> {
+    let worker = wodi::worker::Worker::new().on_step_raw(|_, line| wodi::cmd::run_command(line));
     worker.run().map_err(runtime_error)
 }
 
@@ -148,20 +238,6 @@ fn format_exception(py: Python<'_>, e: PyErr) -> String {
     format!("{tb}{e}")
 }
 
-/// The step texts are JSON strings of base64 (see `wodi/__init__.py`):
-/// only `"` delimits them, no escapes occur.
-fn serde_json_str(text: &str) -> Result<String, String> {
-    text.strip_prefix('"')
-        .and_then(|t| t.strip_suffix('"'))
-        .filter(|t| !t.contains(['"', '\\']))
-        .map(str::to_string)
-        .ok_or_else(|| format!("step data is not a base64 JSON string: {text:.80}"))
-}
-
-fn json_string(base64: &str) -> String {
-    format!("\"{base64}\"")
-}
-
 /// Whether a pool is configured the way `carmi` finds one (flags aside):
 /// the environment, a running `carmi pool up`, or the user's config file
 /// name a local RM and a secret.
@@ -176,6 +252,7 @@ fn pool_configured() -> PyResult<bool> {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativePool>()?;
     m.add_function(wrap_pyfunction!(serve_worker, m)?)?;
+    m.add_function(wrap_pyfunction!(serve_commands, m)?)?;
     m.add_function(wrap_pyfunction!(server_main, m)?)?;
     m.add_function(wrap_pyfunction!(pool_configured, m)?)?;
     Ok(())

@@ -135,6 +135,12 @@ impl PoolBuilder {
         self
     }
 
+    /// Init data as bytes, sent as they are (for bindings with their own encoding).
+    pub fn init_raw(mut self, data: Bytes) -> Self {
+        self.init = Ok(data);
+        self
+    }
+
     /// Any other setting of the full configuration.
     pub fn configure(mut self, f: impl FnOnce(&mut MasterConfig)) -> Self {
         f(&mut self.cfg);
@@ -159,6 +165,7 @@ impl PoolBuilder {
             rt,
             master,
             next_cycle: 0,
+            open: None,
         })
     }
 }
@@ -169,6 +176,21 @@ pub struct Pool {
     rt: tokio::runtime::Runtime,
     master: Master,
     next_cycle: u64,
+    open: Option<OpenCycle>,
+}
+
+/// One step's outcome in a raw cycle ([`Pool::next_raw`]): its input's
+/// index, and its result's bytes or the handler's error message.
+pub type RawOutcome = (usize, Result<Bytes, String>);
+
+/// The cycle last begun: its inputs (for error messages) and which of its
+/// steps are still out.
+struct OpenCycle {
+    cycle: CycleId,
+    inputs: Vec<Bytes>,
+    seen: Vec<bool>,
+    remaining: usize,
+    ended: bool,
 }
 
 impl Pool {
@@ -188,7 +210,8 @@ impl Pool {
         inputs: impl IntoIterator<Item = T>,
     ) -> Result<Vec<R>, Error> {
         let mut stream = self.stream(inputs)?;
-        let mut out: Vec<Option<R>> = (0..stream.inputs.len()).map(|_| None).collect();
+        let n = stream.pool.open.as_ref().map_or(0, |o| o.inputs.len());
+        let mut out: Vec<Option<R>> = (0..n).map(|_| None).collect();
         let mut first_error = None;
         for item in &mut stream {
             match item {
@@ -212,28 +235,97 @@ impl Pool {
         &mut self,
         inputs: impl IntoIterator<Item = T>,
     ) -> Result<Stream<'_, R>, Error> {
-        let cycle = CycleId(self.next_cycle);
-        self.next_cycle += 1;
         let mut encoded = Vec::new();
         for input in inputs {
             encoded.push(Bytes::from(
                 serde_json::to_vec(&input).map_err(MasterError::Codec)?,
             ));
         }
-        self.master
-            .begin_cycle_raw(cycle, Bytes::from_static(b"null"));
-        for (i, data) in encoded.iter().enumerate() {
-            self.master.send_work_raw(StepId(i as u64), data.clone());
-        }
+        self.begin_raw(encoded);
         Ok(Stream {
-            seen: vec![false; encoded.len()],
-            remaining: encoded.len(),
-            inputs: encoded,
-            cycle,
             pool: self,
-            ended: false,
             _result: PhantomData,
         })
+    }
+
+    /// Begins a cycle of steps whose data are given as bytes (no JSON), for
+    /// bindings that encode data their own way (the Python package);
+    /// [`Pool::next_raw`] then yields the outcomes. A cycle still open is
+    /// first waited for and its remaining outcomes discarded.
+    pub fn begin_raw(&mut self, inputs: Vec<Bytes>) {
+        while self.next_raw().is_some() {}
+        let cycle = CycleId(self.next_cycle);
+        self.next_cycle += 1;
+        self.master
+            .begin_cycle_raw(cycle, Bytes::from_static(b"null"));
+        for (i, data) in inputs.iter().enumerate() {
+            self.master.send_work_raw(StepId(i as u64), data.clone());
+        }
+        self.open = Some(OpenCycle {
+            cycle,
+            seen: vec![false; inputs.len()],
+            remaining: inputs.len(),
+            inputs,
+            ended: false,
+        });
+        // A cycle of no steps is over at once.
+        self.end_if_done();
+    }
+
+    /// The next outcome of the cycle [`Pool::begin_raw`] (or
+    /// [`Pool::stream`]) began, as it arrives: the step's input index and
+    /// its result bytes or the handler's error message; `None` once every
+    /// step of the cycle is in (or none is open). Blocks until one arrives.
+    pub fn next_raw(&mut self) -> Option<Result<RawOutcome, Error>> {
+        let open = self.open.as_mut()?;
+        while open.remaining > 0 {
+            let outcome = match self.rt.block_on(self.master.recv_result_raw()) {
+                Ok(o) => o,
+                Err(e) => {
+                    // The run is gone: nothing more will arrive.
+                    open.remaining = 0;
+                    open.ended = true;
+                    return Some(Err(e.into()));
+                }
+            };
+            let (step, result) = match outcome {
+                StepOutcome::Done(s, data) => (s.0 as usize, Ok(data)),
+                StepOutcome::Failed(s, why) => (s.0 as usize, Err(why)),
+            };
+            // WoDi delivers each step once; anything else is not this cycle's.
+            if step >= open.seen.len() || open.seen[step] {
+                tracing::warn!(%step, cycle = %open.cycle, "an outcome of no waiting step, ignored");
+                continue;
+            }
+            open.seen[step] = true;
+            open.remaining -= 1;
+            self.end_if_done();
+            return Some(Ok((step, result)));
+        }
+        None
+    }
+
+    /// Tells the server the open cycle is over once all its steps are in.
+    fn end_if_done(&mut self) {
+        if let Some(open) = self.open.as_mut().filter(|o| o.remaining == 0 && !o.ended) {
+            open.ended = true;
+            self.master
+                .end_cycle_raw(open.cycle, Bytes::from_static(b"null"));
+        }
+    }
+
+    /// A step error of the open cycle, naming the step's input.
+    fn step_error(&self, index: usize, reason: String) -> Error {
+        let data = self.open.as_ref().and_then(|o| o.inputs.get(index));
+        let mut input = data.map_or_else(String::new, |d| String::from_utf8_lossy(d).into_owned());
+        if input.chars().count() > 200 {
+            input = input.chars().take(200).chain("...".chars()).collect();
+        }
+        Error::Step {
+            index,
+            input,
+            reason,
+        }
     }
 
     /// The run's hosts and steps as the server last reported them.
@@ -251,85 +343,26 @@ impl Pool {
 /// Results of one cycle as they arrive (see [`Pool::stream`]).
 pub struct Stream<'p, R> {
     pool: &'p mut Pool,
-    inputs: Vec<Bytes>,
-    seen: Vec<bool>,
-    remaining: usize,
-    cycle: CycleId,
-    ended: bool,
     _result: PhantomData<fn() -> R>,
-}
-
-impl<R> Stream<'_, R> {
-    fn step_error(&self, index: usize, reason: String) -> Error {
-        let mut input = String::from_utf8_lossy(&self.inputs[index]).into_owned();
-        if input.chars().count() > 200 {
-            input = input.chars().take(200).chain("...".chars()).collect();
-        }
-        Error::Step {
-            index,
-            input,
-            reason,
-        }
-    }
-
-    /// The next outcome of this cycle's steps, with its index; `None` when
-    /// all are in. Marks the cycle ended after the last one.
-    fn next_outcome(&mut self) -> Option<Result<(usize, StepOutcome<Bytes>), Error>> {
-        while self.remaining > 0 {
-            let outcome = match self.pool.rt.block_on(self.pool.master.recv_result_raw()) {
-                Ok(o) => o,
-                Err(e) => {
-                    // The run is gone: nothing more will arrive.
-                    self.remaining = 0;
-                    self.ended = true;
-                    return Some(Err(e.into()));
-                }
-            };
-            let step = match &outcome {
-                StepOutcome::Done(s, _) | StepOutcome::Failed(s, _) => s.0 as usize,
-            };
-            // WoDi delivers each step once; anything else is not this cycle's.
-            if step >= self.seen.len() || self.seen[step] {
-                tracing::warn!(%step, cycle = %self.cycle, "an outcome of no waiting step, ignored");
-                continue;
-            }
-            self.seen[step] = true;
-            self.remaining -= 1;
-            if self.remaining == 0 {
-                self.end_cycle();
-            }
-            return Some(Ok((step, outcome)));
-        }
-        None
-    }
-
-    fn end_cycle(&mut self) {
-        if !self.ended {
-            self.ended = true;
-            self.pool
-                .master
-                .end_cycle_raw(self.cycle, Bytes::from_static(b"null"));
-        }
-    }
 }
 
 impl<R: DeserializeOwned> Iterator for Stream<'_, R> {
     type Item = Result<(usize, R), Error>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        Some(match self.next_outcome()? {
+        Some(match self.pool.next_raw()? {
             Err(e) => Err(e),
-            Ok((i, StepOutcome::Done(_, data))) => serde_json::from_slice(&data)
-                .map(|r| (i, r))
-                .map_err(|e| self.step_error(i, format!("its result does not decode: {e}"))),
-            Ok((i, StepOutcome::Failed(_, why))) => Err(self.step_error(i, why)),
+            Ok((i, Ok(data))) => serde_json::from_slice(&data).map(|r| (i, r)).map_err(|e| {
+                self.pool
+                    .step_error(i, format!("its result does not decode: {e}"))
+            }),
+            Ok((i, Err(why))) => Err(self.pool.step_error(i, why)),
         })
     }
 }
 
 impl<R> Drop for Stream<'_, R> {
     fn drop(&mut self) {
-        while self.next_outcome().is_some() {}
-        self.end_cycle();
+        while self.pool.next_raw().is_some() {}
     }
 }

@@ -58,7 +58,23 @@ fn map_returns_results_in_order_and_names_the_input_of_a_failed_step() {
     let out: Vec<String> = pool.map(["d7"]).expect("map after a dropped stream");
     assert_eq!(out, vec!["i|c5:|s0|d7".to_string()]);
 
+    // Cycle 6 has no steps: it ends at once. Cycle 7, raw bytes (as the
+    // Python package sends them): every index once, the failure's message.
+    let none: Vec<String> = pool.map(Vec::<String>::new()).expect("an empty map");
+    assert!(none.is_empty());
+    pool.begin_raw(vec!["\"d1\"".into(), "\"fail raw\"".into()]);
+    let mut raw = Vec::new();
+    while let Some(item) = pool.next_raw() {
+        raw.push(item.expect("an outcome"));
+    }
+    raw.sort_by_key(|(i, _)| *i);
+    assert_eq!(raw[0], (0, Ok("\"i|c7:|s0|d1\"".into())));
+    assert!(
+        matches!(&raw[1], (1, Err(why)) if why.contains("raw")),
+        "{raw:?}"
+    );
+
     let stats = pool.close().expect("close");
-    assert_eq!(stats.steps_delivered, 40 + 3 + 1 + 10 + 3 + 1);
-    assert_eq!(stats.cycles.iter().filter(|c| c.end_s.is_some()).count(), 6);
+    assert_eq!(stats.steps_delivered, 40 + 3 + 1 + 10 + 3 + 1 + 2);
+    assert_eq!(stats.cycles.iter().filter(|c| c.end_s.is_some()).count(), 8);
 }
