@@ -68,8 +68,11 @@ async fn the_dashboard_lists_the_pool_and_shows_an_owner_coming_back_without_a_r
     let Some(mut browser) = Browser::launch(test, 1280, 800).await else {
         return;
     };
+    // Patient heartbeats: on a loaded machine a local RM declared lost (and
+    // back) in the middle of the run's start is not what this test is about.
     let options = PoolOptions {
         global_args: vec!["--http".into(), "127.0.0.1:0".into()],
+        missed_heartbeats: 25,
         ..PoolOptions::default()
     };
     let pool = Pool::start_with("dashboard", 1, &vec![Vec::new(); MACHINES], options);
@@ -138,6 +141,22 @@ async fn the_dashboard_lists_the_pool_and_shows_an_owner_coming_back_without_a_r
         .map(|c| c["held"].as_u64().unwrap())
         .sum();
     assert_eq!(held, MACHINES as u64, "{api}");
+
+    // An owner arriving before the worker runs finds the slot not yet
+    // claimed at its local RM (claims travel with the spawn): wait for them.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let running = |i: usize| {
+        let sandbox = pool.dir.join(format!("m{i}/sandbox"));
+        std::fs::read_dir(sandbox).is_ok_and(|mut d| d.next().is_some())
+    };
+    while !(0..MACHINES).all(running) {
+        assert!(
+            Instant::now() < deadline,
+            "the workers never ran\n{}",
+            pool.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     // The page, opened with the token (which becomes its cookie).
     browser.goto(&format!("{base}?token={read}")).await;
