@@ -126,7 +126,11 @@ async fn main() -> anyhow::Result<()> {
         base: Duration::from_secs(args.frame_timeout_s),
         ..FrameDeadline::DEFAULT
     };
-    let auth = config.auth.clone();
+    let auth = config.auth.clone().map(|a| {
+        let check: carmi_global::dashboard::TokenCheck =
+            std::sync::Arc::new(move |t| a.check_read(t));
+        check
+    });
     let mut server = Server::bind(&args.listen, config).await?;
     let addr = server.local_addr()?;
     let mut dashboard_addr = None;
