@@ -221,7 +221,7 @@ async fn guard(
             let Some(token) = token_of(req.headers(), req.uri().query()) else {
                 let why = "this dashboard needs a token of `read` power or more: send it as \
                            `Authorization: Bearer TOKEN`, in the cookie `carmi_token`, or open \
-                           /?token=TOKEN once (`carmi token create --power read`)";
+                           /?token=TOKEN once (`carmi token create --authz read`)";
                 return (
                     StatusCode::UNAUTHORIZED,
                     [(header::WWW_AUTHENTICATE, "Bearer")],
@@ -356,3 +356,7 @@ async fn not_found() -> Response {
 pub fn announce(addr: SocketAddr) {
     info!(%addr, "dashboard at http://{addr}/");
 }
+
+#[cfg(test)]
+#[path = "dashboard/http_tests.rs"]
+mod http_tests;
