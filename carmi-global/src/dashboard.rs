@@ -116,7 +116,7 @@ impl Dashboard {
             version: 0,
             view: Arc::new(Viewer::new().update(Snapshot::default(), 0)),
             json: Arc::new(String::new()),
-            taken: Instant::now() - UNWATCHED_PERIOD * 2,
+            taken: Instant::now(),
         };
         let (views, _) = watch::channel(first);
         let shared = Shared {
@@ -283,18 +283,24 @@ async fn index(Query(q): Query<TokenQuery>) -> Response {
     }
 }
 
-/// The latest view, at most [`WATCHED_PERIOD`] old when it returns: a
-/// request after a quiet spell wakes the poller and waits for it.
+/// A view taken after this call began (or the latest, if the router does
+/// not answer within 5 s): an API client that just changed the pool sees
+/// its change. Requests at the same moment share one snapshot.
 async fn fresh(shared: &Shared) -> Published {
+    let asked = Instant::now();
     let mut rx = shared.views.subscribe();
-    let recent = |p: &Published| p.taken.elapsed() <= WATCHED_PERIOD * 2;
-    let current = rx.borrow_and_update().clone();
-    if recent(&current) {
-        return current;
-    }
     shared.wake.notify_one();
-    let _ = tokio::time::timeout(Duration::from_secs(5), rx.changed()).await;
-    rx.borrow().clone()
+    let deadline = asked + Duration::from_secs(5);
+    loop {
+        let p = rx.borrow_and_update().clone();
+        if p.taken >= asked {
+            return p;
+        }
+        match tokio::time::timeout_at(deadline, rx.changed()).await {
+            Ok(Ok(())) => {}
+            _ => return p,
+        }
+    }
 }
 
 /// `/api/view`: machines (lost ones too), jobs and the pool's curve.

@@ -80,6 +80,9 @@ pub struct PoolOptions {
     /// SIGTERM. Tokio keeps the handler for the life of the process, so
     /// programs that handle those signals themselves turn this off.
     pub handle_signals: bool,
+    /// Serve the global RM's web dashboard on this `HOST:PORT` (loopback;
+    /// port 0 picks one): [`EmbeddedPool::dashboard`] then says where.
+    pub http: Option<String>,
 }
 
 impl Default for PoolOptions {
@@ -95,6 +98,7 @@ impl Default for PoolOptions {
             heartbeat: Duration::from_millis(1000),
             kill_grace: Duration::from_secs(1),
             handle_signals: true,
+            http: None,
         }
     }
 }
@@ -143,6 +147,7 @@ pub struct EmbeddedPool {
     dir: PathBuf,
     hosts: Vec<PoolHost>,
     signals: Option<JoinHandle<()>>,
+    dashboard: Option<String>,
 }
 
 impl EmbeddedPool {
@@ -179,6 +184,13 @@ impl EmbeddedPool {
     /// The pool's secret file.
     pub fn secret_file(&self) -> &Path {
         &self.secret_file
+    }
+
+    /// The dashboard's address with a read-only token that the page turns
+    /// into its cookie (`http://127.0.0.1:PORT/?token=...`), when
+    /// [`PoolOptions::http`] asked for one.
+    pub fn dashboard(&self) -> Option<&str> {
+        self.dashboard.as_deref()
     }
 
     /// The file of the admin token the pool made for its user (mode 0600,
@@ -478,9 +490,32 @@ async fn start_in(opts: &PoolOptions, dir: &Path) -> Result<EmbeddedPool, Error>
         SigningKey::from_text(&key.to_text()).expect("a key reads back"),
         &dir.join("global"),
     );
-    config.auth = Some(Arc::new(authority));
-    let server = Server::bind("127.0.0.1:0", config).await?;
+    let authority = Arc::new(authority);
+    config.auth = Some(authority.clone());
+    let mut server = Server::bind("127.0.0.1:0", config).await?;
     let global_addr = server.local_addr()?;
+    let mut dashboard = None;
+    if let Some(addr) = &opts.http {
+        let check: carmi_global::dashboard::TokenCheck = Arc::new(move |t| authority.check_read(t));
+        let d = carmi_global::dashboard::Dashboard::bind(addr, Some(check))
+            .await
+            .map_err(Error::BadOptions)?;
+        // Read-only: the address may end up in a browser's history.
+        let grant = Grant {
+            identity: "dashboard".into(),
+            power: Power::Read,
+            machine: None,
+            lifetime_s: TOKEN_LIFETIME_S,
+        };
+        let (read, _) =
+            (key.issue(&grant, now_unix())).map_err(|e| Error::BadOptions(e.to_string()))?;
+        dashboard = Some(format!(
+            "http://{}/?token={read}",
+            d.local_addr()
+                .map_err(|e| Error::BadOptions(format!("dashboard: {e}")))?
+        ));
+        server = server.with_dashboard(d);
+    }
     let (global_stop, global_stop_rx) = oneshot::channel::<()>();
     let global = tokio::spawn(server.run(async move {
         let _ = global_stop_rx.await;
@@ -596,6 +631,7 @@ async fn start_in(opts: &PoolOptions, dir: &Path) -> Result<EmbeddedPool, Error>
         dir: dir.to_path_buf(),
         hosts,
         signals,
+        dashboard,
     })
 }
 
