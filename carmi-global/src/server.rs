@@ -252,6 +252,11 @@ impl Server {
         })
     }
 
+    /// The pool's token authority, if it has a signing key.
+    pub fn authority(&self) -> Option<Arc<Authority>> {
+        self.config.auth.clone()
+    }
+
     /// Serves `dashboard` (bound with [`Dashboard::bind`](crate::dashboard::Dashboard::bind))
     /// beside the pool while running.
     pub fn with_dashboard(mut self, dashboard: crate::dashboard::Dashboard) -> Server {

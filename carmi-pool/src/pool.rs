@@ -460,6 +460,36 @@ fn local_settings(
     Ok(s)
 }
 
+/// The global RM on loopback, serving its dashboard on `addr` (if any,
+/// checking tokens with its authority), and the dashboard's address with a
+/// read-only token signed by `key`.
+async fn bind_global(
+    config: ServerConfig,
+    addr: Option<&str>,
+    key: &SigningKey,
+) -> Result<(Server, Option<String>), Error> {
+    let server = Server::bind("127.0.0.1:0", config).await?;
+    let (Some(addr), Some(authority)) = (addr, server.authority()) else {
+        return Ok((server, None));
+    };
+    let check: carmi_global::dashboard::TokenCheck = Arc::new(move |t| authority.check_read(t));
+    let d = carmi_global::dashboard::Dashboard::bind(addr, Some(check))
+        .await
+        .map_err(Error::BadOptions)?;
+    // Read-only: the address may end up in a browser's history.
+    let grant = Grant {
+        identity: "dashboard".into(),
+        power: Power::Read,
+        machine: None,
+        lifetime_s: TOKEN_LIFETIME_S,
+    };
+    let (read, _) =
+        (key.issue(&grant, now_unix())).map_err(|e| Error::BadOptions(e.to_string()))?;
+    let local = (d.local_addr()).map_err(|e| Error::BadOptions(format!("dashboard: {e}")))?;
+    let url = format!("http://{local}/?token={read}");
+    Ok((server.with_dashboard(d), Some(url)))
+}
+
 async fn start_in(opts: &PoolOptions, dir: &Path) -> Result<EmbeddedPool, Error> {
     let secret_file = dir.join("pool.secret");
     write_secret(&secret_file)?;
@@ -490,37 +520,13 @@ async fn start_in(opts: &PoolOptions, dir: &Path) -> Result<EmbeddedPool, Error>
         SigningKey::from_text(&key.to_text()).expect("a key reads back"),
         &dir.join("global"),
     );
-    let authority = Arc::new(authority);
-    config.auth = Some(authority.clone());
-    let mut server = Server::bind("127.0.0.1:0", config).await?;
+    config.auth = Some(Arc::new(authority));
+    let (server, dashboard) = bind_global(config, opts.http.as_deref(), &key).await?;
     let global_addr = server.local_addr()?;
-    let mut dashboard = None;
-    if let Some(addr) = &opts.http {
-        let check: carmi_global::dashboard::TokenCheck = Arc::new(move |t| authority.check_read(t));
-        let d = carmi_global::dashboard::Dashboard::bind(addr, Some(check))
-            .await
-            .map_err(Error::BadOptions)?;
-        // Read-only: the address may end up in a browser's history.
-        let grant = Grant {
-            identity: "dashboard".into(),
-            power: Power::Read,
-            machine: None,
-            lifetime_s: TOKEN_LIFETIME_S,
-        };
-        let (read, _) =
-            (key.issue(&grant, now_unix())).map_err(|e| Error::BadOptions(e.to_string()))?;
-        dashboard = Some(format!(
-            "http://{}/?token={read}",
-            d.local_addr()
-                .map_err(|e| Error::BadOptions(format!("dashboard: {e}")))?
-        ));
-        server = server.with_dashboard(d);
-    }
     let (global_stop, global_stop_rx) = oneshot::channel::<()>();
     let global = tokio::spawn(server.run(async move {
         let _ = global_stop_rx.await;
     }));
-
     // Parts that exist so far stop if a later step fails: dropping a Daemon
     // stops it, dropping `global_stop` stops the global RM.
     let common = Common {
