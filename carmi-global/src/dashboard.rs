@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{ConnectInfo, Query, Request, State};
+use axum::extract::{ConnectInfo, Query as UrlQuery, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::{Next, from_fn_with_state};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -50,9 +50,18 @@ pub const WATCHED_PERIOD: Duration = Duration::from_millis(500);
 /// How often it is asked otherwise (the pool's curve keeps going).
 pub const UNWATCHED_PERIOD: Duration = Duration::from_secs(5);
 
-/// How the dashboard asks the router for a snapshot: it hands over the
-/// sender the answer goes to, and hears `false` once the router is gone.
-pub type Ask = Arc<dyn Fn(oneshot::Sender<Snapshot>) -> bool + Send + Sync>;
+/// What the dashboard asks the router, with the sender the answer goes to.
+#[derive(Debug)]
+pub enum Query {
+    /// What `Status` and `Queue` answer.
+    Snapshot(oneshot::Sender<Snapshot>),
+    /// Every online machine's name and whole ad (what `MachineAds`
+    /// answers), for a ClassAd constraint.
+    Ads(oneshot::Sender<Vec<(String, String)>>),
+}
+
+/// How the dashboard asks the router: `false` once the router is gone.
+pub type Ask = Arc<dyn Fn(Query) -> bool + Send + Sync>;
 
 /// Whether a token may read the pool, or why not (the pool's token
 /// authority: `Authority::check_read`). The dashboard sits below the server
@@ -75,6 +84,7 @@ struct Published {
 struct Shared {
     views: watch::Sender<Published>,
     wake: Arc<Notify>,
+    ask: Ask,
     auth: Option<TokenCheck>,
     stop: watch::Receiver<bool>,
 }
@@ -122,10 +132,11 @@ impl Dashboard {
         let shared = Shared {
             views,
             wake: Arc::new(Notify::new()),
+            ask: ask.clone(),
             auth: self.auth,
             stop: stop.clone(),
         };
-        tokio::spawn(poll(ask, shared.clone()));
+        tokio::spawn(poll(ask.clone(), shared.clone()));
         let app = Router::new()
             .route("/", get(index))
             .route("/api/view", get(api_view))
@@ -157,7 +168,7 @@ async fn poll(ask: Ask, shared: Shared) {
     let mut version = 0;
     loop {
         let (tx, rx) = oneshot::channel();
-        if !ask(tx) {
+        if !ask(Query::Snapshot(tx)) {
             return;
         }
         let Ok(snap) = rx.await else { return };
@@ -267,7 +278,7 @@ struct TokenQuery {
 /// The page; opened with `?token=`, the token becomes a cookie (so the
 /// event stream, which cannot carry headers, presents it too) and the
 /// address loses it.
-async fn index(Query(q): Query<TokenQuery>) -> Response {
+async fn index(UrlQuery(q): UrlQuery<TokenQuery>) -> Response {
     match q.token {
         Some(token)
             if !token.is_empty() && token.bytes().all(|b| b.is_ascii_graphic() && b != b';') =>
@@ -308,9 +319,56 @@ async fn api_view(State(shared): State<Shared>) -> Response {
     json(&*fresh(&shared).await.view)
 }
 
-/// `/api/machines`: every machine with its state and slots.
-async fn api_machines(State(shared): State<Shared>) -> Response {
-    json(&fresh(&shared).await.view.machines)
+/// `?constraint=` of `/api/machines`.
+#[derive(serde::Deserialize)]
+struct ConstraintQuery {
+    constraint: Option<String>,
+}
+
+/// `/api/machines`: every machine with its state and slots; with
+/// `?constraint=EXPR`, those online whose ad satisfies the ClassAd
+/// expression (as `carmi status -constraint`).
+async fn api_machines(
+    State(shared): State<Shared>,
+    UrlQuery(q): UrlQuery<ConstraintQuery>,
+) -> Response {
+    let view = fresh(&shared).await.view;
+    let Some(text) = q.constraint.filter(|c| !c.trim().is_empty()) else {
+        return json(&view.machines);
+    };
+    let expr = match classad::parse_expr(&text) {
+        Ok(e) => e,
+        Err(e) => {
+            let why = format!(
+                "constraint: not a ClassAd expression (column {}: {})",
+                e.column, e.message
+            );
+            return (StatusCode::BAD_REQUEST, why).into_response();
+        }
+    };
+    let (tx, rx) = oneshot::channel();
+    let Some(ads) = (shared.ask)(Query::Ads(tx)).then_some(rx) else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "the global RM is stopping").into_response();
+    };
+    let Ok(ads) = ads.await else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "the global RM is stopping").into_response();
+    };
+    // Parsing every ad is real work for a large pool: off the runtime's threads.
+    let matching = tokio::task::spawn_blocking(move || {
+        ads.into_iter()
+            .filter(|(_, text)| {
+                classad::ClassAd::parse_any(text)
+                    .is_ok_and(|ad| ad.eval_expr(&expr, None).is_true())
+            })
+            .map(|(name, _)| name)
+            .collect::<std::collections::BTreeSet<String>>()
+    })
+    .await
+    .unwrap_or_default();
+    let machines: Vec<_> = (view.machines.iter())
+        .filter(|m| matching.contains(&m.name))
+        .collect();
+    json(&machines)
 }
 
 /// `/api/jobs`: the queue, as `carmi q --json`.

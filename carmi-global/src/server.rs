@@ -168,8 +168,8 @@ enum Cmd {
     },
     Stored(ExecutableRef),
     Staging(StageInput),
-    /// The dashboard asks what `Status` and `Queue` would answer.
-    Snapshot(tokio::sync::oneshot::Sender<crate::dashboard::Snapshot>),
+    /// The dashboard asks what `Status` and `Queue`, or `MachineAds`, would answer.
+    Dashboard(crate::dashboard::Query),
     Closed {
         link: LinkId,
     },
@@ -293,7 +293,7 @@ impl Server {
         if let Some(dashboard) = self.dashboard {
             let cmds = cmd_tx.clone();
             let ask: crate::dashboard::Ask =
-                Arc::new(move |tx| cmds.send(Cmd::Snapshot(tx)).is_ok());
+                Arc::new(move |q| cmds.send(Cmd::Dashboard(q)).is_ok());
             let (stop, done) = (stop_rx.clone(), done_tx.clone());
             tokio::spawn(async move {
                 dashboard.serve(ask, stop).await;
@@ -536,12 +536,15 @@ fn handle(
             router.on_executable_stored(&exe);
         }
         Cmd::Staging(input) => on_stage_input(staging, input),
-        Cmd::Snapshot(tx) => {
+        Cmd::Dashboard(crate::dashboard::Query::Snapshot(tx)) => {
             let snapshot = crate::dashboard::Snapshot {
                 machines: router.allocator().pool_status(),
                 jobs: router.queue_status(),
             };
             let _ = tx.send(snapshot);
+        }
+        Cmd::Dashboard(crate::dashboard::Query::Ads(tx)) => {
+            let _ = tx.send(router.allocator().machine_ads());
         }
         Cmd::Closed { link } => {
             links.remove(&link);

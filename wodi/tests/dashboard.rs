@@ -219,6 +219,20 @@ async fn the_dashboard_lists_the_pool_and_shows_an_owner_coming_back_without_a_r
         .unwrap();
     assert!(updates_after > updates_before);
     shots.push(browser.screenshot(&screenshot_path("suspended")).await);
+
+    // A ClassAd constraint, evaluated by the global RM on the machines' ads.
+    browser
+        .eval(
+            "(c => { c.value = 'Name != \"m1\"'; c.dispatchEvent(new Event('change')); })\
+             (document.getElementById('constraint'))",
+        )
+        .await;
+    let kept = "(l => l.length === 2 && JSON.stringify(l))\
+                ([...document.querySelectorAll('.machine')].map(e => e.dataset.name))";
+    let kept = browser
+        .wait_for(kept, "the constraint to keep m0 and m2")
+        .await;
+    assert_eq!(kept, r#"["m0","m2"]"#);
     for s in &shots {
         eprintln!("screenshot: {}", s.display());
     }

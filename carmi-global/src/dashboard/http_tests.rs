@@ -20,7 +20,21 @@ async fn start(
 ) -> (String, watch::Sender<bool>) {
     let d = Dashboard::bind("127.0.0.1:0", check).await.expect("bind");
     let addr = d.local_addr().unwrap().to_string();
-    let ask: Ask = Arc::new(move |tx| tx.send(pool.lock().unwrap().clone()).is_ok());
+    let ask: Ask = Arc::new(move |q| match q {
+        Query::Snapshot(tx) => tx.send(pool.lock().unwrap().clone()).is_ok(),
+        Query::Ads(tx) => {
+            let snap = pool.lock().unwrap().clone();
+            let ads = (snap.machines.iter())
+                .map(|m| {
+                    (
+                        m.name.clone(),
+                        format!("[ Name = \"{}\"; Cpus = {} ]", m.name, m.name.len()),
+                    )
+                })
+                .collect();
+            tx.send(ads).is_ok()
+        }
+    });
     let (stop, stopped) = watch::channel(false);
     tokio::spawn(d.serve(ask, stopped));
     (addr, stop)
@@ -86,6 +100,39 @@ async fn the_api_serves_the_pool_and_refuses_writes() {
         page.contains("EventSource"),
         "the page listens to the event stream"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_classad_constraint_keeps_the_machines_whose_ad_satisfies_it() {
+    let pool = Arc::new(Mutex::new(Snapshot {
+        machines: vec![machine("a", "claimed"), machine("bb", "idle")],
+        jobs: vec![],
+    }));
+    let (addr, _stop) = start(pool, None).await;
+    let names = |path: &'static str| {
+        let a = addr.clone();
+        blocking(move || {
+            let (code, body) = request(&a, "GET", path, "");
+            assert_eq!(code, 200, "{path}: {body}");
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+            (v.as_array().unwrap().iter())
+                .map(|m| m["name"].as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        })
+    };
+    assert_eq!(
+        names("/api/machines?constraint=Cpus%20%3E%201").await,
+        ["bb"]
+    );
+    assert_eq!(
+        names("/api/machines?constraint=Cpus%20%3E%3D%201").await,
+        ["a", "bb"]
+    );
+    assert_eq!(names("/api/machines?constraint=").await, ["a", "bb"]);
+    let (code, body) =
+        blocking(move || request(&addr, "GET", "/api/machines?constraint=Cpus%20%3E", "")).await;
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("not a ClassAd expression"), "{body}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
