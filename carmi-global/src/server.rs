@@ -537,9 +537,19 @@ fn handle(
         }
         Cmd::Staging(input) => on_stage_input(staging, input),
         Cmd::Dashboard(crate::dashboard::Query::Snapshot(tx)) => {
+            let jobs = router.queue_status();
+            let alloc = router.allocator();
+            let waiting = (jobs.iter().filter(|j| j.state == "waiting"))
+                .take(crate::dashboard::view::MAX_EXPLAINED)
+                .map(|j| crate::dashboard::view::Waiting {
+                    job: j.job,
+                    classes: alloc.analyze(j.job),
+                })
+                .collect();
             let snapshot = crate::dashboard::Snapshot {
-                machines: router.allocator().pool_status(),
-                jobs: router.queue_status(),
+                machines: alloc.pool_status(),
+                jobs,
+                waiting,
             };
             let _ = tx.send(snapshot);
         }

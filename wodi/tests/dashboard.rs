@@ -58,6 +58,30 @@ fn http(base: &str, method: &str, path: &str, headers: &[String]) -> (u16, Strin
 const PAGE_MACHINES: &str = "JSON.stringify([...document.querySelectorAll('.machine')]
     .map(e => [e.dataset.name, e.dataset.state, e.querySelector('.state').textContent]))";
 
+/// Submits (with `carmi submit`) a job of `count` machines of any kind,
+/// its master pinned to m0; returns its id.
+fn submit_waiting(pool: &Pool, count: u32) -> u64 {
+    use std::os::unix::fs::PermissionsExt;
+    let exe = pool.dir.join("master.sh");
+    std::fs::write(&exe, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let sub = pool.dir.join("big.sub");
+    let text = format!("executable = master.sh\nmachine_count = {count}\nqueue\n");
+    std::fs::write(&sub, text).unwrap();
+    let out = (pool.carmi().env("CARMI_MACHINE", "m0"))
+        .args(["submit", "--json"])
+        .arg(&sub)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["job"].as_u64().expect("a job id")
+}
+
 fn screenshot_path(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("dashboard-{name}.png"))
 }
@@ -188,7 +212,19 @@ async fn the_dashboard_lists_the_pool_and_shows_an_owner_coming_back_without_a_r
         .and_then(|s| s.parse().ok())
         .unwrap();
     let mut shots = vec![browser.screenshot(&screenshot_path("pool")).await];
+
+    // A job no set of the pool's machines can start waits, and the queue
+    // view says why, as `carmi q -analyze` counts the slots.
+    let big = submit_waiting(&pool, MACHINES as u32 + 2);
     browser.eval("location.hash = '#queue'").await;
+    let why = format!(
+        "(r => r && r.nextElementSibling && r.nextElementSibling.className === 'why' \
+          && r.nextElementSibling.textContent)(document.querySelector('tr.job[data-job=\"{big}\"]'))"
+    );
+    let why = browser.wait_for(&why, "the waiting job explained").await;
+    let why = why.as_str().unwrap();
+    assert!(why.contains(&format!("of {MACHINES} slots")), "{why}");
+    assert!(why.contains("claimed by other jobs"), "{why}");
     shots.push(browser.screenshot(&screenshot_path("queue")).await);
     browser.eval("location.hash = '#curve'").await;
     shots.push(browser.screenshot(&screenshot_path("curve")).await);

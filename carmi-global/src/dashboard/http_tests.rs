@@ -77,6 +77,7 @@ async fn the_api_serves_the_pool_and_refuses_writes() {
     let pool = Arc::new(Mutex::new(Snapshot {
         machines: vec![machine("a", "claimed")],
         jobs: vec![],
+        waiting: vec![],
     }));
     let (addr, _stop) = start(pool, None).await;
     let (code, body) = blocking({
@@ -107,6 +108,7 @@ async fn a_classad_constraint_keeps_the_machines_whose_ad_satisfies_it() {
     let pool = Arc::new(Mutex::new(Snapshot {
         machines: vec![machine("a", "claimed"), machine("bb", "idle")],
         jobs: vec![],
+        waiting: vec![],
     }));
     let (addr, _stop) = start(pool, None).await;
     let names = |path: &'static str| {
@@ -181,6 +183,7 @@ async fn the_event_stream_pushes_a_change_to_a_connected_client() {
     let pool = Arc::new(Mutex::new(Snapshot {
         machines: vec![machine("a", "claimed")],
         jobs: vec![],
+        waiting: vec![],
     }));
     let (addr, _stop) = start(pool.clone(), None).await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
