@@ -270,6 +270,10 @@ pub fn up(args: &UpArgs) -> anyhow::Result<()> {
     }
     t.insert("local".into(), r.local.clone().unwrap_or_default().into());
     t.insert("pool_pid".into(), i64::from(child.id() as i32).into());
+    let dashboard = table.get("dashboard").and_then(|v| v.as_str());
+    if let Some(url) = dashboard {
+        t.insert("dashboard".into(), url.into());
+    }
     write_table(&record, &t)?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "{}", r.pool)?;
@@ -281,6 +285,10 @@ pub fn up(args: &UpArgs) -> anyhow::Result<()> {
         r.local.unwrap_or_default(),
         r.secret.display()
     )?;
+    if let Some(url) = dashboard {
+        // The token in it is read-only (docs/dashboard.md).
+        writeln!(out, "dashboard: {url}")?;
+    }
     writeln!(
         out,
         "recorded in {}; log in {}; stop it with `carmi pool down`",
@@ -420,6 +428,7 @@ pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
             // (once it has shown the log that lives in it).
             keep_dir: true,
             handle_signals: false,
+            http: Some("127.0.0.1:0".into()),
             ..PoolOptions::default()
         };
         let pool = tokio::select! {
@@ -447,6 +456,9 @@ pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         );
         t.insert("local".into(), pool.submit_addr().to_string().into());
         t.insert("pool_pid".into(), i64::from(std::process::id()).into());
+        if let Some(url) = pool.dashboard() {
+            t.insert("dashboard".into(), url.into());
+        }
         // Written beside and renamed, so `up` never reads half a file.
         let tmp = args.ready_file.with_extension("tmp");
         let written = std::fs::write(&tmp, toml::to_string(&t)?)

@@ -121,6 +121,18 @@ fn pool_up_status_and_down_leave_nothing_behind() {
     assert_eq!(hosts.len(), 16, "{json}");
     let table = ok(carmi(&config).arg("status").output().unwrap());
     assert!(table.contains("host16"), "{table}");
+    // The web dashboard is on, its address (with a read token) printed.
+    let url = (out.lines())
+        .find_map(|l| l.strip_prefix("dashboard: "))
+        .unwrap_or_else(|| panic!("no dashboard line: {out}"));
+    assert_eq!(t["dashboard"].as_str(), Some(url));
+    let (addr, query) = (url.trim_start_matches("http://"))
+        .split_once("/?")
+        .expect("http://ADDR/?token=...");
+    let view = http_get(addr, &format!("/api/machines?{query}"));
+    assert!(view.starts_with("HTTP/1.1 200"), "{view}");
+    assert!(view.contains("\"host16\""), "{view}");
+    assert!(http_get(addr, "/api/machines").starts_with("HTTP/1.1 401"));
     assert!(table.contains("16 slots: 16 idle"), "{table}");
 
     // A second pool would fight the first over the recorded keys.
@@ -292,4 +304,15 @@ fn a_churning_pool_changes_state_between_two_status_calls() {
     }
     ok(carmi(&config).args(["pool", "down"]).output().unwrap());
     assert!(changed, "the pool stayed at {first:?}");
+}
+
+/// A plain HTTP GET of `path` at `addr`: the whole answer.
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
 }

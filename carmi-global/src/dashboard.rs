@@ -26,21 +26,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{ConnectInfo, Query, Request, State};
+use axum::extract::{ConnectInfo, Query as UrlQuery, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::{Next, from_fn_with_state};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::get;
-use carmi_api::authz::{Action, check};
-use carmi_api::msg::Role;
 use futures_util::Stream;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, oneshot, watch};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use crate::server::Authority;
 pub use view::{Snapshot, View, Viewer};
 
 /// The page, embedded: no build step, no file to find at run time, nothing
@@ -53,9 +50,23 @@ pub const WATCHED_PERIOD: Duration = Duration::from_millis(500);
 /// How often it is asked otherwise (the pool's curve keeps going).
 pub const UNWATCHED_PERIOD: Duration = Duration::from_secs(5);
 
-/// How the dashboard asks the router for a snapshot: it hands over the
-/// sender the answer goes to, and hears `false` once the router is gone.
-pub type Ask = Arc<dyn Fn(oneshot::Sender<Snapshot>) -> bool + Send + Sync>;
+/// What the dashboard asks the router, with the sender the answer goes to.
+#[derive(Debug)]
+pub enum Query {
+    /// What `Status` and `Queue` answer.
+    Snapshot(oneshot::Sender<Snapshot>),
+    /// Every online machine's name and whole ad (what `MachineAds`
+    /// answers), for a ClassAd constraint.
+    Ads(oneshot::Sender<Vec<(String, String)>>),
+}
+
+/// How the dashboard asks the router: `false` once the router is gone.
+pub type Ask = Arc<dyn Fn(Query) -> bool + Send + Sync>;
+
+/// Whether a token may read the pool, or why not (the pool's token
+/// authority: `Authority::check_read`). The dashboard sits below the server
+/// module and knows nothing of the authority but this.
+pub type TokenCheck = Arc<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
 
 /// The latest view, as the poller published it.
 #[derive(Clone)]
@@ -73,21 +84,22 @@ struct Published {
 struct Shared {
     views: watch::Sender<Published>,
     wake: Arc<Notify>,
-    auth: Option<Arc<Authority>>,
+    ask: Ask,
+    auth: Option<TokenCheck>,
     stop: watch::Receiver<bool>,
 }
 
 /// A bound, not yet serving, dashboard.
 pub struct Dashboard {
     listener: TcpListener,
-    auth: Option<Arc<Authority>>,
+    auth: Option<TokenCheck>,
 }
 
 impl Dashboard {
     /// Binds `addr` (`HOST:PORT`). Without `auth` (a pool without signing
     /// key) only a loopback address is accepted: nothing would keep others
     /// from reading the pool.
-    pub async fn bind(addr: &str, auth: Option<Arc<Authority>>) -> Result<Dashboard, String> {
+    pub async fn bind(addr: &str, auth: Option<TokenCheck>) -> Result<Dashboard, String> {
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|e| format!("--http {addr}: cannot listen: {e}"))?;
@@ -114,16 +126,17 @@ impl Dashboard {
             version: 0,
             view: Arc::new(Viewer::new().update(Snapshot::default(), 0)),
             json: Arc::new(String::new()),
-            taken: Instant::now() - UNWATCHED_PERIOD * 2,
+            taken: Instant::now(),
         };
         let (views, _) = watch::channel(first);
         let shared = Shared {
             views,
             wake: Arc::new(Notify::new()),
+            ask: ask.clone(),
             auth: self.auth,
             stop: stop.clone(),
         };
-        tokio::spawn(poll(ask, shared.clone()));
+        tokio::spawn(poll(ask.clone(), shared.clone()));
         let app = Router::new()
             .route("/", get(index))
             .route("/api/view", get(api_view))
@@ -155,7 +168,7 @@ async fn poll(ask: Ask, shared: Shared) {
     let mut version = 0;
     loop {
         let (tx, rx) = oneshot::channel();
-        if !ask(tx) {
+        if !ask(Query::Snapshot(tx)) {
             return;
         }
         let Ok(snap) = rx.await else { return };
@@ -219,7 +232,7 @@ async fn guard(
             let Some(token) = token_of(req.headers(), req.uri().query()) else {
                 let why = "this dashboard needs a token of `read` power or more: send it as \
                            `Authorization: Bearer TOKEN`, in the cookie `carmi_token`, or open \
-                           /?token=TOKEN once (`carmi token create --power read`)";
+                           /?token=TOKEN once (`carmi token create --authz read`)";
                 return (
                     StatusCode::UNAUTHORIZED,
                     [(header::WWW_AUTHENTICATE, "Bearer")],
@@ -227,10 +240,7 @@ async fn guard(
                 )
                     .into_response();
             };
-            let allowed = auth.admit(&Role::Admin, Some(&token)).and_then(|a| {
-                check(&a.identity, &Action::Read("dashboard")).map_err(|r| r.to_string())
-            });
-            if let Err(why) = allowed {
+            if let Err(why) = auth(&token) {
                 warn!(%peer, "dashboard request refused: {why}");
                 return (StatusCode::FORBIDDEN, why).into_response();
             }
@@ -268,7 +278,7 @@ struct TokenQuery {
 /// The page; opened with `?token=`, the token becomes a cookie (so the
 /// event stream, which cannot carry headers, presents it too) and the
 /// address loses it.
-async fn index(Query(q): Query<TokenQuery>) -> Response {
+async fn index(UrlQuery(q): UrlQuery<TokenQuery>) -> Response {
     match q.token {
         Some(token)
             if !token.is_empty() && token.bytes().all(|b| b.is_ascii_graphic() && b != b';') =>
@@ -284,18 +294,24 @@ async fn index(Query(q): Query<TokenQuery>) -> Response {
     }
 }
 
-/// The latest view, at most [`WATCHED_PERIOD`] old when it returns: a
-/// request after a quiet spell wakes the poller and waits for it.
+/// A view taken after this call began (or the latest, if the router does
+/// not answer within 5 s): an API client that just changed the pool sees
+/// its change. Requests at the same moment share one snapshot.
 async fn fresh(shared: &Shared) -> Published {
+    let asked = Instant::now();
     let mut rx = shared.views.subscribe();
-    let recent = |p: &Published| p.taken.elapsed() <= WATCHED_PERIOD * 2;
-    let current = rx.borrow_and_update().clone();
-    if recent(&current) {
-        return current;
-    }
     shared.wake.notify_one();
-    let _ = tokio::time::timeout(Duration::from_secs(5), rx.changed()).await;
-    rx.borrow().clone()
+    let deadline = asked + Duration::from_secs(5);
+    loop {
+        let p = rx.borrow_and_update().clone();
+        if p.taken >= asked {
+            return p;
+        }
+        match tokio::time::timeout_at(deadline, rx.changed()).await {
+            Ok(Ok(())) => {}
+            _ => return p,
+        }
+    }
 }
 
 /// `/api/view`: machines (lost ones too), jobs and the pool's curve.
@@ -303,9 +319,56 @@ async fn api_view(State(shared): State<Shared>) -> Response {
     json(&*fresh(&shared).await.view)
 }
 
-/// `/api/machines`: every machine with its state and slots.
-async fn api_machines(State(shared): State<Shared>) -> Response {
-    json(&fresh(&shared).await.view.machines)
+/// `?constraint=` of `/api/machines`.
+#[derive(serde::Deserialize)]
+struct ConstraintQuery {
+    constraint: Option<String>,
+}
+
+/// `/api/machines`: every machine with its state and slots; with
+/// `?constraint=EXPR`, those online whose ad satisfies the ClassAd
+/// expression (as `carmi status -constraint`).
+async fn api_machines(
+    State(shared): State<Shared>,
+    UrlQuery(q): UrlQuery<ConstraintQuery>,
+) -> Response {
+    let view = fresh(&shared).await.view;
+    let Some(text) = q.constraint.filter(|c| !c.trim().is_empty()) else {
+        return json(&view.machines);
+    };
+    let expr = match classad::parse_expr(&text) {
+        Ok(e) => e,
+        Err(e) => {
+            let why = format!(
+                "constraint: not a ClassAd expression (column {}: {})",
+                e.column, e.message
+            );
+            return (StatusCode::BAD_REQUEST, why).into_response();
+        }
+    };
+    let (tx, rx) = oneshot::channel();
+    let Some(ads) = (shared.ask)(Query::Ads(tx)).then_some(rx) else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "the global RM is stopping").into_response();
+    };
+    let Ok(ads) = ads.await else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "the global RM is stopping").into_response();
+    };
+    // Parsing every ad is real work for a large pool: off the runtime's threads.
+    let matching = tokio::task::spawn_blocking(move || {
+        ads.into_iter()
+            .filter(|(_, text)| {
+                classad::ClassAd::parse_any(text)
+                    .is_ok_and(|ad| ad.eval_expr(&expr, None).is_true())
+            })
+            .map(|(name, _)| name)
+            .collect::<std::collections::BTreeSet<String>>()
+    })
+    .await
+    .unwrap_or_default();
+    let machines: Vec<_> = (view.machines.iter())
+        .filter(|m| matching.contains(&m.name))
+        .collect();
+    json(&machines)
 }
 
 /// `/api/jobs`: the queue, as `carmi q --json`.
@@ -357,3 +420,7 @@ async fn not_found() -> Response {
 pub fn announce(addr: SocketAddr) {
     info!(%addr, "dashboard at http://{addr}/");
 }
+
+#[cfg(test)]
+#[path = "dashboard/http_tests.rs"]
+mod http_tests;

@@ -143,7 +143,11 @@ async fn main() -> anyhow::Result<()> {
     }
     pilots.global_addr = args.pilot_global.clone();
     config.pilots = Some(pilots);
-    let auth = config.auth.clone();
+    let auth = config.auth.clone().map(|a| {
+        let check: carmi_global::dashboard::TokenCheck =
+            std::sync::Arc::new(move |t| a.check_read(t));
+        check
+    });
     let mut server = Server::bind(&args.listen, config).await?;
     let addr = server.local_addr()?;
     let mut dashboard_addr = None;

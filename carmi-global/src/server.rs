@@ -172,8 +172,8 @@ enum Cmd {
     },
     Stored(ExecutableRef),
     Staging(StageInput),
-    /// The dashboard asks what `Status` and `Queue` would answer.
-    Snapshot(tokio::sync::oneshot::Sender<crate::dashboard::Snapshot>),
+    /// The dashboard asks what `Status` and `Queue`, or `MachineAds`, would answer.
+    Dashboard(crate::dashboard::Query),
     Closed {
         link: LinkId,
     },
@@ -258,6 +258,11 @@ impl Server {
         })
     }
 
+    /// The pool's token authority, if it has a signing key.
+    pub fn authority(&self) -> Option<Arc<Authority>> {
+        self.config.auth.clone()
+    }
+
     /// Serves `dashboard` (bound with [`Dashboard::bind`](crate::dashboard::Dashboard::bind))
     /// beside the pool while running.
     pub fn with_dashboard(mut self, dashboard: crate::dashboard::Dashboard) -> Server {
@@ -312,7 +317,7 @@ impl Server {
         if let Some(dashboard) = self.dashboard {
             let cmds = cmd_tx.clone();
             let ask: crate::dashboard::Ask =
-                Arc::new(move |tx| cmds.send(Cmd::Snapshot(tx)).is_ok());
+                Arc::new(move |q| cmds.send(Cmd::Dashboard(q)).is_ok());
             let (stop, done) = (stop_rx.clone(), done_tx.clone());
             tokio::spawn(async move {
                 dashboard.serve(ask, stop).await;
@@ -571,12 +576,25 @@ fn handle(
         Cmd::Pilot(crate::pilots::PilotReport::States(states)) => {
             router.on_batch_states(&states, now)
         }
-        Cmd::Snapshot(tx) => {
+        Cmd::Dashboard(crate::dashboard::Query::Snapshot(tx)) => {
+            let jobs = router.queue_status();
+            let alloc = router.allocator();
+            let waiting = (jobs.iter().filter(|j| j.state == "waiting"))
+                .take(crate::dashboard::view::MAX_EXPLAINED)
+                .map(|j| crate::dashboard::view::Waiting {
+                    job: j.job,
+                    classes: alloc.analyze(j.job),
+                })
+                .collect();
             let snapshot = crate::dashboard::Snapshot {
-                machines: router.allocator().pool_status(),
-                jobs: router.queue_status(),
+                machines: alloc.pool_status(),
+                jobs,
+                waiting,
             };
             let _ = tx.send(snapshot);
+        }
+        Cmd::Dashboard(crate::dashboard::Query::Ads(tx)) => {
+            let _ = tx.send(router.allocator().machine_ads());
         }
         Cmd::Closed { link } => {
             links.remove(&link);

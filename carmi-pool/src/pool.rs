@@ -80,6 +80,9 @@ pub struct PoolOptions {
     /// SIGTERM. Tokio keeps the handler for the life of the process, so
     /// programs that handle those signals themselves turn this off.
     pub handle_signals: bool,
+    /// Serve the global RM's web dashboard on this `HOST:PORT` (loopback;
+    /// port 0 picks one): [`EmbeddedPool::dashboard`] then says where.
+    pub http: Option<String>,
 }
 
 impl Default for PoolOptions {
@@ -95,6 +98,7 @@ impl Default for PoolOptions {
             heartbeat: Duration::from_millis(1000),
             kill_grace: Duration::from_secs(1),
             handle_signals: true,
+            http: None,
         }
     }
 }
@@ -143,6 +147,7 @@ pub struct EmbeddedPool {
     dir: PathBuf,
     hosts: Vec<PoolHost>,
     signals: Option<JoinHandle<()>>,
+    dashboard: Option<String>,
 }
 
 impl EmbeddedPool {
@@ -179,6 +184,13 @@ impl EmbeddedPool {
     /// The pool's secret file.
     pub fn secret_file(&self) -> &Path {
         &self.secret_file
+    }
+
+    /// The dashboard's address with a read-only token that the page turns
+    /// into its cookie (`http://127.0.0.1:PORT/?token=...`), when
+    /// [`PoolOptions::http`] asked for one.
+    pub fn dashboard(&self) -> Option<&str> {
+        self.dashboard.as_deref()
     }
 
     /// The file of the admin token the pool made for its user (mode 0600,
@@ -448,6 +460,36 @@ fn local_settings(
     Ok(s)
 }
 
+/// The global RM on loopback, serving its dashboard on `addr` (if any,
+/// checking tokens with its authority), and the dashboard's address with a
+/// read-only token signed by `key`.
+async fn bind_global(
+    config: ServerConfig,
+    addr: Option<&str>,
+    key: &SigningKey,
+) -> Result<(Server, Option<String>), Error> {
+    let server = Server::bind("127.0.0.1:0", config).await?;
+    let (Some(addr), Some(authority)) = (addr, server.authority()) else {
+        return Ok((server, None));
+    };
+    let check: carmi_global::dashboard::TokenCheck = Arc::new(move |t| authority.check_read(t));
+    let d = carmi_global::dashboard::Dashboard::bind(addr, Some(check))
+        .await
+        .map_err(Error::BadOptions)?;
+    // Read-only: the address may end up in a browser's history.
+    let grant = Grant {
+        identity: "dashboard".into(),
+        power: Power::Read,
+        machine: None,
+        lifetime_s: TOKEN_LIFETIME_S,
+    };
+    let (read, _) =
+        (key.issue(&grant, now_unix())).map_err(|e| Error::BadOptions(e.to_string()))?;
+    let local = (d.local_addr()).map_err(|e| Error::BadOptions(format!("dashboard: {e}")))?;
+    let url = format!("http://{local}/?token={read}");
+    Ok((server.with_dashboard(d), Some(url)))
+}
+
 async fn start_in(opts: &PoolOptions, dir: &Path) -> Result<EmbeddedPool, Error> {
     let secret_file = dir.join("pool.secret");
     write_secret(&secret_file)?;
@@ -479,13 +521,12 @@ async fn start_in(opts: &PoolOptions, dir: &Path) -> Result<EmbeddedPool, Error>
         &dir.join("global"),
     );
     config.auth = Some(Arc::new(authority));
-    let server = Server::bind("127.0.0.1:0", config).await?;
+    let (server, dashboard) = bind_global(config, opts.http.as_deref(), &key).await?;
     let global_addr = server.local_addr()?;
     let (global_stop, global_stop_rx) = oneshot::channel::<()>();
     let global = tokio::spawn(server.run(async move {
         let _ = global_stop_rx.await;
     }));
-
     // Parts that exist so far stop if a later step fails: dropping a Daemon
     // stops it, dropping `global_stop` stops the global RM.
     let common = Common {
@@ -596,6 +637,7 @@ async fn start_in(opts: &PoolOptions, dir: &Path) -> Result<EmbeddedPool, Error>
         dir: dir.to_path_buf(),
         hosts,
         signals,
+        dashboard,
     })
 }
 

@@ -8,15 +8,19 @@
 //! - [`FakeGlobal`]: a global RM in the test process that speaks the real
 //!   handshake and frames, for testing a local RM or a tool against it.
 //! - [`scratch`] and [`TempDir`]: scratch directories.
+//! - [`Browser`]: a headless Chromium driven over the DevTools protocol.
 //!
 //! # Layout
 //! - `lib.rs`: the process pool, scratch directories, test executables, [`take_event`].
 //! - `inbox`: [`Inbox`] and [`InboxError`].
 //! - `fake_global`: [`FakeGlobal`] and its connections, [`GlobalConn`].
+//! - `browser`: [`Browser`].
 
+mod browser;
 mod fake_global;
 mod inbox;
 
+pub use browser::Browser;
 pub use fake_global::{FAKE_SECRET, FAKE_WAIT, FakeGlobal, GlobalConn};
 pub use inbox::{Inbox, InboxError};
 
@@ -69,6 +73,29 @@ pub fn bin_dir() -> &'static Path {
         if !cfg!(debug_assertions) {
             cmd.arg("--release");
         }
+        // What cargo sets for the test process describes the test's package:
+        // passed on, build scripts that watch it (ring's watches
+        // CARGO_MANIFEST_DIR) see a change from every other build, and ring,
+        // rustls and every crate above them were rebuilt each time a test
+        // binary of another package started a pool (2.5 minutes on CI).
+        for (name, _) in std::env::vars_os() {
+            let name = name.to_string_lossy();
+            let of_the_test = ["CARGO_PKG_", "CARGO_BIN_EXE_"]
+                .iter()
+                .any(|p| name.starts_with(p))
+                || [
+                    "CARGO_MANIFEST_DIR",
+                    "CARGO_MANIFEST_PATH",
+                    "CARGO_CRATE_NAME",
+                    "CARGO_BIN_NAME",
+                    "CARGO_PRIMARY_PACKAGE",
+                    "CARGO_TARGET_TMPDIR",
+                ]
+                .contains(&name.as_ref());
+            if of_the_test {
+                cmd.env_remove(name.as_ref());
+            }
+        }
         let status = cmd.status().expect("run cargo build for the daemons");
         assert!(
             status.success(),
@@ -116,20 +143,35 @@ impl Drop for TempDir {
 
 /// Reads the `listening on ADDR` line a daemon prints first.
 fn listening_addr(child: &mut Child, what: &str) -> String {
+    daemon_lines(child, what, 1).remove(0)
+}
+
+/// Reads the first `n` lines a daemon prints (`listening on ADDR`, then
+/// the global RM's `dashboard on URL` when it serves one) and returns what
+/// follows `listening on ` and `dashboard on `.
+fn daemon_lines(child: &mut Child, what: &str, n: usize) -> Vec<String> {
     let out = child.stdout.take().expect("stdout is piped");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(out).read_line(&mut line);
-        let _ = tx.send(line);
+        let mut out = BufReader::new(out);
+        for _ in 0..n {
+            let mut line = String::new();
+            let _ = out.read_line(&mut line);
+            let _ = tx.send(line);
+        }
     });
-    let line = rx
-        .recv_timeout(Duration::from_secs(60))
-        .unwrap_or_else(|_| panic!("{what} did not report its address"));
-    line.trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("{what} printed {line:?} instead of its address"))
-        .to_string()
+    (0..n)
+        .map(|_| {
+            let line = rx
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|_| panic!("{what} did not report its address"));
+            let line = line.trim();
+            line.strip_prefix("listening on ")
+                .or_else(|| line.strip_prefix("dashboard on "))
+                .unwrap_or_else(|| panic!("{what} printed {line:?} instead of its address"))
+                .to_string()
+        })
+        .collect()
 }
 
 /// One `carmi-local` of a test pool.
@@ -185,6 +227,9 @@ pub struct Pool {
     pub admin_token: PathBuf,
     /// `host:port` of the global RM.
     pub global_addr: String,
+    /// The global RM's dashboard (`http://host:port/`), when
+    /// [`PoolOptions::global_args`] has `--http`.
+    pub dashboard: Option<String>,
     global: Child,
     /// The local RMs, in start order.
     pub locals: Vec<Local>,
@@ -275,7 +320,10 @@ impl Pool {
             .stderr(log(&dir, "global"))
             .spawn()
             .expect("start carmi-global");
-        let global_addr = listening_addr(&mut global, "carmi-global");
+        let serves_http = options.global_args.iter().any(|a| a == "--http");
+        let mut lines = daemon_lines(&mut global, "carmi-global", 1 + usize::from(serves_http));
+        let global_addr = lines.remove(0);
+        let dashboard = lines.pop();
         let local_config = dir.join("local.toml");
         std::fs::write(
             &local_config,
@@ -292,6 +340,7 @@ impl Pool {
             key,
             admin_token,
             global_addr,
+            dashboard,
             global,
             locals: Vec::new(),
             slots,
@@ -331,7 +380,11 @@ impl Pool {
             .stderr(log)
             .spawn()
             .expect("restart carmi-global");
-        let addr = listening_addr(&mut global, "carmi-global (restarted)");
+        let serves_http = self.options.global_args.iter().any(|a| a == "--http");
+        let what = "carmi-global (restarted)";
+        let mut lines = daemon_lines(&mut global, what, 1 + usize::from(serves_http));
+        let addr = lines.remove(0);
+        self.dashboard = lines.pop();
         assert_eq!(addr, self.global_addr, "restarted on the same address");
         self.global = global;
     }

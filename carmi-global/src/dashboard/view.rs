@@ -9,7 +9,8 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use carmi_api::msg::{JobStatus, MachineStatus};
+use carmi_api::ids::JobId;
+use carmi_api::msg::{ClassAnalysis, JobStatus, MachineStatus};
 use serde::Serialize;
 
 /// Most samples of the pool curve kept (at one per [`CURVE_STEP_S`] while
@@ -24,6 +25,19 @@ pub const CURVE_STEP_S: u64 = 5;
 /// fresh names must not grow the dashboard's memory without limit.
 pub const MAX_LOST: usize = 1000;
 
+/// Most waiting jobs explained per snapshot (each costs a pass over the
+/// pool's slots on the router's task).
+pub const MAX_EXPLAINED: usize = 20;
+
+/// Why a waiting job waits: its classes as `carmi q -analyze` explains them.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Waiting {
+    /// The job.
+    pub job: JobId,
+    /// One entry per class.
+    pub classes: Vec<ClassAnalysis>,
+}
+
 /// The router's view of the pool and its queue at one moment.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Snapshot {
@@ -31,6 +45,8 @@ pub struct Snapshot {
     pub machines: Vec<MachineStatus>,
     /// Every job in the queue, as `carmi q` gets them.
     pub jobs: Vec<JobStatus>,
+    /// The first [`MAX_EXPLAINED`] waiting jobs, explained.
+    pub waiting: Vec<Waiting>,
 }
 
 /// One machine as the page shows it.
@@ -73,6 +89,8 @@ pub struct View {
     pub machines: Vec<MachineView>,
     /// The queue.
     pub jobs: Vec<JobStatus>,
+    /// Why the first waiting jobs wait.
+    pub waiting: Vec<Waiting>,
     /// The pool's curve, oldest first.
     pub curve: Vec<Sample>,
 }
@@ -153,6 +171,7 @@ impl Viewer {
         View {
             machines,
             jobs: snap.jobs,
+            waiting: snap.waiting,
             curve: self.curve.iter().copied().collect(),
         }
     }
@@ -226,6 +245,7 @@ mod tests {
         let snap = |ms: Vec<MachineStatus>| Snapshot {
             machines: ms,
             jobs: vec![],
+            waiting: vec![],
         };
         let both = v.update(
             snap(vec![machine("a", &["claimed"]), machine("b", &["idle"])]),
@@ -251,6 +271,7 @@ mod tests {
                 machine("b", &["owner", "idle"]),
             ],
             jobs: vec![],
+            waiting: vec![],
         };
         let first = v.update(snap.clone(), 100);
         let want = Sample {
@@ -293,6 +314,7 @@ mod tests {
             Snapshot {
                 machines: many,
                 jobs: vec![],
+                waiting: vec![],
             },
             1,
         );

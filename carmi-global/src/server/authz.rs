@@ -135,6 +135,14 @@ impl Authority {
         })
     }
 
+    /// Whether `token` (valid, not revoked) may read the pool, or why not:
+    /// the web dashboard's check of each request.
+    pub fn check_read(&self, token: &str) -> Result<(), String> {
+        let admitted = self.admit(&Role::Admin, Some(token))?;
+        check(&admitted.identity, &Action::Read("dashboard"))
+            .map_err(|r| format!("permission denied: {r}"))
+    }
+
     /// Resolves once `admitted`'s token is revoked or expires, with why: the
     /// connection that holds it is then closed.
     pub async fn until_invalid(&self, admitted: &Admitted) -> String {

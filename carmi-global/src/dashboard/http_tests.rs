@@ -1,0 +1,222 @@
+//! The dashboard's HTTP side on a real socket, fed by a fake router: what
+//! the API answers, what it refuses, and that the event stream pushes a
+//! change to a client that stays connected.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use carmi_api::ids::{HostId, JobId};
+use carmi_api::msg::{MachineStatus, SlotStatus};
+use tokio::sync::watch;
+
+use super::*;
+
+/// A dashboard on loopback answering with whatever `pool` holds; `check`
+/// as a pool with tokens would; returns its address.
+async fn start(
+    pool: Arc<Mutex<Snapshot>>,
+    check: Option<TokenCheck>,
+) -> (String, watch::Sender<bool>) {
+    let d = Dashboard::bind("127.0.0.1:0", check).await.expect("bind");
+    let addr = d.local_addr().unwrap().to_string();
+    let ask: Ask = Arc::new(move |q| match q {
+        Query::Snapshot(tx) => tx.send(pool.lock().unwrap().clone()).is_ok(),
+        Query::Ads(tx) => {
+            let snap = pool.lock().unwrap().clone();
+            let ads = (snap.machines.iter())
+                .map(|m| {
+                    (
+                        m.name.clone(),
+                        format!("[ Name = \"{}\"; Cpus = {} ]", m.name, m.name.len()),
+                    )
+                })
+                .collect();
+            tx.send(ads).is_ok()
+        }
+    });
+    let (stop, stopped) = watch::channel(false);
+    tokio::spawn(d.serve(ask, stopped));
+    (addr, stop)
+}
+
+fn machine(name: &str, state: &str) -> MachineStatus {
+    MachineStatus {
+        name: name.into(),
+        attributes: vec![],
+        slots: vec![SlotStatus {
+            host: HostId(1),
+            state: state.into(),
+            job: Some(JobId(1)),
+        }],
+    }
+}
+
+/// One request; the status code and body.
+fn request(addr: &str, method: &str, path: &str, header: &str) -> (u16, String) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{header}Content-Length: 0\r\n\r\n"
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let code = out.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap();
+    (
+        code,
+        out.split_once("\r\n\r\n").map_or("", |x| x.1).to_string(),
+    )
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(f).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_serves_the_pool_and_refuses_writes() {
+    let pool = Arc::new(Mutex::new(Snapshot {
+        machines: vec![machine("a", "claimed")],
+        jobs: vec![],
+        waiting: vec![],
+    }));
+    let (addr, _stop) = start(pool, None).await;
+    let (code, body) = blocking({
+        let a = addr.clone();
+        move || request(&a, "GET", "/api/machines", "")
+    })
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let machines: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(machines[0]["name"], "a");
+    assert_eq!(machines[0]["state"], "lent");
+    for (method, path) in [("POST", "/api/jobs"), ("DELETE", "/"), ("PUT", "/nowhere")] {
+        let a = addr.clone();
+        let (code, body) = blocking(move || request(&a, method, path, "")).await;
+        assert_eq!(code, 405, "{method} {path}: {body}");
+        assert!(body.contains("read-only"), "{body}");
+    }
+    let (code, page) = blocking(move || request(&addr, "GET", "/", "")).await;
+    assert_eq!(code, 200);
+    assert!(
+        page.contains("EventSource"),
+        "the page listens to the event stream"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_classad_constraint_keeps_the_machines_whose_ad_satisfies_it() {
+    let pool = Arc::new(Mutex::new(Snapshot {
+        machines: vec![machine("a", "claimed"), machine("bb", "idle")],
+        jobs: vec![],
+        waiting: vec![],
+    }));
+    let (addr, _stop) = start(pool, None).await;
+    let names = |path: &'static str| {
+        let a = addr.clone();
+        blocking(move || {
+            let (code, body) = request(&a, "GET", path, "");
+            assert_eq!(code, 200, "{path}: {body}");
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+            (v.as_array().unwrap().iter())
+                .map(|m| m["name"].as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        })
+    };
+    assert_eq!(
+        names("/api/machines?constraint=Cpus%20%3E%201").await,
+        ["bb"]
+    );
+    assert_eq!(
+        names("/api/machines?constraint=Cpus%20%3E%3D%201").await,
+        ["a", "bb"]
+    );
+    assert_eq!(names("/api/machines?constraint=").await, ["a", "bb"]);
+    let (code, body) =
+        blocking(move || request(&addr, "GET", "/api/machines?constraint=Cpus%20%3E", "")).await;
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("not a ClassAd expression"), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_tokens_a_request_needs_a_good_one_in_a_header_cookie_or_query() {
+    let check: TokenCheck = Arc::new(|t| match t {
+        "good" => Ok(()),
+        other => Err(format!("token `{other}` refused")),
+    });
+    let (addr, _stop) = start(Arc::new(Mutex::new(Snapshot::default())), Some(check)).await;
+    let cases = [
+        ("", 401),
+        ("Authorization: Bearer bad\r\n", 403),
+        ("Authorization: Bearer good\r\n", 200),
+        ("Cookie: theme=dark; carmi_token=good\r\n", 200),
+        ("Cookie: carmi_token=bad\r\n", 403),
+    ];
+    for (header, want) in cases {
+        let a = addr.clone();
+        let (code, body) = blocking(move || request(&a, "GET", "/api/jobs", header)).await;
+        assert_eq!(code, want, "{header:?}: {body}");
+    }
+    let a = addr.clone();
+    let (code, _) = blocking(move || request(&a, "GET", "/api/jobs?token=good", "")).await;
+    assert_eq!(code, 200);
+    // The page's address with the token sets the cookie and drops the token.
+    let raw = blocking(move || {
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        s.write_all(b"GET /?token=good HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    })
+    .await;
+    assert!(raw.starts_with("HTTP/1.1 303"), "{raw}");
+    assert!(
+        raw.to_lowercase()
+            .contains("set-cookie: carmi_token=good; path=/; httponly"),
+        "{raw}"
+    );
+    assert!(raw.to_lowercase().contains("location: /\r\n"), "{raw}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_event_stream_pushes_a_change_to_a_connected_client() {
+    let pool = Arc::new(Mutex::new(Snapshot {
+        machines: vec![machine("a", "claimed")],
+        jobs: vec![],
+        waiting: vec![],
+    }));
+    let (addr, _stop) = start(pool.clone(), None).await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    std::thread::spawn(move || {
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        s.write_all(b"GET /api/events HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        for line in BufReader::new(s).lines() {
+            let Ok(line) = line else { return };
+            if let Some(data) = line.strip_prefix("data: ")
+                && tx.send(data.to_string()).is_err()
+            {
+                return;
+            }
+        }
+    });
+    let next = async |rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>| {
+        let data = tokio::time::timeout(Duration::from_secs(30), rx.recv()).await;
+        let view: serde_json::Value = serde_json::from_str(&data.unwrap().unwrap()).unwrap();
+        view["machines"][0]["state"].as_str().unwrap().to_string()
+    };
+    assert_eq!(next(&mut rx).await, "lent");
+    pool.lock().unwrap().machines[0].slots[0].state = "suspended".into();
+    // Curve samples may come first; the change arrives on the same stream.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if next(&mut rx).await == "suspended" {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the change never came"
+        );
+    }
+}
