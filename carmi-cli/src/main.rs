@@ -29,6 +29,7 @@ mod shell;
 mod status;
 mod talk;
 mod token;
+mod users;
 mod wait;
 
 use std::process::ExitCode;

@@ -28,7 +28,7 @@ mod app;
 
 pub use admin::{
     ClassAnalysis, ClassStatus, JobAnalysis, JobEnd, JobFiles, JobRecord, JobStatus, JobUsage,
-    LogChunk, MachineStatus, ReturnedFile, SlotStatus, StageStats, SubmitRequest,
+    LogChunk, MachineStatus, ReturnedFile, SlotStatus, StageStats, SubmitRequest, UserShare,
 };
 pub use app::{
     ClassDef, Event, ExecutableRef, ExitStatus, Failure, FailureCode, HostInfo, OutputFrame,
