@@ -68,6 +68,9 @@ mod machines;
 mod outstanding;
 mod recover;
 mod requests;
+mod share;
+#[cfg(test)]
+mod share_tests;
 mod spec_api;
 #[cfg(test)]
 mod tests;
@@ -225,6 +228,8 @@ pub struct Router {
     out: Vec<Output>,
     /// What each admin connection's token lets it do (`router/authz.rs`).
     identities: HashMap<LinkId, carmi_proto::authz::Identity>,
+    /// When users' usage was last journaled (`router/share.rs`).
+    usage_journaled: Duration,
 }
 
 impl Router {
@@ -254,6 +259,7 @@ impl Router {
             next_job: 1,
             out: Vec::new(),
             identities: HashMap::new(),
+            usage_journaled: Duration::ZERO,
         }
     }
 

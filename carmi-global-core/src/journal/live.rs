@@ -42,6 +42,8 @@ pub struct Live {
     started: usize,
     /// Records applied so far (orders machines).
     seq: u64,
+    /// The last `Usage` record (fair share between users).
+    usage: Option<Record>,
 }
 
 impl Live {
@@ -183,6 +185,7 @@ impl Live {
                     self.keep_event(e);
                 }
             }
+            Record::Usage { .. } => self.usage = Some(r.clone()),
             Record::History(h) => {
                 self.next_job = self.next_job.max(h.job.0 + 1);
                 if self.history.len() == HISTORY_LIMIT {
@@ -267,6 +270,7 @@ impl Live {
             + self.ended_events.len()
             + self.outstanding.len()
             + self.excluded_len
+            + self.usage.is_some() as usize
     }
 
     /// Always false: the counters are always there.
@@ -296,6 +300,7 @@ impl Live {
                 }),
         );
         out.extend(self.history.iter().cloned());
+        out.extend(self.usage.clone());
         // Ended jobs' events replay into ended logs wherever they stand.
         out.extend(
             self.ended_events

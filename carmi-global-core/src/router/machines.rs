@@ -81,6 +81,7 @@ impl Router {
     /// is lost one loss window later, one that was only unheard is not.
     pub fn on_tick(&mut self, now: Duration) {
         self.advance(now);
+        self.journal_usage();
         let late = self
             .deadlines
             .first()

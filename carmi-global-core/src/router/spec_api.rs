@@ -2,8 +2,7 @@
 //! (issue 15, item 5): `process_info` lists every process of the
 //! application with its parent and executable, and `DefineClass` of a name
 //! the job already has answers false (here a [`FailureCode::ClassExists`]
-//! failure) unless the request asks to replace it. Also the owner's fair-share
-//! standing `carmi q` shows (issue 15, item 7).
+//! failure) unless the request asks to replace it.
 
 use carmi_proto::ids::{JobId, ProcessId};
 use carmi_proto::msg::{Failure, FailureCode, ProcessInfo, Reply};
@@ -61,16 +60,5 @@ impl Router {
                 "job {job} already has class `{name}`; DefineClass with replace = true redefines it"
             ),
         })
-    }
-}
-
-impl Router {
-    /// `job`'s owner's standing in the fair share between users, for `carmi q`.
-    pub(super) fn user_share(&self, job: JobId) -> carmi_proto::msg::UserShare {
-        let u = self.alloc.user_usage(&self.alloc.job_owner(job));
-        carmi_proto::msg::UserShare {
-            priority: u.priority(),
-            usage_hours: u.host_seconds / 3600.0,
-        }
     }
 }
