@@ -71,6 +71,7 @@ mod requests;
 mod share;
 #[cfg(test)]
 mod share_tests;
+mod shrink;
 mod spec_api;
 #[cfg(test)]
 mod tests;

@@ -325,6 +325,7 @@ impl Router {
         for (p, j) in restart {
             self.master_lost(p, j);
         }
+        self.hold_newly_impossible();
         // Jobs hear about it before the connection goes.
         self.flush();
         if let Some(p) = self.presence.get_mut(name) {
