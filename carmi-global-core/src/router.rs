@@ -106,6 +106,9 @@ pub struct RouterConfig {
     pub max_ad_attributes: usize,
     /// Most bytes of text in a machine ad or heartbeat update ([`MAX_AD_BYTES`]).
     pub max_ad_bytes: usize,
+    /// Users' fair-share usage halves every this long (HTCondor's
+    /// `PRIORITY_HALFLIFE`; [`crate::usage::DEFAULT_HALF_LIFE`], a day).
+    pub priority_half_life: Duration,
 }
 
 impl Default for RouterConfig {
@@ -119,6 +122,7 @@ impl Default for RouterConfig {
                 .map_or(0, |d| d.as_secs()),
             max_ad_attributes: MAX_AD_ATTRIBUTES,
             max_ad_bytes: MAX_AD_BYTES,
+            priority_half_life: crate::usage::DEFAULT_HALF_LIFE,
         }
     }
 }
@@ -236,10 +240,12 @@ pub struct Router {
 impl Router {
     /// A router with an empty pool.
     pub fn new(config: RouterConfig) -> Router {
+        let mut alloc = Allocator::new();
+        alloc.set_usage_half_life(config.priority_half_life);
         Router {
             config,
             now: Duration::ZERO,
-            alloc: Allocator::new(),
+            alloc,
             links: HashMap::new(),
             presence: HashMap::new(),
             deadlines: BTreeSet::new(),

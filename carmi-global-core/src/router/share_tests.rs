@@ -70,3 +70,19 @@ fn usage_is_journaled_once_a_minute_and_a_restart_puts_it_back_decayed() {
     assert!((u.host_seconds - written / 2.0).abs() < 1e-6, "{u:?}");
     assert_eq!(again.alloc.user_usage("bob").host_seconds, 0.0);
 }
+
+#[test]
+fn the_half_life_comes_from_the_configuration() {
+    let config = RouterConfig {
+        started_unix: 1_000_000 + 3600,
+        priority_half_life: Duration::from_secs(3600),
+        ..RouterConfig::default()
+    };
+    let mut r = Router::new(config);
+    r.recover(vec![Record::Usage {
+        at_unix: 1_000_000,
+        users: vec![("alice".into(), 100.0)],
+    }]);
+    let u = r.alloc.user_usage("alice");
+    assert!((u.host_seconds - 50.0).abs() < 1e-9, "{u:?}");
+}
