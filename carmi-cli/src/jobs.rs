@@ -426,6 +426,7 @@ pub fn queue_text(jobs: &[JobStatus]) -> String {
         if jobs.len() == 1 { "" } else { "s" },
         if held == 1 { "" } else { "s" },
     ));
+    out.push_str(&crate::users::users_text(jobs));
     out
 }
 
@@ -583,6 +584,7 @@ mod tests {
                 master: None,
                 classes: vec![class.clone()],
                 note: None,
+                user: None,
             },
             queued_ahead: 0,
             classes: vec![ClassAnalysis {

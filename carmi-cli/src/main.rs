@@ -31,6 +31,7 @@ mod shell;
 mod status;
 mod talk;
 mod token;
+mod users;
 mod wait;
 
 use std::process::ExitCode;

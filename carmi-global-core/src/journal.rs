@@ -95,6 +95,15 @@ pub enum Record {
     /// `Ended`, and by compactions for the last
     /// [`HISTORY_LIMIT`](crate::bounds::HISTORY_LIMIT) ended jobs).
     History(Box<JobRecord>),
+    /// Every user's fair-share usage (decayed host-seconds) at `at_unix`,
+    /// written about once a minute while it changes; the last one is
+    /// replayed, decayed over the time the global RM was down.
+    Usage {
+        /// Wall-clock time of the values, seconds since the Unix epoch.
+        at_unix: u64,
+        /// (user, host-seconds).
+        users: Vec<(String, f64)>,
+    },
     /// A job was created by a process started by hand (not submitted)
     /// attaching at a machine's local RM: after a restart it keeps its id,
     /// its root process and its workers.

@@ -71,6 +71,10 @@ mod outstanding;
 mod pilots;
 mod recover;
 mod requests;
+mod share;
+#[cfg(test)]
+mod share_tests;
+mod shrink;
 mod spec_api;
 #[cfg(test)]
 mod tests;
@@ -105,6 +109,9 @@ pub struct RouterConfig {
     pub max_ad_attributes: usize,
     /// Most bytes of text in a machine ad or heartbeat update ([`MAX_AD_BYTES`]).
     pub max_ad_bytes: usize,
+    /// Users' fair-share usage halves every this long (HTCondor's
+    /// `PRIORITY_HALFLIFE`; [`crate::usage::DEFAULT_HALF_LIFE`], a day).
+    pub priority_half_life: Duration,
 }
 
 impl Default for RouterConfig {
@@ -118,6 +125,7 @@ impl Default for RouterConfig {
                 .map_or(0, |d| d.as_secs()),
             max_ad_attributes: MAX_AD_ATTRIBUTES,
             max_ad_bytes: MAX_AD_BYTES,
+            priority_half_life: crate::usage::DEFAULT_HALF_LIFE,
         }
     }
 }
@@ -237,15 +245,19 @@ pub struct Router {
     /// Dry runs waiting for their pilot, by number: the admin connection to answer.
     dry_runs: HashMap<u64, LinkId>,
     next_waiter: u64,
+    /// When users' usage was last journaled (`router/share.rs`).
+    usage_journaled: Duration,
 }
 
 impl Router {
     /// A router with an empty pool.
     pub fn new(config: RouterConfig) -> Router {
+        let mut alloc = Allocator::new();
+        alloc.set_usage_half_life(config.priority_half_life);
         Router {
             config,
             now: Duration::ZERO,
-            alloc: Allocator::new(),
+            alloc,
             links: HashMap::new(),
             presence: HashMap::new(),
             deadlines: BTreeSet::new(),
@@ -269,6 +281,7 @@ impl Router {
             pilots: crate::alloc_queue::AllocQueues::new(Default::default()),
             dry_runs: HashMap::new(),
             next_waiter: 1,
+            usage_journaled: Duration::ZERO,
         }
     }
 

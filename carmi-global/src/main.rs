@@ -74,6 +74,10 @@ struct Args {
     /// without it only a loopback address is accepted.
     #[arg(long, value_name = "HOST:PORT")]
     http: Option<String>,
+    /// Users' fair-share usage halves every this many seconds (HTCondor's
+    /// PRIORITY_HALFLIFE): how long a heavy user's lower share lasts.
+    #[arg(long, value_name = "S", default_value_t = 86_400)]
+    priority_half_life_s: u64,
 }
 
 #[tokio::main]
@@ -102,6 +106,7 @@ async fn main() -> anyhow::Result<()> {
     config.router = RouterConfig {
         heartbeat: Duration::from_millis(args.heartbeat_ms),
         missed_heartbeats: args.missed_heartbeats,
+        priority_half_life: Duration::from_secs(args.priority_half_life_s.max(1)),
         ..RouterConfig::default()
     };
     if args.stage_fanout == 0 || args.stage_link_rate.is_some_and(|r| r.is_nan() || r <= 0.0) {

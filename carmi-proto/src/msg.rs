@@ -29,7 +29,7 @@ mod pilot;
 
 pub use admin::{
     ClassAnalysis, ClassStatus, JobAnalysis, JobFiles, JobRecord, JobStatus, JobUsage, LogChunk,
-    MachineStatus, ReturnedFile, SlotStatus, StageStats, SubmitRequest,
+    MachineStatus, ReturnedFile, SlotStatus, StageStats, SubmitRequest, UserShare,
 };
 pub use app::{
     ClassDef, Event, Failure, FailureCode, HostInfo, OutputFrame, OutputMode, OutputRoute,

@@ -28,6 +28,9 @@ const SAMPLE_EVERY: Duration = Duration::from_secs(1);
 /// Hosts held per user by the jobs competing for growth.
 pub(super) type Held = BTreeMap<String, u32>;
 
+/// A job with room to grow: (hosts held, submit order, job, classes with room).
+pub(super) type Hungry = (u32, u64, JobId, Vec<String>);
+
 impl Allocator {
     /// Hosts held per user by running submitted jobs (those that grow and
     /// give hosts back; jobs started by hand hold only what they asked for).
@@ -49,9 +52,9 @@ impl Allocator {
     /// Sorts hungry jobs (held, submit order, job, room) for growth: the
     /// job whose user would weigh least with one more host first, then the
     /// job holding fewest, then the older.
-    pub(super) fn order_by_share(&self, hungry: &mut Vec<(u32, u64, JobId, Vec<String>)>) {
+    pub(super) fn order_by_share(&self, hungry: &mut Vec<Hungry>) {
         let held = self.held_by_user();
-        let mut keyed: Vec<(f64, _)> = hungry
+        let mut keyed: Vec<(f64, Hungry)> = hungry
             .drain(..)
             .map(|h| (self.user_weight(&held, &self.job_owner(h.2), 1), h))
             .collect();

@@ -46,6 +46,8 @@ pub struct Live {
     seq: u64,
     /// The allocation queues' last snapshot.
     pilots: Option<Record>,
+    /// The last `Usage` record (fair share between users).
+    usage: Option<Record>,
 }
 
 impl Live {
@@ -199,6 +201,7 @@ impl Live {
                     self.keep_event(e);
                 }
             }
+            Record::Usage { .. } => self.usage = Some(r.clone()),
             Record::History(h) => {
                 self.next_job = self.next_job.max(h.job.0 + 1);
                 if self.history.len() == HISTORY_LIMIT {
@@ -287,6 +290,7 @@ impl Live {
             + self.outstanding.len()
             + self.excluded_len
             + self.claims.len()
+            + self.usage.is_some() as usize
     }
 
     /// Always false: the counters are always there.
@@ -316,6 +320,7 @@ impl Live {
                 }),
         );
         out.extend(self.history.iter().cloned());
+        out.extend(self.usage.clone());
         // Ended jobs' events replay into ended logs wherever they stand.
         out.extend(
             self.ended_events

@@ -3,7 +3,7 @@
 
 use super::*;
 
-fn submit_msg(spec: carmi_proto::submit::JobSpec) -> ToGlobal {
+pub(super) fn submit_msg(spec: carmi_proto::submit::JobSpec) -> ToGlobal {
     ToGlobal::Submit(Box::new(SubmitRequest {
         owner: "carol".into(),
         machine: "m0".into(),

@@ -37,15 +37,16 @@ impl Router {
         self.send(link, FromGlobal::Held { job });
     }
 
-    /// Holds a job just submitted with `on_impossible = hold` that the pool
-    /// cannot start, giving why as the reason (`carmi release` once the pool grew).
+    /// Holds a waiting job submitted with `on_impossible = hold` that the
+    /// pool cannot start, at submit or once the pool shrank (`router/shrink.rs`),
+    /// giving why as the reason (`carmi release` once the pool grew).
     pub(super) fn hold_at_submit(&mut self, job: JobId, why: &str) {
         if let Err(f) = self.alloc.hold_job(job) {
             tracing::warn!(job = %job, "cannot hold the job at submit: {}", f.message);
             return;
         }
         let reason = limits::cut_reason(&format!("{why} (on_impossible = hold)"));
-        info!(job = %job, reason, "job held at submit");
+        info!(job = %job, reason, "job held: the pool cannot start it");
         self.out.push(Output::Journal(Record::Held {
             job,
             reason: reason.clone(),

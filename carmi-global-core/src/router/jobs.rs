@@ -269,6 +269,7 @@ impl Router {
                 _ => sub.and_then(|s| self.master_unsent(s)),
             },
             classes: self.alloc.class_status(job),
+            user: Some(self.user_share(job)),
         }
     }
 

@@ -403,3 +403,5 @@ fn ids_never_go_back_after_a_compacted_journal_is_replayed() {
 
 #[path = "door_tests.rs"]
 mod door;
+#[path = "shrink_tests.rs"]
+mod shrink;

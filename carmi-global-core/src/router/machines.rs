@@ -81,6 +81,7 @@ impl Router {
     /// is lost one loss window later, one that was only unheard is not.
     pub fn on_tick(&mut self, now: Duration) {
         self.advance(now);
+        self.journal_usage();
         let late = self
             .deadlines
             .first()
@@ -327,6 +328,7 @@ impl Router {
         for (p, j) in restart {
             self.master_lost(p, j);
         }
+        self.hold_newly_impossible();
         // Jobs hear about it before the connection goes.
         self.flush();
         if let Some(p) = self.presence.get_mut(name) {

@@ -223,6 +223,7 @@ impl Router {
                     self.events.restore(e);
                 }
             }
+            Record::Usage { at_unix, users } => self.recover_usage(at_unix, users),
             Record::Submitted { .. } | Record::Started { .. } | Record::Ended { .. } => {}
         }
     }

@@ -110,6 +110,20 @@ pub struct JobStatus {
     /// pool cannot supply); absent from older global RMs.
     #[serde(default)]
     pub note: Option<String>,
+    /// The owner's standing in the fair share between users; absent from
+    /// older global RMs.
+    #[serde(default)]
+    pub user: Option<UserShare>,
+}
+
+/// A user's standing in the fair share (`carmi q`): hosts are shared
+/// between users in inverse proportion to their priority.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct UserShare {
+    /// Effective priority, `factor x (1 + usage in host-hours)`; lower is better.
+    pub priority: f64,
+    /// Recent usage in host-hours, halved every half-life.
+    pub usage_hours: f64,
 }
 
 /// A job that left the queue, for `carmi history`.

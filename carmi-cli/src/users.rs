@@ -1,0 +1,94 @@
+//! The users part of `carmi q`: each owner's fair-share priority and recent
+//! usage (issue 15, item 7), so that a user can see why another user's job
+//! grows before theirs.
+
+use std::collections::BTreeMap;
+
+use carmi_api::msg::JobStatus;
+
+/// One line per owner of a listed job (priority, usage, hosts and jobs),
+/// best priority first; empty when no job carries a priority (an older
+/// global RM).
+pub fn users_text(jobs: &[JobStatus]) -> String {
+    // owner -> (priority, usage, hosts held, jobs)
+    let mut users: BTreeMap<&str, (f64, f64, u32, u32)> = BTreeMap::new();
+    for j in jobs {
+        let Some(u) = &j.user else { continue };
+        let e = users
+            .entry(j.owner.as_str())
+            .or_insert((u.priority, u.usage_hours, 0, 0));
+        e.2 += j.classes.iter().map(|c| c.held).sum::<u32>();
+        e.3 += 1;
+    }
+    if users.is_empty() {
+        return String::new();
+    }
+    let mut rows: Vec<_> = users.into_iter().collect();
+    rows.sort_by(|a, b| a.1.0.total_cmp(&b.1.0).then(a.0.cmp(b.0)));
+    let mut out = format!(
+        "\n{:<10} {:>9} {:>12} {:>6} {:>5}\n",
+        "USER", "PRIORITY", "HOST-HOURS", "HOSTS", "JOBS"
+    );
+    for (name, (prio, usage, hosts, n)) in rows {
+        let name: String = name.chars().take(10).collect();
+        out.push_str(&format!(
+            "{name:<10} {prio:>9.2} {usage:>12.2} {hosts:>6} {n:>5}\n"
+        ));
+    }
+    out.push_str("(lower priority is better: factor x (1 + usage in host-hours); usage halves every half-life)\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use carmi_api::ids::JobId;
+    use carmi_api::msg::{ClassStatus, UserShare};
+
+    fn job(id: u64, owner: &str, held: u32, priority: f64) -> JobStatus {
+        JobStatus {
+            job: JobId(id),
+            owner: owner.into(),
+            submitted_unix: 0,
+            state: "running".into(),
+            executable: "m".into(),
+            master: None,
+            classes: vec![ClassStatus {
+                name: "w".into(),
+                requirements: "true".into(),
+                rank: None,
+                held,
+                min: 1,
+                max: 9,
+            }],
+            note: None,
+            user: Some(UserShare {
+                priority,
+                usage_hours: priority - 1.0,
+            }),
+        }
+    }
+
+    #[test]
+    fn users_are_listed_best_priority_first_with_their_hosts_and_jobs() {
+        let jobs = [
+            job(1, "alice", 3, 4.5),
+            job(2, "alice", 2, 4.5),
+            job(3, "bob", 5, 1.25),
+        ];
+        let text = users_text(&jobs);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[1].starts_with("USER"), "{text}");
+        assert_eq!(
+            lines[2].split_whitespace().collect::<Vec<_>>(),
+            ["bob", "1.25", "0.25", "5", "1"]
+        );
+        assert_eq!(
+            lines[3].split_whitespace().collect::<Vec<_>>(),
+            ["alice", "4.50", "3.50", "5", "2"]
+        );
+        let mut old = job(4, "carol", 1, 1.0);
+        old.user = None;
+        assert_eq!(users_text(&[old]), "");
+    }
+}

@@ -1,0 +1,58 @@
+//! The router's side of fair share between users (issue 15, item 7; the
+//! policy is `alloc::share`, the accounting `crate::usage`): each owner's
+//! standing for `carmi q`, and their usage in the journal, so that a
+//! restart of the global RM does not hand a heavy user a clean slate.
+
+use std::time::Duration;
+
+use carmi_proto::ids::JobId;
+use carmi_proto::msg::UserShare;
+
+use super::{Output, Router};
+use crate::journal::Record;
+
+/// Usage is journaled at most this often (and only while someone has some).
+const JOURNAL_EVERY: Duration = Duration::from_secs(60);
+
+impl Router {
+    /// `job`'s owner's standing in the fair share between users, for `carmi q`.
+    pub(super) fn user_share(&self, job: JobId) -> UserShare {
+        let u = self.alloc.user_usage(&self.alloc.job_owner(job));
+        UserShare {
+            priority: u.priority(),
+            usage_hours: u.host_seconds / 3600.0,
+        }
+    }
+
+    /// Writes every user's usage to the journal once per [`JOURNAL_EVERY`].
+    pub(super) fn journal_usage(&mut self) {
+        if self.now < self.usage_journaled + JOURNAL_EVERY {
+            return;
+        }
+        let users: Vec<(String, f64)> = self
+            .alloc
+            .usage()
+            .users()
+            .map(|(name, u)| (name.to_string(), u.host_seconds))
+            .collect();
+        if users.is_empty() {
+            return;
+        }
+        self.usage_journaled = self.now;
+        let at_unix = self.config.started_unix + self.now.as_secs();
+        self.out
+            .push(Output::Journal(Record::Usage { at_unix, users }));
+    }
+
+    /// Puts back the usage of a replayed `Usage` record, decayed over the
+    /// time from `at_unix` to this run's start (the global RM was down, and
+    /// nobody used the pool through it).
+    pub(super) fn recover_usage(&mut self, at_unix: u64, users: Vec<(String, f64)>) {
+        let gap = self.config.started_unix.saturating_sub(at_unix) as f64;
+        let half_life = self.alloc.usage().half_life().as_secs_f64();
+        let keep = 0.5f64.powf(gap / half_life);
+        for (user, host_seconds) in users {
+            self.alloc.restore_usage(&user, host_seconds * keep);
+        }
+    }
+}
