@@ -255,6 +255,9 @@ impl Router {
         }
         if matches!(body, Request::DeleteNotify { .. }) {
             for host in &gone {
+                // Its machine may not be back yet: the job must not get it
+                // back silently after being told it left.
+                self.alloc.forget_claim(*host, job);
                 let event = Event::HostDeleted {
                     request: req.id,
                     host: *host,

@@ -470,3 +470,65 @@ fn a_lookup_waiting_for_a_process_is_answered_after_a_restart() {
     });
     assert_eq!(events_at(CONN, &sends), [answer]);
 }
+
+/// A host of a `DeleteNotify` whose machine is not back when the process
+/// attaches again is told as deleted, once, and is not given back silently
+/// when its machine returns; the other stays watched.
+#[test]
+fn a_delete_notify_tells_of_a_host_that_did_not_come_back() {
+    let (mut r, mut journal, root) = pool_and_job(3);
+    let add = Request::AddHosts {
+        class: "any".into(),
+        count: 2,
+        increment: 2,
+    };
+    let (sends, records) = ask(&mut r, 2, add);
+    let (hosts, _) = added(&events_at(CONN, &sends), 2);
+    journal.extend(records);
+    let (sends, records) = ask(
+        &mut r,
+        3,
+        Request::DeleteNotify {
+            hosts: hosts.clone(),
+        },
+    );
+    assert!(matches!(&events_at(CONN, &sends)[..], [Event::Done { .. }]));
+    journal.extend(records);
+    let machine_of = |h: HostId| {
+        (0..3)
+            .find(|&i| r.allocator().machine_hosts(&format!("m{i}")).contains(&h))
+            .expect("a machine")
+    };
+    // The one away is not the root's own machine (m0), where it attaches.
+    let (gone, kept) = if machine_of(hosts[0]) != 0 {
+        (hosts[0], hosts[1])
+    } else {
+        (hosts[1], hosts[0])
+    };
+    let away = machine_of(gone);
+    for journal in [journal.clone(), journal::Live::of(&journal).records()] {
+        let mut r = Router::new(RouterConfig::default());
+        r.recover(journal);
+        for i in (0..3).filter(|&i| i != away) {
+            advertise(&mut r, link(i), &format!("m{i}"), vec![]);
+        }
+        let (sends, _) = step(&mut r, |r| {
+            r.on_message(link(0), attach(Some(root)), Duration::ZERO)
+        });
+        let events = events_at(CONN, &sends);
+        assert!(
+            matches!(&events[..], [Event::HostDeleted { request: RequestId(3), host, reason }]
+                if *host == gone && reason.contains("left the job while the global RM restarted")),
+            "{events:?}"
+        );
+        advertise(&mut r, link(away), &format!("m{away}"), vec![]);
+        assert_eq!(r.allocator().job_hosts(JobId(1)), [kept]);
+        let (sends, _) = ask(&mut r, 4, Request::DelHosts { hosts: vec![kept] });
+        let events = events_at(CONN, &sends);
+        assert!(
+            events.iter().any(|e| matches!(e,
+                Event::HostDeleted { request: RequestId(3), host, .. } if *host == kept)),
+            "{events:?}"
+        );
+    }
+}
