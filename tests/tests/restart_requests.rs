@@ -102,3 +102,48 @@ async fn requests_pending_when_the_global_rm_is_sigkilled_are_served_after_its_r
         );
     }
 }
+
+/// A request the local RM forwarded but the global RM never read (it was
+/// stopped, then killed) fails after the restart, naming it, instead of
+/// leaving the application waiting for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_the_killed_global_rm_never_read_fails_naming_it() {
+    let mut pool = Pool::start("restart-unread", 1, &[vec![]]);
+    pool.wait_registered();
+    let opts = ConnectOptions::new(pool.locals[0].app_addr.clone(), pool.secret.clone());
+    let (carmi, mut events) = connect(opts).await.expect("connect to m0");
+    let mut seen = VecDeque::new();
+    let config = carmi.config();
+    take(&mut events, &mut seen, "attached", |x| match x {
+        Incoming::Rm(Event::Done { request, .. }) if *request == config => Some(()),
+        _ => None,
+    })
+    .await;
+    pool.stop_global();
+    let lost = carmi.define_class("any", "true");
+    carmi.flush().await;
+    // Time for the local RM to forward it into the stopped RM's socket.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    pool.restart_global();
+    let message = take(
+        &mut events,
+        &mut seen,
+        "the unread request answered",
+        |x| match x {
+            Incoming::Rm(Event::Failed { request, failure }) if *request == lost => {
+                Some(failure.message.clone())
+            }
+            Incoming::Rm(Event::Done { request, .. }) if *request == lost => {
+                Some("answered as done".to_string())
+            }
+            _ => None,
+        },
+    )
+    .await;
+    assert!(
+        message.contains(&format!(
+            "before request {lost} was answered; send it again"
+        )),
+        "{message}"
+    );
+}

@@ -532,3 +532,41 @@ fn a_delete_notify_tells_of_a_host_that_did_not_come_back() {
         );
     }
 }
+
+/// Requests forwarded before the restart that the killed global RM never
+/// read (the local RM names them after re-announcing the process) fail,
+/// naming them; one served again after the restart is left alone.
+#[test]
+fn requests_the_killed_global_rm_never_read_fail_naming_them() {
+    let (journal, root, _) = outstanding_journal();
+    for (mut r, events, _) in restarted(&journal, 2, root, |_| vec![]) {
+        assert!(events.is_empty(), "{events:?}");
+        // r3 (AddHosts) is served again; r9 and r10 never reached the journal.
+        let unanswered = ToGlobal::Unanswered {
+            conn: CONN,
+            requests: vec![RequestId(3), RequestId(9), RequestId(10)],
+        };
+        let (sends, _) = step(&mut r, |r| {
+            r.on_message(link(0), unanswered, Duration::ZERO)
+        });
+        let failed: Vec<(u64, FailureCode, String)> = events_at(CONN, &sends)
+            .into_iter()
+            .map(|e| match e {
+                Event::Failed { request, failure } => (request.0, failure.code, failure.message),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        let message = |id| {
+            format!(
+                "the link to the global RM broke (it restarted or was unreachable) before request r{id} was answered; send it again"
+            )
+        };
+        assert_eq!(
+            failed,
+            [
+                (9, FailureCode::Unavailable, message(9)),
+                (10, FailureCode::Unavailable, message(10))
+            ]
+        );
+    }
+}
