@@ -13,7 +13,8 @@
 //! (`AddHosts` pending from moment 3, served at moment 6), notify
 //! subscriptions (moment 2, told of hosts at 3 and 6), exclusions (moment
 //! 4), the job itself and its end (moments 0 and 8). Queue order across a
-//! restart is covered at the router (`router::restart_tests`).
+//! restart is covered at the router
+//! (`router::hold_tests::the_queue_order_survives_a_restart`).
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
