@@ -493,4 +493,47 @@ mod tests {
         ended.push(Record::Ended { job: JobId(1) });
         assert_eq!(Live::of(&ended).records().len(), 1);
     }
+
+    #[test]
+    fn hosts_held_live_until_freed_or_their_job_ends() {
+        let claimed = |job: u64, host: u64| Record::Claimed {
+            job: JobId(job),
+            host: HostId(host),
+            class: "c".into(),
+        };
+        let records = vec![
+            submitted(1),
+            submitted(2),
+            claimed(1, 1),
+            claimed(1, 2),
+            claimed(2, 3),
+            // Freed by job 1, then another job's: the later record counts.
+            Record::Freed {
+                job: JobId(1),
+                host: HostId(2),
+            },
+            claimed(2, 2),
+            // A stale `Freed` of another job changes nothing.
+            Record::Freed {
+                job: JobId(1),
+                host: HostId(3),
+            },
+            // Claimed for a job that is not live: ignored.
+            claimed(9, 4),
+        ];
+        for n in 0..=records.len() {
+            let live = Live::of(&records[..n]);
+            assert_eq!(live.len(), live.records().len(), "after {n} records");
+        }
+        let live = Live::of(&records).records();
+        assert_eq!(live[3..], [claimed(1, 1), claimed(2, 2), claimed(2, 3)]);
+        let mut ended = records.clone();
+        ended.push(Record::Ended { job: JobId(2) });
+        assert_eq!(Live::of(&ended).records()[2..], [claimed(1, 1)]);
+        assert_eq!(
+            Live::of(&live).records(),
+            live,
+            "compacting again changes nothing"
+        );
+    }
 }

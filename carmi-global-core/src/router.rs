@@ -480,6 +480,7 @@ impl Router {
                 self.app_attach(link, &name, conn, job, process, endpoint)
             }
             ToGlobal::AppDetach { conn } => self.app_detach(&name, conn),
+            ToGlobal::Unanswered { conn, requests } => self.unanswered(&name, conn, requests),
             ToGlobal::Forward { conn, id, body } => self.forward(link, &name, conn, id, body),
             ToGlobal::Started { process, result } => match self.master_on(process, &name) {
                 Some(job) => {
@@ -548,6 +549,7 @@ fn variant_name(msg: &ToGlobal) -> &'static str {
         ToGlobal::Heartbeat { .. } => "Heartbeat",
         ToGlobal::AppAttach { .. } => "AppAttach",
         ToGlobal::AppDetach { .. } => "AppDetach",
+        ToGlobal::Unanswered { .. } => "Unanswered",
         ToGlobal::Forward { .. } => "Forward",
         ToGlobal::Upload { .. } => "Upload",
         ToGlobal::Fetch { .. } => "Fetch",

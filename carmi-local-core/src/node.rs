@@ -33,7 +33,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use bytes::Bytes;
-use carmi_proto::ids::{ConnId, HostId, JobId, ProcessId};
+use carmi_proto::ids::{ConnId, HostId, JobId, ProcessId, RequestId};
 use carmi_proto::msg::{
     ExecutableRef, FromGlobal, FromLocal, LogChunk, OutputRoute, SlotActivity, StageSource,
     StdStream, ToGlobal,
@@ -152,6 +152,10 @@ struct App {
     attached: Option<(JobId, ProcessId)>,
     /// Whether the current global connection has been told about it.
     announced: bool,
+    /// Requests forwarded that had no event yet, in order: told to the
+    /// global RM after a reconnection (`ToGlobal::Unanswered`), so that one
+    /// lost with the link is failed rather than awaited for ever.
+    unanswered: Vec<RequestId>,
 }
 
 /// Where a process is in its life here.
@@ -408,7 +412,9 @@ impl Core {
             }
             FromGlobal::Attached { conn, job, process } => self.on_attached(conn, job, process),
             FromGlobal::Deliver { conn, event } => {
-                if self.apps.contains_key(&conn) {
+                if let Some(app) = self.apps.get_mut(&conn) {
+                    let answered = event.request();
+                    app.unanswered.retain(|&r| r != answered);
                     self.send_app(conn, FromLocal::Event(event));
                 } else {
                     tracing::debug!(%conn, ?event, "event for a connection that is gone; dropped");
@@ -622,3 +628,7 @@ mod tests;
 #[cfg(test)]
 #[path = "node_log_tests.rs"]
 mod log_tests;
+
+#[cfg(test)]
+#[path = "node_unanswered_tests.rs"]
+mod unanswered_tests;

@@ -11,6 +11,11 @@ use carmi_proto::msg::{Event, ExecutableRef, Failure, FailureCode, FromLocal, Re
 
 use super::{App, Core};
 
+/// Most requests of one application kept as unanswered: a client that
+/// never waits for its answers must not grow the local RM without bound
+/// (beyond it, a request lost with the link is not told).
+const MAX_UNANSWERED: usize = 4096;
+
 impl Core {
     pub(super) fn announce(&mut self, conn: ConnId) {
         let Some(app) = self.apps.get_mut(&conn) else {
@@ -25,6 +30,7 @@ impl Core {
             None => (app.declared_job, app.declared_process),
         };
         let endpoint = app.endpoint.clone();
+        let unanswered = std::mem::take(&mut app.unanswered);
         self.send(
             ToGlobal::AppAttach {
                 conn,
@@ -34,6 +40,17 @@ impl Core {
             },
             Bytes::new(),
         );
+        // Forwarded on an earlier link and never answered: the global RM
+        // says which it no longer knows.
+        if !unanswered.is_empty() {
+            self.send(
+                ToGlobal::Unanswered {
+                    conn,
+                    requests: unanswered,
+                },
+                Bytes::new(),
+            );
+        }
     }
 
     pub(super) fn on_attached(&mut self, conn: ConnId, job: JobId, process: ProcessId) {
@@ -74,6 +91,7 @@ impl Core {
                 endpoint,
                 attached: None,
                 announced: false,
+                unanswered: Vec::new(),
             },
         );
         if self.is_registered() {
@@ -87,6 +105,11 @@ impl Core {
             return;
         };
         if self.is_registered() && app.announced {
+            if let Some(app) = self.apps.get_mut(&conn)
+                && app.unanswered.len() < MAX_UNANSWERED
+            {
+                app.unanswered.push(id);
+            }
             self.send(ToGlobal::Forward { conn, id, body }, Bytes::new());
         } else {
             self.fail_unavailable(conn, id);
@@ -94,6 +117,9 @@ impl Core {
     }
 
     pub(super) fn fail_unavailable(&mut self, conn: ConnId, request: RequestId) {
+        if let Some(app) = self.apps.get_mut(&conn) {
+            app.unanswered.retain(|&r| r != request);
+        }
         let failure = Failure {
             code: FailureCode::Unavailable,
             message: "the local RM is not connected to the global RM; retry later".into(),

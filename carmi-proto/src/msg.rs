@@ -158,6 +158,18 @@ pub enum ToGlobal {
         /// The connection.
         conn: ConnId,
     },
+    /// Requests forwarded on `conn` that had no event yet when the
+    /// connection to the global RM broke, sent after the `AppAttach` that
+    /// announces `conn` again: a global RM that restarted fails, naming it,
+    /// each one it no longer knows, so that no application waits for an
+    /// answer that will never come. (A global RM older than this message
+    /// refuses it as undecodable.)
+    Unanswered {
+        /// The connection.
+        conn: ConnId,
+        /// The requests, in the order they were forwarded.
+        requests: Vec<RequestId>,
+    },
     /// A request from an application process, forwarded.
     Forward {
         /// The connection it came on.

@@ -389,6 +389,16 @@ impl Pool {
         self.global = global;
     }
 
+    /// Stops the global RM with SIGSTOP: it reads nothing more, so that
+    /// what is sent to it meanwhile is lost by a [`Pool::restart_global`].
+    pub fn stop_global(&self) {
+        let status = Command::new("kill")
+            .args(["-STOP", &self.global.id().to_string()])
+            .status()
+            .expect("run kill -STOP");
+        assert!(status.success(), "kill -STOP of the global RM failed");
+    }
+
     /// Starts local RM `name` with `--attr` settings `attrs`; its log is
     /// appended to if `append`, else created.
     fn start_local(&self, name: String, attrs: Vec<String>, append: bool) -> Local {

@@ -1,15 +1,14 @@
 //! End to end, over real daemons (issue 15 item 3): an application whose
 //! `AddHosts` waits for more hosts than the pool has, and whose `AddNotify`
 //! subscription is live, when the global RM is killed with SIGKILL and
-//! restarted, gets an answer to each (a failure naming the request) instead
-//! of waiting for ever; it can then ask again and is served.
+//! restarted, is served as if nothing happened: it keeps its hosts, hears
+//! no failure, and the pending request and the subscription go on.
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
 use carmi_api::client::{ConnectOptions, EventStream, Incoming, connect};
-use carmi_api::ids::RequestId;
-use carmi_api::msg::{Event, FailureCode};
+use carmi_api::msg::{Event, Reply};
 use carmi_tests::{Pool, take_event};
 
 /// The first event that `want` picks, within 60 s (a loaded CI machine).
@@ -22,18 +21,8 @@ async fn take<T>(
     take_event(events, seen, Duration::from_secs(60), what, want).await
 }
 
-/// The failure of `want`, as (code, message).
-fn failed(want: RequestId) -> impl FnMut(&Incoming) -> Option<(FailureCode, String)> {
-    move |x: &Incoming| match x {
-        Incoming::Rm(Event::Failed { request, failure }) if *request == want => {
-            Some((failure.code, failure.message.clone()))
-        }
-        _ => None,
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn requests_pending_when_the_global_rm_is_sigkilled_are_answered_after_its_restart() {
+async fn requests_pending_when_the_global_rm_is_sigkilled_are_served_after_its_restart() {
     let mut pool = Pool::start("restart-requests", 1, &[vec![], vec![]]);
     pool.wait_registered();
     let opts = ConnectOptions::new(pool.locals[0].app_addr.clone(), pool.secret.clone());
@@ -66,33 +55,95 @@ async fn requests_pending_when_the_global_rm_is_sigkilled_are_answered_after_its
     .await;
 
     pool.restart_global();
+    pool.wait_registered();
 
-    let (code, message) = take(&mut events, &mut seen, "the AddHosts answered", failed(add)).await;
-    assert_eq!(code, FailureCode::Unavailable);
-    assert!(
-        message.contains("the global RM restarted and lost request")
-            && message.contains("AddHosts of 5 host(s) of class `any`"),
-        "{message}"
-    );
-    let (code, message) = take(
-        &mut events,
-        &mut seen,
-        "the AddNotify answered",
-        failed(notify),
-    )
+    // Both hosts are the job's again (asked until the local RM, back with
+    // the global RM, answers).
+    let hosts = loop {
+        let probe = carmi.config();
+        let answer = take(&mut events, &mut seen, "config", |x| match x {
+            Incoming::Rm(Event::Done {
+                request,
+                reply: Reply::Hosts(h),
+            }) if *request == probe => Some(Some(h.iter().map(|h| h.host).collect::<Vec<_>>())),
+            Incoming::Rm(Event::Failed { request, .. }) if *request == probe => Some(None),
+            _ => None,
+        })
+        .await;
+        match answer {
+            Some(h) if h.len() == 2 => break h,
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    };
+    // One given back goes to the AddHosts pending since before the restart,
+    // and the subscription tells of it.
+    let del = carmi.delhosts(&hosts[..1]);
+    take(&mut events, &mut seen, "given back", |x| match x {
+        Incoming::Rm(Event::Done { request, .. }) if *request == del => Some(()),
+        _ => None,
+    })
     .await;
-    assert_eq!(code, FailureCode::Unavailable);
-    assert!(message.contains("AddNotify of class `any`"), "{message}");
-    // Asked again, a host is granted by the restarted global RM.
-    let again = carmi.addhosts("any", 1, 1);
-    take(
+    for (request, left) in [(add, 2), (notify, 0)] {
+        let (got, remaining) = take(&mut events, &mut seen, "served again", |x| match x {
+            Incoming::Rm(Event::HostsAdded {
+                request: r,
+                hosts,
+                remaining,
+            }) if *r == request => Some((hosts[0].host, *remaining)),
+            _ => None,
+        })
+        .await;
+        assert_eq!((got, remaining), (hosts[0], left));
+    }
+    for x in &seen {
+        assert!(
+            !matches!(x, Incoming::Rm(Event::Failed { request, .. }) if *request == add || *request == notify),
+            "{x:?}"
+        );
+    }
+}
+
+/// A request the local RM forwarded but the global RM never read (it was
+/// stopped, then killed) fails after the restart, naming it, instead of
+/// leaving the application waiting for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_the_killed_global_rm_never_read_fails_naming_it() {
+    let mut pool = Pool::start("restart-unread", 1, &[vec![]]);
+    pool.wait_registered();
+    let opts = ConnectOptions::new(pool.locals[0].app_addr.clone(), pool.secret.clone());
+    let (carmi, mut events) = connect(opts).await.expect("connect to m0");
+    let mut seen = VecDeque::new();
+    let config = carmi.config();
+    take(&mut events, &mut seen, "attached", |x| match x {
+        Incoming::Rm(Event::Done { request, .. }) if *request == config => Some(()),
+        _ => None,
+    })
+    .await;
+    pool.stop_global();
+    let lost = carmi.define_class("any", "true");
+    carmi.flush().await;
+    // Time for the local RM to forward it into the stopped RM's socket.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    pool.restart_global();
+    let message = take(
         &mut events,
         &mut seen,
-        "a host after the restart",
+        "the unread request answered",
         |x| match x {
-            Incoming::Rm(Event::HostsAdded { request, .. }) if *request == again => Some(()),
+            Incoming::Rm(Event::Failed { request, failure }) if *request == lost => {
+                Some(failure.message.clone())
+            }
+            Incoming::Rm(Event::Done { request, .. }) if *request == lost => {
+                Some("answered as done".to_string())
+            }
             _ => None,
         },
     )
     .await;
+    assert!(
+        message.contains(&format!(
+            "before request {lost} was answered; send it again"
+        )),
+        "{message}"
+    );
 }

@@ -446,3 +446,50 @@ fn a_held_job_whose_master_waited_for_a_machine_waits_no_more() {
         "{sends:?}"
     );
 }
+
+/// Issue 15 item 3: the queue's order survives a restart (the journal as
+/// written, and compacted): waiting jobs keep their places, and the first
+/// of them starts when the running job leaves.
+#[test]
+fn the_queue_order_survives_a_restart() {
+    let (mut r, mut journal) = pool();
+    submit(&mut r, &mut journal).expect("job 1 starts");
+    for _ in 2..=4 {
+        assert!(submit(&mut r, &mut journal).is_none(), "the others wait");
+    }
+    let ahead = |r: &Router| -> Vec<Option<u32>> {
+        (2..=4)
+            .map(|j| r.allocator().queued_ahead(JobId(j)))
+            .collect()
+    };
+    let before = ahead(&r);
+    assert_eq!(before, [Some(0), Some(1), Some(2)]);
+    for replay in [journal.clone(), Live::of(&journal).records()] {
+        let mut back = Router::new(RouterConfig::default());
+        back.recover(replay);
+        assert_eq!(ahead(&back), before);
+        step(&mut back, |r| {
+            r.on_link_opened(M0, Role::Local { name: "m0".into() }, T)
+        });
+        let ad = ToGlobal::Advertise {
+            ad: "[ Name = \"m0\"; Arch = \"X86_64\" ]".into(),
+            slots: 2,
+            running: vec![],
+        };
+        msg(&mut back, M0, ad);
+        step(&mut back, |r| r.on_link_opened(ADMIN, Role::Admin, T));
+        let (sends, records) = msg(&mut back, ADMIN, ToGlobal::RemoveJob { job: JobId(1) });
+        assert!(
+            records
+                .iter()
+                .any(|rec| matches!(rec, Record::Started { job: JobId(2), .. })),
+            "job 2 is next: {records:?} {sends:?}"
+        );
+        assert_eq!(
+            (2..=4)
+                .map(|j| back.allocator().queued_ahead(JobId(j)))
+                .collect::<Vec<_>>(),
+            [None, Some(0), Some(1)]
+        );
+    }
+}

@@ -13,9 +13,9 @@
 //! journaled and replayed at once: they change what the job is given, not an
 //! answer it waits for.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
-use carmi_proto::ids::{HostId, JobId, ProcessId, RequestId};
+use carmi_proto::ids::{ConnId, HostId, JobId, ProcessId, RequestId};
 use carmi_proto::msg::{Event, Failure, FailureCode, Request};
 
 use super::{Output, Router};
@@ -255,6 +255,9 @@ impl Router {
         }
         if matches!(body, Request::DeleteNotify { .. }) {
             for host in &gone {
+                // Its machine may not be back yet: the job must not get it
+                // back silently after being told it left.
+                self.alloc.forget_claim(*host, job);
                 let event = Event::HostDeleted {
                     request: req.id,
                     host: *host,
@@ -294,6 +297,43 @@ impl Router {
                 process: req.process,
                 request: req.id,
             }));
+        }
+    }
+
+    /// Requests a local RM forwarded for the process at `conn` that had no
+    /// event when its link broke. Those not waiting here (the global RM
+    /// restarted before reading or journaling them, or read them and its
+    /// answer was lost with the link) fail, naming them; those it still
+    /// serves (outstanding, served again, a spawn whose process is
+    /// expected) are left alone.
+    pub(super) fn unanswered(&mut self, name: &str, conn: ConnId, requests: Vec<RequestId>) {
+        let Some(process) = self.procs.attached_at(name, conn) else {
+            return;
+        };
+        let spawning: HashSet<RequestId> = self
+            .procs
+            .of_job(self.procs.find(process).expect("attached").job)
+            .into_iter()
+            .filter_map(|p| self.procs.find(p).and_then(|pr| pr.origin))
+            .filter(|o| o.process == process)
+            .map(|o| o.id)
+            .collect();
+        for request in requests {
+            let req = ReqRef {
+                process,
+                id: request,
+            };
+            if self.outstanding.live.contains_key(&req) || spawning.contains(&request) {
+                continue;
+            }
+            tracing::info!(%process, %request, "failing a request forwarded before a restart and never read");
+            let failure = Failure {
+                code: FailureCode::Unavailable,
+                message: format!(
+                    "the link to the global RM broke (it restarted or was unreachable) before request {request} was answered; send it again"
+                ),
+            };
+            self.deliver(process, Event::Failed { request, failure });
         }
     }
 }

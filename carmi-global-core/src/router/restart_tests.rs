@@ -471,3 +471,103 @@ fn a_lookup_waiting_for_a_process_is_answered_after_a_restart() {
     });
     assert_eq!(events_at(CONN, &sends), [answer]);
 }
+
+/// A host of a `DeleteNotify` whose machine is not back when the process
+/// attaches again is told as deleted, once, and is not given back silently
+/// when its machine returns; the other stays watched.
+#[test]
+fn a_delete_notify_tells_of_a_host_that_did_not_come_back() {
+    let (mut r, mut journal, root) = pool_and_job(3);
+    let add = Request::AddHosts {
+        class: "any".into(),
+        count: 2,
+        increment: 2,
+    };
+    let (sends, records) = ask(&mut r, 2, add);
+    let (hosts, _) = added(&events_at(CONN, &sends), 2);
+    journal.extend(records);
+    let (sends, records) = ask(
+        &mut r,
+        3,
+        Request::DeleteNotify {
+            hosts: hosts.clone(),
+        },
+    );
+    assert!(matches!(&events_at(CONN, &sends)[..], [Event::Done { .. }]));
+    journal.extend(records);
+    let machine_of = |h: HostId| {
+        (0..3)
+            .find(|&i| r.allocator().machine_hosts(&format!("m{i}")).contains(&h))
+            .expect("a machine")
+    };
+    // The one away is not the root's own machine (m0), where it attaches.
+    let (gone, kept) = if machine_of(hosts[0]) != 0 {
+        (hosts[0], hosts[1])
+    } else {
+        (hosts[1], hosts[0])
+    };
+    let away = machine_of(gone);
+    for journal in [journal.clone(), journal::Live::of(&journal).records()] {
+        let mut r = Router::new(RouterConfig::default());
+        r.recover(journal);
+        for i in (0..3).filter(|&i| i != away) {
+            advertise(&mut r, link(i), &format!("m{i}"), vec![]);
+        }
+        let (sends, _) = step(&mut r, |r| {
+            r.on_message(link(0), attach(Some(root)), Duration::ZERO)
+        });
+        let events = events_at(CONN, &sends);
+        assert!(
+            matches!(&events[..], [Event::HostDeleted { request: RequestId(3), host, reason }]
+                if *host == gone && reason.contains("left the job while the global RM restarted")),
+            "{events:?}"
+        );
+        advertise(&mut r, link(away), &format!("m{away}"), vec![]);
+        assert_eq!(r.allocator().job_hosts(JobId(1)), [kept]);
+        let (sends, _) = ask(&mut r, 4, Request::DelHosts { hosts: vec![kept] });
+        let events = events_at(CONN, &sends);
+        assert!(
+            events.iter().any(|e| matches!(e,
+                Event::HostDeleted { request: RequestId(3), host, .. } if *host == kept)),
+            "{events:?}"
+        );
+    }
+}
+
+/// Requests forwarded before the restart that the killed global RM never
+/// read (the local RM names them after re-announcing the process) fail,
+/// naming them; one served again after the restart is left alone.
+#[test]
+fn requests_the_killed_global_rm_never_read_fail_naming_them() {
+    let (journal, root, _) = outstanding_journal();
+    for (mut r, events, _) in restarted(&journal, 2, root, |_| vec![]) {
+        assert!(events.is_empty(), "{events:?}");
+        // r3 (AddHosts) is served again; r9 and r10 never reached the journal.
+        let unanswered = ToGlobal::Unanswered {
+            conn: CONN,
+            requests: vec![RequestId(3), RequestId(9), RequestId(10)],
+        };
+        let (sends, _) = step(&mut r, |r| {
+            r.on_message(link(0), unanswered, Duration::ZERO)
+        });
+        let failed: Vec<(u64, FailureCode, String)> = events_at(CONN, &sends)
+            .into_iter()
+            .map(|e| match e {
+                Event::Failed { request, failure } => (request.0, failure.code, failure.message),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        let message = |id| {
+            format!(
+                "the link to the global RM broke (it restarted or was unreachable) before request r{id} was answered; send it again"
+            )
+        };
+        assert_eq!(
+            failed,
+            [
+                (9, FailureCode::Unavailable, message(9)),
+                (10, FailureCode::Unavailable, message(10))
+            ]
+        );
+    }
+}

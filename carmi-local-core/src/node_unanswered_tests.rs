@@ -1,0 +1,128 @@
+//! Requests forwarded before the link to the global RM broke and never
+//! answered (issue 15 item 3): after the reconnection, the re-announcing
+//! `AppAttach` is followed by `Unanswered` with exactly those requests, so
+//! that a restarted global RM that never read them fails them instead of
+//! leaving the application waiting.
+
+use super::*;
+use carmi_proto::msg::{Event, Failure, FailureCode, Reply, Request};
+
+const CONN: ConnId = ConnId(1);
+
+fn registered() -> Core {
+    let mut core = Core::new(1);
+    core.on_global_connected("[]".into());
+    core.on_global(
+        FromGlobal::Registered {
+            hosts: vec![HostId(1)],
+            heartbeat_ms: 1000,
+        },
+        Bytes::new(),
+    );
+    core
+}
+
+/// What the core sends the global RM, in order (everything else dropped).
+fn to_global(core: &mut Core) -> Vec<ToGlobal> {
+    core.take_effects()
+        .into_iter()
+        .filter_map(|e| match e {
+            Effect::ToGlobal(m, _) => Some(m),
+            _ => None,
+        })
+        .collect()
+}
+
+fn deliver(core: &mut Core, event: Event) {
+    core.on_global(FromGlobal::Deliver { conn: CONN, event }, Bytes::new());
+}
+
+#[test]
+fn requests_without_an_answer_are_named_after_a_reconnection() {
+    let mut core = registered();
+    core.on_app_connected(CONN, None, None, "e".into());
+    core.on_global(
+        FromGlobal::Attached {
+            conn: CONN,
+            job: JobId(1),
+            process: ProcessId(1),
+        },
+        Bytes::new(),
+    );
+    for id in 1..=4 {
+        core.on_app_request(CONN, RequestId(id), Request::Config);
+    }
+    core.take_effects();
+    // r1 answered, r2 failed, r3 told of a host: only r4 had no event.
+    deliver(
+        &mut core,
+        Event::Done {
+            request: RequestId(1),
+            reply: Reply::Ok,
+        },
+    );
+    let failure = Failure {
+        code: FailureCode::Invalid,
+        message: "no".into(),
+    };
+    deliver(
+        &mut core,
+        Event::Failed {
+            request: RequestId(2),
+            failure,
+        },
+    );
+    deliver(
+        &mut core,
+        Event::HostDeleted {
+            request: RequestId(3),
+            host: HostId(1),
+            reason: "gone".into(),
+        },
+    );
+    // r5 was handed to the link but never written: failed at once, not named.
+    core.on_app_request(CONN, RequestId(5), Request::Config);
+    let unsent: Vec<(ToGlobal, Bytes)> = to_global(&mut core)
+        .into_iter()
+        .map(|m| (m, Bytes::new()))
+        .collect();
+    core.on_global_lost(unsent);
+    core.take_effects();
+    core.on_global_connected("[]".into());
+    core.on_global(
+        FromGlobal::Registered {
+            hosts: vec![HostId(1)],
+            heartbeat_ms: 1000,
+        },
+        Bytes::new(),
+    );
+    let sent = to_global(&mut core);
+    let at = sent
+        .iter()
+        .position(|m| matches!(m, ToGlobal::AppAttach { conn: CONN, .. }))
+        .expect("announced again");
+    assert_eq!(
+        sent[at + 1],
+        ToGlobal::Unanswered {
+            conn: CONN,
+            requests: vec![RequestId(4)]
+        }
+    );
+    // Told once: a second reconnection names nothing.
+    core.on_global_lost(vec![]);
+    core.on_global_connected("[]".into());
+    core.on_global(
+        FromGlobal::Registered {
+            hosts: vec![HostId(1)],
+            heartbeat_ms: 1000,
+        },
+        Bytes::new(),
+    );
+    let sent = to_global(&mut core);
+    assert!(
+        !sent
+            .iter()
+            .any(|m| matches!(m, ToGlobal::Unanswered { .. })),
+        "{sent:?}"
+    );
+}
