@@ -21,6 +21,7 @@
 #![warn(missing_docs)]
 
 pub use carmi_global_core::{alloc, procs, router, staging};
+pub mod jobcred;
 pub mod journal;
 pub mod returned;
 pub mod server;
@@ -53,4 +54,7 @@ pub enum Error {
     /// TLS could not be set up (no certificate could be made).
     #[error("TLS: {0}")]
     Tls(String),
+    /// The key job credentials are derived from cannot be read or made.
+    #[error("job key: {0}")]
+    JobKey(String),
 }

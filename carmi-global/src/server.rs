@@ -261,6 +261,10 @@ impl Server {
         // A fresh self-signed certificate per run: clients authenticate the
         // daemon through the pool handshake, not the certificate (`carmi_api::tls`).
         let tls = carmi_api::tls::Acceptor::generate().map_err(Error::Tls)?;
+        let job_key = carmi_api::jobcred::JobKey::load_or_create(
+            &self.config.state_dir.join(crate::jobcred::FILE),
+        )
+        .map_err(Error::JobKey)?;
         let (stop_tx, stop_rx) = watch::channel(false);
         let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
@@ -283,6 +287,7 @@ impl Server {
             staging,
             self.returned.clone(),
             self.journal,
+            job_key,
             cmd_rx,
             stop_rx.clone(),
             done_tx.clone(),
@@ -365,6 +370,7 @@ async fn router_task(
     mut staging: Staging,
     returned: Arc<ReturnedStore>,
     mut journal: Journal,
+    job_key: carmi_api::jobcred::JobKey,
     mut cmds: mpsc::UnboundedReceiver<Cmd>,
     mut stop: watch::Receiver<bool>,
     _done: mpsc::Sender<()>,
@@ -406,7 +412,12 @@ async fn router_task(
             }
             write_journal(&mut journal, &mut records);
             match out {
-                Output::Send { link, msg } => send_or_kick(&mut links, link, msg),
+                Output::Send { link, msg } => {
+                    if let Some(cred) = crate::jobcred::to_precede(&job_key, &msg) {
+                        send_or_kick(&mut links, link, cred);
+                    }
+                    send_or_kick(&mut links, link, msg)
+                }
                 Output::Close { link, reason } => {
                     if let Some(out) = links.remove(&link)
                         && out.tx.try_send(Outgoing::Close(reason)).is_err()
