@@ -285,9 +285,8 @@ impl Server {
         tokio::spawn(router_task(
             router,
             staging,
-            self.returned.clone(),
+            (self.returned.clone(), job_key),
             self.journal,
-            job_key,
             cmd_rx,
             stop_rx.clone(),
             done_tx.clone(),
@@ -368,9 +367,10 @@ impl Server {
 async fn router_task(
     mut router: Router,
     mut staging: Staging,
-    returned: Arc<ReturnedStore>,
+    // What the router's outputs are checked against: the master files kept,
+    // and the key of the job credentials that precede spawns.
+    (returned, job_key): (Arc<ReturnedStore>, carmi_api::jobcred::JobKey),
     mut journal: Journal,
-    job_key: carmi_api::jobcred::JobKey,
     mut cmds: mpsc::UnboundedReceiver<Cmd>,
     mut stop: watch::Receiver<bool>,
     _done: mpsc::Sender<()>,

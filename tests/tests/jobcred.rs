@@ -104,13 +104,12 @@ async fn a_jobs_credential_opens_that_job_only_and_dies_with_it() {
 
     // Once job A has no process nor application left on the machine, its
     // credential is refused.
-    let exited = a_inbox
+    a_inbox
         .take_within(Duration::from_secs(30), "the probe's exit", |x| match x {
             Incoming::Rm(Event::ProcessExited { request, .. }) if *request == spawn => Some(()),
             _ => None,
         })
         .await;
-    let _ = exited;
     let job = a.job();
     drop(a);
     drop(a_inbox);
