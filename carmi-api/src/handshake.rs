@@ -65,17 +65,12 @@ impl Secret {
             .filter(|t| t.starts_with(crate::jobcred::PREFIX))
             .and_then(crate::jobcred::JobCredential::parse)
         {
-            return Ok(cred.secret());
+            return Ok(Secret::from(&cred));
         }
         if trimmed.len() < 16 {
             return Err(HandshakeError::WeakSecret(trimmed.len()));
         }
         Ok(Secret(trimmed.to_vec(), None, None))
-    }
-
-    /// A job credential's key: the handshakes it opens name `job`.
-    pub(crate) fn for_job(key: &[u8], job: JobId) -> Secret {
-        Secret(key.to_vec(), None, Some(job))
     }
 
     /// The job whose credential this is; `None` for the pool secret.
@@ -117,6 +112,13 @@ impl Secret {
             m.update(p);
         }
         m
+    }
+}
+
+impl From<&crate::jobcred::JobCredential> for Secret {
+    /// A job credential's key: the handshakes it opens name its job.
+    fn from(c: &crate::jobcred::JobCredential) -> Secret {
+        Secret(c.key().as_bytes().to_vec(), None, Some(c.job()))
     }
 }
 

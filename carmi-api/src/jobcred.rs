@@ -22,7 +22,7 @@ use hmac::{Hmac, Mac};
 use rand::RngCore;
 use sha2::Sha256;
 
-use crate::handshake::{HandshakeError, Secret};
+use crate::files::FileError;
 use crate::ids::JobId;
 
 /// First word of a credential file.
@@ -81,9 +81,9 @@ impl JobCredential {
         })
     }
 
-    /// The handshake secret it is: HMAC key and the job it declares.
-    pub fn secret(&self) -> Secret {
-        Secret::for_job(self.key.as_bytes(), self.job)
+    /// The handshake key (`crate::handshake::Secret` is made from it).
+    pub(crate) fn key(&self) -> &str {
+        &self.key
     }
 }
 
@@ -141,13 +141,8 @@ impl JobKey {
 }
 
 /// Writes `credential` as a new file `path`, mode 0600 from the moment it exists.
-pub fn write_file(path: &Path, credential: &JobCredential) -> Result<(), HandshakeError> {
-    crate::files::write_private(path, &credential.text(), true).map_err(|e| {
-        HandshakeError::SecretFile {
-            path: path.display().to_string(),
-            error: e.to_string(),
-        }
-    })
+pub fn write_file(path: &Path, credential: &JobCredential) -> Result<(), FileError> {
+    crate::files::write_private(path, &credential.text(), true)
 }
 
 fn hex(b: &[u8]) -> String {
@@ -167,6 +162,7 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::handshake::Secret;
 
     #[test]
     fn a_credential_reads_back_from_its_text_and_as_a_secret() {

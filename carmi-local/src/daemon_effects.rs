@@ -204,7 +204,7 @@ impl Driver {
                     process: launch.process,
                     fallback_dir: self.work_dir.join("output").join(launch.job.0.to_string()),
                 },
-                credential.secret(),
+                carmi_api::handshake::Secret::from(&credential),
             )),
             _ => None,
         };

@@ -97,7 +97,7 @@ impl JobCreds {
     pub fn choose(&self, pool: &Secret, job: Option<JobId>) -> Result<Secret, String> {
         match job {
             None => Ok(pool.clone()),
-            Some(job) => self.get(job).map(|c| c.secret()).ok_or_else(|| {
+            Some(job) => self.get(job).map(|c| Secret::from(&c)).ok_or_else(|| {
                 format!(
                     "job {job} has no process on this machine: its credential is not (or no longer) valid here"
                 )
