@@ -160,7 +160,7 @@ impl Daemon {
         ));
         let stager = std::sync::Arc::new(Stager::new(
             cache_dir.clone(),
-            secret.clone(),
+            (secret.clone(), secret.clone().with_token(token.clone())),
             settings.name.clone(),
             settings.global.clone(),
             settings.stage_link_rate,

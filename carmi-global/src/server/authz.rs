@@ -128,22 +128,6 @@ impl Authority {
     /// it may act as, or the reason to refuse it (sent to the client).
     pub fn admit(&self, role: &Role, token: Option<&str>) -> Result<Admitted, String> {
         let Some(token) = token else {
-            // A local RM's staging connection presents no token: it also
-            // opens them to peer local RMs, which must not see its daemon
-            // token. It may only fetch executables by hash.
-            if let Role::Stager { name } = role {
-                let identity = Identity {
-                    name: format!("stager of `{name}`"),
-                    power: carmi_api::authz::Power::Read,
-                    machine: None,
-                    token: String::new(),
-                };
-                let expires_unix = u64::MAX;
-                return Ok(Admitted {
-                    identity,
-                    expires_unix,
-                });
-            }
             return Err(
                 "no token: this pool admits only connections that present one \
                  (ask its admin for one: `carmi token create`; give it with CARMI_TOKEN or --token)"
@@ -157,7 +141,9 @@ impl Authority {
                 .map_err(|e| format!("token refused: {e}"))?
         };
         let identity = claims.identity();
-        if let Role::Local { name } = role {
+        // A staging connection is a local RM's: it presents the same daemon
+        // token as its link (only towards the global RM; to peers, none).
+        if let Role::Local { name } | Role::Stager { name } = role {
             check(&identity, &Action::Advertise { machine: name })
                 .map_err(|r| format!("permission denied: {r}"))?;
         }
