@@ -207,7 +207,11 @@ impl std::fmt::Debug for Carmi {
 struct Shared {
     job: JobId,
     process: ProcessId,
+    /// What direct connections prove: the job's credential (the pool secret
+    /// only under a local RM that gave none).
     secret: Secret,
+    /// Where this process accepts direct messages.
+    endpoint: String,
     /// Where background tasks are spawned, so that [`Carmi::send`] works from any thread.
     runtime: tokio::runtime::Handle,
     /// Closed when the last [`Carmi`] clone is dropped.
@@ -339,7 +343,7 @@ pub async fn connect(opts: ConnectOptions) -> Result<(Carmi, EventStream), Conne
     let role = Role::Application {
         job: opts.job,
         process: opts.process,
-        endpoint,
+        endpoint: endpoint.clone(),
     };
     handshake::client(&mut r, &mut w, &opts.secret, &role)
         .await
@@ -357,19 +361,37 @@ pub async fn connect(opts: ConnectOptions) -> Result<(Carmi, EventStream), Conne
     // Written through a buffer: many small requests share a packet (see `rm::write_loop`).
     let w = tokio::io::BufWriter::with_capacity(64 * 1024, w);
     let mut conn: Conn<ToLocal, FromLocal, _, _> = Conn::from_parts(r, w);
-    let (job, process) = match tokio::time::timeout(ATTACH_TIMEOUT, conn.recv()).await {
-        Err(_) => {
-            return Err(not_attached(format!(
-                "no answer within {} s",
-                ATTACH_TIMEOUT.as_secs()
-            )));
+    // A process that connected with the pool secret is given its job's
+    // credential first: its peers prove that one, not the pool secret.
+    let mut credential = None;
+    let deadline = tokio::time::Instant::now() + ATTACH_TIMEOUT;
+    let (job, process) = loop {
+        match tokio::time::timeout_at(deadline, conn.recv()).await {
+            Err(_) => {
+                return Err(not_attached(format!(
+                    "no answer within {} s",
+                    ATTACH_TIMEOUT.as_secs()
+                )));
+            }
+            Ok(Ok(Some((
+                FromLocal::Credential {
+                    credential: text, ..
+                },
+                _,
+            )))) => {
+                credential = Some(Secret::new(text.as_bytes()).map_err(ConnectError::Secret)?);
+            }
+            Ok(Ok(Some((FromLocal::Attached { job, process }, _)))) => break (job, process),
+            Ok(Ok(Some((other, _)))) => {
+                return Err(not_attached(format!("it sent {other:?} first")));
+            }
+            Ok(Ok(None)) => return Err(not_attached("it closed the connection".into())),
+            Ok(Err(e)) => return Err(not_attached(e.to_string())),
         }
-        Ok(Ok(Some((FromLocal::Attached { job, process }, _)))) => (job, process),
-        Ok(Ok(Some((other, _)))) => {
-            return Err(not_attached(format!("it sent {other:?} first")));
-        }
-        Ok(Ok(None)) => return Err(not_attached("it closed the connection".into())),
-        Ok(Err(e)) => return Err(not_attached(e.to_string())),
+    };
+    let secret = match credential {
+        Some(c) if c.job() == Some(job) => c,
+        _ => opts.secret,
     };
 
     let (stop_tx, stop_rx) = watch::channel(());
@@ -380,7 +402,8 @@ pub async fn connect(opts: ConnectOptions) -> Result<(Carmi, EventStream), Conne
     let shared = Arc::new(Shared {
         job,
         process,
-        secret: opts.secret,
+        secret,
+        endpoint,
         runtime: runtime.clone(),
         stop: stop_rx,
         next_request: AtomicU64::new(1),
@@ -448,6 +471,11 @@ impl Carmi {
     /// This process's id.
     pub fn process(&self) -> ProcessId {
         self.inner.shared.process
+    }
+
+    /// `host:port` where this process accepts direct messages from its peers.
+    pub fn endpoint(&self) -> &str {
+        &self.inner.shared.endpoint
     }
 
     fn request(&self, body: Request) -> RequestId {

@@ -29,6 +29,7 @@ use sha2::Sha256;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::frame::{FrameError, FrameReader, write_frame};
+use crate::ids::JobId;
 use crate::msg::{PROTOCOL_VERSION, Role};
 
 /// How long a peer has to complete the handshake.
@@ -42,9 +43,11 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 pub const HANDSHAKE_MAX_FRAME: usize = 4 * 1024;
 
 /// The pool's shared secret, and the token (if any) this side presents
-/// with it when it opens a connection.
+/// with it when it opens a connection; or a job's credential
+/// ([`crate::jobcred`]), which names its job in the handshake so that the
+/// server knows which key to prove with.
 #[derive(Clone)]
-pub struct Secret(Vec<u8>, Option<std::sync::Arc<str>>);
+pub struct Secret(Vec<u8>, Option<std::sync::Arc<str>>, Option<JobId>);
 
 impl std::fmt::Debug for Secret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -53,13 +56,26 @@ impl std::fmt::Debug for Secret {
 }
 
 impl Secret {
-    /// A secret from its bytes (surrounding whitespace is not part of it).
+    /// A secret from its bytes (surrounding whitespace is not part of it),
+    /// or the job credential they are the text of.
     pub fn new(bytes: &[u8]) -> Result<Secret, HandshakeError> {
         let trimmed = bytes.trim_ascii();
+        if let Some(cred) = std::str::from_utf8(trimmed)
+            .ok()
+            .filter(|t| t.starts_with(crate::jobcred::PREFIX))
+            .and_then(crate::jobcred::JobCredential::parse)
+        {
+            return Ok(Secret::from(&cred));
+        }
         if trimmed.len() < 16 {
             return Err(HandshakeError::WeakSecret(trimmed.len()));
         }
-        Ok(Secret(trimmed.to_vec(), None))
+        Ok(Secret(trimmed.to_vec(), None, None))
+    }
+
+    /// The job whose credential this is; `None` for the pool secret.
+    pub fn job(&self) -> Option<JobId> {
+        self.2
     }
 
     /// The same secret, presenting `token` in the handshakes it opens.
@@ -99,6 +115,13 @@ impl Secret {
     }
 }
 
+impl From<&crate::jobcred::JobCredential> for Secret {
+    /// A job credential's key: the handshakes it opens name its job.
+    fn from(c: &crate::jobcred::JobCredential) -> Secret {
+        Secret(c.key().as_bytes().to_vec(), None, Some(c.job()))
+    }
+}
+
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
@@ -128,6 +151,9 @@ enum Hs {
         client_nonce: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         token: Option<String>,
+        /// The job whose credential the client proves; absent: the pool secret.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        job_key: Option<JobId>,
     },
     Challenge {
         version: u32,
@@ -231,6 +257,7 @@ where
             role: role.clone(),
             client_nonce: client_nonce.clone(),
             token: secret.token().map(str::to_string),
+            job_key: secret.job(),
         };
         write_frame(w, &hello, &[])
             .await
@@ -337,9 +364,30 @@ where
     W: AsyncWrite + Unpin,
     F: FnOnce(&Role, Option<&str>) -> Result<T, String>,
 {
+    let choose = |_: Option<JobId>| Ok(secret.clone());
+    server_keyed(r, w, choose, binding, |role, token, _| admit(role, token)).await
+}
+
+/// Server side for a server that holds job credentials besides the pool
+/// secret (a local RM): `choose` gives the key the client says it proves
+/// (`Some(job)`: that job's credential, `None`: the pool secret) or a reason
+/// to refuse, and `admit` then sees which one the client proved.
+pub async fn server_keyed<R, W, C, F, T>(
+    r: &mut FrameReader<R>,
+    w: &mut W,
+    choose: C,
+    binding: &[u8],
+    admit: F,
+) -> Result<(Role, T), HandshakeError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+    C: FnOnce(Option<JobId>) -> Result<Secret, String>,
+    F: FnOnce(&Role, Option<&str>, Option<JobId>) -> Result<T, String>,
+{
     tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
         let saved_max = std::mem::replace(r.max_mut(), HANDSHAKE_MAX_FRAME);
-        let result = server_inner(r, w, secret, binding, admit).await;
+        let result = server_inner(r, w, choose, binding, admit).await;
         *r.max_mut() = saved_max;
         result
     })
@@ -357,23 +405,25 @@ pub async fn refuse<W: AsyncWrite + Unpin>(w: &mut W, reason: &str) -> std::io::
     write_frame(w, &refused, &[]).await
 }
 
-async fn server_inner<R, W, F, T>(
+async fn server_inner<R, W, C, F, T>(
     r: &mut FrameReader<R>,
     w: &mut W,
-    secret: &Secret,
+    choose: C,
     binding: &[u8],
     admit: F,
 ) -> Result<(Role, T), HandshakeError>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
-    F: FnOnce(&Role, Option<&str>) -> Result<T, String>,
+    C: FnOnce(Option<JobId>) -> Result<Secret, String>,
+    F: FnOnce(&Role, Option<&str>, Option<JobId>) -> Result<T, String>,
 {
     let Hs::Hello {
         version,
         role,
         client_nonce,
         token,
+        job_key,
     } = next(r).await?
     else {
         return Err(HandshakeError::Unexpected);
@@ -390,6 +440,16 @@ where
     if unhex(&client_nonce).is_none_or(|n| n.len() < 16) {
         return Err(HandshakeError::Unexpected);
     }
+    let secret = match choose(job_key) {
+        Ok(secret) => secret,
+        Err(reason) => {
+            let refused = Hs::Refused {
+                reason: reason.clone(),
+            };
+            let _ = write_frame(w, &refused, &[]).await;
+            return Err(HandshakeError::NotAdmitted(reason));
+        }
+    };
     let server_nonce = nonce();
     let proof = secret.mac(&[
         b"server",
@@ -423,7 +483,7 @@ where
         let _ = write_frame(w, &Hs::Refused { reason }, &[]).await;
         return Err(HandshakeError::BadProof);
     }
-    let kept = match admit(&role, token.as_deref()) {
+    let kept = match admit(&role, token.as_deref(), job_key) {
         Ok(kept) => kept,
         Err(reason) => {
             let _ = write_frame(

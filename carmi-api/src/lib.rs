@@ -15,6 +15,7 @@
 //!   No daemon or client reads or writes frames by hand (`tests/tests/one_conn.rs`).
 //! - `net`: dialing a peer (timeout, TCP_NODELAY).
 //! - `handshake`: version, role, mutual HMAC challenge-response on the pool secret.
+//! - `jobcred`: job credentials, what a job's processes prove instead of the pool secret.
 //! - `token`: the pool's signed tokens (identity, power, machine, expiry, id), Ed25519 via ring.
 //! - `tls`: TLS 1.3 under the handshake (rustls; self-signed certificates made in memory,
 //!   the session bound to the pool handshake by its exported keying material).
@@ -39,6 +40,7 @@ pub mod coords;
 pub mod files;
 pub mod frame;
 pub mod handshake;
+pub mod jobcred;
 pub mod net;
 pub mod stage;
 pub mod tls;

@@ -480,7 +480,8 @@ pub enum FetchError {
 pub struct FetchSpec<'a> {
     /// `host:port` of the source.
     pub addr: &'a str,
-    /// The pool secret.
+    /// The pool secret, with the daemon token when the source is the
+    /// global RM (never towards a peer, which must not see it).
     pub secret: &'a Secret,
     /// Our machine name (declared in the handshake).
     pub name: &'a str,
@@ -519,12 +520,20 @@ async fn fetch_inner(spec: &FetchSpec<'_>) -> Result<(), FetchError> {
     let stream = crate::net::dial(spec.addr, crate::net::CONNECT_TIMEOUT)
         .await
         .map_err(|e| src(format!("cannot connect: {e}")))?;
-    let (r, mut w) = stream.into_split();
+    // With a token (a local RM's daemon token, towards the global RM) the
+    // connection is TLS and the token proves who fetches; to a peer, in clear.
+    let crate::tls::Stream {
+        reader: r,
+        writer: mut w,
+        binding,
+    } = crate::tls::connect_for(stream, spec.secret)
+        .await
+        .map_err(|e| src(format!("TLS: {e}")))?;
     let mut reader = FrameReader::with_max(r, STAGE_CHUNK + 64 * 1024);
     let role = Role::Stager {
         name: spec.name.to_string(),
     };
-    handshake::client(&mut reader, &mut w, spec.secret, &role)
+    handshake::client_bound(&mut reader, &mut w, spec.secret, &role, &binding)
         .await
         .map_err(|e| src(format!("handshake: {e}")))?;
     let mut conn: Conn<StageRequest, StageReply, _, _> = Conn::from_parts(reader, w);

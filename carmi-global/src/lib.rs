@@ -24,6 +24,7 @@
 
 pub use carmi_global_core::{alloc, procs, router, staging};
 pub mod dashboard;
+pub mod jobcred;
 pub mod journal;
 pub mod pilots;
 pub mod returned;
@@ -57,4 +58,7 @@ pub enum Error {
     /// TLS could not be set up (no certificate could be made).
     #[error("TLS: {0}")]
     Tls(String),
+    /// The key job credentials are derived from cannot be read or made.
+    #[error("job key: {0}")]
+    JobKey(String),
 }

@@ -300,6 +300,10 @@ impl Server {
         // A fresh self-signed certificate per run: clients authenticate the
         // daemon through the pool handshake, not the certificate (`carmi_api::tls`).
         let tls = carmi_api::tls::Acceptor::generate().map_err(Error::Tls)?;
+        let job_key = carmi_api::jobcred::JobKey::load_or_create(
+            &self.config.state_dir.join(crate::jobcred::FILE),
+        )
+        .map_err(Error::JobKey)?;
         let (stop_tx, stop_rx) = watch::channel(false);
         let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
@@ -331,7 +335,7 @@ impl Server {
         tokio::spawn(router_task(
             router,
             staging,
-            self.returned.clone(),
+            (self.returned.clone(), job_key),
             self.journal,
             cmd_rx,
             (pilots, cmd_tx.clone()),
@@ -416,7 +420,9 @@ impl Server {
 async fn router_task(
     mut router: Router,
     mut staging: Staging,
-    returned: Arc<ReturnedStore>,
+    // What the router's outputs are checked against: the master files kept,
+    // and the key of the job credentials that precede spawns.
+    (returned, job_key): (Arc<ReturnedStore>, carmi_api::jobcred::JobKey),
     mut journal: Journal,
     mut cmds: mpsc::UnboundedReceiver<Cmd>,
     (pilots, to_router): (crate::pilots::PilotDriver, mpsc::UnboundedSender<Cmd>),
@@ -460,7 +466,12 @@ async fn router_task(
             }
             write_journal(&mut journal, &mut records);
             match out {
-                Output::Send { link, msg } => send_or_kick(&mut links, link, msg),
+                Output::Send { link, msg } => {
+                    if let Some(cred) = crate::jobcred::to_precede(&job_key, &msg) {
+                        send_or_kick(&mut links, link, cred);
+                    }
+                    send_or_kick(&mut links, link, msg)
+                }
                 Output::Close { link, reason } => {
                     if let Some(out) = links.remove(&link)
                         && out.tx.try_send(Outgoing::Close(reason)).is_err()

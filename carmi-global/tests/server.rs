@@ -122,12 +122,19 @@ impl Peer {
         write_frame(&mut self.w, msg, payload).await.unwrap();
     }
 
+    /// The next frame, past the job credentials a local RM is given
+    /// before each `Spawn` and `Attached` (`carmi_global::jobcred`).
     async fn recv_frame(&mut self) -> (FromGlobal, Bytes) {
-        tokio::time::timeout(WAIT, self.r.read::<FromGlobal>())
-            .await
-            .expect("a message within the time limit")
-            .expect("a readable frame")
-            .expect("the connection is open")
+        loop {
+            let frame = tokio::time::timeout(WAIT, self.r.read::<FromGlobal>())
+                .await
+                .expect("a message within the time limit")
+                .expect("a readable frame")
+                .expect("the connection is open");
+            if !matches!(frame.0, FromGlobal::JobCredential { .. }) {
+                return frame;
+            }
+        }
     }
 
     async fn recv(&mut self) -> FromGlobal {

@@ -485,6 +485,8 @@ impl Core {
             FromGlobal::AdminFailed(f) => {
                 tracing::warn!(code = ?f.code, "the global RM refused: {}", f.message);
             }
+            // Secrets stay with the driver, which takes these before the core.
+            FromGlobal::JobCredential { .. } => {}
             FromGlobal::Pool(_)
             | FromGlobal::Submitted { .. }
             | FromGlobal::Removed { .. }

@@ -21,6 +21,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, mpsc, watch};
 
 use crate::input::{AppTx, Input, stopped};
+use crate::jobcred::JobCreds;
 
 /// Default for [`crate::config::Settings::app_queue`]: messages queued for
 /// one application before it counts as not reading (and is disconnected).
@@ -30,6 +31,7 @@ pub const APP_QUEUE: usize = 1024;
 pub(crate) async fn serve(
     listener: TcpListener,
     secret: Secret,
+    creds: JobCreds,
     queue: usize,
     inputs: mpsc::Sender<Input>,
     mut stop: watch::Receiver<bool>,
@@ -41,7 +43,8 @@ pub(crate) async fn serve(
                 Ok((stream, peer)) => {
                     let conn = ConnId(next_conn);
                     next_conn += 1;
-                    tokio::spawn(connection(stream, peer, conn, secret.clone(), queue, inputs.clone(), stop.clone()));
+                    let keys = (secret.clone(), creds.clone());
+                    tokio::spawn(connection(stream, peer, conn, keys, queue, inputs.clone(), stop.clone()));
                 }
                 Err(e) => {
                     // Out of file descriptors, typically: wait instead of spinning.
@@ -58,7 +61,7 @@ async fn connection(
     stream: TcpStream,
     peer: SocketAddr,
     conn: ConnId,
-    secret: Secret,
+    (secret, creds): (Secret, JobCreds),
     queue: usize,
     inputs: mpsc::Sender<Input>,
     mut stop: watch::Receiver<bool>,
@@ -66,16 +69,13 @@ async fn connection(
     let _ = stream.set_nodelay(true);
     let (r, w) = stream.into_split();
     let mut link: Conn<FromLocal, ToLocal, _, _> = Conn::new(r, w);
-    // Other roles are refused inside the handshake, so that the client is told why.
-    let admit = |role: &Role| match role {
-        Role::Application { .. } | Role::Admin => Ok(()),
-        other => Err(format!(
-            "a local RM serves application processes and control tools only, not {other:?}"
-        )),
-    };
+    // Other roles are refused inside the handshake, so that the client is
+    // told why; a job's credential opens that job's applications only.
+    let choose = |key| creds.choose(&secret, key);
+    let admit = |role: &Role, _token: Option<&str>, key| crate::jobcred::admit(role, key);
     let (hs_reader, hs_writer) = link.parts_mut();
-    let role = match handshake::server_with(hs_reader, hs_writer, &secret, admit).await {
-        Ok(role) => role,
+    let role = match handshake::server_keyed(hs_reader, hs_writer, choose, &[], admit).await {
+        Ok((role, ())) => role,
         Err(e) => {
             tracing::warn!(%peer, error = %e, "application handshake failed; connection closed");
             return;

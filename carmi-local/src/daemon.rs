@@ -40,6 +40,7 @@ use crate::cache::ExeCache;
 use crate::config::{OwnerSource, Settings};
 use crate::global::{GlobalConfig, GlobalLink};
 use crate::input::{AppTx, Input};
+use crate::jobcred::JobCreds;
 use crate::machine::{MachineAd, detect_static, sample_dynamic};
 use crate::owner::{RealOwner, SimulatedOwner};
 use crate::peer::Stager;
@@ -138,7 +139,7 @@ impl Daemon {
         let cache = ExeCache::open(cache_dir.clone())
             .map_err(io("cannot open executable cache", &cache_dir))?;
         let (stage_listener, stage_endpoint) = bind_stage_listener(app_addr).await?;
-        let env = job_env(app_addr, &settings, &work_dir, &machine);
+        let env = job_env(app_addr, &work_dir, &machine);
         let launcher = Launcher::new(work_dir.clone(), env);
         // Before the first launch, so that every record is an earlier run's.
         launcher.kill_leftovers();
@@ -148,16 +149,18 @@ impl Daemon {
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         // The links stop only after the driver has reported the final exits.
         let (links_stop_tx, links_stop_rx) = watch::channel(false);
+        let creds = JobCreds::default();
         tokio::spawn(apps::serve(
             listener,
             secret.clone(),
+            creds.clone(),
             settings.app_queue,
             inputs_tx.clone(),
             links_stop_rx.clone(),
         ));
         let stager = std::sync::Arc::new(Stager::new(
             cache_dir.clone(),
-            secret.clone(),
+            (secret.clone(), secret.clone().with_token(token.clone())),
             settings.name.clone(),
             settings.global.clone(),
             settings.stage_link_rate,
@@ -216,7 +219,7 @@ impl Daemon {
             apps: HashMap::new(),
             inputs_tx: inputs_tx.clone(),
             kill_grace: settings.kill_grace,
-            secret,
+            creds,
         };
         driver.measure();
         driver.evaluate();
@@ -283,23 +286,17 @@ impl Daemon {
 }
 
 /// The environment of every process started here, on top of the daemon's:
-/// where the local RM and the pool secret are, and the machine ad.
+/// where the local RM is, and the machine ad. Not the pool secret: each
+/// process gets its job's credential instead ([`crate::jobcred`]).
 fn job_env(
     app_addr: SocketAddr,
-    settings: &Settings,
     work_dir: &std::path::Path,
     machine: &MachineAd,
 ) -> Vec<(String, OsString)> {
-    let mut env: Vec<(String, OsString)> = vec![
-        (
-            "CARMI_LOCAL".into(),
-            connect_addr(app_addr).to_string().into(),
-        ),
-        (
-            "CARMI_SECRET_FILE".into(),
-            settings.secret_file.clone().into_os_string(),
-        ),
-    ];
+    let mut env: Vec<(String, OsString)> = vec![(
+        "CARMI_LOCAL".into(),
+        connect_addr(app_addr).to_string().into(),
+    )];
     // The machine ad as of start-up, for the processes started here (as
     // HTCondor's `_CONDOR_MACHINE_AD`): a job can read what the pool
     // knows of its machine (`Speed`, `Memory`, ...) without a request.
@@ -387,8 +384,9 @@ struct Driver {
     inputs_tx: mpsc::Sender<Input>,
     /// The kill grace (the core's), to bound how long stopping waits.
     kill_grace: Duration,
-    /// The pool secret, for the output connections to requesters.
-    secret: Secret,
+    /// The credentials of the jobs present here (also for the output
+    /// connections to requesters, which prove their job's).
+    creds: JobCreds,
 }
 
 impl Driver {

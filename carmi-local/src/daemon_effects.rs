@@ -11,6 +11,7 @@ use tokio::sync::oneshot;
 
 use super::{Driver, Input};
 use crate::apps;
+use crate::jobcred::Holder;
 use crate::output::{self, ForwardTarget};
 use crate::spawn::{Capture, ExitReport, LaunchSpec};
 use carmi_local_core::node::{Effect, Launch};
@@ -171,7 +172,9 @@ impl Driver {
                 }
             }
         }
+        let credential = self.creds.hold(launch.job, Holder::Process(launch.process));
         let spec = LaunchSpec {
+            credential: Some(credential.clone()),
             process: launch.process,
             job: launch.job,
             host: launch.host,
@@ -201,7 +204,7 @@ impl Driver {
                     process: launch.process,
                     fallback_dir: self.work_dir.join("output").join(launch.job.0.to_string()),
                 },
-                self.secret.clone(),
+                carmi_api::handshake::Secret::from(&credential),
             )),
             _ => None,
         };

@@ -5,7 +5,11 @@
 //! each file stays readable.
 
 use bytes::Bytes;
-use carmi_api::msg::{FromGlobal, FromLocalControl, ToGlobal};
+use carmi_api::ids::{ConnId, JobId};
+use carmi_api::jobcred::JobCredential;
+use carmi_api::msg::{FromGlobal, FromLocal, FromLocalControl, ToGlobal};
+
+use crate::jobcred::Holder;
 
 use super::{Driver, Input, OwnerInput, stage_endpoint_for};
 
@@ -25,7 +29,18 @@ impl Driver {
                     .advertise(&sampled, &values, &self.policy.expressions());
                 self.core.on_global_connected(ad);
             }
+            Input::Global(FromGlobal::JobCredential { job, credential }, _) => {
+                match JobCredential::parse(&credential).filter(|c| c.job() == job) {
+                    Some(c) => self.creds.learn(c),
+                    None => {
+                        tracing::warn!(%job, "the global RM sent a malformed job credential; ignored")
+                    }
+                }
+            }
             Input::Global(msg, payload) => {
+                if let FromGlobal::Attached { conn, job, .. } = &msg {
+                    self.give_credential(*conn, *job);
+                }
                 let registered = matches!(msg, FromGlobal::Registered { .. });
                 self.core.on_global(msg, payload);
                 if registered && self.global.is_up() {
@@ -61,6 +76,7 @@ impl Driver {
             } => self.core.on_app_upload(conn, executable, payload),
             Input::AppClosed { conn } => {
                 self.apps.remove(&conn);
+                self.creds.release(Holder::App(conn));
                 self.core.on_app_closed(conn);
             }
             Input::Launched { process, result } => match result {
@@ -69,6 +85,7 @@ impl Driver {
                     self.core.on_launched(process, Ok(()));
                 }
                 Err(reason) => {
+                    self.creds.release(Holder::Process(process));
                     tracing::warn!(%process, %reason, "process could not be started");
                     self.core.on_launched(process, Err(reason));
                 }
@@ -86,6 +103,7 @@ impl Driver {
             } => self.core.on_fetched(&sha256, source, result),
             Input::Exited { process, report } => {
                 self.groups.0.remove(&process);
+                self.creds.release(Holder::Process(process));
                 tracing::info!(%process, status = ?report.status, cpu_seconds = report.cpu_seconds, "process exited");
                 let returned = report.returned;
                 if !returned.files.is_empty() {
@@ -131,6 +149,25 @@ impl Driver {
                     });
                 }
             }
+        }
+    }
+}
+
+impl Driver {
+    /// An application attached to `job` here: it holds the job's
+    /// credential from now on, and is given it ahead of `Attached` (the core
+    /// sends that after this) to prove to its peers, which know no other key.
+    fn give_credential(&mut self, conn: ConnId, job: JobId) {
+        let Some(out) = self.apps.get(&conn) else {
+            return;
+        };
+        let credential = self.creds.hold(job, Holder::App(conn)).text();
+        let msg = FromLocal::Credential { job, credential };
+        // The kick ends the connection's task, which reports AppClosed.
+        if !crate::apps::try_send(out, conn, msg)
+            && let Some(out) = self.apps.remove(&conn)
+        {
+            out.kick.notify_one();
         }
     }
 }

@@ -34,6 +34,7 @@
 //! - `peer`: executable staging between machines: fetching from the global RM's store or a
 //!   peer (pipelined, verified), and serving this cache, partial copies included, to peers.
 //! - `apps`: the listener for application processes and one task per connection, each with a bounded queue.
+//! - `jobcred`: the credentials of the jobs present here: admitted for their job only, written into sandboxes, forgotten when the job leaves.
 //! - `global`: the connection to the global RM, with reconnection and backoff, and its bounded queue (`GlobalLink` on the driver's side).
 //! - `input`: what the driver hears about (`Input`) and the channel ends of the connections, below every module that sends inputs.
 //! - `daemon`: the driver that feeds socket, process and timer events to the core (`carmi_local_core::node`) and carries out its effects (inputs in `daemon_inputs.rs`, effects in `daemon_effects.rs`).
@@ -48,6 +49,7 @@ pub mod control;
 pub mod daemon;
 pub mod global;
 mod input;
+pub mod jobcred;
 pub mod logread;
 pub mod machine;
 pub mod orphans;

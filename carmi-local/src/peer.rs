@@ -41,7 +41,10 @@ struct Growing {
 /// Fetching and serving executables for one local RM.
 pub struct Stager {
     cache_dir: PathBuf,
+    /// The pool secret: what peers prove, and this daemon to them.
     secret: Secret,
+    /// The pool secret with the daemon token, towards the global RM only.
+    global_secret: Secret,
     name: String,
     global_addr: String,
     limiter: RateLimiter,
@@ -52,7 +55,7 @@ impl Stager {
     /// A stager over the cache in `cache_dir`; `rate` caps what it serves (MB/s).
     pub fn new(
         cache_dir: PathBuf,
-        secret: Secret,
+        (secret, global_secret): (Secret, Secret),
         name: String,
         global_addr: String,
         rate: Option<f64>,
@@ -60,6 +63,7 @@ impl Stager {
         Stager {
             cache_dir,
             secret,
+            global_secret,
             name,
             global_addr,
             limiter: RateLimiter::new(rate),
@@ -73,9 +77,9 @@ impl Stager {
         if !is_sha256_hex(&exe.sha256) {
             return Err(format!("`{}` is not a SHA-256", exe.sha256));
         }
-        let addr = match source {
-            StageSource::Global => self.global_addr.clone(),
-            StageSource::Peer { endpoint, .. } => endpoint.clone(),
+        let (addr, secret) = match source {
+            StageSource::Global => (self.global_addr.clone(), &self.global_secret),
+            StageSource::Peer { endpoint, .. } => (endpoint.clone(), &self.secret),
         };
         let tmp = self.cache_dir.join(format!(
             ".tmp-{}-{:016x}",
@@ -107,7 +111,7 @@ impl Stager {
         }
         let result = stage::fetch(FetchSpec {
             addr: &addr,
-            secret: &self.secret,
+            secret,
             name: &self.name,
             executable: exe,
             dest: &tmp,

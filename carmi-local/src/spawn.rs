@@ -34,7 +34,9 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use carmi_api::coords::{ENV_SECRET, ENV_SECRET_FILE, ENV_TOKEN};
 use carmi_api::ids::{HostId, JobId, ProcessId};
+use carmi_api::jobcred::JobCredential;
 use carmi_api::msg::ExitStatus;
 use tokio::sync::watch;
 
@@ -71,6 +73,9 @@ pub struct LaunchSpec {
     /// Files of the sandbox read after the exit, before the sandbox goes,
     /// for [`ExitReport::returned`] (a master's, see [`crate::returned`]).
     pub return_files: Vec<String>,
+    /// The job's credential, written 0600 into the sandbox and named by
+    /// `CARMI_SECRET_FILE`; `None`: the process gets no key at all.
+    pub credential: Option<JobCredential>,
 }
 
 /// What the process's standard output and error are connected to.
@@ -356,6 +361,19 @@ impl Launcher {
         }
         for (k, v) in &spec.env {
             cmd.env(k, v);
+        }
+        // Last, so that nothing above names the pool's secret or a token to
+        // the job, not even what the daemon itself inherited.
+        for name in [ENV_TOKEN, ENV_SECRET, ENV_SECRET_FILE] {
+            cmd.env_remove(name);
+        }
+        if let Some(cred) = &spec.credential {
+            let path = sandbox.join(carmi_api::jobcred::FILE_NAME);
+            carmi_api::jobcred::write_file(&path, cred).map_err(|e| SpawnError::Sandbox {
+                path: path.clone(),
+                error: std::io::Error::other(e.to_string()),
+            })?;
+            cmd.env(ENV_SECRET_FILE, &path);
         }
         let parent = std::process::id() as libc::pid_t;
         // SAFETY: setsid, prctl and getppid are async-signal-safe and touch no

@@ -35,6 +35,7 @@ fn shell(process: u64, script: &str) -> LaunchSpec {
         input_files: Vec::new(),
         return_files: Vec::new(),
         input_copies: Vec::new(),
+        credential: None,
     }
 }
 

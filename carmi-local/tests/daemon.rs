@@ -222,6 +222,16 @@ async fn applications_attach_forward_and_receive_events() {
         &[],
     )
     .await;
+    // The job's credential comes first (made here: the fake global RM
+    // sends none), for the application's direct connections.
+    match app_recv_any(&mut r).await {
+        FromLocal::Credential { job, credential } => {
+            assert_eq!(job, JobId(5));
+            let secret = Secret::new(credential.as_bytes()).expect("a credential");
+            assert_eq!(secret.job(), Some(JobId(5)));
+        }
+        other => panic!("expected the job's credential, got {other:?}"),
+    }
     assert_eq!(
         app_recv(&mut r).await,
         FromLocal::Attached {

@@ -123,6 +123,16 @@ pub enum FromLocal {
     },
     /// An RM event.
     Event(Event),
+    /// The job's credential (sent before `Attached` to a process that
+    /// connected with the pool secret): what its processes prove to each
+    /// other and to their local RMs, good for this job only. The text is
+    /// what a credential file holds (`carmi_api::jobcred`).
+    Credential {
+        /// The job it opens.
+        job: JobId,
+        /// The credential file's text.
+        credential: String,
+    },
 }
 
 /// Local RM -> global RM.
@@ -426,6 +436,17 @@ pub enum FromGlobal {
         conn: ConnId,
         /// The event.
         event: Event,
+    },
+    /// The credential of `job` (sent before each `Spawn`, `SpawnMaster` and
+    /// `Attached` of the job): the local RM writes it into the sandboxes of
+    /// the job's processes instead of the pool secret, admits it on its
+    /// listener for that job only, and forgets it when the job has no
+    /// process or application left on the machine.
+    JobCredential {
+        /// The job.
+        job: JobId,
+        /// The credential file's text (`carmi_api::jobcred`).
+        credential: String,
     },
     /// Start a process on a slot.
     Spawn {

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use carmi_api::frame::{FrameReader, write_frame};
-use carmi_api::handshake::{self, HandshakeError};
+use carmi_api::handshake::{self, HandshakeError, Secret};
 use carmi_api::msg::{FromGlobal, Role, ToGlobal};
 use carmi_api::tls;
 use carmi_api::token::Power;
@@ -404,4 +404,39 @@ fn daemons_refuse_key_and_token_files_others_may_read() {
         "{err}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Opens a staging connection to the global RM as `machine`'s stager with
+/// `secret` (its token, if any): `Ok` once welcomed, else the refusal.
+async fn stage_as(pool: &Pool, secret: &Secret, machine: &str) -> Result<(), String> {
+    let (mut r, mut w, binding) = open(pool).await;
+    let role = Role::Stager {
+        name: machine.into(),
+    };
+    match handshake::client_bound(&mut r, &mut w, secret, &role, &binding).await {
+        Ok(()) => Ok(()),
+        Err(HandshakeError::Refused(reason)) => Err(reason),
+        Err(e) => panic!("handshake failed otherwise: {e}"),
+    }
+}
+
+/// A local RM's staging connection to the global RM presents its daemon
+/// token: without one, or with another machine's, it is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_staging_connection_needs_its_machines_daemon_token() {
+    let pool = Pool::start("authz-stage", 1, &[vec![]]);
+    let bare = Secret::from_file(&pool.secret_path).unwrap();
+    let refused = stage_as(&pool, &bare, "m0").await;
+    assert_refused("staging without a token", refused, &["no token"]);
+    let m0 = carmi_api::token::read_token_file(&pool.dir.join("m0.token")).unwrap();
+    let with_m0 = bare.with_token(Some(m0));
+    stage_as(&pool, &with_m0, "m0")
+        .await
+        .expect("m0's token opens m0's staging connection");
+    let other = stage_as(&pool, &with_m0, "m9").await;
+    assert_refused(
+        "staging as another machine",
+        other,
+        &["permission denied", "m9"],
+    );
 }

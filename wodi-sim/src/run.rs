@@ -189,6 +189,8 @@ impl<'a> Wodi<'a> {
         let now = q.now;
         match msg {
             ToWodi::App(FromLocal::Attached { .. }) => self.start(now),
+            // The simulated pool has no connections to prove anything on.
+            ToWodi::App(FromLocal::Credential { .. }) => {}
             ToWodi::App(FromLocal::Event(e)) => self.run.carmi_event(e, time(now)),
             ToWodi::Launched {
                 process,

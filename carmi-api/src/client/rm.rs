@@ -249,6 +249,9 @@ pub(super) async fn read_loop(shared: Arc<Shared>, mut r: ConnReader<FromLocal, 
             Ok(Some((FromLocal::Attached { job, process }, _))) => {
                 tracing::warn!(%job, %process, "the local RM sent a second Attached; ignored");
             }
+            Ok(Some((FromLocal::Credential { job, .. }, _))) => {
+                tracing::warn!(%job, "the local RM sent a credential after Attached; ignored");
+            }
             Ok(None) => break "the local RM closed the connection".to_string(),
             Err(e) => break format!("the connection to the local RM failed: {e}"),
         }

@@ -21,11 +21,34 @@ use tracing::{info, warn};
 /// Longest lifetime a token may be given: ten years.
 pub const MAX_LIFETIME_S: u64 = 10 * 365 * 24 * 3600;
 
+/// How long after its expiry a token's entry is kept in the book: a token
+/// past its expiry is refused as expired, so its revocation is no longer
+/// needed; the margin covers a clock set back (by NTP, by hand) meanwhile.
+pub const EXPIRED_KEPT_S: u64 = 24 * 3600;
+
 /// What the authority remembers, on disk as JSON.
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct Book {
     issued: Vec<TokenInfo>,
     revoked: HashSet<String>,
+}
+
+impl Book {
+    /// Drops the tokens expired more than [`EXPIRED_KEPT_S`] before `now`
+    /// (seconds since the Unix epoch) and their revocations, so that the
+    /// revocation list shrinks instead of growing for ever; returns how many
+    /// entries went. A revoked id the book did not issue (a token made
+    /// elsewhere with the key) has no known expiry and stays.
+    fn compact(&mut self, now: u64) -> usize {
+        let before = self.issued.len() + self.revoked.len();
+        let gone: HashSet<String> = (self.issued.iter())
+            .filter(|t| t.expires_unix.saturating_add(EXPIRED_KEPT_S) < now)
+            .map(|t| t.id.clone())
+            .collect();
+        self.issued.retain(|t| !gone.contains(&t.id));
+        self.revoked.retain(|id| !gone.contains(id));
+        before - self.issued.len() - self.revoked.len()
+    }
 }
 
 /// A connection's proved identity and when its token stops working.
@@ -66,7 +89,16 @@ impl Authority {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Book::default(),
             Err(e) => return Err(format!("{}: {e}", book_path.display())),
         };
-        Ok(Authority::new(key, book_path, book))
+        let authority = Authority::new(key, book_path, book);
+        {
+            let mut book = authority.book();
+            if book.compact(now_unix()) > 0
+                && let Err(e) = authority.save(&book)
+            {
+                warn!("{e}; the expired entries are dropped again at the next start");
+            }
+        }
+        Ok(authority)
     }
 
     /// An authority over `key` keeping its book at `state_dir` (for pools
@@ -96,22 +128,6 @@ impl Authority {
     /// it may act as, or the reason to refuse it (sent to the client).
     pub fn admit(&self, role: &Role, token: Option<&str>) -> Result<Admitted, String> {
         let Some(token) = token else {
-            // A local RM's staging connection presents no token: it also
-            // opens them to peer local RMs, which must not see its daemon
-            // token. It may only fetch executables by hash.
-            if let Role::Stager { name } = role {
-                let identity = Identity {
-                    name: format!("stager of `{name}`"),
-                    power: carmi_api::authz::Power::Read,
-                    machine: None,
-                    token: String::new(),
-                };
-                let expires_unix = u64::MAX;
-                return Ok(Admitted {
-                    identity,
-                    expires_unix,
-                });
-            }
             return Err(
                 "no token: this pool admits only connections that present one \
                  (ask its admin for one: `carmi token create`; give it with CARMI_TOKEN or --token)"
@@ -125,7 +141,9 @@ impl Authority {
                 .map_err(|e| format!("token refused: {e}"))?
         };
         let identity = claims.identity();
-        if let Role::Local { name } = role {
+        // A staging connection is a local RM's: it presents the same daemon
+        // token as its link (only towards the global RM; to peers, none).
+        if let Role::Local { name } | Role::Stager { name } = role {
             check(&identity, &Action::Advertise { machine: name })
                 .map_err(|r| format!("permission denied: {r}"))?;
         }
@@ -209,6 +227,7 @@ impl Authority {
                         let saved = {
                             let mut book = self.book();
                             book.issued.push(info.clone());
+                            book.compact(now_unix());
                             self.save(&book)
                         };
                         match saved {
@@ -233,6 +252,7 @@ impl Authority {
                 let saved = {
                     let mut book = self.book();
                     book.revoked.insert(id.clone());
+                    book.compact(now_unix());
                     self.save(&book)
                 };
                 // In force at once, saved or not: the connections go now.
@@ -250,6 +270,7 @@ impl Authority {
         }
     }
 
+    /// Saves `book`.
     fn save(&self, book: &Book) -> Result<(), String> {
         let json = serde_json::to_string_pretty(book).expect("the book serializes");
         carmi_api::files::write_private(&self.book_path, &json, true)
@@ -268,3 +289,7 @@ fn info_of(c: &Claims) -> TokenInfo {
         revoked: false,
     }
 }
+
+#[cfg(test)]
+#[path = "authz_tests.rs"]
+mod tests;

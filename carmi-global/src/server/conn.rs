@@ -79,7 +79,7 @@ pub(super) async fn connection(
     let clear = binding.is_empty();
     let admit = |role: &Role, token: Option<&str>| match &auth {
         // A token crossing in clear could be read and replayed.
-        Some(_) if clear && token.is_some() && !matches!(role, Role::Stager { .. }) => {
+        Some(_) if clear && token.is_some() => {
             Err("this pool takes connections with a token over TLS only (update the client)".into())
         }
         Some(a) => a.admit(role, token).map(Some),

@@ -55,7 +55,19 @@ pub fn init_logs() {
 // The fake global RM and its connections are the test kit's.
 pub use carmi_testkit::{FakeGlobal, GlobalConn};
 
+/// The next message for an application, past the job credential an
+/// attaching application is given before `Attached`.
 pub async fn app_recv(r: &mut FrameReader<OwnedReadHalf>) -> FromLocal {
+    loop {
+        let msg = app_recv_any(r).await;
+        if !matches!(msg, FromLocal::Credential { .. }) {
+            return msg;
+        }
+    }
+}
+
+/// The next message for an application, whatever it is.
+pub async fn app_recv_any(r: &mut FrameReader<OwnedReadHalf>) -> FromLocal {
     tokio::time::timeout(WAIT, r.read::<FromLocal>())
         .await
         .expect("a message for the application in time")

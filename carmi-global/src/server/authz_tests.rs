@@ -1,0 +1,60 @@
+//! The token book's compaction, with a clock the test sets.
+
+use super::*;
+use carmi_api::authz::Power;
+
+fn info(id: &str, expires_unix: u64) -> TokenInfo {
+    TokenInfo {
+        id: id.into(),
+        identity: "alice".into(),
+        power: Power::Submit,
+        machine: None,
+        issued_unix: 0,
+        expires_unix,
+        revoked: false,
+    }
+}
+
+#[test]
+fn revocations_of_tokens_long_expired_are_dropped_and_the_others_kept() {
+    let mut book = Book {
+        issued: vec![info("old", 1_000), info("live", 1_000_000)],
+        revoked: ["old", "live", "made-elsewhere"]
+            .into_iter()
+            .map(String::from)
+            .collect(),
+    };
+    // Expired, but within the margin for a clock set back: kept.
+    assert_eq!(book.compact(1_000 + EXPIRED_KEPT_S), 0);
+    assert_eq!(book.revoked.len(), 3);
+    // Past the margin: the expired token and its revocation go.
+    assert_eq!(book.compact(1_001 + EXPIRED_KEPT_S), 2);
+    assert_eq!(
+        book.issued.iter().map(|t| &t.id[..]).collect::<Vec<_>>(),
+        ["live"]
+    );
+    let mut left: Vec<&str> = book.revoked.iter().map(|s| &s[..]).collect();
+    left.sort();
+    assert_eq!(left, ["live", "made-elsewhere"]);
+}
+
+#[test]
+fn a_book_reopened_after_its_tokens_expired_is_smaller_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = SigningKey::generate().unwrap();
+    let key_file = dir.path().join("pool.key");
+    carmi_api::files::write_private(&key_file, &key.to_text(), false).unwrap();
+    let book = Book {
+        issued: vec![info("old", 5), info("live", u64::MAX / 2)],
+        revoked: ["old".to_string(), "live".to_string()]
+            .into_iter()
+            .collect(),
+    };
+    let path = dir.path().join("tokens.json");
+    std::fs::write(&path, serde_json::to_vec(&book).unwrap()).unwrap();
+    let authority = Authority::open(&key_file, dir.path()).unwrap();
+    assert_eq!(authority.book().revoked.len(), 1);
+    let saved: Book = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(saved.issued.len(), 1);
+    assert!(saved.revoked.contains("live") && !saved.revoked.contains("old"));
+}
