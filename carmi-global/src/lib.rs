@@ -18,11 +18,15 @@
 //!   connection's task in `server::conn`.
 //! - `dashboard`: the web dashboard (`--http`): page, JSON API, server-sent events;
 //!   its view model (lost machines, the pool's curve) in `dashboard::view`.
+//! - `authority`: tokens, identities and powers (`--pool-key`): who may do what.
+//! - `jobcred`: each job's own credential, derived from the state directory's job key.
+//! - `pilots`: carries out the allocation queues' commands on a batch system (`sbatch`...).
 //! - `main.rs`: the `carmi-global` command.
 
 #![warn(missing_docs)]
 
 pub use carmi_global_core::{alloc, procs, router, staging};
+pub mod authority;
 pub mod dashboard;
 pub mod jobcred;
 pub mod journal;

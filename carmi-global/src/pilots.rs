@@ -21,7 +21,7 @@ use carmi_api::authz::{Identity, Power, TokenAnswer, TokenRequest};
 use carmi_api::msg::{AllocQueueSpec, FromGlobal};
 use carmi_global_core::alloc_queue::{BatchState, QueueCommand};
 
-use crate::server::Authority;
+use crate::authority::Authority;
 
 pub mod slurm;
 

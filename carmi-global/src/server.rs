@@ -49,7 +49,6 @@ use crate::router::{Decoded, LinkId, Output, Router, RouterConfig};
 use crate::staging::{Staging, StagingConfig};
 use crate::store::ExeStore;
 
-mod authz;
 mod conn;
 mod gate;
 mod stager;
@@ -57,7 +56,7 @@ mod stager;
 use conn::{connection, refuse};
 use stager::{StageInput, on_stage_input};
 
-pub use authz::{Admitted, Authority, MAX_LIFETIME_S};
+pub use crate::authority::{Admitted, Authority, MAX_LIFETIME_S};
 pub use gate::{ConnLimits, Gate, REFUSAL_LOG_PERIOD, Refusal, Ticket};
 
 /// How long shutdown waits for connections to finish.

@@ -119,17 +119,17 @@ impl AllocQueueSpec {
                 self.time_limit_s
             ));
         }
-        if self.cpus == 0 || self.cpus > crate::limits::MAX_SLOTS_PER_MACHINE {
+        if self.cpus == 0 || self.cpus > crate::bounds::MAX_SLOTS_PER_MACHINE {
             return Err(format!(
                 "--cpus must be between 1 and {}",
-                crate::limits::MAX_SLOTS_PER_MACHINE
+                crate::bounds::MAX_SLOTS_PER_MACHINE
             ));
         }
         if self.max_failures == 0 {
             return Err("--max-failures must be at least 1".into());
         }
         if let Some(name) = &self.name {
-            crate::limits::check_len("queue name", name, crate::limits::MAX_NAME_BYTES)
+            crate::bounds::check_len("queue name", name, crate::bounds::MAX_NAME_BYTES)
                 .map_err(|e| e.to_string())?;
         }
         Ok(())

@@ -291,5 +291,5 @@ fn info_of(c: &Claims) -> TokenInfo {
 }
 
 #[cfg(test)]
-#[path = "authz_tests.rs"]
+#[path = "authority_tests.rs"]
 mod tests;
