@@ -340,7 +340,10 @@ impl Pool {
                     tracing::warn!(%link, %reason, "the global RM closed a simulated link");
                 }
                 // No journal, no returned files: nothing to store.
-                Output::Journal(_) | Output::DropFiles { .. } | Output::SendFiles { .. } => {}
+                Output::Journal(_)
+                | Output::DropFiles { .. }
+                | Output::SendFiles { .. }
+                | Output::Pilot(_) => {}
             }
         }
         if let Some(d) = self.router.next_deadline()

@@ -104,6 +104,8 @@ impl AllocQueues {
                     } else {
                         format!("it ended before its pilot registered: {why}")
                     };
+                    // A job Slurm will never start is still in its queue.
+                    self.cancel(qid, aid, why.clone());
                     self.fail(qid, aid, why, now);
                 }
             },

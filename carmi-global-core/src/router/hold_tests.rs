@@ -38,7 +38,10 @@ fn step(r: &mut Router, f: impl FnOnce(&mut Router)) -> (Vec<(LinkId, FromGlobal
                 assert_eq!((back, damage), (vec![rec.clone()], None));
                 records.push(rec);
             }
-            Output::Close { .. } | Output::DropFiles { .. } | Output::SendFiles { .. } => {}
+            Output::Close { .. }
+            | Output::DropFiles { .. }
+            | Output::SendFiles { .. }
+            | Output::Pilot(_) => {}
         }
     }
     (sends, records)

@@ -36,7 +36,10 @@ fn step(r: &mut Router, f: impl FnOnce(&mut Router)) -> (Vec<(LinkId, FromGlobal
                 records.push(rec);
             }
             // Connections closed (a lost machine) are not what these tests look at.
-            Output::Close { .. } | Output::DropFiles { .. } | Output::SendFiles { .. } => {}
+            Output::Close { .. }
+            | Output::DropFiles { .. }
+            | Output::SendFiles { .. }
+            | Output::Pilot(_) => {}
         }
     }
     (sends, records)
