@@ -123,6 +123,8 @@ impl AllocQueues {
     fn watch(&mut self, qid: u64, now: u64, busy: &impl Fn(&str) -> u32) {
         let q = &self.queues[&qid];
         let removing = matches!(q.state, QueueState::Removing);
+        let standby = self.has_expiring_busy(qid, now, busy);
+        let window = q.spec.lead() + self.config.replace_margin_s;
         let idle_after = q.spec.idle_timeout_s;
         let grace = self.config.register_grace_s;
         let aids: Vec<u64> = q.allocs.keys().copied().collect();
@@ -140,7 +142,9 @@ impl AllocQueues {
                             idle_from = idle_from.max(*p.idle_since.get_or_insert(now));
                         }
                     }
-                    if all_idle && (removing || now >= idle_from.saturating_add(idle_after)) {
+                    let expired = now >= idle_from.saturating_add(idle_after);
+                    let ending = a.ends.is_some_and(|e| now.saturating_add(window) >= e);
+                    if all_idle && (removing || (expired && (!standby || ending))) {
                         let why = if removing {
                             "its queue was removed".to_string()
                         } else {
@@ -169,6 +173,18 @@ impl AllocQueues {
         }
     }
 
+    /// True when a busy pilot of queue `qid` is near its end: idle pilots
+    /// then stand by to take over its work.
+    fn has_expiring_busy(&self, qid: u64, now: u64, busy: &impl Fn(&str) -> u32) -> bool {
+        let q = &self.queues[&qid];
+        let window = q.spec.lead() + self.config.replace_margin_s;
+        q.allocs.values().any(|a| {
+            a.state == AllocState::Registered
+                && a.ends.is_some_and(|e| now.saturating_add(window) >= e)
+                && a.pilots.keys().any(|m| busy(m) > 0)
+        })
+    }
+
     /// Submits as the demand says, within the backlog and the host limit.
     fn grow(&mut self, qid: u64, now: u64, unmet: u32, busy: &impl Fn(&str) -> u32) {
         let q = &self.queues[&qid];
@@ -179,6 +195,7 @@ impl AllocQueues {
         let per = spec.hosts_per_alloc;
         let window = spec.lead() + self.config.replace_margin_s;
         let mut expiring = 0u32;
+        let mut spare = 0u32;
         let mut coming = 0u32;
         let mut waiting = 0u32;
         let mut hosts = 0u32;
@@ -193,13 +210,19 @@ impl AllocQueues {
             if matches!(a.state, AllocState::Submitting | AllocState::Queued) {
                 waiting += 1;
             }
-            if a.state == AllocState::Registered
-                && a.ends.is_some_and(|e| now.saturating_add(window) >= e)
-            {
-                expiring += a.pilots.keys().map(|m| busy(m)).sum::<u32>();
+            if a.state == AllocState::Registered {
+                if a.ends.is_some_and(|e| now.saturating_add(window) >= e) {
+                    expiring += a.pilots.keys().map(|m| busy(m)).sum::<u32>();
+                } else {
+                    // An idle pilot with time left takes over the work of
+                    // one that ends: a replacement already there.
+                    spare += a.pilots.iter().filter(|(m, p)| p.up && busy(m) == 0).count() as u32;
+                }
             }
         }
-        let mut need = unmet.saturating_add(expiring).saturating_sub(coming);
+        let mut need = unmet
+            .saturating_add(expiring)
+            .saturating_sub(coming.saturating_add(spare));
         let (backlog, max) = (spec.backlog, spec.max_hosts);
         while need > 0 && waiting < backlog && hosts + per <= max {
             self.submit(qid, now, None);

@@ -256,3 +256,24 @@ fn bad_specifications_are_refused_with_the_reason() {
     s.backend = "pbs".into();
     assert!(q.add(s).unwrap_err().contains("unknown backend"));
 }
+
+#[test]
+fn an_idle_replacement_stands_by_and_is_not_replaced_again() {
+    let mut q = AllocQueues::new(QueueConfig::default());
+    let id = q.add(spec(3, 1)).unwrap().id;
+    q.on_tick(T0, &demand(id, 1), idle);
+    q.on_submitted(1, Ok("7".into()), T0);
+    q.on_pilot_registered(&pilot_name(1, 0), Some(T0 + 600), T0 + 1);
+    q.take_commands();
+    let first_busy = |m: &str| u32::from(m == pilot_name(1, 0));
+    q.on_tick(T0 + 520, &demand(id, 0), first_busy);
+    assert_eq!(submits(&q.take_commands()), vec![2]);
+    q.on_submitted(2, Ok("8".into()), T0 + 520);
+    q.on_pilot_registered(&pilot_name(2, 0), Some(T0 + 1120), T0 + 522);
+    // The replacement is idle: no third pilot, and it is kept past the
+    // idle timeout while the first one is busy near its end.
+    q.on_tick(T0 + 560, &demand(id, 0), first_busy);
+    let cmds = q.take_commands();
+    assert!(submits(&cmds).is_empty(), "{cmds:?}");
+    assert!(cancels(&cmds).is_empty(), "{cmds:?}");
+}
