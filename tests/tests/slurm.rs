@@ -317,3 +317,272 @@ async fn a_job_needing_three_hosts_gets_pilots_and_they_leave_nothing_behind() {
         .collect();
     assert!(dirs.is_empty(), "pilot work directories left: {dirs:?}");
 }
+
+/// The allocations of queue `q` in state `state`.
+fn allocations_in(pool: &Pool, q: u64, state: &str) -> usize {
+    info(pool, q)["allocations"]
+        .as_array()
+        .map_or(0, |a| a.iter().filter(|a| a["state"] == state).count())
+}
+
+/// The batch output of allocation `alloc` of queue `q`.
+fn pilot_output(pool: &Pool, q: u64, alloc: u64) -> String {
+    let dir = pool.dir.join(format!("global-state/pilots/q{q}"));
+    let mut out = String::new();
+    for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with(&format!("a{alloc}-")) && name.ends_with(".out") {
+            out.push_str(&std::fs::read_to_string(e.path()).unwrap_or_default());
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pilot_is_vacated_before_its_time_limit_and_replaced_without_losing_a_step() {
+    if !slurm_ready("a_pilot_is_vacated_before_its_time_limit_and_replaced_without_losing_a_step") {
+        return;
+    }
+    let _turn = turn().await;
+    let (pool, _cleanup) = pool("slurm-limit");
+    // Slurm's shortest limit, one minute: vacated 20 s before its end.
+    let added = alloc(
+        &pool,
+        &[
+            "add",
+            "slurm",
+            "--max-hosts",
+            "2",
+            "--time-limit",
+            "1m",
+            "--lead",
+            "20s",
+            "--idle-timeout",
+            "5s",
+        ],
+    );
+    let q = queue_id(&added);
+    let mut master = Master::init(master_config(&pool, 1), &"init".to_string())
+        .await
+        .expect("init");
+    // 45 s of work for one host: longer than the first pilot has.
+    steps_exactly_once(&mut master, 45, |s| format!("sleep {}", 1000 + s)).await;
+    let stats = master.complete().await.expect("complete");
+    assert_eq!(stats.steps_delivered, 45);
+    let first = pilot_output(&pool, q, 1);
+    assert!(
+        first.contains("the owner comes back for good"),
+        "the first pilot was vacated by its time limit's lead:\n{first}"
+    );
+    assert!(
+        !first.contains("DUE TO TIME LIMIT"),
+        "Slurm's limit never had to end the first pilot:\n{first}"
+    );
+    let queue = info(&pool, q);
+    assert!(batch_jobs(&queue).len() >= 2, "a replacement came: {queue}");
+    assert_eq!(allocations_in(&pool, q, "failed"), 0, "{queue}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scancel_of_a_pilot_mid_step_loses_the_host_and_the_step_is_resent_once() {
+    if !slurm_ready("scancel_of_a_pilot_mid_step_loses_the_host_and_the_step_is_resent_once") {
+        return;
+    }
+    let _turn = turn().await;
+    let (pool, _cleanup) = pool("slurm-scancel");
+    let added = alloc(
+        &pool,
+        &[
+            "add",
+            "slurm",
+            "--max-hosts",
+            "3",
+            "--backlog",
+            "2",
+            "--time-limit",
+            "10m",
+            "--idle-timeout",
+            "5s",
+        ],
+    );
+    let q = queue_id(&added);
+    let mut master = Master::init(master_config(&pool, 2), &"init".to_string())
+        .await
+        .expect("init");
+    let data = |s: u64| format!("sleep {}", 2500 + s);
+    for s in 0..8 {
+        master.send_work(StepId(s), &data(s)).unwrap();
+    }
+    let p = &pool;
+    tokio::task::block_in_place(|| {
+        wait_until(Duration::from_secs(120), "two pilots registered", p, || {
+            allocations_in(p, q, "registered") == 2
+        })
+    });
+    // Both are computing their first step now.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let victim = batch_jobs(&info(&pool, q))[0].clone();
+    let st = Command::new("scancel").arg(&victim).status().unwrap();
+    assert!(st.success());
+    let mut seen: BTreeMap<u64, u32> = BTreeMap::new();
+    while seen.values().sum::<u32>() < 8 {
+        let next: StepOutcome<String> =
+            tokio::time::timeout(Duration::from_secs(180), master.recv_result())
+                .await
+                .expect("a step outcome within 180 s")
+                .expect("the run goes on");
+        match next {
+            StepOutcome::Done(step, r) => {
+                assert!(r.ends_with(&data(step.0)), "step {step} answered {r}");
+                *seen.entry(step.0).or_default() += 1;
+            }
+            StepOutcome::Failed(step, why) => panic!("{step} failed: {why}"),
+        }
+    }
+    assert_eq!(seen, (0..8).map(|s| (s, 1)).collect(), "every step once");
+    let stats = master.complete().await.expect("complete");
+    assert_eq!(stats.steps_delivered, 8);
+    assert!(
+        stats.hosts_lost >= 1,
+        "the application saw the host lost: {} lost",
+        stats.hosts_lost
+    );
+    let lost = stats
+        .steps
+        .iter()
+        .filter(|s| s.outcome == wodi::stats::RunOutcome::Lost)
+        .count();
+    assert!(
+        lost >= 1,
+        "the step on the cancelled pilot was lost and re-sent"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_with_impossible_sbatch_arguments_pauses_with_slurms_reason() {
+    if !slurm_ready("a_queue_with_impossible_sbatch_arguments_pauses_with_slurms_reason") {
+        return;
+    }
+    let _turn = turn().await;
+    let (pool, _cleanup) = pool("slurm-impossible");
+    let added = alloc(
+        &pool,
+        &[
+            "add",
+            "slurm",
+            "--max-hosts",
+            "2",
+            "--time-limit",
+            "2m",
+            "--max-failures",
+            "2",
+            "--",
+            "--partition=nosuch",
+        ],
+    );
+    let q = queue_id(&added);
+    // Demand: a job with work waiting for a pilot host.
+    let mut master = Master::init(master_config(&pool, 1), &"init".to_string())
+        .await
+        .expect("init");
+    master.send_work(StepId(0), &"d0".to_string()).unwrap();
+    let p = &pool;
+    tokio::task::block_in_place(|| {
+        wait_until(Duration::from_secs(60), "the queue paused", p, || {
+            info(p, q)["state"] == "paused"
+        })
+    });
+    let queue = info(&pool, q);
+    assert_eq!(queue["failures"], 2, "{queue}");
+    let reason = queue["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("invalid partition"),
+        "Slurm's own message: {reason}"
+    );
+    let list = alloc(&pool, &["list"]);
+    assert!(
+        list.contains("paused") && list.contains("invalid partition"),
+        "{list}"
+    );
+    // Paused: nothing more is submitted.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(info(&pool, q)["failures"], 2);
+    drop(master);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_global_rm_still_knows_its_queues_and_running_pilots() {
+    if !slurm_ready("a_restarted_global_rm_still_knows_its_queues_and_running_pilots") {
+        return;
+    }
+    let _turn = turn().await;
+    let (mut pool, _cleanup) = pool("slurm-restart");
+    let added = alloc(
+        &pool,
+        &[
+            "add",
+            "slurm",
+            "--max-hosts",
+            "1",
+            "--time-limit",
+            "10m",
+            "--idle-timeout",
+            "5s",
+        ],
+    );
+    let q = queue_id(&added);
+    let mut master = Master::init(master_config(&pool, 1), &"init".to_string())
+        .await
+        .expect("init");
+    let data = |s: u64| format!("sleep {}", 800 + s);
+    for s in 0..12 {
+        master.send_work(StepId(s), &data(s)).unwrap();
+    }
+    let p = &pool;
+    tokio::task::block_in_place(|| {
+        wait_until(Duration::from_secs(120), "the pilot registered", p, || {
+            allocations_in(p, q, "registered") == 1
+        })
+    });
+    let job = batch_jobs(&info(&pool, q));
+    tokio::task::block_in_place(|| pool.restart_global());
+    // The queue and its allocation come back from the journal, and the
+    // pilot, still running in Slurm, registers again.
+    let p = &pool;
+    tokio::task::block_in_place(|| {
+        wait_until(
+            Duration::from_secs(30),
+            "the pilot back after the restart",
+            p,
+            || {
+                let queue = info(p, q);
+                let a = &queue["allocations"][0];
+                a["state"] == "registered" && !a["machines"].as_array().unwrap().is_empty()
+            },
+        )
+    });
+    assert_eq!(batch_jobs(&info(&pool, q)), job, "the same Slurm job");
+    let mut seen: BTreeMap<u64, u32> = BTreeMap::new();
+    while seen.values().sum::<u32>() < 12 {
+        let next: StepOutcome<String> =
+            tokio::time::timeout(Duration::from_secs(180), master.recv_result())
+                .await
+                .expect("a step outcome within 180 s")
+                .expect("the run goes on");
+        if let StepOutcome::Done(step, _) = next {
+            *seen.entry(step.0).or_default() += 1;
+        }
+    }
+    assert_eq!(seen, (0..12).map(|s| (s, 1)).collect(), "every step once");
+    master.complete().await.expect("complete");
+    // The restarted global RM still ends the pilot once it is idle.
+    let p = &pool;
+    tokio::task::block_in_place(|| {
+        wait_until(
+            Duration::from_secs(60),
+            "the pilot's Slurm job gone",
+            p,
+            || in_squeue(&job).is_empty(),
+        )
+    });
+}

@@ -132,7 +132,9 @@ impl AllocQueues {
             let a = self.alloc_mut(qid, aid);
             match a.state {
                 AllocState::Registered => {
-                    let mut all_idle = true;
+                    // Pilots all down (a restart of the global RM): they
+                    // are waited for, or Slurm says they are gone.
+                    let mut all_idle = a.pilots.values().any(|p| p.up);
                     let mut idle_from = 0;
                     for (name, p) in a.pilots.iter_mut().filter(|(_, p)| p.up) {
                         if busy(name) > 0 {
@@ -216,7 +218,11 @@ impl AllocQueues {
                 } else {
                     // An idle pilot with time left takes over the work of
                     // one that ends: a replacement already there.
-                    spare += a.pilots.iter().filter(|(m, p)| p.up && busy(m) == 0).count() as u32;
+                    spare += a
+                        .pilots
+                        .iter()
+                        .filter(|(m, p)| p.up && busy(m) == 0)
+                        .count() as u32;
                 }
             }
         }

@@ -227,6 +227,9 @@ fn a_restart_keeps_queues_and_running_pilots_and_fails_unanswered_submissions() 
         st.allocations[1].state, "failed",
         "its sbatch answer was lost"
     );
+    // Its pilot not back yet: not idle, not cancelled.
+    r.on_tick(T0 + 500, &demand(id, 0), idle);
+    assert!(cancels(&r.take_commands()).is_empty());
     // The pilot reconnects; ids go on from where they were.
     r.on_pilot_registered(&pilot_name(1, 0), Some(T0 + 600), T0 + 10);
     assert_eq!(
