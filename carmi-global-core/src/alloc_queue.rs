@@ -234,6 +234,46 @@ pub struct Snapshot {
 /// Ended allocations kept per queue for `carmi alloc info`.
 const KEEP_ENDED: usize = 20;
 
+/// Why `spec` cannot be a queue, if it cannot.
+pub fn check_spec(spec: &AllocQueueSpec) -> Result<(), String> {
+    if spec.backend != "slurm" {
+        return Err(format!(
+            "unknown backend `{}`: only `slurm` is supported",
+            spec.backend
+        ));
+    }
+    if spec.max_hosts == 0 || spec.hosts_per_alloc == 0 || spec.backlog == 0 {
+        return Err("--max-hosts, --hosts-per-alloc and --backlog must be at least 1".into());
+    }
+    if spec.hosts_per_alloc > spec.max_hosts {
+        return Err(format!(
+            "--hosts-per-alloc {} is more than --max-hosts {}",
+            spec.hosts_per_alloc, spec.max_hosts
+        ));
+    }
+    if spec.time_limit_s < 60 {
+        return Err(format!(
+            "--time-limit of {} s is shorter than Slurm's smallest, one minute",
+            spec.time_limit_s
+        ));
+    }
+    let max_cpus = carmi_proto::limits::MAX_SLOTS_PER_MACHINE;
+    if spec.cpus == 0 || spec.cpus > max_cpus {
+        return Err(format!("--cpus must be between 1 and {max_cpus}"));
+    }
+    if spec.max_failures == 0 {
+        return Err("--max-failures must be at least 1".into());
+    }
+    if let Some(name) = &spec.name {
+        carmi_proto::limits::check_len("queue name", name, carmi_proto::limits::MAX_NAME_BYTES)
+            .map_err(|e| e.to_string())?;
+    }
+    for a in &spec.extra_args {
+        carmi_proto::limits::check_len("sbatch argument", a, 4096).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
 /// The machine name of host `i` of allocation `alloc`.
 pub fn pilot_name(alloc: u64, i: u32) -> String {
     format!("pilot-a{alloc}-{i}")
@@ -341,7 +381,7 @@ impl AllocQueues {
 
     /// Creates a queue.
     pub fn add(&mut self, spec: AllocQueueSpec) -> Result<AllocQueueStatus, String> {
-        spec.check()?;
+        check_spec(&spec)?;
         let id = self.next_queue;
         self.next_queue += 1;
         self.queues.insert(
@@ -368,7 +408,7 @@ impl AllocQueues {
         now: u64,
     ) -> Result<(), String> {
         spec.max_hosts = spec.hosts_per_alloc.max(1);
-        spec.check()?;
+        check_spec(&spec)?;
         let id = self.next_queue;
         self.next_queue += 1;
         self.queues.insert(

@@ -287,9 +287,16 @@ impl Server {
             )),
             None => Arc::new(crate::pilots::Unconfigured),
         };
+        let issue = self.config.auth.clone().map(|auth| {
+            let issue: crate::pilots::IssueToken =
+                Arc::new(move |machine: &str, lifetime_s: u64| {
+                    pilot_token(&auth, machine, lifetime_s)
+                });
+            issue
+        });
         Ok(crate::pilots::PilotDriver::new(
             backend,
-            self.config.auth.clone(),
+            issue,
             self.config.state_dir.clone(),
         ))
     }
@@ -409,6 +416,29 @@ impl Server {
             warn!("some connections did not finish within {SHUTDOWN_GRACE:?}");
         }
         Ok(())
+    }
+}
+
+/// A daemon token for pilot `machine`, made by the pool's authority as
+/// this daemon itself (an admin), recorded in its book like any other.
+fn pilot_token(auth: &Authority, machine: &str, lifetime_s: u64) -> Result<String, String> {
+    use carmi_api::authz::{Identity, Power, TokenAnswer, TokenRequest};
+    let me = Identity {
+        name: "carmi-global".into(),
+        power: Power::Admin,
+        machine: None,
+        token: String::new(),
+    };
+    let req = TokenRequest::Create {
+        identity: machine.to_string(),
+        power: Power::Daemon,
+        machine: Some(machine.to_string()),
+        lifetime_s,
+    };
+    match auth.handle(Some(&me), req) {
+        FromGlobal::Tokens(TokenAnswer::Created { token, .. }) => Ok(token),
+        FromGlobal::AdminFailed(f) => Err(f.message),
+        other => Err(format!("unexpected answer {other:?}")),
     }
 }
 

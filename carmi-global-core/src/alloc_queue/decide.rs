@@ -104,6 +104,8 @@ impl AllocQueues {
                     } else {
                         format!("it ended before its pilot registered: {why}")
                     };
+                    // A job Slurm will never start is still in its queue.
+                    self.cancel(qid, aid, why.clone());
                     self.fail(qid, aid, why, now);
                 }
             },
@@ -121,6 +123,8 @@ impl AllocQueues {
     fn watch(&mut self, qid: u64, now: u64, busy: &impl Fn(&str) -> u32) {
         let q = &self.queues[&qid];
         let removing = matches!(q.state, QueueState::Removing);
+        let standby = self.has_expiring_busy(qid, now, busy);
+        let window = q.spec.lead() + self.config.replace_margin_s;
         let idle_after = q.spec.idle_timeout_s;
         let grace = self.config.register_grace_s;
         let aids: Vec<u64> = q.allocs.keys().copied().collect();
@@ -128,7 +132,9 @@ impl AllocQueues {
             let a = self.alloc_mut(qid, aid);
             match a.state {
                 AllocState::Registered => {
-                    let mut all_idle = true;
+                    // Pilots all down (a restart of the global RM): they
+                    // are waited for, or Slurm says they are gone.
+                    let mut all_idle = a.pilots.values().any(|p| p.up);
                     let mut idle_from = 0;
                     for (name, p) in a.pilots.iter_mut().filter(|(_, p)| p.up) {
                         if busy(name) > 0 {
@@ -138,7 +144,9 @@ impl AllocQueues {
                             idle_from = idle_from.max(*p.idle_since.get_or_insert(now));
                         }
                     }
-                    if all_idle && (removing || now >= idle_from.saturating_add(idle_after)) {
+                    let expired = now >= idle_from.saturating_add(idle_after);
+                    let ending = a.ends.is_some_and(|e| now.saturating_add(window) >= e);
+                    if all_idle && (removing || (expired && (!standby || ending))) {
                         let why = if removing {
                             "its queue was removed".to_string()
                         } else {
@@ -167,6 +175,18 @@ impl AllocQueues {
         }
     }
 
+    /// True when a busy pilot of queue `qid` is near its end: idle pilots
+    /// then stand by to take over its work.
+    fn has_expiring_busy(&self, qid: u64, now: u64, busy: &impl Fn(&str) -> u32) -> bool {
+        let q = &self.queues[&qid];
+        let window = q.spec.lead() + self.config.replace_margin_s;
+        q.allocs.values().any(|a| {
+            a.state == AllocState::Registered
+                && a.ends.is_some_and(|e| now.saturating_add(window) >= e)
+                && a.pilots.keys().any(|m| busy(m) > 0)
+        })
+    }
+
     /// Submits as the demand says, within the backlog and the host limit.
     fn grow(&mut self, qid: u64, now: u64, unmet: u32, busy: &impl Fn(&str) -> u32) {
         let q = &self.queues[&qid];
@@ -177,6 +197,7 @@ impl AllocQueues {
         let per = spec.hosts_per_alloc;
         let window = spec.lead() + self.config.replace_margin_s;
         let mut expiring = 0u32;
+        let mut spare = 0u32;
         let mut coming = 0u32;
         let mut waiting = 0u32;
         let mut hosts = 0u32;
@@ -191,13 +212,23 @@ impl AllocQueues {
             if matches!(a.state, AllocState::Submitting | AllocState::Queued) {
                 waiting += 1;
             }
-            if a.state == AllocState::Registered
-                && a.ends.is_some_and(|e| now.saturating_add(window) >= e)
-            {
-                expiring += a.pilots.keys().map(|m| busy(m)).sum::<u32>();
+            if a.state == AllocState::Registered {
+                if a.ends.is_some_and(|e| now.saturating_add(window) >= e) {
+                    expiring += a.pilots.keys().map(|m| busy(m)).sum::<u32>();
+                } else {
+                    // An idle pilot with time left takes over the work of
+                    // one that ends: a replacement already there.
+                    spare += a
+                        .pilots
+                        .iter()
+                        .filter(|(m, p)| p.up && busy(m) == 0)
+                        .count() as u32;
+                }
             }
         }
-        let mut need = unmet.saturating_add(expiring).saturating_sub(coming);
+        let mut need = unmet
+            .saturating_add(expiring)
+            .saturating_sub(coming.saturating_add(spare));
         let (backlog, max) = (spec.backlog, spec.max_hosts);
         while need > 0 && waiting < backlog && hosts + per <= max {
             self.submit(qid, now, None);

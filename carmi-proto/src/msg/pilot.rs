@@ -95,45 +95,6 @@ impl AllocQueueSpec {
             .unwrap_or((self.time_limit_s / 4).min(60))
             .min(self.time_limit_s)
     }
-
-    /// Why this specification cannot be a queue, if it cannot.
-    pub fn check(&self) -> Result<(), String> {
-        if self.backend != "slurm" {
-            return Err(format!(
-                "unknown backend `{}`: only `slurm` is supported",
-                self.backend
-            ));
-        }
-        if self.max_hosts == 0 || self.hosts_per_alloc == 0 || self.backlog == 0 {
-            return Err("--max-hosts, --hosts-per-alloc and --backlog must be at least 1".into());
-        }
-        if self.hosts_per_alloc > self.max_hosts {
-            return Err(format!(
-                "--hosts-per-alloc {} is more than --max-hosts {}",
-                self.hosts_per_alloc, self.max_hosts
-            ));
-        }
-        if self.time_limit_s < 60 {
-            return Err(format!(
-                "--time-limit of {} s is shorter than Slurm's smallest, one minute",
-                self.time_limit_s
-            ));
-        }
-        if self.cpus == 0 || self.cpus > crate::bounds::MAX_SLOTS_PER_MACHINE {
-            return Err(format!(
-                "--cpus must be between 1 and {}",
-                crate::bounds::MAX_SLOTS_PER_MACHINE
-            ));
-        }
-        if self.max_failures == 0 {
-            return Err("--max-failures must be at least 1".into());
-        }
-        if let Some(name) = &self.name {
-            crate::bounds::check_len("queue name", name, crate::bounds::MAX_NAME_BYTES)
-                .map_err(|e| e.to_string())?;
-        }
-        Ok(())
-    }
 }
 
 /// Admin -> global RM: manage allocation queues. Answered with
