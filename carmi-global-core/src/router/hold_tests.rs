@@ -10,8 +10,9 @@ use carmi_proto::msg::{
     ToGlobal,
 };
 
-use super::{LinkId, Output, Router, RouterConfig};
-use crate::journal::{self, Live, Record};
+use super::hand_tests::step;
+use super::{LinkId, Router, RouterConfig};
+use crate::journal::{Live, Record};
 
 const ADMIN: LinkId = LinkId(100);
 const M0: LinkId = LinkId(1);
@@ -23,28 +24,6 @@ fn exe(name: &str) -> ExecutableRef {
         sha256: "cd".repeat(32),
         size: 10,
     }
-}
-
-/// Runs one input; returns the sends and the journal records, checking invariants.
-fn step(r: &mut Router, f: impl FnOnce(&mut Router)) -> (Vec<(LinkId, FromGlobal)>, Vec<Record>) {
-    f(r);
-    r.sanity_check();
-    let (mut sends, mut records) = (Vec::new(), Vec::new());
-    for o in r.take_outputs() {
-        match o {
-            Output::Send { link, msg } => sends.push((link, msg)),
-            Output::Journal(rec) => {
-                let (back, damage) = journal::parse(journal::encode(&rec).as_bytes());
-                assert_eq!((back, damage), (vec![rec.clone()], None));
-                records.push(rec);
-            }
-            Output::Close { .. }
-            | Output::DropFiles { .. }
-            | Output::SendFiles { .. }
-            | Output::Pilot(_) => {}
-        }
-    }
-    (sends, records)
 }
 
 fn msg(r: &mut Router, link: LinkId, m: ToGlobal) -> (Vec<(LinkId, FromGlobal)>, Vec<Record>) {

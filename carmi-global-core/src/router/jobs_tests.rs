@@ -8,6 +8,7 @@ use carmi_proto::msg::{
     ExecutableRef, FromGlobal, Request, Role, SpawnTarget, SubmitRequest, ToGlobal,
 };
 
+use super::hand_tests::step;
 use super::{LinkId, Output, Router, RouterConfig};
 use crate::journal::{self, Record};
 
@@ -19,30 +20,6 @@ fn exe(name: &str) -> ExecutableRef {
         sha256: "cd".repeat(32),
         size: 10,
     }
-}
-
-/// Runs one input; returns the sends and the journal records, checking invariants.
-fn step(r: &mut Router, f: impl FnOnce(&mut Router)) -> (Vec<(LinkId, FromGlobal)>, Vec<Record>) {
-    f(r);
-    r.sanity_check();
-    let (mut sends, mut records) = (Vec::new(), Vec::new());
-    for o in r.take_outputs() {
-        match o {
-            Output::Send { link, msg } => sends.push((link, msg)),
-            Output::Journal(rec) => {
-                // Through the journal's own encoding and back.
-                let (back, damage) = journal::parse(journal::encode(&rec).as_bytes());
-                assert_eq!((back, damage), (vec![rec.clone()], None));
-                records.push(rec);
-            }
-            // Connections closed (a lost machine) are not what these tests look at.
-            Output::Close { .. }
-            | Output::DropFiles { .. }
-            | Output::SendFiles { .. }
-            | Output::Pilot(_) => {}
-        }
-    }
-    (sends, records)
 }
 
 fn advertise(
