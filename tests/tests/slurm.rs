@@ -184,16 +184,26 @@ fn pilot_processes(pool: &Pool) -> Vec<u32> {
 }
 
 /// Polls `check` every 200 ms until it holds, at most `limit`; panics with `what`.
+/// It blocks, so the runtime moves its other tasks (the master's) off this thread.
 fn wait_until(limit: Duration, what: &str, pool: &Pool, mut check: impl FnMut() -> bool) {
     let end = Instant::now() + limit;
-    while !check() {
-        assert!(
-            Instant::now() < end,
-            "{what} within {limit:?}\n{}",
-            pool.logs()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    tokio::task::block_in_place(|| {
+        while !check() {
+            assert!(
+                Instant::now() < end,
+                "{what} within {limit:?}\n{}",
+                pool.logs()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    });
+}
+
+/// A WoDi master started on `pool` for `count` pilot hosts.
+async fn start_master(pool: &Pool, count: u32) -> Master {
+    Master::init(master_config(pool, count), &"init".to_string())
+        .await
+        .expect("init")
 }
 
 /// A WoDi master for `count` pilot hosts on `pool`.
@@ -263,9 +273,7 @@ async fn a_job_needing_three_hosts_gets_pilots_and_they_leave_nothing_behind() {
         ],
     );
     let q = queue_id(&added);
-    let mut master = Master::init(master_config(&pool, 3), &"init".to_string())
-        .await
-        .expect("init");
+    let mut master = start_master(&pool, 3).await;
     steps_exactly_once(&mut master, 24, |s| format!("sleep {}", 200 + s * 10)).await;
     let stats = master.complete().await.expect("complete");
     assert_eq!(stats.steps_delivered, 24);
@@ -362,9 +370,7 @@ async fn a_pilot_is_vacated_before_its_time_limit_and_replaced_without_losing_a_
         ],
     );
     let q = queue_id(&added);
-    let mut master = Master::init(master_config(&pool, 1), &"init".to_string())
-        .await
-        .expect("init");
+    let mut master = start_master(&pool, 1).await;
     // 45 s of work for one host: longer than the first pilot has.
     steps_exactly_once(&mut master, 45, |s| format!("sleep {}", 1000 + s)).await;
     let stats = master.complete().await.expect("complete");
@@ -406,18 +412,14 @@ async fn scancel_of_a_pilot_mid_step_loses_the_host_and_the_step_is_resent_once(
         ],
     );
     let q = queue_id(&added);
-    let mut master = Master::init(master_config(&pool, 2), &"init".to_string())
-        .await
-        .expect("init");
+    let mut master = start_master(&pool, 2).await;
     let data = |s: u64| format!("sleep {}", 2500 + s);
     for s in 0..8 {
         master.send_work(StepId(s), &data(s)).unwrap();
     }
     let p = &pool;
-    tokio::task::block_in_place(|| {
-        wait_until(Duration::from_secs(120), "two pilots registered", p, || {
-            allocations_in(p, q, "registered") == 2
-        })
+    wait_until(Duration::from_secs(120), "two pilots registered", p, || {
+        allocations_in(p, q, "registered") == 2
     });
     // Both are computing their first step now.
     tokio::time::sleep(Duration::from_millis(1200)).await;
@@ -480,15 +482,11 @@ async fn a_queue_with_impossible_sbatch_arguments_pauses_with_slurms_reason() {
     );
     let q = queue_id(&added);
     // Demand: a job with work waiting for a pilot host.
-    let mut master = Master::init(master_config(&pool, 1), &"init".to_string())
-        .await
-        .expect("init");
+    let mut master = start_master(&pool, 1).await;
     master.send_work(StepId(0), &"d0".to_string()).unwrap();
     let p = &pool;
-    tokio::task::block_in_place(|| {
-        wait_until(Duration::from_secs(60), "the queue paused", p, || {
-            info(p, q)["state"] == "paused"
-        })
+    wait_until(Duration::from_secs(60), "the queue paused", p, || {
+        info(p, q)["state"] == "paused"
     });
     let queue = info(&pool, q);
     assert_eq!(queue["failures"], 2, "{queue}");
@@ -529,18 +527,14 @@ async fn a_restarted_global_rm_still_knows_its_queues_and_running_pilots() {
         ],
     );
     let q = queue_id(&added);
-    let mut master = Master::init(master_config(&pool, 1), &"init".to_string())
-        .await
-        .expect("init");
+    let mut master = start_master(&pool, 1).await;
     let data = |s: u64| format!("sleep {}", 800 + s);
     for s in 0..12 {
         master.send_work(StepId(s), &data(s)).unwrap();
     }
     let p = &pool;
-    tokio::task::block_in_place(|| {
-        wait_until(Duration::from_secs(120), "the pilot registered", p, || {
-            allocations_in(p, q, "registered") == 1
-        })
+    wait_until(Duration::from_secs(120), "the pilot registered", p, || {
+        allocations_in(p, q, "registered") == 1
     });
     // A worker runs on the pilot (a first step came back): the global RM
     // journals its process, so the job holds the host again after the
@@ -560,18 +554,16 @@ async fn a_restarted_global_rm_still_knows_its_queues_and_running_pilots() {
     // The queue and its allocation come back from the journal, and the
     // pilot, still running in Slurm, registers again.
     let p = &pool;
-    tokio::task::block_in_place(|| {
-        wait_until(
-            Duration::from_secs(30),
-            "the pilot back after the restart",
-            p,
-            || {
-                let queue = info(p, q);
-                let a = &queue["allocations"][0];
-                a["state"] == "registered" && !a["machines"].as_array().unwrap().is_empty()
-            },
-        )
-    });
+    wait_until(
+        Duration::from_secs(30),
+        "the pilot back after the restart",
+        p,
+        || {
+            let queue = info(p, q);
+            let a = &queue["allocations"][0];
+            a["state"] == "registered" && !a["machines"].as_array().unwrap().is_empty()
+        },
+    );
     assert_eq!(batch_jobs(&info(&pool, q)), job, "the same Slurm job");
     while seen.values().sum::<u32>() < 12 {
         let next: StepOutcome<String> =
@@ -587,12 +579,10 @@ async fn a_restarted_global_rm_still_knows_its_queues_and_running_pilots() {
     master.complete().await.expect("complete");
     // The restarted global RM still ends the pilot once it is idle.
     let p = &pool;
-    tokio::task::block_in_place(|| {
-        wait_until(
-            Duration::from_secs(60),
-            "the pilot's Slurm job gone",
-            p,
-            || in_squeue(&job).is_empty(),
-        )
-    });
+    wait_until(
+        Duration::from_secs(60),
+        "the pilot's Slurm job gone",
+        p,
+        || in_squeue(&job).is_empty(),
+    );
 }
