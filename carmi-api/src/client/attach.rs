@@ -2,10 +2,7 @@
 //! application, the job credential that may come first, and the listener for
 //! direct messages from peers.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 
 use tokio::net::{TcpListener, TcpStream};
 
