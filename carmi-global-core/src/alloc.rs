@@ -234,6 +234,9 @@ struct Sub {
 
 struct Job {
     ad: ClassAd,
+    /// The ad's `Owner`, fixed when the job is created (`set_job_attributes`
+    /// never replaces it).
+    owner: String,
     classes: BTreeMap<String, Class>,
     /// Announced hosts and the class each was allocated for.
     hosts: BTreeMap<HostId, String>,

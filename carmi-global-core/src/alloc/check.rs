@@ -52,12 +52,10 @@ impl Allocator {
             .collect()
     }
 
-    /// The `Owner` of a job's ad (empty for an unknown job).
-    pub fn job_owner(&self, job: carmi_proto::ids::JobId) -> String {
-        self.jobs
-            .get(&job)
-            .and_then(|j| j.ad.eval_attr("Owner").as_str().map(str::to_string))
-            .unwrap_or_default()
+    /// The `Owner` of a job's ad (empty for an unknown job): kept beside the
+    /// ad, as fair share asks for it per candidate on every pass.
+    pub fn job_owner(&self, job: carmi_proto::ids::JobId) -> &str {
+        self.jobs.get(&job).map_or("", |j| &j.owner)
     }
 
     /// Checks every invariant; panics naming the first one broken. For tests:

@@ -90,7 +90,7 @@ impl Allocator {
             Some(p) => return fail(format!("job {} is not held (it is {})", job.0, p.name())),
         }
         let (parsed, limits, ranks) = parse_classes(classes)?;
-        let owner = self.job_owner(job);
+        let owner = self.job_owner(job).to_string();
         let j = self.jobs.get_mut(&job).expect("checked above");
         j.classes = parsed;
         j.limits = limits;

@@ -558,7 +558,7 @@ impl Allocator {
                     .filter(|&h| self.may_move(&users, donor(self, h), job))
                     .map(|h| {
                         let d = donor(self, h);
-                        let w = self.user_weight(&users, &self.job_owner(d), 0);
+                        let w = self.user_weight(&users, self.job_owner(d), 0);
                         (w, self.jobs[&d].hosts.len(), h)
                     })
                     .collect();

@@ -234,6 +234,7 @@ impl Allocator {
         self.next_job_seq += 1;
         self.jobs.entry(job).or_insert(Job {
             ad,
+            owner: owner.to_string(),
             classes: BTreeMap::new(),
             hosts: BTreeMap::new(),
             subs: Vec::new(),

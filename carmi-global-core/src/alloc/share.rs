@@ -38,7 +38,7 @@ impl Allocator {
         let mut held = Held::new();
         for id in &self.running {
             let n = self.jobs[id].hosts.len() as u32;
-            *held.entry(self.job_owner(*id)).or_default() += n;
+            *held.entry(self.job_owner(*id).to_string()).or_default() += n;
         }
         held
     }
@@ -56,7 +56,7 @@ impl Allocator {
         let held = self.held_by_user();
         let mut keyed: Vec<(f64, Hungry)> = hungry
             .drain(..)
-            .map(|h| (self.user_weight(&held, &self.job_owner(h.2), 1), h))
+            .map(|h| (self.user_weight(&held, self.job_owner(h.2), 1), h))
             .collect();
         keyed.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
         hungry.extend(keyed.into_iter().map(|(_, h)| h));
@@ -69,7 +69,7 @@ impl Allocator {
         if d == t {
             return self.jobs[&donor].hosts.len() > self.jobs[&taker].hosts.len() + 1;
         }
-        self.user_weight(held, &d, -1) >= self.user_weight(held, &t, 1)
+        self.user_weight(held, d, -1) >= self.user_weight(held, t, 1)
     }
 
     /// Accumulates usage up to now with the hosts each user holds (every
@@ -81,7 +81,7 @@ impl Allocator {
         let mut held = Held::new();
         for (&id, j) in &self.jobs {
             if !j.hosts.is_empty() && j.phase != Phase::Held {
-                *held.entry(self.job_owner(id)).or_default() += j.hosts.len() as u32;
+                *held.entry(self.job_owner(id).to_string()).or_default() += j.hosts.len() as u32;
             }
         }
         self.usage.advance(self.now, &held);

@@ -28,7 +28,7 @@ impl Router {
         }
         let queued = self.alloc.job_owner(job);
         if !queued.is_empty() {
-            return Some(queued);
+            return Some(queued.to_string());
         }
         self.history.select(Some(job)).pop().map(|r| r.owner)
     }

@@ -258,7 +258,7 @@ impl Router {
             job,
             owner: sub
                 .map(|s| s.owner.clone())
-                .unwrap_or_else(|| self.alloc.job_owner(job)),
+                .unwrap_or_else(|| self.alloc.job_owner(job).to_string()),
             submitted_unix: sub.map_or(0, |s| s.submitted_unix),
             state: phase.name().to_string(),
             executable: sub.map(|s| s.executable.name.clone()).unwrap_or_default(),
@@ -338,7 +338,7 @@ impl Router {
             job,
             owner: sub
                 .map(|s| s.owner.clone())
-                .unwrap_or_else(|| self.alloc.job_owner(job)),
+                .unwrap_or_else(|| self.alloc.job_owner(job).to_string()),
             executable: sub.map(|s| s.executable.name.clone()).unwrap_or_default(),
             submitted_unix: sub.map_or(0, |s| s.submitted_unix),
             ended_unix: self.config.started_unix + self.now.as_secs(),

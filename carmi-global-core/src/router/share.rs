@@ -17,7 +17,7 @@ const JOURNAL_EVERY: Duration = Duration::from_secs(60);
 impl Router {
     /// `job`'s owner's standing in the fair share between users, for `carmi q`.
     pub(super) fn user_share(&self, job: JobId) -> UserShare {
-        let u = self.alloc.user_usage(&self.alloc.job_owner(job));
+        let u = self.alloc.user_usage(self.alloc.job_owner(job));
         UserShare {
             priority: u.priority(),
             usage_hours: u.host_seconds / 3600.0,
