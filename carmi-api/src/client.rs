@@ -464,6 +464,13 @@ impl Carmi {
         self.request(Request::Processes)
     }
 
+    /// Publishes attributes of this job (name, ClassAd value text) for the
+    /// people watching it: `carmi q --json` and the dashboard show them
+    /// (`Reply::Ok`, or a failure naming a bad name or value).
+    pub fn set_job_attrs(&self, attrs: Vec<(String, String)>) -> RequestId {
+        self.request(Request::SetJobAttrs { attrs })
+    }
+
     /// Asks for the job's class names and expressions (`Reply::Classes`).
     pub fn get_class_definitions(&self) -> RequestId {
         self.request(Request::GetClassDefinitions)

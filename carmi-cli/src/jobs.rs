@@ -585,6 +585,7 @@ mod tests {
                 classes: vec![class.clone()],
                 note: None,
                 user: None,
+                attrs: Vec::new(),
             },
             queued_ahead: 0,
             classes: vec![ClassAnalysis {

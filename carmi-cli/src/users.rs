@@ -66,6 +66,7 @@ mod tests {
                 priority,
                 usage_hours: priority - 1.0,
             }),
+            attrs: Vec::new(),
         }
     }
 

@@ -57,6 +57,7 @@ pub use crate::bounds::{ENDED_LOGS, EVENTS_PER_JOB, HISTORY_LIMIT};
 mod hold;
 #[cfg(test)]
 mod hold_tests;
+mod job_attrs;
 mod jobs;
 mod lifecycle;
 mod logs;
@@ -247,6 +248,8 @@ pub struct Router {
     next_waiter: u64,
     /// When users' usage was last journaled (`router/share.rs`).
     usage_journaled: Duration,
+    /// Attributes running jobs published (`router/job_attrs.rs`).
+    job_attrs: job_attrs::JobAttrs,
 }
 
 impl Router {
@@ -282,6 +285,7 @@ impl Router {
             dry_runs: HashMap::new(),
             next_waiter: 1,
             usage_journaled: Duration::ZERO,
+            job_attrs: Default::default(),
         }
     }
 

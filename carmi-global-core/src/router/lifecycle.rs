@@ -316,6 +316,7 @@ impl Router {
                 .push(Output::Journal(crate::journal::Record::Ended { job }));
         }
         self.awaiting_roots.retain(|_, (j, _)| *j != job);
+        self.job_attrs.forget(job);
         self.forget_lost(None, Some(job));
         self.kill_master(job);
         self.alloc.on_job_ended(job);

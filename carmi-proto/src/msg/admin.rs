@@ -114,6 +114,11 @@ pub struct JobStatus {
     /// older global RMs.
     #[serde(default)]
     pub user: Option<UserShare>,
+    /// Attributes the running job published (`SetJobAttrs`: name, ClassAd
+    /// value text), sorted by name; WoDi's progress is here. Absent from
+    /// older global RMs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attrs: Vec<(String, String)>,
 }
 
 /// A user's standing in the fair share (`carmi q`): hosts are shared
