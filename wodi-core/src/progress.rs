@@ -11,7 +11,8 @@
 //!   delivered, and queued or running now);
 //! - `WodiStepsDelivered`, `WodiHosts`, `WodiBusy`, `WodiSuspended`,
 //!   `WodiStarting`, `WodiEfficiency` (busy host time over held host time
-//!   so far);
+//!   so far, steps still running counted up to now, unlike
+//!   [`Stats::efficiency`], which counts a step once it answered);
 //! - `WodiLastCycleS` (the last finished cycle's length) and `WodiStepRatio`
 //!   (its steps' measured work over their history's estimate: 1 when the
 //!   history foretold them; the estimate has learned from these very
@@ -46,7 +47,11 @@ pub fn job_attrs(stats: &Stats, status: &Status) -> Vec<(String, String)> {
         int("WodiCycleDelivered", delivered as u64);
         int("WodiCycleLeft", u64::from(status.queued + status.running));
     }
-    out.push(("WodiEfficiency".into(), real(stats.efficiency)));
+    let (busy, held) = busy_and_held(stats)
+        .values()
+        .fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1));
+    let efficiency = if held > 0.0 { busy / held } else { 0.0 };
+    out.push(("WodiEfficiency".into(), real(efficiency)));
     if let Some(last) = stats.cycles.iter().rev().find(|c| c.end_s.is_some()) {
         let length = last.end_s.unwrap_or(last.begin_s) - last.begin_s;
         out.push(("WodiLastCycleS".into(), real(length)));
@@ -85,9 +90,8 @@ fn step_ratio(stats: &Stats, cycle: crate::ids::CycleId) -> Option<f64> {
     (expected > 0.0).then(|| measured / expected)
 }
 
-/// `{{host, busy_s, held_s}, ...}` over every stay of each host, longest
-/// held first.
-fn host_busy(stats: &Stats) -> String {
+/// Busy and held seconds of each host, over all its stays.
+fn busy_and_held(stats: &Stats) -> HashMap<u64, (f64, f64)> {
     let mut by_host: HashMap<u64, (f64, f64)> = HashMap::new();
     for row in &stats.timeline {
         let e = by_host.entry(row.host.0).or_default();
@@ -100,7 +104,13 @@ fn host_busy(stats: &Stats) -> String {
             }
         }
     }
-    let mut rows: Vec<(u64, (f64, f64))> = by_host.into_iter().collect();
+    by_host
+}
+
+/// `{{host, busy_s, held_s}, ...}` over every stay of each host, longest
+/// held first.
+fn host_busy(stats: &Stats) -> String {
+    let mut rows: Vec<(u64, (f64, f64))> = busy_and_held(stats).into_iter().collect();
     rows.sort_by(|a, b| b.1.1.total_cmp(&a.1.1).then(a.0.cmp(&b.0)));
     rows.truncate(MAX_HOSTS);
     let items: Vec<String> = rows
@@ -206,7 +216,8 @@ mod tests {
         assert_eq!(attr(&a, "WodiCyclesDone"), Some("1"));
         assert_eq!(attr(&a, "WodiCycleDelivered"), Some("1"));
         assert_eq!(attr(&a, "WodiCycleLeft"), Some("3"));
-        assert_eq!(attr(&a, "WodiEfficiency"), Some("0.800"));
+        // 15 s busy of 20 s held, the running step counted.
+        assert_eq!(attr(&a, "WodiEfficiency"), Some("0.750"));
         assert_eq!(attr(&a, "WodiLastCycleS"), Some("10.000"));
         // Cycle 0 delivered 2 s and 3 s at speed 2 against 4 + 6 estimated.
         assert_eq!(attr(&a, "WodiStepRatio"), Some("1.000"));
