@@ -27,6 +27,7 @@ mod hold;
 mod jobs;
 mod logs;
 mod pool;
+mod progress;
 mod shell;
 mod status;
 mod talk;
