@@ -1,5 +1,5 @@
 //! Regular-expression functions: `regexp`, `regexps`, `replace`, `replaceAll`,
-//! `regexpMember`, `stringListRegexpMember`.
+//! `regexpMember`, `stringList_regexpMember`.
 //!
 //! Patterns are compiled by the `regex` crate, which covers the PCRE syntax
 //! ClassAds use in practice; a pattern it rejects (backreferences,
@@ -176,7 +176,7 @@ pub fn regexp_member(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value
     Value::Bool(found)
 }
 
-/// `stringListRegexpMember(pattern, list [, delims [, options]])`: whether
+/// `stringList_regexpMember(pattern, list [, delims [, options]])`: whether
 /// some item of the string list matches.
 pub fn string_list_regexp_member(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
     if !(2..=4).contains(&args.len()) {

@@ -1,5 +1,6 @@
 //! String functions: `strcat`, `substr`, case mapping, comparisons, `join`,
-//! `split`, version comparisons and the comma-separated "string list" family.
+//! `splitUserName`, `splitSlotName` and version comparisons (the string
+//! list family and `split` are in `strlist`).
 
 use std::cmp::Ordering;
 
@@ -8,11 +9,7 @@ use crate::eval::{Evaluator, Scope};
 use crate::ops::cmp_ignore_case;
 use crate::value::{Value, to_display_string};
 
-use super::types::parse_real_prefix;
 use super::{absorb, eval_n, scalar_text};
-
-/// Delimiters of string lists and of `split` when none are given.
-const DEFAULT_DELIMS: &str = " \t\r\n,";
 
 /// `strcat(a, b, ...)`: every argument printed as text and concatenated.
 pub fn strcat(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
@@ -222,48 +219,6 @@ pub fn join(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
     }
 }
 
-/// Splits `s` at any of the characters of `delims`, trimming blanks around
-/// each item and dropping empty ones.
-fn tokens<'s>(s: &'s str, delims: &'s str) -> impl Iterator<Item = &'s str> {
-    s.split(move |c: char| delims.contains(c))
-        .map(|t| t.trim_matches([' ', '\t']))
-        .filter(|t| !t.is_empty())
-}
-
-/// Evaluates an optional delimiter argument; `Err` is the value to return.
-fn delims_arg(
-    ev: &mut Evaluator<'_>,
-    sc: &Scope,
-    arg: Option<&Expr>,
-) -> Result<Option<String>, Value> {
-    match arg.map(|a| ev.eval(a, sc)) {
-        None => Ok(None),
-        Some(Value::Str(d)) => Ok(Some(d.to_string())),
-        Some(Value::Undefined) => Err(Value::Undefined),
-        Some(_) => Err(Value::Error),
-    }
-}
-
-/// `split(s [, delims])`: the items of `s` as a list of strings; by default
-/// items are separated by whitespace and commas.
-pub fn split(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
-    if !(1..=2).contains(&args.len()) {
-        return Value::Error;
-    }
-    let s = ev.eval(&args[0], sc);
-    let delims = match delims_arg(ev, sc, args.get(1)) {
-        Ok(d) => d,
-        Err(v) => return v,
-    };
-    let s = match &s {
-        Value::Str(s) => s,
-        Value::Undefined => return Value::Undefined,
-        _ => return Value::Error,
-    };
-    let delims = delims.as_deref().unwrap_or(DEFAULT_DELIMS);
-    Value::list(tokens(s, delims).map(Value::str).collect())
-}
-
 /// Splits the single string argument at its first `@`; `None` means there is
 /// no `@`. `Err` is the value to return.
 fn split_at_sign(
@@ -279,7 +234,8 @@ fn split_at_sign(
             Some((a, b)) => (a.to_string(), Some(b.to_string())),
             None => (s.to_string(), None),
         }),
-        Value::Undefined => Err(Value::Undefined),
+        // Like every string function HTCondor added to the language,
+        // anything but a string is ERROR, UNDEFINED included.
         _ => Err(Value::Error),
     }
 }
@@ -417,181 +373,6 @@ pub fn version_in_range(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Va
     }
 }
 
-/// Evaluates a string list argument and its optional delimiters (the argument
-/// after it). `Err` is the value to return.
-fn list_arg(
-    ev: &mut Evaluator<'_>,
-    sc: &Scope,
-    list: &Expr,
-    delims: Option<&Expr>,
-) -> Result<(std::sync::Arc<str>, Option<String>), Value> {
-    let l = ev.eval(list, sc);
-    let d = delims_arg(ev, sc, delims)?;
-    match l {
-        Value::Str(s) => Ok((s, d)),
-        Value::Undefined => Err(Value::Undefined),
-        _ => Err(Value::Error),
-    }
-}
-
-/// Shared body of `stringListMember` and `stringListIMember`.
-fn list_member(
-    ev: &mut Evaluator<'_>,
-    sc: &Scope,
-    args: &[Expr],
-    eq: fn(&str, &str) -> bool,
-) -> Value {
-    if !(2..=3).contains(&args.len()) {
-        return Value::Error;
-    }
-    let item = ev.eval(&args[0], sc);
-    let list = list_arg(ev, sc, &args[1], args.get(2));
-    // As HTCondor answers: ERROR for anything but strings (UNDEFINED
-    // aside); UNDEFINED only when both are; otherwise a missing item or a
-    // missing list holds nothing.
-    let (l, d) = match (list, &item) {
-        (Err(Value::Undefined), Value::Undefined) => return Value::Undefined,
-        (Err(Value::Undefined), Value::Str(_)) => return Value::Bool(false),
-        (Err(Value::Undefined), _) => return Value::Error,
-        (Err(v), _) => return v,
-        (Ok(_), Value::Undefined) => return Value::Bool(false),
-        (Ok(x), _) => x,
-    };
-    let Value::Str(item) = &item else {
-        return Value::Error;
-    };
-    Value::Bool(tokens(&l, d.as_deref().unwrap_or(DEFAULT_DELIMS)).any(|t| eq(t, item)))
-}
-
-/// `stringListMember(s, list [, delims])`: whether `s` is an item of the
-/// comma- or space-separated `list`, case-sensitively.
-pub fn string_list_member(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
-    list_member(ev, sc, args, |a, b| a == b)
-}
-
-/// `stringListIMember(s, list [, delims])`: like `stringListMember`, ignoring case.
-pub fn string_list_imember(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
-    list_member(ev, sc, args, |a, b| a.eq_ignore_ascii_case(b))
-}
-
-/// `stringListsIntersect(a, b [, delims])`: whether the lists share an item.
-pub fn string_lists_intersect(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
-    if !(2..=3).contains(&args.len()) {
-        return Value::Error;
-    }
-    let a = ev.eval(&args[0], sc);
-    let (b, d) = match list_arg(ev, sc, &args[1], args.get(2)) {
-        Ok(x) => x,
-        Err(v) => return v,
-    };
-    let a = match &a {
-        Value::Str(s) => s,
-        Value::Undefined => return Value::Undefined,
-        _ => return Value::Error,
-    };
-    let d = d.as_deref().unwrap_or(DEFAULT_DELIMS);
-    Value::Bool(tokens(a, d).any(|x| tokens(&b, d).any(|y| x == y)))
-}
-
-/// `stringListSize(list [, delims])`: the number of items.
-pub fn string_list_size(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
-    if !(1..=2).contains(&args.len()) {
-        return Value::Error;
-    }
-    match list_arg(ev, sc, &args[0], args.get(1)) {
-        Ok((l, d)) => Value::Int(tokens(&l, d.as_deref().unwrap_or(DEFAULT_DELIMS)).count() as i64),
-        Err(v) => v,
-    }
-}
-
-/// What to compute over the numbers of a string list.
-#[derive(Clone, Copy, PartialEq)]
-enum Summary {
-    Sum,
-    Avg,
-    Min,
-    Max,
-}
-
-/// Parses a string list item as a number: an integer when it is written as
-/// one, otherwise a real; `None` when it is not entirely a number.
-fn item_number(t: &str) -> Option<Value> {
-    if let Ok(i) = t.parse::<i64>() {
-        return Some(Value::Int(i));
-    }
-    match parse_real_prefix(t) {
-        Some((r, n)) if n == t.len() => Some(Value::Real(r)),
-        _ => None,
-    }
-}
-
-/// Shared body of `stringListSum`, `stringListAvg`, `stringListMin` and
-/// `stringListMax`: integers while every item is one, reals otherwise.
-fn summarize(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr], what: Summary) -> Value {
-    if !(1..=2).contains(&args.len()) {
-        return Value::Error;
-    }
-    let (l, d) = match list_arg(ev, sc, &args[0], args.get(1)) {
-        Ok(x) => x,
-        Err(v) => return v,
-    };
-    let mut all_int = true;
-    let (mut isum, mut rsum) = (0i64, 0.0f64);
-    let mut best: Option<f64> = None;
-    let mut count = 0usize;
-    for t in tokens(&l, d.as_deref().unwrap_or(DEFAULT_DELIMS)) {
-        let x = match item_number(t) {
-            Some(Value::Int(i)) => {
-                isum = isum.wrapping_add(i);
-                i as f64
-            }
-            Some(Value::Real(r)) => {
-                all_int = false;
-                r
-            }
-            _ => return Value::Error,
-        };
-        rsum += x;
-        count += 1;
-        best = Some(match (best, what) {
-            (None, _) => x,
-            (Some(b), Summary::Min) => b.min(x),
-            (Some(b), _) => b.max(x),
-        });
-    }
-    match what {
-        Summary::Sum if all_int => Value::Int(isum),
-        Summary::Sum => Value::Real(rsum),
-        Summary::Avg if count == 0 => Value::Real(0.0),
-        Summary::Avg => Value::Real(rsum / count as f64),
-        Summary::Min | Summary::Max => match best {
-            None => Value::Undefined,
-            Some(b) if all_int => Value::Int(b as i64),
-            Some(b) => Value::Real(b),
-        },
-    }
-}
-
-/// `stringListSum(list [, delims])`.
-pub fn string_list_sum(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
-    summarize(ev, sc, args, Summary::Sum)
-}
-
-/// `stringListAvg(list [, delims])`.
-pub fn string_list_avg(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
-    summarize(ev, sc, args, Summary::Avg)
-}
-
-/// `stringListMin(list [, delims])`.
-pub fn string_list_min(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
-    summarize(ev, sc, args, Summary::Min)
-}
-
-/// `stringListMax(list [, delims])`.
-pub fn string_list_max(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
-    summarize(ev, sc, args, Summary::Max)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -603,13 +384,5 @@ mod tests {
         assert_eq!(version_order("1.0", "1.0"), Ordering::Equal);
         assert_eq!(version_order("1.0", "1.0.1"), Ordering::Less);
         assert_eq!(version_order("a", "b"), Ordering::Less);
-    }
-
-    #[test]
-    fn tokens_drop_empty_items() {
-        let t: Vec<_> = tokens("a, b,,c ", DEFAULT_DELIMS).collect();
-        assert_eq!(t, ["a", "b", "c"]);
-        let t: Vec<_> = tokens("a: b", ":").collect();
-        assert_eq!(t, ["a", "b"]);
     }
 }

@@ -170,7 +170,11 @@ fn parse_hex(b: &[u8]) -> Option<(f64, usize)> {
         std::str::from_utf8(&b[i + 1..end])
             .ok()
             .and_then(|e| e.parse::<i32>().ok())
-            .unwrap_or(if b[i + 1] == b'-' { i32::MIN / 2 } else { i32::MAX / 2 })
+            .unwrap_or(if b[i + 1] == b'-' {
+                i32::MIN / 2
+            } else {
+                i32::MAX / 2
+            })
     } else {
         0
     };
@@ -192,7 +196,9 @@ pub fn to_int(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
         Value::Int(i) => Value::Int(i),
         Value::Real(r) => Value::Int(real_to_int(r)),
         Value::Bool(b) => Value::Int(i64::from(b)),
-        Value::Str(s) => parse_real_prefix(&s).map_or(Value::Error, |(r, _)| Value::Int(real_to_int(r))),
+        Value::Str(s) => {
+            parse_real_prefix(&s).map_or(Value::Error, |(r, _)| Value::Int(real_to_int(r)))
+        }
         _ => Value::Error,
     }
 }
