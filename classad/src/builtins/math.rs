@@ -157,27 +157,39 @@ pub fn quantize(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
 }
 
 /// `interval(seconds)`: a duration as `[days+]hh:mm:ss`, dropping leading
-/// zero fields (`interval(61)` is `"1:01"`).
+/// zero fields (`interval(61)` is `"1:01"`), a minus sign in front of a
+/// negative one. Reals are truncated, booleans are 0 and 1, a string gives
+/// the number at its start; anything else (UNDEFINED too) is ERROR. Like
+/// HTCondor, the seconds are a 32-bit C `int`: larger counts wrap around
+/// (`interval(2147483648)` is `"-24855+03:14:08"`).
 pub fn interval(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
     let Some([v]) = eval_n::<1>(ev, sc, args) else {
         return Value::Error;
     };
     let secs = match v {
-        Value::Undefined => return Value::Undefined,
         Value::Int(i) => i,
+        Value::Bool(b) => i64::from(b),
         Value::Real(r) => real_to_int(r),
+        Value::Str(s) => match parse_real_prefix(&s) {
+            Some((r, _)) => real_to_int(r),
+            None => return Value::Error,
+        },
         _ => return Value::Error,
     };
+    // Truncation to 32 bits is the point here, as in HTCondor's C code.
+    let secs = i64::from(secs as i32);
+    let sign = if secs < 0 { "-" } else { "" };
+    let secs = secs.abs();
     let (days, rest) = (secs / 86_400, secs % 86_400);
     let (hours, minutes, seconds) = (rest / 3600, rest % 3600 / 60, rest % 60);
     let text = if days != 0 {
-        format!("{days}+{hours:02}:{minutes:02}:{seconds:02}")
+        format!("{sign}{days}+{hours:02}:{minutes:02}:{seconds:02}")
     } else if hours != 0 {
-        format!("{hours}:{minutes:02}:{seconds:02}")
+        format!("{sign}{hours}:{minutes:02}:{seconds:02}")
     } else if minutes != 0 {
-        format!("{minutes}:{seconds:02}")
+        format!("{sign}{minutes}:{seconds:02}")
     } else {
-        format!("{seconds}")
+        format!("{sign}{seconds}")
     };
     Value::str(text)
 }

@@ -262,65 +262,100 @@ pub fn split_slot_name(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Val
     }
 }
 
-/// Compares version strings the way `strverscmp` does in spirit: runs of
-/// digits compare as numbers, everything else byte by byte. Of two equal
-/// numbers, the one written with more leading zeros sorts first.
-pub(crate) fn version_order(a: &str, b: &str) -> Ordering {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
+/// Splits a run of digits into its leading zeros and the rest, keeping at
+/// least one digit in the rest (`"00"` is one zero and `"0"`).
+fn split_zeros(run: &[u8]) -> (usize, &[u8]) {
+    let z = run
+        .iter()
+        .take_while(|&&c| c == b'0')
+        .count()
+        .min(run.len() - 1);
+    (z, &run[z..])
+}
+
+/// Compares version strings as HTCondor's `versioncmp` does (found by
+/// asking its library, `tests/oracle/gen_wide.py`): text byte by byte, but
+/// a run of digits against a run of digits as a number. Between two runs,
+/// more leading zeros sort first (the value is the difference of their
+/// counts), then the longer number is larger (the difference of their
+/// lengths), then the first differing digit decides (the difference of the
+/// bytes); a run with leading zeros is a fraction, its digits compared as
+/// text (`"01"` against `"010"` is -48). Elsewhere the value is the difference of the first differing
+/// bytes, the end of a string counting as 0: `"1.2"` against `"1.10"` is
+/// -1, `"a"` against `""` is 97, `"01"` against `"9"` is -1.
+pub(crate) fn strverscmp(a: &[u8], b: &[u8]) -> i64 {
     let (mut i, mut j) = (0, 0);
-    while i < a.len() && j < b.len() {
-        if a[i].is_ascii_digit() && b[j].is_ascii_digit() {
-            let ea = i + a[i..].iter().take_while(|c| c.is_ascii_digit()).count();
-            let eb = j + b[j..].iter().take_while(|c| c.is_ascii_digit()).count();
-            let (da, db) = (&a[i..ea], &b[j..eb]);
-            let (ta, tb) = (trim_zeros(da), trim_zeros(db));
-            let o = ta
-                .len()
-                .cmp(&tb.len())
-                .then_with(|| ta.cmp(tb))
-                .then_with(|| db.len().cmp(&da.len()));
-            if o != Ordering::Equal {
-                return o;
+    loop {
+        let (ca, cb) = (a.get(i).copied(), b.get(j).copied());
+        if let (Some(x), Some(y)) = (ca, cb)
+            && x.is_ascii_digit()
+            && y.is_ascii_digit()
+        {
+            let ra = &a[i..i + a[i..].iter().take_while(|c| c.is_ascii_digit()).count()];
+            let rb = &b[j..j + b[j..].iter().take_while(|c| c.is_ascii_digit()).count()];
+            let ((za, sa), (zb, sb)) = (split_zeros(ra), split_zeros(rb));
+            if za != zb {
+                return zb as i64 - za as i64;
             }
-            i = ea;
-            j = eb;
-        } else {
-            if a[i] != b[j] {
-                return a[i].cmp(&b[j]);
+            if za > 0 {
+                // Leading zeros make a fraction: its digits compare as
+                // text, and where one run ends the bytes after it decide.
+                let k = sa.iter().zip(sb).take_while(|(x, y)| x == y).count();
+                if k < sa.len().min(sb.len()) {
+                    return i64::from(sa[k]) - i64::from(sb[k]);
+                }
+                i += za + k;
+                j += zb + k;
+                continue;
             }
-            i += 1;
-            j += 1;
+            if sa.len() != sb.len() {
+                return sa.len() as i64 - sb.len() as i64;
+            }
+            if let Some((x, y)) = sa.iter().zip(sb).find(|(x, y)| x != y) {
+                return i64::from(*x) - i64::from(*y);
+            }
+            i += ra.len();
+            j += rb.len();
+            continue;
         }
+        let (x, y) = (ca.unwrap_or(0), cb.unwrap_or(0));
+        if x != y || x == 0 {
+            return i64::from(x) - i64::from(y);
+        }
+        i += 1;
+        j += 1;
     }
-    (a.len() - i).cmp(&(b.len() - j))
 }
 
-fn trim_zeros(d: &[u8]) -> &[u8] {
-    let z = d.iter().take_while(|&&c| c == b'0').count();
-    &d[z..]
+/// The ordering of two version strings, by the sign of [`strverscmp`].
+pub(crate) fn version_order(a: &str, b: &str) -> Ordering {
+    strverscmp(a.as_bytes(), b.as_bytes()).cmp(&0)
 }
 
-/// Evaluates `N` version arguments as texts; `Err` is the value to return.
+/// Evaluates `N` version arguments as texts; `Err` is the value to return:
+/// UNDEFINED if any is (before ERROR, as HTCondor answers), else ERROR if
+/// any is. Anything else is its text, lists and ads unparsed.
 fn version_args<const N: usize>(
     ev: &mut Evaluator<'_>,
     sc: &Scope,
     args: &[Expr],
 ) -> Result<[String; N], Value> {
     let vals = eval_n::<N>(ev, sc, args).ok_or(Value::Error)?;
-    if let Some(v) = absorb(&vals) {
-        return Err(v);
+    if vals.iter().any(Value::is_undefined) {
+        return Err(Value::Undefined);
     }
     let mut out: [String; N] = std::array::from_fn(|_| String::new());
     for (o, v) in out.iter_mut().zip(vals.iter()) {
-        *o = scalar_text(v).ok_or(Value::Error)?.into_owned();
+        *o = to_display_string(v).ok_or(Value::Error)?;
     }
     Ok(out)
 }
 
-/// `versioncmp(a, b)`: -1, 0 or 1 comparing version strings (`"1.2" < "1.10"`).
+/// `versioncmp(a, b)`: below, at or above zero as version `a` sorts before,
+/// with or after `b` (`"1.2" < "1.10"`); see [`strverscmp`] for the value.
 pub fn versioncmp(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
     match version_args::<2>(ev, sc, args) {
-        Ok([a, b]) => sign(version_order(&a, &b)),
+        Ok([a, b]) => Value::Int(strverscmp(a.as_bytes(), b.as_bytes())),
         Err(v) => v,
     }
 }
@@ -363,13 +398,22 @@ pub fn version_eq(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
     version_test(ev, sc, args, Ordering::is_eq)
 }
 
-/// `version_in_range(v, low, high)`: `low <= v <= high` as versions.
+/// `version_in_range(v, low, high)`: `low <= v <= high` as versions. A
+/// missing bound makes it UNDEFINED; after that, a missing or ERROR value
+/// anywhere is ERROR (HTCondor: `version_in_range(undefined, 0, 9)` is ERROR).
 pub fn version_in_range(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
-    match version_args::<3>(ev, sc, args) {
-        Ok([v, lo, hi]) => {
+    let Some(vals) = eval_n::<3>(ev, sc, args) else {
+        return Value::Error;
+    };
+    if vals[1..].iter().any(Value::is_undefined) {
+        return Value::Undefined;
+    }
+    let text = |v: &Value| to_display_string(v);
+    match (text(&vals[0]), text(&vals[1]), text(&vals[2])) {
+        (Some(v), Some(lo), Some(hi)) => {
             Value::Bool(version_order(&lo, &v).is_le() && version_order(&v, &hi).is_le())
         }
-        Err(v) => v,
+        _ => Value::Error,
     }
 }
 
@@ -384,5 +428,23 @@ mod tests {
         assert_eq!(version_order("1.0", "1.0"), Ordering::Equal);
         assert_eq!(version_order("1.0", "1.0.1"), Ordering::Less);
         assert_eq!(version_order("a", "b"), Ordering::Less);
+        // As HTCondor 25.14.1 answers.
+        for (a, b, want) in [
+            ("1.2", "1.10", -1),
+            ("a", "", 97),
+            ("-3", "0", -3),
+            ("2.5", "7", -5),
+            ("0.0", "0", 46),
+            ("001", "0", -2),
+            ("01", "9", -1),
+            ("1.02", "1.2", -1),
+            ("1.2", "1.00", 1),
+            ("1.02", "1024", -3),
+            ("1024", "1", 3),
+            ("01", "010", -48),
+            ("010", "09", -8),
+        ] {
+            assert_eq!(strverscmp(a.as_bytes(), b.as_bytes()), want, "{a} vs {b}");
+        }
     }
 }
