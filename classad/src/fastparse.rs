@@ -56,6 +56,12 @@ pub(crate) fn old_line(line: &str) -> Option<OldLine<'_>> {
     }
     let name = Name::new(name);
     let source = &line[p.pos..];
+    // Most lines of a machine ad bind a lone literal: read it without the
+    // climb through expr, chain, unit and postfixed, and without looking
+    // for a shared tree (literals are never shared).
+    if let Some(e) = p.lone_literal() {
+        return Some(OldLine::Parsed(name, e, source));
+    }
     if let Some(e) = crate::record::recent_by_source(name.sym, source) {
         return Some(OldLine::Shared(name, e));
     }
@@ -155,6 +161,35 @@ impl<'a> Fast<'a> {
         self.peek().is_none()
     }
 
+    /// A number, string, `true` or `false` that is all the rest of the
+    /// text, as [`Fast::expr`] would build it (the same [`Fast::primary`]
+    /// reads it, and a lone primary climbs out of `expr` unwrapped); `None`,
+    /// with the cursor back where it was, for anything else.
+    fn lone_literal(&mut self) -> Option<Expr> {
+        let save = self.pos;
+        let e = match self.peek()? {
+            b'0'..=b'9' | b'"' => self.primary().map(|(e, _)| e),
+            b't' | b'T' | b'f' | b'F' => {
+                let word = self.ident();
+                if word.eq_ignore_ascii_case("true") {
+                    Some(Expr::Literal(Value::Bool(true)))
+                } else if word.eq_ignore_ascii_case("false") {
+                    Some(Expr::Literal(Value::Bool(false)))
+                } else {
+                    None
+                }
+            }
+            _ => None,
+        };
+        match e {
+            Some(e) if self.at_end() => Some(e),
+            _ => {
+                self.pos = save;
+                None
+            }
+        }
+    }
+
     fn expr(&mut self) -> Built {
         if self.nesting >= FAST_MAX_NESTING {
             return None;
@@ -188,6 +223,12 @@ impl<'a> Fast<'a> {
     fn infix(&mut self) -> Option<(BinaryOp, usize)> {
         self.ws();
         let rest = &self.s[self.pos..];
+        // The end of the text, after most values: nothing to try.
+        let &first = rest.first()?;
+        if first.is_ascii_alphanumeric() && !matches!(first | 0x20, b'i') {
+            // Only `is` and `isnt` start with a letter; no operator with a digit.
+            return None;
+        }
         const SYMBOLIC: &[&str] = &[
             "=?=", "=!=", ">>>", ">>", "<<", "<=", ">=", "==", "!=", "&&", "||", "<", ">", "&",
             "|", "^", "+", "-", "*", "/", "%",
