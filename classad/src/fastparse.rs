@@ -42,7 +42,10 @@ pub(crate) fn classad(text: &str) -> Option<ClassAd> {
 
 /// One line of an old-syntax ad. `Some(None)` for a blank or `#` comment
 /// line, `Some(Some(..))` for `Name = expr`, `None` to defer to the slow path.
-pub(crate) fn old_line(line: &str) -> Option<OldLine<'_>> {
+/// `hint` is the name the same line of the previous ad bound: ads written by
+/// one daemon list their attributes in the same order, and comparing the
+/// spelling with it costs less than looking the name up.
+pub(crate) fn old_line<'a>(line: &'a str, hint: Option<&Name>) -> Option<OldLine<'a>> {
     let mut p = Fast::new(line);
     match p.peek() {
         None => return Some(OldLine::Blank),
@@ -54,7 +57,10 @@ pub(crate) fn old_line(line: &str) -> Option<OldLine<'_>> {
     if !p.eat(b'=') || p.s.get(p.pos) == Some(&b'=') {
         return None;
     }
-    let name = Name::new(name);
+    let name = match hint {
+        Some(h) if h.text == name => *h,
+        _ => Name::new(name),
+    };
     let source = &line[p.pos..];
     // Most lines of a machine ad bind a lone literal: read it without the
     // climb through expr, chain, unit and postfixed, and without looking
