@@ -137,15 +137,6 @@ impl<'a> Fast<'a> {
         match self.s.get(self.pos) {
             Some(&b) if b > b' ' && b != b'/' => {}
             None => {}
-            // One space before a token (`Name = value`): no call.
-            Some(b' ')
-                if self
-                    .s
-                    .get(self.pos + 1)
-                    .is_some_and(|&c| c > b' ' && c != b'/') =>
-            {
-                self.pos += 1
-            }
             _ => self.ws_slow(),
         }
     }
