@@ -190,12 +190,19 @@ fn quantified(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr], all: bool) -> V
         Value::Undefined => return Value::Undefined,
         _ => return Value::Error,
     };
-    let holds = |e: &Value| ops::apply(op, e, &x).is_true();
-    Value::Bool(if all {
-        items.iter().all(holds)
-    } else {
-        items.iter().any(holds)
-    })
+    // In order, stopping at the first element that settles the answer; a
+    // comparison that is ERROR before that makes the answer ERROR (HTCondor:
+    // anyCompare("<", {1, "a"}, 2) is true, anyCompare("<", {3, "a"}, 2) ERROR).
+    for e in items.iter() {
+        let r = ops::apply(op, e, &x);
+        if r.is_error() {
+            return Value::Error;
+        }
+        if r.is_true() != all {
+            return Value::Bool(!all);
+        }
+    }
+    Value::Bool(all)
 }
 
 /// `anyCompare(op, list, x)`: whether `e op x` is true for some element `e`.

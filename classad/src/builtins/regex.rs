@@ -115,6 +115,12 @@ fn replace_matches(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr], all: bool)
     let mut last = 0;
     for caps in re.captures_iter(target) {
         let m = caps.get(0).expect("capture group 0 is the whole match");
+        if all && m.is_empty() && m.end() == target.len() {
+            // HTCondor's replaceAll fails on an empty match at the end of
+            // the target (`replaceAll("x*", "abc", "X")`, `replaceAll("$",
+            // ...)`); one elsewhere (`^`, a lookahead) is replaced.
+            return Value::Error;
+        }
         out.push_str(&target[last..m.start()]);
         expand(&caps, template, &mut out);
         last = m.end();
