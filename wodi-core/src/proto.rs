@@ -185,6 +185,11 @@ pub struct Policies {
     pub release_idle: bool,
     /// What getting a host back costs (CARMI's grant and a worker's start), ms.
     pub reacquire_ms: u64,
+    /// What one grant costs the pool, as host time the run would rather
+    /// leave idle, ms: an idle host is given back only when the tail lasts
+    /// longer than `reacquire_ms + grant_cost_ms` (see
+    /// `wodi::sched::SchedConfig::grant_cost`).
+    pub grant_cost_ms: u64,
     /// Give back a suspended host when its grace ends (its step is re-sent).
     pub release_suspended: bool,
     /// Copy a straggling step to an idle host that would finish it clearly
@@ -212,6 +217,7 @@ impl Default for Policies {
         Policies {
             release_idle: false,
             reacquire_ms: 10_000,
+            grant_cost_ms: 0,
             release_suspended: false,
             stragglers: false,
             fast_abort: None,
@@ -247,6 +253,7 @@ impl Policies {
     pub fn apply(&self, cfg: &mut crate::sched::SchedConfig) {
         cfg.release_idle = self.release_idle;
         cfg.reacquire = std::time::Duration::from_millis(self.reacquire_ms);
+        cfg.grant_cost = std::time::Duration::from_millis(self.grant_cost_ms);
         cfg.release_suspended = self.release_suspended;
         cfg.stragglers = self.stragglers;
         cfg.fast_abort = self.fast_abort.filter(|f| f.is_finite() && *f > 1.0);

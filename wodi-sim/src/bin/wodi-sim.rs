@@ -68,6 +68,12 @@ struct Cli {
     /// Give back hosts left idle in a cycle's tail and ask again at the next cycle.
     #[arg(long, default_value_t = true, action = ArgAction::Set)]
     release_idle: bool,
+    /// With --release-idle: what one grant costs the pool, seconds of host
+    /// time the run would rather leave idle; a host is given back only when
+    /// the tail outlasts getting it back (worker start and the pool's round
+    /// trips) plus this.
+    #[arg(long, default_value_t = 0.0)]
+    grant_cost: f64,
     /// Give back a suspended host when its grace (--suspend-timeout) ends.
     #[arg(long, default_value_t = true, action = ArgAction::Set)]
     release_suspended: bool,
@@ -179,6 +185,7 @@ fn run_config(cli: &Cli, owners: &OwnerModel, speeds: &[f64], r: u32) -> SimConf
             suspend_timeout: std::time::Duration::from_secs_f64(cli.suspend_timeout),
             release_idle: cli.release_idle,
             reacquire: std::time::Duration::from_secs_f64(cli.worker_startup + 4.0 * cli.latency),
+            grant_cost: std::time::Duration::from_secs_f64(cli.grant_cost.clamp(0.0, 1e9)),
             release_suspended: cli.release_suspended,
             stragglers: cli.stragglers,
             fast_abort: (cli.fast_abort > 0.0).then_some(cli.fast_abort),
@@ -223,7 +230,7 @@ fn main() -> ExitCode {
                 "steps": cli.steps, "cycles": cli.cycles, "hosts": cli.hosts, "speeds": cli.speeds,
                 "owners": cli.owners, "seed": cli.seed, "ordering": cli.ordering,
                 "fewest_hosts": cli.fewest_hosts, "hysteresis": cli.hysteresis, "runs": cli.runs,
-                "release_idle": cli.release_idle, "release_suspended": cli.release_suspended,
+                "release_idle": cli.release_idle, "grant_cost": cli.grant_cost, "release_suspended": cli.release_suspended,
                 "stragglers": cli.stragglers, "fast_abort": cli.fast_abort,
                 "latency": cli.latency, "worker_startup": cli.worker_startup,
                 "slow_factor": cli.slow_factor, "slow_every": cli.slow_every,
@@ -235,6 +242,8 @@ fn main() -> ExitCode {
             "useful_cpu_time_s": field(|r| r.useful_cpu_time_s),
             "efficiency": field(|r| r.efficiency),
             "adds": field(|r| f64::from(r.adds)),
+            // Hosts the pool granted the run: what the run cost the pool.
+            "grants": field(|r| f64::from(r.adds)),
             "losses": field(|r| f64::from(r.losses)),
             "mean_hosts": field(|r| r.mean_hosts),
             "lower_bound_s": field(|r| r.lower_bound_s),
