@@ -16,7 +16,8 @@ pub enum Preset {
     /// cycle within 40% of its longest step (packed, so few hosts idle in
     /// the tail), keep an idle host through a tail shorter than getting one
     /// back plus a grant's cost (five minutes of host time), give back a
-    /// suspended host after 30 s, straggler copies on idle hosts.
+    /// suspended host after 30 s, straggler copies on idle hosts: what a
+    /// master asks for with `wodi::proto::Policies::keep_hosts()`.
     Keep,
     /// Session 8's defaults: every host idle in a tail longer than getting
     /// it back goes back (about ten grants per cycle), suspended hosts after
@@ -45,7 +46,7 @@ impl Preset {
                 s.release_suspended = true;
                 s.suspend_timeout = Duration::from_secs(30);
                 s.stragglers = true;
-                s.fast_abort = Some(3.0);
+                s.fast_abort = None;
                 cfg.fewest_hosts = Some(KEEP_TOLERANCE);
                 cfg.hysteresis = 5;
             }

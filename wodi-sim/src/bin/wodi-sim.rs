@@ -6,8 +6,8 @@
 //!
 //! ```text
 //! wodi-sim --steps 31 --cycles 35 --hosts 20 --owners stochastic --seed 1 --runs 61
-//! wodi-sim --hosts 24 --owners none --ordering none      # the paper's sequential order
-//! wodi-sim --hosts 24 --owners none --fewest-hosts 0.05  # ask for the fewest hosts
+//! wodi-sim --hosts 24 --owners none --policies paper --ordering none  # the paper's sequential order
+//! wodi-sim --hosts 24 --owners none --policies paper --fewest-hosts 0.05  # the fewest hosts
 //! wodi-sim --hosts 24 --runs 61 --json                  # the cost-aware rule (default)
 //! wodi-sim --hosts 24 --runs 61 --policies churn        # every idle host given back
 //! wodi-sim --hosts 24 --runs 61 --policies paper        # no policies
