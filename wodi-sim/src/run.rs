@@ -285,6 +285,7 @@ impl<'a> Wodi<'a> {
             policies: Policies {
                 release_idle: s.release_idle,
                 reacquire_ms: s.reacquire.as_millis() as u64,
+                grant_cost_ms: s.grant_cost.as_millis() as u64,
                 release_suspended: s.release_suspended,
                 stragglers: s.stragglers,
                 fast_abort: s.fast_abort,
