@@ -1,0 +1,193 @@
+//! WoDi across real network boundaries (issue 22, partitions): every
+//! daemon on a host of its own (network namespaces on a bridge, through
+//! `carmi_tests::NetPool`), links cut with `ip link set down`. The master and
+//! its WoDi server run in the test's namespace and reach the hosts through
+//! the bridge, so a cut host loses them as it loses the global RM.
+//!
+//! Needs root and `ip`; elsewhere each test prints its SKIP line (and
+//! fails under `CARMI_CI_REQUIRE_SERVICES=1`, as in CI, which runs as root).
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use carmi_tests::{NetPool, PoolOptions, netns};
+use common::{config, test_worker};
+use wodi::StepId;
+use wodi::master::{Master, StepOutcome};
+use wodi::proto::ClassSpec;
+use wodi::stats::RunOutcome;
+
+/// Heartbeat period of these pools: a machine is lost after
+/// `HEARTBEAT_MS * MISSED` of silence.
+const HEARTBEAT_MS: u64 = 250;
+/// Missed heartbeats before a machine is lost.
+const MISSED: u32 = 4;
+/// The loss window: what the global RM waits before declaring a host lost.
+const LOSS: Duration = Duration::from_millis(HEARTBEAT_MS * MISSED as u64);
+/// Slack on top of the loss window for a loaded 2-core CI machine (the
+/// application hears of the loss, the step goes to another worker).
+const SLACK: Duration = Duration::from_secs(10);
+
+fn options() -> PoolOptions {
+    PoolOptions {
+        heartbeat_ms: HEARTBEAT_MS,
+        missed_heartbeats: MISSED,
+        ..PoolOptions::default()
+    }
+}
+
+/// The tests take turns: two pools of namespaces at once would each make
+/// the other's daemons miss heartbeats on a loaded machine.
+async fn turn() -> tokio::sync::MutexGuard<'static, ()> {
+    static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    SERIAL.lock().await
+}
+
+/// The pid files the test worker wrote (`pid DIR MS` steps): (pid, step).
+fn pid_files(dir: &Path) -> BTreeSet<(u32, u64)> {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().to_string();
+            let (pid, step) = name.split_once('-')?;
+            Some((pid.parse().ok()?, step.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Waits up to `limit` for a pid file not in `known`.
+async fn new_pid_file(dir: &Path, known: &BTreeSet<(u32, u64)>, limit: Duration) -> (u32, u64) {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(&found) = pid_files(dir).difference(known).next() {
+            return found;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no new step started within {limit:?} (had {known:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie is gone for this purpose: it runs nothing and holds no socket.
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|rest| !rest.trim_start().starts_with('Z'))
+    })
+}
+
+/// The host (index in the net) whose namespace runs `pid`.
+fn host_of(pool: &NetPool, pid: u32) -> usize {
+    (0..pool.net.hosts.len())
+        .find(|&i| pool.net.pids(i).contains(&pid))
+        .unwrap_or_else(|| panic!("process {pid} runs on no host of the pool"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_cut_off_mid_step_has_its_step_resent_and_its_late_result_never_delivered() {
+    let test = "a_host_cut_off_mid_step_has_its_step_resent_and_its_late_result_never_delivered";
+    if !netns::ready(test) {
+        return;
+    }
+    let _turn = turn().await;
+    // m1 serves the master (no worker runs there: cutting it would cut the
+    // application off); m2..m4 are the workers' candidates.
+    let pool = NetPool::start("part-cut", 1, 4, &options());
+    pool.wait_registered(Duration::from_secs(60));
+    let pids = pool.dir.join("pids");
+    std::fs::create_dir_all(&pids).unwrap();
+    let mut cfg = config(
+        &pool.locals[0].app_addr,
+        &pool.secret_path,
+        test_worker(),
+        2,
+    );
+    cfg.classes = vec![ClassSpec::new("workers", "Name != \"m1\"", 2)];
+    let mut master = Master::init(cfg, &"i".to_string()).await.expect("init");
+    let step_ms = 3000;
+    master
+        .send_work(StepId(0), &format!("pid {} {step_ms}", pids.display()))
+        .unwrap();
+    let (victim, _) = new_pid_file(&pids, &BTreeSet::new(), Duration::from_secs(60)).await;
+    let started = Instant::now();
+    let host = host_of(&pool, victim);
+    assert_ne!(host, 1, "a worker ran on the master's machine");
+    pool.cut(host);
+    let cut = Instant::now();
+
+    // Told within the loss window: the step starts again on another host.
+    let known = pid_files(&pids);
+    let (copy, _) = new_pid_file(&pids, &known, LOSS + SLACK).await;
+    let told = cut.elapsed();
+    assert_ne!(
+        host_of(&pool, copy),
+        host,
+        "the step was re-sent to the cut host"
+    );
+    assert!(
+        alive(victim),
+        "the cut host's worker must still run (it cannot be told)"
+    );
+
+    // The old copy finishes while cut off: its result waits in its socket,
+    // and arrives when the link comes back, before the new copy is done.
+    let finished = started + Duration::from_millis(step_ms + 200);
+    tokio::time::sleep_until(finished.into()).await;
+    pool.restore(host);
+    let restored = Instant::now();
+
+    let first = tokio::time::timeout(Duration::from_secs(60), master.recv_result::<String>())
+        .await
+        .expect("step 0's outcome within 60 s")
+        .expect("the run goes on");
+    let data = format!("pid {} {step_ms}", pids.display());
+    assert!(
+        matches!(&first, StepOutcome::Done(StepId(0), r) if r.ends_with(&data)),
+        "{first:?}"
+    );
+
+    // The old process is killed once its host is back...
+    pool.wait_registered(Duration::from_secs(60));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while alive(victim) {
+        assert!(
+            Instant::now() < deadline,
+            "the cut host's old worker {victim} still runs 30 s after its link came back\n{}",
+            pool.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // ...and its result, back in flight, is never delivered.
+    let late = tokio::time::timeout(Duration::from_secs(3), master.recv_result::<String>()).await;
+    assert!(late.is_err(), "a second outcome arrived: {late:?}");
+    let stats = master.complete().await.expect("complete");
+    assert_eq!(stats.steps_delivered, 1);
+    let copies: Vec<RunOutcome> = stats
+        .steps
+        .iter()
+        .filter(|s| s.step == StepId(0))
+        .map(|s| s.outcome)
+        .collect();
+    // The cut host's copy (assigned first) is lost, the re-sent one delivered.
+    assert_eq!(
+        copies,
+        vec![RunOutcome::Lost, RunOutcome::Delivered],
+        "step 0's copies in the order they were sent"
+    );
+    assert!(stats.hosts_lost >= 1);
+    eprintln!(
+        "{test}: told (step re-sent) {:.2} s after the cut (loss window {:.2} s); \
+         old worker gone {:.2} s after the link came back",
+        told.as_secs_f64(),
+        LOSS.as_secs_f64(),
+        restored.elapsed().as_secs_f64()
+    );
+}
