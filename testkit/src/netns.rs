@@ -172,7 +172,9 @@ pub fn sweep() {
         }
     }
     for k in 1..=MAX_NETS {
-        if !claimed.contains(&k) && !namespaces_of(k).is_empty() {
+        // Checked again now: a net claimed since the listing above is live.
+        let unclaimed = !claimed.contains(&k) && !registry().join(k.to_string()).exists();
+        if unclaimed && !namespaces_of(k).is_empty() {
             teardown(k);
         }
     }
