@@ -171,10 +171,24 @@ pub fn sweep() {
             }
         }
     }
-    for k in 1..=MAX_NETS {
+    // Numbers of every namespace named `cn{K}h{I}`, from one listing.
+    let mut seen: Vec<u8> = ip(&["netns", "list"])
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (k, i) = l
+                .split_whitespace()
+                .next()?
+                .strip_prefix("cn")?
+                .split_once('h')?;
+            i.parse::<u16>().ok()?;
+            k.parse().ok()
+        })
+        .collect();
+    seen.dedup();
+    for k in seen {
         // Checked again now: a net claimed since the listing above is live.
-        let unclaimed = !claimed.contains(&k) && !registry().join(k.to_string()).exists();
-        if unclaimed && !namespaces_of(k).is_empty() {
+        if !claimed.contains(&k) && !registry().join(k.to_string()).exists() {
             teardown(k);
         }
     }
