@@ -39,13 +39,13 @@ fn a_net_is_removed_with_its_processes_when_a_test_panics() {
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let net = Net::create(2);
         let child = net.command(1, "sleep").arg("600").spawn().unwrap();
-        seen = Some((net.k, net.hosts.clone(), net.bridge(), child.id()));
-        // The hosts reach each other and the bridge; a cut host does not.
         assert!(net.pids(1).contains(&child.id()));
+        seen = Some((net.k, net.hosts.clone(), net.bridge(), child));
         panic!("the test fails here");
     }));
     assert!(result.is_err());
-    let (k, hosts, bridge, pid) = seen.unwrap();
+    let (k, hosts, bridge, mut child) = seen.unwrap();
+    let pid = child.id();
     for h in &hosts {
         assert!(!namespace_exists(&h.ns), "namespace {} left", h.ns);
     }
@@ -53,6 +53,7 @@ fn a_net_is_removed_with_its_processes_when_a_test_panics() {
     let claim = netns::registry().join(k.to_string());
     assert!(!claim.exists(), "{} left", claim.display());
     assert!(gone(pid), "process {pid} in a namespace outlived its net");
+    child.wait().unwrap();
 }
 
 #[test]
