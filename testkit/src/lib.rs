@@ -28,7 +28,7 @@ mod netpool;
 pub use browser::Browser;
 pub use fake_global::{FAKE_SECRET, FAKE_WAIT, FakeGlobal, GlobalConn};
 pub use inbox::{Inbox, InboxError};
-pub use netpool::{NetLocal, NetPool, open_fds, rss_kib};
+pub use netpool::{GLOBAL_HOST, NetLocal, NetPool, open_fds, rss_kib};
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use carmi_tests::{NetPool, PoolOptions, netns};
+use carmi_tests::{GLOBAL_HOST, NetPool, PoolOptions, netns};
 use common::{config, test_worker};
 use wodi::StepId;
 use wodi::master::{Master, StepOutcome};
@@ -190,4 +190,122 @@ async fn a_host_cut_off_mid_step_has_its_step_resent_and_its_late_result_never_d
         LOSS.as_secs_f64(),
         restored.elapsed().as_secs_f64()
     );
+}
+
+/// Sends `n` steps from `*next` on, each recording its worker's pid and
+/// taking `ms`, and takes their `n` outcomes; counts each step's deliveries
+/// in `seen`.
+async fn batch(
+    master: &mut Master,
+    pids: &Path,
+    next: &mut u64,
+    n: u64,
+    ms: u64,
+    seen: &mut std::collections::BTreeMap<u64, u32>,
+) {
+    for s in *next..*next + n {
+        master
+            .send_work(StepId(s), &format!("pid {} {ms}", pids.display()))
+            .unwrap();
+    }
+    *next += n;
+    for _ in 0..n {
+        let o = tokio::time::timeout(Duration::from_secs(60), master.recv_result::<String>())
+            .await
+            .expect("a step outcome within 60 s")
+            .expect("the run goes on");
+        match o {
+            StepOutcome::Done(step, _) => *seen.entry(step.0).or_default() += 1,
+            StepOutcome::Failed(step, why) => panic!("{step} failed: {why}"),
+        }
+    }
+}
+
+/// The global RM (host 0) is cut off from every host for `cut_for` while a
+/// WoDi job computes on three machines: it goes on computing (its workers
+/// talk to its server directly), no host is lost, no worker replaced, the
+/// machines are registered again afterwards, and every step comes back once.
+async fn global_cut_off(test: &str, cut_for: Duration) {
+    if !netns::ready(test) {
+        return;
+    }
+    let _turn = turn().await;
+    let pool = NetPool::start("part-global", 1, 3, &options());
+    pool.wait_registered(Duration::from_secs(60));
+    let pids = pool.dir.join("pids");
+    std::fs::create_dir_all(&pids).unwrap();
+    let mut cfg = config(
+        &pool.locals[0].app_addr,
+        &pool.secret_path,
+        test_worker(),
+        3,
+    );
+    // Idle hosts stay: a worker replaced here would be the cut's doing.
+    cfg.policies.release_idle = false;
+    let mut master = Master::init(cfg, &"i".to_string()).await.expect("init");
+    let (mut next, mut seen) = (0, std::collections::BTreeMap::new());
+    // Until all three workers computed something.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while pid_files(&pids)
+        .iter()
+        .map(|(p, _)| p)
+        .collect::<BTreeSet<_>>()
+        .len()
+        < 3
+    {
+        assert!(Instant::now() < deadline, "three workers did not start");
+        batch(&mut master, &pids, &mut next, 6, 100, &mut seen).await;
+    }
+    let workers: BTreeSet<u32> = pid_files(&pids).iter().map(|(p, _)| *p).collect();
+
+    pool.cut(GLOBAL_HOST);
+    let cut = Instant::now();
+    let before = next;
+    while cut.elapsed() < cut_for {
+        batch(&mut master, &pids, &mut next, 6, 100, &mut seen).await;
+    }
+    let during = next - before;
+    pool.restore(GLOBAL_HOST);
+    pool.wait_registered(Duration::from_secs(60));
+    // Well past the loss window after the link came back.
+    let after = Instant::now();
+    while after.elapsed() < LOSS * 3 {
+        batch(&mut master, &pids, &mut next, 6, 100, &mut seen).await;
+    }
+    let now: BTreeSet<u32> = pid_files(&pids).iter().map(|(p, _)| *p).collect();
+    assert_eq!(now, workers, "workers were replaced:\n{}", pool.logs());
+    assert!(
+        workers.iter().all(|&p| alive(p)),
+        "a worker died\n{}",
+        pool.logs()
+    );
+    let stats = master.complete().await.expect("complete");
+    assert!(during >= 6, "only {during} steps during the cut");
+    assert_eq!(seen, (0..next).map(|s| (s, 1)).collect(), "each step once");
+    assert_eq!(stats.steps_delivered, next);
+    assert_eq!(stats.hosts_lost, 0, "a host was lost\n{}", pool.logs());
+    eprintln!(
+        "{test}: {during} steps delivered during a {:.1} s cut of the global RM",
+        cut_for.as_secs_f64()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_global_rm_cut_off_for_5_s_loses_no_host_and_no_step() {
+    global_cut_off(
+        "the_global_rm_cut_off_for_5_s_loses_no_host_and_no_step",
+        Duration::from_secs(5),
+    )
+    .await;
+}
+
+/// The form: 30 s. `cargo test -p wodi --test partition -- --ignored`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the issue's 30 s form; the CI form cuts for 5 s"]
+async fn the_global_rm_cut_off_for_30_s_loses_no_host_and_no_step() {
+    global_cut_off(
+        "the_global_rm_cut_off_for_30_s_loses_no_host_and_no_step",
+        Duration::from_secs(30),
+    )
+    .await;
 }

@@ -25,6 +25,8 @@ fn tick_for(s: &mut Sim, ms: u64) {
 fn every_machine_silent_at_once_loses_none_and_the_others_get_as_long_again() {
     let mut s = sim_with_submit_machine();
     s.machine(M1, "m1", 10, 1);
+    // Heard at different moments, as heartbeats are.
+    s.sleep(700);
     s.machine(M2, "m2", 10, 1);
     s.quiet();
     // Ten seconds of silence from all three (the default loss window is 3 s).

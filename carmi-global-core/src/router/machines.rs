@@ -119,8 +119,10 @@ impl Router {
         self.pilot_tick();
     }
 
-    /// True while every registered machine ([`CUT_OFF_MIN_MACHINES`] at least) is past its
-    /// deadline at once, for less than [`CUT_OFF_LIMIT`]: the silence is
+    /// True while every registered machine ([`CUT_OFF_MIN_MACHINES`] at
+    /// least) is silent at once (the first past its deadline, every other
+    /// silent for half the loss window at least), for less than
+    /// [`CUT_OFF_LIMIT`]: the silence is
     /// most likely this global RM's own, cut off from the network, and no
     /// machine is declared lost for it (their jobs keep running and talking
     /// to each other). Their deadlines are checked again every heartbeat
@@ -168,9 +170,15 @@ impl Router {
             }
             return false;
         }
+        // Heartbeats arrive at different moments: when the first machine is
+        // due, the others have been silent for at least half the window.
         let registered = self.deadlines.len();
-        let overdue = self.deadlines.iter().take_while(|(d, _)| *d <= now).count();
-        if registered < CUT_OFF_MIN_MACHINES || overdue < registered {
+        let first_due = self.deadlines.first().is_some_and(|(d, _)| *d <= now);
+        let all_silent = self
+            .deadlines
+            .last()
+            .is_some_and(|(d, _)| *d <= now.saturating_add(lost_after / 2));
+        if registered < CUT_OFF_MIN_MACHINES || !first_due || !all_silent {
             return false;
         }
         warn!(
