@@ -309,3 +309,147 @@ async fn the_global_rm_cut_off_for_30_s_loses_no_host_and_no_step() {
     )
     .await;
 }
+
+/// File descriptors and resident memory (KiB) of the global RM and each local RM.
+fn daemon_costs(pool: &NetPool) -> Vec<(String, usize, u64)> {
+    let global = pool.global_pid();
+    std::iter::once(("global".to_string(), global))
+        .chain(
+            pool.locals
+                .iter()
+                .map(|l| (l.name.clone(), l.pid().unwrap())),
+        )
+        .map(|(name, pid)| (name, carmi_tests::open_fds(pid), carmi_tests::rss_kib(pid)))
+        .collect()
+}
+
+/// Host 3's link goes down for 1.5 s (longer than the loss window) and up
+/// for 1.5 s, `flaps` times, while a WoDi job computes on hosts 2 and 3.
+/// Afterwards every step came back once, no process is left on any host
+/// but its local RM, and the daemons hold no more connections (file
+/// descriptors) and little more memory than before.
+async fn flapping(test: &str, flaps: u32) {
+    if !netns::ready(test) {
+        return;
+    }
+    let _turn = turn().await;
+    let pool = NetPool::start("part-flap", 1, 3, &options());
+    pool.wait_registered(Duration::from_secs(60));
+    let pids = pool.dir.join("pids");
+    std::fs::create_dir_all(&pids).unwrap();
+    let job = || {
+        let mut cfg = config(
+            &pool.locals[0].app_addr,
+            &pool.secret_path,
+            test_worker(),
+            2,
+        );
+        cfg.classes = vec![ClassSpec::new("workers", "Name != \"m1\"", 2)];
+        cfg
+    };
+    // A first job warms every lazily made part of the daemons up.
+    let mut master = Master::init(job(), &"i".to_string()).await.expect("init");
+    let (mut next, mut seen) = (0, std::collections::BTreeMap::new());
+    batch(&mut master, &pids, &mut next, 8, 50, &mut seen).await;
+    master.complete().await.expect("complete");
+    let settled =
+        |pool: &NetPool| (2..=3).all(|h| pool.net.pids(h).len() == 1) && pool.registered();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !settled(&pool) {
+        assert!(Instant::now() < deadline, "the first job's workers stay");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let before = daemon_costs(&pool);
+
+    let mut master = Master::init(job(), &"i".to_string()).await.expect("init");
+    let flapper = {
+        let link = pool.net.hosts[3].link.clone();
+        std::thread::spawn(move || {
+            let set = |state: &str| {
+                let ok = std::process::Command::new("ip")
+                    .args(["link", "set", &link, state])
+                    .status()
+                    .is_ok_and(|s| s.success());
+                assert!(ok, "ip link set {link} {state}");
+            };
+            for _ in 0..flaps {
+                set("down");
+                std::thread::sleep(Duration::from_millis(1500));
+                set("up");
+                std::thread::sleep(Duration::from_millis(1500));
+            }
+        })
+    };
+    while !flapper.is_finished() {
+        batch(&mut master, &pids, &mut next, 4, 200, &mut seen).await;
+    }
+    flapper.join().expect("the flapping thread");
+    batch(&mut master, &pids, &mut next, 4, 50, &mut seen).await;
+    let stats = master.complete().await.expect("complete");
+    assert_eq!(seen, (0..next).map(|s| (s, 1)).collect(), "each step once");
+    assert!(stats.hosts_lost >= 1, "the flapping host was never lost");
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !settled(&pool) {
+        assert!(
+            Instant::now() < deadline,
+            "processes left on the hosts: m2 {:?}, m3 {:?}\n{}",
+            pool.net.pids(2),
+            pool.net.pids(3),
+            pool.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Connections closed on one side close on the other a moment later.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let leaks = loop {
+        let after = daemon_costs(&pool);
+        let leaks: Vec<String> = before
+            .iter()
+            .zip(&after)
+            .filter(|((_, fd0, rss0), (_, fd1, rss1))| {
+                *fd1 > fd0 + 2 || *rss1 > rss0 + rss0 / 2 + 20 * 1024
+            })
+            .map(|(b, a)| {
+                format!(
+                    "{}: fds {} -> {}, rss {} -> {} KiB",
+                    b.0, b.1, a.1, b.2, a.2
+                )
+            })
+            .collect();
+        if leaks.is_empty() || Instant::now() > deadline {
+            break leaks;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        leaks.is_empty(),
+        "after {flaps} flaps: {leaks:?}\n{}",
+        pool.logs()
+    );
+    eprintln!(
+        "{test}: {flaps} flaps, {} hosts lost, {next} steps once each; before {before:?}, after {:?}",
+        stats.hosts_lost,
+        daemon_costs(&pool)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_flapping_for_18_s_leaks_no_connection_process_or_memory() {
+    flapping(
+        "a_link_flapping_for_18_s_leaks_no_connection_process_or_memory",
+        6,
+    )
+    .await;
+}
+
+/// The form: a minute of flapping. `-- --ignored` runs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the issue's minute of flapping; the CI form flaps for 18 s"]
+async fn a_link_flapping_for_a_minute_leaks_no_connection_process_or_memory() {
+    flapping(
+        "a_link_flapping_for_a_minute_leaks_no_connection_process_or_memory",
+        20,
+    )
+    .await;
+}
