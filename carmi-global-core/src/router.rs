@@ -203,6 +203,10 @@ pub struct Router {
     links: HashMap<LinkId, LinkRole>,
     presence: HashMap<String, Presence>,
     deadlines: BTreeSet<(Duration, String)>,
+    /// Since when every machine has been silent at once (this global RM
+    /// cut off from the network, most likely), and when their deadlines are
+    /// checked again: see [`Router::on_tick`].
+    cut_off_since: Option<(Duration, Duration)>,
     procs: ProcTable,
     /// `LookupProcess` requests waiting for their process to attach.
     lookups: HashMap<ProcessId, Vec<ReqRef>>,
@@ -264,6 +268,7 @@ impl Router {
             links: HashMap::new(),
             presence: HashMap::new(),
             deadlines: BTreeSet::new(),
+            cut_off_since: None,
             procs: ProcTable::new(),
             lookups: HashMap::new(),
             parked: HashMap::new(),

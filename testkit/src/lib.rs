@@ -9,20 +9,26 @@
 //!   handshake and frames, for testing a local RM or a tool against it.
 //! - [`scratch`] and [`TempDir`]: scratch directories.
 //! - [`Browser`]: a headless Chromium driven over the DevTools protocol.
+//! - [`NetPool`]: a pool whose daemons run on hosts of their own, network
+//!   namespaces on a bridge ([`netns::Net`]), whose links a test can cut.
 //!
 //! # Layout
 //! - `lib.rs`: the process pool, scratch directories, test executables, [`take_event`].
 //! - `inbox`: [`Inbox`] and [`InboxError`].
 //! - `fake_global`: [`FakeGlobal`] and its connections, [`GlobalConn`].
 //! - `browser`: [`Browser`].
+//! - `netns`: [`netns::Net`], the namespaces and their clean-up; `netpool`: [`NetPool`].
 
 mod browser;
 mod fake_global;
 mod inbox;
+pub mod netns;
+mod netpool;
 
 pub use browser::Browser;
 pub use fake_global::{FAKE_SECRET, FAKE_WAIT, FakeGlobal, GlobalConn};
 pub use inbox::{Inbox, InboxError};
+pub use netpool::{GLOBAL_HOST, NetLocal, NetPool, open_fds, rss_kib};
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -263,6 +269,44 @@ fn now_unix() -> u64 {
     carmi_api::token::now_unix()
 }
 
+/// Writes a new pool's secret (`pool.secret`), signing key (`pool.key`)
+/// and admin token (`admin.token`) into `dir`; returns the secret's path,
+/// the secret presenting the admin token, the key and the token's path.
+fn pool_keys(dir: &Path) -> (PathBuf, Secret, SigningKey, PathBuf) {
+    let secret_path = dir.join("pool.secret");
+    let private = |path: &Path, text: &str| {
+        carmi_api::files::write_private(path, text, false).expect("write a key file")
+    };
+    private(&secret_path, &Secret::generate_text());
+    let key = SigningKey::generate().expect("a signing key");
+    private(&dir.join("pool.key"), &key.to_text());
+    let admin_token = dir.join("admin.token");
+    let (admin, _) = key
+        .issue(&grant("admin", Power::Admin, None), now_unix())
+        .expect("an admin token");
+    private(&admin_token, &admin);
+    let secret = Secret::from_file(&secret_path)
+        .expect("secret reads back")
+        .with_token(Some(admin));
+    (secret_path, secret, key, admin_token)
+}
+
+/// Whether `carmi status --json` (run by `carmi`) lists every machine of
+/// `names` with its slots.
+fn all_registered(mut carmi: Command, names: &[&str]) -> bool {
+    let out = carmi.args(["status", "--json"]).output();
+    out.ok().filter(|o| o.status.success()).is_some_and(|o| {
+        let machines: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        names.iter().all(|name| {
+            machines.as_array().is_some_and(|ms| {
+                ms.iter().any(|m| {
+                    m["name"] == *name && m["slots"].as_array().is_some_and(|s| !s.is_empty())
+                })
+            })
+        })
+    })
+}
+
 /// The local RMs' configuration: a simulated owner (away from the start), so
 /// that terminals in use on the test machine do not close the pool.
 pub const LOCAL_CONFIG: &str = "[owner]\nsource = \"simulated\"\n";
@@ -284,21 +328,7 @@ impl Pool {
     ) -> Pool {
         let bins = bin_dir();
         let dir = scratch(name);
-        let secret_path = dir.join("pool.secret");
-        let private = |path: &Path, text: &str| {
-            carmi_api::files::write_private(path, text, false).expect("write a key file")
-        };
-        private(&secret_path, &Secret::generate_text());
-        let key = SigningKey::generate().expect("a signing key");
-        private(&dir.join("pool.key"), &key.to_text());
-        let admin_token = dir.join("admin.token");
-        let (admin, _) = key
-            .issue(&grant("admin", Power::Admin, None), now_unix())
-            .expect("an admin token");
-        private(&admin_token, &admin);
-        let secret = Secret::from_file(&secret_path)
-            .expect("secret reads back")
-            .with_token(Some(admin));
+        let (secret_path, secret, key, admin_token) = pool_keys(&dir);
         let log = |dir: &Path, n: &str| {
             std::fs::File::create(dir.join(format!("{n}.log"))).expect("create log file")
         };
@@ -496,20 +526,8 @@ impl Pool {
     pub fn wait_registered(&self) {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {
-            let out = self.carmi().args(["status", "--json"]).output();
-            let up = out.ok().filter(|o| o.status.success()).is_some_and(|o| {
-                let machines: serde_json::Value =
-                    serde_json::from_slice(&o.stdout).unwrap_or_default();
-                self.locals.iter().all(|l| {
-                    machines.as_array().is_some_and(|ms| {
-                        ms.iter().any(|m| {
-                            m["name"] == l.name.as_str()
-                                && m["slots"].as_array().is_some_and(|s| !s.is_empty())
-                        })
-                    })
-                })
-            });
-            if up {
+            let names: Vec<&str> = self.locals.iter().map(|l| l.name.as_str()).collect();
+            if all_registered(self.carmi(), &names) {
                 return;
             }
             assert!(

@@ -72,6 +72,17 @@ impl Run {
                     self.sched.spawn_failed(worker, false, t);
                 } else if let Some(worker) = self.processes.remove(&process) {
                     info!("{worker} ({process}) exited: {status:?}");
+                    if status == carmi_proto::msg::ExitStatus::HostLost {
+                        // Its connection may stay open behind the
+                        // partition: the worker is gone now, not after a
+                        // grace, and nothing it sends later counts.
+                        self.disowned.insert(worker);
+                        self.connected.remove(&worker);
+                        self.speeds.worker_gone(worker);
+                        self.sched
+                            .worker_lost(worker, crate::sched::LossCause::HostGone, t);
+                        return;
+                    }
                     // The connection's own loss (with its grace) decides; a
                     // worker that never connected is lost here, after the
                     // same grace.
