@@ -62,7 +62,7 @@ pub(super) fn run_scale(rt: &tokio::runtime::Runtime, runs: &[ScaleRun]) -> Resu
     let mut results = Vec::new();
     for run in runs {
         eprintln!("scale: {} machines ...", run.machines);
-        let r = scale_run(rt, run)?;
+        let r = scale_run(rt, run).map_err(|e| format!("{} machines: {e}", run.machines))?;
         eprintln!(
             "scale: {} machines: RSS {:.0} MB, status p50 {} ms",
             run.machines,
@@ -118,6 +118,23 @@ fn scale_run(rt: &tokio::runtime::Runtime, run: &ScaleRun) -> Result<ScaleResult
     let mut pool = Pool::start_with(&format!("scale-{}", run.machines), run.slots, &[], options);
     let global = global_pid(&pool)?;
     let rss_base_mb = rss_mb(global)?;
+    let result = measure(rt, run, &mut pool, global, rss_base_mb);
+    if result.is_err() {
+        let kept = std::env::temp_dir().join(format!("carmi-scale-{}-global.log", run.machines));
+        let _ = std::fs::copy(pool.dir.join("global.log"), &kept);
+        eprintln!("scale: the global RM's log is kept in {}", kept.display());
+    }
+    result
+}
+
+/// [`scale_run`]'s measurements on its pool.
+fn measure(
+    rt: &tokio::runtime::Runtime,
+    run: &ScaleRun,
+    pool: &mut Pool,
+    global: u32,
+    rss_base_mb: f64,
+) -> Result<ScaleResult> {
     let bare = pool.secret.clone().with_token(None);
     let fleet_options = FleetOptions {
         machines: run.machines,
@@ -133,19 +150,18 @@ fn scale_run(rt: &tokio::runtime::Runtime, run: &ScaleRun) -> Result<ScaleResult
     ))?;
     let register = t.elapsed();
     let t = Instant::now();
-    rt.block_on(submit_queue(&pool, run.queued))?;
+    rt.block_on(submit_queue(pool, run.queued))?;
     let submit = t.elapsed();
     let request = rt.block_on(add_and_delete(&fleet, run))?;
-    let status = rt.block_on(statuses(&pool, run))?;
+    let status = rt.block_on(statuses(pool, run))?;
     let rss_mb = rss_mb(global)?;
-    let notice = rt.block_on(notice_silence(&pool, &fleet, run))?;
+    let notice = rt.block_on(notice_silence(pool, &fleet, run))?;
     let journal_bytes = dir_bytes(&pool.dir.join("global-state"));
     let t = Instant::now();
     pool.restart_global();
-    rt.block_on(queue_answers(&pool, run.jobs + run.queued))?;
+    rt.block_on(queue_answers(pool, run.jobs + run.queued))?;
     let restart = t.elapsed();
     rt.block_on(fleet.stop());
-    drop(pool);
     Ok(ScaleResult {
         run: run.clone(),
         register,
@@ -170,7 +186,7 @@ async fn submit_queue(pool: &Pool, n: usize) -> Result<()> {
     };
     let spec = carmi_api::submit::parse(
         "queued.sub",
-        "executable = master\nmaster_requirements = Machine == \"nowhere\"\nqueue\n",
+        "executable = master\nrequest_memory = 1000000\nmaster_requirements = Machine == \"nowhere\"\nqueue\n",
     )
     .map_err(|e| e.to_string())?;
     let submit = |i: usize| {
@@ -239,7 +255,11 @@ async fn add_and_delete(fleet: &Fleet, run: &ScaleRun) -> Result<Latency> {
                 replace: false,
             };
             app.request(define)?;
-            match app.event(PATIENCE).await? {
+            match app
+                .event(PATIENCE)
+                .await
+                .map_err(|e| format!("DefineClass: {e}"))?
+            {
                 Event::Done { .. } => {}
                 other => return Err(format!("DefineClass: {other:?}")),
             }
@@ -252,7 +272,11 @@ async fn add_and_delete(fleet: &Fleet, run: &ScaleRun) -> Result<Latency> {
                 };
                 let t = Instant::now();
                 app.request(add)?;
-                let hosts = match app.event(PATIENCE).await? {
+                let hosts = match app
+                    .event(PATIENCE)
+                    .await
+                    .map_err(|e| format!("AddHosts: {e}"))?
+                {
                     Event::HostsAdded { hosts, .. } => hosts,
                     other => return Err(format!("AddHosts: {other:?}")),
                 };
@@ -260,7 +284,11 @@ async fn add_and_delete(fleet: &Fleet, run: &ScaleRun) -> Result<Latency> {
                 app.request(Request::DelHosts {
                     hosts: hosts.iter().map(|h| h.host).collect(),
                 })?;
-                match app.event(PATIENCE).await? {
+                match app
+                    .event(PATIENCE)
+                    .await
+                    .map_err(|e| format!("DelHosts: {e}"))?
+                {
                     Event::Done { .. } => {}
                     other => return Err(format!("DelHosts: {other:?}")),
                 }
