@@ -108,47 +108,55 @@ impl Fleet {
             heartbeats: heartbeats.clone(),
             next_conn: AtomicUsize::new(1),
         };
-        let mut starting = JoinSet::new();
-        let mut next = 0;
-        let mut ready = Vec::new();
-        while next < options.machines || !starting.is_empty() {
-            while next < options.machines && starting.len() < options.parallel.max(1) {
-                let name = format!("{}{next}", options.prefix);
-                let token = daemon_token(key, &name)?;
-                let secret = secret.clone().with_token(Some(token));
-                let (addr, slots) = (addr.to_string(), options.slots);
-                starting.spawn(async move {
-                    let r = register(&addr, &secret, &name, slots).await;
-                    (name, r)
-                });
-                next += 1;
-            }
-            let Some(done) = starting.join_next().await else {
-                break;
-            };
-            let (name, result) = done.expect("a registration task");
-            let (conn, heartbeat) = result.map_err(|reason| FleetError::Machine {
-                machine: name.clone(),
-                reason,
-            })?;
-            ready.push((name, conn, heartbeat));
-        }
-        ready.sort_by_key(|(name, ..)| name[options.prefix.len()..].parse::<usize>().unwrap_or(0));
-        for (name, conn, heartbeat) in ready {
+        // Each machine beats as soon as it is registered: registering
+        // thousands takes longer than the heartbeat bound.
+        let registering = Arc::new(tokio::sync::Semaphore::new(options.parallel.max(1)));
+        let (ready_tx, mut ready_rx) = mpsc::unbounded_channel();
+        for i in 0..options.machines {
+            let name = format!("{}{i}", options.prefix);
+            let secret = secret.clone().with_token(Some(daemon_token(key, &name)?));
             let (out_tx, out_rx) = mpsc::unbounded_channel();
             let (apps_tx, apps_rx) = mpsc::unbounded_channel();
             let (vanished, vanish_rx) = watch::channel(false);
-            let (r, w) = conn.split();
-            let beats = heartbeats.clone();
-            fleet
-                .tasks
-                .spawn(serve(r, w, heartbeat, out_rx, apps_tx, vanish_rx, beats));
+            let (addr, slots) = (addr.to_string(), options.slots);
+            let (registering, ready, beats) =
+                (registering.clone(), ready_tx.clone(), heartbeats.clone());
+            let task_name = name.clone();
+            fleet.tasks.spawn(async move {
+                let permit = registering.acquire_owned().await;
+                let result = register(&addr, &secret, &task_name, slots).await;
+                drop(permit);
+                match result {
+                    Ok((conn, heartbeat)) => {
+                        let _ = ready.send(Ok(()));
+                        let (r, w) = conn.split();
+                        serve(r, w, heartbeat, out_rx, apps_tx, vanish_rx, beats).await;
+                    }
+                    Err(reason) => {
+                        let _ = ready.send(Err(FleetError::Machine {
+                            machine: task_name,
+                            reason,
+                        }));
+                    }
+                }
+            });
             fleet.machines.push(Machine {
                 name,
                 out: out_tx,
                 apps: Arc::new(Mutex::new(apps_rx)),
                 vanished,
             });
+        }
+        drop(ready_tx);
+        for _ in 0..options.machines {
+            match ready_rx.recv().await {
+                Some(Ok(())) => {}
+                Some(Err(e)) => {
+                    fleet.tasks.abort_all();
+                    return Err(e);
+                }
+                None => break,
+            }
         }
         Ok(fleet)
     }
