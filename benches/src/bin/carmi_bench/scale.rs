@@ -58,7 +58,7 @@ const PATIENCE: Duration = Duration::from_secs(120);
 /// Runs every size and prints the table.
 pub(super) fn run_scale(rt: &tokio::runtime::Runtime, runs: &[ScaleRun]) -> Result<()> {
     print_command("scale");
-    raise_fd_limit(runs.iter().map(|r| r.machines).max().unwrap_or(0) as u64 * 2 + 2_000)?;
+    raise_fd_limit(runs.iter().map(|r| r.machines).max().unwrap_or(0) as u64 + 3_000)?;
     let mut results = Vec::new();
     for run in runs {
         eprintln!("scale: {} machines ...", run.machines);
@@ -111,7 +111,7 @@ fn scale_run(rt: &tokio::runtime::Runtime, run: &ScaleRun) -> Result<ScaleResult
         missed_heartbeats: MISSED,
         global_args: vec![
             "--max-connections".into(),
-            (run.machines + 4_000).to_string(),
+            (run.machines + 2_000).to_string(),
         ],
         ..PoolOptions::default()
     };
