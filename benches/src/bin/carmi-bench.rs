@@ -14,7 +14,7 @@
 //! - `spawn`: `class_spawn` of a 12 MiB executable on 16 slots, split into
 //!   staging (moving the bytes into the machines' caches) and execution.
 //!
-//! - `scale [MACHINES,...] [JOBS] [QUEUED]`: one global RM against a fleet
+//! - `scale [MACHINES,...] [JOBS] [QUEUED] [HEARTBEAT_MS]`: one global RM against a fleet
 //!   of machines speaking the real protocol (1,000, 5,000 and 10,000
 //!   machines x 2 slots, 100 hand-started jobs, 10,000 queued by default):
 //!   memory, `status`, request-to-event time, noticing silent machines,
@@ -132,7 +132,7 @@ fn main() -> ExitCode {
     }
 }
 
-/// `carmi-bench scale [MACHINES,...] [JOBS] [QUEUED]`.
+/// `carmi-bench scale [MACHINES,...] [JOBS] [QUEUED] [HEARTBEAT_MS]`.
 fn scale_main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(2).collect();
     let sizes: Vec<usize> = match args.first() {
@@ -145,9 +145,10 @@ fn scale_main() -> ExitCode {
     let number =
         |i: usize, default: usize| args.get(i).and_then(|n| n.parse().ok()).unwrap_or(default);
     let (jobs, queued) = (number(1, 100), number(2, 10_000));
+    let heartbeat_ms = number(3, 1000) as u64;
     if sizes.is_empty() || sizes.iter().any(|&m| m < jobs.max(10)) {
         eprintln!(
-            "usage: carmi-bench scale [MACHINES,...] [JOBS] [QUEUED] (each size at least JOBS and 10)"
+            "usage: carmi-bench scale [MACHINES,...] [JOBS] [QUEUED] [HEARTBEAT_MS] (each size at least JOBS and 10)"
         );
         return ExitCode::from(2);
     }
@@ -160,6 +161,7 @@ fn scale_main() -> ExitCode {
             rounds: 20,
             queued,
             statuses: 50,
+            heartbeat_ms,
         })
         .collect();
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -32,6 +32,8 @@ pub(super) struct ScaleRun {
     pub queued: usize,
     /// `status` calls timed.
     pub statuses: usize,
+    /// The global RM's heartbeat period (its default is 1000 ms).
+    pub heartbeat_ms: u64,
 }
 
 /// What one pool size measured.
@@ -48,8 +50,6 @@ pub(super) struct ScaleResult {
     submit: Duration,
 }
 
-/// Heartbeat period of the global RM, as deployed by default.
-const HEARTBEAT_MS: u64 = 1000;
 /// Missed heartbeats before a machine is lost, as deployed by default.
 const MISSED: u32 = 3;
 /// How long any one wait may take.
@@ -97,8 +97,8 @@ pub(super) fn run_scale(rt: &tokio::runtime::Runtime, runs: &[ScaleRun]) -> Resu
     }
     if let Some(r) = results.first() {
         println!(
-            "\n{} hand-started jobs x {} add/delete rounds, {} queued jobs, {} status calls per size; heartbeat {HEARTBEAT_MS} ms, lost after {MISSED} missed.\n",
-            r.run.jobs, r.run.rounds, r.run.queued, r.run.statuses
+            "\n{} hand-started jobs x {} add/delete rounds, {} queued jobs, {} status calls per size; heartbeat {} ms, lost after {MISSED} missed.\n",
+            r.run.jobs, r.run.rounds, r.run.queued, r.run.statuses, r.run.heartbeat_ms
         );
     }
     Ok(())
@@ -107,7 +107,7 @@ pub(super) fn run_scale(rt: &tokio::runtime::Runtime, runs: &[ScaleRun]) -> Resu
 /// One pool size, from a fresh global RM to its restart.
 fn scale_run(rt: &tokio::runtime::Runtime, run: &ScaleRun) -> Result<ScaleResult> {
     let options = PoolOptions {
-        heartbeat_ms: HEARTBEAT_MS,
+        heartbeat_ms: run.heartbeat_ms,
         missed_heartbeats: MISSED,
         global_args: vec![
             "--max-connections".into(),
