@@ -119,11 +119,10 @@ fn scale_run(rt: &tokio::runtime::Runtime, run: &ScaleRun) -> Result<ScaleResult
     let global = global_pid(&pool)?;
     let rss_base_mb = rss_mb(global)?;
     let result = measure(rt, run, &mut pool, global, rss_base_mb);
-    if result.is_err() {
-        let kept = std::env::temp_dir().join(format!("carmi-scale-{}-global.log", run.machines));
-        let _ = std::fs::copy(pool.dir.join("global.log"), &kept);
-        eprintln!("scale: the global RM's log is kept in {}", kept.display());
-    }
+    // Kept, for where the time went (timestamps of every step).
+    let kept = std::env::temp_dir().join(format!("carmi-scale-{}-global.log", run.machines));
+    let _ = std::fs::copy(pool.dir.join("global.log"), &kept);
+    eprintln!("scale: the global RM's log is kept in {}", kept.display());
     result
 }
 
