@@ -77,6 +77,18 @@ pub enum FrameError {
     /// The socket failed.
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
+    /// The peer announced a message (frame header) over the reader's
+    /// header limit: refused on the announced length alone, before the
+    /// header's bytes arrive.
+    #[error(
+        "a message of {len} bytes exceeds the limit of {max} bytes (bulk bytes travel in the frame's payload, not in the message)"
+    )]
+    HeaderTooLarge {
+        /// Announced header length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
     /// The peer announced a frame over the limit.
     #[error("frame of {len} bytes exceeds the limit of {max} bytes")]
     TooLarge {
@@ -129,6 +141,17 @@ pub fn decode<T: DeserializeOwned>(
 /// Like [`decode`], leaving the header undecoded: the JSON bytes, then the
 /// payload. A server decodes a large header where it does not hold up others.
 pub fn decode_raw(buf: &mut BytesMut, max: usize) -> Result<Option<(Bytes, Bytes)>, FrameError> {
+    decode_raw_limited(buf, max, usize::MAX)
+}
+
+/// Like [`decode_raw`], also refusing a header longer than `max_header` as
+/// soon as its length field has arrived: a server need not wait for (and
+/// hold) megabytes it will refuse anyway.
+pub fn decode_raw_limited(
+    buf: &mut BytesMut,
+    max: usize,
+    max_header: usize,
+) -> Result<Option<(Bytes, Bytes)>, FrameError> {
     if buf.len() < 4 {
         return Ok(None);
     }
@@ -142,18 +165,27 @@ pub fn decode_raw(buf: &mut BytesMut, max: usize) -> Result<Option<(Bytes, Bytes
             frame: len,
         });
     }
+    if buf.len() >= 8 {
+        let hlen = u32::from_be_bytes(buf[4..8].try_into().expect("4 bytes")) as usize;
+        if hlen > len - 4 {
+            return Err(FrameError::BadLength {
+                header: hlen,
+                frame: len,
+            });
+        }
+        if hlen > max_header {
+            return Err(FrameError::HeaderTooLarge {
+                len: hlen,
+                max: max_header,
+            });
+        }
+    }
     // No reservation here: memory follows the bytes that arrive, not the
     // length a peer announces.
     if buf.len() < 4 + len {
         return Ok(None);
     }
     let hlen = u32::from_be_bytes(buf[4..8].try_into().expect("4 bytes")) as usize;
-    if hlen > len - 4 {
-        return Err(FrameError::BadLength {
-            header: hlen,
-            frame: len,
-        });
-    }
     buf.advance(8);
     let mut frame = buf.split_to(len - 4).freeze();
     let header = frame.split_to(hlen);
@@ -198,6 +230,8 @@ pub struct FrameReader<R> {
     inner: R,
     buf: BytesMut,
     max: usize,
+    /// Longest header (message JSON) accepted; `usize::MAX` unless set.
+    max_header: usize,
     /// Boxed: most readers have none, and readers live inside other types.
     timing: Option<Box<Timing>>,
 }
@@ -221,6 +255,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             inner,
             buf: BytesMut::new(),
             max,
+            max_header: usize::MAX,
             timing: None,
         }
     }
@@ -250,7 +285,9 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// Like [`FrameReader::read`], leaving the header undecoded (see [`decode_raw`]).
     pub async fn read_raw(&mut self) -> Result<Option<(Bytes, Bytes)>, FrameError> {
         loop {
-            if let Some((header, payload)) = decode_raw(&mut self.buf, self.max)? {
+            if let Some((header, payload)) =
+                decode_raw_limited(&mut self.buf, self.max, self.max_header)?
+            {
                 self.after_frame(8 + header.len() + payload.len());
                 return Ok(Some((header, payload)));
             }
@@ -323,6 +360,12 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         (self.buf.len(), self.buf.capacity())
     }
 
+    /// Refuses, from now on, a frame whose header (message JSON) is longer
+    /// than `max` bytes, as soon as the header's length has arrived.
+    pub fn set_max_header(&mut self, max: usize) {
+        self.max_header = max;
+    }
+
     /// The frame limit, adjustable (the handshake lowers it while it runs).
     pub fn max_mut(&mut self) -> &mut usize {
         &mut self.max
@@ -370,6 +413,35 @@ mod tests {
             decode::<PeerMessage>(&mut bad, 1024),
             Err(FrameError::BadLength { .. })
         ));
+    }
+
+    #[tokio::test]
+    async fn an_over_limit_header_is_refused_on_its_length_alone() {
+        use tokio::io::AsyncWriteExt;
+        let (mut a, b) = tokio::io::duplex(1 << 16);
+        let mut r = FrameReader::new(b);
+        r.set_max_header(1000);
+        // 100 MB announced, of which a 50 MB header; only the two lengths sent.
+        a.write_all(&(100u32 << 20).to_be_bytes()).await.unwrap();
+        a.write_all(&(50u32 << 20).to_be_bytes()).await.unwrap();
+        let refused = tokio::time::timeout(Duration::from_secs(10), r.read::<PeerMessage>())
+            .await
+            .expect("refused without waiting for the body");
+        match refused {
+            Err(FrameError::HeaderTooLarge { len, max }) => {
+                assert_eq!((len, max), (50 << 20, 1000))
+            }
+            other => panic!("not refused on its header length: {other:?}"),
+        }
+        // Within the limit, the same reader settings take a frame whole.
+        let (mut a, b) = tokio::io::duplex(1 << 16);
+        let mut r = FrameReader::new(b);
+        r.set_max_header(1000);
+        write_frame(&mut a, &PeerMessage { tag: 3 }, &[1; 5000])
+            .await
+            .unwrap();
+        let (m, p) = r.read::<PeerMessage>().await.unwrap().unwrap();
+        assert_eq!((m.tag, p.len()), (3, 5000));
     }
 
     #[tokio::test]

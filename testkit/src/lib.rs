@@ -7,6 +7,8 @@
 //!   a test waits for something else (RM events come in any order).
 //! - [`FakeGlobal`]: a global RM in the test process that speaks the real
 //!   handshake and frames, for testing a local RM or a tool against it.
+//! - [`Fleet`]: thousands of machines speaking the real protocol to a real
+//!   global RM from tasks of one process (scale tests and `carmi-bench scale`).
 //! - [`scratch`] and [`TempDir`]: scratch directories.
 //! - [`Browser`]: a headless Chromium driven over the DevTools protocol.
 //! - [`NetPool`]: a pool whose daemons run on hosts of their own, network
@@ -18,15 +20,18 @@
 //! - `fake_global`: [`FakeGlobal`] and its connections, [`GlobalConn`].
 //! - `browser`: [`Browser`].
 //! - `netns`: [`netns::Net`], the namespaces and their clean-up; `netpool`: [`NetPool`].
+//! - `fleet`: [`Fleet`], [`FleetApp`].
 
 mod browser;
 mod fake_global;
+mod fleet;
 mod inbox;
 pub mod netns;
 mod netpool;
 
 pub use browser::Browser;
 pub use fake_global::{FAKE_SECRET, FAKE_WAIT, FakeGlobal, GlobalConn};
+pub use fleet::{Fleet, FleetApp, FleetError, FleetOptions};
 pub use inbox::{Inbox, InboxError};
 pub use netpool::{GLOBAL_HOST, NetLocal, NetPool, open_fds, rss_kib};
 
