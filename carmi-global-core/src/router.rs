@@ -49,6 +49,9 @@ mod anywhere_tests;
 mod authz;
 mod check;
 mod events;
+mod gone;
+#[cfg(test)]
+mod gone_tests;
 #[cfg(test)]
 mod hand_tests;
 #[cfg(test)]

@@ -123,6 +123,14 @@ pub enum FromLocal {
     },
     /// An RM event.
     Event(Event),
+    /// The process's job has ended: the local RM closes the connection
+    /// after this (see [`FromGlobal::JobGone`]).
+    JobEnded {
+        /// The job.
+        job: JobId,
+        /// Why, for people.
+        reason: String,
+    },
     /// The job's credential (sent before `Attached` to a process that
     /// connected with the pool secret): what its processes prove to each
     /// other and to their local RMs, good for this job only. The text is
@@ -429,6 +437,19 @@ pub enum FromGlobal {
         job: JobId,
         /// The process.
         process: ProcessId,
+    },
+    /// The job of the application on `conn` has ended (while it was
+    /// attached, or before a reconnection announced it again): the local RM
+    /// fails its unanswered requests with `reason`, tells it
+    /// [`FromLocal::JobEnded`] and closes its connection, so that it never
+    /// waits for answers that cannot come.
+    JobGone {
+        /// The connection.
+        conn: ConnId,
+        /// The job that ended.
+        job: JobId,
+        /// Why, for people (`job j1 ended: its master's machine m0 was lost`).
+        reason: String,
     },
     /// An event for an application process connected here.
     Deliver {
