@@ -337,6 +337,7 @@ impl Allocator {
 
     /// A job's place in the pass order: its owner's rank, then its submit
     /// order (tests check the queue is settled in this order).
+    #[cfg(test)]
     pub(super) fn pass_key(&self, job: JobId) -> (usize, u64) {
         let j = &self.jobs[&job];
         (self.clusters.rank(&j.owner), j.seq)
