@@ -456,9 +456,10 @@ impl Router {
                         self.send(link, FromGlobal::Ads(ads));
                     }
                     ToGlobal::Alloc(req) => self.alloc_request(link, req),
+                    ToGlobal::UserPrio(req) => self.user_prio(link, req),
                     other => {
                         let what = variant_name(&other);
-                        self.close(link, format!("admin connections may send Status, Submit, RemoveJob, Queue, Analyze, History, Hold, Release, Events, FetchFiles, Logs, MachineAds and Alloc, not {what}"));
+                        self.close(link, format!("admin connections may send Status, Submit, RemoveJob, Queue, Analyze, History, Hold, Release, Events, FetchFiles, Logs, MachineAds, Alloc and UserPrio, not {what}"));
                     }
                 }
                 self.flush();
@@ -533,6 +534,7 @@ impl Router {
             | ToGlobal::Logs { .. }
             | ToGlobal::Tokens(_)
             | ToGlobal::Alloc(_)
+            | ToGlobal::UserPrio(_)
             | ToGlobal::MachineAds => {
                 let what = variant_name(&msg);
                 warn!(
@@ -578,5 +580,6 @@ fn variant_name(msg: &ToGlobal) -> &'static str {
         ToGlobal::LogRead { .. } => "LogRead",
         ToGlobal::Tokens(_) => "Tokens",
         ToGlobal::Alloc(_) => "Alloc",
+        ToGlobal::UserPrio(_) => "UserPrio",
     }
 }

@@ -505,6 +505,7 @@ impl Core {
             | FromGlobal::Files(_)
             | FromGlobal::Tokens(_)
             | FromGlobal::Alloc(_)
+            | FromGlobal::Users(_)
             | FromGlobal::Log { .. } => {
                 tracing::warn!("an admin answer was sent to a local RM; ignored");
             }

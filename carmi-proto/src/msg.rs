@@ -29,7 +29,8 @@ mod pilot;
 
 pub use admin::{
     ClassAnalysis, ClassStatus, JobAnalysis, JobFiles, JobRecord, JobStatus, JobUsage, LogChunk,
-    MachineStatus, ReturnedFile, SlotStatus, StageStats, SubmitRequest, UserShare,
+    MachineStatus, ReturnedFile, SlotStatus, StageStats, SubmitRequest, UserPrio, UserPrioRequest,
+    UserShare,
 };
 pub use app::{
     ClassDef, Event, Failure, FailureCode, HostInfo, OutputFrame, OutputMode, OutputRoute,
@@ -355,6 +356,9 @@ pub enum ToGlobal {
     /// Admin: manage allocation queues (`carmi alloc`, pilots from a batch
     /// system). Answered with [`FromGlobal::Alloc`] or [`FromGlobal::AdminFailed`].
     Alloc(AllocRequest),
+    /// Admin: the fair-share users, or set one's priority factor (`carmi
+    /// userprio`). Answered by `Users`, or `AdminFailed`.
+    UserPrio(UserPrioRequest),
 }
 
 /// Where a local RM fetches an executable from (answer to a `Fetch`).
@@ -530,6 +534,9 @@ pub enum FromGlobal {
     Ads(Vec<(String, String)>),
     /// Admin: a request could not be honoured.
     AdminFailed(Failure),
+    /// Answer to [`ToGlobal::UserPrio`]: every user with usage or a factor,
+    /// best priority first.
+    Users(Vec<UserPrio>),
     /// Answer to [`ToGlobal::Tokens`].
     Tokens(crate::authz::TokenAnswer),
     /// Admin: answer to [`ToGlobal::History`], oldest first.

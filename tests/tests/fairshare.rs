@@ -109,7 +109,7 @@ async fn a_user_with_one_job_gets_about_half_the_pool_beside_one_with_ten() {
         .skip_while(|l| !l.starts_with("USER"))
         .skip(1)
         .map(|l| l.split_whitespace().collect())
-        .take_while(|w: &Vec<&str>| w.len() == 5)
+        .take_while(|w: &Vec<&str>| w.len() == 6)
         .collect();
     assert_eq!(rows.len(), 2, "{q}");
     assert_eq!((rows[0][0], rows[1][0]), ("bob", "alice"), "{q}");
