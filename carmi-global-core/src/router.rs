@@ -49,6 +49,9 @@ mod anywhere_tests;
 mod authz;
 mod check;
 mod events;
+mod gone;
+#[cfg(test)]
+mod gone_tests;
 #[cfg(test)]
 mod hand_tests;
 #[cfg(test)]
@@ -462,9 +465,10 @@ impl Router {
                         self.send(link, FromGlobal::Ads(ads));
                     }
                     ToGlobal::Alloc(req) => self.alloc_request(link, req),
+                    ToGlobal::UserPrio(req) => self.user_prio(link, req),
                     other => {
                         let what = variant_name(&other);
-                        self.close(link, format!("admin connections may send Status, Submit, RemoveJob, Queue, Analyze, History, Hold, Release, Events, FetchFiles, Logs, MachineAds and Alloc, not {what}"));
+                        self.close(link, format!("admin connections may send Status, Submit, RemoveJob, Queue, Analyze, History, Hold, Release, Events, FetchFiles, Logs, MachineAds, Alloc and UserPrio, not {what}"));
                     }
                 }
                 self.flush();
@@ -539,6 +543,7 @@ impl Router {
             | ToGlobal::Logs { .. }
             | ToGlobal::Tokens(_)
             | ToGlobal::Alloc(_)
+            | ToGlobal::UserPrio(_)
             | ToGlobal::MachineAds => {
                 let what = variant_name(&msg);
                 warn!(
@@ -584,5 +589,6 @@ fn variant_name(msg: &ToGlobal) -> &'static str {
         ToGlobal::LogRead { .. } => "LogRead",
         ToGlobal::Tokens(_) => "Tokens",
         ToGlobal::Alloc(_) => "Alloc",
+        ToGlobal::UserPrio(_) => "UserPrio",
     }
 }

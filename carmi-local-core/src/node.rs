@@ -46,6 +46,9 @@ pub enum Effect {
     ToGlobal(ToGlobal, Bytes),
     /// Write a message to an application connection.
     ToApp(ConnId, FromLocal),
+    /// Close an application connection once what was written to it is
+    /// sent (its job ended); the core has forgotten it already.
+    CloseApp(ConnId),
     /// Start a process: look its executable up in the cache and launch it
     /// (answer with [`Core::on_launched`]), or report [`Core::on_cache_miss`].
     Launch(Launch),
@@ -411,6 +414,7 @@ impl Core {
                 );
             }
             FromGlobal::Attached { conn, job, process } => self.on_attached(conn, job, process),
+            FromGlobal::JobGone { conn, job, reason } => self.on_job_gone(conn, job, reason),
             FromGlobal::Deliver { conn, event } => {
                 if let Some(app) = self.apps.get_mut(&conn) {
                     let answered = event.request();
@@ -501,6 +505,7 @@ impl Core {
             | FromGlobal::Files(_)
             | FromGlobal::Tokens(_)
             | FromGlobal::Alloc(_)
+            | FromGlobal::Users(_)
             | FromGlobal::Log { .. } => {
                 tracing::warn!("an admin answer was sent to a local RM; ignored");
             }

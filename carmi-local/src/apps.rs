@@ -187,7 +187,8 @@ async fn connection(
                         break;
                     }
                 }
-                // The driver dropped us: the daemon stops.
+                // The driver dropped us: the daemon stops, or the job ended
+                // (what was queued before is written by then).
                 None => break,
             },
             // The driver gave up on this application (its queue is full).

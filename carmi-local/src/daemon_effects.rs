@@ -44,6 +44,11 @@ impl Driver {
                     out.kick.notify_one();
                 }
             }
+            // Dropping the sender lets the connection's task write what is
+            // queued (the job's end), then close; it reports AppClosed.
+            Effect::CloseApp(conn) => {
+                self.apps.remove(&conn);
+            }
             Effect::Launch(launch) => self.launch(launch),
             Effect::Store {
                 executable,

@@ -44,10 +44,14 @@ use std::time::Duration;
 use carmi_api::handshake::Secret;
 use carmi_api::token::{Grant, Power, SigningKey};
 
-/// Heartbeat period the test pools run with, so that loss is noticed quickly.
-pub const HEARTBEAT_MS: u64 = 200;
+/// Heartbeat period the test pools run with. With [`MISSED_HEARTBEATS`] a
+/// machine is lost after 3 s of silence: patient enough for a 2-core CI
+/// machine at load ~18 (200 ms x 3 lost machines about a second after
+/// start there), quick enough for tests that lose one on purpose. A test
+/// about loss itself asks for a shorter one ([`PoolOptions`]).
+pub const HEARTBEAT_MS: u64 = 500;
 /// Missed heartbeats before a machine is declared lost.
-pub const MISSED_HEARTBEATS: u32 = 3;
+pub const MISSED_HEARTBEATS: u32 = 6;
 
 /// A command's output as text, for assertions and messages.
 pub fn text(bytes: &[u8]) -> String {
@@ -251,6 +255,10 @@ pub struct Pool {
 fn stop(child: &mut Child) {
     // SIGTERM lets a local RM kill its own processes; SIGKILL if it hangs.
     let _ = Command::new("kill").arg(child.id().to_string()).status();
+    // A local RM stopped by `Pool::pause_local` acts on SIGTERM only once continued.
+    let _ = Command::new("kill")
+        .args(["-CONT", &child.id().to_string()])
+        .status();
     for _ in 0..50 {
         if let Ok(Some(_)) = child.try_wait() {
             return;
@@ -491,6 +499,27 @@ impl Pool {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+
+    /// Stops local RM `i` with SIGSTOP (its processes keep running): it
+    /// sends no heartbeat until [`Pool::resume_local`], as a machine whose
+    /// network or daemon stalls for a moment.
+    pub fn pause_local(&self, i: usize) {
+        self.signal_local(i, "-STOP");
+    }
+
+    /// Continues local RM `i` after [`Pool::pause_local`].
+    pub fn resume_local(&self, i: usize) {
+        self.signal_local(i, "-CONT");
+    }
+
+    fn signal_local(&self, i: usize, signal: &str) {
+        let child = self.locals[i].child.as_ref().expect("local RM is running");
+        let status = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill {signal} of local RM {i} failed");
     }
 
     /// `carmi` aimed at this pool as a user outside it runs it: the pool

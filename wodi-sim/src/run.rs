@@ -191,6 +191,8 @@ impl<'a> Wodi<'a> {
             ToWodi::App(FromLocal::Attached { .. }) => self.start(now),
             // The simulated pool has no connections to prove anything on.
             ToWodi::App(FromLocal::Credential { .. }) => {}
+            // The simulated pool ends no job under its master.
+            ToWodi::App(FromLocal::JobEnded { .. }) => {}
             ToWodi::App(FromLocal::Event(e)) => self.run.carmi_event(e, time(now)),
             ToWodi::Launched {
                 process,

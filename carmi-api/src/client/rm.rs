@@ -249,6 +249,10 @@ pub(super) async fn read_loop(shared: Arc<Shared>, mut r: ConnReader<FromLocal, 
             Ok(Some((FromLocal::Attached { job, process }, _))) => {
                 tracing::warn!(%job, %process, "the local RM sent a second Attached; ignored");
             }
+            // The RM closes the connection after this; its reason is the one to keep.
+            Ok(Some((FromLocal::JobEnded { job, reason }, _))) => {
+                break format!("job {job} ended: {reason}");
+            }
             Ok(Some((FromLocal::Credential { job, .. }, _))) => {
                 tracing::warn!(%job, "the local RM sent a credential after Attached; ignored");
             }

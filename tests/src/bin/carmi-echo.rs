@@ -1,7 +1,8 @@
 //! A tiny CARMI application for the end-to-end tests: started by a local RM,
 //! it connects from its environment, answers every direct message by sending
 //! the same bytes back to the sender with the tag plus one, and exits after a
-//! message with tag 0.
+//! message with tag 0. With `CARMI_ECHO_REPORT` set, it writes why its
+//! local RM connection ended to that file.
 
 use carmi_api::client::{ConnectOptions, Incoming, connect};
 
@@ -22,11 +23,20 @@ async fn main() {
         }
     };
     while let Some(item) = events.next().await {
-        if let Incoming::Message { from, tag, data } = item {
-            if tag == 0 {
-                break;
+        match item {
+            Incoming::Message { from, tag, data } => {
+                if tag == 0 {
+                    break;
+                }
+                carmi.send(from, tag + 1, data);
             }
-            carmi.send(from, tag + 1, data);
+            // What a test reads to see why the RM went away (`lost_master.rs`).
+            Incoming::Disconnected(reason) => {
+                if let Ok(path) = std::env::var("CARMI_ECHO_REPORT") {
+                    let _ = std::fs::write(path, format!("disconnected: {reason}\n"));
+                }
+            }
+            _ => {}
         }
     }
     carmi.flush().await;
