@@ -518,6 +518,7 @@ impl Router {
                 }
             }
             ToGlobal::SlotState { slot, state } => self.slot_state(&name, slot, state),
+            ToGlobal::Leaving { reason } => self.leaving(link, &name, &reason),
             ToGlobal::MasterFiles { process, files } => self.master_files(&name, process, files),
             ToGlobal::LogRead { request, result } => self.log_read(&name, request, result),
             ToGlobal::Status => {
@@ -573,6 +574,7 @@ fn variant_name(msg: &ToGlobal) -> &'static str {
         ToGlobal::Started { .. } => "Started",
         ToGlobal::Exited { .. } => "Exited",
         ToGlobal::SlotState { .. } => "SlotState",
+        ToGlobal::Leaving { .. } => "Leaving",
         ToGlobal::Status => "Status",
         ToGlobal::Submit(_) => "Submit",
         ToGlobal::RemoveJob { .. } => "RemoveJob",

@@ -93,6 +93,7 @@ impl Driver {
                 }
                 None => tracing::error!(%process, "kill of a process without a group"),
             },
+            Effect::Orphaned { .. } => self.orphaned = true,
             Effect::Heartbeat => {
                 let values = self.policy.public_values(self.unix_epoch);
                 let sampled = crate::machine::sample_dynamic(&self.work_dir);

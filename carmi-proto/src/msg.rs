@@ -231,6 +231,18 @@ pub enum ToGlobal {
         /// New state.
         state: SlotActivity,
     },
+    /// The local RM is going away for good (it was told to stop: a pilot's
+    /// batch job cancelled, a machine shut down), sent before it kills its
+    /// processes: the global RM declares the machine lost at once, so that
+    /// the applications hear that their hosts are gone (rather than seeing
+    /// their processes die one by one and the machine fall silent later).
+    /// The global RM closes the connection when it has acted on it. (A
+    /// global RM older than this message refuses it as undecodable, which
+    /// also closes the connection.)
+    Leaving {
+        /// Why, for the global RM's log and the applications' events.
+        reason: String,
+    },
     /// Admin: list the pool.
     Status,
     /// Admin: submit a job (`carmi submit`). Its master's executable was

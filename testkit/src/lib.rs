@@ -432,6 +432,14 @@ impl Pool {
         self.global = global;
     }
 
+    /// Kills the global RM with SIGKILL and does not start it again: the
+    /// pool's machines find it gone (connections refused) until
+    /// [`Pool::restart_global`], if ever.
+    pub fn kill_global(&mut self) {
+        let _ = self.global.kill();
+        let _ = self.global.wait();
+    }
+
     /// Stops the global RM with SIGSTOP: it reads nothing more, so that
     /// what is sent to it meanwhile is lost by a [`Pool::restart_global`].
     pub fn stop_global(&self) {

@@ -726,3 +726,6 @@ fn a_worker_that_connects_resets_the_count_of_early_deaths() {
 
 #[path = "run_tests_partition.rs"]
 mod partition;
+
+#[path = "run_refused_tests.rs"]
+mod refused;

@@ -29,6 +29,9 @@ pub const CUT_OFF_LIMIT: Duration = Duration::from_secs(600);
 /// ending) is common enough to be their own.
 pub const CUT_OFF_MIN_MACHINES: usize = 3;
 
+/// Characters of a leaving machine's reason kept for logs and events.
+const MAX_LEAVING_REASON: usize = 200;
+
 impl Router {
     /// Any message from a registered machine proves it alive.
     pub(super) fn touch(&mut self, name: &str) {
@@ -394,6 +397,30 @@ impl Router {
                 }
             }
         }
+    }
+
+    /// Machine `name` says on `link` that it goes away for good (its local
+    /// RM is stopping and about to kill its processes): it is lost now, not
+    /// a loss window later, so that its jobs hear that their hosts are gone
+    /// before their processes' exits could tell them otherwise. A message on
+    /// a link that is no longer the machine's (a newer connection took over)
+    /// only closes that link.
+    pub(super) fn leaving(&mut self, link: LinkId, name: &str, reason: &str) {
+        // The reason comes from the network: a bounded, single-line excerpt.
+        let reason: String = reason
+            .chars()
+            .take(MAX_LEAVING_REASON)
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        let current = self
+            .presence
+            .get(name)
+            .is_some_and(|p| p.link == Some(link));
+        if !current {
+            self.links.remove(&link);
+            return self.close(link, format!("machine `{name}` is leaving ({reason})"));
+        }
+        self.machine_lost(name, format!("machine `{name}` is leaving ({reason})"));
     }
 
     pub(super) fn machine_lost(&mut self, name: &str, reason: String) {
