@@ -2,6 +2,9 @@
 //! the handshake, turns frames into driver inputs, and writes what the driver
 //! sends back. A bad frame or a failed handshake closes that connection only.
 //! A connection with the `Admin` role is a control connection ([`crate::control`]).
+//! Every connection is TLS (`carmi_api::tls`), and the handshake's proofs
+//! cover the session's exported keys, so that a relay cannot pass a proof
+//! made for another session on; a connection in clear is refused.
 //!
 //! What the driver sends an application waits in a bounded queue
 //! ([`crate::config::Settings::app_queue`]): an application that stops
@@ -17,6 +20,7 @@ use carmi_api::conn::Conn;
 use carmi_api::handshake::{self, Secret};
 use carmi_api::ids::ConnId;
 use carmi_api::msg::{FromLocal, Role, ToLocal};
+use carmi_api::tls::{Acceptor, Stream};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, mpsc, watch};
 
@@ -29,7 +33,7 @@ pub const APP_QUEUE: usize = 1024;
 
 /// Accepts application connections until `stop` turns true.
 pub(crate) async fn serve(
-    listener: TcpListener,
+    (listener, tls): (TcpListener, Acceptor),
     secret: Secret,
     creds: JobCreds,
     queue: usize,
@@ -44,7 +48,8 @@ pub(crate) async fn serve(
                     let conn = ConnId(next_conn);
                     next_conn += 1;
                     let keys = (secret.clone(), creds.clone());
-                    tokio::spawn(connection(stream, peer, conn, keys, queue, inputs.clone(), stop.clone()));
+                    let opened = (stream, tls.clone());
+                    tokio::spawn(connection(opened, peer, conn, keys, queue, inputs.clone(), stop.clone()));
                 }
                 Err(e) => {
                     // Out of file descriptors, typically: wait instead of spinning.
@@ -58,7 +63,7 @@ pub(crate) async fn serve(
 }
 
 async fn connection(
-    stream: TcpStream,
+    (stream, tls): (TcpStream, Acceptor),
     peer: SocketAddr,
     conn: ConnId,
     (secret, creds): (Secret, JobCreds),
@@ -67,14 +72,30 @@ async fn connection(
     mut stop: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
-    let (r, w) = stream.into_split();
-    let mut link: Conn<FromLocal, ToLocal, _, _> = Conn::new(r, w);
+    let opened =
+        tokio::time::timeout(handshake::HANDSHAKE_TIMEOUT, tls.accept(stream, false)).await;
+    let Stream {
+        reader,
+        writer,
+        binding,
+    } = match opened {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            tracing::warn!(%peer, error = %e, "application connection refused before its handshake");
+            return;
+        }
+        Err(_) => {
+            tracing::warn!(%peer, "application connection did not open TLS in time; closed");
+            return;
+        }
+    };
+    let mut link: Conn<FromLocal, ToLocal> = Conn::new(reader, writer);
     // Other roles are refused inside the handshake, so that the client is
     // told why; a job's credential opens that job's applications only.
     let choose = |key| creds.choose(&secret, key);
     let admit = |role: &Role, _token: Option<&str>, key| crate::jobcred::admit(role, key);
     let (hs_reader, hs_writer) = link.parts_mut();
-    let role = match handshake::server_keyed(hs_reader, hs_writer, choose, &[], admit).await {
+    let role = match handshake::server_keyed(hs_reader, hs_writer, choose, &binding, admit).await {
         Ok((role, ())) => role,
         Err(e) => {
             tracing::warn!(%peer, error = %e, "application handshake failed; connection closed");
