@@ -248,8 +248,68 @@ async fn a_local_rm_and_a_jobs_processes_speak_tls_only() {
         })
         .await;
     assert_eq!(&out[..], b"forwarded-over-tls\n");
+    a_flipped_direct_message_is_dropped(&pool, &a, &mut inbox, echo).await;
     a.send(echo, 0, bytes::Bytes::new());
     a.flush().await;
+}
+
+/// The job's credential, as the local RM wrote it into a sandbox of the job.
+fn job_credential(dir: &std::path::Path) -> Option<handshake::Secret> {
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        if path.file_name() == Some(std::ffi::OsStr::new(carmi_api::jobcred::FILE_NAME)) {
+            return handshake::Secret::from_file(&path).ok();
+        }
+        if path.is_dir() && !path.is_symlink() {
+            if let Some(found) = job_credential(&path) {
+                return Some(found);
+            }
+        }
+    }
+    None
+}
+
+/// Through a proxy to process `a`'s listener, as its peer `from` with the
+/// job's credential: a direct message whose bytes are altered after the
+/// handshake is never delivered, and the same message unaltered is.
+async fn a_flipped_direct_message_is_dropped(
+    pool: &Pool,
+    a: &carmi_api::client::Carmi,
+    inbox: &mut Inbox,
+    from: carmi_api::ids::ProcessId,
+) {
+    let secret = job_credential(&pool.dir).expect("the echo's sandbox holds the job credential");
+    let proxy = Proxy::start(a.endpoint().to_string()).await;
+    for altered in [true, false] {
+        let tcp = TcpStream::connect(&proxy.addr).await.unwrap();
+        let s = tls::connect(tcp).await.unwrap();
+        let (mut reader, mut writer) = (FrameReader::new(s.reader), s.writer);
+        let role = Role::Peer { from, job: a.job() };
+        handshake::client_bound(&mut reader, &mut writer, &secret, &role, &s.binding)
+            .await
+            .expect("a peer's handshake through the proxy");
+        proxy.armed.store(altered, Ordering::SeqCst);
+        let tag = carmi_api::msg::PeerMessage { tag: 77 };
+        write_frame(&mut writer, &tag, b"payload").await.unwrap();
+        writer.flush().await.unwrap();
+        let arrived = inbox
+            .try_take_within(Duration::from_secs(3), "the direct message", |x| match x {
+                Incoming::Message { tag: 77, data, .. } => Some(data.clone()),
+                _ => None,
+            })
+            .await;
+        if altered {
+            assert!(
+                arrived.is_err(),
+                "an altered message was delivered: {arrived:?}"
+            );
+            // The process closed that connection.
+            let end = tokio::time::timeout(Duration::from_secs(10), reader.read::<FromLocal>());
+            assert!(matches!(end.await, Ok(Ok(None)) | Ok(Err(_))));
+        } else {
+            assert_eq!(&arrived.expect("the unaltered message")[..], b"payload");
+        }
+    }
 }
 
 /// A byte flipped on an application's connection to its local RM, after
