@@ -360,3 +360,72 @@ async fn a_byte_flipped_on_a_local_rm_connection_closes_it() {
     let (carmi, events) = connect(opts).await.expect("the local RM serves on");
     Inbox::new(events).done(carmi.config()).await;
 }
+
+/// A process that asks for plain peer connections sends in clear (a peer
+/// that takes TLS only refuses it, a peer that asked the same answers) and
+/// accepts a peer's handshake in clear.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_may_ask_for_plain_peer_connections() {
+    let pool = Pool::start_with("tls-plain", 2, &[vec![]], patient());
+    pool.wait_registered();
+    let mut opts = ConnectOptions::new(pool.locals[0].app_addr.clone(), pool.secret.clone());
+    opts.plain_peers = true;
+    let (a, events) = connect(opts).await.expect("attach");
+    let mut inbox = Inbox::new(events);
+    inbox.done(a.define_class("any", "true")).await;
+    let add = a.addhosts("any", 1, 1);
+    let host = inbox
+        .take("a host", |x| match x {
+            Incoming::Rm(Event::HostsAdded { request, hosts, .. }) if *request == add => {
+                hosts.first().map(|h| h.host)
+            }
+            _ => None,
+        })
+        .await;
+    let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_carmi-echo"));
+    let mut echoes = Vec::new();
+    for args in [vec!["plain"], vec![]] {
+        let spawn = a.class_spawn(&exe, args, SpawnTarget::Host(host));
+        let echo = inbox
+            .take("an echo to start", |x| match x {
+                Incoming::Rm(Event::ProcessStarted {
+                    request, process, ..
+                }) if *request == spawn => Some(*process),
+                _ => None,
+            })
+            .await;
+        echoes.push(echo);
+    }
+    let (plain, tls_only) = (echoes[0], echoes[1]);
+    a.send(plain, 5, bytes::Bytes::from_static(b"in clear"));
+    let back = inbox
+        .take("the plain echo's answer", |x| match x {
+            Incoming::Message { from, tag: 6, data } if *from == plain => Some(data.clone()),
+            _ => None,
+        })
+        .await;
+    assert_eq!(&back[..], b"in clear");
+    a.send(tls_only, 5, bytes::Bytes::from_static(b"refused"));
+    let reason = inbox
+        .take("the TLS-only echo's refusal", |x| match x {
+            Incoming::SendFailed { to, reason, .. } if *to == tls_only => Some(reason.clone()),
+            _ => None,
+        })
+        .await;
+    assert!(!reason.is_empty());
+    let secret = job_credential(&pool.dir).expect("a sandbox holds the job credential");
+    let tcp = TcpStream::connect(a.endpoint()).await.unwrap();
+    let (r, mut w) = tcp.into_split();
+    let mut r = FrameReader::new(r);
+    let role = Role::Peer {
+        from: plain,
+        job: a.job(),
+    };
+    handshake::client(&mut r, &mut w, &secret, &role)
+        .await
+        .expect("a plain process takes a peer in clear");
+    for echo in echoes {
+        a.send(echo, 0, bytes::Bytes::new());
+    }
+    a.flush().await;
+}
