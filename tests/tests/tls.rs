@@ -260,10 +260,11 @@ fn job_credential(dir: &std::path::Path) -> Option<handshake::Secret> {
         if path.file_name() == Some(std::ffi::OsStr::new(carmi_api::jobcred::FILE_NAME)) {
             return handshake::Secret::from_file(&path).ok();
         }
-        if path.is_dir() && !path.is_symlink() {
-            if let Some(found) = job_credential(&path) {
-                return Some(found);
-            }
+        if path.is_dir()
+            && !path.is_symlink()
+            && let Some(found) = job_credential(&path)
+        {
+            return Some(found);
         }
     }
     None
