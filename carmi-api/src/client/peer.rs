@@ -268,6 +268,8 @@ async fn receive(shared: Arc<Shared>, stream: TcpStream, tls: Acceptor) {
             return;
         }
     };
+    // A peer of the job, proved: its large messages arrive whole into one buffer.
+    r.reserve_whole_frames();
     let mut r: ConnReader<PeerMessage, _> = ConnReader::from_frames(r);
     loop {
         match r.recv().await {
