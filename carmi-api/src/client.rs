@@ -72,8 +72,8 @@ pub const LOOKUP_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub use attach::connect;
 pub use options::{
-    ConnectError, ConnectOptions, ENV_ENDPOINT_HOST, ENV_JOB, ENV_LOCAL, ENV_PROCESS,
-    ENV_SECRET_FILE,
+    ConnectError, ConnectOptions, ENV_ENDPOINT_HOST, ENV_JOB, ENV_LOCAL, ENV_PLAIN_PEERS,
+    ENV_PROCESS, ENV_SECRET_FILE,
 };
 pub use output::{OUTPUT_BUFFER, SpawnOutput};
 
@@ -213,6 +213,8 @@ struct Shared {
     secret: Secret,
     /// Where this process accepts direct messages.
     endpoint: String,
+    /// Direct connections in clear ([`ConnectOptions::plain_peers`]).
+    plain_peers: bool,
     /// Where background tasks are spawned, so that [`Carmi::send`] works from any thread.
     runtime: tokio::runtime::Handle,
     /// Closed when the last [`Carmi`] clone is dropped.

@@ -234,6 +234,8 @@ pub struct FrameReader<R> {
     max_header: usize,
     /// Boxed: most readers have none, and readers live inside other types.
     timing: Option<Box<Timing>>,
+    /// Room for a whole announced frame at once ([`FrameReader::reserve_whole_frames`]).
+    whole_frames: bool,
 }
 
 /// A reader's [`FrameDeadline`], and when the frame at the front of its
@@ -257,7 +259,19 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             max,
             max_header: usize::MAX,
             timing: None,
+            whole_frames: false,
         }
+    }
+
+    /// Makes room for the whole of a frame as soon as its length is known,
+    /// rather than for [`BIG_READ`] bytes at a time: a large frame then
+    /// arrives into one allocation instead of a buffer that grows (and is
+    /// copied) several times on the way. For connections whose peer has
+    /// proved who it is and could send that many bytes anyway (a job's
+    /// processes between themselves); a server facing clients keeps the
+    /// default, where memory follows the bytes that arrived.
+    pub fn reserve_whole_frames(&mut self) {
+        self.whole_frames = true;
     }
 
     /// Bounds how long a started frame may take (none by default).
@@ -294,7 +308,11 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             let announced = self.announced();
             let missing = announced.map_or(SMALL_READ, |len| 4 + len - self.buf.len());
             if self.buf.capacity() - self.buf.len() < SMALL_READ.min(missing) {
-                self.buf.reserve(missing.clamp(SMALL_READ, BIG_READ));
+                let room = match announced {
+                    Some(len) if self.whole_frames && len <= self.max => missing.max(SMALL_READ),
+                    _ => missing.clamp(SMALL_READ, BIG_READ),
+                };
+                self.buf.reserve(room);
             }
             let started = self
                 .timing
@@ -458,6 +476,28 @@ mod tests {
         let (len, cap) = r.buffered();
         assert_eq!(len, 14);
         assert!(cap <= 2 * BIG_READ, "capacity {cap} for 14 bytes");
+    }
+
+    #[tokio::test]
+    async fn a_reader_with_room_for_whole_frames_reads_large_frames_whole() {
+        let (a, mut b) = tokio::io::duplex(64 * 1024);
+        let mut r = FrameReader::new(a);
+        r.reserve_whole_frames();
+        let bodies: Vec<Vec<u8>> = (0..4u8).map(|i| vec![i; (1 << 20) + i as usize]).collect();
+        let sent = bodies.clone();
+        let writer = tokio::spawn(async move {
+            for body in &sent {
+                write_frame(&mut b, &"m", body).await.unwrap();
+            }
+        });
+        for body in &bodies {
+            let (header, payload) = r.read::<String>().await.unwrap().unwrap();
+            assert_eq!(header, "m");
+            assert_eq!(&payload[..], &body[..]);
+        }
+        writer.await.unwrap();
+        // Nothing large stays behind between frames.
+        assert!(r.buffered().1 <= KEEP_CAPACITY, "{:?}", r.buffered());
     }
 
     #[tokio::test]

@@ -2,6 +2,9 @@
 //! the handshake, turns frames into driver inputs, and writes what the driver
 //! sends back. A bad frame or a failed handshake closes that connection only.
 //! A connection with the `Admin` role is a control connection ([`crate::control`]).
+//! Every connection is TLS (`carmi_api::tls`), and the handshake's proofs
+//! cover the session's exported keys, so that a relay cannot pass a proof
+//! made for another session on; a connection in clear is refused.
 //!
 //! What the driver sends an application waits in a bounded queue
 //! ([`crate::config::Settings::app_queue`]): an application that stops
@@ -18,6 +21,7 @@ use carmi_api::gate::{ConnLimits, Gate, REFUSAL_LOG_PERIOD, Refusal, Ticket};
 use carmi_api::handshake::{self, Secret};
 use carmi_api::ids::ConnId;
 use carmi_api::msg::{FromLocal, Role, ToLocal};
+use carmi_api::tls::{Acceptor, Stream};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, mpsc, watch};
 
@@ -41,7 +45,7 @@ pub const APP_LIMITS: ConnLimits = ConnLimits {
 
 /// Accepts application connections until `stop` turns true.
 pub(crate) async fn serve(
-    listener: TcpListener,
+    (listener, tls): (TcpListener, Acceptor),
     secret: Secret,
     creds: JobCreds,
     queue: usize,
@@ -66,7 +70,8 @@ pub(crate) async fn serve(
                     next_conn += 1;
                     let keys = (secret.clone(), creds.clone());
                     let admitted = (ticket, gate.clone());
-                    tokio::spawn(connection(stream, peer, conn, keys, admitted, queue, inputs.clone(), stop.clone()));
+                    let opened = (stream, tls.clone());
+                    tokio::spawn(connection(opened, peer, conn, keys, admitted, queue, inputs.clone(), stop.clone()));
                 }
                 Err(e) => {
                     // Out of file descriptors, typically: wait instead of spinning.
@@ -83,7 +88,7 @@ pub(crate) async fn serve(
 // The connection's parts, each its own argument: grouping them would only rename them.
 #[allow(clippy::too_many_arguments)]
 async fn connection(
-    stream: TcpStream,
+    (stream, tls): (TcpStream, Acceptor),
     peer: SocketAddr,
     conn: ConnId,
     (secret, creds): (Secret, JobCreds),
@@ -94,15 +99,39 @@ async fn connection(
     mut stop: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
-    let (r, w) = stream.into_split();
-    let mut link: Conn<FromLocal, ToLocal, _, _> = Conn::new(r, w);
+    // TLS is opened under the gate too: a flood of silent connections is
+    // evicted before it ever sends a ClientHello.
+    let opened = tokio::select! {
+        o = tokio::time::timeout(handshake::HANDSHAKE_TIMEOUT, tls.accept(stream, false)) => o,
+        _ = ticket.evicted() => {
+            gate.note_refusal(peer.ip(), "TLS dropped to make room for newer connections (max_handshaking)");
+            return;
+        }
+    };
+    let Stream {
+        reader,
+        writer,
+        binding,
+    } = match opened {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            let why = format!("application connection refused before its handshake: {e}");
+            gate.note_refusal(peer.ip(), &why);
+            return;
+        }
+        Err(_) => {
+            gate.note_refusal(peer.ip(), "application connection did not open TLS in time");
+            return;
+        }
+    };
+    let mut link: Conn<FromLocal, ToLocal> = Conn::new(reader, writer);
     // Other roles are refused inside the handshake, so that the client is
     // told why; a job's credential opens that job's applications only.
     let choose = |key| creds.choose(&secret, key);
     let admit = |role: &Role, _token: Option<&str>, key| crate::jobcred::admit(role, key);
     let (hs_reader, hs_writer) = link.parts_mut();
     let role = tokio::select! {
-        res = handshake::server_keyed(hs_reader, hs_writer, choose, &[], admit) => match res {
+        res = handshake::server_keyed(hs_reader, hs_writer, choose, &binding, admit) => match res {
             Ok((role, ())) => role,
             Err(e) => {
                 gate.note_refusal(peer.ip(), &format!("application handshake failed: {e}"));

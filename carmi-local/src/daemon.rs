@@ -169,8 +169,11 @@ impl Daemon {
         // The links stop only after the driver has reported the final exits.
         let (links_stop_tx, links_stop_rx) = watch::channel(false);
         let creds = JobCreds::default();
+        // Made in memory at every start: nobody handles a certificate, and
+        // the handshake proves who the daemon is (see `carmi_api::tls`).
+        let tls = carmi_api::tls::Acceptor::generate().map_err(Error::Tls)?;
         tokio::spawn(apps::serve(
-            listener,
+            (listener, tls.clone()),
             secret.clone(),
             creds.clone(),
             settings.app_queue,
@@ -184,7 +187,11 @@ impl Daemon {
             settings.global.clone(),
             settings.stage_link_rate,
         ));
-        tokio::spawn(stager.clone().serve(stage_listener, links_stop_rx.clone()));
+        tokio::spawn(
+            stager
+                .clone()
+                .serve((stage_listener, tls), links_stop_rx.clone()),
+        );
         let gcfg = GlobalConfig {
             addr: settings.global.clone(),
             secret: secret.clone().with_token(token),

@@ -88,6 +88,9 @@ pub enum Error {
         /// The cause.
         source: std::io::Error,
     },
+    /// The TLS certificate could not be made.
+    #[error("{0}")]
+    Tls(String),
     /// The application listener could not be opened.
     #[error("cannot listen on {addr}: {source}")]
     Listen {
