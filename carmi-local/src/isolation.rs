@@ -56,10 +56,14 @@ const SPARE_ACCOUNTS: u32 = 2;
 #[derive(Debug, thiserror::Error)]
 pub enum IsolationError {
     /// A configured account does not exist.
-    #[error("slot user `{0}` does not exist; create it (`useradd --system {0}`) or use --slot-user-prefix, which creates its accounts")]
+    #[error(
+        "slot user `{0}` does not exist; create it (`useradd --system {0}`) or use --slot-user-prefix, which creates its accounts"
+    )]
     NoSuchUser(String),
     /// A configured account is root or the daemon's own.
-    #[error("slot user `{name}` has uid {uid}, which is root's or this daemon's own: job processes must run as a dedicated unprivileged account")]
+    #[error(
+        "slot user `{name}` has uid {uid}, which is root's or this daemon's own: job processes must run as a dedicated unprivileged account"
+    )]
     Privileged {
         /// The account.
         name: String,
@@ -67,7 +71,9 @@ pub enum IsolationError {
         uid: u32,
     },
     /// Accounts were configured but the daemon is not root.
-    #[error("slot users need a local RM started as root (this one runs as uid {0}); remove --slot-users/--slot-user-prefix or start it as root")]
+    #[error(
+        "slot users need a local RM started as root (this one runs as uid {0}); remove --slot-users/--slot-user-prefix or start it as root"
+    )]
     NotRoot(u32),
     /// `useradd` failed.
     #[error("cannot create slot user `{name}`: {reason}")]
@@ -86,7 +92,9 @@ pub enum IsolationError {
         error: nix::Error,
     },
     /// A directory on the way to the sandboxes is closed to other users.
-    #[error("directory {0} must be searchable by the slot users (mode o+x) so that they can reach their sandboxes; chmod o+x it or choose a --work-dir under /var/lib")]
+    #[error(
+        "directory {0} must be searchable by the slot users (mode o+x) so that they can reach their sandboxes; chmod o+x it or choose a --work-dir under /var/lib"
+    )]
     Unreachable(PathBuf),
     /// The work directory's modes could not be set.
     #[error("cannot restrict {path}: {error}")]
@@ -114,8 +122,11 @@ pub struct Account {
 pub struct Accounts {
     accounts: Arc<Vec<Account>>,
     /// Per account: the job using it and how many of its processes.
-    leases: Arc<Mutex<Vec<Option<(JobId, usize)>>>>,
+    leases: Arc<Mutex<Vec<Option<JobLease>>>>,
 }
+
+/// The job an account serves, and how many of its processes run as it.
+type JobLease = (JobId, usize);
 
 /// What the daemon's start-up says about isolation, once: `None` when each
 /// job runs as an account of its own.
@@ -388,12 +399,14 @@ pub fn restrict_work_dir(work_dir: &Path) -> Result<(), IsolationError> {
         match name.to_str() {
             Some("sandbox") | Some("machine.ad") => {}
             _ if path.is_dir() => set(&path, 0o700)?,
-            _ => fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).map_err(
-                |error| IsolationError::Restrict {
-                    path: path.clone(),
-                    error,
-                },
-            )?,
+            _ => {
+                fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).map_err(|error| {
+                    IsolationError::Restrict {
+                        path: path.clone(),
+                        error,
+                    }
+                })?
+            }
         }
     }
     for dir in ["cache", "output", "groups"] {
@@ -401,7 +414,9 @@ pub fn restrict_work_dir(work_dir: &Path) -> Result<(), IsolationError> {
     }
     set(&work_dir.join("sandbox"), 0o711)?;
     for dir in work_dir.ancestors().skip(1) {
-        let mode = fs::metadata(dir).map(|m| m.permissions().mode()).unwrap_or(0);
+        let mode = fs::metadata(dir)
+            .map(|m| m.permissions().mode())
+            .unwrap_or(0);
         if mode & 0o001 == 0 {
             return Err(IsolationError::Unreachable(dir.to_path_buf()));
         }
@@ -448,7 +463,10 @@ mod tests {
         assert_ne!(j1.account(), j2.account());
         assert!(accounts.lease(JobId(3)).is_none(), "both serve other jobs");
         drop(j1);
-        assert!(accounts.lease(JobId(3)).is_none(), "job 1 still has a process");
+        assert!(
+            accounts.lease(JobId(3)).is_none(),
+            "job 1 still has a process"
+        );
         drop(j1_again);
         let j3 = accounts.lease(JobId(3)).expect("given back by job 1");
         assert_eq!(j3.account().name, "a");

@@ -35,8 +35,7 @@ pub(crate) fn prepare(
     }
     fs::create_dir_all(sandbox).map_err(sb_err(sandbox))?;
     if account.is_some() {
-        fs::set_permissions(sandbox, fs::Permissions::from_mode(0o700))
-            .map_err(sb_err(sandbox))?;
+        fs::set_permissions(sandbox, fs::Permissions::from_mode(0o700)).map_err(sb_err(sandbox))?;
         own(sandbox)?;
     }
     let exe = sandbox.join(sandbox_file_name(&spec.name));
@@ -63,7 +62,9 @@ pub(crate) fn prepare(
         let mut file = File::create(&to).map_err(sb_err(&to))?;
         std::io::copy(&mut from, &mut file).map_err(sb_err(input))?;
         // As `fs::copy` would: a script stays executable.
-        let mode = from.metadata().map_or(0o644, |m| m.permissions().mode() & 0o777);
+        let mode = from
+            .metadata()
+            .map_or(0o644, |m| m.permissions().mode() & 0o777);
         fs::set_permissions(&to, fs::Permissions::from_mode(mode)).map_err(sb_err(&to))?;
         own(&to)?;
     }

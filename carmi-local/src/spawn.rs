@@ -144,7 +144,9 @@ pub enum SpawnError {
     #[error("the local RM is shutting down and starts no more processes")]
     Closed,
     /// Every slot user serves another job.
-    #[error("no slot user is free for job {job}: all {count} serve other jobs on this machine; configure more with --slot-users")]
+    #[error(
+        "no slot user is free for job {job}: all {count} serve other jobs on this machine; configure more with --slot-users"
+    )]
     NoAccount {
         /// The job.
         job: JobId,
@@ -217,6 +219,16 @@ impl Launcher {
                 tracing::warn!(path = %dir.display(), error = %e, "cannot remove stale sandboxes");
             } else {
                 tracing::info!(path = %dir.display(), "removed stale sandboxes");
+            }
+        }
+        if self.accounts.is_some() {
+            // Slot users pass through it to their own sandboxes, and list nothing.
+            let made = fs::create_dir_all(&dir).and_then(|()| {
+                use std::os::unix::fs::PermissionsExt;
+                fs::set_permissions(&dir, fs::Permissions::from_mode(0o711))
+            });
+            if let Err(e) = made {
+                tracing::warn!(path = %dir.display(), error = %e, "cannot make the sandbox directory");
             }
         }
     }

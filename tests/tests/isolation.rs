@@ -87,7 +87,7 @@ fn a_job_of_a_root_local_rm_cannot_read_its_keys_nor_another_jobs_sandbox() {
         local_settings: "slot_user_prefix = \"carmi-iso\"\n".into(),
         ..PoolOptions::default()
     };
-    let pool = Pool::start_with("isolation", 1, &[vec![]], options);
+    let pool = Pool::start_with("isolation", 2, &[vec![]], options);
     let work_dir = pool.dir.join(&pool.locals[0].name);
     let token = pool.dir.join(format!("{}.token", pool.locals[0].name));
     let submit_dir = pool.dir.join("laptop");
@@ -124,6 +124,7 @@ fn a_job_of_a_root_local_rm_cannot_read_its_keys_nor_another_jobs_sandbox() {
         work_dir.join("cache"),
         work_dir.join("output"),
         work_dir.join("groups"),
+        work_dir.join("sandbox"),
         a_sandbox.clone(),
         a_sandbox.join("mine.txt"),
         a_sandbox.join(".carmi-credential"),
@@ -174,11 +175,23 @@ fn a_job_of_a_root_local_rm_cannot_read_its_keys_nor_another_jobs_sandbox() {
     let mut lines = report.lines().map(|l| {
         serde_json::from_str::<serde_json::Value>(l).unwrap_or_else(|e| panic!("{e}: {l}"))
     });
-    let me = lines.next().unwrap_or_else(|| panic!("no report came back\n{}", pool.logs()));
+    let me = lines
+        .next()
+        .unwrap_or_else(|| panic!("no report came back\n{}", pool.logs()));
     let b_uid: u32 = me["uid"][0].as_str().unwrap_or("0").parse().unwrap();
-    assert!(b_uid != 0 && b_uid != a_owner, "job B runs as {me} (job A as {a_owner})");
-    assert!(me["user"].as_str().unwrap_or("").starts_with("carmi-iso"), "{me}");
-    assert_eq!(me["groups"], serde_json::json!([]), "root's groups were dropped: {me}");
+    assert!(
+        b_uid != 0 && b_uid != a_owner,
+        "job B runs as {me} (job A as {a_owner})"
+    );
+    assert!(
+        me["user"].as_str().unwrap_or("").starts_with("carmi-iso"),
+        "{me}"
+    );
+    assert_eq!(
+        me["groups"],
+        serde_json::json!([]),
+        "root's groups were dropped: {me}"
+    );
     let results: Vec<serde_json::Value> = lines.collect();
     assert_eq!(results.len(), args.len(), "{report}");
     for (r, path) in results.iter().zip(&args) {
@@ -189,7 +202,10 @@ fn a_job_of_a_root_local_rm_cannot_read_its_keys_nor_another_jobs_sandbox() {
 
     // Removing job A cleans up after its account too.
     ok(
-        carmi(&pool, &submit_dir).args(["rm", &job_a]).output().unwrap(),
+        carmi(&pool, &submit_dir)
+            .args(["rm", &job_a])
+            .output()
+            .unwrap(),
         &pool,
     );
     let deadline = Instant::now() + Duration::from_secs(30);
