@@ -21,13 +21,15 @@
 //! Started as an ordinary user, the local RM cannot switch accounts: it says
 //! so once at start-up ([`notice`]) and runs jobs as itself.
 
-use std::fs;
+use std::fs::{self, File};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
 use carmi_api::ids::JobId;
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
 use nix::unistd::{Gid, Uid, User};
 
 /// Which accounts run jobs, as configured.
@@ -60,6 +62,11 @@ pub enum IsolationError {
         "slot user `{0}` does not exist; create it (`useradd --system {0}`) or use --slot-user-prefix, which creates its accounts"
     )]
     NoSuchUser(String),
+    /// A configured account serves another local RM of this machine.
+    #[error(
+        "slot user `{0}` runs the jobs of another local RM on this machine (it holds {LOCK_DIR}/{0}.lock); give each local RM accounts of its own"
+    )]
+    Taken(String),
     /// A configured account is root or the daemon's own.
     #[error(
         "slot user `{name}` has uid {uid}, which is root's or this daemon's own: job processes must run as a dedicated unprivileged account"
@@ -123,6 +130,9 @@ pub struct Accounts {
     accounts: Arc<Vec<Account>>,
     /// Per account: the job using it and how many of its processes.
     leases: Arc<Mutex<Vec<Option<JobLease>>>>,
+    /// Held while the daemon runs: no other local RM of this machine takes
+    /// these accounts ([`LOCK_DIR`]).
+    _locks: Arc<Vec<Flock<File>>>,
 }
 
 /// The job an account serves, and how many of its processes run as it.
@@ -192,8 +202,17 @@ impl Accounts {
             AccountsConfig::Default => prefixed(DEFAULT_PREFIX, slots),
             AccountsConfig::Prefix(prefix) => prefixed(prefix, slots),
         };
-        let mut accounts = Vec::with_capacity(names.len());
+        let want = names.len();
+        let mut accounts = Vec::with_capacity(want);
+        let mut locks = Vec::with_capacity(want);
         for (name, create) in names {
+            let Some(lock) = claim(&name)? else {
+                if create {
+                    // Another local RM of this machine runs jobs as it.
+                    continue;
+                }
+                return Err(IsolationError::Taken(name));
+            };
             let account = match lookup(&name)? {
                 Some(a) => a,
                 None if create => {
@@ -209,11 +228,16 @@ impl Accounts {
                 });
             }
             accounts.push(account);
+            locks.push(lock);
+            if accounts.len() == want {
+                break;
+            }
         }
         let leases = vec![None; accounts.len()];
         Ok(Some(Accounts {
             accounts: Arc::new(accounts),
             leases: Arc::new(Mutex::new(leases)),
+            _locks: Arc::new(locks),
         }))
     }
 
@@ -284,10 +308,43 @@ impl Drop for Lease {
     }
 }
 
+/// The names a prefix gives: as many as wanted (one per slot and the
+/// spares), and as many more again to skip those another local RM of this
+/// machine holds; [`Accounts::set_up`] stops at the count wanted.
 fn prefixed(prefix: &str, slots: u32) -> Vec<(String, bool)> {
-    (1..=slots + SPARE_ACCOUNTS)
+    let want = slots + SPARE_ACCOUNTS;
+    (1..=want + 64)
         .map(|i| (format!("{prefix}{i}"), true))
         .collect()
+}
+
+/// Where a local RM marks the slot users it holds (one lock file each,
+/// `flock`ed while it runs), so that two local RMs on one machine never run
+/// jobs as the same account (each kills what runs as its accounts).
+pub const LOCK_DIR: &str = "/run/carmi-local";
+
+/// Takes the lock of account `name`; `None` when another process holds it.
+fn claim(name: &str) -> Result<Option<Flock<File>>, IsolationError> {
+    let dir = Path::new(LOCK_DIR);
+    let path = dir.join(format!("{name}.lock"));
+    let err = |error| IsolationError::Restrict {
+        path: path.clone(),
+        error,
+    };
+    fs::create_dir_all(dir)
+        .and_then(|()| fs::set_permissions(dir, fs::Permissions::from_mode(0o700)))
+        .map_err(err)?;
+    let file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(err)?;
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => Ok(Some(lock)),
+        Err((_, Errno::EWOULDBLOCK)) => Ok(None),
+        Err((_, e)) => Err(err(e.into())),
+    }
 }
 
 fn lookup(name: &str) -> Result<Option<Account>, IsolationError> {
@@ -455,6 +512,7 @@ mod tests {
                 },
             ]),
             leases: Arc::new(Mutex::new(vec![None, None])),
+            _locks: Arc::new(Vec::new()),
         };
         let j1 = accounts.lease(JobId(1)).expect("free");
         let j1_again = accounts.lease(JobId(1)).expect("shared within the job");
@@ -470,5 +528,19 @@ mod tests {
         drop(j1_again);
         let j3 = accounts.lease(JobId(3)).expect("given back by job 1");
         assert_eq!(j3.account().name, "a");
+    }
+
+    #[test]
+    fn two_local_rms_never_hold_one_account() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("SKIP two_local_rms_never_hold_one_account: root not available");
+            return;
+        }
+        let name = format!("carmi-test-claim-{}", std::process::id());
+        let first = claim(&name).unwrap().expect("free");
+        assert!(claim(&name).unwrap().is_none(), "held by the first");
+        drop(first);
+        assert!(claim(&name).unwrap().is_some(), "given back");
+        let _ = fs::remove_file(Path::new(LOCK_DIR).join(format!("{name}.lock")));
     }
 }
