@@ -303,7 +303,13 @@ impl Launcher {
                     .remove(&process);
                 let mut report = report;
                 if !spec.return_files.is_empty() {
-                    report.returned = crate::returned::collect(&sandbox, &spec.return_files);
+                    let collect = || crate::returned::collect(&sandbox, &spec.return_files);
+                    // As the account: a link it swapped in after the checks
+                    // still reaches only what it could read itself.
+                    report.returned = match &lease {
+                        Some(l) => crate::isolation::as_account(l.account(), collect),
+                        None => collect(),
+                    };
                 }
                 keep_output(&sandbox, &me.output_dir(job), process);
                 drop(lease);
