@@ -42,12 +42,24 @@ pub fn read_private(path: &Path) -> Result<String, FileError> {
 
 /// Checks that only the owner of `path` may read or write it.
 pub fn check_private(path: &Path) -> Result<(), FileError> {
+    check_mode(path, 0o077)
+}
+
+/// Checks that others (neither the owner nor the group) may not read or
+/// write the pool secret's file `path`: a daemon may read it through a
+/// group of its own (a global RM run as `carmi`), but a job's slot user,
+/// in no such group, must not.
+pub fn check_shared_key(path: &Path) -> Result<(), FileError> {
+    check_mode(path, 0o007)
+}
+
+fn check_mode(path: &Path, forbidden: u32) -> Result<(), FileError> {
     let meta = std::fs::metadata(path).map_err(|error| FileError::Io {
         path: path.to_path_buf(),
         error,
     })?;
     let mode = meta.permissions().mode() & 0o777;
-    if mode & 0o077 != 0 {
+    if mode & forbidden != 0 {
         return Err(FileError::TooOpen {
             path: path.to_path_buf(),
             mode,
@@ -105,5 +117,10 @@ mod tests {
         let e = read_private(&p).unwrap_err().to_string();
         assert!(e.contains("permissions 0644"), "{e}");
         assert!(e.contains(&format!("chmod 600 {}", p.display())), "{e}");
+        // The pool secret may be shared with the daemon's group, not others.
+        assert!(check_shared_key(&p).is_err());
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o640)).unwrap();
+        assert!(check_shared_key(&p).is_ok());
+        assert!(check_private(&p).is_err());
     }
 }

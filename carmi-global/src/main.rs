@@ -93,6 +93,7 @@ async fn main() -> anyhow::Result<()> {
     if args.heartbeat_ms == 0 || args.missed_heartbeats == 0 {
         bail!("--heartbeat-ms and --missed-heartbeats must be at least 1");
     }
+    carmi_api::files::check_shared_key(&args.secret).context("the pool secret")?;
     let secret = Secret::from_file(&args.secret).context("reading the pool secret")?;
     let mut config = ServerConfig::new(secret, args.state_dir.clone());
     if let Some(key) = &args.pool_key {

@@ -9,6 +9,8 @@
 //! kill_grace_ms = 2000        # SIGTERM -> SIGKILL delay
 //! heartbeat_ms = 5000         # used only if the global RM does not name a period
 //! stage_link_rate = 50.0      # MB/s cap on executables served to peers (default: none)
+//! slot_users = ["carmi-slot1", "carmi-slot2"]  # as root: accounts jobs run as ([] = root's own)
+//! slot_user_prefix = "carmi-slot"  # or: PREFIX1, PREFIX2, ... made with useradd (the default as root)
 //!
 //! [attributes]                # extra machine attributes
 //! Owner = '"alice"'           # a string is ClassAd expression text
@@ -36,6 +38,7 @@ use std::time::Duration;
 use classad::{Expr, ParseError, Value, parse_expr};
 use serde::Deserialize;
 
+use crate::isolation::AccountsConfig;
 use crate::policy::PolicyConfig;
 
 /// Default SIGTERM -> SIGKILL grace period.
@@ -101,6 +104,15 @@ pub struct Cli {
     /// batch allocation instead of idling in it. Default: wait for ever.
     #[arg(long, value_name = "SECONDS")]
     pub orphan_timeout: Option<u64>,
+    /// Started as root: the accounts job processes run as, comma-separated
+    /// (dedicated to the pool; each serves one job at a time), or `none` to
+    /// run them as root. Default as root: `--slot-user-prefix carmi-slot`.
+    #[arg(long, value_name = "USER,...")]
+    pub slot_users: Option<String>,
+    /// Started as root: jobs run as PREFIX1, PREFIX2, ... (one per slot and
+    /// two more), created with `useradd` when missing.
+    #[arg(long, value_name = "PREFIX", conflicts_with = "slot_users")]
+    pub slot_user_prefix: Option<String>,
 }
 
 /// Where the owner's activity comes from.
@@ -161,6 +173,10 @@ pub struct FileConfig {
     pub heartbeat_ms: Option<u64>,
     /// Cap on the bandwidth of executables served to peers, in MB/s.
     pub stage_link_rate: Option<f64>,
+    /// Accounts job processes run as (root only); empty: root's own.
+    pub slot_users: Option<Vec<String>>,
+    /// Accounts `PREFIX1`... job processes run as, made if missing (root only).
+    pub slot_user_prefix: Option<String>,
     /// Extra attributes: a string is expression text, a boolean or number a literal.
     #[serde(default)]
     pub attributes: toml::Table,
@@ -267,6 +283,8 @@ pub struct Settings {
     /// How long the daemon may be without a registration with the global
     /// RM before it stops; `None`: for ever.
     pub orphan_limit: Option<Duration>,
+    /// Which accounts job processes run as ([`crate::isolation`]).
+    pub accounts: AccountsConfig,
 }
 
 impl Settings {
@@ -293,6 +311,8 @@ impl Settings {
             global_stall: crate::global::GLOBAL_STALL,
             app_queue: crate::apps::APP_QUEUE,
             orphan_limit: None,
+            // An embedded pool runs its jobs as the user who started it.
+            accounts: AccountsConfig::Own,
         }
     }
 
@@ -305,6 +325,7 @@ impl Settings {
         let mut s = Settings::new(cli.global.clone(), cli.secret.clone());
         s.token_file = cli.token.clone();
         s.orphan_limit = cli.orphan_timeout.map(Duration::from_secs);
+        s.accounts = AccountsConfig::Default;
         let mut name_set = false;
         let mut work_dir_set = false;
         if let Some((path, f)) = &file {
@@ -351,6 +372,17 @@ impl Settings {
             if let Some(src) = f.owner.source {
                 s.owner_source = src;
             }
+            s.accounts = accounts_config(f.slot_users.clone(), f.slot_user_prefix.clone())
+                .unwrap_or(s.accounts);
+        }
+        let cli_users = cli.slot_users.as_ref().map(|list| {
+            list.split(',')
+                .map(|n| n.trim().to_string())
+                .filter(|n| !n.is_empty() && n != "none")
+                .collect()
+        });
+        if let Some(a) = accounts_config(cli_users, cli.slot_user_prefix.clone()) {
+            s.accounts = a;
         }
         if let Some(src) = cli.owner {
             s.owner_source = src;
@@ -392,6 +424,17 @@ impl Settings {
         // `slots = 0` is allowed: a submit machine lends no slots but serves
         // the applications that connect to it.
         Ok(())
+    }
+}
+
+/// The accounts a list or a prefix names (an empty list: none, jobs run as
+/// the daemon's user); `None` when neither is given.
+fn accounts_config(users: Option<Vec<String>>, prefix: Option<String>) -> Option<AccountsConfig> {
+    match (users, prefix) {
+        (_, Some(p)) => Some(AccountsConfig::Prefix(p)),
+        (Some(u), None) if u.is_empty() => Some(AccountsConfig::Own),
+        (Some(u), None) => Some(AccountsConfig::Users(u)),
+        (None, None) => None,
     }
 }
 
@@ -534,6 +577,10 @@ fn default_work_dir(name: &str) -> PathBuf {
             }
         })
         .collect();
+    // Root's home is closed to the slot users who must reach their sandboxes.
+    if nix::unistd::geteuid().is_root() {
+        return PathBuf::from("/var/lib/carmi-local").join(safe);
+    }
     match std::env::var_os("HOME") {
         Some(home) if !home.is_empty() => PathBuf::from(home)
             .join(".local/state/carmi-local")

@@ -176,3 +176,43 @@ fn command_line_overrides_the_file() {
     .unwrap();
     assert!(Settings::from_cli(&cli).is_err());
 }
+
+#[test]
+fn slot_users_come_from_a_list_a_prefix_or_none() {
+    use crate::isolation::AccountsConfig;
+    let accounts = |extra: &[&str], file: Option<&str>| {
+        let dir = crate::test_dir::TempDir::new("cfg-slot-users");
+        let path = dir.path().join("local.toml");
+        std::fs::write(&path, file.unwrap_or("")).unwrap();
+        let mut args = vec!["carmi-local", "--global", "x:1", "--secret", "s"];
+        args.extend(["--config", path.to_str().unwrap()]);
+        args.extend(extra);
+        Settings::from_cli(&Cli::try_parse_from(args).unwrap())
+            .unwrap()
+            .accounts
+    };
+    assert_eq!(accounts(&[], None), AccountsConfig::Default);
+    assert_eq!(
+        accounts(&["--slot-users", "s1, s2"], None),
+        AccountsConfig::Users(vec!["s1".into(), "s2".into()])
+    );
+    assert_eq!(
+        accounts(&["--slot-users", "none"], None),
+        AccountsConfig::Own
+    );
+    assert_eq!(
+        accounts(&[], Some("slot_user_prefix = \"job\"\n")),
+        AccountsConfig::Prefix("job".into())
+    );
+    assert_eq!(
+        accounts(&[], Some("slot_users = []\n")),
+        AccountsConfig::Own
+    );
+    // The command line wins over the file.
+    assert_eq!(
+        accounts(&["--slot-users", "a"], Some("slot_users = []\n")),
+        AccountsConfig::Users(vec!["a".into()])
+    );
+    // An embedded pool's settings run jobs as its own user.
+    assert_eq!(Settings::new("x:1", "s").accounts, AccountsConfig::Own);
+}

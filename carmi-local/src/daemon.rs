@@ -158,7 +158,8 @@ impl Daemon {
             .map_err(io("cannot open executable cache", &cache_dir))?;
         let (stage_listener, stage_endpoint) = bind_stage_listener(app_addr).await?;
         let env = job_env(app_addr, &work_dir, &machine);
-        let launcher = Launcher::new(work_dir.clone(), env);
+        let accounts = crate::isolation::start(&settings.accounts, slots, &work_dir)?;
+        let launcher = Launcher::new(work_dir.clone(), env).with_accounts(accounts);
         // Before the first launch, so that every record is an earlier run's.
         launcher.kill_leftovers();
         launcher.clean_stale_sandboxes();

@@ -49,6 +49,7 @@ pub mod control;
 pub mod daemon;
 pub mod global;
 mod input;
+pub mod isolation;
 pub mod jobcred;
 pub mod logread;
 pub mod machine;
@@ -57,6 +58,7 @@ pub mod output;
 pub mod owner;
 pub mod peer;
 pub mod returned;
+mod sandbox;
 pub mod spawn;
 #[cfg(test)]
 mod test_dir;
@@ -91,6 +93,9 @@ pub enum Error {
     /// The TLS certificate could not be made.
     #[error("{0}")]
     Tls(String),
+    /// Job processes cannot be run as the slot users asked for.
+    #[error(transparent)]
+    Isolation(#[from] isolation::IsolationError),
     /// The application listener could not be opened.
     #[error("cannot listen on {addr}: {source}")]
     Listen {

@@ -3,6 +3,7 @@
 //! calls it from `spawn_blocking`.
 
 use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use carmi_api::limits::MAX_LOG_CHUNK_BYTES;
@@ -18,7 +19,13 @@ pub fn read_chunk(paths: &[&Path], offset: u64) -> Result<LogChunk, String> {
         );
     };
     let io = |e: std::io::Error| format!("{}: {e}", path.display());
-    let mut file = std::fs::File::open(path).map_err(io)?;
+    // Not through a symbolic link: a job may replace its output file with
+    // one, and the local RM (root, perhaps) must not read another file for it.
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(io)?;
     let size = file.metadata().map_err(io)?.len();
     if offset >= size {
         return Ok(LogChunk {
@@ -108,5 +115,16 @@ mod tests {
         let dir = crate::test_dir::TempDir::new("logread");
         let e = read_chunk(&[&dir.path().join("stdout")], 0).unwrap_err();
         assert!(e.contains("no such output file"), "{e}");
+    }
+
+    #[test]
+    fn an_output_file_replaced_by_a_link_is_not_followed() {
+        let dir = crate::test_dir::TempDir::new("logread-link");
+        let key = dir.path().join("pool.secret");
+        std::fs::write(&key, "the local RM's key").unwrap();
+        let out = dir.path().join("stdout");
+        std::os::unix::fs::symlink(&key, &out).unwrap();
+        let e = read_chunk(&[&out], 0).unwrap_err();
+        assert!(!e.contains("local RM's key"), "{e}");
     }
 }

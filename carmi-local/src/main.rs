@@ -44,6 +44,10 @@ async fn run(settings: Settings, owner_returns_at: Option<u64>) -> anyhow::Resul
     // Signal handlers first, so that a signal during start-up is not lost.
     let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    // A job (a slot user) must not read the pool secret: refused like a
+    // key file, naming the fix. (Checked here, not in `Daemon::start`: an
+    // embedded pool keeps its secret in its own private folder.)
+    carmi_api::files::check_shared_key(&settings.secret_file).context("the pool secret")?;
     let daemon = Daemon::start(settings).await?;
     {
         let mut out = std::io::stdout().lock();

@@ -26,8 +26,7 @@
 
 use std::collections::HashMap;
 use std::ffi::OsString;
-use std::fs::{self, File};
-use std::os::unix::fs::PermissionsExt;
+use std::fs;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -144,6 +143,16 @@ pub enum SpawnError {
     /// The launcher was closed ([`Launcher::close`]): the local RM is stopping.
     #[error("the local RM is shutting down and starts no more processes")]
     Closed,
+    /// Every slot user serves another job.
+    #[error(
+        "no slot user is free for job {job}: all {count} serve other jobs on this machine; configure more with --slot-users"
+    )]
+    NoAccount {
+        /// The job.
+        job: JobId,
+        /// How many accounts there are.
+        count: usize,
+    },
 }
 
 /// Starts processes in sandboxes under one work directory. Clones share
@@ -162,6 +171,8 @@ pub struct Launcher {
     live: Arc<Mutex<HashMap<ProcessId, ProcessGroup>>>,
     /// The same groups on disk, for a restarted daemon to find.
     records: GroupRecords,
+    /// The slot users processes run as; `None`: the daemon's own user.
+    accounts: Option<crate::isolation::Accounts>,
 }
 
 impl Launcher {
@@ -174,7 +185,15 @@ impl Launcher {
             env,
             closed: Arc::new(RwLock::new(false)),
             live: Arc::new(Mutex::new(HashMap::new())),
+            accounts: None,
         }
+    }
+
+    /// The same launcher, running each job's processes as one of `accounts`
+    /// ([`crate::isolation`]) instead of the daemon's own user.
+    pub fn with_accounts(mut self, accounts: Option<crate::isolation::Accounts>) -> Launcher {
+        self.accounts = accounts;
+        self
     }
 
     /// Refuses every later launch ([`SpawnError::Closed`]), waits for the
@@ -200,6 +219,16 @@ impl Launcher {
                 tracing::warn!(path = %dir.display(), error = %e, "cannot remove stale sandboxes");
             } else {
                 tracing::info!(path = %dir.display(), "removed stale sandboxes");
+            }
+        }
+        if self.accounts.is_some() {
+            // Slot users pass through it to their own sandboxes, and list nothing.
+            let made = fs::create_dir_all(&dir).and_then(|()| {
+                use std::os::unix::fs::PermissionsExt;
+                fs::set_permissions(&dir, fs::Permissions::from_mode(0o711))
+            });
+            if let Err(e) = made {
+                tracing::warn!(path = %dir.display(), error = %e, "cannot make the sandbox directory");
             }
         }
     }
@@ -230,7 +259,19 @@ impl Launcher {
                 // *thread* ends, so a child forked from a pooled thread would
                 // be killed whenever the pool retired that thread.
                 let sandbox = me.sandbox_dir(process);
-                let (pid, pipes) = match me.start_child(&spec, &sandbox) {
+                // Held until the process and all it left are gone.
+                let lease = match &me.accounts {
+                    Some(accounts) => match accounts.lease(job) {
+                        Some(lease) => Some(lease),
+                        None => {
+                            let count = accounts.list().len();
+                            let _ = started_tx.send(Err(SpawnError::NoAccount { job, count }));
+                            return;
+                        }
+                    },
+                    None => None,
+                };
+                let (pid, pipes) = match me.start_child(&spec, &sandbox, lease.as_ref()) {
                     Ok(started) => started,
                     Err(e) => {
                         let _ = fs::remove_dir_all(&sandbox);
@@ -262,9 +303,16 @@ impl Launcher {
                     .remove(&process);
                 let mut report = report;
                 if !spec.return_files.is_empty() {
-                    report.returned = crate::returned::collect(&sandbox, &spec.return_files);
+                    let collect = || crate::returned::collect(&sandbox, &spec.return_files);
+                    // As the account: a link it swapped in after the checks
+                    // still reaches only what it could read itself.
+                    report.returned = match &lease {
+                        Some(l) => crate::isolation::as_account(l.account(), collect),
+                        None => collect(),
+                    };
                 }
                 keep_output(&sandbox, &me.output_dir(job), process);
+                drop(lease);
                 on_exit(report);
             })
             .map_err(SpawnError::Waiter)?;
@@ -296,55 +344,11 @@ impl Launcher {
         &self,
         spec: &LaunchSpec,
         sandbox: &Path,
+        lease: Option<&crate::isolation::Lease>,
     ) -> Result<(libc::pid_t, Option<OutputPipes>), SpawnError> {
-        let sb_err = |path: &Path| {
-            let path = path.to_path_buf();
-            move |error| SpawnError::Sandbox { path, error }
-        };
-        if sandbox.exists() {
-            fs::remove_dir_all(sandbox).map_err(sb_err(sandbox))?;
-        }
-        fs::create_dir_all(sandbox).map_err(sb_err(sandbox))?;
-        let file_name = sandbox_file_name(&spec.name);
-        let exe = sandbox.join(&file_name);
-        // A private copy rather than a hard link: a process that rewrote its
-        // own file would otherwise corrupt the cache for every later job.
-        fs::copy(&spec.program, &exe).map_err(sb_err(&exe))?;
-        fs::set_permissions(&exe, fs::Permissions::from_mode(0o700)).map_err(sb_err(&exe))?;
-        for input in &spec.input_files {
-            let Some(name) = input.file_name() else {
-                return Err(SpawnError::Sandbox {
-                    path: input.clone(),
-                    error: std::io::Error::other("an input file needs a file name"),
-                });
-            };
-            fs::copy(input, sandbox.join(name)).map_err(sb_err(input))?;
-        }
-        for (from, name) in &spec.input_copies {
-            // Named by the submitter: only a plain file name lands in the sandbox.
-            let Some(base) = Path::new(name).file_name().filter(|b| *b == name.as_str()) else {
-                return Err(SpawnError::Sandbox {
-                    path: PathBuf::from(name),
-                    error: std::io::Error::other("an input file's name must be a plain file name"),
-                });
-            };
-            fs::copy(from, sandbox.join(base)).map_err(sb_err(from))?;
-        }
-        let open = |chosen: &Option<PathBuf>, default: &str| {
-            let path = chosen.clone().unwrap_or_else(|| sandbox.join(default));
-            if let Some(dir) = path.parent() {
-                fs::create_dir_all(dir).map_err(sb_err(dir))?;
-            }
-            File::create(&path).map_err(sb_err(&path))
-        };
-        let (stdout, stderr): (Stdio, Stdio) = match spec.capture {
-            Capture::Files => (
-                open(&spec.stdio.0, "stdout")?.into(),
-                open(&spec.stdio.1, "stderr")?.into(),
-            ),
-            Capture::Pipes => (Stdio::piped(), Stdio::piped()),
-            Capture::Discard => (Stdio::null(), Stdio::null()),
-        };
+        let account = lease.map(crate::isolation::Lease::account);
+        let exe = crate::sandbox::prepare(spec, sandbox, account)?;
+        let (stdout, stderr) = crate::sandbox::stdio(spec, sandbox, account)?;
 
         let mut cmd = Command::new(&exe);
         cmd.arg0(&spec.name)
@@ -367,13 +371,18 @@ impl Launcher {
         for name in [ENV_TOKEN, ENV_SECRET, ENV_SECRET_FILE] {
             cmd.env_remove(name);
         }
-        if let Some(cred) = &spec.credential {
-            let path = sandbox.join(carmi_api::jobcred::FILE_NAME);
-            carmi_api::jobcred::write_file(&path, cred).map_err(|e| SpawnError::Sandbox {
-                path: path.clone(),
-                error: std::io::Error::other(e.to_string()),
-            })?;
+        if let Some(path) = crate::sandbox::credential(spec, sandbox, account)? {
             cmd.env(ENV_SECRET_FILE, &path);
+        }
+        if let Some(a) = account {
+            // std sets the group, drops root's supplementary groups and sets
+            // the user in the child before `chdir` and `pre_exec` below, so
+            // the parent-death signal set there survives the switch.
+            cmd.uid(a.uid)
+                .gid(a.gid)
+                .env("HOME", sandbox)
+                .env("USER", &a.name)
+                .env("LOGNAME", &a.name);
         }
         let parent = std::process::id() as libc::pid_t;
         // SAFETY: setsid, prctl and getppid are async-signal-safe and touch no
@@ -415,23 +424,6 @@ impl Launcher {
         // The waiting thread reaps the child with wait4; std's handle must not.
         drop(child);
         Ok((pid, pipes))
-    }
-}
-
-/// A name for the executable inside the sandbox that cannot escape it or
-/// clash with the output files.
-fn sandbox_file_name(name: &str) -> String {
-    let base: String = name
-        .rsplit('/')
-        .next()
-        .unwrap_or("")
-        .chars()
-        .filter(|c| !c.is_control())
-        .collect();
-    match base.as_str() {
-        "" | "." | ".." => "program".into(),
-        "stdout" | "stderr" => format!("{base}.exe"),
-        _ => base,
     }
 }
 

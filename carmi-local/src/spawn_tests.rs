@@ -1,6 +1,7 @@
 //! Tests of [`super`]: real processes in temporary sandboxes.
 
 use super::*;
+use crate::sandbox::sandbox_file_name;
 use crate::test_dir::TempDir;
 use std::sync::mpsc;
 use std::time::Instant;

@@ -446,6 +446,9 @@ fn local_settings(
         error: Box::new(e.into()),
     })?;
     s.benchmark = false;
+    // A personal pool runs its jobs as the user who started it, root too
+    // (docs/security.md, "Isolated jobs"): they read and write that user's files.
+    s.accounts = carmi_local::isolation::AccountsConfig::Own;
     let grant = Grant {
         identity: name.to_string(),
         power: Power::Daemon,

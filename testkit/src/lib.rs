@@ -210,6 +210,10 @@ pub struct PoolOptions {
     /// [`LOCAL_CONFIG`]; it may add a `[policy]` table, not another `[owner]`).
     pub local_config: String,
     /// Top-level TOML keys put before [`LOCAL_CONFIG`]'s tables (`stage_link_rate = 1.0`).
+    /// Unless they name `slot_users` or `slot_user_prefix`, the local RMs run
+    /// jobs as the test's own user (`slot_users = []`), also as root: tests
+    /// hand jobs paths in their scratch directories, which slot users may not
+    /// reach; `tests/tests/isolation.rs` runs them as slot users.
     pub local_settings: String,
     /// Extra command-line arguments of the global RM (`--stage-fanout 1`).
     pub global_args: Vec<String>,
@@ -368,10 +372,15 @@ impl Pool {
         let global_addr = lines.remove(0);
         let dashboard = lines.pop();
         let local_config = dir.join("local.toml");
+        let own_user = if options.local_settings.contains("slot_user") {
+            ""
+        } else {
+            "slot_users = []\n"
+        };
         std::fs::write(
             &local_config,
             format!(
-                "{}{LOCAL_CONFIG}{}",
+                "{own_user}{}{LOCAL_CONFIG}{}",
                 options.local_settings, options.local_config
             ),
         )

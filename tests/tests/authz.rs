@@ -7,6 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use carmi_api::frame::{FrameReader, write_frame};
 use carmi_api::handshake::{self, HandshakeError, Secret};
 use carmi_api::msg::{FromGlobal, Role, ToGlobal};
@@ -237,6 +239,25 @@ async fn bad_tokens_are_refused_and_a_revoked_one_loses_its_connections() {
     carmi_api::files::write_private(&forged, &t, false).unwrap();
     let out = carmi(&pool, &forged, &["status"]);
     assert_refused("forged", allowed(&out), &["token refused"]);
+    // A read token widened to admin, its signature kept.
+    let grant = carmi_api::token::Grant {
+        identity: "eve".into(),
+        power: Power::Read,
+        machine: None,
+        lifetime_s: 60,
+    };
+    let (t, mut claims) = pool
+        .key
+        .issue(&grant, carmi_api::token::now_unix())
+        .unwrap();
+    claims.power = Power::Admin;
+    let (_, sig) = t.rsplit_once('.').unwrap();
+    let json = serde_json::to_vec(&claims).unwrap();
+    let widened = format!("carmi1.{}.{sig}", URL_SAFE_NO_PAD.encode(json));
+    let altered = pool.dir.join("altered.token");
+    carmi_api::files::write_private(&altered, &widened, false).unwrap();
+    let out = carmi(&pool, &altered, &["token", "list"]);
+    assert_refused("altered", allowed(&out), &["token refused", "altered"]);
     let other = carmi_api::token::SigningKey::generate().unwrap();
     let grant = carmi_api::token::Grant {
         identity: "eve".into(),
@@ -403,6 +424,36 @@ fn daemons_refuse_key_and_token_files_others_may_read() {
         err.contains(&format!("chmod 600 {}", token_file.display())),
         "{err}"
     );
+
+    // The pool secret: a daemon may share it with its group, never with others.
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let local = std::process::Command::new(carmi_tests::bin_dir().join("carmi-local"))
+        .args(["--global", "127.0.0.1:9", "--secret"])
+        .arg(&secret)
+        .args(["--name", "m0", "--slots", "1", "--work-dir"])
+        .arg(dir.join("m0"))
+        .output()
+        .unwrap();
+    let global = std::process::Command::new(carmi_tests::bin_dir().join("carmi-global"))
+        .args(["--listen", "127.0.0.1:0", "--secret"])
+        .arg(&secret)
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .output()
+        .unwrap();
+    for out in [local, global] {
+        assert!(!out.status.success());
+        let err = text(&out.stderr);
+        assert!(
+            err.contains("pool secret") && err.contains("permissions 0644"),
+            "{err}"
+        );
+        assert!(
+            err.contains(&format!("chmod 600 {}", secret.display())),
+            "{err}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -237,7 +237,8 @@ async fn idle() -> Result<()> {
     let bins = bin_dir();
     let dir = scratch("owner-idle");
     let secret = dir.join("pool.secret");
-    std::fs::write(&secret, Secret::generate_text())?;
+    // Private, as the daemons require of a pool secret.
+    carmi_api::files::write_private(&secret, &Secret::generate_text(), false)?;
     let mut g = Command::new(bins.join("carmi-global"));
     g.args(["--listen", "127.0.0.1:0", "--secret"])
         .arg(&secret)

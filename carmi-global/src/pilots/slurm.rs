@@ -96,9 +96,12 @@ impl Slurm {
     }
 }
 
-/// The pilots' local RM configuration: a simulated owner, away until the
-/// time limit's lead (`--owner-returns-at`), whose return vacates at once.
-const PILOT_CONFIG: &str = "[owner]\nsource = \"simulated\"\n\n[policy]\nminute = 1.0\n\
+/// The pilots' local RM configuration: jobs run as the batch job's user,
+/// as in any pilot system, even under a root batch job (`slot_users = []`:
+/// no slot users are made on the batch nodes); a simulated owner, away
+/// until the time limit's lead (`--owner-returns-at`), whose return
+/// vacates at once.
+const PILOT_CONFIG: &str = "slot_users = []\n\n[owner]\nsource = \"simulated\"\n\n[policy]\nminute = 1.0\n\
 start = \"KeyboardIdle > Minute\"\nsuspend = \"false\"\ncontinue = \"true\"\n\
 preempt = \"KeyboardIdle < Minute\"\nvacate_grace = 300.0\n";
 

@@ -1,0 +1,220 @@
+//! End to end, over real daemons: a local RM started as root runs each job
+//! as a slot user of its own (`carmi_local::isolation`), so that a job can
+//! read neither the local RM's key and token files, nor its state
+//! directory, nor another job's sandbox, while it still runs to the end and
+//! its output comes back.
+//!
+//! Needs root: elsewhere it prints `SKIP ...` and passes, unless
+//! `CARMI_CI_REQUIRE_SERVICES=1` (CI, which runs as root), where it fails.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use carmi_tests::{Pool, PoolOptions, text};
+
+/// EACCES: what the kernel answers an account without the permission.
+const EACCES: i64 = 13;
+
+/// True when the test may run; prints the skip line (or panics in CI).
+fn root_ready(test: &str) -> bool {
+    // SAFETY: geteuid has no failure and no memory effects.
+    let euid = unsafe { libc::geteuid() };
+    if euid == 0 {
+        return true;
+    }
+    let msg = format!("SKIP {test}: root not available (running as uid {euid})");
+    if std::env::var("CARMI_CI_REQUIRE_SERVICES").is_ok_and(|v| v == "1") {
+        panic!("{msg}");
+    }
+    eprintln!("{msg}");
+    false
+}
+
+fn carmi(pool: &Pool, dir: &Path) -> Command {
+    let mut cmd = pool.carmi();
+    cmd.current_dir(dir);
+    cmd
+}
+
+fn ok(out: Output, pool: &Pool) -> String {
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out.stderr),
+        pool.logs()
+    );
+    text(&out.stdout).trim().to_string()
+}
+
+fn script(path: &Path, body: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, body).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// Waits for the sandbox holding `file` under `work_dir/sandbox`.
+fn sandbox_with(pool: &Pool, work_dir: &Path, file: &str) -> PathBuf {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let found = std::fs::read_dir(work_dir.join("sandbox"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.join(file).is_file());
+        if let Some(dir) = found {
+            return dir;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no sandbox holds {file}\n{}",
+            pool.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_job_of_a_root_local_rm_cannot_read_its_keys_nor_another_jobs_sandbox() {
+    if !root_ready("a_job_of_a_root_local_rm_cannot_read_its_keys_nor_another_jobs_sandbox") {
+        return;
+    }
+    let options = PoolOptions {
+        heartbeat_ms: 1000,
+        missed_heartbeats: 30,
+        local_settings: "slot_user_prefix = \"carmi-iso\"\n".into(),
+        ..PoolOptions::default()
+    };
+    let pool = Pool::start_with("isolation", 2, &[vec![]], options);
+    let work_dir = pool.dir.join(&pool.locals[0].name);
+    let token = pool.dir.join(format!("{}.token", pool.locals[0].name));
+    let submit_dir = pool.dir.join("laptop");
+    std::fs::create_dir_all(&submit_dir).unwrap();
+    pool.wait_registered();
+
+    // Job A keeps a file of its own in its sandbox and waits.
+    script(
+        &submit_dir.join("hold.sh"),
+        "#!/bin/sh\necho \"job A's own data\" > mine.txt\nsleep 300\n",
+    );
+    std::fs::write(
+        submit_dir.join("a.sub"),
+        "executable = hold.sh\noutput = hold.out\nqueue\n",
+    )
+    .unwrap();
+    let job_a = ok(
+        carmi(&pool, &submit_dir)
+            .args(["submit", "a.sub"])
+            .output()
+            .unwrap(),
+        &pool,
+    );
+    let a_sandbox = sandbox_with(&pool, &work_dir, "mine.txt");
+    let a_owner = std::fs::metadata(&a_sandbox).unwrap().uid();
+    assert_ne!(a_owner, 0, "job A's sandbox belongs to root");
+
+    // Job B tries to read what it must not, and what it may.
+    let forbidden: Vec<PathBuf> = vec![
+        pool.secret_path.clone(),
+        token.clone(),
+        pool.dir.join("pool.key"),
+        work_dir.clone(),
+        work_dir.join("cache"),
+        work_dir.join("output"),
+        work_dir.join("groups"),
+        work_dir.join("sandbox"),
+        a_sandbox.clone(),
+        a_sandbox.join("mine.txt"),
+        a_sandbox.join(".carmi-credential"),
+        a_sandbox.join("stdout"),
+    ];
+    for path in &forbidden[..forbidden.len() - 1] {
+        assert!(path.exists(), "{} is not there to be read", path.display());
+    }
+    let allowed = [
+        ".".to_string(),
+        ".carmi-credential".to_string(),
+        work_dir.join("machine.ad").display().to_string(),
+    ];
+    let peek = env!("CARGO_BIN_EXE_carmi-peek");
+    let args: Vec<String> = forbidden
+        .iter()
+        .map(|p| p.display().to_string())
+        .chain(allowed.iter().cloned())
+        .collect();
+    std::fs::write(
+        submit_dir.join("b.sub"),
+        format!(
+            "executable = {peek}\narguments = {}\noutput = peek.out\nerror = peek.err\nqueue\n",
+            args.join(" ")
+        ),
+    )
+    .unwrap();
+    let job_b = ok(
+        carmi(&pool, &submit_dir)
+            .args(["submit", "b.sub"])
+            .output()
+            .unwrap(),
+        &pool,
+    );
+    // A normal job still runs to the end, and its output comes back.
+    let out = carmi(&pool, &submit_dir)
+        .args(["wait", &job_b, "--timeout", "120"])
+        .output()
+        .unwrap();
+    let report = std::fs::read_to_string(submit_dir.join("peek.out")).unwrap_or_default();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "job B ran to the end\n{}\n{report}\n{}",
+        text(&out.stderr),
+        pool.logs()
+    );
+    let mut lines = report.lines().map(|l| {
+        serde_json::from_str::<serde_json::Value>(l).unwrap_or_else(|e| panic!("{e}: {l}"))
+    });
+    let me = lines
+        .next()
+        .unwrap_or_else(|| panic!("no report came back\n{}", pool.logs()));
+    let b_uid: u32 = me["uid"][0].as_str().unwrap_or("0").parse().unwrap();
+    assert!(
+        b_uid != 0 && b_uid != a_owner,
+        "job B runs as {me} (job A as {a_owner})"
+    );
+    assert!(
+        me["user"].as_str().unwrap_or("").starts_with("carmi-iso"),
+        "{me}"
+    );
+    assert_eq!(
+        me["groups"],
+        serde_json::json!([]),
+        "root's groups were dropped: {me}"
+    );
+    let results: Vec<serde_json::Value> = lines.collect();
+    assert_eq!(results.len(), args.len(), "{report}");
+    for (r, path) in results.iter().zip(&args) {
+        assert_eq!(r["path"].as_str(), Some(path.as_str()), "{report}");
+        let want = if allowed.contains(path) { 0 } else { EACCES };
+        assert_eq!(r["errno"].as_i64(), Some(want), "reading {path}: {r}");
+    }
+
+    // Removing job A cleans up after its account too.
+    ok(
+        carmi(&pool, &submit_dir)
+            .args(["rm", &job_a])
+            .output()
+            .unwrap(),
+        &pool,
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while a_sandbox.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "job A's sandbox outlived it\n{}",
+            pool.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
