@@ -406,7 +406,11 @@ impl Pool {
                     Effect::Heartbeat => {}
                     // The master's job ending ends the simulation anyway.
                     Effect::CloseApp(_) => {}
-                    Effect::Store { .. } | Effect::FetchFrom { .. } | Effect::ReadLog { .. } => {
+                    // Simulated machines have no orphan limit.
+                    Effect::Store { .. }
+                    | Effect::FetchFrom { .. }
+                    | Effect::ReadLog { .. }
+                    | Effect::Orphaned { .. } => {
                         tracing::warn!(?e, "an effect the simulated pool does not carry out");
                     }
                 }
