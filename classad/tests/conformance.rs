@@ -27,10 +27,13 @@
 //!     --prefix wide- --out /tmp/wide-s77-d4.jsonl
 //! ```
 //!
-//! It wrote 5,000 vectors; the 4 that still disagree are set aside in
-//! `residual-disagreements.jsonl.txt` (not read here): `unparse()` lays out
-//! lists over several lines and writes reals as `%.15E`, and HTCondor
-//! accepts a subscript on a number literal (`-0.5[0]`). `versioncmp-pairs.jsonl`
+//! It wrote 5,000 vectors; the one that still disagrees is set aside, with
+//! the other residual disagreements found, in `residual-disagreements.jsonl.txt`
+//! (not read here): HTCondor accepts a subscript on a negative number literal
+//! after `?:` (`x ?: -3[Cpus]`), `is` between two lists, `quantize(-3, 1e-300)`,
+//! and a string of `0 / -0.0` that sorts after digits. `wide-s101-d5.jsonl`
+//! is the first 3,000 vectors of the same command with `--seed 101 --depth 5
+//! --random 8000 --prefix x`. `versioncmp-pairs.jsonl`
 //! (`tests/oracle/gen_versioncmp.py`) holds `versioncmp` over 1,024 pairs of
 //! version strings with leading zeros, fractions and runs of every length.
 
