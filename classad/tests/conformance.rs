@@ -27,15 +27,18 @@
 //!     --prefix wide- --out /tmp/wide-s77-d4.jsonl
 //! ```
 //!
-//! It wrote 5,000 vectors; the one that still disagrees is set aside, with
-//! the other residual disagreements found, in `residual-disagreements.jsonl.txt`
-//! (not read here): HTCondor accepts a subscript on a negative number literal
-//! after `?:` (`x ?: -3[Cpus]`), `is` between two lists, `quantize(-3, 1e-300)`,
-//! and a string of `0 / -0.0` that sorts after digits. `wide-s101-d5.jsonl`
+//! It wrote 5,000 vectors, all kept. The residual disagreements found in
+//! other sets are kept aside in `residual-disagreements.jsonl.txt` (not read
+//! here): `is` between two lists, `quantize(-3, 1e-300)` (HTCondor: the
+//! integer -3), and the text of `0 / -0.0` (it sorts after digits there).
+//! `wide-s101-d5.jsonl`
 //! is the first 3,000 vectors of the same command with `--seed 101 --depth 5
 //! --random 8000 --prefix x`. `versioncmp-pairs.jsonl`
 //! (`tests/oracle/gen_versioncmp.py`) holds `versioncmp` over 1,024 pairs of
 //! version strings with leading zeros, fractions and runs of every length.
+//! `elvis-negative.jsonl` (`tests/oracle/gen_list.py elvis- OUT < exprs`, the
+//! expressions are its `expr` fields) pins what may follow `?:`: a minus sign
+//! only against a number, which may be subscripted (`x ?: -3[0]`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
