@@ -54,9 +54,13 @@ pub(crate) fn old_line<'a>(line: &'a str, hint: Option<&Name>) -> Option<OldLine
         Some(_) => return None,
     }
     let name = p.ident();
+    // `Name = value`: the blanks around `=` skipped here in a tight loop
+    // (comments and anything else still go through `ws`).
+    p.blanks();
     if !p.eat(b'=') || p.s.get(p.pos) == Some(&b'=') {
         return None;
     }
+    p.blanks();
     let name = match hint {
         Some(h) if h.text == name => *h,
         _ => Name::new(name),
@@ -160,6 +164,14 @@ impl<'a> Fast<'a> {
                 },
                 _ => return,
             }
+        }
+    }
+
+    /// Skips spaces and tabs only.
+    #[inline]
+    fn blanks(&mut self) {
+        while matches!(self.s.get(self.pos), Some(b' ' | b'\t')) {
+            self.pos += 1;
         }
     }
 
