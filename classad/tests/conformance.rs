@@ -29,8 +29,9 @@
 //!
 //! It wrote 5,000 vectors, all kept. The residual disagreements found in
 //! other sets are kept aside in `residual-disagreements.jsonl.txt` (not read
-//! here): `is` between two lists, `quantize(-3, 1e-300)` (HTCondor: the
-//! integer -3), and the text of `0 / -0.0` (it sorts after digits there).
+//! here): `is` between a list literal and a list a function returned
+//! (HTCondor: false; two literals or two results: ERROR, as here) and
+//! `quantize(-3, 1e-300)` (HTCondor: the integer -3).
 //! `wide-s101-d5.jsonl`
 //! is the first 3,000 vectors of the same command with `--seed 101 --depth 5
 //! --random 8000 --prefix x`. `versioncmp-pairs.jsonl`
@@ -39,6 +40,8 @@
 //! `elvis-negative.jsonl` (`tests/oracle/gen_list.py elvis- OUT < exprs`, the
 //! expressions are its `expr` fields) pins what may follow `?:`: a minus sign
 //! only against a number, which may be subscripted (`x ?: -3[0]`).
+//! `nan-inf-text.jsonl` (the same way) pins the text of NaN and the
+//! infinities (`real("NaN")`, `real("-INF")`) in string functions.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
