@@ -41,7 +41,9 @@
 //! expressions are its `expr` fields) pins what may follow `?:`: a minus sign
 //! only against a number, which may be subscripted (`x ?: -3[0]`).
 //! `nan-inf-text.jsonl` (the same way) pins the text of NaN and the
-//! infinities (`real("NaN")`, `real("-INF")`) in string functions.
+//! infinities (`real("NaN")`, `real("-INF")`) in string functions, and
+//! `braces-and-join.jsonl` the braces PCRE reads as plain characters and
+//! `join`'s separator after leading empty strings.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
