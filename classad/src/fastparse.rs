@@ -54,9 +54,13 @@ pub(crate) fn old_line<'a>(line: &'a str, hint: Option<&Name>) -> Option<OldLine
         Some(_) => return None,
     }
     let name = p.ident();
+    // `Name = value`: the blanks around `=` skipped here in a tight loop
+    // (comments and anything else still go through `ws`).
+    p.blanks();
     if !p.eat(b'=') || p.s.get(p.pos) == Some(&b'=') {
         return None;
     }
+    p.blanks();
     let name = match hint {
         Some(h) if h.text == name => *h,
         _ => Name::new(name),
@@ -160,6 +164,14 @@ impl<'a> Fast<'a> {
                 },
                 _ => return,
             }
+        }
+    }
+
+    /// Skips spaces and tabs only.
+    #[inline]
+    fn blanks(&mut self) {
+        while matches!(self.s.get(self.pos), Some(b' ' | b'\t')) {
+            self.pos += 1;
         }
     }
 
@@ -331,9 +343,17 @@ impl<'a> Fast<'a> {
             }
             self.pos += 1;
             let (rhs, rd) = if self.peek() == Some(b'-') {
+                // The minus belongs to the number's token: no blank between.
+                if !self
+                    .s
+                    .get(self.pos + 1)
+                    .is_some_and(|&c| c.is_ascii_digit() || c == b'.')
+                {
+                    return None;
+                }
                 self.pos += 1;
                 let (n, _) = self.number()?;
-                (Expr::Unary(UnaryOp::Neg, Box::new(n)), 2)
+                self.postfixes(Expr::Unary(UnaryOp::Neg, Box::new(n)), 2)?
             } else {
                 self.postfixed()?
             };
@@ -356,7 +376,7 @@ impl<'a> Fast<'a> {
 
     fn postfixed(&mut self) -> Built {
         let start = self.peek()?;
-        let (mut e, mut d) = if start.is_ascii_alphabetic() || start == b'_' {
+        let (e, d) = if start.is_ascii_alphabetic() || start == b'_' {
             let word = self.ident();
             let maybe_scope = matches!(word.len(), 2 | 6);
             match maybe_scope.then(|| scope_prefix(word)).flatten() {
@@ -370,6 +390,11 @@ impl<'a> Fast<'a> {
         } else {
             self.primary()?
         };
+        self.postfixes(e, d)
+    }
+
+    /// Applies the selections and subscripts at the cursor to `e` (of depth `d`).
+    fn postfixes(&mut self, mut e: Expr, mut d: usize) -> Built {
         loop {
             match self.peek() {
                 Some(b'.') => {

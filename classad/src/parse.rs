@@ -78,7 +78,7 @@ impl ParseError {
 fn describe(r: &Rule) -> &'static str {
     match r {
         Rule::expr | Rule::chain | Rule::unit | Rule::prefix | Rule::postfixed => "an expression",
-        Rule::negative_number => "a number",
+        Rule::negative_number | Rule::elvis_negative => "a number",
         Rule::infix | Rule::kw_is | Rule::kw_isnt => "an operator",
         Rule::ternary | Rule::elvis_tail => "`?`",
         Rule::select => "`.`",
@@ -539,9 +539,12 @@ impl Builder<'_> {
                     let (lhs, ld) = acc.take().expect("an elvis tail follows an operand");
                     let operand = first_inner(item);
                     let (rhs, rd) = match operand.as_rule() {
-                        Rule::negative_number => {
-                            let (n, _) = self.primary(first_inner(operand))?;
-                            (Expr::Unary(UnaryOp::Neg, Box::new(n)), 2)
+                        Rule::elvis_negative => {
+                            let mut it = operand.into_inner();
+                            let neg = it.next().expect("elvis_negative starts with a number");
+                            let (n, _) = self.primary(first_inner(neg))?;
+                            let e = Expr::Unary(UnaryOp::Neg, Box::new(n));
+                            self.postfixes(e, 2, it, &span_pair)?
                         }
                         _ => self.postfixed(operand)?,
                     };
@@ -567,7 +570,7 @@ impl Builder<'_> {
         let mut postfixes = it.peekable();
 
         // `MY.x`, `TARGET.x`, `parent.x` are scoped references, not selections.
-        let (mut e, mut d) = match (prim.as_rule(), postfixes.peek()) {
+        let (e, d) = match (prim.as_rule(), postfixes.peek()) {
             (Rule::ident, Some(sel)) if sel.as_rule() == Rule::select => {
                 match scope_prefix(prim.as_str()) {
                     Some(scope) => {
@@ -580,6 +583,17 @@ impl Builder<'_> {
             }
             _ => self.primary(prim)?,
         };
+        self.postfixes(e, d, postfixes, &span_pair)
+    }
+
+    /// Applies selections and subscripts, in order, to `e` (of depth `d`).
+    fn postfixes<'i>(
+        &self,
+        mut e: Expr,
+        mut d: usize,
+        postfixes: impl Iterator<Item = Pair<'i, Rule>>,
+        span_pair: &Pair<'_, Rule>,
+    ) -> Built {
         for post in postfixes {
             match post.as_rule() {
                 Rule::select => {
@@ -594,7 +608,7 @@ impl Builder<'_> {
                 }
                 r => unreachable!("unexpected postfix {r:?}"),
             }
-            self.check(d, &span_pair)?;
+            self.check(d, span_pair)?;
         }
         Ok((e, d))
     }

@@ -255,16 +255,24 @@ impl PartialEq for Value {
 }
 
 /// Formats a real the way HTCondor does when it turns one into a string:
-/// `%.15E`, except zero, which it writes `0.0` (or `-0.0`).
+/// `%.15E`, except zero, which it writes `0.0` (or `-0.0`), and NaN and the
+/// infinities, which it writes `real("NaN")`, `real("INF")`, `real("-INF")`.
 pub fn real_to_string(r: f64) -> String {
     if r == 0.0 {
         return if r.is_sign_negative() { "-0.0" } else { "0.0" }.to_string();
     }
+    // What HTCondor writes for the numbers `%E` has no digits for (the
+    // sign of a NaN is dropped: string(0 / -0.0) is real("NaN") there).
     if r.is_nan() {
-        return if r.is_sign_negative() { "-nan" } else { "nan" }.to_string();
+        return "real(\"NaN\")".to_string();
     }
     if r.is_infinite() {
-        return if r < 0.0 { "-inf" } else { "inf" }.to_string();
+        return if r < 0.0 {
+            "real(\"-INF\")"
+        } else {
+            "real(\"INF\")"
+        }
+        .to_string();
     }
     // Rust prints `1.500000000000000E0`; C prints `1.500000000000000E+00`.
     let s = format!("{r:.15E}");
@@ -305,5 +313,7 @@ mod tests {
         assert_eq!(real_to_string(1e-100), "1.000000000000000E-100");
         assert_eq!(real_to_string(0.0), "0.0");
         assert_eq!(real_to_string(-0.0), "-0.0");
+        assert_eq!(real_to_string(-f64::NAN), "real(\"NaN\")");
+        assert_eq!(real_to_string(f64::NEG_INFINITY), "real(\"-INF\")");
     }
 }

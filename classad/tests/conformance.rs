@@ -27,12 +27,23 @@
 //!     --prefix wide- --out /tmp/wide-s77-d4.jsonl
 //! ```
 //!
-//! It wrote 5,000 vectors; the 4 that still disagree are set aside in
-//! `residual-disagreements.jsonl.txt` (not read here): `unparse()` lays out
-//! lists over several lines and writes reals as `%.15E`, and HTCondor
-//! accepts a subscript on a number literal (`-0.5[0]`). `versioncmp-pairs.jsonl`
+//! It wrote 5,000 vectors, all kept. The residual disagreements found in
+//! other sets are kept aside in `residual-disagreements.jsonl.txt` (not read
+//! here): `is` between a list literal and a list a function returned
+//! (HTCondor: false; two literals or two results: ERROR, as here) and
+//! `quantize(-3, 1e-300)` (HTCondor: the integer -3).
+//! `wide-s101-d5.jsonl`
+//! is the first 3,000 vectors of the same command with `--seed 101 --depth 5
+//! --random 8000 --prefix x`. `versioncmp-pairs.jsonl`
 //! (`tests/oracle/gen_versioncmp.py`) holds `versioncmp` over 1,024 pairs of
 //! version strings with leading zeros, fractions and runs of every length.
+//! `elvis-negative.jsonl` (`tests/oracle/gen_list.py elvis- OUT < exprs`, the
+//! expressions are its `expr` fields) pins what may follow `?:`: a minus sign
+//! only against a number, which may be subscripted (`x ?: -3[0]`).
+//! `nan-inf-text.jsonl` (the same way) pins the text of NaN and the
+//! infinities (`real("NaN")`, `real("-INF")`) in string functions, and
+//! `braces-and-join.jsonl` the braces PCRE reads as plain characters and
+//! `join`'s separator after leading empty strings.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

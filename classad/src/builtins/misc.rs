@@ -51,8 +51,29 @@ pub fn unparse(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
         _ => return Value::Error,
     };
     match ev.referenced_expr(arg, sc) {
-        Some(e) => Value::str(e.to_string()),
+        Some(e) => Value::str(pretty(&e, 3)),
         None => Value::str(""),
+    }
+}
+
+/// An expression as HTCondor's `unparse()` writes it, where that differs
+/// from the ordinary printer: a real literal as `%.15E`, a list one item a
+/// line on a fresh line, indented by `indent` (items three further).
+/// (Ads it lays out in its own hash order, which is not reproduced here.)
+fn pretty(e: &Expr, indent: usize) -> String {
+    match e {
+        Expr::Literal(Value::Real(r)) => crate::value::real_to_string(*r),
+        Expr::List(items) => {
+            let pad = " ".repeat(indent);
+            let mut out = format!("\n{pad}{{\n");
+            for (k, item) in items.iter().enumerate() {
+                let sep = if k + 1 < items.len() { "," } else { "" };
+                out.push_str(&format!("{pad}   {}{sep}\n", pretty(item, indent + 3)));
+            }
+            out.push_str(&format!("{pad}}}"));
+            out
+        }
+        e => e.to_string(),
     }
 }
 

@@ -15,7 +15,8 @@ use crate::value::Value;
 /// makes `^`/`$` match at line ends, `s` lets `.` match newlines, `x` allows
 /// blanks and comments. Other letters are ignored.
 fn compile(pattern: &str, options: &str) -> Option<Regex> {
-    let mut b = RegexBuilder::new(pattern);
+    let pattern = literal_braces(pattern);
+    let mut b = RegexBuilder::new(&pattern);
     for c in options.chars() {
         match c.to_ascii_lowercase() {
             'i' => b.case_insensitive(true),
@@ -26,6 +27,60 @@ fn compile(pattern: &str, options: &str) -> Option<Regex> {
         };
     }
     b.build().ok()
+}
+
+/// Escapes the braces that do not make a counted repetition (`{n}`, `{n,}`,
+/// `{n,m}`): HTCondor's PCRE reads them as plain characters (`regexp("{",
+/// "{")` is true, `regexp("a{,2}", "a{,2}")` too), where the `regex` crate
+/// rejects the pattern.
+fn literal_braces(pattern: &str) -> String {
+    let b = pattern.as_bytes();
+    let mut out = String::with_capacity(pattern.len() + 4);
+    let (mut i, mut class, mut open) = (0, false, false);
+    while i < b.len() {
+        let c = b[i];
+        match c {
+            // An escape pair goes through untouched (UTF-8 continuation
+            // bytes are never `\\`, `[`, `]`, `{`, `}`).
+            b'\\' if i + 1 < b.len() => {
+                let n = pattern[i + 1..].chars().next().map_or(1, char::len_utf8);
+                out.push_str(&pattern[i..i + 1 + n]);
+                i += 1 + n;
+                continue;
+            }
+            b'[' if !class => class = true,
+            b']' if class => class = false,
+            b'{' if !class => {
+                let rest = &b[i + 1..];
+                let digits = rest.iter().take_while(|c| c.is_ascii_digit()).count();
+                let mut j = digits;
+                if digits > 0 && rest.get(j) == Some(&b',') {
+                    j += 1;
+                    j += rest[j..].iter().take_while(|c| c.is_ascii_digit()).count();
+                }
+                if digits > 0 && rest.get(j) == Some(&b'}') {
+                    open = true;
+                } else {
+                    out.push_str("\\{");
+                    i += 1;
+                    continue;
+                }
+            }
+            b'}' if !class => {
+                if !open {
+                    out.push_str("\\}");
+                    i += 1;
+                    continue;
+                }
+                open = false;
+            }
+            _ => {}
+        }
+        let n = pattern[i..].chars().next().map_or(1, char::len_utf8);
+        out.push_str(&pattern[i..i + n]);
+        i += n;
+    }
+    out
 }
 
 /// Evaluates all arguments, which must be strings, and compiles the pattern

@@ -156,7 +156,8 @@ fn push_text(out: &mut String, v: &Value) -> Result<(), Value> {
     Ok(())
 }
 
-/// Joins `items` with `sep` as HTCondor does: UNDEFINED items are left out
+/// Joins `items` with `sep` as HTCondor does: UNDEFINED items are left out,
+/// a separator follows only text (none after leading empty strings)
 /// (and if every item is UNDEFINED, so is the result), an ERROR one is the
 /// result, anything else is its text (a list unparsed).
 fn join_items(sep: Option<&str>, items: &[Value]) -> Value {
@@ -171,7 +172,10 @@ fn join_items(sep: Option<&str>, items: &[Value]) -> Value {
         if item.is_undefined() {
             continue;
         }
-        if joined > 0 {
+        // HTCondor puts the separator only after text: empty items before
+        // the first non-empty one add nothing (join(",", "", "a") is "a",
+        // join(",", "a", "") is "a,").
+        if !out.is_empty() {
             out.push_str(sep);
         }
         joined += 1;
