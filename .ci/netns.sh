@@ -7,6 +7,7 @@ if ! command -v ip >/dev/null; then
 fi
 # A bridge and a veth pair must be possible here; say so now rather than
 # in the middle of the tests.
+ip link del carmi-ci-probe 2>/dev/null || true
 ip link add carmi-ci-probe type veth peer name carmi-ci-probe1
 ip link del carmi-ci-probe
 # Nets left by a killed earlier run (the tests sweep them too).
