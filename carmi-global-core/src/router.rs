@@ -71,6 +71,7 @@ pub(crate) use lifecycle::new_proc;
 #[cfg(test)]
 mod jobs_tests;
 mod machines;
+pub use machines::{CUT_OFF_LIMIT, CUT_OFF_MIN_MACHINES};
 mod outstanding;
 mod pilots;
 mod recover;
@@ -116,6 +117,10 @@ pub struct RouterConfig {
     /// Users' fair-share usage halves every this long (HTCondor's
     /// `PRIORITY_HALFLIFE`; [`crate::usage::DEFAULT_HALF_LIFE`], a day).
     pub priority_half_life: Duration,
+    /// How long every machine may be silent at once, taken for this global
+    /// RM's own cut from the network, before they are declared lost
+    /// ([`CUT_OFF_LIMIT`], 10 min; zero: never taken for a cut).
+    pub cut_off_limit: Duration,
 }
 
 impl Default for RouterConfig {
@@ -130,6 +135,7 @@ impl Default for RouterConfig {
             max_ad_attributes: MAX_AD_ATTRIBUTES,
             max_ad_bytes: MAX_AD_BYTES,
             priority_half_life: crate::usage::DEFAULT_HALF_LIFE,
+            cut_off_limit: CUT_OFF_LIMIT,
         }
     }
 }

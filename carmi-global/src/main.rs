@@ -40,6 +40,12 @@ struct Args {
     /// A machine silent for this many heartbeat periods is declared lost.
     #[arg(long, value_name = "N", default_value_t = 3)]
     missed_heartbeats: u32,
+    /// Every machine (three at least) silent at once is taken for this
+    /// daemon's own cut from the network: none is declared lost for it for
+    /// this many seconds (0: never taken for a cut; a machine is lost after
+    /// its missed heartbeats, whatever the others do).
+    #[arg(long, value_name = "S", default_value_t = 600)]
+    cut_off_limit_s: u64,
     /// Cap on the bandwidth of executable staging sent from this daemon's
     /// store, in MB/s (10^6 bytes); unlimited if not given.
     #[arg(long, value_name = "MB_PER_S")]
@@ -107,6 +113,7 @@ async fn main() -> anyhow::Result<()> {
     config.router = RouterConfig {
         heartbeat: Duration::from_millis(args.heartbeat_ms),
         missed_heartbeats: args.missed_heartbeats,
+        cut_off_limit: Duration::from_secs(args.cut_off_limit_s),
         priority_half_life: Duration::from_secs(args.priority_half_life_s.max(1)),
         ..RouterConfig::default()
     };

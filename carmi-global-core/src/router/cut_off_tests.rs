@@ -70,3 +70,47 @@ fn two_machines_silent_at_once_are_lost_as_usual() {
     .collect();
     assert_eq!(closed.len(), 2, "both lost: {closed:?}");
 }
+
+/// Closed links among the outputs so far (the rest dropped).
+fn closed(s: &mut Sim) -> Vec<LinkId> {
+    s.out
+        .drain(..)
+        .filter_map(|o| match o {
+            Output::Close { link, .. } => Some(link),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn past_the_cut_off_limit_every_silent_machine_is_lost() {
+    let mut s = Sim::new();
+    s.r = Router::new(RouterConfig {
+        cut_off_limit: Duration::from_secs(5),
+        ..RouterConfig::default()
+    });
+    s.machine(SUB, "submit", 1, 0);
+    s.machine(M1, "m1", 10, 1);
+    s.machine(M2, "m2", 10, 1);
+    s.quiet();
+    // Silent since 0 (the loss window is 3 s): a cut until 5 s.
+    tick_for(&mut s, 4_750);
+    s.quiet();
+    tick_for(&mut s, 500);
+    assert_eq!(closed(&mut s).len(), 3);
+}
+
+#[test]
+fn with_no_cut_off_limit_every_silent_machine_is_lost_as_usual() {
+    let mut s = Sim::new();
+    s.r = Router::new(RouterConfig {
+        cut_off_limit: Duration::ZERO,
+        ..RouterConfig::default()
+    });
+    s.machine(SUB, "submit", 1, 0);
+    s.machine(M1, "m1", 10, 1);
+    s.machine(M2, "m2", 10, 1);
+    s.quiet();
+    tick_for(&mut s, 3_000);
+    assert_eq!(closed(&mut s).len(), 3);
+}

@@ -20,8 +20,8 @@ use super::{LinkId, Output, Router};
 pub const REFUSAL_LOG_PERIOD: Duration = Duration::from_secs(10);
 
 /// Longest time every machine may be silent at once before they are
-/// declared lost: a global RM cut off from the network keeps their jobs that
-/// long ([`Router::on_tick`]).
+/// declared lost, by default: a global RM cut off from the network keeps
+/// their jobs that long ([`Router::on_tick`], `--cut-off-limit-s`).
 pub const CUT_OFF_LIMIT: Duration = Duration::from_secs(600);
 
 /// Fewest machines whose silence together is taken for the global RM's own
@@ -125,7 +125,7 @@ impl Router {
     /// True while every registered machine ([`CUT_OFF_MIN_MACHINES`] at
     /// least) is silent at once (the first past its deadline, every other
     /// silent for half the loss window at least), for less than
-    /// [`CUT_OFF_LIMIT`]: the silence is
+    /// [`RouterConfig::cut_off_limit`](super::RouterConfig::cut_off_limit): the silence is
     /// most likely this global RM's own, cut off from the network, and no
     /// machine is declared lost for it (their jobs keep running and talking
     /// to each other). Their deadlines are checked again every heartbeat
@@ -144,13 +144,13 @@ impl Router {
                 if now < recheck {
                     return true;
                 }
-                if now.saturating_sub(since) < CUT_OFF_LIMIT {
+                if now.saturating_sub(since) < self.config.cut_off_limit {
                     self.recheck_all(recheck_at, since);
                     return true;
                 }
                 warn!(
                     "no machine was heard for {} s: they are lost",
-                    CUT_OFF_LIMIT.as_secs()
+                    self.config.cut_off_limit.as_secs()
                 );
                 self.cut_off_since = None;
                 return false;
@@ -181,7 +181,8 @@ impl Router {
             .deadlines
             .last()
             .is_some_and(|(d, _)| *d <= now.saturating_add(lost_after / 2));
-        if registered < CUT_OFF_MIN_MACHINES || !first_due || !all_silent {
+        let limit = self.config.cut_off_limit;
+        if registered < CUT_OFF_MIN_MACHINES || !first_due || !all_silent || limit.is_zero() {
             return false;
         }
         warn!(
@@ -189,7 +190,7 @@ impl Router {
             "no machine was heard for {} ms: this global RM seems cut off from the network; \
              no machine is declared lost for it (for {} s at most)",
             lost_after.as_millis(),
-            CUT_OFF_LIMIT.as_secs()
+            limit.as_secs()
         );
         self.recheck_all(recheck_at, now.saturating_sub(lost_after));
         true

@@ -74,14 +74,15 @@ impl Run {
                     info!("{worker} ({process}) exited: {status:?}");
                     if status == carmi_proto::msg::ExitStatus::HostLost {
                         // Its connection may stay open behind the
-                        // partition: the worker is gone now, not after a
-                        // grace, and nothing it sends later counts.
+                        // partition: nothing it sends later counts, and it
+                        // is treated as if the connection had dropped (the
+                        // host's deletion, which comes with it, re-sends
+                        // its steps).
                         self.disowned.insert(worker);
-                        self.connected.remove(&worker);
-                        self.speeds.worker_gone(worker);
-                        self.sched
-                            .worker_lost(worker, crate::sched::LossCause::HostGone, t);
-                        return;
+                        if self.connected.contains(&worker) {
+                            self.worker_dropped(worker, now);
+                            return;
+                        }
                     }
                     // The connection's own loss (with its grace) decides; a
                     // worker that never connected is lost here, after the
