@@ -72,8 +72,8 @@ pub const LOOKUP_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub use attach::connect;
 pub use options::{
-    ConnectError, ConnectOptions, ENV_ENDPOINT_HOST, ENV_JOB, ENV_LOCAL, ENV_PROCESS,
-    ENV_SECRET_FILE,
+    ConnectError, ConnectOptions, ENV_ENDPOINT_HOST, ENV_JOB, ENV_LOCAL, ENV_PLAIN_PEERS,
+    ENV_PROCESS, ENV_SECRET_FILE,
 };
 pub use output::{OUTPUT_BUFFER, SpawnOutput};
 
@@ -213,6 +213,8 @@ struct Shared {
     secret: Secret,
     /// Where this process accepts direct messages.
     endpoint: String,
+    /// Direct connections in clear ([`ConnectOptions::plain_peers`]).
+    plain_peers: bool,
     /// Where background tasks are spawned, so that [`Carmi::send`] works from any thread.
     runtime: tokio::runtime::Handle,
     /// Closed when the last [`Carmi`] clone is dropped.
@@ -462,6 +464,13 @@ impl Carmi {
     /// job, with host, parent, executable and state (`Reply::Processes`).
     pub fn processes(&self) -> RequestId {
         self.request(Request::Processes)
+    }
+
+    /// Publishes attributes of this job (name, ClassAd value text) for the
+    /// people watching it: `carmi q --json` and the dashboard show them
+    /// (`Reply::Ok`, or a failure naming a bad name or value).
+    pub fn set_job_attrs(&self, attrs: Vec<(String, String)>) -> RequestId {
+        self.request(Request::SetJobAttrs { attrs })
     }
 
     /// Asks for the job's class names and expressions (`Reply::Classes`).

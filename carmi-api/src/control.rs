@@ -7,8 +7,6 @@
 
 use std::time::Duration;
 
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-
 use crate::conn::Conn;
 use crate::handshake::{self, Secret};
 use crate::msg::{FromLocalControl, OwnerEvent, Role, ToLocalControl};
@@ -45,7 +43,7 @@ pub enum ControlError {
 /// A control connection to one local RM, for reporting a simulated owner.
 pub struct OwnerLink {
     addr: String,
-    conn: Conn<ToLocalControl, FromLocalControl, OwnedReadHalf, OwnedWriteHalf>,
+    conn: Conn<ToLocalControl, FromLocalControl>,
 }
 
 impl OwnerLink {
@@ -57,10 +55,20 @@ impl OwnerLink {
                 addr: addr.to_string(),
                 source,
             })?;
-        let (r, w) = stream.into_split();
-        let mut conn = Conn::new(r, w);
+        // A local RM takes TLS only; the proof covers the session.
+        let crate::tls::Stream {
+            reader,
+            writer,
+            binding,
+        } = crate::tls::connect(stream)
+            .await
+            .map_err(|source| ControlError::Connect {
+                addr: addr.to_string(),
+                source,
+            })?;
+        let mut conn = Conn::new(reader, writer);
         let (reader, writer) = conn.parts_mut();
-        handshake::client(reader, writer, secret, &Role::Admin)
+        handshake::client_bound(reader, writer, secret, &Role::Admin, &binding)
             .await
             .map_err(|source| ControlError::Handshake {
                 addr: addr.to_string(),

@@ -77,6 +77,18 @@ pub enum FrameError {
     /// The socket failed.
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
+    /// The peer announced a message (frame header) over the reader's
+    /// header limit: refused on the announced length alone, before the
+    /// header's bytes arrive.
+    #[error(
+        "a message of {len} bytes exceeds the limit of {max} bytes (bulk bytes travel in the frame's payload, not in the message)"
+    )]
+    HeaderTooLarge {
+        /// Announced header length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
     /// The peer announced a frame over the limit.
     #[error("frame of {len} bytes exceeds the limit of {max} bytes")]
     TooLarge {
@@ -129,6 +141,17 @@ pub fn decode<T: DeserializeOwned>(
 /// Like [`decode`], leaving the header undecoded: the JSON bytes, then the
 /// payload. A server decodes a large header where it does not hold up others.
 pub fn decode_raw(buf: &mut BytesMut, max: usize) -> Result<Option<(Bytes, Bytes)>, FrameError> {
+    decode_raw_limited(buf, max, usize::MAX)
+}
+
+/// Like [`decode_raw`], also refusing a header longer than `max_header` as
+/// soon as its length field has arrived: a server need not wait for (and
+/// hold) megabytes it will refuse anyway.
+pub fn decode_raw_limited(
+    buf: &mut BytesMut,
+    max: usize,
+    max_header: usize,
+) -> Result<Option<(Bytes, Bytes)>, FrameError> {
     if buf.len() < 4 {
         return Ok(None);
     }
@@ -142,18 +165,27 @@ pub fn decode_raw(buf: &mut BytesMut, max: usize) -> Result<Option<(Bytes, Bytes
             frame: len,
         });
     }
+    if buf.len() >= 8 {
+        let hlen = u32::from_be_bytes(buf[4..8].try_into().expect("4 bytes")) as usize;
+        if hlen > len - 4 {
+            return Err(FrameError::BadLength {
+                header: hlen,
+                frame: len,
+            });
+        }
+        if hlen > max_header {
+            return Err(FrameError::HeaderTooLarge {
+                len: hlen,
+                max: max_header,
+            });
+        }
+    }
     // No reservation here: memory follows the bytes that arrive, not the
     // length a peer announces.
     if buf.len() < 4 + len {
         return Ok(None);
     }
     let hlen = u32::from_be_bytes(buf[4..8].try_into().expect("4 bytes")) as usize;
-    if hlen > len - 4 {
-        return Err(FrameError::BadLength {
-            header: hlen,
-            frame: len,
-        });
-    }
     buf.advance(8);
     let mut frame = buf.split_to(len - 4).freeze();
     let header = frame.split_to(hlen);
@@ -198,8 +230,12 @@ pub struct FrameReader<R> {
     inner: R,
     buf: BytesMut,
     max: usize,
+    /// Longest header (message JSON) accepted; `usize::MAX` unless set.
+    max_header: usize,
     /// Boxed: most readers have none, and readers live inside other types.
     timing: Option<Box<Timing>>,
+    /// Room for a whole announced frame at once ([`FrameReader::reserve_whole_frames`]).
+    whole_frames: bool,
 }
 
 /// A reader's [`FrameDeadline`], and when the frame at the front of its
@@ -221,8 +257,21 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             inner,
             buf: BytesMut::new(),
             max,
+            max_header: usize::MAX,
             timing: None,
+            whole_frames: false,
         }
+    }
+
+    /// Makes room for the whole of a frame as soon as its length is known,
+    /// rather than for [`BIG_READ`] bytes at a time: a large frame then
+    /// arrives into one allocation instead of a buffer that grows (and is
+    /// copied) several times on the way. For connections whose peer has
+    /// proved who it is and could send that many bytes anyway (a job's
+    /// processes between themselves); a server facing clients keeps the
+    /// default, where memory follows the bytes that arrived.
+    pub fn reserve_whole_frames(&mut self) {
+        self.whole_frames = true;
     }
 
     /// Bounds how long a started frame may take (none by default).
@@ -250,14 +299,20 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// Like [`FrameReader::read`], leaving the header undecoded (see [`decode_raw`]).
     pub async fn read_raw(&mut self) -> Result<Option<(Bytes, Bytes)>, FrameError> {
         loop {
-            if let Some((header, payload)) = decode_raw(&mut self.buf, self.max)? {
+            if let Some((header, payload)) =
+                decode_raw_limited(&mut self.buf, self.max, self.max_header)?
+            {
                 self.after_frame(8 + header.len() + payload.len());
                 return Ok(Some((header, payload)));
             }
             let announced = self.announced();
             let missing = announced.map_or(SMALL_READ, |len| 4 + len - self.buf.len());
             if self.buf.capacity() - self.buf.len() < SMALL_READ.min(missing) {
-                self.buf.reserve(missing.clamp(SMALL_READ, BIG_READ));
+                let room = match announced {
+                    Some(len) if self.whole_frames && len <= self.max => missing.max(SMALL_READ),
+                    _ => missing.clamp(SMALL_READ, BIG_READ),
+                };
+                self.buf.reserve(room);
             }
             let started = self
                 .timing
@@ -323,6 +378,12 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         (self.buf.len(), self.buf.capacity())
     }
 
+    /// Refuses, from now on, a frame whose header (message JSON) is longer
+    /// than `max` bytes, as soon as the header's length has arrived.
+    pub fn set_max_header(&mut self, max: usize) {
+        self.max_header = max;
+    }
+
     /// The frame limit, adjustable (the handshake lowers it while it runs).
     pub fn max_mut(&mut self) -> &mut usize {
         &mut self.max
@@ -373,6 +434,35 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_over_limit_header_is_refused_on_its_length_alone() {
+        use tokio::io::AsyncWriteExt;
+        let (mut a, b) = tokio::io::duplex(1 << 16);
+        let mut r = FrameReader::new(b);
+        r.set_max_header(1000);
+        // 100 MB announced, of which a 50 MB header; only the two lengths sent.
+        a.write_all(&(100u32 << 20).to_be_bytes()).await.unwrap();
+        a.write_all(&(50u32 << 20).to_be_bytes()).await.unwrap();
+        let refused = tokio::time::timeout(Duration::from_secs(10), r.read::<PeerMessage>())
+            .await
+            .expect("refused without waiting for the body");
+        match refused {
+            Err(FrameError::HeaderTooLarge { len, max }) => {
+                assert_eq!((len, max), (50 << 20, 1000))
+            }
+            other => panic!("not refused on its header length: {other:?}"),
+        }
+        // Within the limit, the same reader settings take a frame whole.
+        let (mut a, b) = tokio::io::duplex(1 << 16);
+        let mut r = FrameReader::new(b);
+        r.set_max_header(1000);
+        write_frame(&mut a, &PeerMessage { tag: 3 }, &[1; 5000])
+            .await
+            .unwrap();
+        let (m, p) = r.read::<PeerMessage>().await.unwrap().unwrap();
+        assert_eq!((m.tag, p.len()), (3, 5000));
+    }
+
+    #[tokio::test]
     async fn memory_follows_arrived_bytes_not_announced_ones() {
         use tokio::io::AsyncWriteExt;
         let (mut a, b) = tokio::io::duplex(1 << 20);
@@ -386,6 +476,28 @@ mod tests {
         let (len, cap) = r.buffered();
         assert_eq!(len, 14);
         assert!(cap <= 2 * BIG_READ, "capacity {cap} for 14 bytes");
+    }
+
+    #[tokio::test]
+    async fn a_reader_with_room_for_whole_frames_reads_large_frames_whole() {
+        let (a, mut b) = tokio::io::duplex(64 * 1024);
+        let mut r = FrameReader::new(a);
+        r.reserve_whole_frames();
+        let bodies: Vec<Vec<u8>> = (0..4u8).map(|i| vec![i; (1 << 20) + i as usize]).collect();
+        let sent = bodies.clone();
+        let writer = tokio::spawn(async move {
+            for body in &sent {
+                write_frame(&mut b, &"m", body).await.unwrap();
+            }
+        });
+        for body in &bodies {
+            let (header, payload) = r.read::<String>().await.unwrap().unwrap();
+            assert_eq!(header, "m");
+            assert_eq!(&payload[..], &body[..]);
+        }
+        writer.await.unwrap();
+        // Nothing large stays behind between frames.
+        assert!(r.buffered().1 <= KEEP_CAPACITY, "{:?}", r.buffered());
     }
 
     #[tokio::test]

@@ -13,6 +13,8 @@
 //!   ([`conn::Conn`]: `Out` messages one way, `In` the other, frame limit and deadline, split
 //!   into halves for tasks, `recv_raw` for a server that checks a header before decoding it).
 //!   No daemon or client reads or writes frames by hand (`tests/tests/one_conn.rs`).
+//! - `gate`: what an unauthenticated connection may cost a daemon (caps on connections, on
+//!   handshakes, on handshakes per address; the oldest handshake makes room), used by both daemons.
 //! - `net`: dialing a peer (timeout, TCP_NODELAY).
 //! - `handshake`: version, role, mutual HMAC challenge-response on the pool secret.
 //! - `jobcred`: job credentials, what a job's processes prove instead of the pool secret.
@@ -39,6 +41,7 @@ pub mod control;
 pub mod coords;
 pub mod files;
 pub mod frame;
+pub mod gate;
 pub mod handshake;
 pub mod jobcred;
 pub mod net;

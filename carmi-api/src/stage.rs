@@ -520,13 +520,13 @@ async fn fetch_inner(spec: &FetchSpec<'_>) -> Result<(), FetchError> {
     let stream = crate::net::dial(spec.addr, crate::net::CONNECT_TIMEOUT)
         .await
         .map_err(|e| src(format!("cannot connect: {e}")))?;
-    // With a token (a local RM's daemon token, towards the global RM) the
-    // connection is TLS and the token proves who fetches; to a peer, in clear.
+    // Always TLS, to the global RM (where the daemon token proves who
+    // fetches) and to a peer local RM (whose listener takes nothing else).
     let crate::tls::Stream {
         reader: r,
         writer: mut w,
         binding,
-    } = crate::tls::connect_for(stream, spec.secret)
+    } = crate::tls::connect(stream)
         .await
         .map_err(|e| src(format!("TLS: {e}")))?;
     let mut reader = FrameReader::with_max(r, STAGE_CHUNK + 64 * 1024);

@@ -12,14 +12,19 @@
 //! every frame: a byte altered on the way fails its record's authentication
 //! and the connection closes with an error.
 //!
-//! A server accepts both TLS and plain connections, told apart by the first
-//! byte (a TLS record starts with 0x16, a frame's length prefix with 0 for
-//! anything the handshake sends); a client uses TLS when it presents a token
-//! ([`crate::handshake::Secret::with_token`]), so that test doubles and
-//! tools of a pool without tokens keep working in clear.
+//! A server may accept both TLS and plain connections, told apart by the
+//! first byte (a TLS record starts with 0x16, a frame's length prefix with 0
+//! for anything the handshake sends): the global RM does, so that tools of a
+//! pool without tokens keep working in clear, and so does a process of a job
+//! that asked for plain peer connections. A local RM's listeners, and a
+//! job's processes by default, take TLS only.
+//!
+//! The client's configuration is built once per process ([`connect`]), and a
+//! process that listens for its peers makes one certificate, on first use
+//! ([`Acceptor::shared`]): a connection costs its TLS handshake, nothing more.
 
 use std::io;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
@@ -92,6 +97,14 @@ impl Acceptor {
         Ok(Acceptor(tokio_rustls::TlsAcceptor::from(Arc::new(config))))
     }
 
+    /// This process's acceptor, made on first use and shared by every
+    /// listener the process opens (a job's process listens for its peers:
+    /// one certificate per process, not one per connection).
+    pub fn shared() -> Result<Acceptor, String> {
+        static SHARED: OnceLock<Result<Acceptor, String>> = OnceLock::new();
+        SHARED.get_or_init(Acceptor::generate).clone()
+    }
+
     /// Accepts `tcp`: TLS if its first byte opens a TLS handshake, else in
     /// clear when `allow_plain`, else refused.
     pub async fn accept(&self, tcp: TcpStream, allow_plain: bool) -> io::Result<Stream> {
@@ -121,18 +134,30 @@ impl Acceptor {
     }
 }
 
+/// The client side's configuration, the same for every connection: built
+/// once per process.
+fn client_config() -> io::Result<Arc<rustls::ClientConfig>> {
+    static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            let verifier = Arc::new(BoundByHandshake(
+                provider().signature_verification_algorithms,
+            ));
+            let config = rustls::ClientConfig::builder_with_provider(provider())
+                .with_protocol_versions(&[&rustls::version::TLS13])
+                .map_err(|e| format!("TLS setup: {e}"))?
+                .dangerous()
+                .with_custom_certificate_verifier(verifier)
+                .with_no_client_auth();
+            Ok(Arc::new(config))
+        })
+        .clone()
+        .map_err(io::Error::other)
+}
+
 /// Opens TLS on `tcp` as a client.
 pub async fn connect(tcp: TcpStream) -> io::Result<Stream> {
-    let verifier = Arc::new(BoundByHandshake(
-        provider().signature_verification_algorithms,
-    ));
-    let config = rustls::ClientConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(io::Error::other)?
-        .dangerous()
-        .with_custom_certificate_verifier(verifier)
-        .with_no_client_auth();
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let connector = tokio_rustls::TlsConnector::from(client_config()?);
     let name = ServerName::try_from("carmi-pool").expect("a valid DNS name");
     let tls = connector.connect(name, tcp).await?;
     let mut binding = vec![0u8; 32];
@@ -146,6 +171,16 @@ pub async fn connect(tcp: TcpStream) -> io::Result<Stream> {
         writer: Box::new(w),
         binding,
     })
+}
+
+/// Opens `tcp` as a client: in clear when `plain` (a job's peer connections
+/// on a trusted network, see `docs/security.md`), else TLS.
+pub async fn open(tcp: TcpStream, plain: bool) -> io::Result<Stream> {
+    if plain {
+        Ok(Stream::plain(tcp))
+    } else {
+        connect(tcp).await
+    }
 }
 
 /// Opens `tcp` as a client would for `secret`: TLS when it presents a token.

@@ -56,12 +56,19 @@ impl FakeRm {
         tokio::spawn(async move {
             let mut next_job = 1;
             let mut next_process = 100;
+            // A local RM takes TLS only, its handshake bound to the session.
+            let tls = carmi_api::tls::Acceptor::generate().unwrap();
             loop {
                 let (stream, _) = listener.accept().await.unwrap();
-                let (r, mut w) = stream.into_split();
+                let Ok(opened) = tls.accept(stream, false).await else {
+                    continue;
+                };
+                let (r, mut w) = (opened.reader, opened.writer);
                 let mut r = FrameReader::new(r);
                 let secret = Secret::new(SECRET).unwrap();
-                let Ok(role) = handshake::server(&mut r, &mut w, &secret).await else {
+                let binding = opened.binding;
+                let hs = handshake::server_auth(&mut r, &mut w, &secret, &binding, |_, _| Ok(()));
+                let Ok((role, ())) = hs.await else {
                     continue;
                 };
                 let Role::Application {

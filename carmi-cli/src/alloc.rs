@@ -95,6 +95,9 @@ pub struct SlurmArgs {
     /// Slots (CPUs) of each pilot.
     #[arg(long, value_name = "N", default_value_t = 1)]
     cpus: u32,
+    /// A pilot that cannot register with the global RM for this long ends.
+    #[arg(long, value_name = "DURATION", default_value = "3m")]
+    orphan_timeout: String,
     /// A name for the queue.
     #[arg(long)]
     name: Option<String>,
@@ -114,6 +117,7 @@ impl SlurmArgs {
         spec.lead_s = self.lead.as_deref().map(parse_duration).transpose()?;
         spec.max_failures = self.max_failures;
         spec.cpus = self.cpus;
+        spec.orphan_timeout_s = parse_duration(&self.orphan_timeout)?;
         spec.extra_args = self.extra.clone();
         Ok(spec)
     }

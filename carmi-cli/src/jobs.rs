@@ -412,6 +412,9 @@ pub fn queue_text(jobs: &[JobStatus]) -> String {
         if let Some(note) = &j.note {
             out.push_str(&format!("{:>5}  ^ {note}\n", ""));
         }
+        if let Some(line) = crate::progress::wodi_line(&j.attrs) {
+            out.push_str(&format!("{:>5}  ^ {line}\n", ""));
+        }
     }
     // Held jobs are counted only when there are some, so that the line
     // reads as before for everyone who never holds a job.
@@ -585,6 +588,7 @@ mod tests {
                 classes: vec![class.clone()],
                 note: None,
                 user: None,
+                attrs: Vec::new(),
             },
             queued_ahead: 0,
             classes: vec![ClassAnalysis {

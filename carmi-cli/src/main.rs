@@ -27,10 +27,12 @@ mod hold;
 mod jobs;
 mod logs;
 mod pool;
+mod progress;
 mod shell;
 mod status;
 mod talk;
 mod token;
+mod userprio;
 mod users;
 mod wait;
 
@@ -125,6 +127,10 @@ enum Command {
         #[command(subcommand)]
         command: alloc::AllocCommand,
     },
+    /// List the users of the fair share (usage, priority, factor), or set
+    /// one's priority factor with --set-factor USER F (admin).
+    #[command(after_help = AFTER_HELP)]
+    Userprio(userprio::UserPrioArgs),
     /// Print a shell completion script, e.g. `carmi completions bash`.
     Completions(shell::CompletionsArgs),
     /// Write man pages for carmi and each subcommand into a directory.
@@ -167,6 +173,7 @@ fn main() -> ExitCode {
         Command::Events(args) => events::run(args),
         Command::Fetch(args) => fetch::run(args),
         Command::Logs(args) => logs::run(args),
+        Command::Userprio(args) => userprio::run(args),
         Command::Completions(args) => shell::completions(args),
         Command::Man(args) => shell::man(args),
     };

@@ -10,13 +10,14 @@ use carmi_api::msg::JobStatus;
 /// best priority first; empty when no job carries a priority (an older
 /// global RM).
 pub fn users_text(jobs: &[JobStatus]) -> String {
-    // owner -> (priority, usage, hosts held, jobs)
-    let mut users: BTreeMap<&str, (f64, f64, u32, u32)> = BTreeMap::new();
+    // owner -> (priority, usage, hosts held, jobs, factor)
+    let mut users: BTreeMap<&str, (f64, f64, u32, u32, f64)> = BTreeMap::new();
     for j in jobs {
         let Some(u) = &j.user else { continue };
-        let e = users
-            .entry(j.owner.as_str())
-            .or_insert((u.priority, u.usage_hours, 0, 0));
+        let e =
+            users
+                .entry(j.owner.as_str())
+                .or_insert((u.priority, u.usage_hours, 0, 0, u.factor));
         e.2 += j.classes.iter().map(|c| c.held).sum::<u32>();
         e.3 += 1;
     }
@@ -26,13 +27,13 @@ pub fn users_text(jobs: &[JobStatus]) -> String {
     let mut rows: Vec<_> = users.into_iter().collect();
     rows.sort_by(|a, b| a.1.0.total_cmp(&b.1.0).then(a.0.cmp(b.0)));
     let mut out = format!(
-        "\n{:<10} {:>9} {:>12} {:>6} {:>5}\n",
-        "USER", "PRIORITY", "HOST-HOURS", "HOSTS", "JOBS"
+        "\n{:<10} {:>9} {:>12} {:>6} {:>5} {:>7}\n",
+        "USER", "PRIORITY", "HOST-HOURS", "HOSTS", "JOBS", "FACTOR"
     );
-    for (name, (prio, usage, hosts, n)) in rows {
+    for (name, (prio, usage, hosts, n, factor)) in rows {
         let name: String = name.chars().take(10).collect();
         out.push_str(&format!(
-            "{name:<10} {prio:>9.2} {usage:>12.2} {hosts:>6} {n:>5}\n"
+            "{name:<10} {prio:>9.2} {usage:>12.2} {hosts:>6} {n:>5} {factor:>7.2}\n"
         ));
     }
     out.push_str("(lower priority is better: factor x (1 + usage in host-hours); usage halves every half-life)\n");
@@ -65,7 +66,9 @@ mod tests {
             user: Some(UserShare {
                 priority,
                 usage_hours: priority - 1.0,
+                factor: 1.0,
             }),
+            attrs: Vec::new(),
         }
     }
 
@@ -81,11 +84,11 @@ mod tests {
         assert!(lines[1].starts_with("USER"), "{text}");
         assert_eq!(
             lines[2].split_whitespace().collect::<Vec<_>>(),
-            ["bob", "1.25", "0.25", "5", "1"]
+            ["bob", "1.25", "0.25", "5", "1", "1.00"]
         );
         assert_eq!(
             lines[3].split_whitespace().collect::<Vec<_>>(),
-            ["alice", "4.50", "3.50", "5", "2"]
+            ["alice", "4.50", "3.50", "5", "2", "1.00"]
         );
         let mut old = job(4, "carol", 1, 1.0);
         old.user = None;

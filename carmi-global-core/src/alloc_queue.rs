@@ -234,6 +234,9 @@ pub struct Snapshot {
 /// Ended allocations kept per queue for `carmi alloc info`.
 const KEEP_ENDED: usize = 20;
 
+/// The shortest orphan timeout a queue accepts, seconds.
+pub const MIN_ORPHAN_TIMEOUT_S: u64 = 10;
+
 /// Why `spec` cannot be a queue, if it cannot.
 pub fn check_spec(spec: &AllocQueueSpec) -> Result<(), String> {
     if spec.backend != "slurm" {
@@ -263,6 +266,13 @@ pub fn check_spec(spec: &AllocQueueSpec) -> Result<(), String> {
     }
     if spec.max_failures == 0 {
         return Err("--max-failures must be at least 1".into());
+    }
+    // A pilot needs some seconds to start and register at all.
+    if spec.orphan_timeout_s < MIN_ORPHAN_TIMEOUT_S {
+        return Err(format!(
+            "--orphan-timeout of {} s is too short: a pilot needs at least {MIN_ORPHAN_TIMEOUT_S} s to register",
+            spec.orphan_timeout_s
+        ));
     }
     if let Some(name) = &spec.name {
         carmi_proto::limits::check_len("queue name", name, carmi_proto::limits::MAX_NAME_BYTES)

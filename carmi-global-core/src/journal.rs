@@ -104,6 +104,12 @@ pub enum Record {
         /// (user, host-seconds).
         users: Vec<(String, f64)>,
     },
+    /// Every user's priority factor other than 1, written whenever an
+    /// admin sets one (`carmi userprio --set-factor`); the last one holds.
+    Factors {
+        /// (user, factor).
+        users: Vec<(String, f64)>,
+    },
     /// A job was created by a process started by hand (not submitted)
     /// attaching at a machine's local RM: after a restart it keeps its id,
     /// its root process and its workers.

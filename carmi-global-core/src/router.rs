@@ -49,6 +49,9 @@ mod anywhere_tests;
 mod authz;
 mod check;
 mod events;
+mod gone;
+#[cfg(test)]
+mod gone_tests;
 #[cfg(test)]
 mod hand_tests;
 #[cfg(test)]
@@ -57,6 +60,7 @@ pub use crate::bounds::{ENDED_LOGS, EVENTS_PER_JOB, HISTORY_LIMIT};
 mod hold;
 #[cfg(test)]
 mod hold_tests;
+mod job_attrs;
 mod jobs;
 mod lifecycle;
 mod logs;
@@ -202,6 +206,10 @@ pub struct Router {
     links: HashMap<LinkId, LinkRole>,
     presence: HashMap<String, Presence>,
     deadlines: BTreeSet<(Duration, String)>,
+    /// Since when every machine has been silent at once (this global RM
+    /// cut off from the network, most likely), and when their deadlines are
+    /// checked again: see [`Router::on_tick`].
+    cut_off_since: Option<(Duration, Duration)>,
     procs: ProcTable,
     /// `LookupProcess` requests waiting for their process to attach.
     lookups: HashMap<ProcessId, Vec<ReqRef>>,
@@ -247,6 +255,8 @@ pub struct Router {
     next_waiter: u64,
     /// When users' usage was last journaled (`router/share.rs`).
     usage_journaled: Duration,
+    /// Attributes running jobs published (`router/job_attrs.rs`).
+    job_attrs: job_attrs::JobAttrs,
 }
 
 impl Router {
@@ -261,6 +271,7 @@ impl Router {
             links: HashMap::new(),
             presence: HashMap::new(),
             deadlines: BTreeSet::new(),
+            cut_off_since: None,
             procs: ProcTable::new(),
             lookups: HashMap::new(),
             parked: HashMap::new(),
@@ -282,6 +293,7 @@ impl Router {
             dry_runs: HashMap::new(),
             next_waiter: 1,
             usage_journaled: Duration::ZERO,
+            job_attrs: Default::default(),
         }
     }
 
@@ -453,9 +465,10 @@ impl Router {
                         self.send(link, FromGlobal::Ads(ads));
                     }
                     ToGlobal::Alloc(req) => self.alloc_request(link, req),
+                    ToGlobal::UserPrio(req) => self.user_prio(link, req),
                     other => {
                         let what = variant_name(&other);
-                        self.close(link, format!("admin connections may send Status, Submit, RemoveJob, Queue, Analyze, History, Hold, Release, Events, FetchFiles, Logs, MachineAds and Alloc, not {what}"));
+                        self.close(link, format!("admin connections may send Status, Submit, RemoveJob, Queue, Analyze, History, Hold, Release, Events, FetchFiles, Logs, MachineAds, Alloc and UserPrio, not {what}"));
                     }
                 }
                 self.flush();
@@ -505,6 +518,7 @@ impl Router {
                 }
             }
             ToGlobal::SlotState { slot, state } => self.slot_state(&name, slot, state),
+            ToGlobal::Leaving { reason } => self.leaving(link, &name, &reason),
             ToGlobal::MasterFiles { process, files } => self.master_files(&name, process, files),
             ToGlobal::LogRead { request, result } => self.log_read(&name, request, result),
             ToGlobal::Status => {
@@ -530,6 +544,7 @@ impl Router {
             | ToGlobal::Logs { .. }
             | ToGlobal::Tokens(_)
             | ToGlobal::Alloc(_)
+            | ToGlobal::UserPrio(_)
             | ToGlobal::MachineAds => {
                 let what = variant_name(&msg);
                 warn!(
@@ -559,6 +574,7 @@ fn variant_name(msg: &ToGlobal) -> &'static str {
         ToGlobal::Started { .. } => "Started",
         ToGlobal::Exited { .. } => "Exited",
         ToGlobal::SlotState { .. } => "SlotState",
+        ToGlobal::Leaving { .. } => "Leaving",
         ToGlobal::Status => "Status",
         ToGlobal::Submit(_) => "Submit",
         ToGlobal::RemoveJob { .. } => "RemoveJob",
@@ -575,5 +591,6 @@ fn variant_name(msg: &ToGlobal) -> &'static str {
         ToGlobal::LogRead { .. } => "LogRead",
         ToGlobal::Tokens(_) => "Tokens",
         ToGlobal::Alloc(_) => "Alloc",
+        ToGlobal::UserPrio(_) => "UserPrio",
     }
 }

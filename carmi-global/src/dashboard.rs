@@ -18,6 +18,7 @@
 //! 403 with a bad one. Without a key only loopback is served (the daemon
 //! refuses to listen elsewhere, and a request from elsewhere gets 403).
 
+pub mod timeline;
 pub mod view;
 
 use std::convert::Infallible;
@@ -38,6 +39,7 @@ use tokio::sync::{Notify, oneshot, watch};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+pub use timeline::{JobTimeline, Timelines};
 pub use view::{Snapshot, View, Viewer};
 
 /// The page, embedded: no build step, no file to find at run time, nothing
@@ -77,6 +79,8 @@ struct Published {
     /// The view's JSON, made once for every stream.
     json: Arc<String>,
     taken: Instant,
+    /// When it was taken, seconds since the Unix epoch.
+    view_time: u64,
 }
 
 /// What every request handler shares.
@@ -87,6 +91,8 @@ struct Shared {
     ask: Ask,
     auth: Option<TokenCheck>,
     stop: watch::Receiver<bool>,
+    /// Each job's hosts over time, kept by the poller.
+    timelines: Arc<std::sync::Mutex<Timelines>>,
 }
 
 /// A bound, not yet serving, dashboard.
@@ -127,6 +133,7 @@ impl Dashboard {
             view: Arc::new(Viewer::new().update(Snapshot::default(), 0)),
             json: Arc::new(String::new()),
             taken: Instant::now(),
+            view_time: carmi_api::token::now_unix(),
         };
         let (views, _) = watch::channel(first);
         let shared = Shared {
@@ -135,6 +142,7 @@ impl Dashboard {
             ask: ask.clone(),
             auth: self.auth,
             stop: stop.clone(),
+            timelines: Default::default(),
         };
         tokio::spawn(poll(ask.clone(), shared.clone()));
         let app = Router::new()
@@ -142,6 +150,7 @@ impl Dashboard {
             .route("/api/view", get(api_view))
             .route("/api/machines", get(api_machines))
             .route("/api/jobs", get(api_jobs))
+            .route("/api/timeline", get(api_timeline))
             .route("/api/events", get(events))
             .fallback(not_found)
             .layer(from_fn_with_state(shared.clone(), guard))
@@ -172,7 +181,11 @@ async fn poll(ask: Ask, shared: Shared) {
             return;
         }
         let Ok(snap) = rx.await else { return };
-        let view = viewer.update(snap, carmi_api::token::now_unix());
+        let now = carmi_api::token::now_unix();
+        if let Ok(mut t) = shared.timelines.lock() {
+            t.update(&snap, now);
+        }
+        let view = viewer.update(snap, now);
         let json = match serde_json::to_string(&view) {
             Ok(j) => j,
             Err(e) => {
@@ -188,6 +201,7 @@ async fn poll(ask: Ask, shared: Shared) {
             }
             p.view = Arc::new(view);
             p.taken = Instant::now();
+            p.view_time = now;
         });
         let period = if shared.views.receiver_count() > 0 {
             WATCHED_PERIOD
@@ -227,7 +241,12 @@ async fn guard(
             let why = "the dashboard of a pool without tokens serves only this machine (loopback)";
             return (StatusCode::FORBIDDEN, why).into_response();
         }
-        None => {}
+        None => {
+            if let Err(why) = loopback_host(&req) {
+                warn!(%peer, "dashboard request refused: {why}");
+                return (StatusCode::FORBIDDEN, why).into_response();
+            }
+        }
         Some(auth) => {
             let Some(token) = token_of(req.headers(), req.uri().query()) else {
                 let why = "this dashboard needs a token of `read` power or more: send it as \
@@ -247,6 +266,33 @@ async fn guard(
         }
     }
     next.run(req).await
+}
+
+/// A tokenless dashboard serves only requests that name this machine by a
+/// loopback name: a page of another site whose name its DNS turns into
+/// 127.0.0.1 (DNS rebinding) could otherwise read the pool from the user's
+/// own browser, but that browser still sends the other site's name.
+fn loopback_host(req: &Request) -> Result<(), String> {
+    let host = (req.headers().get(header::HOST))
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| req.uri().authority().map(|a| a.as_str()))
+        .unwrap_or("");
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(name, _port)| name),
+    };
+    let loopback = name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    if loopback {
+        return Ok(());
+    }
+    Err(format!(
+        "Host `{host}` is not a loopback name: the dashboard of a pool without tokens answers \
+         only requests addressed to localhost, 127.0.0.1 or [::1] (a guard against DNS \
+         rebinding)"
+    ))
 }
 
 /// The token a request carries: bearer header first, then the cookie, then
@@ -369,6 +415,46 @@ async fn api_machines(
         .filter(|m| matching.contains(&m.name))
         .collect();
     json(&machines)
+}
+
+/// `?job=` of `/api/timeline`.
+#[derive(serde::Deserialize)]
+struct JobQuery {
+    job: Option<u64>,
+}
+
+/// `/api/timeline` answers a job's timeline with the time it was taken, so
+/// that a page draws the spans still open up to then.
+#[derive(serde::Serialize)]
+struct TimelineAnswer<'a> {
+    now: u64,
+    #[serde(flatten)]
+    timeline: &'a JobTimeline,
+}
+
+/// `/api/timeline?job=ID`: the job's hosts over time (held, suspended,
+/// lost), for the job view; 404 for a job the dashboard has not seen.
+async fn api_timeline(State(shared): State<Shared>, UrlQuery(q): UrlQuery<JobQuery>) -> Response {
+    let Some(job) = q.job else {
+        return (
+            StatusCode::BAD_REQUEST,
+            "timeline: say which job, as ?job=ID",
+        )
+            .into_response();
+    };
+    let now = fresh(&shared).await.view_time;
+    let Ok(timelines) = shared.timelines.lock() else {
+        return (StatusCode::INTERNAL_SERVER_ERROR, "timeline: poisoned").into_response();
+    };
+    match timelines.get(carmi_api::ids::JobId(job)) {
+        Some(timeline) => json(&TimelineAnswer { now, timeline }),
+        None => {
+            let why = format!(
+                "timeline: job {job} is neither in the queue nor among the last jobs that left it"
+            );
+            (StatusCode::NOT_FOUND, why).into_response()
+        }
+    }
 }
 
 /// `/api/jobs`: the queue, as `carmi q --json`.

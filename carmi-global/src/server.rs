@@ -50,14 +50,13 @@ use crate::staging::{Staging, StagingConfig};
 use crate::store::ExeStore;
 
 mod conn;
-mod gate;
 mod stager;
 
 use conn::{connection, refuse};
 use stager::{StageInput, on_stage_input};
 
 pub use crate::authority::{Admitted, Authority, MAX_LIFETIME_S};
-pub use gate::{ConnLimits, Gate, REFUSAL_LOG_PERIOD, Refusal, Ticket};
+pub use carmi_api::gate::{ConnLimits, Gate, REFUSAL_LOG_PERIOD, Refusal, Ticket};
 
 /// How long shutdown waits for connections to finish.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);

@@ -46,6 +46,9 @@ pub enum Effect {
     ToGlobal(ToGlobal, Bytes),
     /// Write a message to an application connection.
     ToApp(ConnId, FromLocal),
+    /// Close an application connection once what was written to it is
+    /// sent (its job ended); the core has forgotten it already.
+    CloseApp(ConnId),
     /// Start a process: look its executable up in the cache and launch it
     /// (answer with [`Core::on_launched`]), or report [`Core::on_cache_miss`].
     Launch(Launch),
@@ -81,6 +84,14 @@ pub enum Effect {
     /// Heartbeat time: sample the machine's dynamic attributes and answer
     /// with [`Core::on_heartbeat`].
     Heartbeat,
+    /// The machine has had no registration with the global RM for the
+    /// orphan limit ([`Core::set_orphan_limit`]): the daemon stops (kills
+    /// its processes and exits), so that a pilot whose global RM stays away
+    /// ends instead of holding its batch allocation until the limit.
+    Orphaned {
+        /// Seconds since the last registration ended (or the start).
+        away_s: f64,
+    },
     /// Read a process's standard output or error for `carmi logs` (answer
     /// with [`Core::on_log_read`]).
     ReadLog {
@@ -224,6 +235,13 @@ struct Timing {
     heartbeat_period: f64,
     /// When the next heartbeat is due; `None` while not registered.
     heartbeat_at: Option<f64>,
+    /// How long the machine may be without a registration before it gives
+    /// up ([`Effect::Orphaned`]); `None`: it waits for ever.
+    orphan_limit: Option<f64>,
+    /// When the last registration ended (or the core started).
+    away_since: f64,
+    /// [`Effect::Orphaned`] was asked for already.
+    orphaned: bool,
 }
 
 /// SIGTERM to SIGKILL delay until [`Core::set_timers`] names one (the
@@ -253,6 +271,9 @@ impl Core {
                 heartbeat_fallback: DEFAULT_HEARTBEAT_FALLBACK,
                 heartbeat_period: DEFAULT_HEARTBEAT_FALLBACK,
                 heartbeat_at: None,
+                orphan_limit: None,
+                away_since: 0.0,
+                orphaned: false,
             },
             policy_jobs: 0,
         }
@@ -376,6 +397,9 @@ impl Core {
     /// The connection to the global RM is gone; `unsent` are the messages it
     /// had been given but had not written, in order.
     pub fn on_global_lost(&mut self, unsent: Vec<(ToGlobal, Bytes)>) {
+        if self.is_registered() {
+            self.time.away_since = self.time.now;
+        }
         self.link = Link::Down;
         self.time.heartbeat_at = None;
         // Unsent messages were produced before anything now in the backlog.
@@ -411,6 +435,7 @@ impl Core {
                 );
             }
             FromGlobal::Attached { conn, job, process } => self.on_attached(conn, job, process),
+            FromGlobal::JobGone { conn, job, reason } => self.on_job_gone(conn, job, reason),
             FromGlobal::Deliver { conn, event } => {
                 if let Some(app) = self.apps.get_mut(&conn) {
                     let answered = event.request();
@@ -501,6 +526,7 @@ impl Core {
             | FromGlobal::Files(_)
             | FromGlobal::Tokens(_)
             | FromGlobal::Alloc(_)
+            | FromGlobal::Users(_)
             | FromGlobal::Log { .. } => {
                 tracing::warn!("an admin answer was sent to a local RM; ignored");
             }

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use carmi_proto::ids::{ConnId, JobId, ProcessId, RequestId};
 use carmi_proto::msg::{Event, ExecutableRef, Failure, FailureCode, FromLocal, Request, ToGlobal};
 
-use super::{App, Core};
+use super::{App, Core, Effect};
 
 /// Most requests of one application kept as unanswered: a client that
 /// never waits for its answers must not grow the local RM without bound
@@ -133,6 +133,26 @@ impl Core {
             return;
         }
         self.send_or_keep(ToGlobal::Upload { executable }, payload);
+    }
+
+    /// The job of the application on `conn` ended: its unanswered requests
+    /// fail with `reason`, it is told, and its connection is closed, so that
+    /// it never waits for answers that cannot come.
+    pub(super) fn on_job_gone(&mut self, conn: ConnId, job: JobId, reason: String) {
+        let Some(app) = self.apps.remove(&conn) else {
+            tracing::debug!(%conn, %job, "job ended for a connection that is gone");
+            return;
+        };
+        tracing::info!(%conn, %job, "{reason}; closing the application's connection");
+        for request in app.unanswered {
+            let failure = Failure {
+                code: FailureCode::Unavailable,
+                message: reason.clone(),
+            };
+            self.send_app(conn, FromLocal::Event(Event::Failed { request, failure }));
+        }
+        self.send_app(conn, FromLocal::JobEnded { job, reason });
+        self.effects.push(Effect::CloseApp(conn));
     }
 
     /// An application connection closed.

@@ -12,6 +12,7 @@
 use std::time::Duration;
 
 use carmi_proto::ids::ProcessId;
+use carmi_proto::msg::ToGlobal;
 
 use super::{Core, Effect, ProcState};
 
@@ -45,6 +46,17 @@ impl Core {
             tracing::info!(%process, "still running after the kill grace: SIGKILL");
             self.effects.push(Effect::KillNow(process));
         }
+        if let Some(at) = self.orphaned_at()
+            && at <= now
+        {
+            self.time.orphaned = true;
+            let away_s = now - self.time.away_since;
+            tracing::error!(
+                away_s,
+                "no registration with the global RM for the orphan limit: stopping"
+            );
+            self.effects.push(Effect::Orphaned { away_s });
+        }
         if let Some(at) = self.time.heartbeat_at
             && at <= now
         {
@@ -61,7 +73,42 @@ impl Core {
             .values()
             .filter_map(|p| p.kill_at)
             .chain(self.time.heartbeat_at)
+            .chain(self.orphaned_at())
             .min_by(f64::total_cmp)
+    }
+
+    /// Sets how long the machine may go without a registration with the
+    /// global RM (counted from the start, or from when the last one ended)
+    /// before the core asks the daemon to stop ([`Effect::Orphaned`]);
+    /// `None` (the default): never. Pilots set it, so that one whose global
+    /// RM stays away leaves its batch allocation instead of idling in it.
+    pub fn set_orphan_limit(&mut self, limit: Option<Duration>) {
+        self.time.orphan_limit = limit.map(|l| l.as_secs_f64());
+    }
+
+    /// When the machine counts as orphaned, if it is away and has a limit.
+    fn orphaned_at(&self) -> Option<f64> {
+        let limit = self.time.orphan_limit?;
+        (!self.is_registered() && !self.time.orphaned).then_some(self.time.away_since + limit)
+    }
+
+    /// The machine goes away for good (its daemon was told to stop): a
+    /// registered global RM is told first, with `reason`, so that it
+    /// declares this machine's hosts lost before the processes here are
+    /// killed. Call before [`Core::shut_down`]; false when no global RM is
+    /// registered to hear it.
+    pub fn leave(&mut self, reason: &str) -> bool {
+        if !self.is_registered() {
+            return false;
+        }
+        tracing::info!(reason, "telling the global RM that this machine leaves");
+        self.send(
+            ToGlobal::Leaving {
+                reason: reason.to_string(),
+            },
+            bytes::Bytes::new(),
+        );
+        true
     }
 
     /// The daemon is stopping: no process starts any more, and every process

@@ -163,3 +163,64 @@ fn shutting_down_kills_everything_with_the_grace() {
     assert!(e.contains(&Effect::KillNow(ProcessId(3))), "{e:?}");
     assert_eq!(e.len(), 2, "{e:?}");
 }
+
+#[test]
+fn a_leaving_machine_tells_the_global_rm_before_it_kills_anything() {
+    let mut h = running_one();
+    assert!(h.core.leave("its local RM got SIGTERM"));
+    h.step(|c| c.shut_down());
+    let effects = drain(&mut h);
+    assert_eq!(
+        effects,
+        vec![
+            Effect::ToGlobal(
+                ToGlobal::Leaving {
+                    reason: "its local RM got SIGTERM".into()
+                },
+                Bytes::new()
+            ),
+            Effect::Kill(ProcessId(1)),
+        ]
+    );
+    // Without a registered global RM there is no one to tell.
+    let mut alone = Harness::new(1);
+    assert!(!alone.core.leave("bye"));
+    assert_eq!(drain(&mut alone), vec![]);
+}
+
+#[test]
+fn a_machine_without_a_registration_for_the_orphan_limit_asks_to_stop_once() {
+    let mut h = Harness::new(1);
+    h.step(|c| c.set_orphan_limit(Some(Duration::from_secs(60))));
+    // From the start: never registered.
+    assert_eq!(h.core.next_deadline(), Some(60.0));
+    h.step(|c| c.on_time(59.0));
+    assert_eq!(drain(&mut h), vec![]);
+    h.step(|c| c.on_time(30.0));
+    h.register();
+    assert_eq!(
+        h.core.next_deadline(),
+        Some(60.0),
+        "the next heartbeat only"
+    );
+    // Registered for a while, then the global RM goes away at 200.
+    h.step(|c| c.on_time(200.0));
+    drain(&mut h);
+    h.step(|c| c.on_global_lost(Vec::new()));
+    assert_eq!(h.core.next_deadline(), Some(260.0));
+    h.step(|c| c.on_time(259.9));
+    assert_eq!(drain(&mut h), vec![]);
+    h.step(|c| c.on_time(261.0));
+    assert_eq!(drain(&mut h), vec![Effect::Orphaned { away_s: 61.0 }]);
+    h.step(|c| c.on_time(400.0));
+    assert_eq!(drain(&mut h), vec![], "once");
+    assert_eq!(h.core.next_deadline(), None);
+}
+
+#[test]
+fn a_machine_without_an_orphan_limit_waits_for_ever() {
+    let mut h = Harness::new(1);
+    h.step(|c| c.on_time(1e9));
+    assert_eq!(drain(&mut h), vec![]);
+    assert_eq!(h.core.next_deadline(), None);
+}

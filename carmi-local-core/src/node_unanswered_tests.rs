@@ -126,3 +126,59 @@ fn requests_without_an_answer_are_named_after_a_reconnection() {
         "{sent:?}"
     );
 }
+
+/// Issue 15, "nothing stuck": the global RM says the application's job
+/// ended; every request it still waits for fails naming why, it is told,
+/// and its connection is closed, after what was written to it.
+#[test]
+fn an_application_whose_job_ended_hears_why_and_is_closed() {
+    let mut core = registered();
+    core.on_app_connected(CONN, None, None, "e".into());
+    core.on_global(
+        FromGlobal::Attached {
+            conn: CONN,
+            job: JobId(1),
+            process: ProcessId(1),
+        },
+        Bytes::new(),
+    );
+    core.on_app_request(CONN, RequestId(7), Request::Config);
+    core.take_effects();
+    let reason = "job j1 ended: the machine its master ran on was declared lost".to_string();
+    core.on_global(
+        FromGlobal::JobGone {
+            conn: CONN,
+            job: JobId(1),
+            reason: reason.clone(),
+        },
+        Bytes::new(),
+    );
+    let failure = Failure {
+        code: FailureCode::Unavailable,
+        message: reason.clone(),
+    };
+    assert_eq!(
+        core.take_effects(),
+        vec![
+            Effect::ToApp(
+                CONN,
+                FromLocal::Event(Event::Failed {
+                    request: RequestId(7),
+                    failure
+                })
+            ),
+            Effect::ToApp(
+                CONN,
+                FromLocal::JobEnded {
+                    job: JobId(1),
+                    reason
+                }
+            ),
+            Effect::CloseApp(CONN),
+        ]
+    );
+    core.sanity_check();
+    // Forgotten: its later close announces nothing to the global RM.
+    core.on_app_closed(CONN);
+    assert!(to_global(&mut core).is_empty());
+}

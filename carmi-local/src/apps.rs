@@ -2,6 +2,9 @@
 //! the handshake, turns frames into driver inputs, and writes what the driver
 //! sends back. A bad frame or a failed handshake closes that connection only.
 //! A connection with the `Admin` role is a control connection ([`crate::control`]).
+//! Every connection is TLS (`carmi_api::tls`), and the handshake's proofs
+//! cover the session's exported keys, so that a relay cannot pass a proof
+//! made for another session on; a connection in clear is refused.
 //!
 //! What the driver sends an application waits in a bounded queue
 //! ([`crate::config::Settings::app_queue`]): an application that stops
@@ -14,9 +17,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use carmi_api::conn::Conn;
+use carmi_api::gate::{ConnLimits, Gate, REFUSAL_LOG_PERIOD, Refusal, Ticket};
 use carmi_api::handshake::{self, Secret};
 use carmi_api::ids::ConnId;
 use carmi_api::msg::{FromLocal, Role, ToLocal};
+use carmi_api::tls::{Acceptor, Stream};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, mpsc, watch};
 
@@ -27,9 +32,20 @@ use crate::jobcred::JobCreds;
 /// one application before it counts as not reading (and is disconnected).
 pub const APP_QUEUE: usize = 1024;
 
+/// What unauthenticated connections may cost the application port: its
+/// clients are mostly on this host, so one address may hold every
+/// handshake; a flood makes room by evicting the oldest (a real client's
+/// handshake takes milliseconds), and every handshake ends within
+/// [`handshake::HANDSHAKE_TIMEOUT`].
+pub const APP_LIMITS: ConnLimits = ConnLimits {
+    max_connections: 8192,
+    max_handshaking: 256,
+    max_handshaking_per_addr: 256,
+};
+
 /// Accepts application connections until `stop` turns true.
 pub(crate) async fn serve(
-    listener: TcpListener,
+    (listener, tls): (TcpListener, Acceptor),
     secret: Secret,
     creds: JobCreds,
     queue: usize,
@@ -37,14 +53,25 @@ pub(crate) async fn serve(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut next_conn = 1u64;
+    let gate = Gate::new(APP_LIMITS);
+    let mut summary = tokio::time::interval(REFUSAL_LOG_PERIOD);
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
+                    let ticket = match gate.admit(peer.ip()) {
+                        Ok(ticket) => ticket,
+                        Err(Refusal(reason)) => {
+                            gate.note_refusal(peer.ip(), &reason);
+                            continue;
+                        }
+                    };
                     let conn = ConnId(next_conn);
                     next_conn += 1;
                     let keys = (secret.clone(), creds.clone());
-                    tokio::spawn(connection(stream, peer, conn, keys, queue, inputs.clone(), stop.clone()));
+                    let admitted = (ticket, gate.clone());
+                    let opened = (stream, tls.clone());
+                    tokio::spawn(connection(opened, peer, conn, keys, admitted, queue, inputs.clone(), stop.clone()));
                 }
                 Err(e) => {
                     // Out of file descriptors, typically: wait instead of spinning.
@@ -52,35 +79,73 @@ pub(crate) async fn serve(
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             },
+            _ = summary.tick() => gate.flush_log(),
             _ = stopped(&mut stop) => break,
         }
     }
 }
 
+// The connection's parts, each its own argument: grouping them would only rename them.
+#[allow(clippy::too_many_arguments)]
 async fn connection(
-    stream: TcpStream,
+    (stream, tls): (TcpStream, Acceptor),
     peer: SocketAddr,
     conn: ConnId,
     (secret, creds): (Secret, JobCreds),
+    // Its place at the gate, held for the connection's life.
+    (mut ticket, gate): (Ticket, Arc<Gate>),
     queue: usize,
     inputs: mpsc::Sender<Input>,
     mut stop: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
-    let (r, w) = stream.into_split();
-    let mut link: Conn<FromLocal, ToLocal, _, _> = Conn::new(r, w);
+    // TLS is opened under the gate too: a flood of silent connections is
+    // evicted before it ever sends a ClientHello.
+    let opened = tokio::select! {
+        o = tokio::time::timeout(handshake::HANDSHAKE_TIMEOUT, tls.accept(stream, false)) => o,
+        _ = ticket.evicted() => {
+            gate.note_refusal(peer.ip(), "TLS dropped to make room for newer connections (max_handshaking)");
+            return;
+        }
+    };
+    let Stream {
+        reader,
+        writer,
+        binding,
+    } = match opened {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            let why = format!("application connection refused before its handshake: {e}");
+            gate.note_refusal(peer.ip(), &why);
+            return;
+        }
+        Err(_) => {
+            gate.note_refusal(peer.ip(), "application connection did not open TLS in time");
+            return;
+        }
+    };
+    let mut link: Conn<FromLocal, ToLocal> = Conn::new(reader, writer);
     // Other roles are refused inside the handshake, so that the client is
     // told why; a job's credential opens that job's applications only.
     let choose = |key| creds.choose(&secret, key);
     let admit = |role: &Role, _token: Option<&str>, key| crate::jobcred::admit(role, key);
     let (hs_reader, hs_writer) = link.parts_mut();
-    let role = match handshake::server_keyed(hs_reader, hs_writer, choose, &[], admit).await {
-        Ok((role, ())) => role,
-        Err(e) => {
-            tracing::warn!(%peer, error = %e, "application handshake failed; connection closed");
+    let role = tokio::select! {
+        res = handshake::server_keyed(hs_reader, hs_writer, choose, &binding, admit) => match res {
+            Ok((role, ())) => role,
+            Err(e) => {
+                gate.note_refusal(peer.ip(), &format!("application handshake failed: {e}"));
+                return;
+            }
+        },
+        _ = ticket.evicted() => {
+            gate.note_refusal(peer.ip(), "handshake dropped to make room for newer connections (max_handshaking)");
             return;
         }
     };
+    if !ticket.authenticated() {
+        return;
+    }
     if role == Role::Admin {
         let (reader, writer) = link.split();
         crate::control::serve(reader.retype(), writer.retype(), peer, inputs, stop).await;
@@ -151,7 +216,8 @@ async fn connection(
                         break;
                     }
                 }
-                // The driver dropped us: the daemon stops.
+                // The driver dropped us: the daemon stops, or the job ended
+                // (what was queued before is written by then).
                 None => break,
             },
             // The driver gave up on this application (its queue is full).

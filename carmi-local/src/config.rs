@@ -98,6 +98,12 @@ pub struct Cli {
     /// the batch system ends it. Needs a simulated owner.
     #[arg(long, value_name = "UNIX_SECONDS")]
     pub owner_returns_at: Option<u64>,
+    /// Stop (killing every process) after this many seconds without a
+    /// registration with the global RM, counted from the start or from the
+    /// loss of the last one: a pilot whose global RM stays away leaves its
+    /// batch allocation instead of idling in it. Default: wait for ever.
+    #[arg(long, value_name = "SECONDS")]
+    pub orphan_timeout: Option<u64>,
     /// Started as root: the accounts job processes run as, comma-separated
     /// (dedicated to the pool; each serves one job at a time), or `none` to
     /// run them as root. Default as root: `--slot-user-prefix carmi-slot`.
@@ -274,6 +280,9 @@ pub struct Settings {
     pub token_file: Option<PathBuf>,
     /// The token itself (an in-process pool's); wins over `token_file`.
     pub token: Option<String>,
+    /// How long the daemon may be without a registration with the global
+    /// RM before it stops; `None`: for ever.
+    pub orphan_limit: Option<Duration>,
     /// Which accounts job processes run as ([`crate::isolation`]).
     pub accounts: AccountsConfig,
 }
@@ -301,6 +310,7 @@ impl Settings {
             global_queue: crate::global::GLOBAL_QUEUE,
             global_stall: crate::global::GLOBAL_STALL,
             app_queue: crate::apps::APP_QUEUE,
+            orphan_limit: None,
             // An embedded pool runs its jobs as the user who started it.
             accounts: AccountsConfig::Own,
         }
@@ -314,6 +324,7 @@ impl Settings {
         };
         let mut s = Settings::new(cli.global.clone(), cli.secret.clone());
         s.token_file = cli.token.clone();
+        s.orphan_limit = cli.orphan_timeout.map(Duration::from_secs);
         s.accounts = AccountsConfig::Default;
         let mut name_set = false;
         let mut work_dir_set = false;

@@ -67,9 +67,27 @@ pub struct Daemon {
     work_dir: PathBuf,
     slots: u32,
     inputs: mpsc::Sender<Input>,
-    shutdown: watch::Sender<bool>,
+    shutdown: watch::Sender<Stop>,
+    /// Turns true when the driver has stopped (asked to, or orphaned).
+    stopped: watch::Receiver<bool>,
     driver: JoinHandle<()>,
 }
+
+/// What the daemon was asked to do at its next turn.
+#[derive(Clone, Debug, PartialEq)]
+enum Stop {
+    /// Serve.
+    No,
+    /// Stop: kill every process, report their exits.
+    Quietly,
+    /// Stop for good: tell the global RM that this machine leaves (with
+    /// the reason), then kill every process.
+    Leaving(String),
+}
+
+/// How long a leaving machine waits for the global RM to act on its
+/// `Leaving` (it closes the connection) before killing its processes anyway.
+const LEAVE_WAIT: Duration = Duration::from_secs(2);
 
 /// The listener on which peers fetch from this machine's executable cache:
 /// one of its own, on the application listener's address, and where it
@@ -147,12 +165,16 @@ impl Daemon {
         launcher.clean_stale_sandboxes();
 
         let (inputs_tx, inputs_rx) = mpsc::channel(INPUT_QUEUE);
-        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let (shutdown_tx, shutdown_rx) = watch::channel(Stop::No);
+        let (stopped_tx, stopped_rx) = watch::channel(false);
         // The links stop only after the driver has reported the final exits.
         let (links_stop_tx, links_stop_rx) = watch::channel(false);
         let creds = JobCreds::default();
+        // Made in memory at every start: nobody handles a certificate, and
+        // the handshake proves who the daemon is (see `carmi_api::tls`).
+        let tls = carmi_api::tls::Acceptor::generate().map_err(Error::Tls)?;
         tokio::spawn(apps::serve(
-            listener,
+            (listener, tls.clone()),
             secret.clone(),
             creds.clone(),
             settings.app_queue,
@@ -166,7 +188,11 @@ impl Daemon {
             settings.global.clone(),
             settings.stage_link_rate,
         ));
-        tokio::spawn(stager.clone().serve(stage_listener, links_stop_rx.clone()));
+        tokio::spawn(
+            stager
+                .clone()
+                .serve((stage_listener, tls), links_stop_rx.clone()),
+        );
         let gcfg = GlobalConfig {
             addr: settings.global.clone(),
             secret: secret.clone().with_token(token),
@@ -197,6 +223,7 @@ impl Daemon {
         let base_ad = machine.build(&sample_dynamic(&work_dir));
         let mut core = Core::new(slots);
         core.set_timers(settings.kill_grace, settings.heartbeat_fallback);
+        core.set_orphan_limit(settings.orphan_limit);
         let mut driver = Driver {
             core,
             policy: Policy::new(settings.policy.clone(), 0.0),
@@ -221,17 +248,24 @@ impl Daemon {
             inputs_tx: inputs_tx.clone(),
             kill_grace: settings.kill_grace,
             creds,
+            orphaned: false,
         };
         driver.measure();
         driver.evaluate();
         driver.flush();
-        let driver = tokio::spawn(driver.run(inputs_rx, shutdown_rx, links_stop_tx, global_task));
+        let driver = tokio::spawn(async move {
+            driver
+                .run(inputs_rx, shutdown_rx, links_stop_tx, global_task)
+                .await;
+            let _ = stopped_tx.send(true);
+        });
         Ok(Daemon {
             app_addr,
             work_dir,
             slots,
             inputs: inputs_tx,
             shutdown: shutdown_tx,
+            stopped: stopped_rx,
             driver,
         })
     }
@@ -279,10 +313,29 @@ impl Daemon {
     /// Kills every process (SIGTERM, SIGKILL after the grace period), reports
     /// their exits, closes all connections, and returns when all is done.
     pub async fn shutdown(self) {
-        let _ = self.shutdown.send(true);
+        let _ = self.shutdown.send(Stop::Quietly);
         if let Err(e) = self.driver.await {
             tracing::error!(error = %e, "the local RM driver failed");
         }
+    }
+
+    /// As [`Daemon::shutdown`], for a machine that goes away for good (a
+    /// signal, a pilot's batch job cancelled): the global RM is told first,
+    /// with `reason`, so that the applications hear that their hosts are
+    /// lost before their processes are killed here.
+    pub async fn leave(self, reason: &str) {
+        let _ = self.shutdown.send(Stop::Leaving(reason.to_string()));
+        if let Err(e) = self.driver.await {
+            tracing::error!(error = %e, "the local RM driver failed");
+        }
+    }
+
+    /// Completes when the daemon has stopped, on its own (orphaned: no
+    /// global RM for the orphan limit) or because it was asked to; then
+    /// [`Daemon::shutdown`] only waits for what is left.
+    pub async fn stopped(&self) {
+        let mut rx = self.stopped.clone();
+        let _ = rx.wait_for(|s| *s).await;
     }
 }
 
@@ -388,13 +441,16 @@ struct Driver {
     /// The credentials of the jobs present here (also for the output
     /// connections to requesters, which prove their job's).
     creds: JobCreds,
+    /// The core gave up waiting for the global RM ([`Effect::Orphaned`]):
+    /// the driver stops.
+    orphaned: bool,
 }
 
 impl Driver {
     async fn run(
         mut self,
         mut inputs: mpsc::Receiver<Input>,
-        mut shutdown: watch::Receiver<bool>,
+        mut shutdown: watch::Receiver<Stop>,
         links_stop: watch::Sender<bool>,
         global_task: JoinHandle<()>,
     ) {
@@ -412,17 +468,69 @@ impl Driver {
                     self.measure();
                     self.evaluate();
                 }
-                _ = shutdown.wait_for(|s| *s) => break,
+                _ = shutdown.wait_for(|s| *s != Stop::No) => break,
             }
             if self.core.policy_stale() {
                 self.evaluate();
             }
             self.flush();
+            if self.orphaned {
+                break;
+            }
+        }
+        let stop = shutdown.borrow().clone();
+        if let Stop::Leaving(reason) = stop {
+            self.leave(&reason, &mut inputs, &links_stop).await;
         }
         self.stop(&mut inputs).await;
         let _ = links_stop.send(true);
         let _ = global_task.await;
         tracing::info!("local RM stopped");
+    }
+
+    /// Tells a registered global RM that this machine leaves, and waits (at
+    /// most [`LEAVE_WAIT`]) until it has acted on it, which it shows by
+    /// closing the connection; the link then stops, so that it does not
+    /// advertise again. Exits that come meanwhile (a batch system signals
+    /// the processes too) are handled as usual.
+    async fn leave(
+        &mut self,
+        reason: &str,
+        inputs: &mut mpsc::Receiver<Input>,
+        links_stop: &watch::Sender<bool>,
+    ) {
+        if !self.core.leave(reason) {
+            return;
+        }
+        self.flush();
+        let deadline = Instant::now() + LEAVE_WAIT;
+        loop {
+            let input = tokio::select! {
+                i = inputs.recv() => i,
+                permit = self.global.room() => {
+                    self.global.on_room(permit);
+                    continue;
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    tracing::warn!("the global RM did not answer `Leaving` in time; stopping anyway");
+                    break;
+                }
+            };
+            let Some(input) = input else { break };
+            let down = matches!(input, Input::GlobalDown { .. });
+            match input {
+                Input::Exited { .. } | Input::Launched { .. } | Input::GlobalDown { .. } => {
+                    self.handle(input)
+                }
+                _ => {}
+            }
+            self.flush();
+            if down {
+                tracing::info!("the global RM took note that this machine leaves");
+                break;
+            }
+        }
+        let _ = links_stop.send(true);
     }
 
     /// Refuses new processes, has the core kill all it started (including

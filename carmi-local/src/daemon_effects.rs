@@ -44,6 +44,11 @@ impl Driver {
                     out.kick.notify_one();
                 }
             }
+            // Dropping the sender lets the connection's task write what is
+            // queued (the job's end), then close; it reports AppClosed.
+            Effect::CloseApp(conn) => {
+                self.apps.remove(&conn);
+            }
             Effect::Launch(launch) => self.launch(launch),
             Effect::Store {
                 executable,
@@ -88,6 +93,7 @@ impl Driver {
                 }
                 None => tracing::error!(%process, "kill of a process without a group"),
             },
+            Effect::Orphaned { .. } => self.orphaned = true,
             Effect::Heartbeat => {
                 let values = self.policy.public_values(self.unix_epoch);
                 let sampled = crate::machine::sample_dynamic(&self.work_dir);

@@ -90,6 +90,9 @@ pub enum Error {
         /// The cause.
         source: std::io::Error,
     },
+    /// The TLS certificate could not be made.
+    #[error("{0}")]
+    Tls(String),
     /// Job processes cannot be run as the slot users asked for.
     #[error(transparent)]
     Isolation(#[from] isolation::IsolationError),

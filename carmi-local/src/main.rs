@@ -57,18 +57,27 @@ async fn run(settings: Settings, owner_returns_at: Option<u64>) -> anyhow::Resul
     let returns = owner_returns(owner_returns_at);
     tokio::pin!(returns);
     let mut returned = owner_returns_at.is_none();
-    loop {
+    let why = loop {
         tokio::select! {
-            _ = term.recv() => { tracing::info!("SIGTERM: stopping"); break }
-            _ = int.recv() => { tracing::info!("SIGINT: stopping"); break }
+            _ = term.recv() => break "SIGTERM",
+            _ = int.recv() => break "SIGINT",
+            _ = daemon.stopped() => break "",
             _ = &mut returns, if !returned => {
                 returned = true;
                 tracing::info!("the owner comes back for good (--owner-returns-at): vacating");
                 daemon.owner_event(carmi_api::msg::OwnerEvent::Arrive).await;
             }
         }
+    };
+    if why.is_empty() {
+        daemon.shutdown().await;
+        anyhow::bail!("no registration with the global RM within the orphan timeout; stopped");
     }
-    daemon.shutdown().await;
+    // A signal stops the machine for good (an administrator, a batch
+    // system ending a pilot): the global RM hears it before the processes
+    // are killed.
+    tracing::info!("{why}: leaving the pool");
+    daemon.leave(&format!("its local RM got {why}")).await;
     Ok(())
 }
 

@@ -3,7 +3,8 @@
 //!
 //! The process writes into two pipes. One task per process reads both and
 //! writes each chunk as an [`OutputFrame::Data`] frame on a direct connection
-//! to the requester's endpoint (handshake as [`Role::Output`]), then an
+//! to the requester's endpoint (TLS, handshake as [`Role::Output`] bound to
+//! the session), then an
 //! [`OutputFrame::End`] once both pipes reach end of file. Nothing is queued
 //! in between: a chunk is read only after the previous one was written, so a
 //! requester that reads slowly slows the socket, the socket the pipe, and the
@@ -89,18 +90,28 @@ pub async fn forward(pipes: OutputPipes, target: ForwardTarget, secret: Secret) 
 async fn connect(
     target: &ForwardTarget,
     secret: &Secret,
-) -> Result<tokio::net::tcp::OwnedWriteHalf, String> {
+) -> Result<carmi_api::tls::Writer, String> {
     let stream = carmi_api::net::dial(&target.endpoint, carmi_api::net::CONNECT_TIMEOUT)
         .await
         .map_err(|e| format!("cannot connect: {e}"))?;
-    let (r, mut w) = stream.into_split();
+    let carmi_api::tls::Stream {
+        reader: r,
+        writer: mut w,
+        binding,
+    } = tokio::time::timeout(
+        handshake::HANDSHAKE_TIMEOUT,
+        carmi_api::tls::connect(stream),
+    )
+    .await
+    .map_err(|_| "TLS: no answer in time".to_string())?
+    .map_err(|e| format!("TLS: {e}"))?;
     let mut r = FrameReader::new(r);
     let role = Role::Output {
         job: target.job,
         process: target.process,
         request: target.request,
     };
-    handshake::client(&mut r, &mut w, secret, &role)
+    handshake::client_bound(&mut r, &mut w, secret, &role, &binding)
         .await
         .map_err(|e| format!("handshake: {e}"))?;
     Ok(w)

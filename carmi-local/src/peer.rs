@@ -1,7 +1,8 @@
 //! Executable staging between machines: this local RM fetches executables
 //! from wherever the global RM says (its store or a peer), and serves its
 //! own cache, including copies it is still receiving, to peers that pass
-//! the pool's handshake as `Role::Stager` (protocol in `carmi_api::stage`).
+//! the pool's handshake as `Role::Stager` (protocol in `carmi_api::stage`),
+//! over TLS only, the handshake bound to the session.
 //!
 //! A copy being received is written to `cache/.tmp-<sha256>-<random>` and
 //! listed in [`Stager`]'s growing table with its [`Arrival`] (the latest
@@ -25,6 +26,7 @@ use carmi_api::frame::FrameReader;
 use carmi_api::handshake::{self, Secret};
 use carmi_api::msg::{ExecutableRef, Role, StageSource};
 use carmi_api::stage::{self, Arrival, FetchSpec, RateLimiter, Served};
+use carmi_api::tls::{Acceptor, Stream};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -190,12 +192,16 @@ impl Stager {
     }
 
     /// Serves peers on `listener` until `stop` turns true.
-    pub async fn serve(self: Arc<Self>, listener: TcpListener, mut stop: watch::Receiver<bool>) {
+    pub async fn serve(
+        self: Arc<Self>,
+        (listener, tls): (TcpListener, Acceptor),
+        mut stop: watch::Receiver<bool>,
+    ) {
         loop {
             tokio::select! {
                 accepted = listener.accept() => match accepted {
                     Ok((stream, peer)) => {
-                        tokio::spawn(self.clone().serve_one(stream, peer));
+                        tokio::spawn(self.clone().serve_one(stream, tls.clone(), peer));
                     }
                     Err(e) => {
                         tracing::warn!("staging listener: accept failed: {e}");
@@ -207,15 +213,33 @@ impl Stager {
         }
     }
 
-    async fn serve_one(self: Arc<Self>, stream: TcpStream, peer: SocketAddr) {
+    async fn serve_one(self: Arc<Self>, stream: TcpStream, tls: Acceptor, peer: SocketAddr) {
         let _ = stream.set_nodelay(true);
-        let (r, mut w) = stream.into_split();
+        let opened = tokio::time::timeout(handshake::HANDSHAKE_TIMEOUT, tls.accept(stream, false));
+        let Stream {
+            reader: r,
+            writer: mut w,
+            binding,
+        } = match opened.await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                tracing::warn!(%peer, "staging connection refused before its handshake: {e}");
+                return;
+            }
+            Err(_) => {
+                tracing::warn!(%peer, "staging connection did not open TLS in time; closed");
+                return;
+            }
+        };
         let mut reader = FrameReader::with_max(r, 64 * 1024);
         let admit = |role: &Role| match role {
             Role::Stager { .. } => Ok(()),
             _ => Err("this listener serves executables to local RMs only".to_string()),
         };
-        let name = match handshake::server_with(&mut reader, &mut w, &self.secret, admit).await {
+        let hs = handshake::server_auth(&mut reader, &mut w, &self.secret, &binding, |role, _| {
+            admit(role)
+        });
+        let name = match hs.await.map(|(role, ())| role) {
             Ok(Role::Stager { name }) => name,
             Ok(_) => return,
             Err(e) => {

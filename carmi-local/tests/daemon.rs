@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use carmi_api::exe::sha256_hex;
-use carmi_api::frame::{FrameReader, write_frame};
+use carmi_api::frame::write_frame;
 use carmi_api::handshake::{self, Secret};
 use carmi_api::ids::{ConnId, HostId, JobId, ProcessId, RequestId};
 use carmi_api::msg::{
@@ -177,13 +177,11 @@ async fn applications_attach_forward_and_receive_events() {
     // Garbage and the wrong role are refused, each on its own connection.
     let mut junk = TcpStream::connect(daemon.app_addr()).await.unwrap();
     junk.write_all(&[0xff; 64]).await.unwrap();
-    let admin = TcpStream::connect(daemon.app_addr()).await.unwrap();
-    let (ar, mut aw) = admin.into_split();
-    let mut ar = FrameReader::new(ar);
+    let (mut ar, mut aw, binding) = open_app(daemon.app_addr()).await;
     let peer = Role::Local {
         name: "not-a-local-rm-client".into(),
     };
-    let err = handshake::client(&mut ar, &mut aw, &secret, &peer)
+    let err = handshake::client_bound(&mut ar, &mut aw, &secret, &peer, &binding)
         .await
         .unwrap_err();
     assert!(
@@ -191,15 +189,13 @@ async fn applications_attach_forward_and_receive_events() {
         "{err}"
     );
 
-    let app = TcpStream::connect(daemon.app_addr()).await.unwrap();
-    let (r, mut w) = app.into_split();
-    let mut r = FrameReader::new(r);
+    let (mut r, mut w, binding) = open_app(daemon.app_addr()).await;
     let role = Role::Application {
         job: None,
         process: None,
         endpoint: "127.0.0.1:4711".into(),
     };
-    handshake::client(&mut r, &mut w, &secret, &role)
+    handshake::client_bound(&mut r, &mut w, &secret, &role, &binding)
         .await
         .unwrap();
     let (msg, _) = g.recv().await;
@@ -288,10 +284,8 @@ async fn applications_attach_forward_and_receive_events() {
         .await
         .unwrap();
     assert_eq!(g.recv().await.0, ToGlobal::AppDetach { conn });
-    let other = TcpStream::connect(daemon.app_addr()).await.unwrap();
-    let (r2, mut w2) = other.into_split();
-    let mut r2 = FrameReader::new(r2);
-    handshake::client(&mut r2, &mut w2, &secret, &role)
+    let (mut r2, mut w2, binding) = open_app(daemon.app_addr()).await;
+    handshake::client_bound(&mut r2, &mut w2, &secret, &role, &binding)
         .await
         .unwrap();
     assert!(matches!(g.recv().await.0, ToGlobal::AppAttach { conn: c, .. } if c != conn));

@@ -102,6 +102,8 @@ pub enum Action<'a> {
     Stage,
     /// Create, list or revoke tokens.
     Tokens(&'static str),
+    /// Change how the pool is run (`what`: set a user's priority factor).
+    Admin(&'static str),
 }
 
 impl fmt::Display for Action<'_> {
@@ -113,6 +115,7 @@ impl fmt::Display for Action<'_> {
             Action::Advertise { machine } => write!(f, "advertise machine `{machine}`"),
             Action::Stage => f.write_str("fetch executables"),
             Action::Tokens(what) => write!(f, "{what} tokens"),
+            Action::Admin(what) => write!(f, "{what}"),
         }
     }
 }
@@ -172,7 +175,7 @@ pub fn check(who: &Identity, action: &Action) -> Result<(), Refusal> {
             Power::Daemon => Ok(()),
             _ => Err(refuse("it needs power daemon or admin".into())),
         },
-        Action::Tokens(_) => Err(refuse("it needs power admin".into())),
+        Action::Tokens(_) | Action::Admin(_) => Err(refuse("it needs power admin".into())),
     }
 }
 

@@ -224,6 +224,17 @@ pub fn check_request(req: &Request) -> Result<(), Failure> {
         Request::ExcludeHosts { class: c, hosts } => class("ExcludeHosts class", c)
             .and_then(|()| check_hosts("ExcludeHosts hosts", hosts.len())),
         Request::RemoveClass { name } => class("RemoveClass name", name),
+        Request::SetJobAttrs { attrs } => check_count(
+            "SetJobAttrs attrs",
+            attrs.len(),
+            MAX_JOB_ATTRIBUTES,
+            "attributes",
+        )
+        .and_then(|()| {
+            attrs.iter().try_for_each(|(name, value)| {
+                class("SetJobAttrs name", name).and_then(|()| expr("SetJobAttrs value", value))
+            })
+        }),
     };
     refuse(r.err().into_iter().collect())
 }

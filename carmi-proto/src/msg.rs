@@ -29,7 +29,8 @@ mod pilot;
 
 pub use admin::{
     ClassAnalysis, ClassStatus, JobAnalysis, JobFiles, JobRecord, JobStatus, JobUsage, LogChunk,
-    MachineStatus, ReturnedFile, SlotStatus, StageStats, SubmitRequest, UserShare,
+    MachineStatus, ReturnedFile, SlotStatus, StageStats, SubmitRequest, UserPrio, UserPrioRequest,
+    UserShare,
 };
 pub use app::{
     ClassDef, Event, Failure, FailureCode, HostInfo, OutputFrame, OutputMode, OutputRoute,
@@ -123,6 +124,14 @@ pub enum FromLocal {
     },
     /// An RM event.
     Event(Event),
+    /// The process's job has ended: the local RM closes the connection
+    /// after this (see [`FromGlobal::JobGone`]).
+    JobEnded {
+        /// The job.
+        job: JobId,
+        /// Why, for people.
+        reason: String,
+    },
     /// The job's credential (sent before `Attached` to a process that
     /// connected with the pool secret): what its processes prove to each
     /// other and to their local RMs, good for this job only. The text is
@@ -221,6 +230,18 @@ pub enum ToGlobal {
         slot: u32,
         /// New state.
         state: SlotActivity,
+    },
+    /// The local RM is going away for good (it was told to stop: a pilot's
+    /// batch job cancelled, a machine shut down), sent before it kills its
+    /// processes: the global RM declares the machine lost at once, so that
+    /// the applications hear that their hosts are gone (rather than seeing
+    /// their processes die one by one and the machine fall silent later).
+    /// The global RM closes the connection when it has acted on it. (A
+    /// global RM older than this message refuses it as undecodable, which
+    /// also closes the connection.)
+    Leaving {
+        /// Why, for the global RM's log and the applications' events.
+        reason: String,
     },
     /// Admin: list the pool.
     Status,
@@ -347,6 +368,9 @@ pub enum ToGlobal {
     /// Admin: manage allocation queues (`carmi alloc`, pilots from a batch
     /// system). Answered with [`FromGlobal::Alloc`] or [`FromGlobal::AdminFailed`].
     Alloc(AllocRequest),
+    /// Admin: the fair-share users, or set one's priority factor (`carmi
+    /// userprio`). Answered by `Users`, or `AdminFailed`.
+    UserPrio(UserPrioRequest),
 }
 
 /// Where a local RM fetches an executable from (answer to a `Fetch`).
@@ -430,6 +454,19 @@ pub enum FromGlobal {
         /// The process.
         process: ProcessId,
     },
+    /// The job of the application on `conn` has ended (while it was
+    /// attached, or before a reconnection announced it again): the local RM
+    /// fails its unanswered requests with `reason`, tells it
+    /// [`FromLocal::JobEnded`] and closes its connection, so that it never
+    /// waits for answers that cannot come.
+    JobGone {
+        /// The connection.
+        conn: ConnId,
+        /// The job that ended.
+        job: JobId,
+        /// Why, for people (`job j1 ended: its master's machine m0 was lost`).
+        reason: String,
+    },
     /// An event for an application process connected here.
     Deliver {
         /// The connection.
@@ -509,6 +546,9 @@ pub enum FromGlobal {
     Ads(Vec<(String, String)>),
     /// Admin: a request could not be honoured.
     AdminFailed(Failure),
+    /// Answer to [`ToGlobal::UserPrio`]: every user with usage or a factor,
+    /// best priority first.
+    Users(Vec<UserPrio>),
     /// Answer to [`ToGlobal::Tokens`].
     Tokens(crate::authz::TokenAnswer),
     /// Admin: answer to [`ToGlobal::History`], oldest first.

@@ -492,7 +492,10 @@ impl<'a> Evaluator<'a> {
                     }
                     node = n.parent.clone();
                 }
-                top(self, sc.side).or_else(|| top(self, 1 - sc.side))
+                // `unparse` (the only user) does not fall through to the
+                // other ad of a match, unlike evaluation: HTCondor's
+                // unparse(Ratio) is "" when only TARGET has Ratio.
+                top(self, sc.side)
             }
             RefScope::My => match &sc.nested {
                 Some(n) => n.ad.find_sym(sym).map(|i| n.ad.expr_at(i).clone()),

@@ -42,7 +42,10 @@ pub(crate) fn classad(text: &str) -> Option<ClassAd> {
 
 /// One line of an old-syntax ad. `Some(None)` for a blank or `#` comment
 /// line, `Some(Some(..))` for `Name = expr`, `None` to defer to the slow path.
-pub(crate) fn old_line(line: &str) -> Option<OldLine<'_>> {
+/// `hint` is the name the same line of the previous ad bound: ads written by
+/// one daemon list their attributes in the same order, and comparing the
+/// spelling with it costs less than looking the name up.
+pub(crate) fn old_line<'a>(line: &'a str, hint: Option<&Name>) -> Option<OldLine<'a>> {
     let mut p = Fast::new(line);
     match p.peek() {
         None => return Some(OldLine::Blank),
@@ -54,8 +57,17 @@ pub(crate) fn old_line(line: &str) -> Option<OldLine<'_>> {
     if !p.eat(b'=') || p.s.get(p.pos) == Some(&b'=') {
         return None;
     }
-    let name = Name::new(name);
+    let name = match hint {
+        Some(h) if h.text == name => *h,
+        _ => Name::new(name),
+    };
     let source = &line[p.pos..];
+    // Most lines of a machine ad bind a lone literal: read it without the
+    // climb through expr, chain, unit and postfixed, and without looking
+    // for a shared tree (literals are never shared).
+    if let Some(e) = p.lone_literal() {
+        return Some(OldLine::Parsed(name, e, source));
+    }
     if let Some(e) = crate::record::recent_by_source(name.sym, source) {
         return Some(OldLine::Shared(name, e));
     }
@@ -90,8 +102,22 @@ struct Fast<'a> {
     nesting: usize,
 }
 
+/// Which bytes continue an identifier (letters, digits, `_`): one load per
+/// byte where the comparisons cost several, on the hottest loop of parsing.
+static IDENT_CHAR: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = c.is_ascii_alphanumeric() || c == b'_';
+        b += 1;
+    }
+    t
+};
+
+#[inline]
 fn is_ident_char(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b == b'_'
+    IDENT_CHAR[b as usize]
 }
 
 impl<'a> Fast<'a> {
@@ -155,6 +181,35 @@ impl<'a> Fast<'a> {
         self.peek().is_none()
     }
 
+    /// A number, string, `true` or `false` that is all the rest of the
+    /// text, as [`Fast::expr`] would build it (the same [`Fast::primary`]
+    /// reads it, and a lone primary climbs out of `expr` unwrapped); `None`,
+    /// with the cursor back where it was, for anything else.
+    fn lone_literal(&mut self) -> Option<Expr> {
+        let save = self.pos;
+        let e = match self.peek()? {
+            b'0'..=b'9' | b'"' => self.primary().map(|(e, _)| e),
+            b't' | b'T' | b'f' | b'F' => {
+                let word = self.ident();
+                if word.eq_ignore_ascii_case("true") {
+                    Some(Expr::Literal(Value::Bool(true)))
+                } else if word.eq_ignore_ascii_case("false") {
+                    Some(Expr::Literal(Value::Bool(false)))
+                } else {
+                    None
+                }
+            }
+            _ => None,
+        };
+        match e {
+            Some(e) if self.at_end() => Some(e),
+            _ => {
+                self.pos = save;
+                None
+            }
+        }
+    }
+
     fn expr(&mut self) -> Built {
         if self.nesting >= FAST_MAX_NESTING {
             return None;
@@ -188,6 +243,12 @@ impl<'a> Fast<'a> {
     fn infix(&mut self) -> Option<(BinaryOp, usize)> {
         self.ws();
         let rest = &self.s[self.pos..];
+        // The end of the text, after most values: nothing to try.
+        let &first = rest.first()?;
+        if first.is_ascii_alphanumeric() && !matches!(first | 0x20, b'i') {
+            // Only `is` and `isnt` start with a letter; no operator with a digit.
+            return None;
+        }
         const SYMBOLIC: &[&str] = &[
             "=?=", "=!=", ">>>", ">>", "<<", "<=", ">=", "==", "!=", "&&", "||", "<", ">", "&",
             "|", "^", "+", "-", "*", "/", "%",
@@ -419,15 +480,14 @@ impl<'a> Fast<'a> {
     fn quoted(&mut self, q: u8) -> Option<&'a str> {
         let start = self.pos + 1;
         let mut i = start;
-        while i < self.s.len() {
-            match self.s[i] {
-                b'\\' => i += 2,
-                b if b == q => {
-                    self.pos = i + 1;
-                    return Some(&self.text[start..i]);
-                }
-                _ => i += 1,
+        // Jump from one quote or backslash to the next (SIMD search).
+        while let Some(k) = memchr::memchr2(q, b'\\', self.s.get(i..)?) {
+            i += k;
+            if self.s[i] == q {
+                self.pos = i + 1;
+                return Some(&self.text[start..i]);
             }
+            i += 2;
         }
         None
     }
@@ -437,7 +497,11 @@ impl<'a> Fast<'a> {
         let s = self.s;
         let start = self.pos;
         let mut i = start;
+        // The value of the digits, read on the way: exact up to 18 digits,
+        // which spares parsing the text again for the common integer.
+        let mut acc: u64 = 0;
         while i < s.len() && s[i].is_ascii_digit() {
+            acc = acc.wrapping_mul(10).wrapping_add(u64::from(s[i] - b'0'));
             i += 1;
         }
         let int_digits = i - start;
@@ -475,8 +539,13 @@ impl<'a> Fast<'a> {
             if text.len() > 1 && text.starts_with('0') {
                 return None;
             }
-            // Like strtoll, an integer too large for 64 bits saturates.
-            Value::Int(text.parse().unwrap_or(i64::MAX))
+            if int_digits <= 18 {
+                // At most 18 digits: below 10^18, so it fits and `acc` is exact.
+                Value::Int(acc as i64)
+            } else {
+                // Like strtoll, an integer too large for 64 bits saturates.
+                Value::Int(text.parse().unwrap_or(i64::MAX))
+            }
         };
         Some((Expr::Literal(v), 1))
     }

@@ -252,13 +252,18 @@ pub fn parse_old_classad(text: &str) -> Result<ClassAd, ParseError> {
     // Room for a typical small ad up front; counting lines first costs more
     // than the regrowths it would save on large ones.
     let mut ad = ClassAd::with_capacity(16);
+    // The names the previous ad bound, by line (see `fastparse::old_line`);
+    // taken out of the thread's slot for the whole ad, put back at the end.
+    let mut names = LINE_NAMES.take();
     for (n, raw) in lines(text).enumerate() {
-        match crate::fastparse::old_line(raw) {
+        match crate::fastparse::old_line(raw, names.get(n)) {
             Some(OldLine::Parsed(name, e, source)) => {
+                remember(&mut names, n, name);
                 ad.insert_parsed(name, e, source);
                 continue;
             }
             Some(OldLine::Shared(name, e)) => {
+                remember(&mut names, n, name);
                 ad.insert_shared(name, e);
                 continue;
             }
@@ -294,7 +299,28 @@ pub fn parse_old_classad(text: &str) -> Result<ClassAd, ParseError> {
             .map_err(|e| e.on_line(n + 1, lead(), raw))?;
         ad.insert(&name, e);
     }
+    LINE_NAMES.set(names);
     Ok(ad)
+}
+
+thread_local! {
+    /// The names bound by the lines of the last old-syntax ad this thread read.
+    static LINE_NAMES: std::cell::Cell<Vec<Name>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// Lines past this many keep no name hint: ads are rarely longer, and the
+/// hints must stay small.
+const LINE_NAME_HINTS: usize = 256;
+
+/// Records that line `n` bound `name`, for the next ad's hint.
+fn remember(names: &mut Vec<Name>, n: usize, name: Name) {
+    if let Some(slot) = names.get_mut(n) {
+        *slot = name;
+    } else if n < LINE_NAME_HINTS {
+        // Lines without a binding (blank, comments) hold a placeholder.
+        names.resize(n, name);
+        names.push(name);
+    }
 }
 
 /// The lines of `text` as `str::lines` cuts them (`\n` or `\r\n` ends a

@@ -201,3 +201,33 @@ fn parsing_a_huge_ad_costs_linear_time() {
         assert_eq!(ad.eval_attr("a199999"), Value::Int(199_999));
     }
 }
+
+#[test]
+fn line_name_hints_never_rename_an_attribute() {
+    // Each ad's lines bind other names, or other spellings, at the positions
+    // where the ad before bound its names: the hints must only ever speed up.
+    let texts = [
+        "Memory = 1\nCpus = 2\n",
+        "Cpus = 3\nmemory = 4\n# c\nDisk = 5\n",
+        "MEMORY = 6\nCpus = 7\n\nDisk2 = 8\n",
+        "MEMORY = 6\nCpus = 7\n\nDisk2 = 8\n",
+    ];
+    let want: [&[(&str, &str)]; 4] = [
+        &[("Memory", "1"), ("Cpus", "2")],
+        &[("Cpus", "3"), ("memory", "4"), ("Disk", "5")],
+        &[("MEMORY", "6"), ("Cpus", "7"), ("Disk2", "8")],
+        &[("MEMORY", "6"), ("Cpus", "7"), ("Disk2", "8")],
+    ];
+    for (text, want) in texts.iter().zip(want) {
+        let ad = ClassAd::parse_old(text).expect("parses");
+        let got: Vec<(String, String)> = ad
+            .iter()
+            .map(|(n, e)| (n.to_string(), e.to_string()))
+            .collect();
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|(n, e)| (n.to_string(), e.to_string()))
+            .collect();
+        assert_eq!(got, want, "{text:?}");
+    }
+}

@@ -7,22 +7,33 @@
 //!   a test waits for something else (RM events come in any order).
 //! - [`FakeGlobal`]: a global RM in the test process that speaks the real
 //!   handshake and frames, for testing a local RM or a tool against it.
+//! - [`Fleet`]: thousands of machines speaking the real protocol to a real
+//!   global RM from tasks of one process (scale tests and `carmi-bench scale`).
 //! - [`scratch`] and [`TempDir`]: scratch directories.
 //! - [`Browser`]: a headless Chromium driven over the DevTools protocol.
+//! - [`NetPool`]: a pool whose daemons run on hosts of their own, network
+//!   namespaces on a bridge ([`netns::Net`]), whose links a test can cut.
 //!
 //! # Layout
 //! - `lib.rs`: the process pool, scratch directories, test executables, [`take_event`].
 //! - `inbox`: [`Inbox`] and [`InboxError`].
 //! - `fake_global`: [`FakeGlobal`] and its connections, [`GlobalConn`].
 //! - `browser`: [`Browser`].
+//! - `netns`: [`netns::Net`], the namespaces and their clean-up; `netpool`: [`NetPool`].
+//! - `fleet`: [`Fleet`], [`FleetApp`].
 
 mod browser;
 mod fake_global;
+mod fleet;
 mod inbox;
+pub mod netns;
+mod netpool;
 
 pub use browser::Browser;
 pub use fake_global::{FAKE_SECRET, FAKE_WAIT, FakeGlobal, GlobalConn};
+pub use fleet::{Fleet, FleetApp, FleetError, FleetOptions};
 pub use inbox::{Inbox, InboxError};
+pub use netpool::{GLOBAL_HOST, NetLocal, NetPool, open_fds, rss_kib};
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -33,10 +44,14 @@ use std::time::Duration;
 use carmi_api::handshake::Secret;
 use carmi_api::token::{Grant, Power, SigningKey};
 
-/// Heartbeat period the test pools run with, so that loss is noticed quickly.
-pub const HEARTBEAT_MS: u64 = 200;
+/// Heartbeat period the test pools run with. With [`MISSED_HEARTBEATS`] a
+/// machine is lost after 3 s of silence: patient enough for a 2-core CI
+/// machine at load ~18 (200 ms x 3 lost machines about a second after
+/// start there), quick enough for tests that lose one on purpose. A test
+/// about loss itself asks for a shorter one ([`PoolOptions`]).
+pub const HEARTBEAT_MS: u64 = 500;
 /// Missed heartbeats before a machine is declared lost.
-pub const MISSED_HEARTBEATS: u32 = 3;
+pub const MISSED_HEARTBEATS: u32 = 6;
 
 /// A command's output as text, for assertions and messages.
 pub fn text(bytes: &[u8]) -> String {
@@ -244,6 +259,10 @@ pub struct Pool {
 fn stop(child: &mut Child) {
     // SIGTERM lets a local RM kill its own processes; SIGKILL if it hangs.
     let _ = Command::new("kill").arg(child.id().to_string()).status();
+    // A local RM stopped by `Pool::pause_local` acts on SIGTERM only once continued.
+    let _ = Command::new("kill")
+        .args(["-CONT", &child.id().to_string()])
+        .status();
     for _ in 0..50 {
         if let Ok(Some(_)) = child.try_wait() {
             return;
@@ -267,6 +286,44 @@ fn now_unix() -> u64 {
     carmi_api::token::now_unix()
 }
 
+/// Writes a new pool's secret (`pool.secret`), signing key (`pool.key`)
+/// and admin token (`admin.token`) into `dir`; returns the secret's path,
+/// the secret presenting the admin token, the key and the token's path.
+fn pool_keys(dir: &Path) -> (PathBuf, Secret, SigningKey, PathBuf) {
+    let secret_path = dir.join("pool.secret");
+    let private = |path: &Path, text: &str| {
+        carmi_api::files::write_private(path, text, false).expect("write a key file")
+    };
+    private(&secret_path, &Secret::generate_text());
+    let key = SigningKey::generate().expect("a signing key");
+    private(&dir.join("pool.key"), &key.to_text());
+    let admin_token = dir.join("admin.token");
+    let (admin, _) = key
+        .issue(&grant("admin", Power::Admin, None), now_unix())
+        .expect("an admin token");
+    private(&admin_token, &admin);
+    let secret = Secret::from_file(&secret_path)
+        .expect("secret reads back")
+        .with_token(Some(admin));
+    (secret_path, secret, key, admin_token)
+}
+
+/// Whether `carmi status --json` (run by `carmi`) lists every machine of
+/// `names` with its slots.
+fn all_registered(mut carmi: Command, names: &[&str]) -> bool {
+    let out = carmi.args(["status", "--json"]).output();
+    out.ok().filter(|o| o.status.success()).is_some_and(|o| {
+        let machines: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        names.iter().all(|name| {
+            machines.as_array().is_some_and(|ms| {
+                ms.iter().any(|m| {
+                    m["name"] == *name && m["slots"].as_array().is_some_and(|s| !s.is_empty())
+                })
+            })
+        })
+    })
+}
+
 /// The local RMs' configuration: a simulated owner (away from the start), so
 /// that terminals in use on the test machine do not close the pool.
 pub const LOCAL_CONFIG: &str = "[owner]\nsource = \"simulated\"\n";
@@ -288,21 +345,7 @@ impl Pool {
     ) -> Pool {
         let bins = bin_dir();
         let dir = scratch(name);
-        let secret_path = dir.join("pool.secret");
-        let private = |path: &Path, text: &str| {
-            carmi_api::files::write_private(path, text, false).expect("write a key file")
-        };
-        private(&secret_path, &Secret::generate_text());
-        let key = SigningKey::generate().expect("a signing key");
-        private(&dir.join("pool.key"), &key.to_text());
-        let admin_token = dir.join("admin.token");
-        let (admin, _) = key
-            .issue(&grant("admin", Power::Admin, None), now_unix())
-            .expect("an admin token");
-        private(&admin_token, &admin);
-        let secret = Secret::from_file(&secret_path)
-            .expect("secret reads back")
-            .with_token(Some(admin));
+        let (secret_path, secret, key, admin_token) = pool_keys(&dir);
         let log = |dir: &Path, n: &str| {
             std::fs::File::create(dir.join(format!("{n}.log"))).expect("create log file")
         };
@@ -398,6 +441,14 @@ impl Pool {
         self.global = global;
     }
 
+    /// Kills the global RM with SIGKILL and does not start it again: the
+    /// pool's machines find it gone (connections refused) until
+    /// [`Pool::restart_global`], if ever.
+    pub fn kill_global(&mut self) {
+        let _ = self.global.kill();
+        let _ = self.global.wait();
+    }
+
     /// Stops the global RM with SIGSTOP: it reads nothing more, so that
     /// what is sent to it meanwhile is lost by a [`Pool::restart_global`].
     pub fn stop_global(&self) {
@@ -467,6 +518,27 @@ impl Pool {
         }
     }
 
+    /// Stops local RM `i` with SIGSTOP (its processes keep running): it
+    /// sends no heartbeat until [`Pool::resume_local`], as a machine whose
+    /// network or daemon stalls for a moment.
+    pub fn pause_local(&self, i: usize) {
+        self.signal_local(i, "-STOP");
+    }
+
+    /// Continues local RM `i` after [`Pool::pause_local`].
+    pub fn resume_local(&self, i: usize) {
+        self.signal_local(i, "-CONT");
+    }
+
+    fn signal_local(&self, i: usize, signal: &str) {
+        let child = self.locals[i].child.as_ref().expect("local RM is running");
+        let status = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill {signal} of local RM {i} failed");
+    }
+
     /// `carmi` aimed at this pool as a user outside it runs it: the pool
     /// and its secret from the environment, no config file, no embedded
     /// pool's record, no machine named (tests add `CARMI_MACHINE` to pin).
@@ -505,20 +577,8 @@ impl Pool {
     pub fn wait_registered(&self) {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {
-            let out = self.carmi().args(["status", "--json"]).output();
-            let up = out.ok().filter(|o| o.status.success()).is_some_and(|o| {
-                let machines: serde_json::Value =
-                    serde_json::from_slice(&o.stdout).unwrap_or_default();
-                self.locals.iter().all(|l| {
-                    machines.as_array().is_some_and(|ms| {
-                        ms.iter().any(|m| {
-                            m["name"] == l.name.as_str()
-                                && m["slots"].as_array().is_some_and(|s| !s.is_empty())
-                        })
-                    })
-                })
-            });
-            if up {
+            let names: Vec<&str> = self.locals.iter().map(|l| l.name.as_str()).collect();
+            if all_registered(self.carmi(), &names) {
                 return;
             }
             assert!(

@@ -109,11 +109,74 @@ async fn a_user_with_one_job_gets_about_half_the_pool_beside_one_with_ten() {
         .skip_while(|l| !l.starts_with("USER"))
         .skip(1)
         .map(|l| l.split_whitespace().collect())
-        .take_while(|w: &Vec<&str>| w.len() == 5)
+        .take_while(|w: &Vec<&str>| w.len() == 6)
         .collect();
     assert_eq!(rows.len(), 2, "{q}");
     assert_eq!((rows[0][0], rows[1][0]), ("bob", "alice"), "{q}");
     let prio = |r: &Vec<&str>| r[1].parse::<f64>().unwrap();
     assert!(prio(&rows[0]) < prio(&rows[1]), "{q}");
     assert_eq!(rows[1][4], "10", "alice's jobs: {q}");
+}
+
+/// `carmi q --json` as a list of (job, owner, state).
+fn jobs(pool: &Pool) -> Vec<(u64, String, String)> {
+    let out = pool.carmi().args(["q", "--json"]).output().unwrap();
+    let q: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    q.as_array()
+        .into_iter()
+        .flatten()
+        .map(|j| {
+            let s = |k: &str| j[k].as_str().unwrap_or_default().to_string();
+            (j["job"].as_u64().unwrap_or(0), s("owner"), s("state"))
+        })
+        .collect()
+}
+
+/// Issue 15, item 7: waiting jobs START by user priority, not only in
+/// submit order. Alice's two jobs hold the whole pool and ten more of hers
+/// wait; bob's one job, submitted after all of them, starts at the first
+/// machine that frees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_s_one_job_starts_before_another_user_s_ten_waiting_ones() {
+    let pool = Pool::start("fairshare-start", 1, &[vec![], vec![]]);
+    pool.wait_registered();
+    greedy_job(&pool.dir);
+    let sub = pool.dir.join("one.sub");
+    std::fs::write(&sub, "executable = nap.sh\nmachine_count = 1\nqueue\n").unwrap();
+    for _ in 0..12 {
+        submit(&pool, "alice", &sub);
+    }
+    wait_for(&pool, "alice's first two jobs take the pool", |h| h.0 == 2).await;
+    // A few seconds of alice holding the pool: her usage is above bob's none.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    submit(&pool, "bob", &sub);
+    let q = jobs(&pool);
+    let waiting = |owner: &str| {
+        q.iter()
+            .filter(|(_, o, s)| o == owner && s == "waiting")
+            .count()
+    };
+    assert_eq!((waiting("alice"), waiting("bob")), (10, 1), "{q:?}");
+    // One of alice's running jobs ends: bob's job takes its machine.
+    let (first, _, _) = q
+        .iter()
+        .find(|(_, o, s)| o == "alice" && s == "running")
+        .cloned()
+        .expect("alice runs a job");
+    let out = pool
+        .carmi()
+        .args(["rm", &first.to_string()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let h = wait_for(&pool, "bob's job starts", |h| h.1 == 1).await;
+    assert_eq!(h, (1, 1));
+    let q = jobs(&pool);
+    assert_eq!(
+        q.iter()
+            .filter(|(_, o, s)| o == "alice" && s == "waiting")
+            .count(),
+        10,
+        "{q:?}"
+    );
 }

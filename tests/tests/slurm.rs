@@ -444,9 +444,15 @@ async fn scancel_of_a_pilot_mid_step_loses_the_host_and_the_step_is_resent_once(
     assert_eq!(seen, (0..8).map(|s| (s, 1)).collect(), "every step once");
     let stats = master.complete().await.expect("complete");
     assert_eq!(stats.steps_delivered, 8);
-    // The pilot's local RM, stopped by Slurm's SIGTERM, kills its worker
-    // first: WoDi sees the worker or the host go (whichever comes first;
-    // `hosts_lost` is not always counted) and re-sends the step.
+    // The pilot's local RM, stopped by Slurm's SIGTERM, tells the global
+    // RM that it leaves before it kills its worker: the application hears
+    // that the host was lost (not released), and re-sends the step.
+    assert!(
+        stats.hosts_lost >= 1,
+        "the application saw the cancelled pilot's host lost: {} lost of {} added",
+        stats.hosts_lost,
+        stats.hosts_added
+    );
     let lost = stats
         .steps
         .iter()
@@ -584,5 +590,132 @@ async fn a_restarted_global_rm_still_knows_its_queues_and_running_pilots() {
         "the pilot's Slurm job gone",
         p,
         || in_squeue(&job).is_empty(),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pilot_whose_global_rm_stays_away_ends_within_its_orphan_timeout() {
+    if !slurm_ready("a_pilot_whose_global_rm_stays_away_ends_within_its_orphan_timeout") {
+        return;
+    }
+    let _turn = turn().await;
+    let (mut pool, _cleanup) = pool("slurm-orphan");
+    let added = alloc(
+        &pool,
+        &[
+            "add",
+            "slurm",
+            "--max-hosts",
+            "1",
+            "--time-limit",
+            "10m",
+            "--idle-timeout",
+            "5m",
+            "--orphan-timeout",
+            "10s",
+        ],
+    );
+    let q = queue_id(&added);
+    let mut master = start_master(&pool, 1).await;
+    for s in 0..4 {
+        master
+            .send_work(StepId(s), &format!("sleep {}", 1500 + s))
+            .unwrap();
+    }
+    let p = &pool;
+    wait_until(Duration::from_secs(120), "the pilot registered", p, || {
+        allocations_in(p, q, "registered") == 1
+    });
+    let jobs = batch_jobs(&info(&pool, q));
+    wait_until(Duration::from_secs(30), "a pilot process runs", p, || {
+        !pilot_processes(p).is_empty()
+    });
+    // The global RM goes for good: nobody will cancel the pilot, whose
+    // idle timeout and time limit are minutes away.
+    tokio::task::block_in_place(|| pool.kill_global());
+    let gone = Instant::now();
+    let p = &pool;
+    wait_until(
+        Duration::from_secs(60),
+        "the orphaned pilot's Slurm job gone",
+        p,
+        || in_squeue(&jobs).is_empty(),
+    );
+    let took = gone.elapsed();
+    assert!(
+        took >= Duration::from_secs(8),
+        "the pilot waited for its orphan timeout, not less: {took:?}"
+    );
+    wait_until(Duration::from_secs(30), "no pilot process left", p, || {
+        pilot_processes(p).is_empty()
+    });
+    let dirs: Vec<String> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| {
+            jobs.iter()
+                .any(|j| n.starts_with(&format!("carmi-pilot-{j}-")))
+        })
+        .collect();
+    assert!(dirs.is_empty(), "pilot work directories left: {dirs:?}");
+    let out = pilot_output(&pool, q, 1);
+    assert!(
+        out.contains("orphan timeout"),
+        "the pilot said why it stopped:\n{out}"
+    );
+    drop(master);
+}
+
+/// Runs `carmi alloc dry-run slurm ARGS` on `pool`: whether it succeeded,
+/// and its standard output and error.
+fn dry_run(pool: &Pool, args: &[&str]) -> (bool, String) {
+    let out = pool
+        .carmi()
+        .args(["alloc", "dry-run", "slurm"])
+        .args(args)
+        .output()
+        .expect("run carmi alloc dry-run");
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    (out.status.success(), said)
+}
+
+#[test]
+fn carmi_alloc_dry_run_reports_a_pilot_that_registered_and_slurms_reason_when_none_can() {
+    if !slurm_ready(
+        "carmi_alloc_dry_run_reports_a_pilot_that_registered_and_slurms_reason_when_none_can",
+    ) {
+        return;
+    }
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let _turn = rt.block_on(turn());
+    let (pool, _cleanup) = pool("slurm-dry-run");
+    let (ok, said) = dry_run(&pool, &["--time-limit", "1m"]);
+    assert!(
+        ok,
+        "the dry run succeeded on the real cluster: {said}\n{}",
+        pool.logs()
+    );
+    assert!(said.starts_with("ok: "), "{said}");
+    let (ok, said) = dry_run(&pool, &["--time-limit", "1m", "--", "--partition=nosuch"]);
+    assert!(!ok, "a dry run with an impossible partition fails: {said}");
+    assert!(said.contains("failed: "), "{said}");
+    assert!(
+        said.contains("invalid partition"),
+        "Slurm's own reason is shown: {said}"
+    );
+    // Neither leaves anything in Slurm's queue.
+    let p = &pool;
+    wait_until(
+        Duration::from_secs(60),
+        "no pilot of the dry runs left",
+        p,
+        || {
+            let out = Command::new("squeue")
+                .args(["-h", "-a", "-o", "%o"])
+                .output()
+                .expect("run squeue");
+            !text(&out.stdout).contains(&p.dir.display().to_string())
+        },
     );
 }

@@ -11,6 +11,7 @@
 //! - `plan`: work history, saved estimates and cycle planning (longest first,
 //!   earliest finish, fewest hosts).
 //! - `stats`: run statistics (occupancy, CPU time, efficiency, timeline), progress counts.
+//! - `progress`: a run's progress as job attributes (`SetJobAttrs`) for `carmi q` and the dashboard.
 //! - `sched`: the scheduler core, a pure state machine driven with virtual time in tests.
 //! - `order`: history-based dispatch (longest first, earliest finish).
 //! - `speed`: host speed from a class, the machine ad or a benchmark step, refined by observed times.
@@ -25,6 +26,7 @@ pub mod ids;
 pub mod order;
 pub mod plan;
 pub mod profile;
+pub mod progress;
 pub mod proto;
 pub mod run;
 pub mod sched;

@@ -8,7 +8,8 @@
 //! - [`longest_first`]: the order in which a cycle's steps go out.
 //! - [`plan`]: longest-processing-time list scheduling on hosts of different
 //!   speeds: each step, longest first, goes to the host on which it would
-//!   *finish* earliest (a fast host that frees up soon beats a slow idle one).
+//!   *finish* earliest (a fast host that frees up soon beats a slow idle one);
+//!   for a small cycle, a [`multifit`] packing instead when it ends sooner.
 //! - [`fewest_hosts`]: the smallest number of hosts with which a cycle
 //!   finishes in (almost) the time of its longest step.
 //! - [`lower_bound`]: no schedule of a cycle can be shorter than this.
@@ -152,12 +153,42 @@ impl Plan {
     }
 }
 
-/// Longest-processing-time list scheduling on uniform hosts: steps in
-/// [`longest_first`] order, each to the host where it would finish earliest
-/// (ties to the faster host, then the lower index). `work[i]` is step i's
-/// estimated work on a speed-1 host; `None` (no history yet) counts as the
-/// mean of the known ones, or 1 s if none is known.
+/// Cycles of at most this many steps, on at most this many hosts, are also
+/// packed by [`multifit`]: it costs `PACK_ROUNDS` first-fit passes, cheap
+/// for a cycle of tens of steps and left out for a bag of thousands, where
+/// LPT is already close to the bound.
+const PACK_STEPS: usize = 64;
+/// See [`PACK_STEPS`].
+const PACK_HOSTS: usize = 64;
+/// Bisection rounds of [`multifit`] (its answer is within 2^-rounds of the
+/// capacity it searches for, relative to LPT's makespan).
+const PACK_ROUNDS: u32 = 20;
+
+/// The better of two plans: longest-processing-time list scheduling on
+/// uniform hosts (steps in [`longest_first`] order, each to the host where it
+/// would finish earliest, ties to the faster host, then the lower index)
+/// and, for a small cycle whose steps all have history, a [`multifit`]
+/// packing, kept when it ends sooner. LPT alone can be several percent over
+/// the best packing on the stable, repeated cycles WoDi runs (5% on the
+/// materials profile at 16 hosts), and each cycle repeats that waste.
+/// `work[i]` is step i's estimated work on a speed-1 host; `None` (no
+/// history yet) counts as the mean of the known ones, or 1 s if none is known.
 pub fn plan(work: &[Option<f64>], hosts: &[Host]) -> Plan {
+    let lpt = list_plan(work, hosts);
+    if work.len() > PACK_STEPS || hosts.len() > PACK_HOSTS || hosts.len() < 2 {
+        return lpt;
+    }
+    let Some(known) = work.iter().copied().collect::<Option<Vec<f64>>>() else {
+        return lpt;
+    };
+    match multifit(&known, hosts, lpt.makespan()) {
+        Some(packed) if packed.makespan() < lpt.makespan() * (1.0 - 1e-9) => packed,
+        _ => lpt,
+    }
+}
+
+/// Longest-processing-time list scheduling alone (see [`plan`]).
+pub fn list_plan(work: &[Option<f64>], hosts: &[Host]) -> Plan {
     let mut queues = vec![Vec::new(); hosts.len()];
     let mut finish: Vec<f64> = hosts.iter().map(|h| h.free_in.max(0.0)).collect();
     if hosts.is_empty() {
@@ -176,6 +207,51 @@ pub fn plan(work: &[Option<f64>], hosts: &[Host]) -> Plan {
         queues[best].push(i);
     }
     Plan { queues, finish }
+}
+
+/// Multifit (Coffman, Garey and Johnson) on uniform hosts: the smallest
+/// deadline, found by bisection below `upper`, by which first-fit
+/// decreasing packs every step (longest first, each on the fastest host that
+/// still ends it by the deadline, hosts counted from when they are free).
+/// `None` when no deadline below `upper` packs.
+pub fn multifit(work: &[f64], hosts: &[Host], upper: f64) -> Option<Plan> {
+    if !upper.is_finite()
+        || upper <= 0.0
+        || hosts.iter().any(|h| h.speed.is_nan() || h.speed <= 0.0)
+    {
+        return None;
+    }
+    let mut order: Vec<usize> = (0..work.len()).collect();
+    order.sort_by(|&a, &b| work[b].total_cmp(&work[a]));
+    let mut by_speed: Vec<usize> = (0..hosts.len()).collect();
+    by_speed.sort_by(|&a, &b| hosts[b].speed.total_cmp(&hosts[a].speed));
+    let fits = |deadline: f64| -> Option<Plan> {
+        let mut queues = vec![Vec::new(); hosts.len()];
+        let mut finish: Vec<f64> = hosts.iter().map(|h| h.free_in.max(0.0)).collect();
+        for &i in &order {
+            let h = by_speed
+                .iter()
+                .copied()
+                .find(|&h| finish[h] + work[i] / hosts[h].speed <= deadline)?;
+            finish[h] += work[i] / hosts[h].speed;
+            queues[h].push(i);
+        }
+        Some(Plan { queues, finish })
+    };
+    let mut lo = 0.0;
+    let mut hi = upper;
+    let mut best = None;
+    for _ in 0..PACK_ROUNDS {
+        let mid = (lo + hi) / 2.0;
+        match fits(mid) {
+            Some(p) => {
+                hi = mid;
+                best = Some(p);
+            }
+            None => lo = mid,
+        }
+    }
+    best
 }
 
 /// The host on which `work` would finish earliest given when each is free.

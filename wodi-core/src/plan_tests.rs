@@ -273,3 +273,62 @@ fn hysteresis_follows_a_one_off_answer_only_after_patience_in_one_direction() {
     assert_eq!(follow.update(15), 15);
     assert_eq!(follow.update(17), 17);
 }
+
+/// The materials profile's mean step times, seconds.
+fn materials_means() -> Vec<f64> {
+    crate::profile::materials().iter().map(|s| s.mean).collect()
+}
+
+#[test]
+fn on_the_paper_profile_packing_beats_lpt_and_seventeen_hosts_reach_the_tolerance() {
+    let work = materials_means();
+    let sixteen = idle(&[1.0; 16]);
+    let lpt = list_plan(&known(&work), &sixteen).makespan();
+    let packed = plan(&known(&work), &sixteen).makespan();
+    assert!(packed < lpt * 0.97, "packed {packed} vs LPT {lpt}");
+    // 17 hosts end a cycle within 5% of its longest step (LPT alone needs 18).
+    assert_eq!(fewest_hosts(&work, &[1.0; 31], 0.05), 17);
+    let longest = work.iter().copied().fold(0.0, f64::max);
+    let seventeen = plan(&known(&work), &idle(&[1.0; 17])).makespan();
+    assert!(seventeen <= longest * 1.05, "{seventeen} vs {longest}");
+    assert!(list_plan(&known(&work), &idle(&[1.0; 17])).makespan() > longest * 1.05);
+}
+
+/// The fewest hosts, fastest first from `speeds`, with which some schedule
+/// ends `work` within `1 + tolerance` times its longest step on the fastest.
+fn fewest_mixed_brute_force(work: &[f64], speeds: &[f64], tolerance: f64) -> usize {
+    let mut speeds = speeds.to_vec();
+    speeds.sort_by(|a, b| b.total_cmp(a));
+    let longest = work.iter().copied().fold(0.0, f64::max);
+    let target = longest / speeds[0] * (1.0 + tolerance);
+    (1..=speeds.len())
+        .find(|&k| brute_force(work, &speeds[..k]) <= target * (1.0 + 1e-9))
+        .unwrap_or(speeds.len())
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+
+    /// With hosts of mixed speeds, the fewest-hosts rule never answers fewer
+    /// hosts than can reach the target, is at most one over, and the plan
+    /// WoDi runs with its answer does reach the target.
+    #[test]
+    fn fewest_hosts_with_mixed_speeds_against_brute_force(
+        work in proptest::collection::vec(1u32..30, 1..8),
+        speeds in proptest::collection::vec(1u32..4, 1..6),
+        tolerance in proptest::sample::select(vec![0.0, 0.05, 0.2]),
+    ) {
+        let work: Vec<f64> = work.into_iter().map(f64::from).collect();
+        let speeds: Vec<f64> = speeds.into_iter().map(|s| f64::from(s) / 2.0).collect();
+        let got = fewest_hosts(&work, &speeds, tolerance);
+        let best = fewest_mixed_brute_force(&work, &speeds, tolerance);
+        proptest::prop_assert!(got >= best, "{} hosts beat the optimum {}", got, best);
+        proptest::prop_assert!(got <= best + 1, "{} hosts where {} suffice", got, best);
+        let mut sorted = speeds.clone();
+        sorted.sort_by(|a, b| b.total_cmp(a));
+        let longest = work.iter().copied().fold(0.0, f64::max);
+        let target = longest / sorted[0] * (1.0 + tolerance);
+        let reached = plan(&known(&work), &idle(&sorted[..got])).makespan();
+        proptest::prop_assert!(reached <= target * (1.0 + 1e-9) || got == sorted.len());
+    }
+}

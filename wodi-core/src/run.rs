@@ -279,6 +279,11 @@ pub struct Run {
     host_class: HashMap<HostId, String>,
     /// Workers whose connection is up.
     connected: BTreeSet<WorkerId>,
+    /// Workers whose host CARMI declared lost (cut off, not heard): their
+    /// process may still run behind a partition, and whatever it sends
+    /// when the link comes back is dropped, never delivered (the step was
+    /// re-sent when the host was lost; exactly once across a split).
+    disowned: BTreeSet<WorkerId>,
     /// Workers in a row whose process exited before it connected (reset by
     /// any worker connecting): a broken worker executable, not churn.
     early_deaths: u32,
@@ -338,6 +343,7 @@ impl Run {
             declared_speeds: BTreeMap::new(),
             host_class: HashMap::new(),
             connected: BTreeSet::new(),
+            disowned: BTreeSet::new(),
             early_deaths: 0,
             data: HashMap::new(),
             steps: HashMap::new(),

@@ -723,3 +723,9 @@ fn a_worker_that_connects_resets_the_count_of_early_deaths() {
         (spawn, process) = b.start_next_worker(spawn, &mut next_host);
     }
 }
+
+#[path = "run_tests_partition.rs"]
+mod partition;
+
+#[path = "run_refused_tests.rs"]
+mod refused;

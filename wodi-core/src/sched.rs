@@ -78,6 +78,14 @@ pub struct SchedConfig {
     /// What getting a host back costs: CARMI granting one and a worker
     /// starting on it. An idle host is kept when the cycle should end sooner.
     pub reacquire: Duration,
+    /// What one grant costs beyond the run's own wait, as host time the run
+    /// would rather leave idle than spend: CARMI's match, the process
+    /// start and executable fetch on the host, and the chance that a host
+    /// given back goes to another job. With `release_idle`, an idle host is
+    /// kept through a cycle's tail unless the tail lasts longer than
+    /// `reacquire + grant_cost` (zero: give back every host whose tail
+    /// outlasts `reacquire`, churning the pool for the last percent).
+    pub grant_cost: Duration,
     /// Give back a suspended host once its grace (`suspend_timeout`) is over,
     /// instead of holding it until its owner leaves or CARMI vacates it.
     pub release_suspended: bool,
@@ -100,6 +108,7 @@ impl Default for SchedConfig {
             learn_from_wall: false,
             release_idle: false,
             reacquire: Duration::from_secs(10),
+            grant_cost: Duration::ZERO,
             release_suspended: false,
             stragglers: false,
             fast_abort: None,

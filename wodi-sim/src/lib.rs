@@ -17,10 +17,12 @@
 //!
 //! Layout: `queue` (the clock and the events), `pool` (the CARMI side),
 //! `run` (the WoDi side: server core, workers, master), `sim` (one run),
-//! `config` (what a run is given and yields).
+//! `config` (what a run is given and yields), `presets` (the policy sets
+//! compared).
 
 mod config;
 mod pool;
+mod presets;
 mod queue;
 mod run;
 mod sim;
@@ -28,6 +30,7 @@ mod sim;
 pub use carmi_local_core::policy::PolicyConfig;
 pub use config::{RunSummary, SimConfig, SimRun};
 pub use pool::PoolConfig;
+pub use presets::{KEEP_GRANT_COST, KEEP_TOLERANCE, Preset};
 pub use sim::simulate;
 
 #[cfg(test)]

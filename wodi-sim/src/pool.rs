@@ -404,6 +404,8 @@ impl Pool {
                     // The simulated machines heartbeat on their own timer
                     // (`Ev::Heartbeat`) and never feed the core `on_time`.
                     Effect::Heartbeat => {}
+                    // The master's job ending ends the simulation anyway.
+                    Effect::CloseApp(_) => {}
                     Effect::Store { .. } | Effect::FetchFrom { .. } | Effect::ReadLog { .. } => {
                         tracing::warn!(?e, "an effect the simulated pool does not carry out");
                     }

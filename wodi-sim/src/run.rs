@@ -191,6 +191,8 @@ impl<'a> Wodi<'a> {
             ToWodi::App(FromLocal::Attached { .. }) => self.start(now),
             // The simulated pool has no connections to prove anything on.
             ToWodi::App(FromLocal::Credential { .. }) => {}
+            // The simulated pool ends no job under its master.
+            ToWodi::App(FromLocal::JobEnded { .. }) => {}
             ToWodi::App(FromLocal::Event(e)) => self.run.carmi_event(e, time(now)),
             ToWodi::Launched {
                 process,
@@ -285,6 +287,7 @@ impl<'a> Wodi<'a> {
             policies: Policies {
                 release_idle: s.release_idle,
                 reacquire_ms: s.reacquire.as_millis() as u64,
+                grant_cost_ms: s.grant_cost.as_millis() as u64,
                 release_suspended: s.release_suspended,
                 stragglers: s.stragglers,
                 fast_abort: s.fast_abort,

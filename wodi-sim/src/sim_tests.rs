@@ -275,3 +275,73 @@ fn hysteresis_cuts_the_churn_of_the_fewest_hosts_count() {
     let held = simulate(&cfg, Ordering::LongestFirst).summary;
     assert!(held.adds < follow.adds, "{} vs {}", held.adds, follow.adds);
 }
+
+/// Run `r` of the paper setting as `wodi-sim --hosts 24 --runs 61` runs it
+/// (24 hosts, stochastic owners, runs every 2.75 hours of the week from
+/// Monday 09:00), with the policies of `preset`.
+fn paper_setting(r: u32, preset: Preset) -> SimConfig {
+    let owners = OwnerModel::from_spec("stochastic").expect("a known model");
+    let mut cfg = config(24, owners, 1 + u64::from(r));
+    cfg.owner_offset = f64::from(r) * 2.75 * 3600.0;
+    cfg.sched.reacquire = Duration::from_secs_f64(cfg.pool.worker_startup + 4.0 * cfg.pool.latency);
+    preset.apply(&mut cfg);
+    cfg
+}
+
+#[test]
+fn the_cost_aware_rule_reaches_ninety_percent_with_at_most_sixty_grants_per_run() {
+    // Every sixth of the 61 runs (the week sampled), in both orders: the
+    // short form of `wodi-sim --hosts 24 --runs 61 --json` (docs/results.md).
+    let sample: Vec<u32> = (0..61).step_by(6).collect();
+    let both: Vec<(SimConfig, Ordering)> = sample
+        .iter()
+        .flat_map(|&r| {
+            [Ordering::LongestFirst, Ordering::Arrival].map(|o| (paper_setting(r, Preset::Keep), o))
+        })
+        .collect();
+    let runs = on_all_cores(&both, |(cfg, order)| simulate(cfg, *order).summary);
+    let n = sample.len() as f64;
+    let mean = |order: Ordering, f: fn(&RunSummary) -> f64| {
+        both.iter()
+            .zip(&runs)
+            .filter(|((_, o), _)| *o == order)
+            .map(|(_, run)| f(run))
+            .sum::<f64>()
+            / n
+    };
+    for run in &runs {
+        assert_eq!(run.cycle_s.len(), 35, "a run did not finish");
+    }
+    let lpt = Ordering::LongestFirst;
+    let efficiency = mean(lpt, |r| r.efficiency);
+    let grants = mean(lpt, |r| f64::from(r.adds));
+    assert!(efficiency >= 0.90, "mean efficiency {efficiency:.3}");
+    assert!(grants <= 60.0, "{grants:.1} grants per run");
+    // History ordering beats arrival order in efficiency or run length.
+    let arrival = Ordering::Arrival;
+    let (e_lpt, e_arr) = (efficiency, mean(arrival, |r| r.efficiency));
+    let (l_lpt, l_arr) = (
+        mean(lpt, |r| r.run_length_s),
+        mean(arrival, |r| r.run_length_s),
+    );
+    assert!(
+        e_lpt > e_arr || l_lpt < l_arr,
+        "history: {e_lpt:.3} in {l_lpt:.0} s; arrival: {e_arr:.3} in {l_arr:.0} s"
+    );
+}
+
+#[test]
+fn the_keep_preset_is_what_a_master_asks_for_with_keep_hosts() {
+    let mut cfg = config(4, OwnerModel::None, 1);
+    Preset::Keep.apply(&mut cfg);
+    let asked = wodi::proto::Policies::keep_hosts();
+    let mut sched = SchedConfig::default();
+    asked.apply(&mut sched);
+    assert_eq!(sched.release_idle, cfg.sched.release_idle);
+    assert_eq!(sched.grant_cost, cfg.sched.grant_cost);
+    assert_eq!(sched.release_suspended, cfg.sched.release_suspended);
+    assert_eq!(sched.stragglers, cfg.sched.stragglers);
+    assert_eq!(sched.fast_abort, cfg.sched.fast_abort);
+    assert_eq!(asked.fewest_hosts, cfg.fewest_hosts);
+    assert_eq!(asked.hysteresis, cfg.hysteresis);
+}

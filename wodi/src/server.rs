@@ -17,12 +17,12 @@
 //! and that a dropped connection is the latest of its worker (a worker that
 //! reconnects has a new one; the old one's end is no news).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use carmi_api::client::{Carmi, ConnectOptions, Incoming, connect};
 use carmi_api::ids::RequestId;
-use carmi_api::msg::SpawnTarget;
+use carmi_api::msg::{Event, SpawnTarget};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tracing::warn;
@@ -70,7 +70,13 @@ struct Driver {
     /// Each worker's connection, with a number telling it from a later one.
     workers: HashMap<WorkerId, (Writer, u64)>,
     generation: u64,
+    /// What the run last published on its job (`SetJobAttrs`), and the
+    /// requests doing it, whose answers are not the run's business.
+    progress: (Vec<(String, String)>, HashSet<RequestId>),
 }
+
+/// How often the run's progress is published on its job (when it changed).
+const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 
 /// Runs the server until the master completes or goes away. Prints
 /// `listening on ADDR` on stdout first, for the master to read.
@@ -103,7 +109,10 @@ pub async fn run(opts: ServerOptions) -> anyhow::Result<()> {
         masters: HashMap::new(),
         workers: HashMap::new(),
         generation: 0,
+        progress: Default::default(),
     };
+    let mut progress = tokio::time::interval(PROGRESS_EVERY);
+    progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     while !d.run.finished() {
         let deadline = d.run.next_deadline().map(|t| d.start + t);
@@ -139,6 +148,7 @@ pub async fn run(opts: ServerOptions) -> anyhow::Result<()> {
                 d.run.stop("the WoDi server was stopped (SIGTERM)", now);
             }
             _ = sleep => {}
+            _ = progress.tick() => d.publish_progress(),
         }
         if !d.run.finished() {
             let now = d.now();
@@ -229,6 +239,15 @@ impl Driver {
     fn on_carmi(&mut self, inc: Incoming) {
         let now = self.now();
         match inc {
+            Incoming::Rm(Event::Done { request, .. }) if self.progress.1.remove(&request) => {}
+            Incoming::Rm(Event::Failed { request, failure })
+                if self.progress.1.remove(&request) =>
+            {
+                warn!(
+                    "the pool refused the run's progress attributes: {}",
+                    failure.message
+                );
+            }
             Incoming::Rm(event) => self.run.carmi_event(event, now),
             Incoming::Disconnected(why) => self.run.carmi_disconnected(&why.to_string(), now),
             // What workers print (a panic, a library's warning) is worth
@@ -246,6 +265,25 @@ impl Driver {
             }
             _ => {}
         }
+    }
+
+    /// Publishes the run's progress on its job (for `carmi q` and the
+    /// dashboard) if it changed since last time.
+    fn publish_progress(&mut self) {
+        let sched = self.run.sched();
+        let attrs = wodi_core::progress::job_attrs(&sched.stats(self.now()), &sched.status());
+        if attrs == self.progress.0 {
+            return;
+        }
+        // A pool that never answers must not grow the set: the run ignores
+        // an answer it did not ask for, so forgetting old ids is harmless.
+        if self.progress.1.len() >= 64 {
+            self.progress.1.clear();
+        }
+        self.progress
+            .1
+            .insert(self.carmi.set_job_attrs(attrs.clone()));
+        self.progress.0 = attrs;
     }
 
     /// Carries out the run's outputs, in order.

@@ -213,6 +213,29 @@ async fn the_dashboard_lists_the_pool_and_shows_an_owner_coming_back_without_a_r
         .unwrap();
     let mut shots = vec![browser.screenshot(&screenshot_path("pool")).await];
 
+    // The run publishes its progress on its job: the queue shows its cycle.
+    let id = job["job"].as_u64().unwrap();
+    browser.eval("location.hash = '#queue'").await;
+    let progress = format!(
+        "(e => e && e.dataset.cycle === '0' && e.textContent)\
+         (document.querySelector('.progress[data-job=\"{id}\"]'))"
+    );
+    let progress = browser
+        .wait_for(&progress, "the run's cycle progress")
+        .await;
+    let progress = progress.as_str().unwrap();
+    assert!(progress.contains("cycle 0: 0 of 3 steps"), "{progress}");
+    assert!(progress.contains("3 of 3 hosts busy"), "{progress}");
+    // The job view: one row per host, each held since the run got it.
+    browser.eval(&format!("location.hash = '#job-{id}'")).await;
+    let rows = "(rs => rs.length === 3 && rs.every(r => r.querySelector('rect.held')) \
+                && JSON.stringify(rs.map(r => r.dataset.machine).sort()))\
+                ([...document.querySelectorAll('#timeline g.row')])";
+    let rows = browser.wait_for(rows, "the job's three hosts drawn").await;
+    assert_eq!(rows, r#"["m0","m1","m2"]"#);
+    shots.push(browser.screenshot(&screenshot_path("job")).await);
+    browser.eval("location.hash = '#pool'").await;
+
     // A job no set of the pool's machines can start waits, and the queue
     // view says why, as `carmi q -analyze` counts the slots.
     let big = submit_waiting(&pool, MACHINES as u32 + 2);
@@ -255,6 +278,16 @@ async fn the_dashboard_lists_the_pool_and_shows_an_owner_coming_back_without_a_r
         .unwrap();
     assert!(updates_after > updates_before);
     shots.push(browser.screenshot(&screenshot_path("suspended")).await);
+    // The job view draws m1's span turning suspended, still without a reload.
+    browser.eval(&format!("location.hash = '#job-{id}'")).await;
+    // (Wide enough to see in the screenshot: the page redraws at every update.)
+    let m1_span = "(r => r && r.getBBox().width >= 40)\
+                   (document.querySelector('#timeline g.row[data-machine=\"m1\"] rect.suspended'))";
+    browser
+        .wait_for(m1_span, "m1's span turning suspended")
+        .await;
+    shots.push(browser.screenshot(&screenshot_path("job-suspended")).await);
+    browser.eval("location.hash = '#pool'").await;
 
     // A ClassAd constraint, evaluated by the global RM on the machines' ads.
     browser

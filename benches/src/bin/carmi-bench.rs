@@ -14,6 +14,12 @@
 //! - `spawn`: `class_spawn` of a 12 MiB executable on 16 slots, split into
 //!   staging (moving the bytes into the machines' caches) and execution.
 //!
+//! - `scale [MACHINES,...] [JOBS] [QUEUED] [HEARTBEAT_MS]`: one global RM against a fleet
+//!   of machines speaking the real protocol (1,000, 5,000 and 10,000
+//!   machines x 2 slots, 100 hand-started jobs, 10,000 queued by default):
+//!   memory, `status`, request-to-event time, noticing silent machines,
+//!   journal size and restart time (`carmi_bench/scale.rs`).
+//!
 //! `carmi-bench echo-task` is not for people: the messaging benchmark spawns
 //! this program that way as a second echo, one that runs its loop in a task.
 //!
@@ -32,6 +38,8 @@ use carmi_api::client::{ConnectOptions, Incoming, connect};
 mod inbox;
 #[path = "carmi_bench/messaging.rs"]
 mod messaging;
+#[path = "carmi_bench/scale.rs"]
+mod scale;
 #[path = "carmi_bench/spawn.rs"]
 mod spawn;
 
@@ -76,12 +84,13 @@ const SPAWN_REPS: usize = 5;
 
 /// How long any single wait (and the whole messaging run) may take before
 /// the benchmark gives up.
-const PATIENCE: Duration = Duration::from_secs(60);
+const PATIENCE: Duration = Duration::from_secs(600);
 
 fn main() -> ExitCode {
     let what = std::env::args().nth(1).unwrap_or_else(|| "all".into());
     let (messaging, spawn) = match what.as_str() {
         ECHO_TASK => return echo_task(),
+        "scale" => return scale_main(),
         "messaging" => (true, false),
         "spawn" => (false, true),
         "all" => (true, true),
@@ -118,6 +127,55 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("carmi-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `carmi-bench scale [MACHINES,...] [JOBS] [QUEUED] [HEARTBEAT_MS]`.
+fn scale_main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(2).collect();
+    let sizes: Vec<usize> = match args.first() {
+        Some(list) => list
+            .split(',')
+            .filter_map(|n| n.trim().parse().ok())
+            .collect(),
+        None => vec![1_000, 5_000, 10_000],
+    };
+    let number =
+        |i: usize, default: usize| args.get(i).and_then(|n| n.parse().ok()).unwrap_or(default);
+    let (jobs, queued) = (number(1, 100), number(2, 10_000));
+    let heartbeat_ms = number(3, 1000) as u64;
+    if sizes.is_empty() || sizes.iter().any(|&m| m < jobs.max(10)) {
+        eprintln!(
+            "usage: carmi-bench scale [MACHINES,...] [JOBS] [QUEUED] [HEARTBEAT_MS] (each size at least JOBS and 10)"
+        );
+        return ExitCode::from(2);
+    }
+    let runs: Vec<scale::ScaleRun> = sizes
+        .iter()
+        .map(|&machines| scale::ScaleRun {
+            machines,
+            slots: 2,
+            jobs,
+            rounds: 20,
+            queued,
+            statuses: 50,
+            heartbeat_ms,
+        })
+        .collect();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    println!("Host: {}\n", host_description());
+    if cfg!(debug_assertions) {
+        println!("**Built without `--release`: these numbers are not representative.**\n");
+    }
+    match scale::run_scale(&rt, &runs) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("carmi-bench scale: {e}");
             ExitCode::FAILURE
         }
     }
@@ -168,7 +226,9 @@ fn echo_task() -> ExitCode {
         .build()
         .expect("a tokio runtime");
     let result = rt.block_on(async {
-        let (carmi, mut events) = connect(ConnectOptions::from_env()?).await?;
+        let mut opts = ConnectOptions::from_env()?;
+        opts.plain_peers |= std::env::args().skip(2).any(|a| a == "plain");
+        let (carmi, mut events) = connect(opts).await?;
         let echo = carmi.clone();
         tokio::spawn(async move {
             while let Some(item) = events.next().await {

@@ -14,18 +14,28 @@
 //!   heartbeat period, once with a simulated owner and once measuring the
 //!   real one (default policy minute of 60 s).
 //!
-//! Only prints; nothing is asserted.
+//! - `soak [CYCLES]`: CYCLES (default 100,000) owner arrive/leave cycles over
+//!   the same real processes, each waiting until every process is stopped
+//!   and running again; checks at the end that nothing leaked or died
+//!   (`carmi_owner_bench/soak.rs`).
+//!
+//! Only prints; nothing is asserted (the soak fails, saying why, if a
+//! process died or a daemon's memory or descriptors grew).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-use carmi_api::client::{ConnectOptions, Incoming, connect};
+use carmi_api::client::{Carmi, ConnectOptions, EventStream, Incoming, connect};
 use carmi_api::control::OwnerLink;
 use carmi_api::handshake::Secret;
 use carmi_api::ids::HostId;
 use carmi_api::msg::{Event, OwnerEvent, SpawnTarget};
 use carmi_testkit::{Pool, PoolOptions, bin_dir, scratch};
+
+// In a directory without `main.rs`, so that Cargo does not take it for a binary.
+#[path = "carmi_owner_bench/soak.rs"]
+mod soak;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -42,6 +52,13 @@ fn main() -> ExitCode {
         }
         if what == "idle" || what == "all" {
             idle().await?;
+        }
+        if what == "soak" {
+            let cycles = std::env::args()
+                .nth(2)
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(100_000);
+            soak::soak(cycles).await?;
         }
         Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
     });
@@ -77,14 +94,21 @@ fn wait_states(pids: &[u32], ok: impl Fn(Option<char>) -> bool) -> Result<Durati
     Ok(t.elapsed())
 }
 
-async fn stop() -> Result<()> {
-    // PREEMPT never holds, CONTINUE soon after leaving: rounds repeat quickly.
-    let policy = "[policy]\nminute = 0.1\npreempt = \"false\"\n";
+/// A pool of one machine whose owner policy never preempts and continues
+/// soon after the owner leaves (5 policy minutes of `minute` seconds), so
+/// that rounds repeat quickly.
+fn owner_pool(name: &str, minute: f64) -> Pool {
+    let policy = format!("[policy]\nminute = {minute}\npreempt = \"false\"\n");
     let options = PoolOptions {
         local_config: policy.to_string(),
         ..PoolOptions::default()
     };
-    let pool = Pool::start_with("owner-bench", SLOTS, &[vec![]], options);
+    Pool::start_with(name, SLOTS, &[vec![]], options)
+}
+
+/// A job on every slot of `pool`'s machine, each a shell with a child: the
+/// application's handle, its events and the processes' pids.
+async fn families(pool: &Pool) -> Result<(Carmi, EventStream, Vec<u32>)> {
     let opts = ConnectOptions::new(pool.locals[0].app_addr.clone(), pool.secret.clone());
     let (carmi, mut events) = connect(opts).await?;
     let class = carmi.define_class("any", "true");
@@ -145,6 +169,12 @@ async fn stop() -> Result<()> {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
+    Ok((carmi, events, pids))
+}
+
+async fn stop() -> Result<()> {
+    let pool = owner_pool("owner-bench", 0.1);
+    let (carmi, _events, pids) = families(&pool).await?;
     let mut owner = OwnerLink::connect(&pool.locals[0].app_addr, &pool.secret).await?;
     let mut stopped = Vec::new();
     let mut answered = Vec::new();

@@ -22,6 +22,11 @@ pub async fn connect(opts: ConnectOptions) -> Result<(Carmi, EventStream), Conne
         .await
         .map_err(unreachable)?;
     let listener = open_listener(&opts, &stream).await?;
+    // Made before the first peer connects, so that a certificate error shows here.
+    let acceptor = crate::tls::Acceptor::shared().map_err(|e| ConnectError::Listen {
+        addr: "the listener".into(),
+        error: std::io::Error::other(e),
+    })?;
     let endpoint = listener
         .local_addr()
         .map_err(|error| ConnectError::Listen {
@@ -30,14 +35,25 @@ pub async fn connect(opts: ConnectOptions) -> Result<(Carmi, EventStream), Conne
         })?
         .to_string();
 
-    let (r, mut w) = stream.into_split();
+    // A local RM takes TLS only; both proofs cover the session's keys.
+    let crate::tls::Stream {
+        reader: r,
+        writer: mut w,
+        binding,
+    } = tokio::time::timeout(handshake::HANDSHAKE_TIMEOUT, crate::tls::connect(stream))
+        .await
+        .map_err(|_| ConnectError::Handshake {
+            addr: addr.clone(),
+            error: HandshakeError::Timeout,
+        })?
+        .map_err(unreachable)?;
     let mut r = FrameReader::new(r);
     let role = Role::Application {
         job: opts.job,
         process: opts.process,
         endpoint: endpoint.clone(),
     };
-    handshake::client(&mut r, &mut w, &opts.secret, &role)
+    handshake::client_bound(&mut r, &mut w, &opts.secret, &role, &binding)
         .await
         .map_err(|e| match e {
             HandshakeError::BadProof => ConnectError::WrongSecret { addr: addr.clone() },
@@ -96,6 +112,7 @@ pub async fn connect(opts: ConnectOptions) -> Result<(Carmi, EventStream), Conne
         process,
         secret,
         endpoint,
+        plain_peers: opts.plain_peers,
         runtime: runtime.clone(),
         stop: stop_rx,
         next_request: AtomicU64::new(1),
@@ -111,7 +128,7 @@ pub async fn connect(opts: ConnectOptions) -> Result<(Carmi, EventStream), Conne
     let (r, w) = conn.split();
     runtime.spawn(rm::write_loop(shared.clone(), commands_rx, w));
     runtime.spawn(rm::read_loop(shared.clone(), r));
-    runtime.spawn(peer::accept_loop(shared.clone(), listener));
+    runtime.spawn(peer::accept_loop(shared.clone(), listener, acceptor));
     let carmi = Carmi {
         inner: Arc::new(Handle {
             shared,

@@ -23,6 +23,12 @@ pub const ENV_PROCESS: &str = "CARMI_PROCESS";
 /// it uses to reach its local RM (for instance when that is `127.0.0.1`).
 pub const ENV_ENDPOINT_HOST: &str = "CARMI_ENDPOINT_HOST";
 
+/// Environment variable (optional): `1` (or `true`, `yes`) opens this
+/// process's direct connections to its peers in clear and accepts theirs in
+/// clear too ([`ConnectOptions::plain_peers`]); a job sets it in its submit
+/// file's `environment`.
+pub const ENV_PLAIN_PEERS: &str = "CARMI_PLAIN_PEERS";
+
 /// How to reach the local RM and who this process is.
 #[derive(Clone, Debug)]
 pub struct ConnectOptions {
@@ -38,6 +44,14 @@ pub struct ConnectOptions {
     /// address; the port is chosen by the system). `None` listens on the
     /// address this process uses to reach its local RM.
     pub endpoint_host: Option<String>,
+    /// Direct messages in clear, for a job on a network it trusts: this
+    /// process opens its connections to peers without TLS, and accepts peers
+    /// in clear as well as over TLS (peers without this option still use
+    /// TLS, and refuse a clear connection). The handshake still proves the
+    /// job's credential, but anyone on the path can read and alter the
+    /// messages (`docs/security.md`). Default: off, every direct connection
+    /// is TLS.
+    pub plain_peers: bool,
 }
 
 impl ConnectOptions {
@@ -49,6 +63,7 @@ impl ConnectOptions {
             job: None,
             process: None,
             endpoint_host: None,
+            plain_peers: false,
         }
     }
 
@@ -90,7 +105,22 @@ impl ConnectOptions {
             job,
             process,
             endpoint_host: get(ENV_ENDPOINT_HOST),
+            plain_peers: parse_flag(ENV_PLAIN_PEERS, get(ENV_PLAIN_PEERS))?,
         })
+    }
+}
+
+/// Parses the yes/no flag in environment variable `name` (unset: no).
+fn parse_flag(name: &'static str, value: Option<String>) -> Result<bool, ConnectError> {
+    match value.as_deref().map(|v| v.trim().to_ascii_lowercase()) {
+        None => Ok(false),
+        Some(v) if ["1", "true", "yes", "on"].contains(&v.as_str()) => Ok(true),
+        Some(v) if ["0", "false", "no", "off"].contains(&v.as_str()) => Ok(false),
+        Some(_) => Err(ConnectError::BadVar {
+            var: name,
+            value: value.unwrap_or_default(),
+            reason: "expected 1 or 0 (true/false, yes/no)".into(),
+        }),
     }
 }
 

@@ -11,7 +11,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::OwnedReadHalf;
 
 use super::{Incoming, Shared, lock};
 use crate::conn::ConnReader;
@@ -52,7 +51,7 @@ const MAX_OUTPUT_FRAME: usize = 1 << 20;
 /// Reads one spawned process's output until its `End` or the connection's end.
 pub(super) async fn receive(
     shared: Arc<Shared>,
-    mut r: ConnReader<OutputFrame, OwnedReadHalf>,
+    mut r: ConnReader<OutputFrame, crate::tls::Reader>,
     process: ProcessId,
     request: RequestId,
 ) {

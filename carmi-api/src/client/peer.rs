@@ -1,12 +1,16 @@
 //! Direct messages between application processes: one outgoing connection
 //! (and one writer task) per peer this process sends to, and a listener that
 //! accepts the connections of peers that send to it.
+//!
+//! Both are TLS (`crate::tls`) with the handshake bound to the session,
+//! unless this process asked for plain peer connections
+//! ([`super::ConnectOptions::plain_peers`]): then it opens its own in clear
+//! and accepts peers either way.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use tokio::io::BufWriter;
-use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
@@ -17,6 +21,7 @@ use crate::frame::FrameReader;
 use crate::handshake;
 use crate::ids::{JobId, ProcessId};
 use crate::msg::{PeerMessage, Request, Role};
+use crate::tls::{Acceptor, Stream};
 
 /// Work for a peer's writer task.
 pub(super) enum Outgoing {
@@ -91,13 +96,21 @@ async fn open(shared: &Shared, to: ProcessId) -> Result<PeerWriter, String> {
     let stream = crate::net::dial(&addr, super::CONNECT_TIMEOUT)
         .await
         .map_err(|e| format!("cannot connect to process {to} at {addr}: {e}"))?;
-    let (r, mut w) = stream.into_split();
+    let opened = crate::tls::open(stream, shared.plain_peers);
+    let Stream {
+        reader: r,
+        writer: mut w,
+        binding,
+    } = tokio::time::timeout(handshake::HANDSHAKE_TIMEOUT, opened)
+        .await
+        .map_err(|_| format!("process {to} at {addr}: TLS: no answer in time"))?
+        .map_err(|e| format!("process {to} at {addr}: TLS: {e}"))?;
     let mut r = FrameReader::new(r);
     let role = Role::Peer {
         from: shared.process,
         job: shared.job,
     };
-    handshake::client(&mut r, &mut w, &shared.secret, &role)
+    handshake::client_bound(&mut r, &mut w, &shared.secret, &role, &binding)
         .await
         .map_err(|e| format!("process {to} at {addr}: {e}"))?;
     // Nothing is ever read on this connection after the handshake.
@@ -133,7 +146,7 @@ async fn endpoint_of(shared: &Shared, to: ProcessId) -> Result<String, String> {
 }
 
 /// The writing side of a connection to a peer: direct messages, buffered.
-type PeerWriter = ConnWriter<PeerMessage, BufWriter<OwnedWriteHalf>>;
+type PeerWriter = ConnWriter<PeerMessage, BufWriter<crate::tls::Writer>>;
 
 /// Writes queued items until the client stops (then drains what is queued).
 async fn pump(
@@ -178,14 +191,14 @@ async fn pump(
 
 /// Accepts direct connections from peers until the client stops; each
 /// connection is read by its own task, all of them ended with this one.
-pub(super) async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
+pub(super) async fn accept_loop(shared: Arc<Shared>, listener: TcpListener, tls: Acceptor) {
     let mut stop = shared.stop.clone();
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    connections.spawn(receive(shared.clone(), stream));
+                    connections.spawn(receive(shared.clone(), stream, tls.clone()));
                 }
                 Err(e) => {
                     // Out of file descriptors, typically: wait rather than spin.
@@ -219,14 +232,29 @@ fn admit(role: &Role, job: JobId) -> Result<(), String> {
 }
 
 /// Reads one peer's messages onto the event stream, in order.
-async fn receive(shared: Arc<Shared>, stream: TcpStream) {
+async fn receive(shared: Arc<Shared>, stream: TcpStream, tls: Acceptor) {
     let _ = stream.set_nodelay(true);
-    let (r, mut w) = stream.into_split();
+    let opened = tls.accept(stream, shared.plain_peers);
+    let Stream {
+        reader: r,
+        writer: mut w,
+        binding,
+    } = match tokio::time::timeout(handshake::HANDSHAKE_TIMEOUT, opened).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            tracing::warn!("refused a direct connection before its handshake: {e}");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!("a direct connection did not open TLS in time; closed");
+            return;
+        }
+    };
     let mut r = FrameReader::new(r);
     let job = shared.job;
-    let from = match handshake::server_with(&mut r, &mut w, &shared.secret, |role| admit(role, job))
-        .await
-    {
+    let secret = &shared.secret;
+    let hs = handshake::server_auth(&mut r, &mut w, secret, &binding, |role, _| admit(role, job));
+    let from = match hs.await.map(|(role, ())| role) {
         Ok(Role::Peer { from, .. }) => from,
         Ok(Role::Output {
             process, request, ..
@@ -240,6 +268,8 @@ async fn receive(shared: Arc<Shared>, stream: TcpStream) {
             return;
         }
     };
+    // A peer of the job, proved: its large messages arrive whole into one buffer.
+    r.reserve_whole_frames();
     let mut r: ConnReader<PeerMessage, _> = ConnReader::from_frames(r);
     loop {
         match r.recv().await {

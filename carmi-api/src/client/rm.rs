@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use crate::tls::{Reader, Writer};
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 use tokio::io::BufWriter;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, oneshot};
 
 use super::Shared;
@@ -67,7 +67,7 @@ struct Executables {
 
 /// The writing side of the connection to the RM, buffered so that many
 /// small requests share a packet.
-pub(super) type RmWriter = ConnWriter<ToLocal, BufWriter<OwnedWriteHalf>>;
+pub(super) type RmWriter = ConnWriter<ToLocal, BufWriter<Writer>>;
 
 /// Writes commands to the RM in queue order. Requests are written in the
 /// order they were made, so a `define_class` before a `class_spawn` reaches
@@ -235,7 +235,7 @@ fn load(path: &Path) -> Result<(ExecutableRef, Bytes), String> {
 }
 
 /// Reads events from the RM until it goes away or the client stops.
-pub(super) async fn read_loop(shared: Arc<Shared>, mut r: ConnReader<FromLocal, OwnedReadHalf>) {
+pub(super) async fn read_loop(shared: Arc<Shared>, mut r: ConnReader<FromLocal, Reader>) {
     let mut stop = shared.stop.clone();
     let reason = loop {
         // `recv` keeps partial frames in its buffer, so abandoning it at the
@@ -248,6 +248,10 @@ pub(super) async fn read_loop(shared: Arc<Shared>, mut r: ConnReader<FromLocal, 
             Ok(Some((FromLocal::Event(event), _))) => shared.deliver(event),
             Ok(Some((FromLocal::Attached { job, process }, _))) => {
                 tracing::warn!(%job, %process, "the local RM sent a second Attached; ignored");
+            }
+            // The RM closes the connection after this; its reason is the one to keep.
+            Ok(Some((FromLocal::JobEnded { job, reason }, _))) => {
+                break format!("job {job} ended: {reason}");
             }
             Ok(Some((FromLocal::Credential { job, .. }, _))) => {
                 tracing::warn!(%job, "the local RM sent a credential after Attached; ignored");

@@ -98,3 +98,22 @@ fn a_program_started_by_hand_finds_the_pool_as_carmi_does() {
     let err = ConnectOptions::from_vars(vars(&[("CARMI_CONFIG", &config)])).unwrap_err();
     assert!(err.to_string().contains(&config), "{err}");
 }
+
+#[test]
+fn plain_peers_comes_from_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("pool.secret");
+    std::fs::write(&secret, Secret::generate_text()).unwrap();
+    let secret = secret.to_str().unwrap();
+    let with = |value: Option<&str>| {
+        let mut pairs = vec![("CARMI_LOCAL", "h:1"), ("CARMI_SECRET_FILE", secret)];
+        pairs.extend(value.map(|v| (ENV_PLAIN_PEERS, v)));
+        ConnectOptions::from_vars(vars(&pairs))
+    };
+    assert!(!with(None).unwrap().plain_peers);
+    assert!(with(Some("1")).unwrap().plain_peers);
+    assert!(with(Some("yes")).unwrap().plain_peers);
+    assert!(!with(Some("0")).unwrap().plain_peers);
+    let err = with(Some("maybe")).unwrap_err();
+    assert!(err.to_string().contains("CARMI_PLAIN_PEERS"), "{err}");
+}

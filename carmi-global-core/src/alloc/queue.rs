@@ -3,8 +3,17 @@
 //! jobs (HTCondor's negotiator groups jobs into "autoclusters" for the same
 //! reason).
 //!
+//! # Pass order: users by priority, then submit order
+//! A settling pass takes the waiting users by fair-share priority (best
+//! first, as HTCondor's negotiator does; ties by their oldest waiting
+//! job), and each user's jobs in submit order (issue 15, item 7): a user
+//! who submitted ten jobs ahead of another user's one does not keep that
+//! one waiting for all ten. The order of users is fixed when a full pass
+//! begins (`user_rank`) and holds until the next one, so that what is said
+//! below of "submit order" holds of this order.
+//!
 //! # Why skipping is exact
-//! A settling pass goes through the waiting jobs in submit order, each with
+//! A settling pass goes through the waiting jobs in pass order, each with
 //! the idle slots no job ahead of it could use for a minimum (see `jobs`).
 //! That set only shrinks along the queue. Two jobs of one owner whose
 //! classes have the same names, expressions and minimums are members of the
@@ -43,8 +52,8 @@ use crate::alloc::jobs::ClassLimits;
 pub(super) struct Clusters {
     /// Signature -> cluster id.
     by_signature: HashMap<String, u64>,
-    /// Cluster id -> its signature and its waiting jobs by submit order.
-    members: HashMap<u64, (String, BTreeSet<(u64, JobId)>)>,
+    /// Cluster id -> its signature, its owner and its waiting jobs by submit order.
+    members: HashMap<u64, (String, String, BTreeSet<(u64, JobId)>)>,
     /// Each waiting job's cluster.
     of_job: HashMap<JobId, u64>,
     next: u64,
@@ -58,6 +67,11 @@ pub(super) struct Clusters {
     /// them (the head, or a job some free slot served): removing one of
     /// them calls for a pass.
     reserving: std::collections::HashSet<JobId>,
+    /// Waiting jobs per owner.
+    waiting_users: HashMap<String, usize>,
+    /// Each waiting or running owner's place in the order of the last full
+    /// pass (see the module documentation).
+    user_rank: HashMap<String, usize>,
 }
 
 impl Clusters {
@@ -73,7 +87,7 @@ impl Clusters {
 
     /// Adds a job at the end of its cluster; true when the cluster is new
     /// (no identical job waits ahead of it).
-    fn join(&mut self, job: JobId, seq: u64, signature: String) -> bool {
+    fn join(&mut self, job: JobId, seq: u64, signature: String, owner: &str) -> bool {
         let fresh = !self.by_signature.contains_key(&signature);
         let id = match self.by_signature.get(&signature) {
             Some(&id) => id,
@@ -81,16 +95,18 @@ impl Clusters {
                 let id = self.next;
                 self.next += 1;
                 self.by_signature.insert(signature.clone(), id);
-                self.members.insert(id, (signature, BTreeSet::new()));
+                self.members
+                    .insert(id, (signature, owner.to_string(), BTreeSet::new()));
                 id
             }
         };
         self.members
             .get_mut(&id)
             .expect("cluster exists")
-            .1
+            .2
             .insert((seq, job));
         self.of_job.insert(job, id);
+        *self.waiting_users.entry(owner.to_string()).or_default() += 1;
         fresh
     }
 
@@ -104,26 +120,55 @@ impl Clusters {
         let Some(id) = self.of_job.remove(&job) else {
             return;
         };
-        let Some((signature, jobs)) = self.members.get_mut(&id) else {
+        let Some((signature, owner, jobs)) = self.members.get_mut(&id) else {
             return;
         };
         jobs.remove(&(seq, job));
+        if let Some(n) = self.waiting_users.get_mut(owner.as_str()) {
+            *n -= 1;
+            if *n == 0 {
+                self.waiting_users.remove(owner.as_str());
+            }
+        }
         if jobs.is_empty() {
             self.by_signature.remove(signature.as_str());
             self.members.remove(&id);
         }
     }
 
-    /// The first waiting job of every cluster, by submit order.
-    fn heads(&self) -> BTreeMap<u64, (JobId, u64)> {
+    /// The first waiting job of every cluster, in pass order.
+    fn heads(&self) -> BTreeMap<(usize, u64), (JobId, u64)> {
         self.members
             .iter()
-            .filter_map(|(&id, (_, jobs))| jobs.first().map(|&(seq, job)| (seq, (job, id))))
+            .filter_map(|(&id, (_, owner, jobs))| {
+                let rank = self.rank(owner);
+                jobs.first().map(|&(seq, job)| ((rank, seq), (job, id)))
+            })
             .collect()
     }
 
-    fn first(&self, id: u64) -> Option<(u64, JobId)> {
-        self.members.get(&id)?.1.first().copied()
+    /// The first waiting job of a cluster, keyed by its place in the pass.
+    fn first(&self, id: u64) -> Option<((usize, u64), JobId)> {
+        let (_, owner, jobs) = self.members.get(&id)?;
+        let &(seq, job) = jobs.first()?;
+        Some(((self.rank(owner), seq), job))
+    }
+
+    /// `owner`'s place in the pass order (unranked: after everyone).
+    fn rank(&self, owner: &str) -> usize {
+        self.user_rank.get(owner).copied().unwrap_or(usize::MAX)
+    }
+
+    /// True when a new job of `owner` comes after every waiting job in
+    /// pass order, as a job tried alone must: its owner is ranked, and no
+    /// other waiting owner comes after it.
+    fn comes_last(&self, owner: &str) -> bool {
+        let Some(&mine) = self.user_rank.get(owner) else {
+            return false;
+        };
+        self.waiting_users
+            .keys()
+            .all(|u| u == owner || self.user_rank.get(u).is_some_and(|&r| r < mine))
     }
 
     /// Waiting jobs that kept slots from the jobs behind them in the last pass.
@@ -165,11 +210,17 @@ impl Allocator {
         let j = self.jobs.get_mut(&job).expect("enqueuing a live job");
         j.phase = Phase::Waiting;
         self.queue.insert(j.seq, job);
-        if self
+        let fresh = self
             .clusters
-            .join(job, j.seq, signature(job, owner, classes))
-        {
-            self.clusters.fresh.push(job);
+            .join(job, j.seq, signature(job, owner, classes), owner);
+        if fresh {
+            if self.clusters.comes_last(owner) {
+                self.clusters.fresh.push(job);
+            } else {
+                // Its owner comes before a waiting one (or was never
+                // ranked): only a full pass tries it in its place.
+                self.dirty = true;
+            }
         }
     }
 
@@ -251,18 +302,60 @@ impl Allocator {
         self.clusters.tail = free;
     }
 
-    /// Tries the waiting jobs in submit order, skipping those that wait
+    /// Ranks the owners for a full pass: best fair-share priority first
+    /// (lower is better), ties by their oldest job. Owners of running jobs
+    /// are ranked too, so that a job that starts keeps its place until the
+    /// next full pass (within one input priorities do not change, and
+    /// neither does the order).
+    fn rank_users(&mut self) {
+        let mut oldest: HashMap<&str, u64> = HashMap::new();
+        let waiting = self
+            .clusters
+            .members
+            .values()
+            .filter_map(|(_, owner, jobs)| jobs.first().map(|&(seq, _)| (owner.as_str(), seq)));
+        let running = self
+            .running
+            .iter()
+            .map(|id| (self.jobs[id].owner.as_str(), self.jobs[id].seq));
+        for (owner, seq) in waiting.chain(running) {
+            let e = oldest.entry(owner).or_insert(seq);
+            *e = (*e).min(seq);
+        }
+        let mut users: Vec<(f64, u64, &str)> = oldest
+            .into_iter()
+            .map(|(u, seq)| (self.usage.priority(u), seq, u))
+            .collect();
+        users.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let rank = users
+            .into_iter()
+            .enumerate()
+            .map(|(i, (_, _, u))| (u.to_string(), i))
+            .collect();
+        self.clusters.user_rank = rank;
+    }
+
+    /// A job's place in the pass order: its owner's rank, then its submit
+    /// order (tests check the queue is settled in this order).
+    #[cfg(test)]
+    pub(super) fn pass_key(&self, job: JobId) -> (usize, u64) {
+        let j = &self.jobs[&job];
+        (self.clusters.rank(&j.owner), j.seq)
+    }
+
+    /// Tries the waiting jobs in pass order, skipping those that wait
     /// behind an identical one that could not start; jobs behind the head
     /// may only take the idle slots no job ahead could use for a minimum.
     pub(super) fn start_waiting(&mut self) {
         // Every waiting job is seen here, the fresh ones too.
         self.clusters.fresh.clear();
         self.clusters.reserving.clear();
+        self.rank_users();
         // Idle slots no job still waiting ahead could use for a minimum:
         // `None` while every earlier job has started.
         let mut free: Option<Vec<HostId>> = None;
         let mut heads = self.clusters.heads();
-        while let Some((seq, (job, cluster))) = heads.pop_first() {
+        while let Some(((_, seq), (job, cluster))) = heads.pop_first() {
             if free.as_ref().is_some_and(|f| f.is_empty()) {
                 break;
             }

@@ -1,6 +1,7 @@
 //! The waiting queue in clusters: a pass tries one job per cluster, keeps
-//! submit order across clusters, and reacts to the head leaving; a submit
-//! or a removal tries at most the job itself.
+//! pass order (users by priority, then submit order) across clusters, and
+//! reacts to the head leaving; a submit or a removal tries at most the job
+//! itself.
 
 use super::tests::Sim;
 use super::*;
@@ -228,10 +229,11 @@ fn could_start(a: &mut Allocator, job: JobId, free: Option<&[HostId]>) -> bool {
     matched(&adj(a, &cands), cands.len())
 }
 
-/// The queue is settled: going through every waiting job in submit order,
+/// The queue is settled: going through every waiting job in pass order,
 /// as a pass that skipped nothing would, none could start.
 fn assert_settled(a: &mut Allocator) {
-    let waiting: Vec<JobId> = a.queue.values().copied().collect();
+    let mut waiting: Vec<JobId> = a.queue.values().copied().collect();
+    waiting.sort_by_key(|&w| a.pass_key(w));
     let mut free: Option<Vec<HostId>> = None;
     for job in waiting {
         if free.as_ref().is_some_and(|f| f.is_empty()) {
@@ -262,12 +264,14 @@ fn assert_started_in_turn(a: &mut Allocator, started: &[JobId]) {
             continue;
         };
         let hosts: Vec<HostId> = j.hosts.keys().copied().collect();
-        // Jobs ahead that could ever start (one that cannot keeps nothing).
+        // Jobs ahead in pass order that could ever start (one that cannot
+        // keeps nothing).
+        let key = a.pass_key(job);
         let ahead: Vec<JobId> = a
             .queue
-            .range(..j.seq)
-            .map(|(_, &w)| w)
-            .filter(|&w| a.impossible(w).is_none())
+            .values()
+            .copied()
+            .filter(|&w| a.pass_key(w) < key && a.impossible(w).is_none())
             .collect();
         for w in ahead {
             for &h in &hosts {
@@ -435,4 +439,33 @@ fn a_busy_machine_s_new_ad_settles_the_queue_only_if_the_head_could_use_it() {
     s.step(|a| a.on_machine_updated("m1", &ppc));
     assert!(s.a.start_attempts() > before);
     s.log.clear();
+}
+
+/// Issue 15, item 7: waiting jobs start by user priority, not only in
+/// submit order. Alice's two jobs hold the pool for a minute and ten more
+/// of hers wait; bob's one job, submitted after all of them, starts at the
+/// first free machine.
+#[test]
+fn a_user_s_one_job_starts_before_another_user_s_ten_older_waiting_jobs() {
+    let mut s = Sim::new();
+    pool(&mut s, 2);
+    let one = [limits("true", 1)];
+    for i in 1..=12 {
+        s.step(|a| a.submit_job(JobId(i), "alice", &one)).unwrap();
+    }
+    assert_eq!(take_started(&mut s), [JobId(1), JobId(2)]);
+    // A minute of alice holding the whole pool: her usage is above bob's none.
+    for _ in 0..60 {
+        s.sleep(1000);
+        s.step(|_| {});
+    }
+    s.step(|a| a.submit_job(JobId(13), "bob", &one)).unwrap();
+    assert!(take_started(&mut s).is_empty());
+    assert!(s.a.user_usage("alice").host_seconds > 100.0);
+    s.step(|a| a.on_job_ended(JobId(1)));
+    assert_eq!(take_started(&mut s), [JobId(13)]);
+    // Then alice's jobs, in her submit order.
+    s.step(|a| a.on_job_ended(JobId(2)));
+    assert_eq!(take_started(&mut s), [JobId(3)]);
+    assert_settled(&mut s.a);
 }

@@ -110,6 +110,13 @@ impl Allocator {
         self.usage = fresh;
     }
 
+    /// Sets `user`'s priority factor (an admin's `carmi userprio
+    /// --set-factor`, or the journal's): shares are evened out again.
+    pub fn set_user_factor(&mut self, user: &str, factor: f64) {
+        self.usage.set_factor(user, factor);
+        self.dirty = true;
+    }
+
     /// Puts back a user's usage read from the journal after a restart.
     pub fn restore_usage(&mut self, user: &str, host_seconds: f64) {
         self.usage.restore(user, host_seconds);

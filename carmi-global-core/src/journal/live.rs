@@ -48,6 +48,8 @@ pub struct Live {
     pilots: Option<Record>,
     /// The last `Usage` record (fair share between users).
     usage: Option<Record>,
+    /// The last `Factors` record (users' priority factors).
+    factors: Option<Record>,
 }
 
 impl Live {
@@ -202,6 +204,7 @@ impl Live {
                 }
             }
             Record::Usage { .. } => self.usage = Some(r.clone()),
+            Record::Factors { .. } => self.factors = Some(r.clone()),
             Record::History(h) => {
                 self.next_job = self.next_job.max(h.job.0 + 1);
                 if self.history.len() == HISTORY_LIMIT {
@@ -291,6 +294,7 @@ impl Live {
             + self.excluded_len
             + self.claims.len()
             + self.usage.is_some() as usize
+            + self.factors.is_some() as usize
     }
 
     /// Always false: the counters are always there.
@@ -321,6 +325,7 @@ impl Live {
         );
         out.extend(self.history.iter().cloned());
         out.extend(self.usage.clone());
+        out.extend(self.factors.clone());
         // Ended jobs' events replay into ended logs wherever they stand.
         out.extend(
             self.ended_events

@@ -64,6 +64,8 @@ impl Router {
                 manage("read the logs of", *job, &owner)
             }
             ToGlobal::Tokens(_) => Action::Tokens("manage"),
+            ToGlobal::UserPrio(carmi_proto::msg::UserPrioRequest::List) => Action::Read("userprio"),
+            ToGlobal::UserPrio(_) => Action::Admin("set a user's priority factor"),
             // Pilots run with daemon tokens the global RM makes: admins only.
             ToGlobal::Alloc(
                 carmi_proto::msg::AllocRequest::List | carmi_proto::msg::AllocRequest::Info { .. },

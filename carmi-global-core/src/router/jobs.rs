@@ -270,6 +270,7 @@ impl Router {
             },
             classes: self.alloc.class_status(job),
             user: Some(self.user_share(job)),
+            attrs: self.job_attrs.of(job),
         }
     }
 

@@ -248,10 +248,10 @@ impl Router {
                 self.procs.insert(id, new_proc(j, false));
                 (j, id)
             }
-            (j, _) => {
-                if let Some(j) = j {
-                    warn!(machine = name, job = %j, "attach to a job that has ended; starting a new job");
-                }
+            // A job that ended (while its machine was away, say): the
+            // application is told, never quietly given a new job.
+            (Some(j), _) => return self.tell_gone(link, conn, j),
+            (None, _) => {
                 let j = JobId(self.next_job);
                 self.next_job += 1;
                 // The protocol carries no user: the submitting machine stands for the owner.
@@ -316,6 +316,7 @@ impl Router {
                 .push(Output::Journal(crate::journal::Record::Ended { job }));
         }
         self.awaiting_roots.retain(|_, (j, _)| *j != job);
+        self.job_attrs.forget(job);
         self.forget_lost(None, Some(job));
         self.kill_master(job);
         self.alloc.on_job_ended(job);
@@ -324,6 +325,9 @@ impl Router {
             let proc = self.procs.remove(p).expect("listed by of_job");
             self.lookups.remove(&p);
             self.parked.remove(&p);
+            if let Some(at) = &proc.attached {
+                self.tell_gone_at(at, job);
+            }
             if proc.is_live()
                 && let Some(link) = proc
                     .host

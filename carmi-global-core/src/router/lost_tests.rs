@@ -225,3 +225,56 @@ fn a_machine_is_reprieved_only_once_per_silence() {
     assert!(s.expect_closed(M1).contains("sent nothing"));
     s.quiet();
 }
+
+#[test]
+fn a_machine_that_says_it_leaves_is_lost_at_once_and_its_jobs_hear_it() {
+    let mut s = sim_with_submit_machine();
+    let hosts = s.machine(M1, "m1", 10, 1);
+    let (_, _, held) = s.job_with_hosts(1);
+    assert_eq!(held, hosts);
+    s.request(
+        3,
+        Request::DeleteNotify {
+            hosts: held.clone(),
+        },
+    );
+    s.expect_done(3);
+    let p = s.spawn_on(4, held[0], M1);
+    s.sleep(100);
+    // Its local RM got SIGTERM: it says so before killing anything.
+    s.msg(
+        M1,
+        ToGlobal::Leaving {
+            reason: "its local RM got SIGTERM\n".into(),
+        },
+    );
+    match s.root_event() {
+        Event::ProcessExited {
+            process, status, ..
+        } => assert_eq!((process, status), (p, ExitStatus::HostLost)),
+        other => panic!("{other:?}"),
+    }
+    match s.root_event() {
+        Event::HostDeleted { request, host, .. } => {
+            assert_eq!((request, host), (RequestId(3), held[0]))
+        }
+        other => panic!("{other:?}"),
+    }
+    let reason = s.expect_closed(M1);
+    assert!(
+        reason.contains("`m1` is leaving (its local RM got SIGTERM )"),
+        "{reason}"
+    );
+    s.quiet();
+    assert!(!s.r.allocator().is_online("m1"));
+    // The exit of the killed process, arriving after, changes nothing.
+    s.msg(
+        M1,
+        ToGlobal::Exited {
+            process: p,
+            status: ExitStatus::Signal(15),
+            cpu_seconds: 0.0,
+        },
+    );
+    s.quiet();
+}

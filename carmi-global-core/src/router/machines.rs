@@ -19,6 +19,19 @@ use super::{LinkId, Output, Router};
 /// Least time between two log lines about one machine's refused updates.
 pub const REFUSAL_LOG_PERIOD: Duration = Duration::from_secs(10);
 
+/// Longest time every machine may be silent at once before they are
+/// declared lost: a global RM cut off from the network keeps their jobs that
+/// long ([`Router::on_tick`]).
+pub const CUT_OFF_LIMIT: Duration = Duration::from_secs(600);
+
+/// Fewest machines whose silence together is taken for the global RM's own
+/// cut: two machines stopping at once (a test killing both, two pilots
+/// ending) is common enough to be their own.
+pub const CUT_OFF_MIN_MACHINES: usize = 3;
+
+/// Characters of a leaving machine's reason kept for logs and events.
+const MAX_LEAVING_REASON: usize = 200;
+
 impl Router {
     /// Any message from a registered machine proves it alive.
     pub(super) fn touch(&mut self, name: &str) {
@@ -89,6 +102,11 @@ impl Router {
         if late {
             self.reprieve_overdue();
         }
+        if self.cut_off() {
+            self.settle_log_reads();
+            self.pilot_tick();
+            return;
+        }
         while let Some((d, name)) = self.deadlines.first().cloned() {
             if d > self.now {
                 break;
@@ -102,6 +120,88 @@ impl Router {
         }
         self.settle_log_reads();
         self.pilot_tick();
+    }
+
+    /// True while every registered machine ([`CUT_OFF_MIN_MACHINES`] at
+    /// least) is silent at once (the first past its deadline, every other
+    /// silent for half the loss window at least), for less than
+    /// [`CUT_OFF_LIMIT`]: the silence is
+    /// most likely this global RM's own, cut off from the network, and no
+    /// machine is declared lost for it (their jobs keep running and talking
+    /// to each other). Their deadlines are checked again every heartbeat
+    /// period. When one is heard again, those still silent get as long
+    /// again as the cut lasted to be heard too (a TCP connection's
+    /// retransmissions back off during a cut: its next try may come that
+    /// late), then the usual loss window.
+    fn cut_off(&mut self) -> bool {
+        let now = self.now;
+        let lost_after = self.lost_after();
+        let recheck_at = now.saturating_add(self.config.heartbeat);
+        if let Some((since, recheck)) = self.cut_off_since {
+            // A machine heard since has a deadline past the last recheck.
+            let heard = self.deadlines.last().is_some_and(|(d, _)| *d > recheck);
+            if !heard {
+                if now < recheck {
+                    return true;
+                }
+                if now.saturating_sub(since) < CUT_OFF_LIMIT {
+                    self.recheck_all(recheck_at, since);
+                    return true;
+                }
+                warn!(
+                    "no machine was heard for {} s: they are lost",
+                    CUT_OFF_LIMIT.as_secs()
+                );
+                self.cut_off_since = None;
+                return false;
+            }
+            self.cut_off_since = None;
+            let cut = now.saturating_sub(since);
+            let grace = now.saturating_add(cut).saturating_add(lost_after);
+            info!(
+                cut_ms = cut.as_millis() as u64,
+                "a machine was heard again after the global RM's cut; the others have as long again"
+            );
+            let silent: Vec<String> = self
+                .deadlines
+                .iter()
+                .take_while(|(d, _)| *d <= recheck)
+                .map(|(_, n)| n.clone())
+                .collect();
+            for name in silent {
+                self.set_deadline(&name, grace);
+            }
+            return false;
+        }
+        // Heartbeats arrive at different moments: when the first machine is
+        // due, the others have been silent for at least half the window.
+        let registered = self.deadlines.len();
+        let first_due = self.deadlines.first().is_some_and(|(d, _)| *d <= now);
+        let all_silent = self
+            .deadlines
+            .last()
+            .is_some_and(|(d, _)| *d <= now.saturating_add(lost_after / 2));
+        if registered < CUT_OFF_MIN_MACHINES || !first_due || !all_silent {
+            return false;
+        }
+        warn!(
+            machines = registered,
+            "no machine was heard for {} ms: this global RM seems cut off from the network; \
+             no machine is declared lost for it (for {} s at most)",
+            lost_after.as_millis(),
+            CUT_OFF_LIMIT.as_secs()
+        );
+        self.recheck_all(recheck_at, now.saturating_sub(lost_after));
+        true
+    }
+
+    /// Moves every machine's deadline to `recheck`, a cut that began at `since`.
+    fn recheck_all(&mut self, recheck: Duration, since: Duration) {
+        self.cut_off_since = Some((since, recheck));
+        let names: Vec<String> = self.deadlines.iter().map(|(_, n)| n.clone()).collect();
+        for name in names {
+            self.set_deadline(&name, recheck);
+        }
     }
 
     pub(super) fn advertise(
@@ -297,6 +397,30 @@ impl Router {
                 }
             }
         }
+    }
+
+    /// Machine `name` says on `link` that it goes away for good (its local
+    /// RM is stopping and about to kill its processes): it is lost now, not
+    /// a loss window later, so that its jobs hear that their hosts are gone
+    /// before their processes' exits could tell them otherwise. A message on
+    /// a link that is no longer the machine's (a newer connection took over)
+    /// only closes that link.
+    pub(super) fn leaving(&mut self, link: LinkId, name: &str, reason: &str) {
+        // The reason comes from the network: a bounded, single-line excerpt.
+        let reason: String = reason
+            .chars()
+            .take(MAX_LEAVING_REASON)
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        let current = self
+            .presence
+            .get(name)
+            .is_some_and(|p| p.link == Some(link));
+        if !current {
+            self.links.remove(&link);
+            return self.close(link, format!("machine `{name}` is leaving ({reason})"));
+        }
+        self.machine_lost(name, format!("machine `{name}` is leaving ({reason})"));
     }
 
     pub(super) fn machine_lost(&mut self, name: &str, reason: String) {

@@ -224,6 +224,11 @@ impl Router {
                 }
             }
             Record::Usage { at_unix, users } => self.recover_usage(at_unix, users),
+            Record::Factors { users } => {
+                for (user, factor) in users {
+                    self.alloc.set_user_factor(&user, factor);
+                }
+            }
             Record::Submitted { .. } | Record::Started { .. } | Record::Ended { .. } => {}
         }
     }

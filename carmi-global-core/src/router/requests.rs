@@ -118,6 +118,10 @@ impl Router {
                     .map(|p| Reply::Process(self.process_info(other, p)));
                 self.answer(req, result);
             }
+            Request::SetJobAttrs { attrs } => {
+                let result = self.job_attrs.set(job, attrs).map(|()| Reply::Ok);
+                self.answer(req, result);
+            }
             Request::Processes => {
                 let reply = self.processes_of(job);
                 self.answer(req, Ok(reply));

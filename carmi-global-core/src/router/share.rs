@@ -6,9 +6,10 @@
 use std::time::Duration;
 
 use carmi_proto::ids::JobId;
-use carmi_proto::msg::UserShare;
+use carmi_proto::msg::{FailureCode, FromGlobal, UserPrio, UserPrioRequest, UserShare};
+use tracing::info;
 
-use super::{Output, Router};
+use super::{LinkId, Output, Router};
 use crate::journal::Record;
 
 /// Usage is journaled at most this often (and only while someone has some).
@@ -21,7 +22,48 @@ impl Router {
         UserShare {
             priority: u.priority(),
             usage_hours: u.host_seconds / 3600.0,
+            factor: u.factor,
         }
+    }
+
+    /// `carmi userprio`: lists the users, or (the link's power checked
+    /// already) sets one's priority factor, journaled, and lists them.
+    pub(super) fn user_prio(&mut self, link: LinkId, req: UserPrioRequest) {
+        if let UserPrioRequest::SetFactor { user, factor } = req {
+            if user.is_empty() || user.len() > 256 {
+                let why = "the user name must be 1 to 256 bytes".to_string();
+                return self.admin_fail(link, FailureCode::Invalid, why);
+            }
+            if !(factor.is_finite() && factor > 0.0 && factor <= 1e9) {
+                let why = format!(
+                    "priority factor {factor} for user `{user}`: it must be a positive number (at most 1e9; 1 is the default)"
+                );
+                return self.admin_fail(link, FailureCode::Invalid, why);
+            }
+            info!(user, factor, "priority factor set");
+            self.alloc.set_user_factor(&user, factor);
+            let users = self
+                .alloc
+                .usage()
+                .users()
+                .filter(|(_, u)| u.factor != 1.0)
+                .map(|(name, u)| (name.to_string(), u.factor))
+                .collect();
+            self.out.push(Output::Journal(Record::Factors { users }));
+        }
+        let mut users: Vec<UserPrio> = self
+            .alloc
+            .usage()
+            .users()
+            .map(|(name, u)| UserPrio {
+                user: name.to_string(),
+                priority: u.priority(),
+                usage_hours: u.host_seconds / 3600.0,
+                factor: u.factor,
+            })
+            .collect();
+        users.sort_by(|a, b| a.priority.total_cmp(&b.priority).then(a.user.cmp(&b.user)));
+        self.send(link, FromGlobal::Users(users));
     }
 
     /// Writes every user's usage to the journal once per [`JOURNAL_EVERY`].

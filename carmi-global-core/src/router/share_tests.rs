@@ -86,3 +86,56 @@ fn the_half_life_comes_from_the_configuration() {
     let u = r.alloc.user_usage("alice");
     assert!((u.host_seconds - 50.0).abs() < 1e-9, "{u:?}");
 }
+
+/// `carmi userprio --set-factor` (issue 15, item 7): an admin link sets a
+/// user's factor, answered with the users; the `Factors` record survives a
+/// compaction and a restart; nonsense is refused naming why.
+#[test]
+fn a_priority_factor_set_by_an_admin_is_journaled_and_put_back() {
+    use carmi_proto::msg::{FromGlobal, Role, ToGlobal, UserPrioRequest};
+
+    use super::LinkId;
+    use super::hand_tests::step;
+
+    let mut r = Router::new(RouterConfig::default());
+    let admin = LinkId(7);
+    step(&mut r, |r| {
+        r.on_link_opened(admin, Role::Admin, Duration::ZERO)
+    });
+    let set = |user: &str, factor: f64| {
+        ToGlobal::UserPrio(UserPrioRequest::SetFactor {
+            user: user.into(),
+            factor,
+        })
+    };
+    let (sends, records) = step(&mut r, |r| {
+        r.on_message(admin, set("alice", -1.0), Duration::ZERO)
+    });
+    assert!(records.is_empty());
+    assert!(
+        matches!(&sends[..], [(_, FromGlobal::AdminFailed(f))] if f.message.contains("positive")),
+        "{sends:?}"
+    );
+    let (sends, records) = step(&mut r, |r| {
+        r.on_message(admin, set("alice", 2.5), Duration::ZERO)
+    });
+    let [(_, FromGlobal::Users(users))] = &sends[..] else {
+        panic!("{sends:?}");
+    };
+    assert_eq!(users.len(), 1);
+    assert_eq!((users[0].user.as_str(), users[0].factor), ("alice", 2.5));
+    assert_eq!(users[0].priority, 2.5);
+    let factors = Record::Factors {
+        users: vec![("alice".into(), 2.5)],
+    };
+    assert_eq!(records, [factors.clone()]);
+    assert_eq!(r.alloc.user_usage("alice").factor, 2.5);
+    let older = Record::Factors {
+        users: vec![("bob".into(), 3.0)],
+    };
+    let compacted = Live::of(&[older, factors]).records();
+    let mut again = Router::new(RouterConfig::default());
+    again.recover(compacted);
+    assert_eq!(again.alloc.user_usage("alice").factor, 2.5);
+    assert_eq!(again.alloc.user_usage("bob").factor, 1.0);
+}

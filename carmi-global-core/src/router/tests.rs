@@ -645,6 +645,8 @@ fn failed_starts_and_vacated_hosts_end_processes() {
     s.quiet();
 }
 
+#[path = "cut_off_tests.rs"]
+mod cut_off;
 #[path = "links_tests.rs"]
 mod links;
 #[path = "lost_tests.rs"]

@@ -56,7 +56,7 @@ fn machine(name: &str, state: &str) -> MachineStatus {
 fn request(addr: &str, method: &str, path: &str, header: &str) -> (u16, String) {
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{header}Content-Length: 0\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{header}Content-Length: 0\r\n\r\n"
     );
     s.write_all(head.as_bytes()).unwrap();
     let mut out = String::new();
@@ -190,7 +190,7 @@ async fn the_event_stream_pushes_a_change_to_a_connected_client() {
     std::thread::spawn(move || {
         let mut s = std::net::TcpStream::connect(&addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        s.write_all(b"GET /api/events HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.write_all(b"GET /api/events HTTP/1.1\r\nHost: localhost\r\n\r\n")
             .unwrap();
         for line in BufReader::new(s).lines() {
             let Ok(line) = line else { return };
@@ -219,4 +219,74 @@ async fn the_event_stream_pushes_a_change_to_a_connected_client() {
             "the change never came"
         );
     }
+}
+
+/// One `GET path` naming `host` in its Host header; the status code and body.
+fn get_as(addr: &str, host: &str, path: &str) -> (u16, String) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    let head = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    s.write_all(head.as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let code = out.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap();
+    (
+        code,
+        out.split_once("\r\n\r\n").map_or("", |x| x.1).to_string(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tokenless_dashboard_answers_only_requests_addressed_to_loopback() {
+    let (addr, _stop) = start(Arc::new(Mutex::new(Snapshot::default())), None).await;
+    let port = addr.rsplit_once(':').unwrap().1.to_string();
+    for (host, want) in [
+        (format!("127.0.0.1:{port}"), 200),
+        (format!("localhost:{port}"), 200),
+        (format!("[::1]:{port}"), 200),
+        ("LOCALHOST".to_string(), 200),
+        (format!("rebound.example:{port}"), 403),
+        ("rebound.example".to_string(), 403),
+        (format!("192.0.2.1:{port}"), 403),
+        (String::new(), 403),
+    ] {
+        let a = addr.clone();
+        let h = host.clone();
+        let (code, body) = blocking(move || get_as(&a, &h, "/api/jobs")).await;
+        assert_eq!(code, want, "Host `{host}`: {body}");
+        if want == 403 {
+            assert!(body.contains("DNS rebinding"), "{body}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_timeline_api_serves_a_job_s_hosts_over_time() {
+    let mut held = machine("a", "claimed");
+    held.slots[0].job = Some(JobId(1));
+    let pool = Arc::new(Mutex::new(Snapshot {
+        machines: vec![held],
+        jobs: vec![],
+        waiting: vec![],
+    }));
+    let (addr, _stop) = start(pool.clone(), None).await;
+    let get = |path: &'static str| {
+        let a = addr.clone();
+        blocking(move || request(&a, "GET", path, ""))
+    };
+    let (code, body) = get("/api/timeline?job=1").await;
+    assert_eq!(code, 200, "{body}");
+    let t: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(t["job"], 1);
+    assert_eq!(t["hosts"][0]["machine"], "a");
+    assert_eq!(t["hosts"][0]["spans"][0]["kind"], "held");
+    assert!(t["hosts"][0]["spans"][0]["end"].is_null(), "{t}");
+    assert!(t["now"].as_u64().unwrap() >= t["since"].as_u64().unwrap());
+    // The owner is back: the next answer (taken after the request) shows it.
+    pool.lock().unwrap().machines[0].slots[0].state = "suspended".into();
+    let (_, body) = get("/api/timeline?job=1").await;
+    let t: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let spans = t["hosts"][0]["spans"].as_array().unwrap();
+    assert_eq!(spans.last().unwrap()["kind"], "suspended", "{t}");
+    assert_eq!(get("/api/timeline?job=99").await.0, 404);
+    assert_eq!(get("/api/timeline").await.0, 400);
 }

@@ -76,13 +76,15 @@ impl Slurm {
             s,
             "{} --global {} --secret {}{token} --config {} --name \"$name\" --slots {} \
              --work-dir \"$work\" --attr SlurmJobId=\"$SLURM_JOB_ID\" --attr PilotQueue={} \
-             --attr PilotEndsAt=\"$ends\" --owner-returns-at \"$returns\" &",
+             --attr PilotEndsAt=\"$ends\" --owner-returns-at \"$returns\" \
+             --orphan-timeout {} &",
             q(&self.settings.local_binary),
             shell_quote(&self.global_addr),
             q(&self.settings.secret_file),
             q(&config),
             spec.cpus,
             order.queue,
+            spec.orphan_timeout_s,
         );
         // Slurm's SIGTERM (scancel, the time limit) reaches the local RM,
         // which stops its processes; its work directory goes after it.

@@ -108,6 +108,8 @@ pub(super) async fn connection(
         return;
     }
     reader.set_deadline(Some(shared.deadline));
+    // Refused on the header's announced length, before its bytes arrive.
+    reader.set_max_header(MAX_HEADER);
     if let Role::Stager { name } = &role {
         serve_stager(reader, w, name, peer, &shared).await;
         return;
@@ -179,13 +181,6 @@ async fn read_frames(
             Err(e) => return Err(format!("bad frame: {e}")),
         };
         let at = Instant::now();
-        if frame.header.len() > MAX_HEADER {
-            return Err(format!(
-                "bad frame: a message of {} bytes exceeds the limit of {MAX_HEADER} bytes \
-                 (bulk bytes travel in the frame's payload, not in the message)",
-                frame.header.len()
-            ));
-        }
         let decode = || frame.decode();
         // A header of megabytes takes a while to decode: off the worker
         // thread, so that the other connections' tasks run meanwhile.

@@ -11,9 +11,9 @@ use carmi_api::frame::FrameReader;
 use carmi_api::handshake::{self, Secret};
 use carmi_api::ids::{ConnId, JobId, ProcessId};
 use carmi_api::msg::{FromGlobal, FromLocal, Role, ToGlobal};
+use carmi_api::tls::{Reader as OwnedReadHalf, Writer as OwnedWriteHalf};
 use carmi_local::config::{Settings, parse_attr_arg};
 use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
 pub const SECRET: &[u8] = carmi_testkit::FAKE_SECRET;
 pub const WAIT: Duration = Duration::from_secs(10);
@@ -92,6 +92,16 @@ pub fn settings(global: &FakeGlobal, dir: &Path, name: &str) -> Settings {
     s
 }
 
+/// A TLS connection to the local RM's application listener (the only kind
+/// it takes), with the binding the handshake must prove over.
+pub async fn open_app(
+    app_addr: std::net::SocketAddr,
+) -> (FrameReader<OwnedReadHalf>, OwnedWriteHalf, Vec<u8>) {
+    let tcp = TcpStream::connect(app_addr).await.unwrap();
+    let s = carmi_api::tls::connect(tcp).await.unwrap();
+    (FrameReader::new(s.reader), s.writer, s.binding)
+}
+
 /// An application connection to the local RM, attached as process
 /// `process` of job `job` (the fake global RM answers its `AppAttach`);
 /// returns the connection halves and its connection id at the local RM.
@@ -102,14 +112,13 @@ pub async fn attach_app(
     process: u64,
 ) -> (FrameReader<OwnedReadHalf>, OwnedWriteHalf, ConnId) {
     let secret = Secret::new(SECRET).unwrap();
-    let (r, mut w) = TcpStream::connect(app_addr).await.unwrap().into_split();
-    let mut r = FrameReader::new(r);
     let role = Role::Application {
         job: None,
         process: None,
         endpoint: "127.0.0.1:4711".into(),
     };
-    handshake::client(&mut r, &mut w, &secret, &role)
+    let (mut r, mut w, binding) = open_app(app_addr).await;
+    handshake::client_bound(&mut r, &mut w, &secret, &role, &binding)
         .await
         .unwrap();
     let (msg, _) = g.recv().await;

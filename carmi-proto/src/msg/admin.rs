@@ -114,6 +114,11 @@ pub struct JobStatus {
     /// older global RMs.
     #[serde(default)]
     pub user: Option<UserShare>,
+    /// Attributes the running job published (`SetJobAttrs`: name, ClassAd
+    /// value text), sorted by name; WoDi's progress is here. Absent from
+    /// older global RMs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attrs: Vec<(String, String)>,
 }
 
 /// A user's standing in the fair share (`carmi q`): hosts are shared
@@ -124,6 +129,43 @@ pub struct UserShare {
     pub priority: f64,
     /// Recent usage in host-hours, halved every half-life.
     pub usage_hours: f64,
+    /// The priority factor (`carmi userprio --set-factor`; 1 unless set,
+    /// and 1 from a global RM that predates it).
+    #[serde(default = "one")]
+    pub factor: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// `carmi userprio`: the users of the fair share, or (admin) a user's
+/// priority factor, as HTCondor's `condor_userprio` and its `-setfactor`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum UserPrioRequest {
+    /// Every user with usage or a factor other than 1.
+    List,
+    /// Sets `user`'s priority factor (positive; 1 is the default): admin only.
+    SetFactor {
+        /// The user (a job's `Owner`: the identity that submitted it).
+        user: String,
+        /// The factor: a user's effective priority is multiplied by it, so
+        /// that a factor of 2 is owed half the hosts of a factor of 1.
+        factor: f64,
+    },
+}
+
+/// One user as `carmi userprio` lists them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct UserPrio {
+    /// The user.
+    pub user: String,
+    /// Effective priority, `factor x (1 + usage in host-hours)`; lower is better.
+    pub priority: f64,
+    /// Recent usage in host-hours, halved every half-life.
+    pub usage_hours: f64,
+    /// The priority factor a pool manager set (1 unless set).
+    pub factor: f64,
 }
 
 /// A job that left the queue, for `carmi history`.

@@ -145,6 +145,16 @@ pub enum Request {
     Processes,
     /// Class names and expressions of the job.
     GetClassDefinitions,
+    /// Publishes attributes of the running job for the people watching it
+    /// (`carmi q --json`, the dashboard), as HTCondor jobs do with `chirp
+    /// set_job_attr`: each `(name, ClassAd value text)` replaces the job's
+    /// attribute of that name, others stay. WoDi reports its cycles this
+    /// way. Held by the global RM while the job runs, not journaled: a
+    /// running application sets them again. Answered with [`Reply::Ok`].
+    SetJobAttrs {
+        /// Attribute names (ClassAd identifiers) and value texts.
+        attrs: Vec<(String, String)>,
+    },
     /// Define a resource class of the job. A name the job already has fails
     /// with [`FailureCode::ClassExists`] (the specification answers false)
     /// unless `replace` asks to redefine it.

@@ -16,6 +16,8 @@ pub const DEFAULT_IDLE_TIMEOUT_S: u64 = 300;
 pub const DEFAULT_MAX_FAILURES: u32 = 3;
 /// Default slots (CPUs) of one pilot host.
 pub const DEFAULT_CPUS: u32 = 1;
+/// Default seconds a pilot stays without its global RM before it ends.
+pub const DEFAULT_ORPHAN_TIMEOUT_S: u64 = 180;
 
 /// What `carmi alloc add` asks for.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,6 +55,11 @@ pub struct AllocQueueSpec {
     /// Further arguments given to the batch system as they are (`sbatch`).
     #[serde(default)]
     pub extra_args: Vec<String>,
+    /// A pilot that cannot register with the global RM for this long (it
+    /// stopped, the network broke) ends, killing its processes, instead of
+    /// holding its allocation until the time limit, seconds.
+    #[serde(default = "default_orphan_timeout")]
+    pub orphan_timeout_s: u64,
 }
 
 fn default_hosts_per_alloc() -> u32 {
@@ -70,6 +77,9 @@ fn default_max_failures() -> u32 {
 fn default_cpus() -> u32 {
     DEFAULT_CPUS
 }
+fn default_orphan_timeout() -> u64 {
+    DEFAULT_ORPHAN_TIMEOUT_S
+}
 
 impl AllocQueueSpec {
     /// A Slurm queue with the defaults for everything optional.
@@ -86,6 +96,7 @@ impl AllocQueueSpec {
             max_failures: DEFAULT_MAX_FAILURES,
             cpus: DEFAULT_CPUS,
             extra_args: Vec::new(),
+            orphan_timeout_s: DEFAULT_ORPHAN_TIMEOUT_S,
         }
     }
 

@@ -68,27 +68,34 @@ fn numbers(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Result<Vec<Valu
     for v in items.iter() {
         match v {
             Value::Undefined => {}
-            Value::Int(_) | Value::Real(_) => out.push(v.clone()),
+            Value::Int(_) | Value::Real(_) | Value::Bool(_) => out.push(v.clone()),
             _ => return Err(Value::Error),
         }
     }
     Ok(out)
 }
 
-/// The value of a number as a real.
+/// The value of a number (a boolean counts as 0 or 1) as a real.
 fn real_of(v: &Value) -> f64 {
     match *v {
         Value::Int(i) => i as f64,
         Value::Real(r) => r,
+        Value::Bool(b) => f64::from(u8::from(b)),
         _ => f64::NAN,
     }
 }
 
-/// Adds up numbers: an integer while all are integers (wrapping), else a real.
+/// Adds up numbers as HTCondor's `+` folds them: one number is the sum as
+/// it is (`sum({true})` is `true`); more give an integer while none is a
+/// real (booleans counting as 0 and 1, wrapping), else a real.
 fn total(nums: &[Value]) -> Value {
-    if nums.iter().all(|v| matches!(v, Value::Int(_))) {
+    if let [one] = nums {
+        return one.clone();
+    }
+    if !nums.iter().any(|v| matches!(v, Value::Real(_))) {
         Value::Int(nums.iter().fold(0i64, |acc, v| match v {
             Value::Int(i) => acc.wrapping_add(*i),
+            Value::Bool(b) => acc.wrapping_add(i64::from(*b)),
             _ => acc,
         }))
     } else {
@@ -128,7 +135,12 @@ fn extreme(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr], want: std::cmp::Or
     }
     match best {
         None => Value::Undefined,
+        // One element is the answer as it is (`max({false})` is `false`);
+        // between several, the comparison promotes: a real if any is one,
+        // else an integer (booleans as 0 and 1).
+        Some(b) if nums.len() == 1 => b.clone(),
         Some(b) if nums.iter().any(|v| matches!(v, Value::Real(_))) => Value::Real(real_of(b)),
+        Some(Value::Bool(b)) => Value::Int(i64::from(*b)),
         Some(b) => b.clone(),
     }
 }
@@ -178,12 +190,19 @@ fn quantified(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr], all: bool) -> V
         Value::Undefined => return Value::Undefined,
         _ => return Value::Error,
     };
-    let holds = |e: &Value| ops::apply(op, e, &x).is_true();
-    Value::Bool(if all {
-        items.iter().all(holds)
-    } else {
-        items.iter().any(holds)
-    })
+    // In order, stopping at the first element that settles the answer; a
+    // comparison that is ERROR before that makes the answer ERROR (HTCondor:
+    // anyCompare("<", {1, "a"}, 2) is true, anyCompare("<", {3, "a"}, 2) ERROR).
+    for e in items.iter() {
+        let r = ops::apply(op, e, &x);
+        if r.is_error() {
+            return Value::Error;
+        }
+        if r.is_true() != all {
+            return Value::Bool(!all);
+        }
+    }
+    Value::Bool(all)
 }
 
 /// `anyCompare(op, list, x)`: whether `e op x` is true for some element `e`.

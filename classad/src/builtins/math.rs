@@ -94,11 +94,26 @@ impl AsReal for Value {
     }
 }
 
-/// Rounds `a` up to a multiple of `q`: integers stay integers, anything
-/// else (booleans included) is computed as a real.
+/// A value as HTCondor's `quantize` reads a number: integers, reals,
+/// booleans (0 and 1) and the number at the start of a string.
+fn number_of(v: &Value) -> Option<f64> {
+    match v {
+        Value::Str(s) => parse_real_prefix(s).map(|(r, _)| r),
+        v => v.as_real(),
+    }
+}
+
+/// Rounds `a` up to a multiple of `q`: two integers give an integer, any
+/// other pair of numbers (booleans and numeric strings included) a real; a
+/// zero quantum gives `a` back unchanged, whatever its type.
 fn quantize_to(a: &Value, q: &Value) -> Value {
+    let (Some(av), Some(qv)) = (number_of(a), number_of(q)) else {
+        return Value::Error;
+    };
+    if qv == 0.0 {
+        return a.clone();
+    }
     match (a, q) {
-        (Value::Int(_), Value::Int(0)) => a.clone(),
         (Value::Int(a), Value::Int(q)) => {
             // HTCondor's integer rule, `((a + q - 1) / q) * q` with
             // truncating division: rounding up for positive numbers, and
@@ -107,69 +122,74 @@ fn quantize_to(a: &Value, q: &Value) -> Value {
             let up = a.wrapping_add(*q).wrapping_sub(1);
             Value::Int(up.wrapping_div(*q).wrapping_mul(*q))
         }
-        // A zero quantum (`false` too) leaves `a` as it is, integer or real.
-        (_, q) if q.as_real() == Some(0.0) && a.as_real().is_some() => a.clone(),
-        _ => match (a.as_real(), q.as_real()) {
-            (Some(av), Some(0.0)) => Value::Real(av),
-            (Some(av), Some(qv)) => Value::Real((av / qv).ceil() * qv),
-            _ => Value::Error,
-        },
+        _ => Value::Real((av / qv).ceil() * qv),
     }
 }
 
 /// `quantize(a, q)`: `a` rounded up to a multiple of the number `q`; or, when
-/// `q` is a list, the first element not below `a`, else a multiple of the last.
+/// `q` is a list, the first element not below `a` (as it is written), else a
+/// multiple of the last; an empty list gives `a` back. `a` must be a number
+/// (anything else, UNDEFINED included, is ERROR), as must each element looked at.
 pub fn quantize(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
     let Some([a, q]) = eval_n::<2>(ev, sc, args) else {
         return Value::Error;
     };
-    if a.as_real().is_none() {
+    let Some(av) = number_of(&a) else {
         return Value::Error;
-    }
-    match &q {
-        Value::Int(_) | Value::Real(_) | Value::Bool(_) => quantize_to(&a, &q),
-        Value::List(items) => {
-            let mut last = None;
-            for item in items.iter() {
-                let Some(x) = item.as_real() else {
-                    return Value::Error;
-                };
-                if x >= a.as_real().unwrap_or(f64::NAN) {
-                    return item.clone();
-                }
-                last = Some(item);
-            }
-            match last {
-                Some(l) => quantize_to(&a, l),
-                None => Value::Error,
-            }
+    };
+    let Value::List(items) = &q else {
+        return quantize_to(&a, &q);
+    };
+    let mut last = None;
+    for item in items.iter() {
+        let Some(x) = number_of(item) else {
+            return Value::Error;
+        };
+        if x >= av {
+            return item.clone();
         }
-        _ => Value::Error,
+        last = Some(item);
+    }
+    match last {
+        Some(l) => quantize_to(&a, l),
+        None => a,
     }
 }
 
 /// `interval(seconds)`: a duration as `[days+]hh:mm:ss`, dropping leading
-/// zero fields (`interval(61)` is `"1:01"`).
+/// zero fields (`interval(61)` is `"1:01"`), a minus sign in front of a
+/// negative one. Reals are truncated, booleans are 0 and 1, a string gives
+/// the number at its start; anything else (UNDEFINED too) is ERROR. Like
+/// HTCondor, the seconds are a 32-bit C `int`: larger counts wrap around
+/// (`interval(2147483648)` is `"-24855+03:14:08"`).
 pub fn interval(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
     let Some([v]) = eval_n::<1>(ev, sc, args) else {
         return Value::Error;
     };
     let secs = match v {
-        Value::Undefined => return Value::Undefined,
         Value::Int(i) => i,
+        Value::Bool(b) => i64::from(b),
         Value::Real(r) => real_to_int(r),
+        Value::Str(s) => match parse_real_prefix(&s) {
+            Some((r, _)) => real_to_int(r),
+            None => return Value::Error,
+        },
         _ => return Value::Error,
     };
+    // Truncation to 32 bits is the point here, as in HTCondor's C code.
+    let secs = i64::from(secs as i32);
+    let sign = if secs < 0 { "-" } else { "" };
+    let secs = secs.abs();
     let (days, rest) = (secs / 86_400, secs % 86_400);
     let (hours, minutes, seconds) = (rest / 3600, rest % 3600 / 60, rest % 60);
     let text = if days != 0 {
-        format!("{days}+{hours:02}:{minutes:02}:{seconds:02}")
+        format!("{sign}{days}+{hours:02}:{minutes:02}:{seconds:02}")
     } else if hours != 0 {
-        format!("{hours}:{minutes:02}:{seconds:02}")
+        format!("{sign}{hours}:{minutes:02}:{seconds:02}")
     } else if minutes != 0 {
-        format!("{minutes}:{seconds:02}")
+        format!("{sign}{minutes}:{seconds:02}")
     } else {
-        format!("{seconds}")
+        format!("{sign}{seconds}")
     };
     Value::str(text)
 }

@@ -1,7 +1,7 @@
 //! Control and meta functions: `ifThenElse`, `eval`, `unparse`,
 //! `evalInEachContext`, `countMatches`, `debug`, `time`.
 
-use crate::ast::Expr;
+use crate::ast::{Expr, RefScope};
 use crate::eval::{Evaluator, Scope};
 use crate::ops::truth;
 use crate::parse::parse_expr;
@@ -33,16 +33,22 @@ pub fn eval(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
             Ok(e) => ev.eval(&e, sc),
             Err(_) => Value::Error,
         },
-        Value::Undefined => Value::Undefined,
-        _ => Value::Error,
+        // HTCondor: nothing to parse is ERROR, any other value is itself.
+        Value::Undefined | Value::Error => Value::Error,
+        v => v,
     }
 }
 
 /// `unparse(attr)`: the expression bound to the attribute `attr`, as text,
-/// without evaluating it; the empty string when the name is unbound.
+/// without evaluating it; the empty string when the name is unbound. The
+/// argument must be written as an attribute reference: as in HTCondor, only
+/// a bare name is looked up (`MY.a` and `x.a` give the empty string), and
+/// anything else, parenthesised names included, is ERROR.
 pub fn unparse(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
-    let [arg] = args else {
-        return Value::Error;
+    let arg = match args {
+        [arg @ Expr::Attr(RefScope::Bare, _)] => arg,
+        [Expr::Attr(..) | Expr::Select(..)] => return Value::str(""),
+        _ => return Value::Error,
     };
     match ev.referenced_expr(arg, sc) {
         Some(e) => Value::str(e.to_string()),

@@ -1,5 +1,5 @@
 //! Regular-expression functions: `regexp`, `regexps`, `replace`, `replaceAll`,
-//! `regexpMember`, `stringListRegexpMember`.
+//! `regexpMember`, `stringList_regexpMember`.
 //!
 //! Patterns are compiled by the `regex` crate, which covers the PCRE syntax
 //! ClassAds use in practice; a pattern it rejects (backreferences,
@@ -115,6 +115,12 @@ fn replace_matches(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr], all: bool)
     let mut last = 0;
     for caps in re.captures_iter(target) {
         let m = caps.get(0).expect("capture group 0 is the whole match");
+        if all && m.is_empty() && m.end() == target.len() {
+            // HTCondor's replaceAll fails on an empty match at the end of
+            // the target (`replaceAll("x*", "abc", "X")`, `replaceAll("$",
+            // ...)`); one elsewhere (`^`, a lookahead) is replaced.
+            return Value::Error;
+        }
         out.push_str(&target[last..m.start()]);
         expand(&caps, template, &mut out);
         last = m.end();
@@ -176,7 +182,7 @@ pub fn regexp_member(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value
     Value::Bool(found)
 }
 
-/// `stringListRegexpMember(pattern, list [, delims [, options]])`: whether
+/// `stringList_regexpMember(pattern, list [, delims [, options]])`: whether
 /// some item of the string list matches.
 pub fn string_list_regexp_member(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
     if !(2..=4).contains(&args.len()) {

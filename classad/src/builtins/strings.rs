@@ -1,5 +1,6 @@
 //! String functions: `strcat`, `substr`, case mapping, comparisons, `join`,
-//! `split`, version comparisons and the comma-separated "string list" family.
+//! `splitUserName`, `splitSlotName` and version comparisons (the string
+//! list family and `split` are in `strlist`).
 
 use std::cmp::Ordering;
 
@@ -8,11 +9,7 @@ use crate::eval::{Evaluator, Scope};
 use crate::ops::cmp_ignore_case;
 use crate::value::{Value, to_display_string};
 
-use super::types::parse_real_prefix;
 use super::{absorb, eval_n, scalar_text};
-
-/// Delimiters of string lists and of `split` when none are given.
-const DEFAULT_DELIMS: &str = " \t\r\n,";
 
 /// `strcat(a, b, ...)`: every argument printed as text and concatenated.
 pub fn strcat(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
@@ -222,48 +219,6 @@ pub fn join(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
     }
 }
 
-/// Splits `s` at any of the characters of `delims`, trimming blanks around
-/// each item and dropping empty ones.
-fn tokens<'s>(s: &'s str, delims: &'s str) -> impl Iterator<Item = &'s str> {
-    s.split(move |c: char| delims.contains(c))
-        .map(|t| t.trim_matches([' ', '\t']))
-        .filter(|t| !t.is_empty())
-}
-
-/// Evaluates an optional delimiter argument; `Err` is the value to return.
-fn delims_arg(
-    ev: &mut Evaluator<'_>,
-    sc: &Scope,
-    arg: Option<&Expr>,
-) -> Result<Option<String>, Value> {
-    match arg.map(|a| ev.eval(a, sc)) {
-        None => Ok(None),
-        Some(Value::Str(d)) => Ok(Some(d.to_string())),
-        Some(Value::Undefined) => Err(Value::Undefined),
-        Some(_) => Err(Value::Error),
-    }
-}
-
-/// `split(s [, delims])`: the items of `s` as a list of strings; by default
-/// items are separated by whitespace and commas.
-pub fn split(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
-    if !(1..=2).contains(&args.len()) {
-        return Value::Error;
-    }
-    let s = ev.eval(&args[0], sc);
-    let delims = match delims_arg(ev, sc, args.get(1)) {
-        Ok(d) => d,
-        Err(v) => return v,
-    };
-    let s = match &s {
-        Value::Str(s) => s,
-        Value::Undefined => return Value::Undefined,
-        _ => return Value::Error,
-    };
-    let delims = delims.as_deref().unwrap_or(DEFAULT_DELIMS);
-    Value::list(tokens(s, delims).map(Value::str).collect())
-}
-
 /// Splits the single string argument at its first `@`; `None` means there is
 /// no `@`. `Err` is the value to return.
 fn split_at_sign(
@@ -279,7 +234,8 @@ fn split_at_sign(
             Some((a, b)) => (a.to_string(), Some(b.to_string())),
             None => (s.to_string(), None),
         }),
-        Value::Undefined => Err(Value::Undefined),
+        // Like every string function HTCondor added to the language,
+        // anything but a string is ERROR, UNDEFINED included.
         _ => Err(Value::Error),
     }
 }
@@ -306,65 +262,100 @@ pub fn split_slot_name(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Val
     }
 }
 
-/// Compares version strings the way `strverscmp` does in spirit: runs of
-/// digits compare as numbers, everything else byte by byte. Of two equal
-/// numbers, the one written with more leading zeros sorts first.
-pub(crate) fn version_order(a: &str, b: &str) -> Ordering {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
+/// Splits a run of digits into its leading zeros and the rest, keeping at
+/// least one digit in the rest (`"00"` is one zero and `"0"`).
+fn split_zeros(run: &[u8]) -> (usize, &[u8]) {
+    let z = run
+        .iter()
+        .take_while(|&&c| c == b'0')
+        .count()
+        .min(run.len() - 1);
+    (z, &run[z..])
+}
+
+/// Compares version strings as HTCondor's `versioncmp` does (found by
+/// asking its library, `tests/oracle/gen_wide.py`): text byte by byte, but
+/// a run of digits against a run of digits as a number. Between two runs,
+/// more leading zeros sort first (the value is the difference of their
+/// counts), then the longer number is larger (the difference of their
+/// lengths), then the first differing digit decides (the difference of the
+/// bytes); a run with leading zeros is a fraction, its digits compared as
+/// text (`"01"` against `"010"` is -48). Elsewhere the value is the difference of the first differing
+/// bytes, the end of a string counting as 0: `"1.2"` against `"1.10"` is
+/// -1, `"a"` against `""` is 97, `"01"` against `"9"` is -1.
+pub(crate) fn strverscmp(a: &[u8], b: &[u8]) -> i64 {
     let (mut i, mut j) = (0, 0);
-    while i < a.len() && j < b.len() {
-        if a[i].is_ascii_digit() && b[j].is_ascii_digit() {
-            let ea = i + a[i..].iter().take_while(|c| c.is_ascii_digit()).count();
-            let eb = j + b[j..].iter().take_while(|c| c.is_ascii_digit()).count();
-            let (da, db) = (&a[i..ea], &b[j..eb]);
-            let (ta, tb) = (trim_zeros(da), trim_zeros(db));
-            let o = ta
-                .len()
-                .cmp(&tb.len())
-                .then_with(|| ta.cmp(tb))
-                .then_with(|| db.len().cmp(&da.len()));
-            if o != Ordering::Equal {
-                return o;
+    loop {
+        let (ca, cb) = (a.get(i).copied(), b.get(j).copied());
+        if let (Some(x), Some(y)) = (ca, cb)
+            && x.is_ascii_digit()
+            && y.is_ascii_digit()
+        {
+            let ra = &a[i..i + a[i..].iter().take_while(|c| c.is_ascii_digit()).count()];
+            let rb = &b[j..j + b[j..].iter().take_while(|c| c.is_ascii_digit()).count()];
+            let ((za, sa), (zb, sb)) = (split_zeros(ra), split_zeros(rb));
+            if za != zb {
+                return zb as i64 - za as i64;
             }
-            i = ea;
-            j = eb;
-        } else {
-            if a[i] != b[j] {
-                return a[i].cmp(&b[j]);
+            if za > 0 {
+                // Leading zeros make a fraction: its digits compare as
+                // text, and where one run ends the bytes after it decide.
+                let k = sa.iter().zip(sb).take_while(|(x, y)| x == y).count();
+                if k < sa.len().min(sb.len()) {
+                    return i64::from(sa[k]) - i64::from(sb[k]);
+                }
+                i += za + k;
+                j += zb + k;
+                continue;
             }
-            i += 1;
-            j += 1;
+            if sa.len() != sb.len() {
+                return sa.len() as i64 - sb.len() as i64;
+            }
+            if let Some((x, y)) = sa.iter().zip(sb).find(|(x, y)| x != y) {
+                return i64::from(*x) - i64::from(*y);
+            }
+            i += ra.len();
+            j += rb.len();
+            continue;
         }
+        let (x, y) = (ca.unwrap_or(0), cb.unwrap_or(0));
+        if x != y || x == 0 {
+            return i64::from(x) - i64::from(y);
+        }
+        i += 1;
+        j += 1;
     }
-    (a.len() - i).cmp(&(b.len() - j))
 }
 
-fn trim_zeros(d: &[u8]) -> &[u8] {
-    let z = d.iter().take_while(|&&c| c == b'0').count();
-    &d[z..]
+/// The ordering of two version strings, by the sign of [`strverscmp`].
+pub(crate) fn version_order(a: &str, b: &str) -> Ordering {
+    strverscmp(a.as_bytes(), b.as_bytes()).cmp(&0)
 }
 
-/// Evaluates `N` version arguments as texts; `Err` is the value to return.
+/// Evaluates `N` version arguments as texts; `Err` is the value to return:
+/// UNDEFINED if any is (before ERROR, as HTCondor answers), else ERROR if
+/// any is. Anything else is its text, lists and ads unparsed.
 fn version_args<const N: usize>(
     ev: &mut Evaluator<'_>,
     sc: &Scope,
     args: &[Expr],
 ) -> Result<[String; N], Value> {
     let vals = eval_n::<N>(ev, sc, args).ok_or(Value::Error)?;
-    if let Some(v) = absorb(&vals) {
-        return Err(v);
+    if vals.iter().any(Value::is_undefined) {
+        return Err(Value::Undefined);
     }
     let mut out: [String; N] = std::array::from_fn(|_| String::new());
     for (o, v) in out.iter_mut().zip(vals.iter()) {
-        *o = scalar_text(v).ok_or(Value::Error)?.into_owned();
+        *o = to_display_string(v).ok_or(Value::Error)?;
     }
     Ok(out)
 }
 
-/// `versioncmp(a, b)`: -1, 0 or 1 comparing version strings (`"1.2" < "1.10"`).
+/// `versioncmp(a, b)`: below, at or above zero as version `a` sorts before,
+/// with or after `b` (`"1.2" < "1.10"`); see [`strverscmp`] for the value.
 pub fn versioncmp(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
     match version_args::<2>(ev, sc, args) {
-        Ok([a, b]) => sign(version_order(&a, &b)),
+        Ok([a, b]) => Value::Int(strverscmp(a.as_bytes(), b.as_bytes())),
         Err(v) => v,
     }
 }
@@ -407,189 +398,23 @@ pub fn version_eq(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
     version_test(ev, sc, args, Ordering::is_eq)
 }
 
-/// `version_in_range(v, low, high)`: `low <= v <= high` as versions.
+/// `version_in_range(v, low, high)`: `low <= v <= high` as versions. A
+/// missing bound makes it UNDEFINED; after that, a missing or ERROR value
+/// anywhere is ERROR (HTCondor: `version_in_range(undefined, 0, 9)` is ERROR).
 pub fn version_in_range(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
-    match version_args::<3>(ev, sc, args) {
-        Ok([v, lo, hi]) => {
+    let Some(vals) = eval_n::<3>(ev, sc, args) else {
+        return Value::Error;
+    };
+    if vals[1..].iter().any(Value::is_undefined) {
+        return Value::Undefined;
+    }
+    let text = |v: &Value| to_display_string(v);
+    match (text(&vals[0]), text(&vals[1]), text(&vals[2])) {
+        (Some(v), Some(lo), Some(hi)) => {
             Value::Bool(version_order(&lo, &v).is_le() && version_order(&v, &hi).is_le())
         }
-        Err(v) => v,
+        _ => Value::Error,
     }
-}
-
-/// Evaluates a string list argument and its optional delimiters (the argument
-/// after it). `Err` is the value to return.
-fn list_arg(
-    ev: &mut Evaluator<'_>,
-    sc: &Scope,
-    list: &Expr,
-    delims: Option<&Expr>,
-) -> Result<(std::sync::Arc<str>, Option<String>), Value> {
-    let l = ev.eval(list, sc);
-    let d = delims_arg(ev, sc, delims)?;
-    match l {
-        Value::Str(s) => Ok((s, d)),
-        Value::Undefined => Err(Value::Undefined),
-        _ => Err(Value::Error),
-    }
-}
-
-/// Shared body of `stringListMember` and `stringListIMember`.
-fn list_member(
-    ev: &mut Evaluator<'_>,
-    sc: &Scope,
-    args: &[Expr],
-    eq: fn(&str, &str) -> bool,
-) -> Value {
-    if !(2..=3).contains(&args.len()) {
-        return Value::Error;
-    }
-    let item = ev.eval(&args[0], sc);
-    let list = list_arg(ev, sc, &args[1], args.get(2));
-    // As HTCondor answers: ERROR for anything but strings (UNDEFINED
-    // aside); UNDEFINED only when both are; otherwise a missing item or a
-    // missing list holds nothing.
-    let (l, d) = match (list, &item) {
-        (Err(Value::Undefined), Value::Undefined) => return Value::Undefined,
-        (Err(Value::Undefined), Value::Str(_)) => return Value::Bool(false),
-        (Err(Value::Undefined), _) => return Value::Error,
-        (Err(v), _) => return v,
-        (Ok(_), Value::Undefined) => return Value::Bool(false),
-        (Ok(x), _) => x,
-    };
-    let Value::Str(item) = &item else {
-        return Value::Error;
-    };
-    Value::Bool(tokens(&l, d.as_deref().unwrap_or(DEFAULT_DELIMS)).any(|t| eq(t, item)))
-}
-
-/// `stringListMember(s, list [, delims])`: whether `s` is an item of the
-/// comma- or space-separated `list`, case-sensitively.
-pub fn string_list_member(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
-    list_member(ev, sc, args, |a, b| a == b)
-}
-
-/// `stringListIMember(s, list [, delims])`: like `stringListMember`, ignoring case.
-pub fn string_list_imember(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
-    list_member(ev, sc, args, |a, b| a.eq_ignore_ascii_case(b))
-}
-
-/// `stringListsIntersect(a, b [, delims])`: whether the lists share an item.
-pub fn string_lists_intersect(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
-    if !(2..=3).contains(&args.len()) {
-        return Value::Error;
-    }
-    let a = ev.eval(&args[0], sc);
-    let (b, d) = match list_arg(ev, sc, &args[1], args.get(2)) {
-        Ok(x) => x,
-        Err(v) => return v,
-    };
-    let a = match &a {
-        Value::Str(s) => s,
-        Value::Undefined => return Value::Undefined,
-        _ => return Value::Error,
-    };
-    let d = d.as_deref().unwrap_or(DEFAULT_DELIMS);
-    Value::Bool(tokens(a, d).any(|x| tokens(&b, d).any(|y| x == y)))
-}
-
-/// `stringListSize(list [, delims])`: the number of items.
-pub fn string_list_size(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
-    if !(1..=2).contains(&args.len()) {
-        return Value::Error;
-    }
-    match list_arg(ev, sc, &args[0], args.get(1)) {
-        Ok((l, d)) => Value::Int(tokens(&l, d.as_deref().unwrap_or(DEFAULT_DELIMS)).count() as i64),
-        Err(v) => v,
-    }
-}
-
-/// What to compute over the numbers of a string list.
-#[derive(Clone, Copy, PartialEq)]
-enum Summary {
-    Sum,
-    Avg,
-    Min,
-    Max,
-}
-
-/// Parses a string list item as a number: an integer when it is written as
-/// one, otherwise a real; `None` when it is not entirely a number.
-fn item_number(t: &str) -> Option<Value> {
-    if let Ok(i) = t.parse::<i64>() {
-        return Some(Value::Int(i));
-    }
-    match parse_real_prefix(t) {
-        Some((r, n)) if n == t.len() => Some(Value::Real(r)),
-        _ => None,
-    }
-}
-
-/// Shared body of `stringListSum`, `stringListAvg`, `stringListMin` and
-/// `stringListMax`: integers while every item is one, reals otherwise.
-fn summarize(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr], what: Summary) -> Value {
-    if !(1..=2).contains(&args.len()) {
-        return Value::Error;
-    }
-    let (l, d) = match list_arg(ev, sc, &args[0], args.get(1)) {
-        Ok(x) => x,
-        Err(v) => return v,
-    };
-    let mut all_int = true;
-    let (mut isum, mut rsum) = (0i64, 0.0f64);
-    let mut best: Option<f64> = None;
-    let mut count = 0usize;
-    for t in tokens(&l, d.as_deref().unwrap_or(DEFAULT_DELIMS)) {
-        let x = match item_number(t) {
-            Some(Value::Int(i)) => {
-                isum = isum.wrapping_add(i);
-                i as f64
-            }
-            Some(Value::Real(r)) => {
-                all_int = false;
-                r
-            }
-            _ => return Value::Error,
-        };
-        rsum += x;
-        count += 1;
-        best = Some(match (best, what) {
-            (None, _) => x,
-            (Some(b), Summary::Min) => b.min(x),
-            (Some(b), _) => b.max(x),
-        });
-    }
-    match what {
-        Summary::Sum if all_int => Value::Int(isum),
-        Summary::Sum => Value::Real(rsum),
-        Summary::Avg if count == 0 => Value::Real(0.0),
-        Summary::Avg => Value::Real(rsum / count as f64),
-        Summary::Min | Summary::Max => match best {
-            None => Value::Undefined,
-            Some(b) if all_int => Value::Int(b as i64),
-            Some(b) => Value::Real(b),
-        },
-    }
-}
-
-/// `stringListSum(list [, delims])`.
-pub fn string_list_sum(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
-    summarize(ev, sc, args, Summary::Sum)
-}
-
-/// `stringListAvg(list [, delims])`.
-pub fn string_list_avg(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
-    summarize(ev, sc, args, Summary::Avg)
-}
-
-/// `stringListMin(list [, delims])`.
-pub fn string_list_min(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
-    summarize(ev, sc, args, Summary::Min)
-}
-
-/// `stringListMax(list [, delims])`.
-pub fn string_list_max(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
-    summarize(ev, sc, args, Summary::Max)
 }
 
 #[cfg(test)]
@@ -603,13 +428,23 @@ mod tests {
         assert_eq!(version_order("1.0", "1.0"), Ordering::Equal);
         assert_eq!(version_order("1.0", "1.0.1"), Ordering::Less);
         assert_eq!(version_order("a", "b"), Ordering::Less);
-    }
-
-    #[test]
-    fn tokens_drop_empty_items() {
-        let t: Vec<_> = tokens("a, b,,c ", DEFAULT_DELIMS).collect();
-        assert_eq!(t, ["a", "b", "c"]);
-        let t: Vec<_> = tokens("a: b", ":").collect();
-        assert_eq!(t, ["a", "b"]);
+        // As HTCondor 25.14.1 answers.
+        for (a, b, want) in [
+            ("1.2", "1.10", -1),
+            ("a", "", 97),
+            ("-3", "0", -3),
+            ("2.5", "7", -5),
+            ("0.0", "0", 46),
+            ("001", "0", -2),
+            ("01", "9", -1),
+            ("1.02", "1.2", -1),
+            ("1.2", "1.00", 1),
+            ("1.02", "1024", -3),
+            ("1024", "1", 3),
+            ("01", "010", -48),
+            ("010", "09", -8),
+        ] {
+            assert_eq!(strverscmp(a.as_bytes(), b.as_bytes()), want, "{a} vs {b}");
+        }
     }
 }

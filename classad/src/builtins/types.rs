@@ -76,47 +76,11 @@ fn digits(b: &[u8], start: usize) -> usize {
         .count()
 }
 
-/// Parses the longest integer prefix of `s` as `strtoll` does: leading
-/// whitespace, an optional sign, decimal digits; out-of-range values saturate.
-/// `None` when there is no digit at all.
-pub(super) fn parse_int_prefix(s: &str) -> Option<i64> {
-    let t = s.trim_start();
-    let b = t.as_bytes();
-    let mut i = 0;
-    let neg = match b.first() {
-        Some(b'-') => {
-            i = 1;
-            true
-        }
-        Some(b'+') => {
-            i = 1;
-            false
-        }
-        _ => false,
-    };
-    let n = digits(b, i);
-    if n == 0 {
-        return None;
-    }
-    let mut acc: i64 = 0;
-    for &c in &b[i..i + n] {
-        let d = i64::from(c - b'0');
-        // Accumulate negatively so that i64::MIN itself is reachable.
-        acc = match acc.checked_mul(10).and_then(|a| a.checked_sub(d)) {
-            Some(a) => a,
-            None => return Some(if neg { i64::MIN } else { i64::MAX }),
-        };
-    }
-    if neg {
-        Some(acc)
-    } else {
-        Some(acc.checked_neg().unwrap_or(i64::MAX))
-    }
-}
-
-/// Parses the longest real-number prefix of `s` as `strtod` does (decimal
-/// notation with optional exponent, `inf`, `infinity`, `nan`). Returns the
-/// number and the length consumed, or `None` when nothing is a number.
+/// Parses the longest real-number prefix of `s` as C's `strtod` does, which
+/// is how HTCondor reads numbers out of strings: leading whitespace, a sign,
+/// decimal notation with an optional exponent, hexadecimal (`0x1.8p3`),
+/// `inf`, `infinity` and `nan`. Returns the number and the length consumed,
+/// or `None` when nothing is a number.
 pub(super) fn parse_real_prefix(s: &str) -> Option<(f64, usize)> {
     let lead = s.len() - s.trim_start().len();
     let t = &s[lead..];
@@ -126,6 +90,7 @@ pub(super) fn parse_real_prefix(s: &str) -> Option<(f64, usize)> {
         i = 1;
     }
     let neg = b.first() == Some(&b'-');
+    let sign = |v: f64| if neg { -v } else { v };
     let rest = &t[i..];
     for (word, value) in [
         ("infinity", f64::INFINITY),
@@ -136,9 +101,11 @@ pub(super) fn parse_real_prefix(s: &str) -> Option<(f64, usize)> {
             .get(..word.len())
             .is_some_and(|p| p.eq_ignore_ascii_case(word))
         {
-            let v = if neg { -value } else { value };
-            return Some((v, lead + i + word.len()));
+            return Some((sign(value), lead + i + word.len()));
         }
+    }
+    if let Some((v, n)) = parse_hex(&b[i..]) {
+        return Some((sign(v), lead + i + n));
     }
     let int_digits = digits(b, i);
     let mut end = i + int_digits;
@@ -152,22 +119,74 @@ pub(super) fn parse_real_prefix(s: &str) -> Option<(f64, usize)> {
     if int_digits + frac_digits == 0 {
         return None;
     }
-    if matches!(b.get(end), Some(b'e' | b'E')) {
-        let mut j = end + 1;
-        if matches!(b.get(j), Some(b'-' | b'+')) {
-            j += 1;
-        }
-        let n = digits(b, j);
-        if n > 0 {
-            end = j + n;
-        }
-    }
+    end = exponent_end(b, end, b'e');
     // The prefix is plain decimal notation, which Rust's parser accepts.
     let v: f64 = t[..end].parse().ok()?;
     Some((v, lead + end))
 }
 
-/// `int(x)`: numbers truncated, booleans as 0/1, strings parsed as integers.
+/// Where an optional exponent (`e`/`p`, a sign, decimal digits) starting at
+/// `end` stops; `end` itself when there is no complete exponent.
+fn exponent_end(b: &[u8], end: usize, letter: u8) -> usize {
+    if !b.get(end).is_some_and(|c| c.eq_ignore_ascii_case(&letter)) {
+        return end;
+    }
+    let mut j = end + 1;
+    if matches!(b.get(j), Some(b'-' | b'+')) {
+        j += 1;
+    }
+    let n = digits(b, j);
+    if n > 0 { j + n } else { end }
+}
+
+/// `strtod`'s hexadecimal form after the sign: `0x`, hex digits with an
+/// optional point, an optional binary exponent `p`. `None` unless at least
+/// one hex digit follows the `0x` (then `strtod` reads just the `0`).
+fn parse_hex(b: &[u8]) -> Option<(f64, usize)> {
+    if !(b.len() > 2 && b[0] == b'0' && b[1].eq_ignore_ascii_case(&b'x')) {
+        return None;
+    }
+    let (mut mantissa, mut scale, mut seen, mut i) = (0.0f64, 0i32, false, 2);
+    let mut point = false;
+    while let Some(&c) = b.get(i) {
+        if c == b'.' && !point {
+            point = true;
+        } else if let Some(d) = (c as char).to_digit(16) {
+            mantissa = mantissa * 16.0 + f64::from(d);
+            seen = true;
+            if point {
+                scale -= 4;
+            }
+        } else {
+            break;
+        }
+        i += 1;
+    }
+    if !seen {
+        return None;
+    }
+    let end = exponent_end(b, i, b'p');
+    let exp: i32 = if end > i {
+        std::str::from_utf8(&b[i + 1..end])
+            .ok()
+            .and_then(|e| e.parse::<i32>().ok())
+            .unwrap_or(if b[i + 1] == b'-' {
+                i32::MIN / 2
+            } else {
+                i32::MAX / 2
+            })
+    } else {
+        0
+    };
+    // In two halves, so that 2^-1074 does not pass through an overflow.
+    let e = exp.saturating_add(scale);
+    let half = 2f64.powi(e / 2);
+    Some((mantissa * half * 2f64.powi(e - e / 2), end))
+}
+
+/// `int(x)`: numbers truncated, booleans as 0/1; a string is read as a real
+/// (as `strtod` would: `int("1e3")` is 1000, `int("0x10")` is 16) and then
+/// truncated like a real, so `int("9223372036854775807")` is `i64::MIN`.
 pub fn to_int(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
     let Some([v]) = eval_n::<1>(ev, sc, args) else {
         return Value::Error;
@@ -177,7 +196,9 @@ pub fn to_int(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
         Value::Int(i) => Value::Int(i),
         Value::Real(r) => Value::Int(real_to_int(r)),
         Value::Bool(b) => Value::Int(i64::from(b)),
-        Value::Str(s) => parse_int_prefix(&s).map_or(Value::Error, Value::Int),
+        Value::Str(s) => {
+            parse_real_prefix(&s).map_or(Value::Error, |(r, _)| Value::Int(real_to_int(r)))
+        }
         _ => Value::Error,
     }
 }
@@ -238,17 +259,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn integer_prefixes_parse_like_strtoll() {
-        assert_eq!(parse_int_prefix("12"), Some(12));
-        assert_eq!(parse_int_prefix("  -7xyz"), Some(-7));
-        assert_eq!(parse_int_prefix("3.9"), Some(3));
-        assert_eq!(parse_int_prefix("x"), None);
-        assert_eq!(parse_int_prefix("-"), None);
-        assert_eq!(parse_int_prefix("99999999999999999999"), Some(i64::MAX));
-        assert_eq!(parse_int_prefix("-9223372036854775808"), Some(i64::MIN));
-    }
-
-    #[test]
     fn real_prefixes_parse_like_strtod() {
         assert_eq!(parse_real_prefix("1.5e3"), Some((1500.0, 5)));
         assert_eq!(parse_real_prefix(".5x"), Some((0.5, 2)));
@@ -258,6 +268,14 @@ mod tests {
         assert!(parse_real_prefix("nan").is_some_and(|(r, _)| r.is_nan()));
         assert_eq!(parse_real_prefix("abc"), None);
         assert_eq!(parse_real_prefix("."), None);
+        assert_eq!(parse_real_prefix("0x10"), Some((16.0, 4)));
+        assert_eq!(parse_real_prefix(" -0X1.8p1z"), Some((-3.0, 9)));
+        assert_eq!(parse_real_prefix("0x"), Some((0.0, 1)));
+        assert_eq!(parse_real_prefix("0xg"), Some((0.0, 1)));
+        assert_eq!(parse_real_prefix("0x1p"), Some((1.0, 3)));
+        assert_eq!(parse_real_prefix("1e+"), Some((1.0, 1)));
+        assert_eq!(parse_real_prefix("0x1p-1074"), Some((5e-324, 9)));
+        assert_eq!(parse_real_prefix("0x1p99999"), Some((f64::INFINITY, 9)));
     }
 
     #[test]

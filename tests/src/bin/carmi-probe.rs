@@ -79,9 +79,13 @@ async fn direct(endpoint: &str, secret: &handshake::Secret, role: Role) -> Strin
         Ok(t) => t,
         Err(e) => return format!("unreachable: {e}"),
     };
-    let (r, mut w) = tcp.into_split();
-    let mut r = FrameReader::new(r);
-    match handshake::client(&mut r, &mut w, secret, &role).await {
+    // A job's processes take TLS only, the handshake bound to the session.
+    let s = match carmi_api::tls::connect(tcp).await {
+        Ok(s) => s,
+        Err(e) => return format!("TLS: {e}"),
+    };
+    let (mut r, mut w) = (FrameReader::new(s.reader), s.writer);
+    match handshake::client_bound(&mut r, &mut w, secret, &role, &s.binding).await {
         Ok(()) => "welcome".to_string(),
         Err(e) => format!("refused: {e}"),
     }

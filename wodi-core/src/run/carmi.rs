@@ -72,6 +72,17 @@ impl Run {
                     self.sched.spawn_failed(worker, false, t);
                 } else if let Some(worker) = self.processes.remove(&process) {
                     info!("{worker} ({process}) exited: {status:?}");
+                    if status == carmi_proto::msg::ExitStatus::HostLost {
+                        // Its connection may stay open behind the
+                        // partition: the worker is gone now, not after a
+                        // grace, and nothing it sends later counts.
+                        self.disowned.insert(worker);
+                        self.connected.remove(&worker);
+                        self.speeds.worker_gone(worker);
+                        self.sched
+                            .worker_lost(worker, crate::sched::LossCause::HostGone, t);
+                        return;
+                    }
                     // The connection's own loss (with its grace) decides; a
                     // worker that never connected is lost here, after the
                     // same grace.
@@ -132,6 +143,9 @@ impl Run {
                 self.sched.spawn_failed(worker, true, t);
                 return;
             }
+            if failure.code == FailureCode::NotYourHost {
+                return self.host_refused(worker, &failure.message);
+            }
             warn!("spawning {worker} failed: {}", failure.message);
             if failure.code == FailureCode::BadExecutable {
                 // Every host would refuse it the same way.
@@ -158,6 +172,25 @@ impl Run {
 }
 
 impl Run {
+    /// A spawn of `worker` was refused because its host is not the run's:
+    /// the host leaves the run (no crash counted, no spawn retried on it)
+    /// and its class is asked for again after the retry delay, not at once.
+    fn host_refused(&mut self, worker: crate::ids::WorkerId, why: &str) {
+        let t = self.t();
+        let Some(host) = self.sched.find_worker_host(worker) else {
+            return;
+        };
+        warn!(
+            "the pool refused {worker} on host {host}, which it says is not ours ({why}); dropping the host"
+        );
+        self.speeds.host_gone(host);
+        self.host_class.remove(&host);
+        if let Some(class) = self.sched.host_refused(host, t) {
+            let due = self.now + self.cfg.host_retry;
+            self.timers.push((due, Timer::RetryHosts(class)));
+        }
+    }
+
     /// A worker's process exited before it connected: counts it, and ends
     /// the run once [`super::MAX_EARLY_DEATHS`] did so in a row.
     fn early_death(&mut self, status: &carmi_proto::msg::ExitStatus) {

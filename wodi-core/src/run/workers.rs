@@ -58,6 +58,10 @@ impl Run {
     /// A message from worker `worker` (its payload beside it).
     pub fn worker_message(&mut self, worker: WorkerId, msg: FromWorker, payload: Bytes, now: Time) {
         self.set_now(now);
+        if self.disowned.contains(&worker) {
+            info!("{worker}, whose host was lost, answered after all: dropped");
+            return;
+        }
         let t = self.t();
         match msg {
             FromWorker::Result {

@@ -250,6 +250,22 @@ impl Sched {
         self.dispatch_all(now);
     }
 
+    /// The pool says `host` is not the run's (a spawn on it was refused
+    /// with `NotYourHost`, as after a global RM restart that forgot the
+    /// grant): it leaves the run like a lost host, its worker's steps go
+    /// back to the queue uncounted, but it is not asked for again here. The
+    /// caller asks again after its retry delay, so that a pool that keeps
+    /// refusing does not make a tight loop of spawns. Returns its class.
+    pub fn host_refused(&mut self, host: HostId, now: Time) -> Option<String> {
+        let h = self.hosts.remove(&host)?;
+        self.host_records[h.record].end(now, !self.finished);
+        if let Some(w) = h.worker {
+            self.drop_worker(w, LossCause::HostGone, now);
+        }
+        self.dispatch_all(now);
+        Some(h.class)
+    }
+
     /// The host's owner came back: its worker stops computing.
     pub fn host_suspended(&mut self, host: HostId, now: Time) {
         let Some(h) = self.hosts.get_mut(&host) else {

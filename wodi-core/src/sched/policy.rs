@@ -5,10 +5,12 @@
 //!
 //! - **Release idle hosts in a cycle's tail** (`release_idle`): when the
 //!   queue is empty and the steps still running will take longer than
-//!   getting a host back costs (`reacquire`), a host with nothing to do goes
-//!   back to the pool, and hosts are asked for again only as queued steps
-//!   need them (at the next cycle). Occupancy then follows the work instead
-//!   of idling at every barrier.
+//!   getting a host back costs (`reacquire`, the wait for a new worker, plus
+//!   `grant_cost`, what a grant costs the pool), a host with nothing to do
+//!   goes back to the pool, and hosts are asked for again only as queued
+//!   steps need them (at the next cycle). A shorter tail is cheaper to sit
+//!   out than to pay for a grant: the host is kept. Occupancy then follows
+//!   the work where it pays, without a grant per host and cycle.
 //! - **Release suspended hosts** (`release_suspended`): once a suspended
 //!   host's grace is over, it is given back (its steps are queued again) and
 //!   a replacement is asked for, instead of staying allocated while its owner
@@ -302,7 +304,9 @@ impl Sched {
             .iter()
             .map(|r| r.2.map_or(f64::INFINITY, |e| e - t_now))
             .fold(0.0, f64::max);
-        if tail <= self.cfg.reacquire.as_secs_f64() {
+        // Keeping the idle hosts costs them the tail; giving them back costs
+        // the wait for new ones and what a grant costs the pool.
+        if tail <= (self.cfg.reacquire + self.cfg.grant_cost).as_secs_f64() {
             return;
         }
         for worker in leftover {

@@ -154,6 +154,37 @@ fn an_idle_host_is_kept_when_the_tail_is_shorter_than_getting_it_back() {
     assert!(released(&drain(&mut s)).is_empty());
 }
 
+/// A cycle of a 100 s and a 5 s step on two hosts under `cfg`; whether the
+/// host that ran the short step is given back when it ends (95 s of tail).
+fn tail_of_95_s_releases(cfg: SchedConfig) -> bool {
+    let (mut s, mut w) = core(cfg, &[1.0]);
+    let mut now = Duration::ZERO;
+    learn(&mut s, w[0], 1.0, 1, 100.0, &mut now);
+    learn(&mut s, w[0], 1.0, 2, 5.0, &mut now);
+    w.push(grow(&mut s, 1, now));
+    s.submit(StepId(1), None, now);
+    s.submit(StepId(2), None, now);
+    s.dispatch(now);
+    let outs = drain(&mut s);
+    let short = assigned(&outs, w[1]).expect("worker 1 has a step");
+    now += 5 * SEC;
+    s.result(w[1], short, 5 * SEC, 5 * SEC, now);
+    !released(&drain(&mut s)).is_empty()
+}
+
+#[test]
+fn an_idle_host_is_kept_through_a_tail_shorter_than_a_grant_costs() {
+    let with_cost = |secs: u64| SchedConfig {
+        grant_cost: Duration::from_secs(secs),
+        ..release_idle()
+    };
+    // 95 s of idling is cheaper than 10 s of waiting plus a grant worth 120 s.
+    assert!(!tail_of_95_s_releases(with_cost(120)));
+    // It is not when a grant is worth 60 s, nor when grants are free.
+    assert!(tail_of_95_s_releases(with_cost(60)));
+    assert!(tail_of_95_s_releases(with_cost(0)));
+}
+
 #[test]
 fn a_suspended_host_goes_back_after_its_grace_and_its_step_is_sent_again() {
     let cfg = SchedConfig {

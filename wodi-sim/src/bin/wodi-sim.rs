@@ -6,10 +6,16 @@
 //!
 //! ```text
 //! wodi-sim --steps 31 --cycles 35 --hosts 20 --owners stochastic --seed 1 --runs 61
-//! wodi-sim --hosts 24 --owners none --ordering none      # the paper's sequential order
-//! wodi-sim --hosts 24 --owners none --fewest-hosts 0.05  # ask for the fewest hosts
-//! wodi-sim --release-idle false --release-suspended false --stragglers false --fast-abort 0
+//! wodi-sim --hosts 24 --owners none --policies paper --ordering none  # the paper's sequential order
+//! wodi-sim --hosts 24 --owners none --policies paper --fewest-hosts 0.05  # the fewest hosts
+//! wodi-sim --hosts 24 --runs 61 --json                  # the cost-aware rule (default)
+//! wodi-sim --hosts 24 --runs 61 --policies churn        # every idle host given back
+//! wodi-sim --hosts 24 --runs 61 --policies paper        # no policies
 //! ```
+//!
+//! `--policies` picks a set; the options after it override single choices.
+//! `--json` reports each run and the mean, spread and range of run length,
+//! efficiency and `grants` (hosts the pool granted: what a run costs the pool).
 //!
 //! Efficiency is the CPU time of delivered step copies over the occupancy
 //! (every second a host is allocated, suspended included).
@@ -22,7 +28,7 @@ use serde::Serialize;
 use wodi::order::Ordering as StepOrder;
 use wodi::profile::{StepProfile, materials};
 use wodi::sched::SchedConfig;
-use wodi_sim::{PoolConfig, RunSummary, SimConfig, simulate};
+use wodi_sim::{PoolConfig, Preset, RunSummary, SimConfig, simulate};
 
 /// Simulate WoDi runs of the paper's materials application on an opportunistic pool.
 #[derive(Parser, Debug)]
@@ -56,27 +62,39 @@ struct Cli {
     /// How steps are ordered: `lpt` (history, longest first, earliest finish) or `none` (arrival).
     #[arg(long, value_enum, default_value_t = Ordering::Lpt)]
     ordering: Ordering,
-    /// After each cycle, ask for the fewest hosts that reach the best cycle within this tolerance (e.g. 0.05).
+    /// The set of policies; the options below override its choices.
+    /// `keep`: the cost-aware rule (fewest hosts, idle hosts kept through
+    /// short tails); `churn`: every idle host given back (session 8's
+    /// defaults); `paper`: none.
+    #[arg(long, value_enum, default_value_t = Preset::Keep)]
+    policies: Preset,
+    /// After each cycle, ask for the fewest hosts that reach the best cycle within this tolerance (e.g. 0.05; negative: hold what was asked).
     #[arg(long)]
     fewest_hosts: Option<f64>,
     /// With --fewest-hosts: cycles in a row the answer must differ in one direction before the count follows (0: follow every change).
     #[arg(long, default_value_t = 5)]
     hysteresis: u32,
     /// Seconds a suspended worker keeps its step before it is sent elsewhere.
-    #[arg(long, default_value_t = 120.0)]
-    suspend_timeout: f64,
+    #[arg(long)]
+    suspend_timeout: Option<f64>,
     /// Give back hosts left idle in a cycle's tail and ask again at the next cycle.
-    #[arg(long, default_value_t = true, action = ArgAction::Set)]
-    release_idle: bool,
+    #[arg(long, action = ArgAction::Set)]
+    release_idle: Option<bool>,
+    /// With --release-idle: what one grant costs the pool, seconds of host
+    /// time the run would rather leave idle; a host is given back only when
+    /// the tail outlasts getting it back (worker start and the pool's round
+    /// trips) plus this.
+    #[arg(long)]
+    grant_cost: Option<f64>,
     /// Give back a suspended host when its grace (--suspend-timeout) ends.
-    #[arg(long, default_value_t = true, action = ArgAction::Set)]
-    release_suspended: bool,
+    #[arg(long, action = ArgAction::Set)]
+    release_suspended: Option<bool>,
     /// Start second copies of straggling steps on idle faster hosts in a cycle's tail.
-    #[arg(long, default_value_t = true, action = ArgAction::Set)]
-    stragglers: bool,
+    #[arg(long, action = ArgAction::Set)]
+    stragglers: Option<bool>,
     /// Fast abort: a step this many times over its estimate strikes its worker; two retire it (0: off).
-    #[arg(long, default_value_t = 3.0)]
-    fast_abort: f64,
+    #[arg(long)]
+    fast_abort: Option<f64>,
     /// One-way delay of every message between CARMI's cores and the WoDi server, seconds.
     #[arg(long, default_value_t = 0.001)]
     latency: f64,
@@ -146,7 +164,7 @@ fn hms(s: f64) -> String {
 /// The simulation of run `r` (0-based): the options, with the owners' day
 /// shifted by `--spacing` hours per run and the seed by one.
 fn run_config(cli: &Cli, owners: &OwnerModel, speeds: &[f64], r: u32) -> SimConfig {
-    SimConfig {
+    let mut cfg = SimConfig {
         profile: profile(cli.steps),
         cycles: cli.cycles,
         speeds: speeds.to_vec(),
@@ -172,20 +190,45 @@ fn run_config(cli: &Cli, owners: &OwnerModel, speeds: &[f64], r: u32) -> SimConf
             ..PoolConfig::default()
         },
         hosts_wanted: cli.hosts as u32,
-        fewest_hosts: cli.fewest_hosts,
+        fewest_hosts: None,
         hysteresis: cli.hysteresis,
         startup_offsets: Vec::new(),
         sched: SchedConfig {
-            suspend_timeout: std::time::Duration::from_secs_f64(cli.suspend_timeout),
-            release_idle: cli.release_idle,
-            reacquire: std::time::Duration::from_secs_f64(cli.worker_startup + 4.0 * cli.latency),
-            release_suspended: cli.release_suspended,
-            stragglers: cli.stragglers,
-            fast_abort: (cli.fast_abort > 0.0).then_some(cli.fast_abort),
+            reacquire: secs(cli.worker_startup + 4.0 * cli.latency),
             ..SchedConfig::default()
         },
         seed: cli.seed + u64::from(r),
+    };
+    cli.policies.apply(&mut cfg);
+    cfg.hysteresis = cli.hysteresis;
+    let s = &mut cfg.sched;
+    if let Some(t) = cli.fewest_hosts {
+        cfg.fewest_hosts = (t >= 0.0).then_some(t);
     }
+    if let Some(t) = cli.suspend_timeout {
+        s.suspend_timeout = secs(t);
+    }
+    if let Some(on) = cli.release_idle {
+        s.release_idle = on;
+    }
+    if let Some(c) = cli.grant_cost {
+        s.grant_cost = secs(c);
+    }
+    if let Some(on) = cli.release_suspended {
+        s.release_suspended = on;
+    }
+    if let Some(on) = cli.stragglers {
+        s.stragglers = on;
+    }
+    if let Some(f) = cli.fast_abort {
+        s.fast_abort = (f > 0.0).then_some(f);
+    }
+    cfg
+}
+
+/// Seconds as a duration; negative, NaN or huge values are clamped.
+fn secs(s: f64) -> std::time::Duration {
+    std::time::Duration::from_secs_f64(if s.is_nan() { 0.0 } else { s.clamp(0.0, 1e9) })
 }
 
 fn main() -> ExitCode {
@@ -218,13 +261,20 @@ fn main() -> ExitCode {
     }
     let field = |f: fn(&RunSummary) -> f64| aggregate(&runs.iter().map(f).collect::<Vec<_>>());
     if cli.json {
+        // The settings of run 1 (later runs differ only in seed and start).
+        let used = run_config(&cli, &owners, &speeds, 0);
         let out = serde_json::json!({
             "config": {
                 "steps": cli.steps, "cycles": cli.cycles, "hosts": cli.hosts, "speeds": cli.speeds,
                 "owners": cli.owners, "seed": cli.seed, "ordering": cli.ordering,
-                "fewest_hosts": cli.fewest_hosts, "hysteresis": cli.hysteresis, "runs": cli.runs,
-                "release_idle": cli.release_idle, "release_suspended": cli.release_suspended,
-                "stragglers": cli.stragglers, "fast_abort": cli.fast_abort,
+                "policies": cli.policies, "runs": cli.runs,
+                "fewest_hosts": used.fewest_hosts, "hysteresis": used.hysteresis,
+                "release_idle": used.sched.release_idle,
+                "reacquire": used.sched.reacquire.as_secs_f64(),
+                "grant_cost": used.sched.grant_cost.as_secs_f64(),
+                "release_suspended": used.sched.release_suspended,
+                "suspend_timeout": used.sched.suspend_timeout.as_secs_f64(),
+                "stragglers": used.sched.stragglers, "fast_abort": used.sched.fast_abort,
                 "latency": cli.latency, "worker_startup": cli.worker_startup,
                 "slow_factor": cli.slow_factor, "slow_every": cli.slow_every,
             },
@@ -235,6 +285,8 @@ fn main() -> ExitCode {
             "useful_cpu_time_s": field(|r| r.useful_cpu_time_s),
             "efficiency": field(|r| r.efficiency),
             "adds": field(|r| f64::from(r.adds)),
+            // Hosts the pool granted the run: what the run cost the pool.
+            "grants": field(|r| f64::from(r.adds)),
             "losses": field(|r| f64::from(r.losses)),
             "mean_hosts": field(|r| r.mean_hosts),
             "lower_bound_s": field(|r| r.lower_bound_s),

@@ -20,7 +20,18 @@ pub(super) async fn job_with_hosts(
     secret: Secret,
     count: usize,
 ) -> Result<(Carmi, Inbox, Vec<HostId>)> {
-    let opts = ConnectOptions::new(local, secret);
+    job_with_hosts_plain(local, secret, count, false).await
+}
+
+/// [`job_with_hosts`], its direct connections in clear when `plain`.
+pub(super) async fn job_with_hosts_plain(
+    local: String,
+    secret: Secret,
+    count: usize,
+    plain: bool,
+) -> Result<(Carmi, Inbox, Vec<HostId>)> {
+    let mut opts = ConnectOptions::new(local, secret);
+    opts.plain_peers = plain;
     let (carmi, events) = connect(opts).await?;
     let mut inbox = bench_inbox(events);
     inbox.try_done(carmi.define_class("any", "true")).await?;

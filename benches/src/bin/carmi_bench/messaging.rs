@@ -22,7 +22,7 @@ use tokio::sync::Semaphore;
 
 use carmi_testkit::Inbox;
 
-use super::inbox::{bench_inbox, job_with_hosts};
+use super::inbox::{bench_inbox, job_with_hosts_plain};
 use super::{
     BULK, BULK_COUNT, ECHO_TASK, Latency, PATIENCE, ROUND_TRIPS, Result, SMALL, Samples, TAG_BULK,
     TAG_ONE_WAY, TAG_PING, TAG_SYNC, WARMUP, WINDOW, load_average, mib_per_s, micros,
@@ -337,15 +337,17 @@ pub(super) async fn reply(events: &mut EventStream, from: ProcessId, tag: u32) -
 }
 
 /// Connects as a new job's application, starts an echo (`echo_exe` with
-/// `args`) on its one host and waits until the echo answers.
+/// `args`) on its one host and waits until the echo answers; with `plain`,
+/// both ends' direct connections are in clear, else TLS.
 pub(super) async fn start_echo(
-    local: String,
-    secret: Secret,
+    (local, secret): (String, Secret),
     echo_exe: &Path,
     args: &[&str],
+    plain: bool,
 ) -> Result<(Carmi, Inbox, ProcessId, RequestId)> {
-    let (carmi, mut inbox, hosts) = job_with_hosts(local, secret, 1).await?;
-    let args = args.iter().map(|a| a.to_string());
+    let (carmi, mut inbox, hosts) = job_with_hosts_plain(local, secret, 1, plain).await?;
+    let plain_arg = plain.then_some("plain");
+    let args = args.iter().chain(&plain_arg).map(|a| a.to_string());
     let spawn = carmi.class_spawn(echo_exe, args, SpawnTarget::Host(hosts[0]));
     let echo = inbox
         .try_take("the echo to start", |x| match x {
@@ -412,20 +414,19 @@ pub(super) async fn messaging(
     secret: Secret,
     echo_exe: PathBuf,
 ) -> Result<Vec<Samples>> {
-    let (carmi, inbox, echo, spawn) =
-        start_echo(local.clone(), secret.clone(), &echo_exe, &[]).await?;
     let ourselves = std::env::current_exe()?;
-    let (carmi2, inbox2, echo2, spawn2) =
-        start_echo(local, secret, &ourselves, &[ECHO_TASK]).await?;
-    let app = |carmi: &Carmi, inbox: Inbox, echo, sink| {
-        // Nothing that is kept for later is needed after this point.
-        Layer::App {
-            carmi: carmi.clone(),
-            events: inbox.into_events(),
-            echo,
-            sink,
+    // carmi-echo and the task echo, each in clear and over TLS.
+    let mut echoes = Vec::new();
+    for (exe, args, sink) in [
+        (&echo_exe, &[][..], false),
+        (&ourselves, &[ECHO_TASK][..], true),
+    ] {
+        for plain in [true, false] {
+            let to = (local.clone(), secret.clone());
+            let (carmi, inbox, echo, spawn) = start_echo(to, exe, args, plain).await?;
+            echoes.push((carmi, inbox, echo, spawn, sink));
         }
-    };
+    }
     let mut layers = vec![
         Layer::Raw {
             echo: dial(far[0]).await?,
@@ -435,9 +436,18 @@ pub(super) async fn messaging(
             echo: Framed::new(dial(far[2]).await?),
             sink: Framed::new(dial(far[3]).await?),
         },
-        app(&carmi, inbox, echo, false),
-        app(&carmi2, inbox2, echo2, true),
     ];
+    let mut ends = Vec::new();
+    for (carmi, inbox, echo, spawn, sink) in echoes {
+        // Nothing that is kept for later is needed after this point.
+        layers.push(Layer::App {
+            carmi: carmi.clone(),
+            events: inbox.into_events(),
+            echo,
+            sink,
+        });
+        ends.push((carmi, echo, spawn));
+    }
     let mut samples: Vec<Samples> = layers.iter().map(|_| Samples::default()).collect();
     measure_layers(&mut layers, &mut samples).await?;
 
@@ -446,7 +456,7 @@ pub(super) async fn messaging(
         Layer::App { events, .. } => Some(events),
         _ => None,
     });
-    for (carmi, echo, spawn) in [(carmi, echo, spawn), (carmi2, echo2, spawn2)] {
+    for (carmi, echo, spawn) in ends {
         let events = streams.next().expect("one event stream per echo");
         let mut inbox = bench_inbox(events);
         carmi.send(echo, 0, Bytes::new());
@@ -519,9 +529,9 @@ pub(super) fn run_messaging(rt: &tokio::runtime::Runtime) -> Result<()> {
          in flight; the figure is per direction (1 GiB each way over the elapsed time). The layers take turns, \
          {TRIPS_PER_ROUND} round trips or {BULK_PER_ROUND} MiB at a time. The measuring side runs in a task; so does \
          the far end of the raw and framed rows (a thread with its own tokio runtime). The application rows' far end \
-         is a process started with `class_spawn`: `carmi-echo`, whose loop runs on its main thread (in \
-         `#[tokio::main]`'s `block_on`), or the same echo with its loop in a spawned task. Load average at the start: \
-         {load}.\n"
+         is a process started with `class_spawn`: `carmi-echo`, or `carmi-bench echo-task`, which also drops one-way \
+         messages; each in clear (`plain_peers` on both ends) and over TLS 1.3 (the default). Load average at the \
+         start: {load}.\n"
     );
     println!(
         "| Layer | Round trip, median (µs) | Round trip, p99 (µs) | 1 MiB one-way (MiB/s) | 1 MiB echoed, per direction (MiB/s) |"
@@ -530,8 +540,10 @@ pub(super) fn run_messaging(rt: &tokio::runtime::Runtime) -> Result<()> {
     let names = [
         "raw TCP (tokio `TcpStream`)",
         "framing (`conn::Conn`, `PeerMessage` header)",
-        "application `send` (bench → `carmi-echo` → bench)",
-        "application `send`, echo loop in a task (bench → `carmi-bench echo-task` → bench)",
+        "application `send`, plain (bench → `carmi-echo` → bench)",
+        "application `send`, TLS (bench → `carmi-echo` → bench)",
+        "application `send`, plain (bench → `carmi-bench echo-task` → bench)",
+        "application `send`, TLS (bench → `carmi-bench echo-task` → bench)",
     ];
     let latency: Vec<Latency> = samples
         .iter()
@@ -551,33 +563,37 @@ pub(super) fn run_messaging(rt: &tokio::runtime::Runtime) -> Result<()> {
         );
     }
     println!();
+    print_ratios(&samples, &latency);
+    Ok(())
+}
 
-    let raw = &samples[0];
+/// The application rows against raw TCP, in clear and over TLS.
+fn print_ratios(samples: &[Samples], latency: &[Latency]) {
     let yes = |ok: bool| if ok { "yes" } else { "**no**" };
     println!(
-        "| Application vs raw TCP | with `carmi-echo` | with the echo loop in a task | Target | Met (`carmi-echo`) |"
+        "| Application (`carmi-echo`) vs raw TCP | plain | TLS | Target (plain) | Met (plain) |"
     );
     println!("|---|---:|---:|---:|---|");
     let ratio = |f: &dyn Fn(usize) -> f64| (f(2) / f(0), f(3) / f(0));
-    let (rtt, rtt_task) = ratio(&|i| latency[i].median.as_secs_f64());
+    let (rtt, rtt_tls) = ratio(&|i| latency[i].median.as_secs_f64());
     println!(
-        "| round trip, median (application / raw) | {rtt:.2}x | {rtt_task:.2}x | at most 2x | {} |",
+        "| round trip, median (application / raw) | {rtt:.2}x | {rtt_tls:.2}x | at most 2x | {} |",
         yes(rtt <= 2.0)
     );
-    let (p99, p99_task) = ratio(&|i| latency[i].p99.as_secs_f64());
-    println!("| round trip, p99 (application / raw) | {p99:.2}x | {p99_task:.2}x | — | — |");
-    let (bw, bw_task) = ratio(&|i| mib_per_s(samples[i].echoed));
+    let (p99, p99_tls) = ratio(&|i| latency[i].p99.as_secs_f64());
+    println!("| round trip, p99 (application / raw) | {p99:.2}x | {p99_tls:.2}x | — | — |");
+    let (bw, bw_tls) = ratio(&|i| mib_per_s(samples[i].echoed));
     println!(
         "| 1 MiB echoed, per direction (application / raw) | {:.0}% | {:.0}% | at least 70% | {} |",
         bw * 100.0,
-        bw_task * 100.0,
+        bw_tls * 100.0,
         yes(bw >= 0.7)
     );
-    let one_way = mib_per_s(raw.one_way);
+    let one_way = mib_per_s(samples[0].one_way);
     println!(
-        "| 1 MiB one-way (application / raw) | n/a | {:.0}% | — | — |",
-        mib_per_s(samples[3].one_way) / one_way * 100.0
+        "| 1 MiB one-way, task echo (application / raw) | {:.0}% | {:.0}% | — | — |",
+        mib_per_s(samples[4].one_way) / one_way * 100.0,
+        mib_per_s(samples[5].one_way) / one_way * 100.0
     );
     println!();
-    Ok(())
 }

@@ -9,6 +9,10 @@
 //! real client (whose handshake takes milliseconds) has long finished, so that
 //! `carmi status` still gets in. Authenticated connections know the pool
 //! secret and are only counted in [`ConnLimits::max_connections`].
+//!
+//! Both daemons admit through it: the global RM every connection, the local
+//! RM its applications' and its staging peers' (moved here from
+//! `carmi-global` so that both share one gate).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
@@ -137,7 +141,7 @@ impl Gate {
         }
         if s.open >= self.limits.max_connections && !s.evict_oldest() {
             return Err(Refusal(format!(
-                "the global RM has {} connections open (max_connections)",
+                "this daemon has {} connections open (max_connections)",
                 s.open
             )));
         }

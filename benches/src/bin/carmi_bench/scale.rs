@@ -1,0 +1,426 @@
+//! The `scale` benchmark: one real `carmi-global` against a [`Fleet`] of
+//! thousands of machines (real TLS, handshake, daemon tokens, heartbeats at
+//! the daemon's default period), with jobs started by hand that add and
+//! delete hosts and a queue of submitted jobs that can never run.
+//!
+//! For each pool size it reports the global RM's memory per machine, the
+//! whole pool's `status` (p50/p99, end to end: connect, handshake, answer),
+//! request-to-event time (`AddHosts` to `HostsAdded`, p50/p99), how long the
+//! global RM takes to notice 10% of the machines going silent at once, the
+//! journal's size and the restart time (SIGKILL, then until `carmi q`
+//! answers with every job).
+
+use std::time::{Duration, Instant};
+
+use carmi_api::admin::{pool_status, request, request_with_payload};
+use carmi_api::exe::sha256_hex;
+use carmi_api::msg::{Event, ExecutableRef, FromGlobal, Request, SubmitRequest, ToGlobal};
+use carmi_testkit::{Fleet, FleetOptions, Pool, PoolOptions};
+
+use super::{Latency, Result, load_average, millis, print_command};
+
+/// What one pool size is run with.
+#[derive(Clone, Debug)]
+pub(super) struct ScaleRun {
+    pub machines: usize,
+    pub slots: u32,
+    /// Jobs started by hand, each adding and deleting one host per round.
+    pub jobs: usize,
+    /// Add/delete rounds per job.
+    pub rounds: usize,
+    /// Submitted jobs that wait in the queue (their master can never be placed).
+    pub queued: usize,
+    /// `status` calls timed.
+    pub statuses: usize,
+    /// The global RM's heartbeat period (its default is 1000 ms).
+    pub heartbeat_ms: u64,
+}
+
+/// What one pool size measured.
+pub(super) struct ScaleResult {
+    run: ScaleRun,
+    register: Duration,
+    rss_base_mb: f64,
+    rss_mb: f64,
+    status: Latency,
+    request: Latency,
+    notice: Duration,
+    journal_bytes: u64,
+    restart: Duration,
+    submit: Duration,
+}
+
+/// Missed heartbeats before a machine is lost, as deployed by default.
+const MISSED: u32 = 3;
+/// How long any one wait may take.
+const PATIENCE: Duration = Duration::from_secs(120);
+
+/// Runs every size and prints the table.
+pub(super) fn run_scale(rt: &tokio::runtime::Runtime, runs: &[ScaleRun]) -> Result<()> {
+    print_command("scale");
+    raise_fd_limit(runs.iter().map(|r| r.machines).max().unwrap_or(0) as u64 + 3_000)?;
+    let mut results = Vec::new();
+    for run in runs {
+        eprintln!("scale: {} machines ...", run.machines);
+        let r = scale_run(rt, run).map_err(|e| format!("{} machines: {e}", run.machines))?;
+        eprintln!(
+            "scale: {} machines: RSS {:.0} MB, status p50 {} ms",
+            run.machines,
+            r.rss_mb,
+            millis(r.status.median)
+        );
+        results.push(r);
+    }
+    println!("Load average at the end: {}\n", load_average());
+    println!(
+        "| machines x slots | register all (s) | global RSS (MB) | RSS per machine (KiB) | status p50 / p99 (ms) | AddHosts to HostsAdded p50 / p99 (ms) | notice 10% silent (s) | submit queue (s) | journal (MB) | restart (s) |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for r in &results {
+        let per_machine = (r.rss_mb - r.rss_base_mb).max(0.0) * 1024.0 / r.run.machines as f64;
+        println!(
+            "| {} x {} | {:.1} | {:.0} | {:.0} | {} / {} | {} / {} | {:.1} | {:.1} | {:.1} | {:.2} |",
+            r.run.machines,
+            r.run.slots,
+            r.register.as_secs_f64(),
+            r.rss_mb,
+            per_machine,
+            millis(r.status.median),
+            millis(r.status.p99),
+            millis(r.request.median),
+            millis(r.request.p99),
+            r.notice.as_secs_f64(),
+            r.submit.as_secs_f64(),
+            r.journal_bytes as f64 / 1e6,
+            r.restart.as_secs_f64(),
+        );
+    }
+    if let Some(r) = results.first() {
+        println!(
+            "\n{} hand-started jobs x {} add/delete rounds, {} queued jobs, {} status calls per size; heartbeat {} ms, lost after {MISSED} missed.\n",
+            r.run.jobs, r.run.rounds, r.run.queued, r.run.statuses, r.run.heartbeat_ms
+        );
+    }
+    Ok(())
+}
+
+/// One pool size, from a fresh global RM to its restart.
+fn scale_run(rt: &tokio::runtime::Runtime, run: &ScaleRun) -> Result<ScaleResult> {
+    let options = PoolOptions {
+        heartbeat_ms: run.heartbeat_ms,
+        missed_heartbeats: MISSED,
+        global_args: vec![
+            "--max-connections".into(),
+            (run.machines + 2_000).to_string(),
+        ],
+        ..PoolOptions::default()
+    };
+    let mut pool = Pool::start_with(&format!("scale-{}", run.machines), run.slots, &[], options);
+    let global = global_pid(&pool)?;
+    let rss_base_mb = rss_mb(global)?;
+    let result = measure(rt, run, &mut pool, global, rss_base_mb);
+    // Kept, for where the time went (timestamps of every step).
+    let kept = std::env::temp_dir().join(format!("carmi-scale-{}-global.log", run.machines));
+    let _ = std::fs::copy(pool.dir.join("global.log"), &kept);
+    eprintln!("scale: the global RM's log is kept in {}", kept.display());
+    result
+}
+
+/// [`scale_run`]'s measurements on its pool.
+fn measure(
+    rt: &tokio::runtime::Runtime,
+    run: &ScaleRun,
+    pool: &mut Pool,
+    global: u32,
+    rss_base_mb: f64,
+) -> Result<ScaleResult> {
+    let bare = pool.secret.clone().with_token(None);
+    let fleet_options = FleetOptions {
+        machines: run.machines,
+        slots: run.slots,
+        ..FleetOptions::default()
+    };
+    let t = Instant::now();
+    let fleet = rt.block_on(Fleet::start(
+        &pool.global_addr,
+        &bare,
+        &pool.key,
+        &fleet_options,
+    ))?;
+    let register = t.elapsed();
+    let t = Instant::now();
+    rt.block_on(submit_queue(pool, run.queued))?;
+    let submit = t.elapsed();
+    let request = rt.block_on(add_and_delete(&fleet, run))?;
+    let status = rt.block_on(statuses(pool, run))?;
+    let rss_mb = rss_mb(global)?;
+    let notice = rt.block_on(notice_silence(pool, &fleet, run))?;
+    let journal_bytes = dir_bytes(&pool.dir.join("global-state"));
+    let t = Instant::now();
+    pool.restart_global();
+    rt.block_on(queue_answers(pool, run.jobs + run.queued))?;
+    let restart = t.elapsed();
+    rt.block_on(fleet.stop());
+    Ok(ScaleResult {
+        run: run.clone(),
+        register,
+        rss_base_mb,
+        rss_mb,
+        status,
+        request,
+        notice,
+        journal_bytes,
+        restart,
+        submit,
+    })
+}
+
+/// Submits `n` jobs whose master no machine matches, 16 at a time.
+async fn submit_queue(pool: &Pool, n: usize) -> Result<()> {
+    let bytes = b"#!/bin/sh\nexit 0\n".to_vec();
+    let exe = ExecutableRef {
+        name: "master".into(),
+        sha256: sha256_hex(&bytes),
+        size: bytes.len() as u64,
+    };
+    let spec = carmi_api::submit::parse(
+        "queued.sub",
+        "executable = master\nrequest_memory = 1000000\nmaster_requirements = Machine == \"nowhere\"\nqueue\n",
+    )
+    .map_err(|e| e.to_string())?;
+    let submit = |i: usize| {
+        let msg = ToGlobal::Submit(Box::new(SubmitRequest {
+            owner: format!("user{}", i % 10),
+            machine: "nowhere".into(),
+            executable: exe.clone(),
+            spec: spec.copy(0),
+            submitted_unix: carmi_api::token::now_unix(),
+            anywhere: true,
+        }));
+        let (addr, secret, exe, bytes) = (
+            pool.global_addr.clone(),
+            pool.secret.clone(),
+            exe.clone(),
+            bytes.clone(),
+        );
+        async move {
+            let uploads: Vec<(&ExecutableRef, &[u8])> = if i == 0 {
+                vec![(&exe, bytes.as_slice())]
+            } else {
+                vec![]
+            };
+            match request_with_payload(&addr, &secret, &uploads, msg).await {
+                Ok((FromGlobal::Submitted { .. }, _)) => Ok(()),
+                Ok((other, _)) => Err(format!("submit {i}: {other:?}")),
+                Err(e) => Err(format!("submit {i}: {e}")),
+            }
+        }
+    };
+    if n == 0 {
+        return Ok(());
+    }
+    submit(0).await?;
+    let mut set = tokio::task::JoinSet::new();
+    for i in 1..n {
+        if set.len() >= 16
+            && let Some(r) = set.join_next().await
+        {
+            r??;
+        }
+        set.spawn(submit(i));
+    }
+    while let Some(r) = set.join_next().await {
+        r??;
+    }
+    Ok(())
+}
+
+/// `run.jobs` applications, one per machine, each defining a class and then
+/// adding one host and deleting it `run.rounds` times; the times from each
+/// `AddHosts` to its `HostsAdded`.
+async fn add_and_delete(fleet: &Fleet, run: &ScaleRun) -> Result<Latency> {
+    let mut set = tokio::task::JoinSet::new();
+    let mut apps = Vec::new();
+    for i in 0..run.jobs.min(fleet.len()) {
+        apps.push(fleet.attach(i, PATIENCE).await?);
+    }
+    for mut app in apps {
+        let rounds = run.rounds;
+        set.spawn(async move {
+            let define = Request::DefineClass {
+                name: "any".into(),
+                expression: "true".into(),
+                rank: None,
+                replace: false,
+            };
+            app.request(define)?;
+            match app
+                .event(PATIENCE)
+                .await
+                .map_err(|e| format!("DefineClass: {e}"))?
+            {
+                Event::Done { .. } => {}
+                other => return Err(format!("DefineClass: {other:?}")),
+            }
+            let mut times = Vec::with_capacity(rounds);
+            for _ in 0..rounds {
+                let add = Request::AddHosts {
+                    class: "any".into(),
+                    count: 1,
+                    increment: 1,
+                };
+                let t = Instant::now();
+                app.request(add)?;
+                let hosts = match app
+                    .event(PATIENCE)
+                    .await
+                    .map_err(|e| format!("AddHosts: {e}"))?
+                {
+                    Event::HostsAdded { hosts, .. } => hosts,
+                    other => return Err(format!("AddHosts: {other:?}")),
+                };
+                times.push(t.elapsed());
+                app.request(Request::DelHosts {
+                    hosts: hosts.iter().map(|h| h.host).collect(),
+                })?;
+                match app
+                    .event(PATIENCE)
+                    .await
+                    .map_err(|e| format!("DelHosts: {e}"))?
+                {
+                    Event::Done { .. } => {}
+                    other => return Err(format!("DelHosts: {other:?}")),
+                }
+            }
+            Ok::<_, String>(times)
+        });
+    }
+    let mut all = Vec::new();
+    while let Some(r) = set.join_next().await {
+        all.extend(r??);
+    }
+    if all.is_empty() {
+        return Err("no request was timed".into());
+    }
+    Ok(Latency::of(&all))
+}
+
+/// Times `run.statuses` whole-pool `status` calls, one after the other.
+async fn statuses(pool: &Pool, run: &ScaleRun) -> Result<Latency> {
+    let mut times = Vec::new();
+    for _ in 0..run.statuses.max(1) {
+        let t = Instant::now();
+        let machines = pool_status(&pool.global_addr, &pool.secret).await?;
+        times.push(t.elapsed());
+        if machines.len() != run.machines {
+            return Err(format!(
+                "status listed {} machines of {}",
+                machines.len(),
+                run.machines
+            )
+            .into());
+        }
+    }
+    Ok(Latency::of(&times))
+}
+
+/// Silences the last tenth of the machines at once; how long until `status`
+/// no longer lists them.
+async fn notice_silence(pool: &Pool, fleet: &Fleet, run: &ScaleRun) -> Result<Duration> {
+    let silent = run.machines / 10;
+    let t = Instant::now();
+    for i in run.machines - silent..run.machines {
+        fleet.vanish(i);
+    }
+    loop {
+        let listed = pool_status(&pool.global_addr, &pool.secret).await?.len();
+        if listed <= run.machines - silent {
+            return Ok(t.elapsed());
+        }
+        if t.elapsed() > PATIENCE {
+            return Err(format!("{listed} machines still listed after {PATIENCE:?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until `carmi q` answers with `jobs` jobs (after a restart).
+async fn queue_answers(pool: &Pool, jobs: usize) -> Result<()> {
+    let t = Instant::now();
+    loop {
+        if let Ok(FromGlobal::Queue(q)) =
+            request(&pool.global_addr, &pool.secret, None, ToGlobal::Queue).await
+            && q.len() >= jobs
+        {
+            return Ok(());
+        }
+        if t.elapsed() > PATIENCE {
+            return Err(format!("the queue did not come back within {PATIENCE:?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The global RM's process id, from its pid file or `/proc`.
+fn global_pid(pool: &Pool) -> Result<u32> {
+    let state = pool.dir.join("global-state");
+    for entry in std::fs::read_dir("/proc")?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let text = String::from_utf8_lossy(&cmdline);
+        if text.contains("carmi-global") && text.contains(&*state.to_string_lossy()) {
+            return Ok(pid);
+        }
+    }
+    Err("the global RM's process was not found".into())
+}
+
+/// Resident memory of `pid`, in MB.
+fn rss_mb(pid: u32) -> Result<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .ok_or("no VmRSS")?;
+    Ok(kb / 1024.0)
+}
+
+/// Bytes of the files directly in `dir` (the journal and its companions).
+fn dir_bytes(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| e.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// Raises the open-file limit (inherited by the global RM) to `want`, or
+/// says why it cannot.
+fn raise_fd_limit(want: u64) -> Result<()> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the struct passed.
+    let ok = unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && {
+            lim.rlim_cur = lim.rlim_cur.max(want.min(lim.rlim_max));
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0
+        }
+    };
+    if !ok || lim.rlim_cur < want {
+        return Err(format!(
+            "the scale benchmark needs {want} open files; the hard limit is {}",
+            lim.rlim_max
+        )
+        .into());
+    }
+    Ok(())
+}
