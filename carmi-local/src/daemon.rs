@@ -209,17 +209,7 @@ impl Daemon {
             "local RM started"
         );
         let epoch = Instant::now();
-        let owner = match settings.owner_source {
-            OwnerSource::Real => OwnerInput::Real(RealOwner::default()),
-            OwnerSource::Simulated => OwnerInput::Simulated(SimulatedOwner::new(0.0)),
-        };
-        tracing::info!(
-            source = ?settings.owner_source,
-            minute = settings.policy.minute,
-            start = %settings.policy.start,
-            suspend = %settings.policy.suspend,
-            "owner policy"
-        );
+        let owner = owner_input(&settings);
         let base_ad = machine.build(&sample_dynamic(&work_dir));
         let mut core = Core::new(slots);
         core.set_timers(settings.kill_grace, settings.heartbeat_fallback);
@@ -336,6 +326,21 @@ impl Daemon {
     pub async fn stopped(&self) {
         let mut rx = self.stopped.clone();
         let _ = rx.wait_for(|s| *s).await;
+    }
+}
+
+/// Where the owner's activity comes from, as `settings` say (logged with the policy).
+fn owner_input(settings: &Settings) -> OwnerInput {
+    tracing::info!(
+        source = ?settings.owner_source,
+        minute = settings.policy.minute,
+        start = %settings.policy.start,
+        suspend = %settings.policy.suspend,
+        "owner policy"
+    );
+    match settings.owner_source {
+        OwnerSource::Real => OwnerInput::Real(RealOwner::default()),
+        OwnerSource::Simulated => OwnerInput::Simulated(SimulatedOwner::new(0.0)),
     }
 }
 

@@ -8,23 +8,44 @@
 use std::fs::{self, File};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+
+use carmi_api::jobcred::JobCredential;
 
 use crate::isolation::{Account, as_account, give};
-use crate::spawn::{Capture, LaunchSpec, SpawnError};
 
-fn sb_err(path: &Path) -> impl FnOnce(std::io::Error) -> SpawnError + use<> {
-    let path = path.to_path_buf();
-    move |error| SpawnError::Sandbox { path, error }
+/// A file or directory of the sandbox that could not be made.
+#[derive(Debug)]
+pub(crate) struct SandboxError {
+    /// The file or directory.
+    pub path: PathBuf,
+    /// The cause.
+    pub error: std::io::Error,
 }
 
-/// Makes the sandbox of `spec` afresh, with the executable and input files
-/// in it; returns the executable's path there.
+/// What a process's sandbox is made of (from its launch).
+pub(crate) struct Contents<'a> {
+    /// The executable's name (`argv[0]`).
+    pub name: &'a str,
+    /// The executable to copy in.
+    pub program: &'a Path,
+    /// Files copied in by file name, from paths the submitter named.
+    pub input_files: &'a [PathBuf],
+    /// Files copied in from the cache under the given name.
+    pub input_copies: &'a [(PathBuf, String)],
+}
+
+fn sb_err(path: &Path) -> impl FnOnce(std::io::Error) -> SandboxError + use<> {
+    let path = path.to_path_buf();
+    move |error| SandboxError { path, error }
+}
+
+/// Makes the sandbox afresh, with the executable and input files in it;
+/// returns the executable's path there.
 pub(crate) fn prepare(
-    spec: &LaunchSpec,
+    spec: &Contents<'_>,
     sandbox: &Path,
     account: Option<&Account>,
-) -> Result<PathBuf, SpawnError> {
+) -> Result<PathBuf, SandboxError> {
     // Everything made here goes to the account, if any.
     let own = |path: &Path| match account {
         Some(a) => give(path, a).map_err(sb_err(path)),
@@ -38,15 +59,15 @@ pub(crate) fn prepare(
         fs::set_permissions(sandbox, fs::Permissions::from_mode(0o700)).map_err(sb_err(sandbox))?;
         own(sandbox)?;
     }
-    let exe = sandbox.join(sandbox_file_name(&spec.name));
+    let exe = sandbox.join(sandbox_file_name(spec.name));
     // A private copy rather than a hard link: a process that rewrote its
     // own file would otherwise corrupt the cache for every later job.
-    fs::copy(&spec.program, &exe).map_err(sb_err(&exe))?;
+    fs::copy(spec.program, &exe).map_err(sb_err(&exe))?;
     fs::set_permissions(&exe, fs::Permissions::from_mode(0o700)).map_err(sb_err(&exe))?;
     own(&exe)?;
-    for input in &spec.input_files {
+    for input in spec.input_files {
         let Some(name) = input.file_name() else {
-            return Err(SpawnError::Sandbox {
+            return Err(SandboxError {
                 path: input.clone(),
                 error: std::io::Error::other("an input file needs a file name"),
             });
@@ -68,10 +89,10 @@ pub(crate) fn prepare(
         fs::set_permissions(&to, fs::Permissions::from_mode(mode)).map_err(sb_err(&to))?;
         own(&to)?;
     }
-    for (from, name) in &spec.input_copies {
+    for (from, name) in spec.input_copies {
         // Named by the submitter: only a plain file name lands in the sandbox.
         let Some(base) = Path::new(name).file_name().filter(|b| *b == name.as_str()) else {
-            return Err(SpawnError::Sandbox {
+            return Err(SandboxError {
                 path: PathBuf::from(name),
                 error: std::io::Error::other("an input file's name must be a plain file name"),
             });
@@ -83,14 +104,14 @@ pub(crate) fn prepare(
     Ok(exe)
 }
 
-/// Where the process's standard output and error go: the files `spec`
-/// names (opened as the account), else the sandbox's, or pipes, or nothing.
-pub(crate) fn stdio(
-    spec: &LaunchSpec,
+/// The files for the process's standard output and error: those `chosen`
+/// names (opened as the account), else the sandbox's.
+pub(crate) fn output_files(
+    chosen: &(Option<PathBuf>, Option<PathBuf>),
     sandbox: &Path,
     account: Option<&Account>,
-) -> Result<(Stdio, Stdio), SpawnError> {
-    let open = |chosen: &Option<PathBuf>, default: &str| -> Result<File, SpawnError> {
+) -> Result<(File, File), SandboxError> {
+    let open = |chosen: &Option<PathBuf>, default: &str| -> Result<File, SandboxError> {
         let create = |path: &Path| {
             if let Some(dir) = path.parent() {
                 fs::create_dir_all(dir).map_err(sb_err(dir))?;
@@ -110,28 +131,21 @@ pub(crate) fn stdio(
             }
         }
     };
-    Ok(match spec.capture {
-        Capture::Files => (
-            open(&spec.stdio.0, "stdout")?.into(),
-            open(&spec.stdio.1, "stderr")?.into(),
-        ),
-        Capture::Pipes => (Stdio::piped(), Stdio::piped()),
-        Capture::Discard => (Stdio::null(), Stdio::null()),
-    })
+    Ok((open(&chosen.0, "stdout")?, open(&chosen.1, "stderr")?))
 }
 
 /// Writes the job's credential into the sandbox, readable by the process
 /// only; its path, for `CARMI_SECRET_FILE`.
 pub(crate) fn credential(
-    spec: &LaunchSpec,
+    credential: Option<&JobCredential>,
     sandbox: &Path,
     account: Option<&Account>,
-) -> Result<Option<PathBuf>, SpawnError> {
-    let Some(cred) = &spec.credential else {
+) -> Result<Option<PathBuf>, SandboxError> {
+    let Some(cred) = credential else {
         return Ok(None);
     };
     let path = sandbox.join(carmi_api::jobcred::FILE_NAME);
-    carmi_api::jobcred::write_file(&path, cred).map_err(|e| SpawnError::Sandbox {
+    carmi_api::jobcred::write_file(&path, cred).map_err(|e| SandboxError {
         path: path.clone(),
         error: std::io::Error::other(e.to_string()),
     })?;

@@ -40,6 +40,7 @@ use carmi_api::msg::ExitStatus;
 use tokio::sync::watch;
 
 use crate::orphans::{GroupRecords, Sweep};
+use crate::sandbox::SandboxError;
 
 pub use crate::orphans::alive;
 
@@ -153,6 +154,15 @@ pub enum SpawnError {
         /// How many accounts there are.
         count: usize,
     },
+}
+
+impl From<SandboxError> for SpawnError {
+    fn from(e: SandboxError) -> SpawnError {
+        SpawnError::Sandbox {
+            path: e.path,
+            error: e.error,
+        }
+    }
 }
 
 /// Starts processes in sandboxes under one work directory. Clones share
@@ -347,8 +357,21 @@ impl Launcher {
         lease: Option<&crate::isolation::Lease>,
     ) -> Result<(libc::pid_t, Option<OutputPipes>), SpawnError> {
         let account = lease.map(crate::isolation::Lease::account);
-        let exe = crate::sandbox::prepare(spec, sandbox, account)?;
-        let (stdout, stderr) = crate::sandbox::stdio(spec, sandbox, account)?;
+        let contents = crate::sandbox::Contents {
+            name: &spec.name,
+            program: &spec.program,
+            input_files: &spec.input_files,
+            input_copies: &spec.input_copies,
+        };
+        let exe = crate::sandbox::prepare(&contents, sandbox, account)?;
+        let (stdout, stderr): (Stdio, Stdio) = match spec.capture {
+            Capture::Files => {
+                let (out, err) = crate::sandbox::output_files(&spec.stdio, sandbox, account)?;
+                (out.into(), err.into())
+            }
+            Capture::Pipes => (Stdio::piped(), Stdio::piped()),
+            Capture::Discard => (Stdio::null(), Stdio::null()),
+        };
 
         let mut cmd = Command::new(&exe);
         cmd.arg0(&spec.name)
@@ -371,7 +394,8 @@ impl Launcher {
         for name in [ENV_TOKEN, ENV_SECRET, ENV_SECRET_FILE] {
             cmd.env_remove(name);
         }
-        if let Some(path) = crate::sandbox::credential(spec, sandbox, account)? {
+        if let Some(path) = crate::sandbox::credential(spec.credential.as_ref(), sandbox, account)?
+        {
             cmd.env(ENV_SECRET_FILE, &path);
         }
         if let Some(a) = account {

@@ -218,3 +218,83 @@ fn a_job_of_a_root_local_rm_cannot_read_its_keys_nor_another_jobs_sandbox() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// A local RM started as an ordinary user says at start-up, once, which
+/// isolation it cannot give. As root, the test runs it as `nobody` (with a
+/// copy of the executable and files of its own); otherwise as the test's user.
+#[test]
+fn a_local_rm_of_an_ordinary_user_says_once_what_isolation_it_cannot_give() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    let dir = carmi_tests::TempDir::new("isolation-plain");
+    let own = dir.path().join("own");
+    std::fs::create_dir_all(&own).unwrap();
+    // SAFETY: geteuid has no failure and no memory effects.
+    let root = unsafe { libc::geteuid() } == 0;
+    let nobody = 65534;
+    let secret = own.join("pool.secret");
+    carmi_api::files::write_private(
+        &secret,
+        &carmi_api::handshake::Secret::generate_text(),
+        false,
+    )
+    .unwrap();
+    let mut exe = carmi_tests::bin_dir().join("carmi-local");
+    if root {
+        let copy = dir.path().join("carmi-local");
+        std::fs::copy(&exe, &copy).unwrap();
+        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+        exe = copy;
+        for p in [&own, &secret] {
+            std::os::unix::fs::chown(p, Some(nobody), Some(nobody)).unwrap();
+        }
+    }
+    let log = dir.path().join("local.log");
+    let mut cmd = Command::new(&exe);
+    cmd.args(["--global", "127.0.0.1:9", "--secret"])
+        .arg(&secret)
+        .args([
+            "--name",
+            "plain",
+            "--slots",
+            "1",
+            "--owner",
+            "simulated",
+            "--work-dir",
+        ])
+        .arg(own.join("work"))
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap());
+    if root {
+        cmd.uid(nobody).gid(nobody);
+    }
+    let mut child = cmd.spawn().expect("start carmi-local");
+    let mut line = String::new();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let log = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(line.starts_with("listening on "), "{line:?}\n{log}");
+    let notices: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("started as the ordinary user"))
+        .collect();
+    assert_eq!(notices.len(), 1, "{log}");
+    for what in [
+        "key and token files",
+        "other jobs' sandboxes",
+        "start it as root",
+    ] {
+        assert!(notices[0].contains(what), "{what}: {}", notices[0]);
+    }
+    if root {
+        assert!(
+            notices[0].contains("`nobody` (uid 65534)"),
+            "{}",
+            notices[0]
+        );
+    }
+}
