@@ -42,6 +42,7 @@ use crate::procs::ProcTable;
 
 pub use ads::{Decoded, MAX_AD_ATTRIBUTES, MAX_AD_BYTES, count_attributes};
 
+mod absent;
 mod ads;
 mod anywhere;
 #[cfg(test)]
@@ -250,6 +251,9 @@ pub struct Router {
     next_waiter: u64,
     /// When users' usage was last journaled (`router/share.rs`).
     usage_journaled: Duration,
+    /// Set once what the journal left on machines still absent a loss
+    /// window after the start was settled (`absent`).
+    absent_expired: bool,
 }
 
 impl Router {
@@ -285,6 +289,7 @@ impl Router {
             dry_runs: HashMap::new(),
             next_waiter: 1,
             usage_journaled: Duration::ZERO,
+            absent_expired: false,
         }
     }
 

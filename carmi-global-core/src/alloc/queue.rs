@@ -137,7 +137,7 @@ impl Clusters {
     }
 
     /// The first waiting job of every cluster, in pass order.
-    fn heads(&self) -> BTreeMap<(usize, u64), (JobId, u64)> {
+    pub(super) fn heads(&self) -> BTreeMap<(usize, u64), (JobId, u64)> {
         self.members
             .iter()
             .filter_map(|(&id, (_, owner, jobs))| {

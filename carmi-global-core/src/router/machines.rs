@@ -100,6 +100,7 @@ impl Router {
             );
             self.machine_lost(&name, reason);
         }
+        self.expire_absent();
         self.settle_log_reads();
         self.pilot_tick();
     }

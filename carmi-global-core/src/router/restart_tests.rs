@@ -571,3 +571,84 @@ fn requests_the_killed_global_rm_never_read_fail_naming_them() {
         );
     }
 }
+
+/// Item 5: a host the job held, its worker running there, whose machine
+/// never comes back after the restart: once the heartbeat bound has passed
+/// (3 s here), the worker exits with `HostLost` (told to the root that
+/// spawned it) and the host leaves the job, journaled; before, silence.
+#[test]
+fn a_machine_that_never_returns_after_a_restart_loses_its_hosts_after_the_bound() {
+    use carmi_proto::msg::ExitStatus;
+
+    let (mut r, mut journal, root) = pool_and_job(2);
+    let (m0_host, m1_host) = (
+        r.allocator().machine_hosts("m0")[0],
+        r.allocator().machine_hosts("m1")[0],
+    );
+    let exclude = Request::ExcludeHosts {
+        class: "any".into(),
+        hosts: vec![m0_host],
+    };
+    journal.extend(ask(&mut r, 2, exclude).1);
+    let add = Request::AddHosts {
+        class: "any".into(),
+        count: 1,
+        increment: 1,
+    };
+    let (sends, records) = ask(&mut r, 3, add);
+    assert_eq!(added(&events_at(CONN, &sends), 3).0, [m1_host]);
+    journal.extend(records);
+    let spawn = Request::ClassSpawn {
+        executable: worker_exe(),
+        args: vec![],
+        target: SpawnTarget::Class("any".into()),
+        output: Default::default(),
+    };
+    let (_, records) = ask(&mut r, 4, spawn);
+    let worker = match &records[..] {
+        [Record::Spawned { process, .. }] => *process,
+        other => panic!("{other:?}"),
+    };
+    journal.extend(records);
+    let started = ToGlobal::Started {
+        process: worker,
+        result: Ok(()),
+    };
+    journal.extend(step(&mut r, |r| r.on_message(link(1), started, Duration::ZERO)).1);
+    // Only m0 comes back.
+    for (mut r, events, _) in restarted(&journal, 1, root, |_| vec![]) {
+        assert!(events.is_empty(), "{events:?}");
+        let beat = ToGlobal::Heartbeat {
+            update: String::new(),
+        };
+        let at = Duration::from_millis(2500);
+        step(&mut r, |r| r.on_message(link(0), beat, at));
+        let (sends, _) = step(&mut r, |r| r.on_tick(Duration::from_millis(2600)));
+        assert!(
+            events_at(CONN, &sends).is_empty(),
+            "within the bound: {sends:?}"
+        );
+        let (sends, records) = step(&mut r, |r| r.on_tick(Duration::from_millis(3001)));
+        let events = events_at(CONN, &sends);
+        assert!(
+            events.iter().any(|e| matches!(
+                e,
+                Event::ProcessExited {
+                    request: RequestId(4),
+                    process,
+                    status: ExitStatus::HostLost,
+                    ..
+                } if *process == worker
+            )),
+            "{events:?}"
+        );
+        assert!(
+            records.contains(&Record::Freed {
+                job: JobId(1),
+                host: m1_host
+            }),
+            "{records:?}"
+        );
+        assert_eq!(r.allocator().recorded_claims(), 0);
+    }
+}
