@@ -56,6 +56,8 @@ mod gone_tests;
 #[cfg(test)]
 mod hand_tests;
 #[cfg(test)]
+mod restart_gaps_tests;
+#[cfg(test)]
 mod restart_tests;
 pub use crate::bounds::{ENDED_LOGS, EVENTS_PER_JOB, HISTORY_LIMIT};
 mod hold;

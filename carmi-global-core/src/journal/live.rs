@@ -19,8 +19,11 @@ pub struct Live {
     jobs: std::collections::BTreeMap<JobId, (Record, Option<Record>)>,
     /// Classes defined at run time by live jobs: their last `ClassDefined`.
     classes: std::collections::BTreeMap<(JobId, String), Record>,
-    /// Processes spawned and not exited, by id, with their record.
+    /// Processes spawned by live jobs, by id, with their record.
     processes: std::collections::BTreeMap<ProcessId, Record>,
+    /// Of those, the ones that exited: their `Exited` record with its
+    /// status (so that a restart still lists them, issue 15 item 4).
+    exited: std::collections::BTreeMap<ProcessId, Record>,
     /// The last ended jobs' `History` records, oldest first.
     history: std::collections::VecDeque<Record>,
     /// Live jobs' events, the last [`EVENTS_PER_JOB`] of each.
@@ -135,6 +138,7 @@ impl Live {
                 }
                 for p in self.by_job.remove(job).unwrap_or_default() {
                     self.processes.remove(&p);
+                    self.exited.remove(&p);
                 }
                 self.classes.retain(|(j, _), _| j != job);
                 self.forget_requests(*job);
@@ -152,13 +156,20 @@ impl Live {
             }
             Record::Spawned { process, job, .. } => {
                 self.next_process = self.next_process.max(process.0 + 1);
+                self.exited.remove(process);
                 if let Some(old) = self.processes.insert(*process, r.clone()) {
                     self.forget_process(*process, &old);
                 }
                 self.by_job.entry(*job).or_default().insert(*process);
             }
-            Record::Exited { process } => {
-                if let Some(old) = self.processes.remove(process) {
+            Record::Exited {
+                process, status, ..
+            } => {
+                if status.is_some() && self.processes.contains_key(process) {
+                    // Kept, with how it ended, while its job lives.
+                    self.exited.insert(*process, r.clone());
+                } else if let Some(old) = self.processes.remove(process) {
+                    self.exited.remove(process);
                     self.forget_process(*process, &old);
                 }
                 let gone: Vec<_> = self
@@ -186,6 +197,7 @@ impl Live {
                 }
                 for p in self.by_job.remove(job).unwrap_or_default() {
                     self.processes.remove(&p);
+                    self.exited.remove(&p);
                 }
                 self.classes.retain(|(j, _), _| j != job);
                 self.forget_requests(*job);
@@ -288,6 +300,7 @@ impl Live {
             + self.started
             + self.classes.len()
             + self.processes.len()
+            + self.exited.len()
             + self.events.len()
             + self.ended_events.len()
             + self.outstanding.len()
@@ -347,6 +360,7 @@ impl Live {
         );
         out.extend(self.claims.values().cloned());
         out.extend(self.processes.values().cloned());
+        out.extend(self.exited.values().cloned());
         out.extend(self.outstanding.values().cloned());
         out.extend(self.pilots.clone());
         out

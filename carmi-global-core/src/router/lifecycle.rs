@@ -74,7 +74,11 @@ impl Router {
         let (host, origin) = (proc.host, proc.origin);
         if host.is_some() {
             self.out
-                .push(Output::Journal(crate::journal::Record::Exited { process }));
+                .push(Output::Journal(crate::journal::Record::Exited {
+                    process,
+                    status: Some(status.clone()),
+                    cpu_seconds,
+                }));
         }
         self.recovered.remove(&process);
         self.forget_lost(Some(process), None);

@@ -8,6 +8,7 @@
 
 use carmi_proto::ids::ProcessId;
 use carmi_proto::limits;
+use carmi_proto::msg::ProcessState;
 use tracing::{info, warn};
 
 use super::anywhere::master_ad;
@@ -160,10 +161,26 @@ impl Router {
                 self.procs.insert(process, proc);
                 self.recovered.insert(process, (job, class));
             }
-            Record::Exited { process } => {
-                self.procs.remove(process);
+            Record::Exited {
+                process,
+                status,
+                cpu_seconds,
+            } => {
                 self.recovered.remove(&process);
                 self.forget_lost(Some(process), None);
+                match status {
+                    // Still listed, with how it ended (issue 15 item 4).
+                    Some(status) if self.procs.find(process).is_some() => {
+                        let state = ProcessState::Exited {
+                            status,
+                            cpu_seconds,
+                        };
+                        self.procs.set_state(process, state);
+                    }
+                    _ => {
+                        self.procs.remove(process);
+                    }
+                }
             }
             Record::Outstanding {
                 job,

@@ -15,11 +15,11 @@ use super::{LinkId, Router, RouterConfig};
 use crate::journal::{self, Record};
 
 /// The link of machine `m{i}`.
-fn link(i: usize) -> LinkId {
+pub(super) fn link(i: usize) -> LinkId {
     LinkId(i as u64 + 1)
 }
 
-fn attach(process: Option<ProcessId>) -> ToGlobal {
+pub(super) fn attach(process: Option<ProcessId>) -> ToGlobal {
     ToGlobal::AppAttach {
         conn: CONN,
         job: process.map(|_| JobId(1)),
@@ -30,7 +30,7 @@ fn attach(process: Option<ProcessId>) -> ToGlobal {
 
 /// `n` one-slot machines `m0`... and a job started by hand at `m0` with
 /// class `any`: the router, the journal so far and the root process.
-fn pool_and_job(n: usize) -> (Router, Vec<Record>, ProcessId) {
+pub(super) fn pool_and_job(n: usize) -> (Router, Vec<Record>, ProcessId) {
     let mut r = Router::new(RouterConfig::default());
     let mut journal = Vec::new();
     for i in 0..n {
@@ -56,7 +56,11 @@ fn pool_and_job(n: usize) -> (Router, Vec<Record>, ProcessId) {
 }
 
 /// Sends one forwarded request of the root; its sends and records.
-fn ask(r: &mut Router, id: u64, body: Request) -> (Vec<(LinkId, FromGlobal)>, Vec<Record>) {
+pub(super) fn ask(
+    r: &mut Router,
+    id: u64,
+    body: Request,
+) -> (Vec<(LinkId, FromGlobal)>, Vec<Record>) {
     let msg = ToGlobal::Forward {
         conn: CONN,
         id: RequestId(id),
@@ -66,7 +70,7 @@ fn ask(r: &mut Router, id: u64, body: Request) -> (Vec<(LinkId, FromGlobal)>, Ve
 }
 
 /// The events delivered at `conn` among `sends`.
-fn events_at(conn: ConnId, sends: &[(LinkId, FromGlobal)]) -> Vec<Event> {
+pub(super) fn events_at(conn: ConnId, sends: &[(LinkId, FromGlobal)]) -> Vec<Event> {
     sends
         .iter()
         .filter_map(|(_, m)| match m {
@@ -77,7 +81,7 @@ fn events_at(conn: ConnId, sends: &[(LinkId, FromGlobal)]) -> Vec<Event> {
 }
 
 /// The hosts of `HostsAdded` events for request `id`, and the last `remaining`.
-fn added(events: &[Event], id: u64) -> (Vec<HostId>, Option<u32>) {
+pub(super) fn added(events: &[Event], id: u64) -> (Vec<HostId>, Option<u32>) {
     let mut hosts = Vec::new();
     let mut left = None;
     for e in events {
@@ -99,7 +103,7 @@ fn added(events: &[Event], id: u64) -> (Vec<HostId>, Option<u32>) {
 /// `m0`..`m{n-1}` registered again (`running` says what each still runs)
 /// and the root attached again; with the root's events at its attach and
 /// the records written then.
-fn restarted(
+pub(super) fn restarted(
     journal: &[Record],
     n: usize,
     root: ProcessId,
@@ -569,86 +573,5 @@ fn requests_the_killed_global_rm_never_read_fail_naming_them() {
                 (10, FailureCode::Unavailable, message(10))
             ]
         );
-    }
-}
-
-/// Item 5: a host the job held, its worker running there, whose machine
-/// never comes back after the restart: once the heartbeat bound has passed
-/// (3 s here), the worker exits with `HostLost` (told to the root that
-/// spawned it) and the host leaves the job, journaled; before, silence.
-#[test]
-fn a_machine_that_never_returns_after_a_restart_loses_its_hosts_after_the_bound() {
-    use carmi_proto::msg::ExitStatus;
-
-    let (mut r, mut journal, root) = pool_and_job(2);
-    let (m0_host, m1_host) = (
-        r.allocator().machine_hosts("m0")[0],
-        r.allocator().machine_hosts("m1")[0],
-    );
-    let exclude = Request::ExcludeHosts {
-        class: "any".into(),
-        hosts: vec![m0_host],
-    };
-    journal.extend(ask(&mut r, 2, exclude).1);
-    let add = Request::AddHosts {
-        class: "any".into(),
-        count: 1,
-        increment: 1,
-    };
-    let (sends, records) = ask(&mut r, 3, add);
-    assert_eq!(added(&events_at(CONN, &sends), 3).0, [m1_host]);
-    journal.extend(records);
-    let spawn = Request::ClassSpawn {
-        executable: worker_exe(),
-        args: vec![],
-        target: SpawnTarget::Class("any".into()),
-        output: Default::default(),
-    };
-    let (_, records) = ask(&mut r, 4, spawn);
-    let worker = match &records[..] {
-        [Record::Spawned { process, .. }] => *process,
-        other => panic!("{other:?}"),
-    };
-    journal.extend(records);
-    let started = ToGlobal::Started {
-        process: worker,
-        result: Ok(()),
-    };
-    journal.extend(step(&mut r, |r| r.on_message(link(1), started, Duration::ZERO)).1);
-    // Only m0 comes back.
-    for (mut r, events, _) in restarted(&journal, 1, root, |_| vec![]) {
-        assert!(events.is_empty(), "{events:?}");
-        let beat = ToGlobal::Heartbeat {
-            update: String::new(),
-        };
-        let at = Duration::from_millis(2500);
-        step(&mut r, |r| r.on_message(link(0), beat, at));
-        let (sends, _) = step(&mut r, |r| r.on_tick(Duration::from_millis(2600)));
-        assert!(
-            events_at(CONN, &sends).is_empty(),
-            "within the bound: {sends:?}"
-        );
-        let (sends, records) = step(&mut r, |r| r.on_tick(Duration::from_millis(3001)));
-        let events = events_at(CONN, &sends);
-        assert!(
-            events.iter().any(|e| matches!(
-                e,
-                Event::ProcessExited {
-                    request: RequestId(4),
-                    process,
-                    status: ExitStatus::HostLost,
-                    ..
-                } if *process == worker
-            )),
-            "{events:?}"
-        );
-        assert!(
-            records.contains(&Record::Freed {
-                job: JobId(1),
-                host: m1_host
-            }),
-            "{records:?}"
-        );
-        assert_eq!(r.allocator().recorded_claims(), 0);
     }
 }
