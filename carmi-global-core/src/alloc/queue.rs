@@ -47,13 +47,16 @@ use carmi_proto::ids::JobId;
 use super::{Allocator, HostId, Phase, SlotState};
 use crate::alloc::jobs::ClassLimits;
 
+/// A cluster's signature, owner, and waiting jobs (submit order, job).
+type Members = (String, String, BTreeSet<(u64, JobId)>);
+
 /// Waiting jobs by cluster.
 #[derive(Debug, Default)]
 pub(super) struct Clusters {
     /// Signature -> cluster id.
     by_signature: HashMap<String, u64>,
     /// Cluster id -> its signature, its owner and its waiting jobs by submit order.
-    members: HashMap<u64, (String, String, BTreeSet<(u64, JobId)>)>,
+    members: HashMap<u64, Members>,
     /// Each waiting job's cluster.
     of_job: HashMap<JobId, u64>,
     next: u64,

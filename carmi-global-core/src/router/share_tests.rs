@@ -128,7 +128,7 @@ fn a_priority_factor_set_by_an_admin_is_journaled_and_put_back() {
     let factors = Record::Factors {
         users: vec![("alice".into(), 2.5)],
     };
-    assert_eq!(records, [factors.clone()]);
+    assert_eq!(records, std::slice::from_ref(&factors));
     assert_eq!(r.alloc.user_usage("alice").factor, 2.5);
     let older = Record::Factors {
         users: vec![("bob".into(), 3.0)],
