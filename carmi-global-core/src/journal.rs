@@ -86,6 +86,14 @@ pub enum Record {
         #[serde(default)]
         executable: Option<String>,
     },
+    /// A spawned process was reported started and its spawner told: a
+    /// restart does not tell it again, and one never reported (its
+    /// `Started` in flight when the global RM died) is told when its
+    /// machine lists it running again.
+    Running {
+        /// The process.
+        process: ProcessId,
+    },
     /// A spawned process ended.
     Exited {
         /// The process.

@@ -24,6 +24,8 @@ pub struct Live {
     /// Of those, the ones that exited: their `Exited` record with its
     /// status (so that a restart still lists them, issue 15 item 4).
     exited: std::collections::BTreeMap<ProcessId, Record>,
+    /// Of those, the ones reported started: their `Running` record.
+    running: std::collections::BTreeMap<ProcessId, Record>,
     /// The last ended jobs' `History` records, oldest first.
     history: std::collections::VecDeque<Record>,
     /// Live jobs' events, the last [`EVENTS_PER_JOB`] of each.
@@ -139,6 +141,7 @@ impl Live {
                 for p in self.by_job.remove(job).unwrap_or_default() {
                     self.processes.remove(&p);
                     self.exited.remove(&p);
+                    self.running.remove(&p);
                 }
                 self.classes.retain(|(j, _), _| j != job);
                 self.forget_requests(*job);
@@ -157,14 +160,21 @@ impl Live {
             Record::Spawned { process, job, .. } => {
                 self.next_process = self.next_process.max(process.0 + 1);
                 self.exited.remove(process);
+                self.running.remove(process);
                 if let Some(old) = self.processes.insert(*process, r.clone()) {
                     self.forget_process(*process, &old);
                 }
                 self.by_job.entry(*job).or_default().insert(*process);
             }
+            Record::Running { process } => {
+                if self.processes.contains_key(process) && !self.exited.contains_key(process) {
+                    self.running.insert(*process, r.clone());
+                }
+            }
             Record::Exited {
                 process, status, ..
             } => {
+                self.running.remove(process);
                 if status.is_some() && self.processes.contains_key(process) {
                     // Kept, with how it ended, while its job lives.
                     self.exited.insert(*process, r.clone());
@@ -198,6 +208,7 @@ impl Live {
                 for p in self.by_job.remove(job).unwrap_or_default() {
                     self.processes.remove(&p);
                     self.exited.remove(&p);
+                    self.running.remove(&p);
                 }
                 self.classes.retain(|(j, _), _| j != job);
                 self.forget_requests(*job);
@@ -301,6 +312,7 @@ impl Live {
             + self.classes.len()
             + self.processes.len()
             + self.exited.len()
+            + self.running.len()
             + self.events.len()
             + self.ended_events.len()
             + self.outstanding.len()
@@ -360,6 +372,7 @@ impl Live {
         );
         out.extend(self.claims.values().cloned());
         out.extend(self.processes.values().cloned());
+        out.extend(self.running.values().cloned());
         out.extend(self.exited.values().cloned());
         out.extend(self.outstanding.values().cloned());
         out.extend(self.pilots.clone());

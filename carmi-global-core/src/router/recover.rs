@@ -156,10 +156,21 @@ impl Router {
                 }
                 let mut proc = new_proc(job, false);
                 proc.host = Some(host);
+                // Running once a `Running` record or its machine says so.
+                proc.state = ProcessState::Starting;
                 proc.origin = origin;
                 proc.executable = executable;
                 self.procs.insert(process, proc);
                 self.recovered.insert(process, (job, class));
+            }
+            Record::Running { process } => {
+                if self
+                    .procs
+                    .find(process)
+                    .is_some_and(|p| p.state == ProcessState::Starting)
+                {
+                    self.procs.set_state(process, ProcessState::Running);
+                }
             }
             Record::Exited {
                 process,

@@ -158,3 +158,60 @@ fn an_exited_process_keeps_its_exit_status_across_a_restart() {
         }
     }
 }
+
+/// Item 4: a worker's `Started` was in flight when the global RM died, so
+/// its spawner was never told: when its machine lists it running after the
+/// restart, the spawner gets `ProcessStarted` (once); a worker whose start
+/// was told before the restart is not told again.
+#[test]
+fn a_process_started_in_flight_at_the_kill_is_told_once_after_the_restart() {
+    for told_before in [false, true] {
+        let (mut r, mut journal, root) = pool_and_job(1);
+        let add = Request::AddHosts {
+            class: "any".into(),
+            count: 1,
+            increment: 1,
+        };
+        journal.extend(ask(&mut r, 2, add).1);
+        let spawn = Request::ClassSpawn {
+            executable: worker_exe(),
+            args: vec![],
+            target: SpawnTarget::Class("any".into()),
+            output: Default::default(),
+        };
+        let (_, records) = ask(&mut r, 3, spawn);
+        let (worker, host) = match &records[..] {
+            [Record::Spawned { process, host, .. }] => (*process, *host),
+            other => panic!("{other:?}"),
+        };
+        journal.extend(records);
+        if told_before {
+            let started = ToGlobal::Started {
+                process: worker,
+                result: Ok(()),
+            };
+            let (sends, records) = step(&mut r, |r| r.on_message(link(0), started, Duration::ZERO));
+            assert_eq!(events_at(CONN, &sends).len(), 1);
+            journal.extend(records);
+        }
+        for (_, events, _) in restarted(&journal, 1, root, |_| vec![worker]) {
+            let told: Vec<&Event> = events
+                .iter()
+                .filter(|e| matches!(e, Event::ProcessStarted { .. }))
+                .collect();
+            if told_before {
+                assert!(told.is_empty(), "told twice: {events:?}");
+            } else {
+                assert_eq!(
+                    told,
+                    [&Event::ProcessStarted {
+                        request: RequestId(3),
+                        process: worker,
+                        host
+                    }],
+                    "{events:?}"
+                );
+            }
+        }
+    }
+}
