@@ -157,40 +157,8 @@ impl Live {
                     .or_insert((seq, Vec::new()));
                 e.1 = hosts.clone();
             }
-            Record::Spawned { process, job, .. } => {
-                self.next_process = self.next_process.max(process.0 + 1);
-                self.exited.remove(process);
-                self.running.remove(process);
-                if let Some(old) = self.processes.insert(*process, r.clone()) {
-                    self.forget_process(*process, &old);
-                }
-                self.by_job.entry(*job).or_default().insert(*process);
-            }
-            Record::Running { process } => {
-                if self.processes.contains_key(process) && !self.exited.contains_key(process) {
-                    self.running.insert(*process, r.clone());
-                }
-            }
-            Record::Exited {
-                process, status, ..
-            } => {
-                self.running.remove(process);
-                if status.is_some() && self.processes.contains_key(process) {
-                    // Kept, with how it ended, while its job lives.
-                    self.exited.insert(*process, r.clone());
-                } else if let Some(old) = self.processes.remove(process) {
-                    self.exited.remove(process);
-                    self.forget_process(*process, &old);
-                }
-                let gone: Vec<_> = self
-                    .outstanding
-                    .range((*process, RequestId(0))..)
-                    .take_while(|((p, _), _)| p == process)
-                    .map(|(k, _)| *k)
-                    .collect();
-                for k in gone {
-                    self.outstanding.remove(&k);
-                }
+            Record::Spawned { .. } | Record::Running { .. } | Record::Exited { .. } => {
+                self.apply_process(r)
             }
             Record::Counters {
                 next_job,
@@ -288,6 +256,48 @@ impl Live {
             keep
         });
         self.excluded_len -= gone;
+    }
+
+    /// A process's records: spawned, reported started, exited.
+    fn apply_process(&mut self, r: &Record) {
+        match r {
+            Record::Spawned { process, job, .. } => {
+                self.next_process = self.next_process.max(process.0 + 1);
+                self.exited.remove(process);
+                self.running.remove(process);
+                if let Some(old) = self.processes.insert(*process, r.clone()) {
+                    self.forget_process(*process, &old);
+                }
+                self.by_job.entry(*job).or_default().insert(*process);
+            }
+            Record::Running { process } => {
+                if self.processes.contains_key(process) && !self.exited.contains_key(process) {
+                    self.running.insert(*process, r.clone());
+                }
+            }
+            Record::Exited {
+                process, status, ..
+            } => {
+                self.running.remove(process);
+                if status.is_some() && self.processes.contains_key(process) {
+                    // Kept, with how it ended, while its job lives.
+                    self.exited.insert(*process, r.clone());
+                } else if let Some(old) = self.processes.remove(process) {
+                    self.exited.remove(process);
+                    self.forget_process(*process, &old);
+                }
+                let gone: Vec<_> = self
+                    .outstanding
+                    .range((*process, RequestId(0))..)
+                    .take_while(|((p, _), _)| p == process)
+                    .map(|(k, _)| *k)
+                    .collect();
+                for k in gone {
+                    self.outstanding.remove(&k);
+                }
+            }
+            _ => {}
+        }
     }
 
     /// Drops `process` (whose record was `old`) from its job's set.
