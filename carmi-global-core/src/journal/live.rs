@@ -270,10 +270,10 @@ impl Live {
                 }
                 self.by_job.entry(*job).or_default().insert(*process);
             }
-            Record::Running { process } => {
-                if self.processes.contains_key(process) && !self.exited.contains_key(process) {
-                    self.running.insert(*process, r.clone());
-                }
+            Record::Running { process }
+                if self.processes.contains_key(process) && !self.exited.contains_key(process) =>
+            {
+                self.running.insert(*process, r.clone());
             }
             Record::Exited {
                 process, status, ..
