@@ -18,7 +18,7 @@ pub struct UserPrioArgs {
     pool: PoolArgs,
     /// Set USER's priority factor to F (a positive number; 1 is the
     /// default; admin only), then list the users
-    #[arg(long, num_args = 2, value_names = ["USER", "F"])]
+    #[arg(long, num_args = 2, value_names = ["USER", "F"], allow_negative_numbers = true)]
     set_factor: Option<Vec<String>>,
     /// Print JSON.
     #[arg(long)]

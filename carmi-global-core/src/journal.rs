@@ -30,7 +30,7 @@
 
 use carmi_proto::events::JobEvent;
 use carmi_proto::ids::{HostId, JobId, ProcessId, RequestId};
-use carmi_proto::msg::{JobRecord, Request, SubmitRequest};
+use carmi_proto::msg::{ExitStatus, JobRecord, Request, SubmitRequest};
 use serde::{Deserialize, Serialize};
 
 use crate::alloc::ReqRef;
@@ -86,10 +86,26 @@ pub enum Record {
         #[serde(default)]
         executable: Option<String>,
     },
+    /// A spawned process was reported started and its spawner told: a
+    /// restart does not tell it again, and one never reported (its
+    /// `Started` in flight when the global RM died) is told when its
+    /// machine lists it running again.
+    Running {
+        /// The process.
+        process: ProcessId,
+    },
     /// A spawned process ended.
     Exited {
         /// The process.
         process: ProcessId,
+        /// How (absent in older journals, whose exited processes a restart
+        /// forgets): with it, `ProcessInfo` and `Processes` still list the
+        /// process with its exit status after a restart, while its job lives.
+        #[serde(default)]
+        status: Option<ExitStatus>,
+        /// CPU seconds it used.
+        #[serde(default)]
+        cpu_seconds: f64,
     },
     /// A job left the queue: how, for `carmi history` (written before its
     /// `Ended`, and by compactions for the last
@@ -421,8 +437,11 @@ mod tests {
                 hosts: vec![HostId(1), HostId(2)],
             },
             Record::Ended { job: JobId(1) },
+            // As an older journal wrote it, without its status: forgotten.
             Record::Exited {
                 process: ProcessId(6),
+                status: None,
+                cpu_seconds: 0.0,
             },
         ];
         // The count kept as records are applied agrees with the records, at every step.
@@ -448,6 +467,23 @@ mod tests {
         // Compacting a compacted journal changes nothing.
         assert_eq!(Live::of(&live).records(), live);
         assert_eq!(Live::of(&live).len(), live.len());
+        // With its status (issue 15 item 4) the exited process of a live
+        // job is kept, so that a restart still lists it.
+        let mut with_status = records.clone();
+        let exited = Record::Exited {
+            process: ProcessId(6),
+            status: Some(ExitStatus::Code(0)),
+            cpu_seconds: 0.5,
+        };
+        *with_status.last_mut().expect("records") = exited.clone();
+        let kept = Live::of(&with_status);
+        assert_eq!(kept.len(), kept.records().len());
+        let kept = kept.records();
+        assert_eq!(&kept[..live.len()], &live[..]);
+        assert!(matches!(
+            &kept[live.len()..],
+            [Record::Spawned { process: ProcessId(6), .. }, e] if *e == exited
+        ));
     }
 
     #[test]
@@ -482,6 +518,8 @@ mod tests {
             },
             Record::Exited {
                 process: ProcessId(5),
+                status: None,
+                cpu_seconds: 0.0,
             },
             Record::ClassRemoved {
                 job: JobId(1),

@@ -42,6 +42,7 @@ use crate::procs::ProcTable;
 
 pub use ads::{Decoded, MAX_AD_ATTRIBUTES, MAX_AD_BYTES, count_attributes};
 
+mod absent;
 mod ads;
 mod anywhere;
 #[cfg(test)]
@@ -54,6 +55,8 @@ mod gone;
 mod gone_tests;
 #[cfg(test)]
 mod hand_tests;
+#[cfg(test)]
+mod restart_gaps_tests;
 #[cfg(test)]
 mod restart_tests;
 pub use crate::bounds::{ENDED_LOGS, EVENTS_PER_JOB, HISTORY_LIMIT};
@@ -263,6 +266,9 @@ pub struct Router {
     usage_journaled: Duration,
     /// Attributes running jobs published (`router/job_attrs.rs`).
     job_attrs: job_attrs::JobAttrs,
+    /// Set once what the journal left on machines still absent a loss
+    /// window after the start was settled (`absent`).
+    absent_expired: bool,
 }
 
 impl Router {
@@ -300,6 +306,7 @@ impl Router {
             next_waiter: 1,
             usage_journaled: Duration::ZERO,
             job_attrs: Default::default(),
+            absent_expired: false,
         }
     }
 

@@ -202,17 +202,12 @@ impl Allocator {
     /// The first waiting job that could ever start: the one whose minimums
     /// idle slots are kept for, and which alone may take hosts from running jobs.
     pub(super) fn head(&mut self) -> Option<JobId> {
-        let mut after: Option<u64> = None;
-        loop {
-            let next = match after {
-                None => self.queue.iter().next(),
-                Some(seq) => self.queue.range(seq + 1..).next(),
-            };
-            let (seq, job) = next.map(|(&s, &j)| (s, j))?;
-            if self.possible(job) {
-                return Some(job);
-            }
-            after = Some(seq);
-        }
+        // In pass order (users by priority, then submit order); jobs of one
+        // cluster are possible or not alike, so their first one answers.
+        let heads = self.clusters.heads();
+        heads
+            .into_values()
+            .map(|(job, _)| job)
+            .find(|&job| self.possible(job))
     }
 }

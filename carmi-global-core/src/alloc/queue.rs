@@ -47,8 +47,8 @@ use carmi_proto::ids::JobId;
 use super::{Allocator, HostId, Phase, SlotState};
 use crate::alloc::jobs::ClassLimits;
 
-/// A cluster: its signature, its owner and its waiting jobs by submit order.
-type Cluster = (String, String, BTreeSet<(u64, JobId)>);
+/// A cluster's signature, owner, and waiting jobs (submit order, job).
+type Members = (String, String, BTreeSet<(u64, JobId)>);
 
 /// Waiting jobs by cluster.
 #[derive(Debug, Default)]
@@ -56,7 +56,7 @@ pub(super) struct Clusters {
     /// Signature -> cluster id.
     by_signature: HashMap<String, u64>,
     /// Cluster id -> its signature, its owner and its waiting jobs by submit order.
-    members: HashMap<u64, Cluster>,
+    members: HashMap<u64, Members>,
     /// Each waiting job's cluster.
     of_job: HashMap<JobId, u64>,
     next: u64,
@@ -140,7 +140,7 @@ impl Clusters {
     }
 
     /// The first waiting job of every cluster, in pass order.
-    fn heads(&self) -> BTreeMap<(usize, u64), (JobId, u64)> {
+    pub(super) fn heads(&self) -> BTreeMap<(usize, u64), (JobId, u64)> {
         self.members
             .iter()
             .filter_map(|(&id, (_, owner, jobs))| {

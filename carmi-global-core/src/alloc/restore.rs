@@ -7,7 +7,7 @@
 
 use carmi_proto::ids::{HostId, JobId};
 
-use super::{Allocator, Effect, Phase, ReqRef};
+use super::{Allocator, Effect, HostChange, HostChangeKind, Phase, ReleaseCause, ReqRef, SubKind};
 
 impl Allocator {
     /// Replays a host the journal says `job` held for `class`: it is given
@@ -67,6 +67,59 @@ impl Allocator {
             self.host_changes.truncate(changes);
         }
         rest
+    }
+
+    /// The heartbeat bound passed after a restart: every host still waiting
+    /// for its machine to register (see [`Allocator::remember_claim`]) is
+    /// reported lost to its job, as a lost machine's would be (`Deleted` to
+    /// its `DeleteNotify` subscriptions, `Released` so that its processes
+    /// there exit, a host change for the job's log); returns how many.
+    pub fn expire_recorded_claims(&mut self) -> usize {
+        let claims = std::mem::take(&mut self.recorded_claims);
+        let n = claims.len();
+        for (host, (job, _)) in claims {
+            let reason = ReleaseCause::Lost.reason(&self.host_name(host));
+            let Some(j) = self.jobs.get_mut(&job) else {
+                continue;
+            };
+            for sub in &mut j.subs {
+                match &mut sub.kind {
+                    SubKind::Delete(set) => {
+                        if set.remove(&host) {
+                            self.effects.push(Effect::Deleted {
+                                job,
+                                request: sub.req,
+                                host,
+                                reason: reason.clone(),
+                            });
+                        }
+                    }
+                    SubKind::Suspend(set) | SubKind::Resume(set) => {
+                        set.remove(&host);
+                    }
+                    SubKind::Add(_) => {}
+                }
+            }
+            j.retain_subs(|s| match &s.kind {
+                SubKind::Add(_) => true,
+                SubKind::Delete(set) | SubKind::Suspend(set) | SubKind::Resume(set) => {
+                    !set.is_empty()
+                }
+            });
+            self.host_changes.push(HostChange {
+                job,
+                host,
+                kind: HostChangeKind::Removed(ReleaseCause::Lost),
+            });
+            self.effects.push(Effect::Released {
+                job,
+                host,
+                cause: ReleaseCause::Lost,
+            });
+            // The job may lack a minimum now.
+            self.dirty = true;
+        }
+        n
     }
 
     /// Forgets the acceptance of `req` just made (a subscription served

@@ -19,8 +19,13 @@ pub struct Live {
     jobs: std::collections::BTreeMap<JobId, (Record, Option<Record>)>,
     /// Classes defined at run time by live jobs: their last `ClassDefined`.
     classes: std::collections::BTreeMap<(JobId, String), Record>,
-    /// Processes spawned and not exited, by id, with their record.
+    /// Processes spawned by live jobs, by id, with their record.
     processes: std::collections::BTreeMap<ProcessId, Record>,
+    /// Of those, the ones that exited: their `Exited` record with its
+    /// status (so that a restart still lists them, issue 15 item 4).
+    exited: std::collections::BTreeMap<ProcessId, Record>,
+    /// Of those, the ones reported started: their `Running` record.
+    running: std::collections::BTreeMap<ProcessId, Record>,
     /// The last ended jobs' `History` records, oldest first.
     history: std::collections::VecDeque<Record>,
     /// Live jobs' events, the last [`EVENTS_PER_JOB`] of each.
@@ -135,6 +140,8 @@ impl Live {
                 }
                 for p in self.by_job.remove(job).unwrap_or_default() {
                     self.processes.remove(&p);
+                    self.exited.remove(&p);
+                    self.running.remove(&p);
                 }
                 self.classes.retain(|(j, _), _| j != job);
                 self.forget_requests(*job);
@@ -150,26 +157,8 @@ impl Live {
                     .or_insert((seq, Vec::new()));
                 e.1 = hosts.clone();
             }
-            Record::Spawned { process, job, .. } => {
-                self.next_process = self.next_process.max(process.0 + 1);
-                if let Some(old) = self.processes.insert(*process, r.clone()) {
-                    self.forget_process(*process, &old);
-                }
-                self.by_job.entry(*job).or_default().insert(*process);
-            }
-            Record::Exited { process } => {
-                if let Some(old) = self.processes.remove(process) {
-                    self.forget_process(*process, &old);
-                }
-                let gone: Vec<_> = self
-                    .outstanding
-                    .range((*process, RequestId(0))..)
-                    .take_while(|((p, _), _)| p == process)
-                    .map(|(k, _)| *k)
-                    .collect();
-                for k in gone {
-                    self.outstanding.remove(&k);
-                }
+            Record::Spawned { .. } | Record::Running { .. } | Record::Exited { .. } => {
+                self.apply_process(r)
             }
             Record::Counters {
                 next_job,
@@ -186,6 +175,8 @@ impl Live {
                 }
                 for p in self.by_job.remove(job).unwrap_or_default() {
                     self.processes.remove(&p);
+                    self.exited.remove(&p);
+                    self.running.remove(&p);
                 }
                 self.classes.retain(|(j, _), _| j != job);
                 self.forget_requests(*job);
@@ -267,6 +258,48 @@ impl Live {
         self.excluded_len -= gone;
     }
 
+    /// A process's records: spawned, reported started, exited.
+    fn apply_process(&mut self, r: &Record) {
+        match r {
+            Record::Spawned { process, job, .. } => {
+                self.next_process = self.next_process.max(process.0 + 1);
+                self.exited.remove(process);
+                self.running.remove(process);
+                if let Some(old) = self.processes.insert(*process, r.clone()) {
+                    self.forget_process(*process, &old);
+                }
+                self.by_job.entry(*job).or_default().insert(*process);
+            }
+            Record::Running { process }
+                if self.processes.contains_key(process) && !self.exited.contains_key(process) =>
+            {
+                self.running.insert(*process, r.clone());
+            }
+            Record::Exited {
+                process, status, ..
+            } => {
+                self.running.remove(process);
+                if status.is_some() && self.processes.contains_key(process) {
+                    // Kept, with how it ended, while its job lives.
+                    self.exited.insert(*process, r.clone());
+                } else if let Some(old) = self.processes.remove(process) {
+                    self.exited.remove(process);
+                    self.forget_process(*process, &old);
+                }
+                let gone: Vec<_> = self
+                    .outstanding
+                    .range((*process, RequestId(0))..)
+                    .take_while(|((p, _), _)| p == process)
+                    .map(|(k, _)| *k)
+                    .collect();
+                for k in gone {
+                    self.outstanding.remove(&k);
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// Drops `process` (whose record was `old`) from its job's set.
     fn forget_process(&mut self, process: ProcessId, old: &Record) {
         if let Record::Spawned { job, .. } = old
@@ -288,6 +321,8 @@ impl Live {
             + self.started
             + self.classes.len()
             + self.processes.len()
+            + self.exited.len()
+            + self.running.len()
             + self.events.len()
             + self.ended_events.len()
             + self.outstanding.len()
@@ -347,6 +382,8 @@ impl Live {
         );
         out.extend(self.claims.values().cloned());
         out.extend(self.processes.values().cloned());
+        out.extend(self.running.values().cloned());
+        out.extend(self.exited.values().cloned());
         out.extend(self.outstanding.values().cloned());
         out.extend(self.pilots.clone());
         out

@@ -41,9 +41,14 @@ impl Router {
         let (origin, host) = (proc.origin, proc.host.expect("checked by runs_on"));
         match result {
             Ok(()) => {
-                if proc.state == ProcessState::Starting {
-                    self.procs.set_state(process, ProcessState::Running);
+                // Told once: a `Started` re-sent, or inferred after a
+                // restart, finds it running already.
+                if proc.state != ProcessState::Starting {
+                    return;
                 }
+                self.procs.set_state(process, ProcessState::Running);
+                self.out
+                    .push(Output::Journal(crate::journal::Record::Running { process }));
                 if let Some(o) = origin {
                     let event = Event::ProcessStarted {
                         request: o.id,
@@ -74,7 +79,11 @@ impl Router {
         let (host, origin) = (proc.host, proc.origin);
         if host.is_some() {
             self.out
-                .push(Output::Journal(crate::journal::Record::Exited { process }));
+                .push(Output::Journal(crate::journal::Record::Exited {
+                    process,
+                    status: Some(status.clone()),
+                    cpu_seconds,
+                }));
         }
         self.recovered.remove(&process);
         self.forget_lost(Some(process), None);
@@ -132,6 +141,16 @@ impl Router {
                     warn!(%process, machine = a.machine, ?dropped, "too many events kept for an unreachable process; dropping the oldest");
                 }
                 debug!(%process, machine = a.machine, "machine away: event kept until the process is announced again");
+                parked.push(event);
+            }
+            // Not attached yet after a restart (its local RM announces it
+            // again after its machine's `Advertise`): kept for it, as for a
+            // machine away.
+            (None, _) if self.procs.find(process).is_some_and(|p| p.is_live()) => {
+                let parked = self.parked.entry(process).or_default();
+                if parked.len() >= MAX_PARKED {
+                    parked.remove(0);
+                }
                 parked.push(event);
             }
             (None, _) => debug!(%process, ?event, "event dropped: the process is not attached"),

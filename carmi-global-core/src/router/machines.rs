@@ -118,6 +118,7 @@ impl Router {
             );
             self.machine_lost(&name, reason);
         }
+        self.expire_absent();
         self.settle_log_reads();
         self.pilot_tick();
     }
@@ -292,6 +293,15 @@ impl Router {
                 warn!(machine = name, process = %p, "its host went to another job meanwhile; killing it");
                 self.send(link, FromGlobal::Kill { process: p });
                 self.exit_process(p, ExitStatus::HostLost, 0.0);
+            }
+            // Its `Started` was in flight when the global RM died (no
+            // `Running` record): it runs, so its spawner is told now.
+            if self
+                .procs
+                .find(p)
+                .is_some_and(|pr| pr.state == ProcessState::Starting && pr.host.is_some())
+            {
+                self.started(name, p, Ok(()));
             }
         }
         // Processes it no longer runs most likely ended while it was away:

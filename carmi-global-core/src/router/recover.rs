@@ -8,6 +8,7 @@
 
 use carmi_proto::ids::ProcessId;
 use carmi_proto::limits;
+use carmi_proto::msg::ProcessState;
 use tracing::{info, warn};
 
 use super::anywhere::master_ad;
@@ -155,15 +156,42 @@ impl Router {
                 }
                 let mut proc = new_proc(job, false);
                 proc.host = Some(host);
+                // Running once a `Running` record or its machine says so.
+                proc.state = ProcessState::Starting;
                 proc.origin = origin;
                 proc.executable = executable;
                 self.procs.insert(process, proc);
                 self.recovered.insert(process, (job, class));
             }
-            Record::Exited { process } => {
-                self.procs.remove(process);
+            Record::Running { process } => {
+                if self
+                    .procs
+                    .find(process)
+                    .is_some_and(|p| p.state == ProcessState::Starting)
+                {
+                    self.procs.set_state(process, ProcessState::Running);
+                }
+            }
+            Record::Exited {
+                process,
+                status,
+                cpu_seconds,
+            } => {
                 self.recovered.remove(&process);
                 self.forget_lost(Some(process), None);
+                match status {
+                    // Still listed, with how it ended (issue 15 item 4).
+                    Some(status) if self.procs.find(process).is_some() => {
+                        let state = ProcessState::Exited {
+                            status,
+                            cpu_seconds,
+                        };
+                        self.procs.set_state(process, state);
+                    }
+                    _ => {
+                        self.procs.remove(process);
+                    }
+                }
             }
             Record::Outstanding {
                 job,

@@ -15,11 +15,11 @@ use super::{LinkId, Router, RouterConfig};
 use crate::journal::{self, Record};
 
 /// The link of machine `m{i}`.
-fn link(i: usize) -> LinkId {
+pub(super) fn link(i: usize) -> LinkId {
     LinkId(i as u64 + 1)
 }
 
-fn attach(process: Option<ProcessId>) -> ToGlobal {
+pub(super) fn attach(process: Option<ProcessId>) -> ToGlobal {
     ToGlobal::AppAttach {
         conn: CONN,
         job: process.map(|_| JobId(1)),
@@ -30,7 +30,7 @@ fn attach(process: Option<ProcessId>) -> ToGlobal {
 
 /// `n` one-slot machines `m0`... and a job started by hand at `m0` with
 /// class `any`: the router, the journal so far and the root process.
-fn pool_and_job(n: usize) -> (Router, Vec<Record>, ProcessId) {
+pub(super) fn pool_and_job(n: usize) -> (Router, Vec<Record>, ProcessId) {
     let mut r = Router::new(RouterConfig::default());
     let mut journal = Vec::new();
     for i in 0..n {
@@ -56,7 +56,11 @@ fn pool_and_job(n: usize) -> (Router, Vec<Record>, ProcessId) {
 }
 
 /// Sends one forwarded request of the root; its sends and records.
-fn ask(r: &mut Router, id: u64, body: Request) -> (Vec<(LinkId, FromGlobal)>, Vec<Record>) {
+pub(super) fn ask(
+    r: &mut Router,
+    id: u64,
+    body: Request,
+) -> (Vec<(LinkId, FromGlobal)>, Vec<Record>) {
     let msg = ToGlobal::Forward {
         conn: CONN,
         id: RequestId(id),
@@ -66,7 +70,7 @@ fn ask(r: &mut Router, id: u64, body: Request) -> (Vec<(LinkId, FromGlobal)>, Ve
 }
 
 /// The events delivered at `conn` among `sends`.
-fn events_at(conn: ConnId, sends: &[(LinkId, FromGlobal)]) -> Vec<Event> {
+pub(super) fn events_at(conn: ConnId, sends: &[(LinkId, FromGlobal)]) -> Vec<Event> {
     sends
         .iter()
         .filter_map(|(_, m)| match m {
@@ -77,7 +81,7 @@ fn events_at(conn: ConnId, sends: &[(LinkId, FromGlobal)]) -> Vec<Event> {
 }
 
 /// The hosts of `HostsAdded` events for request `id`, and the last `remaining`.
-fn added(events: &[Event], id: u64) -> (Vec<HostId>, Option<u32>) {
+pub(super) fn added(events: &[Event], id: u64) -> (Vec<HostId>, Option<u32>) {
     let mut hosts = Vec::new();
     let mut left = None;
     for e in events {
@@ -99,7 +103,7 @@ fn added(events: &[Event], id: u64) -> (Vec<HostId>, Option<u32>) {
 /// `m0`..`m{n-1}` registered again (`running` says what each still runs)
 /// and the root attached again; with the root's events at its attach and
 /// the records written then.
-fn restarted(
+pub(super) fn restarted(
     journal: &[Record],
     n: usize,
     root: ProcessId,
