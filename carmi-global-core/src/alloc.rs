@@ -350,28 +350,50 @@ fn member(
     class: &str,
     m: MachineIdx,
 ) -> bool {
+    members(jobs, machines, job, class, &[m])
+        .pop()
+        .unwrap_or(false)
+}
+
+/// [`member`] for many machines at once: the job and its class are looked
+/// up once, not per machine (a waiting job is tried against every idle host
+/// after each change, and the two map lookups per host were most of that).
+fn members(
+    jobs: &mut BTreeMap<JobId, Job>,
+    machines: &[Machine],
+    job: JobId,
+    class: &str,
+    ms: &[MachineIdx],
+) -> Vec<bool> {
     let Some(j) = jobs.get_mut(&job) else {
-        return false;
+        return vec![false; ms.len()];
     };
     let Some(c) = j.classes.get_mut(class) else {
-        return false;
+        return vec![false; ms.len()];
     };
-    if c.excluded.contains(&m) {
-        return false;
+    if c.cache.len() < machines.len() {
+        c.cache.resize(machines.len(), 0);
     }
-    let i = m.0 as usize;
-    let mach = &machines[i];
-    if c.cache.len() <= i {
-        c.cache.resize(machines.len().max(i + 1), 0);
-    }
-    let entry = c.cache[i];
-    if entry != 0 && entry >> 1 == mach.generation {
-        return entry & 1 == 1;
-    }
-    let ok = mach.ad.eval_expr(&c.expr, Some(&j.ad)).is_true()
-        && (!mach.has_requirements || classad::matching::accepts(&mach.ad, &j.ad));
-    c.cache[i] = (mach.generation << 1) | ok as u32;
-    ok
+    ms.iter()
+        .map(|&m| {
+            if c.excluded.contains(&m) {
+                return false;
+            }
+            let i = m.0 as usize;
+            let mach = &machines[i];
+            if c.cache.len() <= i {
+                c.cache.resize(i + 1, 0);
+            }
+            let entry = c.cache[i];
+            if entry != 0 && entry >> 1 == mach.generation {
+                return entry & 1 == 1;
+            }
+            let ok = mach.ad.eval_expr(&c.expr, Some(&j.ad)).is_true()
+                && (!mach.has_requirements || classad::matching::accepts(&mach.ad, &j.ad));
+            c.cache[i] = (mach.generation << 1) | ok as u32;
+            ok
+        })
+        .collect()
 }
 
 fn speed_of(ad: &ClassAd) -> SpeedKey {

@@ -19,7 +19,6 @@ use carmi_api::handshake::{self, Secret};
 use carmi_api::ids::{ConnId, JobId, RequestId};
 use carmi_api::msg::{Event, FromGlobal, Request, Role, ToGlobal};
 use carmi_api::token::{Grant, Power, SigningKey};
-use tokio::net::TcpStream;
 use tokio::sync::{Mutex, mpsc, watch};
 use tokio::task::JoinSet;
 
@@ -296,9 +295,10 @@ async fn register(
     slots: u32,
 ) -> Result<(GlobalConn, Duration), String> {
     let patience = Duration::from_secs(60);
-    let stream = tokio::time::timeout(patience, TcpStream::connect(addr))
+    // As a local RM dials: with TCP_NODELAY, so that a small request is
+    // not held back behind an unacknowledged heartbeat.
+    let stream = carmi_api::net::dial(addr, patience)
         .await
-        .map_err(|_| "connect timed out".to_string())?
         .map_err(|e| format!("connect: {e}"))?;
     let s = carmi_api::tls::connect_for(stream, secret)
         .await

@@ -178,18 +178,28 @@ async fn two_thousand_silent_connections_to_each_daemon_leave_both_serving_and_e
             _ => None,
         })
         .await;
-    // None outlives the handshake timeout (10 s): each is closed by its
-    // daemon, either dropped for newer ones or timed out.
-    let mut ended = 0;
+    // None outlives the handshake timeout (10 s) by much: each is closed
+    // by its daemon, dropped for newer ones or timed out (120 s allowed: a
+    // loaded machine may accept the last of them late).
+    let mut open = Vec::new();
     let total = held.len();
     for mut s in held {
-        let left = (opened + Duration::from_secs(40)).saturating_duration_since(Instant::now());
-        let mut byte = [0u8; 64];
-        if let Ok(Ok(0) | Err(_)) = tokio::time::timeout(left, s.read(&mut byte)).await {
-            ended += 1;
+        let left = (opened + Duration::from_secs(120)).saturating_duration_since(Instant::now());
+        // A refused one may be told why first: read to the end.
+        let mut bytes = Vec::new();
+        if tokio::time::timeout(left, s.read_to_end(&mut bytes))
+            .await
+            .is_err()
+        {
+            open.push(s.peer_addr().map(|a| a.to_string()).unwrap_or_default());
         }
     }
-    assert_eq!(ended, total, "connections still open 40 s on");
+    assert!(
+        open.is_empty(),
+        "{} of {total} connections still open 120 s on, to {:?}",
+        open.len(),
+        open.iter().collect::<std::collections::BTreeSet<_>>()
+    );
     // Refusals are summed up, not logged one line each.
     let log = std::fs::read_to_string(pool.dir.join("m0.log")).unwrap_or_default();
     let lines = log.lines().filter(|l| l.contains("handshake")).count();

@@ -87,7 +87,8 @@ fn wait_states(pids: &[u32], ok: impl Fn(Option<char>) -> bool) -> Result<Durati
     let t = Instant::now();
     while !pids.iter().all(|&p| ok(state(p))) {
         if t.elapsed() > Duration::from_secs(10) {
-            return Err("processes did not change state within 10 s".into());
+            let states: Vec<_> = pids.iter().map(|&p| (p, state(p))).collect();
+            return Err(format!("processes did not change state within 10 s: {states:?}").into());
         }
         std::hint::spin_loop();
     }
@@ -106,9 +107,10 @@ fn owner_pool(name: &str, minute: f64) -> Pool {
     Pool::start_with(name, SLOTS, &[vec![]], options)
 }
 
-/// A job on every slot of `pool`'s machine, each a shell with a child: the
-/// application's handle, its events and the processes' pids.
-async fn families(pool: &Pool) -> Result<(Carmi, EventStream, Vec<u32>)> {
+/// A job on every slot of `pool`'s machine, each a shell with a child that
+/// lives `lifetime_s` seconds: the application's handle, its events and the
+/// processes' pids.
+async fn families(pool: &Pool, lifetime_s: u64) -> Result<(Carmi, EventStream, Vec<u32>)> {
     let opts = ConnectOptions::new(pool.locals[0].app_addr.clone(), pool.secret.clone());
     let (carmi, mut events) = connect(opts).await?;
     let class = carmi.define_class("any", "true");
@@ -117,7 +119,7 @@ async fn families(pool: &Pool) -> Result<(Carmi, EventStream, Vec<u32>)> {
     let exe = pool.dir.join("family.sh");
     std::fs::write(
         &exe,
-        "#!/bin/sh\necho $$ > \"$1\"; sleep 300 & echo $! >> \"$1\"; wait\n",
+        format!("#!/bin/sh\necho $$ > \"$1\"; sleep {lifetime_s} & echo $! >> \"$1\"; wait\n"),
     )?;
     std::fs::set_permissions(
         &exe,
@@ -174,7 +176,7 @@ async fn families(pool: &Pool) -> Result<(Carmi, EventStream, Vec<u32>)> {
 
 async fn stop() -> Result<()> {
     let pool = owner_pool("owner-bench", 0.1);
-    let (carmi, _events, pids) = families(&pool).await?;
+    let (carmi, _events, pids) = families(&pool, 300).await?;
     let mut owner = OwnerLink::connect(&pool.locals[0].app_addr, &pool.secret).await?;
     let mut stopped = Vec::new();
     let mut answered = Vec::new();

@@ -40,7 +40,7 @@ use serde::{Deserialize, Serialize};
 use super::matching::match_all;
 use super::{
     Allocator, Claim, Class, Effect, HostChange, HostChangeKind, Rank, ReleaseCause, SlotState,
-    SubKind, member,
+    SubKind, member, members,
 };
 
 /// Where a job is in its life.
@@ -361,11 +361,12 @@ impl Allocator {
         let n_idle = cands.len();
         let adj_for = |a: &mut Allocator, cands: &[HostId], ranked: bool| -> Vec<Vec<usize>> {
             let mut adj = Vec::with_capacity(classes.len());
+            let ms: Vec<_> = cands.iter().map(|&h| a.get_slot(h).machine).collect();
             for class in &classes {
                 let mut list: Vec<(f64, usize)> = Vec::new();
+                let ok = members(&mut a.jobs, &a.machines, job, class, &ms);
                 for (i, &h) in cands.iter().enumerate() {
-                    let m = a.get_slot(h).machine;
-                    if member(&mut a.jobs, &a.machines, job, class, m) {
+                    if ok[i] {
                         let rank = if ranked { a.rank(job, class, h) } else { 0.0 };
                         list.push((rank, i));
                     }

@@ -60,9 +60,17 @@ pub(super) fn run_scale(rt: &tokio::runtime::Runtime, runs: &[ScaleRun]) -> Resu
     print_command("scale");
     raise_fd_limit(runs.iter().map(|r| r.machines).max().unwrap_or(0) as u64 + 3_000)?;
     let mut results = Vec::new();
+    let mut failed = None;
     for run in runs {
         eprintln!("scale: {} machines ...", run.machines);
-        let r = scale_run(rt, run).map_err(|e| format!("{} machines: {e}", run.machines))?;
+        let r = match scale_run(rt, run) {
+            Ok(r) => r,
+            Err(e) => {
+                // The sizes done so far are still printed.
+                failed = Some(format!("{} machines: {e}", run.machines));
+                break;
+            }
+        };
         eprintln!(
             "scale: {} machines: RSS {:.0} MB, status p50 {} ms",
             run.machines,
@@ -73,7 +81,7 @@ pub(super) fn run_scale(rt: &tokio::runtime::Runtime, runs: &[ScaleRun]) -> Resu
     }
     println!("Load average at the end: {}\n", load_average());
     println!(
-        "| machines x slots | register all (s) | global RSS (MB) | RSS per machine (KiB) | status p50 / p99 (ms) | AddHosts to HostsAdded p50 / p99 (ms) | notice 10% silent (s) | submit queue (s) | journal (MB) | restart (s) |"
+        "| machines x slots | register all (s) | global RSS (MB) | RSS per machine (KiB) | `carmi status` p50 / p99 (ms) | AddHosts to HostsAdded p50 / p99 (ms) | notice 10% silent (s) | submit queue (s) | journal (MB) | restart (s) |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
     for r in &results {
@@ -101,7 +109,10 @@ pub(super) fn run_scale(rt: &tokio::runtime::Runtime, runs: &[ScaleRun]) -> Resu
             r.run.jobs, r.run.rounds, r.run.queued, r.run.statuses, r.run.heartbeat_ms
         );
     }
-    Ok(())
+    match failed {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
+    }
 }
 
 /// One pool size, from a fresh global RM to its restart.
@@ -305,20 +316,29 @@ async fn add_and_delete(fleet: &Fleet, run: &ScaleRun) -> Result<Latency> {
     Ok(Latency::of(&all))
 }
 
-/// Times `run.statuses` whole-pool `status` calls, one after the other.
+/// Times `run.statuses` whole-pool `carmi status --json` runs, one after
+/// the other: the real command in its own process, end to end (start,
+/// connect, handshake, answer, decode, print), so that the fleet's load on
+/// this process does not count.
 async fn statuses(pool: &Pool, run: &ScaleRun) -> Result<Latency> {
     let mut times = Vec::new();
     for _ in 0..run.statuses.max(1) {
+        let mut cmd = pool.carmi();
+        cmd.args(["status", "--json"]);
         let t = Instant::now();
-        let machines = pool_status(&pool.global_addr, &pool.secret).await?;
+        let out = tokio::task::spawn_blocking(move || cmd.output()).await??;
         times.push(t.elapsed());
-        if machines.len() != run.machines {
+        if !out.status.success() {
             return Err(format!(
-                "status listed {} machines of {}",
-                machines.len(),
-                run.machines
+                "carmi status failed: {}",
+                String::from_utf8_lossy(&out.stderr)
             )
             .into());
+        }
+        let machines: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+        let listed = machines.as_array().map_or(0, |m| m.len());
+        if listed != run.machines {
+            return Err(format!("status listed {listed} machines of {}", run.machines).into());
         }
     }
     Ok(Latency::of(&times))

@@ -43,7 +43,8 @@ fn daemon_pid(name: &str, dir: &std::path::Path) -> Option<u32> {
 pub(super) async fn soak(cycles: usize) -> Result<()> {
     // CONTINUE 50 ms after the owner leaves: a cycle costs what CARMI does.
     let pool = owner_pool("owner-soak", 0.01);
-    let (carmi, mut events, pids) = families(&pool).await?;
+    // Processes that outlive any soak (a 300 s child ended the first one).
+    let (carmi, mut events, pids) = families(&pool, 100_000_000).await?;
     // Events are taken as they come: an application that stops reading is
     // disconnected by its local RM, which would end the soak for the wrong reason.
     let drain = tokio::spawn(async move {
