@@ -336,7 +336,7 @@ fn the_cost_aware_rule_reaches_ninety_percent_with_at_most_sixty_grants_per_run(
     assert!(grants <= 60.0, "{grants:.1} grants per run");
     // On the sample, history ordering beats arrival order in efficiency or
     // run length.
-    let lpt = |r: u32, o: Ordering| r % 6 == 0 && o == Ordering::LongestFirst;
+    let lpt = |r: u32, o: Ordering| r.is_multiple_of(6) && o == Ordering::LongestFirst;
     let arrival = |_: u32, o: Ordering| o == Ordering::Arrival;
     let (e_lpt, e_arr) = (
         mean(&lpt, |r| r.efficiency),
