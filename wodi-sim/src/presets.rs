@@ -16,7 +16,7 @@ pub enum Preset {
     /// cycle within 40% of its longest step (packed, so few hosts idle in
     /// the tail), keep an idle host through a tail shorter than getting one
     /// back plus a grant's cost (five minutes of host time), give back a
-    /// suspended host after 30 s, straggler copies on idle hosts: what a
+    /// suspended host after 15 s, straggler copies on idle hosts: what a
     /// master asks for with `wodi::proto::Policies::keep_hosts()`.
     Keep,
     /// Session 8's defaults: every host idle in a tail longer than getting
@@ -44,7 +44,7 @@ impl Preset {
                 s.release_idle = true;
                 s.grant_cost = KEEP_GRANT_COST;
                 s.release_suspended = true;
-                s.suspend_timeout = Duration::from_secs(30);
+                s.suspend_timeout = Duration::from_secs(15);
                 s.stragglers = true;
                 s.fast_abort = None;
                 cfg.fewest_hosts = Some(KEEP_TOLERANCE);

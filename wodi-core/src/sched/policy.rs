@@ -300,9 +300,17 @@ impl Sched {
         if awaits_host {
             return;
         }
+        // A step without an estimate (the first cycle) makes the tail
+        // unknown: long, unless grants cost something, in which case the host
+        // is kept for the next cycle rather than paid for again on a guess.
+        let unknown = if self.cfg.grant_cost.is_zero() {
+            f64::INFINITY
+        } else {
+            0.0
+        };
         let tail = running
             .iter()
-            .map(|r| r.2.map_or(f64::INFINITY, |e| e - t_now))
+            .map(|r| r.2.map_or(unknown, |e| e - t_now))
             .fold(0.0, f64::max);
         // Keeping the idle hosts costs them the tail; giving them back costs
         // the wait for new ones and what a grant costs the pool.

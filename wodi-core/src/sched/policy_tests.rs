@@ -185,6 +185,35 @@ fn an_idle_host_is_kept_through_a_tail_shorter_than_a_grant_costs() {
     assert!(tail_of_95_s_releases(with_cost(0)));
 }
 
+/// A cycle of a step never seen (still running) and a 5 s one on two hosts
+/// under `cfg`: whether the host of the short step goes back when it ends.
+fn unknown_tail_releases(cfg: SchedConfig) -> bool {
+    let (mut s, mut w) = core(cfg, &[1.0]);
+    let mut now = Duration::ZERO;
+    learn(&mut s, w[0], 1.0, 2, 5.0, &mut now);
+    w.push(grow(&mut s, 1, now));
+    s.submit(StepId(1), None, now);
+    s.submit(StepId(2), None, now);
+    s.dispatch(now);
+    let outs = drain(&mut s);
+    // Arrival order: the new step to worker 0, the known one to worker 1.
+    let short = assigned(&outs, w[1]).expect("worker 1 has a step");
+    now += 5 * SEC;
+    s.result(w[1], short, 5 * SEC, 5 * SEC, now);
+    !released(&drain(&mut s)).is_empty()
+}
+
+#[test]
+fn a_tail_of_unknown_length_keeps_its_hosts_when_grants_cost() {
+    let with_cost = |secs: u64| SchedConfig {
+        grant_cost: Duration::from_secs(secs),
+        ..release_idle()
+    };
+    // The first cycle: the running step was never seen.
+    assert!(!unknown_tail_releases(with_cost(300)));
+    assert!(unknown_tail_releases(with_cost(0)));
+}
+
 #[test]
 fn a_suspended_host_goes_back_after_its_grace_and_its_step_is_sent_again() {
     let cfg = SchedConfig {
