@@ -136,6 +136,7 @@ pub(super) fn parse_classes(classes: &[ClassLimits]) -> Result<ParsedClasses, Fa
             expr,
             excluded: Default::default(),
             cache: Vec::new(),
+            timed: super::mentions_time(&c.expression),
         };
         if parsed.insert(c.name.clone(), class).is_some() {
             return fail(
@@ -365,7 +366,7 @@ impl Allocator {
                 let mut list: Vec<(f64, usize)> = Vec::new();
                 for (i, &h) in cands.iter().enumerate() {
                     let m = a.get_slot(h).machine;
-                    if member(&mut a.jobs, &a.machines, job, class, m) {
+                    if member(&mut a.jobs, &a.machines, a.clock, job, class, m) {
                         let rank = if ranked { a.rank(job, class, h) } else { 0.0 };
                         list.push((rank, i));
                     }
@@ -496,7 +497,7 @@ impl Allocator {
             .collect();
         classes
             .iter()
-            .any(|c| member(&mut self.jobs, &self.machines, job, c, m))
+            .any(|c| member(&mut self.jobs, &self.machines, self.clock, job, c, m))
     }
 
     /// Gives idle slots, one at a time, to the job holding the fewest: up to
@@ -524,7 +525,7 @@ impl Allocator {
                     }
                     let m = self.get_slot(h).machine;
                     for c in &room {
-                        if member(&mut self.jobs, &self.machines, job, c, m) {
+                        if member(&mut self.jobs, &self.machines, self.clock, job, c, m) {
                             let r = self.rank(job, c, h);
                             if best.as_ref().is_none_or(|b| r > b.0) {
                                 best = Some((r, h, c.clone()));
@@ -569,7 +570,7 @@ impl Allocator {
                     let m = self.get_slot(h).machine;
                     if let Some(c) = room
                         .iter()
-                        .find(|c| member(&mut self.jobs, &self.machines, job, c, m))
+                        .find(|c| member(&mut self.jobs, &self.machines, self.clock, job, c, m))
                     {
                         let c = c.clone();
                         self.release(h, ReleaseCause::Preempted);
