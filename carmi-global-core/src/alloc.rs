@@ -211,6 +211,16 @@ struct Class {
     /// Evaluated lazily, so defining a class costs nothing and a scan only
     /// evaluates the machines it looks at.
     cache: Vec<u32>,
+    /// The expression calls `time()` (`PilotEndsAt - time() > 600`): its
+    /// verdict changes with the clock, not only with the ad, so it is
+    /// evaluated at the allocator's clock every time and never cached.
+    timed: bool,
+}
+
+/// Whether a class expression may depend on the time (`time()`, in any
+/// case): such a class is evaluated afresh at every look.
+fn mentions_time(expression: &str) -> bool {
+    expression.to_ascii_lowercase().contains("time(")
 }
 
 /// A class's rank: the text as given (for `GetClassDefinitions` and `carmi
@@ -332,6 +342,10 @@ pub struct Allocator {
     recorded_claims: HashMap<HostId, (JobId, String)>,
     /// Every user's recent use of the pool: fair share between users (`share`).
     usage: crate::usage::Usage,
+    /// Unix seconds at clock zero ([`Allocator::set_unix_epoch`]).
+    unix_epoch: u64,
+    /// The clock in Unix seconds: what `time()` is in class expressions.
+    clock: i64,
 }
 
 impl Default for Allocator {
@@ -346,13 +360,18 @@ impl Default for Allocator {
 fn member(
     jobs: &mut BTreeMap<JobId, Job>,
     machines: &[Machine],
+    clock: i64,
     job: JobId,
     class: &str,
     m: MachineIdx,
 ) -> bool {
-    members(jobs, machines, job, class, &[m])
-        .pop()
-        .unwrap_or(false)
+    let Some(j) = jobs.get_mut(&job) else {
+        return false;
+    };
+    let Job { classes, ad, .. } = j;
+    classes
+        .get_mut(class)
+        .is_some_and(|c| verdict(c, ad, machines, clock, m))
 }
 
 /// [`member`] for many machines at once: the job and its class are looked
@@ -361,6 +380,7 @@ fn member(
 fn members(
     jobs: &mut BTreeMap<JobId, Job>,
     machines: &[Machine],
+    clock: i64,
     job: JobId,
     class: &str,
     ms: &[MachineIdx],
@@ -368,32 +388,48 @@ fn members(
     let Some(j) = jobs.get_mut(&job) else {
         return vec![false; ms.len()];
     };
-    let Some(c) = j.classes.get_mut(class) else {
+    let Job { classes, ad, .. } = j;
+    let Some(c) = classes.get_mut(class) else {
         return vec![false; ms.len()];
     };
     if c.cache.len() < machines.len() {
         c.cache.resize(machines.len(), 0);
     }
     ms.iter()
-        .map(|&m| {
-            if c.excluded.contains(&m) {
-                return false;
-            }
-            let i = m.0 as usize;
-            let mach = &machines[i];
-            if c.cache.len() <= i {
-                c.cache.resize(i + 1, 0);
-            }
-            let entry = c.cache[i];
-            if entry != 0 && entry >> 1 == mach.generation {
-                return entry & 1 == 1;
-            }
-            let ok = mach.ad.eval_expr(&c.expr, Some(&j.ad)).is_true()
-                && (!mach.has_requirements || classad::matching::accepts(&mach.ad, &j.ad));
-            c.cache[i] = (mach.generation << 1) | ok as u32;
-            ok
-        })
+        .map(|&m| verdict(c, ad, machines, clock, m))
         .collect()
+}
+
+/// Whether machine `m` is in class `c` of the job whose ad is `job_ad`.
+fn verdict(
+    c: &mut Class,
+    job_ad: &ClassAd,
+    machines: &[Machine],
+    clock: i64,
+    m: MachineIdx,
+) -> bool {
+    if c.excluded.contains(&m) {
+        return false;
+    }
+    let i = m.0 as usize;
+    let mach = &machines[i];
+    // A class that reads the clock changes its verdict with time, not only
+    // with the ad: never cached.
+    if c.timed {
+        return mach.ad.eval_expr_at(&c.expr, Some(job_ad), clock).is_true()
+            && (!mach.has_requirements || classad::matching::accepts(&mach.ad, job_ad));
+    }
+    if c.cache.len() <= i {
+        c.cache.resize(machines.len().max(i + 1), 0);
+    }
+    let entry = c.cache[i];
+    if entry != 0 && entry >> 1 == mach.generation {
+        return entry & 1 == 1;
+    }
+    let ok = mach.ad.eval_expr_at(&c.expr, Some(job_ad), clock).is_true()
+        && (!mach.has_requirements || classad::matching::accepts(&mach.ad, job_ad));
+    c.cache[i] = (mach.generation << 1) | ok as u32;
+    ok
 }
 
 fn speed_of(ad: &ClassAd) -> SpeedKey {
@@ -439,12 +475,29 @@ impl Allocator {
             host_changes: Vec::new(),
             recorded_claims: HashMap::new(),
             usage: Default::default(),
+            unix_epoch: 0,
+            clock: 0,
         }
+    }
+
+    /// Names the Unix time at clock zero, so that `time()` in class
+    /// expressions is the allocator's clock (never the machine's): a class
+    /// that needs `PilotEndsAt - time() > 600` stops matching a pilot when
+    /// the clock says its time is short, and tests can say when that is.
+    pub fn set_unix_epoch(&mut self, unix_epoch: u64) {
+        self.unix_epoch = unix_epoch;
+        self.set_clock();
+    }
+
+    fn set_clock(&mut self) {
+        let unix = self.unix_epoch.saturating_add(self.now.as_secs());
+        self.clock = i64::try_from(unix).unwrap_or(i64::MAX);
     }
 
     /// Moves the clock to `now`. Time only moves forward: an earlier `now` is ignored.
     pub fn advance_to(&mut self, now: Duration) {
         self.now = self.now.max(now);
+        self.set_clock();
         self.sample_usage();
     }
 

@@ -239,16 +239,12 @@ impl Daemon {
             kill_grace: settings.kill_grace,
             creds,
             orphaned: false,
+            stopped: stopped_tx,
         };
         driver.measure();
         driver.evaluate();
         driver.flush();
-        let driver = tokio::spawn(async move {
-            driver
-                .run(inputs_rx, shutdown_rx, links_stop_tx, global_task)
-                .await;
-            let _ = stopped_tx.send(true);
-        });
+        let driver = tokio::spawn(driver.run(inputs_rx, shutdown_rx, links_stop_tx, global_task));
         Ok(Daemon {
             app_addr,
             work_dir,
@@ -449,6 +445,8 @@ struct Driver {
     /// The core gave up waiting for the global RM ([`Effect::Orphaned`]):
     /// the driver stops.
     orphaned: bool,
+    /// Told when the driver has stopped ([`Daemon::stopped`]).
+    stopped: watch::Sender<bool>,
 }
 
 impl Driver {
@@ -491,6 +489,7 @@ impl Driver {
         let _ = links_stop.send(true);
         let _ = global_task.await;
         tracing::info!("local RM stopped");
+        let _ = self.stopped.send(true);
     }
 
     /// Tells a registered global RM that this machine leaves, and waits (at

@@ -139,6 +139,8 @@ pub struct Evaluator<'a> {
     ads: [Option<&'a ClassAd>; 2],
     depth: u32,
     active: Active,
+    /// What `time()` answers (Unix seconds); `None`: the system clock.
+    pub(crate) now: Option<i64>,
 }
 
 impl<'a> Evaluator<'a> {
@@ -149,7 +151,16 @@ impl<'a> Evaluator<'a> {
             ads: [my, target],
             depth: 0,
             active: Active::new(),
+            now: None,
         }
+    }
+
+    /// The same evaluator with `time()` answering `unix_now` rather than
+    /// reading the system clock: a caller with a clock of its own (a pure
+    /// state machine, a test) decides what time it is.
+    pub fn at(mut self, unix_now: i64) -> Evaluator<'a> {
+        self.now = Some(unix_now);
+        self
     }
 
     /// Evaluates `e` at the top level (MY is the first ad).

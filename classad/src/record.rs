@@ -557,6 +557,11 @@ impl ClassAd {
         Evaluator::new(Some(self), target).eval_top(e)
     }
 
+    /// As [`ClassAd::eval_expr`], with `time()` answering `unix_now`.
+    pub fn eval_expr_at(&self, e: &Expr, target: Option<&ClassAd>, unix_now: i64) -> Value {
+        Evaluator::new(Some(self), target).at(unix_now).eval_top(e)
+    }
+
     /// Prints the ad in old syntax: one `Name = expr` per line.
     pub fn to_old_syntax(&self) -> String {
         let mut s = String::new();

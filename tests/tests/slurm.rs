@@ -719,3 +719,81 @@ fn carmi_alloc_dry_run_reports_a_pilot_that_registered_and_slurms_reason_when_no
         },
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_global_rm_restarted_while_a_pilots_grant_has_no_process_yet_loses_no_step() {
+    if !slurm_ready("a_global_rm_restarted_while_a_pilots_grant_has_no_process_yet_loses_no_step") {
+        return;
+    }
+    let _turn = turn().await;
+    let (mut pool, _cleanup) = pool("slurm-restart-early");
+    let added = alloc(
+        &pool,
+        &[
+            "add",
+            "slurm",
+            "--max-hosts",
+            "1",
+            "--time-limit",
+            "10m",
+            "--idle-timeout",
+            "5s",
+        ],
+    );
+    let q = queue_id(&added);
+    let mut master = start_master(&pool, 1).await;
+    let data = |s: u64| format!("sleep {}", 300 + s);
+    for s in 0..6 {
+        master.send_work(StepId(s), &data(s)).unwrap();
+    }
+    // At once when the pilot registers: the job is granted its host and
+    // the worker is still being staged and spawned there, with no process
+    // running yet.
+    let p = &pool;
+    wait_until(Duration::from_secs(120), "the pilot registered", p, || {
+        allocations_in(p, q, "registered") == 1
+    });
+    let job = batch_jobs(&info(&pool, q));
+    tokio::task::block_in_place(|| pool.restart_global());
+    let p = &pool;
+    wait_until(
+        Duration::from_secs(30),
+        "the pilot back after the restart",
+        p,
+        || {
+            let queue = info(p, q);
+            let a = &queue["allocations"][0];
+            a["state"] == "registered" && !a["machines"].as_array().unwrap().is_empty()
+        },
+    );
+    assert_eq!(batch_jobs(&info(&pool, q)), job, "the same Slurm job");
+    steps_exactly_once_sent(&mut master, 6, data).await;
+    master.complete().await.expect("complete");
+    let p = &pool;
+    wait_until(
+        Duration::from_secs(60),
+        "the pilot's Slurm job gone",
+        p,
+        || in_squeue(&job).is_empty(),
+    );
+}
+
+/// Collects the outcomes of `n` steps already sent, checking each came back once.
+async fn steps_exactly_once_sent(master: &mut Master, n: u64, data: impl Fn(u64) -> String) {
+    let mut seen: BTreeMap<u64, u32> = BTreeMap::new();
+    while seen.values().sum::<u32>() < n as u32 {
+        let next: StepOutcome<String> =
+            tokio::time::timeout(Duration::from_secs(180), master.recv_result())
+                .await
+                .expect("a step outcome within 180 s")
+                .expect("the run goes on");
+        match next {
+            StepOutcome::Done(step, r) => {
+                assert!(r.ends_with(&data(step.0)), "step {step} answered {r}");
+                *seen.entry(step.0).or_default() += 1;
+            }
+            StepOutcome::Failed(step, why) => panic!("{step} failed: {why}"),
+        }
+    }
+    assert_eq!(seen, (0..n).map(|s| (s, 1)).collect(), "every step once");
+}

@@ -75,7 +75,7 @@ impl Allocator {
             if best.is_some_and(|b| b < head) {
                 continue;
             }
-            if member(&mut self.jobs, &self.machines, *job, class, m) {
+            if member(&mut self.jobs, &self.machines, self.clock, *job, class, m) {
                 best = Some(head);
             }
         }
@@ -174,7 +174,7 @@ impl Allocator {
                 break;
             }
             let m = self.slots[host.0 as usize - 1].machine;
-            if member(&mut self.jobs, &self.machines, job, &class, m) {
+            if member(&mut self.jobs, &self.machines, self.clock, job, &class, m) {
                 found.push(host);
             }
         }

@@ -136,6 +136,7 @@ pub(super) fn parse_classes(classes: &[ClassLimits]) -> Result<ParsedClasses, Fa
             expr,
             excluded: Default::default(),
             cache: Vec::new(),
+            timed: super::mentions_time(&c.expression),
         };
         if parsed.insert(c.name.clone(), class).is_some() {
             return fail(
@@ -364,7 +365,7 @@ impl Allocator {
             let ms: Vec<_> = cands.iter().map(|&h| a.get_slot(h).machine).collect();
             for class in &classes {
                 let mut list: Vec<(f64, usize)> = Vec::new();
-                let ok = members(&mut a.jobs, &a.machines, job, class, &ms);
+                let ok = members(&mut a.jobs, &a.machines, a.clock, job, class, &ms);
                 for (i, &h) in cands.iter().enumerate() {
                     if ok[i] {
                         let rank = if ranked { a.rank(job, class, h) } else { 0.0 };
@@ -497,7 +498,7 @@ impl Allocator {
             .collect();
         classes
             .iter()
-            .any(|c| member(&mut self.jobs, &self.machines, job, c, m))
+            .any(|c| member(&mut self.jobs, &self.machines, self.clock, job, c, m))
     }
 
     /// Gives idle slots, one at a time, to the job holding the fewest: up to
@@ -525,7 +526,7 @@ impl Allocator {
                     }
                     let m = self.get_slot(h).machine;
                     for c in &room {
-                        if member(&mut self.jobs, &self.machines, job, c, m) {
+                        if member(&mut self.jobs, &self.machines, self.clock, job, c, m) {
                             let r = self.rank(job, c, h);
                             if best.as_ref().is_none_or(|b| r > b.0) {
                                 best = Some((r, h, c.clone()));
@@ -570,7 +571,7 @@ impl Allocator {
                     let m = self.get_slot(h).machine;
                     if let Some(c) = room
                         .iter()
-                        .find(|c| member(&mut self.jobs, &self.machines, job, c, m))
+                        .find(|c| member(&mut self.jobs, &self.machines, self.clock, job, c, m))
                     {
                         let c = c.clone();
                         self.release(h, ReleaseCause::Preempted);

@@ -427,3 +427,27 @@ fn random_inputs_keep_every_invariant() {
         s.log.clear();
     }
 }
+
+#[test]
+fn a_class_that_needs_more_time_than_a_pilot_has_left_gets_none_of_its_hosts_as_the_clock_moves() {
+    let mut s = Sim::new();
+    // `time()` is the allocator's clock: Unix second 9000 at clock zero.
+    s.a.set_unix_epoch(9_000);
+    let hosts = s.machine("pilot-a1-0", "Mips = 5; PilotEndsAt = 10000", 2);
+    s.job_with_class(J1, "long", "PilotEndsAt - time() > 600");
+    // 1000 s left: a member.
+    s.step(|a| a.add_hosts(J1, r(J1, 1), "long", 1, 1));
+    assert_eq!(s.expect_grant(r(J1, 1), 0).len(), 1);
+    s.quiet();
+    // 500 s later only 500 s are left: the same machine, its ad unchanged,
+    // is no longer a member, and its other slot is not handed out.
+    s.sleep(500_000);
+    s.step(|a| a.add_hosts(J1, r(J1, 2), "long", 1, 1));
+    s.quiet();
+    // A class content with 300 s gets it.
+    s.job_with_class(J2, "short", "PilotEndsAt - time() > 300");
+    s.step(|a| a.add_hosts(J2, r(J2, 1), "short", 1, 1));
+    let got = s.expect_grant(r(J2, 1), 0);
+    assert!(hosts.contains(&got[0]), "{got:?}");
+    s.quiet();
+}

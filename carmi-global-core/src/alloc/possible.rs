@@ -134,10 +134,12 @@ impl Allocator {
         let online = self.online_hosts();
         let why = {
             let (jobs, machines, slots) = (&mut self.jobs, &self.machines, &self.slots);
+            let clock = self.clock;
             why_impossible(&needs, &online, |class, host| {
                 member(
                     jobs,
                     machines,
+                    clock,
                     job,
                     class,
                     slots[host.0 as usize - 1].machine,
@@ -193,7 +195,14 @@ impl Allocator {
                 continue;
             };
             for (class, _) in minimums(j) {
-                out.push(member(&mut self.jobs, &self.machines, job, &class, m));
+                out.push(member(
+                    &mut self.jobs,
+                    &self.machines,
+                    self.clock,
+                    job,
+                    &class,
+                    m,
+                ));
             }
         }
         out

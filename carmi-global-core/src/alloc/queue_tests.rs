@@ -205,7 +205,7 @@ fn could_start(a: &mut Allocator, job: JobId, free: Option<&[HostId]>) -> bool {
                 (0..cands.len())
                     .filter(|&i| {
                         let m = a.get_slot(cands[i]).machine;
-                        member(&mut a.jobs, &a.machines, job, class, m)
+                        member(&mut a.jobs, &a.machines, a.clock, job, class, m)
                     })
                     .collect()
             })

@@ -415,6 +415,7 @@ impl Allocator {
                 expr,
                 excluded,
                 cache: Vec::new(),
+                timed: super::mentions_time(expression),
             },
         );
         self.done(job, req, Reply::Ok);

@@ -136,10 +136,14 @@ pub fn debug(ev: &mut Evaluator<'_>, sc: &Scope, args: &[Expr]) -> Value {
     }
 }
 
-/// `time()`: the current time in seconds since the Unix epoch.
-pub fn time(_ev: &mut Evaluator<'_>, _sc: &Scope, args: &[Expr]) -> Value {
+/// `time()`: the current time in seconds since the Unix epoch (the
+/// evaluator's clock when it has one, see [`Evaluator::at`]).
+pub fn time(ev: &mut Evaluator<'_>, _sc: &Scope, args: &[Expr]) -> Value {
     if !args.is_empty() {
         return Value::Error;
+    }
+    if let Some(now) = ev.now {
+        return Value::Int(now);
     }
     match std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
         Ok(d) => Value::Int(i64::try_from(d.as_secs()).unwrap_or(i64::MAX)),
