@@ -492,7 +492,8 @@ pub(super) fn build_echo() -> Result<PathBuf> {
 
 pub(super) fn run_messaging(rt: &tokio::runtime::Runtime) -> Result<()> {
     let echo_exe = build_echo()?;
-    let pool = Pool::start("bench-messaging", 2, &[Vec::new()]);
+    // One slot per echo: each runs in a job of its own.
+    let pool = Pool::start("bench-messaging", 4, &[Vec::new()]);
     let load = load_average();
     let (raw_echo_addr, t0) = far_end(raw_echo)?;
     let (raw_sink_addr, t1) = far_end(raw_sink)?;
