@@ -92,8 +92,15 @@ impl NetPool {
             .expect("start carmi-global in its namespace");
         let global_addr = crate::daemon_lines(&mut global, "carmi-global", 1).remove(0);
         let config = dir.join("local.toml");
+        // As the process pool's: jobs run as the test's own user unless the
+        // test names slot users (a root local RM would make accounts).
+        let own_user = if options.local_settings.contains("slot_user") {
+            ""
+        } else {
+            "slot_users = []\n"
+        };
         let text = format!(
-            "{}{LOCAL_CONFIG}{}",
+            "{own_user}{}{LOCAL_CONFIG}{}",
             options.local_settings, options.local_config
         );
         std::fs::write(&config, text).expect("write the local RM configuration");
