@@ -346,6 +346,19 @@ impl Allocator {
         (self.clusters.rank(&j.owner), j.seq)
     }
 
+    /// The waiting jobs in the order the queue is settled in (users by
+    /// priority as ranked at the last full pass, then submit order): what
+    /// a test's oracle walks, as a pass that skipped nothing would.
+    pub fn pass_order(&self) -> Vec<JobId> {
+        let mut waiting: Vec<((usize, u64), JobId)> = self
+            .queue
+            .iter()
+            .map(|(&seq, &job)| ((self.clusters.rank(&self.jobs[&job].owner), seq), job))
+            .collect();
+        waiting.sort_unstable();
+        waiting.into_iter().map(|(_, job)| job).collect()
+    }
+
     /// Tries the waiting jobs in pass order, skipping those that wait
     /// behind an identical one that could not start; jobs behind the head
     /// may only take the idle slots no job ahead could use for a minimum.
