@@ -339,8 +339,8 @@ impl Allocator {
     }
 
     /// A job's place in the pass order: its owner's rank, then its submit
-    /// order (tests check the queue is settled in this order).
-    #[cfg(test)]
+    /// order (`queued_ahead` counts by it; tests check the queue is settled
+    /// in this order).
     pub(super) fn pass_key(&self, job: JobId) -> (usize, u64) {
         let j = &self.jobs[&job];
         (self.clusters.rank(&j.owner), j.seq)
