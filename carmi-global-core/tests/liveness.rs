@@ -833,3 +833,41 @@ fn a_user_ranked_first_keeps_slots_from_another_user_s_older_job() {
     assert_eq!(h.a.pass_order(), [JobId(4), JobId(2)]);
     assert_eq!(h.idle().len(), 4);
 }
+
+/// Found by the random test (a growth bug older than user priority): a job
+/// that could never start (j3, one of kind b) stood ahead of the head (j4,
+/// two of kind a), for which the idle a slot was kept. A new machine of
+/// kind b, whose one slot a pending `AddHosts` took at once (no slot became
+/// idle), made j3 possible and the head; the a slot kept for j4 was then
+/// kept from j2's growth for nobody, and no pass ran.
+#[test]
+fn a_job_ahead_becoming_possible_lets_growth_take_what_the_old_head_kept() {
+    let reg = |machine, slots| Op::Register {
+        machine,
+        slots,
+        mips: 1,
+    };
+    replay(&[
+        reg(1, 2),
+        reg(2, 2),
+        submit(1, 1),
+        Op::Submit {
+            owner: 0,
+            classes: vec![(1, 1, 0), (4, 2, 2)],
+        },
+        submit(1, 1),
+        Op::MasterRuns(1),
+        submit(0, 2),
+        Op::AddHosts {
+            job: 0,
+            runtime: false,
+            count: 1,
+        },
+        Op::Retype {
+            machine: 1,
+            kind: 0,
+        },
+        reg(1, 3),
+        reg(4, 1),
+    ]);
+}
