@@ -1,14 +1,16 @@
 //! Nothing stuck (issue 15, item 1): random sequences of submits, removals,
 //! holds, releases, masters starting, machines arriving, leaving, coming
 //! back with another slot count, owners taking slots and giving them back,
-//! and running jobs' requests (`AddHosts`, `DelHosts`, a class defined and
-//! removed at run time), driven through the allocator's public inputs in
+//! running jobs' requests (`AddHosts`, `DelHosts`, a class defined and
+//! removed at run time), time passing (usage changes users' priorities) and
+//! priority factors set, driven through the allocator's public inputs in
 //! virtual time.
 //! After each input, once its effects are taken (a quiet point), an oracle
 //! that knows the pool only from the test's own model (which machine is of
 //! which kind, what each job asked for) checks that
 //! - no waiting job could start on the idle slots that no job ahead of it
-//!   in the queue could use for a minimum (the queue order of `alloc/queue.rs`:
+//!   in pass order could use for a minimum (the queue order of
+//!   `alloc/queue.rs`: users by priority, each user's jobs in submit order;
 //!   a job that cannot start keeps back what it could use, unless no set of
 //!   machines in the pool could meet its minimums),
 //! - no running job lacks a minimum, or (once its master runs) is below a
@@ -90,6 +92,14 @@ enum Op {
         machine: usize,
         kind: usize,
     },
+    /// Time passes (seconds): users' usage grows with the hosts they hold,
+    /// and with it the order in which their waiting jobs are tried.
+    Wait(u64),
+    /// An admin sets an owner's priority factor.
+    Factor {
+        owner: u8,
+        factor: u8,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -123,11 +133,14 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0usize..64, 0usize..8).prop_map(|(job, host)| Op::DelHosts { job, host }),
         1 => (0usize..64).prop_map(Op::RemoveClass),
         1 => (0..MACHINES, 0..KINDS.len()).prop_map(|(machine, kind)| Op::Retype { machine, kind }),
+        1 => (1u64..=1800).prop_map(Op::Wait),
+        1 => (0u8..2, 1u8..=4).prop_map(|(owner, factor)| Op::Factor { owner, factor }),
     ]
 }
 
 /// What a job asked for: per class, the kinds it accepts, its minimum and maximum.
 struct Asked {
+    owner: &'static str,
     classes: BTreeMap<String, (&'static [usize], u32, u32)>,
     submit: Vec<ClassLimits>,
     master_runs: bool,
@@ -170,7 +183,9 @@ impl Harness {
             Op::Submit { owner, classes } => {
                 let job = JobId(self.next_job);
                 self.next_job += 1;
+                let owner = ["alice", "bob"][*owner as usize];
                 let mut asked = Asked {
+                    owner,
                     classes: BTreeMap::new(),
                     submit: Vec::new(),
                     master_runs: false,
@@ -187,7 +202,6 @@ impl Harness {
                         rank: None,
                     });
                 }
-                let owner = ["alice", "bob"][*owner as usize];
                 self.a
                     .submit_job(job, owner, &asked.submit)
                     .expect("the test's jobs are valid");
@@ -284,6 +298,14 @@ impl Harness {
                 if self.a.on_machine_updated(&name, &update) {
                     self.kinds.insert(name, *kind);
                 }
+            }
+            Op::Wait(secs) => {
+                self.now += Duration::from_secs(*secs);
+                self.a.advance_to(self.now);
+            }
+            Op::Factor { owner, factor } => {
+                self.a
+                    .set_user_factor(["alice", "bob"][*owner as usize], f64::from(*factor));
             }
             Op::RemoveClass(job) => {
                 if let Some(job) = self.running(*job) {
@@ -384,16 +406,43 @@ impl Harness {
             .any(|c| c.1 > 0 && c.0.contains(&kind))
     }
 
-    fn check(&self, history: &[Op]) {
-        let online = self.online();
-        let idle = self.idle();
-        let waiting: Vec<JobId> = self
+    /// The waiting jobs in the allocator's pass order, checked against
+    /// what the test knows: every waiting job once, each user's jobs
+    /// together and in submit order (job ids are given in submit order).
+    fn waiting_in_pass_order(&self, history: &[Op]) -> Vec<JobId> {
+        let order = self.a.pass_order();
+        let waiting: BTreeSet<JobId> = self
             .jobs
             .keys()
             .copied()
             .filter(|&j| self.a.job_phase(j) == Some(Phase::Waiting))
             .collect();
-        // The queue, in submit order (job ids are given in submit order).
+        assert_eq!(
+            order.iter().copied().collect::<BTreeSet<_>>(),
+            waiting,
+            "pass order {order:?}\nafter {history:?}"
+        );
+        assert_eq!(order.len(), waiting.len(), "pass order {order:?}");
+        let mut done: BTreeSet<&str> = BTreeSet::new();
+        for pair in order.windows(2) {
+            let (a, b) = (self.jobs[&pair[0]].owner, self.jobs[&pair[1]].owner);
+            if a == b {
+                assert!(pair[0] < pair[1], "pass order {order:?}\nafter {history:?}");
+            } else {
+                done.insert(a);
+                assert!(
+                    !done.contains(b),
+                    "{b}'s jobs are split in pass order {order:?}\nafter {history:?}"
+                );
+            }
+        }
+        order
+    }
+
+    fn check(&self, history: &[Op]) {
+        let online = self.online();
+        let idle = self.idle();
+        let waiting = self.waiting_in_pass_order(history);
         let mut free: Option<Vec<(HostId, usize)>> = None;
         let mut head = None;
         for &job in &waiting {
@@ -749,5 +798,76 @@ fn a_machine_changing_kind_under_a_job_that_kept_slots_frees_them() {
             kind: 0,
         },
         submit(2, 1),
+    ]);
+}
+
+/// Found by the random test once jobs started by user priority: alice's
+/// oldest job (running) ranks her before bob, so her waiting j4 (three of
+/// kind b) keeps the two idle b slots from bob's older j2 (two of kind a,
+/// two of a or b), which waits beside them. In submit order j2 would have
+/// started; in pass order it rightly waits, and nothing is stuck.
+#[test]
+fn a_user_ranked_first_keeps_slots_from_another_user_s_older_job() {
+    let reg = |machine, slots| Op::Register {
+        machine,
+        slots,
+        mips: 1,
+    };
+    let ops = [
+        reg(4, 1),
+        submit(1, 1),
+        Op::Submit {
+            owner: 1,
+            classes: vec![(0, 2, 0), (2, 2, 0)],
+        },
+        submit(1, 1),
+        reg(1, 3),
+        submit(1, 3),
+        reg(0, 2),
+    ];
+    let mut h = Harness::new();
+    for (i, op) in ops.iter().enumerate() {
+        h.apply(op);
+        h.check(&ops[..=i]);
+    }
+    assert_eq!(h.a.pass_order(), [JobId(4), JobId(2)]);
+    assert_eq!(h.idle().len(), 4);
+}
+
+/// Found by the random test (a growth bug older than user priority): a job
+/// that could never start (j3, one of kind b) stood ahead of the head (j4,
+/// two of kind a), for which the idle a slot was kept. A new machine of
+/// kind b, whose one slot a pending `AddHosts` took at once (no slot became
+/// idle), made j3 possible and the head; the a slot kept for j4 was then
+/// kept from j2's growth for nobody, and no pass ran.
+#[test]
+fn a_job_ahead_becoming_possible_lets_growth_take_what_the_old_head_kept() {
+    let reg = |machine, slots| Op::Register {
+        machine,
+        slots,
+        mips: 1,
+    };
+    replay(&[
+        reg(1, 2),
+        reg(2, 2),
+        submit(1, 1),
+        Op::Submit {
+            owner: 0,
+            classes: vec![(1, 1, 0), (4, 2, 2)],
+        },
+        submit(1, 1),
+        Op::MasterRuns(1),
+        submit(0, 2),
+        Op::AddHosts {
+            job: 0,
+            runtime: false,
+            count: 1,
+        },
+        Op::Retype {
+            machine: 1,
+            kind: 0,
+        },
+        reg(1, 3),
+        reg(4, 1),
     ]);
 }

@@ -226,12 +226,16 @@ impl Allocator {
         self.jobs.get(&job).map(|j| j.phase)
     }
 
-    /// Jobs ahead of `job` in the queue (`None` unless it waits).
+    /// Jobs ahead of `job` in the queue, in pass order (users by priority,
+    /// then submit order: see `queue.rs`); `None` unless it waits.
     pub fn queued_ahead(&self, job: JobId) -> Option<u32> {
         let seq = self.jobs.get(&job)?.seq;
-        self.queue
-            .contains_key(&seq)
-            .then(|| self.queue.range(..seq).count() as u32)
+        if !self.queue.contains_key(&seq) {
+            return None;
+        }
+        let key = self.pass_key(job);
+        let ahead = self.queue.values().filter(|&&w| self.pass_key(w) < key);
+        Some(ahead.count() as u32)
     }
 
     /// Every job, in submit order.

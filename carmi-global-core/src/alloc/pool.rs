@@ -37,6 +37,7 @@ impl Allocator {
                 idx
             }
         };
+        let head_before = self.head();
         let was_online = self.machines[idx.0 as usize].online;
         let old_slots = if was_online {
             self.machines[idx.0 as usize].slots
@@ -92,6 +93,7 @@ impl Allocator {
         // ad, may leave a job that kept slots unable to ever start.
         self.pool_changed();
         self.recheck_reserving();
+        self.recheck_head(head_before);
         hosts
     }
 
@@ -109,6 +111,8 @@ impl Allocator {
         if !changed {
             return true;
         }
+        let head_before = self.head();
+        let m = &self.machines[idx.0 as usize];
         let idle: Vec<HostId> = m.hosts[..m.slots as usize]
             .iter()
             .copied()
@@ -151,6 +155,7 @@ impl Allocator {
         {
             self.dirty = true;
         }
+        self.recheck_head(head_before);
         true
     }
 

@@ -184,6 +184,17 @@ impl Allocator {
         }
     }
 
+    /// After the pool grew or changed: when the head of the queue is another
+    /// job now (one ahead of it that could never start can now, without any
+    /// slot becoming idle: a new machine's slots all went to pending
+    /// requests), the idle slots kept from running jobs' growth are those
+    /// the new head could use, so the queue is settled again.
+    pub(super) fn recheck_head(&mut self, before: Option<JobId>) {
+        if self.head() != before {
+            self.dirty = true;
+        }
+    }
+
     /// Whether machine `m` belongs to each class with a minimum of each
     /// job that kept slots in the last pass, by the machine's current ad.
     pub(super) fn reserving_membership(&mut self, m: MachineIdx) -> Vec<bool> {

@@ -339,11 +339,24 @@ impl Allocator {
     }
 
     /// A job's place in the pass order: its owner's rank, then its submit
-    /// order (tests check the queue is settled in this order).
-    #[cfg(test)]
+    /// order (`queued_ahead` counts by it; tests check the queue is settled
+    /// in this order).
     pub(super) fn pass_key(&self, job: JobId) -> (usize, u64) {
         let j = &self.jobs[&job];
         (self.clusters.rank(&j.owner), j.seq)
+    }
+
+    /// The waiting jobs in the order the queue is settled in (users by
+    /// priority as ranked at the last full pass, then submit order): what
+    /// a test's oracle walks, as a pass that skipped nothing would.
+    pub fn pass_order(&self) -> Vec<JobId> {
+        let mut waiting: Vec<((usize, u64), JobId)> = self
+            .queue
+            .iter()
+            .map(|(&seq, &job)| ((self.clusters.rank(&self.jobs[&job].owner), seq), job))
+            .collect();
+        waiting.sort_unstable();
+        waiting.into_iter().map(|(_, job)| job).collect()
     }
 
     /// Tries the waiting jobs in pass order, skipping those that wait

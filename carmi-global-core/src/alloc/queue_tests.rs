@@ -472,6 +472,9 @@ fn a_user_s_one_job_starts_before_another_user_s_ten_older_waiting_jobs() {
     }
     s.step(|a| a.submit_job(JobId(13), "bob", &one)).unwrap();
     assert!(take_started(&mut s).is_empty());
+    // carmi q's analysis counts the jobs ahead in the same order.
+    assert_eq!(s.a.queued_ahead(JobId(13)), Some(0));
+    assert_eq!(s.a.queued_ahead(JobId(3)), Some(1));
     assert!(s.a.user_usage("alice").host_seconds > 100.0);
     s.step(|a| a.on_job_ended(JobId(1)));
     assert_eq!(take_started(&mut s), [JobId(13)]);
