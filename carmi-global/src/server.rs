@@ -238,7 +238,7 @@ impl Server {
                 d.line, d.reason, recovered.len(), d.bytes, d.offset
             );
         }
-        let listener = TcpListener::bind(addr)
+        let listener = carmi_api::net::listen(addr)
             .await
             .map_err(|source| Error::Bind {
                 addr: addr.to_string(),

@@ -143,7 +143,7 @@ impl Daemon {
             .unwrap_or_else(|| u32::try_from(info.cpus.max(1)).unwrap_or(1));
         let machine = MachineAd::new(info, settings.attributes.clone());
 
-        let listener = TcpListener::bind(&settings.listen)
+        let listener = carmi_api::net::listen(&settings.listen)
             .await
             .map_err(|source| Error::Listen {
                 addr: settings.listen.clone(),
