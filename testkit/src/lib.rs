@@ -328,6 +328,25 @@ fn all_registered(mut carmi: Command, names: &[&str]) -> bool {
 /// that terminals in use on the test machine do not close the pool.
 pub const LOCAL_CONFIG: &str = "[owner]\nsource = \"simulated\"\n";
 
+impl PoolOptions {
+    /// The local RMs' configuration file: the test's settings, then
+    /// [`LOCAL_CONFIG`] and the test's tables. Unless the test names slot
+    /// users, jobs run as the test's own user (`slot_users = []`): a local
+    /// RM started as root would otherwise make accounts that cannot write
+    /// the test's files.
+    pub fn local_config_text(&self) -> String {
+        let own_user = if self.local_settings.contains("slot_user") {
+            ""
+        } else {
+            "slot_users = []\n"
+        };
+        format!(
+            "{own_user}{}{LOCAL_CONFIG}{}",
+            self.local_settings, self.local_config
+        )
+    }
+}
+
 impl Pool {
     /// Starts a global RM and one local RM per entry of `machines`: each entry
     /// is the list of `--attr NAME=VALUE` settings of that machine.
@@ -372,19 +391,8 @@ impl Pool {
         let global_addr = lines.remove(0);
         let dashboard = lines.pop();
         let local_config = dir.join("local.toml");
-        let own_user = if options.local_settings.contains("slot_user") {
-            ""
-        } else {
-            "slot_users = []\n"
-        };
-        std::fs::write(
-            &local_config,
-            format!(
-                "{own_user}{}{LOCAL_CONFIG}{}",
-                options.local_settings, options.local_config
-            ),
-        )
-        .expect("write the local RM configuration");
+        std::fs::write(&local_config, options.local_config_text())
+            .expect("write the local RM configuration");
         let mut pool = Pool {
             dir,
             secret_path,

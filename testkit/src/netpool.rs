@@ -12,8 +12,8 @@ use std::time::Duration;
 use carmi_api::handshake::Secret;
 use carmi_api::token::{Power, SigningKey};
 
+use crate::PoolOptions;
 use crate::netns::Net;
-use crate::{LOCAL_CONFIG, PoolOptions};
 
 /// The host the global RM runs on.
 pub const GLOBAL_HOST: usize = 0;
@@ -92,17 +92,7 @@ impl NetPool {
             .expect("start carmi-global in its namespace");
         let global_addr = crate::daemon_lines(&mut global, "carmi-global", 1).remove(0);
         let config = dir.join("local.toml");
-        // As the process pool's: jobs run as the test's own user unless the
-        // test names slot users (a root local RM would make accounts).
-        let own_user = if options.local_settings.contains("slot_user") {
-            ""
-        } else {
-            "slot_users = []\n"
-        };
-        let text = format!(
-            "{own_user}{}{LOCAL_CONFIG}{}",
-            options.local_settings, options.local_config
-        );
+        let text = options.local_config_text();
         std::fs::write(&config, text).expect("write the local RM configuration");
         let mut pool = NetPool {
             locals: Vec::new(),

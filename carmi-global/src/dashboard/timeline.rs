@@ -95,21 +95,10 @@ impl Timelines {
             }
         }
         for j in &snap.jobs {
-            self.jobs.entry(j.job).or_insert_with(|| JobTimeline {
-                job: j.job,
-                since: now,
-                ended: None,
-                hosts: Vec::new(),
-            });
+            self.timeline(j.job, now);
         }
         for (&(job, host), &(machine, kind)) in &seen {
-            let t = self.jobs.entry(job).or_insert_with(|| JobTimeline {
-                job,
-                since: now,
-                ended: None,
-                hosts: Vec::new(),
-            });
-            t.observe(host, machine, kind, now);
+            self.timeline(job, now).observe(host, machine, kind, now);
         }
         let queued: HashSet<JobId> = snap.jobs.iter().map(|j| j.job).collect();
         for t in self.jobs.values_mut() {
@@ -124,6 +113,16 @@ impl Timelines {
                 self.jobs.remove(&old);
             }
         }
+    }
+
+    /// `job`'s timeline, begun at `now` if the dashboard had none.
+    fn timeline(&mut self, job: JobId, now: u64) -> &mut JobTimeline {
+        self.jobs.entry(job).or_insert_with(|| JobTimeline {
+            job,
+            since: now,
+            ended: None,
+            hosts: Vec::new(),
+        })
     }
 
     /// The timeline of `job`, if the dashboard knows it.
