@@ -233,6 +233,9 @@ struct Shared {
     /// How the output of each `class_spawn` request is handled on arrival
     /// (absent: as events).
     output_files: Mutex<HashMap<RequestId, (PathBuf, PathBuf)>>,
+    /// `class_spawn` requests not answered yet, kept to be sent again once
+    /// if the pool says it never received the executable.
+    spawns: Mutex<HashMap<RequestId, rm::SpawnCmd>>,
     /// See [`EventStream::output_budget`].
     output_budget: Arc<Semaphore>,
 }
@@ -260,6 +263,9 @@ impl Shared {
 
     /// Routes an RM event: to a waiting peer lookup, or to the event stream.
     fn deliver(&self, event: Event) {
+        if self.spawn_again(&event) {
+            return;
+        }
         if let Event::Failed { request, .. } = &event {
             // A spawn that failed has no output coming: forget its files.
             lock(&self.output_files).remove(request);
@@ -292,6 +298,45 @@ impl Shared {
                 message: message.into(),
             },
         });
+    }
+
+    /// Sends a `class_spawn` again, with its executable uploaded again, when
+    /// the pool answered that it never received the executable: the upload
+    /// was lost with a global RM killed or restarted while it was in flight
+    /// (this connection had sent it, so it would not be sent again). Once
+    /// per request; true if `event` was the answer that was replaced.
+    fn spawn_again(&self, event: &Event) -> bool {
+        let request = match event {
+            Event::ProcessStarted { request, .. } | Event::Failed { request, .. } => *request,
+            _ => return false,
+        };
+        let mut spawns = lock(&self.spawns);
+        let Some(spawn) = spawns.remove(&request) else {
+            return false;
+        };
+        let lost_upload = matches!(event, Event::Failed { failure, .. }
+            if failure.code == FailureCode::BadExecutable);
+        if !lost_upload || spawn.reupload {
+            return false;
+        }
+        tracing::info!(
+            %request,
+            executable = %spawn.path.display(),
+            "the pool does not have the executable (an upload lost with a restarted global RM?); uploading it again"
+        );
+        let again = rm::SpawnCmd {
+            reupload: true,
+            ..spawn
+        };
+        spawns.insert(request, again.clone());
+        drop(spawns);
+        self.queue(rm::Command::Spawn(again));
+        true
+    }
+
+    /// Forgets a `class_spawn` that is answered without the pool.
+    fn forget_spawn(&self, request: RequestId) {
+        lock(&self.spawns).remove(&request);
     }
 
     /// Why the RM connection is gone, if it is.
@@ -445,13 +490,16 @@ impl Carmi {
             SpawnOutput::Keep => OutputMode::Keep,
             SpawnOutput::Discard => OutputMode::Discard,
         };
-        shared.queue(rm::Command::Spawn {
+        let spawn = rm::SpawnCmd {
             id,
             path: executable.into(),
             args: args.into_iter().map(Into::into).collect(),
             target,
             output: mode,
-        });
+            reupload: false,
+        };
+        lock(&shared.spawns).insert(id, spawn.clone());
+        shared.queue(rm::Command::Spawn(spawn));
         id
     }
 

@@ -5,10 +5,10 @@
 //! no failure, and the pending request and the subscription go on.
 
 use std::collections::VecDeque;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use carmi_api::client::{ConnectOptions, EventStream, Incoming, connect};
-use carmi_api::msg::{Event, Reply};
+use carmi_api::msg::{Event, FailureCode, Reply, SpawnTarget};
 use carmi_tests::{Pool, take_event};
 
 /// The first event that `want` picks, within 60 s (a loaded CI machine).
@@ -146,4 +146,82 @@ async fn a_request_the_killed_global_rm_never_read_fails_naming_it() {
         )),
         "{message}"
     );
+}
+
+/// An executable uploaded into a global RM that was stopped and then killed
+/// never reached its store, though the application's connection sent it.
+/// The spawn the application sends again after the restart uploads it again
+/// instead of failing with "never uploaded" (the race that once ended a WoDi
+/// run under a restarted global RM).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spawn_whose_upload_died_with_the_global_rm_uploads_it_again() {
+    let mut pool = Pool::start("restart-upload", 1, &[vec![]]);
+    pool.wait_registered();
+    let dir = carmi_tests::TempDir::new("restart-upload");
+    let exe = dir.path().join("quick");
+    carmi_tests::write_executable(&exe, 4096, 7).expect("write the executable");
+    let opts = ConnectOptions::new(pool.locals[0].app_addr.clone(), pool.secret.clone());
+    let (carmi, mut events) = connect(opts).await.expect("connect to m0");
+    let mut seen = VecDeque::new();
+    carmi.define_class("any", "true");
+    let add = carmi.addhosts("any", 1, 1);
+    take(&mut events, &mut seen, "a host", |x| match x {
+        Incoming::Rm(Event::HostsAdded { request, .. }) if *request == add => Some(()),
+        _ => None,
+    })
+    .await;
+
+    pool.stop_global();
+    let any = || SpawnTarget::Class("any".into());
+    let lost = carmi.class_spawn(&exe, Vec::<String>::new(), any());
+    carmi.flush().await;
+    // Time for the local RM to forward the upload and the spawn into the
+    // stopped RM's socket, where the kill loses them.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    pool.restart_global();
+    take(
+        &mut events,
+        &mut seen,
+        "the lost spawn answered",
+        |x| match x {
+            Incoming::Rm(Event::Failed { request, .. }) if *request == lost => Some(()),
+            _ => None,
+        },
+    )
+    .await;
+    pool.wait_registered();
+
+    // Sent again (as WoDi does after `Unavailable`) until the job has its
+    // host back: it starts, and is never refused for a missing executable.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let again = carmi.class_spawn(&exe, Vec::<String>::new(), any());
+        let answer = take(&mut events, &mut seen, "the spawn answered", |x| match x {
+            Incoming::Rm(Event::ProcessStarted { request, .. }) if *request == again => {
+                Some(Ok(()))
+            }
+            Incoming::Rm(Event::Failed { request, failure }) if *request == again => {
+                Some(Err(failure.clone()))
+            }
+            _ => None,
+        })
+        .await;
+        match answer {
+            Ok(()) => break,
+            Err(failure) => {
+                assert_ne!(
+                    failure.code,
+                    FailureCode::BadExecutable,
+                    "{}",
+                    failure.message
+                );
+                assert!(
+                    Instant::now() < deadline,
+                    "still refused: {}",
+                    failure.message
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
 }

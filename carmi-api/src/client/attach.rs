@@ -123,6 +123,7 @@ pub async fn connect(opts: ConnectOptions) -> Result<(Carmi, EventStream), Conne
         endpoints: Mutex::new(HashMap::new()),
         peers: Mutex::new(HashMap::new()),
         output_files: Mutex::new(HashMap::new()),
+        spawns: Mutex::new(HashMap::new()),
         output_budget: output_budget.clone(),
     });
     let (r, w) = conn.split();

@@ -28,13 +28,7 @@ pub(super) enum Command {
     /// A request to write as is.
     Request { id: RequestId, body: Request },
     /// A `ClassSpawn` whose executable must be read, hashed and perhaps uploaded first.
-    Spawn {
-        id: RequestId,
-        path: PathBuf,
-        args: Vec<String>,
-        target: SpawnTarget,
-        output: OutputMode,
-    },
+    Spawn(SpawnCmd),
     /// Acknowledge once everything before it has been written out.
     Flush(oneshot::Sender<()>),
 }
@@ -43,10 +37,25 @@ impl Command {
     /// The request this command carries, if any.
     pub(super) fn request_id(&self) -> Option<RequestId> {
         match self {
-            Command::Request { id, .. } | Command::Spawn { id, .. } => Some(*id),
+            Command::Request { id, .. } | Command::Spawn(SpawnCmd { id, .. }) => Some(*id),
             Command::Flush(_) => None,
         }
     }
+}
+
+/// A `ClassSpawn` as the application asked for it, kept until its first
+/// answer so that it can be sent once more with a fresh upload.
+#[derive(Clone)]
+pub(super) struct SpawnCmd {
+    pub(super) id: RequestId,
+    pub(super) path: PathBuf,
+    pub(super) args: Vec<String>,
+    pub(super) target: SpawnTarget,
+    pub(super) output: OutputMode,
+    /// Upload the bytes even if this connection carried them before: the
+    /// pool said it never received them (they were in flight to a global
+    /// RM that was killed, and its store keeps only whole uploads).
+    pub(super) reupload: bool,
 }
 
 /// An executable as last read from a path, so that spawning the same
@@ -133,16 +142,19 @@ async fn write_one(
         Command::Request { id, body } => {
             w.send(&ToLocal::Request { id, body }, &[]).await?;
         }
-        Command::Spawn {
+        Command::Spawn(SpawnCmd {
             id,
             path,
             args,
             target,
             output,
-        } => {
-            let executable = match prepare(w, exes, path).await? {
+            reupload,
+        }) => {
+            let executable = match prepare(w, exes, path, reupload).await? {
                 Ok(executable) => executable,
                 Err(message) => {
+                    // The file itself is bad: sending it again cannot help.
+                    shared.forget_spawn(id);
                     shared.fail(id, FailureCode::BadExecutable, message);
                     return Ok(());
                 }
@@ -164,15 +176,18 @@ async fn write_one(
 }
 
 /// Finds the executable at `path` and uploads its bytes unless this
-/// connection already carried them. The outer error is the socket's, the
-/// inner one the file's (which fails only this request).
+/// connection already carried them (or `reupload` asks for them again). The
+/// outer error is the socket's, the inner one the file's (which fails only
+/// this request).
 async fn prepare(
     w: &mut RmWriter,
     exes: &mut Executables,
     path: PathBuf,
+    reupload: bool,
 ) -> std::io::Result<Result<ExecutableRef, String>> {
     let meta = tokio::fs::metadata(&path).await.ok();
-    if let (Some(meta), Some(known)) = (&meta, exes.by_path.get(&path))
+    if !reupload
+        && let (Some(meta), Some(known)) = (&meta, exes.by_path.get(&path))
         && meta.len() == known.len
         && meta.modified().ok() == known.modified
         && exes.uploaded.contains(&known.executable.sha256)
@@ -187,7 +202,7 @@ async fn prepare(
         Ok(loaded) => loaded,
         Err(message) => return Ok(Err(message)),
     };
-    if !exes.uploaded.contains(&executable.sha256) {
+    if reupload || !exes.uploaded.contains(&executable.sha256) {
         let upload = ToLocal::UploadExecutable {
             executable: executable.clone(),
         };
