@@ -53,6 +53,14 @@ impl Core {
         }
     }
 
+    /// Whether the application on `conn` has been told its ids already
+    /// (so a later `Attached` is a re-announcement after a reconnection).
+    pub fn app_attached(&self, conn: ConnId) -> bool {
+        self.apps
+            .get(&conn)
+            .is_some_and(|app| app.attached.is_some())
+    }
+
     pub(super) fn on_attached(&mut self, conn: ConnId, job: JobId, process: ProcessId) {
         let Some(app) = self.apps.get_mut(&conn) else {
             tracing::debug!(%conn, "Attached for a connection that is gone");

@@ -38,7 +38,11 @@ impl Driver {
                 }
             }
             Input::Global(msg, payload) => {
-                if let FromGlobal::Attached { conn, job, .. } = &msg {
+                // A re-announcement after a reconnection attaches again; the
+                // application already holds its credential then.
+                if let FromGlobal::Attached { conn, job, .. } = &msg
+                    && !self.core.app_attached(*conn)
+                {
                     self.give_credential(*conn, *job);
                 }
                 let registered = matches!(msg, FromGlobal::Registered { .. });
