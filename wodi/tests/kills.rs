@@ -1,7 +1,8 @@
 //! Exactly once under random SIGKILLs (issue 24, item 6): during a WoDi run
 //! on a real pool (`carmi_tests::Pool`: global and local RMs as processes),
 //! the test SIGKILLs, at random moments, a local RM (its machine's workers
-//! die with it, `PR_SET_PDEATHSIG`) that it starts again at once, the master
+//! die with it, `PR_SET_PDEATHSIG`) that it starts again at once or at the
+//! next round (the global RM then declares the machine lost), the master
 //! process, or the WoDi server process. A master killed, or left without its
 //! server, is started again and resumes after its last checkpointed cycle.
 //!
@@ -187,7 +188,13 @@ fn every_step_once_per_cycle_while_local_rms_masters_and_servers_are_killed() {
     };
     let mut master = run.start_master(&pool);
     let (mut server_kills, mut kills) = (0usize, Vec::new());
+    // A machine killed and left down until the next round: the global RM
+    // declares it lost (rather than seeing it register again at once).
+    let mut down: Option<usize> = None;
     for round in 0..rounds {
+        if let Some(i) = down.take() {
+            pool.restart_local(i);
+        }
         // Progress between kills: a cycle completed since the last one.
         let before = run.done();
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -221,12 +228,21 @@ fn every_step_once_per_cycle_while_local_rms_masters_and_servers_are_killed() {
             },
             _ => {
                 let i = 1 + rng.below(MACHINES as u64 - 1) as usize;
-                pool.restart_local(i);
-                format!("local RM m{i}")
+                if rng.below(2) == 0 {
+                    pool.restart_local(i);
+                    format!("local RM m{i}, started again at once")
+                } else {
+                    pool.kill_local(i);
+                    down = Some(i);
+                    format!("local RM m{i}, down until the next round")
+                }
             }
         };
         eprintln!("round {round}: killed the {what} after cycle {before}");
         kills.push(what);
+    }
+    if let Some(i) = down.take() {
+        pool.restart_local(i);
     }
     // No more kills: the run ends by itself (a master whose server was
     // killed in the last round is started once more).
