@@ -94,11 +94,17 @@ impl Run {
     }
 
     fn errors(&self) -> usize {
-        self.lines().iter().filter(|l| l.starts_with("error")).count()
+        self.lines()
+            .iter()
+            .filter(|l| l.starts_with("error"))
+            .count()
     }
 
     fn done(&self) -> usize {
-        self.lines().iter().filter(|l| l.starts_with("done ")).count()
+        self.lines()
+            .iter()
+            .filter(|l| l.starts_with("done "))
+            .count()
     }
 }
 
@@ -202,11 +208,19 @@ fn every_step_once_per_cycle_while_local_rms_masters_and_servers_are_killed() {
             if let Some(status) = master.try_wait().unwrap() {
                 match status.code() {
                     Some(1) => master = run.start_master(&pool),
-                    _ => run.fail(&pool, seed, &format!("round {round}: the master ended: {status}")),
+                    _ => run.fail(
+                        &pool,
+                        seed,
+                        &format!("round {round}: the master ended: {status}"),
+                    ),
                 }
             }
             if Instant::now() > deadline {
-                run.fail(&pool, seed, &format!("round {round}: no cycle done within 60 s"));
+                run.fail(
+                    &pool,
+                    seed,
+                    &format!("round {round}: no cycle done within 60 s"),
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -257,7 +271,11 @@ fn every_step_once_per_cycle_while_local_rms_masters_and_servers_are_killed() {
         }
         if Instant::now() > deadline {
             let _ = master.kill();
-            run.fail(&pool, seed, "the run did not end within 120 s after the last kill");
+            run.fail(
+                &pool,
+                seed,
+                "the run did not end within 120 s after the last kill",
+            );
         }
         std::thread::sleep(Duration::from_millis(50));
     };

@@ -65,7 +65,17 @@ async fn main() {
 }
 
 async fn run(a: &[String]) -> anyhow::Result<Result<(), Violation>> {
-    let [local, secret, server, worker, checkpoint, logf, cycles, rest @ ..] = a else {
+    let [
+        local,
+        secret,
+        server,
+        worker,
+        checkpoint,
+        logf,
+        cycles,
+        rest @ ..,
+    ] = a
+    else {
         anyhow::bail!(
             "usage: wodi-test-master LOCAL SECRET SERVER WORKER CHECKPOINT LOG CYCLES [HOSTS STEPS STEP_MS]"
         );
