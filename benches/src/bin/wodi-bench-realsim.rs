@@ -326,7 +326,6 @@ async fn run_real(
 
 async fn bench(args: Args) -> anyhow::Result<()> {
     let owners = OwnerModel::from_spec(&args.owners)?;
-    let pool_start = std::time::Instant::now();
     let pool = EmbeddedPool::start(PoolOptions {
         hosts: args.hosts,
         seed: args.seed,
@@ -335,6 +334,11 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         ..PoolOptions::default()
     })
     .await?;
+    // The owners' clock starts as `EmbeddedPool::start` returns (its owner
+    // driver starts once every machine has registered), not when the
+    // daemons begin to start: counting their start-up too put the
+    // simulator's owners that far ahead of the real ones.
+    let pool_start = std::time::Instant::now();
     let speeds: Vec<f64> = pool.hosts().iter().map(|h| h.speed).collect();
     let addr = PoolAddr {
         local: pool.submit_addr().to_string(),
