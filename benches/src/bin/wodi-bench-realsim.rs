@@ -94,6 +94,11 @@ struct Args {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+    /// Write both runs' statistics (`real-stats.json`, `sim-stats.json`,
+    /// WoDi's `Stats`: every step and every host's timeline) into this
+    /// folder, to find where they part.
+    #[arg(long)]
+    dump: Option<std::path::PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -186,24 +191,47 @@ fn profile(scale: f64) -> Vec<StepProfile> {
         .collect()
 }
 
-/// When each host's worker took its first step, after the first worker
-/// did, in the order of `speeds` (hosts are matched by their speed, which
-/// the server recorded with each step; the embedded pool's speeds differ).
-fn startup_offsets(stats: &Stats, speeds: &[f64]) -> Vec<f64> {
-    let first = |pick: &dyn Fn(&wodi::stats::StepTime) -> bool| {
-        stats
-            .steps
-            .iter()
-            .filter(|t| pick(t))
-            .map(|t| t.assigned_s)
-            .fold(f64::INFINITY, f64::min)
-    };
-    let start = first(&|_| true);
+/// Each host's extra start-up for the simulator, in the order of `speeds`
+/// (hosts are matched by their speed, which the server recorded with each
+/// step; the embedded pool's speeds differ). A host granted by the time of
+/// the run's first assignment: when its worker took its first step, after
+/// the first worker did (real workers join one by one). A host first
+/// granted later (its owner was there at the start): how much longer than
+/// `startup` (the simulator's start-up of a worker granted during the run)
+/// its worker took from the grant to its first step. Measuring the latter
+/// from the first assignment, as was done before, counted the owner's whole
+/// visit as start-up on top of the simulator's own wait for that owner, so
+/// that the simulator started those hosts' workers far too late.
+fn startup_offsets(stats: &Stats, speeds: &[f64], startup: f64) -> Vec<f64> {
+    let start = stats
+        .steps
+        .iter()
+        .map(|t| t.assigned_s)
+        .fold(f64::INFINITY, f64::min);
     speeds
         .iter()
         .map(|&s| {
-            let at = first(&|t| t.speed.is_some_and(|x| (x - s).abs() < 1e-9));
-            if at.is_finite() { at - start } else { 0.0 }
+            let Some(first) = stats
+                .steps
+                .iter()
+                .filter(|t| t.speed.is_some_and(|x| (x - s).abs() < 1e-9))
+                .min_by(|a, b| a.assigned_s.total_cmp(&b.assigned_s))
+            else {
+                return 0.0;
+            };
+            let granted = stats
+                .timeline
+                .iter()
+                .filter(|row| row.host == first.host)
+                .flat_map(|row| &row.periods)
+                .filter(|p| p.kind == PeriodKind::Allocated)
+                .map(|p| p.start_s)
+                .fold(f64::INFINITY, f64::min);
+            if granted <= start || !granted.is_finite() {
+                first.assigned_s - start
+            } else {
+                (first.assigned_s - granted - startup).max(0.0)
+            }
         })
         .collect()
 }
@@ -390,13 +418,18 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         .or_else(|| measured_startup(&real, first))
         .unwrap_or(0.0);
     sim_cfg.pool.worker_startup = startup;
-    sim_cfg.startup_offsets = startup_offsets(&real, &speeds);
+    sim_cfg.startup_offsets = startup_offsets(&real, &speeds, startup);
     // The simulation's first assignment comes when its first worker has
     // started; the owners' clock had then run as long as the real one at
     // the real first assignment (pool start to server start, then to it).
     let lead = server_start + first - startup;
     sim_cfg.owner_offset = lead * args.speedup;
     let sim = simulate(&sim_cfg, Ordering::LongestFirst);
+    if let Some(dir) = &args.dump {
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(dir.join("real-stats.json"), serde_json::to_vec(&real)?)?;
+        std::fs::write(dir.join("sim-stats.json"), serde_json::to_vec(&sim.stats)?)?;
+    }
     let (real_len, real_eff) = length_and_efficiency(&real, &profile);
     let (sim_len, sim_eff) = length_and_efficiency(&sim.stats, &profile);
     let real_s = real_cycles(&real, args.cycles);
