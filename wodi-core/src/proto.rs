@@ -175,7 +175,7 @@ pub enum ToMaster {
 /// The scheduler's policies beyond the paper (see `wodi::sched::policy` and
 /// docs/results.md for what each one buys): giving back hosts the run cannot
 /// use, copying stragglers, retiring hosts much slower than their speed.
-/// `Default` turns them all off (the paper's WoDi); [`Policies::recommended`]
+/// `Default` turns them all off (the paper's WoDi); [`Policies::keep_hosts`]
 /// is what `wodi::master::MasterConfig::new` asks for.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -229,7 +229,8 @@ impl Default for Policies {
 
 impl Policies {
     /// Giving back idle hosts in a cycle's tail, giving back suspended hosts
-    /// once their grace ends, and straggler copies: together with fast abort
+    /// once their grace ends, and straggler copies (session 8's defaults,
+    /// `wodi-sim --policies churn`): together with fast abort
     /// the simulator shows them raising efficiency from about 81% to about
     /// 98% over the paper's 61 churning runs at the same run length, and the
     /// churn test on an embedded pool delivers every step exactly once with

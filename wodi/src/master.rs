@@ -134,7 +134,10 @@ pub struct MasterConfig {
     /// for steps that wait rather than compute.
     pub learn_from_wall: bool,
     /// The scheduler's policies beyond the paper (default:
-    /// [`Policies::recommended`]; `Policies::default()` runs the paper's WoDi).
+    /// [`Policies::keep_hosts`], which holds its hosts through short cycle
+    /// tails rather than asking the pool again every cycle;
+    /// [`Policies::recommended`] gives every idle host back;
+    /// `Policies::default()` runs the paper's WoDi).
     pub policies: Policies,
     /// The checkpoint file: [`Master::checkpoint`] writes it, and a master
     /// started with an existing one resumes from it ([`Master::resume_point`]).
@@ -145,7 +148,7 @@ impl MasterConfig {
     /// One class of `count` hosts matching `requirements`, workers running
     /// `worker` with `args`; defaults for the rest (the current executable
     /// serves, pool from the environment, one step per worker, 3 attempts,
-    /// 10 s suspension grace).
+    /// 15 s suspension grace, the cost-aware [`Policies::keep_hosts`]).
     pub fn new(
         worker: impl Into<PathBuf>,
         args: Vec<String>,
@@ -160,13 +163,16 @@ impl MasterConfig {
             pool: None,
             prefetch: 1,
             max_attempts: 3,
-            suspend_timeout: Duration::from_secs(10),
+            // The grace `Policies::keep_hosts` was tuned with (wodi-sim's
+            // `keep` preset): a suspended host is given back rather than
+            // waited for, since the run holds few spare hosts.
+            suspend_timeout: Duration::from_secs(15),
             ordering: crate::order::Ordering::LongestFirst,
             speed: SpeedSource::Unknown,
             benchmark: None,
             refine_speed: true,
             learn_from_wall: false,
-            policies: Policies::recommended(),
+            policies: Policies::keep_hosts(),
             checkpoint: None,
         }
     }

@@ -21,6 +21,12 @@
 //! on their hosts over the occupancy) are computed the same way from both
 //! runs' statistics.
 //!
+//! Both sides run the same scheduler policies (`--policies`, a `wodi-sim`
+//! preset; by default `keep`, what `MasterConfig::new` asks for). A host
+//! granted during the run starts its worker in the simulator as long as
+//! the real run's hosts granted after the start took, median (or
+//! `--worker-startup`).
+//!
 //! This one executable is master, server (`wodi::enter`) and worker.
 
 use std::time::Duration;
@@ -35,7 +41,7 @@ use wodi::sched::SchedConfig;
 use wodi::speed::{SpeedSource, score_from_ad};
 use wodi::stats::{PeriodKind, RunOutcome};
 use wodi::{CycleId, Stats, StepId};
-use wodi_sim::{PolicyConfig, PoolConfig, SimConfig, simulate};
+use wodi_sim::{PolicyConfig, PoolConfig, Preset, SimConfig, simulate};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -73,9 +79,26 @@ struct Args {
     /// Seconds a suspended worker keeps its step before it is sent elsewhere.
     #[arg(long, default_value_t = 10.0)]
     suspend_timeout: f64,
+    /// The scheduler's policies, the same on both sides (`wodi-sim
+    /// --policies`): `keep` is what `MasterConfig::new` asks for
+    /// (`Policies::keep_hosts`), `paper` none of them. The suspension
+    /// grace stays `--suspend-timeout`.
+    #[arg(long, value_enum, default_value = "keep")]
+    policies: Preset,
+    /// Seconds from a host granted during the run to its worker's first
+    /// step, in the simulator; by default measured in the real run (the
+    /// median over hosts granted after the run's first assignment; hosts
+    /// granted at the start have their own delays, see `startup_offsets`).
+    #[arg(long)]
+    worker_startup: Option<f64>,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+    /// Write both runs' statistics (`real-stats.json`, `sim-stats.json`,
+    /// WoDi's `Stats`: every step and every host's timeline) into this
+    /// folder, to find where they part.
+    #[arg(long)]
+    dump: Option<std::path::PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -168,24 +191,47 @@ fn profile(scale: f64) -> Vec<StepProfile> {
         .collect()
 }
 
-/// When each host's worker took its first step, after the first worker
-/// did, in the order of `speeds` (hosts are matched by their speed, which
-/// the server recorded with each step; the embedded pool's speeds differ).
-fn startup_offsets(stats: &Stats, speeds: &[f64]) -> Vec<f64> {
-    let first = |pick: &dyn Fn(&wodi::stats::StepTime) -> bool| {
-        stats
-            .steps
-            .iter()
-            .filter(|t| pick(t))
-            .map(|t| t.assigned_s)
-            .fold(f64::INFINITY, f64::min)
-    };
-    let start = first(&|_| true);
+/// Each host's extra start-up for the simulator, in the order of `speeds`
+/// (hosts are matched by their speed, which the server recorded with each
+/// step; the embedded pool's speeds differ). A host granted by the time of
+/// the run's first assignment: when its worker took its first step, after
+/// the first worker did (real workers join one by one). A host first
+/// granted later (its owner was there at the start): how much longer than
+/// `startup` (the simulator's start-up of a worker granted during the run)
+/// its worker took from the grant to its first step. Measuring the latter
+/// from the first assignment, as was done before, counted the owner's whole
+/// visit as start-up on top of the simulator's own wait for that owner, so
+/// that the simulator started those hosts' workers far too late.
+fn startup_offsets(stats: &Stats, speeds: &[f64], startup: f64) -> Vec<f64> {
+    let start = stats
+        .steps
+        .iter()
+        .map(|t| t.assigned_s)
+        .fold(f64::INFINITY, f64::min);
     speeds
         .iter()
         .map(|&s| {
-            let at = first(&|t| t.speed.is_some_and(|x| (x - s).abs() < 1e-9));
-            if at.is_finite() { at - start } else { 0.0 }
+            let Some(first) = stats
+                .steps
+                .iter()
+                .filter(|t| t.speed.is_some_and(|x| (x - s).abs() < 1e-9))
+                .min_by(|a, b| a.assigned_s.total_cmp(&b.assigned_s))
+            else {
+                return 0.0;
+            };
+            let granted = stats
+                .timeline
+                .iter()
+                .filter(|row| row.host == first.host)
+                .flat_map(|row| &row.periods)
+                .filter(|p| p.kind == PeriodKind::Allocated)
+                .map(|p| p.start_s)
+                .fold(f64::INFINITY, f64::min);
+            if granted <= start || !granted.is_finite() {
+                first.assigned_s - start
+            } else {
+                (first.assigned_s - granted - startup).max(0.0)
+            }
         })
         .collect()
 }
@@ -212,7 +258,63 @@ fn real_cycles(stats: &Stats, cycles: u32) -> Vec<f64> {
     out
 }
 
-async fn run_real(args: &Args, pool: PoolAddr, profile: &[StepProfile]) -> anyhow::Result<Stats> {
+/// The policies a master asks for to run `sched` and the host count rule of
+/// `sim` (as `wodi-sim` hands them to the server core), so both sides run
+/// the very same ones.
+fn policies_of(sim: &SimConfig) -> wodi::proto::Policies {
+    let s = &sim.sched;
+    wodi::proto::Policies {
+        release_idle: s.release_idle,
+        reacquire_ms: s.reacquire.as_millis() as u64,
+        grant_cost_ms: s.grant_cost.as_millis() as u64,
+        release_suspended: s.release_suspended,
+        stragglers: s.stragglers,
+        fast_abort: s.fast_abort,
+        fewest_hosts: sim.fewest_hosts,
+        hysteresis: sim.hysteresis,
+    }
+}
+
+/// The real run's worker start-up for hosts granted during the run: from
+/// a host's allocation to its first step, the median over hosts whose
+/// allocation began after `after` (the first assignment), or over every
+/// host when none was granted after it. `None` if no host took a step.
+fn measured_startup(stats: &Stats, after: f64) -> Option<f64> {
+    let later = delays_from_grant(stats, after);
+    let mut delays = if later.is_empty() {
+        delays_from_grant(stats, f64::NEG_INFINITY)
+    } else {
+        later
+    };
+    delays.sort_by(f64::total_cmp);
+    delays.get(delays.len() / 2).copied()
+}
+
+/// From allocation to first step of each host allocated after `after`.
+fn delays_from_grant(stats: &Stats, after: f64) -> Vec<f64> {
+    stats
+        .timeline
+        .iter()
+        .filter_map(|row| {
+            let at = |k: PeriodKind| {
+                row.periods
+                    .iter()
+                    .filter(|p| p.kind == k)
+                    .map(|p| p.start_s)
+                    .fold(f64::INFINITY, f64::min)
+            };
+            let (granted, busy) = (at(PeriodKind::Allocated), at(PeriodKind::Busy));
+            (granted > after && busy.is_finite()).then_some(busy - granted)
+        })
+        .collect()
+}
+
+async fn run_real(
+    args: &Args,
+    pool: PoolAddr,
+    profile: &[StepProfile],
+    policies: wodi::proto::Policies,
+) -> anyhow::Result<Stats> {
     let mut cfg = MasterConfig::new(std::env::current_exe()?, Vec::new(), "true", 0);
     cfg.classes[0].count = args.hosts as u32;
     cfg.pool = Some(pool);
@@ -233,9 +335,7 @@ async fn run_real(args: &Args, pool: PoolAddr, profile: &[StepProfile]) -> anyho
     cfg.learn_from_wall = true;
     cfg.suspend_timeout = Duration::from_secs_f64(args.suspend_timeout);
     cfg.refine_speed = args.refine;
-    // The paper's scheduler both ways: the simulator below runs the core
-    // without the policies that give hosts back or copy steps.
-    cfg.policies = wodi::proto::Policies::default();
+    cfg.policies = policies;
     let mut master = Master::init(cfg, &()).await?;
     for c in 0..u64::from(args.cycles) {
         master.begin_cycle(CycleId(c), &())?;
@@ -254,7 +354,6 @@ async fn run_real(args: &Args, pool: PoolAddr, profile: &[StepProfile]) -> anyho
 
 async fn bench(args: Args) -> anyhow::Result<()> {
     let owners = OwnerModel::from_spec(&args.owners)?;
-    let pool_start = std::time::Instant::now();
     let pool = EmbeddedPool::start(PoolOptions {
         hosts: args.hosts,
         seed: args.seed,
@@ -263,54 +362,74 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         ..PoolOptions::default()
     })
     .await?;
+    // The owners' clock starts as `EmbeddedPool::start` returns (its owner
+    // driver starts once every machine has registered), not when the
+    // daemons begin to start: counting their start-up too put the
+    // simulator's owners that far ahead of the real ones.
+    let pool_start = std::time::Instant::now();
     let speeds: Vec<f64> = pool.hosts().iter().map(|h| h.speed).collect();
     let addr = PoolAddr {
         local: pool.submit_addr().to_string(),
         secret_file: pool.secret_file().to_path_buf(),
     };
     let profile = profile(args.scale);
+    // The simulator's settings first: the real master asks for the very
+    // policies the preset sets there.
+    let mut sim_cfg = SimConfig {
+        profile: profile.clone(),
+        cycles: args.cycles,
+        speeds: speeds.clone(),
+        actual_speeds: None,
+        owners,
+        owner_offset: 0.0,
+        owner_speedup: args.speedup,
+        pool: PoolConfig {
+            worker_startup: 0.0,
+            policy: PolicyConfig {
+                minute: 60.0 / args.speedup,
+                ..PolicyConfig::default()
+            },
+            ..PoolConfig::default()
+        },
+        hosts_wanted: args.hosts as u32,
+        fewest_hosts: None,
+        hysteresis: 0,
+        startup_offsets: Vec::new(),
+        sched: SchedConfig::default(),
+        seed: args.seed,
+    };
+    args.policies.apply(&mut sim_cfg);
+    sim_cfg.sched.suspend_timeout = Duration::from_secs_f64(args.suspend_timeout);
     let server_start = pool_start.elapsed().as_secs_f64();
-    let real = run_real(&args, addr, &profile).await;
+    let real = run_real(&args, addr, &profile, policies_of(&sim_cfg)).await;
     pool.shutdown().await;
     let real = real?;
 
-    // The simulation starts at the real run's first assignment: the owners'
-    // clock had run that long (pool start to server start, then to it).
     let first = real
         .steps
         .iter()
         .map(|t| t.assigned_s)
         .fold(f64::INFINITY, f64::min);
-    let lead = server_start + if first.is_finite() { first } else { 0.0 };
-    let sim = simulate(
-        &SimConfig {
-            profile: profile.clone(),
-            cycles: args.cycles,
-            speeds: speeds.clone(),
-            actual_speeds: None,
-            owners,
-            owner_offset: lead * args.speedup,
-            owner_speedup: args.speedup,
-            pool: PoolConfig {
-                worker_startup: 0.0,
-                policy: PolicyConfig {
-                    minute: 60.0 / args.speedup,
-                    ..PolicyConfig::default()
-                },
-                ..PoolConfig::default()
-            },
-            hosts_wanted: args.hosts as u32,
-            fewest_hosts: None,
-            hysteresis: 0,
-            startup_offsets: startup_offsets(&real, &speeds),
-            sched: SchedConfig {
-                suspend_timeout: Duration::from_secs_f64(args.suspend_timeout),
-                ..SchedConfig::default()
-            },
-            seed: args.seed,
-        },
-        Ordering::LongestFirst,
-    );
+    let first = if first.is_finite() { first } else { 0.0 };
+    // A host granted during the run (after an owner took one, or given
+    // back and asked for again) starts its worker as the real ones did.
+    let startup = args
+        .worker_startup
+        .or_else(|| measured_startup(&real, first))
+        .unwrap_or(0.0);
+    sim_cfg.pool.worker_startup = startup;
+    sim_cfg.startup_offsets = startup_offsets(&real, &speeds, startup);
+    // The simulation's first assignment comes when its first worker has
+    // started; the owners' clock had then run as long as the real one at
+    // the real first assignment (pool start to server start, then to it).
+    let lead = server_start + first - startup;
+    sim_cfg.owner_offset = lead * args.speedup;
+    let sim = simulate(&sim_cfg, Ordering::LongestFirst);
+    if let Some(dir) = &args.dump {
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(dir.join("real-stats.json"), serde_json::to_vec(&real)?)?;
+        std::fs::write(dir.join("sim-stats.json"), serde_json::to_vec(&sim.stats)?)?;
+    }
     let (real_len, real_eff) = length_and_efficiency(&real, &profile);
     let (sim_len, sim_eff) = length_and_efficiency(&sim.stats, &profile);
     let real_s = real_cycles(&real, args.cycles);
@@ -352,13 +471,18 @@ async fn bench(args: Args) -> anyhow::Result<()> {
                 "sim_occupancy_s": sim.stats.occupancy_s,
                 "real_losses": real.hosts_lost,
                 "sim_losses": sim.stats.hosts_lost,
+                "policies": args.policies,
+                "worker_startup_s": startup,
+                "real_hosts_added": real.hosts_added,
+                "sim_hosts_added": sim.stats.hosts_added,
             })
         );
     } else {
         println!(
-            "hosts {} speeds {speeds:?}, materials x {:.5}, speed from {}{}",
+            "hosts {} speeds {speeds:?}, materials x {:.5}, policies {:?}, speed from {}{}",
             args.hosts,
             args.scale,
+            args.policies,
             args.speed,
             if args.refine { ", refined" } else { "" }
         );
@@ -384,6 +508,10 @@ async fn bench(args: Args) -> anyhow::Result<()> {
             sim_eff * 100.0,
             real.hosts_lost,
             sim.stats.hosts_lost
+        );
+        println!(
+            "hosts added real {}, simulated {}; worker start-up during the run {startup:.3} s",
+            real.hosts_added, sim.stats.hosts_added
         );
     }
     Ok(())
