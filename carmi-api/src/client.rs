@@ -34,6 +34,7 @@
 //! queued is lost when the runtime stops.
 
 mod attach;
+mod link;
 mod options;
 mod output;
 mod peer;
@@ -229,7 +230,7 @@ struct Shared {
     rm_down: Mutex<Option<String>>,
     endpoints: Mutex<HashMap<ProcessId, String>>,
     /// One queue per peer this process sends to, each drained by its own task.
-    peers: Mutex<HashMap<ProcessId, mpsc::UnboundedSender<peer::Outgoing>>>,
+    peers: Mutex<HashMap<ProcessId, Arc<link::Link>>>,
     /// How the output of each `class_spawn` request is handled on arrival
     /// (absent: as events).
     output_files: Mutex<HashMap<RequestId, (PathBuf, PathBuf)>>,
@@ -609,7 +610,7 @@ impl Carmi {
             });
             return;
         }
-        peer::queue(shared, to, peer::Outgoing::Message { tag, data });
+        peer::queue(shared, to, link::Outgoing::message(tag, data));
     }
 
     /// Waits until every request and message queued before this call has been
@@ -622,9 +623,10 @@ impl Carmi {
         let (tx, rx) = oneshot::channel();
         shared.queue(rm::Command::Flush(tx));
         acks.push(rx);
-        for queue in lock(&shared.peers).values() {
+        let links: Vec<_> = lock(&shared.peers).values().cloned().collect();
+        for link in links {
             let (tx, rx) = oneshot::channel();
-            if queue.send(peer::Outgoing::Flush(tx)).is_ok() {
+            if link.offer(link::Outgoing::Flush(tx)).is_ok() {
                 acks.push(rx);
             }
         }
