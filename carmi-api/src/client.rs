@@ -28,7 +28,9 @@
 //! executable uploads), one reader task its read half (events), one task
 //! accepts direct connections from peers and from the local RMs forwarding
 //! spawned processes' output (one receiving task each; see `output.rs`), and one
-//! writer task per peer this process sends to. All of them stop when the last
+//! writer task per peer this process sends to (on a connection in clear with
+//! nothing queued, [`Carmi::send`] writes to the socket itself; see
+//! `link.rs`). All of them stop when the last
 //! [`Carmi`] clone is dropped; queued requests and messages are still written
 //! first. Call [`Carmi::flush`] before the process exits so that nothing
 //! queued is lost when the runtime stops.
@@ -593,9 +595,12 @@ impl Carmi {
     }
 
     /// Sends `data` with `tag` directly to process `to` of this job; it
-    /// arrives there as [`Incoming::Message`], byte for byte. Returns at once:
-    /// the message is queued for the peer's connection, which is opened on
-    /// first use (after asking the RM once where the peer listens). Messages
+    /// arrives there as [`Incoming::Message`], byte for byte. Returns at once,
+    /// never waiting: on an open connection in clear with nothing queued
+    /// before it, the message is written to the socket as far as the socket
+    /// takes it without waiting; the rest, and any message behind others,
+    /// is queued for the peer's connection, which is opened on first use
+    /// (after asking the RM once where the peer listens). Messages
     /// to one peer arrive in the order sent; a failure is reported as
     /// [`Incoming::SendFailed`]. A message to this process itself goes
     /// straight to its own event stream.
