@@ -28,12 +28,15 @@
 //! executable uploads), one reader task its read half (events), one task
 //! accepts direct connections from peers and from the local RMs forwarding
 //! spawned processes' output (one receiving task each; see `output.rs`), and one
-//! writer task per peer this process sends to. All of them stop when the last
+//! writer task per peer this process sends to (on a connection in clear with
+//! nothing queued, [`Carmi::send`] writes to the socket itself; see
+//! `link.rs`). All of them stop when the last
 //! [`Carmi`] clone is dropped; queued requests and messages are still written
 //! first. Call [`Carmi::flush`] before the process exits so that nothing
 //! queued is lost when the runtime stops.
 
 mod attach;
+mod link;
 mod options;
 mod output;
 mod peer;
@@ -229,7 +232,7 @@ struct Shared {
     rm_down: Mutex<Option<String>>,
     endpoints: Mutex<HashMap<ProcessId, String>>,
     /// One queue per peer this process sends to, each drained by its own task.
-    peers: Mutex<HashMap<ProcessId, mpsc::UnboundedSender<peer::Outgoing>>>,
+    peers: Mutex<HashMap<ProcessId, Arc<link::Link>>>,
     /// How the output of each `class_spawn` request is handled on arrival
     /// (absent: as events).
     output_files: Mutex<HashMap<RequestId, (PathBuf, PathBuf)>>,
@@ -592,9 +595,12 @@ impl Carmi {
     }
 
     /// Sends `data` with `tag` directly to process `to` of this job; it
-    /// arrives there as [`Incoming::Message`], byte for byte. Returns at once:
-    /// the message is queued for the peer's connection, which is opened on
-    /// first use (after asking the RM once where the peer listens). Messages
+    /// arrives there as [`Incoming::Message`], byte for byte. Returns at once,
+    /// never waiting: on an open connection in clear with nothing queued
+    /// before it, the message is written to the socket as far as the socket
+    /// takes it without waiting; the rest, and any message behind others,
+    /// is queued for the peer's connection, which is opened on first use
+    /// (after asking the RM once where the peer listens). Messages
     /// to one peer arrive in the order sent; a failure is reported as
     /// [`Incoming::SendFailed`]. A message to this process itself goes
     /// straight to its own event stream.
@@ -609,7 +615,7 @@ impl Carmi {
             });
             return;
         }
-        peer::queue(shared, to, peer::Outgoing::Message { tag, data });
+        peer::queue(shared, to, link::Outgoing::message(tag, data));
     }
 
     /// Waits until every request and message queued before this call has been
@@ -622,9 +628,10 @@ impl Carmi {
         let (tx, rx) = oneshot::channel();
         shared.queue(rm::Command::Flush(tx));
         acks.push(rx);
-        for queue in lock(&shared.peers).values() {
+        let links: Vec<_> = lock(&shared.peers).values().cloned().collect();
+        for link in links {
             let (tx, rx) = oneshot::channel();
-            if queue.send(peer::Outgoing::Flush(tx)).is_ok() {
+            if link.offer(link::Outgoing::Flush(tx)).is_ok() {
                 acks.push(rx);
             }
         }

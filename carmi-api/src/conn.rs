@@ -15,12 +15,16 @@
 
 use std::marker::PhantomData;
 
-use bytes::Bytes;
+use std::io::IoSlice;
+
+use bytes::{Buf, Bytes};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
-use crate::frame::{DEFAULT_MAX_FRAME, FrameDeadline, FrameError, FrameReader, write_frame};
+use crate::frame::{
+    DEFAULT_MAX_FRAME, FrameDeadline, FrameError, FrameReader, encode_header, write_frame,
+};
 
 /// A connection that sends `Out` messages and receives `In` messages, each
 /// with a raw payload, over a reading half `R` and a writing half `W` (plain
@@ -235,6 +239,93 @@ impl<Out: Serialize, W: AsyncWrite + Unpin> ConnWriter<Out, W> {
     /// The writer underneath.
     pub fn get_mut(&mut self) -> &mut W {
         &mut self.inner
+    }
+}
+
+/// One frame of an `Out` message encoded ahead of its write, so that it can
+/// be written in pieces (a non-blocking write that the socket takes only in
+/// part, the rest later from a writer task) and gathered with other frames
+/// into one vectored write: the length fields and JSON in `head`, the payload
+/// shared, never copied.
+pub struct OutFrame<Out> {
+    head: Bytes,
+    body: Bytes,
+    _out: PhantomData<fn(Out)>,
+}
+
+impl<Out: Serialize> OutFrame<Out> {
+    /// The frame of `msg` with `body` as its payload.
+    pub fn new(msg: &Out, body: Bytes) -> Self {
+        OutFrame {
+            head: Bytes::from(encode_header(msg, body.len())),
+            body,
+            _out: PhantomData,
+        }
+    }
+}
+
+impl<Out> OutFrame<Out> {
+    /// Whether every byte has been written.
+    pub fn is_done(&self) -> bool {
+        self.head.is_empty() && self.body.is_empty()
+    }
+
+    /// Bytes not yet written.
+    pub fn remaining(&self) -> usize {
+        self.head.len() + self.body.len()
+    }
+
+    /// Appends what is left to write (at most two slices) to `out`.
+    pub fn slices<'a>(&'a self, out: &mut Vec<IoSlice<'a>>) {
+        for part in [&self.head, &self.body] {
+            if !part.is_empty() {
+                out.push(IoSlice::new(part));
+            }
+        }
+    }
+
+    /// Marks up to `n` more bytes written; returns how many of them this frame took.
+    pub fn advance(&mut self, n: usize) -> usize {
+        let from_head = n.min(self.head.len());
+        self.head.advance(from_head);
+        let from_body = (n - from_head).min(self.body.len());
+        self.body.advance(from_body);
+        from_head + from_body
+    }
+
+    /// Writes as much as `socket` takes now without waiting; true when the
+    /// whole frame is written. A full socket buffer is not an error (false).
+    pub fn try_write(&mut self, socket: &tokio::net::tcp::OwnedWriteHalf) -> std::io::Result<bool> {
+        while !self.is_done() {
+            let mut slices = Vec::with_capacity(2);
+            self.slices(&mut slices);
+            match socket.try_write_vectored(&slices) {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    self.advance(n);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+}
+
+impl<Out, W: AsyncWrite + Unpin> ConnWriter<Out, W> {
+    /// Writes what is left of an encoded frame (see [`OutFrame`]); on a
+    /// buffering writer, small frames gather in its buffer until a flush.
+    pub async fn send_frame(&mut self, frame: &mut OutFrame<Out>) -> std::io::Result<()> {
+        while !frame.is_done() {
+            let mut slices = Vec::with_capacity(2);
+            frame.slices(&mut slices);
+            let n = self.inner.write_vectored(&slices).await?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::WriteZero.into());
+            }
+            frame.advance(n);
+        }
+        Ok(())
     }
 }
 

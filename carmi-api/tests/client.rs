@@ -429,9 +429,23 @@ async fn class_spawn_uploads_each_executable_once_and_bad_files_fail_their_reque
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_processes_exchange_messages_directly_in_order_and_verbatim() {
+    exchange_messages(false).await;
+}
+
+/// In clear, where `send` writes to the socket itself while nothing is queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_processes_exchange_messages_in_clear_in_order_and_verbatim() {
+    exchange_messages(true).await;
+}
+
+async fn exchange_messages(plain: bool) {
     let rm = FakeRm::start(true).await;
-    let (a, mut a_events) = rm.connect(None, None).await;
-    let (b, mut b_events) = rm.connect(Some(a.job()), Some(ProcessId(7))).await;
+    let mut opts = rm.options(None, None);
+    opts.plain_peers = plain;
+    let (a, mut a_events) = connect(opts).await.unwrap();
+    let mut opts = rm.options(Some(a.job()), Some(ProcessId(7)));
+    opts.plain_peers = plain;
+    let (b, mut b_events) = connect(opts).await.unwrap();
     assert_eq!((b.job(), b.process()), (a.job(), ProcessId(7)));
 
     for i in 0..1000u32 {

@@ -1,6 +1,7 @@
 //! Direct messages between application processes: one outgoing connection
-//! (and one writer task) per peer this process sends to, and a listener that
-//! accepts the connections of peers that send to it.
+//! (and one writer task, see `link.rs` for what `send` writes itself) per
+//! peer this process sends to, and a listener that accepts the connections
+//! of peers that send to it.
 //!
 //! Both are TLS (`crate::tls`) with the handshake bound to the session,
 //! unless this process asked for plain peer connections
@@ -9,12 +10,13 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-use tokio::io::BufWriter;
+use tokio::io::{AsyncRead, AsyncWrite, BufWriter};
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
+use super::link::{self, Link, Outgoing};
 use super::{Incoming, LOOKUP_TIMEOUT, Shared, lock};
 use crate::conn::{ConnReader, ConnWriter};
 use crate::frame::FrameReader;
@@ -22,14 +24,6 @@ use crate::handshake;
 use crate::ids::{JobId, ProcessId};
 use crate::msg::{PeerMessage, Request, Role};
 use crate::tls::{Acceptor, Stream};
-
-/// Work for a peer's writer task.
-pub(super) enum Outgoing {
-    /// A message to write.
-    Message { tag: u32, data: Bytes },
-    /// Acknowledge once everything before it has been written out.
-    Flush(oneshot::Sender<()>),
-}
 
 /// Why a peer's connection failed, and how many messages went with it.
 struct PeerError {
@@ -43,43 +37,74 @@ impl From<String> for PeerError {
     }
 }
 
-/// Queues `item` for peer `to`, starting its writer task on first use.
+/// Hands `item` to peer `to`'s link (written at once, or queued), starting
+/// its writer task on first use.
 pub(super) fn queue(shared: &Arc<Shared>, to: ProcessId, item: Outgoing) {
+    // The map's lock is not held while writing: sends to other peers go on.
+    let known = lock(&shared.peers).get(&to).cloned();
+    let mut item = item;
+    if let Some(link) = &known {
+        match link.offer(item) {
+            Ok(_) => return,
+            Err(back) => item = back,
+        }
+    }
     let mut peers = lock(&shared.peers);
-    let item = match peers.get(&to) {
-        Some(tx) => match tx.send(item) {
-            Ok(()) => return,
-            // Its task is gone without removing itself (it panicked): replace it.
-            Err(mpsc::error::SendError(item)) => item,
+    match peers.get(&to) {
+        // Another thread replaced the link meanwhile: use its link.
+        Some(now) if known.as_ref().is_none_or(|k| !Arc::ptr_eq(k, now)) => match now.offer(item) {
+            Ok(_) => return,
+            Err(back) => item = back,
         },
-        None => item,
-    };
-    let (tx, rx) = mpsc::unbounded_channel();
-    let _ = tx.send(item);
-    peers.insert(to, tx);
-    shared.runtime.spawn(run(shared.clone(), to, rx));
+        // Its task is gone without removing itself (it panicked): replace it.
+        _ => {}
+    }
+    let (link, rx) = Link::new();
+    let _ = link.offer(item);
+    peers.insert(to, link.clone());
+    shared.runtime.spawn(run(shared.clone(), to, link, rx));
 }
 
 /// A peer's writer task: finds the peer, connects, then writes its queue in
 /// order until the client stops.
-async fn run(shared: Arc<Shared>, to: ProcessId, mut rx: mpsc::UnboundedReceiver<Outgoing>) {
+async fn run(
+    shared: Arc<Shared>,
+    to: ProcessId,
+    link: Arc<Link>,
+    mut rx: mpsc::UnboundedReceiver<Outgoing>,
+) {
     let mut stop = shared.stop.clone();
     let result = tokio::select! {
         conn = open(&shared, to) => match conn {
-            Ok(w) => pump(w, &mut rx, &mut stop).await,
+            Ok(PeerWriter::Plain(socket)) => {
+                let socket = Arc::new(socket);
+                link.open_direct(socket.clone());
+                let pumped = link::pump_plain(&link, &socket, &mut rx, &mut stop).await;
+                link.close_direct();
+                pumped.map_err(|(e, lost)| PeerError {
+                    reason: format!("the connection broke: {e}"),
+                    lost,
+                })
+            }
+            Ok(PeerWriter::Tls(w)) => pump(&link, w, &mut rx, &mut stop).await,
             Err(reason) => Err(PeerError::from(reason)),
         },
         // Nobody is left to tell about messages that never found their peer.
         _ = stop.changed() => return,
     };
     if let Err(PeerError { reason, lost }) = result {
-        // Removing the queue under the lock guarantees that nothing more is
+        // Removing the link under the lock guarantees that nothing more is
         // queued to it, so the count of dropped messages is exact.
-        lock(&shared.peers).remove(&to);
+        {
+            let mut peers = lock(&shared.peers);
+            if peers.get(&to).is_some_and(|l| Arc::ptr_eq(l, &link)) {
+                peers.remove(&to);
+            }
+        }
         rx.close();
         let mut unsent = lost;
         while let Ok(item) = rx.try_recv() {
-            if let Outgoing::Message { .. } = item {
+            if let Outgoing::Message(_) = item {
                 unsent += 1;
             }
         }
@@ -96,7 +121,15 @@ async fn open(shared: &Shared, to: ProcessId) -> Result<PeerWriter, String> {
     let stream = crate::net::dial(&addr, super::CONNECT_TIMEOUT)
         .await
         .map_err(|e| format!("cannot connect to process {to} at {addr}: {e}"))?;
-    let opened = crate::tls::open(stream, shared.plain_peers);
+    let fail = |e| format!("process {to} at {addr}: {e}");
+    if shared.plain_peers {
+        // In clear, the socket's own writing half, so that `send` can write
+        // to it directly ([`Link`]).
+        let (r, mut w) = stream.into_split();
+        introduce(shared, r, &mut w, &[]).await.map_err(fail)?;
+        return Ok(PeerWriter::Plain(w));
+    }
+    let opened = crate::tls::connect(stream);
     let Stream {
         reader: r,
         writer: mut w,
@@ -105,16 +138,32 @@ async fn open(shared: &Shared, to: ProcessId) -> Result<PeerWriter, String> {
         .await
         .map_err(|_| format!("process {to} at {addr}: TLS: no answer in time"))?
         .map_err(|e| format!("process {to} at {addr}: TLS: {e}"))?;
-    let mut r = FrameReader::new(r);
+    introduce(shared, r, &mut w, &binding).await.map_err(fail)?;
+    // Nothing is ever read on this connection after the handshake.
+    Ok(PeerWriter::Tls(ConnWriter::new(BufWriter::with_capacity(
+        64 * 1024,
+        w,
+    ))))
+}
+
+/// Introduces this process on a fresh connection (the pool handshake,
+/// bound to the TLS session by `binding`).
+async fn introduce<R, W>(
+    shared: &Shared,
+    r: R,
+    w: &mut W,
+    binding: &[u8],
+) -> Result<(), handshake::HandshakeError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let role = Role::Peer {
         from: shared.process,
         job: shared.job,
     };
-    handshake::client_bound(&mut r, &mut w, &shared.secret, &role, &binding)
-        .await
-        .map_err(|e| format!("process {to} at {addr}: {e}"))?;
-    // Nothing is ever read on this connection after the handshake.
-    Ok(ConnWriter::new(BufWriter::with_capacity(64 * 1024, w)))
+    let mut r = FrameReader::new(r);
+    handshake::client_bound(&mut r, w, &shared.secret, &role, binding).await
 }
 
 /// Where `to` listens: from the cache, or else asked of the RM once.
@@ -145,12 +194,19 @@ async fn endpoint_of(shared: &Shared, to: ProcessId) -> Result<String, String> {
     Ok(answer)
 }
 
-/// The writing side of a connection to a peer: direct messages, buffered.
-type PeerWriter = ConnWriter<PeerMessage, BufWriter<crate::tls::Writer>>;
+/// The writing side of a connection to a peer.
+enum PeerWriter {
+    /// In clear: the socket's writing half, shared with direct writes.
+    Plain(OwnedWriteHalf),
+    /// Over TLS: frames gathered in a buffer, written by the task alone.
+    Tls(ConnWriter<PeerMessage, BufWriter<crate::tls::Writer>>),
+}
 
-/// Writes queued items until the client stops (then drains what is queued).
+/// Writes queued items over TLS until the client stops: all that is
+/// queued, then one flush.
 async fn pump(
-    mut w: PeerWriter,
+    link: &Link,
+    mut w: ConnWriter<PeerMessage, BufWriter<crate::tls::Writer>>,
     rx: &mut mpsc::UnboundedReceiver<Outgoing>,
     stop: &mut tokio::sync::watch::Receiver<()>,
 ) -> Result<(), PeerError> {
@@ -158,32 +214,24 @@ async fn pump(
         reason: format!("the connection broke: {e}"),
         lost,
     };
-    loop {
-        let first = tokio::select! {
-            biased;
-            item = rx.recv() => match item {
-                Some(item) => item,
-                None => break,
-            },
-            _ = stop.changed() => break,
-        };
-        // Write all that is queued, then flush once.
-        let mut next = Some(first);
-        while let Some(item) = next {
+    while let Some(first) = link::next(rx, stop).await {
+        let mut next_item = Some(first);
+        let mut done = 0;
+        while let Some(item) = next_item {
             match item {
-                Outgoing::Message { tag, data } => {
-                    w.send(&PeerMessage { tag }, &data)
-                        .await
-                        .map_err(|e| broken(e, 1))?;
+                Outgoing::Message(mut frame) => {
+                    w.send_frame(&mut frame).await.map_err(|e| broken(e, 1))?;
                 }
                 Outgoing::Flush(ack) => {
                     w.flush().await.map_err(|e| broken(e, 0))?;
                     let _ = ack.send(());
                 }
             }
-            next = rx.try_recv().ok();
+            done += 1;
+            next_item = rx.try_recv().ok();
         }
         w.flush().await.map_err(|e| broken(e, 0))?;
+        link.written(done);
     }
     let _ = w.shutdown().await;
     Ok(())
