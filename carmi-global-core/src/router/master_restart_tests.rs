@@ -3,7 +3,8 @@
 //! died with the killed global RM (the master was never reported started)
 //! is sent again when its machine registers without it, where the job used
 //! to end as if its master were lost; a master that was reported running
-//! and is missing from its machine was lost, and its job still ends.
+//! and is missing from its machine was lost, and its job still ends. And a
+//! job whose hosts' machines register last takes no other host meanwhile.
 
 use std::time::Duration;
 
@@ -155,5 +156,67 @@ fn a_recovered_master_its_machine_still_runs_is_running() {
             "{sends:?} {records:?}"
         );
         assert!(r.allocator().has_job(JobId(1)));
+    }
+}
+
+/// A submitted job of two hosts, its machines registering again after the
+/// restart after the others: it takes none of the others meanwhile (it took
+/// one, and held 3 of its 2 once its own machines were back).
+#[test]
+fn a_job_takes_no_other_host_while_its_own_machines_come_back() {
+    let mut r = Router::new(RouterConfig::default());
+    let mut journal = Vec::new();
+    for i in 0..3 {
+        journal.extend(advertise(&mut r, LinkId(i + 1), &format!("m{i}"), vec![]).1);
+    }
+    r.on_executable_stored(&exe("master"));
+    step(&mut r, |r| {
+        r.on_link_opened(ADMIN, Role::Admin, Duration::ZERO)
+    });
+    let text = "executable = master\nclass_name = w\nmachine_count = 2\nqueue\n";
+    let submit = ToGlobal::Submit(Box::new(SubmitRequest {
+        owner: "alice".into(),
+        machine: "m0".into(),
+        executable: exe("master"),
+        spec: carmi_proto::submit::parse("j", text).unwrap(),
+        submitted_unix: 0,
+        anywhere: false,
+    }));
+    let (sends, records) = step(&mut r, |r| r.on_message(ADMIN, submit, Duration::ZERO));
+    journal.extend(records);
+    let Some((_, FromGlobal::SpawnMaster { process, .. })) = sends.last() else {
+        panic!("{sends:?}");
+    };
+    let started = ToGlobal::Started {
+        process: *process,
+        result: Ok(()),
+    };
+    journal.extend(step(&mut r, |r| r.on_message(LinkId(1), started, Duration::ZERO)).1);
+    let mut held = r.allocator().job_hosts(JobId(1));
+    held.sort();
+    assert_eq!(held.len(), 2);
+    let mine: Vec<String> = held
+        .iter()
+        .map(|&h| r.allocator().host_machine(h).unwrap().to_string())
+        .collect();
+    // The machines without the job's hosts register first.
+    let mut order: Vec<usize> = (0..3).collect();
+    order.sort_by_key(|i| mine.contains(&format!("m{i}")));
+    let compacted = journal::Live::of(&journal).records();
+    for journal in [journal.clone(), compacted] {
+        let mut r = Router::new(RouterConfig::default());
+        r.recover(journal);
+        for &i in &order {
+            let running = if i == 0 { vec![*process] } else { vec![] };
+            advertise(&mut r, LinkId(10 + i as u64), &format!("m{i}"), running);
+            let now = r.allocator().job_hosts(JobId(1));
+            assert!(
+                now.iter().all(|h| held.contains(h)),
+                "after m{i}: {now:?}, not within {held:?}"
+            );
+        }
+        let mut now = r.allocator().job_hosts(JobId(1));
+        now.sort();
+        assert_eq!(now, held);
     }
 }
