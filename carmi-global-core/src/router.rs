@@ -74,6 +74,8 @@ pub(crate) use lifecycle::new_proc;
 #[cfg(test)]
 mod jobs_tests;
 mod machines;
+#[cfg(test)]
+mod master_restart_tests;
 pub use machines::{CUT_OFF_LIMIT, CUT_OFF_MIN_MACHINES};
 mod outstanding;
 mod pilots;

@@ -217,6 +217,9 @@ pub struct PoolOptions {
     pub local_settings: String,
     /// Extra command-line arguments of the global RM (`--stage-fanout 1`).
     pub global_args: Vec<String>,
+    /// Extra command-line arguments of every local RM of a [`Pool`]
+    /// (`--owner real`, which overrides [`LOCAL_CONFIG`]'s simulated owner).
+    pub local_args: Vec<String>,
 }
 
 impl Default for PoolOptions {
@@ -227,6 +230,7 @@ impl Default for PoolOptions {
             local_config: String::new(),
             global_args: Vec::new(),
             local_settings: String::new(),
+            local_args: Vec::new(),
         }
     }
 }
@@ -498,6 +502,7 @@ impl Pool {
         for a in &attrs {
             cmd.args(["--attr", a]);
         }
+        cmd.args(&self.options.local_args);
         let mut child = cmd.spawn().expect("start carmi-local");
         let app_addr = listening_addr(&mut child, &name);
         Local {

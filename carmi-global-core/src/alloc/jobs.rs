@@ -481,7 +481,10 @@ impl Allocator {
                 let room: Vec<String> = j
                     .limits
                     .iter()
-                    .filter(|&(c, &(min, max))| self.held(id, c) < if to_min { min } else { max })
+                    .filter(|&(c, &(min, max))| {
+                        let held = self.held(id, c) + self.recorded_for(id, c);
+                        held < if to_min { min } else { max }
+                    })
                     .map(|(c, _)| c.clone())
                     .collect();
                 (!room.is_empty()).then_some((j.hosts.len() as u32, j.seq, id, room))

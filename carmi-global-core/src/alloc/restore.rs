@@ -33,6 +33,19 @@ impl Allocator {
         self.recorded_claims.len()
     }
 
+    /// Hosts of `job`'s `class` still waiting for their machines to come
+    /// back: the job holds them, so growth does not give it others meanwhile
+    /// (it held 3 of its 2 once its last machine was back).
+    pub(super) fn recorded_for(&self, job: JobId, class: &str) -> u32 {
+        if self.recorded_claims.is_empty() {
+            return 0;
+        }
+        self.recorded_claims
+            .values()
+            .filter(|(j, c)| *j == job && c == class)
+            .count() as u32
+    }
+
     /// The job ended or was held: it gets nothing back.
     pub(super) fn forget_recorded_claims(&mut self, job: JobId) {
         if !self.recorded_claims.is_empty() {

@@ -24,8 +24,13 @@ pub struct Live {
     /// Of those, the ones that exited: their `Exited` record with its
     /// status (so that a restart still lists them, issue 15 item 4).
     exited: std::collections::BTreeMap<ProcessId, Record>,
-    /// Of those, the ones reported started: their `Running` record.
+    /// Of those, and of the masters, the ones reported started: their
+    /// `Running` record.
     running: std::collections::BTreeMap<ProcessId, Record>,
+    /// The master of each live job's `Started` record, so that its
+    /// `Running` record is kept (a restart tells a master that never
+    /// arrived, sent again, from one that was lost).
+    masters: std::collections::BTreeMap<ProcessId, JobId>,
     /// The last ended jobs' `History` records, oldest first.
     history: std::collections::VecDeque<Record>,
     /// Live jobs' events, the last [`EVENTS_PER_JOB`] of each.
@@ -80,9 +85,21 @@ impl Live {
             }
             Record::Started { job, master, .. } => {
                 self.next_process = self.next_process.max(master.0 + 1);
-                if let Some(j) = self.jobs.get_mut(job) {
-                    self.started += j.1.is_none() as usize;
-                    j.1 = Some(r.clone());
+                let mut old = None;
+                let live = match self.jobs.get_mut(job) {
+                    Some(j) => {
+                        self.started += j.1.is_none() as usize;
+                        old = j.1.replace(r.clone());
+                        true
+                    }
+                    None => false,
+                };
+                // The same master placed again keeps its `Running`.
+                if !matches!(&old, Some(Record::Started { master: m, .. }) if m == master) {
+                    self.drop_master(old.as_ref());
+                }
+                if live {
+                    self.masters.insert(*master, *job);
                 }
             }
             Record::Attached { job, root, .. } => {
@@ -135,8 +152,9 @@ impl Live {
                 }
             }
             Record::Ended { job } => {
-                if let Some((_, Some(_))) = self.jobs.remove(job) {
+                if let Some((_, Some(started))) = self.jobs.remove(job) {
                     self.started -= 1;
+                    self.drop_master(Some(&started));
                 }
                 for p in self.by_job.remove(job).unwrap_or_default() {
                     self.processes.remove(&p);
@@ -169,10 +187,12 @@ impl Live {
             }
             Record::Held { job, .. } => {
                 // Held replaces `Started`: its master and processes were killed.
+                let mut old = None;
                 if let Some(j) = self.jobs.get_mut(job) {
                     self.started += j.1.is_none() as usize;
-                    j.1 = Some(r.clone());
+                    old = j.1.replace(r.clone());
                 }
+                self.drop_master(old.as_ref());
                 for p in self.by_job.remove(job).unwrap_or_default() {
                     self.processes.remove(&p);
                     self.exited.remove(&p);
@@ -271,7 +291,8 @@ impl Live {
                 self.by_job.entry(*job).or_default().insert(*process);
             }
             Record::Running { process }
-                if self.processes.contains_key(process) && !self.exited.contains_key(process) =>
+                if self.processes.contains_key(process) && !self.exited.contains_key(process)
+                    || self.masters.contains_key(process) =>
             {
                 self.running.insert(*process, r.clone());
             }
@@ -297,6 +318,15 @@ impl Live {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// Forgets the master of a job's `Started` record `started` (replaced
+    /// or ended) and its `Running` record.
+    fn drop_master(&mut self, started: Option<&Record>) {
+        if let Some(Record::Started { master, .. }) = started {
+            self.masters.remove(master);
+            self.running.remove(master);
         }
     }
 

@@ -545,6 +545,8 @@ impl Router {
                     .is_some_and(|p| p.state == ProcessState::Starting)
                 {
                     self.procs.set_state(process, ProcessState::Running);
+                    // A restart then knows it ran: absent from its machine, it was lost.
+                    self.out.push(Output::Journal(Record::Running { process }));
                     if let Some((_, machine)) = self.masters.get(&process) {
                         let machine = machine.clone();
                         self.log_event(job, EventKind::MasterStarted { machine });

@@ -303,6 +303,15 @@ impl Router {
             {
                 self.started(name, p, Ok(()));
             }
+            // A master whose `Started` was in flight likewise.
+            if let Some(job) = self.master_on(p, name)
+                && self
+                    .procs
+                    .find(p)
+                    .is_some_and(|pr| pr.state == ProcessState::Starting)
+            {
+                self.master_report(p, job, Ok(()));
+            }
         }
         // Processes it no longer runs most likely ended while it was away:
         // their `Exited` follows `Registered` from its backlog, with the real
@@ -351,8 +360,22 @@ impl Router {
                 warn!(machine = name, %job, process = %p, "the hand-started root process of the job did not come back with its machine; the job ends");
                 self.end_job(job);
             } else if let Some(job) = self.master_on(p, name) {
-                // The local RM restarted without it: the master is gone.
-                self.master_lost(p, job);
+                if self
+                    .procs
+                    .find(p)
+                    .is_some_and(|pr| pr.state == ProcessState::Starting)
+                {
+                    // Never reported started, not running, no exit in the
+                    // backlog: its `SpawnMaster` never arrived (it died with
+                    // a killed global RM or a broken link). Sent again; a
+                    // local RM still launching it ignores the copy.
+                    warn!(machine = name, %job, process = %p, "the master's machine does not have it; sending it again");
+                    self.sent_masters.remove(&p);
+                    self.send_master(link, p, job);
+                } else {
+                    // The local RM restarted without it: the master is gone.
+                    self.master_lost(p, job);
+                }
             } else if self.runs_on(p, name) {
                 self.exit_process(p, ExitStatus::HostLost, 0.0);
             }

@@ -98,7 +98,12 @@ impl Router {
                 }
                 if !again {
                     self.alloc.recover_running(job);
-                    self.procs.insert(master, new_proc(job, true));
+                    // Starting until a `Running` record or its machine says it
+                    // runs: a `SpawnMaster` that died with the killed global RM
+                    // is sent again, not taken for a lost master.
+                    let mut proc = new_proc(job, true);
+                    proc.state = ProcessState::Starting;
+                    self.procs.insert(master, proc);
                 }
                 if machine.is_empty() {
                     self.unplaced.insert(master);
