@@ -16,8 +16,9 @@
 //! At the end it checks, and fails saying which, that every step sent was
 //! delivered exactly once with its own result, that no process of the run
 //! is left, that the daemons' memory and descriptors are back near where
-//! they were after warm-up, and it counts the logs' warnings and errors by
-//! kind. The last line, `soak-result {json}`, is what `tests/soak.rs` reads.
+//! they were after warm-up, and that no daemon logged an error; it lists the
+//! logs' warnings by kind. The last line, `soak-result {json}`, is what
+//! `tests/soak.rs` reads.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -427,6 +428,17 @@ async fn finish(
     if grew(end.0, start.0) || start.1.iter().zip(&end.1).any(|(s, e)| grew(*e, *s)) {
         problems.push(format!("a daemon grew: from {start:?} to {end:?}"));
     }
+    // No daemon logs an error over owner churn; warnings are listed below.
+    let errors: usize = complaints
+        .iter()
+        .filter(|(k, _)| k.contains("ERROR"))
+        .map(|(_, n)| n)
+        .sum();
+    if errors > 0 {
+        problems.push(format!(
+            "{errors} error lines in the daemons' logs (listed above)"
+        ));
+    }
     let (gs, ge) = (start.0.unwrap_or_default(), end.0.unwrap_or_default());
     let (ls, le) = (locals_sum(&start), locals_sum(&end));
     println!(
@@ -474,7 +486,7 @@ async fn finish(
         "processes_left": left.len(),
         "global_start": gs, "global_end": ge,
         "journal_start": journal_start, "journal_end": journal_end,
-        "errors": complaints.iter().filter(|(k, _)| k.contains("ERROR")).map(|(_, n)| n).sum::<usize>(),
+        "errors": errors,
     });
     println!("soak-result {result}");
     if problems.is_empty() {
