@@ -29,6 +29,8 @@ fn owner_cycles_under_a_wodi_run_deliver_every_step_once_and_leave_no_process() 
     let n = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"));
     assert_eq!(n("cycles"), 200, "{stdout}");
     assert!(n("steps_sent") > 0, "{stdout}");
+    // The owners stopped real worker processes, not only idle machines.
+    assert!(n("suspensions") > 0, "{stdout}");
     assert_eq!(n("steps_delivered"), n("steps_sent"), "{stdout}");
     for k in [
         "steps_twice",

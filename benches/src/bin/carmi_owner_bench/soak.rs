@@ -33,7 +33,7 @@ use wodi::StepId;
 use wodi::master::{Master, MasterConfig, PoolAddr, StepOutcome};
 
 use super::Result;
-use super::soak_proc::{children, complaints, daemons, footprint, leftovers, state};
+use super::soak_proc::{children, complaints, count_lines, daemons, footprint, leftovers, state};
 
 /// The soak's settings (see the module's documentation).
 #[derive(Clone, Debug)]
@@ -405,6 +405,10 @@ async fn finish(
     let mut names = vec!["global".to_string()];
     names.extend(pool.locals.iter().map(|l| l.name.clone()));
     let complaints = complaints(&pool.dir, &names);
+    // The cycles that found a job's process on the machine (a local RM
+    // logs each claim it suspends), and the processes started.
+    let suspended = count_lines(&pool.dir, &names[1..], "to=Claimed/Suspended");
+    let started = count_lines(&pool.dir, &names[1..], "process started");
     let twice = tally.seen.values().filter(|&&n| n > 1).count();
     let missing = tally
         .sent
@@ -454,6 +458,10 @@ async fn finish(
         stats.hosts_lost
     );
     println!(
+        "{suspended} suspensions of a running claim (the other cycles found no process on the \
+         machine); {started} worker processes started."
+    );
+    println!(
         "global RM: {:.1} MB / {} fds after warm-up, {:.1} MB / {} fds at the end; \
          local RMs (summed): {:.1} MB / {} fds, then {:.1} MB / {} fds; journal {} KB, then {} KB.",
         gs.0 as f64 / 1024.0,
@@ -484,6 +492,8 @@ async fn finish(
         "step_copies": stats.step_copies,
         "hosts_added": stats.hosts_added,
         "processes_left": left.len(),
+        "suspensions": suspended,
+        "processes_started": started,
         "global_start": gs, "global_end": ge,
         "journal_start": journal_start, "journal_end": journal_end,
         "errors": errors,

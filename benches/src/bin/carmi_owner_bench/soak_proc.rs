@@ -137,3 +137,17 @@ pub(super) fn complaints(dir: &Path, names: &[String]) -> BTreeMap<String, usize
     }
     out
 }
+
+/// The lines of the logs `names` (`NAME.log` in `dir`) that contain `needle`.
+pub(super) fn count_lines(dir: &Path, names: &[String], needle: &str) -> usize {
+    names
+        .iter()
+        .map(|n| {
+            std::fs::read_to_string(dir.join(format!("{n}.log")))
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.contains(needle))
+                .count()
+        })
+        .sum()
+}
