@@ -209,6 +209,13 @@ impl Tally {
     fn delivered(&self) -> u64 {
         self.seen.values().map(|&n| u64::from(n)).sum()
     }
+
+    /// Steps sent and not answered yet (a step delivered twice must not
+    /// make this wrap: the end reports it).
+    fn in_flight(&self) -> u64 {
+        let answered = self.seen.len() as u64 + self.failed.len() as u64;
+        self.sent.saturating_sub(answered)
+    }
 }
 
 pub(super) async fn soak(a: SoakArgs) -> Result<()> {
@@ -271,7 +278,7 @@ async fn run(a: &SoakArgs, pool: &Pool) -> Result<()> {
         master.send_work_raw(StepId(tally.sent), step(tally.sent));
         tally.sent += 1;
     }
-    while tally.delivered() + (tally.failed.len() as u64) < window {
+    while tally.in_flight() > 0 {
         let outcome = tokio::time::timeout(Duration::from_secs(120), master.recv_result_raw())
             .await
             .map_err(|_| "warm-up: no step answered within 120 s")??;
@@ -308,8 +315,7 @@ async fn run(a: &SoakArgs, pool: &Pool) -> Result<()> {
     loop {
         let cycles = done.load(Ordering::SeqCst);
         let owners_done = owners.is_empty();
-        while !owners_done && tally.sent - tally.delivered() - (tally.failed.len() as u64) < window
-        {
+        while !owners_done && tally.in_flight() < window {
             master.send_work_raw(StepId(tally.sent), step(tally.sent));
             tally.sent += 1;
         }
@@ -354,7 +360,7 @@ async fn run(a: &SoakArgs, pool: &Pool) -> Result<()> {
     let cycles = done.load(Ordering::SeqCst);
     let elapsed = t0.elapsed();
     // Every step sent comes back before the run ends.
-    while tally.delivered() + (tally.failed.len() as u64) < tally.sent {
+    while tally.in_flight() > 0 {
         let outcome = tokio::time::timeout(Duration::from_secs(120), master.recv_result_raw())
             .await
             .map_err(|_| "the last steps: none answered within 120 s")??;
