@@ -729,3 +729,6 @@ mod partition;
 
 #[path = "run_refused_tests.rs"]
 mod refused;
+
+#[path = "run_let_go_tests.rs"]
+mod let_go;

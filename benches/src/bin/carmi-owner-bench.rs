@@ -14,10 +14,11 @@
 //!   heartbeat period, once with a simulated owner and once measuring the
 //!   real one (default policy minute of 60 s).
 //!
-//! - `soak [CYCLES]`: CYCLES (default 100,000) owner arrive/leave cycles over
-//!   the same real processes, each waiting until every process is stopped
-//!   and running again; checks at the end that nothing leaked or died
-//!   (`carmi_owner_bench/soak.rs`).
+//! - `soak [CYCLES] [--machines M] [--period-ms P] ...`: CYCLES (default
+//!   100,000) owner arrive/leave cycles on M machines while a WoDi run keeps
+//!   their workers busy, each waiting until every process of the machine is
+//!   stopped and running again; checks at the end that every step was
+//!   delivered exactly once and nothing leaked (`carmi_owner_bench/soak.rs`).
 //!
 //! Only prints; nothing is asserted (the soak fails, saying why, if a
 //! process died or a daemon's memory or descriptors grew).
@@ -36,6 +37,8 @@ use carmi_testkit::{Pool, PoolOptions, bin_dir, scratch};
 // In a directory without `main.rs`, so that Cargo does not take it for a binary.
 #[path = "carmi_owner_bench/soak.rs"]
 mod soak;
+#[path = "carmi_owner_bench/soak_proc.rs"]
+mod soak_proc;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -44,6 +47,20 @@ const ROUNDS: usize = 30;
 const IDLE_SECONDS: u64 = 30;
 
 fn main() -> ExitCode {
+    // The soak's WoDi run: this executable is also its server and workers.
+    wodi::enter();
+    if wodi::worker::started_as_worker() {
+        return match wodi::worker::Worker::new()
+            .on_step_raw(|_, data| soak::work(data))
+            .run()
+        {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("carmi-owner-bench worker: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let what = std::env::args().nth(1).unwrap_or_else(|| "all".into());
     let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
     let result = rt.block_on(async {
@@ -54,11 +71,8 @@ fn main() -> ExitCode {
             idle().await?;
         }
         if what == "soak" {
-            let cycles = std::env::args()
-                .nth(2)
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(100_000);
-            soak::soak(cycles).await?;
+            let args: Vec<String> = std::env::args().skip(2).collect();
+            soak::soak(soak::SoakArgs::parse(&args)?).await?;
         }
         Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
     });

@@ -86,9 +86,16 @@ impl Run {
                     }
                     // The connection's own loss (with its grace) decides; a
                     // worker that never connected is lost here, after the
-                    // same grace.
+                    // same grace. Only a worker the run still holds says
+                    // something about the executable: one the run let go of
+                    // while it started (its host suspended past its grace)
+                    // is turned away when it connects and exits 0, and ten
+                    // such in a row under owner churn ended the run (the
+                    // owner soak, `carmi-owner-bench soak`).
                     if !self.connected.contains(&worker) {
-                        self.early_death(&status);
+                        if self.sched.find_worker_host(worker).is_some() {
+                            self.early_death(&status);
+                        }
                         self.loss_grace(worker);
                     }
                 }
