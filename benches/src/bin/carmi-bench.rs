@@ -20,7 +20,13 @@
 //!   memory, `status`, request-to-event time, noticing silent machines,
 //!   journal size and restart time (`carmi_bench/scale.rs`).
 //!
-//! `carmi-bench echo-task` is not for people: the messaging benchmark spawns
+//! - `grant-latency [GRANTS] [MACHINES] [--json]`: what one host grant costs a
+//!   job, from `addhosts` to a worker's hello: match, spawn with a new and
+//!   with a cached executable, first message; p50/p90/max over 50 grants on
+//!   4 machines by default (`carmi_bench/grant.rs`). The simulator's
+//!   worker start-up default is its release figure.
+//!
+//! `carmi-bench echo-task` and `carmi-bench grant-worker` are not for people: the messaging benchmark spawns
 //! this program that way as a second echo, one that runs its loop in a task.
 //!
 //! The benchmark builds what it starts (the daemons through
@@ -34,6 +40,8 @@ use std::time::{Duration, Instant};
 use carmi_api::client::{ConnectOptions, Incoming, connect};
 
 // In a directory without `main.rs`, so that Cargo does not take them for binaries.
+#[path = "carmi_bench/grant.rs"]
+mod grant;
 #[path = "carmi_bench/inbox.rs"]
 mod inbox;
 #[path = "carmi_bench/messaging.rs"]
@@ -91,12 +99,17 @@ fn main() -> ExitCode {
     let (messaging, spawn) = match what.as_str() {
         ECHO_TASK => return echo_task(),
         "scale" => return scale_main(),
+        "grant-latency" => return grant_main(),
+        grant::GRANT_WORKER => {
+            let args: Vec<String> = std::env::args().skip(2).collect();
+            return grant::grant_worker(&args);
+        }
         "messaging" => (true, false),
         "spawn" => (false, true),
         "all" => (true, true),
         _ => {
             eprintln!(
-                "usage: cargo run --release -p carmi-benches --bin carmi-bench -- [messaging|spawn|all]"
+                "usage: cargo run --release -p carmi-benches --bin carmi-bench -- [messaging|spawn|all|scale|grant-latency]"
             );
             return ExitCode::from(2);
         }
@@ -176,6 +189,45 @@ fn scale_main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("carmi-bench scale: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `carmi-bench grant-latency [GRANTS] [MACHINES] [--json]`.
+fn grant_main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(2).collect();
+    let json = args.iter().any(|a| a == "--json");
+    let numbers: Vec<&String> = args.iter().filter(|a| *a != "--json").collect();
+    let number = |i: usize, default: usize| match numbers.get(i) {
+        Some(n) => n.parse().ok().filter(|&n| n > 0),
+        None => Some(default),
+    };
+    let (Some(grants), Some(machines)) = (number(0, 50), number(1, 4)) else {
+        eprintln!(
+            "usage: carmi-bench grant-latency [GRANTS] [MACHINES] [--json] (each at least 1)"
+        );
+        return ExitCode::from(2);
+    };
+    let run = grant::GrantRun {
+        grants,
+        machines,
+        json,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    if !json {
+        println!("Host: {}\n", host_description());
+        if cfg!(debug_assertions) {
+            println!("**Built without `--release`: these numbers are not representative.**\n");
+        }
+    }
+    match grant::run_grant_latency(&rt, &run) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("carmi-bench grant-latency: {e}");
             ExitCode::FAILURE
         }
     }
