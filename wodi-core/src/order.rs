@@ -42,9 +42,23 @@ const PLAN_HOSTS: usize = 64;
 /// to the fluid bound (see the module documentation).
 pub const WALK: usize = 64;
 
-/// Workers of one speed a decision looks at (soonest free first) for one
-/// step; more are overdue or already reserved only in a pathological pool.
-const PEEK: usize = 16;
+/// Workers of one speed band a decision looks at (soonest free first, not
+/// overdue, not reserved yet) for one step.
+const PEEK: usize = 4;
+
+/// Workers of one speed band a decision looks at in all for one step: more
+/// are overdue or reserved only in a pathological pool.
+const SCAN: usize = 4 * PEEK + WALK;
+
+fn walk_cap() -> usize {
+    static CAP: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CAP.get_or_init(|| {
+        std::env::var("XX_WALK")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(WALK)
+    })
+}
 
 /// A busy worker whose step runs this many times over its estimate is not
 /// counted on to free up: its estimate is wrong or it is stuck.
@@ -241,22 +255,24 @@ fn best_faster(
             &mut best,
         );
     }
-    for (s, group) in board.hosts.faster_than(speed) {
-        // Groups come fastest first: once even a host of this speed free
-        // now could not beat the best so far, no slower one can.
-        let floor = work / s;
-        if floor > best.map_or(mine, |b| b.1) + 1e-12 {
+    for (top, group) in board.hosts.faster_than(speed) {
+        // Bands come fastest first: once even the fastest host of a band,
+        // free now, could not beat the best so far, no slower one can.
+        if work / top > best.map_or(mine, |b| b.1) + 1e-12 {
             break;
         }
-        let first = group.take(PEEK).find(|(w, slot)| {
+        // Within a band the soonest free is nearly the best (speeds differ
+        // by a few percent): the best of the first few that may take it.
+        let free = group.take(SCAN).filter(|(w, slot)| {
             !overdue(slot, now) && !reserved.iter().any(|r| r.who == Who::Worker(*w))
         });
-        if let Some((w, slot)) = first {
+        let free = free.take(PEEK);
+        for (w, slot) in free {
             let free_in = slot.free_in(now).unwrap_or(0.0);
             consider(
                 Reserved {
                     who: Who::Worker(w),
-                    speed: s,
+                    speed: slot.speed,
                     free_in,
                 },
                 &mut best,
@@ -277,7 +293,7 @@ fn walk(
     let coming: &[f64] = if with_coming { board.coming } else { &[] };
     let mut reserved: Vec<Reserved> = Vec::new();
     for (n, (ticket, work)) in queue.longest_first().enumerate() {
-        if n >= WALK {
+        if n >= walk_cap() {
             return fluid_pick(queue, speed, board, eligible);
         }
         if !eligible(ticket) {

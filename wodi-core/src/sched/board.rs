@@ -3,8 +3,11 @@
 //!
 //! The core updates a worker's [`Slot`] whenever its state or the ticket it
 //! computes changes (`Sched::touch`), so that a decision looks up "the
-//! faster hosts that free up soonest" in O(log hosts) per distinct speed
-//! instead of listing every worker for every free one.
+//! faster hosts that free up soonest" in O(log hosts) per speed band
+//! instead of listing every worker for every free one. Speeds are grouped in
+//! bands [`BAND`] apart (about 30 from half speed to twice it, whatever the
+//! number of hosts), so a pool of a thousand slightly different speeds costs
+//! no more per decision than one of a few classes.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
@@ -59,8 +62,9 @@ impl Slot {
 #[derive(Debug, Default)]
 pub struct HostBoard {
     slots: BTreeMap<WorkerId, Slot>,
-    /// Workers with a known free time, per speed (fastest first), soonest free first.
-    by_speed: BTreeMap<Reverse<Key>, BTreeSet<(Key, WorkerId)>>,
+    /// Workers with a known free time, per speed band (fastest first),
+    /// soonest free first.
+    by_speed: BTreeMap<Reverse<i32>, BTreeSet<(Key, WorkerId)>>,
     /// Workers that may take a ticket now, fastest first.
     open: BTreeSet<(Reverse<Key>, WorkerId)>,
     /// The same, by id.
@@ -71,6 +75,19 @@ pub struct HostBoard {
     speed_sum: f64,
     busy_speed_sum: f64,
     busy_end_sum: f64,
+}
+
+/// Ratio between the lowest speeds of neighbouring bands.
+pub const BAND: f64 = 1.05;
+
+/// The band of a speed: speeds within a factor [`BAND`] share one.
+pub fn band(speed: f64) -> i32 {
+    (speed.ln() / BAND.ln()).floor() as i32
+}
+
+/// The fastest speed a band may hold.
+pub fn band_top(band: i32) -> f64 {
+    BAND.powi(band + 1)
 }
 
 fn end_key(load: Load) -> Option<Key> {
@@ -89,13 +106,14 @@ impl HostBoard {
         }
         if let Some(old) = self.slots.remove(&worker) {
             let speed = Reverse(Key(old.speed));
+            let b = Reverse(band(old.speed));
             self.add_sums(&old, -1.0);
             if let Some(end) = end_key(old.load)
-                && let Some(group) = self.by_speed.get_mut(&speed)
+                && let Some(group) = self.by_speed.get_mut(&b)
             {
                 group.remove(&(end, worker));
                 if group.is_empty() {
-                    self.by_speed.remove(&speed);
+                    self.by_speed.remove(&b);
                 }
             }
             self.open.remove(&(speed, worker));
@@ -108,7 +126,7 @@ impl HostBoard {
         let speed = Reverse(Key(slot.speed));
         if let Some(end) = end_key(slot.load) {
             self.by_speed
-                .entry(speed)
+                .entry(Reverse(band(slot.speed)))
                 .or_default()
                 .insert((end, worker));
         }
@@ -187,15 +205,22 @@ impl HostBoard {
             .map(|(_, w)| *w)
     }
 
-    /// The distinct speeds strictly above `speed`, fastest first, each with
-    /// its workers of known free time, soonest free first.
+    /// The speed bands above the band of `speed`, fastest first, each with
+    /// the fastest speed it may hold and its workers of known free time,
+    /// soonest free first. (Hosts of the same band, within a factor
+    /// [`BAND`], count as no faster.)
     pub fn faster_than(
         &self,
         speed: f64,
     ) -> impl Iterator<Item = (f64, impl Iterator<Item = (WorkerId, &Slot)> + '_)> + '_ {
         self.by_speed
-            .range(..Reverse(Key(speed)))
-            .map(|(Reverse(Key(s)), group)| (*s, group.iter().map(|(_, w)| (*w, &self.slots[w]))))
+            .range(..Reverse(band(speed)))
+            .map(|(Reverse(b), group)| {
+                (
+                    band_top(*b),
+                    group.iter().map(|(_, w)| (*w, &self.slots[w])),
+                )
+            })
     }
 
     /// Checks the orders against the slots. Panics naming the broken invariant.
@@ -210,10 +235,10 @@ impl HostBoard {
         let open = self.slots.values().filter(|s| s.open).count();
         assert_eq!(open, self.open.len(), "board: open slots");
         assert_eq!(open, self.open_by_id.len(), "board: open slots by id");
-        for (Reverse(Key(speed)), group) in &self.by_speed {
+        for (Reverse(b), group) in &self.by_speed {
             for (end, w) in group {
                 let slot = &self.slots[w];
-                assert_eq!(slot.speed, *speed, "board: {w} speed group");
+                assert_eq!(band(slot.speed), *b, "board: {w} speed band");
                 assert_eq!(end_key(slot.load), Some(*end), "board: {w} free time");
             }
         }
