@@ -33,6 +33,7 @@
 //! straggler copies, fast abort: each switched by a [`SchedConfig`] field).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
 use std::time::Duration;
 
 use carmi_proto::ids::HostId;
@@ -42,13 +43,17 @@ use crate::plan::History;
 use crate::stats::{CycleTime, HostRecord, RunOutcome, RunRecord, Stats};
 
 mod assign;
+pub mod board;
 mod check;
 mod dispatch;
 mod hosts;
 pub mod policy;
+pub mod queue;
 mod workers;
 
-pub use dispatch::{ArrivalOrder, Board, Dispatch, WorkerLoad, WorkerView};
+pub use board::{HostBoard, Load, Slot};
+pub use dispatch::{ArrivalOrder, Board, Dispatch, WorkerView};
+pub use queue::StepQueue;
 
 pub use crate::time::Time;
 
@@ -271,7 +276,13 @@ pub struct Sched {
     workers: BTreeMap<WorkerId, Worker>,
     /// Open tickets only (see the module documentation).
     tasks: HashMap<Ticket, Task>,
-    queue: VecDeque<Ticket>,
+    /// Queued tickets, in arrival order and longest first.
+    queue: StepQueue,
+    /// Ready workers by speed and by when each should be free.
+    board: HostBoard,
+    /// The history was replaced ([`Sched::history_mut`]): queued tickets
+    /// and workers' free times are computed again before the next dispatch.
+    rekey_all: bool,
     next_ticket: u64,
     next_worker: u64,
     outputs: VecDeque<Output>,
@@ -299,7 +310,9 @@ impl Sched {
             hosts: BTreeMap::new(),
             workers: BTreeMap::new(),
             tasks: HashMap::new(),
-            queue: VecDeque::new(),
+            queue: StepQueue::default(),
+            board: HostBoard::default(),
+            rekey_all: false,
             next_ticket: 0,
             next_worker: 0,
             outputs: VecDeque::new(),
@@ -321,6 +334,7 @@ impl Sched {
 
     /// The history to extend, e.g. with a checkpoint's (see `wodi::checkpoint`).
     pub fn history_mut(&mut self) -> &mut History<StepId> {
+        self.rekey_all = true;
         &mut self.history
     }
 
@@ -335,6 +349,9 @@ impl Sched {
     pub fn set_host_speed(&mut self, host: HostId, speed: Option<f64>) {
         if let Some(h) = self.hosts.get_mut(&host) {
             h.speed = speed.filter(|s| s.is_finite() && *s > 0.0);
+            if let Some(w) = h.worker {
+                self.touch(w);
+            }
         }
     }
 
@@ -383,7 +400,8 @@ impl Sched {
                 queued: true,
             },
         );
-        self.queue.push_back(ticket);
+        self.queue
+            .push_back(ticket, step, self.history.estimate(&step));
         ticket
     }
 
@@ -437,6 +455,7 @@ impl Sched {
             if open && !slow && !struck {
                 // A slow worker's time says nothing about the step.
                 self.history.observe(step, took.as_secs_f64(), speed);
+                self.queue.rekey_step(step, self.history.estimate(&step));
             }
             let w = self.workers.get_mut(&worker).expect("looked up above");
             if let Some(h) = self.hosts.get_mut(&w.host) {
@@ -448,6 +467,7 @@ impl Sched {
             {
                 *deadline = None;
             }
+            self.touch(worker);
             if slow {
                 self.strike(worker, now);
             }
@@ -503,7 +523,7 @@ impl Sched {
     fn close(&mut self, ticket: Ticket) {
         let task = self.tasks.remove(&ticket).expect("closing an open ticket");
         if task.queued {
-            self.queue.retain(|t| *t != ticket);
+            self.queue.remove(ticket);
         }
     }
 
@@ -544,12 +564,7 @@ impl Sched {
         self.release_suspended(give_back, now);
         self.check_overdue(now);
         for ticket in expired.into_iter().rev() {
-            if let Some(task) = self.tasks.get_mut(&ticket)
-                && !task.queued
-            {
-                task.queued = true;
-                self.queue.push_front(ticket);
-            }
+            self.requeue_front(ticket);
         }
         self.dispatch_all(now);
     }

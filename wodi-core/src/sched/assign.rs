@@ -5,7 +5,10 @@
 //! Kept apart from `sched.rs` (the core's state and its inputs) so that each
 //! file stays readable.
 
-use super::{Board, Output, Sched, Ticket, Time, WorkerLoad, WorkerState, WorkerView};
+use std::cell::Cell;
+
+use super::board::{Load, Slot};
+use super::{Board, Output, Sched, Ticket, Time, WorkerState, WorkerView};
 use crate::ids::WorkerId;
 use crate::stats::RunRecord;
 
@@ -17,68 +20,135 @@ impl Sched {
         self.settle_idle(now);
     }
 
-    /// Gives free workers queued tickets, as the policy chooses.
+    /// Gives free workers queued tickets, as the policy chooses. With a
+    /// policy that wants its workers fastest first (so that a long step goes
+    /// to the fastest free host), a worker the policy leaves idle for want
+    /// of a ticket ends the round: every slower one would be left idle too
+    /// (the policy keeps the queue's steps for faster hosts), so a round
+    /// costs the decisions made, not a look at every free worker.
     pub(super) fn dispatch_queue(&mut self, now: Time) {
+        if self.rekey_all {
+            self.rekey();
+        }
         if self.queue.is_empty() {
             return;
         }
-        let free: Vec<WorkerId> = self
-            .workers
-            .iter()
-            .filter(|(_, w)| w.state == WorkerState::Ready)
-            .map(|(id, _)| *id)
-            .collect();
-        for worker in free {
-            while self.workers[&worker].in_hand.len() < self.cfg.prefetch as usize
-                && !self.queue.is_empty()
-            {
+        let coming = self.coming();
+        let fastest_first = self.dispatch.fastest_first();
+        let mut after: Option<WorkerId> = None;
+        while !self.queue.is_empty() {
+            let Some(worker) = self.board.next_open(after, fastest_first) else {
+                break;
+            };
+            after = Some(worker);
+            // Whether the policy passed over a ticket this worker holds a
+            // copy of: then a slower worker may still take it.
+            let passed = Cell::new(false);
+            while self.board.find(worker).is_some_and(|s| s.open) && !self.queue.is_empty() {
                 let host = self.workers[&worker].host;
                 let view = WorkerView {
                     worker,
                     host,
                     speed: self.hosts.get(&host).and_then(|h| h.speed),
                 };
-                let loads = self.loads();
                 let tasks = &self.tasks;
-                let queue = &self.queue;
-                let eligible = |i: usize| {
-                    tasks
-                        .get(&queue[i])
-                        .is_some_and(|t| !t.copies.contains(&worker))
+                let eligible = |t: Ticket| {
+                    let ok = tasks.get(&t).is_some_and(|t| !t.copies.contains(&worker));
+                    if !ok {
+                        passed.set(true);
+                    }
+                    ok
                 };
-                let step_of = |i: usize| tasks[&queue[i]].step;
-                let coming = self.coming();
                 let board = Board {
                     now,
-                    workers: &loads,
-                    step_of: &step_of,
-                    history: &self.history,
+                    hosts: &self.board,
                     coming: &coming,
                     coming_in: self.cfg.reacquire.as_secs_f64(),
                 };
-                let Some(i) = self.dispatch.pick(queue, &view, &board, &eligible) else {
-                    break;
+                let Some(ticket) = self.dispatch.pick(&self.queue, &view, &board, &eligible) else {
+                    if passed.get() || !fastest_first {
+                        break;
+                    }
+                    return;
                 };
-                let ticket = self.queue.remove(i).expect("policy picks inside the queue");
+                assert!(
+                    self.queue.remove(ticket),
+                    "the policy picked {ticket:?}, which is not queued"
+                );
                 self.assign(ticket, worker, now);
             }
         }
     }
 
-    /// Every ready worker with the step it computes (its oldest ticket).
-    pub(super) fn loads(&self) -> Vec<WorkerLoad> {
-        self.workers
-            .iter()
-            .filter(|(_, w)| w.state == WorkerState::Ready)
-            .map(|(id, w)| WorkerLoad {
-                worker: *id,
-                speed: self.hosts.get(&w.host).and_then(|h| h.speed),
-                busy_with: w
-                    .in_hand
-                    .front()
-                    .map(|(_, run)| (self.runs[*run].step(), self.runs[*run].assigned())),
-            })
-            .collect()
+    /// What the dispatch policy sees of `worker`: `None` unless it is ready.
+    pub(super) fn slot_of(&self, worker: WorkerId) -> Option<Slot> {
+        let w = self.workers.get(&worker)?;
+        if w.state != WorkerState::Ready {
+            return None;
+        }
+        let speed = self
+            .hosts
+            .get(&w.host)
+            .and_then(|h| h.speed)
+            .filter(|s| s.is_finite() && *s > 0.0)
+            .unwrap_or(1.0);
+        let front = w
+            .in_hand
+            .front()
+            .map(|(_, run)| (self.runs[*run].step(), self.runs[*run].assigned()));
+        let load = match front {
+            None => Load::Idle,
+            Some((step, since)) => match self.history.estimate(&step) {
+                None => Load::Unknown,
+                Some(est) => {
+                    let total = est / speed;
+                    Load::Until {
+                        end: since.as_secs_f64() + total,
+                        total,
+                    }
+                }
+            },
+        };
+        Some(Slot {
+            speed,
+            load,
+            open: w.in_hand.len() < self.cfg.prefetch as usize,
+            front,
+        })
+    }
+
+    /// Puts `worker` on the dispatch board as it is now (or takes it off):
+    /// called wherever its state or the tickets it holds change.
+    pub(super) fn touch(&mut self, worker: WorkerId) {
+        let slot = self.slot_of(worker);
+        self.board.set(worker, slot);
+    }
+
+    /// After the history was replaced: every queued ticket and every
+    /// worker's expected free time is computed again.
+    fn rekey(&mut self) {
+        self.rekey_all = false;
+        for (_, step, _) in self.queue.steps() {
+            self.queue.rekey_step(step, self.history.estimate(&step));
+        }
+        let workers: Vec<WorkerId> = self.workers.keys().copied().collect();
+        for w in workers {
+            self.touch(w);
+        }
+    }
+
+    /// Queues `ticket` again at the front (its copies were lost or are late).
+    pub(super) fn requeue_front(&mut self, ticket: Ticket) {
+        let Some(task) = self.tasks.get_mut(&ticket) else {
+            return;
+        };
+        if task.queued {
+            return;
+        }
+        task.queued = true;
+        let step = task.step;
+        self.queue
+            .push_front(ticket, step, self.history.estimate(&step));
     }
 
     pub(super) fn assign(&mut self, ticket: Ticket, worker: WorkerId, now: Time) {
@@ -106,5 +176,6 @@ impl Sched {
             step: task.step,
             worker,
         });
+        self.touch(worker);
     }
 }

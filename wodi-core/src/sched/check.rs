@@ -10,8 +10,11 @@ impl Sched {
                 ticket.0 < self.next_ticket,
                 "{ticket:?} open but never issued"
             );
-            let in_queue = self.queue.iter().filter(|t| *t == ticket).count();
-            assert_eq!(in_queue, usize::from(task.queued), "{ticket:?} queued flag");
+            assert_eq!(
+                self.queue.contains(*ticket),
+                task.queued,
+                "{ticket:?} queued flag"
+            );
             for c in &task.copies {
                 let w = self
                     .workers
@@ -27,8 +30,13 @@ impl Sched {
                 "{ticket:?} is open but neither queued nor held"
             );
         }
-        for ticket in &self.queue {
-            assert!(self.tasks.contains_key(ticket), "closed {ticket:?} queued");
+        for ticket in self.queue.by_arrival() {
+            assert!(self.tasks.contains_key(&ticket), "closed {ticket:?} queued");
+        }
+        self.queue.check();
+        self.board.check();
+        if !self.rekey_all {
+            self.check_board();
         }
         for (id, w) in &self.workers {
             assert!(
@@ -52,5 +60,26 @@ impl Sched {
             let h = self.hosts.get(&w.host).expect("a worker's host is held");
             assert_eq!(h.worker, Some(*id), "{id} is its host's worker");
         }
+    }
+
+    /// Every ready worker is on the dispatch board as it is (its expected
+    /// free time may rest on an older estimate of its step), and no other.
+    fn check_board(&self) {
+        for id in self.workers.keys() {
+            let fresh = self.slot_of(*id);
+            let held = self.board.find(*id);
+            assert_eq!(fresh.is_some(), held.is_some(), "{id} on the board");
+            if let (Some(f), Some(h)) = (fresh, held) {
+                assert_eq!(f.speed, h.speed, "{id} speed on the board");
+                assert_eq!(f.open, h.open, "{id} open on the board");
+                assert_eq!(f.front, h.front, "{id} step on the board");
+            }
+        }
+        assert!(
+            self.board
+                .iter()
+                .all(|(w, _)| self.workers.contains_key(&w)),
+            "a worker gone is on the board"
+        );
     }
 }

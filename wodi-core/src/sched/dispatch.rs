@@ -1,13 +1,12 @@
 //! What a dispatch policy sees and the trait it implements (re-exported by
 //! [`crate::sched`]).
 
-use std::collections::VecDeque;
-
 use carmi_proto::ids::HostId;
 
+use super::board::HostBoard;
+use super::queue::StepQueue;
 use super::{Ticket, Time};
-use crate::ids::{StepId, WorkerId};
-use crate::plan::History;
+use crate::ids::WorkerId;
 
 /// What a [`Dispatch`] policy sees of a free worker.
 #[derive(Clone, Copy, Debug)]
@@ -20,49 +19,43 @@ pub struct WorkerView {
     pub speed: Option<f64>,
 }
 
-/// A ready worker as a [`Dispatch`] policy sees it on the [`Board`].
-#[derive(Clone, Copy, Debug)]
-pub struct WorkerLoad {
-    /// The worker.
-    pub worker: WorkerId,
-    /// Its host's relative speed, if known.
-    pub speed: Option<f64>,
-    /// The step it is computing and since when, if any.
-    pub busy_with: Option<(StepId, Time)>,
-}
-
-/// What a [`Dispatch`] policy may look at besides the free worker: the time,
-/// every ready worker (free or busy) and the run's history.
+/// What a [`Dispatch`] policy may look at besides the free worker and the
+/// queue: the time and every ready worker (free or busy), ordered by speed
+/// and by when each should be free.
 pub struct Board<'a> {
     /// Now.
     pub now: Time,
     /// Every ready (connected, not suspended) worker.
-    pub workers: &'a [WorkerLoad],
-    /// The step of the queued ticket at index `i`.
-    pub step_of: &'a dyn Fn(usize) -> StepId,
-    /// Compute times of the steps seen so far.
-    pub history: &'a History<StepId>,
+    pub hosts: &'a HostBoard,
     /// Hosts asked for again after the tail policy gave them back, by their
-    /// speed when they left: expected ready `coming_in` seconds from now. A
-    /// policy may keep a long step for a fast host on its way rather than
-    /// give it to a slow one here now.
+    /// speed when they left, fastest first: expected ready `coming_in`
+    /// seconds from now. A policy may keep a long step for a fast host on its
+    /// way rather than give it to a slow one here now.
     pub coming: &'a [f64],
     /// Seconds until the `coming` hosts should be ready.
     pub coming_in: f64,
 }
 
-/// Chooses which queued ticket a free worker gets. The queue holds tickets in
-/// order (re-queued ones at the front); the policy returns an index into it.
+/// Chooses which queued ticket a free worker gets. A policy answers from the
+/// queue's orders and the board's, so that a decision need not look at
+/// every queued ticket or every worker.
 pub trait Dispatch: Send {
-    /// Index of the ticket to give `worker`, or `None` to leave it idle.
-    /// `eligible(i)` is false for tickets this worker already holds a copy of.
+    /// Whether the core asks its free workers fastest first (else by id).
+    /// A policy that says so may leave a worker idle only when it would
+    /// leave every slower one idle too: the core then ends the round.
+    fn fastest_first(&self) -> bool {
+        false
+    }
+
+    /// The ticket to give `worker`, or `None` to leave it idle.
+    /// `eligible(t)` is false for tickets this worker already holds a copy of.
     fn pick(
         &mut self,
-        queue: &VecDeque<Ticket>,
+        queue: &StepQueue,
         worker: &WorkerView,
         board: &Board<'_>,
-        eligible: &dyn Fn(usize) -> bool,
-    ) -> Option<usize>;
+        eligible: &dyn Fn(Ticket) -> bool,
+    ) -> Option<Ticket>;
 }
 
 /// First come, first served: the front of the queue.
@@ -72,11 +65,11 @@ pub struct ArrivalOrder;
 impl Dispatch for ArrivalOrder {
     fn pick(
         &mut self,
-        queue: &VecDeque<Ticket>,
+        queue: &StepQueue,
         _worker: &WorkerView,
         _board: &Board<'_>,
-        eligible: &dyn Fn(usize) -> bool,
-    ) -> Option<usize> {
-        (0..queue.len()).find(|&i| eligible(i))
+        eligible: &dyn Fn(Ticket) -> bool,
+    ) -> Option<Ticket> {
+        queue.by_arrival().find(|t| eligible(*t))
     }
 }

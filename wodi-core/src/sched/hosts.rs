@@ -285,6 +285,9 @@ impl Sched {
                 w.state = WorkerState::Suspended { deadline };
             }
         }
+        if let Some(w) = h.worker {
+            self.touch(w);
+        }
     }
 
     /// The host is free again: its worker goes on (it may still answer steps
@@ -318,6 +321,9 @@ impl Sched {
                 let worker = h.worker.expect("looked up above");
                 self.outputs.push_back(Output::Spawn { host, worker });
             }
+        }
+        if let Some(w) = h.worker {
+            self.touch(w);
         }
         self.dispatch_all(now);
     }

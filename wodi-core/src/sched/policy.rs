@@ -112,12 +112,8 @@ impl Sched {
             };
             w.front_struck = true;
             let ticket = w.in_hand.front().map(|(t, _)| *t);
-            if let Some(ticket) = ticket
-                && let Some(task) = self.tasks.get_mut(&ticket)
-                && !task.queued
-            {
-                task.queued = true;
-                self.queue.push_front(ticket);
+            if let Some(ticket) = ticket {
+                self.requeue_front(ticket);
             }
             self.strike(worker, now);
         }

@@ -66,6 +66,7 @@ impl Sched {
                 WorkerState::Ready
             };
         }
+        self.touch(worker);
         self.dispatch_all(now);
     }
 
@@ -79,6 +80,7 @@ impl Sched {
         {
             w.state = WorkerState::Detached;
         }
+        self.touch(worker);
     }
 
     /// The driver could not send `ticket` to `worker` (it has no connection
@@ -101,11 +103,11 @@ impl Sched {
         }
         if let Some(task) = self.tasks.get_mut(&ticket) {
             task.copies.retain(|c| *c != worker);
-            if task.copies.is_empty() && !task.queued {
-                task.queued = true;
-                self.queue.push_front(ticket);
+            if task.copies.is_empty() {
+                self.requeue_front(ticket);
             }
         }
+        self.touch(worker);
         self.dispatch_all(now);
     }
 
@@ -136,6 +138,7 @@ impl Sched {
         if !matches!(w.state, WorkerState::Suspended { .. }) {
             w.state = WorkerState::Suspended { deadline: None };
         }
+        self.touch(worker);
         self.dispatch_all(now);
     }
 
@@ -168,6 +171,7 @@ impl Sched {
         let Some(w) = self.workers.remove(&worker) else {
             return;
         };
+        self.board.set(worker, None);
         // Front of the queue in their original order: push the newest first.
         for (i, (ticket, run)) in w.in_hand.iter().enumerate().rev() {
             self.runs[*run].close(now, RunOutcome::Lost);
@@ -191,9 +195,8 @@ impl Sched {
                     step,
                     reason,
                 });
-            } else if task.copies.is_empty() && !task.queued {
-                task.queued = true;
-                self.queue.push_front(*ticket);
+            } else if task.copies.is_empty() {
+                self.requeue_front(*ticket);
             }
         }
     }
