@@ -22,7 +22,9 @@ pub struct Proxy {
 impl Proxy {
     /// Listens on a free loopback port and forwards to `upstream`.
     pub async fn start(upstream: String) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind a proxy");
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind a proxy");
         let addr = listener.local_addr().expect("proxy address").to_string();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let armed = Arc::new(AtomicBool::new(false));
@@ -75,7 +77,9 @@ async fn forward(
         if n == 0 {
             break;
         }
-        seen.lock().expect("proxy record").extend_from_slice(&buf[..n]);
+        seen.lock()
+            .expect("proxy record")
+            .extend_from_slice(&buf[..n]);
         if armed.swap(false, Ordering::SeqCst) {
             buf[n / 2] ^= 0x01;
         }

@@ -213,7 +213,7 @@ async fn each_power_may_do_what_the_table_says_and_is_told_why_not() {
             assert_refused(
                 &format!("{row} token create"),
                 allowed(&create),
-                &[who, p, "may not manage tokens", "needs power admin"],
+                &[who, p, "may not create tokens", "needs power admin"],
             );
         }
     }

@@ -190,7 +190,10 @@ async fn a_refusal_closes_nothing_else() {
         FromGlobal::AdminFailed(f) => f.message,
         other => panic!("m9's ad naming m0 answered {other:?}"),
     };
-    assert!(why.contains("`m0`") && why.contains("machine `m9`'s"), "{why}");
+    assert!(
+        why.contains("`m0`") && why.contains("machine `m9`'s"),
+        "{why}"
+    );
     closed_within(&mut link, Duration::from_secs(10), "m9's lying link").await;
     // m0's own link was not touched: it stays listed, and its local RM never
     // lost the global RM.
@@ -202,7 +205,10 @@ async fn a_refusal_closes_nothing_else() {
         "{m0_log}"
     );
     let global = std::fs::read_to_string(pool.dir.join("global.log")).unwrap();
-    assert!(global.contains("refused"), "the refusal was logged: {global}");
+    assert!(
+        global.contains("refused"),
+        "the refusal was logged: {global}"
+    );
     std::fs::write(pool.dir.join("stop"), "").unwrap();
 }
 
@@ -259,7 +265,11 @@ async fn a_revoked_daemon_token_loses_its_link_and_its_staging_connection() {
     );
     let deadline = Instant::now() + Duration::from_secs(60);
     while machines(&mut open).await.contains(&"m0".to_string()) {
-        assert!(Instant::now() < deadline, "m0 stays listed\n{}", pool.logs());
+        assert!(
+            Instant::now() < deadline,
+            "m0 stays listed\n{}",
+            pool.logs()
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }

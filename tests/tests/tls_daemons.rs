@@ -104,7 +104,10 @@ async fn tls_only(what: &str, pid: u32, secret: &Secret, role: &Role) -> Vec<u16
     let ports = listening_ports(pid).expect("the daemon's sockets");
     for &port in &ports {
         let clear = clear_handshake(port, secret, role).await;
-        assert!(clear.is_err(), "{what} took a handshake in clear on port {port}");
+        assert!(
+            clear.is_err(),
+            "{what} took a handshake in clear on port {port}"
+        );
         let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
         let opened = tokio::time::timeout(Duration::from_secs(15), tls::connect(tcp)).await;
         assert!(
@@ -136,7 +139,14 @@ async fn the_link_between_the_daemons_is_tls_and_a_flipped_bit_closes_it() {
     let (seen, clear) = proxy.seen();
     assert_eq!(seen[0], tls::TLS_HANDSHAKE_BYTE, "{:?}", &seen[..8]);
     assert_eq!(seen[1], 3, "{:?}", &seen[..8]);
-    for word in ["Hello", "Proof", "Local", "Advertise", "Heartbeat", "carmi1."] {
+    for word in [
+        "Hello",
+        "Proof",
+        "Local",
+        "Advertise",
+        "Heartbeat",
+        "carmi1.",
+    ] {
         assert!(!clear.contains(word), "`{word}` crossed in clear");
     }
 
@@ -148,7 +158,10 @@ async fn the_link_between_the_daemons_is_tls_and_a_flipped_bit_closes_it() {
     let bad = "closing connection: bad frame";
     assert_eq!(count(&global_log, bad), 0);
     proxy.arm(true);
-    until(Duration::from_secs(10), "the flip", &pool, || !proxy.armed()).await;
+    until(Duration::from_secs(10), "the flip", &pool, || {
+        !proxy.armed()
+    })
+    .await;
     until(Duration::from_secs(10), "the link closed", &pool, || {
         count(&global_log, bad) == 1
     })
@@ -157,9 +170,12 @@ async fn the_link_between_the_daemons_is_tls_and_a_flipped_bit_closes_it() {
         count(&m5_log, connected) == 2
     })
     .await;
-    until(Duration::from_secs(30), "m5 stays in the pool", &pool, || {
-        listed(&pool, "m5")
-    })
+    until(
+        Duration::from_secs(30),
+        "m5 stays in the pool",
+        &pool,
+        || listed(&pool, "m5"),
+    )
     .await;
     let global = std::fs::read_to_string(&global_log).unwrap();
     assert!(!global.contains("undecodable"), "{global}");
@@ -174,7 +190,13 @@ async fn the_link_between_the_daemons_is_tls_and_a_flipped_bit_closes_it() {
     let app_port: u16 = app_addr.rsplit_once(':').unwrap().1.parse().unwrap();
     // Its application and control listener, and its staging listener.
     assert!(ports.contains(&app_port) && ports.len() >= 2, "{ports:?}");
-    let global_port: u16 = pool.global_addr.rsplit_once(':').unwrap().1.parse().unwrap();
+    let global_port: u16 = pool
+        .global_addr
+        .rsplit_once(':')
+        .unwrap()
+        .1
+        .parse()
+        .unwrap();
     let global_pid = pid_listening_on(global_port).expect("the global RM's process");
     // In clear even with a valid token (the admin's): refused.
     let ports = tls_only("the global RM", global_pid, &pool.secret, &Role::Admin).await;

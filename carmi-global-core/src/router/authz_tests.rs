@@ -33,7 +33,10 @@ fn answer(power: Power, msg: ToGlobal) -> Vec<FromGlobal> {
 
 #[test]
 fn managing_allocation_queues_needs_admin_and_says_so() {
-    let got = answer(Power::Submit, ToGlobal::Alloc(AllocRequest::Pause { queue: 1 }));
+    let got = answer(
+        Power::Submit,
+        ToGlobal::Alloc(AllocRequest::Pause { queue: 1 }),
+    );
     let [FromGlobal::AdminFailed(f)] = &got[..] else {
         panic!("{got:?}");
     };

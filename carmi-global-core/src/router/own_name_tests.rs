@@ -52,7 +52,10 @@ fn an_ad_naming_another_machine_is_refused_and_its_link_closed() {
     assert!(r.alloc.pool_status().is_empty(), "nothing registered");
 
     let (told, closed) = from_m9(&mut r, advertise("42"));
-    assert!(closed && told.iter().any(|t| t.contains("not a string")), "{told:?}");
+    assert!(
+        closed && told.iter().any(|t| t.contains("not a string")),
+        "{told:?}"
+    );
     assert!(r.alloc.pool_status().is_empty(), "nothing registered");
 }
 
@@ -73,5 +76,8 @@ fn an_update_naming_another_machine_is_dropped_and_the_ad_kept() {
     assert!(refused, "the update was taken");
     let ads = r.alloc.machine_ads();
     assert_eq!(ads.len(), 1);
-    assert!(ads[0].1.contains("\"m9\"") && !ads[0].1.contains("\"m0\""), "{ads:?}");
+    assert!(
+        ads[0].1.contains("\"m9\"") && !ads[0].1.contains("\"m0\""),
+        "{ads:?}"
+    );
 }
