@@ -48,6 +48,8 @@ mod anywhere;
 #[cfg(test)]
 mod anywhere_tests;
 mod authz;
+#[cfg(test)]
+mod authz_tests;
 mod check;
 mod events;
 mod gone;
@@ -78,6 +80,8 @@ mod machines;
 mod master_restart_tests;
 pub use machines::{CUT_OFF_LIMIT, CUT_OFF_MIN_MACHINES};
 mod outstanding;
+#[cfg(test)]
+mod own_name_tests;
 mod pilots;
 mod recover;
 mod requests;
@@ -493,6 +497,7 @@ impl Router {
             Some(LinkRole::Machine(name)) => name.clone(),
         };
         self.touch(&name);
+        let ad = ad.map(|ad| ad.and_then(|ad| ads::own_name(&name, ad)));
         match msg {
             ToGlobal::Advertise { slots, running, .. } => {
                 let ad = ad.unwrap_or_else(|| Err("the machine ad is missing".into()));

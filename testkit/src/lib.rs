@@ -21,6 +21,7 @@
 //! - `browser`: [`Browser`].
 //! - `netns`: [`netns::Net`], the namespaces and their clean-up; `netpool`: [`NetPool`].
 //! - `fleet`: [`Fleet`], [`FleetApp`].
+//! - `wiretap`: [`Proxy`] (watches and flips bytes), [`listening_ports`].
 
 mod browser;
 mod fake_global;
@@ -28,12 +29,14 @@ mod fleet;
 mod inbox;
 pub mod netns;
 mod netpool;
+mod wiretap;
 
 pub use browser::Browser;
 pub use fake_global::{FAKE_SECRET, FAKE_WAIT, FakeGlobal, GlobalConn};
 pub use fleet::{Fleet, FleetApp, FleetError, FleetOptions};
 pub use inbox::{Inbox, InboxError};
 pub use netpool::{GLOBAL_HOST, NetLocal, NetPool, open_fds, rss_kib};
+pub use wiretap::{Proxy, listening_ports, pid_listening_on};
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -98,6 +98,10 @@ async fn a_jobs_credential_opens_that_job_only_and_dies_with_it() {
             "{key}: {report:#}"
         );
     }
+    assert!(
+        field("control").starts_with("refused") && field("control").contains("credential of job"),
+        "control: {report:#}"
+    );
     for key in ["peer_as_other_job", "peer_as_own_job"] {
         assert!(field(key).starts_with("refused"), "{key}: {report:#}");
     }

@@ -5,8 +5,6 @@
 //! A job's processes take TLS only on their direct-message listeners, so
 //! messages and forwarded output that arrive there came over TLS.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use carmi_api::client::{ConnectOptions, Incoming, connect};
@@ -15,62 +13,9 @@ use carmi_api::handshake;
 use carmi_api::ids::RequestId;
 use carmi_api::msg::{Event, FromGlobal, FromLocal, Request, Role, SpawnTarget, ToGlobal, ToLocal};
 use carmi_api::tls;
-use carmi_tests::{Inbox, Pool, PoolOptions, text};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-
-/// A proxy to `upstream` for one connection at a time: it keeps every byte
-/// the client sent, and once `armed` flips one bit of the next chunk.
-struct Proxy {
-    addr: String,
-    seen: Arc<Mutex<Vec<u8>>>,
-    armed: Arc<AtomicBool>,
-}
-
-impl Proxy {
-    async fn start(upstream: String) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let armed = Arc::new(AtomicBool::new(false));
-        let (s, a) = (seen.clone(), armed.clone());
-        tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let server = TcpStream::connect(&upstream).await.unwrap();
-                let (mut cr, mut cw) = client.into_split();
-                let (mut sr, mut sw) = server.into_split();
-                let (seen, armed) = (s.clone(), a.clone());
-                tokio::spawn(async move {
-                    let mut buf = vec![0u8; 64 * 1024];
-                    while let Ok(n) = cr.read(&mut buf).await {
-                        if n == 0 {
-                            break;
-                        }
-                        seen.lock().unwrap().extend_from_slice(&buf[..n]);
-                        if armed.swap(false, Ordering::SeqCst) {
-                            buf[n / 2] ^= 0x01;
-                        }
-                        if sw.write_all(&buf[..n]).await.is_err() {
-                            break;
-                        }
-                    }
-                    let _ = sw.shutdown().await;
-                });
-                tokio::spawn(async move {
-                    let _ = tokio::io::copy(&mut sr, &mut cw).await;
-                });
-            }
-        });
-        Proxy { addr, seen, armed }
-    }
-
-    /// What the client sent so far, and the same as (lossy) text.
-    fn seen(&self) -> (Vec<u8>, String) {
-        let seen = self.seen.lock().unwrap().clone();
-        let clear = String::from_utf8_lossy(&seen).into_owned();
-        (seen, clear)
-    }
-}
+use carmi_tests::{Inbox, Pool, PoolOptions, Proxy, text};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
 
 /// Patient heartbeats: a loaded test machine must not lose its machine.
 fn patient() -> PoolOptions {
@@ -122,7 +67,7 @@ async fn a_daemon_connection_starts_with_tls_and_carries_no_clear_json() {
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("\"m0\""), "the answer came back");
-    let seen = proxy.seen.lock().unwrap().clone();
+    let (seen, _) = proxy.seen();
     // A TLS record of type handshake (22), protocol version 3.x.
     assert_eq!(seen[0], tls::TLS_HANDSHAKE_BYTE, "{:?}", &seen[..8]);
     assert_eq!(seen[1], 3, "{:?}", &seen[..8]);
@@ -153,7 +98,7 @@ async fn a_byte_flipped_after_the_handshake_closes_the_connection() {
     )
     .await
     .expect("the handshake through the proxy succeeds");
-    proxy.armed.store(true, Ordering::SeqCst);
+    proxy.arm(true);
     write_frame(&mut writer, &ToGlobal::Status, &[])
         .await
         .unwrap();
@@ -289,7 +234,7 @@ async fn a_flipped_direct_message_is_dropped(
         handshake::client_bound(&mut reader, &mut writer, &secret, &role, &s.binding)
             .await
             .expect("a peer's handshake through the proxy");
-        proxy.armed.store(altered, Ordering::SeqCst);
+        proxy.arm(altered);
         let tag = carmi_api::msg::PeerMessage { tag: 77 };
         write_frame(&mut writer, &tag, b"payload").await.unwrap();
         writer.flush().await.unwrap();
@@ -343,7 +288,7 @@ async fn a_byte_flipped_on_a_local_rm_connection_closes_it() {
             None => panic!("the local RM closed before attaching"),
         }
     }
-    proxy.armed.store(true, Ordering::SeqCst);
+    proxy.arm(true);
     let request = ToLocal::Request {
         id: RequestId(1),
         body: Request::Config,

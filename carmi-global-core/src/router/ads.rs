@@ -64,6 +64,26 @@ impl Decoded {
     }
 }
 
+/// `ad` (an ad or an update) as machine `name` may send it. The machine's
+/// name is the one its link proved (a daemon token is bound to it); an ad
+/// whose `Name` says another would match the jobs that ask for that machine
+/// (`Name == "m0"`) and so receive their processes and data: refused.
+pub(super) fn own_name(name: &str, ad: ClassAd) -> Result<ClassAd, String> {
+    if ad.get("Name").is_none() {
+        return Ok(ad);
+    }
+    match ad.eval_attr("Name").as_str() {
+        Some(n) if n == name => Ok(ad),
+        Some(n) => Err(format!(
+            "the ad's Name is `{n}` but this connection is machine `{name}`'s: \
+             a machine advertises under its own name only"
+        )),
+        None => Err(format!(
+            "the ad's Name is not a string: it must be \"{name}\", this machine's name"
+        )),
+    }
+}
+
 /// The ad in `text`, or why it is refused. Size and attribute count are
 /// checked before parsing: parsing interns every attribute name for the life
 /// of the process, so an ad over the limit must not reach the parser at all.

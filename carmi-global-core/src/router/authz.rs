@@ -70,7 +70,7 @@ impl Router {
             ToGlobal::Alloc(
                 carmi_proto::msg::AllocRequest::List | carmi_proto::msg::AllocRequest::Info { .. },
             ) => Action::Read("alloc list"),
-            ToGlobal::Alloc(_) => Action::Tokens("manage allocation queues"),
+            ToGlobal::Alloc(_) => Action::Admin("manage allocation queues"),
             // Looking (status, q, history, events, analysis, ads) and
             // messages an admin link may not send at all (refused after this).
             other => Action::Read(variant_name(other)),

@@ -23,6 +23,7 @@ use tracing::{debug, warn};
 
 use super::stager::{StageInput, serve_stager};
 use super::{Cmd, HEAVY_HEADER, LinkTx, MAX_HEADER, Outgoing, Pending, Shared, Ticket, off_worker};
+use crate::authority::Admitted;
 use crate::router::{Decoded, LinkId};
 
 /// Tells a connection the [`Gate`](super::Gate) did not admit why, and closes it.
@@ -111,7 +112,14 @@ pub(super) async fn connection(
     // Refused on the header's announced length, before its bytes arrive.
     reader.set_max_header(MAX_HEADER);
     if let Role::Stager { name } = &role {
-        serve_stager(reader, w, name, peer, &shared).await;
+        // A staging connection holds its daemon token as long as a link:
+        // revoked or expired, it is closed too, idle or mid-transfer.
+        tokio::select! {
+            () = serve_stager(reader, w, name, peer, &shared) => {}
+            reason = until_invalid(&shared, admitted.as_ref()) => {
+                warn!(%peer, machine = %name, "closing staging connection: {reason}");
+            }
+        }
         return;
     }
     let (mut reader, mut w) = Conn::<FromGlobal, ToGlobal>::from_parts(reader, w).split();
@@ -138,12 +146,7 @@ pub(super) async fn connection(
     // Messages go to the router in order, an upload's once it is stored.
     let (order_tx, order_rx) = mpsc::unbounded_channel();
     let forwarder = tokio::spawn(forward_in_order(order_rx, shared.cmds.clone()));
-    let invalid = async {
-        match (&shared.auth, &admitted) {
-            (Some(auth), Some(a)) => auth.until_invalid(a).await,
-            _ => std::future::pending().await,
-        }
-    };
+    let invalid = until_invalid(&shared, admitted.as_ref());
     let ended = tokio::select! {
         r = read_frames(&mut reader, link, (serves_executables, local), identity.as_ref(), &shared, &order_tx) => r,
         reason = invalid => Err(reason),
@@ -162,6 +165,15 @@ pub(super) async fn connection(
     }
     let _ = shared.cmds.send(Cmd::Closed { link });
     let _ = w.shutdown().await;
+}
+
+/// Resolves, with why, once the token that opened a connection is revoked
+/// or expires; never for a connection without one (a pool without tokens).
+async fn until_invalid(shared: &Shared, admitted: Option<&Admitted>) -> String {
+    match (&shared.auth, admitted) {
+        (Some(auth), Some(a)) => auth.until_invalid(a).await,
+        _ => std::future::pending().await,
+    }
 }
 
 /// Reads frames until the peer closes (`Ok`) or sends something unreadable (`Err`).

@@ -1,7 +1,8 @@
 //! A CARMI application for the job-credential test (`tests/tests/jobcred.rs`):
 //! started by a local RM, it reports what its job gave it (its secret file,
 //! environment, sandbox files) and what it could not do with it (attach to
-//! another job, open a direct connection to another job's process), as one
+//! another job, open a direct connection to another job's process, open
+//! its local RM's control connection), as one
 //! JSON message to the process named by its first argument.
 //!
 //! Arguments: `REPORT_TO OTHER_JOB OTHER_ENDPOINT` (a process id of its own
@@ -53,6 +54,11 @@ async fn main() {
         Ok(_) => "attached".to_string(),
         Err(e) => format!("refused: {e}"),
     };
+    // The local RM's control connection (owner presence): not a job's.
+    let control = match carmi_api::control::OwnerLink::connect(&opts.local, &opts.secret).await {
+        Ok(_) => "welcome".to_string(),
+        Err(e) => format!("refused: {e}"),
+    };
     let peer = |job| Role::Peer {
         from: carmi.process(),
         job,
@@ -68,6 +74,7 @@ async fn main() {
         "as_new_job": as_new_job,
         "peer_as_other_job": peer_as_other,
         "peer_as_own_job": peer_as_own,
+        "control": control,
     });
     carmi.send(report_to, 1, serde_json::to_vec(&report).expect("json"));
     carmi.flush().await;
