@@ -66,6 +66,8 @@ mod jobs_tests;
 mod matching;
 mod pool;
 mod possible;
+#[cfg(test)]
+mod possible_tests;
 mod queue;
 #[cfg(test)]
 mod queue_tests;
@@ -181,6 +183,8 @@ struct Machine {
     ad: ClassAd,
     /// The ad in new syntax, printed once per change rather than per grant.
     ad_text: String,
+    /// The attributes `carmi status` shows, printed once per change.
+    shown: Vec<(String, String)>,
     has_requirements: bool,
     /// Every host id this name was ever given; the first `slots` are online.
     hosts: Vec<HostId>,
@@ -334,6 +338,8 @@ pub struct Allocator {
     /// Verdicts of [`Allocator::possible`] by cluster of waiting jobs, as of
     /// `pool_gen` (cleared when it moves).
     cluster_possible: HashMap<u64, Option<String>>,
+    /// Verdicts of [`Allocator::possible`] worked out over the online slots.
+    judged: u64,
     effects: Vec<Effect>,
     /// Host changes of jobs since [`Allocator::take_host_changes`].
     host_changes: Vec<HostChange>,
@@ -471,6 +477,7 @@ impl Allocator {
             dirty: false,
             pool_gen: 0,
             cluster_possible: HashMap::new(),
+            judged: 0,
             effects: Vec::new(),
             host_changes: Vec::new(),
             recorded_claims: HashMap::new(),

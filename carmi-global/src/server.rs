@@ -466,6 +466,14 @@ async fn router_task(
             cmd = cmds.recv() => {
                 let Some(cmd) = cmd else { break };
                 handle(cmd, &mut router, &mut staging, &mut links, start);
+                // What else waits is handled too, so that its journal
+                // records share the one fsync below (group commit): with
+                // a hundred applications asking at once, one fsync each
+                // (7 ms on a loaded disk) queued every request behind the others'.
+                for _ in 0..BATCH {
+                    let Ok(cmd) = cmds.try_recv() else { break };
+                    handle(cmd, &mut router, &mut staging, &mut links, start);
+                }
             }
             _ = tokio::time::sleep_until(deadline.unwrap_or(start)), if deadline.is_some() => {
                 // What arrived before the deadline counts first: heartbeats
@@ -484,15 +492,19 @@ async fn router_task(
         for (link, msg) in staging.take_outputs() {
             send_or_kick(&mut links, link, msg);
         }
-        // Adjacent journal records share one fsync: nothing else goes out
-        // before the records ahead of it are on disk.
-        let mut records = Vec::new();
+        // The batch's journal records share one fsync, ahead of everything
+        // else: nothing goes out before the records ahead of it are on
+        // disk (those behind it are there early, which a crash just after
+        // the sends were queued but not yet sent leaves alike).
+        let (mut records, mut outputs) = (Vec::new(), Vec::new());
         for out in router.take_outputs() {
-            if let Output::Journal(record) = out {
-                records.push(record);
-                continue;
+            match out {
+                Output::Journal(record) => records.push(record),
+                other => outputs.push(other),
             }
-            write_journal(&mut journal, &mut records);
+        }
+        write_journal(&mut journal, &mut records);
+        for out in outputs {
             match out {
                 Output::Send { link, msg } => {
                     if let Some(cred) = crate::jobcred::to_precede(&job_key, &msg) {
@@ -507,7 +519,7 @@ async fn router_task(
                         out.kick.notify_one();
                     }
                 }
-                // Gathered above; kept in order should one ever get here.
+                // Gathered above.
                 Output::Journal(record) => records.push(record),
                 Output::DropFiles { process } => {
                     let store = returned.clone();
@@ -529,6 +541,10 @@ async fn router_task(
         write_journal(&mut journal, &mut records);
     }
 }
+
+/// Commands handled at most after the one awaited before their outputs go
+/// out together.
+const BATCH: usize = 256;
 
 /// Appends `records` (if any) with one fsync, a short blocking write on the
 /// router's task on purpose: nothing after them may go out before they are

@@ -618,6 +618,7 @@ impl Allocator {
                     name: name.to_string(),
                     ad: classad::ClassAd::new(),
                     ad_text: String::new(),
+                    shown: Vec::new(),
                     has_requirements: false,
                     hosts: Vec::new(),
                     slots: 0,

@@ -26,6 +26,7 @@ impl Allocator {
                     name: name.to_string(),
                     ad: ClassAd::new(),
                     ad_text: String::new(),
+                    shown: Vec::new(),
                     has_requirements: false,
                     hosts: Vec::new(),
                     slots: 0,
@@ -64,6 +65,7 @@ impl Allocator {
         m.has_requirements = ad.get("Requirements").is_some();
         m.speed = speed_of(&ad);
         m.ad_text = ad.to_string();
+        m.shown = super::check::shown_attributes(&ad);
         m.ad = ad;
         m.generation = m.generation % (u32::MAX >> 2) + 1;
         m.online = true;
@@ -119,6 +121,7 @@ impl Allocator {
             .filter(|&h| self.get_slot(h).state == SlotState::Idle)
             .collect();
         let reserving_before = self.reserving_membership(idx);
+        let kept_before = self.kept_membership(idx);
         for &h in &idle {
             self.set_state(h, SlotState::Offline);
         }
@@ -129,6 +132,7 @@ impl Allocator {
         m.has_requirements = m.ad.get("Requirements").is_some();
         m.speed = speed_of(&m.ad);
         m.ad_text = m.ad.to_string();
+        m.shown = super::check::shown_attributes(&m.ad);
         m.generation = m.generation % (u32::MAX >> 2) + 1;
         // Membership may have changed: the idle slots meet the pending requests
         // again (settling the queue), and the head of the queue, which alone may
@@ -145,8 +149,10 @@ impl Allocator {
         // With its slots back online: a new ad may leave a job that kept
         // slots unable to ever start. Heartbeats are many: only when the ad
         // changed what this machine is to such a job is that judged now
-        // (other jobs are judged again when next tried).
-        self.pool_changed();
+        // (other jobs are judged again when next tried, and a cluster's
+        // kept verdict only if the machine is a member of other classes of
+        // it now).
+        self.ad_changed(idx, kept_before);
         if self.reserving_membership(idx) != reserving_before {
             self.recheck_reserving();
         }

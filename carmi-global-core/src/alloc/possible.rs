@@ -13,6 +13,8 @@
 //! that kept slots impossible: the queue is then settled again, so that the
 //! jobs behind it see the slots it no longer keeps.
 
+use std::collections::HashMap;
+
 use carmi_proto::ids::{HostId, JobId};
 
 use super::matching::match_all;
@@ -131,6 +133,7 @@ impl Allocator {
             return ok;
         }
         let needs = minimums(j);
+        self.judged += 1;
         let online = self.online_hosts();
         let why = {
             let (jobs, machines, slots) = (&mut self.jobs, &self.machines, &self.slots);
@@ -156,6 +159,13 @@ impl Allocator {
         ok
     }
 
+    /// How many times a verdict of [`Allocator::possible`] was worked out
+    /// over the online slots rather than taken from what is kept: what a
+    /// test reads to see that a change costs what it touches.
+    pub fn possible_judged(&self) -> u64 {
+        self.judged
+    }
+
     /// Brings the verdict of every waiting job up to date (one evaluation
     /// per cluster, with the membership caches), so that
     /// [`Allocator::impossible`] answers `carmi q` from them, however long
@@ -172,6 +182,51 @@ impl Allocator {
     pub(super) fn pool_changed(&mut self) {
         self.pool_gen += 1;
         self.cluster_possible.clear();
+    }
+
+    /// Whether machine `m` belongs to each class with a minimum of the first
+    /// job of every cluster whose verdict is kept, by the machine's current
+    /// ad: taken before and after an ad changes, so that only the clusters
+    /// it changed anything for are judged again ([`Allocator::ad_changed`]).
+    pub(super) fn kept_membership(&mut self, m: MachineIdx) -> Vec<(u64, Vec<bool>)> {
+        let mut clusters: Vec<u64> = self.cluster_possible.keys().copied().collect();
+        clusters.sort_unstable();
+        let mut out = Vec::with_capacity(clusters.len());
+        for c in clusters {
+            let Some(job) = self.clusters.first_job(c) else {
+                continue;
+            };
+            let Some(j) = self.jobs.get(&job) else {
+                continue;
+            };
+            let bits = minimums(j)
+                .into_iter()
+                .map(|(class, _)| {
+                    member(&mut self.jobs, &self.machines, self.clock, job, &class, m)
+                })
+                .collect();
+            out.push((c, bits));
+        }
+        out
+    }
+
+    /// Machine `m`'s ad changed (its slots online before and after, as
+    /// many): a kept verdict depends on the pool only through which online
+    /// slots belong to the cluster's classes, so it still holds for every
+    /// cluster that `m` is a member of the same classes of as `before` says
+    /// (from [`Allocator::kept_membership`]). Those are kept; the others,
+    /// and every job's own verdict, are judged again. A heartbeat that
+    /// changes `LoadAvg` then costs one evaluation per cluster, not one per
+    /// online slot per cluster.
+    pub(super) fn ad_changed(&mut self, m: MachineIdx, before: Vec<(u64, Vec<bool>)>) {
+        let after: HashMap<u64, Vec<bool>> = self.kept_membership(m).into_iter().collect();
+        let kept: HashMap<u64, Option<String>> = before
+            .into_iter()
+            .filter(|(c, bits)| after.get(c) == Some(bits))
+            .filter_map(|(c, _)| self.cluster_possible.get(&c).map(|w| (c, w.clone())))
+            .collect();
+        self.pool_changed();
+        self.cluster_possible = kept;
     }
 
     /// After the pool changed: a waiting job that kept slots from the jobs

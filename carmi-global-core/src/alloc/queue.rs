@@ -157,6 +157,11 @@ impl Clusters {
         Some(((self.rank(owner), seq), job))
     }
 
+    /// The first waiting job of a cluster.
+    pub(super) fn first_job(&self, id: u64) -> Option<JobId> {
+        self.members.get(&id)?.2.first().map(|&(_, job)| job)
+    }
+
     /// `owner`'s place in the pass order (unranked: after everyone).
     fn rank(&self, owner: &str) -> usize {
         self.user_rank.get(owner).copied().unwrap_or(usize::MAX)
@@ -251,17 +256,26 @@ impl Allocator {
     /// took any, or if it is the head.
     fn try_in_turn(&mut self, job: JobId, free: &mut Option<Vec<HostId>>) -> bool {
         self.tries += 1;
+        // A job whose minimums no set of online slots meets cannot start
+        // whatever is kept for it: it waits (the pool may grow) without
+        // holding back the jobs behind it, or one impossible request would
+        // stop the whole queue (see `possible`). Asked first: the verdict is
+        // kept per cluster until the pool changes, while a start attempt
+        // looks at every idle slot, and its candidates (idle slots and
+        // surplus hosts, all online) are a subset of what `possible` looked
+        // at, so it would fail as well. Not for a class that reads the
+        // clock: its kept verdict may be older than the clock.
+        let timed = self.jobs[&job].classes.values().any(|c| c.timed);
+        if !timed && !self.possible(job) {
+            return false;
+        }
         if self.try_start(job, free.as_deref()) {
             if let Some(f) = free {
                 f.retain(|&h| matches!(self.get_slot(h).state, SlotState::Idle));
             }
             return true;
         }
-        // A job whose minimums no set of online slots meets cannot start
-        // whatever is kept for it: it waits (the pool may grow) without
-        // holding back the jobs behind it, or one impossible request would
-        // stop the whole queue (see `possible`).
-        if !self.possible(job) {
+        if timed && !self.possible(job) {
             return false;
         }
         let head = free.is_none();
