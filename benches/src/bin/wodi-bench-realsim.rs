@@ -352,6 +352,42 @@ async fn run_real(
     Ok(master.complete().await?)
 }
 
+/// The simulator's settings for this comparison, before the real run
+/// gives its start-up delays and the owners' offset.
+fn sim_config(
+    args: &Args,
+    profile: &[StepProfile],
+    speeds: &[f64],
+    owners: OwnerModel,
+) -> SimConfig {
+    let mut sim_cfg = SimConfig {
+        profile: profile.to_vec(),
+        cycles: args.cycles,
+        speeds: speeds.to_vec(),
+        actual_speeds: None,
+        owners,
+        owner_offset: 0.0,
+        owner_speedup: args.speedup,
+        pool: PoolConfig {
+            worker_startup: 0.0,
+            policy: PolicyConfig {
+                minute: 60.0 / args.speedup,
+                ..PolicyConfig::default()
+            },
+            ..PoolConfig::default()
+        },
+        hosts_wanted: args.hosts as u32,
+        fewest_hosts: None,
+        hysteresis: 0,
+        startup_offsets: Vec::new(),
+        sched: SchedConfig::default(),
+        seed: args.seed,
+    };
+    args.policies.apply(&mut sim_cfg);
+    sim_cfg.sched.suspend_timeout = Duration::from_secs_f64(args.suspend_timeout);
+    sim_cfg
+}
+
 async fn bench(args: Args) -> anyhow::Result<()> {
     let owners = OwnerModel::from_spec(&args.owners)?;
     let pool = EmbeddedPool::start(PoolOptions {
@@ -375,31 +411,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     let profile = profile(args.scale);
     // The simulator's settings first: the real master asks for the very
     // policies the preset sets there.
-    let mut sim_cfg = SimConfig {
-        profile: profile.clone(),
-        cycles: args.cycles,
-        speeds: speeds.clone(),
-        actual_speeds: None,
-        owners,
-        owner_offset: 0.0,
-        owner_speedup: args.speedup,
-        pool: PoolConfig {
-            worker_startup: 0.0,
-            policy: PolicyConfig {
-                minute: 60.0 / args.speedup,
-                ..PolicyConfig::default()
-            },
-            ..PoolConfig::default()
-        },
-        hosts_wanted: args.hosts as u32,
-        fewest_hosts: None,
-        hysteresis: 0,
-        startup_offsets: Vec::new(),
-        sched: SchedConfig::default(),
-        seed: args.seed,
-    };
-    args.policies.apply(&mut sim_cfg);
-    sim_cfg.sched.suspend_timeout = Duration::from_secs_f64(args.suspend_timeout);
+    let mut sim_cfg = sim_config(&args, &profile, &speeds, owners);
     let server_start = pool_start.elapsed().as_secs_f64();
     let real = run_real(&args, addr, &profile, policies_of(&sim_cfg)).await;
     pool.shutdown().await;
