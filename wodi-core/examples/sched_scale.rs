@@ -43,8 +43,14 @@ fn main() {
             std::process::exit(2);
         }
     };
-    println!("hosts {hosts} ({}), materials profile stretched, long steps last", args[1]);
-    println!("{:>8} {:>14} {:>16} {:>12}", "steps", "us per step", "core wall s", "over bound");
+    println!(
+        "hosts {hosts} ({}), materials profile stretched, long steps last",
+        args[1]
+    );
+    println!(
+        "{:>8} {:>14} {:>16} {:>12}",
+        "steps", "us per step", "core wall s", "over bound"
+    );
     for a in &args[2..] {
         let Ok(n) = a.parse::<usize>() else {
             eprintln!("sched_scale: STEPS must be numbers, not {a:?}");
@@ -62,11 +68,17 @@ fn main() {
             let est: Vec<Option<f64>> = profile.iter().map(|p| Some(p.mean)).collect();
             let hs: Vec<wodi_core::plan::Host> = speeds
                 .iter()
-                .map(|&speed| wodi_core::plan::Host { free_in: 0.0, speed })
+                .map(|&speed| wodi_core::plan::Host {
+                    free_in: 0.0,
+                    speed,
+                })
                 .collect();
             let means: Vec<f64> = profile.iter().map(|p| p.mean).collect();
             let lpt = wodi_core::plan::list_plan(&est, &hs).makespan();
-            println!("offline LPT of the means over their bound: {:.4}", lpt / lower_bound(&means, &speeds));
+            println!(
+                "offline LPT of the means over their bound: {:.4}",
+                lpt / lower_bound(&means, &speeds)
+            );
         }
         let per = c.core_wall.as_secs_f64() / n as f64 * 1e6;
         let ratio = c.length_s / lower_bound(&work, &speeds);

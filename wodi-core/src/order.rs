@@ -50,16 +50,6 @@ const PEEK: usize = 4;
 /// are overdue or reserved only in a pathological pool.
 const SCAN: usize = 4 * PEEK + WALK;
 
-fn walk_cap() -> usize {
-    static CAP: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *CAP.get_or_init(|| {
-        std::env::var("XX_WALK")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(WALK)
-    })
-}
-
 /// A busy worker whose step runs this many times over its estimate is not
 /// counted on to free up: its estimate is wrong or it is stuck.
 const OVERDUE: f64 = 2.0;
@@ -293,7 +283,7 @@ fn walk(
     let coming: &[f64] = if with_coming { board.coming } else { &[] };
     let mut reserved: Vec<Reserved> = Vec::new();
     for (n, (ticket, work)) in queue.longest_first().enumerate() {
-        if n >= walk_cap() {
+        if n >= WALK {
             return fluid_pick(queue, speed, board, eligible);
         }
         if !eligible(ticket) {

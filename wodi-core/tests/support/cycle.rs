@@ -3,6 +3,8 @@
 //! scale tests and the `sched_scale` example drive cycles on it. Uses only
 //! the core's oldest public calls, so the example also builds against
 //! earlier versions of the core, to compare them side by side.
+// Shared by the scale tests and the example, each of which reads a part.
+#![allow(dead_code)]
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
