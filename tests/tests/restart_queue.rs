@@ -352,7 +352,7 @@ async fn submitted_jobs_and_their_queue_survive_sigkills_of_the_global_rm() {
         "alice".to_string(),
         "running".to_string(),
         Some(root),
-        vec![("w".to_string(), 2, 2, 2), ("extra".to_string(), 0, 0, 0)],
+        vec![("extra".to_string(), 0, 0, 0), ("w".to_string(), 2, 2, 2)],
     )];
     want.extend([
         waiting(behind[0], "bob"),
