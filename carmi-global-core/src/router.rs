@@ -34,7 +34,7 @@ use std::fmt;
 use std::time::Duration;
 
 use carmi_proto::ids::{JobId, ProcessId};
-use carmi_proto::msg::{Event, ExecutableRef, ExitStatus, FromGlobal, Role, ToGlobal};
+use carmi_proto::msg::{Event, ExecutableRef, FromGlobal, Role, ToGlobal};
 use tracing::{debug, warn};
 
 use crate::alloc::{Allocator, ReqRef};
@@ -516,16 +516,14 @@ impl Router {
             ToGlobal::AppDetach { conn } => self.app_detach(&name, conn),
             ToGlobal::Unanswered { conn, requests } => self.unanswered(&name, conn, requests),
             ToGlobal::Forward { conn, id, body } => self.forward(link, &name, conn, id, body),
-            ToGlobal::Started { process, result } => match self.master_on(process, &name) {
-                Some(job) => {
-                    let outcome = result.map_err(ExitStatus::FailedToStart);
-                    if let Err(status) = &outcome {
-                        self.exit_process(process, status.clone(), 0.0);
-                    }
-                    self.master_report(process, job, outcome);
+            ToGlobal::Started { process, result } => {
+                // Launching when its machine registered again, started since:
+                // explained, not lost at the next heartbeat.
+                if let Some(p) = self.presence.get_mut(&name) {
+                    p.suspects.retain(|&q| q != process);
                 }
-                None => self.started(&name, process, result),
-            },
+                self.on_started(&name, process, result);
+            }
             ToGlobal::Exited {
                 process,
                 status,

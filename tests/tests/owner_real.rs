@@ -11,7 +11,9 @@
 //! job has run 6 s (two measurements, 2 s apart with a policy minute of
 //! 24 s; the first one of a new process group only sets its baseline). Two
 //! spinning children get far more than 0.03 of a CPU even at load 30
-//! (about 0.13); a waiting shell gets exactly 0.
+//! (about 0.13); a waiting shell gets exactly 0. Checked: with the
+//! measure counting the group leaders only, the children were stopped
+//! (suspended) and this test failed.
 
 use std::time::{Duration, Instant};
 

@@ -83,25 +83,7 @@ impl Live {
                     self.started -= 1;
                 }
             }
-            Record::Started { job, master, .. } => {
-                self.next_process = self.next_process.max(master.0 + 1);
-                let mut old = None;
-                let live = match self.jobs.get_mut(job) {
-                    Some(j) => {
-                        self.started += j.1.is_none() as usize;
-                        old = j.1.replace(r.clone());
-                        true
-                    }
-                    None => false,
-                };
-                // The same master placed again keeps its `Running`.
-                if !matches!(&old, Some(Record::Started { master: m, .. }) if m == master) {
-                    self.drop_master(old.as_ref());
-                }
-                if live {
-                    self.masters.insert(*master, *job);
-                }
-            }
+            Record::Started { job, master, .. } => self.apply_started(r, *job, *master),
             Record::Attached { job, root, .. } => {
                 self.next_job = self.next_job.max(job.0 + 1);
                 self.next_process = self.next_process.max(root.0 + 1);
@@ -319,6 +301,22 @@ impl Live {
             }
             _ => {}
         }
+    }
+
+    /// A job's `Started` record: it replaces the job's last one, and its
+    /// master's `Running` record is kept from now on.
+    fn apply_started(&mut self, r: &Record, job: JobId, master: ProcessId) {
+        self.next_process = self.next_process.max(master.0 + 1);
+        let Some(j) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        self.started += j.1.is_none() as usize;
+        let old = j.1.replace(r.clone());
+        // The same master placed again keeps its `Running`.
+        if !matches!(&old, Some(Record::Started { master: m, .. }) if *m == master) {
+            self.drop_master(old.as_ref());
+        }
+        self.masters.insert(master, job);
     }
 
     /// Forgets the master of a job's `Started` record `started` (replaced

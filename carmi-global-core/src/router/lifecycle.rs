@@ -29,6 +29,26 @@ impl Router {
         ok
     }
 
+    /// `Started` from machine `name`: of a master (its failure ends the
+    /// job) or of a process it was asked to spawn.
+    pub(super) fn on_started(
+        &mut self,
+        name: &str,
+        process: ProcessId,
+        result: Result<(), String>,
+    ) {
+        match self.master_on(process, name) {
+            Some(job) => {
+                let outcome = result.map_err(ExitStatus::FailedToStart);
+                if let Err(status) = &outcome {
+                    self.exit_process(process, status.clone(), 0.0);
+                }
+                self.master_report(process, job, outcome);
+            }
+            None => self.started(name, process, result),
+        }
+    }
+
     /// A local RM reports whether a process it was asked to spawn started.
     pub(super) fn started(&mut self, name: &str, process: ProcessId, result: Result<(), String>) {
         if !self.runs_on(process, name) {

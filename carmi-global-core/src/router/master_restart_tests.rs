@@ -220,3 +220,32 @@ fn a_job_takes_no_other_host_while_its_own_machines_come_back() {
         assert_eq!(now, held);
     }
 }
+
+/// The master still launching (its executable being fetched) when its
+/// machine registers again, reported started before the next heartbeat: it
+/// runs, and its job goes on (the heartbeat took it for lost).
+#[test]
+fn a_master_launching_when_its_machine_registers_again_is_not_lost() {
+    let (_, journal, master) = submitted();
+    let compacted = journal::Live::of(&journal).records();
+    for journal in [journal, compacted] {
+        let mut r = Router::new(RouterConfig::default());
+        r.recover(journal);
+        advertise(&mut r, LinkId(2), "m0", vec![]);
+        let started = ToGlobal::Started {
+            process: master,
+            result: Ok(()),
+        };
+        step(&mut r, |r| r.on_message(LinkId(2), started, Duration::ZERO));
+        let hb = ToGlobal::Heartbeat {
+            update: String::new(),
+        };
+        let (sends, records) = step(&mut r, |r| r.on_message(LinkId(2), hb, Duration::ZERO));
+        assert!(
+            !records.contains(&Record::Ended { job: JobId(1) }),
+            "{records:?}"
+        );
+        assert!(sends.is_empty(), "{sends:?}");
+        assert!(r.allocator().has_job(JobId(1)));
+    }
+}
