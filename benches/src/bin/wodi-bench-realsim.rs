@@ -292,7 +292,9 @@ async fn bench(args: Args) -> anyhow::Result<()> {
             owner_offset: lead * args.speedup,
             owner_speedup: args.speedup,
             pool: PoolConfig {
+                // The real run's start-up delays, fetch included, are the offsets.
                 worker_startup: 0.0,
+                executable_fetch: 0.0,
                 policy: PolicyConfig {
                     minute: 60.0 / args.speedup,
                     ..PolicyConfig::default()
