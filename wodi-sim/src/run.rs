@@ -227,7 +227,8 @@ impl<'a> Wodi<'a> {
     }
 
     /// A worker process started: it connects `worker_startup` later (its
-    /// host's first worker also pays the host's recorded offset).
+    /// host's first worker also pays the executable's fetch and the host's
+    /// recorded offset).
     fn launched(
         &mut self,
         process: ProcessId,
@@ -254,7 +255,7 @@ impl<'a> Wodi<'a> {
         let offset = if std::mem::replace(&mut self.had_worker[h], true) {
             0.0
         } else {
-            self.cfg.startup_offsets.get(h).copied().unwrap_or(0.0)
+            self.cfg.pool.executable_fetch + self.cfg.startup_offsets.get(h).copied().unwrap_or(0.0)
         };
         let at = q.now + self.cfg.pool.worker_startup + offset;
         q.push(at, Ev::WorkerReady { worker });

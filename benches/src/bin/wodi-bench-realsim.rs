@@ -430,6 +430,8 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         .or_else(|| measured_startup(&real, first))
         .unwrap_or(0.0);
     sim_cfg.pool.worker_startup = startup;
+    // The real run's start-up delays, fetch included, are in the offsets.
+    sim_cfg.pool.executable_fetch = 0.0;
     sim_cfg.startup_offsets = startup_offsets(&real, &speeds, startup);
     // The simulation's first assignment comes when its first worker has
     // started; the owners' clock had then run as long as the real one at

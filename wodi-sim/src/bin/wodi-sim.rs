@@ -11,6 +11,8 @@
 //! wodi-sim --hosts 24 --runs 61 --json                  # the cost-aware rule (default)
 //! wodi-sim --hosts 24 --runs 61 --policies churn        # every idle host given back
 //! wodi-sim --hosts 24 --runs 61 --policies paper        # no policies
+//! wodi-sim --hosts 24 --runs 61 --policies churn --fast-abort 0 --suspend-timeout 10 --reacquire 10
+//!                                 # what a master asks for by default (`Policies::recommended()`)
 //! ```
 //!
 //! `--policies` picks a set; the options after it override single choices.
@@ -86,6 +88,11 @@ struct Cli {
     /// trips) plus this.
     #[arg(long)]
     grant_cost: Option<f64>,
+    /// What getting a host back costs, seconds, as the scheduler weighs it
+    /// (default: --worker-startup plus four link latencies; a real master
+    /// sends `Policies::reacquire_ms`, 10 s unless it sets it).
+    #[arg(long)]
+    reacquire: Option<f64>,
     /// Give back a suspended host when its grace (--suspend-timeout) ends.
     #[arg(long, action = ArgAction::Set)]
     release_suspended: Option<bool>,
@@ -98,9 +105,14 @@ struct Cli {
     /// One-way delay of every message between CARMI's cores and the WoDi server, seconds.
     #[arg(long, default_value_t = 0.001)]
     latency: f64,
-    /// Seconds from a host granted to its worker ready.
-    #[arg(long, default_value_t = 2.0)]
+    /// Seconds from a worker spawned to it ready (default: measured on the
+    /// real daemons, `carmi-bench grant-latency`).
+    #[arg(long, default_value_t = wodi_sim::MEASURED_WORKER_STARTUP)]
     worker_startup: f64,
+    /// Seconds a host's first worker adds to fetch the executable into the
+    /// machine's cache (default: measured, as `--worker-startup`).
+    #[arg(long, default_value_t = wodi_sim::MEASURED_EXECUTABLE_FETCH)]
+    executable_fetch: f64,
     /// Every k-th host really computes at this fraction of its advertised speed (with --slow-every).
     #[arg(long, default_value_t = 1.0)]
     slow_factor: f64,
@@ -187,6 +199,7 @@ fn run_config(cli: &Cli, owners: &OwnerModel, speeds: &[f64], r: u32) -> SimConf
         pool: PoolConfig {
             latency: cli.latency,
             worker_startup: cli.worker_startup,
+            executable_fetch: cli.executable_fetch,
             ..PoolConfig::default()
         },
         hosts_wanted: cli.hosts as u32,
@@ -213,6 +226,9 @@ fn run_config(cli: &Cli, owners: &OwnerModel, speeds: &[f64], r: u32) -> SimConf
     }
     if let Some(c) = cli.grant_cost {
         s.grant_cost = secs(c);
+    }
+    if let Some(r) = cli.reacquire {
+        s.reacquire = secs(r);
     }
     if let Some(on) = cli.release_suspended {
         s.release_suspended = on;
@@ -276,6 +292,7 @@ fn main() -> ExitCode {
                 "suspend_timeout": used.sched.suspend_timeout.as_secs_f64(),
                 "stragglers": used.sched.stragglers, "fast_abort": used.sched.fast_abort,
                 "latency": cli.latency, "worker_startup": cli.worker_startup,
+                "executable_fetch": cli.executable_fetch,
                 "slow_factor": cli.slow_factor, "slow_every": cli.slow_every,
             },
             "runs": runs,
