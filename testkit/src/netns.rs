@@ -129,6 +129,14 @@ fn namespaces_of(k: u8) -> Vec<String> {
 /// (a namespace with a process left keeps its link alive after `ip netns
 /// del`), deletes them, the bridge and the claim. Returns what failed.
 pub fn teardown(k: u8) -> Vec<String> {
+    let failed = clear(k);
+    let _ = std::fs::remove_dir_all(registry().join(k.to_string()));
+    failed
+}
+
+/// Kills the processes in net `k`'s namespaces, deletes them and its
+/// bridge, and leaves its claim as it is. Returns what failed.
+fn clear(k: u8) -> Vec<String> {
     let mut failed = Vec::new();
     for ns in namespaces_of(k) {
         // Processes may fork while being killed: a few rounds.
@@ -151,7 +159,6 @@ pub fn teardown(k: u8) -> Vec<String> {
     {
         failed.push(e);
     }
-    let _ = std::fs::remove_dir_all(registry().join(k.to_string()));
     failed
 }
 
@@ -237,6 +244,12 @@ impl Net {
                     && std::fs::write(dir.join("owner"), owner).is_ok()
             })
             .expect("every net number 1..=250 is taken (see /tmp/carmi-netns)");
+        // Namespaces of this number with no claim (a run killed between
+        // deleting its claim and its namespaces) may still be there, and a
+        // concurrent sweep skips them once the number is claimed: ours now.
+        for e in clear(k) {
+            eprintln!("netns: clearing leftovers of net {k}: {e}");
+        }
         let mut net = Net {
             k,
             hosts: Vec::new(),
