@@ -29,6 +29,7 @@ mod fleet;
 mod inbox;
 pub mod netns;
 mod netpool;
+mod recorder;
 mod wiretap;
 
 pub use browser::Browser;
@@ -36,6 +37,7 @@ pub use fake_global::{FAKE_SECRET, FAKE_WAIT, FakeGlobal, GlobalConn};
 pub use fleet::{Fleet, FleetApp, FleetError, FleetOptions};
 pub use inbox::{Inbox, InboxError};
 pub use netpool::{GLOBAL_HOST, NetLocal, NetPool, open_fds, rss_kib};
+pub use recorder::Recorder;
 pub use wiretap::{Proxy, listening_ports, pid_listening_on};
 
 use std::io::{BufRead, BufReader};

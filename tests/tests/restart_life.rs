@@ -16,86 +16,33 @@
 //! restart is covered at the router
 //! (`router::hold_tests::the_queue_order_survives_a_restart`).
 
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use carmi_api::client::{Carmi, ConnectOptions, EventStream, Incoming, connect};
+use carmi_api::client::{Carmi, ConnectOptions, Incoming, connect};
 use carmi_api::ids::{HostId, ProcessId, RequestId};
 use carmi_api::msg::{Event, FailureCode, Reply, SpawnTarget};
-use carmi_tests::{Pool, PoolOptions};
+use carmi_tests::{Pool, PoolOptions, Recorder};
 
 /// An application's events, every one logged, so that the end can check
 /// that nothing came twice.
 struct Life {
-    events: EventStream,
-    kept: VecDeque<Incoming>,
-    log: Vec<Incoming>,
+    rec: Recorder,
     /// Probes whose failure is checked where they are sent (`Unavailable`
     /// while the global RM is away).
     probes: HashSet<RequestId>,
 }
 
-impl Life {
-    /// The first event `want` picks, within 60 s (a loaded CI machine).
-    async fn take<T>(&mut self, what: &str, mut want: impl FnMut(&Incoming) -> Option<T>) -> T {
-        if let Some(i) = self.kept.iter().position(|x| want(x).is_some()) {
-            let item = self.kept.remove(i).expect("position is valid");
-            return want(&item).expect("matched before");
-        }
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match tokio::time::timeout(left, self.events.next()).await {
-                Ok(Some(item)) => {
-                    self.log.push(item.clone());
-                    if let Some(t) = want(&item) {
-                        return t;
-                    }
-                    self.kept.push_back(item);
-                }
-                Ok(None) => panic!("the event stream ended waiting for {what}"),
-                Err(_) => panic!("timed out waiting for {what}; had {:?}", self.kept),
-            }
-        }
+impl std::ops::Deref for Life {
+    type Target = Recorder;
+    fn deref(&self) -> &Recorder {
+        &self.rec
     }
+}
 
-    /// The answer to `request`: its reply, or its failure.
-    async fn answer(
-        &mut self,
-        what: &str,
-        request: RequestId,
-    ) -> Result<Reply, (FailureCode, String)> {
-        self.take(what, |x| match x {
-            Incoming::Rm(Event::Done { request: r, reply }) if *r == request => {
-                Some(Ok(reply.clone()))
-            }
-            Incoming::Rm(Event::Failed {
-                request: r,
-                failure,
-            }) if *r == request => Some(Err((failure.code, failure.message.clone()))),
-            _ => None,
-        })
-        .await
-    }
-
-    async fn done(&mut self, what: &str, request: RequestId) -> Reply {
-        match self.answer(what, request).await {
-            Ok(reply) => reply,
-            Err(f) => panic!("{what} failed: {f:?}"),
-        }
-    }
-
-    /// The next `HostsAdded` of `request`: its hosts and what remains.
-    async fn added(&mut self, what: &str, request: RequestId) -> (Vec<HostId>, u32) {
-        self.take(what, |x| match x {
-            Incoming::Rm(Event::HostsAdded {
-                request: r,
-                hosts,
-                remaining,
-            }) if *r == request => Some((hosts.iter().map(|h| h.host).collect(), *remaining)),
-            _ => None,
-        })
-        .await
+impl std::ops::DerefMut for Life {
+    fn deref_mut(&mut self) -> &mut Recorder {
+        &mut self.rec
     }
 }
 
@@ -157,9 +104,7 @@ async fn a_jobs_life_survives_a_sigkill_of_the_global_rm_at_each_moment() {
     let (carmi, events) = connect(opts).await.expect("connect to m0");
     let job = carmi.job();
     let mut life = Life {
-        events,
-        kept: VecDeque::new(),
-        log: Vec::new(),
+        rec: Recorder::new(events, Duration::from_secs(60)),
         probes: HashSet::new(),
     };
     let mut held = BTreeSet::new();
@@ -178,9 +123,7 @@ async fn a_jobs_life_survives_a_sigkill_of_the_global_rm_at_each_moment() {
     let (next, events) = connect(opts).await.expect("connect to m1");
     assert_ne!(next.job(), job, "a new job");
     let mut life = Life {
-        events,
-        kept: VecDeque::new(),
-        log: Vec::new(),
+        rec: Recorder::new(events, Duration::from_secs(60)),
         probes: HashSet::new(),
     };
     let r = next.define_class("any", "true");

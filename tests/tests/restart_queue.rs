@@ -15,15 +15,15 @@
 //! its pending request is served later, every master ran once, and nothing
 //! the master was told came twice.
 
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use carmi_api::authz::Power;
-use carmi_api::client::{Carmi, ConnectOptions, EventStream, Incoming, connect};
+use carmi_api::client::{Carmi, ConnectOptions, Incoming, connect};
 use carmi_api::ids::{HostId, JobId, ProcessId, RequestId};
 use carmi_api::msg::{Event, FailureCode, JobStatus, Reply, SpawnTarget};
-use carmi_tests::{Pool, PoolOptions, text};
+use carmi_tests::{Pool, PoolOptions, Recorder, text};
 
 /// Within this a loaded CI machine answers.
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -32,80 +32,29 @@ const PATIENCE: Duration = Duration::from_secs(60);
 /// nothing came twice.
 struct Master {
     carmi: Carmi,
-    events: EventStream,
-    kept: VecDeque<Incoming>,
-    log: Vec<Incoming>,
+    rec: Recorder,
     /// Requests whose failure is checked where they are sent.
     probes: HashSet<RequestId>,
     /// The worker started before the restarts.
     first: Option<ProcessId>,
 }
 
+impl std::ops::Deref for Master {
+    type Target = Recorder;
+    fn deref(&self) -> &Recorder {
+        &self.rec
+    }
+}
+
+impl std::ops::DerefMut for Master {
+    fn deref_mut(&mut self) -> &mut Recorder {
+        &mut self.rec
+    }
+}
+
 impl Master {
     fn first_worker(&self) -> ProcessId {
         self.first.expect("a worker was started")
-    }
-
-    /// The first event `want` picks.
-    async fn take<T>(&mut self, what: &str, mut want: impl FnMut(&Incoming) -> Option<T>) -> T {
-        if let Some(i) = self.kept.iter().position(|x| want(x).is_some()) {
-            let item = self.kept.remove(i).expect("position is valid");
-            return want(&item).expect("matched before");
-        }
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match tokio::time::timeout(left, self.events.next()).await {
-                Ok(Some(item)) => {
-                    self.log.push(item.clone());
-                    if let Some(t) = want(&item) {
-                        return t;
-                    }
-                    self.kept.push_back(item);
-                }
-                Ok(None) => panic!("the event stream ended waiting for {what}"),
-                Err(_) => panic!("timed out waiting for {what}; had {:?}", self.kept),
-            }
-        }
-    }
-
-    /// The answer to `request`: its reply, or its failure.
-    async fn answer(
-        &mut self,
-        what: &str,
-        request: RequestId,
-    ) -> Result<Reply, (FailureCode, String)> {
-        self.take(what, |x| match x {
-            Incoming::Rm(Event::Done { request: r, reply }) if *r == request => {
-                Some(Ok(reply.clone()))
-            }
-            Incoming::Rm(Event::Failed {
-                request: r,
-                failure,
-            }) if *r == request => Some(Err((failure.code, failure.message.clone()))),
-            _ => None,
-        })
-        .await
-    }
-
-    async fn done(&mut self, what: &str, request: RequestId) -> Reply {
-        match self.answer(what, request).await {
-            Ok(reply) => reply,
-            Err(f) => panic!("{what} failed: {f:?}"),
-        }
-    }
-
-    /// The next `HostsAdded` of `request`: its hosts and what remains.
-    async fn added(&mut self, what: &str, request: RequestId) -> (Vec<HostId>, u32) {
-        self.take(what, |x| match x {
-            Incoming::Rm(Event::HostsAdded {
-                request: r,
-                hosts,
-                remaining,
-            }) if *r == request => Some((hosts.iter().map(|h| h.host).collect(), *remaining)),
-            _ => None,
-        })
-        .await
     }
 
     /// The job's hosts as the global RM says (`Config`), asked until it
@@ -455,9 +404,7 @@ async fn attach(pool: &Pool, a: JobId, root: ProcessId) -> Master {
     assert_eq!((carmi.job(), carmi.process()), (a, root));
     Master {
         carmi,
-        events,
-        kept: VecDeque::new(),
-        log: Vec::new(),
+        rec: Recorder::new(events, PATIENCE),
         probes: HashSet::new(),
         first: None,
     }
