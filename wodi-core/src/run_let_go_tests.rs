@@ -12,40 +12,7 @@ fn grant_newest(b: &mut Bench, host: u64) -> (RequestId, ProcessId, WorkerId) {
         .rev()
         .find_map(|(id, c)| matches!(c, CarmiCall::AddHosts { .. }).then_some(*id))
         .expect("the run asks for hosts");
-    let info = HostInfo {
-        host: HostId(host),
-        name: format!("slot1@m{host}"),
-        class: "a".into(),
-        ad: String::new(),
-    };
-    let event = Event::HostsAdded {
-        request,
-        hosts: vec![info],
-        remaining: 0,
-    };
-    b.run.carmi_event(event, b.now);
-    b.drain();
-    let (spawn, worker) = b
-        .calls
-        .iter()
-        .rev()
-        .find_map(|(id, c)| match c {
-            CarmiCall::Spawn { host: h, args, .. } if *h == HostId(host) => {
-                let arg = args.last().unwrap().strip_prefix(CONNECT_ARG).unwrap();
-                Some((*id, parse_connect_arg(arg).unwrap().2))
-            }
-            _ => None,
-        })
-        .expect("a worker was spawned on the host");
-    let process = ProcessId(b.next_process);
-    b.next_process += 1;
-    let started = Event::ProcessStarted {
-        request: spawn,
-        process,
-        host: HostId(host),
-    };
-    b.run.carmi_event(started, b.now);
-    (spawn, process, worker)
+    b.grant_to_unconnected(request, "a", host)
 }
 
 #[test]

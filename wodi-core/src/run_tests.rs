@@ -106,6 +106,17 @@ impl Bench {
             .find(|(_, c)| matches!(c, CarmiCall::AddHosts { class: k, .. } if k == class))
             .map(|(id, _)| *id)
             .expect("hosts were asked for");
+        self.grant_to_unconnected(request, class, host)
+    }
+
+    /// Grants host `host` of `class` to host request `request`; its
+    /// worker's process starts but does not connect.
+    fn grant_to_unconnected(
+        &mut self,
+        request: RequestId,
+        class: &str,
+        host: u64,
+    ) -> (RequestId, ProcessId, WorkerId) {
         let info = HostInfo {
             host: HostId(host),
             name: format!("slot1@m{host}"),
