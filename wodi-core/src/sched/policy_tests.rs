@@ -154,22 +154,31 @@ fn an_idle_host_is_kept_when_the_tail_is_shorter_than_getting_it_back() {
     assert!(released(&drain(&mut s)).is_empty());
 }
 
-/// A cycle of a 100 s and a 5 s step on two hosts under `cfg`; whether the
-/// host that ran the short step is given back when it ends (95 s of tail).
-fn tail_of_95_s_releases(cfg: SchedConfig) -> bool {
+/// A cycle of a long step and a 5 s one on two hosts under `cfg`; whether
+/// the host that ran the short step is given back when it ends. The long
+/// step takes 100 s (95 s of tail), or was never seen (`None`: a tail of
+/// unknown length).
+fn short_host_released(cfg: SchedConfig, long_step_s: Option<f64>) -> bool {
     let (mut s, mut w) = core(cfg, &[1.0]);
     let mut now = Duration::ZERO;
-    learn(&mut s, w[0], 1.0, 1, 100.0, &mut now);
+    if let Some(secs) = long_step_s {
+        learn(&mut s, w[0], 1.0, 1, secs, &mut now);
+    }
     learn(&mut s, w[0], 1.0, 2, 5.0, &mut now);
     w.push(grow(&mut s, 1, now));
     s.submit(StepId(1), None, now);
     s.submit(StepId(2), None, now);
     s.dispatch(now);
     let outs = drain(&mut s);
+    // The long (or new) step to worker 0, the short one to worker 1.
     let short = assigned(&outs, w[1]).expect("worker 1 has a step");
     now += 5 * SEC;
     s.result(w[1], short, 5 * SEC, 5 * SEC, now);
     !released(&drain(&mut s)).is_empty()
+}
+
+fn tail_of_95_s_releases(cfg: SchedConfig) -> bool {
+    short_host_released(cfg, Some(100.0))
 }
 
 #[test]
@@ -185,22 +194,8 @@ fn an_idle_host_is_kept_through_a_tail_shorter_than_a_grant_costs() {
     assert!(tail_of_95_s_releases(with_cost(0)));
 }
 
-/// A cycle of a step never seen (still running) and a 5 s one on two hosts
-/// under `cfg`: whether the host of the short step goes back when it ends.
 fn unknown_tail_releases(cfg: SchedConfig) -> bool {
-    let (mut s, mut w) = core(cfg, &[1.0]);
-    let mut now = Duration::ZERO;
-    learn(&mut s, w[0], 1.0, 2, 5.0, &mut now);
-    w.push(grow(&mut s, 1, now));
-    s.submit(StepId(1), None, now);
-    s.submit(StepId(2), None, now);
-    s.dispatch(now);
-    let outs = drain(&mut s);
-    // Arrival order: the new step to worker 0, the known one to worker 1.
-    let short = assigned(&outs, w[1]).expect("worker 1 has a step");
-    now += 5 * SEC;
-    s.result(w[1], short, 5 * SEC, 5 * SEC, now);
-    !released(&drain(&mut s)).is_empty()
+    short_host_released(cfg, None)
 }
 
 #[test]
