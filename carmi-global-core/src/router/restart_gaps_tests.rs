@@ -8,7 +8,9 @@ use carmi_proto::ids::{JobId, RequestId};
 use carmi_proto::msg::{Event, Reply, Request, SpawnTarget, ToGlobal};
 
 use super::hand_tests::{CONN, step, worker_exe};
-use super::restart_tests::{added, ask, events_at, link, pool_and_job, restarted};
+use super::restart_tests::{
+    added, ask, events_at, link, pool_and_job, restarted, spawn_one_worker,
+};
 use crate::journal::Record;
 
 /// Item 5: a host the job held, its worker running there, whose machine
@@ -100,24 +102,7 @@ fn an_exited_process_keeps_its_exit_status_across_a_restart() {
     use carmi_proto::msg::{ExitStatus, ProcessState};
 
     let (mut r, mut journal, root) = pool_and_job(2);
-    let add = Request::AddHosts {
-        class: "any".into(),
-        count: 1,
-        increment: 1,
-    };
-    journal.extend(ask(&mut r, 2, add).1);
-    let spawn = Request::ClassSpawn {
-        executable: worker_exe(),
-        args: vec![],
-        target: SpawnTarget::Class("any".into()),
-        output: Default::default(),
-    };
-    let (_, records) = ask(&mut r, 3, spawn);
-    let (worker, host) = match &records[..] {
-        [Record::Spawned { process, host, .. }] => (*process, *host),
-        other => panic!("{other:?}"),
-    };
-    journal.extend(records);
+    let (worker, host) = spawn_one_worker(&mut r, &mut journal);
     let at = usize::from(r.allocator().host_machine(host) != Some("m0"));
     let exited = ToGlobal::Exited {
         process: worker,
@@ -167,24 +152,7 @@ fn an_exited_process_keeps_its_exit_status_across_a_restart() {
 fn a_process_started_in_flight_at_the_kill_is_told_once_after_the_restart() {
     for told_before in [false, true] {
         let (mut r, mut journal, root) = pool_and_job(1);
-        let add = Request::AddHosts {
-            class: "any".into(),
-            count: 1,
-            increment: 1,
-        };
-        journal.extend(ask(&mut r, 2, add).1);
-        let spawn = Request::ClassSpawn {
-            executable: worker_exe(),
-            args: vec![],
-            target: SpawnTarget::Class("any".into()),
-            output: Default::default(),
-        };
-        let (_, records) = ask(&mut r, 3, spawn);
-        let (worker, host) = match &records[..] {
-            [Record::Spawned { process, host, .. }] => (*process, *host),
-            other => panic!("{other:?}"),
-        };
-        journal.extend(records);
+        let (worker, host) = spawn_one_worker(&mut r, &mut journal);
         if told_before {
             let started = ToGlobal::Started {
                 process: worker,

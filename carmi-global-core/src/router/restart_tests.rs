@@ -55,6 +55,30 @@ pub(super) fn pool_and_job(n: usize) -> (Router, Vec<Record>, ProcessId) {
     (r, journal, root)
 }
 
+/// The root asks for one host of `any` (request 2) and spawns a worker
+/// there (request 3), both journaled: the worker and its host.
+pub(super) fn spawn_one_worker(r: &mut Router, journal: &mut Vec<Record>) -> (ProcessId, HostId) {
+    let add = Request::AddHosts {
+        class: "any".into(),
+        count: 1,
+        increment: 1,
+    };
+    journal.extend(ask(r, 2, add).1);
+    let spawn = Request::ClassSpawn {
+        executable: worker_exe(),
+        args: vec![],
+        target: SpawnTarget::Class("any".into()),
+        output: Default::default(),
+    };
+    let (_, records) = ask(r, 3, spawn);
+    let (worker, host) = match &records[..] {
+        [Record::Spawned { process, host, .. }] => (*process, *host),
+        other => panic!("{other:?}"),
+    };
+    journal.extend(records);
+    (worker, host)
+}
+
 /// Sends one forwarded request of the root; its sends and records.
 pub(super) fn ask(
     r: &mut Router,
@@ -390,24 +414,7 @@ fn a_request_journaled_without_its_body_fails_naming_it() {
 #[test]
 fn a_lookup_waiting_for_a_process_is_answered_after_a_restart() {
     let (mut r, mut journal, root) = pool_and_job(2);
-    let add = Request::AddHosts {
-        class: "any".into(),
-        count: 1,
-        increment: 1,
-    };
-    journal.extend(ask(&mut r, 2, add).1);
-    let spawn = Request::ClassSpawn {
-        executable: worker_exe(),
-        args: vec![],
-        target: SpawnTarget::Class("any".into()),
-        output: Default::default(),
-    };
-    let (_, records) = ask(&mut r, 3, spawn);
-    let (worker, host) = match &records[..] {
-        [Record::Spawned { process, host, .. }] => (*process, *host),
-        other => panic!("{other:?}"),
-    };
-    journal.extend(records);
+    let (worker, host) = spawn_one_worker(&mut r, &mut journal);
     let at = if r.allocator().host_machine(host) == Some("m0") {
         0
     } else {
