@@ -241,6 +241,11 @@ async fn steps_exactly_once(master: &mut Master, n: u64, data: impl Fn(u64) -> S
     assert_eq!(seen, (0..n).map(|s| (s, 1)).collect(), "every step once");
 }
 
+/// Adds a Slurm queue (`carmi alloc add slurm ARGS`) and returns its id.
+fn add_queue(pool: &Pool, args: &[&str]) -> u64 {
+    queue_id(&alloc(pool, &[&["add", "slurm"], args].concat()))
+}
+
 /// The queue id `carmi alloc add` printed.
 fn queue_id(added: &str) -> u64 {
     added
@@ -257,11 +262,9 @@ async fn a_job_needing_three_hosts_gets_pilots_and_they_leave_nothing_behind() {
     }
     let _turn = turn().await;
     let (pool, _cleanup) = pool("slurm-demand");
-    let added = alloc(
+    let q = add_queue(
         &pool,
         &[
-            "add",
-            "slurm",
             "--max-hosts",
             "3",
             "--backlog",
@@ -272,7 +275,6 @@ async fn a_job_needing_three_hosts_gets_pilots_and_they_leave_nothing_behind() {
             "8s",
         ],
     );
-    let q = queue_id(&added);
     let mut master = start_master(&pool, 3).await;
     steps_exactly_once(&mut master, 24, |s| format!("sleep {}", 200 + s * 10)).await;
     let stats = master.complete().await.expect("complete");
@@ -354,11 +356,9 @@ async fn a_pilot_is_vacated_before_its_time_limit_and_replaced_without_losing_a_
     let _turn = turn().await;
     let (pool, _cleanup) = pool("slurm-limit");
     // Slurm's shortest limit, one minute: vacated 20 s before its end.
-    let added = alloc(
+    let q = add_queue(
         &pool,
         &[
-            "add",
-            "slurm",
             "--max-hosts",
             "2",
             "--time-limit",
@@ -369,7 +369,6 @@ async fn a_pilot_is_vacated_before_its_time_limit_and_replaced_without_losing_a_
             "5s",
         ],
     );
-    let q = queue_id(&added);
     let mut master = start_master(&pool, 1).await;
     // 45 s of work for one host: longer than the first pilot has.
     steps_exactly_once(&mut master, 45, |s| format!("sleep {}", 1000 + s)).await;
@@ -396,11 +395,9 @@ async fn scancel_of_a_pilot_mid_step_loses_the_host_and_the_step_is_resent_once(
     }
     let _turn = turn().await;
     let (pool, _cleanup) = pool("slurm-scancel");
-    let added = alloc(
+    let q = add_queue(
         &pool,
         &[
-            "add",
-            "slurm",
             "--max-hosts",
             "3",
             "--backlog",
@@ -411,7 +408,6 @@ async fn scancel_of_a_pilot_mid_step_loses_the_host_and_the_step_is_resent_once(
             "5s",
         ],
     );
-    let q = queue_id(&added);
     let mut master = start_master(&pool, 2).await;
     let data = |s: u64| format!("sleep {}", 2500 + s);
     for s in 0..8 {
@@ -471,11 +467,9 @@ async fn a_queue_with_impossible_sbatch_arguments_pauses_with_slurms_reason() {
     }
     let _turn = turn().await;
     let (pool, _cleanup) = pool("slurm-impossible");
-    let added = alloc(
+    let q = add_queue(
         &pool,
         &[
-            "add",
-            "slurm",
             "--max-hosts",
             "2",
             "--time-limit",
@@ -486,7 +480,6 @@ async fn a_queue_with_impossible_sbatch_arguments_pauses_with_slurms_reason() {
             "--partition=nosuch",
         ],
     );
-    let q = queue_id(&added);
     // Demand: a job with work waiting for a pilot host.
     let mut master = start_master(&pool, 1).await;
     master.send_work(StepId(0), &"d0".to_string()).unwrap();
@@ -519,11 +512,9 @@ async fn a_restarted_global_rm_still_knows_its_queues_and_running_pilots() {
     }
     let _turn = turn().await;
     let (mut pool, _cleanup) = pool("slurm-restart");
-    let added = alloc(
+    let q = add_queue(
         &pool,
         &[
-            "add",
-            "slurm",
             "--max-hosts",
             "1",
             "--time-limit",
@@ -532,7 +523,6 @@ async fn a_restarted_global_rm_still_knows_its_queues_and_running_pilots() {
             "5s",
         ],
     );
-    let q = queue_id(&added);
     let mut master = start_master(&pool, 1).await;
     let data = |s: u64| format!("sleep {}", 800 + s);
     for s in 0..12 {
@@ -600,11 +590,9 @@ async fn a_pilot_whose_global_rm_stays_away_ends_within_its_orphan_timeout() {
     }
     let _turn = turn().await;
     let (mut pool, _cleanup) = pool("slurm-orphan");
-    let added = alloc(
+    let q = add_queue(
         &pool,
         &[
-            "add",
-            "slurm",
             "--max-hosts",
             "1",
             "--time-limit",
@@ -615,7 +603,6 @@ async fn a_pilot_whose_global_rm_stays_away_ends_within_its_orphan_timeout() {
             "10s",
         ],
     );
-    let q = queue_id(&added);
     let mut master = start_master(&pool, 1).await;
     for s in 0..4 {
         master
@@ -727,11 +714,9 @@ async fn a_global_rm_restarted_while_a_pilots_grant_has_no_process_yet_loses_no_
     }
     let _turn = turn().await;
     let (mut pool, _cleanup) = pool("slurm-restart-early");
-    let added = alloc(
+    let q = add_queue(
         &pool,
         &[
-            "add",
-            "slurm",
             "--max-hosts",
             "1",
             "--time-limit",
@@ -740,7 +725,6 @@ async fn a_global_rm_restarted_while_a_pilots_grant_has_no_process_yet_loses_no_
             "5s",
         ],
     );
-    let q = queue_id(&added);
     let mut master = start_master(&pool, 1).await;
     let data = |s: u64| format!("sleep {}", 300 + s);
     for s in 0..6 {
