@@ -35,8 +35,8 @@ use std::collections::{BTreeMap, VecDeque};
 use bytes::Bytes;
 use carmi_proto::ids::{ConnId, HostId, JobId, ProcessId, RequestId};
 use carmi_proto::msg::{
-    ExecutableRef, FromGlobal, FromLocal, LogChunk, OutputRoute, SlotActivity, StageSource,
-    StdStream, ToGlobal,
+    ExecutableRef, FromGlobal, FromLocal, LogChunk, OutputRoute, Request, SlotActivity,
+    StageSource, StdStream, ToGlobal,
 };
 
 /// Something for the driver to do.
@@ -167,7 +167,18 @@ struct App {
     /// global RM after a reconnection (`ToGlobal::Unanswered`), so that one
     /// lost with the link is failed rather than awaited for ever.
     unanswered: Vec<RequestId>,
+    /// Requests made while the global RM was away (or written to a link
+    /// that broke before they left), with when they came: forwarded after
+    /// the next announcement, so that a restart of the global RM is not an
+    /// error the application must handle; failed after [`HOLD_WHILE_AWAY`].
+    held: Vec<(RequestId, Request, f64)>,
 }
+
+/// How long a request waits for the global RM to come back before it fails
+/// as unavailable: longer than a restart and the local RM's reconnection
+/// back-off, short enough that a client of a pool whose global RM is down
+/// hears so.
+pub const HOLD_WHILE_AWAY: f64 = 30.0;
 
 /// Where a process is in its life here.
 #[derive(Clone, Debug, PartialEq)]
@@ -406,10 +417,12 @@ impl Core {
         for (msg, payload) in unsent.into_iter().rev() {
             if must_deliver(&msg) {
                 self.backlog.push_front((msg, payload));
-            } else if let ToGlobal::Forward { conn, id, .. } = msg {
-                // Never reached the global RM, so no answer will come: say so.
-                if self.apps.contains_key(&conn) {
-                    self.fail_unavailable(conn, id);
+            } else if let ToGlobal::Forward { conn, id, body } = msg {
+                // Never reached the global RM: sent again on the next link.
+                let now = self.time.now;
+                if let Some(app) = self.apps.get_mut(&conn) {
+                    app.unanswered.retain(|&r| r != id);
+                    app.held.insert(0, (id, body, now));
                 }
             }
         }

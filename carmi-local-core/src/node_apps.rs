@@ -1,6 +1,7 @@
 //! The core's side of application connections: announced to the global
-//! RM (again after each reconnection), their requests forwarded or failed
-//! while it is away, their uploads kept until it is back.
+//! RM (again after each reconnection), their requests forwarded, or held
+//! while it is away (failed if it stays away too long), their uploads kept
+//! until it is back.
 //!
 //! Kept apart from `node.rs`, which holds the state and the global link, so
 //! that each file stays readable.
@@ -9,7 +10,7 @@ use bytes::Bytes;
 use carmi_proto::ids::{ConnId, JobId, ProcessId, RequestId};
 use carmi_proto::msg::{Event, ExecutableRef, Failure, FailureCode, FromLocal, Request, ToGlobal};
 
-use super::{App, Core, Effect};
+use super::{App, Core, Effect, HOLD_WHILE_AWAY};
 
 /// Most requests of one application kept as unanswered: a client that
 /// never waits for its answers must not grow the local RM without bound
@@ -51,6 +52,59 @@ impl Core {
                 Bytes::new(),
             );
         }
+        let held = self
+            .apps
+            .get_mut(&conn)
+            .map(|app| std::mem::take(&mut app.held))
+            .unwrap_or_default();
+        for (id, body, _) in held {
+            self.forward(conn, id, body);
+        }
+    }
+
+    /// Forwards a request on the registered link, remembering it as unanswered.
+    fn forward(&mut self, conn: ConnId, id: RequestId, body: Request) {
+        if let Some(app) = self.apps.get_mut(&conn)
+            && app.unanswered.len() < MAX_UNANSWERED
+        {
+            app.unanswered.push(id);
+        }
+        self.send(ToGlobal::Forward { conn, id, body }, Bytes::new());
+    }
+
+    /// Fails the requests held longer than [`HOLD_WHILE_AWAY`] (the global
+    /// RM has not come back for them).
+    pub(super) fn fail_held_too_long(&mut self) {
+        let now = self.time.now;
+        let mut expired = Vec::new();
+        for (&conn, app) in &mut self.apps {
+            app.held.retain(|&(id, _, since)| {
+                let keep = now - since < HOLD_WHILE_AWAY;
+                if !keep {
+                    expired.push((conn, id));
+                }
+                keep
+            });
+        }
+        for (conn, id) in expired {
+            tracing::warn!(%conn, request = %id, "no global RM for {HOLD_WHILE_AWAY} s: failing a held request");
+            let why = format!(
+                "the local RM has not been connected to the global RM for {HOLD_WHILE_AWAY} s; retry later"
+            );
+            self.fail_unavailable(conn, id, why);
+        }
+    }
+
+    /// When the oldest held request runs out of patience, if any is held.
+    pub(super) fn held_deadline(&self) -> Option<f64> {
+        self.apps
+            .values()
+            .filter_map(|app| {
+                app.held
+                    .first()
+                    .map(|&(_, _, since)| since + HOLD_WHILE_AWAY)
+            })
+            .min_by(f64::total_cmp)
     }
 
     /// Whether the application on `conn` has been told its ids already
@@ -100,6 +154,7 @@ impl Core {
                 attached: None,
                 announced: false,
                 unanswered: Vec::new(),
+                held: Vec::new(),
             },
         );
         if self.is_registered() {
@@ -113,24 +168,27 @@ impl Core {
             return;
         };
         if self.is_registered() && app.announced {
-            if let Some(app) = self.apps.get_mut(&conn)
-                && app.unanswered.len() < MAX_UNANSWERED
-            {
-                app.unanswered.push(id);
+            self.forward(conn, id, body);
+        } else if app.held.len() < MAX_UNANSWERED {
+            let now = self.time.now;
+            if let Some(app) = self.apps.get_mut(&conn) {
+                app.held.push((id, body, now));
             }
-            self.send(ToGlobal::Forward { conn, id, body }, Bytes::new());
         } else {
-            self.fail_unavailable(conn, id);
+            let why = format!(
+                "the local RM is not connected to the global RM and already holds {MAX_UNANSWERED} requests of this application; retry later"
+            );
+            self.fail_unavailable(conn, id, why);
         }
     }
 
-    pub(super) fn fail_unavailable(&mut self, conn: ConnId, request: RequestId) {
+    fn fail_unavailable(&mut self, conn: ConnId, request: RequestId, message: String) {
         if let Some(app) = self.apps.get_mut(&conn) {
             app.unanswered.retain(|&r| r != request);
         }
         let failure = Failure {
             code: FailureCode::Unavailable,
-            message: "the local RM is not connected to the global RM; retry later".into(),
+            message,
         };
         self.send_app(conn, FromLocal::Event(Event::Failed { request, failure }));
     }
@@ -152,7 +210,8 @@ impl Core {
             return;
         };
         tracing::info!(%conn, %job, "{reason}; closing the application's connection");
-        for request in app.unanswered {
+        let held = app.held.iter().map(|&(id, _, _)| id);
+        for request in app.unanswered.iter().copied().chain(held) {
             let failure = Failure {
                 code: FailureCode::Unavailable,
                 message: reason.clone(),

@@ -46,6 +46,9 @@ impl Core {
             tracing::info!(%process, "still running after the kill grace: SIGKILL");
             self.effects.push(Effect::KillNow(process));
         }
+        if !self.is_registered() {
+            self.fail_held_too_long();
+        }
         if let Some(at) = self.orphaned_at()
             && at <= now
         {
@@ -74,6 +77,7 @@ impl Core {
             .filter_map(|p| p.kill_at)
             .chain(self.time.heartbeat_at)
             .chain(self.orphaned_at())
+            .chain(self.held_deadline())
             .min_by(f64::total_cmp)
     }
 

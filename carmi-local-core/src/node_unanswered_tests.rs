@@ -80,7 +80,7 @@ fn requests_without_an_answer_are_named_after_a_reconnection() {
             reason: "gone".into(),
         },
     );
-    // r5 was handed to the link but never written: failed at once, not named.
+    // r5 was handed to the link but never written: sent again, not named.
     core.on_app_request(CONN, RequestId(5), Request::Config);
     let unsent: Vec<(ToGlobal, Bytes)> = to_global(&mut core)
         .into_iter()
@@ -102,13 +102,20 @@ fn requests_without_an_answer_are_named_after_a_reconnection() {
         .position(|m| matches!(m, ToGlobal::AppAttach { conn: CONN, .. }))
         .expect("announced again");
     assert_eq!(
-        sent[at + 1],
-        ToGlobal::Unanswered {
-            conn: CONN,
-            requests: vec![RequestId(4)]
-        }
+        sent[at + 1..],
+        [
+            ToGlobal::Unanswered {
+                conn: CONN,
+                requests: vec![RequestId(4)]
+            },
+            ToGlobal::Forward {
+                conn: CONN,
+                id: RequestId(5),
+                body: Request::Config
+            }
+        ]
     );
-    // Told once: a second reconnection names nothing.
+    // r4 is told once: a second reconnection names only r5, still unanswered.
     core.on_global_lost(vec![]);
     core.on_global_connected("[]".into());
     core.on_global(
@@ -119,11 +126,16 @@ fn requests_without_an_answer_are_named_after_a_reconnection() {
         Bytes::new(),
     );
     let sent = to_global(&mut core);
-    assert!(
-        !sent
-            .iter()
-            .any(|m| matches!(m, ToGlobal::Unanswered { .. })),
-        "{sent:?}"
+    let told: Vec<_> = sent
+        .iter()
+        .filter(|m| matches!(m, ToGlobal::Unanswered { .. }))
+        .collect();
+    assert_eq!(
+        told,
+        [&ToGlobal::Unanswered {
+            conn: CONN,
+            requests: vec![RequestId(5)]
+        }]
     );
 }
 
@@ -181,4 +193,85 @@ fn an_application_whose_job_ended_hears_why_and_is_closed() {
     // Forgotten: its later close announces nothing to the global RM.
     core.on_app_closed(CONN);
     assert!(to_global(&mut core).is_empty());
+}
+
+/// A request made while the global RM is away is held, not failed: a
+/// restart of the global RM is no error the application must handle. It
+/// follows the re-announcing `AppAttach`, in order with one that was written
+/// to the broken link but never left.
+#[test]
+fn requests_made_while_the_global_rm_is_away_are_sent_once_it_is_back() {
+    let mut core = registered();
+    core.on_app_connected(CONN, None, None, "e".into());
+    core.take_effects();
+    core.on_app_request(CONN, RequestId(1), Request::Config);
+    let unsent: Vec<(ToGlobal, Bytes)> = to_global(&mut core)
+        .into_iter()
+        .map(|m| (m, Bytes::new()))
+        .collect();
+    core.on_time(10.0);
+    core.on_global_lost(unsent);
+    core.on_time(20.0);
+    core.on_app_request(CONN, RequestId(2), Request::Processes);
+    core.on_time(39.0);
+    let effects = core.take_effects();
+    assert!(
+        !effects.iter().any(|e| matches!(
+            e,
+            Effect::ToApp(..) | Effect::ToGlobal(ToGlobal::Forward { .. }, _)
+        )),
+        "nothing failed, nothing sent: {effects:?}"
+    );
+    core.on_global_connected("[]".into());
+    core.on_global(
+        FromGlobal::Registered {
+            hosts: vec![HostId(1)],
+            heartbeat_ms: 1000,
+        },
+        Bytes::new(),
+    );
+    let sent = to_global(&mut core);
+    let at = sent
+        .iter()
+        .position(|m| matches!(m, ToGlobal::AppAttach { conn: CONN, .. }))
+        .expect("announced again");
+    let forward = |id, body| ToGlobal::Forward {
+        conn: CONN,
+        id: RequestId(id),
+        body,
+    };
+    assert_eq!(
+        sent[at + 1..],
+        [forward(1, Request::Config), forward(2, Request::Processes)]
+    );
+    core.sanity_check();
+}
+
+/// A global RM that stays away: a held request fails after
+/// [`HOLD_WHILE_AWAY`], saying why, and the daemon is asked to wake for it.
+#[test]
+fn a_request_held_too_long_fails_as_unavailable() {
+    let mut core = Core::new(1);
+    core.on_time(5.0);
+    core.on_app_connected(CONN, None, None, "e".into());
+    core.on_app_request(CONN, RequestId(3), Request::Config);
+    assert_eq!(core.next_deadline(), Some(5.0 + HOLD_WHILE_AWAY));
+    core.on_time(5.0 + HOLD_WHILE_AWAY - 0.1);
+    assert!(core.take_effects().is_empty());
+    core.on_time(5.0 + HOLD_WHILE_AWAY);
+    let effects = core.take_effects();
+    let [Effect::ToApp(CONN, FromLocal::Event(Event::Failed { request, failure }))] = &effects[..]
+    else {
+        panic!("one failure expected: {effects:?}");
+    };
+    assert_eq!(
+        (*request, failure.code),
+        (RequestId(3), FailureCode::Unavailable)
+    );
+    assert!(
+        failure.message.contains("not been connected"),
+        "{}",
+        failure.message
+    );
+    assert_eq!(core.next_deadline(), None);
 }

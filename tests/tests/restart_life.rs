@@ -47,8 +47,9 @@ impl std::ops::DerefMut for Life {
 }
 
 /// The hosts of the job as the global RM says (`Config`), asked until it
-/// answers (the local RM fails requests at once while the global RM is
-/// away) and holds `want` (its machines register again one by one).
+/// answers (the local RM holds requests while the global RM is away, and
+/// fails them after 30 s) and holds `want` (its machines register again
+/// one by one).
 async fn hosts_become(carmi: &Carmi, life: &mut Life, want: &BTreeSet<HostId>, pool: &Pool) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {

@@ -58,8 +58,8 @@ impl Master {
     }
 
     /// The job's hosts as the global RM says (`Config`), asked until it
-    /// answers (the local RM fails requests at once while the global RM is
-    /// away) and holds `want`.
+    /// answers (the local RM holds requests while the global RM is away, and
+    /// fails them after 30 s) and holds `want`.
     async fn hosts_become(&mut self, want: &BTreeSet<HostId>, pool: &Pool) {
         let deadline = Instant::now() + PATIENCE;
         loop {

@@ -524,44 +524,43 @@ fn the_run_gives_up_when_no_master_connects_in_time() {
     assert!(b.run.finished());
 }
 
+/// Also with `keep_hosts` (which tops classes up at every tick): a pool
+/// failing requests at once is not asked again before the retry delay.
 #[test]
 fn hosts_the_pool_cannot_serve_for_now_are_asked_for_again() {
-    let mut b = Bench::new();
-    b.master(init(&[("a", 2)], 3, Policies::default()), "");
-    b.drain();
-    let (request, _) = b
-        .calls
-        .iter()
-        .find(|(_, c)| matches!(c, CarmiCall::AddHosts { .. }))
-        .unwrap()
-        .clone();
-    let failure = Failure {
-        code: FailureCode::Unavailable,
-        message: "reconnecting".into(),
-    };
-    b.at(5.0);
-    b.run.carmi_event(Event::Failed { request, failure }, b.now);
-    let out = b.drain();
-    assert!(!out.iter().any(|o| matches!(
-        o,
-        Output::Carmi {
-            request: CarmiCall::AddHosts { .. },
-            ..
+    for policies in [Policies::default(), Policies::keep_hosts()] {
+        let mut b = Bench::new();
+        let m = b.master(init(&[("a", 2)], 3, policies), "");
+        for step in 0..2 {
+            b.send(m, FromMaster::Step { step: StepId(step) }, "s");
         }
-    )));
-    assert_eq!(b.run.next_deadline(), Some(secs(6.0)));
-    b.at(6.0);
-    let out = b.drain();
-    assert!(
-        out.iter().any(|o| matches!(
-            o,
-            Output::Carmi {
-                request: CarmiCall::AddHosts { count: 2, .. },
-                ..
-            }
-        )),
-        "{out:?}"
-    );
+        b.drain();
+        let (request, _) = b
+            .calls
+            .iter()
+            .find(|(_, c)| matches!(c, CarmiCall::AddHosts { .. }))
+            .unwrap()
+            .clone();
+        let failure = Failure {
+            code: FailureCode::Unavailable,
+            message: "reconnecting".into(),
+        };
+        let add_hosts = |out: &[Output], count: u32| {
+            out.iter().any(|o| {
+                matches!(o, Output::Carmi { request: CarmiCall::AddHosts { count: c, .. }, .. } if *c == count)
+            })
+        };
+        b.at(5.0);
+        b.run.carmi_event(Event::Failed { request, failure }, b.now);
+        let mut out = b.drain();
+        b.at(5.5);
+        out.extend(b.drain());
+        assert!(!add_hosts(&out, 2), "{out:?}");
+        assert_eq!(b.run.next_deadline(), Some(secs(6.0)));
+        b.at(6.0);
+        let out = b.drain();
+        assert!(add_hosts(&out, 2), "{out:?}");
+    }
 }
 
 #[test]

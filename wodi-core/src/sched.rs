@@ -265,6 +265,10 @@ struct Host {
 struct Class {
     desired: u32,
     requested: u32,
+    /// A request failed as unavailable for the moment: none is made until
+    /// the run's retry timer says so ([`Sched::request_missing`]), so that a
+    /// pool failing requests at once is not asked again at every tick.
+    waiting_retry: bool,
 }
 
 /// The scheduler state machine; see the module documentation for the call order.

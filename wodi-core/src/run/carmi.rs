@@ -133,13 +133,14 @@ impl Run {
         }
         if let Some(class) = self.host_requests.remove(&request) {
             warn!("request for hosts of {class} failed: {}", failure.message);
-            self.sched.hosts_not_granted(&class, u32::MAX, t);
             if failure.code == FailureCode::Unavailable {
-                // Transient: the pool will serve the request again soon.
+                // Transient: asked again after the retry delay, not at the next tick.
+                self.sched.hosts_unavailable(&class, u32::MAX, t);
                 let due = self.now + self.cfg.host_retry;
                 self.timers.push((due, Timer::RetryHosts(class)));
                 return;
             }
+            self.sched.hosts_not_granted(&class, u32::MAX, t);
             self.fatal(&format!(
                 "the pool refused hosts of class {class}: {}",
                 failure.message

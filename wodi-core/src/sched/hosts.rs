@@ -116,6 +116,7 @@ impl Sched {
             .or_insert(Class {
                 desired,
                 requested: 0,
+                waiting_retry: false,
             })
             .desired = desired;
         self.top_up(name);
@@ -168,6 +169,9 @@ impl Sched {
         let Some(class) = self.classes.get_mut(name) else {
             return;
         };
+        if class.waiting_retry {
+            return;
+        }
         let missing = class
             .desired
             .saturating_sub(held + class.requested)
@@ -184,7 +188,20 @@ impl Sched {
     /// Asks again for the hosts `class` is missing (after a request the pool
     /// could not serve for the moment).
     pub fn request_missing(&mut self, class: &str) {
+        if let Some(c) = self.classes.get_mut(class) {
+            c.waiting_retry = false;
+        }
         self.top_up(class);
+    }
+
+    /// A host request for `class` failed as unavailable for the moment:
+    /// `count` hosts were never granted, and none is asked for again before
+    /// [`Sched::request_missing`] (the caller's retry timer).
+    pub fn hosts_unavailable(&mut self, class: &str, count: u32, now: Time) {
+        self.hosts_not_granted(class, count, now);
+        if let Some(c) = self.classes.get_mut(class) {
+            c.waiting_retry = true;
+        }
     }
 
     /// A host request for `class` ended with `count` hosts never granted
