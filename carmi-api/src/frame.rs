@@ -236,7 +236,17 @@ pub struct FrameReader<R> {
     timing: Option<Box<Timing>>,
     /// Room for a whole announced frame at once ([`FrameReader::reserve_whole_frames`]).
     whole_frames: bool,
+    /// Empty handles on the allocations of large frames handed out (whole
+    /// frame mode only): once the receiver has dropped a frame, its
+    /// allocation takes the next large frame. A fresh one would fault in
+    /// every page again (256 page faults per MiB, a fifth of a bulk echo's time).
+    spares: Vec<(BytesMut, usize)>,
 }
+
+/// Most bytes of past large frames a reader in whole frame mode keeps for
+/// reuse: enough for a window of 1 MiB messages in flight, bounded so that
+/// an idle connection holds little.
+const SPARE_BYTES: usize = 16 << 20;
 
 /// A reader's [`FrameDeadline`], and when the frame at the front of its
 /// buffer got its first byte.
@@ -260,6 +270,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             max_header: usize::MAX,
             timing: None,
             whole_frames: false,
+            spares: Vec::new(),
         }
     }
 
@@ -309,7 +320,10 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             let missing = announced.map_or(SMALL_READ, |len| 4 + len - self.buf.len());
             if self.buf.capacity() - self.buf.len() < SMALL_READ.min(missing) {
                 let room = match announced {
-                    Some(len) if self.whole_frames && len <= self.max => missing.max(SMALL_READ),
+                    Some(len) if self.whole_frames && len <= self.max => {
+                        self.reuse_spare(4 + len);
+                        missing.max(SMALL_READ)
+                    }
                     _ => missing.clamp(SMALL_READ, BIG_READ),
                 };
                 self.buf.reserve(room);
@@ -369,8 +383,50 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             t.started = (!self.buf.is_empty()).then(Instant::now);
         }
         if taken > KEEP_CAPACITY || self.buf.capacity() > KEEP_CAPACITY {
-            self.buf = BytesMut::from(&self.buf[..]);
+            let rest = BytesMut::from(&self.buf[..]);
+            let mut old = std::mem::replace(&mut self.buf, rest);
+            if self.whole_frames && taken > KEEP_CAPACITY && taken <= SPARE_BYTES {
+                old.clear();
+                self.keep_spare(old, taken);
+            }
         }
+    }
+
+    /// Keeps `spare` (an empty handle on a `size`-byte frame's allocation),
+    /// forgetting the oldest ones beyond [`SPARE_BYTES`].
+    fn keep_spare(&mut self, spare: BytesMut, size: usize) {
+        self.spares.push((spare, size));
+        let mut total = 0;
+        let kept = self
+            .spares
+            .iter()
+            .rev()
+            .take_while(|(_, size)| {
+                total += size;
+                total <= SPARE_BYTES
+            })
+            .count();
+        let forget = self.spares.len() - kept;
+        self.spares.drain(..forget);
+    }
+
+    /// Moves the frame begun in the buffer into a spare allocation that
+    /// holds `whole` bytes and that no frame handed out uses any more, if
+    /// there is one.
+    fn reuse_spare(&mut self, whole: usize) {
+        if self.buf.capacity() >= whole {
+            return;
+        }
+        let Some(i) = self
+            .spares
+            .iter_mut()
+            .position(|(s, size)| *size >= whole && s.try_reclaim(whole))
+        else {
+            return;
+        };
+        let (mut spare, _) = self.spares.remove(i);
+        spare.extend_from_slice(&self.buf);
+        self.buf = spare;
     }
 
     /// Bytes held for frames not yet complete, and the capacity holding them.
@@ -498,6 +554,33 @@ mod tests {
         writer.await.unwrap();
         // Nothing large stays behind between frames.
         assert!(r.buffered().1 <= KEEP_CAPACITY, "{:?}", r.buffered());
+    }
+
+    /// A large frame the receiver dropped lends its allocation to the next
+    /// one; one still held does not, and is never written over.
+    #[tokio::test]
+    async fn a_dropped_large_frame_lends_its_memory_to_the_next() {
+        let (a, mut b) = tokio::io::duplex(64 * 1024);
+        let mut r = FrameReader::new(a);
+        r.reserve_whole_frames();
+        let writer = tokio::spawn(async move {
+            for i in 0..3u8 {
+                write_frame(&mut b, &"m", &vec![i; 1 << 20]).await.unwrap();
+            }
+        });
+        let (_, first) = r.read::<String>().await.unwrap().unwrap();
+        let at = first.as_ptr();
+        let (_, second) = r.read::<String>().await.unwrap().unwrap();
+        assert_ne!(second.as_ptr(), at, "the first frame is still held");
+        assert!(
+            first.iter().all(|&x| x == 0),
+            "a held frame is never written over"
+        );
+        drop(first);
+        let (_, third) = r.read::<String>().await.unwrap().unwrap();
+        assert_eq!(third.as_ptr(), at, "the first frame's memory taken again");
+        assert!(third.iter().all(|&x| x == 2) && second.iter().all(|&x| x == 1));
+        writer.await.unwrap();
     }
 
     #[tokio::test]
