@@ -368,10 +368,12 @@ async fn session(
             out = rx.recv() => match out {
                 Some((msg, payload)) => {
                     // A global RM that stopped reading blocks this write; the
-                    // driver's kick must still end the session.
+                    // driver's kick must still end the session, and so must
+                    // a shutdown (the driver sends nothing more that would kick).
                     let written = tokio::select! {
                         r = w.send(&msg, &payload) => r.map_err(|e| e.to_string()),
                         _ = kick.notified() => Err("the outgoing queue is full".to_string()),
+                        _ = stopped(stop) => Err("shutting down while the global RM was not reading".to_string()),
                     };
                     if let Err(e) = written {
                         tracing::warn!(error = %e, "cannot write to the global RM; dropping the connection");
