@@ -18,6 +18,7 @@ pub struct Proxy {
     seen: Arc<Mutex<Vec<u8>>>,
     armed: Arc<AtomicBool>,
     at: FlipAt,
+    upstream: Arc<Mutex<String>>,
 }
 
 /// A flip at a byte offset of one direction of a connection (see
@@ -35,10 +36,12 @@ impl Proxy {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let armed = Arc::new(AtomicBool::new(false));
         let at: FlipAt = Arc::default();
-        let (s, a, t) = (seen.clone(), armed.clone(), at.clone());
+        let upstream = Arc::new(Mutex::new(upstream));
+        let (s, a, t, u) = (seen.clone(), armed.clone(), at.clone(), upstream.clone());
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let Ok(server) = TcpStream::connect(&upstream).await else {
+                let to = u.lock().expect("proxy upstream").clone();
+                let Ok(server) = TcpStream::connect(&to).await else {
                     continue;
                 };
                 tokio::spawn(forward(client, server, s.clone(), a.clone(), t.clone()));
@@ -49,7 +52,14 @@ impl Proxy {
             seen,
             armed,
             at,
+            upstream,
         }
+    }
+
+    /// Forwards the next connections to `upstream` instead: for a server
+    /// that must be told the proxy's address before it listens itself.
+    pub fn set_upstream(&self, upstream: String) {
+        *self.upstream.lock().expect("proxy upstream") = upstream;
     }
 
     /// Flips one bit of the byte at `offset` of the next connection's
