@@ -25,6 +25,7 @@ use carmi_api::client::{Carmi, ConnectOptions, Incoming, connect};
 use carmi_api::exe::sha256_hex;
 use carmi_api::ids::{HostId, RequestId};
 use carmi_api::msg::{Event, ExitStatus, FromGlobal, SpawnTarget, StageStats, StdStream, ToGlobal};
+use carmi_api::tls;
 use carmi_api::token::Power;
 use carmi_tests::{Inbox, Pool, PoolOptions, Proxy, bin_dir, listening_ports, write_executable};
 
@@ -168,6 +169,12 @@ async fn a_bit_flipped_in_a_copy_between_local_rms_breaks_that_fetch_with_a_tls_
         pool.logs()
     );
     assert_eq!(s.failed, 1, "the broken fetch is reported: {s:?}");
+    let (seen, clear) = proxy.seen();
+    assert_eq!(seen[0], tls::TLS_HANDSHAKE_BYTE, "{:?}", &seen[..8]);
+    assert!(
+        !clear.contains("Stager"),
+        "the staging handshake crossed in clear"
+    );
 
     // The fetcher stopped at the altered record: TLS refused it (a copy
     // delivered with the altered byte would fail its hash instead, as "a
@@ -264,6 +271,9 @@ async fn a_bit_flipped_in_forwarded_output_ends_that_connection_and_is_never_del
         !complete,
         "the output ended cleanly through an altered record"
     );
+    let (seen, clear) = proxy.seen();
+    assert_eq!(seen[0], tls::TLS_HANDSHAKE_BYTE, "{:?}", &seen[..8]);
+    assert!(!clear.contains("xxxx"), "output crossed in clear");
     assert!(
         delivered.len() < 2_000_000,
         "{} bytes delivered",
