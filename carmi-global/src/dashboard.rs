@@ -98,6 +98,9 @@ struct Shared {
     wake: Arc<Notify>,
     ask: Ask,
     auth: Option<TokenCheck>,
+    /// Served over TLS: the token's cookie is `Secure` (a browser never
+    /// sends it in clear, to this port or another).
+    tls: bool,
     stop: watch::Receiver<bool>,
     /// Each job's hosts over time, kept by the poller.
     timelines: Arc<std::sync::Mutex<Timelines>>,
@@ -181,6 +184,7 @@ impl Dashboard {
             wake: Arc::new(Notify::new()),
             ask: ask.clone(),
             auth: self.auth,
+            tls: self.tls.is_some(),
             stop: stop.clone(),
             timelines: Default::default(),
         };
@@ -392,12 +396,13 @@ struct TokenQuery {
 /// The page; opened with `?token=`, the token becomes a cookie (so the
 /// event stream, which cannot carry headers, presents it too) and the
 /// address loses it.
-async fn index(UrlQuery(q): UrlQuery<TokenQuery>) -> Response {
+async fn index(State(shared): State<Shared>, UrlQuery(q): UrlQuery<TokenQuery>) -> Response {
     match q.token {
         Some(token)
             if !token.is_empty() && token.bytes().all(|b| b.is_ascii_graphic() && b != b';') =>
         {
-            let cookie = format!("carmi_token={token}; Path=/; HttpOnly; SameSite=Strict");
+            let secure = if shared.tls { "; Secure" } else { "" };
+            let cookie = format!("carmi_token={token}; Path=/; HttpOnly; SameSite=Strict{secure}");
             let mut r = Redirect::to("/").into_response();
             if let Ok(v) = cookie.parse() {
                 r.headers_mut().insert(header::SET_COOKIE, v);

@@ -209,12 +209,13 @@ async fn the_dashboard_lists_the_pool_and_shows_an_owner_coming_back_without_a_r
         .unwrap();
     let mut shots = vec![browser.screenshot(&screenshot_path("pool")).await];
 
-    // The run publishes its progress on its job: the queue shows its cycle.
+    // The run publishes its progress on its job (every 2 s, the first time
+    // before its hosts are busy): the queue shows its cycle, hosts busy.
     let id = job["job"].as_u64().unwrap();
     browser.eval("location.hash = '#queue'").await;
     let progress = format!(
-        "(e => e && e.dataset.cycle === '0' && e.textContent)\
-         (document.querySelector('.progress[data-job=\"{id}\"]'))"
+        "(e => e && e.dataset.cycle === '0' && e.textContent.includes('3 of 3 hosts busy') \
+          && e.textContent)(document.querySelector('.progress[data-job=\"{id}\"]'))"
     );
     let progress = browser
         .wait_for(&progress, "the run's cycle progress")

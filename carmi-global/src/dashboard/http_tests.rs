@@ -167,7 +167,7 @@ async fn with_tokens_a_request_needs_a_good_one_in_a_header_cookie_or_query() {
     assert!(raw.starts_with("HTTP/1.1 303"), "{raw}");
     assert!(
         raw.to_lowercase()
-            .contains("set-cookie: carmi_token=good; path=/; httponly"),
+            .contains("set-cookie: carmi_token=good; path=/; httponly; samesite=strict; secure"),
         "{raw}"
     );
     assert!(raw.to_lowercase().contains("location: /\r\n"), "{raw}");
