@@ -361,3 +361,21 @@ async fn clear_http_is_served_only_when_asked_and_only_on_loopback() {
     assert_eq!(code, 200, "{body}");
     assert_eq!(body, "[]");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_silent_in_their_tls_handshake_hold_up_nobody() {
+    let (addr, _stop) = start(Arc::new(Mutex::new(Snapshot::default())), None).await;
+    // Connected, never a byte: each waits out its handshake on its own task.
+    let mut silent = Vec::new();
+    for _ in 0..50 {
+        silent.push(TcpStream::connect(&addr).await.unwrap());
+    }
+    let answer = tokio::time::timeout(
+        incoming::HANDSHAKE_TIMEOUT / 2,
+        request(&addr, "GET", "/api/jobs", ""),
+    )
+    .await;
+    let (code, body) = answer.expect("a browser waited behind silent connections");
+    assert_eq!(code, 200, "{body}");
+    drop(silent);
+}
