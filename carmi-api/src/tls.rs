@@ -41,6 +41,9 @@ pub type Writer = Box<dyn AsyncWrite + Send + Unpin>;
 /// Label of the keying material both sides export for the handshake.
 const EXPORTER_LABEL: &[u8] = b"EXPORTER-carmi-handshake-binding";
 
+/// A server's TLS stream, whole (see [`Acceptor::accept_whole`]).
+pub type ServerStream = tokio_rustls::server::TlsStream<TcpStream>;
+
 /// The first byte of a TLS handshake record.
 pub const TLS_HANDSHAKE_BYTE: u8 = 0x16;
 
@@ -84,8 +87,22 @@ impl std::fmt::Debug for Acceptor {
 impl Acceptor {
     /// A fresh self-signed certificate (made in memory, never written).
     pub fn generate() -> Result<Acceptor, String> {
-        let made = rcgen::generate_simple_self_signed(vec!["carmi-pool".to_string()])
+        Acceptor::generate_for(vec!["carmi-pool".to_string()]).map(|(a, _)| a)
+    }
+
+    /// A fresh self-signed certificate naming `names` (DNS names, or IP
+    /// addresses as text), and its SHA-256 fingerprint (`AB:CD:...`), which
+    /// a person can compare with what a browser shows: the dashboard's
+    /// HTTPS, whose clients are browsers rather than the pool's handshake.
+    pub fn generate_for(names: Vec<String>) -> Result<(Acceptor, String), String> {
+        let made = rcgen::generate_simple_self_signed(names)
             .map_err(|e| format!("cannot make a TLS certificate: {e}"))?;
+        let fingerprint = ring::digest::digest(&ring::digest::SHA256, made.cert.der())
+            .as_ref()
+            .iter()
+            .map(|b| format!("{b:02X}"))
+            .collect::<Vec<_>>()
+            .join(":");
         let cert = CertificateDer::from(made.cert.der().to_vec());
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(made.key_pair.serialize_der()));
         let config = rustls::ServerConfig::builder_with_provider(provider())
@@ -94,7 +111,17 @@ impl Acceptor {
             .with_no_client_auth()
             .with_single_cert(vec![cert], key)
             .map_err(|e| format!("TLS setup: {e}"))?;
-        Ok(Acceptor(tokio_rustls::TlsAcceptor::from(Arc::new(config))))
+        Ok((
+            Acceptor(tokio_rustls::TlsAcceptor::from(Arc::new(config))),
+            fingerprint,
+        ))
+    }
+
+    /// Opens TLS on `tcp` as the server and hands back the whole stream,
+    /// for a protocol other than the pool's (the dashboard serves HTTP on
+    /// it). The caller has checked the first byte.
+    pub async fn accept_whole(&self, tcp: TcpStream) -> io::Result<ServerStream> {
+        self.0.accept(tcp).await
     }
 
     /// This process's acceptor, made on first use and shared by every

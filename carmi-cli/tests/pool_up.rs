@@ -126,9 +126,9 @@ fn pool_up_status_and_down_leave_nothing_behind() {
         .find_map(|l| l.strip_prefix("dashboard: "))
         .unwrap_or_else(|| panic!("no dashboard line: {out}"));
     assert_eq!(t["dashboard"].as_str(), Some(url));
-    let (addr, query) = (url.trim_start_matches("http://"))
-        .split_once("/?")
-        .expect("http://ADDR/?token=...");
+    let (addr, query) = (url.strip_prefix("https://"))
+        .and_then(|u| u.split_once("/?"))
+        .unwrap_or_else(|| panic!("not https://ADDR/?token=...: {url}"));
     let view = http_get(addr, &format!("/api/machines?{query}"));
     assert!(view.starts_with("HTTP/1.1 200"), "{view}");
     assert!(view.contains("\"host16\""), "{view}");
@@ -306,13 +306,8 @@ fn a_churning_pool_changes_state_between_two_status_calls() {
     assert!(changed, "the pool stayed at {first:?}");
 }
 
-/// A plain HTTP GET of `path` at `addr`: the whole answer.
+/// An HTTPS GET of `path` at `addr` (the dashboard): the whole answer.
 fn http_get(addr: &str, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
     let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
+    carmi_testkit::https(addr, &req)
 }

@@ -17,7 +17,13 @@
 //! `?token=TOKEN`, which the page turns into that cookie): 401 without one,
 //! 403 with a bad one. Without a key only loopback is served (the daemon
 //! refuses to listen elsewhere, and a request from elsewhere gets 403).
+//!
+//! Transport: HTTPS (TLS 1.3, a certificate made in memory at start), so
+//! that tokens and the pool's state never cross the network in clear; clear
+//! HTTP only on loopback and only when asked ([`Dashboard::bind_plain`],
+//! `--http-plain`). See `dashboard/incoming.rs`.
 
+pub mod incoming;
 pub mod timeline;
 pub mod view;
 
@@ -33,12 +39,14 @@ use axum::middleware::{Next, from_fn_with_state};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::get;
+use carmi_api::tls::Acceptor;
 use futures_util::Stream;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, oneshot, watch};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use incoming::{Incoming, Peer};
 pub use timeline::{JobTimeline, Timelines};
 pub use view::{Snapshot, View, Viewer};
 
@@ -90,6 +98,9 @@ struct Shared {
     wake: Arc<Notify>,
     ask: Ask,
     auth: Option<TokenCheck>,
+    /// Served over TLS: the token's cookie is `Secure` (a browser never
+    /// sends it in clear, to this port or another).
+    tls: bool,
     stop: watch::Receiver<bool>,
     /// Each job's hosts over time, kept by the poller.
     timelines: Arc<std::sync::Mutex<Timelines>>,
@@ -99,31 +110,63 @@ struct Shared {
 pub struct Dashboard {
     listener: TcpListener,
     auth: Option<TokenCheck>,
+    /// The TLS side and its certificate's SHA-256 fingerprint; `None` for
+    /// clear HTTP ([`Dashboard::bind_plain`]).
+    tls: Option<(Acceptor, String)>,
 }
 
 impl Dashboard {
-    /// Binds `addr` (`HOST:PORT`). Without `auth` (a pool without signing
-    /// key) only a loopback address is accepted: nothing would keep others
-    /// from reading the pool.
+    /// Binds `addr` (`HOST:PORT`) for HTTPS, with a certificate made now
+    /// for the names `localhost`, `carmi-pool` and the address bound.
+    /// Without `auth` (a pool without signing key) only a loopback address
+    /// is accepted: nothing would keep others from reading the pool.
     pub async fn bind(addr: &str, auth: Option<TokenCheck>) -> Result<Dashboard, String> {
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|e| format!("--http {addr}: cannot listen: {e}"))?;
-        let local = listener
-            .local_addr()
-            .map_err(|e| format!("--http {addr}: {e}"))?;
-        if auth.is_none() && !local.ip().is_loopback() {
+        let (listener, local) = listen("--http", addr, &auth).await?;
+        let mut names = vec!["localhost".to_string(), "carmi-pool".to_string()];
+        if !local.ip().is_unspecified() {
+            names.push(local.ip().to_string());
+        }
+        let tls = Acceptor::generate_for(names).map_err(|e| format!("--http {addr}: {e}"))?;
+        Ok(Dashboard {
+            listener,
+            auth,
+            tls: Some(tls),
+        })
+    }
+
+    /// Binds `addr` for clear HTTP: a loopback address only, for a browser
+    /// on the same machine that cannot be told to accept the certificate
+    /// (`--http-plain`; `docs/security.md` says what it gives up).
+    pub async fn bind_plain(addr: &str, auth: Option<TokenCheck>) -> Result<Dashboard, String> {
+        let (listener, local) = listen("--http-plain", addr, &auth).await?;
+        if !local.ip().is_loopback() {
             return Err(format!(
-                "--http {addr}: without a pool signing key (--pool-key) the dashboard has no \
-                 tokens to check and serves only loopback (127.0.0.1 or [::1])"
+                "--http-plain {addr}: clear HTTP would show tokens and the pool to the network; \
+                 it serves only loopback (127.0.0.1 or [::1]): use --http for HTTPS"
             ));
         }
-        Ok(Dashboard { listener, auth })
+        Ok(Dashboard {
+            listener,
+            auth,
+            tls: None,
+        })
     }
 
     /// The address bound.
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
         self.listener.local_addr()
+    }
+
+    /// The page's address: `https://HOST:PORT/` (`http://` in clear).
+    pub fn url(&self) -> std::io::Result<String> {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        Ok(format!("{scheme}://{}/", self.local_addr()?))
+    }
+
+    /// The SHA-256 fingerprint of the certificate (`AB:CD:...`), to compare
+    /// with what a browser shows; `None` in clear.
+    pub fn fingerprint(&self) -> Option<&str> {
+        self.tls.as_ref().map(|(_, f)| f.as_str())
     }
 
     /// Serves until `stop` turns true, asking the router through `ask`.
@@ -141,6 +184,7 @@ impl Dashboard {
             wake: Arc::new(Notify::new()),
             ask: ask.clone(),
             auth: self.auth,
+            tls: self.tls.is_some(),
             stop: stop.clone(),
             timelines: Default::default(),
         };
@@ -159,14 +203,42 @@ impl Dashboard {
         let until = async move {
             let _ = stopped.wait_for(|s| *s).await;
         };
-        let service = app.into_make_service_with_connect_info::<SocketAddr>();
-        if let Err(e) = axum::serve(self.listener, service)
+        let incoming = match Incoming::new(self.listener, self.tls.map(|(a, _)| a)) {
+            Ok(i) => i,
+            Err(e) => {
+                warn!("the dashboard cannot serve: {e}");
+                return;
+            }
+        };
+        let service = app.into_make_service_with_connect_info::<Peer>();
+        if let Err(e) = axum::serve(incoming, service)
             .with_graceful_shutdown(until)
             .await
         {
             warn!("the dashboard stopped: {e}");
         }
     }
+}
+
+/// Binds `addr` for `flag`, refusing a non-loopback address without `auth`.
+async fn listen(
+    flag: &str,
+    addr: &str,
+    auth: &Option<TokenCheck>,
+) -> Result<(TcpListener, SocketAddr), String> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("{flag} {addr}: cannot listen: {e}"))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| format!("{flag} {addr}: {e}"))?;
+    if auth.is_none() && !local.ip().is_loopback() {
+        return Err(format!(
+            "{flag} {addr}: without a pool signing key (--pool-key) the dashboard has no \
+             tokens to check and serves only loopback (127.0.0.1 or [::1])"
+        ));
+    }
+    Ok((listener, local))
 }
 
 /// Asks the router for a snapshot at the pace of [`WATCHED_PERIOD`] or
@@ -220,7 +292,7 @@ async fn poll(ask: Ask, shared: Shared) {
 /// module documentation), before any handler runs.
 async fn guard(
     State(shared): State<Shared>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    ConnectInfo(Peer(peer)): ConnectInfo<Peer>,
     req: Request,
     next: Next,
 ) -> Response {
@@ -324,12 +396,13 @@ struct TokenQuery {
 /// The page; opened with `?token=`, the token becomes a cookie (so the
 /// event stream, which cannot carry headers, presents it too) and the
 /// address loses it.
-async fn index(UrlQuery(q): UrlQuery<TokenQuery>) -> Response {
+async fn index(State(shared): State<Shared>, UrlQuery(q): UrlQuery<TokenQuery>) -> Response {
     match q.token {
         Some(token)
             if !token.is_empty() && token.bytes().all(|b| b.is_ascii_graphic() && b != b';') =>
         {
-            let cookie = format!("carmi_token={token}; Path=/; HttpOnly; SameSite=Strict");
+            let secure = if shared.tls { "; Secure" } else { "" };
+            let cookie = format!("carmi_token={token}; Path=/; HttpOnly; SameSite=Strict{secure}");
             let mut r = Redirect::to("/").into_response();
             if let Ok(v) = cookie.parse() {
                 r.headers_mut().insert(header::SET_COOKIE, v);
@@ -502,9 +575,13 @@ async fn not_found() -> Response {
         .into_response()
 }
 
-/// Logs where the dashboard is (the daemon prints it on stdout too).
-pub fn announce(addr: SocketAddr) {
-    info!(%addr, "dashboard at http://{addr}/");
+/// Logs where the dashboard is (the daemon prints it on stdout too), and
+/// the fingerprint of its certificate.
+pub fn announce(url: &str, fingerprint: Option<&str>) {
+    match fingerprint {
+        Some(sha256) => info!("dashboard at {url} (certificate SHA-256 {sha256})"),
+        None => info!("dashboard at {url} in clear HTTP (--http-plain, loopback only)"),
+    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! `carmi-global`: the CARMI global resource manager daemon.
 //!
 //! Prints `listening on HOST:PORT` as the first line on stdout once it
-//! accepts connections, then `dashboard on http://HOST:PORT/` with `--http`
+//! accepts connections, then `dashboard on https://HOST:PORT/` with `--http`
 //! (logs go to stderr), and stops cleanly on SIGTERM or SIGINT.
 
 use std::io::{IsTerminal, Write};
@@ -75,11 +75,16 @@ struct Args {
     /// it listens on]; give a name the batch nodes can reach.
     #[arg(long, value_name = "HOST:PORT")]
     pilot_global: Option<String>,
-    /// Serve the web dashboard (read-only) on HOST:PORT (port 0 picks one);
-    /// off by default. With --pool-key every request needs a `read` token;
-    /// without it only a loopback address is accepted.
+    /// Serve the web dashboard (read-only) over HTTPS on HOST:PORT (port 0
+    /// picks one; the certificate is made at start); off by default. With
+    /// --pool-key every request needs a `read` token; without it only a
+    /// loopback address is accepted.
     #[arg(long, value_name = "HOST:PORT")]
     http: Option<String>,
+    /// Serve the dashboard in clear HTTP instead (loopback addresses only:
+    /// a token would cross the network readable by anyone on the path).
+    #[arg(long, requires = "http")]
+    http_plain: bool,
     /// Users' fair-share usage halves every this many seconds (HTCondor's
     /// PRIORITY_HALFLIFE): how long a heavy user's lower share lasts.
     #[arg(long, value_name = "S", default_value_t = 86_400)]
@@ -163,19 +168,24 @@ async fn main() -> anyhow::Result<()> {
     });
     let mut server = Server::bind(&args.listen, config).await?;
     let addr = server.local_addr()?;
-    let mut dashboard_addr = None;
+    let mut dashboard_url = None;
     if let Some(http) = &args.http {
-        let dashboard = carmi_global::dashboard::Dashboard::bind(http, auth)
-            .await
-            .map_err(|e| anyhow::anyhow!(e))?;
-        dashboard_addr = Some(dashboard.local_addr()?);
+        use carmi_global::dashboard::Dashboard;
+        let dashboard = if args.http_plain {
+            Dashboard::bind_plain(http, auth).await
+        } else {
+            Dashboard::bind(http, auth).await
+        };
+        let dashboard = dashboard.map_err(|e| anyhow::anyhow!(e))?;
+        let fingerprint = dashboard.fingerprint().map(str::to_string);
+        dashboard_url = Some((dashboard.url()?, fingerprint));
         server = server.with_dashboard(dashboard);
     }
     let mut out = std::io::stdout().lock();
     writeln!(out, "listening on {addr}")?;
-    if let Some(http) = dashboard_addr {
-        writeln!(out, "dashboard on http://{http}/")?;
-        carmi_global::dashboard::announce(http);
+    if let Some((url, fingerprint)) = &dashboard_url {
+        writeln!(out, "dashboard on {url}")?;
+        carmi_global::dashboard::announce(url, fingerprint.as_deref());
     }
     out.flush()?;
     drop(out);

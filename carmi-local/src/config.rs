@@ -85,6 +85,16 @@ pub struct Cli {
     /// Where application processes connect (default 127.0.0.1:0, any free port).
     #[arg(long, value_name = "HOST:PORT")]
     pub listen: Option<String>,
+    /// Where other machines fetch executables from this one (its staging
+    /// listener; default: the --listen host, any free port). A fixed port
+    /// is one a firewall can open.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub stage_listen: Option<String>,
+    /// The address other machines are told to fetch from, when it is not
+    /// the one bound (a NAT, a port forward or a relay in between);
+    /// default: the bound address.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub stage_advertise: Option<String>,
     /// Directory for the executable cache, sandboxes and outputs.
     #[arg(long, value_name = "DIR")]
     pub work_dir: Option<PathBuf>,
@@ -250,6 +260,11 @@ pub struct Settings {
     pub slots: Option<u32>,
     /// Application listen address.
     pub listen: String,
+    /// Staging listener's address; `None`: the application listener's
+    /// host, any free port.
+    pub stage_listen: Option<String>,
+    /// The staging address told to peers; `None`: the one bound.
+    pub stage_advertise: Option<String>,
     /// Work directory (cache, sandboxes, outputs, benchmark result).
     pub work_dir: PathBuf,
     /// Extra attributes in order (file first, then `--attr`); later ones win.
@@ -300,6 +315,8 @@ impl Settings {
             name,
             slots: None,
             listen: "127.0.0.1:0".into(),
+            stage_listen: None,
+            stage_advertise: None,
             attributes: Vec::new(),
             kill_grace: DEFAULT_KILL_GRACE,
             heartbeat_fallback: DEFAULT_HEARTBEAT,
@@ -397,6 +414,8 @@ impl Settings {
         if let Some(l) = &cli.listen {
             s.listen = l.clone();
         }
+        s.stage_listen.clone_from(&cli.stage_listen);
+        s.stage_advertise.clone_from(&cli.stage_advertise);
         if let Some(w) = &cli.work_dir {
             s.work_dir = w.clone();
             work_dir_set = true;

@@ -90,13 +90,17 @@ enum Stop {
 const LEAVE_WAIT: Duration = Duration::from_secs(2);
 
 /// The listener on which peers fetch from this machine's executable cache:
-/// one of its own, on the application listener's address, and where it
-/// listens.
-async fn bind_stage_listener(app_addr: SocketAddr) -> Result<(TcpListener, SocketAddr), Error> {
-    let listener = TcpListener::bind(SocketAddr::new(app_addr.ip(), 0))
+/// one of its own, on `at` (`--stage-listen`) or else the application
+/// listener's host, and where it listens.
+async fn bind_stage_listener(
+    app_addr: SocketAddr,
+    at: Option<&str>,
+) -> Result<(TcpListener, SocketAddr), Error> {
+    let addr = at.map_or_else(|| format!("{}:0", app_addr.ip()), str::to_string);
+    let listener = TcpListener::bind(addr.as_str())
         .await
         .map_err(|source| Error::Listen {
-            addr: format!("{}:0 (staging)", app_addr.ip()),
+            addr: format!("{addr} (staging)"),
             source,
         })?;
     let endpoint = listener.local_addr().map_err(|source| Error::Listen {
@@ -156,7 +160,8 @@ impl Daemon {
         let cache_dir = work_dir.join("cache");
         let cache = ExeCache::open(cache_dir.clone())
             .map_err(io("cannot open executable cache", &cache_dir))?;
-        let (stage_listener, stage_endpoint) = bind_stage_listener(app_addr).await?;
+        let (stage_listener, stage_endpoint) =
+            bind_stage_listener(app_addr, settings.stage_listen.as_deref()).await?;
         let env = job_env(app_addr, &work_dir, &machine);
         let accounts = crate::isolation::start(&settings.accounts, slots, &work_dir)?;
         let launcher = Launcher::new(work_dir.clone(), env).with_accounts(accounts);
@@ -230,6 +235,7 @@ impl Daemon {
             cache,
             stager,
             stage_endpoint,
+            stage_advertise: settings.stage_advertise.clone(),
             global_local_ip: None,
             launcher,
             groups: Groups::default(),
@@ -430,6 +436,8 @@ struct Driver {
     /// registration. A wildcard address is replaced by this machine's
     /// address towards the global RM (see [`stage_endpoint_for`]).
     stage_endpoint: SocketAddr,
+    /// `--stage-advertise`: told to peers instead of `stage_endpoint`.
+    stage_advertise: Option<String>,
     /// This machine's address on the current global connection.
     global_local_ip: Option<IpAddr>,
     launcher: Launcher,

@@ -48,8 +48,9 @@ impl Driver {
                 let registered = matches!(msg, FromGlobal::Registered { .. });
                 self.core.on_global(msg, payload);
                 if registered && self.global.is_up() {
-                    let endpoint =
-                        stage_endpoint_for(self.stage_endpoint, self.global_local_ip).to_string();
+                    let endpoint = self.stage_advertise.clone().unwrap_or_else(|| {
+                        stage_endpoint_for(self.stage_endpoint, self.global_local_ip).to_string()
+                    });
                     self.global
                         .send(ToGlobal::StageServe { endpoint }, Bytes::new());
                 }

@@ -187,7 +187,7 @@ impl EmbeddedPool {
     }
 
     /// The dashboard's address with a read-only token that the page turns
-    /// into its cookie (`http://127.0.0.1:PORT/?token=...`), when
+    /// into its cookie (`https://127.0.0.1:PORT/?token=...`), when
     /// [`PoolOptions::http`] asked for one.
     pub fn dashboard(&self) -> Option<&str> {
         self.dashboard.as_deref()
@@ -488,8 +488,8 @@ async fn bind_global(
     };
     let (read, _) =
         (key.issue(&grant, now_unix())).map_err(|e| Error::BadOptions(e.to_string()))?;
-    let local = (d.local_addr()).map_err(|e| Error::BadOptions(format!("dashboard: {e}")))?;
-    let url = format!("http://{local}/?token={read}");
+    let page = (d.url()).map_err(|e| Error::BadOptions(format!("dashboard: {e}")))?;
+    let url = format!("{page}?token={read}");
     Ok((server.with_dashboard(d), Some(url)))
 }
 

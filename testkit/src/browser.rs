@@ -8,6 +8,11 @@
 //! a handful of JSON messages, while the protocol crates (`chromiumoxide`,
 //! `headless_chrome`) compile the whole generated protocol, minutes on a
 //! loaded CI machine, and WebDriver needs a second service (chromedriver).
+//!
+//! The dashboard speaks HTTPS with a certificate its daemon made at start,
+//! which no public authority signed: the browser is told to accept it
+//! (`--ignore-certificate-errors`), as a person accepts it once. [`https`]
+//! is the tests' HTTP client for the same pages, without a browser.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -53,6 +58,8 @@ impl Browser {
                 "--no-sandbox",
                 "--disable-gpu",
                 "--disable-quic",
+                // The dashboard's certificate is the pool's own (see above).
+                "--ignore-certificate-errors",
                 "--no-first-run",
                 "--disable-background-networking",
                 "--disable-component-update",
@@ -221,4 +228,39 @@ impl Drop for Browser {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Sends the HTTP request `head` (whole, with its blank line) over TLS to
+/// the dashboard at `url` (`https://HOST:PORT/...`, or `HOST:PORT`), and
+/// returns everything it answers: what a browser would get. Blocking (on a
+/// thread of its own), so that a test may call it anywhere.
+pub fn https(url: &str, head: &str) -> String {
+    let addr = url.trim_start_matches("https://");
+    let addr = addr.split('/').next().unwrap_or(addr).to_string();
+    let head = head.to_string();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let tcp = TcpStream::connect(&addr)
+                .await
+                .unwrap_or_else(|e| panic!("connect to the dashboard at {addr}: {e}"));
+            let mut s = carmi_api::tls::connect(tcp)
+                .await
+                .unwrap_or_else(|e| panic!("TLS with the dashboard at {addr}: {e}"));
+            s.writer.write_all(head.as_bytes()).await.expect("send");
+            s.writer.flush().await.expect("send");
+            let mut out = Vec::new();
+            // What arrived stays in `out` if the server closes without
+            // TLS's close_notify once its answer is whole.
+            let read = s.reader.read_to_end(&mut out);
+            let _ = tokio::time::timeout(COMMAND_TIMEOUT, read).await;
+            String::from_utf8_lossy(&out).into_owned()
+        })
+    })
+    .join()
+    .expect("the HTTPS client thread")
 }

@@ -32,7 +32,7 @@ mod netpool;
 mod recorder;
 mod wiretap;
 
-pub use browser::Browser;
+pub use browser::{Browser, https};
 pub use fake_global::{FAKE_SECRET, FAKE_WAIT, FakeGlobal, GlobalConn};
 pub use fleet::{Fleet, FleetApp, FleetError, FleetOptions};
 pub use inbox::{Inbox, InboxError};
@@ -255,7 +255,7 @@ pub struct Pool {
     pub admin_token: PathBuf,
     /// `host:port` of the global RM.
     pub global_addr: String,
-    /// The global RM's dashboard (`http://host:port/`), when
+    /// The global RM's dashboard (`https://host:port/`), when
     /// [`PoolOptions::global_args`] has `--http`.
     pub dashboard: Option<String>,
     global: Child,

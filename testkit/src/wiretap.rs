@@ -17,7 +17,14 @@ pub struct Proxy {
     pub addr: String,
     seen: Arc<Mutex<Vec<u8>>>,
     armed: Arc<AtomicBool>,
+    at: FlipAt,
+    upstream: Arc<Mutex<String>>,
 }
+
+/// A flip at a byte offset of one direction of a connection (see
+/// [`Proxy::arm_at`]): `(from_server, offset)`, taken by the first
+/// connection whose stream in that direction reaches the offset.
+type FlipAt = Arc<Mutex<Option<(bool, usize)>>>;
 
 impl Proxy {
     /// Listens on a free loopback port and forwards to `upstream`.
@@ -28,16 +35,45 @@ impl Proxy {
         let addr = listener.local_addr().expect("proxy address").to_string();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let armed = Arc::new(AtomicBool::new(false));
-        let (s, a) = (seen.clone(), armed.clone());
+        let at: FlipAt = Arc::default();
+        let upstream = Arc::new(Mutex::new(upstream));
+        let (s, a, t, u) = (seen.clone(), armed.clone(), at.clone(), upstream.clone());
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let Ok(server) = TcpStream::connect(&upstream).await else {
+                let to = u.lock().expect("proxy upstream").clone();
+                let Ok(server) = TcpStream::connect(&to).await else {
                     continue;
                 };
-                tokio::spawn(forward(client, server, s.clone(), a.clone()));
+                tokio::spawn(forward(client, server, s.clone(), a.clone(), t.clone()));
             }
         });
-        Proxy { addr, seen, armed }
+        Proxy {
+            addr,
+            seen,
+            armed,
+            at,
+            upstream,
+        }
+    }
+
+    /// Forwards the next connections to `upstream` instead: for a server
+    /// that must be told the proxy's address before it listens itself.
+    pub fn set_upstream(&self, upstream: String) {
+        *self.upstream.lock().expect("proxy upstream") = upstream;
+    }
+
+    /// Flips one bit of the byte at `offset` of the next connection's
+    /// stream from the server (`from_server`) or from the client: an offset
+    /// past the TLS handshake alters a record of application data, which
+    /// [`Proxy::arm`] (the next chunk, often the handshake itself) cannot
+    /// aim at.
+    pub fn arm_at(&self, from_server: bool, offset: usize) {
+        *self.at.lock().expect("proxy flip") = Some((from_server, offset));
+    }
+
+    /// Whether the flip of [`Proxy::arm_at`] is still to happen.
+    pub fn armed_at(&self) -> bool {
+        self.at.lock().expect("proxy flip").is_some()
     }
 
     /// Flips one bit of the next chunk a client sends (or not, if `on` is
@@ -65,14 +101,28 @@ async fn forward(
     server: TcpStream,
     seen: Arc<Mutex<Vec<u8>>>,
     armed: Arc<AtomicBool>,
+    at: FlipAt,
 ) {
     let (mut cr, mut cw) = client.into_split();
     let (mut sr, mut sw) = server.into_split();
+    let back = at.clone();
     tokio::spawn(async move {
-        let _ = tokio::io::copy(&mut sr, &mut cw).await;
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut passed = 0;
+        while let Ok(n) = sr.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            flip_at(&back, true, passed, &mut buf[..n]);
+            passed += n;
+            if cw.write_all(&buf[..n]).await.is_err() {
+                break;
+            }
+        }
         let _ = cw.shutdown().await;
     });
     let mut buf = vec![0u8; 64 * 1024];
+    let mut passed = 0;
     while let Ok(n) = cr.read(&mut buf).await {
         if n == 0 {
             break;
@@ -83,11 +133,26 @@ async fn forward(
         if armed.swap(false, Ordering::SeqCst) {
             buf[n / 2] ^= 0x01;
         }
+        flip_at(&at, false, passed, &mut buf[..n]);
+        passed += n;
         if sw.write_all(&buf[..n]).await.is_err() {
             break;
         }
     }
     let _ = sw.shutdown().await;
+}
+
+/// Flips the armed byte if `chunk`, which follows `passed` bytes of the
+/// `from_server` direction, holds it.
+fn flip_at(at: &FlipAt, from_server: bool, passed: usize, chunk: &mut [u8]) {
+    let mut at = at.lock().expect("proxy flip");
+    if let Some((dir, offset)) = *at
+        && dir == from_server
+        && (passed..passed + chunk.len()).contains(&offset)
+    {
+        chunk[offset - passed] ^= 0x01;
+        *at = None;
+    }
 }
 
 /// The TCP ports process `pid` listens on (IPv4 and IPv6), from `/proc`:

@@ -8,14 +8,13 @@
 
 mod common;
 
-use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use carmi_api::control::OwnerLink;
 use carmi_api::msg::OwnerEvent;
 use carmi_api::token::Power;
-use carmi_tests::{Browser, Pool, PoolOptions};
+use carmi_tests::{Browser, Pool, PoolOptions, https};
 use common::{config, test_worker};
 use serde_json::Value;
 use wodi::StepId;
@@ -27,20 +26,16 @@ const MACHINES: usize = 3;
 /// returns the status code and the body.
 fn http(base: &str, method: &str, path: &str, headers: &[String]) -> (u16, String) {
     let addr = base
-        .trim_start_matches("http://")
+        .trim_start_matches("https://")
         .trim_end_matches('/')
         .to_string();
-    let mut s = std::net::TcpStream::connect(&addr).expect("connect to the dashboard");
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
     for h in headers {
         req.push_str(h);
         req.push_str("\r\n");
     }
     req.push_str("Content-Length: 0\r\n\r\n");
-    s.write_all(req.as_bytes()).unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).expect("an HTTP answer");
+    let out = https(base, &req);
     let code = out
         .split(' ')
         .nth(1)
@@ -105,6 +100,7 @@ async fn the_dashboard_lists_the_pool_and_shows_an_owner_coming_back_without_a_r
         .dashboard
         .clone()
         .expect("the global RM serves a dashboard");
+    assert!(base.starts_with("https://"), "{base}");
     let read = pool.token_file(
         &pool.dir.join("read.token"),
         "viewer",
@@ -213,12 +209,13 @@ async fn the_dashboard_lists_the_pool_and_shows_an_owner_coming_back_without_a_r
         .unwrap();
     let mut shots = vec![browser.screenshot(&screenshot_path("pool")).await];
 
-    // The run publishes its progress on its job: the queue shows its cycle.
+    // The run publishes its progress on its job (every 2 s, the first time
+    // before its hosts are busy): the queue shows its cycle, hosts busy.
     let id = job["job"].as_u64().unwrap();
     browser.eval("location.hash = '#queue'").await;
     let progress = format!(
-        "(e => e && e.dataset.cycle === '0' && e.textContent)\
-         (document.querySelector('.progress[data-job=\"{id}\"]'))"
+        "(e => e && e.dataset.cycle === '0' && e.textContent.includes('3 of 3 hosts busy') \
+          && e.textContent)(document.querySelector('.progress[data-job=\"{id}\"]'))"
     );
     let progress = browser
         .wait_for(&progress, "the run's cycle progress")

@@ -27,13 +27,14 @@ pub async fn connect(opts: ConnectOptions) -> Result<(Carmi, EventStream), Conne
         addr: "the listener".into(),
         error: std::io::Error::other(e),
     })?;
-    let endpoint = listener
+    let bound = listener
         .local_addr()
         .map_err(|error| ConnectError::Listen {
             addr: "the listener".into(),
             error,
         })?
         .to_string();
+    let endpoint = opts.endpoint_advertise.clone().unwrap_or(bound);
 
     // A local RM takes TLS only; both proofs cover the session's keys.
     let crate::tls::Stream {

@@ -44,6 +44,10 @@ pub struct ConnectOptions {
     /// address; the port is chosen by the system). `None` listens on the
     /// address this process uses to reach its local RM.
     pub endpoint_host: Option<String>,
+    /// The `host:port` peers (and forwarded output) are told to connect to,
+    /// when it is not the listener's own address: a NAT or a port forward
+    /// in between, or a relay. `None`: the listener's address.
+    pub endpoint_advertise: Option<String>,
     /// Direct messages in clear, for a job on a network it trusts: this
     /// process opens its connections to peers without TLS, and accepts peers
     /// in clear as well as over TLS (peers without this option still use
@@ -63,6 +67,7 @@ impl ConnectOptions {
             job: None,
             process: None,
             endpoint_host: None,
+            endpoint_advertise: None,
             plain_peers: false,
         }
     }
@@ -106,6 +111,7 @@ impl ConnectOptions {
             process,
             endpoint_host: get(ENV_ENDPOINT_HOST),
             plain_peers: parse_flag(ENV_PLAIN_PEERS, get(ENV_PLAIN_PEERS))?,
+            endpoint_advertise: None,
         })
     }
 }

@@ -1,13 +1,14 @@
-//! The dashboard's HTTP side on a real socket, fed by a fake router: what
-//! the API answers, what it refuses, and that the event stream pushes a
-//! change to a client that stays connected.
+//! The dashboard's HTTP side on a real socket, over HTTPS as it is served,
+//! fed by a fake router: what the API answers, what it refuses, and that
+//! the event stream pushes a change to a client that stays connected.
 
-use std::io::{BufRead, BufReader, Read, Write};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use carmi_api::ids::{HostId, JobId};
 use carmi_api::msg::{MachineStatus, SlotStatus};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use super::*;
@@ -52,24 +53,36 @@ fn machine(name: &str, state: &str) -> MachineStatus {
     }
 }
 
-/// One request; the status code and body.
-fn request(addr: &str, method: &str, path: &str, header: &str) -> (u16, String) {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{header}Content-Length: 0\r\n\r\n"
-    );
-    s.write_all(head.as_bytes()).unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let code = out.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap();
+/// Sends `head` to the dashboard at `addr` over TLS, as a browser would;
+/// everything it answers.
+async fn exchange(addr: &str, head: &str) -> String {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let mut s = carmi_api::tls::connect(tcp).await.expect("a TLS handshake");
+    s.writer.write_all(head.as_bytes()).await.unwrap();
+    s.writer.flush().await.unwrap();
+    let mut out = Vec::new();
+    // What arrived stays in `out` even if the server closes without TLS's
+    // close_notify (an error to rustls, once the answer is whole).
+    let _ = s.reader.read_to_end(&mut out).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The status code and body of an HTTP answer.
+fn parse(out: &str) -> (u16, String) {
+    let code = (out.split(' ').nth(1).and_then(|c| c.parse().ok()))
+        .unwrap_or_else(|| panic!("not an HTTP answer: {out:?}"));
     (
         code,
         out.split_once("\r\n\r\n").map_or("", |x| x.1).to_string(),
     )
 }
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    tokio::task::spawn_blocking(f).await.unwrap()
+/// One request; the status code and body.
+async fn request(addr: &str, method: &str, path: &str, header: &str) -> (u16, String) {
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{header}Content-Length: 0\r\n\r\n"
+    );
+    parse(&exchange(addr, &head).await)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -80,22 +93,17 @@ async fn the_api_serves_the_pool_and_refuses_writes() {
         waiting: vec![],
     }));
     let (addr, _stop) = start(pool, None).await;
-    let (code, body) = blocking({
-        let a = addr.clone();
-        move || request(&a, "GET", "/api/machines", "")
-    })
-    .await;
+    let (code, body) = request(&addr, "GET", "/api/machines", "").await;
     assert_eq!(code, 200, "{body}");
     let machines: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(machines[0]["name"], "a");
     assert_eq!(machines[0]["state"], "lent");
     for (method, path) in [("POST", "/api/jobs"), ("DELETE", "/"), ("PUT", "/nowhere")] {
-        let a = addr.clone();
-        let (code, body) = blocking(move || request(&a, method, path, "")).await;
+        let (code, body) = request(&addr, method, path, "").await;
         assert_eq!(code, 405, "{method} {path}: {body}");
         assert!(body.contains("read-only"), "{body}");
     }
-    let (code, page) = blocking(move || request(&addr, "GET", "/", "")).await;
+    let (code, page) = request(&addr, "GET", "/", "").await;
     assert_eq!(code, 200);
     assert!(
         page.contains("EventSource"),
@@ -111,16 +119,13 @@ async fn a_classad_constraint_keeps_the_machines_whose_ad_satisfies_it() {
         waiting: vec![],
     }));
     let (addr, _stop) = start(pool, None).await;
-    let names = |path: &'static str| {
-        let a = addr.clone();
-        blocking(move || {
-            let (code, body) = request(&a, "GET", path, "");
-            assert_eq!(code, 200, "{path}: {body}");
-            let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-            (v.as_array().unwrap().iter())
-                .map(|m| m["name"].as_str().unwrap().to_string())
-                .collect::<Vec<_>>()
-        })
+    let names = async |path: &'static str| {
+        let (code, body) = request(&addr, "GET", path, "").await;
+        assert_eq!(code, 200, "{path}: {body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        (v.as_array().unwrap().iter())
+            .map(|m| m["name"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
     };
     assert_eq!(
         names("/api/machines?constraint=Cpus%20%3E%201").await,
@@ -131,8 +136,7 @@ async fn a_classad_constraint_keeps_the_machines_whose_ad_satisfies_it() {
         ["a", "bb"]
     );
     assert_eq!(names("/api/machines?constraint=").await, ["a", "bb"]);
-    let (code, body) =
-        blocking(move || request(&addr, "GET", "/api/machines?constraint=Cpus%20%3E", "")).await;
+    let (code, body) = request(&addr, "GET", "/api/machines?constraint=Cpus%20%3E", "").await;
     assert_eq!(code, 400, "{body}");
     assert!(body.contains("not a ClassAd expression"), "{body}");
 }
@@ -152,27 +156,18 @@ async fn with_tokens_a_request_needs_a_good_one_in_a_header_cookie_or_query() {
         ("Cookie: carmi_token=bad\r\n", 403),
     ];
     for (header, want) in cases {
-        let a = addr.clone();
-        let (code, body) = blocking(move || request(&a, "GET", "/api/jobs", header)).await;
+        let (code, body) = request(&addr, "GET", "/api/jobs", header).await;
         assert_eq!(code, want, "{header:?}: {body}");
     }
-    let a = addr.clone();
-    let (code, _) = blocking(move || request(&a, "GET", "/api/jobs?token=good", "")).await;
+    let (code, _) = request(&addr, "GET", "/api/jobs?token=good", "").await;
     assert_eq!(code, 200);
     // The page's address with the token sets the cookie and drops the token.
-    let raw = blocking(move || {
-        let mut s = std::net::TcpStream::connect(&addr).unwrap();
-        s.write_all(b"GET /?token=good HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            .unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        out
-    })
-    .await;
+    let head = "GET /?token=good HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    let raw = exchange(&addr, head).await;
     assert!(raw.starts_with("HTTP/1.1 303"), "{raw}");
     assert!(
         raw.to_lowercase()
-            .contains("set-cookie: carmi_token=good; path=/; httponly"),
+            .contains("set-cookie: carmi_token=good; path=/; httponly; samesite=strict; secure"),
         "{raw}"
     );
     assert!(raw.to_lowercase().contains("location: /\r\n"), "{raw}");
@@ -187,13 +182,16 @@ async fn the_event_stream_pushes_a_change_to_a_connected_client() {
     }));
     let (addr, _stop) = start(pool.clone(), None).await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-    std::thread::spawn(move || {
-        let mut s = std::net::TcpStream::connect(&addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        s.write_all(b"GET /api/events HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    tokio::spawn(async move {
+        let tcp = TcpStream::connect(&addr).await.unwrap();
+        let mut s = carmi_api::tls::connect(tcp).await.unwrap();
+        s.writer
+            .write_all(b"GET /api/events HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            .await
             .unwrap();
-        for line in BufReader::new(s).lines() {
-            let Ok(line) = line else { return };
+        s.writer.flush().await.unwrap();
+        let mut lines = BufReader::new(s.reader).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
             if let Some(data) = line.strip_prefix("data: ")
                 && tx.send(data.to_string()).is_err()
             {
@@ -222,17 +220,9 @@ async fn the_event_stream_pushes_a_change_to_a_connected_client() {
 }
 
 /// One `GET path` naming `host` in its Host header; the status code and body.
-fn get_as(addr: &str, host: &str, path: &str) -> (u16, String) {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
+async fn get_as(addr: &str, host: &str, path: &str) -> (u16, String) {
     let head = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-    s.write_all(head.as_bytes()).unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let code = out.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap();
-    (
-        code,
-        out.split_once("\r\n\r\n").map_or("", |x| x.1).to_string(),
-    )
+    parse(&exchange(addr, &head).await)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -249,9 +239,7 @@ async fn a_tokenless_dashboard_answers_only_requests_addressed_to_loopback() {
         (format!("192.0.2.1:{port}"), 403),
         (String::new(), 403),
     ] {
-        let a = addr.clone();
-        let h = host.clone();
-        let (code, body) = blocking(move || get_as(&a, &h, "/api/jobs")).await;
+        let (code, body) = get_as(&addr, &host, "/api/jobs").await;
         assert_eq!(code, want, "Host `{host}`: {body}");
         if want == 403 {
             assert!(body.contains("DNS rebinding"), "{body}");
@@ -269,10 +257,7 @@ async fn the_timeline_api_serves_a_job_s_hosts_over_time() {
         waiting: vec![],
     }));
     let (addr, _stop) = start(pool.clone(), None).await;
-    let get = |path: &'static str| {
-        let a = addr.clone();
-        blocking(move || request(&a, "GET", path, ""))
-    };
+    let get = async |path: &'static str| request(&addr, "GET", path, "").await;
     let (code, body) = get("/api/timeline?job=1").await;
     assert_eq!(code, 200, "{body}");
     let t: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -289,4 +274,108 @@ async fn the_timeline_api_serves_a_job_s_hosts_over_time() {
     assert_eq!(spans.last().unwrap()["kind"], "suspended", "{t}");
     assert_eq!(get("/api/timeline?job=99").await.0, 404);
     assert_eq!(get("/api/timeline").await.0, 400);
+}
+
+/// Sends `head` in clear to `addr`; everything answered.
+async fn exchange_clear(addr: &str, head: &str) -> String {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(head.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_speaks_https_and_answers_clear_http_with_no_page() {
+    let check: TokenCheck = Arc::new(|t| match t {
+        "good" => Ok(()),
+        other => Err(format!("token `{other}` refused")),
+    });
+    let d = Dashboard::bind("127.0.0.1:0", Some(check.clone()))
+        .await
+        .unwrap();
+    let addr = d.local_addr().unwrap().to_string();
+    assert_eq!(d.url().unwrap(), format!("https://{addr}/"));
+    let fingerprint = d.fingerprint().unwrap().to_string();
+    assert_eq!(fingerprint.len(), 32 * 3 - 1, "{fingerprint}");
+    let pool = Arc::new(Mutex::new(Snapshot {
+        machines: vec![machine("a", "claimed")],
+        jobs: vec![],
+        waiting: vec![],
+    }));
+    let ask: Ask = Arc::new(move |q| match q {
+        Query::Snapshot(tx) => tx.send(pool.lock().unwrap().clone()).is_ok(),
+        Query::Ads(tx) => tx.send(vec![]).is_ok(),
+    });
+    let (_stop, stopped) = watch::channel(false);
+    tokio::spawn(d.serve(ask, stopped));
+    // Over TLS, with the token: the pool.
+    let (code, body) = request(
+        &addr,
+        "GET",
+        "/api/machines",
+        "Authorization: Bearer good\r\n",
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("\"a\""), "{body}");
+    // In clear with the same token, every way a token travels: no page, no
+    // JSON, only where the dashboard really is.
+    for head in [
+        "GET /api/machines HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer good\r\nConnection: close\r\n\r\n",
+        "GET /api/machines?token=good HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: x\r\nCookie: carmi_token=good\r\nConnection: close\r\n\r\n",
+    ] {
+        let raw = exchange_clear(&addr, head).await;
+        assert!(raw.starts_with("HTTP/1.1 400"), "{raw}");
+        assert!(raw.contains(&format!("https://{addr}/")), "{raw}");
+        for leak in ["{", "\"a\"", "EventSource", "carmi_token"] {
+            assert!(!raw.contains(leak), "`{leak}` answered in clear: {raw}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clear_http_is_served_only_when_asked_and_only_on_loopback() {
+    let check: TokenCheck = Arc::new(|_| Ok(()));
+    let refused = Dashboard::bind_plain("0.0.0.0:0", Some(check)).await;
+    let Err(why) = refused else {
+        panic!("clear HTTP bound a non-loopback address")
+    };
+    assert!(
+        why.contains("--http-plain") && why.contains("loopback"),
+        "{why}"
+    );
+    let d = Dashboard::bind_plain("127.0.0.1:0", None).await.unwrap();
+    let addr = d.local_addr().unwrap().to_string();
+    assert_eq!(d.url().unwrap(), format!("http://{addr}/"));
+    assert_eq!(d.fingerprint(), None);
+    let ask: Ask = Arc::new(move |q| match q {
+        Query::Snapshot(tx) => tx.send(Snapshot::default()).is_ok(),
+        Query::Ads(tx) => tx.send(vec![]).is_ok(),
+    });
+    let (_stop, stopped) = watch::channel(false);
+    tokio::spawn(d.serve(ask, stopped));
+    let head = format!("GET /api/jobs HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let (code, body) = parse(&exchange_clear(&addr, &head).await);
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body, "[]");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_silent_in_their_tls_handshake_hold_up_nobody() {
+    let (addr, _stop) = start(Arc::new(Mutex::new(Snapshot::default())), None).await;
+    // Connected, never a byte: each waits out its handshake on its own task.
+    let mut silent = Vec::new();
+    for _ in 0..50 {
+        silent.push(TcpStream::connect(&addr).await.unwrap());
+    }
+    let answer = tokio::time::timeout(
+        incoming::HANDSHAKE_TIMEOUT / 2,
+        request(&addr, "GET", "/api/jobs", ""),
+    )
+    .await;
+    let (code, body) = answer.expect("a browser waited behind silent connections");
+    assert_eq!(code, 200, "{body}");
+    drop(silent);
 }
