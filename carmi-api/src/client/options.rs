@@ -214,4 +214,14 @@ pub enum ConnectError {
         /// What happened instead.
         reason: String,
     },
+    /// The pool refused this process: starting a new job needs a token
+    /// with power `submit` (`CARMI_TOKEN`), and the one given (if any) does
+    /// not have it, or is expired, revoked or not this pool's.
+    #[error("the local RM at {addr} refused this process: {reason}")]
+    Refused {
+        /// The local RM.
+        addr: String,
+        /// Why, naming the identity, the action and the missing power.
+        reason: String,
+    },
 }
