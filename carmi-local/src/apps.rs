@@ -25,6 +25,7 @@ use carmi_api::tls::{Acceptor, Stream};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, mpsc, watch};
 
+use crate::control::{ControlAccess, ControlToken};
 use crate::input::{AppTx, Input, stopped};
 use crate::jobcred::JobCreds;
 
@@ -46,8 +47,7 @@ pub const APP_LIMITS: ConnLimits = ConnLimits {
 /// Accepts application connections until `stop` turns true.
 pub(crate) async fn serve(
     (listener, tls): (TcpListener, Acceptor),
-    secret: Secret,
-    creds: JobCreds,
+    (secret, creds, access): (Secret, JobCreds, ControlAccess),
     queue: usize,
     inputs: mpsc::Sender<Input>,
     mut stop: watch::Receiver<bool>,
@@ -68,7 +68,7 @@ pub(crate) async fn serve(
                     };
                     let conn = ConnId(next_conn);
                     next_conn += 1;
-                    let keys = (secret.clone(), creds.clone());
+                    let keys = (secret.clone(), creds.clone(), access.clone());
                     let admitted = (ticket, gate.clone());
                     let opened = (stream, tls.clone());
                     tokio::spawn(connection(opened, peer, conn, keys, admitted, queue, inputs.clone(), stop.clone()));
@@ -91,7 +91,7 @@ async fn connection(
     (stream, tls): (TcpStream, Acceptor),
     peer: SocketAddr,
     conn: ConnId,
-    (secret, creds): (Secret, JobCreds),
+    (secret, creds, access): (Secret, JobCreds, ControlAccess),
     // Its place at the gate, held for the connection's life.
     (mut ticket, gate): (Ticket, Arc<Gate>),
     queue: usize,
@@ -128,11 +128,21 @@ async fn connection(
     // Other roles are refused inside the handshake, so that the client is
     // told why; a job's credential opens that job's applications only.
     let choose = |key| creds.choose(&secret, key);
-    let admit = |role: &Role, _token: Option<&str>, key| crate::jobcred::admit(role, key);
+    // A control connection needs the machine's daemon token or an admin's;
+    // a new job's token goes to the global RM, which decides (it knows the
+    // revocations); a known job's process proved its credential.
+    let admit = |role: &Role, token: Option<&str>, key| {
+        crate::jobcred::admit(role, key)?;
+        Ok(match role {
+            Role::Admin => Some(access.admit(token)?),
+            _ => None,
+        })
+        .map(|control| (control, token.map(str::to_string)))
+    };
     let (hs_reader, hs_writer) = link.parts_mut();
-    let role = tokio::select! {
+    let (role, (control, token)) = tokio::select! {
         res = handshake::server_keyed(hs_reader, hs_writer, choose, &binding, admit) => match res {
-            Ok((role, ())) => role,
+            Ok(admitted) => admitted,
             Err(e) => {
                 gate.note_refusal(peer.ip(), &format!("application handshake failed: {e}"));
                 return;
@@ -146,7 +156,13 @@ async fn connection(
     if !ticket.authenticated() {
         return;
     }
-    if role == Role::Admin {
+    if let Some(control) = control {
+        if let ControlToken::ToCheck(token) = control
+            && let Err(why) = access.check_admin(&token).await
+        {
+            tracing::warn!(%peer, "control connection refused: {why}");
+            return;
+        }
         let (reader, writer) = link.split();
         crate::control::serve(reader.retype(), writer.retype(), peer, inputs, stop).await;
         return;
@@ -168,6 +184,7 @@ async fn connection(
         job,
         process,
         endpoint,
+        token,
         out: AppTx {
             tx,
             kick: kick.clone(),

@@ -5,17 +5,93 @@
 //! [`FromLocalControl`],
 //! in order. The client side, [`OwnerLink`], is in `carmi_api::control`
 //! (re-exported here under its old path).
+//!
+//! Who may open one ([`ControlAccess`], `docs/security.md`): in a pool with
+//! tokens, the machine's owner, who holds this local RM's own daemon token,
+//! or an admin, whose token the global RM checks (it knows the
+//! revocations: a local RM cannot verify a token's signature). In a pool
+//! without tokens (this local RM has none), whoever knows the pool secret.
 
 use std::net::SocketAddr;
 
+use carmi_api::authz::TokenRequest;
 use carmi_api::conn::{ConnReader, ConnWriter};
-use carmi_api::msg::{FromLocalControl, ToLocalControl};
+use carmi_api::handshake::Secret;
+use carmi_api::msg::{FromGlobal, FromLocalControl, ToGlobal, ToLocalControl};
+use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot, watch};
 
 pub use carmi_api::control::{ControlError, OwnerLink};
 
 use crate::input::{Input, stopped};
+
+/// Who may open a control connection to this local RM (see the module
+/// documentation).
+#[derive(Clone)]
+pub(crate) struct ControlAccess {
+    /// This local RM's own daemon token (`None`: a pool without tokens).
+    own_token: Option<String>,
+    /// The global RM, which checks an admin's token.
+    global: String,
+    /// The pool secret, to reach the global RM with the admin's token.
+    secret: Secret,
+}
+
+/// What a control connection's token turned out to be in the handshake.
+#[derive(Debug, PartialEq)]
+pub(crate) enum ControlToken {
+    /// Admitted: this machine's own token, or a pool without tokens.
+    Owner,
+    /// Another token: admitted only if the global RM says it has power admin.
+    ToCheck(String),
+}
+
+impl ControlAccess {
+    pub(crate) fn new(own_token: Option<String>, global: String, secret: Secret) -> ControlAccess {
+        ControlAccess {
+            own_token,
+            global,
+            secret,
+        }
+    }
+
+    /// The handshake's part of the check: a pool with tokens refuses a
+    /// control connection that presents none, saying what it needs.
+    pub(crate) fn admit(&self, token: Option<&str>) -> Result<ControlToken, String> {
+        let Some(own) = &self.own_token else {
+            return Ok(ControlToken::Owner);
+        };
+        match token {
+            // Compared through their digests, so that the time taken says
+            // nothing of how much of the daemon's token a guess got right.
+            Some(t) if Sha256::digest(t.trim()) == Sha256::digest(own.trim()) => {
+                Ok(ControlToken::Owner)
+            }
+            Some(t) => Ok(ControlToken::ToCheck(t.to_string())),
+            None => Err(
+                "a control connection needs this machine's daemon token or a token with power admin; none was presented"
+                    .into(),
+            ),
+        }
+    }
+
+    /// Asks the global RM whether `token` has power admin (its answer to an
+    /// admin-only request, `carmi token list`, made with that token: a
+    /// forged, expired or revoked token is refused in that handshake).
+    pub(crate) async fn check_admin(&self, token: &str) -> Result<(), String> {
+        let secret = self.secret.clone().with_token(Some(token.to_string()));
+        let ask = ToGlobal::Tokens(TokenRequest::List);
+        match carmi_api::admin::request(&self.global, &secret, None, ask).await {
+            Ok(FromGlobal::Tokens(_)) => Ok(()),
+            Ok(FromGlobal::AdminFailed(f)) => Err(f.message),
+            Ok(other) => Err(format!(
+                "the global RM could not say whether the token may (it sent {other:?})"
+            )),
+            Err(e) => Err(format!("the global RM did not vouch for the token: {e}")),
+        }
+    }
+}
 
 /// Serves one control connection whose handshake is done.
 pub(crate) async fn serve<R, W>(
