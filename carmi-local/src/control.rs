@@ -84,7 +84,10 @@ impl ControlAccess {
         let ask = ToGlobal::Tokens(TokenRequest::List);
         match carmi_api::admin::request(&self.global, &secret, None, ask).await {
             Ok(FromGlobal::Tokens(_)) => Ok(()),
-            Ok(FromGlobal::AdminFailed(f)) => Err(f.message),
+            Ok(FromGlobal::AdminFailed(f)) => Err(format!(
+                "a control connection needs this machine's daemon token or power admin; the global RM says: {}",
+                f.message
+            )),
             Ok(other) => Err(format!(
                 "the global RM could not say whether the token may (it sent {other:?})"
             )),

@@ -3,7 +3,6 @@
 use std::time::Duration;
 
 use carmi_api::client::{ConnectOptions, EventStream, Incoming, connect};
-use carmi_api::handshake::Secret;
 use carmi_api::ids::RequestId;
 use carmi_api::msg::{Event, OwnerEvent, SpawnTarget};
 use carmi_pool::{EmbeddedPool, OwnerModel, PoolOptions};
