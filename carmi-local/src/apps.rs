@@ -25,7 +25,7 @@ use carmi_api::tls::{Acceptor, Stream};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, mpsc, watch};
 
-use crate::control::{ControlAccess, ControlToken};
+use crate::control::ControlAccess;
 use crate::input::{AppTx, Input, stopped};
 use crate::jobcred::JobCreds;
 
@@ -85,6 +85,36 @@ pub(crate) async fn serve(
     }
 }
 
+/// Opens TLS on `stream` under the gate too: a flood of silent connections
+/// is evicted before it ever sends a ClientHello. `None`: refused (noted at
+/// the gate).
+async fn open_tls(
+    stream: TcpStream,
+    tls: &Acceptor,
+    peer: SocketAddr,
+    (ticket, gate): (&mut Ticket, &Gate),
+) -> Option<Stream> {
+    let opened = tokio::select! {
+        o = tokio::time::timeout(handshake::HANDSHAKE_TIMEOUT, tls.accept(stream, false)) => o,
+        _ = ticket.evicted() => {
+            gate.note_refusal(peer.ip(), "TLS dropped to make room for newer connections (max_handshaking)");
+            return None;
+        }
+    };
+    match opened {
+        Ok(Ok(s)) => Some(s),
+        Ok(Err(e)) => {
+            let why = format!("application connection refused before its handshake: {e}");
+            gate.note_refusal(peer.ip(), &why);
+            None
+        }
+        Err(_) => {
+            gate.note_refusal(peer.ip(), "application connection did not open TLS in time");
+            None
+        }
+    }
+}
+
 // The connection's parts, each its own argument: grouping them would only rename them.
 #[allow(clippy::too_many_arguments)]
 async fn connection(
@@ -99,30 +129,13 @@ async fn connection(
     mut stop: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
-    // TLS is opened under the gate too: a flood of silent connections is
-    // evicted before it ever sends a ClientHello.
-    let opened = tokio::select! {
-        o = tokio::time::timeout(handshake::HANDSHAKE_TIMEOUT, tls.accept(stream, false)) => o,
-        _ = ticket.evicted() => {
-            gate.note_refusal(peer.ip(), "TLS dropped to make room for newer connections (max_handshaking)");
-            return;
-        }
-    };
-    let Stream {
+    let Some(Stream {
         reader,
         writer,
         binding,
-    } = match opened {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            let why = format!("application connection refused before its handshake: {e}");
-            gate.note_refusal(peer.ip(), &why);
-            return;
-        }
-        Err(_) => {
-            gate.note_refusal(peer.ip(), "application connection did not open TLS in time");
-            return;
-        }
+    }) = open_tls(stream, &tls, peer, (&mut ticket, &gate)).await
+    else {
+        return;
     };
     let mut link: Conn<FromLocal, ToLocal> = Conn::new(reader, writer);
     // Other roles are refused inside the handshake, so that the client is
@@ -133,11 +146,10 @@ async fn connection(
     // revocations); a known job's process proved its credential.
     let admit = |role: &Role, token: Option<&str>, key| {
         crate::jobcred::admit(role, key)?;
-        Ok(match role {
-            Role::Admin => Some(access.admit(token)?),
-            _ => None,
-        })
-        .map(|control| (control, token.map(str::to_string)))
+        let control = (*role == Role::Admin)
+            .then(|| access.admit(token))
+            .transpose()?;
+        Ok((control, token.map(str::to_string)))
     };
     let (hs_reader, hs_writer) = link.parts_mut();
     let (role, (control, token)) = tokio::select! {
@@ -157,14 +169,17 @@ async fn connection(
         return;
     }
     if let Some(control) = control {
-        if let ControlToken::ToCheck(token) = control
-            && let Err(why) = access.check_admin(&token).await
-        {
-            tracing::warn!(%peer, "control connection refused: {why}");
-            return;
-        }
         let (reader, writer) = link.split();
-        crate::control::serve(reader.retype(), writer.retype(), peer, inputs, stop).await;
+        let admitted = (control, &access);
+        crate::control::serve(
+            reader.retype(),
+            writer.retype(),
+            admitted,
+            peer,
+            inputs,
+            stop,
+        )
+        .await;
         return;
     }
     let Role::Application {

@@ -96,10 +96,13 @@ impl ControlAccess {
     }
 }
 
-/// Serves one control connection whose handshake is done.
+/// Serves one control connection whose handshake is done, once its token
+/// is good (an admin's, checked with the global RM first; a refusal is
+/// logged and closes the connection).
 pub(crate) async fn serve<R, W>(
     mut reader: ConnReader<ToLocalControl, R>,
     mut writer: ConnWriter<FromLocalControl, W>,
+    (token, access): (ControlToken, &ControlAccess),
     peer: SocketAddr,
     inputs: mpsc::Sender<Input>,
     mut stop: watch::Receiver<bool>,
@@ -107,6 +110,12 @@ pub(crate) async fn serve<R, W>(
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
+    if let ControlToken::ToCheck(token) = token
+        && let Err(why) = access.check_admin(&token).await
+    {
+        tracing::warn!(%peer, "control connection refused: {why}");
+        return;
+    }
     tracing::info!(%peer, "control connection opened");
     loop {
         let frame = tokio::select! {
