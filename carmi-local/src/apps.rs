@@ -144,16 +144,21 @@ async fn connection(
     // A control connection needs the machine's daemon token or an admin's;
     // a new job's token goes to the global RM, which decides (it knows the
     // revocations); a known job's process proved its credential.
-    let admit = |role: &Role, token: Option<&str>, key| {
-        crate::jobcred::admit(role, key)?;
-        let control = (*role == Role::Admin)
-            .then(|| access.admit(token))
-            .transpose()?;
-        Ok((control, token.map(str::to_string)))
+    let admit = |role: Role, token: Option<String>, key| {
+        let access = &access;
+        async move {
+            crate::jobcred::admit(&role, key)?;
+            if role == Role::Admin {
+                access.admit(token.as_deref()).await.inspect_err(|why| {
+                    tracing::warn!(%peer, "control connection refused: {why}");
+                })?;
+            }
+            Ok(token)
+        }
     };
     let (hs_reader, hs_writer) = link.parts_mut();
-    let (role, (control, token)) = tokio::select! {
-        res = handshake::server_keyed(hs_reader, hs_writer, choose, &binding, admit) => match res {
+    let (role, token) = tokio::select! {
+        res = handshake::server_keyed_async(hs_reader, hs_writer, choose, &binding, admit) => match res {
             Ok(admitted) => admitted,
             Err(e) => {
                 gate.note_refusal(peer.ip(), &format!("application handshake failed: {e}"));
@@ -168,18 +173,9 @@ async fn connection(
     if !ticket.authenticated() {
         return;
     }
-    if let Some(control) = control {
+    if role == Role::Admin {
         let (reader, writer) = link.split();
-        let admitted = (control, &access);
-        crate::control::serve(
-            reader.retype(),
-            writer.retype(),
-            admitted,
-            peer,
-            inputs,
-            stop,
-        )
-        .await;
+        crate::control::serve(reader.retype(), writer.retype(), peer, inputs, stop).await;
         return;
     }
     let Role::Application {

@@ -38,15 +38,6 @@ pub(crate) struct ControlAccess {
     secret: Secret,
 }
 
-/// What a control connection's token turned out to be in the handshake.
-#[derive(Debug, PartialEq)]
-pub(crate) enum ControlToken {
-    /// Admitted: this machine's own token, or a pool without tokens.
-    Owner,
-    /// Another token: admitted only if the global RM says it has power admin.
-    ToCheck(String),
-}
-
 impl ControlAccess {
     pub(crate) fn new(own_token: Option<String>, global: String, secret: Secret) -> ControlAccess {
         ControlAccess {
@@ -56,19 +47,19 @@ impl ControlAccess {
         }
     }
 
-    /// The handshake's part of the check: a pool with tokens refuses a
-    /// control connection that presents none, saying what it needs.
-    pub(crate) fn admit(&self, token: Option<&str>) -> Result<ControlToken, String> {
+    /// Whether a control connection presenting `token` may open (checked
+    /// in its handshake, so that a refusal reaches the client): a pool
+    /// without tokens admits it; else it needs this machine's own daemon
+    /// token or one the global RM says has power admin.
+    pub(crate) async fn admit(&self, token: Option<&str>) -> Result<(), String> {
         let Some(own) = &self.own_token else {
-            return Ok(ControlToken::Owner);
+            return Ok(());
         };
         match token {
             // Compared through their digests, so that the time taken says
             // nothing of how much of the daemon's token a guess got right.
-            Some(t) if Sha256::digest(t.trim()) == Sha256::digest(own.trim()) => {
-                Ok(ControlToken::Owner)
-            }
-            Some(t) => Ok(ControlToken::ToCheck(t.to_string())),
+            Some(t) if Sha256::digest(t.trim()) == Sha256::digest(own.trim()) => Ok(()),
+            Some(t) => self.check_admin(t).await,
             None => Err(
                 "a control connection needs this machine's daemon token or a token with power admin; none was presented"
                     .into(),
@@ -79,7 +70,7 @@ impl ControlAccess {
     /// Asks the global RM whether `token` has power admin (its answer to an
     /// admin-only request, `carmi token list`, made with that token: a
     /// forged, expired or revoked token is refused in that handshake).
-    pub(crate) async fn check_admin(&self, token: &str) -> Result<(), String> {
+    async fn check_admin(&self, token: &str) -> Result<(), String> {
         let secret = self.secret.clone().with_token(Some(token.to_string()));
         let ask = ToGlobal::Tokens(TokenRequest::List);
         match carmi_api::admin::request(&self.global, &secret, None, ask).await {
@@ -96,13 +87,10 @@ impl ControlAccess {
     }
 }
 
-/// Serves one control connection whose handshake is done, once its token
-/// is good (an admin's, checked with the global RM first; a refusal is
-/// logged and closes the connection).
+/// Serves one control connection whose handshake is done.
 pub(crate) async fn serve<R, W>(
     mut reader: ConnReader<ToLocalControl, R>,
     mut writer: ConnWriter<FromLocalControl, W>,
-    (token, access): (ControlToken, &ControlAccess),
     peer: SocketAddr,
     inputs: mpsc::Sender<Input>,
     mut stop: watch::Receiver<bool>,
@@ -110,12 +98,6 @@ pub(crate) async fn serve<R, W>(
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    if let ControlToken::ToCheck(token) = token
-        && let Err(why) = access.check_admin(&token).await
-    {
-        tracing::warn!(%peer, "control connection refused: {why}");
-        return;
-    }
     tracing::info!(%peer, "control connection opened");
     loop {
         let frame = tokio::select! {

@@ -168,10 +168,16 @@ async fn a_control_connection_needs_the_machines_daemon_token_or_an_admin_token(
         refused.contains("daemon token or a token with power admin"),
         "{refused}"
     );
+    // Refused in the handshake, so the client is told why.
     let carol = token(&pool, "carol", Power::Read);
-    assert!(control(&pool, Some(&carol)).await.is_err());
+    let refused = control(&pool, Some(&carol)).await.unwrap_err();
+    assert!(
+        refused.contains("daemon token or power admin") && refused.contains("`carol` (power read)"),
+        "{refused}"
+    );
     let bob = token(&pool, "bob", Power::Submit);
-    assert!(control(&pool, Some(&bob)).await.is_err());
+    let refused = control(&pool, Some(&bob)).await.unwrap_err();
+    assert!(refused.contains("`bob` (power submit)"), "{refused}");
     let log = std::fs::read_to_string(pool.dir.join("m0.log")).unwrap();
     assert!(
         log.contains("control connection refused") && log.contains("`carol` (power read)"),
