@@ -188,3 +188,54 @@ async fn a_control_connection_needs_the_machines_daemon_token_or_an_admin_token(
         .await
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_power_may_start_a_job_or_drive_the_owner_as_the_table_says() {
+    let pool = Pool::start("authz-local-matrix", 1, &[vec![]]);
+    pool.wait_registered();
+    // (identity, power, start a job at m0's local RM, open its control connection)
+    let rows = [
+        ("carol", Power::Read, false, false),
+        ("alice", Power::Submit, true, false),
+        ("m9", Power::Daemon, false, false),
+        ("root", Power::Admin, true, true),
+    ];
+    for (who, power, may_start, may_control) in rows {
+        let path = pool.dir.join(format!("{who}.token"));
+        let machine = (power == Power::Daemon).then_some("m9");
+        pool.token_file(&path, who, power, machine, 3600);
+        let row = format!("{who} ({power})");
+        match start_job(&pool, Some(&path)).await {
+            Ok((app, _events)) => {
+                assert!(may_start, "{row} started a job");
+                assert_eq!(owner_of(&pool, app.job().0), who, "{row}");
+            }
+            Err(e) => {
+                assert!(!may_start, "{row} refused: {e}");
+                let needles = [
+                    who,
+                    power.name(),
+                    "may not start a job",
+                    "needs power submit",
+                ];
+                assert!(needles.iter().all(|n| e.contains(n)), "{row}: {e}");
+            }
+        }
+        let control = control(&pool, Some(&path)).await;
+        assert_eq!(control.is_ok(), may_control, "{row} control: {control:?}");
+        if let Err(e) = control {
+            assert!(
+                e.contains(&format!("`{who}` (power {power})")),
+                "{row}: {e}"
+            );
+        }
+    }
+    // m0's own daemon token drives its owner, and starts no job.
+    let own = pool.dir.join("m0.token");
+    control(&pool, Some(&own)).await.unwrap();
+    let refused = start_job(&pool, Some(&own)).await.err().unwrap();
+    assert!(
+        refused.contains("`m0` (power daemon) may not start a job"),
+        "{refused}"
+    );
+}
