@@ -148,10 +148,22 @@ async fn connection(
         let access = &access;
         async move {
             crate::jobcred::admit(&role, key)?;
-            if role == Role::Admin {
-                access.admit(token.as_deref()).await.inspect_err(|why| {
-                    tracing::warn!(%peer, "control connection refused: {why}");
-                })?;
+            let what = match &role {
+                Role::Admin => Some("a control connection".to_string()),
+                // A job's processes prove its credential; joining it with
+                // the pool secret is for the machine's owner and admins.
+                Role::Application { job: Some(j), .. } if key.is_none() => {
+                    Some(format!("joining job {j} without its credential"))
+                }
+                _ => None,
+            };
+            if let Some(what) = what {
+                access
+                    .admit(&what, token.as_deref())
+                    .await
+                    .inspect_err(|why| {
+                        tracing::warn!(%peer, "connection refused: {why}");
+                    })?;
             }
             Ok(token)
         }

@@ -47,11 +47,12 @@ impl ControlAccess {
         }
     }
 
-    /// Whether a control connection presenting `token` may open (checked
-    /// in its handshake, so that a refusal reaches the client): a pool
-    /// without tokens admits it; else it needs this machine's own daemon
-    /// token or one the global RM says has power admin.
-    pub(crate) async fn admit(&self, token: Option<&str>) -> Result<(), String> {
+    /// Whether a connection presenting `token` may do `what` (open a
+    /// control connection, join a job without its credential): checked in
+    /// its handshake, so that a refusal reaches the client. A pool without
+    /// tokens admits it; else it needs this machine's own daemon token or
+    /// one the global RM says has power admin.
+    pub(crate) async fn admit(&self, what: &str, token: Option<&str>) -> Result<(), String> {
         let Some(own) = &self.own_token else {
             return Ok(());
         };
@@ -59,24 +60,23 @@ impl ControlAccess {
             // Compared through their digests, so that the time taken says
             // nothing of how much of the daemon's token a guess got right.
             Some(t) if Sha256::digest(t.trim()) == Sha256::digest(own.trim()) => Ok(()),
-            Some(t) => self.check_admin(t).await,
-            None => Err(
-                "a control connection needs this machine's daemon token or a token with power admin; none was presented"
-                    .into(),
-            ),
+            Some(t) => self.check_admin(what, t).await,
+            None => Err(format!(
+                "{what} needs this machine's daemon token or a token with power admin; none was presented"
+            )),
         }
     }
 
     /// Asks the global RM whether `token` has power admin (its answer to an
     /// admin-only request, `carmi token list`, made with that token: a
     /// forged, expired or revoked token is refused in that handshake).
-    async fn check_admin(&self, token: &str) -> Result<(), String> {
+    async fn check_admin(&self, what: &str, token: &str) -> Result<(), String> {
         let secret = self.secret.clone().with_token(Some(token.to_string()));
         let ask = ToGlobal::Tokens(TokenRequest::List);
         match carmi_api::admin::request(&self.global, &secret, None, ask).await {
             Ok(FromGlobal::Tokens(_)) => Ok(()),
             Ok(FromGlobal::AdminFailed(f)) => Err(format!(
-                "a control connection needs this machine's daemon token or power admin; the global RM says: {}",
+                "{what} needs this machine's daemon token or power admin; the global RM says: {}",
                 f.message
             )),
             Ok(other) => Err(format!(

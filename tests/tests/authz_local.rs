@@ -97,6 +97,18 @@ async fn a_new_job_needs_a_token_that_may_submit_and_is_owned_by_its_identity() 
         log.contains("`carol` (power read) may not start a job"),
         "{log}"
     );
+    // Nor may it join another's job by declaring it, without that job's
+    // credential (with the pool secret alone, or a token without admin).
+    for file in [None, Some(carol.as_path())] {
+        let mut opts = ConnectOptions::new(pool.locals[0].app_addr.clone(), secret(&pool, file));
+        opts.job = Some(other.job());
+        let refused = connect(opts).await.err().unwrap().to_string();
+        let job = other.job();
+        assert!(
+            refused.contains(&format!("joining job {job} without its credential needs")),
+            "{refused}"
+        );
+    }
     // Each refusal closed its own connection only.
     still_served(&other, &mut other_events).await;
 
@@ -180,7 +192,8 @@ async fn a_control_connection_needs_the_machines_daemon_token_or_an_admin_token(
     assert!(refused.contains("`bob` (power submit)"), "{refused}");
     let log = std::fs::read_to_string(pool.dir.join("m0.log")).unwrap();
     assert!(
-        log.contains("control connection refused") && log.contains("`carol` (power read)"),
+        log.contains("connection refused: a control connection needs")
+            && log.contains("`carol` (power read)"),
         "{log}"
     );
     control(&pool, Some(&pool.admin_token)).await.unwrap();
