@@ -385,6 +385,30 @@ where
     C: FnOnce(Option<JobId>) -> Result<Secret, String>,
     F: FnOnce(&Role, Option<&str>, Option<JobId>) -> Result<T, String>,
 {
+    let admit = |role: Role, token: Option<String>, key| {
+        std::future::ready(admit(&role, token.as_deref(), key))
+    };
+    server_keyed_async(r, w, choose, binding, admit).await
+}
+
+/// [`server_keyed`] whose `admit` may wait (a local RM asks the global RM
+/// whether a token has a power): it is given the role and the token once
+/// the client has proved its key, and its refusal reaches the client. The
+/// whole handshake, `admit` included, ends within [`HANDSHAKE_TIMEOUT`].
+pub async fn server_keyed_async<R, W, C, F, A, T>(
+    r: &mut FrameReader<R>,
+    w: &mut W,
+    choose: C,
+    binding: &[u8],
+    admit: F,
+) -> Result<(Role, T), HandshakeError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+    C: FnOnce(Option<JobId>) -> Result<Secret, String>,
+    F: FnOnce(Role, Option<String>, Option<JobId>) -> A,
+    A: std::future::Future<Output = Result<T, String>>,
+{
     tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
         let saved_max = std::mem::replace(r.max_mut(), HANDSHAKE_MAX_FRAME);
         let result = server_inner(r, w, choose, binding, admit).await;
@@ -405,7 +429,7 @@ pub async fn refuse<W: AsyncWrite + Unpin>(w: &mut W, reason: &str) -> std::io::
     write_frame(w, &refused, &[]).await
 }
 
-async fn server_inner<R, W, C, F, T>(
+async fn server_inner<R, W, C, F, A, T>(
     r: &mut FrameReader<R>,
     w: &mut W,
     choose: C,
@@ -416,7 +440,8 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
     C: FnOnce(Option<JobId>) -> Result<Secret, String>,
-    F: FnOnce(&Role, Option<&str>, Option<JobId>) -> Result<T, String>,
+    F: FnOnce(Role, Option<String>, Option<JobId>) -> A,
+    A: std::future::Future<Output = Result<T, String>>,
 {
     let Hs::Hello {
         version,
@@ -483,7 +508,7 @@ where
         let _ = write_frame(w, &Hs::Refused { reason }, &[]).await;
         return Err(HandshakeError::BadProof);
     }
-    let kept = match admit(&role, token.as_deref(), job_key) {
+    let kept = match admit(role.clone(), token, job_key).await {
         Ok(kept) => kept,
         Err(reason) => {
             let _ = write_frame(

@@ -132,10 +132,15 @@ pub enum Record {
     Attached {
         /// The job.
         job: JobId,
-        /// The machine the root process attached at (also the job's owner).
+        /// The machine the root process attached at (also the job's owner
+        /// when `owner` is absent).
         machine: String,
         /// The root process: the job ends when it leaves.
         root: ProcessId,
+        /// The identity whose token started the job (absent in a pool
+        /// without tokens, and in journals older than this field).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        owner: Option<String>,
     },
     /// A job defined or redefined a class at run time (`DefineClass`); replayed
     /// so that its recovered processes find their class again. One that failed

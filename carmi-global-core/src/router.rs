@@ -263,6 +263,11 @@ pub struct Router {
     out: Vec<Output>,
     /// What each admin connection's token lets it do (`router/authz.rs`).
     identities: HashMap<LinkId, carmi_proto::authz::Identity>,
+    /// What the driver found of the token an application presented to
+    /// start a new job (`AppAttach` without a job), by its local RM's link
+    /// and connection, until that `AppAttach` takes it.
+    app_identities:
+        HashMap<(LinkId, carmi_proto::ids::ConnId), Result<carmi_proto::authz::Identity, String>>,
     /// The allocation queues (`carmi alloc`, `router/pilots.rs`).
     pilots: crate::alloc_queue::AllocQueues,
     /// Dry runs waiting for their pilot, by number: the admin connection to answer.
@@ -308,6 +313,7 @@ impl Router {
             next_job: 1,
             out: Vec::new(),
             identities: HashMap::new(),
+            app_identities: HashMap::new(),
             pilots: crate::alloc_queue::AllocQueues::new(Default::default()),
             dry_runs: HashMap::new(),
             next_waiter: 1,
@@ -422,6 +428,7 @@ impl Router {
         self.advance(now);
         let role = self.links.remove(&link);
         self.identities.remove(&link);
+        self.app_identities.retain(|&(l, _), _| l != link);
         match role {
             Some(LinkRole::Machine(_)) => self.settle_log_reads(),
             Some(LinkRole::Admin) => self.forget_log_reads(link),
@@ -509,7 +516,9 @@ impl Router {
                 job,
                 process,
                 endpoint,
+                token: _,
             } => {
+                // The token was checked by the driver (`on_app_identity`).
                 let (job, process) = self.sane_attach_ids(&name, job, process);
                 self.app_attach(link, &name, conn, job, process, endpoint)
             }

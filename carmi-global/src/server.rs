@@ -168,6 +168,12 @@ enum Cmd {
         /// When the frame was read.
         at: Instant,
     },
+    /// What a new job's token proved, before its `AppAttach` (`conn::app_identity`).
+    AppIdentity(
+        LinkId,
+        carmi_api::ids::ConnId,
+        Result<carmi_api::authz::Identity, String>,
+    ),
     Stored(ExecutableRef),
     Staging(StageInput),
     /// The dashboard asks what `Status` and `Queue`, or `MachineAds`, would answer.
@@ -617,6 +623,7 @@ fn handle(
             }
         }
         Cmd::Reply { link, msg } => send_or_kick(links, link, *msg),
+        Cmd::AppIdentity(link, conn, verdict) => router.on_app_identity(link, conn, verdict),
         Cmd::Message { link, msg, at } => {
             router.on_decoded(link, *msg, at.saturating_duration_since(start))
         }

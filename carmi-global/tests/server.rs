@@ -164,6 +164,7 @@ impl Peer {
             job: None,
             process: None,
             endpoint: "127.0.0.1:1".into(),
+            token: None,
         })
         .await;
         match self.recv().await {

@@ -159,6 +159,9 @@ struct App {
     declared_job: Option<JobId>,
     declared_process: Option<ProcessId>,
     endpoint: String,
+    /// The token it presented, kept for a new job only (no declared job):
+    /// the global RM checks it at each announcement until it attaches.
+    token: Option<String>,
     /// Given by the global RM.
     attached: Option<(JobId, ProcessId)>,
     /// Whether the current global connection has been told about it.
@@ -449,6 +452,7 @@ impl Core {
             }
             FromGlobal::Attached { conn, job, process } => self.on_attached(conn, job, process),
             FromGlobal::JobGone { conn, job, reason } => self.on_job_gone(conn, job, reason),
+            FromGlobal::AttachRefused { conn, reason } => self.on_attach_refused(conn, reason),
             FromGlobal::Deliver { conn, event } => {
                 if let Some(app) = self.apps.get_mut(&conn) {
                     let answered = event.request();
@@ -673,3 +677,7 @@ mod log_tests;
 #[cfg(test)]
 #[path = "node_unanswered_tests.rs"]
 mod unanswered_tests;
+
+#[cfg(test)]
+#[path = "node_token_tests.rs"]
+mod token_tests;

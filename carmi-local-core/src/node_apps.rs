@@ -31,6 +31,9 @@ impl Core {
             None => (app.declared_job, app.declared_process),
         };
         let endpoint = app.endpoint.clone();
+        // A known job's process proved its credential; a new job's token is
+        // the global RM's to check.
+        let token = app.token.clone().filter(|_| job.is_none());
         let unanswered = std::mem::take(&mut app.unanswered);
         self.send(
             ToGlobal::AppAttach {
@@ -38,6 +41,7 @@ impl Core {
                 job,
                 process,
                 endpoint,
+                token,
             },
             Bytes::new(),
         );
@@ -137,7 +141,8 @@ impl Core {
         }
     }
 
-    /// An application finished its handshake on connection `conn`.
+    /// An application finished its handshake on connection `conn`, without
+    /// a token.
     pub fn on_app_connected(
         &mut self,
         conn: ConnId,
@@ -145,12 +150,26 @@ impl Core {
         process: Option<ProcessId>,
         endpoint: String,
     ) {
+        self.on_app_connected_with(conn, (job, process), endpoint, None);
+    }
+
+    /// An application finished its handshake on connection `conn`,
+    /// declaring `job` and `process`, presenting `token` (passed on to the
+    /// global RM when it starts a new job, which needs power `submit`).
+    pub fn on_app_connected_with(
+        &mut self,
+        conn: ConnId,
+        (job, process): (Option<JobId>, Option<ProcessId>),
+        endpoint: String,
+        token: Option<String>,
+    ) {
         self.apps.insert(
             conn,
             App {
                 declared_job: job,
                 declared_process: process,
                 endpoint,
+                token: token.filter(|_| job.is_none()),
                 attached: None,
                 announced: false,
                 unanswered: Vec::new(),
@@ -205,11 +224,32 @@ impl Core {
     /// fail with `reason`, it is told, and its connection is closed, so that
     /// it never waits for answers that cannot come.
     pub(super) fn on_job_gone(&mut self, conn: ConnId, job: JobId, reason: String) {
+        tracing::info!(%conn, %job, "{reason}; closing the application's connection");
+        let last = FromLocal::JobEnded {
+            job,
+            reason: reason.clone(),
+        };
+        self.end_app(conn, reason, last);
+    }
+
+    /// The global RM refused the application on `conn` (a new job without
+    /// a token that may submit): it is told why, and only its connection
+    /// is closed.
+    pub(super) fn on_attach_refused(&mut self, conn: ConnId, reason: String) {
+        tracing::warn!(%conn, "the global RM refused an application: {reason}");
+        let last = FromLocal::Refused {
+            reason: reason.clone(),
+        };
+        self.end_app(conn, reason, last);
+    }
+
+    /// Fails the unanswered and held requests of the application on `conn`
+    /// with `reason`, sends it `last` and closes its connection.
+    fn end_app(&mut self, conn: ConnId, reason: String, last: FromLocal) {
         let Some(app) = self.apps.remove(&conn) else {
-            tracing::debug!(%conn, %job, "job ended for a connection that is gone");
+            tracing::debug!(%conn, "{reason}: for a connection that is gone");
             return;
         };
-        tracing::info!(%conn, %job, "{reason}; closing the application's connection");
         let held = app.held.iter().map(|&(id, _, _)| id);
         for request in app.unanswered.iter().copied().chain(held) {
             let failure = Failure {
@@ -218,7 +258,7 @@ impl Core {
             };
             self.send_app(conn, FromLocal::Event(Event::Failed { request, failure }));
         }
-        self.send_app(conn, FromLocal::JobEnded { job, reason });
+        self.send_app(conn, last);
         self.effects.push(Effect::CloseApp(conn));
     }
 

@@ -150,7 +150,8 @@ fn application_attach_forward_and_deliver() {
             conn,
             job: None,
             process: None,
-            endpoint: "127.0.0.1:7000".into()
+            endpoint: "127.0.0.1:7000".into(),
+            token: None,
         }
     );
     h.global(FromGlobal::Attached {
@@ -453,7 +454,8 @@ fn losing_the_global_rm_keeps_processes_and_reports_later() {
             conn,
             job: Some(JobId(1)),
             process: Some(ProcessId(1)),
-            endpoint: "e".into()
+            endpoint: "e".into(),
+            token: None,
         }
     );
     for id in [4, 5] {

@@ -25,6 +25,7 @@ use carmi_api::tls::{Acceptor, Stream};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, mpsc, watch};
 
+use crate::control::ControlAccess;
 use crate::input::{AppTx, Input, stopped};
 use crate::jobcred::JobCreds;
 
@@ -46,8 +47,7 @@ pub const APP_LIMITS: ConnLimits = ConnLimits {
 /// Accepts application connections until `stop` turns true.
 pub(crate) async fn serve(
     (listener, tls): (TcpListener, Acceptor),
-    secret: Secret,
-    creds: JobCreds,
+    (secret, creds, access): (Secret, JobCreds, ControlAccess),
     queue: usize,
     inputs: mpsc::Sender<Input>,
     mut stop: watch::Receiver<bool>,
@@ -68,7 +68,7 @@ pub(crate) async fn serve(
                     };
                     let conn = ConnId(next_conn);
                     next_conn += 1;
-                    let keys = (secret.clone(), creds.clone());
+                    let keys = (secret.clone(), creds.clone(), access.clone());
                     let admitted = (ticket, gate.clone());
                     let opened = (stream, tls.clone());
                     tokio::spawn(connection(opened, peer, conn, keys, admitted, queue, inputs.clone(), stop.clone()));
@@ -85,13 +85,43 @@ pub(crate) async fn serve(
     }
 }
 
+/// Opens TLS on `stream` under the gate too: a flood of silent connections
+/// is evicted before it ever sends a ClientHello. `None`: refused (noted at
+/// the gate).
+async fn open_tls(
+    stream: TcpStream,
+    tls: &Acceptor,
+    peer: SocketAddr,
+    (ticket, gate): (&mut Ticket, &Gate),
+) -> Option<Stream> {
+    let opened = tokio::select! {
+        o = tokio::time::timeout(handshake::HANDSHAKE_TIMEOUT, tls.accept(stream, false)) => o,
+        _ = ticket.evicted() => {
+            gate.note_refusal(peer.ip(), "TLS dropped to make room for newer connections (max_handshaking)");
+            return None;
+        }
+    };
+    match opened {
+        Ok(Ok(s)) => Some(s),
+        Ok(Err(e)) => {
+            let why = format!("application connection refused before its handshake: {e}");
+            gate.note_refusal(peer.ip(), &why);
+            None
+        }
+        Err(_) => {
+            gate.note_refusal(peer.ip(), "application connection did not open TLS in time");
+            None
+        }
+    }
+}
+
 // The connection's parts, each its own argument: grouping them would only rename them.
 #[allow(clippy::too_many_arguments)]
 async fn connection(
     (stream, tls): (TcpStream, Acceptor),
     peer: SocketAddr,
     conn: ConnId,
-    (secret, creds): (Secret, JobCreds),
+    (secret, creds, access): (Secret, JobCreds, ControlAccess),
     // Its place at the gate, held for the connection's life.
     (mut ticket, gate): (Ticket, Arc<Gate>),
     queue: usize,
@@ -99,40 +129,49 @@ async fn connection(
     mut stop: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
-    // TLS is opened under the gate too: a flood of silent connections is
-    // evicted before it ever sends a ClientHello.
-    let opened = tokio::select! {
-        o = tokio::time::timeout(handshake::HANDSHAKE_TIMEOUT, tls.accept(stream, false)) => o,
-        _ = ticket.evicted() => {
-            gate.note_refusal(peer.ip(), "TLS dropped to make room for newer connections (max_handshaking)");
-            return;
-        }
-    };
-    let Stream {
+    let Some(Stream {
         reader,
         writer,
         binding,
-    } = match opened {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            let why = format!("application connection refused before its handshake: {e}");
-            gate.note_refusal(peer.ip(), &why);
-            return;
-        }
-        Err(_) => {
-            gate.note_refusal(peer.ip(), "application connection did not open TLS in time");
-            return;
-        }
+    }) = open_tls(stream, &tls, peer, (&mut ticket, &gate)).await
+    else {
+        return;
     };
     let mut link: Conn<FromLocal, ToLocal> = Conn::new(reader, writer);
     // Other roles are refused inside the handshake, so that the client is
     // told why; a job's credential opens that job's applications only.
     let choose = |key| creds.choose(&secret, key);
-    let admit = |role: &Role, _token: Option<&str>, key| crate::jobcred::admit(role, key);
+    // A control connection needs the machine's daemon token or an admin's;
+    // a new job's token goes to the global RM, which decides (it knows the
+    // revocations); a known job's process proved its credential.
+    let admit = |role: Role, token: Option<String>, key| {
+        let access = &access;
+        async move {
+            crate::jobcred::admit(&role, key)?;
+            let what = match &role {
+                Role::Admin => Some("a control connection".to_string()),
+                // A job's processes prove its credential; joining it with
+                // the pool secret is for the machine's owner and admins.
+                Role::Application { job: Some(j), .. } if key.is_none() => {
+                    Some(format!("joining job {j} without its credential"))
+                }
+                _ => None,
+            };
+            if let Some(what) = what {
+                access
+                    .admit(&what, token.as_deref())
+                    .await
+                    .inspect_err(|why| {
+                        tracing::warn!(%peer, "connection refused: {why}");
+                    })?;
+            }
+            Ok(token)
+        }
+    };
     let (hs_reader, hs_writer) = link.parts_mut();
-    let role = tokio::select! {
-        res = handshake::server_keyed(hs_reader, hs_writer, choose, &binding, admit) => match res {
-            Ok((role, ())) => role,
+    let (role, token) = tokio::select! {
+        res = handshake::server_keyed_async(hs_reader, hs_writer, choose, &binding, admit) => match res {
+            Ok(admitted) => admitted,
             Err(e) => {
                 gate.note_refusal(peer.ip(), &format!("application handshake failed: {e}"));
                 return;
@@ -168,6 +207,7 @@ async fn connection(
         job,
         process,
         endpoint,
+        token,
         out: AppTx {
             tx,
             kick: kick.clone(),

@@ -5,17 +5,87 @@
 //! [`FromLocalControl`],
 //! in order. The client side, [`OwnerLink`], is in `carmi_api::control`
 //! (re-exported here under its old path).
+//!
+//! Who may open one ([`ControlAccess`], `docs/security.md`): in a pool with
+//! tokens, the machine's owner, who holds this local RM's own daemon token,
+//! or an admin, whose token the global RM checks (it knows the
+//! revocations: a local RM cannot verify a token's signature). In a pool
+//! without tokens (this local RM has none), whoever knows the pool secret.
 
 use std::net::SocketAddr;
 
+use carmi_api::authz::TokenRequest;
 use carmi_api::conn::{ConnReader, ConnWriter};
-use carmi_api::msg::{FromLocalControl, ToLocalControl};
+use carmi_api::handshake::Secret;
+use carmi_api::msg::{FromGlobal, FromLocalControl, ToGlobal, ToLocalControl};
+use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot, watch};
 
 pub use carmi_api::control::{ControlError, OwnerLink};
 
 use crate::input::{Input, stopped};
+
+/// Who may open a control connection to this local RM (see the module
+/// documentation).
+#[derive(Clone)]
+pub(crate) struct ControlAccess {
+    /// This local RM's own daemon token (`None`: a pool without tokens).
+    own_token: Option<String>,
+    /// The global RM, which checks an admin's token.
+    global: String,
+    /// The pool secret, to reach the global RM with the admin's token.
+    secret: Secret,
+}
+
+impl ControlAccess {
+    pub(crate) fn new(own_token: Option<String>, global: String, secret: Secret) -> ControlAccess {
+        ControlAccess {
+            own_token,
+            global,
+            secret,
+        }
+    }
+
+    /// Whether a connection presenting `token` may do `what` (open a
+    /// control connection, join a job without its credential): checked in
+    /// its handshake, so that a refusal reaches the client. A pool without
+    /// tokens admits it; else it needs this machine's own daemon token or
+    /// one the global RM says has power admin.
+    pub(crate) async fn admit(&self, what: &str, token: Option<&str>) -> Result<(), String> {
+        let Some(own) = &self.own_token else {
+            return Ok(());
+        };
+        match token {
+            // Compared through their digests, so that the time taken says
+            // nothing of how much of the daemon's token a guess got right.
+            Some(t) if Sha256::digest(t.trim()) == Sha256::digest(own.trim()) => Ok(()),
+            Some(t) => self.check_admin(what, t).await,
+            None => Err(format!(
+                "{what} needs this machine's daemon token or a token with power admin; none was presented"
+            )),
+        }
+    }
+
+    /// Asks the global RM whether `token` has power admin (its answer to an
+    /// admin-only request, `carmi token list`, made with that token: a
+    /// forged, expired or revoked token is refused in that handshake).
+    async fn check_admin(&self, what: &str, token: &str) -> Result<(), String> {
+        let secret = self.secret.clone().with_token(Some(token.to_string()));
+        let ask = ToGlobal::Tokens(TokenRequest::List);
+        match carmi_api::admin::request(&self.global, &secret, None, ask).await {
+            Ok(FromGlobal::Tokens(_)) => Ok(()),
+            Ok(FromGlobal::AdminFailed(f)) => Err(format!(
+                "{what} needs this machine's daemon token or power admin; the global RM says: {}",
+                f.message
+            )),
+            Ok(other) => Err(format!(
+                "the global RM could not say whether the token may (it sent {other:?})"
+            )),
+            Err(e) => Err(format!("the global RM did not vouch for the token: {e}")),
+        }
+    }
+}
 
 /// Serves one control connection whose handshake is done.
 pub(crate) async fn serve<R, W>(

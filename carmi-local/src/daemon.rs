@@ -38,6 +38,7 @@ use tokio::time::Instant;
 
 use crate::cache::ExeCache;
 use crate::config::{OwnerSource, Settings};
+use crate::control::ControlAccess;
 use crate::global::{GlobalConfig, GlobalLink};
 use crate::input::{AppTx, Input};
 use crate::jobcred::JobCreds;
@@ -180,8 +181,11 @@ impl Daemon {
         let tls = carmi_api::tls::Acceptor::generate().map_err(Error::Tls)?;
         tokio::spawn(apps::serve(
             (listener, tls.clone()),
-            secret.clone(),
-            creds.clone(),
+            (
+                secret.clone(),
+                creds.clone(),
+                ControlAccess::new(token.clone(), settings.global.clone(), secret.clone()),
+            ),
             settings.app_queue,
             inputs_tx.clone(),
             links_stop_rx.clone(),

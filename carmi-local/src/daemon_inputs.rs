@@ -68,10 +68,11 @@ impl Driver {
                 job,
                 process,
                 endpoint,
+                token,
                 out,
             } => {
                 self.apps.insert(conn, out);
-                self.core.on_app_connected(conn, job, process, endpoint);
+                (self.core).on_app_connected_with(conn, (job, process), endpoint, token);
             }
             Input::AppRequest { conn, id, body } => self.core.on_app_request(conn, id, body),
             Input::AppUpload {

@@ -40,6 +40,8 @@ pub(crate) enum Input {
         job: Option<JobId>,
         process: Option<ProcessId>,
         endpoint: String,
+        /// The token it presented (for a new job, the global RM checks it).
+        token: Option<String>,
         out: AppTx,
     },
     AppRequest {

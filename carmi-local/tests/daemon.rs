@@ -204,6 +204,7 @@ async fn applications_attach_forward_and_receive_events() {
         job: None,
         process: None,
         endpoint,
+        ..
     } = msg
     else {
         panic!("expected AppAttach, got {msg:?}");

@@ -3,7 +3,6 @@
 use std::time::Duration;
 
 use carmi_api::client::{ConnectOptions, EventStream, Incoming, connect};
-use carmi_api::handshake::Secret;
 use carmi_api::ids::RequestId;
 use carmi_api::msg::{Event, OwnerEvent, SpawnTarget};
 use carmi_pool::{EmbeddedPool, OwnerModel, PoolOptions};
@@ -61,7 +60,8 @@ async fn families(
     pool: &EmbeddedPool,
     hosts: usize,
 ) -> (carmi_api::client::Carmi, EventStream, Vec<u32>) {
-    let secret = Secret::from_file(pool.secret_file()).unwrap();
+    // A new job needs a token that may submit: the pool's admin token.
+    let secret = pool.admin_secret().unwrap();
     let opts = ConnectOptions::new(pool.submit_addr().to_string(), secret);
     let (carmi, mut events) = connect(opts).await.unwrap();
 

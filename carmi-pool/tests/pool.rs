@@ -212,7 +212,11 @@ async fn a_remote_owner_over_the_control_connection_takes_a_host_and_gives_it_ba
     let pool = EmbeddedPool::start(options(2, OwnerModel::None, 600.0))
         .await
         .unwrap();
-    let secret = Secret::from_file(pool.secret_file()).unwrap();
+    // A control connection needs an admin token (or the machine's own).
+    let token = carmi_api::token::read_token_file(pool.token_file()).unwrap();
+    let secret = Secret::from_file(pool.secret_file())
+        .unwrap()
+        .with_token(Some(token));
     let host = &pool.hosts()[1];
     let owner = RemoteOwner::connect(&host.app_addr.to_string(), &secret)
         .await

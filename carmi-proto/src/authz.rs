@@ -83,6 +83,9 @@ pub enum Action<'a> {
     Read(&'static str),
     /// Submit a job.
     Submit,
+    /// Start a new job by hand: an application that connects to a local RM
+    /// without a job (needs what [`Action::Submit`] needs).
+    StartJob,
     /// Remove, hold, release, fetch files of, or read logs of `job`, owned
     /// by `owner` (`None`: the job is unknown, and the answer will say so).
     Manage {
@@ -111,6 +114,7 @@ impl fmt::Display for Action<'_> {
         match self {
             Action::Read(what) => write!(f, "{what}"),
             Action::Submit => f.write_str("submit"),
+            Action::StartJob => f.write_str("start a job"),
             Action::Manage { what, job, .. } => write!(f, "{what} job {job}"),
             Action::Advertise { machine } => write!(f, "advertise machine `{machine}`"),
             Action::Stage => f.write_str("fetch executables"),
@@ -147,7 +151,7 @@ pub fn check(who: &Identity, action: &Action) -> Result<(), Refusal> {
     }
     match *action {
         Action::Read(_) => Ok(()),
-        Action::Submit => match who.power {
+        Action::Submit | Action::StartJob => match who.power {
             Power::Submit => Ok(()),
             _ => Err(refuse("it needs power submit".into())),
         },

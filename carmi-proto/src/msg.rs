@@ -132,6 +132,13 @@ pub enum FromLocal {
         /// Why, for people.
         reason: String,
     },
+    /// The global RM refused this process (sent instead of `Attached`):
+    /// starting a new job needs a token with power `submit`. The local RM
+    /// closes the connection after this.
+    Refused {
+        /// Why, naming the identity, the action and the missing power.
+        reason: String,
+    },
     /// The job's credential (sent before `Attached` to a process that
     /// connected with the pool secret): what its processes prove to each
     /// other and to their local RMs, good for this job only. The text is
@@ -171,6 +178,13 @@ pub enum ToGlobal {
         process: Option<ProcessId>,
         /// Its direct-message endpoint.
         endpoint: String,
+        /// The token the process presented to its local RM, passed on for
+        /// a new job (`job` absent) only: the global RM, which knows the
+        /// revocations, checks that it may submit and makes its identity
+        /// the job's owner. Absent for a process of a known job, which
+        /// proved that job's credential.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        token: Option<String>,
     },
     /// An application process disconnected.
     AppDetach {
@@ -453,6 +467,15 @@ pub enum FromGlobal {
         job: JobId,
         /// The process.
         process: ProcessId,
+    },
+    /// Answer to an `AppAttach` that is refused (a new job without a token
+    /// that may submit): the local RM tells the application
+    /// [`FromLocal::Refused`] and closes that connection only.
+    AttachRefused {
+        /// The connection.
+        conn: ConnId,
+        /// Why, naming the identity, the action and the missing power.
+        reason: String,
     },
     /// The job of the application on `conn` has ended (while it was
     /// attached, or before a reconnection announced it again): the local RM

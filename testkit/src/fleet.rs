@@ -77,6 +77,8 @@ pub struct Fleet {
     /// Heartbeats sent by every machine, for reports.
     heartbeats: Arc<AtomicUsize>,
     next_conn: AtomicUsize,
+    /// What its applications present to start a job (power submit).
+    submit_token: String,
 }
 
 /// An application attached through one machine of a [`Fleet`].
@@ -106,6 +108,7 @@ impl Fleet {
             tasks: JoinSet::new(),
             heartbeats: heartbeats.clone(),
             next_conn: AtomicUsize::new(1),
+            submit_token: token(key, "fleet", Power::Submit, None)?,
         };
         // Each machine beats as soon as it is registered: registering
         // thousands takes longer than the heartbeat bound.
@@ -197,6 +200,7 @@ impl Fleet {
             job: None,
             process: None,
             endpoint: "127.0.0.1:1".into(),
+            token: Some(self.submit_token.clone()),
         };
         m.out
             .send(attach)
@@ -270,10 +274,19 @@ impl FleetApp {
 
 /// A daemon token for machine `name`, good for a day.
 fn daemon_token(key: &SigningKey, name: &str) -> Result<String, FleetError> {
+    token(key, name, Power::Daemon, Some(name))
+}
+
+fn token(
+    key: &SigningKey,
+    name: &str,
+    power: Power,
+    machine: Option<&str>,
+) -> Result<String, FleetError> {
     let grant = Grant {
         identity: name.into(),
-        power: Power::Daemon,
-        machine: Some(name.into()),
+        power,
+        machine: machine.map(Into::into),
         lifetime_s: 24 * 3600,
     };
     key.issue(&grant, carmi_api::token::now_unix())

@@ -214,6 +214,7 @@ fn master_config(pool: &Pool, count: u32) -> MasterConfig {
     cfg.pool = Some(PoolAddr {
         local: pool.locals[0].app_addr.clone(),
         secret_file: pool.secret_path.clone(),
+        token_file: Some(pool.admin_token.clone()),
     });
     cfg
 }

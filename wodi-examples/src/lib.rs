@@ -125,6 +125,7 @@ impl RunPool {
                     addr: PoolAddr {
                         local: local.clone(),
                         secret_file,
+                        token_file: coords.token,
                     },
                 })
             }
@@ -142,6 +143,7 @@ impl RunPool {
                 let addr = PoolAddr {
                     local: pool.submit_addr().to_string(),
                     secret_file: pool.secret_file().to_path_buf(),
+                    token_file: Some(pool.token_file().to_path_buf()),
                 };
                 Ok(RunPool {
                     embedded: Some(pool),

@@ -191,8 +191,9 @@ impl<'a> Wodi<'a> {
             ToWodi::App(FromLocal::Attached { .. }) => self.start(now),
             // The simulated pool has no connections to prove anything on.
             ToWodi::App(FromLocal::Credential { .. }) => {}
-            // The simulated pool ends no job under its master.
-            ToWodi::App(FromLocal::JobEnded { .. }) => {}
+            // The simulated pool ends no job under its master, and has no
+            // tokens to refuse one with.
+            ToWodi::App(FromLocal::JobEnded { .. } | FromLocal::Refused { .. }) => {}
             ToWodi::App(FromLocal::Event(e)) => self.run.carmi_event(e, time(now)),
             ToWodi::Launched {
                 process,

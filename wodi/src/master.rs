@@ -92,13 +92,20 @@ pub enum ServerCommand {
     },
 }
 
-/// Where the pool is: the local RM's address and the pool secret file.
+/// Where the pool is: the local RM's address, the pool secret file and
+/// the user's token file.
 #[derive(Clone, Debug)]
 pub struct PoolAddr {
     /// `host:port` of the local RM.
     pub local: String,
     /// Path of the pool's secret file.
     pub secret_file: PathBuf,
+    /// Path of the file holding the user's token, which the server (the
+    /// job's first process) presents to start the job: in a pool with
+    /// tokens it needs power submit, and the job's owner is its identity.
+    /// `None`: the server finds it as `carmi` does (`CARMI_TOKEN`, the
+    /// embedded pool's, the config file's).
+    pub token_file: Option<PathBuf>,
 }
 
 /// Everything [`Master::init`] needs besides the init data.
@@ -255,6 +262,9 @@ async fn spawn_server(
     if let Some(pool) = &cfg.pool {
         cmd.env(carmi_api::client::ENV_LOCAL, &pool.local)
             .env(carmi_api::client::ENV_SECRET_FILE, &pool.secret_file);
+        if let Some(token) = &pool.token_file {
+            cmd.env(carmi_api::coords::ENV_TOKEN, token);
+        }
     }
     let mut server = cmd
         .spawn()

@@ -125,7 +125,17 @@ impl PoolBuilder {
         self.cfg.pool = Some(PoolAddr {
             local: local.to_string(),
             secret_file: secret_file.into(),
+            token_file: None,
         });
+        self
+    }
+
+    /// The user's token file for the pool set by [`Self::pool`] (else the
+    /// server finds it as `carmi` does: `CARMI_TOKEN`, ...).
+    pub fn pool_token(mut self, token_file: impl Into<PathBuf>) -> Self {
+        if let Some(pool) = &mut self.cfg.pool {
+            pool.token_file = Some(token_file.into());
+        }
         self
     }
 

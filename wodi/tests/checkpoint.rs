@@ -15,6 +15,7 @@ fn master_cmd(pool: &Pool, checkpoint: &str, log: &str, cycles: u64) -> Command 
         .arg(checkpoint)
         .arg(log)
         .arg(cycles.to_string())
+        .env("CARMI_TOKEN", &pool.admin_token)
         .stdin(Stdio::null());
     cmd
 }

@@ -68,6 +68,7 @@ impl Run {
             .arg(&self.log)
             .arg(self.cycles.to_string())
             .args([HOSTS, STEPS, STEP_MS].map(|n| n.to_string()))
+            .env("CARMI_TOKEN", &pool.admin_token)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)

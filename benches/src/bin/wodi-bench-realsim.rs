@@ -407,6 +407,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     let addr = PoolAddr {
         local: pool.submit_addr().to_string(),
         secret_file: pool.secret_file().to_path_buf(),
+        token_file: Some(pool.token_file().to_path_buf()),
     };
     let profile = profile(args.scale);
     // The simulator's settings first: the real master asks for the very

@@ -89,6 +89,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         (Some(local), Some(secret)) => PoolAddr {
             local: local.clone(),
             secret_file: secret.clone(),
+            token_file: None,
         },
         _ => {
             let p = carmi_pool::EmbeddedPool::start(carmi_pool::PoolOptions {
@@ -99,6 +100,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
             let addr = PoolAddr {
                 local: p.submit_addr().to_string(),
                 secret_file: p.secret_file().to_path_buf(),
+                token_file: Some(p.token_file().to_path_buf()),
             };
             _pool = p;
             addr

@@ -91,6 +91,12 @@ pub async fn connect(opts: ConnectOptions) -> Result<(Carmi, EventStream), Conne
                 credential = Some(Secret::new(text.as_bytes()).map_err(ConnectError::Secret)?);
             }
             Ok(Ok(Some((FromLocal::Attached { job, process }, _)))) => break (job, process),
+            Ok(Ok(Some((FromLocal::Refused { reason }, _)))) => {
+                return Err(ConnectError::Refused {
+                    addr: addr.clone(),
+                    reason,
+                });
+            }
             Ok(Ok(Some((other, _)))) => {
                 return Err(not_attached(format!("it sent {other:?} first")));
             }

@@ -74,7 +74,9 @@ impl ConnectOptions {
 
     /// Reads `CARMI_LOCAL`, `CARMI_SECRET_FILE`, `CARMI_JOB`, `CARMI_PROCESS`
     /// and `CARMI_ENDPOINT_HOST`, as the local RM sets them for the processes
-    /// it starts. A program started by hand finds its local RM and secret as
+    /// it starts. A process without a job (it starts one) presents the
+    /// user's token, found as `carmi` finds it (`CARMI_TOKEN`, the embedded
+    /// pool's, the config file's `token`). A program started by hand finds its local RM and secret as
     /// `carmi` does (see [`crate::coords`]): `CARMI_LOCAL`/`CARMI_SECRET`,
     /// then the embedded pool `carmi pool up` runs, then the user's config
     /// file.
@@ -104,6 +106,14 @@ impl ConnectOptions {
             // A process id means the RM started us, and it always says for which job.
             return Err(ConnectError::MissingVar(ENV_JOB));
         }
+        // A new job is started with the user's token (power submit: the
+        // job's owner is its identity); a process of a known job proves
+        // that job's credential instead.
+        let token = match coords.token.filter(|_| job.is_none()) {
+            Some(path) => Some(crate::token::read_token_file(&path).map_err(ConnectError::Token)?),
+            None => None,
+        };
+        let secret = secret.with_token(token);
         Ok(ConnectOptions {
             local,
             secret,
@@ -180,6 +190,10 @@ pub enum ConnectError {
     /// The secret file could not be read or holds no usable secret.
     #[error("pool secret: {0}")]
     Secret(HandshakeError),
+    /// The user's token file (`CARMI_TOKEN`, or the embedded pool's) could
+    /// not be read, or others may read it.
+    #[error("token: {0}")]
+    Token(crate::files::FileError),
     /// The local RM could not be reached.
     #[error("cannot reach the local RM at {addr}: {error}")]
     Unreachable {
@@ -218,6 +232,16 @@ pub enum ConnectError {
         /// The local RM.
         addr: String,
         /// What happened instead.
+        reason: String,
+    },
+    /// The pool refused this process: starting a new job needs a token
+    /// with power `submit` (`CARMI_TOKEN`), and the one given (if any) does
+    /// not have it, or is expired, revoked or not this pool's.
+    #[error("the local RM at {addr} refused this process: {reason}")]
+    Refused {
+        /// The local RM.
+        addr: String,
+        /// Why, naming the identity, the action and the missing power.
         reason: String,
     },
 }

@@ -268,6 +268,8 @@ pub(super) async fn read_loop(shared: Arc<Shared>, mut r: ConnReader<FromLocal, 
             Ok(Some((FromLocal::JobEnded { job, reason }, _))) => {
                 break format!("job {job} ended: {reason}");
             }
+            // Only ever instead of `Attached`; the RM closes the connection after it.
+            Ok(Some((FromLocal::Refused { reason }, _))) => break reason,
             Ok(Some((FromLocal::Credential { job, .. }, _))) => {
                 tracing::warn!(%job, "the local RM sent a credential after Attached; ignored");
             }

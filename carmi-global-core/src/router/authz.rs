@@ -8,7 +8,7 @@
 //! the router's own tests) keeps the old meaning of an admin connection: everything.
 
 use carmi_proto::authz::{Action, Identity, check};
-use carmi_proto::ids::JobId;
+use carmi_proto::ids::{ConnId, JobId};
 use carmi_proto::msg::{FailureCode, ToGlobal};
 use tracing::warn;
 
@@ -19,6 +19,52 @@ impl Router {
     /// right after [`Router::on_link_opened`].
     pub fn on_link_identity(&mut self, link: LinkId, identity: Identity) {
         self.identities.insert(link, identity);
+    }
+
+    /// What the driver found of the token the application on `conn` at the
+    /// local RM of `link` presented to start a new job: its identity, or why
+    /// it is refused (forged, expired, revoked...). Called just before the
+    /// `AppAttach` it came with.
+    pub fn on_app_identity(
+        &mut self,
+        link: LinkId,
+        conn: ConnId,
+        verdict: Result<Identity, String>,
+    ) {
+        self.app_identities.insert((link, conn), verdict);
+    }
+
+    /// The owner of a new job started by the application on `conn` at
+    /// machine `name`: the identity of its token, which must have power
+    /// `submit`, or `None` in a pool without tokens (a machine link that
+    /// proved no identity), where the machine stands for the owner.
+    /// The refusal names the identity, the action and the missing power.
+    pub(super) fn new_job_owner(
+        &mut self,
+        link: LinkId,
+        name: &str,
+        conn: ConnId,
+    ) -> Result<Option<String>, String> {
+        let verdict = self.app_identities.remove(&(link, conn));
+        if !self.identities.contains_key(&link) {
+            return Ok(None);
+        }
+        let refused = |why: String| {
+            warn!(machine = name, %conn, "a new job refused: {why}");
+            Err(format!("permission denied: {why}"))
+        };
+        match verdict {
+            None => refused(format!(
+                "an application at machine `{name}` may not start a job without a token: it needs a token with power submit (give it with CARMI_TOKEN)"
+            )),
+            Some(Err(e)) => refused(format!(
+                "an application at machine `{name}` may not start a job: {e}"
+            )),
+            Some(Ok(who)) => match check(&who, &Action::StartJob) {
+                Ok(()) => Ok(Some(who.name)),
+                Err(refusal) => refused(refusal.to_string()),
+            },
+        }
     }
 
     /// Who submitted `job`, while the router remembers the job.

@@ -295,6 +295,7 @@ fn an_attach_naming_ids_near_the_end_of_the_counters_gets_fresh_ones() {
         job: Some(JobId(job)),
         process: Some(ProcessId(process)),
         endpoint: "127.0.0.1:1".into(),
+        token: None,
     };
     // Before the limit, this moved the job counter to u64::MAX + 1 (a
     // panic, or 0 in a release build: every later id taken).
@@ -398,6 +399,7 @@ fn a_forwarded_request_above_a_limit_is_failed_naming_it() {
         job: None,
         process: None,
         endpoint: "127.0.0.1:1".into(),
+        token: None,
     };
     step(&mut r, |r| r.on_message(m0, attach, Duration::ZERO));
     let forward = |id, body| ToGlobal::Forward {

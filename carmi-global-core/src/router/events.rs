@@ -267,6 +267,7 @@ mod tests {
             job: JobId(1),
             machine: "m".into(),
             root: carmi_proto::ids::ProcessId(1),
+            owner: None,
         };
         let live = Live::of(&[submitted, record]);
         let kept: usize = live

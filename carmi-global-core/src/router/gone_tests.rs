@@ -116,6 +116,7 @@ fn attach(master: ProcessId) -> ToGlobal {
         job: Some(JobId(1)),
         process: Some(master),
         endpoint: "127.0.0.1:1".into(),
+        token: None,
     }
 }
 

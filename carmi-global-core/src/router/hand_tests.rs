@@ -99,6 +99,7 @@ fn hand_started_job() -> (Vec<Record>, ProcessId, ProcessId, HostId, LinkId) {
         job: None,
         process: None,
         endpoint: "127.0.0.1:1".into(),
+        token: None,
     };
     let (sends, records) = step(&mut r, |r| r.on_message(m0, attach, Duration::ZERO));
     let root = match &sends[..] {
@@ -119,7 +120,8 @@ fn hand_started_job() -> (Vec<Record>, ProcessId, ProcessId, HostId, LinkId) {
         [Record::Attached {
             job: JobId(1),
             machine: "m0".into(),
-            root
+            root,
+            owner: None,
         }]
     );
     journal.extend(records);
@@ -178,6 +180,7 @@ fn a_hand_started_job_keeps_its_id_class_and_worker_after_a_restart() {
             job: Some(JobId(1)),
             process: Some(root),
             endpoint: "127.0.0.1:1".into(),
+            token: None,
         };
         let (sends, records) = step(&mut r, |r| r.on_message(m0, attach, Duration::ZERO));
         assert!(records.is_empty(), "{records:?}");

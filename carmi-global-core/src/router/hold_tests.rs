@@ -116,6 +116,7 @@ fn a_held_job_gives_everything_back_and_a_released_one_starts_afresh() {
         job: Some(JobId(1)),
         process: Some(master),
         endpoint: "127.0.0.1:1".into(),
+        token: None,
     };
     msg(&mut r, M0, attach);
     let host = r.allocator().job_hosts(JobId(1))[0];

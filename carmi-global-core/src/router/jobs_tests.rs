@@ -104,6 +104,7 @@ fn a_job_recovered_from_the_journal_keeps_its_running_processes() {
         job: Some(JobId(1)),
         process: Some(master),
         endpoint: "127.0.0.1:1".into(),
+        token: None,
     };
     step(&mut r, |r| r.on_message(m0, attach, Duration::ZERO));
     let spawn = ToGlobal::Forward {

@@ -291,10 +291,18 @@ impl Router {
             // application is told, never quietly given a new job.
             (Some(j), _) => return self.tell_gone(link, conn, j),
             (None, _) => {
+                let owner = match self.new_job_owner(link, name, conn) {
+                    Ok(owner) => owner,
+                    Err(reason) => {
+                        self.send(link, FromGlobal::AttachRefused { conn, reason });
+                        return;
+                    }
+                };
                 let j = JobId(self.next_job);
                 self.next_job += 1;
-                // The protocol carries no user: the submitting machine stands for the owner.
-                self.alloc.on_job_created(j, name);
+                // In a pool without tokens the machine stands for the owner.
+                let owner_name = owner.as_deref().unwrap_or(name);
+                self.alloc.on_job_created(j, owner_name);
                 let id = self.procs.fresh_id();
                 self.procs.insert(id, new_proc(j, true));
                 info!(job = %j, machine = name, "new job");
@@ -304,6 +312,7 @@ impl Router {
                         job: j,
                         machine: name.to_string(),
                         root: id,
+                        owner,
                     }));
                 (j, id)
             }

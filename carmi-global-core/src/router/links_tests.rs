@@ -245,6 +245,7 @@ fn random_messages_never_break_the_router() {
                     [rng.random_range(0..3)],
                 process: [None, Some(process)][rng.random_range(0..2)],
                 endpoint: "e:1".into(),
+                token: None,
             },
             2 => ToGlobal::AppDetach { conn },
             3 => ToGlobal::Started {
@@ -331,6 +332,7 @@ fn a_reconnecting_local_rm_keeps_its_jobs_and_its_processes_exit_codes() {
             job: Some(job),
             process: Some(root),
             endpoint: "10.0.0.1:4000".into(),
+            token: None,
         },
     );
     assert_eq!(

@@ -68,6 +68,7 @@ fn answers_for_a_process_whose_machine_was_lost_arrive_when_it_returns() {
             job: Some(job),
             process: Some(root),
             endpoint: "10.0.0.1:4000".into(),
+            token: None,
         },
     );
     match s.next_send(back) {

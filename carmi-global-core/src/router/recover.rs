@@ -212,10 +212,16 @@ impl Router {
                 self.alloc
                     .exclude_hosts(job, replay_request(), &class, &hosts);
             }
-            Record::Attached { job, machine, root } => {
+            Record::Attached {
+                job,
+                machine,
+                root,
+                owner,
+            } => {
                 self.next_job = self.next_job.max(job.0 + 1);
                 self.procs.reserve_ids_below(root.0 + 1);
-                self.alloc.on_job_created(job, &machine);
+                self.alloc
+                    .on_job_created(job, owner.as_deref().unwrap_or(&machine));
                 self.procs.insert(root, new_proc(job, true));
                 // Expected back with its local RM (`awaiting_roots`).
                 self.awaiting_roots.insert(root, (job, machine));

@@ -25,6 +25,7 @@ pub(super) fn attach(process: Option<ProcessId>) -> ToGlobal {
         job: process.map(|_| JobId(1)),
         process,
         endpoint: "127.0.0.1:1".into(),
+        token: None,
     }
 }
 
@@ -445,6 +446,7 @@ fn a_lookup_waiting_for_a_process_is_answered_after_a_restart() {
         job: Some(JobId(1)),
         process: Some(worker),
         endpoint: "127.0.0.1:2".into(),
+        token: None,
     };
     let answer = Event::Done {
         request: RequestId(4),

@@ -130,6 +130,7 @@ impl Sim {
                 job: None,
                 process: None,
                 endpoint: "10.0.0.1:4000".into(),
+                token: None,
             },
         );
         match self.next_send(SUB) {
@@ -429,6 +430,7 @@ fn spawned_processes_start_attach_are_looked_up_and_exit() {
             job: Some(job),
             process: Some(p),
             endpoint: "10.0.0.2:5000".into(),
+            token: None,
         },
     );
     assert_eq!(

@@ -176,6 +176,25 @@ async fn until_invalid(shared: &Shared, admitted: Option<&Admitted>) -> String {
     }
 }
 
+/// For an `AppAttach` of a new job from a local RM in a pool with tokens:
+/// what the token its application presented proves, checked here because
+/// the authority knows the revocations (a revoked token starts no job,
+/// whatever its local RM thinks of it); the router decides with it.
+fn app_identity(shared: &Shared, link: LinkId, local: bool, msg: &ToGlobal) -> Option<Cmd> {
+    let auth = shared.auth.as_ref().filter(|_| local)?;
+    let ToGlobal::AppAttach {
+        conn,
+        job: None,
+        token: Some(token),
+        ..
+    } = msg
+    else {
+        return None;
+    };
+    let verdict = auth.admit(&Role::Admin, Some(token)).map(|a| a.identity);
+    Some(Cmd::AppIdentity(link, *conn, verdict))
+}
+
 /// Reads frames until the peer closes (`Ok`) or sends something unreadable (`Err`).
 async fn read_frames(
     reader: &mut ConnReader<ToGlobal>,
@@ -306,6 +325,11 @@ async fn read_frames(
                 }
             }
             msg => {
+                if let Some(cmd) = app_identity(shared, link, local, &msg)
+                    && !send(Pending::Ready(cmd))
+                {
+                    return Ok(());
+                }
                 let msg = Box::new(Decoded::new(msg, &shared.router));
                 if !send(Pending::Ready(Cmd::Message { link, msg, at })) {
                     return Ok(());

@@ -51,6 +51,11 @@ enum Command {
         /// The pool's secret file.
         #[arg(long, value_name = "FILE")]
         secret: std::path::PathBuf,
+        /// A token file: in a pool with tokens, a local RM's control
+        /// connection needs an admin token (or that machine's own daemon
+        /// token) [env: CARMI_TOKEN]
+        #[arg(long, value_name = "FILE")]
+        token: Option<std::path::PathBuf>,
         /// Owner model: none, stochastic, or trace:FILE.
         #[arg(long, default_value = "stochastic", value_name = "MODEL")]
         owners: String,
@@ -107,6 +112,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         }
         Command::Drive {
             secret,
+            token,
             owners,
             speedup,
             seed,
@@ -117,7 +123,12 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             if !(speedup.is_finite() && speedup > 0.0) {
                 return Err(format!("--speedup must be positive, got {speedup}").into());
             }
-            let secret = carmi_api::handshake::Secret::from_file(&secret)?;
+            let token =
+                token.or_else(|| std::env::var_os(carmi_api::coords::ENV_TOKEN).map(Into::into));
+            let token = token
+                .map(|t| carmi_api::token::read_token_file(&t))
+                .transpose()?;
+            let secret = carmi_api::handshake::Secret::from_file(&secret)?.with_token(token);
             let runtime = tokio::runtime::Runtime::new()?;
             runtime.block_on(async {
                 let mut targets = Vec::new();

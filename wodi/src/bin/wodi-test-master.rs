@@ -89,6 +89,7 @@ async fn run(a: &[String]) -> anyhow::Result<Result<(), Violation>> {
     cfg.pool = Some(PoolAddr {
         local: local.clone(),
         secret_file: secret.into(),
+        token_file: None,
     });
     cfg.checkpoint = Some(checkpoint.into());
     // A machine killed under a step counts as a crash of that step; the

@@ -1,6 +1,8 @@
 //! Helpers shared by WoDi's end-to-end tests. They take the pool as
 //! `(local_addr, secret_file)`, so a test can point them at any pool: the
-//! `carmi_tests::Pool` harness, an embedded pool, or a real one.
+//! `carmi_tests::Pool` harness, an embedded pool, or a real one. The job
+//! is started with the token `admin.token` beside the secret file, if
+//! there is one (as the test kit writes it), else as `carmi` finds one.
 
 #![allow(dead_code)]
 
@@ -47,6 +49,9 @@ pub fn config(local: &str, secret: &Path, worker: &str, count: u32) -> MasterCon
     cfg.pool = Some(PoolAddr {
         local: local.to_string(),
         secret_file: secret.to_path_buf(),
+        // A test kit's pool keeps its admin token beside its secret: the
+        // server starts the job with it (a pool with tokens needs one).
+        token_file: Some(secret.with_file_name("admin.token")).filter(|t| t.exists()),
     });
     cfg
 }

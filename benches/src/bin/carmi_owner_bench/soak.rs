@@ -255,6 +255,7 @@ async fn run(a: &SoakArgs, pool: &Pool) -> Result<()> {
     cfg.pool = Some(PoolAddr {
         local: pool.locals[0].app_addr.clone(),
         secret_file: pool.secret_path.clone(),
+        token_file: Some(pool.admin_token.clone()),
     });
     cfg.prefetch = 2;
     cfg.suspend_timeout = Duration::from_millis(a.grace_ms);
