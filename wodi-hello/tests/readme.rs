@@ -65,6 +65,7 @@ fn the_program_counts_the_primes_below_100_000_on_a_real_pool() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_primes"))
         .env("CARMI_LOCAL", &pool.locals[0].app_addr)
         .env("CARMI_SECRET_FILE", &pool.secret_path)
+        .env("CARMI_TOKEN", &pool.admin_token)
         .env_remove("CARMI_POOL")
         .env_remove("CARMI_SECRET")
         .stdout(std::process::Stdio::piped())

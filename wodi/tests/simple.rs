@@ -11,6 +11,7 @@ fn map_returns_results_in_order_and_names_the_input_of_a_failed_step() {
         .hosts(3)
         .worker(env!("CARGO_BIN_EXE_wodi-test-worker"), Vec::new())
         .pool(&carmi.locals[0].app_addr, &carmi.secret_path)
+        .pool_token(&carmi.admin_token)
         .init(&"i")
         .configure(|cfg| cfg.server = ServerCommand::Path(env!("CARGO_BIN_EXE_wodi-server").into()))
         .start()

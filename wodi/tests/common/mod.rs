@@ -49,9 +49,15 @@ pub fn config(local: &str, secret: &Path, worker: &str, count: u32) -> MasterCon
     cfg.pool = Some(PoolAddr {
         local: local.to_string(),
         secret_file: secret.to_path_buf(),
-        // A test kit's pool keeps its admin token beside its secret: the
+        // A test kit's pool keeps its admin token beside its secret
+        // (`admin.token`), an embedded pool too (`pool.admin.token`): the
         // server starts the job with it (a pool with tokens needs one).
-        token_file: Some(secret.with_file_name("admin.token")).filter(|t| t.exists()),
+        token_file: [
+            secret.with_file_name("admin.token"),
+            secret.with_extension("admin.token"),
+        ]
+        .into_iter()
+        .find(|t| t.exists()),
     });
     cfg
 }
