@@ -369,11 +369,16 @@ async fn session(
                 Some((msg, payload)) => {
                     // A global RM that stopped reading blocks this write; the
                     // driver's kick must still end the session, and so must
-                    // a shutdown (the driver sends nothing more that would kick).
+                    // a shutdown (the driver sends nothing more that would
+                    // kick), after the same brief grace as the last words below.
+                    let give_up = async {
+                        stopped(stop).await;
+                        tokio::time::sleep(FLUSH_TIMEOUT).await;
+                    };
                     let written = tokio::select! {
                         r = w.send(&msg, &payload) => r.map_err(|e| e.to_string()),
                         _ = kick.notified() => Err("the outgoing queue is full".to_string()),
-                        _ = stopped(stop) => Err("shutting down while the global RM was not reading".to_string()),
+                        _ = give_up => Err("shutting down while the global RM was not reading".to_string()),
                     };
                     if let Err(e) = written {
                         tracing::warn!(error = %e, "cannot write to the global RM; dropping the connection");
