@@ -3,19 +3,13 @@
 //! attached), never for a known job's process; a refusal is told to that
 //! application only, whose connection alone is closed.
 
+use super::unanswered_tests::register;
 use super::*;
 use carmi_proto::msg::Request;
 
 fn registered() -> Core {
     let mut core = Core::new(1);
-    core.on_global_connected("[]".into());
-    core.on_global(
-        FromGlobal::Registered {
-            hosts: vec![HostId(1)],
-            heartbeat_ms: 1000,
-        },
-        Bytes::new(),
-    );
+    register(&mut core);
     core.take_effects();
     core
 }
@@ -43,14 +37,7 @@ fn a_new_jobs_token_goes_to_the_global_rm_until_it_attaches() {
     );
     // Announced again after a reconnection, with its token while unattached.
     core.on_global_lost(Vec::new());
-    core.on_global_connected("[]".into());
-    core.on_global(
-        FromGlobal::Registered {
-            hosts: vec![HostId(1)],
-            heartbeat_ms: 1000,
-        },
-        Bytes::new(),
-    );
+    register(&mut core);
     assert_eq!(
         attach_token(&mut core),
         [(ConnId(1), token), (ConnId(2), None)]

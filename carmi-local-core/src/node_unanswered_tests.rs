@@ -11,6 +11,12 @@ const CONN: ConnId = ConnId(1);
 
 fn registered() -> Core {
     let mut core = Core::new(1);
+    register(&mut core);
+    core
+}
+
+/// Connects `core` to the global RM and registers it with one host.
+pub(super) fn register(core: &mut Core) {
     core.on_global_connected("[]".into());
     core.on_global(
         FromGlobal::Registered {
@@ -19,7 +25,6 @@ fn registered() -> Core {
         },
         Bytes::new(),
     );
-    core
 }
 
 /// What the core sends the global RM, in order (everything else dropped).
@@ -88,14 +93,7 @@ fn requests_without_an_answer_are_named_after_a_reconnection() {
         .collect();
     core.on_global_lost(unsent);
     core.take_effects();
-    core.on_global_connected("[]".into());
-    core.on_global(
-        FromGlobal::Registered {
-            hosts: vec![HostId(1)],
-            heartbeat_ms: 1000,
-        },
-        Bytes::new(),
-    );
+    register(&mut core);
     let sent = to_global(&mut core);
     let at = sent
         .iter()
@@ -117,14 +115,7 @@ fn requests_without_an_answer_are_named_after_a_reconnection() {
     );
     // r4 is told once: a second reconnection names only r5, still unanswered.
     core.on_global_lost(vec![]);
-    core.on_global_connected("[]".into());
-    core.on_global(
-        FromGlobal::Registered {
-            hosts: vec![HostId(1)],
-            heartbeat_ms: 1000,
-        },
-        Bytes::new(),
-    );
+    register(&mut core);
     let sent = to_global(&mut core);
     let told: Vec<_> = sent
         .iter()
@@ -222,14 +213,7 @@ fn requests_made_while_the_global_rm_is_away_are_sent_once_it_is_back() {
         )),
         "nothing failed, nothing sent: {effects:?}"
     );
-    core.on_global_connected("[]".into());
-    core.on_global(
-        FromGlobal::Registered {
-            hosts: vec![HostId(1)],
-            heartbeat_ms: 1000,
-        },
-        Bytes::new(),
-    );
+    register(&mut core);
     let sent = to_global(&mut core);
     let at = sent
         .iter()
