@@ -5,8 +5,7 @@
 //!   binaries and stopped when the [`Pool`] is dropped.
 //! - [`Inbox`]: an application's event stream that keeps what arrives while
 //!   a test waits for something else (RM events come in any order).
-//! - [`FakeGlobal`]: a global RM in the test process that speaks the real
-//!   handshake and frames, for testing a local RM or a tool against it.
+//! - [`FakeGlobal`]: an in-process global RM speaking the real handshake and frames.
 //! - [`Fleet`]: thousands of machines speaking the real protocol to a real
 //!   global RM from tasks of one process (scale tests and `carmi-bench scale`).
 //! - [`scratch`] and [`TempDir`]: scratch directories.
@@ -17,13 +16,13 @@
 //! # Layout
 //! - `lib.rs`: the process pool, scratch directories, test executables, [`take_event`].
 //! - `inbox`: [`Inbox`] and [`InboxError`].
-//! - `fake_global`: [`FakeGlobal`] and its connections, [`GlobalConn`].
-//! - `browser`: [`Browser`].
+//! - `fake_global`: [`FakeGlobal`], [`GlobalConn`]; `browser`: [`Browser`]; `extra_local`: [`ExtraLocal`].
 //! - `netns`: [`netns::Net`], the namespaces and their clean-up; `netpool`: [`NetPool`].
 //! - `fleet`: [`Fleet`], [`FleetApp`].
 //! - `wiretap`: [`Proxy`] (watches and flips bytes), [`listening_ports`].
 
 mod browser;
+mod extra_local;
 mod fake_global;
 mod fleet;
 mod inbox;
@@ -33,6 +32,7 @@ mod recorder;
 mod wiretap;
 
 pub use browser::{Browser, https};
+pub use extra_local::ExtraLocal;
 pub use fake_global::{FAKE_SECRET, FAKE_WAIT, FakeGlobal, GlobalConn};
 pub use fleet::{Fleet, FleetApp, FleetError, FleetOptions};
 pub use inbox::{Inbox, InboxError};

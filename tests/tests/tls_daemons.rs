@@ -5,60 +5,15 @@
 //! every TCP port either daemon listens on, found from `/proc` rather than
 //! from what the daemon prints, refuses the pool handshake in clear.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use carmi_api::frame::FrameReader;
 use carmi_api::handshake::{self, Secret};
 use carmi_api::msg::Role;
 use carmi_api::tls;
-use carmi_api::token::Power;
-use carmi_tests::{Pool, PoolOptions, Proxy, bin_dir, listening_ports, pid_listening_on, text};
+use carmi_tests::{Pool, PoolOptions, Proxy, listening_ports, pid_listening_on, text};
 use tokio::net::TcpStream;
-
-/// A local RM the test started itself (to aim it at a proxy), killed on drop.
-struct Local(Child);
-
-impl Drop for Local {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts local RM `name` of `pool` connecting to the global RM at `global`
-/// (with its own daemon token); the process and its application address.
-fn start_local(pool: &Pool, name: &str, global: &str) -> (Local, String) {
-    let token = pool.dir.join(format!("{name}.token"));
-    pool.token_file(&token, name, Power::Daemon, Some(name), 3600);
-    let log = std::fs::File::create(pool.dir.join(format!("{name}.log"))).unwrap();
-    let mut child = Command::new(bin_dir().join("carmi-local"))
-        .args(["--global", global, "--secret"])
-        .arg(&pool.secret_path)
-        .arg("--token")
-        .arg(&token)
-        .args(["--name", name, "--slots", "1", "--config"])
-        .arg(pool.dir.join("local.toml"))
-        .arg("--work-dir")
-        .arg(pool.dir.join(name))
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::piped())
-        .stderr(log)
-        .spawn()
-        .expect("start carmi-local");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("carmi-local printed {line:?}"))
-        .to_string();
-    (Local(child), addr)
-}
 
 /// How many times `file` (a daemon's log) says `what`.
 fn count(file: &Path, what: &str) -> usize {
@@ -127,7 +82,8 @@ async fn the_link_between_the_daemons_is_tls_and_a_flipped_bit_closes_it() {
     };
     let pool = Pool::start_with("tls-link", 1, &[], options);
     let proxy = Proxy::start(pool.global_addr.clone()).await;
-    let (local, app_addr) = start_local(&pool, "m5", &proxy.addr);
+    let local = pool.start_extra_local("m5", &proxy.addr, &[]);
+    let app_addr = local.addr.clone();
     let m5_log = pool.dir.join("m5.log");
     let global_log = pool.dir.join("global.log");
     until(Duration::from_secs(30), "m5 registers", &pool, || {
@@ -186,7 +142,7 @@ async fn the_link_between_the_daemons_is_tls_and_a_flipped_bit_closes_it() {
         process: None,
         endpoint: "127.0.0.1:9".into(),
     };
-    let ports = tls_only("the local RM", local.0.id(), &pool.secret, &app).await;
+    let ports = tls_only("the local RM", local.pid(), &pool.secret, &app).await;
     let app_port: u16 = app_addr.rsplit_once(':').unwrap().1.parse().unwrap();
     // Its application and control listener, and its staging listener.
     assert!(ports.contains(&app_port) && ports.len() >= 2, "{ports:?}");

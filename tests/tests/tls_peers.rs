@@ -15,9 +15,7 @@
 //!   (`ConnectOptions::endpoint_advertise`).
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use carmi_api::admin::request;
@@ -26,49 +24,7 @@ use carmi_api::exe::sha256_hex;
 use carmi_api::ids::{HostId, RequestId};
 use carmi_api::msg::{Event, ExitStatus, FromGlobal, SpawnTarget, StageStats, StdStream, ToGlobal};
 use carmi_api::tls;
-use carmi_api::token::Power;
-use carmi_tests::{Inbox, Pool, PoolOptions, Proxy, bin_dir, listening_ports, write_executable};
-
-/// A local RM the test started itself (to put a proxy in front of it).
-struct Local(Child);
-
-impl Drop for Local {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts local RM `name` of `pool` with `args` added.
-fn start_local(pool: &Pool, name: &str, args: &[&str]) -> Local {
-    let token = pool.dir.join(format!("{name}.token"));
-    pool.token_file(&token, name, Power::Daemon, Some(name), 3600);
-    let log = std::fs::File::create(pool.dir.join(format!("{name}.log"))).unwrap();
-    let mut child = Command::new(bin_dir().join("carmi-local"))
-        .args(["--global", &pool.global_addr, "--secret"])
-        .arg(&pool.secret_path)
-        .arg("--token")
-        .arg(&token)
-        .args(["--name", name, "--slots", "1", "--config"])
-        .arg(pool.dir.join("local.toml"))
-        .arg("--work-dir")
-        .arg(pool.dir.join(name))
-        .args(args)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::piped())
-        .stderr(log)
-        .spawn()
-        .expect("start carmi-local");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert!(
-        line.starts_with("listening on "),
-        "carmi-local printed {line:?}"
-    );
-    Local(child)
-}
+use carmi_tests::{Inbox, Pool, PoolOptions, Proxy, listening_ports, write_executable};
 
 /// A free loopback port (free a moment ago).
 fn free_port() -> u16 {
@@ -150,7 +106,7 @@ async fn a_bit_flipped_in_a_copy_between_local_rms_breaks_that_fetch_with_a_tls_
     let proxy = Proxy::start(format!("127.0.0.1:{port}")).await;
     let listen = format!("127.0.0.1:{port}");
     let args = ["--stage-listen", &listen, "--stage-advertise", &proxy.addr];
-    let _m5 = start_local(&pool, "m5", &args);
+    let _m5 = pool.start_extra_local("m5", &pool.global_addr, &args);
     let mut j = job(&pool, 3).await;
     let exe = pool.dir.join("peer.sh");
     write_executable(&exe, 1 << 20, 44).unwrap();
