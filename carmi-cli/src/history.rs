@@ -81,6 +81,19 @@ pub fn end_text(end: &JobEnd) -> String {
     }
 }
 
+/// `" (3 starts, 2 vacated)"` for a job put back in the queue before it
+/// ended; empty for one that started once.
+pub fn tries_text(u: &carmi_api::msg::JobUsage) -> String {
+    if u.starts <= 1 && u.evictions == 0 {
+        return String::new();
+    }
+    let mut parts = vec![format!("{} starts", u.starts)];
+    if u.evictions > 0 {
+        parts.push(format!("{} vacated by their owner", u.evictions));
+    }
+    format!(" ({})", parts.join(", "))
+}
+
 /// An ended job as a ClassAd with HTCondor's attribute names, for
 /// `-constraint` (as `condor_history -constraint` reads its job ads).
 pub fn record_ad(j: &JobRecord) -> classad::ClassAd {
@@ -104,6 +117,8 @@ pub fn record_ad(j: &JobRecord) -> classad::ClassAd {
     ad.insert_value("RemoteUserCpu", Value::Real(u.cpu_ms as f64 / 1000.0));
     ad.insert_value("Machines", Value::str(u.machines.join(",").as_str()));
     ad.insert_value("MachineCount", int(u.machines.len() as u64));
+    ad.insert_value("NumJobStarts", int(u64::from(u.starts)));
+    ad.insert_value("NumVacates", int(u64::from(u.evictions)));
     let status = match &j.end {
         JobEnd::Removed => 3,
         _ => 4,
@@ -161,7 +176,7 @@ pub fn history_text(jobs: &[JobRecord]) -> String {
             duration(Some(u.cpu_ms / 1000)),
             u.machines.len(),
             exe,
-            end_text(&j.end)
+            end_text(&j.end) + &tries_text(u)
         ));
     }
     out.push_str(&format!(
@@ -197,6 +212,8 @@ mod tests {
             started_unix: 86_400 + 3_700,
             cpu_ms: 2_500,
             machines: vec!["m0".into(), "m1".into()],
+            starts: 2,
+            evictions: 1,
         };
         let ad = record_ad(&done);
         let holds = |e: &str| {
@@ -208,6 +225,7 @@ mod tests {
         ));
         assert!(holds("RemoteWallClockTime == 3560 && RemoteUserCpu == 2.5"));
         assert!(holds("MachineCount == 2 && Machines == \"m0,m1\""));
+        assert!(holds("NumJobStarts == 2 && NumVacates == 1"));
         assert!(!holds("ExitBySignal"));
         let removed = record_ad(&record(2, JobEnd::Removed));
         assert!(
@@ -217,6 +235,10 @@ mod tests {
         );
         let text = history_text(&[done]);
         assert!(text.contains("59m20s") && text.contains("2s"), "{text}");
+        assert!(
+            text.contains("completed, exit 3 (2 starts, 1 vacated by their owner)"),
+            "{text}"
+        );
     }
 
     #[test]

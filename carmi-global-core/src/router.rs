@@ -85,6 +85,9 @@ mod own_name_tests;
 mod pilots;
 mod recover;
 mod requests;
+mod requeue;
+#[cfg(test)]
+mod requeue_tests;
 mod share;
 #[cfg(test)]
 mod share_tests;
@@ -250,9 +253,13 @@ pub struct Router {
     awaiting_roots: HashMap<ProcessId, (JobId, String)>,
     /// Masters whose `SpawnMaster` went out (the others wait for their machine).
     sent_masters: std::collections::HashSet<ProcessId>,
-    /// Masters the global RM must place and for which no machine matched
-    /// yet: placed when a machine registers or changes its ad.
+    /// Masters waiting for a machine that may start them (none matched, or
+    /// their machine's owner policy says no): placed when a machine
+    /// registers or changes its ad, or one passed over is eligible again.
     unplaced: std::collections::BTreeSet<ProcessId>,
+    /// Masters their machine's owner is vacating (`Vacating`): their end
+    /// puts their job back in the queue (`router/requeue.rs`).
+    vacating: std::collections::HashSet<ProcessId>,
     /// Jobs that left the queue, for `carmi history`.
     history: jobs::History,
     /// Submitted jobs' event logs, for `carmi events`.
@@ -307,6 +314,7 @@ impl Router {
             awaiting_roots: HashMap::new(),
             sent_masters: Default::default(),
             unplaced: Default::default(),
+            vacating: Default::default(),
             history: Default::default(),
             events: Default::default(),
             log_reads: Default::default(),
@@ -346,6 +354,7 @@ impl Router {
             machines,
             self.log_reads.next_deadline(),
             self.pilots_deadline(),
+            self.avoid_deadline(),
         ]
         .into_iter()
         .flatten()
@@ -539,10 +548,19 @@ impl Router {
                 cpu_seconds,
             } => {
                 if let Some(job) = self.master_on(process, &name) {
-                    self.exit_process(process, status.clone(), cpu_seconds);
-                    self.master_report(process, job, Err(status));
+                    if self.vacating.remove(&process) {
+                        self.master_evicted(process, job, &name, status, cpu_seconds);
+                    } else {
+                        self.exit_process(process, status.clone(), cpu_seconds);
+                        self.master_report(process, job, Err(status));
+                    }
                 } else if self.runs_on(process, &name) {
                     self.exit_process(process, status, cpu_seconds);
+                }
+            }
+            ToGlobal::Vacating { process } => {
+                if self.master_on(process, &name).is_some() {
+                    self.vacating.insert(process);
                 }
             }
             ToGlobal::SlotState { slot, state } => self.slot_state(&name, slot, state),
@@ -601,6 +619,7 @@ fn variant_name(msg: &ToGlobal) -> &'static str {
         ToGlobal::StageStats => "StageStats",
         ToGlobal::Started { .. } => "Started",
         ToGlobal::Exited { .. } => "Exited",
+        ToGlobal::Vacating { .. } => "Vacating",
         ToGlobal::SlotState { .. } => "SlotState",
         ToGlobal::Leaving { .. } => "Leaving",
         ToGlobal::Status => "Status",

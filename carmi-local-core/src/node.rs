@@ -646,6 +646,7 @@ fn must_deliver(msg: &ToGlobal) -> bool {
         msg,
         ToGlobal::Started { .. }
             | ToGlobal::Exited { .. }
+            | ToGlobal::Vacating { .. }
             | ToGlobal::Upload { .. }
             | ToGlobal::MasterFiles { .. }
     )

@@ -59,9 +59,14 @@ impl Core {
         for process in ids {
             let p = self.procs.get_mut(&process).expect("listed above");
             match p.state {
-                ProcState::Running { .. } => {
+                ProcState::Running { killing } => {
                     p.state = ProcState::Running { killing: true };
                     self.effects.push(Effect::Terminate(process));
+                    // Told before its `Exited`, so that a master's end is
+                    // taken for an eviction, not for its job's end.
+                    if !killing {
+                        self.send_or_keep(ToGlobal::Vacating { process }, Bytes::new());
+                    }
                 }
                 ProcState::Launching { .. } | ProcState::Fetching => self.on_kill(process),
             }

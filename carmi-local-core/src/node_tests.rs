@@ -637,10 +637,19 @@ fn vacate_terminates_running_processes_and_drops_unstarted_ones() {
     assert!(matches!(h.next_to_global(), ToGlobal::Fetch { .. }));
     assert_eq!(h.core.job_count(), 3);
     h.step(|c| c.vacate_all());
-    let e = h.take(4);
+    let e = h.take(5);
     assert!(e.contains(&slot_state(0, SlotActivity::Vacated)));
     assert!(e.contains(&slot_state(1, SlotActivity::Vacated)));
     assert!(e.contains(&Effect::Terminate(ProcessId(1))));
+    // Told, so that the end of a vacated master is no end of its job.
+    let vacating = ToGlobal::Vacating {
+        process: ProcessId(1),
+    };
+    assert!(
+        e.iter()
+            .any(|e| matches!(e, Effect::ToGlobal(m, _) if *m == vacating)),
+        "{e:?}"
+    );
     assert!(e.iter().any(|e| matches!(
         e,
         Effect::ToGlobal(

@@ -130,8 +130,8 @@ pub enum SpawnError {
         /// The cause.
         error: std::io::Error,
     },
-    /// `exec` failed.
-    #[error("cannot execute {name}: {error}")]
+    /// `exec` failed (the job's fault: see `carmi_api::msg::start_fault`).
+    #[error("{}", carmi_api::msg::exec_failure(name, error))]
     Exec {
         /// The executable.
         name: String,

@@ -89,6 +89,17 @@ pub enum EventKind {
     },
     /// `released` (`carmi release`): it waits again at its old place.
     Released,
+    /// `requeued MACHINE REASON`: its master could not start on MACHINE for
+    /// a reason of the machine (owner policy, no slot user, staging), or
+    /// the machine's owner vacated it; the job waits again at its old place
+    /// in the queue and starts anew, elsewhere when it can (HTCondor's job
+    /// going back to idle).
+    Requeued {
+        /// Where the master was to start, or ran.
+        machine: String,
+        /// Why, for people.
+        reason: String,
+    },
     /// `ended exit CODE` | `ended signal N` | `ended host-lost` |
     /// `ended failed-to-start REASON` | `ended removed` | `ended detached`.
     Ended {
@@ -110,6 +121,7 @@ impl EventKind {
             EventKind::HostLost { .. } => "host-lost",
             EventKind::Held { .. } => "held",
             EventKind::Released => "released",
+            EventKind::Requeued { .. } => "requeued",
             EventKind::Ended { .. } => "ended",
         }
     }
@@ -142,6 +154,9 @@ impl fmt::Display for EventKind {
             } => write!(f, " {host} {} {}", one_line(machine), one_line(reason)),
             EventKind::Held { reason } => write!(f, " {}", one_line(reason)),
             EventKind::Released => Ok(()),
+            EventKind::Requeued { machine, reason } => {
+                write!(f, " {} {}", one_line(machine), one_line(reason))
+            }
             EventKind::Ended { end } => match end {
                 JobEnd::Completed(ExitStatus::Code(c)) => write!(f, " exit {c}"),
                 JobEnd::Completed(ExitStatus::Signal(s)) => write!(f, " signal {s}"),

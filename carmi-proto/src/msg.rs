@@ -39,7 +39,7 @@ pub use app::{
 // Shared with modules below this one (the event log, executables, submit
 // files), so defined there and named here too.
 pub use crate::exe::ExecutableRef;
-pub use crate::outcome::{ExitStatus, JobEnd};
+pub use crate::outcome::{ExitStatus, JobEnd, StartFault, exec_failure, start_fault};
 pub use pilot::{AllocAnswer, AllocQueueSpec, AllocQueueStatus, AllocRequest, AllocationStatus};
 
 use serde::{Deserialize, Serialize};
@@ -237,6 +237,14 @@ pub enum ToGlobal {
         status: ExitStatus,
         /// User + system CPU seconds.
         cpu_seconds: f64,
+    },
+    /// The owner policy vacates this machine (`PREEMPT`): `process` got
+    /// SIGTERM and the vacate grace, and its `Exited` follows. Sent so that
+    /// the global RM puts a master's job back in the queue instead of taking
+    /// the signal for the job's end.
+    Vacating {
+        /// The process.
+        process: ProcessId,
     },
     /// The owner policy changed a slot's state.
     SlotState {

@@ -30,3 +30,59 @@ pub enum JobEnd {
     /// Started by hand: its first process disconnected from its local RM.
     Detached,
 }
+
+/// Who is to blame when a process could not be started: decides whether a
+/// job whose master failed to start is put back in the queue as it is
+/// (the machine's fault: it will do better elsewhere or later) or counted
+/// toward `max_start_failures` (the job's own: its executable does not run).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StartFault {
+    /// The machine: its owner policy, no slot user free, a staging failure,
+    /// a local RM stopping, the process killed before it started.
+    Machine,
+    /// The job: `exec` refused its executable (not executable, wrong format,
+    /// a missing interpreter).
+    Job,
+}
+
+/// The words that begin a local RM's reason when `exec` refused a job's
+/// executable ([`exec_failure`]); every other start failure is the machine's.
+const EXEC_FAILED: &str = "cannot execute ";
+
+/// The reason a local RM gives when `exec` refused `name` (`error` is the
+/// system's word for it): written by the local RM, read back by
+/// [`start_fault`] at the global RM, so both name one form.
+pub fn exec_failure(name: &str, error: &dyn std::fmt::Display) -> String {
+    format!("{EXEC_FAILED}{name}: {error}")
+}
+
+/// Whose fault a start failure with this reason (a `Started` error) is.
+pub fn start_fault(reason: &str) -> StartFault {
+    if reason.starts_with(EXEC_FAILED) {
+        StartFault::Job
+    } else {
+        StartFault::Machine
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_exec_refusal_is_the_jobs_fault() {
+        let io = std::io::Error::from_raw_os_error(8);
+        assert_eq!(
+            start_fault(&exec_failure("master.sh", &io)),
+            StartFault::Job
+        );
+        for machine in [
+            "the machine's owner policy does not let new processes start now",
+            "no slot user is free for job j2: all 0 serve other jobs",
+            "killed before it started",
+            "cannot prepare sandbox /x: No space left on device",
+        ] {
+            assert_eq!(start_fault(machine), StartFault::Machine, "{machine}");
+        }
+    }
+}

@@ -97,6 +97,11 @@ pub struct JobSpec {
     /// executable. Empty from the parser and from older clients.
     #[serde(default)]
     pub input_refs: Vec<crate::exe::ExecutableRef>,
+    /// `max_start_failures`: how many times the master may fail to start
+    /// for a reason of the job (its executable does not run) before the job
+    /// is held (`None`: the pool's default, 3).
+    #[serde(default)]
+    pub max_start_failures: Option<u32>,
     /// `queue N`: how many copies of the job the file describes.
     #[serde(default = "one")]
     pub count: u32,

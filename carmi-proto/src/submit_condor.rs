@@ -17,6 +17,9 @@
 //!   `when_to_transfer_output` (`ON_EXIT`, `ON_EXIT_OR_EVICT`): accepted and
 //!   checked; input files always travel to the master's machine;
 //!   `transfer_output_files`: sent back to `initialdir` when the master exits;
+//! - `max_start_failures`: how many times the master may fail to start for
+//!   a reason of the job itself (its executable does not run) before the
+//!   job is held (default 3); failures of a machine never count.
 //! - `master_requirements`: a ClassAd expression a machine must satisfy for
 //!   the global RM to place the master there when it is submitted from a
 //!   machine outside the pool (default: any machine).
@@ -24,7 +27,7 @@
 use crate::bounds as limits;
 
 /// Commands recognised here besides `+Name`, lower case.
-pub const KEYS: [&str; 11] = [
+pub const KEYS: [&str; 12] = [
     "universe",
     "request_cpus",
     "request_memory",
@@ -36,6 +39,7 @@ pub const KEYS: [&str; 11] = [
     "when_to_transfer_output",
     "transfer_output_files",
     "master_requirements",
+    "max_start_failures",
 ];
 
 /// What these commands set, gathered over the file.
@@ -57,6 +61,8 @@ pub struct Extras {
     pub transfer_output_files: Vec<String>,
     /// `master_requirements`.
     pub master_requirements: Option<String>,
+    /// `max_start_failures`.
+    pub max_start_failures: Option<u32>,
 }
 
 /// Whether `key` (as written) is one of these commands.
@@ -125,6 +131,20 @@ impl Extras {
                     limits::check_len("transfer_output_files", f, limits::MAX_PATH_BYTES)
                         .map_err(|e| e.to_string())?;
                 }
+                Ok(())
+            }
+            "max_start_failures" => {
+                let n = value
+                    .trim()
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|n| (1..=1000).contains(n));
+                self.max_start_failures = Some(n.ok_or_else(|| {
+                    format!(
+                        "max_start_failures = {}: a whole number of tries from 1 to 1000",
+                        value.trim()
+                    )
+                })?);
                 Ok(())
             }
             "master_requirements" => {

@@ -234,7 +234,7 @@ async fn a_ten_megabyte_arguments_line_is_refused_at_submit() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_master_that_cannot_start_shows_in_history_with_the_exec_error() {
+async fn a_master_that_cannot_start_is_held_with_the_exec_error_and_history_keeps_its_end() {
     let mut pool = pool("door-history");
     pool.wait_registered();
     // Its interpreter does not exist: `exec` fails with ENOENT. (A file
@@ -257,50 +257,50 @@ async fn a_master_that_cannot_start_shows_in_history_with_the_exec_error() {
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let job = v["job"].as_u64().expect("a job id");
-    // It leaves the queue, and the history says why.
+    // The job's own fault: tried max_start_failures (3) times, then held
+    // with the exec error, never ended "failed to start" (issue 30).
     let deadline = Instant::now() + Duration::from_secs(20);
-    let record = loop {
-        let out = carmi(&pool)
-            .args(["history", "--json", &job.to_string()])
-            .output()
-            .unwrap();
-        if out.status.success() {
-            let records: Vec<carmi_api::msg::JobRecord> =
-                serde_json::from_slice(&out.stdout).expect("history --json parses");
-            break records.into_iter().next().expect("one record");
+    let note = loop {
+        let out = carmi(&pool).args(["q", "--json"]).output().unwrap();
+        let q: serde_json::Value = serde_json::from_slice(&out.stdout).expect("q --json parses");
+        if q[0]["state"] == "held" {
+            break q[0]["note"].as_str().unwrap_or_default().to_string();
         }
         assert!(
             Instant::now() < deadline,
-            "job {job} never reached the history: {}\n{}",
-            String::from_utf8_lossy(&out.stderr),
+            "job {job} was never held: {q}\n{}",
             pool.logs()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    assert_eq!(record.job.0, job);
-    assert_eq!(record.executable, "master.sh");
-    let JobEnd::FailedToStart(reason) = &record.end else {
-        panic!("ended otherwise: {record:?}");
-    };
-    assert!(reason.contains("No such file or directory"), "{reason}");
-    assert!(record.ended_unix > 0);
-    assert!(queue_is_empty(&pool));
-    // The job's event log says it too.
+    assert!(
+        note.contains("failed to start 3 times") && note.contains("No such file or directory"),
+        "{note}"
+    );
+    // The job's event log says it too: each try, then the hold.
     let out = carmi(&pool)
         .args(["events", &job.to_string()])
         .output()
         .unwrap();
     let events = String::from_utf8_lossy(&out.stdout);
     assert!(
-        events.contains("ended failed-to-start") && events.contains("No such file or directory"),
+        events.matches(" requeued ").count() == 2
+            && events.contains(" held ")
+            && events.contains("No such file or directory"),
         "{events}"
     );
-    // The table too, and a job never seen is an error naming it.
-    let out = carmi(&pool).arg("history").output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("failed to start:"), "{text}");
-    assert!(text.contains("No such file or directory"), "{text}");
-    assert!(text.contains("1 job, 1 failed to start"), "{text}");
+    // Removed by its owner, it reaches the history.
+    let out = carmi(&pool)
+        .args(["rm", &job.to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(wait_history(&pool, job).await, JobEnd::Removed);
+    assert!(queue_is_empty(&pool));
     let out = carmi(&pool).args(["history", "99"]).output().unwrap();
     assert!(!out.status.success());
     assert!(
@@ -339,9 +339,7 @@ async fn a_master_that_cannot_start_shows_in_history_with_the_exec_error() {
     let ends: Vec<(u64, &JobEnd)> = records.iter().map(|r| (r.job.0, &r.end)).collect();
     assert_eq!(ends.len(), 2, "{records:?}");
     assert_eq!(ends[0].0, job);
-    assert!(
-        matches!(ends[0].1, JobEnd::FailedToStart(r) if r.contains("No such file or directory"))
-    );
+    assert_eq!(ends[0].1, &JobEnd::Removed);
     assert_eq!(
         ends[1],
         (

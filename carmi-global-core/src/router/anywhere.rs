@@ -15,13 +15,15 @@ use classad::ClassAd;
 use tracing::{info, warn};
 
 use super::jobs::Submitted;
+use super::requeue::may_start;
 use super::{LinkId, Output, Router};
 use crate::journal::Record;
 
 impl Router {
     /// The online machine for the master of `sub`: one its
-    /// `master_requirements` accept, running the fewest masters (then the
-    /// first by name, so that the choice is reproducible).
+    /// `master_requirements` accept and whose owner policy lets it start
+    /// now (not passed over after a failed start), running the fewest
+    /// masters (then the first by name, so that the choice is reproducible).
     pub(super) fn pick_master_machine(&self, sub: &Submitted) -> Option<String> {
         let mut load: std::collections::HashMap<&str, usize> = Default::default();
         for (_, m) in self.masters.values() {
@@ -29,18 +31,23 @@ impl Router {
         }
         self.alloc
             .online_ads()
-            .filter(|(_, ad)| {
+            .filter(|(name, ad)| {
                 sub.master_ad
                     .as_ref()
                     .is_none_or(|m| classad::matching::accepts(m, ad))
+                    && may_start(ad, sub.master_ad.as_ref())
+                    && !sub.tries.avoids(name, self.now)
             })
             .map(|(name, _)| (load.get(name).copied().unwrap_or(0), name))
             .min()
             .map(|(_, name)| name.to_string())
     }
 
-    /// Places the masters that found no machine when their job started, now
-    /// that a machine registered or changed its ad.
+    /// Places the masters that found no machine that may start them when
+    /// their job started, now that a machine registered or changed its ad
+    /// (or one passed over is eligible again): a pinned master on its own
+    /// machine once its owner policy allows, the others where
+    /// [`Router::pick_master_machine`] says.
     pub(super) fn place_masters(&mut self) {
         let waiting: Vec<ProcessId> = self.unplaced.iter().copied().collect();
         for process in waiting {
@@ -48,11 +55,17 @@ impl Router {
                 self.unplaced.remove(&process);
                 continue;
             };
-            let Some(machine) = self
-                .submitted
-                .get(&job)
-                .and_then(|s| self.pick_master_machine(s))
-            else {
+            let Some(sub) = self.submitted.get(&job) else {
+                continue;
+            };
+            let placed = sub.placed;
+            let machine = if sub.anywhere {
+                self.pick_master_machine(sub)
+            } else {
+                self.may_place(&sub.machine, sub)
+                    .then(|| sub.machine.clone())
+            };
+            let Some(machine) = machine else {
                 continue;
             };
             self.unplaced.remove(&process);
@@ -64,7 +77,7 @@ impl Router {
             self.out.push(Output::Journal(Record::Started {
                 job,
                 master: process,
-                placed: Some(machine.clone()),
+                placed: placed.then(|| machine.clone()),
             }));
             if let Some(link) = self.ready_link(&machine) {
                 self.send_master(link, process, job);

@@ -45,8 +45,26 @@ impl Router {
             tracing::warn!(job = %job, "cannot hold the job at submit: {}", f.message);
             return;
         }
-        let reason = limits::cut_reason(&format!("{why} (on_impossible = hold)"));
-        info!(job = %job, reason, "job held: the pool cannot start it");
+        self.held_by_pool(job, &format!("{why} (on_impossible = hold)"));
+    }
+
+    /// Holds a job for a reason of the pool rather than a user's (its
+    /// master failed to start too often, `router/requeue.rs`): its hosts go
+    /// back and its processes are killed, as with `carmi hold`.
+    pub(super) fn hold_by_pool(&mut self, job: JobId, why: &str) {
+        if let Err(f) = self.alloc.hold_job(job) {
+            tracing::warn!(job = %job, "cannot hold the job: {}", f.message);
+            return;
+        }
+        self.stop_job_processes(job);
+        self.held_by_pool(job, why);
+    }
+
+    /// Journals and tells that `job`, held in the allocator already, is
+    /// held for `why`.
+    pub(super) fn held_by_pool(&mut self, job: JobId, why: &str) {
+        let reason = limits::cut_reason(why);
+        info!(job = %job, reason, "job held by the pool");
         self.out.push(Output::Journal(Record::Held {
             job,
             reason: reason.clone(),
@@ -81,7 +99,7 @@ impl Router {
     /// Kills the master and every process of a job that stays in the queue
     /// (held): they are forgotten at once, so that whatever they still send
     /// or whatever is reported of them later concerns no live process.
-    fn stop_job_processes(&mut self, job: JobId) {
+    pub(super) fn stop_job_processes(&mut self, job: JobId) {
         // The allocator released the hosts; the processes on them are ours to kill.
         self.flush();
         if let Some(p) = self.submitted.get_mut(&job).and_then(|s| s.master.take()) {

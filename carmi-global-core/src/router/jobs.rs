@@ -63,6 +63,8 @@ pub(super) struct Submitted {
     pub started_unix: u64,
     /// Why it is held (`carmi hold`), while it is.
     pub held: Option<String>,
+    /// Its masters' starts, failures and evictions (`router/requeue.rs`).
+    pub tries: super::requeue::Tries,
 }
 
 /// The last [`HISTORY_LIMIT`] jobs that left the queue, oldest first.
@@ -224,6 +226,7 @@ impl Router {
                 master: None,
                 started_unix: 0,
                 held: None,
+                tries: Default::default(),
             },
         );
         self.events.open(job, self.submitted[&job].spec.log.clone());
@@ -264,7 +267,10 @@ impl Router {
             executable: sub.map(|s| s.executable.name.clone()).unwrap_or_default(),
             master: sub.and_then(|s| s.master),
             note: match phase {
-                Phase::Waiting => self.alloc.impossible(job),
+                Phase::Waiting => self
+                    .alloc
+                    .impossible(job)
+                    .or_else(|| sub.and_then(|s| s.tries.requeued.clone())),
                 Phase::Held => sub.and_then(|s| s.held.clone()),
                 _ => sub.and_then(|s| self.master_unsent(s)),
             },
@@ -281,7 +287,13 @@ impl Router {
         if sub.machine.is_empty() {
             let wanted = sub.spec.master_requirements.as_deref().unwrap_or("true");
             return Some(format!(
-                "the master waits for a machine of the pool that matches master_requirements = {wanted}"
+                "the master waits for a machine of the pool that matches master_requirements = {wanted} and whose owner policy lets it start now"
+            ));
+        }
+        if self.unplaced.contains(&p) {
+            return Some(format!(
+                "the master waits for the owner policy of machine `{}` to let it start",
+                sub.machine
             ));
         }
         (!self.sent_masters.contains(&p) && self.ready_link(&sub.machine).is_none())
@@ -388,6 +400,8 @@ impl Router {
             started_unix: sub.map_or(0, |s| s.started_unix),
             cpu_ms: (cpu * 1000.0).round() as u64,
             machines: machines.into_iter().collect(),
+            starts: sub.map_or(0, |s| s.tries.starts),
+            evictions: sub.map_or(0, |s| s.tries.evictions),
         }
     }
 
@@ -434,11 +448,17 @@ impl Router {
         let Some(sub) = self.submitted.get(&job) else {
             return;
         };
-        let (machine, placed) = if !sub.anywhere || self.alloc.is_online(&sub.submit_machine) {
+        let at_submit = !sub.anywhere
+            || (self.alloc.is_online(&sub.submit_machine)
+                && self.may_place(&sub.submit_machine, sub));
+        let (machine, placed) = if at_submit {
             (sub.submit_machine.clone(), false)
         } else {
             (self.pick_master_machine(sub).unwrap_or_default(), true)
         };
+        // Pinned to a machine that is there but may not start it now.
+        let waits =
+            !machine.is_empty() && self.alloc.is_online(&machine) && !self.may_place(&machine, sub);
         let process = self.procs.fresh_id();
         let mut proc = new_proc(job, true);
         proc.state = ProcessState::Starting;
@@ -457,7 +477,12 @@ impl Router {
             placed: placed.then(|| machine.clone()),
         }));
         if machine.is_empty() {
-            info!(job = %job, "no machine matches the master's requirements; the master waits for one");
+            info!(job = %job, "no machine matches the master's requirements and may start it now; the master waits for one");
+            self.unplaced.insert(process);
+            return;
+        }
+        if waits {
+            info!(job = %job, machine, "the owner policy of the master's machine does not let it start now; the master waits");
             self.unplaced.insert(process);
             return;
         }
@@ -487,6 +512,7 @@ impl Router {
         let now = self.config.started_unix + self.now.as_secs();
         if let Some(s) = self.submitted.get_mut(&job) {
             s.started_unix = now;
+            s.tries.starts += 1;
         }
         info!(job = %job, %process, machine = sub.machine, "starting the master");
         let env = sub.spec.environment.clone();

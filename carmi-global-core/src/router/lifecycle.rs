@@ -38,13 +38,17 @@ impl Router {
         result: Result<(), String>,
     ) {
         match self.master_on(process, name) {
-            Some(job) => {
-                let outcome = result.map_err(ExitStatus::FailedToStart);
-                if let Err(status) = &outcome {
-                    self.exit_process(process, status.clone(), 0.0);
+            Some(job) => match result {
+                Err(reason) if self.submitted.contains_key(&job) => {
+                    self.master_start_failed(process, job, name, reason)
                 }
-                self.master_report(process, job, outcome);
-            }
+                Err(reason) => {
+                    let status = ExitStatus::FailedToStart(reason);
+                    self.exit_process(process, status.clone(), 0.0);
+                    self.master_report(process, job, Err(status));
+                }
+                Ok(()) => self.master_report(process, job, Ok(())),
+            },
             None => self.started(name, process, result),
         }
     }

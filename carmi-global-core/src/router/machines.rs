@@ -121,6 +121,9 @@ impl Router {
         self.expire_absent();
         self.settle_log_reads();
         self.pilot_tick();
+        if !self.unplaced.is_empty() {
+            self.place_masters();
+        }
     }
 
     /// True while every registered machine ([`CUT_OFF_MIN_MACHINES`] at
@@ -281,7 +284,16 @@ impl Router {
             .map(|(&p, &(j, _))| (p, j))
             .collect();
         for (p, j) in waiting {
-            self.send_master(link, p, j);
+            // Its owner may have come back while it was away.
+            if self
+                .submitted
+                .get(&j)
+                .is_some_and(|s| self.may_place(name, s))
+            {
+                self.send_master(link, p, j);
+            } else {
+                self.unplaced.insert(p);
+            }
         }
         self.place_masters();
         // Processes recovered from the journal that still run get their hosts back.

@@ -71,6 +71,7 @@ impl Router {
                         master: None,
                         started_unix: 0,
                         held: None,
+                        tries: Default::default(),
                     },
                 );
                 // Events before the restart are not kept (see `events`).

@@ -204,6 +204,14 @@ pub struct JobUsage {
     /// The machines its processes ran on, sorted.
     #[serde(default)]
     pub machines: Vec<String>,
+    /// How many times its master was sent to a machine to start (more than
+    /// one when it was put back in the queue: a start the machine refused,
+    /// an owner's vacate).
+    #[serde(default)]
+    pub starts: u32,
+    /// How many times its master was vacated by a machine's owner.
+    #[serde(default)]
+    pub evictions: u32,
 }
 
 /// One class of a job, for `carmi q`.

@@ -475,6 +475,7 @@ impl<'f> Parser<'f> {
             log: extras.log,
             transfer_output_files: extras.transfer_output_files,
             master_requirements: extras.master_requirements,
+            max_start_failures: extras.max_start_failures,
             input_refs: Vec::new(),
             count: count.map_or(1, |(n, _)| n),
             on_impossible: fields.on_impossible,

@@ -1,0 +1,240 @@
+//! End to end, jobs that survive their owners (issue 30, item 1 and the
+//! requeue of item 3): a master is placed only on a machine whose owner
+//! policy lets it start now; a start the machine fails puts the job back in
+//! the queue and it completes elsewhere; a job whose executable cannot run
+//! is held after `max_start_failures` with the reason; a master vacated by
+//! its machine's owner is requeued and completes elsewhere, its history
+//! showing both starts and the vacate.
+//!
+//! Jobs are submitted from a directory of no pool machine (as from a
+//! laptop), so that the global RM places their masters. The policy minute
+//! is 0.4 s: `START` holds 0.8 s after the owner left, and a suspended
+//! machine is vacated 4 s after its owner came back.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use carmi_api::control::OwnerLink;
+use carmi_api::msg::OwnerEvent;
+use carmi_tests::{Pool, PoolOptions, text};
+
+const POLICY: &str = "[policy]\nminute = 0.4\nstart = \"KeyboardIdle > 2 * Minute\"\n";
+
+fn pool(name: &str) -> Pool {
+    let pool = Pool::start_with(
+        name,
+        4,
+        &[vec![], vec![]],
+        PoolOptions {
+            local_config: POLICY.into(),
+            ..PoolOptions::default()
+        },
+    );
+    pool.wait_registered();
+    pool
+}
+
+/// A submit directory on no machine of the pool, holding `master.sh`.
+fn laptop(pool: &Pool, master: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    assert!(
+        !matches!(host.trim(), "m0" | "m1"),
+        "this test needs a host name that is not a machine of its pool"
+    );
+    let dir = pool.dir.join("laptop");
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join("master.sh");
+    std::fs::write(&exe, master).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+fn carmi(pool: &Pool, dir: &Path, args: &[&str]) -> Output {
+    let mut cmd = pool.carmi();
+    cmd.current_dir(dir).args(args);
+    cmd.output().unwrap()
+}
+
+fn ok(out: Output, pool: &Pool) -> String {
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out.stderr),
+        pool.logs()
+    );
+    text(&out.stdout)
+}
+
+/// Submits `file` (as `job.sub`) from `dir`; the job ids.
+fn submit(pool: &Pool, dir: &Path, file: &str) -> Vec<String> {
+    std::fs::write(dir.join("job.sub"), file).unwrap();
+    let out = ok(carmi(pool, dir, &["submit", "job.sub"]), pool);
+    out.split_whitespace().map(str::to_string).collect()
+}
+
+/// `carmi wait JOB`: its exit code.
+fn wait(pool: &Pool, dir: &Path, job: &str, seconds: u32) -> Option<i32> {
+    let out = carmi(pool, dir, &["wait", job, "--timeout", &seconds.to_string()]);
+    out.status.code()
+}
+
+/// Sends one owner event to machine `i` over its control connection.
+fn owner(pool: &Pool, i: usize, event: OwnerEvent) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut link = OwnerLink::connect(&pool.locals[i].app_addr, &pool.secret)
+            .await
+            .unwrap_or_else(|e| panic!("control connection: {e}"));
+        link.send(event).await.expect("owner event applied");
+    });
+}
+
+/// Waits until `carmi q` of `job` satisfies `ok`; its text.
+fn q_until(pool: &Pool, dir: &Path, what: &str, ok: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let q = text(&carmi(pool, dir, &["q"]).stdout);
+        if ok(&q) {
+            return q;
+        }
+        assert!(Instant::now() < deadline, "{what}: {q}\n{}", pool.logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn masters_go_only_where_the_owner_lets_them_start_and_wait_for_an_owner_to_leave() {
+    let pool = pool("requeue-policy");
+    let dir = laptop(
+        &pool,
+        "#!/bin/sh\nsleep 0.5\necho \"ran on $CARMI_MACHINE\"\n",
+    );
+    // m0's owner is at the keyboard: its START is false. Before, m0 (first
+    // by name, running no master) got every master and all four failed.
+    owner(&pool, 0, OwnerEvent::Arrive);
+    q_until(&pool, &dir, "m0 shows its owner", |_| {
+        let owned = ["status", "-constraint", "State == \"Owner\"", "-af", "Name"];
+        text(&carmi(&pool, &dir, &owned).stdout).trim() == "m0"
+    });
+    let jobs = submit(&pool, &dir, "executable = master.sh\nqueue 4\n");
+    assert_eq!(jobs.len(), 4, "{jobs:?}");
+    for job in &jobs {
+        assert_eq!(
+            wait(&pool, &dir, job, 60),
+            Some(0),
+            "job {job}\n{}",
+            pool.logs()
+        );
+    }
+    let history = ok(carmi(&pool, &dir, &["history", "--json"]), &pool);
+    let records: serde_json::Value = serde_json::from_str(&history).unwrap();
+    let machines: Vec<String> = records
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["usage"]["machines"].to_string())
+        .collect();
+    assert!(
+        machines.iter().all(|m| m == "[\"m1\"]"),
+        "every master ran on m1: {machines:?}"
+    );
+
+    // A job only m0 may run waits, saying why, until m0's owner leaves.
+    let only_m0 = "executable = master.sh\nmaster_requirements = Name == \"m0\"\nqueue\n";
+    let job = submit(&pool, &dir, only_m0).remove(0);
+    let q = q_until(&pool, &dir, "the master waits for m0's owner", |q| {
+        q.contains("owner policy lets it start")
+    });
+    assert!(!q.contains("failed"), "{q}");
+    owner(&pool, 0, OwnerEvent::Leave);
+    assert_eq!(wait(&pool, &dir, &job, 60), Some(0), "{}", pool.logs());
+}
+
+#[test]
+fn a_start_the_machine_fails_puts_the_job_back_and_it_completes_elsewhere() {
+    let pool = pool("requeue-machine");
+    let dir = laptop(&pool, "#!/bin/sh\necho done\n");
+    // m0's disk is broken: it cannot store the executable it must fetch.
+    let cache = pool.dir.join("m0").join("cache");
+    std::fs::remove_dir_all(&cache).unwrap();
+    std::fs::write(&cache, "not a directory").unwrap();
+    let job = submit(
+        &pool,
+        &dir,
+        "executable = master.sh\nlog = job.log\nqueue\n",
+    )
+    .remove(0);
+    assert_eq!(wait(&pool, &dir, &job, 60), Some(0), "{}", pool.logs());
+    let log = std::fs::read_to_string(dir.join("job.log")).unwrap_or_default();
+    assert!(log.contains(" requeued m0 "), "job.log: {log}");
+    assert!(log.contains(" master-started m1"), "job.log: {log}");
+    let history = ok(carmi(&pool, &dir, &["history"]), &pool);
+    assert!(
+        history.contains("completed, exit 0 (2 starts)"),
+        "{history}"
+    );
+}
+
+#[test]
+fn a_job_whose_executable_cannot_run_is_held_after_three_tries() {
+    let pool = pool("requeue-exec");
+    // Its interpreter does not exist: exec refuses it everywhere (a file
+    // with no `#!` at all would be run by /bin/sh, as execvp does).
+    let dir = laptop(&pool, "#!/nonexistent/carmi-interpreter\nexit 0\n");
+    let job = submit(&pool, &dir, "executable = master.sh\nqueue\n").remove(0);
+    let q = q_until(&pool, &dir, "the job is held", |q| {
+        q.contains("failed to start 3 times")
+    });
+    assert!(q.contains(" held "), "{q}");
+    assert!(
+        q.contains("failed to start 3 times") && q.contains("No such file or directory"),
+        "{q}"
+    );
+    let events = ok(carmi(&pool, &dir, &["events", &job]), &pool);
+    assert_eq!(events.matches(" requeued ").count(), 2, "{events}");
+    assert!(!events.contains(" ended "), "held, not ended: {events}");
+}
+
+#[test]
+fn a_master_vacated_by_its_owner_is_requeued_and_completes_elsewhere() {
+    let pool = pool("requeue-vacate");
+    // Runs 8 s: on its first machine the owner comes back after 1 s, and
+    // the machine is vacated 4 s later.
+    let dir = laptop(&pool, "#!/bin/sh\nsleep 8\necho finished\n");
+    let job = submit(
+        &pool,
+        &dir,
+        "executable = master.sh\nlog = job.log\nqueue\n",
+    )
+    .remove(0);
+    let log = || text(&carmi(&pool, &dir, &["events", &job]).stdout);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !log().contains(" master-started ") {
+        assert!(Instant::now() < deadline, "never started: {}", pool.logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let first = if log().contains(" master-started m0") {
+        0
+    } else {
+        1
+    };
+    std::thread::sleep(Duration::from_secs(1));
+    owner(&pool, first, OwnerEvent::Arrive);
+    assert_eq!(wait(&pool, &dir, &job, 60), Some(0), "{}", pool.logs());
+    let log = log();
+    let other = format!(" master-started m{}", 1 - first);
+    assert!(
+        log.contains(&format!(" requeued m{first} vacated by the owner")) && log.contains(&other),
+        "job.log: {log}"
+    );
+    let history = ok(carmi(&pool, &dir, &["history"]), &pool);
+    assert!(
+        history.contains("completed, exit 0 (2 starts, 1 vacated by their owner)"),
+        "{history}"
+    );
+}
