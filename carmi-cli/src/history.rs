@@ -84,12 +84,16 @@ pub fn end_text(end: &JobEnd) -> String {
 /// `" (3 starts, 2 vacated)"` for a job put back in the queue before it
 /// ended; empty for one that started once.
 pub fn tries_text(u: &carmi_api::msg::JobUsage) -> String {
-    if u.starts <= 1 && u.evictions == 0 {
+    if u.starts <= 1 && u.evictions == 0 && u.checkpoints == 0 {
         return String::new();
     }
     let mut parts = vec![format!("{} starts", u.starts)];
     if u.evictions > 0 {
         parts.push(format!("{} vacated by their owner", u.evictions));
+    }
+    if u.checkpoints > 0 {
+        let s = if u.checkpoints == 1 { "" } else { "s" };
+        parts.push(format!("{} checkpoint{s}", u.checkpoints));
     }
     format!(" ({})", parts.join(", "))
 }
@@ -119,6 +123,7 @@ pub fn record_ad(j: &JobRecord) -> classad::ClassAd {
     ad.insert_value("MachineCount", int(u.machines.len() as u64));
     ad.insert_value("NumJobStarts", int(u64::from(u.starts)));
     ad.insert_value("NumVacates", int(u64::from(u.evictions)));
+    ad.insert_value("NumCheckpoints", int(u64::from(u.checkpoints)));
     let status = match &j.end {
         JobEnd::Removed => 3,
         _ => 4,
@@ -214,6 +219,7 @@ mod tests {
             machines: vec!["m0".into(), "m1".into()],
             starts: 2,
             evictions: 1,
+            checkpoints: 0,
         };
         let ad = record_ad(&done);
         let holds = |e: &str| {

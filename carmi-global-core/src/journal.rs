@@ -30,7 +30,7 @@
 
 use carmi_proto::events::JobEvent;
 use carmi_proto::ids::{HostId, JobId, ProcessId, RequestId};
-use carmi_proto::msg::{ExitStatus, JobRecord, Request, SubmitRequest};
+use carmi_proto::msg::{ExecutableRef, ExitStatus, JobRecord, Request, SubmitRequest};
 use serde::{Deserialize, Serialize};
 
 use crate::alloc::ReqRef;
@@ -174,6 +174,15 @@ pub enum Record {
     Released {
         /// The job.
         job: JobId,
+    },
+    /// A job's master left a checkpoint, stored by content with the
+    /// executables: its next master starts with these files in its sandbox.
+    /// The last one of a live job replaces the ones before.
+    Checkpoint {
+        /// The job.
+        job: JobId,
+        /// The files (name in the sandbox, SHA-256, size).
+        files: Vec<ExecutableRef>,
     },
     /// A request that stays outstanding after it is accepted (`AddHosts`
     /// waiting for hosts, a notify subscription): should the global RM

@@ -51,6 +51,7 @@ mod authz;
 #[cfg(test)]
 mod authz_tests;
 mod check;
+mod checkpoint;
 mod events;
 mod gone;
 #[cfg(test)]
@@ -185,6 +186,18 @@ pub enum Output {
         link: LinkId,
         /// The files and the master that sent them.
         files: carmi_proto::msg::JobFiles,
+    },
+    /// Copy a job's checkpoint (files its master sent back, in the store of
+    /// returned files) into the executable store by content, and report
+    /// with [`Router::on_checkpoint_saved`].
+    SaveCheckpoint {
+        /// The job.
+        job: JobId,
+        /// All the files its master sent back, as stored (by position),
+        /// and the master; dropped from the store once copied.
+        files: carmi_proto::msg::JobFiles,
+        /// The names among them that make the checkpoint.
+        names: Vec<String>,
     },
     /// Carry out an allocation queue's command with the batch system
     /// (`sbatch`, `scancel`, `squeue`), and report back with
@@ -548,7 +561,15 @@ impl Router {
                 cpu_seconds,
             } => {
                 if let Some(job) = self.master_on(process, &name) {
-                    if self.vacating.remove(&process) {
+                    let vacated = self.vacating.remove(&process);
+                    let checkpoint = self
+                        .submitted
+                        .get(&job)
+                        .is_some_and(|s| checkpoint::leaves_checkpoint(&s.spec, &status, vacated));
+                    if checkpoint {
+                        let exit = (status, cpu_seconds);
+                        self.master_checkpointed((process, job), &name, exit, vacated);
+                    } else if vacated {
                         self.master_evicted(process, job, &name, status, cpu_seconds);
                     } else {
                         self.exit_process(process, status.clone(), cpu_seconds);

@@ -183,6 +183,8 @@ enum Cmd {
     },
     /// What the batch system said about pilots.
     Pilot(crate::pilots::PilotReport),
+    /// A job's checkpoint was copied into the executable store (or not).
+    CheckpointSaved(carmi_api::ids::JobId, Result<Vec<ExecutableRef>, String>),
 }
 
 /// A message of one connection on its way to the router task, in order.
@@ -346,7 +348,7 @@ impl Server {
         tokio::spawn(router_task(
             router,
             staging,
-            (self.returned.clone(), job_key),
+            (self.returned.clone(), self.store.clone(), job_key),
             self.journal,
             cmd_rx,
             (pilots, cmd_tx.clone()),
@@ -456,7 +458,11 @@ async fn router_task(
     mut staging: Staging,
     // What the router's outputs are checked against: the master files kept,
     // and the key of the job credentials that precede spawns.
-    (returned, job_key): (Arc<ReturnedStore>, carmi_api::jobcred::JobKey),
+    (returned, store, job_key): (
+        Arc<ReturnedStore>,
+        Arc<ExeStore>,
+        carmi_api::jobcred::JobKey,
+    ),
     mut journal: Journal,
     mut cmds: mpsc::UnboundedReceiver<Cmd>,
     (pilots, to_router): (crate::pilots::PilotDriver, mpsc::UnboundedSender<Cmd>),
@@ -541,6 +547,14 @@ async fn router_task(
                     if let Some(out) = links.get(&link) {
                         tokio::spawn(send_files(returned.clone(), out.tx.clone(), files));
                     }
+                }
+                Output::SaveCheckpoint { job, files, names } => {
+                    let (ret, exes, tx) = (returned.clone(), store.clone(), to_router.clone());
+                    tokio::task::spawn_blocking(move || {
+                        let saved = crate::checkpoint::save(&ret, &exes, &files, &names);
+                        ret.remove(files.process);
+                        let _ = tx.send(Cmd::CheckpointSaved(job, saved));
+                    });
                 }
             }
         }
@@ -632,6 +646,12 @@ fn handle(
             router.on_executable_stored(&exe);
         }
         Cmd::Staging(input) => on_stage_input(staging, input),
+        Cmd::CheckpointSaved(job, saved) => {
+            for exe in saved.iter().flatten() {
+                staging.on_stored(&exe.sha256);
+            }
+            router.on_checkpoint_saved(job, saved);
+        }
         Cmd::Pilot(crate::pilots::PilotReport::Submitted { alloc, result }) => {
             router.on_pilot_submitted(alloc, result, now)
         }

@@ -89,6 +89,15 @@ pub enum EventKind {
     },
     /// `released` (`carmi release`): it waits again at its old place.
     Released,
+    /// `checkpoint FILES BYTES`: its master left a checkpoint (it exited
+    /// with its `checkpoint_exit_code`, or was vacated with output
+    /// transferred on eviction); the pool keeps it for its next start.
+    Checkpointed {
+        /// How many files.
+        files: u32,
+        /// Their bytes.
+        bytes: u64,
+    },
     /// `requeued MACHINE REASON`: its master could not start on MACHINE for
     /// a reason of the machine (owner policy, no slot user, staging), or
     /// the machine's owner vacated it; the job waits again at its old place
@@ -122,6 +131,7 @@ impl EventKind {
             EventKind::Held { .. } => "held",
             EventKind::Released => "released",
             EventKind::Requeued { .. } => "requeued",
+            EventKind::Checkpointed { .. } => "checkpoint",
             EventKind::Ended { .. } => "ended",
         }
     }
@@ -154,6 +164,7 @@ impl fmt::Display for EventKind {
             } => write!(f, " {host} {} {}", one_line(machine), one_line(reason)),
             EventKind::Held { reason } => write!(f, " {}", one_line(reason)),
             EventKind::Released => Ok(()),
+            EventKind::Checkpointed { files, bytes } => write!(f, " {files} {bytes}"),
             EventKind::Requeued { machine, reason } => {
                 write!(f, " {} {}", one_line(machine), one_line(reason))
             }

@@ -98,6 +98,20 @@ pub fn check_spec(spec: &JobSpec) -> Vec<LimitError> {
     for f in spec.transfer_output_files.iter().take(MAX_RETURNED_FILES) {
         push(check_len("transfer_output_files", f, MAX_PATH_BYTES));
     }
+    // With the output files they come back in one message.
+    push(check_count(
+        "transfer_output_files and transfer_checkpoint_files",
+        spec.transfer_output_files.len() + spec.transfer_checkpoint_files.len(),
+        MAX_RETURNED_FILES - 2,
+        "files",
+    ));
+    for f in spec
+        .transfer_checkpoint_files
+        .iter()
+        .take(MAX_RETURNED_FILES)
+    {
+        push(check_len("transfer_checkpoint_files", f, MAX_PATH_BYTES));
+    }
     if let Some(e) = &spec.master_requirements {
         push(check_len("master_requirements", e, MAX_EXPRESSION_BYTES));
     }

@@ -102,6 +102,18 @@ pub struct JobSpec {
     /// is held (`None`: the pool's default, 3).
     #[serde(default)]
     pub max_start_failures: Option<u32>,
+    /// `checkpoint_exit_code`: the master exiting with it has written a
+    /// checkpoint (HTCondor's self-checkpointing jobs).
+    #[serde(default)]
+    pub checkpoint_exit_code: Option<i32>,
+    /// `transfer_checkpoint_files`: the checkpoint's files, plain names in
+    /// the master's sandbox (empty: its `transfer_output_files`).
+    #[serde(default)]
+    pub transfer_checkpoint_files: Vec<String>,
+    /// `when_to_transfer_output = ON_EXIT_OR_EVICT`: a vacated master's
+    /// output files are kept as its checkpoint.
+    #[serde(default)]
+    pub output_on_evict: bool,
     /// `queue N`: how many copies of the job the file describes.
     #[serde(default = "one")]
     pub count: u32,

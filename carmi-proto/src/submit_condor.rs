@@ -17,6 +17,12 @@
 //!   `when_to_transfer_output` (`ON_EXIT`, `ON_EXIT_OR_EVICT`): accepted and
 //!   checked; input files always travel to the master's machine;
 //!   `transfer_output_files`: sent back to `initialdir` when the master exits;
+//! - `checkpoint_exit_code`, `transfer_checkpoint_files`: a master that
+//!   exits with that code has written a checkpoint; those files (plain
+//!   names in its sandbox; else its `transfer_output_files`) are kept by the
+//!   pool and put back in the sandbox of its next start.
+//! - `when_to_transfer_output = ON_EXIT_OR_EVICT`: a master vacated by its
+//!   owner sends its output files back too, and its next start gets them.
 //! - `max_start_failures`: how many times the master may fail to start for
 //!   a reason of the job itself (its executable does not run) before the
 //!   job is held (default 3); failures of a machine never count.
@@ -27,7 +33,7 @@
 use crate::bounds as limits;
 
 /// Commands recognised here besides `+Name`, lower case.
-pub const KEYS: [&str; 12] = [
+pub const KEYS: [&str; 14] = [
     "universe",
     "request_cpus",
     "request_memory",
@@ -40,6 +46,8 @@ pub const KEYS: [&str; 12] = [
     "transfer_output_files",
     "master_requirements",
     "max_start_failures",
+    "checkpoint_exit_code",
+    "transfer_checkpoint_files",
 ];
 
 /// What these commands set, gathered over the file.
@@ -63,6 +71,31 @@ pub struct Extras {
     pub master_requirements: Option<String>,
     /// `max_start_failures`.
     pub max_start_failures: Option<u32>,
+    /// `checkpoint_exit_code`.
+    pub checkpoint_exit_code: Option<i32>,
+    /// `transfer_checkpoint_files`.
+    pub transfer_checkpoint_files: Vec<String>,
+    /// `when_to_transfer_output = ON_EXIT_OR_EVICT`.
+    pub output_on_evict: bool,
+}
+
+/// A comma-separated list of files of the sandbox, each a plain file name
+/// (a checkpoint comes back into the sandbox by name, never above it).
+fn plain_names(key: &str, value: &str) -> Result<Vec<String>, String> {
+    let names: Vec<String> = value
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    for n in &names {
+        limits::check_len(key, n, limits::MAX_PATH_BYTES).map_err(|e| e.to_string())?;
+        if n.contains('/') || n == "." || n == ".." {
+            return Err(format!(
+                "{key}: `{n}` is not a plain file name of the job's sandbox (directories are not carried here)"
+            ));
+        }
+    }
+    Ok(names)
 }
 
 /// Whether `key` (as written) is one of these commands.
@@ -116,11 +149,33 @@ impl Extras {
             "should_transfer_files" => {
                 one_of("should_transfer_files", value, &["yes", "no", "if_needed"])
             }
-            "when_to_transfer_output" => one_of(
-                "when_to_transfer_output",
-                value,
-                &["on_exit", "on_exit_or_evict"],
-            ),
+            "when_to_transfer_output" => {
+                one_of(
+                    "when_to_transfer_output",
+                    value,
+                    &["on_exit", "on_exit_or_evict"],
+                )?;
+                self.output_on_evict = value.trim().eq_ignore_ascii_case("on_exit_or_evict");
+                Ok(())
+            }
+            "checkpoint_exit_code" => {
+                let code = value
+                    .trim()
+                    .parse::<i32>()
+                    .ok()
+                    .filter(|c| (1..=255).contains(c));
+                self.checkpoint_exit_code = Some(code.ok_or_else(|| {
+                    format!(
+                        "checkpoint_exit_code = {}: an exit code from 1 to 255",
+                        value.trim()
+                    )
+                })?);
+                Ok(())
+            }
+            "transfer_checkpoint_files" => {
+                self.transfer_checkpoint_files = plain_names("transfer_checkpoint_files", value)?;
+                Ok(())
+            }
             "transfer_output_files" => {
                 self.transfer_output_files = value
                     .split(',')

@@ -238,3 +238,88 @@ fn a_master_vacated_by_its_owner_is_requeued_and_completes_elsewhere() {
         "{history}"
     );
 }
+
+/// How many lines of a job's events (`TIME job ID #SEQ KIND ...`) are of `kind`.
+fn kinds(events: &str, kind: &str) -> usize {
+    events
+        .lines()
+        .filter(|l| l.split(' ').nth(4) == Some(kind))
+        .count()
+}
+
+/// The self-checkpointing job of the acceptance test: counts to 12, one
+/// step a second, appending each step to `steps.txt`; on SIGTERM it writes
+/// its counter and exits with its `checkpoint_exit_code`, 85.
+const COUNTER: &str = r#"#!/bin/sh
+n=$(cat counter 2>/dev/null || echo 0)
+trap 'echo $n > counter; exit 85' TERM
+while [ "$n" -lt 12 ]; do
+    sleep 1 & wait $!
+    n=$((n + 1))
+    echo "$n" >> steps.txt
+done
+echo "finished at $n"
+"#;
+
+#[test]
+fn a_self_checkpointing_job_vacated_twice_finishes_elsewhere_with_its_counter_continuous() {
+    let pool = pool("requeue-checkpoint");
+    let dir = laptop(&pool, COUNTER);
+    // m1's owner is at the keyboard: the job starts on m0.
+    owner(&pool, 1, OwnerEvent::Arrive);
+    let owned = ["status", "-constraint", "State == \"Owner\"", "-af", "Name"];
+    q_until(&pool, &dir, "m1 shows its owner", |_| {
+        text(&carmi(&pool, &dir, &owned).stdout).trim() == "m1"
+    });
+    let file = "executable = master.sh\ncheckpoint_exit_code = 85\n\
+                transfer_checkpoint_files = counter, steps.txt\n\
+                transfer_output_files = steps.txt\nqueue\n";
+    let job = submit(&pool, &dir, file).remove(0);
+    let events = || text(&carmi(&pool, &dir, &["events", &job]).stdout);
+    let until = |what: &str, ok: &dyn Fn(&str) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(40);
+        loop {
+            let e = events();
+            if ok(&e) {
+                return e;
+            }
+            assert!(Instant::now() < deadline, "{what}: {e}\n{}", pool.logs());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    for visit in 1..=2 {
+        until("the master runs on m0", &|e| {
+            e.matches(" master-started m0").count() == visit
+        });
+        // Its owner comes back and stays: suspended, then vacated 4 s later.
+        std::thread::sleep(Duration::from_secs(1));
+        owner(&pool, 0, OwnerEvent::Arrive);
+        until("the checkpoint is kept", &|e| {
+            kinds(e, "checkpoint") == visit
+        });
+        if visit == 1 {
+            // Back on m0 once its owner left: m1's is still there.
+            owner(&pool, 0, OwnerEvent::Leave);
+        }
+    }
+    owner(&pool, 1, OwnerEvent::Leave);
+    assert_eq!(wait(&pool, &dir, &job, 90), Some(0), "{}", pool.logs());
+    let events = events();
+    assert!(events.contains(" master-started m1"), "{events}");
+    // Every step once, in order, but the one a vacate may have cut
+    // between writing it and the counter (one per vacate at most).
+    let steps: Vec<u32> = std::fs::read_to_string(dir.join("steps.txt"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    let mut unique = steps.clone();
+    unique.dedup();
+    assert_eq!(unique, (1..=12).collect::<Vec<u32>>(), "steps: {steps:?}");
+    assert!(steps.len() <= 12 + 2, "steps: {steps:?}");
+    let history = ok(carmi(&pool, &dir, &["history"]), &pool);
+    assert!(
+        history.contains("completed, exit 0 (3 starts, 2 vacated by their owner, 2 checkpoints)"),
+        "{history}"
+    );
+}

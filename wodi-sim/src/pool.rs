@@ -365,6 +365,7 @@ impl Pool {
                 Output::Journal(_)
                 | Output::DropFiles { .. }
                 | Output::SendFiles { .. }
+                | Output::SaveCheckpoint { .. }
                 | Output::Pilot(_) => {}
             }
         }

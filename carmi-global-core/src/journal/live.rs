@@ -47,6 +47,8 @@ pub struct Live {
     excluded: std::collections::BTreeMap<(JobId, String), Vec<Record>>,
     /// Records in `excluded` ([`Live::len`] must not walk them).
     excluded_len: usize,
+    /// Live jobs' last `Checkpoint`.
+    checkpoints: std::collections::BTreeMap<JobId, Record>,
     /// Hosts held by live jobs: their last `Claimed`, by host.
     claims: std::collections::BTreeMap<HostId, Record>,
     /// Live jobs with a `Started` record: [`Live::len`] is asked after every
@@ -144,6 +146,7 @@ impl Live {
                     self.running.remove(&p);
                 }
                 self.classes.retain(|(j, _), _| j != job);
+                self.checkpoints.remove(job);
                 self.forget_requests(*job);
                 if let Some(events) = self.events.remove(job) {
                     self.end_events(*job, events);
@@ -182,6 +185,11 @@ impl Live {
                 }
                 self.classes.retain(|(j, _), _| j != job);
                 self.forget_requests(*job);
+            }
+            Record::Checkpoint { job, .. } => {
+                if self.jobs.contains_key(job) {
+                    self.checkpoints.insert(*job, r.clone());
+                }
             }
             Record::Released { job } => {
                 if let Some(j) = self.jobs.get_mut(job)
@@ -356,6 +364,7 @@ impl Live {
             + self.outstanding.len()
             + self.excluded_len
             + self.claims.len()
+            + self.checkpoints.len()
             + self.usage.is_some() as usize
             + self.factors.is_some() as usize
     }
@@ -399,6 +408,7 @@ impl Live {
             out.push(submitted.clone());
             out.extend(started.clone());
         }
+        out.extend(self.checkpoints.values().cloned());
         out.extend(self.classes.values().cloned());
         // After their classes.
         out.extend(self.excluded.values().flatten().cloned());

@@ -248,6 +248,13 @@ pub(super) fn return_plan(sub: &Submitted) -> Vec<(String, String)> {
         }
         plan.push((f.clone(), dir.join(base).to_string_lossy().into_owned()));
     }
+    // A checkpoint comes back whenever the master exits (kept only when it
+    // left one); at the job's end it lands beside the output files.
+    for name in &sub.spec.transfer_checkpoint_files {
+        if !plan.iter().any(|(n, _)| n == name) {
+            plan.push((name.clone(), dir.join(name).to_string_lossy().into_owned()));
+        }
+    }
     plan.truncate(limits::MAX_RETURNED_FILES);
     plan
 }

@@ -39,6 +39,7 @@ pub(super) fn step(
             Output::Close { .. }
             | Output::DropFiles { .. }
             | Output::SendFiles { .. }
+            | Output::SaveCheckpoint { .. }
             | Output::Pilot(_) => {}
         }
     }

@@ -402,6 +402,7 @@ impl Router {
             machines: machines.into_iter().collect(),
             starts: sub.map_or(0, |s| s.tries.starts),
             evictions: sub.map_or(0, |s| s.tries.evictions),
+            checkpoints: sub.map_or(0, |s| s.tries.checkpoints),
         }
     }
 
@@ -526,11 +527,15 @@ impl Router {
         };
         // Input files by path on the submit machine, or (placed elsewhere,
         // when the client uploaded them) by content from the pool's store.
-        let (input_files, inputs) = if sub.placed && !sub.spec.input_refs.is_empty() {
+        let (input_files, mut inputs) = if sub.placed && !sub.spec.input_refs.is_empty() {
             (Vec::new(), sub.spec.input_refs)
         } else {
             (sub.spec.transfer_input_files, Vec::new())
         };
+        // Its last checkpoint, over the input files of the same name.
+        let checkpoint = self.checkpoint_inputs(job);
+        inputs.retain(|i| !checkpoint.iter().any(|c| c.name == i.name));
+        inputs.extend(checkpoint);
         self.send(
             link,
             FromGlobal::SpawnMaster {

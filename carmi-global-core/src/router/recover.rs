@@ -258,6 +258,7 @@ impl Router {
                 self.recover_held(job, reason);
             }
             Record::Released { job } => self.recover_released(job),
+            Record::Checkpoint { job, files } => self.recover_checkpoint(job, files),
             Record::Events(events) => {
                 for e in events {
                     self.events.restore(e);

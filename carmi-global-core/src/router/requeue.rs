@@ -51,6 +51,13 @@ pub(super) struct Tries {
     pub avoid: Vec<(String, Duration)>,
     /// Why the job was last put back in the queue, for `carmi q`.
     pub requeued: Option<String>,
+    /// Checkpoints saved.
+    pub checkpoints: u32,
+    /// The last checkpoint, for the next master.
+    pub checkpoint: Option<super::checkpoint::Checkpoint>,
+    /// While a checkpoint is being saved: the machine and why the job
+    /// goes back to the queue once it is.
+    pub saving: Option<(String, String)>,
 }
 
 impl Tries {
@@ -59,6 +66,16 @@ impl Tries {
         self.avoid
             .iter()
             .any(|(m, until)| m == machine && *until > now)
+    }
+}
+
+/// How a master ended, in words for a reason.
+pub(super) fn exit_words(status: &ExitStatus) -> String {
+    match status {
+        ExitStatus::Code(c) => format!("exit {c}"),
+        ExitStatus::Signal(s) => format!("signal {s}"),
+        ExitStatus::HostLost => "its machine lost".into(),
+        ExitStatus::FailedToStart(r) => format!("failed to start: {r}"),
     }
 }
 
@@ -160,14 +177,9 @@ impl Router {
         if let Some(sub) = self.submitted.get_mut(&job) {
             sub.tries.evictions += 1;
         }
-        let how = match &status {
-            ExitStatus::Code(c) => format!("exit {c}"),
-            ExitStatus::Signal(s) => format!("signal {s}"),
-            ExitStatus::HostLost => "its machine lost".into(),
-            ExitStatus::FailedToStart(r) => format!("failed to start: {r}"),
-        };
         let why = format!(
-            "vacated by the owner of {machine} (the machine's PREEMPT policy); the master ended with {how}"
+            "vacated by the owner of {machine} (the machine's PREEMPT policy); the master ended with {}",
+            exit_words(&status)
         );
         self.requeue(job, process, machine, why);
     }
@@ -175,29 +187,62 @@ impl Router {
     /// Puts `job`, whose master `process` is gone from `machine`, back in
     /// the queue at its old place: its hosts go back and its other
     /// processes are killed; a new master starts when its minimums are met.
-    fn requeue(&mut self, job: JobId, process: ProcessId, machine: &str, why: String) {
-        let why = limits::cut_reason(&why);
+    pub(super) fn requeue(&mut self, job: JobId, process: ProcessId, machine: &str, why: String) {
+        if self.park(job, process, &why) {
+            self.unpark(job, machine, why);
+        }
+    }
+
+    /// Takes `job` out of the running for `why` (its master `process` is
+    /// gone): held in the allocator (journaled), its hosts back, its other
+    /// processes killed. False when it cannot be held (it is not a
+    /// submitted job in the queue).
+    pub(super) fn park(&mut self, job: JobId, process: ProcessId, why: &str) -> bool {
         self.forget_master(job, process);
+        let Some(sub) = self.submitted.get_mut(&job) else {
+            return false;
+        };
+        // What the gone master sent back is no output of the job's.
+        if let Some(sent) = sub.returned.take() {
+            self.out.push(Output::DropFiles {
+                process: sent.process,
+            });
+        }
+        if let Err(f) = self.alloc.hold_job(job) {
+            warn!(job = %job, "cannot put the job back in the queue: {}", f.message);
+            return false;
+        }
+        self.stop_job_processes(job);
+        let reason = limits::cut_reason(why);
+        self.out.push(Output::Journal(Record::Held {
+            job,
+            reason: reason.clone(),
+        }));
+        if let Some(s) = self.submitted.get_mut(&job) {
+            s.held = Some(reason);
+        }
+        true
+    }
+
+    /// Puts a job [`Router::park`]ed back in the queue at its old place,
+    /// telling `why` (its master's end on `machine`). One released by a
+    /// user meanwhile is only told.
+    pub(super) fn unpark(&mut self, job: JobId, machine: &str, why: String) {
+        let why = limits::cut_reason(&why);
         let Some(spec) = self.submitted.get(&job).map(|s| s.spec.clone()) else {
             return;
         };
-        if let Err(f) = self.alloc.hold_job(job) {
-            warn!(job = %job, "cannot put the job back in the queue: {}", f.message);
-            return;
-        }
-        self.stop_job_processes(job);
-        if let Err(f) = self.alloc.release_job(job, &class_limits(&spec)) {
-            // Left held rather than lost: `carmi release` tries again.
-            warn!(job = %job, "cannot put the job back in the queue: {}", f.message);
-            return self.held_by_pool(job, &format!("{why}; and: {}", f.message));
+        if self.alloc.is_held(job) {
+            if let Err(f) = self.alloc.release_job(job, &class_limits(&spec)) {
+                // Left held rather than lost: `carmi release` tries again.
+                warn!(job = %job, "cannot put the job back in the queue: {}", f.message);
+                return self.held_by_pool(job, &format!("{why}; and: {}", f.message));
+            }
+            self.out.push(Output::Journal(Record::Released { job }));
         }
         info!(job = %job, machine, reason = why, "job put back in the queue");
-        self.out.push(Output::Journal(Record::Held {
-            job,
-            reason: why.clone(),
-        }));
-        self.out.push(Output::Journal(Record::Released { job }));
         if let Some(s) = self.submitted.get_mut(&job) {
+            s.held = None;
             s.tries.requeued = Some(why.clone());
         }
         self.log_event(

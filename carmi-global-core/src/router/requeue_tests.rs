@@ -262,3 +262,80 @@ fn a_master_vacated_by_its_owner_is_requeued_not_completed() {
         (2, 1)
     );
 }
+
+#[test]
+fn a_checkpoint_goes_to_the_next_master_and_survives_a_restart() {
+    use carmi_proto::msg::ReturnedFile;
+    let mut r = router();
+    let (a, b) = (LinkId(1), LinkId(2));
+    advertise(&mut r, a, "a", LENDS);
+    advertise(&mut r, b, "b", OWNER);
+    let file = "executable = master\ncheckpoint_exit_code = 85\ntransfer_checkpoint_files = counter\nqueue\n";
+    let mut journal: Vec<Record> = Vec::new();
+    let keep = |out: &[Output], journal: &mut Vec<Record>| {
+        journal.extend(out.iter().filter_map(|o| match o {
+            Output::Journal(rec) => Some(rec.clone()),
+            _ => None,
+        }))
+    };
+    let out = submit(&mut r, file);
+    keep(&out, &mut journal);
+    let (link, p) = masters(&out)[0];
+    keep(&started(&mut r, 1, link, p, Ok(())), &mut journal);
+    let counter = ReturnedFile {
+        name: "counter".into(),
+        size: 2,
+        truncated: false,
+        dest: String::new(),
+    };
+    let back = ToGlobal::MasterFiles {
+        process: p,
+        files: vec![counter],
+    };
+    step(&mut r, 2, |r, now| r.on_message(link, back, now));
+    let exited = ToGlobal::Exited {
+        process: p,
+        status: ExitStatus::Code(85),
+        cpu_seconds: 0.1,
+    };
+    let out = step(&mut r, 3, |r, now| r.on_message(link, exited, now));
+    keep(&out, &mut journal);
+    // Saved before the job goes back: no master until then.
+    let save = out.iter().find_map(|o| match o {
+        Output::SaveCheckpoint { job, files, names } => Some((*job, files.clone(), names.clone())),
+        _ => None,
+    });
+    let (job, files, names) = save.expect("the checkpoint is saved");
+    assert_eq!((job, names), (JobId(1), vec!["counter".to_string()]));
+    assert_eq!((files.process, files.files.len()), (p, 1));
+    assert!(masters(&out).is_empty());
+    let stored = ExecutableRef {
+        name: "counter".into(),
+        sha256: "ab".repeat(32),
+        size: 2,
+    };
+    let out = step(&mut r, 4, |r, _| {
+        r.on_checkpoint_saved(JobId(1), Ok(vec![stored.clone()]))
+    });
+    keep(&out, &mut journal);
+    let inputs = |out: &[Output]| {
+        out.iter().find_map(|o| match o {
+            Output::Send {
+                msg: FromGlobal::SpawnMaster { inputs, .. },
+                ..
+            } => Some(inputs.clone()),
+            _ => None,
+        })
+    };
+    assert_eq!(inputs(&out), Some(vec![stored.clone()]), "{out:?}");
+    // A restarted global RM starts its next master from it too.
+    let mut again = router();
+    again.recover(crate::journal::Live::of(&journal).records());
+    let q = again.queue_status();
+    assert_eq!(q.len(), 1);
+    let r2 = again
+        .submitted
+        .get(&JobId(1))
+        .and_then(|s| s.tries.checkpoint.clone());
+    assert_eq!(r2.map(|c| c.files), Some(vec![stored]));
+}

@@ -212,6 +212,9 @@ pub struct JobUsage {
     /// How many times its master was vacated by a machine's owner.
     #[serde(default)]
     pub evictions: u32,
+    /// How many checkpoints its masters left.
+    #[serde(default)]
+    pub checkpoints: u32,
 }
 
 /// One class of a job, for `carmi q`.
