@@ -141,6 +141,15 @@ impl ProcTable {
             .copied()
     }
 
+    /// The processes attached through `machine`'s local RM, by connection.
+    pub fn attached_through(&self, machine: &str) -> Vec<(ConnId, ProcessId)> {
+        self.by_conn
+            .iter()
+            .filter(|(a, _)| a.machine == machine)
+            .map(|(a, &p)| (a.conn, p))
+            .collect()
+    }
+
     /// Records that `id` attached at `a` with direct-message endpoint `endpoint`.
     pub fn attach(&mut self, id: ProcessId, a: Attachment, endpoint: String) {
         self.unindex_conn(&a);

@@ -220,6 +220,10 @@ struct Presence {
     ready: bool,
     /// Processes missing from its last `Advertise`, to settle at its next heartbeat.
     suspects: Vec<ProcessId>,
+    /// Applications attached through it before its last `Advertise`: its
+    /// local RM announces those it still serves again before its next
+    /// heartbeat; the others left while it was away (`router/gone.rs`).
+    unannounced: Vec<(carmi_proto::ids::ConnId, ProcessId)>,
     /// When it will be declared lost; `None` while it is not registered.
     deadline: Option<Duration>,
     /// Ads of it refused: when one was last logged, and how many since.

@@ -5,8 +5,14 @@
 //! with why the job ended; their local RM fails what they still wait for
 //! and closes their connection. Before, a re-announced process was quietly
 //! given a new job and waited forever for answers to the old one's requests.
+//!
+//! The other way round, no ghost jobs: an application attached through a
+//! local RM that went away (killed, restarted) and came back without it
+//! (it ended meanwhile) is not announced again before the machine's first
+//! heartbeat; it is taken as gone then, and a job it started ends, instead
+//! of staying "attached" for ever.
 
-use carmi_proto::ids::{ConnId, JobId};
+use carmi_proto::ids::{ConnId, JobId, ProcessId};
 use carmi_proto::msg::{ExitStatus, FromGlobal, JobEnd};
 use tracing::info;
 
@@ -51,6 +57,46 @@ impl Router {
     pub(super) fn tell_gone_at(&mut self, at: &Attachment, job: JobId) {
         if let Some(link) = self.ready_link(&at.machine) {
             self.tell_gone(link, at.conn, job);
+        }
+    }
+
+    /// At `name`'s `Advertise`: the applications attached through it so
+    /// far, which its local RM announces again (`AppAttach`) right after
+    /// `Registered` if it still serves them.
+    pub(super) fn expect_announcements(&mut self, name: &str) {
+        let attached = self.procs.attached_through(name);
+        if let Some(p) = self.presence.get_mut(name) {
+            p.unannounced = attached;
+        }
+    }
+
+    /// An application announced itself through `name` at `conn`, as
+    /// `process` if it names one: not a ghost.
+    pub(super) fn announced(&mut self, name: &str, conn: ConnId, process: Option<ProcessId>) {
+        if let Some(p) = self.presence.get_mut(name) {
+            p.unannounced
+                .retain(|&(c, pr)| c != conn && Some(pr) != process);
+        }
+    }
+
+    /// At `name`'s first heartbeat after its `Advertise`: the applications
+    /// it did not announce again left while it was away; each is detached
+    /// as if its connection had closed (ending the job it started).
+    pub(super) fn settle_unannounced(&mut self, name: &str) {
+        let Some(gone) = self
+            .presence
+            .get_mut(name)
+            .map(|p| std::mem::take(&mut p.unannounced))
+        else {
+            return;
+        };
+        for (conn, process) in gone {
+            if self.procs.attached_at(name, conn) != Some(process) {
+                continue;
+            }
+            let job = self.procs.find(process).map(|p| p.job);
+            info!(machine = name, %conn, %process, job = ?job, "an application attached through this machine was not announced again after its local RM came back: it left while the local RM was away");
+            self.app_detach(name, conn);
         }
     }
 }

@@ -256,6 +256,7 @@ impl Router {
         process: Option<ProcessId>,
         endpoint: String,
     ) {
+        self.announced(name, conn, process);
         let at = Attachment {
             machine: name.to_string(),
             conn,

@@ -354,6 +354,7 @@ impl Router {
         if let Some(p) = self.presence.get_mut(name) {
             p.suspects = suspects;
         }
+        self.expect_announcements(name);
     }
 
     pub(super) fn heartbeat(
@@ -362,6 +363,7 @@ impl Router {
         name: &str,
         update: Option<Result<ClassAd, String>>,
     ) {
+        self.settle_unannounced(name);
         let suspects = self
             .presence
             .get_mut(name)
