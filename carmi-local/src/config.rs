@@ -60,11 +60,19 @@ ActivityTimer, StateTimer, Minute, VacateGrace), vacate_grace = 10.0 (seconds, s
 )]
 pub struct Cli {
     /// Address of the global RM.
-    #[arg(long, value_name = "HOST:PORT")]
-    pub global: String,
+    #[arg(
+        long,
+        value_name = "HOST:PORT",
+        required_unless_present = "remove_slot_users"
+    )]
+    pub global: Option<String>,
     /// File holding the pool's shared secret.
-    #[arg(long, value_name = "FILE")]
-    pub secret: PathBuf,
+    #[arg(
+        long,
+        value_name = "FILE",
+        required_unless_present = "remove_slot_users"
+    )]
+    pub secret: Option<PathBuf>,
     /// File holding this machine's daemon token (`carmi token create
     /// --authz daemon --machine NAME`), mode 0600; required by a pool whose
     /// global RM has a signing key.
@@ -115,14 +123,23 @@ pub struct Cli {
     #[arg(long, value_name = "SECONDS")]
     pub orphan_timeout: Option<u64>,
     /// Started as root: the accounts job processes run as, comma-separated
-    /// (dedicated to the pool; each serves one job at a time), or `none` to
-    /// run them as root. Default as root: `--slot-user-prefix carmi-slot`.
+    /// (dedicated to the pool; each serves one job at a time; at least one
+    /// per slot and two more), or `none` to run them as root. Default as
+    /// root: `--slot-user-prefix carmi-slot`. An account another local RM
+    /// of this machine holds stops the start, naming it and that local RM.
     #[arg(long, value_name = "USER,...")]
     pub slot_users: Option<String>,
-    /// Started as root: jobs run as PREFIX1, PREFIX2, ... (one per slot and
-    /// two more), created with `useradd` when missing.
+    /// Started as root: jobs run as PREFIX1, PREFIX2, ...: one per slot and
+    /// two more, the first names no other local RM of this machine holds
+    /// (so a second one takes the next), created with `useradd` when missing.
     #[arg(long, value_name = "PREFIX", conflicts_with = "slot_users")]
     pub slot_user_prefix: Option<String>,
+    /// Delete the accounts PREFIX1, PREFIX2, ... that a prefix made
+    /// (--slot-user-prefix, else the --config file's slot_user_prefix, else
+    /// carmi-slot), except those a running local RM holds; say which were
+    /// removed and which kept and why; then exit. Needs root.
+    #[arg(long, conflicts_with = "slot_users")]
+    pub remove_slot_users: bool,
 }
 
 /// Where the owner's activity comes from.
@@ -339,7 +356,13 @@ impl Settings {
             Some(path) => Some((path.clone(), read_config_file(path)?)),
             None => None,
         };
-        let mut s = Settings::new(cli.global.clone(), cli.secret.clone());
+        let required = |setting: &'static str| ConfigError::BadSetting {
+            setting,
+            reason: "missing (required to run the daemon)".into(),
+        };
+        let global = cli.global.clone().ok_or_else(|| required("--global"))?;
+        let secret = cli.secret.clone().ok_or_else(|| required("--secret"))?;
+        let mut s = Settings::new(global, secret);
         s.token_file = cli.token.clone();
         s.orphan_limit = cli.orphan_timeout.map(Duration::from_secs);
         s.accounts = AccountsConfig::Default;
@@ -430,6 +453,19 @@ impl Settings {
         }
         s.check()?;
         Ok(s)
+    }
+
+    /// The prefix `--remove-slot-users` removes the accounts of: the
+    /// command line's, else the configuration file's, else the default.
+    pub fn removal_prefix(cli: &Cli) -> Result<String, ConfigError> {
+        if let Some(p) = &cli.slot_user_prefix {
+            return Ok(p.clone());
+        }
+        let file = match &cli.config {
+            Some(path) => read_config_file(path)?.slot_user_prefix,
+            None => None,
+        };
+        Ok(file.unwrap_or_else(|| crate::isolation::DEFAULT_PREFIX.into()))
     }
 
     /// Checks values that cannot be right.

@@ -216,3 +216,33 @@ fn slot_users_come_from_a_list_a_prefix_or_none() {
     // An embedded pool's settings run jobs as its own user.
     assert_eq!(Settings::new("x:1", "s").accounts, AccountsConfig::Own);
 }
+
+#[test]
+fn removing_slot_users_needs_no_pool_and_finds_the_prefix() {
+    let dir = crate::test_dir::TempDir::new("cfg-remove-slot-users");
+    let path = dir.path().join("local.toml");
+    std::fs::write(&path, "slot_user_prefix = \"lab\"\n").unwrap();
+    let prefix = |args: &[&str]| {
+        let cli =
+            Cli::try_parse_from(["carmi-local", "--remove-slot-users"].iter().chain(args)).unwrap();
+        assert!(cli.remove_slot_users);
+        Settings::removal_prefix(&cli).unwrap()
+    };
+    assert_eq!(prefix(&[]), crate::isolation::DEFAULT_PREFIX);
+    assert_eq!(prefix(&["--config", path.to_str().unwrap()]), "lab");
+    assert_eq!(
+        prefix(&[
+            "--config",
+            path.to_str().unwrap(),
+            "--slot-user-prefix",
+            "x"
+        ]),
+        "x"
+    );
+    // Without it, the daemon still needs its global RM and secret.
+    assert!(Cli::try_parse_from(["carmi-local", "--secret", "s"]).is_err());
+    assert!(Cli::try_parse_from(["carmi-local", "--global", "x:1"]).is_err());
+    assert!(
+        Cli::try_parse_from(["carmi-local", "--remove-slot-users", "--slot-users", "a"]).is_err()
+    );
+}

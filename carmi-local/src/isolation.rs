@@ -5,11 +5,12 @@
 //!
 //! The accounts are a configured list (`--slot-users carmi-slot1,...`) or
 //! a prefix (`--slot-user-prefix carmi-slot`: `carmi-slot1` ... one per slot
-//! and two for masters, created with `useradd` when missing). They must be
-//! dedicated to the pool: each serves one job at a time (a lease), and when
-//! a job's last process on an account has exited, every process still
-//! running as that account is killed, so that a process that left its group
-//! (`setsid`) does not outlive its job or spy on the next one.
+//! and two for masters, the first names no other local RM of this machine
+//! holds, created with `useradd` when missing): see [`crate::slot_users`].
+//! They must be dedicated to the pool: each serves one job at a time (a
+//! lease), and when a job's last process on an account has exited, every
+//! process still running as that account is killed, so that a process that
+//! left its group (`setsid`) does not outlive its job or spy on the next one.
 //!
 //! What is done as the account rather than as root: the process itself
 //! (`setgid`, `setgroups(0)`, `setuid` before `exec`, by std's `Command`),
@@ -24,13 +25,14 @@
 use std::fs::{self, File};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 
 use carmi_api::ids::JobId;
-use nix::errno::Errno;
-use nix::fcntl::{Flock, FlockArg};
+use nix::fcntl::Flock;
 use nix::unistd::{Gid, Uid, User};
+
+use crate::slot_users::kill_account;
+pub use crate::slot_users::{Account, LOCK_DIR, SPARE_ACCOUNTS, SlotUserError, Source};
 
 /// Which accounts run jobs, as configured.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -41,63 +43,28 @@ pub enum AccountsConfig {
     Default,
     /// Jobs run as the daemon's own user, even as root (`--slot-users none`).
     Own,
-    /// These accounts, which must exist.
+    /// These accounts, which must exist (at least one per slot and two more).
     Users(Vec<String>),
-    /// `PREFIX1`, `PREFIX2`, ...: one per slot and two more, created if missing.
+    /// `PREFIX1`, `PREFIX2`, ...: one per slot and two more, the first free
+    /// ones on this machine, created if missing.
     Prefix(String),
 }
 
 /// The prefix of the accounts a root local RM makes when none are configured.
 pub const DEFAULT_PREFIX: &str = "carmi-slot";
 
-/// Accounts made with a prefix beyond one per slot: for masters, which run
-/// outside the slots, and a job that finishes while the next one starts.
-const SPARE_ACCOUNTS: u32 = 2;
-
 /// Why isolation cannot be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum IsolationError {
-    /// A configured account does not exist.
-    #[error(
-        "slot user `{0}` does not exist; create it (`useradd --system {0}`) or use --slot-user-prefix, which creates its accounts"
-    )]
-    NoSuchUser(String),
-    /// A configured account serves another local RM of this machine.
-    #[error(
-        "slot user `{0}` runs the jobs of another local RM on this machine (it holds {LOCK_DIR}/{0}.lock); give each local RM accounts of its own"
-    )]
-    Taken(String),
-    /// A configured account is root or the daemon's own.
-    #[error(
-        "slot user `{name}` has uid {uid}, which is root's or this daemon's own: job processes must run as a dedicated unprivileged account"
-    )]
-    Privileged {
-        /// The account.
-        name: String,
-        /// Its uid.
-        uid: u32,
-    },
+    /// The accounts cannot be had (missing, held by another local RM,
+    /// too few, privileged).
+    #[error(transparent)]
+    Accounts(#[from] SlotUserError),
     /// Accounts were configured but the daemon is not root.
     #[error(
         "slot users need a local RM started as root (this one runs as uid {0}); remove --slot-users/--slot-user-prefix or start it as root"
     )]
     NotRoot(u32),
-    /// `useradd` failed.
-    #[error("cannot create slot user `{name}`: {reason}")]
-    Create {
-        /// The account.
-        name: String,
-        /// What `useradd` said.
-        reason: String,
-    },
-    /// The account database could not be read.
-    #[error("cannot look up slot user `{name}`: {error}")]
-    Lookup {
-        /// The account.
-        name: String,
-        /// Why.
-        error: nix::Error,
-    },
     /// A directory on the way to the sandboxes is closed to other users.
     #[error(
         "directory {0} must be searchable by the slot users (mode o+x) so that they can reach their sandboxes; chmod o+x it or choose a --work-dir under /var/lib"
@@ -111,17 +78,6 @@ pub enum IsolationError {
         /// Why.
         error: std::io::Error,
     },
-}
-
-/// One account that job processes run as.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Account {
-    /// Its user name.
-    pub name: String,
-    /// Its uid.
-    pub uid: u32,
-    /// Its primary group.
-    pub gid: u32,
 }
 
 /// The accounts of a local RM and which job holds each.
@@ -190,54 +146,25 @@ pub fn start(
 
 impl Accounts {
     /// The accounts `config` asks for on a machine with `slots` slots, or
-    /// `None` when jobs run as the daemon's own user. Creates missing
-    /// accounts of a prefix.
+    /// `None` when jobs run as the daemon's own user: exactly one per slot
+    /// and [`SPARE_ACCOUNTS`] more of a prefix (created when missing), or
+    /// every listed one ([`crate::slot_users::claim`]).
     pub fn set_up(config: &AccountsConfig, slots: u32) -> Result<Option<Accounts>, IsolationError> {
         let euid = nix::unistd::geteuid().as_raw();
-        let names: Vec<(String, bool)> = match config {
+        let source = match config {
             AccountsConfig::Own => return Ok(None),
             AccountsConfig::Default if euid != 0 => return Ok(None),
             _ if euid != 0 => return Err(IsolationError::NotRoot(euid)),
-            AccountsConfig::Users(names) => names.iter().map(|n| (n.clone(), false)).collect(),
-            AccountsConfig::Default => prefixed(DEFAULT_PREFIX, slots),
-            AccountsConfig::Prefix(prefix) => prefixed(prefix, slots),
+            AccountsConfig::Users(names) => Source::Listed(names),
+            AccountsConfig::Default => Source::Prefix(DEFAULT_PREFIX),
+            AccountsConfig::Prefix(prefix) => Source::Prefix(prefix),
         };
-        let want = names.len();
-        let mut accounts = Vec::with_capacity(want);
-        let mut locks = Vec::with_capacity(want);
-        for (name, create) in names {
-            let Some(lock) = claim(&name)? else {
-                if create {
-                    // Another local RM of this machine runs jobs as it.
-                    continue;
-                }
-                return Err(IsolationError::Taken(name));
-            };
-            let account = match lookup(&name)? {
-                Some(a) => a,
-                None if create => {
-                    make_account(&name)?;
-                    lookup(&name)?.ok_or_else(|| IsolationError::NoSuchUser(name.clone()))?
-                }
-                None => return Err(IsolationError::NoSuchUser(name)),
-            };
-            if account.uid == 0 || account.uid == euid {
-                return Err(IsolationError::Privileged {
-                    name: account.name,
-                    uid: account.uid,
-                });
-            }
-            accounts.push(account);
-            locks.push(lock);
-            if accounts.len() == want {
-                break;
-            }
-        }
-        let leases = vec![None; accounts.len()];
+        let claimed = crate::slot_users::claim(source, slots)?;
+        let leases = vec![None; claimed.accounts.len()];
         Ok(Some(Accounts {
-            accounts: Arc::new(accounts),
+            accounts: Arc::new(claimed.accounts),
             leases: Arc::new(Mutex::new(leases)),
-            _locks: Arc::new(locks),
+            _locks: Arc::new(claimed.locks),
         }))
     }
 
@@ -304,110 +231,6 @@ impl Drop for Lease {
             // may run on as it.
             kill_account(self.account().uid);
             leases[self.index] = None;
-        }
-    }
-}
-
-/// The names a prefix gives: as many as wanted (one per slot and the
-/// spares), and as many more again to skip those another local RM of this
-/// machine holds; [`Accounts::set_up`] stops at the count wanted.
-fn prefixed(prefix: &str, slots: u32) -> Vec<(String, bool)> {
-    let want = slots + SPARE_ACCOUNTS;
-    (1..=want + 64)
-        .map(|i| (format!("{prefix}{i}"), true))
-        .collect()
-}
-
-/// Where a local RM marks the slot users it holds (one lock file each,
-/// `flock`ed while it runs), so that two local RMs on one machine never run
-/// jobs as the same account (each kills what runs as its accounts).
-pub const LOCK_DIR: &str = "/run/carmi-local";
-
-/// Takes the lock of account `name`; `None` when another process holds it.
-fn claim(name: &str) -> Result<Option<Flock<File>>, IsolationError> {
-    let dir = Path::new(LOCK_DIR);
-    let path = dir.join(format!("{name}.lock"));
-    let err = |error| IsolationError::Restrict {
-        path: path.clone(),
-        error,
-    };
-    fs::create_dir_all(dir)
-        .and_then(|()| fs::set_permissions(dir, fs::Permissions::from_mode(0o700)))
-        .map_err(err)?;
-    let file = fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(err)?;
-    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-        Ok(lock) => Ok(Some(lock)),
-        Err((_, Errno::EWOULDBLOCK)) => Ok(None),
-        Err((_, e)) => Err(err(e.into())),
-    }
-}
-
-fn lookup(name: &str) -> Result<Option<Account>, IsolationError> {
-    let user = User::from_name(name).map_err(|error| IsolationError::Lookup {
-        name: name.into(),
-        error,
-    })?;
-    Ok(user.map(|u| Account {
-        name: u.name,
-        uid: u.uid.as_raw(),
-        gid: u.gid.as_raw(),
-    }))
-}
-
-fn make_account(name: &str) -> Result<(), IsolationError> {
-    tracing::info!(account = name, "creating a slot user for job isolation");
-    let out = Command::new("useradd")
-        .args(["--system", "--user-group", "--no-create-home"])
-        .args(["--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin"])
-        .arg(name)
-        .output()
-        .map_err(|e| IsolationError::Create {
-            name: name.into(),
-            reason: format!("cannot run useradd: {e}"),
-        })?;
-    // Two local RMs on one machine may race to create the same account.
-    if out.status.success() || lookup(name)?.is_some() {
-        return Ok(());
-    }
-    Err(IsolationError::Create {
-        name: name.into(),
-        reason: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-    })
-}
-
-/// SIGKILLs every process whose real or effective uid is `uid`.
-fn kill_account(uid: u32) {
-    let Ok(dir) = fs::read_dir("/proc") else {
-        return;
-    };
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<libc::pid_t>().ok())
-        else {
-            continue;
-        };
-        let Ok(status) = fs::read_to_string(entry.path().join("status")) else {
-            continue;
-        };
-        let runs_as = status
-            .lines()
-            .find_map(|l| l.strip_prefix("Uid:"))
-            .map(|ids| {
-                ids.split_whitespace()
-                    .take(2)
-                    .any(|id| id.parse() == Ok(uid))
-            });
-        if runs_as == Some(true) && pid > 1 {
-            tracing::info!(pid, uid, "killing a process left running as a slot user");
-            // SAFETY: kill has no memory effects.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
         }
     }
 }
@@ -528,19 +351,5 @@ mod tests {
         drop(j1_again);
         let j3 = accounts.lease(JobId(3)).expect("given back by job 1");
         assert_eq!(j3.account().name, "a");
-    }
-
-    #[test]
-    fn two_local_rms_never_hold_one_account() {
-        if !nix::unistd::geteuid().is_root() {
-            eprintln!("SKIP two_local_rms_never_hold_one_account: root not available");
-            return;
-        }
-        let name = format!("carmi-test-claim-{}", std::process::id());
-        let first = claim(&name).unwrap().expect("free");
-        assert!(claim(&name).unwrap().is_none(), "held by the first");
-        drop(first);
-        assert!(claim(&name).unwrap().is_some(), "given back");
-        let _ = fs::remove_file(Path::new(LOCK_DIR).join(format!("{name}.lock")));
     }
 }

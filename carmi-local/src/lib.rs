@@ -34,6 +34,7 @@
 //! - `peer`: executable staging between machines: fetching from the global RM's store or a
 //!   peer (pipelined, verified), and serving this cache, partial copies included, to peers.
 //! - `apps`: the listener for application processes and one task per connection, each with a bounded queue.
+//! - `isolation` and `slot_users`: as root, each job runs as an account of its own; which accounts a local RM takes (locked per machine), their creation and removal.
 //! - `jobcred`: the credentials of the jobs present here: admitted for their job only, written into sandboxes, forgotten when the job leaves.
 //! - `global`: the connection to the global RM, with reconnection and backoff, and its bounded queue (`GlobalLink` on the driver's side).
 //! - `input`: what the driver hears about (`Input`) and the channel ends of the connections, below every module that sends inputs.
@@ -59,6 +60,7 @@ pub mod owner;
 pub mod peer;
 pub mod returned;
 mod sandbox;
+pub mod slot_users;
 pub mod spawn;
 #[cfg(test)]
 mod test_dir;

@@ -24,6 +24,9 @@ async fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     let cli = Cli::parse();
+    if cli.remove_slot_users {
+        return remove_slot_users(&cli);
+    }
     let settings = match Settings::from_cli(&cli) {
         Ok(s) => s,
         Err(e) => {
@@ -79,6 +82,42 @@ async fn run(settings: Settings, owner_returns_at: Option<u64>) -> anyhow::Resul
     tracing::info!("{why}: leaving the pool");
     daemon.leave(&format!("its local RM got {why}")).await;
     Ok(())
+}
+
+/// `--remove-slot-users`: deletes the accounts of the prefix that no
+/// running local RM holds, and says what it did with each.
+fn remove_slot_users(cli: &Cli) -> ExitCode {
+    let removal = Settings::removal_prefix(cli)
+        .map_err(anyhow::Error::from)
+        .and_then(|prefix| {
+            let done = carmi_local::slot_users::remove(&prefix)?;
+            Ok((prefix, done))
+        });
+    let (prefix, done) = match removal {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("carmi-local: error: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    for name in &done.removed {
+        let _ = writeln!(out, "removed {name}");
+    }
+    for (name, why) in &done.kept {
+        let _ = writeln!(out, "kept {name}: {why}");
+    }
+    let _ = writeln!(
+        out,
+        "slot users of prefix `{prefix}`: {} removed, {} kept",
+        done.removed.len(),
+        done.kept.len()
+    );
+    if done.failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 /// Completes at wall-clock time `at` (seconds since the Unix epoch), never

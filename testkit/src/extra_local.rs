@@ -34,24 +34,11 @@ impl Pool {
     /// Starts local RM `name` connecting to the global RM at `global` (the
     /// pool's, or a proxy's), with a daemon token of its own, the pool's
     /// `local.toml`, a work directory and log (`NAME.log`) in the pool's
-    /// directory, and `args` added.
+    /// directory, and `args` added (one slot unless they name `--slots`).
     pub fn start_extra_local(&self, name: &str, global: &str, args: &[&str]) -> ExtraLocal {
-        let token = self.dir.join(format!("{name}.token"));
-        self.token_file(&token, name, Power::Daemon, Some(name), 3600);
-        let log = std::fs::File::create(self.dir.join(format!("{name}.log"))).unwrap();
-        let mut child = Command::new(bin_dir().join("carmi-local"))
-            .args(["--global", global, "--secret"])
-            .arg(&self.secret_path)
-            .arg("--token")
-            .arg(&token)
-            .args(["--name", name, "--slots", "1", "--config"])
-            .arg(self.dir.join("local.toml"))
-            .arg("--work-dir")
-            .arg(self.dir.join(name))
-            .args(args)
-            .env("RUST_LOG", "info")
+        let mut child = self
+            .extra_local_command(name, global, args)
             .stdout(Stdio::piped())
-            .stderr(log)
             .spawn()
             .expect("start carmi-local");
         let mut line = String::new();
@@ -61,8 +48,36 @@ impl Pool {
         let addr = line
             .trim()
             .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("carmi-local printed {line:?}"))
+            .unwrap_or_else(|| {
+                let log = std::fs::read_to_string(self.dir.join(format!("{name}.log")));
+                panic!("carmi-local printed {line:?}\n{}", log.unwrap_or_default())
+            })
             .to_string();
         ExtraLocal { child, addr }
+    }
+
+    /// The command [`Pool::start_extra_local`] runs, not yet started: for a
+    /// test that expects the local RM to refuse to start (its standard
+    /// error goes to `NAME.log` unless the test says otherwise).
+    pub fn extra_local_command(&self, name: &str, global: &str, args: &[&str]) -> Command {
+        let token = self.dir.join(format!("{name}.token"));
+        self.token_file(&token, name, Power::Daemon, Some(name), 3600);
+        let log = std::fs::File::create(self.dir.join(format!("{name}.log"))).unwrap();
+        let mut cmd = Command::new(bin_dir().join("carmi-local"));
+        cmd.args(["--global", global, "--secret"])
+            .arg(&self.secret_path)
+            .arg("--token")
+            .arg(&token)
+            .args(["--name", name, "--config"])
+            .arg(self.dir.join("local.toml"))
+            .arg("--work-dir")
+            .arg(self.dir.join(name))
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stderr(log);
+        if !args.contains(&"--slots") {
+            cmd.args(["--slots", "1"]);
+        }
+        cmd
     }
 }
