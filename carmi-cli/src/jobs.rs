@@ -517,6 +517,12 @@ pub fn analysis_text(a: &JobAnalysis) -> String {
             j.job.0
         ));
     }
+    // Why its master waits, or why it went back to the queue last.
+    if j.state != "held"
+        && let Some(note) = &j.note
+    {
+        out.push_str(&format!("Note: {note}.\n"));
+    }
     for c in &a.classes {
         out.push_str(&class_text(c, waiting));
     }
@@ -625,5 +631,17 @@ mod tests {
             .find("desk7: START is false: KeyboardIdle > 900 (KeyboardIdle = 32)")
             .unwrap_or_else(|| panic!("{text}"));
         assert!(why > owners, "{text}");
+    }
+
+    #[test]
+    fn analyze_says_why_a_job_went_back_to_the_queue() {
+        let mut a = analysis(None);
+        a.job.state = "waiting".into();
+        a.job.note = Some("vacated by the owner of m0 (the machine's PREEMPT policy)".into());
+        let text = analysis_text(&a);
+        assert!(
+            text.contains("Note: vacated by the owner of m0 (the machine's PREEMPT policy).\n"),
+            "{text}"
+        );
     }
 }
