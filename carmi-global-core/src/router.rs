@@ -68,6 +68,7 @@ mod hold;
 mod hold_tests;
 mod job_attrs;
 mod jobs;
+mod join;
 mod lifecycle;
 mod logs;
 #[cfg(test)]

@@ -296,13 +296,73 @@ fn an_attach_naming_ids_near_the_end_of_the_counters_gets_fresh_ones() {
         other => panic!("{other:?}"),
     };
     assert_eq!((job, process), (JobId(1), ProcessId(1)));
-    // Ids at the limit are still adopted (a job of an earlier run).
+    // Ids at the limit are no job this global RM gave: not adopted (its
+    // journal holds every job it gave), the application is told.
     let max = carmi_proto::limits::MAX_ID;
     let (sends, _) = step(&mut r, |r| {
         r.on_message(m0, attach(2, max, max), Duration::ZERO)
     });
     assert!(
-        matches!(&sends[..], [(_, FromGlobal::Attached { job, process, .. })] if job.0 == max && process.0 == max),
+        matches!(&sends[..], [(_, FromGlobal::JobGone { job, .. })] if job.0 == max),
+        "{sends:?}"
+    );
+    // The job counter did not move: the next new job is job 2.
+    let new = ToGlobal::AppAttach {
+        conn: ConnId(3),
+        job: None,
+        process: None,
+        endpoint: "127.0.0.1:1".into(),
+        token: None,
+    };
+    let (sends, _) = step(&mut r, |r| r.on_message(m0, new, Duration::ZERO));
+    assert!(
+        matches!(
+            &sends[..],
+            [(_, FromGlobal::Attached { job: JobId(2), .. })]
+        ),
+        "{sends:?}"
+    );
+}
+
+#[test]
+fn a_machine_outside_a_job_may_not_join_it_and_one_inside_may() {
+    let mut r = Router::new(RouterConfig::default());
+    let (m0, m1) = (LinkId(1), LinkId(2));
+    advertise(&mut r, m0, "m0", vec![]);
+    advertise(&mut r, m1, "m1", vec![]);
+    let attach = |conn, job: Option<u64>| ToGlobal::AppAttach {
+        conn: ConnId(conn),
+        job: job.map(JobId),
+        process: None,
+        endpoint: "127.0.0.1:1".into(),
+        token: None,
+    };
+    // Alice's job starts by hand on m0.
+    let (sends, _) = step(&mut r, |r| {
+        r.on_message(m0, attach(1, None), Duration::ZERO)
+    });
+    let job = match &sends[..] {
+        [(_, FromGlobal::Attached { job, .. })] => *job,
+        other => panic!("{other:?}"),
+    };
+    // m1's owner, with m1's own link, names her job: refused, no credential
+    // (the driver sends one only before `Attached`).
+    let (sends, _) = step(&mut r, |r| {
+        r.on_message(m1, attach(1, Some(job.0)), Duration::ZERO)
+    });
+    match &sends[..] {
+        [(l, FromGlobal::AttachRefused { reason, .. })] => {
+            assert_eq!(*l, m1);
+            assert!(reason.contains("may not join"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // A second application of the job on m0 joins it.
+    let (sends, _) = step(&mut r, |r| {
+        r.on_message(m0, attach(2, Some(job.0)), Duration::ZERO)
+    });
+    assert!(
+        matches!(&sends[..], [(_, FromGlobal::Attached { job: j, .. })] if *j == job),
         "{sends:?}"
     );
 }

@@ -273,14 +273,18 @@ impl Router {
         let known_live = |procs: &ProcTable, p: ProcessId, j: JobId| {
             procs.find(p).is_some_and(|pr| pr.job == j && pr.is_live())
         };
+        if let Some(j) = job
+            && self.alloc.has_job(j)
+            && !self.machine_in_job(name, j)
+        {
+            let reason = self.join_refusal(name, j);
+            warn!(machine = name, %conn, job = %j, "AppAttach refused: {reason}");
+            self.send(link, FromGlobal::AttachRefused { conn, reason });
+            return;
+        }
         let (job, process) = match (job, process) {
             (Some(j), Some(p)) if known_live(&self.procs, p, j) => (j, p),
-            (Some(j), p) if self.alloc.has_job(j) || j.0 >= self.next_job => {
-                if !self.alloc.has_job(j) {
-                    // A job this RM never saw (it restarted): adopt it under its id.
-                    self.next_job = j.0 + 1;
-                    self.alloc.on_job_created(j, name);
-                }
+            (Some(j), p) if self.alloc.has_job(j) => {
                 let id = match p {
                     Some(p) if self.procs.is_unused(p) => p,
                     Some(p) => {
@@ -292,8 +296,10 @@ impl Router {
                 self.procs.insert(id, new_proc(j, false));
                 (j, id)
             }
-            // A job that ended (while its machine was away, say): the
-            // application is told, never quietly given a new job.
+            // A job that ended (while its machine was away, say), or one
+            // this global RM never gave (its journal holds every job it
+            // gave): the application is told, never quietly given a new
+            // job, nor the job adopted under its id (`router/join.rs`).
             (Some(j), _) => return self.tell_gone(link, conn, j),
             (None, _) => {
                 let owner = match self.new_job_owner(link, name, conn) {
