@@ -349,6 +349,17 @@ impl Router {
         }
     }
 
+    /// The next job id this router gives (for the driver's high-water mark).
+    pub fn next_job_id(&self) -> u64 {
+        self.next_job
+    }
+
+    /// Gives no job id below `floor` from now on: the driver's high-water
+    /// mark, above every id given before, even those a cut journal forgot.
+    pub fn raise_next_job(&mut self, floor: u64) {
+        self.next_job = self.next_job.max(floor);
+    }
+
     /// The allocator, for inspection.
     pub fn allocator(&self) -> &Allocator {
         &self.alloc
@@ -627,6 +638,11 @@ impl Router {
         }
         self.flush();
     }
+}
+
+/// The name of a message's variant, for logs and refusals.
+pub fn message_name(msg: &ToGlobal) -> &'static str {
+    variant_name(msg)
 }
 
 /// The name of a message's variant, for logs.

@@ -50,6 +50,7 @@ use crate::staging::{Staging, StagingConfig};
 use crate::store::ExeStore;
 
 mod conn;
+mod files;
 mod stager;
 
 use conn::{connection, refuse};
@@ -326,6 +327,9 @@ impl Server {
             router.on_executable_stored(exe);
         }
         router.recover(self.recovered);
+        let mark = crate::idmark::IdMark::open(&self.config.state_dir)
+            .map_err(|e| Error::JobKey(format!("job-id mark: {e}")))?;
+        router.raise_next_job(mark.floor());
         // Before any connection: a master's files stored from now on are wanted.
         {
             let (store, keep) = (self.returned.clone(), router.kept_files());
@@ -349,7 +353,7 @@ impl Server {
             router,
             staging,
             (self.returned.clone(), self.store.clone(), job_key),
-            self.journal,
+            (self.journal, mark),
             cmd_rx,
             (pilots, cmd_tx.clone()),
             stop_rx.clone(),
@@ -463,7 +467,7 @@ async fn router_task(
         Arc<ExeStore>,
         carmi_api::jobcred::JobKey,
     ),
-    mut journal: Journal,
+    (mut journal, mut mark): (Journal, crate::idmark::IdMark),
     mut cmds: mpsc::UnboundedReceiver<Cmd>,
     (pilots, to_router): (crate::pilots::PilotDriver, mpsc::UnboundedSender<Cmd>),
     mut stop: watch::Receiver<bool>,
@@ -515,6 +519,10 @@ async fn router_task(
                 other => outputs.push(other),
             }
         }
+        // Before anything that names a new job id goes out.
+        if let Err(e) = mark.keep_ahead(router.next_job_id()) {
+            tracing::error!("cannot write the job-id mark: {e}");
+        }
         write_journal(&mut journal, &mut records);
         for out in outputs {
             match out {
@@ -545,16 +553,12 @@ async fn router_task(
                 }
                 Output::SendFiles { link, files } => {
                     if let Some(out) = links.get(&link) {
-                        tokio::spawn(send_files(returned.clone(), out.tx.clone(), files));
+                        tokio::spawn(files::send(returned.clone(), out.tx.clone(), files));
                     }
                 }
                 Output::SaveCheckpoint { job, files, names } => {
-                    let (ret, exes, tx) = (returned.clone(), store.clone(), to_router.clone());
-                    tokio::task::spawn_blocking(move || {
-                        let saved = crate::checkpoint::save(&ret, &exes, &files, &names);
-                        ret.remove(files.process);
-                        let _ = tx.send(Cmd::CheckpointSaved(job, saved));
-                    });
+                    let stores = (returned.clone(), store.clone());
+                    files::save_checkpoint(stores, to_router.clone(), job, files, names);
                 }
             }
         }
@@ -578,37 +582,6 @@ fn write_journal(journal: &mut Journal, records: &mut Vec<crate::journal::Record
     if let Err(e) = result {
         tracing::error!(journal = %journal.path().display(), "cannot write the journal: {e}");
     }
-}
-
-/// Reads the files of an ended job's master from the store and sends them
-/// (or why they cannot be) on an admin connection, off the router task.
-async fn send_files(
-    store: Arc<ReturnedStore>,
-    tx: mpsc::Sender<Outgoing>,
-    files: carmi_api::msg::JobFiles,
-) {
-    let read = {
-        let files = files.clone();
-        tokio::task::spawn_blocking(move || store.read(&files)).await
-    };
-    let frame = match read {
-        Ok(Ok(bytes)) => Outgoing::Frame(FromGlobal::Files(files), Bytes::from(bytes)),
-        Ok(Err(message)) => Outgoing::Frame(
-            FromGlobal::AdminFailed(carmi_api::msg::Failure {
-                code: carmi_api::msg::FailureCode::Unavailable,
-                message,
-            }),
-            Bytes::new(),
-        ),
-        Err(e) => Outgoing::Frame(
-            FromGlobal::AdminFailed(carmi_api::msg::Failure {
-                code: carmi_api::msg::FailureCode::Unavailable,
-                message: format!("reading the files failed: {e}"),
-            }),
-            Bytes::new(),
-        ),
-    };
-    let _ = tx.send(frame).await;
 }
 
 /// Hands one command to the router or the staging core.

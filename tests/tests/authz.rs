@@ -498,3 +498,60 @@ async fn a_staging_connection_needs_its_machines_daemon_token() {
         &["permission denied", "m9"],
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_may_neither_upload_nor_fetch_nor_serve_executables() {
+    let pool = Pool::start("authz-transfer", 1, &[vec![]]);
+    pool.wait_registered();
+    let carol = token(&pool, "carol", Power::Read, None);
+    let (mut r, mut w) = connect(&pool, &carol).await;
+    let bytes = b"#!/bin/sh\necho hello\n";
+    let exe = carmi_api::msg::ExecutableRef {
+        name: "x.sh".into(),
+        sha256: carmi_api::exe::sha256_hex(bytes),
+        size: bytes.len() as u64,
+    };
+    let sends = [
+        (
+            ToGlobal::Upload {
+                executable: exe.clone(),
+            },
+            &bytes[..],
+            "needs power submit",
+        ),
+        (
+            ToGlobal::Fetch {
+                sha256: exe.sha256.clone(),
+            },
+            &[][..],
+            "local RM's staging",
+        ),
+        (
+            ToGlobal::StageServe {
+                endpoint: "127.0.0.1:1".into(),
+            },
+            &[][..],
+            "local RM's staging",
+        ),
+    ];
+    for (msg, payload, why) in sends {
+        write_frame(&mut w, &msg, payload).await.unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(10), r.read::<FromGlobal>()).await;
+        match answer {
+            Ok(Ok(Some((FromGlobal::AdminFailed(f), _)))) => {
+                assert!(f.message.contains("permission denied"), "{}", f.message);
+                assert!(f.message.contains(why), "{}", f.message);
+            }
+            other => panic!("{msg:?} was not refused: {other:?}"),
+        }
+    }
+    // Nothing was stored: a submitter's job with that file has to upload it.
+    let store = pool.dir.join("global-state/executables").join(&exe.sha256);
+    assert!(!store.exists(), "the reader's upload was stored");
+    // The connection still serves what a reader may do.
+    write_frame(&mut w, &ToGlobal::Status, &[]).await.unwrap();
+    match tokio::time::timeout(Duration::from_secs(10), r.read::<FromGlobal>()).await {
+        Ok(Ok(Some((FromGlobal::Pool(_), _)))) => {}
+        other => panic!("status after the refusals: {other:?}"),
+    }
+}

@@ -138,3 +138,49 @@ async fn a_jobs_credential_opens_that_job_only_and_dies_with_it() {
     assert!(refusal.contains(&job.to_string()), "{refusal}");
     drop(b);
 }
+
+#[test]
+fn after_a_journal_cut_a_new_job_gets_an_id_and_so_a_credential_never_given() {
+    let mut pool = Pool::start("jobcred-cut", 1, &[vec![]]);
+    pool.wait_registered();
+    let dir = pool.dir.join("laptop");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("job.sub"),
+        "executable = /bin/true\nmachine_count = 99\nqueue\n",
+    )
+    .unwrap();
+    let submit = |pool: &Pool| {
+        let out = pool
+            .carmi()
+            .current_dir(&dir)
+            .args(["submit", "job.sub"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse::<u64>()
+            .expect("a job id")
+    };
+    let given: Vec<u64> = (0..3).map(|_| submit(&pool)).collect();
+    // The journal is damaged after its first line: a restart cuts it there
+    // and forgets the jobs after it (and the counters).
+    pool.kill_global();
+    let journal = pool.dir.join("global-state/journal.log");
+    let text = std::fs::read_to_string(&journal).unwrap();
+    let first = text.lines().next().unwrap_or_default();
+    std::fs::write(&journal, format!("{first}\n{{ damaged\n")).unwrap();
+    pool.restart_global();
+    let next = submit(&pool);
+    // Before, ids went back to 1 or 2: bob's new job got the credential of
+    // alice's job of that id, still running on its machines.
+    assert!(
+        given.iter().all(|&g| next > g),
+        "job {next} reuses an id given before {given:?}"
+    );
+}

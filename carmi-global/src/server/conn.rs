@@ -195,6 +195,42 @@ fn app_identity(shared: &Shared, link: LinkId, local: bool, msg: &ToGlobal) -> O
     Some(Cmd::AppIdentity(link, *conn, verdict))
 }
 
+/// Why a transfer of executables `msg` is refused on this link, before any
+/// byte of it is stored or served (issue 38, "a reader stays a reader"):
+/// an admin link's `Upload` needs power submit (what it is for: a job's
+/// master and input files before its `Submit`); fetching and serving
+/// executables are a local RM's staging, never an admin link's.
+fn transfer_refusal(
+    link: LinkId,
+    identity: Option<&carmi_api::authz::Identity>,
+    local: bool,
+    msg: &ToGlobal,
+) -> Option<Box<FromGlobal>> {
+    if local {
+        return None;
+    }
+    let message = match msg {
+        ToGlobal::Upload { .. } => {
+            let who = identity?;
+            carmi_api::authz::check(who, &carmi_api::authz::Action::Submit)
+                .err()
+                .map(|r| format!("permission denied: {r} (an upload is a job's files)"))
+        }
+        ToGlobal::Fetch { .. } | ToGlobal::StageServe { .. } | ToGlobal::Fetched { .. } => {
+            Some(format!(
+                "permission denied: {} is a local RM's staging; an admin connection may not send it",
+                crate::router::message_name(msg)
+            ))
+        }
+        _ => None,
+    }?;
+    warn!(%link, "refused: {message}");
+    Some(Box::new(FromGlobal::AdminFailed(Failure {
+        code: FailureCode::Denied,
+        message,
+    })))
+}
+
 /// Reads frames until the peer closes (`Ok`) or sends something unreadable (`Err`).
 async fn read_frames(
     reader: &mut ConnReader<ToGlobal>,
@@ -222,6 +258,12 @@ async fn read_frames(
         };
         let msg = msg.map_err(|e| format!("bad frame: undecodable message: {e}"))?;
         let payload = frame.payload;
+        if let Some(msg) = transfer_refusal(link, identity, local, &msg) {
+            if !send(Pending::Ready(Cmd::Reply { link, msg })) {
+                return Ok(());
+            }
+            continue;
+        }
         match msg {
             ToGlobal::Upload { executable } if serves_executables => {
                 // Hashed and written on the blocking pool; this loop reads on.
