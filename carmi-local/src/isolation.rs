@@ -249,11 +249,6 @@ pub fn as_account<T>(account: &Account, f: impl FnOnce() -> T) -> T {
     result
 }
 
-/// Gives `path` to `account`.
-pub fn give(path: &Path, account: &Account) -> std::io::Result<()> {
-    std::os::unix::fs::chown(path, Some(account.uid), Some(account.gid))
-}
-
 /// Sets the modes of the work directory for slot users: they may pass
 /// through it and `sandbox/` to their own sandbox (and read `machine.ad`),
 /// but list and read nothing else: not the executable cache, the outputs

@@ -3,7 +3,7 @@
 //! calls it from `spawn_blocking`.
 
 use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
 use carmi_api::limits::MAX_LOG_CHUNK_BYTES;
@@ -20,13 +20,22 @@ pub fn read_chunk(paths: &[&Path], offset: u64) -> Result<LogChunk, String> {
     };
     let io = |e: std::io::Error| format!("{}: {e}", path.display());
     // Not through a symbolic link: a job may replace its output file with
-    // one, and the local RM (root, perhaps) must not read another file for it.
+    // one, and the local RM (root, perhaps) must not read another file for
+    // it; nor a FIFO (which would block the read) or a second name of
+    // another file: only the regular file of one name the local RM made.
     let mut file = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)
         .map_err(io)?;
-    let size = file.metadata().map_err(io)?.len();
+    let meta = file.metadata().map_err(io)?;
+    if !meta.is_file() || meta.nlink() != 1 {
+        return Err(format!(
+            "{}: not read: the process put something other than its output file there",
+            path.display()
+        ));
+    }
+    let size = meta.len();
     if offset >= size {
         return Ok(LogChunk {
             text: String::new(),
@@ -126,5 +135,14 @@ mod tests {
         std::os::unix::fs::symlink(&key, &out).unwrap();
         let e = read_chunk(&[&out], 0).unwrap_err();
         assert!(!e.contains("local RM's key"), "{e}");
+        // Nor a second name of it, nor a FIFO (which would block the read).
+        std::fs::remove_file(&out).unwrap();
+        std::fs::hard_link(&key, &out).unwrap();
+        let e = read_chunk(&[&out], 0).unwrap_err();
+        assert!(e.contains("not read"), "{e}");
+        std::fs::remove_file(&out).unwrap();
+        nix::unistd::mkfifo(&out, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let e = read_chunk(&[&out], 0).unwrap_err();
+        assert!(e.contains("not read"), "{e}");
     }
 }

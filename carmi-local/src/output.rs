@@ -172,9 +172,12 @@ where
             .fallback_dir
             .join(format!("{}.{ext}", target.process.0));
         async move {
+            // In a directory only the local RM writes; never through a link
+            // all the same (see `crate::sandbox`, "No way up").
             tokio::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
+                .custom_flags(libc::O_NOFOLLOW)
                 .open(path)
                 .await
         }

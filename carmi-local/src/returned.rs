@@ -3,12 +3,22 @@
 //! the sandbox is removed, within [`MAX_RETURNED_BYTES`] in all. Each file
 //! gets an equal share of what the files before it left; a larger file is
 //! cut to its share and marked truncated. A name that leaves the sandbox
-//! (absolute, `..`, a symbolic link out of it) or is not a regular file is
+//! (absolute, `..`), goes through a symbolic link anywhere on its way, or is
+//! not a regular file (a FIFO, which would block the read, a device) is
 //! skipped with a warning: the master must not make its local RM read
-//! another file of the machine.
+//! another file of the machine. Each name is opened relative to the
+//! sandbox's directory, one component at a time with `O_NOFOLLOW`, so that
+//! a link swapped in after a check is never followed either (see
+//! `crate::sandbox`, "No way up"); the local RM also reads them as the
+//! master's account.
 
+use std::fs::File;
 use std::io::Read;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Component, Path};
+
+use nix::fcntl::{OFlag, openat};
+use nix::sys::stat::Mode;
 
 use carmi_api::limits::{MAX_RETURNED_BYTES, MAX_RETURNED_FILES};
 use carmi_api::msg::ReturnedFile;
@@ -26,7 +36,7 @@ pub struct Returned {
 pub fn collect(sandbox: &Path, names: &[String]) -> Returned {
     let mut out = Returned::default();
     let names = &names[..names.len().min(MAX_RETURNED_FILES)];
-    let Ok(root) = sandbox.canonicalize() else {
+    let Ok(root) = crate::sandbox::open_dir(sandbox) else {
         tracing::warn!(sandbox = %sandbox.display(), "the sandbox is gone; nothing is sent back");
         return out;
     };
@@ -56,23 +66,40 @@ pub fn collect(sandbox: &Path, names: &[String]) -> Returned {
     out
 }
 
-/// The first `limit` bytes of `name` inside `root`, and whether there was more.
-fn read_one(root: &Path, name: &str, limit: u64) -> Result<(Vec<u8>, bool), String> {
-    let rel = Path::new(name);
-    if !rel
-        .components()
-        .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
-    {
-        return Err("the name must stay inside the sandbox (no `/` at the start, no `..`)".into());
+/// The first `limit` bytes of `name` inside the directory `root`, and
+/// whether there was more.
+fn read_one(root: &File, name: &str, limit: u64) -> Result<(Vec<u8>, bool), String> {
+    let mut parts = Vec::new();
+    for c in Path::new(name).components() {
+        match c {
+            Component::Normal(part) => parts.push(part),
+            Component::CurDir => {}
+            _ => {
+                return Err(
+                    "the name must stay inside the sandbox (no `/` at the start, no `..`)".into(),
+                );
+            }
+        }
     }
-    let path = root
-        .join(rel)
-        .canonicalize()
-        .map_err(|e| format!("the master left no such file ({e})"))?;
-    if !path.starts_with(root) {
-        return Err("a symbolic link that leads out of the sandbox".into());
+    let Some((last, dirs)) = parts.split_last() else {
+        return Err("the name names no file".into());
+    };
+    let why = |e: nix::Error| match e {
+        nix::Error::ELOOP => "a symbolic link, which is not followed".to_string(),
+        nix::Error::ENOTDIR => "a symbolic link or a file on its way, not a directory".to_string(),
+        nix::Error::ENOENT => "the master left no such file".to_string(),
+        e => e.desc().to_string(),
+    };
+    let mut dir: Option<OwnedFd> = None;
+    for part in dirs {
+        let at = dir.as_ref().map_or(root.as_fd(), |d| d.as_fd());
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        dir = Some(openat(at, *part, flags, Mode::empty()).map_err(why)?);
     }
-    let file = std::fs::File::open(&path).map_err(|e| e.to_string())?;
+    let at = dir.as_ref().map_or(root.as_fd(), |d| d.as_fd());
+    // Not blocking on a FIFO: it is refused below, as anything not a file.
+    let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+    let file = File::from(openat(at, *last, flags, Mode::empty()).map_err(why)?);
     let meta = file.metadata().map_err(|e| e.to_string())?;
     if !meta.is_file() {
         return Err("not a regular file".into());
@@ -97,14 +124,21 @@ mod tests {
         std::fs::write(sb.join("sub/result.txt"), b"42").unwrap();
         std::fs::write(tmp.path().join("secret"), b"no").unwrap();
         std::os::unix::fs::symlink(tmp.path().join("secret"), sb.join("link")).unwrap();
+        std::os::unix::fs::symlink(tmp.path(), sb.join("up")).unwrap();
+        nix::unistd::mkfifo(&sb.join("pipe"), Mode::from_bits_truncate(0o600)).unwrap();
         let names: Vec<String> = [
             "stdout",
             "sub/result.txt",
             "../secret",
             "/etc/hostname",
             "link",
+            "up/secret",
+            "up/sb/stdout",
+            "pipe",
             "missing",
             "sub",
+            ".",
+            "",
         ]
         .map(String::from)
         .to_vec();
@@ -119,9 +153,10 @@ mod tests {
     fn a_file_over_its_share_is_cut_and_marked() {
         let tmp = crate::test_dir::TempDir::new("returned");
         std::fs::write(tmp.path().join("a"), b"abcdef").unwrap();
-        let (bytes, cut) = read_one(&tmp.path().canonicalize().unwrap(), "a", 4).unwrap();
+        let root = crate::sandbox::open_dir(tmp.path()).unwrap();
+        let (bytes, cut) = read_one(&root, "a", 4).unwrap();
         assert_eq!((bytes.as_slice(), cut), (&b"abcd"[..], true));
-        let (bytes, cut) = read_one(&tmp.path().canonicalize().unwrap(), "a", 6).unwrap();
+        let (bytes, cut) = read_one(&root, "a", 6).unwrap();
         assert_eq!((bytes.as_slice(), cut), (&b"abcdef"[..], false));
     }
 }

@@ -321,7 +321,7 @@ impl Launcher {
                         None => collect(),
                     };
                 }
-                keep_output(&sandbox, &me.output_dir(job), process);
+                crate::sandbox::keep_output(&sandbox, &me.output_dir(job), process);
                 drop(lease);
                 on_exit(report);
             })
@@ -363,15 +363,20 @@ impl Launcher {
             input_files: &spec.input_files,
             input_copies: &spec.input_copies,
         };
-        let exe = crate::sandbox::prepare(&contents, sandbox, account)?;
+        // Made by root, every file relative to the new directory, which
+        // goes to the account last (see `crate::sandbox`, "No way up").
+        let made = crate::sandbox::Sandbox::create(sandbox, account)?;
+        let exe = made.fill(&contents)?;
         let (stdout, stderr): (Stdio, Stdio) = match spec.capture {
             Capture::Files => {
-                let (out, err) = crate::sandbox::output_files(&spec.stdio, sandbox, account)?;
+                let (out, err) = made.output_files(&spec.stdio)?;
                 (out.into(), err.into())
             }
             Capture::Pipes => (Stdio::piped(), Stdio::piped()),
             Capture::Discard => (Stdio::null(), Stdio::null()),
         };
+        let credential = made.credential(spec.credential.as_ref())?;
+        made.hand_over()?;
 
         let mut cmd = Command::new(&exe);
         cmd.arg0(&spec.name)
@@ -394,9 +399,8 @@ impl Launcher {
         for name in [ENV_TOKEN, ENV_SECRET, ENV_SECRET_FILE] {
             cmd.env_remove(name);
         }
-        if let Some(path) = crate::sandbox::credential(spec.credential.as_ref(), sandbox, account)?
-        {
-            cmd.env(ENV_SECRET_FILE, &path);
+        if let Some(path) = &credential {
+            cmd.env(ENV_SECRET_FILE, path);
         }
         if let Some(a) = account {
             // std sets the group, drops root's supplementary groups and sets
@@ -503,28 +507,6 @@ fn wait_for(pid: libc::pid_t) -> ExitReport {
         status,
         cpu_seconds,
         returned: Default::default(),
-    }
-}
-
-/// Moves stdout/stderr out of the sandbox and removes it.
-fn keep_output(sandbox: &Path, output_dir: &Path, process: ProcessId) {
-    if let Err(e) = fs::create_dir_all(output_dir) {
-        tracing::warn!(path = %output_dir.display(), error = %e, "cannot create output directory");
-    } else {
-        for (from, ext) in [("stdout", "out"), ("stderr", "err")] {
-            let src = sandbox.join(from);
-            let dst = output_dir.join(format!("{}.{ext}", process.0));
-            // A master may have written elsewhere (its submit file's output/error).
-            if !src.exists() {
-                continue;
-            }
-            if let Err(e) = fs::rename(&src, &dst) {
-                tracing::warn!(from = %src.display(), to = %dst.display(), error = %e, "cannot keep output file");
-            }
-        }
-    }
-    if let Err(e) = fs::remove_dir_all(sandbox) {
-        tracing::warn!(path = %sandbox.display(), error = %e, "cannot remove sandbox");
     }
 }
 
