@@ -527,14 +527,19 @@ impl Router {
         };
         // Input files by path on the submit machine, or (placed elsewhere,
         // when the client uploaded them) by content from the pool's store.
-        let (input_files, mut inputs) = if sub.placed && !sub.spec.input_refs.is_empty() {
+        let (mut input_files, mut inputs) = if sub.placed && !sub.spec.input_refs.is_empty() {
             (Vec::new(), sub.spec.input_refs)
         } else {
             (sub.spec.transfer_input_files, Vec::new())
         };
         // Its last checkpoint, over the input files of the same name.
         let checkpoint = self.checkpoint_inputs(job);
-        inputs.retain(|i| !checkpoint.iter().any(|c| c.name == i.name));
+        let shadowed = |name: &str| checkpoint.iter().any(|c| c.name == name);
+        inputs.retain(|i| !shadowed(&i.name));
+        input_files.retain(|f| {
+            let base = std::path::Path::new(f).file_name();
+            !base.is_some_and(|b| shadowed(&b.to_string_lossy()))
+        });
         inputs.extend(checkpoint);
         self.send(
             link,
