@@ -8,13 +8,18 @@
 //! global RM sends a few copies however many machines need it. A fetch that
 //! fails (a corrupt copy, a peer gone or stalled) is reported with
 //! `Fetched`: the failed source is no longer offered for that executable and
-//! the fetcher falls back to the store.
+//! the fetcher falls back to the store. A fetch not reported within
+//! [`StagingConfig::fetch_timeout`] gives its source's slot back (a machine
+//! that fetches and never reports must not hold the store's fan-out, and
+//! with it every new executable's staging, for ever); it is forgotten, and
+//! its late `Fetched` ignored.
 //!
 //! A pure state machine (no I/O, no clock): the driver calls the `on_*`
 //! methods in the order things happen and sends what [`Staging::take_outputs`]
 //! returns.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::Duration;
 
 use carmi_proto::msg::{FromGlobal, StageSource, StageStats};
 
@@ -33,11 +38,21 @@ pub struct StagingConfig {
     /// 2x); for thousands of machines, or small executables on fast links,
     /// choose 2.
     pub fanout: u32,
+    /// How long a fetch may stay unreported before its source's slot is
+    /// given back ([`DEFAULT_FETCH_TIMEOUT`]).
+    pub fetch_timeout: Duration,
 }
+
+/// A fetch's time to report by default: 10 minutes, what 256 MiB (the
+/// most a job's inputs may weigh) take on a link of under 0.5 MB/s.
+pub const DEFAULT_FETCH_TIMEOUT: Duration = Duration::from_secs(600);
 
 impl Default for StagingConfig {
     fn default() -> Self {
-        StagingConfig { fanout: 1 }
+        StagingConfig {
+            fanout: 1,
+            fetch_timeout: DEFAULT_FETCH_TIMEOUT,
+        }
     }
 }
 
@@ -62,8 +77,10 @@ pub struct Staging {
     holders: HashMap<String, Vec<LinkId>>,
     /// Fetches being served, per source.
     serving: HashMap<Src, u32>,
-    /// (fetcher, sha256) -> its source.
-    inflight: HashMap<(LinkId, String), Src>,
+    /// (fetcher, sha256) -> its source and when it was directed.
+    inflight: HashMap<(LinkId, String), (Src, Duration)>,
+    /// The driver's clock, as of its last input.
+    now: Duration,
     /// Fetches waiting for a source with room, in arrival order.
     queued: VecDeque<(LinkId, String)>,
     stats: StageStats,
@@ -77,6 +94,45 @@ impl Staging {
             config,
             ..Staging::default()
         }
+    }
+
+    /// The time of the inputs that follow (the driver's monotonic clock).
+    pub fn set_now(&mut self, now: Duration) {
+        self.now = self.now.max(now);
+    }
+
+    /// When [`Staging::on_tick`] must next be called, if ever.
+    pub fn next_deadline(&self) -> Option<Duration> {
+        let oldest = self.inflight.values().map(|(_, at)| *at).min()?;
+        Some(oldest + self.config.fetch_timeout)
+    }
+
+    /// Gives back the slots of fetches unreported for longer than the
+    /// fetch timeout at `now`.
+    pub fn on_tick(&mut self, now: Duration) {
+        self.set_now(now);
+        let limit = self.config.fetch_timeout;
+        let stale: Vec<(LinkId, String)> = self
+            .inflight
+            .iter()
+            .filter(|(_, (_, at))| self.now.saturating_sub(*at) >= limit)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in stale {
+            let Some((src, _)) = self.inflight.remove(&key) else {
+                continue;
+            };
+            let name = self.peers.get(&key.0).map_or("?", |p| p.name.as_str());
+            tracing::warn!(link = %key.0, machine = name, sha256 = %key.1, "a fetch was not reported within {} s: its source's slot is given back", limit.as_secs());
+            self.release(src);
+            // Not a holder: nothing says its copy is whole.
+            if let Some(h) = self.holders.get_mut(&key.1) {
+                h.retain(|l| *l != key.0);
+            }
+            self.holders.retain(|_, h| !h.is_empty());
+            self.stats.failed += 1;
+        }
+        self.dispatch();
     }
 
     /// A local RM connected (as machine `name`).
@@ -122,7 +178,7 @@ impl Staging {
             .cloned()
             .collect();
         for key in mine {
-            if let Some(src) = self.inflight.remove(&key) {
+            if let Some((src, _)) = self.inflight.remove(&key) {
                 self.release(src);
             }
         }
@@ -151,7 +207,7 @@ impl Staging {
     /// `Fetched` from a local RM: `source_link` is the peer it named (`None`
     /// for the store), `error` why the copy failed.
     pub fn on_fetched(&mut self, link: LinkId, sha256: String, error: Option<String>) {
-        let Some(src) = self.inflight.remove(&(link, sha256.clone())) else {
+        let Some((src, _)) = self.inflight.remove(&(link, sha256.clone())) else {
             tracing::debug!(%link, %sha256, "Fetched for a fetch not directed here; ignored");
             return;
         };
@@ -207,7 +263,7 @@ impl Staging {
     /// Invariants, for tests.
     pub fn sanity_check(&self) {
         let mut counted: HashMap<Src, u32> = HashMap::new();
-        for src in self.inflight.values() {
+        for (src, _) in self.inflight.values() {
             *counted.entry(*src).or_default() += 1;
         }
         for (src, n) in &counted {
@@ -264,7 +320,8 @@ impl Staging {
             }
         };
         *self.serving.entry(src).or_default() += 1;
-        self.inflight.insert((link, sha256.clone()), src);
+        self.inflight
+            .insert((link, sha256.clone()), (src, self.now));
         // Receiving is enough to serve: copies are pipelined.
         self.add_holder(link, &sha256);
         self.out

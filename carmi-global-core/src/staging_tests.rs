@@ -4,7 +4,10 @@ const SHA: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa
 
 /// A staging state with `n` local RMs (links 1..=n, machines m1..), each serving.
 fn pool(n: u64, fanout: u32) -> Staging {
-    let mut s = Staging::new(StagingConfig { fanout });
+    let mut s = Staging::new(StagingConfig {
+        fanout,
+        ..StagingConfig::default()
+    });
     for i in 1..=n {
         s.on_local_opened(LinkId(i), format!("m{i}"));
         s.on_endpoint(LinkId(i), format!("127.0.0.1:{}", 9000 + i));
@@ -154,4 +157,33 @@ fn unknown_executables_are_refused_and_a_store_failure_tries_a_peer() {
     // The store failed, m1 failed before: no source left.
     s.on_fetched(LinkId(2), SHA.into(), Some("disk full".into()));
     assert_eq!(take(&mut s), vec![(2, "none".into())]);
+}
+
+#[test]
+fn a_fetch_never_reported_gives_its_slot_back_after_the_timeout() {
+    // One source slot (the store, fan-out 1), one new executable: m1
+    // fetches it and never reports; m2 waits behind it.
+    let mut s = Staging::new(StagingConfig {
+        fanout: 1,
+        fetch_timeout: Duration::from_secs(60),
+    });
+    for i in 1..=2 {
+        s.on_local_opened(LinkId(i), format!("m{i}"));
+    }
+    s.on_stored(SHA);
+    s.set_now(Duration::from_secs(10));
+    s.on_fetch(LinkId(1), SHA.into());
+    assert_eq!(take(&mut s), [(1, "global".to_string())]);
+    s.on_fetch(LinkId(2), SHA.into());
+    assert!(take(&mut s).is_empty(), "m2 waits for the store's one slot");
+    assert_eq!(s.next_deadline(), Some(Duration::from_secs(70)));
+    s.on_tick(Duration::from_secs(69));
+    assert!(take(&mut s).is_empty(), "not before the timeout");
+    s.on_tick(Duration::from_secs(70));
+    assert_eq!(take(&mut s), [(2, "global".to_string())]);
+    // m1's late report changes nothing; m2's completes.
+    s.on_fetched(LinkId(1), SHA.into(), None);
+    s.on_fetched(LinkId(2), SHA.into(), None);
+    assert!(take(&mut s).is_empty());
+    assert_eq!(s.next_deadline(), None);
 }

@@ -56,6 +56,10 @@ struct Args {
     /// hundred machines, 2 (a binary tree) larger ones.
     #[arg(long, value_name = "N", default_value_t = 1)]
     stage_fanout: u32,
+    /// Seconds a local RM has to report a fetch of an executable it was
+    /// directed to; past them its source's slot is given back to others.
+    #[arg(long, value_name = "S", default_value_t = 600)]
+    stage_fetch_timeout_s: u64,
     /// Most connections open at once (local RMs, tools, and clients still in
     /// their handshake); lowered to fit the file-descriptor limit [default:
     /// 8192].
@@ -127,6 +131,7 @@ async fn main() -> anyhow::Result<()> {
     }
     config.staging = StagingConfig {
         fanout: args.stage_fanout,
+        fetch_timeout: Duration::from_secs(args.stage_fetch_timeout_s.max(1)),
     };
     config.stage_link_rate = args.stage_link_rate;
     let fds = raise_fd_limit();

@@ -477,7 +477,12 @@ async fn router_task(
     let mut links: HashMap<LinkId, LinkTx> = HashMap::new();
     loop {
         // A deadline beyond what the clock can express is no deadline.
-        let deadline = router.next_deadline().and_then(|d| start.checked_add(d));
+        let due = [router.next_deadline(), staging.next_deadline()];
+        let deadline = due
+            .into_iter()
+            .flatten()
+            .min()
+            .and_then(|d| start.checked_add(d));
         tokio::select! {
             cmd = cmds.recv() => {
                 let Some(cmd) = cmd else { break };
@@ -502,6 +507,7 @@ async fn router_task(
                     }
                 }
                 router.on_tick(start.elapsed());
+                staging.on_tick(start.elapsed());
             }
             _ = stop.changed() => break,
         }
@@ -592,6 +598,7 @@ fn handle(
     links: &mut HashMap<LinkId, LinkTx>,
     start: Instant,
 ) {
+    staging.set_now(start.elapsed());
     let now = start.elapsed();
     match cmd {
         Cmd::Opened {
