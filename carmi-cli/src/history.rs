@@ -104,6 +104,11 @@ pub fn record_ad(j: &JobRecord) -> classad::ClassAd {
     ad.insert_value("RemoteUserCpu", Value::Real(u.cpu_ms as f64 / 1000.0));
     ad.insert_value("Machines", Value::str(u.machines.join(",").as_str()));
     ad.insert_value("MachineCount", int(u.machines.len() as u64));
+    if u.memory_peak_kib > 0 {
+        // HTCondor's names: peak memory in KiB, and in MiB rounded up.
+        ad.insert_value("ResidentSetSize", int(u.memory_peak_kib));
+        ad.insert_value("MemoryUsage", int(u.memory_peak_kib.div_ceil(1024)));
+    }
     let status = match &j.end {
         JobEnd::Removed => 3,
         _ => 4,
@@ -133,11 +138,20 @@ fn duration(seconds: Option<u64>) -> String {
     }
 }
 
+/// Peak memory for the table: `612M` (MiB, rounded up); `-` when not measured.
+fn memory(kib: u64) -> String {
+    if kib == 0 {
+        "-".into()
+    } else {
+        format!("{}M", kib.div_ceil(1024))
+    }
+}
+
 /// The `carmi history` table: one line per job, then a summary line.
 pub fn history_text(jobs: &[JobRecord]) -> String {
     let mut out = format!(
-        "{:>5}  {:<10} {:<11}  {:<11}  {:>7}  {:>7}  {:>5}  {:<12}  {}\n",
-        "ID", "OWNER", "SUBMITTED", "ENDED", "WALL", "CPU", "HOSTS", "EXECUTABLE", "HOW"
+        "{:>5}  {:<10} {:<11}  {:<11}  {:>7}  {:>7}  {:>7}  {:>5}  {:<12}  {}\n",
+        "ID", "OWNER", "SUBMITTED", "ENDED", "WALL", "CPU", "MEM", "HOSTS", "EXECUTABLE", "HOW"
     );
     let mut failed = 0;
     for j in jobs {
@@ -152,13 +166,14 @@ pub fn history_text(jobs: &[JobRecord]) -> String {
         let u = &j.usage;
         let wall = (u.started_unix > 0).then(|| j.ended_unix.saturating_sub(u.started_unix));
         out.push_str(&format!(
-            "{:>5}  {:<10} {:<11}  {:<11}  {:>7}  {:>7}  {:>5}  {:<12}  {}\n",
+            "{:>5}  {:<10} {:<11}  {:<11}  {:>7}  {:>7}  {:>7}  {:>5}  {:<12}  {}\n",
             j.job.0,
             owner,
             short_time(j.submitted_unix),
             short_time(j.ended_unix),
             duration(wall),
             duration(Some(u.cpu_ms / 1000)),
+            memory(u.memory_peak_kib),
             u.machines.len(),
             exe,
             end_text(&j.end)
@@ -197,6 +212,7 @@ mod tests {
             started_unix: 86_400 + 3_700,
             cpu_ms: 2_500,
             machines: vec!["m0".into(), "m1".into()],
+            memory_peak_kib: 102_401,
         };
         let ad = record_ad(&done);
         let holds = |e: &str| {
@@ -208,6 +224,7 @@ mod tests {
         ));
         assert!(holds("RemoteWallClockTime == 3560 && RemoteUserCpu == 2.5"));
         assert!(holds("MachineCount == 2 && Machines == \"m0,m1\""));
+        assert!(holds("ResidentSetSize == 102401 && MemoryUsage == 101"));
         assert!(!holds("ExitBySignal"));
         let removed = record_ad(&record(2, JobEnd::Removed));
         assert!(
@@ -217,6 +234,7 @@ mod tests {
         );
         let text = history_text(&[done]);
         assert!(text.contains("59m20s") && text.contains("2s"), "{text}");
+        assert!(text.contains(" MEM ") && text.contains(" 101M "), "{text}");
     }
 
     #[test]

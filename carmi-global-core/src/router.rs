@@ -51,6 +51,7 @@ mod authz;
 #[cfg(test)]
 mod authz_tests;
 mod check;
+mod enforce;
 mod events;
 mod gone;
 #[cfg(test)]
@@ -280,6 +281,9 @@ pub struct Router {
     /// Set once what the journal left on machines still absent a loss
     /// window after the start was settled (`absent`).
     absent_expired: bool,
+    /// Each queued job's highest peak memory of its exited processes, KiB
+    /// (`router/enforce.rs`).
+    memory_peaks: HashMap<JobId, u64>,
 }
 
 impl Router {
@@ -320,6 +324,7 @@ impl Router {
             usage_journaled: Duration::ZERO,
             job_attrs: Default::default(),
             absent_expired: false,
+            memory_peaks: HashMap::new(),
         }
     }
 
@@ -537,8 +542,11 @@ impl Router {
                 process,
                 status,
                 cpu_seconds,
+                usage,
             } => {
-                if let Some(job) = self.master_on(process, &name) {
+                if self.on_exit_usage(&name, process, &status, cpu_seconds, usage) {
+                    // Held for going over its request: nothing more to do.
+                } else if let Some(job) = self.master_on(process, &name) {
                     self.exit_process(process, status.clone(), cpu_seconds);
                     self.master_report(process, job, Err(status));
                 } else if self.runs_on(process, &name) {

@@ -34,6 +34,7 @@ fn spawn(process: u64, host: u64, executable: ExecutableRef) -> FromGlobal {
         executable,
         args: vec!["a".into()],
         output: Default::default(),
+        requests: Default::default(),
     }
 }
 
@@ -271,6 +272,7 @@ fn spawn_fetches_a_missing_executable_once_for_all_waiters() {
             process: ProcessId(1),
             status: ExitStatus::Code(0),
             cpu_seconds: 0.5
+            usage: Default::default(),
         }
     );
     h.nothing_else();

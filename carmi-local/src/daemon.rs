@@ -142,7 +142,9 @@ impl Daemon {
         } else {
             None
         };
-        let info = detect_static(&settings.name, scores);
+        let mut info = detect_static(&settings.name, scores);
+        let cgroups = crate::cgroup::start(&settings.name, &work_dir);
+        info.cgroup_version = cgroups.as_ref().map(crate::cgroup::Cgroups::version);
         let slots = settings
             .slots
             .unwrap_or_else(|| u32::try_from(info.cpus.max(1)).unwrap_or(1));
@@ -165,7 +167,9 @@ impl Daemon {
             bind_stage_listener(app_addr, settings.stage_listen.as_deref()).await?;
         let env = job_env(app_addr, &work_dir, &machine);
         let accounts = crate::isolation::start(&settings.accounts, slots, &work_dir)?;
-        let launcher = Launcher::new(work_dir.clone(), env).with_accounts(accounts);
+        let launcher = Launcher::new(work_dir.clone(), env)
+            .with_accounts(accounts)
+            .with_cgroups(cgroups);
         // Before the first launch, so that every record is an earlier run's.
         launcher.kill_leftovers();
         launcher.clean_stale_sandboxes();

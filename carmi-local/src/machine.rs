@@ -53,6 +53,8 @@ pub fn detect_static(name: &str, scores: Option<Scores>) -> StaticInfo {
         memory_mib: meminfo_kib(&meminfo, "MemTotal").map_or(0, |k| k / 1024),
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as i64),
         scores,
+        // Set by the daemon once its cgroups are (or are not) set up.
+        cgroup_version: None,
     }
 }
 

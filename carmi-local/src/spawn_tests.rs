@@ -37,7 +37,9 @@ fn shell(process: u64, script: &str) -> LaunchSpec {
         return_files: Vec::new(),
         input_copies: Vec::new(),
         credential: None,
+        requests: Default::default(),
     }
+    requests: Default::default(),
 }
 
 /// Kills the group when a test ends, even by a failed assertion, so that

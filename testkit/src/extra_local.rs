@@ -3,6 +3,7 @@
 //! proxy in front of it).
 
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use carmi_api::token::Power;
@@ -38,17 +39,48 @@ impl Pool {
     pub fn start_extra_local(&self, name: &str, global: &str, args: &[&str]) -> ExtraLocal {
         let token = self.dir.join(format!("{name}.token"));
         self.token_file(&token, name, Power::Daemon, Some(name), 3600);
-        let log = std::fs::File::create(self.dir.join(format!("{name}.log"))).unwrap();
-        let mut child = Command::new(bin_dir().join("carmi-local"))
-            .args(["--global", global, "--secret"])
-            .arg(&self.secret_path)
+        let mut cmd = Command::new(bin_dir().join("carmi-local"));
+        self.extra_args(&mut cmd, name, global, (&self.secret_path, &token));
+        cmd.arg("--work-dir").arg(self.dir.join(name)).args(args);
+        self.spawn_extra(name, cmd)
+    }
+
+    /// [`Pool::start_extra_local`] on the pool's global RM, run as the
+    /// unprivileged `uid`:`gid` (through `setpriv`; the test runs as root):
+    /// its secret, token and work directory are in `NAME-home/`, which it
+    /// owns, as an ordinary user's local RM keeps them.
+    pub fn start_extra_local_as(&self, name: &str, uid: u32, gid: u32) -> ExtraLocal {
+        let home = self.dir.join(format!("{name}-home"));
+        std::fs::create_dir_all(home.join("work")).expect("make the local RM's home");
+        let secret = home.join("pool.secret");
+        let text = std::fs::read_to_string(&self.secret_path).expect("read the pool secret");
+        carmi_api::files::write_private(&secret, &text, false).expect("copy the pool secret");
+        let token = home.join(format!("{name}.token"));
+        self.token_file(&token, name, Power::Daemon, Some(name), 3600);
+        for path in [&home, &home.join("work"), &secret, &token] {
+            std::os::unix::fs::chown(path, Some(uid), Some(gid)).expect("give the file to the user");
+        }
+        let mut cmd = Command::new("setpriv");
+        cmd.args(["--reuid", &uid.to_string(), "--regid", &gid.to_string()])
+            .args(["--clear-groups", "--"])
+            .arg(bin_dir().join("carmi-local"));
+        self.extra_args(&mut cmd, name, &self.global_addr, (&secret, &token));
+        cmd.arg("--work-dir").arg(home.join("work"));
+        self.spawn_extra(name, cmd)
+    }
+
+    fn extra_args(&self, cmd: &mut Command, name: &str, global: &str, keys: (&Path, &Path)) {
+        cmd.args(["--global", global, "--secret"])
+            .arg(keys.0)
             .arg("--token")
-            .arg(&token)
+            .arg(keys.1)
             .args(["--name", name, "--slots", "1", "--config"])
-            .arg(self.dir.join("local.toml"))
-            .arg("--work-dir")
-            .arg(self.dir.join(name))
-            .args(args)
+            .arg(self.dir.join("local.toml"));
+    }
+
+    fn spawn_extra(&self, name: &str, mut cmd: Command) -> ExtraLocal {
+        let log = std::fs::File::create(self.dir.join(format!("{name}.log"))).unwrap();
+        let mut child = cmd
             .env("RUST_LOG", "info")
             .stdout(Stdio::piped())
             .stderr(log)

@@ -81,7 +81,7 @@ impl Router {
     /// Kills the master and every process of a job that stays in the queue
     /// (held): they are forgotten at once, so that whatever they still send
     /// or whatever is reported of them later concerns no live process.
-    fn stop_job_processes(&mut self, job: JobId) {
+    pub(super) fn stop_job_processes(&mut self, job: JobId) {
         // The allocator released the hosts; the processes on them are ours to kill.
         self.flush();
         if let Some(p) = self.submitted.get_mut(&job).and_then(|s| s.master.take()) {

@@ -270,7 +270,7 @@ impl Router {
             },
             classes: self.alloc.class_status(job),
             user: Some(self.user_share(job)),
-            attrs: self.job_attrs.of(job),
+            attrs: self.attrs_with_usage(job),
         }
     }
 
@@ -388,6 +388,7 @@ impl Router {
             started_unix: sub.map_or(0, |s| s.started_unix),
             cpu_ms: (cpu * 1000.0).round() as u64,
             machines: machines.into_iter().collect(),
+            memory_peak_kib: self.memory_peak(job),
         }
     }
 
@@ -518,6 +519,7 @@ impl Router {
                 input_files,
                 return_files,
                 inputs,
+                requests: sub.spec.requests(),
             },
         );
     }

@@ -204,6 +204,11 @@ pub struct JobUsage {
     /// The machines its processes ran on, sorted.
     #[serde(default)]
     pub machines: Vec<String>,
+    /// The highest peak memory of its processes that exited, KiB, as their
+    /// cgroups measured it (HTCondor's `ResidentSetSize`; `MemoryUsage` is
+    /// it in MiB, rounded up); 0: not measured.
+    #[serde(default)]
+    pub memory_peak_kib: u64,
 }
 
 /// One class of a job, for `carmi q`.
