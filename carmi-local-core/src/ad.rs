@@ -5,7 +5,8 @@
 //! (`/proc`, the file system) are the daemon's (`carmi_local::machine`).
 //!
 //! Attributes, in the order they are printed:
-//! `Name`, `Arch`, `OpSys`, `Memory` (MiB), `Cpus`, `Mips`, `KFlops`,
+//! `Name`, `Arch`, `OpSys`, `Memory` (MiB, one slot's share), `TotalMemory`,
+//! `Cpus`, `Mips`, `KFlops`,
 //! `MemoryLimitEnforced`, `CgroupVersion` (when enforced) (static);
 //! `LoadAvg`, `Disk` (KiB free in the work directory), `FreeMemory` (MiB
 //! available) (dynamic); then the configured attributes. A configured
@@ -38,8 +39,11 @@ pub struct StaticInfo {
     pub arch: String,
     /// `LINUX`, ...
     pub opsys: String,
-    /// Physical memory in MiB.
+    /// Memory of one slot in MiB: the machine's divided among its slots, as
+    /// HTCondor's static slots share it (what one process may ask for).
     pub memory_mib: i64,
+    /// Physical memory of the whole machine in MiB (`TotalMemory`).
+    pub total_memory_mib: i64,
     /// CPUs available to this process.
     pub cpus: i64,
     /// Benchmark scores, if the benchmark ran.
@@ -113,6 +117,7 @@ impl MachineAd {
         ad.insert_value("Arch", Value::str(i.arch.as_str()));
         ad.insert_value("OpSys", Value::str(i.opsys.as_str()));
         ad.insert_value("Memory", Value::Int(i.memory_mib));
+        ad.insert_value("TotalMemory", Value::Int(i.total_memory_mib));
         ad.insert_value("Cpus", Value::Int(i.cpus));
         if let Some(s) = i.scores {
             ad.insert_value("Mips", Value::Int(s.mips));
@@ -195,6 +200,7 @@ mod tests {
             arch: "X86_64".into(),
             opsys: "LINUX".into(),
             memory_mib: 4096,
+            total_memory_mib: 8192,
             cpus: 4,
             scores: Some(Scores {
                 mips: 1000,
@@ -233,6 +239,7 @@ mod tests {
         assert!(ad.eval_attr("HasMatlab").is_true());
         assert!(ad.eval_attr("Fast").is_true());
         assert!(ad.eval_attr("MemoryLimitEnforced").is_true());
+        assert_eq!(ad.eval_attr("TotalMemory").as_f64(), Some(8192.0));
         assert_eq!(ad.eval_attr("CgroupVersion").as_f64(), Some(2.0));
         // The owner's Memory replaces the detected one.
         assert_eq!(ad.eval_attr("Memory").as_f64(), Some(1024.0));

@@ -148,6 +148,7 @@ impl Daemon {
         let slots = settings
             .slots
             .unwrap_or_else(|| u32::try_from(info.cpus.max(1)).unwrap_or(1));
+        crate::machine::partition_memory(&mut info, slots);
         let machine = MachineAd::new(info, settings.attributes.clone());
 
         let listener = carmi_api::net::listen(&settings.listen)

@@ -170,6 +170,7 @@ fn a_job_over_its_request_memory_is_held_and_one_within_it_completes_with_its_pe
     let pool = pool("enforce-memory", 1);
     pool.wait_registered();
     let attrs = enforced_attrs(&pool, "m0");
+    eprintln!("m0 advertises MemoryLimitEnforced CgroupVersion: {attrs}");
     assert!(attrs.starts_with("true "), "the ad says the limit holds: {attrs}");
 
     // Twice its request: stopped at 100 MiB, and held.
@@ -184,6 +185,7 @@ fn a_job_over_its_request_memory_is_held_and_one_within_it_completes_with_its_pe
     );
     let held = wait_queued(&pool, &over, |j| j["state"] == "held");
     let reason = held["note"].as_str().unwrap_or_default().to_string();
+    eprintln!("held: {reason}");
     assert!(
         reason.contains("exceeded request_memory 100 MiB"),
         "the reason names the request: {reason}"
@@ -210,6 +212,7 @@ fn a_job_over_its_request_memory_is_held_and_one_within_it_completes_with_its_pe
         pool.logs()
     );
     let peak_kib = record["usage"]["memory_peak_kib"].as_u64().unwrap_or(0);
+    eprintln!("completed with a peak of {peak_kib} KiB");
     assert!(
         (40 * 1024..100 * 1024).contains(&peak_kib),
         "its peak is what it touched, under its request: {record}"
@@ -334,6 +337,7 @@ fn a_child_that_left_its_session_ends_with_its_job() {
 
     let ends = sub("ends", 2);
     let child = wait_pid(&pool, &pids.join("ends.pid"));
+    eprintln!("the job's setsid child is {child}");
     wait_history(&pool, &ends);
     wait_gone(&pool, child, "it ended");
 

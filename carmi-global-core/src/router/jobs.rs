@@ -491,6 +491,7 @@ impl Router {
         }
         info!(job = %job, %process, machine = sub.machine, "starting the master");
         let env = sub.spec.environment.clone();
+        let requests = sub.spec.requests();
         let return_files = return_plan(&sub).into_iter().map(|(n, _)| n).collect();
         // Away from the submit machine its paths mean nothing: the sandbox's
         // files are written and sent back instead.
@@ -519,7 +520,7 @@ impl Router {
                 input_files,
                 return_files,
                 inputs,
-                requests: sub.spec.requests(),
+                requests,
             },
         );
     }
