@@ -80,7 +80,10 @@ mod tests {
         assert_eq!(limits(&Requests::default()), Limits::default());
         let huge = limits(&asked(Some(u64::MAX), Some(1_000_000)));
         assert_eq!(huge.memory_bytes, Some(u64::MAX));
-        assert_eq!((huge.cpu_weight, huge.cpu_shares), (Some(10_000), Some(262_144)));
+        assert_eq!(
+            (huge.cpu_weight, huge.cpu_shares),
+            (Some(10_000), Some(262_144))
+        );
     }
 
     #[test]
@@ -90,9 +93,15 @@ mod tests {
             oom_kills: 1,
         };
         let u = usage(&killed, &asked(Some(100), None));
-        assert_eq!((u.memory_peak_kib, u.memory_exceeded_mib), (102_400, Some(100)));
+        assert_eq!(
+            (u.memory_peak_kib, u.memory_exceeded_mib),
+            (102_400, Some(100))
+        );
         assert_eq!(u.memory_peak_mib(), 100);
-        assert_eq!(usage(&killed, &asked(None, Some(1))).memory_exceeded_mib, None);
+        assert_eq!(
+            usage(&killed, &asked(None, Some(1))).memory_exceeded_mib,
+            None
+        );
         let within = Counters {
             peak_bytes: 1025,
             oom_kills: 0,

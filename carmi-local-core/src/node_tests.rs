@@ -271,7 +271,7 @@ fn spawn_fetches_a_missing_executable_once_for_all_waiters() {
         ToGlobal::Exited {
             process: ProcessId(1),
             status: ExitStatus::Code(0),
-            cpu_seconds: 0.5
+            cpu_seconds: 0.5,
             usage: Default::default(),
         }
     );

@@ -107,7 +107,9 @@ pub fn start(name: &str, work_dir: &Path) -> Option<Cgroups> {
             Some(c)
         }
         Err(why) => {
-            tracing::warn!("no usable cgroup ({why}): processes run unbound; request_memory is matched against machines but not enforced, and a process that leaves its session outlives its job (MemoryLimitEnforced = false)");
+            tracing::warn!(
+                "no usable cgroup ({why}): processes run unbound; request_memory is matched against machines but not enforced, and a process that leaves its session outlives its job (MemoryLimitEnforced = false)"
+            );
             None
         }
     }
@@ -400,7 +402,12 @@ fn set_up_v1(mounts: &[Mount], dir_name: &str) -> Result<Inner, String> {
             .iter()
             .find(|m| m.fstype == "cgroup" && m.options.iter().any(|o| o == controller))?;
         let path = own_path(&own, controller)?;
-        Some(mount.point.join(path.trim_start_matches('/')).join(dir_name))
+        Some(
+            mount
+                .point
+                .join(path.trim_start_matches('/'))
+                .join(dir_name),
+        )
     };
     let memory = under("memory").ok_or(
         "no cgroup memory controller is mounted (neither a cgroup2 hierarchy with its memory \
@@ -563,7 +570,10 @@ mod tests {
         assert_eq!(m.len(), 3);
         assert_eq!(m[0].point, Path::new("/sys/fs/cgroup/cpu"));
         assert!(m[0].options.iter().any(|o| o == "cpu"));
-        assert_eq!((m[2].fstype.as_str(), m[1].fstype.as_str()), ("cgroup2", "cgroup"));
+        assert_eq!(
+            (m[2].fstype.as_str(), m[1].fstype.as_str()),
+            ("cgroup2", "cgroup")
+        );
         let own = "4:memory:/process_api/abc\n1:cpu,cpuacct:/\n0::/\n";
         assert_eq!(own_path(own, "memory"), Some("/process_api/abc"));
         assert_eq!(own_path(own, "cpu"), Some("/"));
@@ -576,7 +586,10 @@ mod tests {
         let b = parent_name("m0", Path::new("/var/lib/carmi/b"));
         assert_ne!(a, b);
         assert!(a.starts_with("carmi-local.m0."), "{a}");
-        assert_eq!(parent_name("a/b c", Path::new("/")).split('.').nth(1), Some("a_b_c"));
+        assert_eq!(
+            parent_name("a/b c", Path::new("/")).split('.').nth(1),
+            Some("a_b_c")
+        );
         let events = "low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\noom_group_kill 0\n";
         assert_eq!(keyed(events, "oom_kill"), Some(1));
         assert_eq!(keyed("oom_kill_disable 0\nunder_oom 0\n", "oom_kill"), None);

@@ -116,12 +116,8 @@ impl Driver {
                     self.core
                         .on_master_files(process, returned.files, returned.bytes);
                 }
-                self.core.on_exited_with(
-                    process,
-                    report.status,
-                    report.cpu_seconds,
-                    report.usage,
-                );
+                self.core
+                    .on_exited_with(process, report.status, report.cpu_seconds, report.usage);
             }
             Input::LogRead { request, result } => self.core.on_log_read(request, result),
             Input::SuspendSlot(slot, reply) => {

@@ -39,7 +39,6 @@ fn shell(process: u64, script: &str) -> LaunchSpec {
         credential: None,
         requests: Default::default(),
     }
-    requests: Default::default(),
 }
 
 /// Kills the group when a test ends, even by a failed assertion, so that

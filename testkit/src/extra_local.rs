@@ -58,7 +58,8 @@ impl Pool {
         let token = home.join(format!("{name}.token"));
         self.token_file(&token, name, Power::Daemon, Some(name), 3600);
         for path in [&home, &home.join("work"), &secret, &token] {
-            std::os::unix::fs::chown(path, Some(uid), Some(gid)).expect("give the file to the user");
+            std::os::unix::fs::chown(path, Some(uid), Some(gid))
+                .expect("give the file to the user");
         }
         let mut cmd = Command::new("setpriv");
         cmd.args(["--reuid", &uid.to_string(), "--regid", &gid.to_string()])

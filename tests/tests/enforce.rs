@@ -91,13 +91,20 @@ fn submit_dir(pool: &Pool, script: &str) -> PathBuf {
 fn submit(pool: &Pool, dir: &Path, machine: &str, name: &str, body: &str) -> String {
     std::fs::write(dir.join(name), body).unwrap();
     ok(
-        carmi(pool, dir, machine).args(["submit", name]).output().unwrap(),
+        carmi(pool, dir, machine)
+            .args(["submit", name])
+            .output()
+            .unwrap(),
         pool,
     )
 }
 
 /// The job's `carmi q --json` entry once `done` holds of it, at most 90 s.
-fn wait_queued(pool: &Pool, job: &str, done: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+fn wait_queued(
+    pool: &Pool,
+    job: &str,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         let out = pool.carmi().args(["q", "--json"]).output().unwrap();
@@ -171,7 +178,10 @@ fn a_job_over_its_request_memory_is_held_and_one_within_it_completes_with_its_pe
     pool.wait_registered();
     let attrs = enforced_attrs(&pool, "m0");
     eprintln!("m0 advertises MemoryLimitEnforced CgroupVersion: {attrs}");
-    assert!(attrs.starts_with("true "), "the ad says the limit holds: {attrs}");
+    assert!(
+        attrs.starts_with("true "),
+        "the ad says the limit holds: {attrs}"
+    );
 
     // Twice its request: stopped at 100 MiB, and held.
     let dir = submit_dir(&pool, "#!/bin/sh\nexec ./memhog \"$@\"\n");
@@ -248,7 +258,11 @@ fn a_local_rm_that_is_not_root_runs_the_job_unbound_and_says_so() {
     let _local = pool.start_extra_local_as("u0", NOBODY, NOBODY);
     let deadline = Instant::now() + Duration::from_secs(30);
     while !enforced_attrs(&pool, "u0").starts_with("false") {
-        assert!(Instant::now() < deadline, "u0 never came up\n{}", pool.logs());
+        assert!(
+            Instant::now() < deadline,
+            "u0 never came up\n{}",
+            pool.logs()
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     let log = std::fs::read_to_string(pool.dir.join("u0.log")).unwrap_or_default();
@@ -287,11 +301,18 @@ fn running(pid: i32) -> bool {
 fn wait_pid(pool: &Pool, path: &Path) -> i32 {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
-        let pid = std::fs::read_to_string(path).ok().and_then(|t| t.trim().parse().ok());
+        let pid = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|t| t.trim().parse().ok());
         if let Some(pid) = pid {
             return pid;
         }
-        assert!(Instant::now() < deadline, "no pid in {}\n{}", path.display(), pool.logs());
+        assert!(
+            Instant::now() < deadline,
+            "no pid in {}\n{}",
+            path.display(),
+            pool.logs()
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
 }

@@ -216,7 +216,6 @@ fn a_master_that_cannot_start_ends_its_job_with_the_reason_in_the_history() {
         usage: carmi_proto::msg::JobUsage {
             machines: vec!["m0".into()],
             ..Default::default()
-            memory_peak_kib: 0,
         },
     };
     assert_eq!(
