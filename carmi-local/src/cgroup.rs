@@ -19,8 +19,9 @@
 //! controllers to children, so it cannot sit under the daemon's own); on v1
 //! it is under the daemon's own cgroup of each controller, inside whatever
 //! limits the daemon itself runs under. A parent left by a killed daemon is
-//! emptied (everything in it killed) and reused at start; a stopped daemon
-//! removes its own.
+//! emptied (everything in it killed, after the sweep of its recorded
+//! process groups: [`crate::spawn::Launcher::kill_leftovers`]) and reused at
+//! start; a stopped daemon removes its own.
 //!
 //! A process enters its cgroup in the child between `fork` and `exec`: the
 //! daemon opens the cgroup's `cgroup.procs` first, and the child writes `0`
@@ -126,9 +127,6 @@ impl Cgroups {
             Some(m) if has_memory_controller(&m.point) => set_up_v2(&m.point, &dir_name)?,
             _ => set_up_v1(&mounts, &dir_name)?,
         };
-        for parent in std::iter::once(&inner.memory).chain(inner.cpu.as_ref()) {
-            clean_stale(parent, inner.version);
-        }
         let cgroups = Cgroups {
             inner: Arc::new(inner),
         };
@@ -138,6 +136,16 @@ impl Cgroups {
             .spawn(move || watch(weak))
             .map_err(|e| format!("cannot start the OOM watcher thread: {e}"))?;
         Ok(cgroups)
+    }
+
+    /// Kills what an earlier run of this local RM left in its cgroups (it
+    /// was killed before it could) and removes them. Call before the first
+    /// process starts.
+    pub fn kill_leftovers(&self) {
+        let inner = &self.inner;
+        for parent in std::iter::once(&inner.memory).chain(inner.cpu.as_ref()) {
+            clean_stale(parent, inner.version);
+        }
     }
 
     /// 1 or 2.
@@ -516,7 +524,10 @@ fn clean_stale(parent: &Path, version: Version) {
         let left = stale.pids().len();
         let gone = stale.kill_all();
         stale.remove();
-        tracing::info!(path = %dir.display(), killed = left, emptied = gone, "removed a cgroup an earlier run left");
+        if left > 0 {
+            tracing::info!(path = %dir.display(), killed = left, emptied = gone, "killed processes an earlier run left in its cgroup");
+        }
+        tracing::info!(path = %dir.display(), "removed a cgroup an earlier run left");
     }
 }
 

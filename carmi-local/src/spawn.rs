@@ -420,9 +420,15 @@ impl Launcher {
 
     /// SIGKILLs every process group an earlier run of the daemon started and
     /// left alive (it was killed before it could), from the records in the
-    /// work directory ([`crate::orphans`]). Call before the first launch.
+    /// work directory ([`crate::orphans`]), then whatever else is left in
+    /// the cgroups it made (a process that left its group with `setsid`),
+    /// and removes them. Call before the first launch.
     pub fn kill_leftovers(&self) -> Sweep {
-        self.records.sweep()
+        let sweep = self.records.sweep();
+        if let Some(cgroups) = &self.cgroups {
+            cgroups.kill_leftovers();
+        }
+        sweep
     }
 
     /// Prepares the sandbox and starts the child; its pid (= its group id)

@@ -368,3 +368,42 @@ fn a_child_that_left_its_session_ends_with_its_job() {
     ok(pool.carmi().args(["rm", &removed]).output().unwrap(), &pool);
     wait_gone(&pool, child, "it was removed");
 }
+
+#[test]
+fn a_restarted_local_rm_kills_what_a_killed_one_left_in_its_cgroups() {
+    let test = "a_restarted_local_rm_kills_what_a_killed_one_left_in_its_cgroups";
+    if !ready(test, true) {
+        return;
+    }
+    let mut pool = pool("enforce-restart", 1);
+    pool.wait_registered();
+    let pids = pool.dir.join("pids");
+    std::fs::create_dir_all(&pids).unwrap();
+    let script = format!(
+        "#!/bin/sh\nsetsid sh -c 'echo $$ > {0}/c.tmp; mv {0}/c.tmp {0}/child.pid; \
+         exec sleep 600' &\nsleep 600\n",
+        pids.display()
+    );
+    let dir = submit_dir(&pool, &script);
+    submit(
+        &pool,
+        &dir,
+        "m0",
+        "left.sub",
+        "executable = master.sh\nqueue\n",
+    );
+    let child = wait_pid(&pool, &pids.join("child.pid"));
+    // SIGKILLed, the local RM cannot kill it: it left the job's group, and
+    // the record of that group names only the master.
+    pool.kill_local(0);
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(running(child), "the child outlives the killed local RM");
+    pool.restart_local(0);
+    wait_gone(&pool, child, "its local RM was killed and started again");
+    let log = std::fs::read_to_string(pool.dir.join("m0.log")).unwrap_or_default();
+    assert!(
+        log.contains("killed processes an earlier run left in its cgroup"),
+        "the restart says what it killed\n{}",
+        pool.logs()
+    );
+}
