@@ -55,7 +55,8 @@ fn pool(name: &str, machines: usize) -> Pool {
         missed_heartbeats: 30,
         ..PoolOptions::default()
     };
-    Pool::start_with(name, 2, &vec![vec![]; machines], options)
+    // Enough CPUs for `request_cpus = 2` on any test machine.
+    Pool::start_with(name, 2, &vec![vec!["Cpus=4".into()]; machines], options)
 }
 
 fn ok(out: Output, pool: &Pool) -> String {
@@ -352,7 +353,10 @@ fn a_child_that_left_its_session_ends_with_its_job() {
             &dir,
             "m0",
             &format!("{name}.sub"),
-            &format!("executable = master.sh\narguments = {name} {seconds}\nqueue\n"),
+            &format!(
+                "executable = master.sh\narguments = {name} {seconds}\n\
+                 request_memory = 64\nrequest_cpus = 2\nqueue\n"
+            ),
         )
     };
 
@@ -365,8 +369,64 @@ fn a_child_that_left_its_session_ends_with_its_job() {
     let removed = sub("removed", 600);
     let child = wait_pid(&pool, &pids.join("removed.pid"));
     assert!(running(child), "the child runs while its job does");
+    let (memory, cpu) = limits_of(child);
+    assert_eq!(
+        (memory, cpu),
+        (Some(64 << 20), Some(cpu_weight(2))),
+        "the child's cgroup is bound to request_memory = 64 and request_cpus = 2"
+    );
     ok(pool.carmi().args(["rm", &removed]).output().unwrap(), &pool);
     wait_gone(&pool, child, "it was removed");
+}
+
+/// `cpu.shares` (v1) or `cpu.weight` (v2) for `cpus` requested CPUs.
+fn cpu_weight(cpus: u64) -> u64 {
+    if v2_memory() { 100 * cpus } else { 1024 * cpus }
+}
+
+fn v2_memory() -> bool {
+    std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers")
+        .is_ok_and(|c| c.split_whitespace().any(|w| w == "memory"))
+}
+
+/// The memory limit (bytes) and CPU weight of `pid`'s cgroup, read from
+/// the cgroup files (`/proc/PID/cgroup` names it).
+fn limits_of(pid: i32) -> (Option<u64>, Option<u64>) {
+    let own = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    let path_of = |controller: &str| {
+        own.lines().find_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let (_, names, path) = (parts.next()?, parts.next()?, parts.next()?);
+            names
+                .split(',')
+                .any(|n| n == controller)
+                .then(|| path.trim_start_matches('/').to_string())
+        })
+    };
+    let read = |dir: PathBuf, file: &str| {
+        std::fs::read_to_string(dir.join(file))
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+    };
+    let root = Path::new("/sys/fs/cgroup");
+    if v2_memory() {
+        let dir = root.join(path_of("").unwrap_or_default());
+        assert!(dir.to_string_lossy().contains("carmi-local.m0."), "{own}");
+        (read(dir.clone(), "memory.max"), read(dir, "cpu.weight"))
+    } else {
+        let memory = root
+            .join("memory")
+            .join(path_of("memory").unwrap_or_default());
+        let cpu = root.join("cpu").join(path_of("cpu").unwrap_or_default());
+        assert!(
+            memory.to_string_lossy().contains("carmi-local.m0."),
+            "{own}"
+        );
+        (
+            read(memory, "memory.limit_in_bytes"),
+            read(cpu, "cpu.shares"),
+        )
+    }
 }
 
 #[test]
