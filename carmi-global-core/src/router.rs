@@ -52,6 +52,8 @@ mod authz;
 mod authz_tests;
 mod check;
 mod enforce;
+#[cfg(test)]
+mod enforce_tests;
 mod events;
 mod gone;
 #[cfg(test)]
