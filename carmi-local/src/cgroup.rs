@@ -38,6 +38,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use carmi_api::ids::ProcessId;
+use carmi_api::msg::{ProcessUsage, Requests};
 use carmi_local_core::binding::{Counters, Limits};
 
 /// How often live cgroups are checked for an OOM kill that left the
@@ -184,14 +185,34 @@ impl Cgroups {
         Ok(cg)
     }
 
-    /// Watches `cg` for OOM kills until [`Cgroups::unwatch`].
-    pub fn watch(&self, process: ProcessId, cg: &ProcessCgroup) {
+    /// Makes the cgroup of `process`, bound to its job's `requests`, and
+    /// watches it for OOM kills until [`Cgroups::finish`].
+    pub fn bind(&self, process: ProcessId, requests: &Requests) -> io::Result<ProcessCgroup> {
+        let cg = self.create(process, &carmi_local_core::binding::limits(requests))?;
         lock(&self.inner.watched).insert(process, cg.clone());
+        Ok(cg)
     }
 
-    /// Stops watching the cgroup of `process`.
-    pub fn unwatch(&self, process: ProcessId) {
+    /// The process's leader exited: kills what is left in its cgroup, reads
+    /// what it used (over its `requests` or not) and removes the cgroup.
+    pub fn finish(
+        &self,
+        process: ProcessId,
+        cg: &ProcessCgroup,
+        requests: &Requests,
+    ) -> ProcessUsage {
         lock(&self.inner.watched).remove(&process);
+        let left = cg.pids().len();
+        if left > 0 {
+            tracing::info!(%process, left, "killing what the process left in its cgroup");
+        }
+        cg.kill_all();
+        let usage = carmi_local_core::binding::usage(&cg.counters(), requests);
+        cg.remove();
+        if let Some(request) = usage.memory_exceeded_mib {
+            tracing::warn!(%process, peak_mib = usage.memory_peak_mib(), request_mib = request, "the process went over its request_memory");
+        }
+        usage
     }
 }
 

@@ -342,8 +342,8 @@ impl Launcher {
                 let mut report = wait_for(pid);
                 // Whatever the process left behind in its group goes with it.
                 signal_group(pid, libc::SIGKILL);
-                if let Some(cg) = &cgroup {
-                    report.usage = me.end_cgroup(process, cg, &spec.requests);
+                if let (Some(cgroups), Some(cg)) = (&me.cgroups, &cgroup) {
+                    report.usage = cgroups.finish(process, cg, &spec.requests);
                 }
                 me.records.remove(pid);
                 let _ = reaped_tx.send(true);
@@ -381,36 +381,8 @@ impl Launcher {
         let Some(cgroups) = &self.cgroups else {
             return Ok(None);
         };
-        let limits = carmi_local_core::binding::limits(&spec.requests);
-        let cg = cgroups
-            .create(spec.process, &limits)
-            .map_err(SpawnError::Cgroup)?;
-        cgroups.watch(spec.process, &cg);
-        Ok(Some(cg))
-    }
-
-    /// Kills what is left in the cgroup of an exited process, reads what it
-    /// used and removes it.
-    fn end_cgroup(
-        &self,
-        process: ProcessId,
-        cg: &ProcessCgroup,
-        requests: &Requests,
-    ) -> ProcessUsage {
-        if let Some(cgroups) = &self.cgroups {
-            cgroups.unwatch(process);
-        }
-        let left = cg.pids().len();
-        if left > 0 {
-            tracing::info!(%process, left, "killing what the process left in its cgroup");
-        }
-        cg.kill_all();
-        let usage = carmi_local_core::binding::usage(&cg.counters(), requests);
-        cg.remove();
-        if let Some(request) = usage.memory_exceeded_mib {
-            tracing::warn!(%process, peak_mib = usage.memory_peak_mib(), request_mib = request, "the process went over its request_memory");
-        }
-        usage
+        let cg = cgroups.bind(spec.process, &spec.requests);
+        cg.map(Some).map_err(SpawnError::Cgroup)
     }
 
     /// Where a job's processes' output is kept once they exited.
