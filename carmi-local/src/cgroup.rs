@@ -100,9 +100,16 @@ struct Mount {
     options: Vec<String>,
 }
 
-/// [`Cgroups::set_up`] at the daemon's start, saying once what it found:
-/// which version binds processes, or (a warning) why they run unbound.
-pub fn start(name: &str, work_dir: &Path) -> Option<Cgroups> {
+/// [`Cgroups::set_up`] at the daemon's start (unless `enabled` is false:
+/// the `cgroups = false` setting), saying once what it found: which
+/// version binds processes, or (a warning) why they run unbound.
+pub fn start(name: &str, work_dir: &Path, enabled: bool) -> Option<Cgroups> {
+    if !enabled {
+        tracing::warn!(
+            "cgroups = false: processes run unbound; request_memory is matched against machines but not enforced (MemoryLimitEnforced = false)"
+        );
+        return None;
+    }
     match Cgroups::set_up(name, work_dir) {
         Ok(c) => {
             tracing::info!(version = c.version(), parent = %c.parent().display(), "each process runs in a cgroup of its own, bound to its job's request_memory and request_cpus");

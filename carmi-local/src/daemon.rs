@@ -143,7 +143,7 @@ impl Daemon {
             None
         };
         let mut info = detect_static(&settings.name, scores);
-        let cgroups = crate::cgroup::start(&settings.name, &work_dir);
+        let cgroups = crate::cgroup::start(&settings.name, &work_dir, settings.cgroups);
         info.cgroup_version = cgroups.as_ref().map(crate::cgroup::Cgroups::version);
         let slots = settings
             .slots

@@ -290,6 +290,40 @@ fn a_local_rm_that_is_not_root_runs_the_job_unbound_and_says_so() {
     );
 }
 
+#[test]
+fn a_local_rm_told_not_to_use_cgroups_runs_the_job_unbound_and_says_so() {
+    let options = PoolOptions {
+        heartbeat_ms: 1000,
+        missed_heartbeats: 30,
+        local_settings: "cgroups = false\n".into(),
+        ..PoolOptions::default()
+    };
+    let pool = Pool::start_with("enforce-off", 2, &[vec![]], options);
+    pool.wait_registered();
+    let attrs = enforced_attrs(&pool, "m0");
+    assert!(attrs.starts_with("false"), "{attrs}");
+    let dir = submit_dir(&pool, "#!/bin/sh\nexec ./memhog \"$@\"\n");
+    let job = submit(
+        &pool,
+        &dir,
+        "m0",
+        "over.sub",
+        "executable = master.sh\narguments = 150\ntransfer_input_files = memhog\n\
+         request_memory = 100\nqueue\n",
+    );
+    let record = wait_history(&pool, &job);
+    assert_eq!(
+        record["end"],
+        serde_json::json!({"Completed": {"Code": 0}}),
+        "{record}\n{}",
+        pool.logs()
+    );
+    assert_eq!(
+        record["usage"]["memory_peak_kib"], 0,
+        "nothing measured: {record}"
+    );
+}
+
 /// Whether `pid` runs (a zombie waiting for its reaper does not).
 fn running(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
