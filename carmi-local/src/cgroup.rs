@@ -15,10 +15,12 @@
 //! Layout: a parent cgroup per local RM, `carmi-local.NAME.HASH` (its name
 //! and a hash of its work directory, so that two local RMs on one machine
 //! never share one), holding one cgroup per process, `pID`. On v2 the parent
-//! is at the top of the hierarchy (a cgroup with processes cannot give its
-//! controllers to children, so it cannot sit under the daemon's own); on v1
-//! it is under the daemon's own cgroup of each controller, inside whatever
-//! limits the daemon itself runs under. A parent left by a killed daemon is
+//! is under the daemon's own cgroup when that is delegated to it (a systemd
+//! unit with `Delegate=yes`, the daemon alone in it: it moves itself into a
+//! leaf, `carmi-local.NAME.HASH.daemon`, since a cgroup with processes
+//! cannot give its controllers to children), else at the top of the
+//! hierarchy; on v1 it is under the daemon's own cgroup of each controller,
+//! inside whatever limits the daemon itself runs under. A parent left by a killed daemon is
 //! emptied (everything in it killed, after the sweep of its recorded
 //! process groups: [`crate::spawn::Launcher::kill_leftovers`]) and reused at
 //! start; a stopped daemon removes its own.
@@ -411,11 +413,23 @@ fn set_up_v2(mount: &Path, dir_name: &str) -> Result<Inner, String> {
         .into_iter()
         .filter(|c| controllers.iter().any(|h| h == c))
         .collect();
-    // The top gives its controllers to children; already so under systemd.
+    let base = delegated(mount, dir_name).unwrap_or_else(|| mount.to_path_buf());
+    // The top gives its controllers to children already under systemd; a
+    // delegated cgroup gives them once the daemon left it for its leaf.
     for c in &wanted {
-        optional(write(mount, "cgroup.subtree_control", &format!("+{c}")));
+        let given = write(&base, "cgroup.subtree_control", &format!("+{c}"));
+        if base != mount {
+            given.map_err(|e| {
+                format!(
+                    "cannot enable the {c} controller in {}: {e}",
+                    base.display()
+                )
+            })?;
+        } else {
+            optional(given);
+        }
     }
-    let parent = mount.join(dir_name);
+    let parent = base.join(dir_name);
     make_dir(&parent)?;
     for c in &wanted {
         write(&parent, "cgroup.subtree_control", &format!("+{c}")).map_err(|e| {
@@ -428,6 +442,38 @@ fn set_up_v2(mount: &Path, dir_name: &str) -> Result<Inner, String> {
         cpu: None,
         watched: Mutex::new(HashMap::new()),
     })
+}
+
+/// The daemon's own v2 cgroup when it is delegated to it (a systemd unit
+/// with `Delegate=yes`: the daemon alone in it), after moving the daemon
+/// into a leaf of it, `DIR.daemon` (a cgroup with processes cannot give its
+/// controllers to children): the jobs' cgroups then sit inside the unit's,
+/// and systemd kills them with it. `None` (the top of the hierarchy is used)
+/// when the daemon shares its cgroup with other processes, which are not
+/// its to move.
+fn delegated(mount: &Path, dir_name: &str) -> Option<PathBuf> {
+    let own = fs::read_to_string("/proc/self/cgroup").ok()?;
+    let path = own_path(&own, "")?.trim_start_matches('/').to_string();
+    if path.is_empty() {
+        return None;
+    }
+    let base = mount.join(path);
+    let me = std::process::id();
+    let procs = fs::read_to_string(base.join("cgroup.procs")).ok()?;
+    let alone = procs.split_whitespace().collect::<Vec<_>>() == [me.to_string().as_str()];
+    if !alone {
+        return None;
+    }
+    let leaf = base.join(format!("{dir_name}.daemon"));
+    make_dir(&leaf).ok()?;
+    // All of the daemon's threads move with it.
+    match write(&leaf, "cgroup.procs", &me.to_string()) {
+        Ok(()) => Some(base),
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot move into a leaf of the own cgroup");
+            None
+        }
+    }
 }
 
 fn set_up_v1(mounts: &[Mount], dir_name: &str) -> Result<Inner, String> {
