@@ -180,7 +180,7 @@ impl Cgroups {
             memory: self.inner.memory.join(&leaf),
             cpu: self.inner.cpu.as_ref().map(|c| c.join(&leaf)),
         };
-        if cg.memory.exists() {
+        if cg.dirs().any(|d| d.exists()) {
             cg.kill_all();
             cg.remove();
         }
