@@ -45,7 +45,6 @@ use carmi_api::msg::{ExitStatus, ProcessUsage, Requests};
 use tokio::sync::watch;
 
 use crate::cgroup::{Cgroups, ProcessCgroup};
-
 use crate::orphans::{GroupRecords, Sweep};
 use crate::sandbox::SandboxError;
 
@@ -317,9 +316,8 @@ impl Launcher {
                     Ok(started) => started,
                     Err(e) => {
                         let _ = fs::remove_dir_all(&sandbox);
-                        if let Some(cg) = &cgroup {
-                            cg.kill_all();
-                            cg.remove();
+                        if let (Some(cgroups), Some(cg)) = (&me.cgroups, &cgroup) {
+                            cgroups.finish(process, cg, &spec.requests);
                         }
                         let _ = started_tx.send(Err(e));
                         return;
