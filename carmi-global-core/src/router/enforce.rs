@@ -21,12 +21,18 @@ use tracing::{info, warn};
 use super::{Output, Router};
 use crate::journal::Record;
 
-/// The hold reason of a job whose process went over its `request_memory`,
-/// in HTCondor's terms: what it used and what it asked for, both in MiB.
-pub fn over_memory_reason(usage: &ProcessUsage, request_mib: u64) -> String {
+/// The hold reason of a job whose `process` on `machine` went over its
+/// `request_memory`, in HTCondor's terms: what it used and what it asked
+/// for, both in MiB.
+pub fn over_memory_reason(
+    usage: &ProcessUsage,
+    request_mib: u64,
+    process: ProcessId,
+    machine: &str,
+) -> String {
     format!(
-        "memory usage {} MiB exceeded request_memory {request_mib} MiB: the process was \
-         stopped at its limit; submit it again with a higher request_memory",
+        "memory usage {} MiB exceeded request_memory {request_mib} MiB: process {process} on \
+         {machine} was stopped at its limit; submit the job again with a higher request_memory",
         usage.memory_peak_mib()
     )
 }
@@ -94,7 +100,7 @@ impl Router {
         let Some(request) = usage.memory_exceeded_mib else {
             return false;
         };
-        let reason = over_memory_reason(&usage, request);
+        let reason = over_memory_reason(&usage, request, process, machine);
         if !self.submitted.contains_key(&job) {
             warn!(job = %job, %process, machine, reason, "a process of a job started by hand went over its memory; it has no submit file to hold it for");
             return false;
