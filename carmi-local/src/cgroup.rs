@@ -78,10 +78,19 @@ struct Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        self.remove_parents();
+    }
+}
+
+impl Inner {
+    fn remove_parents(&self) {
         // Empty once every process was reaped; else a restart cleans it.
         for dir in std::iter::once(&self.memory).chain(self.cpu.as_ref()) {
-            if let Err(e) = fs::remove_dir(dir) {
-                tracing::debug!(path = %dir.display(), error = %e, "parent cgroup not removed");
+            match fs::remove_dir(dir) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    tracing::warn!(path = %dir.display(), error = %e, "this local RM's cgroup is not removed; its next start empties it");
+                }
+                _ => {}
             }
         }
     }
@@ -114,7 +123,8 @@ pub fn start(name: &str, work_dir: &Path, enabled: bool) -> Option<Cgroups> {
     }
     match Cgroups::set_up(name, work_dir) {
         Ok(c) => {
-            tracing::info!(version = c.version(), parent = %c.parent().display(), "each process runs in a cgroup of its own, bound to its job's request_memory and request_cpus");
+            let cpu = c.inner.cpu.as_ref().map(|p| p.display().to_string());
+            tracing::info!(version = c.version(), parent = %c.parent().display(), cpu_parent = cpu.unwrap_or_default(), "each process runs in a cgroup of its own, bound to its job's request_memory and request_cpus");
             Some(c)
         }
         Err(why) => {
@@ -156,6 +166,12 @@ impl Cgroups {
         for parent in std::iter::once(&inner.memory).chain(inner.cpu.as_ref()) {
             clean_stale(parent, inner.version);
         }
+    }
+
+    /// Removes the parent cgroups, empty once every process was reaped
+    /// (the daemon stopping); one still busy stays, and is said.
+    pub fn remove_parents(&self) {
+        self.inner.remove_parents();
     }
 
     /// 1 or 2.

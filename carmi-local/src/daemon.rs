@@ -607,6 +607,8 @@ impl Driver {
             }
             self.flush();
         }
+        // Now, not when the last clone goes: the process may end first.
+        self.launcher.remove_cgroups();
     }
 
     /// When the core wants to be told the time next, on the driver's clock.

@@ -383,6 +383,14 @@ impl Launcher {
         cg.map(Some).map_err(SpawnError::Cgroup)
     }
 
+    /// Removes this launcher's parent cgroups once every process is gone
+    /// (one still busy stays, for the next start to empty).
+    pub fn remove_cgroups(&self) {
+        if let Some(c) = &self.cgroups {
+            c.remove_parents();
+        }
+    }
+
     /// Where a job's processes' output is kept once they exited.
     pub fn output_dir(&self, job: JobId) -> PathBuf {
         self.work_dir.join("output").join(job.0.to_string())

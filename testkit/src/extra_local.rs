@@ -13,6 +13,7 @@ use crate::{Pool, bin_dir};
 /// A local RM started by [`Pool::start_extra_local`], killed when dropped.
 pub struct ExtraLocal {
     child: Child,
+    log: std::path::PathBuf,
     /// Its application address, as it printed it.
     pub addr: String,
 }
@@ -28,6 +29,10 @@ impl Drop for ExtraLocal {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        for parent in crate::cgroups::parents_in_log(&log) {
+            crate::cgroups::sweep(&parent);
+        }
     }
 }
 
@@ -80,7 +85,8 @@ impl Pool {
     }
 
     fn spawn_extra(&self, name: &str, mut cmd: Command) -> ExtraLocal {
-        let log = std::fs::File::create(self.dir.join(format!("{name}.log"))).unwrap();
+        let log_path = self.dir.join(format!("{name}.log"));
+        let log = std::fs::File::create(&log_path).unwrap();
         let mut child = cmd
             .env("RUST_LOG", "info")
             .stdout(Stdio::piped())
@@ -96,6 +102,10 @@ impl Pool {
             .strip_prefix("listening on ")
             .unwrap_or_else(|| panic!("carmi-local printed {line:?}"))
             .to_string();
-        ExtraLocal { child, addr }
+        ExtraLocal {
+            child,
+            addr,
+            log: log_path,
+        }
     }
 }

@@ -22,6 +22,7 @@
 //! - `wiretap`: [`Proxy`] (watches and flips bytes), [`listening_ports`].
 
 mod browser;
+pub mod cgroups;
 mod extra_local;
 mod fake_global;
 mod fleet;
@@ -635,6 +636,13 @@ impl Drop for Pool {
             }
         }
         stop(&mut self.global);
+        // What local RMs killed for good left in their cgroups.
+        for l in &self.locals {
+            let log = std::fs::read_to_string(self.dir.join(format!("{}.log", l.name)));
+            for parent in cgroups::parents_in_log(&log.unwrap_or_default()) {
+                cgroups::sweep(&parent);
+            }
+        }
         if !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
