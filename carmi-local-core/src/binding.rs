@@ -6,9 +6,20 @@
 //! Memory is a hard limit at the request, as HTCondor's default
 //! (`CGROUP_MEMORY_LIMIT_POLICY = hard`): the kernel stops the job there,
 //! before it takes memory others were promised, rather than a poll noticing
-//! later that it took it. CPU is a weight, not a cap: a job asking for two
-//! CPUs gets twice the share of a one-CPU job when they compete, and any
-//! idle CPU when they do not.
+//! later that it took it.
+//!
+//! Going over is read from the kernel's own count of the kills it made for
+//! the limit (`oom_kill` in `memory.events` on v2, in `memory.oom_control`
+//! on v1), when the process ends and twice a second while it runs: it misses
+//! no short spike, as polling the usage would, and it counts only kills
+//! (`memory.failcnt` also counts every reclaim at the limit, which a process
+//! survives). The usage the hold reason names is the peak the cgroup
+//! measured, so it reads as the limit itself: the kernel stopped the job
+//! there, before it could take what it tried to.
+//!
+//! CPU is a weight, not a cap: a job asking for two CPUs gets twice the
+//! share of a one-CPU job when they compete, and any idle CPU when they do
+//! not.
 
 use carmi_proto::msg::{ProcessUsage, Requests};
 
