@@ -658,41 +658,5 @@ fn keyed(text: &str, key: &str) -> Option<u64> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn mounts_and_own_paths_are_read_from_proc() {
-        let info = "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n\
-                    32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu,cpuacct\n\
-                    35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n\
-                    41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
-        let m = parse_mounts(info);
-        assert_eq!(m.len(), 3);
-        assert_eq!(m[0].point, Path::new("/sys/fs/cgroup/cpu"));
-        assert!(m[0].options.iter().any(|o| o == "cpu"));
-        assert_eq!(
-            (m[2].fstype.as_str(), m[1].fstype.as_str()),
-            ("cgroup2", "cgroup")
-        );
-        let own = "4:memory:/process_api/abc\n1:cpu,cpuacct:/\n0::/\n";
-        assert_eq!(own_path(own, "memory"), Some("/process_api/abc"));
-        assert_eq!(own_path(own, "cpu"), Some("/"));
-        assert_eq!(own_path(own, "pids"), None);
-    }
-
-    #[test]
-    fn parents_of_two_local_rms_differ_and_counters_parse() {
-        let a = parent_name("m0", Path::new("/var/lib/carmi/a"));
-        let b = parent_name("m0", Path::new("/var/lib/carmi/b"));
-        assert_ne!(a, b);
-        assert!(a.starts_with("carmi-local.m0."), "{a}");
-        assert_eq!(
-            parent_name("a/b c", Path::new("/")).split('.').nth(1),
-            Some("a_b_c")
-        );
-        let events = "low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\noom_group_kill 0\n";
-        assert_eq!(keyed(events, "oom_kill"), Some(1));
-        assert_eq!(keyed("oom_kill_disable 0\nunder_oom 0\n", "oom_kill"), None);
-    }
-}
+#[path = "cgroup_tests.rs"]
+mod tests;
