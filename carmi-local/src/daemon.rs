@@ -42,7 +42,7 @@ use crate::control::ControlAccess;
 use crate::global::{GlobalConfig, GlobalLink};
 use crate::input::{AppTx, Input};
 use crate::jobcred::JobCreds;
-use crate::machine::{MachineAd, detect_static, sample_dynamic};
+use crate::machine::{MachineAd, sample_dynamic, static_info};
 use crate::owner::{RealOwner, SimulatedOwner};
 use crate::peer::Stager;
 use crate::policy::Policy;
@@ -142,13 +142,8 @@ impl Daemon {
         } else {
             None
         };
-        let mut info = detect_static(&settings.name, scores);
         let cgroups = crate::cgroup::start(&settings.name, &work_dir, settings.cgroups);
-        info.cgroup_version = cgroups.as_ref().map(crate::cgroup::Cgroups::version);
-        let slots = settings
-            .slots
-            .unwrap_or_else(|| u32::try_from(info.cpus.max(1)).unwrap_or(1));
-        crate::machine::partition_memory(&mut info, slots);
+        let (info, slots) = static_info((&settings.name, settings.slots), scores, cgroups.as_ref());
         let machine = MachineAd::new(info, settings.attributes.clone());
 
         let listener = carmi_api::net::listen(&settings.listen)

@@ -59,6 +59,21 @@ pub fn detect_static(name: &str, scores: Option<Scores>) -> StaticInfo {
     }
 }
 
+/// The static facts of the machine's ad: detected, with the version of the
+/// cgroups binding its processes, and its memory shared among its slots
+/// (`slots` as configured, else one per CPU); and how many slots.
+pub fn static_info(
+    (name, slots): (&str, Option<u32>),
+    scores: Option<Scores>,
+    cgroups: Option<&crate::cgroup::Cgroups>,
+) -> (StaticInfo, u32) {
+    let mut info = detect_static(name, scores);
+    info.cgroup_version = cgroups.map(crate::cgroup::Cgroups::version);
+    let slots = slots.unwrap_or_else(|| u32::try_from(info.cpus.max(1)).unwrap_or(1));
+    partition_memory(&mut info, slots);
+    (info, slots)
+}
+
 /// Shares the machine's memory among its `slots`: each slot's `Memory` is
 /// an equal part (HTCondor's static slots), so that the jobs matched to
 /// them, bound to what they asked for, fit in the machine together.

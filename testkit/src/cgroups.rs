@@ -7,6 +7,19 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+impl crate::Pool {
+    /// Sweeps what the pool's local RMs left in their cgroups (those
+    /// stopped cleanly left nothing).
+    pub(crate) fn sweep_cgroups(&self) {
+        for l in &self.locals {
+            let log = std::fs::read_to_string(self.dir.join(format!("{}.log", l.name)));
+            for parent in parents_in_log(&log.unwrap_or_default()) {
+                sweep(&parent);
+            }
+        }
+    }
+}
+
 /// The parent cgroups (`.../carmi-local.NAME.HASH`) named in `log`.
 pub fn parents_in_log(log: &str) -> Vec<PathBuf> {
     let mut found: Vec<PathBuf> = log
