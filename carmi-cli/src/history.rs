@@ -124,6 +124,11 @@ pub fn record_ad(j: &JobRecord) -> classad::ClassAd {
     ad.insert_value("NumJobStarts", int(u64::from(u.starts)));
     ad.insert_value("NumVacates", int(u64::from(u.evictions)));
     ad.insert_value("NumCheckpoints", int(u64::from(u.checkpoints)));
+    if u.memory_peak_kib > 0 {
+        // HTCondor's names: peak memory in KiB, and in MiB rounded up.
+        ad.insert_value("ResidentSetSize", int(u.memory_peak_kib));
+        ad.insert_value("MemoryUsage", int(u.memory_peak_kib.div_ceil(1024)));
+    }
     let status = match &j.end {
         JobEnd::Removed => 3,
         _ => 4,
@@ -153,11 +158,20 @@ fn duration(seconds: Option<u64>) -> String {
     }
 }
 
+/// Peak memory for the table: `612M` (MiB, rounded up); `-` when not measured.
+fn memory(kib: u64) -> String {
+    if kib == 0 {
+        "-".into()
+    } else {
+        format!("{}M", kib.div_ceil(1024))
+    }
+}
+
 /// The `carmi history` table: one line per job, then a summary line.
 pub fn history_text(jobs: &[JobRecord]) -> String {
     let mut out = format!(
-        "{:>5}  {:<10} {:<11}  {:<11}  {:>7}  {:>7}  {:>5}  {:<12}  {}\n",
-        "ID", "OWNER", "SUBMITTED", "ENDED", "WALL", "CPU", "HOSTS", "EXECUTABLE", "HOW"
+        "{:>5}  {:<10} {:<11}  {:<11}  {:>7}  {:>7}  {:>7}  {:>5}  {:<12}  {}\n",
+        "ID", "OWNER", "SUBMITTED", "ENDED", "WALL", "CPU", "MEM", "HOSTS", "EXECUTABLE", "HOW"
     );
     let mut failed = 0;
     for j in jobs {
@@ -172,13 +186,14 @@ pub fn history_text(jobs: &[JobRecord]) -> String {
         let u = &j.usage;
         let wall = (u.started_unix > 0).then(|| j.ended_unix.saturating_sub(u.started_unix));
         out.push_str(&format!(
-            "{:>5}  {:<10} {:<11}  {:<11}  {:>7}  {:>7}  {:>5}  {:<12}  {}\n",
+            "{:>5}  {:<10} {:<11}  {:<11}  {:>7}  {:>7}  {:>7}  {:>5}  {:<12}  {}\n",
             j.job.0,
             owner,
             short_time(j.submitted_unix),
             short_time(j.ended_unix),
             duration(wall),
             duration(Some(u.cpu_ms / 1000)),
+            memory(u.memory_peak_kib),
             u.machines.len(),
             exe,
             end_text(&j.end) + &tries_text(u)
@@ -220,6 +235,7 @@ mod tests {
             starts: 2,
             evictions: 1,
             checkpoints: 0,
+            memory_peak_kib: 102_401,
         };
         let ad = record_ad(&done);
         let holds = |e: &str| {
@@ -232,6 +248,7 @@ mod tests {
         assert!(holds("RemoteWallClockTime == 3560 && RemoteUserCpu == 2.5"));
         assert!(holds("MachineCount == 2 && Machines == \"m0,m1\""));
         assert!(holds("NumJobStarts == 2 && NumVacates == 1"));
+        assert!(holds("ResidentSetSize == 102401 && MemoryUsage == 101"));
         assert!(!holds("ExitBySignal"));
         let removed = record_ad(&record(2, JobEnd::Removed));
         assert!(
@@ -245,6 +262,7 @@ mod tests {
             text.contains("completed, exit 3 (2 starts, 1 vacated by their owner)"),
             "{text}"
         );
+        assert!(text.contains(" MEM ") && text.contains(" 101M "), "{text}");
     }
 
     #[test]

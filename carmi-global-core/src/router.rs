@@ -52,6 +52,9 @@ mod authz;
 mod authz_tests;
 mod check;
 mod checkpoint;
+mod enforce;
+#[cfg(test)]
+mod enforce_tests;
 mod events;
 mod gone;
 #[cfg(test)]
@@ -305,6 +308,9 @@ pub struct Router {
     /// Set once what the journal left on machines still absent a loss
     /// window after the start was settled (`absent`).
     absent_expired: bool,
+    /// Each queued job's highest peak memory of its exited processes, KiB
+    /// (`router/enforce.rs`).
+    memory_peaks: HashMap<JobId, u64>,
 }
 
 impl Router {
@@ -346,6 +352,7 @@ impl Router {
             usage_journaled: Duration::ZERO,
             job_attrs: Default::default(),
             absent_expired: false,
+            memory_peaks: HashMap::new(),
         }
     }
 
@@ -575,8 +582,11 @@ impl Router {
                 process,
                 status,
                 cpu_seconds,
+                usage,
             } => {
-                if let Some(job) = self.master_on(process, &name) {
+                if self.on_exit_usage(&name, process, &status, cpu_seconds, usage) {
+                    // Held for going over its request: nothing more to do.
+                } else if let Some(job) = self.master_on(process, &name) {
                     let vacated = self.vacating.remove(&process);
                     let checkpoint = self
                         .submitted

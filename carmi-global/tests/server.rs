@@ -514,6 +514,7 @@ async fn executables_upload_fetch_and_spawn() {
         process,
         status: ExitStatus::Code(0),
         cpu_seconds: 0.25,
+        usage: Default::default(),
     })
     .await;
     assert_eq!(

@@ -5,7 +5,9 @@
 //! (`/proc`, the file system) are the daemon's (`carmi_local::machine`).
 //!
 //! Attributes, in the order they are printed:
-//! `Name`, `Arch`, `OpSys`, `Memory` (MiB), `Cpus`, `Mips`, `KFlops` (static);
+//! `Name`, `Arch`, `OpSys`, `Memory` (MiB, one slot's share), `TotalMemory`,
+//! `Cpus`, `Mips`, `KFlops`,
+//! `MemoryLimitEnforced`, `CgroupVersion` (when enforced) (static);
 //! `LoadAvg`, `Disk` (KiB free in the work directory), `FreeMemory` (MiB
 //! available) (dynamic); then the configured attributes. A configured
 //! attribute replaces a detected one of the same name, and a replaced dynamic
@@ -37,12 +39,20 @@ pub struct StaticInfo {
     pub arch: String,
     /// `LINUX`, ...
     pub opsys: String,
-    /// Physical memory in MiB.
+    /// Memory of one slot in MiB: the machine's divided among its slots, as
+    /// HTCondor's static slots share it (what one process may ask for).
     pub memory_mib: i64,
+    /// Physical memory of the whole machine in MiB (`TotalMemory`).
+    pub total_memory_mib: i64,
     /// CPUs available to this process.
     pub cpus: i64,
     /// Benchmark scores, if the benchmark ran.
     pub scores: Option<Scores>,
+    /// The cgroup version binding each process to its job's requests
+    /// (`carmi_local::cgroup`), `None` when processes run unbound: the ad
+    /// says `MemoryLimitEnforced` and `CgroupVersion` so that a job that
+    /// must be bound can require it.
+    pub cgroup_version: Option<u8>,
 }
 
 /// What changes while the daemon runs.
@@ -107,10 +117,18 @@ impl MachineAd {
         ad.insert_value("Arch", Value::str(i.arch.as_str()));
         ad.insert_value("OpSys", Value::str(i.opsys.as_str()));
         ad.insert_value("Memory", Value::Int(i.memory_mib));
+        ad.insert_value("TotalMemory", Value::Int(i.total_memory_mib));
         ad.insert_value("Cpus", Value::Int(i.cpus));
         if let Some(s) = i.scores {
             ad.insert_value("Mips", Value::Int(s.mips));
             ad.insert_value("KFlops", Value::Int(s.kflops));
+        }
+        ad.insert_value(
+            "MemoryLimitEnforced",
+            Value::Bool(i.cgroup_version.is_some()),
+        );
+        if let Some(v) = i.cgroup_version {
+            ad.insert_value("CgroupVersion", Value::Int(i64::from(v)));
         }
         for (n, v) in self.dynamic_values(d) {
             ad.insert_value(n, v);
@@ -182,11 +200,13 @@ mod tests {
             arch: "X86_64".into(),
             opsys: "LINUX".into(),
             memory_mib: 4096,
+            total_memory_mib: 8192,
             cpus: 4,
             scores: Some(Scores {
                 mips: 1000,
                 kflops: 50000,
             }),
+            cgroup_version: Some(2),
         }
     }
 
@@ -218,6 +238,9 @@ mod tests {
         assert_eq!(ad.eval_attr("Disk").as_f64(), Some(1048576.0));
         assert!(ad.eval_attr("HasMatlab").is_true());
         assert!(ad.eval_attr("Fast").is_true());
+        assert!(ad.eval_attr("MemoryLimitEnforced").is_true());
+        assert_eq!(ad.eval_attr("TotalMemory").as_f64(), Some(8192.0));
+        assert_eq!(ad.eval_attr("CgroupVersion").as_f64(), Some(2.0));
         // The owner's Memory replaces the detected one.
         assert_eq!(ad.eval_attr("Memory").as_f64(), Some(1024.0));
     }

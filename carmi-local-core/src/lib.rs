@@ -18,10 +18,13 @@
 //! - `ad`: the machine ad and its heartbeat updates, from detected, sampled and configured attributes.
 //! - `policy`: the owner policy (START/SUSPEND/CONTINUE/PREEMPT/KILL over the live ad).
 //! - `owner`: the simulated owner, whose events the policy observes.
+//! - `binding`: what a process's cgroup is set to from its job's requests, and
+//!   what its counters mean at its exit (over its `request_memory` or not).
 
 #![warn(missing_docs)]
 
 pub mod ad;
+pub mod binding;
 pub mod node;
 pub mod owner;
 pub mod policy;

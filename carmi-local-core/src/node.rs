@@ -139,6 +139,8 @@ pub struct Launch {
     pub inputs: Vec<ExecutableRef>,
     /// Where standard output and error go (a master: always its files).
     pub output: OutputRoute,
+    /// The job's requests, which bind the process (its cgroup).
+    pub requests: carmi_proto::msg::Requests,
 }
 
 /// The connection to the global RM, as far as the core is concerned.
@@ -469,6 +471,7 @@ impl Core {
                 executable,
                 args,
                 output,
+                requests,
             } => self.on_spawn(Launch {
                 process,
                 job,
@@ -482,6 +485,7 @@ impl Core {
                 return_files: Vec::new(),
                 inputs: Vec::new(),
                 output,
+                requests,
             }),
             FromGlobal::SpawnMaster {
                 process,
@@ -494,6 +498,7 @@ impl Core {
                 input_files,
                 return_files,
                 inputs,
+                requests,
             } => self.on_spawn(Launch {
                 process,
                 job,
@@ -507,6 +512,7 @@ impl Core {
                 return_files,
                 inputs,
                 output: OutputRoute::Keep,
+                requests,
             }),
             FromGlobal::Kill { process } => self.on_kill(process),
             FromGlobal::ReadLog {

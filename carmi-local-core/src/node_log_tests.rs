@@ -31,6 +31,7 @@ fn registered_with_master(output: Option<&str>) -> Core {
             input_files: vec![],
             return_files: vec![],
             inputs: vec![],
+            requests: Default::default(),
         },
         Bytes::new(),
     );

@@ -41,6 +41,7 @@ fn registered_with_one_process() -> Core {
             },
             args: vec![],
             output: Default::default(),
+            requests: Default::default(),
         },
         Bytes::new(),
     );

@@ -8,7 +8,9 @@
 use bytes::Bytes;
 use carmi_proto::exe::is_sha256_hex;
 use carmi_proto::ids::{HostId, ProcessId};
-use carmi_proto::msg::{ExecutableRef, ExitStatus, SlotActivity, StageSource, ToGlobal};
+use carmi_proto::msg::{
+    ExecutableRef, ExitStatus, ProcessUsage, SlotActivity, StageSource, ToGlobal,
+};
 
 use super::{Core, Effect, Fetch, Launch, Link, Proc, ProcState};
 
@@ -297,8 +299,19 @@ impl Core {
         }
     }
 
-    /// A started process exited.
+    /// A started process exited (nothing measured of its usage).
     pub fn on_exited(&mut self, process: ProcessId, status: ExitStatus, cpu_seconds: f64) {
+        self.on_exited_with(process, status, cpu_seconds, ProcessUsage::default());
+    }
+
+    /// A started process exited, with what its cgroup measured.
+    pub fn on_exited_with(
+        &mut self,
+        process: ProcessId,
+        status: ExitStatus,
+        cpu_seconds: f64,
+        usage: ProcessUsage,
+    ) {
         if self.procs.remove(&process).is_none() {
             tracing::error!(%process, "exit of an unknown process");
         }
@@ -307,6 +320,7 @@ impl Core {
                 process,
                 status,
                 cpu_seconds,
+                usage,
             },
             Bytes::new(),
         );

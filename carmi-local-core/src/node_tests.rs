@@ -34,8 +34,15 @@ fn spawn(process: u64, host: u64, executable: ExecutableRef) -> FromGlobal {
         executable,
         args: vec!["a".into()],
         output: Default::default(),
+        requests: ASKED,
     }
 }
+
+/// What the spawns' job asked for: each launch carries it to its cgroup.
+const ASKED: carmi_proto::msg::Requests = carmi_proto::msg::Requests {
+    memory_mib: Some(100),
+    cpus: Some(2),
+};
 
 impl Harness {
     fn new(slots: u32) -> Harness {
@@ -247,7 +254,11 @@ fn spawn_fetches_a_missing_executable_once_for_all_waiters() {
     );
     h.step(|c| c.on_stored(&exe("w", 'a').sha256, Ok(())));
     let relaunch = h.take(2);
-    assert!(relaunch.iter().all(|e| matches!(e, Effect::Launch(_))));
+    assert!(
+        relaunch
+            .iter()
+            .all(|e| matches!(e, Effect::Launch(l) if l.requests == ASKED))
+    );
     h.step(|c| c.on_launched(ProcessId(1), Ok(())));
     h.step(|c| c.on_launched(ProcessId(2), Err("exec failed".into())));
     assert_eq!(
@@ -264,13 +275,18 @@ fn spawn_fetches_a_missing_executable_once_for_all_waiters() {
             result: Err("exec failed".into())
         }
     );
-    h.step(|c| c.on_exited(ProcessId(1), ExitStatus::Code(0), 0.5));
+    let usage = carmi_proto::msg::ProcessUsage {
+        memory_peak_kib: 4096,
+        memory_exceeded_mib: None,
+    };
+    h.step(|c| c.on_exited_with(ProcessId(1), ExitStatus::Code(0), 0.5, usage));
     assert_eq!(
         h.next_to_global(),
         ToGlobal::Exited {
             process: ProcessId(1),
             status: ExitStatus::Code(0),
-            cpu_seconds: 0.5
+            cpu_seconds: 0.5,
+            usage,
         }
     );
     h.nothing_else();

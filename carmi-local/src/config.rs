@@ -11,6 +11,8 @@
 //! stage_link_rate = 50.0      # MB/s cap on executables served to peers (default: none)
 //! slot_users = ["carmi-slot1", "carmi-slot2"]  # as root: accounts jobs run as ([] = root's own)
 //! slot_user_prefix = "carmi-slot"  # or: PREFIX1, PREFIX2, ... made with useradd (the default as root)
+//! cgroups = false             # run jobs unbound: no request_memory limit, no cgroup kill
+//!                             # (default: a cgroup per process where one is usable)
 //!
 //! [attributes]                # extra machine attributes
 //! Owner = '"alice"'           # a string is ClassAd expression text
@@ -200,6 +202,8 @@ pub struct FileConfig {
     pub heartbeat_ms: Option<u64>,
     /// Cap on the bandwidth of executables served to peers, in MB/s.
     pub stage_link_rate: Option<f64>,
+    /// Whether processes run in cgroups bound to their job's requests.
+    pub cgroups: Option<bool>,
     /// Accounts job processes run as (root only); empty: root's own.
     pub slot_users: Option<Vec<String>>,
     /// Accounts `PREFIX1`... job processes run as, made if missing (root only).
@@ -317,6 +321,9 @@ pub struct Settings {
     pub orphan_limit: Option<Duration>,
     /// Which accounts job processes run as ([`crate::isolation`]).
     pub accounts: AccountsConfig,
+    /// Whether each process runs in a cgroup bound to its job's requests,
+    /// where one is usable ([`crate::cgroup`]); `false`: all run unbound.
+    pub cgroups: bool,
 }
 
 impl Settings {
@@ -347,6 +354,7 @@ impl Settings {
             orphan_limit: None,
             // An embedded pool runs its jobs as the user who started it.
             accounts: AccountsConfig::Own,
+            cgroups: true,
         }
     }
 
@@ -385,6 +393,9 @@ impl Settings {
             }
             if let Some(ms) = f.kill_grace_ms {
                 s.kill_grace = Duration::from_millis(ms);
+            }
+            if let Some(on) = f.cgroups {
+                s.cgroups = on;
             }
             if let Some(ms) = f.heartbeat_ms {
                 if ms == 0 {

@@ -41,6 +41,7 @@ fn config_file_attributes_and_settings() {
         r#"
         slots = 3
         kill_grace_ms = 500
+        cgroups = false
         [attributes]
         Owner = '"alice"'
         HasMatlab = true
@@ -49,7 +50,7 @@ fn config_file_attributes_and_settings() {
         "#,
     )
     .unwrap();
-    assert_eq!(f.slots, Some(3));
+    assert_eq!((f.slots, f.cgroups), (Some(3), Some(false)));
     let attrs: Vec<_> = f
         .attributes
         .iter()

@@ -42,7 +42,7 @@ use crate::control::ControlAccess;
 use crate::global::{GlobalConfig, GlobalLink};
 use crate::input::{AppTx, Input};
 use crate::jobcred::JobCreds;
-use crate::machine::{MachineAd, detect_static, sample_dynamic};
+use crate::machine::{MachineAd, sample_dynamic, static_info};
 use crate::owner::{RealOwner, SimulatedOwner};
 use crate::peer::Stager;
 use crate::policy::Policy;
@@ -142,10 +142,8 @@ impl Daemon {
         } else {
             None
         };
-        let info = detect_static(&settings.name, scores);
-        let slots = settings
-            .slots
-            .unwrap_or_else(|| u32::try_from(info.cpus.max(1)).unwrap_or(1));
+        let cgroups = crate::cgroup::start(&settings.name, &work_dir, settings.cgroups);
+        let (info, slots) = static_info((&settings.name, settings.slots), scores, cgroups.as_ref());
         let machine = MachineAd::new(info, settings.attributes.clone());
 
         let listener = carmi_api::net::listen(&settings.listen)
@@ -165,7 +163,9 @@ impl Daemon {
             bind_stage_listener(app_addr, settings.stage_listen.as_deref()).await?;
         let env = job_env(app_addr, &work_dir, &machine);
         let accounts = crate::isolation::start(&settings.accounts, slots, &work_dir)?;
-        let launcher = Launcher::new(work_dir.clone(), env).with_accounts(accounts);
+        let launcher = Launcher::new(work_dir.clone(), env)
+            .with_accounts(accounts)
+            .with_cgroups(cgroups);
         // Before the first launch, so that every record is an earlier run's.
         launcher.kill_leftovers();
         launcher.clean_stale_sandboxes();
@@ -602,6 +602,8 @@ impl Driver {
             }
             self.flush();
         }
+        // Now, not when the last clone goes: the process may end first.
+        self.launcher.remove_cgroups();
     }
 
     /// When the core wants to be told the time next, on the driver's clock.

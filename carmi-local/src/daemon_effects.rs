@@ -181,6 +181,7 @@ impl Driver {
         let credential = self.creds.hold(launch.job, Holder::Process(launch.process));
         let spec = LaunchSpec {
             credential: Some(credential.clone()),
+            requests: launch.requests,
             process: launch.process,
             job: launch.job,
             host: launch.host,

@@ -117,7 +117,7 @@ impl Driver {
                         .on_master_files(process, returned.files, returned.bytes);
                 }
                 self.core
-                    .on_exited(process, report.status, report.cpu_seconds);
+                    .on_exited_with(process, report.status, report.cpu_seconds, report.usage);
             }
             Input::LogRead { request, result } => self.core.on_log_read(request, result),
             Input::SuspendSlot(slot, reply) => {

@@ -25,6 +25,7 @@
 //! - `benchmark`: the start-up integer/floating-point benchmark (`Mips`, `KFlops`) and its on-disk cache.
 //! - `cache`: the content-addressed executable cache, which verifies SHA-256 and size before storing.
 //! - `spawn`: sandboxes, starting a process in its own session, `wait4` with CPU time, group signals.
+//! - `cgroup`: a cgroup per process (v2, else the v1 memory controller), bound to its job's requests, found, signalled and killed whole.
 //! - `orphans`: on-disk records of the started process groups; a restarted daemon kills what a killed one left.
 //! - `policy` (re-exported from `carmi-local-core`): the I/O-free owner policy (START/SUSPEND/CONTINUE/PREEMPT/KILL over the live ad).
 //! - `owner`: owner activity sources: the real keyboard/load measurement, and the simulated owner (pure, from `carmi-local-core`).
@@ -45,6 +46,7 @@
 pub mod apps;
 pub mod benchmark;
 pub mod cache;
+pub mod cgroup;
 pub mod config;
 pub mod control;
 pub mod daemon;

@@ -51,9 +51,34 @@ pub fn detect_static(name: &str, scores: Option<Scores>) -> StaticInfo {
         arch: arch(),
         opsys: opsys(),
         memory_mib: meminfo_kib(&meminfo, "MemTotal").map_or(0, |k| k / 1024),
+        total_memory_mib: meminfo_kib(&meminfo, "MemTotal").map_or(0, |k| k / 1024),
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as i64),
         scores,
+        // Set by the daemon once its cgroups are (or are not) set up.
+        cgroup_version: None,
     }
+}
+
+/// The static facts of the machine's ad: detected, with the version of the
+/// cgroups binding its processes, and its memory shared among its slots
+/// (`slots` as configured, else one per CPU); and how many slots.
+pub fn static_info(
+    (name, slots): (&str, Option<u32>),
+    scores: Option<Scores>,
+    cgroups: Option<&crate::cgroup::Cgroups>,
+) -> (StaticInfo, u32) {
+    let mut info = detect_static(name, scores);
+    info.cgroup_version = cgroups.map(crate::cgroup::Cgroups::version);
+    let slots = slots.unwrap_or_else(|| u32::try_from(info.cpus.max(1)).unwrap_or(1));
+    partition_memory(&mut info, slots);
+    (info, slots)
+}
+
+/// Shares the machine's memory among its `slots`: each slot's `Memory` is
+/// an equal part (HTCondor's static slots), so that the jobs matched to
+/// them, bound to what they asked for, fit in the machine together.
+pub fn partition_memory(info: &mut StaticInfo, slots: u32) {
+    info.memory_mib = info.total_memory_mib / i64::from(slots.max(1));
 }
 
 /// Samples the dynamic attributes; a value that cannot be read is 0 (and logged).
@@ -121,6 +146,16 @@ pub fn free_disk_kib(path: &Path) -> std::io::Result<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_slot_advertises_its_share_of_the_memory() {
+        let mut s = detect_static("m", None);
+        s.total_memory_mib = 24_000;
+        partition_memory(&mut s, 4);
+        assert_eq!((s.memory_mib, s.total_memory_mib), (6_000, 24_000));
+        partition_memory(&mut s, 0);
+        assert_eq!(s.memory_mib, 24_000);
+    }
 
     #[test]
     fn detection_finds_plausible_values() {

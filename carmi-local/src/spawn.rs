@@ -17,12 +17,17 @@
 //! ([`crate::orphans`]) until reaped, so that a restarted daemon kills what a
 //! SIGKILLed one left behind ([`Launcher::kill_leftovers`]).
 //!
-//! Limits: a descendant that leaves the group with `setsid` of its own, or a
-//! grandchild that is never waited for, escapes both the kill and the CPU
-//! accounting; closing that gap needs cgroups. The parent-death signal
-//! reaches the group leader only: after a SIGKILL of the daemon, what the
-//! leader started runs on until the daemon starts again (or, under the
-//! shipped systemd unit, until systemd kills the rest of its cgroup).
+//! Where cgroups are usable ([`crate::cgroup`]), each process also runs in
+//! a cgroup of its own, entered before `exec`, bound to its job's requests:
+//! signals reach everything in it, a descendant that left the group with
+//! `setsid` included; at the exit everything in it is killed, its peak
+//! memory read ([`ExitReport::usage`]) and the cgroup removed.
+//!
+//! Limits: without cgroups, a descendant that leaves the group with `setsid`
+//! of its own, or a grandchild that is never waited for, escapes both the
+//! kill and the CPU accounting. The parent-death signal reaches the group
+//! leader only: after a SIGKILL of the daemon, what the leader started runs
+//! on until the daemon starts again (which empties the cgroups it left).
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -36,9 +41,10 @@ use std::time::Duration;
 use carmi_api::coords::{ENV_SECRET, ENV_SECRET_FILE, ENV_TOKEN};
 use carmi_api::ids::{HostId, JobId, ProcessId};
 use carmi_api::jobcred::JobCredential;
-use carmi_api::msg::ExitStatus;
+use carmi_api::msg::{ExitStatus, ProcessUsage, Requests};
 use tokio::sync::watch;
 
+use crate::cgroup::{Cgroups, ProcessCgroup};
 use crate::orphans::{GroupRecords, Sweep};
 use crate::sandbox::SandboxError;
 
@@ -76,6 +82,8 @@ pub struct LaunchSpec {
     /// The job's credential, written 0600 into the sandbox and named by
     /// `CARMI_SECRET_FILE`; `None`: the process gets no key at all.
     pub credential: Option<JobCredential>,
+    /// The job's requests, binding its cgroup (when the launcher has cgroups).
+    pub requests: Requests,
 }
 
 /// What the process's standard output and error are connected to.
@@ -117,6 +125,8 @@ pub struct ExitReport {
     pub cpu_seconds: f64,
     /// The [`LaunchSpec::return_files`] read from the sandbox.
     pub returned: crate::returned::Returned,
+    /// Peak memory and whether it went over its request, from its cgroup.
+    pub usage: ProcessUsage,
 }
 
 /// Why a process could not be started.
@@ -144,6 +154,9 @@ pub enum SpawnError {
     /// The launcher was closed ([`Launcher::close`]): the local RM is stopping.
     #[error("the local RM is shutting down and starts no more processes")]
     Closed,
+    /// Its cgroup could not be made or bound to the job's requests.
+    #[error("cannot bind the process to its job's requests (its cgroup): {0}")]
+    Cgroup(std::io::Error),
     /// Every slot user serves another job.
     #[error(
         "no slot user is free for job {job}: all {count} serve other jobs on this machine; configure more with --slot-users"
@@ -183,6 +196,8 @@ pub struct Launcher {
     records: GroupRecords,
     /// The slot users processes run as; `None`: the daemon's own user.
     accounts: Option<crate::isolation::Accounts>,
+    /// Where each process gets a cgroup of its own; `None`: unbound.
+    cgroups: Option<Cgroups>,
 }
 
 impl Launcher {
@@ -196,7 +211,15 @@ impl Launcher {
             closed: Arc::new(RwLock::new(false)),
             live: Arc::new(Mutex::new(HashMap::new())),
             accounts: None,
+            cgroups: None,
         }
+    }
+
+    /// The same launcher, starting each process in a cgroup of its own
+    /// under `cgroups` (`None`: processes run unbound).
+    pub fn with_cgroups(mut self, cgroups: Option<Cgroups>) -> Launcher {
+        self.cgroups = cgroups;
+        self
     }
 
     /// The same launcher, running each job's processes as one of `accounts`
@@ -281,10 +304,21 @@ impl Launcher {
                     },
                     None => None,
                 };
-                let (pid, pipes) = match me.start_child(&spec, &sandbox, lease.as_ref()) {
+                let cgroup = match me.make_cgroup(&spec) {
+                    Ok(cg) => cg,
+                    Err(e) => {
+                        let _ = started_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let started = me.start_child(&spec, &sandbox, lease.as_ref(), cgroup.as_ref());
+                let (pid, pipes) = match started {
                     Ok(started) => started,
                     Err(e) => {
                         let _ = fs::remove_dir_all(&sandbox);
+                        if let (Some(cgroups), Some(cg)) = (&me.cgroups, &cgroup) {
+                            cgroups.finish(process, cg, &spec.requests);
+                        }
                         let _ = started_tx.send(Err(e));
                         return;
                     }
@@ -296,22 +330,25 @@ impl Launcher {
                 let group = ProcessGroup {
                     pgid: pid,
                     reaped: reaped_rx,
+                    cgroup: cgroup.clone(),
                 };
                 me.live
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .insert(process, group.clone());
                 let _ = started_tx.send(Ok(Launched { group, pipes }));
-                let report = wait_for(pid);
+                let mut report = wait_for(pid);
                 // Whatever the process left behind in its group goes with it.
                 signal_group(pid, libc::SIGKILL);
+                if let (Some(cgroups), Some(cg)) = (&me.cgroups, &cgroup) {
+                    report.usage = cgroups.finish(process, cg, &spec.requests);
+                }
                 me.records.remove(pid);
                 let _ = reaped_tx.send(true);
                 me.live
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .remove(&process);
-                let mut report = report;
                 if !spec.return_files.is_empty() {
                     let collect = || crate::returned::collect(&sandbox, &spec.return_files);
                     // As the account: a link it swapped in after the checks
@@ -336,6 +373,24 @@ impl Launcher {
         Ok(launched)
     }
 
+    /// The cgroup of `spec`'s process, made and bound to its requests,
+    /// when this launcher has cgroups.
+    fn make_cgroup(&self, spec: &LaunchSpec) -> Result<Option<ProcessCgroup>, SpawnError> {
+        let Some(cgroups) = &self.cgroups else {
+            return Ok(None);
+        };
+        let cg = cgroups.bind(spec.process, &spec.requests);
+        cg.map(Some).map_err(SpawnError::Cgroup)
+    }
+
+    /// Removes this launcher's parent cgroups once every process is gone
+    /// (one still busy stays, for the next start to empty).
+    pub fn remove_cgroups(&self) {
+        if let Some(c) = &self.cgroups {
+            c.remove_parents();
+        }
+    }
+
     /// Where a job's processes' output is kept once they exited.
     pub fn output_dir(&self, job: JobId) -> PathBuf {
         self.work_dir.join("output").join(job.0.to_string())
@@ -343,9 +398,15 @@ impl Launcher {
 
     /// SIGKILLs every process group an earlier run of the daemon started and
     /// left alive (it was killed before it could), from the records in the
-    /// work directory ([`crate::orphans`]). Call before the first launch.
+    /// work directory ([`crate::orphans`]), then whatever else is left in
+    /// the cgroups it made (a process that left its group with `setsid`),
+    /// and removes them. Call before the first launch.
     pub fn kill_leftovers(&self) -> Sweep {
-        self.records.sweep()
+        let sweep = self.records.sweep();
+        if let Some(cgroups) = &self.cgroups {
+            cgroups.kill_leftovers();
+        }
+        sweep
     }
 
     /// Prepares the sandbox and starts the child; its pid (= its group id)
@@ -355,7 +416,15 @@ impl Launcher {
         spec: &LaunchSpec,
         sandbox: &Path,
         lease: Option<&crate::isolation::Lease>,
+        cgroup: Option<&ProcessCgroup>,
     ) -> Result<(libc::pid_t, Option<OutputPipes>), SpawnError> {
+        // Opened here, written by the child before `exec` (`cgroup::enter`);
+        // closed by the child's `exec` and, here, when this returns.
+        let entry = match cgroup {
+            Some(cg) => cg.entry_files().map_err(SpawnError::Cgroup)?,
+            None => Vec::new(),
+        };
+        let entry_fds = crate::cgroup::raw(&entry);
         let account = lease.map(crate::isolation::Lease::account);
         let contents = crate::sandbox::Contents {
             name: &spec.name,
@@ -413,10 +482,12 @@ impl Launcher {
                 .env("LOGNAME", &a.name);
         }
         let parent = std::process::id() as libc::pid_t;
-        // SAFETY: setsid, prctl and getppid are async-signal-safe and touch no
-        // memory of the parent.
+        // SAFETY: write, setsid, prctl and getppid are async-signal-safe and
+        // touch no memory of the parent; `entry_fds` outlives the spawn.
         unsafe {
             cmd.pre_exec(move || {
+                // First, so that nothing of the job runs outside its cgroup.
+                crate::cgroup::enter(&entry_fds)?;
                 if libc::setsid() == -1 {
                     return Err(std::io::Error::last_os_error());
                 }
@@ -492,6 +563,7 @@ fn wait_for(pid: libc::pid_t) -> ExitReport {
             status: ExitStatus::FailedToStart(format!("lost track of the process: {err}")),
             cpu_seconds: 0.0,
             returned: Default::default(),
+            usage: ProcessUsage::default(),
         };
     }
     let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
@@ -507,6 +579,7 @@ fn wait_for(pid: libc::pid_t) -> ExitReport {
         status,
         cpu_seconds,
         returned: Default::default(),
+        usage: ProcessUsage::default(),
     }
 }
 
@@ -525,6 +598,8 @@ fn signal_group(pgid: libc::pid_t, sig: libc::c_int) -> bool {
 pub struct ProcessGroup {
     pgid: libc::pid_t,
     reaped: watch::Receiver<bool>,
+    /// Its cgroup, whose every process a signal reaches too.
+    cgroup: Option<ProcessCgroup>,
 }
 
 impl ProcessGroup {
@@ -538,10 +613,16 @@ impl ProcessGroup {
         *self.reaped.borrow()
     }
 
-    /// Sends `sig` to the group unless the process is already reaped (its
-    /// pid may then be reused); true if delivered.
+    /// Sends `sig` to the group, and to every process of its cgroup (one
+    /// that left the group with `setsid` included), unless the process is
+    /// already reaped (its pid may then be reused); true if delivered.
     pub fn signal(&self, sig: i32) -> bool {
-        !self.is_reaped() && signal_group(self.pgid, sig)
+        if self.is_reaped() {
+            return false;
+        }
+        let group = signal_group(self.pgid, sig);
+        let others = self.cgroup.as_ref().is_some_and(|cg| cg.signal_all(sig));
+        group || others
     }
 
     /// Stops every process of the group (owner back).

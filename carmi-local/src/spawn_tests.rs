@@ -37,6 +37,7 @@ fn shell(process: u64, script: &str) -> LaunchSpec {
         return_files: Vec::new(),
         input_copies: Vec::new(),
         credential: None,
+        requests: Default::default(),
     }
 }
 

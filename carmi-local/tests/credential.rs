@@ -20,6 +20,7 @@ fn spawn_msg(process: u64, job: u64, executable: &ExecutableRef) -> FromGlobal {
         executable: executable.clone(),
         args: vec![],
         output: Default::default(),
+        requests: Default::default(),
     }
 }
 

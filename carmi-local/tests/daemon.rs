@@ -40,6 +40,7 @@ fn spawn_msg(process: u64, host: u64, executable: &ExecutableRef) -> FromGlobal 
         executable: executable.clone(),
         args: vec!["first arg".into()],
         output: Default::default(),
+        requests: Default::default(),
     }
 }
 
@@ -94,6 +95,7 @@ async fn advertise_register_fetch_spawn_and_exit() {
         process,
         status,
         cpu_seconds,
+        ..
     } = msg
     else {
         panic!("expected Exited, got {msg:?}");

@@ -34,6 +34,7 @@ async fn start(g: &mut GlobalConn, process: u64, text: &str) {
             executable: exe.clone(),
             args: vec![],
             output: Default::default(),
+            requests: Default::default(),
         },
         &[],
     )

@@ -16,7 +16,7 @@
 //! - `limits`: the documented limit of every number and size a client sends, checked at the door;
 //!   its values and single-field checks live in the private leaf `bounds`, which the submit
 //!   parser uses without depending on the messages.
-//! - `outcome` (private, re-exported by `msg`): how processes and jobs end (`ExitStatus`,
+//! - `outcome` (private, re-exported by `msg`): how processes and jobs end (`ExitStatus`, `ProcessUsage`, the job's `Requests`,
 //!   `JobEnd`), shared by the messages and the event log.
 //! - `submit`: submit files (`key = value`, one `queue` per resource class), parsed purely;
 //!   `submit_condor` the HTCondor submit commands it also accepts; `submit_options`

@@ -39,7 +39,9 @@ pub use app::{
 // Shared with modules below this one (the event log, executables, submit
 // files), so defined there and named here too.
 pub use crate::exe::ExecutableRef;
-pub use crate::outcome::{ExitStatus, JobEnd, StartFault, exec_failure, start_fault};
+pub use crate::outcome::{
+    ExitStatus, JobEnd, ProcessUsage, Requests, StartFault, exec_failure, start_fault,
+};
 pub use pilot::{AllocAnswer, AllocQueueSpec, AllocQueueStatus, AllocRequest, AllocationStatus};
 
 use serde::{Deserialize, Serialize};
@@ -237,6 +239,10 @@ pub enum ToGlobal {
         status: ExitStatus,
         /// User + system CPU seconds.
         cpu_seconds: f64,
+        /// Its peak memory, and whether it went over its `request_memory`
+        /// (absent from older local RMs: not measured).
+        #[serde(default)]
+        usage: ProcessUsage,
     },
     /// The owner policy vacates this machine (`PREEMPT`): `process` got
     /// SIGTERM and the vacate grace, and its `Exited` follows. Sent so that
@@ -531,6 +537,10 @@ pub enum FromGlobal {
         /// Where its standard output and error go (absent: [`OutputRoute::Keep`]).
         #[serde(default)]
         output: OutputRoute,
+        /// The job's `request_memory` and `request_cpus`, which the local RM
+        /// binds the process to (absent from older global RMs: not bound).
+        #[serde(default)]
+        requests: Requests,
     },
     /// Kill a process (and its children).
     Kill {
@@ -662,6 +672,10 @@ pub enum FromGlobal {
         /// of a master placed away from its submit machine).
         #[serde(default)]
         inputs: Vec<ExecutableRef>,
+        /// The job's `request_memory` and `request_cpus`: HTCondor binds the
+        /// whole job, so the master is bound like its workers.
+        #[serde(default)]
+        requests: Requests,
     },
 }
 

@@ -207,6 +207,24 @@ fn expand_one(value: &str, cluster: impl Into<Option<u64>>, process: usize) -> S
 }
 
 impl JobSpec {
+    /// The `request_memory` and `request_cpus` the submit file asked for,
+    /// read back from the job attributes they became (`RequestMemory`,
+    /// `RequestCpus`: integers, as [`crate::submit_condor`] writes them), so
+    /// that specs journaled before the requests were enforced bind too.
+    pub fn requests(&self) -> crate::outcome::Requests {
+        let int = |name: &str| {
+            self.attributes
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .and_then(|(_, v)| v.trim().parse::<u64>().ok())
+                .filter(|&v| v > 0)
+        };
+        crate::outcome::Requests {
+            memory_mib: int("RequestMemory"),
+            cpus: int("RequestCpus"),
+        }
+    }
+
     /// Copy `process` of a `queue N` file, a job of its own: `$(Process)`
     /// replaced by `process`, `$(Cluster)` left for the pool to fill.
     pub fn copy(&self, process: usize) -> JobSpec {

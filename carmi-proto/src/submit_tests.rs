@@ -373,6 +373,12 @@ fn an_htcondor_style_vanilla_job_parses_with_each_command_meant() {
             ("JobBatchName", "\"sweep\""),
         ]
     );
+    let requests = spec.requests();
+    assert_eq!(
+        (requests.memory_mib, requests.cpus),
+        (Some(1024), Some(2)),
+        "the requests the local RM binds each process to"
+    );
     // `queue N` copies a one-class job; with several classes it is a mistake.
     let (line, reason) =
         one_error("executable = m\nclass_name = a\nqueue\nclass_name = b\nqueue 2\n");

@@ -3,6 +3,7 @@
 //! proxy in front of it).
 
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use carmi_api::token::Power;
@@ -12,6 +13,7 @@ use crate::{Pool, bin_dir};
 /// A local RM started by [`Pool::start_extra_local`], killed when dropped.
 pub struct ExtraLocal {
     child: Child,
+    log: std::path::PathBuf,
     /// Its application address, as it printed it.
     pub addr: String,
 }
@@ -27,6 +29,10 @@ impl Drop for ExtraLocal {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        for parent in crate::cgroups::parents_in_log(&log) {
+            crate::cgroups::sweep(&parent);
+        }
     }
 }
 
@@ -36,9 +42,67 @@ impl Pool {
     /// `local.toml`, a work directory and log (`NAME.log`) in the pool's
     /// directory, and `args` added (one slot unless they name `--slots`).
     pub fn start_extra_local(&self, name: &str, global: &str, args: &[&str]) -> ExtraLocal {
-        let mut child = self
-            .extra_local_command(name, global, args)
+        self.spawn_extra(name, self.extra_local_command(name, global, args))
+    }
+
+    /// The command [`Pool::start_extra_local`] runs, not yet started: for a
+    /// test that expects the local RM to refuse to start (its standard
+    /// error goes to `NAME.log` unless the test says otherwise).
+    pub fn extra_local_command(&self, name: &str, global: &str, args: &[&str]) -> Command {
+        let token = self.dir.join(format!("{name}.token"));
+        self.token_file(&token, name, Power::Daemon, Some(name), 3600);
+        let mut cmd = Command::new(bin_dir().join("carmi-local"));
+        self.extra_args(&mut cmd, name, global, (&self.secret_path, &token));
+        cmd.arg("--work-dir").arg(self.dir.join(name)).args(args);
+        if !args.contains(&"--slots") {
+            cmd.args(["--slots", "1"]);
+        }
+        let log = std::fs::File::create(self.dir.join(format!("{name}.log"))).unwrap();
+        cmd.env("RUST_LOG", "info").stderr(log);
+        cmd
+    }
+
+    /// [`Pool::start_extra_local`] on the pool's global RM, run as the
+    /// unprivileged `uid`:`gid` (through `setpriv`; the test runs as root):
+    /// its secret, token and work directory are in `NAME-home/`, which it
+    /// owns, as an ordinary user's local RM keeps them.
+    pub fn start_extra_local_as(&self, name: &str, uid: u32, gid: u32) -> ExtraLocal {
+        let home = self.dir.join(format!("{name}-home"));
+        std::fs::create_dir_all(home.join("work")).expect("make the local RM's home");
+        let secret = home.join("pool.secret");
+        let text = std::fs::read_to_string(&self.secret_path).expect("read the pool secret");
+        carmi_api::files::write_private(&secret, &text, false).expect("copy the pool secret");
+        let token = home.join(format!("{name}.token"));
+        self.token_file(&token, name, Power::Daemon, Some(name), 3600);
+        for path in [&home, &home.join("work"), &secret, &token] {
+            std::os::unix::fs::chown(path, Some(uid), Some(gid))
+                .expect("give the file to the user");
+        }
+        let mut cmd = Command::new("setpriv");
+        cmd.args(["--reuid", &uid.to_string(), "--regid", &gid.to_string()])
+            .args(["--clear-groups", "--"])
+            .arg(bin_dir().join("carmi-local"));
+        self.extra_args(&mut cmd, name, &self.global_addr, (&secret, &token));
+        cmd.arg("--work-dir").arg(home.join("work")).args(["--slots", "1"]);
+        self.spawn_extra(name, cmd)
+    }
+
+    fn extra_args(&self, cmd: &mut Command, name: &str, global: &str, keys: (&Path, &Path)) {
+        cmd.args(["--global", global, "--secret"])
+            .arg(keys.0)
+            .arg("--token")
+            .arg(keys.1)
+            .args(["--name", name, "--config"])
+            .arg(self.dir.join("local.toml"));
+    }
+
+    fn spawn_extra(&self, name: &str, mut cmd: Command) -> ExtraLocal {
+        let log_path = self.dir.join(format!("{name}.log"));
+        let log = std::fs::File::create(&log_path).unwrap();
+        let mut child = cmd
+            .env("RUST_LOG", "info")
             .stdout(Stdio::piped())
+            .stderr(log)
             .spawn()
             .expect("start carmi-local");
         let mut line = String::new();
@@ -48,36 +112,12 @@ impl Pool {
         let addr = line
             .trim()
             .strip_prefix("listening on ")
-            .unwrap_or_else(|| {
-                let log = std::fs::read_to_string(self.dir.join(format!("{name}.log")));
-                panic!("carmi-local printed {line:?}\n{}", log.unwrap_or_default())
-            })
+            .unwrap_or_else(|| panic!("carmi-local printed {line:?}"))
             .to_string();
-        ExtraLocal { child, addr }
-    }
-
-    /// The command [`Pool::start_extra_local`] runs, not yet started: for a
-    /// test that expects the local RM to refuse to start (its standard
-    /// error goes to `NAME.log` unless the test says otherwise).
-    pub fn extra_local_command(&self, name: &str, global: &str, args: &[&str]) -> Command {
-        let token = self.dir.join(format!("{name}.token"));
-        self.token_file(&token, name, Power::Daemon, Some(name), 3600);
-        let log = std::fs::File::create(self.dir.join(format!("{name}.log"))).unwrap();
-        let mut cmd = Command::new(bin_dir().join("carmi-local"));
-        cmd.args(["--global", global, "--secret"])
-            .arg(&self.secret_path)
-            .arg("--token")
-            .arg(&token)
-            .args(["--name", name, "--config"])
-            .arg(self.dir.join("local.toml"))
-            .arg("--work-dir")
-            .arg(self.dir.join(name))
-            .args(args)
-            .env("RUST_LOG", "info")
-            .stderr(log);
-        if !args.contains(&"--slots") {
-            cmd.args(["--slots", "1"]);
+        ExtraLocal {
+            child,
+            addr,
+            log: log_path,
         }
-        cmd
     }
 }

@@ -260,3 +260,35 @@ impl Inbox {
             .unwrap_or_else(|e| panic!("{e}"))
     }
 }
+
+/// The first event satisfying `want`: one already `seen` (taken out), or the
+/// next to arrive within `limit`; the others that arrive meanwhile join
+/// `seen`, so that a test can wait for one kind of event while the rest
+/// (arriving in any order) stay available. Panics naming `what` on timeout
+/// or when the stream ends.
+pub async fn take_event<T>(
+    events: &mut carmi_api::client::EventStream,
+    seen: &mut std::collections::VecDeque<carmi_api::client::Incoming>,
+    limit: Duration,
+    what: &str,
+    mut want: impl FnMut(&carmi_api::client::Incoming) -> Option<T>,
+) -> T {
+    if let Some(i) = seen.iter().position(|x| want(x).is_some()) {
+        let item = seen.remove(i).expect("position is valid");
+        return want(&item).expect("matched before");
+    }
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match tokio::time::timeout(left, events.next()).await {
+            Ok(Some(item)) => {
+                if let Some(t) = want(&item) {
+                    return t;
+                }
+                seen.push_back(item);
+            }
+            Ok(None) => panic!("event stream ended while waiting for {what}; had {seen:?}"),
+            Err(_) => panic!("timed out waiting for {what}; had {seen:?}"),
+        }
+    }
+}

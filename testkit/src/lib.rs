@@ -14,14 +14,16 @@
 //!   namespaces on a bridge ([`netns::Net`]), whose links a test can cut.
 //!
 //! # Layout
-//! - `lib.rs`: the process pool, scratch directories, test executables, [`take_event`].
-//! - `inbox`: [`Inbox`] and [`InboxError`].
+//! - `lib.rs`: the process pool, scratch directories, test executables.
+//! - `inbox`: [`Inbox`] and [`InboxError`], [`take_event`].
+//! - `cgroups`: sweeping what local RMs a test SIGKILLed left in their cgroups.
 //! - `fake_global`: [`FakeGlobal`], [`GlobalConn`]; `browser`: [`Browser`]; `extra_local`: [`ExtraLocal`].
 //! - `netns`: [`netns::Net`], the namespaces and their clean-up; `netpool`: [`NetPool`].
 //! - `fleet`: [`Fleet`], [`FleetApp`].
 //! - `wiretap`: [`Proxy`] (watches and flips bytes), [`listening_ports`].
 
 mod browser;
+pub mod cgroups;
 mod extra_local;
 mod fake_global;
 mod fleet;
@@ -35,7 +37,7 @@ pub use browser::{Browser, https};
 pub use extra_local::ExtraLocal;
 pub use fake_global::{FAKE_SECRET, FAKE_WAIT, FakeGlobal, GlobalConn};
 pub use fleet::{Fleet, FleetApp, FleetError, FleetOptions};
-pub use inbox::{Inbox, InboxError};
+pub use inbox::{Inbox, InboxError, take_event};
 pub use netpool::{GLOBAL_HOST, NetLocal, NetPool, open_fds, rss_kib};
 pub use recorder::Recorder;
 pub use wiretap::{Proxy, listening_ports, pid_listening_on};
@@ -635,6 +637,7 @@ impl Drop for Pool {
             }
         }
         stop(&mut self.global);
+        self.sweep_cgroups();
         if !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
@@ -665,36 +668,4 @@ pub fn write_executable(path: &Path, size: usize, seed: u64) -> std::io::Result<
     out.push(b'\n');
     std::fs::write(path, &out)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
-}
-
-/// The first event satisfying `want`: one already `seen` (taken out), or the
-/// next to arrive within `limit`; the others that arrive meanwhile join
-/// `seen`, so that a test can wait for one kind of event while the rest
-/// (arriving in any order) stay available. Panics naming `what` on timeout
-/// or when the stream ends.
-pub async fn take_event<T>(
-    events: &mut carmi_api::client::EventStream,
-    seen: &mut std::collections::VecDeque<carmi_api::client::Incoming>,
-    limit: Duration,
-    what: &str,
-    mut want: impl FnMut(&carmi_api::client::Incoming) -> Option<T>,
-) -> T {
-    if let Some(i) = seen.iter().position(|x| want(x).is_some()) {
-        let item = seen.remove(i).expect("position is valid");
-        return want(&item).expect("matched before");
-    }
-    let deadline = std::time::Instant::now() + limit;
-    loop {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        match tokio::time::timeout(left, events.next()).await {
-            Ok(Some(item)) => {
-                if let Some(t) = want(&item) {
-                    return t;
-                }
-                seen.push_back(item);
-            }
-            Ok(None) => panic!("event stream ended while waiting for {what}; had {seen:?}"),
-            Err(_) => panic!("timed out waiting for {what}; had {seen:?}"),
-        }
-    }
 }

@@ -231,6 +231,7 @@ fn files_sent_back_are_kept_with_the_history_and_fetched() {
         process: master,
         status: ExitStatus::Code(3),
         cpu_seconds: 0.5,
+        usage: Default::default(),
     };
     let out = step(&mut r, |r| r.on_message(m1, exited, Duration::ZERO));
     let history = records(&out)

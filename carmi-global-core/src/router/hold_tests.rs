@@ -169,6 +169,7 @@ fn a_held_job_gives_everything_back_and_a_released_one_starts_afresh() {
         process: master,
         status: ExitStatus::Signal(15),
         cpu_seconds: 0.0,
+        usage: Default::default(),
     };
     let (_, records) = msg(&mut r, M0, exited);
     assert!(records.is_empty(), "{records:?}");

@@ -276,7 +276,7 @@ impl Router {
             },
             classes: self.alloc.class_status(job),
             user: Some(self.user_share(job)),
-            attrs: self.job_attrs.of(job),
+            attrs: self.attrs_with_usage(job),
         }
     }
 
@@ -403,6 +403,7 @@ impl Router {
             starts: sub.map_or(0, |s| s.tries.starts),
             evictions: sub.map_or(0, |s| s.tries.evictions),
             checkpoints: sub.map_or(0, |s| s.tries.checkpoints),
+            memory_peak_kib: self.memory_peak(job),
         }
     }
 
@@ -517,6 +518,7 @@ impl Router {
         }
         info!(job = %job, %process, machine = sub.machine, "starting the master");
         let env = sub.spec.environment.clone();
+        let requests = sub.spec.requests();
         let return_files = return_plan(&sub).into_iter().map(|(n, _)| n).collect();
         // Away from the submit machine its paths mean nothing: the sandbox's
         // files are written and sent back instead.
@@ -554,6 +556,7 @@ impl Router {
                 input_files,
                 return_files,
                 inputs,
+                requests,
             },
         );
     }

@@ -186,6 +186,7 @@ fn a_job_recovered_from_the_journal_keeps_its_running_processes() {
             process: master,
             status: carmi_proto::msg::ExitStatus::Code(0),
             cpu_seconds: 0.0,
+            usage: Default::default(),
         };
         let (sends, records) = step(&mut r, |r| r.on_message(m0, exited, Duration::ZERO));
         assert!(
@@ -359,6 +360,7 @@ fn ids_never_go_back_after_a_compacted_journal_is_replayed() {
             process: p,
             status: carmi_proto::msg::ExitStatus::Code(0),
             cpu_seconds: 0.0,
+            usage: Default::default(),
         };
         journal.extend(step(&mut r, |r| r.on_message(LinkId(1), exited, Duration::ZERO)).1);
     }

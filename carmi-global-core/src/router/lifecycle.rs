@@ -376,6 +376,7 @@ impl Router {
         }
         self.awaiting_roots.retain(|_, (j, _)| *j != job);
         self.job_attrs.forget(job);
+        self.memory_peaks.remove(&job);
         self.forget_lost(None, Some(job));
         self.kill_master(job);
         self.alloc.on_job_ended(job);

@@ -25,6 +25,7 @@ fn del_hosts_kills_and_the_first_process_leaving_ends_the_job() {
             process: p,
             status: ExitStatus::Signal(15),
             cpu_seconds: 0.1,
+            usage: Default::default(),
         },
     );
     assert!(matches!(
@@ -260,6 +261,7 @@ fn random_messages_never_break_the_router() {
                 process,
                 status: ExitStatus::Code(1),
                 cpu_seconds: 0.0,
+                usage: Default::default(),
             },
             5 => ToGlobal::SlotState {
                 slot: rng.random_range(0..3),
@@ -360,6 +362,7 @@ fn a_reconnecting_local_rm_keeps_its_jobs_and_its_processes_exit_codes() {
             process: ended,
             status: ExitStatus::Code(4),
             cpu_seconds: 2.0,
+            usage: Default::default(),
         },
     );
     assert_eq!(

@@ -279,6 +279,7 @@ fn unknown_waiting_and_ended_jobs_are_answered_without_asking_a_machine() {
         process: master,
         status: ExitStatus::Code(0),
         cpu_seconds: 0.0,
+        usage: Default::default(),
     };
     sends(&mut r, |r| r.on_message(M0, exited, Duration::ZERO));
     assert_eq!(

@@ -275,6 +275,7 @@ fn a_machine_that_says_it_leaves_is_lost_at_once_and_its_jobs_hear_it() {
             process: p,
             status: ExitStatus::Signal(15),
             cpu_seconds: 0.0,
+            usage: Default::default(),
         },
     );
     s.quiet();

@@ -281,6 +281,7 @@ impl Router {
                 executable,
                 args,
                 output,
+                requests: self.job_requests(job),
             },
         );
     }

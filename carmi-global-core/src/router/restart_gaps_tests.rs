@@ -108,6 +108,7 @@ fn an_exited_process_keeps_its_exit_status_across_a_restart() {
         process: worker,
         status: ExitStatus::Code(3),
         cpu_seconds: 0.25,
+        usage: Default::default(),
     };
     journal.extend(step(&mut r, |r| r.on_message(link(at), exited, Duration::ZERO)).1);
     let want = ProcessState::Exited {

@@ -487,6 +487,7 @@ fn spawned_processes_start_attach_are_looked_up_and_exit() {
             process: p,
             status: ExitStatus::Code(0),
             cpu_seconds: 1.0,
+            usage: Default::default(),
         },
     );
     s.quiet();
@@ -496,6 +497,7 @@ fn spawned_processes_start_attach_are_looked_up_and_exit() {
             process: p,
             status: ExitStatus::Code(3),
             cpu_seconds: 0.5,
+            usage: Default::default(),
         },
     );
     assert_eq!(
@@ -640,6 +642,7 @@ fn failed_starts_and_vacated_hosts_end_processes() {
             process: q,
             status: ExitStatus::Signal(9),
             cpu_seconds: 0.0,
+            usage: Default::default(),
         },
     );
     s.request(6, Request::Config);

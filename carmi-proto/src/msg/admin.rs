@@ -215,6 +215,11 @@ pub struct JobUsage {
     /// How many checkpoints its masters left.
     #[serde(default)]
     pub checkpoints: u32,
+    /// The highest peak memory of its processes that exited, KiB, as their
+    /// cgroups measured it (HTCondor's `ResidentSetSize`; `MemoryUsage` is
+    /// it in MiB, rounded up); 0: not measured.
+    #[serde(default)]
+    pub memory_peak_kib: u64,
 }
 
 /// One class of a job, for `carmi q`.
