@@ -83,7 +83,9 @@ impl Pool {
             .args(["--clear-groups", "--"])
             .arg(bin_dir().join("carmi-local"));
         self.extra_args(&mut cmd, name, &self.global_addr, (&secret, &token));
-        cmd.arg("--work-dir").arg(home.join("work")).args(["--slots", "1"]);
+        cmd.arg("--work-dir")
+            .arg(home.join("work"))
+            .args(["--slots", "1"]);
         self.spawn_extra(name, cmd)
     }
 

@@ -199,6 +199,7 @@ async fn links_planted_in_the_next_sandbox_gain_nothing_outside_it() {
             executable: plant.clone(),
             args,
             output: Default::default(),
+            requests: Default::default(),
         },
         &[],
     )
@@ -238,6 +239,7 @@ async fn links_planted_in_the_next_sandbox_gain_nothing_outside_it() {
                 .map(String::from)
                 .to_vec(),
             inputs: vec![in_b.clone()],
+            requests: Default::default(),
         },
         &[],
     )

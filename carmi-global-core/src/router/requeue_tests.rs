@@ -238,6 +238,7 @@ fn a_master_vacated_by_its_owner_is_requeued_not_completed() {
         process: p,
         status: ExitStatus::Signal(15),
         cpu_seconds: 0.5,
+        usage: Default::default(),
     };
     let out = step(&mut r, 4, |r, now| r.on_message(link, exited, now));
     let again = masters(&out);
@@ -249,6 +250,7 @@ fn a_master_vacated_by_its_owner_is_requeued_not_completed() {
         process: again[0].1,
         status: ExitStatus::Code(0),
         cpu_seconds: 0.5,
+        usage: Default::default(),
     };
     step(&mut r, 6, |r, now| r.on_message(b, done, now));
     let history = r.history.select(Some(JobId(1)));
@@ -297,6 +299,7 @@ fn a_checkpoint_goes_to_the_next_master_and_survives_a_restart() {
         process: p,
         status: ExitStatus::Code(85),
         cpu_seconds: 0.1,
+        usage: Default::default(),
     };
     let out = step(&mut r, 3, |r, now| r.on_message(link, exited, now));
     keep(&out, &mut journal);
