@@ -7,7 +7,8 @@
 //! still running (issue 38, "credentials that never repeat").
 //!
 //! The mark moves in steps of [`AHEAD`] ids, one small fsynced write per
-//! step, and a restart starts above it: ids skip at most [`AHEAD`] per restart.
+//! step, and a restart starts above it: ids skip at most [`AHEAD`] per
+//! restart (job 3, then job 67 after a restart).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -15,8 +16,9 @@ use std::path::{Path, PathBuf};
 /// The mark's file in the state directory.
 pub const FILE: &str = "job-ids";
 
-/// How far ahead of the next job id the mark is kept.
-pub const AHEAD: u64 = 1024;
+/// How far ahead of the next job id the mark is kept: one extra fsync per
+/// this many jobs, and ids skip at most this many at a restart.
+pub const AHEAD: u64 = 64;
 
 /// The mark and its file.
 #[derive(Debug)]
@@ -84,7 +86,7 @@ mod tests {
         m.keep_ahead(1).unwrap();
         assert_eq!(m.floor(), 1 + AHEAD);
         // Below the mark: nothing written.
-        m.keep_ahead(500).unwrap();
+        m.keep_ahead(AHEAD / 2).unwrap();
         assert_eq!(m.floor(), 1 + AHEAD);
         m.keep_ahead(1 + AHEAD).unwrap();
         assert_eq!(IdMark::open(dir.path()).unwrap().floor(), 1 + 2 * AHEAD);

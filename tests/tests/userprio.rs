@@ -108,6 +108,8 @@ fn an_admin_sets_a_user_s_priority_factor_which_is_kept_and_shown() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
+    // Above every id given before the restart (`carmi-global/src/idmark.rs`).
+    let job = text(&out.stdout).trim().to_string();
     let out = pool.carmi().arg("q").output().unwrap();
     let q = text(&out.stdout);
     let row: Vec<&str> = q
@@ -122,6 +124,6 @@ fn an_admin_sets_a_user_s_priority_factor_which_is_kept_and_shown() {
         (Some(&"alice"), Some(&"2.50")),
         "{q}"
     );
-    let out = pool.carmi().args(["rm", "1"]).output().unwrap();
+    let out = pool.carmi().args(["rm", &job]).output().unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
