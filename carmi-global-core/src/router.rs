@@ -50,6 +50,8 @@ mod anywhere_tests;
 mod authz;
 #[cfg(test)]
 mod authz_tests;
+#[cfg(test)]
+mod bounds_tests;
 mod check;
 mod checkpoint;
 mod enforce;

@@ -99,6 +99,25 @@ impl Allocator {
         hosts
     }
 
+    /// The attributes and (roughly) the bytes of text machine `name`'s ad
+    /// would have with `update` merged in: new attributes counted with
+    /// their text, replaced ones as they were (`None`: not online).
+    pub fn merged_size(&self, name: &str, update: &ClassAd) -> Option<(usize, usize)> {
+        let &idx = self.by_name.get(name)?;
+        let m = &self.machines[idx.0 as usize];
+        if !m.online {
+            return None;
+        }
+        let (mut attrs, mut bytes) = (m.ad.len(), m.ad_text.len());
+        for (n, e) in update.iter() {
+            if m.ad.get(n).is_none() {
+                attrs += 1;
+                bytes += n.len() + e.to_string().len() + 4;
+            }
+        }
+        Some((attrs, bytes))
+    }
+
     /// Dynamic attributes of an online machine changed (from a heartbeat).
     /// Returns false for an unknown or lost machine.
     pub fn on_machine_updated(&mut self, name: &str, update: &ClassAd) -> bool {

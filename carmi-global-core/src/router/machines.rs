@@ -396,12 +396,20 @@ impl Router {
         }
         match update {
             None => {}
-            Some(Ok(ad)) => {
-                self.alloc.on_machine_updated(name, &ad);
-                if !self.unplaced.is_empty() {
-                    self.place_masters();
+            Some(Ok(ad)) => match self.merged_over_limit(name, &ad) {
+                // The heartbeat still proves the machine alive; only its update is dropped.
+                Some(why) => {
+                    let reason = format!("machine `{name}`: {why}; the update is ignored");
+                    self.tell_refused(link, &reason);
+                    self.log_refusal(name, &reason);
                 }
-            }
+                None => {
+                    self.alloc.on_machine_updated(name, &ad);
+                    if !self.unplaced.is_empty() {
+                        self.place_masters();
+                    }
+                }
+            },
             // The heartbeat still proves the machine alive; only its update is dropped.
             Some(Err(e)) => {
                 let reason = format!("machine `{name}`: {e}; the update is ignored");
@@ -409,6 +417,28 @@ impl Router {
                 self.log_refusal(name, &reason);
             }
         }
+    }
+
+    /// Why merging `update` into machine `name`'s ad would break the limits
+    /// of one ad (`max_ad_attributes`, `max_ad_bytes`): each update is
+    /// checked alone as it arrives, and without this a machine sending new
+    /// names in every heartbeat grew its ad, and the global RM, without
+    /// bound (issue 38).
+    fn merged_over_limit(&self, name: &str, update: &ClassAd) -> Option<String> {
+        let (attrs, bytes) = self.alloc.merged_size(name, update)?;
+        let c = &self.config;
+        if attrs > c.max_ad_attributes {
+            return Some(format!(
+                "the merged machine ad would have {attrs} attributes; at most {} are accepted (max_ad_attributes)",
+                c.max_ad_attributes
+            ));
+        }
+        (bytes > c.max_ad_bytes).then(|| {
+            format!(
+                "the merged machine ad would be {bytes} bytes long; at most {} are accepted (max_ad_bytes)",
+                c.max_ad_bytes
+            )
+        })
     }
 
     /// Tells a local RM why what it sent was refused, as a failure naming
