@@ -28,6 +28,7 @@ use tokio::sync::{Notify, mpsc, watch};
 use crate::control::ControlAccess;
 use crate::input::{AppTx, Input, stopped};
 use crate::jobcred::JobCreds;
+use crate::perjob::{JobSlot, PerJob};
 
 /// Default for [`crate::config::Settings::app_queue`]: messages queued for
 /// one application before it counts as not reading (and is disconnected).
@@ -48,12 +49,13 @@ pub const APP_LIMITS: ConnLimits = ConnLimits {
 pub(crate) async fn serve(
     (listener, tls): (TcpListener, Acceptor),
     (secret, creds, access): (Secret, JobCreds, ControlAccess),
-    queue: usize,
+    (queue, per_job): (usize, usize),
     inputs: mpsc::Sender<Input>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut next_conn = 1u64;
     let gate = Gate::new(APP_LIMITS);
+    let per_job = PerJob::new(per_job);
     let mut summary = tokio::time::interval(REFUSAL_LOG_PERIOD);
     loop {
         tokio::select! {
@@ -68,7 +70,7 @@ pub(crate) async fn serve(
                     };
                     let conn = ConnId(next_conn);
                     next_conn += 1;
-                    let keys = (secret.clone(), creds.clone(), access.clone());
+                    let keys = (secret.clone(), creds.clone(), access.clone(), per_job.clone());
                     let admitted = (ticket, gate.clone());
                     let opened = (stream, tls.clone());
                     tokio::spawn(connection(opened, peer, conn, keys, admitted, queue, inputs.clone(), stop.clone()));
@@ -83,6 +85,42 @@ pub(crate) async fn serve(
             _ = stopped(&mut stop) => break,
         }
     }
+}
+
+/// Whether an application connection of `role` (proving `key`'s job, if
+/// any, with `token`) is admitted: a job's credential opens that job's
+/// applications only; a control connection needs the machine's daemon token
+/// or an admin's; joining a job with the pool secret is for the machine's
+/// owner and admins (a new job's token goes to the global RM, which
+/// decides); and a job holds at most its cap of connections here, its place
+/// held for the connection's life and given back if the handshake fails after.
+async fn admit_app(
+    role: Role,
+    token: Option<String>,
+    key: Option<carmi_api::ids::JobId>,
+    (access, per_job): (&ControlAccess, &PerJob),
+    peer: SocketAddr,
+) -> Result<(Option<String>, Option<JobSlot>), String> {
+    let refused = |why: &String| tracing::warn!(%peer, "connection refused: {why}");
+    crate::jobcred::admit(&role, key)?;
+    let slot = match &role {
+        Role::Application { job: Some(j), .. } => Some(per_job.take(*j).inspect_err(refused)?),
+        _ => None,
+    };
+    let what = match &role {
+        Role::Admin => Some("a control connection".to_string()),
+        Role::Application { job: Some(j), .. } if key.is_none() => {
+            Some(format!("joining job {j} without its credential"))
+        }
+        _ => None,
+    };
+    if let Some(what) = what {
+        access
+            .admit(&what, token.as_deref())
+            .await
+            .inspect_err(refused)?;
+    }
+    Ok((token, slot))
 }
 
 /// Opens TLS on `stream` under the gate too: a flood of silent connections
@@ -121,7 +159,7 @@ async fn connection(
     (stream, tls): (TcpStream, Acceptor),
     peer: SocketAddr,
     conn: ConnId,
-    (secret, creds, access): (Secret, JobCreds, ControlAccess),
+    (secret, creds, access, per_job): (Secret, JobCreds, ControlAccess, PerJob),
     // Its place at the gate, held for the connection's life.
     (mut ticket, gate): (Ticket, Arc<Gate>),
     queue: usize,
@@ -141,35 +179,12 @@ async fn connection(
     // Other roles are refused inside the handshake, so that the client is
     // told why; a job's credential opens that job's applications only.
     let choose = |key| creds.choose(&secret, key);
-    // A control connection needs the machine's daemon token or an admin's;
-    // a new job's token goes to the global RM, which decides (it knows the
-    // revocations); a known job's process proved its credential.
+    // A new job's token goes to the global RM, which knows the revocations.
     let admit = |role: Role, token: Option<String>, key| {
-        let access = &access;
-        async move {
-            crate::jobcred::admit(&role, key)?;
-            let what = match &role {
-                Role::Admin => Some("a control connection".to_string()),
-                // A job's processes prove its credential; joining it with
-                // the pool secret is for the machine's owner and admins.
-                Role::Application { job: Some(j), .. } if key.is_none() => {
-                    Some(format!("joining job {j} without its credential"))
-                }
-                _ => None,
-            };
-            if let Some(what) = what {
-                access
-                    .admit(&what, token.as_deref())
-                    .await
-                    .inspect_err(|why| {
-                        tracing::warn!(%peer, "connection refused: {why}");
-                    })?;
-            }
-            Ok(token)
-        }
+        admit_app(role, token, key, (&access, &per_job), peer)
     };
     let (hs_reader, hs_writer) = link.parts_mut();
-    let (role, token) = tokio::select! {
+    let (role, (token, _job_slot)) = tokio::select! {
         res = handshake::server_keyed_async(hs_reader, hs_writer, choose, &binding, admit) => match res {
             Ok(admitted) => admitted,
             Err(e) => {

@@ -312,6 +312,9 @@ pub struct Settings {
     /// Most messages waiting to be written to one application; one that
     /// stops reading fills it and is disconnected.
     pub app_queue: usize,
+    /// Most application connections one job's processes hold open here at
+    /// once ([`crate::perjob::MAX_CONNECTIONS_PER_JOB`]).
+    pub max_connections_per_job: usize,
     /// File holding this machine's daemon token, presented to the global RM.
     pub token_file: Option<PathBuf>,
     /// The token itself (an in-process pool's); wins over `token_file`.
@@ -351,6 +354,7 @@ impl Settings {
             global_queue: crate::global::GLOBAL_QUEUE,
             global_stall: crate::global::GLOBAL_STALL,
             app_queue: crate::apps::APP_QUEUE,
+            max_connections_per_job: crate::perjob::MAX_CONNECTIONS_PER_JOB,
             orphan_limit: None,
             // An embedded pool runs its jobs as the user who started it.
             accounts: AccountsConfig::Own,

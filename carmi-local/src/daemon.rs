@@ -186,7 +186,7 @@ impl Daemon {
                 creds.clone(),
                 ControlAccess::new(token.clone(), settings.global.clone(), secret.clone()),
             ),
-            settings.app_queue,
+            (settings.app_queue, settings.max_connections_per_job),
             inputs_tx.clone(),
             links_stop_rx.clone(),
         ));

@@ -35,6 +35,7 @@
 //! - `peer`: executable staging between machines: fetching from the global RM's store or a
 //!   peer (pipelined, verified), and serving this cache, partial copies included, to peers.
 //! - `apps`: the listener for application processes and one task per connection, each with a bounded queue.
+//! - `perjob`: how many connections one job may hold open (`max_connections_per_job`).
 //! - `isolation` and `slot_users`: as root, each job runs as an account of its own; which accounts a local RM takes (locked per machine), their creation and removal.
 //! - `jobcred`: the credentials of the jobs present here: admitted for their job only, written into sandboxes, forgotten when the job leaves.
 //! - `global`: the connection to the global RM, with reconnection and backoff, and its bounded queue (`GlobalLink` on the driver's side).
@@ -60,6 +61,7 @@ pub mod orphans;
 pub mod output;
 pub mod owner;
 pub mod peer;
+pub mod perjob;
 pub mod returned;
 mod sandbox;
 pub mod slot_users;
