@@ -616,6 +616,12 @@ impl Allocator {
             .is_some_and(|&i| self.machines[i.0 as usize].online)
     }
 
+    /// The ad of machine `name` while it is registered and not lost.
+    pub fn online_ad(&self, name: &str) -> Option<&classad::ClassAd> {
+        let m = &self.machines[self.by_name.get(name)?.0 as usize];
+        m.online.then_some(&m.ad)
+    }
+
     /// True when the job exists.
     pub fn has_job(&self, job: JobId) -> bool {
         self.jobs.contains_key(&job)

@@ -653,12 +653,7 @@ impl Router {
 }
 
 /// The name of a message's variant, for logs and refusals.
-pub fn message_name(msg: &ToGlobal) -> &'static str {
-    variant_name(msg)
-}
-
-/// The name of a message's variant, for logs.
-fn variant_name(msg: &ToGlobal) -> &'static str {
+pub fn variant_name(msg: &ToGlobal) -> &'static str {
     match msg {
         ToGlobal::Advertise { .. } => "Advertise",
         ToGlobal::Heartbeat { .. } => "Heartbeat",

@@ -31,6 +31,7 @@ mod inbox;
 pub mod netns;
 mod netpool;
 mod recorder;
+pub mod skip;
 mod wiretap;
 
 pub use browser::{Browser, https};
@@ -40,6 +41,7 @@ pub use fleet::{Fleet, FleetApp, FleetError, FleetOptions};
 pub use inbox::{Inbox, InboxError, take_event};
 pub use netpool::{GLOBAL_HOST, NetLocal, NetPool, open_fds, rss_kib};
 pub use recorder::Recorder;
+pub use skip::root_ready;
 pub use wiretap::{Proxy, listening_ports, pid_listening_on};
 
 use std::io::{BufRead, BufReader};

@@ -56,15 +56,8 @@ pub fn missing() -> Option<String> {
 /// namespaces not available (<why>)`, or panics with it when
 /// `CARMI_CI_REQUIRE_SERVICES=1` (CI runs as root and must not skip).
 pub fn ready(test: &str) -> bool {
-    let Some(why) = missing() else {
-        return true;
-    };
-    let msg = format!("SKIP {test}: network namespaces not available ({why})");
-    if std::env::var("CARMI_CI_REQUIRE_SERVICES").is_ok_and(|v| v == "1") {
-        panic!("{msg}");
-    }
-    eprintln!("{msg}");
-    false
+    let why = missing().map(|why| format!("network namespaces not available ({why})"));
+    crate::skip::ready_unless(test, why)
 }
 
 /// Runs `ip ARGS`, returning its stdout or what went wrong.

@@ -22,24 +22,11 @@ const NOBODY: u32 = 65534;
 
 /// True when the test may run; prints the skip line (or panics in CI).
 fn ready(test: &str, need_cgroup: bool) -> bool {
-    // SAFETY: geteuid has no failure and no memory effects.
-    let euid = unsafe { libc::geteuid() };
-    let missing = if euid != 0 {
-        Some(format!("root not available (running as uid {euid})"))
-    } else if need_cgroup && !memory_controller() {
-        Some("no writable cgroup memory controller (v2 or v1)".to_string())
-    } else {
-        None
-    };
-    let Some(why) = missing else {
-        return true;
-    };
-    let msg = format!("SKIP {test}: {why}");
-    if std::env::var("CARMI_CI_REQUIRE_SERVICES").is_ok_and(|v| v == "1") {
-        panic!("{msg}");
-    }
-    eprintln!("{msg}");
-    false
+    let missing = carmi_tests::skip::not_root().or_else(|| {
+        (need_cgroup && !memory_controller())
+            .then(|| "no writable cgroup memory controller (v2 or v1)".to_string())
+    });
+    carmi_tests::skip::ready_unless(test, missing)
 }
 
 /// Whether a memory controller is mounted where the local RM looks.

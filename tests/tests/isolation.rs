@@ -12,25 +12,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use carmi_tests::{Pool, PoolOptions, text};
+use carmi_tests::{Pool, PoolOptions, root_ready, text};
 
 /// EACCES: what the kernel answers an account without the permission.
 const EACCES: i64 = 13;
-
-/// True when the test may run; prints the skip line (or panics in CI).
-fn root_ready(test: &str) -> bool {
-    // SAFETY: geteuid has no failure and no memory effects.
-    let euid = unsafe { libc::geteuid() };
-    if euid == 0 {
-        return true;
-    }
-    let msg = format!("SKIP {test}: root not available (running as uid {euid})");
-    if std::env::var("CARMI_CI_REQUIRE_SERVICES").is_ok_and(|v| v == "1") {
-        panic!("{msg}");
-    }
-    eprintln!("{msg}");
-    false
-}
 
 fn carmi(pool: &Pool, dir: &Path) -> Command {
     let mut cmd = pool.carmi();

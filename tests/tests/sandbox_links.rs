@@ -27,22 +27,7 @@ use std::time::{Duration, Instant};
 use carmi_api::exe::{ExecutableRef, sha256_hex};
 use carmi_api::ids::{HostId, JobId, ProcessId};
 use carmi_api::msg::{FromGlobal, ToGlobal};
-use carmi_tests::{FAKE_SECRET, FakeGlobal, GlobalConn, TempDir, bin_dir};
-
-/// True when the test may run; prints the skip line (or panics in CI).
-fn root_ready(test: &str) -> bool {
-    // SAFETY: geteuid has no failure and no memory effects.
-    let euid = unsafe { libc::geteuid() };
-    if euid == 0 {
-        return true;
-    }
-    let msg = format!("SKIP {test}: root not available (running as uid {euid})");
-    if std::env::var("CARMI_CI_REQUIRE_SERVICES").is_ok_and(|v| v == "1") {
-        panic!("{msg}");
-    }
-    eprintln!("{msg}");
-    false
-}
+use carmi_tests::{FAKE_SECRET, FakeGlobal, GlobalConn, TempDir, bin_dir, root_ready};
 
 /// The local RM under test; stopped, then its accounts removed, when dropped.
 struct Local {

@@ -16,22 +16,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use carmi_tests::{Pool, PoolOptions, bin_dir, text};
-
-/// True when the test may run; prints the skip line (or panics in CI).
-fn root_ready(test: &str) -> bool {
-    // SAFETY: geteuid has no failure and no memory effects.
-    let euid = unsafe { libc::geteuid() };
-    if euid == 0 {
-        return true;
-    }
-    let msg = format!("SKIP {test}: root not available (running as uid {euid})");
-    if std::env::var("CARMI_CI_REQUIRE_SERVICES").is_ok_and(|v| v == "1") {
-        panic!("{msg}");
-    }
-    eprintln!("{msg}");
-    false
-}
+use carmi_tests::{Pool, PoolOptions, bin_dir, root_ready, text};
 
 /// `carmi-local --remove-slot-users --slot-user-prefix PREFIX`.
 fn remove_slot_users(prefix: &str) -> Output {

@@ -12,14 +12,11 @@
 //! running job's peak counts from the processes that exit afterwards (an
 //! ended job's is in its journaled history record).
 
-use carmi_proto::events::EventKind;
 use carmi_proto::ids::{JobId, ProcessId};
-use carmi_proto::limits;
 use carmi_proto::msg::{ExitStatus, ProcessUsage, Requests};
 use tracing::{info, warn};
 
-use super::{Output, Router};
-use crate::journal::Record;
+use super::Router;
 
 /// The hold reason of a job whose `process` on `machine` went over its
 /// `request_memory`, in HTCondor's terms: what it used and what it asked
@@ -125,17 +122,9 @@ impl Router {
             info!(job = %job, "not held again: {}", f.message);
             return true;
         }
-        let reason = limits::cut_reason(why);
-        info!(job = %job, reason, "job held: over its request");
-        self.out.push(Output::Journal(Record::Held {
-            job,
-            reason: reason.clone(),
-        }));
+        info!(job = %job, "job held: over its request");
         self.stop_job_processes(job);
-        if let Some(s) = self.submitted.get_mut(&job) {
-            s.held = Some(reason.clone());
-        }
-        self.log_event(job, EventKind::Held { reason });
+        self.held_by_pool(job, why);
         true
     }
 }

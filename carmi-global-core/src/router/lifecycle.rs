@@ -39,14 +39,7 @@ impl Router {
     ) {
         match self.master_on(process, name) {
             Some(job) => match result {
-                Err(reason) if self.submitted.contains_key(&job) => {
-                    self.master_start_failed(process, job, name, reason)
-                }
-                Err(reason) => {
-                    let status = ExitStatus::FailedToStart(reason);
-                    self.exit_process(process, status.clone(), 0.0);
-                    self.master_report(process, job, Err(status));
-                }
+                Err(reason) => self.master_start_failed(process, job, name, reason),
                 Ok(()) => self.master_report(process, job, Ok(())),
             },
             None => self.started(name, process, result),

@@ -103,9 +103,8 @@ impl Router {
     /// online and its owner policy says so.
     pub(super) fn may_start_master(&self, machine: &str, sub: &Submitted) -> bool {
         self.alloc
-            .online_ads()
-            .find(|(name, _)| *name == machine)
-            .is_some_and(|(_, ad)| may_start(ad, sub.master_ad.as_ref()))
+            .online_ad(machine)
+            .is_some_and(|ad| may_start(ad, sub.master_ad.as_ref()))
     }
 
     /// True when the master of `sub` may be sent to `machine` now: its
@@ -275,8 +274,10 @@ impl Router {
             return None;
         }
         let now = self.now;
-        self.submitted
-            .values()
+        self.unplaced
+            .iter()
+            .filter_map(|p| self.masters.get(p))
+            .filter_map(|(job, _)| self.submitted.get(job))
             .flat_map(|s| s.tries.avoid.iter().map(|(_, until)| *until))
             .filter(|until| *until > now)
             .min()

@@ -219,7 +219,7 @@ fn transfer_refusal(
         ToGlobal::Fetch { .. } | ToGlobal::StageServe { .. } | ToGlobal::Fetched { .. } => {
             Some(format!(
                 "permission denied: {} is a local RM's staging; an admin connection may not send it",
-                crate::router::message_name(msg)
+                crate::router::variant_name(msg)
             ))
         }
         _ => None,
