@@ -3,18 +3,21 @@
 //! address; and the summary log of what was refused.
 //!
 //! An unauthenticated connection costs a task, a socket and a small buffer
-//! for as long as its handshake lasts (up to the handshake timeout). A flood
-//! from one address is refused past [`ConnLimits::max_handshaking_per_addr`];
-//! a flood from many makes room by dropping the oldest handshakes, which a
-//! real client (whose handshake takes milliseconds) has long finished, so that
-//! `carmi status` still gets in. Authenticated connections know the pool
+//! for as long as its handshake lasts (up to the handshake timeout). One
+//! address holds at most [`ConnLimits::max_handshaking_per_addr`] handshakes,
+//! and all together at most [`ConnLimits::max_handshaking`]; past either, a
+//! new connection takes the place of the oldest handshake (of its address,
+//! or of all), which a real client (whose handshake takes milliseconds) has
+//! long finished. So a flood, from many addresses or from the very address
+//! of a machine's own applications, never keeps an honest client out:
+//! `carmi status` and a local application still get in. Authenticated connections know the pool
 //! secret and are only counted in [`ConnLimits::max_connections`].
 //!
 //! Both daemons admit through it: the global RM every connection, the local
 //! RM its applications' and its staging peers' (moved here from
 //! `carmi-global` so that both share one gate).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -38,8 +41,8 @@ pub struct ConnLimits {
     pub max_connections: usize,
     /// Most connections in their handshake at once; past it the oldest is dropped.
     pub max_handshaking: usize,
-    /// Most connections in their handshake from one IP address; past it new
-    /// ones from that address are refused.
+    /// Most connections in their handshake from one IP address; past it the
+    /// oldest of that address is dropped.
     pub max_handshaking_per_addr: usize,
 }
 
@@ -59,16 +62,17 @@ struct State {
     open: usize,
     /// Those in their handshake, oldest first: address and eviction bell.
     handshaking: BTreeMap<u64, (IpAddr, Arc<Notify>)>,
-    per_addr: HashMap<IpAddr, usize>,
+    /// The handshakes of each address, oldest first.
+    per_addr: HashMap<IpAddr, BTreeSet<u64>>,
     next: u64,
 }
 
 impl State {
     fn forget_handshake(&mut self, id: u64) -> Option<Arc<Notify>> {
         let (addr, bell) = self.handshaking.remove(&id)?;
-        if let Some(n) = self.per_addr.get_mut(&addr) {
-            *n -= 1;
-            if *n == 0 {
+        if let Some(ids) = self.per_addr.get_mut(&addr) {
+            ids.remove(&id);
+            if ids.is_empty() {
                 self.per_addr.remove(&addr);
             }
         }
@@ -80,10 +84,22 @@ impl State {
         let Some(&id) = self.handshaking.keys().next() else {
             return false;
         };
+        self.evict(id);
+        true
+    }
+
+    /// Drops the oldest handshake from `addr`, if any.
+    fn evict_oldest_of(&mut self, addr: IpAddr) {
+        let oldest = self.per_addr.get(&addr).and_then(|ids| ids.first().copied());
+        if let Some(id) = oldest {
+            self.evict(id);
+        }
+    }
+
+    fn evict(&mut self, id: u64) {
         let bell = self.forget_handshake(id).expect("listed above");
         self.open -= 1;
         bell.notify_one();
-        true
     }
 }
 
@@ -132,12 +148,9 @@ impl Gate {
     /// A place for a new connection from `peer`, starting its handshake.
     pub fn admit(self: &Arc<Gate>, peer: IpAddr) -> Result<Ticket, Refusal> {
         let mut s = self.state();
-        let from_peer = s.per_addr.get(&peer).copied().unwrap_or(0);
-        if from_peer >= self.limits.max_handshaking_per_addr {
-            return Err(Refusal(format!(
-                "{from_peer} connections from {peer} are already in their handshake \
-                 (max_handshaking_per_addr)"
-            )));
+        let from_peer = s.per_addr.get(&peer).map_or(0, BTreeSet::len);
+        if from_peer >= self.limits.max_handshaking_per_addr.max(1) {
+            s.evict_oldest_of(peer);
         }
         if s.open >= self.limits.max_connections && !s.evict_oldest() {
             return Err(Refusal(format!(
@@ -152,7 +165,7 @@ impl Gate {
         s.next += 1;
         let evicted = Arc::new(Notify::new());
         s.handshaking.insert(id, (peer, evicted.clone()));
-        *s.per_addr.entry(peer).or_default() += 1;
+        s.per_addr.entry(peer).or_default().insert(id);
         s.open += 1;
         Ok(Ticket {
             gate: self.clone(),
@@ -281,18 +294,22 @@ mod tests {
         }
     }
 
-    #[test]
-    fn one_address_is_refused_past_its_cap_and_others_still_get_in() {
+    #[tokio::test]
+    async fn one_address_past_its_cap_drops_its_own_oldest_and_no_other() {
         let gate = Gate::new(limits(100, 100, 2));
-        let _a = gate.admit(ip(2)).unwrap();
+        let mut other = gate.admit(ip(1)).unwrap();
+        let mut a = gate.admit(ip(2)).unwrap();
         let _b = gate.admit(ip(2)).unwrap();
-        let Refusal(why) = gate.admit(ip(2)).err().unwrap();
-        assert!(why.contains("max_handshaking_per_addr"), "{why}");
-        let mut c = gate.admit(ip(1)).unwrap();
-        assert!(c.authenticated());
-        assert_eq!(gate.counts(), (3, 2));
+        let mut c = gate.admit(ip(2)).unwrap();
+        tokio::time::timeout(Duration::from_secs(1), a.evicted())
+            .await
+            .expect("the address's oldest was told to go");
+        assert!(!a.authenticated());
+        assert!(c.authenticated(), "the newest of the flooding address gets in");
+        assert!(other.authenticated(), "another address's older handshake stays");
+        assert_eq!(gate.counts(), (3, 1));
         drop(c);
-        assert_eq!(gate.counts(), (2, 2));
+        assert_eq!(gate.counts(), (2, 1));
     }
 
     #[tokio::test]

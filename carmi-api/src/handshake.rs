@@ -429,6 +429,28 @@ pub async fn refuse<W: AsyncWrite + Unpin>(w: &mut W, reason: &str) -> std::io::
     write_frame(w, &refused, &[]).await
 }
 
+/// The reason in `bytes` if they are a whole refusal frame (what
+/// [`refuse`] writes): a TLS client whose handshake met one in place of the
+/// server's reply reports these words, not a TLS decoding error.
+pub fn refusal_in(bytes: &[u8]) -> Option<String> {
+    let mut buf = bytes::BytesMut::from(bytes);
+    match crate::frame::decode::<Hs>(&mut buf, HANDSHAKE_MAX_FRAME) {
+        Ok(Some((Hs::Refused { reason }, _))) => Some(reason),
+        _ => None,
+    }
+}
+
+/// Refuses `stream` with `reason` (see [`refuse`]) and closes it, giving up
+/// after a second on a peer that does not read.
+pub async fn refuse_and_close(mut stream: tokio::net::TcpStream, reason: &str) {
+    use tokio::io::AsyncWriteExt;
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let _ = refuse(&mut stream, reason).await;
+        let _ = stream.shutdown().await;
+    })
+    .await;
+}
+
 async fn server_inner<R, W, C, F, A, T>(
     r: &mut FrameReader<R>,
     w: &mut W,

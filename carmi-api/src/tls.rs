@@ -182,11 +182,32 @@ fn client_config() -> io::Result<Arc<rustls::ClientConfig>> {
         .map_err(io::Error::other)
 }
 
-/// Opens TLS on `tcp` as a client.
+/// Opens TLS on `tcp` as a client. A server that refused the connection
+/// before its handshake (too many connections, say) answers in clear; that
+/// answer is reported in its own words.
 pub async fn connect(tcp: TcpStream) -> io::Result<Stream> {
     let connector = tokio_rustls::TlsConnector::from(client_config()?);
     let name = ServerName::try_from("carmi-pool").expect("a valid DNS name");
-    let tls = connector.connect(name, tcp).await?;
+    let recorded = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let io = FirstBytes {
+        tcp,
+        seen: Some(recorded.clone()),
+    };
+    let tls = match connector.connect(name, io).await {
+        Ok(tls) => tls,
+        Err(e) => {
+            let seen = recorded.lock().map(|b| b.clone()).unwrap_or_default();
+            return Err(match crate::handshake::refusal_in(&seen) {
+                Some(reason) => io::Error::new(
+                    io::ErrorKind::ConnectionRefused,
+                    format!("refused by the server: {reason}"),
+                ),
+                None => e,
+            });
+        }
+    };
+    let mut tls = tls;
+    tls.get_mut().0.seen = None;
     let mut binding = vec![0u8; 32];
     tls.get_ref()
         .1
@@ -198,6 +219,63 @@ pub async fn connect(tcp: TcpStream) -> io::Result<Stream> {
         writer: Box::new(w),
         binding,
     })
+}
+
+/// Most bytes [`FirstBytes`] keeps: a refusal frame is far smaller.
+const FIRST_BYTES: usize = 4096;
+
+/// A client's TCP stream that keeps the first bytes it reads, until the
+/// TLS handshake is over: what a server wrote in clear instead of TLS.
+struct FirstBytes {
+    tcp: TcpStream,
+    /// Dropped (and recording stops) once it holds [`FIRST_BYTES`].
+    seen: Option<Arc<std::sync::Mutex<Vec<u8>>>>,
+}
+
+impl AsyncRead for FirstBytes {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.tcp).poll_read(cx, buf);
+        if let Some(seen) = &self.seen {
+            let mut kept = seen.lock().unwrap_or_else(|e| e.into_inner());
+            let new = &buf.filled()[before..];
+            let room = FIRST_BYTES.saturating_sub(kept.len());
+            kept.extend_from_slice(&new[..new.len().min(room)]);
+            if kept.len() >= FIRST_BYTES {
+                drop(kept);
+                self.seen = None;
+            }
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for FirstBytes {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        std::pin::Pin::new(&mut self.tcp).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut self.tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut self.tcp).poll_shutdown(cx)
+    }
 }
 
 /// Opens `tcp` as a client: in clear when `plain` (a job's peer connections

@@ -40,7 +40,10 @@ use tracing::{debug, warn};
 use crate::alloc::{Allocator, ReqRef};
 use crate::procs::ProcTable;
 
-pub use ads::{Decoded, MAX_AD_ATTRIBUTES, MAX_AD_BYTES, count_attributes};
+pub use ads::{
+    Decoded, MAX_AD_ATTRIBUTES, MAX_AD_BYTES, MAX_NEW_NAMES_PER_CONNECTION, NameAllowance,
+    count_attributes,
+};
 
 mod absent;
 mod ads;
@@ -133,6 +136,9 @@ pub struct RouterConfig {
     pub max_ad_attributes: usize,
     /// Most bytes of text in a machine ad or heartbeat update ([`MAX_AD_BYTES`]).
     pub max_ad_bytes: usize,
+    /// Most attribute names new to this process that one connection's ads
+    /// may bring over its life ([`MAX_NEW_NAMES_PER_CONNECTION`]).
+    pub max_new_names_per_connection: usize,
     /// Users' fair-share usage halves every this long (HTCondor's
     /// `PRIORITY_HALFLIFE`; [`crate::usage::DEFAULT_HALF_LIFE`], a day).
     pub priority_half_life: Duration,
@@ -153,6 +159,7 @@ impl Default for RouterConfig {
                 .map_or(0, |d| d.as_secs()),
             max_ad_attributes: MAX_AD_ATTRIBUTES,
             max_ad_bytes: MAX_AD_BYTES,
+            max_new_names_per_connection: MAX_NEW_NAMES_PER_CONNECTION,
             priority_half_life: crate::usage::DEFAULT_HALF_LIFE,
             cut_off_limit: CUT_OFF_LIMIT,
         }

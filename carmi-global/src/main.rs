@@ -93,6 +93,16 @@ struct Args {
     /// PRIORITY_HALFLIFE): how long a heavy user's lower share lasts.
     #[arg(long, value_name = "S", default_value_t = 86_400)]
     priority_half_life_s: u64,
+    /// Most distinct attribute names (with their spellings) this daemon
+    /// keeps, about 300 bytes each: an ad, update, request or query that
+    /// would bring more is refused with the reason, names already known
+    /// stay usable.
+    #[arg(long, value_name = "N", default_value_t = 65_536)]
+    max_attribute_names: usize,
+    /// Most attribute names new to this daemon that one connection's machine
+    /// ads and heartbeat updates may bring over its life.
+    #[arg(long, value_name = "N", default_value_t = carmi_global::router::MAX_NEW_NAMES_PER_CONNECTION)]
+    max_new_names_per_connection: usize,
 }
 
 #[tokio::main]
@@ -124,8 +134,11 @@ async fn main() -> anyhow::Result<()> {
         missed_heartbeats: args.missed_heartbeats,
         cut_off_limit: Duration::from_secs(args.cut_off_limit_s),
         priority_half_life: Duration::from_secs(args.priority_half_life_s.max(1)),
+        max_new_names_per_connection: args.max_new_names_per_connection,
         ..RouterConfig::default()
     };
+    // Past what the daemon itself interns at start (a few hundred names).
+    classad::symbol::set_table_limit(args.max_attribute_names.max(4096));
     if args.stage_fanout == 0 || args.stage_link_rate.is_some_and(|r| r.is_nan() || r <= 0.0) {
         bail!("--stage-fanout must be at least 1 and --stage-link-rate positive");
     }

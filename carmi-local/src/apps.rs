@@ -65,6 +65,8 @@ pub(crate) async fn serve(
                         Ok(ticket) => ticket,
                         Err(Refusal(reason)) => {
                             gate.note_refusal(peer.ip(), &reason);
+                            let reason = format!("connection refused: {reason}");
+                            tokio::spawn(async move { carmi_api::handshake::refuse_and_close(stream, &reason).await });
                             continue;
                         }
                     };

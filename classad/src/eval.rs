@@ -477,7 +477,12 @@ impl<'a> Evaluator<'a> {
                 .and_then(|i| items.get(i))
                 .cloned()
                 .unwrap_or(Value::Error),
-            (Value::Ad(_), Value::Str(name)) => self.select(base.clone(), Symbol::intern(name)),
+            // A name no ad holds is not interned for it (a lookup from a
+            // string must not grow the table).
+            (Value::Ad(_), Value::Str(name)) => match Symbol::lookup(name) {
+                Some(sym) => self.select(base.clone(), sym),
+                None => Value::Undefined,
+            },
             _ => Value::Error,
         }
     }

@@ -194,12 +194,24 @@ fn check_nesting(text: &str) -> Result<(), ParseError> {
     Ok(())
 }
 
+/// Runs one public parse of `text`, failing it when a name it brings was
+/// refused by the bounds of the symbol table (see `symbol`): what it built
+/// then holds placeholders and is dropped here.
+fn bounded<T>(text: &str, parse: impl FnOnce() -> Result<T, ParseError>) -> Result<T, ParseError> {
+    let guard = crate::symbol::ParseGuard::start();
+    let out = parse();
+    match guard.refused() {
+        None => out,
+        Some(why) => Err(ParseError::at(text, 0, format!("refused: {why}"))),
+    }
+}
+
 /// Parses one expression.
 pub fn parse_expr(text: &str) -> Result<Expr, ParseError> {
-    if let Some(e) = crate::fastparse::expr(text) {
-        return Ok(e);
-    }
-    parse_expr_pest(text)
+    bounded(text, || match crate::fastparse::expr(text) {
+        Some(e) => Ok(e),
+        None => parse_expr_pest(text),
+    })
 }
 
 /// Parses one expression with the fast parser only; `None` where it defers to pest.
@@ -212,6 +224,10 @@ pub fn parse_expr_fast(text: &str) -> Option<Expr> {
 /// reference the fast parser is tested against.
 #[doc(hidden)]
 pub fn parse_expr_pest(text: &str) -> Result<Expr, ParseError> {
+    bounded(text, || parse_expr_pest_inner(text))
+}
+
+fn parse_expr_pest_inner(text: &str) -> Result<Expr, ParseError> {
     check_nesting(text)?;
     let top = Grammar::parse(Rule::expression, text)
         .map_err(|e| from_pest(e, text))?
@@ -223,15 +239,19 @@ pub fn parse_expr_pest(text: &str) -> Result<Expr, ParseError> {
 
 /// Parses a new-syntax ad `[ a = 1; b = 2 ]`.
 pub fn parse_classad(text: &str) -> Result<ClassAd, ParseError> {
-    if let Some(ad) = crate::fastparse::classad(text) {
-        return Ok(ad);
-    }
-    parse_classad_pest(text)
+    bounded(text, || match crate::fastparse::classad(text) {
+        Some(ad) => Ok(ad),
+        None => parse_classad_pest(text),
+    })
 }
 
 /// Parses a new-syntax ad with the pest grammar only (no fast path).
 #[doc(hidden)]
 pub fn parse_classad_pest(text: &str) -> Result<ClassAd, ParseError> {
+    bounded(text, || parse_classad_pest_inner(text))
+}
+
+fn parse_classad_pest_inner(text: &str) -> Result<ClassAd, ParseError> {
     check_nesting(text)?;
     let top = Grammar::parse(Rule::classad_text, text)
         .map_err(|e| from_pest(e, text))?
@@ -249,6 +269,15 @@ fn is_plain_ident(s: &str) -> bool {
 /// Parses an old-syntax ad: one `Name = expr` per line. Blank lines and
 /// lines starting with `#` are skipped.
 pub fn parse_old_classad(text: &str) -> Result<ClassAd, ParseError> {
+    let out = bounded(text, || parse_old_inner(text));
+    if out.is_err() {
+        // The hints may name placeholders of refused names: start afresh.
+        LINE_NAMES.take();
+    }
+    out
+}
+
+fn parse_old_inner(text: &str) -> Result<ClassAd, ParseError> {
     // Room for a typical small ad up front; counting lines first costs more
     // than the regrowths it would save on large ones.
     let mut ad = ClassAd::with_capacity(16);

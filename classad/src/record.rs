@@ -456,7 +456,7 @@ impl ClassAd {
     /// Keeps insertion order, so this costs time in the number of attributes
     /// after it (inserting and finding do not).
     pub fn remove(&mut self, name: &str) -> Option<Expr> {
-        let i = self.find_sym(Symbol::intern(name))?;
+        let i = self.find_sym(Symbol::lookup(name)?)?;
         let removed = self.attrs.remove(i);
         self.head = Head::default();
         for (j, a) in self.attrs.iter().enumerate().take(HEAD) {
@@ -474,7 +474,7 @@ impl ClassAd {
 
     /// The expression bound to `name` (any case).
     pub fn get(&self, name: &str) -> Option<&Expr> {
-        self.find_sym(Symbol::intern(name)).map(|i| self.expr_at(i))
+        self.find_sym(Symbol::lookup(name)?).map(|i| self.expr_at(i))
     }
 
     /// Position of the attribute with symbol `sym`.
@@ -542,9 +542,16 @@ impl ClassAd {
 
     /// Evaluates attribute `name` with this ad as MY and `target` as TARGET.
     pub fn eval_attr_against(&self, name: &str, target: Option<&ClassAd>) -> Value {
-        match self.find_sym(Symbol::intern(name)) {
-            Some(_) => eval_with(
-                &Expr::Attr(crate::ast::RefScope::My, Name::new(name)),
+        match Symbol::lookup(name).and_then(|s| self.find_sym(s)) {
+            // The ad's own spelling: interning the caller's could add an entry.
+            Some(i) => eval_with(
+                &Expr::Attr(
+                    crate::ast::RefScope::My,
+                    Name {
+                        sym: self.attrs[i].sym,
+                        text: self.attrs[i].name,
+                    },
+                ),
                 Some(self),
                 target,
             ),

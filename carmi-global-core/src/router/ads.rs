@@ -4,6 +4,9 @@
 //! sender's connection time, never the single router task that every other
 //! machine's heartbeats wait for.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use carmi_proto::msg::ToGlobal;
 use classad::ClassAd;
 
@@ -17,6 +20,37 @@ pub const MAX_AD_ATTRIBUTES: usize = 4096;
 /// Default for [`RouterConfig::max_ad_bytes`]: a machine ad or update of
 /// more than 1 MiB of text is a mistake or an attack (real ones are a few KiB).
 pub const MAX_AD_BYTES: usize = 1 << 20;
+
+/// Default for [`RouterConfig::max_new_names_per_connection`]: as many new
+/// names as one ad may hold. A machine's vocabulary is mostly the pool's
+/// (known after the first machine), so an honest one brings its few custom
+/// names once; one that invents names in every heartbeat is refused after
+/// this many, while the names it brought stay in the process's table (which
+/// `--max-attribute-names` caps for every sender together).
+pub const MAX_NEW_NAMES_PER_CONNECTION: usize = MAX_AD_ATTRIBUTES;
+
+/// How many names new to the process one connection's ads may still bring:
+/// shared with the blocking-pool tasks that parse its large ads.
+#[derive(Clone, Debug)]
+pub struct NameAllowance(Arc<AtomicUsize>);
+
+impl NameAllowance {
+    /// An allowance of `names` new names.
+    pub fn new(names: usize) -> NameAllowance {
+        NameAllowance(Arc::new(AtomicUsize::new(names)))
+    }
+
+    /// Runs `parse` within what is left, and charges what it added.
+    fn spend<T>(&self, parse: impl FnOnce() -> T) -> T {
+        let (out, used) = classad::symbol::with_name_budget(self.0.load(Ordering::Relaxed), parse);
+        let _ = self
+            .0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                Some(left.saturating_sub(used))
+            });
+        out
+    }
+}
 
 /// An ad text over this size is decoded on the blocking pool rather than on
 /// the connection's task, which shares the runtime's few worker threads.
@@ -33,19 +67,26 @@ pub struct Decoded {
 }
 
 impl Decoded {
-    /// Checks and parses the ad that `msg` carries, if any.
-    pub fn new(mut msg: ToGlobal, config: &RouterConfig) -> Decoded {
+    /// Checks and parses the ad that `msg` carries, if any, with no
+    /// allowance of its own (the process's cap on names still holds).
+    pub fn new(msg: ToGlobal, config: &RouterConfig) -> Decoded {
+        Decoded::within(msg, config, &NameAllowance::new(usize::MAX))
+    }
+
+    /// Like [`Decoded::new`] for a message of the connection whose
+    /// allowance of new names is `names`.
+    pub fn within(mut msg: ToGlobal, config: &RouterConfig, names: &NameAllowance) -> Decoded {
         let ad = match &mut msg {
             ToGlobal::Advertise { ad, .. } => Some(check(
                 &std::mem::take(ad),
                 "machine ad",
-                config,
+                (config, names),
                 ClassAd::parse_any,
             )),
             ToGlobal::Heartbeat { update } if !update.trim().is_empty() => Some(check(
                 &std::mem::take(update),
                 "heartbeat update",
-                config,
+                (config, names),
                 ClassAd::parse_old,
             )),
             _ => None,
@@ -90,7 +131,7 @@ pub(super) fn own_name(name: &str, ad: ClassAd) -> Result<ClassAd, String> {
 fn check(
     text: &str,
     what: &str,
-    config: &RouterConfig,
+    (config, names): (&RouterConfig, &NameAllowance),
     parse: impl FnOnce(&str) -> Result<ClassAd, classad::ParseError>,
 ) -> Result<ClassAd, String> {
     if text.len() > config.max_ad_bytes {
@@ -110,7 +151,9 @@ fn check(
     if estimate > config.max_ad_attributes {
         return Err(too_many(estimate));
     }
-    let ad = parse(text).map_err(|e| format!("the {what} does not parse: {e}"))?;
+    let ad = names
+        .spend(|| parse(text))
+        .map_err(|e| format!("the {what} does not parse: {e}"))?;
     if ad.len() > config.max_ad_attributes {
         return Err(too_many(ad.len()));
     }

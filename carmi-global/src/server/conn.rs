@@ -8,14 +8,13 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use carmi_api::conn::{Conn, ConnReader, ConnWriter};
 use carmi_api::frame::FrameReader;
 use carmi_api::handshake;
 use carmi_api::msg::{Failure, FailureCode, FromGlobal, Role, ToGlobal};
 use carmi_api::tls;
-use tokio::io::{AsyncWriteExt, BufWriter};
+use tokio::io::BufWriter;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -24,15 +23,11 @@ use tracing::{debug, warn};
 use super::stager::{StageInput, serve_stager};
 use super::{Cmd, HEAVY_HEADER, LinkTx, MAX_HEADER, Outgoing, Pending, Shared, Ticket, off_worker};
 use crate::authority::Admitted;
-use crate::router::{Decoded, LinkId};
+use crate::router::{Decoded, LinkId, NameAllowance};
 
 /// Tells a connection the [`Gate`](super::Gate) did not admit why, and closes it.
-pub(super) async fn refuse(mut stream: TcpStream, reason: String) {
-    let _ = tokio::time::timeout(Duration::from_secs(1), async {
-        let _ = handshake::refuse(&mut stream, &format!("connection refused: {reason}")).await;
-        let _ = stream.shutdown().await;
-    })
-    .await;
+pub(super) async fn refuse(stream: TcpStream, reason: String) {
+    handshake::refuse_and_close(stream, &format!("connection refused: {reason}")).await;
 }
 
 /// One connection: handshake, then reading and writing until either ends.
@@ -241,6 +236,7 @@ async fn read_frames(
     order: &mpsc::UnboundedSender<Pending>,
 ) -> Result<(), String> {
     let send = |p: Pending| order.send(p).is_ok();
+    let names = NameAllowance::new(shared.router.max_new_names_per_connection);
     loop {
         let frame = match reader.recv_raw().await {
             Ok(Some(frame)) => frame,
@@ -357,9 +353,9 @@ async fn read_frames(
                 }
             }
             msg if Decoded::is_heavy(&msg) => {
-                let config = shared.router.clone();
+                let (config, names) = (shared.router.clone(), names.clone());
                 let task = tokio::task::spawn_blocking(move || {
-                    let msg = Box::new(Decoded::new(msg, &config));
+                    let msg = Box::new(Decoded::within(msg, &config, &names));
                     Some(Cmd::Message { link, msg, at })
                 });
                 if !send(Pending::Working(task)) {
@@ -372,7 +368,7 @@ async fn read_frames(
                 {
                     return Ok(());
                 }
-                let msg = Box::new(Decoded::new(msg, &shared.router));
+                let msg = Box::new(Decoded::within(msg, &shared.router, &names));
                 if !send(Pending::Ready(Cmd::Message { link, msg, at })) {
                     return Ok(());
                 }
