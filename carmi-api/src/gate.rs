@@ -90,7 +90,10 @@ impl State {
 
     /// Drops the oldest handshake from `addr`, if any.
     fn evict_oldest_of(&mut self, addr: IpAddr) {
-        let oldest = self.per_addr.get(&addr).and_then(|ids| ids.first().copied());
+        let oldest = self
+            .per_addr
+            .get(&addr)
+            .and_then(|ids| ids.first().copied());
         if let Some(id) = oldest {
             self.evict(id);
         }
@@ -305,8 +308,14 @@ mod tests {
             .await
             .expect("the address's oldest was told to go");
         assert!(!a.authenticated());
-        assert!(c.authenticated(), "the newest of the flooding address gets in");
-        assert!(other.authenticated(), "another address's older handshake stays");
+        assert!(
+            c.authenticated(),
+            "the newest of the flooding address gets in"
+        );
+        assert!(
+            other.authenticated(),
+            "another address's older handshake stays"
+        );
         assert_eq!(gate.counts(), (3, 1));
         drop(c);
         assert_eq!(gate.counts(), (2, 1));

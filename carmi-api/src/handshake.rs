@@ -443,10 +443,15 @@ pub fn refusal_in(bytes: &[u8]) -> Option<String> {
 /// Refuses `stream` with `reason` (see [`refuse`]) and closes it, giving up
 /// after a second on a peer that does not read.
 pub async fn refuse_and_close(mut stream: tokio::net::TcpStream, reason: &str) {
-    use tokio::io::AsyncWriteExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
         let _ = refuse(&mut stream, reason).await;
         let _ = stream.shutdown().await;
+        // What the client sent meanwhile (a TLS hello) is read and dropped
+        // until it closes: a socket closed with unread bytes resets the
+        // connection, and the reset can discard the words before they are read.
+        let mut sink = [0u8; 1024];
+        while matches!(stream.read(&mut sink).await, Ok(n) if n > 0) {}
     })
     .await;
 }

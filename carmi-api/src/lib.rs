@@ -35,6 +35,7 @@
 //! root of the repository.
 
 pub mod admin;
+pub mod capped;
 pub mod client;
 pub mod conn;
 pub mod control;

@@ -378,4 +378,19 @@ mod tests {
         tcp.write_all(b"\0\0\0\x10{\"Hello\":{}}").await.unwrap();
         assert!(server.await.unwrap().is_err());
     }
+
+    #[tokio::test]
+    async fn a_client_refused_before_tls_reports_the_servers_words() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let why = "connection refused: this daemon has 3 connections open (max_connections)";
+            crate::handshake::refuse_and_close(tcp, why).await;
+        });
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let e = connect(tcp).await.err().expect("refused");
+        assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused, "{e}");
+        assert!(e.to_string().contains("max_connections"), "{e}");
+    }
 }

@@ -60,6 +60,21 @@ pub struct Admitted {
     pub expires_unix: u64,
 }
 
+/// Default for [`Authority::set_connection_cap`]: an eighth of the
+/// daemon's default connections. A machine's local RM holds two (its link
+/// and a staging connection), a user's tools a few.
+pub const MAX_CONNECTIONS_PER_IDENTITY: usize = 1024;
+
+/// A connection admitted by [`Authority::admit_connection`]: its identity,
+/// and its place in the identity's count, given back when it is dropped.
+#[derive(Debug)]
+pub struct Connected {
+    /// What the token proved.
+    pub admitted: Admitted,
+    /// Its place in the identity's count: hold it as long as the connection.
+    pub place: carmi_api::capped::Place<String>,
+}
+
 /// The pool's token authority (see the module documentation).
 pub struct Authority {
     key: SigningKey,
@@ -67,6 +82,8 @@ pub struct Authority {
     book_path: PathBuf,
     book: Mutex<Book>,
     revocations: watch::Sender<u64>,
+    /// Connections open per identity (by name).
+    per_identity: carmi_api::capped::PerHolder<String>,
 }
 
 impl std::fmt::Debug for Authority {
@@ -115,7 +132,29 @@ impl Authority {
             book_path,
             book: Mutex::new(book),
             revocations: watch::channel(0).0,
+            per_identity: carmi_api::capped::PerHolder::new(
+                MAX_CONNECTIONS_PER_IDENTITY,
+                "max_connections_per_identity",
+            ),
         }
+    }
+
+    /// Caps the connections one identity (a user, a machine's daemon) may
+    /// hold open at once at `max`: one token cannot take every connection
+    /// of the daemon and lock the pool's other users and machines out.
+    pub fn set_connection_cap(&mut self, max: usize) {
+        self.per_identity = carmi_api::capped::PerHolder::new(max, "max_connections_per_identity");
+    }
+
+    /// [`Authority::admit`] for a connection, which also takes a place in
+    /// its identity's count of open connections, or is refused past the cap.
+    pub fn admit_connection(&self, role: &Role, token: Option<&str>) -> Result<Connected, String> {
+        let admitted = self.admit(role, token)?;
+        let name = admitted.identity.name.clone();
+        let place = (self.per_identity)
+            .take(name.clone(), &format!("identity `{name}`"))
+            .map_err(|e| format!("too many connections: {e}"))?;
+        Ok(Connected { admitted, place })
     }
 
     fn book(&self) -> std::sync::MutexGuard<'_, Book> {

@@ -103,6 +103,10 @@ struct Args {
     /// ads and heartbeat updates may bring over its life.
     #[arg(long, value_name = "N", default_value_t = carmi_global::router::MAX_NEW_NAMES_PER_CONNECTION)]
     max_new_names_per_connection: usize,
+    /// Most connections one identity (a user's or a machine's token) may
+    /// hold open at once; one more is refused with the reason.
+    #[arg(long, value_name = "N", default_value_t = carmi_global::authority::MAX_CONNECTIONS_PER_IDENTITY)]
+    max_connections_per_identity: usize,
 }
 
 #[tokio::main]
@@ -124,9 +128,10 @@ async fn main() -> anyhow::Result<()> {
     if let Some(key) = &args.pool_key {
         std::fs::create_dir_all(&args.state_dir)
             .with_context(|| format!("creating {}", args.state_dir.display()))?;
-        let auth = carmi_global::server::Authority::open(key, &args.state_dir)
+        let mut auth = carmi_global::server::Authority::open(key, &args.state_dir)
             .map_err(|e| anyhow::anyhow!("{e}"))
             .context("reading the pool signing key")?;
+        auth.set_connection_cap(args.max_connections_per_identity);
         config.auth = Some(std::sync::Arc::new(auth));
     }
     config.router = RouterConfig {

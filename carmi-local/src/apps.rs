@@ -55,7 +55,7 @@ pub(crate) async fn serve(
 ) {
     let mut next_conn = 1u64;
     let gate = Gate::new(APP_LIMITS);
-    let per_job = PerJob::new(per_job);
+    let per_job = crate::perjob::per_job(per_job);
     let mut summary = tokio::time::interval(REFUSAL_LOG_PERIOD);
     loop {
         tokio::select! {
@@ -106,7 +106,9 @@ async fn admit_app(
     let refused = |why: &String| tracing::warn!(%peer, "connection refused: {why}");
     crate::jobcred::admit(&role, key)?;
     let slot = match &role {
-        Role::Application { job: Some(j), .. } => Some(per_job.take(*j).inspect_err(refused)?),
+        Role::Application { job: Some(j), .. } => {
+            Some(crate::perjob::take(per_job, *j).inspect_err(refused)?)
+        }
         _ => None,
     };
     let what = match &role {

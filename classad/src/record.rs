@@ -474,7 +474,8 @@ impl ClassAd {
 
     /// The expression bound to `name` (any case).
     pub fn get(&self, name: &str) -> Option<&Expr> {
-        self.find_sym(Symbol::lookup(name)?).map(|i| self.expr_at(i))
+        self.find_sym(Symbol::lookup(name)?)
+            .map(|i| self.expr_at(i))
     }
 
     /// Position of the attribute with symbol `sym`.

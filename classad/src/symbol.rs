@@ -297,22 +297,28 @@ mod tests {
     #[test]
     fn a_parse_past_its_budget_fails_and_adds_nothing() {
         let before = Symbol::entries();
-        let (ad, used) = with_name_budget(2, || crate::ClassAd::parse_old("BudgetA = 1\nBudgetB = 2"));
+        let (ad, used) =
+            with_name_budget(2, || crate::ClassAd::parse_old("BudgetA = 1\nBudgetB = 2"));
         assert!(ad.is_ok());
         assert_eq!(used, 2);
         let (refused, used) = with_name_budget(1, || {
             crate::ClassAd::parse("[ BudgetC = 1; BudgetD = BudgetE ]")
         });
         let message = refused.expect_err("over the budget").message;
-        assert!(message.contains("max_new_names_per_connection"), "{message}");
+        assert!(
+            message.contains("max_new_names_per_connection"),
+            "{message}"
+        );
         assert_eq!(used, 1);
         assert_eq!(Symbol::lookup("BudgetD"), None);
         assert_eq!(Symbol::lookup("BudgetE"), None);
         // Known names cost nothing: the same ad again within a budget of 0.
-        let (again, used) = with_name_budget(0, || crate::ClassAd::parse_old("BudgetA = 3\nbudgetb = 4"));
+        let (again, used) =
+            with_name_budget(0, || crate::ClassAd::parse_old("BudgetA = 3\nbudgetb = 4"));
         assert!(again.is_err(), "a new spelling is a new entry");
         assert_eq!(used, 0);
-        let (again, _) = with_name_budget(0, || crate::ClassAd::parse_old("BudgetA = 3\nBudgetB = 4"));
+        let (again, _) =
+            with_name_budget(0, || crate::ClassAd::parse_old("BudgetA = 3\nBudgetB = 4"));
         assert_eq!(again.expect("known names").len(), 2);
         // Outside a budget, parsing goes on as before.
         assert!(crate::parse_expr("BudgetF + 1").is_ok());

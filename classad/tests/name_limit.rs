@@ -9,7 +9,11 @@ fn a_full_table_refuses_new_names_and_serves_known_ones() {
     ClassAd::parse("[ Known = 1 ]").unwrap();
     classad::symbol::set_table_limit(Symbol::entries());
     let refused = ClassAd::parse_old("Known = 2\nFresh = 3").expect_err("a new name past the cap");
-    assert!(refused.message.contains("max_attribute_names"), "{}", refused.message);
+    assert!(
+        refused.message.contains("max_attribute_names"),
+        "{}",
+        refused.message
+    );
     assert!(classad::parse_expr("Fresher > 1").is_err());
     assert_eq!(Symbol::lookup("Fresh"), None);
     // What is known still parses, matches and evaluates.

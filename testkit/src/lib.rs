@@ -30,6 +30,7 @@ mod fleet;
 mod inbox;
 pub mod netns;
 mod netpool;
+pub mod raw;
 mod recorder;
 pub mod skip;
 mod wiretap;

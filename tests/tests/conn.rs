@@ -13,6 +13,8 @@ use carmi_api::frame::{FrameReader, write_frame};
 use carmi_api::handshake::{self, Secret};
 use carmi_api::msg::{Event, FromGlobal, Role, SpawnTarget, ToGlobal};
 use carmi_api::tls;
+use carmi_api::token::Power;
+use carmi_tests::raw::{dial, pid_of_global, raise_fd_limit, raw_local, silent};
 use carmi_tests::{Inbox, Pool, PoolOptions};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpSocket, TcpStream};
@@ -26,41 +28,6 @@ fn update_of(n: usize) -> String {
 fn ad_of(name: &str, n: usize) -> String {
     let attrs: String = (0..n).map(|i| format!("Attribute{i} = {i}; ")).collect();
     format!("[ Name = \"{name}\"; {attrs}]")
-}
-
-/// A raw client speaking the protocol as local RM `name`, registered with one slot.
-async fn raw_local(
-    addr: &str,
-    secret: &Secret,
-    name: &str,
-) -> (FrameReader<tls::Reader>, tls::Writer) {
-    let role = Role::Local { name: name.into() };
-    let (mut r, mut w) = dial(addr, secret, &role).await.expect("handshake");
-    let ad = ToGlobal::Advertise {
-        ad: format!("[ Name = \"{name}\"; Mips = 1 ]"),
-        slots: 1,
-        running: vec![],
-    };
-    write_frame(&mut w, &ad, &[]).await.expect("advertise");
-    match r.read::<FromGlobal>().await {
-        Ok(Some((FromGlobal::Registered { .. }, _))) => {}
-        other => panic!("expected Registered, got {other:?}"),
-    }
-    (r, w)
-}
-
-/// A connection to the global RM as a client of the pool opens it (TLS
-/// when presenting a token), after the handshake as `role`.
-async fn dial(
-    addr: &str,
-    secret: &Secret,
-    role: &Role,
-) -> Result<(FrameReader<tls::Reader>, tls::Writer), handshake::HandshakeError> {
-    let stream = TcpStream::connect(addr).await.expect("connect");
-    let s = tls::connect_for(stream, secret).await.expect("TLS");
-    let (mut r, mut w) = (FrameReader::new(s.reader), s.writer);
-    handshake::client_bound(&mut r, &mut w, secret, role, &s.binding).await?;
-    Ok((r, w))
 }
 
 /// The next refusal sent to a raw local RM: its message.
@@ -335,8 +302,8 @@ async fn nine_thousand_half_open_handshakes_leave_the_global_rm_small_and_servin
     let before = rss_mb(global_pid);
     let target: SocketAddr = pool.global_addr.parse().expect("an address");
 
-    // One address holding many handshakes open is refused past its cap, and
-    // told so; another address is still served.
+    // One address holding many handshakes open gives way, its oldest first:
+    // a client of that address still gets in, and so does another address.
     let crowded = IpAddr::V4(Ipv4Addr::new(127, 0, 2, 1));
     let mut crowd = Vec::new();
     // Silent: a clear frame is refused at its first byte (the pool takes
@@ -346,14 +313,14 @@ async fn nine_thousand_half_open_handshakes_leave_the_global_rm_small_and_servin
     }
     let socket = TcpSocket::new_v4().expect("socket");
     socket.bind(SocketAddr::new(crowded, 0)).expect("bind");
-    let (r, mut w) = socket.connect(target).await.expect("connect").into_split();
-    let mut r = FrameReader::new(r);
-    match handshake::client(&mut r, &mut w, &pool.secret, &Role::Admin).await {
-        Err(handshake::HandshakeError::Refused(why)) => {
-            assert!(why.contains("max_handshaking_per_addr"), "{why}")
-        }
-        other => panic!("a crowded address was not refused: {other:?}"),
-    }
+    let stream = socket.connect(target).await.expect("connect");
+    let s = tls::connect(stream)
+        .await
+        .expect("TLS from the crowded address");
+    let (mut r, mut w) = (FrameReader::new(s.reader), s.writer);
+    handshake::client_bound(&mut r, &mut w, &pool.secret, &Role::Admin, &s.binding)
+        .await
+        .unwrap_or_else(|e| panic!("a client of a crowded address was kept out: {e}"));
     status_time(&pool).await;
     drop(crowd);
 
@@ -427,16 +394,6 @@ async fn nine_thousand_half_open_handshakes_leave_the_global_rm_small_and_servin
 /// A connection from `from` that starts a handshake frame and never finishes
 /// it: 65,000 bytes announced and 64,000 sent if `oversized`, else 4,000
 /// and 3,000; `None` if it could not be opened.
-/// A connection from `from` that sends nothing.
-async fn silent(from: IpAddr, to: SocketAddr) -> Option<TcpStream> {
-    let socket = TcpSocket::new_v4().ok()?;
-    socket.bind(SocketAddr::new(from, 0)).ok()?;
-    tokio::time::timeout(Duration::from_secs(10), socket.connect(to))
-        .await
-        .ok()?
-        .ok()
-}
-
 async fn half_open(from: IpAddr, to: SocketAddr, oversized: bool) -> Option<TcpStream> {
     let socket = TcpSocket::new_v4().ok()?;
     socket.bind(SocketAddr::new(from, 0)).ok()?;
@@ -476,17 +433,6 @@ fn alive(pid: u32) -> bool {
     carmi_pool::sweep::alive(pid as i32)
 }
 
-/// The pid of the `carmi-global` whose state directory is under `dir`.
-fn pid_of_global(dir: &Path) -> Option<u32> {
-    let dir = dir.to_str()?;
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-        let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
-        let cmd = String::from_utf8_lossy(&cmd);
-        (cmd.contains("carmi-global") && cmd.contains(dir)).then_some(pid)
-    })
-}
-
 /// Resident memory of `pid`, in MB (VmRSS of /proc/PID/status).
 fn rss_mb(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status of pid");
@@ -498,23 +444,118 @@ fn rss_mb(pid: u32) -> u64 {
     kb / 1024
 }
 
-/// Raises this process's open-file limit to at least `want` (within the hard limit).
-fn raise_fd_limit(want: u64) {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit and setrlimit only read and write the struct passed.
-    unsafe {
-        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
-        if lim.rlim_cur < want {
-            lim.rlim_cur = want.min(lim.rlim_max);
-            assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+/// The secret of `pool` presenting a new token of `identity` with `power`
+/// (and `machine`), written under the pool's directory.
+fn secret_of(pool: &Pool, identity: &str, power: Power, machine: Option<&str>) -> Secret {
+    let path = pool.dir.join(format!("{identity}.token"));
+    let token = pool.token_file(&path, identity, power, machine, 3600);
+    Secret::from_file(&pool.secret_path)
+        .expect("the pool secret")
+        .with_token(Some(token))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_inventing_names_for_two_minutes_leaves_the_global_rm_within_50_mb() {
+    let pool = Pool::start("name-flood", 1, &[vec![]]);
+    pool.wait_registered();
+    let global_pid = pid_of_global(&pool.dir).expect("the global RM's pid");
+    let before = rss_mb(global_pid);
+    let secret = secret_of(&pool, "flood", Power::Daemon, Some("flood"));
+    let refusals = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let started = Instant::now();
+    let mut fresh = 0u64;
+    // Reconnecting every 10 s, so that each connection's allowance is
+    // spent and the daemon's whole table comes under pressure too.
+    while started.elapsed() < Duration::from_secs(120) {
+        let (mut r, mut w) = raw_local(&pool.global_addr, &secret, "flood").await;
+        let seen = refusals.clone();
+        let drain = tokio::spawn(async move {
+            while let Ok(Some((msg, _))) = r.read::<FromGlobal>().await {
+                if let FromGlobal::AdminFailed(f) = msg {
+                    seen.lock().unwrap().push(f.message);
+                }
+            }
+        });
+        let connected = Instant::now();
+        while connected.elapsed() < Duration::from_secs(10) {
+            // 4,000 names no ad has held, in every heartbeat.
+            let update: String = (0..4_000)
+                .map(|_| {
+                    fresh += 1;
+                    format!("Invented{fresh} = {fresh}\n")
+                })
+                .collect();
+            write_frame(&mut w, &ToGlobal::Heartbeat { update }, &[])
+                .await
+                .expect("the machine stays connected while its updates are refused");
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        drop(w);
+        drain.abort();
     }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = rss_mb(global_pid);
+    eprintln!("{fresh} names invented: RSS {before} MB before, {after} MB after");
     assert!(
-        lim.rlim_cur >= want,
-        "this test needs {want} open files; the hard limit is {}",
-        lim.rlim_max
+        after <= before + 50,
+        "the global RM grew from {before} MB to {after} MB\n{}",
+        pool.logs()
     );
+    let refusals = refusals.lock().unwrap();
+    assert!(
+        refusals
+            .iter()
+            .any(|m| m.contains("max_new_names_per_connection")),
+        "no refusal named the limit: {:?}",
+        refusals.first()
+    );
+    // The pool serves on, and its honest machine is still in it.
+    assert_eq!(
+        pool_status(&pool.global_addr, &pool.secret)
+            .await
+            .expect("status")
+            .iter()
+            .filter(|m| m.name == "m0")
+            .count(),
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_identity_cannot_take_every_connection_of_the_global_rm() {
+    let options = PoolOptions {
+        global_args: vec!["--max-connections-per-identity".into(), "4".into()],
+        ..PoolOptions::default()
+    };
+    let pool = Pool::start_with("per-identity", 1, &[vec![]], options);
+    pool.wait_registered();
+    let alice = secret_of(&pool, "alice", Power::Submit, None);
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(
+            dial(&pool.global_addr, &alice, &Role::Admin)
+                .await
+                .expect("alice's first four"),
+        );
+    }
+    match dial(&pool.global_addr, &alice, &Role::Admin).await {
+        Err(handshake::HandshakeError::Refused(why)) => assert!(
+            why.contains("max_connections_per_identity") && why.contains("alice"),
+            "{why}"
+        ),
+        Err(e) => panic!("alice's fifth refused without the reason: {e}"),
+        Ok(_) => panic!("alice's fifth connection was admitted"),
+    }
+    // Others are served: bob, the admin, and the machine's link (m0 is
+    // still registered).
+    let bob = secret_of(&pool, "bob", Power::Submit, None);
+    dial(&pool.global_addr, &bob, &Role::Admin)
+        .await
+        .expect("bob gets in");
+    status_time(&pool).await;
+    held.pop();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    dial(&pool.global_addr, &alice, &Role::Admin)
+        .await
+        .expect("a place given back is alice's again");
 }

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use carmi_api::admin::pool_status;
 use carmi_api::client::{ConnectOptions, Incoming, connect};
 use carmi_api::msg::{Event, Request};
+use carmi_tests::raw::{raise_fd_limit, silent};
 use carmi_tests::{Fleet, FleetOptions, Inbox, Pool, PoolOptions};
 use tokio::io::AsyncReadExt;
-use tokio::net::{TcpSocket, TcpStream};
 
 const MACHINES: usize = 200;
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -128,15 +128,20 @@ async fn two_thousand_silent_connections_to_each_daemon_leave_both_serving_and_e
     let global: SocketAddr = pool.global_addr.parse().expect("an address");
     let local: SocketAddr = pool.locals[0].app_addr.parse().expect("an address");
     // To the global RM from 20 loopback addresses, 100 each (under its
-    // per-address cap, so that the total cap decides); to the local RM's
-    // application port from one, as its applications come.
-    let mut held = Vec::with_capacity(2 * SILENT);
+    // per-address cap, so that the total cap decides), and 200 more from
+    // 127.0.0.1, the address `carmi status` comes from below (over its cap:
+    // the oldest of that address give way); to the local RM's application
+    // port all from 127.0.0.1, the address its own applications come from
+    // (issue 38: 128 of them once locked every application out).
+    let mut held = Vec::with_capacity(2 * SILENT + 200);
     let mut set = tokio::task::JoinSet::new();
-    for i in 0..2 * SILENT {
-        let (from, to) = if i % 2 == 0 {
+    for i in 0..2 * SILENT + 200 {
+        let (from, to) = if i >= 2 * SILENT {
+            (Ipv4Addr::LOCALHOST, global)
+        } else if i % 2 == 0 {
             (Ipv4Addr::new(127, 0, 3, (2 + i % 40) as u8), global)
         } else {
-            (Ipv4Addr::new(127, 0, 4, 2), local)
+            (Ipv4Addr::LOCALHOST, local)
         };
         set.spawn(silent(IpAddr::V4(from), to));
         if set.len() >= 200 {
@@ -147,7 +152,7 @@ async fn two_thousand_silent_connections_to_each_daemon_leave_both_serving_and_e
         held.extend(s.expect("no panic"));
     }
     assert!(
-        held.len() >= 2 * SILENT * 9 / 10,
+        held.len() >= (2 * SILENT + 200) * 9 / 10,
         "only {} opened",
         held.len()
     );
@@ -204,36 +209,4 @@ async fn two_thousand_silent_connections_to_each_daemon_leave_both_serving_and_e
     let log = std::fs::read_to_string(pool.dir.join("m0.log")).unwrap_or_default();
     let lines = log.lines().filter(|l| l.contains("handshake")).count();
     assert!(lines < 50, "{lines} lines about handshakes in m0's log");
-}
-
-/// A connection from `from` that sends nothing at all.
-async fn silent(from: IpAddr, to: SocketAddr) -> Option<TcpStream> {
-    let socket = TcpSocket::new_v4().ok()?;
-    socket.bind(SocketAddr::new(from, 0)).ok()?;
-    tokio::time::timeout(Duration::from_secs(10), socket.connect(to))
-        .await
-        .ok()?
-        .ok()
-}
-
-/// Raises this process's open-file limit to at least `want` (within the hard
-/// limit); the global RM, started after, inherits it.
-fn raise_fd_limit(want: u64) {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit and setrlimit only read and write the struct passed.
-    unsafe {
-        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
-        if lim.rlim_cur < want {
-            lim.rlim_cur = want.min(lim.rlim_max);
-            assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
-        }
-    }
-    assert!(
-        lim.rlim_cur >= want,
-        "this test needs {want} open files; the hard limit is {}",
-        lim.rlim_max
-    );
 }

@@ -78,7 +78,7 @@ pub(super) async fn connection(
         Some(_) if clear && token.is_some() => {
             Err("this pool takes connections with a token over TLS only (update the client)".into())
         }
-        Some(a) => a.admit(role, token).map(Some),
+        Some(a) => a.admit_connection(role, token).map(Some),
         None => Ok(None),
     };
     let (role, admitted) = tokio::select! {
@@ -103,6 +103,11 @@ pub(super) async fn connection(
     if !ticket.authenticated() {
         return;
     }
+    // The place in its identity's count is held as long as the connection.
+    let (admitted, _place) = match admitted {
+        Some(c) => (Some(c.admitted), Some(c.place)),
+        None => (None, None),
+    };
     reader.set_deadline(Some(shared.deadline));
     // Refused on the header's announced length, before its bytes arrive.
     reader.set_max_header(MAX_HEADER);
