@@ -144,6 +144,9 @@ pub async fn request_with_payload(
     conn.send(&msg, &[])
         .await
         .map_err(|e| no_answer(e.to_string()))?;
+    // Over TLS what the socket could not take yet waits in the session
+    // until flushed: a master of megabytes was never sent whole otherwise.
+    conn.flush().await.map_err(|e| no_answer(e.to_string()))?;
     match tokio::time::timeout(patience, conn.recv()).await {
         Err(_) => Err(no_answer(format!(
             "nothing within {} s",

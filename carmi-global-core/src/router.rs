@@ -34,7 +34,7 @@ use std::fmt;
 use std::time::Duration;
 
 use carmi_proto::ids::{JobId, ProcessId};
-use carmi_proto::msg::{Event, ExecutableRef, FromGlobal, Role, ToGlobal};
+use carmi_proto::msg::{Event, FromGlobal, Role, ToGlobal};
 use tracing::{debug, warn};
 
 use crate::alloc::{Allocator, ReqRef};
@@ -57,6 +57,7 @@ mod authz_tests;
 mod bounds_tests;
 mod check;
 mod checkpoint;
+mod config;
 mod enforce;
 #[cfg(test)]
 mod enforce_tests;
@@ -88,7 +89,9 @@ mod jobs_tests;
 mod machines;
 #[cfg(test)]
 mod master_restart_tests;
+pub use config::RouterConfig;
 pub use machines::{CUT_OFF_LIMIT, CUT_OFF_MIN_MACHINES};
+pub use stored::{DEFAULT_STORE_KEEP, STORE_SWEEP_EVERY};
 mod outstanding;
 #[cfg(test)]
 mod own_name_tests;
@@ -103,6 +106,9 @@ mod share;
 mod share_tests;
 mod shrink;
 mod spec_api;
+mod stored;
+#[cfg(test)]
+mod stored_tests;
 #[cfg(test)]
 mod tests;
 
@@ -117,52 +123,6 @@ pub struct LinkId(pub u64);
 impl fmt::Display for LinkId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "l{}", self.0)
-    }
-}
-
-/// Settings of the router.
-#[derive(Clone, Debug)]
-pub struct RouterConfig {
-    /// Heartbeat period asked of local RMs.
-    pub heartbeat: Duration,
-    /// A machine silent for this many periods is lost.
-    pub missed_heartbeats: u32,
-    /// Most slots one machine may advertise (guards memory against a bad ad).
-    pub max_slots: u32,
-    /// Wall-clock time, seconds since the Unix epoch, at `now == 0`: the
-    /// router's clock is monotonic, and `carmi history` shows when jobs ended.
-    pub started_unix: u64,
-    /// Most attributes in a machine ad or heartbeat update ([`MAX_AD_ATTRIBUTES`]).
-    pub max_ad_attributes: usize,
-    /// Most bytes of text in a machine ad or heartbeat update ([`MAX_AD_BYTES`]).
-    pub max_ad_bytes: usize,
-    /// Most attribute names new to this process that one connection's ads
-    /// may bring over its life ([`MAX_NEW_NAMES_PER_CONNECTION`]).
-    pub max_new_names_per_connection: usize,
-    /// Users' fair-share usage halves every this long (HTCondor's
-    /// `PRIORITY_HALFLIFE`; [`crate::usage::DEFAULT_HALF_LIFE`], a day).
-    pub priority_half_life: Duration,
-    /// How long every machine may be silent at once, taken for this global
-    /// RM's own cut from the network, before they are declared lost
-    /// ([`CUT_OFF_LIMIT`], 10 min; zero: never taken for a cut).
-    pub cut_off_limit: Duration,
-}
-
-impl Default for RouterConfig {
-    fn default() -> Self {
-        RouterConfig {
-            heartbeat: Duration::from_millis(1000),
-            missed_heartbeats: 3,
-            max_slots: carmi_proto::limits::MAX_SLOTS_PER_MACHINE,
-            started_unix: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
-            max_ad_attributes: MAX_AD_ATTRIBUTES,
-            max_ad_bytes: MAX_AD_BYTES,
-            max_new_names_per_connection: MAX_NEW_NAMES_PER_CONNECTION,
-            priority_half_life: crate::usage::DEFAULT_HALF_LIFE,
-            cut_off_limit: CUT_OFF_LIMIT,
-        }
     }
 }
 
@@ -211,6 +171,12 @@ pub enum Output {
         files: carmi_proto::msg::JobFiles,
         /// The names among them that make the checkpoint.
         names: Vec<String>,
+    },
+    /// Remove a file from the executable store: no live job refers to it
+    /// and it was last used long ago (`router/stored.rs`).
+    DropStored {
+        /// Its hash.
+        sha256: String,
     },
     /// Carry out an allocation queue's command with the batch system
     /// (`sbatch`, `scancel`, `squeue`), and report back with
@@ -267,8 +233,8 @@ pub struct Router {
     parked: HashMap<ProcessId, Vec<Event>>,
     /// Requests journaled as outstanding in this run (see `outstanding`).
     outstanding: outstanding::Outstanding,
-    /// Stored executables: sha256 -> size.
-    executables: HashMap<String, u64>,
+    /// The files of the executable store (`router/stored.rs`).
+    stored: stored::StoredFiles,
     /// Jobs submitted with `carmi submit`, until they end.
     submitted: HashMap<JobId, jobs::Submitted>,
     /// Live masters of submitted jobs: their job and the machine running them.
@@ -340,7 +306,7 @@ impl Router {
             lookups: HashMap::new(),
             parked: HashMap::new(),
             outstanding: Default::default(),
-            executables: HashMap::new(),
+            stored: Default::default(),
             submitted: HashMap::new(),
             masters: HashMap::new(),
             recovered: HashMap::new(),
@@ -496,11 +462,6 @@ impl Router {
             p.link = None;
             p.ready = false;
         }
-    }
-
-    /// An executable's bytes were stored and verified.
-    pub fn on_executable_stored(&mut self, exe: &ExecutableRef) {
-        self.executables.insert(exe.sha256.clone(), exe.size);
     }
 
     /// A decoded message arrived on a connection: [`Router::on_decoded`]

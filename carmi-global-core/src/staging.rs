@@ -159,6 +159,12 @@ impl Staging {
         self.dispatch();
     }
 
+    /// The store no longer holds `sha256` (removed: no live job refers to
+    /// it): fetches are directed to machines that hold it, if any.
+    pub fn on_dropped(&mut self, sha256: &str) {
+        self.stored.remove(sha256);
+    }
+
     /// The global RM sent a copy from its store (counted where it happens).
     pub fn on_global_send(&mut self) {
         self.stats.global_sends += 1;

@@ -107,6 +107,14 @@ struct Args {
     /// hold open at once; one more is refused with the reason.
     #[arg(long, value_name = "N", default_value_t = carmi_global::authority::MAX_CONNECTIONS_PER_IDENTITY)]
     max_connections_per_identity: usize,
+    /// Most MiB of uploads (masters, workers, input files) one identity may
+    /// keep in the store at once; an upload past it is refused with the reason.
+    #[arg(long, value_name = "MIB", default_value_t = carmi_global::store::DEFAULT_UPLOAD_QUOTA >> 20)]
+    upload_quota_mib: u64,
+    /// Seconds a stored file that no live job refers to is kept after its
+    /// last use (upload, submit, spawn); then it is removed.
+    #[arg(long, value_name = "S", default_value_t = carmi_global::router::DEFAULT_STORE_KEEP.as_secs())]
+    store_keep_s: u64,
 }
 
 #[tokio::main]
@@ -140,6 +148,7 @@ async fn main() -> anyhow::Result<()> {
         cut_off_limit: Duration::from_secs(args.cut_off_limit_s),
         priority_half_life: Duration::from_secs(args.priority_half_life_s.max(1)),
         max_new_names_per_connection: args.max_new_names_per_connection,
+        store_keep: Duration::from_secs(args.store_keep_s),
         ..RouterConfig::default()
     };
     // Past what the daemon itself interns at start (a few hundred names).
@@ -152,6 +161,7 @@ async fn main() -> anyhow::Result<()> {
         fetch_timeout: Duration::from_secs(args.stage_fetch_timeout_s.max(1)),
     };
     config.stage_link_rate = args.stage_link_rate;
+    config.upload_quota = args.upload_quota_mib.saturating_mul(1 << 20);
     let fds = raise_fd_limit();
     // Room for the journal, the store, staging files and the listener.
     let fit = usize::try_from(fds.saturating_sub(64)).unwrap_or(usize::MAX);

@@ -51,10 +51,12 @@ use crate::store::ExeStore;
 
 mod conn;
 mod files;
+mod handle;
 mod stager;
 
 use conn::{connection, refuse};
-use stager::{StageInput, on_stage_input};
+use handle::handle;
+use stager::StageInput;
 
 pub use crate::authority::{Admitted, Authority, MAX_LIFETIME_S};
 pub use carmi_api::gate::{ConnLimits, Gate, REFUSAL_LOG_PERIOD, Refusal, Ticket};
@@ -103,6 +105,9 @@ pub struct ServerConfig {
     /// token, and each request is checked against its power. `None` (a pool
     /// without a signing key) admits whoever knows the secret as an admin.
     pub auth: Option<Arc<Authority>>,
+    /// Bytes of uploads the store keeps per identity
+    /// ([`crate::store::DEFAULT_UPLOAD_QUOTA`]).
+    pub upload_quota: u64,
     /// How pilots are started (`carmi alloc`); `None`: allocation queues
     /// may be made, but every submission fails saying so.
     pub pilots: Option<crate::pilots::PilotSettings>,
@@ -122,6 +127,7 @@ impl ServerConfig {
             conn_limits: ConnLimits::default(),
             frame_deadline: FrameDeadline::DEFAULT,
             auth: None,
+            upload_quota: crate::store::DEFAULT_UPLOAD_QUOTA,
             pilots: None,
         }
     }
@@ -225,7 +231,8 @@ struct Shared {
 impl Server {
     /// Opens the state directory and binds `addr` (`HOST:PORT`; port 0 picks one).
     pub async fn bind(addr: &str, config: ServerConfig) -> Result<Server, Error> {
-        let (store, stored) = ExeStore::open(&config.state_dir)?;
+        let (mut store, stored) = ExeStore::open(&config.state_dir)?;
+        store.set_quota(config.upload_quota);
         let returned = ReturnedStore::open(&config.state_dir).map_err(|source| {
             crate::store::StoreError::Io {
                 path: config.state_dir.join("returned").display().to_string(),
@@ -562,6 +569,15 @@ async fn router_task(
                         tokio::spawn(files::send(returned.clone(), out.tx.clone(), files));
                     }
                 }
+                Output::DropStored { sha256 } => {
+                    staging.on_dropped(&sha256);
+                    let store = store.clone();
+                    tokio::task::spawn_blocking(move || {
+                        if let Err(e) = store.remove(&sha256) {
+                            warn!("removing a stored file no job refers to failed: {e}");
+                        }
+                    });
+                }
                 Output::SaveCheckpoint { job, files, names } => {
                     let stores = (returned.clone(), store.clone());
                     files::save_checkpoint(stores, to_router.clone(), job, files, names);
@@ -587,82 +603,6 @@ fn write_journal(journal: &mut Journal, records: &mut Vec<crate::journal::Record
     records.clear();
     if let Err(e) = result {
         tracing::error!(journal = %journal.path().display(), "cannot write the journal: {e}");
-    }
-}
-
-/// Hands one command to the router or the staging core.
-fn handle(
-    cmd: Cmd,
-    router: &mut Router,
-    staging: &mut Staging,
-    links: &mut HashMap<LinkId, LinkTx>,
-    start: Instant,
-) {
-    staging.set_now(start.elapsed());
-    let now = start.elapsed();
-    match cmd {
-        Cmd::Opened {
-            link,
-            role,
-            identity,
-            out,
-        } => {
-            links.insert(link, out);
-            if let Role::Local { name } = &role {
-                staging.on_local_opened(link, name.clone());
-            }
-            router.on_link_opened(link, role, now);
-            if let Some(identity) = identity {
-                router.on_link_identity(link, *identity);
-            }
-        }
-        Cmd::Reply { link, msg } => send_or_kick(links, link, *msg),
-        Cmd::AppIdentity(link, conn, verdict) => router.on_app_identity(link, conn, verdict),
-        Cmd::Message { link, msg, at } => {
-            router.on_decoded(link, *msg, at.saturating_duration_since(start))
-        }
-        Cmd::Stored(exe) => {
-            staging.on_stored(&exe.sha256);
-            router.on_executable_stored(&exe);
-        }
-        Cmd::Staging(input) => on_stage_input(staging, input),
-        Cmd::CheckpointSaved(job, saved) => {
-            for exe in saved.iter().flatten() {
-                staging.on_stored(&exe.sha256);
-            }
-            router.on_checkpoint_saved(job, saved);
-        }
-        Cmd::Pilot(crate::pilots::PilotReport::Submitted { alloc, result }) => {
-            router.on_pilot_submitted(alloc, result, now)
-        }
-        Cmd::Pilot(crate::pilots::PilotReport::States(states)) => {
-            router.on_batch_states(&states, now)
-        }
-        Cmd::Dashboard(crate::dashboard::Query::Snapshot(tx)) => {
-            let jobs = router.queue_status();
-            let alloc = router.allocator();
-            let waiting = (jobs.iter().filter(|j| j.state == "waiting"))
-                .take(crate::dashboard::view::MAX_EXPLAINED)
-                .map(|j| crate::dashboard::view::Waiting {
-                    job: j.job,
-                    classes: alloc.analyze(j.job),
-                })
-                .collect();
-            let snapshot = crate::dashboard::Snapshot {
-                machines: alloc.pool_status(),
-                jobs,
-                waiting,
-            };
-            let _ = tx.send(snapshot);
-        }
-        Cmd::Dashboard(crate::dashboard::Query::Ads(tx)) => {
-            let _ = tx.send(router.allocator().machine_ads());
-        }
-        Cmd::Closed { link } => {
-            links.remove(&link);
-            staging.on_closed(link);
-            router.on_link_closed(link, now);
-        }
     }
 }
 

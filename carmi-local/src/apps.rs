@@ -266,8 +266,10 @@ async fn connection(
                 Some(msg) => {
                     // An application that stopped reading blocks this write;
                     // the driver's kick must still end the connection.
+                    // Flushed once nothing else waits: over TLS, what the
+                    // socket could not take stays in the session until then.
                     let written = tokio::select! {
-                        r = writer.send(&msg, &[]) => r,
+                        r = send_flushed(&mut writer, &msg, rx.is_empty()) => r,
                         _ = kick.notified() => break,
                     };
                     if let Err(e) = written {
@@ -303,4 +305,17 @@ pub(crate) fn try_send(out: &AppTx, conn: ConnId, msg: FromLocal) -> bool {
         }
         Err(mpsc::error::TrySendError::Closed(_)) => false,
     }
+}
+
+/// Sends `msg`, then flushes if `last` (nothing else is queued behind it).
+async fn send_flushed<M: serde::Serialize, W: tokio::io::AsyncWrite + Unpin>(
+    writer: &mut carmi_api::conn::ConnWriter<M, W>,
+    msg: &M,
+    last: bool,
+) -> std::io::Result<()> {
+    writer.send(msg, &[]).await?;
+    if last {
+        writer.flush().await?;
+    }
+    Ok(())
 }

@@ -376,7 +376,12 @@ async fn session(
                         tokio::time::sleep(FLUSH_TIMEOUT).await;
                     };
                     let written = tokio::select! {
-                        r = w.send(&msg, &payload) => r.map_err(|e| e.to_string()),
+                        r = async {
+                            w.send(&msg, &payload).await?;
+                            // Over TLS, what the socket could not take waits
+                            // in the session until flushed.
+                            if rx.is_empty() { w.flush().await } else { Ok(()) }
+                        } => r.map_err(|e| e.to_string()),
                         _ = kick.notified() => Err("the outgoing queue is full".to_string()),
                         _ = give_up => Err("shutting down while the global RM was not reading".to_string()),
                     };
@@ -398,7 +403,7 @@ async fn session(
                     while let Ok((msg, payload)) = rx.try_recv() {
                         w.send(&msg, &payload).await?;
                     }
-                    std::io::Result::Ok(())
+                    w.flush().await
                 };
                 if let Ok(Err(e)) = tokio::time::timeout(FLUSH_TIMEOUT, flush).await {
                     tracing::warn!(error = %e, "cannot flush messages to the global RM at shutdown");

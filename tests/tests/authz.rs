@@ -555,3 +555,31 @@ async fn a_reader_may_neither_upload_nor_fetch_nor_serve_executables() {
         other => panic!("status after the refusals: {other:?}"),
     }
 }
+
+#[test]
+fn uploads_are_held_to_a_quota_per_identity() {
+    let options = carmi_tests::PoolOptions {
+        global_args: vec!["--upload-quota-mib".into(), "1".into()],
+        ..Default::default()
+    };
+    let pool = Pool::start_with("upload-quota", 1, &[vec![]], options);
+    pool.wait_registered();
+    let alice = token(&pool, "alice", Power::Submit, None);
+    let bob = token(&pool, "bob", Power::Submit, None);
+    // Alice's first job (a small master) fits; a 2 MiB master does not.
+    submit(&pool, &alice).expect("a small upload fits the quota");
+    let big = pool.dir.join("big.sh");
+    let mut bytes = MASTER.as_bytes().to_vec();
+    bytes.extend(std::iter::repeat_n(b'#', 2 << 20));
+    std::fs::write(&big, bytes).unwrap();
+    let sub = pool.dir.join("big.sub");
+    std::fs::write(&sub, "executable = big.sh\nqueue\n").unwrap();
+    let out = carmi(&pool, &alice, &["submit", sub.to_str().unwrap()]);
+    assert_refused(
+        "alice's 2 MiB upload",
+        allowed(&out),
+        &["quota", "alice", "--upload-quota-mib"],
+    );
+    // The quota is alice's, not the pool's: bob still submits.
+    submit(&pool, &bob).expect("bob's upload is charged to bob");
+}

@@ -366,6 +366,7 @@ impl Pool {
                 | Output::DropFiles { .. }
                 | Output::SendFiles { .. }
                 | Output::SaveCheckpoint { .. }
+                | Output::DropStored { .. }
                 | Output::Pilot(_) => {}
             }
         }

@@ -40,6 +40,7 @@ pub(super) fn step(
             | Output::DropFiles { .. }
             | Output::SendFiles { .. }
             | Output::SaveCheckpoint { .. }
+            | Output::DropStored { .. }
             | Output::Pilot(_) => {}
         }
     }

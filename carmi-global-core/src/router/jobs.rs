@@ -145,7 +145,7 @@ impl Router {
             warn!(owner = %req.owner.chars().take(64).collect::<String>(), "submit refused: {}", f.message);
             return self.admin_fail(link, f.code, f.message);
         }
-        if !self.executables.contains_key(&req.executable.sha256) {
+        if !self.stored.has(&req.executable.sha256) {
             let message = format!(
                 "executable {} ({}) was not uploaded before the submit",
                 req.executable.name, req.executable.sha256
@@ -156,13 +156,17 @@ impl Router {
             .spec
             .input_refs
             .iter()
-            .find(|r| !self.executables.contains_key(&r.sha256))
+            .find(|r| !self.stored.has(&r.sha256))
         {
             let message = format!(
                 "transfer_input_files: {} ({}) was not uploaded before the submit",
                 r.name, r.sha256
             );
             return self.admin_fail(link, FailureCode::BadExecutable, message);
+        }
+        self.stored.touch(&req.executable.sha256, self.now);
+        for r in &req.spec.input_refs {
+            self.stored.touch(&r.sha256, self.now);
         }
         if !req.anywhere && !self.alloc.is_online(&req.machine) {
             let message = format!(

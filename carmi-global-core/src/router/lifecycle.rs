@@ -368,6 +368,7 @@ impl Router {
                 .push(Output::Journal(crate::journal::Record::Ended { job }));
         }
         self.awaiting_roots.retain(|_, (j, _)| *j != job);
+        self.stored.job_ended(job);
         self.job_attrs.forget(job);
         self.memory_peaks.remove(&job);
         self.forget_lost(None, Some(job));

@@ -121,6 +121,7 @@ impl Router {
         self.expire_absent();
         self.settle_log_reads();
         self.pilot_tick();
+        self.sweep_stored();
         if !self.unplaced.is_empty() {
             self.place_masters();
         }

@@ -192,7 +192,7 @@ impl Router {
         target: SpawnTarget,
         output: OutputMode,
     ) {
-        if self.executables.get(&executable.sha256) != Some(&executable.size) {
+        if self.stored.size(&executable.sha256) != Some(executable.size) {
             let failure = Failure {
                 code: FailureCode::BadExecutable,
                 message: format!(
@@ -203,6 +203,8 @@ impl Router {
             };
             return self.answer(req, Err(failure));
         }
+        // Kept while the job lives, whatever else refers to it.
+        self.stored.spawned(job, &executable.sha256, self.now);
         let host = match self.alloc.pick_spawn_host(job, &target) {
             Ok(h) => h,
             Err(failure) => return self.answer(req, Err(failure)),

@@ -269,17 +269,28 @@ async fn read_frames(
             ToGlobal::Upload { executable } if serves_executables => {
                 // Hashed and written on the blocking pool; this loop reads on.
                 let store = shared.store.clone();
-                let task =
-                    tokio::task::spawn_blocking(move || match store.put(&executable, &payload) {
+                let owner = identity.map(|i| i.name.clone());
+                let task = tokio::task::spawn_blocking(move || {
+                    match store.put_for(&executable, &payload, owner.as_deref()) {
                         Ok(()) => {
                             debug!(%link, name = executable.name, "executable stored");
                             Some(Cmd::Stored(executable))
                         }
                         Err(e) => {
                             warn!(%link, "upload rejected: {e}");
-                            None
+                            // Told before the request that would need it.
+                            let failure = Failure {
+                                code: FailureCode::BadExecutable,
+                                message: format!(
+                                    "{} ({}): {e}",
+                                    executable.name, executable.sha256
+                                ),
+                            };
+                            let msg = Box::new(FromGlobal::AdminFailed(failure));
+                            Some(Cmd::Reply { link, msg })
                         }
-                    });
+                    }
+                });
                 if !send(Pending::Working(task)) {
                     return Ok(());
                 }

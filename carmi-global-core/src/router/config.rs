@@ -1,0 +1,58 @@
+//! The router's settings.
+
+use std::time::Duration;
+
+use super::{
+    CUT_OFF_LIMIT, DEFAULT_STORE_KEEP, MAX_AD_ATTRIBUTES, MAX_AD_BYTES,
+    MAX_NEW_NAMES_PER_CONNECTION,
+};
+
+/// Settings of the router.
+#[derive(Clone, Debug)]
+pub struct RouterConfig {
+    /// Heartbeat period asked of local RMs.
+    pub heartbeat: Duration,
+    /// A machine silent for this many periods is lost.
+    pub missed_heartbeats: u32,
+    /// Most slots one machine may advertise (guards memory against a bad ad).
+    pub max_slots: u32,
+    /// Wall-clock time, seconds since the Unix epoch, at `now == 0`: the
+    /// router's clock is monotonic, and `carmi history` shows when jobs ended.
+    pub started_unix: u64,
+    /// Most attributes in a machine ad or heartbeat update ([`MAX_AD_ATTRIBUTES`]).
+    pub max_ad_attributes: usize,
+    /// Most bytes of text in a machine ad or heartbeat update ([`MAX_AD_BYTES`]).
+    pub max_ad_bytes: usize,
+    /// Most attribute names new to this process that one connection's ads
+    /// may bring over its life ([`MAX_NEW_NAMES_PER_CONNECTION`]).
+    pub max_new_names_per_connection: usize,
+    /// Users' fair-share usage halves every this long (HTCondor's
+    /// `PRIORITY_HALFLIFE`; [`crate::usage::DEFAULT_HALF_LIFE`], a day).
+    pub priority_half_life: Duration,
+    /// How long every machine may be silent at once, taken for this global
+    /// RM's own cut from the network, before they are declared lost
+    /// ([`CUT_OFF_LIMIT`], 10 min; zero: never taken for a cut).
+    pub cut_off_limit: Duration,
+    /// How long a file in the executable store that no live job refers to
+    /// is kept after its last use ([`DEFAULT_STORE_KEEP`]); then it is removed.
+    pub store_keep: Duration,
+}
+
+impl Default for RouterConfig {
+    fn default() -> Self {
+        RouterConfig {
+            heartbeat: Duration::from_millis(1000),
+            missed_heartbeats: 3,
+            max_slots: carmi_proto::limits::MAX_SLOTS_PER_MACHINE,
+            started_unix: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            max_ad_attributes: MAX_AD_ATTRIBUTES,
+            max_ad_bytes: MAX_AD_BYTES,
+            max_new_names_per_connection: MAX_NEW_NAMES_PER_CONNECTION,
+            priority_half_life: crate::usage::DEFAULT_HALF_LIFE,
+            cut_off_limit: CUT_OFF_LIMIT,
+            store_keep: DEFAULT_STORE_KEEP,
+        }
+    }
+}
