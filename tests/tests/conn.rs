@@ -501,7 +501,7 @@ async fn a_machine_inventing_names_for_two_minutes_leaves_the_global_rm_within_5
         "the global RM grew from {before} MB to {after} MB\n{}",
         pool.logs()
     );
-    let refusals = refusals.lock().unwrap();
+    let refusals = refusals.lock().unwrap().clone();
     assert!(
         refusals
             .iter()

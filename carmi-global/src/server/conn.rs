@@ -278,7 +278,11 @@ async fn read_frames(
                         }
                         Err(e) => {
                             warn!(%link, "upload rejected: {e}");
-                            // Told before the request that would need it.
+                            // A tool is told before the request that needs it; an
+                            // application learns it from its spawn's failure.
+                            if local {
+                                return None;
+                            }
                             let failure = Failure {
                                 code: FailureCode::BadExecutable,
                                 message: format!(
