@@ -40,11 +40,17 @@ fn carmi(pool: &Pool, token: &Path, args: &[&str]) -> std::process::Output {
 /// Submits a job that waits forever (more machines than the pool has);
 /// its id, or the refusal's text.
 fn submit(pool: &Pool, token: &Path) -> Result<String, String> {
+    submit_with(pool, token, "class_name = w\nmachine_count = 99\n")
+}
+
+/// Submits the job of [`MASTER`] with `more` submit lines; its id, or the
+/// refusal's text.
+fn submit_with(pool: &Pool, token: &Path, more: &str) -> Result<String, String> {
     let dir = &pool.dir;
     std::fs::write(dir.join("master.sh"), MASTER).unwrap();
     let sub = dir.join("wait.sub");
     let body = format!(
-        "executable = master.sh\nenvironment = STOP={}\nclass_name = w\nmachine_count = 99\nqueue\n",
+        "executable = master.sh\nenvironment = STOP={}\n{more}queue\n",
         dir.join("stop").display()
     );
     std::fs::write(&sub, body).unwrap();
@@ -582,4 +588,31 @@ fn uploads_are_held_to_a_quota_per_identity() {
     );
     // The quota is alice's, not the pool's: bob still submits.
     submit(&pool, &bob).expect("bob's upload is charged to bob");
+}
+
+#[test]
+fn a_journal_cut_at_its_start_gives_no_job_id_and_so_no_credential_again() {
+    let mut pool = Pool::start("journal-cut", 1, &[vec![]]);
+    pool.wait_registered();
+    let alice = token(&pool, "alice", Power::Submit, None);
+    let before: Vec<u64> = (0..3)
+        .map(|_| submit(&pool, &alice).expect("submitted").parse().unwrap())
+        .collect();
+    // The journal is cut at its first record (damaged, say); the jobs' key
+    // survives beside it.
+    pool.kill_global();
+    let state = pool.dir.join("global-state");
+    std::fs::write(state.join("journal.log"), b"").unwrap();
+    pool.restart_global();
+    pool.wait_registered();
+    let after: u64 = submit(&pool, &alice).expect("submitted").parse().unwrap();
+    assert!(
+        before.iter().all(|&b| after > b),
+        "job {after} after the cut, {before:?} before it"
+    );
+    let key = carmi_api::jobcred::JobKey::load_or_create(&state.join("jobs.key")).unwrap();
+    let new = key.credential(carmi_api::ids::JobId(after)).text();
+    for b in before {
+        assert_ne!(key.credential(carmi_api::ids::JobId(b)).text(), new);
+    }
 }
