@@ -154,7 +154,9 @@ fn the_readmes_real_pool_runs_as_written() {
         let checkout = checkout.canonicalize().unwrap();
         assert!(out.status.success(), "not installed: {found}");
         assert!(
-            found.lines().all(|l| !l.starts_with(&*checkout.to_string_lossy())),
+            found
+                .lines()
+                .all(|l| !l.starts_with(&*checkout.to_string_lossy())),
             "the PATH finds programs of the checkout:\n{found}"
         );
     }

@@ -125,8 +125,8 @@ impl Drop for Daemons {
     }
 }
 
-/// A unit's command line as a process: `/usr/local`, `/etc/carmi` and
-/// `/var/lib/carmi` under `dest`, `${VAR}` from `env`, `--listen`'s port `port`.
+/// A unit's command line as a process writing to `log`: `/usr/local`,
+/// `/etc/carmi` and `/var/lib/carmi` under `dest`, `${VAR}` from `env`.
 fn command_of(exec: &str, dest: &Path, env: &[(&str, String)], log: &Path) -> Command {
     let mut line = exec.to_string();
     for dir in ["/usr/local/", "/etc/carmi/", "/var/lib/carmi/"] {
@@ -217,13 +217,11 @@ fn the_units_command_lines_start_a_pool_that_needs_tokens() {
     // The machine's daemon token, its configuration, then the local unit.
     let token = s(etc.join("local.token"));
     let m = "units-m1";
-    let created = carmi(
-        &dest,
-        &[
-            "token", "create", "--pool", &pool, "--secret", &secret, "--token", &admin,
-            "--identity", m, "--authz", "daemon", "--machine", m, "--out", &token,
-        ],
+    let create = format!(
+        "token create --pool {pool} --secret {secret} --token {admin} \
+         --identity {m} --authz daemon --machine {m} --out {token}"
     );
+    let created = carmi(&dest, &create.split_whitespace().collect::<Vec<_>>());
     assert!(created.status.success(), "{}", text(&created.stderr));
     let config = std::fs::read_to_string(etc.join("local.toml"))
         .unwrap()
@@ -253,7 +251,9 @@ fn the_units_command_lines_start_a_pool_that_needs_tokens() {
     loop {
         let out = carmi(
             &dest,
-            &["status", "--pool", &pool, "--secret", &secret, "--token", &admin],
+            &[
+                "status", "--pool", &pool, "--secret", &secret, "--token", &admin,
+            ],
         );
         if text(&out.stdout).contains(m) {
             break;
