@@ -234,8 +234,8 @@ fn the_units_command_lines_start_a_pool_that_needs_tokens() {
     std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o711)).unwrap();
     let local = unit(&dest, "carmi-local.service");
     let prefix = format!("cu{}x", std::process::id());
-    let local_bin = dest.join("usr/local/bin/carmi-local");
-    let _accounts = SlotUsers(local_bin, prefix.clone());
+    // This build's carmi-local removes them: the scratch root may be gone by then.
+    let _accounts = SlotUsers(bin_dir().join("carmi-local"), prefix.clone());
     let exec = key(&local, "ExecStart").replace(
         "--slot-user-prefix carmi-slot",
         &format!("--slot-user-prefix {prefix}"),
