@@ -152,7 +152,10 @@ fn the_readmes_real_pool_runs_as_written() {
         let found = String::from_utf8_lossy(&out.stdout).into_owned();
         let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let checkout = checkout.canonicalize().unwrap();
-        assert!(out.status.success(), "not installed: {found}");
+        assert!(
+            out.status.success(),
+            "CARMI_README_INSTALLED=1, but the PATH lacks carmi, carmi-global or carmi-local: {found}"
+        );
         assert!(
             found
                 .lines()
