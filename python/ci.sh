@@ -1,25 +1,42 @@
 #!/bin/sh
-# Builds the Python package's wheel with maturin (from PyPI, in a build
-# virtualenv), installs that wheel in a fresh virtualenv, and runs the tests
-# there on an embedded pool started with the workspace's `carmi`
-# (`carmi pool up`): the tests run against the wheel a user would install.
+# Installs the Python package as its README says (`pip install ./python`, a
+# release build of the native module with the whole `carmi` linked in) in a
+# fresh virtualenv, runs the tests there, then the README's example with no
+# `carmi` installed anywhere and no pool configured, from outside the
+# checkout: the package must bring its pool with it.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-python3 -m venv "$work/build"
-"$work/build/bin/pip" install -q --upgrade pip 'maturin>=1.5,<2'
-# The package's Rust build reuses one target directory between runs, and is
-# a debug build (`pip install ./python` builds for release).
-CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target/python}" "$work/build/bin/maturin" build -q \
-    --profile dev --compatibility linux --interpreter "$work/build/bin/python" \
-    --manifest-path "$here/Cargo.toml" --out "$work/wheels"
 python3 -m venv "$work/venv"
 "$work/venv/bin/pip" install -q --upgrade pip
-"$work/venv/bin/pip" install -q "$work"/wheels/wodi-*.whl pytest
-(cd "$root" && cargo build -q -p carmi-cli)
+# The package's Rust build reuses one target directory between runs.
+CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target/python}" \
+    "$work/venv/bin/pip" install -q "$here" pytest
 # Run from outside the checkout, so that `import wodi` finds the installed
-# wheel and not the sources in python/wodi.
+# package and not the sources in python/wodi. The tests start their pools
+# with the `carmi` the package carries ($CARMI_BIN, if set, instead).
 cd "$work"
-CARMI_BIN="$root/target/debug/carmi" "$work/venv/bin/python" -m pytest -q "$here/tests"
+"$work/venv/bin/python" -m pytest -q "$here/tests"
+
+# The README's lines, as a new user runs them: CARMI_BIN unset, no `carmi`
+# on the PATH, a home of its own (no pool recorded, no config file).
+mkdir "$work/user"
+cp "$here/examples/squares.py" "$work/user/"
+cat >>"$work/user/squares.py" <<'PY'
+assert squares == [i * i for i in range(1000)], "results out of order or wrong"
+print("1000 results in order")
+PY
+path=/usr/local/bin:/usr/bin:/bin
+if PATH=$path command -v carmi >/dev/null; then
+    echo "python/ci.sh: a carmi is installed in $path; the no-carmi check needs a machine without one" >&2
+    exit 1
+fi
+cd "$work/user"
+out=$(env -i PATH="$path" HOME="$work/user" LANG=C.UTF-8 "$work/venv/bin/python" squares.py)
+echo "$out"
+case $out in
+    *"1000 results in order"*) ;;
+    *) echo "python/ci.sh: the README's example did not return its 1000 results in order" >&2; exit 1 ;;
+esac

@@ -42,6 +42,31 @@ use carmi_pool::sweep::DIR_PREFIX;
 // The supervisor of a background pool: a part of running one, below it.
 pub(crate) mod supervise;
 
+/// How to run this command again, when it is not this executable (see
+/// [`crate::run`]): a program and the arguments before the subcommand.
+static LAUNCHER: std::sync::OnceLock<Vec<std::ffi::OsString>> = std::sync::OnceLock::new();
+
+/// Makes `pool up` and its supervisor start `launcher` (a program and its
+/// first arguments) rather than this executable; the first call wins.
+pub(crate) fn set_launcher(launcher: Vec<std::ffi::OsString>) {
+    let _ = LAUNCHER.set(launcher);
+}
+
+/// A command that runs this `carmi` again: the launcher if one was set,
+/// else this executable. Arguments added after it are `carmi`'s.
+pub(crate) fn this_carmi() -> anyhow::Result<Command> {
+    match LAUNCHER.get().and_then(|l| l.split_first()) {
+        Some((program, first)) => {
+            let mut cmd = Command::new(program);
+            cmd.args(first);
+            Ok(cmd)
+        }
+        None => Ok(Command::new(
+            std::env::current_exe().context("cannot find the carmi program")?,
+        )),
+    }
+}
+
 /// Options of `carmi pool up`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct UpArgs {
@@ -205,8 +230,7 @@ pub fn up(args: &UpArgs) -> anyhow::Result<()> {
     let ready = dir.join("ready.toml");
     let log = std::fs::File::create(&log_path)
         .with_context(|| format!("cannot create {}", log_path.display()))?;
-    let exe = std::env::current_exe().context("cannot find the carmi program")?;
-    let mut cmd = Command::new(exe);
+    let mut cmd = this_carmi()?;
     cmd.args(["pool", "serve", "--hosts"])
         .arg(args.hosts.to_string())
         .arg("--owners")

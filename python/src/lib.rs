@@ -2,7 +2,9 @@
 //! whose steps carry opaque bytes (the Python side pickles a function and
 //! its input, or hands a command worker its own bytes), the worker loops
 //! that hand each step to a Python callable or run it as a shell command,
-//! and the server role (`python -m wodi._server`).
+//! and the server role (`python -m wodi._server`), and the whole `carmi`
+//! command (`python -m wodi._carmi`), which starts the embedded pool where
+//! no `carmi` is installed.
 
 use bytes::Bytes;
 use pyo3::exceptions::PyRuntimeError;
@@ -248,6 +250,19 @@ fn pool_configured() -> PyResult<bool> {
     Ok(coords.local.is_some() && coords.secret.is_some())
 }
 
+/// Runs the `carmi` command carried in this module (`python -m
+/// wodi._carmi ARGS`): `args` is its command line, program name first;
+/// `launcher` runs this same command again (the background pool of `pool
+/// up`). Returns the exit status. The whole `carmi` is linked in, daemons
+/// of the embedded pool included, so that the wheel needs no `carmi`
+/// installed beside it.
+#[pyfunction]
+fn carmi(py: Python<'_>, args: Vec<String>, launcher: Vec<String>) -> u8 {
+    let args = args.into_iter().map(Into::into).collect();
+    let launcher = launcher.into_iter().map(Into::into).collect();
+    py.allow_threads(|| carmi_cli::run(args, Some(launcher)))
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativePool>()?;
@@ -255,5 +270,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(serve_commands, m)?)?;
     m.add_function(wrap_pyfunction!(server_main, m)?)?;
     m.add_function(wrap_pyfunction!(pool_configured, m)?)?;
+    m.add_function(wrap_pyfunction!(carmi, m)?)?;
     Ok(())
 }

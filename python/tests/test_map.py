@@ -27,20 +27,27 @@ def test_a_step_that_raises_comes_back_naming_its_input(embedded_pool, tmp_path)
 
 def test_without_a_configured_pool_an_embedded_one_is_started_and_stopped(tmp_path):
     import os
+    import shutil
 
-    from conftest import ROOT
+    from conftest import no_pool_env
 
-    state = tmp_path / "state"
-    state.mkdir()
-    env = dict(os.environ, XDG_STATE_HOME=str(state), HOME=str(state))
-    for k in ("CARMI_POOL", "CARMI_SECRET", "CARMI_LOCAL", "CARMI_SECRET_FILE", "CARMI_CONFIG"):
-        env.pop(k, None)
-    env.setdefault("CARMI_BIN", str(ROOT / "target" / "debug" / "carmi"))
-    out = run_script(HERE.parent / "examples" / "squares.py", env, tmp_path)
+    env = no_pool_env(tmp_path)
+    # No `carmi` anywhere: the package starts the pool with the one it carries.
+    env.pop("CARMI_BIN", None)
+    path = [d for d in env.get("PATH", "").split(os.pathsep) if d]
+    env["PATH"] = os.pathsep.join(d for d in path if not shutil.which("carmi", path=d))
+    assert shutil.which("carmi", path=env["PATH"]) is None
+    # The README's lines, then their results checked one by one, in order.
+    script = tmp_path / "squares_in_order.py"
+    example = (HERE.parent / "examples" / "squares.py").read_text()
+    check = "assert squares == [i * i for i in range(1000)], squares\nprint('in order')\n"
+    script.write_text(example + check)
+    out = run_script(script, env, tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.startswith(f"{sum(i * i for i in range(1000))} "), out.stdout
+    assert "in order" in out.stdout, out.stdout
     # The pool is down again: its record is gone or names a dead process.
-    record = state / "carmi" / "pool-up.toml"
+    record = tmp_path / "state" / "carmi" / "pool-up.toml"
     assert not record.exists() or "pool_pid" not in record.read_text(), record.read_text()
 
 
@@ -76,23 +83,18 @@ def test_killing_a_worker_mid_map_loses_nothing(embedded_pool, tmp_path):
 
 
 def test_cycles_of_uneven_steps_on_a_churning_pool_deliver_every_step_once(tmp_path):
-    import os
     import subprocess
 
-    from conftest import ROOT
+    from conftest import carmi_command, no_pool_env
 
-    state = tmp_path / "state"
-    state.mkdir()
-    env = dict(os.environ, XDG_STATE_HOME=str(state), HOME=str(state))
-    for k in ("CARMI_POOL", "CARMI_SECRET", "CARMI_LOCAL", "CARMI_SECRET_FILE", "CARMI_CONFIG"):
-        env.pop(k, None)
-    carmi = env.get("CARMI_BIN", str(ROOT / "target" / "debug" / "carmi"))
+    env = no_pool_env(tmp_path)
+    carmi = carmi_command()
     up = ["pool", "up", "--hosts", "8", "--owners", "stochastic", "--speedup", "600"]
-    subprocess.run([carmi, *up], env=env, check=True, timeout=120)
+    subprocess.run([*carmi, *up], env=env, check=True, timeout=120)
     try:
         out = run_script(HERE / "cycles.py", env, tmp_path)
     finally:
-        subprocess.run([carmi, "pool", "down"], env=env, timeout=120)
+        subprocess.run([*carmi, "pool", "down"], env=env, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "cycle 7 ok" in out.stdout, out.stdout
     assert "delivered 248 " in out.stdout, out.stdout

@@ -20,7 +20,6 @@ step lost with its host is run again elsewhere.
 import json
 import os
 import pickle
-import shutil
 import subprocess
 import stat
 import sys
@@ -120,19 +119,26 @@ def _as_bytes(x, what):
     raise TypeError(f"{what} of a command worker must be bytes or str, not {type(x).__name__}")
 
 
+def _carmi_command():
+    """The ``carmi`` that starts and stops an embedded pool: ``$CARMI_BIN``
+    if set, else the one this package carries (``python -m wodi._carmi``,
+    built from the same sources as this module, so it speaks its protocol;
+    a ``carmi`` on the PATH may be of another version and is not used)."""
+    carmi = os.environ.get("CARMI_BIN")
+    if carmi:
+        return [carmi]
+    from . import _carmi
+
+    return _carmi.command()
+
+
 def _start_embedded_pool(hosts):
     """No pool is configured: starts an embedded one on this machine with
-    ``carmi pool up`` (``$CARMI_BIN``, else ``carmi`` on the PATH); returns
-    the ``carmi`` that stops it."""
-    carmi = os.environ.get("CARMI_BIN") or shutil.which("carmi")
-    if not carmi:
-        raise RuntimeError(
-            "no CARMI pool is configured (CARMI_LOCAL and CARMI_SECRET, `carmi pool up`, "
-            "or ~/.config/carmi/config.toml), and no `carmi` to start one "
-            "(put it on the PATH or set CARMI_BIN)"
-        )
+    ``carmi pool up`` (see ``_carmi_command``); returns the ``carmi``
+    command that stops it."""
+    carmi = _carmi_command()
     up = subprocess.run(
-        [carmi, "pool", "up", "--hosts", str(max(hosts, 1))], capture_output=True, text=True
+        [*carmi, "pool", "up", "--hosts", str(max(hosts, 1))], capture_output=True, text=True
     )
     if up.returncode != 0:
         raise RuntimeError(f"`carmi pool up` failed: {up.stderr.strip()}")
@@ -245,7 +251,7 @@ class Pool:
             except OSError:
                 pass
             if self._embedded:
-                subprocess.run([self._embedded, "pool", "down"], capture_output=True)
+                subprocess.run([*self._embedded, "pool", "down"], capture_output=True)
         return self.stats
 
     def __enter__(self):

@@ -3,11 +3,15 @@
 //! shell blocks, so that README and code cannot drift apart. Only what must
 //! differ on a test machine is substituted: free ports for 9618/9620/9621,
 //! `127.0.0.1` for `manager` and `0.0.0.0`, a scratch directory for
-//! `/var/lib/carmi`, the test's own build for `target/release/`, and the
-//! release build itself (`cargo build`) is skipped.
+//! `/var/lib/carmi`; the install step (`deploy/install.sh`) is skipped and
+//! the plain `carmi`, `carmi-global` and `carmi-local` of the commands are
+//! the test's own build, put first on the PATH. With
+//! `CARMI_README_INSTALLED=1` (CI, after running the README's install step)
+//! they are whatever the PATH holds: the installed programs. The commands
+//! run in a scratch directory, outside the checkout.
 
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -70,9 +74,21 @@ impl Drop for Daemons {
     }
 }
 
+/// The PATH the README's commands run with: the test's build first, unless
+/// the installed programs are under test.
+fn path() -> String {
+    let path = std::env::var("PATH").unwrap_or_default();
+    if std::env::var("CARMI_README_INSTALLED").is_ok_and(|v| v == "1") {
+        path
+    } else {
+        format!("{}:{path}", bin_dir().display())
+    }
+}
+
 fn bash(dir: &Path, script: &str) -> Command {
     let mut cmd = Command::new("bash");
-    cmd.arg("-c")
+    cmd.env("PATH", path())
+        .arg("-c")
         .arg(script)
         .current_dir(dir)
         .env_remove("CARMI_POOL")
@@ -96,7 +112,6 @@ fn logs(dir: &Path) -> String {
 #[test]
 fn the_readmes_real_pool_runs_as_written() {
     let dir = scratch("readme");
-    let bins: PathBuf = bin_dir().to_path_buf();
     let ports = [
         ("9618", free_port().to_string()),
         ("9620", free_port().to_string()),
@@ -105,7 +120,6 @@ fn the_readmes_real_pool_runs_as_written() {
     let state = dir.join("var-lib-carmi");
     let subst = |text: &str| {
         let mut t = text
-            .replace("target/release/", &format!("{}/", bins.display()))
             .replace("manager:", "127.0.0.1:")
             .replace("0.0.0.0:", "127.0.0.1:")
             .replace("/var/lib/carmi", &state.display().to_string());
@@ -130,6 +144,26 @@ fn the_readmes_real_pool_runs_as_written() {
         assert!(dir.join(f).is_file(), "the README no longer shows {f}");
     }
 
+    if std::env::var("CARMI_README_INSTALLED").is_ok_and(|v| v == "1") {
+        // The installed programs, not a build of this checkout.
+        let out = bash(&dir, "command -v carmi carmi-global carmi-local")
+            .output()
+            .unwrap();
+        let found = String::from_utf8_lossy(&out.stdout).into_owned();
+        let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let checkout = checkout.canonicalize().unwrap();
+        assert!(
+            out.status.success(),
+            "CARMI_README_INSTALLED=1, but the PATH lacks carmi, carmi-global or carmi-local: {found}"
+        );
+        assert!(
+            found
+                .lines()
+                .all(|l| !l.starts_with(&*checkout.to_string_lossy())),
+            "the PATH finds programs of the checkout:\n{found}"
+        );
+    }
+
     let mut daemons = Daemons(Vec::new());
     let mut script = String::from("set -e\n");
     for line in &commands {
@@ -140,7 +174,9 @@ fn the_readmes_real_pool_runs_as_written() {
         match program {
             "" | "#" => {}
             _ if line.trim_start().starts_with('#') => {}
-            "cargo" => {} // the test runs on the build it was made with
+            // The install step: the test runs on the build it was made with,
+            // or (CARMI_README_INSTALLED) on what CI installed with it.
+            "cargo" | "install.sh" => {}
             "carmi-global" | "carmi-local" => {
                 let log = if program == "carmi-global" {
                     "global.log".to_string()
@@ -183,8 +219,7 @@ fn the_readmes_real_pool_runs_as_written() {
 
     // Both machines registered (6 slots) before the daily loop starts.
     let status = format!(
-        "{}/carmi status --pool 127.0.0.1:{} --secret pool.secret",
-        bins.display(),
+        "carmi status --pool 127.0.0.1:{} --secret pool.secret",
         ports[0].1
     );
     let deadline = Instant::now() + Duration::from_secs(30);

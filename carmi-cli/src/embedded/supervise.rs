@@ -51,8 +51,7 @@ fn child_ready_file(ready: &Path) -> PathBuf {
 }
 
 fn start_child(args: &ServeArgs) -> anyhow::Result<tokio::process::Child> {
-    let exe = std::env::current_exe().context("cannot find the carmi program")?;
-    let mut cmd = tokio::process::Command::new(exe);
+    let mut cmd = tokio::process::Command::from(super::this_carmi()?);
     cmd.args(["pool", "serve", "--child", "--hosts"])
         .arg(args.up.hosts.to_string())
         .arg("--owners")
