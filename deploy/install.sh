@@ -2,10 +2,9 @@
 # Installs CARMI as a tool.
 #
 #   deploy/install.sh [--root DIR]
-#       Builds and installs `carmi`, `carmi-global` and `carmi-local` with
-#       `cargo install --locked --path` into DIR/bin (default: cargo's,
-#       ~/.cargo/bin, or $CARGO_INSTALL_ROOT/bin). Reuses the checkout's
-#       release build (target/release), as cargo install --path does.
+#       Builds `carmi`, `carmi-global` and `carmi-local` (one release build,
+#       in the checkout's target/release) and installs them into DIR/bin
+#       (default: cargo's, ~/.cargo/bin, or $CARGO_INSTALL_ROOT/bin).
 #
 #   sudo deploy/install.sh --systemd [--bin-dir DIR] [--destdir DIR]
 #       As root, for a pool machine or the manager: copies the three binaries
@@ -25,13 +24,18 @@ die() {
     exit 1
 }
 
-# The binaries, with cargo, as the user who builds.
+# The binaries, with cargo, as the user who builds: one release build of
+# the three (three `cargo install`s would each resolve the dependencies'
+# features alone and build them three times), then copied into place.
 install_binaries() {
     local root=$1
-    for crate in carmi-cli carmi-global carmi-local; do
-        cargo install --locked --path "$repo/$crate" ${root:+--root "$root"}
-    done
     local bin=${root:-${CARGO_INSTALL_ROOT:-${CARGO_HOME:-$HOME/.cargo}}}/bin
+    (cd "$repo" && cargo build --release --locked -p carmi-cli -p carmi-global -p carmi-local)
+    local built=${CARGO_TARGET_DIR:-$repo/target}/release
+    install -d -m 0755 "$bin"
+    for b in "${bins[@]}"; do
+        install -m 0755 "$built/$b" "$bin/$b"
+    done
     echo "installed ${bins[*]} into $bin"
     case ":$PATH:" in
         *":$bin:"*) ;;
