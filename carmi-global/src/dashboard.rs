@@ -320,7 +320,13 @@ async fn guard(
             }
         }
         Some(auth) => {
-            let Some(token) = token_of(req.headers(), req.uri().query()) else {
+            // In an address a token ends up in histories, logs and Referer
+            // headers: only the page's own address takes it (to turn it into
+            // a cookie at once), never the API's.
+            let query = (req.uri().path() == "/")
+                .then(|| req.uri().query())
+                .flatten();
+            let Some(token) = token_of(req.headers(), query) else {
                 let why = "this dashboard needs a token of `read` power or more: send it as \
                            `Authorization: Bearer TOKEN`, in the cookie `carmi_token`, or open \
                            /?token=TOKEN once (`carmi token create --authz read`)";
@@ -407,9 +413,27 @@ async fn index(State(shared): State<Shared>, UrlQuery(q): UrlQuery<TokenQuery>) 
             if let Ok(v) = cookie.parse() {
                 r.headers_mut().insert(header::SET_COOKIE, v);
             }
+            // Neither kept by a cache nor passed on as a Referer: the address
+            // holds the token.
+            let h = r.headers_mut();
+            h.insert(
+                header::CACHE_CONTROL,
+                header::HeaderValue::from_static("no-store"),
+            );
+            h.insert(
+                header::REFERRER_POLICY,
+                header::HeaderValue::from_static("no-referrer"),
+            );
             r
         }
-        _ => ([(header::CACHE_CONTROL, "no-store")], Html(PAGE)).into_response(),
+        _ => (
+            [
+                (header::CACHE_CONTROL, "no-store"),
+                (header::REFERRER_POLICY, "no-referrer"),
+            ],
+            Html(PAGE),
+        )
+            .into_response(),
     }
 }
 
@@ -542,27 +566,47 @@ fn json<T: serde::Serialize>(value: &T) -> Response {
     }
 }
 
-/// `/api/events`: the view as a `view` event now and after every change.
+/// How often a stream's token is checked again: a revoked or expired one
+/// ends its stream within this.
+const STREAM_RECHECK: Duration = Duration::from_secs(2);
+
+/// `/api/events`: the view as a `view` event now and after every change,
+/// for as long as the token that opened it may read the pool.
 async fn events(
     State(shared): State<Shared>,
+    headers: HeaderMap,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let rx = shared.views.subscribe();
     shared.wake.notify_one();
     let stop = shared.stop.clone();
-    let stream =
-        futures_util::stream::unfold((rx, stop, None), |(mut rx, mut stop, sent)| async move {
+    // The guard let it in with this token (never one from the address).
+    let still_valid = shared.auth.clone().map(|auth| {
+        let token = token_of(&headers, None).unwrap_or_default();
+        move || auth(&token).is_ok()
+    });
+    let state = (rx, stop, None, still_valid);
+    let stream = futures_util::stream::unfold(
+        state,
+        |(mut rx, mut stop, sent, valid)| async move {
+            let mut recheck = tokio::time::interval(STREAM_RECHECK);
+            recheck.tick().await;
             loop {
                 let p = rx.borrow_and_update().clone();
                 if !p.json.is_empty() && sent != Some(p.version) {
                     let event = Event::default().event("view").data(p.json.as_str());
-                    return Some((Ok(event), (rx, stop, Some(p.version))));
+                    return Some((Ok(event), (rx, stop, Some(p.version), valid)));
                 }
                 tokio::select! {
                     changed = rx.changed() => if changed.is_err() { return None },
                     _ = stop.wait_for(|s| *s) => return None,
+                    _ = recheck.tick() => if valid.as_ref().is_some_and(|v| !v()) {
+                        tracing::info!("an event stream's token was revoked or expired: the stream ends");
+                        return None;
+                    },
                 }
             }
-        });
+        },
+    );
     Sse::new(stream).keep_alive(KeepAlive::default())
 }
 

@@ -159,12 +159,18 @@ async fn with_tokens_a_request_needs_a_good_one_in_a_header_cookie_or_query() {
         let (code, body) = request(&addr, "GET", "/api/jobs", header).await;
         assert_eq!(code, want, "{header:?}: {body}");
     }
+    // The API never takes a token from its address (histories, logs and
+    // Referer headers keep addresses).
     let (code, _) = request(&addr, "GET", "/api/jobs?token=good", "").await;
-    assert_eq!(code, 200);
-    // The page's address with the token sets the cookie and drops the token.
+    assert_eq!(code, 401);
+    // The page's address with the token sets the cookie and drops the
+    // token, in an answer no cache keeps and no Referer repeats.
     let head = "GET /?token=good HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
     let raw = exchange(&addr, head).await;
     assert!(raw.starts_with("HTTP/1.1 303"), "{raw}");
+    let lower = raw.to_lowercase();
+    assert!(lower.contains("cache-control: no-store\r\n"), "{raw}");
+    assert!(lower.contains("referrer-policy: no-referrer\r\n"), "{raw}");
     assert!(
         raw.to_lowercase()
             .contains("set-cookie: carmi_token=good; path=/; httponly; samesite=strict; secure"),
@@ -217,6 +223,48 @@ async fn the_event_stream_pushes_a_change_to_a_connected_client() {
             "the change never came"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_tokens_event_stream_ends_within_seconds() {
+    let revoked = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = revoked.clone();
+    let check: TokenCheck = Arc::new(move |t| {
+        if t == "good" && !flag.load(std::sync::atomic::Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err(format!("token `{t}` refused"))
+        }
+    });
+    let pool = Arc::new(Mutex::new(Snapshot {
+        machines: vec![machine("a", "claimed")],
+        jobs: vec![],
+        waiting: vec![],
+    }));
+    let (addr, _stop) = start(pool, Some(check)).await;
+    let tcp = TcpStream::connect(&addr).await.unwrap();
+    let mut s = carmi_api::tls::connect(tcp).await.unwrap();
+    let head = "GET /api/events HTTP/1.1\r\nHost: x\r\nCookie: carmi_token=good\r\nConnection: close\r\n\r\n";
+    s.writer.write_all(head.as_bytes()).await.unwrap();
+    s.writer.flush().await.unwrap();
+    let mut lines = BufReader::new(s.reader).lines();
+    let first_view = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.starts_with("data: ") {
+                return;
+            }
+        }
+        panic!("the stream ended before its first view");
+    };
+    tokio::time::timeout(Duration::from_secs(30), first_view)
+        .await
+        .expect("a view");
+    revoked.store(true, std::sync::atomic::Ordering::SeqCst);
+    // Ended: the chunked body closes (read to its end) within seconds.
+    let ended = async { while let Ok(Some(_)) = lines.next_line().await {} };
+    tokio::time::timeout(Duration::from_secs(10), ended)
+        .await
+        .expect("the stream of a revoked token went on");
 }
 
 /// One `GET path` naming `host` in its Host header; the status code and body.
