@@ -206,6 +206,42 @@ impl PublicKey {
     }
 }
 
+/// What `text` says of itself, unchecked (no signature, pool or expiry is
+/// verified): for its holder's own warnings ("your token expires in 3
+/// days"), never for a decision.
+pub fn claims_unchecked(text: &str) -> Option<Claims> {
+    let body = text.trim().strip_prefix(PREFIX)?;
+    let (claims_b64, _) = body.split_once('.')?;
+    serde_json::from_slice(&URL_SAFE_NO_PAD.decode(claims_b64).ok()?).ok()
+}
+
+/// Within this long of its expiry (or a quarter of its lifetime, if that is
+/// shorter: a token made for a day is not warned about all day), a user's
+/// token is warned about by `carmi`.
+pub const EXPIRY_WARNING_S: u64 = 7 * 24 * 3600;
+
+/// The warning `carmi` prints for a token near or past its expiry at
+/// `now_unix` (read from `file`), if any.
+pub fn expiry_warning(claims: &Claims, file: &Path, now_unix: u64) -> Option<String> {
+    let days = |s: u64| s.div_ceil(24 * 3600);
+    let whose = format!("the token of `{}` in {}", claims.identity, file.display());
+    let renew = format!(
+        "ask the pool's admin for a new one (`carmi token create --identity {} --authz {}`)",
+        claims.identity, claims.power
+    );
+    if now_unix >= claims.expires_unix {
+        let ago = now_unix - claims.expires_unix;
+        return Some(format!(
+            "{whose} expired {} day(s) ago: {renew}",
+            days(ago.max(1))
+        ));
+    }
+    let left = claims.expires_unix - now_unix;
+    let lifetime = claims.expires_unix.saturating_sub(claims.issued_unix);
+    (left <= EXPIRY_WARNING_S.min(lifetime / 4))
+        .then(|| format!("{whose} expires in {} day(s): {renew}", days(left)))
+}
+
 /// The pool's signing key. It stays on the manager (the global RM's
 /// machine): whoever holds it can make any token.
 pub struct SigningKey {

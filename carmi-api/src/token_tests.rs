@@ -132,3 +132,39 @@ fn grants_that_make_no_sense_are_refused() {
     g.lifetime_s = 0;
     assert!(key.issue(&g, NOW).is_err());
 }
+
+#[test]
+fn a_token_near_or_past_its_expiry_is_warned_about_with_the_fix() {
+    let key = SigningKey::generate().unwrap();
+    let grant = Grant {
+        identity: "alice".into(),
+        power: Power::Submit,
+        machine: None,
+        lifetime_s: 10 * 24 * 3600,
+    };
+    let (text, _) = key.issue(&grant, 1_000).unwrap();
+    let claims = claims_unchecked(&text).expect("its own claims");
+    assert_eq!(claims.identity, "alice");
+    let file = Path::new("/home/alice/t");
+    assert_eq!(expiry_warning(&claims, file, 1_000), None, "ten days left");
+    let soon = expiry_warning(&claims, file, 1_000 + 8 * 24 * 3600).expect("two days left");
+    assert!(
+        soon.contains("expires in 2 day(s)") && soon.contains("--authz submit"),
+        "{soon}"
+    );
+    let late = expiry_warning(&claims, file, 1_000 + 11 * 24 * 3600).expect("expired");
+    assert!(
+        late.contains("expired 1 day(s) ago") && late.contains("/home/alice/t"),
+        "{late}"
+    );
+    assert!(claims_unchecked("not a token").is_none());
+    // A token made for a day is warned about only in its last quarter.
+    let day = Grant {
+        lifetime_s: 24 * 3600,
+        ..grant
+    };
+    let (text, _) = key.issue(&day, 1_000).unwrap();
+    let claims = claims_unchecked(&text).unwrap();
+    assert_eq!(expiry_warning(&claims, file, 1_000 + 17 * 3600), None);
+    assert!(expiry_warning(&claims, file, 1_000 + 19 * 3600).is_some());
+}

@@ -38,13 +38,28 @@ pub trait Required {
     fn credentials(&self) -> anyhow::Result<carmi_api::handshake::Secret> {
         let secret = carmi_api::handshake::Secret::from_file(self.secret()?)?;
         let token = match self.token_file() {
-            Some(path) => Some(carmi_api::token::read_token_file(path)?),
+            Some(path) => {
+                let text = carmi_api::token::read_token_file(path)?;
+                warn_if_expiring(&text, path);
+                Some(text)
+            }
             None => None,
         };
         Ok(secret.with_token(token))
     }
     /// The token file, if any.
     fn token_file(&self) -> Option<&Path>;
+}
+
+/// Warns on stderr when the user's token expires within a week or has
+/// expired: a lapsed token otherwise shows only as refusals.
+fn warn_if_expiring(text: &str, path: &Path) {
+    let now = carmi_api::token::now_unix();
+    let warning = carmi_api::token::claims_unchecked(text)
+        .and_then(|c| carmi_api::token::expiry_warning(&c, path, now));
+    if let Some(w) = warning {
+        eprintln!("carmi: warning: {w}");
+    }
 }
 
 impl Required for Coordinates {

@@ -129,8 +129,19 @@ fn pool_up_status_and_down_leave_nothing_behind() {
     let (addr, query) = (url.strip_prefix("https://"))
         .and_then(|u| u.split_once("/?"))
         .unwrap_or_else(|| panic!("not https://ADDR/?token=...: {url}"));
-    let view = http_get(addr, &format!("/api/machines?{query}"));
+    // The page's address takes the token (into a cookie); the API takes it
+    // in a header, never from its address.
+    let token = query
+        .strip_prefix("token=")
+        .expect("a token in the address");
+    let page = http_get(addr, &format!("/?{query}"));
+    assert!(page.starts_with("HTTP/1.1 303"), "{page}");
+    let req = format!(
+        "GET /api/machines HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+    );
+    let view = carmi_testkit::https(addr, &req);
     assert!(view.starts_with("HTTP/1.1 200"), "{view}");
+    assert!(http_get(addr, &format!("/api/machines?{query}")).starts_with("HTTP/1.1 401"));
     assert!(view.contains("\"host16\""), "{view}");
     assert!(http_get(addr, "/api/machines").starts_with("HTTP/1.1 401"));
     assert!(table.contains("16 slots: 16 idle"), "{table}");

@@ -14,8 +14,9 @@
 //! Access: only `GET` and `HEAD` (anything else is answered 405). With a
 //! pool signing key, every request must carry a token of at least `read`
 //! power (`Authorization: Bearer TOKEN`, the cookie `carmi_token`, or
-//! `?token=TOKEN`, which the page turns into that cookie): 401 without one,
-//! 403 with a bad one. Without a key only loopback is served (the daemon
+//! `?token=TOKEN` on the page's own address, which the page turns into that
+//! cookie): 401 without one, 403 with a bad one; an event stream ends when
+//! its token is revoked or expires. Without a key only loopback is served (the daemon
 //! refuses to listen elsewhere, and a request from elsewhere gets 403).
 //!
 //! Transport: HTTPS (TLS 1.3, a certificate made in memory at start), so
