@@ -288,13 +288,16 @@ pub async fn open(tcp: TcpStream, plain: bool) -> io::Result<Stream> {
     }
 }
 
-/// Opens `tcp` as a client would for `secret`: TLS when it presents a token.
-pub async fn connect_for(tcp: TcpStream, secret: &crate::handshake::Secret) -> io::Result<Stream> {
-    if secret.token().is_some() {
-        connect(tcp).await
-    } else {
-        Ok(Stream::plain(tcp))
-    }
+/// Opens `tcp` to a global RM as a client holding `secret`: TLS from the
+/// first byte, token or not (issue 37: a client holding only the secret
+/// once talked in clear after its handshake, and a relay that knew no
+/// secret could swap its request). The global RM still accepts clients in
+/// clear from older versions in a pool without tokens.
+pub async fn connect_for(
+    tcp: TcpStream,
+    _secret: &crate::handshake::Secret,
+) -> io::Result<Stream> {
+    connect(tcp).await
 }
 
 /// Accepts any server certificate, but checks that the server holds its
@@ -392,5 +395,25 @@ mod tests {
         let e = connect(tcp).await.err().expect("refused");
         assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused, "{e}");
         assert!(e.to_string().contains("max_connections"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_client_holding_only_the_secret_speaks_tls_from_its_first_byte() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let text = crate::handshake::Secret::generate_text();
+        let secret = crate::handshake::Secret::new(text.as_bytes()).unwrap();
+        assert!(secret.token().is_none());
+        tokio::spawn(async move {
+            let tcp = TcpStream::connect(addr).await.unwrap();
+            let _ = connect_for(tcp, &secret).await;
+        });
+        let (tcp, _) = listener.accept().await.unwrap();
+        let mut first = [0u8; 2];
+        let mut got = 0;
+        while got < 2 {
+            got = tcp.peek(&mut first).await.unwrap();
+        }
+        assert_eq!(first, [0x16, 0x03], "a TLS record (handshake, version 3.x)");
     }
 }

@@ -30,6 +30,7 @@ mod fetch;
 mod history;
 mod hold;
 mod jobs;
+mod join;
 mod logs;
 mod pool;
 mod progress;

@@ -27,6 +27,12 @@ pub enum PoolCommand {
         #[arg(long)]
         force: bool,
     },
+    /// Make each machine's daemon token (admin): writes NAME.token (mode
+    /// 0600) per machine and prints the line that starts its local RM.
+    AddMachine(crate::join::AddArgs),
+    /// Make each user's token (admin; power submit unless --authz): writes
+    /// NAME.token (mode 0600) per user.
+    AddUser(crate::join::AddArgs),
     /// Start an embedded pool on this machine in the background and record it.
     Up(crate::embedded::UpArgs),
     /// Stop the pool `carmi pool up` started and remove what it left.
@@ -50,6 +56,8 @@ pub fn run(command: PoolCommand) -> anyhow::Result<()> {
             );
             Ok(())
         }
+        PoolCommand::AddMachine(args) => crate::join::add_machines(&args),
+        PoolCommand::AddUser(args) => crate::join::add_users(&args),
         PoolCommand::Up(args) => crate::embedded::up(&args),
         PoolCommand::Down => crate::embedded::down(),
         PoolCommand::Serve(args) => crate::embedded::serve(&args),

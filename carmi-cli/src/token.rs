@@ -120,7 +120,8 @@ pub fn run(command: TokenCommand) -> anyhow::Result<()> {
     }
 }
 
-fn ask(pool: &PoolArgs, req: TokenRequest) -> anyhow::Result<TokenAnswer> {
+/// Sends a token request to the global RM (admin only) and returns its answer.
+pub(crate) fn ask(pool: &PoolArgs, req: TokenRequest) -> anyhow::Result<TokenAnswer> {
     let coords = resolve_env(pool)?;
     let secret = coords.credentials()?;
     let addr = coords.pool()?.to_string();

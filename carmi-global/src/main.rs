@@ -29,8 +29,14 @@ struct Args {
     secret: PathBuf,
     /// The pool's signing key (`carmi pool init` writes it, mode 0600): with
     /// it every connection must present a token and is held to its power.
+    /// Required, unless --insecure.
     #[arg(long, value_name = "FILE")]
     pool_key: Option<PathBuf>,
+    /// Run without a signing key: whoever holds the pool secret is then an
+    /// admin of the pool (every user and machine can remove every job).
+    /// For a development pool on one machine only.
+    #[arg(long, conflicts_with = "pool_key")]
+    insecure: bool,
     /// Directory for executables and other state (created if missing).
     #[arg(long, value_name = "DIR")]
     state_dir: PathBuf,
@@ -133,6 +139,17 @@ async fn main() -> anyhow::Result<()> {
     carmi_api::files::check_shared_key(&args.secret).context("the pool secret")?;
     let secret = Secret::from_file(&args.secret).context("reading the pool secret")?;
     let mut config = ServerConfig::new(secret, args.state_dir.clone());
+    if args.pool_key.is_none() && !args.insecure {
+        bail!(
+            "no --pool-key: without the pool's signing key every holder of the pool secret would be \
+             an admin of the pool. Give the key `carmi pool init` wrote beside the secret \
+             (--pool-key {}), or --insecure for a development pool",
+            args.secret.with_extension("key").display()
+        );
+    }
+    if args.insecure {
+        tracing::warn!("--insecure: no signing key; whoever holds the pool secret is an admin of this pool");
+    }
     if let Some(key) = &args.pool_key {
         std::fs::create_dir_all(&args.state_dir)
             .with_context(|| format!("creating {}", args.state_dir.display()))?;

@@ -129,17 +129,28 @@ fn the_readmes_real_pool_runs_as_written() {
         t
     };
 
-    let mut commands = Vec::new();
+    // The shell blocks' commands, by block.
+    let mut commands: Vec<Vec<String>> = Vec::new();
     for (lang, body) in blocks(&section()) {
         match file_name(&body) {
             Some(name) if lang == "toml" || lang == "sh" => {
                 let content = body.split_once('\n').map_or("", |(_, rest)| rest);
                 std::fs::write(dir.join(name), subst(content)).unwrap();
             }
-            _ if lang == "sh" => commands.extend(body.lines().map(subst)),
+            _ if lang == "sh" => commands.push(body.lines().map(subst).collect()),
             _ => {}
         }
     }
+    // The blocks up to the last that starts a daemon set the pool up, in
+    // order (`carmi pool add-machine` between the global RM and the local
+    // RMs); the later ones are the daily loop, run once the pool is up.
+    let is_daemon = |l: &String| l.starts_with("carmi-global ") || l.starts_with("carmi-local ");
+    let setup_blocks = commands
+        .iter()
+        .rposition(|b| b.iter().any(is_daemon))
+        .map_or(0, |i| i + 1);
+    let daily: Vec<String> = commands.split_off(setup_blocks).concat();
+    let commands: Vec<String> = commands.concat();
     for f in ["local.toml", "server.toml", "job.sub", "hello.sh"] {
         assert!(dir.join(f).is_file(), "the README no longer shows {f}");
     }
@@ -165,7 +176,8 @@ fn the_readmes_real_pool_runs_as_written() {
     }
 
     let mut daemons = Daemons(Vec::new());
-    let mut script = String::from("set -e\n");
+    // What the set-up exports, for every command after it.
+    let mut exports = String::new();
     for line in &commands {
         let words: Vec<&str> = line.split_whitespace().collect();
         let program = words
@@ -184,7 +196,7 @@ fn the_readmes_real_pool_runs_as_written() {
                     format!("local-{}.log", daemons.0.len() - 1)
                 };
                 let out = std::fs::File::create(dir.join(&log)).unwrap();
-                let child = bash(&dir, &format!("exec {line}"))
+                let child = bash(&dir, &format!("{exports}exec {line}"))
                     .stdin(Stdio::null())
                     .stdout(out.try_clone().unwrap())
                     .stderr(out)
@@ -200,26 +212,25 @@ fn the_readmes_real_pool_runs_as_written() {
                     }
                 }
             }
-            _ if daemons.0.is_empty() => {
-                // Set-up before the daemons (the secret).
-                let out = bash(&dir, line).output().unwrap();
+            "export" => exports.push_str(&format!("{line}\n")),
+            _ => {
+                // Set-up: the secret and keys, the machines' and users' tokens.
+                let out = bash(&dir, &format!("{exports}{line}")).output().unwrap();
                 assert!(
                     out.status.success(),
-                    "`{line}` failed: {}",
-                    String::from_utf8_lossy(&out.stderr)
+                    "`{line}` failed: {}\n{}",
+                    String::from_utf8_lossy(&out.stderr),
+                    logs(&dir)
                 );
-            }
-            _ => {
-                script.push_str(line);
-                script.push('\n');
             }
         }
     }
+    let script = format!("set -e\n{}\n", daily.join("\n"));
     assert_eq!(daemons.0.len(), 3, "a global RM and two local RMs");
 
     // Both machines registered (6 slots) before the daily loop starts.
     let status = format!(
-        "carmi status --pool 127.0.0.1:{} --secret pool.secret",
+        "carmi status --pool 127.0.0.1:{} --secret pool.secret --token pool.admin.token",
         ports[0].1
     );
     let deadline = Instant::now() + Duration::from_secs(30);

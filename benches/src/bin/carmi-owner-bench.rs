@@ -259,7 +259,9 @@ async fn idle() -> Result<()> {
     g.args(["--listen", "127.0.0.1:0", "--secret"])
         .arg(&secret)
         .arg("--state-dir")
-        .arg(dir.join("global-state"));
+        .arg(dir.join("global-state"))
+        // What an idle local RM costs, not authentication: a secret-only pool.
+        .arg("--insecure");
     let (mut global, gaddr) = daemon(g, &dir.join("global.log"))?;
     println!(
         "Command: `cargo run --release -p carmi-benches --bin carmi-owner-bench -- idle` \
