@@ -293,10 +293,7 @@ pub async fn open(tcp: TcpStream, plain: bool) -> io::Result<Stream> {
 /// once talked in clear after its handshake, and a relay that knew no
 /// secret could swap its request). The global RM still accepts clients in
 /// clear from older versions in a pool without tokens.
-pub async fn connect_for(
-    tcp: TcpStream,
-    _secret: &crate::handshake::Secret,
-) -> io::Result<Stream> {
+pub async fn connect_for(tcp: TcpStream, _secret: &crate::handshake::Secret) -> io::Result<Stream> {
     connect(tcp).await
 }
 

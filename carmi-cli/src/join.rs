@@ -42,7 +42,9 @@ pub fn add_machines(args: &AddArgs) -> anyhow::Result<()> {
     let files = make(args, Power::Daemon, lifetime)?;
     let coords = resolve_env(&args.pool)?;
     let (pool, secret) = (coords.pool()?, coords.secret()?);
-    let secret_name = secret.file_name().map_or("pool.secret".into(), |n| n.to_string_lossy());
+    let secret_name = secret
+        .file_name()
+        .map_or("pool.secret".into(), |n| n.to_string_lossy());
     for (name, file) in args.names.iter().zip(&files) {
         let token = file.file_name().map_or("".into(), |n| n.to_string_lossy());
         println!(
@@ -75,7 +77,10 @@ fn make(args: &AddArgs, power: Power, lifetime: &str) -> anyhow::Result<Vec<Path
     for name in &args.names {
         let path = token_path(&args.dir, name)?;
         if path.exists() {
-            bail!("{} exists already: revoke that token or move the file first", path.display());
+            bail!(
+                "{} exists already: revoke that token or move the file first",
+                path.display()
+            );
         }
     }
     let mut written = Vec::new();
@@ -91,7 +96,12 @@ fn make(args: &AddArgs, power: Power, lifetime: &str) -> anyhow::Result<Vec<Path
         };
         let path = token_path(&args.dir, name)?;
         carmi_api::files::write_private(&path, &format!("{token}\n"), false)?;
-        eprintln!("wrote {} ({} token {} of `{name}`)", path.display(), info.power, info.id);
+        eprintln!(
+            "wrote {} ({} token {} of `{name}`)",
+            path.display(),
+            info.power,
+            info.id
+        );
         written.push(path);
     }
     Ok(written)
@@ -102,7 +112,9 @@ fn token_path(dir: &Path, name: &str) -> anyhow::Result<PathBuf> {
     let plain = !name.is_empty()
         && name != "."
         && name != ".."
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
     if !plain {
         bail!("`{name}` is not a machine or user name (letters, digits, `-`, `_`, `.`)");
     }
@@ -116,7 +128,10 @@ mod tests {
     #[test]
     fn names_become_plain_token_files_only() {
         let dir = Path::new("/tmp/x");
-        assert_eq!(token_path(dir, "lab-pc-07").unwrap(), dir.join("lab-pc-07.token"));
+        assert_eq!(
+            token_path(dir, "lab-pc-07").unwrap(),
+            dir.join("lab-pc-07.token")
+        );
         for bad in ["../etc/x", "a/b", "", "..", "a b"] {
             assert!(token_path(dir, bad).is_err(), "{bad:?}");
         }

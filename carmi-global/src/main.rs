@@ -148,7 +148,9 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     if args.insecure {
-        tracing::warn!("--insecure: no signing key; whoever holds the pool secret is an admin of this pool");
+        tracing::warn!(
+            "--insecure: no signing key; whoever holds the pool secret is an admin of this pool"
+        );
     }
     if let Some(key) = &args.pool_key {
         std::fs::create_dir_all(&args.state_dir)

@@ -231,6 +231,40 @@ fn transfer_refusal(
     })))
 }
 
+/// Stores an upload of `owner` on the blocking pool (charged to it, see
+/// `store.rs`): `Stored` for the router, or a refusal for a tool (told
+/// before the request that needs the file; an application learns it from
+/// its spawn's failure).
+fn store_upload(
+    shared: &Shared,
+    (link, local): (LinkId, bool),
+    executable: carmi_api::msg::ExecutableRef,
+    payload: bytes::Bytes,
+    owner: Option<String>,
+) -> tokio::task::JoinHandle<Option<Cmd>> {
+    let store = shared.store.clone();
+    tokio::task::spawn_blocking(move || {
+        match store.put_for(&executable, &payload, owner.as_deref()) {
+            Ok(()) => {
+                debug!(%link, name = executable.name, "executable stored");
+                Some(Cmd::Stored(executable))
+            }
+            Err(e) => {
+                warn!(%link, "upload rejected: {e}");
+                if local {
+                    return None;
+                }
+                let failure = Failure {
+                    code: FailureCode::BadExecutable,
+                    message: format!("{} ({}): {e}", executable.name, executable.sha256),
+                };
+                let msg = Box::new(FromGlobal::AdminFailed(failure));
+                Some(Cmd::Reply { link, msg })
+            }
+        }
+    })
+}
+
 /// Reads frames until the peer closes (`Ok`) or sends something unreadable (`Err`).
 async fn read_frames(
     reader: &mut ConnReader<ToGlobal>,
@@ -268,33 +302,8 @@ async fn read_frames(
         match msg {
             ToGlobal::Upload { executable } if serves_executables => {
                 // Hashed and written on the blocking pool; this loop reads on.
-                let store = shared.store.clone();
                 let owner = identity.map(|i| i.name.clone());
-                let task = tokio::task::spawn_blocking(move || {
-                    match store.put_for(&executable, &payload, owner.as_deref()) {
-                        Ok(()) => {
-                            debug!(%link, name = executable.name, "executable stored");
-                            Some(Cmd::Stored(executable))
-                        }
-                        Err(e) => {
-                            warn!(%link, "upload rejected: {e}");
-                            // A tool is told before the request that needs it; an
-                            // application learns it from its spawn's failure.
-                            if local {
-                                return None;
-                            }
-                            let failure = Failure {
-                                code: FailureCode::BadExecutable,
-                                message: format!(
-                                    "{} ({}): {e}",
-                                    executable.name, executable.sha256
-                                ),
-                            };
-                            let msg = Box::new(FromGlobal::AdminFailed(failure));
-                            Some(Cmd::Reply { link, msg })
-                        }
-                    }
-                });
+                let task = store_upload(shared, (link, local), executable, payload, owner);
                 if !send(Pending::Working(task)) {
                     return Ok(());
                 }
