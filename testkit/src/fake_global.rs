@@ -1,7 +1,8 @@
 //! A global RM inside the test process.
 //!
-//! It speaks the real handshake and frames over TCP on 127.0.0.1, so that a
-//! local RM (or the `carmi` tool) under test talks to it as to the real one,
+//! It speaks the real handshake and frames over TLS (or in clear, as the
+//! real one takes both) on 127.0.0.1, so that a local RM (or the `carmi`
+//! tool) under test talks to it as to the real one,
 //! while the test decides every answer: either step by step on a
 //! [`GlobalConn`], or with a function answering each admin request.
 
@@ -12,9 +13,9 @@ use carmi_api::conn::Conn;
 use carmi_api::handshake::{self, Secret};
 use carmi_api::ids::{HostId, ProcessId};
 use carmi_api::msg::{FromGlobal, Role, ToGlobal};
+use carmi_api::tls;
 use classad::ClassAd;
-use tokio::net::TcpListener;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
 
 /// The secret a [`FakeGlobal::new`] pool uses.
 pub const FAKE_SECRET: &[u8] = b"integration-test-secret-0123456789";
@@ -31,7 +32,26 @@ pub struct FakeGlobal {
 /// One connection to the fake global RM, seen from its side.
 pub struct GlobalConn {
     /// The connection, from the global RM's side.
-    pub conn: Conn<FromGlobal, ToGlobal, OwnedReadHalf, OwnedWriteHalf>,
+    pub conn: Conn<FromGlobal, ToGlobal, tls::Reader, tls::Writer>,
+}
+
+/// `stream` past TLS (if it opens with it) and the pool handshake: the
+/// connection and the role the client proved.
+async fn open(
+    stream: TcpStream,
+    secret: &Secret,
+) -> Result<(Conn<FromGlobal, ToGlobal, tls::Reader, tls::Writer>, Role), String> {
+    let acceptor = tls::Acceptor::shared()?;
+    let s = acceptor
+        .accept(stream, true)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut conn = Conn::new(s.reader, s.writer);
+    let (r, w) = conn.parts_mut();
+    let (role, ()) = handshake::server_auth(r, w, secret, &s.binding, |_, _| Ok(()))
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok((conn, role))
 }
 
 impl FakeGlobal {
@@ -64,10 +84,7 @@ impl FakeGlobal {
             .await
             .expect("the local RM connects")
             .expect("accept a connection");
-        let (r, w) = stream.into_split();
-        let mut conn = Conn::new(r, w);
-        let (r, w) = conn.parts_mut();
-        let role = handshake::server(r, w, &self.secret)
+        let (conn, role) = open(stream, &self.secret)
             .await
             .expect("the local RM's handshake");
         assert_eq!(role, Role::Local { name: name.into() });
@@ -81,27 +98,23 @@ impl FakeGlobal {
         tokio::spawn(async move {
             loop {
                 let (stream, _) = self.listener.accept().await.expect("accept an admin");
-                let (r, w) = stream.into_split();
-                let mut conn: Conn<FromGlobal, ToGlobal, _, _> = Conn::new(r, w);
-                let (r, w) = conn.parts_mut();
-                match handshake::server(r, w, &self.secret).await {
-                    Ok(Role::Admin) => {}
-                    Ok(role) => panic!("expected an admin, got {role:?}"),
+                let mut conn = match open(stream, &self.secret).await {
+                    Ok((conn, Role::Admin)) => conn,
+                    Ok((_, role)) => panic!("expected an admin, got {role:?}"),
                     Err(_) => continue,
-                }
+                };
                 let mut msg = read_request(&mut conn).await;
                 if let ToGlobal::Upload { .. } = msg {
                     msg = read_request(&mut conn).await;
                 }
                 conn.send(&answer(msg), &[]).await.expect("send the answer");
+                conn.flush().await.expect("flush the answer");
             }
         });
     }
 }
 
-async fn read_request(
-    conn: &mut Conn<FromGlobal, ToGlobal, OwnedReadHalf, OwnedWriteHalf>,
-) -> ToGlobal {
+async fn read_request(conn: &mut Conn<FromGlobal, ToGlobal, tls::Reader, tls::Writer>) -> ToGlobal {
     conn.recv()
         .await
         .expect("a well-formed frame")
@@ -139,6 +152,8 @@ impl GlobalConn {
             .send(&msg, payload)
             .await
             .expect("send to the local RM");
+        // Over TLS, what the socket could not take yet waits until flushed.
+        self.conn.flush().await.expect("flush to the local RM");
     }
 
     /// Reads the local RM's advertisement and registers its slots as `hosts`.
