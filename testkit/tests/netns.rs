@@ -39,7 +39,15 @@ fn a_net_is_removed_with_its_processes_when_a_test_panics() {
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let net = Net::create(2);
         let child = net.command(1, "sleep").arg("600").spawn().unwrap();
-        assert!(net.pids(1).contains(&child.id()));
+        // The child enters the namespace as it starts: give it a moment.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !net.pids(1).contains(&child.id()) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the child never entered its namespace"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
         seen = Some((net.k, net.hosts.clone(), net.bridge(), child));
         panic!("the test fails here");
     }));
