@@ -262,6 +262,45 @@ fn the_readmes_real_pool_runs_as_written() {
     assert!(stdout.contains("lab-pc-07 "), "{stdout}");
     assert!(stdout.contains("completed, exit 0"), "{stdout}");
     assert!(stdout.contains("job 1 ran its master on"), "{stdout}");
+    powers_hold(&dir, &ports[0].1);
+}
+
+/// The README's pool holds each token to its power (issue 37): bob cannot
+/// remove alice's job, and a token that may only read cannot submit.
+fn powers_hold(dir: &Path, port: &str) {
+    let as_user = |user: &str, cmd: &str| {
+        let line = format!(
+            "export CARMI_POOL=127.0.0.1:{port} CARMI_SECRET=$PWD/pool.secret CARMI_TOKEN=$PWD/{user}.token; {cmd}"
+        );
+        bash(dir, &line).output().unwrap()
+    };
+    std::fs::write(dir.join("nap.sh"), "#!/bin/sh\nsleep 60\n").unwrap();
+    std::fs::write(dir.join("nap.sub"), "executable = nap.sh\nqueue\n").unwrap();
+    let out = as_user("alice", "chmod +x nap.sh && carmi submit nap.sub");
+    let job = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(
+        out.status.success() && !job.is_empty(),
+        "alice's second job: {out:?}"
+    );
+    let out = as_user("bob", &format!("carmi rm {job}"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("permission denied"),
+        "bob removed alice's job: {err}"
+    );
+    let out = as_user("pool.admin", "carmi pool add-user --authz read carol");
+    assert!(out.status.success(), "{out:?}");
+    let out = as_user("carol", "carmi submit nap.sub");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("permission denied"),
+        "a reader submitted: {err}"
+    );
+    let out = as_user("alice", &format!("carmi rm {job}"));
+    assert!(
+        out.status.success(),
+        "alice could not remove her own job: {out:?}"
+    );
 }
 
 fn shell_quote(s: &str) -> String {
