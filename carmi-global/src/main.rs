@@ -28,8 +28,9 @@ struct Args {
     #[arg(long, value_name = "FILE")]
     secret: PathBuf,
     /// The pool's signing key (`carmi pool init` writes it, mode 0600): with
-    /// it every connection must present a token and is held to its power.
-    /// Required, unless --insecure.
+    /// it every connection must present a token and is held to its power
+    /// [default: the `.key` file beside --secret, which `carmi pool init`
+    /// writes]. Required, unless --insecure.
     #[arg(long, value_name = "FILE")]
     pool_key: Option<PathBuf>,
     /// Run without a signing key: whoever holds the pool secret is then an
@@ -139,12 +140,19 @@ async fn main() -> anyhow::Result<()> {
     carmi_api::files::check_shared_key(&args.secret).context("the pool secret")?;
     let secret = Secret::from_file(&args.secret).context("reading the pool secret")?;
     let mut config = ServerConfig::new(secret, args.state_dir.clone());
-    if args.pool_key.is_none() && !args.insecure {
+    // The key `carmi pool init` wrote beside the secret, unless named.
+    let beside = args.secret.with_extension("key");
+    let pool_key = match &args.pool_key {
+        Some(key) => Some(key.clone()),
+        None if !args.insecure && beside.exists() => Some(beside.clone()),
+        None => None,
+    };
+    if pool_key.is_none() && !args.insecure {
         bail!(
-            "no --pool-key: without the pool's signing key every holder of the pool secret would be \
-             an admin of the pool. Give the key `carmi pool init` wrote beside the secret \
-             (--pool-key {}), or --insecure for a development pool",
-            args.secret.with_extension("key").display()
+            "no pool signing key: none given (--pool-key) and none beside the secret ({}). \
+             Without it every holder of the pool secret would be an admin of the pool: run \
+             `carmi pool init`, or give --insecure for a development pool",
+            beside.display()
         );
     }
     if args.insecure {
@@ -152,7 +160,7 @@ async fn main() -> anyhow::Result<()> {
             "--insecure: no signing key; whoever holds the pool secret is an admin of this pool"
         );
     }
-    if let Some(key) = &args.pool_key {
+    if let Some(key) = &pool_key {
         std::fs::create_dir_all(&args.state_dir)
             .with_context(|| format!("creating {}", args.state_dir.display()))?;
         let mut auth = carmi_global::server::Authority::open(key, &args.state_dir)

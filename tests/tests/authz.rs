@@ -616,3 +616,56 @@ fn a_journal_cut_at_its_start_gives_no_job_id_and_so_no_credential_again() {
         assert_ne!(key.credential(carmi_api::ids::JobId(b)).text(), new);
     }
 }
+
+#[test]
+fn a_global_rm_needs_a_signing_key_and_finds_the_one_beside_its_secret() {
+    let dir = carmi_tests::scratch("needs-key");
+    let secret = dir.join("pool.secret");
+    let global = |extra: &[&str]| {
+        std::process::Command::new(carmi_tests::bin_dir().join("carmi-global"))
+            .args(["--listen", "127.0.0.1:0", "--secret"])
+            .arg(&secret)
+            .arg("--state-dir")
+            .arg(dir.join("state"))
+            .args(extra)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    carmi_api::files::write_private(&secret, &Secret::generate_text(), false).unwrap();
+    // No key anywhere: refused, saying how to get one or how to go without.
+    let out = global(&[]).wait_with_output().unwrap();
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "started without a key");
+    assert!(
+        err.contains("carmi pool init") && err.contains("--insecure"),
+        "{err}"
+    );
+    // The key `carmi pool init` writes beside the secret is found: the
+    // daemon serves, and a client holding only the secret is refused.
+    let key = carmi_api::token::SigningKey::generate().unwrap();
+    carmi_api::files::write_private(&dir.join("pool.key"), &key.to_text(), false).unwrap();
+    let mut child = global(&[]);
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .expect("listening")
+        .to_string();
+    let only_secret = Secret::from_file(&secret).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let refused = rt.block_on(carmi_api::admin::pool_status(&addr, &only_secret));
+    let _ = child.kill();
+    let _ = child.wait();
+    let why = refused
+        .expect_err("a client without a token was served")
+        .to_string();
+    assert!(why.contains("no token"), "{why}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
