@@ -9,6 +9,8 @@
 //! kill_grace_ms = 2000        # SIGTERM -> SIGKILL delay
 //! heartbeat_ms = 5000         # used only if the global RM does not name a period
 //! stage_link_rate = 50.0      # MB/s cap on executables served to peers (default: none)
+//! stage_listen = "0.0.0.0:9622"        # where peers fetch executables (default: beside listen)
+//! stage_advertise = "lab-pc-07:9622"   # the address peers are told (behind NAT or a proxy)
 //! slot_users = ["carmi-slot1", "carmi-slot2"]  # as root: accounts jobs run as ([] = root's own)
 //! slot_user_prefix = "carmi-slot"  # or: PREFIX1, PREFIX2, ... made with useradd (the default as root)
 //! cgroups = false             # run jobs unbound: no request_memory limit, no cgroup kill
@@ -202,6 +204,10 @@ pub struct FileConfig {
     pub heartbeat_ms: Option<u64>,
     /// Cap on the bandwidth of executables served to peers, in MB/s.
     pub stage_link_rate: Option<f64>,
+    /// Where peers fetch executables from this machine (`--stage-listen`).
+    pub stage_listen: Option<String>,
+    /// The staging address peers are told (`--stage-advertise`).
+    pub stage_advertise: Option<String>,
     /// Whether processes run in cgroups bound to their job's requests.
     pub cgroups: Option<bool>,
     /// Accounts job processes run as (root only); empty: root's own.
@@ -419,6 +425,8 @@ impl Settings {
                 }
                 s.stage_link_rate = Some(rate);
             }
+            s.stage_listen.clone_from(&f.stage_listen);
+            s.stage_advertise.clone_from(&f.stage_advertise);
             let origin = format!("configuration file {}", path.display());
             for (name, value) in &f.attributes {
                 s.attributes.push(table_attribute(name, value, &origin)?);
@@ -452,8 +460,12 @@ impl Settings {
         if let Some(l) = &cli.listen {
             s.listen = l.clone();
         }
-        s.stage_listen.clone_from(&cli.stage_listen);
-        s.stage_advertise.clone_from(&cli.stage_advertise);
+        if cli.stage_listen.is_some() {
+            s.stage_listen.clone_from(&cli.stage_listen);
+        }
+        if cli.stage_advertise.is_some() {
+            s.stage_advertise.clone_from(&cli.stage_advertise);
+        }
         if let Some(w) = &cli.work_dir {
             s.work_dir = w.clone();
             work_dir_set = true;

@@ -125,7 +125,8 @@ fn command_line_overrides_the_file() {
     let path = dir.path().join("local.toml");
     std::fs::write(
         &path,
-        "name = \"from-file\"\nslots = 3\n[attributes]\nA = 1\n",
+        "name = \"from-file\"\nslots = 3\nstage_listen = \"0.0.0.0:9622\"\n\
+         stage_advertise = \"file:9622\"\n[attributes]\nA = 1\n",
     )
     .unwrap();
     let cli = Cli::try_parse_from([
@@ -140,10 +141,15 @@ fn command_line_overrides_the_file() {
         "2",
         "--attr",
         "A=2",
+        "--stage-advertise",
+        "cli:9622",
     ])
     .unwrap();
     let s = Settings::from_cli(&cli).unwrap();
     assert_eq!(s.name, "from-file");
+    // Staging settings from the file, the command line winning.
+    assert_eq!(s.stage_listen.as_deref(), Some("0.0.0.0:9622"));
+    assert_eq!(s.stage_advertise.as_deref(), Some("cli:9622"));
     assert_eq!(s.slots, Some(2));
     assert!(
         s.work_dir.ends_with("from-file"),
