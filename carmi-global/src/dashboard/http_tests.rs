@@ -427,3 +427,25 @@ async fn clients_silent_in_their_tls_handshake_hold_up_nobody() {
     assert_eq!(code, 200, "{body}");
     drop(silent);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_silent_connections_is_bounded_the_oldest_give_way() {
+    let (addr, _stop) = start(Arc::new(Mutex::new(Snapshot::default())), None).await;
+    let flood = incoming::HANDSHAKE_LIMITS.max_handshaking_per_addr + 20;
+    let mut silent = Vec::new();
+    for _ in 0..flood {
+        silent.push(TcpStream::connect(&addr).await.unwrap());
+    }
+    // The oldest was dropped for the newer ones long before its handshake
+    // timeout: its socket reads to its end.
+    let mut byte = [0u8; 1];
+    let closed =
+        tokio::time::timeout(incoming::HANDSHAKE_TIMEOUT / 2, silent[0].read(&mut byte)).await;
+    assert!(
+        matches!(closed, Ok(Ok(0)) | Ok(Err(_))),
+        "the oldest silent connection was kept: {closed:?}"
+    );
+    // A browser of the same address still gets in.
+    let (code, body) = request(&addr, "GET", "/api/jobs", "").await;
+    assert_eq!(code, 200, "{body}");
+}

@@ -10,7 +10,10 @@
 //!
 //! TLS handshakes run on tasks of their own, and only finished connections
 //! reach axum: a client that opens a connection and stays silent holds up
-//! nobody (and is dropped after [`HANDSHAKE_TIMEOUT`]). A request in clear
+//! nobody (and is dropped after [`HANDSHAKE_TIMEOUT`]). At most
+//! [`HANDSHAKE_LIMITS`] handshakes are in progress at once (a [`Gate`], as
+//! the daemons' ports have): past them the oldest gives way, so a flood of
+//! silent connections costs a bounded number of tasks and sockets. A request in clear
 //! on the HTTPS port gets a short text naming the `https://` address, never
 //! a page, and its connection is closed.
 
@@ -20,6 +23,7 @@ use std::time::Duration;
 
 use axum::extract::connect_info::Connected;
 use axum::serve::{IncomingStream, Listener};
+use carmi_api::gate::{ConnLimits, Gate, Refusal};
 use carmi_api::tls::{Acceptor, TLS_HANDSHAKE_BYTE};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -29,6 +33,14 @@ use tracing::{info, warn};
 
 /// How long a client has to finish its TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Caps on the dashboard's TLS handshakes in progress (a finished one no
+/// longer counts): a browser opens a handful at once.
+pub const HANDSHAKE_LIMITS: ConnLimits = ConnLimits {
+    max_connections: 256,
+    max_handshaking: 256,
+    max_handshaking_per_addr: 64,
+};
 
 /// A connection as axum serves it: TLS or, with `--http-plain`, TCP.
 pub trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
@@ -96,6 +108,7 @@ async fn accept(
     ready: mpsc::Sender<(Box<dyn Io>, SocketAddr)>,
     local: SocketAddr,
 ) {
+    let gate = Gate::new(HANDSHAKE_LIMITS);
     loop {
         let (tcp, peer) = match listener.accept().await {
             Ok(c) => c,
@@ -112,9 +125,25 @@ async fn accept(
             }
             continue;
         };
+        let ticket = match gate.admit(peer.ip()) {
+            Ok(ticket) => ticket,
+            Err(Refusal(why)) => {
+                gate.note_refusal(peer.ip(), &why);
+                continue;
+            }
+        };
         let ready = ready.clone();
         tokio::spawn(async move {
-            match tokio::time::timeout(HANDSHAKE_TIMEOUT, open(tcp, &tls, local)).await {
+            let opened = tokio::select! {
+                opened = tokio::time::timeout(HANDSHAKE_TIMEOUT, open(tcp, &tls, local)) => opened,
+                () = ticket.evicted() => {
+                    info!(%peer, "dashboard: a TLS handshake dropped for newer ones");
+                    return;
+                }
+            };
+            // Its place is for handshakes: axum serves the connection now.
+            drop(ticket);
+            match opened {
                 Ok(Ok(Some(stream))) => {
                     let _ = ready.send((stream, peer)).await;
                 }
