@@ -96,21 +96,18 @@ pub async fn request_with_payload(
     let stream = crate::net::dial(addr, CONNECT_TIMEOUT)
         .await
         .map_err(unreachable)?;
-    // TLS when presenting a token (a pool with a signing key).
+    // TLS from the first byte, token or not (issue 37).
     let crate::tls::Stream {
         reader,
         writer,
         binding,
-    } = tokio::time::timeout(
-        handshake::HANDSHAKE_TIMEOUT,
-        crate::tls::connect_for(stream, secret),
-    )
-    .await
-    .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
-    .map_err(|error| AdminError::Handshake {
-        addr: addr.to_string(),
-        error: HandshakeError::Frame(error.into()),
-    })?;
+    } = tokio::time::timeout(handshake::HANDSHAKE_TIMEOUT, crate::tls::connect(stream))
+        .await
+        .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
+        .map_err(|error| AdminError::Handshake {
+            addr: addr.to_string(),
+            error: HandshakeError::Frame(error.into()),
+        })?;
     let mut conn: Conn<ToGlobal, FromGlobal> = Conn::new(reader, writer);
     let (r, w) = conn.parts_mut();
     handshake::client_bound(r, w, secret, &Role::Admin, &binding)

@@ -15,7 +15,8 @@
 //! A server may accept both TLS and plain connections, told apart by the
 //! first byte (a TLS record starts with 0x16, a frame's length prefix with 0
 //! for anything the handshake sends): the global RM does, so that tools of a
-//! pool without tokens keep working in clear, and so does a process of a job
+//! pool without tokens and of older versions keep working in clear (today's
+//! clients open TLS from the first byte, token or not), and so does a process of a job
 //! that asked for plain peer connections. A local RM's listeners, and a
 //! job's processes by default, take TLS only.
 //!
@@ -288,15 +289,6 @@ pub async fn open(tcp: TcpStream, plain: bool) -> io::Result<Stream> {
     }
 }
 
-/// Opens `tcp` to a global RM as a client holding `secret`: TLS from the
-/// first byte, token or not (issue 37: a client holding only the secret
-/// once talked in clear after its handshake, and a relay that knew no
-/// secret could swap its request). The global RM still accepts clients in
-/// clear from older versions in a pool without tokens.
-pub async fn connect_for(tcp: TcpStream, _secret: &crate::handshake::Secret) -> io::Result<Stream> {
-    connect(tcp).await
-}
-
 /// Accepts any server certificate, but checks that the server holds its
 /// key: who the server is, the pool handshake proves over the session's
 /// exported keying material (see the module documentation).
@@ -401,9 +393,9 @@ mod tests {
         let text = crate::handshake::Secret::generate_text();
         let secret = crate::handshake::Secret::new(text.as_bytes()).unwrap();
         assert!(secret.token().is_none());
+        // What `carmi status` opens, as every client of the global RM does.
         tokio::spawn(async move {
-            let tcp = TcpStream::connect(addr).await.unwrap();
-            let _ = connect_for(tcp, &secret).await;
+            let _ = crate::admin::pool_status(&addr.to_string(), &secret).await;
         });
         let (tcp, _) = listener.accept().await.unwrap();
         let mut first = [0u8; 2];

@@ -302,12 +302,9 @@ async fn connect(
         reader,
         mut writer,
         binding,
-    } = tokio::time::timeout(
-        handshake::HANDSHAKE_TIMEOUT,
-        tls::connect_for(stream, &cfg.secret),
-    )
-    .await
-    .map_err(|_| ConnectError::Timeout)??;
+    } = tokio::time::timeout(handshake::HANDSHAKE_TIMEOUT, tls::connect(stream))
+        .await
+        .map_err(|_| ConnectError::Timeout)??;
     let mut reader = FrameReader::new(reader);
     let role = Role::Local {
         name: cfg.name.clone(),

@@ -313,7 +313,7 @@ async fn register(
     let stream = carmi_api::net::dial(addr, patience)
         .await
         .map_err(|e| format!("connect: {e}"))?;
-    let s = carmi_api::tls::connect_for(stream, secret)
+    let s = carmi_api::tls::connect(stream)
         .await
         .map_err(|e| format!("TLS: {e}"))?;
     let (mut r, mut w) = (FrameReader::new(s.reader), s.writer);

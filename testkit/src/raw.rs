@@ -13,7 +13,7 @@ use carmi_api::tls;
 use tokio::net::{TcpSocket, TcpStream};
 
 /// A connection to the global RM at `addr` as a client of the pool opens
-/// it (TLS when presenting a token), after the handshake as `role`.
+/// it (TLS from the first byte), after the handshake as `role`.
 pub async fn dial(
     addr: &str,
     secret: &Secret,
@@ -21,7 +21,7 @@ pub async fn dial(
 ) -> Result<(FrameReader<tls::Reader>, tls::Writer), handshake::HandshakeError> {
     let io = |e: std::io::Error| handshake::HandshakeError::Frame(e.into());
     let stream = TcpStream::connect(addr).await.map_err(io)?;
-    let s = tls::connect_for(stream, secret).await.map_err(io)?;
+    let s = tls::connect(stream).await.map_err(io)?;
     let (mut r, mut w) = (FrameReader::new(s.reader), s.writer);
     handshake::client_bound(&mut r, &mut w, secret, role, &s.binding).await?;
     Ok((r, w))
