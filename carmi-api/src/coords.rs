@@ -286,11 +286,18 @@ mod tests {
         .unwrap();
         let home = dir.path().join("home");
         std::fs::create_dir_all(home.join(".config/carmi")).unwrap();
-        std::fs::write(home.join(".config/carmi/config.toml"), "pool = \"user:1\"\n").unwrap();
+        std::fs::write(
+            home.join(".config/carmi/config.toml"),
+            "pool = \"user:1\"\n",
+        )
+        .unwrap();
         let vars = vec![
             ("CARMI_DIR", pool_dir.display().to_string()),
             ("HOME", home.display().to_string()),
-            ("XDG_STATE_HOME", dir.path().join("state").display().to_string()),
+            (
+                "XDG_STATE_HOME",
+                dir.path().join("state").display().to_string(),
+            ),
         ];
         let c = resolve(&Coordinates::default(), &env(&vars)).unwrap();
         assert_eq!(c.pool.as_deref(), Some("user:1"));
@@ -298,7 +305,10 @@ mod tests {
         assert_eq!(c.token.as_deref(), Some(Path::new("/dir/t")));
         // $CARMI_CONFIG names the one file: the pool's directory is not read.
         let mut only = vars.clone();
-        only.push(("CARMI_CONFIG", dir.path().join("none.toml").display().to_string()));
+        only.push((
+            "CARMI_CONFIG",
+            dir.path().join("none.toml").display().to_string(),
+        ));
         let c = resolve(&Coordinates::default(), &env(&only)).unwrap();
         assert_eq!(c, Coordinates::default());
     }

@@ -80,7 +80,12 @@ mod tests {
     #[test]
     fn root_gets_etc_others_their_config_and_carmi_dir_wins() {
         let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
         };
         let home = env(&[("HOME", "/home/a")]);
         assert_eq!(default_dir_for(0, &home), Some(PathBuf::from("/etc/carmi")));

@@ -10,28 +10,19 @@ use clap::Subcommand;
 /// `carmi pool` subcommands.
 #[derive(Subcommand)]
 pub enum PoolCommand {
-    /// Write a fresh random pool secret and, beside it, the pool's signing
-    /// key (pool.key) and a first admin token (pool.admin.token), all readable by
-    /// their owner only. The key stays on the manager (`carmi-global
-    /// --pool-key`); the secret goes to every machine.
-    Init {
-        /// Where to write it.
-        #[arg(
-            long,
-            env = "CARMI_SECRET",
-            default_value = "pool.secret",
-            value_name = "FILE"
-        )]
-        secret: std::path::PathBuf,
-        /// Replace an existing file.
-        #[arg(long)]
-        force: bool,
-    },
-    /// Make each machine's daemon token (admin): writes NAME.token (mode
-    /// 0600) per machine and prints the line that starts its local RM.
+    /// Make the pool's files on the manager, in the pool's directory
+    /// (/etc/carmi as root, ~/.config/carmi otherwise, or --dir): the pool
+    /// secret, the signing key (pool.key), a first admin token
+    /// (pool.admin.token), the dashboard's certificate (dashboard.crt,
+    /// dashboard.key) and config.toml, which carmi-global and carmi read
+    /// there. Keys, secret and token are readable by their owner only.
+    Init(crate::init::InitArgs),
+    /// Make each machine's daemon token (admin): writes NAME.join (mode
+    /// 0600: the pool's address, its secret, the token) per machine and
+    /// prints the one line to run there, `carmi join NAME.join`.
     AddMachine(crate::join::AddArgs),
     /// Make each user's token (admin; power submit unless --authz): writes
-    /// NAME.token (mode 0600) per user.
+    /// NAME.join (mode 0600) per user, which `carmi join NAME.join` installs.
     AddUser(crate::join::AddArgs),
     /// Start an embedded pool on this machine in the background and record it.
     Up(crate::embedded::UpArgs),
@@ -45,17 +36,7 @@ pub enum PoolCommand {
 /// Runs a `carmi pool` subcommand.
 pub fn run(command: PoolCommand) -> anyhow::Result<()> {
     match command {
-        PoolCommand::Init { secret, force } => {
-            pool_init(&secret, force)?;
-            let user = std::env::var("USER").unwrap_or_else(|_| "admin".into());
-            let id = crate::token::init_keys(&secret, &user, force)?;
-            println!(
-                "wrote the pool's signing key to {} (keep it on the manager: carmi-global --pool-key) and an admin token ({id}, for `{user}`) to {}",
-                secret.with_extension("key").display(),
-                secret.with_extension("admin.token").display()
-            );
-            Ok(())
-        }
+        PoolCommand::Init(args) => crate::init::run(&args),
         PoolCommand::AddMachine(args) => crate::join::add_machines(&args),
         PoolCommand::AddUser(args) => crate::join::add_users(&args),
         PoolCommand::Up(args) => crate::embedded::up(&args),
@@ -96,7 +77,7 @@ pub fn pool_init(path: &Path, force: bool) -> anyhow::Result<()> {
         })?;
     }
     println!(
-        "wrote a new pool secret to {} (readable by its owner only); copy it to every machine of the pool",
+        "wrote a new pool secret to {} (readable by its owner only); the join bundles of `carmi pool add-machine` and `add-user` carry it",
         path.display()
     );
     Ok(())
