@@ -84,6 +84,20 @@ pub fn run(args: &InitArgs) -> anyhow::Result<()> {
         .pool
         .clone()
         .unwrap_or_else(|| format!("{}:{DEFAULT_PORT}", host_name()));
+    if !args.force {
+        let taken: Vec<String> = [&secret, &key, &admin, &cert_file, &cert_key]
+            .iter()
+            .filter(|p| p.exists())
+            .map(|p| p.display().to_string())
+            .collect();
+        if !taken.is_empty() {
+            bail!(
+                "already exists: {}; nothing was written. Pass --force to replace {} (every machine and user of the pool then needs the new secret and new tokens)",
+                taken.join(", "),
+                if taken.len() == 1 { "it" } else { "them" }
+            );
+        }
+    }
     let config_file = dir.join(pooldir::CONFIG);
     let config = if with_config {
         let keys = [
@@ -95,20 +109,6 @@ pub fn run(args: &InitArgs) -> anyhow::Result<()> {
     } else {
         None
     };
-    if !args.force {
-        let taken: Vec<String> = [&secret, &key, &admin, &cert_file, &cert_key]
-            .iter()
-            .filter(|p| p.exists())
-            .map(|p| p.display().to_string())
-            .collect();
-        if !taken.is_empty() {
-            bail!(
-                "{} already exist{}; nothing was written. Pass --force to replace them (every machine and user of the pool then needs the new secret and new tokens)",
-                taken.join(", "),
-                if taken.len() == 1 { "s" } else { "" }
-            );
-        }
-    }
     crate::pool::pool_init(&secret, args.force)?;
     let user = std::env::var("USER").unwrap_or_else(|_| "admin".into());
     let id = crate::token::init_keys(&secret, &user, args.force)?;
