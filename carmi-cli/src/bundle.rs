@@ -95,6 +95,9 @@ pub struct Planned {
     pub text: String,
     /// Its permission bits.
     pub mode: u32,
+    /// Made from the file there (a key set, a placeholder filled in), not
+    /// in its place: never a conflict.
+    pub update: bool,
 }
 
 impl Planned {
@@ -104,6 +107,7 @@ impl Planned {
             path,
             text,
             mode: 0o600,
+            update: false,
         }
     }
 
@@ -113,12 +117,24 @@ impl Planned {
             path,
             text,
             mode: 0o644,
+            update: false,
+        }
+    }
+
+    /// The same, made from the file there: its other contents kept.
+    pub fn updating(self) -> Planned {
+        Planned {
+            update: true,
+            ..self
         }
     }
 
     /// Why it may not be written without `--force`: it exists with other
     /// contents. `None` when it is absent or the same.
     pub fn conflict(&self) -> Option<String> {
+        if self.update {
+            return None;
+        }
         let old = std::fs::read_to_string(&self.path).ok()?;
         (old.trim() != self.text.trim())
             .then(|| format!("{} exists with other contents", self.path.display()))

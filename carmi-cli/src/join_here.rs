@@ -123,25 +123,29 @@ fn machine_files(bundle: &Bundle, dir: &Path, args: &JoinArgs) -> anyhow::Result
         .any(|l| l.trim() == format!("CARMI_GLOBAL={}", bundle.pool));
     if same_global || old_env.lines().any(|l| l.trim() == SKELETON_GLOBAL) {
         // The skeleton's placeholder, or the address already there: no conflict.
-        env.text = if same_global {
-            old_env
-        } else {
-            old_env.replace(SKELETON_GLOBAL, &format!("CARMI_GLOBAL={}", bundle.pool))
-        };
+        let global = format!("CARMI_GLOBAL={}", bundle.pool);
+        env.text = old_env.replace(SKELETON_GLOBAL, &global);
+        env = env.updating();
     }
     let config_file = dir.join(pooldir::LOCAL_CONFIG);
-    let config = local_config(bundle, &config_file, args.config.as_deref(), args.force)?;
-    Ok(vec![token, env, Planned::public(config_file, config)])
+    let (config, update) = local_config(bundle, &config_file, args.config.as_deref(), args.force)?;
+    let mut config = Planned::public(config_file, config);
+    if update {
+        config = config.updating();
+    }
+    Ok(vec![token, env, config])
 }
 
 /// The local RM's configuration: `given` (or the one at `path`, else a
-/// minimal one), with the bundle's machine name.
+/// minimal one), with the bundle's machine name; true when made from the
+/// one at `path`.
 fn local_config(
     bundle: &Bundle,
     path: &Path,
     given: Option<&Path>,
     force: bool,
-) -> anyhow::Result<String> {
+) -> anyhow::Result<(String, bool)> {
+    let update = given.is_none();
     let (source, text) = match given {
         Some(g) => (
             g.to_path_buf(),
@@ -150,11 +154,14 @@ fn local_config(
         None => match std::fs::read_to_string(path) {
             Ok(t) => (path.to_path_buf(), t),
             Err(_) => {
-                return Ok(format!(
-                    "# This machine in the pool (carmi-local --config); written by carmi join.\n\
+                return Ok((
+                    format!(
+                        "# This machine in the pool (carmi-local --config); written by carmi join.\n\
                      # Slots, the owner policy, attributes: `carmi-local --help`, deploy/systemd/local.toml.\n\
                      name = \"{}\"\nlisten = \"0.0.0.0:9620\"\n",
-                    bundle.name
+                        bundle.name
+                    ),
+                    false,
                 ));
             }
         },
@@ -162,7 +169,7 @@ fn local_config(
     let table: toml::Table =
         toml::from_str(&text).with_context(|| format!("{} is not valid TOML", source.display()))?;
     match table.get("name") {
-        Some(toml::Value::String(n)) if *n == bundle.name => Ok(text),
+        Some(toml::Value::String(n)) if *n == bundle.name => Ok((text, update)),
         Some(other) if !force || given.is_some() => bail!(
             "{} says name = {other}, but the bundle's token is machine `{}`'s: its local RM would be refused; nothing was written{}",
             source.display(),
@@ -183,7 +190,7 @@ fn local_config(
                 out.push_str(l);
                 out.push('\n');
             }
-            Ok(out)
+            Ok((out, update))
         }
     }
 }
@@ -203,7 +210,7 @@ fn user_files(bundle: &Bundle, dir: &Path, force: bool) -> anyhow::Result<Vec<Pl
     let config = config_with(&config_file, &keys, force)?;
     Ok(vec![
         Planned::private(token_file, format!("{}\n", bundle.token.trim())),
-        Planned::public(config_file, config),
+        Planned::public(config_file, config).updating(),
     ])
 }
 
