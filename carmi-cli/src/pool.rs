@@ -1,10 +1,5 @@
 //! `carmi pool ...`: setting up a pool.
 
-use std::io::Write;
-use std::path::Path;
-
-use anyhow::Context;
-use carmi_api::handshake::Secret;
 use clap::Subcommand;
 
 /// `carmi pool` subcommands.
@@ -43,62 +38,4 @@ pub fn run(command: PoolCommand) -> anyhow::Result<()> {
         PoolCommand::Down => crate::embedded::down(),
         PoolCommand::Serve(args) => crate::embedded::serve(&args),
     }
-}
-
-/// Writes a fresh pool secret to `path`.
-pub fn pool_init(path: &Path, force: bool) -> anyhow::Result<()> {
-    let text = format!("{}\n", Secret::generate_text());
-    if force {
-        // Write beside it and rename over it: the file is never seen half
-        // written, and an old file's looser mode does not carry over.
-        let name = path
-            .file_name()
-            .with_context(|| format!("{} is not a file name", path.display()))?;
-        let mut tmp_name = name.to_os_string();
-        tmp_name.push(format!(".tmp-{}", std::process::id()));
-        let tmp = path.with_file_name(tmp_name);
-        let replaced = write_owner_only(&tmp, &text).and_then(|()| {
-            std::fs::rename(&tmp, path)
-                .with_context(|| format!("cannot replace {}", path.display()))
-        });
-        if replaced.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        replaced?;
-    } else {
-        write_owner_only(path, &text).map_err(|e| {
-            match e.downcast_ref::<std::io::Error>().map(|e| e.kind()) {
-                Some(std::io::ErrorKind::AlreadyExists) => anyhow::anyhow!(
-                    "{} already exists; pass --force to replace it (every machine of the pool must then get the new secret)",
-                    path.display()
-                ),
-                _ => e,
-            }
-        })?;
-    }
-    println!(
-        "wrote a new pool secret to {} (readable by its owner only); the join bundles of `carmi pool add-machine` and `add-user` carry it",
-        path.display()
-    );
-    Ok(())
-}
-
-/// Creates `path` (which must not exist) with mode 0600 and writes `text`.
-fn write_owner_only(path: &Path, text: &str) -> anyhow::Result<()> {
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        // Set at creation, so the secret is never readable by others, not even briefly.
-        options.mode(0o600);
-    }
-    let mut file = options
-        .open(path)
-        .map_err(anyhow::Error::from)
-        .with_context(|| format!("cannot create {}", path.display()))?;
-    file.write_all(text.as_bytes())
-        .and_then(|()| file.sync_all())
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(())
 }
