@@ -62,6 +62,9 @@ Pool coordinates, first found wins, key by key:
      else $HOME/.config/carmi/config.toml, with keys
      pool = \"HOST:PORT\", secret = \"/abs/path\", token = \"/abs/path\",
      local = \"HOST:PORT\"
+  5. unless $CARMI_CONFIG is set, config.toml in the pool's directory
+     ($CARMI_DIR, else /etc/carmi for root), which `carmi pool init` and
+     `carmi join` write
 WoDi programs started by hand find their local RM and secret the same way.
 
 HTCondor-style options are accepted too: -analyze, -constraint, -long.";
