@@ -4,7 +4,8 @@
 //! printed, so that a browser trusts it once. Without the files, the global
 //! RM makes one in memory, as before. The global RM is started with no
 //! `--secret` and no `--pool-key`: it finds both in the pool's directory
-//! (`$CARMI_DIR`, which stands for `/etc/carmi` or `~/.config/carmi`).
+//! (`$CARMI_DIR`, which stands for `/etc/carmi` or `~/.config/carmi`), and
+//! says what that directory lacks when it lacks the secret or the key.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -133,5 +134,42 @@ fn the_dashboard_serves_pool_inits_certificate_at_every_start() {
     std::fs::remove_file(etc.join("dashboard.crt")).unwrap();
     std::fs::remove_file(etc.join("dashboard.key")).unwrap();
     assert_ne!(start_and_look(&dir, &etc), made);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// With neither `--secret` nor `--pool-key`, the global RM looks in the
+/// pool's directory: with nothing there it says where it looked and what to
+/// run; with a secret and no key it refuses, in the same words as ever.
+#[test]
+fn a_global_rm_without_flags_says_what_its_pool_directory_lacks() {
+    let dir = scratch("pool-dir-refusals");
+    let etc = dir.join("etc-carmi");
+    std::fs::create_dir_all(&etc).unwrap();
+    let global = || {
+        Command::new(bin_dir().join("carmi-global"))
+            .args(["--listen", "127.0.0.1:0"])
+            .arg("--state-dir")
+            .arg(dir.join("state"))
+            .env("CARMI_DIR", &etc)
+            .output()
+            .unwrap()
+    };
+    let out = global();
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "started with no secret");
+    let looked = etc.join("pool.secret");
+    assert!(
+        err.contains(&*looked.to_string_lossy()) && err.contains("carmi pool init"),
+        "{err}"
+    );
+    let secret = carmi_api::handshake::Secret::generate_text();
+    carmi_api::files::write_private(&looked, &secret, false).unwrap();
+    let out = global();
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "started with no key");
+    assert!(
+        err.contains("no pool signing key") && err.contains("--insecure"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
