@@ -46,6 +46,7 @@ pub mod gate;
 pub mod handshake;
 pub mod jobcred;
 pub mod net;
+pub mod proof;
 pub mod stage;
 pub mod tls;
 pub mod token;

@@ -179,12 +179,19 @@ impl Daemon {
         // Made in memory at every start: nobody handles a certificate, and
         // the handshake proves who the daemon is (see `carmi_api::tls`).
         let tls = carmi_api::tls::Acceptor::generate().map_err(Error::Tls)?;
+        let access = ControlAccess::new(
+            token.clone(),
+            settings.name.clone(),
+            settings.global.clone(),
+            secret.clone(),
+        );
         tokio::spawn(apps::serve(
             (listener, tls.clone()),
+            // Tokens shown to this local RM are proved for its name.
             (
-                secret.clone(),
+                secret.clone().with_name(&settings.name),
                 creds.clone(),
-                ControlAccess::new(token.clone(), settings.global.clone(), secret.clone()),
+                access,
             ),
             (settings.app_queue, settings.max_connections_per_job),
             inputs_tx.clone(),
