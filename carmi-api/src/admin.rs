@@ -29,7 +29,7 @@ pub enum AdminError {
     },
     /// The global RM does not share our secret.
     #[error(
-        "authentication with the global RM at {addr} failed: it does not know this pool secret (wrong secret file?)"
+        "authentication with the global RM at {addr} failed: it does not know this pool secret (wrong secret file?), or a man in the middle holds the connection"
     )]
     WrongSecret {
         /// The global RM.

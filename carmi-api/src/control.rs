@@ -68,7 +68,8 @@ impl OwnerLink {
             })?;
         let mut conn = Conn::new(reader, writer);
         let (reader, writer) = conn.parts_mut();
-        handshake::client_bound(reader, writer, secret, &Role::Admin, &binding)
+        let towards = handshake::Towards::Local;
+        handshake::client_towards(reader, writer, secret, &Role::Admin, &binding, towards)
             .await
             .map_err(|source| ControlError::Handshake {
                 addr: addr.to_string(),

@@ -1,23 +1,34 @@
 //! The handshake that opens every connection: protocol version, role, and
-//! mutual challenge-response authentication against the pool's shared secret.
+//! mutual challenge-response authentication against the pool's shared secret;
+//! in a pool with tokens, the global RM's proof by the pool's signing key and
+//! the client's token, shown only after that proof.
 //!
 //! The secret never crosses the wire. Each side sends a fresh random nonce
-//! and proves knowledge of the secret with an HMAC-SHA256 over both nonces
-//! (and, from the client, its declared role), so a recorded exchange cannot
-//! be replayed and a server without the secret cannot impersonate the pool.
+//! and proves knowledge of the secret with an HMAC-SHA256 over both nonces,
+//! the TLS session's exported keying material (and, from the client, its
+//! declared role and what it presents), so a recorded exchange cannot be
+//! replayed and a server without the secret cannot impersonate the pool.
 //!
 //! ```text
-//! client -> server  Hello     { version, role, client_nonce, token? }
-//! server -> client  Challenge { version, server_nonce, server_proof = HMAC(secret, "server" | client_nonce | server_nonce) }
-//! client -> server  Proof     { client_proof = HMAC(secret, "client" | server_nonce | client_nonce | role JSON | token) }
+//! client -> server  Hello     { version, role, client_nonce, job_key? }
+//! server -> client  Challenge { version, server_nonce, server_proof = HMAC(secret, "server" | client_nonce | server_nonce | binding),
+//!                               server_key?, server_sig? (the global RM: Ed25519 over the same, with the pool's key),
+//!                               server_name? (a local RM: its machine's name) }
+//! client -> server  Proof     { client_proof = HMAC(secret, "client" | server_nonce | client_nonce | role | presented | binding), presented? }
 //! server -> client  Welcome | Refused { reason }
 //! ```
 //! Nothing else is read or served before `Welcome`.
 //!
-//! The optional token ([`crate::token`]) names who the client is and what it
-//! may do; a server that enforces tokens checks it in its `admit` callback
-//! ([`server_auth`]). The client proof covers it, so it cannot be swapped on
-//! the way by someone without the secret.
+//! The pool secret is every user's and machine's, so it proves only that a
+//! peer belongs to the pool. A client holding a token therefore shows it
+//! only once the server has proved what only the pool's global RM holds:
+//! towards the global RM ([`Towards::Global`]), a signature by the pool's
+//! signing key over this connection's nonces and keying material, checked
+//! against the pool key pinned in the client's own token. And it never
+//! sends the token itself: it sends the token's public part and a proof
+//! that it holds the token's key, made for this one connection and audience
+//! ([`crate::proof`]), which the server's `admit` callback checks (the global
+//! RM) or forwards to the global RM (a local RM, [`Towards::Local`]).
 
 use std::path::Path;
 use std::time::Duration;
@@ -31,6 +42,11 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use crate::frame::{FrameError, FrameReader, write_frame};
 use crate::ids::JobId;
 use crate::msg::{PROTOCOL_VERSION, Role};
+use crate::proof::{Presented, ProofContext, hex, unhex};
+use crate::token::SigningKey;
+
+mod client;
+pub use client::{client, client_bound, client_towards};
 
 /// How long a peer has to complete the handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -45,9 +61,17 @@ pub const HANDSHAKE_MAX_FRAME: usize = 4 * 1024;
 /// The pool's shared secret, and the token (if any) this side presents
 /// with it when it opens a connection; or a job's credential
 /// ([`crate::jobcred`]), which names its job in the handshake so that the
-/// server knows which key to prove with.
+/// server knows which key to prove with. A server side may also hold the
+/// pool's signing key (the global RM, which proves itself with it) or its
+/// machine's name (a local RM, which tokens' proofs are made for).
 #[derive(Clone)]
-pub struct Secret(Vec<u8>, Option<std::sync::Arc<str>>, Option<JobId>);
+pub struct Secret {
+    key: Vec<u8>,
+    token: Option<std::sync::Arc<str>>,
+    job: Option<JobId>,
+    signer: Option<std::sync::Arc<SigningKey>>,
+    name: Option<std::sync::Arc<str>>,
+}
 
 impl std::fmt::Debug for Secret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -56,6 +80,16 @@ impl std::fmt::Debug for Secret {
 }
 
 impl Secret {
+    fn of(key: Vec<u8>, job: Option<JobId>) -> Secret {
+        Secret {
+            key,
+            token: None,
+            job,
+            signer: None,
+            name: None,
+        }
+    }
+
     /// A secret from its bytes (surrounding whitespace is not part of it),
     /// or the job credential they are the text of.
     pub fn new(bytes: &[u8]) -> Result<Secret, HandshakeError> {
@@ -70,23 +104,37 @@ impl Secret {
         if trimmed.len() < 16 {
             return Err(HandshakeError::WeakSecret(trimmed.len()));
         }
-        Ok(Secret(trimmed.to_vec(), None, None))
+        Ok(Secret::of(trimmed.to_vec(), None))
     }
 
     /// The job whose credential this is; `None` for the pool secret.
     pub fn job(&self) -> Option<JobId> {
-        self.2
+        self.job
     }
 
     /// The same secret, presenting `token` in the handshakes it opens.
     pub fn with_token(mut self, token: Option<String>) -> Secret {
-        self.1 = token.map(Into::into);
+        self.token = token.map(Into::into);
         self
     }
 
     /// The token presented in the handshakes this side opens.
     pub fn token(&self) -> Option<&str> {
-        self.1.as_deref()
+        self.token.as_deref()
+    }
+
+    /// The same secret, for a global RM that proves itself with the pool's
+    /// signing key in the handshakes it serves.
+    pub fn with_signer(mut self, key: std::sync::Arc<SigningKey>) -> Secret {
+        self.signer = Some(key);
+        self
+    }
+
+    /// The same secret, for the local RM of machine `name`: the proofs of
+    /// tokens shown to it must be made for that name.
+    pub fn with_name(mut self, name: &str) -> Secret {
+        self.name = Some(name.into());
+        self
     }
 
     /// Reads a secret file.
@@ -106,34 +154,29 @@ impl Secret {
     }
 
     fn mac(&self, parts: &[&[u8]]) -> Hmac<Sha256> {
-        let mut m = Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes keys of any length");
+        let mut m =
+            Hmac::<Sha256>::new_from_slice(&self.key).expect("HMAC takes keys of any length");
         for p in parts {
             m.update(&(p.len() as u32).to_be_bytes());
             m.update(p);
         }
         m
     }
+
+    /// The audience a token's proof must name to be taken by this server.
+    fn audience(&self) -> String {
+        match &self.name {
+            Some(name) => crate::proof::local(name),
+            None => crate::proof::GLOBAL.to_string(),
+        }
+    }
 }
 
 impl From<&crate::jobcred::JobCredential> for Secret {
     /// A job credential's key: the handshakes it opens name its job.
     fn from(c: &crate::jobcred::JobCredential) -> Secret {
-        Secret(c.key().as_bytes().to_vec(), None, Some(c.job()))
+        Secret::of(c.key().as_bytes().to_vec(), Some(c.job()))
     }
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) || s.len() > 256 {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 fn nonce() -> String {
@@ -149,8 +192,6 @@ enum Hs {
         version: u32,
         role: Role,
         client_nonce: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        token: Option<String>,
         /// The job whose credential the client proves; absent: the pool secret.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         job_key: Option<JobId>,
@@ -159,14 +200,64 @@ enum Hs {
         version: u32,
         server_nonce: String,
         server_proof: String,
+        /// A global RM's pool key ([`PublicKey::to_text`]) and its signature
+        /// over this connection ([`server_statement`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        server_key: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        server_sig: Option<String>,
+        /// A local RM's machine name, which proofs shown to it must name.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        server_name: Option<String>,
     },
     Proof {
         client_proof: String,
+        /// The client's token, shown by its public part and proof.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        presented: Option<Presented>,
     },
     Welcome,
     Refused {
         reason: String,
     },
+}
+
+/// Whom a client means to reach: what it demands of the server before it
+/// shows a token, and whom its proof names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Towards {
+    /// The pool's global RM, which must prove the pool's signing key.
+    Global,
+    /// A local RM: the proof names its machine, for it to forward.
+    Local,
+}
+
+impl Towards {
+    /// Where a connection in `role` goes, unless told otherwise: an
+    /// application's to its local RM, any other to the global RM (a local
+    /// RM's control connection says [`Towards::Local`] itself).
+    pub fn of(role: &Role) -> Towards {
+        match role {
+            Role::Application { .. } => Towards::Local,
+            _ => Towards::Global,
+        }
+    }
+}
+
+/// What the global RM signs in a handshake: the connection's nonces and
+/// keying material, so that its signature proves nothing elsewhere.
+fn server_statement(client_nonce: &str, server_nonce: &str, binding: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for p in [
+        b"carmi global rm".as_slice(),
+        client_nonce.as_bytes(),
+        server_nonce.as_bytes(),
+        binding,
+    ] {
+        out.extend_from_slice(&(p.len() as u32).to_be_bytes());
+        out.extend_from_slice(p);
+    }
+    out
 }
 
 /// Why a handshake failed.
@@ -190,7 +281,9 @@ pub enum HandshakeError {
         theirs: u32,
     },
     /// The peer does not know the pool secret.
-    #[error("authentication failed: the peer does not know the pool secret")]
+    #[error(
+        "authentication failed: the peer does not know the pool secret, or a man in the middle holds this connection"
+    )]
     BadProof,
     /// The server refused us.
     #[error("refused by the server: {0}")]
@@ -212,6 +305,13 @@ pub enum HandshakeError {
     /// The secret is too short to be one.
     #[error("the pool secret is {0} bytes long; at least 16 are required")]
     WeakSecret(usize),
+    /// The server did not prove it is the one the client means to reach, so
+    /// the client showed it no token.
+    #[error("the server did not prove it is this pool's {0}; no token was shown to it")]
+    NotProven(String),
+    /// The client's token cannot be shown (it has no holder key).
+    #[error("{0}")]
+    Token(String),
 }
 
 async fn next<R: AsyncRead + Unpin>(r: &mut FrameReader<R>) -> Result<Hs, HandshakeError> {
@@ -219,97 +319,6 @@ async fn next<R: AsyncRead + Unpin>(r: &mut FrameReader<R>) -> Result<Hs, Handsh
         Some((m, _)) => Ok(m),
         None => Err(HandshakeError::Closed),
     }
-}
-
-/// Client side: declares `role`, authenticates both ways. On success the
-/// connection is ready for protocol messages.
-pub async fn client<R, W>(
-    r: &mut FrameReader<R>,
-    w: &mut W,
-    secret: &Secret,
-    role: &Role,
-) -> Result<(), HandshakeError>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    client_bound(r, w, secret, role, &[]).await
-}
-
-/// [`client`] over a TLS session whose exported keying material is
-/// `binding` ([`crate::tls::Stream::binding`]): both proofs cover it, so the
-/// handshake succeeds only if both ends share that one session.
-pub async fn client_bound<R, W>(
-    r: &mut FrameReader<R>,
-    w: &mut W,
-    secret: &Secret,
-    role: &Role,
-    binding: &[u8],
-) -> Result<(), HandshakeError>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
-        let client_nonce = nonce();
-        let hello = Hs::Hello {
-            version: PROTOCOL_VERSION,
-            role: role.clone(),
-            client_nonce: client_nonce.clone(),
-            token: secret.token().map(str::to_string),
-            job_key: secret.job(),
-        };
-        write_frame(w, &hello, &[])
-            .await
-            .map_err(FrameError::from)?;
-        let (version, server_nonce, server_proof) = match next(r).await? {
-            Hs::Challenge {
-                version,
-                server_nonce,
-                server_proof,
-            } => (version, server_nonce, server_proof),
-            Hs::Refused { reason } => return Err(HandshakeError::Refused(reason)),
-            _ => return Err(HandshakeError::Unexpected),
-        };
-        if version != PROTOCOL_VERSION {
-            return Err(HandshakeError::Version {
-                ours: PROTOCOL_VERSION,
-                theirs: version,
-            });
-        }
-        let expected = secret.mac(&[
-            b"server",
-            client_nonce.as_bytes(),
-            server_nonce.as_bytes(),
-            binding,
-        ]);
-        let proof = unhex(&server_proof).ok_or(HandshakeError::BadProof)?;
-        expected
-            .verify_slice(&proof)
-            .map_err(|_| HandshakeError::BadProof)?;
-        let role_json = serde_json::to_vec(role).expect("roles serialize");
-        let mine = secret.mac(&[
-            b"client",
-            server_nonce.as_bytes(),
-            client_nonce.as_bytes(),
-            &role_json,
-            secret.token().unwrap_or_default().as_bytes(),
-            binding,
-        ]);
-        let proof = Hs::Proof {
-            client_proof: hex(&mine.finalize().into_bytes()),
-        };
-        write_frame(w, &proof, &[])
-            .await
-            .map_err(FrameError::from)?;
-        match next(r).await? {
-            Hs::Welcome => Ok(()),
-            Hs::Refused { reason } => Err(HandshakeError::Refused(reason)),
-            _ => Err(HandshakeError::Unexpected),
-        }
-    })
-    .await
-    .map_err(|_| HandshakeError::Timeout)?
 }
 
 /// Server side: checks the client's version and proof and returns its
@@ -343,15 +352,17 @@ where
     W: AsyncWrite + Unpin,
     F: FnOnce(&Role) -> Result<(), String>,
 {
-    server_auth(r, w, secret, &[], |role, _token| admit(role))
+    server_auth(r, w, secret, &[], |role, _presented| admit(role))
         .await
         .map(|(role, ())| role)
 }
 
 /// Server side that also sees the client's token: after the client has
-/// proved it knows the secret, `admit` checks its role and token and returns
-/// what the server keeps of them (the identity the token names), or a reason
-/// to refuse that the client receives as [`HandshakeError::Refused`].
+/// proved it knows the secret, `admit` checks its role and the token it
+/// showed (its public part and holder's proof, made for this connection and
+/// this server: checked here) and returns what the server keeps of them (the
+/// identity the token names), or a reason to refuse that the client receives
+/// as [`HandshakeError::Refused`].
 pub async fn server_auth<R, W, F, T>(
     r: &mut FrameReader<R>,
     w: &mut W,
@@ -362,10 +373,10 @@ pub async fn server_auth<R, W, F, T>(
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
-    F: FnOnce(&Role, Option<&str>) -> Result<T, String>,
+    F: FnOnce(&Role, Option<&Presented>) -> Result<T, String>,
 {
     let choose = |_: Option<JobId>| Ok(secret.clone());
-    server_keyed(r, w, choose, binding, |role, token, _| admit(role, token)).await
+    server_keyed(r, w, choose, binding, |role, shown, _| admit(role, shown)).await
 }
 
 /// Server side for a server that holds job credentials besides the pool
@@ -383,10 +394,10 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
     C: FnOnce(Option<JobId>) -> Result<Secret, String>,
-    F: FnOnce(&Role, Option<&str>, Option<JobId>) -> Result<T, String>,
+    F: FnOnce(&Role, Option<&Presented>, Option<JobId>) -> Result<T, String>,
 {
-    let admit = |role: Role, token: Option<String>, key| {
-        std::future::ready(admit(&role, token.as_deref(), key))
+    let admit = |role: Role, shown: Option<Presented>, key| {
+        std::future::ready(admit(&role, shown.as_ref(), key))
     };
     server_keyed_async(r, w, choose, binding, admit).await
 }
@@ -406,7 +417,7 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
     C: FnOnce(Option<JobId>) -> Result<Secret, String>,
-    F: FnOnce(Role, Option<String>, Option<JobId>) -> A,
+    F: FnOnce(Role, Option<Presented>, Option<JobId>) -> A,
     A: std::future::Future<Output = Result<T, String>>,
 {
     tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
@@ -467,14 +478,13 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
     C: FnOnce(Option<JobId>) -> Result<Secret, String>,
-    F: FnOnce(Role, Option<String>, Option<JobId>) -> A,
+    F: FnOnce(Role, Option<Presented>, Option<JobId>) -> A,
     A: std::future::Future<Output = Result<T, String>>,
 {
     let Hs::Hello {
         version,
         role,
         client_nonce,
-        token,
         job_key,
     } = next(r).await?
     else {
@@ -509,24 +519,33 @@ where
         server_nonce.as_bytes(),
         binding,
     ]);
+    let statement = server_statement(&client_nonce, &server_nonce, binding);
     let challenge = Hs::Challenge {
         version: PROTOCOL_VERSION,
         server_nonce: server_nonce.clone(),
         server_proof: hex(&proof.finalize().into_bytes()),
+        server_key: secret.signer.as_ref().map(|k| k.public().to_text()),
+        server_sig: secret.signer.as_ref().map(|k| hex(&k.sign(&statement))),
+        server_name: secret.name.as_deref().map(str::to_string),
     };
     write_frame(w, &challenge, &[])
         .await
         .map_err(FrameError::from)?;
-    let Hs::Proof { client_proof } = next(r).await? else {
+    let Hs::Proof {
+        client_proof,
+        presented,
+    } = next(r).await?
+    else {
         return Err(HandshakeError::Unexpected);
     };
     let role_json = serde_json::to_vec(&role).expect("roles serialize");
+    let presented_json = serde_json::to_vec(&presented).expect("a proof serializes");
     let expected = secret.mac(&[
         b"client",
         server_nonce.as_bytes(),
         client_nonce.as_bytes(),
         &role_json,
-        token.as_deref().unwrap_or_default().as_bytes(),
+        &presented_json,
         binding,
     ]);
     let ok = unhex(&client_proof).is_some_and(|p| expected.verify_slice(&p).is_ok());
@@ -535,7 +554,29 @@ where
         let _ = write_frame(w, &Hs::Refused { reason }, &[]).await;
         return Err(HandshakeError::BadProof);
     }
-    let kept = match admit(role.clone(), token, job_key).await {
+    let here = ProofContext {
+        audience: secret.audience(),
+        role: role.clone(),
+        client_nonce,
+        server_nonce,
+        binding: hex(binding),
+        time_unix: 0,
+    };
+    if let Some(reason) = presented
+        .as_ref()
+        .and_then(|p| other_connection(&p.context, &here))
+    {
+        let _ = write_frame(
+            w,
+            &Hs::Refused {
+                reason: reason.clone(),
+            },
+            &[],
+        )
+        .await;
+        return Err(HandshakeError::NotAdmitted(reason));
+    }
+    let kept = match admit(role.clone(), presented, job_key).await {
         Ok(kept) => kept,
         Err(reason) => {
             let _ = write_frame(
@@ -555,109 +596,22 @@ where
     Ok((role, kept))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn pair() -> (tokio::io::DuplexStream, tokio::io::DuplexStream) {
-        tokio::io::duplex(1 << 16)
-    }
-
-    #[tokio::test]
-    async fn same_secret_succeeds_and_role_arrives() {
-        let (a, b) = pair();
-        let secret = Secret::new(b"0123456789abcdef0123").unwrap();
-        let s2 = secret.clone();
-        let server = tokio::spawn(async move {
-            let (r, mut w) = tokio::io::split(b);
-            let mut r = FrameReader::new(r);
-            server(&mut r, &mut w, &s2).await
-        });
-        let (r, mut w) = tokio::io::split(a);
-        let mut r = FrameReader::new(r);
-        let role = Role::Local { name: "m1".into() };
-        client(&mut r, &mut w, &secret, &role).await.unwrap();
-        assert_eq!(server.await.unwrap().unwrap(), role);
-    }
-
-    #[tokio::test]
-    async fn wrong_secret_is_refused_both_ways() {
-        let (a, b) = pair();
-        let server_secret = Secret::new(b"0123456789abcdef0123").unwrap();
-        let server = tokio::spawn(async move {
-            let (r, mut w) = tokio::io::split(b);
-            let mut r = FrameReader::new(r);
-            server(&mut r, &mut w, &server_secret).await
-        });
-        let (r, mut w) = tokio::io::split(a);
-        let mut r = FrameReader::new(r);
-        let wrong = Secret::new(b"another secret entirely").unwrap();
-        let err = client(&mut r, &mut w, &wrong, &Role::Admin)
-            .await
-            .unwrap_err();
-        // The client notices first: the server cannot prove the client's secret.
-        assert!(matches!(err, HandshakeError::BadProof), "{err}");
-        drop((r, w));
-        assert!(server.await.unwrap().is_err());
-    }
-
-    #[tokio::test]
-    async fn a_refused_role_is_told_why() {
-        let (a, b) = pair();
-        let secret = Secret::new(b"0123456789abcdef0123").unwrap();
-        let s2 = secret.clone();
-        let server = tokio::spawn(async move {
-            let (r, mut w) = tokio::io::split(b);
-            let mut r = FrameReader::new(r);
-            server_with(&mut r, &mut w, &s2, |role| match role {
-                Role::Admin => Err("no admins here".to_string()),
-                _ => Ok(()),
-            })
-            .await
-        });
-        let (r, mut w) = tokio::io::split(a);
-        let mut r = FrameReader::new(r);
-        let err = client(&mut r, &mut w, &secret, &Role::Admin)
-            .await
-            .unwrap_err();
-        assert!(
-            matches!(&err, HandshakeError::Refused(reason) if reason == "no admins here"),
-            "{err}"
-        );
-        assert!(matches!(
-            server.await.unwrap(),
-            Err(HandshakeError::NotAdmitted(_))
+/// Why a proof made for `theirs` is not one for this connection `here`
+/// (whose time is not compared: the proof's own says when it was made).
+fn other_connection(theirs: &ProofContext, here: &ProofContext) -> Option<String> {
+    if theirs.audience != here.audience {
+        return Some(format!(
+            "the token's proof was made for {}, and this is {}",
+            theirs.audience, here.audience
         ));
     }
-
-    #[tokio::test]
-    async fn the_token_reaches_the_servers_admit() {
-        let (a, b) = pair();
-        let secret = Secret::new(b"0123456789abcdef0123").unwrap();
-        let s2 = secret.clone();
-        let server = tokio::spawn(async move {
-            let (r, mut w) = tokio::io::split(b);
-            let mut r = FrameReader::new(r);
-            server_auth(&mut r, &mut w, &s2, &[], |_, token| match token {
-                Some("good") => Ok(token.map(str::to_string)),
-                other => Err(format!("token {other:?} refused")),
-            })
-            .await
-        });
-        let (r, mut w) = tokio::io::split(a);
-        let mut r = FrameReader::new(r);
-        let with = secret.clone().with_token(Some("good".into()));
-        client(&mut r, &mut w, &with, &Role::Admin).await.unwrap();
-        let (_, kept) = server.await.unwrap().unwrap();
-        assert_eq!(kept.as_deref(), Some("good"));
-    }
-
-    #[test]
-    fn short_secrets_are_rejected() {
-        assert!(matches!(
-            Secret::new(b"  short \n"),
-            Err(HandshakeError::WeakSecret(5))
-        ));
-        assert_eq!(Secret::generate_text().len(), 64);
-    }
+    let same = theirs.role == here.role
+        && theirs.client_nonce == here.client_nonce
+        && theirs.server_nonce == here.server_nonce
+        && theirs.binding == here.binding;
+    (!same).then(|| "the token's proof was made for another connection".to_string())
 }
+
+#[cfg(test)]
+#[path = "handshake_tests.rs"]
+mod tests;

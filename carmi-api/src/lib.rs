@@ -50,6 +50,7 @@ pub mod handshake;
 pub mod jobcred;
 pub mod net;
 pub mod pooldir;
+pub mod proof;
 pub mod stage;
 pub mod tls;
 pub mod token;

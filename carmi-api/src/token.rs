@@ -6,12 +6,18 @@
 //! here is cryptography of our own. A token reads
 //!
 //! ```text
-//! carmi1.<base64url(claims JSON)>.<base64url(Ed25519 signature of "carmi1.<claims>")>
+//! carmi1.<base64url(claims JSON)>.<base64url(Ed25519 signature of "carmi1.<claims>")>.<base64url(holder key)>
 //! ```
 //!
 //! so that it fits on one line of a file or an environment variable. The
-//! claims name the pool (a hash of its public key), so a token of another
-//! pool is refused with that reason rather than as a bad signature.
+//! claims name the pool (a hash of its public key, and the key itself, which
+//! its holder pins: only the global RM can sign with it). The first three
+//! parts are the token's **public part**; the fourth, the **holder key**, is a
+//! key only the token's holder and the global RM know (the global RM derives
+//! it from its signing key and the token's id, so it keeps nothing per token).
+//! A holder never sends its holder key: it proves it, with an HMAC over the
+//! connection it opens ([`crate::proof`]), so that a public part read on the
+//! way (or handed to a local RM) opens nothing.
 //!
 //! Everything but key generation and the token id is pure: verification
 //! takes `now` (seconds since the Unix epoch) and the set of revoked ids.
@@ -40,6 +46,11 @@ pub struct Claims {
     pub id: String,
     /// The pool that signed it ([`PublicKey::pool_id`]).
     pub pool: String,
+    /// The pool's public key ([`PublicKey::to_text`]): what a client pins,
+    /// so that only the holder of the pool's signing key can play its
+    /// global RM. Absent from tokens made before it was added.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool_key: Option<String>,
     /// Who it names.
     pub identity: String,
     /// What it allows.
@@ -145,6 +156,14 @@ impl PublicKey {
         URL_SAFE_NO_PAD.encode(&self.0)
     }
 
+    /// Whether `signature` is this key's over `message` (the global RM's
+    /// proof in a handshake).
+    pub fn verifies(&self, message: &[u8], signature: &[u8]) -> bool {
+        UnparsedPublicKey::new(&ED25519, &self.0)
+            .verify(message, signature)
+            .is_ok()
+    }
+
     /// The pool's short name: the first 16 hex digits of the key's SHA-256.
     pub fn pool_id(&self) -> String {
         let digest = Sha256::digest(&self.0);
@@ -169,9 +188,11 @@ impl PublicKey {
         let body = text
             .strip_prefix(PREFIX)
             .ok_or_else(|| TokenError::Malformed(format!("it does not start with `{PREFIX}`")))?;
-        let (claims_b64, sig_b64) = body
+        let (claims_b64, rest) = body
             .split_once('.')
             .ok_or_else(|| TokenError::Malformed("it has no signature part".into()))?;
+        // The holder key, if the text carries it, is not part of what is signed.
+        let sig_b64 = rest.split_once('.').map_or(rest, |(sig, _)| sig);
         let decode = |part: &str, what: &str| {
             URL_SAFE_NO_PAD
                 .decode(part)
@@ -320,6 +341,7 @@ impl SigningKey {
         let claims = Claims {
             id: uuid::Uuid::new_v4().to_string(),
             pool: self.public().pool_id(),
+            pool_key: Some(self.public().to_text()),
             identity: grant.identity.clone(),
             power: grant.power,
             machine: grant.machine.clone(),
@@ -329,11 +351,46 @@ impl SigningKey {
         let json = serde_json::to_vec(&claims).expect("claims serialize");
         let signed = format!("{PREFIX}{}", URL_SAFE_NO_PAD.encode(json));
         let sig = self.pair.sign(signed.as_bytes());
+        let held = URL_SAFE_NO_PAD.encode(self.holder_key(&claims.id));
         Ok((
-            format!("{signed}.{}", URL_SAFE_NO_PAD.encode(sig.as_ref())),
+            format!("{signed}.{}.{held}", URL_SAFE_NO_PAD.encode(sig.as_ref())),
             claims,
         ))
     }
+
+    /// The holder key of the token with id `id`: derived from this key, so
+    /// that the global RM checks a holder's proof without keeping anything
+    /// per token, and nobody without the signing key can make one.
+    pub fn holder_key(&self, id: &str) -> [u8; 32] {
+        use hmac::{Hmac, Mac};
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.pkcs8).expect("HMAC takes any key");
+        mac.update(b"carmi token holder key\0");
+        mac.update(id.as_bytes());
+        mac.finalize().into_bytes().into()
+    }
+
+    /// Signs `message` with the pool's key: the global RM's proof of who it
+    /// is in each handshake ([`crate::handshake`]).
+    pub fn sign(&self, message: &[u8]) -> Vec<u8> {
+        self.pair.sign(message).as_ref().to_vec()
+    }
+}
+
+/// The public part of a token's text (without its holder key): what a
+/// holder shows, never its key.
+pub fn public_part(text: &str) -> &str {
+    let text = text.trim();
+    match text.match_indices('.').nth(2) {
+        Some((at, _)) => &text[..at],
+        None => text,
+    }
+}
+
+/// The holder key a token's text carries, if it has one.
+pub fn holder_key_of(text: &str) -> Option<Vec<u8>> {
+    let text = text.trim();
+    let (at, _) = text.match_indices('.').nth(2)?;
+    URL_SAFE_NO_PAD.decode(&text[at + 1..]).ok()
 }
 
 /// Seconds since the Unix epoch, now (0 if the clock is before 1970).

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use carmi_api::authz::{Action, Identity, TokenAnswer, TokenInfo, TokenRequest, check};
 use carmi_api::msg::{Failure, FailureCode, FromGlobal, Role};
+use carmi_api::proof::{GLOBAL, Presented, SeenProofs};
 use carmi_api::token::{Claims, Grant, PublicKey, SigningKey, now_unix};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -77,7 +78,9 @@ pub struct Connected {
 
 /// The pool's token authority (see the module documentation).
 pub struct Authority {
-    key: SigningKey,
+    key: std::sync::Arc<SigningKey>,
+    /// The forwarded proofs taken (each is taken once).
+    seen: Mutex<SeenProofs>,
     public: PublicKey,
     book_path: PathBuf,
     book: Mutex<Book>,
@@ -127,7 +130,8 @@ impl Authority {
     fn new(key: SigningKey, book_path: PathBuf, book: Book) -> Authority {
         let public = key.public();
         Authority {
-            key,
+            key: std::sync::Arc::new(key),
+            seen: Mutex::default(),
             public,
             book_path,
             book: Mutex::new(book),
@@ -148,8 +152,12 @@ impl Authority {
 
     /// [`Authority::admit`] for a connection, which also takes a place in
     /// its identity's count of open connections, or is refused past the cap.
-    pub fn admit_connection(&self, role: &Role, token: Option<&str>) -> Result<Connected, String> {
-        let admitted = self.admit(role, token)?;
+    pub fn admit_connection(
+        &self,
+        role: &Role,
+        shown: Option<&Presented>,
+    ) -> Result<Connected, String> {
+        let admitted = self.admit(role, shown)?;
         let name = admitted.identity.name.clone();
         let place = (self.per_identity)
             .take(name.clone(), &format!("identity `{name}`"))
@@ -163,10 +171,17 @@ impl Authority {
         self.book.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Checks a connection's token against its declared role: the identity
-    /// it may act as, or the reason to refuse it (sent to the client).
-    pub fn admit(&self, role: &Role, token: Option<&str>) -> Result<Admitted, String> {
-        let Some(token) = token else {
+    /// The pool's signing key, with which this global RM proves itself in
+    /// every handshake it serves ([`carmi_api::handshake::Secret::with_signer`]).
+    pub fn signer(&self) -> std::sync::Arc<SigningKey> {
+        self.key.clone()
+    }
+
+    /// Checks the token a connection showed (its holder's proof, made for
+    /// this global RM) against its declared role: the identity it may act
+    /// as, or the reason to refuse it (sent to the client).
+    pub fn admit(&self, role: &Role, shown: Option<&Presented>) -> Result<Admitted, String> {
+        let Some(shown) = shown else {
             return Err(
                 "no token: this pool admits only connections that present one \
                  (ask its admin for one: `carmi token create`; give it with CARMI_TOKEN or --token)"
@@ -175,10 +190,35 @@ impl Authority {
         };
         let claims: Claims = {
             let book = self.book();
-            self.public
-                .verify(token, now_unix(), &book.revoked)
+            shown
+                .check(&self.key, GLOBAL, now_unix(), &book.revoked)
                 .map_err(|e| format!("token refused: {e}"))?
         };
+        self.admitted(role, claims)
+    }
+
+    /// Checks a token's proof that the local RM of `machine` forwards (an
+    /// application starting a job there, a control connection): made for
+    /// that machine, fresh, and not taken before.
+    pub fn admit_forwarded(&self, shown: &str, machine: &str) -> Result<Admitted, String> {
+        let shown = Presented::decode(shown)?;
+        let audience = carmi_api::proof::local(machine);
+        let now = now_unix();
+        let claims: Claims = {
+            let book = self.book();
+            shown
+                .check(&self.key, &audience, now, &book.revoked)
+                .map_err(|e| format!("token refused: {e}"))?
+        };
+        let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        // Only once everything else holds: a bad proof takes no place.
+        { seen }
+            .take(&claims.id, &shown.context, now)
+            .map_err(|e| format!("token refused: {e}"))?;
+        self.admitted(&shown.context.role, claims)
+    }
+
+    fn admitted(&self, role: &Role, claims: Claims) -> Result<Admitted, String> {
         let identity = claims.identity();
         // A staging connection is a local RM's: it presents the same daemon
         // token as its link (only towards the global RM; to peers, none).
@@ -192,10 +232,24 @@ impl Authority {
         })
     }
 
-    /// Whether `token` (valid, not revoked) may read the pool, or why not:
-    /// the web dashboard's check of each request.
+    /// Whether `token` (the whole token, holder key included: a browser
+    /// shows it to the dashboard, which is this daemon) may read the pool,
+    /// or why not: the web dashboard's check of each request.
     pub fn check_read(&self, token: &str) -> Result<(), String> {
-        let admitted = self.admit(&Role::Admin, Some(token))?;
+        let claims = {
+            let book = self.book();
+            self.public
+                .verify(token, now_unix(), &book.revoked)
+                .map_err(|e| format!("token refused: {e}"))?
+        };
+        if !carmi_api::proof::holds(&self.key, token, &claims) {
+            return Err(format!(
+                "token refused: the token of `{}` was given without its holder key \
+                 (give the dashboard the whole line of the token file)",
+                claims.identity
+            ));
+        }
+        let admitted = self.admitted(&Role::Admin, claims)?;
         check(&admitted.identity, &Action::Read("dashboard"))
             .map_err(|r| format!("permission denied: {r}"))
     }
@@ -231,16 +285,21 @@ impl Authority {
             TokenRequest::Create { .. } => "create",
             TokenRequest::List => "list",
             TokenRequest::Revoke { .. } => "revoke",
+            TokenRequest::Vouch { .. } => "vouch",
         };
         let fail = |code, message: String| FromGlobal::AdminFailed(Failure { code, message });
         let Some(who) = who else {
             return fail(FailureCode::Denied, "permission denied: no identity".into());
         };
-        if let Err(r) = check(who, &Action::Tokens(what)) {
+        // A vouch is a machine's question, with rules of its own (`vouch`).
+        if !matches!(req, TokenRequest::Vouch { .. })
+            && let Err(r) = check(who, &Action::Tokens(what))
+        {
             warn!(identity = who.name, power = %who.power, "refused: {r}");
             return fail(FailureCode::Denied, format!("permission denied: {r}"));
         }
         match req {
+            TokenRequest::Vouch { shown } => self.vouch(who, &shown),
             TokenRequest::Create {
                 identity,
                 power,
@@ -305,6 +364,41 @@ impl Authority {
                         format!("revoked until this global RM restarts, but {e}"),
                     ),
                 }
+            }
+        }
+    }
+
+    /// A local RM's question about a token shown to it: only that machine's
+    /// own daemon asks, for proofs made for its name.
+    fn vouch(&self, who: &Identity, shown: &str) -> FromGlobal {
+        let machine = match (&who.power, &who.machine) {
+            (carmi_api::token::Power::Daemon, Some(m)) => m,
+            _ => {
+                let m = format!(
+                    "permission denied: `{}` (power {}) is no machine's daemon: only a local RM asks whether a token shown to it is good",
+                    who.name, who.power
+                );
+                return FromGlobal::AdminFailed(Failure {
+                    code: FailureCode::Denied,
+                    message: m,
+                });
+            }
+        };
+        match self.admit_forwarded(shown, machine) {
+            Ok(a) => FromGlobal::Tokens(TokenAnswer::Vouched {
+                identity: a.identity.name,
+                power: a.identity.power,
+                machine: a.identity.machine,
+            }),
+            Err(message) => {
+                warn!(
+                    machine,
+                    "a token shown to this machine was refused: {message}"
+                );
+                FromGlobal::AdminFailed(Failure {
+                    code: FailureCode::Denied,
+                    message,
+                })
             }
         }
     }

@@ -367,7 +367,11 @@ impl Server {
             done_tx.clone(),
         ));
         let shared = Arc::new(Shared {
-            secret: self.config.secret.clone(),
+            // The global RM proves itself with the pool's signing key.
+            secret: match &self.config.auth {
+                Some(auth) => self.config.secret.clone().with_signer(auth.signer()),
+                None => self.config.secret.clone(),
+            },
             max_frame: self.config.max_frame,
             store: self.store.clone(),
             returned: self.returned.clone(),

@@ -90,7 +90,7 @@ pub(crate) async fn serve(
 }
 
 /// Whether an application connection of `role` (proving `key`'s job, if
-/// any, with `token`) is admitted: a job's credential opens that job's
+/// any, with the token it `shown`) is admitted: a job's credential opens that job's
 /// applications only; a control connection needs the machine's daemon token
 /// or an admin's; joining a job with the pool secret is for the machine's
 /// owner and admins (a new job's token goes to the global RM, which
@@ -98,7 +98,7 @@ pub(crate) async fn serve(
 /// held for the connection's life and given back if the handshake fails after.
 async fn admit_app(
     role: Role,
-    token: Option<String>,
+    shown: Option<carmi_api::proof::Presented>,
     key: Option<carmi_api::ids::JobId>,
     (access, per_job): (&ControlAccess, &PerJob),
     peer: SocketAddr,
@@ -120,11 +120,13 @@ async fn admit_app(
     };
     if let Some(what) = what {
         access
-            .admit(&what, token.as_deref())
+            .admit(&what, shown.as_ref())
             .await
             .inspect_err(refused)?;
     }
-    Ok((token, slot))
+    // What a new job's token proves goes to the global RM as its holder
+    // made it: this local RM never holds a token it could use itself.
+    Ok((shown.map(|p| p.encode()), slot))
 }
 
 /// Opens TLS on `stream` under the gate too: a flood of silent connections
@@ -184,9 +186,7 @@ async fn connection(
     // told why; a job's credential opens that job's applications only.
     let choose = |key| creds.choose(&secret, key);
     // A new job's token goes to the global RM, which knows the revocations.
-    let admit = |role: Role, token: Option<String>, key| {
-        admit_app(role, token, key, (&access, &per_job), peer)
-    };
+    let admit = |role: Role, shown, key| admit_app(role, shown, key, (&access, &per_job), peer);
     let (hs_reader, hs_writer) = link.parts_mut();
     let (role, (token, _job_slot)) = tokio::select! {
         res = handshake::server_keyed_async(hs_reader, hs_writer, choose, &binding, admit) => match res {

@@ -14,11 +14,10 @@
 
 use std::net::SocketAddr;
 
-use carmi_api::authz::TokenRequest;
+use carmi_api::authz::{Power, TokenAnswer, TokenRequest};
 use carmi_api::conn::{ConnReader, ConnWriter};
 use carmi_api::handshake::Secret;
 use carmi_api::msg::{FromGlobal, FromLocalControl, ToGlobal, ToLocalControl};
-use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -32,51 +31,78 @@ use crate::input::{Input, stopped};
 pub(crate) struct ControlAccess {
     /// This local RM's own daemon token (`None`: a pool without tokens).
     own_token: Option<String>,
-    /// The global RM, which checks an admin's token.
+    /// This machine's name, which the proofs shown to it name.
+    name: String,
+    /// The global RM, which checks every token shown here.
     global: String,
-    /// The pool secret, to reach the global RM with the admin's token.
+    /// The pool secret, to reach the global RM with this machine's token.
     secret: Secret,
 }
 
 impl ControlAccess {
-    pub(crate) fn new(own_token: Option<String>, global: String, secret: Secret) -> ControlAccess {
+    pub(crate) fn new(
+        own_token: Option<String>,
+        name: String,
+        global: String,
+        secret: Secret,
+    ) -> ControlAccess {
         ControlAccess {
             own_token,
+            name,
             global,
             secret,
         }
     }
 
-    /// Whether a connection presenting `token` may do `what` (open a
+    /// Whether a connection that showed `shown` may do `what` (open a
     /// control connection, join a job without its credential): checked in
     /// its handshake, so that a refusal reaches the client. A pool without
     /// tokens admits it; else it needs this machine's own daemon token or
-    /// one the global RM says has power admin.
-    pub(crate) async fn admit(&self, what: &str, token: Option<&str>) -> Result<(), String> {
+    /// one with power admin, as the global RM says (it knows the
+    /// revocations and expiries, and it alone can check a holder's proof).
+    pub(crate) async fn admit(
+        &self,
+        what: &str,
+        shown: Option<&carmi_api::proof::Presented>,
+    ) -> Result<(), String> {
         let Some(own) = &self.own_token else {
             return Ok(());
         };
-        match token {
-            // Compared through their digests, so that the time taken says
-            // nothing of how much of the daemon's token a guess got right.
-            Some(t) if Sha256::digest(t.trim()) == Sha256::digest(own.trim()) => Ok(()),
-            Some(t) => self.check_admin(what, t).await,
-            None => Err(format!(
+        let Some(shown) = shown else {
+            return Err(format!(
                 "{what} needs this machine's daemon token or a token with power admin; none was presented"
-            )),
+            ));
+        };
+        let (identity, power, machine) = self.vouch(own, shown).await?;
+        let ours = power == Power::Daemon && machine.as_deref() == Some(self.name.as_str());
+        if power == Power::Admin || ours {
+            return Ok(());
         }
+        Err(format!(
+            "{what} needs this machine's daemon token or power admin; `{identity}` (power {power}) has neither"
+        ))
     }
 
-    /// Asks the global RM whether `token` has power admin (its answer to an
-    /// admin-only request, `carmi token list`, made with that token: a
-    /// forged, expired or revoked token is refused in that handshake).
-    async fn check_admin(&self, what: &str, token: &str) -> Result<(), String> {
-        let secret = self.secret.clone().with_token(Some(token.to_string()));
-        let ask = ToGlobal::Tokens(TokenRequest::List);
+    /// Asks the global RM, over a connection of this machine's own, what
+    /// the token shown here is (a forged, expired or revoked token, or a
+    /// proof made for another machine or used before, is refused there).
+    async fn vouch(
+        &self,
+        own: &str,
+        shown: &carmi_api::proof::Presented,
+    ) -> Result<(String, Power, Option<String>), String> {
+        let secret = self.secret.clone().with_token(Some(own.to_string()));
+        let ask = ToGlobal::Tokens(TokenRequest::Vouch {
+            shown: shown.encode(),
+        });
         match carmi_api::admin::request(&self.global, &secret, None, ask).await {
-            Ok(FromGlobal::Tokens(_)) => Ok(()),
+            Ok(FromGlobal::Tokens(TokenAnswer::Vouched {
+                identity,
+                power,
+                machine,
+            })) => Ok((identity, power, machine)),
             Ok(FromGlobal::AdminFailed(f)) => Err(format!(
-                "{what} needs this machine's daemon token or power admin; the global RM says: {}",
+                "the token shown was refused; the global RM says: {}",
                 f.message
             )),
             Ok(other) => Err(format!(

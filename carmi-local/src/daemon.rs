@@ -111,6 +111,19 @@ async fn bind_stage_listener(
     Ok((listener, endpoint))
 }
 
+/// Binds the application listener at `listen`: it and its address.
+async fn listen_apps(
+    listen: &str,
+) -> Result<(tokio::net::TcpListener, std::net::SocketAddr), Error> {
+    let failed = |source| Error::Listen {
+        addr: listen.to_string(),
+        source,
+    };
+    let listener = carmi_api::net::listen(listen).await.map_err(failed)?;
+    let addr = listener.local_addr().map_err(failed)?;
+    Ok((listener, addr))
+}
+
 impl Daemon {
     /// Detects the machine, opens the application listener and starts
     /// connecting to the global RM. Fails on configuration and file errors;
@@ -146,16 +159,7 @@ impl Daemon {
         let (info, slots) = static_info((&settings.name, settings.slots), scores, cgroups.as_ref());
         let machine = MachineAd::new(info, settings.attributes.clone());
 
-        let listener = carmi_api::net::listen(&settings.listen)
-            .await
-            .map_err(|source| Error::Listen {
-                addr: settings.listen.clone(),
-                source,
-            })?;
-        let app_addr = listener.local_addr().map_err(|source| Error::Listen {
-            addr: settings.listen.clone(),
-            source,
-        })?;
+        let (listener, app_addr) = listen_apps(&settings.listen).await?;
         let cache_dir = work_dir.join("cache");
         let cache = ExeCache::open(cache_dir.clone())
             .map_err(io("cannot open executable cache", &cache_dir))?;
@@ -179,12 +183,15 @@ impl Daemon {
         // Made in memory at every start: nobody handles a certificate, and
         // the handshake proves who the daemon is (see `carmi_api::tls`).
         let tls = carmi_api::tls::Acceptor::generate().map_err(Error::Tls)?;
+        let (name, global) = (settings.name.clone(), settings.global.clone());
+        let access = ControlAccess::new(token.clone(), name, global, secret.clone());
         tokio::spawn(apps::serve(
             (listener, tls.clone()),
+            // Tokens shown to this local RM are proved for its name.
             (
-                secret.clone(),
+                secret.clone().with_name(&settings.name),
                 creds.clone(),
-                ControlAccess::new(token.clone(), settings.global.clone(), secret.clone()),
+                access,
             ),
             (settings.app_queue, settings.max_connections_per_job),
             inputs_tx.clone(),

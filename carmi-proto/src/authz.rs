@@ -224,6 +224,14 @@ pub enum TokenRequest {
         /// The token's id.
         id: String,
     },
+    /// A local RM asks whether a token shown to it is good: `shown` is the
+    /// token's public part and its holder's proof, made for this machine
+    /// (`carmi_api::proof::Presented::encode`). Only the machine's own
+    /// daemon may ask, and each proof is taken once.
+    Vouch {
+        /// The proof, as its holder made it.
+        shown: String,
+    },
 }
 
 /// Answer to a [`TokenRequest`].
@@ -238,6 +246,16 @@ pub enum TokenAnswer {
     },
     /// Every token made by this global RM.
     List(Vec<TokenInfo>),
+    /// The answer to [`TokenRequest::Vouch`]: the proof is good, and its
+    /// token names this identity.
+    Vouched {
+        /// Who.
+        identity: String,
+        /// With what power.
+        power: Power,
+        /// A daemon token's machine.
+        machine: Option<String>,
+    },
     /// Revoked (`known`: false if the global RM never made it; it is refused all the same).
     Revoked {
         /// The id.

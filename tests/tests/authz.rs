@@ -264,9 +264,11 @@ async fn bad_tokens_are_refused_and_a_revoked_one_loses_its_connections() {
         .issue(&grant, carmi_api::token::now_unix())
         .unwrap();
     claims.power = Power::Admin;
-    let (_, sig) = t.rsplit_once('.').unwrap();
+    // The signature and the holder key kept: only the claims change.
+    let (_, sig) = carmi_api::token::public_part(&t).rsplit_once('.').unwrap();
+    let (_, held) = t.rsplit_once('.').unwrap();
     let json = serde_json::to_vec(&claims).unwrap();
-    let widened = format!("carmi1.{}.{sig}", URL_SAFE_NO_PAD.encode(json));
+    let widened = format!("carmi1.{}.{sig}.{held}", URL_SAFE_NO_PAD.encode(json));
     let altered = pool.dir.join("altered.token");
     carmi_api::files::write_private(&altered, &widened, false).unwrap();
     let out = carmi(&pool, &altered, &["token", "list"]);

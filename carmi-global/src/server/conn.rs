@@ -13,6 +13,7 @@ use carmi_api::conn::{Conn, ConnReader, ConnWriter};
 use carmi_api::frame::FrameReader;
 use carmi_api::handshake;
 use carmi_api::msg::{Failure, FailureCode, FromGlobal, Role, ToGlobal};
+use carmi_api::proof::Presented;
 use carmi_api::tls;
 use tokio::io::BufWriter;
 use tokio::net::TcpStream;
@@ -73,12 +74,12 @@ pub(super) async fn connection(
     let mut reader = FrameReader::with_max(r, shared.max_frame);
     let auth = shared.auth.clone();
     let clear = binding.is_empty();
-    let admit = |role: &Role, token: Option<&str>| match &auth {
-        // A token crossing in clear could be read and replayed.
-        Some(_) if clear && token.is_some() => {
+    let admit = |role: &Role, shown: Option<&Presented>| match &auth {
+        // A token's proof crossing in clear could be read by a man in the middle.
+        Some(_) if clear && shown.is_some() => {
             Err("this pool takes connections with a token over TLS only (update the client)".into())
         }
-        Some(a) => a.admit_connection(role, token).map(Some),
+        Some(a) => a.admit_connection(role, shown).map(Some),
         None => Ok(None),
     };
     let (role, admitted) = tokio::select! {
@@ -127,7 +128,10 @@ pub(super) async fn connection(
     debug!(%peer, %link, ?role, "connection accepted");
     // Admin links upload the master of a job before `Submit`.
     let serves_executables = matches!(role, Role::Local { .. } | Role::Admin);
-    let local = matches!(role, Role::Local { .. });
+    let machine = match &role {
+        Role::Local { name } => Some(name.clone()),
+        _ => None,
+    };
     let (tx, mut rx) = mpsc::channel(shared.max_queued.max(1));
     let kick = Arc::new(tokio::sync::Notify::new());
     let identity = admitted.as_ref().map(|a| a.identity.clone());
@@ -148,7 +152,7 @@ pub(super) async fn connection(
     let forwarder = tokio::spawn(forward_in_order(order_rx, shared.cmds.clone()));
     let invalid = until_invalid(&shared, admitted.as_ref());
     let ended = tokio::select! {
-        r = read_frames(&mut reader, link, (serves_executables, local), identity.as_ref(), &shared, &order_tx) => r,
+        r = read_frames(&mut reader, link, (serves_executables, machine.as_deref()), identity.as_ref(), &shared, &order_tx) => r,
         reason = invalid => Err(reason),
         r = write_frames(&mut w, &mut rx) => r,
         _ = kick.notified() => Err(format!(
@@ -176,12 +180,18 @@ async fn until_invalid(shared: &Shared, admitted: Option<&Admitted>) -> String {
     }
 }
 
-/// For an `AppAttach` of a new job from a local RM in a pool with tokens:
-/// what the token its application presented proves, checked here because
-/// the authority knows the revocations (a revoked token starts no job,
-/// whatever its local RM thinks of it); the router decides with it.
-fn app_identity(shared: &Shared, link: LinkId, local: bool, msg: &ToGlobal) -> Option<Cmd> {
-    let auth = shared.auth.as_ref().filter(|_| local)?;
+/// For an `AppAttach` of a new job from the local RM of `machine` in a pool
+/// with tokens: what the token its application showed proves (the proof
+/// it forwards, made for that machine), checked here because the authority
+/// knows the revocations (a revoked token starts no job, whatever its local
+/// RM thinks of it); the router decides with it.
+fn app_identity(
+    shared: &Shared,
+    link: LinkId,
+    machine: Option<&str>,
+    msg: &ToGlobal,
+) -> Option<Cmd> {
+    let (auth, machine) = (shared.auth.as_ref()?, machine?);
     let ToGlobal::AppAttach {
         conn,
         job: None,
@@ -191,7 +201,7 @@ fn app_identity(shared: &Shared, link: LinkId, local: bool, msg: &ToGlobal) -> O
     else {
         return None;
     };
-    let verdict = auth.admit(&Role::Admin, Some(token)).map(|a| a.identity);
+    let verdict = auth.admit_forwarded(token, machine).map(|a| a.identity);
     Some(Cmd::AppIdentity(link, *conn, verdict))
 }
 
@@ -269,11 +279,12 @@ fn store_upload(
 async fn read_frames(
     reader: &mut ConnReader<ToGlobal>,
     link: LinkId,
-    (serves_executables, local): (bool, bool),
+    (serves_executables, machine): (bool, Option<&str>),
     identity: Option<&carmi_api::authz::Identity>,
     shared: &Shared,
     order: &mpsc::UnboundedSender<Pending>,
 ) -> Result<(), String> {
+    let local = machine.is_some();
     let send = |p: Pending| order.send(p).is_ok();
     let names = NameAllowance::new(shared.router.max_new_names_per_connection);
     loop {
@@ -392,7 +403,7 @@ async fn read_frames(
                 }
             }
             msg => {
-                if let Some(cmd) = app_identity(shared, link, local, &msg)
+                if let Some(cmd) = app_identity(shared, link, machine, &msg)
                     && !send(Pending::Ready(cmd))
                 {
                     return Ok(());

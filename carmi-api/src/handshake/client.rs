@@ -1,0 +1,218 @@
+//! The client side of the handshake (see the parent module).
+
+use hmac::Mac;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use super::{
+    HANDSHAKE_TIMEOUT, HandshakeError, Hs, Secret, Towards, next, nonce, server_statement,
+};
+use crate::frame::{FrameError, FrameReader, write_frame};
+use crate::msg::{PROTOCOL_VERSION, Role};
+use crate::proof::{Presented, ProofContext, hex, unhex};
+use crate::token::PublicKey;
+
+/// Client side: declares `role`, authenticates both ways. On success the
+/// connection is ready for protocol messages.
+pub async fn client<R, W>(
+    r: &mut FrameReader<R>,
+    w: &mut W,
+    secret: &Secret,
+    role: &Role,
+) -> Result<(), HandshakeError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    client_bound(r, w, secret, role, &[]).await
+}
+
+/// [`client`] over a TLS session whose exported keying material is
+/// `binding` ([`crate::tls::Stream::binding`]): both proofs cover it, so the
+/// handshake succeeds only if both ends share that one session. The server
+/// is the one [`Towards::of`] `role` says.
+pub async fn client_bound<R, W>(
+    r: &mut FrameReader<R>,
+    w: &mut W,
+    secret: &Secret,
+    role: &Role,
+    binding: &[u8],
+) -> Result<(), HandshakeError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    client_towards(r, w, secret, role, binding, Towards::of(role)).await
+}
+
+/// [`client_bound`] to the server `towards` names.
+pub async fn client_towards<R, W>(
+    r: &mut FrameReader<R>,
+    w: &mut W,
+    secret: &Secret,
+    role: &Role,
+    binding: &[u8],
+    towards: Towards,
+) -> Result<(), HandshakeError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
+        let client_nonce = nonce();
+        let hello = Hs::Hello {
+            version: PROTOCOL_VERSION,
+            role: role.clone(),
+            client_nonce: client_nonce.clone(),
+            job_key: secret.job(),
+        };
+        write_frame(w, &hello, &[])
+            .await
+            .map_err(FrameError::from)?;
+        let challenge = match next(r).await? {
+            c @ Hs::Challenge { .. } => c,
+            Hs::Refused { reason } => return Err(HandshakeError::Refused(reason)),
+            _ => return Err(HandshakeError::Unexpected),
+        };
+        let Hs::Challenge {
+            version,
+            server_nonce,
+            server_proof,
+            ..
+        } = &challenge
+        else {
+            unreachable!("matched above")
+        };
+        if *version != PROTOCOL_VERSION {
+            return Err(HandshakeError::Version {
+                ours: PROTOCOL_VERSION,
+                theirs: *version,
+            });
+        }
+        let expected = secret.mac(&[
+            b"server",
+            client_nonce.as_bytes(),
+            server_nonce.as_bytes(),
+            binding,
+        ]);
+        let proof = unhex(server_proof).ok_or(HandshakeError::BadProof)?;
+        expected
+            .verify_slice(&proof)
+            .map_err(|_| HandshakeError::BadProof)?;
+        let presented = match secret.token() {
+            Some(text) => Some(present(
+                text,
+                towards,
+                &challenge,
+                role,
+                &client_nonce,
+                binding,
+            )?),
+            None => None,
+        };
+        let presented_json = serde_json::to_vec(&presented).expect("a proof serializes");
+        let role_json = serde_json::to_vec(role).expect("roles serialize");
+        let mine = secret.mac(&[
+            b"client",
+            server_nonce.as_bytes(),
+            client_nonce.as_bytes(),
+            &role_json,
+            &presented_json,
+            binding,
+        ]);
+        let proof = Hs::Proof {
+            client_proof: hex(&mine.finalize().into_bytes()),
+            presented,
+        };
+        write_frame(w, &proof, &[])
+            .await
+            .map_err(FrameError::from)?;
+        match next(r).await? {
+            Hs::Welcome => Ok(()),
+            Hs::Refused { reason } => Err(HandshakeError::Refused(reason)),
+            _ => Err(HandshakeError::Unexpected),
+        }
+    })
+    .await
+    .map_err(|_| HandshakeError::Timeout)?
+}
+
+/// The proof of `token` (the client's whole token) for this connection, once
+/// the server has proved itself as `towards` demands; else why not.
+fn present(
+    token: &str,
+    towards: Towards,
+    challenge: &Hs,
+    role: &Role,
+    client_nonce: &str,
+    binding: &[u8],
+) -> Result<Presented, HandshakeError> {
+    let Hs::Challenge {
+        server_nonce,
+        server_key,
+        server_sig,
+        server_name,
+        ..
+    } = challenge
+    else {
+        return Err(HandshakeError::Unexpected);
+    };
+    let audience = match towards {
+        Towards::Global => {
+            prove_global(
+                token,
+                server_key,
+                server_sig,
+                client_nonce,
+                server_nonce,
+                binding,
+            )?;
+            crate::proof::GLOBAL.to_string()
+        }
+        Towards::Local => {
+            let name = server_name.as_deref().ok_or_else(|| {
+                HandshakeError::NotProven("local RM (it did not say its machine's name)".into())
+            })?;
+            crate::proof::local(name)
+        }
+    };
+    let context = ProofContext {
+        audience,
+        role: role.clone(),
+        client_nonce: client_nonce.to_string(),
+        server_nonce: server_nonce.clone(),
+        binding: hex(binding),
+        time_unix: crate::token::now_unix(),
+    };
+    Presented::make(token, context).map_err(HandshakeError::Token)
+}
+
+/// Checks the global RM's signature over this connection against the pool
+/// key the client's own token pins.
+fn prove_global(
+    token: &str,
+    server_key: &Option<String>,
+    server_sig: &Option<String>,
+    client_nonce: &str,
+    server_nonce: &str,
+    binding: &[u8],
+) -> Result<(), HandshakeError> {
+    let not = |why: &str| HandshakeError::NotProven(format!("global RM ({why})"));
+    let claims = crate::token::claims_unchecked(token)
+        .ok_or_else(|| HandshakeError::Token("the token presented is not a CARMI token".into()))?;
+    let (Some(key), Some(sig)) = (server_key, server_sig) else {
+        return Err(not("it gave no signature by the pool's signing key"));
+    };
+    let key = PublicKey::from_text(key).map_err(|e| not(&e.to_string()))?;
+    if !crate::proof::pinned(&claims, &key) {
+        return Err(not(&format!(
+            "it signed with the key of pool {}, and the token is of another pool, {}",
+            key.pool_id(),
+            claims.pool
+        )));
+    }
+    let statement = server_statement(client_nonce, server_nonce, binding);
+    if !unhex(sig).is_some_and(|sig| key.verifies(&statement, &sig)) {
+        return Err(not("its signature over this connection does not verify"));
+    }
+    Ok(())
+}
