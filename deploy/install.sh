@@ -12,7 +12,9 @@
 #       /usr/local/bin, makes the system user `carmi` (the global RM's), puts
 #       the units of deploy/systemd/ in /etc/systemd/system and a skeleton of
 #       /etc/carmi (local.toml, local.env; never overwritten). Keys, the pool
-#       secret and tokens are the admin's to make: deploy/systemd/README.md.
+#       secret and tokens are the admin's to make, in /etc/carmi: `sudo carmi
+#       pool init` on the manager, `sudo carmi join NAME.join --systemd` on
+#       each machine (deploy/systemd/README.md).
 #       --destdir installs under DIR instead of / (for packaging and tests;
 #       no user is made, no systemctl is run).
 set -euo pipefail
@@ -95,7 +97,7 @@ install_system() {
     if [[ -z "$dest" && -d /run/systemd/system ]]; then
         systemctl daemon-reload
     fi
-    echo "next: the pool's files in /etc/carmi and \`systemctl enable --now\`, as deploy/systemd/README.md says"
+    echo "next: on the manager \`sudo carmi pool init\` and \`systemctl enable --now carmi-global\`; on each machine \`sudo carmi join NAME.join --systemd\` (deploy/systemd/README.md)"
 }
 
 systemd=0 root='' bin_dir='' dest=''

@@ -14,7 +14,12 @@
 //!    `pool up`/`pool down` never touch what the user wrote;
 //! 4. the user's file `$CARMI_CONFIG`, else `$XDG_CONFIG_HOME/carmi/config.toml`,
 //!    else `$HOME/.config/carmi/config.toml`, with keys `pool = "HOST:PORT"`,
-//!    `secret = "/abs/path"`, `local = "HOST:PORT"`. Unknown keys are ignored.
+//!    `secret = "/abs/path"`, `local = "HOST:PORT"`. Unknown keys are ignored;
+//! 5. unless `$CARMI_CONFIG` names the one file to read, the pool's directory's
+//!    `config.toml` ([`crate::pooldir`]: `/etc/carmi/config.toml` for root,
+//!    `$CARMI_DIR/config.toml` when set), which `carmi pool init` and `carmi
+//!    join` write, so that `carmi` on the manager or after a join needs no
+//!    export. For anyone but root it is the user's file of 4 already.
 //!
 //! The embedded pool comes before the user's file because starting one is
 //! the later, explicit choice; once it is down (or its process is gone) its
@@ -88,6 +93,15 @@ pub fn config_path(lookup: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
     get("HOME").map(|h| Path::new(&h).join(".config/carmi/config.toml"))
 }
 
+/// The pool's directory's `config.toml`, unless `$CARMI_CONFIG` names the
+/// one config file to read.
+pub fn pool_dir_config(lookup: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
+    if lookup("CARMI_CONFIG").is_some_and(|v| !v.is_empty()) {
+        return None;
+    }
+    crate::pooldir::default_dir(lookup).map(|d| d.join(crate::pooldir::CONFIG))
+}
+
 /// Where `carmi pool up` records the embedded pool it started.
 pub fn record_path(lookup: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
     let get = |k: &str| lookup(k).filter(|v| !v.is_empty());
@@ -132,29 +146,38 @@ pub fn resolve(
 ) -> Result<Coordinates, FileError> {
     let env = |k: &str| lookup(k).filter(|v| !v.trim().is_empty());
     let embedded = running_embedded_pool(lookup)?.unwrap_or_default();
-    let file = match config_path(lookup) {
-        Some(p) => read_keys(&p)?,
+    let user_file = config_path(lookup);
+    let file = match &user_file {
+        Some(p) => read_keys(p)?,
         None => FileKeys::default(),
+    };
+    let dir = match pool_dir_config(lookup) {
+        Some(p) if Some(&p) != user_file.as_ref() => read_keys(&p)?,
+        _ => FileKeys::default(),
     };
     Ok(Coordinates {
         pool: (given.pool.clone())
             .or_else(|| env(ENV_POOL))
             .or(embedded.pool)
-            .or(file.pool),
+            .or(file.pool)
+            .or(dir.pool),
         secret: (given.secret.clone())
             .or_else(|| env(ENV_SECRET).map(PathBuf::from))
             .or_else(|| env(ENV_SECRET_FILE).map(PathBuf::from))
             .or(embedded.secret)
-            .or(file.secret),
+            .or(file.secret)
+            .or(dir.secret),
         local: (given.local.clone())
             .or_else(|| env(ENV_LOCAL))
             .or(embedded.local)
-            .or(file.local),
+            .or(file.local)
+            .or(dir.local),
         pool_pid: embedded.pool_pid,
         token: (given.token.clone())
             .or_else(|| env(ENV_TOKEN).map(PathBuf::from))
             .or(embedded.token)
-            .or(file.token),
+            .or(file.token)
+            .or(dir.token),
     })
 }
 
@@ -169,7 +192,7 @@ pub fn where_to_give(key: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Stri
         _ => ("--local HOST:PORT", ENV_LOCAL, "local = \"HOST:PORT\""),
     };
     format!(
-        "pass {flag}, set {var}, put {example} in {file}, or start a pool on this machine with `carmi pool up`"
+        "pass {flag}, set {var}, put {example} in {file}, or join a pool with `carmi join FILE` (a file `carmi pool add-user` wrote), or start one on this machine with `carmi pool up`"
     )
 }
 
@@ -248,6 +271,45 @@ mod tests {
             ),
         ];
         let c = resolve(&Coordinates::default(), &env(&vars)).unwrap();
+        assert_eq!(c, Coordinates::default());
+    }
+
+    #[test]
+    fn the_pool_dirs_config_comes_after_the_users_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool_dir = dir.path().join("etc-carmi");
+        std::fs::create_dir_all(&pool_dir).unwrap();
+        std::fs::write(
+            pool_dir.join("config.toml"),
+            "pool = \"dir:1\"\nsecret = \"/dir/pool.secret\"\ntoken = \"/dir/t\"\n",
+        )
+        .unwrap();
+        let home = dir.path().join("home");
+        std::fs::create_dir_all(home.join(".config/carmi")).unwrap();
+        std::fs::write(
+            home.join(".config/carmi/config.toml"),
+            "pool = \"user:1\"\n",
+        )
+        .unwrap();
+        let vars = vec![
+            ("CARMI_DIR", pool_dir.display().to_string()),
+            ("HOME", home.display().to_string()),
+            (
+                "XDG_STATE_HOME",
+                dir.path().join("state").display().to_string(),
+            ),
+        ];
+        let c = resolve(&Coordinates::default(), &env(&vars)).unwrap();
+        assert_eq!(c.pool.as_deref(), Some("user:1"));
+        assert_eq!(c.secret.as_deref(), Some(Path::new("/dir/pool.secret")));
+        assert_eq!(c.token.as_deref(), Some(Path::new("/dir/t")));
+        // $CARMI_CONFIG names the one file: the pool's directory is not read.
+        let mut only = vars.clone();
+        only.push((
+            "CARMI_CONFIG",
+            dir.path().join("none.toml").display().to_string(),
+        ));
+        let c = resolve(&Coordinates::default(), &env(&only)).unwrap();
         assert_eq!(c, Coordinates::default());
     }
 

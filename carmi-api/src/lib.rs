@@ -21,6 +21,9 @@
 //! - `token`: the pool's signed tokens (identity, power, machine, expiry, id), Ed25519 via ring.
 //! - `tls`: TLS 1.3 under the handshake (rustls; self-signed certificates made in memory,
 //!   the session bound to the pool handshake by its exported keying material).
+//! - `pooldir`: the pool's directory (`/etc/carmi` for root, `~/.config/carmi` otherwise), where
+//!   `carmi pool init` and `carmi join` write the pool's files and the daemons and `carmi` find them.
+//! - `webcert`: the dashboard's certificate, made once by `carmi pool init` and read at every start.
 //! - `files`: key and token files: written 0600, refused (as ssh does) when others may read them.
 //! - `client`: the client library: `connect`, the `Carmi` handle (requests return
 //!   ids at once), the merged `EventStream`, direct messages between processes,
@@ -46,10 +49,12 @@ pub mod gate;
 pub mod handshake;
 pub mod jobcred;
 pub mod net;
+pub mod pooldir;
 pub mod proof;
 pub mod stage;
 pub mod tls;
 pub mod token;
+pub mod webcert;
 
 // The protocol's data lives in `carmi-proto` (no I/O, no runtime) so that the
 // daemons' pure cores can use it without tokio; re-exported here so that a

@@ -98,14 +98,17 @@ impl Acceptor {
     pub fn generate_for(names: Vec<String>) -> Result<(Acceptor, String), String> {
         let made = rcgen::generate_simple_self_signed(names)
             .map_err(|e| format!("cannot make a TLS certificate: {e}"))?;
-        let fingerprint = ring::digest::digest(&ring::digest::SHA256, made.cert.der())
-            .as_ref()
-            .iter()
-            .map(|b| format!("{b:02X}"))
-            .collect::<Vec<_>>()
-            .join(":");
-        let cert = CertificateDer::from(made.cert.der().to_vec());
-        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(made.key_pair.serialize_der()));
+        Acceptor::from_der(made.cert.der().to_vec(), made.key_pair.serialize_der())
+    }
+
+    /// An acceptor serving the certificate `cert` (DER) with its PKCS#8
+    /// private key `key` (DER), and the certificate's SHA-256 fingerprint:
+    /// the dashboard's certificate that `carmi pool init` made, read from
+    /// its files at every start, so that a browser trusts it once.
+    pub fn from_der(cert: Vec<u8>, key: Vec<u8>) -> Result<(Acceptor, String), String> {
+        let fingerprint = fingerprint(&cert);
+        let cert = CertificateDer::from(cert);
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key));
         let config = rustls::ServerConfig::builder_with_provider(provider())
             .with_protocol_versions(&[&rustls::version::TLS13])
             .map_err(|e| format!("TLS setup: {e}"))?
@@ -160,6 +163,17 @@ impl Acceptor {
             binding,
         })
     }
+}
+
+/// The SHA-256 fingerprint of a certificate (DER) as a browser shows it:
+/// `AB:CD:...`.
+pub fn fingerprint(cert_der: &[u8]) -> String {
+    ring::digest::digest(&ring::digest::SHA256, cert_der)
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02X}"))
+        .collect::<Vec<_>>()
+        .join(":")
 }
 
 /// The client side's configuration, the same for every connection: built

@@ -1,14 +1,16 @@
-//! `carmi pool add-machine` and `carmi pool add-user` (admin): the tokens a
-//! new machine or user needs, each written to `NAME.token` (mode 0600), and
-//! what to run with it, in one command for any number of names (HTCondor's
+//! `carmi pool add-machine` and `carmi pool add-user` (admin): the token a
+//! new machine or user needs, with the pool's address and secret, in one
+//! join bundle `NAME.join` (mode 0600, `crate::bundle`) per name, and the
+//! one line to run with it, `carmi join NAME.join` (HTCondor's
 //! `condor_token_request`, kubeadm's `join` line).
 
 use std::path::{Path, PathBuf};
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 use carmi_api::authz::{Power, TokenAnswer, TokenRequest};
 use clap::Args;
 
+use crate::bundle::{Bundle, Kind};
 use crate::config::{PoolArgs, Required, resolve_env};
 
 /// Default lifetime of a machine's daemon token: a year (they are not
@@ -30,74 +32,99 @@ pub struct AddArgs {
     /// For users: what their tokens allow (read, submit or admin).
     #[arg(long, value_name = "POWER", default_value = "submit")]
     authz: Power,
-    /// Where to write the token files.
+    /// Where to write the bundles.
     #[arg(long, value_name = "DIR", default_value = ".")]
     dir: PathBuf,
 }
 
-/// Makes a daemon token for each machine of `args` and prints the line to
-/// start its local RM with.
+/// Makes a daemon token for each machine of `args`, writes its bundle and
+/// prints the line to run on it.
 pub fn add_machines(args: &AddArgs) -> anyhow::Result<()> {
     let lifetime = args.lifetime.as_deref().unwrap_or(MACHINE_LIFETIME);
-    let files = make(args, Power::Daemon, lifetime)?;
-    let coords = resolve_env(&args.pool)?;
-    let (pool, secret) = (coords.pool()?, coords.secret()?);
-    let secret_name = secret
-        .file_name()
-        .map_or("pool.secret".into(), |n| n.to_string_lossy());
-    for (name, file) in args.names.iter().zip(&files) {
-        let token = file.file_name().map_or("".into(), |n| n.to_string_lossy());
+    for (name, file) in args.names.iter().zip(make(args, Kind::Machine, lifetime)?) {
         println!(
-            "on {name}: copy {secret_name} and {token} there (mode 0600), then run\n  \
-             carmi-local --global {pool} --secret {secret_name} --token {token} --config local.toml"
+            "on {name}, with {file} copied there privately (scp): sudo carmi join {file}   (add --systemd to start it as a service)",
+            file = file.display()
         );
     }
     Ok(())
 }
 
-/// Makes a token for each user of `args` and says how they use it.
+/// Makes a token for each user of `args`, writes their bundles and says
+/// what they run.
 pub fn add_users(args: &AddArgs) -> anyhow::Result<()> {
     if args.authz == Power::Daemon {
         bail!("--authz daemon is a machine's: use `carmi pool add-machine NAME`");
     }
     let lifetime = args.lifetime.as_deref().unwrap_or("30d");
-    let files = make(args, args.authz, lifetime)?;
-    for (name, file) in args.names.iter().zip(&files) {
+    for (name, file) in args.names.iter().zip(make(args, Kind::User, lifetime)?) {
         println!(
-            "{name}: give them {} with the pool secret; they set CARMI_TOKEN to it",
-            file.display()
+            "{name}: give them {file} privately (scp); they run carmi join {file}, and then carmi needs no export",
+            file = file.display()
         );
     }
     Ok(())
 }
 
-/// One token of `power` per name, written to `DIR/NAME.token`; their paths.
-fn make(args: &AddArgs, power: Power, lifetime: &str) -> anyhow::Result<Vec<PathBuf>> {
+/// One token per name, with the pool's address and secret in a bundle
+/// `DIR/NAME.join`; their paths.
+fn make(args: &AddArgs, kind: Kind, lifetime: &str) -> anyhow::Result<Vec<PathBuf>> {
     let lifetime_s = crate::token::parse_duration(lifetime)?;
+    let power = match kind {
+        Kind::Machine => Power::Daemon,
+        Kind::User => args.authz,
+    };
     for name in &args.names {
-        let path = token_path(&args.dir, name)?;
+        let path = bundle_path(&args.dir, name)?;
         if path.exists() {
             bail!(
-                "{} exists already: revoke that token or move the file first",
+                "{} exists already: remove it first (and revoke its token, `carmi token list`, if it was not used)",
                 path.display()
             );
         }
+    }
+    let coords = resolve_env(&args.pool)?;
+    let pool = coords.pool()?.to_string();
+    let secret = std::fs::read_to_string(coords.secret()?)
+        .with_context(|| {
+            format!(
+                "cannot read the pool secret {}",
+                coords.secret().unwrap_or(Path::new("")).display()
+            )
+        })?
+        .trim()
+        .to_string();
+    if is_loopback(&pool) {
+        eprintln!(
+            "carmi: warning: the bundles name the pool {pool}, which other machines cannot reach: \
+             pass --pool HOST:PORT with the manager's name (or set pool in config.toml)"
+        );
     }
     let mut written = Vec::new();
     for name in &args.names {
         let req = TokenRequest::Create {
             identity: name.clone(),
             power,
-            machine: (power == Power::Daemon).then(|| name.clone()),
+            machine: (kind == Kind::Machine).then(|| name.clone()),
             lifetime_s,
         };
         let TokenAnswer::Created { token, info } = crate::token::ask(&args.pool, req)? else {
             bail!("the global RM answered something else than the new token");
         };
-        let path = token_path(&args.dir, name)?;
-        carmi_api::files::write_private(&path, &format!("{token}\n"), false)?;
+        let bundle = Bundle {
+            kind,
+            name: name.clone(),
+            pool: pool.clone(),
+            secret: secret.clone(),
+            token: token.trim().to_string(),
+        };
+        let path = bundle_path(&args.dir, name)?;
+        let path = path
+            .strip_prefix("./")
+            .map_or(path.clone(), Path::to_path_buf);
+        carmi_api::files::write_private(&path, &bundle.to_text()?, false)?;
         eprintln!(
-            "wrote {} ({} token {} of `{name}`)",
+            "wrote {} ({} token {} of `{name}`, the pool's address and secret)",
             path.display(),
             info.power,
             info.id
@@ -107,8 +134,18 @@ fn make(args: &AddArgs, power: Power, lifetime: &str) -> anyhow::Result<Vec<Path
     Ok(written)
 }
 
-/// `DIR/NAME.token`, for a name that is a plain file name.
-fn token_path(dir: &Path, name: &str) -> anyhow::Result<PathBuf> {
+/// True for `localhost:P`, `127.x.x.x:P` or `[::1]:P`.
+fn is_loopback(pool: &str) -> bool {
+    let host = pool.rsplit_once(':').map_or(pool, |(h, _)| h);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// `DIR/NAME.join`, for a name that is a plain file name.
+fn bundle_path(dir: &Path, name: &str) -> anyhow::Result<PathBuf> {
     let plain = !name.is_empty()
         && name != "."
         && name != ".."
@@ -118,7 +155,7 @@ fn token_path(dir: &Path, name: &str) -> anyhow::Result<PathBuf> {
     if !plain {
         bail!("`{name}` is not a machine or user name (letters, digits, `-`, `_`, `.`)");
     }
-    Ok(dir.join(format!("{name}.token")))
+    Ok(dir.join(format!("{name}.join")))
 }
 
 #[cfg(test)]
@@ -126,14 +163,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_become_plain_token_files_only() {
+    fn names_become_plain_bundle_files_only() {
         let dir = Path::new("/tmp/x");
         assert_eq!(
-            token_path(dir, "lab-pc-07").unwrap(),
-            dir.join("lab-pc-07.token")
+            bundle_path(dir, "lab-pc-07").unwrap(),
+            dir.join("lab-pc-07.join")
         );
         for bad in ["../etc/x", "a/b", "", "..", "a b"] {
-            assert!(token_path(dir, bad).is_err(), "{bad:?}");
+            assert!(bundle_path(dir, bad).is_err(), "{bad:?}");
         }
+        assert!(is_loopback("localhost:9618") && is_loopback("127.0.0.1:1"));
+        assert!(is_loopback("[::1]:9618") && !is_loopback("manager:9618"));
     }
 }

@@ -8,7 +8,9 @@
 //! # Layout
 //! - `lib`: the command line (clap) and dispatch ([`run`]).
 //! - `config`: where the pool is (flags > environment > config file).
-//! - `pool`: `carmi pool init`, `up`, `down` (the `carmi pool` subcommands).
+//! - `pool`: the `carmi pool` subcommands; `init`: `carmi pool init` (the pool's directory).
+//! - `join`: `carmi pool add-machine`/`add-user` (join bundles); `join_here`: `carmi join FILE`;
+//!   `bundle`: the bundle's format and the files it installs.
 //! - `embedded`: `carmi pool up`/`down`: an embedded pool in a background process.
 //! - `embedded::supervise`: the background `carmi pool serve`, which restarts the pool's process when it dies.
 //! - `status`: `carmi status` (table, `-l`, `-constraint`, summary by arch and state).
@@ -22,6 +24,7 @@
 //! - `alloc`: `carmi alloc`: allocation queues growing the pool with pilots from Slurm.
 
 mod alloc;
+mod bundle;
 mod config;
 mod dryrun;
 mod embedded;
@@ -29,8 +32,10 @@ mod events;
 mod fetch;
 mod history;
 mod hold;
+mod init;
 mod jobs;
 mod join;
+mod join_here;
 mod logs;
 mod pool;
 mod progress;
@@ -57,6 +62,9 @@ Pool coordinates, first found wins, key by key:
      else $HOME/.config/carmi/config.toml, with keys
      pool = \"HOST:PORT\", secret = \"/abs/path\", token = \"/abs/path\",
      local = \"HOST:PORT\"
+  5. unless $CARMI_CONFIG is set, config.toml in the pool's directory
+     ($CARMI_DIR, else /etc/carmi for root), which `carmi pool init` and
+     `carmi join` write
 WoDi programs started by hand find their local RM and secret the same way.
 
 HTCondor-style options are accepted too: -analyze, -constraint, -long.";
@@ -80,6 +88,11 @@ enum Command {
         #[command(subcommand)]
         command: pool::PoolCommand,
     },
+    /// Join a pool with the bundle `carmi pool add-machine` or `add-user`
+    /// wrote: installs its secret and token into /etc/carmi (as root) or
+    /// ~/.config/carmi, then a machine's starts its local RM (--systemd:
+    /// as the service); a user's makes `carmi` work with no export.
+    Join(join_here::JoinArgs),
     /// Show the pool's machines, their slots and a summary by architecture and state.
     #[command(after_help = AFTER_HELP)]
     Status(status::StatusArgs),
@@ -185,6 +198,7 @@ pub fn run(args: Vec<OsString>, launcher: Option<Vec<OsString>>) -> u8 {
             };
         }
         Command::Pool { command } => pool::run(command),
+        Command::Join(args) => join_here::run(&args),
         Command::Token { command } => token::run(command),
         Command::Alloc { command } => alloc::run(command),
         Command::Status(args) => status::run(args),

@@ -76,19 +76,21 @@ fn pool_init_refuses_to_overwrite_unless_forced() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_ne!(std::fs::read_to_string(&path).unwrap(), first);
     assert_eq!(mode(&path), 0o600);
-    // The secret, and beside it the signing key and the first admin token.
+    // The secret, and beside it the signing key, the first admin token and
+    // the dashboard's certificate and key.
     assert_eq!(
         std::fs::read_dir(dir.path()).unwrap().count(),
-        3,
+        5,
         "no temporary file left"
     );
-    for f in ["pool.key", "pool.admin.token"] {
+    for f in ["pool.key", "pool.admin.token", "dashboard.key"] {
         assert_eq!(mode(&dir.path().join(f)), 0o600, "{f}");
     }
+    assert_eq!(mode(&dir.path().join("dashboard.crt")), 0o644);
 }
 
 #[test]
-fn pool_init_defaults_to_carmi_secret_then_the_current_directory() {
+fn pool_init_defaults_to_carmi_secret_then_the_pool_directory() {
     let dir = tempfile::tempdir().unwrap();
     let named = dir.path().join("from-env.secret");
     let out = carmi()
@@ -100,14 +102,62 @@ fn pool_init_defaults_to_carmi_secret_then_the_current_directory() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(mode(&named), 0o600);
     assert!(!dir.path().join("pool.secret").exists());
+    assert!(
+        !dir.path().join("config.toml").exists(),
+        "--secret writes no config"
+    );
 
+    // The pool's directory ($CARMI_DIR stands for /etc/carmi or
+    // ~/.config/carmi): every file, and config.toml naming the pool, the
+    // secret and the admin token, which `carmi` then finds with no export.
+    let pool_dir = dir.path().join("etc-carmi");
     let out = carmi()
-        .args(["pool", "init"])
+        .args(["pool", "init", "--pool", "manager:9618"])
+        .env_remove("CARMI_SECRET")
+        .env("CARMI_DIR", &pool_dir)
         .current_dir(dir.path())
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(mode(&dir.path().join("pool.secret")), 0o600);
+    for f in [
+        "pool.secret",
+        "pool.key",
+        "pool.admin.token",
+        "dashboard.key",
+    ] {
+        assert_eq!(mode(&pool_dir.join(f)), 0o600, "{f}");
+    }
+    let config: toml::Table =
+        toml::from_str(&std::fs::read_to_string(pool_dir.join("config.toml")).unwrap()).unwrap();
+    assert_eq!(config["pool"].as_str(), Some("manager:9618"));
+    let token = pool_dir.join("pool.admin.token");
+    assert_eq!(config["token"].as_str(), Some(token.to_str().unwrap()));
+    // The fingerprint it printed is the certificate's.
+    let pem = std::fs::read(pool_dir.join("dashboard.crt")).unwrap();
+    let (_, fingerprint) = carmi_api::webcert::load(
+        &pool_dir.join("dashboard.crt"),
+        &pool_dir.join("dashboard.key"),
+    )
+    .unwrap();
+    assert!(
+        text(&out.stdout).contains(&fingerprint),
+        "{}",
+        text(&out.stdout)
+    );
+    // A second init refuses, naming the files, and changes nothing.
+    let out = carmi()
+        .args(["pool", "init"])
+        .env_remove("CARMI_SECRET")
+        .env("CARMI_DIR", &pool_dir)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("pool.secret"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(std::fs::read(pool_dir.join("dashboard.crt")).unwrap(), pem);
 }
 
 fn pool() -> Vec<MachineStatus> {

@@ -135,6 +135,22 @@ impl Dashboard {
         })
     }
 
+    /// Binds `addr` for HTTPS with a certificate of the pool's (the
+    /// acceptor and fingerprint of [`carmi_api::webcert::load`]: the one
+    /// `carmi pool init` made), the same at every start.
+    pub async fn bind_with_cert(
+        addr: &str,
+        auth: Option<TokenCheck>,
+        cert: (Acceptor, String),
+    ) -> Result<Dashboard, String> {
+        let (listener, _) = listen("--http", addr, &auth).await?;
+        Ok(Dashboard {
+            listener,
+            auth,
+            tls: Some(cert),
+        })
+    }
+
     /// Binds `addr` for clear HTTP: a loopback address only, for a browser
     /// on the same machine that cannot be told to accept the certificate
     /// (`--http-plain`; `docs/security.md` says what it gives up).

@@ -24,12 +24,14 @@ struct Args {
     /// Address to listen on, HOST:PORT (port 0 picks a free port).
     #[arg(long, value_name = "HOST:PORT")]
     listen: String,
-    /// File holding the pool's shared secret (at least 16 bytes).
+    /// File holding the pool's shared secret (at least 16 bytes) [default:
+    /// pool.secret in the pool's directory, where `carmi pool init` writes
+    /// it: $CARMI_DIR, else /etc/carmi for root, else ~/.config/carmi].
     #[arg(long, value_name = "FILE")]
-    secret: PathBuf,
+    secret: Option<PathBuf>,
     /// The pool's signing key (`carmi pool init` writes it, mode 0600): with
     /// it every connection must present a token and is held to its power
-    /// [default: the `.key` file beside --secret, which `carmi pool init`
+    /// [default: the `.key` file beside the secret, which `carmi pool init`
     /// writes]. Required, unless --insecure.
     #[arg(long, value_name = "FILE")]
     pool_key: Option<PathBuf>,
@@ -92,6 +94,15 @@ struct Args {
     /// loopback address is accepted.
     #[arg(long, value_name = "HOST:PORT")]
     http: Option<String>,
+    /// The dashboard's certificate (PEM) [default: dashboard.crt beside the
+    /// secret, which `carmi pool init` makes; without it, one is made in
+    /// memory at each start].
+    #[arg(long, value_name = "FILE", requires = "http_key")]
+    http_cert: Option<PathBuf>,
+    /// The dashboard certificate's private key (PEM, mode 0600) [default:
+    /// dashboard.key beside the secret].
+    #[arg(long, value_name = "FILE", requires = "http_cert")]
+    http_key: Option<PathBuf>,
     /// Serve the dashboard in clear HTTP instead (loopback addresses only:
     /// a token would cross the network readable by anyone on the path).
     #[arg(long, requires = "http")]
@@ -137,11 +148,12 @@ async fn main() -> anyhow::Result<()> {
     if args.heartbeat_ms == 0 || args.missed_heartbeats == 0 {
         bail!("--heartbeat-ms and --missed-heartbeats must be at least 1");
     }
-    carmi_api::files::check_shared_key(&args.secret).context("the pool secret")?;
-    let secret = Secret::from_file(&args.secret).context("reading the pool secret")?;
+    let secret_file = secret_file(&args)?;
+    carmi_api::files::check_shared_key(&secret_file).context("the pool secret")?;
+    let secret = Secret::from_file(&secret_file).context("reading the pool secret")?;
     let mut config = ServerConfig::new(secret, args.state_dir.clone());
     // The key `carmi pool init` wrote beside the secret, unless named.
-    let beside = args.secret.with_extension("key");
+    let beside = secret_file.with_extension("key");
     let pool_key = match &args.pool_key {
         Some(key) => Some(key.clone()),
         None if !args.insecure && beside.exists() => Some(beside.clone()),
@@ -214,7 +226,7 @@ async fn main() -> anyhow::Result<()> {
         ..FrameDeadline::DEFAULT
     };
     let mut pilots = carmi_global::pilots::PilotSettings::beside_this_executable(
-        std::path::absolute(&args.secret).unwrap_or(args.secret.clone()),
+        std::path::absolute(&secret_file).unwrap_or(secret_file.clone()),
     );
     if let Some(local) = &args.pilot_local {
         pilots.local_binary = std::path::absolute(local).unwrap_or(local.clone());
@@ -233,6 +245,10 @@ async fn main() -> anyhow::Result<()> {
         use carmi_global::dashboard::Dashboard;
         let dashboard = if args.http_plain {
             Dashboard::bind_plain(http, auth).await
+        } else if let Some((cert, key)) = dashboard_cert(&args, &secret_file) {
+            let loaded = carmi_api::webcert::load(&cert, &key)
+                .map_err(|e| anyhow::anyhow!("the dashboard's certificate: {e}"))?;
+            Dashboard::bind_with_cert(http, auth, loaded).await
         } else {
             Dashboard::bind(http, auth).await
         };
@@ -252,6 +268,39 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(%addr, state_dir = %args.state_dir.display(), "carmi-global started");
     server.run(shutdown_signal()).await?;
     Ok(())
+}
+
+/// The pool secret's file: `--secret`, else `pool.secret` in the pool's
+/// directory.
+fn secret_file(args: &Args) -> anyhow::Result<PathBuf> {
+    if let Some(s) = &args.secret {
+        return Ok(s.clone());
+    }
+    let dir = carmi_api::pooldir::default_dir_env().context(
+        "no --secret, and no pool directory to find pool.secret in (no $CARMI_DIR, $HOME or root)",
+    )?;
+    let file = dir.join(carmi_api::pooldir::SECRET);
+    if !file.exists() {
+        bail!(
+            "no pool secret: none given (--secret) and none in the pool's directory ({}); \
+             run `carmi pool init` there first (or `--dir DIR`, then --secret DIR/pool.secret)",
+            file.display()
+        );
+    }
+    Ok(file)
+}
+
+/// The dashboard's certificate and key files: the flags, else the ones
+/// `carmi pool init` wrote beside the secret, if both are there; `None`
+/// makes one in memory.
+fn dashboard_cert(args: &Args, secret: &std::path::Path) -> Option<(PathBuf, PathBuf)> {
+    if let (Some(c), Some(k)) = (&args.http_cert, &args.http_key) {
+        return Some((c.clone(), k.clone()));
+    }
+    let dir = secret.parent()?;
+    let cert = dir.join(carmi_api::pooldir::DASHBOARD_CERT);
+    let key = dir.join(carmi_api::pooldir::DASHBOARD_KEY);
+    (cert.exists() && key.exists()).then_some((cert, key))
 }
 
 /// Raises this process's soft limit on open files to its hard limit (every

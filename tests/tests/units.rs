@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use carmi_api::pooldir;
 use carmi_tests::skip::{ready_unless, root_ready};
 use carmi_tests::{bin_dir, scratch, text};
 
@@ -97,16 +98,19 @@ fn installed_units_pass_systemd_analyze_verify_and_start_with_key_and_token() {
         text(&out.stderr)
     );
 
+    // The files of the pool's directory for root, /etc/carmi, where `sudo
+    // carmi pool init` and `sudo carmi join` write them.
+    let etc = |f: &str| format!("{}/{f}", pooldir::SYSTEM_DIR);
     let global = unit(&dest, "carmi-global.service");
     let start = key(&global, "ExecStart");
-    assert_eq!(flag(start, "--pool-key"), Some("/etc/carmi/pool.key"));
-    assert_eq!(flag(start, "--secret"), Some("/etc/carmi/pool.secret"));
+    assert_eq!(flag(start, "--pool-key"), Some(&*etc(pooldir::KEY)));
+    assert_eq!(flag(start, "--secret"), Some(&*etc(pooldir::SECRET)));
     let local = unit(&dest, "carmi-local.service");
     let start = key(&local, "ExecStart");
-    assert_eq!(flag(start, "--token"), Some("/etc/carmi/local.token"));
-    assert_eq!(flag(start, "--secret"), Some("/etc/carmi/pool.secret"));
-    assert_eq!(flag(start, "--config"), Some("/etc/carmi/local.toml"));
-    assert_eq!(key(&local, "EnvironmentFile"), "/etc/carmi/local.env");
+    assert_eq!(flag(start, "--token"), Some(&*etc(pooldir::LOCAL_TOKEN)));
+    assert_eq!(flag(start, "--secret"), Some(&*etc(pooldir::SECRET)));
+    assert_eq!(flag(start, "--config"), Some(&*etc(pooldir::LOCAL_CONFIG)));
+    assert_eq!(key(&local, "EnvironmentFile"), etc(pooldir::LOCAL_ENV));
     for f in ["local.toml", "local.env"] {
         assert!(dest.join("etc/carmi").join(f).is_file(), "no skeleton {f}");
     }
@@ -146,6 +150,25 @@ fn command_of(exec: &str, dest: &Path, env: &[(&str, String)], log: &Path) -> Co
         .stdout(out.try_clone().unwrap())
         .stderr(out);
     cmd
+}
+
+/// `carmi ARGS` from the installed binaries in the directory `cwd`, as root
+/// on a machine whose `/etc/carmi` is `dest`'s: no pool from the
+/// environment, the pool's directory (`$CARMI_DIR`) the installed one.
+fn carmi_as_root(dest: &Path, cwd: &Path, args: &[&str]) -> Output {
+    Command::new(dest.join("usr/local/bin/carmi"))
+        .args(args)
+        .current_dir(cwd)
+        .env_remove("CARMI_POOL")
+        .env_remove("CARMI_SECRET")
+        .env_remove("CARMI_TOKEN")
+        .env_remove("CARMI_LOCAL")
+        .env_remove("CARMI_CONFIG")
+        .env("CARMI_DIR", dest.join("etc/carmi"))
+        .env("HOME", dest.join("root"))
+        .env("XDG_STATE_HOME", dest.join("state-home"))
+        .output()
+        .expect("run carmi")
 }
 
 /// `carmi ARGS` from the installed binaries, with no pool from the environment.
@@ -190,14 +213,10 @@ fn the_units_command_lines_start_a_pool_that_needs_tokens() {
     let port = free_port();
     let pool = format!("127.0.0.1:{port}");
     let s = |p: PathBuf| p.display().to_string();
-    let (secret, key_file, admin) = (
-        s(etc.join("pool.secret")),
-        s(etc.join("pool.key")),
-        s(etc.join("pool.admin.token")),
-    );
+    let (secret, key_file) = (s(etc.join("pool.secret")), s(etc.join("pool.key")));
 
     // What deploy/systemd/README.md has the admin do, then the global unit.
-    let init = carmi(&dest, &["pool", "init", "--secret", &secret]);
+    let init = carmi_as_root(&dest, &dest, &["pool", "init", "--pool", &pool]);
     assert!(init.status.success(), "{}", text(&init.stderr));
     assert!(Path::new(&key_file).is_file(), "pool init wrote no key");
     std::fs::create_dir_all(dest.join("var/lib/carmi/global")).unwrap();
@@ -214,19 +233,28 @@ fn the_units_command_lines_start_a_pool_that_needs_tokens() {
         std::thread::sleep(Duration::from_millis(50));
     }
 
-    // The machine's daemon token, its configuration, then the local unit.
-    let token = s(etc.join("local.token"));
+    // The machine's bundle, made on the manager with no flag (config.toml
+    // names the pool, the secret and the admin token), installed by `carmi
+    // join` over the skeleton install.sh left (here the manager's own
+    // /etc/carmi: the same secret is no conflict).
     let m = "units-m1";
-    let create = format!(
-        "token create --pool {pool} --secret {secret} --token {admin} \
-         --identity {m} --authz daemon --machine {m} --out {token}"
-    );
-    let created = carmi(&dest, &create.split_whitespace().collect::<Vec<_>>());
-    assert!(created.status.success(), "{}", text(&created.stderr));
+    let added = carmi_as_root(&dest, &dest, &["pool", "add-machine", m]);
+    assert!(added.status.success(), "{}", text(&added.stderr));
+    let bundle = format!("{m}.join");
+    let joined = carmi_as_root(&dest, &dest, &["join", &bundle, "--no-start"]);
+    assert!(joined.status.success(), "{}", text(&joined.stderr));
+    assert_eq!(mode(&etc.join("local.token")), 0o600);
+    let env = std::fs::read_to_string(etc.join("local.env")).unwrap();
+    let global_addr = env
+        .lines()
+        .find_map(|l| l.strip_prefix("CARMI_GLOBAL="))
+        .expect("local.env names the manager")
+        .to_string();
+    assert_eq!(global_addr, pool);
     let config = std::fs::read_to_string(etc.join("local.toml"))
         .unwrap()
-        .replace("# name = \"lab-pc-07\"", &format!("name = \"{m}\""))
         .replace("0.0.0.0:9620", &format!("127.0.0.1:{}", free_port()));
+    assert!(config.starts_with(&format!("name = \"{m}\"")), "{config}");
     std::fs::write(etc.join("local.toml"), config).unwrap();
     let work = dest.join("var/lib/carmi/local");
     std::fs::create_dir_all(&work).unwrap();
@@ -241,7 +269,7 @@ fn the_units_command_lines_start_a_pool_that_needs_tokens() {
         &format!("--slot-user-prefix {prefix}"),
     );
     let log = dest.join("local.log");
-    let env = [("CARMI_GLOBAL", pool.clone())];
+    let env = [("CARMI_GLOBAL", global_addr)];
     daemons
         .0
         .push(command_of(&exec, &dest, &env, &log).spawn().unwrap());
@@ -249,12 +277,7 @@ fn the_units_command_lines_start_a_pool_that_needs_tokens() {
     // The machine registers, seen with the admin token.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let out = carmi(
-            &dest,
-            &[
-                "status", "--pool", &pool, "--secret", &secret, "--token", &admin,
-            ],
-        );
+        let out = carmi_as_root(&dest, &dest, &["status"]);
         if text(&out.stdout).contains(m) {
             break;
         }
@@ -271,6 +294,11 @@ fn the_units_command_lines_start_a_pool_that_needs_tokens() {
     assert!(!out.status.success(), "a client with no token was served");
     drop(daemons);
     let _ = std::fs::remove_dir_all(&dest);
+}
+
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
 }
 
 fn read(path: &Path) -> String {
