@@ -56,8 +56,21 @@ impl Book {
 pub struct Admitted {
     /// Who, with what power.
     pub identity: Identity,
+    /// When its token was made, seconds since the Unix epoch.
+    pub issued_unix: u64,
     /// Its token's expiry, seconds since the Unix epoch.
     pub expires_unix: u64,
+}
+
+impl Admitted {
+    /// What a renewal decision needs of its token.
+    pub fn life(&self) -> carmi_global_core::renewal::TokenLife {
+        carmi_global_core::renewal::TokenLife {
+            power: self.identity.power,
+            issued_unix: self.issued_unix,
+            expires_unix: self.expires_unix,
+        }
+    }
 }
 
 /// Default for [`Authority::set_connection_cap`]: an eighth of the
@@ -188,6 +201,7 @@ impl Authority {
         }
         Ok(Admitted {
             identity,
+            issued_unix: claims.issued_unix,
             expires_unix: claims.expires_unix,
         })
     }
@@ -306,6 +320,68 @@ impl Authority {
                     ),
                 }
             }
+        }
+    }
+
+    /// A new token for the identity, power and machine of `admitted`, with
+    /// its lifetime (at most [`MAX_LIFETIME_S`]) from `now_unix` and a new id,
+    /// recorded in the book like one `carmi token create` made: a link's
+    /// daemon token renewed (`server::renew`). Refused for a token that is
+    /// revoked, or when the book cannot be saved (the new token would be
+    /// forgotten at the next start).
+    pub fn renew(&self, admitted: &Admitted, now_unix: u64) -> Result<(String, Admitted), String> {
+        let old = &admitted.identity;
+        let grant = Grant {
+            identity: old.name.clone(),
+            power: old.power,
+            machine: old.machine.clone(),
+            lifetime_s: admitted.life().lifetime_s().min(MAX_LIFETIME_S),
+        };
+        let (token, claims) = (self.key.issue(&grant, now_unix)).map_err(|e| e.to_string())?;
+        {
+            let mut book = self.book();
+            if book.revoked.contains(&old.token) {
+                return Err(format!("token {} was revoked", old.token));
+            }
+            book.issued.push(info_of(&claims));
+            book.compact(now_unix);
+            self.save(&book)?;
+        }
+        info!(
+            identity = claims.identity,
+            old = old.token,
+            new = claims.id,
+            expires_unix = claims.expires_unix,
+            "daemon token renewed"
+        );
+        let renewed = Admitted {
+            identity: claims.identity(),
+            issued_unix: claims.issued_unix,
+            expires_unix: claims.expires_unix,
+        };
+        Ok((token, renewed))
+    }
+
+    /// Revokes the tokens `ids`, which renewals replaced and whose holder
+    /// has saved their successor: only the newest stays live. In force at
+    /// once (a staging connection still on one of them is closed); a book
+    /// that cannot be saved is logged, and they are revoked until a restart.
+    pub fn retire(&self, ids: Vec<String>) {
+        if ids.is_empty() {
+            return;
+        }
+        let saved = {
+            let mut book = self.book();
+            book.revoked.extend(ids.iter().cloned());
+            self.save(&book)
+        };
+        self.revocations.send_modify(|n| *n += 1);
+        info!(?ids, "tokens replaced by their renewal revoked");
+        if let Err(e) = saved {
+            warn!(
+                ?ids,
+                "replaced tokens revoked until this global RM restarts, but {e}"
+            );
         }
     }
 

@@ -24,14 +24,16 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 pub use carmi_api::control::{ControlError, OwnerLink};
 
+use crate::daemon_token::DaemonToken;
 use crate::input::{Input, stopped};
 
 /// Who may open a control connection to this local RM (see the module
 /// documentation).
 #[derive(Clone)]
 pub(crate) struct ControlAccess {
-    /// This local RM's own daemon token (`None`: a pool without tokens).
-    own_token: Option<String>,
+    /// This local RM's own daemon token (none: a pool without tokens), as
+    /// renewed.
+    own_token: DaemonToken,
     /// The global RM, which checks an admin's token.
     global: String,
     /// The pool secret, to reach the global RM with the admin's token.
@@ -39,7 +41,7 @@ pub(crate) struct ControlAccess {
 }
 
 impl ControlAccess {
-    pub(crate) fn new(own_token: Option<String>, global: String, secret: Secret) -> ControlAccess {
+    pub(crate) fn new(own_token: DaemonToken, global: String, secret: Secret) -> ControlAccess {
         ControlAccess {
             own_token,
             global,
@@ -53,7 +55,7 @@ impl ControlAccess {
     /// tokens admits it; else it needs this machine's own daemon token or
     /// one the global RM says has power admin.
     pub(crate) async fn admit(&self, what: &str, token: Option<&str>) -> Result<(), String> {
-        let Some(own) = &self.own_token else {
+        let Some(own) = self.own_token.get() else {
             return Ok(());
         };
         match token {

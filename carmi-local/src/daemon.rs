@@ -39,6 +39,7 @@ use tokio::time::Instant;
 use crate::cache::ExeCache;
 use crate::config::{OwnerSource, Settings};
 use crate::control::ControlAccess;
+use crate::daemon_token::DaemonToken;
 use crate::global::{GlobalConfig, GlobalLink};
 use crate::input::{AppTx, Input};
 use crate::jobcred::JobCreds;
@@ -128,10 +129,14 @@ impl Daemon {
         // Only the link to the global RM presents the daemon token: the
         // other connections this daemon opens reach peers and job processes.
         // Read first, so that a file others may read stops the start at once.
+        // Shared: the global RM renews it over the link (`daemon_token`).
         let token = match (&settings.token, &settings.token_file) {
-            (Some(t), _) => Some(t.clone()),
-            (None, Some(path)) => Some(carmi_api::token::read_token_file(path)?),
-            (None, None) => None,
+            (Some(t), _) => DaemonToken::new(Some(t.clone()), None),
+            (None, Some(path)) => DaemonToken::new(
+                Some(carmi_api::token::read_token_file(path)?),
+                Some(path.clone()),
+            ),
+            (None, None) => DaemonToken::default(),
         };
 
         let scores = if settings.benchmark {
@@ -192,7 +197,7 @@ impl Daemon {
         ));
         let stager = std::sync::Arc::new(Stager::new(
             cache_dir.clone(),
-            (secret.clone(), secret.clone().with_token(token.clone())),
+            (secret.clone(), token.clone()),
             settings.name.clone(),
             settings.global.clone(),
             settings.stage_link_rate,
@@ -204,7 +209,8 @@ impl Daemon {
         );
         let gcfg = GlobalConfig {
             addr: settings.global.clone(),
-            secret: secret.clone().with_token(token),
+            secret: secret.clone(),
+            token,
             name: settings.name.clone(),
             queue: settings.global_queue,
         };

@@ -399,6 +399,15 @@ pub enum ToGlobal {
     /// Admin: the fair-share users, or set one's priority factor (`carmi
     /// userprio`). Answered by `Users`, or `AdminFailed`.
     UserPrio(UserPrioRequest),
+    /// A local RM took the token of a [`FromGlobal::TokenRenewed`] (one
+    /// answer per renewal, in order): `saved` if it is in the machine's
+    /// token file (or the local RM has no file), so that the global RM may
+    /// revoke the tokens it replaced; else it lives in memory only, and the
+    /// replaced token, still in the file, is left to expire.
+    TokenTaken {
+        /// Whether the new token is where the local RM reads it at its next start.
+        saved: bool,
+    },
 }
 
 /// Where a local RM fetches an executable from (answer to a `Fetch`).
@@ -676,6 +685,15 @@ pub enum FromGlobal {
         /// whole job, so the master is bound like its workers.
         #[serde(default)]
         requests: Requests,
+    },
+    /// A new daemon token for this machine (same identity, machine, power
+    /// and lifetime, a new id), sent on the link well before the one it
+    /// presented expires: the local RM presents it from then on (and keeps
+    /// it in its token file), and answers [`ToGlobal::TokenTaken`]. The
+    /// link now stands on this token: revoking it ends the link.
+    TokenRenewed {
+        /// The token's text (opaque to the local RM).
+        token: String,
     },
 }
 

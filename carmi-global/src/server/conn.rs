@@ -20,6 +20,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
+use super::renew::keep_token;
 use super::stager::{StageInput, serve_stager};
 use super::{Cmd, HEAVY_HEADER, LinkTx, MAX_HEADER, Outgoing, Pending, Shared, Ticket, off_worker};
 use crate::authority::Admitted;
@@ -146,9 +147,19 @@ pub(super) async fn connection(
     // Messages go to the router in order, an upload's once it is stored.
     let (order_tx, order_rx) = mpsc::unbounded_channel();
     let forwarder = tokio::spawn(forward_in_order(order_rx, shared.cmds.clone()));
-    let invalid = until_invalid(&shared, admitted.as_ref());
+    // A local RM's link renews its daemon token; any other link's token
+    // only ends it.
+    let (taken_tx, taken_rx) = mpsc::unbounded_channel();
+    let invalid = async {
+        if local {
+            keep_token(&shared, admitted, tx, taken_rx).await
+        } else {
+            until_invalid(&shared, admitted.as_ref()).await
+        }
+    };
+    let read = (&order_tx, &taken_tx);
     let ended = tokio::select! {
-        r = read_frames(&mut reader, link, (serves_executables, local), identity.as_ref(), &shared, &order_tx) => r,
+        r = read_frames(&mut reader, link, (serves_executables, local), identity.as_ref(), &shared, read) => r,
         reason = invalid => Err(reason),
         r = write_frames(&mut w, &mut rx) => r,
         _ = kick.notified() => Err(format!(
@@ -272,7 +283,10 @@ async fn read_frames(
     (serves_executables, local): (bool, bool),
     identity: Option<&carmi_api::authz::Identity>,
     shared: &Shared,
-    order: &mpsc::UnboundedSender<Pending>,
+    (order, taken): (
+        &mpsc::UnboundedSender<Pending>,
+        &mpsc::UnboundedSender<bool>,
+    ),
 ) -> Result<(), String> {
     let send = |p: Pending| order.send(p).is_ok();
     let names = NameAllowance::new(shared.router.max_new_names_per_connection);
@@ -375,6 +389,10 @@ async fn read_frames(
                 })) {
                     return Ok(());
                 }
+            }
+            // Its link's task keeps the token: the answer to a renewal.
+            ToGlobal::TokenTaken { saved } if local => {
+                let _ = taken.send(saved);
             }
             ToGlobal::StageStats => {
                 if !send(Pending::Ready(Cmd::Staging(StageInput::Stats { link }))) {
