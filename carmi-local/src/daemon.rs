@@ -112,6 +112,19 @@ async fn bind_stage_listener(
     Ok((listener, endpoint))
 }
 
+/// The daemon token of `settings`, shared: the global RM renews it over
+/// the link (`daemon_token`).
+fn daemon_token(settings: &Settings) -> Result<DaemonToken, Error> {
+    Ok(match (&settings.token, &settings.token_file) {
+        (Some(t), _) => DaemonToken::new(Some(t.clone()), None),
+        (None, Some(path)) => DaemonToken::new(
+            Some(carmi_api::token::read_token_file(path)?),
+            Some(path.clone()),
+        ),
+        (None, None) => DaemonToken::default(),
+    })
+}
+
 impl Daemon {
     /// Detects the machine, opens the application listener and starts
     /// connecting to the global RM. Fails on configuration and file errors;
@@ -129,15 +142,7 @@ impl Daemon {
         // Only the link to the global RM presents the daemon token: the
         // other connections this daemon opens reach peers and job processes.
         // Read first, so that a file others may read stops the start at once.
-        // Shared: the global RM renews it over the link (`daemon_token`).
-        let token = match (&settings.token, &settings.token_file) {
-            (Some(t), _) => DaemonToken::new(Some(t.clone()), None),
-            (None, Some(path)) => DaemonToken::new(
-                Some(carmi_api::token::read_token_file(path)?),
-                Some(path.clone()),
-            ),
-            (None, None) => DaemonToken::default(),
-        };
+        let token = daemon_token(&settings)?;
 
         let scores = if settings.benchmark {
             let dir = work_dir.clone();

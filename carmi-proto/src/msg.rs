@@ -399,13 +399,10 @@ pub enum ToGlobal {
     /// Admin: the fair-share users, or set one's priority factor (`carmi
     /// userprio`). Answered by `Users`, or `AdminFailed`.
     UserPrio(UserPrioRequest),
-    /// A local RM took the token of a [`FromGlobal::TokenRenewed`] (one
-    /// answer per renewal, in order): `saved` if it is in the machine's
-    /// token file (or the local RM has no file), so that the global RM may
-    /// revoke the tokens it replaced; else it lives in memory only, and the
-    /// replaced token, still in the file, is left to expire.
+    /// Answer to each [`FromGlobal::TokenRenewed`], in order: `saved` if the
+    /// new token is in the token file (the replaced ones may be revoked).
     TokenTaken {
-        /// Whether the new token is where the local RM reads it at its next start.
+        /// False: in memory only (the file's token is left to expire).
         saved: bool,
     },
 }
@@ -686,11 +683,8 @@ pub enum FromGlobal {
         #[serde(default)]
         requests: Requests,
     },
-    /// A new daemon token for this machine (same identity, machine, power
-    /// and lifetime, a new id), sent on the link well before the one it
-    /// presented expires: the local RM presents it from then on (and keeps
-    /// it in its token file), and answers [`ToGlobal::TokenTaken`]. The
-    /// link now stands on this token: revoking it ends the link.
+    /// This machine's daemon token renewed (new id, same lifetime), which the
+    /// link now stands on: presented from now on, answered by `TokenTaken`.
     TokenRenewed {
         /// The token's text (opaque to the local RM).
         token: String,
