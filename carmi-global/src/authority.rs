@@ -95,6 +95,10 @@ pub struct Authority {
     book_path: PathBuf,
     book: Mutex<Book>,
     revocations: watch::Sender<u64>,
+    /// Revoked ids that renewals replaced (`Authority::retire`): refused
+    /// to new connections, but a staging transfer already under way on one
+    /// finishes (until its expiry). In memory: no connection outlives a restart.
+    retired: Mutex<HashSet<String>>,
     /// Connections open per identity (by name).
     per_identity: carmi_api::capped::PerHolder<String>,
 }
@@ -145,6 +149,7 @@ impl Authority {
             book_path,
             book: Mutex::new(book),
             revocations: watch::channel(0).0,
+            retired: Mutex::default(),
             per_identity: carmi_api::capped::PerHolder::new(
                 MAX_CONNECTIONS_PER_IDENTITY,
                 "max_connections_per_identity",
@@ -215,12 +220,15 @@ impl Authority {
     }
 
     /// Resolves once `admitted`'s token is revoked or expires, with why: the
-    /// connection that holds it is then closed.
-    pub async fn until_invalid(&self, admitted: &Admitted) -> String {
+    /// connection that holds it is then closed. With `spare_retired` (a
+    /// staging connection), a token revoked because a renewal replaced it
+    /// (not by an admin) does not close it: a copy under way finishes.
+    pub async fn until_invalid(&self, admitted: &Admitted, spare_retired: bool) -> String {
         let mut changes = self.revocations.subscribe();
         let id = &admitted.identity.token;
         loop {
-            if self.book().revoked.contains(id) {
+            let spared = || spare_retired && self.retired().contains(id);
+            if self.book().revoked.contains(id) && !spared() {
                 return format!("token {id} of `{}` was revoked", admitted.identity.name);
             }
             let now = now_unix();
@@ -302,6 +310,8 @@ impl Authority {
                 FromGlobal::Tokens(TokenAnswer::List(list))
             }
             TokenRequest::Revoke { id } => {
+                // An admin's revocation closes staging connections too.
+                self.retired().remove(&id);
                 let saved = {
                     let mut book = self.book();
                     book.revoked.insert(id.clone());
@@ -373,6 +383,10 @@ impl Authority {
         let saved = {
             let mut book = self.book();
             book.revoked.extend(ids.iter().cloned());
+            let mut retired = self.retired();
+            retired.extend(ids.iter().cloned());
+            // Those the book has forgotten (expired a day ago) go too.
+            retired.retain(|id| book.revoked.contains(id));
             self.save(&book)
         };
         self.revocations.send_modify(|n| *n += 1);
@@ -383,6 +397,10 @@ impl Authority {
                 "replaced tokens revoked until this global RM restarts, but {e}"
             );
         }
+    }
+
+    fn retired(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.retired.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Saves `book`.

@@ -114,10 +114,11 @@ pub(super) async fn connection(
     reader.set_max_header(MAX_HEADER);
     if let Role::Stager { name } = &role {
         // A staging connection holds its daemon token as long as a link:
-        // revoked or expired, it is closed too, idle or mid-transfer.
+        // revoked or expired, it is closed too, idle or mid-transfer (but a
+        // token a renewal replaced lets its copy finish).
         tokio::select! {
             () = serve_stager(reader, w, name, peer, &shared) => {}
-            reason = until_invalid(&shared, admitted.as_ref()) => {
+            reason = until_invalid(&shared, admitted.as_ref(), true) => {
                 warn!(%peer, machine = %name, "closing staging connection: {reason}");
             }
         }
@@ -154,7 +155,7 @@ pub(super) async fn connection(
         if local {
             keep_token(&shared, admitted, tx, taken_rx).await
         } else {
-            until_invalid(&shared, admitted.as_ref()).await
+            until_invalid(&shared, admitted.as_ref(), false).await
         }
     };
     let read = (&order_tx, &taken_tx);
@@ -180,9 +181,11 @@ pub(super) async fn connection(
 
 /// Resolves, with why, once the token that opened a connection is revoked
 /// or expires; never for a connection without one (a pool without tokens).
-async fn until_invalid(shared: &Shared, admitted: Option<&Admitted>) -> String {
+/// `staging`: a staging connection, which a renewal's revocation of its
+/// token spares ([`Authority::until_invalid`](crate::authority::Authority::until_invalid)).
+async fn until_invalid(shared: &Shared, admitted: Option<&Admitted>, staging: bool) -> String {
     match (&shared.auth, admitted) {
-        (Some(auth), Some(a)) => auth.until_invalid(a).await,
+        (Some(auth), Some(a)) => auth.until_invalid(a, staging).await,
         _ => std::future::pending().await,
     }
 }

@@ -51,7 +51,7 @@ pub(super) async fn keep_token(
                 continue;
             }
             Step::Wait(wake) => wake,
-            Step::Expired => return auth.until_invalid(&current).await,
+            Step::Expired => return auth.until_invalid(&current, false).await,
         };
         let sleep = async {
             match wake {
@@ -64,7 +64,7 @@ pub(super) async fn keep_token(
             }
         };
         tokio::select! {
-            reason = auth.until_invalid(&current) => return reason,
+            reason = auth.until_invalid(&current, false) => return reason,
             () = sleep => {}
             answer = taken.recv() => match answer {
                 Some(saved) => match renewals.taken(saved) {
