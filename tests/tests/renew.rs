@@ -10,6 +10,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use carmi_api::control::OwnerLink;
+use carmi_api::handshake::Secret;
+use carmi_api::msg::{FromLocalControl, OwnerEvent};
 use carmi_api::token::{Claims, Power, claims_unchecked, now_unix, read_token_file};
 use carmi_tests::{Pool, PoolOptions, text};
 use serde_json::Value;
@@ -58,6 +61,14 @@ fn claims(file: &Path) -> Claims {
         .expect("the token file holds a token")
 }
 
+/// Waits for the next renewal: the new token in `file` (then the next is
+/// seconds away).
+fn fresh(pool: &Pool, file: &Path) -> Claims {
+    let before = claims(file);
+    until(pool, "one more renewal", || claims(file).id != before.id);
+    claims(file)
+}
+
 /// The job's state and its events' text.
 fn job(pool: &Pool, id: &str) -> (String, String) {
     let q: Value = serde_json::from_str(&ok(pool, &["q", "--json"])).unwrap();
@@ -82,13 +93,14 @@ fn a_machine_stays_registered_across_three_token_lifetimes_and_a_revoked_one_lea
         daemon_token_s: LIFETIME_S,
         ..PoolOptions::default()
     };
-    let pool = Pool::start_with("renew", 1, &[vec![]], options);
+    // Two slots: one for a job that runs throughout, one for a later job.
+    let pool = Pool::start_with("renew", 2, &[vec![]], options);
     let file = pool.dir.join("m0.token");
     let first = claims(&file);
     assert_eq!(first.expires_unix - first.issued_unix, LIFETIME_S);
     pool.wait_registered();
 
-    // A job on m0: its master runs there and it holds m0's slot.
+    // A job on m0: its master runs there and it holds a slot of m0.
     let dir = &pool.dir;
     let script = format!(
         "#!/bin/sh\necho $$ > {d}/master.pid\nwhile [ ! -e {d}/go ]; do sleep 0.1; done\n",
@@ -158,6 +170,35 @@ fn a_machine_stays_registered_across_three_token_lifetimes_and_a_revoked_one_lea
         "the master runs"
     );
 
+    // The local RM presents the token of the moment elsewhere too: a new
+    // executable is staged to m0 from the global RM's store (a staging
+    // connection with its daemon token), and the owner's control connection
+    // with the token in the file is its own.
+    let exe = format!("#!/bin/sh\n# {}\nexit 7\n", now_unix());
+    std::fs::write(dir.join("seven.sh"), exe).unwrap();
+    let sub = dir.join("seven.sub");
+    std::fs::write(&sub, "executable = seven.sh\nqueue\n").unwrap();
+    let seven = ok(&pool, &["submit", sub.to_str().unwrap()]);
+    let out = (carmi(&pool).args(["wait", seven.trim(), "--timeout", "60"]))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(7), "{}", pool.logs());
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    // Just renewed: seconds before the next renewal.
+    fresh(&pool, &file);
+    let own = read_token_file(&file).unwrap();
+    let secret = Secret::from_file(&pool.secret_path)
+        .unwrap()
+        .with_token(Some(own));
+    let control = runtime.block_on(async {
+        let mut link = OwnerLink::connect(&pool.locals[0].app_addr, &secret).await?;
+        link.send(OwnerEvent::Leave).await
+    });
+    assert!(
+        matches!(control, Ok(FromLocalControl::OwnerApplied { .. })),
+        "the renewed token opens m0's control connection: {control:?}"
+    );
+
     // `carmi token list` shows the renewed tokens: the replaced ones
     // revoked once the local RM saved their successors (the newest two may
     // be in the middle of that).
@@ -173,9 +214,7 @@ fn a_machine_stays_registered_across_three_token_lifetimes_and_a_revoked_one_lea
 
     // Right after a renewal, revoke the token of the moment: the machine
     // leaves the pool and is not let back in with it.
-    let before = claims(&file);
-    until(&pool, "one more renewal", || claims(&file).id != before.id);
-    let current = claims(&file);
+    let current = fresh(&pool, &file);
     assert!(token_list(&pool).contains(&(current.id.clone(), false)));
     ok(&pool, &["token", "revoke", &current.id]);
     until(&pool, "m0 leaves the pool", || !registered(&pool));
