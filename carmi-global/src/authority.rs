@@ -373,9 +373,10 @@ impl Authority {
     }
 
     /// Revokes the tokens `ids`, which renewals replaced and whose holder
-    /// has saved their successor: only the newest stays live. In force at
-    /// once (a staging connection still on one of them is closed); a book
-    /// that cannot be saved is logged, and they are revoked until a restart.
+    /// has saved their successor: only the newest stays live. Refused to new
+    /// connections at once, while a staging copy under way on one finishes
+    /// (`until_invalid`); a book that cannot be saved is logged, and they
+    /// are revoked until a restart.
     pub fn retire(&self, ids: Vec<String>) {
         if ids.is_empty() {
             return;
