@@ -137,10 +137,19 @@ pub fn write_private(path: &Path, text: &str, replace: bool) -> Result<(), FileE
         .mode(0o600)
         .open(&target)
         .map_err(io)?;
-    f.write_all(text.as_bytes()).map_err(io)?;
-    f.sync_all().map_err(io)?;
+    let written = (f.write_all(text.as_bytes()))
+        .and_then(|()| f.sync_all())
+        .and_then(|()| match replace {
+            true => std::fs::rename(&target, path),
+            false => Ok(()),
+        });
+    if let Err(e) = written {
+        // Half a file is never left behind, nor a temporary one that would
+        // stop the next attempt (it is created new).
+        let _ = std::fs::remove_file(&target);
+        return Err(io(e));
+    }
     if replace {
-        std::fs::rename(&target, path).map_err(io)?;
         // The rename is durable only once its directory is.
         let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
         let dir = dir.unwrap_or(Path::new("."));

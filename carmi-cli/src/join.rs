@@ -13,9 +13,11 @@ use clap::Args;
 use crate::bundle::{Bundle, Kind};
 use crate::config::{PoolArgs, Required, resolve_env};
 
-/// Default lifetime of a machine's daemon token: a year (they are not
-/// renewed yet; a user's lasts `carmi token create`'s 30 days).
-const MACHINE_LIFETIME: &str = "365d";
+/// Default lifetime of a machine's daemon token: 30 days, as a user's.
+/// The global RM renews it over the machine's link once a third of it is
+/// left, so a running machine never reaches its expiry; a machine switched
+/// off for more than 10 days needs a new token.
+const MACHINE_LIFETIME: &str = "30d";
 
 /// `carmi pool add-machine` and `add-user` options.
 #[derive(Args)]
@@ -25,8 +27,8 @@ pub struct AddArgs {
     /// The machines' names (as their local RMs call themselves) or the users' names.
     #[arg(required = true, value_name = "NAME")]
     names: Vec<String>,
-    /// How long each token lasts: a number with s, m, h or d [default: 365d
-    /// for a machine, 30d for a user].
+    /// How long each token lasts: a number with s, m, h or d [default: 30d;
+    /// a machine's is renewed over its link before it expires].
     #[arg(long, value_name = "DURATION")]
     lifetime: Option<String>,
     /// For users: what their tokens allow (read, submit or admin).

@@ -15,6 +15,8 @@
 //! - `router`: everything the daemon decides: registry, heartbeats, requests, process events,
 //!   submitted jobs and their masters (`router::jobs`), machines (`router::machines`),
 //!   processes starting, exiting, attaching and leaving (`router::lifecycle`).
+//! - `renewal`: when a local RM's daemon token is renewed over its link, and
+//!   which replaced tokens are then revoked.
 //! - `staging`: the staging tree: which source (a peer local RM or the store)
 //!   answers each `Fetch`, at most `fanout` fetches per source.
 
@@ -25,6 +27,7 @@ pub mod alloc_queue;
 pub mod bounds;
 pub mod journal;
 pub mod procs;
+pub mod renewal;
 pub mod router;
 pub mod staging;
 pub mod usage;

@@ -595,6 +595,10 @@ impl Router {
             | ToGlobal::StageStats => {
                 debug!(%link, "executable transfer reached the router; the driver serves those");
             }
+            // The connection's task keeps its token; it takes these.
+            ToGlobal::TokenTaken { .. } => {
+                debug!(%link, "a renewed token's answer reached the router; the driver takes those");
+            }
             ToGlobal::Submit(_)
             | ToGlobal::RemoveJob { .. }
             | ToGlobal::Queue
@@ -656,5 +660,6 @@ pub fn variant_name(msg: &ToGlobal) -> &'static str {
         ToGlobal::Tokens(_) => "Tokens",
         ToGlobal::Alloc(_) => "Alloc",
         ToGlobal::UserPrio(_) => "UserPrio",
+        ToGlobal::TokenTaken { .. } => "TokenTaken",
     }
 }

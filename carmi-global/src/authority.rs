@@ -57,8 +57,21 @@ impl Book {
 pub struct Admitted {
     /// Who, with what power.
     pub identity: Identity,
+    /// When its token was made, seconds since the Unix epoch.
+    pub issued_unix: u64,
     /// Its token's expiry, seconds since the Unix epoch.
     pub expires_unix: u64,
+}
+
+impl Admitted {
+    /// What a renewal decision needs of its token.
+    pub fn life(&self) -> carmi_global_core::renewal::TokenLife {
+        carmi_global_core::renewal::TokenLife {
+            power: self.identity.power,
+            issued_unix: self.issued_unix,
+            expires_unix: self.expires_unix,
+        }
+    }
 }
 
 /// Default for [`Authority::set_connection_cap`]: an eighth of the
@@ -85,6 +98,10 @@ pub struct Authority {
     book_path: PathBuf,
     book: Mutex<Book>,
     revocations: watch::Sender<u64>,
+    /// Revoked ids that renewals replaced (`Authority::retire`): refused
+    /// to new connections, but a staging transfer already under way on one
+    /// finishes (until its expiry). In memory: no connection outlives a restart.
+    retired: Mutex<HashSet<String>>,
     /// Connections open per identity (by name).
     per_identity: carmi_api::capped::PerHolder<String>,
 }
@@ -136,6 +153,7 @@ impl Authority {
             book_path,
             book: Mutex::new(book),
             revocations: watch::channel(0).0,
+            retired: Mutex::default(),
             per_identity: carmi_api::capped::PerHolder::new(
                 MAX_CONNECTIONS_PER_IDENTITY,
                 "max_connections_per_identity",
@@ -228,6 +246,7 @@ impl Authority {
         }
         Ok(Admitted {
             identity,
+            issued_unix: claims.issued_unix,
             expires_unix: claims.expires_unix,
         })
     }
@@ -255,12 +274,15 @@ impl Authority {
     }
 
     /// Resolves once `admitted`'s token is revoked or expires, with why: the
-    /// connection that holds it is then closed.
-    pub async fn until_invalid(&self, admitted: &Admitted) -> String {
+    /// connection that holds it is then closed. With `spare_retired` (a
+    /// staging connection), a token revoked because a renewal replaced it
+    /// (not by an admin) does not close it: a copy under way finishes.
+    pub async fn until_invalid(&self, admitted: &Admitted, spare_retired: bool) -> String {
         let mut changes = self.revocations.subscribe();
         let id = &admitted.identity.token;
         loop {
-            if self.book().revoked.contains(id) {
+            let spared = || spare_retired && self.retired().contains(id);
+            if self.book().revoked.contains(id) && !spared() {
                 return format!("token {id} of `{}` was revoked", admitted.identity.name);
             }
             let now = now_unix();
@@ -347,6 +369,8 @@ impl Authority {
                 FromGlobal::Tokens(TokenAnswer::List(list))
             }
             TokenRequest::Revoke { id } => {
+                // An admin's revocation closes staging connections too.
+                self.retired().remove(&id);
                 let saved = {
                     let mut book = self.book();
                     book.revoked.insert(id.clone());
@@ -401,6 +425,77 @@ impl Authority {
                 })
             }
         }
+    }
+
+    /// A new token for the identity, power and machine of `admitted`, with
+    /// its lifetime (at most [`MAX_LIFETIME_S`]) from `now_unix` and a new id,
+    /// recorded in the book like one `carmi token create` made: a link's
+    /// daemon token renewed (`server::renew`). Refused for a token that is
+    /// revoked, or when the book cannot be saved (the new token would be
+    /// forgotten at the next start).
+    pub fn renew(&self, admitted: &Admitted, now_unix: u64) -> Result<(String, Admitted), String> {
+        let old = &admitted.identity;
+        let grant = Grant {
+            identity: old.name.clone(),
+            power: old.power,
+            machine: old.machine.clone(),
+            lifetime_s: admitted.life().lifetime_s().min(MAX_LIFETIME_S),
+        };
+        let (token, claims) = (self.key.issue(&grant, now_unix)).map_err(|e| e.to_string())?;
+        {
+            let mut book = self.book();
+            if book.revoked.contains(&old.token) {
+                return Err(format!("token {} was revoked", old.token));
+            }
+            book.issued.push(info_of(&claims));
+            book.compact(now_unix);
+            self.save(&book)?;
+        }
+        info!(
+            identity = claims.identity,
+            old = old.token,
+            new = claims.id,
+            expires_unix = claims.expires_unix,
+            "daemon token renewed"
+        );
+        let renewed = Admitted {
+            identity: claims.identity(),
+            issued_unix: claims.issued_unix,
+            expires_unix: claims.expires_unix,
+        };
+        Ok((token, renewed))
+    }
+
+    /// Revokes the tokens `ids`, which renewals replaced and whose holder
+    /// has saved their successor: only the newest stays live. Refused to new
+    /// connections at once, while a staging copy under way on one finishes
+    /// (`until_invalid`); a book that cannot be saved is logged, and they
+    /// are revoked until a restart.
+    pub fn retire(&self, ids: Vec<String>) {
+        if ids.is_empty() {
+            return;
+        }
+        let saved = {
+            let mut book = self.book();
+            book.revoked.extend(ids.iter().cloned());
+            let mut retired = self.retired();
+            retired.extend(ids.iter().cloned());
+            // Those the book has forgotten (expired a day ago) go too.
+            retired.retain(|id| book.revoked.contains(id));
+            self.save(&book)
+        };
+        self.revocations.send_modify(|n| *n += 1);
+        info!(?ids, "tokens replaced by their renewal revoked");
+        if let Err(e) = saved {
+            warn!(
+                ?ids,
+                "replaced tokens revoked until this global RM restarts, but {e}"
+            );
+        }
+    }
+
+    fn retired(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.retired.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Saves `book`.

@@ -52,6 +52,7 @@ use crate::store::ExeStore;
 mod conn;
 mod files;
 mod handle;
+mod renew;
 mod stager;
 
 use conn::{connection, refuse};

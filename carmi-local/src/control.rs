@@ -23,14 +23,16 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 pub use carmi_api::control::{ControlError, OwnerLink};
 
+use crate::daemon_token::DaemonToken;
 use crate::input::{Input, stopped};
 
 /// Who may open a control connection to this local RM (see the module
 /// documentation).
 #[derive(Clone)]
 pub(crate) struct ControlAccess {
-    /// This local RM's own daemon token (`None`: a pool without tokens).
-    own_token: Option<String>,
+    /// This local RM's own daemon token (none: a pool without tokens), as
+    /// renewed.
+    own_token: DaemonToken,
     /// This machine's name, which the proofs shown to it name.
     name: String,
     /// The global RM, which checks every token shown here.
@@ -41,7 +43,7 @@ pub(crate) struct ControlAccess {
 
 impl ControlAccess {
     pub(crate) fn new(
-        own_token: Option<String>,
+        own_token: DaemonToken,
         name: String,
         global: String,
         secret: Secret,
@@ -65,7 +67,7 @@ impl ControlAccess {
         what: &str,
         shown: Option<&carmi_api::proof::Presented>,
     ) -> Result<(), String> {
-        let Some(own) = &self.own_token else {
+        let Some(own) = self.own_token.get() else {
             return Ok(());
         };
         let Some(shown) = shown else {
@@ -73,7 +75,7 @@ impl ControlAccess {
                 "{what} needs this machine's daemon token or a token with power admin; none was presented"
             ));
         };
-        let (identity, power, machine) = self.vouch(own, shown).await?;
+        let (identity, power, machine) = self.vouch(&own, shown).await?;
         let ours = power == Power::Daemon && machine.as_deref() == Some(self.name.as_str());
         if power == Power::Admin || ours {
             return Ok(());

@@ -39,6 +39,7 @@ use tokio::time::Instant;
 use crate::cache::ExeCache;
 use crate::config::{OwnerSource, Settings};
 use crate::control::ControlAccess;
+use crate::daemon_token::DaemonToken;
 use crate::global::{GlobalConfig, GlobalLink};
 use crate::input::{AppTx, Input};
 use crate::jobcred::JobCreds;
@@ -124,6 +125,19 @@ async fn listen_apps(
     Ok((listener, addr))
 }
 
+/// The daemon token of `settings`, shared: the global RM renews it over
+/// the link (`daemon_token`).
+fn daemon_token(settings: &Settings) -> Result<DaemonToken, Error> {
+    Ok(match (&settings.token, &settings.token_file) {
+        (Some(t), _) => DaemonToken::new(Some(t.clone()), None),
+        (None, Some(path)) => DaemonToken::new(
+            Some(carmi_api::token::read_token_file(path)?),
+            Some(path.clone()),
+        ),
+        (None, None) => DaemonToken::default(),
+    })
+}
+
 impl Daemon {
     /// Detects the machine, opens the application listener and starts
     /// connecting to the global RM. Fails on configuration and file errors;
@@ -141,11 +155,7 @@ impl Daemon {
         // Only the link to the global RM presents the daemon token: the
         // other connections this daemon opens reach peers and job processes.
         // Read first, so that a file others may read stops the start at once.
-        let token = match (&settings.token, &settings.token_file) {
-            (Some(t), _) => Some(t.clone()),
-            (None, Some(path)) => Some(carmi_api::token::read_token_file(path)?),
-            (None, None) => None,
-        };
+        let token = daemon_token(&settings)?;
 
         let scores = if settings.benchmark {
             let dir = work_dir.clone();
@@ -199,7 +209,7 @@ impl Daemon {
         ));
         let stager = std::sync::Arc::new(Stager::new(
             cache_dir.clone(),
-            (secret.clone(), secret.clone().with_token(token.clone())),
+            (secret.clone(), token.clone()),
             settings.name.clone(),
             settings.global.clone(),
             settings.stage_link_rate,
@@ -211,7 +221,8 @@ impl Daemon {
         );
         let gcfg = GlobalConfig {
             addr: settings.global.clone(),
-            secret: secret.clone().with_token(token),
+            secret: secret.clone(),
+            token,
             name: settings.name.clone(),
             queue: settings.global_queue,
         };

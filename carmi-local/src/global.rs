@@ -29,6 +29,7 @@ use carmi_api::tls;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
+use crate::daemon_token::DaemonToken;
 use crate::input::{GlobalTx, Input, Outgoing, stopped};
 
 /// First reconnection delay.
@@ -225,7 +226,10 @@ impl GlobalLink {
 #[derive(Clone, Debug)]
 pub(crate) struct GlobalConfig {
     pub addr: String,
+    /// The pool secret (without token).
     pub secret: Secret,
+    /// The daemon token presented at each connection, renewed over the link.
+    pub token: DaemonToken,
     pub name: String,
     /// Capacity of each session's outgoing queue.
     pub queue: usize,
@@ -250,7 +254,7 @@ pub(crate) async fn run(
             Ok((reader, writer, local_ip)) => {
                 tracing::info!(global = %cfg.addr, "connected to the global RM");
                 let link = (reader, writer, local_ip);
-                if session(link, cfg.queue, &inputs, &mut stop).await {
+                if session(link, (cfg.queue, &cfg.token), &inputs, &mut stop).await {
                     backoff.reset();
                 }
             }
@@ -309,7 +313,9 @@ async fn connect(
     let role = Role::Local {
         name: cfg.name.clone(),
     };
-    handshake::client_bound(&mut reader, &mut writer, &cfg.secret, &role, &binding).await?;
+    // The token of the moment: a renewed one once the global RM sent it.
+    let secret = cfg.secret.clone().with_token(cfg.token.get());
+    handshake::client_bound(&mut reader, &mut writer, &secret, &role, &binding).await?;
     Ok((reader, writer, local_ip))
 }
 
@@ -320,13 +326,15 @@ async fn session(
         tls::Writer,
         Option<std::net::IpAddr>,
     ),
-    queue: usize,
+    (queue, token): (usize, &DaemonToken),
     inputs: &mpsc::Sender<Input>,
     stop: &mut watch::Receiver<bool>,
 ) -> bool {
     let (mut reader, mut w) = Conn::<ToGlobal, FromGlobal>::from_parts(reader, w).split();
     let (tx, mut rx) = mpsc::channel::<Outgoing>(queue.max(1));
     let kick = Arc::new(Notify::new());
+    // Weak: the session still ends when the driver drops its sender.
+    let answers = tx.downgrade();
     let out = GlobalTx {
         tx,
         kick: kick.clone(),
@@ -345,6 +353,17 @@ async fn session(
         // an outgoing message loses no bytes.
         tokio::select! {
             frame = reader.recv() => match frame {
+                Ok(Some((FromGlobal::TokenRenewed { token: new }, _))) => {
+                    // Taken here, not by the driver: a file write, then
+                    // the answer, which lets the global RM revoke the old.
+                    let saved = token.renew(new).await;
+                    let answer = (ToGlobal::TokenTaken { saved }, Bytes::new());
+                    if let Some(tx) = answers.upgrade()
+                        && tx.try_send(answer).is_err()
+                    {
+                        tracing::warn!("no room to answer a renewed daemon token; the token it replaced stays live until it expires");
+                    }
+                }
                 Ok(Some((msg, payload))) => {
                     if matches!(msg, FromGlobal::Registered { .. }) {
                         registered = true;

@@ -38,6 +38,7 @@
 //! - `perjob`: how many connections one job may hold open (`max_connections_per_job`).
 //! - `isolation` and `slot_users`: as root, each job runs as an account of its own; which accounts a local RM takes (locked per machine), their creation and removal.
 //! - `jobcred`: the credentials of the jobs present here: admitted for their job only, written into sandboxes, forgotten when the job leaves.
+//! - `daemon_token`: this machine's daemon token, renewed by the global RM over the link: kept in its file and seen by the link, staging and control connections.
 //! - `global`: the connection to the global RM, with reconnection and backoff, and its bounded queue (`GlobalLink` on the driver's side).
 //! - `input`: what the driver hears about (`Input`) and the channel ends of the connections, below every module that sends inputs.
 //! - `daemon`: the driver that feeds socket, process and timer events to the core (`carmi_local_core::node`) and carries out its effects (inputs in `daemon_inputs.rs`, effects in `daemon_effects.rs`).
@@ -51,6 +52,7 @@ pub mod cgroup;
 pub mod config;
 pub mod control;
 pub mod daemon;
+pub mod daemon_token;
 pub mod global;
 mod input;
 pub mod isolation;

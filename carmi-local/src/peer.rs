@@ -30,6 +30,8 @@ use carmi_api::tls::{Acceptor, Stream};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+use crate::daemon_token::DaemonToken;
+
 /// How long a peer's request waits for a copy this machine is about to fetch.
 const ARRIVAL_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -45,8 +47,9 @@ pub struct Stager {
     cache_dir: PathBuf,
     /// The pool secret: what peers prove, and this daemon to them.
     secret: Secret,
-    /// The pool secret with the daemon token, towards the global RM only.
-    global_secret: Secret,
+    /// The daemon token, presented to the global RM only (renewed over the
+    /// link: read at each fetch).
+    token: DaemonToken,
     name: String,
     global_addr: String,
     limiter: RateLimiter,
@@ -57,7 +60,7 @@ impl Stager {
     /// A stager over the cache in `cache_dir`; `rate` caps what it serves (MB/s).
     pub fn new(
         cache_dir: PathBuf,
-        (secret, global_secret): (Secret, Secret),
+        (secret, token): (Secret, DaemonToken),
         name: String,
         global_addr: String,
         rate: Option<f64>,
@@ -65,7 +68,7 @@ impl Stager {
         Stager {
             cache_dir,
             secret,
-            global_secret,
+            token,
             name,
             global_addr,
             limiter: RateLimiter::new(rate),
@@ -80,8 +83,11 @@ impl Stager {
             return Err(format!("`{}` is not a SHA-256", exe.sha256));
         }
         let (addr, secret) = match source {
-            StageSource::Global => (self.global_addr.clone(), &self.global_secret),
-            StageSource::Peer { endpoint, .. } => (endpoint.clone(), &self.secret),
+            StageSource::Global => {
+                let with_token = self.secret.clone().with_token(self.token.get());
+                (self.global_addr.clone(), with_token)
+            }
+            StageSource::Peer { endpoint, .. } => (endpoint.clone(), self.secret.clone()),
         };
         let tmp = self.cache_dir.join(format!(
             ".tmp-{}-{:016x}",
@@ -113,7 +119,7 @@ impl Stager {
         }
         let result = stage::fetch(FetchSpec {
             addr: &addr,
-            secret,
+            secret: &secret,
             name: &self.name,
             executable: exe,
             dest: &tmp,

@@ -399,6 +399,12 @@ pub enum ToGlobal {
     /// Admin: the fair-share users, or set one's priority factor (`carmi
     /// userprio`). Answered by `Users`, or `AdminFailed`.
     UserPrio(UserPrioRequest),
+    /// Answer to each [`FromGlobal::TokenRenewed`], in order: `saved` if the
+    /// new token is in the token file (the replaced ones may be revoked).
+    TokenTaken {
+        /// False: in memory only (the file's token is left to expire).
+        saved: bool,
+    },
 }
 
 /// Where a local RM fetches an executable from (answer to a `Fetch`).
@@ -676,6 +682,12 @@ pub enum FromGlobal {
         /// whole job, so the master is bound like its workers.
         #[serde(default)]
         requests: Requests,
+    },
+    /// This machine's daemon token renewed (new id, same lifetime), which the
+    /// link now stands on: presented from now on, answered by `TokenTaken`.
+    TokenRenewed {
+        /// The token's text (opaque to the local RM).
+        token: String,
     },
 }
 

@@ -230,6 +230,9 @@ pub struct PoolOptions {
     /// Extra command-line arguments of every local RM of a [`Pool`]
     /// (`--owner real`, which overrides [`LOCAL_CONFIG`]'s simulated owner).
     pub local_args: Vec<String>,
+    /// Lifetime of the daemon token made for each local RM of a [`Pool`],
+    /// in seconds (a day; a few seconds to watch the global RM renew it).
+    pub daemon_token_s: u64,
 }
 
 impl Default for PoolOptions {
@@ -241,6 +244,7 @@ impl Default for PoolOptions {
             global_args: Vec::new(),
             local_settings: String::new(),
             local_args: Vec::new(),
+            daemon_token_s: 24 * 3600,
         }
     }
 }
@@ -494,7 +498,8 @@ impl Pool {
             .expect("open the local RM's log");
         let token = self.dir.join(format!("{name}.token"));
         if !token.exists() {
-            self.token_file(&token, &name, Power::Daemon, Some(&name), 24 * 3600);
+            let lifetime_s = self.options.daemon_token_s;
+            self.token_file(&token, &name, Power::Daemon, Some(&name), lifetime_s);
         }
         let mut cmd = Command::new(bin_dir().join("carmi-local"));
         cmd.args(["--global", &self.global_addr, "--secret"])

@@ -21,6 +21,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
+use super::renew::keep_token;
 use super::stager::{StageInput, serve_stager};
 use super::{Cmd, HEAVY_HEADER, LinkTx, MAX_HEADER, Outgoing, Pending, Shared, Ticket, off_worker};
 use crate::authority::Admitted;
@@ -114,10 +115,11 @@ pub(super) async fn connection(
     reader.set_max_header(MAX_HEADER);
     if let Role::Stager { name } = &role {
         // A staging connection holds its daemon token as long as a link:
-        // revoked or expired, it is closed too, idle or mid-transfer.
+        // revoked or expired, it is closed too, idle or mid-transfer (but a
+        // token a renewal replaced lets its copy finish).
         tokio::select! {
             () = serve_stager(reader, w, name, peer, &shared) => {}
-            reason = until_invalid(&shared, admitted.as_ref()) => {
+            reason = until_invalid(&shared, admitted.as_ref(), true) => {
                 warn!(%peer, machine = %name, "closing staging connection: {reason}");
             }
         }
@@ -150,9 +152,19 @@ pub(super) async fn connection(
     // Messages go to the router in order, an upload's once it is stored.
     let (order_tx, order_rx) = mpsc::unbounded_channel();
     let forwarder = tokio::spawn(forward_in_order(order_rx, shared.cmds.clone()));
-    let invalid = until_invalid(&shared, admitted.as_ref());
+    // A local RM's link renews its daemon token; any other link's token
+    // only ends it.
+    let (taken_tx, taken_rx) = mpsc::unbounded_channel();
+    let invalid = async {
+        if machine.is_some() {
+            keep_token(&shared, admitted, tx, taken_rx).await
+        } else {
+            until_invalid(&shared, admitted.as_ref(), false).await
+        }
+    };
+    let read = (&order_tx, &taken_tx);
     let ended = tokio::select! {
-        r = read_frames(&mut reader, link, (serves_executables, machine.as_deref()), identity.as_ref(), &shared, &order_tx) => r,
+        r = read_frames(&mut reader, link, (serves_executables, machine.as_deref()), identity.as_ref(), &shared, read) => r,
         reason = invalid => Err(reason),
         r = write_frames(&mut w, &mut rx) => r,
         _ = kick.notified() => Err(format!(
@@ -173,9 +185,11 @@ pub(super) async fn connection(
 
 /// Resolves, with why, once the token that opened a connection is revoked
 /// or expires; never for a connection without one (a pool without tokens).
-async fn until_invalid(shared: &Shared, admitted: Option<&Admitted>) -> String {
+/// `staging`: a staging connection, which a renewal's revocation of its
+/// token spares ([`Authority::until_invalid`](crate::authority::Authority::until_invalid)).
+async fn until_invalid(shared: &Shared, admitted: Option<&Admitted>, staging: bool) -> String {
     match (&shared.auth, admitted) {
-        (Some(auth), Some(a)) => auth.until_invalid(a).await,
+        (Some(auth), Some(a)) => auth.until_invalid(a, staging).await,
         _ => std::future::pending().await,
     }
 }
@@ -282,7 +296,10 @@ async fn read_frames(
     (serves_executables, machine): (bool, Option<&str>),
     identity: Option<&carmi_api::authz::Identity>,
     shared: &Shared,
-    order: &mpsc::UnboundedSender<Pending>,
+    (order, taken): (
+        &mpsc::UnboundedSender<Pending>,
+        &mpsc::UnboundedSender<bool>,
+    ),
 ) -> Result<(), String> {
     let local = machine.is_some();
     let send = |p: Pending| order.send(p).is_ok();
@@ -386,6 +403,10 @@ async fn read_frames(
                 })) {
                     return Ok(());
                 }
+            }
+            // Its link's task keeps the token: the answer to a renewal.
+            ToGlobal::TokenTaken { saved } if local => {
+                let _ = taken.send(saved);
             }
             ToGlobal::StageStats => {
                 if !send(Pending::Ready(Cmd::Staging(StageInput::Stats { link }))) {
