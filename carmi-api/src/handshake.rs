@@ -41,9 +41,15 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::frame::{FrameError, FrameReader, write_frame};
 use crate::ids::JobId;
+use crate::machinecert::MachineProver;
 use crate::msg::{PROTOCOL_VERSION, Role};
 use crate::proof::{Presented, ProofContext, hex, unhex};
 use crate::token::SigningKey;
+
+/// Who signs in [`server_statement`]: the global RM.
+const GLOBAL_RM: &str = "carmi global rm";
+/// Who signs in [`server_statement`]: a local RM.
+const LOCAL_RM: &str = "carmi local rm";
 
 mod client;
 pub use client::{client, client_bound, client_towards};
@@ -71,6 +77,7 @@ pub struct Secret {
     job: Option<JobId>,
     signer: Option<std::sync::Arc<SigningKey>>,
     name: Option<std::sync::Arc<str>>,
+    prover: Option<std::sync::Arc<MachineProver>>,
 }
 
 impl std::fmt::Debug for Secret {
@@ -87,6 +94,7 @@ impl Secret {
             job,
             signer: None,
             name: None,
+            prover: None,
         }
     }
 
@@ -163,6 +171,46 @@ impl Secret {
         m
     }
 
+    /// The same secret, for a local RM that proves which machine it is with
+    /// `prover`'s certificate (once it has one).
+    pub fn with_prover(mut self, prover: std::sync::Arc<MachineProver>) -> Secret {
+        self.prover = Some(prover);
+        self
+    }
+
+    /// Waits at most `limit` for this local RM's machine certificate, if it
+    /// proves itself with one ([`Secret::with_prover`]): a client that shows
+    /// a token is then served one.
+    pub async fn certified_within(&self, limit: std::time::Duration) {
+        if let Some(p) = &self.prover {
+            p.ready(limit).await;
+        }
+    }
+
+    /// What this server proves in its challenge: the pool key and its
+    /// signature (a global RM), or a machine's certificate and its
+    /// signature (a certified local RM), or nothing.
+    fn prove(
+        &self,
+        client_nonce: &str,
+        server_nonce: &str,
+        binding: &[u8],
+    ) -> (Option<String>, Option<String>, Option<String>) {
+        if let Some(key) = &self.signer {
+            let statement = server_statement(GLOBAL_RM, client_nonce, server_nonce, binding);
+            return (
+                Some(key.public().to_text()),
+                Some(hex(&key.sign(&statement))),
+                None,
+            );
+        }
+        let statement = server_statement(LOCAL_RM, client_nonce, server_nonce, binding);
+        match self.prover.as_ref().and_then(|p| p.prove(&statement)) {
+            Some((cert, sig)) => (None, Some(hex(&sig)), Some(cert)),
+            None => (None, None, None),
+        }
+    }
+
     /// The audience a token's proof must name to be taken by this server.
     fn audience(&self) -> String {
         match &self.name {
@@ -209,6 +257,10 @@ enum Hs {
         /// A local RM's machine name, which proofs shown to it must name.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         server_name: Option<String>,
+        /// A local RM's machine certificate ([`crate::machinecert`]); its
+        /// signature over this connection is then `server_sig`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        server_cert: Option<String>,
     },
     Proof {
         client_proof: String,
@@ -244,12 +296,13 @@ impl Towards {
     }
 }
 
-/// What the global RM signs in a handshake: the connection's nonces and
-/// keying material, so that its signature proves nothing elsewhere.
-fn server_statement(client_nonce: &str, server_nonce: &str, binding: &[u8]) -> Vec<u8> {
+/// What the global RM (`who`: [`GLOBAL_RM`]) or a local RM ([`LOCAL_RM`])
+/// signs in a handshake: the connection's nonces and keying material, so
+/// that its signature proves nothing elsewhere.
+fn server_statement(who: &str, client_nonce: &str, server_nonce: &str, binding: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     for p in [
-        b"carmi global rm".as_slice(),
+        who.as_bytes(),
         client_nonce.as_bytes(),
         server_nonce.as_bytes(),
         binding,
@@ -519,14 +572,15 @@ where
         server_nonce.as_bytes(),
         binding,
     ]);
-    let statement = server_statement(&client_nonce, &server_nonce, binding);
+    let (server_key, server_sig, server_cert) = secret.prove(&client_nonce, &server_nonce, binding);
     let challenge = Hs::Challenge {
         version: PROTOCOL_VERSION,
         server_nonce: server_nonce.clone(),
         server_proof: hex(&proof.finalize().into_bytes()),
-        server_key: secret.signer.as_ref().map(|k| k.public().to_text()),
-        server_sig: secret.signer.as_ref().map(|k| hex(&k.sign(&statement))),
+        server_key,
+        server_sig,
         server_name: secret.name.as_deref().map(str::to_string),
+        server_cert,
     };
     write_frame(w, &challenge, &[])
         .await

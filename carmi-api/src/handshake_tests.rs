@@ -152,7 +152,11 @@ async fn a_server_holding_only_the_secret_is_shown_no_token() {
 async fn a_local_rm_gets_a_proof_for_its_own_name_only() {
     let (secret, key, token) = keyed();
     let client = secret.clone().with_token(Some(token));
-    let (got, seen) = shown(secret.clone().with_name("m1"), client, Towards::Local).await;
+    let prover = crate::machinecert::MachineProver::generate().unwrap();
+    let now = crate::token::now_unix();
+    prover.certified(crate::machinecert::issue(&key, "m1", &prover.public(), now));
+    let m1 = secret.clone().with_name("m1").with_prover(std::sync::Arc::new(prover));
+    let (got, seen) = shown(m1, client, Towards::Local).await;
     got.unwrap();
     let seen = seen.unwrap();
     let (now, none) = (crate::token::now_unix(), Default::default());

@@ -48,6 +48,7 @@ pub mod frame;
 pub mod gate;
 pub mod handshake;
 pub mod jobcred;
+pub mod machinecert;
 pub mod net;
 pub mod pooldir;
 pub mod proof;

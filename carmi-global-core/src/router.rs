@@ -596,8 +596,8 @@ impl Router {
                 debug!(%link, "executable transfer reached the router; the driver serves those");
             }
             // The connection's task keeps its token; it takes these.
-            ToGlobal::TokenTaken { .. } => {
-                debug!(%link, "a renewed token's answer reached the router; the driver takes those");
+            ToGlobal::TokenTaken { .. } | ToGlobal::CertifyMachine { .. } => {
+                debug!(%link, "a token's or a key's message reached the router; the driver takes those");
             }
             ToGlobal::Submit(_)
             | ToGlobal::RemoveJob { .. }
@@ -661,5 +661,6 @@ pub fn variant_name(msg: &ToGlobal) -> &'static str {
         ToGlobal::Alloc(_) => "Alloc",
         ToGlobal::UserPrio(_) => "UserPrio",
         ToGlobal::TokenTaken { .. } => "TokenTaken",
+        ToGlobal::CertifyMachine { .. } => "CertifyMachine",
     }
 }

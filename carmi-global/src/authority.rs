@@ -427,6 +427,18 @@ impl Authority {
         }
     }
 
+    /// The certificate of `machine`'s `key` (its local RM's, asked over its
+    /// link), signed with the pool's key ([`carmi_api::machinecert`]).
+    pub fn certify(&self, machine: &str, key: &str) -> Result<String, String> {
+        let key = PublicKey::from_text(key).map_err(|e| e.to_string())?;
+        Ok(carmi_api::machinecert::issue(
+            &self.key,
+            machine,
+            &key,
+            now_unix(),
+        ))
+    }
+
     /// A new token for the identity, power and machine of `admitted`, with
     /// its lifetime (at most [`MAX_LIFETIME_S`]) from `now_unix` and a new id,
     /// recorded in the book like one `carmi token create` made: a link's

@@ -534,7 +534,9 @@ impl Core {
                 tracing::warn!(code = ?f.code, "the global RM refused: {}", f.message);
             }
             // Secrets stay with the driver, which takes these before the core.
-            FromGlobal::JobCredential { .. } | FromGlobal::TokenRenewed { .. } => {}
+            FromGlobal::JobCredential { .. }
+            | FromGlobal::TokenRenewed { .. }
+            | FromGlobal::MachineCertified { .. } => {}
             FromGlobal::Pool(_)
             | FromGlobal::Submitted { .. }
             | FromGlobal::Removed { .. }

@@ -181,6 +181,10 @@ async fn connection(
     else {
         return;
     };
+    // A client arriving while the link comes up is served a certificate.
+    secret
+        .certified_within(handshake::HANDSHAKE_TIMEOUT / 2)
+        .await;
     let mut link: Conn<FromLocal, ToLocal> = Conn::new(reader, writer);
     // Other roles are refused inside the handshake, so that the client is
     // told why; a job's credential opens that job's applications only.

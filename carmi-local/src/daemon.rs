@@ -39,6 +39,8 @@ use tokio::time::Instant;
 use crate::cache::ExeCache;
 use crate::config::{OwnerSource, Settings};
 use crate::control::ControlAccess;
+use carmi_api::machinecert::MachineProver;
+
 use crate::daemon_token::DaemonToken;
 use crate::global::{GlobalConfig, GlobalLink};
 use crate::input::{AppTx, Input};
@@ -110,6 +112,15 @@ async fn bind_stage_listener(
         source,
     })?;
     Ok((listener, endpoint))
+}
+
+/// A key of this machine to have certified, in a pool with tokens.
+fn machine_prover(token: &DaemonToken) -> Result<Option<std::sync::Arc<MachineProver>>, Error> {
+    if token.get().is_none() {
+        return Ok(None);
+    }
+    let prover = MachineProver::generate().map_err(Error::Tls)?;
+    Ok(Some(std::sync::Arc::new(prover)))
 }
 
 /// Binds the application listener at `listen`: it and its address.
@@ -195,14 +206,16 @@ impl Daemon {
         let tls = carmi_api::tls::Acceptor::generate().map_err(Error::Tls)?;
         let (name, global) = (settings.name.clone(), settings.global.clone());
         let access = ControlAccess::new(token.clone(), name, global, secret.clone());
+        // With tokens, this local RM proves its machine with a key the
+        // global RM certifies, and tokens are shown to it for its name.
+        let prover = machine_prover(&token)?;
+        let mut proving = secret.clone().with_name(&settings.name);
+        if let Some(p) = &prover {
+            proving = proving.with_prover(p.clone());
+        }
         tokio::spawn(apps::serve(
             (listener, tls.clone()),
-            // Tokens shown to this local RM are proved for its name.
-            (
-                secret.clone().with_name(&settings.name),
-                creds.clone(),
-                access,
-            ),
+            (proving, creds.clone(), access),
             (settings.app_queue, settings.max_connections_per_job),
             inputs_tx.clone(),
             links_stop_rx.clone(),
@@ -223,6 +236,7 @@ impl Daemon {
             addr: settings.global.clone(),
             secret: secret.clone(),
             token,
+            prover,
             name: settings.name.clone(),
             queue: settings.global_queue,
         };

@@ -29,8 +29,14 @@ use carmi_api::tls;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
+use carmi_api::machinecert::MachineProver;
+
 use crate::daemon_token::DaemonToken;
 use crate::input::{GlobalTx, Input, Outgoing, stopped};
+
+/// How often a link that stays up has this machine's key certified anew
+/// (a certificate lasts `carmi_api::machinecert::LIFETIME_S`, a week).
+const RECERTIFY: Duration = Duration::from_secs(24 * 3600);
 
 /// First reconnection delay.
 pub const BACKOFF_MIN: Duration = Duration::from_millis(100);
@@ -230,6 +236,9 @@ pub(crate) struct GlobalConfig {
     pub secret: Secret,
     /// The daemon token presented at each connection, renewed over the link.
     pub token: DaemonToken,
+    /// This machine's key, certified by the global RM at each link (in a
+    /// pool with tokens).
+    pub prover: Option<Arc<MachineProver>>,
     pub name: String,
     /// Capacity of each session's outgoing queue.
     pub queue: usize,
@@ -254,7 +263,14 @@ pub(crate) async fn run(
             Ok((reader, writer, local_ip)) => {
                 tracing::info!(global = %cfg.addr, "connected to the global RM");
                 let link = (reader, writer, local_ip);
-                if session(link, (cfg.queue, &cfg.token), &inputs, &mut stop).await {
+                if session(
+                    link,
+                    (cfg.queue, &cfg.token, cfg.prover.as_ref()),
+                    &inputs,
+                    &mut stop,
+                )
+                .await
+                {
                     backoff.reset();
                 }
             }
@@ -326,7 +342,7 @@ async fn session(
         tls::Writer,
         Option<std::net::IpAddr>,
     ),
-    (queue, token): (usize, &DaemonToken),
+    (queue, token, prover): (usize, &DaemonToken, Option<&Arc<MachineProver>>),
     inputs: &mpsc::Sender<Input>,
     stop: &mut watch::Receiver<bool>,
 ) -> bool {
@@ -335,6 +351,17 @@ async fn session(
     let kick = Arc::new(Notify::new());
     // Weak: the session still ends when the driver drops its sender.
     let answers = tx.downgrade();
+    // Asked before the ad goes out, so that the certificate is here by
+    // the time the machine shows as registered; then daily, well within
+    // its lifetime, for a link that stays up.
+    let certify = |tx: &mpsc::Sender<Outgoing>| {
+        if let Some(p) = prover {
+            let key = p.public().to_text();
+            let _ = tx.try_send((ToGlobal::CertifyMachine { key }, Bytes::new()));
+        }
+    };
+    certify(&tx);
+    let mut recertify = tokio::time::interval_at(Instant::now() + RECERTIFY, RECERTIFY);
     let out = GlobalTx {
         tx,
         kick: kick.clone(),
@@ -353,6 +380,11 @@ async fn session(
         // an outgoing message loses no bytes.
         tokio::select! {
             frame = reader.recv() => match frame {
+                Ok(Some((FromGlobal::MachineCertified { cert }, _))) => {
+                    if let Some(p) = prover {
+                        p.certified(cert);
+                    }
+                }
                 Ok(Some((FromGlobal::TokenRenewed { token: new }, _))) => {
                     // Taken here, not by the driver: a file write, then
                     // the answer, which lets the global RM revoke the old.
@@ -408,6 +440,9 @@ async fn session(
                     }
                 }
                 None => break,
+            },
+            _ = recertify.tick() => if let Some(tx) = answers.upgrade() {
+                certify(&tx);
             },
             _ = kick.notified() => {
                 tracing::warn!("the global RM stopped reading; dropping the connection to reconnect");

@@ -25,6 +25,7 @@
 
 mod admin;
 mod app;
+mod control;
 mod pilot;
 
 pub use admin::{
@@ -42,6 +43,7 @@ pub use crate::exe::ExecutableRef;
 pub use crate::outcome::{
     ExitStatus, JobEnd, ProcessUsage, Requests, StartFault, exec_failure, start_fault,
 };
+pub use control::{FromLocalControl, OwnerEvent, ToLocalControl};
 pub use pilot::{AllocAnswer, AllocQueueSpec, AllocQueueStatus, AllocRequest, AllocationStatus};
 
 use serde::{Deserialize, Serialize};
@@ -405,6 +407,12 @@ pub enum ToGlobal {
         /// False: in memory only (the file's token is left to expire).
         saved: bool,
     },
+    /// A local RM's key, for the global RM to certify as its machine's
+    /// (`carmi_api::machinecert`): answered by `MachineCertified`.
+    CertifyMachine {
+        /// The key (`PublicKey::to_text`).
+        key: String,
+    },
 }
 
 /// Where a local RM fetches an executable from (answer to a `Fetch`).
@@ -430,43 +438,6 @@ pub enum SlotActivity {
     Suspended,
     /// Owner stayed: processes killed, slot withdrawn until available again.
     Vacated,
-}
-
-/// What an owner-activity source tells a local RM. Real machines measure
-/// their owner themselves; simulated owners (`owner-sim`) report through this,
-/// either in-process (`carmi_local::daemon::Daemon::owner_event`) or over the
-/// local RM's control connection.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub enum OwnerEvent {
-    /// The owner is at the machine: keyboard idle time is zero from now on.
-    Arrive,
-    /// The owner left: keyboard idle time counts up from zero.
-    Leave,
-    /// The load average the owner's own programs put on the machine.
-    Load(f64),
-}
-
-/// Control tool (`owner-sim`, an admin) -> local RM, on a connection whose
-/// handshake role is [`Role::Admin`] (the local RM's control connection).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum ToLocalControl {
-    /// Owner activity, for a local RM whose owner source is `simulated`.
-    Owner(OwnerEvent),
-}
-
-/// Local RM -> control tool: one answer per [`ToLocalControl`], in order.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum FromLocalControl {
-    /// The owner event was taken in and the policy evaluated; any suspend,
-    /// resume or vacate it caused has been signalled before this was sent.
-    OwnerApplied {
-        /// False if the local RM measures a real owner and ignored the event.
-        applied: bool,
-        /// The machine's policy state afterwards (`Owner`, `Unclaimed`, `Claimed`, `Preempting`).
-        state: String,
-        /// Its activity afterwards (`Idle`, `Busy`, `Suspended`, `Vacating`, `Killing`).
-        activity: String,
-    },
 }
 
 /// Global RM -> local RM.
@@ -688,6 +659,11 @@ pub enum FromGlobal {
     TokenRenewed {
         /// The token's text (opaque to the local RM).
         token: String,
+    },
+    /// The certificate of this machine's key, signed with the pool's key.
+    MachineCertified {
+        /// Its text (`carmi_api::machinecert`).
+        cert: String,
     },
 }
 

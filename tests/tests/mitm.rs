@@ -10,6 +10,9 @@
 //! - what a client shows a local RM (a token's public part and its holder's
 //!   proof, made for that machine) opens no connection of its own, is taken
 //!   once, and only from that machine;
+//! - a server that cannot show the certificate the pool gave machine M's key
+//!   (one holding the pool secret, or another machine's certificate) is
+//!   shown nothing by a client that means to reach M's local RM;
 //! - a revoked daemon token no longer opens its own machine's control connection.
 
 use std::path::{Path, PathBuf};
@@ -21,10 +24,11 @@ use carmi_api::authz::{TokenAnswer, TokenRequest};
 use carmi_api::control::OwnerLink;
 use carmi_api::frame::FrameReader;
 use carmi_api::handshake::{self, Secret};
+use carmi_api::machinecert::{self, MachineProver};
 use carmi_api::msg::{FromGlobal, ToGlobal};
 use carmi_api::proof::Presented;
 use carmi_api::tls;
-use carmi_api::token::{Power, SigningKey, public_part};
+use carmi_api::token::{Power, SigningKey, now_unix, public_part};
 use carmi_tests::{Pool, bin_dir, text};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -227,10 +231,25 @@ async fn a_proxy_that_terminates_tls_learns_no_token_and_no_request() {
     assert!(!seen.contains("Tokens"), "the proxy read the request");
 }
 
+/// A prover of a fresh key that `key` certified as machine `machine`'s.
+fn certified(key: &SigningKey, machine: &str) -> Arc<MachineProver> {
+    let prover = MachineProver::generate().unwrap();
+    prover.certified(machinecert::issue(
+        key,
+        machine,
+        &prover.public(),
+        now_unix(),
+    ));
+    Arc::new(prover)
+}
+
 /// A token's proof made for machine m0: what a client holding `file` shows
-/// a server playing m0's local RM.
+/// m0's local RM (here a server holding m0's certified key, as m0 does).
 async fn shown_to_m0(pool: &Pool, file: &Path) -> Presented {
-    let (addr, seen) = impostor(bare(pool).with_name("m0")).await;
+    let m0 = bare(pool)
+        .with_name("m0")
+        .with_prover(certified(&pool.key, "m0"));
+    let (addr, seen) = impostor(m0).await;
     let token = carmi_api::token::read_token_file(file).unwrap();
     let secret = bare(pool).with_token(Some(token));
     OwnerLink::connect(&addr, &secret).await.unwrap();
@@ -309,4 +328,47 @@ async fn a_revoked_daemon_token_no_longer_opens_its_machines_control_connection(
     };
     let refused = refused.to_string();
     assert!(refused.contains("revoked"), "{refused}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_the_machines_certificate_is_shown_no_token() {
+    let pool = Pool::start("mitm-machine", 1, &[vec![]]);
+    pool.wait_registered();
+    let token = carmi_api::token::read_token_file(&pool.admin_token).unwrap();
+    let client = bare(&pool).with_token(Some(token));
+    let other = SigningKey::generate().unwrap();
+    let cases = [
+        (bare(&pool).with_name("m0"), "no machine certificate"),
+        (
+            bare(&pool)
+                .with_name("m0")
+                .with_prover(certified(&pool.key, "m9")),
+            "its certificate is machine m9's",
+        ),
+        (
+            bare(&pool)
+                .with_name("m0")
+                .with_prover(certified(&other, "m0")),
+            "not signed by this pool's key",
+        ),
+    ];
+    for (server, why) in cases {
+        let (addr, seen) = impostor(server).await;
+        let Err(e) = OwnerLink::connect(&addr, &client).await else {
+            panic!("a control connection opened to a server that cannot prove machine m0 ({why})");
+        };
+        let e = e.to_string();
+        assert!(
+            e.contains("did not prove it is this pool's local RM of machine m0"),
+            "{e}"
+        );
+        assert!(e.contains(why), "{e}");
+        assert!(
+            seen.lock().unwrap().shown.is_empty(),
+            "shown a token: {why}"
+        );
+    }
+    // The real m0 proves its certificate, and the admin is let in.
+    let link = OwnerLink::connect(&pool.locals[0].app_addr, &client).await;
+    assert!(link.is_ok(), "the real m0 refused");
 }

@@ -4,12 +4,13 @@ use hmac::Mac;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::{
-    HANDSHAKE_TIMEOUT, HandshakeError, Hs, Secret, Towards, next, nonce, server_statement,
+    GLOBAL_RM, HANDSHAKE_TIMEOUT, HandshakeError, Hs, LOCAL_RM, Secret, Towards, next, nonce,
+    server_statement,
 };
 use crate::frame::{FrameError, FrameReader, write_frame};
 use crate::msg::{PROTOCOL_VERSION, Role};
 use crate::proof::{Presented, ProofContext, hex, unhex};
-use crate::token::PublicKey;
+use crate::token::{Claims, PublicKey};
 
 /// Client side: declares `role`, authenticates both ways. On success the
 /// connection is ready for protocol messages.
@@ -151,27 +152,33 @@ fn present(
         server_key,
         server_sig,
         server_name,
+        server_cert,
         ..
     } = challenge
     else {
         return Err(HandshakeError::Unexpected);
     };
+    let claims = crate::token::claims_unchecked(token)
+        .ok_or_else(|| HandshakeError::Token("the token presented is not a CARMI token".into()))?;
+    let sig = server_sig.as_deref().and_then(unhex);
     let audience = match towards {
         Towards::Global => {
-            prove_global(
-                token,
-                server_key,
-                server_sig,
-                client_nonce,
-                server_nonce,
-                binding,
-            )?;
+            let statement = server_statement(GLOBAL_RM, client_nonce, server_nonce, binding);
+            prove_global(&claims, server_key.as_deref(), sig.as_deref(), &statement)?;
             crate::proof::GLOBAL.to_string()
         }
         Towards::Local => {
             let name = server_name.as_deref().ok_or_else(|| {
                 HandshakeError::NotProven("local RM (it did not say its machine's name)".into())
             })?;
+            let statement = server_statement(LOCAL_RM, client_nonce, server_nonce, binding);
+            prove_local(
+                &claims,
+                name,
+                server_cert.as_deref(),
+                sig.as_deref(),
+                &statement,
+            )?;
             crate::proof::local(name)
         }
     };
@@ -189,29 +196,58 @@ fn present(
 /// Checks the global RM's signature over this connection against the pool
 /// key the client's own token pins.
 fn prove_global(
-    token: &str,
-    server_key: &Option<String>,
-    server_sig: &Option<String>,
-    client_nonce: &str,
-    server_nonce: &str,
-    binding: &[u8],
+    claims: &Claims,
+    server_key: Option<&str>,
+    sig: Option<&[u8]>,
+    statement: &[u8],
 ) -> Result<(), HandshakeError> {
     let not = |why: &str| HandshakeError::NotProven(format!("global RM ({why})"));
-    let claims = crate::token::claims_unchecked(token)
-        .ok_or_else(|| HandshakeError::Token("the token presented is not a CARMI token".into()))?;
-    let (Some(key), Some(sig)) = (server_key, server_sig) else {
+    let (Some(key), Some(sig)) = (server_key, sig) else {
         return Err(not("it gave no signature by the pool's signing key"));
     };
     let key = PublicKey::from_text(key).map_err(|e| not(&e.to_string()))?;
-    if !crate::proof::pinned(&claims, &key) {
+    if !crate::proof::pinned(claims, &key) {
         return Err(not(&format!(
             "it signed with the key of pool {}, and the token is of another pool, {}",
             key.pool_id(),
             claims.pool
         )));
     }
-    let statement = server_statement(client_nonce, server_nonce, binding);
-    if !unhex(sig).is_some_and(|sig| key.verifies(&statement, &sig)) {
+    if !key.verifies(statement, sig) {
+        return Err(not("its signature over this connection does not verify"));
+    }
+    Ok(())
+}
+
+/// Checks a local RM's machine certificate (signed by the pool key the
+/// client's token pins, for the machine it names) and its signature over
+/// this connection.
+fn prove_local(
+    claims: &Claims,
+    name: &str,
+    cert: Option<&str>,
+    sig: Option<&[u8]>,
+    statement: &[u8],
+) -> Result<(), HandshakeError> {
+    let not = |why: &str| HandshakeError::NotProven(format!("local RM of machine {name} ({why})"));
+    let (Some(cert), Some(sig)) = (cert, sig) else {
+        return Err(not(
+            "it has no machine certificate from the global RM: it is not linked to the pool yet",
+        ));
+    };
+    let Some(pool_key) = &claims.pool_key else {
+        return Err(not(
+            "the token names no pool key to check its certificate with: ask for a new token",
+        ));
+    };
+    let pool = PublicKey::from_text(pool_key).map_err(|e| not(&e.to_string()))?;
+    let now = crate::token::now_unix();
+    let (machine, key) = crate::machinecert::verify(&pool, cert, now)
+        .map_err(|e| not(&format!("its certificate: {e}")))?;
+    if machine != name {
+        return Err(not(&format!("its certificate is machine {machine}'s")));
+    }
+    if !key.verifies(statement, sig) {
         return Err(not("its signature over this connection does not verify"));
     }
     Ok(())

@@ -289,6 +289,40 @@ fn store_upload(
     })
 }
 
+/// The answer to a `carmi token` request, or to a local RM's key to certify
+/// as its machine's (what proves it to the clients that show it a token).
+fn about_tokens(
+    shared: &Shared,
+    link: LinkId,
+    (identity, machine): (Option<&carmi_api::authz::Identity>, Option<&str>),
+    msg: ToGlobal,
+) -> Option<FromGlobal> {
+    let Some(auth) = &shared.auth else {
+        return matches!(msg, ToGlobal::Tokens(_)).then(|| {
+            FromGlobal::AdminFailed(Failure {
+                code: FailureCode::Unavailable,
+                message:
+                    "this global RM runs without a pool signing key (--pool-key): it has no tokens"
+                        .into(),
+            })
+        });
+    };
+    match msg {
+        ToGlobal::Tokens(req) => Some(auth.handle(identity, req)),
+        ToGlobal::CertifyMachine { key } => {
+            let machine = machine?;
+            match auth.certify(machine, &key) {
+                Ok(cert) => Some(FromGlobal::MachineCertified { cert }),
+                Err(e) => {
+                    warn!(%link, machine, "cannot certify the machine's key: {e}");
+                    None
+                }
+            }
+        }
+        _ => None,
+    }
+}
+
 /// Reads frames until the peer closes (`Ok`) or sends something unreadable (`Err`).
 async fn read_frames(
     reader: &mut ConnReader<ToGlobal>,
@@ -389,18 +423,13 @@ async fn read_frames(
                     return Ok(());
                 }
             }
-            ToGlobal::Tokens(req) => {
-                let msg = match &shared.auth {
-                    Some(auth) => auth.handle(identity, req),
-                    None => FromGlobal::AdminFailed(Failure {
-                        code: FailureCode::Unavailable,
-                        message: "this global RM runs without a pool signing key (--pool-key): it has no tokens".into(),
-                    }),
-                };
-                if !send(Pending::Ready(Cmd::Reply {
-                    link,
-                    msg: Box::new(msg),
-                })) {
+            msg @ (ToGlobal::Tokens(_) | ToGlobal::CertifyMachine { .. }) => {
+                if let Some(msg) = about_tokens(shared, link, (identity, machine), msg)
+                    && !send(Pending::Ready(Cmd::Reply {
+                        link,
+                        msg: Box::new(msg),
+                    }))
+                {
                     return Ok(());
                 }
             }
