@@ -155,7 +155,10 @@ async fn a_local_rm_gets_a_proof_for_its_own_name_only() {
     let prover = crate::machinecert::MachineProver::generate().unwrap();
     let now = crate::token::now_unix();
     prover.certified(crate::machinecert::issue(&key, "m1", &prover.public(), now));
-    let m1 = secret.clone().with_name("m1").with_prover(std::sync::Arc::new(prover));
+    let m1 = secret
+        .clone()
+        .with_name("m1")
+        .with_prover(std::sync::Arc::new(prover));
     let (got, seen) = shown(m1, client, Towards::Local).await;
     got.unwrap();
     let seen = seen.unwrap();

@@ -480,9 +480,12 @@ pub enum FetchError {
 pub struct FetchSpec<'a> {
     /// `host:port` of the source.
     pub addr: &'a str,
-    /// The pool secret, with the daemon token when the source is the
-    /// global RM (never towards a peer, which must not see it).
+    /// The pool secret, with the machine's daemon token (which only the
+    /// global RM is shown; a peer gets a proof made for it, to forward).
     pub secret: &'a Secret,
+    /// The source: the global RM, or a peer local RM (which proves its
+    /// machine before the token's proof is shown to it).
+    pub towards: handshake::Towards,
     /// Our machine name (declared in the handshake).
     pub name: &'a str,
     /// What to fetch: size and hash are checked against this, not against
@@ -533,9 +536,16 @@ async fn fetch_inner(spec: &FetchSpec<'_>) -> Result<(), FetchError> {
     let role = Role::Stager {
         name: spec.name.to_string(),
     };
-    handshake::client_bound(&mut reader, &mut w, spec.secret, &role, &binding)
-        .await
-        .map_err(|e| src(format!("handshake: {e}")))?;
+    handshake::client_towards(
+        &mut reader,
+        &mut w,
+        spec.secret,
+        &role,
+        &binding,
+        spec.towards,
+    )
+    .await
+    .map_err(|e| src(format!("handshake: {e}")))?;
     let mut conn: Conn<StageRequest, StageReply, _, _> = Conn::from_parts(reader, w);
     let get = StageRequest::Get {
         sha256: spec.executable.sha256.clone(),

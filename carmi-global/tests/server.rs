@@ -476,6 +476,7 @@ async fn executables_upload_fetch_and_spawn() {
     let dest = d.dir.join("fetched-copy");
     let arrival = stage::Arrival::new();
     stage::fetch(stage::FetchSpec {
+        towards: carmi_api::handshake::Towards::Global,
         addr: &d.addr.to_string(),
         secret: &Secret::new(SECRET).unwrap(),
         name: "m1",

@@ -85,6 +85,32 @@ impl ControlAccess {
         ))
     }
 
+    /// Whether a connection that showed `shown` may do `what` (fetch an
+    /// executable from this machine's staging listener): any machine's
+    /// daemon token or power admin, as the global RM says; in a pool
+    /// without tokens, anyone who proved the pool secret.
+    pub(crate) async fn admit_any_machine(
+        &self,
+        what: &str,
+        shown: Option<&carmi_api::proof::Presented>,
+    ) -> Result<(), String> {
+        let Some(own) = self.own_token.get() else {
+            return Ok(());
+        };
+        let Some(shown) = shown else {
+            return Err(format!(
+                "{what} needs a machine's daemon token or power admin; none was presented"
+            ));
+        };
+        let (identity, power, _) = self.vouch(&own, shown).await?;
+        if matches!(power, Power::Daemon | Power::Admin) {
+            return Ok(());
+        }
+        Err(format!(
+            "{what} needs a machine's daemon token or power admin; `{identity}` (power {power}) has neither"
+        ))
+    }
+
     /// Asks the global RM, over a connection of this machine's own, what
     /// the token shown here is (a forged, expired or revoked token, or a
     /// proof made for another machine or used before, is refused there).

@@ -215,14 +215,14 @@ impl Daemon {
         }
         tokio::spawn(apps::serve(
             (listener, tls.clone()),
-            (proving, creds.clone(), access),
+            (proving.clone(), creds.clone(), access.clone()),
             (settings.app_queue, settings.max_connections_per_job),
             inputs_tx.clone(),
             links_stop_rx.clone(),
         ));
         let stager = std::sync::Arc::new(Stager::new(
             cache_dir.clone(),
-            (secret.clone(), token.clone()),
+            (proving, token.clone(), access),
             settings.name.clone(),
             settings.global.clone(),
             settings.stage_link_rate,

@@ -23,13 +23,15 @@ use std::sync::{Arc, Mutex};
 use carmi_api::conn::{ConnReader, ConnWriter};
 use carmi_api::exe::is_sha256_hex;
 use carmi_api::frame::FrameReader;
-use carmi_api::handshake::{self, Secret};
+use carmi_api::handshake::{self, Secret, Towards};
 use carmi_api::msg::{ExecutableRef, Role, StageSource};
+use carmi_api::proof::Presented;
 use carmi_api::stage::{self, Arrival, FetchSpec, RateLimiter, Served};
 use carmi_api::tls::{Acceptor, Stream};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+use crate::control::ControlAccess;
 use crate::daemon_token::DaemonToken;
 
 /// How long a peer's request waits for a copy this machine is about to fetch.
@@ -45,8 +47,12 @@ struct Growing {
 /// Fetching and serving executables for one local RM.
 pub struct Stager {
     cache_dir: PathBuf,
-    /// The pool secret: what peers prove, and this daemon to them.
+    /// The pool secret: what peers prove, and this daemon to them (with its
+    /// machine's certified key, and the name proofs shown to it name).
     secret: Secret,
+    /// Who may fetch from this machine: other machines and admins, as the
+    /// global RM vouches (in a pool with tokens).
+    access: ControlAccess,
     /// The daemon token, presented to the global RM only (renewed over the
     /// link: read at each fetch).
     token: DaemonToken,
@@ -58,9 +64,9 @@ pub struct Stager {
 
 impl Stager {
     /// A stager over the cache in `cache_dir`; `rate` caps what it serves (MB/s).
-    pub fn new(
+    pub(crate) fn new(
         cache_dir: PathBuf,
-        (secret, token): (Secret, DaemonToken),
+        (secret, token, access): (Secret, DaemonToken, ControlAccess),
         name: String,
         global_addr: String,
         rate: Option<f64>,
@@ -68,6 +74,7 @@ impl Stager {
         Stager {
             cache_dir,
             secret,
+            access,
             token,
             name,
             global_addr,
@@ -82,12 +89,12 @@ impl Stager {
         if !is_sha256_hex(&exe.sha256) {
             return Err(format!("`{}` is not a SHA-256", exe.sha256));
         }
-        let (addr, secret) = match source {
-            StageSource::Global => {
-                let with_token = self.secret.clone().with_token(self.token.get());
-                (self.global_addr.clone(), with_token)
-            }
-            StageSource::Peer { endpoint, .. } => (endpoint.clone(), self.secret.clone()),
+        // The token is shown to the global RM, and to a peer by a proof
+        // made for that machine, which the peer has the global RM check.
+        let secret = self.secret.clone().with_token(self.token.get());
+        let (addr, towards) = match source {
+            StageSource::Global => (self.global_addr.clone(), Towards::Global),
+            StageSource::Peer { endpoint, .. } => (endpoint.clone(), Towards::Local),
         };
         let tmp = self.cache_dir.join(format!(
             ".tmp-{}-{:016x}",
@@ -120,6 +127,7 @@ impl Stager {
         let result = stage::fetch(FetchSpec {
             addr: &addr,
             secret: &secret,
+            towards,
             name: &self.name,
             executable: exe,
             dest: &tmp,
@@ -238,13 +246,16 @@ impl Stager {
             }
         };
         let mut reader = FrameReader::with_max(r, 64 * 1024);
-        let admit = |role: &Role| match role {
-            Role::Stager { .. } => Ok(()),
+        let access = &self.access;
+        let admit = async |role: Role, shown: Option<Presented>, _| match role {
+            Role::Stager { .. } => {
+                let what = "fetching an executable from this machine";
+                access.admit_any_machine(what, shown.as_ref()).await
+            }
             _ => Err("this listener serves executables to local RMs only".to_string()),
         };
-        let hs = handshake::server_auth(&mut reader, &mut w, &self.secret, &binding, |role, _| {
-            admit(role)
-        });
+        let choose = |_| Ok(self.secret.clone());
+        let hs = handshake::server_keyed_async(&mut reader, &mut w, choose, &binding, admit);
         let name = match hs.await.map(|(role, ())| role) {
             Ok(Role::Stager { name }) => name,
             Ok(_) => return,

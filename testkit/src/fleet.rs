@@ -200,7 +200,7 @@ impl Fleet {
             job: None,
             process: None,
             endpoint: "127.0.0.1:1".into(),
-            token: Some(self.submit_token.clone()),
+            token: Some(shown_to(&self.submit_token, &m.name)),
         };
         m.out
             .send(attach)
@@ -422,4 +422,28 @@ fn rand_below(n: u64) -> u64 {
         .rotate_left(17)
         .wrapping_mul(0xBF58_476D_1CE4_E5B9);
     if n == 0 { 0 } else { x % n }
+}
+
+/// The proof an application holding `token` shows the local RM of machine
+/// `name` to start a job, as that local RM forwards it.
+fn shown_to(token: &str, name: &str) -> String {
+    // Unique per attach (the global RM takes a forwarded proof once).
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let nonce = || format!("{n:016x}{:016x}", std::process::id());
+    let context = carmi_api::proof::ProofContext {
+        audience: carmi_api::proof::local(name),
+        role: carmi_api::msg::Role::Application {
+            job: None,
+            process: None,
+            endpoint: "127.0.0.1:1".into(),
+        },
+        client_nonce: nonce(),
+        server_nonce: nonce(),
+        binding: String::new(),
+        time_unix: carmi_api::token::now_unix(),
+    };
+    let shown =
+        carmi_api::proof::Presented::make(token, context).expect("a token with a holder key");
+    shown.encode()
 }
