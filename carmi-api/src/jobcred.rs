@@ -24,6 +24,7 @@ use sha2::Sha256;
 
 use crate::files::FileError;
 use crate::ids::JobId;
+use crate::proof::{hex, unhex};
 
 /// First word of a credential file.
 pub const PREFIX: &str = "carmi-job-credential";
@@ -143,20 +144,6 @@ impl JobKey {
 /// Writes `credential` as a new file `path`, mode 0600 from the moment it exists.
 pub fn write_file(path: &Path, credential: &JobCredential) -> Result<(), FileError> {
     crate::files::write_private(path, &credential.text(), true)
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 #[cfg(test)]

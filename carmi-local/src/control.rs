@@ -67,22 +67,11 @@ impl ControlAccess {
         what: &str,
         shown: Option<&carmi_api::proof::Presented>,
     ) -> Result<(), String> {
-        let Some(own) = self.own_token.get() else {
-            return Ok(());
+        let ours = |power, machine: Option<&str>| {
+            power == Power::Admin || (power == Power::Daemon && machine == Some(self.name.as_str()))
         };
-        let Some(shown) = shown else {
-            return Err(format!(
-                "{what} needs this machine's daemon token or a token with power admin; none was presented"
-            ));
-        };
-        let (identity, power, machine) = self.vouch(&own, shown).await?;
-        let ours = power == Power::Daemon && machine.as_deref() == Some(self.name.as_str());
-        if power == Power::Admin || ours {
-            return Ok(());
-        }
-        Err(format!(
-            "{what} needs this machine's daemon token or power admin; `{identity}` (power {power}) has neither"
-        ))
+        let needs = format!("{what} needs this machine's daemon token or power admin");
+        self.admit_if(&needs, shown, ours).await
     }
 
     /// Whether a connection that showed `shown` may do `what` (fetch an
@@ -94,21 +83,31 @@ impl ControlAccess {
         what: &str,
         shown: Option<&carmi_api::proof::Presented>,
     ) -> Result<(), String> {
+        let any = |power, _: Option<&str>| matches!(power, Power::Daemon | Power::Admin);
+        let needs = format!("{what} needs a machine's daemon token or power admin");
+        self.admit_if(&needs, shown, any).await
+    }
+
+    /// `Ok` in a pool without tokens, or if the global RM vouches for
+    /// `shown` and `allowed` takes its power and machine; else why not,
+    /// starting with `needs`.
+    async fn admit_if(
+        &self,
+        needs: &str,
+        shown: Option<&carmi_api::proof::Presented>,
+        allowed: impl Fn(Power, Option<&str>) -> bool,
+    ) -> Result<(), String> {
         let Some(own) = self.own_token.get() else {
             return Ok(());
         };
         let Some(shown) = shown else {
-            return Err(format!(
-                "{what} needs a machine's daemon token or power admin; none was presented"
-            ));
+            return Err(format!("{needs}; none was presented"));
         };
-        let (identity, power, _) = self.vouch(&own, shown).await?;
-        if matches!(power, Power::Daemon | Power::Admin) {
+        let (identity, power, machine) = self.vouch(&own, shown).await?;
+        if allowed(power, machine.as_deref()) {
             return Ok(());
         }
-        Err(format!(
-            "{what} needs a machine's daemon token or power admin; `{identity}` (power {power}) has neither"
-        ))
+        Err(format!("{needs}; `{identity}` (power {power}) has neither"))
     }
 
     /// Asks the global RM, over a connection of this machine's own, what

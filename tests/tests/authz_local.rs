@@ -177,7 +177,7 @@ async fn a_control_connection_needs_the_machines_daemon_token_or_an_admin_token(
     pool.wait_registered();
     let refused = control(&pool, None).await.unwrap_err();
     assert!(
-        refused.contains("daemon token or a token with power admin"),
+        refused.contains("daemon token or power admin; none was presented"),
         "{refused}"
     );
     // Refused in the handshake, so the client is told why.
