@@ -50,8 +50,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::{ConnId, HostId, JobId, ProcessId, RequestId};
 
-/// Version of this protocol; both sides of a handshake must agree.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// Version of this protocol; both sides of a handshake must agree. 2:
+/// tokens are shown by a holder's proof after the server's own proof
+/// (`carmi_api::proof`), so a daemon or client of version 1 is told so in
+/// words instead of failing on a message it does not expect.
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Who opens a connection, declared in the handshake.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
