@@ -211,6 +211,27 @@ impl Secret {
         }
     }
 
+    /// The client's proof `CP` over both nonces, its role, what it shows
+    /// and the session's binding: computed by the client, checked by the server.
+    fn client_mac(
+        &self,
+        (server_nonce, client_nonce): (&str, &str),
+        role: &Role,
+        presented: &Option<Presented>,
+        binding: &[u8],
+    ) -> Hmac<Sha256> {
+        let role_json = serde_json::to_vec(role).expect("roles serialize");
+        let presented_json = serde_json::to_vec(presented).expect("a proof serializes");
+        self.mac(&[
+            b"client",
+            server_nonce.as_bytes(),
+            client_nonce.as_bytes(),
+            &role_json,
+            &presented_json,
+            binding,
+        ])
+    }
+
     /// The audience a token's proof must name to be taken by this server.
     fn audience(&self) -> String {
         match &self.name {
@@ -557,13 +578,7 @@ where
     }
     let secret = match choose(job_key) {
         Ok(secret) => secret,
-        Err(reason) => {
-            let refused = Hs::Refused {
-                reason: reason.clone(),
-            };
-            let _ = write_frame(w, &refused, &[]).await;
-            return Err(HandshakeError::NotAdmitted(reason));
-        }
+        Err(reason) => return Err(not_admitted(w, reason).await),
     };
     let server_nonce = nonce();
     let proof = secret.mac(&[
@@ -592,16 +607,7 @@ where
     else {
         return Err(HandshakeError::Unexpected);
     };
-    let role_json = serde_json::to_vec(&role).expect("roles serialize");
-    let presented_json = serde_json::to_vec(&presented).expect("a proof serializes");
-    let expected = secret.mac(&[
-        b"client",
-        server_nonce.as_bytes(),
-        client_nonce.as_bytes(),
-        &role_json,
-        &presented_json,
-        binding,
-    ]);
+    let expected = secret.client_mac((&server_nonce, &client_nonce), &role, &presented, binding);
     let ok = unhex(&client_proof).is_some_and(|p| expected.verify_slice(&p).is_ok());
     if !ok {
         let reason = "authentication failed".to_string();
@@ -620,34 +626,22 @@ where
         .as_ref()
         .and_then(|p| other_connection(&p.context, &here))
     {
-        let _ = write_frame(
-            w,
-            &Hs::Refused {
-                reason: reason.clone(),
-            },
-            &[],
-        )
-        .await;
-        return Err(HandshakeError::NotAdmitted(reason));
+        return Err(not_admitted(w, reason).await);
     }
     let kept = match admit(role.clone(), presented, job_key).await {
         Ok(kept) => kept,
-        Err(reason) => {
-            let _ = write_frame(
-                w,
-                &Hs::Refused {
-                    reason: reason.clone(),
-                },
-                &[],
-            )
-            .await;
-            return Err(HandshakeError::NotAdmitted(reason));
-        }
+        Err(reason) => return Err(not_admitted(w, reason).await),
     };
     write_frame(w, &Hs::Welcome, &[])
         .await
         .map_err(FrameError::from)?;
     Ok((role, kept))
+}
+
+/// Tells the client `reason` ([`refuse`]) and gives the server's error.
+async fn not_admitted<W: AsyncWrite + Unpin>(w: &mut W, reason: String) -> HandshakeError {
+    let _ = refuse(w, &reason).await;
+    HandshakeError::NotAdmitted(reason)
 }
 
 /// Why a proof made for `theirs` is not one for this connection `here`

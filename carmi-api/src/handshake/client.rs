@@ -110,16 +110,8 @@ where
             )?),
             None => None,
         };
-        let presented_json = serde_json::to_vec(&presented).expect("a proof serializes");
-        let role_json = serde_json::to_vec(role).expect("roles serialize");
-        let mine = secret.mac(&[
-            b"client",
-            server_nonce.as_bytes(),
-            client_nonce.as_bytes(),
-            &role_json,
-            &presented_json,
-            binding,
-        ]);
+        let nonces = (server_nonce.as_str(), client_nonce.as_str());
+        let mine = secret.client_mac(nonces, role, &presented, binding);
         let proof = Hs::Proof {
             client_proof: hex(&mine.finalize().into_bytes()),
             presented,
