@@ -39,9 +39,6 @@ use tokio::time::Instant;
 use crate::cache::ExeCache;
 use crate::config::{OwnerSource, Settings};
 use crate::control::ControlAccess;
-use carmi_api::machinecert::MachineProver;
-
-use crate::daemon_token::DaemonToken;
 use crate::global::{GlobalConfig, GlobalLink};
 use crate::input::{AppTx, Input};
 use crate::jobcred::JobCreds;
@@ -114,15 +111,6 @@ async fn bind_stage_listener(
     Ok((listener, endpoint))
 }
 
-/// A key of this machine to have certified, in a pool with tokens.
-fn machine_prover(token: &DaemonToken) -> Result<Option<std::sync::Arc<MachineProver>>, Error> {
-    if token.get().is_none() {
-        return Ok(None);
-    }
-    let prover = MachineProver::generate().map_err(Error::Tls)?;
-    Ok(Some(std::sync::Arc::new(prover)))
-}
-
 /// Binds the application listener at `listen`: it and its address.
 async fn listen_apps(
     listen: &str,
@@ -134,19 +122,6 @@ async fn listen_apps(
     let listener = carmi_api::net::listen(listen).await.map_err(failed)?;
     let addr = listener.local_addr().map_err(failed)?;
     Ok((listener, addr))
-}
-
-/// The daemon token of `settings`, shared: the global RM renews it over
-/// the link (`daemon_token`).
-fn daemon_token(settings: &Settings) -> Result<DaemonToken, Error> {
-    Ok(match (&settings.token, &settings.token_file) {
-        (Some(t), _) => DaemonToken::new(Some(t.clone()), None),
-        (None, Some(path)) => DaemonToken::new(
-            Some(carmi_api::token::read_token_file(path)?),
-            Some(path.clone()),
-        ),
-        (None, None) => DaemonToken::default(),
-    })
 }
 
 impl Daemon {
@@ -166,7 +141,7 @@ impl Daemon {
         // Only the link to the global RM presents the daemon token: the
         // other connections this daemon opens reach peers and job processes.
         // Read first, so that a file others may read stops the start at once.
-        let token = daemon_token(&settings)?;
+        let token = crate::daemon_token::daemon_token((&settings.token, &settings.token_file))?;
 
         let scores = if settings.benchmark {
             let dir = work_dir.clone();
@@ -208,7 +183,7 @@ impl Daemon {
         let access = ControlAccess::new(token.clone(), name, global, secret.clone());
         // With tokens, this local RM proves its machine with a key the
         // global RM certifies, and tokens are shown to it for its name.
-        let prover = machine_prover(&token)?;
+        let prover = crate::daemon_token::machine_prover(&token)?;
         let mut proving = secret.clone().with_name(&settings.name);
         if let Some(p) = &prover {
             proving = proving.with_prover(p.clone());

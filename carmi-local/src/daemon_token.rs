@@ -16,6 +16,8 @@
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
+use carmi_api::machinecert::MachineProver;
+
 /// This machine's daemon token (see the module documentation); cheap to
 /// clone, every clone sees a renewal.
 #[derive(Clone, Debug, Default)]
@@ -68,6 +70,32 @@ impl DaemonToken {
         tracing::info!(saved, "renewed daemon token taken");
         saved
     }
+}
+
+/// The daemon token given (`--token`'s text or file), shared: the global RM renews it over
+/// the link (`daemon_token`).
+pub(crate) fn daemon_token(
+    (token, token_file): (&Option<String>, &Option<PathBuf>),
+) -> Result<DaemonToken, crate::Error> {
+    Ok(match (token, token_file) {
+        (Some(t), _) => DaemonToken::new(Some(t.clone()), None),
+        (None, Some(path)) => DaemonToken::new(
+            Some(carmi_api::token::read_token_file(path)?),
+            Some(path.clone()),
+        ),
+        (None, None) => DaemonToken::default(),
+    })
+}
+
+/// A key of this machine to have certified, in a pool with tokens.
+pub(crate) fn machine_prover(
+    token: &DaemonToken,
+) -> Result<Option<Arc<MachineProver>>, crate::Error> {
+    if token.get().is_none() {
+        return Ok(None);
+    }
+    let prover = MachineProver::generate().map_err(crate::Error::Tls)?;
+    Ok(Some(Arc::new(prover)))
 }
 
 #[cfg(test)]
