@@ -26,6 +26,7 @@ pub mod alloc;
 pub mod alloc_queue;
 pub mod bounds;
 pub mod journal;
+pub mod node;
 pub mod procs;
 pub mod renewal;
 pub mod router;

@@ -66,6 +66,42 @@ struct Peer {
     endpoint: Option<String>,
 }
 
+/// A staging message of a local RM (or the store serving a copy), as the
+/// driver received it: what [`Staging::on_input`] takes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StageInput {
+    /// `link` lacks executable `sha256`.
+    Fetch {
+        /// The local RM.
+        link: LinkId,
+        /// The executable.
+        sha256: String,
+    },
+    /// `link` serves its peers at `endpoint`.
+    Serve {
+        /// The local RM.
+        link: LinkId,
+        /// Where its peers reach it.
+        endpoint: String,
+    },
+    /// `link`'s fetch of `sha256` ended, with `error` if it failed.
+    Fetched {
+        /// The local RM.
+        link: LinkId,
+        /// The executable.
+        sha256: String,
+        /// Why it failed.
+        error: Option<String>,
+    },
+    /// `link` asks for the staging statistics.
+    Stats {
+        /// The asker.
+        link: LinkId,
+    },
+    /// The store began serving a copy.
+    GlobalSend,
+}
+
 /// The staging state of the global RM.
 #[derive(Debug, Default)]
 pub struct Staging {
@@ -93,6 +129,21 @@ impl Staging {
         Staging {
             config,
             ..Staging::default()
+        }
+    }
+
+    /// Hands a staging message to the method that handles it.
+    pub fn on_input(&mut self, input: StageInput) {
+        match input {
+            StageInput::Fetch { link, sha256 } => self.on_fetch(link, sha256),
+            StageInput::Serve { link, endpoint } => self.on_endpoint(link, endpoint),
+            StageInput::Fetched {
+                link,
+                sha256,
+                error,
+            } => self.on_fetched(link, sha256, error),
+            StageInput::Stats { link } => self.on_stats_request(link),
+            StageInput::GlobalSend => self.on_global_send(),
         }
     }
 

@@ -27,7 +27,7 @@
 
 #![warn(missing_docs)]
 
-pub use carmi_global_core::{alloc, procs, router, staging};
+pub use carmi_global_core::{alloc, node, procs, router, staging};
 pub mod authority;
 pub mod checkpoint;
 pub mod dashboard;

@@ -5,7 +5,7 @@
 //! (logs go to stderr), and stops cleanly on SIGTERM or SIGINT.
 
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -145,42 +145,45 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
+    let secret_file = secret_file(&args)?;
+    let config = server_config(&args, &secret_file)?;
+    let auth = config.auth.clone().map(|a| {
+        let check: carmi_global::dashboard::TokenCheck =
+            std::sync::Arc::new(move |t| a.check_read(t));
+        check
+    });
+    let mut server = Server::bind(&args.listen, config).await?;
+    let addr = server.local_addr()?;
+    let mut dashboard_url = None;
+    if let Some(http) = &args.http {
+        let dashboard = dashboard(&args, http, &secret_file, auth).await?;
+        let fingerprint = dashboard.fingerprint().map(str::to_string);
+        dashboard_url = Some((dashboard.url()?, fingerprint));
+        server = server.with_dashboard(dashboard);
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "listening on {addr}")?;
+    if let Some((url, fingerprint)) = &dashboard_url {
+        writeln!(out, "dashboard on {url}")?;
+        carmi_global::dashboard::announce(url, fingerprint.as_deref());
+    }
+    out.flush()?;
+    drop(out);
+    tracing::info!(%addr, state_dir = %args.state_dir.display(), "carmi-global started");
+    server.run(shutdown_signal()).await?;
+    Ok(())
+}
+
+/// The daemon's settings from its flags, each checked with the reason it
+/// is refused.
+fn server_config(args: &Args, secret_file: &Path) -> anyhow::Result<ServerConfig> {
     if args.heartbeat_ms == 0 || args.missed_heartbeats == 0 {
         bail!("--heartbeat-ms and --missed-heartbeats must be at least 1");
     }
-    let secret_file = secret_file(&args)?;
-    carmi_api::files::check_shared_key(&secret_file).context("the pool secret")?;
-    let secret = Secret::from_file(&secret_file).context("reading the pool secret")?;
+    carmi_api::files::check_shared_key(secret_file).context("the pool secret")?;
+    let secret = Secret::from_file(secret_file).context("reading the pool secret")?;
     let mut config = ServerConfig::new(secret, args.state_dir.clone());
-    // The key `carmi pool init` wrote beside the secret, unless named.
-    let beside = secret_file.with_extension("key");
-    let pool_key = match &args.pool_key {
-        Some(key) => Some(key.clone()),
-        None if !args.insecure && beside.exists() => Some(beside.clone()),
-        None => None,
-    };
-    if pool_key.is_none() && !args.insecure {
-        bail!(
-            "no pool signing key: none given (--pool-key) and none beside the secret ({}). \
-             Without it every holder of the pool secret would be an admin of the pool: run \
-             `carmi pool init`, or give --insecure for a development pool",
-            beside.display()
-        );
-    }
-    if args.insecure {
-        tracing::warn!(
-            "--insecure: no signing key; whoever holds the pool secret is an admin of this pool"
-        );
-    }
-    if let Some(key) = &pool_key {
-        std::fs::create_dir_all(&args.state_dir)
-            .with_context(|| format!("creating {}", args.state_dir.display()))?;
-        let mut auth = carmi_global::server::Authority::open(key, &args.state_dir)
-            .map_err(|e| anyhow::anyhow!("{e}"))
-            .context("reading the pool signing key")?;
-        auth.set_connection_cap(args.max_connections_per_identity);
-        config.auth = Some(std::sync::Arc::new(auth));
-    }
+    config.auth = authority(args, secret_file)?;
     config.router = RouterConfig {
         heartbeat: Duration::from_millis(args.heartbeat_ms),
         missed_heartbeats: args.missed_heartbeats,
@@ -201,6 +204,68 @@ async fn main() -> anyhow::Result<()> {
     };
     config.stage_link_rate = args.stage_link_rate;
     config.upload_quota = args.upload_quota_mib.saturating_mul(1 << 20);
+    config.conn_limits.max_connections = max_connections(args);
+    if args.frame_timeout_s == 0 {
+        bail!("--frame-timeout-s must be at least 1");
+    }
+    config.frame_deadline = FrameDeadline {
+        base: Duration::from_secs(args.frame_timeout_s),
+        ..FrameDeadline::DEFAULT
+    };
+    let mut pilots = carmi_global::pilots::PilotSettings::beside_this_executable(
+        std::path::absolute(secret_file).unwrap_or(secret_file.to_path_buf()),
+    );
+    if let Some(local) = &args.pilot_local {
+        pilots.local_binary = std::path::absolute(local).unwrap_or(local.clone());
+    }
+    pilots.global_addr = args.pilot_global.clone();
+    config.pilots = Some(pilots);
+    Ok(config)
+}
+
+/// The pool's token authority, from `--pool-key` or the key `carmi pool
+/// init` wrote beside the secret; `None` only with `--insecure`.
+fn authority(
+    args: &Args,
+    secret_file: &Path,
+) -> anyhow::Result<Option<std::sync::Arc<carmi_global::server::Authority>>> {
+    let beside = secret_file.with_extension("key");
+    let pool_key = match &args.pool_key {
+        Some(key) => Some(key.clone()),
+        None if !args.insecure && beside.exists() => Some(beside.clone()),
+        None => None,
+    };
+    let Some(key) = pool_key else {
+        if !args.insecure {
+            bail!(
+                "no pool signing key: none given (--pool-key) and none beside the secret ({}). \
+                 Without it every holder of the pool secret would be an admin of the pool: run \
+                 `carmi pool init`, or give --insecure for a development pool",
+                beside.display()
+            );
+        }
+        tracing::warn!(
+            "--insecure: no signing key; whoever holds the pool secret is an admin of this pool"
+        );
+        return Ok(None);
+    };
+    if args.insecure {
+        tracing::warn!(
+            "--insecure: no signing key; whoever holds the pool secret is an admin of this pool"
+        );
+    }
+    std::fs::create_dir_all(&args.state_dir)
+        .with_context(|| format!("creating {}", args.state_dir.display()))?;
+    let mut auth = carmi_global::server::Authority::open(&key, &args.state_dir)
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .context("reading the pool signing key")?;
+    auth.set_connection_cap(args.max_connections_per_identity);
+    Ok(Some(std::sync::Arc::new(auth)))
+}
+
+/// `--max-connections`, lowered to what the open-file limit (raised as far
+/// as it goes) leaves room for.
+fn max_connections(args: &Args) -> usize {
     let fds = raise_fd_limit();
     // Room for the journal, the store, staging files and the listener.
     let fit = usize::try_from(fds.saturating_sub(64)).unwrap_or(usize::MAX);
@@ -217,57 +282,28 @@ async fn main() -> anyhow::Result<()> {
             tracing::info!("at most {fit} connections: only {fds} files may be open");
         }
     }
-    config.conn_limits.max_connections = wanted.min(fit).max(1);
-    if args.frame_timeout_s == 0 {
-        bail!("--frame-timeout-s must be at least 1");
-    }
-    config.frame_deadline = FrameDeadline {
-        base: Duration::from_secs(args.frame_timeout_s),
-        ..FrameDeadline::DEFAULT
+    wanted.min(fit).max(1)
+}
+
+/// The dashboard on `http`: plain HTTP if asked, else HTTPS with the pool's
+/// lasting certificate where there is one, else a fresh one.
+async fn dashboard(
+    args: &Args,
+    http: &str,
+    secret_file: &Path,
+    auth: Option<carmi_global::dashboard::TokenCheck>,
+) -> anyhow::Result<carmi_global::dashboard::Dashboard> {
+    use carmi_global::dashboard::Dashboard;
+    let dashboard = if args.http_plain {
+        Dashboard::bind_plain(http, auth).await
+    } else if let Some((cert, key)) = dashboard_cert(args, secret_file) {
+        let loaded = carmi_api::webcert::load(&cert, &key)
+            .map_err(|e| anyhow::anyhow!("the dashboard's certificate: {e}"))?;
+        Dashboard::bind_with_cert(http, auth, loaded).await
+    } else {
+        Dashboard::bind(http, auth).await
     };
-    let mut pilots = carmi_global::pilots::PilotSettings::beside_this_executable(
-        std::path::absolute(&secret_file).unwrap_or(secret_file.clone()),
-    );
-    if let Some(local) = &args.pilot_local {
-        pilots.local_binary = std::path::absolute(local).unwrap_or(local.clone());
-    }
-    pilots.global_addr = args.pilot_global.clone();
-    config.pilots = Some(pilots);
-    let auth = config.auth.clone().map(|a| {
-        let check: carmi_global::dashboard::TokenCheck =
-            std::sync::Arc::new(move |t| a.check_read(t));
-        check
-    });
-    let mut server = Server::bind(&args.listen, config).await?;
-    let addr = server.local_addr()?;
-    let mut dashboard_url = None;
-    if let Some(http) = &args.http {
-        use carmi_global::dashboard::Dashboard;
-        let dashboard = if args.http_plain {
-            Dashboard::bind_plain(http, auth).await
-        } else if let Some((cert, key)) = dashboard_cert(&args, &secret_file) {
-            let loaded = carmi_api::webcert::load(&cert, &key)
-                .map_err(|e| anyhow::anyhow!("the dashboard's certificate: {e}"))?;
-            Dashboard::bind_with_cert(http, auth, loaded).await
-        } else {
-            Dashboard::bind(http, auth).await
-        };
-        let dashboard = dashboard.map_err(|e| anyhow::anyhow!(e))?;
-        let fingerprint = dashboard.fingerprint().map(str::to_string);
-        dashboard_url = Some((dashboard.url()?, fingerprint));
-        server = server.with_dashboard(dashboard);
-    }
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "listening on {addr}")?;
-    if let Some((url, fingerprint)) = &dashboard_url {
-        writeln!(out, "dashboard on {url}")?;
-        carmi_global::dashboard::announce(url, fingerprint.as_deref());
-    }
-    out.flush()?;
-    drop(out);
-    tracing::info!(%addr, state_dir = %args.state_dir.display(), "carmi-global started");
-    server.run(shutdown_signal()).await?;
-    Ok(())
+    dashboard.map_err(|e| anyhow::anyhow!(e))
 }
 
 /// The pool secret's file: `--secret`, else `pool.secret` in the pool's

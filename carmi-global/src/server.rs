@@ -24,7 +24,6 @@
 //! Shutdown is a `watch` broadcast; every task holds a clone of a completion
 //! sender, so [`Server::run`] returns once they have all finished.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -44,8 +43,9 @@ use tracing::{info, warn};
 
 use crate::Error;
 use crate::journal::{Journal, Record};
+use crate::node::GlobalCore;
 use crate::returned::ReturnedStore;
-use crate::router::{Decoded, LinkId, Output, Router, RouterConfig};
+use crate::router::{Decoded, LinkId, Router, RouterConfig};
 use crate::staging::{Staging, StagingConfig};
 use crate::store::ExeStore;
 
@@ -54,10 +54,11 @@ mod files;
 mod handle;
 mod renew;
 mod stager;
+mod task;
 
+use crate::staging::StageInput;
 use conn::{connection, refuse};
-use handle::handle;
-use stager::StageInput;
+use task::router_task;
 
 pub use crate::authority::{Admitted, Authority, MAX_LIFETIME_S};
 pub use carmi_api::gate::{ConnLimits, Gate, REFUSAL_LOG_PERIOD, Refusal, Ticket};
@@ -318,7 +319,7 @@ impl Server {
     }
 
     /// Serves until `shutdown` completes, then stops every task and returns.
-    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
+    pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
         // A fresh self-signed certificate per run: clients authenticate the
         // daemon through the pool handshake, not the certificate (`carmi_api::tls`).
         let tls = carmi_api::tls::Acceptor::generate().map_err(Error::Tls)?;
@@ -330,20 +331,8 @@ impl Server {
         let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
         let pilots = self.pilot_driver()?;
-        let mut router = Router::new(self.config.router.clone());
-        for exe in &self.stored {
-            router.on_executable_stored(exe);
-        }
-        router.recover(self.recovered);
-        let mark = crate::idmark::IdMark::open(&self.config.state_dir)
-            .map_err(|e| Error::JobKey(format!("job-id mark: {e}")))?;
-        router.raise_next_job(mark.floor());
-        // Before any connection: a master's files stored from now on are wanted.
-        {
-            let (store, keep) = (self.returned.clone(), router.kept_files());
-            let _ = tokio::task::spawn_blocking(move || store.retain(&keep)).await;
-        }
-        if let Some(dashboard) = self.dashboard {
+        let (core, mark) = self.recover_core().await?;
+        if let Some(dashboard) = self.dashboard.take() {
             let cmds = cmd_tx.clone();
             let ask: crate::dashboard::Ask =
                 Arc::new(move |q| cmds.send(Cmd::Dashboard(q)).is_ok());
@@ -353,80 +342,22 @@ impl Server {
                 drop(done);
             });
         }
-        let mut staging = Staging::new(self.config.staging.clone());
-        for exe in &self.stored {
-            staging.on_stored(&exe.sha256);
-        }
+        let shared = self.shared(cmd_tx.clone(), tls);
         tokio::spawn(router_task(
-            router,
-            staging,
+            core,
             (self.returned.clone(), self.store.clone(), job_key),
             (self.journal, mark),
             cmd_rx,
-            (pilots, cmd_tx.clone()),
+            (pilots, cmd_tx),
             stop_rx.clone(),
             done_tx.clone(),
         ));
-        let shared = Arc::new(Shared {
-            // The global RM proves itself with the pool's signing key.
-            secret: match &self.config.auth {
-                Some(auth) => self.config.secret.clone().with_signer(auth.signer()),
-                None => self.config.secret.clone(),
-            },
-            max_frame: self.config.max_frame,
-            store: self.store.clone(),
-            returned: self.returned.clone(),
-            cmds: cmd_tx,
-            next_link: AtomicU64::new(1),
-            limiter: RateLimiter::new(self.config.stage_link_rate),
-            max_queued: self.config.max_queued,
-            router: self.config.router.clone(),
-            deadline: self.config.frame_deadline,
-            gate: Gate::new(self.config.conn_limits.clone()),
-            auth: self.config.auth.clone(),
-            tls,
-        });
         if self.config.auth.is_none() {
             warn!(
                 "no pool signing key (--pool-key): every client that knows the pool secret acts as an admin"
             );
         }
-        let mut summary = tokio::time::interval(REFUSAL_LOG_PERIOD);
-        let mut accept_failures = 0u64;
-        tokio::pin!(shutdown);
-        loop {
-            tokio::select! {
-                _ = &mut shutdown => break,
-                _ = summary.tick() => {
-                    shared.gate.flush_log();
-                    if accept_failures > 1 {
-                        warn!("{accept_failures} accepts failed in the last {} s (the first is logged above)", REFUSAL_LOG_PERIOD.as_secs());
-                    }
-                    accept_failures = 0;
-                }
-                accepted = self.listener.accept() => match accepted {
-                    Ok((stream, peer)) => match shared.gate.admit(peer.ip()) {
-                        Ok(ticket) => {
-                            let task = connection(stream, peer, ticket, shared.clone(), stop_rx.clone(), done_tx.clone());
-                            tokio::spawn(task);
-                        }
-                        Err(Refusal(reason)) => {
-                            shared.gate.note_refusal(peer.ip(), &reason);
-                            tokio::spawn(refuse(stream, reason));
-                        }
-                    },
-                    Err(e) => {
-                        // Out of file descriptors and the like: do not spin,
-                        // and do not write a line per attempt either.
-                        if accept_failures == 0 {
-                            warn!("accept failed: {e}");
-                        }
-                        accept_failures += 1;
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                },
-            }
-        }
+        accept_until(&self.listener, shutdown, &shared, (&stop_rx, &done_tx)).await;
         info!("shutting down");
         drop(self.listener);
         let _ = stop_tx.send(true);
@@ -439,6 +370,99 @@ impl Server {
             warn!("some connections did not finish within {SHUTDOWN_GRACE:?}");
         }
         Ok(())
+    }
+
+    /// The core as the state directory left it: the journal replayed, the
+    /// stored executables known to router and staging, the job-id mark
+    /// honoured, and returned files no job wants dropped.
+    async fn recover_core(&mut self) -> Result<(GlobalCore, crate::idmark::IdMark), Error> {
+        let mut router = Router::new(self.config.router.clone());
+        let mut staging = Staging::new(self.config.staging.clone());
+        for exe in &self.stored {
+            router.on_executable_stored(exe);
+            staging.on_stored(&exe.sha256);
+        }
+        router.recover(std::mem::take(&mut self.recovered));
+        let mark = crate::idmark::IdMark::open(&self.config.state_dir)
+            .map_err(|e| Error::JobKey(format!("job-id mark: {e}")))?;
+        router.raise_next_job(mark.floor());
+        // Before any connection: a master's files stored from now on are wanted.
+        let (store, keep) = (self.returned.clone(), router.kept_files());
+        let _ = tokio::task::spawn_blocking(move || store.retain(&keep)).await;
+        Ok((GlobalCore::new(router, staging), mark))
+    }
+
+    /// What every connection task shares.
+    fn shared(
+        &self,
+        cmds: mpsc::UnboundedSender<Cmd>,
+        tls: carmi_api::tls::Acceptor,
+    ) -> Arc<Shared> {
+        Arc::new(Shared {
+            // The global RM proves itself with the pool's signing key.
+            secret: match &self.config.auth {
+                Some(auth) => self.config.secret.clone().with_signer(auth.signer()),
+                None => self.config.secret.clone(),
+            },
+            max_frame: self.config.max_frame,
+            store: self.store.clone(),
+            returned: self.returned.clone(),
+            cmds,
+            next_link: AtomicU64::new(1),
+            limiter: RateLimiter::new(self.config.stage_link_rate),
+            max_queued: self.config.max_queued,
+            router: self.config.router.clone(),
+            deadline: self.config.frame_deadline,
+            gate: Gate::new(self.config.conn_limits.clone()),
+            auth: self.config.auth.clone(),
+            tls,
+        })
+    }
+}
+
+/// Accepts connections until `shutdown`: each admitted one gets its task,
+/// the others a refusal; refusals and failed accepts are logged in summary.
+async fn accept_until(
+    listener: &TcpListener,
+    shutdown: impl Future<Output = ()>,
+    shared: &Arc<Shared>,
+    (stop_rx, done_tx): (&watch::Receiver<bool>, &mpsc::Sender<()>),
+) {
+    let mut summary = tokio::time::interval(REFUSAL_LOG_PERIOD);
+    let mut accept_failures = 0u64;
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            _ = summary.tick() => {
+                shared.gate.flush_log();
+                if accept_failures > 1 {
+                    warn!("{accept_failures} accepts failed in the last {} s (the first is logged above)", REFUSAL_LOG_PERIOD.as_secs());
+                }
+                accept_failures = 0;
+            }
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => match shared.gate.admit(peer.ip()) {
+                    Ok(ticket) => {
+                        let task = connection(stream, peer, ticket, shared.clone(), stop_rx.clone(), done_tx.clone());
+                        tokio::spawn(task);
+                    }
+                    Err(Refusal(reason)) => {
+                        shared.gate.note_refusal(peer.ip(), &reason);
+                        tokio::spawn(refuse(stream, reason));
+                    }
+                },
+                Err(e) => {
+                    // Out of file descriptors and the like: do not spin,
+                    // and do not write a line per attempt either.
+                    if accept_failures == 0 {
+                        warn!("accept failed: {e}");
+                    }
+                    accept_failures += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+        }
     }
 }
 
@@ -462,173 +486,6 @@ fn pilot_token(auth: &Authority, machine: &str, lifetime_s: u64) -> Result<Strin
         FromGlobal::Tokens(TokenAnswer::Created { token, .. }) => Ok(token),
         FromGlobal::AdminFailed(f) => Err(f.message),
         other => Err(format!("unexpected answer {other:?}")),
-    }
-}
-
-/// Owns the router: one input at a time, outputs flushed after each, one timer
-/// at the router's next deadline.
-// One argument more than clippy likes: the task's whole world, handed over once.
-#[allow(clippy::too_many_arguments)]
-async fn router_task(
-    mut router: Router,
-    mut staging: Staging,
-    // What the router's outputs are checked against: the master files kept,
-    // and the key of the job credentials that precede spawns.
-    (returned, store, job_key): (
-        Arc<ReturnedStore>,
-        Arc<ExeStore>,
-        carmi_api::jobcred::JobKey,
-    ),
-    (mut journal, mut mark): (Journal, crate::idmark::IdMark),
-    mut cmds: mpsc::UnboundedReceiver<Cmd>,
-    (pilots, to_router): (crate::pilots::PilotDriver, mpsc::UnboundedSender<Cmd>),
-    mut stop: watch::Receiver<bool>,
-    _done: mpsc::Sender<()>,
-) {
-    let start = Instant::now();
-    let mut links: HashMap<LinkId, LinkTx> = HashMap::new();
-    loop {
-        // A deadline beyond what the clock can express is no deadline.
-        let due = [router.next_deadline(), staging.next_deadline()];
-        let deadline = due
-            .into_iter()
-            .flatten()
-            .min()
-            .and_then(|d| start.checked_add(d));
-        tokio::select! {
-            cmd = cmds.recv() => {
-                let Some(cmd) = cmd else { break };
-                handle(cmd, &mut router, &mut staging, &mut links, start);
-                // What else waits is handled too, so that its journal
-                // records share the one fsync below (group commit): with
-                // a hundred applications asking at once, one fsync each
-                // (7 ms on a loaded disk) queued every request behind the others'.
-                for _ in 0..BATCH {
-                    let Ok(cmd) = cmds.try_recv() else { break };
-                    handle(cmd, &mut router, &mut staging, &mut links, start);
-                }
-            }
-            _ = tokio::time::sleep_until(deadline.unwrap_or(start)), if deadline.is_some() => {
-                // What arrived before the deadline counts first: heartbeats
-                // that waited in the inbox while this task was busy are not silence.
-                let waiting = cmds.len();
-                for _ in 0..waiting {
-                    match cmds.try_recv() {
-                        Ok(cmd) => handle(cmd, &mut router, &mut staging, &mut links, start),
-                        Err(_) => break,
-                    }
-                }
-                router.on_tick(start.elapsed());
-                staging.on_tick(start.elapsed());
-            }
-            _ = stop.changed() => break,
-        }
-        for (link, msg) in staging.take_outputs() {
-            send_or_kick(&mut links, link, msg);
-        }
-        // The batch's journal records share one fsync, ahead of everything
-        // else: nothing goes out before the records ahead of it are on
-        // disk (those behind it are there early, which a crash just after
-        // the sends were queued but not yet sent leaves alike).
-        let (mut records, mut outputs) = (Vec::new(), Vec::new());
-        for out in router.take_outputs() {
-            match out {
-                Output::Journal(record) => records.push(record),
-                other => outputs.push(other),
-            }
-        }
-        // Before anything that names a new job id goes out.
-        if let Err(e) = mark.keep_ahead(router.next_job_id()) {
-            tracing::error!("cannot write the job-id mark: {e}");
-        }
-        write_journal(&mut journal, &mut records);
-        for out in outputs {
-            match out {
-                Output::Send { link, msg } => {
-                    if let Some(cred) = crate::jobcred::to_precede(&job_key, &msg) {
-                        send_or_kick(&mut links, link, cred);
-                    }
-                    send_or_kick(&mut links, link, msg)
-                }
-                Output::Close { link, reason } => {
-                    if let Some(out) = links.remove(&link)
-                        && out.tx.try_send(Outgoing::Close(reason)).is_err()
-                    {
-                        out.kick.notify_one();
-                    }
-                }
-                // Gathered above.
-                Output::Journal(record) => records.push(record),
-                Output::DropFiles { process } => {
-                    let store = returned.clone();
-                    tokio::task::spawn_blocking(move || store.remove(process));
-                }
-                Output::Pilot(cmd) => {
-                    let tx = to_router.clone();
-                    pilots.carry_out(cmd, move |r| {
-                        let _ = tx.send(Cmd::Pilot(r));
-                    });
-                }
-                Output::SendFiles { link, files } => {
-                    if let Some(out) = links.get(&link) {
-                        tokio::spawn(files::send(returned.clone(), out.tx.clone(), files));
-                    }
-                }
-                Output::DropStored { sha256 } => {
-                    staging.on_dropped(&sha256);
-                    let store = store.clone();
-                    tokio::task::spawn_blocking(move || {
-                        if let Err(e) = store.remove(&sha256) {
-                            warn!("removing a stored file no job refers to failed: {e}");
-                        }
-                    });
-                }
-                Output::SaveCheckpoint { job, files, names } => {
-                    let stores = (returned.clone(), store.clone());
-                    files::save_checkpoint(stores, to_router.clone(), job, files, names);
-                }
-            }
-        }
-        write_journal(&mut journal, &mut records);
-    }
-}
-
-/// Commands handled at most after the one awaited before their outputs go
-/// out together.
-const BATCH: usize = 256;
-
-/// Appends `records` (if any) with one fsync, a short blocking write on the
-/// router's task on purpose: nothing after them may go out before they are
-/// on disk.
-fn write_journal(journal: &mut Journal, records: &mut Vec<crate::journal::Record>) {
-    if records.is_empty() {
-        return;
-    }
-    let result = off_worker(|| journal.append(records));
-    records.clear();
-    if let Err(e) = result {
-        tracing::error!(journal = %journal.path().display(), "cannot write the journal: {e}");
-    }
-}
-
-/// Queues `msg` for `link`. A connection whose queue is full has stopped
-/// reading: it is disconnected (the router hears `Closed` from its task, as
-/// for any other end) and nothing more is queued for it.
-fn send_or_kick(links: &mut HashMap<LinkId, LinkTx>, link: LinkId, msg: FromGlobal) {
-    let Some(out) = links.get(&link) else { return };
-    match out.tx.try_send(Outgoing::Frame(msg, Bytes::new())) {
-        Ok(()) => {}
-        Err(mpsc::error::TrySendError::Full(_)) => {
-            let out = links.remove(&link).expect("present above");
-            warn!(
-                %link,
-                queued = out.tx.max_capacity(),
-                "disconnecting: the peer stopped reading and its outgoing queue is full"
-            );
-            out.kick.notify_one();
-        }
-        // The connection task has ended; its `Closed` is on the way.
-        Err(mpsc::error::TrySendError::Closed(_)) => {}
     }
 }
 

@@ -22,10 +22,11 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use super::renew::keep_token;
-use super::stager::{StageInput, serve_stager};
+use super::stager::serve_stager;
 use super::{Cmd, HEAVY_HEADER, LinkTx, MAX_HEADER, Outgoing, Pending, Shared, Ticket, off_worker};
 use crate::authority::Admitted;
 use crate::router::{Decoded, LinkId, NameAllowance};
+use crate::staging::StageInput;
 
 /// Tells a connection the [`Gate`](super::Gate) did not admit why, and closes it.
 pub(super) async fn refuse(stream: TcpStream, reason: String) {
@@ -43,64 +44,14 @@ pub(super) async fn connection(
     _done: mpsc::Sender<()>,
 ) {
     let _ = stream.set_nodelay(true);
-    // TLS first (within the handshake's time), in clear only for a pool
-    // without tokens or a staging connection (which presents none).
-    let opened = tokio::select! {
-        s = tokio::time::timeout(handshake::HANDSHAKE_TIMEOUT, shared.tls.accept(stream, true)) => s,
-        _ = ticket.evicted() => {
-            shared.gate.note_refusal(peer.ip(), "handshake dropped to make room for newer connections (max_handshaking or max_connections)");
-            return;
-        }
-        _ = stop.changed() => return,
-    };
-    let tls::Stream {
-        reader: r,
-        writer: mut w,
-        binding,
-    } = match opened {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            shared
-                .gate
-                .note_refusal(peer.ip(), &format!("TLS handshake failed: {e}"));
-            return;
-        }
-        Err(_) => {
-            shared
-                .gate
-                .note_refusal(peer.ip(), "TLS handshake timed out");
-            return;
-        }
-    };
-    let mut reader = FrameReader::with_max(r, shared.max_frame);
-    let auth = shared.auth.clone();
-    let clear = binding.is_empty();
-    let admit = |role: &Role, shown: Option<&Presented>| match &auth {
-        // A token's proof crossing in clear could be read by a man in the middle.
-        Some(_) if clear && shown.is_some() => {
-            Err("this pool takes connections with a token over TLS only (update the client)".into())
-        }
-        Some(a) => a.admit_connection(role, shown).map(Some),
-        None => Ok(None),
-    };
-    let (role, admitted) = tokio::select! {
-        res = handshake::server_auth(&mut reader, &mut w, &shared.secret, &binding, admit) => match res {
-            Ok(ok) => ok,
-            Err(handshake::HandshakeError::NotAdmitted(reason)) => {
-                // Named, not summarized: a refused identity is worth a line.
-                warn!(%peer, "connection refused: {reason}");
-                return;
-            }
-            Err(e) => {
-                shared.gate.note_refusal(peer.ip(), &format!("handshake failed: {e}"));
-                return;
-            }
-        },
-        _ = ticket.evicted() => {
-            shared.gate.note_refusal(peer.ip(), "handshake dropped to make room for newer connections (max_handshaking or max_connections)");
-            return;
-        }
-        _ = stop.changed() => return,
+    let Some(Opened {
+        role,
+        admitted,
+        mut reader,
+        w,
+    }) = open(stream, peer, &mut ticket, &shared, &mut stop).await
+    else {
+        return;
     };
     if !ticket.authenticated() {
         return;
@@ -125,7 +76,106 @@ pub(super) async fn connection(
         }
         return;
     }
-    let (mut reader, mut w) = Conn::<FromGlobal, ToGlobal>::from_parts(reader, w).split();
+    let conn = Conn::<FromGlobal, ToGlobal>::from_parts(reader, w);
+    serve_link(conn, role, admitted, peer, &shared, stop).await;
+}
+
+/// A connection past its handshake, as it proved itself.
+struct Opened {
+    role: Role,
+    admitted: Option<crate::authority::Connected>,
+    reader: FrameReader<tls::Reader>,
+    w: tls::Writer,
+}
+
+/// TLS (in clear only for a pool without tokens or a staging connection,
+/// which presents none), then the pool handshake, both within the
+/// handshake's time; `None` (the refusal noted) if either fails, the gate
+/// evicts the connection, or the daemon stops.
+async fn open(
+    stream: TcpStream,
+    peer: SocketAddr,
+    ticket: &mut Ticket,
+    shared: &Shared,
+    stop: &mut watch::Receiver<bool>,
+) -> Option<Opened> {
+    const EVICTED: &str =
+        "handshake dropped to make room for newer connections (max_handshaking or max_connections)";
+    let opened = tokio::select! {
+        s = tokio::time::timeout(handshake::HANDSHAKE_TIMEOUT, shared.tls.accept(stream, true)) => s,
+        _ = ticket.evicted() => {
+            shared.gate.note_refusal(peer.ip(), EVICTED);
+            return None;
+        }
+        _ = stop.changed() => return None,
+    };
+    let tls::Stream {
+        reader: r,
+        writer: mut w,
+        binding,
+    } = match opened {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            let why = format!("TLS handshake failed: {e}");
+            shared.gate.note_refusal(peer.ip(), &why);
+            return None;
+        }
+        Err(_) => {
+            shared
+                .gate
+                .note_refusal(peer.ip(), "TLS handshake timed out");
+            return None;
+        }
+    };
+    let mut reader = FrameReader::with_max(r, shared.max_frame);
+    let auth = shared.auth.clone();
+    let clear = binding.is_empty();
+    let admit = |role: &Role, shown: Option<&Presented>| match &auth {
+        // A token's proof crossing in clear could be read by a man in the middle.
+        Some(_) if clear && shown.is_some() => {
+            Err("this pool takes connections with a token over TLS only (update the client)".into())
+        }
+        Some(a) => a.admit_connection(role, shown).map(Some),
+        None => Ok(None),
+    };
+    let (role, admitted) = tokio::select! {
+        res = handshake::server_auth(&mut reader, &mut w, &shared.secret, &binding, admit) => match res {
+            Ok(ok) => ok,
+            Err(handshake::HandshakeError::NotAdmitted(reason)) => {
+                // Named, not summarized: a refused identity is worth a line.
+                warn!(%peer, "connection refused: {reason}");
+                return None;
+            }
+            Err(e) => {
+                shared.gate.note_refusal(peer.ip(), &format!("handshake failed: {e}"));
+                return None;
+            }
+        },
+        _ = ticket.evicted() => {
+            shared.gate.note_refusal(peer.ip(), EVICTED);
+            return None;
+        }
+        _ = stop.changed() => return None,
+    };
+    Some(Opened {
+        role,
+        admitted,
+        reader,
+        w,
+    })
+}
+
+/// A link to the router: opened, read and written until either side (or
+/// its token, or a full queue, or the daemon's stop) ends it, then closed.
+async fn serve_link(
+    conn: Conn<FromGlobal, ToGlobal>,
+    role: Role,
+    admitted: Option<Admitted>,
+    peer: SocketAddr,
+    shared: &Shared,
+    mut stop: watch::Receiver<bool>,
+) {
+    let (mut reader, mut w) = conn.split();
     let link = LinkId(shared.next_link.fetch_add(1, Ordering::Relaxed));
     debug!(%peer, %link, ?role, "connection accepted");
     // Admin links upload the master of a job before `Submit`.
@@ -157,14 +207,23 @@ pub(super) async fn connection(
     let (taken_tx, taken_rx) = mpsc::unbounded_channel();
     let invalid = async {
         if machine.is_some() {
-            keep_token(&shared, admitted, tx, taken_rx).await
+            keep_token(shared, admitted, tx, taken_rx).await
         } else {
-            until_invalid(&shared, admitted.as_ref(), false).await
+            until_invalid(shared, admitted.as_ref(), false).await
         }
     };
-    let read = (&order_tx, &taken_tx);
+    let reading = Reading {
+        link,
+        serves_executables,
+        machine: machine.as_deref(),
+        identity: identity.as_ref(),
+        shared,
+        order: &order_tx,
+        taken: &taken_tx,
+        names: NameAllowance::new(shared.router.max_new_names_per_connection),
+    };
     let ended = tokio::select! {
-        r = read_frames(&mut reader, link, (serves_executables, machine.as_deref()), identity.as_ref(), &shared, read) => r,
+        r = read_frames(&mut reader, &reading) => r,
         reason = invalid => Err(reason),
         r = write_frames(&mut w, &mut rx) => r,
         _ = kick.notified() => Err(format!(
@@ -173,6 +232,7 @@ pub(super) async fn connection(
         )),
         _ = stop.changed() => Ok(()),
     };
+    drop(reading);
     drop(order_tx);
     let _ = forwarder.await;
     match ended {
@@ -323,21 +383,26 @@ fn about_tokens(
     }
 }
 
-/// Reads frames until the peer closes (`Ok`) or sends something unreadable (`Err`).
-async fn read_frames(
-    reader: &mut ConnReader<ToGlobal>,
+/// What one link's reader routes its messages with.
+struct Reading<'a> {
     link: LinkId,
-    (serves_executables, machine): (bool, Option<&str>),
-    identity: Option<&carmi_api::authz::Identity>,
-    shared: &Shared,
-    (order, taken): (
-        &mpsc::UnboundedSender<Pending>,
-        &mpsc::UnboundedSender<bool>,
-    ),
-) -> Result<(), String> {
-    let local = machine.is_some();
-    let send = |p: Pending| order.send(p).is_ok();
-    let names = NameAllowance::new(shared.router.max_new_names_per_connection);
+    /// Admin and local RM links upload and fetch executables.
+    serves_executables: bool,
+    /// The machine of a local RM's link.
+    machine: Option<&'a str>,
+    /// What its token proved.
+    identity: Option<&'a carmi_api::authz::Identity>,
+    shared: &'a Shared,
+    /// To the router task, in order.
+    order: &'a mpsc::UnboundedSender<Pending>,
+    /// To the link's token keeper: a renewed token was saved (or not).
+    taken: &'a mpsc::UnboundedSender<bool>,
+    /// The link's allowance of new attribute names in its ads.
+    names: NameAllowance,
+}
+
+/// Reads frames until the peer closes (`Ok`) or sends something unreadable (`Err`).
+async fn read_frames(reader: &mut ConnReader<ToGlobal>, r: &Reading<'_>) -> Result<(), String> {
     loop {
         let frame = match reader.recv_raw().await {
             Ok(Some(frame)) => frame,
@@ -354,117 +419,117 @@ async fn read_frames(
             decode()
         };
         let msg = msg.map_err(|e| format!("bad frame: undecodable message: {e}"))?;
-        let payload = frame.payload;
-        if let Some(msg) = transfer_refusal(link, identity, local, &msg) {
-            if !send(Pending::Ready(Cmd::Reply { link, msg })) {
-                return Ok(());
-            }
-            continue;
+        if !r.route(msg, frame.payload, at) {
+            return Ok(());
+        }
+    }
+}
+
+impl Reading<'_> {
+    /// Queues `p` for the router task; false once that task is gone.
+    fn send(&self, p: Pending) -> bool {
+        self.order.send(p).is_ok()
+    }
+
+    fn stage(&self, input: StageInput) -> bool {
+        self.send(Pending::Ready(Cmd::Staging(input)))
+    }
+
+    /// Hands one message on to where it is handled; false once the router
+    /// task is gone.
+    fn route(&self, msg: ToGlobal, payload: bytes::Bytes, at: Instant) -> bool {
+        let (link, shared) = (self.link, self.shared);
+        let local = self.machine.is_some();
+        if let Some(msg) = transfer_refusal(link, self.identity, local, &msg) {
+            return self.send(Pending::Ready(Cmd::Reply { link, msg }));
         }
         match msg {
-            ToGlobal::Upload { executable } if serves_executables => {
+            ToGlobal::Upload { executable } if self.serves_executables => {
                 // Hashed and written on the blocking pool; this loop reads on.
-                let owner = identity.map(|i| i.name.clone());
+                let owner = self.identity.map(|i| i.name.clone());
                 let task = store_upload(shared, (link, local), executable, payload, owner);
-                if !send(Pending::Working(task)) {
-                    return Ok(());
-                }
+                self.send(Pending::Working(task))
             }
             ToGlobal::MasterFiles { process, files } if local => {
-                // Stored first, like an upload; the router then decides
-                // whether they are wanted (and has them dropped if not).
-                let store = shared.returned.clone();
-                let config = shared.router.clone();
-                let task = tokio::task::spawn_blocking(move || {
-                    match store.put(process, &files, &payload) {
-                        Ok(()) => {
-                            let msg = ToGlobal::MasterFiles { process, files };
-                            let msg = Decoded::new(msg, &config);
-                            Some(Cmd::Message {
-                                link,
-                                msg: Box::new(msg),
-                                at,
-                            })
-                        }
-                        Err(e) => {
-                            warn!(%link, %process, "files sent back refused: {e}");
-                            store.remove(process);
-                            None
-                        }
-                    }
-                });
-                if !send(Pending::Working(task)) {
-                    return Ok(());
-                }
+                let task = store_master_files(shared, link, (process, files), payload, at);
+                self.send(Pending::Working(task))
             }
-            ToGlobal::Fetch { sha256 } if serves_executables => {
-                if !send(Pending::Ready(Cmd::Staging(StageInput::Fetch {
-                    link,
-                    sha256,
-                }))) {
-                    return Ok(());
-                }
+            ToGlobal::Fetch { sha256 } if self.serves_executables => {
+                self.stage(StageInput::Fetch { link, sha256 })
             }
-            ToGlobal::StageServe { endpoint } => {
-                if !send(Pending::Ready(Cmd::Staging(StageInput::Serve {
-                    link,
-                    endpoint,
-                }))) {
-                    return Ok(());
-                }
-            }
+            ToGlobal::StageServe { endpoint } => self.stage(StageInput::Serve { link, endpoint }),
             ToGlobal::Fetched { sha256, result, .. } => {
                 let error = result.err();
-                if !send(Pending::Ready(Cmd::Staging(StageInput::Fetched {
+                self.stage(StageInput::Fetched {
                     link,
                     sha256,
                     error,
-                }))) {
-                    return Ok(());
-                }
+                })
             }
+            ToGlobal::StageStats => self.stage(StageInput::Stats { link }),
             msg @ (ToGlobal::Tokens(_) | ToGlobal::CertifyMachine { .. }) => {
-                if let Some(msg) = about_tokens(shared, link, (identity, machine), msg)
-                    && !send(Pending::Ready(Cmd::Reply {
+                match about_tokens(shared, link, (self.identity, self.machine), msg) {
+                    Some(msg) => self.send(Pending::Ready(Cmd::Reply {
                         link,
                         msg: Box::new(msg),
-                    }))
-                {
-                    return Ok(());
+                    })),
+                    None => true,
                 }
             }
             // Its link's task keeps the token: the answer to a renewal.
             ToGlobal::TokenTaken { saved } if local => {
-                let _ = taken.send(saved);
-            }
-            ToGlobal::StageStats => {
-                if !send(Pending::Ready(Cmd::Staging(StageInput::Stats { link }))) {
-                    return Ok(());
-                }
+                let _ = self.taken.send(saved);
+                true
             }
             msg if Decoded::is_heavy(&msg) => {
-                let (config, names) = (shared.router.clone(), names.clone());
+                let (config, names) = (shared.router.clone(), self.names.clone());
                 let task = tokio::task::spawn_blocking(move || {
                     let msg = Box::new(Decoded::within(msg, &config, &names));
                     Some(Cmd::Message { link, msg, at })
                 });
-                if !send(Pending::Working(task)) {
-                    return Ok(());
-                }
+                self.send(Pending::Working(task))
             }
             msg => {
-                if let Some(cmd) = app_identity(shared, link, machine, &msg)
-                    && !send(Pending::Ready(cmd))
+                if let Some(cmd) = app_identity(shared, link, self.machine, &msg)
+                    && !self.send(Pending::Ready(cmd))
                 {
-                    return Ok(());
+                    return false;
                 }
-                let msg = Box::new(Decoded::within(msg, &shared.router, &names));
-                if !send(Pending::Ready(Cmd::Message { link, msg, at })) {
-                    return Ok(());
-                }
+                let msg = Box::new(Decoded::within(msg, &shared.router, &self.names));
+                self.send(Pending::Ready(Cmd::Message { link, msg, at }))
             }
         }
     }
+}
+
+/// A master's files sent back, stored first like an upload (on the
+/// blocking pool); the router then decides whether they are wanted, and
+/// has them dropped if not.
+fn store_master_files(
+    shared: &Shared,
+    link: LinkId,
+    (process, files): (carmi_api::ids::ProcessId, Vec<carmi_api::msg::ReturnedFile>),
+    payload: bytes::Bytes,
+    at: Instant,
+) -> tokio::task::JoinHandle<Option<Cmd>> {
+    let store = shared.returned.clone();
+    let config = shared.router.clone();
+    tokio::task::spawn_blocking(move || match store.put(process, &files, &payload) {
+        Ok(()) => {
+            let msg = ToGlobal::MasterFiles { process, files };
+            let msg = Decoded::new(msg, &config);
+            Some(Cmd::Message {
+                link,
+                msg: Box::new(msg),
+                at,
+            })
+        }
+        Err(e) => {
+            warn!(%link, %process, "files sent back refused: {e}");
+            store.remove(process);
+            None
+        }
+    })
 }
 
 /// Writes what arrives for this connection until told to close it. Whatever

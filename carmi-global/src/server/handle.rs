@@ -1,28 +1,26 @@
-//! The router task's dispatch of one command (a connection opened or
-//! closed, a message, a stored upload, a staging report, a dashboard query)
-//! to the router or the staging core.
+//! The router task's handling of one command: a connection opened or
+//! closed, a message, a stored upload, a staging report go to the core as
+//! its [`Input`]; an answer a connection made itself goes out; a dashboard
+//! query is answered from the router.
 
 use std::collections::HashMap;
 
-use carmi_api::msg::Role;
 use tokio::time::Instant;
 
-use super::stager::on_stage_input;
-use super::{Cmd, LinkTx, send_or_kick};
-use crate::router::{LinkId, Router};
-use crate::staging::Staging;
+use super::task::send_or_kick;
+use super::{Cmd, LinkTx};
+use crate::node::{GlobalCore, Input};
+use crate::router::LinkId;
 
-/// Hands one command to the router or the staging core.
+/// Hands one command to the core, or carries it out.
 pub(super) fn handle(
     cmd: Cmd,
-    router: &mut Router,
-    staging: &mut Staging,
+    core: &mut GlobalCore,
     links: &mut HashMap<LinkId, LinkTx>,
     start: Instant,
 ) {
-    staging.set_now(start.elapsed());
     let now = start.elapsed();
-    match cmd {
+    let input = match cmd {
         Cmd::Opened {
             link,
             role,
@@ -30,37 +28,40 @@ pub(super) fn handle(
             out,
         } => {
             links.insert(link, out);
-            if let Role::Local { name } = &role {
-                staging.on_local_opened(link, name.clone());
-            }
-            router.on_link_opened(link, role, now);
-            if let Some(identity) = identity {
-                router.on_link_identity(link, *identity);
+            Input::Opened {
+                link,
+                role,
+                identity,
             }
         }
-        Cmd::Reply { link, msg } => send_or_kick(links, link, *msg),
-        Cmd::AppIdentity(link, conn, verdict) => router.on_app_identity(link, conn, verdict),
-        Cmd::Message { link, msg, at } => {
-            router.on_decoded(link, *msg, at.saturating_duration_since(start))
-        }
-        Cmd::Stored(exe) => {
-            staging.on_stored(&exe.sha256);
-            router.on_executable_stored(&exe);
-        }
-        Cmd::Staging(input) => on_stage_input(staging, input),
-        Cmd::CheckpointSaved(job, saved) => {
-            for exe in saved.iter().flatten() {
-                staging.on_stored(&exe.sha256);
-            }
-            router.on_checkpoint_saved(job, saved);
-        }
+        Cmd::Reply { link, msg } => return send_or_kick(core, links, link, *msg),
+        Cmd::AppIdentity(link, conn, verdict) => Input::AppIdentity(link, conn, verdict),
+        Cmd::Message { link, msg, at } => Input::Message {
+            link,
+            msg,
+            at: at.saturating_duration_since(start),
+        },
+        Cmd::Stored(exe) => Input::Stored(exe),
+        Cmd::Staging(input) => Input::Stage(input),
+        Cmd::CheckpointSaved(job, saved) => Input::CheckpointSaved(job, saved),
         Cmd::Pilot(crate::pilots::PilotReport::Submitted { alloc, result }) => {
-            router.on_pilot_submitted(alloc, result, now)
+            Input::PilotSubmitted { alloc, result }
         }
-        Cmd::Pilot(crate::pilots::PilotReport::States(states)) => {
-            router.on_batch_states(&states, now)
+        Cmd::Pilot(crate::pilots::PilotReport::States(states)) => Input::BatchStates(states),
+        Cmd::Dashboard(query) => return answer_dashboard(core, query),
+        Cmd::Closed { link } => {
+            links.remove(&link);
+            Input::Closed { link }
         }
-        Cmd::Dashboard(crate::dashboard::Query::Snapshot(tx)) => {
+    };
+    core.on_input(input, now);
+}
+
+/// What `Status` and `Queue`, or `MachineAds`, would answer, for the dashboard.
+fn answer_dashboard(core: &mut GlobalCore, query: crate::dashboard::Query) {
+    let router = core.router();
+    match query {
+        crate::dashboard::Query::Snapshot(tx) => {
             let jobs = router.queue_status();
             let alloc = router.allocator();
             let waiting = (jobs.iter().filter(|j| j.state == "waiting"))
@@ -77,13 +78,8 @@ pub(super) fn handle(
             };
             let _ = tx.send(snapshot);
         }
-        Cmd::Dashboard(crate::dashboard::Query::Ads(tx)) => {
+        crate::dashboard::Query::Ads(tx) => {
             let _ = tx.send(router.allocator().machine_ads());
-        }
-        Cmd::Closed { link } => {
-            links.remove(&link);
-            staging.on_closed(link);
-            router.on_link_closed(link, now);
         }
     }
 }

@@ -1,5 +1,5 @@
-//! Staging at the driver: staging messages on their way to the [`Staging`]
-//! core, and the store served to local RMs that connect as stagers.
+//! Staging at the driver: the store served to local RMs that connect as
+//! stagers (the staging messages go to the core as `node::Input::Stage`).
 
 use std::net::SocketAddr;
 
@@ -10,44 +10,7 @@ use carmi_api::tls;
 use tracing::{debug, warn};
 
 use super::{Cmd, Shared};
-use crate::router::LinkId;
-use crate::staging::Staging;
-
-/// Staging messages, for the [`Staging`] core in the router task.
-pub(super) enum StageInput {
-    Fetch {
-        link: LinkId,
-        sha256: String,
-    },
-    Serve {
-        link: LinkId,
-        endpoint: String,
-    },
-    Fetched {
-        link: LinkId,
-        sha256: String,
-        error: Option<String>,
-    },
-    Stats {
-        link: LinkId,
-    },
-    GlobalSend,
-}
-
-/// Hands a staging message to the [`Staging`] core.
-pub(super) fn on_stage_input(staging: &mut Staging, input: StageInput) {
-    match input {
-        StageInput::Fetch { link, sha256 } => staging.on_fetch(link, sha256),
-        StageInput::Serve { link, endpoint } => staging.on_endpoint(link, endpoint),
-        StageInput::Fetched {
-            link,
-            sha256,
-            error,
-        } => staging.on_fetched(link, sha256, error),
-        StageInput::Stats { link } => staging.on_stats_request(link),
-        StageInput::GlobalSend => staging.on_global_send(),
-    }
-}
+use crate::staging::StageInput;
 
 /// A local RM fetching from the store: one executable, through the link limiter.
 pub(super) async fn serve_stager(
