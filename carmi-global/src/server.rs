@@ -24,6 +24,7 @@
 //! Shutdown is a `watch` broadcast; every task holds a clone of a completion
 //! sender, so [`Server::run`] returns once they have all finished.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -486,6 +487,24 @@ fn pilot_token(auth: &Authority, machine: &str, lifetime_s: u64) -> Result<Strin
         FromGlobal::Tokens(TokenAnswer::Created { token, .. }) => Ok(token),
         FromGlobal::AdminFailed(f) => Err(f.message),
         other => Err(format!("unexpected answer {other:?}")),
+    }
+}
+
+/// Queues `msg` for `link`. A connection whose queue is full has stopped
+/// reading: the core hears so, and kicks it (the router then hears `Closed`
+/// from its task, as for any other end).
+fn send_or_kick(
+    core: &mut GlobalCore,
+    links: &mut HashMap<LinkId, LinkTx>,
+    link: LinkId,
+    msg: FromGlobal,
+) {
+    let Some(out) = links.get(&link) else { return };
+    match out.tx.try_send(Outgoing::Frame(msg, Bytes::new())) {
+        Ok(()) => {}
+        Err(mpsc::error::TrySendError::Full(_)) => core.on_unread(link),
+        // The connection task has ended; its `Closed` is on the way.
+        Err(mpsc::error::TrySendError::Closed(_)) => {}
     }
 }
 

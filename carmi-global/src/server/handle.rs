@@ -7,8 +7,7 @@ use std::collections::HashMap;
 
 use tokio::time::Instant;
 
-use super::task::send_or_kick;
-use super::{Cmd, LinkTx};
+use super::{Cmd, LinkTx, send_or_kick};
 use crate::node::{GlobalCore, Input};
 use crate::router::LinkId;
 

@@ -7,14 +7,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use bytes::Bytes;
-use carmi_api::msg::FromGlobal;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::warn;
 
 use super::handle::handle;
-use super::{Cmd, LinkTx, Outgoing, files, off_worker};
+use super::{Cmd, LinkTx, Outgoing, files, off_worker, send_or_kick};
 use crate::journal::Journal;
 use crate::node::{BATCH, Effect, GlobalCore};
 use crate::returned::ReturnedStore;
@@ -176,23 +174,5 @@ fn write_journal(journal: &mut Journal, records: &[crate::journal::Record]) {
     let result = off_worker(|| journal.append(records));
     if let Err(e) = result {
         tracing::error!(journal = %journal.path().display(), "cannot write the journal: {e}");
-    }
-}
-
-/// Queues `msg` for `link`. A connection whose queue is full has stopped
-/// reading: the core hears so, and kicks it (the router then hears `Closed`
-/// from its task, as for any other end).
-pub(super) fn send_or_kick(
-    core: &mut GlobalCore,
-    links: &mut HashMap<LinkId, LinkTx>,
-    link: LinkId,
-    msg: FromGlobal,
-) {
-    let Some(out) = links.get(&link) else { return };
-    match out.tx.try_send(Outgoing::Frame(msg, Bytes::new())) {
-        Ok(()) => {}
-        Err(mpsc::error::TrySendError::Full(_)) => core.on_unread(link),
-        // The connection task has ended; its `Closed` is on the way.
-        Err(mpsc::error::TrySendError::Closed(_)) => {}
     }
 }
