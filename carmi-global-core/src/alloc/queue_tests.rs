@@ -204,8 +204,8 @@ fn could_start(a: &mut Allocator, job: JobId, free: Option<&[HostId]>) -> bool {
             .map(|class| {
                 (0..cands.len())
                     .filter(|&i| {
-                        let m = a.get_slot(cands[i]).machine;
-                        member(&mut a.jobs, &a.machines, a.clock, job, class, m)
+                        let m = a.pool.get_slot(cands[i]).machine;
+                        member(&mut a.jobs, &a.pool.machines, a.clock.unix, job, class, m)
                     })
                     .collect()
             })
@@ -213,7 +213,7 @@ fn could_start(a: &mut Allocator, job: JobId, free: Option<&[HostId]>) -> bool {
     };
     let mut cands: Vec<HostId> = match free {
         Some(f) => f.to_vec(),
-        None => a.idle.iter().map(|&(_, h)| h).collect(),
+        None => a.pool.idle_hosts(),
     };
     let matched = |lists: &[Vec<usize>], n: usize| {
         let one_each: Vec<usize> = (0..lists.len()).collect();
@@ -232,7 +232,7 @@ fn could_start(a: &mut Allocator, job: JobId, free: Option<&[HostId]>) -> bool {
 /// The queue is settled: going through every waiting job in pass order,
 /// as a pass that skipped nothing would, none could start.
 fn assert_settled(a: &mut Allocator) {
-    let mut waiting: Vec<JobId> = a.queue.values().copied().collect();
+    let mut waiting: Vec<JobId> = a.waiting.queue.values().copied().collect();
     waiting.sort_by_key(|&w| a.pass_key(w));
     let mut free: Option<Vec<HostId>> = None;
     for job in waiting {
@@ -247,9 +247,7 @@ fn assert_settled(a: &mut Allocator) {
         if a.impossible(job).is_some() {
             continue;
         }
-        let mut f = free
-            .take()
-            .unwrap_or_else(|| a.idle.iter().map(|&(_, h)| h).collect());
+        let mut f = free.take().unwrap_or_else(|| a.pool.idle_hosts());
         f.retain(|&h| !a.needs_for_minimum(job, h));
         free = Some(f);
     }
@@ -268,6 +266,7 @@ fn assert_started_in_turn(a: &mut Allocator, started: &[JobId]) {
         // keeps nothing).
         let key = a.pass_key(job);
         let ahead: Vec<JobId> = a
+            .waiting
             .queue
             .values()
             .copied()

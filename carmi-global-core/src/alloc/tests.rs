@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 
 use bytes::BytesMut;
 use carmi_api::frame::{decode, encode_header};
-use carmi_proto::ids::{ConnId, RequestId};
+use carmi_proto::ids::{ConnId, ProcessId, RequestId};
 use carmi_proto::msg::{
     ClassDef, Failure, FailureCode, FromGlobal, Reply, SlotActivity, SpawnTarget,
 };
