@@ -144,53 +144,7 @@ use restore::RecordedClaims;
 pub use demand::Unmet;
 pub use effect::{Effect, HostChange, HostChangeKind, ReleaseCause, ReqRef};
 pub use jobs::{ClassLimits, Phase};
-
-/// A job's hold on a slot.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Claim {
-    /// The job.
-    pub job: JobId,
-    /// The class the slot was allocated for.
-    pub class: String,
-    /// When it was claimed.
-    pub since: Duration,
-}
-
-/// Lifecycle of a slot.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SlotState {
-    /// The machine is not registered (lost, or the slot was withdrawn).
-    Offline,
-    /// Available and unclaimed.
-    Idle,
-    /// Allocated to a job.
-    Claimed(Claim),
-    /// The owner is back; a job's claim, if any, survives until resume or vacate.
-    Suspended(Option<Claim>),
-    /// The owner vacated it; withdrawn from the pool until available again.
-    Owner,
-}
-
-impl SlotState {
-    /// The claim, whether running or suspended.
-    pub fn claim(&self) -> Option<&Claim> {
-        match self {
-            SlotState::Claimed(c) | SlotState::Suspended(Some(c)) => Some(c),
-            _ => None,
-        }
-    }
-
-    /// The name `carmi status` shows.
-    pub fn name(&self) -> &'static str {
-        match self {
-            SlotState::Offline => "offline",
-            SlotState::Idle => "idle",
-            SlotState::Claimed(_) => "claimed",
-            SlotState::Suspended(_) => "suspended",
-            SlotState::Owner => "owner",
-        }
-    }
-}
+pub use pool::{Claim, SlotState};
 
 /// The allocator. See the module documentation for the model, the parts and
 /// the call order.

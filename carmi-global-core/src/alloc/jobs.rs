@@ -39,6 +39,7 @@ use serde::{Deserialize, Serialize};
 
 use super::job::{Class, Rank, member, members};
 use super::matching::match_all;
+use super::share::Hungry;
 use super::{Allocator, Claim, Effect, HostChangeKind, ReleaseCause, SlotState};
 
 /// Where a job is in its life.
@@ -441,7 +442,7 @@ impl Allocator {
     /// Jobs with room, as (hosts held, submit order, job, classes with
     /// room): below their minimums (any running job) when `to_min`, else
     /// below their maximums (jobs whose master runs).
-    fn hungry(&self, to_min: bool) -> Vec<(u32, u64, JobId, Vec<String>)> {
+    fn hungry(&self, to_min: bool) -> Vec<Hungry> {
         let mut out: Vec<_> = self
             .running
             .iter()

@@ -1,16 +1,63 @@
 //! The pool view: every machine ever seen, its ad and slots, and the idle
-//! slots by speed. It knows nothing of jobs or requests: the allocator's
+//! slots by speed. It decides nothing about jobs or requests: the allocator's
 //! inputs change it through [`Pool::set_state`] and the machine methods, and
-//! read it through the lookups.
+//! read it through the lookups. A slot's lifecycle ([`SlotState`]) and a job's hold
+//! on one ([`Claim`]) are defined here, and re-exported by `alloc`.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
 
-use carmi_proto::ids::{HostId, ProcessId};
+use carmi_proto::ids::{HostId, JobId, ProcessId};
 use carmi_proto::msg::{HostInfo, MachineStatus, SlotStatus};
 use classad::ClassAd;
 
-use super::SlotState;
+/// A job's hold on a slot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Claim {
+    /// The job.
+    pub job: JobId,
+    /// The class the slot was allocated for.
+    pub class: String,
+    /// When it was claimed.
+    pub since: Duration,
+}
+
+/// Lifecycle of a slot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SlotState {
+    /// The machine is not registered (lost, or the slot was withdrawn).
+    Offline,
+    /// Available and unclaimed.
+    Idle,
+    /// Allocated to a job.
+    Claimed(Claim),
+    /// The owner is back; a job's claim, if any, survives until resume or vacate.
+    Suspended(Option<Claim>),
+    /// The owner vacated it; withdrawn from the pool until available again.
+    Owner,
+}
+
+impl SlotState {
+    /// The claim, whether running or suspended.
+    pub fn claim(&self) -> Option<&Claim> {
+        match self {
+            SlotState::Claimed(c) | SlotState::Suspended(Some(c)) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// The name `carmi status` shows.
+    pub fn name(&self) -> &'static str {
+        match self {
+            SlotState::Offline => "offline",
+            SlotState::Idle => "idle",
+            SlotState::Claimed(_) => "claimed",
+            SlotState::Suspended(_) => "suspended",
+            SlotState::Owner => "owner",
+        }
+    }
+}
 
 /// Index of a machine in [`Pool::machines`]; machines are never removed,
 /// so that a returning name finds its host ids again.
