@@ -42,10 +42,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use carmi_proto::ids::JobId;
+use carmi_proto::ids::{HostId, JobId};
 
-use super::{Allocator, HostId, Phase, SlotState};
-use crate::alloc::jobs::ClassLimits;
+use super::{Allocator, ClassLimits, Phase, SlotState};
 
 /// A cluster's signature, owner, and waiting jobs (submit order, job).
 type Members = (String, String, BTreeSet<(u64, JobId)>);

@@ -130,6 +130,19 @@ impl Sim {
         }
     }
 
+    /// Takes the jobs started ([`Effect::JobStarted`]) out of the log, in order.
+    pub(super) fn take_started(&mut self) -> Vec<JobId> {
+        let mut out = Vec::new();
+        self.log.retain(|e| match e {
+            Effect::JobStarted { job } => {
+                out.push(*job);
+                false
+            }
+            _ => true,
+        });
+        out
+    }
+
     pub(super) fn quiet(&self) {
         assert!(self.log.is_empty(), "unexpected effects: {:?}", self.log);
     }
