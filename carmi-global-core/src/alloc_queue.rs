@@ -391,20 +391,7 @@ impl AllocQueues {
 
     /// Creates a queue.
     pub fn add(&mut self, spec: AllocQueueSpec) -> Result<AllocQueueStatus, String> {
-        check_spec(&spec)?;
-        let id = self.next_queue;
-        self.next_queue += 1;
-        self.queues.insert(
-            id,
-            Queue {
-                id,
-                spec,
-                state: QueueState::Active,
-                failures: 0,
-                allocs: BTreeMap::new(),
-                demand: 0,
-            },
-        );
+        let id = self.insert_queue(spec, QueueState::Active)?;
         self.changed = true;
         Ok(self.status(id, true).expect("just added"))
     }
@@ -418,6 +405,13 @@ impl AllocQueues {
         now: u64,
     ) -> Result<(), String> {
         spec.max_hosts = spec.hosts_per_alloc.max(1);
+        let id = self.insert_queue(spec, QueueState::DryRun)?;
+        self.submit(id, now, Some(waiter));
+        Ok(())
+    }
+
+    /// Checks `spec` and adds a queue of it, in `state`, with no allocation.
+    fn insert_queue(&mut self, spec: AllocQueueSpec, state: QueueState) -> Result<u64, String> {
         check_spec(&spec)?;
         let id = self.next_queue;
         self.next_queue += 1;
@@ -426,14 +420,13 @@ impl AllocQueues {
             Queue {
                 id,
                 spec,
-                state: QueueState::DryRun,
+                state,
                 failures: 0,
                 allocs: BTreeMap::new(),
                 demand: 0,
             },
         );
-        self.submit(id, now, Some(waiter));
-        Ok(())
+        Ok(id)
     }
 
     fn queue_mut(&mut self, id: u64) -> Result<&mut Queue, String> {

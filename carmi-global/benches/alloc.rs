@@ -129,62 +129,60 @@ fn report(title: &str, samples: &Samples) {
     }
 }
 
-/// Builds the pool and the jobs, runs the churn, prints the numbers, and
-/// returns the allocator in its final state for criterion.
-fn simulate() -> (Allocator, StdRng) {
-    let mut rng = StdRng::seed_from_u64(2024);
-    let mut a = Allocator::new();
-    let mut now = Duration::ZERO;
-    let mut setup = Samples::default();
-    let mut names = Vec::with_capacity(MACHINES);
-    for i in 0..MACHINES {
-        let ad = machine_ad(i, &mut rng);
-        let name = format!("host{i}.pool");
-        setup.time("register", &mut a, |a| {
-            a.on_machine_registered(&name, ad, 1)
-        });
-        names.push(name);
-    }
-    let req = |job: u64, id: u64| ReqRef {
+/// The request `id` of job `job`'s process (one process per job here).
+fn req(job: u64, id: u64) -> ReqRef {
+    ReqRef {
         process: ProcessId(job),
         id: RequestId(id),
-    };
+    }
+}
+
+/// Registers the pool's machines and creates the jobs, each with two
+/// classes and one `AddHosts`; returns the machine names and the last
+/// request id used.
+fn build(a: &mut Allocator, rng: &mut StdRng, setup: &mut Samples) -> (Vec<String>, u64) {
+    let mut names = Vec::with_capacity(MACHINES);
+    for i in 0..MACHINES {
+        let ad = machine_ad(i, rng);
+        let name = format!("host{i}.pool");
+        setup.time("register", a, |a| a.on_machine_registered(&name, ad, 1));
+        names.push(name);
+    }
     let mut next_id = 1u64;
     for j in 1..=JOBS {
         let job = JobId(j);
         a.on_job_created(job, &format!("user{}", j % 20));
         for c in 0..2 {
-            let expr = class_expr(&mut rng);
+            let expr = class_expr(rng);
             next_id += 1;
-            setup.time("define_class", &mut a, |a| {
+            setup.time("define_class", a, |a| {
                 a.define_class(job, req(j, next_id), &format!("c{c}"), &expr)
             });
         }
         let (count, inc) = (rng.random_range(20..200), rng.random_range(1..10));
         next_id += 1;
-        setup.time("add_hosts", &mut a, |a| {
+        setup.time("add_hosts", a, |a| {
             a.add_hosts(job, req(j, next_id), "c0", count, inc)
         });
     }
-    let (online, idle) = a.slot_counts();
-    println!(
-        "pool: {online} slots, {idle} idle, {} pending requests after the first round",
-        a.pending_requests()
-    );
-    report(
-        "setup (register 10,000 machines, 200 class definitions, 100 AddHosts)",
-        &setup,
-    );
+    (names, next_id)
+}
 
-    let mut churn = Samples::default();
-    let mut next_process = 1_000u64;
-    for _ in 0..CHURN {
-        now += Duration::from_millis(rng.random_range(0..20));
-        a.advance_to(now);
-        let m = rng.random_range(0..MACHINES);
-        let j = rng.random_range(1..=JOBS);
+/// The churn after the setup: one random input per step, timed.
+struct Churn {
+    names: Vec<String>,
+    next_id: u64,
+    next_process: u64,
+    samples: Samples,
+}
+
+impl Churn {
+    /// One input to machine `m` or job `j`, of a kind drawn from `rng`.
+    fn step(&mut self, a: &mut Allocator, rng: &mut StdRng, m: usize, j: u64) {
         let job = JobId(j);
-        next_id += 1;
+        let name = &self.names[m];
+        let id = self.next_id;
+        let churn = &mut self.samples;
         match rng.random_range(0..100) {
             0..=39 => {
                 let activity = [
@@ -193,9 +191,7 @@ fn simulate() -> (Allocator, StdRng) {
                     SlotActivity::Vacated,
                     SlotActivity::Available,
                 ][rng.random_range(0..4)];
-                churn.time("slot_state", &mut a, |a| {
-                    a.on_slot_state(&names[m], 0, activity)
-                });
+                churn.time("slot_state", a, |a| a.on_slot_state(name, 0, activity));
             }
             40..=54 => {
                 let hosts = a.job_hosts(job);
@@ -203,22 +199,20 @@ fn simulate() -> (Allocator, StdRng) {
                     let k = rng.random_range(0..hosts.len());
                     let n = rng.random_range(1..=(hosts.len() - k).min(5));
                     let del: Vec<HostId> = hosts[k..k + n].to_vec();
-                    churn.time("del_hosts", &mut a, |a| {
-                        a.del_hosts(job, req(j, next_id), &del)
-                    });
+                    churn.time("del_hosts", a, |a| a.del_hosts(job, req(j, id), &del));
                 }
             }
             55..=69 => {
                 let class = if rng.random_bool(0.5) { "c0" } else { "c1" };
                 let (count, inc) = (rng.random_range(1..20), rng.random_range(1..5));
-                churn.time("add_hosts", &mut a, |a| {
-                    a.add_hosts(job, req(j, next_id), class, count, inc)
+                churn.time("add_hosts", a, |a| {
+                    a.add_hosts(job, req(j, id), class, count, inc)
                 });
             }
             70..=79 => {
-                let p = ProcessId(next_process);
-                next_process += 1;
-                churn.time("spawn_pick", &mut a, |a| {
+                let p = ProcessId(self.next_process);
+                self.next_process += 1;
+                churn.time("spawn_pick", a, |a| {
                     if let Ok(h) = a.pick_spawn_host(job, &SpawnTarget::Class("c0".into())) {
                         a.on_process_spawned(h, p);
                     }
@@ -231,24 +225,56 @@ fn simulate() -> (Allocator, StdRng) {
                     rng.random_range(0..7200)
                 ))
                 .expect("updates parse");
-                churn.time("heartbeat_update", &mut a, |a| {
-                    a.on_machine_updated(&names[m], &update)
+                churn.time("heartbeat_update", a, |a| {
+                    a.on_machine_updated(name, &update)
                 });
             }
             90..=93 => {
-                churn.time("machine_lost", &mut a, |a| a.on_machine_lost(&names[m]));
+                churn.time("machine_lost", a, |a| a.on_machine_lost(name));
             }
             94..=97 => {
-                let ad = machine_ad(m, &mut rng);
-                churn.time("register", &mut a, |a| {
-                    a.on_machine_registered(&names[m], ad, 1)
-                });
+                let ad = machine_ad(m, rng);
+                churn.time("register", a, |a| a.on_machine_registered(name, ad, 1));
             }
             _ => {
-                let target = RequestId(rng.random_range(next_id.saturating_sub(500)..next_id));
-                churn.time("cancel", &mut a, |a| a.cancel(job, req(j, next_id), target));
+                let target = RequestId(rng.random_range(id.saturating_sub(500)..id));
+                churn.time("cancel", a, |a| a.cancel(job, req(j, id), target));
             }
         }
+    }
+}
+
+/// Builds the pool and the jobs, runs the churn, prints the numbers, and
+/// returns the allocator in its final state for criterion.
+fn simulate() -> (Allocator, StdRng) {
+    let mut rng = StdRng::seed_from_u64(2024);
+    let mut a = Allocator::new();
+    let mut now = Duration::ZERO;
+    let mut setup = Samples::default();
+    let (names, next_id) = build(&mut a, &mut rng, &mut setup);
+    let (online, idle) = a.slot_counts();
+    println!(
+        "pool: {online} slots, {idle} idle, {} pending requests after the first round",
+        a.pending_requests()
+    );
+    report(
+        "setup (register 10,000 machines, 200 class definitions, 100 AddHosts)",
+        &setup,
+    );
+
+    let mut churn = Churn {
+        names,
+        next_id,
+        next_process: 1_000,
+        samples: Samples::default(),
+    };
+    for _ in 0..CHURN {
+        now += Duration::from_millis(rng.random_range(0..20));
+        a.advance_to(now);
+        let m = rng.random_range(0..MACHINES);
+        let j = rng.random_range(1..=JOBS);
+        churn.next_id += 1;
+        churn.step(&mut a, &mut rng, m, j);
     }
     let (online, idle) = a.slot_counts();
     println!(
@@ -257,7 +283,7 @@ fn simulate() -> (Allocator, StdRng) {
     );
     report(
         "churn (owners, returns, new requests, spawns, heartbeats, losses)",
-        &churn,
+        &churn.samples,
     );
     (a, rng)
 }

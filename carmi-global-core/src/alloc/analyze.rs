@@ -31,13 +31,13 @@ impl Allocator {
                     idle: 0,
                     owner_reasons: Vec::new(),
                 };
-                for (i, slot) in self.slots.iter().enumerate() {
+                for (i, slot) in self.pool.slots.iter().enumerate() {
                     if slot.state == SlotState::Offline {
                         continue;
                     }
                     let host = HostId(i as u64 + 1);
                     a.slots += 1;
-                    let m = &self.machines[slot.machine.0 as usize];
+                    let m = self.pool.machine(slot.machine);
                     if class.excluded.contains(&slot.machine)
                         || !m.ad.eval_expr(&class.expr, Some(&j.ad)).is_true()
                     {
@@ -68,7 +68,11 @@ impl Allocator {
 
 /// Adds why `m`'s owner holds it (its `Start` clause that fails), once per
 /// machine and for the first few only: `-analyze` stays readable on a big pool.
-fn explain_owner(reasons: &mut Vec<(String, String)>, m: &super::Machine, job: &classad::ClassAd) {
+fn explain_owner(
+    reasons: &mut Vec<(String, String)>,
+    m: &super::pool::Machine,
+    job: &classad::ClassAd,
+) {
     if reasons.len() >= super::why::MAX_EXPLAINED || reasons.iter().any(|(n, _)| *n == m.name) {
         return;
     }

@@ -1,72 +1,12 @@
-//! The pool as `carmi status` shows it, and the invariant walker for tests.
+//! The invariant walker for tests: [`Allocator::sanity_check`].
 
 use carmi_proto::ids::HostId;
-use carmi_proto::msg::{MachineStatus, SlotStatus};
 
-use super::{Allocator, Pending, SlotState, SubKind};
-
-/// The attributes of a machine `carmi status` shows, printed.
-pub(super) fn shown_attributes(ad: &classad::ClassAd) -> Vec<(String, String)> {
-    const SHOWN: [&str; 7] = [
-        "Arch", "OpSys", "Memory", "Cpus", "Mips", "KFlops", "LoadAvg",
-    ];
-    SHOWN
-        .iter()
-        .filter_map(|&a| ad.get(a).map(|e| (a.to_string(), e.to_string())))
-        .collect()
-}
+use super::job::SubKind;
+use super::pending::Pending;
+use super::{Allocator, SlotState};
 
 impl Allocator {
-    /// The online machines, for `carmi status`.
-    ///
-    /// The attributes shown are printed when the ad changes, not here: a
-    /// whole-pool status at 10,000 machines printed 70,000 expressions per
-    /// call.
-    pub fn pool_status(&self) -> Vec<MachineStatus> {
-        self.machines
-            .iter()
-            .filter(|m| m.online)
-            .map(|m| MachineStatus {
-                name: m.name.clone(),
-                attributes: m.shown.clone(),
-                slots: m.hosts[..m.slots as usize]
-                    .iter()
-                    .map(|&h| {
-                        let state = &self.get_slot(h).state;
-                        SlotStatus {
-                            host: h,
-                            state: state.name().to_string(),
-                            job: state.claim().map(|c| c.job),
-                        }
-                    })
-                    .collect(),
-            })
-            .collect()
-    }
-
-    /// Every online machine's name and ad, for placing a job's master.
-    pub fn online_ads(&self) -> impl Iterator<Item = (&str, &classad::ClassAd)> {
-        self.machines
-            .iter()
-            .filter(|m| m.online)
-            .map(|m| (m.name.as_str(), &m.ad))
-    }
-
-    /// Every online machine's name and whole ad (new syntax), for `carmi status -l`.
-    pub fn machine_ads(&self) -> Vec<(String, String)> {
-        self.machines
-            .iter()
-            .filter(|m| m.online)
-            .map(|m| (m.name.clone(), m.ad_text.clone()))
-            .collect()
-    }
-
-    /// The `Owner` of a job's ad (empty for an unknown job): kept beside the
-    /// ad, as fair share asks for it per candidate on every pass.
-    pub fn job_owner(&self, job: carmi_proto::ids::JobId) -> &str {
-        self.jobs.get(&job).map_or("", |j| &j.owner)
-    }
-
     /// Checks every invariant; panics naming the first one broken. For tests:
     /// it costs a walk over the whole pool (and class evaluations when the pool is small).
     pub fn sanity_check(&self) {
@@ -79,9 +19,9 @@ impl Allocator {
     /// Each slot against its machine, the idle set, its claim and the partial groups.
     fn check_slots(&self) {
         let mut idle_seen = 0;
-        for (i, slot) in self.slots.iter().enumerate() {
+        for (i, slot) in self.pool.slots.iter().enumerate() {
             let host = HostId(i as u64 + 1);
-            let m = &self.machines[slot.machine.0 as usize];
+            let m = self.pool.machine(slot.machine);
             assert_eq!(
                 m.hosts[slot.index as usize], host,
                 "host {host}: machine's host list"
@@ -95,7 +35,7 @@ impl Allocator {
             if slot.state == SlotState::Idle {
                 idle_seen += 1;
                 assert!(
-                    self.idle.contains(&(m.speed, host)),
+                    self.pool.idle.contains(&(m.speed, host)),
                     "host {host}: idle but not in the idle set under its speed key"
                 );
             }
@@ -108,7 +48,10 @@ impl Allocator {
                 "host {host}: in a group but unclaimed"
             );
             if let Some(c) = slot.state.claim() {
-                assert!(c.since <= self.now, "host {host}: claimed in the future");
+                assert!(
+                    c.since <= self.clock.now,
+                    "host {host}: claimed in the future"
+                );
                 let job = self
                     .jobs
                     .get(&c.job)
@@ -116,12 +59,13 @@ impl Allocator {
                 let announced = job.hosts.get(&host);
                 let partial: Vec<&Pending> = self
                     .pending
+                    .by_seq
                     .values()
                     .filter(|p| p.partial.contains(&host))
                     .collect();
                 assert_eq!(
                     slot.group
-                        .and_then(|seq| self.pending.get(&seq))
+                        .and_then(|seq| self.pending.by_seq.get(&seq))
                         .map(|p| p.req),
                     partial.first().map(|p| p.req),
                     "host {host}: partial-group mark disagrees with the queue"
@@ -150,12 +94,16 @@ impl Allocator {
                 }
             }
         }
-        assert_eq!(idle_seen, self.idle.len(), "idle set holds non-idle slots");
+        assert_eq!(
+            idle_seen,
+            self.pool.idle.len(),
+            "idle set holds non-idle slots"
+        );
     }
 
     /// The queue of waiting jobs, the clusters and the running set against the jobs.
     fn check_queue(&self) {
-        for (&seq, job) in &self.queue {
+        for (&seq, job) in &self.waiting.queue {
             let j = self
                 .jobs
                 .get(job)
@@ -171,7 +119,7 @@ impl Allocator {
             );
             assert!(j.hosts.is_empty(), "job {job}: holds hosts while waiting");
             assert!(
-                self.clusters.of(*job).is_some(),
+                self.waiting.of(*job).is_some(),
                 "job {job}: queued but in no cluster"
             );
         }
@@ -180,10 +128,14 @@ impl Allocator {
             .values()
             .filter(|j| j.phase == super::Phase::Waiting)
             .count();
-        assert_eq!(waiting, self.queue.len(), "a waiting job is not queued");
         assert_eq!(
-            self.clusters.jobs(),
-            self.queue.len(),
+            waiting,
+            self.waiting.queue.len(),
+            "a waiting job is not queued"
+        );
+        assert_eq!(
+            self.waiting.jobs(),
+            self.waiting.queue.len(),
             "clusters hold jobs that do not wait"
         );
         let running: std::collections::BTreeSet<_> = self
@@ -199,7 +151,7 @@ impl Allocator {
     fn check_jobs(&self) {
         for (&id, job) in &self.jobs {
             for (&h, class) in &job.hosts {
-                let claim = self.get_slot(h).state.claim();
+                let claim = self.pool.get_slot(h).state.claim();
                 assert!(
                     claim.is_some_and(|c| c.job == id),
                     "job {id}: host {h} listed but claimed by {claim:?}"
@@ -235,27 +187,31 @@ impl Allocator {
     /// The pending requests against their indexes, jobs and classes, and first come, first served.
     fn check_pending(&self) {
         assert_eq!(
-            self.pending.len(),
-            self.pending_by_req.len(),
+            self.pending.by_seq.len(),
+            self.pending.by_req.len(),
             "request index size"
         );
-        let grouped: usize = self.groups.values().map(|s| s.len()).sum();
-        assert_eq!(self.pending.len(), grouped, "group index size");
-        for (&seq, p) in &self.pending {
+        let grouped: usize = self.pending.groups.values().map(|s| s.len()).sum();
+        assert_eq!(self.pending.by_seq.len(), grouped, "group index size");
+        for (&seq, p) in &self.pending.by_seq {
             assert_eq!(
-                self.pending_by_req.get(&p.req),
+                self.pending.by_req.get(&p.req),
                 Some(&seq),
                 "request index of {:?}",
                 p.req
             );
             assert!(
-                self.groups
+                self.pending
+                    .groups
                     .get(&(p.job, p.class.clone()))
                     .is_some_and(|s| s.contains(&seq)),
                 "group index of {:?}",
                 p.req
             );
-            assert!(seq < self.next_seq, "sequence number from the future");
+            assert!(
+                seq < self.pending.next_seq,
+                "sequence number from the future"
+            );
             let job = self
                 .jobs
                 .get(&p.job)
@@ -269,7 +225,7 @@ impl Allocator {
             assert!(
                 p.partial
                     .iter()
-                    .all(|&h| !excluded.contains(&self.get_slot(h).machine)),
+                    .all(|&h| !excluded.contains(&self.pool.get_slot(h).machine)),
                 "pending {:?}: holds a host of a machine its class excludes",
                 p.req
             );
@@ -281,15 +237,13 @@ impl Allocator {
         }
         // First come, first served means no idle slot belongs to a pending
         // request's class. Evaluated afresh (not from the caches), when cheap.
-        if self.idle.len() * self.pending.len() <= 20_000 {
-            for p in self.pending.values() {
+        if self.pool.idle.len() * self.pending.by_seq.len() <= 20_000 {
+            for p in self.pending.by_seq.values() {
                 let job = &self.jobs[&p.job];
                 let class = &job.classes[&p.class];
-                for &(_, h) in &self.idle {
-                    let m = self.machine_of(h);
-                    let ok = !class.excluded.contains(&self.get_slot(h).machine)
-                        && m.ad.eval_expr(&class.expr, Some(&job.ad)).is_true()
-                        && (!m.has_requirements || classad::matching::accepts(&m.ad, &job.ad));
+                for &(_, h) in &self.pool.idle {
+                    let m = self.pool.get_slot(h).machine;
+                    let ok = class.admits(m, self.pool.machine(m), &job.ad);
                     assert!(
                         !ok,
                         "idle host {h} belongs to class `{}` of pending request {:?}",

@@ -25,8 +25,8 @@ impl Allocator {
     /// of running ones (up to their maxima).
     pub fn unmet_demand(&self) -> Vec<Unmet> {
         let mut out: Vec<Unmet> = Vec::new();
-        for p in self.pending.values() {
-            let hosts = p.remaining.saturating_sub(p.partial.len() as u32);
+        for p in self.pending.by_seq.values() {
+            let hosts = p.unclaimed();
             if hosts > 0 {
                 out.push(Unmet {
                     job: p.job,

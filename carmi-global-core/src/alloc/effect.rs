@@ -1,7 +1,7 @@
 //! What the allocator's inputs cause, and how it reaches applications.
 
 use carmi_proto::ids::{HostId, JobId, ProcessId, RequestId};
-use carmi_proto::msg::{Event, Failure, HostInfo, Reply};
+use carmi_proto::msg::{Event, Failure, FailureCode, HostInfo, Reply};
 use serde::{Deserialize, Serialize};
 
 /// A request as the allocator knows it: the process that made it and the id
@@ -215,5 +215,77 @@ impl Effect {
             Effect::Released { .. } | Effect::JobStarted { .. } => return None,
         };
         Some((to.process, event))
+    }
+}
+
+/// A change of the hosts a job holds, for the job's event log (`carmi
+/// events`): collected apart from [`Effect`]s, which go to applications.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostChange {
+    /// The job.
+    pub job: JobId,
+    /// The host.
+    pub host: HostId,
+    /// What happened to it.
+    pub kind: HostChangeKind,
+}
+
+/// What happened to a job's host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostChangeKind {
+    /// The job was given it (at its start, by growth or for a request).
+    Added,
+    /// Its owner came back: the job's processes there are stopped.
+    Suspended,
+    /// Its owner left again: the job's processes there run again.
+    Resumed,
+    /// It left the job, and why.
+    Removed(ReleaseCause),
+}
+
+/// What inputs caused since it was last taken, in order.
+#[derive(Default)]
+pub(super) struct Outputs {
+    pub(super) effects: Vec<Effect>,
+    /// Host changes of jobs, for their logs.
+    pub(super) host_changes: Vec<HostChange>,
+}
+
+impl Outputs {
+    /// Fails `request` of `job`.
+    pub(super) fn fail(&mut self, job: JobId, request: ReqRef, code: FailureCode, message: String) {
+        self.effects.push(Effect::Failed {
+            job,
+            request,
+            failure: Failure { code, message },
+        });
+    }
+
+    /// Answers `request` of `job`.
+    pub(super) fn done(&mut self, job: JobId, request: ReqRef, reply: Reply) {
+        self.effects.push(Effect::Done {
+            job,
+            request,
+            reply,
+        });
+    }
+
+    /// Tells each of `watchers` (`AddNotify` subscriptions of `job`) of
+    /// each of `hosts`.
+    pub(super) fn added(&mut self, job: JobId, watchers: &[ReqRef], hosts: &[HostInfo]) {
+        for &request in watchers {
+            for info in hosts {
+                self.effects.push(Effect::Added {
+                    job,
+                    request,
+                    host: info.clone(),
+                });
+            }
+        }
+    }
+
+    /// Notes a change of `job`'s hosts for its log.
+    pub(super) fn host_change(&mut self, job: JobId, host: HostId, kind: HostChangeKind) {
+        self.host_changes.push(HostChange { job, host, kind });
     }
 }

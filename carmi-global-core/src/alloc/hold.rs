@@ -6,11 +6,11 @@
 //! `DelHosts` that lowered a maximum, or a class defined at run time, is
 //! forgotten), since its new master knows nothing of the old one's changes.
 
-use carmi_proto::ids::{HostId, JobId};
+use carmi_proto::ids::JobId;
 use carmi_proto::msg::{Failure, FailureCode};
 
 use super::jobs::parse_classes;
-use super::{Allocator, ClassLimits, Phase, ReleaseCause, SlotState};
+use super::{Allocator, ClassLimits, Phase, ReleaseCause};
 
 impl Allocator {
     /// Holds a submitted job, waiting or running: its hosts go back to the
@@ -46,24 +46,11 @@ impl Allocator {
                 self.running.remove(&job);
             }
         }
-        let mut freed = self.drop_requests(job);
-        self.forget_recorded_claims(job);
-        let announced: Vec<HostId> = self.jobs[&job].hosts.keys().copied().collect();
-        let mut suspended = Vec::new();
-        for h in announced {
-            self.release(h, ReleaseCause::Held);
-            match self.get_slot(h).state {
-                SlotState::Claimed(_) => freed.push(h),
-                _ => suspended.push(h),
-            }
-        }
+        let (freed, suspended) = self.strip_job(job, ReleaseCause::Held);
         let j = self.jobs.get_mut(&job).expect("checked above");
         j.phase = Phase::Held;
         j.retain_subs(|_| false);
-        for h in suspended {
-            self.set_state(h, SlotState::Suspended(None));
-        }
-        self.offer_all(freed);
+        self.give_back(freed, suspended);
         self.dirty = true;
         Ok(())
     }
@@ -100,20 +87,6 @@ impl Allocator {
         self.enqueue(job, &owner, classes);
         self.dirty = true;
         Ok(())
-    }
-
-    /// Drops every pending request of `job`; returns the partial hosts they
-    /// held (claimed, not announced), for the caller to offer again.
-    pub(super) fn drop_requests(&mut self, job: JobId) -> Vec<HostId> {
-        let seqs: Vec<u64> = self
-            .groups
-            .range((job, String::new())..)
-            .take_while(|((j, _), _)| *j == job)
-            .flat_map(|(_, seqs)| seqs.iter().copied())
-            .collect();
-        seqs.into_iter()
-            .flat_map(|seq| self.remove_pending(seq).partial)
-            .collect()
     }
 
     /// True when `job` is held.

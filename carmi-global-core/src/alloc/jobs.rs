@@ -37,11 +37,10 @@ use carmi_proto::ids::{HostId, JobId};
 use carmi_proto::msg::{ClassStatus, Failure, FailureCode};
 use serde::{Deserialize, Serialize};
 
+use super::job::{Class, Rank, member, members};
 use super::matching::match_all;
-use super::{
-    Allocator, Claim, Class, Effect, HostChange, HostChangeKind, Rank, ReleaseCause, SlotState,
-    SubKind, member, members,
-};
+use super::share::Hungry;
+use super::{Allocator, Claim, Effect, HostChangeKind, ReleaseCause, SlotState};
 
 /// Where a job is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -131,13 +130,7 @@ pub(super) fn parse_classes(classes: &[ClassLimits]) -> Result<ParsedClasses, Fa
                 );
             }
         };
-        let class = Class {
-            expression: c.expression.clone(),
-            expr,
-            excluded: Default::default(),
-            cache: Vec::new(),
-            timed: super::mentions_time(&c.expression),
-        };
+        let class = Class::new(&c.expression, expr);
         if parsed.insert(c.name.clone(), class).is_some() {
             return fail(
                 FailureCode::Invalid,
@@ -207,20 +200,6 @@ impl Allocator {
         }
     }
 
-    /// A job recovered from the journal was running: it leaves the queue and
-    /// grows again as machines come back (its master runs already).
-    pub fn recover_running(&mut self, job: JobId) {
-        if let Some(j) = self.jobs.get_mut(&job)
-            && j.phase == Phase::Waiting
-        {
-            j.phase = Phase::Running { grow: true };
-            let seq = j.seq;
-            self.dequeue(job, seq);
-            self.running.insert(job);
-            self.dirty = true;
-        }
-    }
-
     /// The phase of a job.
     pub fn job_phase(&self, job: JobId) -> Option<Phase> {
         self.jobs.get(&job).map(|j| j.phase)
@@ -230,11 +209,15 @@ impl Allocator {
     /// then submit order: see `queue.rs`); `None` unless it waits.
     pub fn queued_ahead(&self, job: JobId) -> Option<u32> {
         let seq = self.jobs.get(&job)?.seq;
-        if !self.queue.contains_key(&seq) {
+        if !self.waiting.queue.contains_key(&seq) {
             return None;
         }
         let key = self.pass_key(job);
-        let ahead = self.queue.values().filter(|&&w| self.pass_key(w) < key);
+        let ahead = self
+            .waiting
+            .queue
+            .values()
+            .filter(|&&w| self.pass_key(w) < key);
         Some(ahead.count() as u32)
     }
 
@@ -314,7 +297,11 @@ impl Allocator {
                     .filter(|(_, c)| *c == class)
                     .map(|(&h, _)| {
                         (
-                            self.get_slot(h).state.claim().map_or(self.now, |c| c.since),
+                            self.pool
+                                .get_slot(h)
+                                .state
+                                .claim()
+                                .map_or(self.clock.now, |c| c.since),
                             h,
                         )
                     })
@@ -327,7 +314,7 @@ impl Allocator {
                         .take(surplus)
                         .map(|(_, h)| h)
                         // A suspended host is of no use to another job now.
-                        .filter(|&h| matches!(self.get_slot(h).state, SlotState::Claimed(_))),
+                        .filter(|&h| matches!(self.pool.get_slot(h).state, SlotState::Claimed(_))),
                 );
             }
         }
@@ -341,7 +328,7 @@ impl Allocator {
     pub(super) fn try_start(&mut self, job: JobId, backfill: Option<&[HostId]>) -> bool {
         // One place is built per minimum machine: never more than the pool
         // has slots, whatever number the job asked for.
-        if self.minimum(job) > self.slots.len() as u64 {
+        if self.minimum(job) > self.pool.slots.len() as u64 {
             return false;
         }
         // One candidate list per class; each minimum place names its class.
@@ -361,15 +348,15 @@ impl Allocator {
         };
         let mut cands: Vec<HostId> = match backfill {
             Some(free) => free.to_vec(),
-            None => self.idle.iter().map(|&(_, h)| h).collect(),
+            None => self.pool.idle_hosts(),
         };
         let n_idle = cands.len();
         let adj_for = |a: &mut Allocator, cands: &[HostId], ranked: bool| -> Vec<Vec<usize>> {
             let mut adj = Vec::with_capacity(classes.len());
-            let ms: Vec<_> = cands.iter().map(|&h| a.get_slot(h).machine).collect();
+            let ms: Vec<_> = cands.iter().map(|&h| a.pool.get_slot(h).machine).collect();
             for class in &classes {
                 let mut list: Vec<(f64, usize)> = Vec::new();
-                let ok = members(&mut a.jobs, &a.machines, a.clock, job, class, &ms);
+                let ok = members(&mut a.jobs, &a.pool.machines, a.clock.unix, job, class, &ms);
                 for (i, &h) in cands.iter().enumerate() {
                     if ok[i] {
                         let rank = if ranked { a.rank(job, class, h) } else { 0.0 };
@@ -411,7 +398,7 @@ impl Allocator {
         self.jobs.get_mut(&job).expect("waiting job exists").phase = Phase::Running { grow: false };
         self.running.insert(job);
         tracing::info!(job = %job, hosts = class_of.len(), "job started: its minimums are held");
-        self.effects.push(Effect::JobStarted { job });
+        self.out.effects.push(Effect::JobStarted { job });
         true
     }
 
@@ -421,32 +408,18 @@ impl Allocator {
         let claim = Claim {
             job,
             class: class.to_string(),
-            since: self.now,
+            since: self.clock.now,
         };
         self.set_state(host, SlotState::Claimed(claim));
-        let info = self.host_info(host, class);
         let j = self.jobs.get_mut(&job).expect("giving to a live job");
         j.hosts.insert(host, class.to_string());
-        self.host_changes.push(HostChange {
-            job,
-            host,
-            kind: HostChangeKind::Added,
-        });
-        if !notify {
-            return;
-        }
-        let watchers: Vec<_> = j
-            .subs
-            .iter()
-            .filter(|s| matches!(&s.kind, SubKind::Add(c) if c == class))
-            .map(|s| s.req)
-            .collect();
-        for w in watchers {
-            self.effects.push(Effect::Added {
-                job,
-                request: w,
-                host: info.clone(),
-            });
+        self.out.host_change(job, host, HostChangeKind::Added);
+        if notify {
+            let watchers = j.add_watchers(class);
+            if !watchers.is_empty() {
+                let info = self.pool.host_info(host, class);
+                self.out.added(job, &watchers, &[info]);
+            }
         }
     }
 
@@ -458,6 +431,7 @@ impl Allocator {
             return 0.0;
         };
         let v = self
+            .pool
             .machine_of(host)
             .ad
             .eval_expr(&r.expr, Some(&j.ad))
@@ -468,7 +442,7 @@ impl Allocator {
     /// Jobs with room, as (hosts held, submit order, job, classes with
     /// room): below their minimums (any running job) when `to_min`, else
     /// below their maximums (jobs whose master runs).
-    fn hungry(&self, to_min: bool) -> Vec<(u32, u64, JobId, Vec<String>)> {
+    fn hungry(&self, to_min: bool) -> Vec<Hungry> {
         let mut out: Vec<_> = self
             .running
             .iter()
@@ -482,7 +456,7 @@ impl Allocator {
                     .limits
                     .iter()
                     .filter(|&(c, &(min, max))| {
-                        let held = self.held(id, c) + self.recorded_for(id, c);
+                        let held = self.held(id, c) + self.recorded.count_for(id, c);
                         held < if to_min { min } else { max }
                     })
                     .map(|(c, _)| c.clone())
@@ -496,16 +470,23 @@ impl Allocator {
 
     /// True when `host` could serve a minimum of `job`.
     pub(super) fn needs_for_minimum(&mut self, job: JobId, host: HostId) -> bool {
-        let m = self.get_slot(host).machine;
+        let m = self.pool.get_slot(host).machine;
         let classes: Vec<String> = self.jobs[&job]
             .limits
             .iter()
             .filter(|&(_, &(min, _))| min > 0)
             .map(|(c, _)| c.clone())
             .collect();
-        classes
-            .iter()
-            .any(|c| member(&mut self.jobs, &self.machines, self.clock, job, c, m))
+        classes.iter().any(|c| {
+            member(
+                &mut self.jobs,
+                &self.pool.machines,
+                self.clock.unix,
+                job,
+                c,
+                m,
+            )
+        })
     }
 
     /// Gives idle slots, one at a time, to the job holding the fewest: up to
@@ -513,14 +494,14 @@ impl Allocator {
     fn grow(&mut self, to_min: bool) {
         'outer: loop {
             // Cheap checks first: this runs after every input that frees a slot.
-            if self.idle.is_empty() {
+            if self.pool.idle.is_empty() {
                 return;
             }
             let hungry = self.hungry(to_min);
             if hungry.is_empty() {
                 return;
             }
-            let idle: Vec<HostId> = self.idle.iter().map(|&(_, h)| h).collect();
+            let idle: Vec<HostId> = self.pool.idle_hosts();
             // Growth leaves alone the idle slots the head waiting job could
             // use for its minimums (not those of a job that can never start).
             let head = if to_min { None } else { self.head() };
@@ -531,9 +512,16 @@ impl Allocator {
                     if head.is_some_and(|head| self.needs_for_minimum(head, h)) {
                         continue;
                     }
-                    let m = self.get_slot(h).machine;
+                    let m = self.pool.get_slot(h).machine;
                     for c in &room {
-                        if member(&mut self.jobs, &self.machines, self.clock, job, c, m) {
+                        if member(
+                            &mut self.jobs,
+                            &self.pool.machines,
+                            self.clock.unix,
+                            job,
+                            c,
+                            m,
+                        ) {
                             let r = self.rank(job, c, h);
                             if best.as_ref().is_none_or(|b| r > b.0) {
                                 best = Some((r, h, c.clone()));
@@ -554,12 +542,17 @@ impl Allocator {
     /// true when it moved any.
     fn rebalance(&mut self) -> bool {
         let mut any = false;
-        for _ in 0..self.slots.len() {
+        for _ in 0..self.pool.slots.len() {
             let mut moved = false;
             let users = self.held_by_user();
             'find: for (_, _, job, room) in self.hungry(false) {
                 let donor = |a: &Allocator, h: HostId| {
-                    a.get_slot(h).state.claim().expect("surplus is claimed").job
+                    a.pool
+                        .get_slot(h)
+                        .state
+                        .claim()
+                        .expect("surplus is claimed")
+                        .job
                 };
                 let mut donors: Vec<(f64, usize, HostId)> = self
                     .surplus_hosts(job)
@@ -575,11 +568,17 @@ impl Allocator {
                 donors.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
                 let donors = donors.into_iter().map(|(_, _, h)| h);
                 for h in donors {
-                    let m = self.get_slot(h).machine;
-                    if let Some(c) = room
-                        .iter()
-                        .find(|c| member(&mut self.jobs, &self.machines, self.clock, job, c, m))
-                    {
+                    let m = self.pool.get_slot(h).machine;
+                    if let Some(c) = room.iter().find(|c| {
+                        member(
+                            &mut self.jobs,
+                            &self.pool.machines,
+                            self.clock.unix,
+                            job,
+                            c,
+                            m,
+                        )
+                    }) {
                         let c = c.clone();
                         self.release(h, ReleaseCause::Preempted);
                         self.give(job, &c, h, true);
@@ -594,86 +593,5 @@ impl Allocator {
             any = true;
         }
         any
-    }
-}
-
-impl Allocator {
-    /// Every host id machine `name` was ever given, online or not.
-    pub fn known_hosts(&self, name: &str) -> &[HostId] {
-        match self.by_name.get(name) {
-            Some(&i) => &self.machines[i.0 as usize].hosts,
-            None => &[],
-        }
-    }
-
-    /// Replays a machine's host ids from the journal (before anything is
-    /// online): it stays offline until it registers, and then gets them back.
-    /// False when the ids are not the next free ones (they would clash).
-    pub fn recover_machine(&mut self, name: &str, hosts: &[HostId]) -> bool {
-        let idx = match self.by_name.get(name) {
-            Some(&i) => i,
-            None => {
-                let i = super::MachineIdx(self.machines.len() as u32);
-                self.machines.push(super::Machine {
-                    name: name.to_string(),
-                    ad: classad::ClassAd::new(),
-                    ad_text: String::new(),
-                    shown: Vec::new(),
-                    has_requirements: false,
-                    hosts: Vec::new(),
-                    slots: 0,
-                    online: false,
-                    generation: 0,
-                    speed: super::speed_of(&classad::ClassAd::new()),
-                });
-                self.by_name.insert(name.to_string(), i);
-                i
-            }
-        };
-        let known = self.machines[idx.0 as usize].hosts.len();
-        for &h in hosts.iter().skip(known) {
-            if h.0 != self.slots.len() as u64 + 1 {
-                return false;
-            }
-            let m = &mut self.machines[idx.0 as usize];
-            self.slots.push(super::Slot {
-                machine: idx,
-                index: m.hosts.len() as u32,
-                state: SlotState::Offline,
-                group: None,
-                busy: Default::default(),
-            });
-            m.hosts.push(h);
-        }
-        true
-    }
-
-    /// The class `host` is held for by `job`.
-    pub fn host_class(&self, job: JobId, host: HostId) -> Option<String> {
-        self.jobs.get(&job)?.hosts.get(&host).cloned()
-    }
-
-    /// A process recovered from the journal still runs on `host`: the job
-    /// holds the host again for `class`. False when the host is taken.
-    pub fn recover_claim(
-        &mut self,
-        host: HostId,
-        job: JobId,
-        class: &str,
-        process: carmi_proto::ids::ProcessId,
-    ) -> bool {
-        let Some(j) = self.jobs.get(&job) else {
-            return false;
-        };
-        if !j.classes.contains_key(class) {
-            return false;
-        }
-        match self.find_slot(host).map(|s| s.state.clone()) {
-            Some(SlotState::Idle) => self.give(job, class, host, false),
-            Some(SlotState::Claimed(c)) if c.job == job && !self.is_partial(host) => {}
-            _ => return false,
-        }
-        self.on_process_spawned(host, process);
-        true
     }
 }

@@ -34,18 +34,6 @@ fn held(s: &Sim, job: JobId) -> u32 {
     s.a.class_status(job).iter().map(|c| c.held).sum()
 }
 
-fn take_started(s: &mut Sim) -> Vec<JobId> {
-    let mut out = Vec::new();
-    s.log.retain(|e| match e {
-        Effect::JobStarted { job } => {
-            out.push(*job);
-            false
-        }
-        _ => true,
-    });
-    out
-}
-
 #[test]
 fn minimums_that_cannot_both_be_met_start_one_after_the_other() {
     let mut s = Sim::new();
@@ -53,7 +41,7 @@ fn minimums_that_cannot_both_be_met_start_one_after_the_other() {
     let need4 = [limits("any", "true", 4, 4)];
     s.step(|a| a.submit_job(J1, "alice", &need4)).unwrap();
     s.step(|a| a.submit_job(J2, "bob", &need4)).unwrap();
-    assert_eq!(take_started(&mut s), [J1]);
+    assert_eq!(s.take_started(), [J1]);
     assert_eq!(s.a.job_phase(J2), Some(Phase::Waiting));
     assert_eq!(s.a.queued_ahead(J2), Some(0));
     // Nothing partial: the waiting job holds none of the two idle slots.
@@ -63,7 +51,7 @@ fn minimums_that_cannot_both_be_met_start_one_after_the_other() {
     s.step(|a| a.on_job_ended(J1));
     s.log
         .retain(|e| !matches!(e, Effect::Released { job: J1, .. }));
-    assert_eq!(take_started(&mut s), [J2]);
+    assert_eq!(s.take_started(), [J2]);
     assert_eq!(held(&s, J2), 4);
     s.quiet();
 }
@@ -74,7 +62,7 @@ fn a_job_starts_at_its_minimum_and_grows_once_its_master_runs() {
     pool(&mut s, 6);
     s.step(|a| a.submit_job(J1, "alice", &[limits("w", "Arch == \"X86_64\"", 2, 10)]))
         .unwrap();
-    assert_eq!(take_started(&mut s), [J1]);
+    assert_eq!(s.take_started(), [J1]);
     assert_eq!(held(&s, J1), 2);
     s.step(|a| a.add_notify(J1, r(J1, 1), "w"));
     s.expect_done(r(J1, 1));
@@ -105,7 +93,7 @@ fn a_later_job_is_not_starved_and_shares_even_out() {
     s.log.clear();
     // J2's minimum is taken from J1's surplus; then shares even out.
     s.step(|a| a.submit_job(J2, "bob", &grow)).unwrap();
-    assert_eq!(take_started(&mut s), [J2]);
+    assert_eq!(s.take_started(), [J2]);
     let preempted = s
         .log
         .iter()
@@ -143,7 +131,7 @@ fn minimums_are_matched_even_where_greedy_would_fail() {
         )
     })
     .unwrap();
-    assert_eq!(take_started(&mut s), [J1]);
+    assert_eq!(s.take_started(), [J1]);
     let st = s.a.class_status(J1);
     assert!(st.iter().all(|c| c.held == 1), "{st:?}");
 }
@@ -161,7 +149,7 @@ fn the_waiting_head_keeps_the_slots_it_needs() {
         .unwrap();
     s.step(|a| a.submit_job(JobId(3), "carol", &[limits("w", "true", 0, 2)]))
         .unwrap();
-    assert_eq!(take_started(&mut s), [J1]);
+    assert_eq!(s.take_started(), [J1]);
     assert_eq!(s.a.queued_ahead(JobId(3)), Some(1));
     let a = &s.a.analyze(J2)[0];
     assert_eq!(
@@ -198,10 +186,7 @@ fn a_recovered_running_job_gets_its_minimum_before_the_queue() {
     pool(&mut s, 4);
     assert_eq!(held(&s, J1), 2, "the running job's minimum comes first");
     assert_eq!(s.a.job_phase(J2), Some(Phase::Waiting));
-    assert!(
-        take_started(&mut s).is_empty(),
-        "no master is started again"
-    );
+    assert!(s.take_started().is_empty(), "no master is started again");
 }
 
 #[test]
@@ -269,32 +254,32 @@ fn a_small_job_backfills_only_on_machines_the_waiting_head_cannot_use() {
     // J1 needs three X86_64 machines of the two available: it waits.
     let x86 = [limits("x", "Arch == \"X86_64\"", 3, 3)];
     s.step(|a| a.submit_job(J1, "alice", &x86)).unwrap();
-    assert!(take_started(&mut s).is_empty());
+    assert!(s.take_started().is_empty());
     // J2 could run anywhere; it must not take an X86_64 machine J1 waits
     // for, so it starts on an AARCH64 one.
     s.step(|a| a.submit_job(J2, "bob", &[limits("any", "true", 1, 1)]))
         .unwrap();
-    assert_eq!(take_started(&mut s), [J2]);
+    assert_eq!(s.take_started(), [J2]);
     assert_eq!(s.a.queued_ahead(J1), Some(0));
     // J3 needs an X86_64 machine: behind J1 it waits, although one is idle.
     s.step(|a| a.submit_job(J3, "carol", &[limits("x", "Arch == \"X86_64\"", 1, 1)]))
         .unwrap();
-    assert!(take_started(&mut s).is_empty());
+    assert!(s.take_started().is_empty());
     assert_eq!(s.a.job_phase(J3), Some(Phase::Waiting));
     // J4 needs both AARCH64 machines, one of which J2 holds: it waits, and
     // when J2 ends it starts; J1 and J3 still wait for X86_64 machines.
     s.step(|a| a.submit_job(J4, "dave", &[limits("a", "Arch == \"AARCH64\"", 2, 2)]))
         .unwrap();
-    assert!(take_started(&mut s).is_empty());
+    assert!(s.take_started().is_empty());
     s.step(|a| a.on_job_ended(J2));
-    assert_eq!(take_started(&mut s), [J4]);
+    assert_eq!(s.take_started(), [J4]);
     assert!(matches!(s.a.host_state(arm), Some(SlotState::Claimed(c)) if c.job == J4));
     // The third X86_64 machine's owner leaves: the head starts, then J3
     // on a fourth machine.
     s.step(|a| a.on_slot_state("m2", 0, SlotActivity::Available));
-    assert_eq!(take_started(&mut s), [J1]);
+    assert_eq!(s.take_started(), [J1]);
     s.machine("m3", "Arch = \"X86_64\"", 1);
-    assert_eq!(take_started(&mut s), [J3]);
+    assert_eq!(s.take_started(), [J3]);
 }
 
 #[test]
@@ -309,7 +294,7 @@ fn a_job_needing_more_slots_than_are_online_waits_without_holding_back_the_queue
     // The job behind it starts on the idle slots the first could never fill.
     s.step(|a| a.submit_job(J2, "bob", &[limits("any", "true", 2, 2)]))
         .unwrap();
-    assert_eq!(take_started(&mut s), [J2]);
+    assert_eq!(s.take_started(), [J2]);
     assert_eq!(held(&s, J2), 2);
     assert_eq!(s.a.job_phase(J1), Some(Phase::Waiting));
     s.quiet();

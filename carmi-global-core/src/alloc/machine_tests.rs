@@ -3,6 +3,9 @@
 //! freed hosts, class changes, the wire form of every effect, and random
 //! inputs (split from `tests.rs`, whose `Sim` they use).
 
+use carmi_proto::ids::ProcessId;
+use carmi_proto::msg::HostInfo;
+
 use super::*;
 
 #[test]

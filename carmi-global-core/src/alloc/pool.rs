@@ -1,110 +1,337 @@
-//! Inputs from the pool (machines and their slots) and from the job
-//! lifecycle (jobs, requesters and processes coming and going).
+//! The pool view: every machine ever seen, its ad and slots, and the idle
+//! slots by speed. It decides nothing about jobs or requests: the allocator's
+//! inputs change it through [`Pool::set_state`] and the machine methods, and
+//! read it through the lookups. A slot's lifecycle ([`SlotState`]) and a job's hold
+//! on one ([`Claim`]) are defined here, and re-exported by `alloc`.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
 
 use carmi_proto::ids::{HostId, JobId, ProcessId};
-use carmi_proto::msg::SlotActivity;
-use classad::{ClassAd, Value};
+use carmi_proto::msg::{HostInfo, MachineStatus, SlotStatus};
+use classad::ClassAd;
 
-use super::{Allocator, Job, Machine, MachineIdx, Phase, ReleaseCause, Slot, SlotState, speed_of};
+/// A job's hold on a slot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Claim {
+    /// The job.
+    pub job: JobId,
+    /// The class the slot was allocated for.
+    pub class: String,
+    /// When it was claimed.
+    pub since: Duration,
+}
 
-impl Allocator {
-    /// A machine advertised itself with `slots` slots: returns the host id of
-    /// each slot, the same ids as before for a known name. A machine that was
-    /// online keeps its claims; its unclaimed slots (idle, or taken by an
-    /// owner without a job on them) are offered again under the new ad, as a
-    /// local RM that registers anew reports afterwards every slot that is not
-    /// available (a restarted one may have a new owner policy).
-    pub fn on_machine_registered(&mut self, name: &str, ad: ClassAd, slots: u32) -> Vec<HostId> {
-        let idx = match self.by_name.get(name) {
-            Some(&idx) => idx,
-            None => {
-                let idx = MachineIdx(self.machines.len() as u32);
-                self.machines.push(Machine {
-                    name: name.to_string(),
-                    ad: ClassAd::new(),
-                    ad_text: String::new(),
-                    shown: Vec::new(),
-                    has_requirements: false,
-                    hosts: Vec::new(),
-                    slots: 0,
-                    online: false,
-                    generation: 0,
-                    speed: (Reverse(0), Reverse(0)),
-                });
-                self.by_name.insert(name.to_string(), idx);
-                idx
-            }
-        };
-        let head_before = self.head();
-        let was_online = self.machines[idx.0 as usize].online;
-        let old_slots = if was_online {
-            self.machines[idx.0 as usize].slots
+/// Lifecycle of a slot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SlotState {
+    /// The machine is not registered (lost, or the slot was withdrawn).
+    Offline,
+    /// Available and unclaimed.
+    Idle,
+    /// Allocated to a job.
+    Claimed(Claim),
+    /// The owner is back; a job's claim, if any, survives until resume or vacate.
+    Suspended(Option<Claim>),
+    /// The owner vacated it; withdrawn from the pool until available again.
+    Owner,
+}
+
+impl SlotState {
+    /// The claim, whether running or suspended.
+    pub fn claim(&self) -> Option<&Claim> {
+        match self {
+            SlotState::Claimed(c) | SlotState::Suspended(Some(c)) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// The name `carmi status` shows.
+    pub fn name(&self) -> &'static str {
+        match self {
+            SlotState::Offline => "offline",
+            SlotState::Idle => "idle",
+            SlotState::Claimed(_) => "claimed",
+            SlotState::Suspended(_) => "suspended",
+            SlotState::Owner => "owner",
+        }
+    }
+}
+
+/// Index of a machine in [`Pool::machines`]; machines are never removed,
+/// so that a returning name finds its host ids again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(super) struct MachineIdx(pub(super) u32);
+
+/// Sort key of an idle slot: fastest first (`Mips`, then `KFlops`).
+pub(super) type SpeedKey = (Reverse<i64>, Reverse<i64>);
+
+pub(super) struct Machine {
+    pub(super) name: String,
+    pub(super) ad: ClassAd,
+    /// The ad in new syntax, printed once per change rather than per grant.
+    pub(super) ad_text: String,
+    /// The attributes `carmi status` shows, printed once per change.
+    shown: Vec<(String, String)>,
+    pub(super) has_requirements: bool,
+    /// Every host id this name was ever given; the first `slots` are online.
+    pub(super) hosts: Vec<HostId>,
+    pub(super) slots: u32,
+    pub(super) online: bool,
+    /// Bumped on every change of the ad, invalidating cached class membership.
+    pub(super) generation: u32,
+    pub(super) speed: SpeedKey,
+}
+
+impl Machine {
+    /// The online hosts (none while the machine is lost).
+    pub(super) fn online_hosts(&self) -> &[HostId] {
+        if self.online {
+            &self.hosts[..self.slots as usize]
         } else {
-            0
-        };
-        // Idle slots leave the idle set while the speed key changes, and are offered again below.
-        let online_hosts: Vec<HostId> =
-            self.machines[idx.0 as usize].hosts[..old_slots as usize].to_vec();
-        for &h in &online_hosts {
-            if matches!(
-                self.get_slot(h).state,
-                SlotState::Idle | SlotState::Owner | SlotState::Suspended(None)
-            ) {
-                self.set_state(h, SlotState::Offline);
-            }
+            &[]
         }
-        // Slots beyond the new count are withdrawn.
-        for &h in online_hosts.iter().skip(slots as usize) {
-            self.release(h, ReleaseCause::Withdrawn);
-            self.set_state(h, SlotState::Offline);
+    }
+
+    /// Works out again what is derived from the ad, after it changed.
+    fn ad_changed(&mut self) {
+        self.has_requirements = self.ad.get("Requirements").is_some();
+        self.speed = speed_of(&self.ad);
+        self.ad_text = self.ad.to_string();
+        self.shown = shown_attributes(&self.ad);
+        self.generation = self.generation % (u32::MAX >> 2) + 1;
+    }
+}
+
+pub(super) struct Slot {
+    pub(super) machine: MachineIdx,
+    pub(super) index: u32,
+    pub(super) state: SlotState,
+    /// The pending request (by sequence number) this slot is a partial host of.
+    pub(super) group: Option<u64>,
+    /// Live processes of the claiming job on this slot.
+    pub(super) busy: BTreeSet<ProcessId>,
+}
+
+fn speed_of(ad: &ClassAd) -> SpeedKey {
+    let num = |n: &str| ad.eval_attr(n).as_f64().unwrap_or(0.0);
+    // `as` saturates and maps NaN to 0, which is what a nonsense speed deserves.
+    (
+        Reverse(num("Mips") as i64),
+        Reverse((num("KFlops") * 1000.0) as i64),
+    )
+}
+
+/// The attributes of a machine `carmi status` shows, printed.
+fn shown_attributes(ad: &ClassAd) -> Vec<(String, String)> {
+    const SHOWN: [&str; 7] = [
+        "Arch", "OpSys", "Memory", "Cpus", "Mips", "KFlops", "LoadAvg",
+    ];
+    SHOWN
+        .iter()
+        .filter_map(|&a| ad.get(a).map(|e| (a.to_string(), e.to_string())))
+        .collect()
+}
+
+/// Machines, slots and the idle set.
+#[derive(Default)]
+pub(super) struct Pool {
+    pub(super) machines: Vec<Machine>,
+    pub(super) by_name: HashMap<String, MachineIdx>,
+    /// `HostId(n)` is `slots[n - 1]`.
+    pub(super) slots: Vec<Slot>,
+    /// Idle slots, fastest first.
+    pub(super) idle: BTreeSet<(SpeedKey, HostId)>,
+}
+
+impl Pool {
+    pub(super) fn find_slot(&self, host: HostId) -> Option<&Slot> {
+        let i = usize::try_from(host.0.checked_sub(1)?).ok()?;
+        self.slots.get(i)
+    }
+
+    pub(super) fn get_slot(&self, host: HostId) -> &Slot {
+        self.find_slot(host)
+            .unwrap_or_else(|| panic!("allocator invariant: host {host} has a slot"))
+    }
+
+    pub(super) fn get_slot_mut(&mut self, host: HostId) -> &mut Slot {
+        let i = host.0 as usize - 1;
+        &mut self.slots[i]
+    }
+
+    pub(super) fn machine(&self, m: MachineIdx) -> &Machine {
+        &self.machines[m.0 as usize]
+    }
+
+    pub(super) fn machine_mut(&mut self, m: MachineIdx) -> &mut Machine {
+        &mut self.machines[m.0 as usize]
+    }
+
+    pub(super) fn machine_of(&self, host: HostId) -> &Machine {
+        self.machine(self.get_slot(host).machine)
+    }
+
+    /// The machine named `name`, if it was ever seen.
+    pub(super) fn find_machine(&self, name: &str) -> Option<&Machine> {
+        Some(self.machine(*self.by_name.get(name)?))
+    }
+
+    /// The machine named `name`, made (offline, without hosts) when unknown.
+    pub(super) fn machine_named(&mut self, name: &str) -> MachineIdx {
+        if let Some(&idx) = self.by_name.get(name) {
+            return idx;
         }
+        let idx = MachineIdx(self.machines.len() as u32);
+        self.machines.push(Machine {
+            name: name.to_string(),
+            ad: ClassAd::new(),
+            ad_text: String::new(),
+            shown: Vec::new(),
+            has_requirements: false,
+            hosts: Vec::new(),
+            slots: 0,
+            online: false,
+            generation: 0,
+            speed: (Reverse(0), Reverse(0)),
+        });
+        self.by_name.insert(name.to_string(), idx);
+        idx
+    }
+
+    /// Gives machine `idx` one more host id (the next free one), offline.
+    pub(super) fn add_host(&mut self, idx: MachineIdx) -> HostId {
+        let host = HostId(self.slots.len() as u64 + 1);
         let m = &mut self.machines[idx.0 as usize];
-        m.has_requirements = ad.get("Requirements").is_some();
-        m.speed = speed_of(&ad);
-        m.ad_text = ad.to_string();
-        m.shown = super::check::shown_attributes(&ad);
+        self.slots.push(Slot {
+            machine: idx,
+            index: m.hosts.len() as u32,
+            state: SlotState::Offline,
+            group: None,
+            busy: BTreeSet::new(),
+        });
+        m.hosts.push(host);
+        host
+    }
+
+    /// Machine `idx` is online with `ad` and `slots` slots (host ids made
+    /// as needed). Its idle slots must be out of the idle set, as their
+    /// speed key may change.
+    pub(super) fn bring_online(&mut self, idx: MachineIdx, ad: ClassAd, slots: u32) {
+        let m = self.machine_mut(idx);
         m.ad = ad;
-        m.generation = m.generation % (u32::MAX >> 2) + 1;
+        m.ad_changed();
         m.online = true;
         m.slots = slots;
-        while (self.machines[idx.0 as usize].hosts.len() as u32) < slots {
-            let host = HostId(self.slots.len() as u64 + 1);
-            let m = &mut self.machines[idx.0 as usize];
-            self.slots.push(Slot {
-                machine: idx,
-                index: m.hosts.len() as u32,
-                state: SlotState::Offline,
-                group: None,
-                busy: BTreeSet::new(),
-            });
-            m.hosts.push(host);
+        while (self.machine(idx).hosts.len() as u32) < slots {
+            self.add_host(idx);
         }
-        let hosts = self.machines[idx.0 as usize].hosts[..slots as usize].to_vec();
-        let fresh: Vec<HostId> = hosts
+    }
+
+    /// Merges `update` into machine `idx`'s ad. Its idle slots must be out
+    /// of the idle set, as their speed key may change.
+    pub(super) fn update_ad(&mut self, idx: MachineIdx, update: &ClassAd) {
+        let m = self.machine_mut(idx);
+        for (n, e) in update.iter() {
+            m.ad.insert(n, e.clone());
+        }
+        m.ad_changed();
+    }
+
+    /// Sets a slot's state, keeping the idle set in step; true when the
+    /// slot became idle (the job queue is then settled again).
+    pub(super) fn set_state(&mut self, host: HostId, state: SlotState) -> bool {
+        let slot = self.get_slot(host);
+        let key = self.machine(slot.machine).speed;
+        let mut became_idle = false;
+        if slot.state == SlotState::Idle {
+            self.idle.remove(&(key, host));
+        }
+        if state == SlotState::Idle {
+            self.idle.insert((key, host));
+            became_idle = true;
+        }
+        let slot = self.get_slot_mut(host);
+        if state.claim().is_none() {
+            slot.busy.clear();
+        }
+        slot.state = state;
+        became_idle
+    }
+
+    /// The online hosts of machine `idx` whose state `keep` accepts.
+    pub(super) fn hosts_where(
+        &self,
+        idx: MachineIdx,
+        keep: impl Fn(&SlotState) -> bool,
+    ) -> Vec<HostId> {
+        self.machine(idx)
+            .online_hosts()
             .iter()
             .copied()
-            .filter(|&h| self.get_slot(h).state == SlotState::Offline)
-            .collect();
-        // Hosts a job held before a restart go back to it before anyone else is offered them.
-        let fresh = self.restore_recorded_claims(fresh);
-        self.offer_all(fresh);
-        // Only now are its slots online again: fewer of them, or another
-        // ad, may leave a job that kept slots unable to ever start.
-        self.pool_changed();
-        self.recheck_reserving();
-        self.recheck_head(head_before);
-        hosts
+            .filter(|&h| keep(&self.get_slot(h).state))
+            .collect()
+    }
+
+    /// Online slots, in any state but offline.
+    pub(super) fn online_hosts(&self) -> Vec<HostId> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.state != SlotState::Offline)
+            .map(|(i, _)| HostId(i as u64 + 1))
+            .collect()
+    }
+
+    /// The idle slots, fastest first.
+    pub(super) fn idle_hosts(&self) -> Vec<HostId> {
+        self.idle.iter().map(|&(_, h)| h).collect()
+    }
+
+    pub(super) fn host_name(&self, host: HostId) -> String {
+        let slot = self.get_slot(host);
+        format!("slot{}@{}", slot.index + 1, self.machine(slot.machine).name)
+    }
+
+    pub(super) fn host_info(&self, host: HostId, class: &str) -> HostInfo {
+        HostInfo {
+            host,
+            name: self.host_name(host),
+            class: class.to_string(),
+            ad: self.machine_of(host).ad_text.clone(),
+        }
+    }
+
+    /// The machine name and 0-based slot number of a host of an online machine.
+    pub(super) fn host_location(&self, host: HostId) -> Option<(&str, u32)> {
+        let slot = self.find_slot(host)?;
+        let m = self.machine(slot.machine);
+        (m.online && slot.index < m.slots).then_some((m.name.as_str(), slot.index))
+    }
+
+    /// The host of slot `slot` of online machine `name`.
+    pub(super) fn host_of_slot(&self, name: &str, slot: u32) -> Option<HostId> {
+        self.find_machine(name)?
+            .online_hosts()
+            .get(slot as usize)
+            .copied()
+    }
+
+    /// Number of online slots, and of idle ones.
+    pub(super) fn slot_counts(&self) -> (usize, usize) {
+        let online = self
+            .slots
+            .iter()
+            .filter(|s| s.state != SlotState::Offline)
+            .count();
+        (online, self.idle.len())
     }
 
     /// The attributes and (roughly) the bytes of text machine `name`'s ad
-    /// would have with `update` merged in: new attributes counted with
-    /// their text, replaced ones as they were (`None`: not online).
-    pub fn merged_size(&self, name: &str, update: &ClassAd) -> Option<(usize, usize)> {
-        let &idx = self.by_name.get(name)?;
-        let m = &self.machines[idx.0 as usize];
+    /// would have with `update` merged in (`None`: not online).
+    pub(super) fn merged_size(&self, name: &str, update: &ClassAd) -> Option<(usize, usize)> {
+        let m = self.find_machine(name)?;
         if !m.online {
             return None;
         }
@@ -118,254 +345,32 @@ impl Allocator {
         Some((attrs, bytes))
     }
 
-    /// Dynamic attributes of an online machine changed (from a heartbeat).
-    /// Returns false for an unknown or lost machine.
-    pub fn on_machine_updated(&mut self, name: &str, update: &ClassAd) -> bool {
-        let Some(&idx) = self.by_name.get(name) else {
-            return false;
-        };
-        let m = &self.machines[idx.0 as usize];
-        if !m.online {
-            return false;
-        }
-        let changed = update.iter().any(|(n, e)| m.ad.get(n) != Some(e));
-        if !changed {
-            return true;
-        }
-        let head_before = self.head();
-        let m = &self.machines[idx.0 as usize];
-        let idle: Vec<HostId> = m.hosts[..m.slots as usize]
+    /// The online machines, for `carmi status`.
+    pub(super) fn status(&self) -> Vec<MachineStatus> {
+        self.machines
             .iter()
-            .copied()
-            .filter(|&h| self.get_slot(h).state == SlotState::Idle)
-            .collect();
-        let reserving_before = self.reserving_membership(idx);
-        let kept_before = self.kept_membership(idx);
-        for &h in &idle {
-            self.set_state(h, SlotState::Offline);
-        }
-        let m = &mut self.machines[idx.0 as usize];
-        for (n, e) in update.iter() {
-            m.ad.insert(n, e.clone());
-        }
-        m.has_requirements = m.ad.get("Requirements").is_some();
-        m.speed = speed_of(&m.ad);
-        m.ad_text = m.ad.to_string();
-        m.shown = super::check::shown_attributes(&m.ad);
-        m.generation = m.generation % (u32::MAX >> 2) + 1;
-        // Membership may have changed: the idle slots meet the pending requests
-        // again (settling the queue), and the head of the queue, which alone may
-        // take hosts from running jobs, may now want one of this machine's. Only
-        // then does a busy machine's heartbeat settle the queue: a pass costs time
-        // per kind of waiting job, and heartbeats are many.
-        let m = &self.machines[idx.0 as usize];
-        let claimed: Vec<HostId> = m.hosts[..m.slots as usize]
-            .iter()
-            .copied()
-            .filter(|&h| matches!(self.get_slot(h).state, SlotState::Claimed(_)))
-            .collect();
-        self.offer_all(idle);
-        // With its slots back online: a new ad may leave a job that kept
-        // slots unable to ever start. Heartbeats are many: only when the ad
-        // changed what this machine is to such a job is that judged now
-        // (other jobs are judged again when next tried, and a cluster's
-        // kept verdict only if the machine is a member of other classes of
-        // it now).
-        self.ad_changed(idx, kept_before);
-        if self.reserving_membership(idx) != reserving_before {
-            self.recheck_reserving();
-        }
-        if let Some(head) = self.head()
-            && claimed.iter().any(|&h| self.needs_for_minimum(head, h))
-        {
-            self.dirty = true;
-        }
-        self.recheck_head(head_before);
-        true
+            .filter(|m| m.online)
+            .map(|m| MachineStatus {
+                name: m.name.clone(),
+                attributes: m.shown.clone(),
+                slots: m
+                    .online_hosts()
+                    .iter()
+                    .map(|&h| {
+                        let state = &self.get_slot(h).state;
+                        SlotStatus {
+                            host: h,
+                            state: state.name().to_string(),
+                            job: state.claim().map(|c| c.job),
+                        }
+                    })
+                    .collect(),
+            })
+            .collect()
     }
 
-    /// A machine stopped answering: every slot goes offline and every job
-    /// holding one is told. Returns false for an unknown or already lost machine.
-    pub fn on_machine_lost(&mut self, name: &str) -> bool {
-        let Some(&idx) = self.by_name.get(name) else {
-            return false;
-        };
-        let m = &self.machines[idx.0 as usize];
-        if !m.online {
-            return false;
-        }
-        let hosts = m.hosts[..m.slots as usize].to_vec();
-        for h in hosts {
-            self.release(h, ReleaseCause::Lost);
-            self.set_state(h, SlotState::Offline);
-        }
-        self.machines[idx.0 as usize].online = false;
-        // A job that kept slots from the jobs behind it may need this machine.
-        self.pool_changed();
-        self.recheck_reserving();
-        true
-    }
-
-    /// The owner policy changed slot `slot` of machine `name`. Returns the
-    /// host, or `None` when the machine or slot is unknown.
-    pub fn on_slot_state(
-        &mut self,
-        name: &str,
-        slot: u32,
-        activity: SlotActivity,
-    ) -> Option<HostId> {
-        let host = self.host_of_slot(name, slot)?;
-        let state = self.get_slot(host).state.clone();
-        match (activity, state) {
-            (SlotActivity::Available, SlotState::Suspended(Some(c))) => {
-                let job = c.job;
-                self.set_state(host, SlotState::Claimed(c));
-                self.notify_hosts(host, job, false);
-            }
-            (SlotActivity::Available, SlotState::Suspended(None) | SlotState::Owner) => {
-                self.offer(host);
-            }
-            (SlotActivity::Available, _) => {}
-            (SlotActivity::Suspended, SlotState::Claimed(c)) => {
-                if self.is_partial(host) {
-                    // The job never saw it; it simply leaves the group.
-                    self.release(host, ReleaseCause::Vacated);
-                    self.set_state(host, SlotState::Suspended(None));
-                } else {
-                    let job = c.job;
-                    self.set_state(host, SlotState::Suspended(Some(c)));
-                    self.notify_hosts(host, job, true);
-                }
-            }
-            (SlotActivity::Suspended, SlotState::Idle | SlotState::Owner) => {
-                self.set_state(host, SlotState::Suspended(None));
-            }
-            (SlotActivity::Suspended, _) => {}
-            (SlotActivity::Vacated, SlotState::Claimed(_) | SlotState::Suspended(Some(_))) => {
-                self.release(host, ReleaseCause::Vacated);
-                self.set_state(host, SlotState::Owner);
-            }
-            (SlotActivity::Vacated, SlotState::Idle | SlotState::Suspended(None)) => {
-                self.set_state(host, SlotState::Owner);
-            }
-            (SlotActivity::Vacated, _) => {}
-        }
-        Some(host)
-    }
-
-    // ------------------------------------------------------------- job inputs
-
-    /// A job was created; `owner` goes into its ad as `Owner`, beside `JobId`.
-    pub fn on_job_created(&mut self, job: JobId, owner: &str) {
-        let mut ad = ClassAd::with_capacity(2);
-        ad.insert_value("Owner", Value::str(owner));
-        ad.insert_value("JobId", Value::Int(job.0 as i64));
-        let seq = self.next_job_seq;
-        self.next_job_seq += 1;
-        self.jobs.entry(job).or_insert(Job {
-            ad,
-            owner: owner.to_string(),
-            classes: BTreeMap::new(),
-            hosts: BTreeMap::new(),
-            subs: Vec::new(),
-            sub_reqs: Default::default(),
-            seq,
-            limits: BTreeMap::new(),
-            ranks: BTreeMap::new(),
-            phase: Phase::Attached,
-            possible: None,
-        });
-    }
-
-    /// Adds a submitted job's own attributes (`+Name = value`, `JobBatchName`,
-    /// `RequestCpus`...) to its ad, where machines' `Requirements` and `Rank`
-    /// read them as `TARGET.Name`. `Owner` and `JobId` stay the pool's, and
-    /// an expression that does not parse (the door checked it) is skipped.
-    pub fn set_job_attributes(&mut self, job: JobId, attributes: &[(String, String)]) {
-        let Some(j) = self.jobs.get_mut(&job) else {
-            return;
-        };
-        for (name, text) in attributes {
-            if name.eq_ignore_ascii_case("Owner") || name.eq_ignore_ascii_case("JobId") {
-                continue;
-            }
-            if let Ok(expr) = classad::parse_expr(text) {
-                j.ad.insert(name, expr);
-            }
-        }
-    }
-
-    /// A job ended: its pending requests are dropped and its hosts go back to
-    /// the pool ([`super::Effect::Released`] with [`ReleaseCause::JobEnded`] for each).
-    pub fn on_job_ended(&mut self, job: JobId) {
-        let Some(j) = self.jobs.get(&job) else {
-            return;
-        };
-        let announced: Vec<HostId> = j.hosts.keys().copied().collect();
-        let mut freed = Vec::new();
-        let seqs: Vec<u64> = self
-            .groups
-            .range((job, String::new())..)
-            .take_while(|((j, _), _)| *j == job)
-            .flat_map(|(_, seqs)| seqs.iter().copied())
-            .collect();
-        for seq in seqs {
-            freed.extend(self.remove_pending(seq).partial);
-        }
-        let mut suspended = Vec::new();
-        for h in announced {
-            self.release(h, ReleaseCause::JobEnded);
-            match self.get_slot(h).state {
-                SlotState::Claimed(_) => freed.push(h),
-                _ => suspended.push(h),
-            }
-        }
-        self.forget_recorded_claims(job);
-        if let Some(j) = self.jobs.remove(&job) {
-            self.running.remove(&job);
-            if j.phase == Phase::Waiting {
-                self.drop_waiting(job, j.seq);
-            }
-        }
-        for h in suspended {
-            self.set_state(h, SlotState::Suspended(None));
-        }
-        self.offer_all(freed);
-    }
-
-    /// A process went away: its pending requests and subscriptions are dropped
-    /// (nobody is left to tell), and hosts held for them go back to the pool.
-    pub fn on_requester_gone(&mut self, process: ProcessId) {
-        let mut freed = Vec::new();
-        let seqs: Vec<u64> = self
-            .pending_by_req
-            .iter()
-            .filter(|(r, _)| r.process == process)
-            .map(|(_, &seq)| seq)
-            .collect();
-        for seq in seqs {
-            freed.extend(self.remove_pending(seq).partial);
-        }
-        for j in self.jobs.values_mut() {
-            j.retain_subs(|s| s.req.process != process);
-        }
-        self.offer_all(freed);
-    }
-
-    /// A process was started on a host of its job (it is busy until it exits).
-    pub fn on_process_spawned(&mut self, host: HostId, process: ProcessId) {
-        if self
-            .find_slot(host)
-            .is_some_and(|s| s.state.claim().is_some())
-        {
-            self.get_slot_mut(host).busy.insert(process);
-        }
-    }
-
-    /// A process on a host ended.
-    pub fn on_process_exited(&mut self, host: HostId, process: ProcessId) {
-        if self.find_slot(host).is_some() {
-            self.get_slot_mut(host).busy.remove(&process);
-        }
+    /// Every online machine.
+    pub(super) fn online(&self) -> impl Iterator<Item = &Machine> {
+        self.machines.iter().filter(|m| m.online)
     }
 }

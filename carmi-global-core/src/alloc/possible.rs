@@ -7,7 +7,7 @@
 //!
 //! The answer depends only on the online slots, the machines' ads and the
 //! job's classes, so it is kept per job and computed again only after one of
-//! those changed (`Allocator::pool_gen`). Only waiting jobs are asked, and
+//! those changed (`Verdicts::pool_gen`). Only waiting jobs are asked, and
 //! their classes change only when a held job is released (run-time classes,
 //! exclusions and `DelHosts` come from a running job's processes). A shrinking pool may make a job
 //! that kept slots impossible: the queue is then settled again, so that the
@@ -17,8 +17,32 @@ use std::collections::HashMap;
 
 use carmi_proto::ids::{HostId, JobId};
 
+use super::Allocator;
+use super::job::{Job, member};
 use super::matching::match_all;
-use super::{Allocator, Job, MachineIdx, SlotState, member};
+use super::pool::MachineIdx;
+
+/// What is known of which waiting jobs could ever start.
+#[derive(Default)]
+pub(super) struct Verdicts {
+    /// Bumped whenever online slots, machine ads, exclusions or a job's
+    /// classes change: which jobs could ever start is computed again.
+    pub(super) pool_gen: u64,
+    /// Verdicts by cluster of waiting jobs, as of `pool_gen` (cleared when
+    /// it moves): `None` inside when the cluster's jobs could start.
+    pub(super) by_cluster: HashMap<u64, Option<String>>,
+    /// Verdicts worked out over the online slots (see
+    /// [`Allocator::possible_judged`]).
+    pub(super) judged: u64,
+}
+
+impl Verdicts {
+    /// The pool changed: every verdict is stale.
+    fn invalidate(&mut self) {
+        self.pool_gen += 1;
+        self.by_cluster.clear();
+    }
+}
 
 /// Why `job` cannot start on `online`, given a membership test by class name
 /// and host: the first class with more minimum than matching slots, else
@@ -80,35 +104,22 @@ fn minimums(job: &Job) -> Vec<(String, u32)> {
 }
 
 impl Allocator {
-    /// Online slots, in any state but offline.
-    fn online_hosts(&self) -> Vec<HostId> {
-        self.slots
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.state != SlotState::Offline)
-            .map(|(i, _)| HostId(i as u64 + 1))
-            .collect()
-    }
-
     /// Why `job` cannot start in the pool as it is, whatever the other jobs
     /// hold (`carmi q` shows it); `None` when some set of online slots meets
     /// its minimums, or the job is unknown.
     pub fn impossible(&self, job: JobId) -> Option<String> {
         let j = self.jobs.get(&job)?;
         if let Some((generation, why)) = &j.possible
-            && *generation == self.pool_gen
+            && *generation == self.verdicts.pool_gen
         {
             return why.clone();
         }
         // Not tried since the pool changed: evaluated without the
         // membership caches, which need `&mut`.
-        let online = self.online_hosts();
+        let online = self.pool.online_hosts();
         why_impossible(&minimums(j), &online, |class, host| {
-            let m = &self.machines[self.get_slot(host).machine.0 as usize];
-            let c = &j.classes[class];
-            !c.excluded.contains(&self.get_slot(host).machine)
-                && m.ad.eval_expr(&c.expr, Some(&j.ad)).is_true()
-                && (!m.has_requirements || classad::matching::accepts(&m.ad, &j.ad))
+            let m = self.pool.get_slot(host).machine;
+            j.classes[class].admits(m, self.pool.machine(m), &j.ad)
         })
     }
 
@@ -119,25 +130,28 @@ impl Allocator {
             return false;
         };
         if let Some((generation, why)) = &j.possible
-            && *generation == self.pool_gen
+            && *generation == self.verdicts.pool_gen
         {
             return why.is_none();
         }
         // Jobs of one cluster ask for the same (see `queue`): one verdict serves all.
-        let cluster = self.clusters.of(job);
-        if let Some(why) = cluster.and_then(|c| self.cluster_possible.get(&c)).cloned() {
+        let cluster = self.waiting.of(job);
+        if let Some(why) = cluster
+            .and_then(|c| self.verdicts.by_cluster.get(&c))
+            .cloned()
+        {
             let ok = why.is_none();
             if let Some(j) = self.jobs.get_mut(&job) {
-                j.possible = Some((self.pool_gen, why));
+                j.possible = Some((self.verdicts.pool_gen, why));
             }
             return ok;
         }
         let needs = minimums(j);
-        self.judged += 1;
-        let online = self.online_hosts();
+        self.verdicts.judged += 1;
+        let online = self.pool.online_hosts();
         let why = {
-            let (jobs, machines, slots) = (&mut self.jobs, &self.machines, &self.slots);
-            let clock = self.clock;
+            let (jobs, machines, slots) = (&mut self.jobs, &self.pool.machines, &self.pool.slots);
+            let clock = self.clock.unix;
             why_impossible(&needs, &online, |class, host| {
                 member(
                     jobs,
@@ -151,10 +165,10 @@ impl Allocator {
         };
         let ok = why.is_none();
         if let Some(c) = cluster {
-            self.cluster_possible.insert(c, why.clone());
+            self.verdicts.by_cluster.insert(c, why.clone());
         }
         if let Some(j) = self.jobs.get_mut(&job) {
-            j.possible = Some((self.pool_gen, why));
+            j.possible = Some((self.verdicts.pool_gen, why));
         }
         ok
     }
@@ -163,7 +177,7 @@ impl Allocator {
     /// over the online slots rather than taken from what is kept: what a
     /// test reads to see that a change costs what it touches.
     pub fn possible_judged(&self) -> u64 {
-        self.judged
+        self.verdicts.judged
     }
 
     /// Brings the verdict of every waiting job up to date (one evaluation
@@ -171,7 +185,7 @@ impl Allocator {
     /// [`Allocator::impossible`] answers `carmi q` from them, however long
     /// the queue.
     pub fn judge_waiting(&mut self) {
-        let waiting: Vec<JobId> = self.queue.values().copied().collect();
+        let waiting: Vec<JobId> = self.waiting.queue.values().copied().collect();
         for job in waiting {
             self.possible(job);
         }
@@ -180,8 +194,7 @@ impl Allocator {
     /// The pool (online slots, ads, exclusions) or a job's classes changed:
     /// what was known about which jobs could ever start is stale.
     pub(super) fn pool_changed(&mut self) {
-        self.pool_gen += 1;
-        self.cluster_possible.clear();
+        self.verdicts.invalidate();
     }
 
     /// Whether machine `m` belongs to each class with a minimum of the first
@@ -189,11 +202,11 @@ impl Allocator {
     /// ad: taken before and after an ad changes, so that only the clusters
     /// it changed anything for are judged again ([`Allocator::ad_changed`]).
     pub(super) fn kept_membership(&mut self, m: MachineIdx) -> Vec<(u64, Vec<bool>)> {
-        let mut clusters: Vec<u64> = self.cluster_possible.keys().copied().collect();
+        let mut clusters: Vec<u64> = self.verdicts.by_cluster.keys().copied().collect();
         clusters.sort_unstable();
         let mut out = Vec::with_capacity(clusters.len());
         for c in clusters {
-            let Some(job) = self.clusters.first_job(c) else {
+            let Some(job) = self.waiting.first_job(c) else {
                 continue;
             };
             let Some(j) = self.jobs.get(&job) else {
@@ -202,7 +215,14 @@ impl Allocator {
             let bits = minimums(j)
                 .into_iter()
                 .map(|(class, _)| {
-                    member(&mut self.jobs, &self.machines, self.clock, job, &class, m)
+                    member(
+                        &mut self.jobs,
+                        &self.pool.machines,
+                        self.clock.unix,
+                        job,
+                        &class,
+                        m,
+                    )
                 })
                 .collect();
             out.push((c, bits));
@@ -223,17 +243,17 @@ impl Allocator {
         let kept: HashMap<u64, Option<String>> = before
             .into_iter()
             .filter(|(c, bits)| after.get(c) == Some(bits))
-            .filter_map(|(c, _)| self.cluster_possible.get(&c).map(|w| (c, w.clone())))
+            .filter_map(|(c, _)| self.verdicts.by_cluster.get(&c).map(|w| (c, w.clone())))
             .collect();
         self.pool_changed();
-        self.cluster_possible = kept;
+        self.verdicts.by_cluster = kept;
     }
 
     /// After the pool changed: a waiting job that kept slots from the jobs
     /// behind it and can no longer start keeps nothing now, so the queue is
     /// settled again.
     pub(super) fn recheck_reserving(&mut self) {
-        let reserving: Vec<JobId> = self.clusters.reserving_jobs();
+        let reserving: Vec<JobId> = self.waiting.reserving_jobs();
         if reserving.into_iter().any(|job| !self.possible(job)) {
             self.dirty = true;
         }
@@ -253,7 +273,7 @@ impl Allocator {
     /// Whether machine `m` belongs to each class with a minimum of each
     /// job that kept slots in the last pass, by the machine's current ad.
     pub(super) fn reserving_membership(&mut self, m: MachineIdx) -> Vec<bool> {
-        let mut jobs = self.clusters.reserving_jobs();
+        let mut jobs = self.waiting.reserving_jobs();
         jobs.sort();
         let mut out = Vec::new();
         for job in jobs {
@@ -263,8 +283,8 @@ impl Allocator {
             for (class, _) in minimums(j) {
                 out.push(member(
                     &mut self.jobs,
-                    &self.machines,
-                    self.clock,
+                    &self.pool.machines,
+                    self.clock.unix,
                     job,
                     &class,
                     m,
@@ -279,7 +299,7 @@ impl Allocator {
     pub(super) fn head(&mut self) -> Option<JobId> {
         // In pass order (users by priority, then submit order); jobs of one
         // cluster are possible or not alike, so their first one answers.
-        let heads = self.clusters.heads();
+        let heads = self.waiting.heads();
         heads
             .into_values()
             .map(|(job, _)| job)

@@ -42,17 +42,20 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use carmi_proto::ids::JobId;
+use carmi_proto::ids::{HostId, JobId};
 
-use super::{Allocator, HostId, Phase, SlotState};
-use crate::alloc::jobs::ClassLimits;
+use super::{Allocator, ClassLimits, Phase, SlotState};
 
 /// A cluster's signature, owner, and waiting jobs (submit order, job).
 type Members = (String, String, BTreeSet<(u64, JobId)>);
 
-/// Waiting jobs by cluster.
+/// The waiting jobs, in submit order and by cluster.
 #[derive(Debug, Default)]
-pub(super) struct Clusters {
+pub(super) struct Waiting {
+    /// Submitted jobs waiting for their minimums, by submit order.
+    pub(super) queue: BTreeMap<u64, JobId>,
+    /// Start attempts so far (see [`Allocator::start_attempts`]).
+    pub(super) tries: u64,
     /// Signature -> cluster id.
     by_signature: HashMap<String, u64>,
     /// Cluster id -> its signature, its owner and its waiting jobs by submit order.
@@ -77,7 +80,7 @@ pub(super) struct Clusters {
     user_rank: HashMap<String, usize>,
 }
 
-impl Clusters {
+impl Waiting {
     /// Number of clusters (for tests and logs).
     pub(super) fn len(&self) -> usize {
         self.members.len()
@@ -91,6 +94,7 @@ impl Clusters {
     /// Adds a job at the end of its cluster; true when the cluster is new
     /// (no identical job waits ahead of it).
     fn join(&mut self, job: JobId, seq: u64, signature: String, owner: &str) -> bool {
+        self.queue.insert(seq, job);
         let fresh = !self.by_signature.contains_key(&signature);
         let id = match self.by_signature.get(&signature) {
             Some(&id) => id,
@@ -118,7 +122,11 @@ impl Clusters {
         !self.fresh.is_empty()
     }
 
+    /// Takes a job off the queue, if it waits.
     fn leave(&mut self, job: JobId, seq: u64) {
+        if self.queue.remove(&seq).is_none() {
+            return;
+        }
         self.reserving.remove(&job);
         let Some(id) = self.of_job.remove(&job) else {
             return;
@@ -217,13 +225,12 @@ impl Allocator {
     pub(super) fn enqueue(&mut self, job: JobId, owner: &str, classes: &[ClassLimits]) {
         let j = self.jobs.get_mut(&job).expect("enqueuing a live job");
         j.phase = Phase::Waiting;
-        self.queue.insert(j.seq, job);
         let fresh = self
-            .clusters
+            .waiting
             .join(job, j.seq, signature(job, owner, classes), owner);
         if fresh {
-            if self.clusters.comes_last(owner) {
-                self.clusters.fresh.push(job);
+            if self.waiting.comes_last(owner) {
+                self.waiting.fresh.push(job);
             } else {
                 // Its owner comes before a waiting one (or was never
                 // ranked): only a full pass tries it in its place.
@@ -234,9 +241,7 @@ impl Allocator {
 
     /// Takes a job off the queue (it started, was recovered running, or ended).
     pub(super) fn dequeue(&mut self, job: JobId, seq: u64) {
-        if self.queue.remove(&seq).is_some() {
-            self.clusters.leave(job, seq);
-        }
+        self.waiting.leave(job, seq);
     }
 
     /// Takes a waiting job that ended off the queue. Slots it kept for its
@@ -244,18 +249,18 @@ impl Allocator {
     /// again, unless it kept none (an identical job waits ahead of it, or
     /// no free slot could serve it).
     pub(super) fn drop_waiting(&mut self, job: JobId, seq: u64) {
-        if self.clusters.reserving.contains(&job) {
+        if self.waiting.reserving.contains(&job) {
             self.dirty = true;
         }
         self.dequeue(job, seq);
     }
 
     /// Tries `job`, waiting behind jobs that left `free` (see
-    /// [`Clusters::tail`]); true when it started. When it did not, `free`
+    /// [`Waiting::tail`]); true when it started. When it did not, `free`
     /// loses the slots it could use, and it is marked reserving if that
     /// took any, or if it is the head.
     fn try_in_turn(&mut self, job: JobId, free: &mut Option<Vec<HostId>>) -> bool {
-        self.tries += 1;
+        self.waiting.tries += 1;
         // A job whose minimums no set of online slots meets cannot start
         // whatever is kept for it: it waits (the pool may grow) without
         // holding back the jobs behind it, or one impossible request would
@@ -271,7 +276,7 @@ impl Allocator {
         }
         if self.try_start(job, free.as_deref()) {
             if let Some(f) = free {
-                f.retain(|&h| matches!(self.get_slot(h).state, SlotState::Idle));
+                f.retain(|&h| matches!(self.pool.get_slot(h).state, SlotState::Idle));
             }
             return true;
         }
@@ -279,13 +284,11 @@ impl Allocator {
             return false;
         }
         let head = free.is_none();
-        let mut f = free
-            .take()
-            .unwrap_or_else(|| self.idle.iter().map(|&(_, h)| h).collect());
+        let mut f = free.take().unwrap_or_else(|| self.pool.idle_hosts());
         let before = f.len();
         f.retain(|&h| !self.needs_for_minimum(job, h));
         if head || f.len() < before {
-            self.clusters.reserving.insert(job);
+            self.waiting.reserving.insert(job);
         }
         *free = Some(f);
         false
@@ -295,11 +298,11 @@ impl Allocator {
     /// would have tried them last. One that starts calls for a full pass
     /// (hosts it took from running jobs, shares to even out).
     pub(super) fn start_fresh(&mut self) {
-        let mut free = self.clusters.tail.take().map(|mut f| {
-            f.retain(|&h| matches!(self.get_slot(h).state, SlotState::Idle));
+        let mut free = self.waiting.tail.take().map(|mut f| {
+            f.retain(|&h| matches!(self.pool.get_slot(h).state, SlotState::Idle));
             f
         });
-        for job in std::mem::take(&mut self.clusters.fresh) {
+        for job in std::mem::take(&mut self.waiting.fresh) {
             let Some(seq) = self
                 .jobs
                 .get(&job)
@@ -316,7 +319,7 @@ impl Allocator {
                 self.dirty = true;
             }
         }
-        self.clusters.tail = free;
+        self.waiting.tail = free;
     }
 
     /// Ranks the owners for a full pass: best fair-share priority first
@@ -327,7 +330,7 @@ impl Allocator {
     fn rank_users(&mut self) {
         let mut oldest: HashMap<&str, u64> = HashMap::new();
         let waiting = self
-            .clusters
+            .waiting
             .members
             .values()
             .filter_map(|(_, owner, jobs)| jobs.first().map(|&(seq, _)| (owner.as_str(), seq)));
@@ -349,7 +352,7 @@ impl Allocator {
             .enumerate()
             .map(|(i, (_, _, u))| (u.to_string(), i))
             .collect();
-        self.clusters.user_rank = rank;
+        self.waiting.user_rank = rank;
     }
 
     /// A job's place in the pass order: its owner's rank, then its submit
@@ -357,7 +360,7 @@ impl Allocator {
     /// in this order).
     pub(super) fn pass_key(&self, job: JobId) -> (usize, u64) {
         let j = &self.jobs[&job];
-        (self.clusters.rank(&j.owner), j.seq)
+        (self.waiting.rank(&j.owner), j.seq)
     }
 
     /// The waiting jobs in the order the queue is settled in (users by
@@ -365,9 +368,10 @@ impl Allocator {
     /// a test's oracle walks, as a pass that skipped nothing would.
     pub fn pass_order(&self) -> Vec<JobId> {
         let mut waiting: Vec<((usize, u64), JobId)> = self
+            .waiting
             .queue
             .iter()
-            .map(|(&seq, &job)| ((self.clusters.rank(&self.jobs[&job].owner), seq), job))
+            .map(|(&seq, &job)| ((self.waiting.rank(&self.jobs[&job].owner), seq), job))
             .collect();
         waiting.sort_unstable();
         waiting.into_iter().map(|(_, job)| job).collect()
@@ -378,36 +382,36 @@ impl Allocator {
     /// may only take the idle slots no job ahead could use for a minimum.
     pub(super) fn start_waiting(&mut self) {
         // Every waiting job is seen here, the fresh ones too.
-        self.clusters.fresh.clear();
-        self.clusters.reserving.clear();
+        self.waiting.fresh.clear();
+        self.waiting.reserving.clear();
         self.rank_users();
         // Idle slots no job still waiting ahead could use for a minimum:
         // `None` while every earlier job has started.
         let mut free: Option<Vec<HostId>> = None;
-        let mut heads = self.clusters.heads();
+        let mut heads = self.waiting.heads();
         while let Some(((_, seq), (job, cluster))) = heads.pop_first() {
             if free.as_ref().is_some_and(|f| f.is_empty()) {
                 break;
             }
             if self.try_in_turn(job, &mut free) {
                 self.dequeue(job, seq);
-                if let Some((next, j)) = self.clusters.first(cluster) {
+                if let Some((next, j)) = self.waiting.first(cluster) {
                     heads.insert(next, (j, cluster));
                 }
             }
         }
-        self.clusters.tail = free;
+        self.waiting.tail = free;
     }
 
     /// How many times settling the queue tried to start a job, since the
     /// allocator was made: what a test reads to see that a pass visits one
     /// job per cluster, not every waiting job.
     pub fn start_attempts(&self) -> u64 {
-        self.tries
+        self.waiting.tries
     }
 
     /// How many clusters of identical waiting jobs the queue holds.
     pub fn waiting_clusters(&self) -> usize {
-        self.clusters.len()
+        self.waiting.len()
     }
 }

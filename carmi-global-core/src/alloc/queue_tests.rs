@@ -30,17 +30,17 @@ fn arm(s: &mut Sim, n: u32) {
     }
 }
 
+/// Submits `job` of `owner` with one class `c` of `expr` and minimum (and
+/// maximum) `min`.
+fn submit(s: &mut Sim, job: JobId, owner: &str, expr: &str, min: u32) {
+    s.step(|a| a.submit_job(job, owner, &[limits(expr, min)]))
+        .unwrap();
+}
+
+/// The jobs started, forgetting the hosts released (preempted) for them.
 fn take_started(s: &mut Sim) -> Vec<JobId> {
-    let mut out = Vec::new();
-    s.log.retain(|e| match e {
-        Effect::JobStarted { job } => {
-            out.push(*job);
-            false
-        }
-        Effect::Released { .. } => false,
-        _ => true,
-    });
-    out
+    s.log.retain(|e| !matches!(e, Effect::Released { .. }));
+    s.take_started()
 }
 
 #[test]
@@ -49,8 +49,7 @@ fn a_submit_into_a_long_queue_tries_one_job_per_cluster() {
     pool(&mut s, 4);
     arm(&mut s, 2);
     // A running job holds every X86_64 machine.
-    s.step(|a| a.submit_job(JobId(3000), "dave", &[limits("Arch == \"X86_64\"", 4)]))
-        .unwrap();
+    submit(&mut s, JobId(3000), "dave", "Arch == \"X86_64\"", 4);
     assert_eq!(take_started(&mut s), [JobId(3000)]);
     // A thousand jobs that wait for one of them: each pass would try every
     // one (idle slots stay free for the jobs behind), were they not clustered.
@@ -106,13 +105,10 @@ fn removing_a_waiting_head_lets_the_job_behind_it_start() {
     pool(&mut s, 2);
     // One slot runs a job; the head needs both and keeps the idle one for
     // itself; the job behind it may not take it.
-    s.step(|a| a.submit_job(JobId(1), "carol", &[limits("true", 1)]))
-        .unwrap();
+    submit(&mut s, JobId(1), "carol", "true", 1);
     assert_eq!(take_started(&mut s), [JobId(1)]);
-    s.step(|a| a.submit_job(JobId(2), "alice", &[limits("true", 2)]))
-        .unwrap();
-    s.step(|a| a.submit_job(JobId(3), "bob", &[limits("true", 1)]))
-        .unwrap();
+    submit(&mut s, JobId(2), "alice", "true", 2);
+    submit(&mut s, JobId(3), "bob", "true", 1);
     assert_eq!(take_started(&mut s), []);
     s.step(|a| a.on_job_ended(JobId(2)));
     assert_eq!(take_started(&mut s), [JobId(3)]);
@@ -140,8 +136,7 @@ fn jobs_that_all_differ_are_tried_one_per_submit_and_not_again_on_removal() {
     pool(&mut s, 4);
     arm(&mut s, 2);
     // A running job holds every X86_64 machine, which all the jobs below wait for.
-    s.step(|a| a.submit_job(JobId(3000), "dave", &[limits("Arch == \"X86_64\"", 4)]))
-        .unwrap();
+    submit(&mut s, JobId(3000), "dave", "Arch == \"X86_64\"", 4);
     assert_eq!(take_started(&mut s), [JobId(3000)]);
     for i in 1..=300 {
         let differs = [limits(&format!("Arch == \"X86_64\" && {i} > 0"), 1)];
@@ -152,8 +147,7 @@ fn jobs_that_all_differ_are_tried_one_per_submit_and_not_again_on_removal() {
     }
     assert_eq!(s.a.waiting_clusters(), 300);
     // A job behind them that fits starts on the slots none of them can use.
-    s.step(|a| a.submit_job(JobId(1000), "bob", &[limits("Arch == \"AARCH64\"", 2)]))
-        .unwrap();
+    submit(&mut s, JobId(1000), "bob", "Arch == \"AARCH64\"", 2);
     assert_eq!(take_started(&mut s), [JobId(1000)]);
     // Removing a job that kept no slot from anyone tries nothing; removing
     // the head (which may take hosts from running jobs) settles the queue.
@@ -170,18 +164,14 @@ fn a_job_tried_alone_keeps_its_slots_from_the_jobs_behind_it() {
     let mut s = Sim::new();
     pool(&mut s, 2);
     // One slot runs a job.
-    s.step(|a| a.submit_job(JobId(10), "dave", &[limits("true", 1)]))
-        .unwrap();
+    submit(&mut s, JobId(10), "dave", "true", 1);
     assert_eq!(take_started(&mut s), [JobId(10)]);
     // A head that cannot start keeps nothing from a job that fits elsewhere...
-    s.step(|a| a.submit_job(JobId(1), "alice", &[limits("Arch == \"PPC\"", 1)]))
-        .unwrap();
+    submit(&mut s, JobId(1), "alice", "Arch == \"PPC\"", 1);
     // ...then one that needs both slots keeps the idle one,
-    s.step(|a| a.submit_job(JobId(2), "bob", &[limits("true", 2)]))
-        .unwrap();
+    submit(&mut s, JobId(2), "bob", "true", 2);
     // so a small job behind it waits,
-    s.step(|a| a.submit_job(JobId(3), "carol", &[limits("true", 1)]))
-        .unwrap();
+    submit(&mut s, JobId(3), "carol", "true", 1);
     assert_eq!(take_started(&mut s), []);
     // and starts once the job that kept the slots is removed.
     s.step(|a| a.on_job_ended(JobId(2)));
@@ -204,8 +194,8 @@ fn could_start(a: &mut Allocator, job: JobId, free: Option<&[HostId]>) -> bool {
             .map(|class| {
                 (0..cands.len())
                     .filter(|&i| {
-                        let m = a.get_slot(cands[i]).machine;
-                        member(&mut a.jobs, &a.machines, a.clock, job, class, m)
+                        let m = a.pool.get_slot(cands[i]).machine;
+                        member(&mut a.jobs, &a.pool.machines, a.clock.unix, job, class, m)
                     })
                     .collect()
             })
@@ -213,7 +203,7 @@ fn could_start(a: &mut Allocator, job: JobId, free: Option<&[HostId]>) -> bool {
     };
     let mut cands: Vec<HostId> = match free {
         Some(f) => f.to_vec(),
-        None => a.idle.iter().map(|&(_, h)| h).collect(),
+        None => a.pool.idle_hosts(),
     };
     let matched = |lists: &[Vec<usize>], n: usize| {
         let one_each: Vec<usize> = (0..lists.len()).collect();
@@ -232,7 +222,7 @@ fn could_start(a: &mut Allocator, job: JobId, free: Option<&[HostId]>) -> bool {
 /// The queue is settled: going through every waiting job in pass order,
 /// as a pass that skipped nothing would, none could start.
 fn assert_settled(a: &mut Allocator) {
-    let mut waiting: Vec<JobId> = a.queue.values().copied().collect();
+    let mut waiting: Vec<JobId> = a.waiting.queue.values().copied().collect();
     waiting.sort_by_key(|&w| a.pass_key(w));
     let mut free: Option<Vec<HostId>> = None;
     for job in waiting {
@@ -247,9 +237,7 @@ fn assert_settled(a: &mut Allocator) {
         if a.impossible(job).is_some() {
             continue;
         }
-        let mut f = free
-            .take()
-            .unwrap_or_else(|| a.idle.iter().map(|&(_, h)| h).collect());
+        let mut f = free.take().unwrap_or_else(|| a.pool.idle_hosts());
         f.retain(|&h| !a.needs_for_minimum(job, h));
         free = Some(f);
     }
@@ -268,6 +256,7 @@ fn assert_started_in_turn(a: &mut Allocator, started: &[JobId]) {
         // keeps nothing).
         let key = a.pass_key(job);
         let ahead: Vec<JobId> = a
+            .waiting
             .queue
             .values()
             .copied()
@@ -414,10 +403,8 @@ fn the_job_behind_a_removed_head_may_take_hosts_above_minimums_as_the_new_head()
     // A head that needs both slots, which the one surplus host cannot
     // serve (no idle slot to keep: it keeps nothing but its place), and
     // behind it a job that could take the surplus host, were it the head.
-    s.step(|a| a.submit_job(JobId(2), "bob", &[limits("true", 2)]))
-        .unwrap();
-    s.step(|a| a.submit_job(JobId(3), "carol", &[limits("true", 1)]))
-        .unwrap();
+    submit(&mut s, JobId(2), "bob", "true", 2);
+    submit(&mut s, JobId(3), "carol", "true", 1);
     assert_eq!(take_started(&mut s), []);
     s.step(|a| a.on_job_ended(JobId(2)));
     assert_eq!(take_started(&mut s), [JobId(3)]);
@@ -435,8 +422,7 @@ fn a_busy_machine_s_new_ad_settles_the_queue_only_if_the_head_could_use_it() {
     s.step(|a| a.submit_job(JobId(1), "alice", &grows)).unwrap();
     s.sleep(1);
     s.step(|a| a.on_master_running(JobId(1)));
-    s.step(|a| a.submit_job(JobId(2), "bob", &[limits("Arch == \"PPC\"", 1)]))
-        .unwrap();
+    submit(&mut s, JobId(2), "bob", "Arch == \"PPC\"", 1);
     assert_eq!(take_started(&mut s), [JobId(1)]);
     s.log.clear();
     // Both machines are busy. A heartbeat that changes nothing the head

@@ -4,41 +4,55 @@
 use carmi_proto::ids::{HostId, JobId, RequestId};
 use carmi_proto::msg::{ClassDef, Failure, FailureCode, Reply, SpawnTarget};
 
-use super::{
-    Allocator, Class, Effect, Pending, Rank, ReleaseCause, ReqRef, SlotState, SpeedKey, Sub,
-    SubKind, host_list,
-};
+use super::job::{Class, Rank, Sub, SubKind};
+use super::pending::Pending;
+use super::pool::SpeedKey;
+use super::{Allocator, ReleaseCause, ReqRef, SlotState, host_list};
+
+/// A `DefineClass`'s expression and rank, parsed; else what is wrong, with
+/// the line and a caret under the column.
+fn parse_class(
+    name: &str,
+    expression: &str,
+    rank: Option<&str>,
+) -> Result<(classad::Expr, Option<Rank>), String> {
+    let bad = |what: &str, e: classad::ParseError| {
+        format!(
+            "class `{name}`: {what}line {}, column {}: {}\n  {}\n  {:>width$}",
+            e.line,
+            e.column,
+            e.message,
+            e.line_text,
+            "^",
+            width = e.column
+        )
+    };
+    let expr = classad::parse_expr(expression).map_err(|e| bad("", e))?;
+    let rank = match rank {
+        Some(text) => {
+            let expr = classad::parse_expr(text).map_err(|e| bad("rank: ", e))?;
+            let text = text.to_string();
+            Some(Rank { text, expr })
+        }
+        None => None,
+    };
+    Ok((expr, rank))
+}
 
 impl Allocator {
-    fn fail(&mut self, job: JobId, request: ReqRef, code: FailureCode, message: String) {
-        self.effects.push(Effect::Failed {
-            job,
-            request,
-            failure: Failure { code, message },
-        });
-    }
-
-    fn done(&mut self, job: JobId, request: ReqRef, reply: Reply) {
-        self.effects.push(Effect::Done {
-            job,
-            request,
-            reply,
-        });
-    }
-
     /// True when the job exists; otherwise fails the request.
     fn check_job(&mut self, job: JobId, req: ReqRef) -> bool {
         if self.is_held(job) {
             // Its processes were killed as it was held; a request still in
             // flight must not claim hosts for it.
             let message = format!("job {job} is held");
-            self.fail(job, req, FailureCode::Unavailable, message);
+            self.out.fail(job, req, FailureCode::Unavailable, message);
             return false;
         }
         if self.jobs.contains_key(&job) {
             return true;
         }
-        self.fail(
+        self.out.fail(
             job,
             req,
             FailureCode::Invalid,
@@ -58,7 +72,7 @@ impl Allocator {
         } else {
             format!("it has {}", known.join(", "))
         };
-        self.fail(
+        self.out.fail(
             job,
             req,
             FailureCode::UnknownClass,
@@ -66,17 +80,26 @@ impl Allocator {
         );
     }
 
+    /// True when `req` may become outstanding: its id is not outstanding
+    /// already, and the job has room for one more; otherwise fails it.
+    fn check_new_request(&mut self, job: JobId, req: ReqRef) -> bool {
+        if self.is_outstanding(job, req) {
+            let message = format!(
+                "request id {} is already outstanding; use a fresh id",
+                req.id
+            );
+            self.out.fail(job, req, FailureCode::Invalid, message);
+            return false;
+        }
+        self.check_room(job, req)
+    }
+
     /// Fails the request when the job already has
     /// [`MAX_OUTSTANDING_PER_JOB`](carmi_proto::limits::MAX_OUTSTANDING_PER_JOB)
     /// requests outstanding (pending `AddHosts` and subscriptions).
     fn check_room(&mut self, job: JobId, req: ReqRef) -> bool {
         let max = carmi_proto::limits::MAX_OUTSTANDING_PER_JOB;
-        let pending: usize = self
-            .groups
-            .range((job, String::new())..)
-            .take_while(|((j, _), _)| *j == job)
-            .map(|(_, g)| g.len())
-            .sum();
+        let pending = self.pending.count_of_job(job);
         let outstanding = pending + self.jobs[&job].subs.len();
         if outstanding < max {
             return true;
@@ -91,7 +114,7 @@ impl Allocator {
             "{}; cancel some (CancelRequest) first",
             e.err().map(|e| e.to_string()).unwrap_or_default()
         );
-        self.fail(job, req, FailureCode::Invalid, message);
+        self.out.fail(job, req, FailureCode::Invalid, message);
         false
     }
 
@@ -103,13 +126,13 @@ impl Allocator {
     }
 
     fn is_outstanding(&self, job: JobId, req: ReqRef) -> bool {
-        self.pending_by_req.contains_key(&req) || self.jobs[&job].sub_reqs.contains(&req)
+        self.pending.by_req.contains_key(&req) || self.jobs[&job].sub_reqs.contains(&req)
     }
 
     /// Checks that `hosts` is non-empty and all announced to the job; fails the request otherwise.
     fn check_own_hosts(&mut self, job: JobId, req: ReqRef, what: &str, hosts: &[HostId]) -> bool {
         if hosts.is_empty() {
-            self.fail(
+            self.out.fail(
                 job,
                 req,
                 FailureCode::Invalid,
@@ -123,7 +146,7 @@ impl Allocator {
                 "{what}: host {bad} is not allocated to job {job} (its hosts: {})",
                 host_list(&j.hosts.keys().copied().collect::<Vec<_>>())
             );
-            self.fail(job, req, FailureCode::NotYourHost, message);
+            self.out.fail(job, req, FailureCode::NotYourHost, message);
             return false;
         }
         true
@@ -138,22 +161,15 @@ impl Allocator {
             let message = format!(
                 "AddHosts needs a count and an increment of at least 1 (got count {count}, increment {increment})"
             );
-            return self.fail(job, req, FailureCode::Invalid, message);
+            return self.out.fail(job, req, FailureCode::Invalid, message);
         }
         if !self.jobs[&job].classes.contains_key(class) {
             return self.unknown_class(job, req, class);
         }
-        if self.is_outstanding(job, req) {
-            let message = format!(
-                "request id {} is already outstanding; use a fresh id",
-                req.id
-            );
-            return self.fail(job, req, FailureCode::Invalid, message);
-        }
-        if !self.check_room(job, req) {
+        if !self.check_new_request(job, req) {
             return;
         }
-        let seq = self.push_pending(Pending {
+        let seq = self.pending.push(Pending {
             req,
             job,
             class: class.to_string(),
@@ -182,13 +198,13 @@ impl Allocator {
                     *max = max.saturating_sub(1).max(*min);
                 }
                 self.release(h, ReleaseCause::Deleted);
-                match self.get_slot(h).state {
+                match self.pool.get_slot(h).state {
                     SlotState::Claimed(_) => freed.push(h),
                     _ => self.set_state(h, SlotState::Suspended(None)),
                 }
             }
         }
-        self.done(job, req, Reply::HostsRemoved(removed));
+        self.out.done(job, req, Reply::HostsRemoved(removed));
         self.offer_all(freed);
     }
 
@@ -201,14 +217,14 @@ impl Allocator {
             process: req.process,
             id: target,
         };
-        if let Some(&seq) = self.pending_by_req.get(&t) {
+        if let Some(&seq) = self.pending.by_req.get(&t) {
             let p = self.remove_pending(seq);
             let message = format!(
                 "AddHosts {target} was cancelled by request {} with {} of its hosts still to come",
                 req.id, p.remaining
             );
-            self.fail(p.job, t, FailureCode::Cancelled, message);
-            self.done(job, req, Reply::Ok);
+            self.out.fail(p.job, t, FailureCode::Cancelled, message);
+            self.out.done(job, req, Reply::Ok);
             self.offer_all(p.partial);
             return;
         }
@@ -216,14 +232,14 @@ impl Allocator {
         if j.sub_reqs.contains(&t) {
             j.retain_subs(|s| s.req != t);
             let message = format!("subscription {target} was cancelled by request {}", req.id);
-            self.fail(job, t, FailureCode::Cancelled, message);
-            self.done(job, req, Reply::Ok);
+            self.out.fail(job, t, FailureCode::Cancelled, message);
+            self.out.done(job, req, Reply::Ok);
             return;
         }
         let message = format!(
             "request {target} is not outstanding: only a pending AddHosts or a notification subscription can be cancelled"
         );
-        self.fail(job, req, FailureCode::Invalid, message);
+        self.out.fail(job, req, FailureCode::Invalid, message);
     }
 
     /// `Config`: the job's hosts.
@@ -234,9 +250,9 @@ impl Allocator {
         let hosts = self.jobs[&job]
             .hosts
             .iter()
-            .map(|(&h, c)| self.host_info(h, c))
+            .map(|(&h, c)| self.pool.host_info(h, c))
             .collect();
-        self.done(job, req, Reply::Hosts(hosts));
+        self.out.done(job, req, Reply::Hosts(hosts));
     }
 
     /// `GetHostInfo`: one host of the job with its whole machine ad.
@@ -244,8 +260,8 @@ impl Allocator {
         if !self.check_job(job, req) || !self.check_own_hosts(job, req, "GetHostInfo", &[host]) {
             return;
         }
-        let info = self.host_info(host, &self.jobs[&job].hosts[&host]);
-        self.done(job, req, Reply::Host(info));
+        let info = self.pool.host_info(host, &self.jobs[&job].hosts[&host]);
+        self.out.done(job, req, Reply::Host(info));
     }
 
     /// `AddNotify`: be told of every host of `class` added to the job.
@@ -281,21 +297,14 @@ impl Allocator {
     }
 
     fn subscribe(&mut self, job: JobId, req: ReqRef, kind: SubKind) {
-        if self.is_outstanding(job, req) {
-            let message = format!(
-                "request id {} is already outstanding; use a fresh id",
-                req.id
-            );
-            return self.fail(job, req, FailureCode::Invalid, message);
-        }
-        if !self.check_room(job, req) {
+        if !self.check_new_request(job, req) {
             return;
         }
         self.jobs
             .get_mut(&job)
             .expect("checked by the caller")
             .push_sub(Sub { req, kind });
-        self.done(job, req, Reply::Ok);
+        self.out.done(job, req, Reply::Ok);
     }
 
     /// `GetClassDefinitions`.
@@ -314,14 +323,14 @@ impl Allocator {
                     let mut names: Vec<String> = c
                         .excluded
                         .iter()
-                        .map(|m| self.machines[m.0 as usize].name.clone())
+                        .map(|m| self.pool.machine(*m).name.clone())
                         .collect();
                     names.sort();
                     names
                 },
             })
             .collect();
-        self.done(job, req, Reply::Classes(defs));
+        self.out.done(job, req, Reply::Classes(defs));
     }
 
     /// `DefineClass` without a rank (see [`Allocator::define_class_ranked`]).
@@ -346,7 +355,7 @@ impl Allocator {
         }
         if name.trim().is_empty() {
             let message = "DefineClass needs a class name".to_string();
-            return self.fail(job, req, FailureCode::Invalid, message);
+            return self.out.fail(job, req, FailureCode::Invalid, message);
         }
         let classes = &self.jobs[&job].classes;
         if !classes.contains_key(name) {
@@ -360,71 +369,26 @@ impl Allocator {
                 "classes",
             ) {
                 let message = format!("{e}; redefine or remove one (RemoveClass)");
-                return self.fail(job, req, FailureCode::Invalid, message);
+                return self.out.fail(job, req, FailureCode::Invalid, message);
             }
         }
-        let expr = match classad::parse_expr(expression) {
-            Ok(e) => e,
-            Err(e) => {
-                let message = format!(
-                    "class `{name}`: line {}, column {}: {}\n  {}\n  {:>width$}",
-                    e.line,
-                    e.column,
-                    e.message,
-                    e.line_text,
-                    "^",
-                    width = e.column
-                );
-                return self.fail(job, req, FailureCode::BadExpression, message);
-            }
-        };
-        let rank_text = rank;
-        let rank = match rank.map(classad::parse_expr).transpose() {
-            Ok(r) => r,
-            Err(e) => {
-                let message = format!(
-                    "class `{name}`: rank: line {}, column {}: {}\n  {}\n  {:>width$}",
-                    e.line,
-                    e.column,
-                    e.message,
-                    e.line_text,
-                    "^",
-                    width = e.column
-                );
-                return self.fail(job, req, FailureCode::BadExpression, message);
-            }
+        let (expr, rank) = match parse_class(name, expression, rank) {
+            Ok(parsed) => parsed,
+            Err(message) => return self.out.fail(job, req, FailureCode::BadExpression, message),
         };
         let j = self.jobs.get_mut(&job).expect("checked");
-        match rank.zip(rank_text) {
-            Some((expr, text)) => {
-                let text = text.to_string();
-                j.ranks.insert(name.to_string(), Rank { text, expr })
-            }
+        match rank {
+            Some(rank) => j.ranks.insert(name.to_string(), rank),
             None => j.ranks.remove(name),
         };
         // Exclusions belong to the class name, not to one version of its expression.
-        let excluded = j
-            .classes
-            .remove(name)
-            .map(|c| c.excluded)
-            .unwrap_or_default();
-        j.classes.insert(
-            name.to_string(),
-            Class {
-                expression: expression.to_string(),
-                expr,
-                excluded,
-                cache: Vec::new(),
-                timed: super::mentions_time(expression),
-            },
-        );
-        self.done(job, req, Reply::Ok);
-        let queued: Vec<u64> = self
-            .groups
-            .get(&(job, name.to_string()))
-            .map(|seqs| seqs.iter().copied().collect())
-            .unwrap_or_default();
-        for seq in queued {
+        let mut class = Class::new(expression, expr);
+        if let Some(old) = j.classes.remove(name) {
+            class.excluded = old.excluded;
+        }
+        j.classes.insert(name.to_string(), class);
+        self.out.done(job, req, Reply::Ok);
+        for seq in self.pending.of_class(job, name) {
             self.serve(seq);
         }
     }
@@ -444,15 +408,15 @@ impl Allocator {
         }
         if hosts.is_empty() {
             let message = "ExcludeHosts needs at least one host".to_string();
-            return self.fail(job, req, FailureCode::Invalid, message);
+            return self.out.fail(job, req, FailureCode::Invalid, message);
         }
         let mut machines = Vec::with_capacity(hosts.len());
         for &h in hosts {
-            match self.find_slot(h) {
+            match self.pool.find_slot(h) {
                 Some(slot) => machines.push(slot.machine),
                 None => {
                     let message = format!("ExcludeHosts: host {h} is not a host of this pool");
-                    return self.fail(job, req, FailureCode::NotYourHost, message);
+                    return self.out.fail(job, req, FailureCode::NotYourHost, message);
                 }
             }
         }
@@ -465,21 +429,16 @@ impl Allocator {
             .expect("checked");
         c.excluded.extend(machines.iter().copied());
         // Claimed for a group of this class but not yet announced: let go.
-        let seqs: Vec<u64> = self
-            .groups
-            .get(&(job, class.to_string()))
-            .map(|s| s.iter().copied().collect())
-            .unwrap_or_default();
         let mut freed = Vec::new();
-        for seq in seqs {
-            for h in self.pending[&seq].partial.clone() {
-                if machines.contains(&self.get_slot(h).machine) {
+        for seq in self.pending.of_class(job, class) {
+            for h in self.pending.by_seq[&seq].partial.clone() {
+                if machines.contains(&self.pool.get_slot(h).machine) {
                     self.release(h, ReleaseCause::Deleted);
                     freed.push(h);
                 }
             }
         }
-        self.done(job, req, Reply::Ok);
+        self.out.done(job, req, Reply::Ok);
         self.offer_all(freed);
     }
 
@@ -504,16 +463,16 @@ impl Allocator {
                 held.len(),
                 host_list(&held)
             );
-            return self.fail(job, req, FailureCode::ClassInUse, message);
+            return self.out.fail(job, req, FailureCode::ClassInUse, message);
         }
-        if let Some(seqs) = self.groups.get(&(job, name.to_string())) {
-            let first = self.pending[seqs.first().expect("groups are never empty")]
+        if let Some(seqs) = self.pending.groups.get(&(job, name.to_string())) {
+            let first = self.pending.by_seq[seqs.first().expect("groups are never empty")]
                 .req
                 .id;
             let message = format!(
                 "class `{name}` has a pending AddHosts ({first}); cancel it with CancelRequest first"
             );
-            return self.fail(job, req, FailureCode::ClassInUse, message);
+            return self.out.fail(job, req, FailureCode::ClassInUse, message);
         }
         let j = self.jobs.get_mut(&job).expect("checked");
         j.classes.remove(name);
@@ -527,9 +486,9 @@ impl Allocator {
         });
         for r in ended {
             let message = format!("class `{name}` was removed by request {}", req.id);
-            self.fail(job, r, FailureCode::UnknownClass, message);
+            self.out.fail(job, r, FailureCode::UnknownClass, message);
         }
-        self.done(job, req, Reply::Ok);
+        self.out.done(job, req, Reply::Ok);
     }
 
     /// Where `ClassSpawn` should run a process: for a class, the best ranked
@@ -559,11 +518,11 @@ impl Allocator {
                         continue;
                     }
                     total += 1;
-                    let slot = self.get_slot(h);
+                    let slot = self.pool.get_slot(h);
                     match &slot.state {
                         SlotState::Claimed(_) if slot.busy.is_empty() => {
                             let rank = self.rank(job, class, h);
-                            let key = (self.machine_of(h).speed, h);
+                            let key = (self.pool.machine_of(h).speed, h);
                             if best.is_none_or(|(r, k)| rank > r || (rank == r && key < k)) {
                                 best = Some((rank, key));
                             }
@@ -591,12 +550,12 @@ impl Allocator {
                         format!("host {h} is not allocated to job {job}"),
                     );
                 }
-                if matches!(self.get_slot(*h).state, SlotState::Suspended(_)) {
+                if matches!(self.pool.get_slot(*h).state, SlotState::Suspended(_)) {
                     return fail(
                         FailureCode::HostSuspended,
                         format!(
                             "host {h} ({}) is suspended: its owner is back; wait for it to resume",
-                            self.host_name(*h)
+                            self.pool.host_name(*h)
                         ),
                     );
                 }

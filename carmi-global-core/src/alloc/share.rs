@@ -75,7 +75,7 @@ impl Allocator {
     /// Accumulates usage up to now with the hosts each user holds (every
     /// job, started by hand or submitted), at most once per [`SAMPLE_EVERY`].
     pub(super) fn sample_usage(&mut self) {
-        if self.now < self.usage.at() + SAMPLE_EVERY {
+        if self.clock.now < self.usage.at() + SAMPLE_EVERY {
             return;
         }
         let mut held = Held::new();
@@ -84,7 +84,7 @@ impl Allocator {
                 *held.entry(self.job_owner(id).to_string()).or_default() += j.hosts.len() as u32;
             }
         }
-        self.usage.advance(self.now, &held);
+        self.usage.advance(self.clock.now, &held);
     }
 
     /// Every user's usage and priority factor (for `carmi q` and the journal).

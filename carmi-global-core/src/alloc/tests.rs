@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 
 use bytes::BytesMut;
 use carmi_api::frame::{decode, encode_header};
-use carmi_proto::ids::{ConnId, RequestId};
+use carmi_proto::ids::{ConnId, ProcessId, RequestId};
 use carmi_proto::msg::{
     ClassDef, Failure, FailureCode, FromGlobal, Reply, SlotActivity, SpawnTarget,
 };
@@ -128,6 +128,19 @@ impl Sim {
             } if request == req && rem == remaining => hosts.iter().map(|h| h.host).collect(),
             other => panic!("expected Grant for {req:?} with {remaining} remaining, got {other:?}"),
         }
+    }
+
+    /// Takes the jobs started ([`Effect::JobStarted`]) out of the log, in order.
+    pub(super) fn take_started(&mut self) -> Vec<JobId> {
+        let mut out = Vec::new();
+        self.log.retain(|e| match e {
+            Effect::JobStarted { job } => {
+                out.push(*job);
+                false
+            }
+            _ => true,
+        });
+        out
     }
 
     pub(super) fn quiet(&self) {
