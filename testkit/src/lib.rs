@@ -9,6 +9,8 @@
 //! - [`Fleet`]: thousands of machines speaking the real protocol to a real
 //!   global RM from tasks of one process (scale tests and `carmi-bench scale`).
 //! - [`scratch`] and [`TempDir`]: scratch directories.
+//! - [`write_script`], [`Pool::submit_script`], [`Pool::wait_for`]: jobs
+//!   whose master is a shell script, submitted and waited for.
 //! - [`Browser`]: a headless Chromium driven over the DevTools protocol.
 //! - [`NetPool`]: a pool whose daemons run on hosts of their own, network
 //!   namespaces on a bridge ([`netns::Net`]), whose links a test can cut.
@@ -16,6 +18,8 @@
 //! # Layout
 //! - `lib.rs`: the process pool, scratch directories, test executables.
 //! - `inbox`: [`Inbox`] and [`InboxError`], [`take_event`].
+//! - `jobs`: script jobs ([`write_job`], [`submit_request`]), submitting them
+//!   and waiting on them (the `Pool` methods `carmi_in`, `run_ok`, `wait_*`).
 //! - `cgroups`: sweeping what local RMs a test SIGKILLed left in their cgroups.
 //! - `fake_global`: [`FakeGlobal`], [`GlobalConn`]; `browser`: [`Browser`]; `extra_local`: [`ExtraLocal`].
 //! - `netns`: [`netns::Net`], the namespaces and their clean-up; `netpool`: [`NetPool`].
@@ -28,6 +32,7 @@ mod extra_local;
 mod fake_global;
 mod fleet;
 mod inbox;
+mod jobs;
 pub mod netns;
 mod netpool;
 pub mod raw;
@@ -40,6 +45,7 @@ pub use extra_local::ExtraLocal;
 pub use fake_global::{FAKE_SECRET, FAKE_WAIT, FakeGlobal, GlobalConn};
 pub use fleet::{Fleet, FleetApp, FleetError, FleetOptions};
 pub use inbox::{Inbox, InboxError, take_event};
+pub use jobs::{submit_request, write_job, write_script};
 pub use netpool::{GLOBAL_HOST, NetLocal, NetPool, open_fds, rss_kib};
 pub use recorder::Recorder;
 pub use skip::root_ready;
