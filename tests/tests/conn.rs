@@ -15,7 +15,7 @@ use carmi_api::msg::{Event, FromGlobal, Role, SpawnTarget, ToGlobal};
 use carmi_api::tls;
 use carmi_api::token::Power;
 use carmi_tests::raw::{dial, pid_of_global, raise_fd_limit, raw_local, silent};
-use carmi_tests::{Inbox, Pool, PoolOptions};
+use carmi_tests::{Inbox, Pool, PoolOptions, write_script};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpSocket, TcpStream};
 
@@ -75,7 +75,7 @@ async fn a_200000_attribute_ad_stalls_neither_the_router_nor_a_healthy_machines_
     let _ = define;
     let pidfile = pool.dir.join("worker.pid");
     let exe = pool.dir.join("worker.sh");
-    write_script(
+    write_sh(
         &exe,
         &format!("echo $$ > {}; exec sleep 300", pidfile.display()),
     );
@@ -192,7 +192,7 @@ async fn a_global_rm_stopped_past_every_deadline_loses_no_machine() {
         .await;
     let pidfile = pool.dir.join("worker.pid");
     let exe = pool.dir.join("worker.sh");
-    write_script(
+    write_sh(
         &exe,
         &format!("echo $$ > {}; exec sleep 300", pidfile.display()),
     );
@@ -409,10 +409,9 @@ async fn half_open(from: IpAddr, to: SocketAddr, oversized: bool) -> Option<TcpS
     Some(s)
 }
 
-fn write_script(path: &Path, body: &str) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::write(path, format!("#!/bin/sh\n{body}\n")).expect("write script");
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+/// Writes an executable shell script running `body`.
+fn write_sh(path: &Path, body: &str) {
+    write_script(path, &format!("#!/bin/sh\n{body}\n"));
 }
 
 async fn read_pid(path: &Path) -> u32 {
