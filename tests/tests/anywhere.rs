@@ -104,8 +104,8 @@ fn a_job_from_outside_the_pool_runs_and_its_files_come_back() {
     let mut pool = pool;
     pool.restart_global();
     let fetched = pool.wait_for("fetch after a restart", Duration::from_secs(30), || {
-        let out = pool.carmi_in(&submit_dir).args(["fetch", &job]).output();
-        let out = out.unwrap();
+        let fetch = pool.carmi_in(&submit_dir).args(["fetch", &job]).output();
+        let out = fetch.expect("run carmi fetch");
         if out.status.success() {
             Ok(text(&out.stdout))
         } else {
