@@ -128,6 +128,18 @@ impl Pool {
             .expect("run carmi wait")
     }
 
+    /// Asserts that the process of `out` (a `carmi wait`) exited with
+    /// `code`, showing its standard error and the logs if not.
+    pub fn assert_exit(&self, out: &Output, code: i32) {
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{}\n{}",
+            text(&out.stderr),
+            self.logs()
+        );
+    }
+
     /// Calls `attempt` until it gives a value, at most `limit`; a timeout
     /// panics with `what`, the last attempt's reason and the logs.
     pub fn wait_for<T>(

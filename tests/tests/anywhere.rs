@@ -163,13 +163,7 @@ fn a_master_whose_machine_dies_starts_again_elsewhere_and_its_output_comes_back(
     assert!(busy(first), "the first run has a sandbox\n{}", pool.logs());
     pool.kill_local(first);
     let out = pool.wait_job(&dir, &job, 60);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}\n{}",
-        text(&out.stderr),
-        pool.logs()
-    );
+    pool.assert_exit(&out, 0);
     let output = std::fs::read_to_string(dir.join("out.txt")).unwrap_or_default();
     assert!(
         output.starts_with("second run in ") && output.contains(&format!("/m{other}/sandbox/")),

@@ -83,13 +83,7 @@ fn wait_exits_with_the_jobs_exit_status() {
         &write_job(&pool.dir, "three", "sleep 0.3; exit 3", ""),
     );
     let out = wait(&pool, &[&three]);
-    assert_eq!(
-        out.status.code(),
-        Some(3),
-        "{}\n{}",
-        text(&out.stderr),
-        pool.logs()
-    );
+    pool.assert_exit(&out, 3);
     // The history has it, with what it used, and -constraint reads HTCondor's names.
     let out = carmi(&pool)
         .args([
@@ -225,13 +219,7 @@ fn an_htcondor_style_submit_file_runs_each_copy() {
     assert_eq!(ids.len(), 3, "{ids:?}");
     for id in &ids {
         let out = wait(&pool, &[id, "--timeout", "60"]);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}\n{}",
-            text(&out.stderr),
-            pool.logs()
-        );
+        pool.assert_exit(&out, 0);
     }
     for p in 0..3 {
         let got = std::fs::read_to_string(pool.dir.join(format!("out.{p}"))).unwrap();

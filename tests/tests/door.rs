@@ -109,12 +109,7 @@ async fn a_huge_machine_count_is_refused_naming_the_limit_and_the_global_rm_keep
         MASTER,
         "executable = master.sh\nmachine_count = 100000\nqueue\n",
     );
-    let out = carmi(&pool).arg("submit").arg(&file).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    pool.run_ok(carmi(&pool).arg("submit").arg(&file));
     let out = carmi(&pool).arg("q").output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -240,15 +235,7 @@ async fn a_master_that_cannot_start_is_held_with_the_exec_error_and_history_keep
         "{events}"
     );
     // Removed by its owner, it reaches the history.
-    let out = carmi(&pool)
-        .args(["rm", &job.to_string()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    pool.run_ok(carmi(&pool).args(["rm", &job.to_string()]));
     assert_eq!(wait_history(&pool, job), JobEnd::Removed);
     assert!(queue_is_empty(&pool));
     let out = carmi(&pool).args(["history", "99"]).output().unwrap();

@@ -154,16 +154,7 @@ async fn the_carmi_command_submits_lists_analyzes_and_removes() {
     let job = pool.submit_file(carmi(&pool), &good);
 
     // 7 machines on a pool of 6: it waits, and -analyze says why.
-    let out = carmi(&pool)
-        .args(["q", "-analyze", &job.to_string()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = pool.run_ok(carmi(&pool).args(["q", "-analyze", &job.to_string()]));
     assert!(text.contains("waiting"), "{text}");
     assert!(
         text.contains("cannot start: needs 7 at once, 6 idle and 0 reclaimable now"),
@@ -180,15 +171,7 @@ async fn the_carmi_command_submits_lists_analyzes_and_removes() {
         "{text}"
     );
 
-    let out = carmi(&pool)
-        .args(["rm", &job.to_string()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    pool.run_ok(carmi(&pool).args(["rm", &job.to_string()]));
     assert!(queue(&pool).await.is_empty());
     let out = carmi(&pool)
         .args(["status", "-constraint", "Arch == \"X86_64\"", "--json"])
@@ -215,13 +198,8 @@ async fn the_carmi_command_submits_lists_analyzes_and_removes() {
         "io.sub",
         "executable = io.sh\narguments = $(Cluster)\noutput = out/$(Cluster).out\nerror = out/$(Cluster).err\ntransfer_input_files = params.txt\nqueue\n",
     );
-    let out = carmi(&pool).arg("submit").arg(&io).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let job: u64 = String::from_utf8_lossy(&out.stdout)
+    let job: u64 = pool
+        .run_ok(carmi(&pool).arg("submit").arg(&io))
         .trim()
         .parse()
         .expect("the job id");

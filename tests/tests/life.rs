@@ -141,13 +141,7 @@ fn a_held_job_gives_back_its_hosts_and_runs_again_once_released() {
     assert_eq!(ok(&pool, &["release", &id]), format!("job {id} released\n"));
     // It starts again from scratch, completes, and `wait` gives its status.
     let out = wait(&pool, &id);
-    assert_eq!(
-        out.status.code(),
-        Some(7),
-        "{}\n{}",
-        text(&out.stderr),
-        pool.logs()
-    );
+    pool.assert_exit(&out, 7);
     let not_held = carmi(&pool).args(["release", &id]).output().unwrap();
     assert!(!not_held.status.success());
     until(&pool, "both slots idle after the end", || {
@@ -212,13 +206,7 @@ fn a_held_job_stays_held_across_a_global_rm_restart() {
     );
     ok(&pool, &["release", &id]);
     let out = wait(&pool, &id);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}\n{}",
-        text(&out.stderr),
-        pool.logs()
-    );
+    pool.assert_exit(&out, 0);
 }
 
 #[test]
@@ -282,13 +270,7 @@ fn the_log_file_holds_the_jobs_events_in_order() {
         "{last}"
     );
     let out = wait(&pool, &id);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}\n{}",
-        text(&out.stderr),
-        pool.logs()
-    );
+    pool.assert_exit(&out, 0);
     let lines = std::fs::read_to_string(&log).unwrap();
     let kinds: Vec<(String, String)> = lines
         .lines()
