@@ -332,6 +332,32 @@ fn pool_keys(dir: &Path) -> (PathBuf, Secret, SigningKey, PathBuf) {
     (secret_path, secret, key, admin_token)
 }
 
+/// `cmd` (a `carmi-global`) set up as a test pool's global RM: listening
+/// on `listen`, with the secret, key and state of the pool in `dir`, the
+/// heartbeat and arguments of `options`, logging at `info`, its address
+/// printed to a pipe.
+fn global_args<'a>(
+    cmd: &'a mut Command,
+    listen: &str,
+    dir: &Path,
+    options: &PoolOptions,
+) -> &'a mut Command {
+    cmd.args(["--listen", listen, "--secret"])
+        .arg(dir.join("pool.secret"))
+        .arg("--pool-key")
+        .arg(dir.join("pool.key"))
+        .arg("--state-dir")
+        .arg(dir.join("global-state"))
+        .args(["--heartbeat-ms", &options.heartbeat_ms.to_string()])
+        .args([
+            "--missed-heartbeats",
+            &options.missed_heartbeats.to_string(),
+        ])
+        .args(&options.global_args)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+}
+
 /// Whether `carmi status --json` (run by `carmi`) lists every machine of
 /// `names` with its slots.
 fn all_registered(mut carmi: Command, names: &[&str]) -> bool {
@@ -392,21 +418,8 @@ impl Pool {
         let log = |dir: &Path, n: &str| {
             std::fs::File::create(dir.join(format!("{n}.log"))).expect("create log file")
         };
-        let mut global = Command::new(bins.join("carmi-global"))
-            .args(["--listen", "127.0.0.1:0", "--secret"])
-            .arg(&secret_path)
-            .arg("--pool-key")
-            .arg(dir.join("pool.key"))
-            .arg("--state-dir")
-            .arg(dir.join("global-state"))
-            .args(["--heartbeat-ms", &options.heartbeat_ms.to_string()])
-            .args([
-                "--missed-heartbeats",
-                &options.missed_heartbeats.to_string(),
-            ])
-            .args(&options.global_args)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::piped())
+        let mut global = Command::new(bins.join("carmi-global"));
+        let mut global = global_args(&mut global, "127.0.0.1:0", &dir, &options)
             .stderr(log(&dir, "global"))
             .spawn()
             .expect("start carmi-global");
@@ -446,21 +459,8 @@ impl Pool {
             .append(true)
             .open(self.dir.join("global.log"))
             .expect("open global log");
-        let mut global = Command::new(bin_dir().join("carmi-global"))
-            .args(["--listen", &self.global_addr, "--secret"])
-            .arg(&self.secret_path)
-            .arg("--pool-key")
-            .arg(self.dir.join("pool.key"))
-            .arg("--state-dir")
-            .arg(self.dir.join("global-state"))
-            .args(["--heartbeat-ms", &self.options.heartbeat_ms.to_string()])
-            .args([
-                "--missed-heartbeats",
-                &self.options.missed_heartbeats.to_string(),
-            ])
-            .args(&self.options.global_args)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::piped())
+        let mut global = Command::new(bin_dir().join("carmi-global"));
+        let mut global = global_args(&mut global, &self.global_addr, &self.dir, &self.options)
             .stderr(log)
             .spawn()
             .expect("restart carmi-global");
