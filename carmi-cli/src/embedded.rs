@@ -230,75 +230,13 @@ pub fn up(args: &UpArgs) -> anyhow::Result<()> {
     let ready = dir.join("ready.toml");
     let log = std::fs::File::create(&log_path)
         .with_context(|| format!("cannot create {}", log_path.display()))?;
-    let mut cmd = this_carmi()?;
-    cmd.args(["pool", "serve", "--hosts"])
-        .arg(args.hosts.to_string())
-        .arg("--owners")
-        .arg(&args.owners)
-        .arg("--speedup")
-        .arg(args.speedup.to_string())
-        .arg("--seed")
-        .arg(args.seed.to_string())
-        .arg("--slots")
-        .arg(args.slots.to_string())
-        .arg("--dir")
-        .arg(&dir)
-        .arg("--ready-file")
-        .arg(&ready)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().context("cannot share the log file")?)
-        .stderr(log);
-    {
-        use std::os::unix::process::CommandExt;
-        // SAFETY: setsid and prctl are async-signal-safe and touch no memory.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::setsid() < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // Until it is ready, the pool dies with `up` (a Ctrl-C while
-                // waiting): it would be recorded nowhere. `serve` clears this
-                // before it writes the ready file.
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-    }
-    let mut child = cmd.spawn().context("cannot start `carmi pool serve`")?;
-    let started = Instant::now();
-    let table = loop {
-        if ready.exists() {
-            break read_table(&ready)?;
-        }
-        if let Some(status) = child.try_wait().context("cannot watch the pool process")? {
-            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-            let _ = std::fs::remove_dir_all(&dir);
-            bail!("the pool did not start ({status}):\n{}", log.trim_end());
-        }
-        if started.elapsed() > UP_TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            let _ = std::fs::remove_dir_all(&dir);
-            bail!("the pool did not come up within {} s", UP_TIMEOUT.as_secs());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let mut child = serve_command(args, &dir, &ready, log)?
+        .spawn()
+        .context("cannot start `carmi pool serve`")?;
+    let table = wait_ready(&mut child, &ready, &dir, &log_path)?;
     let r = recorded_in(&table).context("the pool's ready file is incomplete")?;
-    let mut t = toml::Table::new();
-    t.insert("pool".into(), r.pool.clone().into());
-    t.insert("secret".into(), r.secret.display().to_string().into());
-    if let Some(token) = token_beside(&r.secret) {
-        t.insert("token".into(), token.into());
-    }
-    t.insert("local".into(), r.local.clone().unwrap_or_default().into());
-    t.insert("pool_pid".into(), i64::from(child.id() as i32).into());
     let dashboard = table.get("dashboard").and_then(|v| v.as_str());
-    if let Some(url) = dashboard {
-        t.insert("dashboard".into(), url.into());
-    }
-    write_table(&record, &t)?;
+    write_table(&record, &record_of(&r, dashboard, child.id()))?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "{}", r.pool)?;
     writeln!(
@@ -320,6 +258,97 @@ pub fn up(args: &UpArgs) -> anyhow::Result<()> {
         log_path.display()
     )?;
     Ok(())
+}
+
+/// `carmi pool serve` for `args` in the pool's folder `dir`, writing
+/// `ready` once up and its output to `log`, in a session of its own.
+fn serve_command(
+    args: &UpArgs,
+    dir: &Path,
+    ready: &Path,
+    log: std::fs::File,
+) -> anyhow::Result<Command> {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = this_carmi()?;
+    cmd.args(["pool", "serve", "--hosts"])
+        .arg(args.hosts.to_string())
+        .arg("--owners")
+        .arg(&args.owners)
+        .arg("--speedup")
+        .arg(args.speedup.to_string())
+        .arg("--seed")
+        .arg(args.seed.to_string())
+        .arg("--slots")
+        .arg(args.slots.to_string())
+        .arg("--dir")
+        .arg(dir)
+        .arg("--ready-file")
+        .arg(ready)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().context("cannot share the log file")?)
+        .stderr(log);
+    // SAFETY: setsid and prctl are async-signal-safe and touch no memory.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // Until it is ready, the pool dies with `up` (a Ctrl-C while
+            // waiting): it would be recorded nowhere. `serve` clears this
+            // before it writes the ready file.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    Ok(cmd)
+}
+
+/// The ready file `serve` (`child`) writes once its pool is up, at most
+/// [`UP_TIMEOUT`]. A pool that dies or does not come up in time has its
+/// folder `dir` removed, and its log (`log_path`) is shown if it died.
+fn wait_ready(
+    child: &mut std::process::Child,
+    ready: &Path,
+    dir: &Path,
+    log_path: &Path,
+) -> anyhow::Result<toml::Table> {
+    let started = Instant::now();
+    loop {
+        if ready.exists() {
+            return read_table(ready);
+        }
+        if let Some(status) = child.try_wait().context("cannot watch the pool process")? {
+            let log = std::fs::read_to_string(log_path).unwrap_or_default();
+            let _ = std::fs::remove_dir_all(dir);
+            bail!("the pool did not start ({status}):\n{}", log.trim_end());
+        }
+        if started.elapsed() > UP_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = std::fs::remove_dir_all(dir);
+            bail!("the pool did not come up within {} s", UP_TIMEOUT.as_secs());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The record of a pool that is up (`r`, from its ready file, with its
+/// `dashboard`), run by the `serve` process `pid`.
+fn record_of(r: &Recorded, dashboard: Option<&str>, pid: u32) -> toml::Table {
+    let mut t = toml::Table::new();
+    t.insert("pool".into(), r.pool.clone().into());
+    t.insert("secret".into(), r.secret.display().to_string().into());
+    if let Some(token) = token_beside(&r.secret) {
+        t.insert("token".into(), token.into());
+    }
+    t.insert("local".into(), r.local.clone().unwrap_or_default().into());
+    t.insert("pool_pid".into(), i64::from(pid as i32).into());
+    if let Some(url) = dashboard {
+        t.insert("dashboard".into(), url.into());
+    }
+    t
 }
 
 /// `carmi pool down`.

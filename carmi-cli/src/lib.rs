@@ -14,7 +14,7 @@
 //! - `embedded`: `carmi pool up`/`down`: an embedded pool in a background process.
 //! - `embedded::supervise`: the background `carmi pool serve`, which restarts the pool's process when it dies.
 //! - `status`: `carmi status` (table, `-l`, `-constraint`, summary by arch and state).
-//! - `jobs`: `carmi submit`, `carmi q` (`-analyze`), `carmi rm`.
+//! - `jobs`: `carmi q` (`-analyze`), `carmi rm`; `submit`: `carmi submit`.
 //! - `history`: `carmi history`: jobs that left the queue and how they ended.
 //! - `shell`: `carmi completions`, `carmi man`.
 //! - `wait`: `carmi wait JOB`, exiting with the job's exit status.
@@ -41,6 +41,7 @@ mod pool;
 mod progress;
 mod shell;
 mod status;
+mod submit;
 mod talk;
 mod token;
 mod userprio;
@@ -98,7 +99,7 @@ enum Command {
     Status(status::StatusArgs),
     /// Submit a job described by a submit file; prints its id.
     #[command(after_help = AFTER_HELP)]
-    Submit(jobs::SubmitArgs),
+    Submit(submit::SubmitArgs),
     /// Show the job queue, or explain one job with -analyze JOB.
     #[command(after_help = AFTER_HELP)]
     Q(jobs::QArgs),
@@ -202,7 +203,7 @@ pub fn run(args: Vec<OsString>, launcher: Option<Vec<OsString>>) -> u8 {
         Command::Token { command } => token::run(command),
         Command::Alloc { command } => alloc::run(command),
         Command::Status(args) => status::run(args),
-        Command::Submit(args) => jobs::submit(args),
+        Command::Submit(args) => submit::submit(args),
         Command::Q(args) => jobs::q(args),
         Command::Rm(args) => jobs::rm(args),
         Command::History(args) => history::run(args),

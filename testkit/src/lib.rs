@@ -9,6 +9,8 @@
 //! - [`Fleet`]: thousands of machines speaking the real protocol to a real
 //!   global RM from tasks of one process (scale tests and `carmi-bench scale`).
 //! - [`scratch`] and [`TempDir`]: scratch directories.
+//! - [`write_script`], [`Pool::submit_script`], [`Pool::wait_for`]: jobs
+//!   whose master is a shell script, submitted and waited for.
 //! - [`Browser`]: a headless Chromium driven over the DevTools protocol.
 //! - [`NetPool`]: a pool whose daemons run on hosts of their own, network
 //!   namespaces on a bridge ([`netns::Net`]), whose links a test can cut.
@@ -16,6 +18,8 @@
 //! # Layout
 //! - `lib.rs`: the process pool, scratch directories, test executables.
 //! - `inbox`: [`Inbox`] and [`InboxError`], [`take_event`].
+//! - `jobs`: script jobs ([`write_job`], [`submit_request`]), submitting them
+//!   and waiting on them (the `Pool` methods `carmi_in`, `run_ok`, `wait_*`).
 //! - `cgroups`: sweeping what local RMs a test SIGKILLed left in their cgroups.
 //! - `fake_global`: [`FakeGlobal`], [`GlobalConn`]; `browser`: [`Browser`]; `extra_local`: [`ExtraLocal`].
 //! - `netns`: [`netns::Net`], the namespaces and their clean-up; `netpool`: [`NetPool`].
@@ -28,6 +32,7 @@ mod extra_local;
 mod fake_global;
 mod fleet;
 mod inbox;
+mod jobs;
 pub mod netns;
 mod netpool;
 pub mod raw;
@@ -40,6 +45,7 @@ pub use extra_local::ExtraLocal;
 pub use fake_global::{FAKE_SECRET, FAKE_WAIT, FakeGlobal, GlobalConn};
 pub use fleet::{Fleet, FleetApp, FleetError, FleetOptions};
 pub use inbox::{Inbox, InboxError, take_event};
+pub use jobs::{submit_request, write_job, write_script};
 pub use netpool::{GLOBAL_HOST, NetLocal, NetPool, open_fds, rss_kib};
 pub use recorder::Recorder;
 pub use skip::root_ready;
@@ -326,6 +332,32 @@ fn pool_keys(dir: &Path) -> (PathBuf, Secret, SigningKey, PathBuf) {
     (secret_path, secret, key, admin_token)
 }
 
+/// `cmd` (a `carmi-global`) set up as a test pool's global RM: listening
+/// on `listen`, with the secret, key and state of the pool in `dir`, the
+/// heartbeat and arguments of `options`, logging at `info`, its address
+/// printed to a pipe.
+fn global_args<'a>(
+    cmd: &'a mut Command,
+    listen: &str,
+    dir: &Path,
+    options: &PoolOptions,
+) -> &'a mut Command {
+    cmd.args(["--listen", listen, "--secret"])
+        .arg(dir.join("pool.secret"))
+        .arg("--pool-key")
+        .arg(dir.join("pool.key"))
+        .arg("--state-dir")
+        .arg(dir.join("global-state"))
+        .args(["--heartbeat-ms", &options.heartbeat_ms.to_string()])
+        .args([
+            "--missed-heartbeats",
+            &options.missed_heartbeats.to_string(),
+        ])
+        .args(&options.global_args)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+}
+
 /// Whether `carmi status --json` (run by `carmi`) lists every machine of
 /// `names` with its slots.
 fn all_registered(mut carmi: Command, names: &[&str]) -> bool {
@@ -386,21 +418,8 @@ impl Pool {
         let log = |dir: &Path, n: &str| {
             std::fs::File::create(dir.join(format!("{n}.log"))).expect("create log file")
         };
-        let mut global = Command::new(bins.join("carmi-global"))
-            .args(["--listen", "127.0.0.1:0", "--secret"])
-            .arg(&secret_path)
-            .arg("--pool-key")
-            .arg(dir.join("pool.key"))
-            .arg("--state-dir")
-            .arg(dir.join("global-state"))
-            .args(["--heartbeat-ms", &options.heartbeat_ms.to_string()])
-            .args([
-                "--missed-heartbeats",
-                &options.missed_heartbeats.to_string(),
-            ])
-            .args(&options.global_args)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::piped())
+        let mut global = Command::new(bins.join("carmi-global"));
+        let mut global = global_args(&mut global, "127.0.0.1:0", &dir, &options)
             .stderr(log(&dir, "global"))
             .spawn()
             .expect("start carmi-global");
@@ -440,21 +459,8 @@ impl Pool {
             .append(true)
             .open(self.dir.join("global.log"))
             .expect("open global log");
-        let mut global = Command::new(bin_dir().join("carmi-global"))
-            .args(["--listen", &self.global_addr, "--secret"])
-            .arg(&self.secret_path)
-            .arg("--pool-key")
-            .arg(self.dir.join("pool.key"))
-            .arg("--state-dir")
-            .arg(self.dir.join("global-state"))
-            .args(["--heartbeat-ms", &self.options.heartbeat_ms.to_string()])
-            .args([
-                "--missed-heartbeats",
-                &self.options.missed_heartbeats.to_string(),
-            ])
-            .args(&self.options.global_args)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::piped())
+        let mut global = Command::new(bin_dir().join("carmi-global"));
+        let mut global = global_args(&mut global, &self.global_addr, &self.dir, &self.options)
             .stderr(log)
             .spawn()
             .expect("restart carmi-global");

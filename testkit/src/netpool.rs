@@ -71,22 +71,9 @@ impl NetPool {
         let (secret_path, secret, key, admin_token) = crate::pool_keys(&dir);
         let log = |n: &str| std::fs::File::create(dir.join(format!("{n}.log"))).expect("a log");
         let global_ip = net.hosts[GLOBAL_HOST].ip;
-        let mut global = net
-            .command(GLOBAL_HOST, bins.join("carmi-global"))
-            .args(["--listen", &format!("{global_ip}:0"), "--secret"])
-            .arg(&secret_path)
-            .arg("--pool-key")
-            .arg(dir.join("pool.key"))
-            .arg("--state-dir")
-            .arg(dir.join("global-state"))
-            .args(["--heartbeat-ms", &options.heartbeat_ms.to_string()])
-            .args([
-                "--missed-heartbeats",
-                &options.missed_heartbeats.to_string(),
-            ])
-            .args(&options.global_args)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::piped())
+        let mut global = net.command(GLOBAL_HOST, bins.join("carmi-global"));
+        let listen = format!("{global_ip}:0");
+        let mut global = crate::global_args(&mut global, &listen, &dir, options)
             .stderr(log("global"))
             .spawn()
             .expect("start carmi-global in its namespace");

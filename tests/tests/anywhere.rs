@@ -8,28 +8,9 @@
 //! them back again, also after the global RM restarted. Its
 //! `transfer_input_files` travel through the pool, as its executable does.
 
-use std::path::Path;
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use carmi_tests::{Pool, text};
-
-/// `carmi` as a user on a laptop runs it: no machine named, no config file.
-fn carmi(pool: &Pool, dir: &Path) -> Command {
-    let mut cmd = pool.carmi();
-    cmd.current_dir(dir);
-    cmd
-}
-
-fn ok(out: Output, pool: &Pool) -> String {
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        text(&out.stderr),
-        pool.logs()
-    );
-    text(&out.stdout)
-}
 
 #[test]
 fn a_job_from_outside_the_pool_runs_and_its_files_come_back() {
@@ -46,35 +27,20 @@ fn a_job_from_outside_the_pool_runs_and_its_files_come_back() {
     let submit_dir = pool.dir.join("laptop").join("project");
     std::fs::create_dir_all(&submit_dir).unwrap();
     pool.wait_registered();
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let exe = submit_dir.join("master.sh");
-        std::fs::write(
-            &exe,
-            "#!/bin/sh\necho \"master in $(pwd)\"\ncat params.txt\necho 'a warning' >&2\nmkdir -p res\necho 42 > res/result.dat\nhead -c 3145728 /dev/zero | tr '\\0' x > big.bin\nexit 3\n",
-        )
-        .unwrap();
-        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
     std::fs::write(submit_dir.join("params.txt"), "alpha = 0.5\n").unwrap();
-    std::fs::write(
-        submit_dir.join("job.sub"),
+    // The README's words: a relative path, from the submit directory.
+    let job = pool.submit_script(
+        &submit_dir,
+        "#!/bin/sh\necho \"master in $(pwd)\"\ncat params.txt\necho 'a warning' >&2\nmkdir -p res\necho 42 > res/result.dat\nhead -c 3145728 /dev/zero | tr '\\0' x > big.bin\nexit 3\n",
         "universe = vanilla\nexecutable = master.sh\noutput = out.txt\nerror = err.txt\n\
          transfer_input_files = params.txt\nlog = job.log\n\
          should_transfer_files = YES\nwhen_to_transfer_output = ON_EXIT\n\
          transfer_output_files = res/result.dat, big.bin\nmaster_requirements = Big == true\nqueue\n",
-    )
-    .unwrap();
-
-    // The README's words: a relative path, from the submit directory.
-    let out = carmi(&pool, &submit_dir)
-        .args(["submit", "job.sub"])
-        .output()
-        .unwrap();
-    let job = ok(out, &pool).trim().to_string();
+    );
     assert!(
         !text(
-            &carmi(&pool, &submit_dir)
+            &pool
+                .carmi_in(&submit_dir)
                 .args(["submit", "--dry-run", "job.sub"])
                 .output()
                 .unwrap()
@@ -84,10 +50,7 @@ fn a_job_from_outside_the_pool_runs_and_its_files_come_back() {
         "the warning that output files do not come back is gone"
     );
 
-    let out = carmi(&pool, &submit_dir)
-        .args(["wait", &job, "--timeout", "60"])
-        .output()
-        .unwrap();
+    let out = pool.wait_job(&submit_dir, &job, 60);
     assert_eq!(
         out.status.code(),
         Some(3),
@@ -140,30 +103,19 @@ fn a_job_from_outside_the_pool_runs_and_its_files_come_back() {
     std::fs::remove_file(submit_dir.join("result.dat")).unwrap();
     let mut pool = pool;
     pool.restart_global();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let fetched = loop {
-        let out = carmi(&pool, &submit_dir)
-            .args(["fetch", &job])
-            .output()
-            .unwrap();
+    let fetched = pool.wait_for("fetch after a restart", Duration::from_secs(30), || {
+        let fetch = pool.carmi_in(&submit_dir).args(["fetch", &job]).output();
+        let out = fetch.expect("run carmi fetch");
         if out.status.success() {
-            break text(&out.stdout);
+            Ok(text(&out.stdout))
+        } else {
+            Err(text(&out.stderr))
         }
-        assert!(
-            Instant::now() < deadline,
-            "fetch after a restart: {}\n{}",
-            text(&out.stderr),
-            pool.logs()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    });
     assert!(fetched.contains("out.txt"), "{fetched}");
     assert_eq!(read("out.txt"), output);
     assert_eq!(read("result.dat"), "42\n");
-    let history = ok(
-        carmi(&pool, &submit_dir).arg("history").output().unwrap(),
-        &pool,
-    );
+    let history = pool.run_ok(pool.carmi_in(&submit_dir).arg("history"));
     assert!(history.contains("master.sh"), "{history}");
 }
 
@@ -173,31 +125,15 @@ fn a_master_that_fits_no_machine_waits_and_q_says_why() {
     let dir = pool.dir.join("laptop");
     std::fs::create_dir_all(&dir).unwrap();
     pool.wait_registered();
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let exe = dir.join("master.sh");
-        std::fs::write(&exe, "#!/bin/sh\nexit 0\n").unwrap();
-        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    std::fs::write(
-        dir.join("job.sub"),
+    let job = pool.submit_script(
+        &dir,
+        "#!/bin/sh\nexit 0\n",
         "executable = master.sh\nmaster_requirements = Big == true\nqueue\n",
-    )
-    .unwrap();
-    let job = ok(
-        carmi(&pool, &dir)
-            .args(["submit", "job.sub"])
-            .output()
-            .unwrap(),
-        &pool,
     );
-    let q = ok(carmi(&pool, &dir).args(["q"]).output().unwrap(), &pool);
+    let q = pool.run_ok(pool.carmi_in(&dir).args(["q"]));
     assert!(q.contains("master_requirements = Big == true"), "{q}");
     // Still queued, not failed.
-    let out = carmi(&pool, &dir)
-        .args(["wait", job.trim(), "--timeout", "1"])
-        .output()
-        .unwrap();
+    let out = pool.wait_job(&dir, &job, 1);
     assert_eq!(out.status.code(), Some(124), "{}", text(&out.stderr));
 }
 
@@ -210,36 +146,13 @@ fn a_master_whose_machine_dies_starts_again_elsewhere_and_its_output_comes_back(
     // The first run leaves a mark and waits (to be cut off); the second
     // finds the mark (this test shares one file system) and exits.
     let mark = dir.join("first-run");
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let exe = dir.join("master.sh");
-        std::fs::write(
-            &exe,
-            format!(
-                "#!/bin/sh\nif [ -e {m} ]; then echo \"second run in $(pwd)\"; exit 0; fi\ntouch {m}\nsleep 600\n",
-                m = mark.display()
-            ),
-        )
-        .unwrap();
-        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    std::fs::write(
-        dir.join("job.sub"),
-        "executable = master.sh\noutput = out.txt\nqueue\n",
-    )
-    .unwrap();
-    let job = ok(
-        carmi(&pool, &dir)
-            .args(["submit", "job.sub"])
-            .output()
-            .unwrap(),
-        &pool,
+    let master = format!(
+        "#!/bin/sh\nif [ -e {m} ]; then echo \"second run in $(pwd)\"; exit 0; fi\ntouch {m}\nsleep 600\n",
+        m = mark.display()
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !mark.exists() {
-        assert!(Instant::now() < deadline, "no first run\n{}", pool.logs());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let submit = "executable = master.sh\noutput = out.txt\nqueue\n";
+    let job = pool.submit_script(&dir, &master, submit);
+    pool.wait_until("a first run", Duration::from_secs(30), || mark.exists());
     // Kill the machine the first run is on: the one with a sandbox.
     let busy = |i: usize| {
         std::fs::read_dir(pool.dir.join(format!("m{i}")).join("sandbox"))
@@ -249,17 +162,8 @@ fn a_master_whose_machine_dies_starts_again_elsewhere_and_its_output_comes_back(
     let (first, other) = if busy(0) { (0, 1) } else { (1, 0) };
     assert!(busy(first), "the first run has a sandbox\n{}", pool.logs());
     pool.kill_local(first);
-    let out = carmi(&pool, &dir)
-        .args(["wait", job.trim(), "--timeout", "60"])
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}\n{}",
-        text(&out.stderr),
-        pool.logs()
-    );
+    let out = pool.wait_job(&dir, &job, 60);
+    pool.assert_exit(&out, 0);
     let output = std::fs::read_to_string(dir.join("out.txt")).unwrap_or_default();
     assert!(
         output.starts_with("second run in ") && output.contains(&format!("/m{other}/sandbox/")),

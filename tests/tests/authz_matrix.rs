@@ -90,16 +90,9 @@ fn submit(pool: &Pool, file: &Path) -> JobId {
         pool.dir.join("stop").display()
     );
     std::fs::write(&sub, body).unwrap();
-    let out = pool
-        .carmi()
-        .env("CARMI_TOKEN", file)
-        .env("CARMI_MACHINE", "m0")
-        .args(["submit", "--json", sub.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    JobId(v["job"].as_u64().expect("a job id"))
+    let mut carmi = pool.carmi();
+    carmi.env("CARMI_TOKEN", file).env("CARMI_MACHINE", "m0");
+    JobId(pool.submit_file(carmi, &sub))
 }
 
 /// Waits until `file` (a daemon's log) says `what`, at most `limit`.

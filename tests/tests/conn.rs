@@ -8,16 +8,36 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use carmi_api::admin::pool_status;
-use carmi_api::client::{ConnectOptions, Incoming, connect};
+use carmi_api::client::{Carmi, ConnectOptions, Incoming, connect};
 use carmi_api::frame::{FrameReader, write_frame};
 use carmi_api::handshake::{self, Secret};
+use carmi_api::ids::HostId;
 use carmi_api::msg::{Event, FromGlobal, Role, SpawnTarget, ToGlobal};
 use carmi_api::tls;
 use carmi_api::token::Power;
 use carmi_tests::raw::{dial, pid_of_global, raise_fd_limit, raw_local, silent};
-use carmi_tests::{Inbox, Pool, PoolOptions};
+use carmi_tests::{Inbox, Pool, PoolOptions, write_script};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpSocket, TcpStream};
+
+/// An application connected to m0 and holding one host of the class
+/// `expression`.
+async fn one_host(pool: &Pool, expression: &str) -> (Carmi, Inbox, HostId) {
+    let opts = ConnectOptions::new(pool.locals[0].app_addr.clone(), pool.secret.clone());
+    let (carmi, events) = connect(opts).await.expect("connect to m0");
+    let mut inbox = Inbox::new(events);
+    let _ = carmi.define_class("any", expression);
+    let add = carmi.addhosts("any", 1, 1);
+    let host = inbox
+        .take("host", |x| match x {
+            Incoming::Rm(Event::HostsAdded { request, hosts, .. }) if *request == add => {
+                Some(hosts[0].host)
+            }
+            _ => None,
+        })
+        .await;
+    (carmi, inbox, host)
+}
 
 /// An old-syntax update of `n` attributes.
 fn update_of(n: usize) -> String {
@@ -59,23 +79,10 @@ async fn status_time(pool: &Pool) -> Duration {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_200000_attribute_ad_stalls_neither_the_router_nor_a_healthy_machines_job() {
     let pool = Pool::start("huge-ad", 1, &[vec![]]);
-    let opts = ConnectOptions::new(pool.locals[0].app_addr.clone(), pool.secret.clone());
-    let (carmi, events) = connect(opts).await.expect("connect to m0");
-    let mut inbox = Inbox::new(events);
-    let define = carmi.define_class("any", "Name == \"m0\"");
-    let add = carmi.addhosts("any", 1, 1);
-    let host = inbox
-        .take("host", |x| match x {
-            Incoming::Rm(Event::HostsAdded { request, hosts, .. }) if *request == add => {
-                Some(hosts[0].host)
-            }
-            _ => None,
-        })
-        .await;
-    let _ = define;
+    let (carmi, mut inbox, host) = one_host(&pool, "Name == \"m0\"").await;
     let pidfile = pool.dir.join("worker.pid");
     let exe = pool.dir.join("worker.sh");
-    write_script(
+    write_sh(
         &exe,
         &format!("echo $$ > {}; exec sleep 300", pidfile.display()),
     );
@@ -177,22 +184,10 @@ async fn a_200000_attribute_ad_stalls_neither_the_router_nor_a_healthy_machines_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_global_rm_stopped_past_every_deadline_loses_no_machine() {
     let pool = Pool::start("stopped", 1, &[vec![]]);
-    let opts = ConnectOptions::new(pool.locals[0].app_addr.clone(), pool.secret.clone());
-    let (carmi, events) = connect(opts).await.expect("connect to m0");
-    let mut inbox = Inbox::new(events);
-    let _ = carmi.define_class("any", "true");
-    let add = carmi.addhosts("any", 1, 1);
-    let host = inbox
-        .take("host", |x| match x {
-            Incoming::Rm(Event::HostsAdded { request, hosts, .. }) if *request == add => {
-                Some(hosts[0].host)
-            }
-            _ => None,
-        })
-        .await;
+    let (carmi, mut inbox, host) = one_host(&pool, "true").await;
     let pidfile = pool.dir.join("worker.pid");
     let exe = pool.dir.join("worker.sh");
-    write_script(
+    write_sh(
         &exe,
         &format!("echo $$ > {}; exec sleep 300", pidfile.display()),
     );
@@ -409,10 +404,9 @@ async fn half_open(from: IpAddr, to: SocketAddr, oversized: bool) -> Option<TcpS
     Some(s)
 }
 
-fn write_script(path: &Path, body: &str) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::write(path, format!("#!/bin/sh\n{body}\n")).expect("write script");
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+/// Writes an executable shell script running `body`.
+fn write_sh(path: &Path, body: &str) {
+    write_script(path, &format!("#!/bin/sh\n{body}\n"));
 }
 
 async fn read_pid(path: &Path) -> u32 {

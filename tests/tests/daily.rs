@@ -2,10 +2,10 @@
 //! exits with a job's exit status, over a real `carmi-global` and
 //! `carmi-local`, through the `carmi` command as a user types it.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
 
-use carmi_tests::{Pool, text};
+use carmi_tests::{Pool, text, write_job};
 
 fn pool(name: &str) -> Pool {
     Pool::start(name, 2, &[vec!["Arch=\"X86_64\"".to_string()]])
@@ -18,26 +18,8 @@ fn carmi(pool: &Pool) -> std::process::Command {
     cmd
 }
 
-/// Writes `<name>.sh` with `script` and `<name>.sub` running it; returns the submit file.
-fn job(dir: &Path, name: &str, script: &str) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let exe = dir.join(format!("{name}.sh"));
-    std::fs::write(&exe, format!("#!/bin/sh\n{script}\n")).unwrap();
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let sub = dir.join(format!("{name}.sub"));
-    std::fs::write(&sub, format!("executable = {name}.sh\nqueue\n")).unwrap();
-    sub
-}
-
 fn submit(pool: &Pool, sub: &Path) -> String {
-    let out = carmi(pool).arg("submit").arg(sub).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        text(&out.stderr),
-        pool.logs()
-    );
-    let id = text(&out.stdout);
+    let id = pool.run_ok(carmi(pool).arg("submit").arg(sub));
     id.split_whitespace()
         .find_map(|w| {
             let w = w.trim_start_matches('j').trim_end_matches('.');
@@ -96,15 +78,12 @@ fn status_shows_an_owners_attributes_and_the_policy_state() {
 fn wait_exits_with_the_jobs_exit_status() {
     let pool = pool("daily-wait");
     pool.wait_registered();
-    let three = submit(&pool, &job(&pool.dir, "three", "sleep 0.3; exit 3"));
-    let out = wait(&pool, &[&three]);
-    assert_eq!(
-        out.status.code(),
-        Some(3),
-        "{}\n{}",
-        text(&out.stderr),
-        pool.logs()
+    let three = submit(
+        &pool,
+        &write_job(&pool.dir, "three", "sleep 0.3; exit 3", ""),
     );
+    let out = wait(&pool, &[&three]);
+    pool.assert_exit(&out, 3);
     // The history has it, with what it used, and -constraint reads HTCondor's names.
     let out = carmi(&pool)
         .args([
@@ -133,7 +112,7 @@ fn wait_exits_with_the_jobs_exit_status() {
         text(&out.stdout)
     );
 
-    let killed = submit(&pool, &job(&pool.dir, "killed", "kill -TERM $$"));
+    let killed = submit(&pool, &write_job(&pool.dir, "killed", "kill -TERM $$", ""));
     let out = wait(&pool, &[&killed]);
     assert_eq!(out.status.code(), Some(128 + 15), "{}", text(&out.stderr));
     assert!(
@@ -143,12 +122,12 @@ fn wait_exits_with_the_jobs_exit_status() {
     );
 
     // Still running when the timeout passes; then removed.
-    let long = submit(&pool, &job(&pool.dir, "long", "sleep 60"));
+    let long = submit(&pool, &write_job(&pool.dir, "long", "sleep 60", ""));
     let out = wait(&pool, &[&long, "--timeout", "0.5"]);
     assert_eq!(out.status.code(), Some(124), "{}", text(&out.stderr));
     // Several at once, as the copies of a `queue N`; one that is not queued
     // is reported without keeping the others.
-    let other = submit(&pool, &job(&pool.dir, "other", "sleep 60"));
+    let other = submit(&pool, &write_job(&pool.dir, "other", "sleep 60", ""));
     let out = carmi(&pool).args(["rm", &other, "9999"]).output().unwrap();
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("9999"), "{}", text(&out.stderr));
@@ -207,7 +186,7 @@ fn an_htcondor_style_submit_file_runs_each_copy() {
         ]],
     );
     pool.wait_registered();
-    job(&pool.dir, "copy", "echo \"copy $1\"");
+    write_job(&pool.dir, "copy", "echo \"copy $1\"", "");
     let sub = pool.dir.join("condor.sub");
     std::fs::write(&sub, CONDOR_STYLE).unwrap();
 
@@ -240,13 +219,7 @@ fn an_htcondor_style_submit_file_runs_each_copy() {
     assert_eq!(ids.len(), 3, "{ids:?}");
     for id in &ids {
         let out = wait(&pool, &[id, "--timeout", "60"]);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}\n{}",
-            text(&out.stderr),
-            pool.logs()
-        );
+        pool.assert_exit(&out, 0);
     }
     for p in 0..3 {
         let got = std::fs::read_to_string(pool.dir.join(format!("out.{p}"))).unwrap();

@@ -7,9 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use carmi_api::admin::request;
-use carmi_api::exe::sha256_hex;
-use carmi_api::msg::{ExecutableRef, FromGlobal, JobEnd, SubmitRequest, ToGlobal};
-use carmi_tests::Pool;
+use carmi_api::msg::{FromGlobal, JobEnd};
+use carmi_tests::{Pool, submit_request, write_script};
 
 const MASTER: &str = "#!/bin/sh\nexit 0\n";
 
@@ -24,11 +23,9 @@ fn carmi(pool: &Pool) -> std::process::Command {
     cmd
 }
 
-fn write_job(dir: &Path, name: &str, master: &[u8], body: &str) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let exe = dir.join("master.sh");
-    std::fs::write(&exe, master).unwrap();
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+/// Writes `master` as `dir/master.sh` and `body` as the submit file `dir/NAME`; its path.
+fn write_job(dir: &Path, name: &str, master: &str, body: &str) -> PathBuf {
+    write_script(&dir.join("master.sh"), master);
     let path = dir.join(name);
     std::fs::write(&path, body).unwrap();
     path
@@ -36,19 +33,7 @@ fn write_job(dir: &Path, name: &str, master: &[u8], body: &str) -> PathBuf {
 
 /// A submit as a client that skips `carmi submit`'s checks sends it.
 async fn raw_submit(pool: &Pool, spec: carmi_api::submit::JobSpec) -> FromGlobal {
-    let executable = ExecutableRef {
-        name: "master.sh".into(),
-        sha256: sha256_hex(MASTER.as_bytes()),
-        size: MASTER.len() as u64,
-    };
-    let msg = ToGlobal::Submit(Box::new(SubmitRequest {
-        owner: "mallory".into(),
-        machine: "m0".into(),
-        executable: executable.clone(),
-        spec,
-        submitted_unix: 0,
-        anywhere: false,
-    }));
+    let (executable, msg) = submit_request("mallory", MASTER, spec);
     let upload = Some((&executable, MASTER.as_bytes()));
     // Generous: a 10 MB frame through TLS in a debug build on a loaded
     // 2-core machine took over 20 s once.
@@ -88,7 +73,7 @@ async fn a_huge_machine_count_is_refused_naming_the_limit_and_the_global_rm_keep
     let file = write_job(
         &pool.dir,
         "huge.sub",
-        MASTER.as_bytes(),
+        MASTER,
         "executable = master.sh\nmachine_count = 4294967295\nqueue\n",
     );
     let out = carmi(&pool).arg("submit").arg(&file).output().unwrap();
@@ -121,15 +106,10 @@ async fn a_huge_machine_count_is_refused_naming_the_limit_and_the_global_rm_keep
     let file = write_job(
         &pool.dir,
         "big.sub",
-        MASTER.as_bytes(),
+        MASTER,
         "executable = master.sh\nmachine_count = 100000\nqueue\n",
     );
-    let out = carmi(&pool).arg("submit").arg(&file).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    pool.run_ok(carmi(&pool).arg("submit").arg(&file));
     let out = carmi(&pool).arg("q").output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -141,17 +121,11 @@ async fn a_huge_machine_count_is_refused_naming_the_limit_and_the_global_rm_keep
     let file = write_job(
         &pool.dir,
         "small.sub",
-        MASTER.as_bytes(),
+        MASTER,
         "executable = master.sh\nmachine_count = 2\nqueue\n",
     );
-    let out = carmi(&pool)
-        .args(["submit", "--json"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let small = v["job"].as_u64().expect("a job id");
-    let end = wait_history(&pool, small).await;
+    let small = pool.submit_file(carmi(&pool), &file);
+    let end = wait_history(&pool, small);
     assert_eq!(
         end,
         JobEnd::Completed(carmi_api::msg::ExitStatus::Code(0)),
@@ -161,27 +135,9 @@ async fn a_huge_machine_count_is_refused_naming_the_limit_and_the_global_rm_keep
 }
 
 /// How `job` ended, once it is in `carmi history` (20 s at most).
-async fn wait_history(pool: &Pool, job: u64) -> JobEnd {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let out = carmi(pool)
-            .args(["history", "--json", &job.to_string()])
-            .output()
-            .unwrap();
-        if out.status.success() {
-            let records: Vec<carmi_api::msg::JobRecord> =
-                serde_json::from_slice(&out.stdout).expect("history --json parses");
-            assert_eq!(records.len(), 1, "{records:?}");
-            return records[0].end.clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "job {job} never reached the history: {}\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            pool.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+fn wait_history(pool: &Pool, job: u64) -> JobEnd {
+    pool.wait_history(&job.to_string(), Duration::from_secs(20))
+        .end
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -192,7 +148,7 @@ async fn a_ten_megabyte_arguments_line_is_refused_at_submit() {
         "executable = master.sh\narguments = {}\nqueue\n",
         "x".repeat(10 << 20)
     );
-    let file = write_job(&pool.dir, "long.sub", MASTER.as_bytes(), &body);
+    let file = write_job(&pool.dir, "long.sub", MASTER, &body);
     let out = carmi(&pool).arg("submit").arg(&file).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
@@ -219,7 +175,7 @@ async fn a_ten_megabyte_arguments_line_is_refused_at_submit() {
         "# {}\nexecutable = master.sh\nqueue\n",
         "x".repeat(17 << 20)
     );
-    let file = write_job(&pool.dir, "huge-file.sub", MASTER.as_bytes(), &body);
+    let file = write_job(&pool.dir, "huge-file.sub", MASTER, &body);
     let out = carmi(&pool).arg("submit").arg(&file).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
@@ -242,21 +198,10 @@ async fn a_master_that_cannot_start_is_held_with_the_exec_error_and_history_keep
     let file = write_job(
         &pool.dir,
         "broken.sub",
-        b"#!/nonexistent/carmi-interpreter\nexit 0\n",
+        "#!/nonexistent/carmi-interpreter\nexit 0\n",
         "executable = master.sh\nqueue\n",
     );
-    let out = carmi(&pool)
-        .args(["submit", "--json"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let job = v["job"].as_u64().expect("a job id");
+    let job = pool.submit_file(carmi(&pool), &file);
     // The job's own fault: tried max_start_failures (3) times, then held
     // with the exec error, never ended "failed to start" (issue 30).
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -290,16 +235,8 @@ async fn a_master_that_cannot_start_is_held_with_the_exec_error_and_history_keep
         "{events}"
     );
     // Removed by its owner, it reaches the history.
-    let out = carmi(&pool)
-        .args(["rm", &job.to_string()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(wait_history(&pool, job).await, JobEnd::Removed);
+    pool.run_ok(carmi(&pool).args(["rm", &job.to_string()]));
+    assert_eq!(wait_history(&pool, job), JobEnd::Removed);
     assert!(queue_is_empty(&pool));
     let out = carmi(&pool).args(["history", "99"]).output().unwrap();
     assert!(!out.status.success());
@@ -312,18 +249,12 @@ async fn a_master_that_cannot_start_is_held_with_the_exec_error_and_history_keep
     let ok = write_job(
         &pool.dir,
         "ok.sub",
-        MASTER.as_bytes(),
+        MASTER,
         "executable = master.sh\nqueue\n",
     );
-    let out = carmi(&pool)
-        .args(["submit", "--json"])
-        .arg(&ok)
-        .output()
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let ok_job = v["job"].as_u64().expect("a job id");
+    let ok_job = pool.submit_file(carmi(&pool), &ok);
     assert_eq!(
-        wait_history(&pool, ok_job).await,
+        wait_history(&pool, ok_job),
         JobEnd::Completed(carmi_api::msg::ExitStatus::Code(0))
     );
     // The history is journaled: a restarted global RM still has both.

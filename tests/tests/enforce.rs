@@ -12,10 +12,9 @@
 //! which runs as root), where they fail.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use carmi_tests::{Pool, PoolOptions, text};
+use carmi_tests::{Pool, PoolOptions, text, write_script};
 
 /// The unprivileged account the non-root local RM runs as.
 const NOBODY: u32 = 65534;
@@ -46,45 +45,21 @@ fn pool(name: &str, machines: usize) -> Pool {
     Pool::start_with(name, 2, &vec![vec!["Cpus=4".into()]; machines], options)
 }
 
-fn ok(out: Output, pool: &Pool) -> String {
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        text(&out.stderr),
-        pool.logs()
-    );
-    text(&out.stdout).trim().to_string()
-}
-
-/// `carmi` run in `dir` with the masters pinned to `machine`.
-fn carmi(pool: &Pool, dir: &Path, machine: &str) -> Command {
-    let mut cmd = pool.carmi();
-    cmd.current_dir(dir).env("CARMI_MACHINE", machine);
-    cmd
-}
-
 /// A submit directory with the memory hog and `script` (a shell master).
 fn submit_dir(pool: &Pool, script: &str) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
     let dir = pool.dir.join("submit");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::copy(env!("CARGO_BIN_EXE_carmi-memhog"), dir.join("memhog")).unwrap();
-    let path = dir.join("master.sh");
-    std::fs::write(&path, script).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    write_script(&dir.join("master.sh"), script);
     dir
 }
 
 /// Submits `body` (a submit file) from `dir` to `machine`; the job id.
 fn submit(pool: &Pool, dir: &Path, machine: &str, name: &str, body: &str) -> String {
     std::fs::write(dir.join(name), body).unwrap();
-    ok(
-        carmi(pool, dir, machine)
-            .args(["submit", name])
-            .output()
-            .unwrap(),
-        pool,
-    )
+    let mut pinned = pool.carmi_in(dir);
+    pinned.env("CARMI_MACHINE", machine).args(["submit", name]);
+    pool.run_ok(&mut pinned).trim().to_string()
 }
 
 /// The job's `carmi q --json` entry once `done` holds of it, at most 90 s.
@@ -93,8 +68,8 @@ fn wait_queued(
     job: &str,
     done: impl Fn(&serde_json::Value) -> bool,
 ) -> serde_json::Value {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
+    let what = format!("job {job} to get there");
+    pool.wait_for(&what, Duration::from_secs(90), || {
         let out = pool.carmi().args(["q", "--json"]).output().unwrap();
         let jobs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
         let found = jobs.as_array().and_then(|js| {
@@ -102,51 +77,23 @@ fn wait_queued(
                 .find(|j| j["job"].to_string().trim_matches('"') == job)
                 .cloned()
         });
-        if let Some(j) = found.filter(|j| done(j)) {
-            return j;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "job {job} never got there: {}\n{}",
-            text(&out.stdout),
-            pool.logs()
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
+        found.filter(|j| done(j)).ok_or_else(|| text(&out.stdout))
+    })
 }
 
 /// The job's `carmi history --json` record once it ended, at most 90 s.
 fn wait_history(pool: &Pool, job: &str) -> serde_json::Value {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let out = pool
-            .carmi()
-            .args(["history", "--json", job])
-            .output()
-            .unwrap();
-        let records: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-        if let Some(r) = records.as_array().and_then(|r| r.first()) {
-            return r.clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "job {job} never reached the history\n{}",
-            pool.logs()
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    pool.wait_history_json(job, Duration::from_secs(90))
+        .remove(0)
 }
 
 /// `MemoryLimitEnforced` and `CgroupVersion` of `machine`'s ad, as `carmi status` prints them.
 fn enforced_attrs(pool: &Pool, machine: &str) -> String {
     let constraint = format!("Name == \"{machine}\"");
-    let out = pool
-        .carmi()
-        .args(["status", "-constraint", &constraint, "-af"])
-        .args(["MemoryLimitEnforced", "CgroupVersion"])
-        .output()
-        .unwrap();
-    ok(out, pool)
+    let mut out = pool.carmi();
+    out.args(["status", "-constraint", &constraint, "-af"])
+        .args(["MemoryLimitEnforced", "CgroupVersion"]);
+    pool.run_ok(&mut out).trim().to_string()
 }
 
 /// The first number after `prefix` in `text`.
@@ -190,8 +137,7 @@ fn a_job_over_its_request_memory_is_held_and_one_within_it_completes_with_its_pe
     );
     let used = number_after(&reason, "memory usage ").expect("the reason names the usage");
     assert!((90..=110).contains(&used), "stopped at its limit: {reason}");
-    let rm = pool.carmi().args(["rm", &over]).output().unwrap();
-    ok(rm, &pool);
+    pool.run_ok(pool.carmi().args(["rm", &over]));
 
     // Within its request: runs to the end, its peak in the history.
     let within = submit(
@@ -215,7 +161,7 @@ fn a_job_over_its_request_memory_is_held_and_one_within_it_completes_with_its_pe
         (40 * 1024..100 * 1024).contains(&peak_kib),
         "its peak is what it touched, under its request: {record}"
     );
-    let table = ok(pool.carmi().arg("history").output().unwrap(), &pool);
+    let table = pool.run_ok(pool.carmi().arg("history"));
     let line = table
         .lines()
         .find(|l| l.trim_start().starts_with(&format!("{within} ")))
@@ -225,15 +171,8 @@ fn a_job_over_its_request_memory_is_held_and_one_within_it_completes_with_its_pe
         "`carmi history` shows the peak: {table}"
     );
     let constraint = format!("ClusterId == {within} && MemoryUsage >= 40");
-    let found = pool
-        .carmi()
-        .args(["history", "-constraint", &constraint])
-        .output()
-        .unwrap();
-    assert!(
-        ok(found, &pool).contains("1 job,"),
-        "MemoryUsage reads as HTCondor's"
-    );
+    let found = pool.run_ok(pool.carmi().args(["history", "-constraint", &constraint]));
+    assert!(found.contains("1 job,"), "MemoryUsage reads as HTCondor's");
 }
 
 #[test]
@@ -244,15 +183,9 @@ fn a_local_rm_that_is_not_root_runs_the_job_unbound_and_says_so() {
     }
     let pool = pool("enforce-nonroot", 0);
     let _local = pool.start_extra_local_as("u0", NOBODY, NOBODY);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !enforced_attrs(&pool, "u0").starts_with("false") {
-        assert!(
-            Instant::now() < deadline,
-            "u0 never came up\n{}",
-            pool.logs()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    pool.wait_until("u0 to come up", Duration::from_secs(30), || {
+        enforced_attrs(&pool, "u0").starts_with("false")
+    });
     let log = std::fs::read_to_string(pool.dir.join("u0.log")).unwrap_or_default();
     assert!(
         log.contains("no usable cgroup") && log.contains("MemoryLimitEnforced = false"),
@@ -321,34 +254,20 @@ fn running(pid: i32) -> bool {
 
 /// The pid a job wrote to `path`, once it did, at most 90 s.
 fn wait_pid(pool: &Pool, path: &Path) -> i32 {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
+    let what = format!("a pid in {}", path.display());
+    pool.wait_for(&what, Duration::from_secs(90), || {
         let pid = std::fs::read_to_string(path)
             .ok()
             .and_then(|t| t.trim().parse().ok());
-        if let Some(pid) = pid {
-            return pid;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no pid in {}\n{}",
-            path.display(),
-            pool.logs()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        pid.ok_or_else(|| "none yet".to_string())
+    })
 }
 
+/// Waits until the setsid child `pid` is gone, which it must be since
+/// its job ended (`when` says how).
 fn wait_gone(pool: &Pool, pid: i32, when: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while running(pid) {
-        assert!(
-            Instant::now() < deadline,
-            "the setsid child {pid} outlived its job ({when})\n{}",
-            pool.logs()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let what = format!("the setsid child {pid} to end with its job ({when})");
+    pool.wait_until(&what, Duration::from_secs(30), || !running(pid));
 }
 
 #[test]
@@ -396,7 +315,7 @@ fn a_child_that_left_its_session_ends_with_its_job() {
         (Some(64 << 20), Some(cpu_weight(2))),
         "the child's cgroup is bound to request_memory = 64 and request_cpus = 2"
     );
-    ok(pool.carmi().args(["rm", &removed]).output().unwrap(), &pool);
+    pool.run_ok(pool.carmi().args(["rm", &removed]));
     wait_gone(&pool, child, "it was removed");
 }
 

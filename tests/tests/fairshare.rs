@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use carmi_api::authz::Power;
-use carmi_tests::{Pool, text};
+use carmi_tests::{Pool, text, write_script};
 
 /// `carmi` as `user` (a submit token of that identity), masters on m0.
 fn carmi_as(pool: &Pool, user: &str) -> std::process::Command {
@@ -23,10 +23,7 @@ fn carmi_as(pool: &Pool, user: &str) -> std::process::Command {
 
 /// A job wanting 1 to 20 machines whose master naps.
 fn greedy_job(dir: &Path) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let exe = dir.join("nap.sh");
-    std::fs::write(&exe, "#!/bin/sh\nsleep 240\n").unwrap();
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    write_script(&dir.join("nap.sh"), "#!/bin/sh\nsleep 240\n");
     let sub = dir.join("greedy.sub");
     std::fs::write(&sub, "executable = nap.sh\nmachine_count = 1..20\nqueue\n").unwrap();
     sub

@@ -6,19 +6,16 @@
 //! submit and `on_impossible = hold` accepts it held, both with the reason.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use carmi_api::msg::JobEnd;
-use carmi_tests::{Pool, text};
+use carmi_tests::{Pool, text, write_script};
 
 const MASTER: &str = "#!/bin/sh\nexit 0\n";
 const WHY: &str = "cannot start: class class0 needs 3, the pool has 2 matching";
 
 fn write_job(dir: &Path, name: &str, body: &str) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let exe = dir.join("master.sh");
-    std::fs::write(&exe, MASTER).unwrap();
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    write_script(&dir.join("master.sh"), MASTER);
     let path = dir.join(name);
     std::fs::write(&path, body).unwrap();
     path
@@ -57,25 +54,9 @@ fn submit(pool: &Pool, file: &Path) -> Result<u64, String> {
 }
 
 /// How `job` ended, once it is in `carmi history` (60 s at most: a loaded CI machine).
-async fn wait_history(pool: &Pool, job: u64) -> JobEnd {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let out = carmi(pool)
-            .args(["history", "--json", &job.to_string()])
-            .output()
-            .unwrap();
-        if out.status.success() {
-            let records: Vec<carmi_api::msg::JobRecord> =
-                serde_json::from_slice(&out.stdout).expect("history --json parses");
-            return records[0].end.clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "job {job} never reached the history\n{}",
-            pool.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+fn wait_history(pool: &Pool, job: u64) -> JobEnd {
+    pool.wait_history(&job.to_string(), Duration::from_secs(60))
+        .end
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -99,7 +80,7 @@ async fn a_job_the_pool_cannot_start_is_flagged_blocks_nobody_and_can_be_refused
     // and completes while it waits.
     let small = submit(&pool, &x86_job(&pool, "small.sub", 2, "")).expect("accepted");
     assert_eq!(
-        wait_history(&pool, small).await,
+        wait_history(&pool, small),
         JobEnd::Completed(carmi_api::msg::ExitStatus::Code(0)),
         "{}",
         pool.logs()

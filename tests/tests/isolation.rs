@@ -9,56 +9,26 @@
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-use carmi_tests::{Pool, PoolOptions, root_ready, text};
+use carmi_tests::{Pool, PoolOptions, root_ready, text, write_script};
 
 /// EACCES: what the kernel answers an account without the permission.
 const EACCES: i64 = 13;
 
-fn carmi(pool: &Pool, dir: &Path) -> Command {
-    let mut cmd = pool.carmi();
-    cmd.current_dir(dir);
-    cmd
-}
-
-fn ok(out: Output, pool: &Pool) -> String {
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        text(&out.stderr),
-        pool.logs()
-    );
-    text(&out.stdout).trim().to_string()
-}
-
-fn script(path: &Path, body: &str) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::write(path, body).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
-}
-
 /// Waits for the sandbox holding `file` under `work_dir/sandbox`.
 fn sandbox_with(pool: &Pool, work_dir: &Path, file: &str) -> PathBuf {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let found = std::fs::read_dir(work_dir.join("sandbox"))
+    let what = format!("a sandbox holding {file}");
+    pool.wait_for(&what, Duration::from_secs(90), || {
+        std::fs::read_dir(work_dir.join("sandbox"))
             .into_iter()
             .flatten()
             .flatten()
             .map(|e| e.path())
-            .find(|p| p.join(file).is_file());
-        if let Some(dir) = found {
-            return dir;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no sandbox holds {file}\n{}",
-            pool.logs()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+            .find(|p| p.join(file).is_file())
+            .ok_or_else(|| "none yet".to_string())
+    })
 }
 
 #[test]
@@ -80,7 +50,7 @@ fn a_job_of_a_root_local_rm_cannot_read_its_keys_nor_another_jobs_sandbox() {
     pool.wait_registered();
 
     // Job A keeps a file of its own in its sandbox and waits.
-    script(
+    write_script(
         &submit_dir.join("hold.sh"),
         "#!/bin/sh\necho \"job A's own data\" > mine.txt\nsleep 300\n",
     );
@@ -89,13 +59,7 @@ fn a_job_of_a_root_local_rm_cannot_read_its_keys_nor_another_jobs_sandbox() {
         "executable = hold.sh\noutput = hold.out\nqueue\n",
     )
     .unwrap();
-    let job_a = ok(
-        carmi(&pool, &submit_dir)
-            .args(["submit", "a.sub"])
-            .output()
-            .unwrap(),
-        &pool,
-    );
+    let job_a = pool.run_ok(pool.carmi_in(&submit_dir).args(["submit", "a.sub"]));
     let a_sandbox = sandbox_with(&pool, &work_dir, "mine.txt");
     let a_owner = std::fs::metadata(&a_sandbox).unwrap().uid();
     assert_ne!(a_owner, 0, "job A's sandbox belongs to root");
@@ -137,18 +101,9 @@ fn a_job_of_a_root_local_rm_cannot_read_its_keys_nor_another_jobs_sandbox() {
         ),
     )
     .unwrap();
-    let job_b = ok(
-        carmi(&pool, &submit_dir)
-            .args(["submit", "b.sub"])
-            .output()
-            .unwrap(),
-        &pool,
-    );
+    let job_b = pool.run_ok(pool.carmi_in(&submit_dir).args(["submit", "b.sub"]));
     // A normal job still runs to the end, and its output comes back.
-    let out = carmi(&pool, &submit_dir)
-        .args(["wait", &job_b, "--timeout", "120"])
-        .output()
-        .unwrap();
+    let out = pool.wait_job(&submit_dir, job_b.trim(), 120);
     let report = std::fs::read_to_string(submit_dir.join("peek.out")).unwrap_or_default();
     assert_eq!(
         out.status.code(),
@@ -186,22 +141,9 @@ fn a_job_of_a_root_local_rm_cannot_read_its_keys_nor_another_jobs_sandbox() {
     }
 
     // Removing job A cleans up after its account too.
-    ok(
-        carmi(&pool, &submit_dir)
-            .args(["rm", &job_a])
-            .output()
-            .unwrap(),
-        &pool,
-    );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while a_sandbox.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "job A's sandbox outlived it\n{}",
-            pool.logs()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    pool.run_ok(pool.carmi_in(&submit_dir).args(["rm", job_a.trim()]));
+    let what = "job A's sandbox to go with it";
+    pool.wait_until(what, Duration::from_secs(30), || !a_sandbox.exists());
 }
 
 /// A local RM started as an ordinary user says at start-up, once, which

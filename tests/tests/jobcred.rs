@@ -151,18 +151,7 @@ fn after_a_journal_cut_a_new_job_gets_an_id_and_so_a_credential_never_given() {
     )
     .unwrap();
     let submit = |pool: &Pool| {
-        let out = pool
-            .carmi()
-            .current_dir(&dir)
-            .args(["submit", "job.sub"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout)
+        pool.run_ok(pool.carmi_in(&dir).args(["submit", "job.sub"]))
             .trim()
             .parse::<u64>()
             .expect("a job id")

@@ -7,9 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use carmi_api::admin::request;
-use carmi_api::exe::sha256_hex;
 use carmi_api::ids::JobId;
-use carmi_api::msg::{ExecutableRef, FromGlobal, JobStatus, SubmitRequest, ToGlobal};
+use carmi_api::msg::{FromGlobal, JobStatus, ToGlobal};
 use carmi_tests::Pool;
 
 const MASTER: &str = "#!/bin/sh\nwhile [ ! -e \"$STOP\" ]; do sleep 0.05; done\n";
@@ -25,25 +24,7 @@ async fn submit(pool: &Pool, stop: &Path, machine_count: &str) -> JobId {
         "executable = master.sh\nenvironment = STOP={}\nclass_name = w\nrequirements = Arch == \"X86_64\"\nmachine_count = {machine_count}\nqueue\n",
         stop.display()
     );
-    let spec = carmi_api::submit::parse("job.sub", &text).expect("a valid submit file");
-    let executable = ExecutableRef {
-        name: "master.sh".into(),
-        sha256: sha256_hex(MASTER.as_bytes()),
-        size: MASTER.len() as u64,
-    };
-    let msg = ToGlobal::Submit(Box::new(SubmitRequest {
-        owner: "tester".into(),
-        machine: "m0".into(),
-        executable: executable.clone(),
-        spec,
-        submitted_unix: 0,
-        anywhere: false,
-    }));
-    let upload = Some((&executable, MASTER.as_bytes()));
-    match request(&pool.global_addr, &pool.secret, upload, msg).await {
-        Ok(FromGlobal::Submitted { job }) => job,
-        other => panic!("submit failed: {other:?}\n{}", pool.logs()),
-    }
+    pool.submit_admin(MASTER, &text).await
 }
 
 async fn queue(pool: &Pool) -> Vec<JobStatus> {
@@ -170,30 +151,10 @@ async fn the_carmi_command_submits_lists_analyzes_and_removes() {
     assert!(err.contains("bad.sub:2: machine_count"), "{err}");
     assert!(queue(&pool).await.is_empty());
 
-    let out = carmi(&pool)
-        .args(["submit", "--json"])
-        .arg(&good)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("submit --json parses");
-    let job = v["job"].as_u64().expect("a job id");
+    let job = pool.submit_file(carmi(&pool), &good);
 
     // 7 machines on a pool of 6: it waits, and -analyze says why.
-    let out = carmi(&pool)
-        .args(["q", "-analyze", &job.to_string()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = pool.run_ok(carmi(&pool).args(["q", "-analyze", &job.to_string()]));
     assert!(text.contains("waiting"), "{text}");
     assert!(
         text.contains("cannot start: needs 7 at once, 6 idle and 0 reclaimable now"),
@@ -210,15 +171,7 @@ async fn the_carmi_command_submits_lists_analyzes_and_removes() {
         "{text}"
     );
 
-    let out = carmi(&pool)
-        .args(["rm", &job.to_string()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    pool.run_ok(carmi(&pool).args(["rm", &job.to_string()]));
     assert!(queue(&pool).await.is_empty());
     let out = carmi(&pool)
         .args(["status", "-constraint", "Arch == \"X86_64\"", "--json"])
@@ -245,13 +198,8 @@ async fn the_carmi_command_submits_lists_analyzes_and_removes() {
         "io.sub",
         "executable = io.sh\narguments = $(Cluster)\noutput = out/$(Cluster).out\nerror = out/$(Cluster).err\ntransfer_input_files = params.txt\nqueue\n",
     );
-    let out = carmi(&pool).arg("submit").arg(&io).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let job: u64 = String::from_utf8_lossy(&out.stdout)
+    let job: u64 = pool
+        .run_ok(carmi(&pool).arg("submit").arg(&io))
         .trim()
         .parse()
         .expect("the job id");

@@ -3,11 +3,11 @@
 //! types it: `carmi hold` / `carmi release`, and the job's event log
 //! (`carmi events`, the submit file's `log =`).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use carmi_tests::{Pool, text};
+use carmi_tests::{Pool, text, write_job};
 use serde_json::Value;
 
 /// `carmi` as alice (her token names her: a job's owner is the identity
@@ -27,14 +27,7 @@ fn carmi(pool: &Pool) -> std::process::Command {
 
 /// Runs `carmi ARGS`, asserting success; returns its stdout.
 fn ok(pool: &Pool, args: &[&str]) -> String {
-    let out = carmi(pool).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "carmi {args:?}: {}\n{}",
-        text(&out.stderr),
-        pool.logs()
-    );
-    text(&out.stdout)
+    pool.run_ok(carmi(pool).args(args))
 }
 
 fn json(pool: &Pool, args: &[&str]) -> Value {
@@ -42,12 +35,8 @@ fn json(pool: &Pool, args: &[&str]) -> Value {
 }
 
 /// Polls `check` until it holds (the deadline only bounds a broken run).
-fn until(pool: &Pool, what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !check() {
-        assert!(Instant::now() < deadline, "never: {what}\n{}", pool.logs());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+fn until(pool: &Pool, what: &str, check: impl FnMut() -> bool) {
+    pool.wait_until(what, Duration::from_secs(60), check);
 }
 
 /// Slot states of the pool, e.g. `["claimed", "idle"]`, sorted.
@@ -84,18 +73,6 @@ fn queued(pool: &Pool, job: &str) -> Option<(String, String, u64)> {
         })
 }
 
-/// Writes `<name>.sh` with `script` and `<name>.sub` with `submit` lines
-/// before `queue`; returns the submit file.
-fn job(dir: &Path, name: &str, script: &str, submit: &str) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let exe = dir.join(format!("{name}.sh"));
-    std::fs::write(&exe, format!("#!/bin/sh\n{script}\n")).unwrap();
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let sub = dir.join(format!("{name}.sub"));
-    std::fs::write(&sub, format!("executable = {name}.sh\n{submit}queue\n")).unwrap();
-    sub
-}
-
 fn submit(pool: &Pool, sub: &Path) -> String {
     let out = ok(pool, &["submit", sub.to_str().unwrap()]);
     out.trim().to_string()
@@ -122,7 +99,7 @@ fn a_held_job_gives_back_its_hosts_and_runs_again_once_released() {
     );
     let id = submit(
         &pool,
-        &job(dir, "sleeper", &script, "machine_count = 2..2\n"),
+        &write_job(dir, "sleeper", &script, "machine_count = 2..2\n"),
     );
     until(&pool, "the job runs with both hosts", || {
         queued(&pool, &id).is_some_and(|(s, _, h)| s == "running" && h == 2)
@@ -164,13 +141,7 @@ fn a_held_job_gives_back_its_hosts_and_runs_again_once_released() {
     assert_eq!(ok(&pool, &["release", &id]), format!("job {id} released\n"));
     // It starts again from scratch, completes, and `wait` gives its status.
     let out = wait(&pool, &id);
-    assert_eq!(
-        out.status.code(),
-        Some(7),
-        "{}\n{}",
-        text(&out.stderr),
-        pool.logs()
-    );
+    pool.assert_exit(&out, 7);
     let not_held = carmi(&pool).args(["release", &id]).output().unwrap();
     assert!(!not_held.status.success());
     until(&pool, "both slots idle after the end", || {
@@ -210,7 +181,7 @@ fn a_held_job_stays_held_across_a_global_rm_restart() {
         "if [ -e {d}/ran ]; then exit 0; fi\ntouch {d}/ran\nsleep 60",
         d = dir.display()
     );
-    let id = submit(&pool, &job(&dir, "again", &script, ""));
+    let id = submit(&pool, &write_job(&dir, "again", &script, ""));
     until(&pool, "the job runs", || {
         queued(&pool, &id).is_some_and(|(s, _, _)| s == "running") && dir.join("ran").exists()
     });
@@ -235,13 +206,7 @@ fn a_held_job_stays_held_across_a_global_rm_restart() {
     );
     ok(&pool, &["release", &id]);
     let out = wait(&pool, &id);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}\n{}",
-        text(&out.stderr),
-        pool.logs()
-    );
+    pool.assert_exit(&out, 0);
 }
 
 #[test]
@@ -254,7 +219,7 @@ fn the_log_file_holds_the_jobs_events_in_order() {
         "while [ ! -e {d}/go ]; do sleep 0.1; done\nexit 0",
         d = dir.display()
     );
-    job(
+    write_job(
         &dir,
         "grow",
         &script,
@@ -305,13 +270,7 @@ fn the_log_file_holds_the_jobs_events_in_order() {
         "{last}"
     );
     let out = wait(&pool, &id);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}\n{}",
-        text(&out.stderr),
-        pool.logs()
-    );
+    pool.assert_exit(&out, 0);
     let lines = std::fs::read_to_string(&log).unwrap();
     let kinds: Vec<(String, String)> = lines
         .lines()

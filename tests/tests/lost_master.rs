@@ -8,25 +8,12 @@
 //! was told.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use carmi_api::admin::request;
-use carmi_api::exe::sha256_hex;
-use carmi_api::msg::{ExecutableRef, FromGlobal, SubmitRequest, ToGlobal};
 use carmi_tests::{Pool, PoolOptions};
 
-/// Polls `cond` every 50 ms for up to 60 s (a loaded CI machine).
-fn wait_until(pool: &Pool, what: &str, cond: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !cond() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}\n{}",
-            pool.logs()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+/// How long a wait may take on a loaded CI machine.
+const PATIENCE: Duration = Duration::from_secs(60);
 
 fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
@@ -52,26 +39,8 @@ async fn a_master_whose_job_ended_while_its_machine_was_away_is_told_why() {
         "executable = master.sh\nenvironment = CARMI_ECHO_REPORT={}\nmachine_count = 1\nqueue\n",
         report.display()
     );
-    let spec = carmi_api::submit::parse("job.sub", &text).expect("a valid submit file");
-    let executable = ExecutableRef {
-        name: "master.sh".into(),
-        sha256: sha256_hex(master.as_bytes()),
-        size: master.len() as u64,
-    };
-    let msg = ToGlobal::Submit(Box::new(SubmitRequest {
-        owner: "tester".into(),
-        machine: "m0".into(),
-        executable: executable.clone(),
-        spec,
-        submitted_unix: 0,
-        anywhere: false,
-    }));
-    let upload = Some((&executable, master.as_bytes()));
-    match request(&pool.global_addr, &pool.secret, upload, msg).await {
-        Ok(FromGlobal::Submitted { .. }) => {}
-        other => panic!("submit failed: {other:?}\n{}", pool.logs()),
-    }
-    wait_until(&pool, "the master to start", || {
+    pool.submit_admin(&master, &text).await;
+    pool.wait_until("the master to start", PATIENCE, || {
         read(&mark).contains("started")
     });
     // Give the master a moment to attach (if it attaches only after the
@@ -81,12 +50,12 @@ async fn a_master_whose_job_ended_while_its_machine_was_away_is_told_why() {
     // m0 falls silent until the global RM declares it lost, then comes back.
     pool.pause_local(0);
     let global_log = pool.dir.join("global.log");
-    wait_until(&pool, "m0 to be declared lost", || {
+    pool.wait_until("m0 to be declared lost", PATIENCE, || {
         read(&global_log).contains("machine `m0` sent nothing")
     });
     pool.resume_local(0);
 
-    wait_until(&pool, "the master to hear that its job ended", || {
+    pool.wait_until("the master to hear that its job ended", PATIENCE, || {
         read(&report).contains("disconnected")
     });
     let told = read(&report);

@@ -13,7 +13,7 @@ use carmi_api::client::{Carmi, ConnectOptions, Incoming, connect};
 use carmi_api::control::OwnerLink;
 use carmi_api::ids::{HostId, ProcessId, RequestId};
 use carmi_api::msg::{Event, FromLocalControl, OwnerEvent, SpawnTarget};
-use carmi_tests::{Inbox, Pool, PoolOptions};
+use carmi_tests::{Inbox, Pool, PoolOptions, write_script};
 
 const POLICY: &str = "[policy]\nminute = 0.4\n";
 const WAIT: Duration = Duration::from_secs(20);
@@ -137,10 +137,8 @@ impl Setup {
 }
 
 fn script(pool: &Pool, name: &str, body: &str) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
     let p = pool.dir.join(name);
-    std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).expect("write script");
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod script");
+    write_script(&p, &format!("#!/bin/sh\n{body}\n"));
     p
 }
 

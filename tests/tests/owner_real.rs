@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use carmi_api::client::{ConnectOptions, Incoming, connect};
 use carmi_api::msg::{Event, SpawnTarget};
-use carmi_tests::{Inbox, Pool, PoolOptions};
+use carmi_tests::{Inbox, Pool, PoolOptions, write_script};
 
 /// The owner policy: open at once; suspend when the job's own processes
 /// used almost no CPU since the last measurement; never continue, so that
@@ -88,13 +88,10 @@ async fn a_job_is_not_suspended_by_the_load_of_its_own_children() {
     // The job's process is a shell that only waits; its two children spin.
     // It ends itself after a minute, whatever happens to the test.
     let exe = pool.dir.join("spin.sh");
-    std::fs::write(
+    write_script(
         &exe,
         "#!/bin/sh\necho $$ > \"$1\"\nyes > /dev/null & yes > /dev/null & sleep 60; kill 0\n",
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     let pidfile = pool.dir.join("spin.pid");
     let spawn = carmi.class_spawn(
         &exe,

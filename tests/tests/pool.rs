@@ -8,7 +8,7 @@ use bytes::Bytes;
 use carmi_api::client::{ConnectError, ConnectOptions, Incoming, connect};
 use carmi_api::ids::{HostId, ProcessId, RequestId};
 use carmi_api::msg::{Event, ExitStatus, FailureCode, Reply, SpawnTarget};
-use carmi_tests::{HEARTBEAT_MS, Inbox, MISSED_HEARTBEATS, Pool};
+use carmi_tests::{HEARTBEAT_MS, Inbox, MISSED_HEARTBEATS, Pool, write_script};
 
 fn machines() -> Vec<Vec<String>> {
     (0..8)
@@ -35,10 +35,8 @@ async fn app(pool: &Pool, local: usize) -> (carmi_api::client::Carmi, Inbox) {
 }
 
 fn script(pool: &Pool, name: &str, body: &str) -> std::path::PathBuf {
-    use std::os::unix::fs::PermissionsExt;
     let p = pool.dir.join(name);
-    std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).expect("write script");
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod script");
+    write_script(&p, &format!("#!/bin/sh\n{body}\n"));
     p
 }
 

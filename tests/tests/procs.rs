@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use carmi_api::client::{ConnectOptions, Incoming, connect};
 use carmi_api::ids::{HostId, RequestId};
 use carmi_api::msg::{Event, SpawnTarget};
-use carmi_tests::{Inbox, Pool};
+use carmi_tests::{Inbox, Pool, write_script};
 
 /// True while `pid` exists and is not a zombie.
 fn alive(pid: u32) -> bool {
@@ -16,10 +16,8 @@ fn alive(pid: u32) -> bool {
 }
 
 fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
     let p = dir.join(name);
-    std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).expect("write script");
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod script");
+    write_script(&p, &format!("#!/bin/sh\n{body}\n"));
     p
 }
 

@@ -10,23 +10,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use carmi_api::admin::request;
-use carmi_api::exe::sha256_hex;
 use carmi_api::ids::JobId;
-use carmi_api::msg::{ExecutableRef, FromGlobal, SubmitRequest, ToGlobal};
-use carmi_tests::Pool;
+use carmi_api::msg::{FromGlobal, ToGlobal};
+use carmi_tests::{Pool, submit_request};
 
 const MASTER: &str = "#!/bin/sh\nexit 0\n";
 
 /// Jobs queued in the long queue.
 const QUEUED: usize = 5000;
-
-fn executable() -> ExecutableRef {
-    ExecutableRef {
-        name: "master.sh".into(),
-        sha256: sha256_hex(MASTER.as_bytes()),
-        size: MASTER.len() as u64,
-    }
-}
 
 /// Submits a job asking for a machine no pool has, unlike every other job
 /// (`Memory >= n`, a new `n` each time); uploads the master when `upload`.
@@ -37,15 +28,7 @@ async fn submit(pool: &Pool, upload: bool) -> JobId {
         "executable = master.sh\nrequirements = Arch == \"PPC\" && Memory >= {n}\nmachine_count = 1\nqueue\n"
     );
     let spec = carmi_api::submit::parse("job.sub", &text).expect("a valid submit file");
-    let exe = executable();
-    let msg = ToGlobal::Submit(Box::new(SubmitRequest {
-        owner: "tester".into(),
-        machine: "m0".into(),
-        executable: exe.clone(),
-        spec,
-        submitted_unix: 0,
-        anywhere: false,
-    }));
+    let (exe, msg) = submit_request("tester", MASTER, spec);
     let up = upload.then_some((&exe, MASTER.as_bytes()));
     match request(&pool.global_addr, &pool.secret, up, msg).await {
         Ok(FromGlobal::Submitted { job }) => job,

@@ -14,7 +14,7 @@ use carmi_api::control::OwnerLink;
 use carmi_api::handshake::Secret;
 use carmi_api::msg::{FromLocalControl, OwnerEvent};
 use carmi_api::token::{Claims, Power, claims_unchecked, now_unix, read_token_file};
-use carmi_tests::{Pool, PoolOptions, text};
+use carmi_tests::{Pool, PoolOptions};
 use serde_json::Value;
 
 /// The machines' token lifetime, in seconds.
@@ -23,14 +23,7 @@ const LIFETIME_S: u64 = 6;
 /// `carmi ARGS` (as the pool's admin, masters pinned to m0), asserting
 /// success; its standard output.
 fn ok(pool: &Pool, args: &[&str]) -> String {
-    let out = carmi(pool).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "carmi {args:?}: {}\n{}",
-        text(&out.stderr),
-        pool.logs()
-    );
-    text(&out.stdout)
+    pool.run_ok(carmi(pool).args(args))
 }
 
 fn carmi(pool: &Pool) -> Command {
@@ -40,12 +33,8 @@ fn carmi(pool: &Pool) -> Command {
 }
 
 /// Polls `check` until it holds (the deadline only bounds a broken run).
-fn until(pool: &Pool, what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !check() {
-        assert!(Instant::now() < deadline, "never: {what}\n{}", pool.logs());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+fn until(pool: &Pool, what: &str, check: impl FnMut() -> bool) {
+    pool.wait_until(what, Duration::from_secs(60), check);
 }
 
 /// Whether `carmi status` lists m0 with its slot.

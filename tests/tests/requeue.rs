@@ -13,11 +13,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use carmi_api::control::OwnerLink;
 use carmi_api::msg::OwnerEvent;
-use carmi_tests::{Pool, PoolOptions, text};
+use carmi_tests::{Pool, PoolOptions, text, write_script};
 
 const POLICY: &str = "[policy]\nminute = 0.4\nstart = \"KeyboardIdle > 2 * Minute\"\n";
 
@@ -37,7 +37,6 @@ fn pool(name: &str) -> Pool {
 
 /// A submit directory on no machine of the pool, holding `master.sh`.
 fn laptop(pool: &Pool, master: &str) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     assert!(
         !matches!(host.trim(), "m0" | "m1"),
@@ -45,39 +44,24 @@ fn laptop(pool: &Pool, master: &str) -> PathBuf {
     );
     let dir = pool.dir.join("laptop");
     std::fs::create_dir_all(&dir).unwrap();
-    let exe = dir.join("master.sh");
-    std::fs::write(&exe, master).unwrap();
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    write_script(&dir.join("master.sh"), master);
     dir
 }
 
 fn carmi(pool: &Pool, dir: &Path, args: &[&str]) -> Output {
-    let mut cmd = pool.carmi();
-    cmd.current_dir(dir).args(args);
-    cmd.output().unwrap()
-}
-
-fn ok(out: Output, pool: &Pool) -> String {
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        text(&out.stderr),
-        pool.logs()
-    );
-    text(&out.stdout)
+    pool.carmi_in(dir).args(args).output().unwrap()
 }
 
 /// Submits `file` (as `job.sub`) from `dir`; the job ids.
 fn submit(pool: &Pool, dir: &Path, file: &str) -> Vec<String> {
     std::fs::write(dir.join("job.sub"), file).unwrap();
-    let out = ok(carmi(pool, dir, &["submit", "job.sub"]), pool);
+    let out = pool.run_ok(pool.carmi_in(dir).args(["submit", "job.sub"]));
     out.split_whitespace().map(str::to_string).collect()
 }
 
 /// `carmi wait JOB`: its exit code.
 fn wait(pool: &Pool, dir: &Path, job: &str, seconds: u32) -> Option<i32> {
-    let out = carmi(pool, dir, &["wait", job, "--timeout", &seconds.to_string()]);
-    out.status.code()
+    pool.wait_job(dir, job, seconds).status.code()
 }
 
 /// Sends one owner event to machine `i` over its control connection.
@@ -96,15 +80,10 @@ fn owner(pool: &Pool, i: usize, event: OwnerEvent) {
 
 /// Waits until `carmi q` of `job` satisfies `ok`; its text.
 fn q_until(pool: &Pool, dir: &Path, what: &str, ok: impl Fn(&str) -> bool) -> String {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    pool.wait_for(what, Duration::from_secs(30), || {
         let q = text(&carmi(pool, dir, &["q"]).stdout);
-        if ok(&q) {
-            return q;
-        }
-        assert!(Instant::now() < deadline, "{what}: {q}\n{}", pool.logs());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        if ok(&q) { Ok(q) } else { Err(q) }
+    })
 }
 
 #[test]
@@ -131,7 +110,7 @@ fn masters_go_only_where_the_owner_lets_them_start_and_wait_for_an_owner_to_leav
             pool.logs()
         );
     }
-    let history = ok(carmi(&pool, &dir, &["history", "--json"]), &pool);
+    let history = pool.run_ok(pool.carmi_in(&dir).args(["history", "--json"]));
     let records: serde_json::Value = serde_json::from_str(&history).unwrap();
     let machines: Vec<String> = records
         .as_array()
@@ -173,7 +152,7 @@ fn a_start_the_machine_fails_puts_the_job_back_and_it_completes_elsewhere() {
     let log = std::fs::read_to_string(dir.join("job.log")).unwrap_or_default();
     assert!(log.contains(" requeued m0 "), "job.log: {log}");
     assert!(log.contains(" master-started m1"), "job.log: {log}");
-    let history = ok(carmi(&pool, &dir, &["history"]), &pool);
+    let history = pool.run_ok(pool.carmi_in(&dir).args(["history"]));
     assert!(
         history.contains("completed, exit 0 (2 starts)"),
         "{history}"
@@ -195,7 +174,7 @@ fn a_job_whose_executable_cannot_run_is_held_after_three_tries() {
         q.contains("failed to start 3 times") && q.contains("No such file or directory"),
         "{q}"
     );
-    let events = ok(carmi(&pool, &dir, &["events", &job]), &pool);
+    let events = pool.run_ok(pool.carmi_in(&dir).args(["events", &job]));
     assert_eq!(events.matches(" requeued ").count(), 2, "{events}");
     assert!(!events.contains(" ended "), "held, not ended: {events}");
 }
@@ -213,11 +192,9 @@ fn a_master_vacated_by_its_owner_is_requeued_and_completes_elsewhere() {
     )
     .remove(0);
     let log = || text(&carmi(&pool, &dir, &["events", &job]).stdout);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !log().contains(" master-started ") {
-        assert!(Instant::now() < deadline, "never started: {}", pool.logs());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    pool.wait_until("a start", Duration::from_secs(20), || {
+        log().contains(" master-started ")
+    });
     let first = if log().contains(" master-started m0") {
         0
     } else {
@@ -232,7 +209,7 @@ fn a_master_vacated_by_its_owner_is_requeued_and_completes_elsewhere() {
         log.contains(&format!(" requeued m{first} vacated by the owner")) && log.contains(&other),
         "job.log: {log}"
     );
-    let history = ok(carmi(&pool, &dir, &["history"]), &pool);
+    let history = pool.run_ok(pool.carmi_in(&dir).args(["history"]));
     assert!(
         history.contains("completed, exit 0 (2 starts, 1 vacated by their owner)"),
         "{history}"
@@ -277,15 +254,10 @@ fn a_self_checkpointing_job_vacated_twice_finishes_elsewhere_with_its_counter_co
     let job = submit(&pool, &dir, file).remove(0);
     let events = || text(&carmi(&pool, &dir, &["events", &job]).stdout);
     let until = |what: &str, ok: &dyn Fn(&str) -> bool| {
-        let deadline = Instant::now() + Duration::from_secs(40);
-        loop {
+        pool.wait_for(what, Duration::from_secs(40), || {
             let e = events();
-            if ok(&e) {
-                return e;
-            }
-            assert!(Instant::now() < deadline, "{what}: {e}\n{}", pool.logs());
-            std::thread::sleep(Duration::from_millis(100));
-        }
+            if ok(&e) { Ok(e) } else { Err(e) }
+        })
     };
     for visit in 1..=2 {
         until("the master runs on m0", &|e| {
@@ -317,7 +289,7 @@ fn a_self_checkpointing_job_vacated_twice_finishes_elsewhere_with_its_counter_co
     unique.dedup();
     assert_eq!(unique, (1..=12).collect::<Vec<u32>>(), "steps: {steps:?}");
     assert!(steps.len() <= 12 + 2, "steps: {steps:?}");
-    let history = ok(carmi(&pool, &dir, &["history"]), &pool);
+    let history = pool.run_ok(pool.carmi_in(&dir).args(["history"]));
     assert!(
         history.contains("completed, exit 0 (3 starts, 2 vacated by their owner, 2 checkpoints)"),
         "{history}"

@@ -23,7 +23,7 @@ use carmi_api::authz::Power;
 use carmi_api::client::{Carmi, ConnectOptions, Incoming, connect};
 use carmi_api::ids::{HostId, JobId, ProcessId, RequestId};
 use carmi_api::msg::{Event, FailureCode, JobStatus, Reply, SpawnTarget};
-use carmi_tests::{Pool, PoolOptions, Recorder, text};
+use carmi_tests::{Pool, PoolOptions, Recorder, text, write_script};
 
 /// Within this a loaded CI machine answers.
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -116,7 +116,6 @@ fn pool() -> Pool {
 /// Submits as `user` job `name` whose master, on m0, notes its job and
 /// process in `<name>.started` and runs until `<name>.stop` exists.
 fn submit(pool: &Pool, user: &str, name: &str, count: u32) -> JobId {
-    use std::os::unix::fs::PermissionsExt;
     let dir = &pool.dir;
     let exe = dir.join(format!("{name}.sh"));
     let (started, stop) = (started_file(pool, name), dir.join(format!("{name}.stop")));
@@ -125,8 +124,7 @@ fn submit(pool: &Pool, user: &str, name: &str, count: u32) -> JobId {
         started.display(),
         stop.display()
     );
-    std::fs::write(&exe, script).unwrap();
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    write_script(&exe, &script);
     let sub = dir.join(format!("{name}.sub"));
     let spec = format!("executable = {name}.sh\nclass_name = w\nmachine_count = {count}\nqueue\n");
     std::fs::write(&sub, spec).unwrap();

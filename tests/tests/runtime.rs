@@ -6,7 +6,7 @@ use std::time::Duration;
 use carmi_api::client::{ConnectOptions, Incoming, SpawnOutput, connect};
 use carmi_api::ids::{HostId, RequestId};
 use carmi_api::msg::{Event, StdStream};
-use carmi_tests::{Inbox, Pool};
+use carmi_tests::{Inbox, Pool, write_script};
 
 async fn one_host(inbox: &mut Inbox, carmi: &carmi_api::client::Carmi) -> HostId {
     inbox.done(carmi.define_class("any", "true")).await;
@@ -56,10 +56,8 @@ async fn exited(inbox: &mut Inbox, spawn: RequestId) {
 }
 
 fn script(pool: &Pool, name: &str, body: &str) -> std::path::PathBuf {
-    use std::os::unix::fs::PermissionsExt;
     let p = pool.dir.join(name);
-    std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).expect("write script");
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod script");
+    write_script(&p, &format!("#!/bin/sh\n{body}\n"));
     p
 }
 

@@ -3,24 +3,13 @@
 //! is flagged in `carmi q` with why, one submitted with `on_impossible =
 //! hold` is held with it, and a later job runs on what is left.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use carmi_api::msg::{JobEnd, JobStatus};
-use carmi_tests::{Pool, text};
+use carmi_tests::{Pool, text, write_job};
 
 const WHY: &str = "cannot start: needs 4 machines at once; the pool has 2 slots online";
-
-/// `<name>.sh` running `script`, and `<name>.sub` with `lines` before `queue`.
-fn job(dir: &Path, name: &str, script: &str, lines: &str) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let exe = dir.join(format!("{name}.sh"));
-    std::fs::write(&exe, format!("#!/bin/sh\n{script}\n")).unwrap();
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let sub = dir.join(format!("{name}.sub"));
-    std::fs::write(&sub, format!("executable = {name}.sh\n{lines}queue\n")).unwrap();
-    sub
-}
 
 fn carmi(pool: &Pool) -> std::process::Command {
     let mut cmd = pool.carmi();
@@ -29,14 +18,7 @@ fn carmi(pool: &Pool) -> std::process::Command {
 }
 
 fn submit(pool: &Pool, sub: &Path) -> u64 {
-    let out = carmi(pool)
-        .args(["submit", "--json"])
-        .arg(sub)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    v["job"].as_u64().expect("a job id")
+    pool.submit_file(carmi(pool), sub)
 }
 
 fn queue(pool: &Pool) -> Vec<JobStatus> {
@@ -90,7 +72,7 @@ async fn a_job_made_impossible_by_a_lost_machine_is_flagged_or_held_and_later_jo
     // possible while m1 is there; job 4 wants one and waits behind them.
     let first = submit(
         &pool,
-        &job(
+        &write_job(
             &dir,
             "long",
             "sleep 240",
@@ -106,15 +88,21 @@ async fn a_job_made_impossible_by_a_lost_machine_is_flagged_or_held_and_later_jo
     .await;
     let hold = submit(
         &pool,
-        &job(
+        &write_job(
             &dir,
             "hold",
             "exit 0",
             "on_impossible = hold\nmachine_count = 4\n",
         ),
     );
-    let wait = submit(&pool, &job(&dir, "wait", "exit 0", "machine_count = 4\n"));
-    let small = submit(&pool, &job(&dir, "small", "exit 0", "machine_count = 1\n"));
+    let wait = submit(
+        &pool,
+        &write_job(&dir, "wait", "exit 0", "machine_count = 4\n"),
+    );
+    let small = submit(
+        &pool,
+        &write_job(&dir, "small", "exit 0", "machine_count = 1\n"),
+    );
     for j in [hold, wait, small] {
         let s = state(&pool, j);
         assert!(

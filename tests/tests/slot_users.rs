@@ -16,7 +16,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use carmi_tests::{Pool, PoolOptions, bin_dir, root_ready, text};
+use carmi_tests::{Pool, PoolOptions, bin_dir, root_ready, text, write_script};
 
 /// `carmi-local --remove-slot-users --slot-user-prefix PREFIX`.
 fn remove_slot_users(prefix: &str) -> Output {
@@ -88,10 +88,7 @@ fn wait_registered(pool: &Pool, names: &[&str]) {
 /// Submits a job whose master must run on `machine` and prints the account
 /// it runs as; waits for it and returns that account.
 fn run_job_on(pool: &Pool, dir: &Path, machine: &str) -> String {
-    use std::os::unix::fs::PermissionsExt;
-    let exe = dir.join("whoami.sh");
-    std::fs::write(&exe, "#!/bin/sh\nid -un\n").unwrap();
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    write_script(&dir.join("whoami.sh"), "#!/bin/sh\nid -un\n");
     let sub = format!("{machine}.sub");
     std::fs::write(
         dir.join(&sub),

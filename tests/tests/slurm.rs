@@ -224,22 +224,7 @@ async fn steps_exactly_once(master: &mut Master, n: u64, data: impl Fn(u64) -> S
     for s in 0..n {
         master.send_work(StepId(s), &data(s)).unwrap();
     }
-    let mut seen: BTreeMap<u64, u32> = BTreeMap::new();
-    while seen.values().sum::<u32>() < n as u32 {
-        let next: StepOutcome<String> =
-            tokio::time::timeout(Duration::from_secs(240), master.recv_result())
-                .await
-                .expect("a step outcome within 240 s")
-                .expect("the run goes on");
-        match next {
-            StepOutcome::Done(step, r) => {
-                assert!(r.ends_with(&data(step.0)), "step {step} answered {r}");
-                *seen.entry(step.0).or_default() += 1;
-            }
-            StepOutcome::Failed(step, why) => panic!("{step} failed: {why}"),
-        }
-    }
-    assert_eq!(seen, (0..n).map(|s| (s, 1)).collect(), "every step once");
+    outcomes_exactly_once(master, n, data, Duration::from_secs(240)).await;
 }
 
 /// Adds a Slurm queue (`carmi alloc add slurm ARGS`) and returns its id.
@@ -513,26 +498,9 @@ async fn a_restarted_global_rm_still_knows_its_queues_and_running_pilots() {
     }
     let _turn = turn().await;
     let (mut pool, _cleanup) = pool("slurm-restart");
-    let q = add_queue(
-        &pool,
-        &[
-            "--max-hosts",
-            "1",
-            "--time-limit",
-            "10m",
-            "--idle-timeout",
-            "5s",
-        ],
-    );
-    let mut master = start_master(&pool, 1).await;
+    let q = add_queue(&pool, ONE_PILOT);
     let data = |s: u64| format!("sleep {}", 800 + s);
-    for s in 0..12 {
-        master.send_work(StepId(s), &data(s)).unwrap();
-    }
-    let p = &pool;
-    wait_until(Duration::from_secs(120), "the pilot registered", p, || {
-        allocations_in(p, q, "registered") == 1
-    });
+    let mut master = busy_pilot(&pool, q, 12, data).await;
     // A worker runs on the pilot (a first step came back): the global RM
     // journals its process, so the job holds the host again after the
     // restart (a host granted with no process yet is forgotten by a
@@ -546,22 +514,9 @@ async fn a_restarted_global_rm_still_knows_its_queues_and_running_pilots() {
     if let StepOutcome::Done(step, _) = first {
         *seen.entry(step.0).or_default() += 1;
     }
-    let job = batch_jobs(&info(&pool, q));
-    tokio::task::block_in_place(|| pool.restart_global());
     // The queue and its allocation come back from the journal, and the
     // pilot, still running in Slurm, registers again.
-    let p = &pool;
-    wait_until(
-        Duration::from_secs(30),
-        "the pilot back after the restart",
-        p,
-        || {
-            let queue = info(p, q);
-            let a = &queue["allocations"][0];
-            a["state"] == "registered" && !a["machines"].as_array().unwrap().is_empty()
-        },
-    );
-    assert_eq!(batch_jobs(&info(&pool, q)), job, "the same Slurm job");
+    let job = restart_global_keeping_the_pilot(&mut pool, q);
     while seen.values().sum::<u32>() < 12 {
         let next: StepOutcome<String> =
             tokio::time::timeout(Duration::from_secs(180), master.recv_result())
@@ -715,43 +670,13 @@ async fn a_global_rm_restarted_while_a_pilots_grant_has_no_process_yet_loses_no_
     }
     let _turn = turn().await;
     let (mut pool, _cleanup) = pool("slurm-restart-early");
-    let q = add_queue(
-        &pool,
-        &[
-            "--max-hosts",
-            "1",
-            "--time-limit",
-            "10m",
-            "--idle-timeout",
-            "5s",
-        ],
-    );
-    let mut master = start_master(&pool, 1).await;
+    let q = add_queue(&pool, ONE_PILOT);
     let data = |s: u64| format!("sleep {}", 300 + s);
-    for s in 0..6 {
-        master.send_work(StepId(s), &data(s)).unwrap();
-    }
     // At once when the pilot registers: the job is granted its host and
     // the worker is still being staged and spawned there, with no process
     // running yet.
-    let p = &pool;
-    wait_until(Duration::from_secs(120), "the pilot registered", p, || {
-        allocations_in(p, q, "registered") == 1
-    });
-    let job = batch_jobs(&info(&pool, q));
-    tokio::task::block_in_place(|| pool.restart_global());
-    let p = &pool;
-    wait_until(
-        Duration::from_secs(30),
-        "the pilot back after the restart",
-        p,
-        || {
-            let queue = info(p, q);
-            let a = &queue["allocations"][0];
-            a["state"] == "registered" && !a["machines"].as_array().unwrap().is_empty()
-        },
-    );
-    assert_eq!(batch_jobs(&info(&pool, q)), job, "the same Slurm job");
+    let mut master = busy_pilot(&pool, q, 6, data).await;
+    let job = restart_global_keeping_the_pilot(&mut pool, q);
     steps_exactly_once_sent(&mut master, 6, data).await;
     master.complete().await.expect("complete");
     let p = &pool;
@@ -763,15 +688,72 @@ async fn a_global_rm_restarted_while_a_pilots_grant_has_no_process_yet_loses_no_
     );
 }
 
+/// A queue of one pilot host at a time, for 10 minutes at most, ended
+/// after 5 s idle.
+const ONE_PILOT: &[&str] = &[
+    "--max-hosts",
+    "1",
+    "--time-limit",
+    "10m",
+    "--idle-timeout",
+    "5s",
+];
+
+/// A master for one pilot host of queue `q`, sent `steps` steps of
+/// `data(s)`; returned once the pilot registered.
+async fn busy_pilot(pool: &Pool, q: u64, steps: u64, data: impl Fn(u64) -> String) -> Master {
+    let mut master = start_master(pool, 1).await;
+    for s in 0..steps {
+        master.send_work(StepId(s), &data(s)).unwrap();
+    }
+    wait_until(
+        Duration::from_secs(120),
+        "the pilot registered",
+        pool,
+        || allocations_in(pool, q, "registered") == 1,
+    );
+    master
+}
+
+/// Restarts the global RM and waits until queue `q`'s pilot registered
+/// again with its machine, in the same Slurm job as before; that job.
+fn restart_global_keeping_the_pilot(pool: &mut Pool, q: u64) -> Vec<String> {
+    let job = batch_jobs(&info(pool, q));
+    tokio::task::block_in_place(|| pool.restart_global());
+    let p = &*pool;
+    wait_until(
+        Duration::from_secs(30),
+        "the pilot back after the restart",
+        p,
+        || {
+            let queue = info(p, q);
+            let a = &queue["allocations"][0];
+            a["state"] == "registered" && !a["machines"].as_array().unwrap().is_empty()
+        },
+    );
+    assert_eq!(batch_jobs(&info(p, q)), job, "the same Slurm job");
+    job
+}
+
 /// Collects the outcomes of `n` steps already sent, checking each came back once.
 async fn steps_exactly_once_sent(master: &mut Master, n: u64, data: impl Fn(u64) -> String) {
+    outcomes_exactly_once(master, n, data, Duration::from_secs(180)).await;
+}
+
+/// Collects the outcomes of steps `0..n` (of `data(s)`), each within
+/// `patience` of the one before, and checks each came back once, answered.
+async fn outcomes_exactly_once(
+    master: &mut Master,
+    n: u64,
+    data: impl Fn(u64) -> String,
+    patience: Duration,
+) {
     let mut seen: BTreeMap<u64, u32> = BTreeMap::new();
     while seen.values().sum::<u32>() < n as u32 {
-        let next: StepOutcome<String> =
-            tokio::time::timeout(Duration::from_secs(180), master.recv_result())
-                .await
-                .expect("a step outcome within 180 s")
-                .expect("the run goes on");
+        let next: StepOutcome<String> = tokio::time::timeout(patience, master.recv_result())
+            .await
+            .unwrap_or_else(|_| panic!("no step outcome within {patience:?}"))
+            .expect("the run goes on");
         match next {
             StepOutcome::Done(step, r) => {
                 assert!(r.ends_with(&data(step.0)), "step {step} answered {r}");

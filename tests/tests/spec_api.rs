@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use carmi_api::client::{ConnectOptions, Incoming, connect};
 use carmi_api::msg::{Event, FailureCode, ProcessState, Reply, SpawnTarget};
-use carmi_tests::{Inbox, Pool};
+use carmi_tests::{Inbox, Pool, write_script};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn processes_define_class_and_delhosts_answer_as_the_specification_says() {
@@ -36,11 +36,7 @@ async fn processes_define_class_and_delhosts_answer_as_the_specification_says() 
     let add = carmi.addhosts("any", 2, 2);
     let (hosts, _) = inbox.hosts_added(add, 2).await;
     let exe = pool.dir.join("nap.sh");
-    std::fs::write(&exe, "#!/bin/sh\nsleep 300\n").expect("write script");
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    }
+    write_script(&exe, "#!/bin/sh\nsleep 300\n");
     let mut started = Vec::new();
     for &h in &hosts {
         let spawn = carmi.class_spawn(&exe, Vec::<String>::new(), SpawnTarget::Host(h));

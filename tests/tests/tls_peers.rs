@@ -24,7 +24,9 @@ use carmi_api::exe::sha256_hex;
 use carmi_api::ids::{HostId, RequestId};
 use carmi_api::msg::{Event, ExitStatus, FromGlobal, SpawnTarget, StageStats, StdStream, ToGlobal};
 use carmi_api::tls;
-use carmi_tests::{Inbox, Pool, PoolOptions, Proxy, listening_ports, write_executable};
+use carmi_tests::{
+    Inbox, Pool, PoolOptions, Proxy, listening_ports, write_executable, write_script,
+};
 
 /// A free loopback port (free a moment ago).
 fn free_port() -> u16 {
@@ -158,7 +160,6 @@ const PRINTER: &str = "#!/bin/sh\nhead -c 2000000 /dev/zero | tr '\\000' 'x'; pr
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bit_flipped_in_forwarded_output_ends_that_connection_and_is_never_delivered() {
-    use std::os::unix::fs::PermissionsExt;
     let options = PoolOptions {
         heartbeat_ms: 1000,
         missed_heartbeats: 30,
@@ -190,8 +191,7 @@ async fn a_bit_flipped_in_forwarded_output_ends_that_connection_and_is_never_del
         })
         .await;
     let exe = pool.dir.join("printer.sh");
-    std::fs::write(&exe, PRINTER).unwrap();
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    write_script(&exe, PRINTER);
 
     // The local RM is the client of the output connection: the flip is in
     // what it sends, half a megabyte in.

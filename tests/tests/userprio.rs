@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use carmi_api::authz::Power;
-use carmi_tests::{Pool, text};
+use carmi_tests::{Pool, text, write_script};
 
 /// `carmi userprio --json` as (user, factor, priority).
 fn listed(pool: &Pool) -> Vec<(String, f64, f64)> {
@@ -94,9 +94,7 @@ fn an_admin_sets_a_user_s_priority_factor_which_is_kept_and_shown() {
     let alice = pool.dir.join("alice.token");
     pool.token_file(&alice, "alice", Power::Submit, None, 3600);
     let exe = pool.dir.join("nap.sh");
-    std::fs::write(&exe, "#!/bin/sh\nsleep 60\n").unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    write_script(&exe, "#!/bin/sh\nsleep 60\n");
     let sub = pool.dir.join("nap.sub");
     std::fs::write(&sub, "executable = nap.sh\nmachine_count = 1\nqueue\n").unwrap();
     let out = pool

@@ -217,7 +217,6 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let (link_rate, fanout) = (opts.link_rate, opts.fanout);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -228,12 +227,59 @@ fn main() -> ExitCode {
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(1, |d| d.as_nanos() as u64);
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    print_header(&opts);
+    let mut table: Vec<(usize, usize, Duration, Duration)> = Vec::new();
+    for &slots in &opts.slots {
+        eprintln!("carmi-stage: {slots} slots");
+        let pool = Pool::start_with(
+            &format!("stage-{slots}"),
+            1,
+            &vec![Vec::new(); slots],
+            pool_options(&opts),
+        );
+        match rt.block_on(measure(&pool, slots, &opts.sizes, seed)) {
+            Ok(rows) => {
+                for (mib, cold, warm) in rows {
+                    table.push((mib, slots, cold, warm));
+                }
+            }
+            Err(e) => {
+                eprintln!("carmi-stage: {slots} slots: {e}\n{}", pool.logs());
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    print_rows(table);
+    ExitCode::SUCCESS
+}
+
+/// The pool for `opts`: its daemons' links and fan-out.
+fn pool_options(opts: &Options) -> PoolOptions {
+    // 64 daemons hashing on a small host must not be declared lost.
+    let mut options = PoolOptions {
+        heartbeat_ms: 1000,
+        missed_heartbeats: 10,
+        ..PoolOptions::default()
+    };
+    if let Some(r) = opts.link_rate {
+        options.global_args = vec!["--stage-link-rate".into(), r.to_string()];
+        options.local_settings = format!("stage_link_rate = {r}\n");
+    }
+    if let Some(f) = opts.fanout {
+        options
+            .global_args
+            .extend(["--stage-fanout".into(), f.to_string()]);
+    }
+    options
+}
+
+/// The arguments after `--` that repeat this run (empty for the defaults).
+fn command_line(opts: &Options) -> String {
     let mut extra = String::new();
-    if let Some(r) = link_rate {
+    if let Some(r) = opts.link_rate {
         extra.push_str(&format!(" --link-rate {r}"));
     }
-    if let Some(f) = fanout {
+    if let Some(f) = opts.fanout {
         extra.push_str(&format!(" --fanout {f}"));
     }
     let joined = |v: &[usize]| {
@@ -248,6 +294,14 @@ fn main() -> ExitCode {
     if opts.sizes != SIZES_MIB {
         extra.push_str(&format!(" --mib {}", joined(&opts.sizes)));
     }
+    extra
+}
+
+/// The Markdown above the table: how to repeat the run, the host, what is
+/// measured, the mode, and the table's header.
+fn print_header(opts: &Options) {
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let extra = command_line(opts);
     let sep = if extra.is_empty() { "" } else { " --" };
     println!("```\ncargo run --release -p carmi-benches --bin carmi-stage{sep}{extra}\n```\n");
     println!(
@@ -262,55 +316,24 @@ fn main() -> ExitCode {
     );
     println!(
         "Mode: {}; staging fan-out {}.\n",
-        match link_rate {
+        match opts.link_rate {
             Some(r) => format!(
                 "every daemon's staging sends limited to {r} MB/s (a modelled network link per machine)"
             ),
             None => "unthrottled (loopback; every copy costs CPU on this one host)".to_string(),
         },
-        fanout.unwrap_or(1)
+        opts.fanout.unwrap_or(1)
     );
     println!(
         "| MiB | slots | cold, all started (ms) | warm (ms) | staging (ms) | per-slot MB/s | staging / 1 slot |"
     );
     println!("|---:|---:|---:|---:|---:|---:|---:|");
+}
+
+/// The table's rows, `(MiB, slots, cold, warm)` each, by size then slots;
+/// each size's staging is compared with its 1-slot staging.
+fn print_rows(mut table: Vec<(usize, usize, Duration, Duration)>) {
     let mut base: Vec<(usize, Duration)> = Vec::new();
-    let mut table: Vec<(usize, usize, Duration, Duration)> = Vec::new();
-    for &slots in &opts.slots {
-        eprintln!("carmi-stage: {slots} slots");
-        // 64 daemons hashing on a small host must not be declared lost.
-        let mut options = PoolOptions {
-            heartbeat_ms: 1000,
-            missed_heartbeats: 10,
-            ..PoolOptions::default()
-        };
-        if let Some(r) = link_rate {
-            options.global_args = vec!["--stage-link-rate".into(), r.to_string()];
-            options.local_settings = format!("stage_link_rate = {r}\n");
-        }
-        if let Some(f) = fanout {
-            options
-                .global_args
-                .extend(["--stage-fanout".into(), f.to_string()]);
-        }
-        let pool = Pool::start_with(
-            &format!("stage-{slots}"),
-            1,
-            &vec![Vec::new(); slots],
-            options,
-        );
-        match rt.block_on(measure(&pool, slots, &opts.sizes, seed)) {
-            Ok(rows) => {
-                for (mib, cold, warm) in rows {
-                    table.push((mib, slots, cold, warm));
-                }
-            }
-            Err(e) => {
-                eprintln!("carmi-stage: {slots} slots: {e}\n{}", pool.logs());
-                return ExitCode::FAILURE;
-            }
-        }
-    }
     table.sort_by_key(|r| (r.0, r.1));
     for (mib, slots, cold, warm) in table {
         let staging = cold.saturating_sub(warm).max(Duration::from_micros(1));
@@ -328,5 +351,4 @@ fn main() -> ExitCode {
             staging.as_secs_f64() / one.as_secs_f64()
         );
     }
-    ExitCode::SUCCESS
 }

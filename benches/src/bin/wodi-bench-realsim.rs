@@ -41,7 +41,7 @@ use wodi::sched::SchedConfig;
 use wodi::speed::{SpeedSource, score_from_ad};
 use wodi::stats::{PeriodKind, RunOutcome};
 use wodi::{CycleId, Stats, StepId};
-use wodi_sim::{PolicyConfig, PoolConfig, Preset, SimConfig, simulate};
+use wodi_sim::{PolicyConfig, PoolConfig, Preset, SimConfig, SimRun, simulate};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -445,89 +445,139 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         std::fs::write(dir.join("real-stats.json"), serde_json::to_vec(&real)?)?;
         std::fs::write(dir.join("sim-stats.json"), serde_json::to_vec(&sim.stats)?)?;
     }
-    let (real_len, real_eff) = length_and_efficiency(&real, &profile);
-    let (sim_len, sim_eff) = length_and_efficiency(&sim.stats, &profile);
-    let real_s = real_cycles(&real, args.cycles);
-    let sim_s = sim.summary.cycle_s.clone();
-    let dev: Vec<f64> = real_s
-        .iter()
-        .zip(&sim_s)
-        .map(|(r, p)| (r - p) / p)
-        .collect();
-    // The first cycle has no history (arrival order) and waits for workers
-    // to join one by one; the comparison that matters is the steady state.
-    let steady: Vec<f64> = dev.iter().skip(1).copied().collect();
-    let max_abs = steady.iter().fold(0.0f64, |m, d| m.max(d.abs()));
-    let mean = steady.iter().sum::<f64>() / steady.len().max(1) as f64;
+    let cmp = Comparison::of(real, sim, &profile, args.cycles);
     if args.json {
-        println!(
-            "{}",
-            serde_json::json!({
-                "hosts": args.hosts,
-                "speeds": speeds,
-                "cycles": args.cycles,
-                "scale": args.scale,
-                "speed": args.speed,
-                "refine": args.refine,
-                "speed_benchmarks": real.speed_benchmarks,
-                "speed_benchmark_s": real.speed_benchmark_s,
-                "real_cycle_s": real_s,
-                "sim_cycle_s": sim_s,
-                "deviation": dev,
-                "steady_mean_deviation": mean,
-                "steady_max_abs_deviation": max_abs,
-                "owners": args.owners,
-                "speedup": args.speedup,
-                "real_run_length_s": real_len,
-                "sim_run_length_s": sim_len,
-                "real_efficiency": real_eff,
-                "sim_efficiency": sim_eff,
-                "real_occupancy_s": real.occupancy_s,
-                "sim_occupancy_s": sim.stats.occupancy_s,
-                "real_losses": real.hosts_lost,
-                "sim_losses": sim.stats.hosts_lost,
-                "policies": args.policies,
-                "worker_startup_s": startup,
-                "real_hosts_added": real.hosts_added,
-                "sim_hosts_added": sim.stats.hosts_added,
-            })
-        );
+        print_json(&args, &speeds, startup, &cmp);
     } else {
-        println!(
-            "hosts {} speeds {speeds:?}, materials x {:.5}, policies {:?}, speed from {}{}",
-            args.hosts,
-            args.scale,
-            args.policies,
-            args.speed,
-            if args.refine { ", refined" } else { "" }
-        );
-        if real.speed_benchmarks > 0 {
-            println!(
-                "{} speed benchmarks took {:.2} s of host time",
-                real.speed_benchmarks, real.speed_benchmark_s
-            );
-        }
-        println!("cycle   real s   simulated s   deviation");
-        for (c, ((r, p), d)) in real_s.iter().zip(&sim_s).zip(&dev).enumerate() {
-            println!("{c:>5} {r:>8.3} {p:>13.3} {:>+10.1}%", d * 100.0);
-        }
-        println!(
-            "cycles 1..: mean deviation {:+.1}%, largest {:.1}%",
-            mean * 100.0,
-            max_abs * 100.0
-        );
-        println!(
-            "run length real {real_len:.3} s, simulated {sim_len:.3} s ({:+.1}%); efficiency real {:.1}%, simulated {:.1}%; hosts lost real {}, simulated {}",
-            (real_len - sim_len) / sim_len * 100.0,
-            real_eff * 100.0,
-            sim_eff * 100.0,
-            real.hosts_lost,
-            sim.stats.hosts_lost
-        );
-        println!(
-            "hosts added real {}, simulated {}; worker start-up during the run {startup:.3} s",
-            real.hosts_added, sim.stats.hosts_added
-        );
+        print_text(&args, &speeds, startup, &cmp);
     }
     Ok(())
+}
+
+/// The real run and its simulation side by side: per cycle, and over the run.
+struct Comparison {
+    real: Stats,
+    sim: SimRun,
+    /// Each cycle's length, real and simulated, in seconds.
+    real_s: Vec<f64>,
+    sim_s: Vec<f64>,
+    /// Each cycle's (real - simulated) / simulated.
+    dev: Vec<f64>,
+    /// Mean and largest deviation of the steady state (cycles 1..).
+    mean: f64,
+    max_abs: f64,
+    real_len: f64,
+    real_eff: f64,
+    sim_len: f64,
+    sim_eff: f64,
+}
+
+impl Comparison {
+    fn of(real: Stats, sim: SimRun, profile: &[StepProfile], cycles: u32) -> Comparison {
+        let (real_len, real_eff) = length_and_efficiency(&real, profile);
+        let (sim_len, sim_eff) = length_and_efficiency(&sim.stats, profile);
+        let real_s = real_cycles(&real, cycles);
+        let sim_s = sim.summary.cycle_s.clone();
+        let dev: Vec<f64> = real_s
+            .iter()
+            .zip(&sim_s)
+            .map(|(r, p)| (r - p) / p)
+            .collect();
+        // The first cycle has no history (arrival order) and waits for workers
+        // to join one by one; the comparison that matters is the steady state.
+        let steady: Vec<f64> = dev.iter().skip(1).copied().collect();
+        let max_abs = steady.iter().fold(0.0f64, |m, d| m.max(d.abs()));
+        let mean = steady.iter().sum::<f64>() / steady.len().max(1) as f64;
+        Comparison {
+            real,
+            sim,
+            real_s,
+            sim_s,
+            dev,
+            mean,
+            max_abs,
+            real_len,
+            real_eff,
+            sim_len,
+            sim_eff,
+        }
+    }
+}
+
+/// The comparison as one JSON object (`--json`).
+fn print_json(args: &Args, speeds: &[f64], startup: f64, c: &Comparison) {
+    let (real, sim) = (&c.real, &c.sim);
+    println!(
+        "{}",
+        serde_json::json!({
+            "hosts": args.hosts,
+            "speeds": speeds,
+            "cycles": args.cycles,
+            "scale": args.scale,
+            "speed": args.speed,
+            "refine": args.refine,
+            "speed_benchmarks": real.speed_benchmarks,
+            "speed_benchmark_s": real.speed_benchmark_s,
+            "real_cycle_s": c.real_s,
+            "sim_cycle_s": c.sim_s,
+            "deviation": c.dev,
+            "steady_mean_deviation": c.mean,
+            "steady_max_abs_deviation": c.max_abs,
+            "owners": args.owners,
+            "speedup": args.speedup,
+            "real_run_length_s": c.real_len,
+            "sim_run_length_s": c.sim_len,
+            "real_efficiency": c.real_eff,
+            "sim_efficiency": c.sim_eff,
+            "real_occupancy_s": real.occupancy_s,
+            "sim_occupancy_s": sim.stats.occupancy_s,
+            "real_losses": real.hosts_lost,
+            "sim_losses": sim.stats.hosts_lost,
+            "policies": args.policies,
+            "worker_startup_s": startup,
+            "real_hosts_added": real.hosts_added,
+            "sim_hosts_added": sim.stats.hosts_added,
+        })
+    );
+}
+
+/// The comparison as text: the settings, a table of cycles, the totals.
+fn print_text(args: &Args, speeds: &[f64], startup: f64, c: &Comparison) {
+    let (real, sim) = (&c.real, &c.sim);
+    let (real_len, sim_len) = (c.real_len, c.sim_len);
+    println!(
+        "hosts {} speeds {speeds:?}, materials x {:.5}, policies {:?}, speed from {}{}",
+        args.hosts,
+        args.scale,
+        args.policies,
+        args.speed,
+        if args.refine { ", refined" } else { "" }
+    );
+    if real.speed_benchmarks > 0 {
+        println!(
+            "{} speed benchmarks took {:.2} s of host time",
+            real.speed_benchmarks, real.speed_benchmark_s
+        );
+    }
+    println!("cycle   real s   simulated s   deviation");
+    for (i, ((r, p), d)) in c.real_s.iter().zip(&c.sim_s).zip(&c.dev).enumerate() {
+        println!("{i:>5} {r:>8.3} {p:>13.3} {:>+10.1}%", d * 100.0);
+    }
+    println!(
+        "cycles 1..: mean deviation {:+.1}%, largest {:.1}%",
+        c.mean * 100.0,
+        c.max_abs * 100.0
+    );
+    println!(
+        "run length real {real_len:.3} s, simulated {sim_len:.3} s ({:+.1}%); efficiency real {:.1}%, simulated {:.1}%; hosts lost real {}, simulated {}",
+        (real_len - sim_len) / sim_len * 100.0,
+        c.real_eff * 100.0,
+        c.sim_eff * 100.0,
+        real.hosts_lost,
+        sim.stats.hosts_lost
+    );
+    println!(
+        "hosts added real {}, simulated {}; worker start-up during the run {startup:.3} s",
+        real.hosts_added, sim.stats.hosts_added
+    );
 }

@@ -239,13 +239,101 @@ pub(super) async fn soak(a: SoakArgs) -> Result<()> {
     result
 }
 
+/// The pool's daemons, by process id: the global RM and the local RMs in
+/// machine order.
+struct Daemons {
+    global: u32,
+    locals: Vec<u32>,
+}
+
+impl Daemons {
+    fn of(pool: &Pool, machines: usize) -> Result<Daemons> {
+        let (global, by_name) = daemons(&pool.dir);
+        let global = global.ok_or("no global RM")?;
+        let locals: Vec<u32> = (0..machines)
+            .map(|i| by_name.get(&format!("m{i}")).copied())
+            .collect::<Option<_>>()
+            .ok_or("a local RM is missing")?;
+        Ok(Daemons { global, locals })
+    }
+
+    fn footprints(&self) -> Footprints {
+        footprints(self.global, &self.locals)
+    }
+}
+
+/// What the run measured, for the checks at its end.
+struct Ended {
+    tally: Tally,
+    cycles: u64,
+    elapsed: Duration,
+    stats: wodi::Stats,
+    /// The daemons' footprints and the journal's size after warm-up.
+    start: Footprints,
+    journal_start: u64,
+}
+
+/// Step `s` of the run: its number, then how long the worker sleeps.
+fn step_data(a: &SoakArgs, s: u64) -> Bytes {
+    let mut d = s.to_le_bytes().to_vec();
+    d.extend_from_slice(&(a.step_ms as u32).to_le_bytes());
+    Bytes::from(d)
+}
+
+/// The global RM's journal.
+fn journal(pool: &Pool) -> std::path::PathBuf {
+    pool.dir.join("global-state").join("journal.log")
+}
+
 async fn run(a: &SoakArgs, pool: &Pool) -> Result<()> {
-    let (global, by_name) = daemons(&pool.dir);
-    let global = global.ok_or("no global RM")?;
-    let locals: Vec<u32> = (0..a.machines)
-        .map(|i| by_name.get(&format!("m{i}")).copied())
-        .collect::<Option<_>>()
-        .ok_or("a local RM is missing")?;
+    let daemons = Daemons::of(pool, a.machines)?;
+    let mut master = start_master(a, pool).await?;
+    let mut tally = Tally {
+        sent: 0,
+        seen: HashMap::new(),
+        wrong: 0,
+        failed: Vec::new(),
+        last: Instant::now(),
+    };
+    // Warm-up: every worker joined and answered before the owners start.
+    let window = a.machines as u64 * 4;
+    while tally.sent < window {
+        master.send_work_raw(StepId(tally.sent), step_data(a, tally.sent));
+        tally.sent += 1;
+    }
+    drain(
+        &mut master,
+        &mut tally,
+        "warm-up: no step answered within 120 s",
+    )
+    .await?;
+    let start = daemons.footprints();
+    let journal_start = file_bytes(&journal(pool));
+    print_header(a);
+    let done = Arc::new(AtomicU64::new(0));
+    let owners = spawn_owners(a, pool, &daemons.locals, &done);
+    let t0 = Instant::now();
+    churn(a, pool, &daemons, &mut master, &mut tally, owners, &done).await?;
+    let cycles = done.load(Ordering::SeqCst);
+    let elapsed = t0.elapsed();
+    // Every step sent comes back before the run ends.
+    let stuck = "the last steps: none answered within 120 s";
+    drain(&mut master, &mut tally, stuck).await?;
+    let stats = master.complete().await?;
+    let ended = Ended {
+        tally,
+        cycles,
+        elapsed,
+        stats,
+        start,
+        journal_start,
+    };
+    finish(a, pool, &daemons, &ended).await
+}
+
+/// A WoDi master of one worker per machine of `pool`, this executable's
+/// `--worker`, with the recommended policies and a grace of `grace_ms`.
+async fn start_master(a: &SoakArgs, pool: &Pool) -> Result<Master> {
     let mut cfg = MasterConfig::new(
         std::env::current_exe()?,
         vec!["--worker".into()],
@@ -260,34 +348,23 @@ async fn run(a: &SoakArgs, pool: &Pool) -> Result<()> {
     cfg.prefetch = 2;
     cfg.suspend_timeout = Duration::from_millis(a.grace_ms);
     cfg.learn_from_wall = true;
-    let mut master = Master::init_raw(cfg, Bytes::new()).await?;
-    let step = |s: u64| {
-        let mut d = s.to_le_bytes().to_vec();
-        d.extend_from_slice(&(a.step_ms as u32).to_le_bytes());
-        Bytes::from(d)
-    };
-    let mut tally = Tally {
-        sent: 0,
-        seen: HashMap::new(),
-        wrong: 0,
-        failed: Vec::new(),
-        last: Instant::now(),
-    };
-    // Warm-up: every worker joined and answered before the owners start.
-    let window = a.machines as u64 * 4;
-    while tally.sent < window {
-        master.send_work_raw(StepId(tally.sent), step(tally.sent));
-        tally.sent += 1;
-    }
+    Ok(Master::init_raw(cfg, Bytes::new()).await?)
+}
+
+/// Takes outcomes until every step sent was answered; fails with
+/// `stuck` when none comes within 120 s.
+async fn drain(master: &mut Master, tally: &mut Tally, stuck: &'static str) -> Result<()> {
     while tally.in_flight() > 0 {
         let outcome = tokio::time::timeout(Duration::from_secs(120), master.recv_result_raw())
             .await
-            .map_err(|_| "warm-up: no step answered within 120 s")??;
+            .map_err(|_| stuck)??;
         tally.take(outcome);
     }
-    let start = footprints(global, &locals);
-    let journal = pool.dir.join("global-state").join("journal.log");
-    let journal_start = file_bytes(&journal);
+    Ok(())
+}
+
+/// The command line and the progress table's header.
+fn print_header(a: &SoakArgs) {
     println!(
         "Command: `carmi-owner-bench soak {} --machines {} --period-ms {} --grace-ms {} --step-ms {} \
          --long-every {}` (1 slot per machine, a WoDi worker on each)\n",
@@ -297,7 +374,15 @@ async fn run(a: &SoakArgs, pool: &Pool) -> Result<()> {
         "| cycles | elapsed (s) | cycles/s | steps delivered | global RSS (MB) / fds | locals' RSS (MB) / fds, summed | journal (KB) |"
     );
     println!("|---|---|---|---|---|---|---|");
-    let done = Arc::new(AtomicU64::new(0));
+}
+
+/// One owner task per machine, out of phase over a period.
+fn spawn_owners(
+    a: &SoakArgs,
+    pool: &Pool,
+    locals: &[u32],
+    done: &Arc<AtomicU64>,
+) -> tokio::task::JoinSet<Result<()>> {
     let mut owners = tokio::task::JoinSet::new();
     for (i, &local) in locals.iter().enumerate() {
         let offset = Duration::from_millis(a.period_ms * i as u64 / a.machines as u64);
@@ -310,6 +395,22 @@ async fn run(a: &SoakArgs, pool: &Pool) -> Result<()> {
             done.clone(),
         ));
     }
+    owners
+}
+
+/// Keeps every worker busy while the owners come and go, printing a row
+/// every `every` cycles, until the owners are done; fails if an owner does
+/// or if no step comes back for 120 s.
+async fn churn(
+    a: &SoakArgs,
+    pool: &Pool,
+    daemons: &Daemons,
+    master: &mut Master,
+    tally: &mut Tally,
+    mut owners: tokio::task::JoinSet<Result<()>>,
+    done: &AtomicU64,
+) -> Result<()> {
+    let window = a.machines as u64 * 4;
     let t0 = Instant::now();
     let (mut next_report, mut last_report) = (a.every, (Instant::now(), 0u64));
     let mut tick = tokio::time::interval(Duration::from_millis(250));
@@ -317,11 +418,11 @@ async fn run(a: &SoakArgs, pool: &Pool) -> Result<()> {
         let cycles = done.load(Ordering::SeqCst);
         let owners_done = owners.is_empty();
         while !owners_done && tally.in_flight() < window {
-            master.send_work_raw(StepId(tally.sent), step(tally.sent));
+            master.send_work_raw(StepId(tally.sent), step_data(a, tally.sent));
             tally.sent += 1;
         }
         if cycles >= next_report || (owners_done && last_report.1 < cycles) {
-            let f = footprints(global, &locals);
+            let f = daemons.footprints();
             let (g, l) = (f.0.unwrap_or_default(), locals_sum(&f));
             let rate = (cycles - last_report.1) as f64 / last_report.0.elapsed().as_secs_f64();
             println!(
@@ -332,13 +433,13 @@ async fn run(a: &SoakArgs, pool: &Pool) -> Result<()> {
                 g.1,
                 l.0,
                 l.1,
-                file_bytes(&journal) / 1024
+                file_bytes(&journal(pool)) / 1024
             );
             last_report = (Instant::now(), cycles);
             next_report = (cycles / a.every + 1) * a.every;
         }
         if owners_done {
-            break;
+            return Ok(());
         }
         if tally.last.elapsed() > Duration::from_secs(120) {
             return Err(format!(
@@ -358,45 +459,75 @@ async fn run(a: &SoakArgs, pool: &Pool) -> Result<()> {
             _ = tick.tick() => {}
         }
     }
-    let cycles = done.load(Ordering::SeqCst);
-    let elapsed = t0.elapsed();
-    // Every step sent comes back before the run ends.
-    while tally.in_flight() > 0 {
-        let outcome = tokio::time::timeout(Duration::from_secs(120), master.recv_result_raw())
-            .await
-            .map_err(|_| "the last steps: none answered within 120 s")??;
-        tally.take(outcome);
-    }
-    let stats = master.complete().await?;
-    finish(
-        a,
-        pool,
-        &tally,
-        cycles,
-        elapsed,
-        &stats,
-        (global, &locals),
-        start,
-        journal_start,
-    )
-    .await
+}
+
+/// What the checks at the end found besides the steps.
+struct After {
+    /// Processes of the run still there.
+    left: Vec<(u32, String)>,
+    end: Footprints,
+    journal_end: u64,
+    /// Warnings and errors in the daemons' logs, by kind.
+    complaints: std::collections::BTreeMap<String, usize>,
+    /// Claims suspended, worker processes started (from the local RMs' logs).
+    suspended: usize,
+    started: usize,
 }
 
 /// The checks after the run; prints the summary and `soak-result {json}`.
-#[allow(clippy::too_many_arguments)]
-async fn finish(
-    a: &SoakArgs,
-    pool: &Pool,
-    tally: &Tally,
-    cycles: u64,
-    elapsed: Duration,
-    stats: &wodi::Stats,
-    (global, locals): (u32, &[u32]),
-    start: Footprints,
-    journal_start: u64,
-) -> Result<()> {
-    let mut daemon_pids = locals.to_vec();
-    daemon_pids.push(global);
+async fn finish(a: &SoakArgs, pool: &Pool, daemons: &Daemons, run: &Ended) -> Result<()> {
+    let after = look_after(pool, daemons).await;
+    let tally = &run.tally;
+    let twice = tally.seen.values().filter(|&&n| n > 1).count();
+    let missing = tally
+        .sent
+        .saturating_sub(tally.seen.len() as u64 + tally.failed.len() as u64);
+    // No daemon logs an error over owner churn; warnings are listed below.
+    let errors: usize = after
+        .complaints
+        .iter()
+        .filter(|(k, _)| k.contains("ERROR"))
+        .map(|(_, n)| n)
+        .sum();
+    let problems = problems(run, &after, twice, missing, errors);
+    let (gs, ge) = (
+        run.start.0.unwrap_or_default(),
+        after.end.0.unwrap_or_default(),
+    );
+    print_summary(a, run, &after);
+    let result = serde_json::json!({
+        "cycles": run.cycles,
+        "machines": a.machines,
+        "elapsed_s": run.elapsed.as_secs_f64(),
+        "steps_sent": tally.sent,
+        "steps_delivered": tally.delivered(),
+        "steps_twice": twice,
+        "steps_missing": missing,
+        "steps_wrong": tally.wrong,
+        "steps_failed": tally.failed.len(),
+        "step_copies": run.stats.step_copies,
+        "hosts_added": run.stats.hosts_added,
+        "processes_left": after.left.len(),
+        "suspensions": after.suspended,
+        "processes_started": after.started,
+        "global_start": gs, "global_end": ge,
+        "journal_start": run.journal_start, "journal_end": after.journal_end,
+        "errors": errors,
+    });
+    println!("soak-result {result}");
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; ").into())
+    }
+}
+
+/// Looks at the pool once the run ended: the processes left (after the
+/// local RMs had a moment to kill the workers), the daemons' footprints,
+/// the journal, the logs.
+async fn look_after(pool: &Pool, daemons: &Daemons) -> After {
+    let mut daemon_pids = daemons.locals.clone();
+    daemon_pids.push(daemons.global);
     // The local RMs kill a finished run's workers; give them a moment.
     let t = Instant::now();
     let mut left = leftovers(&pool.dir, &daemon_pids);
@@ -407,8 +538,8 @@ async fn finish(
     // Memory settles (allocators give pages back lazily) only so far: a
     // moment for the last connections to close.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let end = footprints(global, locals);
-    let journal_end = file_bytes(&pool.dir.join("global-state").join("journal.log"));
+    let end = daemons.footprints();
+    let journal_end = file_bytes(&journal(pool));
     let mut names = vec!["global".to_string()];
     names.extend(pool.locals.iter().map(|l| l.name.clone()));
     let complaints = complaints(&pool.dir, &names);
@@ -416,10 +547,20 @@ async fn finish(
     // logs each claim it suspends), and the processes started.
     let suspended = count_lines(&pool.dir, &names[1..], "to=Claimed/Suspended");
     let started = count_lines(&pool.dir, &names[1..], "process started");
-    let twice = tally.seen.values().filter(|&&n| n > 1).count();
-    let missing = tally
-        .sent
-        .saturating_sub(tally.seen.len() as u64 + tally.failed.len() as u64);
+    After {
+        left,
+        end,
+        journal_end,
+        complaints,
+        suspended,
+        started,
+    }
+}
+
+/// What went wrong, one sentence each: steps not delivered exactly once
+/// with their own result, processes left, a daemon grown, errors logged.
+fn problems(run: &Ended, after: &After, twice: usize, missing: u64, errors: usize) -> Vec<String> {
+    let (tally, start, end) = (&run.tally, &run.start, &after.end);
     let grew = |now: Option<(u64, usize)>, then: Option<(u64, usize)>| match (now, then) {
         (Some(n), Some(t)) => n.0 > 2 * t.0 + 4096 || n.1 > t.1 + 16,
         _ => true,
@@ -433,25 +574,28 @@ async fn finish(
             tally.failed.iter().take(3).collect::<Vec<_>>()
         ));
     }
-    if !left.is_empty() {
-        problems.push(format!("processes left: {left:?}"));
+    if !after.left.is_empty() {
+        problems.push(format!("processes left: {:?}", after.left));
     }
     if grew(end.0, start.0) || start.1.iter().zip(&end.1).any(|(s, e)| grew(*e, *s)) {
         problems.push(format!("a daemon grew: from {start:?} to {end:?}"));
     }
-    // No daemon logs an error over owner churn; warnings are listed below.
-    let errors: usize = complaints
-        .iter()
-        .filter(|(k, _)| k.contains("ERROR"))
-        .map(|(_, n)| n)
-        .sum();
     if errors > 0 {
         problems.push(format!(
             "{errors} error lines in the daemons' logs (listed above)"
         ));
     }
-    let (gs, ge) = (start.0.unwrap_or_default(), end.0.unwrap_or_default());
-    let (ls, le) = (locals_sum(&start), locals_sum(&end));
+    problems
+}
+
+/// The run in sentences, then the logs' warnings and errors by kind.
+fn print_summary(a: &SoakArgs, run: &Ended, after: &After) {
+    let (tally, stats, elapsed, cycles) = (&run.tally, &run.stats, run.elapsed, run.cycles);
+    let (gs, ge) = (
+        run.start.0.unwrap_or_default(),
+        after.end.0.unwrap_or_default(),
+    );
+    let (ls, le) = (locals_sum(&run.start), locals_sum(&after.end));
     println!(
         "\n{cycles} owner cycles on {} machines in {:.0} s ({:.1}/s); {} steps sent, {} delivered \
          ({} copies computed), {} hosts granted, {} lost.",
@@ -465,8 +609,9 @@ async fn finish(
         stats.hosts_lost
     );
     println!(
-        "{suspended} suspensions of a running claim (the other cycles found no process on the \
-         machine); {started} worker processes started."
+        "{} suspensions of a running claim (the other cycles found no process on the \
+         machine); {} worker processes started.",
+        after.suspended, after.started
     );
     println!(
         "global RM: {:.1} MB / {} fds after warm-up, {:.1} MB / {} fds at the end; \
@@ -479,36 +624,11 @@ async fn finish(
         ls.1,
         le.0,
         le.1,
-        journal_start / 1024,
-        journal_end / 1024
+        run.journal_start / 1024,
+        after.journal_end / 1024
     );
     println!("warnings and errors in the daemons' logs, by kind:");
-    for (kind, n) in &complaints {
+    for (kind, n) in &after.complaints {
         println!("  {n:>7}  {kind}");
-    }
-    let result = serde_json::json!({
-        "cycles": cycles,
-        "machines": a.machines,
-        "elapsed_s": elapsed.as_secs_f64(),
-        "steps_sent": tally.sent,
-        "steps_delivered": tally.delivered(),
-        "steps_twice": twice,
-        "steps_missing": missing,
-        "steps_wrong": tally.wrong,
-        "steps_failed": tally.failed.len(),
-        "step_copies": stats.step_copies,
-        "hosts_added": stats.hosts_added,
-        "processes_left": left.len(),
-        "suspensions": suspended,
-        "processes_started": started,
-        "global_start": gs, "global_end": ge,
-        "journal_start": journal_start, "journal_end": journal_end,
-        "errors": errors,
-    });
-    println!("soak-result {result}");
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(problems.join("; ").into())
     }
 }
