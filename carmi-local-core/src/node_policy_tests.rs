@@ -1,8 +1,8 @@
 //! The core and the real owner policy together, in virtual time.
 
 use bytes::Bytes;
-use carmi_proto::ids::{HostId, JobId, ProcessId};
-use carmi_proto::msg::{ExecutableRef, FromGlobal, SlotActivity, ToGlobal};
+use carmi_proto::ids::{HostId, ProcessId};
+use carmi_proto::msg::{FromGlobal, SlotActivity, ToGlobal};
 use classad::ClassAd;
 
 use super::super::Effect;
@@ -29,22 +29,7 @@ fn registered_with_one_process() -> Core {
         },
         Bytes::new(),
     );
-    core.on_global(
-        FromGlobal::Spawn {
-            process: ProcessId(1),
-            job: JobId(1),
-            host: HostId(100),
-            executable: ExecutableRef {
-                name: "w".into(),
-                sha256: "a".repeat(64),
-                size: 1,
-            },
-            args: vec![],
-            output: Default::default(),
-            requests: Default::default(),
-        },
-        Bytes::new(),
-    );
+    core.on_global(crate::pair_tests::spawn(1, 100), Bytes::new());
     core.on_launched(ProcessId(1), Ok(()));
     core.take_effects();
     core

@@ -184,11 +184,13 @@ fn registered(slots: u64) -> FromGlobal {
     }
 }
 
-fn spawn(process: u64) -> FromGlobal {
+/// A spawn of `process` (of job 1, a one-byte executable `w`) on `host`;
+/// the policy's tests use it too.
+pub(crate) fn spawn(process: u64, host: u64) -> FromGlobal {
     FromGlobal::Spawn {
         process: ProcessId(process),
         job: JobId(1),
-        host: HostId(process),
+        host: HostId(host),
         executable: ExecutableRef {
             name: "w".into(),
             sha256: "a".repeat(64),
@@ -216,7 +218,7 @@ fn a_global_rm_that_stops_reading_is_dropped_and_hears_everything_after_the_reco
     // Four processes start; the global RM reads none of their starts: two
     // fill the session's queue, two wait in the outbox.
     for i in 1..=4 {
-        p.global_says(spawn(i));
+        p.global_says(spawn(i, i));
     }
     assert_eq!(p.outbox.waiting(), 2);
     assert_eq!(p.outbox.next_deadline(), Some(30.0));
@@ -249,7 +251,7 @@ fn a_slow_global_rm_that_keeps_reading_is_never_dropped() {
     p.global_reads(1);
     p.global_says(registered(4));
     for i in 1..=4 {
-        p.global_says(spawn(i));
+        p.global_says(spawn(i, i));
     }
     // One message every 20 s, fewer than the machine sends (heartbeats
     // every 10 s): slow, but progress within the stall time each time.
