@@ -13,8 +13,13 @@
 //!   `node_apps.rs` application connections, `node_procs.rs` fetching,
 //!   launching, killing and reporting processes, `node_owner.rs` the owner
 //!   policy's effects on slots and processes, `node_policy.rs` stepping the
-//!   policy, `node_time.rs` the deadlines (kill grace, heartbeats) and shutdown.
+//!   policy and when it is due, `node_time.rs` the deadlines (kill grace,
+//!   heartbeats) and shutdown.
 //!   (Named `node`, not `core`, so as not to shadow the standard `core`.)
+//! - `link`: the link to the global RM as the driver keeps it: when to reconnect
+//!   (backoff), what waits for room in a session's queue, when a stalled session is kicked.
+//! - `stopping`: how the daemon stops: the wait for the global RM to act on
+//!   `Leaving`, then for the killed processes' exits, each with its deadline.
 //! - `ad`: the machine ad and its heartbeat updates, from detected, sampled and configured attributes.
 //! - `policy`: the owner policy (START/SUSPEND/CONTINUE/PREEMPT/KILL over the live ad).
 //! - `owner`: the simulated owner, whose events the policy observes.
@@ -25,6 +30,12 @@
 
 pub mod ad;
 pub mod binding;
+pub mod link;
 pub mod node;
 pub mod owner;
 pub mod policy;
+pub mod stopping;
+
+#[cfg(test)]
+#[path = "pair_tests.rs"]
+mod pair_tests;

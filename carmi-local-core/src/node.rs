@@ -13,10 +13,12 @@
 //!   [`Effect::Launch`], [`Core::on_stored`] after an [`Effect::Store`],
 //!   [`Core::on_exited`];
 //! - time: [`Core::on_time`] before every input and at [`Core::next_deadline`]
-//!   (the kill grace's end, the next heartbeat); the heartbeat's update as
-//!   [`Core::on_heartbeat`] after an [`Effect::Heartbeat`];
-//! - the owner policy: [`Core::step_policy`] (which applies the policy's
-//!   effects itself, stepped again when [`Core::policy_stale`]), or by hand
+//!   (the kill grace's end, the next heartbeat, the owner policy's next
+//!   step); the heartbeat's update as [`Core::on_heartbeat`] after an
+//!   [`Effect::Heartbeat`];
+//! - the owner policy: [`Core::step_policy`] whenever [`Core::policy_due`]
+//!   says so after an input or a deadline (the core applies the policy's
+//!   effects itself), or by hand
 //!   [`Core::set_accepting`], [`Core::suspend_all`],
 //!   [`Core::resume_all`], [`Core::open_all`], [`Core::close_all`],
 //!   [`Core::vacate_all`], [`Core::kill_all`]; per slot [`Core::suspend_slot`],
@@ -258,6 +260,9 @@ struct Timing {
     away_since: f64,
     /// [`Effect::Orphaned`] was asked for already.
     orphaned: bool,
+    /// When the owner policy must be stepped next at the latest, as its
+    /// last step named; `None` before the first step.
+    policy_at: Option<f64>,
 }
 
 /// SIGTERM to SIGKILL delay until [`Core::set_timers`] names one (the
@@ -290,6 +295,7 @@ impl Core {
                 orphan_limit: None,
                 away_since: 0.0,
                 orphaned: false,
+                policy_at: None,
             },
             policy_jobs: 0,
         }
@@ -464,56 +470,11 @@ impl Core {
                     tracing::debug!(%conn, ?event, "event for a connection that is gone; dropped");
                 }
             }
-            FromGlobal::Spawn {
-                process,
-                job,
-                host,
-                executable,
-                args,
-                output,
-                requests,
-            } => self.on_spawn(Launch {
-                process,
-                job,
-                host,
-                executable,
-                args,
-                master: false,
-                env: Vec::new(),
-                stdio: (None, None),
-                input_files: Vec::new(),
-                return_files: Vec::new(),
-                inputs: Vec::new(),
-                output,
-                requests,
-            }),
-            FromGlobal::SpawnMaster {
-                process,
-                job,
-                executable,
-                args,
-                env,
-                output,
-                error,
-                input_files,
-                return_files,
-                inputs,
-                requests,
-            } => self.on_spawn(Launch {
-                process,
-                job,
-                host: HostId(0),
-                executable,
-                args,
-                master: true,
-                env,
-                stdio: (output, error),
-                input_files,
-                return_files,
-                inputs,
-                output: OutputRoute::Keep,
-                requests,
-            }),
+            msg @ (FromGlobal::Spawn { .. } | FromGlobal::SpawnMaster { .. }) => {
+                if let Some(launch) = Launch::from_spawn(msg) {
+                    self.on_spawn(launch);
+                }
+            }
             FromGlobal::Kill { process } => self.on_kill(process),
             FromGlobal::ReadLog {
                 request,
@@ -674,6 +635,7 @@ mod time;
 
 #[path = "node_policy.rs"]
 mod policy;
+pub use policy::PolicyDue;
 
 #[cfg(test)]
 #[path = "node_tests.rs"]

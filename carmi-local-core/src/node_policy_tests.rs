@@ -1,8 +1,8 @@
 //! The core and the real owner policy together, in virtual time.
 
 use bytes::Bytes;
-use carmi_proto::ids::{HostId, JobId, ProcessId};
-use carmi_proto::msg::{ExecutableRef, FromGlobal, SlotActivity, ToGlobal};
+use carmi_proto::ids::{HostId, ProcessId};
+use carmi_proto::msg::{FromGlobal, SlotActivity, ToGlobal};
 use classad::ClassAd;
 
 use super::super::Effect;
@@ -29,22 +29,7 @@ fn registered_with_one_process() -> Core {
         },
         Bytes::new(),
     );
-    core.on_global(
-        FromGlobal::Spawn {
-            process: ProcessId(1),
-            job: JobId(1),
-            host: HostId(100),
-            executable: ExecutableRef {
-                name: "w".into(),
-                sha256: "a".repeat(64),
-                size: 1,
-            },
-            args: vec![],
-            output: Default::default(),
-            requests: Default::default(),
-        },
-        Bytes::new(),
-    );
+    core.on_global(crate::pair_tests::spawn(1, 100), Bytes::new());
     core.on_launched(ProcessId(1), Ok(()));
     core.take_effects();
     core
@@ -103,4 +88,28 @@ fn the_owners_return_suspends_and_a_long_stay_vacates_then_kills() {
         "{seen:?}"
     );
     core.sanity_check();
+}
+
+#[test]
+fn the_policy_is_due_at_the_deadline_it_named_and_when_processes_change() {
+    let mut core = registered_with_one_process();
+    let mut policy = Policy::new(PolicyConfig::default(), 0.0);
+    let base = ClassAd::new();
+    owner(&mut policy, 1e6);
+    assert_eq!(core.policy_due(), Some(PolicyDue::JobsChanged));
+    let next = core.step_policy(&mut policy, 0.0, &base);
+    assert!(next > 0.0, "the policy names a later step");
+    assert_eq!(core.policy_due(), None);
+    // The policy's next step is one of the core's deadlines.
+    assert!(core.next_deadline().is_some_and(|d| d <= next));
+    core.on_time(next - 0.001);
+    assert_eq!(core.policy_due(), None);
+    core.on_time(next);
+    assert_eq!(core.policy_due(), Some(PolicyDue::Deadline));
+    let again = core.step_policy(&mut policy, next, &base);
+    assert!(again > next);
+    assert_eq!(core.policy_due(), None);
+    // The process leaves: the policy is due at once.
+    core.on_exited(ProcessId(1), carmi_proto::msg::ExitStatus::Code(0), 0.0);
+    assert_eq!(core.policy_due(), Some(PolicyDue::JobsChanged));
 }

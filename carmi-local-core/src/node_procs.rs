@@ -2,17 +2,79 @@
 //! fetched (from the global RM or a peer) and stored, the process launched,
 //! killed, and its exit (and a master's returned files) reported.
 //!
-//! Kept apart from `core.rs`, which holds the state and the global and
+//! Kept apart from `node.rs`, which holds the state and the global and
 //! application links, so that each file stays readable.
 
 use bytes::Bytes;
 use carmi_proto::exe::is_sha256_hex;
 use carmi_proto::ids::{HostId, ProcessId};
 use carmi_proto::msg::{
-    ExecutableRef, ExitStatus, ProcessUsage, SlotActivity, StageSource, ToGlobal,
+    ExecutableRef, ExitStatus, FromGlobal, OutputRoute, ProcessUsage, SlotActivity, StageSource,
+    ToGlobal,
 };
 
 use super::{Core, Effect, Fetch, Launch, Link, Proc, ProcState};
+
+impl Launch {
+    /// The process a `Spawn` (on a slot) or `SpawnMaster` (a job's master,
+    /// outside the slots) asks for; `None` for any other message.
+    pub(super) fn from_spawn(msg: FromGlobal) -> Option<Launch> {
+        let launch = match msg {
+            FromGlobal::Spawn {
+                process,
+                job,
+                host,
+                executable,
+                args,
+                output,
+                requests,
+            } => Launch {
+                process,
+                job,
+                host,
+                executable,
+                args,
+                master: false,
+                env: Vec::new(),
+                stdio: (None, None),
+                input_files: Vec::new(),
+                return_files: Vec::new(),
+                inputs: Vec::new(),
+                output,
+                requests,
+            },
+            FromGlobal::SpawnMaster {
+                process,
+                job,
+                executable,
+                args,
+                env,
+                output,
+                error,
+                input_files,
+                return_files,
+                inputs,
+                requests,
+            } => Launch {
+                process,
+                job,
+                host: HostId(0),
+                executable,
+                args,
+                master: true,
+                env,
+                stdio: (output, error),
+                input_files,
+                return_files,
+                inputs,
+                output: OutputRoute::Keep,
+                requests,
+            },
+            _ => return None,
+        };
+        Some(launch)
+    }
+}
 
 impl Core {
     /// The slot a host id of this machine stands for, once registered.

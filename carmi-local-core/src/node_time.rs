@@ -70,7 +70,8 @@ impl Core {
         }
     }
 
-    /// When [`Core::on_time`] must be called next at the latest, if ever.
+    /// When [`Core::on_time`] must be called next at the latest, if ever
+    /// (then [`Core::policy_due`] says whether the owner policy is due too).
     pub fn next_deadline(&self) -> Option<f64> {
         self.procs
             .values()
@@ -78,6 +79,7 @@ impl Core {
             .chain(self.time.heartbeat_at)
             .chain(self.orphaned_at())
             .chain(self.held_deadline())
+            .chain(self.time.policy_at)
             .min_by(f64::total_cmp)
     }
 

@@ -170,7 +170,7 @@ async fn connection(
     (mut ticket, gate): (Ticket, Arc<Gate>),
     queue: usize,
     inputs: mpsc::Sender<Input>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
     let Some(Stream {
@@ -223,7 +223,7 @@ async fn connection(
         return;
     };
     tracing::debug!(%conn, %peer, ?job, ?process, %endpoint, "application connected");
-    let (tx, mut rx) = mpsc::channel(queue.max(1));
+    let (tx, rx) = mpsc::channel(queue.max(1));
     let kick = Arc::new(Notify::new());
     let connected = Input::AppConnected {
         conn,
@@ -240,6 +240,19 @@ async fn connection(
     if inputs.send(connected).await.is_err() {
         return;
     }
+    relay(link, (conn, peer), (rx, kick), &inputs, stop).await;
+    let _ = inputs.send(Input::AppClosed { conn }).await;
+}
+
+/// Relays an admitted application's connection until either side ends it:
+/// its requests and uploads to the driver, the driver's messages to it.
+async fn relay(
+    link: Conn<FromLocal, ToLocal>,
+    (conn, peer): (ConnId, SocketAddr),
+    (mut rx, kick): (mpsc::Receiver<FromLocal>, Arc<Notify>),
+    inputs: &mpsc::Sender<Input>,
+    mut stop: watch::Receiver<bool>,
+) {
     let (mut reader, mut writer) = link.split();
     loop {
         tokio::select! {
@@ -290,7 +303,6 @@ async fn connection(
             _ = stopped(&mut stop) => break,
         }
     }
-    let _ = inputs.send(Input::AppClosed { conn }).await;
 }
 
 /// Sends `msg` to an application without waiting; false if its queue is full

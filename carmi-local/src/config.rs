@@ -384,95 +384,12 @@ impl Settings {
         s.token_file = cli.token.clone();
         s.orphan_limit = cli.orphan_timeout.map(Duration::from_secs);
         s.accounts = AccountsConfig::Default;
-        let mut name_set = false;
-        let mut work_dir_set = false;
+        let (mut name_set, mut work_dir_set) = (false, false);
         if let Some((path, f)) = &file {
-            if let Some(n) = &f.name {
-                s.name = n.clone();
-                name_set = true;
-            }
-            if f.slots.is_some() {
-                s.slots = f.slots;
-            }
-            if let Some(l) = &f.listen {
-                s.listen = l.clone();
-            }
-            if let Some(w) = &f.work_dir {
-                s.work_dir = w.clone();
-                work_dir_set = true;
-            }
-            if let Some(ms) = f.kill_grace_ms {
-                s.kill_grace = Duration::from_millis(ms);
-            }
-            if let Some(on) = f.cgroups {
-                s.cgroups = on;
-            }
-            if let Some(ms) = f.heartbeat_ms {
-                if ms == 0 {
-                    return Err(ConfigError::BadSetting {
-                        setting: "heartbeat_ms",
-                        reason: "must be at least 1".into(),
-                    });
-                }
-                s.heartbeat_fallback = Duration::from_millis(ms);
-            }
-            if let Some(rate) = f.stage_link_rate {
-                if rate.is_nan() || rate <= 0.0 || rate.is_infinite() {
-                    return Err(ConfigError::BadSetting {
-                        setting: "stage_link_rate",
-                        reason: format!("{rate} is not a positive number of MB/s"),
-                    });
-                }
-                s.stage_link_rate = Some(rate);
-            }
-            s.stage_listen.clone_from(&f.stage_listen);
-            s.stage_advertise.clone_from(&f.stage_advertise);
-            let origin = format!("configuration file {}", path.display());
-            for (name, value) in &f.attributes {
-                s.attributes.push(table_attribute(name, value, &origin)?);
-            }
-            apply_policy(&mut s.policy, &f.policy, &origin)?;
-            if let Some(src) = f.owner.source {
-                s.owner_source = src;
-            }
-            s.accounts = accounts_config(f.slot_users.clone(), f.slot_user_prefix.clone())
-                .unwrap_or(s.accounts);
+            (name_set, work_dir_set) = s.apply_file(path, f)?;
         }
-        let cli_users = cli.slot_users.as_ref().map(|list| {
-            list.split(',')
-                .map(|n| n.trim().to_string())
-                .filter(|n| !n.is_empty() && n != "none")
-                .collect()
-        });
-        if let Some(a) = accounts_config(cli_users, cli.slot_user_prefix.clone()) {
-            s.accounts = a;
-        }
-        if let Some(src) = cli.owner {
-            s.owner_source = src;
-        }
-        if let Some(n) = &cli.name {
-            s.name = n.clone();
-            name_set = true;
-        }
-        if cli.slots.is_some() {
-            s.slots = cli.slots;
-        }
-        if let Some(l) = &cli.listen {
-            s.listen = l.clone();
-        }
-        if cli.stage_listen.is_some() {
-            s.stage_listen.clone_from(&cli.stage_listen);
-        }
-        if cli.stage_advertise.is_some() {
-            s.stage_advertise.clone_from(&cli.stage_advertise);
-        }
-        if let Some(w) = &cli.work_dir {
-            s.work_dir = w.clone();
-            work_dir_set = true;
-        }
-        for a in &cli.attrs {
-            s.attributes.push(parse_attr_arg(a)?);
-        }
+        let (cli_name, cli_work_dir) = s.apply_cli(cli)?;
+        let (name_set, work_dir_set) = (name_set || cli_name, work_dir_set || cli_work_dir);
         // The default work directory is per name, so that several local RMs
         // sharing a machine under different names do not share sandboxes.
         if name_set && !work_dir_set {
@@ -480,6 +397,106 @@ impl Settings {
         }
         s.check()?;
         Ok(s)
+    }
+
+    /// Takes what the configuration file at `path` sets; whether it named
+    /// the machine and the work directory.
+    fn apply_file(&mut self, path: &Path, f: &FileConfig) -> Result<(bool, bool), ConfigError> {
+        let (mut name_set, mut work_dir_set) = (false, false);
+        if let Some(n) = &f.name {
+            self.name = n.clone();
+            name_set = true;
+        }
+        if f.slots.is_some() {
+            self.slots = f.slots;
+        }
+        if let Some(l) = &f.listen {
+            self.listen = l.clone();
+        }
+        if let Some(w) = &f.work_dir {
+            self.work_dir = w.clone();
+            work_dir_set = true;
+        }
+        if let Some(ms) = f.kill_grace_ms {
+            self.kill_grace = Duration::from_millis(ms);
+        }
+        if let Some(on) = f.cgroups {
+            self.cgroups = on;
+        }
+        if let Some(ms) = f.heartbeat_ms {
+            if ms == 0 {
+                return Err(ConfigError::BadSetting {
+                    setting: "heartbeat_ms",
+                    reason: "must be at least 1".into(),
+                });
+            }
+            self.heartbeat_fallback = Duration::from_millis(ms);
+        }
+        if let Some(rate) = f.stage_link_rate {
+            if rate.is_nan() || rate <= 0.0 || rate.is_infinite() {
+                return Err(ConfigError::BadSetting {
+                    setting: "stage_link_rate",
+                    reason: format!("{rate} is not a positive number of MB/s"),
+                });
+            }
+            self.stage_link_rate = Some(rate);
+        }
+        self.stage_listen.clone_from(&f.stage_listen);
+        self.stage_advertise.clone_from(&f.stage_advertise);
+        let origin = format!("configuration file {}", path.display());
+        for (name, value) in &f.attributes {
+            self.attributes.push(table_attribute(name, value, &origin)?);
+        }
+        apply_policy(&mut self.policy, &f.policy, &origin)?;
+        if let Some(src) = f.owner.source {
+            self.owner_source = src;
+        }
+        if let Some(a) = accounts_config(f.slot_users.clone(), f.slot_user_prefix.clone()) {
+            self.accounts = a;
+        }
+        Ok((name_set, work_dir_set))
+    }
+
+    /// Takes what the command line sets, over the file; whether it named
+    /// the machine and the work directory.
+    fn apply_cli(&mut self, cli: &Cli) -> Result<(bool, bool), ConfigError> {
+        let (mut name_set, mut work_dir_set) = (false, false);
+        let cli_users = cli.slot_users.as_ref().map(|list| {
+            list.split(',')
+                .map(|n| n.trim().to_string())
+                .filter(|n| !n.is_empty() && n != "none")
+                .collect()
+        });
+        if let Some(a) = accounts_config(cli_users, cli.slot_user_prefix.clone()) {
+            self.accounts = a;
+        }
+        if let Some(src) = cli.owner {
+            self.owner_source = src;
+        }
+        if let Some(n) = &cli.name {
+            self.name = n.clone();
+            name_set = true;
+        }
+        if cli.slots.is_some() {
+            self.slots = cli.slots;
+        }
+        if let Some(l) = &cli.listen {
+            self.listen = l.clone();
+        }
+        if cli.stage_listen.is_some() {
+            self.stage_listen.clone_from(&cli.stage_listen);
+        }
+        if cli.stage_advertise.is_some() {
+            self.stage_advertise.clone_from(&cli.stage_advertise);
+        }
+        if let Some(w) = &cli.work_dir {
+            self.work_dir = w.clone();
+            work_dir_set = true;
+        }
+        for a in &cli.attrs {
+            self.attributes.push(parse_attr_arg(a)?);
+        }
+        Ok((name_set, work_dir_set))
     }
 
     /// The prefix `--remove-slot-users` removes the accounts of: the

@@ -8,8 +8,9 @@
 //! each process has a thread blocked in `wait4` (see [`crate::spawn`]).
 //!
 //! The owner policy ([`crate::policy`]) is stepped when an owner event
-//! arrives, when the number of job processes changes, and at its deadline
-//! (where a real owner is measured first); its effects become core calls.
+//! arrives, and when the core says it is due ([`Core::policy_due`]): the
+//! number of job processes changed, or its deadline came (a real owner is
+//! measured first); the core carries out its effects.
 //!
 //! Shutdown: the launcher is closed first (no process starts after that,
 //! and a launch under way finishes and is counted), then every process group
@@ -22,33 +23,36 @@
 //! effect is carried out in `daemon_effects.rs`.
 
 use std::collections::HashMap;
-use std::ffi::OsString;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use carmi_api::handshake::Secret;
 use carmi_api::ids::{ConnId, ProcessId};
-use carmi_api::msg::{FromGlobal, OwnerEvent};
+use carmi_api::msg::OwnerEvent;
+use carmi_local_core::node::{Core, PolicyDue};
+use carmi_local_core::stopping::{StopOutput, Stopping};
 use classad::ClassAd;
-use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::Error;
 use crate::cache::ExeCache;
 use crate::config::{OwnerSource, Settings};
-use crate::control::ControlAccess;
-use crate::global::{GlobalConfig, GlobalLink};
+use crate::global::GlobalLink;
 use crate::input::{AppTx, Input};
 use crate::jobcred::JobCreds;
-use crate::machine::{MachineAd, sample_dynamic, static_info};
+use crate::machine::{MachineAd, sample_dynamic};
 use crate::owner::{RealOwner, SimulatedOwner};
 use crate::peer::Stager;
 use crate::policy::Policy;
 use crate::spawn::{Launcher, ProcessGroup};
-use crate::{Error, apps, benchmark, global};
-use carmi_local_core::node::Core;
+use start::{
+    bind_stage_listener, connect_addr, detect_machine, job_env, listen_apps, new_core, serve_links,
+    start_launcher,
+};
 
 /// Inputs queued before senders (connections) wait for the driver.
 const INPUT_QUEUE: usize = 4096;
@@ -86,44 +90,6 @@ enum Stop {
     Leaving(String),
 }
 
-/// How long a leaving machine waits for the global RM to act on its
-/// `Leaving` (it closes the connection) before killing its processes anyway.
-const LEAVE_WAIT: Duration = Duration::from_secs(2);
-
-/// The listener on which peers fetch from this machine's executable cache:
-/// one of its own, on `at` (`--stage-listen`) or else the application
-/// listener's host, and where it listens.
-async fn bind_stage_listener(
-    app_addr: SocketAddr,
-    at: Option<&str>,
-) -> Result<(TcpListener, SocketAddr), Error> {
-    let addr = at.map_or_else(|| format!("{}:0", app_addr.ip()), str::to_string);
-    let listener = TcpListener::bind(addr.as_str())
-        .await
-        .map_err(|source| Error::Listen {
-            addr: format!("{addr} (staging)"),
-            source,
-        })?;
-    let endpoint = listener.local_addr().map_err(|source| Error::Listen {
-        addr: "staging listener".into(),
-        source,
-    })?;
-    Ok((listener, endpoint))
-}
-
-/// Binds the application listener at `listen`: it and its address.
-async fn listen_apps(
-    listen: &str,
-) -> Result<(tokio::net::TcpListener, std::net::SocketAddr), Error> {
-    let failed = |source| Error::Listen {
-        addr: listen.to_string(),
-        source,
-    };
-    let listener = carmi_api::net::listen(listen).await.map_err(failed)?;
-    let addr = listener.local_addr().map_err(failed)?;
-    Ok((listener, addr))
-}
-
 impl Daemon {
     /// Detects the machine, opens the application listener and starts
     /// connecting to the global RM. Fails on configuration and file errors;
@@ -143,17 +109,7 @@ impl Daemon {
         // Read first, so that a file others may read stops the start at once.
         let token = crate::daemon_token::daemon_token((&settings.token, &settings.token_file))?;
 
-        let scores = if settings.benchmark {
-            let dir = work_dir.clone();
-            tokio::task::spawn_blocking(move || benchmark::scores(&dir))
-                .await
-                .ok()
-        } else {
-            None
-        };
-        let cgroups = crate::cgroup::start(&settings.name, &work_dir, settings.cgroups);
-        let (info, slots) = static_info((&settings.name, settings.slots), scores, cgroups.as_ref());
-        let machine = MachineAd::new(info, settings.attributes.clone());
+        let (machine, slots, cgroups) = detect_machine(&settings, &work_dir).await;
 
         let (listener, app_addr) = listen_apps(&settings.listen).await?;
         let cache_dir = work_dir.join("cache");
@@ -162,13 +118,7 @@ impl Daemon {
         let (stage_listener, stage_endpoint) =
             bind_stage_listener(app_addr, settings.stage_listen.as_deref()).await?;
         let env = job_env(app_addr, &work_dir, &machine);
-        let accounts = crate::isolation::start(&settings.accounts, slots, &work_dir)?;
-        let launcher = Launcher::new(work_dir.clone(), env)
-            .with_accounts(accounts)
-            .with_cgroups(cgroups);
-        // Before the first launch, so that every record is an earlier run's.
-        launcher.kill_leftovers();
-        launcher.clean_stale_sandboxes();
+        let launcher = start_launcher(&settings, slots, (&work_dir, env), cgroups)?;
 
         let (inputs_tx, inputs_rx) = mpsc::channel(INPUT_QUEUE);
         let (shutdown_tx, shutdown_rx) = watch::channel(Stop::No);
@@ -176,46 +126,14 @@ impl Daemon {
         // The links stop only after the driver has reported the final exits.
         let (links_stop_tx, links_stop_rx) = watch::channel(false);
         let creds = JobCreds::default();
-        // Made in memory at every start: nobody handles a certificate, and
-        // the handshake proves who the daemon is (see `carmi_api::tls`).
-        let tls = carmi_api::tls::Acceptor::generate().map_err(Error::Tls)?;
-        let (name, global) = (settings.name.clone(), settings.global.clone());
-        let access = ControlAccess::new(token.clone(), name, global, secret.clone());
-        // With tokens, this local RM proves its machine with a key the
-        // global RM certifies, and tokens are shown to it for its name.
-        let prover = crate::daemon_token::machine_prover(&token)?;
-        let mut proving = secret.clone().with_name(&settings.name);
-        if let Some(p) = &prover {
-            proving = proving.with_prover(p.clone());
-        }
-        tokio::spawn(apps::serve(
-            (listener, tls.clone()),
-            (proving.clone(), creds.clone(), access.clone()),
-            (settings.app_queue, settings.max_connections_per_job),
-            inputs_tx.clone(),
-            links_stop_rx.clone(),
-        ));
-        let stager = std::sync::Arc::new(Stager::new(
-            cache_dir.clone(),
-            (proving, token.clone(), access),
-            settings.name.clone(),
-            settings.global.clone(),
-            settings.stage_link_rate,
-        ));
-        tokio::spawn(
-            stager
-                .clone()
-                .serve((stage_listener, tls), links_stop_rx.clone()),
-        );
-        let gcfg = GlobalConfig {
-            addr: settings.global.clone(),
-            secret: secret.clone(),
-            token,
-            prover,
-            name: settings.name.clone(),
-            queue: settings.global_queue,
-        };
-        let global_task = tokio::spawn(global::run(gcfg, inputs_tx.clone(), links_stop_rx));
+        let (stager, global_task) = serve_links(
+            &settings,
+            (listener, stage_listener),
+            (&secret, token, &creds),
+            cache_dir,
+            &inputs_tx,
+            links_stop_rx,
+        )?;
         tracing::info!(
             name = %settings.name,
             slots,
@@ -227,18 +145,14 @@ impl Daemon {
         let epoch = Instant::now();
         let owner = owner_input(&settings);
         let base_ad = machine.build(&sample_dynamic(&work_dir));
-        let mut core = Core::new(slots);
-        core.set_timers(settings.kill_grace, settings.heartbeat_fallback);
-        core.set_orphan_limit(settings.orphan_limit);
         let mut driver = Driver {
-            core,
+            core: new_core(&settings, slots),
             policy: Policy::new(settings.policy.clone(), 0.0),
             owner,
             epoch,
             unix_epoch: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0.0, |d| d.as_secs_f64()),
-            policy_at: epoch,
             base_ad,
             base_at: epoch,
             work_dir: work_dir.clone(),
@@ -357,34 +271,6 @@ fn owner_input(settings: &Settings) -> OwnerInput {
     }
 }
 
-/// The environment of every process started here, on top of the daemon's:
-/// where the local RM is, and the machine ad. Not the pool secret: each
-/// process gets its job's credential instead ([`crate::jobcred`]).
-fn job_env(
-    app_addr: SocketAddr,
-    work_dir: &std::path::Path,
-    machine: &MachineAd,
-) -> Vec<(String, OsString)> {
-    let mut env: Vec<(String, OsString)> = vec![(
-        "CARMI_LOCAL".into(),
-        connect_addr(app_addr).to_string().into(),
-    )];
-    // The machine ad as of start-up, for the processes started here (as
-    // HTCondor's `_CONDOR_MACHINE_AD`): a job can read what the pool
-    // knows of its machine (`Speed`, `Memory`, ...) without a request.
-    let ad_path = work_dir.join("machine.ad");
-    let snapshot = machine.build(&sample_dynamic(work_dir)).to_old_syntax();
-    match std::fs::write(&ad_path, snapshot) {
-        Ok(()) => env.push(("CARMI_MACHINE_AD".into(), ad_path.into_os_string())),
-        Err(e) => tracing::warn!(
-            path = %ad_path.display(),
-            error = %e,
-            "cannot write the machine ad for job processes; they run without CARMI_MACHINE_AD"
-        ),
-    }
-    env
-}
-
 /// Where peers on other machines reach a staging listener bound to `bound`:
 /// a wildcard address means "every interface", so the one this machine uses
 /// towards the global RM is named (peers reach the global RM too); without
@@ -395,20 +281,6 @@ fn stage_endpoint_for(bound: SocketAddr, towards_global: Option<IpAddr>) -> Sock
             SocketAddr::new(ip, bound.port())
         }
         _ => connect_addr(bound),
-    }
-}
-
-/// The address a process on this machine should connect to: a wildcard
-/// listen address is reachable through loopback.
-fn connect_addr(a: SocketAddr) -> SocketAddr {
-    match a.ip() {
-        IpAddr::V4(ip) if ip.is_unspecified() => {
-            SocketAddr::new(Ipv4Addr::LOCALHOST.into(), a.port())
-        }
-        IpAddr::V6(ip) if ip.is_unspecified() => {
-            SocketAddr::new(Ipv6Addr::LOCALHOST.into(), a.port())
-        }
-        _ => a,
     }
 }
 
@@ -433,8 +305,6 @@ struct Driver {
     epoch: Instant,
     /// Policy time 0 in Unix seconds (for `EnteredCurrentState` in the ad).
     unix_epoch: f64,
-    /// When the policy must be stepped next.
-    policy_at: Instant,
     /// The machine ad the policy evaluates against, and when it was sampled.
     base_ad: ClassAd,
     base_at: Instant,
@@ -442,7 +312,7 @@ struct Driver {
     machine: MachineAd,
     cache: ExeCache,
     /// Fetches executables from peers and serves them ([`crate::peer`]).
-    stager: std::sync::Arc<Stager>,
+    stager: Arc<Stager>,
     /// Where peers reach [`Driver::stager`], told to the global RM on
     /// registration. A wildcard address is replaced by this machine's
     /// address towards the global RM (see [`stage_endpoint_for`]).
@@ -485,16 +355,9 @@ impl Driver {
                 permit = self.global.room() => self.global.on_room(permit),
                 _ = at(self.global.deadline()) => self.global.on_deadline(),
                 _ = at(self.core_deadline()) => self.core.on_time(self.now()),
-                _ = tokio::time::sleep_until(self.policy_at) => {
-                    self.core.on_time(self.now());
-                    self.measure();
-                    self.evaluate();
-                }
                 _ = shutdown.wait_for(|s| *s != Stop::No) => break,
             }
-            if self.core.policy_stale() {
-                self.evaluate();
-            }
+            self.step_policy_if_due();
             self.flush();
             if self.orphaned {
                 break;
@@ -512,10 +375,11 @@ impl Driver {
     }
 
     /// Tells a registered global RM that this machine leaves, and waits (at
-    /// most [`LEAVE_WAIT`]) until it has acted on it, which it shows by
+    /// most [`carmi_local_core::stopping::LEAVE_WAIT`]) until it has acted on it, which it shows by
     /// closing the connection; the link then stops, so that it does not
     /// advertise again. Exits that come meanwhile (a batch system signals
-    /// the processes too) are handled as usual.
+    /// the processes too) are handled as usual; what to take and when to
+    /// stop waiting is the core's [`Stopping`].
     async fn leave(
         &mut self,
         reason: &str,
@@ -526,7 +390,7 @@ impl Driver {
             return;
         }
         self.flush();
-        let deadline = Instant::now() + LEAVE_WAIT;
+        let mut stopping = Stopping::leaving(self.now());
         loop {
             let input = tokio::select! {
                 i = inputs.recv() => i,
@@ -534,21 +398,18 @@ impl Driver {
                     self.global.on_room(permit);
                     continue;
                 }
-                _ = tokio::time::sleep_until(deadline) => {
+                _ = at(self.instant(stopping.deadline())) => {
                     tracing::warn!("the global RM did not answer `Leaving` in time; stopping anyway");
                     break;
                 }
             };
             let Some(input) = input else { break };
-            let down = matches!(input, Input::GlobalDown { .. });
-            match input {
-                Input::Exited { .. } | Input::Launched { .. } | Input::GlobalDown { .. } => {
-                    self.handle(input)
-                }
-                _ => {}
+            let kind = input.stop_kind();
+            if stopping.takes(kind) {
+                self.handle(input);
             }
             self.flush();
-            if down {
+            if stopping.on_input(kind) == Some(StopOutput::Left) {
                 tracing::info!("the global RM took note that this machine leaves");
                 break;
             }
@@ -559,7 +420,8 @@ impl Driver {
     /// Refuses new processes, has the core kill all it started (including
     /// those whose launch has not been reported yet, once it is), and keeps
     /// serving exits, launches and the core's deadlines until every process
-    /// has exited, or the kill grace and a margin are over.
+    /// has exited, or the core's [`Stopping`] deadline (the kill grace and a
+    /// margin) is over.
     async fn stop(&mut self, inputs: &mut mpsc::Receiver<Input>) {
         // First the gate: after `close` no process can start, and every one
         // that did is in its list, reported to this driver or not; those not
@@ -580,7 +442,7 @@ impl Driver {
         self.core.on_time(self.now());
         self.core.shut_down();
         self.flush();
-        let deadline = Instant::now() + self.kill_grace + Duration::from_secs(3);
+        let stopping = Stopping::killing(self.now(), self.kill_grace);
         while self.core.job_count() > 0 {
             let input = tokio::select! {
                 i = inputs.recv() => i,
@@ -589,7 +451,7 @@ impl Driver {
                     self.flush();
                     continue;
                 }
-                _ = tokio::time::sleep_until(deadline) => None,
+                _ = at(self.instant(stopping.deadline())) => None,
             };
             let Some(input) = input else {
                 tracing::warn!(
@@ -599,13 +461,8 @@ impl Driver {
                 break;
             };
             // Nothing new is started while stopping.
-            match input {
-                Input::Exited { .. }
-                | Input::Launched { .. }
-                | Input::GlobalUp { .. }
-                | Input::GlobalDown { .. }
-                | Input::Global(FromGlobal::Registered { .. }, _) => self.handle(input),
-                _ => {}
+            if stopping.takes(input.stop_kind()) {
+                self.handle(input);
             }
             self.flush();
         }
@@ -615,8 +472,14 @@ impl Driver {
 
     /// When the core wants to be told the time next, on the driver's clock.
     fn core_deadline(&self) -> Option<Instant> {
-        let t = self.core.next_deadline()?;
-        Some(self.epoch + Duration::try_from_secs_f64(t.max(0.0)).ok()?)
+        self.instant(self.core.next_deadline()?)
+    }
+
+    /// The instant of policy time `t`; none for one beyond any `Duration`
+    /// (a policy minute set absurdly long), which never comes.
+    fn instant(&self, t: f64) -> Option<Instant> {
+        let since = Duration::try_from_secs_f64(t.max(0.0)).ok()?;
+        self.epoch.checked_add(since)
     }
 
     /// Policy time now: seconds since the driver started.
@@ -637,18 +500,28 @@ impl Driver {
         }
     }
 
+    /// Steps the owner policy if the core says it is due: at its deadline
+    /// after a fresh look at the owner and the machine, or at once when the
+    /// number of processes changed.
+    fn step_policy_if_due(&mut self) {
+        match self.core.policy_due() {
+            Some(PolicyDue::Deadline) => {
+                self.measure();
+                self.evaluate();
+            }
+            Some(PolicyDue::JobsChanged) => self.evaluate(),
+            None => {}
+        }
+    }
+
     /// Steps the owner policy, after a look at a simulated owner; the core
-    /// carries out what it decides.
+    /// carries out what it decides and keeps when it is due next.
     fn evaluate(&mut self) {
         let now = self.now();
         if let OwnerInput::Simulated(o) = &self.owner {
             self.policy.observe(o.observation(now));
         }
-        let next = self.core.step_policy(&mut self.policy, now, &self.base_ad);
-        // A deadline beyond any Duration (a policy minute set absurdly long)
-        // is stepped at the longest interval the policy itself uses.
-        let next = Duration::try_from_secs_f64(next.max(0.0)).unwrap_or(Duration::from_secs(5));
-        self.policy_at = self.epoch + next;
+        self.core.step_policy(&mut self.policy, now, &self.base_ad);
     }
 }
 
@@ -664,6 +537,8 @@ async fn at(deadline: Option<Instant>) {
 mod effects;
 #[path = "daemon_inputs.rs"]
 mod inputs;
+#[path = "daemon_start.rs"]
+mod start;
 
 #[cfg(test)]
 mod tests {

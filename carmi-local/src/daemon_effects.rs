@@ -6,7 +6,9 @@
 
 use std::path::PathBuf;
 
-use carmi_api::msg::OutputRoute;
+use bytes::Bytes;
+use carmi_api::ids::{JobId, ProcessId};
+use carmi_api::msg::{ExecutableRef, OutputRoute, StageSource, StdStream};
 use tokio::sync::oneshot;
 
 use super::{Driver, Input};
@@ -53,34 +55,8 @@ impl Driver {
             Effect::Store {
                 executable,
                 payload,
-            } => {
-                let cache = self.cache.clone();
-                let inputs = self.inputs_tx.clone();
-                tokio::spawn(async move {
-                    let sha256 = executable.sha256.clone();
-                    let result =
-                        tokio::task::spawn_blocking(move || cache.store(&executable, &payload))
-                            .await
-                            .map_err(|e| format!("storing the executable failed: {e}"))
-                            .and_then(|r| r.map(|_| ()).map_err(|e| e.to_string()));
-                    let _ = inputs.send(Input::Stored { sha256, result }).await;
-                });
-            }
-            Effect::FetchFrom { executable, source } => {
-                let stager = self.stager.clone();
-                let inputs = self.inputs_tx.clone();
-                tokio::spawn(async move {
-                    let result = stager.fetch(&executable, &source).await;
-                    let sha256 = executable.sha256;
-                    let _ = inputs
-                        .send(Input::Fetched {
-                            sha256,
-                            source,
-                            result,
-                        })
-                        .await;
-                });
-            }
+            } => self.store(executable, payload),
+            Effect::FetchFrom { executable, source } => self.fetch_from(executable, source),
             // The SIGKILL, if the process outlives the kill grace, comes
             // from the core as `KillNow`.
             Effect::Kill(process) => match self.groups.0.get(&process) {
@@ -126,32 +102,7 @@ impl Driver {
                 stream,
                 offset,
                 path,
-            } => {
-                let (name, kept) = match stream {
-                    carmi_api::msg::StdStream::Stdout => ("stdout", "out"),
-                    carmi_api::msg::StdStream::Stderr => ("stderr", "err"),
-                };
-                // Its submit file's path, else its sandbox's file, else (it
-                // exited meanwhile) where that file is kept.
-                let mut paths: Vec<std::path::PathBuf> = path.into_iter().map(Into::into).collect();
-                paths.push(self.launcher.sandbox_dir(process).join(name));
-                paths.push(
-                    self.launcher
-                        .output_dir(job)
-                        .join(format!("{}.{kept}", process.0)),
-                );
-                let inputs = self.inputs_tx.clone();
-                tokio::spawn(async move {
-                    let result = tokio::task::spawn_blocking(move || {
-                        let refs: Vec<&std::path::Path> =
-                            paths.iter().map(|p| p.as_path()).collect();
-                        crate::logread::read_chunk(&refs, offset)
-                    })
-                    .await
-                    .unwrap_or_else(|e| Err(format!("reading the output failed: {e}")));
-                    let _ = inputs.send(Input::LogRead { request, result }).await;
-                });
-            }
+            } => self.read_log(request, (process, job), (stream, offset), path),
             Effect::KillNow(process) => {
                 if let Some(g) = self.groups.0.get(&process) {
                     tracing::info!(%process, "grace over: SIGKILL to the process group");
@@ -159,6 +110,73 @@ impl Driver {
                 }
             }
         }
+    }
+
+    /// Verifies and stores staged bytes off the driver's task; the result
+    /// comes back as [`Input::Stored`].
+    fn store(&mut self, executable: ExecutableRef, payload: Bytes) {
+        let cache = self.cache.clone();
+        let inputs = self.inputs_tx.clone();
+        tokio::spawn(async move {
+            let sha256 = executable.sha256.clone();
+            let result = tokio::task::spawn_blocking(move || cache.store(&executable, &payload))
+                .await
+                .map_err(|e| format!("storing the executable failed: {e}"))
+                .and_then(|r| r.map(|_| ()).map_err(|e| e.to_string()));
+            let _ = inputs.send(Input::Stored { sha256, result }).await;
+        });
+    }
+
+    /// Fetches an executable from a peer or the global RM's staging
+    /// listener; the result comes back as [`Input::Fetched`].
+    fn fetch_from(&mut self, executable: ExecutableRef, source: StageSource) {
+        let stager = self.stager.clone();
+        let inputs = self.inputs_tx.clone();
+        tokio::spawn(async move {
+            let result = stager.fetch(&executable, &source).await;
+            let sha256 = executable.sha256;
+            let _ = inputs
+                .send(Input::Fetched {
+                    sha256,
+                    source,
+                    result,
+                })
+                .await;
+        });
+    }
+
+    /// Reads a chunk of a process's output for `carmi logs` off the
+    /// driver's task; the result comes back as [`Input::LogRead`].
+    fn read_log(
+        &mut self,
+        request: u64,
+        (process, job): (ProcessId, JobId),
+        (stream, offset): (StdStream, u64),
+        path: Option<String>,
+    ) {
+        let (name, kept) = match stream {
+            StdStream::Stdout => ("stdout", "out"),
+            StdStream::Stderr => ("stderr", "err"),
+        };
+        // Its submit file's path, else its sandbox's file, else (it
+        // exited meanwhile) where that file is kept.
+        let mut paths: Vec<PathBuf> = path.into_iter().map(Into::into).collect();
+        paths.push(self.launcher.sandbox_dir(process).join(name));
+        paths.push(
+            self.launcher
+                .output_dir(job)
+                .join(format!("{}.{kept}", process.0)),
+        );
+        let inputs = self.inputs_tx.clone();
+        tokio::spawn(async move {
+            let result = tokio::task::spawn_blocking(move || {
+                let refs: Vec<&std::path::Path> = paths.iter().map(|p| p.as_path()).collect();
+                crate::logread::read_chunk(&refs, offset)
+            })
+            .await
+            .unwrap_or_else(|e| Err(format!("reading the output failed: {e}")));
+            let _ = inputs.send(Input::LogRead { request, result }).await;
+        });
     }
 
     /// Starts a process whose executable is cached (reporting a cache miss

@@ -4,11 +4,15 @@
 //! Kept apart from `daemon.rs` (startup, the select loop, shutdown) so that
 //! each file stays readable.
 
+use std::net::IpAddr;
+
 use bytes::Bytes;
 use carmi_api::ids::{ConnId, JobId};
 use carmi_api::jobcred::JobCredential;
-use carmi_api::msg::{FromGlobal, FromLocal, FromLocalControl, ToGlobal};
+use carmi_api::msg::{FromGlobal, FromLocal, FromLocalControl, OwnerEvent, ToGlobal};
+use tokio::sync::oneshot;
 
+use crate::input::GlobalTx;
 use crate::jobcred::Holder;
 
 use super::{Driver, Input, OwnerInput, stage_endpoint_for};
@@ -19,42 +23,8 @@ impl Driver {
         // The core's deadlines (kill grace, heartbeats) are measured from here.
         self.core.on_time(self.now());
         match input {
-            Input::GlobalUp { out, local_ip } => {
-                self.global.up(out);
-                self.global_local_ip = local_ip;
-                let values = self.policy.public_values(self.unix_epoch);
-                let sampled = crate::machine::sample_dynamic(&self.work_dir);
-                let ad = self
-                    .machine
-                    .advertise(&sampled, &values, &self.policy.expressions());
-                self.core.on_global_connected(ad);
-            }
-            Input::Global(FromGlobal::JobCredential { job, credential }, _) => {
-                match JobCredential::parse(&credential).filter(|c| c.job() == job) {
-                    Some(c) => self.creds.learn(c),
-                    None => {
-                        tracing::warn!(%job, "the global RM sent a malformed job credential; ignored")
-                    }
-                }
-            }
-            Input::Global(msg, payload) => {
-                // A re-announcement after a reconnection attaches again; the
-                // application already holds its credential then.
-                if let FromGlobal::Attached { conn, job, .. } = &msg
-                    && !self.core.app_attached(*conn)
-                {
-                    self.give_credential(*conn, *job);
-                }
-                let registered = matches!(msg, FromGlobal::Registered { .. });
-                self.core.on_global(msg, payload);
-                if registered && self.global.is_up() {
-                    let endpoint = self.stage_advertise.clone().unwrap_or_else(|| {
-                        stage_endpoint_for(self.stage_endpoint, self.global_local_ip).to_string()
-                    });
-                    self.global
-                        .send(ToGlobal::StageServe { endpoint }, Bytes::new());
-                }
-            }
+            Input::GlobalUp { out, local_ip } => self.on_global_up(out, local_ip),
+            Input::Global(msg, payload) => self.on_global(msg, payload),
             Input::GlobalDown { failed, rest } => {
                 let unsent = self.global.down(failed, rest);
                 tracing::info!(
@@ -126,40 +96,88 @@ impl Driver {
             Input::ResumeSlot(slot, reply) => {
                 let _ = reply.send(self.core.resume_slot(slot));
             }
-            Input::Owner(event, reply) => {
-                let now = self.now();
-                let applied = match &mut self.owner {
-                    OwnerInput::Simulated(o) => {
-                        o.apply(event, now);
-                        true
-                    }
-                    OwnerInput::Real(_) => {
-                        tracing::warn!(
-                            ?event,
-                            "owner event for a local RM that measures its real owner; ignored"
-                        );
-                        false
-                    }
-                };
-                if applied {
-                    tracing::info!(?event, "owner event");
-                    self.evaluate();
-                    // Signals go out before the answer does.
-                    self.flush();
-                }
-                if let Some(reply) = reply {
-                    let _ = reply.send(FromLocalControl::OwnerApplied {
-                        applied,
-                        state: self.policy.state().name().into(),
-                        activity: self.policy.activity().name().into(),
-                    });
-                }
-            }
+            Input::Owner(event, reply) => self.on_owner(event, reply),
         }
     }
 }
 
 impl Driver {
+    /// A session with the global RM is up: the core advertises the machine
+    /// as it is now (its policy's values and expressions included).
+    fn on_global_up(&mut self, out: GlobalTx, local_ip: Option<IpAddr>) {
+        self.global.up(out);
+        self.global_local_ip = local_ip;
+        let values = self.policy.public_values(self.unix_epoch);
+        let sampled = crate::machine::sample_dynamic(&self.work_dir);
+        let ad = self
+            .machine
+            .advertise(&sampled, &values, &self.policy.expressions());
+        self.core.on_global_connected(ad);
+    }
+
+    /// A message from the global RM: a job credential is kept here, the
+    /// rest goes to the core; once registered, this machine's staging
+    /// endpoint is told.
+    fn on_global(&mut self, msg: FromGlobal, payload: Bytes) {
+        if let FromGlobal::JobCredential { job, credential } = msg {
+            match JobCredential::parse(&credential).filter(|c| c.job() == job) {
+                Some(c) => self.creds.learn(c),
+                None => {
+                    tracing::warn!(%job, "the global RM sent a malformed job credential; ignored")
+                }
+            }
+            return;
+        }
+        // A re-announcement after a reconnection attaches again; the
+        // application already holds its credential then.
+        if let FromGlobal::Attached { conn, job, .. } = &msg
+            && !self.core.app_attached(*conn)
+        {
+            self.give_credential(*conn, *job);
+        }
+        let registered = matches!(msg, FromGlobal::Registered { .. });
+        self.core.on_global(msg, payload);
+        if registered && self.global.is_up() {
+            let endpoint = self.stage_advertise.clone().unwrap_or_else(|| {
+                stage_endpoint_for(self.stage_endpoint, self.global_local_ip).to_string()
+            });
+            self.global
+                .send(ToGlobal::StageServe { endpoint }, Bytes::new());
+        }
+    }
+
+    /// Owner activity reported by hand (a simulated owner): the policy is
+    /// stepped on it and its signals sent before the answer, if one was asked for.
+    fn on_owner(&mut self, event: OwnerEvent, reply: Option<oneshot::Sender<FromLocalControl>>) {
+        let now = self.now();
+        let applied = match &mut self.owner {
+            OwnerInput::Simulated(o) => {
+                o.apply(event, now);
+                true
+            }
+            OwnerInput::Real(_) => {
+                tracing::warn!(
+                    ?event,
+                    "owner event for a local RM that measures its real owner; ignored"
+                );
+                false
+            }
+        };
+        if applied {
+            tracing::info!(?event, "owner event");
+            self.evaluate();
+            // Signals go out before the answer does.
+            self.flush();
+        }
+        if let Some(reply) = reply {
+            let _ = reply.send(FromLocalControl::OwnerApplied {
+                applied,
+                state: self.policy.state().name().into(),
+                activity: self.policy.activity().name().into(),
+            });
+        }
+    }
+
     /// An application attached to `job` here: it holds the job's
     /// credential from now on, and is given it ahead of `Attached` (the core
     /// sends that after this) to prove to its peers, which know no other key.

@@ -1,31 +1,31 @@
 //! The connection to the global RM: connect, handshake as `Role::Local`,
-//! relay frames both ways, and on any failure reconnect with exponential
-//! backoff (100 ms doubling to 5 s, with jitter so that a pool of local RMs
-//! does not reconnect in lockstep after the global RM restarts).
+//! relay frames both ways, and on any failure reconnect when the link's
+//! core says ([`Reconnect`]: backoff from 100 ms doubling to 5 s, with
+//! jitter so that a pool of local RMs does not reconnect in lockstep after
+//! the global RM restarts).
 //!
 //! Each session tells the driver `GlobalUp` with a sender for outgoing
 //! messages, and `GlobalDown` with the receiver, so that the driver can take
 //! back whatever was queued but never written.
 //!
 //! The outgoing queue is bounded ([`GLOBAL_QUEUE`] messages by default).
-//! What finds it full waits on the driver's side ([`GlobalLink`]) and moves
-//! in as the session writes, so that a burst (the backlog replayed after a
-//! reconnection) is not mistaken for a global RM that stopped reading. One
-//! that makes no progress for [`GLOBAL_STALL`] has stopped reading: the
-//! driver ends the session ([`GlobalTx::kick`], which also interrupts a write
-//! stuck on a full socket), keeps what was not written, and reconnects. So
-//! a stalled global RM costs at most what the machine produces in that time.
+//! What finds it full waits on the driver's side ([`GlobalLink`], which
+//! carries out what the core's [`Outbox`] decides) and moves in as the
+//! session writes; one that makes no progress for [`GLOBAL_STALL`] has
+//! stopped reading: the driver ends the session ([`GlobalTx::kick`], which
+//! also interrupts a write stuck on a full socket), keeps what was not
+//! written, and reconnects.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use carmi_api::conn::Conn;
-use carmi_api::frame::FrameReader;
+use carmi_api::conn::{Conn, ConnWriter};
+use carmi_api::frame::{FrameError, FrameReader};
 use carmi_api::handshake::{self, Secret};
 use carmi_api::msg::{FromGlobal, Role, ToGlobal};
 use carmi_api::tls;
+use carmi_local_core::link::{LAST_WORDS, LinkOutput, Outbox, Reconnect, Route};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
@@ -34,18 +34,15 @@ use carmi_api::machinecert::MachineProver;
 use crate::daemon_token::DaemonToken;
 use crate::input::{GlobalTx, Input, Outgoing, stopped};
 
+/// The reconnection delays, under their old paths (the link's core keeps them).
+pub use carmi_local_core::link::{BACKOFF_MAX, BACKOFF_MIN};
+
 /// How often a link that stays up has this machine's key certified anew
 /// (a certificate lasts `carmi_api::machinecert::LIFETIME_S`, a week).
 const RECERTIFY: Duration = Duration::from_secs(24 * 3600);
 
-/// First reconnection delay.
-pub const BACKOFF_MIN: Duration = Duration::from_millis(100);
-/// Longest reconnection delay.
-pub const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// How long a TCP connect may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long queued messages may take to go out when the daemon stops.
-const FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
 /// Default for [`crate::config::Settings::global_queue`]: messages waiting
 /// to be written to the global RM before it counts as not reading.
 pub const GLOBAL_QUEUE: usize = 16 * 1024;
@@ -54,38 +51,19 @@ pub const GLOBAL_QUEUE: usize = 16 * 1024;
 /// queue to the global RM may make no progress before the link is dropped.
 pub const GLOBAL_STALL: Duration = Duration::from_secs(30);
 
-/// Exponential backoff with jitter.
-#[derive(Clone, Debug)]
-pub struct Backoff {
-    current: Duration,
+/// Seconds since `epoch`: the time the link's core is given.
+fn secs_since(epoch: Instant) -> f64 {
+    epoch.elapsed().as_secs_f64()
 }
 
-impl Default for Backoff {
-    fn default() -> Self {
-        Backoff {
-            current: BACKOFF_MIN,
-        }
-    }
-}
-
-impl Backoff {
-    /// The next delay: between half and all of the current step, which then doubles up to the maximum.
-    pub fn next_delay(&mut self) -> Duration {
-        let factor = rand::random_range(0.5..=1.0);
-        let delay = self.current.mul_f64(factor);
-        self.current = (self.current * 2).min(BACKOFF_MAX);
-        delay
-    }
-
-    /// Back to the first step (after a connection that worked).
-    pub fn reset(&mut self) {
-        self.current = BACKOFF_MIN;
-    }
+/// The instant `t` seconds after `epoch`.
+fn instant_at(epoch: Instant, t: f64) -> Instant {
+    epoch + Duration::from_secs_f64(t.max(0.0))
 }
 
 /// The driver's side of the link to the global RM: the current session's
-/// queue, what waits for room in it, and what is kept after the session was
-/// ended for not reading (until its `GlobalDown` hands back the rest).
+/// queue, and the core's [`Outbox`] deciding what waits for room in it and
+/// when a session that stopped reading is ended.
 ///
 /// Call order: [`GlobalLink::up`] on `GlobalUp`; [`GlobalLink::send`] for
 /// every message; when [`GlobalLink::room`] resolves, [`GlobalLink::on_room`];
@@ -95,13 +73,11 @@ impl Backoff {
 pub(crate) struct GlobalLink {
     addr: String,
     stall: Duration,
+    /// Time 0 of the outbox's clock.
+    epoch: Instant,
+    /// The session's queue, while the outbox says it is up.
     out: Option<GlobalTx>,
-    /// Found the queue full; they keep their order and go in as it drains.
-    waiting: VecDeque<Outgoing>,
-    /// While `waiting` is not empty: when the session, without progress, counts as stalled.
-    stall_at: Option<Instant>,
-    /// After a kick and until `GlobalDown`: messages that follow the unsent rest.
-    overflow: Option<Vec<Outgoing>>,
+    outbox: Outbox<Outgoing>,
 }
 
 impl GlobalLink {
@@ -110,51 +86,50 @@ impl GlobalLink {
         GlobalLink {
             addr,
             stall,
+            epoch: Instant::now(),
             out: None,
-            waiting: VecDeque::new(),
-            stall_at: None,
-            overflow: None,
+            outbox: Outbox::new(stall),
         }
     }
 
     /// A session is up.
     pub fn up(&mut self, out: GlobalTx) {
         self.out = Some(out);
+        self.outbox.on_up();
     }
 
     /// True while a session takes messages.
     pub fn is_up(&self) -> bool {
-        self.out.is_some()
+        self.outbox.is_up()
     }
 
     /// Queues a message without waiting: into the session's queue, behind
     /// those waiting for room, or (after a kick) with the unsent rest.
     pub fn send(&mut self, msg: ToGlobal, payload: Bytes) {
-        if let Some(overflow) = &mut self.overflow {
-            overflow.push((msg, payload));
-            return;
-        }
+        let m = match self.outbox.send((msg, payload)) {
+            Route::Queue(m) => m,
+            Route::Kept => return,
+            Route::NoLink((msg, _)) => {
+                tracing::error!(
+                    ?msg,
+                    "message for the global RM without a connection; dropped"
+                );
+                return;
+            }
+        };
         let Some(out) = &self.out else {
-            tracing::error!(
-                ?msg,
-                "message for the global RM without a connection; dropped"
-            );
+            tracing::error!(msg = ?m.0, "the link is up without a session queue; dropped");
             return;
         };
-        if !self.waiting.is_empty() {
-            self.waiting.push_back((msg, payload));
-            return;
-        }
-        match out.tx.try_send((msg, payload)) {
+        match out.tx.try_send(m) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(m)) => {
-                self.waiting.push_back(m);
-                self.stall_at = Some(Instant::now() + self.stall);
+                self.outbox.on_full(m, secs_since(self.epoch))
             }
             // The session has ended; its GlobalDown, with what it had not written, is on the way.
             Err(mpsc::error::TrySendError::Closed(m)) => {
                 self.out = None;
-                self.overflow = Some(vec![m]);
+                self.outbox.on_closed(m);
             }
         }
     }
@@ -163,7 +138,7 @@ impl GlobalLink {
     /// none waits); owns what it needs, so the driver can race it.
     pub fn room(&self) -> impl Future<Output = Option<mpsc::OwnedPermit<Outgoing>>> + 'static {
         let tx = match &self.out {
-            Some(out) if !self.waiting.is_empty() => Some(out.tx.clone()),
+            Some(out) if self.outbox.wants_room() => Some(out.tx.clone()),
             _ => None,
         };
         async move {
@@ -180,33 +155,39 @@ impl GlobalLink {
         let Some(permit) = permit else {
             return;
         };
-        if let Some(m) = self.waiting.pop_front() {
+        if let Some(m) = self.outbox.on_room(secs_since(self.epoch)) {
             permit.send(m);
         }
-        self.stall_at = (!self.waiting.is_empty()).then(|| Instant::now() + self.stall);
     }
 
     /// When the session counts as stalled, if messages are waiting.
     pub fn deadline(&self) -> Option<Instant> {
-        self.stall_at
+        let t = self.outbox.next_deadline()?;
+        Some(instant_at(self.epoch, t))
     }
 
-    /// The deadline passed: the global RM stopped reading. The session is
-    /// ended (the link reconnects) and nothing unsent is lost.
+    /// The deadline passed: if the outbox says the global RM stopped
+    /// reading, the session is ended (the link reconnects) and nothing
+    /// unsent is lost.
     pub fn on_deadline(&mut self) {
-        self.stall_at = None;
+        // The timer fired: the time is the deadline's at least, whatever
+        // the rounding between the two clocks.
+        let due = self.outbox.next_deadline().unwrap_or(0.0);
+        let now = secs_since(self.epoch).max(due);
+        if self.outbox.on_time(now) != Some(LinkOutput::Kick) {
+            return;
+        }
         let Some(out) = self.out.take() else {
             return;
         };
         tracing::error!(
             global = %self.addr,
             queued = out.tx.max_capacity(),
-            waiting = self.waiting.len(),
+            waiting = self.outbox.waiting(),
             stall_ms = self.stall.as_millis() as u64,
             "the global RM stopped reading: its outgoing queue is full and did not move; dropping the connection to reconnect, unsent messages are kept"
         );
         out.kick.notify_one();
-        self.overflow = Some(Vec::new());
     }
 
     /// The session ended: every message it was given but did not write
@@ -217,14 +198,11 @@ impl GlobalLink {
         mut rest: mpsc::Receiver<Outgoing>,
     ) -> Vec<Outgoing> {
         self.out = None;
-        self.stall_at = None;
-        let mut unsent: Vec<Outgoing> = failed.into_iter().collect();
+        let mut unwritten: Vec<Outgoing> = failed.into_iter().collect();
         while let Ok(m) = rest.try_recv() {
-            unsent.push(m);
+            unwritten.push(m);
         }
-        unsent.extend(self.waiting.drain(..));
-        unsent.extend(self.overflow.take().unwrap_or_default());
-        unsent
+        self.outbox.on_down(unwritten)
     }
 }
 
@@ -244,13 +222,15 @@ pub(crate) struct GlobalConfig {
     pub queue: usize,
 }
 
-/// Keeps a connection to the global RM until `stop` turns true.
+/// Keeps a connection to the global RM until `stop` turns true,
+/// connecting again when the link's core says ([`Reconnect`]).
 pub(crate) async fn run(
     cfg: GlobalConfig,
     inputs: mpsc::Sender<Input>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut backoff = Backoff::default();
+    let epoch = Instant::now();
+    let mut link = Reconnect::default();
     loop {
         if *stop.borrow() {
             break;
@@ -259,33 +239,34 @@ pub(crate) async fn run(
             c = connect(&cfg) => c,
             _ = stopped(&mut stop) => break,
         };
-        match connected {
-            Ok((reader, writer, local_ip)) => {
+        let registered = match connected {
+            Ok(conn) => {
+                link.on_connected();
                 tracing::info!(global = %cfg.addr, "connected to the global RM");
-                let link = (reader, writer, local_ip);
-                if session(
-                    link,
-                    (cfg.queue, &cfg.token, cfg.prover.as_ref()),
-                    &inputs,
-                    &mut stop,
-                )
-                .await
-                {
-                    backoff.reset();
-                }
+                let who = (cfg.queue, &cfg.token, cfg.prover.as_ref());
+                session(conn, who, &inputs, &mut stop).await
             }
             Err(e) => {
-                tracing::warn!(global = %cfg.addr, error = %e, "cannot connect to the global RM")
+                tracing::warn!(global = %cfg.addr, error = %e, "cannot connect to the global RM");
+                false
             }
-        }
+        };
         if *stop.borrow() {
             break;
         }
-        let delay = backoff.next_delay();
-        tracing::info!(global = %cfg.addr, delay_ms = delay.as_millis() as u64, "reconnecting to the global RM");
-        tokio::select! {
-            _ = tokio::time::sleep(delay) => {}
-            _ = stopped(&mut stop) => break,
+        let jitter = rand::random_range(0.0..=1.0);
+        let delay = link.on_lost(secs_since(epoch), registered, jitter);
+        tracing::info!(global = %cfg.addr, delay_ms = (delay * 1000.0) as u64, "reconnecting to the global RM");
+        while let Some(at) = link.next_deadline() {
+            tokio::select! {
+                _ = tokio::time::sleep_until(instant_at(epoch, at)) => {}
+                _ = stopped(&mut stop) => return,
+            }
+            // The timer fired: the time is the deadline's at least.
+            let now = secs_since(epoch).max(at);
+            if link.on_time(now) == Some(LinkOutput::Reconnect) {
+                break;
+            }
         }
     }
 }
@@ -335,6 +316,9 @@ async fn connect(
     Ok((reader, writer, local_ip))
 }
 
+/// The session's writing half.
+type Writer = ConnWriter<ToGlobal>;
+
 /// Relays one connection; true if it got as far as `Registered`.
 async fn session(
     (reader, w, local_ip): (
@@ -354,13 +338,7 @@ async fn session(
     // Asked before the ad goes out, so that the certificate is here by
     // the time the machine shows as registered; then daily, well within
     // its lifetime, for a link that stays up.
-    let certify = |tx: &mpsc::Sender<Outgoing>| {
-        if let Some(p) = prover {
-            let key = p.public().to_text();
-            let _ = tx.try_send((ToGlobal::CertifyMachine { key }, Bytes::new()));
-        }
-    };
-    certify(&tx);
+    certify(&tx, prover);
     let mut recertify = tokio::time::interval_at(Instant::now() + RECERTIFY, RECERTIFY);
     let out = GlobalTx {
         tx,
@@ -379,92 +357,136 @@ async fn session(
         // `recv` keeps partial frames in its buffer, so losing this race to
         // an outgoing message loses no bytes.
         tokio::select! {
-            frame = reader.recv() => match frame {
-                Ok(Some((FromGlobal::MachineCertified { cert }, _))) => {
-                    if let Some(p) = prover {
-                        p.certified(cert);
-                    }
-                }
-                Ok(Some((FromGlobal::TokenRenewed { token: new }, _))) => {
-                    // Taken here, not by the driver: a file write, then
-                    // the answer, which lets the global RM revoke the old.
-                    let saved = token.renew(new).await;
-                    let answer = (ToGlobal::TokenTaken { saved }, Bytes::new());
-                    if let Some(tx) = answers.upgrade()
-                        && tx.try_send(answer).is_err()
-                    {
-                        tracing::warn!("no room to answer a renewed daemon token; the token it replaced stays live until it expires");
-                    }
-                }
-                Ok(Some((msg, payload))) => {
-                    if matches!(msg, FromGlobal::Registered { .. }) {
-                        registered = true;
-                    }
-                    if inputs.send(Input::Global(msg, payload)).await.is_err() {
-                        break;
-                    }
-                }
-                Ok(None) => {
-                    tracing::warn!("the global RM closed the connection");
-                    break;
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "bad frame from the global RM; dropping the connection");
-                    break;
-                }
+            frame = reader.recv() => match on_frame(frame, (token, prover, &answers), inputs).await {
+                Some(reg) => registered |= reg,
+                None => break,
             },
             out = rx.recv() => match out {
-                Some((msg, payload)) => {
-                    // A global RM that stopped reading blocks this write; the
-                    // driver's kick must still end the session, and so must
-                    // a shutdown (the driver sends nothing more that would
-                    // kick), after the same brief grace as the last words below.
-                    let give_up = async {
-                        stopped(stop).await;
-                        tokio::time::sleep(FLUSH_TIMEOUT).await;
-                    };
-                    let written = tokio::select! {
-                        r = async {
-                            w.send(&msg, &payload).await?;
-                            // Over TLS, what the socket could not take waits
-                            // in the session until flushed.
-                            if rx.is_empty() { w.flush().await } else { Ok(()) }
-                        } => r.map_err(|e| e.to_string()),
-                        _ = kick.notified() => Err("the outgoing queue is full".to_string()),
-                        _ = give_up => Err("shutting down while the global RM was not reading".to_string()),
-                    };
-                    if let Err(e) = written {
-                        tracing::warn!(error = %e, "cannot write to the global RM; dropping the connection");
-                        failed = Some((msg, payload));
-                        break;
-                    }
-                }
+                Some(m) => if let Err(m) = write(&mut w, m, &rx, &kick, stop).await {
+                    failed = Some(m);
+                    break;
+                },
                 None => break,
             },
             _ = recertify.tick() => if let Some(tx) = answers.upgrade() {
-                certify(&tx);
+                certify(&tx, prover);
             },
             _ = kick.notified() => {
                 tracing::warn!("the global RM stopped reading; dropping the connection to reconnect");
                 break;
             }
             _ = stopped(stop) => {
-                // Last words (exits of the processes killed at shutdown), briefly.
-                let flush = async {
-                    while let Ok((msg, payload)) = rx.try_recv() {
-                        w.send(&msg, &payload).await?;
-                    }
-                    w.flush().await
-                };
-                if let Ok(Err(e)) = tokio::time::timeout(FLUSH_TIMEOUT, flush).await {
-                    tracing::warn!(error = %e, "cannot flush messages to the global RM at shutdown");
-                }
+                last_words(&mut w, &mut rx).await;
                 break;
             }
         }
     }
     let _ = inputs.send(Input::GlobalDown { failed, rest: rx }).await;
     registered
+}
+
+/// Asks the global RM to certify this machine's key (in a pool with tokens).
+fn certify(tx: &mpsc::Sender<Outgoing>, prover: Option<&Arc<MachineProver>>) {
+    if let Some(p) = prover {
+        let key = p.public().to_text();
+        let _ = tx.try_send((ToGlobal::CertifyMachine { key }, Bytes::new()));
+    }
+}
+
+/// Takes one frame from the global RM: a certificate and a renewed token
+/// are the session's (the token saved here, then answered), the rest goes
+/// to the driver. `Some(true)` for `Registered`, `None` when the session ends.
+async fn on_frame(
+    frame: Result<Option<(FromGlobal, Bytes)>, FrameError>,
+    (token, prover, answers): (
+        &DaemonToken,
+        Option<&Arc<MachineProver>>,
+        &mpsc::WeakSender<Outgoing>,
+    ),
+    inputs: &mpsc::Sender<Input>,
+) -> Option<bool> {
+    match frame {
+        Ok(Some((FromGlobal::MachineCertified { cert }, _))) => {
+            if let Some(p) = prover {
+                p.certified(cert);
+            }
+            Some(false)
+        }
+        Ok(Some((FromGlobal::TokenRenewed { token: new }, _))) => {
+            // Taken here, not by the driver: a file write, then
+            // the answer, which lets the global RM revoke the old.
+            let saved = token.renew(new).await;
+            let answer = (ToGlobal::TokenTaken { saved }, Bytes::new());
+            if let Some(tx) = answers.upgrade()
+                && tx.try_send(answer).is_err()
+            {
+                tracing::warn!(
+                    "no room to answer a renewed daemon token; the token it replaced stays live until it expires"
+                );
+            }
+            Some(false)
+        }
+        Ok(Some((msg, payload))) => {
+            let registered = matches!(msg, FromGlobal::Registered { .. });
+            inputs.send(Input::Global(msg, payload)).await.ok()?;
+            Some(registered)
+        }
+        Ok(None) => {
+            tracing::warn!("the global RM closed the connection");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "bad frame from the global RM; dropping the connection");
+            None
+        }
+    }
+}
+
+/// Writes one message (and flushes, if nothing follows it); gives it back
+/// if it could not be written, which ends the session.
+async fn write(
+    w: &mut Writer,
+    (msg, payload): Outgoing,
+    rx: &mpsc::Receiver<Outgoing>,
+    kick: &Notify,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<(), Outgoing> {
+    // A global RM that stopped reading blocks this write; the driver's kick
+    // must still end the session, and so must a shutdown (the driver sends
+    // nothing more that would kick), after the same brief grace as the
+    // last words.
+    let give_up = async {
+        stopped(stop).await;
+        tokio::time::sleep(LAST_WORDS).await;
+    };
+    let written = tokio::select! {
+        r = async {
+            w.send(&msg, &payload).await?;
+            // Over TLS, what the socket could not take waits
+            // in the session until flushed.
+            if rx.is_empty() { w.flush().await } else { Ok(()) }
+        } => r.map_err(|e| e.to_string()),
+        _ = kick.notified() => Err("the outgoing queue is full".to_string()),
+        _ = give_up => Err("shutting down while the global RM was not reading".to_string()),
+    };
+    written.map_err(|e| {
+        tracing::warn!(error = %e, "cannot write to the global RM; dropping the connection");
+        (msg, payload)
+    })
+}
+
+/// The daemon stops: what is queued (the exits of the processes killed at
+/// shutdown) goes out, for at most [`LAST_WORDS`].
+async fn last_words(w: &mut Writer, rx: &mut mpsc::Receiver<Outgoing>) {
+    let flush = async {
+        while let Ok((msg, payload)) = rx.try_recv() {
+            w.send(&msg, &payload).await?;
+        }
+        w.flush().await
+    };
+    if let Ok(Err(e)) = tokio::time::timeout(LAST_WORDS, flush).await {
+        tracing::warn!(error = %e, "cannot flush messages to the global RM at shutdown");
+    }
 }
 
 #[cfg(test)]
@@ -507,19 +529,5 @@ mod tests {
         let unsent = link.down(None, rx);
         assert_eq!(unsent, (1..6).map(heartbeat).collect::<Vec<_>>());
         assert_eq!(link.deadline(), None);
-    }
-
-    #[test]
-    fn backoff_doubles_to_the_cap_with_jitter_and_resets() {
-        let mut b = Backoff::default();
-        let mut step = BACKOFF_MIN;
-        for _ in 0..12 {
-            let d = b.next_delay();
-            assert!(d >= step / 2 && d <= step, "{d:?} for step {step:?}");
-            step = (step * 2).min(BACKOFF_MAX);
-        }
-        assert_eq!(step, BACKOFF_MAX);
-        b.reset();
-        assert!(b.next_delay() <= BACKOFF_MIN);
     }
 }

@@ -14,6 +14,7 @@ use carmi_api::msg::{
     ExecutableRef, FromGlobal, FromLocal, FromLocalControl, LogChunk, OwnerEvent, Request,
     StageSource, ToGlobal,
 };
+use carmi_local_core::stopping::StopInput;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 use crate::spawn::{ExitReport, ProcessGroup};
@@ -83,6 +84,20 @@ pub(crate) enum Input {
     ResumeSlot(u32, oneshot::Sender<bool>),
     /// Owner activity; the answer (if asked for) once its effects are carried out.
     Owner(OwnerEvent, Option<oneshot::Sender<FromLocalControl>>),
+}
+
+impl Input {
+    /// What the input is to the core's stopping sequence.
+    pub(crate) fn stop_kind(&self) -> StopInput {
+        match self {
+            Input::Exited { .. } => StopInput::Exited,
+            Input::Launched { .. } => StopInput::Launched,
+            Input::GlobalUp { .. } => StopInput::GlobalUp,
+            Input::GlobalDown { .. } => StopInput::GlobalDown,
+            Input::Global(FromGlobal::Registered { .. }, _) => StopInput::Registered,
+            _ => StopInput::Other,
+        }
+    }
 }
 
 /// A message for the global RM and its frame payload.

@@ -39,9 +39,9 @@
 //! - `isolation` and `slot_users`: as root, each job runs as an account of its own; which accounts a local RM takes (locked per machine), their creation and removal.
 //! - `jobcred`: the credentials of the jobs present here: admitted for their job only, written into sandboxes, forgotten when the job leaves.
 //! - `daemon_token`: this machine's daemon token, renewed by the global RM over the link: kept in its file and seen by the link, staging and control connections.
-//! - `global`: the connection to the global RM, with reconnection and backoff, and its bounded queue (`GlobalLink` on the driver's side).
+//! - `global`: the connection to the global RM: the session task, reconnecting when the link's core (`carmi_local_core::link`) says, and its bounded queue (`GlobalLink` on the driver's side, carrying out the core's `Outbox`).
 //! - `input`: what the driver hears about (`Input`) and the channel ends of the connections, below every module that sends inputs.
-//! - `daemon`: the driver that feeds socket, process and timer events to the core (`carmi_local_core::node`) and carries out its effects (inputs in `daemon_inputs.rs`, effects in `daemon_effects.rs`).
+//! - `daemon`: the driver that feeds socket, process and timer events to the core (`carmi_local_core::node`) and carries out its effects (inputs in `daemon_inputs.rs`, effects in `daemon_effects.rs`, start-up in `daemon_start.rs`); the core's `stopping` says how it stops.
 
 #![warn(missing_docs)]
 

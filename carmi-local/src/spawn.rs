@@ -286,82 +286,7 @@ impl Launcher {
         let (process, job, name) = (spec.process, spec.job, spec.name.clone());
         std::thread::Builder::new()
             .name(format!("carmi-wait-{}", process.0))
-            .spawn(move || {
-                // The child is forked from this thread, which lives until the
-                // child is reaped: PR_SET_PDEATHSIG fires when the forking
-                // *thread* ends, so a child forked from a pooled thread would
-                // be killed whenever the pool retired that thread.
-                let sandbox = me.sandbox_dir(process);
-                // Held until the process and all it left are gone.
-                let lease = match &me.accounts {
-                    Some(accounts) => match accounts.lease(job) {
-                        Some(lease) => Some(lease),
-                        None => {
-                            let count = accounts.list().len();
-                            let _ = started_tx.send(Err(SpawnError::NoAccount { job, count }));
-                            return;
-                        }
-                    },
-                    None => None,
-                };
-                let cgroup = match me.make_cgroup(&spec) {
-                    Ok(cg) => cg,
-                    Err(e) => {
-                        let _ = started_tx.send(Err(e));
-                        return;
-                    }
-                };
-                let started = me.start_child(&spec, &sandbox, lease.as_ref(), cgroup.as_ref());
-                let (pid, pipes) = match started {
-                    Ok(started) => started,
-                    Err(e) => {
-                        let _ = fs::remove_dir_all(&sandbox);
-                        if let (Some(cgroups), Some(cg)) = (&me.cgroups, &cgroup) {
-                            cgroups.finish(process, cg, &spec.requests);
-                        }
-                        let _ = started_tx.send(Err(e));
-                        return;
-                    }
-                };
-                if let Err(e) = me.records.record(pid, process, job) {
-                    tracing::warn!(%process, pid, error = %e, "cannot record the process group; if this local RM is killed, a restart will not find what it leaves behind");
-                }
-                let (reaped_tx, reaped_rx) = watch::channel(false);
-                let group = ProcessGroup {
-                    pgid: pid,
-                    reaped: reaped_rx,
-                    cgroup: cgroup.clone(),
-                };
-                me.live
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(process, group.clone());
-                let _ = started_tx.send(Ok(Launched { group, pipes }));
-                let mut report = wait_for(pid);
-                // Whatever the process left behind in its group goes with it.
-                signal_group(pid, libc::SIGKILL);
-                if let (Some(cgroups), Some(cg)) = (&me.cgroups, &cgroup) {
-                    report.usage = cgroups.finish(process, cg, &spec.requests);
-                }
-                me.records.remove(pid);
-                let _ = reaped_tx.send(true);
-                me.live
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&process);
-                if !spec.return_files.is_empty() {
-                    let collect = || crate::returned::collect(&sandbox, &spec.return_files);
-                    // As the account: a link it swapped in after the checks
-                    // still reaches only what it could read itself.
-                    report.returned = match &lease {
-                        Some(l) => crate::isolation::as_account(l.account(), collect),
-                        None => collect(),
-                    };
-                }
-                crate::sandbox::keep_output(&sandbox, &me.output_dir(job), process);
-                drop(lease);
-                on_exit(report);
-            })
+            .spawn(move || me.wait_on(spec, started_tx, on_exit))
             .map_err(SpawnError::Waiter)?;
         let launched = started_rx.recv().map_err(|_| {
             SpawnError::Waiter(std::io::Error::other(
@@ -371,6 +296,92 @@ impl Launcher {
         tracing::info!(%process, %job, pid = launched.group.pgid, %name, "process started");
         drop(closed);
         Ok(launched)
+    }
+
+    /// The waiting thread's life: starts `spec`'s process (and says how
+    /// that went on `started_tx`), waits for it, cleans up after it (its group,
+    /// cgroup, record, returned files, output) and calls `on_exit`.
+    fn wait_on(
+        &self,
+        spec: LaunchSpec,
+        started_tx: std::sync::mpsc::SyncSender<Result<Launched, SpawnError>>,
+        on_exit: impl FnOnce(ExitReport),
+    ) {
+        let (process, job) = (spec.process, spec.job);
+        // The child is forked from this thread, which lives until the
+        // child is reaped: PR_SET_PDEATHSIG fires when the forking
+        // *thread* ends, so a child forked from a pooled thread would
+        // be killed whenever the pool retired that thread.
+        let sandbox = self.sandbox_dir(process);
+        // Held until the process and all it left are gone.
+        let lease = match &self.accounts {
+            Some(accounts) => match accounts.lease(job) {
+                Some(lease) => Some(lease),
+                None => {
+                    let count = accounts.list().len();
+                    let _ = started_tx.send(Err(SpawnError::NoAccount { job, count }));
+                    return;
+                }
+            },
+            None => None,
+        };
+        let cgroup = match self.make_cgroup(&spec) {
+            Ok(cg) => cg,
+            Err(e) => {
+                let _ = started_tx.send(Err(e));
+                return;
+            }
+        };
+        let started = self.start_child(&spec, &sandbox, lease.as_ref(), cgroup.as_ref());
+        let (pid, pipes) = match started {
+            Ok(started) => started,
+            Err(e) => {
+                let _ = fs::remove_dir_all(&sandbox);
+                if let (Some(cgroups), Some(cg)) = (&self.cgroups, &cgroup) {
+                    cgroups.finish(process, cg, &spec.requests);
+                }
+                let _ = started_tx.send(Err(e));
+                return;
+            }
+        };
+        if let Err(e) = self.records.record(pid, process, job) {
+            tracing::warn!(%process, pid, error = %e, "cannot record the process group; if this local RM is killed, a restart will not find what it leaves behind");
+        }
+        let (reaped_tx, reaped_rx) = watch::channel(false);
+        let group = ProcessGroup {
+            pgid: pid,
+            reaped: reaped_rx,
+            cgroup: cgroup.clone(),
+        };
+        self.live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(process, group.clone());
+        let _ = started_tx.send(Ok(Launched { group, pipes }));
+        let mut report = wait_for(pid);
+        // Whatever the process left behind in its group goes with it.
+        signal_group(pid, libc::SIGKILL);
+        if let (Some(cgroups), Some(cg)) = (&self.cgroups, &cgroup) {
+            report.usage = cgroups.finish(process, cg, &spec.requests);
+        }
+        self.records.remove(pid);
+        let _ = reaped_tx.send(true);
+        self.live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&process);
+        if !spec.return_files.is_empty() {
+            let collect = || crate::returned::collect(&sandbox, &spec.return_files);
+            // As the account: a link it swapped in after the checks
+            // still reaches only what it could read itself.
+            report.returned = match &lease {
+                Some(l) => crate::isolation::as_account(l.account(), collect),
+                None => collect(),
+            };
+        }
+        crate::sandbox::keep_output(&sandbox, &self.output_dir(job), process);
+        drop(lease);
+        on_exit(report);
     }
 
     /// The cgroup of `spec`'s process, made and bound to its requests,
@@ -447,7 +458,35 @@ impl Launcher {
         let credential = made.credential(spec.credential.as_ref())?;
         made.hand_over()?;
 
-        let mut cmd = Command::new(&exe);
+        let mut cmd =
+            self.job_command(spec, (&exe, sandbox), (stdout, stderr), credential, account);
+        in_own_session(&mut cmd, entry_fds);
+        let mut child = spawn_retrying(&mut cmd).map_err(|error| SpawnError::Exec {
+            name: spec.name.clone(),
+            error,
+        })?;
+        let pid = child.id() as libc::pid_t;
+        let pipes = match (child.stdout.take(), child.stderr.take()) {
+            (Some(stdout), Some(stderr)) => Some(OutputPipes { stdout, stderr }),
+            _ => None,
+        };
+        // The waiting thread reaps the child with wait4; std's handle must not.
+        drop(child);
+        Ok((pid, pipes))
+    }
+
+    /// The command that runs `spec`'s executable `exe` in `sandbox`: its
+    /// arguments, standard streams and environment (the daemon's, the
+    /// launcher's, the job's, never a pool secret or token), as `account`.
+    fn job_command(
+        &self,
+        spec: &LaunchSpec,
+        (exe, sandbox): (&Path, &Path),
+        (stdout, stderr): (Stdio, Stdio),
+        credential: Option<PathBuf>,
+        account: Option<&crate::isolation::Account>,
+    ) -> Command {
+        let mut cmd = Command::new(exe);
         cmd.arg0(&spec.name)
             .args(&spec.args)
             .current_dir(sandbox)
@@ -481,64 +520,7 @@ impl Launcher {
                 .env("USER", &a.name)
                 .env("LOGNAME", &a.name);
         }
-        let parent = std::process::id() as libc::pid_t;
-        // SAFETY: write, setsid, prctl and getppid are async-signal-safe and
-        // touch no memory of the parent; `entry_fds` outlives the spawn.
-        unsafe {
-            cmd.pre_exec(move || {
-                // First, so that nothing of the job runs outside its cgroup.
-                crate::cgroup::enter(&entry_fds)?;
-                if libc::setsid() == -1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // The process dies with the local RM (SIGKILLed or crashed),
-                // rather than run on unwatched; what it started is left to
-                // the next run's sweep of the group records.
-                if libc::prctl(
-                    libc::PR_SET_PDEATHSIG,
-                    libc::SIGKILL as libc::c_ulong,
-                    0,
-                    0,
-                    0,
-                ) == -1
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // The daemon died before the line above took effect.
-                if libc::getppid() != parent {
-                    return Err(std::io::Error::other("the local RM died during the start"));
-                }
-                Ok(())
-            });
-        }
-        let mut child = spawn_retrying(&mut cmd).map_err(|error| SpawnError::Exec {
-            name: spec.name.clone(),
-            error,
-        })?;
-        let pid = child.id() as libc::pid_t;
-        let pipes = match (child.stdout.take(), child.stderr.take()) {
-            (Some(stdout), Some(stderr)) => Some(OutputPipes { stdout, stderr }),
-            _ => None,
-        };
-        // The waiting thread reaps the child with wait4; std's handle must not.
-        drop(child);
-        Ok((pid, pipes))
-    }
-}
-
-/// `Command::spawn`, retried on ETXTBSY: another thread may be forking at
-/// the moment we closed the freshly written executable, and its child holds a
-/// copy of our write descriptor until it execs.
-fn spawn_retrying(cmd: &mut Command) -> std::io::Result<std::process::Child> {
-    let mut tries = 0;
-    loop {
-        match cmd.spawn() {
-            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 50 => {
-                tries += 1;
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            other => return other,
-        }
+        cmd
     }
 }
 
@@ -664,6 +646,10 @@ impl ProcessGroup {
         self.signal(libc::SIGKILL);
     }
 }
+
+#[path = "spawn_exec.rs"]
+mod exec;
+use exec::{in_own_session, spawn_retrying};
 
 #[cfg(test)]
 #[path = "spawn_tests.rs"]

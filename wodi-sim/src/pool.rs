@@ -5,9 +5,13 @@
 //!
 //! Nothing here decides anything: every message between the cores is
 //! encoded as a frame (`carmi_api::frame`, serde) when sent and decoded when
-//! it arrives, `latency` later, in the manner of quinn-proto's test `Pair`;
-//! the driver glue (policy effects to core calls, launches, signals) is what
-//! `carmi-local`'s daemon does with a real process.
+//! it arrives, `latency` later, in the manner of quinn-proto's test `Pair`.
+//! Each machine is driven as `carmi-local`'s daemon drives its core: the
+//! time given by [`Core::on_time`] before every input and at
+//! [`Core::next_deadline`] (one timer per machine, `Ev::Machine`), which
+//! brings heartbeats ([`Effect::Heartbeat`]) and the owner policy's steps
+//! ([`Core::policy_due`], then [`Core::step_policy`]); only launches and
+//! signals are simulated.
 
 use std::collections::BTreeMap;
 
@@ -20,7 +24,7 @@ use carmi_api::msg::{
 use carmi_global_core::router::{LinkId, Output, Router, RouterConfig};
 use carmi_local_core::node::{Core, Effect};
 use carmi_local_core::owner::SimulatedOwner;
-use carmi_local_core::policy::{Policy, PolicyConfig, PolicyEffect};
+use carmi_local_core::policy::{Policy, PolicyConfig};
 use classad::ClassAd;
 
 use crate::queue::{Ev, Queue, time};
@@ -127,10 +131,9 @@ struct Machine {
     ad: String,
     name: String,
     link: LinkId,
-    /// The policy's timer, as last armed (an earlier arming is stale).
-    policy_timer: u64,
-    /// Job count at the last evaluation (a change means evaluate again).
-    last_jobs: usize,
+    /// The core's deadline as last armed and the number of that arming
+    /// (an event of an earlier arming is stale).
+    armed: (Option<f64>, u64),
 }
 
 /// The CARMI side: the global RM, the pool's machines (index 1..) and the
@@ -209,8 +212,7 @@ impl Pool {
                 ad,
                 name,
                 link,
-                policy_timer: 0,
-                last_jobs: 0,
+                armed: (None, 0),
             });
             pool.links.insert(link, m);
         }
@@ -224,6 +226,7 @@ impl Pool {
     pub fn start(&mut self, q: &mut Queue) {
         for m in 0..self.machines.len() {
             if m > 0 {
+                self.machines[m].core.on_time(q.now);
                 self.evaluate(m, q, &mut Vec::new());
             }
             let (link, name, ad) = {
@@ -232,11 +235,12 @@ impl Pool {
             };
             self.router
                 .on_link_opened(link, Role::Local { name }, time(q.now));
+            self.machines[m].core.on_time(q.now);
             self.machines[m].core.on_global_connected(ad);
             self.router_outputs(q);
             self.core_effects(m, q, &mut Vec::new());
-            q.push(q.now + self.cfg.heartbeat, Ev::Heartbeat { m });
         }
+        self.machines[0].core.on_time(q.now);
         self.machines[0]
             .core
             .on_app_connected(APP_CONN, None, None, "sim:0".into());
@@ -300,33 +304,34 @@ impl Pool {
                         self.host_index.insert(*h, m - 1);
                     }
                 }
+                self.machines[*m].core.on_time(now);
                 self.machines[*m].core.on_global(msg, Bytes::new());
                 self.core_effects(*m, q, out);
             }
             Ev::FromApp { frame } => {
                 if let ToLocal::Request { id, body } = unframe(frame) {
+                    self.machines[0].core.on_time(now);
                     self.machines[0].core.on_app_request(APP_CONN, id, body);
                     self.core_effects(0, q, out);
                 }
             }
             Ev::ToApp { frame } => out.push(ToWodi::App(unframe(frame))),
-            Ev::Policy { m, timer } => {
-                if self.machines[*m].policy_timer == *timer {
-                    self.evaluate(*m, q, out);
+            Ev::Machine { m, timer } => {
+                if self.machines[*m].armed.1 == *timer {
+                    self.machines[*m].armed.0 = None;
+                    self.machines[*m].core.on_time(now);
+                    self.core_effects(*m, q, out);
                 }
             }
-            Ev::Heartbeat { m } => {
-                self.machines[*m].core.on_heartbeat(String::new());
-                self.core_effects(*m, q, out);
-                q.push(now + self.cfg.heartbeat, Ev::Heartbeat { m: *m });
-            }
             Ev::Owner { m, event } => {
+                self.machines[*m].core.on_time(now);
                 self.machines[*m].owner.apply(*event, now);
                 self.evaluate(*m, q, out);
             }
             Ev::Exited { m, process } => {
                 if self.procs.remove(process).is_some() {
                     let status = ExitStatus::Signal(15);
+                    self.machines[*m].core.on_time(now);
                     self.machines[*m].core.on_exited(*process, status, 0.0);
                     self.core_effects(*m, q, out);
                 }
@@ -425,9 +430,8 @@ impl Pool {
                             out.push(ToWodi::Ended(p));
                         }
                     }
-                    // The simulated machines heartbeat on their own timer
-                    // (`Ev::Heartbeat`) and never feed the core `on_time`.
-                    Effect::Heartbeat => {}
+                    // No dynamic attributes are simulated: the update is empty.
+                    Effect::Heartbeat => self.machines[m].core.on_heartbeat(String::new()),
                     // The master's job ending ends the simulation anyway.
                     Effect::CloseApp(_) => {}
                     // Simulated machines have no orphan limit.
@@ -440,34 +444,40 @@ impl Pool {
                 }
             }
         }
-        if m > 0 && self.machines[m].core.job_count() != self.machines[m].last_jobs {
-            self.evaluate(m, q, out);
+        // The submit machine has no slots and no owner: no policy to step.
+        if m > 0 && self.machines[m].core.policy_due().is_some() {
+            return self.evaluate(m, q, out);
         }
+        self.arm(m, q);
     }
 
-    /// Steps machine `m`'s owner policy and hands its effects to the core,
-    /// as `carmi-local`'s daemon does, then re-arms the policy's timer.
+    /// Steps machine `m`'s owner policy after a look at its simulated
+    /// owner, as `carmi-local`'s daemon does with one (the core applies
+    /// what the policy decides), and carries out the effects.
     fn evaluate(&mut self, m: usize, q: &mut Queue, out: &mut Vec<ToWodi>) {
         let now = q.now;
         let mach = &mut self.machines[m];
-        mach.last_jobs = mach.core.job_count();
-        mach.policy.set_jobs(mach.last_jobs);
         mach.policy.observe(mach.owner.observation(now));
-        for effect in mach.policy.step(now, &mach.base) {
-            match effect {
-                PolicyEffect::Open => mach.core.open_all(),
-                PolicyEffect::Close => mach.core.close_all(),
-                PolicyEffect::Suspend => mach.core.suspend_all(),
-                PolicyEffect::Resume => mach.core.resume_all(),
-                PolicyEffect::Vacate => mach.core.vacate_all(),
-                PolicyEffect::Kill => mach.core.kill_all(),
-            }
-        }
-        mach.core.set_accepting(mach.policy.may_start());
-        let next = mach.policy.next_deadline().max(now);
-        mach.policy_timer += 1;
-        let timer = mach.policy_timer;
-        q.push(next, Ev::Policy { m, timer });
+        mach.core.step_policy(&mut mach.policy, now, &mach.base);
         self.core_effects(m, q, out);
     }
+
+    /// Arms machine `m`'s one timer at its core's next deadline, unless it
+    /// is armed there already.
+    fn arm(&mut self, m: usize, q: &mut Queue) {
+        let mach = &mut self.machines[m];
+        let next = mach.core.next_deadline();
+        if next == mach.armed.0 {
+            return;
+        }
+        mach.armed = (next, mach.armed.1 + 1);
+        if let Some(at) = next {
+            let timer = mach.armed.1;
+            q.push(at, Ev::Machine { m, timer });
+        }
+    }
 }
+
+#[cfg(test)]
+#[path = "pool_tests.rs"]
+mod tests;

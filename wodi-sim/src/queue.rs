@@ -25,10 +25,10 @@ pub(crate) enum Ev {
     ToApp { frame: Bytes },
     /// The global RM's deadline, exactly as it gave it.
     RouterTick(Duration),
-    /// Machine `m`'s owner policy is due (if `timer` is still its latest).
-    Policy { m: usize, timer: u64 },
-    /// Machine `m`'s heartbeat timer.
-    Heartbeat { m: usize },
+    /// Machine `m`'s local RM core is due (its `Core::next_deadline`: a
+    /// heartbeat, the owner policy's step, a kill grace), if `timer` is
+    /// still its latest arming.
+    Machine { m: usize, timer: u64 },
     /// The owner of machine `m` (pool host index `m - 1`) did something.
     Owner { m: usize, event: OwnerEvent },
     /// A process signalled to end has exited.
