@@ -11,8 +11,7 @@ use carmi_proto::limits;
 use carmi_proto::msg::ProcessState;
 use tracing::{info, warn};
 
-use super::anywhere::master_ad;
-use super::jobs::{Submitted, class_limits};
+use super::jobs::{Submitted, class_limits, master_ad};
 use super::{Output, Router, new_proc};
 use crate::journal::Record;
 
@@ -29,7 +28,7 @@ impl Router {
         // Nothing is online yet: whatever the allocator says now concerns no one.
         let _ = self.alloc.take_effects();
         let _ = self.alloc.take_host_changes();
-        info!(jobs = self.submitted.len(), "journal replayed");
+        info!(jobs = self.jobs.submitted.len(), "journal replayed");
     }
 
     /// Replays a job's own record (submitted, started, ended); any other is
@@ -37,7 +36,7 @@ impl Router {
     fn replay_job(&mut self, r: Record) -> Option<Record> {
         match r {
             Record::Submitted { job, request } => {
-                self.next_job = self.next_job.max(job.0 + 1);
+                self.jobs.next_job = self.jobs.next_job.max(job.0 + 1);
                 let req = *request;
                 // A journal written before the limits may hold a job the
                 // door would refuse now: it is dropped, not run.
@@ -55,34 +54,16 @@ impl Router {
                     warn!(job = %job, "journal: {e}; the master may run on any machine");
                     None
                 });
-                self.submitted.insert(
-                    job,
-                    Submitted {
-                        owner: req.owner,
-                        machine: req.machine.clone(),
-                        submit_machine: req.machine,
-                        anywhere: req.anywhere,
-                        placed: false,
-                        master_ad,
-                        returned: None,
-                        executable: req.executable,
-                        spec: req.spec.expand(job.0),
-                        submitted_unix: req.submitted_unix,
-                        master: None,
-                        started_unix: 0,
-                        held: None,
-                        tries: Default::default(),
-                    },
-                );
                 // Events before the restart are not kept (see `events`).
-                self.events.open(job, self.submitted[&job].spec.log.clone());
+                let spec = req.spec.expand(job.0);
+                self.keep_submitted(job, Submitted::new(req, spec, master_ad));
             }
             Record::Started {
                 job,
                 master,
                 placed,
             } => {
-                let sub = self.submitted.get_mut(&job)?;
+                let sub = self.jobs.submitted.get_mut(&job)?;
                 let before = sub.master.replace(master);
                 let again = before == Some(master);
                 if let Some(m) = placed {
@@ -92,9 +73,7 @@ impl Router {
                 let machine = sub.machine.clone();
                 if let Some(old) = before.filter(|_| !again) {
                     // Restarted after its machine was lost.
-                    self.masters.remove(&old);
-                    self.sent_masters.remove(&old);
-                    self.unplaced.remove(&old);
+                    self.jobs.forget_master(old);
                     self.procs.remove(old);
                 }
                 if !again {
@@ -107,28 +86,26 @@ impl Router {
                     self.procs.insert(master, proc);
                 }
                 if machine.is_empty() {
-                    self.unplaced.insert(master);
+                    self.jobs.unplaced.insert(master);
                 } else {
-                    self.unplaced.remove(&master);
+                    self.jobs.unplaced.remove(&master);
                     // Sent before the restart; its local RM will re-report it.
-                    self.sent_masters.insert(master);
+                    self.jobs.sent_masters.insert(master);
                 }
-                self.masters.insert(master, (job, machine));
+                self.jobs.masters.insert(master, (job, machine));
             }
             Record::Ended { job } => {
                 self.forget_lost(None, Some(job));
-                self.events.close(job);
-                self.awaiting_roots.retain(|_, (j, _)| *j != job);
-                if let Some(sub) = self.submitted.remove(&job)
+                self.reports.events.close(job);
+                self.jobs.awaiting_roots.retain(|_, (j, _)| *j != job);
+                if let Some(sub) = self.jobs.submitted.remove(&job)
                     && let Some(p) = sub.master
                 {
-                    self.masters.remove(&p);
-                    self.sent_masters.remove(&p);
-                    self.unplaced.remove(&p);
+                    self.jobs.forget_master(p);
                 }
                 for p in self.procs.of_job(job) {
                     self.procs.remove(p);
-                    self.recovered.remove(&p);
+                    self.jobs.recovered.remove(&p);
                 }
                 self.alloc.on_job_ended(job);
             }
@@ -140,7 +117,7 @@ impl Router {
     /// Replays every record but a job's own.
     fn replay_other(&mut self, r: Record) {
         match r {
-            Record::Pilots(snapshot) => self.pilots.restore(*snapshot),
+            Record::Pilots(snapshot) => self.pilots.queues.restore(*snapshot),
             Record::Machine { name, hosts } => {
                 if !self.alloc.recover_machine(&name, &hosts) {
                     warn!(
@@ -167,7 +144,7 @@ impl Router {
                 proc.origin = origin;
                 proc.executable = executable;
                 self.procs.insert(process, proc);
-                self.recovered.insert(process, (job, class));
+                self.jobs.recovered.insert(process, (job, class));
             }
             Record::Running { process } => {
                 if self
@@ -183,7 +160,7 @@ impl Router {
                 status,
                 cpu_seconds,
             } => {
-                self.recovered.remove(&process);
+                self.jobs.recovered.remove(&process);
                 self.forget_lost(Some(process), None);
                 match status {
                     // Still listed, with how it ended (issue 15 item 4).
@@ -219,13 +196,13 @@ impl Router {
                 root,
                 owner,
             } => {
-                self.next_job = self.next_job.max(job.0 + 1);
+                self.jobs.next_job = self.jobs.next_job.max(job.0 + 1);
                 self.procs.reserve_ids_below(root.0 + 1);
                 self.alloc
                     .on_job_created(job, owner.as_deref().unwrap_or(&machine));
                 self.procs.insert(root, new_proc(job, true));
                 // Expected back with its local RM (`awaiting_roots`).
-                self.awaiting_roots.insert(root, (job, machine));
+                self.jobs.awaiting_roots.insert(root, (job, machine));
             }
             Record::ClassDefined {
                 job,
@@ -245,11 +222,11 @@ impl Router {
                 next_job,
                 next_process,
             } => {
-                self.next_job = self.next_job.max(next_job);
+                self.jobs.next_job = self.jobs.next_job.max(next_job);
                 self.procs.reserve_ids_below(next_process);
             }
             Record::History(record) => {
-                for process in self.history.push(*record) {
+                for process in self.reports.history.push(*record) {
                     self.out.push(Output::DropFiles { process });
                 }
             }
@@ -261,7 +238,7 @@ impl Router {
             Record::Checkpoint { job, files } => self.recover_checkpoint(job, files),
             Record::Events(events) => {
                 for e in events {
-                    self.events.restore(e);
+                    self.reports.events.restore(e);
                 }
             }
             Record::Usage { at_unix, users } => self.recover_usage(at_unix, users),
