@@ -359,50 +359,66 @@ impl Router {
     pub fn on_decoded(&mut self, link: LinkId, decoded: Decoded, now: Duration) {
         let Decoded { msg, ad } = decoded;
         self.advance(now);
-        let name = match self.registry.links.get(&link) {
+        match self.registry.links.get(&link) {
             None => return,
             Some(LinkRole::Admin) => {
-                let Some(msg) = self.authorize(link, msg) else {
-                    self.flush();
-                    return;
-                };
-                match msg {
-                    ToGlobal::Status => {
-                        let pool = self.alloc.pool_status();
-                        self.send(link, FromGlobal::Pool(pool));
-                    }
-                    ToGlobal::Submit(req) => self.submit(link, *req),
-                    ToGlobal::RemoveJob { job } => self.remove_job(link, job),
-                    ToGlobal::Queue => self.queue(link),
-                    ToGlobal::Analyze { job } => self.analyze(link, job),
-                    ToGlobal::History { job } => self.history(link, job),
-                    ToGlobal::Hold { job, reason, user } => self.hold(link, job, reason, &user),
-                    ToGlobal::Release { job } => self.release(link, job),
-                    ToGlobal::Events { job, after } => self.job_events(link, job, after),
-                    ToGlobal::FetchFiles { job } => self.fetch_files(link, job),
-                    ToGlobal::Logs {
-                        job,
-                        stream,
-                        offset,
-                    } => self.read_log(link, job, stream, offset),
-                    ToGlobal::MachineAds => {
-                        let ads = self.alloc.machine_ads();
-                        self.send(link, FromGlobal::Ads(ads));
-                    }
-                    ToGlobal::Alloc(req) => self.alloc_request(link, req),
-                    ToGlobal::UserPrio(req) => self.user_prio(link, req),
-                    other => {
-                        let what = variant_name(&other);
-                        self.close(link, format!("admin connections may send Status, Submit, RemoveJob, Queue, Analyze, History, Hold, Release, Events, FetchFiles, Logs, MachineAds, Alloc and UserPrio, not {what}"));
-                    }
+                if let Some(msg) = self.authorize(link, msg) {
+                    self.on_admin(link, msg);
                 }
-                self.flush();
-                return;
             }
-            Some(LinkRole::Machine(name)) => name.clone(),
-        };
-        self.touch(&name);
-        let ad = ad.map(|ad| ad.and_then(|ad| ads::own_name(&name, ad)));
+            Some(LinkRole::Machine(name)) => {
+                let name = name.clone();
+                self.touch(&name);
+                let ad = ad.map(|ad| ad.and_then(|ad| ads::own_name(&name, ad)));
+                self.on_machine(link, name, msg, ad);
+            }
+        }
+        self.flush();
+    }
+
+    /// An admin's request, authorized.
+    fn on_admin(&mut self, link: LinkId, msg: ToGlobal) {
+        match msg {
+            ToGlobal::Status => {
+                let pool = self.alloc.pool_status();
+                self.send(link, FromGlobal::Pool(pool));
+            }
+            ToGlobal::Submit(req) => self.submit(link, *req),
+            ToGlobal::RemoveJob { job } => self.remove_job(link, job),
+            ToGlobal::Queue => self.queue(link),
+            ToGlobal::Analyze { job } => self.analyze(link, job),
+            ToGlobal::History { job } => self.history(link, job),
+            ToGlobal::Hold { job, reason, user } => self.hold(link, job, reason, &user),
+            ToGlobal::Release { job } => self.release(link, job),
+            ToGlobal::Events { job, after } => self.job_events(link, job, after),
+            ToGlobal::FetchFiles { job } => self.fetch_files(link, job),
+            ToGlobal::Logs {
+                job,
+                stream,
+                offset,
+            } => self.read_log(link, job, stream, offset),
+            ToGlobal::MachineAds => {
+                let ads = self.alloc.machine_ads();
+                self.send(link, FromGlobal::Ads(ads));
+            }
+            ToGlobal::Alloc(req) => self.alloc_request(link, req),
+            ToGlobal::UserPrio(req) => self.user_prio(link, req),
+            other => {
+                let what = variant_name(&other);
+                self.close(link, format!("admin connections may send Status, Submit, RemoveJob, Queue, Analyze, History, Hold, Release, Events, FetchFiles, Logs, MachineAds, Alloc and UserPrio, not {what}"));
+            }
+        }
+    }
+
+    /// A message from the local RM of machine `name`, its ad checked and
+    /// parsed (and its name its own).
+    fn on_machine(
+        &mut self,
+        link: LinkId,
+        name: String,
+        msg: ToGlobal,
+        ad: Option<Result<classad::ClassAd, String>>,
+    ) {
         match msg {
             ToGlobal::Advertise { slots, running, .. } => {
                 let ad = ad.unwrap_or_else(|| Err("the machine ad is missing".into()));
@@ -436,29 +452,7 @@ impl Router {
                 status,
                 cpu_seconds,
                 usage,
-            } => {
-                if self.on_exit_usage(&name, process, &status, cpu_seconds, usage) {
-                    // Held for going over its request: nothing more to do.
-                } else if let Some(job) = self.jobs.master_on(process, &name) {
-                    let vacated = self.jobs.vacating.remove(&process);
-                    let checkpoint = self
-                        .jobs
-                        .submitted
-                        .get(&job)
-                        .is_some_and(|s| jobs::leaves_checkpoint(&s.spec, &status, vacated));
-                    if checkpoint {
-                        let exit = (status, cpu_seconds);
-                        self.master_checkpointed((process, job), &name, exit, vacated);
-                    } else if vacated {
-                        self.master_evicted(process, job, &name, status, cpu_seconds);
-                    } else {
-                        self.exit_process(process, status.clone(), cpu_seconds);
-                        self.master_report(process, job, Err(status));
-                    }
-                } else if self.runs_on(process, &name) {
-                    self.exit_process(process, status, cpu_seconds);
-                }
-            }
+            } => self.exited(&name, process, (status, cpu_seconds), usage),
             ToGlobal::Vacating { process } => {
                 if self.jobs.master_on(process, &name).is_some() {
                     self.jobs.vacating.insert(process);
@@ -504,7 +498,39 @@ impl Router {
                 );
             }
         }
-        self.flush();
+    }
+
+    /// A process on machine `name` exited: a held job's, a master (which
+    /// ends its job, leaves a checkpoint or goes back to the queue), or a
+    /// job's process.
+    fn exited(
+        &mut self,
+        name: &str,
+        process: ProcessId,
+        (status, cpu_seconds): (carmi_proto::msg::ExitStatus, f64),
+        usage: carmi_proto::msg::ProcessUsage,
+    ) {
+        if self.on_exit_usage(name, process, &status, cpu_seconds, usage) {
+            // Held for going over its request: nothing more to do.
+        } else if let Some(job) = self.jobs.master_on(process, name) {
+            let vacated = self.jobs.vacating.remove(&process);
+            let checkpoint = self
+                .jobs
+                .submitted
+                .get(&job)
+                .is_some_and(|s| jobs::leaves_checkpoint(&s.spec, &status, vacated));
+            if checkpoint {
+                let exit = (status, cpu_seconds);
+                self.master_checkpointed((process, job), name, exit, vacated);
+            } else if vacated {
+                self.master_evicted(process, job, name, status, cpu_seconds);
+            } else {
+                self.exit_process(process, status.clone(), cpu_seconds);
+                self.master_report(process, job, Err(status));
+            }
+        } else if self.runs_on(process, name) {
+            self.exit_process(process, status, cpu_seconds);
+        }
     }
 }
 

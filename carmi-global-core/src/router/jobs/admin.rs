@@ -13,17 +13,15 @@
 //!
 //! [`ToGlobal::MasterFiles`]: carmi_proto::msg::ToGlobal::MasterFiles
 
-
 use carmi_proto::events::EventKind;
 use carmi_proto::ids::{JobId, ProcessId};
 use carmi_proto::limits;
 use carmi_proto::msg::{
-    ExitStatus, Failure, FailureCode, FromGlobal, JobAnalysis, JobEnd,
-    JobRecord, JobStatus, JobUsage, ProcessState, SubmitRequest,
+    ExitStatus, Failure, FailureCode, FromGlobal, JobAnalysis, JobEnd, JobRecord, JobStatus,
+    JobUsage, ProcessState, SubmitRequest,
 };
 use carmi_proto::submit::OnImpossible;
 use tracing::{info, warn};
-
 
 use super::{Submitted, class_limits, master_ad};
 use crate::alloc::Phase;

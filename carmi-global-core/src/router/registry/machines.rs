@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use carmi_proto::ids::{JobId, ProcessId};
+use carmi_proto::ids::{HostId, JobId, ProcessId};
 use carmi_proto::msg::{ExitStatus, Failure, FailureCode, FromGlobal, ProcessState, SlotActivity};
 use classad::ClassAd;
 use tracing::{debug, info, warn};
@@ -21,6 +21,9 @@ pub const REFUSAL_LOG_PERIOD: Duration = Duration::from_secs(10);
 const MAX_LEAVING_REASON: usize = 200;
 
 impl Router {
+    /// Machine `name` advertised on `link`: it registers (again), hears
+    /// its host ids first, and what it still runs is reconciled with what
+    /// the router knows.
     pub(in crate::router) fn advertise(
         &mut self,
         link: LinkId,
@@ -44,23 +47,7 @@ impl Router {
                 return self.close(link, reason);
             }
         };
-        let known = self.alloc.known_hosts(name).len();
-        self.pilot_registered(name, &ad);
-        let hosts = self.alloc.on_machine_registered(name, ad, slots);
-        if hosts.len() > known {
-            self.out
-                .push(Output::Journal(crate::journal::Record::Machine {
-                    name: name.to_string(),
-                    hosts: self.alloc.known_hosts(name).to_vec(),
-                }));
-        }
-        let deadline = self.now.saturating_add(self.lost_after());
-        let p = self.registry.presence.entry(name.to_string()).or_default();
-        p.ready = true;
-        if let Some(old) = p.deadline.replace(deadline) {
-            self.registry.deadlines.remove(&(old, name.to_string()));
-        }
-        self.registry.deadlines.insert((deadline, name.to_string()));
+        let hosts = self.register(name, ad, slots);
         info!(machine = name, slots, "machine registered");
         // The answer first: a local RM may expect it before anything else.
         self.send(
@@ -75,9 +62,49 @@ impl Router {
                     .unwrap_or(u64::MAX),
             },
         );
-        // Reconcile with what the local RM says still runs there.
         let running: BTreeSet<ProcessId> = running.into_iter().collect();
-        for &p in &running {
+        self.kill_unknown(link, name, &hosts, &running);
+        self.send_waiting_masters(link, name);
+        self.place_masters();
+        self.reclaim_recovered(link, name, &running);
+        self.suspect_missing(name, &hosts, &running);
+        self.expect_announcements(name);
+    }
+
+    /// Registers machine `name` with the allocator (journaling host ids it
+    /// did not have) and arms its deadline; returns its hosts.
+    fn register(&mut self, name: &str, ad: ClassAd, slots: u32) -> Vec<HostId> {
+        let known = self.alloc.known_hosts(name).len();
+        self.pilot_registered(name, &ad);
+        let hosts = self.alloc.on_machine_registered(name, ad, slots);
+        if hosts.len() > known {
+            self.out
+                .push(Output::Journal(crate::journal::Record::Machine {
+                    name: name.to_string(),
+                    hosts: self.alloc.known_hosts(name).to_vec(),
+                }));
+        }
+        let deadline = self.now.saturating_add(self.lost_after());
+        let registry = &mut self.registry;
+        let p = registry.presence.entry(name.to_string()).or_default();
+        p.ready = true;
+        if let Some(old) = p.deadline.replace(deadline) {
+            registry.deadlines.remove(&(old, name.to_string()));
+        }
+        registry.deadlines.insert((deadline, name.to_string()));
+        hosts
+    }
+
+    /// Kills what the local RM of `name` says still runs there but the
+    /// router no longer knows (neither a live process on its hosts nor its master).
+    fn kill_unknown(
+        &mut self,
+        link: LinkId,
+        name: &str,
+        hosts: &[HostId],
+        running: &BTreeSet<ProcessId>,
+    ) {
+        for &p in running {
             let known = self
                 .procs
                 .find(p)
@@ -88,7 +115,11 @@ impl Router {
                 self.send(link, FromGlobal::Kill { process: p });
             }
         }
-        // Masters that waited for this machine to come back.
+    }
+
+    /// Sends the masters that waited for machine `name` to come back, if its
+    /// owner lets them start (else they wait among the unplaced).
+    fn send_waiting_masters(&mut self, link: LinkId, name: &str) {
         let waiting: Vec<(ProcessId, JobId)> = self
             .jobs
             .masters
@@ -109,9 +140,13 @@ impl Router {
                 self.jobs.unplaced.insert(p);
             }
         }
-        self.place_masters();
-        // Processes recovered from the journal that still run get their hosts back.
-        for &p in &running {
+    }
+
+    /// Processes recovered from the journal that still run on `name` get
+    /// their hosts back, and those whose `Started` was in flight when the
+    /// global RM died are taken as started.
+    fn reclaim_recovered(&mut self, link: LinkId, name: &str, running: &BTreeSet<ProcessId>) {
+        for &p in running {
             if let Some((job, class)) = self.jobs.recovered.remove(&p)
                 && let Some(host) = self.procs.find(p).and_then(|pr| pr.host)
                 && !self.alloc.recover_claim(host, job, &class, p)
@@ -139,6 +174,12 @@ impl Router {
                 self.master_report(p, job, Ok(()));
             }
         }
+    }
+
+    /// What `name`'s hosts ran, its masters and the hand-started roots that
+    /// ran there, missing from what it says still runs: settled at its next
+    /// heartbeat.
+    fn suspect_missing(&mut self, name: &str, hosts: &[HostId], running: &BTreeSet<ProcessId>) {
         // Processes it no longer runs most likely ended while it was away:
         // their `Exited` follows `Registered` from its backlog, with the real
         // status. Whatever is still unexplained at its next heartbeat (sent
@@ -170,7 +211,6 @@ impl Router {
         if let Some(p) = self.registry.presence.get_mut(name) {
             p.suspects = suspects;
         }
-        self.expect_announcements(name);
     }
 
     pub(in crate::router) fn heartbeat(

@@ -8,8 +8,9 @@ use carmi_proto::msg::{
 };
 
 use crate::alloc::ReqRef;
+use crate::journal::Record;
 use crate::procs::Proc;
-use crate::router::{LinkId, Router};
+use crate::router::{LinkId, Output, Router};
 
 impl Router {
     /// A request from the process attached at `conn` of machine `name`.
@@ -69,40 +70,9 @@ impl Router {
             Request::SuspendNotify { hosts } => a.suspend_notify(job, req, &hosts),
             Request::ResumeNotify { hosts } => a.resume_notify(job, req, &hosts),
             Request::GetClassDefinitions => a.class_definitions(job, req),
-            Request::DefineClass {
-                name,
-                expression,
-                rank,
-                replace,
-            } => {
-                if let Err(failure) = self.check_define(job, &name, replace) {
-                    return self.answer(req, Err(failure));
-                }
-                let a = &mut self.alloc;
-                a.define_class_ranked(job, req, &name, &expression, rank.as_deref());
-                // Replayed after a restart, so that recovered processes find their class.
-                self.out.push(crate::router::Output::Journal(
-                    crate::journal::Record::ClassDefined {
-                        job,
-                        name,
-                        expression,
-                        rank,
-                    },
-                ));
-            }
-            Request::RemoveClass { name } => {
-                a.remove_class(job, req, &name);
-                self.out.push(crate::router::Output::Journal(
-                    crate::journal::Record::ClassRemoved { job, name },
-                ));
-            }
-            Request::ExcludeHosts { class, hosts } => {
-                a.exclude_hosts(job, req, &class, &hosts);
-                // Replayed after a restart (one that failed fails again).
-                self.out.push(crate::router::Output::Journal(
-                    crate::journal::Record::Excluded { job, class, hosts },
-                ));
-            }
+            Request::DefineClass { .. }
+            | Request::RemoveClass { .. }
+            | Request::ExcludeHosts { .. } => self.change_classes(job, req, body),
             Request::ClassSpawn {
                 executable,
                 args,
@@ -123,32 +93,73 @@ impl Router {
                 let reply = self.processes_of(job);
                 self.answer(req, Ok(reply));
             }
-            Request::LookupProcess { process: other } => {
-                let result = self
-                    .same_job(job, other)
-                    .map(|p| (p.endpoint.clone(), p.is_live()));
-                match result {
-                    Ok((Some(address), _)) => {
-                        let reply = Reply::Endpoint {
-                            process: other,
-                            address,
-                        };
-                        self.answer(req, Ok(reply));
-                    }
-                    // Started but not connected yet: the answer waits for its
-                    // `AppAttach` (or its end), so that a client can send to a
-                    // process as soon as it hears `ProcessStarted`.
-                    Ok((None, true)) => self.requests.lookups.entry(other).or_default().push(req),
-                    Ok((None, false)) => {
-                        let failure = Failure {
-                            code: FailureCode::Unavailable,
-                            message: format!("process {other} has exited"),
-                        };
-                        self.answer(req, Err(failure));
-                    }
-                    Err(failure) => self.answer(req, Err(failure)),
+            Request::LookupProcess { process: other } => self.lookup_process(job, req, other),
+        }
+    }
+
+    /// `DefineClass`, `RemoveClass`, `ExcludeHosts`: the job's classes
+    /// change at the allocator, and the change is journaled to be replayed
+    /// after a restart (so that recovered processes find their class, and an
+    /// exclusion that failed fails again).
+    fn change_classes(&mut self, job: JobId, req: ReqRef, body: Request) {
+        let record = match body {
+            Request::DefineClass {
+                name,
+                expression,
+                rank,
+                replace,
+            } => {
+                if let Err(failure) = self.check_define(job, &name, replace) {
+                    return self.answer(req, Err(failure));
+                }
+                let a = &mut self.alloc;
+                a.define_class_ranked(job, req, &name, &expression, rank.as_deref());
+                Record::ClassDefined {
+                    job,
+                    name,
+                    expression,
+                    rank,
                 }
             }
+            Request::RemoveClass { name } => {
+                self.alloc.remove_class(job, req, &name);
+                Record::ClassRemoved { job, name }
+            }
+            Request::ExcludeHosts { class, hosts } => {
+                self.alloc.exclude_hosts(job, req, &class, &hosts);
+                Record::Excluded { job, class, hosts }
+            }
+            _ => return,
+        };
+        self.out.push(Output::Journal(record));
+    }
+
+    /// `LookupProcess`: the direct-message endpoint of a process of the
+    /// same job, answered at once, or once it attaches if it is starting.
+    fn lookup_process(&mut self, job: JobId, req: ReqRef, other: ProcessId) {
+        let result = self
+            .same_job(job, other)
+            .map(|p| (p.endpoint.clone(), p.is_live()));
+        match result {
+            Ok((Some(address), _)) => {
+                let reply = Reply::Endpoint {
+                    process: other,
+                    address,
+                };
+                self.answer(req, Ok(reply));
+            }
+            // Started but not connected yet: the answer waits for its
+            // `AppAttach` (or its end), so that a client can send to a
+            // process as soon as it hears `ProcessStarted`.
+            Ok((None, true)) => self.requests.lookups.entry(other).or_default().push(req),
+            Ok((None, false)) => {
+                let failure = Failure {
+                    code: FailureCode::Unavailable,
+                    message: format!("process {other} has exited"),
+                };
+                self.answer(req, Err(failure));
+            }
+            Err(failure) => self.answer(req, Err(failure)),
         }
     }
 
@@ -189,15 +200,7 @@ impl Router {
         target: SpawnTarget,
         output: OutputMode,
     ) {
-        if self.stored.size(&executable.sha256) != Some(executable.size) {
-            let failure = Failure {
-                code: FailureCode::BadExecutable,
-                message: format!(
-                    "executable `{}` ({} bytes, sha256 {}) was never uploaded, or with other contents; \
-                     upload it before spawning",
-                    executable.name, executable.size, executable.sha256
-                ),
-            };
+        if let Err(failure) = self.check_uploaded(&executable) {
             return self.answer(req, Err(failure));
         }
         // Kept while the job lives, whatever else refers to it.
@@ -220,30 +223,9 @@ impl Router {
             };
             return self.answer(req, Err(failure));
         };
-        let output = match output {
-            OutputMode::Keep => OutputRoute::Keep,
-            OutputMode::Discard => OutputRoute::Discard,
-            OutputMode::Forward => match self
-                .procs
-                .find(req.process)
-                .and_then(|p| p.endpoint.clone())
-            {
-                Some(endpoint) => OutputRoute::Forward {
-                    endpoint,
-                    request: req.id,
-                },
-                None => {
-                    let failure = Failure {
-                        code: FailureCode::Invalid,
-                        message: format!(
-                            "process {} has no direct-message endpoint to forward output to; \
-                             ask for OutputMode::Keep instead",
-                            req.process
-                        ),
-                    };
-                    return self.answer(req, Err(failure));
-                }
-            },
+        let output = match self.output_route(req, output) {
+            Ok(route) => route,
+            Err(failure) => return self.answer(req, Err(failure)),
         };
         let process = self.procs.fresh_id();
         self.procs.insert(
@@ -261,16 +243,14 @@ impl Router {
         );
         self.alloc.on_process_spawned(host, process);
         if let Some(class) = self.alloc.host_class(job, host) {
-            self.out.push(crate::router::Output::Journal(
-                crate::journal::Record::Spawned {
-                    process,
-                    job,
-                    host,
-                    class,
-                    origin: Some(req),
-                    executable: Some(executable.name.clone()),
-                },
-            ));
+            self.out.push(Output::Journal(Record::Spawned {
+                process,
+                job,
+                host,
+                class,
+                origin: Some(req),
+                executable: Some(executable.name.clone()),
+            }));
         }
         self.send(
             link,
@@ -284,5 +264,47 @@ impl Router {
                 requests: self.job_requests(job),
             },
         );
+    }
+
+    /// The executable a `ClassSpawn` names is in the store, with these contents.
+    fn check_uploaded(&self, executable: &ExecutableRef) -> Result<(), Failure> {
+        if self.stored.size(&executable.sha256) == Some(executable.size) {
+            return Ok(());
+        }
+        Err(Failure {
+            code: FailureCode::BadExecutable,
+            message: format!(
+                "executable `{}` ({} bytes, sha256 {}) was never uploaded, or with other contents; \
+                 upload it before spawning",
+                executable.name, executable.size, executable.sha256
+            ),
+        })
+    }
+
+    /// Where a spawned process's output goes: forwarded to the requester's
+    /// direct-message endpoint, which it must have, or kept or discarded.
+    fn output_route(&self, req: ReqRef, output: OutputMode) -> Result<OutputRoute, Failure> {
+        match output {
+            OutputMode::Keep => Ok(OutputRoute::Keep),
+            OutputMode::Discard => Ok(OutputRoute::Discard),
+            OutputMode::Forward => match self
+                .procs
+                .find(req.process)
+                .and_then(|p| p.endpoint.clone())
+            {
+                Some(endpoint) => Ok(OutputRoute::Forward {
+                    endpoint,
+                    request: req.id,
+                }),
+                None => Err(Failure {
+                    code: FailureCode::Invalid,
+                    message: format!(
+                        "process {} has no direct-message endpoint to forward output to; \
+                         ask for OutputMode::Keep instead",
+                        req.process
+                    ),
+                }),
+            },
+        }
     }
 }
