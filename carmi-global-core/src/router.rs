@@ -28,6 +28,46 @@
 //! A machine's connection dropping does not make it lost: its local RM keeps
 //! its processes and reconnects. Only silence for `missed_heartbeats`
 //! heartbeat periods does.
+//!
+//! # Parts
+//! [`Router`] is a thin dispatcher over its parts, each a struct owning its
+//! state, with the files of the decisions about it beneath its own file:
+//! - `registry` (`Registry`): connections, machines' presence and
+//!   deadlines; `registry/machines.rs` (advertise, heartbeat, loss),
+//!   `registry/tick.rs` (the loss clock and the cut-off), `registry/absent.rs`.
+//! - `jobs` (`Jobs`): submitted and hand-started jobs, their masters;
+//!   `jobs/admin.rs` (submit, rm, q), `jobs/master.rs`, `jobs/anywhere.rs`,
+//!   `jobs/requeue.rs`, `jobs/hold.rs`, `jobs/checkpoint.rs`, `jobs/enforce.rs`.
+//! - `requests` (`Requests`): what waits for a process or a
+//!   machine; `requests/dispatch.rs` (application requests),
+//!   `requests/outstanding.rs` (across a restart), `requests/spec_api.rs`.
+//! - `reports` (`Reports`): history, event logs, `carmi logs` reads.
+//! - `authz` (`Access`): what each connection's token lets it do.
+//! - `pilots` (`Pilots`): the allocation queues and their dry runs.
+//!
+//! The router itself keeps the configuration, the clock, the [`Allocator`],
+//! the [`ProcTable`], the executable store's index and the outputs. What a
+//! part decides alone is its own method (`Registry::ready_link`,
+//! `Jobs::master_on`, `Access::forget_link`); a decision that needs several
+//! parts, the allocator or the outputs is a `Router` method in the file of
+//! the part it is mostly about, reaching the others through their fields
+//! (`self.registry.ready_link(..)`).
+//! Across parts: `lifecycle.rs` (processes starting, exiting, attaching,
+//! events delivered), `gone.rs`, `join.rs`, `share.rs`, `stored.rs`, and
+//! `recover.rs` (the journal replayed into every part).
+//!
+//! # One request's path
+//! An application's `AddHosts`, forwarded by its local RM: [`Router::on_decoded`]
+//! finds the link a machine's (`registry`), proves the machine alive
+//! (`registry/tick.rs`'s `touch`) and hands the `Forward` to
+//! `requests/dispatch.rs`, which finds the process attached at that
+//! connection (the [`ProcTable`]), checks the request against its limits,
+//! gives it to the [`Allocator`] and journals it as outstanding
+//! (`requests/outstanding.rs`). The allocator's effects (hosts granted, or
+//! the request left waiting) become events for the process in
+//! `lifecycle.rs`'s `flush` and `deliver`, sent on the link of the machine
+//! it is attached through (`registry`), or kept (`requests`) while
+//! that machine is away; [`Router::take_outputs`] hands them to the driver.
 
 use std::fmt;
 use std::time::Duration;
@@ -300,16 +340,10 @@ impl Router {
                 self.close(link, e.err().map(|e| e.to_string()).unwrap_or_default());
             }
             Role::Local { name } => {
-                let p = self.registry.presence.entry(name.clone()).or_default();
-                p.ready = false;
-                if let Some(old) = p.link.replace(link) {
-                    self.registry.links.remove(&old);
-                    self.close(
-                        old,
-                        format!("machine `{name}` connected again on a newer connection"),
-                    );
+                let why = format!("machine `{name}` connected again on a newer connection");
+                if let Some(old) = self.registry.connect(name, link) {
+                    self.close(old, why);
                 }
-                self.registry.links.insert(link, LinkRole::Machine(name));
                 self.settle_log_reads();
             }
             Role::Admin => {
@@ -337,13 +371,8 @@ impl Router {
             Some(LinkRole::Admin) => self.forget_log_reads(link),
             None => {}
         }
-        if let Some(LinkRole::Machine(name)) = role
-            && let Some(p) = self.registry.presence.get_mut(&name)
-            && p.link == Some(link)
-        {
-            // Not lost yet: the local RM keeps its processes and may reconnect.
-            p.link = None;
-            p.ready = false;
+        if let Some(LinkRole::Machine(name)) = role {
+            self.registry.disconnected(&name, link);
         }
     }
 

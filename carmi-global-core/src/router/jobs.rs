@@ -17,7 +17,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use carmi_proto::ids::{JobId, ProcessId};
 use carmi_proto::limits;
-use carmi_proto::msg::{ExecutableRef, JobFiles, SubmitRequest};
+use carmi_proto::msg::{ExecutableRef, ExitStatus, JobFiles, SubmitRequest};
 use carmi_proto::submit::JobSpec;
 use classad::ClassAd;
 
@@ -228,4 +228,14 @@ pub(super) fn class_limits(spec: &carmi_proto::submit::JobSpec) -> Vec<ClassLimi
             rank: c.rank.clone(),
         })
         .collect()
+}
+
+/// How a master ended, in words for a reason.
+pub(super) fn exit_words(status: &ExitStatus) -> String {
+    match status {
+        ExitStatus::Code(c) => format!("exit {c}"),
+        ExitStatus::Signal(s) => format!("signal {s}"),
+        ExitStatus::HostLost => "its machine lost".into(),
+        ExitStatus::FailedToStart(r) => format!("failed to start: {r}"),
+    }
 }

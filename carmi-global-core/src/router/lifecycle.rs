@@ -382,14 +382,20 @@ impl Router {
             if let Some(at) = &proc.attached {
                 self.tell_gone_at(at, job);
             }
-            if proc.is_live()
-                && let Some(link) = proc
-                    .host
-                    .and_then(|h| self.alloc.host_machine(h))
-                    .and_then(|m| self.registry.ready_link(m))
-            {
-                self.send(link, FromGlobal::Kill { process: p });
-            }
+            self.kill_if_live(p, &proc);
+        }
+    }
+
+    /// Kills `process` (whose entry was `proc`, just forgotten) on its
+    /// machine, if it still runs there and the machine is connected.
+    pub(in crate::router) fn kill_if_live(&mut self, process: ProcessId, proc: &Proc) {
+        if proc.is_live()
+            && let Some(link) = proc
+                .host
+                .and_then(|h| self.alloc.host_machine(h))
+                .and_then(|m| self.registry.ready_link(m))
+        {
+            self.send(link, FromGlobal::Kill { process });
         }
     }
 }

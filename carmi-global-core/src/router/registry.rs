@@ -83,6 +83,98 @@ impl Registry {
         }
     }
 
+    /// Machine `name`'s local RM connected on `link`, not ready until it
+    /// advertises; returns the connection it had, now dropped.
+    pub fn connect(&mut self, name: String, link: LinkId) -> Option<LinkId> {
+        let p = self.presence.entry(name.clone()).or_default();
+        p.ready = false;
+        let old = p.link.replace(link);
+        if let Some(old) = old {
+            self.links.remove(&old);
+        }
+        self.links.insert(link, LinkRole::Machine(name));
+        old
+    }
+
+    /// Connection `link` of machine `name` closed: the machine is not lost
+    /// for it (its local RM keeps its processes and may reconnect), but
+    /// unreachable until it does.
+    pub fn disconnected(&mut self, name: &str, link: LinkId) {
+        if let Some(p) = self.presence.get_mut(name)
+            && p.link == Some(link)
+        {
+            p.link = None;
+            p.ready = false;
+        }
+    }
+
+    /// Whether `link` is machine `name`'s latest connection.
+    pub fn is_current(&self, name: &str, link: LinkId) -> bool {
+        self.presence
+            .get(name)
+            .is_some_and(|p| p.link == Some(link))
+    }
+
+    /// Machine `name` was heard from: lost at `deadline` now, and may be
+    /// reprieved again.
+    pub fn heard(&mut self, name: &str, deadline: Duration) {
+        self.set_deadline(name, deadline);
+        if let Some(p) = self.presence.get_mut(name) {
+            p.reprieved = false;
+        }
+    }
+
+    /// Machine `name` registered on its latest connection: ready for work,
+    /// and lost at `deadline` unless heard from.
+    pub fn register(&mut self, name: &str, deadline: Duration) {
+        let p = self.presence.entry(name.to_string()).or_default();
+        p.ready = true;
+        if let Some(old) = p.deadline.replace(deadline) {
+            self.deadlines.remove(&(old, name.to_string()));
+        }
+        self.deadlines.insert((deadline, name.to_string()));
+    }
+
+    /// Machine `name` is lost: no deadline, not ready; returns its
+    /// connection, forgotten, for the caller to close.
+    pub fn unregister(&mut self, name: &str) -> Option<LinkId> {
+        let p = self.presence.get_mut(name)?;
+        if let Some(d) = p.deadline.take() {
+            self.deadlines.remove(&(d, name.to_string()));
+        }
+        p.ready = false;
+        let link = p.link.take()?;
+        self.links.remove(&link);
+        Some(link)
+    }
+
+    /// A refused update of machine `name` at `now`: how many were refused
+    /// since the last one logged, when this one is to be logged (at most
+    /// once per `period`), or `None` when it is only counted.
+    pub fn note_refusal(&mut self, name: &str, now: Duration, period: Duration) -> Option<u64> {
+        let p = self.presence.get_mut(name)?;
+        match &mut p.refusals {
+            Some((last, quiet)) if now.saturating_sub(*last) < period => {
+                *quiet += 1;
+                None
+            }
+            slot => {
+                let quiet = slot.map_or(0, |(_, q)| q);
+                *slot = Some((now, 0));
+                Some(quiet)
+            }
+        }
+    }
+
+    /// The machines whose deadline is `at` or earlier, the first due first.
+    pub fn due_by(&self, at: Duration) -> Vec<String> {
+        self.deadlines
+            .iter()
+            .take_while(|(d, _)| *d <= at)
+            .map(|(_, name)| name.clone())
+            .collect()
+    }
+
     /// The earliest machine deadline, if any machine is registered.
     pub fn next_deadline(&self) -> Option<Duration> {
         self.deadlines.first().map(|(d, _)| *d)

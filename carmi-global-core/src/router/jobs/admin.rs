@@ -131,14 +131,23 @@ impl Router {
         self.send(link, FromGlobal::Submitted { job });
     }
 
+    /// Whether `job` is in the queue; if not, the admin on `link` is told so.
+    fn in_queue(&mut self, link: LinkId, job: JobId) -> bool {
+        if self.alloc.has_job(job) {
+            return true;
+        }
+        let message = format!(
+            "job {} is not in the queue (it ended or never existed)",
+            job.0
+        );
+        self.admin_fail(link, FailureCode::Invalid, message);
+        false
+    }
+
     /// `carmi rm`.
     pub(in crate::router) fn remove_job(&mut self, link: LinkId, job: JobId) {
-        if !self.alloc.has_job(job) {
-            let message = format!(
-                "job {} is not in the queue (it ended or never existed)",
-                job.0
-            );
-            return self.admin_fail(link, FailureCode::Invalid, message);
+        if !self.in_queue(link, job) {
+            return;
         }
         info!(job = %job, "job removed by an administrator");
         self.record_end(job, JobEnd::Removed);
@@ -300,12 +309,8 @@ impl Router {
 
     /// `carmi q -analyze`.
     pub(in crate::router) fn analyze(&mut self, link: LinkId, job: JobId) {
-        if !self.alloc.has_job(job) {
-            let message = format!(
-                "job {} is not in the queue (it ended or never existed)",
-                job.0
-            );
-            return self.admin_fail(link, FailureCode::Invalid, message);
+        if !self.in_queue(link, job) {
+            return;
         }
         self.alloc.judge_waiting();
         let analysis = JobAnalysis {

@@ -18,7 +18,7 @@ use carmi_proto::msg::{ExecutableRef, ExitStatus, JobFiles, ReturnedFile};
 use carmi_proto::submit::JobSpec;
 use tracing::{info, warn};
 
-use super::requeue::exit_words;
+use super::exit_words;
 use crate::journal::Record;
 use crate::router::{Output, Router};
 

@@ -130,14 +130,7 @@ impl Router {
             self.requests.lookups.remove(&p);
             self.requests.parked.remove(&p);
             self.alloc.on_requester_gone(p);
-            if proc.is_live()
-                && let Some(link) = proc
-                    .host
-                    .and_then(|h| self.alloc.host_machine(h))
-                    .and_then(|m| self.registry.ready_link(m))
-            {
-                self.send(link, FromGlobal::Kill { process: p });
-            }
+            self.kill_if_live(p, &proc);
         }
     }
 

@@ -20,8 +20,8 @@ use carmi_proto::msg::{ExitStatus, StartFault, start_fault};
 use classad::ClassAd;
 use tracing::{info, warn};
 
+use super::{Submitted, class_limits, exit_words};
 use crate::journal::Record;
-use crate::router::jobs::{Submitted, class_limits};
 use crate::router::{Output, Router};
 
 /// How long a machine where a job's master could not start, for a reason
@@ -66,16 +66,6 @@ impl Tries {
         self.avoid
             .iter()
             .any(|(m, until)| m == machine && *until > now)
-    }
-}
-
-/// How a master ended, in words for a reason.
-pub(in crate::router) fn exit_words(status: &ExitStatus) -> String {
-    match status {
-        ExitStatus::Code(c) => format!("exit {c}"),
-        ExitStatus::Signal(s) => format!("signal {s}"),
-        ExitStatus::HostLost => "its machine lost".into(),
-        ExitStatus::FailedToStart(r) => format!("failed to start: {r}"),
     }
 }
 

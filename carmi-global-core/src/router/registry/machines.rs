@@ -85,13 +85,7 @@ impl Router {
                 }));
         }
         let deadline = self.now.saturating_add(self.lost_after());
-        let registry = &mut self.registry;
-        let p = registry.presence.entry(name.to_string()).or_default();
-        p.ready = true;
-        if let Some(old) = p.deadline.replace(deadline) {
-            registry.deadlines.remove(&(old, name.to_string()));
-        }
-        registry.deadlines.insert((deadline, name.to_string()));
+        self.registry.register(name, deadline);
         hosts
     }
 
@@ -313,24 +307,16 @@ impl Router {
     /// machine repeating a bad update every heartbeat writes one line per
     /// period, not one per heartbeat.
     fn log_refusal(&mut self, name: &str, reason: &str) {
-        let now = self.now;
-        let Some(p) = self.registry.presence.get_mut(name) else {
-            return;
-        };
-        match &mut p.refusals {
-            Some((last, quiet)) if now.saturating_sub(*last) < REFUSAL_LOG_PERIOD => *quiet += 1,
-            slot => {
-                let quiet = slot.map_or(0, |(_, q)| q);
-                *slot = Some((now, 0));
-                if quiet > 0 {
-                    warn!(
-                        machine = name,
-                        "{reason} ({quiet} more refused since the last such line)"
-                    );
-                } else {
-                    warn!(machine = name, "{reason}");
-                }
-            }
+        match self
+            .registry
+            .note_refusal(name, self.now, REFUSAL_LOG_PERIOD)
+        {
+            None => {}
+            Some(0) => warn!(machine = name, "{reason}"),
+            Some(quiet) => warn!(
+                machine = name,
+                "{reason} ({quiet} more refused since the last such line)"
+            ),
         }
     }
 
@@ -347,12 +333,7 @@ impl Router {
             .take(MAX_LEAVING_REASON)
             .map(|c| if c.is_control() { ' ' } else { c })
             .collect();
-        let current = self
-            .registry
-            .presence
-            .get(name)
-            .is_some_and(|p| p.link == Some(link));
-        if !current {
+        if !self.registry.is_current(name, link) {
             self.registry.links.remove(&link);
             return self.close(link, format!("machine `{name}` is leaving ({reason})"));
         }
@@ -392,15 +373,8 @@ impl Router {
         self.hold_newly_impossible();
         // Jobs hear about it before the connection goes.
         self.flush();
-        if let Some(p) = self.registry.presence.get_mut(name) {
-            if let Some(d) = p.deadline.take() {
-                self.registry.deadlines.remove(&(d, name.to_string()));
-            }
-            p.ready = false;
-            if let Some(link) = p.link.take() {
-                self.registry.links.remove(&link);
-                self.close(link, reason);
-            }
+        if let Some(link) = self.registry.unregister(name) {
+            self.close(link, reason);
         }
         self.settle_log_reads();
     }

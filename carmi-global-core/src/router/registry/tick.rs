@@ -23,10 +23,7 @@ impl Router {
     /// Any message from a registered machine proves it alive.
     pub(in crate::router) fn touch(&mut self, name: &str) {
         let deadline = self.now.saturating_add(self.lost_after());
-        self.registry.set_deadline(name, deadline);
-        if let Some(p) = self.registry.presence.get_mut(name) {
-            p.reprieved = false;
-        }
+        self.registry.heard(name, deadline);
     }
 
     /// Gives every machine past its deadline, and not reprieved already
@@ -36,10 +33,8 @@ impl Router {
         let now = self.now;
         let overdue: Vec<String> = self
             .registry
-            .deadlines
-            .iter()
-            .take_while(|(d, _)| *d <= now)
-            .map(|(_, name)| name.clone())
+            .due_by(now)
+            .into_iter()
             .filter(|name| {
                 self.registry
                     .presence
@@ -154,14 +149,7 @@ impl Router {
                 cut_ms = cut.as_millis() as u64,
                 "a machine was heard again after the global RM's cut; the others have as long again"
             );
-            let silent: Vec<String> = self
-                .registry
-                .deadlines
-                .iter()
-                .take_while(|(d, _)| *d <= recheck)
-                .map(|(_, n)| n.clone())
-                .collect();
-            for name in silent {
+            for name in self.registry.due_by(recheck) {
                 self.registry.set_deadline(&name, grace);
             }
             return false;

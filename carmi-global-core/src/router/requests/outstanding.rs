@@ -233,13 +233,10 @@ impl Router {
                 }
                 None => {
                     tracing::info!(%process, %request, "telling a process its request was lost in a restart");
-                    let failure = Failure {
-                        code: FailureCode::Unavailable,
-                        message: format!(
-                            "the global RM restarted and lost request {request} ({what}); send it again"
-                        ),
-                    };
-                    self.deliver(process, Event::Failed { request, failure });
+                    let message = format!(
+                        "the global RM restarted and lost request {request} ({what}); send it again"
+                    );
+                    self.fail_unavailable(process, request, message);
                     self.out
                         .push(Output::Journal(Record::Answered { process, request }));
                 }
@@ -343,13 +340,20 @@ impl Router {
                 continue;
             }
             tracing::info!(%process, %request, "failing a request forwarded before a restart and never read");
-            let failure = Failure {
-                code: FailureCode::Unavailable,
-                message: format!(
-                    "the link to the global RM broke (it restarted or was unreachable) before request {request} was answered; send it again"
-                ),
-            };
-            self.deliver(process, Event::Failed { request, failure });
+            let message = format!(
+                "the link to the global RM broke (it restarted or was unreachable) before request {request} was answered; send it again"
+            );
+            self.fail_unavailable(process, request, message);
         }
+    }
+
+    /// Fails `request` of `process` as unavailable: it was lost, and the
+    /// process may send it again.
+    fn fail_unavailable(&mut self, process: ProcessId, request: RequestId, message: String) {
+        let failure = Failure {
+            code: FailureCode::Unavailable,
+            message,
+        };
+        self.deliver(process, Event::Failed { request, failure });
     }
 }
