@@ -12,9 +12,11 @@
 //! - `journal`: the journal's records, the live state a compaction keeps, and their
 //!   encoding and parsing (the file itself is written by the driver).
 //! - `procs`: the process table: where each process runs, is attached, and who spawned it.
-//! - `router`: everything the daemon decides: registry, heartbeats, requests, process events,
-//!   submitted jobs and their masters (`router::jobs`), machines (`router::machines`),
-//!   processes starting, exiting, attaching and leaving (`router::lifecycle`).
+//! - `router`: everything the daemon decides, in parts: machines and their
+//!   heartbeats (`router::registry`), submitted jobs and their masters
+//!   (`router::jobs`), requests (`router::requests`), history and logs
+//!   (`router::reports`); processes starting, exiting, attaching and leaving
+//!   (`router::lifecycle`).
 //! - `renewal`: when a local RM's daemon token is renewed over its link, and
 //!   which replaced tokens are then revoked.
 //! - `staging`: the staging tree: which source (a peer local RM or the store)

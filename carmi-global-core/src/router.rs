@@ -28,85 +28,116 @@
 //! A machine's connection dropping does not make it lost: its local RM keeps
 //! its processes and reconnects. Only silence for `missed_heartbeats`
 //! heartbeat periods does.
+//!
+//! # Parts
+//! [`Router`] is a thin dispatcher over its parts, each a struct owning its
+//! state, with the files of the decisions about it beneath its own file:
+//! - `registry` (`Registry`): connections, machines' presence and
+//!   deadlines; `registry/machines.rs` (advertise, heartbeat, loss),
+//!   `registry/tick.rs` (the loss clock and the cut-off), `registry/absent.rs`.
+//! - `jobs` (`Jobs`): submitted and hand-started jobs, their masters;
+//!   `jobs/admin.rs` (submit, rm, q), `jobs/master.rs`, `jobs/anywhere.rs`,
+//!   `jobs/requeue.rs`, `jobs/hold.rs`, `jobs/checkpoint.rs`, `jobs/enforce.rs`.
+//! - `requests` (`Requests`): what waits for a process or a
+//!   machine; `requests/dispatch.rs` (application requests),
+//!   `requests/outstanding.rs` (across a restart), `requests/spec_api.rs`.
+//! - `reports` (`Reports`): history, event logs, `carmi logs` reads.
+//! - `authz` (`Access`): what each connection's token lets it do.
+//! - `pilots` (`Pilots`): the allocation queues and their dry runs.
+//!
+//! The router itself keeps the configuration, the clock, the [`Allocator`],
+//! the [`ProcTable`], the executable store's index and the outputs. What a
+//! part decides alone is its own method (`Registry::ready_link`,
+//! `Jobs::master_on`, `Access::forget_link`); a decision that needs several
+//! parts, the allocator or the outputs is a `Router` method in the file of
+//! the part it is mostly about, reaching the others through their fields
+//! (`self.registry.ready_link(..)`).
+//! Across parts: `lifecycle.rs` (processes starting, exiting, attaching,
+//! events delivered), `gone.rs`, `join.rs`, `share.rs`, `stored.rs`, and
+//! `recover.rs` (the journal replayed into every part).
+//!
+//! # One request's path
+//! An application's `AddHosts`, forwarded by its local RM: [`Router::on_decoded`]
+//! finds the link a machine's (`registry`), proves the machine alive
+//! (`registry/tick.rs`'s `touch`) and hands the `Forward` to
+//! `requests/dispatch.rs`, which finds the process attached at that
+//! connection (the [`ProcTable`]), checks the request against its limits,
+//! gives it to the [`Allocator`] and journals it as outstanding
+//! (`requests/outstanding.rs`). The allocator's effects (hosts granted, or
+//! the request left waiting) become events for the process in
+//! `lifecycle.rs`'s `flush` and `deliver`, sent on the link of the machine
+//! it is attached through (`registry`), or kept (`requests`) while
+//! that machine is away; [`Router::take_outputs`] hands them to the driver.
 
-use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::time::Duration;
 
 use carmi_proto::ids::{JobId, ProcessId};
-use carmi_proto::msg::{Event, FromGlobal, Role, ToGlobal};
+use carmi_proto::msg::{FromGlobal, Role, ToGlobal};
 use tracing::{debug, warn};
 
-use crate::alloc::{Allocator, ReqRef};
+use crate::alloc::Allocator;
 use crate::procs::ProcTable;
+use registry::LinkRole;
 
 pub use ads::{
     Decoded, MAX_AD_ATTRIBUTES, MAX_AD_BYTES, MAX_NEW_NAMES_PER_CONNECTION, NameAllowance,
     count_attributes,
 };
 
-mod absent;
 mod ads;
-mod anywhere;
+mod authz;
+mod check;
+mod config;
+mod gone;
+mod jobs;
+mod join;
+mod lifecycle;
+mod pilots;
+mod recover;
+mod registry;
+mod reports;
+mod requests;
+mod share;
+mod stored;
+
+pub use crate::bounds::{ENDED_LOGS, EVENTS_PER_JOB, HISTORY_LIMIT};
+pub use config::RouterConfig;
+pub(crate) use lifecycle::new_proc;
+pub use registry::{CUT_OFF_LIMIT, CUT_OFF_MIN_MACHINES};
+pub use stored::{DEFAULT_STORE_KEEP, STORE_SWEEP_EVERY};
+
 #[cfg(test)]
 mod anywhere_tests;
-mod authz;
 #[cfg(test)]
 mod authz_tests;
 #[cfg(test)]
 mod bounds_tests;
-mod check;
-mod checkpoint;
-mod config;
-mod enforce;
 #[cfg(test)]
 mod enforce_tests;
-mod events;
-mod gone;
 #[cfg(test)]
 mod gone_tests;
 #[cfg(test)]
 mod hand_tests;
 #[cfg(test)]
-mod restart_gaps_tests;
-#[cfg(test)]
-mod restart_tests;
-pub use crate::bounds::{ENDED_LOGS, EVENTS_PER_JOB, HISTORY_LIMIT};
-mod hold;
-#[cfg(test)]
 mod hold_tests;
-mod job_attrs;
-mod jobs;
-mod join;
-mod lifecycle;
-mod logs;
+#[cfg(test)]
+mod jobs_tests;
 #[cfg(test)]
 #[path = "router/logs_tests.rs"]
 mod logs_tests;
-pub(crate) use lifecycle::new_proc;
-#[cfg(test)]
-mod jobs_tests;
-mod machines;
 #[cfg(test)]
 mod master_restart_tests;
-pub use config::RouterConfig;
-pub use machines::{CUT_OFF_LIMIT, CUT_OFF_MIN_MACHINES};
-pub use stored::{DEFAULT_STORE_KEEP, STORE_SWEEP_EVERY};
-mod outstanding;
 #[cfg(test)]
 mod own_name_tests;
-mod pilots;
-mod recover;
-mod requests;
-mod requeue;
 #[cfg(test)]
 mod requeue_tests;
-mod share;
+#[cfg(test)]
+mod restart_gaps_tests;
+#[cfg(test)]
+mod restart_tests;
 #[cfg(test)]
 mod share_tests;
-mod shrink;
-mod spec_api;
-mod stored;
 #[cfg(test)]
 mod stored_tests;
 #[cfg(test)]
@@ -184,108 +215,30 @@ pub enum Output {
     Pilot(crate::alloc_queue::QueueCommand),
 }
 
-enum LinkRole {
-    Machine(String),
-    Admin,
-}
-
-#[derive(Default)]
-struct Presence {
-    /// The machine's latest connection.
-    link: Option<LinkId>,
-    /// True once that connection has advertised: only then is it sent work
-    /// (`Spawn`, `Kill`), so that its `Advertise` (with the processes still
-    /// running) can never cross a `Spawn` sent on the same connection.
-    ready: bool,
-    /// Processes missing from its last `Advertise`, to settle at its next heartbeat.
-    suspects: Vec<ProcessId>,
-    /// Applications attached through it before its last `Advertise`: its
-    /// local RM announces those it still serves again before its next
-    /// heartbeat; the others left while it was away (`router/gone.rs`).
-    unannounced: Vec<(carmi_proto::ids::ConnId, ProcessId)>,
-    /// When it will be declared lost; `None` while it is not registered.
-    deadline: Option<Duration>,
-    /// Ads of it refused: when one was last logged, and how many since.
-    refusals: Option<(Duration, u64)>,
-    /// Its deadline was pushed back once because the router ran late
-    /// ([`Router::on_tick`]); cleared by its next message.
-    reprieved: bool,
-}
-
-/// The global RM's decisions. See the module documentation for the call order.
+/// The global RM's decisions. See the module documentation for the call
+/// order, and its `# Parts` for what each field keeps.
 pub struct Router {
     config: RouterConfig,
     now: Duration,
     alloc: Allocator,
-    links: HashMap<LinkId, LinkRole>,
-    presence: HashMap<String, Presence>,
-    deadlines: BTreeSet<(Duration, String)>,
-    /// Since when every machine has been silent at once (this global RM
-    /// cut off from the network, most likely), and when their deadlines are
-    /// checked again: see [`Router::on_tick`].
-    cut_off_since: Option<(Duration, Duration)>,
     procs: ProcTable,
-    /// `LookupProcess` requests waiting for their process to attach.
-    lookups: HashMap<ProcessId, Vec<ReqRef>>,
-    /// Events for processes attached through a machine whose connection is
-    /// down (or which was declared lost): kept until the machine's local RM
-    /// announces the process again, so that every request gets its answer.
-    parked: HashMap<ProcessId, Vec<Event>>,
-    /// Requests journaled as outstanding in this run (see `outstanding`).
-    outstanding: outstanding::Outstanding,
+    /// Machines and connections: who is reachable, and when each is lost.
+    registry: registry::Registry,
+    /// Submitted and hand-started jobs, and their masters.
+    jobs: jobs::Jobs,
+    /// Requests and events waiting for a process or a machine.
+    requests: requests::Requests,
+    /// What admins read back: history, event logs, `carmi logs` reads.
+    reports: reports::Reports,
+    /// What each connection's token lets it do.
+    access: authz::Access,
+    /// The allocation queues and their dry runs.
+    pilots: pilots::Pilots,
     /// The files of the executable store (`router/stored.rs`).
     stored: stored::StoredFiles,
-    /// Jobs submitted with `carmi submit`, until they end.
-    submitted: HashMap<JobId, jobs::Submitted>,
-    /// Live masters of submitted jobs: their job and the machine running them.
-    masters: HashMap<ProcessId, (JobId, String)>,
-    /// Processes replayed from the journal whose host is not held again yet:
-    /// their job and class, until their machine re-reports them.
-    recovered: HashMap<ProcessId, (JobId, String)>,
-    /// Root processes of hand-started jobs replayed from the journal, with
-    /// their job and machine, until they attach again; one that is not back
-    /// by its machine's first heartbeat after registering is gone, and so is
-    /// its job.
-    awaiting_roots: HashMap<ProcessId, (JobId, String)>,
-    /// Masters whose `SpawnMaster` went out (the others wait for their machine).
-    sent_masters: std::collections::HashSet<ProcessId>,
-    /// Masters waiting for a machine that may start them (none matched, or
-    /// their machine's owner policy says no): placed when a machine
-    /// registers or changes its ad, or one passed over is eligible again.
-    unplaced: std::collections::BTreeSet<ProcessId>,
-    /// Masters their machine's owner is vacating (`Vacating`): their end
-    /// puts their job back in the queue (`router/requeue.rs`).
-    vacating: std::collections::HashSet<ProcessId>,
-    /// Jobs that left the queue, for `carmi history`.
-    history: jobs::History,
-    /// Submitted jobs' event logs, for `carmi events`.
-    events: events::EventLogs,
-    /// `carmi logs` reads waiting for a local RM.
-    log_reads: logs::LogReads,
-    next_job: u64,
-    out: Vec<Output>,
-    /// What each admin connection's token lets it do (`router/authz.rs`).
-    identities: HashMap<LinkId, carmi_proto::authz::Identity>,
-    /// What the driver found of the token an application presented to
-    /// start a new job (`AppAttach` without a job), by its local RM's link
-    /// and connection, until that `AppAttach` takes it.
-    app_identities:
-        HashMap<(LinkId, carmi_proto::ids::ConnId), Result<carmi_proto::authz::Identity, String>>,
-    /// The allocation queues (`carmi alloc`, `router/pilots.rs`).
-    pilots: crate::alloc_queue::AllocQueues,
-    /// Dry runs waiting for their pilot, by number: the admin connection to answer.
-    dry_runs: HashMap<u64, LinkId>,
-    next_waiter: u64,
     /// When users' usage was last journaled (`router/share.rs`).
     usage_journaled: Duration,
-    /// Attributes running jobs published (`router/job_attrs.rs`).
-    job_attrs: job_attrs::JobAttrs,
-    /// Set once what the journal left on machines still absent a loss
-    /// window after the start was settled (`absent`).
-    absent_expired: bool,
-    /// Each queued job's highest peak memory of its exited processes, KiB
-    /// (`router/enforce.rs`).
-    memory_peaks: HashMap<JobId, u64>,
+    out: Vec<Output>,
 }
 
 impl Router {
@@ -298,48 +251,28 @@ impl Router {
             config,
             now: Duration::ZERO,
             alloc,
-            links: HashMap::new(),
-            presence: HashMap::new(),
-            deadlines: BTreeSet::new(),
-            cut_off_since: None,
             procs: ProcTable::new(),
-            lookups: HashMap::new(),
-            parked: HashMap::new(),
-            outstanding: Default::default(),
+            registry: Default::default(),
+            jobs: jobs::Jobs::new(),
+            requests: Default::default(),
+            reports: Default::default(),
+            access: Default::default(),
+            pilots: pilots::Pilots::new(),
             stored: Default::default(),
-            submitted: HashMap::new(),
-            masters: HashMap::new(),
-            recovered: HashMap::new(),
-            awaiting_roots: HashMap::new(),
-            sent_masters: Default::default(),
-            unplaced: Default::default(),
-            vacating: Default::default(),
-            history: Default::default(),
-            events: Default::default(),
-            log_reads: Default::default(),
-            next_job: 1,
-            out: Vec::new(),
-            identities: HashMap::new(),
-            app_identities: HashMap::new(),
-            pilots: crate::alloc_queue::AllocQueues::new(Default::default()),
-            dry_runs: HashMap::new(),
-            next_waiter: 1,
             usage_journaled: Duration::ZERO,
-            job_attrs: Default::default(),
-            absent_expired: false,
-            memory_peaks: HashMap::new(),
+            out: Vec::new(),
         }
     }
 
     /// The next job id this router gives (for the driver's high-water mark).
     pub fn next_job_id(&self) -> u64 {
-        self.next_job
+        self.jobs.next_job
     }
 
     /// Gives no job id below `floor` from now on: the driver's high-water
     /// mark, above every id given before, even those a cut journal forgot.
     pub fn raise_next_job(&mut self, floor: u64) {
-        self.next_job = self.next_job.max(floor);
+        self.jobs.next_job = self.jobs.next_job.max(floor);
     }
 
     /// The allocator, for inspection.
@@ -360,10 +293,9 @@ impl Router {
 
     /// When [`Router::on_tick`] must next be called, if ever.
     pub fn next_deadline(&self) -> Option<Duration> {
-        let machines = self.deadlines.first().map(|(d, _)| *d);
         [
-            machines,
-            self.log_reads.next_deadline(),
+            self.registry.next_deadline(),
+            self.reports.log_reads.next_deadline(),
             self.pilots_deadline(),
             self.avoid_deadline(),
         ]
@@ -392,14 +324,6 @@ impl Router {
             .unwrap_or(Duration::MAX)
     }
 
-    /// The connection to machine `name`, once it has advertised on it.
-    fn ready_link(&self, name: &str) -> Option<LinkId> {
-        self.presence
-            .get(name)
-            .filter(|p| p.ready)
-            .and_then(|p| p.link)
-    }
-
     /// A new connection passed the handshake with `role`.
     pub fn on_link_opened(&mut self, link: LinkId, role: Role, now: Duration) {
         self.advance(now);
@@ -416,20 +340,14 @@ impl Router {
                 self.close(link, e.err().map(|e| e.to_string()).unwrap_or_default());
             }
             Role::Local { name } => {
-                let p = self.presence.entry(name.clone()).or_default();
-                p.ready = false;
-                if let Some(old) = p.link.replace(link) {
-                    self.links.remove(&old);
-                    self.close(
-                        old,
-                        format!("machine `{name}` connected again on a newer connection"),
-                    );
+                let why = format!("machine `{name}` connected again on a newer connection");
+                if let Some(old) = self.registry.connect(name, link) {
+                    self.close(old, why);
                 }
-                self.links.insert(link, LinkRole::Machine(name));
                 self.settle_log_reads();
             }
             Role::Admin => {
-                self.links.insert(link, LinkRole::Admin);
+                self.registry.links.insert(link, LinkRole::Admin);
             }
             Role::Application { .. }
             | Role::Peer { .. }
@@ -446,21 +364,15 @@ impl Router {
     /// A connection ended.
     pub fn on_link_closed(&mut self, link: LinkId, now: Duration) {
         self.advance(now);
-        let role = self.links.remove(&link);
-        self.identities.remove(&link);
-        self.app_identities.retain(|&(l, _), _| l != link);
+        let role = self.registry.links.remove(&link);
+        self.access.forget_link(link);
         match role {
             Some(LinkRole::Machine(_)) => self.settle_log_reads(),
             Some(LinkRole::Admin) => self.forget_log_reads(link),
             None => {}
         }
-        if let Some(LinkRole::Machine(name)) = role
-            && let Some(p) = self.presence.get_mut(&name)
-            && p.link == Some(link)
-        {
-            // Not lost yet: the local RM keeps its processes and may reconnect.
-            p.link = None;
-            p.ready = false;
+        if let Some(LinkRole::Machine(name)) = role {
+            self.registry.disconnected(&name, link);
         }
     }
 
@@ -476,50 +388,66 @@ impl Router {
     pub fn on_decoded(&mut self, link: LinkId, decoded: Decoded, now: Duration) {
         let Decoded { msg, ad } = decoded;
         self.advance(now);
-        let name = match self.links.get(&link) {
+        match self.registry.links.get(&link) {
             None => return,
             Some(LinkRole::Admin) => {
-                let Some(msg) = self.authorize(link, msg) else {
-                    self.flush();
-                    return;
-                };
-                match msg {
-                    ToGlobal::Status => {
-                        let pool = self.alloc.pool_status();
-                        self.send(link, FromGlobal::Pool(pool));
-                    }
-                    ToGlobal::Submit(req) => self.submit(link, *req),
-                    ToGlobal::RemoveJob { job } => self.remove_job(link, job),
-                    ToGlobal::Queue => self.queue(link),
-                    ToGlobal::Analyze { job } => self.analyze(link, job),
-                    ToGlobal::History { job } => self.history(link, job),
-                    ToGlobal::Hold { job, reason, user } => self.hold(link, job, reason, &user),
-                    ToGlobal::Release { job } => self.release(link, job),
-                    ToGlobal::Events { job, after } => self.job_events(link, job, after),
-                    ToGlobal::FetchFiles { job } => self.fetch_files(link, job),
-                    ToGlobal::Logs {
-                        job,
-                        stream,
-                        offset,
-                    } => self.read_log(link, job, stream, offset),
-                    ToGlobal::MachineAds => {
-                        let ads = self.alloc.machine_ads();
-                        self.send(link, FromGlobal::Ads(ads));
-                    }
-                    ToGlobal::Alloc(req) => self.alloc_request(link, req),
-                    ToGlobal::UserPrio(req) => self.user_prio(link, req),
-                    other => {
-                        let what = variant_name(&other);
-                        self.close(link, format!("admin connections may send Status, Submit, RemoveJob, Queue, Analyze, History, Hold, Release, Events, FetchFiles, Logs, MachineAds, Alloc and UserPrio, not {what}"));
-                    }
+                if let Some(msg) = self.authorize(link, msg) {
+                    self.on_admin(link, msg);
                 }
-                self.flush();
-                return;
             }
-            Some(LinkRole::Machine(name)) => name.clone(),
-        };
-        self.touch(&name);
-        let ad = ad.map(|ad| ad.and_then(|ad| ads::own_name(&name, ad)));
+            Some(LinkRole::Machine(name)) => {
+                let name = name.clone();
+                self.touch(&name);
+                let ad = ad.map(|ad| ad.and_then(|ad| ads::own_name(&name, ad)));
+                self.on_machine(link, name, msg, ad);
+            }
+        }
+        self.flush();
+    }
+
+    /// An admin's request, authorized.
+    fn on_admin(&mut self, link: LinkId, msg: ToGlobal) {
+        match msg {
+            ToGlobal::Status => {
+                let pool = self.alloc.pool_status();
+                self.send(link, FromGlobal::Pool(pool));
+            }
+            ToGlobal::Submit(req) => self.submit(link, *req),
+            ToGlobal::RemoveJob { job } => self.remove_job(link, job),
+            ToGlobal::Queue => self.queue(link),
+            ToGlobal::Analyze { job } => self.analyze(link, job),
+            ToGlobal::History { job } => self.history(link, job),
+            ToGlobal::Hold { job, reason, user } => self.hold(link, job, reason, &user),
+            ToGlobal::Release { job } => self.release(link, job),
+            ToGlobal::Events { job, after } => self.job_events(link, job, after),
+            ToGlobal::FetchFiles { job } => self.fetch_files(link, job),
+            ToGlobal::Logs {
+                job,
+                stream,
+                offset,
+            } => self.read_log(link, job, stream, offset),
+            ToGlobal::MachineAds => {
+                let ads = self.alloc.machine_ads();
+                self.send(link, FromGlobal::Ads(ads));
+            }
+            ToGlobal::Alloc(req) => self.alloc_request(link, req),
+            ToGlobal::UserPrio(req) => self.user_prio(link, req),
+            other => {
+                let what = variant_name(&other);
+                self.close(link, format!("admin connections may send Status, Submit, RemoveJob, Queue, Analyze, History, Hold, Release, Events, FetchFiles, Logs, MachineAds, Alloc and UserPrio, not {what}"));
+            }
+        }
+    }
+
+    /// A message from the local RM of machine `name`, its ad checked and
+    /// parsed (and its name its own).
+    fn on_machine(
+        &mut self,
+        link: LinkId,
+        name: String,
+        msg: ToGlobal,
+        ad: Option<Result<classad::ClassAd, String>>,
+    ) {
         match msg {
             ToGlobal::Advertise { slots, running, .. } => {
                 let ad = ad.unwrap_or_else(|| Err("the machine ad is missing".into()));
@@ -543,7 +471,7 @@ impl Router {
             ToGlobal::Started { process, result } => {
                 // Launching when its machine registered again, started since:
                 // explained, not lost at the next heartbeat.
-                if let Some(p) = self.presence.get_mut(&name) {
+                if let Some(p) = self.registry.presence.get_mut(&name) {
                     p.suspects.retain(|&q| q != process);
                 }
                 self.on_started(&name, process, result);
@@ -553,31 +481,10 @@ impl Router {
                 status,
                 cpu_seconds,
                 usage,
-            } => {
-                if self.on_exit_usage(&name, process, &status, cpu_seconds, usage) {
-                    // Held for going over its request: nothing more to do.
-                } else if let Some(job) = self.master_on(process, &name) {
-                    let vacated = self.vacating.remove(&process);
-                    let checkpoint = self
-                        .submitted
-                        .get(&job)
-                        .is_some_and(|s| checkpoint::leaves_checkpoint(&s.spec, &status, vacated));
-                    if checkpoint {
-                        let exit = (status, cpu_seconds);
-                        self.master_checkpointed((process, job), &name, exit, vacated);
-                    } else if vacated {
-                        self.master_evicted(process, job, &name, status, cpu_seconds);
-                    } else {
-                        self.exit_process(process, status.clone(), cpu_seconds);
-                        self.master_report(process, job, Err(status));
-                    }
-                } else if self.runs_on(process, &name) {
-                    self.exit_process(process, status, cpu_seconds);
-                }
-            }
+            } => self.exited(&name, process, (status, cpu_seconds), usage),
             ToGlobal::Vacating { process } => {
-                if self.master_on(process, &name).is_some() {
-                    self.vacating.insert(process);
+                if self.jobs.master_on(process, &name).is_some() {
+                    self.jobs.vacating.insert(process);
                 }
             }
             ToGlobal::SlotState { slot, state } => self.slot_state(&name, slot, state),
@@ -620,7 +527,39 @@ impl Router {
                 );
             }
         }
-        self.flush();
+    }
+
+    /// A process on machine `name` exited: a held job's, a master (which
+    /// ends its job, leaves a checkpoint or goes back to the queue), or a
+    /// job's process.
+    fn exited(
+        &mut self,
+        name: &str,
+        process: ProcessId,
+        (status, cpu_seconds): (carmi_proto::msg::ExitStatus, f64),
+        usage: carmi_proto::msg::ProcessUsage,
+    ) {
+        if self.on_exit_usage(name, process, &status, cpu_seconds, usage) {
+            // Held for going over its request: nothing more to do.
+        } else if let Some(job) = self.jobs.master_on(process, name) {
+            let vacated = self.jobs.vacating.remove(&process);
+            let checkpoint = self
+                .jobs
+                .submitted
+                .get(&job)
+                .is_some_and(|s| jobs::leaves_checkpoint(&s.spec, &status, vacated));
+            if checkpoint {
+                let exit = (status, cpu_seconds);
+                self.master_checkpointed((process, job), name, exit, vacated);
+            } else if vacated {
+                self.master_evicted(process, job, name, status, cpu_seconds);
+            } else {
+                self.exit_process(process, status.clone(), cpu_seconds);
+                self.master_report(process, job, Err(status));
+            }
+        } else if self.runs_on(process, name) {
+            self.exit_process(process, status, cpu_seconds);
+        }
     }
 }
 

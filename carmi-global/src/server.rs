@@ -377,7 +377,13 @@ impl Server {
     /// stored executables known to router and staging, the job-id mark
     /// honoured, and returned files no job wants dropped.
     async fn recover_core(&mut self) -> Result<(GlobalCore, crate::idmark::IdMark), Error> {
-        let mut router = Router::new(self.config.router.clone());
+        // The router reads no clock: where its `now == 0` falls on the wall
+        // clock is the driver's to say, as it starts it.
+        let mut router_config = self.config.router.clone();
+        router_config.started_unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let mut router = Router::new(router_config);
         let mut staging = Staging::new(self.config.staging.clone());
         for exe in &self.stored {
             router.on_executable_stored(exe);

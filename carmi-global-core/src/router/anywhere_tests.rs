@@ -505,7 +505,7 @@ fn ended(job: u64, bytes: u64) -> carmi_proto::msg::JobRecord {
 #[test]
 fn returned_files_go_with_their_history_record_and_within_the_store_limit() {
     use carmi_proto::limits::MAX_KEPT_FILES_BYTES;
-    let mut h = super::jobs::History::default();
+    let mut h = super::reports::history::History::default();
     // Over the store's limit: the oldest job's files go, its record stays.
     let big = MAX_KEPT_FILES_BYTES / 2;
     assert!(h.push(ended(1, big)).is_empty());
@@ -514,7 +514,7 @@ fn returned_files_go_with_their_history_record_and_within_the_store_limit() {
     let kept: Vec<bool> = h.select(None).iter().map(|r| r.files.is_some()).collect();
     assert_eq!(kept, [false, true, true]);
     // Past the history's limit: a forgotten record's files are deleted with it.
-    let mut h = super::jobs::History::default();
+    let mut h = super::reports::history::History::default();
     h.push(ended(1, 10));
     for job in 2..=super::HISTORY_LIMIT as u64 {
         let mut r = ended(job, 0);

@@ -7,6 +7,8 @@
 //! A connection with no identity (a global RM run without a pool key, and
 //! the router's own tests) keeps the old meaning of an admin connection: everything.
 
+use std::collections::HashMap;
+
 use carmi_proto::authz::{Action, Identity, check};
 use carmi_proto::ids::{ConnId, JobId};
 use carmi_proto::msg::{FailureCode, ToGlobal};
@@ -14,11 +16,31 @@ use tracing::warn;
 
 use super::{LinkId, Router, variant_name};
 
+/// What each connection's token lets it do.
+#[derive(Default)]
+pub(super) struct Access {
+    /// What each admin connection's token lets it do.
+    pub identities: HashMap<LinkId, Identity>,
+    /// What the driver found of the token an application presented to
+    /// start a new job (`AppAttach` without a job), by its local RM's link
+    /// and connection, until that `AppAttach` takes it.
+    pub app_identities: HashMap<(LinkId, ConnId), Result<Identity, String>>,
+}
+
+impl Access {
+    /// Forgets what connection `link` proved, and the verdicts on the
+    /// applications behind it (it closed).
+    pub fn forget_link(&mut self, link: LinkId) {
+        self.identities.remove(&link);
+        self.app_identities.retain(|&(l, _), _| l != link);
+    }
+}
+
 impl Router {
     /// The identity that connection `link` proved in its handshake; called
     /// right after [`Router::on_link_opened`].
     pub fn on_link_identity(&mut self, link: LinkId, identity: Identity) {
-        self.identities.insert(link, identity);
+        self.access.identities.insert(link, identity);
     }
 
     /// What the driver found of the token the application on `conn` at the
@@ -31,7 +53,7 @@ impl Router {
         conn: ConnId,
         verdict: Result<Identity, String>,
     ) {
-        self.app_identities.insert((link, conn), verdict);
+        self.access.app_identities.insert((link, conn), verdict);
     }
 
     /// The owner of a new job started by the application on `conn` at
@@ -45,8 +67,8 @@ impl Router {
         name: &str,
         conn: ConnId,
     ) -> Result<Option<String>, String> {
-        let verdict = self.app_identities.remove(&(link, conn));
-        if !self.identities.contains_key(&link) {
+        let verdict = self.access.app_identities.remove(&(link, conn));
+        if !self.access.identities.contains_key(&link) {
             return Ok(None);
         }
         let refused = |why: String| {
@@ -69,21 +91,25 @@ impl Router {
 
     /// Who submitted `job`, while the router remembers the job.
     pub(super) fn job_owner_of(&self, job: JobId) -> Option<String> {
-        if let Some(s) = self.submitted.get(&job) {
+        if let Some(s) = self.jobs.submitted.get(&job) {
             return Some(s.owner.clone());
         }
         let queued = self.alloc.job_owner(job);
         if !queued.is_empty() {
             return Some(queued.to_string());
         }
-        self.history.select(Some(job)).pop().map(|r| r.owner)
+        self.reports
+            .history
+            .select(Some(job))
+            .pop()
+            .map(|r| r.owner)
     }
 
     /// `msg` as the connection's identity may send it (a submit's owner and
     /// a hold's user become the identity), or `None` when it was refused
     /// and answered.
     pub(super) fn authorize(&mut self, link: LinkId, msg: ToGlobal) -> Option<ToGlobal> {
-        let Some(who) = self.identities.get(&link) else {
+        let Some(who) = self.access.identities.get(&link) else {
             return Some(msg);
         };
         let owner;

@@ -9,11 +9,11 @@ impl Router {
         self.procs.sanity_check();
         self.check_log_reads();
         let mut with_deadline = 0;
-        for (name, p) in &self.presence {
+        for (name, p) in &self.registry.presence {
             if let Some(d) = p.deadline {
                 with_deadline += 1;
                 assert!(
-                    self.deadlines.contains(&(d, name.clone())),
+                    self.registry.deadlines.contains(&(d, name.clone())),
                     "{name}: deadline not indexed"
                 );
                 assert!(self.alloc.is_online(name), "{name}: deadline but offline");
@@ -29,42 +29,46 @@ impl Router {
             );
             if let Some(l) = p.link {
                 assert!(
-                    matches!(self.links.get(&l), Some(LinkRole::Machine(n)) if n == name),
+                    matches!(self.registry.links.get(&l), Some(LinkRole::Machine(n)) if n == name),
                     "{name}: link {l} not registered for it"
                 );
             }
         }
-        assert_eq!(with_deadline, self.deadlines.len(), "stale deadlines");
-        for p in &self.unplaced {
+        assert_eq!(
+            with_deadline,
+            self.registry.deadlines.len(),
+            "stale deadlines"
+        );
+        for p in &self.jobs.unplaced {
             assert!(
-                self.masters.contains_key(p),
+                self.jobs.masters.contains_key(p),
                 "unplaced {p} is not a live master"
             );
         }
-        for p in &self.sent_masters {
+        for p in &self.jobs.sent_masters {
             assert!(
-                self.masters.contains_key(p),
+                self.jobs.masters.contains_key(p),
                 "sent master {p} is not a live master"
             );
         }
-        for (p, (job, machine)) in &self.masters {
+        for (p, (job, machine)) in &self.jobs.masters {
             assert_eq!(
                 machine.is_empty(),
-                self.unplaced.contains(p),
+                self.jobs.unplaced.contains(p),
                 "master {p}: unplaced exactly when it has no machine"
             );
             assert!(
-                !(machine.is_empty() && self.sent_masters.contains(p)),
+                !(machine.is_empty() && self.jobs.sent_masters.contains(p)),
                 "master {p} sent to no machine"
             );
             assert!(self.alloc.has_job(*job), "master {p} of ended job {job}");
             assert_eq!(
-                self.submitted.get(job).and_then(|s| s.master),
+                self.jobs.submitted.get(job).and_then(|s| s.master),
                 Some(*p),
                 "master {p} is not its job's"
             );
         }
-        for (p, waiting) in &self.lookups {
+        for (p, waiting) in &self.requests.lookups {
             let proc = self.procs.find(*p);
             assert!(
                 proc.is_some_and(|pr| pr.is_live() && pr.endpoint.is_none()),

@@ -18,6 +18,8 @@ pub struct RouterConfig {
     pub max_slots: u32,
     /// Wall-clock time, seconds since the Unix epoch, at `now == 0`: the
     /// router's clock is monotonic, and `carmi history` shows when jobs ended.
+    /// The router reads no clock: its driver sets this as it starts the
+    /// router (0 by default, which tests and simulators keep).
     pub started_unix: u64,
     /// Most attributes in a machine ad or heartbeat update ([`MAX_AD_ATTRIBUTES`]).
     pub max_ad_attributes: usize,
@@ -44,9 +46,7 @@ impl Default for RouterConfig {
             heartbeat: Duration::from_millis(1000),
             missed_heartbeats: 3,
             max_slots: carmi_proto::limits::MAX_SLOTS_PER_MACHINE,
-            started_unix: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
+            started_unix: 0,
             max_ad_attributes: MAX_AD_ATTRIBUTES,
             max_ad_bytes: MAX_AD_BYTES,
             max_new_names_per_connection: MAX_NEW_NAMES_PER_CONNECTION,

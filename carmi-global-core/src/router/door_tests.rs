@@ -240,7 +240,7 @@ fn a_master_that_cannot_start_holds_its_job_with_the_reason_across_a_restart() {
 
 #[test]
 fn the_history_keeps_the_last_jobs_only() {
-    let mut h = crate::router::jobs::History::default();
+    let mut h = crate::router::reports::history::History::default();
     for j in 0..crate::router::HISTORY_LIMIT as u64 + 5 {
         h.push(carmi_proto::msg::JobRecord {
             job: JobId(j),

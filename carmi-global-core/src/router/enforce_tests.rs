@@ -241,6 +241,6 @@ fn within_its_requests_a_job_completes_with_its_highest_peak_in_the_history() {
         .unwrap_or_else(|| panic!("the job ended: {records:?}"));
     assert_eq!(record.end, JobEnd::Completed(ExitStatus::Code(0)));
     assert_eq!(record.usage.memory_peak_kib, 50_000);
-    assert!(r.memory_peaks.is_empty(), "forgotten with the job");
+    assert!(r.jobs.memory_peaks.is_empty(), "forgotten with the job");
     r.sanity_check();
 }

@@ -23,7 +23,7 @@ impl Router {
     /// Why `job` ended, for the application: from its history record when
     /// there is one.
     pub(super) fn end_reason(&self, job: JobId) -> String {
-        let why = match self.history.select(Some(job)).pop().map(|r| r.end) {
+        let why = match self.reports.history.select(Some(job)).pop().map(|r| r.end) {
             Some(JobEnd::Completed(ExitStatus::HostLost)) => {
                 "the machine its master ran on was declared lost (silent past the heartbeat bound)"
                     .to_string()
@@ -55,7 +55,7 @@ impl Router {
     /// machine is connected (a machine away announces it again on its
     /// return, and hears it then).
     pub(super) fn tell_gone_at(&mut self, at: &Attachment, job: JobId) {
-        if let Some(link) = self.ready_link(&at.machine) {
+        if let Some(link) = self.registry.ready_link(&at.machine) {
             self.tell_gone(link, at.conn, job);
         }
     }
@@ -65,7 +65,7 @@ impl Router {
     /// `Registered` if it still serves them.
     pub(super) fn expect_announcements(&mut self, name: &str) {
         let attached = self.procs.attached_through(name);
-        if let Some(p) = self.presence.get_mut(name) {
+        if let Some(p) = self.registry.presence.get_mut(name) {
             p.unannounced = attached;
         }
     }
@@ -73,7 +73,7 @@ impl Router {
     /// An application announced itself through `name` at `conn`, as
     /// `process` if it names one: not a ghost.
     pub(super) fn announced(&mut self, name: &str, conn: ConnId, process: Option<ProcessId>) {
-        if let Some(p) = self.presence.get_mut(name) {
+        if let Some(p) = self.registry.presence.get_mut(name) {
             p.unannounced
                 .retain(|&(c, pr)| c != conn && Some(pr) != process);
         }
@@ -84,6 +84,7 @@ impl Router {
     /// as if its connection had closed (ending the job it started).
     pub(super) fn settle_unannounced(&mut self, name: &str) {
         let Some(gone) = self
+            .registry
             .presence
             .get_mut(name)
             .map(|p| std::mem::take(&mut p.unannounced))

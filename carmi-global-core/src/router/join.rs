@@ -18,8 +18,12 @@ impl Router {
     /// True when machine `name` takes part in `job` (see the module).
     pub(super) fn machine_in_job(&self, name: &str, job: JobId) -> bool {
         let on_machine = |h| self.alloc.host_machine(h) == Some(name);
-        self.masters.values().any(|(j, m)| *j == job && m == name)
+        self.jobs
+            .masters
+            .values()
+            .any(|(j, m)| *j == job && m == name)
             || self
+                .jobs
                 .awaiting_roots
                 .values()
                 .any(|(j, m)| *j == job && m == name)

@@ -37,7 +37,7 @@ impl Router {
         process: ProcessId,
         result: Result<(), String>,
     ) {
-        match self.master_on(process, name) {
+        match self.jobs.master_on(process, name) {
             Some(job) => match result {
                 Err(reason) => self.master_start_failed(process, job, name, reason),
                 Ok(()) => self.master_report(process, job, Ok(())),
@@ -102,7 +102,7 @@ impl Router {
                     cpu_seconds,
                 }));
         }
-        self.recovered.remove(&process);
+        self.jobs.recovered.remove(&process);
         self.forget_lost(Some(process), None);
         self.procs.set_state(
             process,
@@ -114,7 +114,7 @@ impl Router {
         if let Some(h) = host {
             self.alloc.on_process_exited(h, process);
         }
-        for waiting in self.lookups.remove(&process).unwrap_or_default() {
+        for waiting in self.requests.lookups.remove(&process).unwrap_or_default() {
             let failure = Failure {
                 code: FailureCode::Unavailable,
                 message: format!("process {process} exited before it connected to its local RM"),
@@ -139,7 +139,7 @@ impl Router {
         // Events need no `Advertise` first: only work for the machine itself does.
         let link = target
             .as_ref()
-            .and_then(|a| self.presence.get(&a.machine))
+            .and_then(|a| self.registry.presence.get(&a.machine))
             .and_then(|p| p.link);
         match (target, link) {
             (Some(a), Some(link)) => self.send(
@@ -152,7 +152,7 @@ impl Router {
             // Its machine is away: its local RM keeps the process's
             // connection and announces it again when it is back.
             (Some(a), None) => {
-                let parked = self.parked.entry(process).or_default();
+                let parked = self.requests.parked.entry(process).or_default();
                 if parked.len() >= MAX_PARKED {
                     let dropped = parked.remove(0);
                     warn!(%process, machine = a.machine, ?dropped, "too many events kept for an unreachable process; dropping the oldest");
@@ -164,7 +164,7 @@ impl Router {
             // again after its machine's `Advertise`): kept for it, as for a
             // machine away.
             (None, _) if self.procs.find(process).is_some_and(|p| p.is_live()) => {
-                let parked = self.parked.entry(process).or_default();
+                let parked = self.requests.parked.entry(process).or_default();
                 if parked.len() >= MAX_PARKED {
                     parked.remove(0);
                 }
@@ -226,7 +226,7 @@ impl Router {
                 let link = self
                     .alloc
                     .host_machine(host)
-                    .and_then(|m| self.ready_link(m));
+                    .and_then(|m| self.registry.ready_link(m));
                 for p in procs {
                     match link {
                         // Still live until the local RM reports how it ended.
@@ -302,8 +302,8 @@ impl Router {
                         return;
                     }
                 };
-                let j = JobId(self.next_job);
-                self.next_job += 1;
+                let j = JobId(self.jobs.next_job);
+                self.jobs.next_job += 1;
                 // In a pool without tokens the machine stands for the owner.
                 let owner_name = owner.as_deref().unwrap_or(name);
                 self.alloc.on_job_created(j, owner_name);
@@ -321,13 +321,13 @@ impl Router {
                 (j, id)
             }
         };
-        self.awaiting_roots.remove(&process);
+        self.jobs.awaiting_roots.remove(&process);
         self.procs.attach(process, at, endpoint.clone());
         self.send(link, FromGlobal::Attached { conn, job, process });
-        for event in self.parked.remove(&process).unwrap_or_default() {
+        for event in self.requests.parked.remove(&process).unwrap_or_default() {
             self.send(link, FromGlobal::Deliver { conn, event });
         }
-        for waiting in self.lookups.remove(&process).unwrap_or_default() {
+        for waiting in self.requests.lookups.remove(&process).unwrap_or_default() {
             let reply = Reply::Endpoint {
                 process,
                 address: endpoint.clone(),
@@ -346,7 +346,7 @@ impl Router {
         let Some(p) = self.procs.detach(&at) else {
             return;
         };
-        self.parked.remove(&p);
+        self.requests.parked.remove(&p);
         self.alloc.on_requester_gone(p);
         let proc = self.procs.find(p).expect("detach returned a known process");
         let job = proc.job;
@@ -363,33 +363,39 @@ impl Router {
     pub(super) fn end_job(&mut self, job: JobId) {
         info!(job = %job, "job ended");
         // A submitted job's end is journaled by `kill_master`; a hand-started one's here.
-        if !self.submitted.contains_key(&job) {
+        if !self.jobs.submitted.contains_key(&job) {
             self.out
                 .push(Output::Journal(crate::journal::Record::Ended { job }));
         }
-        self.awaiting_roots.retain(|_, (j, _)| *j != job);
+        self.jobs.awaiting_roots.retain(|_, (j, _)| *j != job);
         self.stored.job_ended(job);
-        self.job_attrs.forget(job);
-        self.memory_peaks.remove(&job);
+        self.jobs.job_attrs.forget(job);
+        self.jobs.memory_peaks.remove(&job);
         self.forget_lost(None, Some(job));
         self.kill_master(job);
         self.alloc.on_job_ended(job);
         self.flush();
         for p in self.procs.of_job(job) {
             let proc = self.procs.remove(p).expect("listed by of_job");
-            self.lookups.remove(&p);
-            self.parked.remove(&p);
+            self.requests.lookups.remove(&p);
+            self.requests.parked.remove(&p);
             if let Some(at) = &proc.attached {
                 self.tell_gone_at(at, job);
             }
-            if proc.is_live()
-                && let Some(link) = proc
-                    .host
-                    .and_then(|h| self.alloc.host_machine(h))
-                    .and_then(|m| self.ready_link(m))
-            {
-                self.send(link, FromGlobal::Kill { process: p });
-            }
+            self.kill_if_live(p, &proc);
+        }
+    }
+
+    /// Kills `process` (whose entry was `proc`, just forgotten) on its
+    /// machine, if it still runs there and the machine is connected.
+    pub(in crate::router) fn kill_if_live(&mut self, process: ProcessId, proc: &Proc) {
+        if proc.is_live()
+            && let Some(link) = proc
+                .host
+                .and_then(|h| self.alloc.host_machine(h))
+                .and_then(|m| self.registry.ready_link(m))
+        {
+            self.send(link, FromGlobal::Kill { process });
         }
     }
 }

@@ -10,7 +10,7 @@ use carmi_proto::msg::{
     ExecutableRef, ExitStatus, FromGlobal, LogChunk, Role, StdStream, SubmitRequest, ToGlobal,
 };
 
-use super::logs::LOG_READ_TIMEOUT;
+use super::reports::logs::LOG_READ_TIMEOUT;
 use super::{LinkId, Output, Router, RouterConfig};
 
 const ADMIN: LinkId = LinkId(100);
@@ -160,7 +160,7 @@ fn a_read_goes_to_the_masters_machine_and_its_answer_to_the_admin() {
     // Answered once: a second answer is dropped.
     let out = sends(&mut r, |r| r.on_message(M1, answer, Duration::ZERO));
     assert!(out.is_empty(), "{out:?}");
-    assert_eq!(r.log_reads.len(), 0);
+    assert_eq!(r.reports.log_reads.len(), 0);
 }
 
 #[test]
@@ -233,7 +233,7 @@ fn a_read_with_no_answer_in_time_fails_with_why() {
         m.contains("job 1") && m.contains("no answer within 15 s"),
         "{m}"
     );
-    assert_eq!(r.log_reads.next_deadline(), None);
+    assert_eq!(r.reports.log_reads.next_deadline(), None);
     // A late answer is dropped.
     let answer = ToGlobal::LogRead {
         request: 0,
@@ -249,8 +249,8 @@ fn a_read_for_a_closed_admin_connection_is_forgotten() {
     let master = submit(&mut r, "m0", "1..1").unwrap();
     let request = read_sent(&logs(&mut r, 1, Duration::ZERO), M0, master);
     sends(&mut r, |r| r.on_link_closed(ADMIN, Duration::ZERO));
-    assert_eq!(r.log_reads.len(), 0);
-    assert_eq!(r.log_reads.next_deadline(), None);
+    assert_eq!(r.reports.log_reads.len(), 0);
+    assert_eq!(r.reports.log_reads.next_deadline(), None);
     let answer = ToGlobal::LogRead {
         request,
         result: Ok(chunk("x")),

@@ -4,15 +4,36 @@
 //! pilots registering and being lost, and what the driver reports back from
 //! the batch system.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use carmi_proto::msg::{AllocAnswer, AllocRequest, FailureCode, FromGlobal};
 use classad::ClassAd;
 
 use super::{LinkId, Output, Router};
-use crate::alloc_queue::{BatchState, QueueCommand, alloc_of};
+use crate::alloc_queue::{AllocQueues, BatchState, QueueCommand, alloc_of};
 use crate::journal::Record;
+
+/// The allocation queues, and the admins waiting for a dry run's answer.
+pub(super) struct Pilots {
+    /// The allocation queues (`carmi alloc`).
+    pub queues: AllocQueues,
+    /// Dry runs waiting for their pilot, by number: the admin connection to answer.
+    pub dry_runs: HashMap<u64, LinkId>,
+    /// The next dry run's number.
+    pub next_waiter: u64,
+}
+
+impl Pilots {
+    /// No queue yet.
+    pub fn new() -> Pilots {
+        Pilots {
+            queues: AllocQueues::new(Default::default()),
+            dry_runs: HashMap::new(),
+            next_waiter: 1,
+        }
+    }
+}
 
 impl Router {
     /// Wall-clock seconds now (the queues' clock).
@@ -22,7 +43,7 @@ impl Router {
 
     /// The queues' next deadline on the router's clock.
     pub(super) fn pilots_deadline(&self) -> Option<Duration> {
-        let at = self.pilots.next_deadline()?;
+        let at = self.pilots.queues.next_deadline()?;
         Some(Duration::from_secs(
             at.saturating_sub(self.config.started_unix),
         ))
@@ -32,23 +53,30 @@ impl Router {
     pub(super) fn alloc_request(&mut self, link: LinkId, req: AllocRequest) {
         let now = self.now_unix();
         let answer = match req {
-            AllocRequest::Add(spec) => self.pilots.add(spec).map(AllocAnswer::Queue),
-            AllocRequest::List => Ok(AllocAnswer::Queues(self.pilots.list())),
+            AllocRequest::Add(spec) => self.pilots.queues.add(spec).map(AllocAnswer::Queue),
+            AllocRequest::List => Ok(AllocAnswer::Queues(self.pilots.queues.list())),
             AllocRequest::Info { queue } => self
                 .pilots
+                .queues
                 .status(queue, true)
                 .map(AllocAnswer::Queue)
                 .ok_or_else(|| format!("no allocation queue {queue}")),
-            AllocRequest::Pause { queue } => self.pilots.pause(queue).map(AllocAnswer::Queue),
-            AllocRequest::Resume { queue } => self.pilots.resume(queue).map(AllocAnswer::Queue),
-            AllocRequest::Remove { queue } => self.pilots.remove(queue).map(AllocAnswer::Queue),
+            AllocRequest::Pause { queue } => {
+                self.pilots.queues.pause(queue).map(AllocAnswer::Queue)
+            }
+            AllocRequest::Resume { queue } => {
+                self.pilots.queues.resume(queue).map(AllocAnswer::Queue)
+            }
+            AllocRequest::Remove { queue } => {
+                self.pilots.queues.remove(queue).map(AllocAnswer::Queue)
+            }
             AllocRequest::DryRun(spec) => {
-                let waiter = self.next_waiter;
-                self.next_waiter += 1;
-                match self.pilots.dry_run(spec, waiter, now) {
+                let waiter = self.pilots.next_waiter;
+                self.pilots.next_waiter += 1;
+                match self.pilots.queues.dry_run(spec, waiter, now) {
                     Ok(()) => {
                         // Answered when the pilot registers or fails.
-                        self.dry_runs.insert(waiter, link);
+                        self.pilots.dry_runs.insert(waiter, link);
                         self.pilot_outputs();
                         return;
                     }
@@ -73,7 +101,7 @@ impl Router {
     ) {
         self.advance(now);
         let now = self.now_unix();
-        self.pilots.on_submitted(alloc, result, now);
+        self.pilots.queues.on_submitted(alloc, result, now);
         self.pilot_outputs();
     }
 
@@ -81,7 +109,7 @@ impl Router {
     pub fn on_batch_states(&mut self, states: &[(String, BatchState)], now: Duration) {
         self.advance(now);
         let now = self.now_unix();
-        self.pilots.on_batch_states(states, now);
+        self.pilots.queues.on_batch_states(states, now);
         self.pilot_outputs();
     }
 
@@ -96,20 +124,20 @@ impl Router {
             .filter(|e| *e > 0.0)
             .map(|e| e as u64);
         let now = self.now_unix();
-        self.pilots.on_pilot_registered(name, ends, now);
+        self.pilots.queues.on_pilot_registered(name, ends, now);
         self.pilot_outputs();
     }
 
     /// A machine was lost: if it was a pilot, its allocation hears of it.
     pub(super) fn pilot_lost(&mut self, name: &str) {
-        self.pilots.on_pilot_lost(name);
+        self.pilots.queues.on_pilot_lost(name);
         self.pilot_outputs();
     }
 
     /// The queues' tick, when due: demand and pilots' use looked at.
     pub(super) fn pilot_tick(&mut self) {
         let now = self.now_unix();
-        if self.pilots.next_deadline().is_none_or(|d| d > now) {
+        if self.pilots.queues.next_deadline().is_none_or(|d| d > now) {
             return;
         }
         let demand = self.pilot_demand(now);
@@ -121,7 +149,7 @@ impl Router {
                 .filter(|h| alloc.host_state(**h).is_some_and(|s| s.claim().is_some()))
                 .count() as u32
         };
-        self.pilots.on_tick(now, &demand, busy);
+        self.pilots.queues.on_tick(now, &demand, busy);
         self.pilot_outputs();
     }
 
@@ -134,7 +162,7 @@ impl Router {
         if unmet.is_empty() {
             return out;
         }
-        for (id, spec) in self.pilots.specs() {
+        for (id, spec) in self.pilots.queues.specs() {
             let text = format!(
                 "[ Name = \"pilot\"; Cpus = {}; PilotQueue = {id}; PilotEndsAt = {}; SlurmJobId = 0; ]",
                 spec.cpus,
@@ -155,14 +183,14 @@ impl Router {
 
     /// Carries the queues' commands to the driver, their snapshot first.
     pub(super) fn pilot_outputs(&mut self) {
-        if self.pilots.take_changed() {
-            let snap = Box::new(self.pilots.snapshot());
+        if self.pilots.queues.take_changed() {
+            let snap = Box::new(self.pilots.queues.snapshot());
             self.out.push(Output::Journal(Record::Pilots(snap)));
         }
-        for c in self.pilots.take_commands() {
+        for c in self.pilots.queues.take_commands() {
             match c {
                 QueueCommand::DryRunDone { waiter, ok, report } => {
-                    if let Some(link) = self.dry_runs.remove(&waiter) {
+                    if let Some(link) = self.pilots.dry_runs.remove(&waiter) {
                         self.send(link, FromGlobal::Alloc(AllocAnswer::DryRun { ok, report }));
                     }
                 }

@@ -187,7 +187,7 @@ fn a_machine_that_refused_is_asked_again_only_after_a_while() {
         .next_deadline()
         .expect("a deadline for the machine passed over");
     assert!(
-        wake <= Duration::from_secs(1) + super::requeue::AVOID_FOR,
+        wake <= Duration::from_secs(1) + super::jobs::requeue::AVOID_FOR,
         "{wake:?}"
     );
     let out = step(&mut r, wake.as_secs() + 1, |r, now| r.on_tick(now));
@@ -253,7 +253,7 @@ fn a_master_vacated_by_its_owner_is_requeued_not_completed() {
         usage: Default::default(),
     };
     step(&mut r, 6, |r, now| r.on_message(b, done, now));
-    let history = r.history.select(Some(JobId(1)));
+    let history = r.reports.history.select(Some(JobId(1)));
     assert_eq!(history.len(), 1);
     assert_eq!(
         history[0].end,
@@ -337,6 +337,7 @@ fn a_checkpoint_goes_to_the_next_master_and_survives_a_restart() {
     let q = again.queue_status();
     assert_eq!(q.len(), 1);
     let r2 = again
+        .jobs
         .submitted
         .get(&JobId(1))
         .and_then(|s| s.tries.checkpoint.clone());

@@ -114,7 +114,7 @@ impl Router {
     /// The hashes live jobs refer to.
     fn referred_files(&self) -> HashSet<&str> {
         let mut referred: HashSet<&str> = HashSet::new();
-        for sub in self.submitted.values() {
+        for sub in self.jobs.submitted.values() {
             referred.insert(&sub.executable.sha256);
             referred.extend(sub.spec.input_refs.iter().map(|r| r.sha256.as_str()));
             if let Some(c) = &sub.tries.checkpoint {

@@ -1,216 +1,30 @@
 //! Machines at the router: registration and reconciliation of what a
-//! reconnecting local RM still runs, heartbeats, loss, and owner-policy slot changes.
-//! Loss is for a machine's own silence: heartbeats count from their arrival,
-//! and a router that ran late counts overdue machines' silence again from
-//! when it resumed ([`Router::on_tick`]). Ads and updates over the limits are refused with
-//! their reason, told to the machine and logged at most once per
-//! [`REFUSAL_LOG_PERIOD`].
+//! reconnecting local RM still runs, heartbeats, loss, and owner-policy slot
+//! changes (when a machine is lost for its silence is in `tick.rs`). Ads and
+//! updates over the limits are refused with their reason, told to the
+//! machine and logged at most once per [`REFUSAL_LOG_PERIOD`].
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use carmi_proto::ids::{JobId, ProcessId};
+use carmi_proto::ids::{HostId, JobId, ProcessId};
 use carmi_proto::msg::{ExitStatus, Failure, FailureCode, FromGlobal, ProcessState, SlotActivity};
 use classad::ClassAd;
 use tracing::{debug, info, warn};
 
-use super::{LinkId, Output, Router};
+use crate::router::{LinkId, Output, Router};
 
 /// Least time between two log lines about one machine's refused updates.
 pub const REFUSAL_LOG_PERIOD: Duration = Duration::from_secs(10);
-
-/// Longest time every machine may be silent at once before they are
-/// declared lost, by default: a global RM cut off from the network keeps
-/// their jobs that long ([`Router::on_tick`], `--cut-off-limit-s`).
-pub const CUT_OFF_LIMIT: Duration = Duration::from_secs(600);
-
-/// Fewest machines whose silence together is taken for the global RM's own
-/// cut: two machines stopping at once (a test killing both, two pilots
-/// ending) is common enough to be their own.
-pub const CUT_OFF_MIN_MACHINES: usize = 3;
 
 /// Characters of a leaving machine's reason kept for logs and events.
 const MAX_LEAVING_REASON: usize = 200;
 
 impl Router {
-    /// Any message from a registered machine proves it alive.
-    pub(super) fn touch(&mut self, name: &str) {
-        let deadline = self.now.saturating_add(self.lost_after());
-        self.set_deadline(name, deadline);
-        if let Some(p) = self.presence.get_mut(name) {
-            p.reprieved = false;
-        }
-    }
-
-    /// Moves the deadline of machine `name`, if it has one (only registered
-    /// machines do).
-    fn set_deadline(&mut self, name: &str, deadline: Duration) {
-        if let Some(p) = self.presence.get_mut(name)
-            && let Some(old) = p.deadline.as_mut().map(|d| std::mem::replace(d, deadline))
-        {
-            self.deadlines.remove(&(old, name.to_string()));
-            self.deadlines.insert((deadline, name.to_string()));
-        }
-    }
-
-    /// Gives every machine past its deadline, and not reprieved already
-    /// since its last message, a whole new loss window from now (see
-    /// [`Router::on_tick`]).
-    pub(super) fn reprieve_overdue(&mut self) {
-        let now = self.now;
-        let overdue: Vec<String> = self
-            .deadlines
-            .iter()
-            .take_while(|(d, _)| *d <= now)
-            .map(|(_, name)| name.clone())
-            .filter(|name| self.presence.get(name).is_some_and(|p| !p.reprieved))
-            .collect();
-        if overdue.is_empty() {
-            return;
-        }
-        warn!(
-            machines = overdue.len(),
-            "the global RM ran late past their deadlines (it was stopped or overloaded): \
-             their silence counts again from now"
-        );
-        let deadline = now.saturating_add(self.lost_after());
-        for name in overdue {
-            self.set_deadline(&name, deadline);
-            if let Some(p) = self.presence.get_mut(&name) {
-                p.reprieved = true;
-            }
-        }
-    }
-
-    /// Declares every machine whose deadline has passed lost, unless the
-    /// tick itself comes late.
-    ///
-    /// A tick more than a heartbeat period past a deadline means this
-    /// process did not run in between (stopped, starved of CPU, swapping, or
-    /// stuck on one input): the machines' heartbeats may be waiting unread in
-    /// their sockets, and a silence the global RM could not hear is not
-    /// theirs. Each overdue machine's silence then counts again from now,
-    /// once (any message from it renews that): a machine that is really gone
-    /// is lost one loss window later, one that was only unheard is not.
-    pub fn on_tick(&mut self, now: Duration) {
-        self.advance(now);
-        self.journal_usage();
-        let late = self
-            .deadlines
-            .first()
-            .is_some_and(|(d, _)| self.now.saturating_sub(*d) > self.config.heartbeat);
-        if late {
-            self.reprieve_overdue();
-        }
-        if self.cut_off() {
-            self.settle_log_reads();
-            self.pilot_tick();
-            return;
-        }
-        while let Some((d, name)) = self.deadlines.first().cloned() {
-            if d > self.now {
-                break;
-            }
-            let reason = format!(
-                "machine `{name}` sent nothing for {} ms ({} heartbeat periods)",
-                self.lost_after().as_millis(),
-                self.config.missed_heartbeats
-            );
-            self.machine_lost(&name, reason);
-        }
-        self.expire_absent();
-        self.settle_log_reads();
-        self.pilot_tick();
-        self.sweep_stored();
-        if !self.unplaced.is_empty() {
-            self.place_masters();
-        }
-    }
-
-    /// True while every registered machine ([`CUT_OFF_MIN_MACHINES`] at
-    /// least) is silent at once (the first past its deadline, every other
-    /// silent for half the loss window at least), for less than
-    /// [`RouterConfig::cut_off_limit`](super::RouterConfig::cut_off_limit): the silence is
-    /// most likely this global RM's own, cut off from the network, and no
-    /// machine is declared lost for it (their jobs keep running and talking
-    /// to each other). Their deadlines are checked again every heartbeat
-    /// period. When one is heard again, those still silent get as long
-    /// again as the cut lasted to be heard too (a TCP connection's
-    /// retransmissions back off during a cut: its next try may come that
-    /// late), then the usual loss window.
-    fn cut_off(&mut self) -> bool {
-        let now = self.now;
-        let lost_after = self.lost_after();
-        let recheck_at = now.saturating_add(self.config.heartbeat);
-        if let Some((since, recheck)) = self.cut_off_since {
-            // A machine heard since has a deadline past the last recheck.
-            let heard = self.deadlines.last().is_some_and(|(d, _)| *d > recheck);
-            if !heard {
-                if now < recheck {
-                    return true;
-                }
-                if now.saturating_sub(since) < self.config.cut_off_limit {
-                    self.recheck_all(recheck_at, since);
-                    return true;
-                }
-                warn!(
-                    "no machine was heard for {} s: they are lost",
-                    self.config.cut_off_limit.as_secs()
-                );
-                self.cut_off_since = None;
-                return false;
-            }
-            self.cut_off_since = None;
-            let cut = now.saturating_sub(since);
-            let grace = now.saturating_add(cut).saturating_add(lost_after);
-            info!(
-                cut_ms = cut.as_millis() as u64,
-                "a machine was heard again after the global RM's cut; the others have as long again"
-            );
-            let silent: Vec<String> = self
-                .deadlines
-                .iter()
-                .take_while(|(d, _)| *d <= recheck)
-                .map(|(_, n)| n.clone())
-                .collect();
-            for name in silent {
-                self.set_deadline(&name, grace);
-            }
-            return false;
-        }
-        // Heartbeats arrive at different moments: when the first machine is
-        // due, the others have been silent for at least half the window.
-        let registered = self.deadlines.len();
-        let first_due = self.deadlines.first().is_some_and(|(d, _)| *d <= now);
-        let all_silent = self
-            .deadlines
-            .last()
-            .is_some_and(|(d, _)| *d <= now.saturating_add(lost_after / 2));
-        let limit = self.config.cut_off_limit;
-        if registered < CUT_OFF_MIN_MACHINES || !first_due || !all_silent || limit.is_zero() {
-            return false;
-        }
-        warn!(
-            machines = registered,
-            "no machine was heard for {} ms: this global RM seems cut off from the network; \
-             no machine is declared lost for it (for {} s at most)",
-            lost_after.as_millis(),
-            limit.as_secs()
-        );
-        self.recheck_all(recheck_at, now.saturating_sub(lost_after));
-        true
-    }
-
-    /// Moves every machine's deadline to `recheck`, a cut that began at `since`.
-    fn recheck_all(&mut self, recheck: Duration, since: Duration) {
-        self.cut_off_since = Some((since, recheck));
-        let names: Vec<String> = self.deadlines.iter().map(|(_, n)| n.clone()).collect();
-        for name in names {
-            self.set_deadline(&name, recheck);
-        }
-    }
-
-    pub(super) fn advertise(
+    /// Machine `name` advertised on `link`: it registers (again), hears
+    /// its host ids first, and what it still runs is reconciled with what
+    /// the router knows.
+    pub(in crate::router) fn advertise(
         &mut self,
         link: LinkId,
         name: &str,
@@ -233,23 +47,7 @@ impl Router {
                 return self.close(link, reason);
             }
         };
-        let known = self.alloc.known_hosts(name).len();
-        self.pilot_registered(name, &ad);
-        let hosts = self.alloc.on_machine_registered(name, ad, slots);
-        if hosts.len() > known {
-            self.out
-                .push(Output::Journal(crate::journal::Record::Machine {
-                    name: name.to_string(),
-                    hosts: self.alloc.known_hosts(name).to_vec(),
-                }));
-        }
-        let deadline = self.now.saturating_add(self.lost_after());
-        let p = self.presence.entry(name.to_string()).or_default();
-        p.ready = true;
-        if let Some(old) = p.deadline.replace(deadline) {
-            self.deadlines.remove(&(old, name.to_string()));
-        }
-        self.deadlines.insert((deadline, name.to_string()));
+        let hosts = self.register(name, ad, slots);
         info!(machine = name, slots, "machine registered");
         // The answer first: a local RM may expect it before anything else.
         self.send(
@@ -264,42 +62,86 @@ impl Router {
                     .unwrap_or(u64::MAX),
             },
         );
-        // Reconcile with what the local RM says still runs there.
         let running: BTreeSet<ProcessId> = running.into_iter().collect();
-        for &p in &running {
+        self.kill_unknown(link, name, &hosts, &running);
+        self.send_waiting_masters(link, name);
+        self.place_masters();
+        self.reclaim_recovered(link, name, &running);
+        self.suspect_missing(name, &hosts, &running);
+        self.expect_announcements(name);
+    }
+
+    /// Registers machine `name` with the allocator (journaling host ids it
+    /// did not have) and arms its deadline; returns its hosts.
+    fn register(&mut self, name: &str, ad: ClassAd, slots: u32) -> Vec<HostId> {
+        let known = self.alloc.known_hosts(name).len();
+        self.pilot_registered(name, &ad);
+        let hosts = self.alloc.on_machine_registered(name, ad, slots);
+        if hosts.len() > known {
+            self.out
+                .push(Output::Journal(crate::journal::Record::Machine {
+                    name: name.to_string(),
+                    hosts: self.alloc.known_hosts(name).to_vec(),
+                }));
+        }
+        let deadline = self.now.saturating_add(self.lost_after());
+        self.registry.register(name, deadline);
+        hosts
+    }
+
+    /// Kills what the local RM of `name` says still runs there but the
+    /// router no longer knows (neither a live process on its hosts nor its master).
+    fn kill_unknown(
+        &mut self,
+        link: LinkId,
+        name: &str,
+        hosts: &[HostId],
+        running: &BTreeSet<ProcessId>,
+    ) {
+        for &p in running {
             let known = self
                 .procs
                 .find(p)
                 .is_some_and(|pr| pr.is_live() && pr.host.is_some_and(|h| hosts.contains(&h)))
-                || self.master_on(p, name).is_some();
+                || self.jobs.master_on(p, name).is_some();
             if !known {
                 debug!(machine = name, process = %p, "killing a process the global RM no longer knows");
                 self.send(link, FromGlobal::Kill { process: p });
             }
         }
-        // Masters that waited for this machine to come back.
+    }
+
+    /// Sends the masters that waited for machine `name` to come back, if its
+    /// owner lets them start (else they wait among the unplaced).
+    fn send_waiting_masters(&mut self, link: LinkId, name: &str) {
         let waiting: Vec<(ProcessId, JobId)> = self
+            .jobs
             .masters
             .iter()
-            .filter(|(p, (_, m))| m == name && !self.sent_masters.contains(p))
+            .filter(|(p, (_, m))| m == name && !self.jobs.sent_masters.contains(p))
             .map(|(&p, &(j, _))| (p, j))
             .collect();
         for (p, j) in waiting {
             // Its owner may have come back while it was away.
             if self
+                .jobs
                 .submitted
                 .get(&j)
                 .is_some_and(|s| self.may_place(name, s))
             {
                 self.send_master(link, p, j);
             } else {
-                self.unplaced.insert(p);
+                self.jobs.unplaced.insert(p);
             }
         }
-        self.place_masters();
-        // Processes recovered from the journal that still run get their hosts back.
-        for &p in &running {
-            if let Some((job, class)) = self.recovered.remove(&p)
+    }
+
+    /// Processes recovered from the journal that still run on `name` get
+    /// their hosts back, and those whose `Started` was in flight when the
+    /// global RM died are taken as started.
+    fn reclaim_recovered(&mut self, link: LinkId, name: &str, running: &BTreeSet<ProcessId>) {
+        for &p in running {
+            if let Some((job, class)) = self.jobs.recovered.remove(&p)
                 && let Some(host) = self.procs.find(p).and_then(|pr| pr.host)
                 && !self.alloc.recover_claim(host, job, &class, p)
             {
@@ -317,7 +159,7 @@ impl Router {
                 self.started(name, p, Ok(()));
             }
             // A master whose `Started` was in flight likewise.
-            if let Some(job) = self.master_on(p, name)
+            if let Some(job) = self.jobs.master_on(p, name)
                 && self
                     .procs
                     .find(p)
@@ -326,6 +168,12 @@ impl Router {
                 self.master_report(p, job, Ok(()));
             }
         }
+    }
+
+    /// What `name`'s hosts ran, its masters and the hand-started roots that
+    /// ran there, missing from what it says still runs: settled at its next
+    /// heartbeat.
+    fn suspect_missing(&mut self, name: &str, hosts: &[HostId], running: &BTreeSet<ProcessId>) {
         // Processes it no longer runs most likely ended while it was away:
         // their `Exited` follows `Registered` from its backlog, with the real
         // status. Whatever is still unexplained at its next heartbeat (sent
@@ -337,28 +185,29 @@ impl Router {
             .collect();
         // Masters sent to it earlier run outside its slots.
         suspects.extend(
-            self.masters
+            self.jobs
+                .masters
                 .iter()
                 .filter(|(p, (_, m))| {
-                    m == name && self.sent_masters.contains(p) && !running.contains(p)
+                    m == name && self.jobs.sent_masters.contains(p) && !running.contains(p)
                 })
                 .map(|(&p, _)| p),
         );
         // Hand-started roots from the journal that ran here: their local RM
         // announces them again right after `Registered`.
         suspects.extend(
-            self.awaiting_roots
+            self.jobs
+                .awaiting_roots
                 .iter()
                 .filter(|(_, (_, m))| m == name)
                 .map(|(&p, _)| p),
         );
-        if let Some(p) = self.presence.get_mut(name) {
+        if let Some(p) = self.registry.presence.get_mut(name) {
             p.suspects = suspects;
         }
-        self.expect_announcements(name);
     }
 
-    pub(super) fn heartbeat(
+    pub(in crate::router) fn heartbeat(
         &mut self,
         link: LinkId,
         name: &str,
@@ -366,15 +215,16 @@ impl Router {
     ) {
         self.settle_unannounced(name);
         let suspects = self
+            .registry
             .presence
             .get_mut(name)
             .map(|p| std::mem::take(&mut p.suspects))
             .unwrap_or_default();
         for p in suspects {
-            if let Some((job, _)) = self.awaiting_roots.remove(&p) {
+            if let Some((job, _)) = self.jobs.awaiting_roots.remove(&p) {
                 warn!(machine = name, %job, process = %p, "the hand-started root process of the job did not come back with its machine; the job ends");
                 self.end_job(job);
-            } else if let Some(job) = self.master_on(p, name) {
+            } else if let Some(job) = self.jobs.master_on(p, name) {
                 if self
                     .procs
                     .find(p)
@@ -385,7 +235,7 @@ impl Router {
                     // a killed global RM or a broken link). Sent again; a
                     // local RM still launching it ignores the copy.
                     warn!(machine = name, %job, process = %p, "the master's machine does not have it; sending it again");
-                    self.sent_masters.remove(&p);
+                    self.jobs.sent_masters.remove(&p);
                     self.send_master(link, p, job);
                 } else {
                     // The local RM restarted without it: the master is gone.
@@ -406,7 +256,7 @@ impl Router {
                 }
                 None => {
                     self.alloc.on_machine_updated(name, &ad);
-                    if !self.unplaced.is_empty() {
+                    if !self.jobs.unplaced.is_empty() {
                         self.place_masters();
                     }
                 }
@@ -457,24 +307,16 @@ impl Router {
     /// machine repeating a bad update every heartbeat writes one line per
     /// period, not one per heartbeat.
     fn log_refusal(&mut self, name: &str, reason: &str) {
-        let now = self.now;
-        let Some(p) = self.presence.get_mut(name) else {
-            return;
-        };
-        match &mut p.refusals {
-            Some((last, quiet)) if now.saturating_sub(*last) < REFUSAL_LOG_PERIOD => *quiet += 1,
-            slot => {
-                let quiet = slot.map_or(0, |(_, q)| q);
-                *slot = Some((now, 0));
-                if quiet > 0 {
-                    warn!(
-                        machine = name,
-                        "{reason} ({quiet} more refused since the last such line)"
-                    );
-                } else {
-                    warn!(machine = name, "{reason}");
-                }
-            }
+        match self
+            .registry
+            .note_refusal(name, self.now, REFUSAL_LOG_PERIOD)
+        {
+            None => {}
+            Some(0) => warn!(machine = name, "{reason}"),
+            Some(quiet) => warn!(
+                machine = name,
+                "{reason} ({quiet} more refused since the last such line)"
+            ),
         }
     }
 
@@ -484,29 +326,26 @@ impl Router {
     /// before their processes' exits could tell them otherwise. A message on
     /// a link that is no longer the machine's (a newer connection took over)
     /// only closes that link.
-    pub(super) fn leaving(&mut self, link: LinkId, name: &str, reason: &str) {
+    pub(in crate::router) fn leaving(&mut self, link: LinkId, name: &str, reason: &str) {
         // The reason comes from the network: a bounded, single-line excerpt.
         let reason: String = reason
             .chars()
             .take(MAX_LEAVING_REASON)
             .map(|c| if c.is_control() { ' ' } else { c })
             .collect();
-        let current = self
-            .presence
-            .get(name)
-            .is_some_and(|p| p.link == Some(link));
-        if !current {
-            self.links.remove(&link);
+        if !self.registry.is_current(name, link) {
+            self.registry.links.remove(&link);
             return self.close(link, format!("machine `{name}` is leaving ({reason})"));
         }
         self.machine_lost(name, format!("machine `{name}` is leaving ({reason})"));
     }
 
-    pub(super) fn machine_lost(&mut self, name: &str, reason: String) {
+    pub(in crate::router) fn machine_lost(&mut self, name: &str, reason: String) {
         warn!(machine = name, "{reason}; declaring it lost");
         // A job whose master ran there has lost its master: it ends, or
         // starts a new one elsewhere (below, once this machine is offline).
         let masters: Vec<(ProcessId, JobId)> = self
+            .jobs
             .masters
             .iter()
             .filter(|(_, (_, m))| m == name)
@@ -514,7 +353,7 @@ impl Router {
             .collect();
         let mut restart = Vec::new();
         for (p, j) in masters {
-            if self.submitted.get(&j).is_some_and(|s| s.anywhere) {
+            if self.jobs.submitted.get(&j).is_some_and(|s| s.anywhere) {
                 restart.push((p, j));
             } else {
                 self.exit_process(p, ExitStatus::HostLost, 0.0);
@@ -534,20 +373,13 @@ impl Router {
         self.hold_newly_impossible();
         // Jobs hear about it before the connection goes.
         self.flush();
-        if let Some(p) = self.presence.get_mut(name) {
-            if let Some(d) = p.deadline.take() {
-                self.deadlines.remove(&(d, name.to_string()));
-            }
-            p.ready = false;
-            if let Some(link) = p.link.take() {
-                self.links.remove(&link);
-                self.close(link, reason);
-            }
+        if let Some(link) = self.registry.unregister(name) {
+            self.close(link, reason);
         }
         self.settle_log_reads();
     }
 
-    pub(super) fn slot_state(&mut self, name: &str, slot: u32, state: SlotActivity) {
+    pub(in crate::router) fn slot_state(&mut self, name: &str, slot: u32, state: SlotActivity) {
         let Some(host) = self.alloc.host_of_slot(name, slot) else {
             warn!(
                 machine = name,

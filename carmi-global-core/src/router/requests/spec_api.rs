@@ -7,17 +7,17 @@
 use carmi_proto::ids::{JobId, ProcessId};
 use carmi_proto::msg::{Failure, FailureCode, ProcessInfo, Reply};
 
-use super::Router;
 use crate::procs::Proc;
+use crate::router::Router;
 
 impl Router {
     /// What `ProcessInfo` and `Processes` say of one process: the parent is
     /// the process whose `ClassSpawn` started it; a first process runs the
     /// executable of its job's submit file (unknown for one started by hand).
-    pub(super) fn process_info(&self, process: ProcessId, p: &Proc) -> ProcessInfo {
+    pub(in crate::router) fn process_info(&self, process: ProcessId, p: &Proc) -> ProcessInfo {
         let executable = p.executable.clone().or_else(|| {
             p.root
-                .then(|| self.submitted.get(&p.job))
+                .then(|| self.jobs.submitted.get(&p.job))
                 .flatten()
                 .map(|s| s.executable.name.clone())
         });
@@ -31,7 +31,7 @@ impl Router {
     }
 
     /// `Processes`: every process of `job` the table still holds, by id.
-    pub(super) fn processes_of(&self, job: JobId) -> Reply {
+    pub(in crate::router) fn processes_of(&self, job: JobId) -> Reply {
         let list = self
             .procs
             .of_job(job)
@@ -45,7 +45,7 @@ impl Router {
     /// its submit file or an earlier `DefineClass`) fails, naming the way
     /// to redefine it; checked before the allocator and the journal see it,
     /// so a refused definition changes nothing and is never replayed.
-    pub(super) fn check_define(
+    pub(in crate::router) fn check_define(
         &self,
         job: JobId,
         name: &str,

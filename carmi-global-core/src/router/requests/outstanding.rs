@@ -18,9 +18,9 @@ use std::collections::{HashMap, HashSet};
 use carmi_proto::ids::{ConnId, HostId, JobId, ProcessId, RequestId};
 use carmi_proto::msg::{Event, Failure, FailureCode, Request};
 
-use super::{Output, Router};
 use crate::alloc::ReqRef;
 use crate::journal::Record;
+use crate::router::{Output, Router};
 
 /// A request outstanding in this run.
 struct LiveReq {
@@ -39,7 +39,7 @@ struct LostReq {
 /// The router's part: requests journaled as outstanding in this run, and
 /// those a replay found outstanding, per process, until it attaches again.
 #[derive(Default)]
-pub(super) struct Outstanding {
+pub(in crate::router) struct Outstanding {
     live: HashMap<ReqRef, LiveReq>,
     lost: HashMap<ProcessId, (JobId, Vec<LostReq>)>,
 }
@@ -63,7 +63,7 @@ fn describe(body: &Request) -> Option<String> {
 impl Router {
     /// What `body` is and a copy of it, if it may stay outstanding (asked
     /// before the request is dispatched, which consumes it).
-    pub(super) fn outstanding_kind(body: &Request) -> Option<(String, Request)> {
+    pub(in crate::router) fn outstanding_kind(body: &Request) -> Option<(String, Request)> {
         describe(body).map(|what| (what, body.clone()))
     }
 
@@ -71,6 +71,7 @@ impl Router {
     fn still_outstanding(&self, job: JobId, req: ReqRef, body: &Request) -> bool {
         match body {
             Request::LookupProcess { process } => self
+                .requests
                 .lookups
                 .get(process)
                 .is_some_and(|waiting| waiting.contains(&req)),
@@ -79,7 +80,7 @@ impl Router {
     }
 
     /// After the request was dispatched: journals it if it stays outstanding.
-    pub(super) fn note_outstanding(
+    pub(in crate::router) fn note_outstanding(
         &mut self,
         job: JobId,
         req: ReqRef,
@@ -98,15 +99,16 @@ impl Router {
             what: what.clone(),
             body: Some(Box::new(body.clone())),
         }));
-        self.outstanding
+        self.requests
+            .outstanding
             .live
             .insert(req, LiveReq { job, what, body });
     }
 
     /// A group of hosts went to `req`: should the global RM restart, only
     /// the `remaining` hosts are asked for again.
-    pub(super) fn note_granted(&mut self, req: ReqRef, remaining: u32) {
-        let Some(live) = self.outstanding.live.get_mut(&req) else {
+    pub(in crate::router) fn note_granted(&mut self, req: ReqRef, remaining: u32) {
+        let Some(live) = self.requests.outstanding.live.get_mut(&req) else {
             return;
         };
         let Request::AddHosts { count, .. } = &mut live.body else {
@@ -129,11 +131,12 @@ impl Router {
     /// Journals the end of every outstanding request that no longer waits
     /// (answered in full, failed, cancelled, or dropped with its process or
     /// job). Called after effects were taken.
-    pub(super) fn settle_outstanding(&mut self) {
-        if self.outstanding.live.is_empty() {
+    pub(in crate::router) fn settle_outstanding(&mut self) {
+        if self.requests.outstanding.live.is_empty() {
             return;
         }
         let done: Vec<ReqRef> = self
+            .requests
             .outstanding
             .live
             .iter()
@@ -141,7 +144,7 @@ impl Router {
             .map(|(&req, _)| req)
             .collect();
         for req in done {
-            self.outstanding.live.remove(&req);
+            self.requests.outstanding.live.remove(&req);
             self.out.push(Output::Journal(Record::Answered {
                 process: req.process,
                 request: req.id,
@@ -152,7 +155,7 @@ impl Router {
     /// Replays an `Outstanding` record: its process is served again (or told
     /// of the loss) when it attaches again. A later record of the same
     /// request replaces the earlier one.
-    pub(super) fn recover_outstanding(
+    pub(in crate::router) fn recover_outstanding(
         &mut self,
         job: JobId,
         process: ProcessId,
@@ -164,6 +167,7 @@ impl Router {
             return;
         }
         let entry = self
+            .requests
             .outstanding
             .lost
             .entry(process)
@@ -177,23 +181,30 @@ impl Router {
     }
 
     /// Replays an `Answered` record.
-    pub(super) fn recover_answered(&mut self, process: ProcessId, request: RequestId) {
-        if let Some((_, list)) = self.outstanding.lost.get_mut(&process) {
+    pub(in crate::router) fn recover_answered(&mut self, process: ProcessId, request: RequestId) {
+        if let Some((_, list)) = self.requests.outstanding.lost.get_mut(&process) {
             list.retain(|l| l.request != request);
             if list.is_empty() {
-                self.outstanding.lost.remove(&process);
+                self.requests.outstanding.lost.remove(&process);
             }
         }
     }
 
     /// Forgets what a replay found outstanding for processes that are gone
     /// (their job ended or was held, or they exited).
-    pub(super) fn forget_lost(&mut self, process: Option<ProcessId>, job: Option<JobId>) {
+    pub(in crate::router) fn forget_lost(
+        &mut self,
+        process: Option<ProcessId>,
+        job: Option<JobId>,
+    ) {
         if let Some(p) = process {
-            self.outstanding.lost.remove(&p);
+            self.requests.outstanding.lost.remove(&p);
         }
         if let Some(j) = job {
-            self.outstanding.lost.retain(|_, (job, _)| *job != j);
+            self.requests
+                .outstanding
+                .lost
+                .retain(|_, (job, _)| *job != j);
         }
     }
 
@@ -201,8 +212,8 @@ impl Router {
     /// outstanding before the restart is served again; one journaled without
     /// its body fails, naming it, so that the application asks again instead
     /// of waiting for ever.
-    pub(super) fn tell_lost(&mut self, process: ProcessId) {
-        let Some((job, lost)) = self.outstanding.lost.remove(&process) else {
+    pub(in crate::router) fn tell_lost(&mut self, process: ProcessId) {
+        let Some((job, lost)) = self.requests.outstanding.lost.remove(&process) else {
             return;
         };
         for LostReq {
@@ -222,13 +233,10 @@ impl Router {
                 }
                 None => {
                     tracing::info!(%process, %request, "telling a process its request was lost in a restart");
-                    let failure = Failure {
-                        code: FailureCode::Unavailable,
-                        message: format!(
-                            "the global RM restarted and lost request {request} ({what}); send it again"
-                        ),
-                    };
-                    self.deliver(process, Event::Failed { request, failure });
+                    let message = format!(
+                        "the global RM restarted and lost request {request} ({what}); send it again"
+                    );
+                    self.fail_unavailable(process, request, message);
                     self.out
                         .push(Output::Journal(Record::Answered { process, request }));
                 }
@@ -291,7 +299,7 @@ impl Router {
             self.alloc.drop_done(req);
         }
         self.note_outstanding(job, req, kind);
-        if !self.outstanding.live.contains_key(&req) {
+        if !self.requests.outstanding.live.contains_key(&req) {
             // Failed or answered at once: its end is journaled.
             self.out.push(Output::Journal(Record::Answered {
                 process: req.process,
@@ -306,7 +314,12 @@ impl Router {
     /// answer was lost with the link) fail, naming them; those it still
     /// serves (outstanding, served again, a spawn whose process is
     /// expected) are left alone.
-    pub(super) fn unanswered(&mut self, name: &str, conn: ConnId, requests: Vec<RequestId>) {
+    pub(in crate::router) fn unanswered(
+        &mut self,
+        name: &str,
+        conn: ConnId,
+        requests: Vec<RequestId>,
+    ) {
         let Some(process) = self.procs.attached_at(name, conn) else {
             return;
         };
@@ -323,17 +336,24 @@ impl Router {
                 process,
                 id: request,
             };
-            if self.outstanding.live.contains_key(&req) || spawning.contains(&request) {
+            if self.requests.outstanding.live.contains_key(&req) || spawning.contains(&request) {
                 continue;
             }
             tracing::info!(%process, %request, "failing a request forwarded before a restart and never read");
-            let failure = Failure {
-                code: FailureCode::Unavailable,
-                message: format!(
-                    "the link to the global RM broke (it restarted or was unreachable) before request {request} was answered; send it again"
-                ),
-            };
-            self.deliver(process, Event::Failed { request, failure });
+            let message = format!(
+                "the link to the global RM broke (it restarted or was unreachable) before request {request} was answered; send it again"
+            );
+            self.fail_unavailable(process, request, message);
         }
+    }
+
+    /// Fails `request` of `process` as unavailable: it was lost, and the
+    /// process may send it again.
+    fn fail_unavailable(&mut self, process: ProcessId, request: RequestId, message: String) {
+        let failure = Failure {
+            code: FailureCode::Unavailable,
+            message,
+        };
+        self.deliver(process, Event::Failed { request, failure });
     }
 }

@@ -8,25 +8,23 @@
 
 use carmi_proto::events::EventKind;
 use carmi_proto::ids::{JobId, ProcessId};
-use carmi_proto::limits;
 use carmi_proto::msg::{ExitStatus, FailureCode, FromGlobal, JobFiles, JobRecord, ReturnedFile};
-use carmi_proto::submit::JobSpec;
-use classad::ClassAd;
 use tracing::{info, warn};
 
-use super::jobs::Submitted;
+use super::Submitted;
 use super::requeue::may_start;
-use super::{LinkId, Output, Router};
+use super::return_plan;
 use crate::journal::Record;
+use crate::router::{LinkId, Output, Router};
 
 impl Router {
     /// The online machine for the master of `sub`: one its
     /// `master_requirements` accept and whose owner policy lets it start
     /// now (not passed over after a failed start), running the fewest
     /// masters (then the first by name, so that the choice is reproducible).
-    pub(super) fn pick_master_machine(&self, sub: &Submitted) -> Option<String> {
+    pub(in crate::router) fn pick_master_machine(&self, sub: &Submitted) -> Option<String> {
         let mut load: std::collections::HashMap<&str, usize> = Default::default();
-        for (_, m) in self.masters.values() {
+        for (_, m) in self.jobs.masters.values() {
             *load.entry(m.as_str()).or_default() += 1;
         }
         self.alloc
@@ -48,14 +46,14 @@ impl Router {
     /// (or one passed over is eligible again): a pinned master on its own
     /// machine once its owner policy allows, the others where
     /// [`Router::pick_master_machine`] says.
-    pub(super) fn place_masters(&mut self) {
-        let waiting: Vec<ProcessId> = self.unplaced.iter().copied().collect();
+    pub(in crate::router) fn place_masters(&mut self) {
+        let waiting: Vec<ProcessId> = self.jobs.unplaced.iter().copied().collect();
         for process in waiting {
-            let Some(&(job, _)) = self.masters.get(&process) else {
-                self.unplaced.remove(&process);
+            let Some(&(job, _)) = self.jobs.masters.get(&process) else {
+                self.jobs.unplaced.remove(&process);
                 continue;
             };
-            let Some(sub) = self.submitted.get(&job) else {
+            let Some(sub) = self.jobs.submitted.get(&job) else {
                 continue;
             };
             let placed = sub.placed;
@@ -68,10 +66,10 @@ impl Router {
             let Some(machine) = machine else {
                 continue;
             };
-            self.unplaced.remove(&process);
+            self.jobs.unplaced.remove(&process);
             info!(job = %job, machine, "the master is placed");
-            self.masters.insert(process, (job, machine.clone()));
-            if let Some(s) = self.submitted.get_mut(&job) {
+            self.jobs.masters.insert(process, (job, machine.clone()));
+            if let Some(s) = self.jobs.submitted.get_mut(&job) {
                 s.machine = machine.clone();
             }
             self.out.push(Output::Journal(Record::Started {
@@ -79,7 +77,7 @@ impl Router {
                 master: process,
                 placed: placed.then(|| machine.clone()),
             }));
-            if let Some(link) = self.ready_link(&machine) {
+            if let Some(link) = self.registry.ready_link(&machine) {
                 self.send_master(link, process, job);
             }
         }
@@ -89,18 +87,18 @@ impl Router {
     /// job (their bytes are already in the store under the master's id),
     /// each given its destination in the submit directory. Files from a
     /// process that is no master there, or not asked for, are dropped.
-    pub(super) fn master_files(
+    pub(in crate::router) fn master_files(
         &mut self,
         machine: &str,
         process: ProcessId,
         files: Vec<ReturnedFile>,
     ) {
-        let Some(job) = self.master_on(process, machine) else {
+        let Some(job) = self.jobs.master_on(process, machine) else {
             warn!(machine, %process, "files sent back by a process that is no master there; dropped");
             self.out.push(Output::DropFiles { process });
             return;
         };
-        let Some(sub) = self.submitted.get(&job) else {
+        let Some(sub) = self.jobs.submitted.get(&job) else {
             self.out.push(Output::DropFiles { process });
             return;
         };
@@ -118,7 +116,7 @@ impl Router {
             }
         }
         info!(job = %job, %process, files = kept.len(), "the master's files are back");
-        if let Some(s) = self.submitted.get_mut(&job) {
+        if let Some(s) = self.jobs.submitted.get_mut(&job) {
             s.returned = Some(JobFiles {
                 process,
                 files: kept,
@@ -128,7 +126,7 @@ impl Router {
 
     /// `carmi fetch` (and `carmi wait`): the files an ended job's master
     /// sent back, read from the store by the driver.
-    pub(super) fn fetch_files(&mut self, link: LinkId, job: JobId) {
+    pub(in crate::router) fn fetch_files(&mut self, link: LinkId, job: JobId) {
         if self.alloc.has_job(job) {
             let message = format!(
                 "job {} has not ended yet; its files come back when its master exits",
@@ -136,7 +134,7 @@ impl Router {
             );
             return self.admin_fail(link, FailureCode::Unavailable, message);
         }
-        match self.history.select(Some(job)).pop() {
+        match self.reports.history.select(Some(job)).pop() {
             Some(JobRecord {
                 files: Some(files), ..
             }) => self.out.push(Output::SendFiles { link, files }),
@@ -163,14 +161,12 @@ impl Router {
     /// be, from the hosts the job holds (as a first master starts: its
     /// minimums held); the old master's processes are killed, as no new
     /// master knows them. A job pinned to a machine ends, as before.
-    pub(super) fn master_lost(&mut self, process: ProcessId, job: JobId) {
+    pub(in crate::router) fn master_lost(&mut self, process: ProcessId, job: JobId) {
         self.exit_process(process, ExitStatus::HostLost, 0.0);
-        if !self.submitted.get(&job).is_some_and(|s| s.anywhere) {
+        if !self.jobs.submitted.get(&job).is_some_and(|s| s.anywhere) {
             return self.master_report(process, job, Err(ExitStatus::HostLost));
         }
-        self.masters.remove(&process);
-        self.sent_masters.remove(&process);
-        self.unplaced.remove(&process);
+        self.jobs.forget_master(process);
         for p in self.procs.of_job(job) {
             let Some(proc) = self.procs.find(p) else {
                 continue;
@@ -181,7 +177,7 @@ impl Router {
             let link = proc
                 .host
                 .and_then(|h| self.alloc.host_machine(h))
-                .and_then(|m| self.ready_link(m));
+                .and_then(|m| self.registry.ready_link(m));
             match (proc.host, link) {
                 // Still live until its local RM reports how it ended.
                 (Some(_), Some(link)) => self.send(link, FromGlobal::Kill { process: p }),
@@ -192,6 +188,7 @@ impl Router {
         }
         warn!(job = %job, %process, "the master's machine is gone; the job starts a new master");
         let machine = self
+            .jobs
             .submitted
             .get(&job)
             .map(|s| s.machine.clone())
@@ -204,57 +201,15 @@ impl Router {
     /// history record, or a job that has not ended yet, refers to them): the
     /// driver deletes the others' at start.
     pub fn kept_files(&self) -> std::collections::HashSet<ProcessId> {
-        let live = self.submitted.values().filter_map(|s| s.returned.as_ref());
-        self.history
+        let live = self
+            .jobs
+            .submitted
+            .values()
+            .filter_map(|s| s.returned.as_ref());
+        self.reports
+            .history
             .file_owners()
             .chain(live.map(|f| f.process))
             .collect()
     }
-}
-
-/// `[Requirements = master_requirements]` for placing a job's master, or
-/// why the expression is refused (a client other than `carmi` may send one).
-pub(super) fn master_ad(spec: &JobSpec) -> Result<Option<ClassAd>, String> {
-    let Some(text) = &spec.master_requirements else {
-        return Ok(None);
-    };
-    let mut ad = ClassAd::new();
-    ad.insert_expr_str("Requirements", text)
-        .map_err(|e| format!("master_requirements: not a ClassAd expression: {e}"))?;
-    Ok(Some(ad))
-}
-
-/// The files a job's master sends back, by their name in its sandbox, and
-/// where each goes on the submit machine: its output and error when the
-/// global RM placed it away from the submit machine, and its
-/// `transfer_output_files` (by file name, into `initialdir`, as HTCondor
-/// does) wherever it ran.
-pub(super) fn return_plan(sub: &Submitted) -> Vec<(String, String)> {
-    let mut plan = Vec::new();
-    if sub.placed {
-        for (name, path) in [("stdout", &sub.spec.output), ("stderr", &sub.spec.error)] {
-            if let Some(p) = path {
-                plan.push((name.to_string(), p.clone()));
-            }
-        }
-    }
-    let dir = std::path::Path::new(sub.spec.initial_dir.as_deref().unwrap_or(""));
-    for f in &sub.spec.transfer_output_files {
-        let Some(base) = std::path::Path::new(f).file_name() else {
-            continue;
-        };
-        if plan.iter().any(|(n, _)| n == f) {
-            continue;
-        }
-        plan.push((f.clone(), dir.join(base).to_string_lossy().into_owned()));
-    }
-    // A checkpoint comes back whenever the master exits (kept only when it
-    // left one); at the job's end it lands beside the output files.
-    for name in &sub.spec.transfer_checkpoint_files {
-        if !plan.iter().any(|(n, _)| n == name) {
-            plan.push((name.clone(), dir.join(name).to_string_lossy().into_owned()));
-        }
-    }
-    plan.truncate(limits::MAX_RETURNED_FILES);
-    plan
 }

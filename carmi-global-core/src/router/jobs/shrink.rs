@@ -7,14 +7,15 @@
 use carmi_proto::ids::JobId;
 use carmi_proto::submit::OnImpossible;
 
-use super::Router;
 use crate::alloc::Phase;
+use crate::router::Router;
 
 impl Router {
     /// Holds every waiting `on_impossible = hold` job the pool can no
     /// longer start, with the reason; called once the pool has shrunk.
-    pub(super) fn hold_newly_impossible(&mut self) {
+    pub(in crate::router) fn hold_newly_impossible(&mut self) {
         let mut candidates: Vec<JobId> = self
+            .jobs
             .submitted
             .iter()
             .filter(|(_, s)| s.spec.on_impossible == OnImpossible::Hold && s.held.is_none())

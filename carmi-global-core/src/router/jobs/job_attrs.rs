@@ -13,7 +13,7 @@ use carmi_proto::msg::{Failure, FailureCode};
 
 /// Every running job's published attributes: name -> ClassAd value text.
 #[derive(Debug, Default)]
-pub(super) struct JobAttrs {
+pub(in crate::router) struct JobAttrs {
     by_job: HashMap<JobId, BTreeMap<String, String>>,
 }
 
@@ -21,7 +21,11 @@ impl JobAttrs {
     /// Sets `attrs` on `job`, all or nothing: each name must be a ClassAd
     /// identifier and each value a ClassAd expression, and the job may hold
     /// at most [`MAX_JOB_ATTRIBUTES`] names.
-    pub(super) fn set(&mut self, job: JobId, attrs: Vec<(String, String)>) -> Result<(), Failure> {
+    pub(in crate::router) fn set(
+        &mut self,
+        job: JobId,
+        attrs: Vec<(String, String)>,
+    ) -> Result<(), Failure> {
         for (name, value) in &attrs {
             check(name, value)?;
         }
@@ -40,14 +44,14 @@ impl JobAttrs {
     }
 
     /// `job`'s attributes, sorted by name.
-    pub(super) fn of(&self, job: JobId) -> Vec<(String, String)> {
+    pub(in crate::router) fn of(&self, job: JobId) -> Vec<(String, String)> {
         (self.by_job.get(&job))
             .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
             .unwrap_or_default()
     }
 
     /// The job ended: its attributes go with it.
-    pub(super) fn forget(&mut self, job: JobId) {
+    pub(in crate::router) fn forget(&mut self, job: JobId) {
         self.by_job.remove(&job);
     }
 }

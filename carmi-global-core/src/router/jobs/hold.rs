@@ -10,13 +10,19 @@ use carmi_proto::limits;
 use carmi_proto::msg::{FailureCode, FromGlobal};
 use tracing::info;
 
-use super::jobs::class_limits;
-use super::{LinkId, Output, Router};
+use super::class_limits;
 use crate::journal::Record;
+use crate::router::{LinkId, Output, Router};
 
 impl Router {
     /// `carmi hold`.
-    pub(super) fn hold(&mut self, link: LinkId, job: JobId, reason: Option<String>, user: &str) {
+    pub(in crate::router) fn hold(
+        &mut self,
+        link: LinkId,
+        job: JobId,
+        reason: Option<String>,
+        user: &str,
+    ) {
         if let Err(f) = self.alloc.hold_job(job) {
             return self.admin_fail(link, f.code, f.message);
         }
@@ -30,7 +36,7 @@ impl Router {
             reason: reason.clone(),
         }));
         self.stop_job_processes(job);
-        if let Some(s) = self.submitted.get_mut(&job) {
+        if let Some(s) = self.jobs.submitted.get_mut(&job) {
             s.held = Some(reason.clone());
         }
         self.log_event(job, EventKind::Held { reason });
@@ -40,7 +46,7 @@ impl Router {
     /// Holds a waiting job submitted with `on_impossible = hold` that the
     /// pool cannot start, at submit or once the pool shrank (`router/shrink.rs`),
     /// giving why as the reason (`carmi release` once the pool grew).
-    pub(super) fn hold_at_submit(&mut self, job: JobId, why: &str) {
+    pub(in crate::router) fn hold_at_submit(&mut self, job: JobId, why: &str) {
         if let Err(f) = self.alloc.hold_job(job) {
             tracing::warn!(job = %job, "cannot hold the job at submit: {}", f.message);
             return;
@@ -51,7 +57,7 @@ impl Router {
     /// Holds a job for a reason of the pool rather than a user's (its
     /// master failed to start too often, `router/requeue.rs`): its hosts go
     /// back and its processes are killed, as with `carmi hold`.
-    pub(super) fn hold_by_pool(&mut self, job: JobId, why: &str) {
+    pub(in crate::router) fn hold_by_pool(&mut self, job: JobId, why: &str) {
         if let Err(f) = self.alloc.hold_job(job) {
             tracing::warn!(job = %job, "cannot hold the job: {}", f.message);
             return;
@@ -62,22 +68,22 @@ impl Router {
 
     /// Journals and tells that `job`, held in the allocator already, is
     /// held for `why`.
-    pub(super) fn held_by_pool(&mut self, job: JobId, why: &str) {
+    pub(in crate::router) fn held_by_pool(&mut self, job: JobId, why: &str) {
         let reason = limits::cut_reason(why);
         info!(job = %job, reason, "job held by the pool");
         self.out.push(Output::Journal(Record::Held {
             job,
             reason: reason.clone(),
         }));
-        if let Some(s) = self.submitted.get_mut(&job) {
+        if let Some(s) = self.jobs.submitted.get_mut(&job) {
             s.held = Some(reason.clone());
         }
         self.log_event(job, EventKind::Held { reason });
     }
 
     /// `carmi release`.
-    pub(super) fn release(&mut self, link: LinkId, job: JobId) {
-        let Some(spec) = self.submitted.get(&job).map(|s| s.spec.clone()) else {
+    pub(in crate::router) fn release(&mut self, link: LinkId, job: JobId) {
+        let Some(spec) = self.jobs.submitted.get(&job).map(|s| s.spec.clone()) else {
             let message = format!(
                 "job {} is not a submitted job in the queue (it ended, never existed, or was started by hand)",
                 job.0
@@ -89,7 +95,7 @@ impl Router {
         }
         info!(job = %job, "job released");
         self.out.push(Output::Journal(Record::Released { job }));
-        if let Some(s) = self.submitted.get_mut(&job) {
+        if let Some(s) = self.jobs.submitted.get_mut(&job) {
             s.held = None;
         }
         self.log_event(job, EventKind::Released);
@@ -99,14 +105,19 @@ impl Router {
     /// Kills the master and every process of a job that stays in the queue
     /// (held): they are forgotten at once, so that whatever they still send
     /// or whatever is reported of them later concerns no live process.
-    pub(super) fn stop_job_processes(&mut self, job: JobId) {
+    pub(in crate::router) fn stop_job_processes(&mut self, job: JobId) {
         // The allocator released the hosts; the processes on them are ours to kill.
         self.flush();
-        if let Some(p) = self.submitted.get_mut(&job).and_then(|s| s.master.take()) {
-            self.unplaced.remove(&p);
-            let machine = self.masters.remove(&p).map(|(_, m)| m);
-            if self.sent_masters.remove(&p)
-                && let Some(link) = machine.and_then(|m| self.ready_link(&m))
+        if let Some(p) = self
+            .jobs
+            .submitted
+            .get_mut(&job)
+            .and_then(|s| s.master.take())
+        {
+            self.jobs.unplaced.remove(&p);
+            let machine = self.jobs.masters.remove(&p).map(|(_, m)| m);
+            if self.jobs.sent_masters.remove(&p)
+                && let Some(link) = machine.and_then(|m| self.registry.ready_link(&m))
             {
                 self.send(link, FromGlobal::Kill { process: p });
             }
@@ -115,37 +126,28 @@ impl Router {
             let Some(proc) = self.procs.remove(p) else {
                 continue;
             };
-            self.recovered.remove(&p);
-            self.lookups.remove(&p);
-            self.parked.remove(&p);
+            self.jobs.recovered.remove(&p);
+            self.requests.lookups.remove(&p);
+            self.requests.parked.remove(&p);
             self.alloc.on_requester_gone(p);
-            if proc.is_live()
-                && let Some(link) = proc
-                    .host
-                    .and_then(|h| self.alloc.host_machine(h))
-                    .and_then(|m| self.ready_link(m))
-            {
-                self.send(link, FromGlobal::Kill { process: p });
-            }
+            self.kill_if_live(p, &proc);
         }
     }
 
     /// Replays a `Held` record: the job (waiting, or running with its master
     /// expected back) is held again and its processes are forgotten (they
     /// were killed when it was held).
-    pub(super) fn recover_held(&mut self, job: JobId, reason: String) {
-        let Some(sub) = self.submitted.get_mut(&job) else {
+    pub(in crate::router) fn recover_held(&mut self, job: JobId, reason: String) {
+        let Some(sub) = self.jobs.submitted.get_mut(&job) else {
             return;
         };
         sub.held = Some(reason);
         if let Some(p) = sub.master.take() {
-            self.masters.remove(&p);
-            self.sent_masters.remove(&p);
-            self.unplaced.remove(&p);
+            self.jobs.forget_master(p);
         }
         for p in self.procs.of_job(job) {
             self.procs.remove(p);
-            self.recovered.remove(&p);
+            self.jobs.recovered.remove(&p);
         }
         if let Err(f) = self.alloc.hold_job(job) {
             tracing::warn!(job = %job, "journal: cannot hold the job again: {}", f.message);
@@ -153,8 +155,8 @@ impl Router {
     }
 
     /// Replays a `Released` record.
-    pub(super) fn recover_released(&mut self, job: JobId) {
-        let Some(sub) = self.submitted.get_mut(&job) else {
+    pub(in crate::router) fn recover_released(&mut self, job: JobId) {
+        let Some(sub) = self.jobs.submitted.get_mut(&job) else {
             return;
         };
         sub.held = None;

@@ -10,14 +10,14 @@ use carmi_proto::ids::{JobId, ProcessId};
 use carmi_proto::msg::{FailureCode, FromGlobal, LogChunk, StdStream};
 use tracing::warn;
 
-use super::{LinkId, Router};
+use crate::router::{LinkId, Router};
 
 /// How long a local RM has to answer a read of a master's output.
 pub const LOG_READ_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// A read forwarded to a local RM, waiting for its answer.
 #[derive(Clone, Debug)]
-pub(super) struct PendingRead {
+pub(in crate::router) struct PendingRead {
     /// The admin connection that asked.
     link: LinkId,
     job: JobId,
@@ -30,36 +30,42 @@ pub(super) struct PendingRead {
 
 /// The reads waiting for a local RM.
 #[derive(Debug, Default)]
-pub(super) struct LogReads {
+pub(in crate::router) struct LogReads {
     pending: std::collections::BTreeMap<u64, PendingRead>,
     next: u64,
 }
 
 impl LogReads {
     /// The earliest deadline of a waiting read.
-    pub(super) fn next_deadline(&self) -> Option<Duration> {
+    pub(in crate::router) fn next_deadline(&self) -> Option<Duration> {
         self.pending.values().map(|r| r.deadline).min()
     }
 
     /// Reads waiting.
     #[cfg(test)]
-    pub(super) fn len(&self) -> usize {
+    pub(in crate::router) fn len(&self) -> usize {
         self.pending.len()
     }
 }
 
 impl Router {
     /// `carmi logs`: asks the machine running `job`'s master for its output.
-    pub(super) fn read_log(&mut self, link: LinkId, job: JobId, stream: StdStream, offset: u64) {
+    pub(in crate::router) fn read_log(
+        &mut self,
+        link: LinkId,
+        job: JobId,
+        stream: StdStream,
+        offset: u64,
+    ) {
         if !self.alloc.has_job(job) {
-            if self.history.select(Some(job)).pop().is_some() {
+            if self.reports.history.select(Some(job)).pop().is_some() {
                 // Ended: its output is what came back with it.
                 return self.send(link, FromGlobal::Log { job, chunk: None });
             }
             let message = format!("job {} is not in the queue or the history", job.0);
             return self.admin_fail(link, FailureCode::Invalid, message);
         }
-        if !self.submitted.contains_key(&job) {
+        if !self.jobs.submitted.contains_key(&job) {
             let message = format!(
                 "job {} was started by hand, not submitted: its output is wherever it was started",
                 job.0
@@ -67,9 +73,10 @@ impl Router {
             return self.admin_fail(link, FailureCode::Invalid, message);
         }
         let master: Option<(ProcessId, String)> = self
+            .jobs
             .masters
             .iter()
-            .filter(|(p, (j, _))| *j == job && self.sent_masters.contains(p))
+            .filter(|(p, (j, _))| *j == job && self.jobs.sent_masters.contains(p))
             .map(|(p, (_, m))| (*p, m.clone()))
             .min();
         let Some((process, machine)) = master else {
@@ -79,16 +86,16 @@ impl Router {
             );
             return self.admin_fail(link, FailureCode::Unavailable, message);
         };
-        let Some(machine_link) = self.ready_link(&machine) else {
+        let Some(machine_link) = self.registry.ready_link(&machine) else {
             let message = format!(
                 "job {}'s master runs on `{machine}`, which is not connected now (reconnecting, or lost); try again",
                 job.0
             );
             return self.admin_fail(link, FailureCode::Unavailable, message);
         };
-        let request = self.log_reads.next;
-        self.log_reads.next += 1;
-        self.log_reads.pending.insert(
+        let request = self.reports.log_reads.next;
+        self.reports.log_reads.next += 1;
+        self.reports.log_reads.pending.insert(
             request,
             PendingRead {
                 link,
@@ -109,13 +116,13 @@ impl Router {
 
     /// A local RM answered a read: passed on to the admin that asked. An
     /// answer from another machine than the one asked is dropped.
-    pub(super) fn log_read(
+    pub(in crate::router) fn log_read(
         &mut self,
         machine: &str,
         request: u64,
         result: Result<LogChunk, String>,
     ) {
-        let Some(r) = self.log_reads.pending.get(&request) else {
+        let Some(r) = self.reports.log_reads.pending.get(&request) else {
             warn!(
                 machine,
                 request, "an answer to a log read that is not waiting; dropped"
@@ -132,6 +139,7 @@ impl Router {
             return;
         }
         let r = self
+            .reports
             .log_reads
             .pending
             .remove(&request)
@@ -154,18 +162,26 @@ impl Router {
     /// Fails the reads for which no answer will come: the connection they
     /// were asked on is gone (closed, replaced, its machine lost), or their
     /// deadline passed.
-    pub(super) fn settle_log_reads(&mut self) {
+    pub(in crate::router) fn settle_log_reads(&mut self) {
         let now = self.now;
         let dead: Vec<u64> = self
+            .reports
             .log_reads
             .pending
             .iter()
-            .filter(|(_, r)| !self.links.contains_key(&r.machine_link) || r.deadline <= now)
+            .filter(|(_, r)| {
+                !self.registry.links.contains_key(&r.machine_link) || r.deadline <= now
+            })
             .map(|(n, _)| *n)
             .collect();
         for n in dead {
-            let r = self.log_reads.pending.remove(&n).expect("listed above");
-            let why = if self.links.contains_key(&r.machine_link) {
+            let r = self
+                .reports
+                .log_reads
+                .pending
+                .remove(&n)
+                .expect("listed above");
+            let why = if self.registry.links.contains_key(&r.machine_link) {
                 format!("no answer within {} s", LOG_READ_TIMEOUT.as_secs())
             } else {
                 "its connection closed before it answered (lost, or reconnecting); try again"
@@ -178,14 +194,17 @@ impl Router {
 
     /// Every waiting read is for an open admin connection and was asked
     /// of an open machine connection (else it would wait for nothing).
-    pub(super) fn check_log_reads(&self) {
-        for (n, r) in &self.log_reads.pending {
+    pub(in crate::router) fn check_log_reads(&self) {
+        for (n, r) in &self.reports.log_reads.pending {
             assert!(
-                matches!(self.links.get(&r.link), Some(super::LinkRole::Admin)),
+                matches!(
+                    self.registry.links.get(&r.link),
+                    Some(crate::router::LinkRole::Admin)
+                ),
                 "log read {n}: its admin connection is gone"
             );
             assert!(
-                matches!(self.links.get(&r.machine_link), Some(super::LinkRole::Machine(m)) if *m == r.machine),
+                matches!(self.registry.links.get(&r.machine_link), Some(crate::router::LinkRole::Machine(m)) if *m == r.machine),
                 "log read {n}: its machine connection is gone"
             );
             assert!(
@@ -196,7 +215,7 @@ impl Router {
     }
 
     /// An admin connection closed: its reads are forgotten.
-    pub(super) fn forget_log_reads(&mut self, link: LinkId) {
-        self.log_reads.pending.retain(|_, r| r.link != link);
+    pub(in crate::router) fn forget_log_reads(&mut self, link: LinkId) {
+        self.reports.log_reads.pending.retain(|_, r| r.link != link);
     }
 }

@@ -20,9 +20,9 @@ use carmi_proto::msg::{ExitStatus, StartFault, start_fault};
 use classad::ClassAd;
 use tracing::{info, warn};
 
-use super::jobs::{Submitted, class_limits};
-use super::{Output, Router};
+use super::{Submitted, class_limits, exit_words};
 use crate::journal::Record;
+use crate::router::{Output, Router};
 
 /// How long a machine where a job's master could not start, for a reason
 /// of the machine, is passed over when that job's master is placed again:
@@ -39,7 +39,7 @@ pub const DEFAULT_MAX_START_FAILURES: u32 = 3;
 /// and for `carmi history`. Kept in memory: a restarted global RM counts
 /// anew.
 #[derive(Clone, Debug, Default)]
-pub(super) struct Tries {
+pub(in crate::router) struct Tries {
     /// Masters sent to a machine to start.
     pub starts: u32,
     /// Masters vacated by their machine's owner.
@@ -69,22 +69,12 @@ impl Tries {
     }
 }
 
-/// How a master ended, in words for a reason.
-pub(super) fn exit_words(status: &ExitStatus) -> String {
-    match status {
-        ExitStatus::Code(c) => format!("exit {c}"),
-        ExitStatus::Signal(s) => format!("signal {s}"),
-        ExitStatus::HostLost => "its machine lost".into(),
-        ExitStatus::FailedToStart(r) => format!("failed to start: {r}"),
-    }
-}
-
 /// True when the owner policy of the machine advertising `ad` lets a new
 /// process start now, as its local RM will decide: its `Start` is true
 /// (against `job`, for a policy that reads the job), and it is neither the
 /// owner's (`State == "Owner"`), nor suspended or vacating. A machine that
 /// advertises no policy (no `State`, no `Start`) takes anything.
-pub(super) fn may_start(ad: &ClassAd, job: Option<&ClassAd>) -> bool {
+pub(in crate::router) fn may_start(ad: &ClassAd, job: Option<&ClassAd>) -> bool {
     let state = ad.eval_attr("State");
     let state_ok = match state.as_str() {
         None => true,
@@ -101,7 +91,7 @@ pub(super) fn may_start(ad: &ClassAd, job: Option<&ClassAd>) -> bool {
 impl Router {
     /// True when the master of `sub` may start on `machine` now: it is
     /// online and its owner policy says so.
-    pub(super) fn may_start_master(&self, machine: &str, sub: &Submitted) -> bool {
+    pub(in crate::router) fn may_start_master(&self, machine: &str, sub: &Submitted) -> bool {
         self.alloc
             .online_ad(machine)
             .is_some_and(|ad| may_start(ad, sub.master_ad.as_ref()))
@@ -110,12 +100,12 @@ impl Router {
     /// True when the master of `sub` may be sent to `machine` now: its
     /// owner policy lets it start, and it is not passed over after a start
     /// that failed there.
-    pub(super) fn may_place(&self, machine: &str, sub: &Submitted) -> bool {
+    pub(in crate::router) fn may_place(&self, machine: &str, sub: &Submitted) -> bool {
         self.may_start_master(machine, sub) && !sub.tries.avoids(machine, self.now)
     }
 
     /// The master `process` of `job` could not start on `machine`.
-    pub(super) fn master_start_failed(
+    pub(in crate::router) fn master_start_failed(
         &mut self,
         process: ProcessId,
         job: JobId,
@@ -124,7 +114,7 @@ impl Router {
     ) {
         self.exit_process(process, ExitStatus::FailedToStart(reason.clone()), 0.0);
         let now = self.now;
-        let Some(sub) = self.submitted.get_mut(&job) else {
+        let Some(sub) = self.jobs.submitted.get_mut(&job) else {
             return;
         };
         match start_fault(&reason) {
@@ -146,7 +136,7 @@ impl Router {
                     let why = format!(
                         "the master failed to start {faults} times (max_start_failures = {max}); last on {machine}: {reason}"
                     );
-                    self.forget_master(job, process);
+                    self.jobs.forget_gone_master(job, process);
                     self.hold_by_pool(job, &why);
                 } else {
                     let why = format!(
@@ -161,7 +151,7 @@ impl Router {
     /// The master `process` of `job`, vacated by the owner of `machine`,
     /// ended with `status`. One that finished (exit 0) within the vacate
     /// grace completed its job; any other end puts the job back in the queue.
-    pub(super) fn master_evicted(
+    pub(in crate::router) fn master_evicted(
         &mut self,
         process: ProcessId,
         job: JobId,
@@ -173,7 +163,7 @@ impl Router {
         if status == ExitStatus::Code(0) {
             return self.master_report(process, job, Err(status));
         }
-        if let Some(sub) = self.submitted.get_mut(&job) {
+        if let Some(sub) = self.jobs.submitted.get_mut(&job) {
             sub.tries.evictions += 1;
         }
         let why = format!(
@@ -186,7 +176,13 @@ impl Router {
     /// Puts `job`, whose master `process` is gone from `machine`, back in
     /// the queue at its old place: its hosts go back and its other
     /// processes are killed; a new master starts when its minimums are met.
-    pub(super) fn requeue(&mut self, job: JobId, process: ProcessId, machine: &str, why: String) {
+    pub(in crate::router) fn requeue(
+        &mut self,
+        job: JobId,
+        process: ProcessId,
+        machine: &str,
+        why: String,
+    ) {
         if self.park(job, process, &why) {
             self.unpark(job, machine, why);
         }
@@ -196,9 +192,9 @@ impl Router {
     /// gone): held in the allocator (journaled), its hosts back, its other
     /// processes killed. False when it cannot be held (it is not a
     /// submitted job in the queue).
-    pub(super) fn park(&mut self, job: JobId, process: ProcessId, why: &str) -> bool {
-        self.forget_master(job, process);
-        let Some(sub) = self.submitted.get_mut(&job) else {
+    pub(in crate::router) fn park(&mut self, job: JobId, process: ProcessId, why: &str) -> bool {
+        self.jobs.forget_gone_master(job, process);
+        let Some(sub) = self.jobs.submitted.get_mut(&job) else {
             return false;
         };
         // What the gone master sent back is no output of the job's.
@@ -217,7 +213,7 @@ impl Router {
             job,
             reason: reason.clone(),
         }));
-        if let Some(s) = self.submitted.get_mut(&job) {
+        if let Some(s) = self.jobs.submitted.get_mut(&job) {
             s.held = Some(reason);
         }
         true
@@ -226,9 +222,9 @@ impl Router {
     /// Puts a job [`Router::park`]ed back in the queue at its old place,
     /// telling `why` (its master's end on `machine`). One released by a
     /// user meanwhile is only told.
-    pub(super) fn unpark(&mut self, job: JobId, machine: &str, why: String) {
+    pub(in crate::router) fn unpark(&mut self, job: JobId, machine: &str, why: String) {
         let why = limits::cut_reason(&why);
-        let Some(spec) = self.submitted.get(&job).map(|s| s.spec.clone()) else {
+        let Some(spec) = self.jobs.submitted.get(&job).map(|s| s.spec.clone()) else {
             return;
         };
         if self.alloc.is_held(job) {
@@ -240,7 +236,7 @@ impl Router {
             self.out.push(Output::Journal(Record::Released { job }));
         }
         info!(job = %job, machine, reason = why, "job put back in the queue");
-        if let Some(s) = self.submitted.get_mut(&job) {
+        if let Some(s) = self.jobs.submitted.get_mut(&job) {
             s.held = None;
             s.tries.requeued = Some(why.clone());
         }
@@ -253,31 +249,18 @@ impl Router {
         );
     }
 
-    /// Forgets the master `process` of `job`, which is gone already (so
-    /// that nothing kills it again).
-    fn forget_master(&mut self, job: JobId, process: ProcessId) {
-        self.masters.remove(&process);
-        self.sent_masters.remove(&process);
-        self.unplaced.remove(&process);
-        self.vacating.remove(&process);
-        if let Some(s) = self.submitted.get_mut(&job)
-            && s.master == Some(process)
-        {
-            s.master = None;
-        }
-    }
-
     /// The earliest time a machine passed over for a job's master is
     /// eligible again, while a master waits for a machine.
-    pub(super) fn avoid_deadline(&self) -> Option<Duration> {
-        if self.unplaced.is_empty() {
+    pub(in crate::router) fn avoid_deadline(&self) -> Option<Duration> {
+        if self.jobs.unplaced.is_empty() {
             return None;
         }
         let now = self.now;
-        self.unplaced
+        self.jobs
+            .unplaced
             .iter()
-            .filter_map(|p| self.masters.get(p))
-            .filter_map(|(job, _)| self.submitted.get(job))
+            .filter_map(|p| self.jobs.masters.get(p))
+            .filter_map(|(job, _)| self.jobs.submitted.get(job))
             .flat_map(|s| s.tries.avoid.iter().map(|(_, until)| *until))
             .filter(|until| *until > now)
             .min()

@@ -11,16 +11,16 @@
 use carmi_proto::ids::{JobId, ProcessId};
 use tracing::warn;
 
-use super::Router;
+use crate::router::Router;
 
 impl Router {
     /// Once per run, at the first tick a loss window after the start:
     /// settles what the journal left on machines still absent.
-    pub(super) fn expire_absent(&mut self) {
-        if self.absent_expired || self.now < self.lost_after() {
+    pub(in crate::router) fn expire_absent(&mut self) {
+        if self.registry.absent_expired || self.now < self.lost_after() {
             return;
         }
-        self.absent_expired = true;
+        self.registry.absent_expired = true;
         let lost = self.alloc.expire_recorded_claims();
         if lost > 0 {
             warn!(
@@ -29,9 +29,10 @@ impl Router {
             );
         }
         let masters: Vec<(ProcessId, JobId)> = self
+            .jobs
             .masters
             .iter()
-            .filter(|(p, (_, m))| self.sent_masters.contains(p) && !self.alloc.is_online(m))
+            .filter(|(p, (_, m))| self.jobs.sent_masters.contains(p) && !self.alloc.is_online(m))
             .map(|(&p, &(j, _))| (p, j))
             .collect();
         for (p, j) in masters {
@@ -39,13 +40,14 @@ impl Router {
             self.master_lost(p, j);
         }
         let roots: Vec<(ProcessId, JobId)> = self
+            .jobs
             .awaiting_roots
             .iter()
             .filter(|(_, (_, m))| !self.alloc.is_online(m))
             .map(|(&p, &(j, _))| (p, j))
             .collect();
         for (p, job) in roots {
-            self.awaiting_roots.remove(&p);
+            self.jobs.awaiting_roots.remove(&p);
             warn!(%job, process = %p, "the machine of the job's hand-started first process did not come back after the restart; the job ends");
             self.record_end(job, carmi_proto::msg::JobEnd::Detached);
             self.end_job(job);

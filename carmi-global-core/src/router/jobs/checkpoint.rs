@@ -18,13 +18,13 @@ use carmi_proto::msg::{ExecutableRef, ExitStatus, JobFiles, ReturnedFile};
 use carmi_proto::submit::JobSpec;
 use tracing::{info, warn};
 
-use super::requeue::exit_words;
-use super::{Output, Router};
+use super::exit_words;
 use crate::journal::Record;
+use crate::router::{Output, Router};
 
 /// A job's last checkpoint.
 #[derive(Clone, Debug, Default)]
-pub(super) struct Checkpoint {
+pub(in crate::router) struct Checkpoint {
     /// Its files, in the executable store.
     pub files: Vec<ExecutableRef>,
     /// When it was saved (router time; `None`: before a restart).
@@ -34,7 +34,7 @@ pub(super) struct Checkpoint {
 /// The names of the files in a master's sandbox that make its checkpoint:
 /// its `transfer_checkpoint_files`, else its `transfer_output_files` (as
 /// HTCondor does), by file name.
-pub(super) fn checkpoint_names(spec: &JobSpec) -> Vec<String> {
+pub(in crate::router) fn checkpoint_names(spec: &JobSpec) -> Vec<String> {
     if !spec.transfer_checkpoint_files.is_empty() {
         return spec.transfer_checkpoint_files.clone();
     }
@@ -48,7 +48,11 @@ pub(super) fn checkpoint_names(spec: &JobSpec) -> Vec<String> {
 
 /// True when a master of `spec` that ended with `status` (`vacated` by its
 /// machine's owner or not) left a checkpoint to keep.
-pub(super) fn leaves_checkpoint(spec: &JobSpec, status: &ExitStatus, vacated: bool) -> bool {
+pub(in crate::router) fn leaves_checkpoint(
+    spec: &JobSpec,
+    status: &ExitStatus,
+    vacated: bool,
+) -> bool {
     let by_code = matches!((spec.checkpoint_exit_code, status),
         (Some(c), ExitStatus::Code(s)) if c == *s);
     let by_evict = vacated && spec.output_on_evict && *status != ExitStatus::Code(0);
@@ -58,7 +62,7 @@ pub(super) fn leaves_checkpoint(spec: &JobSpec, status: &ExitStatus, vacated: bo
 impl Router {
     /// The master `process` of `job` ended on `machine` leaving a
     /// checkpoint: kept, then the job goes back to the queue.
-    pub(super) fn master_checkpointed(
+    pub(in crate::router) fn master_checkpointed(
         &mut self,
         (process, job): (ProcessId, JobId),
         machine: &str,
@@ -66,7 +70,7 @@ impl Router {
         vacated: bool,
     ) {
         self.exit_process(process, status.clone(), cpu_seconds);
-        let Some(sub) = self.submitted.get_mut(&job) else {
+        let Some(sub) = self.jobs.submitted.get_mut(&job) else {
             return;
         };
         let why = if vacated {
@@ -108,7 +112,7 @@ impl Router {
         if !self.park(job, process, &format!("{why}; saving its checkpoint")) {
             return self.drop_sent(Some(sent));
         }
-        if let Some(s) = self.submitted.get_mut(&job) {
+        if let Some(s) = self.jobs.submitted.get_mut(&job) {
             s.tries.saving = Some((machine.to_string(), why));
         }
         // The driver drops `sent` from the store of returned files once copied.
@@ -132,6 +136,7 @@ impl Router {
     /// with the checkpoint for its next master if it was stored.
     pub fn on_checkpoint_saved(&mut self, job: JobId, result: Result<Vec<ExecutableRef>, String>) {
         let Some((machine, mut why)) = self
+            .jobs
             .submitted
             .get_mut(&job)
             .and_then(|s| s.tries.saving.take())
@@ -162,7 +167,7 @@ impl Router {
                         bytes,
                     },
                 );
-                if let Some(s) = self.submitted.get_mut(&job) {
+                if let Some(s) = self.jobs.submitted.get_mut(&job) {
                     s.tries.checkpoints += 1;
                     s.tries.checkpoint = Some(Checkpoint {
                         files,
@@ -180,15 +185,16 @@ impl Router {
     }
 
     /// Replays a `Checkpoint` record.
-    pub(super) fn recover_checkpoint(&mut self, job: JobId, files: Vec<ExecutableRef>) {
-        if let Some(s) = self.submitted.get_mut(&job) {
+    pub(in crate::router) fn recover_checkpoint(&mut self, job: JobId, files: Vec<ExecutableRef>) {
+        if let Some(s) = self.jobs.submitted.get_mut(&job) {
             s.tries.checkpoint = Some(Checkpoint { files, saved: None });
         }
     }
 
     /// What a new master of `job` starts with from its last checkpoint.
-    pub(super) fn checkpoint_inputs(&self, job: JobId) -> Vec<ExecutableRef> {
+    pub(in crate::router) fn checkpoint_inputs(&self, job: JobId) -> Vec<ExecutableRef> {
         let Some(c) = self
+            .jobs
             .submitted
             .get(&job)
             .and_then(|s| s.tries.checkpoint.as_ref())

@@ -18,10 +18,10 @@ use carmi_proto::events::{EventKind, JobEvent};
 use carmi_proto::ids::JobId;
 use carmi_proto::msg::{Failure, FailureCode, FromGlobal};
 
-use super::{LinkId, Output, Router};
 use crate::alloc::{HostChangeKind, ReleaseCause};
 use crate::bounds::{ENDED_LOGS, EVENTS_PER_JOB};
 use crate::journal::Record;
+use crate::router::{LinkId, Output, Router};
 
 /// One job's events.
 #[derive(Debug, Default)]
@@ -35,7 +35,7 @@ struct JobLog {
 
 /// Every job's events.
 #[derive(Debug, Default)]
-pub(super) struct EventLogs {
+pub(in crate::router) struct EventLogs {
     live: HashMap<JobId, JobLog>,
     ended: HashMap<JobId, JobLog>,
     /// Ended jobs in the order they ended, to forget the oldest.
@@ -55,7 +55,7 @@ fn append(log: &mut JobLog, event: JobEvent) {
 
 impl EventLogs {
     /// Starts `job`'s log (a job submitted, or recovered from the journal).
-    pub(super) fn open(&mut self, job: JobId, path: Option<String>) {
+    pub(in crate::router) fn open(&mut self, job: JobId, path: Option<String>) {
         self.live.entry(job).or_default().path = path;
     }
 
@@ -76,14 +76,14 @@ impl EventLogs {
     }
 
     /// The record of the events of the input just handled, if any.
-    pub(super) fn journal_record(&mut self) -> Option<Record> {
+    pub(in crate::router) fn journal_record(&mut self) -> Option<Record> {
         (!self.unjournaled.is_empty())
             .then(|| Record::Events(std::mem::take(&mut self.unjournaled)))
     }
 
     /// Replays an event from the journal: into its job's live log, else
     /// into its ended log (a job that ended before the restart).
-    pub(super) fn restore(&mut self, event: JobEvent) {
+    pub(in crate::router) fn restore(&mut self, event: JobEvent) {
         let job = event.job;
         if let Some(log) = self.live.get_mut(&job) {
             return append(log, event);
@@ -98,7 +98,7 @@ impl EventLogs {
     }
 
     /// The job ended: its log is kept among the last [`ENDED_LOGS`].
-    pub(super) fn close(&mut self, job: JobId) {
+    pub(in crate::router) fn close(&mut self, job: JobId) {
         let Some(log) = self.live.remove(&job) else {
             return;
         };
@@ -135,9 +135,9 @@ impl Router {
     }
 
     /// Appends an event to `job`'s log (if it has one).
-    pub(super) fn log_event(&mut self, job: JobId, kind: EventKind) {
+    pub(in crate::router) fn log_event(&mut self, job: JobId, kind: EventKind) {
         let unix = self.unix_now();
-        self.events.push(job, unix, kind);
+        self.reports.events.push(job, unix, kind);
     }
 
     /// Journals the events of the input just handled (called as its
@@ -145,8 +145,8 @@ impl Router {
     /// that each event's job is known to a replay before its events are,
     /// and so that a driver writing adjacent records together adds no disk
     /// write for them; at the end when the input wrote no other record.
-    pub(super) fn journal_events(&mut self) {
-        if let Some(record) = self.events.journal_record() {
+    pub(in crate::router) fn journal_events(&mut self) {
+        if let Some(record) = self.reports.events.journal_record() {
             let at = self
                 .out
                 .iter()
@@ -157,12 +157,12 @@ impl Router {
     }
 
     /// The job ended: its log stops growing and is kept for a while.
-    pub(super) fn close_event_log(&mut self, job: JobId) {
-        self.events.close(job);
+    pub(in crate::router) fn close_event_log(&mut self, job: JobId) {
+        self.reports.events.close(job);
     }
 
     /// Turns the allocator's host changes (taken with its effects) into events.
-    pub(super) fn log_host_changes(&mut self, changes: Vec<crate::alloc::HostChange>) {
+    pub(in crate::router) fn log_host_changes(&mut self, changes: Vec<crate::alloc::HostChange>) {
         for c in changes {
             let Some(machine) = self.alloc.host_machine(c.host).map(str::to_string) else {
                 continue;
@@ -190,7 +190,7 @@ impl Router {
     /// Journals a host given to or taken from a job, so that a restart
     /// gives the job back what it held (issue 15 item 3). A job's end or hold
     /// frees every host with its own record.
-    pub(super) fn journal_host_change(&mut self, c: &crate::alloc::HostChange) {
+    pub(in crate::router) fn journal_host_change(&mut self, c: &crate::alloc::HostChange) {
         let record = match c.kind {
             HostChangeKind::Added => {
                 // Gone again within the same input: its `Freed` follows.
@@ -214,8 +214,8 @@ impl Router {
     }
 
     /// `carmi events`.
-    pub(super) fn job_events(&mut self, link: LinkId, job: JobId, after: u64) {
-        match self.events.select(job, after) {
+    pub(in crate::router) fn job_events(&mut self, link: LinkId, job: JobId, after: u64) {
+        match self.reports.events.select(job, after) {
             Some((events, ended, log)) => self.send(
                 link,
                 FromGlobal::Events {

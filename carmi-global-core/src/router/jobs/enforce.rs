@@ -16,7 +16,7 @@ use carmi_proto::ids::{JobId, ProcessId};
 use carmi_proto::msg::{ExitStatus, ProcessUsage, Requests};
 use tracing::{info, warn};
 
-use super::Router;
+use crate::router::Router;
 
 /// The hold reason of a job whose `process` on `machine` went over its
 /// `request_memory`, in HTCondor's terms: what it used and what it asked
@@ -37,8 +37,9 @@ pub fn over_memory_reason(
 impl Router {
     /// What `job`'s processes are bound to: its submit file's requests
     /// (none for a job started by hand).
-    pub(super) fn job_requests(&self, job: JobId) -> Requests {
-        self.submitted
+    pub(in crate::router) fn job_requests(&self, job: JobId) -> Requests {
+        self.jobs
+            .submitted
             .get(&job)
             .map(|s| s.spec.requests())
             .unwrap_or_default()
@@ -46,15 +47,15 @@ impl Router {
 
     /// The highest peak memory (KiB) of `job`'s processes that exited, 0
     /// when none was measured.
-    pub(super) fn memory_peak(&self, job: JobId) -> u64 {
-        self.memory_peaks.get(&job).copied().unwrap_or(0)
+    pub(in crate::router) fn memory_peak(&self, job: JobId) -> u64 {
+        self.jobs.memory_peaks.get(&job).copied().unwrap_or(0)
     }
 
     /// `job`'s published attributes for `carmi q`, with HTCondor's
     /// `MemoryUsage` (MiB) and `ResidentSetSize` (KiB) once a process of it
     /// exited with its peak measured.
-    pub(super) fn attrs_with_usage(&self, job: JobId) -> Vec<(String, String)> {
-        let mut attrs = self.job_attrs.of(job);
+    pub(in crate::router) fn attrs_with_usage(&self, job: JobId) -> Vec<(String, String)> {
+        let mut attrs = self.jobs.job_attrs.of(job);
         let peak = self.memory_peak(job);
         if peak > 0 {
             let usage = ProcessUsage {
@@ -73,7 +74,7 @@ impl Router {
     /// peak rises to it, and a process over its `request_memory` holds its
     /// job. True when the job was held: the exit needs nothing more (the
     /// process is marked exited, the job's others are killed and forgotten).
-    pub(super) fn on_exit_usage(
+    pub(in crate::router) fn on_exit_usage(
         &mut self,
         machine: &str,
         process: ProcessId,
@@ -81,7 +82,7 @@ impl Router {
         cpu_seconds: f64,
         usage: ProcessUsage,
     ) -> bool {
-        let master = self.master_on(process, machine);
+        let master = self.jobs.master_on(process, machine);
         let job = master.or_else(|| {
             let live = self.procs.find(process).filter(|p| p.is_live())?;
             let job = live.job;
@@ -91,23 +92,23 @@ impl Router {
             return false;
         };
         if usage.memory_peak_kib > 0 {
-            let peak = self.memory_peaks.entry(job).or_default();
+            let peak = self.jobs.memory_peaks.entry(job).or_default();
             *peak = (*peak).max(usage.memory_peak_kib);
         }
         let Some(request) = usage.memory_exceeded_mib else {
             return false;
         };
         let reason = over_memory_reason(&usage, request, process, machine);
-        if !self.submitted.contains_key(&job) {
+        if !self.jobs.submitted.contains_key(&job) {
             warn!(job = %job, %process, machine, reason, "a process of a job started by hand went over its memory; it has no submit file to hold it for");
             return false;
         }
         self.exit_process(process, status.clone(), cpu_seconds);
         if master.is_some() {
             // It is gone already: holding must not send it a `Kill`.
-            self.sent_masters.remove(&process);
-            self.masters.remove(&process);
-            if let Some(s) = self.submitted.get_mut(&job) {
+            self.jobs.sent_masters.remove(&process);
+            self.jobs.masters.remove(&process);
+            if let Some(s) = self.jobs.submitted.get_mut(&job) {
                 s.master = None;
             }
         }
