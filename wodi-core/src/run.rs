@@ -49,12 +49,14 @@ use crate::sched::{Sched, SchedConfig, Ticket};
 use crate::speed::{HostSpeeds, SpeedSource};
 use crate::time::Time;
 
+mod call;
 mod carmi;
 mod input;
 mod masters;
 mod outputs;
 mod workers;
 
+pub use call::{CarmiCall, CarmiRequests};
 pub use input::{Input, Taken};
 
 /// A master connected to the run (several may share its workers), numbered
@@ -97,62 +99,6 @@ impl RunConfig {
             status_every: Duration::from_millis(250),
         }
     }
-}
-
-/// A request for CARMI (`carmi_api::client::Carmi`'s method of the same name).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum CarmiCall {
-    /// Define a resource class of the job.
-    DefineClass {
-        /// Its name.
-        name: String,
-        /// Its ClassAd requirements.
-        requirements: String,
-    },
-    /// Ask for `count` more hosts of `class`, reported one at a time.
-    AddHosts {
-        /// The class.
-        class: String,
-        /// How many.
-        count: u32,
-    },
-    /// Withdraw a pending request.
-    CancelRequest {
-        /// The request.
-        request: RequestId,
-    },
-    /// Never grant these hosts to the class again.
-    ExcludeHosts {
-        /// The class.
-        class: String,
-        /// The hosts.
-        hosts: Vec<HostId>,
-    },
-    /// Give hosts back to the pool (their workers are killed with them).
-    DelHosts {
-        /// The hosts.
-        hosts: Vec<HostId>,
-    },
-    /// Subscribe to these hosts being suspended, resumed and deleted (three
-    /// requests, in that order; their ids need no [`Run::issued`]).
-    WatchHosts {
-        /// The hosts.
-        hosts: Vec<HostId>,
-    },
-    /// Ask for a host's machine ad.
-    GetHostInfo {
-        /// The host.
-        host: HostId,
-    },
-    /// Start a worker process on a host (`class_spawn`).
-    Spawn {
-        /// The worker executable on the submit machine.
-        executable: String,
-        /// Its arguments, WoDi's connection argument last.
-        args: Vec<String>,
-        /// The host.
-        host: HostId,
-    },
 }
 
 /// What the run asks its driver to do, in order.

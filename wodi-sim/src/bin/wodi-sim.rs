@@ -27,9 +27,9 @@ use std::process::ExitCode;
 use clap::{ArgAction, Parser, ValueEnum};
 use owner_model::OwnerModel;
 use serde::Serialize;
-use wodi::order::Ordering as StepOrder;
-use wodi::profile::{StepProfile, materials};
-use wodi::sched::SchedConfig;
+use wodi_core::order::Ordering as StepOrder;
+use wodi_core::profile::{StepProfile, materials};
+use wodi_core::sched::SchedConfig;
 use wodi_sim::{PoolConfig, Preset, RunSummary, SimConfig, simulate};
 
 /// Simulate WoDi runs of the paper's materials application on an opportunistic pool.
@@ -249,7 +249,7 @@ fn secs(s: f64) -> std::time::Duration {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let owners = match OwnerModel::from_spec(&cli.owners) {
+    let owners = match OwnerModel::from_spec_with(&cli.owners, std::fs::read_to_string) {
         Ok(o) => o,
         Err(e) => {
             eprintln!("wodi-sim: --owners: {e}");
