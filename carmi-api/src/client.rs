@@ -390,6 +390,15 @@ impl Carmi {
         id
     }
 
+    /// Makes a request built elsewhere, and returns its id: for a program
+    /// that maps its own calls onto protocol requests in a pure core (WoDi's
+    /// run does, for its server and its simulator alike). A
+    /// `Request::ClassSpawn` goes through [`Carmi::class_spawn`] instead,
+    /// which reads and uploads the executable the request names.
+    pub fn send_request(&self, body: Request) -> RequestId {
+        self.request(body)
+    }
+
     /// Cancels an outstanding request (a pending `addhosts`, a subscription).
     pub fn cancel_request(&self, request: RequestId) -> RequestId {
         self.request(Request::CancelRequest { request })

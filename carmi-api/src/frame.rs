@@ -1,14 +1,7 @@
-//! Length-prefixed frames: a JSON header (a protocol message) and a raw payload.
-//!
-//! ```text
-//! u32 BE  length of everything after this field (header length field + header + payload)
-//! u32 BE  header length
-//! header  JSON of one message
-//! payload raw bytes, verbatim (executables, application message bodies); may be empty
-//! ```
-//! The decoder waits for a whole frame before parsing it ("need more bytes"
-//! is not an error). A frame longer than the maximum, or whose header does not
-//! decode, is an error that closes that connection only.
+//! Length-prefixed frames over a byte stream: a JSON header (a protocol
+//! message) and a raw payload. The layout, encoder, decoder and limit are
+//! `carmi_proto::wire` (pure), re-exported here; this module reads and writes
+//! them on tokio streams.
 //!
 //! A [`FrameReader`] holds memory for bytes that arrived, never for bytes a
 //! length prefix merely announced, and gives back a buffer grown by a large
@@ -20,14 +13,18 @@
 
 use std::time::Duration;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
-/// Default largest frame accepted: room for a large executable in one frame.
-pub const DEFAULT_MAX_FRAME: usize = 256 << 20;
+// The codec is pure and lives in `carmi-proto` (the simulator uses it
+// without tokio); re-exported here beside the reader that drives it, under
+// the paths every daemon and client uses.
+pub use carmi_proto::wire::{
+    DEFAULT_MAX_FRAME, FrameError, decode, decode_raw, decode_raw_limited, encode_header,
+};
 
 /// Spare room a [`FrameReader`] makes before reading when it knows nothing
 /// about what comes (between frames): enough for any small message.
@@ -69,138 +66,6 @@ impl FrameDeadline {
         self.base
             .saturating_add(Duration::from_secs(len as u64 / rate))
     }
-}
-
-/// What can go wrong with a frame.
-#[derive(Debug, thiserror::Error)]
-pub enum FrameError {
-    /// The socket failed.
-    #[error("i/o: {0}")]
-    Io(#[from] std::io::Error),
-    /// The peer announced a message (frame header) over the reader's
-    /// header limit: refused on the announced length alone, before the
-    /// header's bytes arrive.
-    #[error(
-        "a message of {len} bytes exceeds the limit of {max} bytes (bulk bytes travel in the frame's payload, not in the message)"
-    )]
-    HeaderTooLarge {
-        /// Announced header length.
-        len: usize,
-        /// The limit.
-        max: usize,
-    },
-    /// The peer announced a frame over the limit.
-    #[error("frame of {len} bytes exceeds the limit of {max} bytes")]
-    TooLarge {
-        /// Announced length.
-        len: usize,
-        /// The limit.
-        max: usize,
-    },
-    /// The header length does not fit in the frame.
-    #[error("header length {header} exceeds frame length {frame}")]
-    BadLength {
-        /// Announced header length.
-        header: usize,
-        /// Frame length.
-        frame: usize,
-    },
-    /// The header is not a message of the expected kind.
-    #[error("undecodable message: {0}")]
-    BadHeader(#[from] serde_json::Error),
-    /// The connection closed in the middle of a frame.
-    #[error("connection closed in the middle of a frame")]
-    Truncated,
-    /// A started frame did not finish within its [`FrameDeadline`].
-    #[error(
-        "a frame of {len} bytes was still incomplete ({have} bytes arrived) after {} s",
-        waited.as_secs()
-    )]
-    Stalled {
-        /// Announced length (0 while not even the length had arrived).
-        len: usize,
-        /// Bytes of it that arrived.
-        have: usize,
-        /// How long it was given.
-        waited: Duration,
-    },
-}
-
-/// Tries to take one whole frame off the front of `buf`. `Ok(None)` means
-/// more bytes are needed.
-pub fn decode<T: DeserializeOwned>(
-    buf: &mut BytesMut,
-    max: usize,
-) -> Result<Option<(T, Bytes)>, FrameError> {
-    match decode_raw(buf, max)? {
-        Some((header, payload)) => Ok(Some((serde_json::from_slice(&header)?, payload))),
-        None => Ok(None),
-    }
-}
-
-/// Like [`decode`], leaving the header undecoded: the JSON bytes, then the
-/// payload. A server decodes a large header where it does not hold up others.
-pub fn decode_raw(buf: &mut BytesMut, max: usize) -> Result<Option<(Bytes, Bytes)>, FrameError> {
-    decode_raw_limited(buf, max, usize::MAX)
-}
-
-/// Like [`decode_raw`], also refusing a header longer than `max_header` as
-/// soon as its length field has arrived: a server need not wait for (and
-/// hold) megabytes it will refuse anyway.
-pub fn decode_raw_limited(
-    buf: &mut BytesMut,
-    max: usize,
-    max_header: usize,
-) -> Result<Option<(Bytes, Bytes)>, FrameError> {
-    if buf.len() < 4 {
-        return Ok(None);
-    }
-    let len = u32::from_be_bytes(buf[..4].try_into().expect("4 bytes")) as usize;
-    if len > max {
-        return Err(FrameError::TooLarge { len, max });
-    }
-    if len < 4 {
-        return Err(FrameError::BadLength {
-            header: 4,
-            frame: len,
-        });
-    }
-    if buf.len() >= 8 {
-        let hlen = u32::from_be_bytes(buf[4..8].try_into().expect("4 bytes")) as usize;
-        if hlen > len - 4 {
-            return Err(FrameError::BadLength {
-                header: hlen,
-                frame: len,
-            });
-        }
-        if hlen > max_header {
-            return Err(FrameError::HeaderTooLarge {
-                len: hlen,
-                max: max_header,
-            });
-        }
-    }
-    // No reservation here: memory follows the bytes that arrive, not the
-    // length a peer announces.
-    if buf.len() < 4 + len {
-        return Ok(None);
-    }
-    let hlen = u32::from_be_bytes(buf[4..8].try_into().expect("4 bytes")) as usize;
-    buf.advance(8);
-    let mut frame = buf.split_to(len - 4).freeze();
-    let header = frame.split_to(hlen);
-    Ok(Some((header, frame)))
-}
-
-/// Encodes a frame header (length fields + JSON) for `msg` followed by `payload_len` bytes.
-pub fn encode_header<T: Serialize>(msg: &T, payload_len: usize) -> Vec<u8> {
-    let json = serde_json::to_vec(msg).expect("protocol messages always serialize");
-    let mut out = Vec::with_capacity(8 + json.len());
-    let total = 4 + json.len() + payload_len;
-    out.extend_from_slice(&(total as u32).to_be_bytes());
-    out.extend_from_slice(&(json.len() as u32).to_be_bytes());
-    out.extend_from_slice(&json);
-    out
 }
 
 /// Writes one frame. Small payloads go out in one write; large ones are not copied.
@@ -455,39 +320,6 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
 mod tests {
     use super::*;
     use crate::msg::PeerMessage;
-
-    #[test]
-    fn partial_frames_need_more_bytes() {
-        let mut bytes = encode_header(&PeerMessage { tag: 7 }, 3);
-        bytes.extend_from_slice(b"abc");
-        for cut in 0..bytes.len() {
-            let mut buf = BytesMut::from(&bytes[..cut]);
-            assert!(decode::<PeerMessage>(&mut buf, 1024).unwrap().is_none());
-        }
-        let mut buf = BytesMut::from(&bytes[..]);
-        let (m, p) = decode::<PeerMessage>(&mut buf, 1024).unwrap().unwrap();
-        assert_eq!(m.tag, 7);
-        assert_eq!(&p[..], b"abc");
-        assert!(buf.is_empty());
-    }
-
-    #[test]
-    fn oversized_and_garbage_frames_are_errors() {
-        let mut buf = BytesMut::from(&[0xff, 0xff, 0xff, 0xff, 0, 0][..]);
-        assert!(matches!(
-            decode::<PeerMessage>(&mut buf, 1024),
-            Err(FrameError::TooLarge { .. })
-        ));
-        let mut garbage = encode_header(&"not a peer message", 0);
-        garbage[8] = b'{';
-        let mut buf = BytesMut::from(&garbage[..]);
-        assert!(decode::<PeerMessage>(&mut buf, 1024).is_err());
-        let mut bad = BytesMut::from(&[0, 0, 0, 4, 0, 0, 0, 9][..]);
-        assert!(matches!(
-            decode::<PeerMessage>(&mut bad, 1024),
-            Err(FrameError::BadLength { .. })
-        ));
-    }
 
     #[tokio::test]
     async fn an_over_limit_header_is_refused_on_its_length_alone() {

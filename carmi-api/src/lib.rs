@@ -7,8 +7,8 @@
 //! # Layout
 //! - `ids`, `msg`, `events`, `exe`, `limits`, `submit`, `submit_condor`: the protocol's
 //!   data, re-exported from `carmi-proto` (pure; see that crate).
-//! - `frame`: length-prefixed frames with a JSON header and a verbatim payload (the codec, and
-//!   the reader the handshake runs on).
+//! - `frame`: length-prefixed frames with a JSON header and a verbatim payload: the reader the
+//!   handshake runs on and the writer, around the pure codec `carmi_proto::wire` (re-exported).
 //! - `conn`: the typed connection every connection kind uses once its handshake is done
 //!   ([`conn::Conn`]: `Out` messages one way, `In` the other, frame limit and deadline, split
 //!   into halves for tasks, `recv_raw` for a server that checks a header before decoding it).

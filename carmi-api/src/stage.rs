@@ -24,23 +24,22 @@
 //! on the task that reads the socket. A [`RateLimiter`] shared by every send
 //! of a daemon models (or enforces) its link's bandwidth.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncWrite, BufWriter};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::conn::{Conn, ConnReader, ConnWriter};
+use crate::conn::{ConnReader, ConnWriter};
 use crate::exe::is_sha256_hex;
-use crate::frame::FrameReader;
-use crate::handshake::{self, Secret};
-use crate::msg::{ExecutableRef, Role};
+use crate::msg::ExecutableRef;
+
+mod fetch;
+
+pub use fetch::{FetchError, FetchSpec, fetch};
 
 /// Most bytes per [`StageReply::Chunk`]: small enough that a receiver can pass
 /// the first bytes on long before the last arrive.
@@ -316,26 +315,7 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let sha256 = match reader.recv().await {
-        Ok(Some((StageRequest::Get { sha256 }, _))) => sha256,
-        Ok(None) => return Err("closed before asking".into()),
-        Err(e) => return Err(format!("bad request: {e}")),
-    };
-    if !is_sha256_hex(&sha256) {
-        let reason = format!(
-            "`{}` is not a SHA-256",
-            sha256.chars().take(80).collect::<String>()
-        );
-        let _ = w
-            .send(
-                &StageReply::Missing {
-                    reason: reason.clone(),
-                },
-                &[],
-            )
-            .await;
-        return Err(reason);
-    }
+    let sha256 = read_request(reader, w).await?;
     let failed = |e: std::io::Error| format!("write failed: {e}");
     let (mut source, executable) = match lookup(sha256.clone()).await {
         Served::File { file, executable } => (Source::File(Arc::new(file)), executable),
@@ -371,46 +351,9 @@ where
         .map_err(failed)?;
     let mut sent = 0u64;
     while sent < size {
-        // How far the copy may be read now.
-        let avail = match &mut source {
-            Source::File(_) => size,
-            Source::Memory { progress: p, .. } => loop {
-                let now = *p.borrow_and_update();
-                match now {
-                    Progress::Done => break size,
-                    Progress::Failed => {
-                        let reason = "the copy this server was receiving failed".to_string();
-                        let _ = w
-                            .send(
-                                &StageReply::Missing {
-                                    reason: reason.clone(),
-                                },
-                                &[],
-                            )
-                            .await;
-                        let _ = w.flush().await;
-                        return Err(reason);
-                    }
-                    Progress::Receiving(n) if n > sent => break n.min(size),
-                    Progress::Receiving(_) => {
-                        // Nothing new yet: let what was sent go out, then wait.
-                        w.flush().await.map_err(failed)?;
-                        if p.changed().await.is_err() {
-                            return Err("the receiving side of this copy went away".into());
-                        }
-                    }
-                }
-            },
-        };
+        let avail = source.available(sent, size, &mut w).await?;
         let want = ((avail - sent) as usize).min(chunk_size);
-        let chunk = match &mut source {
-            Source::File(file) => read_at(file, sent, want).await?,
-            Source::Memory { arrival, file, .. } => match arrival.slice(sent, want) {
-                Ok(chunk) => chunk,
-                Err(0) => return Err("the copy being received lost bytes it had announced".into()),
-                Err(on_disk) => read_at(file, sent, want.min(on_disk as usize)).await?,
-            },
-        };
+        let chunk = source.chunk(sent, want).await?;
         limiter.take(chunk.len()).await;
         w.send(&StageReply::Chunk, &chunk).await.map_err(failed)?;
         w.flush().await.map_err(failed)?;
@@ -433,6 +376,96 @@ enum Source {
     },
 }
 
+impl Source {
+    /// How far the copy may be read now, past `sent` (waiting for a copy
+    /// still arriving to get there); a failed copy is reported on `w`.
+    async fn available<W: AsyncWrite + Unpin>(
+        &mut self,
+        sent: u64,
+        size: u64,
+        w: &mut ConnWriter<StageReply, W>,
+    ) -> Result<u64, String> {
+        let Source::Memory { progress: p, .. } = self else {
+            return Ok(size);
+        };
+        loop {
+            let now = *p.borrow_and_update();
+            match now {
+                Progress::Done => return Ok(size),
+                Progress::Failed => {
+                    let reason =
+                        refuse(w, "the copy this server was receiving failed".into()).await;
+                    let _ = w.flush().await;
+                    return Err(reason);
+                }
+                Progress::Receiving(n) if n > sent => return Ok(n.min(size)),
+                Progress::Receiving(_) => {
+                    // Nothing new yet: let what was sent go out, then wait.
+                    w.flush().await.map_err(|e| format!("write failed: {e}"))?;
+                    if p.changed().await.is_err() {
+                        return Err("the receiving side of this copy went away".into());
+                    }
+                }
+            }
+        }
+    }
+
+    /// The `want` bytes at `sent`: from memory while a copy arrives (from
+    /// its partial file for bytes already out of the window).
+    async fn chunk(&mut self, sent: u64, want: usize) -> Result<Bytes, String> {
+        match self {
+            Source::File(file) => read_at(file, sent, want).await,
+            Source::Memory { arrival, file, .. } => match arrival.slice(sent, want) {
+                Ok(chunk) => Ok(chunk),
+                Err(0) => Err("the copy being received lost bytes it had announced".into()),
+                Err(on_disk) => read_at(file, sent, want.min(on_disk as usize)).await,
+            },
+        }
+    }
+}
+
+/// Reads a staging connection's one request: the SHA-256 of the executable
+/// wanted (anything else is refused, with a `Missing` reply saying why).
+async fn read_request<R, W>(
+    reader: &mut ConnReader<StageRequest, R>,
+    w: &mut ConnWriter<StageReply, W>,
+) -> Result<String, String>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let sha256 = match reader.recv().await {
+        Ok(Some((StageRequest::Get { sha256 }, _))) => sha256,
+        Ok(None) => return Err("closed before asking".into()),
+        Err(e) => return Err(format!("bad request: {e}")),
+    };
+    if !is_sha256_hex(&sha256) {
+        let reason = format!(
+            "`{}` is not a SHA-256",
+            sha256.chars().take(80).collect::<String>()
+        );
+        return Err(refuse(w, reason).await);
+    }
+    Ok(sha256)
+}
+
+/// Tells the fetcher it gets nothing, and why (best effort: the connection
+/// ends either way); the reason, for the caller's error.
+async fn refuse<W: AsyncWrite + Unpin>(
+    w: &mut ConnWriter<StageReply, W>,
+    reason: String,
+) -> String {
+    let _ = w
+        .send(
+            &StageReply::Missing {
+                reason: reason.clone(),
+            },
+            &[],
+        )
+        .await;
+    reason
+}
+
 /// Reads `n` bytes at `offset` of `file` on the blocking pool.
 async fn read_at(file: &Arc<std::fs::File>, offset: u64, n: usize) -> Result<Bytes, String> {
     use std::os::unix::fs::FileExt;
@@ -445,227 +478,6 @@ async fn read_at(file: &Arc<std::fs::File>, offset: u64, n: usize) -> Result<Byt
     })
     .await
     .map_err(|e| format!("reading the executable: {e}"))?
-}
-
-/// Why a fetch failed.
-#[derive(Debug, thiserror::Error)]
-pub enum FetchError {
-    /// The source could not be reached, refused us, or went away.
-    #[error("source {source_addr}: {reason}")]
-    Source {
-        /// The source.
-        source_addr: String,
-        /// Why.
-        reason: String,
-    },
-    /// The bytes are not the executable asked for.
-    #[error("source {source_addr} sent a bad copy: {reason}")]
-    Corrupt {
-        /// The source.
-        source_addr: String,
-        /// Size or hash mismatch.
-        reason: String,
-    },
-    /// Writing our copy failed.
-    #[error("writing {path}: {error}")]
-    Io {
-        /// The file.
-        path: String,
-        /// Why.
-        error: std::io::Error,
-    },
-}
-
-/// What [`fetch`] needs.
-pub struct FetchSpec<'a> {
-    /// `host:port` of the source.
-    pub addr: &'a str,
-    /// The pool secret, with the machine's daemon token (which only the
-    /// global RM is shown; a peer gets a proof made for it, to forward).
-    pub secret: &'a Secret,
-    /// The source: the global RM, or a peer local RM (which proves its
-    /// machine before the token's proof is shown to it).
-    pub towards: handshake::Towards,
-    /// Our machine name (declared in the handshake).
-    pub name: &'a str,
-    /// What to fetch: size and hash are checked against this, not against
-    /// what the source claims.
-    pub executable: &'a ExecutableRef,
-    /// The file to write (created if missing, so the caller may create it
-    /// empty beforehand to serve it at once; the caller renames it into place).
-    pub dest: &'a Path,
-    /// Given every chunk as it arrives, so that others can be served
-    /// meanwhile; told `Done` once the copy is verified, `Failed` if not.
-    pub arrival: &'a Arrival,
-}
-
-/// Fetches an executable into `spec.dest`, hashing and writing on a blocking
-/// thread, and verifies it. On success the file is complete and synced; on
-/// failure it is removed and the arrival says `Failed`.
-pub async fn fetch(spec: FetchSpec<'_>) -> Result<(), FetchError> {
-    let result = fetch_inner(&spec).await;
-    if result.is_err() {
-        let _ = std::fs::remove_file(spec.dest);
-        spec.arrival.fail();
-    }
-    result
-}
-
-async fn fetch_inner(spec: &FetchSpec<'_>) -> Result<(), FetchError> {
-    let src = |reason: String| FetchError::Source {
-        source_addr: spec.addr.to_string(),
-        reason,
-    };
-    let corrupt = |reason: String| FetchError::Corrupt {
-        source_addr: spec.addr.to_string(),
-        reason,
-    };
-    let stream = crate::net::dial(spec.addr, crate::net::CONNECT_TIMEOUT)
-        .await
-        .map_err(|e| src(format!("cannot connect: {e}")))?;
-    // Always TLS, to the global RM (where the daemon token proves who
-    // fetches) and to a peer local RM (whose listener takes nothing else).
-    let crate::tls::Stream {
-        reader: r,
-        writer: mut w,
-        binding,
-    } = crate::tls::connect(stream)
-        .await
-        .map_err(|e| src(format!("TLS: {e}")))?;
-    let mut reader = FrameReader::with_max(r, STAGE_CHUNK + 64 * 1024);
-    let role = Role::Stager {
-        name: spec.name.to_string(),
-    };
-    handshake::client_towards(
-        &mut reader,
-        &mut w,
-        spec.secret,
-        &role,
-        &binding,
-        spec.towards,
-    )
-    .await
-    .map_err(|e| src(format!("handshake: {e}")))?;
-    let mut conn: Conn<StageRequest, StageReply, _, _> = Conn::from_parts(reader, w);
-    let get = StageRequest::Get {
-        sha256: spec.executable.sha256.clone(),
-    };
-    conn.send(&get, &[])
-        .await
-        .map_err(|e| src(format!("sending the request: {e}")))?;
-    conn.flush()
-        .await
-        .map_err(|e| src(format!("sending the request: {e}")))?;
-    let mut next = async || -> Result<(StageReply, Bytes), FetchError> {
-        match tokio::time::timeout(STALL_TIMEOUT, conn.recv()).await {
-            Err(_) => Err(src(format!("no bytes for {} s", STALL_TIMEOUT.as_secs()))),
-            Ok(Ok(Some(frame))) => Ok(frame),
-            Ok(Ok(None)) => Err(src("closed the connection mid-transfer".into())),
-            Ok(Err(e)) => Err(src(format!("bad frame: {e}"))),
-        }
-    };
-    match next().await? {
-        (StageReply::Begin { executable }, _) => {
-            if executable.sha256 != spec.executable.sha256
-                || executable.size != spec.executable.size
-            {
-                return Err(corrupt(format!(
-                    "offered {} ({} bytes) for {} ({} bytes)",
-                    executable.sha256,
-                    executable.size,
-                    spec.executable.sha256,
-                    spec.executable.size
-                )));
-            }
-        }
-        (StageReply::Missing { reason }, _) => {
-            return Err(src(format!("does not hold it: {reason}")));
-        }
-        (other, _) => return Err(src(format!("answered {other:?} instead of Begin"))),
-    }
-    // The writer thread hashes and writes each chunk; servers passing the
-    // copy on take it from the arrival at once.
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Bytes>(64);
-    let dest = spec.dest.to_path_buf();
-    let arrival = spec.arrival.clone();
-    let writer = tokio::task::spawn_blocking(move || write_chunks(&dest, rx, &arrival));
-    let expected = spec.executable.size;
-    let mut got = 0u64;
-    let outcome = loop {
-        match next().await {
-            Ok((StageReply::Chunk, bytes)) => {
-                got += bytes.len() as u64;
-                if got > expected {
-                    break Err(corrupt(format!(
-                        "sent more than the {expected} bytes announced"
-                    )));
-                }
-                spec.arrival.push(bytes.clone());
-                if tx.send(bytes).is_err() {
-                    break Ok(()); // the writer failed; its error is reported below
-                }
-            }
-            Ok((StageReply::End, _)) => break Ok(()),
-            Ok((StageReply::Missing { reason }, _)) => {
-                break Err(src(format!("gave up: {reason}")));
-            }
-            Ok((other, _)) => break Err(src(format!("answered {other:?} mid-transfer"))),
-            Err(e) => break Err(e),
-        }
-    };
-    drop(tx);
-    let written = writer.await.map_err(|e| FetchError::Io {
-        path: spec.dest.display().to_string(),
-        error: std::io::Error::other(e.to_string()),
-    })?;
-    outcome?;
-    let (size, sha256) = written.map_err(|error| FetchError::Io {
-        path: spec.dest.display().to_string(),
-        error,
-    })?;
-    if size != expected {
-        return Err(corrupt(format!("sent {size} bytes, {expected} expected")));
-    }
-    if sha256 != spec.executable.sha256 {
-        return Err(corrupt(format!(
-            "SHA-256 of the copy is {sha256}, not {}",
-            spec.executable.sha256
-        )));
-    }
-    spec.arrival.done();
-    Ok(())
-}
-
-/// The writer thread of [`fetch`]: returns the size and hash written, the
-/// file synced.
-fn write_chunks(
-    dest: &PathBuf,
-    rx: std::sync::mpsc::Receiver<Bytes>,
-    arrival: &Arrival,
-) -> std::io::Result<(u64, String)> {
-    use std::os::unix::fs::OpenOptionsExt;
-    // Never executable while incomplete.
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(dest)?;
-    let mut hasher = Sha256::new();
-    let mut n = 0u64;
-    for chunk in rx {
-        f.write_all(&chunk)?;
-        hasher.update(&chunk);
-        n += chunk.len() as u64;
-        arrival.wrote(n);
-    }
-    f.sync_all()?;
-    let hex = hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    Ok((n, hex))
 }
 
 #[cfg(test)]

@@ -1,3 +1,5 @@
+use std::io::Write;
+
 use super::*;
 
 #[tokio::test(start_paused = true)]

@@ -30,7 +30,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use carmi_pool::{EmbeddedPool, OwnerModel, PoolOptions};
+use carmi_pool::{EmbeddedPool, PoolOptions};
 
 /// How long `up` waits for the pool to come up.
 const UP_TIMEOUT: Duration = Duration::from_secs(60);
@@ -205,7 +205,7 @@ fn alive(pid: i32) -> bool {
 /// `carmi pool up`.
 pub fn up(args: &UpArgs) -> anyhow::Result<()> {
     // Refuse bad options here, not in the background process's log.
-    OwnerModel::from_spec(&args.owners)?;
+    carmi_pool::read_owner_model(&args.owners)?;
     let record = record_path()?;
     if let Some(r) = recorded_in(&read_table(&record)?)
         && let Some(pid) = r.pool_pid
@@ -460,7 +460,7 @@ pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         );
         std::process::abort();
     }));
-    let owners = OwnerModel::from_spec(&args.up.owners)?;
+    let owners = carmi_pool::read_owner_model(&args.up.owners)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -33,6 +33,12 @@ pub use owner_model::{
 };
 pub use pool::{EmbeddedPool, PoolHost, PoolOptions};
 
+/// The owner model of a command-line spec (`none`, `stochastic`,
+/// `trace:FILE`), reading `FILE` from disk: `owner-model` itself does no I/O.
+pub fn read_owner_model(spec: &str) -> Result<OwnerModel, owner_model::Error> {
+    OwnerModel::from_spec_with(spec, std::fs::read_to_string)
+}
+
 /// Everything that can go wrong in this crate.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

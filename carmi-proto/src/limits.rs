@@ -25,6 +25,17 @@ use crate::submit::JobSpec;
 /// its limit is reported, in field order.
 pub fn check_spec(spec: &JobSpec) -> Vec<LimitError> {
     let mut out = Vec::new();
+    check_command(spec, &mut out);
+    check_input_files(spec, &mut out);
+    check_job_fields(spec, &mut out);
+    check_returned_files(spec, &mut out);
+    check_classes(spec, &mut out);
+    out.extend(check_expressions_of_job(&spec.classes).err());
+    out
+}
+
+/// What the job's processes run, and where their standard output and error go.
+fn check_command(spec: &JobSpec, out: &mut Vec<LimitError>) {
     let mut push = |r: Result<(), LimitError>| out.extend(r.err());
     push(check_len("executable", &spec.executable, MAX_PATH_BYTES));
     push(check_command_line(
@@ -32,11 +43,43 @@ pub fn check_spec(spec: &JobSpec) -> Vec<LimitError> {
         &spec.arguments,
         &spec.environment,
     ));
-    for (key, path) in [("output", &spec.output), ("error", &spec.error)] {
+    check_paths(out, [("output", &spec.output), ("error", &spec.error)]);
+}
+
+/// The job's own fields: how many classes, its attributes, its log and directory.
+fn check_job_fields(spec: &JobSpec, out: &mut Vec<LimitError>) {
+    let mut push = |r: Result<(), LimitError>| out.extend(r.err());
+    push(check_count(
+        "queue",
+        spec.classes.len(),
+        MAX_CLASSES_PER_JOB,
+        "classes",
+    ));
+    push(check_count(
+        "job attributes",
+        spec.attributes.len(),
+        MAX_JOB_ATTRIBUTES,
+        "attributes",
+    ));
+    for (name, text) in spec.attributes.iter().take(MAX_JOB_ATTRIBUTES) {
+        push(check_len("job attribute name", name, MAX_NAME_BYTES));
+        push(check_len("job attribute value", text, MAX_EXPRESSION_BYTES));
+    }
+    check_paths(out, [("log", &spec.log), ("initialdir", &spec.initial_dir)]);
+}
+
+/// The paths given of these optional keys.
+fn check_paths(out: &mut Vec<LimitError>, paths: [(&str, &Option<String>); 2]) {
+    for (key, path) in paths {
         if let Some(p) = path {
-            push(check_len(key, p, MAX_PATH_BYTES));
+            out.extend(check_len(key, p, MAX_PATH_BYTES).err());
         }
     }
+}
+
+/// The files a job's processes are given: named, and uploaded (each, and together).
+fn check_input_files(spec: &JobSpec, out: &mut Vec<LimitError>) {
+    let mut push = |r: Result<(), LimitError>| out.extend(r.err());
     push(check_count(
         "transfer_input_files",
         spec.transfer_input_files.len(),
@@ -68,27 +111,11 @@ pub fn check_spec(spec: &JobSpec) -> Vec<LimitError> {
             format!("{MAX_INPUT_BYTES} bytes (256 MiB)"),
         )));
     }
-    push(check_count(
-        "queue",
-        spec.classes.len(),
-        MAX_CLASSES_PER_JOB,
-        "classes",
-    ));
-    push(check_count(
-        "job attributes",
-        spec.attributes.len(),
-        MAX_JOB_ATTRIBUTES,
-        "attributes",
-    ));
-    for (name, text) in spec.attributes.iter().take(MAX_JOB_ATTRIBUTES) {
-        push(check_len("job attribute name", name, MAX_NAME_BYTES));
-        push(check_len("job attribute value", text, MAX_EXPRESSION_BYTES));
-    }
-    for (key, path) in [("log", &spec.log), ("initialdir", &spec.initial_dir)] {
-        if let Some(p) = path {
-            push(check_len(key, p, MAX_PATH_BYTES));
-        }
-    }
+}
+
+/// The files a job's processes send back: outputs and checkpoints.
+fn check_returned_files(spec: &JobSpec, out: &mut Vec<LimitError>) {
+    let mut push = |r: Result<(), LimitError>| out.extend(r.err());
     push(check_count(
         "transfer_output_files",
         spec.transfer_output_files.len(),
@@ -112,6 +139,13 @@ pub fn check_spec(spec: &JobSpec) -> Vec<LimitError> {
     {
         push(check_len("transfer_checkpoint_files", f, MAX_PATH_BYTES));
     }
+}
+
+/// Where the job's master runs and how many copies are queued; then each
+/// resource class (name, expressions, machine count) and the sum of their
+/// minimums.
+fn check_classes(spec: &JobSpec, out: &mut Vec<LimitError>) {
+    let mut push = |r: Result<(), LimitError>| out.extend(r.err());
     if let Some(e) = &spec.master_requirements {
         push(check_len("master_requirements", e, MAX_EXPRESSION_BYTES));
     }
@@ -156,8 +190,6 @@ pub fn check_spec(spec: &JobSpec) -> Vec<LimitError> {
             format!("{MAX_MINIMUM_PER_JOB} machines per job"),
         ));
     }
-    out.extend(check_expressions_of_job(&spec.classes).err());
-    out
 }
 
 fn refuse(errors: Vec<LimitError>) -> Result<(), Failure> {

@@ -98,6 +98,45 @@ fn plain_names(key: &str, value: &str) -> Result<Vec<String>, String> {
     Ok(names)
 }
 
+/// `transfer_output_files`' value: comma-separated paths, each within the path limit.
+fn output_files(value: &str) -> Result<Vec<String>, String> {
+    let files: Vec<String> = value
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    for f in &files {
+        limits::check_len("transfer_output_files", f, limits::MAX_PATH_BYTES)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(files)
+}
+
+/// The value of `key`: a whole number within `range`, else an error saying
+/// what was wanted (`want`).
+fn number_in<T: std::str::FromStr + PartialOrd>(
+    key: &str,
+    value: &str,
+    range: std::ops::RangeInclusive<T>,
+    want: &str,
+) -> Result<T, String> {
+    let n = value.trim().parse::<T>().ok().filter(|n| range.contains(n));
+    n.ok_or_else(|| format!("{key} = {}: {want}", value.trim()))
+}
+
+/// `master_requirements`' value: a ClassAd expression within the expression limit.
+fn master_requirements(value: &str) -> Result<String, String> {
+    limits::check_len("master_requirements", value, limits::MAX_EXPRESSION_BYTES)
+        .map_err(|e| e.to_string())?;
+    classad::parse_expr(value).map_err(|e| {
+        format!(
+            "master_requirements: not a ClassAd expression (column {}: {})",
+            e.column, e.message
+        )
+    })?;
+    Ok(value.trim().to_string())
+}
+
 /// Whether `key` (as written) is one of these commands.
 pub fn is_condor_key(key: &str) -> bool {
     let k = key.trim();
@@ -159,17 +198,9 @@ impl Extras {
                 Ok(())
             }
             "checkpoint_exit_code" => {
-                let code = value
-                    .trim()
-                    .parse::<i32>()
-                    .ok()
-                    .filter(|c| (1..=255).contains(c));
-                self.checkpoint_exit_code = Some(code.ok_or_else(|| {
-                    format!(
-                        "checkpoint_exit_code = {}: an exit code from 1 to 255",
-                        value.trim()
-                    )
-                })?);
+                let want = "an exit code from 1 to 255";
+                self.checkpoint_exit_code =
+                    Some(number_in("checkpoint_exit_code", value, 1..=255, want)?);
                 Ok(())
             }
             "transfer_checkpoint_files" => {
@@ -177,41 +208,17 @@ impl Extras {
                 Ok(())
             }
             "transfer_output_files" => {
-                self.transfer_output_files = value
-                    .split(',')
-                    .map(|s| s.trim().to_string())
-                    .filter(|s| !s.is_empty())
-                    .collect();
-                for f in &self.transfer_output_files {
-                    limits::check_len("transfer_output_files", f, limits::MAX_PATH_BYTES)
-                        .map_err(|e| e.to_string())?;
-                }
+                self.transfer_output_files = output_files(value)?;
                 Ok(())
             }
             "max_start_failures" => {
-                let n = value
-                    .trim()
-                    .parse::<u32>()
-                    .ok()
-                    .filter(|n| (1..=1000).contains(n));
-                self.max_start_failures = Some(n.ok_or_else(|| {
-                    format!(
-                        "max_start_failures = {}: a whole number of tries from 1 to 1000",
-                        value.trim()
-                    )
-                })?);
+                let want = "a whole number of tries from 1 to 1000";
+                self.max_start_failures =
+                    Some(number_in("max_start_failures", value, 1..=1000, want)?);
                 Ok(())
             }
             "master_requirements" => {
-                limits::check_len("master_requirements", value, limits::MAX_EXPRESSION_BYTES)
-                    .map_err(|e| e.to_string())?;
-                classad::parse_expr(value).map_err(|e| {
-                    format!(
-                        "master_requirements: not a ClassAd expression (column {}: {})",
-                        e.column, e.message
-                    )
-                })?;
-                self.master_requirements = Some(value.trim().to_string());
+                self.master_requirements = Some(master_requirements(value)?);
                 Ok(())
             }
             _ => Err(format!("`{key}` is not an HTCondor command known here")),

@@ -4,7 +4,8 @@
 //! test and measure that without a building full of desktops, this crate
 //! models owners (randomly with a day/night rhythm, or replayed from a trace)
 //! and turns a model into a deterministic, seeded schedule of owner events in
-//! virtual time. It does no I/O beyond reading a trace file and has no clock:
+//! virtual time. It does no I/O (a caller reads a trace file and hands in its
+//! text) and has no clock:
 //! a simulator reads the virtual times directly, and the embedded pool
 //! (`carmi-pool`) plays them in wall time.
 //!
@@ -28,7 +29,8 @@ pub use trace::{Trace, TraceError, host_name};
 /// Everything that can go wrong with an owner model.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A file could not be read.
+    /// A trace file could not be read (by the reader the caller handed to
+    /// [`OwnerModel::from_spec_with`]).
     #[error("{what} {path}: {source}")]
     Io {
         /// What was being done.

@@ -6,7 +6,7 @@
 //! `time / speedup` before each event). Everything here is pure: the same
 //! model, host count and seed always give the same events.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use carmi_proto::msg::OwnerEvent;
 
@@ -39,14 +39,25 @@ pub enum OwnerModel {
 
 impl OwnerModel {
     /// Parses the command-line form: `none`, `stochastic` (the default
-    /// parameters) or `trace:FILE`.
-    pub fn from_spec(spec: &str) -> Result<OwnerModel, Error> {
+    /// parameters) or `trace:FILE`, where `read` gives the text of `FILE`.
+    /// The caller reads the file (usually with `std::fs::read_to_string`) so
+    /// that this crate stays free of I/O, and a test can hand in a trace.
+    pub fn from_spec_with(
+        spec: &str,
+        read: impl FnOnce(PathBuf) -> std::io::Result<String>,
+    ) -> Result<OwnerModel, Error> {
         match spec {
             "none" => Ok(OwnerModel::None),
             "stochastic" => Ok(OwnerModel::Stochastic(Stochastic::default())),
             _ => match spec.strip_prefix("trace:") {
                 Some(file) if !file.is_empty() => {
-                    Ok(OwnerModel::Trace(Trace::load(&PathBuf::from(file))?))
+                    let path = Path::new(file);
+                    let text = read(path.to_path_buf()).map_err(|source| Error::Io {
+                        what: "cannot read trace file",
+                        path: path.to_path_buf(),
+                        source,
+                    })?;
+                    Ok(OwnerModel::Trace(Trace::parse_file(path, &text)?))
                 }
                 _ => Err(Error::BadModel(format!(
                     "unknown owner model `{spec}`; expected none, stochastic or trace:FILE"
@@ -163,14 +174,15 @@ mod tests {
 
     #[test]
     fn specs_parse() {
-        assert_eq!(OwnerModel::from_spec("none").unwrap(), OwnerModel::None);
+        let from_spec = |spec| OwnerModel::from_spec_with(spec, std::fs::read_to_string);
+        assert_eq!(from_spec("none").unwrap(), OwnerModel::None);
         assert!(matches!(
-            OwnerModel::from_spec("stochastic").unwrap(),
+            from_spec("stochastic").unwrap(),
             OwnerModel::Stochastic(_)
         ));
-        let e = OwnerModel::from_spec("sometimes").unwrap_err().to_string();
+        let e = from_spec("sometimes").unwrap_err().to_string();
         assert!(e.contains("sometimes"), "{e}");
-        let e = OwnerModel::from_spec("trace:/nonexistent/t.txt")
+        let e = from_spec("trace:/nonexistent/t.txt")
             .unwrap_err()
             .to_string();
         assert!(e.contains("/nonexistent/t.txt"), "{e}");

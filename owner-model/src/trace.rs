@@ -92,14 +92,10 @@ impl Trace {
         Ok(Trace { events })
     }
 
-    /// Reads and parses a trace file; errors name the file and the line.
-    pub fn load(path: &Path) -> Result<Trace, Error> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
-            what: "cannot read trace file",
-            path: path.to_path_buf(),
-            source,
-        })?;
-        Trace::parse(&text).map_err(|error| Error::Trace {
+    /// Parses the text of the trace file at `path` (read by the caller);
+    /// errors name the file and the line.
+    pub fn parse_file(path: &Path, text: &str) -> Result<Trace, Error> {
+        Trace::parse(text).map_err(|error| Error::Trace {
             path: path.to_path_buf(),
             error,
         })

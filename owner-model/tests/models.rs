@@ -129,12 +129,19 @@ fn trace_errors_name_the_line() {
 
 #[test]
 fn a_trace_file_replays_in_time_order() {
-    let dir = std::env::temp_dir().join(format!("owner-sim-trace-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("t.txt");
-    std::fs::write(&path, "host02 30 leave\nhost02 10 arrive\n1 20 load=0.5\n").unwrap();
-    let spec = format!("trace:{}", path.display());
-    let m = OwnerModel::from_spec(&spec).unwrap();
+    // The caller reads the file; here the "file" is a string handed to the reader.
+    let file = |text: &'static str| {
+        move |path: std::path::PathBuf| {
+            assert_eq!(path, std::path::Path::new("dir/t.txt"));
+            Ok(text.to_string())
+        }
+    };
+    let spec = "trace:dir/t.txt";
+    let m = OwnerModel::from_spec_with(
+        spec,
+        file("host02 30 leave\nhost02 10 arrive\n1 20 load=0.5\n"),
+    )
+    .unwrap();
     let s = m.schedule(2, 25.0, 0);
     assert_eq!(
         s,
@@ -151,10 +158,15 @@ fn a_trace_file_replays_in_time_order() {
             },
         ]
     );
-    std::fs::write(&path, "host02 30 leave\nhost02 ten arrive\n").unwrap();
-    let e = OwnerModel::from_spec(&spec).unwrap_err().to_string();
+    let e = OwnerModel::from_spec_with(spec, file("host02 30 leave\nhost02 ten arrive\n"))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("t.txt") && e.contains("line 2"), "{e}");
-    std::fs::remove_dir_all(&dir).unwrap();
+    let missing = |_| Err(std::io::Error::from(std::io::ErrorKind::NotFound));
+    let e = OwnerModel::from_spec_with(spec, missing)
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("cannot read trace file dir/t.txt: "), "{e}");
 }
 
 #[test]

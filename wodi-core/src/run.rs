@@ -23,7 +23,7 @@
 //! - the loss grace: a worker whose connection drops is counted as crashed
 //!   only after a grace, so that a host deletion arriving meanwhile is seen
 //!   as the cause (a vacated host must not count as a crash of a poison step);
-//! - how often the masters hear the run's [`Status`].
+//! - how often the masters hear the run's [`Status`](crate::proto::Status).
 //!
 //! Each input is a method; [`Input`] holds any of them as one serde-able
 //! value ([`Run::handle`]) for drivers that queue, record or replay them.
@@ -32,8 +32,16 @@
 //! and calls [`Run::issued`] with the request id CARMI's client gave it
 //! before polling the next output (the run matches CARMI's events to its
 //! requests by those ids).
+//!
+//! # Layout
+//! - `call`: what the run asks of CARMI ([`CarmiCall`]) and the protocol
+//!   requests each call is made of, for every driver.
+//! - `parts`: the groups the run's state is kept in (clock, outbox,
+//!   requests, status, classes, workers, open steps).
+//! - `carmi`, `masters`, `workers`: what each kind of input does;
+//!   `outputs`: the outputs in order; `input`: inputs as values.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -41,21 +49,25 @@ use carmi_proto::ids::{HostId, ProcessId, RequestId};
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
-use crate::ids::{CycleId, StepId, WorkerId};
+use crate::ids::{CycleId, WorkerId};
 use crate::order::LongestFirst;
 use crate::plan::Hysteresis;
-use crate::proto::{Status, ToMaster, ToWorker};
+use crate::proto::{ToMaster, ToWorker};
 use crate::sched::{Sched, SchedConfig, Ticket};
 use crate::speed::{HostSpeeds, SpeedSource};
 use crate::time::Time;
 
+mod call;
 mod carmi;
 mod input;
 mod masters;
 mod outputs;
+mod parts;
 mod workers;
 
+pub use call::{CarmiCall, CarmiRequests};
 pub use input::{Input, Taken};
+use parts::{Classes, Clock, Outbox, Requests, StatusReport, Tickets, Workers};
 
 /// A master connected to the run (several may share its workers), numbered
 /// by the run in connection order.
@@ -80,7 +92,7 @@ pub struct RunConfig {
     /// How long to wait before asking again for hosts the pool could not
     /// serve for now (its local RM reconnecting to the global RM, say).
     pub host_retry: Duration,
-    /// How often at most the masters hear of a changed [`Status`].
+    /// How often at most the masters hear of a changed [`Status`](crate::proto::Status).
     pub status_every: Duration,
 }
 
@@ -97,62 +109,6 @@ impl RunConfig {
             status_every: Duration::from_millis(250),
         }
     }
-}
-
-/// A request for CARMI (`carmi_api::client::Carmi`'s method of the same name).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum CarmiCall {
-    /// Define a resource class of the job.
-    DefineClass {
-        /// Its name.
-        name: String,
-        /// Its ClassAd requirements.
-        requirements: String,
-    },
-    /// Ask for `count` more hosts of `class`, reported one at a time.
-    AddHosts {
-        /// The class.
-        class: String,
-        /// How many.
-        count: u32,
-    },
-    /// Withdraw a pending request.
-    CancelRequest {
-        /// The request.
-        request: RequestId,
-    },
-    /// Never grant these hosts to the class again.
-    ExcludeHosts {
-        /// The class.
-        class: String,
-        /// The hosts.
-        hosts: Vec<HostId>,
-    },
-    /// Give hosts back to the pool (their workers are killed with them).
-    DelHosts {
-        /// The hosts.
-        hosts: Vec<HostId>,
-    },
-    /// Subscribe to these hosts being suspended, resumed and deleted (three
-    /// requests, in that order; their ids need no [`Run::issued`]).
-    WatchHosts {
-        /// The hosts.
-        hosts: Vec<HostId>,
-    },
-    /// Ask for a host's machine ad.
-    GetHostInfo {
-        /// The host.
-        host: HostId,
-    },
-    /// Start a worker process on a host (`class_spawn`).
-    Spawn {
-        /// The worker executable on the submit machine.
-        executable: String,
-        /// Its arguments, WoDi's connection argument last.
-        args: Vec<String>,
-        /// The host.
-        host: HostId,
-    },
 }
 
 /// What the run asks its driver to do, in order.
@@ -257,69 +213,24 @@ pub const MAX_EARLY_DEATHS: u32 = 10;
 pub struct Run {
     cfg: RunConfig,
     sched: Sched,
-    /// Latest `now` given; outputs computed while polling use it.
-    now: Time,
-    /// When the first master's `Init` started the run: the scheduler's time zero.
-    epoch: Time,
-    masters: BTreeMap<MasterId, MasterState>,
-    next_master: MasterId,
+    clock: Clock,
     /// Whether the first master's `Init` configured the run.
     started: bool,
-    /// Desired hosts per class, summed over masters.
-    desired: BTreeMap<String, u32>,
-    /// The master whose init (and cycle) data each worker holds now.
-    context: HashMap<WorkerId, MasterId>,
-    executable: String,
-    args: Vec<String>,
-    /// The worker command (executable, arguments) of each class.
-    commands: BTreeMap<String, (String, Vec<String>)>,
-    /// The speed each class declares (`ClassSpec::speed`).
-    declared_speeds: BTreeMap<String, f64>,
-    /// The class each held host was granted for.
-    host_class: HashMap<HostId, String>,
-    /// Workers whose connection is up.
-    connected: BTreeSet<WorkerId>,
-    /// Workers whose host CARMI declared lost (cut off, not heard): their
-    /// process may still run behind a partition, and whatever it sends
-    /// when the link comes back is dropped, never delivered (the step was
-    /// re-sent when the host was lost; exactly once across a split).
-    disowned: BTreeSet<WorkerId>,
-    /// Workers in a row whose process exited before it connected (reset by
-    /// any worker connecting): a broken worker executable, not churn.
-    early_deaths: u32,
-    data: HashMap<Ticket, Bytes>,
-    steps: HashMap<Ticket, (MasterId, StepId)>,
-    /// With `Policies::fewest_hosts`: the rule; and the steps of the cycle
-    /// under way (one master).
-    fewest: Option<Fewest>,
-    cycle_steps: Vec<StepId>,
-    next_call: u64,
-    /// Requests asked for whose id the driver has not given yet.
-    calls: HashMap<CallId, Purpose>,
-    host_requests: HashMap<RequestId, String>,
-    /// Host requests withdrawn (`sched::Output::CancelRequests`).
-    cancelled: HashSet<RequestId>,
-    /// The cancel requests themselves: one may fail because the host
-    /// request was answered meanwhile, which is expected, not a problem.
-    cancels: HashSet<RequestId>,
-    spawns: HashMap<RequestId, WorkerId>,
-    processes: HashMap<ProcessId, WorkerId>,
-    info_requests: HashMap<RequestId, HostId>,
-    exclusions: HashMap<RequestId, (HostId, String)>,
-    /// The last [`Status`] sent to the masters, and when.
-    status: (Status, Time),
-    /// Whether to look at the status once the outputs are drained.
-    status_check: bool,
-    /// A change held back by the rate limit: when it may go out.
-    status_due: Option<Time>,
-    speeds: HostSpeeds,
-    /// The master whose init data the benchmark step runs with.
-    bench_master: Option<MasterId>,
-    timers: Vec<(Time, Timer)>,
-    queue: VecDeque<Queued>,
-    /// Outputs made from the scheduler's, ready to go.
-    ready: VecDeque<Output>,
+    /// The run is over ([`Run::finished`]).
     finished: bool,
+    masters: BTreeMap<MasterId, MasterState>,
+    next_master: MasterId,
+    speeds: HostSpeeds,
+    /// The run's own timers, beside the scheduler's deadlines.
+    timers: Vec<(Time, Timer)>,
+    outbox: Outbox,
+    /// The CARMI requests made, by what each is for.
+    requests: Requests,
+    status: StatusReport,
+    classes: Classes,
+    workers: Workers,
+    /// The open steps' data and owners.
+    tickets: Tickets,
 }
 
 impl Run {
@@ -330,43 +241,22 @@ impl Run {
         Run {
             cfg,
             sched: Sched::new(SchedConfig::default(), Box::new(LongestFirst)),
-            now,
-            epoch: Duration::ZERO,
+            clock: Clock {
+                now,
+                epoch: Duration::ZERO,
+            },
+            started: false,
+            finished: false,
             masters: BTreeMap::new(),
             next_master: 0,
-            started: false,
-            desired: BTreeMap::new(),
-            context: HashMap::new(),
-            executable: String::new(),
-            args: Vec::new(),
-            commands: BTreeMap::new(),
-            declared_speeds: BTreeMap::new(),
-            host_class: HashMap::new(),
-            connected: BTreeSet::new(),
-            disowned: BTreeSet::new(),
-            early_deaths: 0,
-            data: HashMap::new(),
-            steps: HashMap::new(),
-            fewest: None,
-            cycle_steps: Vec::new(),
-            next_call: 0,
-            calls: HashMap::new(),
-            host_requests: HashMap::new(),
-            cancelled: HashSet::new(),
-            cancels: HashSet::new(),
-            spawns: HashMap::new(),
-            processes: HashMap::new(),
-            info_requests: HashMap::new(),
-            exclusions: HashMap::new(),
-            status: (Status::default(), now),
-            status_check: false,
-            status_due: None,
             speeds: HostSpeeds::new(SpeedSource::Unknown, false),
-            bench_master: None,
             timers: vec![(due, Timer::MasterDue)],
-            queue: VecDeque::new(),
-            ready: VecDeque::new(),
-            finished: false,
+            outbox: Outbox::default(),
+            requests: Requests::default(),
+            status: StatusReport::new(now),
+            classes: Classes::default(),
+            workers: Workers::default(),
+            tickets: Tickets::default(),
         }
     }
 
@@ -390,23 +280,23 @@ impl Run {
 
     /// The worker a CARMI process is, for labelling what it prints.
     pub fn worker_of_process(&self, process: ProcessId) -> Option<WorkerId> {
-        self.processes.get(&process).copied()
+        self.requests.processes.get(&process).copied()
     }
 
     /// The scheduler's time: since the first `Init`.
     fn t(&self) -> Time {
-        self.now.saturating_sub(self.epoch)
+        self.clock.t()
     }
 
     fn set_now(&mut self, now: Time) {
-        self.now = self.now.max(now);
+        self.clock.advance(now);
     }
 
     /// The earliest time [`Run::tick`] has something to do, if any.
     pub fn next_deadline(&self) -> Option<Time> {
-        let sched = self.sched.next_deadline().map(|d| d + self.epoch);
+        let sched = self.sched.next_deadline().map(|d| d + self.clock.epoch);
         let timer = self.timers.iter().map(|(t, _)| *t).min();
-        [sched, timer, self.status_due].into_iter().flatten().min()
+        [sched, timer, self.status.due].into_iter().flatten().min()
     }
 
     /// Time passed (call it after each batch of inputs and at
@@ -414,7 +304,7 @@ impl Run {
     /// what it can.
     pub fn tick(&mut self, now: Time) {
         self.set_now(now);
-        let now = self.now;
+        let now = self.clock.now;
         let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.timers)
             .into_iter()
             .partition(|(t, _)| *t <= now);
@@ -430,10 +320,10 @@ impl Run {
             self.sched.on_deadline(t);
         }
         self.sched.dispatch(t);
-        if self.status_due.is_some_and(|d| d <= now) {
-            self.status_due = None;
+        if self.status.due.is_some_and(|d| d <= now) {
+            self.status.due = None;
         }
-        self.status_check = true;
+        self.status.check = true;
     }
 
     fn fire(&mut self, timer: Timer) {
@@ -450,7 +340,7 @@ impl Run {
             }
             Timer::RetryHosts(class) => self.sched.request_missing(&class),
             Timer::LossDue(worker) => {
-                if !self.connected.contains(&worker) {
+                if !self.workers.connected.contains(&worker) {
                     self.speeds.worker_gone(worker);
                     info!("{worker} lost its connection: counted as crashed");
                     self.sched
@@ -493,7 +383,7 @@ impl Run {
     /// Queues a message for master `m`, if it is still connected.
     fn tell_master(&mut self, m: MasterId, msg: ToMaster, payload: Bytes) {
         if self.masters.contains_key(&m) {
-            self.queue.push_back(Queued::Out(Output::ToMaster {
+            self.outbox.queue.push_back(Queued::Out(Output::ToMaster {
                 master: m,
                 msg,
                 payload,
@@ -504,9 +394,9 @@ impl Run {
     /// Queues a message for every connected worker, or only for those
     /// holding master `m`'s context.
     fn broadcast(&mut self, only: Option<MasterId>, msg: &ToWorker, payload: &Bytes) {
-        for id in &self.connected {
-            if only.is_none() || self.context.get(id).copied() == only {
-                self.queue.push_back(Queued::Out(Output::ToWorker {
+        for id in &self.workers.connected {
+            if only.is_none() || self.workers.context.get(id).copied() == only {
+                self.outbox.queue.push_back(Queued::Out(Output::ToWorker {
                     worker: *id,
                     msg: msg.clone(),
                     payload: payload.clone(),
@@ -517,35 +407,13 @@ impl Run {
 
     /// A new CARMI request, remembered for what it is for.
     fn call(&mut self, request: CarmiCall, purpose: Option<Purpose>) -> Output {
-        let call = CallId(self.next_call);
-        self.next_call += 1;
-        if let Some(p) = purpose {
-            self.calls.insert(call, p);
-        }
-        Output::Carmi { call, request }
+        self.requests.call(request, purpose)
     }
 
     /// The driver made the request of [`Output::Carmi`] `call`, and CARMI's
     /// client named it `request`.
     pub fn issued(&mut self, call: CallId, request: RequestId) {
-        match self.calls.remove(&call) {
-            Some(Purpose::Hosts(class)) => {
-                self.host_requests.insert(request, class);
-            }
-            Some(Purpose::Cancel) => {
-                self.cancels.insert(request);
-            }
-            Some(Purpose::Spawn(worker)) => {
-                self.spawns.insert(request, worker);
-            }
-            Some(Purpose::Info(host)) => {
-                self.info_requests.insert(request, host);
-            }
-            Some(Purpose::Exclude(host, class)) => {
-                self.exclusions.insert(request, (host, class));
-            }
-            None => {}
-        }
+        self.requests.issued(call, request);
     }
 
     /// Master `m` is done: its open steps are cancelled and its hosts are no
@@ -562,6 +430,7 @@ impl Run {
         conn.retired = true;
         let classes = std::mem::take(&mut conn.classes);
         let mut mine: Vec<Ticket> = self
+            .tickets
             .steps
             .iter()
             .filter(|(_, (owner, _))| *owner == m)
@@ -570,12 +439,12 @@ impl Run {
         mine.sort();
         for ticket in mine {
             self.sched.cancel(ticket);
-            self.steps.remove(&ticket);
-            self.data.remove(&ticket);
+            self.tickets.steps.remove(&ticket);
+            self.tickets.data.remove(&ticket);
         }
         if self.masters.values().any(|c| !c.retired) {
             for (name, count) in classes {
-                let d = self.desired.entry(name.clone()).or_default();
+                let d = self.classes.desired.entry(name.clone()).or_default();
                 *d = d.saturating_sub(count);
                 let d = *d;
                 self.sched.set_class(&name, d, t);
@@ -593,23 +462,23 @@ impl Run {
     /// counts, each through its hysteresis; the core gives surplus hosts back.
     fn hold_fewest_hosts(&mut self) {
         let t = self.t();
-        let steps = std::mem::take(&mut self.cycle_steps);
+        let steps = std::mem::take(&mut self.tickets.cycle_steps);
         if self.masters.len() != 1 || steps.is_empty() {
             return;
         }
-        let Some(rule) = &mut self.fewest else {
+        let Some(rule) = &mut self.classes.fewest else {
             return;
         };
         let Some(counts) = self.sched.fewest_hosts_by_class(
             &steps,
             rule.tolerance,
-            &self.desired,
-            &self.declared_speeds,
+            &self.classes.desired,
+            &self.classes.declared_speeds,
         ) else {
             return;
         };
         for (class, k) in counts {
-            let asked = self.desired.get(&class).copied().unwrap_or(0);
+            let asked = self.classes.desired.get(&class).copied().unwrap_or(0);
             let hold = rule
                 .holds
                 .entry(class.clone())

@@ -9,8 +9,9 @@ use carmi_proto::ids::{HostId, ProcessId, RequestId};
 use carmi_proto::msg::{Event, Failure, FailureCode, HostInfo};
 
 use super::*;
+use crate::ids::StepId;
 use crate::plan::SavedEstimate;
-use crate::proto::{ClassSpec, FromMaster, FromWorker, Policies, parse_connect_arg};
+use crate::proto::{ClassSpec, FromMaster, FromWorker, Policies, Status, parse_connect_arg};
 
 /// Plays the server: the run, a clock, and what it asked for so far.
 struct Bench {

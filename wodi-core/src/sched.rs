@@ -257,7 +257,7 @@ struct Host {
     suspended: bool,
     crashes_in_a_row: u32,
     speed: Option<f64>,
-    /// Index of its record in `host_records`.
+    /// Index of its record in `records.hosts`.
     record: usize,
 }
 
@@ -287,14 +287,34 @@ pub struct Sched {
     /// The history was replaced ([`Sched::history_mut`]): queued tickets
     /// and workers' free times are computed again before the next dispatch.
     rekey_all: bool,
-    next_ticket: u64,
-    next_worker: u64,
+    next: NextIds,
     outputs: VecDeque<Output>,
-    runs: Vec<RunRecord>,
-    host_records: Vec<HostRecord>,
+    records: Records,
     finished: bool,
     history: History<StepId>,
+    given_back: GivenBack,
+}
+
+/// The next ticket and worker numbers.
+#[derive(Debug, Default)]
+struct NextIds {
+    ticket: u64,
+    worker: u64,
+}
+
+/// What the statistics are made of, kept as the run goes.
+#[derive(Debug, Default)]
+struct Records {
+    /// Every copy of every step.
+    runs: Vec<RunRecord>,
+    /// One per host stay (a [`Host`]'s `record` indexes it).
+    hosts: Vec<HostRecord>,
     cycles: Vec<CycleTime>,
+}
+
+/// Hosts the policies gave back before the pool took them.
+#[derive(Debug, Default)]
+struct GivenBack {
     /// Speeds of the hosts the tail policy gave back, fastest first.
     parked: Vec<f64>,
     /// Hosts fast abort retired: given back at once if granted again.
@@ -317,17 +337,12 @@ impl Sched {
             queue: StepQueue::default(),
             board: HostBoard::default(),
             rekey_all: false,
-            next_ticket: 0,
-            next_worker: 0,
+            next: NextIds::default(),
             outputs: VecDeque::new(),
-            runs: Vec::new(),
-            host_records: Vec::new(),
+            records: Records::default(),
             finished: false,
             history: History::new(),
-            cycles: Vec::new(),
-            parked: Vec::new(),
-            retired: BTreeSet::new(),
-            retired_offers: 0,
+            given_back: GivenBack::default(),
         }
     }
 
@@ -376,7 +391,7 @@ impl Sched {
 
     /// The master began a cycle (recorded for the statistics' cycle boundaries).
     pub fn begin_cycle(&mut self, cycle: CycleId, now: Time) {
-        self.cycles.push(CycleTime {
+        self.records.cycles.push(CycleTime {
             cycle,
             begin_s: now.as_secs_f64(),
             end_s: None,
@@ -385,15 +400,21 @@ impl Sched {
 
     /// The master ended a cycle.
     pub fn end_cycle(&mut self, cycle: CycleId, now: Time) {
-        if let Some(c) = self.cycles.iter_mut().rev().find(|c| c.cycle == cycle) {
+        if let Some(c) = self
+            .records
+            .cycles
+            .iter_mut()
+            .rev()
+            .find(|c| c.cycle == cycle)
+        {
             c.end_s = Some(now.as_secs_f64());
         }
     }
 
     /// Queues a step of the master; returns its ticket.
     pub fn submit(&mut self, step: StepId, cycle: Option<CycleId>, _now: Time) -> Ticket {
-        let ticket = Ticket(self.next_ticket);
-        self.next_ticket += 1;
+        let ticket = Ticket(self.next.ticket);
+        self.next.ticket += 1;
         self.tasks.insert(
             ticket,
             Task {
@@ -452,8 +473,8 @@ impl Sched {
             } else {
                 RunOutcome::Discarded
             };
-            self.runs[run].finish(now, cpu, wall, outcome);
-            let step = self.runs[run].step();
+            self.records.runs[run].finish(now, cpu, wall, outcome);
+            let step = self.records.runs[run].step();
             let speed = self.hosts.get(&w.host).and_then(|h| h.speed).unwrap_or(1.0);
             let slow = !struck && self.too_slow(step, took, speed);
             if open && !slow && !struck {
@@ -481,6 +502,7 @@ impl Sched {
             // as lost, is the one delivered.
             let step = self.tasks[&ticket].step;
             if let Some(run) = self
+                .records
                 .runs
                 .iter_mut()
                 .rev()
@@ -576,7 +598,7 @@ impl Sched {
     /// Whether fast abort retired `host` (the core has asked the driver to
     /// exclude it with [`Output::ExcludeHost`]).
     pub fn is_retired(&self, host: HostId) -> bool {
-        self.retired.contains(&host)
+        self.given_back.retired.contains(&host)
     }
 
     /// Tickets neither answered nor failed yet.
@@ -626,11 +648,11 @@ impl Sched {
 
     /// The statistics of the run so far, as of `now` (open periods end at `now`).
     pub fn stats(&self, now: Time) -> Stats {
-        let mut stats = Stats::compute(&self.runs, &self.host_records, now);
-        stats.cycles = self.cycles.clone();
+        let mut stats = Stats::compute(&self.records.runs, &self.records.hosts, now);
+        stats.cycles = self.records.cycles.clone();
         stats.history = crate::plan::snapshot(&self.history);
-        stats.hosts_retired = self.retired.len() as u32;
-        stats.retired_offers = self.retired_offers;
+        stats.hosts_retired = self.given_back.retired.len() as u32;
+        stats.retired_offers = self.given_back.retired_offers;
         stats
     }
 }

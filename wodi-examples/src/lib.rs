@@ -319,7 +319,7 @@ pub fn owner_model(spec: &str) -> anyhow::Result<OwnerModel> {
             ..Default::default()
         }));
     }
-    OwnerModel::from_spec(spec).map_err(|e| anyhow::anyhow!("owner model {spec:?}: {e}"))
+    carmi_pool::read_owner_model(spec).map_err(|e| anyhow::anyhow!("owner model {spec:?}: {e}"))
 }
 
 /// The `Speed` attribute of a machine ad in old ClassAd syntax, if present.

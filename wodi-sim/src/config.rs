@@ -4,9 +4,9 @@
 use owner_model::OwnerModel;
 use serde::{Deserialize, Serialize};
 
-use wodi::profile::StepProfile;
-use wodi::sched::SchedConfig;
-use wodi::stats::Stats;
+use wodi_core::profile::StepProfile;
+use wodi_core::sched::SchedConfig;
+use wodi_core::stats::Stats;
 
 use crate::pool::PoolConfig;
 

@@ -6,14 +6,14 @@
 //! allocator (`carmi_global_core::router::Router`), per machine the local RM's
 //! core and owner policy (`carmi_local_core::node::Core`,
 //! `carmi_local_core::policy::Policy`) fed by an owner model from `owner-model`,
-//! and the WoDi server's core ([`wodi::run::Run`], the scheduler inside)
+//! and the WoDi server's core ([`wodi_core::run::Run`], the scheduler inside)
 //! fed the master's and workers' messages. Every message between them is
 //! encoded and decoded on arrival (serde), after a configurable link
 //! latency. What is simulated is
 //! only what lies outside the cores: owners (an [`owner_model::OwnerModel`]), processes
 //! (a worker computes its steps at its host's speed and stops when
 //! SIGSTOPped), and a master that runs cycles of steps with times drawn
-//! from a [`wodi::profile::StepProfile`].
+//! from a [`wodi_core::profile::StepProfile`].
 //!
 //! Layout: `queue` (the clock and the events), `pool` (the CARMI side),
 //! `run` (the WoDi side: server core, workers, master), `sim` (one run),

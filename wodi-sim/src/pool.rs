@@ -4,7 +4,7 @@
 //! submit machine without slots on which the WoDi server is an application.
 //!
 //! Nothing here decides anything: every message between the cores is
-//! encoded as a frame (`carmi_api::frame`, serde) when sent and decoded when
+//! encoded as a frame (`carmi_proto::wire`, serde) when sent and decoded when
 //! it arrives, `latency` later, in the manner of quinn-proto's test `Pair`.
 //! Each machine is driven as `carmi-local`'s daemon drives its core: the
 //! time given by [`Core::on_time`] before every input and at
@@ -16,15 +16,15 @@
 use std::collections::BTreeMap;
 
 use bytes::{Bytes, BytesMut};
-use carmi_api::frame::{decode, encode_header};
-use carmi_api::ids::{ConnId, HostId, ProcessId, RequestId};
-use carmi_api::msg::{
-    ExecutableRef, ExitStatus, FromGlobal, FromLocal, OwnerEvent, Request, Role, ToGlobal, ToLocal,
-};
 use carmi_global_core::router::{LinkId, Output, Router, RouterConfig};
 use carmi_local_core::node::{Core, Effect};
 use carmi_local_core::owner::SimulatedOwner;
 use carmi_local_core::policy::{Policy, PolicyConfig};
+use carmi_proto::ids::{ConnId, HostId, ProcessId, RequestId};
+use carmi_proto::msg::{
+    ExecutableRef, ExitStatus, FromGlobal, FromLocal, OwnerEvent, Request, Role, ToGlobal, ToLocal,
+};
+use carmi_proto::wire::{decode, encode_header};
 use classad::ClassAd;
 
 use crate::queue::{Ev, Queue, time};
@@ -409,8 +409,8 @@ impl Pool {
                         let worker = l
                             .args
                             .iter()
-                            .find_map(|a| a.strip_prefix(wodi::proto::CONNECT_ARG))
-                            .and_then(wodi::proto::parse_connect_arg)
+                            .find_map(|a| a.strip_prefix(wodi_core::proto::CONNECT_ARG))
+                            .and_then(wodi_core::proto::parse_connect_arg)
                             .map(|(_, _, w)| w.0);
                         self.procs.insert(l.process, m);
                         self.machines[m].core.on_launched(l.process, Ok(()));

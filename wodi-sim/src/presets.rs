@@ -17,7 +17,7 @@ pub enum Preset {
     /// the tail), keep an idle host through a tail shorter than getting one
     /// back plus a grant's cost (five minutes of host time), give back a
     /// suspended host after 15 s, straggler copies on idle hosts: what a
-    /// master asks for with `wodi::proto::Policies::keep_hosts()`.
+    /// master asks for with `wodi_core::proto::Policies::keep_hosts()`.
     Keep,
     /// Session 8's defaults: every host idle in a tail longer than getting
     /// it back goes back (about ten grants per cycle), suspended hosts after

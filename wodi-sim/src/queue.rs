@@ -7,10 +7,10 @@ use std::collections::BinaryHeap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use carmi_api::ids::ProcessId;
-use carmi_api::msg::OwnerEvent;
 use carmi_global_core::router::LinkId;
-use wodi::ids::WorkerId;
+use carmi_proto::ids::ProcessId;
+use carmi_proto::msg::OwnerEvent;
+use wodi_core::ids::WorkerId;
 
 /// Something due at a virtual time.
 #[derive(Clone, Debug, PartialEq)]

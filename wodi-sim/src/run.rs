@@ -1,5 +1,5 @@
 //! The WoDi side of the simulation: the WoDi server's core
-//! ([`wodi::run::Run`], every decision the server makes, with the scheduler
+//! ([`wodi_core::run::Run`], every decision the server makes, with the scheduler
 //! inside) driven as the server drives it: the master's and the workers'
 //! messages and CARMI's events in (each round-tripped through serde), its
 //! CARMI requests made on the server's application connection, its messages
@@ -11,19 +11,19 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use bytes::Bytes;
-use carmi_api::ids::{HostId, ProcessId, RequestId};
-use carmi_api::msg::{FromLocal, Request, SpawnTarget};
+use carmi_proto::ids::{HostId, ProcessId, RequestId};
+use carmi_proto::msg::{FromLocal, Request};
 use rand::rngs::StdRng;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use wodi::ids::{CycleId, StepId, WorkerId};
-use wodi::order::Ordering;
-use wodi::plan::lower_bound;
-use wodi::profile::sample_cycle;
-use wodi::proto::{ClassSpec, FromMaster, FromWorker, Policies, ToMaster, ToWorker};
-use wodi::run::{CarmiCall, MasterId, Output, Run, RunConfig};
-use wodi::speed::SpeedSource;
-use wodi::stats::Stats;
+use wodi_core::ids::{CycleId, StepId, WorkerId};
+use wodi_core::order::Ordering;
+use wodi_core::plan::lower_bound;
+use wodi_core::profile::sample_cycle;
+use wodi_core::proto::{ClassSpec, FromMaster, FromWorker, Policies, ToMaster, ToWorker};
+use wodi_core::run::{CarmiCall, CarmiRequests, MasterId, Output, Run, RunConfig};
+use wodi_core::speed::SpeedSource;
+use wodi_core::stats::Stats;
 
 use crate::config::SimConfig;
 use crate::pool::{Pool, ToWodi, worker_exe};
@@ -362,39 +362,19 @@ impl<'a> Wodi<'a> {
     /// Makes a CARMI request on the server's connection; its id, if the run
     /// needs it.
     fn carmi(&mut self, call: CarmiCall, pool: &mut Pool, q: &mut Queue) -> Option<RequestId> {
-        let body = match call {
-            CarmiCall::DefineClass { name, requirements } => Request::DefineClass {
-                name,
-                expression: requirements,
-                rank: None,
-                replace: true,
-            },
-            CarmiCall::AddHosts { class, count } => Request::AddHosts {
-                class,
-                count,
-                increment: 1,
-            },
-            CarmiCall::CancelRequest { request } => Request::CancelRequest { request },
-            CarmiCall::ExcludeHosts { class, hosts } => Request::ExcludeHosts { class, hosts },
-            CarmiCall::DelHosts { hosts } => Request::DelHosts { hosts },
-            CarmiCall::WatchHosts { hosts } => {
-                let watch = hosts.clone();
-                self.request(
-                    Request::SuspendNotify {
-                        hosts: watch.clone(),
-                    },
-                    pool,
-                    q,
-                );
-                self.request(Request::ResumeNotify { hosts: watch }, pool, q);
-                self.request(Request::DeleteNotify { hosts }, pool, q);
+        let body = match call.into_requests() {
+            CarmiRequests::One(body) => body,
+            CarmiRequests::Untracked(bodies) => {
+                for body in *bodies {
+                    self.request(body, pool, q);
+                }
                 return None;
             }
-            CarmiCall::GetHostInfo { host } => Request::GetHostInfo { host },
-            CarmiCall::Spawn { args, host, .. } => Request::ClassSpawn {
+            // Every worker runs the one simulated executable.
+            CarmiRequests::Spawn { args, target, .. } => Request::ClassSpawn {
                 executable: worker_exe(),
                 args,
-                target: SpawnTarget::Host(host),
+                target,
                 output: Default::default(),
             },
         };

@@ -4,7 +4,7 @@
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use wodi::order::Ordering;
+use wodi_core::order::Ordering;
 
 use crate::config::{MAX_VIRTUAL_TIME, RunSummary, SimConfig, SimRun};
 use crate::pool::Pool;

@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use super::*;
 use owner_model::OwnerModel;
-use wodi::order::Ordering;
-use wodi::plan::{Host, fewest_hosts, list_plan};
-use wodi::profile::materials;
-use wodi::sched::SchedConfig;
+use wodi_core::order::Ordering;
+use wodi_core::plan::{Host, fewest_hosts, list_plan};
+use wodi_core::profile::materials;
+use wodi_core::sched::SchedConfig;
 
 fn config(hosts: usize, owners: OwnerModel, seed: u64) -> SimConfig {
     SimConfig {
@@ -55,7 +55,7 @@ fn with_more_hosts_than_the_heuristic_a_cycle_is_within_five_percent_of_its_boun
     let means: Vec<f64> = materials().iter().map(|s| s.mean).collect();
     // The count LPT alone needs (the fewest-hosts rule answers one less
     // since it also packs by multifit, a count with no slack for the
-    // steps' noise: `wodi::plan` tests it against its target).
+    // steps' noise: `wodi_core::plan` tests it against its target).
     let longest = means.iter().copied().fold(0.0, f64::max);
     let known: Vec<Option<f64>> = means.iter().map(|m| Some(*m)).collect();
     let k = (1..64)
@@ -98,7 +98,8 @@ fn with_more_hosts_than_the_heuristic_a_cycle_is_within_five_percent_of_its_boun
 #[test]
 fn every_step_is_delivered_exactly_once_while_owners_come_and_go() {
     for seed in 1..6 {
-        let owners = OwnerModel::from_spec("stochastic").expect("a known model");
+        let owners = OwnerModel::from_spec_with("stochastic", std::fs::read_to_string)
+            .expect("a known model");
         let run = simulate(&config(12, owners, seed), Ordering::LongestFirst);
         let s = &run.summary;
         assert_eq!(s.cycle_s.len(), 35, "seed {seed}: not every cycle finished");
@@ -107,7 +108,7 @@ fn every_step_is_delivered_exactly_once_while_owners_come_and_go() {
         // Each (cycle, step) delivered once.
         let mut seen = std::collections::HashSet::new();
         for st in &run.stats.steps {
-            if st.outcome == wodi::stats::RunOutcome::Delivered {
+            if st.outcome == wodi_core::stats::RunOutcome::Delivered {
                 assert!(
                     seen.insert((st.cycle, st.step)),
                     "seed {seed}: delivered twice"
@@ -121,7 +122,8 @@ fn every_step_is_delivered_exactly_once_while_owners_come_and_go() {
 fn the_carmi_cores_keep_their_invariants_under_churn() {
     // Every input of the router (and its allocator) and of every local
     // core checked, on a short run whose owners come and go at once.
-    let owners = OwnerModel::from_spec("stochastic").expect("a known model");
+    let owners =
+        OwnerModel::from_spec_with("stochastic", std::fs::read_to_string).expect("a known model");
     let mut cfg = improved(config(8, owners, 4));
     cfg.cycles = 6;
     cfg.pool.check = true;
@@ -132,7 +134,8 @@ fn the_carmi_cores_keep_their_invariants_under_churn() {
 
 #[test]
 fn a_seed_gives_the_same_run() {
-    let owners = OwnerModel::from_spec("stochastic").expect("a known model");
+    let owners =
+        OwnerModel::from_spec_with("stochastic", std::fs::read_to_string).expect("a known model");
     let a = simulate(&config(10, owners.clone(), 9), Ordering::LongestFirst).summary;
     let b = simulate(&config(10, owners, 9), Ordering::LongestFirst).summary;
     assert_eq!(a, b);
@@ -151,7 +154,8 @@ fn improved(mut cfg: SimConfig) -> SimConfig {
 /// Run `r` of the Table 2 series: 16 hosts, stochastic owners, runs starting
 /// every 2.75 hours of the week from Monday 09:00 (as `wodi-sim --runs 61`).
 fn churning(r: u32) -> SimConfig {
-    let owners = OwnerModel::from_spec("stochastic").expect("a known model");
+    let owners =
+        OwnerModel::from_spec_with("stochastic", std::fs::read_to_string).expect("a known model");
     let mut cfg = config(16, owners, 1 + u64::from(r));
     cfg.owner_offset = f64::from(r) * 2.75 * 3600.0;
     cfg
@@ -252,7 +256,8 @@ fn with_the_improvements_history_ordering_still_shortens_the_run() {
 fn exactly_once_under_churn_with_straggler_copies_and_slow_hosts() {
     let mut copies = 0;
     for seed in 1..5 {
-        let owners = OwnerModel::from_spec("stochastic").expect("a known model");
+        let owners = OwnerModel::from_spec_with("stochastic", std::fs::read_to_string)
+            .expect("a known model");
         let mut cfg = improved(config(12, owners, seed));
         // Speeds 0.5 to 2.0; every fourth host computes at a third of its
         // advertised speed.
@@ -269,7 +274,7 @@ fn exactly_once_under_churn_with_straggler_copies_and_slow_hosts() {
         assert_eq!(run.stats.steps_delivered, 35 * 31, "seed {seed}");
         let mut seen = std::collections::HashSet::new();
         for st in &run.stats.steps {
-            if st.outcome == wodi::stats::RunOutcome::Delivered {
+            if st.outcome == wodi_core::stats::RunOutcome::Delivered {
                 assert!(seen.insert((st.cycle, st.step)), "seed {seed}: twice");
             }
         }
@@ -277,7 +282,7 @@ fn exactly_once_under_churn_with_straggler_copies_and_slow_hosts() {
             .stats
             .steps
             .iter()
-            .filter(|s| s.outcome == wodi::stats::RunOutcome::Discarded)
+            .filter(|s| s.outcome == wodi_core::stats::RunOutcome::Discarded)
             .count();
     }
     assert!(copies > 0, "no second copy ever ran");
@@ -297,7 +302,8 @@ fn hysteresis_cuts_the_churn_of_the_fewest_hosts_count() {
 /// (24 hosts, stochastic owners, runs every 2.75 hours of the week from
 /// Monday 09:00), with the policies of `preset`.
 fn paper_setting(r: u32, preset: Preset) -> SimConfig {
-    let owners = OwnerModel::from_spec("stochastic").expect("a known model");
+    let owners =
+        OwnerModel::from_spec_with("stochastic", std::fs::read_to_string).expect("a known model");
     let mut cfg = config(24, owners, 1 + u64::from(r));
     cfg.owner_offset = f64::from(r) * 2.75 * 3600.0;
     cfg.sched.reacquire = Duration::from_secs_f64(cfg.pool.worker_startup + 4.0 * cfg.pool.latency);
@@ -356,7 +362,7 @@ fn the_cost_aware_rule_reaches_ninety_percent_with_at_most_sixty_grants_per_run(
 fn the_keep_preset_is_what_a_master_asks_for_with_keep_hosts() {
     let mut cfg = config(4, OwnerModel::None, 1);
     Preset::Keep.apply(&mut cfg);
-    let asked = wodi::proto::Policies::keep_hosts();
+    let asked = wodi_core::proto::Policies::keep_hosts();
     let mut sched = SchedConfig::default();
     asked.apply(&mut sched);
     assert_eq!(sched.release_idle, cfg.sched.release_idle);

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use carmi_api::client::{Carmi, ConnectOptions, Incoming, connect};
 use carmi_api::ids::RequestId;
-use carmi_api::msg::{Event, SpawnTarget};
+use carmi_api::msg::Event;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tracing::warn;
@@ -33,7 +33,7 @@ use crate::conn::{
 use crate::ids::WorkerId;
 use crate::proto::{FromMaster, FromWorker, Hello, HelloRole};
 use bytes::Bytes;
-use wodi_core::run::{CarmiCall, MasterId, Output, Run, RunConfig};
+use wodi_core::run::{CarmiCall, CarmiRequests, MasterId, Output, Run, RunConfig};
 
 /// How the server is set up.
 #[derive(Clone, Debug)]
@@ -322,29 +322,20 @@ impl Driver {
     /// Makes a CARMI request; its id, for the run to match the answer.
     fn request(&self, request: CarmiCall) -> Option<RequestId> {
         let c = &self.carmi;
-        Some(match request {
-            // The run defines a class when its first master wants it and
-            // means its own definition, even over one of the submit file's.
-            CarmiCall::DefineClass { name, requirements } => {
-                c.redefine_class(name, requirements, None)
+        match request.into_requests() {
+            CarmiRequests::One(body) => Some(c.send_request(body)),
+            CarmiRequests::Untracked(bodies) => {
+                for body in *bodies {
+                    c.send_request(body);
+                }
+                None
             }
-            CarmiCall::AddHosts { class, count } => c.addhosts(class, count, 1),
-            CarmiCall::CancelRequest { request } => c.cancel_request(request),
-            CarmiCall::ExcludeHosts { class, hosts } => c.exclude_hosts(class, &hosts),
-            CarmiCall::DelHosts { hosts } => c.delhosts(&hosts),
-            CarmiCall::WatchHosts { hosts } => {
-                c.suspend_notify(&hosts);
-                c.resume_notify(&hosts);
-                c.delete_notify(&hosts);
-                return None;
-            }
-            CarmiCall::GetHostInfo { host } => c.get_host_info(host),
-            CarmiCall::Spawn {
+            CarmiRequests::Spawn {
                 executable,
                 args,
-                host,
-            } => c.class_spawn(executable, args, SpawnTarget::Host(host)),
-        })
+                target,
+            } => Some(c.class_spawn(executable, args, target)),
+        }
     }
 
     async fn shutdown(&mut self) {

@@ -389,7 +389,7 @@ fn sim_config(
 }
 
 async fn bench(args: Args) -> anyhow::Result<()> {
-    let owners = OwnerModel::from_spec(&args.owners)?;
+    let owners = carmi_pool::read_owner_model(&args.owners)?;
     let pool = EmbeddedPool::start(PoolOptions {
         hosts: args.hosts,
         seed: args.seed,

@@ -8,19 +8,23 @@ use tokio::net::{TcpListener, TcpStream};
 
 use super::*;
 
+/// The connection to the local RM once attached: messages to and from it,
+/// over TLS, written through a buffer.
+type RmConn =
+    Conn<ToLocal, FromLocal, crate::tls::Reader, tokio::io::BufWriter<crate::tls::Writer>>;
+
 /// Attaches this process to its local RM: connects, opens the direct-message
 /// listener, runs the handshake as [`Role::Application`] and waits for
 /// `Attached`. Must be called inside a tokio runtime, which then runs the
 /// client's background tasks.
 pub async fn connect(opts: ConnectOptions) -> Result<(Carmi, EventStream), ConnectError> {
     let addr = opts.local.clone();
-    let unreachable = |error| ConnectError::Unreachable {
-        addr: addr.clone(),
-        error,
-    };
     let stream = crate::net::dial(&addr, CONNECT_TIMEOUT)
         .await
-        .map_err(unreachable)?;
+        .map_err(|error| ConnectError::Unreachable {
+            addr: addr.clone(),
+            error,
+        })?;
     let listener = open_listener(&opts, &stream).await?;
     // Made before the first peer connects, so that a certificate error shows here.
     let acceptor = crate::tls::Acceptor::shared().map_err(|e| ConnectError::Listen {
@@ -35,7 +39,29 @@ pub async fn connect(opts: ConnectOptions) -> Result<(Carmi, EventStream), Conne
         })?
         .to_string();
     let endpoint = opts.endpoint_advertise.clone().unwrap_or(bound);
+    let mut conn = handshake_as_application(stream, &opts, &endpoint).await?;
+    let (job, process, credential) = await_attached(&mut conn, &addr).await?;
+    let secret = match credential {
+        Some(c) if c.job() == Some(job) => c,
+        _ => opts.secret,
+    };
+    let me = Attached {
+        job,
+        process,
+        secret,
+        endpoint,
+        plain_peers: opts.plain_peers,
+    };
+    Ok(start(me, conn, listener, acceptor))
+}
 
+/// Runs the handshake with the RM as [`Role::Application`] at `endpoint`.
+async fn handshake_as_application(
+    stream: TcpStream,
+    opts: &ConnectOptions,
+    endpoint: &str,
+) -> Result<RmConn, ConnectError> {
+    let addr = &opts.local;
     // A local RM takes TLS only; both proofs cover the session's keys.
     let crate::tls::Stream {
         reader: r,
@@ -47,12 +73,15 @@ pub async fn connect(opts: ConnectOptions) -> Result<(Carmi, EventStream), Conne
             addr: addr.clone(),
             error: HandshakeError::Timeout,
         })?
-        .map_err(unreachable)?;
+        .map_err(|error| ConnectError::Unreachable {
+            addr: addr.clone(),
+            error,
+        })?;
     let mut r = FrameReader::new(r);
     let role = Role::Application {
         job: opts.job,
         process: opts.process,
-        endpoint: endpoint.clone(),
+        endpoint: endpoint.to_string(),
     };
     handshake::client_bound(&mut r, &mut w, &opts.secret, &role, &binding)
         .await
@@ -63,18 +92,26 @@ pub async fn connect(opts: ConnectOptions) -> Result<(Carmi, EventStream), Conne
                 error,
             },
         })?;
-    let not_attached = |reason: String| ConnectError::NotAttached {
-        addr: addr.clone(),
-        reason,
-    };
     // Written through a buffer: many small requests share a packet (see `rm::write_loop`).
     let w = tokio::io::BufWriter::with_capacity(64 * 1024, w);
-    let mut conn: Conn<ToLocal, FromLocal, _, _> = Conn::from_parts(r, w);
+    Ok(Conn::from_parts(r, w))
+}
+
+/// Waits, at most [`ATTACH_TIMEOUT`], for the RM's `Attached`: this
+/// process's job and id, and the job's credential if the RM sent one first.
+async fn await_attached(
+    conn: &mut RmConn,
+    addr: &str,
+) -> Result<(JobId, ProcessId, Option<Secret>), ConnectError> {
+    let not_attached = |reason: String| ConnectError::NotAttached {
+        addr: addr.to_string(),
+        reason,
+    };
     // A process that connected with the pool secret is given its job's
     // credential first: its peers prove that one, not the pool secret.
     let mut credential = None;
     let deadline = tokio::time::Instant::now() + ATTACH_TIMEOUT;
-    let (job, process) = loop {
+    loop {
         match tokio::time::timeout_at(deadline, conn.recv()).await {
             Err(_) => {
                 return Err(not_attached(format!(
@@ -90,10 +127,12 @@ pub async fn connect(opts: ConnectOptions) -> Result<(Carmi, EventStream), Conne
             )))) => {
                 credential = Some(Secret::new(text.as_bytes()).map_err(ConnectError::Secret)?);
             }
-            Ok(Ok(Some((FromLocal::Attached { job, process }, _)))) => break (job, process),
+            Ok(Ok(Some((FromLocal::Attached { job, process }, _)))) => {
+                return Ok((job, process, credential));
+            }
             Ok(Ok(Some((FromLocal::Refused { reason }, _)))) => {
                 return Err(ConnectError::Refused {
-                    addr: addr.clone(),
+                    addr: addr.to_string(),
                     reason,
                 });
             }
@@ -103,23 +142,37 @@ pub async fn connect(opts: ConnectOptions) -> Result<(Carmi, EventStream), Conne
             Ok(Ok(None)) => return Err(not_attached("it closed the connection".into())),
             Ok(Err(e)) => return Err(not_attached(e.to_string())),
         }
-    };
-    let secret = match credential {
-        Some(c) if c.job() == Some(job) => c,
-        _ => opts.secret,
-    };
+    }
+}
 
+/// Who this attached process is, and what its peers prove.
+struct Attached {
+    job: JobId,
+    process: ProcessId,
+    secret: Secret,
+    endpoint: String,
+    plain_peers: bool,
+}
+
+/// Starts the client's background tasks on the current runtime: writing
+/// to the RM, reading from it, accepting peers on `listener`.
+fn start(
+    me: Attached,
+    conn: RmConn,
+    listener: TcpListener,
+    acceptor: crate::tls::Acceptor,
+) -> (Carmi, EventStream) {
     let (stop_tx, stop_rx) = watch::channel(());
     let (commands, commands_rx) = mpsc::unbounded_channel();
     let (events, events_rx) = mpsc::unbounded_channel();
     let runtime = tokio::runtime::Handle::current();
     let output_budget = Arc::new(Semaphore::new(OUTPUT_BUFFER));
     let shared = Arc::new(Shared {
-        job,
-        process,
-        secret,
-        endpoint,
-        plain_peers: opts.plain_peers,
+        job: me.job,
+        process: me.process,
+        secret: me.secret,
+        endpoint: me.endpoint,
+        plain_peers: me.plain_peers,
         runtime: runtime.clone(),
         stop: stop_rx,
         next_request: AtomicU64::new(1),
@@ -147,7 +200,7 @@ pub async fn connect(opts: ConnectOptions) -> Result<(Carmi, EventStream), Conne
         rx: events_rx,
         output_budget,
     };
-    Ok((carmi, events))
+    (carmi, events)
 }
 
 /// Opens the listener for direct messages on `endpoint_host`, or else on the

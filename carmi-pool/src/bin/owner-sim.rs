@@ -15,7 +15,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use carmi_pool::{EmbeddedPool, OwnerModel, PoolOptions};
+use carmi_pool::{EmbeddedPool, PoolOptions};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -104,7 +104,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             owners,
             seed,
         } => {
-            let model = OwnerModel::from_spec(&owners)?;
+            let model = carmi_pool::read_owner_model(&owners)?;
             model.check()?;
             let events = model.schedule(hosts, span, seed);
             std::io::stdout().write_all(carmi_pool::format_schedule(&events).as_bytes())?;
@@ -118,7 +118,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             seed,
             locals,
         } => {
-            let model = OwnerModel::from_spec(&owners)?;
+            let model = carmi_pool::read_owner_model(&owners)?;
             model.check()?;
             if !(speedup.is_finite() && speedup > 0.0) {
                 return Err(format!("--speedup must be positive, got {speedup}").into());
@@ -166,7 +166,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         } => {
             let opts = PoolOptions {
                 hosts,
-                owners: OwnerModel::from_spec(&owners)?,
+                owners: carmi_pool::read_owner_model(&owners)?,
                 speedup,
                 seed,
                 handle_signals: true,

@@ -23,15 +23,15 @@ impl Run {
         let t = self.t();
         match event {
             Event::HostsAdded { request, hosts, .. } => {
-                let Some(class) = self.host_requests.get(&request).cloned() else {
+                let Some(class) = self.requests.host_requests.get(&request).cloned() else {
                     return;
                 };
                 let ids: Vec<HostId> = hosts.iter().map(|h| h.host).collect();
                 let watch = self.call(CarmiCall::WatchHosts { hosts: ids }, None);
-                self.queue.push_back(Queued::Out(watch));
+                self.outbox.queue.push_back(Queued::Out(watch));
                 for h in hosts {
                     info!("host {} ({}) added to class {class}", h.host, h.name);
-                    self.host_class.insert(h.host, class.clone());
+                    self.classes.host_class.insert(h.host, class.clone());
                     let need_ad =
                         self.speeds
                             .host_added(&mut self.sched, h.host, &h.name, &class, &h.ad, t);
@@ -40,14 +40,14 @@ impl Run {
                             CarmiCall::GetHostInfo { host: h.host },
                             Some(Purpose::Info(h.host)),
                         );
-                        self.queue.push_back(Queued::Out(info));
+                        self.outbox.queue.push_back(Queued::Out(info));
                     }
                 }
             }
             Event::HostDeleted { host, reason, .. } => {
                 info!("host {host} deleted: {reason}");
                 self.speeds.host_gone(host);
-                self.host_class.remove(&host);
+                self.classes.host_class.remove(&host);
                 self.sched.host_lost(host, t);
             }
             Event::HostSuspended { host, .. } => self.sched.host_suspended(host, t),
@@ -55,8 +55,8 @@ impl Run {
             Event::ProcessStarted {
                 request, process, ..
             } => {
-                if let Some(worker) = self.spawns.remove(&request) {
-                    self.processes.insert(process, worker);
+                if let Some(worker) = self.requests.spawns.remove(&request) {
+                    self.requests.processes.insert(process, worker);
                 }
             }
             Event::ProcessExited {
@@ -65,12 +65,12 @@ impl Run {
                 status,
                 ..
             } => {
-                if let Some(worker) = self.spawns.remove(&request) {
+                if let Some(worker) = self.requests.spawns.remove(&request) {
                     // It never started (no `ProcessStarted`): the local RM
                     // refused or could not start it.
                     warn!("{worker} could not start: {status:?}");
                     self.sched.spawn_failed(worker, false, t);
-                } else if let Some(worker) = self.processes.remove(&process) {
+                } else if let Some(worker) = self.requests.processes.remove(&process) {
                     info!("{worker} ({process}) exited: {status:?}");
                     if status == carmi_proto::msg::ExitStatus::HostLost {
                         // Its connection may stay open behind the
@@ -78,8 +78,8 @@ impl Run {
                         // is treated as if the connection had dropped (the
                         // host's deletion, which comes with it, re-sends
                         // its steps).
-                        self.disowned.insert(worker);
-                        if self.connected.contains(&worker) {
+                        self.workers.disowned.insert(worker);
+                        if self.workers.connected.contains(&worker) {
                             self.worker_dropped(worker, now);
                             return;
                         }
@@ -92,7 +92,7 @@ impl Run {
                     // is turned away when it connects and exits 0, and ten
                     // such in a row under owner churn ended the run (the
                     // owner soak, `carmi-owner-bench soak`).
-                    if !self.connected.contains(&worker) {
+                    if !self.workers.connected.contains(&worker) {
                         if self.sched.find_worker_host(worker).is_some() {
                             self.early_death(&status);
                         }
@@ -105,13 +105,13 @@ impl Run {
                 request,
                 reply: Reply::Host(info),
             } => {
-                if let Some(host) = self.info_requests.remove(&request) {
+                if let Some(host) = self.requests.info_requests.remove(&request) {
                     self.speeds.host_ad(&mut self.sched, host, &info.ad);
                 }
             }
             Event::Done { request, .. } => {
-                self.cancels.remove(&request);
-                if let Some((host, class)) = self.exclusions.remove(&request) {
+                self.requests.cancels.remove(&request);
+                if let Some((host, class)) = self.requests.exclusions.remove(&request) {
                     info!("host {host} is excluded from class {class}");
                 }
             }
@@ -125,18 +125,18 @@ impl Run {
         failure: carmi_proto::msg::Failure,
     ) {
         let t = self.t();
-        if self.cancelled.remove(&request) {
+        if self.requests.cancelled.remove(&request) {
             // Withdrawn on purpose (the scheduler already stopped counting it).
-            self.host_requests.remove(&request);
+            self.requests.host_requests.remove(&request);
             info!("host request {request} withdrawn: {}", failure.message);
             return;
         }
-        if let Some(class) = self.host_requests.remove(&request) {
+        if let Some(class) = self.requests.host_requests.remove(&request) {
             warn!("request for hosts of {class} failed: {}", failure.message);
             if failure.code == FailureCode::Unavailable {
                 // Transient: asked again after the retry delay, not at the next tick.
                 self.sched.hosts_unavailable(&class, u32::MAX, t);
-                let due = self.now + self.cfg.host_retry;
+                let due = self.clock.now + self.cfg.host_retry;
                 self.timers.push((due, Timer::RetryHosts(class)));
                 return;
             }
@@ -145,7 +145,7 @@ impl Run {
                 "the pool refused hosts of class {class}: {}",
                 failure.message
             ));
-        } else if let Some(worker) = self.spawns.remove(&request) {
+        } else if let Some(worker) = self.requests.spawns.remove(&request) {
             if failure.code == FailureCode::HostSuspended {
                 // Not a crash: the scheduler spawns it again when the host resumes.
                 info!("{worker} waits for its host to resume: {}", failure.message);
@@ -160,19 +160,19 @@ impl Run {
                 // Every host would refuse it the same way.
                 let reason = format!(
                     "the worker executable {} cannot be used: {}",
-                    self.executable, failure.message
+                    self.classes.executable, failure.message
                 );
                 self.fatal(&reason);
             }
             self.sched.spawn_failed(worker, false, t);
-        } else if let Some((host, class)) = self.exclusions.remove(&request) {
+        } else if let Some((host, class)) = self.requests.exclusions.remove(&request) {
             // Not fatal: the scheduler gives the host back again whenever
             // the pool offers it (and counts it in the statistics).
             warn!(
                 "the pool did not exclude host {host} from class {class}: {}",
                 failure.message
             );
-        } else if self.cancels.remove(&request) {
+        } else if self.requests.cancels.remove(&request) {
             debug!("cancel {request} came too late: {}", failure.message);
         } else {
             warn!("CARMI request {request} failed: {}", failure.message);
@@ -193,9 +193,9 @@ impl Run {
             "the pool refused {worker} on host {host}, which it says is not ours ({why}); dropping the host"
         );
         self.speeds.host_gone(host);
-        self.host_class.remove(&host);
+        self.classes.host_class.remove(&host);
         if let Some(class) = self.sched.host_refused(host, t) {
-            let due = self.now + self.cfg.host_retry;
+            let due = self.clock.now + self.cfg.host_retry;
             self.timers.push((due, Timer::RetryHosts(class)));
         }
     }
@@ -209,13 +209,13 @@ impl Run {
         if matches!(status, S::HostLost | S::Signal(9) | S::Signal(15)) {
             return;
         }
-        self.early_deaths += 1;
-        if self.early_deaths == super::MAX_EARLY_DEATHS {
+        self.workers.early_deaths += 1;
+        if self.workers.early_deaths == super::MAX_EARLY_DEATHS {
             let reason = format!(
                 "{} workers in a row exited before connecting to the WoDi server (the last: \
                  {status:?}); the worker command ({}) fails at start-up: its standard error \
                  is in `carmi logs` of the job",
-                self.early_deaths, self.executable
+                self.workers.early_deaths, self.classes.executable
             );
             self.fatal(&reason);
         }

@@ -106,23 +106,25 @@ impl Run {
                         ..SchedConfig::default()
                     };
                     policies.apply(&mut cfg);
-                    self.fewest = fewest_rule(&policies, &init.classes);
+                    self.classes.fewest = fewest_rule(&policies, &init.classes);
                     self.sched = Sched::new(cfg, ordering.dispatch());
                     self.speeds = HostSpeeds::new(speed, refine_speed);
-                    self.bench_master = Some(m);
+                    self.workers.bench_master = Some(m);
                     // The scheduler's time, and the statistics, start here.
-                    self.epoch = self.now;
-                    self.executable = init.executable.clone();
-                    self.args = init.args.clone();
+                    self.clock.epoch = self.clock.now;
+                    self.classes.executable = init.executable.clone();
+                    self.classes.args = init.args.clone();
                     self.started = true;
                 } else if let Some(reason) = self.command_conflict(&init) {
                     self.tell_master(m, ToMaster::Fatal { reason }, Bytes::new());
                     return;
-                } else if init.executable != self.executable || init.args != self.args {
+                } else if init.executable != self.classes.executable
+                    || init.args != self.classes.args
+                {
                     // Shared workers run one executable; say so instead of guessing.
                     let reason = format!(
                         "this server's workers run {} {:?}, not {} {:?}",
-                        self.executable, self.args, init.executable, init.args
+                        self.classes.executable, self.classes.args, init.executable, init.args
                     );
                     self.tell_master(m, ToMaster::Fatal { reason }, Bytes::new());
                     return;
@@ -160,7 +162,7 @@ impl Run {
             FromMaster::Complete => {
                 self.retire(m);
                 // Taken once the decisions of the retirement are carried out.
-                self.queue.push_back(Queued::Stats(m));
+                self.outbox.queue.push_back(Queued::Stats(m));
             }
         }
     }
@@ -186,14 +188,14 @@ impl Run {
         {
             self.speeds.set_class_speed(&name, speed);
             if let Some(s) = speed.filter(|s| s.is_finite() && *s > 0.0) {
-                self.declared_speeds.insert(name.clone(), s);
+                self.classes.declared_speeds.insert(name.clone(), s);
             }
             let command = (
-                executable.unwrap_or_else(|| self.executable.clone()),
-                args.unwrap_or_else(|| self.args.clone()),
+                executable.unwrap_or_else(|| self.classes.executable.clone()),
+                args.unwrap_or_else(|| self.classes.args.clone()),
             );
-            self.commands.entry(name.clone()).or_insert(command);
-            let d = self.desired.entry(name.clone()).or_default();
+            self.classes.commands.entry(name.clone()).or_insert(command);
+            let d = self.classes.desired.entry(name.clone()).or_default();
             let first = *d == 0;
             *d += count;
             let d = *d;
@@ -204,7 +206,7 @@ impl Run {
                     requirements,
                 };
                 let o = self.call(define, None);
-                self.queue.push_back(Queued::Out(o));
+                self.outbox.queue.push_back(Queued::Out(o));
             }
             self.sched.set_class(&name, d, t);
         }
@@ -214,7 +216,7 @@ impl Run {
     /// class it names already runs another worker command.
     fn command_conflict(&self, init: &Init) -> Option<String> {
         init.classes.iter().find_map(|c| {
-            let (exe, args) = self.commands.get(&c.name)?;
+            let (exe, args) = self.classes.commands.get(&c.name)?;
             let want_exe = c.executable.as_ref().unwrap_or(&init.executable);
             let want_args = c.args.as_ref().unwrap_or(&init.args);
             (want_exe != exe || want_args != args).then(|| {
@@ -235,11 +237,11 @@ impl Run {
             .get(&m)
             .and_then(|c| c.cycle.as_ref())
             .map(|(c, _)| *c);
-        if cycle.is_some() && self.fewest.is_some() {
-            self.cycle_steps.push(step);
+        if cycle.is_some() && self.classes.fewest.is_some() {
+            self.tickets.cycle_steps.push(step);
         }
         let ticket = self.sched.submit(step, cycle, t);
-        self.data.insert(ticket, data);
-        self.steps.insert(ticket, (m, step));
+        self.tickets.data.insert(ticket, data);
+        self.tickets.steps.insert(ticket, (m, step));
     }
 }

@@ -10,20 +10,20 @@ use bytes::Bytes;
 use tracing::{info, warn};
 
 use super::{CarmiCall, MasterId, Output, Purpose, Queued, Run};
-use crate::ids::WorkerId;
+use crate::ids::{StepId, WorkerId};
 use crate::proto::{ToMaster, ToWorker, connect_arg};
-use crate::sched::Output as SchedOutput;
+use crate::sched::{Output as SchedOutput, Ticket};
 
 impl Run {
     /// The next thing to do, or `None` when there is nothing left (until the
     /// next input). After an [`Output::Carmi`], call [`Run::issued`] first.
     pub fn poll_output(&mut self) -> Option<Output> {
         loop {
-            if let Some(o) = self.ready.pop_front() {
+            if let Some(o) = self.outbox.ready.pop_front() {
                 return Some(o);
             }
-            if let Some(Queued::Out(_)) = self.queue.front() {
-                let Some(Queued::Out(o)) = self.queue.pop_front() else {
+            if let Some(Queued::Out(_)) = self.outbox.queue.front() {
+                let Some(Queued::Out(o)) = self.outbox.queue.pop_front() else {
                     unreachable!("checked above");
                 };
                 return Some(o);
@@ -34,13 +34,13 @@ impl Run {
                 self.convert(o);
                 continue;
             }
-            match self.queue.pop_front() {
+            match self.outbox.queue.pop_front() {
                 Some(Queued::Stats(m)) => {
                     return Some(self.stats_for(m));
                 }
                 Some(Queued::Out(o)) => return Some(o),
                 None => {
-                    if !std::mem::take(&mut self.status_check) {
+                    if !std::mem::take(&mut self.status.check) {
                         return None;
                     }
                     self.send_status();
@@ -51,34 +51,12 @@ impl Run {
 
     /// Turns one of the scheduler's decisions into outputs (in `ready`).
     fn convert(&mut self, out: SchedOutput) {
-        let t = self.t();
         match out {
             SchedOutput::Assign {
                 ticket,
                 step,
                 worker,
-            } => {
-                if !self.connected.contains(&worker) {
-                    // Its connection dropped and its loss is not decided
-                    // yet: the step goes back to the core, not lost here.
-                    warn!("{worker} has no connection: {step} goes back to the queue");
-                    self.sched.assign_failed(worker, ticket, t);
-                    return;
-                }
-                let data = self.data.get(&ticket).cloned().unwrap_or_default();
-                if let Some((m, _)) = self.steps.get(&ticket).copied() {
-                    let switch = self.switch_context(worker, m);
-                    self.ready.extend(switch);
-                }
-                self.ready.push_back(Output::ToWorker {
-                    worker,
-                    msg: ToWorker::Step {
-                        ticket: ticket.0,
-                        step,
-                    },
-                    payload: data,
-                });
-            }
+            } => self.assign(ticket, step, worker),
             SchedOutput::RequestHosts { class, count } => {
                 let o = self.call(
                     CarmiCall::AddHosts {
@@ -87,26 +65,9 @@ impl Run {
                     },
                     Some(Purpose::Hosts(class)),
                 );
-                self.ready.push_back(o);
+                self.outbox.ready.push_back(o);
             }
-            SchedOutput::CancelRequests { class } => {
-                // Hosts granted before the cancel arrives still come, as
-                // this class's, and the core judges them.
-                let mut ids: Vec<_> = self
-                    .host_requests
-                    .iter()
-                    .filter(|(_, c)| **c == class)
-                    .map(|(id, _)| *id)
-                    .collect();
-                ids.sort();
-                for request in ids {
-                    if self.cancelled.insert(request) {
-                        let o =
-                            self.call(CarmiCall::CancelRequest { request }, Some(Purpose::Cancel));
-                        self.ready.push_back(o);
-                    }
-                }
-            }
+            SchedOutput::CancelRequests { class } => self.cancel_host_requests(&class),
             SchedOutput::ExcludeHost { class, host } => {
                 // Sent before the host's release (the next output), on the
                 // same connection: by the time the host is free, the pool no
@@ -119,22 +80,17 @@ impl Run {
                     },
                     Some(Purpose::Exclude(host, class)),
                 );
-                self.ready.push_back(o);
+                self.outbox.ready.push_back(o);
             }
             SchedOutput::ReleaseHost { host } => {
                 self.speeds.host_gone(host);
-                self.host_class.remove(&host);
+                self.classes.host_class.remove(&host);
                 let o = self.call(CarmiCall::DelHosts { hosts: vec![host] }, None);
-                self.ready.push_back(o);
+                self.outbox.ready.push_back(o);
             }
             SchedOutput::Spawn { host, worker } => {
                 // Each class may run its own build of the worker.
-                let (executable, mut args) = self
-                    .host_class
-                    .get(&host)
-                    .and_then(|c| self.commands.get(c))
-                    .cloned()
-                    .unwrap_or_else(|| (self.executable.clone(), self.args.clone()));
+                let (executable, mut args) = self.classes.command(host);
                 args.push(connect_arg(&self.cfg.connect_addr, &self.cfg.token, worker));
                 let request = CarmiCall::Spawn {
                     executable,
@@ -142,18 +98,18 @@ impl Run {
                     host,
                 };
                 let o = self.call(request, Some(Purpose::Spawn(worker)));
-                self.ready.push_back(o);
+                self.outbox.ready.push_back(o);
             }
             SchedOutput::StepFailed {
                 ticket,
                 step,
                 reason,
             } => {
-                self.data.remove(&ticket);
-                if let Some((m, _)) = self.steps.remove(&ticket)
+                self.tickets.data.remove(&ticket);
+                if let Some((m, _)) = self.tickets.steps.remove(&ticket)
                     && self.masters.contains_key(&m)
                 {
-                    self.ready.push_back(Output::ToMaster {
+                    self.outbox.ready.push_back(Output::ToMaster {
                         master: m,
                         msg: ToMaster::StepFailed { step, reason },
                         payload: Bytes::new(),
@@ -163,10 +119,58 @@ impl Run {
         }
     }
 
+    /// The scheduler gave `ticket` (a copy of `step`) to `worker`: the step
+    /// goes out with the context of its master, if the worker is connected.
+    fn assign(&mut self, ticket: Ticket, step: StepId, worker: WorkerId) {
+        if !self.workers.connected.contains(&worker) {
+            // Its connection dropped and its loss is not decided
+            // yet: the step goes back to the core, not lost here.
+            warn!("{worker} has no connection: {step} goes back to the queue");
+            let t = self.t();
+            self.sched.assign_failed(worker, ticket, t);
+            return;
+        }
+        let data = self.tickets.data.get(&ticket).cloned().unwrap_or_default();
+        if let Some((m, _)) = self.tickets.steps.get(&ticket).copied() {
+            let switch = self.switch_context(worker, m);
+            self.outbox.ready.extend(switch);
+        }
+        self.outbox.ready.push_back(Output::ToWorker {
+            worker,
+            msg: ToWorker::Step {
+                ticket: ticket.0,
+                step,
+            },
+            payload: data,
+        });
+    }
+
+    /// Withdraws every host request of `class` not withdrawn yet. Hosts
+    /// granted before the cancel arrives still come, as this class's, and
+    /// the core judges them.
+    fn cancel_host_requests(&mut self, class: &str) {
+        let mut ids: Vec<_> = self
+            .requests
+            .host_requests
+            .iter()
+            .filter(|(_, c)| *c == class)
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort();
+        for request in ids {
+            if self.requests.cancelled.insert(request) {
+                let o = self.call(CarmiCall::CancelRequest { request }, Some(Purpose::Cancel));
+                self.outbox.ready.push_back(o);
+            }
+        }
+    }
+
     /// Before a worker computes a step of master `m`, it gets `m`'s init data
     /// and current cycle data, unless it already holds them.
     pub(super) fn switch_context(&mut self, worker: WorkerId, m: MasterId) -> Vec<Output> {
-        if self.context.get(&worker) == Some(&m) || !self.connected.contains(&worker) {
+        if self.workers.context.get(&worker) == Some(&m)
+            || !self.workers.connected.contains(&worker)
+        {
             return Vec::new();
         }
         let Some(conn) = self.masters.get(&m) else {
@@ -184,7 +188,7 @@ impl Run {
                 payload: data.clone(),
             });
         }
-        self.context.insert(worker, m);
+        self.workers.context.insert(worker, m);
         out
     }
 
@@ -208,19 +212,19 @@ impl Run {
     fn send_status(&mut self) {
         // Checked first: this runs after every batch of inputs, and the
         // snapshot walks every ticket of the run.
-        let next = self.status.1 + self.cfg.status_every;
-        if self.now < next {
-            self.status_due = Some(next);
+        let next = self.status.last.1 + self.cfg.status_every;
+        if self.clock.now < next {
+            self.status.due = Some(next);
             return;
         }
         let st = self.sched.status();
-        if st == self.status.0 {
+        if st == self.status.last.0 {
             return;
         }
-        self.status = (st, self.now);
+        self.status.last = (st, self.clock.now);
         let masters: Vec<MasterId> = self.masters.keys().copied().collect();
         for m in masters {
-            self.ready.push_back(Output::ToMaster {
+            self.outbox.ready.push_back(Output::ToMaster {
                 master: m,
                 msg: ToMaster::Status(st),
                 payload: Bytes::new(),

@@ -24,8 +24,8 @@ impl Run {
             return false;
         };
         // Init and cycle data go out with its first step (`switch_context`).
-        self.connected.insert(worker);
-        self.early_deaths = 0;
+        self.workers.connected.insert(worker);
+        self.workers.early_deaths = 0;
         info!("{worker} joined");
         let t = self.t();
         if self.speeds.worker_connected(worker, host, t) {
@@ -41,7 +41,7 @@ impl Run {
     /// (unless its host was deleted meanwhile, which is then the cause).
     pub fn worker_dropped(&mut self, worker: WorkerId, now: Time) {
         self.set_now(now);
-        if !self.connected.remove(&worker) {
+        if !self.workers.connected.remove(&worker) {
             return;
         }
         let t = self.t();
@@ -51,14 +51,14 @@ impl Run {
 
     /// Starts the loss grace of a worker without a connection.
     pub(super) fn loss_grace(&mut self, worker: WorkerId) {
-        let due = self.now + self.cfg.loss_grace;
+        let due = self.clock.now + self.cfg.loss_grace;
         self.timers.push((due, Timer::LossDue(worker)));
     }
 
     /// A message from worker `worker` (its payload beside it).
     pub fn worker_message(&mut self, worker: WorkerId, msg: FromWorker, payload: Bytes, now: Time) {
         self.set_now(now);
-        if self.disowned.contains(&worker) {
+        if self.workers.disowned.contains(&worker) {
             info!("{worker}, whose host was lost, answered after all: dropped");
             return;
         }
@@ -80,6 +80,7 @@ impl Run {
                 // Every copy's time says how fast its host is; the speed is
                 // corrected before the history learns from it.
                 let expect = self
+                    .tickets
                     .steps
                     .get(&ticket)
                     .and_then(|(_, step)| self.speeds.expect(&self.sched, worker, *step));
@@ -89,8 +90,8 @@ impl Run {
                 }
                 let verdict = self.sched.result(worker, ticket, cpu, wall, t);
                 if verdict == Verdict::Deliver {
-                    self.data.remove(&ticket);
-                    if let Some((m, step)) = self.steps.remove(&ticket) {
+                    self.tickets.data.remove(&ticket);
+                    if let Some((m, step)) = self.tickets.steps.remove(&ticket) {
                         self.tell_master(m, ToMaster::Result { step }, payload);
                     }
                 }
@@ -109,12 +110,14 @@ impl Run {
     /// Sends the benchmark step to a worker that just connected (with the
     /// init data of the master that registered it).
     fn send_benchmark(&mut self, worker: WorkerId) {
-        if let Some(m) = self.bench_master {
+        if let Some(m) = self.workers.bench_master {
             let switch = self.switch_context(worker, m);
-            self.queue.extend(switch.into_iter().map(Queued::Out));
+            self.outbox
+                .queue
+                .extend(switch.into_iter().map(Queued::Out));
         }
         let data = self.speeds.benchmark().cloned().unwrap_or_default();
-        self.queue.push_back(Queued::Out(Output::ToWorker {
+        self.outbox.queue.push_back(Queued::Out(Output::ToWorker {
             worker,
             msg: ToWorker::Step {
                 ticket: BENCHMARK_TICKET,

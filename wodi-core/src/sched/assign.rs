@@ -92,10 +92,12 @@ impl Sched {
             .and_then(|h| h.speed)
             .filter(|s| s.is_finite() && *s > 0.0)
             .unwrap_or(1.0);
-        let front = w
-            .in_hand
-            .front()
-            .map(|(_, run)| (self.runs[*run].step(), self.runs[*run].assigned()));
+        let front = w.in_hand.front().map(|(_, run)| {
+            (
+                self.records.runs[*run].step(),
+                self.records.runs[*run].assigned(),
+            )
+        });
         let load = match front {
             None => Load::Idle,
             Some((step, since)) => match self.history.estimate(&step) {
@@ -167,10 +169,10 @@ impl Sched {
             w.front_since = Some(now);
             w.front_struck = false;
         }
-        self.runs.push(RunRecord::new(
+        self.records.runs.push(RunRecord::new(
             task.step, task.cycle, worker, w.host, speed, now,
         ));
-        w.in_hand.push_back((ticket, self.runs.len() - 1));
+        w.in_hand.push_back((ticket, self.records.runs.len() - 1));
         self.outputs.push_back(Output::Assign {
             ticket,
             step: task.step,

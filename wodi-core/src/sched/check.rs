@@ -7,7 +7,7 @@ impl Sched {
     pub fn sanity_check(&self) {
         for (ticket, task) in &self.tasks {
             assert!(
-                ticket.0 < self.next_ticket,
+                ticket.0 < self.next.ticket,
                 "{ticket:?} open but never issued"
             );
             assert_eq!(
@@ -54,7 +54,11 @@ impl Sched {
             for (ticket, run) in &w.in_hand {
                 if let Some(task) = self.tasks.get(ticket) {
                     assert!(task.copies.contains(id), "{ticket:?} held by {id}");
-                    assert_eq!(self.runs[*run].step(), task.step, "{ticket:?} run record");
+                    assert_eq!(
+                        self.records.runs[*run].step(),
+                        task.step,
+                        "{ticket:?} run record"
+                    );
                 }
             }
             let h = self.hosts.get(&w.host).expect("a worker's host is held");

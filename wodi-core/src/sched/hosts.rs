@@ -148,7 +148,7 @@ impl Sched {
         let Some(h) = self.hosts.remove(&host) else {
             return;
         };
-        self.host_records[h.record].end(now, false);
+        self.records.hosts[h.record].end(now, false);
         if let Some(w) = h.worker {
             self.drop_worker(w, LossCause::HostGone, now);
         }
@@ -228,17 +228,17 @@ impl Sched {
             self.outputs.push_back(Output::ReleaseHost { host });
             return;
         }
-        if self.retired.contains(&host) {
+        if self.given_back.retired.contains(&host) {
             // The pool offered a host fast abort retired (its exclusion,
             // `Output::ExcludeHost`, failed or came too late): back it goes,
             // and another is asked for.
-            self.retired_offers += 1;
+            self.given_back.retired_offers += 1;
             self.outputs.push_back(Output::ReleaseHost { host });
             self.top_up(class);
             return;
         }
         self.unpark(speed);
-        self.host_records.push(HostRecord::new(host, class, now));
+        self.records.hosts.push(HostRecord::new(host, class, now));
         self.hosts.insert(
             host,
             Host {
@@ -247,7 +247,7 @@ impl Sched {
                 suspended: false,
                 crashes_in_a_row: 0,
                 speed,
-                record: self.host_records.len() - 1,
+                record: self.records.hosts.len() - 1,
             },
         );
         self.spawn_on(host, now);
@@ -259,7 +259,7 @@ impl Sched {
         let Some(h) = self.hosts.remove(&host) else {
             return;
         };
-        self.host_records[h.record].end(now, !self.finished);
+        self.records.hosts[h.record].end(now, !self.finished);
         if let Some(w) = h.worker {
             self.drop_worker(w, LossCause::HostGone, now);
         }
@@ -275,7 +275,7 @@ impl Sched {
     /// refusing does not make a tight loop of spawns. Returns its class.
     pub fn host_refused(&mut self, host: HostId, now: Time) -> Option<String> {
         let h = self.hosts.remove(&host)?;
-        self.host_records[h.record].end(now, !self.finished);
+        self.records.hosts[h.record].end(now, !self.finished);
         if let Some(w) = h.worker {
             self.drop_worker(w, LossCause::HostGone, now);
         }
@@ -292,7 +292,7 @@ impl Sched {
             return;
         }
         h.suspended = true;
-        self.host_records[h.record].suspended.push((now, None));
+        self.records.hosts[h.record].suspended.push((now, None));
         if let Some(w) = h.worker.and_then(|w| self.workers.get_mut(&w))
             && w.state != WorkerState::Detached
         {
@@ -317,7 +317,7 @@ impl Sched {
             return;
         }
         h.suspended = false;
-        if let Some(period) = self.host_records[h.record].suspended.last_mut() {
+        if let Some(period) = self.records.hosts[h.record].suspended.last_mut() {
             period.1 = Some(now);
         }
         if let Some(w) = h.worker.and_then(|w| self.workers.get_mut(&w))

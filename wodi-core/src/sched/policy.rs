@@ -135,7 +135,7 @@ impl Sched {
             return;
         };
         tracing::info!(%worker, %host, "retiring a worker that ran much slower than its host's speed twice");
-        self.retired.insert(host);
+        self.given_back.retired.insert(host);
         // Excluded before it goes back: the request for its replacement
         // (or one still pending) would take it again otherwise.
         self.outputs.push_back(super::Output::ExcludeHost {
@@ -155,7 +155,7 @@ impl Sched {
             };
             // Its owner took it: a loss in the statistics, although the run
             // lets go of it before CARMI would vacate it.
-            self.host_records[record].end(now, true);
+            self.records.hosts[record].end(now, true);
             tracing::info!(%host, "giving back a host suspended past its grace");
             self.release(host, now);
             self.top_up(&class);
@@ -168,7 +168,8 @@ impl Sched {
             return Vec::new();
         }
         let requested: u32 = self.classes.values().map(|c| c.requested).sum();
-        self.parked
+        self.given_back
+            .parked
             .iter()
             .take(requested as usize)
             .copied()
@@ -177,16 +178,17 @@ impl Sched {
 
     /// A host was granted: it is (most likely) one of the parked ones.
     pub(super) fn unpark(&mut self, speed: Option<f64>) {
-        if self.parked.is_empty() {
+        if self.given_back.parked.is_empty() {
             return;
         }
         let speed = speed.unwrap_or(1.0);
         let i = self
+            .given_back
             .parked
             .iter()
             .position(|s| (s - speed).abs() < 1e-9)
             .unwrap_or(0);
-        self.parked.remove(i);
+        self.given_back.parked.remove(i);
     }
 
     fn is_open(&self, ticket: &Ticket) -> bool {
@@ -235,8 +237,39 @@ impl Sched {
         {
             return;
         }
-        // Ready workers with nothing useful in hand (empty, or only copies
-        // whose ticket another copy already answered), fastest first.
+        let idle = self.idle_workers();
+        if idle.is_empty() {
+            return;
+        }
+        let t_now = now.as_secs_f64();
+        let mut running = self.running_tickets(t_now);
+        if running.is_empty() {
+            // Between cycles: the master is about to submit the next one.
+            return;
+        }
+        let mut leftover = Vec::new();
+        for (worker, speed, empty) in idle {
+            if self.cfg.stragglers
+                && empty
+                && self.copy_straggler(worker, speed, &mut running, t_now, now)
+            {
+                continue;
+            }
+            leftover.push(worker);
+        }
+        if !self.cfg.release_idle
+            || leftover.is_empty()
+            || !self.tail_outlasts_regrant(&running, t_now)
+        {
+            return;
+        }
+        self.park(leftover, now);
+    }
+
+    /// Ready workers with nothing useful in hand (empty, or only copies
+    /// whose ticket another copy already answered), fastest first: each
+    /// with its speed and whether its hands are empty.
+    fn idle_workers(&self) -> Vec<(WorkerId, f64, bool)> {
         let mut idle: Vec<(WorkerId, f64, bool)> = self
             .workers
             .iter()
@@ -245,13 +278,13 @@ impl Sched {
             })
             .map(|(id, w)| (*id, self.speed_of(w.host), w.in_hand.is_empty()))
             .collect();
-        if idle.is_empty() {
-            return;
-        }
         idle.sort_by(|a, b| b.1.total_cmp(&a.1));
-        let t_now = now.as_secs_f64();
-        // Every open ticket with its copies and when it should end (the
-        // earliest copy; `None` when unknown).
+        idle
+    }
+
+    /// Every open ticket with a copy running, with its copies and when it
+    /// should end (the earliest copy; `None` when unknown), by ticket.
+    fn running_tickets(&self, t_now: f64) -> Vec<(Ticket, Vec<WorkerId>, Option<f64>)> {
         let mut running: Vec<(Ticket, Vec<WorkerId>, Option<f64>)> = self
             .tasks
             .iter()
@@ -266,24 +299,17 @@ impl Sched {
                 (*t, task.copies.clone(), end)
             })
             .collect();
-        if running.is_empty() {
-            // Between cycles: the master is about to submit the next one.
-            return;
-        }
         running.sort_by_key(|r| r.0);
-        let mut leftover = Vec::new();
-        for (worker, speed, empty) in idle {
-            if self.cfg.stragglers
-                && empty
-                && self.copy_straggler(worker, speed, &mut running, t_now, now)
-            {
-                continue;
-            }
-            leftover.push(worker);
-        }
-        if !self.cfg.release_idle || leftover.is_empty() {
-            return;
-        }
+        running
+    }
+
+    /// Whether the cycle's tail (`running`) lasts longer than getting hosts
+    /// back would take, so that idle hosts are worth giving back.
+    fn tail_outlasts_regrant(
+        &self,
+        running: &[(Ticket, Vec<WorkerId>, Option<f64>)],
+        t_now: f64,
+    ) -> bool {
         // A step whose only copies are on suspended hosts will need a host
         // when their grace ends: keep the idle ones for it.
         let awaits_host = running.iter().any(|(t, copies, _)| {
@@ -294,7 +320,7 @@ impl Sched {
             }) && self.is_open(t)
         });
         if awaits_host {
-            return;
+            return false;
         }
         // A step without an estimate (the first cycle) makes the tail
         // unknown: long, unless grants cost something, in which case the host
@@ -310,10 +336,13 @@ impl Sched {
             .fold(0.0, f64::max);
         // Keeping the idle hosts costs them the tail; giving them back costs
         // the wait for new ones and what a grant costs the pool.
-        if tail <= (self.cfg.reacquire + self.cfg.grant_cost).as_secs_f64() {
-            return;
-        }
-        for worker in leftover {
+        tail > (self.cfg.reacquire + self.cfg.grant_cost).as_secs_f64()
+    }
+
+    /// Gives the hosts of idle `workers` back, remembering their speeds
+    /// ([`Sched::coming`] counts on hosts like them for the next cycle).
+    fn park(&mut self, workers: Vec<WorkerId>, now: Time) {
+        for worker in workers {
             let Some(host) = self.workers.get(&worker).map(|w| w.host) else {
                 continue;
             };
@@ -328,14 +357,14 @@ impl Sched {
                 self.outputs
                     .push_back(crate::sched::Output::CancelRequests { class });
             }
-            self.parked.push(self.speed_of(host));
+            self.given_back.parked.push(self.speed_of(host));
             self.release(host, now);
         }
-        self.parked.sort_by(|a, b| b.total_cmp(a));
+        self.given_back.parked.sort_by(|a, b| b.total_cmp(a));
         // Hosts lost rather than granted back leave entries behind: never
         // expect more than the run wants.
         let desired: u32 = self.classes.values().map(|c| c.desired).sum();
-        self.parked.truncate(desired as usize);
+        self.given_back.parked.truncate(desired as usize);
     }
 
     /// Starts a second copy of the step expected to end last on `worker` if

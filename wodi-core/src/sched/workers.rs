@@ -13,8 +13,8 @@ impl Sched {
     /// Starts a worker on a held host (or, if the host is suspended,
     /// creates it unspawned: it is spawned when the host resumes).
     pub(super) fn spawn_on(&mut self, host: HostId, now: Time) {
-        let worker = WorkerId(self.next_worker);
-        self.next_worker += 1;
+        let worker = WorkerId(self.next.worker);
+        self.next.worker += 1;
         let h = self.hosts.get_mut(&host).expect("spawn on a held host");
         h.worker = Some(worker);
         let spawned = !h.suspended;
@@ -91,7 +91,7 @@ impl Sched {
         if let Some(w) = self.workers.get_mut(&worker) {
             if let Some(pos) = w.in_hand.iter().position(|(t, _)| *t == ticket) {
                 let (_, run) = w.in_hand.remove(pos).expect("position is in range");
-                self.runs[run].close(now, RunOutcome::Lost);
+                self.records.runs[run].close(now, RunOutcome::Lost);
                 if pos == 0 {
                     w.front_struck = false;
                     w.front_since = (!w.in_hand.is_empty()).then_some(now);
@@ -174,7 +174,7 @@ impl Sched {
         self.board.set(worker, None);
         // Front of the queue in their original order: push the newest first.
         for (i, (ticket, run)) in w.in_hand.iter().enumerate().rev() {
-            self.runs[*run].close(now, RunOutcome::Lost);
+            self.records.runs[*run].close(now, RunOutcome::Lost);
             let Some(task) = self.tasks.get_mut(ticket) else {
                 // Closed: another copy answered, or it failed or was cancelled.
                 continue;

@@ -27,9 +27,9 @@ use std::process::ExitCode;
 use clap::{ArgAction, Parser, ValueEnum};
 use owner_model::OwnerModel;
 use serde::Serialize;
-use wodi::order::Ordering as StepOrder;
-use wodi::profile::{StepProfile, materials};
-use wodi::sched::SchedConfig;
+use wodi_core::order::Ordering as StepOrder;
+use wodi_core::profile::{StepProfile, materials};
+use wodi_core::sched::SchedConfig;
 use wodi_sim::{PoolConfig, Preset, RunSummary, SimConfig, simulate};
 
 /// Simulate WoDi runs of the paper's materials application on an opportunistic pool.
@@ -249,7 +249,7 @@ fn secs(s: f64) -> std::time::Duration {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let owners = match OwnerModel::from_spec(&cli.owners) {
+    let owners = match OwnerModel::from_spec_with(&cli.owners, std::fs::read_to_string) {
         Ok(o) => o,
         Err(e) => {
             eprintln!("wodi-sim: --owners: {e}");
@@ -275,45 +275,59 @@ fn main() -> ExitCode {
         };
         runs.push(simulate(&cfg, order).summary);
     }
-    let field = |f: fn(&RunSummary) -> f64| aggregate(&runs.iter().map(f).collect::<Vec<_>>());
     if cli.json {
-        // The settings of run 1 (later runs differ only in seed and start).
-        let used = run_config(&cli, &owners, &speeds, 0);
-        let out = serde_json::json!({
-            "config": {
-                "steps": cli.steps, "cycles": cli.cycles, "hosts": cli.hosts, "speeds": cli.speeds,
-                "owners": cli.owners, "seed": cli.seed, "ordering": cli.ordering,
-                "policies": cli.policies, "runs": cli.runs,
-                "fewest_hosts": used.fewest_hosts, "hysteresis": used.hysteresis,
-                "release_idle": used.sched.release_idle,
-                "reacquire": used.sched.reacquire.as_secs_f64(),
-                "grant_cost": used.sched.grant_cost.as_secs_f64(),
-                "release_suspended": used.sched.release_suspended,
-                "suspend_timeout": used.sched.suspend_timeout.as_secs_f64(),
-                "stragglers": used.sched.stragglers, "fast_abort": used.sched.fast_abort,
-                "latency": cli.latency, "worker_startup": cli.worker_startup,
-                "executable_fetch": cli.executable_fetch,
-                "slow_factor": cli.slow_factor, "slow_every": cli.slow_every,
-            },
-            "runs": runs,
-            "run_length_s": field(|r| r.run_length_s),
-            "occupancy_s": field(|r| r.occupancy_s),
-            "cpu_time_s": field(|r| r.cpu_time_s),
-            "useful_cpu_time_s": field(|r| r.useful_cpu_time_s),
-            "efficiency": field(|r| r.efficiency),
-            "adds": field(|r| f64::from(r.adds)),
-            // Hosts the pool granted the run: what the run cost the pool.
-            "grants": field(|r| f64::from(r.adds)),
-            "losses": field(|r| f64::from(r.losses)),
-            "mean_hosts": field(|r| r.mean_hosts),
-            "lower_bound_s": field(|r| r.lower_bound_s),
-        });
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&out).expect("JSON of plain data")
-        );
+        print_json(&cli, &owners, &speeds, &runs);
         return ExitCode::SUCCESS;
     }
+    print_table(&runs);
+    if runs.len() > 1 {
+        print_aggregates(&runs);
+    }
+    ExitCode::SUCCESS
+}
+
+/// Prints the runs and their aggregates as JSON, with the settings used.
+fn print_json(cli: &Cli, owners: &OwnerModel, speeds: &[f64], runs: &[RunSummary]) {
+    let field = |f: fn(&RunSummary) -> f64| aggregate(&runs.iter().map(f).collect::<Vec<_>>());
+    // The settings of run 1 (later runs differ only in seed and start).
+    let used = run_config(cli, owners, speeds, 0);
+    let out = serde_json::json!({
+        "config": {
+            "steps": cli.steps, "cycles": cli.cycles, "hosts": cli.hosts, "speeds": cli.speeds,
+            "owners": cli.owners, "seed": cli.seed, "ordering": cli.ordering,
+            "policies": cli.policies, "runs": cli.runs,
+            "fewest_hosts": used.fewest_hosts, "hysteresis": used.hysteresis,
+            "release_idle": used.sched.release_idle,
+            "reacquire": used.sched.reacquire.as_secs_f64(),
+            "grant_cost": used.sched.grant_cost.as_secs_f64(),
+            "release_suspended": used.sched.release_suspended,
+            "suspend_timeout": used.sched.suspend_timeout.as_secs_f64(),
+            "stragglers": used.sched.stragglers, "fast_abort": used.sched.fast_abort,
+            "latency": cli.latency, "worker_startup": cli.worker_startup,
+            "executable_fetch": cli.executable_fetch,
+            "slow_factor": cli.slow_factor, "slow_every": cli.slow_every,
+        },
+        "runs": runs,
+        "run_length_s": field(|r| r.run_length_s),
+        "occupancy_s": field(|r| r.occupancy_s),
+        "cpu_time_s": field(|r| r.cpu_time_s),
+        "useful_cpu_time_s": field(|r| r.useful_cpu_time_s),
+        "efficiency": field(|r| r.efficiency),
+        "adds": field(|r| f64::from(r.adds)),
+        // Hosts the pool granted the run: what the run cost the pool.
+        "grants": field(|r| f64::from(r.adds)),
+        "losses": field(|r| f64::from(r.losses)),
+        "mean_hosts": field(|r| r.mean_hosts),
+        "lower_bound_s": field(|r| r.lower_bound_s),
+    });
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&out).expect("JSON of plain data")
+    );
+}
+
+/// Prints one line per run.
+fn print_table(runs: &[RunSummary]) {
     println!(
         "{:>4}  {:>8}  {:>10}  {:>9}  {:>6}  {:>5}  {:>6}  {:>10}  {:>11}",
         "run",
@@ -340,40 +354,42 @@ fn main() -> ExitCode {
             hms(r.lower_bound_s)
         );
     }
-    if runs.len() > 1 {
-        println!();
+}
+
+/// Prints the mean, spread and range of the runs' main figures.
+fn print_aggregates(runs: &[RunSummary]) {
+    let field = |f: fn(&RunSummary) -> f64| aggregate(&runs.iter().map(f).collect::<Vec<_>>());
+    println!();
+    println!(
+        "{:<12} {:>9} {:>9} {:>9} {:>9}",
+        "", "mean", "std", "min", "max"
+    );
+    let time_row = |name: &str, a: Aggregate| {
         println!(
             "{:<12} {:>9} {:>9} {:>9} {:>9}",
-            "", "mean", "std", "min", "max"
-        );
-        let time_row = |name: &str, a: Aggregate| {
-            println!(
-                "{:<12} {:>9} {:>9} {:>9} {:>9}",
-                name,
-                hms(a.mean),
-                hms(a.std),
-                hms(a.min),
-                hms(a.max)
-            )
-        };
-        let num_row = |name: &str, a: Aggregate, pct: bool| {
-            let k = if pct { 100.0 } else { 1.0 };
-            let u = if pct { "%" } else { "" };
-            println!(
-                "{:<12} {:>8.1}{u} {:>8.1}{u} {:>8.1}{u} {:>8.1}{u}",
-                name,
-                a.mean * k,
-                a.std * k,
-                a.min * k,
-                a.max * k
-            )
-        };
-        num_row("avg hosts", field(|r| r.mean_hosts), false);
-        time_row("run length", field(|r| r.run_length_s));
-        num_row("efficiency", field(|r| r.efficiency), true);
-        time_row("occupancy", field(|r| r.occupancy_s));
-        num_row("adds", field(|r| f64::from(r.adds)), false);
-        num_row("losses", field(|r| f64::from(r.losses)), false);
-    }
-    ExitCode::SUCCESS
+            name,
+            hms(a.mean),
+            hms(a.std),
+            hms(a.min),
+            hms(a.max)
+        )
+    };
+    let num_row = |name: &str, a: Aggregate, pct: bool| {
+        let k = if pct { 100.0 } else { 1.0 };
+        let u = if pct { "%" } else { "" };
+        println!(
+            "{:<12} {:>8.1}{u} {:>8.1}{u} {:>8.1}{u} {:>8.1}{u}",
+            name,
+            a.mean * k,
+            a.std * k,
+            a.min * k,
+            a.max * k
+        )
+    };
+    num_row("avg hosts", field(|r| r.mean_hosts), false);
+    time_row("run length", field(|r| r.run_length_s));
+    num_row("efficiency", field(|r| r.efficiency), true);
+    time_row("occupancy", field(|r| r.occupancy_s));
+    num_row("adds", field(|r| f64::from(r.adds)), false);
+    num_row("losses", field(|r| f64::from(r.losses)), false);
 }
