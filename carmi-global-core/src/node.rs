@@ -212,6 +212,14 @@ impl GlobalCore {
         }
     }
 
+    /// A message of `link` that arrived at `now`, its ad (if any) checked
+    /// and parsed here rather than off the core's task as the daemon does:
+    /// for the simulator and tests.
+    pub fn on_message(&mut self, link: LinkId, msg: carmi_proto::msg::ToGlobal, now: Duration) {
+        let msg = Box::new(Decoded::new(msg, self.router.config()));
+        self.on_input(Input::Message { link, msg, at: now }, now);
+    }
+
     /// `link`'s outgoing queue is full: its peer stopped reading. A second
     /// report of the same full queue, while the first kick is on its way,
     /// adds nothing.

@@ -376,6 +376,11 @@ impl Router {
         }
     }
 
+    /// The settings it runs with.
+    pub fn config(&self) -> &RouterConfig {
+        &self.config
+    }
+
     /// A decoded message arrived on a connection: [`Router::on_decoded`]
     /// after parsing its ad here (tests, and drivers that do not mind).
     pub fn on_message(&mut self, link: LinkId, msg: ToGlobal, now: Duration) {

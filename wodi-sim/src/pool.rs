@@ -16,7 +16,9 @@
 use std::collections::BTreeMap;
 
 use bytes::{Bytes, BytesMut};
+use carmi_global_core::node::{Effect as GlobalEffect, GlobalCore, Input};
 use carmi_global_core::router::{LinkId, Output, Router, RouterConfig};
+use carmi_global_core::staging::Staging;
 use carmi_local_core::node::{Core, Effect};
 use carmi_local_core::owner::SimulatedOwner;
 use carmi_local_core::policy::{Policy, PolicyConfig};
@@ -140,7 +142,8 @@ struct Machine {
 /// submit machine (index 0).
 pub(crate) struct Pool {
     cfg: PoolConfig,
-    router: Router,
+    /// The global RM's core, driven through the calls its daemon makes.
+    global: GlobalCore,
     machines: Vec<Machine>,
     links: BTreeMap<LinkId, usize>,
     /// Host ids of each pool host (machine `m`, one slot: host index `m - 1`).
@@ -184,16 +187,18 @@ impl Pool {
             started_unix: 0,
             ..RouterConfig::default()
         });
+        let global = GlobalCore::new(router, Staging::default());
         let mut pool = Pool {
             cfg,
-            router,
+            global,
             machines: Vec::new(),
             links: BTreeMap::new(),
             host_index: BTreeMap::new(),
             procs: BTreeMap::new(),
             router_armed: None,
         };
-        pool.router.on_executable_stored(&worker_exe());
+        pool.global
+            .on_input(Input::Stored(worker_exe()), std::time::Duration::ZERO);
         let submit = "[ Name = \"submit\"; Machine = \"submit\"; Mips = 1; Arch = \"X86_64\" ]";
         let ads = std::iter::once((String::from("submit"), submit.to_string(), 0)).chain(
             speeds
@@ -233,8 +238,12 @@ impl Pool {
                 let mach = &self.machines[m];
                 (mach.link, mach.name.clone(), mach.ad.clone())
             };
-            self.router
-                .on_link_opened(link, Role::Local { name }, time(q.now));
+            let opened = Input::Opened {
+                link,
+                role: Role::Local { name },
+                identity: None,
+            };
+            self.global.on_input(opened, time(q.now));
             self.machines[m].core.on_time(q.now);
             self.machines[m].core.on_global_connected(ad);
             self.router_outputs(q);
@@ -287,12 +296,12 @@ impl Pool {
         match ev {
             Ev::ToRouter { link, frame } => {
                 let msg: ToGlobal = unframe(frame);
-                self.router.on_message(*link, msg, time(now));
+                self.global.on_message(*link, msg, time(now));
                 self.router_outputs(q);
             }
             Ev::RouterTick(d) => {
                 self.router_armed = None;
-                self.router.on_tick((*d).max(time(now)));
+                self.global.on_tick((*d).max(time(now)));
                 self.router_outputs(q);
             }
             Ev::ToLocal { m, frame } => {
@@ -339,7 +348,7 @@ impl Pool {
             _ => return false,
         }
         if self.cfg.check {
-            self.router.sanity_check();
+            self.global.router().sanity_check();
             for m in &self.machines {
                 m.core.sanity_check();
             }
@@ -350,9 +359,11 @@ impl Pool {
     /// Sends the router's outputs and re-arms its timer.
     fn router_outputs(&mut self, q: &mut Queue) {
         let at = q.now + self.cfg.latency;
-        for o in self.router.take_outputs() {
-            match o {
-                Output::Send { link, msg } => {
+        // No journal (records dropped), no job key: the simulated local
+        // RMs do not check credentials, so none is sent before a spawn.
+        for effect in self.global.take_batch().effects {
+            match effect {
+                GlobalEffect::Router(Output::Send { link, msg }) => {
                     if let Some(&m) = self.links.get(&link) {
                         q.push(
                             at,
@@ -363,19 +374,17 @@ impl Pool {
                         );
                     }
                 }
-                Output::Close { link, reason } => {
+                GlobalEffect::Router(Output::Close { link, reason }) => {
                     tracing::warn!(%link, %reason, "the global RM closed a simulated link");
                 }
-                // No journal, no returned files, no batch system: nothing to do.
-                Output::Journal(_)
-                | Output::DropFiles { .. }
-                | Output::SendFiles { .. }
-                | Output::SaveCheckpoint { .. }
-                | Output::DropStored { .. }
-                | Output::Pilot(_) => {}
+                // No returned files, store or batch system; simulated links
+                // always read, so none is kicked.
+                GlobalEffect::Router(_)
+                | GlobalEffect::Credential { .. }
+                | GlobalEffect::Kick { .. } => {}
             }
         }
-        if let Some(d) = self.router.next_deadline()
+        if let Some(d) = self.global.next_deadline()
             && self.router_armed.is_none_or(|a| d < a)
         {
             self.router_armed = Some(d);
