@@ -7,10 +7,16 @@
 //! live in `carmi-global`.
 //!
 //! # Layout
-//! - `alloc`: the allocator: machines, slots, jobs, classes, pending `AddHosts`, subscriptions.
+//! - `alloc`: the allocator, in parts: the pool view (`pool`), jobs and their
+//!   classes (`job`), pending `AddHosts` (`pending`), waiting jobs (`queue`),
+//!   which could ever start (`possible`), fair share (`share`).
 //! - `bounds`: how many ended jobs and events are remembered, by the router and the journal alike.
 //! - `journal`: the journal's records, the live state a compaction keeps, and their
 //!   encoding and parsing (the file itself is written by the driver).
+//! - `node`: the whole core as the daemon runs it (`GlobalCore`): router and
+//!   staging fed from one input, and what leaves in which order (journal
+//!   records first, a job's credential before a spawn, a kick for a link
+//!   that stopped reading).
 //! - `procs`: the process table: where each process runs, is attached, and who spawned it.
 //! - `router`: everything the daemon decides, in parts: machines and their
 //!   heartbeats (`router::registry`), submitted jobs and their masters
