@@ -167,8 +167,8 @@ impl std::fmt::Display for WodiJson<'_> {
             self.0.steps_delivered,
             self.0.efficiency,
             self.0.cpu_efficiency,
-            self.0.hosts_added,
-            self.0.hosts_lost,
+            self.0.hosts.added,
+            self.0.hosts.lost,
             self.0.step_copies
         )
     }

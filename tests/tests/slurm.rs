@@ -265,7 +265,7 @@ async fn a_job_needing_three_hosts_gets_pilots_and_they_leave_nothing_behind() {
     steps_exactly_once(&mut master, 24, |s| format!("sleep {}", 200 + s * 10)).await;
     let stats = master.complete().await.expect("complete");
     assert_eq!(stats.steps_delivered, 24);
-    assert!(stats.hosts_added >= 3, "{} hosts added", stats.hosts_added);
+    assert!(stats.hosts.added >= 3, "{} hosts added", stats.hosts.added);
     let queue = info(&pool, q);
     let jobs = batch_jobs(&queue);
     assert!(jobs.len() >= 3, "at least three allocations: {queue}");
@@ -430,10 +430,10 @@ async fn scancel_of_a_pilot_mid_step_loses_the_host_and_the_step_is_resent_once(
     // RM that it leaves before it kills its worker: the application hears
     // that the host was lost (not released), and re-sends the step.
     assert!(
-        stats.hosts_lost >= 1,
+        stats.hosts.lost >= 1,
         "the application saw the cancelled pilot's host lost: {} lost of {} added",
-        stats.hosts_lost,
-        stats.hosts_added
+        stats.hosts.lost,
+        stats.hosts.added
     );
     let lost = stats
         .steps

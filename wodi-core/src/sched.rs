@@ -651,8 +651,8 @@ impl Sched {
         let mut stats = Stats::compute(&self.records.runs, &self.records.hosts, now);
         stats.cycles = self.records.cycles.clone();
         stats.history = crate::plan::snapshot(&self.history);
-        stats.hosts_retired = self.given_back.retired.len() as u32;
-        stats.retired_offers = self.given_back.retired_offers;
+        stats.hosts.retired = self.given_back.retired.len() as u32;
+        stats.hosts.retired_offers = self.given_back.retired_offers;
         stats
     }
 }

@@ -167,7 +167,7 @@ fn a_lost_worker_puts_its_step_back_at_the_front() {
     assert_eq!(h.answer(w[1], t[0]), Verdict::Deliver);
     assert_eq!(h.answer(w[0], t[0]), Verdict::Duplicate);
     let stats = h.s.stats(h.now);
-    assert_eq!(stats.hosts_lost, 1);
+    assert_eq!(stats.hosts.lost, 1);
     assert_eq!(stats.steps_delivered, 2);
 }
 
@@ -341,7 +341,7 @@ fn statistics_follow_virtual_time() {
     // Efficiency is the paper's: busy time (by the clock) over occupancy.
     assert_eq!(stats.busy_time_s, 2.0);
     assert_eq!(stats.efficiency, 0.25);
-    assert_eq!((stats.hosts_added, stats.hosts_lost), (2, 0));
+    assert_eq!((stats.hosts.added, stats.hosts.lost), (2, 0));
     assert_eq!(
         stats.cycles,
         vec![crate::stats::CycleTime {
@@ -579,7 +579,7 @@ fn a_spawn_refused_on_a_suspended_host_waits_for_its_resumption_and_is_no_crash(
     assert_eq!(h.assigned(), vec![(0, w)]);
     assert_eq!(h.answer(w, t[0]), Verdict::Deliver);
     let stats = h.s.stats(h.now);
-    assert_eq!((stats.hosts_added, stats.hosts_lost), (1, 0));
+    assert_eq!((stats.hosts.added, stats.hosts.lost), (1, 0));
     let suspended = stats.timeline[0]
         .periods
         .iter()

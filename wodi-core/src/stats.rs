@@ -166,10 +166,10 @@ pub struct Stats {
     /// steps wait (I/O, sleeps) or share their host's CPU.
     #[serde(default)]
     pub cpu_efficiency: f64,
-    /// Hosts granted to the run.
-    pub hosts_added: u32,
-    /// Hosts taken away before the run released them.
-    pub hosts_lost: u32,
+    /// Hosts granted, lost and retired (their keys stay at the top level of
+    /// the JSON).
+    #[serde(flatten)]
+    pub hosts: HostCounts,
     /// Step results delivered to the master.
     pub steps_delivered: u64,
     /// Step copies given to workers (more than delivered when steps were re-sent).
@@ -180,25 +180,45 @@ pub struct Stats {
     pub timeline: Vec<HostTimeline>,
     /// When each cycle began and ended (the timeline's cycle boundaries).
     pub cycles: Vec<CycleTime>,
-    /// Benchmark steps run on new workers to measure host speed.
-    #[serde(default)]
-    pub speed_benchmarks: u32,
-    /// Host time they took (part of the occupancy, none of the steps' CPU
-    /// time), seconds.
-    #[serde(default)]
-    pub speed_benchmark_s: f64,
+    /// Benchmark steps run on new workers (their keys stay at the top level
+    /// of the JSON).
+    #[serde(flatten)]
+    pub benchmarks: SpeedBenchmarks,
     /// Each step's learned estimate at the end (work on a speed-1 host,
     /// seconds, and the observations behind it), sorted by step id: what a
     /// later run of the same application could start from.
     #[serde(default)]
     pub history: Vec<crate::plan::SavedEstimate>,
+}
+
+/// The hosts of a run, part of [`Stats`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostCounts {
+    /// Hosts granted to the run.
+    #[serde(rename = "hosts_added")]
+    pub added: u32,
+    /// Hosts taken away before the run released them.
+    #[serde(rename = "hosts_lost")]
+    pub lost: u32,
     /// Hosts fast abort retired (given back and excluded from the run's class).
-    #[serde(default)]
-    pub hosts_retired: u32,
+    #[serde(rename = "hosts_retired", default)]
+    pub retired: u32,
     /// Times the pool granted a retired host again anyway (given straight
     /// back): 0 when CARMI honours the exclusion.
     #[serde(default)]
     pub retired_offers: u32,
+}
+
+/// The speed benchmarks of a run, part of [`Stats`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SpeedBenchmarks {
+    /// Benchmark steps run on new workers to measure host speed.
+    #[serde(rename = "speed_benchmarks", default)]
+    pub count: u32,
+    /// Host time they took (part of the occupancy, none of the steps' CPU
+    /// time), seconds.
+    #[serde(rename = "speed_benchmark_s", default)]
+    pub host_s: f64,
 }
 
 /// One cycle's boundaries.
@@ -279,8 +299,11 @@ impl Stats {
         let s = |t: Time| t.as_secs_f64();
         let mut stats = Stats {
             execution_time_s: s(now),
-            hosts_added: hosts.len() as u32,
-            hosts_lost: hosts.iter().filter(|h| h.lost).count() as u32,
+            hosts: HostCounts {
+                added: hosts.len() as u32,
+                lost: hosts.iter().filter(|h| h.lost).count() as u32,
+                ..HostCounts::default()
+            },
             step_copies: runs.len() as u64,
             ..Stats::default()
         };
@@ -384,4 +407,34 @@ pub struct Status {
     pub queued: u32,
     /// Steps handed to a worker and not answered yet (copies count once).
     pub running: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_parts_keys_stay_at_the_top_of_the_json_and_old_files_still_read() {
+        let mut stats = Stats::default();
+        stats.hosts.added = 3;
+        stats.hosts.retired_offers = 1;
+        stats.benchmarks.count = 2;
+        let json: serde_json::Value = serde_json::to_value(&stats).unwrap();
+        assert_eq!(json["hosts_added"], 3);
+        assert_eq!(json["retired_offers"], 1);
+        assert_eq!(json["speed_benchmarks"], 2);
+        assert!(json.get("hosts").is_none() && json.get("benchmarks").is_none());
+        let back: Stats = serde_json::from_value(json).unwrap();
+        assert_eq!(back, stats);
+        // Written before retirement and speed benchmarks were counted.
+        let old = r#"{"execution_time_s": 1.0, "occupancy_s": 2.0, "cpu_time_s": 0.5,
+            "useful_cpu_time_s": 0.5, "efficiency": 0.25, "hosts_added": 4, "hosts_lost": 1,
+            "steps_delivered": 7, "step_copies": 8, "steps": [], "timeline": [], "cycles": []}"#;
+        let old: Stats = serde_json::from_str(old).unwrap();
+        assert_eq!(
+            (old.hosts.added, old.hosts.lost, old.hosts.retired),
+            (4, 1, 0)
+        );
+        assert_eq!(old.benchmarks.count, 0);
+    }
 }

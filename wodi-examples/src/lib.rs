@@ -427,8 +427,8 @@ pub fn table(stats: &Stats) -> String {
             "CPU time",
             format!("{:.1} s  (5% duty cycle)", stats.cpu_time_s),
         ),
-        ("hosts added", stats.hosts_added.to_string()),
-        ("hosts lost", stats.hosts_lost.to_string()),
+        ("hosts added", stats.hosts.added.to_string()),
+        ("hosts lost", stats.hosts.lost.to_string()),
         ("steps delivered", stats.steps_delivered.to_string()),
         ("step copies", stats.step_copies.to_string()),
         (

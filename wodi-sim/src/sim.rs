@@ -74,8 +74,8 @@ pub fn simulate(cfg: &SimConfig, ordering: Ordering) -> SimRun {
         } else {
             0.0
         },
-        adds: stats.hosts_added,
-        losses: stats.hosts_lost,
+        adds: stats.hosts.added,
+        losses: stats.hosts.lost,
         mean_hosts: if run_length_s > 0.0 {
             stats.occupancy_s / run_length_s
         } else {

@@ -117,12 +117,12 @@ async fn a_host_retired_by_fast_abort_is_never_granted_to_the_run_again() {
     );
     let stats = master.complete().await.expect("complete");
     assert_eq!(stats.steps_delivered, cycles * STEPS);
-    assert_eq!(stats.hosts_retired, 1, "{}", pool.logs());
+    assert_eq!(stats.hosts.retired, 1, "{}", pool.logs());
     // Without the exclusion the pool grants the free slow machine to the
     // pending request again and again, and the core gives it back each time.
     assert_eq!(
-        stats.retired_offers, 0,
+        stats.hosts.retired_offers, 0,
         "the retired host was granted again"
     );
-    assert_eq!(stats.hosts_added, 2, "no other host was granted");
+    assert_eq!(stats.hosts.added, 2, "no other host was granted");
 }

@@ -81,11 +81,11 @@ async fn twenty_cycles_exactly_once_while_owners_suspend_vacate_and_return_hosts
         .filter(|p| p.kind == wodi::stats::PeriodKind::Suspended)
         .count();
     assert!(suspended >= 1, "no host was suspended during the run");
-    assert!(stats.hosts_lost >= 1, "no host was vacated during the run");
+    assert!(stats.hosts.lost >= 1, "no host was vacated during the run");
     assert!(
-        stats.hosts_added > 8,
+        stats.hosts.added > 8,
         "no host was added back during the run ({} added)",
-        stats.hosts_added
+        stats.hosts.added
     );
 
     // Every worker is gone once the job is complete (they ran from

@@ -31,9 +31,9 @@ async fn cycles_of_31_steps_return_every_result_once() {
     // Releasing idle hosts (a recommended policy) may give hosts back in a
     // cycle's tail and get them again at the next cycle, when the steps
     // still running have no estimate yet: more than three adds, none lost.
-    assert!(stats.hosts_added >= 3, "{} hosts added", stats.hosts_added);
-    assert_eq!(stats.hosts_lost, 0);
-    assert_eq!(stats.timeline.len(), stats.hosts_added as usize);
+    assert!(stats.hosts.added >= 3, "{} hosts added", stats.hosts.added);
+    assert_eq!(stats.hosts.lost, 0);
+    assert_eq!(stats.timeline.len(), stats.hosts.added as usize);
     let ended: Vec<u64> = stats
         .cycles
         .iter()
@@ -339,7 +339,7 @@ async fn two_masters_share_one_server_and_its_workers() {
         assert_eq!(seen, (0..31).map(|s| (s, 1)).collect(), "master {name}");
     }
     let stats_b = b.complete().await.expect("complete B");
-    assert_eq!(stats_b.hosts_added, 2, "the two masters' hosts were pooled");
+    assert_eq!(stats_b.hosts.added, 2, "the two masters' hosts were pooled");
     let stats_a = a.complete().await.expect("complete A");
     assert_eq!(stats_a.steps_delivered, 62);
 }

@@ -182,7 +182,7 @@ async fn a_host_cut_off_mid_step_has_its_step_resent_and_its_late_result_never_d
         vec![RunOutcome::Lost, RunOutcome::Delivered],
         "step 0's copies in the order they were sent"
     );
-    assert!(stats.hosts_lost >= 1);
+    assert!(stats.hosts.lost >= 1);
     eprintln!(
         "{test}: told (step re-sent) {:.2} s after the cut (loss window {:.2} s); \
          old worker gone {:.2} s after the link came back",
@@ -283,7 +283,7 @@ async fn global_cut_off(test: &str, cut_for: Duration) {
     assert!(during >= 6, "only {during} steps during the cut");
     assert_eq!(seen, (0..next).map(|s| (s, 1)).collect(), "each step once");
     assert_eq!(stats.steps_delivered, next);
-    assert_eq!(stats.hosts_lost, 0, "a host was lost\n{}", pool.logs());
+    assert_eq!(stats.hosts.lost, 0, "a host was lost\n{}", pool.logs());
     eprintln!(
         "{test}: {during} steps delivered during a {:.1} s cut of the global RM",
         cut_for.as_secs_f64()
@@ -387,7 +387,7 @@ async fn flapping(test: &str, flaps: u32) {
     batch(&mut master, &pids, &mut next, 4, 50, &mut seen).await;
     let stats = master.complete().await.expect("complete");
     assert_eq!(seen, (0..next).map(|s| (s, 1)).collect(), "each step once");
-    assert!(stats.hosts_lost >= 1, "the flapping host was never lost");
+    assert!(stats.hosts.lost >= 1, "the flapping host was never lost");
 
     let deadline = Instant::now() + Duration::from_secs(30);
     while !settled(&pool) {
@@ -429,7 +429,7 @@ async fn flapping(test: &str, flaps: u32) {
     );
     eprintln!(
         "{test}: {flaps} flaps, {} hosts lost, {next} steps once each; before {before:?}, after {:?}",
-        stats.hosts_lost,
+        stats.hosts.lost,
         daemon_costs(&pool)
     );
 }

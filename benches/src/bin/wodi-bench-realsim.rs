@@ -516,8 +516,8 @@ fn print_json(args: &Args, speeds: &[f64], startup: f64, c: &Comparison) {
             "scale": args.scale,
             "speed": args.speed,
             "refine": args.refine,
-            "speed_benchmarks": real.speed_benchmarks,
-            "speed_benchmark_s": real.speed_benchmark_s,
+            "speed_benchmarks": real.benchmarks.count,
+            "speed_benchmark_s": real.benchmarks.host_s,
             "real_cycle_s": c.real_s,
             "sim_cycle_s": c.sim_s,
             "deviation": c.dev,
@@ -531,12 +531,12 @@ fn print_json(args: &Args, speeds: &[f64], startup: f64, c: &Comparison) {
             "sim_efficiency": c.sim_eff,
             "real_occupancy_s": real.occupancy_s,
             "sim_occupancy_s": sim.stats.occupancy_s,
-            "real_losses": real.hosts_lost,
-            "sim_losses": sim.stats.hosts_lost,
+            "real_losses": real.hosts.lost,
+            "sim_losses": sim.stats.hosts.lost,
             "policies": args.policies,
             "worker_startup_s": startup,
-            "real_hosts_added": real.hosts_added,
-            "sim_hosts_added": sim.stats.hosts_added,
+            "real_hosts_added": real.hosts.added,
+            "sim_hosts_added": sim.stats.hosts.added,
         })
     );
 }
@@ -553,10 +553,10 @@ fn print_text(args: &Args, speeds: &[f64], startup: f64, c: &Comparison) {
         args.speed,
         if args.refine { ", refined" } else { "" }
     );
-    if real.speed_benchmarks > 0 {
+    if real.benchmarks.count > 0 {
         println!(
             "{} speed benchmarks took {:.2} s of host time",
-            real.speed_benchmarks, real.speed_benchmark_s
+            real.benchmarks.count, real.benchmarks.host_s
         );
     }
     println!("cycle   real s   simulated s   deviation");
@@ -573,11 +573,11 @@ fn print_text(args: &Args, speeds: &[f64], startup: f64, c: &Comparison) {
         (real_len - sim_len) / sim_len * 100.0,
         c.real_eff * 100.0,
         c.sim_eff * 100.0,
-        real.hosts_lost,
-        sim.stats.hosts_lost
+        real.hosts.lost,
+        sim.stats.hosts.lost
     );
     println!(
         "hosts added real {}, simulated {}; worker start-up during the run {startup:.3} s",
-        real.hosts_added, sim.stats.hosts_added
+        real.hosts.added, sim.stats.hosts.added
     );
 }

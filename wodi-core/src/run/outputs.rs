@@ -196,8 +196,8 @@ impl Run {
     /// meanwhile: its connection may still take them).
     fn stats_for(&mut self, m: MasterId) -> Output {
         let mut stats = self.sched.stats(self.t());
-        stats.speed_benchmarks = self.speeds.benchmarks;
-        stats.speed_benchmark_s = self.speeds.benchmark_time.as_secs_f64();
+        stats.benchmarks.count = self.speeds.benchmarks;
+        stats.benchmarks.host_s = self.speeds.benchmark_time.as_secs_f64();
         let json = serde_json::to_vec(&stats).expect("statistics serialize");
         Output::ToMaster {
             master: m,

@@ -235,7 +235,7 @@ fn a_suspended_host_goes_back_after_its_grace_and_its_step_is_sent_again() {
     s.result(w[1], t1, SEC, SEC, now);
     assert_eq!(assigned(&drain(&mut s), w[1]), Some(t0));
     let stats = s.stats(now);
-    assert_eq!(stats.hosts_lost, 1, "the owner took the host");
+    assert_eq!(stats.hosts.lost, 1, "the owner took the host");
 }
 
 /// A core on hosts of `speeds` that has learnt step 1 (40 s) and step 2
@@ -407,7 +407,7 @@ fn a_worker_twice_much_slower_than_its_speed_is_retired() {
         .position(|o| matches!(o, Output::RequestHosts { .. }))
         .unwrap();
     assert!(excluded < release && release < request, "{outs:?}");
-    assert_eq!(s.stats(now).retired_offers, 0);
+    assert_eq!(s.stats(now).hosts.retired_offers, 0);
     // Offered the same host again all the same (an exclusion the pool
     // failed), the core gives it back, asks again, and counts the offer.
     s.host_added(HostId(0), "c", Some(1.0), now);
@@ -417,7 +417,7 @@ fn a_worker_twice_much_slower_than_its_speed_is_retired() {
     assert!(!outs.iter().any(|o| matches!(o, Output::Spawn { .. })));
     assert!(!outs.iter().any(|o| matches!(o, Output::ExcludeHost { .. })));
     let stats = s.stats(now);
-    assert_eq!((stats.hosts_retired, stats.retired_offers), (1, 1));
+    assert_eq!((stats.hosts.retired, stats.hosts.retired_offers), (1, 1));
 }
 
 #[test]

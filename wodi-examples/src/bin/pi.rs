@@ -51,7 +51,7 @@ fn main() -> anyhow::Result<()> {
         args.steps * args.samples,
         stats.steps_delivered,
         stats.execution_time_s,
-        stats.hosts_added
+        stats.hosts.added
     );
     Ok(())
 }

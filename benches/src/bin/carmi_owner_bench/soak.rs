@@ -506,7 +506,7 @@ async fn finish(a: &SoakArgs, pool: &Pool, daemons: &Daemons, run: &Ended) -> Re
         "steps_wrong": tally.wrong,
         "steps_failed": tally.failed.len(),
         "step_copies": run.stats.step_copies,
-        "hosts_added": run.stats.hosts_added,
+        "hosts_added": run.stats.hosts.added,
         "processes_left": after.left.len(),
         "suspensions": after.suspended,
         "processes_started": after.started,
@@ -605,8 +605,8 @@ fn print_summary(a: &SoakArgs, run: &Ended, after: &After) {
         tally.sent,
         tally.delivered(),
         stats.step_copies,
-        stats.hosts_added,
-        stats.hosts_lost
+        stats.hosts.added,
+        stats.hosts.lost
     );
     println!(
         "{} suspensions of a running claim (the other cycles found no process on the \
