@@ -250,9 +250,17 @@ impl GlobalCore {
         for (link, msg) in self.staging.take_outputs() {
             self.push(&mut batch.effects, Output::Send { link, msg });
         }
-        let kicks = self.to_kick.drain(..).map(|link| Effect::Kick { link });
-        batch.effects.extend(kicks);
+        let kicks = self.take_kicks().into_iter();
         batch
+            .effects
+            .extend(kicks.map(|link| Effect::Kick { link }));
+        batch
+    }
+
+    /// The links found unread since the last batch, to kick now: carrying a
+    /// batch out is what finds them, so the driver asks again after it.
+    pub fn take_kicks(&mut self) -> Vec<LinkId> {
+        std::mem::take(&mut self.to_kick)
     }
 
     /// Queues `out`, its credential first where it needs one; nothing for a

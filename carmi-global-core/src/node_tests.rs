@@ -92,6 +92,11 @@ fn a_link_that_stops_reading_is_kicked_once_and_sent_nothing_more() {
     attach(&mut core, 1, now);
     let batch = core.take_batch();
     assert_eq!(batch.effects, vec![Effect::Kick { link: APP }]);
+    // Found unread while a batch is carried out: kicked after it, once.
+    core.on_unread(M1);
+    core.on_unread(M1);
+    assert_eq!(core.take_kicks(), vec![M1]);
+    assert!(core.take_kicks().is_empty());
     // Its end forgets the kick: a new link of the same id is served.
     core.on_input(Input::Closed { link: APP }, now);
     let _ = core.take_batch();

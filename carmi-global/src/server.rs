@@ -44,7 +44,7 @@ use tracing::{info, warn};
 
 use crate::Error;
 use crate::journal::{Journal, Record};
-use crate::node::GlobalCore;
+use crate::node::{GlobalCore, Input};
 use crate::returned::ReturnedStore;
 use crate::router::{Decoded, LinkId, Router, RouterConfig};
 use crate::staging::{Staging, StagingConfig};
@@ -344,12 +344,18 @@ impl Server {
             });
         }
         let shared = self.shared(cmd_tx.clone(), tls);
+        let kit = task::Kit {
+            returned: self.returned.clone(),
+            store: self.store.clone(),
+            job_key,
+            pilots,
+            to_router: cmd_tx,
+        };
         tokio::spawn(router_task(
             core,
-            (self.returned.clone(), self.store.clone(), job_key),
+            kit,
             (self.journal, mark),
             cmd_rx,
-            (pilots, cmd_tx),
             stop_rx.clone(),
             done_tx.clone(),
         ));
@@ -383,12 +389,13 @@ impl Server {
         router_config.started_unix = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        let mut router = Router::new(router_config);
-        let mut staging = Staging::new(self.config.staging.clone());
+        let staging = Staging::new(self.config.staging.clone());
+        let mut core = GlobalCore::new(Router::new(router_config), staging);
+        // Fed as the daemon feeds a new upload: router and staging alike.
         for exe in &self.stored {
-            router.on_executable_stored(exe);
-            staging.on_stored(&exe.sha256);
+            core.on_input(Input::Stored(exe.clone()), Duration::ZERO);
         }
+        let router = core.router();
         router.recover(std::mem::take(&mut self.recovered));
         let mark = crate::idmark::IdMark::open(&self.config.state_dir)
             .map_err(|e| Error::JobKey(format!("job-id mark: {e}")))?;
@@ -396,7 +403,7 @@ impl Server {
         // Before any connection: a master's files stored from now on are wanted.
         let (store, keep) = (self.returned.clone(), router.kept_files());
         let _ = tokio::task::spawn_blocking(move || store.retain(&keep)).await;
-        Ok((GlobalCore::new(router, staging), mark))
+        Ok((core, mark))
     }
 
     /// What every connection task shares.

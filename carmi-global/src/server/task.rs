@@ -23,28 +23,14 @@ use crate::store::ExeStore;
 /// each round, one timer at its next deadline.
 pub(super) async fn router_task(
     mut core: GlobalCore,
-    // What the core's effects are carried out with: the master files kept,
-    // the executable store, and the key that signs job credentials.
-    (returned, store, job_key): (
-        Arc<ReturnedStore>,
-        Arc<ExeStore>,
-        carmi_api::jobcred::JobKey,
-    ),
+    mut kit: Kit,
     (mut journal, mut mark): (Journal, crate::idmark::IdMark),
     mut cmds: mpsc::UnboundedReceiver<Cmd>,
-    (pilots, to_router): (crate::pilots::PilotDriver, mpsc::UnboundedSender<Cmd>),
     mut stop: watch::Receiver<bool>,
     _done: mpsc::Sender<()>,
 ) {
     let start = Instant::now();
     let mut links: HashMap<LinkId, LinkTx> = HashMap::new();
-    let mut kit = Kit {
-        returned,
-        store,
-        job_key,
-        pilots,
-        to_router,
-    };
     loop {
         // A deadline beyond what the clock can express is no deadline.
         let deadline = core.next_deadline().and_then(|d| start.checked_add(d));
@@ -72,31 +58,30 @@ pub(super) async fn router_task(
             }
             _ = stop.changed() => break,
         }
-        // Carrying a batch out may report a peer that stopped reading,
-        // whose kick comes in the next.
-        loop {
-            let batch = core.take_batch();
-            if let Err(e) = mark.keep_ahead(batch.next_job_id) {
-                tracing::error!("cannot write the job-id mark: {e}");
-            }
-            if batch.is_empty() {
-                break;
-            }
-            write_journal(&mut journal, &batch.records);
-            for effect in batch.effects {
-                carry_out(effect, &mut core, &mut links, &mut kit);
-            }
+        let batch = core.take_batch();
+        if let Err(e) = mark.keep_ahead(batch.next_job_id) {
+            tracing::error!("cannot write the job-id mark: {e}");
+        }
+        write_journal(&mut journal, &batch.records);
+        for effect in batch.effects {
+            carry_out(effect, &mut core, &mut links, &mut kit);
+        }
+        // Carrying the batch out found these peers not reading.
+        for link in core.take_kicks() {
+            carry_out(Effect::Kick { link }, &mut core, &mut links, &mut kit);
         }
     }
 }
 
-/// What the router task carries effects out with.
-struct Kit {
-    returned: Arc<ReturnedStore>,
-    store: Arc<ExeStore>,
-    job_key: carmi_api::jobcred::JobKey,
-    pilots: crate::pilots::PilotDriver,
-    to_router: mpsc::UnboundedSender<Cmd>,
+/// What the router task carries effects out with: the master files kept,
+/// the executable store, the key that signs job credentials, the batch
+/// system, and the way back to the task for what finishes later.
+pub(super) struct Kit {
+    pub(super) returned: Arc<ReturnedStore>,
+    pub(super) store: Arc<ExeStore>,
+    pub(super) job_key: carmi_api::jobcred::JobKey,
+    pub(super) pilots: crate::pilots::PilotDriver,
+    pub(super) to_router: mpsc::UnboundedSender<Cmd>,
 }
 
 /// Carries out one of the core's effects.
