@@ -215,6 +215,8 @@ mod tests {
     fn record(job: u64, end: JobEnd) -> JobRecord {
         JobRecord {
             job: JobId(job),
+            cluster: None,
+            proc: 0,
             owner: "alice".into(),
             executable: "master.sh".into(),
             submitted_unix: 86_400 + 3_600,

@@ -54,6 +54,7 @@ pub fn hold(args: HoldArgs) -> anyhow::Result<()> {
     each(&args.pool, &args.jobs, args.json, "hold", "held", |job| {
         ToGlobal::Hold {
             job,
+            cluster: false,
             reason: args.reason.clone(),
             user: user.clone(),
         }
@@ -68,7 +69,10 @@ pub fn release(args: ReleaseArgs) -> anyhow::Result<()> {
         args.json,
         "release",
         "released",
-        |job| ToGlobal::Release { job },
+        |job| ToGlobal::Release {
+            job,
+            cluster: false,
+        },
     )
 }
 

@@ -79,7 +79,16 @@ pub fn rm(args: RmArgs) -> anyhow::Result<()> {
     // Each job on its own: one that cannot be removed does not keep the others.
     for &job in &args.jobs {
         let answer = crate::block_on(async {
-            Ok(request(&pool, &secret, None, ToGlobal::RemoveJob { job }).await?)
+            Ok(request(
+                &pool,
+                &secret,
+                None,
+                ToGlobal::RemoveJob {
+                    job,
+                    cluster: false,
+                },
+            )
+            .await?)
         })?;
         match answer {
             FromGlobal::Removed { job } if args.json => {
@@ -370,6 +379,8 @@ mod tests {
         JobAnalysis {
             job: JobStatus {
                 job: JobId(4),
+                cluster: None,
+                proc: 0,
                 owner: "alice".into(),
                 submitted_unix: 0,
                 state: "running".into(),

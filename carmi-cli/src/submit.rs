@@ -275,6 +275,9 @@ impl Submission {
             spec: copy,
             submitted_unix: self.submitted_unix,
             anywhere: self.anywhere,
+            procs: Vec::new(),
+            max_materialize: None,
+            max_idle: None,
         }))
     }
 

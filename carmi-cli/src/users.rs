@@ -49,6 +49,8 @@ mod tests {
     fn job(id: u64, owner: &str, held: u32, priority: f64) -> JobStatus {
         JobStatus {
             job: JobId(id),
+            cluster: None,
+            proc: 0,
             owner: owner.into(),
             submitted_unix: 0,
             state: "running".into(),

@@ -442,7 +442,7 @@ async fn status_of_an_unreachable_pool_says_where_it_looked() {
 #[tokio::test]
 async fn rm_and_analyze_take_job_ids_as_status_prints_them() {
     let addr = fake_global_answering(POOL_SECRET.as_bytes(), |msg| match msg {
-        ToGlobal::RemoveJob { job } => FromGlobal::Removed { job },
+        ToGlobal::RemoveJob { job, .. } => FromGlobal::Removed { job },
         other => panic!("unexpected {other:?}"),
     })
     .await;

@@ -353,6 +353,9 @@ pub mod test_records {
                 spec,
                 submitted_unix: 1,
                 anywhere: false,
+                procs: Vec::new(),
+                max_materialize: None,
+                max_idle: None,
             }),
         }
     }

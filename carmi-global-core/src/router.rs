@@ -418,12 +418,14 @@ impl Router {
                 self.send(link, FromGlobal::Pool(pool));
             }
             ToGlobal::Submit(req) => self.submit(link, *req),
-            ToGlobal::RemoveJob { job } => self.remove_job(link, job),
+            ToGlobal::RemoveJob { job, .. } => self.remove_job(link, job),
             ToGlobal::Queue => self.queue(link),
             ToGlobal::Analyze { job } => self.analyze(link, job),
             ToGlobal::History { job } => self.history(link, job),
-            ToGlobal::Hold { job, reason, user } => self.hold(link, job, reason, &user),
-            ToGlobal::Release { job } => self.release(link, job),
+            ToGlobal::Hold {
+                job, reason, user, ..
+            } => self.hold(link, job, reason, &user),
+            ToGlobal::Release { job, .. } => self.release(link, job),
             ToGlobal::Events { job, after } => self.job_events(link, job, after),
             ToGlobal::FetchFiles { job } => self.fetch_files(link, job),
             ToGlobal::Logs {

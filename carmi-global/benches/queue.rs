@@ -55,6 +55,9 @@ fn submit(kind: &str) -> ToGlobal {
         spec,
         submitted_unix: 0,
         anywhere: false,
+        procs: Vec::new(),
+        max_materialize: None,
+        max_idle: None,
     }))
 }
 

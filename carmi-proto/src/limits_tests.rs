@@ -22,6 +22,9 @@ fn submit(spec: JobSpec) -> SubmitRequest {
         spec,
         submitted_unix: 0,
         anywhere: false,
+        procs: Vec::new(),
+        max_materialize: None,
+        max_idle: None,
     }
 }
 

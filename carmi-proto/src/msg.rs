@@ -287,6 +287,9 @@ pub enum ToGlobal {
     RemoveJob {
         /// The job.
         job: JobId,
+        /// `job` names a cluster: every proc of it (`carmi CMD C`).
+        #[serde(default)]
+        cluster: bool,
     },
     /// Admin: the job queue (`carmi q`). Answered with [`FromGlobal::Queue`].
     Queue,
@@ -334,6 +337,9 @@ pub enum ToGlobal {
     Hold {
         /// The job.
         job: JobId,
+        /// `job` names a cluster: every proc of it (`carmi hold C`).
+        #[serde(default)]
+        cluster: bool,
         /// Why, for `carmi q` and the event log; absent: "held by USER".
         #[serde(default)]
         reason: Option<String>,
@@ -346,6 +352,9 @@ pub enum ToGlobal {
     Release {
         /// The job.
         job: JobId,
+        /// `job` names a cluster: every proc of it (`carmi CMD C`).
+        #[serde(default)]
+        cluster: bool,
     },
     /// Admin: a job's events after number `after` (`carmi events`), while it
     /// is queued and for a bounded number of jobs after it ended. Answered

@@ -58,6 +58,9 @@ pub fn submit_request(owner: &str, master: &str, spec: JobSpec) -> (ExecutableRe
         spec,
         submitted_unix: 0,
         anywhere: false,
+        procs: Vec::new(),
+        max_materialize: None,
+        max_idle: None,
     }));
     (executable, msg)
 }

@@ -81,6 +81,9 @@ async fn submitter(
             spec: spec.copy(0),
             submitted_unix: serial,
             anywhere: true,
+            procs: Vec::new(),
+            max_materialize: None,
+            max_idle: None,
         }));
         // The executable travels with each submission: a restart between
         // two of them must not lose it either.

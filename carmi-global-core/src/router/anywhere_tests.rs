@@ -84,6 +84,9 @@ fn submit(r: &mut Router, file: &str, machine: &str, anywhere: bool) -> Vec<Outp
         spec,
         submitted_unix: 0,
         anywhere,
+        procs: Vec::new(),
+        max_materialize: None,
+        max_idle: None,
     }));
     step(r, |r| r.on_message(ADMIN, msg, Duration::ZERO))
 }
@@ -428,6 +431,9 @@ fn a_placed_master_gets_its_input_files_by_content_once_uploaded() {
             spec: spec.clone(),
             submitted_unix: 0,
             anywhere: true,
+            procs: Vec::new(),
+            max_materialize: None,
+            max_idle: None,
         }))
     };
     // Not uploaded: refused, naming the file.

@@ -115,7 +115,7 @@ impl Router {
         let owner;
         let action = match &msg {
             ToGlobal::Submit(_) => Action::Submit,
-            ToGlobal::RemoveJob { job } => {
+            ToGlobal::RemoveJob { job, .. } => {
                 owner = self.job_owner_of(*job);
                 manage("rm", *job, &owner)
             }
@@ -123,7 +123,7 @@ impl Router {
                 owner = self.job_owner_of(*job);
                 manage("hold", *job, &owner)
             }
-            ToGlobal::Release { job } => {
+            ToGlobal::Release { job, .. } => {
                 owner = self.job_owner_of(*job);
                 manage("release", *job, &owner)
             }
@@ -164,10 +164,12 @@ impl Router {
             }
             ToGlobal::Hold {
                 job,
+                cluster,
                 reason,
                 user: _,
             } => ToGlobal::Hold {
                 job,
+                cluster,
                 reason,
                 user: name,
             },

@@ -11,6 +11,9 @@ pub(super) fn submit_msg(spec: carmi_proto::submit::JobSpec) -> ToGlobal {
         spec,
         submitted_unix: 7,
         anywhere: false,
+        procs: Vec::new(),
+        max_materialize: None,
+        max_idle: None,
     }))
 }
 
@@ -396,6 +399,9 @@ fn a_journaled_job_above_a_limit_is_dropped_on_replay() {
         spec,
         submitted_unix: 0,
         anywhere: false,
+        procs: Vec::new(),
+        max_materialize: None,
+        max_idle: None,
     });
     let mut r = Router::new(RouterConfig::default());
     r.recover(vec![Record::Submitted {

@@ -61,6 +61,9 @@ fn running_job() -> (Router, Vec<Record>, ProcessId, ProcessId) {
         spec: carmi_proto::submit::parse("j", text).unwrap(),
         submitted_unix: 5,
         anywhere: false,
+        procs: Vec::new(),
+        max_materialize: None,
+        max_idle: None,
     }));
     let (sends, records) = msg(&mut r, ADMIN, req);
     journal.extend(records);

@@ -60,6 +60,9 @@ fn running_job() -> (Router, ProcessId) {
         spec,
         submitted_unix: 5,
         anywhere: false,
+        procs: Vec::new(),
+        max_materialize: None,
+        max_idle: None,
     }));
     let (sends, _) = step(&mut r, |r| r.on_message(ADMIN, submit, Duration::ZERO));
     let master = sends

@@ -60,6 +60,9 @@ fn submit(r: &mut Router, journal: &mut Vec<Record>) -> Option<ProcessId> {
         spec,
         submitted_unix: 5,
         anywhere: false,
+        procs: Vec::new(),
+        max_materialize: None,
+        max_idle: None,
     }));
     let (sends, records) = msg(r, ADMIN, req);
     journal.extend(records);
@@ -397,6 +400,9 @@ fn a_held_job_whose_master_waited_for_a_machine_waits_no_more() {
         spec: carmi_proto::submit::parse("job.sub", file).unwrap(),
         submitted_unix: 0,
         anywhere: true,
+        procs: Vec::new(),
+        max_materialize: None,
+        max_idle: None,
     }));
     msg(&mut r, ADMIN, req);
     // Its master waits for a machine with the memory; the job is held

@@ -63,6 +63,9 @@ fn a_job_recovered_from_the_journal_keeps_its_running_processes() {
         spec,
         submitted_unix: 5,
         anywhere: false,
+        procs: Vec::new(),
+        max_materialize: None,
+        max_idle: None,
     }));
     let (sends, records) = step(&mut r, |r| r.on_message(ADMIN, submit, Duration::ZERO));
     // The job is in the journal before the answer; the master goes to m0.
@@ -223,6 +226,9 @@ fn a_master_waits_for_its_machine_and_ends_with_it() {
         spec,
         submitted_unix: 0,
         anywhere: false,
+        procs: Vec::new(),
+        max_materialize: None,
+        max_idle: None,
     }));
     let (sends, _) = step(&mut r, |r| r.on_message(ADMIN, submit, Duration::ZERO));
     assert_eq!(sends, [(ADMIN, FromGlobal::Submitted { job: JobId(1) })]);
@@ -286,6 +292,9 @@ fn a_master_missing_from_its_machines_advertisement_ends_its_job() {
         spec,
         submitted_unix: 0,
         anywhere: false,
+        procs: Vec::new(),
+        max_materialize: None,
+        max_idle: None,
     }));
     let (sends, _) = step(&mut r, |r| r.on_message(ADMIN, submit, Duration::ZERO));
     let Some((_, FromGlobal::SpawnMaster { process, .. })) = sends.last() else {
@@ -342,6 +351,9 @@ fn ids_never_go_back_after_a_compacted_journal_is_replayed() {
             spec,
             submitted_unix: 0,
             anywhere: false,
+            procs: Vec::new(),
+            max_materialize: None,
+            max_idle: None,
         }))
     };
     let mut masters = Vec::new();

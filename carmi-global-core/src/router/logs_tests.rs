@@ -73,6 +73,9 @@ fn submit(r: &mut Router, machine: &str, count: &str) -> Option<ProcessId> {
         spec: carmi_proto::submit::parse("job.sub", &file).unwrap(),
         submitted_unix: 0,
         anywhere: false,
+        procs: Vec::new(),
+        max_materialize: None,
+        max_idle: None,
     }));
     sends(r, |r| r.on_message(ADMIN, msg, Duration::ZERO))
         .into_iter()

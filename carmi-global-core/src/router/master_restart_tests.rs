@@ -35,6 +35,9 @@ fn submitted() -> (Router, Vec<Record>, ProcessId) {
         spec,
         submitted_unix: 0,
         anywhere: false,
+        procs: Vec::new(),
+        max_materialize: None,
+        max_idle: None,
     }));
     let (sends, records) = step(&mut r, |r| r.on_message(ADMIN, submit, Duration::ZERO));
     journal.extend(records);
@@ -181,6 +184,9 @@ fn a_job_takes_no_other_host_while_its_own_machines_come_back() {
         spec: carmi_proto::submit::parse("j", text).unwrap(),
         submitted_unix: 0,
         anywhere: false,
+        procs: Vec::new(),
+        max_materialize: None,
+        max_idle: None,
     }));
     let (sends, records) = step(&mut r, |r| r.on_message(ADMIN, submit, Duration::ZERO));
     journal.extend(records);

@@ -64,6 +64,9 @@ fn submit(r: &mut Router, file: &str) -> Vec<Output> {
         spec,
         submitted_unix: 0,
         anywhere: true,
+        procs: Vec::new(),
+        max_materialize: None,
+        max_idle: None,
     }));
     step(r, 0, |r, now| r.on_message(ADMIN, msg, now))
 }

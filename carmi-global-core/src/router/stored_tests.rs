@@ -56,6 +56,9 @@ fn files_no_live_job_refers_to_are_removed_after_their_keep() {
         spec,
         submitted_unix: 0,
         anywhere: true,
+        procs: Vec::new(),
+        max_materialize: None,
+        max_idle: None,
     }));
     r.on_message(ADMIN, submit, Duration::from_secs(1));
     r.take_outputs();
@@ -85,6 +88,9 @@ fn files_no_live_job_refers_to_are_removed_after_their_keep() {
         spec: carmi_proto::submit::parse("job.sub", "executable = master\nqueue\n").unwrap(),
         submitted_unix: 0,
         anywhere: true,
+        procs: Vec::new(),
+        max_materialize: None,
+        max_idle: None,
     }));
     r.on_message(ADMIN, again, Duration::from_secs(5_200));
     let refused = r.take_outputs().into_iter().any(|o| {

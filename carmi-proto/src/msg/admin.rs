@@ -86,6 +86,20 @@ pub struct SubmitRequest {
     /// False pins the master to `machine` (`--machine`, `CARMI_MACHINE`).
     #[serde(default)]
     pub anywhere: bool,
+    /// Procs 1.. of the cluster this submit makes (`spec` is proc 0), each
+    /// with its `$(ProcId)` and item macros expanded and `$(ClusterId)` left
+    /// for the global RM; empty for a cluster of one proc. The global RM
+    /// gives proc P the job id `C + P`, where `C` is the cluster's id.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub procs: Vec<crate::submit::JobSpec>,
+    /// `max_materialize`: at most this many procs of the cluster in the
+    /// queue at once (the rest wait in the cluster, outside the allocator).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_materialize: Option<u32>,
+    /// `max_idle`: at most this many procs of the cluster waiting for
+    /// machines at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_idle: Option<u32>,
 }
 
 /// One job, for `carmi q`.
@@ -93,6 +107,13 @@ pub struct SubmitRequest {
 pub struct JobStatus {
     /// The job.
     pub job: JobId,
+    /// Its cluster (the job id of its proc 0); `None` from older global RMs
+    /// and for jobs started by hand, which are clusters of their own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<JobId>,
+    /// Its proc number within the cluster.
+    #[serde(default)]
+    pub proc: u32,
     /// Who submitted it (for a job started by hand: its machine).
     pub owner: String,
     /// Wall-clock submit time, seconds since the Unix epoch (0 when unknown).
@@ -173,6 +194,13 @@ pub struct UserPrio {
 pub struct JobRecord {
     /// The job.
     pub job: JobId,
+    /// Its cluster (the job id of its proc 0); `None` from older global RMs
+    /// and for jobs started by hand, which are clusters of their own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<JobId>,
+    /// Its proc number within the cluster.
+    #[serde(default)]
+    pub proc: u32,
     /// Who submitted it (for a job started by hand: its machine).
     pub owner: String,
     /// The master's executable name (empty for a job started by hand).

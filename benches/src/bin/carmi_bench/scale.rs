@@ -207,6 +207,9 @@ async fn submit_queue(pool: &Pool, n: usize) -> Result<()> {
             spec: spec.copy(0),
             submitted_unix: carmi_api::token::now_unix(),
             anywhere: true,
+            procs: Vec::new(),
+            max_materialize: None,
+            max_idle: None,
         }));
         let (addr, secret, exe, bytes) = (
             pool.global_addr.clone(),

@@ -161,6 +161,8 @@ impl Router {
         let sub = self.jobs.submitted.get(&job);
         JobStatus {
             job,
+            cluster: None,
+            proc: 0,
             owner: sub
                 .map(|s| s.owner.clone())
                 .unwrap_or_else(|| self.alloc.job_owner(job).to_string()),
@@ -230,6 +232,8 @@ impl Router {
             warn!(job = %job, "the master could not be started: {reason}");
         }
         let mut record = JobRecord {
+            cluster: None,
+            proc: 0,
             job,
             owner: sub
                 .map(|s| s.owner.clone())
