@@ -156,7 +156,13 @@ fn measure(kind: &str, r: &mut Router, journal: &mut Journal) -> [Vec<Duration>;
         sub_all.push(t.elapsed());
         let job = job.expect("the submit is answered");
         let t = Instant::now();
-        let (_, records) = run(r, ToGlobal::RemoveJob { job });
+        let (_, records) = run(
+            r,
+            ToGlobal::RemoveJob {
+                job,
+                cluster: false,
+            },
+        );
         let core = t.elapsed();
         journal.append(&records).expect("journal append");
         rm_core.push(core);

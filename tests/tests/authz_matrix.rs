@@ -131,10 +131,17 @@ async fn a_refusal_closes_nothing_else() {
     let alice = secret_with(&pool, &token(&pool, "alice", Power::Submit, None));
     let mut open = open_as(&pool, &alice, &Role::Admin).await.expect("alice");
     for (msg, action) in [
-        (ToGlobal::RemoveJob { job: bobs_job }, "rm job"),
+        (
+            ToGlobal::RemoveJob {
+                job: bobs_job,
+                cluster: false,
+            },
+            "rm job",
+        ),
         (
             ToGlobal::Hold {
                 job: bobs_job,
+                cluster: false,
                 reason: None,
                 user: "alice".into(),
             },

@@ -41,7 +41,10 @@ async fn remove(pool: &Pool, job: JobId) {
         &pool.global_addr,
         &pool.secret,
         None,
-        ToGlobal::RemoveJob { job },
+        ToGlobal::RemoveJob {
+            job,
+            cluster: false,
+        },
     )
     .await
     {

@@ -469,6 +469,7 @@ fn a_held_job_whose_master_waited_for_a_machine_is_placed_after_its_release() {
     // `step` checks the router's invariants: the unplaced master goes with the hold.
     let hold = ToGlobal::Hold {
         job: JobId(1),
+        cluster: false,
         reason: None,
         user: "alice".into(),
     };
@@ -479,7 +480,10 @@ fn a_held_job_whose_master_waited_for_a_machine_is_placed_after_its_release() {
     );
     let out = advertise(&mut r, LinkId(2), "big", 8000);
     assert!(masters(&out).is_empty(), "held: no master\n{out:?}");
-    let release = ToGlobal::Release { job: JobId(1) };
+    let release = ToGlobal::Release {
+        job: JobId(1),
+        cluster: false,
+    };
     let out = step(&mut r, |r| r.on_message(ADMIN, release, Duration::ZERO));
     let placed = masters(&out);
     assert_eq!(placed.len(), 1, "{out:?}");
@@ -490,6 +494,8 @@ fn a_held_job_whose_master_waited_for_a_machine_is_placed_after_its_release() {
 fn ended(job: u64, bytes: u64) -> carmi_proto::msg::JobRecord {
     carmi_proto::msg::JobRecord {
         job: JobId(job),
+        cluster: None,
+        proc: 0,
         owner: "alice".into(),
         executable: "master".into(),
         submitted_unix: 0,

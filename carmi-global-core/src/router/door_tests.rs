@@ -247,6 +247,8 @@ fn the_history_keeps_the_last_jobs_only() {
     for j in 0..crate::router::HISTORY_LIMIT as u64 + 5 {
         h.push(carmi_proto::msg::JobRecord {
             job: JobId(j),
+            cluster: None,
+            proc: 0,
             owner: String::new(),
             executable: String::new(),
             submitted_unix: 0,
@@ -263,6 +265,8 @@ fn the_history_keeps_the_last_jobs_only() {
         &all.into_iter()
             .chain(std::iter::once(carmi_proto::msg::JobRecord {
                 job: JobId(99_999),
+                cluster: None,
+                proc: 0,
                 owner: String::new(),
                 executable: String::new(),
                 submitted_unix: 0,

@@ -169,7 +169,10 @@ fn a_master_announced_again_after_its_machine_was_lost_hears_its_job_ended() {
 #[test]
 fn a_removed_job_tells_its_attached_master_why() {
     let (mut r, _) = running_job();
-    let rm = ToGlobal::RemoveJob { job: JobId(1) };
+    let rm = ToGlobal::RemoveJob {
+        job: JobId(1),
+        cluster: false,
+    };
     let (sends, _) = step(&mut r, |r| r.on_message(ADMIN, rm, Duration::ZERO));
     let reason = gone_reason(&sends, LinkId(1)).unwrap_or_else(|| panic!("no JobGone: {sends:?}"));
     assert!(reason.contains("removed"), "{reason}");

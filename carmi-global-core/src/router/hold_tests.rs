@@ -99,6 +99,7 @@ fn events(r: &mut Router, job: JobId) -> Vec<String> {
 fn hold(job: u64) -> ToGlobal {
     ToGlobal::Hold {
         job: JobId(job),
+        cluster: false,
         reason: None,
         user: "bob".into(),
     }
@@ -195,7 +196,14 @@ fn a_held_job_gives_everything_back_and_a_released_one_starts_afresh() {
     }
 
     // Released: a fresh master with a new process id.
-    let (sends, records) = msg(&mut r, ADMIN, ToGlobal::Release { job: JobId(1) });
+    let (sends, records) = msg(
+        &mut r,
+        ADMIN,
+        ToGlobal::Release {
+            job: JobId(1),
+            cluster: false,
+        },
+    );
     assert!(
         matches!(records[0], Record::Released { job: JobId(1) }),
         "{records:?}"
@@ -224,7 +232,15 @@ fn a_held_job_gives_everything_back_and_a_released_one_starts_afresh() {
         .expect("the released job starts again");
     assert_ne!(fresh, master);
     assert_eq!(queue_state(&mut r).0, "running");
-    let not_held = msg(&mut r, ADMIN, ToGlobal::Release { job: JobId(1) }).0;
+    let not_held = msg(
+        &mut r,
+        ADMIN,
+        ToGlobal::Release {
+            job: JobId(1),
+            cluster: false,
+        },
+    )
+    .0;
     assert!(
         matches!(&not_held[..], [(_, FromGlobal::AdminFailed(f))] if f.message.contains("is not held")),
         "{not_held:?}"
@@ -255,12 +271,26 @@ fn a_waiting_job_held_keeps_its_place_in_the_queue() {
     // Job 3 waits behind the held job 2 no longer: it is now first in line...
     assert_eq!(r.allocator().queued_ahead(JobId(3)), Some(0));
     // ...until job 2 is released, which files it ahead of job 3 again.
-    msg(&mut r, ADMIN, ToGlobal::Release { job: JobId(2) });
+    msg(
+        &mut r,
+        ADMIN,
+        ToGlobal::Release {
+            job: JobId(2),
+            cluster: false,
+        },
+    );
     assert_eq!(r.allocator().queued_ahead(JobId(2)), Some(0));
     assert_eq!(r.allocator().queued_ahead(JobId(3)), Some(1));
     // A held job can be removed, and its log says how it ended.
     msg(&mut r, ADMIN, hold(3));
-    msg(&mut r, ADMIN, ToGlobal::RemoveJob { job: JobId(3) });
+    msg(
+        &mut r,
+        ADMIN,
+        ToGlobal::RemoveJob {
+            job: JobId(3),
+            cluster: false,
+        },
+    );
     let (sends, _) = msg(
         &mut r,
         ADMIN,
@@ -325,7 +355,14 @@ fn event_logs_survive_a_restart_and_numbering_goes_on() {
     let (mut r, mut journal) = pool();
     submit(&mut r, &mut journal).expect("job 1 starts");
     assert!(submit(&mut r, &mut journal).is_none(), "job 2 waits");
-    let (_, records) = msg(&mut r, ADMIN, ToGlobal::RemoveJob { job: JobId(1) });
+    let (_, records) = msg(
+        &mut r,
+        ADMIN,
+        ToGlobal::RemoveJob {
+            job: JobId(1),
+            cluster: false,
+        },
+    );
     journal.extend(records);
     // Job 2 started on the freed slots; hold it.
     let (_, records) = msg(&mut r, ADMIN, hold(2));
@@ -340,7 +377,14 @@ fn event_logs_survive_a_restart_and_numbering_goes_on() {
         assert_eq!(all_events(&mut back, JobId(1)), one);
         assert_eq!(all_events(&mut back, JobId(2)), two);
         // The next event of job 2 follows its last number.
-        msg(&mut back, ADMIN, ToGlobal::Release { job: JobId(2) });
+        msg(
+            &mut back,
+            ADMIN,
+            ToGlobal::Release {
+                job: JobId(2),
+                cluster: false,
+            },
+        );
         let after = all_events(&mut back, JobId(2));
         assert_eq!(after.last().unwrap().seq, two.last().unwrap().seq + 1);
     }
@@ -425,7 +469,14 @@ fn a_held_job_whose_master_waited_for_a_machine_waits_no_more() {
         "{sends:?}"
     );
     // Released, it starts again, and its new master goes to `big`.
-    let (sends, _) = msg(&mut r, ADMIN, ToGlobal::Release { job: JobId(1) });
+    let (sends, _) = msg(
+        &mut r,
+        ADMIN,
+        ToGlobal::Release {
+            job: JobId(1),
+            cluster: false,
+        },
+    );
     assert!(
         sends
             .iter()
@@ -465,7 +516,14 @@ fn the_queue_order_survives_a_restart() {
         };
         msg(&mut back, M0, ad);
         step(&mut back, |r| r.on_link_opened(ADMIN, Role::Admin, T));
-        let (sends, records) = msg(&mut back, ADMIN, ToGlobal::RemoveJob { job: JobId(1) });
+        let (sends, records) = msg(
+            &mut back,
+            ADMIN,
+            ToGlobal::RemoveJob {
+                job: JobId(1),
+                cluster: false,
+            },
+        );
         assert!(
             records
                 .iter()

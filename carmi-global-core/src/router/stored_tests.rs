@@ -72,7 +72,10 @@ fn files_no_live_job_refers_to_are_removed_after_their_keep() {
     let job = r.queue_status()[0].job;
     r.on_message(
         ADMIN,
-        ToGlobal::RemoveJob { job },
+        ToGlobal::RemoveJob {
+            job,
+            cluster: false,
+        },
         Duration::from_secs(5_000),
     );
     r.take_outputs();

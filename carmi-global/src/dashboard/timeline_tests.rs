@@ -6,6 +6,8 @@ use super::*;
 fn job(id: u64) -> JobStatus {
     JobStatus {
         job: JobId(id),
+        cluster: None,
+        proc: 0,
         owner: "alice".into(),
         submitted_unix: 0,
         state: "running".into(),
