@@ -42,8 +42,13 @@ pub enum Record {
     Submitted {
         /// Its id.
         job: JobId,
-        /// What was submitted.
+        /// What was submitted: for a proc of a cluster, its own spec, with
+        /// no other procs.
         request: Box<SubmitRequest>,
+        /// The cluster it is a proc of (proc `job - cluster`); absent for a
+        /// cluster of one proc and in journals before clusters.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cluster: Option<JobId>,
     },
     /// Its minimums were met and its master was sent to the submit machine.
     Started {
@@ -357,6 +362,7 @@ pub mod test_records {
                 max_materialize: None,
                 max_idle: None,
             }),
+            cluster: None,
         }
     }
 

@@ -114,6 +114,8 @@ mod authz_tests;
 #[cfg(test)]
 mod bounds_tests;
 #[cfg(test)]
+mod cluster_tests;
+#[cfg(test)]
 mod enforce_tests;
 #[cfg(test)]
 mod gone_tests;
@@ -418,13 +420,21 @@ impl Router {
                 self.send(link, FromGlobal::Pool(pool));
             }
             ToGlobal::Submit(req) => self.submit(link, *req),
+            ToGlobal::RemoveJob { job, cluster: true } => self.remove_cluster(link, job),
             ToGlobal::RemoveJob { job, .. } => self.remove_job(link, job),
             ToGlobal::Queue => self.queue(link),
             ToGlobal::Analyze { job } => self.analyze(link, job),
             ToGlobal::History { job } => self.history(link, job),
             ToGlobal::Hold {
-                job, reason, user, ..
-            } => self.hold(link, job, reason, &user),
+                job,
+                cluster,
+                reason,
+                user,
+            } => match cluster {
+                true => self.hold_cluster(link, job, reason, &user),
+                false => self.hold(link, job, reason, &user),
+            },
+            ToGlobal::Release { job, cluster: true } => self.release_cluster(link, job),
             ToGlobal::Release { job, .. } => self.release(link, job),
             ToGlobal::Events { job, after } => self.job_events(link, job, after),
             ToGlobal::FetchFiles { job } => self.fetch_files(link, job),

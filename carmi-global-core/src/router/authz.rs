@@ -94,6 +94,10 @@ impl Router {
         if let Some(s) = self.jobs.submitted.get(&job) {
             return Some(s.owner.clone());
         }
+        // A cluster whose proc 0 left the queue: its other procs share the owner.
+        if let Some(s) = self.jobs.submitted.values().find(|s| s.cluster == job) {
+            return Some(s.owner.clone());
+        }
         let queued = self.alloc.job_owner(job);
         if !queued.is_empty() {
             return Some(queued.to_string());

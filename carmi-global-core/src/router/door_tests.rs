@@ -409,6 +409,7 @@ fn a_journaled_job_above_a_limit_is_dropped_on_replay() {
     });
     let mut r = Router::new(RouterConfig::default());
     r.recover(vec![Record::Submitted {
+        cluster: None,
         job: JobId(4),
         request,
     }]);
@@ -442,7 +443,7 @@ fn arguments_that_outgrow_the_limit_once_the_job_id_is_expanded_are_refused() {
     match &sends[..] {
         [(ADMIN, FromGlobal::AdminFailed(f))] => assert_eq!(
             f.message,
-            "arguments (argument 1): 208000 bytes is above the limit of 131071 bytes per argument (Linux's MAX_ARG_STRLEN), once $(Cluster) is expanded to 1000000000000000"
+            "arguments (argument 1): 208000 bytes is above the limit of 131071 bytes per argument (Linux's MAX_ARG_STRLEN), once $(ClusterId) is expanded to 1000000000000000"
         ),
         other => panic!("{other:?}"),
     }

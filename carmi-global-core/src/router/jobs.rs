@@ -26,6 +26,7 @@ use crate::alloc::ClassLimits;
 mod admin;
 mod anywhere;
 mod checkpoint;
+mod cluster;
 mod enforce;
 mod hold;
 mod job_attrs;
@@ -143,12 +144,20 @@ pub(super) struct Submitted {
     pub held: Option<String>,
     /// Its masters' starts, failures and evictions (`router/requeue.rs`).
     pub tries: requeue::Tries,
+    /// The cluster it is a proc of: the job id of the cluster's proc 0 (its
+    /// own id for a cluster of one). Its proc number is `job - cluster`.
+    pub cluster: JobId,
 }
 
 impl Submitted {
     /// A job accepted from `req` (at its submit or replayed from the
     /// journal), with its macros expanded in `spec`; its master not started yet.
-    pub fn new(req: SubmitRequest, spec: JobSpec, master_ad: Option<ClassAd>) -> Submitted {
+    pub fn new(
+        req: SubmitRequest,
+        spec: JobSpec,
+        master_ad: Option<ClassAd>,
+        cluster: JobId,
+    ) -> Submitted {
         Submitted {
             owner: req.owner,
             machine: req.machine.clone(),
@@ -164,6 +173,7 @@ impl Submitted {
             started_unix: 0,
             held: None,
             tries: Default::default(),
+            cluster,
         }
     }
 }

@@ -35,7 +35,11 @@ impl Router {
     /// handed back.
     fn replay_job(&mut self, r: Record) -> Option<Record> {
         match r {
-            Record::Submitted { job, request } => self.replay_submitted(job, *request),
+            Record::Submitted {
+                job,
+                request,
+                cluster,
+            } => self.replay_submitted(job, *request, cluster.unwrap_or(job)),
             Record::Started {
                 job,
                 master,
@@ -48,7 +52,7 @@ impl Router {
     }
 
     /// A job submitted before the restart queues again.
-    fn replay_submitted(&mut self, job: JobId, req: SubmitRequest) {
+    fn replay_submitted(&mut self, job: JobId, req: SubmitRequest, cluster: JobId) {
         self.jobs.next_job = self.jobs.next_job.max(job.0 + 1);
         // A journal written before the limits may hold a job the
         // door would refuse now: it is dropped, not run.
@@ -67,8 +71,8 @@ impl Router {
             None
         });
         // Events before the restart are not kept (see `events`).
-        let spec = req.spec.expand(job.0);
-        self.keep_submitted(job, Submitted::new(req, spec, master_ad));
+        let spec = req.spec.expand(cluster.0);
+        self.keep_submitted(job, Submitted::new(req, spec, master_ad, cluster));
     }
 
     /// A job's master started before the restart: expected back with its

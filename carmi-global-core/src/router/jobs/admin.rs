@@ -18,12 +18,11 @@ use carmi_proto::ids::{JobId, ProcessId};
 use carmi_proto::limits;
 use carmi_proto::msg::{
     ExitStatus, Failure, FailureCode, FromGlobal, JobAnalysis, JobEnd, JobRecord, JobStatus,
-    JobUsage, ProcessState, SubmitRequest,
+    JobUsage, ProcessState,
 };
-use carmi_proto::submit::OnImpossible;
 use tracing::{info, warn};
 
-use super::{Submitted, class_limits, master_ad};
+use super::Submitted;
 use crate::alloc::Phase;
 use crate::journal::Record;
 use crate::router::{LinkId, Output, Router};
@@ -43,92 +42,6 @@ impl Router {
     pub(in crate::router) fn keep_submitted(&mut self, job: JobId, sub: Submitted) {
         self.reports.events.open(job, sub.spec.log.clone());
         self.jobs.submitted.insert(job, sub);
-    }
-
-    /// `carmi submit`.
-    pub(in crate::router) fn submit(&mut self, link: LinkId, req: SubmitRequest) {
-        // First: nothing below may be sized by a number the client chose
-        // before it is known to be within its limit.
-        if let Err(f) = limits::check_submit(&req) {
-            warn!(owner = %req.owner.chars().take(64).collect::<String>(), "submit refused: {}", f.message);
-            return self.admin_fail(link, f.code, f.message);
-        }
-        if !self.stored.has(&req.executable.sha256) {
-            let message = format!(
-                "executable {} ({}) was not uploaded before the submit",
-                req.executable.name, req.executable.sha256
-            );
-            return self.admin_fail(link, FailureCode::BadExecutable, message);
-        }
-        if let Some(r) = req
-            .spec
-            .input_refs
-            .iter()
-            .find(|r| !self.stored.has(&r.sha256))
-        {
-            let message = format!(
-                "transfer_input_files: {} ({}) was not uploaded before the submit",
-                r.name, r.sha256
-            );
-            return self.admin_fail(link, FailureCode::BadExecutable, message);
-        }
-        self.stored.touch(&req.executable.sha256, self.now);
-        for r in &req.spec.input_refs {
-            self.stored.touch(&r.sha256, self.now);
-        }
-        if !req.anywhere && !self.alloc.is_online(&req.machine) {
-            let message = format!(
-                "machine `{}` is not in the pool (its local RM runs the master); name a machine of `carmi status` with --machine",
-                req.machine
-            );
-            return self.admin_fail(link, FailureCode::Unavailable, message);
-        }
-        let job = JobId(self.jobs.next_job);
-        // `$(Cluster)` grows with the job id: what `exec` will be given is
-        // known only now, and is refused here rather than at the master's start.
-        let spec = req.spec.expand(job.0);
-        if let Err(e) = limits::check_command_line("arguments", &spec.arguments, &spec.environment)
-        {
-            let message = format!("{e}, once $(Cluster) is expanded to {}", job.0);
-            return self.admin_fail(link, FailureCode::Invalid, message);
-        }
-        let master_ad = match master_ad(&req.spec) {
-            Ok(ad) => ad,
-            Err(message) => return self.admin_fail(link, FailureCode::Invalid, message),
-        };
-        let limits = class_limits(&req.spec);
-        if let Err(f) = self.alloc.submit_job(job, &req.owner, &limits) {
-            return self.admin_fail(link, f.code, f.message);
-        }
-        self.alloc.set_job_attributes(job, &req.spec.attributes);
-        // Judged with the job's own attributes, which machines' `Requirements` read.
-        let impossible = match req.spec.on_impossible {
-            OnImpossible::Wait => None,
-            OnImpossible::Hold | OnImpossible::Reject => self.alloc.impossible(job),
-        };
-        if let Some(why) = &impossible
-            && req.spec.on_impossible == OnImpossible::Reject
-        {
-            // Never accepted: nothing journaled, and the id is given again.
-            self.alloc.on_job_ended(job);
-            let message = format!("{why} (on_impossible = reject)");
-            info!(owner = req.owner, "submit refused: {message}");
-            return self.admin_fail(link, FailureCode::Unavailable, message);
-        }
-        self.jobs.next_job += 1;
-        info!(job = %job, owner = req.owner, machine = req.machine, "job submitted");
-        // On disk before the answer: the driver fsyncs it before sending on.
-        self.out.push(Output::Journal(Record::Submitted {
-            job,
-            request: Box::new(req.clone()),
-        }));
-        self.keep_submitted(job, Submitted::new(req, spec, master_ad));
-        let owner = self.jobs.submitted[&job].owner.clone();
-        self.log_event(job, EventKind::Submitted { owner });
-        if let Some(why) = impossible {
-            self.hold_at_submit(job, &why);
-        }
-        self.send(link, FromGlobal::Submitted { job });
     }
 
     /// Whether `job` is in the queue; if not, the admin on `link` is told so.
@@ -159,10 +72,11 @@ impl Router {
     fn job_status(&self, job: JobId) -> JobStatus {
         let phase = self.alloc.job_phase(job).unwrap_or(Phase::Attached);
         let sub = self.jobs.submitted.get(&job);
+        let (cluster, proc) = self.cluster_and_proc(job);
         JobStatus {
             job,
-            cluster: None,
-            proc: 0,
+            cluster,
+            proc,
             owner: sub
                 .map(|s| s.owner.clone())
                 .unwrap_or_else(|| self.alloc.job_owner(job).to_string()),
@@ -231,9 +145,10 @@ impl Router {
         if let JobEnd::FailedToStart(reason) = &end {
             warn!(job = %job, "the master could not be started: {reason}");
         }
+        let (cluster, proc) = self.cluster_and_proc(job);
         let mut record = JobRecord {
-            cluster: None,
-            proc: 0,
+            cluster,
+            proc,
             job,
             owner: sub
                 .map(|s| s.owner.clone())

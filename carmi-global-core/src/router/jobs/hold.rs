@@ -7,7 +7,7 @@
 use carmi_proto::events::EventKind;
 use carmi_proto::ids::JobId;
 use carmi_proto::limits;
-use carmi_proto::msg::{FailureCode, FromGlobal};
+use carmi_proto::msg::{Failure, FailureCode, FromGlobal};
 use tracing::info;
 
 use super::class_limits;
@@ -23,9 +23,41 @@ impl Router {
         reason: Option<String>,
         user: &str,
     ) {
-        if let Err(f) = self.alloc.hold_job(job) {
-            return self.admin_fail(link, f.code, f.message);
+        match self.hold_one(job, reason, user) {
+            Ok(()) => self.send(link, FromGlobal::Held { job }),
+            Err(f) => self.admin_fail(link, f.code, f.message),
         }
+    }
+
+    /// `carmi hold C`: every proc of the cluster not held already.
+    pub(in crate::router) fn hold_cluster(
+        &mut self,
+        link: LinkId,
+        cluster: JobId,
+        reason: Option<String>,
+        user: &str,
+    ) {
+        let jobs = match self.cluster_jobs(cluster) {
+            Ok(jobs) => jobs,
+            Err(message) => return self.admin_fail(link, FailureCode::Invalid, message),
+        };
+        let mut held = 0;
+        let mut last = None;
+        for job in jobs {
+            match self.hold_one(job, reason.clone(), user) {
+                Ok(()) => held += 1,
+                Err(f) => last = Some(f),
+            }
+        }
+        match last {
+            Some(f) if held == 0 => self.admin_fail(link, f.code, f.message),
+            _ => self.send(link, FromGlobal::Held { job: cluster }),
+        }
+    }
+
+    /// Holds `job` for `reason` (else "held by USER").
+    fn hold_one(&mut self, job: JobId, reason: Option<String>, user: &str) -> Result<(), Failure> {
+        self.alloc.hold_job(job)?;
         let reason = match reason.filter(|r| !r.trim().is_empty()) {
             Some(r) => limits::cut_reason(&r),
             None => limits::cut_reason(&format!("held by {user}")),
@@ -40,7 +72,7 @@ impl Router {
             s.held = Some(reason.clone());
         }
         self.log_event(job, EventKind::Held { reason });
-        self.send(link, FromGlobal::Held { job });
+        Ok(())
     }
 
     /// Holds a waiting job submitted with `on_impossible = hold` that the
@@ -83,23 +115,57 @@ impl Router {
 
     /// `carmi release`.
     pub(in crate::router) fn release(&mut self, link: LinkId, job: JobId) {
+        match self.release_one(job) {
+            Ok(()) => self.send(link, FromGlobal::Released { job }),
+            Err(f) => self.admin_fail(link, f.code, f.message),
+        }
+    }
+
+    /// `carmi release C`: every held proc of the cluster.
+    pub(in crate::router) fn release_cluster(&mut self, link: LinkId, cluster: JobId) {
+        let jobs = match self.cluster_jobs(cluster) {
+            Ok(jobs) => jobs,
+            Err(message) => return self.admin_fail(link, FailureCode::Invalid, message),
+        };
+        let held: Vec<JobId> = jobs
+            .into_iter()
+            .filter(|j| self.jobs.submitted.get(j).is_some_and(|s| s.held.is_some()))
+            .collect();
+        if held.is_empty() {
+            let message = format!("cluster {} has no held job", cluster.0);
+            return self.admin_fail(link, FailureCode::Invalid, message);
+        }
+        let mut last = None;
+        for job in held {
+            if let Err(f) = self.release_one(job) {
+                last = Some(f);
+            }
+        }
+        match last {
+            Some(f) => self.admin_fail(link, f.code, f.message),
+            None => self.send(link, FromGlobal::Released { job: cluster }),
+        }
+    }
+
+    fn release_one(&mut self, job: JobId) -> Result<(), Failure> {
         let Some(spec) = self.jobs.submitted.get(&job).map(|s| s.spec.clone()) else {
             let message = format!(
                 "job {} is not a submitted job in the queue (it ended, never existed, or was started by hand)",
                 job.0
             );
-            return self.admin_fail(link, FailureCode::Invalid, message);
+            return Err(Failure {
+                code: FailureCode::Invalid,
+                message,
+            });
         };
-        if let Err(f) = self.alloc.release_job(job, &class_limits(&spec)) {
-            return self.admin_fail(link, f.code, f.message);
-        }
+        self.alloc.release_job(job, &class_limits(&spec))?;
         info!(job = %job, "job released");
         self.out.push(Output::Journal(Record::Released { job }));
         if let Some(s) = self.jobs.submitted.get_mut(&job) {
             s.held = None;
         }
         self.log_event(job, EventKind::Released);
-        self.send(link, FromGlobal::Released { job });
+        Ok(())
     }
 
     /// Kills the master and every process of a job that stays in the queue
