@@ -36,8 +36,8 @@ use crate::talk::{connect, failed, print};
 pub struct EventsArgs {
     #[command(flatten)]
     pool: PoolArgs,
-    /// The job, as `j3` or `3`
-    job: JobId,
+    /// The job, as `C` or `C.P`
+    job: crate::select::Target,
     /// Follow: print events as they come, until the job ends.
     #[arg(short = 'f', long)]
     follow: bool,
@@ -73,11 +73,12 @@ pub async fn fetch(pool: &str, secret: &Secret, job: JobId, after: u64) -> anyho
 /// Runs `carmi events`.
 pub fn run(args: EventsArgs) -> anyhow::Result<()> {
     let (pool, secret) = connect(&args.pool)?;
-    let mut log = LogWriter::new(args.job);
     crate::block_on(async {
+        let job = crate::select::one_job(&pool, &secret, &args.job).await?;
+        let mut log = LogWriter::new(job);
         let mut after = 0;
         loop {
-            let answer = fetch(&pool, &secret, args.job, after).await?;
+            let answer = fetch(&pool, &secret, job, after).await?;
             let mut text = String::new();
             for e in &answer.events {
                 if args.json {

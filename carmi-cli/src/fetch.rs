@@ -28,14 +28,17 @@ use crate::jobs::{connect, failed};
 pub struct FetchArgs {
     #[command(flatten)]
     pool: PoolArgs,
-    /// The ended job, as `j3` or `3`
-    job: JobId,
+    /// The ended job, as `C` or `C.P`
+    job: crate::select::Target,
 }
 
 /// Runs `carmi fetch`: prints each file written.
 pub fn run(args: FetchArgs) -> anyhow::Result<()> {
     let (pool, secret) = connect(&args.pool)?;
-    let written = crate::block_on(bring_back(&pool, &secret, args.job))?;
+    let written = crate::block_on(async {
+        let job = crate::select::one_job(&pool, &secret, &args.job).await?;
+        bring_back(&pool, &secret, job).await
+    })?;
     for path in written {
         println!("{path}");
     }

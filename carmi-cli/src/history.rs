@@ -15,8 +15,8 @@ use crate::jobs::{connect, failed, json_text, print, short_time};
 pub struct HistoryArgs {
     #[command(flatten)]
     pool: PoolArgs,
-    /// Only this job, as `j3` or `3`
-    job: Option<JobId>,
+    /// Only these: a cluster `C` (every proc), a proc `C.P`, or a user name
+    job: Option<crate::select::Target>,
     /// Only the last N jobs to end (or -limit N)
     #[arg(long, value_name = "N")]
     limit: Option<usize>,
@@ -34,7 +34,12 @@ pub struct HistoryArgs {
 /// Runs `carmi history`.
 pub fn run(args: HistoryArgs) -> anyhow::Result<()> {
     let (pool, secret) = connect(&args.pool)?;
-    let msg = ToGlobal::History { job: args.job };
+    // One job is asked by id (`C`, `C.0`: job C); the rest are filtered here.
+    let one = match &args.job {
+        Some(crate::select::Target::Proc(c, 0)) => Some(JobId(*c)),
+        _ => None,
+    };
+    let msg = ToGlobal::History { job: one };
     let answer = crate::block_on(async { Ok(request(&pool, &secret, None, msg).await?) })?;
     let FromGlobal::History(mut jobs) = answer else {
         return Err(failed(answer, "history"));
@@ -49,15 +54,17 @@ pub fn run(args: HistoryArgs) -> anyhow::Result<()> {
         })?;
         jobs.retain(|j| record_ad(j).eval_expr(&expr, None).is_true());
     }
+    if let Some(t) = &args.job {
+        jobs.retain(|j| crate::select::names_record(t, j));
+    }
     if let Some(n) = args.limit {
         jobs.drain(..jobs.len().saturating_sub(n));
     }
-    if let Some(job) = args.job
+    if let Some(job) = &args.job
         && jobs.is_empty()
     {
         anyhow::bail!(
-            "history: job {} is not in the history (still queued, never existed, or older than the last jobs kept)",
-            job.0
+            "history: {job} is not in the history (still queued, never existed, or older than the last jobs kept)"
         );
     }
     if args.json {
@@ -104,8 +111,8 @@ pub fn record_ad(j: &JobRecord) -> classad::ClassAd {
     use classad::Value;
     let mut ad = classad::ClassAd::new();
     let int = |v: u64| Value::Int(i64::try_from(v).unwrap_or(i64::MAX));
-    ad.insert_value("ClusterId", int(j.job.0));
-    ad.insert_value("ProcId", Value::Int(0));
+    ad.insert_value("ClusterId", int(j.cluster.unwrap_or(j.job).0));
+    ad.insert_value("ProcId", int(u64::from(j.proc)));
     ad.insert_value("Owner", Value::str(j.owner.as_str()));
     ad.insert_value("Cmd", Value::str(j.executable.as_str()));
     ad.insert_value("QDate", int(j.submitted_unix));
@@ -170,7 +177,7 @@ fn memory(kib: u64) -> String {
 /// The `carmi history` table: one line per job, then a summary line.
 pub fn history_text(jobs: &[JobRecord]) -> String {
     let mut out = format!(
-        "{:>5}  {:<10} {:<11}  {:<11}  {:>7}  {:>7}  {:>7}  {:>5}  {:<12}  {}\n",
+        "{:>7}  {:<10} {:<11}  {:<11}  {:>7}  {:>7}  {:>7}  {:>5}  {:<12}  {}\n",
         "ID", "OWNER", "SUBMITTED", "ENDED", "WALL", "CPU", "MEM", "HOSTS", "EXECUTABLE", "HOW"
     );
     let mut failed = 0;
@@ -186,8 +193,8 @@ pub fn history_text(jobs: &[JobRecord]) -> String {
         let u = &j.usage;
         let wall = (u.started_unix > 0).then(|| j.ended_unix.saturating_sub(u.started_unix));
         out.push_str(&format!(
-            "{:>5}  {:<10} {:<11}  {:<11}  {:>7}  {:>7}  {:>7}  {:>5}  {:<12}  {}\n",
-            j.job.0,
+            "{:>7}  {:<10} {:<11}  {:<11}  {:>7}  {:>7}  {:>7}  {:>5}  {:<12}  {}\n",
+            crate::select::record_id(j),
             owner,
             short_time(j.submitted_unix),
             short_time(j.ended_unix),

@@ -2,20 +2,28 @@
 //! share (`carmi submit` lives in `submit`, `carmi history` in `history`).
 
 use carmi_api::admin::request;
-use carmi_api::ids::JobId;
 use carmi_api::msg::{ClassAnalysis, FromGlobal, JobAnalysis, JobStatus, ToGlobal};
 use clap::Args;
 
 use crate::config::PoolArgs;
+use crate::select::{self, Target};
 
 /// `carmi q` options.
 #[derive(Args)]
 pub struct QArgs {
     #[command(flatten)]
     pool: PoolArgs,
-    /// Why JOB's classes are not satisfied (or -analyze); JOB as `j3` or `3`
+    /// Only these: clusters `C`, procs `C.P` or user names (all when none)
+    #[arg(value_name = "JOB|USER")]
+    targets: Vec<Target>,
+    /// Only jobs whose ad satisfies EXPR (or -constraint): ClusterId, ProcId,
+    /// Owner, Cmd, QDate, JobStatus (1 idle, 2 running, 5 held), HoldReason
+    #[arg(long, alias = "const", value_name = "EXPR")]
+    constraint: Option<String>,
+    /// Why JOB's classes are not satisfied (or -analyze, -better-analyze);
+    /// JOB as `C` or `C.P`
     #[arg(long, value_name = "JOB")]
-    analyze: Option<JobId>,
+    analyze: Option<Target>,
     /// Only held jobs, each with why it is held (or -hold; see `carmi hold`)
     #[arg(long)]
     hold: bool,
@@ -29,11 +37,10 @@ pub struct QArgs {
 pub struct RmArgs {
     #[command(flatten)]
     pool: PoolArgs,
-    /// The jobs to remove (their processes are killed, their machines
-    /// freed), as `j3` or `3`; several at once, e.g. the copies of a `queue N`
-    #[arg(required = true, num_args = 1..)]
-    jobs: Vec<JobId>,
-    /// Print JSON ({"removed": N}, one line per job).
+    /// The jobs to remove: their processes are killed, their machines freed
+    #[command(flatten)]
+    jobs: crate::act::Selection,
+    /// Print JSON ({"removed": N}, one line per job or cluster).
     #[arg(long)]
     json: bool,
 }
@@ -74,44 +81,21 @@ pub(crate) fn user_name() -> String {
 
 /// Runs `carmi rm`.
 pub fn rm(args: RmArgs) -> anyhow::Result<()> {
-    let (pool, secret) = connect(&args.pool)?;
-    let mut errors = Vec::new();
-    // Each job on its own: one that cannot be removed does not keep the others.
-    for &job in &args.jobs {
-        let answer = crate::block_on(async {
-            Ok(request(
-                &pool,
-                &secret,
-                None,
-                ToGlobal::RemoveJob {
-                    job,
-                    cluster: false,
-                },
-            )
-            .await?)
-        })?;
-        match answer {
-            FromGlobal::Removed { job } if args.json => {
-                print(&format!("{}\n", serde_json::json!({ "removed": job.0 })))?
-            }
-            FromGlobal::Removed { job } => print(&format!("job {} removed\n", job.0))?,
-            other => errors.push(failed(other, &format!("rm {job}"))),
-        }
-    }
-    match errors.len() {
-        0 => Ok(()),
-        1 => Err(errors.remove(0)),
-        n => {
-            let all: Vec<String> = errors.iter().map(|e| format!("{e:#}")).collect();
-            anyhow::bail!("{n} jobs were not removed:\n{}", all.join("\n"))
-        }
-    }
+    crate::act::each(
+        &args.pool,
+        &args.jobs,
+        args.json,
+        "rm",
+        "removed",
+        |job, cluster| ToGlobal::RemoveJob { job, cluster },
+    )
 }
 
 /// Runs `carmi q` and `carmi q -analyze JOB`.
 pub fn q(args: QArgs) -> anyhow::Result<()> {
     let (pool, secret) = connect(&args.pool)?;
-    if let Some(job) = args.analyze {
+    if let Some(target) = &args.analyze {
+        let job = crate::block_on(select::one_job(&pool, &secret, target))?;
         let msg = ToGlobal::Analyze { job };
         let answer = crate::block_on(async { Ok(request(&pool, &secret, None, msg).await?) })?;
         let FromGlobal::Analysis(a) = answer else {
@@ -130,6 +114,13 @@ pub fn q(args: QArgs) -> anyhow::Result<()> {
     };
     if args.hold {
         jobs.retain(|j| j.state == "held");
+    }
+    if !args.targets.is_empty() {
+        jobs.retain(|j| args.targets.iter().any(|t| select::names(t, j)));
+    }
+    if let Some(text) = &args.constraint {
+        let expr = select::constraint(text)?;
+        jobs.retain(|j| select::job_ad(j).eval_expr(&expr, None).is_true());
     }
     if args.json {
         print(&json_text(&jobs))
@@ -170,7 +161,7 @@ pub fn short_time(unix: u64) -> String {
 /// The `carmi q` table: one line per job, then a summary line.
 pub fn queue_text(jobs: &[JobStatus]) -> String {
     let mut out = format!(
-        "{:>5}  {:<10} {:<11}  {:<8}  {}\n",
+        "{:>7}  {:<10} {:<11}  {:<8}  {}\n",
         "ID", "OWNER", "SUBMITTED", "STATE", "HOSTS (held/min..max per class)"
     );
     let (mut running, mut waiting, mut held) = (0, 0, 0);
@@ -195,18 +186,18 @@ pub fn queue_text(jobs: &[JobStatus]) -> String {
             .collect();
         let owner: String = j.owner.chars().take(10).collect();
         out.push_str(&format!(
-            "{:>5}  {:<10} {:<11}  {:<8}  {}\n",
-            j.job.0,
+            "{:>7}  {:<10} {:<11}  {:<8}  {}\n",
+            select::proc_id(j),
             owner,
             short_time(j.submitted_unix),
             j.state,
             classes.join(", ")
         ));
         if let Some(note) = &j.note {
-            out.push_str(&format!("{:>5}  ^ {note}\n", ""));
+            out.push_str(&format!("{:>7}  ^ {note}\n", ""));
         }
         if let Some(line) = crate::progress::wodi_line(&j.attrs) {
-            out.push_str(&format!("{:>5}  ^ {line}\n", ""));
+            out.push_str(&format!("{:>7}  ^ {line}\n", ""));
         }
     }
     // Held jobs are counted only when there are some, so that the line
@@ -378,7 +369,7 @@ mod tests {
         };
         JobAnalysis {
             job: JobStatus {
-                job: JobId(4),
+                job: carmi_api::ids::JobId(4),
                 cluster: None,
                 proc: 0,
                 owner: "alice".into(),

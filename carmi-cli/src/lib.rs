@@ -23,6 +23,7 @@
 //! - `fetch`: `carmi fetch JOB`: the files a job's master sent back, into the submit directory.
 //! - `alloc`: `carmi alloc`: allocation queues growing the pool with pilots from Slurm.
 
+mod act;
 mod alloc;
 mod bundle;
 mod config;
@@ -39,6 +40,7 @@ mod join_here;
 mod logs;
 mod pool;
 mod progress;
+mod select;
 mod shell;
 mod status;
 mod submit;

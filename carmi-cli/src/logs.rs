@@ -26,8 +26,8 @@ use crate::jobs::{connect, failed};
 pub struct LogsArgs {
     #[command(flatten)]
     pool: PoolArgs,
-    /// The job, as `j3` or `3`
-    job: JobId,
+    /// The job, as `C` or `C.P`
+    job: crate::select::Target,
     /// Follow: print output as it comes, until the job ends.
     #[arg(short = 'f', long)]
     follow: bool,
@@ -50,7 +50,10 @@ pub fn run(args: LogsArgs) -> anyhow::Result<()> {
     } else {
         StdStream::Stdout
     };
-    crate::block_on(follow(&pool, &secret, args.job, stream, args.follow))
+    crate::block_on(async {
+        let job = crate::select::one_job(&pool, &secret, &args.job).await?;
+        follow(&pool, &secret, job, stream, args.follow).await
+    })
 }
 
 async fn follow(

@@ -29,8 +29,9 @@ use crate::jobs::{connect, failed};
 pub struct WaitArgs {
     #[command(flatten)]
     pool: PoolArgs,
-    /// The job, as `j3` or `3`
-    job: JobId,
+    /// The job, as `C.P`; or a cluster `C`, waiting for every proc (the
+    /// exit code is the first proc's that was not 0)
+    job: crate::select::Target,
     /// Give up after this many seconds (exit code 124)
     #[arg(long, value_name = "SECONDS")]
     timeout: Option<f64>,
@@ -46,36 +47,91 @@ pub fn run(args: WaitArgs) -> anyhow::Result<u8> {
     let (pool, secret) = connect(&args.pool)?;
     let started = Instant::now();
     let limit = args.timeout.map(Duration::from_secs_f64);
-    let mut log = LogWriter::new(args.job);
     crate::block_on(async {
-        // The job's `log =` file follows its events as they come; a job
-        // whose events are not kept (started by hand) simply has none.
-        let mut after = 0;
-        loop {
-            after = log_events(&pool, &secret, args.job, after, &mut log).await;
-            if let Some(record) = ended(&pool, &secret, args.job).await? {
-                // The events up to its end, logged between the two questions.
-                log_events(&pool, &secret, args.job, after, &mut log).await;
-                return Ok(finish(&pool, &secret, &record).await);
+        let mut code = 0;
+        for job in jobs_of(&pool, &secret, &args.job).await? {
+            let left = limit.map(|l| l.saturating_sub(started.elapsed()));
+            let c = wait_one(&pool, &secret, job, left).await?;
+            if c == TIMED_OUT {
+                return Ok(c);
             }
-            if !queued(&pool, &secret, args.job).await? {
-                // It may have left the queue between the two questions.
-                if let Some(record) = ended(&pool, &secret, args.job).await? {
-                    log_events(&pool, &secret, args.job, after, &mut log).await;
-                    return Ok(finish(&pool, &secret, &record).await);
-                }
-                anyhow::bail!(
-                    "wait: job {} is neither queued nor in the history (never submitted, or older than the last jobs kept)",
-                    args.job.0
-                );
+            if code == 0 {
+                code = c;
             }
-            if limit.is_some_and(|l| started.elapsed() >= l) {
-                eprintln!("carmi wait: job {} is still queued", args.job.0);
-                return Ok(TIMED_OUT);
-            }
-            tokio::time::sleep(POLL).await;
         }
+        Ok(code)
     })
+}
+
+/// The jobs `carmi wait` waits for: one proc, or every proc of a cluster
+/// that is queued or ended (a cluster of one: its job).
+async fn jobs_of(
+    pool: &str,
+    secret: &Secret,
+    t: &crate::select::Target,
+) -> anyhow::Result<Vec<JobId>> {
+    let crate::select::Target::Cluster(c) = t else {
+        return Ok(vec![crate::select::one_job(pool, secret, t).await?]);
+    };
+    let mut jobs: Vec<JobId> = crate::select::queue(pool, secret)
+        .await?
+        .iter()
+        .filter(|j| crate::select::names(t, j))
+        .map(|j| j.job)
+        .collect();
+    if let FromGlobal::History(h) =
+        request(pool, secret, None, ToGlobal::History { job: None }).await?
+    {
+        jobs.extend(
+            h.iter()
+                .filter(|r| crate::select::names_record(t, r))
+                .map(|r| r.job),
+        );
+    }
+    jobs.sort();
+    jobs.dedup();
+    if jobs.is_empty() {
+        jobs.push(JobId(*c));
+    }
+    Ok(jobs)
+}
+
+/// Waits for one job to leave the queue (at most `limit`); its exit code.
+async fn wait_one(
+    pool: &str,
+    secret: &Secret,
+    job: JobId,
+    limit: Option<Duration>,
+) -> anyhow::Result<u8> {
+    let started = Instant::now();
+    // The job's `log =` file follows its events as they come; a job
+    // whose events are not kept (started by hand) simply has none.
+    let mut log = LogWriter::new(job);
+    let mut after = 0;
+    loop {
+        after = log_events(pool, secret, job, after, &mut log).await;
+        if let Some(record) = ended(pool, secret, job).await? {
+            // The events up to its end, logged between the two questions.
+            log_events(pool, secret, job, after, &mut log).await;
+            return Ok(finish(pool, secret, &record).await);
+        }
+        if !queued(pool, secret, job).await? {
+            // It may have left the queue between the two questions.
+            if let Some(record) = ended(pool, secret, job).await? {
+                log_events(pool, secret, job, after, &mut log).await;
+                return Ok(finish(pool, secret, &record).await);
+            }
+            anyhow::bail!(
+                "wait: job {} is neither queued nor in the history (never submitted, or older than the last jobs kept)",
+                job.0
+            );
+        }
+        if limit.is_some_and(|l| started.elapsed() >= l) {
+            eprintln!("carmi wait: job {} is still queued", job.0);
+            return Ok(TIMED_OUT);
+        }
+        tokio::time::sleep(POLL).await;
+    }
 }
 
 /// Appends `job`'s events after number `after` to its log file; returns the

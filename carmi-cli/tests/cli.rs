@@ -454,13 +454,14 @@ async fn rm_and_analyze_take_job_ids_as_status_prints_them() {
             .arg(&secret);
         let out = run(cmd).await;
         assert!(out.status.success(), "rm {id}: {}", text(&out.stderr));
-        assert_eq!(text(&out.stdout), "job 2 removed\n");
+        // A bare number names a cluster (every proc of it), as condor_rm reads it.
+        assert_eq!(text(&out.stdout), "cluster 2 removed\n");
     }
     let mut cmd = carmi();
-    cmd.args(["rm", "x2", "--pool", &addr]);
+    cmd.args(["rm", "2.x", "--pool", &addr]);
     let out = run(cmd).await;
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("x2"), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("2.x"), "{}", text(&out.stderr));
 }
 
 #[tokio::test]

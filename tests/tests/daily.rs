@@ -132,7 +132,7 @@ fn wait_exits_with_the_jobs_exit_status() {
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("9999"), "{}", text(&out.stderr));
     assert!(
-        text(&out.stdout).contains(&format!("job {other} removed")),
+        text(&out.stdout).contains(&format!("cluster {other} removed")),
         "{}",
         text(&out.stdout)
     );

@@ -110,7 +110,7 @@ fn a_held_job_gives_back_its_hosts_and_runs_again_once_released() {
     let pid = pid.trim();
     assert!(alive(pid));
 
-    assert_eq!(ok(&pool, &["hold", &id]), format!("job {id} held\n"));
+    assert_eq!(ok(&pool, &["hold", &id]), format!("cluster {id} held\n"));
     // Its hosts go back, its master is killed, q says why it waits.
     until(&pool, "both slots idle", || {
         slot_states(&pool) == ["idle", "idle"]
@@ -138,7 +138,10 @@ fn a_held_job_gives_back_its_hosts_and_runs_again_once_released() {
         text(&again.stderr)
     );
 
-    assert_eq!(ok(&pool, &["release", &id]), format!("job {id} released\n"));
+    assert_eq!(
+        ok(&pool, &["release", &id]),
+        format!("cluster {id} released\n")
+    );
     // It starts again from scratch, completes, and `wait` gives its status.
     let out = wait(&pool, &id);
     pool.assert_exit(&out, 7);
