@@ -49,17 +49,27 @@ pub fn run(args: WaitArgs) -> anyhow::Result<u8> {
     let limit = args.timeout.map(Duration::from_secs_f64);
     crate::block_on(async {
         let mut code = 0;
-        for job in jobs_of(&pool, &secret, &args.job).await? {
-            let left = limit.map(|l| l.saturating_sub(started.elapsed()));
-            let c = wait_one(&pool, &secret, job, left).await?;
-            if c == TIMED_OUT {
-                return Ok(c);
+        let mut waited = std::collections::BTreeSet::new();
+        // Again until no proc is left: a cluster's procs past its
+        // `max_materialize` join the queue as earlier ones end.
+        loop {
+            let jobs = jobs_of(&pool, &secret, &args.job).await?;
+            let new: Vec<JobId> = jobs.into_iter().filter(|j| !waited.contains(j)).collect();
+            if new.is_empty() {
+                return Ok(code);
             }
-            if code == 0 {
-                code = c;
+            for job in new {
+                let left = limit.map(|l| l.saturating_sub(started.elapsed()));
+                let c = wait_one(&pool, &secret, job, left).await?;
+                if c == TIMED_OUT {
+                    return Ok(c);
+                }
+                if code == 0 {
+                    code = c;
+                }
+                waited.insert(job);
             }
         }
-        Ok(code)
     })
 }
 

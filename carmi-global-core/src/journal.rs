@@ -50,6 +50,23 @@ pub enum Record {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cluster: Option<JobId>,
     },
+    /// A cluster's procs not materialized yet (`max_materialize`,
+    /// `max_idle`): `request.spec` is proc `first`, `request.procs` the
+    /// ones after it. Each later `Submitted` of the cluster takes the procs
+    /// up to its own off the front.
+    Pending {
+        /// The cluster.
+        cluster: JobId,
+        /// The proc number of `request.spec`.
+        first: u32,
+        /// What the procs share, their specs and the cluster's bounds.
+        request: Box<SubmitRequest>,
+    },
+    /// A cluster's waiting procs were dropped (`carmi rm C`).
+    PendingDropped {
+        /// The cluster.
+        cluster: JobId,
+    },
     /// Its minimums were met and its master was sent to the submit machine.
     Started {
         /// The job.

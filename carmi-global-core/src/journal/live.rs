@@ -50,6 +50,9 @@ pub struct Live {
     /// Jobs' events.
     events: events::KeptEvents,
     latest: Latest,
+    /// Clusters' procs not materialized yet: each cluster's `Pending`
+    /// record and how many of its procs materialized since.
+    pending: BTreeMap<JobId, (Record, usize)>,
 }
 
 impl Live {
@@ -95,6 +98,18 @@ impl Live {
                     self.holds.forget_process(process);
                 }
             }
+            Record::Pending {
+                cluster,
+                first,
+                request,
+            } => {
+                let last = cluster.0 + u64::from(*first) + request.procs.len() as u64;
+                self.next_job = self.next_job.max(last + 1);
+                self.pending.insert(*cluster, (r.clone(), 0));
+            }
+            Record::PendingDropped { cluster } => {
+                self.pending.remove(cluster);
+            }
             Record::Pilots(_) => self.latest.pilots = Some(r.clone()),
             Record::Usage { .. } => self.latest.usage = Some(r.clone()),
             Record::Factors { .. } => self.latest.factors = Some(r.clone()),
@@ -108,8 +123,11 @@ impl Live {
     /// A job's own records: submitted or attached, started, held, released, ended.
     fn apply_job(&mut self, r: &Record) {
         match r {
-            Record::Submitted { job, .. } => {
+            Record::Submitted { job, cluster, .. } => {
                 self.next_job = self.next_job.max(job.0 + 1);
+                if let Some(c) = cluster {
+                    self.materialized(*c, *job);
+                }
                 if let Some((_, Some(_))) = self.jobs.insert(*job, (r.clone(), None)) {
                     self.started -= 1;
                 }
@@ -216,6 +234,23 @@ impl Live {
             + self.events.len()
             + latest.usage.is_some() as usize
             + latest.factors.is_some() as usize
+            + self.pending.len()
+    }
+
+    /// Proc `job` of `cluster` materialized: it and the procs before it are
+    /// no longer waiting.
+    fn materialized(&mut self, cluster: JobId, job: JobId) {
+        let Some((Record::Pending { first, request, .. }, taken)) = self.pending.get_mut(&cluster)
+        else {
+            return;
+        };
+        let start = cluster.0 + u64::from(*first);
+        if job.0 >= start {
+            *taken = (*taken).max((job.0 - start + 1) as usize);
+        }
+        if *taken > request.procs.len() {
+            self.pending.remove(&cluster);
+        }
     }
 
     /// Always false: the counters are always there.
@@ -258,6 +293,12 @@ impl Live {
             out.push(submitted.clone());
             out.extend(started.clone());
         }
+        // After the procs that materialized: a replay takes them off the front.
+        out.extend(
+            self.pending
+                .values()
+                .filter_map(|(r, taken)| trimmed(r, *taken)),
+        );
         out.extend(self.holds.checkpoints.values().cloned());
         out.extend(self.holds.classes.values().cloned());
         // After their classes.
@@ -277,4 +318,30 @@ impl Live {
         out.extend(self.latest.pilots.clone());
         out
     }
+}
+
+/// `Pending` record `r` without its first `taken` procs (`None` when none is left).
+fn trimmed(r: &Record, taken: usize) -> Option<Record> {
+    let Record::Pending {
+        cluster,
+        first,
+        request,
+    } = r
+    else {
+        return None;
+    };
+    if taken == 0 {
+        return Some(r.clone());
+    }
+    let spec = request.procs.get(taken - 1)?.clone();
+    let procs = request.procs.get(taken..).unwrap_or_default().to_vec();
+    Some(Record::Pending {
+        cluster: *cluster,
+        first: first + taken as u32,
+        request: Box::new(carmi_proto::msg::SubmitRequest {
+            spec,
+            procs,
+            ..(**request).clone()
+        }),
+    })
 }

@@ -214,3 +214,110 @@ fn a_restart_keeps_each_proc_in_its_cluster() {
     let sub = &again.jobs.submitted[&JobId(3)];
     assert_eq!(sub.spec.arguments, vec!["1".to_string(), "p2".to_string()]);
 }
+
+/// A cluster of `n` procs with `max_materialize = m`.
+fn bounded(n: usize, m: u32) -> ToGlobal {
+    let mut msg = cluster(n);
+    if let ToGlobal::Submit(req) = &mut msg {
+        req.max_materialize = Some(m);
+    }
+    msg
+}
+
+fn remove(job: u64) -> ToGlobal {
+    ToGlobal::RemoveJob {
+        job: JobId(job),
+        cluster: false,
+    }
+}
+
+/// The arguments of every queued job, by job id.
+fn args(r: &Router) -> Vec<(u64, String)> {
+    let mut v: Vec<_> = r
+        .jobs
+        .submitted
+        .iter()
+        .map(|(j, s)| (j.0, s.spec.arguments.join(" ")))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn max_materialize_keeps_that_many_procs_queued_and_the_next_takes_an_ended_ones_place() {
+    let (mut r, _) = router();
+    let (answer, records) = ask(&mut r, bounded(5, 2));
+    assert_eq!(answer, FromGlobal::Submitted { job: JobId(1) });
+    assert!(
+        records.iter().any(
+            |x| matches!(x, Record::Pending { first: 2, request, .. } if request.procs.len() == 2)
+        ),
+        "{records:?}"
+    );
+    assert_eq!(args(&r), vec![(1, "1 p0".into()), (2, "1 p1".into())]);
+    // The ids of all five were given: the next cluster comes after them.
+    assert_eq!(
+        ask(&mut r, cluster(1)).0,
+        FromGlobal::Submitted { job: JobId(6) }
+    );
+    // Proc 0 leaves: proc 2 takes its place, with its own id and arguments.
+    let (_, records) = ask(&mut r, remove(1));
+    assert!(
+        records.iter().any(|x| matches!(
+            x,
+            Record::Submitted {
+                job: JobId(3),
+                cluster: Some(JobId(1)),
+                ..
+            }
+        )),
+        "{records:?}"
+    );
+    assert_eq!(
+        args(&r),
+        vec![(2, "1 p1".into()), (3, "1 p2".into()), (6, "6 p0".into())]
+    );
+    // `rm C` removes the queued procs and drops the waiting ones.
+    let (answer, records) = ask(
+        &mut r,
+        ToGlobal::RemoveJob {
+            job: JobId(1),
+            cluster: true,
+        },
+    );
+    assert_eq!(answer, FromGlobal::Removed { job: JobId(1) });
+    assert!(
+        records
+            .iter()
+            .any(|x| matches!(x, Record::PendingDropped { cluster: JobId(1) })),
+        "{records:?}"
+    );
+    assert_eq!(args(&r), vec![(6, "6 p0".into())]);
+}
+
+#[test]
+fn waiting_procs_survive_a_restart_and_a_compaction_of_the_journal() {
+    let (mut r, mut journal) = router();
+    journal.extend(ask(&mut r, bounded(4, 1)).1);
+    journal.extend(ask(&mut r, remove(1)).1);
+    assert_eq!(args(&r), vec![(2, "1 p1".into())]);
+    // Replayed as written, and compacted to the shortest journal.
+    let compacted = crate::journal::Live::of(&journal).records();
+    for records in [journal, compacted] {
+        let mut again = Router::new(RouterConfig::default());
+        again.recover(records);
+        again.on_executable_stored(&exe("master"));
+        step(&mut again, |r| {
+            r.on_link_opened(ADMIN, Role::Admin, Duration::ZERO)
+        });
+        assert_eq!(args(&again), vec![(2, "1 p1".into())]);
+        ask(&mut again, remove(2));
+        assert_eq!(args(&again), vec![(3, "1 p2".into())]);
+        ask(&mut again, remove(3));
+        assert_eq!(args(&again), vec![(4, "1 p3".into())]);
+        ask(&mut again, remove(4));
+        assert!(args(&again).is_empty());
+        // The ids of the whole cluster stay given.
+        assert_eq!(again.jobs.next_job, 5);
+    }
+}

@@ -31,10 +31,12 @@ mod enforce;
 mod hold;
 mod job_attrs;
 mod master;
+mod materialize;
 pub(super) mod requeue;
 mod shrink;
 
 pub(super) use checkpoint::leaves_checkpoint;
+pub(super) use materialize::Pending;
 
 /// Jobs and their masters (see the module documentation).
 pub(super) struct Jobs {
@@ -66,6 +68,8 @@ pub(super) struct Jobs {
     pub memory_peaks: HashMap<JobId, u64>,
     /// Attributes running jobs published (`job_attrs.rs`).
     pub job_attrs: job_attrs::JobAttrs,
+    /// Clusters' procs not materialized yet, by cluster (`materialize.rs`).
+    pub pending: std::collections::BTreeMap<JobId, materialize::Pending>,
 }
 
 impl Jobs {
@@ -82,6 +86,7 @@ impl Jobs {
             next_job: 1,
             memory_peaks: HashMap::new(),
             job_attrs: Default::default(),
+            pending: Default::default(),
         }
     }
 

@@ -362,6 +362,7 @@ impl Router {
     /// The job's first process left: its hosts go back and its processes are killed.
     pub(super) fn end_job(&mut self, job: JobId) {
         info!(job = %job, "job ended");
+        let cluster = self.jobs.submitted.get(&job).map(|s| s.cluster);
         // A submitted job's end is journaled by `kill_master`; a hand-started one's here.
         if !self.jobs.submitted.contains_key(&job) {
             self.out
@@ -383,6 +384,9 @@ impl Router {
                 self.tell_gone_at(at, job);
             }
             self.kill_if_live(p, &proc);
+        }
+        if let Some(c) = cluster {
+            self.proc_left(job, c);
         }
     }
 

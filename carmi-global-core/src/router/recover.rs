@@ -25,6 +25,12 @@ impl Router {
                 self.replay_other(r);
             }
         }
+        // The procs of clusters with some waiting, for their bounds.
+        for (job, sub) in &self.jobs.submitted {
+            if let Some(p) = self.jobs.pending.get_mut(&sub.cluster) {
+                p.live.insert(*job);
+            }
+        }
         // Nothing is online yet: whatever the allocator says now concerns no one.
         let _ = self.alloc.take_effects();
         let _ = self.alloc.take_host_changes();
@@ -39,7 +45,17 @@ impl Router {
                 job,
                 request,
                 cluster,
-            } => self.replay_submitted(job, *request, cluster.unwrap_or(job)),
+            } => {
+                if let Some(c) = cluster
+                    && let Some(p) = self.jobs.pending.get_mut(&c)
+                {
+                    p.taken_up_to(c, job);
+                    if p.procs.is_empty() {
+                        self.jobs.pending.remove(&c);
+                    }
+                }
+                self.replay_submitted(job, *request, cluster.unwrap_or(job))
+            }
             Record::Started {
                 job,
                 master,
@@ -206,6 +222,19 @@ impl Router {
                 for (user, factor) in users {
                     self.alloc.set_user_factor(&user, factor);
                 }
+            }
+            Record::Pending {
+                cluster,
+                first,
+                request,
+            } => {
+                let last = cluster.0 + u64::from(first) + request.procs.len() as u64;
+                self.jobs.next_job = self.jobs.next_job.max(last + 1);
+                let pending = super::jobs::Pending::from_record(first, *request);
+                self.jobs.pending.insert(cluster, pending);
+            }
+            Record::PendingDropped { cluster } => {
+                self.jobs.pending.remove(&cluster);
             }
             Record::Submitted { .. } | Record::Started { .. } | Record::Ended { .. } => {}
         }

@@ -70,7 +70,12 @@ impl Router {
         }
         self.check_machine(&req)?;
         let cluster = JobId(self.jobs.next_job);
+        let now = Self::materialized_at_submit(procs, req.max_materialize, req.max_idle);
+        let bounds = (req.max_materialize, req.max_idle);
         let mut ready = Vec::with_capacity(procs);
+        // Every proc is checked now, so that a refusal is whole; the ones
+        // past the bounds wait in the cluster, checked again when they
+        // materialize (the limits may have changed by then).
         for (p, r) in split(req).into_iter().enumerate() {
             let job = JobId(cluster.0 + p as u64);
             match self.check_proc(job, cluster, r) {
@@ -84,13 +89,40 @@ impl Router {
                 }
             }
         }
+        let waiting = ready.split_off(now);
         let impossible = self.admit(&ready)?;
         self.jobs.next_job += procs as u64;
         info!(cluster = %cluster, procs, owner, "cluster submitted");
+        let live = ready.iter().map(|x| x.job).collect();
         for (x, why) in ready.into_iter().zip(impossible) {
             self.keep_proc(x, cluster, why);
         }
+        self.keep_pending(cluster, now as u32, waiting, bounds, live);
         Ok(cluster)
+    }
+
+    /// Keeps and journals the procs that wait for the cluster's bounds.
+    fn keep_pending(
+        &mut self,
+        cluster: JobId,
+        first: u32,
+        waiting: Vec<Ready>,
+        (max_materialize, max_idle): (Option<u32>, Option<u32>),
+        live: std::collections::BTreeSet<JobId>,
+    ) {
+        let mut specs = waiting.into_iter().map(|x| x.request);
+        let Some(mut template) = specs.next() else {
+            return;
+        };
+        template.procs = specs.map(|r| r.spec).collect();
+        template.max_materialize = max_materialize;
+        template.max_idle = max_idle;
+        let mut pending = super::Pending::from_record(first, template);
+        pending.live = live;
+        if let Some(r) = pending.record(cluster) {
+            self.out.push(Output::Journal(r));
+        }
+        self.jobs.pending.insert(cluster, pending);
     }
 
     /// A master pinned to a machine needs that machine in the pool.
@@ -196,6 +228,19 @@ impl Router {
         Ok(impossible)
     }
 
+    /// One waiting proc into the queue, as at submit (`materialize.rs`).
+    pub(in crate::router) fn materialize_one(
+        &mut self,
+        job: JobId,
+        cluster: JobId,
+        req: SubmitRequest,
+    ) -> Result<(), String> {
+        let ready = self.check_proc(job, cluster, req).map_err(|f| f.message)?;
+        let why = self.admit_one(&ready).map_err(|f| f.message)?;
+        self.keep_proc(ready, cluster, why);
+        Ok(())
+    }
+
     /// Journals and keeps an admitted proc.
     fn keep_proc(&mut self, x: Ready, cluster: JobId, impossible: Option<String>) {
         let job = x.job;
@@ -266,8 +311,11 @@ impl Router {
 
     /// `carmi rm C`: every proc of the cluster removed.
     pub(in crate::router) fn remove_cluster(&mut self, link: LinkId, cluster: JobId) {
+        // Its waiting procs first, so that no removal makes one materialize.
+        let dropped = self.drop_pending(cluster);
         let jobs = match self.cluster_jobs(cluster) {
             Ok(jobs) => jobs,
+            Err(_) if dropped => Vec::new(),
             Err(message) => return self.admin_fail(link, FailureCode::Invalid, message),
         };
         info!(cluster = %cluster, procs = jobs.len(), "cluster removed by an administrator");

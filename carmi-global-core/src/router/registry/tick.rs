@@ -103,6 +103,10 @@ impl Router {
         if !self.jobs.unplaced.is_empty() {
             self.place_masters();
         }
+        // Procs that started running make room under their cluster's `max_idle`.
+        if !self.jobs.pending.is_empty() {
+            self.materialize_all();
+        }
     }
 
     /// True while every registered machine ([`CUT_OFF_MIN_MACHINES`] at
