@@ -19,6 +19,9 @@
 //!   machines x 2 slots, 100 hand-started jobs, 10,000 queued by default):
 //!   memory, `status`, request-to-event time, noticing silent machines,
 //!   journal size and restart time (`carmi_bench/scale.rs`).
+//! - `cluster [PROCS] [MACHINES]`: a cluster of 2,395 procs submitted in one
+//!   request while another user runs `status` and submits, alone, with every
+//!   proc materialized and with `max_materialize = 50` (`carmi_bench/cluster.rs`).
 //!
 //! - `grant-latency [GRANTS] [MACHINES] [--json]`: what one host grant costs a
 //!   job, from `addhosts` to a worker's hello: match, spawn with a new and
@@ -41,6 +44,7 @@ use carmi_api::client::{ConnectOptions, Incoming, connect};
 
 // In a directory without `main.rs`, so that Cargo does not take them for binaries.
 #[path = "carmi_bench/grant.rs"]
+mod cluster;
 mod grant;
 #[path = "carmi_bench/inbox.rs"]
 mod inbox;
@@ -100,6 +104,7 @@ fn main() -> ExitCode {
         ECHO_TASK => return echo_task(),
         "scale" => return scale_main(),
         "grant-latency" => return grant_main(),
+        "cluster" => return cluster_main(),
         grant::GRANT_WORKER => {
             let args: Vec<String> = std::env::args().skip(2).collect();
             return grant::grant_worker(&args);
@@ -109,7 +114,7 @@ fn main() -> ExitCode {
         "all" => (true, true),
         _ => {
             eprintln!(
-                "usage: cargo run --release -p carmi-benches --bin carmi-bench -- [messaging|spawn|all|scale|grant-latency]"
+                "usage: cargo run --release -p carmi-benches --bin carmi-bench -- [messaging|spawn|all|scale|grant-latency|cluster]"
             );
             return ExitCode::from(2);
         }
@@ -189,6 +194,34 @@ fn scale_main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("carmi-bench scale: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `carmi-bench cluster [PROCS] [MACHINES]`.
+fn cluster_main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(2).collect();
+    let number = |i: usize, default: usize| match args.get(i) {
+        Some(n) => n.parse().ok().filter(|&n| n > 0),
+        None => Some(default),
+    };
+    let (Some(procs), Some(machines)) = (number(0, 2_395), number(1, 500)) else {
+        eprintln!("usage: carmi-bench cluster [PROCS] [MACHINES] (each at least 1)");
+        return ExitCode::from(2);
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    println!("Host: {}\n", host_description());
+    if cfg!(debug_assertions) {
+        println!("**Built without `--release`: these numbers are not representative.**\n");
+    }
+    match cluster::run_cluster(&rt, procs, machines) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("carmi-bench cluster: {e}");
             ExitCode::FAILURE
         }
     }
