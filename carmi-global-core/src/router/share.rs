@@ -21,11 +21,13 @@ impl Router {
     /// The standing in the fair share between users of the user `job` is
     /// charged to (its accounting group, else its owner), for `carmi q`.
     pub(super) fn user_share(&self, job: JobId) -> UserShare {
-        let u = self.alloc.user_usage(self.alloc.job_user(job));
+        let user = self.alloc.job_user(job);
+        let u = self.alloc.user_usage(user);
         UserShare {
             priority: u.priority(),
             usage_hours: u.host_seconds / 3600.0,
             factor: u.factor,
+            name: (user != self.alloc.job_owner(job)).then(|| user.to_string()),
         }
     }
 
