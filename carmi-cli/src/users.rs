@@ -1,23 +1,24 @@
-//! The users part of `carmi q`: each owner's fair-share priority and recent
+//! The users part of `carmi q`: each user's fair-share priority and recent
 //! usage (issue 15, item 7), so that a user can see why another user's job
-//! grows before theirs.
+//! grows before theirs. A job's user is its accounting group when it names
+//! one (`physics.alice`), else its owner.
 
 use std::collections::BTreeMap;
 
 use carmi_api::msg::JobStatus;
 
-/// One line per owner of a listed job (priority, usage, hosts and jobs),
+/// One line per user of a listed job (priority, usage, hosts and jobs),
 /// best priority first; empty when no job carries a priority (an older
 /// global RM).
 pub fn users_text(jobs: &[JobStatus]) -> String {
-    // owner -> (priority, usage, hosts held, jobs, factor)
+    // user -> (priority, usage, hosts held, jobs, factor)
     let mut users: BTreeMap<&str, (f64, f64, u32, u32, f64)> = BTreeMap::new();
     for j in jobs {
         let Some(u) = &j.user else { continue };
-        let e =
-            users
-                .entry(j.owner.as_str())
-                .or_insert((u.priority, u.usage_hours, 0, 0, u.factor));
+        let name = u.name.as_deref().unwrap_or(&j.owner);
+        let e = users
+            .entry(name)
+            .or_insert((u.priority, u.usage_hours, 0, 0, u.factor));
         e.2 += j.classes.iter().map(|c| c.held).sum::<u32>();
         e.3 += 1;
     }
@@ -26,14 +27,21 @@ pub fn users_text(jobs: &[JobStatus]) -> String {
     }
     let mut rows: Vec<_> = users.into_iter().collect();
     rows.sort_by(|a, b| a.1.0.total_cmp(&b.1.0).then(a.0.cmp(b.0)));
+    // Wide enough for accounting groups (`physics.alice`), within reason.
+    let w = rows
+        .iter()
+        .map(|(name, _)| name.chars().count())
+        .max()
+        .unwrap_or(0)
+        .clamp(10, 32);
     let mut out = format!(
-        "\n{:<10} {:>9} {:>12} {:>6} {:>5} {:>7}\n",
+        "\n{:<w$} {:>9} {:>12} {:>6} {:>5} {:>7}\n",
         "USER", "PRIORITY", "HOST-HOURS", "HOSTS", "JOBS", "FACTOR"
     );
     for (name, (prio, usage, hosts, n, factor)) in rows {
-        let name: String = name.chars().take(10).collect();
+        let name: String = name.chars().take(w).collect();
         out.push_str(&format!(
-            "{name:<10} {prio:>9.2} {usage:>12.2} {hosts:>6} {n:>5} {factor:>7.2}\n"
+            "{name:<w$} {prio:>9.2} {usage:>12.2} {hosts:>6} {n:>5} {factor:>7.2}\n"
         ));
     }
     out.push_str("(lower priority is better: factor x (1 + usage in host-hours); usage halves every half-life)\n");
@@ -69,6 +77,7 @@ mod tests {
                 priority,
                 usage_hours: priority - 1.0,
                 factor: 1.0,
+                name: None,
             }),
             attrs: Vec::new(),
         }
@@ -92,6 +101,16 @@ mod tests {
             lines[3].split_whitespace().collect::<Vec<_>>(),
             ["alice", "4.50", "3.50", "5", "2", "1.00"]
         );
+        // A job charged to an accounting group is listed under the group.
+        let mut grouped = job(5, "alice", 4, 2.0);
+        grouped.user.as_mut().unwrap().name = Some("physics.alice".into());
+        let text = users_text(&[job(1, "alice", 3, 4.5), grouped]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[2].split_whitespace().collect::<Vec<_>>(),
+            ["physics.alice", "2.00", "1.00", "4", "1", "1.00"]
+        );
+        assert_eq!(lines[3].split_whitespace().next(), Some("alice"));
         let mut old = job(4, "carol", 1, 1.0);
         old.user = None;
         assert_eq!(users_text(&[old]), "");

@@ -48,6 +48,7 @@
 //!   in clusters of identical requests.
 //! - `possible::Verdicts` (`possible`): which waiting jobs could ever start.
 //! - `crate::usage::Usage` (`share`): fair share between users.
+//! - `concurrency::Concurrency` (`concurrency`): limits and amounts in use.
 //! - `restore::RecordedClaims` (`restore`): hosts held before a restart.
 //! - `effect::Outputs` (`effect`): effects and host changes until taken.
 //! - `clock::Clock` (`clock`): the time inputs were given at.
@@ -78,7 +79,10 @@
 //!   category that applies; `why`: why an owner holds a machine.
 //! - `matching`: the matching of a job's minimum places to slots (augmenting paths).
 //! - `possible`: jobs no set of machines in the pool could start, flagged and keeping nothing back.
-//! - `share`: fair share between users, weighted by their priority (`crate::usage`).
+//! - `share`: fair share between users, weighted by their priority (`crate::usage`),
+//!   charged to a job's accounting group when it names one.
+//! - `concurrency`: the admin's concurrency limits (licences and the like),
+//!   taken by jobs while they run.
 //! - `queue`: waiting jobs grouped into clusters of identical requests, so
 //!   that settling the queue costs time per cluster, not per job.
 //! - `restore`: hosts a job held before a restart of the global RM.
@@ -86,6 +90,9 @@
 mod analyze;
 mod check;
 mod clock;
+mod concurrency;
+#[cfg(test)]
+mod concurrency_tests;
 mod demand;
 mod effect;
 mod engine;
@@ -141,6 +148,9 @@ use possible::Verdicts;
 use queue::Waiting;
 use restore::RecordedClaims;
 
+pub use concurrency::{
+    ConcurrencyConfig, MAX_LIMIT_NAME, MAX_LIMITS_PER_JOB, parse_concurrency_limits,
+};
 pub use demand::Unmet;
 pub use effect::{Effect, HostChange, HostChangeKind, ReleaseCause, ReqRef};
 pub use jobs::{ClassLimits, Phase};
@@ -169,6 +179,8 @@ pub struct Allocator {
     recorded: RecordedClaims,
     /// Every user's recent use of the pool: fair share between users (`share`).
     usage: crate::usage::Usage,
+    /// The admin's concurrency limits and the amounts running jobs hold.
+    concurrency: concurrency::Concurrency,
     /// What inputs caused, until taken.
     out: Outputs,
     /// Set when a slot became idle or a job was submitted: the job queue
@@ -204,6 +216,7 @@ impl Allocator {
             verdicts: Verdicts::default(),
             recorded: RecordedClaims::default(),
             usage: Default::default(),
+            concurrency: Default::default(),
             out: Outputs::default(),
             dirty: false,
         }

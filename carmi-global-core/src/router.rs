@@ -248,6 +248,7 @@ impl Router {
     pub fn new(config: RouterConfig) -> Router {
         let mut alloc = Allocator::new();
         alloc.set_usage_half_life(config.priority_half_life);
+        alloc.set_concurrency_limits(config.concurrency_limits.clone());
         alloc.set_unix_epoch(config.started_unix);
         Router {
             config,

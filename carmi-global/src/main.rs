@@ -133,6 +133,15 @@ struct Args {
     /// last use (upload, submit, spawn); then it is removed.
     #[arg(long, value_name = "S", default_value_t = carmi_global::router::DEFAULT_STORE_KEEP.as_secs())]
     store_keep_s: u64,
+    /// A concurrency limit, NAME=N (HTCondor's NAME_LIMIT = N): running
+    /// jobs whose `concurrency_limits` name NAME take at most N of it at
+    /// once (names are case-insensitive); repeat for more names.
+    #[arg(long = "concurrency-limit", value_name = "NAME=N")]
+    concurrency_limits: Vec<String>,
+    /// The limit of every name no --concurrency-limit gives (HTCondor's
+    /// CONCURRENCY_LIMIT_DEFAULT) [default: such names are not limited].
+    #[arg(long, value_name = "N")]
+    concurrency_limit_default: Option<f64>,
 }
 
 #[tokio::main]
@@ -191,6 +200,7 @@ fn server_config(args: &Args, secret_file: &Path) -> anyhow::Result<ServerConfig
         priority_half_life: Duration::from_secs(args.priority_half_life_s.max(1)),
         max_new_names_per_connection: args.max_new_names_per_connection,
         store_keep: Duration::from_secs(args.store_keep_s),
+        concurrency_limits: concurrency_limits(args)?,
         ..RouterConfig::default()
     };
     // Past what the daemon itself interns at start (a few hundred names).
@@ -220,6 +230,46 @@ fn server_config(args: &Args, secret_file: &Path) -> anyhow::Result<ServerConfig
     }
     pilots.global_addr = args.pilot_global.clone();
     config.pilots = Some(pilots);
+    Ok(config)
+}
+
+/// The concurrency limits of `--concurrency-limit NAME=N` and
+/// `--concurrency-limit-default N`, each checked with the reason it is refused.
+fn concurrency_limits(args: &Args) -> anyhow::Result<carmi_global::alloc::ConcurrencyConfig> {
+    let number = |flag: &str, text: &str| -> anyhow::Result<f64> {
+        match text.trim().parse::<f64>() {
+            Ok(n) if n.is_finite() && n >= 0.0 => Ok(n),
+            _ => bail!(
+                "{flag}: `{text}` is not a number of 0 or more (e.g. --concurrency-limit matlab=2)"
+            ),
+        }
+    };
+    let mut config = carmi_global::alloc::ConcurrencyConfig::default();
+    for given in &args.concurrency_limits {
+        let flag = format!("--concurrency-limit {given}");
+        let Some((name, n)) = given.split_once('=') else {
+            bail!("{flag}: write NAME=N, e.g. --concurrency-limit matlab=2");
+        };
+        if name.contains([',', ':']) {
+            bail!("{flag}: give one name per flag, without an amount");
+        }
+        // The same rules as a job's names, so that every limit can be named.
+        let parsed = carmi_global::alloc::parse_concurrency_limits(name)
+            .map_err(|e| anyhow::anyhow!("{flag}: {e}"))?;
+        let [(name, _)] = &parsed[..] else {
+            bail!("{flag}: give one name per flag");
+        };
+        if config
+            .limits
+            .insert(name.clone(), number(&flag, n)?)
+            .is_some()
+        {
+            bail!("{flag}: limit `{name}` is given twice");
+        }
+    }
+    if let Some(n) = args.concurrency_limit_default {
+        config.default = Some(number("--concurrency-limit-default", &n.to_string())?);
+    }
     Ok(config)
 }
 

@@ -43,8 +43,9 @@ use std::time::{Duration, Instant};
 use carmi_api::client::{ConnectOptions, Incoming, connect};
 
 // In a directory without `main.rs`, so that Cargo does not take them for binaries.
-#[path = "carmi_bench/grant.rs"]
+#[path = "carmi_bench/cluster.rs"]
 mod cluster;
+#[path = "carmi_bench/grant.rs"]
 mod grant;
 #[path = "carmi_bench/inbox.rs"]
 mod inbox;

@@ -145,6 +145,20 @@ impl Allocator {
             .map(|(&id, _)| id)
             .collect();
         assert_eq!(running, self.running, "the running set is out of step");
+        let counted = self.recount_limits();
+        let kept = &self.concurrency.in_use;
+        let names: std::collections::BTreeSet<&String> =
+            counted.keys().chain(kept.keys()).collect();
+        for name in names {
+            let (c, k) = (
+                counted.get(name).copied().unwrap_or(0.0),
+                kept.get(name).copied().unwrap_or(0.0),
+            );
+            assert!(
+                (c - k).abs() < 1e-6,
+                "concurrency limit {name}: {k} kept in use, {c} held by running jobs"
+            );
+        }
     }
 
     /// Each job's hosts and subscriptions against the slots.

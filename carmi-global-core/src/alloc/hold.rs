@@ -43,6 +43,7 @@ impl Allocator {
             }
             Phase::Waiting => self.drop_waiting(job, seq),
             Phase::Running { .. } => {
+                self.give_back_limits(job);
                 self.running.remove(&job);
             }
         }
@@ -77,14 +78,13 @@ impl Allocator {
             Some(p) => return fail(format!("job {} is not held (it is {})", job.0, p.name())),
         }
         let (parsed, limits, ranks) = parse_classes(classes)?;
-        let owner = self.job_owner(job).to_string();
         let j = self.jobs.get_mut(&job).expect("checked above");
         j.classes = parsed;
         j.limits = limits;
         j.ranks = ranks;
         self.pool_changed();
         // `enqueue` files it under its own (old) sequence number.
-        self.enqueue(job, &owner, classes);
+        self.enqueue(job);
         self.dirty = true;
         Ok(())
     }

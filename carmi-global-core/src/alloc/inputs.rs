@@ -183,6 +183,8 @@ impl Allocator {
         self.jobs.entry(job).or_insert(Job {
             ad,
             owner: owner.to_string(),
+            user: owner.to_string(),
+            concurrency: Ok(Vec::new()),
             classes: BTreeMap::new(),
             hosts: BTreeMap::new(),
             subs: Vec::new(),
@@ -211,6 +213,7 @@ impl Allocator {
                 j.ad.insert(name, expr);
             }
         }
+        self.read_share_attributes(job);
     }
 
     /// A job ended: its pending requests are dropped and its hosts go back to
@@ -220,6 +223,9 @@ impl Allocator {
             return;
         }
         let (freed, suspended) = self.strip_job(job, ReleaseCause::JobEnded);
+        if self.running.contains(&job) {
+            self.give_back_limits(job);
+        }
         if let Some(j) = self.jobs.remove(&job) {
             self.running.remove(&job);
             if j.phase == Phase::Waiting {

@@ -81,6 +81,12 @@ pub(super) struct Job {
     /// The ad's `Owner`, fixed when the job is created (`set_job_attributes`
     /// never replaces it).
     pub(super) owner: String,
+    /// The user the fair share charges: the job's accounting group
+    /// (`AccountingGroup`, `group.user`) when it has one, else `owner`
+    /// (see `share`). Who may act on the job is still decided by `owner`.
+    pub(super) user: String,
+    /// The concurrency limits the job takes while it runs (see `concurrency`).
+    pub(super) concurrency: super::concurrency::JobNeeds,
     pub(super) classes: BTreeMap<String, Class>,
     /// Announced hosts and the class each was allocated for.
     pub(super) hosts: BTreeMap<HostId, String>,

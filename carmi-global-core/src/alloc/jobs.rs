@@ -185,7 +185,7 @@ impl Allocator {
         j.classes = parsed;
         j.limits = limits;
         j.ranks = ranks;
-        self.enqueue(job, owner, classes);
+        self.enqueue(job);
         Ok(())
     }
 
@@ -397,6 +397,7 @@ impl Allocator {
         }
         self.jobs.get_mut(&job).expect("waiting job exists").phase = Phase::Running { grow: false };
         self.running.insert(job);
+        self.take_limits(job);
         tracing::info!(job = %job, hosts = class_of.len(), "job started: its minimums are held");
         self.out.effects.push(Effect::JobStarted { job });
         true
@@ -560,7 +561,7 @@ impl Allocator {
                     .filter(|&h| self.may_move(&users, donor(self, h), job))
                     .map(|h| {
                         let d = donor(self, h);
-                        let w = self.user_weight(&users, self.job_owner(d), 0);
+                        let w = self.user_weight(&users, self.job_user(d), 0);
                         (w, self.jobs[&d].hosts.len(), h)
                     })
                     .collect();

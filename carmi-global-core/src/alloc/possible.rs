@@ -303,6 +303,6 @@ impl Allocator {
         heads
             .into_values()
             .map(|(job, _)| job)
-            .find(|&job| self.possible(job))
+            .find(|&job| self.limits_allow(job) && self.possible(job))
     }
 }

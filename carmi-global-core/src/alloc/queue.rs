@@ -44,9 +44,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use carmi_proto::ids::{HostId, JobId};
 
-use super::{Allocator, ClassLimits, Phase, SlotState};
+use super::job::Job;
+use super::{Allocator, Phase, SlotState};
 
-/// A cluster's signature, owner, and waiting jobs (submit order, job).
+/// A cluster's signature, user (the fair share's: see `share`), and waiting
+/// jobs (submit order, job).
 type Members = (String, String, BTreeSet<(u64, JobId)>);
 
 /// The waiting jobs, in submit order and by cluster.
@@ -199,20 +201,31 @@ impl Waiting {
 }
 
 /// What makes two waiting jobs interchangeable for starting (see the module
-/// documentation).
-fn signature(job: JobId, owner: &str, classes: &[ClassLimits]) -> String {
-    if classes
-        .iter()
+/// documentation): the owner (membership reads it), the user the fair share
+/// charges (the pass order does), the classes with their minimums, and the
+/// concurrency limits (a job that waits for a limit keeps another, without
+/// it, from nothing).
+fn signature(id: JobId, j: &Job) -> String {
+    if j.classes
+        .values()
         .any(|c| c.expression.to_ascii_lowercase().contains("jobid"))
     {
-        return format!("\u{1}{}", job.0);
+        return format!("\u{1}{}", id.0);
     }
-    let mut sorted: Vec<&ClassLimits> = classes.iter().collect();
-    sorted.sort_by(|a, b| a.name.cmp(&b.name));
-    // Fields are joined by a byte no name or expression holds unescaped.
-    let mut s = format!("{owner}\0");
-    for c in sorted {
-        s.push_str(&format!("{}\0{}\0{}\0", c.name, c.expression, c.min));
+    // Fields are joined by a byte no name or expression holds unescaped;
+    // classes come sorted by name.
+    let mut s = format!("{}\0{}\0", j.owner, j.user);
+    for (name, c) in &j.classes {
+        let min = j.limits.get(name).map_or(0, |&(min, _)| min);
+        s.push_str(&format!("{name}\0{}\0{min}\0", c.expression));
+    }
+    match &j.concurrency {
+        Ok(needs) => {
+            for (name, amount) in needs {
+                s.push_str(&format!("\u{2}{name}:{amount}"));
+            }
+        }
+        Err(_) => return format!("\u{1}{}", id.0),
     }
     s
 }
@@ -222,14 +235,12 @@ impl Allocator {
     /// job unlike every waiting one needs trying: the queue was settled
     /// after the last input, so the first job of its cluster could not
     /// start, and neither can it, behind it.
-    pub(super) fn enqueue(&mut self, job: JobId, owner: &str, classes: &[ClassLimits]) {
+    pub(super) fn enqueue(&mut self, job: JobId) {
         let j = self.jobs.get_mut(&job).expect("enqueuing a live job");
         j.phase = Phase::Waiting;
-        let fresh = self
-            .waiting
-            .join(job, j.seq, signature(job, owner, classes), owner);
+        let fresh = self.waiting.join(job, j.seq, signature(job, j), &j.user);
         if fresh {
-            if self.waiting.comes_last(owner) {
+            if self.waiting.comes_last(&self.jobs[&job].user) {
                 self.waiting.fresh.push(job);
             } else {
                 // Its owner comes before a waiting one (or was never
@@ -261,6 +272,12 @@ impl Allocator {
     /// took any, or if it is the head.
     fn try_in_turn(&mut self, job: JobId, free: &mut Option<Vec<HostId>>) -> bool {
         self.waiting.tries += 1;
+        // A job waiting for a concurrency limit cannot start whatever is
+        // kept for it, and keeps nothing back: the limit frees when a job
+        // holding it stops, which calls for a full pass.
+        if !self.limits_allow(job) {
+            return false;
+        }
         // A job whose minimums no set of online slots meets cannot start
         // whatever is kept for it: it waits (the pool may grow) without
         // holding back the jobs behind it, or one impossible request would
@@ -337,7 +354,7 @@ impl Allocator {
         let running = self
             .running
             .iter()
-            .map(|id| (self.jobs[id].owner.as_str(), self.jobs[id].seq));
+            .map(|id| (self.jobs[id].user.as_str(), self.jobs[id].seq));
         for (owner, seq) in waiting.chain(running) {
             let e = oldest.entry(owner).or_insert(seq);
             *e = (*e).min(seq);
@@ -360,7 +377,7 @@ impl Allocator {
     /// in this order).
     pub(super) fn pass_key(&self, job: JobId) -> (usize, u64) {
         let j = &self.jobs[&job];
-        (self.waiting.rank(&j.owner), j.seq)
+        (self.waiting.rank(&j.user), j.seq)
     }
 
     /// The waiting jobs in the order the queue is settled in (users by
@@ -371,7 +388,7 @@ impl Allocator {
             .waiting
             .queue
             .iter()
-            .map(|(&seq, &job)| ((self.waiting.rank(&self.jobs[&job].owner), seq), job))
+            .map(|(&seq, &job)| ((self.waiting.rank(&self.jobs[&job].user), seq), job))
             .collect();
         waiting.sort_unstable();
         waiting.into_iter().map(|(_, job)| job).collect()

@@ -127,6 +127,7 @@ impl Allocator {
             let seq = j.seq;
             self.dequeue(job, seq);
             self.running.insert(job);
+            self.take_limits(job);
             self.dirty = true;
         }
     }

@@ -31,14 +31,89 @@ pub(super) type Held = BTreeMap<String, u32>;
 /// A job with room to grow: (hosts held, submit order, job, classes with room).
 pub(super) type Hungry = (u32, u64, JobId, Vec<String>);
 
+/// Longest accounting group name kept (`carmi userprio` takes user names
+/// up to this long).
+const MAX_USER: usize = 256;
+
+/// The user `job`'s use of the pool is charged to, from its ad: HTCondor's
+/// `AccountingGroup` (`group.user`) when set, else `AcctGroup` with
+/// `AcctGroupUser` (or the owner) as `group.user`, else the owner. A name
+/// that is not a string of 1 to 256 printable characters without spaces is
+/// passed over, with a warning, for the owner.
+///
+/// As in HTCondor without an admin's `SUBMIT_REQUIREMENTS`, the submitter is
+/// trusted to name a group it belongs to: the group only changes whose
+/// share the job counts against, never who may act on it.
+pub(super) fn accounting_user(ad: &classad::ClassAd, owner: &str) -> String {
+    let text = |name: &str| {
+        ad.get(name)?;
+        ad.eval_attr(name).as_str().map(str::to_string)
+    };
+    let group = text("AccountingGroup").or_else(|| {
+        let group = text("AcctGroup")?;
+        let user = text("AcctGroupUser").unwrap_or_else(|| owner.to_string());
+        Some(format!("{group}.{user}"))
+    });
+    match group {
+        Some(g)
+            if !g.is_empty()
+                && g.len() <= MAX_USER
+                && g.chars().all(|c| c.is_ascii_graphic() || !c.is_ascii()) =>
+        {
+            g
+        }
+        Some(g) => {
+            let g: String = g.chars().take(64).collect();
+            tracing::warn!(owner, group = %g, "accounting group passed over: it must be 1 to 256 printable characters without spaces");
+            owner.to_string()
+        }
+        None => owner.to_string(),
+    }
+}
+
 impl Allocator {
+    /// The user the fair share charges `job` to (its accounting group, else
+    /// its owner; empty for an unknown job): what `carmi userprio` lists.
+    pub fn job_user(&self, job: JobId) -> &str {
+        self.jobs.get(&job).map_or("", |j| &j.user)
+    }
+
+    /// Reads what the fair share and the concurrency limits need from `job`'s
+    /// ad, once its attributes are set. A waiting job whose user or limits
+    /// changed is filed again at its place in the queue, in the cluster of
+    /// the jobs now like it.
+    pub(super) fn read_share_attributes(&mut self, job: JobId) {
+        // A running job's holdings are counted under the values it started
+        // with: they stay until it stops.
+        if self.running.contains(&job) {
+            return;
+        }
+        let Some(j) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        let user = accounting_user(&j.ad, &j.owner);
+        let needs = super::concurrency::needs_of(&j.ad);
+        if user == j.user && needs == j.concurrency {
+            return;
+        }
+        let requeue = j.phase == Phase::Waiting;
+        j.user = user;
+        j.concurrency = needs;
+        if requeue {
+            let seq = j.seq;
+            self.dequeue(job, seq);
+            self.enqueue(job);
+            self.dirty = true;
+        }
+    }
+
     /// Hosts held per user by running submitted jobs (those that grow and
     /// give hosts back; jobs started by hand hold only what they asked for).
     pub(super) fn held_by_user(&self) -> Held {
         let mut held = Held::new();
         for id in &self.running {
             let n = self.jobs[id].hosts.len() as u32;
-            *held.entry(self.job_owner(*id).to_string()).or_default() += n;
+            *held.entry(self.job_user(*id).to_string()).or_default() += n;
         }
         held
     }
@@ -56,7 +131,7 @@ impl Allocator {
         let held = self.held_by_user();
         let mut keyed: Vec<(f64, Hungry)> = hungry
             .drain(..)
-            .map(|h| (self.user_weight(&held, self.job_owner(h.2), 1), h))
+            .map(|h| (self.user_weight(&held, self.job_user(h.2), 1), h))
             .collect();
         keyed.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
         hungry.extend(keyed.into_iter().map(|(_, h)| h));
@@ -65,7 +140,7 @@ impl Allocator {
     /// Whether a host above `donor`'s minimum may move to `taker` (see the
     /// module's rule).
     pub(super) fn may_move(&self, held: &Held, donor: JobId, taker: JobId) -> bool {
-        let (d, t) = (self.job_owner(donor), self.job_owner(taker));
+        let (d, t) = (self.job_user(donor), self.job_user(taker));
         if d == t {
             return self.jobs[&donor].hosts.len() > self.jobs[&taker].hosts.len() + 1;
         }
@@ -81,7 +156,7 @@ impl Allocator {
         let mut held = Held::new();
         for (&id, j) in &self.jobs {
             if !j.hosts.is_empty() && j.phase != Phase::Held {
-                *held.entry(self.job_owner(id).to_string()).or_default() += j.hosts.len() as u32;
+                *held.entry(self.job_user(id).to_string()).or_default() += j.hosts.len() as u32;
             }
         }
         self.usage.advance(self.clock.now, &held);

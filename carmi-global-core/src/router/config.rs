@@ -38,6 +38,10 @@ pub struct RouterConfig {
     /// How long a file in the executable store that no live job refers to
     /// is kept after its last use ([`DEFAULT_STORE_KEEP`]); then it is removed.
     pub store_keep: Duration,
+    /// The admin's concurrency limits (`--concurrency-limit NAME=N`,
+    /// `--concurrency-limit-default N`): how many running jobs may take
+    /// each named resource at once (see `alloc::concurrency`).
+    pub concurrency_limits: crate::alloc::ConcurrencyConfig,
 }
 
 impl Default for RouterConfig {
@@ -53,6 +57,7 @@ impl Default for RouterConfig {
             priority_half_life: crate::usage::DEFAULT_HALF_LIFE,
             cut_off_limit: CUT_OFF_LIMIT,
             store_keep: DEFAULT_STORE_KEEP,
+            concurrency_limits: Default::default(),
         }
     }
 }

@@ -409,5 +409,7 @@ fn ids_never_go_back_after_a_compacted_journal_is_replayed() {
 
 #[path = "door_tests.rs"]
 mod door;
+#[path = "limits_tests.rs"]
+mod limits;
 #[path = "shrink_tests.rs"]
 mod shrink;

@@ -1,7 +1,9 @@
 //! The router's side of fair share between users (issue 15, item 7; the
-//! policy is `alloc::share`, the accounting `crate::usage`): each owner's
+//! policy is `alloc::share`, the accounting `crate::usage`): each user's
 //! standing for `carmi q`, and their usage in the journal, so that a
-//! restart of the global RM does not hand a heavy user a clean slate.
+//! restart of the global RM does not hand a heavy user a clean slate. A
+//! job's user is its accounting group (`AccountingGroup`, `group.user`)
+//! when it names one, else its owner (issue 32), as HTCondor charges it.
 
 use std::time::Duration;
 
@@ -16,13 +18,16 @@ use crate::journal::Record;
 const JOURNAL_EVERY: Duration = Duration::from_secs(60);
 
 impl Router {
-    /// `job`'s owner's standing in the fair share between users, for `carmi q`.
+    /// The standing in the fair share between users of the user `job` is
+    /// charged to (its accounting group, else its owner), for `carmi q`.
     pub(super) fn user_share(&self, job: JobId) -> UserShare {
-        let u = self.alloc.user_usage(self.alloc.job_owner(job));
+        let user = self.alloc.job_user(job);
+        let u = self.alloc.user_usage(user);
         UserShare {
             priority: u.priority(),
             usage_hours: u.host_seconds / 3600.0,
             factor: u.factor,
+            name: (user != self.alloc.job_owner(job)).then(|| user.to_string()),
         }
     }
 

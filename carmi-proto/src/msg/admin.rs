@@ -154,6 +154,10 @@ pub struct UserShare {
     /// and 1 from a global RM that predates it).
     #[serde(default = "one")]
     pub factor: f64,
+    /// The user charged, when it is not the job's owner: the job's
+    /// accounting group (`physics.alice`, issue 32).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 fn one() -> f64 {

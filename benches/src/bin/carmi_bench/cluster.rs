@@ -126,7 +126,7 @@ pub(super) fn run_cluster(
     machines: usize,
 ) -> Result<()> {
     print_command("cluster");
-    let mut pool = Pool::start_with("cluster-bench", 4, &[], PoolOptions::default());
+    let pool = Pool::start_with("cluster-bench", 4, &[], PoolOptions::default());
     let bare = pool.secret.clone().with_token(None);
     let options = FleetOptions {
         machines,

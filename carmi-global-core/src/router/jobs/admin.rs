@@ -88,6 +88,7 @@ impl Router {
                 Phase::Waiting => self
                     .alloc
                     .impossible(job)
+                    .or_else(|| self.alloc.concurrency_wait(job))
                     .or_else(|| sub.and_then(|s| s.tries.requeued.clone())),
                 Phase::Held => sub.and_then(|s| s.held.clone()),
                 _ => sub.and_then(|s| self.master_unsent(s)),
