@@ -77,6 +77,7 @@ pub fn end_text(end: &JobEnd) -> String {
             format!("failed to start: {r}")
         }
         JobEnd::Removed => "removed".into(),
+        JobEnd::RemovedByPolicy(why) => why.clone(),
         JobEnd::Detached => "ended: its first process disconnected".into(),
     }
 }
@@ -130,7 +131,7 @@ pub fn record_ad(j: &JobRecord) -> classad::ClassAd {
         ad.insert_value("MemoryUsage", int(u.memory_peak_kib.div_ceil(1024)));
     }
     let status = match &j.end {
-        JobEnd::Removed => 3,
+        JobEnd::Removed | JobEnd::RemovedByPolicy(_) => 3,
         _ => 4,
     };
     ad.insert_value("JobStatus", Value::Int(status));

@@ -133,6 +133,11 @@ struct Args {
     /// last use (upload, submit, spawn); then it is removed.
     #[arg(long, value_name = "S", default_value_t = carmi_global::router::DEFAULT_STORE_KEEP.as_secs())]
     store_keep_s: u64,
+    /// Seconds between evaluations of jobs' `periodic_hold`,
+    /// `periodic_release` and `periodic_remove` (HTCondor's
+    /// PERIODIC_EXPR_INTERVAL; at least 1).
+    #[arg(long, value_name = "S", default_value_t = carmi_global::router::PERIODIC_EXPR_INTERVAL.as_secs())]
+    periodic_expr_interval_s: u64,
 }
 
 #[tokio::main]
@@ -191,6 +196,7 @@ fn server_config(args: &Args, secret_file: &Path) -> anyhow::Result<ServerConfig
         priority_half_life: Duration::from_secs(args.priority_half_life_s.max(1)),
         max_new_names_per_connection: args.max_new_names_per_connection,
         store_keep: Duration::from_secs(args.store_keep_s),
+        policy_interval: Duration::from_secs(args.periodic_expr_interval_s.max(1)),
         ..RouterConfig::default()
     };
     // Past what the daemon itself interns at start (a few hundred names).

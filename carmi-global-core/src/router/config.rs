@@ -38,7 +38,17 @@ pub struct RouterConfig {
     /// How long a file in the executable store that no live job refers to
     /// is kept after its last use ([`DEFAULT_STORE_KEEP`]); then it is removed.
     pub store_keep: Duration,
+    /// How often jobs' `periodic_hold`, `periodic_release` and
+    /// `periodic_remove` are evaluated ([`PERIODIC_EXPR_INTERVAL`]; HTCondor's
+    /// `PERIODIC_EXPR_INTERVAL`, `router/jobs/policy.rs`).
+    pub policy_interval: Duration,
 }
+
+/// How often jobs' periodic expressions are evaluated by default: 2 s, so
+/// that `periodic_remove = (time() - QDate) > 5` acts within a few seconds
+/// of its deadline (HTCondor's default is 60 s; the cost is one job ad
+/// built per job with such an expression each time).
+pub const PERIODIC_EXPR_INTERVAL: Duration = Duration::from_secs(2);
 
 impl Default for RouterConfig {
     fn default() -> Self {
@@ -53,6 +63,7 @@ impl Default for RouterConfig {
             priority_half_life: crate::usage::DEFAULT_HALF_LIFE,
             cut_off_limit: CUT_OFF_LIMIT,
             store_keep: DEFAULT_STORE_KEEP,
+            policy_interval: PERIODIC_EXPR_INTERVAL,
         }
     }
 }

@@ -9,7 +9,9 @@
 //! - `requeue.rs`: a master that failed to start or was evicted, queued again,
 //! - `hold.rs`, `shrink.rs`: holds (`carmi hold`, and by the pool),
 //! - `checkpoint.rs`: a vacated master's checkpoint,
-//! - `enforce.rs`, `job_attrs.rs`: requests enforced, and attributes jobs publish.
+//! - `enforce.rs`, `job_attrs.rs`: requests enforced, and attributes jobs publish,
+//! - `policy.rs`, `job_ad.rs`: the job's `periodic_*` and `on_exit_*`
+//!   expressions, and the job ad they are evaluated against.
 //!
 //! Replaying the journal after a restart is in `router/recover.rs`.
 
@@ -28,8 +30,10 @@ mod anywhere;
 mod checkpoint;
 mod enforce;
 mod hold;
+mod job_ad;
 mod job_attrs;
 mod master;
+mod policy;
 pub(super) mod requeue;
 mod shrink;
 
@@ -65,6 +69,8 @@ pub(super) struct Jobs {
     pub memory_peaks: HashMap<JobId, u64>,
     /// Attributes running jobs published (`job_attrs.rs`).
     pub job_attrs: job_attrs::JobAttrs,
+    /// The `periodic_*` and `on_exit_*` policies of queued jobs (`policy.rs`).
+    pub policies: policy::Policies,
 }
 
 impl Jobs {
@@ -81,6 +87,7 @@ impl Jobs {
             next_job: 1,
             memory_peaks: HashMap::new(),
             job_attrs: Default::default(),
+            policies: Default::default(),
         }
     }
 
