@@ -259,6 +259,12 @@ mod tests {
                 .eval_expr(&classad::parse_expr("JobStatus == 3").unwrap(), None)
                 .is_true()
         );
+        let why = "removed by periodic_remove: (time() - QDate) > 5";
+        let by_policy = record(3, JobEnd::RemovedByPolicy(why.into()));
+        let ad = record_ad(&by_policy);
+        let removed = classad::parse_expr("JobStatus == 3").unwrap();
+        assert!(ad.eval_expr(&removed, None).is_true());
+        assert!(history_text(&[by_policy]).contains(why));
         let text = history_text(&[done]);
         assert!(text.contains("59m20s") && text.contains("2s"), "{text}");
         assert!(
