@@ -36,6 +36,11 @@ impl Pool {
     /// A router whose clock reads `EPOCH` at its start, with machine `a`
     /// (needing no heartbeat within a test) and an admin link.
     fn new() -> Pool {
+        Pool::recovered(Vec::new())
+    }
+
+    /// [`Pool::new`] after a restart: `journal` replayed first.
+    fn recovered(journal: Vec<Record>) -> Pool {
         let config = RouterConfig {
             heartbeat: Duration::from_secs(3600),
             started_unix: EPOCH,
@@ -45,6 +50,7 @@ impl Pool {
             r: Router::new(config),
             journal: Vec::new(),
         };
+        pool.r.recover(journal);
         pool.r.on_executable_stored(&exe());
         pool.step(0, |r, now| r.on_link_opened(ADMIN, Role::Admin, now));
         let local = Role::Local { name: "a".into() };
@@ -293,15 +299,29 @@ fn a_restart_replays_a_requeue_and_does_not_judge_the_exit_again() {
     pool.exit(3, master, ExitStatus::Code(1));
     let journal = pool.journal.clone();
     for journal in [journal.clone(), Live::of(&journal).records()] {
-        let mut again = Pool::new();
-        again.r.recover(journal);
-        // Waiting for its master again: neither ended nor held.
-        let q = again.r.queue_status();
-        assert_eq!(q.len(), 1);
-        assert_ne!(q[0].state, "held");
+        let mut again = Pool::recovered(journal);
+        // Started again as the requeue left it: neither ended nor held.
+        assert_eq!(again.state().map(|s| s.0).as_deref(), Some("running"));
         assert!(again.history().is_empty());
-        // Its policy is indexed again.
+        assert!(
+            !again
+                .journal
+                .iter()
+                .any(|r| matches!(r, Record::Held { .. }))
+        );
+        // Its policy is indexed again, and judges its next master's exit.
         assert!(again.r.jobs.policies.jobs.contains_key(&JobId(1)));
+        let next = again.r.jobs.submitted[&JobId(1)].master.expect("a master");
+        let started = ToGlobal::Started {
+            process: next,
+            result: Ok(()),
+        };
+        again.step(1, |r, now| r.on_message(M, started, now));
+        again.exit(2, next, ExitStatus::Code(0));
+        assert_eq!(
+            again.history(),
+            vec![JobEnd::Completed(ExitStatus::Code(0))]
+        );
     }
 }
 
@@ -345,4 +365,41 @@ fn a_lost_machine_is_no_exit_for_on_exit_remove() {
         pool.history(),
         vec![JobEnd::Completed(ExitStatus::HostLost)]
     );
+}
+
+#[test]
+fn on_exit_expressions_read_memory_usage_and_num_job_starts() {
+    let mut pool = Pool::new();
+    let master = pool.submit(
+        "+OnExitRemove = NumJobStarts >= 2\n\
+         +OnExitHold = MemoryUsage > 100 && ResidentSetSize == 204800",
+    );
+    // The first run: one start, within 100 MiB: back to the queue.
+    let sent = pool.exit(2, master, ExitStatus::Code(0));
+    let again = spawned(&sent).expect("started again");
+    let started = ToGlobal::Started {
+        process: again,
+        result: Ok(()),
+    };
+    pool.step(3, |r, now| r.on_message(M, started, now));
+    // The second used 200 MiB at its peak: held, though its starts are enough.
+    let exited = ToGlobal::Exited {
+        process: again,
+        status: ExitStatus::Code(0),
+        cpu_seconds: 0.1,
+        usage: carmi_proto::msg::ProcessUsage {
+            memory_peak_kib: 200 * 1024,
+            memory_exceeded_mib: None,
+        },
+    };
+    pool.step(4, |r, now| r.on_message(M, exited, now));
+    let note = pool.state().and_then(|s| s.1);
+    assert_eq!(
+        note.as_deref(),
+        Some(
+            "on_exit_hold: MemoryUsage > 100 && ResidentSetSize == 204800 \
+             (the master ended with exit 0)"
+        )
+    );
+    assert!(pool.history().is_empty());
 }
