@@ -272,15 +272,23 @@ impl Router {
         }
     }
 
-    /// Notes `job`'s status now in its policy's record; its ad at this
-    /// moment when it has a policy.
-    fn observe(&mut self, job: JobId) -> Option<ClassAd> {
+    /// Notes `job`'s status now in its policy's record, if it has one.
+    fn note_status(&mut self, job: JobId) -> Option<()> {
         let status = self.policy_status(job)?;
-        let (now_unix, peak) = (self.unix_at_now(), self.memory_peak(job));
+        let now_unix = self.unix_at_now();
         let jobs = &mut self.jobs;
         let sub = jobs.submitted.get(&job)?;
         let p = jobs.policies.jobs.get_mut(&job)?;
         p.seen.note(status, now_unix, sub.started_unix);
+        Some(())
+    }
+
+    /// [`Router::note_status`], then `job`'s ad at this moment.
+    fn observe(&mut self, job: JobId) -> Option<ClassAd> {
+        self.note_status(job)?;
+        let sub = self.jobs.submitted.get(&job)?;
+        let p = self.jobs.policies.jobs.get(&job)?;
+        let (now_unix, peak) = (self.unix_at_now(), self.memory_peak(job));
         Some(job_ad::job_ad(&p.base, sub, &p.seen, now_unix, peak))
     }
 
@@ -305,6 +313,17 @@ impl Router {
     }
 
     fn evaluate_periodic(&mut self, job: JobId) {
+        let periodic = self
+            .jobs
+            .policies
+            .jobs
+            .get(&job)
+            .is_some_and(JobPolicy::has_periodic);
+        if !periodic {
+            // Its status is still dated, for its on-exit expressions.
+            self.note_status(job);
+            return;
+        }
         let Some(ad) = self.observe(job) else {
             return;
         };
@@ -312,9 +331,6 @@ impl Router {
         let Some(p) = self.jobs.policies.jobs.get(&job) else {
             return;
         };
-        if !p.has_periodic() {
-            return;
-        }
         match p.periodic(&ad, now_unix) {
             None => {}
             Some(Periodic::Remove(why)) => {
@@ -332,7 +348,7 @@ impl Router {
 
     /// Notes that `job`'s own policy held it (`HoldReasonCode` 3, `subcode`).
     fn policy_held(&mut self, job: JobId, subcode: i64) {
-        if self.observe(job).is_some()
+        if self.note_status(job).is_some()
             && let Some(p) = self.jobs.policies.jobs.get_mut(&job)
             && p.seen.status == HELD
         {
@@ -356,7 +372,7 @@ impl Router {
             s.held = None;
         }
         self.log_event(job, EventKind::Released);
-        self.observe(job);
+        self.note_status(job);
     }
 
     /// The master `process` of `job` ended with `status`: its on-exit
@@ -398,7 +414,7 @@ impl Router {
             OnExit::Requeue(why) => {
                 info!(job = %job, "{why}: the job goes back to the queue");
                 self.requeue(job, process, &machine, why);
-                self.observe(job);
+                self.note_status(job);
             }
             OnExit::Hold(reason, subcode) => {
                 info!(job = %job, reason, "the job is held by its on_exit_hold");
