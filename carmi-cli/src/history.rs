@@ -84,6 +84,7 @@ pub fn end_text(end: &JobEnd) -> String {
             format!("failed to start: {r}")
         }
         JobEnd::Removed => "removed".into(),
+        JobEnd::RemovedByPolicy(why) => why.clone(),
         JobEnd::Detached => "ended: its first process disconnected".into(),
     }
 }
@@ -137,7 +138,7 @@ pub fn record_ad(j: &JobRecord) -> classad::ClassAd {
         ad.insert_value("MemoryUsage", int(u.memory_peak_kib.div_ceil(1024)));
     }
     let status = match &j.end {
-        JobEnd::Removed => 3,
+        JobEnd::Removed | JobEnd::RemovedByPolicy(_) => 3,
         _ => 4,
     };
     ad.insert_value("JobStatus", Value::Int(status));
@@ -265,6 +266,12 @@ mod tests {
                 .eval_expr(&classad::parse_expr("JobStatus == 3").unwrap(), None)
                 .is_true()
         );
+        let why = "removed by periodic_remove: (time() - QDate) > 5";
+        let by_policy = record(3, JobEnd::RemovedByPolicy(why.into()));
+        let ad = record_ad(&by_policy);
+        let removed = classad::parse_expr("JobStatus == 3").unwrap();
+        assert!(ad.eval_expr(&removed, None).is_true());
+        assert!(history_text(&[by_policy]).contains(why));
         let text = history_text(&[done]);
         assert!(text.contains("59m20s") && text.contains("2s"), "{text}");
         assert!(

@@ -102,7 +102,7 @@ mod share;
 mod stored;
 
 pub use crate::bounds::{ENDED_LOGS, EVENTS_PER_JOB, HISTORY_LIMIT};
-pub use config::RouterConfig;
+pub use config::{PERIODIC_EXPR_INTERVAL, RouterConfig};
 pub(crate) use lifecycle::new_proc;
 pub use registry::{CUT_OFF_LIMIT, CUT_OFF_MIN_MACHINES};
 pub use stored::{DEFAULT_STORE_KEEP, STORE_SWEEP_EVERY};
@@ -301,6 +301,7 @@ impl Router {
             self.reports.log_reads.next_deadline(),
             self.pilots_deadline(),
             self.avoid_deadline(),
+            self.policy_deadline(),
         ]
         .into_iter()
         .flatten()

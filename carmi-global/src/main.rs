@@ -142,6 +142,11 @@ struct Args {
     /// CONCURRENCY_LIMIT_DEFAULT) [default: such names are not limited].
     #[arg(long, value_name = "N")]
     concurrency_limit_default: Option<f64>,
+    /// Seconds between evaluations of jobs' `periodic_hold`,
+    /// `periodic_release` and `periodic_remove` (HTCondor's
+    /// PERIODIC_EXPR_INTERVAL; at least 1).
+    #[arg(long, value_name = "S", default_value_t = carmi_global::router::PERIODIC_EXPR_INTERVAL.as_secs())]
+    periodic_expr_interval_s: u64,
 }
 
 #[tokio::main]
@@ -201,6 +206,7 @@ fn server_config(args: &Args, secret_file: &Path) -> anyhow::Result<ServerConfig
         max_new_names_per_connection: args.max_new_names_per_connection,
         store_keep: Duration::from_secs(args.store_keep_s),
         concurrency_limits: concurrency_limits(args)?,
+        policy_interval: Duration::from_secs(args.periodic_expr_interval_s.max(1)),
         ..RouterConfig::default()
     };
     // Past what the daemon itself interns at start (a few hundred names).

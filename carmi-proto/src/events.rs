@@ -110,7 +110,8 @@ pub enum EventKind {
         reason: String,
     },
     /// `ended exit CODE` | `ended signal N` | `ended host-lost` |
-    /// `ended failed-to-start REASON` | `ended removed` | `ended detached`.
+    /// `ended failed-to-start REASON` | `ended removed` |
+    /// `ended removed by periodic_remove: EXPR` | `ended detached`.
     Ended {
         /// How.
         end: JobEnd,
@@ -176,6 +177,7 @@ impl fmt::Display for EventKind {
                     write!(f, " failed-to-start {}", one_line(r))
                 }
                 JobEnd::Removed => write!(f, " removed"),
+                JobEnd::RemovedByPolicy(why) => write!(f, " {}", one_line(why)),
                 JobEnd::Detached => write!(f, " detached"),
             },
         }

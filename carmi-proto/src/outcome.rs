@@ -27,6 +27,9 @@ pub enum JobEnd {
     FailedToStart(String),
     /// Removed with `carmi rm`.
     Removed,
+    /// Removed by its own `periodic_remove` expression: which one (as
+    /// `removed by periodic_remove: EXPR`).
+    RemovedByPolicy(String),
     /// Started by hand: its first process disconnected from its local RM.
     Detached,
 }

@@ -42,7 +42,17 @@ pub struct RouterConfig {
     /// `--concurrency-limit-default N`): how many running jobs may take
     /// each named resource at once (see `alloc::concurrency`).
     pub concurrency_limits: crate::alloc::ConcurrencyConfig,
+    /// How often jobs' `periodic_hold`, `periodic_release` and
+    /// `periodic_remove` are evaluated ([`PERIODIC_EXPR_INTERVAL`]; HTCondor's
+    /// `PERIODIC_EXPR_INTERVAL`, `router/jobs/policy.rs`).
+    pub policy_interval: Duration,
 }
+
+/// How often jobs' periodic expressions are evaluated by default: 2 s, so
+/// that `periodic_remove = (time() - QDate) > 5` acts within a few seconds
+/// of its deadline (HTCondor's default is 60 s; the cost is one job ad
+/// built per job with such an expression each time).
+pub const PERIODIC_EXPR_INTERVAL: Duration = Duration::from_secs(2);
 
 impl Default for RouterConfig {
     fn default() -> Self {
@@ -58,6 +68,7 @@ impl Default for RouterConfig {
             cut_off_limit: CUT_OFF_LIMIT,
             store_keep: DEFAULT_STORE_KEEP,
             concurrency_limits: Default::default(),
+            policy_interval: PERIODIC_EXPR_INTERVAL,
         }
     }
 }

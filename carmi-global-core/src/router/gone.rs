@@ -38,6 +38,7 @@ impl Router {
                 format!("its master could not be started: {r}")
             }
             Some(JobEnd::Removed) => "it was removed (carmi rm)".to_string(),
+            Some(JobEnd::RemovedByPolicy(why)) => format!("it was {why}"),
             Some(JobEnd::Detached) => "its first process left".to_string(),
             None => "it is not in the pool any more".to_string(),
         };

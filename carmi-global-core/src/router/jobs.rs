@@ -9,7 +9,9 @@
 //! - `requeue.rs`: a master that failed to start or was evicted, queued again,
 //! - `hold.rs`, `shrink.rs`: holds (`carmi hold`, and by the pool),
 //! - `checkpoint.rs`: a vacated master's checkpoint,
-//! - `enforce.rs`, `job_attrs.rs`: requests enforced, and attributes jobs publish.
+//! - `enforce.rs`, `job_attrs.rs`: requests enforced, and attributes jobs publish,
+//! - `policy.rs`, `job_ad.rs`: the job's `periodic_*` and `on_exit_*`
+//!   expressions, and the job ad they are evaluated against.
 //!
 //! Replaying the journal after a restart is in `router/recover.rs`.
 
@@ -29,9 +31,11 @@ mod checkpoint;
 mod cluster;
 mod enforce;
 mod hold;
+mod job_ad;
 mod job_attrs;
 mod master;
 mod materialize;
+mod policy;
 pub(super) mod requeue;
 mod shrink;
 
@@ -70,6 +74,8 @@ pub(super) struct Jobs {
     pub job_attrs: job_attrs::JobAttrs,
     /// Clusters' procs not materialized yet, by cluster (`materialize.rs`).
     pub pending: std::collections::BTreeMap<JobId, materialize::Pending>,
+    /// The `periodic_*` and `on_exit_*` policies of queued jobs (`policy.rs`).
+    pub policies: policy::Policies,
 }
 
 impl Jobs {
@@ -87,6 +93,7 @@ impl Jobs {
             memory_peaks: HashMap::new(),
             job_attrs: Default::default(),
             pending: Default::default(),
+            policies: Default::default(),
         }
     }
 

@@ -49,7 +49,9 @@ fn request(owner: &str, procs: usize, max_materialize: Option<u32>) -> Result<To
         spec: spec("0")?,
         submitted_unix: carmi_api::token::now_unix(),
         anywhere: true,
-        procs: (1..procs).map(|p| spec(&p.to_string())).collect::<Result<_>>()?,
+        procs: (1..procs)
+            .map(|p| spec(&p.to_string()))
+            .collect::<Result<_>>()?,
         max_materialize,
         max_idle: None,
     })))

@@ -42,6 +42,7 @@ impl Router {
     pub(in crate::router) fn keep_submitted(&mut self, job: JobId, sub: Submitted) {
         self.reports.events.open(job, sub.spec.log.clone());
         self.jobs.submitted.insert(job, sub);
+        self.index_policy(job);
     }
 
     /// Whether `job` is in the queue; if not, the admin on `link` is told so.

@@ -131,7 +131,8 @@ impl Router {
         );
     }
 
-    /// A master reported by its local RM: started, or exited (which ends its job).
+    /// A master reported by its local RM: started, or exited (which ends its
+    /// job, unless its `on_exit_*` expressions keep it, `policy.rs`).
     pub(in crate::router) fn master_report(
         &mut self,
         process: ProcessId,
@@ -156,6 +157,9 @@ impl Router {
                 self.alloc.on_master_running(job);
             }
             Err(status) => {
+                if self.on_exit_policy(process, job, &status) {
+                    return;
+                }
                 info!(job = %job, %process, ?status, "the master ended; so does its job");
                 self.record_end(job, JobEnd::Completed(status));
                 self.jobs.masters.remove(&process);

@@ -72,6 +72,7 @@ impl Router {
     pub fn on_tick(&mut self, now: Duration) {
         self.advance(now);
         self.journal_usage();
+        self.policy_tick();
         let late = self
             .registry
             .deadlines
