@@ -518,6 +518,18 @@ async fn status_table_has_a_gpus_column_when_a_machine_has_gpus() {
     assert_eq!(lines[3].split_whitespace().nth(5), Some("-"), "{table}");
 }
 
+#[test]
+fn ssh_to_job_says_it_is_not_here_yet_and_what_to_use_instead() {
+    for args in [&["ssh_to_job", "3.0"][..], &["ssh-to-job", "3", "ls", "-l"]] {
+        let out = carmi().args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let err = text(&out.stderr);
+        assert!(err.starts_with("carmi: error: ssh_to_job "), "{err}");
+        assert!(err.contains("carmi logs -f "), "{err}");
+        assert!(out.stdout.is_empty());
+    }
+}
+
 #[tokio::test]
 async fn status_with_the_wrong_secret_says_so() {
     let addr = fake_global(POOL_SECRET.as_bytes(), pool()).await;
