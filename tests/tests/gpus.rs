@@ -1,6 +1,6 @@
 //! End to end, GPUs (issue 32): a local RM configured with one GPU
-//! (`--gpus 1`) advertises `GPUs = 1` and a job whose class requires
-//! `GPUs >= 1` runs there; on a pool whose only machine has none
+//! (`--gpus 1`) advertises `GPUs = 1` and a job whose class and master
+//! require `GPUs >= 1` runs there; on a pool whose only machine has none
 //! (`gpus = 0` in its configuration file, whatever this test machine
 //! has) the job is not matched: it waits, flagged, and `carmi q
 //! -better-analyze` counts the machine among those its requirements reject.
@@ -18,15 +18,18 @@ fn a_job_requiring_a_gpu_waits_until_a_machine_with_one_joins_and_runs_there() {
     };
     let pool = Pool::start_with("gpus", 1, &[vec![]], options);
     pool.wait_registered();
-    let carmi = || {
-        let mut cmd = pool.carmi();
-        cmd.env("CARMI_MACHINE", "m0");
-        cmd
-    };
+    // Submitted from outside the pool, so that the global RM places the
+    // master too (by its master_requirements).
+    let carmi = || pool.carmi();
     let af =
         |cmd: &mut std::process::Command| pool.run_ok(cmd.args(["status", "-af", "Name", "GPUs"]));
     assert_eq!(af(&mut carmi()), "m0 0\n");
-    let sub = write_job(&pool.dir, "gpu", "exit 0", "requirements = GPUs >= 1\n");
+    let sub = write_job(
+        &pool.dir,
+        "gpu",
+        "exit 0",
+        "requirements = GPUs >= 1\nmaster_requirements = GPUs >= 1\n",
+    );
     let job = pool.submit_file(carmi(), &sub).to_string();
     // Not matched by m0: the job waits, flagged, and the analysis says why.
     let q = pool.run_ok(carmi().arg("q"));
@@ -52,8 +55,10 @@ fn a_job_requiring_a_gpu_waits_until_a_machine_with_one_joins_and_runs_there() {
         JobEnd::Completed(ExitStatus::Code(0)),
         "{record:?}"
     );
-    // Its class's host was g1's slot (the master ran on m0, its submit machine).
+    // Its class's host was g1's slot, and its master ran on g1.
     let events = pool.run_ok(carmi().args(["events", &job]));
-    let hosts = events.lines().find(|l| l.contains("host-added"));
-    assert!(hosts.is_some_and(|l| l.contains("g1")), "{events}");
+    for what in ["host-added", "master-started"] {
+        let line = events.lines().find(|l| l.contains(what));
+        assert!(line.is_some_and(|l| l.ends_with(" g1")), "{events}");
+    }
 }
