@@ -212,6 +212,21 @@ impl Gpus {
         out
     }
 
+    /// `CUDA_VISIBLE_DEVICES` for a process on slot `slot` (0 first): that
+    /// slot's own share, device indices `slot * per_slot ..`, so that the
+    /// jobs on a machine's slots use different GPUs; `None` when the slot
+    /// has none to itself (then the variable is left as it was).
+    pub fn visible_devices(&self, slot: usize) -> Option<String> {
+        let per_slot = usize::try_from(self.per_slot).ok().filter(|&n| n > 0)?;
+        let first = slot.checked_mul(per_slot)?;
+        let total = usize::try_from(self.total).ok()?;
+        if first.checked_add(per_slot)? > total {
+            return None;
+        }
+        let ids: Vec<String> = (first..first + per_slot).map(|i| i.to_string()).collect();
+        Some(ids.join(","))
+    }
+
     /// The least of a property over every device; `None` when one lacks it
     /// (nothing can then be promised of all of them).
     fn least<T>(&self, get: impl Fn(&Gpu) -> Option<T>, min: impl Fn(T, T) -> T) -> Option<T> {

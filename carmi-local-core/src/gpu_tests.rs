@@ -127,3 +127,21 @@ fn configured_gpus_without_devices_advertise_only_their_number() {
         Some(Value::Int(40960))
     );
 }
+
+#[test]
+fn each_slot_sees_its_own_gpus() {
+    let mut gpus = Gpus::new(Vec::new(), Some(4));
+    gpus.share(2);
+    assert_eq!(gpus.visible_devices(0).as_deref(), Some("0,1"));
+    assert_eq!(gpus.visible_devices(1).as_deref(), Some("2,3"));
+    assert_eq!(gpus.visible_devices(2), None, "no third slot's share");
+    gpus.share(3);
+    assert_eq!(gpus.visible_devices(2).as_deref(), Some("2"));
+    gpus.share(5);
+    assert_eq!(
+        gpus.visible_devices(0),
+        None,
+        "a slot with no GPU of its own"
+    );
+    assert_eq!(Gpus::default().visible_devices(0), None);
+}
