@@ -49,6 +49,26 @@ fn a_job_requiring_a_gpu_waits_until_a_machine_with_one_joins_and_runs_there() {
             .unwrap();
         text(&out.stdout) == "g1 1\nm0 0\n" || text(&out.stdout) == "m0 0\ng1 1\n"
     });
+    // As an HTCondor user looks: the machine's whole ad, and one line per machine.
+    let ad = pool.run_ok(carmi().args(["status", "-l", "g1"]));
+    assert!(
+        ad.contains("\nGPUs = 1\n") && ad.contains("\nTotalGPUs = 1\n"),
+        "{ad}"
+    );
+    assert!(!ad.contains("\"m0\""), "{ad}");
+    let compact = pool.run_ok(carmi().args(["status", "-compact"]));
+    let row = |name: &str| {
+        let line = compact.lines().find(|l| l.starts_with(name));
+        let words: Vec<String> = line
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(String::from)
+            .collect();
+        words
+    };
+    // Machine, Platform, Slots, Cpus, GPUs.
+    assert_eq!(row("g1").get(4).map(String::as_str), Some("1"), "{compact}");
+    assert_eq!(row("m0").get(4).map(String::as_str), Some("0"), "{compact}");
     let record = pool.wait_history(&job, Duration::from_secs(60));
     assert_eq!(
         record.end,
