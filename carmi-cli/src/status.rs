@@ -43,6 +43,10 @@ pub struct StatusArgs {
     /// Print only the summary of slots by architecture and state (or -total)
     #[arg(long)]
     total: bool,
+    /// Only the machines with GPUs, with what their GPUs are: capability,
+    /// memory, name (or -gpus)
+    #[arg(long)]
+    gpus: bool,
 }
 
 /// Runs `carmi status`.
@@ -62,8 +66,12 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
     };
     let (mut machines, ads) = crate::block_on(async {
         let machines = pool_status(&pool, &secret).await?;
-        let whole_ads =
-            constraint.is_some() || args.long || args.json || args.compact || !args.af.is_empty();
+        let whole_ads = constraint.is_some()
+            || args.long
+            || args.json
+            || args.compact
+            || args.gpus
+            || !args.af.is_empty();
         let ads = if whole_ads {
             match request(&pool, &secret, None, ToGlobal::MachineAds).await? {
                 FromGlobal::Ads(ads) => ads,
@@ -90,6 +98,9 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
                 .get(&m.name)
                 .is_some_and(|ad| ad.eval_expr(c, None).is_true())
         });
+    }
+    if args.gpus {
+        machines.retain(|m| parsed.get(&m.name).is_some_and(has_gpus));
     }
     if args.json {
         for m in &mut machines {
@@ -123,6 +134,8 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
         long(&machines, &parsed, &slots_named)
     } else if args.compact {
         compact(&machines, &parsed)
+    } else if args.gpus {
+        gpu_table(&machines, &parsed)
     } else {
         table(&machines)
     };
@@ -436,6 +449,73 @@ fn compact(machines: &[MachineStatus], ads: &BTreeMap<String, classad::ClassAd>)
     }
     let mut out = aligned(&rows);
     out.push_str(&summary(machines));
+    out
+}
+
+/// Whether a machine's ad says it has GPUs (its own or its slots').
+fn has_gpus(ad: &classad::ClassAd) -> bool {
+    ["TotalGPUs", "GPUs"]
+        .iter()
+        .any(|a| ad.eval_attr(a).as_f64().is_some_and(|n| n > 0.0))
+}
+
+/// `-gpus`: one line per machine with GPUs (as `condor_status -gpus`):
+/// GPUs per slot and in all, then what every one of them has (capability,
+/// memory in MiB, name; `-` when the machine does not say), and its slots'
+/// states. The properties are read in HTCondor's current names, else the
+/// older `CUDA` ones.
+fn gpu_table(machines: &[MachineStatus], ads: &BTreeMap<String, classad::ClassAd>) -> String {
+    let header = [
+        "Machine",
+        "Slots",
+        "GPUs",
+        "TotalGPUs",
+        "Capability",
+        "GpuMemory",
+        "DeviceName",
+        "States",
+    ];
+    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+    let empty = classad::ClassAd::new();
+    for m in machines {
+        let ad = ads.get(&m.name).unwrap_or(&empty);
+        let shown = |names: &[&str]| {
+            let value = names
+                .iter()
+                .map(|n| ad.eval_attr(n))
+                .find(|v| !v.is_undefined());
+            match value {
+                Some(classad::Value::Str(s)) => s.to_string(),
+                Some(v) => v.to_string(),
+                None => "-".to_string(),
+            }
+        };
+        rows.push(vec![
+            m.name.clone(),
+            m.slots.len().to_string(),
+            shown(&["GPUs"]),
+            shown(&["TotalGPUs", "GPUs"]),
+            shown(&["GPUs_Capability", "CUDACapability"]),
+            shown(&["GPUs_GlobalMemoryMb", "CUDAGlobalMemoryMb"]),
+            shown(&["GPUs_DeviceName", "CUDADeviceName"]),
+            states(m),
+        ]);
+    }
+    let mut out = aligned(&rows);
+    let total: f64 = machines
+        .iter()
+        .filter_map(|m| ads.get(&m.name))
+        .filter_map(|ad| {
+            let total = ad.eval_attr("TotalGPUs").as_f64();
+            total.or_else(|| ad.eval_attr("GPUs").as_f64())
+        })
+        .sum();
+    let n = machines.len();
+    out.push_str(&format!(
+        "{n} machine{} with GPUs, {total} GPU{}\n",
+        if n == 1 { "" } else { "s" },
+        if total == 1.0 { "" } else { "s" }
+    ));
     out
 }
 

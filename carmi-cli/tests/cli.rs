@@ -505,6 +505,60 @@ async fn status_compact_prints_one_line_per_machine() {
 }
 
 #[tokio::test]
+async fn status_gpus_lists_the_machines_with_gpus_and_what_they_are() {
+    let mut machines = gpu_pool();
+    let attrs = &mut machines[0].attributes;
+    attrs.push(("GPUs_Capability".to_string(), "8.0".to_string()));
+    attrs.push(("CUDAGlobalMemoryMb".to_string(), "40960".to_string()));
+    attrs.push(("GPUs_DeviceName".to_string(), "\"NVIDIA A100\"".to_string()));
+    let out = status_of(machines, &["-gpus"]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    let words = |line: &str| {
+        line.split_whitespace()
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 3, "{table}");
+    assert_eq!(
+        words(lines[0]),
+        [
+            "Machine",
+            "Slots",
+            "GPUs",
+            "TotalGPUs",
+            "Capability",
+            "GpuMemory",
+            "DeviceName",
+            "States"
+        ]
+    );
+    // The older CUDA name is read when the current one is missing.
+    assert_eq!(
+        words(lines[1]),
+        [
+            "lab-pc-01.example.edu",
+            "2",
+            "1",
+            "2",
+            "8.0",
+            "40960",
+            "NVIDIA",
+            "A100",
+            "1",
+            "claimed,",
+            "1",
+            "idle"
+        ]
+    );
+    assert_eq!(lines[2], "1 machine with GPUs, 2 GPUs");
+    // With -af: only the machines with GPUs.
+    let out = status_of(gpu_pool(), &["-gpus", "-af", "Name"]).await;
+    assert_eq!(text(&out.stdout), "lab-pc-01.example.edu\n");
+}
+
+#[tokio::test]
 async fn status_table_has_a_gpus_column_when_a_machine_has_gpus() {
     let out = status_of(gpu_pool(), &[]).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
