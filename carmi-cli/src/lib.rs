@@ -42,6 +42,7 @@ mod pool;
 mod progress;
 mod select;
 mod shell;
+mod ssh_to_job;
 mod status;
 mod submit;
 mod talk;
@@ -153,6 +154,10 @@ enum Command {
     /// one's priority factor with --set-factor USER F (admin).
     #[command(after_help = AFTER_HELP)]
     Userprio(userprio::UserPrioArgs),
+    /// Open a shell in a running job's sandbox, as condor_ssh_to_job
+    /// (not available yet: says what to use instead).
+    #[command(name = "ssh_to_job", alias = "ssh-to-job")]
+    SshToJob(ssh_to_job::SshToJobArgs),
     /// Print a shell completion script, e.g. `carmi completions bash`.
     Completions(shell::CompletionsArgs),
     /// Write man pages for carmi and each subcommand into a directory.
@@ -215,6 +220,7 @@ pub fn run(args: Vec<OsString>, launcher: Option<Vec<OsString>>) -> u8 {
         Command::Fetch(args) => fetch::run(args),
         Command::Logs(args) => logs::run(args),
         Command::Userprio(args) => userprio::run(args),
+        Command::SshToJob(args) => ssh_to_job::run(args),
         Command::Completions(args) => shell::completions(args),
         Command::Man(args) => shell::man(args),
     };

@@ -1,6 +1,8 @@
 //! `carmi status`: the pool's machines, as a table with a summary by
-//! architecture and state, as whole ads (`-l`), or as JSON; `-constraint`
-//! keeps the machines whose ad satisfies a ClassAd expression.
+//! architecture and state, one line per machine (`-compact`), as whole ads
+//! (`-l`), or as JSON; `-constraint` keeps the machines whose ad satisfies
+//! a ClassAd expression, and names (`m0`, `slot1@m0`) keep those machines,
+//! as `condor_status -l NAME` does.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -20,9 +22,17 @@ pub struct StatusArgs {
     /// Machines whose ad satisfies EXPR (or -constraint)
     #[arg(long, alias = "const", value_name = "EXPR")]
     constraint: Option<String>,
-    /// Print every machine's whole ad (or -long)
+    /// Print every machine's whole ad (or -long); with NAME, that machine's
     #[arg(short = 'l', long = "long")]
     long: bool,
+    /// One line per machine: platform, slots, CPUs, GPUs, memory, the
+    /// states of its slots and its load (or -compact)
+    #[arg(long)]
+    compact: bool,
+    /// Only these machines: NAME, or slotN@NAME for its Nth slot (as
+    /// condor_status NAME)
+    #[arg(value_name = "NAME")]
+    names: Vec<String>,
     /// Print JSON instead of a table: every attribute of each machine's ad.
     #[arg(long)]
     json: bool,
@@ -33,6 +43,10 @@ pub struct StatusArgs {
     /// Print only the summary of slots by architecture and state (or -total)
     #[arg(long)]
     total: bool,
+    /// Only the machines with GPUs, with what their GPUs are: capability,
+    /// memory, name (or -gpus)
+    #[arg(long)]
+    gpus: bool,
 }
 
 /// Runs `carmi status`.
@@ -52,7 +66,12 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
     };
     let (mut machines, ads) = crate::block_on(async {
         let machines = pool_status(&pool, &secret).await?;
-        let whole_ads = constraint.is_some() || args.long || args.json || !args.af.is_empty();
+        let whole_ads = constraint.is_some()
+            || args.long
+            || args.json
+            || args.compact
+            || args.gpus
+            || !args.af.is_empty();
         let ads = if whole_ads {
             match request(&pool, &secret, None, ToGlobal::MachineAds).await? {
                 FromGlobal::Ads(ads) => ads,
@@ -63,6 +82,7 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
         };
         Ok((machines, ads))
     })?;
+    let slots_named = select(&mut machines, &args.names)?;
     let mut parsed: BTreeMap<String, classad::ClassAd> = BTreeMap::new();
     for (name, text) in &ads {
         match classad::ClassAd::parse_any(text) {
@@ -78,6 +98,9 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
                 .get(&m.name)
                 .is_some_and(|ad| ad.eval_expr(c, None).is_true())
         });
+    }
+    if args.gpus {
+        machines.retain(|m| parsed.get(&m.name).is_some_and(has_gpus));
     }
     if args.json {
         for m in &mut machines {
@@ -108,16 +131,11 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
         text.push('\n');
         text
     } else if args.long {
-        let mut text = String::new();
-        for m in &machines {
-            if let Some(ad) = parsed.get(&m.name) {
-                for (name, expr) in ad.iter() {
-                    text.push_str(&format!("{name} = {expr}\n"));
-                }
-                text.push('\n');
-            }
-        }
-        text
+        long(&machines, &parsed, &slots_named)
+    } else if args.compact {
+        compact(&machines, &parsed)
+    } else if args.gpus {
+        gpu_table(&machines, &parsed)
     } else {
         table(&machines)
     };
@@ -225,24 +243,45 @@ fn machines_json(machines: &[MachineStatus]) -> serde_json::Value {
 }
 
 fn table(machines: &[MachineStatus]) -> String {
+    // GPUs get a column only in a pool that has some, as condor_status
+    // shows them only where a slot has any.
+    let has_gpus = machines.iter().any(|m| {
+        cell(attribute(m, "GPUs"))
+            .parse::<f64>()
+            .is_ok_and(|n| n > 0.0)
+    });
+    let columns: Vec<&str> = COLUMNS
+        .iter()
+        .flat_map(|&c| match c {
+            "Cpus" if has_gpus => vec![c, "GPUs"],
+            _ => vec![c],
+        })
+        .collect();
     let mut rows: Vec<Vec<String>> = vec![
         std::iter::once("Name")
-            .chain(COLUMNS)
+            .chain(columns.iter().copied())
             .chain(["Slots"])
             .map(String::from)
             .collect(),
     ];
     for m in machines {
         let mut row = vec![m.name.clone()];
-        row.extend(COLUMNS.iter().map(|c| cell(attribute(m, c))));
+        row.extend(columns.iter().map(|c| cell(attribute(m, c))));
         row.push(m.slots.iter().map(slot_text).collect::<Vec<_>>().join(" "));
         rows.push(row);
     }
+    let mut out = aligned(&rows);
+    out.push_str(&summary(machines));
+    out
+}
+
+/// `rows` (the first the header) in columns as wide as their widest cell:
+/// numbers to the right, as people compare them; words to the left.
+fn aligned(rows: &[Vec<String>]) -> String {
     let columns = rows[0].len();
     let widths: Vec<usize> = (0..columns)
         .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
         .collect();
-    // Numbers line up on the right, as people compare them; words on the left.
     let numeric: Vec<bool> = (0..columns)
         .map(|i| {
             i > 0
@@ -253,7 +292,7 @@ fn table(machines: &[MachineStatus]) -> String {
         })
         .collect();
     let mut out = String::new();
-    for row in &rows {
+    for row in rows {
         let mut line = String::new();
         for (i, value) in row.iter().enumerate() {
             let pad = " ".repeat(widths[i] - value.chars().count());
@@ -269,8 +308,233 @@ fn table(machines: &[MachineStatus]) -> String {
         out.push_str(line.trim_end());
         out.push('\n');
     }
+    out
+}
+
+/// A machine named on the command line: `NAME`, or `slotN@NAME` for its
+/// Nth slot (1 first, as HTCondor numbers them).
+fn parse_name(text: &str) -> (&str, Option<usize>) {
+    if let Some((slot, machine)) = text.split_once('@')
+        && let Some(n) = slot.strip_prefix("slot").and_then(|n| n.parse().ok())
+    {
+        return (machine, Some(n));
+    }
+    (text, None)
+}
+
+/// Keeps the machines `names` name (all when there are none), and of a
+/// machine named by its slots only those slots; the slots named, by
+/// machine, for `-l`. A name the pool does not have is an error: an empty
+/// answer would look like a machine with nothing to say.
+fn select(
+    machines: &mut Vec<MachineStatus>,
+    names: &[String],
+) -> anyhow::Result<BTreeMap<String, Vec<usize>>> {
+    let mut slots: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    let mut whole = std::collections::BTreeSet::new();
+    for text in names {
+        let (name, slot) = parse_name(text);
+        let Some(m) = machines.iter().find(|m| m.name == name) else {
+            bail!("no machine named {name} in the pool (`carmi status` lists them)");
+        };
+        match slot {
+            Some(n) if n == 0 || n > m.slots.len() => bail!(
+                "{text}: machine {name} has {} slot{} (slot1@{name} is the first)",
+                m.slots.len(),
+                if m.slots.len() == 1 { "" } else { "s" }
+            ),
+            Some(n) => slots.entry(name.to_string()).or_default().push(n),
+            None => {
+                whole.insert(name.to_string());
+            }
+        }
+    }
+    if names.is_empty() {
+        return Ok(slots);
+    }
+    for ids in slots.values_mut() {
+        ids.sort_unstable();
+        ids.dedup();
+    }
+    machines.retain(|m| whole.contains(&m.name) || slots.contains_key(&m.name));
+    for m in machines.iter_mut() {
+        if let Some(kept) = slots.get(&m.name).filter(|_| !whole.contains(&m.name)) {
+            let all = std::mem::take(&mut m.slots);
+            m.slots = all
+                .into_iter()
+                .enumerate()
+                .filter(|(i, _)| kept.contains(&(i + 1)))
+                .map(|(_, s)| s)
+                .collect();
+        }
+    }
+    slots.retain(|name, _| !whole.contains(name));
+    Ok(slots)
+}
+
+/// `-l`: each machine's whole ad, `Name = value` per line, a blank line
+/// after each; a machine named by its slots prints once per slot, with
+/// that slot's `SlotID`, `SlotState` and `SlotJob` after the ad's own
+/// attributes (its slots share the machine's ad).
+fn long(
+    machines: &[MachineStatus],
+    ads: &BTreeMap<String, classad::ClassAd>,
+    slots: &BTreeMap<String, Vec<usize>>,
+) -> String {
+    let mut text = String::new();
+    for m in machines {
+        let Some(ad) = ads.get(&m.name) else {
+            continue;
+        };
+        let print_ad = |text: &mut String| {
+            for (name, expr) in ad.iter() {
+                text.push_str(&format!("{name} = {expr}\n"));
+            }
+        };
+        match slots.get(&m.name) {
+            Some(ids) => {
+                for (id, slot) in ids.iter().zip(&m.slots) {
+                    print_ad(&mut text);
+                    text.push_str(&format!("SlotID = {id}\nSlotState = \"{}\"\n", slot.state));
+                    if let Some(job) = slot.job {
+                        text.push_str(&format!("SlotJob = {}\n", job.0));
+                    }
+                    text.push('\n');
+                }
+            }
+            None => {
+                print_ad(&mut text);
+                text.push('\n');
+            }
+        }
+    }
+    text
+}
+
+/// `-compact`: one line per machine (as `condor_status -compact`): its
+/// platform, how many slots, CPUs and GPUs, its memory (MiB, the whole
+/// machine's), its slots' states (`2 idle, 1 claimed`) and its load; then
+/// the summary.
+fn compact(machines: &[MachineStatus], ads: &BTreeMap<String, classad::ClassAd>) -> String {
+    let header = [
+        "Machine", "Platform", "Slots", "Cpus", "GPUs", "Memory", "States", "LoadAvg",
+    ];
+    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+    let empty = classad::ClassAd::new();
+    for m in machines {
+        let ad = ads.get(&m.name).unwrap_or(&empty);
+        let shown = |name: &str| match ad.eval_attr(name) {
+            classad::Value::Str(s) => s.to_string(),
+            v if v.is_undefined() => "-".to_string(),
+            v => v.to_string(),
+        };
+        let gpus = match ad.eval_attr("TotalGPUs").as_f64() {
+            Some(n) => n.to_string(),
+            None => shown("GPUs"),
+        };
+        let memory = match ad.eval_attr("TotalMemory").as_f64() {
+            Some(n) => n.to_string(),
+            None => shown("Memory"),
+        };
+        rows.push(vec![
+            m.name.clone(),
+            format!("{}/{}", shown("Arch"), shown("OpSys")),
+            m.slots.len().to_string(),
+            shown("Cpus"),
+            gpus,
+            memory,
+            states(m),
+            shown("LoadAvg"),
+        ]);
+    }
+    let mut out = aligned(&rows);
     out.push_str(&summary(machines));
     out
+}
+
+/// Whether a machine's ad says it has GPUs (its own or its slots').
+fn has_gpus(ad: &classad::ClassAd) -> bool {
+    ["TotalGPUs", "GPUs"]
+        .iter()
+        .any(|a| ad.eval_attr(a).as_f64().is_some_and(|n| n > 0.0))
+}
+
+/// `-gpus`: one line per machine with GPUs (as `condor_status -gpus`):
+/// GPUs per slot and in all, then what every one of them has (capability,
+/// memory in MiB, name; `-` when the machine does not say), and its slots'
+/// states. The properties are read in HTCondor's current names, else the
+/// older `CUDA` ones.
+fn gpu_table(machines: &[MachineStatus], ads: &BTreeMap<String, classad::ClassAd>) -> String {
+    let header = [
+        "Machine",
+        "Slots",
+        "GPUs",
+        "TotalGPUs",
+        "Capability",
+        "GpuMemory",
+        "DeviceName",
+        "States",
+    ];
+    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+    let empty = classad::ClassAd::new();
+    for m in machines {
+        let ad = ads.get(&m.name).unwrap_or(&empty);
+        let shown = |names: &[&str]| {
+            let value = names
+                .iter()
+                .map(|n| ad.eval_attr(n))
+                .find(|v| !v.is_undefined());
+            match value {
+                Some(classad::Value::Str(s)) => s.to_string(),
+                Some(v) => v.to_string(),
+                None => "-".to_string(),
+            }
+        };
+        rows.push(vec![
+            m.name.clone(),
+            m.slots.len().to_string(),
+            shown(&["GPUs"]),
+            shown(&["TotalGPUs", "GPUs"]),
+            shown(&["GPUs_Capability", "CUDACapability"]),
+            shown(&["GPUs_GlobalMemoryMb", "CUDAGlobalMemoryMb"]),
+            shown(&["GPUs_DeviceName", "CUDADeviceName"]),
+            states(m),
+        ]);
+    }
+    let mut out = aligned(&rows);
+    let total: f64 = machines
+        .iter()
+        .filter_map(|m| ads.get(&m.name))
+        .filter_map(|ad| {
+            let total = ad.eval_attr("TotalGPUs").as_f64();
+            total.or_else(|| ad.eval_attr("GPUs").as_f64())
+        })
+        .sum();
+    let n = machines.len();
+    out.push_str(&format!(
+        "{n} machine{} with GPUs, {total} GPU{}\n",
+        if n == 1 { "" } else { "s" },
+        if total == 1.0 { "" } else { "s" }
+    ));
+    out
+}
+
+/// A machine's slots by state: `idle` when all are, else `1 idle, 1 claimed`;
+/// `-` for a machine that lends none.
+fn states(m: &MachineStatus) -> String {
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for s in &m.slots {
+        *counts.entry(s.state.as_str()).or_default() += 1;
+    }
+    match counts.len() {
+        0 => "-".into(),
+        1 => counts.into_keys().next().unwrap_or_default().to_string(),
+        _ => counts
+            .iter()
+            .map(|(s, n)| format!("{n} {s}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
 }
 
 /// Slot counts by architecture and state, one line per architecture, and a total.

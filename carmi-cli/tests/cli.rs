@@ -388,6 +388,202 @@ async fn status_selects_by_policy_state_and_prints_chosen_attributes() {
     );
 }
 
+/// [`pool`] where lab-pc-01 has two GPUs (one per slot) and says its
+/// whole memory, as a local RM that found them advertises.
+fn gpu_pool() -> Vec<MachineStatus> {
+    let mut machines = pool();
+    let attrs = &mut machines[0].attributes;
+    attrs.push(("GPUs".to_string(), "1".to_string()));
+    attrs.push(("TotalGPUs".to_string(), "2".to_string()));
+    attrs.push(("TotalMemory".to_string(), "32768".to_string()));
+    machines[1]
+        .attributes
+        .push(("GPUs".to_string(), "0".to_string()));
+    machines
+}
+
+/// `carmi status ARGS` against a fake global RM serving `machines`.
+async fn status_of(machines: Vec<MachineStatus>, args: &[&str]) -> Output {
+    let addr = fake_global(POOL_SECRET.as_bytes(), machines).await;
+    let dir = tempfile::tempdir().unwrap();
+    let secret = secret_file(dir.path(), POOL_SECRET);
+    let mut cmd = carmi();
+    cmd.arg("status")
+        .args(args)
+        .env("CARMI_POOL", &addr)
+        .env("CARMI_SECRET", &secret);
+    run(cmd).await
+}
+
+#[tokio::test]
+async fn status_long_with_a_name_prints_that_machines_ad_or_its_slots() {
+    let out = status_of(pool(), &["-l", "desk7"]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let ad = text(&out.stdout);
+    assert!(ad.contains("Name = \"desk7\"\n"), "{ad}");
+    assert!(ad.contains("State = \"Owner\"\n"), "{ad}");
+    assert!(!ad.contains("lab-pc-01"), "{ad}");
+    assert_eq!(ad.matches("\n\n").count(), 1, "one ad: {ad}");
+    // A slot, as HTCondor names it: the machine's ad and that slot's state.
+    let out = status_of(pool(), &["-long", "slot2@lab-pc-01.example.edu"]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let ad = text(&out.stdout);
+    assert!(ad.contains("Name = \"lab-pc-01.example.edu\"\n"), "{ad}");
+    assert!(
+        ad.ends_with("SlotID = 2\nSlotState = \"claimed\"\nSlotJob = 3\n\n"),
+        "{ad}"
+    );
+    // Without -l, a name keeps that machine's row only.
+    let out = status_of(pool(), &["desk7"]).await;
+    let table = text(&out.stdout);
+    assert_eq!(table.lines().filter(|l| l.starts_with("desk7")).count(), 1);
+    assert!(!table.contains("lab-pc-01"), "{table}");
+}
+
+#[tokio::test]
+async fn status_of_a_machine_or_slot_the_pool_lacks_says_so() {
+    let out = status_of(pool(), &["-l", "nosuch"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains("no machine named nosuch in the pool"), "{err}");
+    assert!(out.stdout.is_empty());
+    let out = status_of(pool(), &["-l", "slot3@desk7"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains("machine desk7 has 1 slot"), "{err}");
+}
+
+#[tokio::test]
+async fn status_compact_prints_one_line_per_machine() {
+    let out = status_of(gpu_pool(), &["-compact"]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    let words = |line: &str| {
+        line.split_whitespace()
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(
+        words(lines[0]),
+        [
+            "Machine", "Platform", "Slots", "Cpus", "GPUs", "Memory", "States", "LoadAvg"
+        ]
+    );
+    assert_eq!(
+        words(lines[1]),
+        [
+            "lab-pc-01.example.edu",
+            "X86_64/LINUX",
+            "2",
+            "2",
+            "2",
+            "32768",
+            "1",
+            "claimed,",
+            "1",
+            "idle",
+            "0.25"
+        ]
+    );
+    assert_eq!(
+        words(lines[2]),
+        [
+            "desk7",
+            "aarch64/LINUX",
+            "1",
+            "2",
+            "0",
+            "8192",
+            "owner",
+            "1.5"
+        ]
+    );
+    assert_eq!(words(lines[3])[..3], ["submit", "X86_64/LINUX", "0"]);
+    // Then the summary, as the table ends.
+    assert!(table.ends_with("1 submit machine (no slots)\n"), "{table}");
+}
+
+#[tokio::test]
+async fn status_gpus_lists_the_machines_with_gpus_and_what_they_are() {
+    let mut machines = gpu_pool();
+    let attrs = &mut machines[0].attributes;
+    attrs.push(("GPUs_Capability".to_string(), "8.0".to_string()));
+    attrs.push(("CUDAGlobalMemoryMb".to_string(), "40960".to_string()));
+    attrs.push(("GPUs_DeviceName".to_string(), "\"NVIDIA A100\"".to_string()));
+    let out = status_of(machines, &["-gpus"]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    let words = |line: &str| {
+        line.split_whitespace()
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 3, "{table}");
+    assert_eq!(
+        words(lines[0]),
+        [
+            "Machine",
+            "Slots",
+            "GPUs",
+            "TotalGPUs",
+            "Capability",
+            "GpuMemory",
+            "DeviceName",
+            "States"
+        ]
+    );
+    // The older CUDA name is read when the current one is missing.
+    assert_eq!(
+        words(lines[1]),
+        [
+            "lab-pc-01.example.edu",
+            "2",
+            "1",
+            "2",
+            "8.0",
+            "40960",
+            "NVIDIA",
+            "A100",
+            "1",
+            "claimed,",
+            "1",
+            "idle"
+        ]
+    );
+    assert_eq!(lines[2], "1 machine with GPUs, 2 GPUs");
+    // With -af: only the machines with GPUs.
+    let out = status_of(gpu_pool(), &["-gpus", "-af", "Name"]).await;
+    assert_eq!(text(&out.stdout), "lab-pc-01.example.edu\n");
+}
+
+#[tokio::test]
+async fn status_table_has_a_gpus_column_when_a_machine_has_gpus() {
+    let out = status_of(gpu_pool(), &[]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    let lines: Vec<&str> = table.lines().collect();
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(header[3..6], ["Memory", "Cpus", "GPUs"]);
+    let row: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(row[4..6], ["2", "1"], "{table}");
+    // A machine that says nothing of GPUs shows `-`.
+    assert_eq!(lines[3].split_whitespace().nth(5), Some("-"), "{table}");
+}
+
+#[test]
+fn ssh_to_job_says_it_is_not_here_yet_and_what_to_use_instead() {
+    for args in [&["ssh_to_job", "3.0"][..], &["ssh-to-job", "3", "ls", "-l"]] {
+        let out = carmi().args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let err = text(&out.stderr);
+        assert!(err.starts_with("carmi: error: ssh_to_job "), "{err}");
+        assert!(err.contains("carmi logs -f "), "{err}");
+        assert!(out.stdout.is_empty());
+    }
+}
+
 #[tokio::test]
 async fn status_with_the_wrong_secret_says_so() {
     let addr = fake_global(POOL_SECRET.as_bytes(), pool()).await;

@@ -7,7 +7,8 @@
 //! Attributes, in the order they are printed:
 //! `Name`, `Arch`, `OpSys`, `Memory` (MiB, one slot's share), `TotalMemory`,
 //! `Cpus`, `Mips`, `KFlops`,
-//! `MemoryLimitEnforced`, `CgroupVersion` (when enforced) (static);
+//! `MemoryLimitEnforced`, `CgroupVersion` (when enforced), `GPUs` and the
+//! GPU attributes of [`crate::gpu`] (static);
 //! `LoadAvg`, `Disk` (KiB free in the work directory), `FreeMemory` (MiB
 //! available) (dynamic); then the configured attributes. A configured
 //! attribute replaces a detected one of the same name, and a replaced dynamic
@@ -17,6 +18,8 @@ use std::collections::BTreeMap;
 
 use classad::{ClassAd, Expr, Value};
 use serde::{Deserialize, Serialize};
+
+use crate::gpu::Gpus;
 
 /// The start-up benchmark's result (measured by the daemon's `benchmark`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,6 +56,8 @@ pub struct StaticInfo {
     /// says `MemoryLimitEnforced` and `CgroupVersion` so that a job that
     /// must be bound can require it.
     pub cgroup_version: Option<u8>,
+    /// The GPUs found or configured, and each slot's share (`GPUs`).
+    pub gpus: Gpus,
 }
 
 /// What changes while the daemon runs.
@@ -129,6 +134,9 @@ impl MachineAd {
         );
         if let Some(v) = i.cgroup_version {
             ad.insert_value("CgroupVersion", Value::Int(i64::from(v)));
+        }
+        for (n, v) in i.gpus.attributes() {
+            ad.insert_value(n, v);
         }
         for (n, v) in self.dynamic_values(d) {
             ad.insert_value(n, v);
@@ -207,6 +215,7 @@ mod tests {
                 kflops: 50000,
             }),
             cgroup_version: Some(2),
+            gpus: Gpus::default(),
         }
     }
 
@@ -241,8 +250,35 @@ mod tests {
         assert!(ad.eval_attr("MemoryLimitEnforced").is_true());
         assert_eq!(ad.eval_attr("TotalMemory").as_f64(), Some(8192.0));
         assert_eq!(ad.eval_attr("CgroupVersion").as_f64(), Some(2.0));
+        // No GPUs: said, so that `GPUs >= 1` is false rather than undefined.
+        assert_eq!(ad.eval_attr("GPUs").as_f64(), Some(0.0));
         // The owner's Memory replaces the detected one.
         assert_eq!(ad.eval_attr("Memory").as_f64(), Some(1024.0));
+    }
+
+    #[test]
+    fn gpus_are_advertised_and_the_owners_attributes_win() {
+        let mut i = info();
+        i.gpus = Gpus::new(
+            crate::gpu::parse_nvidia_smi("0, Tesla T4, 15360, 7.5\n", &crate::gpu::SMI_FIELDS),
+            None,
+        );
+        let configured = vec![parse_attr_arg("CUDACapability=8.0").unwrap()];
+        let text = MachineAd::new(i, configured)
+            .build(&dynamic(0.0))
+            .to_string();
+        let ad = ClassAd::parse(&text).unwrap();
+        assert_eq!(ad.eval_attr("GPUs").as_f64(), Some(1.0));
+        assert_eq!(ad.eval_attr("GPUs_GlobalMemoryMb").as_f64(), Some(15360.0));
+        assert_eq!(ad.eval_attr("GPUs_DeviceName").as_str(), Some("Tesla T4"));
+        assert_eq!(ad.eval_attr("CUDACapability").as_f64(), Some(8.0));
+        let job =
+            ClassAd::parse("[ Requirements = TARGET.GPUs >= 1 && TARGET.GPUs_Capability >= 7.0 ]")
+                .unwrap();
+        assert!(
+            job.eval_expr(&classad::parse_expr("Requirements").unwrap(), Some(&ad))
+                .is_true()
+        );
     }
 
     #[test]

@@ -21,6 +21,7 @@
 //! - `stopping`: how the daemon stops: the wait for the global RM to act on
 //!   `Leaving`, then for the killed processes' exits, each with its deadline.
 //! - `ad`: the machine ad and its heartbeat updates, from detected, sampled and configured attributes.
+//! - `gpu`: the GPUs of the ad, parsed from what `nvidia-smi` and `/proc/driver/nvidia` say.
 //! - `policy`: the owner policy (START/SUSPEND/CONTINUE/PREEMPT/KILL over the live ad).
 //! - `owner`: the simulated owner, whose events the policy observes.
 //! - `binding`: what a process's cgroup is set to from its job's requests, and
@@ -30,6 +31,7 @@
 
 pub mod ad;
 pub mod binding;
+pub mod gpu;
 pub mod link;
 pub mod node;
 pub mod owner;

@@ -77,6 +77,12 @@ impl Launch {
 }
 
 impl Core {
+    /// The slot (0 first) a host id of this machine stands for, once
+    /// registered: what the driver gives a process of that slot (its GPUs).
+    pub fn slot_of_host(&self, host: HostId) -> Option<usize> {
+        self.slot_of(host)
+    }
+
     /// The slot a host id of this machine stands for, once registered.
     pub(super) fn slot_of(&self, host: HostId) -> Option<usize> {
         match &self.link {

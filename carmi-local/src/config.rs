@@ -4,6 +4,7 @@
 //! ```toml
 //! name = "lab-pc-07"          # optional: machine name in the pool
 //! slots = 2                   # optional: default one per CPU
+//! gpus = 2                    # optional: GPUs advertised (default: those found; see `crate::gpu`)
 //! listen = "127.0.0.1:9620"   # optional: where applications connect
 //! work_dir = "/var/tmp/carmi" # optional
 //! kill_grace_ms = 2000        # SIGTERM -> SIGKILL delay
@@ -39,11 +40,16 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use classad::{Expr, ParseError, Value, parse_expr};
+use classad::{Expr, ParseError, parse_expr};
 use serde::Deserialize;
 
 use crate::isolation::AccountsConfig;
 use crate::policy::PolicyConfig;
+
+#[path = "config_attrs.rs"]
+mod attrs;
+pub use attrs::parse_attr_arg;
+use attrs::table_attribute;
 
 /// Default SIGTERM -> SIGKILL grace period.
 pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(2);
@@ -94,6 +100,11 @@ pub struct Cli {
     /// Number of slots (default: one per CPU).
     #[arg(long)]
     pub slots: Option<u32>,
+    /// GPUs of this machine, shared among its slots, when detection misses
+    /// them or some are kept (0); default: those `nvidia-smi` or
+    /// /proc/driver/nvidia find.
+    #[arg(long)]
+    pub gpus: Option<u32>,
     /// Where application processes connect (default 127.0.0.1:0, any free port).
     #[arg(long, value_name = "HOST:PORT")]
     pub listen: Option<String>,
@@ -194,6 +205,8 @@ pub struct FileConfig {
     pub name: Option<String>,
     /// Number of slots.
     pub slots: Option<u32>,
+    /// GPUs advertised, replacing the number found.
+    pub gpus: Option<u32>,
     /// Application listen address.
     pub listen: Option<String>,
     /// Work directory.
@@ -285,6 +298,8 @@ pub struct Settings {
     pub name: String,
     /// Number of slots; `None` means one per detected CPU.
     pub slots: Option<u32>,
+    /// GPUs of the machine as configured; `None`: those detected.
+    pub gpus: Option<u32>,
     /// Application listen address.
     pub listen: String,
     /// Staging listener's address; `None`: the application listener's
@@ -347,6 +362,7 @@ impl Settings {
             work_dir: default_work_dir(&name),
             name,
             slots: None,
+            gpus: None,
             listen: "127.0.0.1:0".into(),
             stage_listen: None,
             stage_advertise: None,
@@ -407,9 +423,8 @@ impl Settings {
             self.name = n.clone();
             name_set = true;
         }
-        if f.slots.is_some() {
-            self.slots = f.slots;
-        }
+        self.slots = f.slots.or(self.slots);
+        self.gpus = f.gpus.or(self.gpus);
         if let Some(l) = &f.listen {
             self.listen = l.clone();
         }
@@ -477,9 +492,8 @@ impl Settings {
             self.name = n.clone();
             name_set = true;
         }
-        if cli.slots.is_some() {
-            self.slots = cli.slots;
-        }
+        self.slots = cli.slots.or(self.slots);
+        self.gpus = cli.gpus.or(self.gpus);
         if let Some(l) = &cli.listen {
             self.listen = l.clone();
         }
@@ -594,75 +608,6 @@ fn read_config_file(path: &Path) -> Result<FileConfig, ConfigError> {
 /// Parses configuration file text.
 pub fn parse_config(text: &str) -> Result<FileConfig, toml::de::Error> {
     toml::from_str(text)
-}
-
-/// Parses one `--attr NAME=VALUE` argument; VALUE is a ClassAd expression.
-pub fn parse_attr_arg(arg: &str) -> Result<(String, Expr), ConfigError> {
-    let origin = "--attr".to_string();
-    let Some((name, value)) = arg.split_once('=') else {
-        return Err(ConfigError::BadAttribute {
-            name: arg.to_string(),
-            origin,
-            reason: "expected NAME=VALUE".into(),
-        });
-    };
-    let name = name.trim();
-    check_attr_name(name, &origin)?;
-    let expr = parse_expr(value).map_err(|error| ConfigError::BadExpression {
-        name: name.to_string(),
-        origin,
-        error,
-    })?;
-    Ok((name.to_string(), expr))
-}
-
-fn table_attribute(
-    name: &str,
-    value: &toml::Value,
-    origin: &str,
-) -> Result<(String, Expr), ConfigError> {
-    check_attr_name(name, origin)?;
-    let expr = match value {
-        toml::Value::String(text) => {
-            parse_expr(text).map_err(|error| ConfigError::BadExpression {
-                name: name.to_string(),
-                origin: origin.to_string(),
-                error,
-            })?
-        }
-        toml::Value::Boolean(b) => Expr::Literal(Value::Bool(*b)),
-        toml::Value::Integer(i) => Expr::Literal(Value::Int(*i)),
-        toml::Value::Float(f) => Expr::Literal(Value::Real(*f)),
-        other => {
-            return Err(ConfigError::BadAttribute {
-                name: name.to_string(),
-                origin: origin.to_string(),
-                reason: format!(
-                    "TOML values of type {} cannot be attributes; write the ClassAd expression as a string",
-                    other.type_str()
-                ),
-            });
-        }
-    };
-    Ok((name.to_string(), expr))
-}
-
-/// Attribute names are plain identifiers so that the ad prints and reparses
-/// the same in both syntaxes (heartbeat updates use old syntax).
-fn check_attr_name(name: &str, origin: &str) -> Result<(), ConfigError> {
-    let mut chars = name.chars();
-    let ok = matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if ok {
-        Ok(())
-    } else {
-        Err(ConfigError::BadAttribute {
-            name: name.to_string(),
-            origin: origin.to_string(),
-            reason: "an attribute name is a letter or `_` followed by letters, digits or `_`"
-                .into(),
-        })
-    }
 }
 
 fn default_work_dir(name: &str) -> PathBuf {

@@ -125,7 +125,7 @@ fn command_line_overrides_the_file() {
     let path = dir.path().join("local.toml");
     std::fs::write(
         &path,
-        "name = \"from-file\"\nslots = 3\nstage_listen = \"0.0.0.0:9622\"\n\
+        "name = \"from-file\"\nslots = 3\ngpus = 4\nstage_listen = \"0.0.0.0:9622\"\n\
          stage_advertise = \"file:9622\"\n[attributes]\nA = 1\n",
     )
     .unwrap();
@@ -151,6 +151,7 @@ fn command_line_overrides_the_file() {
     assert_eq!(s.stage_listen.as_deref(), Some("0.0.0.0:9622"));
     assert_eq!(s.stage_advertise.as_deref(), Some("cli:9622"));
     assert_eq!(s.slots, Some(2));
+    assert_eq!(s.gpus, Some(4));
     assert!(
         s.work_dir.ends_with("from-file"),
         "{}",
@@ -170,7 +171,22 @@ fn command_line_overrides_the_file() {
     ])
     .unwrap();
     // A submit machine: no slots, still a local RM for applications.
-    assert_eq!(Settings::from_cli(&cli).unwrap().slots, Some(0));
+    let s = Settings::from_cli(&cli).unwrap();
+    assert_eq!((s.slots, s.gpus), (Some(0), None));
+    let with = |gpus: &str| {
+        let args = [
+            "carmi-local",
+            "--global",
+            "x:1",
+            "--secret",
+            "s",
+            "--gpus",
+            gpus,
+        ];
+        Cli::try_parse_from(args).map(|cli| Settings::from_cli(&cli).unwrap().gpus)
+    };
+    assert_eq!(with("2").unwrap(), Some(2));
+    assert!(with("-1").is_err());
     let cli = Cli::try_parse_from([
         "carmi-local",
         "--global",

@@ -197,6 +197,16 @@ impl Driver {
             }
         }
         let credential = self.creds.hold(launch.job, Holder::Process(launch.process));
+        let mut env = launch.env;
+        // A slot's process sees its slot's GPUs (the job's own environment,
+        // later in the list, still wins); a master runs outside the slots.
+        let slot = (!launch.master).then(|| self.core.slot_of_host(launch.host));
+        if let Some(devices) = slot
+            .flatten()
+            .and_then(|s| self.machine.info().gpus.visible_devices(s))
+        {
+            env.insert(0, ("CUDA_VISIBLE_DEVICES".into(), devices));
+        }
         let spec = LaunchSpec {
             credential: Some(credential.clone()),
             requests: launch.requests,
@@ -206,7 +216,7 @@ impl Driver {
             name: launch.executable.name.clone(),
             program,
             args: launch.args,
-            env: launch.env,
+            env,
             stdio: (
                 launch.stdio.0.map(PathBuf::from),
                 launch.stdio.1.map(PathBuf::from),

@@ -75,8 +75,13 @@ pub(super) async fn detect_machine(
     } else {
         None
     };
+    let configured_gpus = settings.gpus;
+    let gpus = tokio::task::spawn_blocking(move || crate::gpu::detect(configured_gpus))
+        .await
+        .unwrap_or_else(|_| crate::gpu::Gpus::new(Vec::new(), configured_gpus));
     let cgroups = crate::cgroup::start(&settings.name, work_dir, settings.cgroups);
-    let (info, slots) = static_info((&settings.name, settings.slots), scores, cgroups.as_ref());
+    let info = (settings.name.as_str(), settings.slots);
+    let (info, slots) = static_info(info, scores, cgroups.as_ref(), gpus);
     let machine = MachineAd::new(info, settings.attributes.clone());
     (machine, slots, cgroups)
 }

@@ -22,6 +22,7 @@
 //! # Layout
 //! - `config`: command line and TOML configuration resolved into [`config::Settings`]; `--attr` parsing.
 //! - `machine`: detection of the machine ad (name, arch, memory, CPUs, disk, load) and heartbeat updates.
+//! - `gpu`: finding the GPUs (`nvidia-smi`, `/proc/driver/nvidia`) the ad advertises as `GPUs`.
 //! - `benchmark`: the start-up integer/floating-point benchmark (`Mips`, `KFlops`) and its on-disk cache.
 //! - `cache`: the content-addressed executable cache, which verifies SHA-256 and size before storing.
 //! - `spawn`: sandboxes, starting a process in its own session, `wait4` with CPU time, group signals.
@@ -54,6 +55,7 @@ pub mod control;
 pub mod daemon;
 pub mod daemon_token;
 pub mod global;
+pub mod gpu;
 mod input;
 pub mod isolation;
 pub mod jobcred;

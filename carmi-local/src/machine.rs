@@ -2,7 +2,8 @@
 //! (sampled for every advertisement and heartbeat), and what its owner adds.
 //!
 //! Attributes, in the order they are printed:
-//! `Name`, `Arch`, `OpSys`, `Memory` (MiB), `Cpus`, `Mips`, `KFlops` (static);
+//! `Name`, `Arch`, `OpSys`, `Memory` (MiB), `Cpus`, `Mips`, `KFlops`, `GPUs`
+//! and the GPUs' attributes ([`crate::gpu`]) (static);
 //! `LoadAvg`, `Disk` (KiB free in the work directory), `FreeMemory` (MiB
 //! available) (dynamic); then the configured attributes. A configured
 //! attribute replaces a detected one of the same name, and a replaced dynamic
@@ -56,21 +57,34 @@ pub fn detect_static(name: &str, scores: Option<Scores>) -> StaticInfo {
         scores,
         // Set by the daemon once its cgroups are (or are not) set up.
         cgroup_version: None,
+        // Found apart ([`crate::gpu::detect`]): it may run a command.
+        gpus: crate::gpu::Gpus::default(),
     }
 }
 
 /// The static facts of the machine's ad: detected, with the version of the
-/// cgroups binding its processes, and its memory shared among its slots
-/// (`slots` as configured, else one per CPU); and how many slots.
+/// cgroups binding its processes, and its memory and `gpus` shared among
+/// its slots (`slots` as configured, else one per CPU); and how many slots.
 pub fn static_info(
     (name, slots): (&str, Option<u32>),
     scores: Option<Scores>,
     cgroups: Option<&crate::cgroup::Cgroups>,
+    gpus: crate::gpu::Gpus,
 ) -> (StaticInfo, u32) {
     let mut info = detect_static(name, scores);
     info.cgroup_version = cgroups.map(crate::cgroup::Cgroups::version);
     let slots = slots.unwrap_or_else(|| u32::try_from(info.cpus.max(1)).unwrap_or(1));
     partition_memory(&mut info, slots);
+    info.gpus = gpus;
+    info.gpus.share(slots);
+    if info.gpus.total > 0 && info.gpus.per_slot == 0 {
+        tracing::warn!(
+            gpus = info.gpus.total,
+            slots,
+            "more slots than GPUs: each slot advertises GPUs = 0 and no GPU job can match; \
+             set `slots` to the number of GPUs (or fewer) to lend them"
+        );
+    }
     (info, slots)
 }
 

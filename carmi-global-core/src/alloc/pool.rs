@@ -125,8 +125,9 @@ fn speed_of(ad: &ClassAd) -> SpeedKey {
 
 /// The attributes of a machine `carmi status` shows, printed.
 fn shown_attributes(ad: &ClassAd) -> Vec<(String, String)> {
-    const SHOWN: [&str; 7] = [
-        "Arch", "OpSys", "Memory", "Cpus", "Mips", "KFlops", "LoadAvg",
+    // `GPUs` is shown only by pools that have some (`carmi status` adds the column then).
+    const SHOWN: [&str; 8] = [
+        "Arch", "OpSys", "Memory", "Cpus", "GPUs", "Mips", "KFlops", "LoadAvg",
     ];
     SHOWN
         .iter()
