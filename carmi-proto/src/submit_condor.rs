@@ -32,24 +32,6 @@
 
 use crate::bounds as limits;
 
-/// Commands recognised here besides `+Name`, lower case.
-pub const KEYS: [&str; 14] = [
-    "universe",
-    "request_cpus",
-    "request_memory",
-    "request_disk",
-    "jobbatchname",
-    "initialdir",
-    "log",
-    "should_transfer_files",
-    "when_to_transfer_output",
-    "transfer_output_files",
-    "master_requirements",
-    "max_start_failures",
-    "checkpoint_exit_code",
-    "transfer_checkpoint_files",
-];
-
 /// What these commands set, gathered over the file.
 #[derive(Debug, Default)]
 pub struct Extras {
@@ -59,6 +41,8 @@ pub struct Extras {
     pub memory_mib: Option<u64>,
     /// Disk in KiB.
     pub disk_kib: Option<u64>,
+    /// `request_gpus`.
+    pub gpus: Option<u64>,
     /// Job attributes in file order: `(name, expression text)`.
     pub attributes: Vec<(String, String)>,
     /// `initialdir`.
@@ -137,14 +121,6 @@ fn master_requirements(value: &str) -> Result<String, String> {
     Ok(value.trim().to_string())
 }
 
-/// Whether `key` (as written) is one of these commands.
-pub fn is_condor_key(key: &str) -> bool {
-    let k = key.trim();
-    k.starts_with('+')
-        || k.to_ascii_lowercase().starts_with("my.")
-        || KEYS.contains(&k.to_ascii_lowercase().as_str())
-}
-
 impl Extras {
     /// Takes one `key = value` line of these commands.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
@@ -173,6 +149,35 @@ impl Extras {
             }
             "request_disk" => {
                 self.disk_kib = Some(quantity("request_disk", value, 1 << 10)?);
+                Ok(())
+            }
+            "request_gpus" => {
+                self.gpus = Some(quantity("request_gpus", value, 1)?);
+                Ok(())
+            }
+            "notification" => {
+                // HTCondor's codes: never 0, always 1, complete 2, error 3.
+                let code = ["never", "always", "complete", "error"]
+                    .iter()
+                    .position(|n| value.trim().eq_ignore_ascii_case(n))
+                    .ok_or_else(|| {
+                        format!("notification = {value}: expected Never, Always, Complete or Error")
+                    })?;
+                self.set_attr("JobNotification", code.to_string());
+                Ok(())
+            }
+            "concurrency_limits" => {
+                // As HTCondor stores them: lower case, no blanks.
+                let v: String = value
+                    .trim()
+                    .trim_matches('"')
+                    .chars()
+                    .filter(|c| !c.is_whitespace())
+                    .collect::<String>()
+                    .to_ascii_lowercase();
+                limits::check_len("concurrency_limits", &v, limits::MAX_EXPRESSION_BYTES)
+                    .map_err(|e| e.to_string())?;
+                self.set_attr("ConcurrencyLimits", format!("{v:?}"));
                 Ok(())
             }
             "jobbatchname" => {
@@ -225,6 +230,15 @@ impl Extras {
         }
     }
 
+    /// Sets job attribute `name` to ClassAd text `value` (checked by the
+    /// caller), replacing an earlier value.
+    pub fn set_attr(&mut self, name: &str, value: String) {
+        match self.attributes.iter_mut().find(|(n, _)| n == name) {
+            Some(slot) => slot.1 = value,
+            None => self.attributes.push((name.to_string(), value)),
+        }
+    }
+
     fn attribute(&mut self, name: &str, value: &str) -> Result<(), String> {
         let name = name.trim();
         if name.is_empty()
@@ -269,6 +283,7 @@ impl Extras {
             ("RequestCpus", self.cpus),
             ("RequestMemory", self.memory_mib),
             ("RequestDisk", self.disk_kib),
+            ("RequestGPUs", self.gpus),
         ] {
             if let Some(v) = v {
                 out.push((name.to_string(), v.to_string()));
@@ -287,6 +302,7 @@ impl Extras {
             ("Cpus", self.cpus),
             ("Memory", self.memory_mib),
             ("Disk", self.disk_kib),
+            ("GPUs", self.gpus),
         ] {
             if let Some(v) = v {
                 terms.push(format!("{attr} >= {v}"));
