@@ -323,3 +323,7 @@ fn getenv(value: &str, env: &dyn SubmitEnv) -> Vec<(String, String)> {
         })
         .collect()
 }
+
+#[cfg(test)]
+#[path = "cluster_tests.rs"]
+mod tests;

@@ -52,6 +52,12 @@ pub fn parse(args: &str, body: Option<&[String]>) -> Result<QueueSpec, String> {
         None if args.parse::<usize>().is_ok() => (args.parse().unwrap_or(1), ""),
         _ => (1, args),
     };
+    if count == 0 {
+        return Err(format!(
+            "`queue {args}` queues nothing: between 1 and {} procs per submit file",
+            crate::bounds::MAX_JOBS_PER_SUBMIT
+        ));
+    }
     if rest.is_empty() {
         return Ok(QueueSpec {
             count,
