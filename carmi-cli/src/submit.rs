@@ -201,6 +201,14 @@ fn resolve_paths(spec: &mut JobSpec, file: &Path, display: &str) -> anyhow::Resu
     spec.error = spec.error.as_deref().map(abs);
     spec.log = spec.log.as_deref().map(abs);
     spec.initial_dir = Some(io_base.to_string_lossy().into_owned());
+    // The proxy travels as an input file (below); its attribute names it
+    // where it is, as HTCondor's does.
+    for (name, value) in &mut spec.attributes {
+        if name == "X509UserProxy" {
+            let path = abs(value.trim_matches('"'));
+            *value = format!("{path:?}");
+        }
+    }
     for f in &mut spec.transfer_input_files {
         let path = abs(f);
         if !Path::new(&path).is_file() {

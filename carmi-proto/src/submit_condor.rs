@@ -191,7 +191,11 @@ impl Extras {
             "initialdir" => path(&mut self.initial_dir, "initialdir", value),
             "log" => path(&mut self.log, "log", value),
             "should_transfer_files" => {
-                one_of("should_transfer_files", value, &["yes", "no", "if_needed"])
+                one_of(
+                "should_transfer_files",
+                value,
+                &["yes", "no", "if_needed", "true", "false"],
+            )
             }
             "when_to_transfer_output" => {
                 one_of(
@@ -351,15 +355,18 @@ fn one_of(key: &str, value: &str, allowed: &[&str]) -> Result<(), String> {
 /// number is already in those units, as HTCondor reads it.
 fn quantity(key: &str, value: &str, base: u64) -> Result<u64, String> {
     let v = value.trim();
-    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let split = v
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(v.len());
     let (digits, unit) = v.split_at(split);
-    let n: u64 = digits.parse().map_err(|_| {
-        format!("{key}: `{v}` is not a whole number (with an optional unit K, M, G, T)")
-    })?;
+    let whole = || {
+        format!("{key}: `{v}` is not a number (with an optional unit K, M, G, T)")
+    };
     let unit = unit.trim().to_ascii_uppercase();
     let unit = unit.strip_suffix('B').unwrap_or(&unit);
     let bytes: u64 = match unit {
-        "" => return Ok(n),
+        "" if !digits.contains('.') => return digits.parse().map_err(|_| whole()),
+        "" => base,
         "K" => 1 << 10,
         "M" => 1 << 20,
         "G" => 1 << 30,
@@ -367,11 +374,15 @@ fn quantity(key: &str, value: &str, base: u64) -> Result<u64, String> {
         other => return Err(format!("{key}: unknown unit `{other}` (K, M, G or T)")),
     };
     if base == 1 {
-        return Err(format!("{key}: a count takes no unit"));
+        return Err(format!("{key}: a count is a whole number, with no unit"));
     }
-    n.checked_mul(bytes)
-        .map(|b| b.div_ceil(base))
-        .ok_or_else(|| format!("{key}: `{v}` is too large"))
+    // `1.5GB`: HTCondor takes fractions of a unit and rounds up.
+    let n: f64 = digits.parse().map_err(|_| whole())?;
+    let units = (n * bytes as f64 / base as f64).ceil();
+    if !units.is_finite() || units > u64::MAX as f64 / 2.0 {
+        return Err(format!("{key}: `{v}` is too large"));
+    }
+    Ok(units as u64)
 }
 
 #[cfg(test)]
@@ -389,7 +400,8 @@ mod tests {
         assert!(quantity("request_cpus", "4G", 1).is_err());
         assert!(quantity("request_memory", "lots", 1 << 20).is_err());
         assert!(quantity("request_memory", "3X", 1 << 20).is_err());
-        assert!(quantity("request_memory", "99999999999T", 1 << 20).is_err());
+        assert!(quantity("request_memory", "99999999999999999T", 1 << 20).is_err());
+        assert_eq!(quantity("request_memory", "1.5GB", 1 << 20), Ok(1536));
     }
 
     #[test]

@@ -289,6 +289,7 @@ fn finish_proc(p: &mut JobSpec, env: &dyn SubmitEnv) -> Result<(), String> {
         set(p, "AcctGroupUser", user.clone());
         set(p, "AccountingGroup", format!("{group}.{user}"));
     }
+    gpu_constraints(p);
     if let Some(proxy) = get(p, "X509UserProxy") {
         if !env.is_file(&proxy) {
             return Err(format!(
@@ -300,6 +301,32 @@ fn finish_proc(p: &mut JobSpec, env: &dyn SubmitEnv) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// HTCondor's GPU constraints, as it writes them: `RequireGPUs` is
+/// `require_gpus` (else `Capability >= GPUsMinCapability` when a minimum
+/// capability is given), and `GlobalMemoryMb >= GPUsMinMemory` when a
+/// minimum memory is; all of them only for a job that requests GPUs.
+fn gpu_constraints(p: &mut JobSpec) {
+    let has = |p: &JobSpec, n: &str| p.attributes.iter().any(|(a, _)| a == n);
+    let gpu_attrs = ["RequireGPUs", "GPUsMinCapability", "GPUsMinMemory"];
+    if !has(p, "RequestGPUs") {
+        p.attributes.retain(|(a, _)| !gpu_attrs.contains(&a.as_str()));
+        return;
+    }
+    let mut terms: Vec<String> = Vec::new();
+    if let Some((_, r)) = p.attributes.iter().find(|(a, _)| a == "RequireGPUs") {
+        terms.push(r.clone());
+    } else if has(p, "GPUsMinCapability") {
+        terms.push("Capability >= GPUsMinCapability".into());
+    }
+    if has(p, "GPUsMinMemory") {
+        terms.push("GlobalMemoryMb >= GPUsMinMemory".into());
+    }
+    p.attributes.retain(|(a, _)| a != "RequireGPUs");
+    if !terms.is_empty() {
+        p.attributes.push(("RequireGPUs".into(), terms.join(" && ")));
+    }
 }
 
 /// `getenv`'s variables: `true` all of them, `false` none, else a list of

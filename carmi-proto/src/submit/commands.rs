@@ -10,8 +10,10 @@
 pub enum Kind {
     /// A ClassAd expression, checked.
     Expr,
-    /// Text, stored as a ClassAd string (surrounding double quotes dropped).
+    /// Text as written, stored as a ClassAd string.
     Str,
+    /// Text, stored as a ClassAd string without its surrounding double quotes.
+    Quoted,
     /// `true` or `false`.
     Bool,
     /// A whole number.
@@ -100,7 +102,7 @@ const TABLE: &[(&[&str], Cmd)] = &[
     (&["gpus_maximum_capability", "gpusmaxcapability"], Cmd::Attr("GPUsMaxCapability", Kind::Real)),
     (&["gpus_minimum_memory", "gpusminmemory"], Cmd::Attr("GPUsMinMemory", Kind::Int)),
     (&["gpus_minimum_runtime", "gpusminruntime"], Cmd::Attr("GPUsMinRuntime", Kind::Real)),
-    (&["transfer_output_remaps", "transferoutputremaps"], Cmd::Attr("TransferOutputRemaps", Kind::Str)),
+    (&["transfer_output_remaps", "transferoutputremaps"], Cmd::Attr("TransferOutputRemaps", Kind::Quoted)),
     (&["transfer_executable", "transferexecutable"], Cmd::Attr("TransferExecutable", Kind::Bool)),
     (&["transfer_input"], Cmd::Attr("TransferIn", Kind::Bool)),
     (&["transfer_output"], Cmd::Attr("TransferOut", Kind::Bool)),
@@ -197,11 +199,14 @@ pub fn attr_value(cmd: &str, kind: Kind, value: &str) -> Result<String, String> 
             })?;
             Ok(v.to_string())
         }
-        Kind::Str => {
-            let s = v
-                .strip_prefix('"')
-                .and_then(|s| s.strip_suffix('"'))
-                .unwrap_or(v);
+        Kind::Str | Kind::Quoted => {
+            let s = match kind {
+                Kind::Quoted => v
+                    .strip_prefix('"')
+                    .and_then(|s| s.strip_suffix('"'))
+                    .unwrap_or(v),
+                _ => v,
+            };
             crate::bounds::check_len(cmd, s, crate::bounds::MAX_EXPRESSION_BYTES)
                 .map_err(|e| e.to_string())?;
             Ok(format!("{s:?}"))

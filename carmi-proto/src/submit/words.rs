@@ -124,10 +124,9 @@ pub fn join_environment(env: &[(String, String)]) -> String {
 }
 
 fn quote_word(a: &str) -> String {
-    let a = a.replace('"', "\"\"");
     if a.is_empty() || a.contains(|c: char| c.is_whitespace() || c == '\'') {
         format!("'{}'", a.replace('\'', "''"))
     } else {
-        a
+        a.to_string()
     }
 }
