@@ -142,9 +142,9 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
 /// so at submit rather than let the user wait for mail.
 fn warn_about_mail(procs: &[JobSpec]) {
     let asks = procs.first().is_some_and(|p| {
-        p.attributes.iter().any(|(n, v)| {
-            (n == "JobNotification" && v.trim() != "0") || n == "NotifyUser"
-        })
+        p.attributes
+            .iter()
+            .any(|(n, v)| (n == "JobNotification" && v.trim() != "0") || n == "NotifyUser")
     });
     if asks {
         eprintln!(

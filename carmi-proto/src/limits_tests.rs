@@ -231,7 +231,11 @@ fn the_procs_of_a_cluster_are_counted_and_each_checked() {
     assert!(check_submit(&req).is_ok());
     req.procs.push(one.clone());
     let f = check_submit(&req).unwrap_err();
-    assert!(f.message.contains("procs: 10001 is above the limit"), "{}", f.message);
+    assert!(
+        f.message.contains("procs: 10001 is above the limit"),
+        "{}",
+        f.message
+    );
     let mut bad = one.clone();
     bad.arguments = vec!["a".repeat(MAX_ARG_BYTES + 1)];
     req.procs = vec![one, bad];

@@ -190,13 +190,11 @@ impl Extras {
             }
             "initialdir" => path(&mut self.initial_dir, "initialdir", value),
             "log" => path(&mut self.log, "log", value),
-            "should_transfer_files" => {
-                one_of(
+            "should_transfer_files" => one_of(
                 "should_transfer_files",
                 value,
                 &["yes", "no", "if_needed", "true", "false"],
-            )
-            }
+            ),
             "when_to_transfer_output" => {
                 one_of(
                     "when_to_transfer_output",
@@ -359,9 +357,7 @@ fn quantity(key: &str, value: &str, base: u64) -> Result<u64, String> {
         .find(|c: char| !c.is_ascii_digit() && c != '.')
         .unwrap_or(v.len());
     let (digits, unit) = v.split_at(split);
-    let whole = || {
-        format!("{key}: `{v}` is not a number (with an optional unit K, M, G, T)")
-    };
+    let whole = || format!("{key}: `{v}` is not a number (with an optional unit K, M, G, T)");
     let unit = unit.trim().to_ascii_uppercase();
     let unit = unit.strip_suffix('B').unwrap_or(&unit);
     let bytes: u64 = match unit {

@@ -90,7 +90,10 @@ fn defaults_single_count_and_case_insensitive_keys() {
 fn a_refused_command_is_reported_with_its_line_and_reason() {
     let (line, reason) = one_error("executable = m\n\ndocker_image = debian\nqueue\n");
     assert_eq!(line, 3);
-    assert!(reason.starts_with("docker_image: containers are not run"), "{reason}");
+    assert!(
+        reason.starts_with("docker_image: containers are not run"),
+        "{reason}"
+    );
     // A key that is no command is a user macro, as in HTCondor.
     assert!(parse("j", "executable = m\nmy_setting = 1\nqueue\n").is_ok());
 }
@@ -166,7 +169,11 @@ fn continuation_lines_keep_the_first_line_number() {
     let (line, _) =
         one_error("executable = m\narguments = a \\\n  b\ndocker_image \\\n = 1\nqueue\n");
     assert_eq!(line, 4);
-    let spec = parse("f", "executable = m\narguments = \"a \\\n  'b c'\"\nqueue\n").unwrap();
+    let spec = parse(
+        "f",
+        "executable = m\narguments = \"a \\\n  'b c'\"\nqueue\n",
+    )
+    .unwrap();
     assert_eq!(spec.arguments, ["a", "b c"]);
 }
 
@@ -308,7 +315,10 @@ fn a_file_above_the_size_limit_is_refused_whole_and_mistakes_are_capped() {
     assert_eq!(es.len(), 51);
     assert_eq!(es[50], (0, "and 952 more mistakes".to_string()));
     // Beyond what is kept, mistakes are still counted.
-    let es = errors(&format!("machine_count = 1\n{}", "nonsense\n".repeat(100_000)));
+    let es = errors(&format!(
+        "machine_count = 1\n{}",
+        "nonsense\n".repeat(100_000)
+    ));
     assert_eq!(es.len(), 51);
     assert_eq!(es[50], (0, "and 99952 more mistakes".to_string()));
 }

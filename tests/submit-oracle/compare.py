@@ -30,9 +30,6 @@ OURS_ONLY = {
     "HoldAtSubmit": "HTCondor sets JobStatus = 5 instead; the global RM holds the job",
     "NiceUser": "HTCondor 24 folds nice_user into the accounting group",
     "JobMaterializeLimit": "max_materialize is read by the schedd's factory, not put on the ad",
-    "StreamOut": "HTCondor puts StreamOut on the ad only with file transfer off",
-    "StreamErr": "as StreamOut",
-    "JobNotification": "HTCondor 24 omits it for notification = Never (its default)",
 }
 # Attributes of carmi's own ad that are not job attributes of HTCondor's, or compared apart.
 SKIP = {"Owner", "ClusterId", "ProcId", "Cmd", "Arguments", "MasterMachine", "ExecutableSha256",

@@ -63,12 +63,14 @@ impl SubmitEnv for MachineEnv {
                 carmi_api::limits::MAX_SUBMIT_FILE_BYTES
             ));
         }
-        String::from_utf8(out.stdout).map_err(|_| format!("`{command}` printed text that is not UTF-8"))
+        String::from_utf8(out.stdout)
+            .map_err(|_| format!("`{command}` printed text that is not UTF-8"))
     }
 
     fn list_dir(&self, dir: &str) -> Result<Vec<(String, bool)>, String> {
         let p = self.base.join(dir);
-        let entries = std::fs::read_dir(&p).map_err(|e| format!("cannot list {}: {e}", p.display()))?;
+        let entries =
+            std::fs::read_dir(&p).map_err(|e| format!("cannot list {}: {e}", p.display()))?;
         Ok(entries
             .filter_map(|e| {
                 let e = e.ok()?;

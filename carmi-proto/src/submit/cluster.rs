@@ -86,9 +86,11 @@ pub fn parse_cluster(
 pub fn parse(file: &str, text: &str) -> Result<JobSpec, SubmitErrors> {
     let c = parse_cluster(file, text, &FixedEnv::default())?;
     let n = c.procs.len() as u32;
-    let mut first = c.procs.into_iter().next().ok_or_else(|| {
-        one_error(file, 0, "the file queues no procs".into())
-    })?;
+    let mut first = c
+        .procs
+        .into_iter()
+        .next()
+        .ok_or_else(|| one_error(file, 0, "the file queues no procs".into()))?;
     first.count = n;
     Ok(first)
 }
@@ -103,15 +105,20 @@ fn carmi_mode(
     let mut p = Parser::new(file);
     let mut user: HashMap<String, String> = HashMap::new();
     let mut pending: Vec<(usize, &str, &str)> = Vec::new();
-    let flush = |p: &mut Parser, user: &HashMap<String, String>, pending: &mut Vec<(usize, &str, &str)>| {
-        let scope = Scope { user, proc: None, env };
-        for (line, key, value) in pending.drain(..) {
-            match scope.expand(value) {
-                Ok(v) => p.line(line, &format!("{key} = {v}")),
-                Err(e) => p.err(line, format!("{key}: {e}")),
+    let flush =
+        |p: &mut Parser, user: &HashMap<String, String>, pending: &mut Vec<(usize, &str, &str)>| {
+            let scope = Scope {
+                user,
+                proc: None,
+                env,
+            };
+            for (line, key, value) in pending.drain(..) {
+                match scope.expand(value) {
+                    Ok(v) => p.line(line, &format!("{key} = {v}")),
+                    Err(e) => p.err(line, format!("{key}: {e}")),
+                }
             }
-        }
-    };
+        };
     for s in stmts {
         match s {
             Stmt::Set { line, key, value } => {
@@ -183,7 +190,11 @@ fn condor_mode(
             }
             Stmt::Queue { line, args, body } => {
                 queued = true;
-                let scope = Scope { user: &user, proc: None, env };
+                let scope = Scope {
+                    user: &user,
+                    proc: None,
+                    env,
+                };
                 let q = scope
                     .expand(args)
                     .and_then(|a| queue::parse(&a, body.as_deref()))
@@ -208,7 +219,11 @@ fn condor_mode(
                             item_index,
                             vars: item.clone(),
                         };
-                        let scope = Scope { user: &user, proc: Some(&vars), env };
+                        let scope = Scope {
+                            user: &user,
+                            proc: Some(&vars),
+                            env,
+                        };
                         let spec = one_proc(file, &settings, &scope, *line, last_line, &mut last)?;
                         procs.push(spec);
                     }
@@ -311,7 +326,8 @@ fn gpu_constraints(p: &mut JobSpec) {
     let has = |p: &JobSpec, n: &str| p.attributes.iter().any(|(a, _)| a == n);
     let gpu_attrs = ["RequireGPUs", "GPUsMinCapability", "GPUsMinMemory"];
     if !has(p, "RequestGPUs") {
-        p.attributes.retain(|(a, _)| !gpu_attrs.contains(&a.as_str()));
+        p.attributes
+            .retain(|(a, _)| !gpu_attrs.contains(&a.as_str()));
         return;
     }
     let mut terms: Vec<String> = Vec::new();
@@ -325,7 +341,8 @@ fn gpu_constraints(p: &mut JobSpec) {
     }
     p.attributes.retain(|(a, _)| a != "RequireGPUs");
     if !terms.is_empty() {
-        p.attributes.push(("RequireGPUs".into(), terms.join(" && ")));
+        p.attributes
+            .push(("RequireGPUs".into(), terms.join(" && ")));
     }
 }
 

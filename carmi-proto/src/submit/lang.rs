@@ -129,7 +129,6 @@ pub fn statements(text: &str) -> Vec<Stmt> {
 fn is_key(k: &str) -> bool {
     let k = k.strip_prefix('+').unwrap_or(k);
     !k.is_empty()
-        && k
-            .chars()
+        && k.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
 }

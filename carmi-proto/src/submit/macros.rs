@@ -220,7 +220,12 @@ impl Scope<'_> {
     }
 
     /// `$NAME(inner)`: `$ENV` and the macro functions.
-    fn function(&self, fname: &str, inner: &str, active: &mut Vec<String>) -> Result<String, String> {
+    fn function(
+        &self,
+        fname: &str,
+        inner: &str,
+        active: &mut Vec<String>,
+    ) -> Result<String, String> {
         let upper = fname.to_ascii_uppercase();
         let args: Vec<&str> = inner.split(',').map(str::trim).collect();
         let arg = |i: usize, active: &mut Vec<String>| -> Result<String, String> {
@@ -303,7 +308,11 @@ fn number(f: &str, v: &str, fmt: Option<&str>) -> Result<String, String> {
         'x' => format!("{:x}", x as i64),
         'X' => format!("{:X}", x as i64),
         'f' | 'g' | 'e' => format!("{:.*}", prec.unwrap_or(6), x),
-        other => return Err(format!("${f}(): format `%{spec}` (`{other}`) is not understood")),
+        other => {
+            return Err(format!(
+                "${f}(): format `%{spec}` (`{other}`) is not understood"
+            ));
+        }
     };
     Ok(if zero {
         format!("{body:0>width$}")
@@ -316,11 +325,24 @@ fn number(f: &str, v: &str, fmt: Option<&str>) -> Result<String, String> {
 fn substr(v: &str, args: &[&str]) -> Result<String, String> {
     let chars: Vec<char> = v.chars().collect();
     let n = chars.len() as i64;
-    let num = |s: Option<&&str>| s.map(|s| s.parse::<i64>().map_err(|_| format!("$SUBSTR(): `{s}` is not a number")));
+    let num = |s: Option<&&str>| {
+        s.map(|s| {
+            s.parse::<i64>()
+                .map_err(|_| format!("$SUBSTR(): `{s}` is not a number"))
+        })
+    };
     let start = num(args.first()).transpose()?.unwrap_or(0);
-    let start = if start < 0 { (n + start).max(0) } else { start.min(n) };
+    let start = if start < 0 {
+        (n + start).max(0)
+    } else {
+        start.min(n)
+    };
     let len = num(args.get(1)).transpose()?.unwrap_or(n - start);
-    let end = if len < 0 { (n + len).max(start) } else { (start + len).min(n) };
+    let end = if len < 0 {
+        (n + len).max(start)
+    } else {
+        (start + len).min(n)
+    };
     Ok(chars[start as usize..end as usize].iter().collect())
 }
 

@@ -28,7 +28,10 @@ fn expand(user: &[(&str, &str)], proc: Option<&ProcVars>, text: &str) -> Result<
 fn user_macros_expand_late_and_case_insensitively() {
     let user = [("dir", "/mnt/$(Who)"), ("who", "bob")];
     assert_eq!(expand(&user, None, "$(DIR)/x").unwrap(), "/mnt/bob/x");
-    assert_eq!(expand(&user, None, "$(nope)|$(nope:dflt)|$(who:x)").unwrap(), "|dflt|bob");
+    assert_eq!(
+        expand(&user, None, "$(nope)|$(nope:dflt)|$(who:x)").unwrap(),
+        "|dflt|bob"
+    );
     // A macro naming itself expands to nothing, as in HTCondor.
     assert_eq!(expand(&[("x", "a$(x)")], None, "$(x)").unwrap(), "a");
 }
@@ -42,34 +45,70 @@ fn cluster_stays_proc_variables_expand_and_match_time_is_kept() {
         vars: vec![("item".into(), "f.dat".into())],
     };
     assert_eq!(
-        expand(&[], Some(&p), "$(Cluster).$(ProcId) $(Process) $(Step) $(ItemIndex) $(Row) $(Item)").unwrap(),
+        expand(
+            &[],
+            Some(&p),
+            "$(Cluster).$(ProcId) $(Process) $(Step) $(ItemIndex) $(Row) $(Item)"
+        )
+        .unwrap(),
         "$(ClusterId).4 4 1 2 2 f.dat"
     );
     assert_eq!(expand(&[], Some(&p), "$(JobId)").unwrap(), "$(ClusterId).4");
     assert_eq!(expand(&[], None, "$(ProcId)").unwrap(), "$(ProcId)");
-    assert_eq!(expand(&[], Some(&p), "$$(Memory) $$([a + (b)])").unwrap(), "$$(Memory) $$([a + (b)])");
-    assert_eq!(expand(&[], None, "cost: 5$(DOLLAR) $x").unwrap(), "cost: 5$ $x");
+    assert_eq!(
+        expand(&[], Some(&p), "$$(Memory) $$([a + (b)])").unwrap(),
+        "$$(Memory) $$([a + (b)])"
+    );
+    assert_eq!(
+        expand(&[], None, "cost: 5$(DOLLAR) $x").unwrap(),
+        "cost: 5$ $x"
+    );
 }
 
 #[test]
 fn environment_time_and_functions() {
-    assert_eq!(expand(&[], None, "$ENV(HOME) $ENV(NOPE:none)").unwrap(), "/home/ann none");
+    assert_eq!(
+        expand(&[], None, "$ENV(HOME) $ENV(NOPE:none)").unwrap(),
+        "/home/ann none"
+    );
     assert_eq!(
         expand(&[], None, "$(Year)-$(Month)-$(Day) $(SUBMIT_TIME)").unwrap(),
         "2026-12-02 1796237869"
     );
     let user = [("f", "/a/b/c.tar.gz"), ("n", "7"), ("s", "hello")];
     assert_eq!(
-        expand(&user, None, "$Fp(f)|$Fd(f)|$Fn(f)|$Fx(f)|$Fnx(f)|$Fdb(f)|$Fq(s)").unwrap(),
+        expand(
+            &user,
+            None,
+            "$Fp(f)|$Fd(f)|$Fn(f)|$Fx(f)|$Fnx(f)|$Fdb(f)|$Fq(s)"
+        )
+        .unwrap(),
         "/a/b/|b/|c.tar|.gz|c.tar.gz|b|\"hello\""
     );
     assert_eq!(
-        expand(&user, None, "$INT(n)|$INT(n,%03d)|$SUBSTR(s,1,2)|$SUBSTR(s,-2)|$CHOICE(n,a,b,c,d,e,f,g,h)").unwrap(),
+        expand(
+            &user,
+            None,
+            "$INT(n)|$INT(n,%03d)|$SUBSTR(s,1,2)|$SUBSTR(s,-2)|$CHOICE(n,a,b,c,d,e,f,g,h)"
+        )
+        .unwrap(),
         "7|007|el|lo|h"
     );
-    assert!(expand(&[], None, "$RANDOM_INTEGER(1,9)").unwrap_err().contains("same every time"));
-    assert!(expand(&[], None, "$(open").unwrap_err().contains("never closed"));
-    assert!(expand(&[], None, "$BOGUS(x)").unwrap_err().contains("not a macro function"));
+    assert!(
+        expand(&[], None, "$RANDOM_INTEGER(1,9)")
+            .unwrap_err()
+            .contains("same every time")
+    );
+    assert!(
+        expand(&[], None, "$(open")
+            .unwrap_err()
+            .contains("never closed")
+    );
+    assert!(
+        expand(&[], None, "$BOGUS(x)")
+            .unwrap_err()
+            .contains("not a macro function")
+    );
 }
 
 #[test]

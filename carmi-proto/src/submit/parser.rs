@@ -4,12 +4,12 @@
 //! then the whole is checked against the limits and assembled into a
 //! [`JobSpec`]. Every mistake is collected with its line, none stops the pass.
 
+use super::commands::{self, Cmd};
+use super::words::{environment, split_args};
 use super::{
     ClassSpec, JobSpec, OnImpossible, SubmitError, SubmitErrors, check_expressions_of_job,
 };
 use crate::bounds::{self as limits, LimitError};
-use super::commands::{self, Cmd};
-use super::words::{environment, split_args};
 use crate::submit_condor::Extras;
 
 /// Mistakes reported at most, so that a file of a million bad lines gives a
@@ -191,12 +191,10 @@ impl<'f> Parser<'f> {
                     self.err(line, e);
                 }
             }
-            Some(Cmd::Attr(name, kind)) => {
-                match commands::attr_value(key.trim(), kind, &value) {
-                    Ok(v) => self.extras.set_attr(name, v),
-                    Err(e) => self.err(line, e),
-                }
-            }
+            Some(Cmd::Attr(name, kind)) => match commands::attr_value(key.trim(), kind, &value) {
+                Ok(v) => self.extras.set_attr(name, v),
+                Err(e) => self.err(line, e),
+            },
             Some(Cmd::Refuse(why)) => self.err(line, format!("{}: {why}", key.trim())),
             // Ignored commands, and user macros (read where they are used).
             Some(Cmd::Ignore(_)) | None => {}

@@ -119,7 +119,9 @@ fn source(keyword: &str, after: &str, body: Option<&[String]>) -> Result<Source,
     match keyword {
         "in" => {
             if !after.starts_with('(') {
-                return Err(format!("`in {after}`: the list goes in parentheses: `in (a, b, c)`"));
+                return Err(format!(
+                    "`in {after}`: the list goes in parentheses: `in (a, b, c)`"
+                ));
             }
             let items = table(after)?
                 .iter()
@@ -157,7 +159,9 @@ fn source(keyword: &str, after: &str, body: Option<&[String]>) -> Result<Source,
             let mut words: Vec<&str> = after.split_whitespace().collect();
             let (mut files, mut dirs) = (true, true);
             match words.first().map(|w| w.to_ascii_lowercase()) {
-                Some(w) if w == "files" => (files, dirs, words) = (true, false, words[1..].to_vec()),
+                Some(w) if w == "files" => {
+                    (files, dirs, words) = (true, false, words[1..].to_vec())
+                }
                 Some(w) if w == "dirs" => (files, dirs, words) = (false, true, words[1..].to_vec()),
                 _ => {}
             }
@@ -270,7 +274,11 @@ fn matching(
                     && glob(&base, &n.chars().collect::<Vec<_>>())
             })
             .map(|(n, is_dir)| {
-                let path = if dir.is_empty() { n } else { format!("{dir}/{n}") };
+                let path = if dir.is_empty() {
+                    n
+                } else {
+                    format!("{dir}/{n}")
+                };
                 if is_dir { format!("{path}/") } else { path }
             })
             .collect();
@@ -289,8 +297,14 @@ pub fn items(spec: &QueueSpec, env: &dyn SubmitEnv) -> Result<Vec<Item>, String>
             return Ok(items.iter().map(|i| fields(i, &spec.vars)).collect());
         }
         Source::Table(rows) => rows.clone(),
-        Source::File(f) => lines(env.read_file(f).map_err(|e| format!("queue from {f}: {e}"))?),
-        Source::Command(c) => lines(env.run_command(c).map_err(|e| format!("queue from {c} |: {e}"))?),
+        Source::File(f) => lines(
+            env.read_file(f)
+                .map_err(|e| format!("queue from {f}: {e}"))?,
+        ),
+        Source::Command(c) => lines(
+            env.run_command(c)
+                .map_err(|e| format!("queue from {c} |: {e}"))?,
+        ),
         Source::Matching(files, dirs, patterns) => {
             let names = matching(env, *files, *dirs, patterns)?;
             return Ok(names.iter().map(|n| fields(n, &spec.vars)).collect());
