@@ -156,28 +156,13 @@ impl Extras {
                 Ok(())
             }
             "notification" => {
-                // HTCondor's codes: never 0, always 1, complete 2, error 3.
-                let code = ["never", "always", "complete", "error"]
-                    .iter()
-                    .position(|n| value.trim().eq_ignore_ascii_case(n))
-                    .ok_or_else(|| {
-                        format!("notification = {value}: expected Never, Always, Complete or Error")
-                    })?;
-                self.set_attr("JobNotification", code.to_string());
+                let code = notification(value)?;
+                self.set_attr("JobNotification", code);
                 Ok(())
             }
             "concurrency_limits" => {
-                // As HTCondor stores them: lower case, no blanks.
-                let v: String = value
-                    .trim()
-                    .trim_matches('"')
-                    .chars()
-                    .filter(|c| !c.is_whitespace())
-                    .collect::<String>()
-                    .to_ascii_lowercase();
-                limits::check_len("concurrency_limits", &v, limits::MAX_EXPRESSION_BYTES)
-                    .map_err(|e| e.to_string())?;
-                self.set_attr("ConcurrencyLimits", format!("{v:?}"));
+                let v = concurrency_limits(value)?;
+                self.set_attr("ConcurrencyLimits", v);
                 Ok(())
             }
             "jobbatchname" => {
@@ -322,6 +307,29 @@ impl Extras {
             };
         }
     }
+}
+
+/// `notification`'s value as HTCondor's code: never 0, always 1, complete 2, error 3.
+fn notification(value: &str) -> Result<String, String> {
+    ["never", "always", "complete", "error"]
+        .iter()
+        .position(|n| value.trim().eq_ignore_ascii_case(n))
+        .map(|code| code.to_string())
+        .ok_or_else(|| format!("notification = {value}: expected Never, Always, Complete or Error"))
+}
+
+/// `concurrency_limits` as HTCondor stores them: lower case, no blanks, a ClassAd string.
+fn concurrency_limits(value: &str) -> Result<String, String> {
+    let v: String = value
+        .trim()
+        .trim_matches('"')
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect::<String>()
+        .to_ascii_lowercase();
+    limits::check_len("concurrency_limits", &v, limits::MAX_EXPRESSION_BYTES)
+        .map_err(|e| e.to_string())?;
+    Ok(format!("{v:?}"))
 }
 
 fn path(slot: &mut Option<String>, key: &str, value: &str) -> Result<(), String> {

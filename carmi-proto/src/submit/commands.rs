@@ -489,8 +489,8 @@ pub fn canonical(key: &str) -> String {
     if let Some(rest) = k.strip_prefix('+') {
         return format!("+{}", rest.to_ascii_lowercase());
     }
-    if lc.starts_with("my.") {
-        return format!("+{}", &lc[3..]);
+    if let Some(rest) = lc.strip_prefix("my.") {
+        return format!("+{rest}");
     }
     TABLE
         .iter()
