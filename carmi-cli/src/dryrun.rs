@@ -100,4 +100,30 @@ mod tests {
         assert!(ad.contains("MasterRequirements = Memory >= 2048\n"), "{ad}");
         assert!(ad.contains("TransferOutput = \"a.txt,b.txt\"\n"), "{ad}");
     }
+
+    #[test]
+    fn one_ad_per_proc_with_its_arguments_environment_and_requirements() {
+        let env = carmi_api::submit::FixedEnv::default();
+        let cluster = carmi_api::submit::parse_cluster(
+            "job.sub",
+            "executable = m\narguments = \"$(ProcId) 'a b'\"\nenvironment = \"X=1 Y='p q'\"\nrequest_gpus = 1\nrequirements = Memory > 1\nqueue 3\n",
+            &env,
+        )
+        .unwrap();
+        let exe = ExecutableRef {
+            name: "m".into(),
+            sha256: "ab".repeat(32),
+            size: 1,
+        };
+        let ads = job_ads(&cluster.procs, "alice", "laptop", &exe);
+        assert_eq!(ads.matches("ProcId = ").count(), 3, "{ads}");
+        assert!(ads.contains("ProcId = 2\n"), "{ads}");
+        assert!(ads.contains("Arguments = \"2 'a b'\"\n"), "{ads}");
+        assert!(ads.contains("Environment = \"X=1 'Y=p q'\"\n"), "{ads}");
+        assert!(ads.contains("RequestGPUs = 1\n"), "{ads}");
+        assert!(
+            ads.contains("Requirements = (Memory > 1) && GPUs >= 1\n"),
+            "{ads}"
+        );
+    }
 }

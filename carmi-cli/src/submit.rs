@@ -367,3 +367,32 @@ fn ids_text(cluster: u64, n: usize, out: Output) -> String {
         format!("{cluster}\n")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cluster_is_printed_as_htcondor_prints_it() {
+        let plain = Output {
+            json: false,
+            terse: false,
+        };
+        assert_eq!(ids_text(12, 1, plain), "12\n");
+        assert_eq!(ids_text(12, 3, plain), "12\n");
+        let terse = Output {
+            json: false,
+            terse: true,
+        };
+        assert_eq!(ids_text(12, 3, terse), "12.0 - 12.2\n");
+        let json = Output {
+            json: true,
+            terse: false,
+        };
+        let v: serde_json::Value = serde_json::from_str(&ids_text(12, 3, json)).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"job": 12, "cluster": 12, "procs": 3, "jobs": [12, 13, 14]})
+        );
+    }
+}
