@@ -315,6 +315,30 @@ fn finish_proc(p: &mut JobSpec, env: &dyn SubmitEnv) -> Result<(), String> {
             p.transfer_input_files.push(proxy);
         }
     }
+    check_limits(p).map_err(|e| e.to_string())
+}
+
+/// What the world added (`getenv`'s variables, the proxy) and the attributes
+/// of every command together, against the limits the global RM checks, so
+/// that a file accepted here is never refused there for a limit.
+fn check_limits(p: &JobSpec) -> Result<(), limits::LimitError> {
+    limits::check_command_line("arguments", &p.arguments, &p.environment)?;
+    limits::check_count(
+        "transfer_input_files",
+        p.transfer_input_files.len(),
+        limits::MAX_INPUT_FILES,
+        "files",
+    )?;
+    limits::check_count(
+        "job attributes",
+        p.attributes.len(),
+        limits::MAX_JOB_ATTRIBUTES,
+        "attributes",
+    )?;
+    for (name, value) in &p.attributes {
+        limits::check_len("job attribute name", name, limits::MAX_NAME_BYTES)?;
+        limits::check_len(name, value, limits::MAX_EXPRESSION_BYTES)?;
+    }
     Ok(())
 }
 

@@ -196,6 +196,12 @@ fn refusals_give_the_reason() {
         refusal("include : other.sub\nexecutable = m\nqueue\n")
             .contains("`include` is not read here")
     );
+    let long = format!("executable = m\n+{} = 1\nqueue\n", "A".repeat(300));
+    assert!(
+        refusal(&long).contains("job attribute name"),
+        "{}",
+        refusal(&long)
+    );
     // Ignored commands and user macros are no mistake.
     assert_eq!(
         refusal("executable = m\ncopy_to_spool = false\nmy_macro = 3\nqueue\n"),
