@@ -45,7 +45,7 @@ fn the_issue_example_parses() {
     assert_eq!(spec.executable, "./master");
     assert_eq!(
         spec.arguments,
-        vec!["--cycles", "35", "--tag", "run $(ClusterId)"]
+        vec!["--cycles", "35", "--tag", "run $(Cluster)"]
     );
     assert_eq!(spec.transfer_input_files, vec!["params.json", "data.bin"]);
     assert_eq!(spec.classes.len(), 2);
@@ -82,7 +82,7 @@ fn defaults_single_count_and_case_insensitive_keys() {
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
     // HTCondor's old syntax: `;` separates, spaces belong to the value.
-    assert_eq!(env, [("A", "1"), ("B", "x C=$(ClusterId)")]);
+    assert_eq!(env, [("A", "1"), ("B", "x C=$(Cluster)")]);
     assert_eq!(spec.expand(7).environment[1].1, "x C=7");
 }
 

@@ -255,11 +255,11 @@ def unquote(v):
 
 def compare_proc(i, o, t, norm):
     """Why proc i of ours (o) and theirs (t) differ, or ''."""
-    oa = [w.replace("$(ClusterId)", "1") for w in v2_words(unquote(o.get("Arguments", '""')))]
+    oa = [w.replace("$(ClusterId)", "1").replace("$(Cluster)", "1") for w in v2_words(unquote(o.get("Arguments", '""')))]
     if oa != their_args(t):
         return f"proc {i}: arguments {oa} vs htcondor {their_args(t)}"
     oe = dict(w.split("=", 1) for w in v2_words(unquote(o.get("Environment", '""'))) if "=" in w)
-    oe = {k: v.replace("$(ClusterId)", "1") for k, v in oe.items()}
+    oe = {k: v.replace("$(ClusterId)", "1").replace("$(Cluster)", "1") for k, v in oe.items()}
     if oe != their_env(t):
         return f"proc {i}: environment {oe} vs htcondor {their_env(t)}"
     for k, default in [("RequestCpus", 1), ("RequestMemory", None), ("RequestDisk", None), ("RequestGPUs", None)]:
@@ -283,7 +283,7 @@ def compare_proc(i, o, t, norm):
         tk = next((n for n in t if n.lower() == k.lower()), None)
         if tk is None:
             return f"proc {i}: attribute {k} = {v} has no counterpart in htcondor's ad"
-        ours = norm.get(f"{i}:{k}", v).replace("$(ClusterId)", "1")
+        ours = norm.get(f"{i}:{k}", v).replace("$(ClusterId)", "1").replace("$(Cluster)", "1")
         theirs = norm.get(f"t{i}:{k}", json.dumps(t[tk]) if isinstance(t[tk], str) else str(t[tk]))
         try:
             same = float(ours) == float(theirs)

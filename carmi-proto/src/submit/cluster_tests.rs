@@ -47,7 +47,7 @@ fn queue_n_makes_procs_with_their_ids() {
         "executable = m\narguments = $(Cluster).$(ProcId) $(Step)\noutput = o.$(ClusterId).$(Process)\nqueue 3\n",
     );
     assert_eq!(p.len(), 3);
-    assert_eq!(p[2].arguments, ["$(ClusterId).2", "2"]);
+    assert_eq!(p[2].arguments, ["$(Cluster).2", "2"]);
     assert_eq!(p[2].output.as_deref(), Some("o.$(ClusterId).2"));
     assert_eq!(p[2].expand(41).output.as_deref(), Some("o.41.2"));
     assert_eq!(p[0].classes.len(), 1);

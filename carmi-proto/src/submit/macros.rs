@@ -7,7 +7,7 @@
 //!   (`Year`, `Month`, `Day`, `SUBMIT_TIME`, `DOLLAR`) or a user macro
 //!   (`dir = /x`), expanded in turn; anything else expands to nothing, as in
 //!   HTCondor. `$(name:default)` gives `default` when `name` is not defined.
-//! - `$(Cluster)`, `$(ClusterId)`: left as the text `$(ClusterId)`; the
+//! - `$(Cluster)`, `$(ClusterId)`: left as written; the
 //!   global RM replaces it once the cluster has its id ([`super::JobSpec::expand`]).
 //! - `$$(Attr)`: kept as written; HTCondor replaces it at match time with
 //!   the machine's attribute (see docs/submit.md).
@@ -155,7 +155,9 @@ impl Scope<'_> {
     fn lookup(&self, name: &str, active: &mut Vec<String>) -> Result<Option<String>, String> {
         let lc = name.to_ascii_lowercase();
         match lc.as_str() {
-            "cluster" | "clusterid" => return Ok(Some("$(ClusterId)".into())),
+            // Kept as written (the global RM's `JobSpec::expand` reads both
+            // spellings), so that a value is no longer here than in the file.
+            "cluster" | "clusterid" => return Ok(Some(format!("$({name})"))),
             "dollar" => return Ok(Some("$".into())),
             _ => {}
         }

@@ -51,7 +51,7 @@ fn cluster_stays_proc_variables_expand_and_match_time_is_kept() {
             "$(Cluster).$(ProcId) $(Process) $(Step) $(ItemIndex) $(Row) $(Item)"
         )
         .unwrap(),
-        "$(ClusterId).4 4 1 2 2 f.dat"
+        "$(Cluster).4 4 1 2 2 f.dat"
     );
     assert_eq!(expand(&[], Some(&p), "$(JobId)").unwrap(), "$(ClusterId).4");
     assert_eq!(expand(&[], None, "$(ProcId)").unwrap(), "$(ProcId)");
