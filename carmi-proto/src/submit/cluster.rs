@@ -295,6 +295,11 @@ fn finish_proc(p: &mut JobSpec, env: &dyn SubmitEnv) -> Result<(), String> {
         vars.append(&mut p.environment);
         p.environment = vars;
     }
+    // HTCondor runs a nice user's jobs in the group `nice-user`.
+    if get(p, "NiceUser").as_deref() == Some("true") && get(p, "AcctGroup").is_none() {
+        p.attributes
+            .push(("AcctGroup".into(), format!("{:?}", "nice-user")));
+    }
     if let Some(group) = get(p, "AcctGroup") {
         let user = get(p, "AcctGroupUser").unwrap_or_else(|| env.user());
         let set = |p: &mut JobSpec, n: &str, v: String| {

@@ -151,6 +151,12 @@ fn commands_and_their_attribute_spellings() {
     assert_eq!(attr("NotifyUser"), "\"a@b.c\"");
     assert_eq!(attr("AccountingGroup"), "\"physics.ann\"");
     assert_eq!(attr("ConcurrencyLimits"), "\"db:2,lic\"");
+    let nice = procs("executable = m\nnice_user = true\nqueue\n");
+    assert!(
+        nice[0]
+            .attributes
+            .contains(&("AccountingGroup".into(), "\"nice-user.ann\"".into()))
+    );
     assert_eq!(attr("Project"), "\"x\"");
     assert_eq!(attr("Site"), "3");
     assert_eq!(
