@@ -103,6 +103,7 @@ fn every_queue_form() {
         refusal(&format!("{a}queue x from nope.txt\n")).contains("job.sub:3: queue from nope.txt")
     );
     assert!(refusal(&format!("{a}queue x in a b\n")).contains("in parentheses"));
+    assert!(refusal(&format!("{a}queue in (\n a\n b )\n")).contains("not closed by `)`"));
     assert!(refusal(&format!("{a}queue lots\n")).contains("expected `queue [N]"));
 }
 

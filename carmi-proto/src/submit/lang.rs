@@ -89,16 +89,13 @@ pub fn statements(text: &str) -> Vec<Stmt> {
             continue;
         }
         if let Some(args) = queue_args(t) {
-            let body = (args.ends_with('(') && !args.contains(')')).then(|| {
-                let mut body = Vec::new();
-                for next in lines.by_ref() {
-                    if next.text.trim_start().starts_with(')') {
-                        break;
-                    }
-                    body.push(next.text);
-                }
-                body
-            });
+            // A list left open takes the lines up to a `)` of its own; none
+            // (the end of the file) leaves it open, a mistake said by `queue`.
+            let body = if args.ends_with('(') && !args.contains(')') {
+                list_body(&mut lines)
+            } else {
+                None
+            };
             let args = match &body {
                 Some(_) => format!("{args})"),
                 None => args.to_string(),
@@ -123,6 +120,18 @@ pub fn statements(text: &str) -> Vec<Stmt> {
         }
     }
     out
+}
+
+/// The lines of a list up to the line starting with `)`; `None` if there is none.
+fn list_body(lines: &mut impl Iterator<Item = Logical>) -> Option<Vec<String>> {
+    let mut body = Vec::new();
+    for next in lines {
+        if next.text.trim_start().starts_with(')') {
+            return Some(body);
+        }
+        body.push(next.text);
+    }
+    None
 }
 
 /// A key: a word of letters, digits, `_`, `.` and `-`, maybe after a `+`.
