@@ -461,3 +461,19 @@ fn on_impossible_is_wait_hold_or_reject() {
         "on_impossible = later: use wait, hold or reject"
     );
 }
+
+#[test]
+fn expand_fills_the_cluster_id_wherever_values_are_expanded_and_nothing_else() {
+    let spec = parse(
+        "j",
+        "executable = m\narguments = $(ClusterId) $$(Memory)\nlog = l.$(Cluster)\n+Tag = \"c$(ClusterId)\"\ntransfer_input_files = in.$(Cluster)\ntransfer_output_files = out.$(ClusterId)\nqueue\n",
+    )
+    .unwrap();
+    let x = spec.expand(9);
+    assert_eq!(x.arguments, ["9", "$$(Memory)"]);
+    assert_eq!(x.log.as_deref(), Some("l.9"));
+    assert!(x.attributes.contains(&("Tag".into(), "\"c9\"".into())));
+    assert_eq!(x.transfer_input_files, ["in.9"]);
+    assert_eq!(x.transfer_output_files, ["out.9"]);
+    assert_eq!(x.executable, "m");
+}
