@@ -3,18 +3,20 @@
 //! user can check what the pool will see before anything is queued.
 
 use carmi_api::msg::ExecutableRef;
-use carmi_api::submit::JobSpec;
+use carmi_api::submit::{JobSpec, join_args, join_environment};
 
-/// One ad per copy of the job, separated by blank lines.
-pub fn job_ads(copies: &[JobSpec], owner: &str, machine: &str, exe: &ExecutableRef) -> String {
-    let mut out = String::new();
-    for (process, spec) in copies.iter().enumerate() {
+/// One ad per proc of the cluster, separated by blank lines. Arguments and
+/// environment in HTCondor's new syntax; `$(ClusterId)` stays as text until
+/// the global RM gives the cluster its id.
+pub fn job_ads(procs: &[JobSpec], owner: &str, machine: &str, exe: &ExecutableRef) -> String {
+    let mut out = String::with_capacity(procs.len() * 512);
+    for (process, spec) in procs.iter().enumerate() {
         let mut lines: Vec<(String, String)> = vec![
             ("Owner".into(), quoted(owner)),
             ("ClusterId".into(), "undefined".into()),
             ("ProcId".into(), process.to_string()),
             ("Cmd".into(), quoted(&spec.executable)),
-            ("Arguments".into(), quoted(&spec.arguments.join(" "))),
+            ("Arguments".into(), quoted(&join_args(&spec.arguments))),
             ("MasterMachine".into(), quoted(machine)),
             ("ExecutableSha256".into(), quoted(&exe.sha256)),
         ];
@@ -44,14 +46,15 @@ pub fn job_ads(copies: &[JobSpec], owner: &str, machine: &str, exe: &ExecutableR
             lines.push(("MasterRequirements".into(), r.clone()));
         }
         if !spec.environment.is_empty() {
-            let env: Vec<String> = spec
-                .environment
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect();
-            lines.push(("Environment".into(), quoted(&env.join(" "))));
+            lines.push((
+                "Environment".into(),
+                quoted(&join_environment(&spec.environment)),
+            ));
         }
         lines.extend(spec.attributes.iter().cloned());
+        if let [only] = spec.classes.as_slice() {
+            lines.push(("Requirements".into(), only.requirements.clone()));
+        }
         for c in &spec.classes {
             let prefix = format!("Class_{}_", c.name);
             lines.push((format!("{prefix}Requirements"), c.requirements.clone()));
@@ -62,7 +65,10 @@ pub fn job_ads(copies: &[JobSpec], owner: &str, machine: &str, exe: &ExecutableR
             lines.push((format!("{prefix}MaxMachines"), c.max.to_string()));
         }
         for (name, value) in lines {
-            out.push_str(&format!("{name} = {value}\n"));
+            out.push_str(&name);
+            out.push_str(" = ");
+            out.push_str(&value);
+            out.push('\n');
         }
         out.push('\n');
     }
@@ -93,5 +99,31 @@ mod tests {
         let ad = job_ads(&[spec], "alice", "laptop", &exe);
         assert!(ad.contains("MasterRequirements = Memory >= 2048\n"), "{ad}");
         assert!(ad.contains("TransferOutput = \"a.txt,b.txt\"\n"), "{ad}");
+    }
+
+    #[test]
+    fn one_ad_per_proc_with_its_arguments_environment_and_requirements() {
+        let env = carmi_api::submit::FixedEnv::default();
+        let cluster = carmi_api::submit::parse_cluster(
+            "job.sub",
+            "executable = m\narguments = \"$(ProcId) 'a b'\"\nenvironment = \"X=1 Y='p q'\"\nrequest_gpus = 1\nrequirements = Memory > 1\nqueue 3\n",
+            &env,
+        )
+        .unwrap();
+        let exe = ExecutableRef {
+            name: "m".into(),
+            sha256: "ab".repeat(32),
+            size: 1,
+        };
+        let ads = job_ads(&cluster.procs, "alice", "laptop", &exe);
+        assert_eq!(ads.matches("ProcId = ").count(), 3, "{ads}");
+        assert!(ads.contains("ProcId = 2\n"), "{ads}");
+        assert!(ads.contains("Arguments = \"2 'a b'\"\n"), "{ads}");
+        assert!(ads.contains("Environment = \"X=1 'Y=p q'\"\n"), "{ads}");
+        assert!(ads.contains("RequestGPUs = 1\n"), "{ads}");
+        assert!(
+            ads.contains("Requirements = (Memory > 1) && GPUs >= 1\n"),
+            "{ads}"
+        );
     }
 }

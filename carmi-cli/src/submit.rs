@@ -1,6 +1,8 @@
-//! `carmi submit`: a submit file read and checked here (paths made absolute,
-//! the executable and input files read), then one submit per copy of its
-//! `queue N`, the files uploaded with the first.
+//! `carmi submit`: a submit file read and checked here into one cluster of
+//! procs (macros expanded with this machine's environment, item files and
+//! commands; paths made absolute; the executable and input files read), then
+//! sent as one submit: proc 0 and the others beside it, the files uploaded
+//! with it.
 
 use std::path::{Path, PathBuf};
 
@@ -8,10 +10,12 @@ use anyhow::Context;
 use carmi_api::admin::request_with_payload;
 use carmi_api::handshake::Secret;
 use carmi_api::msg::{ExecutableRef, FromGlobal, SubmitRequest, ToGlobal};
-use carmi_api::submit::JobSpec;
+use carmi_api::submit::{ClusterSpec, JobSpec};
 use clap::Args;
 
 use crate::config::PoolArgs;
+
+mod machine_env;
 use crate::jobs::user_name;
 use crate::talk::{connect, failed, print};
 
@@ -28,9 +32,12 @@ pub struct SubmitArgs {
     /// back with `carmi wait` or `carmi fetch`
     #[arg(long, value_name = "NAME")]
     machine: Option<String>,
-    /// Print {"job": N} instead of the job id alone
+    /// Print {"job": C, "cluster": C, "procs": N, "jobs": [...]} instead of the cluster id alone
     #[arg(long)]
     json: bool,
+    /// Print the procs' ids as `C.0 - C.N-1` (or -terse)
+    #[arg(long)]
+    terse: bool,
     /// Print the job ads it would queue and queue nothing (or -dry-run)
     #[arg(long)]
     dry_run: bool,
@@ -46,8 +53,30 @@ fn host_name() -> String {
 /// Runs `carmi submit`.
 pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     let display = args.file.display().to_string();
-    let mut spec = read_spec(&args.file, &display)?;
-    let base = resolve_paths(&mut spec, &args.file, &display)?;
+    let base = args
+        .file
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .to_path_buf();
+    let env = machine_env::MachineEnv::new(base.clone());
+    let cluster = read_cluster(&args.file, &display, &env)?;
+    let ClusterSpec {
+        mut procs,
+        max_materialize,
+        max_idle,
+    } = cluster;
+    for p in &mut procs {
+        resolve_paths(p, &args.file, &display)?;
+    }
+    if let Some(other) = procs.iter().find(|p| p.executable != procs[0].executable) {
+        anyhow::bail!(
+            "{display}: the procs name two executables ({} and {}); a cluster runs one: submit each with its own file",
+            procs[0].executable,
+            other.executable
+        );
+    }
+    warn_about_mail(&procs);
     let pinned = args.machine.clone().or_else(|| {
         std::env::var("CARMI_MACHINE")
             .ok()
@@ -57,12 +86,27 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
     // A master the global RM may place on another machine gets its input
     // files by content, through the pool, as it gets its executable.
     let inputs = if anywhere && !args.dry_run {
-        read_inputs(&display, &spec.transfer_input_files)?
+        let mut all: Vec<String> = Vec::new();
+        for p in &procs {
+            for f in &p.transfer_input_files {
+                if !all.contains(f) {
+                    all.push(f.clone());
+                }
+            }
+        }
+        read_inputs(&display, &all)?
     } else {
         Vec::new()
     };
-    spec.input_refs = inputs.iter().map(|(r, _)| r.clone()).collect();
-    let (executable, bytes) = read_executable(base, &spec, &display)?;
+    for p in &mut procs {
+        p.input_refs = p
+            .transfer_input_files
+            .iter()
+            .filter_map(|f| inputs.iter().find(|(_, _, path)| path == f))
+            .map(|(r, _, _)| r.clone())
+            .collect();
+    }
+    let (executable, bytes) = read_executable(&base, &procs[0], &display)?;
     let submission = Submission {
         display,
         owner: user_name(),
@@ -73,25 +117,49 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<()> {
             .map_or(0, |d| d.as_secs()),
         executable,
         bytes,
-        inputs,
+        inputs: inputs.into_iter().map(|(r, b, _)| (r, b)).collect(),
     };
-    let copies: Vec<_> = (0..spec.count as usize).map(|p| spec.copy(p)).collect();
     if args.dry_run {
         let s = &submission;
         return print(&crate::dryrun::job_ads(
-            &copies,
+            &procs,
             &s.owner,
             &s.machine,
             &s.executable,
         ));
     }
     let (pool, secret) = connect(&args.pool)?;
-    submission.queue(&pool, &secret, copies, args.json)
+    let limits = (max_materialize, max_idle);
+    let out = Output {
+        json: args.json,
+        terse: args.terse,
+    };
+    submission.queue(&pool, &secret, procs, limits, out)
+}
+
+/// HTCondor sends mail on a job's events (`notification`, `notify_user`);
+/// this machine has no mail transfer agent configured for the pool, so say
+/// so at submit rather than let the user wait for mail.
+fn warn_about_mail(procs: &[JobSpec]) {
+    let asks = procs.first().is_some_and(|p| {
+        p.attributes
+            .iter()
+            .any(|(n, v)| (n == "JobNotification" && v.trim() != "0") || n == "NotifyUser")
+    });
+    if asks {
+        eprintln!(
+            "carmi: warning: notification/notify_user: no mail transfer agent is configured for the pool; the job's events are in its event log (`log =`) and `carmi history` instead of mail"
+        );
+    }
 }
 
 /// Reads and parses the submit file `file` (named `display` in errors),
 /// refusing a huge one before reading it, so that it is never held in memory.
-fn read_spec(file: &Path, display: &str) -> anyhow::Result<JobSpec> {
+fn read_cluster(
+    file: &Path,
+    display: &str,
+    env: &machine_env::MachineEnv,
+) -> anyhow::Result<ClusterSpec> {
     if let Ok(meta) = std::fs::metadata(file)
         && meta.len() > carmi_api::limits::MAX_SUBMIT_FILE_BYTES as u64
     {
@@ -103,17 +171,13 @@ fn read_spec(file: &Path, display: &str) -> anyhow::Result<JobSpec> {
     }
     let text = std::fs::read_to_string(file)
         .with_context(|| format!("cannot read submit file {display}"))?;
-    carmi_api::submit::parse(display, &text).map_err(|e| anyhow::anyhow!("{e}"))
+    carmi_api::submit::parse_cluster(display, &text, env).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// Makes the job's file paths absolute (the master runs where the local
 /// RM starts it, not here) and checks its input files are there; returns
 /// the submit file's directory, where its executable is.
-fn resolve_paths<'a>(
-    spec: &mut JobSpec,
-    file: &'a Path,
-    display: &str,
-) -> anyhow::Result<&'a Path> {
+fn resolve_paths(spec: &mut JobSpec, file: &Path, display: &str) -> anyhow::Result<()> {
     // `job.sub` has the parent `""`, which is the current directory.
     let base = file
         .parent()
@@ -137,6 +201,14 @@ fn resolve_paths<'a>(
     spec.error = spec.error.as_deref().map(abs);
     spec.log = spec.log.as_deref().map(abs);
     spec.initial_dir = Some(io_base.to_string_lossy().into_owned());
+    // The proxy travels as an input file (below); its attribute names it
+    // where it is, as HTCondor's does.
+    for (name, value) in &mut spec.attributes {
+        if name == "X509UserProxy" {
+            let path = abs(value.trim_matches('"'));
+            *value = format!("{path:?}");
+        }
+    }
     for f in &mut spec.transfer_input_files {
         let path = abs(f);
         if !Path::new(&path).is_file() {
@@ -144,7 +216,7 @@ fn resolve_paths<'a>(
         }
         *f = path;
     }
-    Ok(base)
+    Ok(())
 }
 
 /// The job's executable (relative to `base`, the submit file's directory)
@@ -172,9 +244,12 @@ fn read_executable(
     Ok((executable, bytes))
 }
 
+/// An input file read for upload: its reference, content and path.
+type Input = (ExecutableRef, Vec<u8>, String);
+
 /// Reads `transfer_input_files` (absolute paths) for upload, within
 /// [`carmi_api::limits::MAX_INPUT_BYTES`] together (checked before reading).
-fn read_inputs(display: &str, paths: &[String]) -> anyhow::Result<Vec<(ExecutableRef, Vec<u8>)>> {
+fn read_inputs(display: &str, paths: &[String]) -> anyhow::Result<Vec<Input>> {
     let limit = carmi_api::limits::MAX_INPUT_BYTES;
     let mut total = 0u64;
     for p in paths {
@@ -199,7 +274,7 @@ fn read_inputs(display: &str, paths: &[String]) -> anyhow::Result<Vec<(Executabl
                 sha256: carmi_api::exe::sha256_hex(&bytes),
                 size: bytes.len() as u64,
             };
-            Ok((r, bytes))
+            Ok((r, bytes, p.clone()))
         })
         .collect()
 }
@@ -219,87 +294,105 @@ struct Submission {
     inputs: Vec<(ExecutableRef, Vec<u8>)>,
 }
 
+/// How the submitted cluster is printed.
+#[derive(Clone, Copy)]
+struct Output {
+    json: bool,
+    terse: bool,
+}
+
 impl Submission {
-    /// Submits each of `copies` in turn and prints the queued job ids; a
-    /// refusal after some were queued prints theirs before the error.
+    /// Submits the cluster in one request and prints its id; the procs'
+    /// event logs get their `submitted` lines.
     fn queue(
         &self,
         pool: &str,
         secret: &Secret,
-        copies: Vec<JobSpec>,
-        json: bool,
+        mut procs: Vec<JobSpec>,
+        (max_materialize, max_idle): (Option<u32>, Option<u32>),
+        out: Output,
     ) -> anyhow::Result<()> {
         let display = &self.display;
-        let mut jobs = Vec::new();
-        // Jobs with a `log =`: their `submitted` line is written once all are queued.
-        let mut logged = Vec::new();
-        for (i, copy) in copies.into_iter().enumerate() {
-            let copy_log = copy.log.clone();
-            let msg = self.request(copy);
-            let uploads = self.uploads(i);
-            let answer = crate::block_on(async {
-                Ok(request_with_payload(pool, secret, &uploads, msg).await?.0)
-            })?;
-            match answer {
-                FromGlobal::Submitted { job } => {
-                    jobs.push(job.0);
-                    if copy_log.is_some() {
-                        logged.push(job);
-                    }
-                }
-                other if jobs.is_empty() => {
-                    return Err(failed(other, &format!("submit of {display}")));
-                }
-                other => {
-                    print(&ids_text(&jobs, json))?;
-                    return Err(failed(
-                        other,
-                        &format!("submit of {display}, copy {i} (copies before it were queued)"),
-                    ));
-                }
-            }
-        }
+        let logs: Vec<bool> = procs.iter().map(|p| p.log.is_some()).collect();
+        let first = procs.remove(0);
+        let msg = ToGlobal::Submit(Box::new(SubmitRequest {
+            owner: self.owner.clone(),
+            machine: self.machine.clone(),
+            executable: self.executable.clone(),
+            spec: first,
+            submitted_unix: self.submitted_unix,
+            anywhere: self.anywhere,
+            procs,
+            max_materialize,
+            max_idle,
+        }));
+        let uploads: Vec<(&ExecutableRef, &[u8])> =
+            std::iter::once((&self.executable, self.bytes.as_slice()))
+                .chain(self.inputs.iter().map(|(r, b)| (r, b.as_slice())))
+                .collect();
+        let answer = crate::block_on(async {
+            Ok(request_with_payload(pool, secret, &uploads, msg).await?.0)
+        })?;
+        let FromGlobal::Submitted { job } = answer else {
+            return Err(failed(answer, &format!("submit of {display}")));
+        };
+        let cluster = job.0;
+        let logged: Vec<carmi_api::ids::JobId> = logs
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| **l)
+            .map(|(p, _)| carmi_api::ids::JobId(cluster + p as u64))
+            .collect();
         crate::block_on(async {
             crate::events::write_logs(pool, secret, &logged).await;
             Ok(())
         })?;
-        print(&ids_text(&jobs, json))
-    }
-
-    /// The submit of one copy.
-    fn request(&self, copy: JobSpec) -> ToGlobal {
-        ToGlobal::Submit(Box::new(SubmitRequest {
-            owner: self.owner.clone(),
-            machine: self.machine.clone(),
-            executable: self.executable.clone(),
-            spec: copy,
-            submitted_unix: self.submitted_unix,
-            anywhere: self.anywhere,
-            procs: Vec::new(),
-            max_materialize: None,
-            max_idle: None,
-        }))
-    }
-
-    /// What copy `i` uploads: the files travel once, with the first; the
-    /// global RM keeps them for the copies.
-    fn uploads(&self, i: usize) -> Vec<(&ExecutableRef, &[u8])> {
-        if i == 0 {
-            std::iter::once((&self.executable, self.bytes.as_slice()))
-                .chain(self.inputs.iter().map(|(r, b)| (r, b.as_slice())))
-                .collect()
-        } else {
-            Vec::new()
+        let n = logs.len();
+        if n > 1 && !out.json && !out.terse {
+            eprintln!("{n} job(s) submitted to cluster {cluster}.");
         }
+        print(&ids_text(cluster, n, out))
     }
 }
 
-/// The queued job ids: one a line, or `{"job": FIRST, "jobs": [...]}`.
-fn ids_text(jobs: &[u64], json: bool) -> String {
-    if json {
-        let first = jobs.first().copied().unwrap_or_default();
-        format!("{}\n", serde_json::json!({ "job": first, "jobs": jobs }))
+/// What `carmi submit` prints for cluster `cluster` of `n` procs.
+fn ids_text(cluster: u64, n: usize, out: Output) -> String {
+    if out.json {
+        let jobs: Vec<u64> = (0..n as u64).map(|p| cluster + p).collect();
+        let v = serde_json::json!({ "job": cluster, "cluster": cluster, "procs": n, "jobs": jobs });
+        format!("{v}\n")
+    } else if out.terse {
+        format!("{cluster}.0 - {cluster}.{}\n", n.saturating_sub(1))
     } else {
-        jobs.iter().map(|j| format!("{j}\n")).collect()
+        format!("{cluster}\n")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cluster_is_printed_as_htcondor_prints_it() {
+        let plain = Output {
+            json: false,
+            terse: false,
+        };
+        assert_eq!(ids_text(12, 1, plain), "12\n");
+        assert_eq!(ids_text(12, 3, plain), "12\n");
+        let terse = Output {
+            json: false,
+            terse: true,
+        };
+        assert_eq!(ids_text(12, 3, terse), "12.0 - 12.2\n");
+        let json = Output {
+            json: true,
+            terse: false,
+        };
+        let v: serde_json::Value = serde_json::from_str(&ids_text(12, 3, json)).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"job": 12, "cluster": 12, "procs": 3, "jobs": [12, 13, 14]})
+        );
     }
 }

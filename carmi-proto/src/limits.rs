@@ -214,6 +214,25 @@ pub fn check_submit(req: &SubmitRequest) -> Result<(), Failure> {
     errors.extend(check_len("machine", &req.machine, MAX_NAME_BYTES).err());
     errors.extend(check_executable("executable", &req.executable).err());
     errors.extend(check_spec(&req.spec));
+    // The cluster's other procs: as many as a submit file may queue, each
+    // a job checked as proc 0 is (the first proc over a limit is named).
+    if req.procs.len() >= MAX_JOBS_PER_SUBMIT as usize {
+        errors.push(over(
+            "procs",
+            req.procs.len() + 1,
+            format!("{MAX_JOBS_PER_SUBMIT} procs per submit"),
+        ));
+    } else if let Some((p, e)) = req
+        .procs
+        .iter()
+        .enumerate()
+        .find_map(|(i, p)| Some((i + 1, check_spec(p).into_iter().next()?)))
+    {
+        errors.push(LimitError {
+            field: format!("proc {p}: {}", e.field),
+            ..e
+        });
+    }
     refuse(errors)
 }
 

@@ -57,7 +57,7 @@ fn a_received_spec_is_checked_like_a_parsed_one() {
 
 #[test]
 fn minimums_add_up_over_classes() {
-    let mut s = spec("executable = m\nqueue\nqueue\n");
+    let mut s = spec("executable = m\nmachine_count = 1\nqueue\nqueue\n");
     for c in &mut s.classes {
         c.min = MAX_MACHINES_PER_CLASS;
         c.max = MAX_MACHINES_PER_CLASS;
@@ -221,4 +221,24 @@ fn ids_a_client_names_stay_far_from_the_end_of_the_counters() {
         check_id("job", u64::MAX).unwrap_err().to_string(),
         "job: 18446744073709551615 is above the limit of 9007199254740992 (2^53)"
     );
+}
+
+#[test]
+fn the_procs_of_a_cluster_are_counted_and_each_checked() {
+    let one = spec("executable = m\nqueue\n");
+    let mut req = submit(one.clone());
+    req.procs = vec![one.clone(); MAX_JOBS_PER_SUBMIT as usize - 1];
+    assert!(check_submit(&req).is_ok());
+    req.procs.push(one.clone());
+    let f = check_submit(&req).unwrap_err();
+    assert!(
+        f.message.contains("procs: 10001 is above the limit"),
+        "{}",
+        f.message
+    );
+    let mut bad = one.clone();
+    bad.arguments = vec!["a".repeat(MAX_ARG_BYTES + 1)];
+    req.procs = vec![one, bad];
+    let f = check_submit(&req).unwrap_err();
+    assert!(f.message.starts_with("proc 2: arguments"), "{}", f.message);
 }

@@ -35,9 +35,18 @@ use serde::{Deserialize, Serialize};
 
 use crate::bounds::{self as limits, LimitError, over};
 pub use crate::submit_options::OnImpossible;
-pub use parser::parse;
+pub use cluster::{ClusterSpec, parse, parse_cluster};
+pub use env::{FixedEnv, SubmitEnv};
+pub use words::{join_args, join_environment};
 
+mod cluster;
+mod commands;
+mod env;
+mod lang;
+mod macros;
 mod parser;
+mod queue;
+mod words;
 
 /// One resource class of a job: which machines, how many.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -183,24 +192,33 @@ impl fmt::Display for SubmitErrors {
     }
 }
 
-/// Replaces the macros of one value; with no `cluster`, `$(Cluster)` stays.
-fn expand_one(value: &str, cluster: impl Into<Option<u64>>, process: usize) -> String {
-    let cluster = cluster.into();
+/// Replaces `$(Cluster)`/`$(ClusterId)` (when `cluster` is given) and
+/// `$(Process)`/`$(ProcId)`/`$(Step)` (when `process` is) in one value;
+/// everything else, `$$(Attr)` included, stays as written.
+fn expand_one(value: &str, cluster: Option<u64>, process: Option<usize>) -> String {
+    if !value.contains("$(") {
+        return value.to_string();
+    }
     let mut out = String::with_capacity(value.len());
     let mut rest = value;
     while let Some(i) = rest.find("$(") {
-        out.push_str(&rest[..i]);
         let after = &rest[i + 2..];
-        let end = after.find(')').unwrap_or(after.len());
-        match after[..end].to_ascii_lowercase().as_str() {
-            "cluster" | "clusterid" => match cluster {
-                Some(c) => out.push_str(&c.to_string()),
-                None => out.push_str(&format!("$({})", &after[..end])),
-            },
-            "process" | "procid" => out.push_str(&process.to_string()),
-            other => out.push_str(&format!("$({other})")),
+        let Some(end) = after.find(')') else {
+            break;
+        };
+        out.push_str(&rest[..i]);
+        let whole = &rest[i..i + 2 + end + 1];
+        let match_time = i > 0 && rest.as_bytes()[i - 1] == b'$';
+        match (after[..end].to_ascii_lowercase().as_str(), match_time) {
+            ("cluster" | "clusterid", false) if cluster.is_some() => {
+                out.push_str(&cluster.unwrap_or_default().to_string())
+            }
+            ("process" | "procid" | "step", false) if process.is_some() => {
+                out.push_str(&process.unwrap_or_default().to_string())
+            }
+            _ => out.push_str(whole),
         }
-        rest = after.get(end + 1..).unwrap_or("");
+        rest = &after[end + 1..];
     }
     out.push_str(rest);
     out
@@ -225,38 +243,43 @@ impl JobSpec {
         }
     }
 
-    /// Copy `process` of a `queue N` file, a job of its own: `$(Process)`
-    /// replaced by `process`, `$(Cluster)` left for the pool to fill.
+    /// Copy `process` of a CARMI file's `queue N`, a proc of its own:
+    /// `$(Process)` replaced by `process` wherever values are expanded,
+    /// `$(ClusterId)` left for the pool to fill.
     pub fn copy(&self, process: usize) -> JobSpec {
-        let x = |v: &str| expand_one(v, None, process);
-        JobSpec {
-            arguments: self.arguments.iter().map(|a| x(a)).collect(),
-            output: self.output.as_deref().map(x),
-            error: self.error.as_deref().map(x),
-            environment: self
-                .environment
-                .iter()
-                .map(|(k, v)| (k.clone(), x(v)))
-                .collect(),
-            log: self.log.as_deref().map(x),
-            count: 1,
-            ..self.clone()
-        }
+        let mut spec = self.map_values(|v| expand_one(v, None, Some(process)));
+        spec.count = 1;
+        spec
     }
 
-    /// The spec with `$(Cluster)` replaced by `cluster` and `$(Process)` by 0
-    /// (the master) in its arguments, output, error and environment.
+    /// The spec with `$(ClusterId)` (and `$(Cluster)`) replaced by
+    /// `cluster` wherever values are expanded: arguments, output, error,
+    /// log, environment, job attributes and transferred files; nothing else.
     pub fn expand(&self, cluster: u64) -> JobSpec {
-        let x = |v: &str| expand_one(v, cluster, 0);
+        self.map_values(|v| expand_one(v, Some(cluster), None))
+    }
+
+    /// The spec with `x` applied to every value where macros are expanded.
+    fn map_values(&self, x: impl Fn(&str) -> String) -> JobSpec {
+        let list = |l: &[String]| l.iter().map(|v| x(v)).collect::<Vec<_>>();
         JobSpec {
-            arguments: self.arguments.iter().map(|a| x(a)).collect(),
-            output: self.output.as_deref().map(x),
-            error: self.error.as_deref().map(x),
+            arguments: list(&self.arguments),
+            output: self.output.as_deref().map(&x),
+            error: self.error.as_deref().map(&x),
+            log: self.log.as_deref().map(&x),
             environment: self
                 .environment
                 .iter()
                 .map(|(k, v)| (k.clone(), x(v)))
                 .collect(),
+            attributes: self
+                .attributes
+                .iter()
+                .map(|(k, v)| (k.clone(), x(v)))
+                .collect(),
+            transfer_input_files: list(&self.transfer_input_files),
+            transfer_output_files: list(&self.transfer_output_files),
+            initial_dir: self.initial_dir.as_deref().map(&x),
             ..self.clone()
         }
     }

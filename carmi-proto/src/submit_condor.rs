@@ -32,24 +32,6 @@
 
 use crate::bounds as limits;
 
-/// Commands recognised here besides `+Name`, lower case.
-pub const KEYS: [&str; 14] = [
-    "universe",
-    "request_cpus",
-    "request_memory",
-    "request_disk",
-    "jobbatchname",
-    "initialdir",
-    "log",
-    "should_transfer_files",
-    "when_to_transfer_output",
-    "transfer_output_files",
-    "master_requirements",
-    "max_start_failures",
-    "checkpoint_exit_code",
-    "transfer_checkpoint_files",
-];
-
 /// What these commands set, gathered over the file.
 #[derive(Debug, Default)]
 pub struct Extras {
@@ -59,6 +41,8 @@ pub struct Extras {
     pub memory_mib: Option<u64>,
     /// Disk in KiB.
     pub disk_kib: Option<u64>,
+    /// `request_gpus`.
+    pub gpus: Option<u64>,
     /// Job attributes in file order: `(name, expression text)`.
     pub attributes: Vec<(String, String)>,
     /// `initialdir`.
@@ -137,14 +121,6 @@ fn master_requirements(value: &str) -> Result<String, String> {
     Ok(value.trim().to_string())
 }
 
-/// Whether `key` (as written) is one of these commands.
-pub fn is_condor_key(key: &str) -> bool {
-    let k = key.trim();
-    k.starts_with('+')
-        || k.to_ascii_lowercase().starts_with("my.")
-        || KEYS.contains(&k.to_ascii_lowercase().as_str())
-}
-
 impl Extras {
     /// Takes one `key = value` line of these commands.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
@@ -175,6 +151,20 @@ impl Extras {
                 self.disk_kib = Some(quantity("request_disk", value, 1 << 10)?);
                 Ok(())
             }
+            "request_gpus" => {
+                self.gpus = Some(quantity("request_gpus", value, 1)?);
+                Ok(())
+            }
+            "notification" => {
+                let code = notification(value)?;
+                self.set_attr("JobNotification", code);
+                Ok(())
+            }
+            "concurrency_limits" => {
+                let v = concurrency_limits(value)?;
+                self.set_attr("ConcurrencyLimits", v);
+                Ok(())
+            }
             "jobbatchname" => {
                 let text = value.trim_matches('"');
                 limits::check_len("JobBatchName", text, limits::MAX_NAME_BYTES)
@@ -185,9 +175,11 @@ impl Extras {
             }
             "initialdir" => path(&mut self.initial_dir, "initialdir", value),
             "log" => path(&mut self.log, "log", value),
-            "should_transfer_files" => {
-                one_of("should_transfer_files", value, &["yes", "no", "if_needed"])
-            }
+            "should_transfer_files" => one_of(
+                "should_transfer_files",
+                value,
+                &["yes", "no", "if_needed", "true", "false"],
+            ),
             "when_to_transfer_output" => {
                 one_of(
                     "when_to_transfer_output",
@@ -222,6 +214,15 @@ impl Extras {
                 Ok(())
             }
             _ => Err(format!("`{key}` is not an HTCondor command known here")),
+        }
+    }
+
+    /// Sets job attribute `name` to ClassAd text `value` (checked by the
+    /// caller), replacing an earlier value.
+    pub fn set_attr(&mut self, name: &str, value: String) {
+        match self.attributes.iter_mut().find(|(n, _)| n == name) {
+            Some(slot) => slot.1 = value,
+            None => self.attributes.push((name.to_string(), value)),
         }
     }
 
@@ -269,6 +270,7 @@ impl Extras {
             ("RequestCpus", self.cpus),
             ("RequestMemory", self.memory_mib),
             ("RequestDisk", self.disk_kib),
+            ("RequestGPUs", self.gpus),
         ] {
             if let Some(v) = v {
                 out.push((name.to_string(), v.to_string()));
@@ -287,6 +289,7 @@ impl Extras {
             ("Cpus", self.cpus),
             ("Memory", self.memory_mib),
             ("Disk", self.disk_kib),
+            ("GPUs", self.gpus),
         ] {
             if let Some(v) = v {
                 terms.push(format!("{attr} >= {v}"));
@@ -304,6 +307,29 @@ impl Extras {
             };
         }
     }
+}
+
+/// `notification`'s value as HTCondor's code: never 0, always 1, complete 2, error 3.
+fn notification(value: &str) -> Result<String, String> {
+    ["never", "always", "complete", "error"]
+        .iter()
+        .position(|n| value.trim().eq_ignore_ascii_case(n))
+        .map(|code| code.to_string())
+        .ok_or_else(|| format!("notification = {value}: expected Never, Always, Complete or Error"))
+}
+
+/// `concurrency_limits` as HTCondor stores them: lower case, no blanks, a ClassAd string.
+fn concurrency_limits(value: &str) -> Result<String, String> {
+    let v: String = value
+        .trim()
+        .trim_matches('"')
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect::<String>()
+        .to_ascii_lowercase();
+    limits::check_len("concurrency_limits", &v, limits::MAX_EXPRESSION_BYTES)
+        .map_err(|e| e.to_string())?;
+    Ok(format!("{v:?}"))
 }
 
 fn path(slot: &mut Option<String>, key: &str, value: &str) -> Result<(), String> {
@@ -335,15 +361,16 @@ fn one_of(key: &str, value: &str, allowed: &[&str]) -> Result<(), String> {
 /// number is already in those units, as HTCondor reads it.
 fn quantity(key: &str, value: &str, base: u64) -> Result<u64, String> {
     let v = value.trim();
-    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let split = v
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(v.len());
     let (digits, unit) = v.split_at(split);
-    let n: u64 = digits.parse().map_err(|_| {
-        format!("{key}: `{v}` is not a whole number (with an optional unit K, M, G, T)")
-    })?;
+    let whole = || format!("{key}: `{v}` is not a number (with an optional unit K, M, G, T)");
     let unit = unit.trim().to_ascii_uppercase();
     let unit = unit.strip_suffix('B').unwrap_or(&unit);
     let bytes: u64 = match unit {
-        "" => return Ok(n),
+        "" if !digits.contains('.') => return digits.parse().map_err(|_| whole()),
+        "" => base,
         "K" => 1 << 10,
         "M" => 1 << 20,
         "G" => 1 << 30,
@@ -351,11 +378,15 @@ fn quantity(key: &str, value: &str, base: u64) -> Result<u64, String> {
         other => return Err(format!("{key}: unknown unit `{other}` (K, M, G or T)")),
     };
     if base == 1 {
-        return Err(format!("{key}: a count takes no unit"));
+        return Err(format!("{key}: a count is a whole number, with no unit"));
     }
-    n.checked_mul(bytes)
-        .map(|b| b.div_ceil(base))
-        .ok_or_else(|| format!("{key}: `{v}` is too large"))
+    // `1.5GB`: HTCondor takes fractions of a unit and rounds up.
+    let n: f64 = digits.parse().map_err(|_| whole())?;
+    let units = (n * bytes as f64 / base as f64).ceil();
+    if !units.is_finite() || units > u64::MAX as f64 / 2.0 {
+        return Err(format!("{key}: `{v}` is too large"));
+    }
+    Ok(units as u64)
 }
 
 #[cfg(test)]
@@ -373,7 +404,8 @@ mod tests {
         assert!(quantity("request_cpus", "4G", 1).is_err());
         assert!(quantity("request_memory", "lots", 1 << 20).is_err());
         assert!(quantity("request_memory", "3X", 1 << 20).is_err());
-        assert!(quantity("request_memory", "99999999999T", 1 << 20).is_err());
+        assert!(quantity("request_memory", "99999999999999999T", 1 << 20).is_err());
+        assert_eq!(quantity("request_memory", "1.5GB", 1 << 20), Ok(1536));
     }
 
     #[test]

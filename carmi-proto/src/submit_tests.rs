@@ -3,7 +3,7 @@ use super::*;
 const EXAMPLE: &str = r#"
 # a job with two classes
 executable    = ./master
-arguments     = --cycles 35 --tag "run $(Cluster)"
+arguments     = "--cycles 35 --tag 'run $(Cluster)'"
 output        = out/master.$(Cluster).out
 error         = out/master.err
 transfer_input_files = params.json, data.bin
@@ -81,16 +81,21 @@ fn defaults_single_count_and_case_insensitive_keys() {
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
-    assert_eq!(env, [("A", "1"), ("B", "x"), ("C", "$(Cluster)")]);
-    assert_eq!(spec.expand(7).environment[2].1, "7");
+    // HTCondor's old syntax: `;` separates, spaces belong to the value.
+    assert_eq!(env, [("A", "1"), ("B", "x C=$(Cluster)")]);
+    assert_eq!(spec.expand(7).environment[1].1, "x C=7");
 }
 
 #[test]
-fn unknown_key_is_reported_with_its_line() {
-    let (line, reason) = one_error("executable = m\n\nnotify_user = me@lab\nqueue\n");
+fn a_refused_command_is_reported_with_its_line_and_reason() {
+    let (line, reason) = one_error("executable = m\n\ndocker_image = debian\nqueue\n");
     assert_eq!(line, 3);
-    assert!(reason.contains("unknown key `notify_user`"), "{reason}");
-    assert!(reason.contains("HTCondor commands: universe"), "{reason}");
+    assert!(
+        reason.starts_with("docker_image: containers are not run"),
+        "{reason}"
+    );
+    // A key that is no command is a user macro, as in HTCondor.
+    assert!(parse("j", "executable = m\nmy_setting = 1\nqueue\n").is_ok());
 }
 
 #[test]
@@ -136,14 +141,14 @@ fn missing_executable_and_missing_queue() {
 #[test]
 fn every_mistake_is_reported_in_line_order() {
     let es = errors(
-        "foo = 1\nexecutable = m\nexecutable = n\narguments = $(Nope)\nqueue 3 in (a b)\nbroken line\n",
+        "machine_count = 1\nexecutable = m\nexecutable = n\ndocker_image = x\nqueue 3 in (a b)\nbroken line\n",
     );
     let lines: Vec<usize> = es.iter().map(|e| e.0).collect();
-    assert_eq!(lines, [1, 3, 4, 5, 6], "{es:?}");
-    assert!(es[1].1.contains("set twice (first on line 2)"));
-    assert!(es[2].1.contains("unknown macro `$(Nope)`"));
-    assert!(es[3].1.contains("only `queue` and `queue N`"));
-    assert!(es[4].1.contains("neither `key = value`"));
+    assert_eq!(lines, [3, 4, 5, 6], "{es:?}");
+    assert!(es[0].1.contains("set twice (first on line 2)"));
+    assert!(es[1].1.contains("containers"));
+    assert!(es[2].1.contains("only `queue` and `queue N`"));
+    assert!(es[3].1.contains("neither `key = value`"));
 }
 
 #[test]
@@ -161,18 +166,23 @@ fn duplicate_class_names_and_bad_names() {
 
 #[test]
 fn continuation_lines_keep_the_first_line_number() {
-    let (line, _) = one_error("executable = m\narguments = a \\\n  b\nbogus \\\n = 1\nqueue\n");
+    let (line, _) =
+        one_error("executable = m\narguments = a \\\n  b\ndocker_image \\\n = 1\nqueue\n");
     assert_eq!(line, 4);
-    let spec = parse("f", "executable = m\narguments = a \\\n  \"b c\"\nqueue\n").unwrap();
+    let spec = parse(
+        "f",
+        "executable = m\narguments = \"a \\\n  'b c'\"\nqueue\n",
+    )
+    .unwrap();
     assert_eq!(spec.arguments, ["a", "b c"]);
 }
 
 #[test]
 fn error_display_names_file_and_line() {
-    let e = parse("dir/job.sub", "executable = m\nzzz = 1\nqueue\n").unwrap_err();
+    let e = parse("dir/job.sub", "executable = m\nvm_type = kvm\nqueue\n").unwrap_err();
     assert!(
         e.to_string()
-            .starts_with("dir/job.sub:2: unknown key `zzz`"),
+            .starts_with("dir/job.sub:2: vm_type: virtual machines"),
         "{e}"
     );
 }
@@ -282,11 +292,13 @@ fn environment_paths_and_expressions_have_limits() {
 
 #[test]
 fn classes_beyond_the_limit_are_refused_once_and_not_kept() {
-    let text = format!("executable = m\n{}", "queue\n".repeat(100_000));
+    // `machine_count`: a CARMI file, whose `queue`s close classes.
+    let head = "executable = m\nmachine_count = 1\n";
+    let text = format!("{head}{}", "queue\n".repeat(100_000));
     let (line, reason) = one_error(&text);
-    assert_eq!(line, 2 + 64);
+    assert_eq!(line, 3 + 64);
     assert_eq!(reason, "queue: 65 classes is above the limit of 64 classes");
-    assert!(parse("j", &format!("executable = m\n{}", "queue\n".repeat(64))).is_ok());
+    assert!(parse("j", &format!("{head}{}", "queue\n".repeat(64))).is_ok());
 }
 
 #[test]
@@ -298,11 +310,15 @@ fn a_file_above_the_size_limit_is_refused_whole_and_mistakes_are_capped() {
         reason,
         "the file: 16777217 bytes is above the limit of 16777216 bytes"
     );
-    let es = errors(&"nonsense\n".repeat(1000));
+    // A CARMI file reports every mistake; an HTCondor one its first.
+    let es = errors(&format!("machine_count = 1\n{}", "nonsense\n".repeat(1000)));
     assert_eq!(es.len(), 51);
     assert_eq!(es[50], (0, "and 952 more mistakes".to_string()));
     // Beyond what is kept, mistakes are still counted.
-    let es = errors(&"nonsense\n".repeat(100_000));
+    let es = errors(&format!(
+        "machine_count = 1\n{}",
+        "nonsense\n".repeat(100_000)
+    ));
     assert_eq!(es.len(), 51);
     assert_eq!(es[50], (0, "and 99952 more mistakes".to_string()));
 }
@@ -311,15 +327,16 @@ fn a_file_above_the_size_limit_is_refused_whole_and_mistakes_are_capped() {
 fn expressions_of_all_classes_together_have_a_limit() {
     // A wide list: one level deep, 8,003 bytes.
     let class = format!("requirements = {{{}1}}\nqueue\n", "1,".repeat(4_000));
-    let text = format!("executable = m\n{}", class.repeat(9));
+    let head = "executable = m\nmachine_count = 1\n";
+    let text = format!("{head}{}", class.repeat(9));
     let (line, reason) = one_error(&text);
     // The line of the last `queue`.
-    assert_eq!(line, 19);
+    assert_eq!(line, 20);
     assert_eq!(
         reason,
         "requirements and rank of all classes: 72027 bytes is above the limit of 65536 bytes per job"
     );
-    assert!(parse("j", &format!("executable = m\n{}", class.repeat(8))).is_ok());
+    assert!(parse("j", &format!("{head}{}", class.repeat(8))).is_ok());
 }
 
 /// A submit file in the style of the HTCondor manual's examples.
@@ -443,4 +460,20 @@ fn on_impossible_is_wait_hold_or_reject() {
         e.0[0].reason,
         "on_impossible = later: use wait, hold or reject"
     );
+}
+
+#[test]
+fn expand_fills_the_cluster_id_wherever_values_are_expanded_and_nothing_else() {
+    let spec = parse(
+        "j",
+        "executable = m\narguments = $(ClusterId) $$(Memory)\nlog = l.$(Cluster)\n+Tag = \"c$(ClusterId)\"\ntransfer_input_files = in.$(Cluster)\ntransfer_output_files = out.$(ClusterId)\nqueue\n",
+    )
+    .unwrap();
+    let x = spec.expand(9);
+    assert_eq!(x.arguments, ["9", "$$(Memory)"]);
+    assert_eq!(x.log.as_deref(), Some("l.9"));
+    assert!(x.attributes.contains(&("Tag".into(), "\"c9\"".into())));
+    assert_eq!(x.transfer_input_files, ["in.9"]);
+    assert_eq!(x.transfer_output_files, ["out.9"]);
+    assert_eq!(x.executable, "m");
 }

@@ -1,63 +1,20 @@
-//! The submit-file parser: one pass over the file's logical lines gathers the
+//! The checker of one job's settings: one pass over `key = value` lines (macros
+//! already expanded by [`super::cluster`]) gathers the
 //! job keys, the classes (each closed by a `queue`) and the HTCondor commands;
 //! then the whole is checked against the limits and assembled into a
 //! [`JobSpec`]. Every mistake is collected with its line, none stops the pass.
 
+use super::commands::{self, Cmd};
+use super::words::{environment, split_args};
 use super::{
     ClassSpec, JobSpec, OnImpossible, SubmitError, SubmitErrors, check_expressions_of_job,
 };
 use crate::bounds::{self as limits, LimitError};
-use crate::submit_condor::{self, Extras};
+use crate::submit_condor::Extras;
 
-const JOB_KEYS: [&str; 7] = [
-    "executable",
-    "arguments",
-    "output",
-    "error",
-    "transfer_input_files",
-    "environment",
-    "on_impossible",
-];
-const CLASS_KEYS: [&str; 4] = ["class_name", "requirements", "rank", "machine_count"];
 /// Mistakes reported at most, so that a file of a million bad lines gives a
 /// readable answer (and a small one on the wire).
 const MAX_REPORTED: usize = 50;
-const MACROS: [&str; 4] = ["cluster", "clusterid", "process", "procid"];
-
-/// A logical line: continuation lines joined, with the line it started on.
-struct Logical {
-    line: usize,
-    text: String,
-}
-
-fn logical_lines(text: &str) -> Vec<Logical> {
-    let mut out = Vec::new();
-    let mut current: Option<Logical> = None;
-    for (i, raw) in text.lines().enumerate() {
-        let trimmed = raw.trim_end();
-        let (body, continues) = match trimmed.strip_suffix('\\') {
-            Some(b) => (b.trim_end(), true),
-            None => (trimmed, false),
-        };
-        match current.as_mut() {
-            Some(c) => {
-                c.text.push(' ');
-                c.text.push_str(body.trim_start());
-            }
-            None => {
-                current = Some(Logical {
-                    line: i + 1,
-                    text: body.to_string(),
-                })
-            }
-        }
-        if !continues {
-            out.extend(current.take());
-        }
-    }
-    out.extend(current);
-    out
-}
 
 #[derive(Default)]
 struct ClassDraft {
@@ -98,71 +55,6 @@ fn machine_count(value: &str) -> Result<(u32, u32), String> {
     Ok((min, max))
 }
 
-/// Checks that every `$(...)` in `value` is a known macro.
-fn check_macros(value: &str) -> Result<(), String> {
-    let mut rest = value;
-    while let Some(i) = rest.find("$(") {
-        let after = &rest[i + 2..];
-        let Some(end) = after.find(')') else {
-            return Err(format!(
-                "`{}` opens a macro that is never closed",
-                &rest[i..]
-            ));
-        };
-        let name = &after[..end];
-        if !MACROS.contains(&name.to_ascii_lowercase().as_str()) {
-            return Err(format!(
-                "unknown macro `$({name})`; known: $(Cluster), $(Process)"
-            ));
-        }
-        rest = &after[end + 1..];
-    }
-    Ok(())
-}
-
-/// Splits arguments on white space; double quotes group words.
-fn split_args(value: &str) -> Result<Vec<String>, String> {
-    let mut args = Vec::new();
-    let mut cur = String::new();
-    let (mut quoted, mut any) = (false, false);
-    for c in value.chars() {
-        match c {
-            '"' => {
-                quoted = !quoted;
-                any = true;
-            }
-            c if c.is_whitespace() && !quoted => {
-                if any {
-                    args.push(std::mem::take(&mut cur));
-                    any = false;
-                }
-            }
-            c => {
-                cur.push(c);
-                any = true;
-            }
-        }
-    }
-    if quoted {
-        return Err("arguments: a double quote is never closed".into());
-    }
-    if any {
-        args.push(cur);
-    }
-    Ok(args)
-}
-
-fn environment(value: &str) -> Result<Vec<(String, String)>, String> {
-    value
-        .split(|c: char| c == ';' || c.is_whitespace())
-        .filter(|s| !s.is_empty())
-        .map(|pair| match pair.split_once('=') {
-            Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
-            _ => Err(format!("environment: `{pair}` is not NAME=VALUE")),
-        })
-        .collect()
-}
-
 fn check_expr(key: &str, value: &str) -> Result<(), String> {
     // Before parsing: a huge expression costs the parser (and every later
     // match against every machine) in proportion.
@@ -173,23 +65,6 @@ fn check_expr(key: &str, value: &str) -> Result<(), String> {
             e.column, e.message
         )
     })
-}
-
-/// Parses a submit file. `file` names it in messages. On any mistake, every
-/// mistake found is returned and no job is described.
-pub fn parse(file: &str, text: &str) -> Result<JobSpec, SubmitErrors> {
-    if let Err(e) = limits::check_len("the file", text, limits::MAX_SUBMIT_FILE_BYTES) {
-        return Err(SubmitErrors(vec![SubmitError {
-            file: file.to_string(),
-            line: 0,
-            reason: e.to_string(),
-        }]));
-    }
-    let mut p = Parser::new(file);
-    for l in logical_lines(text) {
-        p.line(l.line, l.text.trim());
-    }
-    p.finish(text.lines().count())
 }
 
 /// The mistakes of one file, kept in bounds.
@@ -235,7 +110,7 @@ impl Mistakes<'_> {
 }
 
 /// What the pass over the lines has gathered so far.
-struct Parser<'f> {
+pub(super) struct Parser<'f> {
     mistakes: Mistakes<'f>,
     /// Job keys as given: key, value, line.
     job: Vec<(&'static str, String, usize)>,
@@ -263,7 +138,7 @@ struct JobFields {
 }
 
 impl<'f> Parser<'f> {
-    fn new(file: &'f str) -> Self {
+    pub(super) fn new(file: &'f str) -> Self {
         Parser {
             mistakes: Mistakes {
                 file,
@@ -280,12 +155,12 @@ impl<'f> Parser<'f> {
         }
     }
 
-    fn err(&mut self, line: usize, reason: String) {
+    pub(super) fn err(&mut self, line: usize, reason: String) {
         self.mistakes.push(line, reason);
     }
 
     /// One logical line, trimmed.
-    fn line(&mut self, line: usize, t: &str) {
+    pub(super) fn line(&mut self, line: usize, t: &str) {
         if t.is_empty() || t.starts_with('#') {
             return;
         }
@@ -301,30 +176,28 @@ impl<'f> Parser<'f> {
             );
             return;
         };
-        let key_lc = key.trim().to_ascii_lowercase();
         let value = value.trim().to_string();
-        if let Some(&k) = JOB_KEYS.iter().find(|k| **k == key_lc) {
-            self.job_key(line, k, value);
-        } else if CLASS_KEYS.contains(&key_lc.as_str()) {
-            self.class_keys_seen = true;
-            if let Err(e) = self.class_key(&key_lc, value) {
-                self.err(line, e);
+        match commands::lookup(key) {
+            Some(Cmd::Job(k)) => self.job_key(line, k, value),
+            Some(Cmd::Class(k)) => {
+                self.class_keys_seen = true;
+                if let Err(e) = self.class_key(k, value) {
+                    self.err(line, e);
+                }
             }
-        } else if submit_condor::is_condor_key(key) {
-            if let Err(e) = self.extras.set(key, &value) {
-                self.err(line, e);
+            Some(Cmd::Condor(k)) => {
+                let k = if k == "+" { key } else { k };
+                if let Err(e) = self.extras.set(k, &value) {
+                    self.err(line, e);
+                }
             }
-        } else {
-            self.err(
-                line,
-                format!(
-                    "unknown key `{}`; job keys: {}; class keys: {}; HTCondor commands: {}, +Name",
-                    key.trim(),
-                    JOB_KEYS.join(", "),
-                    CLASS_KEYS.join(", "),
-                    submit_condor::KEYS.join(", ")
-                ),
-            );
+            Some(Cmd::Attr(name, kind)) => match commands::attr_value(key.trim(), kind, &value) {
+                Ok(v) => self.extras.set_attr(name, v),
+                Err(e) => self.err(line, e),
+            },
+            Some(Cmd::Refuse(why)) => self.err(line, format!("{}: {why}", key.trim())),
+            // Ignored commands, and user macros (read where they are used).
+            Some(Cmd::Ignore(_)) | None => {}
         }
     }
 
@@ -347,7 +220,7 @@ impl<'f> Parser<'f> {
             Err(_) => self.err(
                 line,
                 format!(
-                    "`queue {arg}`: only `queue` and `queue N` are understood here (no `in`, `from` or `matching` lists)"
+                    "`queue {arg}`: a file with CARMI class keys (class_name, machine_count) takes only `queue` and `queue N`; for lists of items write an HTCondor file without them"
                 ),
             ),
         }
@@ -401,12 +274,6 @@ impl<'f> Parser<'f> {
             self.err(line, reason);
             return;
         }
-        if matches!(k, "arguments" | "output" | "error" | "environment")
-            && let Err(e) = check_macros(&value)
-        {
-            self.err(line, format!("{k}: {e}"));
-            return;
-        }
         self.job.push((k, value, line));
     }
 
@@ -449,7 +316,7 @@ impl<'f> Parser<'f> {
     }
 
     /// After the last line: the file as a whole, then the job.
-    fn finish(mut self, last_line: usize) -> Result<JobSpec, SubmitErrors> {
+    pub(super) fn finish(mut self, last_line: usize) -> Result<JobSpec, SubmitErrors> {
         self.check_classes(last_line);
         let fields = self.job_fields();
         self.check_job_limits(&fields);
