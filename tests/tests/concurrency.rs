@@ -48,7 +48,7 @@ fn a_job_waits_for_a_concurrency_limit_and_starts_when_the_holder_ends() {
     );
     let submit = |name: &str| {
         let sub = format!(
-            "executable = master.sh\narguments = {name}\n+ConcurrencyLimits = \"matlab\"\nqueue\n"
+            "executable = master.sh\narguments = {name}\nconcurrency_limits = matlab\nqueue\n"
         );
         pool.submit_script(&dir, &master, &sub)
     };

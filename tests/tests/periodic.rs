@@ -4,9 +4,6 @@
 //! passed and not before (judged from its history's submit and end times,
 //! not from this test's clock); a job with `on_exit_remove = ExitCode == 0`
 //! whose master fails once runs again, and ends once, when it succeeds.
-//!
-//! The submit files use the `+PeriodicRemove` / `+OnExitRemove` spelling
-//! of the job attributes, which lands where `periodic_remove` does.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -43,7 +40,7 @@ fn periodic_remove_removes_a_running_job_after_its_deadline() {
     let job = pool.submit_script(
         &dir,
         "#!/bin/sh\nsleep 120\n",
-        "executable = master.sh\n+PeriodicRemove = (time() - QDate) > 5\nqueue\n",
+        "executable = master.sh\nperiodic_remove = (time() - QDate) > 5\nqueue\n",
     );
     let record = pool.wait_history(&job, Duration::from_secs(60));
     assert_eq!(
@@ -82,7 +79,7 @@ fn on_exit_remove_requeues_a_failed_job_until_it_succeeds() {
         [ \"$n\" -ge 2 ] && exit 0\n\
         exit 1\n";
     let submit = format!(
-        "executable = master.sh\narguments = {}\n+OnExitRemove = ExitCode == 0\nqueue\n",
+        "executable = master.sh\narguments = {}\non_exit_remove = ExitCode == 0\nqueue\n",
         counter.display()
     );
     let job = pool.submit_script(&dir, master, &submit);

@@ -321,3 +321,37 @@ fn waiting_procs_survive_a_restart_and_a_compaction_of_the_journal() {
         assert_eq!(again.jobs.next_job, 5);
     }
 }
+
+#[test]
+fn hold_true_queues_every_proc_held_until_released() {
+    let (mut r, _) = router();
+    let mut msg = cluster(2);
+    let held = |arg: &str| {
+        let text = format!("executable = master\narguments = {arg}\nhold = true\nqueue\n");
+        carmi_proto::submit::parse("j", &text).unwrap()
+    };
+    if let ToGlobal::Submit(req) = &mut msg {
+        req.spec = held("p0");
+        req.procs = vec![held("p1")];
+    }
+    assert_eq!(ask(&mut r, msg).0, FromGlobal::Submitted { job: JobId(1) });
+    let jobs = queue(&mut r);
+    assert!(jobs.iter().all(|j| j.state == "held"), "{jobs:?}");
+    assert!(
+        jobs[0]
+            .note
+            .as_deref()
+            .unwrap_or_default()
+            .contains("hold = true"),
+        "{jobs:?}"
+    );
+    let release = ToGlobal::Release {
+        job: JobId(1),
+        cluster: true,
+    };
+    assert_eq!(
+        ask(&mut r, release).0,
+        FromGlobal::Released { job: JobId(1) }
+    );
+    assert!(queue(&mut r).iter().all(|j| j.state != "held"));
+}

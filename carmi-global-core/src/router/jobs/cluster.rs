@@ -44,6 +44,14 @@ fn split(mut req: SubmitRequest) -> Vec<SubmitRequest> {
     out
 }
 
+/// Whether the submit file said `hold = true` (the job attribute
+/// `HoldAtSubmit`): the job is queued held, as HTCondor queues it.
+fn holds_at_submit(spec: &JobSpec) -> bool {
+    spec.attributes.iter().any(|(n, v)| {
+        n.eq_ignore_ascii_case("HoldAtSubmit") && v.trim().eq_ignore_ascii_case("true")
+    })
+}
+
 fn fail(code: FailureCode, message: String) -> Failure {
     Failure { code, message }
 }
@@ -254,12 +262,18 @@ impl Router {
             request: Box::new(x.request.clone()),
             cluster: (cluster != job).then_some(cluster),
         }));
+        let hold = holds_at_submit(&x.spec);
         let sub = Submitted::new(x.request, x.spec, x.master_ad, cluster);
         let owner = sub.owner.clone();
         self.keep_submitted(job, sub);
         self.log_event(job, EventKind::Submitted { owner });
         if let Some(why) = impossible {
             self.hold_at_submit(job, &why);
+        } else if hold && self.alloc.hold_job(job).is_ok() {
+            self.held_by_pool(
+                job,
+                "held at submit (hold = true): `carmi release` lets it start",
+            );
         }
     }
 
