@@ -82,7 +82,7 @@ impl Selection {
             }
         }
         if self.all {
-            let me = crate::jobs::user_name();
+            let me = crate::talk::user_name();
             items.extend(each_job(&|j| j.owner == me));
         }
         if let Some(text) = &self.constraint {

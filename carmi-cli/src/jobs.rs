@@ -49,35 +49,7 @@ pub struct RmArgs {
 // `crate::jobs::{connect, failed, print}` still names them.
 pub(crate) use crate::talk::{connect, failed, print};
 
-/// Who runs this command: `$USER`, else `$LOGNAME`, else the name of the
-/// process's user id in the password database (a shell started without a
-/// login, a cron job or a container often sets neither), else `uidN`.
-pub(crate) fn user_name() -> String {
-    for var in ["USER", "LOGNAME"] {
-        if let Ok(v) = std::env::var(var)
-            && !v.is_empty()
-        {
-            return v;
-        }
-    }
-    // SAFETY: getuid has no preconditions.
-    let uid = unsafe { libc::getuid() };
-    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut buf = vec![0 as libc::c_char; 4096];
-    let mut found: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: every pointer is valid for the call and `buf` outlives its use.
-    let rc = unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut found) };
-    if rc == 0 && !found.is_null() && !pw.pw_name.is_null() {
-        // SAFETY: on success pw_name points to a NUL-terminated string in `buf`.
-        let name = unsafe { std::ffi::CStr::from_ptr(pw.pw_name) };
-        if let Ok(name) = name.to_str()
-            && !name.is_empty()
-        {
-            return name.to_string();
-        }
-    }
-    format!("uid{uid}")
-}
+pub(crate) use crate::talk::user_name;
 
 /// Runs `carmi rm`.
 pub fn rm(args: RmArgs) -> anyhow::Result<()> {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use carmi_tests::{Pool, TempDir};
 
 /// A master that waits for its stop file (so the procs stay queued).
-const MASTER: &str = "#!/bin/sh\necho \"proc $1\"\nwhile [ ! -e \"$2\" ]; do sleep 0.1; done\n";
+const MASTER: &str = "#!/bin/sh\nwhile [ ! -e \"$2\" ]; do sleep 0.1; done\n";
 
 fn q_json(pool: &Pool, dir: &std::path::Path, args: &[&str]) -> Vec<serde_json::Value> {
     let out = pool.run_ok(pool.carmi_in(dir).arg("q").args(args).arg("--json"));
@@ -38,7 +38,7 @@ fn queue_3_is_one_cluster_of_three_procs_that_rm_of_the_cluster_removes() {
     let dir = TempDir::new("clusters");
     let stop = dir.path().join("stop");
     let submit = format!(
-        "executable = master.sh\narguments = $(ProcId) {}\noutput = out.$(ClusterId).$(ProcId)\nqueue 3\n",
+        "executable = master.sh\narguments = $(ProcId) {}\nqueue 3\n",
         stop.display()
     );
     let out = pool.submit_script(dir.path(), MASTER, &submit);
@@ -71,12 +71,6 @@ fn queue_3_is_one_cluster_of_three_procs_that_rm_of_the_cluster_removes() {
     for p in 0..3 {
         assert!(table.contains(&format!("{cluster}.{p} ")), "{table}");
     }
-    pool.wait_until("each proc's output", Duration::from_secs(30), || {
-        (0..3).all(|p| {
-            let f = dir.path().join(format!("out.{cluster}.{p}"));
-            std::fs::read_to_string(f).is_ok_and(|t| t.contains(&format!("proc {p}")))
-        })
-    });
     // `q C.1` lists one proc; `hold C.1` holds only it.
     let one = q_json(&pool, dir.path(), &[&format!("{cluster}.1")]);
     assert_eq!(procs(&one).len(), 1, "{one:?}");
@@ -105,4 +99,24 @@ fn queue_3_is_one_cluster_of_three_procs_that_rm_of_the_cluster_removes() {
         .collect();
     ended.sort();
     assert_eq!(ended, vec![0, 1, 2], "{history:?}");
+    // `$(ClusterId).$(ProcId)` names each proc's output; `wait C` waits for
+    // every proc and brings their output back.
+    std::fs::write(
+        dir.path().join("quick.sub"),
+        "executable = quick.sh\narguments = $(ProcId)\noutput = out.$(ClusterId).$(ProcId)\nqueue 2\n",
+    )
+    .unwrap();
+    carmi_tests::write_script(
+        &dir.path().join("quick.sh"),
+        "#!/bin/sh\necho \"proc $1\"\n",
+    );
+    let out = pool.run_ok(pool.carmi_in(dir.path()).args(["submit", "quick.sub"]));
+    let quick = out.trim().to_string();
+    let done = pool.wait_job(dir.path(), &quick, 60);
+    pool.assert_exit(&done, 0);
+    for p in 0..2 {
+        let f = dir.path().join(format!("out.{quick}.{p}"));
+        let text = std::fs::read_to_string(&f).unwrap_or_default();
+        assert_eq!(text, format!("proc {p}\n"), "{}", f.display());
+    }
 }

@@ -241,7 +241,7 @@ async fn a_master_that_cannot_start_is_held_with_the_exec_error_and_history_keep
     let out = carmi(&pool).args(["history", "99"]).output().unwrap();
     assert!(!out.status.success());
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("job 99 is not in the history"),
+        String::from_utf8_lossy(&out.stderr).contains("99 is not in the history"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );

@@ -164,7 +164,7 @@ fn a_job_over_its_request_memory_is_held_and_one_within_it_completes_with_its_pe
     let table = pool.run_ok(pool.carmi().arg("history"));
     let line = table
         .lines()
-        .find(|l| l.trim_start().starts_with(&format!("{within} ")))
+        .find(|l| l.trim_start().starts_with(&format!("{within}.0 ")))
         .unwrap_or_default();
     assert!(
         line.contains(&format!(" {}M ", peak_kib.div_ceil(1024))),

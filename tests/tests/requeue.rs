@@ -55,8 +55,11 @@ fn carmi(pool: &Pool, dir: &Path, args: &[&str]) -> Output {
 /// Submits `file` (as `job.sub`) from `dir`; the job ids.
 fn submit(pool: &Pool, dir: &Path, file: &str) -> Vec<String> {
     std::fs::write(dir.join("job.sub"), file).unwrap();
-    let out = pool.run_ok(pool.carmi_in(dir).args(["submit", "job.sub"]));
-    out.split_whitespace().map(str::to_string).collect()
+    // The job id of every proc of the cluster.
+    let out = pool.run_ok(pool.carmi_in(dir).args(["submit", "--json", "job.sub"]));
+    let v: serde_json::Value = serde_json::from_str(&out).expect("submit --json parses");
+    let jobs = v["jobs"].as_array().expect("the procs' job ids");
+    jobs.iter().map(|j| j.to_string()).collect()
 }
 
 /// `carmi wait JOB`: its exit code.
