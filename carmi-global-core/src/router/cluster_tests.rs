@@ -355,3 +355,23 @@ fn hold_true_queues_every_proc_held_until_released() {
     );
     assert!(queue(&mut r).iter().all(|j| j.state != "held"));
 }
+
+#[test]
+fn transfer_output_remaps_names_where_an_output_file_goes() {
+    let text = "executable = master\ninitialdir = /tmp\ntransfer_output_files = a.txt, b.txt\ntransfer_output_remaps = \"a.txt = results/a-$(ClusterId).txt; b.txt = /abs/b.txt\"\nqueue\n";
+    let spec = carmi_proto::submit::parse("j", text).unwrap();
+    let (mut r, _) = router();
+    let mut msg = cluster(1);
+    if let ToGlobal::Submit(req) = &mut msg {
+        req.spec = spec;
+    }
+    assert_eq!(ask(&mut r, msg).0, FromGlobal::Submitted { job: JobId(1) });
+    let plan = super::jobs::return_plan(&r.jobs.submitted[&JobId(1)]);
+    assert_eq!(
+        plan,
+        vec![
+            ("a.txt".to_string(), "/tmp/results/a-1.txt".to_string()),
+            ("b.txt".to_string(), "/abs/b.txt".to_string()),
+        ]
+    );
+}

@@ -217,6 +217,7 @@ pub(super) fn return_plan(sub: &Submitted) -> Vec<(String, String)> {
         }
     }
     let dir = std::path::Path::new(sub.spec.initial_dir.as_deref().unwrap_or(""));
+    let remaps = output_remaps(&sub.spec);
     for f in &sub.spec.transfer_output_files {
         let Some(base) = std::path::Path::new(f).file_name() else {
             continue;
@@ -224,7 +225,13 @@ pub(super) fn return_plan(sub: &Submitted) -> Vec<(String, String)> {
         if plan.iter().any(|(n, _)| n == f) {
             continue;
         }
-        plan.push((f.clone(), dir.join(base).to_string_lossy().into_owned()));
+        // `transfer_output_remaps` names where a file goes instead, relative
+        // to `initialdir` unless absolute.
+        let to = remaps
+            .iter()
+            .find(|(from, _)| from == f || std::path::Path::new(from).file_name() == Some(base))
+            .map_or(base, |(_, to)| std::ffi::OsStr::new(to.as_str()));
+        plan.push((f.clone(), dir.join(to).to_string_lossy().into_owned()));
     }
     // A checkpoint comes back whenever the master exits (kept only when it
     // left one); at the job's end it lands beside the output files.
@@ -235,6 +242,29 @@ pub(super) fn return_plan(sub: &Submitted) -> Vec<(String, String)> {
     }
     plan.truncate(limits::MAX_RETURNED_FILES);
     plan
+}
+
+/// The `transfer_output_remaps` of `spec` (the job attribute
+/// `TransferOutputRemaps = "from = to; ..."`), as (from, to) pairs.
+fn output_remaps(spec: &JobSpec) -> Vec<(String, String)> {
+    let Some((_, text)) = spec
+        .attributes
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case("TransferOutputRemaps"))
+    else {
+        return Vec::new();
+    };
+    let value = classad::parse_expr(text)
+        .ok()
+        .map(|e| ClassAd::new().eval_expr(&e, None));
+    let Some(s) = value.as_ref().and_then(|v| v.as_str()) else {
+        return Vec::new();
+    };
+    s.split(';')
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(from, to)| (from.trim().to_string(), to.trim().to_string()))
+        .filter(|(from, to)| !from.is_empty() && !to.is_empty())
+        .collect()
 }
 
 /// What the allocator needs of a submit file's classes (for a new submit and
