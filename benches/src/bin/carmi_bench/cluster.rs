@@ -37,15 +37,10 @@ fn spec(arg: &str) -> Result<JobSpec> {
 }
 
 fn request(owner: &str, procs: usize, max_materialize: Option<u32>) -> Result<ToGlobal> {
-    let bytes = MASTER.to_vec();
     Ok(ToGlobal::Submit(Box::new(SubmitRequest {
         owner: owner.into(),
         machine: "nowhere".into(),
-        executable: ExecutableRef {
-            name: "master".into(),
-            sha256: sha256_hex(&bytes),
-            size: bytes.len() as u64,
-        },
+        executable: master_exe(),
         spec: spec("0")?,
         submitted_unix: carmi_api::token::now_unix(),
         anywhere: true,
@@ -59,14 +54,18 @@ fn request(owner: &str, procs: usize, max_materialize: Option<u32>) -> Result<To
 
 const MASTER: &[u8] = b"#!/bin/sh\nexit 0\n";
 
-async fn submit(pool: &Pool, msg: ToGlobal) -> Result<Duration> {
-    let bytes = MASTER.to_vec();
-    let exe = ExecutableRef {
+/// The procs' master, as the global RM names it.
+fn master_exe() -> ExecutableRef {
+    ExecutableRef {
         name: "master".into(),
-        sha256: sha256_hex(&bytes),
-        size: bytes.len() as u64,
-    };
-    let uploads = [(&exe, bytes.as_slice())];
+        sha256: sha256_hex(MASTER),
+        size: MASTER.len() as u64,
+    }
+}
+
+async fn submit(pool: &Pool, msg: ToGlobal) -> Result<Duration> {
+    let exe = master_exe();
+    let uploads = [(&exe, MASTER)];
     let t = Instant::now();
     match request_with_payload(&pool.global_addr, &pool.secret, &uploads, msg).await? {
         (FromGlobal::Submitted { .. }, _) => Ok(t.elapsed()),
@@ -94,13 +93,8 @@ async fn phase(pool: &Pool, name: &str, big: Option<(usize, Option<u32>)>) -> Re
                 let (addr, secret) = (pool.global_addr.clone(), pool.secret.clone());
                 async move {
                     let t = Instant::now();
-                    let bytes = MASTER.to_vec();
-                    let exe = ExecutableRef {
-                        name: "master".into(),
-                        sha256: sha256_hex(&bytes),
-                        size: bytes.len() as u64,
-                    };
-                    let uploads = [(&exe, bytes.as_slice())];
+                    let exe = master_exe();
+                    let uploads = [(&exe, MASTER)];
                     let r = request_with_payload(&addr, &secret, &uploads, msg).await;
                     r.map(|_| t.elapsed()).map_err(|e| e.to_string())
                 }
