@@ -153,6 +153,16 @@ fn rm_of_a_cluster_removes_every_proc_and_a_proc_id_is_not_a_cluster() {
     );
 }
 
+/// `release 1` of a cluster: none of its procs stays held.
+fn release_cluster_1(r: &mut Router) {
+    let release = ToGlobal::Release {
+        job: JobId(1),
+        cluster: true,
+    };
+    assert_eq!(ask(r, release).0, FromGlobal::Released { job: JobId(1) });
+    assert!(queue(r).iter().all(|j| j.state != "held"));
+}
+
 #[test]
 fn hold_and_release_of_a_cluster_act_on_every_proc() {
     let (mut r, _) = router();
@@ -166,15 +176,7 @@ fn hold_and_release_of_a_cluster_act_on_every_proc() {
     assert_eq!(ask(&mut r, hold).0, FromGlobal::Held { job: JobId(1) });
     let states: Vec<_> = queue(&mut r).into_iter().map(|j| j.state).collect();
     assert_eq!(states, vec!["held", "held"]);
-    let release = ToGlobal::Release {
-        job: JobId(1),
-        cluster: true,
-    };
-    assert_eq!(
-        ask(&mut r, release).0,
-        FromGlobal::Released { job: JobId(1) }
-    );
-    assert!(queue(&mut r).iter().all(|j| j.state != "held"));
+    release_cluster_1(&mut r);
 }
 
 #[test]
@@ -345,15 +347,7 @@ fn hold_true_queues_every_proc_held_until_released() {
             .contains("hold = true"),
         "{jobs:?}"
     );
-    let release = ToGlobal::Release {
-        job: JobId(1),
-        cluster: true,
-    };
-    assert_eq!(
-        ask(&mut r, release).0,
-        FromGlobal::Released { job: JobId(1) }
-    );
-    assert!(queue(&mut r).iter().all(|j| j.state != "held"));
+    release_cluster_1(&mut r);
 }
 
 #[test]
