@@ -71,9 +71,16 @@ async fn carmi(addr: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// A command line, the removals it sends (job, names a cluster), what it prints.
+type Case = (
+    &'static [&'static str],
+    &'static [(u64, bool)],
+    &'static str,
+);
+
 #[tokio::test]
 async fn rm_takes_clusters_procs_users_all_and_constraints() {
-    let cases: [(&[&str], &[(u64, bool)], &str); 5] = [
+    let cases: [Case; 5] = [
         (&["rm", "1"], &[(1, true)], "cluster 1 removed\n"),
         (&["rm", "1.2"], &[(3, false)], "job 1.2 removed\n"),
         (&["rm", "bob"], &[(4, false)], "job 4.0 removed\n"),
