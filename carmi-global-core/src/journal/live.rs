@@ -103,8 +103,11 @@ impl Live {
                 first,
                 request,
             } => {
-                let last = cluster.0 + u64::from(*first) + request.procs.len() as u64;
-                self.next_job = self.next_job.max(last + 1);
+                let last = cluster
+                    .0
+                    .saturating_add(u64::from(*first))
+                    .saturating_add(request.procs.len() as u64);
+                self.next_job = self.next_job.max(last.saturating_add(1));
                 self.pending.insert(*cluster, (r.clone(), 0));
             }
             Record::PendingDropped { cluster } => {
@@ -244,7 +247,7 @@ impl Live {
         else {
             return;
         };
-        let start = cluster.0 + u64::from(*first);
+        let start = cluster.0.saturating_add(u64::from(*first));
         if job.0 >= start {
             *taken = (*taken).max((job.0 - start + 1) as usize);
         }

@@ -75,9 +75,9 @@ impl Pending {
 
     /// Takes the procs up to `job` (materialized, replayed) off the front.
     pub fn taken_up_to(&mut self, cluster: JobId, job: JobId) {
-        while !self.procs.is_empty() && cluster.0 + u64::from(self.next) <= job.0 {
+        while !self.procs.is_empty() && cluster.0.saturating_add(u64::from(self.next)) <= job.0 {
             self.procs.pop_front();
-            self.next += 1;
+            self.next = self.next.saturating_add(1);
         }
     }
 }
@@ -120,8 +120,8 @@ impl Router {
                 self.jobs.pending.remove(&cluster);
                 return;
             };
-            let job = JobId(cluster.0 + u64::from(p.next));
-            p.next += 1;
+            let job = JobId(cluster.0.saturating_add(u64::from(p.next)));
+            p.next = p.next.saturating_add(1);
             let request = SubmitRequest {
                 spec,
                 ..p.template.clone()
