@@ -80,21 +80,22 @@ pub fn record_id(j: &JobRecord) -> String {
 
 /// Whether queued job `j` is one `t` names.
 pub fn names(t: &Target, j: &JobStatus) -> bool {
-    let cluster = j.cluster.unwrap_or(j.job).0;
-    match t {
-        Target::Cluster(c) => cluster == *c,
-        Target::Proc(c, p) => cluster == *c && j.proc == *p,
-        Target::User(u) => j.owner == *u,
-    }
+    t.names_job(j.cluster.unwrap_or(j.job).0, j.proc, &j.owner)
 }
 
 /// Whether ended job `j` is one `t` names.
 pub fn names_record(t: &Target, j: &JobRecord) -> bool {
-    let cluster = j.cluster.unwrap_or(j.job).0;
-    match t {
-        Target::Cluster(c) => cluster == *c,
-        Target::Proc(c, p) => cluster == *c && j.proc == *p,
-        Target::User(u) => j.owner == *u,
+    t.names_job(j.cluster.unwrap_or(j.job).0, j.proc, &j.owner)
+}
+
+impl Target {
+    /// Whether proc `proc` of cluster `cluster`, owned by `owner`, is named.
+    fn names_job(&self, cluster: u64, proc: u32, owner: &str) -> bool {
+        match self {
+            Target::Cluster(c) => cluster == *c,
+            Target::Proc(c, p) => cluster == *c && proc == *p,
+            Target::User(u) => owner == u,
+        }
     }
 }
 

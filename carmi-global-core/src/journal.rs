@@ -280,6 +280,16 @@ pub enum Record {
     Pilots(Box<crate::alloc_queue::Snapshot>),
 }
 
+/// The job id after the last proc of a `Pending` record (`first` and the
+/// `later` procs after it, of `cluster`): the next id a replay may give.
+pub fn pending_end(cluster: JobId, first: u32, later: usize) -> u64 {
+    cluster
+        .0
+        .saturating_add(u64::from(first))
+        .saturating_add(later as u64)
+        .saturating_add(1)
+}
+
 mod live;
 pub use live::Live;
 

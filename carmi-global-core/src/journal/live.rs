@@ -103,11 +103,8 @@ impl Live {
                 first,
                 request,
             } => {
-                let last = cluster
-                    .0
-                    .saturating_add(u64::from(*first))
-                    .saturating_add(request.procs.len() as u64);
-                self.next_job = self.next_job.max(last.saturating_add(1));
+                let end = super::pending_end(*cluster, *first, request.procs.len());
+                self.next_job = self.next_job.max(end);
                 self.pending.insert(*cluster, (r.clone(), 0));
             }
             Record::PendingDropped { cluster } => {

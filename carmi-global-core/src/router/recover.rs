@@ -228,11 +228,8 @@ impl Router {
                 first,
                 request,
             } => {
-                let last = cluster
-                    .0
-                    .saturating_add(u64::from(first))
-                    .saturating_add(request.procs.len() as u64);
-                self.jobs.next_job = self.jobs.next_job.max(last.saturating_add(1));
+                let end = crate::journal::pending_end(cluster, first, request.procs.len());
+                self.jobs.next_job = self.jobs.next_job.max(end);
                 let pending = super::jobs::Pending::from_record(first, *request);
                 self.jobs.pending.insert(cluster, pending);
             }
