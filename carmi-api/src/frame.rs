@@ -24,6 +24,7 @@ use tokio::time::Instant;
 // the paths every daemon and client uses.
 pub use carmi_proto::wire::{
     DEFAULT_MAX_FRAME, FrameError, decode, decode_raw, decode_raw_limited, encode_header,
+    raw_prefix,
 };
 
 /// Spare room a [`FrameReader`] makes before reading when it knows nothing

@@ -50,6 +50,8 @@ use crate::token::SigningKey;
 const GLOBAL_RM: &str = "carmi global rm";
 /// Who signs in [`server_statement`]: a local RM.
 const LOCAL_RM: &str = "carmi local rm";
+/// Who signs in [`server_statement`]: a relay standing for the global RM.
+const RELAY: &str = "carmi relay";
 
 mod client;
 pub use client::{client, client_bound, client_towards};
@@ -78,6 +80,8 @@ pub struct Secret {
     signer: Option<std::sync::Arc<SigningKey>>,
     name: Option<std::sync::Arc<str>>,
     prover: Option<std::sync::Arc<MachineProver>>,
+    /// The prover's certificate is a relay's ([`Secret::with_relay_prover`]).
+    relay: bool,
 }
 
 impl std::fmt::Debug for Secret {
@@ -95,6 +99,7 @@ impl Secret {
             signer: None,
             name: None,
             prover: None,
+            relay: false,
         }
     }
 
@@ -178,6 +183,16 @@ impl Secret {
         self
     }
 
+    /// The same secret, for a relay (`carmi-relay`): it stands for the
+    /// global RM towards its machines (their tokens' proofs name the global
+    /// RM) and proves itself with `prover`'s relay certificate, which the
+    /// global RM signed with the pool's key.
+    pub fn with_relay_prover(mut self, prover: std::sync::Arc<MachineProver>) -> Secret {
+        self.prover = Some(prover);
+        self.relay = true;
+        self
+    }
+
     /// Waits at most `limit` for this local RM's machine certificate, if it
     /// proves itself with one ([`Secret::with_prover`]): a client that shows
     /// a token is then served one.
@@ -196,6 +211,13 @@ impl Secret {
         server_nonce: &str,
         binding: &[u8],
     ) -> (Option<String>, Option<String>, Option<String>) {
+        if self.relay {
+            let statement = server_statement(RELAY, client_nonce, server_nonce, binding);
+            return match self.prover.as_ref().and_then(|p| p.prove(&statement)) {
+                Some((cert, sig)) => (None, Some(hex(&sig)), Some(cert)),
+                None => (None, None, None),
+            };
+        }
         if let Some(key) = &self.signer {
             let statement = server_statement(GLOBAL_RM, client_nonce, server_nonce, binding);
             return (

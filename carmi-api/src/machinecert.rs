@@ -35,16 +35,32 @@ pub struct MachineClaims {
     pub key: String,
     /// When it stops being good, seconds since the Unix epoch.
     pub expires_unix: u64,
+    /// A relay's certificate (`carmi-relay`): it stands for the global RM
+    /// towards the machines that connect through it, and is never taken as
+    /// a machine's (nor a machine's as a relay's).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub relay: bool,
 }
 
 /// The pool key's signature over `machine`'s `key`, good until `now_unix`
 /// plus [`LIFETIME_S`]: the certificate's text.
 pub fn issue(pool: &SigningKey, machine: &str, key: &PublicKey, now_unix: u64) -> String {
+    sign(pool, machine, key, now_unix, false)
+}
+
+/// [`issue`] for relay `name`: the certificate a relay shows the machines
+/// that connect through it in place of the pool key's own signature.
+pub fn issue_relay(pool: &SigningKey, name: &str, key: &PublicKey, now_unix: u64) -> String {
+    sign(pool, name, key, now_unix, true)
+}
+
+fn sign(pool: &SigningKey, machine: &str, key: &PublicKey, now_unix: u64, relay: bool) -> String {
     let claims = MachineClaims {
         pool: pool.public().pool_id(),
         machine: machine.to_string(),
         key: key.to_text(),
         expires_unix: now_unix.saturating_add(LIFETIME_S),
+        relay,
     };
     let json = serde_json::to_vec(&claims).expect("claims serialize");
     let signed = format!("{PREFIX}{}", URL_SAFE_NO_PAD.encode(json));
@@ -53,8 +69,34 @@ pub fn issue(pool: &SigningKey, machine: &str, key: &PublicKey, now_unix: u64) -
 }
 
 /// Checks certificate `text` against the pool key `pool` at `now_unix`: the
-/// machine's name and key, or why not.
+/// machine's name and key, or why not (a relay's certificate is not a machine's).
 pub fn verify(pool: &PublicKey, text: &str, now_unix: u64) -> Result<(String, PublicKey), String> {
+    match verify_any(pool, text, now_unix)? {
+        (claims, _) if claims.relay => Err("it is a relay's certificate, not a machine's".into()),
+        (claims, key) => Ok((claims.machine, key)),
+    }
+}
+
+/// [`verify`] for a relay's certificate: the relay's name and key.
+pub fn verify_relay(
+    pool: &PublicKey,
+    text: &str,
+    now_unix: u64,
+) -> Result<(String, PublicKey), String> {
+    match verify_any(pool, text, now_unix)? {
+        (claims, key) if claims.relay => Ok((claims.machine, key)),
+        (claims, _) => Err(format!(
+            "it is machine {}'s certificate, not a relay's",
+            claims.machine
+        )),
+    }
+}
+
+fn verify_any(
+    pool: &PublicKey,
+    text: &str,
+    now_unix: u64,
+) -> Result<(MachineClaims, PublicKey), String> {
     let body = text
         .strip_prefix(PREFIX)
         .ok_or("not a machine certificate")?;
@@ -77,7 +119,7 @@ pub fn verify(pool: &PublicKey, text: &str, now_unix: u64) -> Result<(String, Pu
         ));
     }
     let key = PublicKey::from_text(&claims.key).map_err(|e| e.to_string())?;
-    Ok((claims.machine, key))
+    Ok((claims, key))
 }
 
 /// A local RM's proof of who it is: its key, and the certificate the global
@@ -147,5 +189,17 @@ mod tests {
         let (_, sig) = cert.rsplit_once('.').unwrap();
         let (claims, _) = forged.rsplit_once('.').unwrap();
         assert!(verify(&pool.public(), &format!("{claims}.{sig}"), NOW).is_err());
+    }
+
+    #[test]
+    fn a_relay_certificate_is_never_a_machine_one_nor_the_other_way() {
+        let pool = SigningKey::generate().unwrap();
+        let key = SigningKey::generate().unwrap().public();
+        let relay = issue_relay(&pool, "r1", &key, NOW);
+        let machine = issue(&pool, "m1", &key, NOW);
+        assert_eq!(verify_relay(&pool.public(), &relay, NOW).unwrap().0, "r1");
+        assert!(verify(&pool.public(), &relay, NOW).is_err());
+        assert!(verify_relay(&pool.public(), &machine, NOW).is_err());
+        assert_eq!(verify(&pool.public(), &machine, NOW).unwrap().0, "m1");
     }
 }

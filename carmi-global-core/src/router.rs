@@ -356,7 +356,8 @@ impl Router {
             Role::Application { .. }
             | Role::Peer { .. }
             | Role::Output { .. }
-            | Role::Stager { .. } => {
+            | Role::Stager { .. }
+            | Role::Relay { .. } => {
                 self.close(
                     link,
                     "applications talk to their local RM, not to the global RM".into(),

@@ -244,6 +244,17 @@ impl Authority {
             check(&identity, &Action::Advertise { machine: name })
                 .map_err(|r| format!("permission denied: {r}"))?;
         }
+        // A relay stands for the global RM towards its machines and vouches
+        // for what they send: the admin's to run, as the global RM is.
+        if let Role::Relay { name } = role
+            && identity.power != carmi_api::authz::Power::Admin
+        {
+            return Err(format!(
+                "permission denied: relay `{name}` needs a token with power admin, and `{}`'s has power {}",
+                identity.name,
+                identity.power.name()
+            ));
+        }
         Ok(Admitted {
             identity,
             issued_unix: claims.issued_unix,
@@ -434,6 +445,18 @@ impl Authority {
         Ok(carmi_api::machinecert::issue(
             &self.key,
             machine,
+            &key,
+            now_unix(),
+        ))
+    }
+
+    /// The certificate of relay `name`'s `key` (a relay's, which its
+    /// machines take in place of the pool key's own signature).
+    pub fn certify_relay(&self, name: &str, key: &str) -> Result<String, String> {
+        let key = PublicKey::from_text(key).map_err(|e| e.to_string())?;
+        Ok(carmi_api::machinecert::issue_relay(
+            &self.key,
+            name,
             &key,
             now_unix(),
         ))

@@ -53,6 +53,7 @@ use crate::store::ExeStore;
 mod conn;
 mod files;
 mod handle;
+mod relay;
 mod renew;
 mod stager;
 mod task;

@@ -69,13 +69,18 @@ ActivityTimer, StateTimer, Minute, VacateGrace), vacate_grace = 10.0 (seconds, s
 [owner] source = \"real\" | \"simulated\" (also --owner)"
 )]
 pub struct Cli {
-    /// Address of the global RM.
+    /// Address of the global RM, or of relays in front of it (`carmi-relay`;
+    /// several, separated by commas, tried in turn at each reconnection).
     #[arg(
         long,
-        value_name = "HOST:PORT",
+        value_name = "HOST:PORT[,HOST:PORT...]",
         required_unless_present = "remove_slot_users"
     )]
     pub global: Option<String>,
+    /// The global RM's own address, when `--global` names relays: executables
+    /// are fetched from it and tokens checked with it, which relays do not carry.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub global_direct: Option<String>,
     /// File holding the pool's shared secret.
     #[arg(
         long,
@@ -290,8 +295,12 @@ pub enum ConfigError {
 /// Everything the daemon needs, resolved and checked.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// Address of the global RM.
+    /// Addresses of the global RM or of relays in front of it, separated by
+    /// commas: the link to the global RM tries them in turn.
     pub global: String,
+    /// The global RM's own address, for what relays do not carry (fetching
+    /// executables, asking about tokens); `None`: the first of `global`.
+    pub global_direct: Option<String>,
     /// The pool secret's file (absolute, since processes get it in `CARMI_SECRET_FILE`).
     pub secret_file: PathBuf,
     /// Machine name in the pool.
@@ -351,11 +360,26 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// The global RM's own address: `global_direct`, else the first of `global`.
+    pub fn direct(&self) -> String {
+        match &self.global_direct {
+            Some(d) => d.clone(),
+            None => self
+                .global
+                .split(',')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_string(),
+        }
+    }
+
     /// Settings with defaults for everything but the global RM and the secret.
     pub fn new(global: impl Into<String>, secret_file: impl Into<PathBuf>) -> Settings {
         let name = crate::machine::host_name();
         Settings {
             global: global.into(),
+            global_direct: None,
             secret_file: absolute(&secret_file.into()),
             token_file: None,
             token: None,
@@ -398,6 +422,7 @@ impl Settings {
         let secret = cli.secret.clone().ok_or_else(|| required("--secret"))?;
         let mut s = Settings::new(global, secret);
         s.token_file = cli.token.clone();
+        s.global_direct = cli.global_direct.clone();
         s.orphan_limit = cli.orphan_timeout.map(Duration::from_secs);
         s.accounts = AccountsConfig::Default;
         let (mut name_set, mut work_dir_set) = (false, false);

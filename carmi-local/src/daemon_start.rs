@@ -101,7 +101,7 @@ pub(super) fn serve_links(
     // Made in memory at every start: nobody handles a certificate, and
     // the handshake proves who the daemon is (see `carmi_api::tls`).
     let tls = carmi_api::tls::Acceptor::generate().map_err(Error::Tls)?;
-    let (name, global) = (settings.name.clone(), settings.global.clone());
+    let (name, global) = (settings.name.clone(), settings.direct());
     let access = ControlAccess::new(token.clone(), name, global, secret.clone());
     // With tokens, this local RM proves its machine with a key the
     // global RM certifies, and tokens are shown to it for its name.
@@ -121,7 +121,7 @@ pub(super) fn serve_links(
         cache_dir,
         (proving, token.clone(), access),
         settings.name.clone(),
-        settings.global.clone(),
+        settings.direct(),
         settings.stage_link_rate,
     ));
     tokio::spawn(stager.clone().serve((stage_listener, tls), stop.clone()));

@@ -231,23 +231,37 @@ pub(crate) async fn run(
 ) {
     let epoch = Instant::now();
     let mut link = Reconnect::default();
+    // Relays (or the global RM) in turn: one that is gone is skipped at the
+    // next reconnection, so its machines come back through another.
+    let addrs: Vec<&str> = cfg
+        .addr
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .collect();
+    let mut attempt = 0usize;
     loop {
         if *stop.borrow() {
             break;
         }
+        let addr = addrs
+            .get(attempt % addrs.len().max(1))
+            .copied()
+            .unwrap_or(&cfg.addr);
+        attempt = attempt.wrapping_add(1);
         let connected = tokio::select! {
-            c = connect(&cfg) => c,
+            c = connect(&cfg, addr) => c,
             _ = stopped(&mut stop) => break,
         };
         let registered = match connected {
             Ok(conn) => {
                 link.on_connected();
-                tracing::info!(global = %cfg.addr, "connected to the global RM");
+                tracing::info!(global = %addr, "connected to the global RM");
                 let who = (cfg.queue, &cfg.token, cfg.prover.as_ref());
                 session(conn, who, &inputs, &mut stop).await
             }
             Err(e) => {
-                tracing::warn!(global = %cfg.addr, error = %e, "cannot connect to the global RM");
+                tracing::warn!(global = %addr, error = %e, "cannot connect to the global RM");
                 false
             }
         };
@@ -256,7 +270,7 @@ pub(crate) async fn run(
         }
         let jitter = rand::random_range(0.0..=1.0);
         let delay = link.on_lost(secs_since(epoch), registered, jitter);
-        tracing::info!(global = %cfg.addr, delay_ms = (delay * 1000.0) as u64, "reconnecting to the global RM");
+        tracing::info!(global = %addrs.get(attempt % addrs.len().max(1)).copied().unwrap_or(&cfg.addr), delay_ms = (delay * 1000.0) as u64, "reconnecting to the global RM");
         while let Some(at) = link.next_deadline() {
             tokio::select! {
                 _ = tokio::time::sleep_until(instant_at(epoch, at)) => {}
@@ -283,6 +297,7 @@ enum ConnectError {
 
 async fn connect(
     cfg: &GlobalConfig,
+    addr: &str,
 ) -> Result<
     (
         FrameReader<tls::Reader>,
@@ -291,7 +306,7 @@ async fn connect(
     ),
     ConnectError,
 > {
-    let stream = carmi_api::net::dial(&cfg.addr, CONNECT_TIMEOUT)
+    let stream = carmi_api::net::dial(addr, CONNECT_TIMEOUT)
         .await
         .map_err(|e| match e.kind() {
             std::io::ErrorKind::TimedOut => ConnectError::Timeout,

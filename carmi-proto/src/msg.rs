@@ -27,6 +27,7 @@ mod admin;
 mod app;
 mod control;
 mod pilot;
+pub mod relay;
 
 pub use admin::{
     ClassAnalysis, ClassStatus, JobAnalysis, JobFiles, JobRecord, JobStatus, JobUsage, LogChunk,
@@ -98,6 +99,12 @@ pub enum Role {
     /// (`carmi_api::stage`): a local RM from a peer local RM or from the global RM.
     Stager {
         /// The fetching machine's name, for logs.
+        name: String,
+    },
+    /// A relay (`carmi-relay`) carrying many local RMs' links to the global
+    /// RM over this one connection ([`relay`]).
+    Relay {
+        /// The relay's name, for logs and its certificate.
         name: String,
     },
 }

@@ -29,6 +29,8 @@
 mod browser;
 pub mod cgroups;
 mod extra_local;
+mod relay;
+pub use relay::Relay;
 mod fake_global;
 mod fleet;
 mod inbox;
@@ -99,6 +101,8 @@ pub fn bin_dir() -> &'static Path {
             "carmi-local",
             "-p",
             "carmi-cli",
+            "-p",
+            "carmi-relay",
             "--bins",
         ]);
         if !cfg!(debug_assertions) {

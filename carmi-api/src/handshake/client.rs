@@ -4,8 +4,8 @@ use hmac::Mac;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::{
-    GLOBAL_RM, HANDSHAKE_TIMEOUT, HandshakeError, Hs, LOCAL_RM, Secret, Towards, next, nonce,
-    server_statement,
+    GLOBAL_RM, HANDSHAKE_TIMEOUT, HandshakeError, Hs, LOCAL_RM, RELAY, Secret, Towards, next,
+    nonce, server_statement,
 };
 use crate::frame::{FrameError, FrameReader, write_frame};
 use crate::msg::{PROTOCOL_VERSION, Role};
@@ -154,6 +154,12 @@ fn present(
         .ok_or_else(|| HandshakeError::Token("the token presented is not a CARMI token".into()))?;
     let sig = server_sig.as_deref().and_then(unhex);
     let audience = match towards {
+        // A relay stands for the global RM with a certificate in place of its key.
+        Towards::Global if server_key.is_none() && server_cert.is_some() => {
+            let statement = server_statement(RELAY, client_nonce, server_nonce, binding);
+            prove_relay(&claims, server_cert.as_deref(), sig.as_deref(), &statement)?;
+            crate::proof::GLOBAL.to_string()
+        }
         Towards::Global => {
             let statement = server_statement(GLOBAL_RM, client_nonce, server_nonce, binding);
             prove_global(&claims, server_key.as_deref(), sig.as_deref(), &statement)?;
@@ -239,6 +245,34 @@ fn prove_local(
     if machine != name {
         return Err(not(&format!("its certificate is machine {machine}'s")));
     }
+    if !key.verifies(statement, sig) {
+        return Err(not("its signature over this connection does not verify"));
+    }
+    Ok(())
+}
+
+/// Checks a relay's certificate (signed by the pool key the client's token
+/// pins, as a relay's: a machine's certificate does not do) and its
+/// signature over this connection: the relay may then see the token's proof,
+/// which names the global RM and this connection only.
+fn prove_relay(
+    claims: &Claims,
+    cert: Option<&str>,
+    sig: Option<&[u8]>,
+    statement: &[u8],
+) -> Result<(), HandshakeError> {
+    let not = |why: &str| HandshakeError::NotProven(format!("relay of the global RM ({why})"));
+    let (Some(cert), Some(sig)) = (cert, sig) else {
+        return Err(not("it gave no signature with its certificate"));
+    };
+    let Some(pool_key) = &claims.pool_key else {
+        return Err(not(
+            "the token names no pool key to check its certificate with: ask for a new token",
+        ));
+    };
+    let pool = PublicKey::from_text(pool_key).map_err(|e| not(&e.to_string()))?;
+    let (_, key) = crate::machinecert::verify_relay(&pool, cert, crate::token::now_unix())
+        .map_err(|e| not(&format!("its certificate: {e}")))?;
     if !key.verifies(statement, sig) {
         return Err(not("its signature over this connection does not verify"));
     }

@@ -12,6 +12,7 @@ use std::sync::atomic::Ordering;
 use carmi_api::conn::{Conn, ConnReader, ConnWriter};
 use carmi_api::frame::FrameReader;
 use carmi_api::handshake;
+use carmi_api::msg::relay::{RelayDown, RelayUp};
 use carmi_api::msg::{Failure, FailureCode, FromGlobal, Role, ToGlobal};
 use carmi_api::proof::Presented;
 use carmi_api::tls;
@@ -74,6 +75,11 @@ pub(super) async fn connection(
                 warn!(%peer, machine = %name, "closing staging connection: {reason}");
             }
         }
+        return;
+    }
+    if let Role::Relay { name } = role {
+        let conn = Conn::<RelayDown, RelayUp>::from_parts(reader, w);
+        super::relay::serve_relay(conn, name, admitted, peer, shared, stop).await;
         return;
     }
     let conn = Conn::<FromGlobal, ToGlobal>::from_parts(reader, w);
@@ -167,7 +173,8 @@ async fn open(
 
 /// A link to the router: opened, read and written until either side (or
 /// its token, or a full queue, or the daemon's stop) ends it, then closed.
-async fn serve_link(
+/// A machine's own connection, or its channel through a relay (`relay.rs`).
+pub(super) async fn serve_link(
     conn: Conn<FromGlobal, ToGlobal>,
     role: Role,
     admitted: Option<Admitted>,
@@ -247,7 +254,11 @@ async fn serve_link(
 /// or expires; never for a connection without one (a pool without tokens).
 /// `staging`: a staging connection, which a renewal's revocation of its
 /// token spares ([`Authority::until_invalid`](crate::authority::Authority::until_invalid)).
-async fn until_invalid(shared: &Shared, admitted: Option<&Admitted>, staging: bool) -> String {
+pub(super) async fn until_invalid(
+    shared: &Shared,
+    admitted: Option<&Admitted>,
+    staging: bool,
+) -> String {
     match (&shared.auth, admitted) {
         (Some(auth), Some(a)) => auth.until_invalid(a, staging).await,
         _ => std::future::pending().await,
