@@ -78,7 +78,20 @@ pub struct MachineAd {
     configured: Vec<(String, Expr)>,
     /// Dynamic values last told to the global RM (by advertisement or heartbeat).
     last_sent: BTreeMap<&'static str, Value>,
+    /// When measured values were last told (seconds of the caller's clock).
+    measured_at: Option<f64>,
 }
+
+/// Values measured from the machine that move a little at nearly every
+/// heartbeat: told at most every [`MEASURED_REFRESH_S`], so that most
+/// heartbeats change nothing (a relay folds those into one message, and the
+/// global RM looks at a machine again only when its ad changed). HTCondor's
+/// machines update their ads every few minutes; the owner's state, which
+/// decides where jobs may run, still travels at the next heartbeat.
+pub const MEASURED: [&str; 4] = ["LoadAvg", "Disk", "FreeMemory", "NonPoolLoad"];
+
+/// How often [`MEASURED`] values are refreshed in heartbeats, in seconds.
+pub const MEASURED_REFRESH_S: f64 = 30.0;
 
 impl MachineAd {
     /// An ad from detected facts and the owner's attributes (later ones win).
@@ -87,6 +100,7 @@ impl MachineAd {
             info,
             configured,
             last_sent: BTreeMap::new(),
+            measured_at: None,
         }
     }
 
@@ -171,15 +185,28 @@ impl MachineAd {
         ad.to_string()
     }
 
-    /// The heartbeat update for dynamic values `d`: `Name = value` lines
-    /// (old syntax) for the dynamic attributes and policy `values` that
-    /// changed since last sent; may be empty.
-    pub fn update_from(&mut self, d: &DynamicInfo, values: &[(&'static str, Value)]) -> String {
+    /// The heartbeat update at `now` (seconds) for dynamic values `d`:
+    /// `Name = value` lines (old syntax) for the dynamic attributes and
+    /// policy `values` that changed since last sent, the [`MEASURED`] ones
+    /// only every [`MEASURED_REFRESH_S`]; may be empty.
+    pub fn update_from(
+        &mut self,
+        d: &DynamicInfo,
+        values: &[(&'static str, Value)],
+        now: f64,
+    ) -> String {
         let mut changed = ClassAd::new();
+        let refresh = self
+            .measured_at
+            .is_none_or(|at| now - at >= MEASURED_REFRESH_S);
+        if refresh {
+            self.measured_at = Some(now);
+        }
         let all = self
             .dynamic_values(d)
             .into_iter()
-            .chain(values.iter().cloned());
+            .chain(values.iter().cloned())
+            .filter(|(n, _)| refresh || !MEASURED.contains(n));
         for (n, v) in all {
             let same = self.last_sent.get(n).is_some_and(|old| old.identical(&v));
             if !same {
@@ -284,14 +311,28 @@ mod tests {
     #[test]
     fn heartbeats_carry_only_changed_dynamic_attributes() {
         let mut m = MachineAd::new(info(), vec![parse_attr_arg("Disk=1").unwrap()]);
-        let first = m.update_from(&dynamic(0.5), &[]);
+        let first = m.update_from(&dynamic(0.5), &[], 0.0);
         // Disk is the owner's, so it is never refreshed.
         assert!(!first.contains("Disk"), "{first}");
         assert!(first.contains("LoadAvg = 0.5"), "{first}");
         assert!(first.contains("FreeMemory = 2048"), "{first}");
-        assert_eq!(m.update_from(&dynamic(0.5), &[]), "");
-        let next = m.update_from(&dynamic(1.25), &[]);
+        assert_eq!(m.update_from(&dynamic(0.5), &[], 40.0), "");
+        let next = m.update_from(&dynamic(1.25), &[], 80.0);
         assert_eq!(next.trim(), "LoadAvg = 1.25");
         assert!(ClassAd::parse_old(&next).is_ok());
+    }
+
+    #[test]
+    fn measured_values_wait_for_their_refresh_and_the_owner_state_does_not() {
+        let mut m = MachineAd::new(info(), vec![]);
+        let state = |s: &str| vec![("State", Value::str(s))];
+        m.update_from(&dynamic(0.5), &state("Unclaimed"), 0.0);
+        // The load moved, nothing else: an unchanged heartbeat.
+        assert_eq!(m.update_from(&dynamic(0.75), &state("Unclaimed"), 1.0), "");
+        // The owner came back: told at once, the load still waits.
+        let owner = m.update_from(&dynamic(0.9), &state("Owner"), 2.0);
+        assert_eq!(owner.trim(), "State = \"Owner\"");
+        let later = m.update_from(&dynamic(0.9), &state("Owner"), MEASURED_REFRESH_S + 0.5);
+        assert_eq!(later.trim(), "LoadAvg = 0.9");
     }
 }

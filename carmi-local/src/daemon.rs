@@ -483,7 +483,7 @@ impl Driver {
     }
 
     /// Policy time now: seconds since the driver started.
-    fn now(&self) -> f64 {
+    pub(crate) fn now(&self) -> f64 {
         self.epoch.elapsed().as_secs_f64()
     }
 

@@ -73,7 +73,7 @@ impl Driver {
             Effect::Heartbeat => {
                 let values = self.policy.public_values(self.unix_epoch);
                 let sampled = crate::machine::sample_dynamic(&self.work_dir);
-                let update = self.machine.update_from(&sampled, &values);
+                let update = self.machine.update_from(&sampled, &values, self.now());
                 self.core.on_heartbeat(update);
             }
             Effect::Suspend(process) => {

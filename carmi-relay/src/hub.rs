@@ -28,6 +28,9 @@ pub struct Hub {
     /// The relay's key and certificate, in a pool with tokens.
     pub(crate) prover: Option<Arc<MachineProver>>,
     max_queued: usize,
+    /// Unchanged heartbeats folded, and frames passed on, since the last summary.
+    pub(crate) folded: std::sync::atomic::AtomicU64,
+    pub(crate) passed: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Default)]
@@ -62,6 +65,8 @@ impl Hub {
             state: Mutex::new(State::default()),
             prover,
             max_queued: config.max_queued.max(1),
+            folded: Default::default(),
+            passed: Default::default(),
         })
     }
 
@@ -173,6 +178,8 @@ impl Hub {
 
     /// `chan`'s machine sent a heartbeat that changes nothing.
     pub(crate) fn beat(&self, chan: Chan) {
+        self.folded
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.state().alive.push(chan);
     }
 

@@ -207,6 +207,8 @@ async fn read_machine(
         bytes.extend_from_slice(&carmi_api::frame::raw_prefix(h.len(), p.len()));
         bytes.extend_from_slice(h);
         bytes.extend_from_slice(p);
+        hub.passed
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let data = (RelayUp::Data { chan }, bytes.freeze());
         if up.send(data).await.is_err() {
             return "the relay's link to the global RM ended".into();

@@ -25,6 +25,18 @@ use crate::hub::{Down, Hub};
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const FIRST_DELAY: Duration = Duration::from_millis(100);
 const LONGEST_DELAY: Duration = Duration::from_secs(5);
+/// How often the relay sums up its traffic (at debug level).
+const SUMMARY_PERIOD: Duration = Duration::from_secs(5);
+
+/// One debug line: machines, heartbeats folded and frames passed since the last.
+fn summarize(hub: &Hub) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let (folded, passed) = (hub.folded.swap(0, Relaxed), hub.passed.swap(0, Relaxed));
+    tracing::debug!(
+        machines = hub.sessions(),
+        "relay summary: {folded} unchanged heartbeats folded, {passed} frames passed on"
+    );
+}
 
 /// Keeps a link to the global RM until `stop`.
 pub(crate) async fn run(config: RelayConfig, hub: Arc<Hub>, mut stop: watch::Receiver<bool>) {
@@ -168,8 +180,13 @@ async fn fold_heartbeats(
 ) -> Result<(), String> {
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_summary = tokio::time::Instant::now();
     loop {
         tick.tick().await;
+        if last_summary.elapsed() >= SUMMARY_PERIOD {
+            last_summary = tokio::time::Instant::now();
+            summarize(hub);
+        }
         let alive = hub.take_alive();
         for chans in alive.chunks(MAX_ALIVE_CHANS) {
             let msg = RelayUp::Alive {

@@ -93,6 +93,7 @@ pub struct FleetApp {
 
 impl Fleet {
     /// Registers `options.machines` machines with the global RM at `addr`
+    /// (or with relays: several addresses separated by commas, spread over)
     /// (`secret` without a token: each machine presents its own daemon token
     /// signed with `key`), sending heartbeats at the period the global RM
     /// gives. Returns once every machine is registered.
@@ -113,6 +114,7 @@ impl Fleet {
         // Each machine beats as soon as it is registered: registering
         // thousands takes longer than the heartbeat bound.
         let registering = Arc::new(tokio::sync::Semaphore::new(options.parallel.max(1)));
+        let addrs: Vec<&str> = addr.split(',').map(str::trim).collect();
         let (ready_tx, mut ready_rx) = mpsc::unbounded_channel();
         for i in 0..options.machines {
             let name = format!("{}{i}", options.prefix);
@@ -120,7 +122,9 @@ impl Fleet {
             let (out_tx, out_rx) = mpsc::unbounded_channel();
             let (apps_tx, apps_rx) = mpsc::unbounded_channel();
             let (vanished, vanish_rx) = watch::channel(false);
-            let (addr, slots) = (addr.to_string(), options.slots);
+            // Several addresses (relays): machine i goes to the i-th, in turn.
+            let addr = addrs[i % addrs.len()].to_string();
+            let slots = options.slots;
             let (registering, ready, beats) =
                 (registering.clone(), ready_tx.clone(), heartbeats.clone());
             let task_name = name.clone();

@@ -454,6 +454,11 @@ impl Pool {
         pool
     }
 
+    /// The global RM's process id.
+    pub fn global_pid(&self) -> u32 {
+        self.global.id()
+    }
+
     /// Kills the global RM with SIGKILL and starts it again on the same
     /// address and state directory, as after a crash.
     pub fn restart_global(&mut self) {

@@ -165,3 +165,94 @@ fn a_revoked_daemon_token_is_refused_at_the_relay() {
         logs(&pool)
     );
 }
+
+/// Two hundred machines of a [`Fleet`] (the real protocol from tasks of this
+/// process) through two relays: all register, stay registered past the loss
+/// window on folded heartbeats alone, serve jobs' `AddHosts` through the
+/// relays, and a silenced tenth is noticed; the global RM's open files do
+/// not grow with them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_through_relays_registers_stays_and_serves_jobs() {
+    use carmi_api::msg::{Event, Request};
+    use carmi_tests::{Fleet, FleetOptions, PoolOptions};
+    const MACHINES: usize = 200;
+    const PATIENCE: Duration = Duration::from_secs(60);
+    let options = PoolOptions {
+        heartbeat_ms: 1000,
+        missed_heartbeats: 3,
+        ..PoolOptions::default()
+    };
+    let pool = Pool::start_with("relay-fleet", 2, &[], options);
+    let files_before = carmi_tests::open_fds(pool.global_pid());
+    let (r1, r2) = (pool.start_relay("r1", &[]), pool.start_relay("r2", &[]));
+    let bare = pool.secret.clone().with_token(None);
+    let fleet_options = FleetOptions {
+        machines: MACHINES,
+        ..FleetOptions::default()
+    };
+    let relays = format!("{},{}", r1.addr, r2.addr);
+    let fleet = Fleet::start(&relays, &bare, &pool.key, &fleet_options)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", logs(&pool)));
+    let listed = || async {
+        carmi_api::admin::pool_status(&pool.global_addr, &pool.secret)
+            .await
+            .map(|s| s.len())
+            .unwrap_or(0)
+    };
+    assert_eq!(listed().await, MACHINES, "{}", logs(&pool));
+    // The global RM holds two relay links, not two hundred connections.
+    let files = carmi_tests::open_fds(pool.global_pid());
+    assert!(
+        files < files_before + 50,
+        "the global RM has {files} open files with {MACHINES} machines behind relays (was {files_before})"
+    );
+    // Past the loss window (3 s), on heartbeats the relays folded.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(listed().await, MACHINES, "{}", logs(&pool));
+
+    let mut app = fleet
+        .attach(0, PATIENCE)
+        .await
+        .expect("attach through a relay");
+    let define = Request::DefineClass {
+        name: "any".into(),
+        expression: "true".into(),
+        rank: None,
+        replace: false,
+    };
+    app.request(define).unwrap();
+    assert!(matches!(app.event(PATIENCE).await, Ok(Event::Done { .. })));
+    app.request(Request::AddHosts {
+        class: "any".into(),
+        count: 3,
+        increment: 3,
+    })
+    .unwrap();
+    match app.event(PATIENCE).await {
+        Ok(Event::HostsAdded { hosts, .. }) => assert_eq!(hosts.len(), 3),
+        other => panic!("AddHosts through a relay: {other:?}\n{}", logs(&pool)),
+    }
+
+    for i in MACHINES - MACHINES / 10..MACHINES {
+        fleet.vanish(i);
+    }
+    let t = std::time::Instant::now();
+    while listed().await > MACHINES - MACHINES / 10 {
+        assert!(
+            t.elapsed() < PATIENCE,
+            "the silent tenth was not noticed\n{}",
+            logs(&pool)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let summary = log(&pool, "r1") + &log(&pool, "r2");
+    assert!(
+        summary
+            .lines()
+            .any(|l| l.contains("relay summary") && !l.contains(" 0 unchanged heartbeats folded")),
+        "the relays folded no heartbeat\n{}",
+        logs(&pool)
+    );
+    fleet.stop().await;
+}

@@ -53,6 +53,8 @@ mod inbox;
 mod messaging;
 #[path = "carmi_bench/scale.rs"]
 mod scale;
+#[path = "carmi_bench/scale_fleet.rs"]
+mod scale_fleet;
 #[path = "carmi_bench/spawn.rs"]
 mod spawn;
 
@@ -104,6 +106,10 @@ fn main() -> ExitCode {
     let (messaging, spawn) = match what.as_str() {
         ECHO_TASK => return echo_task(),
         "scale" => return scale_main(),
+        scale_fleet::FLEET_WORKER => {
+            let args: Vec<String> = std::env::args().skip(2).collect();
+            return scale_fleet::fleet_worker(&args);
+        }
         "grant-latency" => return grant_main(),
         "cluster" => return cluster_main(),
         grant::GRANT_WORKER => {
@@ -151,36 +157,42 @@ fn main() -> ExitCode {
     }
 }
 
-/// `carmi-bench scale [MACHINES,...] [JOBS] [QUEUED] [HEARTBEAT_MS]`.
+/// `carmi-bench scale [MACHINES[rRELAYS],...] [JOBS] [QUEUED] [HEARTBEAT_MS] [SLOTS]`:
+/// `50000r5` is 50,000 machines through 5 relays.
 fn scale_main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(2).collect();
-    let sizes: Vec<usize> = match args.first() {
-        Some(list) => list
-            .split(',')
-            .filter_map(|n| n.trim().parse().ok())
-            .collect(),
-        None => vec![1_000, 5_000, 10_000],
+    let size = |s: &str| -> Option<(usize, usize)> {
+        match s.trim().split_once('r') {
+            Some((m, r)) => Some((m.parse().ok()?, r.parse().ok()?)),
+            None => Some((s.trim().parse().ok()?, 0)),
+        }
+    };
+    let sizes: Vec<(usize, usize)> = match args.first() {
+        Some(list) => list.split(',').filter_map(size).collect(),
+        None => vec![(1_000, 0), (5_000, 0), (10_000, 0)],
     };
     let number =
         |i: usize, default: usize| args.get(i).and_then(|n| n.parse().ok()).unwrap_or(default);
     let (jobs, queued) = (number(1, 100), number(2, 10_000));
     let heartbeat_ms = number(3, 1000) as u64;
-    if sizes.is_empty() || sizes.iter().any(|&m| m < jobs.max(10)) {
+    let slots = number(4, 2) as u32;
+    if sizes.is_empty() || sizes.iter().any(|&(m, _)| m < jobs.max(10)) {
         eprintln!(
-            "usage: carmi-bench scale [MACHINES,...] [JOBS] [QUEUED] [HEARTBEAT_MS] (each size at least JOBS and 10)"
+            "usage: carmi-bench scale [MACHINES[rRELAYS],...] [JOBS] [QUEUED] [HEARTBEAT_MS] [SLOTS] (each size at least JOBS and 10)"
         );
         return ExitCode::from(2);
     }
     let runs: Vec<scale::ScaleRun> = sizes
         .iter()
-        .map(|&machines| scale::ScaleRun {
+        .map(|&(machines, relays)| scale::ScaleRun {
             machines,
-            slots: 2,
+            slots,
             jobs,
             rounds: 20,
             queued,
             statuses: 50,
             heartbeat_ms,
+            relays,
         })
         .collect();
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -34,6 +34,8 @@ pub(super) struct ScaleRun {
     pub statuses: usize,
     /// The global RM's heartbeat period (its default is 1000 ms).
     pub heartbeat_ms: u64,
+    /// Relays the machines connect through (0: straight to the global RM).
+    pub relays: usize,
 }
 
 /// What one pool size measured.
@@ -48,6 +50,11 @@ pub(super) struct ScaleResult {
     journal_bytes: u64,
     restart: Duration,
     submit: Duration,
+    /// The most open files of any process of the pool (global RM, relays,
+    /// fleet workers, this one), and which.
+    max_files: (usize, String),
+    /// The largest relay's resident memory.
+    relay_rss_mb: f64,
 }
 
 /// Missed heartbeats before a machine is lost, as deployed by default.
@@ -58,7 +65,10 @@ const PATIENCE: Duration = Duration::from_secs(120);
 /// Runs every size and prints the table.
 pub(super) fn run_scale(rt: &tokio::runtime::Runtime, runs: &[ScaleRun]) -> Result<()> {
     print_command("scale");
-    raise_fd_limit(runs.iter().map(|r| r.machines).max().unwrap_or(0) as u64 + 3_000)?;
+    // The machines live in worker processes (`scale_fleet.rs`): this one
+    // holds only the jobs' machines, and the global RM what connects to it.
+    let direct = runs.iter().filter(|r| r.relays == 0).map(|r| r.machines);
+    raise_fd_limit(direct.max().unwrap_or(0).min(19_000) as u64 + 1_000)?;
     let mut results = Vec::new();
     let mut failed = None;
     for run in runs {
@@ -81,18 +91,22 @@ pub(super) fn run_scale(rt: &tokio::runtime::Runtime, runs: &[ScaleRun]) -> Resu
     }
     println!("Load average at the end: {}\n", load_average());
     println!(
-        "| machines x slots | register all (s) | global RSS (MB) | RSS per machine (KiB) | `carmi status` p50 / p99 (ms) | AddHosts to HostsAdded p50 / p99 (ms) | notice 10% silent (s) | submit queue (s) | journal (MB) | restart (s) |"
+        "| machines x slots | relays | register all (s) | global RSS (MB) | RSS per machine (KiB) | relay RSS (MB) | most open files (process) | `carmi status` p50 / p99 (ms) | AddHosts to HostsAdded p50 / p99 (ms) | notice 10% silent (s) | submit queue (s) | journal (MB) | restart (s) |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for r in &results {
         let per_machine = (r.rss_mb - r.rss_base_mb).max(0.0) * 1024.0 / r.run.machines as f64;
         println!(
-            "| {} x {} | {:.1} | {:.0} | {:.0} | {} / {} | {} / {} | {:.1} | {:.1} | {:.1} | {:.2} |",
+            "| {} x {} | {} | {:.1} | {:.0} | {:.0} | {:.0} | {} ({}) | {} / {} | {} / {} | {:.1} | {:.1} | {:.1} | {:.2} |",
             r.run.machines,
             r.run.slots,
+            r.run.relays,
             r.register.as_secs_f64(),
             r.rss_mb,
             per_machine,
+            r.relay_rss_mb,
+            r.max_files.0,
+            r.max_files.1,
             millis(r.status.median),
             millis(r.status.p99),
             millis(r.request.median),
@@ -147,13 +161,14 @@ fn measure(
 ) -> Result<ScaleResult> {
     let bare = pool.secret.clone().with_token(None);
     let fleet_options = FleetOptions {
-        machines: run.machines,
+        machines: run.jobs,
         slots: run.slots,
         ..FleetOptions::default()
     };
     let t = Instant::now();
+    let spread = super::scale_fleet::Spread::start(pool, run)?;
     let fleet = rt.block_on(Fleet::start(
-        &pool.global_addr,
+        &spread.addr(pool),
         &bare,
         &pool.key,
         &fleet_options,
@@ -164,14 +179,19 @@ fn measure(
     let submit = t.elapsed();
     let request = rt.block_on(add_and_delete(&fleet, run))?;
     let status = rt.block_on(statuses(pool, run))?;
+    let relay_rss_mb = (spread.relays.iter())
+        .map(|r| rss_mb(r.pid()).unwrap_or(0.0))
+        .fold(0.0, f64::max);
     let rss_mb = rss_mb(global)?;
-    let notice = rt.block_on(notice_silence(pool, &fleet, run))?;
+    let max_files = most_open_files(global, &spread);
+    let notice = rt.block_on(notice_silence(pool, &spread, run))?;
     let journal_bytes = dir_bytes(&pool.dir.join("global-state"));
     let t = Instant::now();
     pool.restart_global();
     rt.block_on(queue_answers(pool, run.jobs + run.queued))?;
     let restart = t.elapsed();
     rt.block_on(fleet.stop());
+    drop(spread);
     Ok(ScaleResult {
         run: run.clone(),
         register,
@@ -183,7 +203,21 @@ fn measure(
         journal_bytes,
         restart,
         submit,
+        max_files,
+        relay_rss_mb,
     })
+}
+
+/// The process of the pool with the most open files, and how many.
+fn most_open_files(global: u32, spread: &super::scale_fleet::Spread) -> (usize, String) {
+    use super::scale_fleet::open_files;
+    let mut all = spread.pids();
+    all.push(("global RM".into(), global));
+    all.push(("benchmark".into(), std::process::id()));
+    all.into_iter()
+        .map(|(what, pid)| (open_files(pid), what))
+        .max()
+        .unwrap_or_default()
 }
 
 /// Submits `n` jobs whose master no machine matches, 16 at a time.
@@ -347,14 +381,15 @@ async fn statuses(pool: &Pool, run: &ScaleRun) -> Result<Latency> {
     Ok(Latency::of(&times))
 }
 
-/// Silences the last tenth of the machines at once; how long until `status`
-/// no longer lists them.
-async fn notice_silence(pool: &Pool, fleet: &Fleet, run: &ScaleRun) -> Result<Duration> {
-    let silent = run.machines / 10;
+/// Silences a tenth of the machines at once (a fleet worker stopped);
+/// how long until `status` no longer lists them.
+async fn notice_silence(
+    pool: &Pool,
+    spread: &super::scale_fleet::Spread,
+    run: &ScaleRun,
+) -> Result<Duration> {
     let t = Instant::now();
-    for i in run.machines - silent..run.machines {
-        fleet.vanish(i);
-    }
+    let silent = spread.silence_one();
     loop {
         let listed = pool_status(&pool.global_addr, &pool.secret).await?.len();
         if listed <= run.machines - silent {
@@ -426,7 +461,7 @@ fn dir_bytes(dir: &std::path::Path) -> u64 {
 
 /// Raises the open-file limit (inherited by the global RM) to `want`, or
 /// says why it cannot.
-fn raise_fd_limit(want: u64) -> Result<()> {
+pub(super) fn raise_fd_limit(want: u64) -> Result<()> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
