@@ -25,6 +25,9 @@ use tracing::{debug, warn};
 use crate::RelayConfig;
 use crate::hub::{Asking, Down, Hub};
 
+/// How long a machine's handshake waits for the relay's certificate.
+const CERTIFICATE_WAIT: Duration = Duration::from_secs(5);
+
 /// Largest message a machine may send, as at the global RM.
 const MAX_HEADER: usize = 16 << 20;
 
@@ -148,6 +151,11 @@ async fn open(
             return None;
         }
     };
+    // A machine with a token trusts the relay only with its certificate:
+    // one arriving while the link to the global RM comes up waits for it.
+    if let Some(p) = &serving.hub.prover {
+        p.ready(CERTIFICATE_WAIT).await;
+    }
     let mut reader = FrameReader::new(reader);
     let choose = |job: Option<carmi_api::ids::JobId>| match job {
         None => Ok(serving.secret.clone()),

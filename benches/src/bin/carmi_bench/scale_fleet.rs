@@ -141,11 +141,13 @@ fn worker(args: &[String]) -> Result<()> {
     super::scale::raise_fd_limit(machines as u64 + 1_000)?;
     let secret = Secret::from_file(std::path::Path::new(secret))?;
     let key = SigningKey::from_text(std::fs::read_to_string(key)?.trim())?;
+    // The workers share the handshakes a daemon allows one address (they
+    // all dial from 127.0.0.1) as one fleet did.
     let options = FleetOptions {
         machines,
         slots: slots.parse()?,
         prefix: prefix.clone(),
-        ..FleetOptions::default()
+        parallel: (FleetOptions::default().parallel / WORKERS).max(1),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
