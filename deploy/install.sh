@@ -2,12 +2,12 @@
 # Installs CARMI as a tool.
 #
 #   deploy/install.sh [--root DIR]
-#       Builds `carmi`, `carmi-global` and `carmi-local` (one release build,
+#       Builds `carmi`, `carmi-global`, `carmi-local` and `carmi-relay` (one release build,
 #       in the checkout's target/release) and installs them into DIR/bin
 #       (default: cargo's, ~/.cargo/bin, or $CARGO_INSTALL_ROOT/bin).
 #
 #   sudo deploy/install.sh --systemd [--bin-dir DIR] [--destdir DIR]
-#       As root, for a pool machine or the manager: copies the three binaries
+#       As root, for a pool machine, a relay or the manager: copies the binaries
 #       from DIR (default: where `carmi-global` is on the PATH) to
 #       /usr/local/bin, makes the system user `carmi` (the global RM's), puts
 #       the units of deploy/systemd/ in /etc/systemd/system and a skeleton of
@@ -19,7 +19,7 @@
 #       no user is made, no systemctl is run).
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-bins=(carmi carmi-global carmi-local)
+bins=(carmi carmi-global carmi-local carmi-relay)
 
 die() {
     echo "install.sh: $*" >&2
@@ -32,7 +32,7 @@ die() {
 install_binaries() {
     local root=$1
     local bin=${root:-${CARGO_INSTALL_ROOT:-${CARGO_HOME:-$HOME/.cargo}}}/bin
-    (cd "$repo" && cargo build --release --locked -p carmi-cli -p carmi-global -p carmi-local)
+    (cd "$repo" && cargo build --release --locked -p carmi-cli -p carmi-global -p carmi-local -p carmi-relay)
     local built=${CARGO_TARGET_DIR:-$repo/target}/release
     install -d -m 0755 "$bin"
     for b in "${bins[@]}"; do
@@ -90,10 +90,11 @@ install_system() {
     fi
     skeleton "$repo/deploy/systemd/local.toml" "$dest/etc/carmi/local.toml" 0644
     skeleton "$repo/deploy/systemd/local.env" "$dest/etc/carmi/local.env" 0644
-    for unit in carmi-global.service carmi-local.service; do
+    skeleton "$repo/deploy/systemd/relay.env" "$dest/etc/carmi/relay.env" 0644
+    for unit in carmi-global.service carmi-local.service carmi-relay.service; do
         install -m 0644 "$repo/deploy/systemd/$unit" "$dest/etc/systemd/system/$unit"
     done
-    echo "installed carmi-global.service and carmi-local.service into $dest/etc/systemd/system"
+    echo "installed carmi-global.service, carmi-local.service and carmi-relay.service into $dest/etc/systemd/system"
     if [[ -z "$dest" && -d /run/systemd/system ]]; then
         systemctl daemon-reload
     fi

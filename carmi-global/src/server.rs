@@ -50,6 +50,7 @@ use crate::router::{Decoded, LinkId, Router, RouterConfig};
 use crate::staging::{Staging, StagingConfig};
 use crate::store::ExeStore;
 
+mod accept;
 mod conn;
 mod files;
 mod handle;
@@ -59,7 +60,7 @@ mod stager;
 mod task;
 
 use crate::staging::StageInput;
-use conn::{connection, refuse};
+use accept::{connection, refuse};
 use task::router_task;
 
 pub use crate::authority::{Admitted, Authority, MAX_LIFETIME_S};

@@ -14,6 +14,7 @@
 //! stage_advertise = "lab-pc-07:9622"   # the address peers are told (behind NAT or a proxy)
 //! slot_users = ["carmi-slot1", "carmi-slot2"]  # as root: accounts jobs run as ([] = root's own)
 //! slot_user_prefix = "carmi-slot"  # or: PREFIX1, PREFIX2, ... made with useradd (the default as root)
+//! global_direct = "manager:9618"  # the global RM itself, when --global names relays
 //! cgroups = false             # run jobs unbound: no request_memory limit, no cgroup kill
 //!                             # (default: a cgroup per process where one is usable)
 //!
@@ -226,6 +227,8 @@ pub struct FileConfig {
     pub stage_listen: Option<String>,
     /// The staging address peers are told (`--stage-advertise`).
     pub stage_advertise: Option<String>,
+    /// The global RM's own address when `--global` names relays.
+    pub global_direct: Option<String>,
     /// Whether processes run in cgroups bound to their job's requests.
     pub cgroups: Option<bool>,
     /// Accounts job processes run as (root only); empty: root's own.
@@ -450,6 +453,10 @@ impl Settings {
         }
         self.slots = f.slots.or(self.slots);
         self.gpus = f.gpus.or(self.gpus);
+        // The command line's, if it named one, wins.
+        if self.global_direct.is_none() {
+            self.global_direct = f.global_direct.clone();
+        }
         if let Some(l) = &f.listen {
             self.listen = l.clone();
         }

@@ -88,7 +88,12 @@ fn installed_units_pass_systemd_analyze_verify_and_start_with_key_and_token() {
     assert!(cp.success());
     let out = Command::new("systemd-analyze")
         .arg(format!("--root={}", dest.display()))
-        .args(["verify", "carmi-global.service", "carmi-local.service"])
+        .args([
+            "verify",
+            "carmi-global.service",
+            "carmi-local.service",
+            "carmi-relay.service",
+        ])
         .output()
         .unwrap();
     assert!(

@@ -1,6 +1,8 @@
-//! One connection's task: the handshake, then reading frames (stamped,
-//! checked and decoded, an upload stored, in order) and writing what the
-//! router sends, in one `select!` so that either side ending ends both.
+//! A link to the router (a machine's, an admin tool's; its own connection
+//! or a channel through a relay): reading frames (stamped, checked and
+//! decoded, an upload stored, in order) and writing what the router sends,
+//! in one `select!` so that either side ending ends both. The handshake
+//! before it is `accept.rs`'s.
 //!
 //! Kept apart from `server.rs` (the accept loop and the router task) so that
 //! each file stays readable.
@@ -10,166 +12,17 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use carmi_api::conn::{Conn, ConnReader, ConnWriter};
-use carmi_api::frame::FrameReader;
-use carmi_api::handshake;
-use carmi_api::msg::relay::{RelayDown, RelayUp};
 use carmi_api::msg::{Failure, FailureCode, FromGlobal, Role, ToGlobal};
-use carmi_api::proof::Presented;
-use carmi_api::tls;
 use tokio::io::BufWriter;
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use super::renew::keep_token;
-use super::stager::serve_stager;
-use super::{Cmd, HEAVY_HEADER, LinkTx, MAX_HEADER, Outgoing, Pending, Shared, Ticket, off_worker};
+use super::{Cmd, HEAVY_HEADER, LinkTx, Outgoing, Pending, Shared, off_worker};
 use crate::authority::Admitted;
 use crate::router::{Decoded, LinkId, NameAllowance};
 use crate::staging::StageInput;
-
-/// Tells a connection the [`Gate`](super::Gate) did not admit why, and closes it.
-pub(super) async fn refuse(stream: TcpStream, reason: String) {
-    handshake::refuse_and_close(stream, &format!("connection refused: {reason}")).await;
-}
-
-/// One connection: handshake, then reading and writing until either ends.
-/// `ticket` is its place at the [`Gate`], held until it ends.
-pub(super) async fn connection(
-    stream: TcpStream,
-    peer: SocketAddr,
-    mut ticket: Ticket,
-    shared: Arc<Shared>,
-    mut stop: watch::Receiver<bool>,
-    _done: mpsc::Sender<()>,
-) {
-    let _ = stream.set_nodelay(true);
-    let Some(Opened {
-        role,
-        admitted,
-        mut reader,
-        w,
-    }) = open(stream, peer, &mut ticket, &shared, &mut stop).await
-    else {
-        return;
-    };
-    if !ticket.authenticated() {
-        return;
-    }
-    // The place in its identity's count is held as long as the connection.
-    let (admitted, _place) = match admitted {
-        Some(c) => (Some(c.admitted), Some(c.place)),
-        None => (None, None),
-    };
-    reader.set_deadline(Some(shared.deadline));
-    // Refused on the header's announced length, before its bytes arrive.
-    reader.set_max_header(MAX_HEADER);
-    if let Role::Stager { name } = &role {
-        // A staging connection holds its daemon token as long as a link:
-        // revoked or expired, it is closed too, idle or mid-transfer (but a
-        // token a renewal replaced lets its copy finish).
-        tokio::select! {
-            () = serve_stager(reader, w, name, peer, &shared) => {}
-            reason = until_invalid(&shared, admitted.as_ref(), true) => {
-                warn!(%peer, machine = %name, "closing staging connection: {reason}");
-            }
-        }
-        return;
-    }
-    if let Role::Relay { name } = role {
-        let conn = Conn::<RelayDown, RelayUp>::from_parts(reader, w);
-        super::relay::serve_relay(conn, name, admitted, peer, shared, stop).await;
-        return;
-    }
-    let conn = Conn::<FromGlobal, ToGlobal>::from_parts(reader, w);
-    serve_link(conn, role, admitted, peer, &shared, stop).await;
-}
-
-/// A connection past its handshake, as it proved itself.
-struct Opened {
-    role: Role,
-    admitted: Option<crate::authority::Connected>,
-    reader: FrameReader<tls::Reader>,
-    w: tls::Writer,
-}
-
-/// TLS (in clear only for a pool without tokens or a staging connection,
-/// which presents none), then the pool handshake, both within the
-/// handshake's time; `None` (the refusal noted) if either fails, the gate
-/// evicts the connection, or the daemon stops.
-async fn open(
-    stream: TcpStream,
-    peer: SocketAddr,
-    ticket: &mut Ticket,
-    shared: &Shared,
-    stop: &mut watch::Receiver<bool>,
-) -> Option<Opened> {
-    const EVICTED: &str =
-        "handshake dropped to make room for newer connections (max_handshaking or max_connections)";
-    let opened = tokio::select! {
-        s = tokio::time::timeout(handshake::HANDSHAKE_TIMEOUT, shared.tls.accept(stream, true)) => s,
-        _ = ticket.evicted() => {
-            shared.gate.note_refusal(peer.ip(), EVICTED);
-            return None;
-        }
-        _ = stop.changed() => return None,
-    };
-    let tls::Stream {
-        reader: r,
-        writer: mut w,
-        binding,
-    } = match opened {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            let why = format!("TLS handshake failed: {e}");
-            shared.gate.note_refusal(peer.ip(), &why);
-            return None;
-        }
-        Err(_) => {
-            shared
-                .gate
-                .note_refusal(peer.ip(), "TLS handshake timed out");
-            return None;
-        }
-    };
-    let mut reader = FrameReader::with_max(r, shared.max_frame);
-    let auth = shared.auth.clone();
-    let clear = binding.is_empty();
-    let admit = |role: &Role, shown: Option<&Presented>| match &auth {
-        // A token's proof crossing in clear could be read by a man in the middle.
-        Some(_) if clear && shown.is_some() => {
-            Err("this pool takes connections with a token over TLS only (update the client)".into())
-        }
-        Some(a) => a.admit_connection(role, shown).map(Some),
-        None => Ok(None),
-    };
-    let (role, admitted) = tokio::select! {
-        res = handshake::server_auth(&mut reader, &mut w, &shared.secret, &binding, admit) => match res {
-            Ok(ok) => ok,
-            Err(handshake::HandshakeError::NotAdmitted(reason)) => {
-                // Named, not summarized: a refused identity is worth a line.
-                warn!(%peer, "connection refused: {reason}");
-                return None;
-            }
-            Err(e) => {
-                shared.gate.note_refusal(peer.ip(), &format!("handshake failed: {e}"));
-                return None;
-            }
-        },
-        _ = ticket.evicted() => {
-            shared.gate.note_refusal(peer.ip(), EVICTED);
-            return None;
-        }
-        _ = stop.changed() => return None,
-    };
-    Some(Opened {
-        role,
-        admitted,
-        reader,
-        w,
-    })
-}
 
 /// A link to the router: opened, read and written until either side (or
 /// its token, or a full queue, or the daemon's stop) ends it, then closed.
