@@ -111,6 +111,8 @@ pub struct Gate {
     limits: ConnLimits,
     state: Mutex<State>,
     log: Mutex<RefusalLog>,
+    /// Refusals noted since the start, for the daemons' metrics.
+    refused: std::sync::atomic::AtomicU64,
 }
 
 /// Why a connection was not admitted; its peer is told.
@@ -140,6 +142,7 @@ impl Gate {
             limits,
             state: Mutex::default(),
             log: Mutex::new(RefusalLog::default()),
+            refused: Default::default(),
         })
     }
 
@@ -183,9 +186,19 @@ impl Gate {
         (s.open, s.handshaking.len())
     }
 
+    /// Connections admitted and refusals noted since the gate was made
+    /// (counters of the daemons' `/metrics`).
+    pub fn totals(&self) -> (u64, u64) {
+        let admitted = self.state().next;
+        let refused = self.refused.load(std::sync::atomic::Ordering::Relaxed);
+        (admitted, refused)
+    }
+
     /// Notes a refused connection or failed handshake of `peer`: the first
     /// of a period is logged with its reason, the rest summed up by [`Gate::flush_log`].
     pub fn note_refusal(&self, peer: IpAddr, reason: &str) {
+        self.refused
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut log = self.log.lock().unwrap_or_else(|e| e.into_inner());
         if log.note(peer, Instant::now()) {
             warn!(%peer, "connection refused: {reason} (further refusals are summed up every {} s)", REFUSAL_LOG_PERIOD.as_secs());

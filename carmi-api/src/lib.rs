@@ -43,6 +43,7 @@ pub mod client;
 pub mod conn;
 pub mod control;
 pub mod coords;
+pub mod exposition;
 pub mod files;
 pub mod frame;
 pub mod gate;

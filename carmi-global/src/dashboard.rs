@@ -25,6 +25,7 @@
 //! `--http-plain`). See `dashboard/incoming.rs`.
 
 pub mod incoming;
+pub mod scrape;
 pub mod timeline;
 pub mod view;
 
@@ -90,6 +91,8 @@ struct Published {
     taken: Instant,
     /// When it was taken, seconds since the Unix epoch.
     view_time: u64,
+    /// The core's counters at that time.
+    counters: crate::metrics::CoreCounters,
 }
 
 /// What every request handler shares.
@@ -105,6 +108,8 @@ struct Shared {
     stop: watch::Receiver<bool>,
     /// Each job's hosts over time, kept by the poller.
     timelines: Arc<std::sync::Mutex<Timelines>>,
+    /// `/metrics` is served without a token (`--metrics-public`).
+    public_metrics: bool,
 }
 
 /// A bound, not yet serving, dashboard.
@@ -114,6 +119,7 @@ pub struct Dashboard {
     /// The TLS side and its certificate's SHA-256 fingerprint; `None` for
     /// clear HTTP ([`Dashboard::bind_plain`]).
     tls: Option<(Acceptor, String)>,
+    public_metrics: bool,
 }
 
 impl Dashboard {
@@ -132,6 +138,7 @@ impl Dashboard {
             listener,
             auth,
             tls: Some(tls),
+            public_metrics: false,
         })
     }
 
@@ -148,6 +155,7 @@ impl Dashboard {
             listener,
             auth,
             tls: Some(cert),
+            public_metrics: false,
         })
     }
 
@@ -166,7 +174,17 @@ impl Dashboard {
             listener,
             auth,
             tls: None,
+            public_metrics: false,
         })
+    }
+
+    /// Serves `/metrics` to anyone who reaches the port, without a token
+    /// (`--metrics-public`: for a Prometheus that cannot present one; the
+    /// page and the API still need theirs). `docs/metrics.md` says what
+    /// the numbers tell others.
+    pub fn with_public_metrics(mut self, public: bool) -> Dashboard {
+        self.public_metrics = public;
+        self
     }
 
     /// The address bound.
@@ -194,6 +212,7 @@ impl Dashboard {
             json: Arc::new(String::new()),
             taken: Instant::now(),
             view_time: carmi_api::token::now_unix(),
+            counters: Default::default(),
         };
         let (views, _) = watch::channel(first);
         let shared = Shared {
@@ -204,6 +223,7 @@ impl Dashboard {
             tls: self.tls.is_some(),
             stop: stop.clone(),
             timelines: Default::default(),
+            public_metrics: self.public_metrics,
         };
         tokio::spawn(poll(ask.clone(), shared.clone()));
         let app = Router::new()
@@ -213,6 +233,7 @@ impl Dashboard {
             .route("/api/jobs", get(api_jobs))
             .route("/api/timeline", get(api_timeline))
             .route("/api/events", get(events))
+            .route("/metrics", get(metrics))
             .fallback(not_found)
             .layer(from_fn_with_state(shared.clone(), guard))
             .with_state(shared);
@@ -274,6 +295,7 @@ async fn poll(ask: Ask, shared: Shared) {
         if let Ok(mut t) = shared.timelines.lock() {
             t.update(&snap, now);
         }
+        let counters = snap.counters;
         let view = viewer.update(snap, now);
         let json = match serde_json::to_string(&view) {
             Ok(j) => j,
@@ -291,6 +313,7 @@ async fn poll(ask: Ask, shared: Shared) {
             p.view = Arc::new(view);
             p.taken = Instant::now();
             p.view_time = now;
+            p.counters = counters;
         });
         let period = if shared.views.receiver_count() > 0 {
             WATCHED_PERIOD
@@ -325,7 +348,9 @@ async fn guard(
         )
             .into_response();
     }
+    let public = shared.public_metrics && req.uri().path() == "/metrics";
     match &shared.auth {
+        _ if public => {}
         None if !peer.ip().is_loopback() => {
             let why = "the dashboard of a pool without tokens serves only this machine (loopback)";
             return (StatusCode::FORBIDDEN, why).into_response();
@@ -569,6 +594,15 @@ async fn api_timeline(State(shared): State<Shared>, UrlQuery(q): UrlQuery<JobQue
             (StatusCode::NOT_FOUND, why).into_response()
         }
     }
+}
+
+/// `/metrics`: the pool, the queue and the daemon's counters in
+/// Prometheus' text format (`docs/metrics.md`), from a fresh view.
+async fn metrics(State(shared): State<Shared>) -> Response {
+    let p = fresh(&shared).await;
+    let text = scrape::render(&p.view, p.counters, p.view_time, &crate::metrics::METRICS);
+    let kind = carmi_api::exposition::CONTENT_TYPE;
+    ([(header::CONTENT_TYPE, kind)], text).into_response()
 }
 
 /// `/api/jobs`: the queue, as `carmi q --json`.

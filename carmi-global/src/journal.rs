@@ -67,7 +67,8 @@ impl Journal {
     pub fn append(&mut self, records: &[Record]) -> std::io::Result<()> {
         let text: String = records.iter().map(encode).collect();
         self.file.write_all(text.as_bytes())?;
-        self.file.sync_data()?;
+        let fsync = &crate::metrics::METRICS.fsync;
+        crate::metrics::Metrics::time(fsync, || self.file.sync_data())?;
         for r in records {
             self.live.apply(r);
         }

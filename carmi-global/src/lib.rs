@@ -34,6 +34,7 @@ pub mod dashboard;
 pub mod idmark;
 pub mod jobcred;
 pub mod journal;
+pub mod metrics;
 pub mod pilots;
 pub mod returned;
 pub mod server;

@@ -107,6 +107,11 @@ struct Args {
     /// a token would cross the network readable by anyone on the path).
     #[arg(long, requires = "http")]
     http_plain: bool,
+    /// Serve /metrics (Prometheus' text format) on the dashboard's port to
+    /// anyone who reaches it, without a token; by default a scraper
+    /// presents a `read` token like any client (docs/metrics.md).
+    #[arg(long, requires = "http")]
+    metrics_public: bool,
     /// Users' fair-share usage halves every this many seconds (HTCondor's
     /// PRIORITY_HALFLIFE): how long a heavy user's lower share lasts.
     #[arg(long, value_name = "S", default_value_t = 86_400)]
@@ -359,7 +364,8 @@ async fn dashboard(
     } else {
         Dashboard::bind(http, auth).await
     };
-    dashboard.map_err(|e| anyhow::anyhow!(e))
+    let dashboard = dashboard.map_err(|e| anyhow::anyhow!(e))?;
+    Ok(dashboard.with_public_metrics(args.metrics_public))
 }
 
 /// The pool secret's file: `--secret`, else `pool.secret` in the pool's

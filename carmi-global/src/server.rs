@@ -346,6 +346,7 @@ impl Server {
             });
         }
         let shared = self.shared(cmd_tx.clone(), tls);
+        crate::metrics::METRICS.watch_gate(&shared.gate);
         let kit = task::Kit {
             returned: self.returned.clone(),
             store: self.store.clone(),

@@ -33,6 +33,7 @@ pub mod ad;
 pub mod binding;
 pub mod gpu;
 pub mod link;
+pub mod metrics;
 pub mod node;
 pub mod owner;
 pub mod policy;

@@ -238,6 +238,8 @@ pub struct Core {
     time: Timing,
     /// Processes here at the last step of the owner policy.
     policy_jobs: usize,
+    /// What the metrics page counts ([`Core::metrics`]).
+    counters: crate::metrics::Counters,
 }
 
 /// The core's clock and timers, in seconds of the driver's clock.
@@ -298,6 +300,7 @@ impl Core {
                 policy_at: None,
             },
             policy_jobs: 0,
+            counters: Default::default(),
         }
     }
 
@@ -635,6 +638,9 @@ mod time;
 
 #[path = "node_policy.rs"]
 mod policy;
+
+#[path = "node_metrics.rs"]
+mod metrics;
 pub use policy::PolicyDue;
 
 #[cfg(test)]

@@ -217,6 +217,7 @@ impl Core {
         if !self.apps.contains_key(&conn) {
             return;
         }
+        self.counters.uploaded_bytes += payload.len() as u64;
         self.send_or_keep(ToGlobal::Upload { executable }, payload);
     }
 

@@ -40,6 +40,7 @@ impl Core {
         self.policy_jobs = self.job_count();
         policy.set_jobs(self.policy_jobs);
         for effect in policy.step(now, base) {
+            self.counters.policy_effects[crate::metrics::effect_index(effect)] += 1;
             match effect {
                 PolicyEffect::Open => self.open_all(),
                 PolicyEffect::Close => self.close_all(),

@@ -113,3 +113,30 @@ fn the_policy_is_due_at_the_deadline_it_named_and_when_processes_change() {
     core.on_exited(ProcessId(1), carmi_proto::msg::ExitStatus::Code(0), 0.0);
     assert_eq!(core.policy_due(), Some(PolicyDue::JobsChanged));
 }
+
+#[test]
+fn the_metrics_count_slots_processes_and_the_policy_s_effects() {
+    let mut core = registered_with_one_process();
+    let m = core.metrics();
+    assert_eq!(m.slots[..2], [("idle", 0), ("busy", 1)]);
+    assert_eq!(m.processes, [("fetching", 0), ("launching", 0), ("running", 1)]);
+    assert!(m.registered);
+    assert_eq!(m.counters.policy_effects, [0; 6]);
+
+    let mut policy = Policy::new(PolicyConfig::default(), 0.0);
+    let base = ClassAd::new();
+    owner(&mut policy, 1e6);
+    core.step_policy(&mut policy, 0.0, &base);
+    owner(&mut policy, 0.0);
+    core.step_policy(&mut policy, 1.0, &base);
+    let m = core.metrics();
+    assert_eq!(m.slots[1..3], [("busy", 0), ("suspended", 1)]);
+    let suspend = crate::metrics::effect_index(crate::policy::PolicyEffect::Suspend);
+    assert_eq!(m.counters.policy_effects[suspend], 1);
+    assert_eq!(m.counters.policy_effects.iter().sum::<u64>(), 1);
+
+    core.on_exited(ProcessId(1), carmi_proto::msg::ExitStatus::Code(0), 0.0);
+    let m = core.metrics();
+    assert_eq!(m.processes[2], ("running", 0));
+    assert_eq!(m.counters.processes_exited, 1);
+}

@@ -252,6 +252,7 @@ impl Core {
                 let Some(f) = self.fetches.remove(sha256) else {
                     return;
                 };
+                self.counters.staged_in_bytes += f.executable.size;
                 for process in f.waiting {
                     if let Some(p) = self.procs.get_mut(&process) {
                         p.state = ProcState::Launching { kill: false };
@@ -382,6 +383,8 @@ impl Core {
     ) {
         if self.procs.remove(&process).is_none() {
             tracing::error!(%process, "exit of an unknown process");
+        } else {
+            self.counters.processes_exited += 1;
         }
         self.send_or_keep(
             ToGlobal::Exited {

@@ -15,6 +15,7 @@
 //! slot_users = ["carmi-slot1", "carmi-slot2"]  # as root: accounts jobs run as ([] = root's own)
 //! slot_user_prefix = "carmi-slot"  # or: PREFIX1, PREFIX2, ... made with useradd (the default as root)
 //! global_direct = "manager:9618"  # the global RM itself, when --global names relays
+//! metrics_addr = "127.0.0.1:9619"  # serve /metrics for Prometheus (default: off; docs/metrics.md)
 //! cgroups = false             # run jobs unbound: no request_memory limit, no cgroup kill
 //!                             # (default: a cgroup per process where one is usable)
 //!
@@ -124,6 +125,11 @@ pub struct Cli {
     /// default: the bound address.
     #[arg(long, value_name = "HOST:PORT")]
     pub stage_advertise: Option<String>,
+    /// Serve this machine's metrics (Prometheus' text format, plain HTTP,
+    /// no token: docs/metrics.md) at http://HOST:PORT/metrics; off by
+    /// default. Bind loopback or an address only the monitoring host reaches.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_addr: Option<String>,
     /// Directory for the executable cache, sandboxes and outputs.
     #[arg(long, value_name = "DIR")]
     pub work_dir: Option<PathBuf>,
@@ -229,6 +235,8 @@ pub struct FileConfig {
     pub stage_advertise: Option<String>,
     /// The global RM's own address when `--global` names relays.
     pub global_direct: Option<String>,
+    /// Where the metrics page is served (`--metrics-addr`).
+    pub metrics_addr: Option<String>,
     /// Whether processes run in cgroups bound to their job's requests.
     pub cgroups: Option<bool>,
     /// Accounts job processes run as (root only); empty: root's own.
@@ -319,6 +327,8 @@ pub struct Settings {
     pub stage_listen: Option<String>,
     /// The staging address told to peers; `None`: the one bound.
     pub stage_advertise: Option<String>,
+    /// Where `/metrics` is served (plain HTTP); `None`: nowhere.
+    pub metrics_addr: Option<String>,
     /// Work directory (cache, sandboxes, outputs, benchmark result).
     pub work_dir: PathBuf,
     /// Extra attributes in order (file first, then `--attr`); later ones win.
@@ -393,6 +403,7 @@ impl Settings {
             listen: "127.0.0.1:0".into(),
             stage_listen: None,
             stage_advertise: None,
+            metrics_addr: None,
             attributes: Vec::new(),
             kill_grace: DEFAULT_KILL_GRACE,
             heartbeat_fallback: DEFAULT_HEARTBEAT,
@@ -490,6 +501,7 @@ impl Settings {
         }
         self.stage_listen.clone_from(&f.stage_listen);
         self.stage_advertise.clone_from(&f.stage_advertise);
+        self.metrics_addr.clone_from(&f.metrics_addr);
         let origin = format!("configuration file {}", path.display());
         for (name, value) in &f.attributes {
             self.attributes.push(table_attribute(name, value, &origin)?);
@@ -534,6 +546,9 @@ impl Settings {
         }
         if cli.stage_advertise.is_some() {
             self.stage_advertise.clone_from(&cli.stage_advertise);
+        }
+        if cli.metrics_addr.is_some() {
+            self.metrics_addr.clone_from(&cli.metrics_addr);
         }
         if let Some(w) = &cli.work_dir {
             self.work_dir = w.clone();

@@ -112,6 +112,7 @@ impl Daemon {
         let (machine, slots, cgroups) = detect_machine(&settings, &work_dir).await;
 
         let (listener, app_addr) = listen_apps(&settings.listen).await?;
+        let metrics = crate::metrics::bind(settings.metrics_addr.as_deref()).await?;
         let cache_dir = work_dir.join("cache");
         let cache = ExeCache::open(cache_dir.clone())
             .map_err(io("cannot open executable cache", &cache_dir))?;
@@ -121,6 +122,7 @@ impl Daemon {
         let launcher = start_launcher(&settings, slots, (&work_dir, env), cgroups)?;
 
         let (inputs_tx, inputs_rx) = mpsc::channel(INPUT_QUEUE);
+        crate::metrics::serve(metrics, inputs_tx.clone());
         let (shutdown_tx, shutdown_rx) = watch::channel(Stop::No);
         let (stopped_tx, stopped_rx) = watch::channel(false);
         // The links stop only after the driver has reported the final exits.

@@ -97,6 +97,11 @@ impl Driver {
                 let _ = reply.send(self.core.resume_slot(slot));
             }
             Input::Owner(event, reply) => self.on_owner(event, reply),
+            Input::Metrics(reply) => {
+                let owner = (self.policy.state(), self.policy.activity());
+                let served = self.stager.served_bytes();
+                let _ = reply.send(crate::metrics::render(&self.core.metrics(), owner, served));
+            }
         }
     }
 }

@@ -84,6 +84,8 @@ pub(crate) enum Input {
     ResumeSlot(u32, oneshot::Sender<bool>),
     /// Owner activity; the answer (if asked for) once its effects are carried out.
     Owner(OwnerEvent, Option<oneshot::Sender<FromLocalControl>>),
+    /// The metrics page is asked for (`crate::metrics`).
+    Metrics(oneshot::Sender<String>),
 }
 
 impl Input {

@@ -61,6 +61,7 @@ pub mod isolation;
 pub mod jobcred;
 pub mod logread;
 pub mod machine;
+mod metrics;
 pub mod orphans;
 pub mod output;
 pub mod owner;

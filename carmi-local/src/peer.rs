@@ -60,6 +60,8 @@ pub struct Stager {
     global_addr: String,
     limiter: RateLimiter,
     growing: Mutex<HashMap<String, Growing>>,
+    /// Bytes served to peers since the start (the metrics page).
+    served: std::sync::atomic::AtomicU64,
 }
 
 impl Stager {
@@ -80,7 +82,13 @@ impl Stager {
             global_addr,
             limiter: RateLimiter::new(rate),
             growing: Mutex::new(HashMap::new()),
+            served: Default::default(),
         }
+    }
+
+    /// Bytes of executables served to peers since the start.
+    pub fn served_bytes(&self) -> u64 {
+        self.served.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Fetches `exe` from `source` into the cache (verified). `Err` says why
@@ -269,6 +277,7 @@ impl Stager {
         let lookup = async move |sha256: String| me.lookup_soon(&sha256).await;
         match stage::serve(&mut reader, &mut w, lookup, &self.limiter).await {
             Ok(bytes) => {
+                (self.served).fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
                 tracing::debug!(%peer, machine = %name, bytes, "executable served to a peer")
             }
             Err(e) => {

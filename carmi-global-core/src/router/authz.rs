@@ -25,6 +25,9 @@ pub(super) struct Access {
     /// start a new job (`AppAttach` without a job), by its local RM's link
     /// and connection, until that `AppAttach` takes it.
     pub app_identities: HashMap<(LinkId, ConnId), Result<Identity, String>>,
+    /// Requests refused for their token's power since the start (the
+    /// `carmi_token_denials_total` metric): a by-product of the decision.
+    pub denied: u64,
 }
 
 impl Access {
@@ -109,6 +112,12 @@ impl Router {
             .map(|r| r.owner)
     }
 
+    /// Requests refused so far because their connection's token lacked the
+    /// power (for the global RM's metrics).
+    pub fn denials(&self) -> u64 {
+        self.access.denied
+    }
+
     /// `msg` as the connection's identity may send it (a submit's owner and
     /// a hold's user become the identity), or `None` when it was refused
     /// and answered.
@@ -153,6 +162,7 @@ impl Router {
         };
         if let Err(refusal) = check(who, &action) {
             warn!(%link, identity = who.name, power = %who.power, %action, "refused: {refusal}");
+            self.access.denied += 1;
             self.admin_fail(
                 link,
                 FailureCode::Denied,

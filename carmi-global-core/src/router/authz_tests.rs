@@ -54,6 +54,20 @@ fn managing_allocation_queues_needs_admin_and_says_so() {
     );
 }
 
+#[test]
+fn refusals_are_counted_for_the_metrics_and_allowed_requests_are_not() {
+    let mut r = Router::new(RouterConfig::default());
+    r.on_link_opened(ALICE, Role::Admin, Duration::ZERO);
+    r.on_link_identity(ALICE, who("alice", Power::Read));
+    r.on_message(ALICE, ToGlobal::Alloc(AllocRequest::List), Duration::ZERO);
+    assert_eq!(r.denials(), 0);
+    for queue in [1, 2] {
+        let pause = ToGlobal::Alloc(AllocRequest::Pause { queue });
+        r.on_message(ALICE, pause, Duration::ZERO);
+    }
+    assert_eq!(r.denials(), 2);
+}
+
 /// A router with machine m0 registered by its daemon token (so the pool
 /// has tokens), and what it answers an application at m0 that starts a new
 /// job with the token verdict `verdict` (`None`: no token presented).

@@ -20,6 +20,11 @@ async fn start(
     check: Option<TokenCheck>,
 ) -> (String, watch::Sender<bool>) {
     let d = Dashboard::bind("127.0.0.1:0", check).await.expect("bind");
+    serve(d, pool)
+}
+
+/// Serves `d` answering with whatever `pool` holds; returns its address.
+fn serve(d: Dashboard, pool: Arc<Mutex<Snapshot>>) -> (String, watch::Sender<bool>) {
     let addr = d.local_addr().unwrap().to_string();
     let ask: Ask = Arc::new(move |q| match q {
         Query::Snapshot(tx) => tx.send(pool.lock().unwrap().clone()).is_ok(),
@@ -91,6 +96,7 @@ async fn the_api_serves_the_pool_and_refuses_writes() {
         machines: vec![machine("a", "claimed")],
         jobs: vec![],
         waiting: vec![],
+        counters: Default::default(),
     }));
     let (addr, _stop) = start(pool, None).await;
     let (code, body) = request(&addr, "GET", "/api/machines", "").await;
@@ -117,6 +123,7 @@ async fn a_classad_constraint_keeps_the_machines_whose_ad_satisfies_it() {
         machines: vec![machine("a", "claimed"), machine("bb", "idle")],
         jobs: vec![],
         waiting: vec![],
+        counters: Default::default(),
     }));
     let (addr, _stop) = start(pool, None).await;
     let names = async |path: &'static str| {
@@ -185,6 +192,7 @@ async fn the_event_stream_pushes_a_change_to_a_connected_client() {
         machines: vec![machine("a", "claimed")],
         jobs: vec![],
         waiting: vec![],
+        counters: Default::default(),
     }));
     let (addr, _stop) = start(pool.clone(), None).await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
@@ -240,6 +248,7 @@ async fn a_revoked_tokens_event_stream_ends_within_seconds() {
         machines: vec![machine("a", "claimed")],
         jobs: vec![],
         waiting: vec![],
+        counters: Default::default(),
     }));
     let (addr, _stop) = start(pool, Some(check)).await;
     let tcp = TcpStream::connect(&addr).await.unwrap();
@@ -303,6 +312,7 @@ async fn the_timeline_api_serves_a_job_s_hosts_over_time() {
         machines: vec![held],
         jobs: vec![],
         waiting: vec![],
+        counters: Default::default(),
     }));
     let (addr, _stop) = start(pool.clone(), None).await;
     let get = async |path: &'static str| request(&addr, "GET", path, "").await;
@@ -350,6 +360,7 @@ async fn the_dashboard_speaks_https_and_answers_clear_http_with_no_page() {
         machines: vec![machine("a", "claimed")],
         jobs: vec![],
         waiting: vec![],
+        counters: Default::default(),
     }));
     let ask: Ask = Arc::new(move |q| match q {
         Query::Snapshot(tx) => tx.send(pool.lock().unwrap().clone()).is_ok(),
@@ -448,4 +459,33 @@ async fn a_flood_of_silent_connections_is_bounded_the_oldest_give_way() {
     // A browser of the same address still gets in.
     let (code, body) = request(&addr, "GET", "/api/jobs", "").await;
     assert_eq!(code, 200, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_need_a_read_token_unless_made_public() {
+    let check: TokenCheck = Arc::new(|t| match t {
+        "good" => Ok(()),
+        _ => Err("unknown token".into()),
+    });
+    let pool = Arc::new(Mutex::new(Snapshot {
+        machines: vec![machine("a", "claimed")],
+        counters: crate::metrics::CoreCounters { denied_requests: 3 },
+        ..Snapshot::default()
+    }));
+    let (addr, _stop) = start(pool.clone(), Some(check.clone())).await;
+    let (code, _) = request(&addr, "GET", "/metrics", "").await;
+    assert_eq!(code, 401);
+    let (code, body) = request(&addr, "GET", "/metrics", "Authorization: Bearer good\r\n").await;
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("carmi_slots{state=\"claimed\"} 1\n"), "{body}");
+    assert!(body.contains("carmi_machines{state=\"lent\"} 1\n"), "{body}");
+    assert!(body.contains("carmi_token_denials_total{at=\"request\"} 3\n"), "{body}");
+
+    let d = Dashboard::bind("127.0.0.1:0", Some(check)).await.unwrap();
+    let (addr, _stop) = serve(d.with_public_metrics(true), pool);
+    let (code, body) = request(&addr, "GET", "/metrics", "").await;
+    assert_eq!(code, 200, "public metrics need no token: {body}");
+    // Only /metrics: the pool's names and jobs still need a token.
+    let (code, _) = request(&addr, "GET", "/api/view", "").await;
+    assert_eq!(code, 401);
 }

@@ -41,6 +41,7 @@ fn snap(machines: Vec<MachineStatus>, jobs: &[u64]) -> Snapshot {
         machines,
         jobs: jobs.iter().map(|&j| job(j)).collect(),
         waiting: vec![],
+        counters: Default::default(),
     }
 }
 

@@ -47,6 +47,8 @@ pub struct Snapshot {
     pub jobs: Vec<JobStatus>,
     /// The first [`MAX_EXPLAINED`] waiting jobs, explained.
     pub waiting: Vec<Waiting>,
+    /// The core's counters, for `/metrics`.
+    pub counters: crate::metrics::CoreCounters,
 }
 
 /// One machine as the page shows it.
@@ -246,6 +248,7 @@ mod tests {
             machines: ms,
             jobs: vec![],
             waiting: vec![],
+            counters: Default::default(),
         };
         let both = v.update(
             snap(vec![machine("a", &["claimed"]), machine("b", &["idle"])]),
@@ -272,6 +275,7 @@ mod tests {
             ],
             jobs: vec![],
             waiting: vec![],
+            counters: Default::default(),
         };
         let first = v.update(snap.clone(), 100);
         let want = Sample {
@@ -315,6 +319,7 @@ mod tests {
                 machines: many,
                 jobs: vec![],
                 waiting: vec![],
+                counters: Default::default(),
             },
             1,
         );

@@ -142,6 +142,7 @@ async fn open(
             Err(handshake::HandshakeError::NotAdmitted(reason)) => {
                 // Named, not summarized: a refused identity is worth a line.
                 warn!(%peer, "connection refused: {reason}");
+                crate::metrics::METRICS.denied_connection();
                 return None;
             }
             Err(e) => {

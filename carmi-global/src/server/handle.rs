@@ -53,7 +53,9 @@ pub(super) fn handle(
             Input::Closed { link }
         }
     };
-    core.on_input(input, now);
+    crate::metrics::Metrics::time(&crate::metrics::METRICS.core_step, || {
+        core.on_input(input, now)
+    });
 }
 
 /// What `Status` and `Queue`, or `MachineAds`, would answer, for the dashboard.
@@ -74,6 +76,9 @@ fn answer_dashboard(core: &mut GlobalCore, query: crate::dashboard::Query) {
                 machines: alloc.pool_status(),
                 jobs,
                 waiting,
+                counters: crate::metrics::CoreCounters {
+                    denied_requests: router.denials(),
+                },
             };
             let _ = tx.send(snapshot);
         }

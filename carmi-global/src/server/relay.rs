@@ -164,6 +164,7 @@ impl Relay {
             Ok(_) => Err(format!("channel {chan} is already open")),
             Err(reason) => {
                 warn!(relay = %self.name, machine_at = %peer, "connection refused at the relay: {reason}");
+                crate::metrics::METRICS.denied_connection();
                 Err(reason)
             }
         };

@@ -54,7 +54,8 @@ pub(super) async fn router_task(
                         Err(_) => break,
                     }
                 }
-                core.on_tick(start.elapsed());
+                let tick = || core.on_tick(start.elapsed());
+                crate::metrics::Metrics::time(&crate::metrics::METRICS.core_step, tick);
             }
             _ = stop.changed() => break,
         }
