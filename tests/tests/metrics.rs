@@ -88,8 +88,8 @@ fn http_get(addr: &str, path: &str) -> Option<String> {
     let mut out = String::new();
     s.read_to_string(&mut out).ok()?;
     let (head, body) = out.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.1 200")
-        .then(|| body.to_string())
+    // Prometheus answers in the request's version (HTTP/1.0 here).
+    (head.split(' ').nth(1) == Some("200")).then(|| body.to_string())
 }
 
 #[test]
@@ -144,12 +144,17 @@ fn prometheus_scrapes_both_daemons_and_counts_the_jobs_carmi_q_lists() {
     assert_eq!(listed, 3, "{q}");
 
     let logs = || std::fs::read_to_string(dir.path().join("prometheus.log")).unwrap_or_default();
-    pool.wait_until(
+    pool.wait_for(
         "Prometheus has scraped both daemons",
         Duration::from_secs(90),
         || {
-            prom.value("up{job=\"carmi-global\"}") == Some(1.0)
-                && prom.value("up{job=\"carmi-local\"}") == Some(1.0)
+            let up = |job: &str| prom.value(&format!("up{{job=\"{job}\"}}"));
+            if up("carmi-global") == Some(1.0) && up("carmi-local") == Some(1.0) {
+                return Ok(());
+            }
+            // Each target's health and last error, and Prometheus' log.
+            let targets = http_get(&prom.addr, "/api/v1/targets").unwrap_or_default();
+            Err(format!("targets: {targets}\nprometheus.log:\n{}", logs()))
         },
     );
     pool.wait_until(
