@@ -47,7 +47,10 @@ impl Histogram {
     /// Counts one observation of `d`.
     pub fn observe(&self, d: Duration) {
         let s = d.as_secs_f64();
-        let i = BOUNDS_S.iter().position(|&b| s <= b).unwrap_or(BOUNDS_S.len());
+        let i = BOUNDS_S
+            .iter()
+            .position(|&b| s <= b)
+            .unwrap_or(BOUNDS_S.len());
         self.counts[i].fetch_add(1, Ordering::Relaxed);
         let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         self.sum_ns.fetch_add(ns, Ordering::Relaxed);
@@ -57,7 +60,11 @@ impl Histogram {
     pub fn buckets(&self) -> Buckets {
         let n = |i: usize| self.counts[i].load(Ordering::Relaxed);
         Buckets {
-            counts: BOUNDS_S.iter().enumerate().map(|(i, &b)| (b, n(i))).collect(),
+            counts: BOUNDS_S
+                .iter()
+                .enumerate()
+                .map(|(i, &b)| (b, n(i)))
+                .collect(),
             over: n(BOUNDS_S.len()),
             sum: self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9,
         }
@@ -139,4 +146,3 @@ pub struct CoreCounters {
     /// Requests refused because their token lacks the power.
     pub denied_requests: u64,
 }
-

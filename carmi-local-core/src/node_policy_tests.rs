@@ -119,7 +119,10 @@ fn the_metrics_count_slots_processes_and_the_policy_s_effects() {
     let mut core = registered_with_one_process();
     let m = core.metrics();
     assert_eq!(m.slots[..2], [("idle", 0), ("busy", 1)]);
-    assert_eq!(m.processes, [("fetching", 0), ("launching", 0), ("running", 1)]);
+    assert_eq!(
+        m.processes,
+        [("fetching", 0), ("launching", 0), ("running", 1)]
+    );
     assert!(m.registered);
     assert_eq!(m.counters.policy_effects, [0; 6]);
 

@@ -31,10 +31,12 @@ const READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// Binds `addr` if one is configured.
 pub(crate) async fn bind(addr: Option<&str>) -> Result<Option<TcpListener>, Error> {
     let Some(addr) = addr else { return Ok(None) };
-    let listener = TcpListener::bind(addr).await.map_err(|source| Error::Listen {
-        addr: format!("{addr} (metrics_addr)"),
-        source,
-    })?;
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| Error::Listen {
+            addr: format!("{addr} (metrics_addr)"),
+            source,
+        })?;
     if let Ok(bound) = listener.local_addr() {
         tracing::info!(%bound, "metrics at http://{bound}/metrics");
     }
@@ -93,7 +95,11 @@ async fn answer(mut stream: TcpStream, inputs: mpsc::Sender<Input>) {
             "GET /metrics only\n".into(),
         ),
     };
-    let body = if method == "HEAD" { String::new() } else { body };
+    let body = if method == "HEAD" {
+        String::new()
+    } else {
+        body
+    };
     let reply = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
@@ -259,7 +265,10 @@ mod tests {
         let doc = include_str!("../../docs/metrics.md");
         for name in (page.lines()).filter_map(|l| l.strip_prefix("# TYPE ")) {
             let name = name.split(' ').next().unwrap_or_default();
-            assert!(doc.contains(&format!("| `{name}` |")), "{name} is not in docs/metrics.md");
+            assert!(
+                doc.contains(&format!("| `{name}` |")),
+                "{name} is not in docs/metrics.md"
+            );
         }
     }
 }

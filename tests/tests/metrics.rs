@@ -54,7 +54,10 @@ impl Prometheus {
         let log = std::fs::File::create(dir.join("prometheus.log")).expect("prometheus.log");
         let child = Command::new(exe)
             .arg(format!("--config.file={}", file.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("tsdb").display()
+            ))
             .arg(format!("--web.listen-address={addr}"))
             .stdout(Stdio::null())
             .stderr(log)

@@ -477,9 +477,18 @@ async fn metrics_need_a_read_token_unless_made_public() {
     assert_eq!(code, 401);
     let (code, body) = request(&addr, "GET", "/metrics", "Authorization: Bearer good\r\n").await;
     assert_eq!(code, 200, "{body}");
-    assert!(body.contains("carmi_slots{state=\"claimed\"} 1\n"), "{body}");
-    assert!(body.contains("carmi_machines{state=\"lent\"} 1\n"), "{body}");
-    assert!(body.contains("carmi_token_denials_total{at=\"request\"} 3\n"), "{body}");
+    assert!(
+        body.contains("carmi_slots{state=\"claimed\"} 1\n"),
+        "{body}"
+    );
+    assert!(
+        body.contains("carmi_machines{state=\"lent\"} 1\n"),
+        "{body}"
+    );
+    assert!(
+        body.contains("carmi_token_denials_total{at=\"request\"} 3\n"),
+        "{body}"
+    );
 
     let d = Dashboard::bind("127.0.0.1:0", Some(check)).await.unwrap();
     let (addr, _stop) = serve(d.with_public_metrics(true), pool);

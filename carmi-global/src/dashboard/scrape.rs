@@ -106,7 +106,9 @@ fn queue(e: &mut Exposition, view: &View, now_unix: u64) {
     let mut jobs: BTreeMap<(&str, &str), u64> = BTreeMap::new();
     let (mut waiting, mut oldest) = (0u64, None::<u64>);
     for j in &view.jobs {
-        *jobs.entry((j.state.as_str(), j.owner.as_str())).or_default() += 1;
+        *jobs
+            .entry((j.state.as_str(), j.owner.as_str()))
+            .or_default() += 1;
         if j.state == "waiting" {
             waiting += 1;
             oldest = Some(oldest.map_or(j.submitted_unix, |o| o.min(j.submitted_unix)));
@@ -122,7 +124,11 @@ fn queue(e: &mut Exposition, view: &View, now_unix: u64) {
         "Jobs in the queue by state (attached, waiting, running, held) and user (as carmi q).",
     );
     for ((state, user), n) in &jobs {
-        e.sample("carmi_jobs", &[("state", *state), ("user", *user)], *n as f64);
+        e.sample(
+            "carmi_jobs",
+            &[("state", *state), ("user", *user)],
+            *n as f64,
+        );
     }
     e.family(
         "carmi_jobs_by_state",

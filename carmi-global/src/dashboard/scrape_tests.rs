@@ -54,7 +54,10 @@ fn the_page_counts_the_pool_and_the_queue_of_the_view() {
     let mut viewer = Viewer::new();
     // m2 is seen once, then gone: lost.
     let first = Snapshot {
-        machines: vec![machine("m1", &["claimed", "idle"]), machine("m2", &["idle"])],
+        machines: vec![
+            machine("m1", &["claimed", "idle"]),
+            machine("m2", &["idle"]),
+        ],
         ..Snapshot::default()
     };
     viewer.update(first, 100);
@@ -82,7 +85,10 @@ fn the_page_counts_the_pool_and_the_queue_of_the_view() {
     assert_eq!(value(&page, "carmi_slots{state=\"idle\"}"), 1.0);
     assert_eq!(value(&page, "carmi_slots{state=\"owner\"}"), 0.0);
     let jobs = |state: &str, user: &str| {
-        value(&page, &format!("carmi_jobs{{state=\"{state}\",user=\"{user}\"}}"))
+        value(
+            &page,
+            &format!("carmi_jobs{{state=\"{state}\",user=\"{user}\"}}"),
+        )
     };
     assert_eq!(jobs("waiting", "alice"), 1.0);
     assert_eq!(jobs("waiting", "bob"), 1.0);
@@ -92,11 +98,26 @@ fn the_page_counts_the_pool_and_the_queue_of_the_view() {
     assert_eq!(value(&page, "carmi_queue_length"), 2.0);
     // The held job is older, but it does not wait.
     assert_eq!(value(&page, "carmi_queue_oldest_waiting_seconds"), 70.0);
-    assert_eq!(value(&page, "carmi_token_denials_total{at=\"connection\"}"), 1.0);
-    assert_eq!(value(&page, "carmi_token_denials_total{at=\"request\"}"), 2.0);
-    assert_eq!(value(&page, "carmi_journal_fsync_seconds_bucket{le=\"0.0005\"}"), 1.0);
-    assert_eq!(value(&page, "carmi_journal_fsync_seconds_bucket{le=\"1\"}"), 1.0);
-    assert_eq!(value(&page, "carmi_journal_fsync_seconds_bucket{le=\"+Inf\"}"), 2.0);
+    assert_eq!(
+        value(&page, "carmi_token_denials_total{at=\"connection\"}"),
+        1.0
+    );
+    assert_eq!(
+        value(&page, "carmi_token_denials_total{at=\"request\"}"),
+        2.0
+    );
+    assert_eq!(
+        value(&page, "carmi_journal_fsync_seconds_bucket{le=\"0.0005\"}"),
+        1.0
+    );
+    assert_eq!(
+        value(&page, "carmi_journal_fsync_seconds_bucket{le=\"1\"}"),
+        1.0
+    );
+    assert_eq!(
+        value(&page, "carmi_journal_fsync_seconds_bucket{le=\"+Inf\"}"),
+        2.0
+    );
     assert_eq!(value(&page, "carmi_journal_fsync_seconds_count"), 2.0);
     assert!((value(&page, "carmi_journal_fsync_seconds_sum") - 2.0003).abs() < 1e-9);
     assert_eq!(value(&page, "carmi_connections_open"), 0.0);
@@ -136,6 +157,9 @@ fn every_family_is_documented_in_docs_metrics_md() {
     let names = families(&page);
     assert!(names.len() > 10, "{page}");
     for name in names {
-        assert!(doc.contains(&format!("| `{name}` |")), "{name} is not in docs/metrics.md's tables");
+        assert!(
+            doc.contains(&format!("| `{name}` |")),
+            "{name} is not in docs/metrics.md's tables"
+        );
     }
 }
