@@ -147,37 +147,7 @@ pub(crate) fn render(
     for (s, n) in &m.processes {
         e.sample("carmi_local_processes", &[("stage", *s)], *n as f64);
     }
-    let states = [
-        MachineState::Owner,
-        MachineState::Unclaimed,
-        MachineState::Claimed,
-        MachineState::Preempting,
-    ];
-    e.family(
-        "carmi_local_owner_state",
-        Kind::Gauge,
-        "The owner policy's machine state (HTCondor's State): 1 for the current one.",
-    );
-    for s in states {
-        let now = f64::from(u8::from(s == state));
-        e.sample("carmi_local_owner_state", &[("state", s.name())], now);
-    }
-    let activities = [
-        Activity::Idle,
-        Activity::Busy,
-        Activity::Suspended,
-        Activity::Vacating,
-        Activity::Killing,
-    ];
-    e.family(
-        "carmi_local_owner_activity",
-        Kind::Gauge,
-        "The owner policy's activity (HTCondor's Activity): 1 for the current one.",
-    );
-    for a in activities {
-        let now = f64::from(u8::from(a == activity));
-        e.sample("carmi_local_owner_activity", &[("activity", a.name())], now);
-    }
+    owner(&mut e, state, activity);
     e.family(
         "carmi_local_policy_effects_total",
         Kind::Counter,
@@ -232,6 +202,41 @@ pub(crate) fn render(
         m.backlog as f64,
     );
     e.finish()
+}
+
+/// The owner policy's state and activity, 1 for the current ones.
+fn owner(e: &mut Exposition, state: MachineState, activity: Activity) {
+    let states = [
+        MachineState::Owner,
+        MachineState::Unclaimed,
+        MachineState::Claimed,
+        MachineState::Preempting,
+    ];
+    e.family(
+        "carmi_local_owner_state",
+        Kind::Gauge,
+        "The owner policy's machine state (HTCondor's State): 1 for the current one.",
+    );
+    for s in states {
+        let now = f64::from(u8::from(s == state));
+        e.sample("carmi_local_owner_state", &[("state", s.name())], now);
+    }
+    let activities = [
+        Activity::Idle,
+        Activity::Busy,
+        Activity::Suspended,
+        Activity::Vacating,
+        Activity::Killing,
+    ];
+    e.family(
+        "carmi_local_owner_activity",
+        Kind::Gauge,
+        "The owner policy's activity (HTCondor's Activity): 1 for the current one.",
+    );
+    for a in activities {
+        let now = f64::from(u8::from(a == activity));
+        e.sample("carmi_local_owner_activity", &[("activity", a.name())], now);
+    }
 }
 
 #[cfg(test)]
