@@ -243,6 +243,53 @@ fn owner(e: &mut Exposition, state: MachineState, activity: Activity) {
 mod tests {
     use super::*;
 
+    /// A page server on loopback whose driver answers `page`; its address.
+    async fn server(page: &'static str) -> String {
+        let listener = bind(Some("127.0.0.1:0")).await.unwrap().unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (tx, mut rx) = mpsc::channel(4);
+        serve(Some(listener), tx);
+        tokio::spawn(async move {
+            while let Some(input) = rx.recv().await {
+                if let Input::Metrics(reply) = input {
+                    let _ = reply.send(page.to_string());
+                }
+            }
+        });
+        addr
+    }
+
+    /// What the server answers `request`.
+    async fn ask(addr: &str, request: &[u8]) -> String {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(request).await.unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out).await;
+        out
+    }
+
+    #[tokio::test]
+    async fn get_metrics_is_answered_from_the_driver_and_nothing_else_is() {
+        let addr = server("carmi_local_registered 1\n").await;
+        let ok = ask(&addr, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
+        assert!(ok.contains(CONTENT_TYPE), "{ok}");
+        assert!(ok.ends_with("\r\n\r\ncarmi_local_registered 1\n"), "{ok}");
+        let head = ask(&addr, b"HEAD /metrics?x=1 HTTP/1.1\r\n\r\n").await;
+        assert!(
+            head.starts_with("HTTP/1.1 200") && head.ends_with("\r\n\r\n"),
+            "{head}"
+        );
+        let other = ask(&addr, b"GET / HTTP/1.1\r\n\r\n").await;
+        assert!(other.starts_with("HTTP/1.1 404"), "{other}");
+        let post = ask(&addr, b"POST /metrics HTTP/1.1\r\n\r\n").await;
+        assert!(post.starts_with("HTTP/1.1 405"), "{post}");
+        // A head that never ends within the bound gets no answer.
+        let mut huge = b"GET /metrics HTTP/1.1\r\nX: ".to_vec();
+        huge.extend(std::iter::repeat_n(b'a', MAX_HEAD));
+        assert_eq!(ask(&addr, &huge).await, "");
+    }
+
     #[test]
     fn the_page_shows_the_core_s_numbers_and_the_owner_s_state() {
         let mut m = Metrics {
