@@ -139,7 +139,16 @@ fn prometheus_scrapes_both_daemons_and_counts_the_jobs_carmi_q_lists() {
         "executable = master.sh\narguments = $(ProcId) {}\nqueue 3\n",
         stop.display()
     );
-    pool.submit_script(dir.path(), MASTER, &submit);
+    let cluster = pool.submit_script(dir.path(), MASTER, &submit);
+    // Prometheus' own token may only look: a hold with it is denied, and
+    // the core counts the denial.
+    let denied = pool
+        .carmi_in(dir.path())
+        .env("CARMI_TOKEN", &token)
+        .args(["hold", &cluster])
+        .output()
+        .expect("run carmi hold");
+    assert!(!denied.status.success(), "a read token held a job");
     let q = pool.run_ok(pool.carmi_in(dir.path()).args(["q", "--json"]));
     let listed = serde_json::from_str::<Vec<serde_json::Value>>(&q)
         .expect("q --json parses")
@@ -171,6 +180,8 @@ fn prometheus_scrapes_both_daemons_and_counts_the_jobs_carmi_q_lists() {
     assert_eq!(slots, Some(2.0), "{}", logs());
     let global_slots = prom.value("sum(carmi_slots)");
     assert_eq!(global_slots, Some(2.0), "{}", logs());
+    let denials = prom.value("carmi_token_denials_total{at=\"request\"}");
+    assert_eq!(denials, Some(1.0), "{}", logs());
     std::fs::write(&stop, "").expect("write the stop file");
 }
 
