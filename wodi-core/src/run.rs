@@ -187,7 +187,9 @@ enum Timer {
     MasterDue,
     /// Ask again for the hosts of a class the pool could not serve.
     RetryHosts(String),
-    /// The worker's loss grace ended: crashed unless it is back.
+    /// Spawn again a worker whose spawn the pool could not serve for now.
+    RetrySpawn(WorkerId),
+    /// The worker's loss grace ended: lost unless it is back.
     LossDue(WorkerId),
 }
 
@@ -339,14 +341,8 @@ impl Run {
                 }
             }
             Timer::RetryHosts(class) => self.sched.request_missing(&class),
-            Timer::LossDue(worker) => {
-                if !self.workers.connected.contains(&worker) {
-                    self.speeds.worker_gone(worker);
-                    info!("{worker} lost its connection: counted as crashed");
-                    self.sched
-                        .worker_lost(worker, crate::sched::LossCause::Crashed, t);
-                }
-            }
+            Timer::RetrySpawn(worker) => self.sched.respawn(worker),
+            Timer::LossDue(worker) => self.loss_due(worker, t),
         }
     }
 
