@@ -237,8 +237,9 @@ pub fn up(args: &UpArgs) -> anyhow::Result<()> {
     let r = recorded_in(&table).context("the pool's ready file is incomplete")?;
     let dashboard = table.get("dashboard").and_then(|v| v.as_str());
     write_table(&record, &record_of(&r, dashboard, child.id()))?;
+    // The global RM's address is in the first line, named, not a bare line
+    // of its own before it (scripts read the record file, or `carmi status`).
     let mut out = std::io::stdout().lock();
-    writeln!(out, "{}", r.pool)?;
     writeln!(
         out,
         "pool up: {} hosts; global RM {}, submit-side local RM {}, secret {}",

@@ -102,7 +102,17 @@ fn pool_up_status_and_down_leave_nothing_behind() {
         mine,
         "the user's config file is never written"
     );
-    assert_eq!(out.lines().next(), Some(pool.as_str()), "{out}");
+    // Every line says what it is: no bare address, the global RM's named.
+    let first = out.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with(&format!("pool up: 16 hosts; global RM {pool}, ")),
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .all(|l| l.parse::<std::net::SocketAddr>().is_err()),
+        "{out}"
+    );
     assert!(secret.is_file());
     assert!(local.parse::<std::net::SocketAddr>().is_ok(), "{local}");
     assert!(alive(pid));

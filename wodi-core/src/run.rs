@@ -20,9 +20,13 @@
 //! - the speed benchmark step of a newly connected worker;
 //! - which CARMI request answers what (host requests, spawns, host ads,
 //!   exclusions, withdrawals);
-//! - the loss grace: a worker whose connection drops is counted as crashed
-//!   only after a grace, so that a host deletion arriving meanwhile is seen
-//!   as the cause (a vacated host must not count as a crash of a poison step);
+//! - the loss grace: a worker whose connection drops is lost only after a
+//!   grace, and its step is charged (toward the poison-step limit) only on
+//!   the pool's word that its process died on a host still the run's: a
+//!   vacated host, or a machine the pool declares lost after the grace, is
+//!   not the step's fault;
+//! - spawns the pool cannot serve for now (`Unavailable`) retried after the
+//!   retry delay, not counted as crashes;
 //! - how often the masters hear the run's [`Status`](crate::proto::Status).
 //!
 //! Each input is a method; [`Input`] holds any of them as one serde-able
@@ -85,12 +89,14 @@ pub struct RunConfig {
     pub token: String,
     /// `host:port` workers dial to reach the server.
     pub connect_addr: String,
-    /// How long after a worker's connection drops it counts as crashed.
+    /// How long after a worker's connection drops it is lost (its steps
+    /// sent again), unless it is back.
     pub loss_grace: Duration,
     /// How long to wait for the first master before giving up.
     pub master_timeout: Duration,
-    /// How long to wait before asking again for hosts the pool could not
-    /// serve for now (its local RM reconnecting to the global RM, say).
+    /// How long to wait before asking again for hosts, or spawning again a
+    /// worker, the pool could not serve for now (its local RM reconnecting
+    /// to the global RM, say).
     pub host_retry: Duration,
     /// How often at most the masters hear of a changed [`Status`](crate::proto::Status).
     pub status_every: Duration,
@@ -187,7 +193,9 @@ enum Timer {
     MasterDue,
     /// Ask again for the hosts of a class the pool could not serve.
     RetryHosts(String),
-    /// The worker's loss grace ended: crashed unless it is back.
+    /// Spawn again a worker whose spawn the pool could not serve for now.
+    RetrySpawn(WorkerId),
+    /// The worker's loss grace ended: lost unless it is back.
     LossDue(WorkerId),
 }
 
@@ -339,14 +347,8 @@ impl Run {
                 }
             }
             Timer::RetryHosts(class) => self.sched.request_missing(&class),
-            Timer::LossDue(worker) => {
-                if !self.workers.connected.contains(&worker) {
-                    self.speeds.worker_gone(worker);
-                    info!("{worker} lost its connection: counted as crashed");
-                    self.sched
-                        .worker_lost(worker, crate::sched::LossCause::Crashed, t);
-                }
-            }
+            Timer::RetrySpawn(worker) => self.sched.respawn(worker),
+            Timer::LossDue(worker) => self.loss_due(worker, t),
         }
     }
 

@@ -293,10 +293,18 @@ fn a_drop_then_a_host_deletion_within_the_grace_is_a_vacate_not_a_crash() {
 }
 
 #[test]
-fn a_drop_without_a_deletion_counts_as_a_crash_once_the_grace_ends() {
+fn a_drop_with_a_crash_exit_counts_as_a_crash_once_the_grace_ends() {
     let (mut b, m, w, _) = one_step_running(1);
     b.at(10.0);
     b.run.worker_dropped(w, b.now);
+    // The pool reports the process's death (the bench's first process).
+    let exited = Event::ProcessExited {
+        request: RequestId(1),
+        process: ProcessId(1),
+        status: carmi_proto::msg::ExitStatus::Code(101),
+        cpu_seconds: 0.0,
+    };
+    b.run.carmi_event(exited, b.now);
     b.drain();
     assert_eq!(b.run.next_deadline(), Some(secs(10.5)));
     b.at(10.4);
@@ -743,3 +751,6 @@ mod refused;
 
 #[path = "run_let_go_tests.rs"]
 mod let_go;
+
+#[path = "run_losses_tests.rs"]
+mod losses;

@@ -197,6 +197,10 @@ pub enum LossCause {
     Crashed,
     /// The host was taken away (owner came back, machine lost, released).
     HostGone,
+    /// The connection broke and stayed down, and the pool has not said why
+    /// yet: the host counts a crash, the step in hand is not charged (see
+    /// [`Sched::worker_vanished`]).
+    Unexplained,
 }
 
 /// An open ticket: waiting for a worker or running. Closed tickets (result

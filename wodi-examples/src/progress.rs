@@ -8,6 +8,7 @@
 //! line fits in 80 columns.
 
 use std::io::IsTerminal;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -60,8 +61,28 @@ impl CycleProgress {
     /// the status reports of `status` (from [`wodi::master::Master::watch_status`]).
     /// Draws a live bar only when stdout is a terminal.
     pub fn new(cycles: u64, steps_total: u64, status: watch::Receiver<Status>) -> CycleProgress {
-        let bar = std::io::stdout().is_terminal().then(|| {
-            let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stdout());
+        let target = std::io::stdout()
+            .is_terminal()
+            .then(ProgressDrawTarget::stdout);
+        CycleProgress::drawn_on(target, cycles, steps_total, status)
+    }
+
+    /// [`CycleProgress::new`] with the bar drawn on `target` (none: no bar).
+    /// While the bar is up, the WoDi server's log lines are printed above
+    /// it (the bar cleared, the line written, the bar drawn again), never
+    /// through it.
+    fn drawn_on(
+        target: Option<ProgressDrawTarget>,
+        cycles: u64,
+        steps_total: u64,
+        status: watch::Receiver<Status>,
+    ) -> CycleProgress {
+        let bar = target.map(|target| {
+            let bar = ProgressBar::with_draw_target(Some(0), target);
+            let above = bar.clone();
+            wodi::server_log::set_sink(Some(Arc::new(move |line: &str| {
+                above.suspend(|| eprintln!("{line}"))
+            })));
             bar.set_style(
                 ProgressStyle::with_template(BAR_TEMPLATE)
                     .expect("the template is valid")
@@ -138,6 +159,7 @@ impl CycleProgress {
             f.abort();
         }
         if let Some(bar) = self.bar.take() {
+            wodi::server_log::set_sink(None);
             bar.finish_and_clear();
         }
     }
@@ -175,6 +197,80 @@ mod tests {
         assert!(line.len() <= 80, "{} columns: {line}", line.len());
         assert!(line.contains("hosts 99 (99 busy, 99 susp.)"), "{line}");
         assert!(line.starts_with("cycle 999/999"), "{line}");
+    }
+
+    #[test]
+    fn a_server_log_line_clears_the_bar_and_the_bar_is_drawn_again_after_it() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _in_rt = rt.enter();
+        let (_tx, rx) = watch::channel(Status::default());
+        let screen = Screen::default();
+        let target = ProgressDrawTarget::term_like(Box::new(screen.clone()));
+        let mut progress = CycleProgress::drawn_on(Some(target), 3, 30, rx);
+        progress.begin(0, 10);
+        progress.bar.as_ref().unwrap().tick();
+        screen.ops.lock().unwrap().clear();
+        wodi::server_log::show("WARN wodi_core::run::carmi: a line of the server's");
+        let ops = screen.ops.lock().unwrap().clone();
+        let cleared = ops.iter().position(|o| o == "clear");
+        let drawn = ops.iter().rposition(|o| o.contains("cycle   1/3"));
+        assert!(
+            matches!((cleared, drawn), (Some(c), Some(d)) if c < d),
+            "the bar must be cleared before the line and drawn after it: {ops:?}"
+        );
+        progress.finish();
+        screen.ops.lock().unwrap().clear();
+        wodi::server_log::show("WARN after the bar");
+        assert!(
+            screen.ops.lock().unwrap().is_empty(),
+            "a line after the bar is gone touches no bar"
+        );
+    }
+
+    /// A terminal that records what is drawn on it.
+    #[derive(Debug, Default, Clone)]
+    struct Screen {
+        ops: Arc<std::sync::Mutex<Vec<String>>>,
+    }
+
+    impl Screen {
+        fn op(&self, what: &str) -> std::io::Result<()> {
+            self.ops.lock().unwrap().push(what.to_string());
+            Ok(())
+        }
+    }
+
+    impl indicatif::TermLike for Screen {
+        fn width(&self) -> u16 {
+            80
+        }
+        fn move_cursor_up(&self, _: usize) -> std::io::Result<()> {
+            self.op("up")
+        }
+        fn move_cursor_down(&self, _: usize) -> std::io::Result<()> {
+            self.op("down")
+        }
+        fn move_cursor_right(&self, _: usize) -> std::io::Result<()> {
+            self.op("right")
+        }
+        fn move_cursor_left(&self, _: usize) -> std::io::Result<()> {
+            self.op("left")
+        }
+        fn write_line(&self, s: &str) -> std::io::Result<()> {
+            self.op(s)
+        }
+        fn write_str(&self, s: &str) -> std::io::Result<()> {
+            self.op(s)
+        }
+        fn clear_line(&self) -> std::io::Result<()> {
+            self.op("clear")
+        }
+        fn flush(&self) -> std::io::Result<()> {
+            Ok(())
+        }
     }
 
     #[test]

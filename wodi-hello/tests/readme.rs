@@ -62,7 +62,7 @@ fn the_program_compiles_no_daemon_pool_simulator_or_owner_model() {
 fn the_program_counts_the_primes_below_100_000_on_a_real_pool() {
     // Two machines of two slots: the program's four hosts.
     let pool = carmi_tests::Pool::start("wodi-hello", 2, &vec![Vec::new(); 2]);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_primes"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wodi-hello"))
         .env("CARMI_LOCAL", &pool.locals[0].app_addr)
         .env("CARMI_SECRET_FILE", &pool.secret_path)
         .env("CARMI_TOKEN", &pool.admin_token)
@@ -91,5 +91,7 @@ fn the_program_counts_the_primes_below_100_000_on_a_real_pool() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("primes below 100,000: 9592\n"), "{stdout}");
-    assert!(stdout.contains("efficiency "), "{stdout}");
+    // What it reports is measured, not a ratio a run this short makes meaningless.
+    assert!(stdout.contains("100 steps in "), "{stdout}");
+    assert!(!stdout.contains("efficiency"), "{stdout}");
 }

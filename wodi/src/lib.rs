@@ -34,6 +34,7 @@ pub mod cmd;
 pub mod conn;
 pub mod master;
 pub mod server;
+pub mod server_log;
 pub mod simple;
 pub mod worker;
 

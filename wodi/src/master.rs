@@ -247,12 +247,17 @@ async fn spawn_server(
 ) -> Result<(String, String, Option<tokio::process::Child>), MasterError> {
     let start = |e: String| MasterError::Start(e);
     let token = format!("{:032x}", rand::random::<u128>());
+    // Its log goes through this process (`server_log`), never straight to
+    // a terminal the application draws on.
+    let (log_reader, log_writer) =
+        std::io::pipe().map_err(|e| start(format!("a pipe for the server's log: {e}")))?;
     let mut cmd = tokio::process::Command::new(&exe);
     cmd.args(args)
         .env(crate::ENV_ROLE, "server")
         .env(crate::ENV_TOKEN, &token)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
+        .stderr(log_writer)
         // Out of the master's process group, so that Ctrl-C on a terminal
         // reaches the master only. The server stops when its master goes
         // (it stops the workers and releases the hosts first); killed by
@@ -269,6 +274,9 @@ async fn spawn_server(
     let mut server = cmd
         .spawn()
         .map_err(|e| start(format!("{}: {e}", exe.display())))?;
+    // The child holds the write end now: the log ends when the server does.
+    drop(cmd);
+    crate::server_log::forward(log_reader);
     let stdout = server.stdout.take().expect("stdout is piped");
     let mut line = String::new();
     let read = tokio::time::timeout(

@@ -47,7 +47,8 @@ pub struct ServerOptions {
     /// Host name or address workers should dial; `None` picks the address of
     /// the interface that reaches the local RM.
     pub advertise_host: Option<String>,
-    /// How long after a worker's connection drops it counts as crashed.
+    /// How long after a worker's connection drops it is lost (see
+    /// [`RunConfig::loss_grace`]).
     pub loss_grace: Duration,
 }
 
@@ -73,6 +74,9 @@ struct Driver {
     /// What the run last published on its job (`SetJobAttrs`), and the
     /// requests doing it, whose answers are not the run's business.
     progress: (Vec<(String, String)>, HashSet<RequestId>),
+    /// The server started its job by hand (no `CARMI_JOB`): it is the job's
+    /// first process, whose exit no local RM sees.
+    root: bool,
 }
 
 /// How often the run's progress is published on its job (when it changed).
@@ -110,6 +114,7 @@ pub async fn run(opts: ServerOptions) -> anyhow::Result<()> {
         workers: HashMap::new(),
         generation: 0,
         progress: Default::default(),
+        root: opts.carmi.job.is_none(),
     };
     let mut progress = tokio::time::interval(PROGRESS_EVERY);
     progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -342,6 +347,13 @@ impl Driver {
         let now = self.now();
         self.run.shutdown(now);
         self.carry_out();
+        if self.root {
+            // The job ends when this process leaves; it leaves because it is
+            // done and exits 0, which `carmi history` shows only if it is
+            // said (HTCondor's `ExitCode`) before the connection closes.
+            let exit = vec![("ExitCode".to_string(), "0".to_string())];
+            self.carmi.set_job_attrs(exit);
+        }
         self.carmi.flush().await;
         self.masters.clear();
         self.workers.clear();

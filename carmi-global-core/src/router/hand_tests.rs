@@ -252,3 +252,42 @@ fn a_hand_started_job_whose_root_does_not_come_back_ends() {
     );
     assert!(!r.allocator().has_job(JobId(1)));
 }
+
+#[test]
+fn a_hand_started_job_whose_root_declared_its_exit_code_ends_completed() {
+    use carmi_proto::msg::{ExitStatus, JobEnd};
+    let cases = [
+        (Some("0"), JobEnd::Completed(ExitStatus::Code(0))),
+        (Some("3"), JobEnd::Completed(ExitStatus::Code(3))),
+        // Not an integer: no word on how it ended.
+        (Some("\"done\""), JobEnd::Detached),
+        (None, JobEnd::Detached),
+    ];
+    for (declared, expected) in cases {
+        let m0 = LinkId(1);
+        let mut r = Router::new(RouterConfig::default());
+        advertise(&mut r, m0, "m0", vec![]);
+        let attach = ToGlobal::AppAttach {
+            conn: CONN,
+            job: None,
+            process: None,
+            endpoint: "127.0.0.1:1".into(),
+            token: None,
+        };
+        step(&mut r, |r| r.on_message(m0, attach, Duration::ZERO));
+        if let Some(code) = declared {
+            let attrs = vec![("ExitCode".to_string(), code.to_string())];
+            request(&mut r, m0, 1, Request::SetJobAttrs { attrs });
+        }
+        let detach = ToGlobal::AppDetach { conn: CONN };
+        let (_, records) = step(&mut r, |r| r.on_message(m0, detach, Duration::ZERO));
+        let ends: Vec<JobEnd> = records
+            .iter()
+            .filter_map(|rec| match rec {
+                Record::History(h) => Some(h.end.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(ends, vec![expected], "declared {declared:?}");
+    }
+}

@@ -351,7 +351,13 @@ impl Router {
         let proc = self.procs.find(p).expect("detach returned a known process");
         let job = proc.job;
         if proc.root {
-            self.record_end(job, carmi_proto::msg::JobEnd::Detached);
+            // No local RM saw it exit: the code it declared before leaving
+            // (`ExitCode`, as WoDi's server does) is the only word on how.
+            let end = match self.jobs.job_attrs.exit_code(job) {
+                Some(code) => carmi_proto::msg::JobEnd::Completed(ExitStatus::Code(code)),
+                None => carmi_proto::msg::JobEnd::Detached,
+            };
+            self.record_end(job, end);
             self.end_job(job);
         } else if proc.host.is_none() {
             // Started by hand, so no local RM will report its exit: leaving is its end.

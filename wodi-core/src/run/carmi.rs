@@ -2,8 +2,8 @@
 //! and deleted, workers spawned and exiting, and requests failing, each
 //! turned into an input of the scheduler.
 
-use carmi_proto::ids::HostId;
-use carmi_proto::msg::{Event, FailureCode, Reply};
+use carmi_proto::ids::{HostId, ProcessId, RequestId};
+use carmi_proto::msg::{Event, ExitStatus, FailureCode, Reply};
 use tracing::{debug, info, warn};
 
 use super::{CarmiCall, Purpose, Queued, Run, Timer};
@@ -48,6 +48,8 @@ impl Run {
                 info!("host {host} deleted: {reason}");
                 self.speeds.host_gone(host);
                 self.classes.host_class.remove(&host);
+                // A worker lost on it without a reason was lost with it.
+                self.workers.unexplained.retain(|_, (h, _)| *h != host);
                 self.sched.host_lost(host, t);
             }
             Event::HostSuspended { host, .. } => self.sched.host_suspended(host, t),
@@ -64,42 +66,7 @@ impl Run {
                 process,
                 status,
                 ..
-            } => {
-                if let Some(worker) = self.requests.spawns.remove(&request) {
-                    // It never started (no `ProcessStarted`): the local RM
-                    // refused or could not start it.
-                    warn!("{worker} could not start: {status:?}");
-                    self.sched.spawn_failed(worker, false, t);
-                } else if let Some(worker) = self.requests.processes.remove(&process) {
-                    info!("{worker} ({process}) exited: {status:?}");
-                    if status == carmi_proto::msg::ExitStatus::HostLost {
-                        // Its connection may stay open behind the
-                        // partition: nothing it sends later counts, and it
-                        // is treated as if the connection had dropped (the
-                        // host's deletion, which comes with it, re-sends
-                        // its steps).
-                        self.workers.disowned.insert(worker);
-                        if self.workers.connected.contains(&worker) {
-                            self.worker_dropped(worker, now);
-                            return;
-                        }
-                    }
-                    // The connection's own loss (with its grace) decides; a
-                    // worker that never connected is lost here, after the
-                    // same grace. Only a worker the run still holds says
-                    // something about the executable: one the run let go of
-                    // while it started (its host suspended past its grace)
-                    // is turned away when it connects and exits 0, and ten
-                    // such in a row under owner churn ended the run (the
-                    // owner soak, `carmi-owner-bench soak`).
-                    if !self.workers.connected.contains(&worker) {
-                        if self.sched.find_worker_host(worker).is_some() {
-                            self.early_death(&status);
-                        }
-                        self.loss_grace(worker);
-                    }
-                }
-            }
+            } => self.process_exited(request, process, status, now),
             Event::Failed { request, failure } => self.request_failed(request, failure),
             Event::Done {
                 request,
@@ -119,11 +86,7 @@ impl Run {
     }
 
     /// A CARMI request failed: what it was for decides what follows.
-    fn request_failed(
-        &mut self,
-        request: carmi_proto::ids::RequestId,
-        failure: carmi_proto::msg::Failure,
-    ) {
+    fn request_failed(&mut self, request: RequestId, failure: carmi_proto::msg::Failure) {
         let t = self.t();
         if self.requests.cancelled.remove(&request) {
             // Withdrawn on purpose (the scheduler already stopped counting it).
@@ -155,6 +118,16 @@ impl Run {
             if failure.code == FailureCode::NotYourHost {
                 return self.host_refused(worker, &failure.message);
             }
+            if failure.code == FailureCode::Unavailable {
+                // Transient (a global RM restarting): not the worker's
+                // crash, spawned again after the retry delay.
+                warn!("spawning {worker} must wait: {}", failure.message);
+                if self.sched.spawn_deferred(worker) {
+                    let due = self.clock.now + self.cfg.host_retry;
+                    self.timers.push((due, Timer::RetrySpawn(worker)));
+                }
+                return;
+            }
             warn!("spawning {worker} failed: {}", failure.message);
             if failure.code == FailureCode::BadExecutable {
                 // Every host would refuse it the same way.
@@ -181,6 +154,64 @@ impl Run {
 }
 
 impl Run {
+    /// CARMI reports that a process of the run exited (or never started).
+    fn process_exited(
+        &mut self,
+        request: RequestId,
+        process: ProcessId,
+        status: ExitStatus,
+        now: Time,
+    ) {
+        let t = self.t();
+        if let Some(worker) = self.requests.spawns.remove(&request) {
+            // It never started (no `ProcessStarted`): the local RM
+            // refused or could not start it.
+            warn!("{worker} could not start: {status:?}");
+            self.sched.spawn_failed(worker, false, t);
+            return;
+        }
+        let Some(worker) = self.requests.processes.remove(&process) else {
+            return;
+        };
+        info!("{worker} ({process}) exited: {status:?}");
+        if let Some((_, ticket)) = self.workers.unexplained.remove(&worker) {
+            // Lost through its grace with no reason given; this is the reason.
+            if !pool_kill(&status) {
+                info!("{worker} died on a host still ours: its step is charged");
+                self.sched.charge_crash(ticket);
+            }
+            return;
+        }
+        if self.sched.find_worker_host(worker).is_some() {
+            // Read when its loss grace ends.
+            self.workers.exits.insert(worker, status.clone());
+        }
+        if status == ExitStatus::HostLost {
+            // Its connection may stay open behind the partition: nothing it
+            // sends later counts, and it is treated as if the connection had
+            // dropped (the host's deletion, which comes with it, re-sends
+            // its steps).
+            self.workers.disowned.insert(worker);
+            if self.workers.connected.contains(&worker) {
+                self.worker_dropped(worker, now);
+                return;
+            }
+        }
+        // The connection's own loss (with its grace) decides; a worker that
+        // never connected is lost here, after the same grace. Only a worker
+        // the run still holds says something about the executable: one the
+        // run let go of while it started (its host suspended past its grace)
+        // is turned away when it connects and exits 0, and ten such in a row
+        // under owner churn ended the run (the owner soak, `carmi-owner-bench
+        // soak`).
+        if !self.workers.connected.contains(&worker) {
+            if self.sched.find_worker_host(worker).is_some() {
+                self.early_death(&status);
+            }
+            self.loss_grace(worker);
+        }
+    }
+
     /// A spawn of `worker` was refused because its host is not the run's:
     /// the host leaves the run (no crash counted, no spawn retried on it)
     /// and its class is asked for again after the retry delay, not at once.
@@ -202,11 +233,8 @@ impl Run {
 
     /// A worker's process exited before it connected: counts it, and ends
     /// the run once [`super::MAX_EARLY_DEATHS`] did so in a row.
-    fn early_death(&mut self, status: &carmi_proto::msg::ExitStatus) {
-        use carmi_proto::msg::ExitStatus as S;
-        // The pool's own kills (a vacate's SIGTERM, the grace's SIGKILL, a
-        // lost host) are churn, not a broken worker.
-        if matches!(status, S::HostLost | S::Signal(9) | S::Signal(15)) {
+    fn early_death(&mut self, status: &ExitStatus) {
+        if pool_kill(status) {
             return;
         }
         self.workers.early_deaths += 1;
@@ -220,4 +248,14 @@ impl Run {
             self.fatal(&reason);
         }
     }
+}
+
+/// Whether a process's exit is the pool's own doing (a vacate's SIGTERM, the
+/// grace's SIGKILL, a lost host): churn, which says nothing against the
+/// worker executable or the step it was computing.
+fn pool_kill(status: &ExitStatus) -> bool {
+    matches!(
+        status,
+        ExitStatus::HostLost | ExitStatus::Signal(9) | ExitStatus::Signal(15)
+    )
 }

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 use bytes::Bytes;
 use carmi_proto::ids::{HostId, ProcessId, RequestId};
+use carmi_proto::msg::ExitStatus;
 
 use super::{CallId, CarmiCall, Fewest, MasterId, Output, Purpose, Queued};
 use crate::ids::{StepId, WorkerId};
@@ -167,6 +168,14 @@ pub(super) struct Workers {
     pub context: HashMap<WorkerId, MasterId>,
     /// The master whose init data the benchmark step runs with.
     pub bench_master: Option<MasterId>,
+    /// How a worker's process exited, when the pool said so before the
+    /// worker's loss grace ended (the grace's end reads it).
+    pub exits: HashMap<WorkerId, ExitStatus>,
+    /// Workers lost with no reason given ([`crate::sched::Sched::worker_vanished`]):
+    /// their host and the step they were computing, charged if the pool
+    /// later reports that the process died on a host still the run's,
+    /// forgotten if it reports the host lost.
+    pub unexplained: HashMap<WorkerId, (HostId, Ticket)>,
 }
 
 /// The open steps: each ticket's data until a worker takes it, and whose step it is.

@@ -5,12 +5,13 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use carmi_proto::msg::ExitStatus;
 use tracing::{info, warn};
 
 use super::{Output, Queued, Run, Timer};
 use crate::ids::{StepId, WorkerId};
 use crate::proto::{FromWorker, ToMaster, ToWorker};
-use crate::sched::{Ticket, Verdict};
+use crate::sched::{LossCause, Ticket, Verdict};
 use crate::speed::{BENCHMARK_STEP, BENCHMARK_TICKET};
 use crate::time::Time;
 
@@ -53,6 +54,41 @@ impl Run {
     pub(super) fn loss_grace(&mut self, worker: WorkerId) {
         let due = self.clock.now + self.cfg.loss_grace;
         self.timers.push((due, Timer::LossDue(worker)));
+    }
+
+    /// The loss grace of `worker` ended. Unless it is back, it is lost, and
+    /// what the pool said of its process decides whether the step it was
+    /// computing is charged: an exit on a host still the run's is a crash;
+    /// a lost host is not the step's fault; with nothing said yet, the
+    /// charge waits for the pool's word ([`Run::process_exited`]).
+    pub(super) fn loss_due(&mut self, worker: WorkerId, t: Time) {
+        if self.workers.connected.contains(&worker) {
+            return;
+        }
+        self.speeds.worker_gone(worker);
+        let exit = self.workers.exits.remove(&worker);
+        let Some(host) = self.sched.find_worker_host(worker) else {
+            return;
+        };
+        match exit {
+            Some(ExitStatus::HostLost) => {
+                info!("{worker} is gone with its lost host");
+                self.sched.worker_lost(worker, LossCause::HostGone, t);
+            }
+            Some(status) => {
+                info!("{worker} exited ({status:?}) and did not come back: counted as crashed");
+                self.sched.worker_lost(worker, LossCause::Crashed, t);
+            }
+            None => {
+                info!(
+                    "{worker} lost its connection and the pool has not said why: its step is \
+                     charged only if the pool reports that its process died"
+                );
+                if let Some(ticket) = self.sched.worker_vanished(worker, t) {
+                    self.workers.unexplained.insert(worker, (host, ticket));
+                }
+            }
+        }
     }
 
     /// A message from worker `worker` (its payload beside it).

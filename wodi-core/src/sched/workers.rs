@@ -142,6 +142,90 @@ impl Sched {
         self.dispatch_all(now);
     }
 
+    /// The pool could not serve `worker`'s spawn for now (`Unavailable`: a
+    /// global RM restarting, a local RM reconnecting to it). Not a crash: the
+    /// worker stays on its host, unspawned, until [`Sched::respawn`] (the
+    /// caller's retry delay). Returns whether there is a spawn to retry.
+    pub fn spawn_deferred(&mut self, worker: WorkerId) -> bool {
+        let Some(w) = self
+            .workers
+            .get_mut(&worker)
+            .filter(|w| w.spawned && !w.joined)
+        else {
+            return false;
+        };
+        w.spawned = false;
+        self.touch(worker);
+        true
+    }
+
+    /// Spawns again a worker whose spawn was deferred
+    /// ([`Sched::spawn_deferred`]), unless it is gone, was spawned meanwhile,
+    /// or waits for its suspended host (which spawns it when it resumes).
+    pub fn respawn(&mut self, worker: WorkerId) {
+        let Some(w) = self
+            .workers
+            .get_mut(&worker)
+            .filter(|w| !w.spawned && !w.joined)
+        else {
+            return;
+        };
+        if matches!(w.state, WorkerState::Suspended { .. }) {
+            return;
+        }
+        w.spawned = true;
+        let host = w.host;
+        self.outputs.push_back(Output::Spawn { host, worker });
+    }
+
+    /// The worker is gone and nobody has said why: its connection stayed
+    /// down through the loss grace, but the pool reported neither its
+    /// process's exit nor its host's loss (a killed machine is declared lost
+    /// only after the pool's own timeout, seconds later). It is lost like a
+    /// crashed worker ([`Sched::worker_lost`]: its steps go back to the queue,
+    /// its host counts a crash) except that no attempt is charged to the step
+    /// it was computing. Returns that step, for [`Sched::charge_crash`] once
+    /// the pool says the process died on a host still ours.
+    pub fn worker_vanished(&mut self, worker: WorkerId, now: Time) -> Option<Ticket> {
+        let front = self.workers.get(&worker)?.in_hand.front().map(|(t, _)| *t);
+        self.worker_lost(worker, LossCause::Unexplained, now);
+        front
+    }
+
+    /// Charges `ticket`'s step with a crash of its worker found out after the
+    /// worker was lost ([`Sched::worker_vanished`]); at the limit the step
+    /// fails. Nothing if the step is closed already.
+    pub fn charge_crash(&mut self, ticket: Ticket) {
+        let Some(task) = self.tasks.get_mut(&ticket) else {
+            return;
+        };
+        task.attempts += 1;
+        self.fail_if_poison(ticket);
+    }
+
+    /// Fails `ticket`'s step if it crashed its worker as often as allowed.
+    /// Returns whether it did.
+    fn fail_if_poison(&mut self, ticket: Ticket) -> bool {
+        let Some(task) = self.tasks.get(&ticket) else {
+            return false;
+        };
+        if task.attempts < self.cfg.max_attempts {
+            return false;
+        }
+        let reason = format!(
+            "the step crashed its worker {} times (the limit)",
+            task.attempts
+        );
+        let step = task.step;
+        self.close(ticket);
+        self.outputs.push_back(Output::StepFailed {
+            ticket,
+            step,
+            reason,
+        });
+        true
+    }
+
     /// The worker is gone while its host may still be ours.
     pub fn worker_lost(&mut self, worker: WorkerId, cause: LossCause, now: Time) {
         let Some(host) = self.workers.get(&worker).map(|w| w.host) else {
@@ -183,19 +267,8 @@ impl Sched {
             if i == 0 && cause == LossCause::Crashed {
                 task.attempts += 1;
             }
-            if task.attempts >= self.cfg.max_attempts {
-                let reason = format!(
-                    "the step crashed its worker {} times (the limit)",
-                    task.attempts
-                );
-                let step = task.step;
-                self.close(*ticket);
-                self.outputs.push_back(Output::StepFailed {
-                    ticket: *ticket,
-                    step,
-                    reason,
-                });
-            } else if task.copies.is_empty() {
+            let orphan = task.copies.is_empty();
+            if !self.fail_if_poison(*ticket) && orphan {
                 self.requeue_front(*ticket);
             }
         }

@@ -11,6 +11,10 @@ use carmi_proto::ids::JobId;
 use carmi_proto::limits::{MAX_EXPRESSION_BYTES, MAX_JOB_ATTRIBUTES};
 use carmi_proto::msg::{Failure, FailureCode};
 
+/// The attribute a job started by hand sets to its exit code before its
+/// first process leaves, so that `carmi history` shows it as completed.
+pub(in crate::router) const EXIT_CODE: &str = "ExitCode";
+
 /// Every running job's published attributes: name -> ClassAd value text.
 #[derive(Debug, Default)]
 pub(in crate::router) struct JobAttrs {
@@ -48,6 +52,13 @@ impl JobAttrs {
         (self.by_job.get(&job))
             .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
             .unwrap_or_default()
+    }
+
+    /// The exit code `job` declared as its `ExitCode` attribute (HTCondor's
+    /// name), if an integer: how a job started by hand, whose first process
+    /// no local RM watches, tells the pool it is leaving because it is done.
+    pub(in crate::router) fn exit_code(&self, job: JobId) -> Option<i32> {
+        self.by_job.get(&job)?.get(EXIT_CODE)?.trim().parse().ok()
     }
 
     /// The job ended: its attributes go with it.
