@@ -13,7 +13,7 @@ python3 -m venv "$work/venv"
 "$work/venv/bin/pip" install -q --upgrade pip
 # The package's Rust build reuses one target directory between runs.
 CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target/python}" \
-    "$work/venv/bin/pip" install -q "$here" pytest
+    "$work/venv/bin/pip" install -q "$here" pytest ipywidgets
 # Run from outside the checkout, so that `import wodi` finds the installed
 # package and not the sources in python/wodi. The tests start their pools
 # with the `carmi` the package carries ($CARMI_BIN, if set, instead).

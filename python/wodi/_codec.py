@@ -1,0 +1,174 @@
+"""How calls travel: a step's payload names its function and carries its
+arguments; its result, or the exception it raised with the worker's
+traceback, comes back pickled.
+
+A payload is ``len(function) (4 bytes, little-endian) + function + args``:
+the function's pickle comes first, once per ``map`` (or ``submit``), and a
+worker unpickles each distinct function once (a lambda's by-value pickle
+costs tens of microseconds to make and to load; a call should cost a few).
+The arguments are a pickle of ``(args, kwargs)``.
+
+Pickling: by reference with ``pickle`` where the worker can import the
+object; by value with ``cloudpickle`` where it cannot: lambdas, closures,
+and (for workers that do not run the master's script) anything of
+``__main__``, a script's or a notebook's own functions and classes.
+"""
+
+from __future__ import annotations
+
+import pickle
+import traceback
+from typing import Any, Callable, Dict, Tuple
+
+import cloudpickle
+
+_PROTOCOL = pickle.HIGHEST_PROTOCOL
+
+
+def dumps(obj: Any, portable: bool) -> bytes:
+    """``obj`` pickled so that a worker can load it: by reference where
+    ``pickle`` can do that, by value (``cloudpickle``) for what it cannot
+    (lambdas, closures) and, when ``portable`` (workers that do not run the
+    master's script), for anything referring to ``__main__``."""
+    try:
+        data = pickle.dumps(obj, _PROTOCOL)
+    except Exception:
+        return cloudpickle.dumps(obj, _PROTOCOL)
+    # A reference to the master's script, which such a worker does not
+    # run. A false alarm (the text in some string) only costs time.
+    if portable and b"__main__" in data:
+        return cloudpickle.dumps(obj, _PROTOCOL)
+    return data
+
+
+def function_header(func: Callable[..., Any], portable: bool) -> bytes:
+    """The start of every payload that calls ``func`` (see the module's doc)."""
+    data = dumps(func, portable)
+    return len(data).to_bytes(4, "little") + data
+
+
+def payload(header: bytes, args: Tuple[Any, ...], kwargs: Dict[str, Any], portable: bool) -> bytes:
+    """A step that calls the function of ``header`` with these arguments."""
+    return header + dumps((args, kwargs or None), portable)
+
+
+class Failure:
+    """A call raised: the exception (None if it did not pickle), its
+    one-line description and the worker's formatted traceback."""
+
+    __slots__ = ("exc", "text", "tb")
+
+    def __init__(self, exc: Any, text: str, tb: str) -> None:
+        self.exc = exc
+        self.text = text
+        self.tb = tb
+
+    def __reduce__(self):
+        return (Failure, (self.exc, self.text, self.tb))
+
+
+class StepError(Exception):
+    """A step failed. For ``Pool.map``: the call raised (``index`` and
+    ``item`` name its input, ``reason`` is the worker's traceback). For
+    both ``Pool`` and ``Executor``: WoDi gave up on the step (its workers
+    crashed on it too often, or a command worker failed); ``reason`` says
+    why (``index`` and ``item`` are None for an executor's call)."""
+
+    def __init__(self, index: Any, item: Any, reason: str) -> None:
+        if index is None:
+            message = f"the call failed: {reason}"
+        else:
+            message = f"step {index} failed on input {item!r}:\n{reason}"
+        super().__init__(message)
+        self.index = index
+        self.item = item
+        self.reason = reason
+
+    def __reduce__(self):
+        return (StepError, (self.index, self.item, self.reason))
+
+
+class RemoteTraceback(Exception):
+    """The worker's traceback of a failed call: the ``__cause__`` of the
+    exception the caller gets, so that Python prints it above the
+    caller's own traceback (as ``concurrent.futures``' process pool does)."""
+
+    def __init__(self, tb: str) -> None:
+        super().__init__(tb)
+        self.tb = tb
+
+    def __str__(self) -> str:
+        return f'\n"""\n{self.tb}"""'
+
+
+class RemoteError(Exception):
+    """A call raised an exception that could not be pickled back: its type
+    and message (the worker's traceback is the ``__cause__``)."""
+
+
+def exception_of(failure: Failure) -> BaseException:
+    """The exception to raise in the caller for ``failure``, with the
+    worker's traceback chained as its cause."""
+    exc = failure.exc if isinstance(failure.exc, BaseException) else RemoteError(failure.text)
+    exc.__cause__ = RemoteTraceback(failure.tb)
+    return exc
+
+
+# Worker side. Functions already loaded, by their pickle (a few per run).
+_functions: Dict[bytes, Callable[..., Any]] = {}
+
+
+def _function(key: bytes) -> Callable[..., Any]:
+    func = _functions.get(key)
+    if func is None:
+        if len(_functions) >= 256:
+            _functions.clear()
+        func = _functions[key] = pickle.loads(key)
+    return func
+
+
+def run_step(data: bytes) -> bytes:
+    """In a worker: runs the call ``data`` describes; returns the pickled
+    result, or a pickled ``Failure`` if the call raised."""
+    n = int.from_bytes(data[:4], "little")
+    func = _function(data[4 : 4 + n])
+    args, kwargs = pickle.loads(memoryview(data)[4 + n :])
+    try:
+        result = func(*args, **kwargs) if kwargs else func(*args)
+    except Exception as e:
+        return _failure(e)
+    try:
+        return pickle.dumps(result, _PROTOCOL)
+    except Exception:
+        # A result of a class sent by value (defined in the master's
+        # script or notebook): by value back.
+        try:
+            return cloudpickle.dumps(result, _PROTOCOL)
+        except Exception as e:
+            return _failure(e)
+
+
+def _failure(e: BaseException) -> bytes:
+    # From the called function's frame on (run_step's own is no news).
+    frames = e.__traceback__.tb_next if e.__traceback__ is not None else None
+    tb = "".join(traceback.format_exception(type(e), e, frames or e.__traceback__))
+    text = "".join(traceback.format_exception_only(type(e), e)).strip()
+    e.__traceback__ = None
+    try:
+        return pickle.dumps(Failure(e, text, tb), _PROTOCOL)
+    except Exception:
+        try:
+            return cloudpickle.dumps(Failure(e, text, tb), _PROTOCOL)
+        except Exception:
+            return pickle.dumps(Failure(None, text, tb), _PROTOCOL)
+
+
+def call_chunk(func: Callable[..., Any], chunk: Any) -> list:
+    """One step of ``Executor.map`` with ``chunksize`` > 1: the calls of
+    ``chunk`` (argument tuples), their results as a list."""
+    return [func(*args) for args in chunk]
+
+
+def loads(data: bytes) -> Any:
+    """A result as the worker pickled it."""
+    return pickle.loads(data)

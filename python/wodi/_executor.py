@@ -1,0 +1,328 @@
+"""``wodi.Executor``: ``concurrent.futures.Executor`` on a WoDi run."""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import concurrent.futures as cf
+import itertools
+import pickle
+import sys
+import threading
+import time
+import weakref
+from typing import Any, Callable, Deque, Iterable, Iterator, List, Optional, Tuple
+
+from . import _codec, _launch, _native, _progress
+from ._codec import StepError
+
+# Executors not yet shut down, shut down (waiting) when the interpreter exits.
+_open: "weakref.WeakSet[Executor]" = weakref.WeakSet()
+
+
+@atexit.register
+def _shutdown_all() -> None:
+    for executor in list(_open):
+        executor.shutdown(wait=True)
+
+
+class BrokenExecutor(cf.BrokenExecutor):
+    """The WoDi run behind the executor ended (its server or pool went
+    away): pending calls fail with this, and so does any new ``submit``."""
+
+
+# One call waiting to be handed to the pool: its future and payload.
+_Call = Tuple[cf.Future, bytes]
+
+
+class Executor(cf.Executor):
+    """A ``concurrent.futures.Executor`` whose calls run on a CARMI pool,
+    on ``max_workers`` hosts matching ``requirements`` (a ClassAd
+    expression), found as ``carmi`` finds it (or ``local`` and ``secret``
+    given; an embedded pool on this machine when none is configured).
+
+    ``submit``, ``map``, ``as_completed``, ``wait``, ``shutdown`` and
+    ``with`` behave as for ``ProcessPoolExecutor``, and asyncio's
+    ``loop.run_in_executor(executor, fn, x)`` works with it. The workers run
+    ``python -m wodi._worker`` (not this script): functions and classes of
+    ``__main__`` (a script's or a notebook's), lambdas and closures travel
+    by value (``cloudpickle``), importable functions by reference. A call
+    that raises raises the same exception from ``Future.result()``, the
+    worker's traceback chained as its ``__cause__``.
+
+    Calls go out first come, first served. At most ``window`` calls
+    (default: 4 per worker) are handed to the pool ahead of their results;
+    the others wait here, not started, and ``Future.cancel()`` cancels
+    them. ``prefetch``: calls each worker holds (2 hides most of the trip
+    to the server for short calls; 1 suits long calls on hosts of unequal
+    speed).
+
+    ``init``: data every worker reads with ``wodi.init_data()``;
+    ``initializer(*initargs)`` runs in each worker before its first call.
+    ``progress``: None shows calls done in a notebook (a bar with
+    ``ipywidgets``, text without) and nothing elsewhere; True shows it
+    anywhere (text on standard error outside a notebook); False never.
+    """
+
+    def __init__(
+        self,
+        max_workers: int = 4,
+        *,
+        requirements: str = "true",
+        local: Optional[str] = None,
+        secret: Optional[str] = None,
+        init: Any = None,
+        initializer: Optional[Callable[..., Any]] = None,
+        initargs: Tuple[Any, ...] = (),
+        progress: Any = None,
+        window: Optional[int] = None,
+        prefetch: int = 2,
+    ) -> None:
+        if max_workers < 1:
+            raise ValueError("max_workers must be at least 1")
+        self._hosts = max_workers
+        self._window = window if window is not None else 4 * max_workers
+        if self._window < 1:
+            raise ValueError("window must be at least 1")
+        self._lock = threading.Lock()
+        self._queue: Deque[_Call] = collections.deque()
+        self._shutdown = False
+        self._broken: Optional[str] = None
+        self._waker: Any = None
+        # The futures of the calls handed to the pool, by step index in
+        # the open cycle (None once resolved).
+        self._cycle: List[Optional[cf.Future]] = []
+        self.stats: Optional[dict] = None
+        """The run's statistics once shut down (see ``wodi.Pool.close``)."""
+        self._progress = _progress.make(progress)
+        self._embedded = None
+        if not (local and secret) and not _native.pool_configured():
+            self._embedded = _launch.start_embedded_pool(max_workers)
+        self._script = _launch.worker_script([sys.executable, "-m", "wodi._worker"])
+        init_bytes = _codec.dumps((init, initializer, tuple(initargs)), True)
+        args = (self._script, [], max_workers, requirements, sys.executable,
+                ["-m", "wodi._server"], local, secret, init_bytes, prefetch, True)
+        started = threading.Event()
+        self._start_error: Optional[BaseException] = None
+        self._thread = threading.Thread(
+            target=self._run, args=(args, started), name="wodi-executor", daemon=True)
+        self._thread.start()
+        started.wait()
+        if self._start_error is not None:
+            self._cleanup()
+            raise self._start_error
+        _open.add(self)
+
+    # The caller's side.
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> cf.Future:
+        """Schedules ``fn(*args, **kwargs)`` on a worker; returns its
+        ``Future``. The function and arguments are pickled here: what does
+        not pickle raises at once."""
+        header = _codec.function_header(fn, True)
+        future: cf.Future = cf.Future()
+        self._enqueue([(future, _codec.payload(header, args, kwargs, True))])
+        return future
+
+    def map(
+        self,
+        fn: Callable[..., Any],
+        *iterables: Iterable[Any],
+        timeout: Optional[float] = None,
+        chunksize: int = 1,
+    ) -> Iterator[Any]:
+        """``map(fn, *iterables)`` computed on the workers: an iterator
+        over the results in order, raising a call's exception where its
+        result would be (``TimeoutError`` if a result is not there
+        ``timeout`` seconds after this call). All inputs are read and
+        submitted at once, the function pickled once. ``chunksize`` > 1
+        sends that many calls as one step (fewer, larger messages for very
+        short calls). Closing the iterator early cancels the calls not
+        yet started."""
+        if chunksize < 1:
+            raise ValueError("chunksize must be at least 1")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        calls = zip(*iterables)
+        if chunksize == 1:
+            header = _codec.function_header(fn, True)
+            steps = [(cf.Future(), _codec.payload(header, a, None, True)) for a in calls]
+        else:
+            header = _codec.function_header(_partial(_codec.call_chunk, fn), True)
+            chunks = iter(lambda: list(itertools.islice(calls, chunksize)), [])
+            steps = [(cf.Future(), _codec.payload(header, (c,), None, True)) for c in chunks]
+        self._enqueue(steps)
+        return _results([f for f, _ in steps], deadline, chunksize > 1)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """No more calls; with ``cancel_futures``, calls not yet started are
+        cancelled. The run ends (workers stopped, hosts released, an
+        embedded pool stopped) once the other calls are done; ``wait``
+        waits for that. ``stats`` then holds the run's statistics."""
+        with self._lock:
+            self._shutdown = True
+            cancelled: List[cf.Future] = []
+            if cancel_futures:
+                while self._queue:
+                    future, _ = self._queue.popleft()
+                    if future.cancel():
+                        cancelled.append(future)
+        for future in cancelled:
+            self._finished(ok=False)
+        self._wake()
+        if wait:
+            self._thread.join()
+        _open.discard(self)
+
+    def __exit__(self, *exc: Any) -> bool:
+        self.shutdown(wait=True)
+        return False
+
+    def _enqueue(self, calls: List[_Call]) -> None:
+        with self._lock:
+            if self._broken is not None:
+                raise BrokenExecutor(self._broken)
+            if self._shutdown:
+                raise RuntimeError("cannot schedule new calls after shutdown")
+            self._queue.extend(calls)
+        if self._progress is not None:
+            self._progress.submitted(len(calls))
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waker is not None:
+            self._waker.wake()
+
+    def _finished(self, ok: bool) -> None:
+        if self._progress is not None:
+            self._progress.finished(ok)
+
+    # The dispatcher: a thread that owns the native pool.
+
+    def _run(self, args: tuple, started: threading.Event) -> None:
+        try:
+            native = _native.NativePool(*args)
+            self._waker = native.waker()
+        except BaseException as e:
+            self._start_error = e
+            started.set()
+            return
+        started.set()
+        try:
+            self._dispatch(native)
+        except BaseException as e:
+            self._break(f"the WoDi run ended: {e}")
+        finally:
+            try:
+                self.stats = _json_stats(native.close())
+            except Exception:
+                pass
+            if self._progress is not None:
+                self._progress.close()
+            self._cleanup()
+
+    def _dispatch(self, native: Any) -> None:
+        out = 0
+        while True:
+            batch = self._take(self._window - out)
+            if batch:
+                first = native.extend([data for _, data in batch])
+                if first == 0:
+                    self._cycle = []
+                self._cycle.extend(f for f, _ in batch)
+                out += len(batch)
+            elif out == 0 and self._done():
+                return
+            outcome = native.next_or_wake()
+            if outcome is None:
+                continue
+            index, ok, data = outcome
+            future = self._cycle[index]
+            self._cycle[index] = None
+            out -= 1
+            self._resolve(future, ok, data)
+
+    def _take(self, room: int) -> List[_Call]:
+        """Up to ``room`` calls to hand to the pool, marked running
+        (cancelled ones dropped)."""
+        batch: List[_Call] = []
+        cancelled = 0
+        with self._lock:
+            while self._queue and len(batch) < room:
+                call = self._queue.popleft()
+                if call[0].set_running_or_notify_cancel():
+                    batch.append(call)
+                else:
+                    cancelled += 1
+        for _ in range(cancelled):
+            self._finished(ok=False)
+        return batch
+
+    def _done(self) -> bool:
+        with self._lock:
+            return self._shutdown and not self._queue
+
+    def _resolve(self, future: Optional[cf.Future], ok: bool, data: Any) -> None:
+        if future is None:
+            return
+        if not ok:
+            future.set_exception(StepError(None, None, data))
+        else:
+            try:
+                result = _codec.loads(data)
+            except Exception as e:
+                future.set_exception(e)
+            else:
+                if type(result) is _codec.Failure:
+                    future.set_exception(_codec.exception_of(result))
+                else:
+                    future.set_result(result)
+                    self._finished(ok=True)
+                    return
+        self._finished(ok=False)
+
+    def _break(self, why: str) -> None:
+        with self._lock:
+            self._broken = why
+            queued = list(self._queue)
+            self._queue.clear()
+        for future, _ in queued:
+            if future.set_running_or_notify_cancel():
+                future.set_exception(BrokenExecutor(why))
+        for future in self._cycle:
+            if future is not None and not future.done():
+                future.set_exception(BrokenExecutor(why))
+
+    def _cleanup(self) -> None:
+        _launch.remove(self._script)
+        embedded, self._embedded = self._embedded, None
+        _launch.stop_embedded_pool(embedded)
+
+
+def _partial(func: Callable[..., Any], *args: Any) -> Callable[..., Any]:
+    import functools
+
+    return functools.partial(func, *args)
+
+
+def _json_stats(text: str) -> Optional[dict]:
+    import json
+
+    return json.loads(text)
+
+
+def _results(futures: List[cf.Future], deadline: Optional[float], chunked: bool) -> Iterator[Any]:
+    """The results of ``futures`` in order (flattened if ``chunked``);
+    closing the iterator cancels the ones not yet started."""
+    try:
+        futures.reverse()
+        while futures:
+            future = futures.pop()
+            wait = None if deadline is None else max(deadline - time.monotonic(), 0)
+            result = future.result(wait)
+            if chunked:
+                yield from result
+            else:
+                yield result
+    finally:
+        for future in futures:
+            future.cancel()
