@@ -280,7 +280,17 @@ fn server_main(py: Python<'_>) -> PyResult<()> {
     py.allow_threads(wodi::server_main).map_err(runtime_error)
 }
 
+/// A failed step's reason: the exception's `wodi_reason` (the Python side's
+/// own encoding of a call's exception, `wodi/_codec.py`) where it has one,
+/// else its traceback and message.
 fn format_exception(py: Python<'_>, e: PyErr) -> String {
+    if let Ok(reason) = e
+        .value(py)
+        .getattr("wodi_reason")
+        .and_then(|r| r.extract::<String>())
+    {
+        return reason;
+    }
     let tb = e
         .traceback(py)
         .and_then(|tb| tb.format().ok())

@@ -158,16 +158,14 @@ class Pool:
 
     def _outcome(self, i: int, item: Any, ok: bool, data: Any) -> Tuple[bool, Any]:
         """``(True, result)`` or ``(False, StepError)`` for step ``i``."""
-        if not ok:
+        if ok:
+            return True, (data if self._command else _codec.loads(data))
+        failure = None if self._command else _codec.failure_of(data)
+        if failure is None:
             return False, StepError(i, item, data)
-        if self._command:
-            return True, data
-        result = _codec.loads(data)
-        if type(result) is _codec.Failure:
-            error = StepError(i, item, result.tb)
-            error.__cause__ = _codec.exception_of(result)
-            return False, error
-        return True, result
+        error = StepError(i, item, failure.tb)
+        error.__cause__ = _codec.exception_of(failure)
+        return False, error
 
     def map(self, func: Optional[Callable[[Any], Any]], items: Iterable[Any]) -> List[Any]:
         """Runs ``func`` on every item, one WoDi cycle; returns the results

@@ -16,9 +16,13 @@ and (for workers that do not run the master's script) anything of
 
 from __future__ import annotations
 
+import base64
+import linecache
 import pickle
+import re
+import sys
 import traceback
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import cloudpickle
 
@@ -110,8 +114,30 @@ def exception_of(failure: Failure) -> BaseException:
     """The exception to raise in the caller for ``failure``, with the
     worker's traceback chained as its cause."""
     exc = failure.exc if isinstance(failure.exc, BaseException) else RemoteError(failure.text)
-    exc.__cause__ = RemoteTraceback(failure.tb)
+    exc.__cause__ = RemoteTraceback(_with_sources(failure.tb))
     return exc
+
+
+# cloudpickle names the file of code sent by value "<dynamic-code>".
+_DYNAMIC_FRAME = re.compile(r'^  File "<dynamic-code>", line (\d+), in (\w+)$', re.M)
+
+
+def _with_sources(tb: str) -> str:
+    """The worker's traceback with the file and source line of frames in
+    functions of this process's ``__main__`` (a script's or notebook's,
+    sent by value), which the worker cannot name."""
+    main = sys.modules.get("__main__")
+
+    def named(m: "re.Match[str]") -> str:
+        line, name = int(m.group(1)), m.group(2)
+        code = getattr(getattr(main, name, None), "__code__", None)
+        if code is None or line < code.co_firstlineno:
+            return m.group(0)
+        source = linecache.getline(code.co_filename, line).strip()
+        where = f'  File "{code.co_filename}", line {line}, in {name}'
+        return where + (f"\n    {source}" if source else "")
+
+    return _DYNAMIC_FRAME.sub(named, tb)
 
 
 # Worker side. Functions already loaded, by their pickle (a few per run).
@@ -127,16 +153,31 @@ def _function(key: bytes) -> Callable[..., Any]:
     return func
 
 
+class CallFailed(Exception):
+    """Raised by ``run_step`` when the call raised: the native worker fails
+    the step with ``wodi_reason`` as its reason (a ``Failure``, pickled,
+    in base64 after ``_FAILURE``), so that WoDi counts a failed step (its
+    time is not learned as the step's length) and the caller gets the
+    exception back."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.wodi_reason = reason
+
+
+_FAILURE = "wodi-python-failure:"
+
+
 def run_step(data: bytes) -> bytes:
     """In a worker: runs the call ``data`` describes; returns the pickled
-    result, or a pickled ``Failure`` if the call raised."""
+    result, or raises ``CallFailed`` carrying the call's exception."""
     n = int.from_bytes(data[:4], "little")
     func = _function(data[4 : 4 + n])
     args, kwargs = pickle.loads(memoryview(data)[4 + n :])
     try:
         result = func(*args, **kwargs) if kwargs else func(*args)
     except Exception as e:
-        return _failure(e)
+        raise CallFailed(_FAILURE + base64.b64encode(_failure(e)).decode()) from None
     try:
         return pickle.dumps(result, _PROTOCOL)
     except Exception:
@@ -145,7 +186,21 @@ def run_step(data: bytes) -> bytes:
         try:
             return cloudpickle.dumps(result, _PROTOCOL)
         except Exception as e:
-            return _failure(e)
+            raise CallFailed(_FAILURE + base64.b64encode(_failure(e)).decode()) from None
+
+
+def failure_of(reason: str) -> Optional[Failure]:
+    """The ``Failure`` a failed step's reason carries, or None for a step
+    that failed otherwise (its worker crashed, a command failed)."""
+    # The server tells where the failure came from before the worker's reason.
+    at = reason.find(_FAILURE)
+    if at < 0:
+        return None
+    encoded = reason[at + len(_FAILURE) :].split(None, 1)
+    try:
+        return pickle.loads(base64.b64decode(encoded[0] if encoded else ""))
+    except Exception:
+        return None
 
 
 def _failure(e: BaseException) -> bytes:

@@ -264,20 +264,20 @@ class Executor(cf.Executor):
     def _resolve(self, future: Optional[cf.Future], ok: bool, data: Any) -> None:
         if future is None:
             return
-        if not ok:
-            future.set_exception(StepError(None, None, data))
-        else:
+        if ok:
             try:
-                result = _codec.loads(data)
+                future.set_result(_codec.loads(data))
             except Exception as e:
                 future.set_exception(e)
             else:
-                if type(result) is _codec.Failure:
-                    future.set_exception(_codec.exception_of(result))
-                else:
-                    future.set_result(result)
-                    self._finished(ok=True)
-                    return
+                self._finished(ok=True)
+                return
+        else:
+            failure = _codec.failure_of(data)
+            if failure is None:
+                future.set_exception(StepError(None, None, data))
+            else:
+                future.set_exception(_codec.exception_of(failure))
         self._finished(ok=False)
 
     def _break(self, why: str) -> None:

@@ -324,21 +324,21 @@ impl Pool {
         if inputs.is_empty() {
             return 0;
         }
-        let open = match self.open.as_mut().filter(|o| !o.ended) {
-            Some(open) => open,
-            None => {
-                let cycle = CycleId(self.next_cycle);
-                self.next_cycle += 1;
-                self.master
-                    .begin_cycle_raw(cycle, Bytes::from_static(b"null"));
-                self.open.insert(OpenCycle {
-                    cycle,
-                    inputs: Vec::new(),
-                    seen: Vec::new(),
-                    remaining: 0,
-                    ended: false,
-                })
-            }
+        if !matches!(&self.open, Some(open) if !open.ended) {
+            let cycle = CycleId(self.next_cycle);
+            self.next_cycle += 1;
+            self.master
+                .begin_cycle_raw(cycle, Bytes::from_static(b"null"));
+            self.open = Some(OpenCycle {
+                cycle,
+                inputs: Vec::new(),
+                seen: Vec::new(),
+                remaining: 0,
+                ended: false,
+            });
+        }
+        let Some(open) = self.open.as_mut() else {
+            return 0; // just set above
         };
         let first = open.inputs.len();
         for (k, data) in inputs.into_iter().enumerate() {
