@@ -157,16 +157,31 @@ impl NativePool {
         Ok(py.allow_threads(|| pool.extend_raw(inputs)))
     }
 
-    /// The next outcome, `(index, ok, data)`, or `None` once the pool's
-    /// waker is woken (see [`NativePool::waker`]); with no step out, waits
+    /// The outcomes in, `(index, ok, data)` each: waits for one, then takes
+    /// those already received too (up to `max`); empty once the pool's
+    /// waker is woken (see [`NativePool::waker`]). With no step out, waits
     /// for a wake only.
-    fn next_or_wake(&mut self, py: Python<'_>) -> PyResult<Option<PyOutcome>> {
+    #[pyo3(signature = (max=1024))]
+    fn next_or_wake(&mut self, py: Python<'_>, max: usize) -> PyResult<Vec<PyOutcome>> {
         let pool = self.pool()?;
-        match py.allow_threads(|| pool.next_raw_or_wake()) {
-            Ok(None) => Ok(None),
-            Ok(Some(outcome)) => Ok(Some(to_py(py, outcome))),
-            Err(e) => Err(runtime_error(e)),
-        }
+        let outcomes = py.allow_threads(|| -> Result<Vec<RawOutcome>, wodi::simple::Error> {
+            let Some(first) = pool.next_raw_or_wake()? else {
+                return Ok(Vec::new());
+            };
+            let mut out = vec![first];
+            while out.len() < max {
+                match pool.try_next_raw() {
+                    Some(outcome) => out.push(outcome?),
+                    None => break,
+                }
+            }
+            Ok(out)
+        });
+        Ok(outcomes
+            .map_err(runtime_error)?
+            .into_iter()
+            .map(|o| to_py(py, o))
+            .collect())
     }
 
     /// The handle that ends a [`NativePool::next_or_wake`] wait from any thread.

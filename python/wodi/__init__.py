@@ -10,7 +10,7 @@ Two ways in:
     with wodi.Executor(max_workers=4) as ex:
         print(list(ex.map(lambda x: x * x, range(1000))))
 
-Its workers run ``python -m wodi._worker``: lambdas, closures and the
+Its workers run ``python -m wodi._pyworker``: lambdas, closures and the
 functions of a script or notebook travel by value (cloudpickle); a call
 that raises raises in the caller, the worker's traceback as its cause.
 

@@ -44,18 +44,19 @@ class Executor(cf.Executor):
     ``submit``, ``map``, ``as_completed``, ``wait``, ``shutdown`` and
     ``with`` behave as for ``ProcessPoolExecutor``, and asyncio's
     ``loop.run_in_executor(executor, fn, x)`` works with it. The workers run
-    ``python -m wodi._worker`` (not this script): functions and classes of
+    ``python -m wodi._pyworker`` (not this script): functions and classes of
     ``__main__`` (a script's or a notebook's), lambdas and closures travel
     by value (``cloudpickle``), importable functions by reference. A call
     that raises raises the same exception from ``Future.result()``, the
     worker's traceback chained as its ``__cause__``.
 
     Calls go out first come, first served. At most ``window`` calls
-    (default: 4 per worker) are handed to the pool ahead of their results;
+    (default: twice the calls the workers hold) are handed to the pool ahead of
+    their results;
     the others wait here, not started, and ``Future.cancel()`` cancels
-    them. ``prefetch``: calls each worker holds (2 hides most of the trip
-    to the server for short calls; 1 suits long calls on hosts of unequal
-    speed).
+    them. ``prefetch``: calls each worker holds (2 hides most of the trip to the
+    server for short calls; 1 suits long calls on hosts of unequal speed,
+    where a call should not queue behind another on a slow host).
 
     ``init``: data every worker reads with ``wodi.init_data()``;
     ``initializer(*initargs)`` runs in each worker before its first call.
@@ -81,7 +82,7 @@ class Executor(cf.Executor):
         if max_workers < 1:
             raise ValueError("max_workers must be at least 1")
         self._hosts = max_workers
-        self._window = window if window is not None else 4 * max_workers
+        self._window = window if window is not None else 2 * max(prefetch, 1) * max_workers
         if self._window < 1:
             raise ValueError("window must be at least 1")
         self._lock = threading.Lock()
@@ -98,7 +99,7 @@ class Executor(cf.Executor):
         self._embedded = None
         if not (local and secret) and not _native.pool_configured():
             self._embedded = _launch.start_embedded_pool(max_workers)
-        self._script = _launch.worker_script([sys.executable, "-m", "wodi._worker"])
+        self._script = _launch.worker_script([sys.executable, "-m", "wodi._pyworker"])
         init_bytes = _codec.dumps((init, initializer, tuple(initargs)), True)
         args = (self._script, [], max_workers, requirements, sys.executable,
                 ["-m", "wodi._server"], local, secret, init_bytes, prefetch, True)
@@ -232,14 +233,11 @@ class Executor(cf.Executor):
                 out += len(batch)
             elif out == 0 and self._done():
                 return
-            outcome = native.next_or_wake()
-            if outcome is None:
-                continue
-            index, ok, data = outcome
-            future = self._cycle[index]
-            self._cycle[index] = None
-            out -= 1
-            self._resolve(future, ok, data)
+            for index, ok, data in native.next_or_wake():
+                future = self._cycle[index]
+                self._cycle[index] = None
+                out -= 1
+                self._resolve(future, ok, data)
 
     def _take(self, room: int) -> List[_Call]:
         """Up to ``room`` calls to hand to the pool, marked running

@@ -1,12 +1,10 @@
-"""The worker side of Python steps: the init data, and the generic worker
-``python -m wodi._worker`` that ``wodi.Executor`` runs on the pool's hosts
-(it needs nothing of the master's script: functions of ``__main__`` come by
-value)."""
+"""The worker side of Python steps: the init data, and the serving loop of
+the generic worker ``python -m wodi._pyworker`` that ``wodi.Executor``
+runs on the pool's hosts."""
 
 from __future__ import annotations
 
 import pickle
-import sys
 from typing import Any, Callable
 
 from . import _codec, _native
@@ -38,12 +36,3 @@ def load_executor_init(data: bytes) -> None:
 def serve(load_init: Callable[[bytes], None]) -> None:
     """Serves Python steps (``_codec.run_step``) until the run ends."""
     _native.serve_worker(_codec.run_step, load_init)
-
-
-if __name__ == "__main__":
-    # Run as a script this module is `__main__`, not `wodi._worker`, whose
-    # init data `wodi.init_data()` reads: serve through that one.
-    from wodi import _worker
-
-    _worker.serve(_worker.load_executor_init)
-    sys.exit(0)

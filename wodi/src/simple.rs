@@ -380,6 +380,25 @@ impl Pool {
         }
     }
 
+    /// An outcome already received, without waiting (`None` if none is
+    /// in): lets a caller take a burst of results in one go.
+    pub fn try_next_raw(&mut self) -> Option<Result<RawOutcome, Error>> {
+        while self.open.as_ref()?.remaining > 0 {
+            let master = &mut self.master;
+            let outcome = self.rt.block_on(async {
+                tokio::select! {
+                    biased;
+                    outcome = master.recv_result_raw() => Some(outcome),
+                    () = std::future::ready(()) => None,
+                }
+            })?;
+            if let Some(accepted) = self.accept(outcome) {
+                return Some(accepted);
+            }
+        }
+        None
+    }
+
     /// The handle that interrupts [`Pool::next_raw_or_wake`] (clones share it).
     pub fn waker(&self) -> Wake {
         self.wake.clone()
