@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any, Callable, Deque, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Deque, Iterable, Iterator, List, Optional, Tuple, Union
 
 from . import _codec, _launch, _native, _progress
 from ._codec import StepError
@@ -31,8 +31,54 @@ class BrokenExecutor(cf.BrokenExecutor):
     away): pending calls fail with this, and so does any new ``submit``."""
 
 
-# One call waiting to be handed to the pool: its future and payload.
+class _MapCalls:
+    """The calls of one ``map``: no future each (a future costs more than
+    a short call), their results in one list, the caller's iterator
+    waiting on one condition, notified once per burst of results."""
+
+    __slots__ = ("payloads", "taken", "results", "cond", "closed")
+
+    def __init__(self, payloads: List[bytes]) -> None:
+        self.payloads: List[Optional[bytes]] = list(payloads)
+        self.taken = 0
+        self.results: List[Any] = [_PENDING] * len(payloads)
+        self.cond = threading.Condition(threading.Lock())
+        self.closed = False
+
+    def settle(self, i: int, value: Any) -> None:
+        """Records call ``i``'s result (or ``_Raised``) without notifying."""
+        self.results[i] = value
+
+    def notify(self) -> None:
+        with self.cond:
+            self.cond.notify_all()
+
+    def fail_rest(self, exc: BaseException) -> int:
+        """Fails the calls not yet handed to the pool; returns how many."""
+        n = len(self.payloads) - self.taken
+        for i in range(self.taken, len(self.payloads)):
+            self.results[i] = _Raised(exc)
+        self.taken = len(self.payloads)
+        self.notify()
+        return n
+
+
+class _Raised:
+    """A map call's exception, in place of its result."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+_PENDING = object()
+
+# What waits to be handed to the pool: one call (its future and payload),
+# or a map's calls. What is out: a future, or a map's calls and an index.
 _Call = Tuple[cf.Future, bytes]
+_Queued = Union[_Call, _MapCalls]
+_Target = Union[cf.Future, Tuple[_MapCalls, int]]
 
 
 class Executor(cf.Executor):
@@ -86,13 +132,13 @@ class Executor(cf.Executor):
         if self._window < 1:
             raise ValueError("window must be at least 1")
         self._lock = threading.Lock()
-        self._queue: Deque[_Call] = collections.deque()
+        self._queue: Deque[_Queued] = collections.deque()
         self._shutdown = False
         self._broken: Optional[str] = None
         self._waker: Any = None
         # The futures of the calls handed to the pool, by step index in
         # the open cycle (None once resolved).
-        self._cycle: List[Optional[cf.Future]] = []
+        self._cycle: List[Optional[_Target]] = []
         self.stats: Optional[dict] = None
         """The run's statistics once shut down (see ``wodi.Pool.close``)."""
         self._progress = _progress.make(progress)
@@ -122,7 +168,7 @@ class Executor(cf.Executor):
         not pickle raises at once."""
         header = _codec.function_header(fn, True)
         future: cf.Future = cf.Future()
-        self._enqueue([(future, _codec.payload(header, args, kwargs, True))])
+        self._enqueue([(future, _codec.payload(header, args, kwargs, True))], 1)
         return future
 
     def map(
@@ -146,13 +192,14 @@ class Executor(cf.Executor):
         calls = zip(*iterables)
         if chunksize == 1:
             header = _codec.function_header(fn, True)
-            steps = [(cf.Future(), _codec.payload(header, a, None, True)) for a in calls]
+            payloads = [_codec.payload(header, a, None, True) for a in calls]
         else:
             header = _codec.function_header(_partial(_codec.call_chunk, fn), True)
             chunks = iter(lambda: list(itertools.islice(calls, chunksize)), [])
-            steps = [(cf.Future(), _codec.payload(header, (c,), None, True)) for c in chunks]
-        self._enqueue(steps)
-        return _results([f for f, _ in steps], deadline, chunksize > 1)
+            payloads = [_codec.payload(header, (c,), None, True) for c in chunks]
+        job = _MapCalls(payloads)
+        self._enqueue([job], len(payloads))
+        return _map_results(job, deadline, chunksize > 1)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """No more calls; with ``cancel_futures``, calls not yet started are
@@ -161,13 +208,15 @@ class Executor(cf.Executor):
         waits for that. ``stats`` then holds the run's statistics."""
         with self._lock:
             self._shutdown = True
-            cancelled: List[cf.Future] = []
+            cancelled = 0
             if cancel_futures:
                 while self._queue:
-                    future, _ = self._queue.popleft()
-                    if future.cancel():
-                        cancelled.append(future)
-        for future in cancelled:
+                    queued = self._queue.popleft()
+                    if isinstance(queued, _MapCalls):
+                        cancelled += queued.fail_rest(cf.CancelledError())
+                    elif queued[0].cancel():
+                        cancelled += 1
+        for _ in range(cancelled):
             self._finished(ok=False)
         self._wake()
         if wait:
@@ -178,7 +227,7 @@ class Executor(cf.Executor):
         self.shutdown(wait=True)
         return False
 
-    def _enqueue(self, calls: List[_Call]) -> None:
+    def _enqueue(self, calls: List[_Queued], n: int) -> None:
         with self._lock:
             if self._broken is not None:
                 raise BrokenExecutor(self._broken)
@@ -186,7 +235,7 @@ class Executor(cf.Executor):
                 raise RuntimeError("cannot schedule new calls after shutdown")
             self._queue.extend(calls)
         if self._progress is not None:
-            self._progress.submitted(len(calls))
+            self._progress.submitted(n)
         self._wake()
 
     def _wake(self) -> None:
@@ -229,26 +278,49 @@ class Executor(cf.Executor):
                 first = native.extend([data for _, data in batch])
                 if first == 0:
                     self._cycle = []
-                self._cycle.extend(f for f, _ in batch)
+                self._cycle.extend(target for target, _ in batch)
                 out += len(batch)
             elif out == 0 and self._done():
                 return
+            touched = set()
             for index, ok, data in native.next_or_wake():
-                future = self._cycle[index]
+                target = self._cycle[index]
                 self._cycle[index] = None
                 out -= 1
-                self._resolve(future, ok, data)
+                if type(target) is tuple:
+                    job, i = target
+                    job.settle(i, self._outcome(ok, data, _Raised))
+                    touched.add(job)
+                else:
+                    self._resolve(target, ok, data)
+            for job in touched:
+                job.notify()
 
-    def _take(self, room: int) -> List[_Call]:
+    def _take(self, room: int) -> List[Tuple[_Target, bytes]]:
         """Up to ``room`` calls to hand to the pool, marked running
         (cancelled ones dropped)."""
-        batch: List[_Call] = []
+        batch: List[Tuple[_Target, bytes]] = []
         cancelled = 0
         with self._lock:
             while self._queue and len(batch) < room:
-                call = self._queue.popleft()
-                if call[0].set_running_or_notify_cancel():
-                    batch.append(call)
+                queued = self._queue[0]
+                if isinstance(queued, _MapCalls):
+                    if queued.closed:
+                        self._queue.popleft()
+                        cancelled += queued.fail_rest(cf.CancelledError())
+                        continue
+                    start = queued.taken
+                    end = min(len(queued.payloads), start + room - len(batch))
+                    for i in range(start, end):
+                        batch.append(((queued, i), queued.payloads[i]))
+                        queued.payloads[i] = None
+                    queued.taken = end
+                    if end == len(queued.payloads):
+                        self._queue.popleft()
+                    continue
+                self._queue.popleft()
+                if queued[0].set_running_or_notify_cancel():
+                    batch.append(queued)
                 else:
                     cancelled += 1
         for _ in range(cancelled):
@@ -259,36 +331,45 @@ class Executor(cf.Executor):
         with self._lock:
             return self._shutdown and not self._queue
 
-    def _resolve(self, future: Optional[cf.Future], ok: bool, data: Any) -> None:
-        if future is None:
-            return
+    def _outcome(self, ok: bool, data: Any, raised: Callable[[BaseException], Any]) -> Any:
+        """A call's result, or ``raised(exception)``."""
         if ok:
             try:
-                future.set_result(_codec.loads(data))
+                result = _codec.loads(data)
             except Exception as e:
-                future.set_exception(e)
-            else:
-                self._finished(ok=True)
-                return
+                result = raised(e)
         else:
             failure = _codec.failure_of(data)
             if failure is None:
-                future.set_exception(StepError(None, None, data))
+                result = raised(StepError(None, None, data))
             else:
-                future.set_exception(_codec.exception_of(failure))
-        self._finished(ok=False)
+                result = raised(_codec.exception_of(failure))
+        self._finished(ok=type(result) is not _Raised and not isinstance(result, _Failed))
+        return result
+
+    def _resolve(self, future: cf.Future, ok: bool, data: Any) -> None:
+        result = self._outcome(ok, data, _Failed)
+        if isinstance(result, _Failed):
+            future.set_exception(result.exc)
+        else:
+            future.set_result(result)
 
     def _break(self, why: str) -> None:
         with self._lock:
             self._broken = why
             queued = list(self._queue)
             self._queue.clear()
-        for future, _ in queued:
-            if future.set_running_or_notify_cancel():
-                future.set_exception(BrokenExecutor(why))
-        for future in self._cycle:
-            if future is not None and not future.done():
-                future.set_exception(BrokenExecutor(why))
+        for entry in queued:
+            if isinstance(entry, _MapCalls):
+                entry.fail_rest(BrokenExecutor(why))
+            elif entry[0].set_running_or_notify_cancel():
+                entry[0].set_exception(BrokenExecutor(why))
+        for target in self._cycle:
+            if type(target) is tuple:
+                target[0].settle(target[1], _Raised(BrokenExecutor(why)))
+                target[0].notify()
+            elif target is not None and not target.done():
+                target.set_exception(BrokenExecutor(why))
 
     def _cleanup(self) -> None:
         _launch.remove(self._script)
@@ -308,19 +389,34 @@ def _json_stats(text: str) -> Optional[dict]:
     return json.loads(text)
 
 
-def _results(futures: List[cf.Future], deadline: Optional[float], chunked: bool) -> Iterator[Any]:
-    """The results of ``futures`` in order (flattened if ``chunked``);
-    closing the iterator cancels the ones not yet started."""
+class _Failed:
+    """A submitted call's exception (see ``Executor._outcome``)."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+def _map_results(job: _MapCalls, deadline: Optional[float], chunked: bool) -> Iterator[Any]:
+    """The results of a map's calls in order (flattened if ``chunked``);
+    closing the iterator early cancels the calls not yet started."""
     try:
-        futures.reverse()
-        while futures:
-            future = futures.pop()
-            wait = None if deadline is None else max(deadline - time.monotonic(), 0)
-            result = future.result(wait)
+        for i in range(len(job.results)):
+            result = job.results[i]
+            if result is _PENDING:
+                with job.cond:
+                    while job.results[i] is _PENDING:
+                        wait = None if deadline is None else deadline - time.monotonic()
+                        if wait is not None and wait <= 0:
+                            raise cf.TimeoutError()
+                        job.cond.wait(wait)
+                result = job.results[i]
+            if type(result) is _Raised:
+                raise result.exc
             if chunked:
                 yield from result
             else:
                 yield result
     finally:
-        for future in futures:
-            future.cancel()
+        job.closed = True
