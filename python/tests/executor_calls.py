@@ -122,6 +122,19 @@ print("first", first.result(timeout=600), flush=True)
 print("rest", [f.result(timeout=600) for f in queued[3:]] == [os.path.join("marks", "3"), os.path.join("marks", "4")], flush=True)
 print("cancelled", [f.cancelled() for f in queued], sorted(os.listdir("marks")), flush=True)
 
+# A map whose iterator gives up (its timeout) cancels its calls not started.
+os.remove("go")
+blocker = ex.submit(wait_for, "go")
+while not blocker.running():
+    time.sleep(0.01)
+it = ex.map(mark, [os.path.join("marks", f"map{i}") for i in range(3)], timeout=0.2)
+try:
+    next(it)
+except cf.TimeoutError:
+    print("gave up map", flush=True)
+open("go", "w").close()
+print("blocker", blocker.result(timeout=600), flush=True)
+
 # shutdown(cancel_futures=True): calls not started are cancelled, the others finish.
 os.remove("go")
 slow = ex.submit(wait_for, "go")

@@ -17,9 +17,9 @@ def calls(embedded_pool, tmp_path_factory):
 
 
 def line(out, start):
-    found = [ln for ln in out.stdout.splitlines() if ln.startswith(start + " ")]
+    found = [ln + " " for ln in out.stdout.splitlines() if (ln + " ").startswith(start + " ")]
     assert found, f"no line {start!r} in:\n{out.stdout}\n{out.stderr}"
-    return found[0][len(start) + 1:]
+    return found[0][len(start) + 1:].rstrip(" ")
 
 
 def test_an_executor_drives_1000_futures_with_as_completed_and_wait(calls):
@@ -60,11 +60,18 @@ def test_calls_not_started_are_cancelled_and_never_run(calls):
     assert line(calls, "cancelled") == "[True, True, True, False, False] ['3', '4']"
 
 
+def test_a_map_given_up_cancels_its_calls_not_started(calls):
+    assert line(calls, "gave up map") == ""
+    assert line(calls, "blocker") == "released"
+    # Its marks are absent from the directory listed after shutdown below.
+
+
 def test_shutdown_cancels_what_has_not_started_finishes_the_rest_and_refuses_more(calls):
     assert line(calls, "shutdown") == "released [True, True, True] ['3', '4']"
     assert line(calls, "after shutdown") == "cannot schedule new calls after shutdown"
-    # first, the two marks, slow: the cancelled calls never reached the pool.
-    assert line(calls, "stats") == "4"
+    # first, the two marks, the blocker, slow: the cancelled calls (and
+    # the given-up map's) never reached the pool.
+    assert line(calls, "stats") == "5"
 
 
 def test_a_plain_script_shows_no_progress(calls):
