@@ -5,8 +5,9 @@ from __future__ import annotations
 import atexit
 import collections
 import concurrent.futures as cf
+import functools
 import itertools
-import pickle
+import json
 import sys
 import threading
 import time
@@ -194,7 +195,7 @@ class Executor(cf.Executor):
             header = _codec.function_header(fn, True)
             payloads = [_codec.payload(header, a, None, True) for a in calls]
         else:
-            header = _codec.function_header(_partial(_codec.call_chunk, fn), True)
+            header = _codec.function_header(functools.partial(_codec.call_chunk, fn), True)
             chunks = iter(lambda: list(itertools.islice(calls, chunksize)), [])
             payloads = [_codec.payload(header, (c,), None, True) for c in chunks]
         job = _MapCalls(payloads)
@@ -263,7 +264,7 @@ class Executor(cf.Executor):
             self._break(f"the WoDi run ended: {e}")
         finally:
             try:
-                self.stats = _json_stats(native.close())
+                self.stats = json.loads(native.close())
             except Exception:
                 pass
             if self._progress is not None:
@@ -375,18 +376,6 @@ class Executor(cf.Executor):
         _launch.remove(self._script)
         embedded, self._embedded = self._embedded, None
         _launch.stop_embedded_pool(embedded)
-
-
-def _partial(func: Callable[..., Any], *args: Any) -> Callable[..., Any]:
-    import functools
-
-    return functools.partial(func, *args)
-
-
-def _json_stats(text: str) -> Optional[dict]:
-    import json
-
-    return json.loads(text)
 
 
 class _Failed:
