@@ -41,6 +41,14 @@ def mark(name):
     return name
 
 
+def setup(tag):
+    os.environ["WODI_TEST_TAG"] = tag
+
+
+def read_init(_):
+    return (wodi.init_data()["k"], os.environ.get("WODI_TEST_TAG"))
+
+
 @dataclass
 class Point:
     x: int
@@ -110,7 +118,9 @@ with wodi.Executor(max_workers=3) as ex:
 
 # Cancellation: one worker, one call handed to the pool at a time.
 os.makedirs("marks", exist_ok=True)
-ex = wodi.Executor(max_workers=1, window=1, prefetch=1)
+ex = wodi.Executor(max_workers=1, window=1, prefetch=1, init={"k": 3}, initializer=setup,
+                   initargs=("ready",))
+print("init", *ex.submit(read_init, None).result(timeout=600), flush=True)
 first = ex.submit(wait_for, "go")
 while not first.running():
     time.sleep(0.01)

@@ -52,6 +52,10 @@ def test_asyncio_awaits_results(calls):
     assert line(calls, "asyncio") == "True 144"
 
 
+def test_init_data_and_the_initializer_reach_each_worker(calls):
+    assert line(calls, "init") == "3 ready"
+
+
 def test_calls_not_started_are_cancelled_and_never_run(calls):
     assert line(calls, "cancel running") == "False"
     assert line(calls, "cancel queued") == "[True, True, True]"
@@ -69,9 +73,9 @@ def test_a_map_given_up_cancels_its_calls_not_started(calls):
 def test_shutdown_cancels_what_has_not_started_finishes_the_rest_and_refuses_more(calls):
     assert line(calls, "shutdown") == "released [True, True, True] ['3', '4']"
     assert line(calls, "after shutdown") == "cannot schedule new calls after shutdown"
-    # first, the two marks, the blocker, slow: the cancelled calls (and
+    # read_init, first, the two marks, the blocker, slow: the cancelled calls (and
     # the given-up map's) never reached the pool.
-    assert line(calls, "stats") == "5"
+    assert line(calls, "stats") == "6"
 
 
 def test_a_plain_script_shows_no_progress(calls):

@@ -98,15 +98,17 @@ class Executor(cf.Executor):
     worker's traceback chained as its ``__cause__``.
 
     Calls go out first come, first served. At most ``window`` calls
-    (default: twice the calls the workers hold) are handed to the pool ahead of
-    their results;
-    the others wait here, not started, and ``Future.cancel()`` cancels
-    them. ``prefetch``: calls each worker holds (2 hides most of the trip to the
-    server for short calls; 1 suits long calls on hosts of unequal speed,
-    where a call should not queue behind another on a slow host).
+    (default: twice the calls the workers hold) are handed to the pool
+    ahead of their results; the others wait here, not started, and
+    ``Future.cancel()`` cancels them. ``prefetch``: calls each worker
+    holds (2 hides most of the trip to the server for short calls, 8 more
+    of it for calls of microseconds; 1 suits long calls on hosts of
+    unequal speed, where a call should not queue behind another).
 
     ``init``: data every worker reads with ``wodi.init_data()``;
-    ``initializer(*initargs)`` runs in each worker before its first call.
+    ``initializer(*initargs)`` runs in each worker before its first call
+    (a function sent by value has globals of its own: keep state for
+    later calls in ``init``, or in a module the worker imports).
     ``progress``: None shows calls done in a notebook (a bar with
     ``ipywidgets``, text without) and nothing elsewhere; True shows it
     anywhere (text on standard error outside a notebook); False never.
