@@ -224,7 +224,9 @@ class Executor(cf.Executor):
         self._wake()
         if wait:
             self._thread.join()
-        _open.discard(self)
+            # Without waiting, the exit hook still waits for the run's end
+            # (its workers stopped, an embedded pool stopped).
+            _open.discard(self)
 
     def __exit__(self, *exc: Any) -> bool:
         self.shutdown(wait=True)
