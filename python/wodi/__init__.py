@@ -38,7 +38,7 @@ import pickle
 import sys
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
-from . import _codec, _launch, _native, _worker
+from . import _codec, _launch, _native, _progress, _worker
 from ._codec import RemoteError, RemoteTraceback, StepError
 from ._executor import BrokenExecutor, Executor
 
@@ -123,6 +123,11 @@ class Pool:
             _worker.serve(lambda data: _worker.set_init(pickle.loads(data)))
             sys.exit(0)
         self.stats: Optional[dict] = None
+        if not self._command and _progress.in_notebook():
+            raise RuntimeError(
+                "wodi.Pool runs this script in its workers, and a notebook is no script: "
+                "use wodi.Executor (its workers need no script: the notebook's functions "
+                "travel by value), or give Pool a worker command (worker=...)")
         self._embedded = None
         if self._command:
             command = worker.split() if isinstance(worker, str) else list(worker)
