@@ -358,7 +358,7 @@ impl Pool {
     pub fn next_raw_or_wake(&mut self) -> Result<Option<RawOutcome>, Error> {
         let wake = Arc::clone(&self.wake.0);
         loop {
-            if !self.open.as_ref().is_some_and(|o| o.remaining > 0) {
+            if self.open.as_ref().is_none_or(|o| o.remaining == 0) {
                 self.rt.block_on(wake.notified());
                 return Ok(None);
             }
