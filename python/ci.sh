@@ -12,8 +12,10 @@ trap 'rm -rf "$work"' EXIT
 python3 -m venv "$work/venv"
 "$work/venv/bin/pip" install -q --upgrade pip
 # The package's Rust build reuses one target directory between runs.
+# ipywidgets, ipykernel and jupyter_client: the notebook test runs an
+# executor in a real Jupyter kernel and reads its progress bar.
 CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target/python}" \
-    "$work/venv/bin/pip" install -q "$here" pytest
+    "$work/venv/bin/pip" install -q "$here" pytest ipywidgets ipykernel jupyter_client
 # Run from outside the checkout, so that `import wodi` finds the installed
 # package and not the sources in python/wodi. The tests start their pools
 # with the `carmi` the package carries ($CARMI_BIN, if set, instead).

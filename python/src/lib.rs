@@ -55,9 +55,12 @@ impl NativePool {
     /// Starts the server (`server` with `server_args`) and the run: `hosts`
     /// workers running `worker` with `worker_args` on hosts matching
     /// `requirements`, each given `init` (bytes) first; the pool from
-    /// `local`/`secret` or found as `carmi` finds it.
+    /// `local`/`secret` or found as `carmi` finds it. `prefetch`: steps in
+    /// hand per worker (more hides the round trip to the server for short
+    /// steps); `arrival_order`: steps go out in the order sent (an
+    /// executor's unrelated calls) rather than longest first by history.
     #[new]
-    #[pyo3(signature = (worker, worker_args, hosts, requirements, server, server_args, local=None, secret=None, init=None))]
+    #[pyo3(signature = (worker, worker_args, hosts, requirements, server, server_args, local=None, secret=None, init=None, prefetch=1, arrival_order=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -70,6 +73,8 @@ impl NativePool {
         local: Option<String>,
         secret: Option<String>,
         init: Option<PyBackedBytes>,
+        prefetch: u32,
+        arrival_order: bool,
     ) -> PyResult<Self> {
         let mut builder = wodi::Pool::builder()
             .hosts(hosts)
@@ -79,6 +84,10 @@ impl NativePool {
                 cfg.server = ServerCommand::Command {
                     program: server.into(),
                     args: server_args,
+                };
+                cfg.prefetch = prefetch.max(1);
+                if arrival_order {
+                    cfg.ordering = wodi::order::Ordering::Arrival;
                 }
             });
         if let Some(init) = init {
@@ -139,6 +148,47 @@ impl NativePool {
         }
     }
 
+    /// Adds steps to the open cycle (or begins one); returns the first new
+    /// step's index in its cycle, 0 when a cycle was begun (see
+    /// `wodi::Pool::extend_raw`).
+    fn extend(&mut self, py: Python<'_>, inputs: Vec<PyBackedBytes>) -> PyResult<usize> {
+        let inputs = inputs.iter().map(|b| Bytes::copy_from_slice(b)).collect();
+        let pool = self.pool()?;
+        Ok(py.allow_threads(|| pool.extend_raw(inputs)))
+    }
+
+    /// The outcomes in, `(index, ok, data)` each: waits for one, then takes
+    /// those already received too (up to `max`); empty once the pool's
+    /// waker is woken (see [`NativePool::waker`]). With no step out, waits
+    /// for a wake only.
+    #[pyo3(signature = (max=1024))]
+    fn next_or_wake(&mut self, py: Python<'_>, max: usize) -> PyResult<Vec<PyOutcome>> {
+        let pool = self.pool()?;
+        let outcomes = py.allow_threads(|| -> Result<Vec<RawOutcome>, wodi::simple::Error> {
+            let Some(first) = pool.next_raw_or_wake()? else {
+                return Ok(Vec::new());
+            };
+            let mut out = vec![first];
+            while out.len() < max {
+                match pool.try_next_raw() {
+                    Some(outcome) => out.push(outcome?),
+                    None => break,
+                }
+            }
+            Ok(out)
+        });
+        Ok(outcomes
+            .map_err(runtime_error)?
+            .into_iter()
+            .map(|o| to_py(py, o))
+            .collect())
+    }
+
+    /// The handle that ends a [`NativePool::next_or_wake`] wait from any thread.
+    fn waker(&mut self) -> PyResult<Waker> {
+        Ok(Waker(self.pool()?.waker()))
+    }
+
     /// Ends the run; returns the statistics as JSON.
     fn close(&mut self, py: Python<'_>) -> PyResult<String> {
         match self.pool.take() {
@@ -148,6 +198,19 @@ impl NativePool {
             }
             None => Ok("null".into()),
         }
+    }
+}
+
+/// Ends a `NativePool.next_or_wake` wait; usable from any thread (the
+/// pool itself belongs to the thread that made it).
+#[pyclass(frozen)]
+struct Waker(wodi::simple::Wake);
+
+#[pymethods]
+impl Waker {
+    /// Ends the pool's current wait for an outcome, or its next one.
+    fn wake(&self) {
+        self.0.wake();
     }
 }
 
@@ -232,7 +295,17 @@ fn server_main(py: Python<'_>) -> PyResult<()> {
     py.allow_threads(wodi::server_main).map_err(runtime_error)
 }
 
+/// A failed step's reason: the exception's `wodi_reason` (the Python side's
+/// own encoding of a call's exception, `wodi/_codec.py`) where it has one,
+/// else its traceback and message.
 fn format_exception(py: Python<'_>, e: PyErr) -> String {
+    if let Ok(reason) = e
+        .value(py)
+        .getattr("wodi_reason")
+        .and_then(|r| r.extract::<String>())
+    {
+        return reason;
+    }
     let tb = e
         .traceback(py)
         .and_then(|tb| tb.format().ok())
@@ -266,6 +339,7 @@ fn carmi(py: Python<'_>, args: Vec<String>, launcher: Vec<String>) -> u8 {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativePool>()?;
+    m.add_class::<Waker>()?;
     m.add_function(wrap_pyfunction!(serve_worker, m)?)?;
     m.add_function(wrap_pyfunction!(serve_commands, m)?)?;
     m.add_function(wrap_pyfunction!(server_main, m)?)?;

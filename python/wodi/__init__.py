@@ -1,6 +1,22 @@
-"""WoDi for Python: a parallel map over a CARMI pool.
+"""WoDi for Python: calls run on a CARMI pool's hosts.
+
+Two ways in:
+
+``wodi.Executor``, a ``concurrent.futures.Executor`` (``submit``, ``map``,
+``as_completed``, ``wait``, asyncio's ``run_in_executor``)::
 
     import wodi
+
+    with wodi.Executor(max_workers=4) as ex:
+        print(list(ex.map(lambda x: x * x, range(1000))))
+
+Its workers run ``python -m wodi._pyworker``: lambdas, closures and the
+functions of a script or notebook travel by value (cloudpickle); a call
+that raises raises in the caller, the worker's traceback as its cause.
+
+``wodi.Pool``, WoDi's cycles: each ``map`` is one cycle whose steps are
+ordered longest-first from the previous cycles, every result arrives once,
+and a step lost with its host is run again elsewhere::
 
     def square(x):
         return x * x
@@ -8,26 +24,28 @@
     with wodi.Pool() as pool:
         print(pool.map(square, range(1000)))
 
-Every process of the computation runs the same script: the master (the one
-you start), and the workers WoDi starts on the pool's hosts, in which
-``wodi.Pool()`` serves steps and exits instead of returning. Functions are
-sent by reference (pickle), so they must be defined at the top level of the
-script, above the ``with``. Each ``map`` is one WoDi cycle: steps are ordered
-longest-first from the previous cycles, every result arrives once, and a
-step lost with its host is run again elsewhere.
+A pool's workers run this same script, in which ``wodi.Pool()`` serves
+steps and exits instead of returning: its functions go by reference
+(pickle), so they must be defined at the top level, above the ``with``
+(lambdas and closures go by value).
 """
+
+from __future__ import annotations
 
 import json
 import os
 import pickle
-import subprocess
-import stat
 import sys
-import tempfile
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
-from . import _native
+from . import _codec, _launch, _native, _progress, _worker
+from ._codec import RemoteError, RemoteTraceback, StepError
+from ._executor import BrokenExecutor, Executor
 
-__all__ = ["Pool", "StepError", "SHELL", "serve", "init_data", "started_as_worker"]
+__all__ = [
+    "Pool", "Executor", "StepError", "BrokenExecutor", "RemoteTraceback", "RemoteError", "SHELL",
+    "serve", "init_data", "started_as_worker",
+]
 
 _CONNECT_ARG = "--wodi-connect="
 
@@ -38,38 +56,11 @@ shell command line (``sh -c``), its result the command's standard output
 standard error."""
 
 
-class StepError(Exception):
-    """A step raised: the message names the step's index and its input,
-    and carries the worker's traceback."""
-
-    def __init__(self, index, item, reason):
-        super().__init__(f"step {index} failed on input {item!r}:\n{reason}")
-        self.index = index
-        self.item = item
-        self.reason = reason
-
-
-# Steps travel as the frames' payload: a pickle of (function, input) to a
-# worker running this script, a pickle of the result back.
-def _run_step(data):
-    func, item = pickle.loads(data)
-    return pickle.dumps(func(item))
-
-
-_NO_INIT = object()
-_init = _NO_INIT
-
-
-def init_data():
-    """In a worker: the ``init`` given to ``wodi.Pool`` (unpickled for a
-    worker running the master's script, bytes for a command worker's
+def init_data() -> Any:
+    """In a worker: the ``init`` given to ``wodi.Pool`` or ``wodi.Executor``
+    (unpickled for Python workers, bytes for a command worker's
     ``wodi.serve``), or None when none was given."""
-    return None if _init is _NO_INIT else _init
-
-
-def _set_init(data, decode):
-    global _init
-    _init = decode(data)
+    return _worker.init_data()
 
 
 # A worker sees the master's arguments only: WoDi's own (which the native
@@ -78,12 +69,12 @@ _STARTED_AS_WORKER = any(a.startswith(_CONNECT_ARG) for a in sys.argv)
 sys.argv = [a for a in sys.argv if not a.startswith(_CONNECT_ARG)]
 
 
-def started_as_worker():
+def started_as_worker() -> bool:
     """True in a process WoDi started as a worker."""
     return _STARTED_AS_WORKER
 
 
-def serve(func):
+def serve(func: Callable[[bytes], Union[bytes, str]]) -> None:
     """For a worker command's own script: in a process WoDi started as a
     worker, serves steps with ``func`` (a step's input bytes in, bytes or
     str out; the init data is ``wodi.init_data()``, bytes) and exits;
@@ -91,62 +82,16 @@ def serve(func):
     if started_as_worker():
         # Without init data, the pool sends JSON's null (what WoDi's Rust
         # workers read): that is None here.
-        _native.serve_worker(func, lambda data: _set_init(data, lambda d: None if d == b"null" else d))
+        _native.serve_worker(func, lambda data: _worker.set_init(None if data == b"null" else data))
         sys.exit(0)
 
 
-def _worker_script(command):
-    """An executable that runs ``command`` (an argument list) from this
-    directory with this interpreter's module path: the worker the pool
-    runs (a file, since the pool stages an executable and runs it with
-    arguments; a staged copy of the interpreter would lose its venv)."""
-    fd, path = tempfile.mkstemp(prefix="wodi-worker-", suffix=".sh")
-    with os.fdopen(fd, "w") as f:
-        f.write("#!/bin/sh\n")
-        f.write(f"cd {_quote(os.getcwd())}\n")
-        f.write(f"PYTHONPATH={_quote(os.pathsep.join(sys.path))} ")
-        args = " ".join(_quote(a) for a in command)
-        f.write(f"exec {args} \"$@\"\n")
-    os.chmod(path, stat.S_IRWXU)
-    return path
-
-
-def _as_bytes(x, what):
+def _as_bytes(x: Any, what: str) -> bytes:
     if isinstance(x, (bytes, bytearray, memoryview)):
         return bytes(x)
     if isinstance(x, str):
         return x.encode()
     raise TypeError(f"{what} of a command worker must be bytes or str, not {type(x).__name__}")
-
-
-def _carmi_command():
-    """The ``carmi`` that starts and stops an embedded pool: ``$CARMI_BIN``
-    if set, else the one this package carries (``python -m wodi._carmi``,
-    built from the same sources as this module, so it speaks its protocol;
-    a ``carmi`` on the PATH may be of another version and is not used)."""
-    carmi = os.environ.get("CARMI_BIN")
-    if carmi:
-        return [carmi]
-    from . import _carmi
-
-    return _carmi.command()
-
-
-def _start_embedded_pool(hosts):
-    """No pool is configured: starts an embedded one on this machine with
-    ``carmi pool up`` (see ``_carmi_command``); returns the ``carmi``
-    command that stops it."""
-    carmi = _carmi_command()
-    up = subprocess.run(
-        [*carmi, "pool", "up", "--hosts", str(max(hosts, 1))], capture_output=True, text=True
-    )
-    if up.returncode != 0:
-        raise RuntimeError(f"`carmi pool up` failed: {up.stderr.strip()}")
-    return carmi
-
-
-def _quote(s):
-    return "'" + s.replace("'", "'\\''") + "'"
 
 
 class Pool:
@@ -163,28 +108,36 @@ class Pool:
 
     ``init``: data every worker gets before its first step, read there with
     ``wodi.init_data()`` (pickled for this script's workers; bytes or str
-    for a command worker)."""
+    for a command worker). ``prefetch``: steps each worker holds (1 keeps
+    WoDi's longest-first placement exact; 2 is faster for very short
+    steps)."""
 
-    def __init__(self, hosts=4, requirements="true", local=None, secret=None, worker=None,
-                 init=None):
+    def __init__(self, hosts: int = 4, requirements: str = "true", local: Optional[str] = None,
+                 secret: Optional[str] = None, worker: Union[None, str, Sequence[str]] = None,
+                 init: Any = None, prefetch: int = 1) -> None:
         self._command = worker is not None
         if started_as_worker():
             if self._command:
                 raise RuntimeError("this script was started as a WoDi worker, but its pool "
                                    "runs another worker command")
-            _native.serve_worker(_run_step, lambda data: _set_init(data, pickle.loads))
+            _worker.serve(lambda data: _worker.set_init(pickle.loads(data)))
             sys.exit(0)
-        self.stats = None
+        self.stats: Optional[dict] = None
+        if not self._command and _progress.in_notebook():
+            raise RuntimeError(
+                "wodi.Pool runs this script in its workers, and a notebook is no script: "
+                "use wodi.Executor (its workers need no script: the notebook's functions "
+                "travel by value), or give Pool a worker command (worker=...)")
         self._embedded = None
         if self._command:
             command = worker.split() if isinstance(worker, str) else list(worker)
             init = None if init is None else _as_bytes(init, "the init data")
         else:
             command = [sys.executable, os.path.abspath(sys.argv[0]), *sys.argv[1:]]
-            init = pickle.dumps(init)
+            init = _codec.dumps(init, False)
         if not (local and secret) and not _native.pool_configured():
-            self._embedded = _start_embedded_pool(hosts)
-        self._script = _worker_script(command)
+            self._embedded = _launch.start_embedded_pool(hosts)
+        self._script = _launch.worker_script(command)
         self._native = _native.NativePool(
             self._script,
             [],
@@ -195,19 +148,31 @@ class Pool:
             local,
             secret,
             init,
+            prefetch,
         )
 
-    def _encode(self, func, items):
+    def _encode(self, func: Optional[Callable[[Any], Any]], items: List[Any]) -> List[bytes]:
         if self._command:
             if func is not None:
                 raise TypeError("the workers run a command: pass None as the function")
             return [_as_bytes(x, "a step input") for x in items]
-        return [pickle.dumps((func, x)) for x in items]
+        # The workers run this script: its functions go by reference,
+        # lambdas and closures by value.
+        header = _codec.function_header(func, False)
+        return [_codec.payload(header, (x,), None, False) for x in items]
 
-    def _decode(self, data):
-        return data if self._command else pickle.loads(data)
+    def _outcome(self, i: int, item: Any, ok: bool, data: Any) -> Tuple[bool, Any]:
+        """``(True, result)`` or ``(False, StepError)`` for step ``i``."""
+        if ok:
+            return True, (data if self._command else _codec.loads(data))
+        failure = None if self._command else _codec.failure_of(data)
+        if failure is None:
+            return False, StepError(i, item, data)
+        error = StepError(i, item, failure.tb)
+        error.__cause__ = _codec.exception_of(failure)
+        return False, error
 
-    def map(self, func, items):
+    def map(self, func: Optional[Callable[[Any], Any]], items: Iterable[Any]) -> List[Any]:
         """Runs ``func`` on every item, one WoDi cycle; returns the results
         in input order. Raises StepError for the first item whose call
         raised (after the cycle's other steps have come back). On a pool of
@@ -216,12 +181,14 @@ class Pool:
         outcomes = self._native.map(self._encode(func, items))
         results = []
         for i, (ok, data) in enumerate(outcomes):
+            ok, value = self._outcome(i, items[i], ok, data)
             if not ok:
-                raise StepError(i, items[i], data)
-            results.append(self._decode(data))
+                raise value
+            results.append(value)
         return results
 
-    def map_unordered(self, func, items):
+    def map_unordered(self, func: Optional[Callable[[Any], Any]],
+                      items: Iterable[Any]) -> Iterator[Tuple[Any, Any]]:
         """Like ``map``, one cycle, but yields ``(item, result)`` pairs as the
         results arrive. Once every success has been yielded, raises
         StepError for the first item whose call raised. A loop left early
@@ -235,28 +202,26 @@ class Pool:
             if outcome is None:
                 break
             i, ok, data = outcome
+            ok, value = self._outcome(i, items[i], ok, data)
             if ok:
-                yield items[i], self._decode(data)
+                yield items[i], value
             elif failed is None:
-                failed = StepError(i, items[i], data)
+                failed = value
         if failed is not None:
             raise failed
-    def close(self):
+
+    def close(self) -> Optional[dict]:
         """Stops the workers, releases the hosts; returns the run's
         statistics (a dict: efficiency, steps_delivered, ...)."""
         if self.stats is None:
             self.stats = json.loads(self._native.close())
-            try:
-                os.unlink(self._script)
-            except OSError:
-                pass
-            if self._embedded:
-                subprocess.run([*self._embedded, "pool", "down"], capture_output=True)
+            _launch.remove(self._script)
+            _launch.stop_embedded_pool(self._embedded)
         return self.stats
 
-    def __enter__(self):
+    def __enter__(self) -> "Pool":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> bool:
         self.close()
         return False

@@ -25,6 +25,7 @@
 use std::fmt::Display;
 use std::marker::PhantomData;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::Serialize;
@@ -176,6 +177,7 @@ impl PoolBuilder {
             master,
             next_cycle: 0,
             open: None,
+            wake: Wake::default(),
         })
     }
 }
@@ -187,6 +189,22 @@ pub struct Pool {
     master: Master,
     next_cycle: u64,
     open: Option<OpenCycle>,
+    wake: Wake,
+}
+
+/// Interrupts a [`Pool::next_raw_or_wake`] wait from any thread: callers
+/// whose steps arrive one at a time (the Python package's executor) add
+/// them while the thread that owns the pool waits for results, and a new
+/// step must not wait for some older step's result to be sent.
+#[derive(Clone, Debug, Default)]
+pub struct Wake(Arc<tokio::sync::Notify>);
+
+impl Wake {
+    /// Ends the current wait, or the next one if none is under way (a wake
+    /// is never lost; several before one wait count once).
+    pub fn wake(&self) {
+        self.0.notify_one();
+    }
 }
 
 /// One step's outcome in a raw cycle ([`Pool::next_raw`]): its input's
@@ -287,32 +305,135 @@ impl Pool {
     /// its result bytes or the handler's error message; `None` once every
     /// step of the cycle is in (or none is open). Blocks until one arrives.
     pub fn next_raw(&mut self) -> Option<Result<RawOutcome, Error>> {
-        let open = self.open.as_mut()?;
-        while open.remaining > 0 {
-            let outcome = match self.rt.block_on(self.master.recv_result_raw()) {
-                Ok(o) => o,
-                Err(e) => {
-                    // The run is gone: nothing more will arrive.
-                    open.remaining = 0;
-                    open.ended = true;
-                    return Some(Err(e.into()));
-                }
-            };
-            let (step, result) = match outcome {
-                StepOutcome::Done(s, data) => (s.0 as usize, Ok(data)),
-                StepOutcome::Failed(s, why) => (s.0 as usize, Err(why)),
-            };
-            // WoDi delivers each step once; anything else is not this cycle's.
-            if step >= open.seen.len() || open.seen[step] {
-                tracing::warn!(%step, cycle = %open.cycle, "an outcome of no waiting step, ignored");
-                continue;
+        while self.open.as_ref()?.remaining > 0 {
+            let outcome = self.rt.block_on(self.master.recv_result_raw());
+            if let Some(accepted) = self.accept(outcome) {
+                return Some(accepted);
             }
-            open.seen[step] = true;
-            open.remaining -= 1;
-            self.end_if_done();
-            return Some(Ok((step, result)));
         }
         None
+    }
+
+    /// Adds steps to the open cycle, or begins a cycle with them when none
+    /// is open (or the open one is over): for callers whose steps arrive
+    /// one at a time rather than a cycle at once. Returns the first new
+    /// step's index in its cycle (0 when a cycle was begun; 0 and nothing
+    /// sent for no inputs). The cycle ends, as with [`Pool::begin_raw`],
+    /// once all its steps are in; the next call then begins another.
+    pub fn extend_raw(&mut self, inputs: Vec<Bytes>) -> usize {
+        if inputs.is_empty() {
+            return 0;
+        }
+        if !matches!(&self.open, Some(open) if !open.ended) {
+            let cycle = CycleId(self.next_cycle);
+            self.next_cycle += 1;
+            self.master
+                .begin_cycle_raw(cycle, Bytes::from_static(b"null"));
+            self.open = Some(OpenCycle {
+                cycle,
+                inputs: Vec::new(),
+                seen: Vec::new(),
+                remaining: 0,
+                ended: false,
+            });
+        }
+        let Some(open) = self.open.as_mut() else {
+            return 0; // just set above
+        };
+        let first = open.inputs.len();
+        for (k, data) in inputs.into_iter().enumerate() {
+            self.master
+                .send_work_raw(StepId((first + k) as u64), data.clone());
+            open.inputs.push(data);
+            open.seen.push(false);
+            open.remaining += 1;
+        }
+        first
+    }
+
+    /// [`Pool::next_raw`], but returning `Ok(None)` as soon as the pool's
+    /// [`Wake`] is woken (at once if it was woken since the last wait),
+    /// so that the caller can add steps ([`Pool::extend_raw`]) and wait
+    /// again. With no step out it waits for a wake only.
+    pub fn next_raw_or_wake(&mut self) -> Result<Option<RawOutcome>, Error> {
+        let wake = Arc::clone(&self.wake.0);
+        loop {
+            if self.open.as_ref().is_none_or(|o| o.remaining == 0) {
+                self.rt.block_on(wake.notified());
+                return Ok(None);
+            }
+            let master = &mut self.master;
+            let outcome = self.rt.block_on(async {
+                tokio::select! {
+                    // Results first: a burst of wakes must not starve them.
+                    biased;
+                    outcome = master.recv_result_raw() => Some(outcome),
+                    () = wake.notified() => None,
+                }
+            });
+            let Some(outcome) = outcome else {
+                return Ok(None);
+            };
+            if let Some(accepted) = self.accept(outcome) {
+                return accepted.map(Some);
+            }
+        }
+    }
+
+    /// An outcome already received, without waiting (`None` if none is
+    /// in): lets a caller take a burst of results in one go.
+    pub fn try_next_raw(&mut self) -> Option<Result<RawOutcome, Error>> {
+        while self.open.as_ref()?.remaining > 0 {
+            let master = &mut self.master;
+            let outcome = self.rt.block_on(async {
+                tokio::select! {
+                    biased;
+                    outcome = master.recv_result_raw() => Some(outcome),
+                    () = std::future::ready(()) => None,
+                }
+            })?;
+            if let Some(accepted) = self.accept(outcome) {
+                return Some(accepted);
+            }
+        }
+        None
+    }
+
+    /// The handle that interrupts [`Pool::next_raw_or_wake`] (clones share it).
+    pub fn waker(&self) -> Wake {
+        self.wake.clone()
+    }
+
+    /// One outcome received for the open cycle: the step's index and
+    /// result, or the error that ended the run; `None` for an outcome of
+    /// no waiting step (ignored).
+    fn accept(
+        &mut self,
+        outcome: Result<StepOutcome<Bytes>, MasterError>,
+    ) -> Option<Result<RawOutcome, Error>> {
+        let open = self.open.as_mut()?;
+        let outcome = match outcome {
+            Ok(o) => o,
+            Err(e) => {
+                // The run is gone: nothing more will arrive.
+                open.remaining = 0;
+                open.ended = true;
+                return Some(Err(e.into()));
+            }
+        };
+        let (step, result) = match outcome {
+            StepOutcome::Done(s, data) => (s.0 as usize, Ok(data)),
+            StepOutcome::Failed(s, why) => (s.0 as usize, Err(why)),
+        };
+        // WoDi delivers each step once; anything else is not this cycle's.
+        if step >= open.seen.len() || open.seen[step] {
+            tracing::warn!(%step, cycle = %open.cycle, "an outcome of no waiting step, ignored");
+            return None;
+        }
+        open.seen[step] = true;
+        open.remaining -= 1;
+        self.end_if_done();
+        Some(Ok((step, result)))
     }
 
     /// Tells the server the open cycle is over once all its steps are in.
