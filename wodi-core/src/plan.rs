@@ -317,23 +317,29 @@ pub fn lower_bound(work: &[f64], speeds: &[f64]) -> f64 {
 ///
 /// **Within one host of the optimum on large cycles of small steps.** Let
 /// `T` be the target, `s_1 >= s_2 >= ...` the speeds, `W` the total work
-/// and `L` the fewest hosts whose capacity holds it: `T (s_1 + ... + s_L)
-/// >= W`. No plan does with fewer, so `L <= OPT`. Claim: if every step but
-/// the longest has work at most `T s_(L+1) / L` (it runs in at most `1/L`
-/// of the target on the `(L+1)`-th host), then `L + 1` hosts reach the
-/// target, so the answer is at most `L + 1 <= OPT + 1`. Proof: [`plan`] ends
-/// no later than list scheduling (each step, longest first, to the host
-/// where it ends earliest). The longest goes first, to the fastest host, and
-/// ends by `T`. Let another step `x` of work `w` end last, at `C`. When `x` was
-/// placed, on every host `j` it would have ended no sooner than `C`: host
-/// `j` was busy until `f_j >= C - w / s_j` and had done `f_j s_j >= C s_j -
-/// w` of the other work. Summed over the `k = L + 1` hosts, `W - w >= C S -
-/// k w` with `S = s_1 + ... + s_k`, so `C <= (W + L w) / S`. With `W <= T
-/// (S - s_(L+1))` and `L w <= T s_(L+1)`, `C <= T`. Outside that condition
-/// (a few steps nearly as long as the target, as in the materials profile)
-/// no bound of this kind is known for a fast rule: deciding whether two
-/// hosts suffice is already the partition problem. There the answer is
-/// exact up to 8 hosts and the greedy count above that.
+/// and `L` the fewest hosts whose capacity holds it, that is
+/// `T (s_1 + ... + s_L) >= W`. No plan does with fewer, so `L <= OPT`.
+///
+/// Claim: if every step but the longest has work at most `T s_(L+1) / L`
+/// (it runs in at most `1/L` of the target on the `(L+1)`-th host), then
+/// `L + 1` hosts reach the target, so the answer is at most
+/// `L + 1 <= OPT + 1`.
+///
+/// Proof: [`plan`] ends no later than list scheduling (each step, longest
+/// first, to the host where it ends earliest). The longest goes first, to
+/// the fastest host, and ends by `T`. Let another step `x` of work `w` end
+/// last, at `C`. When `x` was placed, on every host `j` it would have ended
+/// no sooner than `C`: host `j` was busy until `f_j`, with
+/// `f_j >= C - w / s_j`, and had done `f_j s_j`, at least `C s_j - w`, of
+/// the other work. Summed over the `k = L + 1` hosts, with
+/// `S = s_1 + ... + s_k`: `W - w >= C S - k w`, so `C <= (W + L w) / S`.
+/// With `W <= T (S - s_(L+1))` and `L w <= T s_(L+1)`, `C <= T`.
+///
+/// Outside that condition (a few steps nearly as long as the target, as in
+/// the materials profile) the answer is exact up to 8 hosts and the greedy
+/// count above that, with no such guarantee: deciding whether two hosts
+/// suffice is already the partition problem, and whether any fast rule is
+/// always within one bin of the optimum is open even for bin packing.
 pub fn fewest_hosts(work: &[f64], speeds: &[f64], tolerance: f64) -> usize {
     let mut speeds: Vec<f64> = speeds.iter().copied().filter(|s| *s > 0.0).collect();
     speeds.sort_by(|a, b| b.total_cmp(a));
