@@ -170,9 +170,9 @@ const PACK_ROUNDS: u32 = 20;
 /// uniform hosts (steps in [`longest_first`] order, each to the host where it
 /// would finish earliest, ties to the faster host, then the lower index)
 /// and, for a small cycle whose steps all have history, a [`multifit`]
-/// packing, kept when it ends sooner, and on at most 8 hosts the best plan a
-/// branch-and-bound search finds below those two (the shortest possible
-/// unless its node budget runs out). LPT alone can be several percent over
+/// packing, kept when it ends sooner, and for at most 12 steps on at most 8
+/// hosts the best plan a branch-and-bound search finds below those two (the
+/// shortest possible unless its node budget runs out). LPT alone can be several percent over
 /// the best packing on the stable, repeated cycles WoDi runs (5% on the
 /// materials profile at 16 hosts), and each cycle repeats that waste.
 /// `work[i]` is step i's estimated work on a speed-1 host; `None` (no
@@ -189,7 +189,7 @@ pub fn plan(work: &[Option<f64>], hosts: &[Host]) -> Plan {
         Some(packed) if packed.makespan() < lpt.makespan() * (1.0 - 1e-9) => packed,
         _ => lpt,
     };
-    if hosts.len() > exact::EXACT_HOSTS {
+    if hosts.len() > exact::EXACT_HOSTS || known.len() > exact::EXACT_STEPS {
         return best;
     }
     // On a few hosts, search for a better plan than the greedy ones; a
@@ -308,9 +308,9 @@ pub fn lower_bound(work: &[f64], speeds: &[f64]) -> f64 {
 /// the estimates hold. Counts whose hosts cannot hold the work by the target
 /// even perfectly spread are skipped without planning.
 ///
-/// **Exact on up to 8 hosts.** There [`plan`] searches assignments by branch
-/// and bound (within a node budget that the cycles of tens of steps WoDi
-/// plans stay far below): when the answer is at most 8 it is the true
+/// **Exact on up to 8 hosts and 12 steps.** There [`plan`] searches
+/// assignments by branch and bound (within a node budget): when the answer
+/// is at most 8 hosts for a cycle of at most 12 steps it is the true
 /// fewest, as the property test against brute force checks. The fastest `k`
 /// hosts are the best `k` to take (a faster host can run whatever a slower
 /// one ran, no later), so only one set per count is tried.
@@ -336,8 +336,8 @@ pub fn lower_bound(work: &[f64], speeds: &[f64]) -> f64 {
 /// With `W <= T (S - s_(L+1))` and `L w <= T s_(L+1)`, `C <= T`.
 ///
 /// Outside that condition (a few steps nearly as long as the target, as in
-/// the materials profile) the answer is exact up to 8 hosts and the greedy
-/// count above that, with no such guarantee: deciding whether two hosts
+/// the materials profile) the answer is exact up to 8 hosts (12 steps) and
+/// the greedy count above that, with no such guarantee: deciding whether two hosts
 /// suffice is already the partition problem, and whether any fast rule is
 /// always within one bin of the optimum is open even for bin packing.
 pub fn fewest_hosts(work: &[f64], speeds: &[f64], tolerance: f64) -> usize {
