@@ -45,6 +45,47 @@ pub fn materials() -> Vec<StepProfile> {
         .collect()
 }
 
+/// Total mean compute of one cycle of [`materials`], seconds: the other
+/// profiles carry the same work, so that runs compare on their shape alone.
+fn materials_total() -> f64 {
+    MATERIALS_MINUTES.iter().sum::<f64>() * 60.0
+}
+
+/// A cycle of `n` equal steps with the materials cycle's total work and
+/// spread: the shape on which packing has least to gain (every step fits
+/// anywhere) and a host idles in the tail only for the remainder of `n`
+/// over the host count.
+pub fn uniform(n: usize) -> Vec<StepProfile> {
+    let mean = materials_total() / n.max(1) as f64;
+    vec![
+        StepProfile {
+            mean,
+            std_dev: mean * MATERIALS_SPREAD,
+        };
+        n
+    ]
+}
+
+/// A cycle of `n` steps whose times follow a Pareto law of index 1.5 (a
+/// heavy tail: most steps short, the longest about 10 times the median and 3 times the materials cycle's longest),
+/// with the materials cycle's total work and spread, submitted shortest
+/// first. Step `i` takes the law's quantile at `(i + 0.5) / n`, so the
+/// profile is the same on every call. The longest step sets the cycle's
+/// time, and the short ones must be packed around it.
+pub fn heavy_tail(n: usize) -> Vec<StepProfile> {
+    let n = n.max(1);
+    let raw: Vec<f64> = (0..n)
+        .map(|i| (1.0 - (i as f64 + 0.5) / n as f64).powf(-1.0 / 1.5))
+        .collect();
+    let scale = materials_total() / raw.iter().sum::<f64>();
+    raw.into_iter()
+        .map(|r| StepProfile {
+            mean: r * scale,
+            std_dev: r * scale * MATERIALS_SPREAD,
+        })
+        .collect()
+}
+
 /// The profile with every time multiplied by `factor` (e.g. 1/300 to run a
 /// five-hour job in a minute).
 pub fn scaled(profile: &[StepProfile], factor: f64) -> Vec<StepProfile> {
@@ -99,6 +140,26 @@ mod tests {
         let first_half: f64 = means[..15].iter().sum();
         let second_half: f64 = means[16..].iter().sum();
         assert!(second_half > 2.0 * first_half);
+    }
+
+    #[test]
+    fn the_other_profiles_carry_the_materials_work_in_their_own_shape() {
+        let total = |p: &[StepProfile]| p.iter().map(|s| s.mean).sum::<f64>();
+        let longest = |p: &[StepProfile]| p.iter().map(|s| s.mean).fold(0.0, f64::max);
+        let m = materials();
+        let u = uniform(31);
+        let h = heavy_tail(31);
+        assert_eq!((u.len(), h.len()), (31, 31));
+        assert!((total(&u) - total(&m)).abs() < 1e-6);
+        assert!((total(&h) - total(&m)).abs() < 1e-6);
+        assert_eq!(longest(&u), u[0].mean);
+        // The heavy tail's longest step is far above its median and above
+        // the materials cycle's longest.
+        let mut means: Vec<f64> = h.iter().map(|s| s.mean).collect();
+        means.sort_by(f64::total_cmp);
+        assert!(means[30] > 8.0 * means[15], "{means:?}");
+        assert!(means[30] > 3.0 * longest(&m));
+        assert!(h.windows(2).all(|w| w[0].mean <= w[1].mean));
     }
 
     #[test]

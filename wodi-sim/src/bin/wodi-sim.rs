@@ -28,7 +28,7 @@ use clap::{ArgAction, Parser, ValueEnum};
 use owner_model::OwnerModel;
 use serde::Serialize;
 use wodi_core::order::Ordering as StepOrder;
-use wodi_core::profile::{StepProfile, materials};
+use wodi_core::profile::{StepProfile, heavy_tail, materials, uniform};
 use wodi_core::sched::SchedConfig;
 use wodi_sim::{PoolConfig, Preset, RunSummary, SimConfig, simulate};
 
@@ -36,9 +36,13 @@ use wodi_sim::{PoolConfig, Preset, RunSummary, SimConfig, simulate};
 #[derive(Parser, Debug)]
 #[command(name = "wodi-sim", version)]
 struct Cli {
-    /// Steps per cycle (the materials profile, stretched or shrunk to this many).
+    /// Steps per cycle (the profile stretched or shrunk to this many).
     #[arg(long, default_value_t = 31)]
     steps: usize,
+    /// The shape of a cycle: the paper's materials application, equal
+    /// steps, or a heavy (Pareto) tail; all three carry the same work.
+    #[arg(long, value_enum, default_value_t = Profile::Materials)]
+    profile: Profile,
     /// Cycles per run.
     #[arg(long, default_value_t = 35)]
     cycles: u32,
@@ -136,6 +140,14 @@ enum Ordering {
 
 #[derive(Clone, Copy, Debug, ValueEnum, Serialize)]
 #[serde(rename_all = "snake_case")]
+enum Profile {
+    Materials,
+    Uniform,
+    HeavyTail,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
 enum Speeds {
     Identical,
     Varied,
@@ -161,11 +173,17 @@ fn aggregate(xs: &[f64]) -> Aggregate {
     }
 }
 
-/// The materials profile with `n` steps: step i takes the time of the
-/// profile's step at the same relative position.
-fn profile(n: usize) -> Vec<StepProfile> {
-    let base = materials();
-    (0..n).map(|i| base[i * base.len() / n.max(1)]).collect()
+/// The chosen profile with `n` steps: for materials, step i takes the time
+/// of the profile's step at the same relative position.
+fn profile(shape: Profile, n: usize) -> Vec<StepProfile> {
+    match shape {
+        Profile::Materials => {
+            let base = materials();
+            (0..n).map(|i| base[i * base.len() / n.max(1)]).collect()
+        }
+        Profile::Uniform => uniform(n),
+        Profile::HeavyTail => heavy_tail(n),
+    }
 }
 
 fn hms(s: f64) -> String {
@@ -177,7 +195,7 @@ fn hms(s: f64) -> String {
 /// shifted by `--spacing` hours per run and the seed by one.
 fn run_config(cli: &Cli, owners: &OwnerModel, speeds: &[f64], r: u32) -> SimConfig {
     let mut cfg = SimConfig {
-        profile: profile(cli.steps),
+        profile: profile(cli.profile, cli.steps),
         cycles: cli.cycles,
         speeds: speeds.to_vec(),
         actual_speeds: (cli.slow_every > 0).then(|| {
