@@ -7,4 +7,4 @@ def square(x):
 
 with wodi.Pool(hosts=4) as pool:
     squares = pool.map(square, range(1000))
-print(sum(squares), f"efficiency {pool.stats['efficiency']:.0%}")
+print(sum(squares), f"from {pool.stats['steps_delivered']} steps")

@@ -12,7 +12,7 @@ def test_the_readme_example_maps_1000_inputs_in_order(embedded_pool, tmp_path):
     assert text.strip() in (HERE.parent / "README.md").read_text(), "README shows another example"
     out = run_script(script, embedded_pool, tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.startswith(f"{sum(i * i for i in range(1000))} efficiency "), out.stdout
+    assert out.stdout.startswith(f"{sum(i * i for i in range(1000))} from "), out.stdout
 
 
 def test_a_step_that_raises_comes_back_naming_its_input(embedded_pool, tmp_path):
