@@ -240,6 +240,27 @@ impl<Out: Serialize, W: AsyncWrite + Unpin> ConnWriter<Out, W> {
     pub fn get_mut(&mut self) -> &mut W {
         &mut self.inner
     }
+
+    /// Writes what `rx` brings until it closes: each burst of queued
+    /// messages through a 64 KiB buffer before one flush, so that many small
+    /// messages cost one system call (a link carrying many machines' bytes).
+    pub async fn send_queued(
+        &mut self,
+        rx: &mut tokio::sync::mpsc::Receiver<(Out, Bytes)>,
+    ) -> std::io::Result<()> {
+        let mut w: ConnWriter<Out, _> = ConnWriter::new(tokio::io::BufWriter::with_capacity(
+            64 * 1024,
+            &mut self.inner,
+        ));
+        while let Some((msg, payload)) = rx.recv().await {
+            w.send(&msg, &payload).await?;
+            while let Ok((msg, payload)) = rx.try_recv() {
+                w.send(&msg, &payload).await?;
+            }
+            w.flush().await?;
+        }
+        Ok(())
+    }
 }
 
 /// One frame of an `Out` message encoded ahead of its write, so that it can

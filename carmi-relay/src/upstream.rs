@@ -8,14 +8,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use carmi_api::conn::{Conn, ConnReader, ConnWriter};
+use carmi_api::conn::{Conn, ConnReader};
 use carmi_api::frame::FrameReader;
 use carmi_api::handshake::{self, Towards};
 use carmi_api::msg::Role;
 use carmi_api::msg::relay::{MAX_ALIVE_CHANS, RelayDown, RelayUp};
 use carmi_api::tls;
 use rand::Rng;
-use tokio::io::BufWriter;
 use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
 
@@ -111,7 +110,9 @@ async fn serve(conn: UpConn, config: &RelayConfig, hub: &Hub) -> String {
     hub.linked_by(up_tx.clone());
     let ended = tokio::select! {
         r = read(&mut reader, hub) => r,
-        r = write(&mut writer, &mut up_rx) => r,
+        r = writer.send_queued(&mut up_rx) => {
+            r.map_err(|e| format!("cannot write to the global RM: {e}"))
+        }
         r = fold_heartbeats(config.alive, hub, &up_tx) => r,
     };
     let _ = writer.shutdown().await;
@@ -152,23 +153,6 @@ async fn read(reader: &mut ConnReader<RelayDown>, hub: &Hub) -> Result<(), Strin
             }
         }
     }
-}
-
-async fn write(
-    w: &mut ConnWriter<RelayUp>,
-    rx: &mut mpsc::Receiver<(RelayUp, Bytes)>,
-) -> Result<(), String> {
-    let failed = |e: std::io::Error| format!("cannot write to the global RM: {e}");
-    let mut w: ConnWriter<RelayUp, _> =
-        ConnWriter::new(BufWriter::with_capacity(64 * 1024, w.get_mut()));
-    while let Some((msg, payload)) = rx.recv().await {
-        w.send(&msg, &payload).await.map_err(failed)?;
-        while let Ok((msg, payload)) = rx.try_recv() {
-            w.send(&msg, &payload).await.map_err(failed)?;
-        }
-        w.flush().await.map_err(failed)?;
-    }
-    Ok(())
 }
 
 /// Every `period`, one `Alive` naming the machines that sent an unchanged

@@ -1,7 +1,6 @@
 //! A relay (`carmi-relay`) a test starts in front of a [`Pool`]'s global RM,
 //! with an admin token of its own; killed when dropped.
 
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
 use carmi_api::token::Power;
@@ -58,15 +57,7 @@ impl Pool {
             .stderr(log)
             .spawn()
             .expect("start carmi-relay");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("carmi-relay printed {line:?}"))
-            .to_string();
+        let addr = crate::daemon_lines(&mut child, "carmi-relay", 1).remove(0);
         Relay {
             child,
             addr,

@@ -39,8 +39,7 @@ fn registered(pool: &Pool, name: &str) -> bool {
     })
 }
 
-/// Whether machine `name`'s log says it connected through `addr`, more
-/// than `before` times.
+/// How many times machine `name`'s log says it connected through `addr`.
 fn connections_through(pool: &Pool, name: &str, addr: &str) -> usize {
     log(pool, name)
         .lines()

@@ -14,12 +14,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use carmi_api::conn::{Conn, ConnReader, ConnWriter};
+use carmi_api::conn::{Conn, ConnReader};
 use carmi_api::frame::FrameReader;
 use carmi_api::msg::relay::{Chan, RelayDown, RelayUp};
 use carmi_api::msg::{FromGlobal, Role, ToGlobal};
 use carmi_api::proof::Presented;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
@@ -61,7 +61,7 @@ pub(super) async fn serve_relay(
     let mut stop_rx = stop;
     let ended = tokio::select! {
         r = relay.read(&mut reader) => r,
-        r = write_down(&mut writer, &mut down_rx) => r,
+        r = writer.send_queued(&mut down_rx) => r.map_err(|e| format!("write failed: {e}")),
         reason = super::conn::until_invalid(&shared, admitted.as_ref(), false) => Err(reason),
         _ = stop_rx.changed() => Ok(()),
     };
@@ -296,23 +296,4 @@ impl Channel {
             .send((RelayDown::Close { chan, reason }, Bytes::new()))
             .await;
     }
-}
-
-/// Writes what the channels and the reader send the relay, a burst before
-/// one flush.
-async fn write_down(
-    w: &mut ConnWriter<RelayDown>,
-    rx: &mut mpsc::Receiver<(RelayDown, Bytes)>,
-) -> Result<(), String> {
-    let failed = |e: std::io::Error| format!("write failed: {e}");
-    let mut w: ConnWriter<RelayDown, _> =
-        ConnWriter::new(BufWriter::with_capacity(64 * 1024, w.get_mut()));
-    while let Some((msg, payload)) = rx.recv().await {
-        w.send(&msg, &payload).await.map_err(failed)?;
-        while let Ok((msg, payload)) = rx.try_recv() {
-            w.send(&msg, &payload).await.map_err(failed)?;
-        }
-        w.flush().await.map_err(failed)?;
-    }
-    Ok(())
 }
