@@ -81,11 +81,6 @@ impl Hub {
         self.state().sessions.len()
     }
 
-    /// Whether the relay has a link to the global RM now.
-    pub fn linked(&self) -> bool {
-        self.state().up.is_some()
-    }
-
     /// A new link to the global RM, and the way to it.
     pub(crate) fn linked_by(&self, up: mpsc::Sender<(RelayUp, Bytes)>) {
         self.state().up = Some(up);
