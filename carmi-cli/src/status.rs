@@ -102,29 +102,19 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
     if args.gpus {
         machines.retain(|m| parsed.get(&m.name).is_some_and(has_gpus));
     }
-    if args.json {
-        for m in &mut machines {
-            if let Some(ad) = parsed.get(&m.name) {
-                m.attributes = ad
-                    .iter()
-                    .map(|(n, e)| (n.to_string(), e.to_string()))
-                    .collect();
-            }
-        }
-    }
     let out = if !args.af.is_empty() {
         autoformat(&machines, &parsed, &args.af)
     } else if args.total {
         summary(&machines)
     } else if args.json {
-        let mut v = machines_json(&machines);
+        let mut v = machines_json(&machines, &parsed);
         if args.long
             && let serde_json::Value::Array(items) = &mut v
         {
             for item in items {
                 let name = item["name"].as_str().unwrap_or_default().to_string();
                 let ad = ads.iter().find(|(n, _)| *n == name).map(|(_, a)| a.clone());
-                item["ad"] = ad.into();
+                item["ad"] = ad.as_deref().into();
             }
         }
         let mut text = serde_json::to_string_pretty(&v).expect("JSON values always serialize");
@@ -186,18 +176,29 @@ fn attribute<'a>(m: &'a MachineStatus, name: &str) -> Option<&'a str> {
 /// A ClassAd literal as a JSON value: numbers, booleans and strings become
 /// their JSON kind; anything else (an expression) stays as its text.
 fn literal(text: &str) -> serde_json::Value {
+    match classad::parse_expr(text) {
+        Ok(expr) => expr_json(&expr, &classad::ClassAd::new(), || text.into()),
+        Err(_) => serde_json::Value::String(text.to_string()),
+    }
+}
+
+/// [`literal`] of an expression already parsed (a whole ad's attribute):
+/// its value in `empty` (an ad with no attributes) when that is a number,
+/// boolean or string, else `text()`.
+fn expr_json(
+    expr: &classad::Expr,
+    empty: &classad::ClassAd,
+    text: impl FnOnce() -> String,
+) -> serde_json::Value {
     use classad::Value;
-    let Ok(expr) = classad::parse_expr(text) else {
-        return serde_json::Value::String(text.to_string());
-    };
-    match classad::ClassAd::new().eval_expr(&expr, None) {
+    match empty.eval_expr(expr, None) {
         Value::Bool(b) => b.into(),
         Value::Int(i) => i.into(),
         Value::Real(r) => serde_json::Number::from_f64(r)
             .map(serde_json::Value::Number)
-            .unwrap_or_else(|| text.into()),
+            .unwrap_or_else(|| text().into()),
         Value::Str(s) => s.as_ref().into(),
-        _ => text.into(),
+        _ => text().into(),
     }
 }
 
@@ -213,19 +214,28 @@ fn cell(text: Option<&str>) -> String {
 fn slot_text(slot: &carmi_api::msg::SlotStatus) -> String {
     match slot.job {
         Some(job) => format!("{}:{}", slot.state, job),
-        None => slot.state.clone(),
+        None => slot.state.to_string(),
     }
 }
 
-fn machines_json(machines: &[MachineStatus]) -> serde_json::Value {
+/// `--json`: each machine with every attribute of its whole ad (the
+/// attributes `Status` shows where its ad is missing), and its slots.
+fn machines_json(
+    machines: &[MachineStatus],
+    ads: &BTreeMap<String, classad::ClassAd>,
+) -> serde_json::Value {
+    let empty = classad::ClassAd::new();
     machines
         .iter()
         .map(|m| {
-            let attributes: serde_json::Map<String, serde_json::Value> = m
-                .attributes
-                .iter()
-                .map(|(name, text)| (name.clone(), literal(text)))
-                .collect();
+            let attributes: serde_json::Map<String, serde_json::Value> = match ads.get(&m.name) {
+                Some(ad) => (ad.iter())
+                    .map(|(name, e)| (name.to_string(), expr_json(e, &empty, || e.to_string())))
+                    .collect(),
+                None => (m.attributes.iter())
+                    .map(|(name, text)| (name.clone(), literal(text)))
+                    .collect(),
+            };
             let slots: Vec<serde_json::Value> = m
                 .slots
                 .iter()
@@ -524,7 +534,7 @@ fn gpu_table(machines: &[MachineStatus], ads: &BTreeMap<String, classad::ClassAd
 fn states(m: &MachineStatus) -> String {
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
     for s in &m.slots {
-        *counts.entry(s.state.as_str()).or_default() += 1;
+        *counts.entry(&*s.state).or_default() += 1;
     }
     match counts.len() {
         0 => "-".into(),
@@ -547,9 +557,9 @@ fn summary(machines: &[MachineStatus]) -> String {
             *by_arch
                 .entry(arch.clone())
                 .or_default()
-                .entry(slot.state.clone())
+                .entry(slot.state.to_string())
                 .or_default() += 1;
-            *totals.entry(slot.state.clone()).or_default() += 1;
+            *totals.entry(slot.state.to_string()).or_default() += 1;
         }
     }
     let line = |label: &str, counts: &BTreeMap<String, usize>| {

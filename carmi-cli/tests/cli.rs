@@ -175,7 +175,7 @@ fn pool() -> Vec<MachineStatus> {
     vec![
         MachineStatus {
             name: "lab-pc-01.example.edu".into(),
-            attributes: attrs("X86_64", 16384, "0.25"),
+            attributes: attrs("X86_64", 16384, "0.25").into(),
             slots: vec![
                 SlotStatus {
                     host: HostId(1),
@@ -191,7 +191,7 @@ fn pool() -> Vec<MachineStatus> {
         },
         MachineStatus {
             name: "desk7".into(),
-            attributes: attrs("aarch64", 8192, "1.5"),
+            attributes: attrs("aarch64", 8192, "1.5").into(),
             slots: vec![SlotStatus {
                 host: HostId(3),
                 state: "owner".into(),
@@ -201,7 +201,7 @@ fn pool() -> Vec<MachineStatus> {
         // A submit machine: it lends no slots.
         MachineStatus {
             name: "submit".into(),
-            attributes: attrs("X86_64", 4096, "0.1"),
+            attributes: attrs("X86_64", 4096, "0.1").into(),
             slots: vec![],
         },
     ]
@@ -219,9 +219,9 @@ async fn fake_global(secret: &[u8], machines: Vec<MachineStatus>) -> String {
     .await
 }
 
-fn whole_ad(m: &MachineStatus) -> (String, String) {
+fn whole_ad(m: &MachineStatus) -> (String, std::sync::Arc<str>) {
     let mut text = String::from("[");
-    for (name, value) in &m.attributes {
+    for (name, value) in m.attributes.iter() {
         text.push_str(&format!("{name} = {value}; "));
     }
     let state = if m.name == "desk7" {
@@ -233,7 +233,7 @@ fn whole_ad(m: &MachineStatus) -> (String, String) {
         "State = \"{state}\"; Department = \"physics\"; Name = \"{}\" ]",
         m.name
     ));
-    (m.name.clone(), text)
+    (m.name.clone(), text.into())
 }
 
 /// A global RM that answers each admin's request (after any `Upload`) with
@@ -392,14 +392,19 @@ async fn status_selects_by_policy_state_and_prints_chosen_attributes() {
 /// whole memory, as a local RM that found them advertises.
 fn gpu_pool() -> Vec<MachineStatus> {
     let mut machines = pool();
-    let attrs = &mut machines[0].attributes;
-    attrs.push(("GPUs".to_string(), "1".to_string()));
-    attrs.push(("TotalGPUs".to_string(), "2".to_string()));
-    attrs.push(("TotalMemory".to_string(), "32768".to_string()));
-    machines[1]
-        .attributes
-        .push(("GPUs".to_string(), "0".to_string()));
+    add_attributes(
+        &mut machines[0],
+        &[("GPUs", "1"), ("TotalGPUs", "2"), ("TotalMemory", "32768")],
+    );
+    add_attributes(&mut machines[1], &[("GPUs", "0")]);
     machines
+}
+
+/// Adds `pairs` to what `Status` shows of `m`.
+fn add_attributes(m: &mut MachineStatus, pairs: &[(&str, &str)]) {
+    let mut attrs = m.attributes.to_vec();
+    attrs.extend(pairs.iter().map(|(n, v)| (n.to_string(), v.to_string())));
+    m.attributes = attrs.into();
 }
 
 /// `carmi status ARGS` against a fake global RM serving `machines`.
@@ -507,10 +512,14 @@ async fn status_compact_prints_one_line_per_machine() {
 #[tokio::test]
 async fn status_gpus_lists_the_machines_with_gpus_and_what_they_are() {
     let mut machines = gpu_pool();
-    let attrs = &mut machines[0].attributes;
-    attrs.push(("GPUs_Capability".to_string(), "8.0".to_string()));
-    attrs.push(("CUDAGlobalMemoryMb".to_string(), "40960".to_string()));
-    attrs.push(("GPUs_DeviceName".to_string(), "\"NVIDIA A100\"".to_string()));
+    add_attributes(
+        &mut machines[0],
+        &[
+            ("GPUs_Capability", "8.0"),
+            ("CUDAGlobalMemoryMb", "40960"),
+            ("GPUs_DeviceName", "\"NVIDIA A100\""),
+        ],
+    );
     let out = status_of(machines, &["-gpus"]).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     let table = text(&out.stdout);

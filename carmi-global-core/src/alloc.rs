@@ -129,6 +129,7 @@ mod tests;
 mod why;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use carmi_proto::ids::{HostId, JobId};
@@ -331,7 +332,7 @@ impl Allocator {
     }
 
     /// Every online machine's name and whole ad (new syntax), for `carmi status -l`.
-    pub fn machine_ads(&self) -> Vec<(String, String)> {
+    pub fn machine_ads(&self) -> Vec<(String, Arc<str>)> {
         self.pool
             .online()
             .map(|m| (m.name.clone(), m.ad_text.clone()))

@@ -63,6 +63,14 @@ pub enum Input {
         /// not from when the router got to it.
         at: Duration,
     },
+    /// Unchanged heartbeats of these machines' links, folded by a relay,
+    /// read at `at`.
+    Alive {
+        /// The machines' links.
+        links: Vec<LinkId>,
+        /// When the relay's message was read.
+        at: Duration,
+    },
     /// An executable is in the store.
     Stored(ExecutableRef),
     /// A staging message of a local RM, or the store serving a copy.
@@ -189,6 +197,7 @@ impl GlobalCore {
                 self.router.on_app_identity(link, conn, verdict)
             }
             Input::Message { link, msg, at } => self.router.on_decoded(link, *msg, at),
+            Input::Alive { links, at } => self.router.on_alive(&links, at),
             Input::Stored(exe) => {
                 self.staging.on_stored(&exe.sha256);
                 self.router.on_executable_stored(&exe);

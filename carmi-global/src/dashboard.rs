@@ -69,7 +69,7 @@ pub enum Query {
     Snapshot(oneshot::Sender<Snapshot>),
     /// Every online machine's name and whole ad (what `MachineAds`
     /// answers), for a ClassAd constraint.
-    Ads(oneshot::Sender<Vec<(String, String)>>),
+    Ads(oneshot::Sender<Vec<(String, std::sync::Arc<str>)>>),
 }
 
 /// How the dashboard asks the router: `false` once the router is gone.

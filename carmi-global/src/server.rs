@@ -188,6 +188,11 @@ enum Cmd {
     ),
     Stored(ExecutableRef),
     Staging(StageInput),
+    /// Unchanged heartbeats a relay folded (`server/relay.rs`), read at `at`.
+    Alive {
+        links: Vec<LinkId>,
+        at: Instant,
+    },
     /// The dashboard asks what `Status` and `Queue`, or `MachineAds`, would answer.
     Dashboard(crate::dashboard::Query),
     Closed {

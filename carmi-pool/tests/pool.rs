@@ -32,7 +32,11 @@ fn slot_states(machines: &[MachineStatus]) -> Vec<(String, String)> {
     let mut v: Vec<(String, String)> = machines
         .iter()
         .filter(|m| m.name != SUBMIT_HOST)
-        .flat_map(|m| m.slots.iter().map(|s| (m.name.clone(), s.state.clone())))
+        .flat_map(|m| {
+            m.slots
+                .iter()
+                .map(|s| (m.name.clone(), s.state.to_string()))
+        })
         .collect();
     v.sort();
     v

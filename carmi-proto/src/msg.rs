@@ -580,7 +580,8 @@ pub enum FromGlobal {
     /// Admin: answer to `Analyze`.
     Analysis(JobAnalysis),
     /// Admin: every online machine's name and whole ad in new syntax (answer to `MachineAds`).
-    Ads(Vec<(String, String)>),
+    /// The ad texts are shared with the global RM's tables (on the wire, strings).
+    Ads(Vec<(String, std::sync::Arc<str>)>),
     /// Admin: a request could not be honoured.
     AdminFailed(Failure),
     /// Answer to [`ToGlobal::UserPrio`]: every user with usage or a factor,

@@ -6,6 +6,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use carmi_proto::ids::{HostId, JobId, ProcessId};
@@ -71,9 +72,9 @@ pub(super) struct Machine {
     pub(super) name: String,
     pub(super) ad: ClassAd,
     /// The ad in new syntax, printed once per change rather than per grant.
-    pub(super) ad_text: String,
+    pub(super) ad_text: Arc<str>,
     /// The attributes `carmi status` shows, printed once per change.
-    shown: Vec<(String, String)>,
+    shown: Arc<[(String, String)]>,
     pub(super) has_requirements: bool,
     /// Every host id this name was ever given; the first `slots` are online.
     pub(super) hosts: Vec<HostId>,
@@ -98,7 +99,7 @@ impl Machine {
     fn ad_changed(&mut self) {
         self.has_requirements = self.ad.get("Requirements").is_some();
         self.speed = speed_of(&self.ad);
-        self.ad_text = self.ad.to_string();
+        self.ad_text = self.ad.to_string().into();
         self.shown = shown_attributes(&self.ad);
         self.generation = self.generation % (u32::MAX >> 2) + 1;
     }
@@ -124,7 +125,7 @@ fn speed_of(ad: &ClassAd) -> SpeedKey {
 }
 
 /// The attributes of a machine `carmi status` shows, printed.
-fn shown_attributes(ad: &ClassAd) -> Vec<(String, String)> {
+fn shown_attributes(ad: &ClassAd) -> Arc<[(String, String)]> {
     // `GPUs` is shown only by pools that have some (`carmi status` adds the column then).
     const SHOWN: [&str; 8] = [
         "Arch", "OpSys", "Memory", "Cpus", "GPUs", "Mips", "KFlops", "LoadAvg",
@@ -188,8 +189,8 @@ impl Pool {
         self.machines.push(Machine {
             name: name.to_string(),
             ad: ClassAd::new(),
-            ad_text: String::new(),
-            shown: Vec::new(),
+            ad_text: Arc::from(""),
+            shown: Arc::new([]),
             has_requirements: false,
             hosts: Vec::new(),
             slots: 0,
@@ -300,7 +301,7 @@ impl Pool {
             host,
             name: self.host_name(host),
             class: class.to_string(),
-            ad: self.machine_of(host).ad_text.clone(),
+            ad: self.machine_of(host).ad_text.to_string(),
         }
     }
 
@@ -361,7 +362,7 @@ impl Pool {
                         let state = &self.get_slot(h).state;
                         SlotStatus {
                             host: h,
-                            state: state.name().to_string(),
+                            state: state.name().into(),
                             job: state.claim().map(|c| c.job),
                         }
                     })

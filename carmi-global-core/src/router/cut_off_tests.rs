@@ -114,3 +114,24 @@ fn with_no_cut_off_limit_every_silent_machine_is_lost_as_usual() {
     tick_for(&mut s, 3_000);
     assert_eq!(closed(&mut s).len(), 3);
 }
+
+#[test]
+fn a_relay_s_folded_heartbeats_keep_its_machines_and_only_them() {
+    let mut s = sim_with_submit_machine();
+    s.machine(M1, "m1", 10, 1);
+    s.machine(M2, "m2", 10, 1);
+    // A link never opened, and one opened but never registered, are named
+    // too: a relay's fold may overtake a machine's own messages.
+    let fresh = LinkId(77);
+    let role = Role::Local { name: "m3".into() };
+    s.step(|r, now| r.on_link_opened(fresh, role, now));
+    s.quiet();
+    // Only m1 and the submit machine are in the folds; m2 falls silent.
+    for _ in 0..20 {
+        s.sleep(250);
+        s.step(|r, now| r.on_alive(&[SUB, M1, fresh, LinkId(999)], now));
+        s.step(|r, now| r.on_tick(now));
+    }
+    assert_eq!(closed(&mut s), vec![M2], "m2 alone is lost");
+    assert!(s.r.next_deadline().is_some_and(|d| d > s.now));
+}

@@ -34,7 +34,7 @@ fn serve(d: Dashboard, pool: Arc<Mutex<Snapshot>>) -> (String, watch::Sender<boo
                 .map(|m| {
                     (
                         m.name.clone(),
-                        format!("[ Name = \"{}\"; Cpus = {} ]", m.name, m.name.len()),
+                        format!("[ Name = \"{}\"; Cpus = {} ]", m.name, m.name.len()).into(),
                     )
                 })
                 .collect();
@@ -49,10 +49,10 @@ fn serve(d: Dashboard, pool: Arc<Mutex<Snapshot>>) -> (String, watch::Sender<boo
 fn machine(name: &str, state: &str) -> MachineStatus {
     MachineStatus {
         name: name.into(),
-        attributes: vec![],
+        attributes: vec![].into(),
         slots: vec![SlotStatus {
             host: HostId(1),
-            state: state.into(),
+            state: state.to_string().into(),
             job: Some(JobId(1)),
         }],
     }

@@ -80,7 +80,7 @@ fn pool(e: &mut Exposition, view: &View) {
     for m in &view.machines {
         *machines.entry(m.state.as_str()).or_default() += 1;
         for s in &m.slots {
-            *slots.entry(s.state.as_str()).or_default() += 1;
+            *slots.entry(&*s.state).or_default() += 1;
         }
     }
     e.family(

@@ -14,11 +14,11 @@ use carmi_api::gate::Gate;
 fn machine(name: &str, states: &[&str]) -> MachineStatus {
     MachineStatus {
         name: name.into(),
-        attributes: vec![],
+        attributes: vec![].into(),
         slots: (states.iter().enumerate())
             .map(|(i, s)| SlotStatus {
                 host: HostId(i as u64),
-                state: (*s).into(),
+                state: s.to_string().into(),
                 job: None,
             })
             .collect(),

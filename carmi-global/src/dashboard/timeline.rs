@@ -84,7 +84,7 @@ impl Timelines {
         let mut seen: HashMap<(JobId, HostId), (&str, SpanKind)> = HashMap::new();
         for m in &snap.machines {
             for s in &m.slots {
-                let kind = match s.state.as_str() {
+                let kind = match &*s.state {
                     "claimed" => SpanKind::Held,
                     "suspended" => SpanKind::Suspended,
                     _ => continue,

@@ -24,12 +24,12 @@ fn job(id: u64) -> JobStatus {
 fn machine(name: &str, slots: &[(u64, &str, Option<u64>)]) -> MachineStatus {
     MachineStatus {
         name: name.into(),
-        attributes: vec![],
+        attributes: vec![].into(),
         slots: slots
             .iter()
             .map(|&(h, state, j)| SlotStatus {
                 host: HostId(h),
-                state: state.into(),
+                state: state.to_string().into(),
                 job: j.map(JobId),
             })
             .collect(),

@@ -61,7 +61,7 @@ pub struct MachineView {
     /// `idle`, or `lost` (it was seen, and is gone).
     pub state: String,
     /// The machine's main attributes (ClassAd text), as `carmi status`.
-    pub attributes: Vec<(String, String)>,
+    pub attributes: std::sync::Arc<[(String, String)]>,
     /// Its slots (none once lost), as `carmi status --json`.
     pub slots: Vec<carmi_api::msg::SlotStatus>,
 }
@@ -100,8 +100,8 @@ pub struct View {
 /// Builds [`View`]s from successive snapshots (the dashboard's memory).
 #[derive(Debug, Default)]
 pub struct Viewer {
-    lost: BTreeMap<String, Vec<(String, String)>>,
-    online: BTreeMap<String, Vec<(String, String)>>,
+    lost: BTreeMap<String, std::sync::Arc<[(String, String)]>>,
+    online: BTreeMap<String, std::sync::Arc<[(String, String)]>>,
     curve: VecDeque<Sample>,
 }
 
@@ -186,7 +186,7 @@ fn sample(machines: &[MachineStatus], t: u64) -> Sample {
         ..Sample::default()
     };
     for slot in machines.iter().flat_map(|m| &m.slots) {
-        match slot.state.as_str() {
+        match &*slot.state {
             "claimed" => {
                 s.held += 1;
                 s.busy += 1;
@@ -211,13 +211,13 @@ mod tests {
     fn machine(name: &str, states: &[&str]) -> MachineStatus {
         MachineStatus {
             name: name.into(),
-            attributes: vec![("Cpus".into(), "1".into())],
+            attributes: vec![("Cpus".into(), "1".into())].into(),
             slots: states
                 .iter()
                 .enumerate()
                 .map(|(i, s)| SlotStatus {
                     host: HostId(i as u64),
-                    state: s.to_string(),
+                    state: s.to_string().into(),
                     job: (*s == "claimed" || *s == "suspended").then_some(JobId(1)),
                 })
                 .collect(),
@@ -257,7 +257,7 @@ mod tests {
         assert_eq!(states(&both), [("a", "lent"), ("b", "idle")]);
         let gone = v.update(snap(vec![machine("b", &["idle"])]), 11);
         assert_eq!(states(&gone), [("a", "lost"), ("b", "idle")]);
-        assert_eq!(gone.machines[0].attributes, [("Cpus".into(), "1".into())]);
+        assert_eq!(*gone.machines[0].attributes, [("Cpus".into(), "1".into())]);
         assert!(gone.machines[0].slots.is_empty());
         let still = v.update(snap(vec![machine("b", &["idle"])]), 12);
         assert_eq!(states(&still), [("a", "lost"), ("b", "idle")]);

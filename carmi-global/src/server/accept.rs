@@ -75,7 +75,7 @@ pub(super) async fn connection(
         return;
     }
     let conn = Conn::<FromGlobal, ToGlobal>::from_parts(reader, w);
-    serve_link(conn, role, admitted, peer, &shared, stop).await;
+    serve_link(conn, None, role, admitted, peer, &shared, stop).await;
 }
 
 /// A connection past its handshake, as it proved itself.

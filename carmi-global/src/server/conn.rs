@@ -24,11 +24,20 @@ use crate::authority::Admitted;
 use crate::router::{Decoded, LinkId, NameAllowance};
 use crate::staging::StageInput;
 
+impl Shared {
+    /// A link id never used before in this run.
+    pub(super) fn new_link(&self) -> LinkId {
+        LinkId(self.next_link.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
 /// A link to the router: opened, read and written until either side (or
 /// its token, or a full queue, or the daemon's stop) ends it, then closed.
-/// A machine's own connection, or its channel through a relay (`relay.rs`).
+/// A machine's own connection, or its channel through a relay (`relay.rs`),
+/// whose relay chose its `link` id (to name it in folded heartbeats).
 pub(super) async fn serve_link(
     conn: Conn<FromGlobal, ToGlobal>,
+    link: Option<LinkId>,
     role: Role,
     admitted: Option<Admitted>,
     peer: SocketAddr,
@@ -36,7 +45,7 @@ pub(super) async fn serve_link(
     mut stop: watch::Receiver<bool>,
 ) {
     let (mut reader, mut w) = conn.split();
-    let link = LinkId(shared.next_link.fetch_add(1, Ordering::Relaxed));
+    let link = link.unwrap_or_else(|| shared.new_link());
     debug!(%peer, %link, ?role, "connection accepted");
     // Admin links upload the master of a job before `Submit`.
     let serves_executables = matches!(role, Role::Local { .. } | Role::Admin);

@@ -40,6 +40,10 @@ pub(super) fn handle(
             msg,
             at: at.saturating_duration_since(start),
         },
+        Cmd::Alive { links, at } => Input::Alive {
+            links,
+            at: at.saturating_duration_since(start),
+        },
         Cmd::Stored(exe) => Input::Stored(exe),
         Cmd::Staging(input) => Input::Stage(input),
         Cmd::CheckpointSaved(job, saved) => Input::CheckpointSaved(job, saved),

@@ -5,6 +5,9 @@
 //! Kept apart from the connection-level messages in [`super`] because these
 //! are reports and records, not protocol steps. Re-exported from [`crate::msg`].
 
+use std::borrow::Cow;
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use super::{ExecutableRef, JobEnd};
@@ -316,8 +319,10 @@ pub struct JobAnalysis {
 pub struct MachineStatus {
     /// Machine name.
     pub name: String,
-    /// Main attributes (Arch, OpSys, Memory, Cpus, Mips, KFlops, LoadAvg) as ClassAd text.
-    pub attributes: Vec<(String, String)>,
+    /// Main attributes (Arch, OpSys, Memory, Cpus, Mips, KFlops, LoadAvg)
+    /// as ClassAd text. Shared: the global RM answers a whole pool's status
+    /// without copying every machine's attributes (on the wire, a list).
+    pub attributes: Arc<[(String, String)]>,
     /// One entry per slot.
     pub slots: Vec<SlotStatus>,
 }
@@ -327,8 +332,9 @@ pub struct MachineStatus {
 pub struct SlotStatus {
     /// Its host id.
     pub host: HostId,
-    /// `idle`, `claimed`, `suspended` or `owner`.
-    pub state: String,
+    /// `idle`, `claimed`, `suspended` or `owner`: a constant where the
+    /// global RM makes it, so that 200,000 slots cost no allocation each.
+    pub state: Cow<'static, str>,
     /// The job holding it, if any.
     pub job: Option<JobId>,
 }

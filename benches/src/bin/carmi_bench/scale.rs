@@ -179,6 +179,7 @@ fn measure(
     let submit = t.elapsed();
     let request = rt.block_on(add_and_delete(&fleet, run))?;
     let status = rt.block_on(statuses(pool, run))?;
+    hold_for_profiling(pool);
     let relay_rss_mb = (spread.relays.iter())
         .map(|r| rss_mb(r.pid()).unwrap_or(0.0))
         .fold(0.0, f64::max);
@@ -351,6 +352,28 @@ async fn add_and_delete(fleet: &Fleet, run: &ScaleRun) -> Result<Latency> {
         return Err("no request was timed".into());
     }
     Ok(Latency::of(&all))
+}
+
+/// With `CARMI_SCALE_HOLD_S=N` in the environment, keeps the whole pool up
+/// N seconds after the status calls and says how to reach it: time for a
+/// profiler (`perf record -p`) or a hand-run `carmi` at full size.
+fn hold_for_profiling(pool: &Pool) {
+    let Some(secs) = std::env::var("CARMI_SCALE_HOLD_S")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    else {
+        return;
+    };
+    let env = pool.carmi();
+    let env: Vec<String> = (env.get_envs())
+        .filter_map(|(k, v)| Some(format!("{}={}", k.to_str()?, v?.to_str()?)))
+        .collect();
+    eprintln!(
+        "scale: holding the pool {secs} s (global RM pid {}): {}",
+        global_pid(pool).unwrap_or(0),
+        env.join(" ")
+    );
+    std::thread::sleep(Duration::from_secs(secs));
 }
 
 /// Times `run.statuses` whole-pool `carmi status --json` runs, one after

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
-use crate::router::Router;
+use crate::router::registry::LinkRole;
+use crate::router::{LinkId, Router};
 
 /// Longest time every machine may be silent at once before they are
 /// declared lost, by default: a global RM cut off from the network keeps
@@ -24,6 +25,29 @@ impl Router {
     pub(in crate::router) fn touch(&mut self, name: &str) {
         let deadline = self.now.saturating_add(self.lost_after());
         self.registry.heard(name, deadline);
+    }
+
+    /// Unchanged heartbeats of the machines on `links`, folded by a relay
+    /// into one message at `now` (issue 36): each counts as a heartbeat
+    /// with no update, in one router step instead of one per machine.
+    /// Only a link its machine registered on counts: a relay's fold may
+    /// overtake the machine's own messages still on their way through its
+    /// channel, and those prove it alive themselves.
+    pub fn on_alive(&mut self, links: &[LinkId], now: Duration) {
+        self.advance(now);
+        for &link in links {
+            let Some(LinkRole::Machine(name)) = self.registry.links.get(&link) else {
+                continue;
+            };
+            let registered =
+                (self.registry.presence.get(name)).is_some_and(|p| p.ready && p.link == Some(link));
+            if registered {
+                let name = name.clone();
+                self.touch(&name);
+                self.heartbeat(link, &name, None);
+            }
+        }
+        self.flush();
     }
 
     /// Gives every machine past its deadline, and not reprieved already
