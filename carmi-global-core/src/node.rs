@@ -93,6 +93,24 @@ pub enum Input {
     },
 }
 
+impl Input {
+    /// What kind of input it is, for logs (a message by its variant).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Input::Opened { .. } => "Opened",
+            Input::AppIdentity(..) => "AppIdentity",
+            Input::Message { msg, .. } => msg.name(),
+            Input::Alive { .. } => "Alive",
+            Input::Stored(_) => "Stored",
+            Input::Stage(_) => "Stage",
+            Input::CheckpointSaved(..) => "CheckpointSaved",
+            Input::PilotSubmitted { .. } => "PilotSubmitted",
+            Input::BatchStates(_) => "BatchStates",
+            Input::Closed { .. } => "Closed",
+        }
+    }
+}
+
 /// What the driver must do, beyond the router's own outputs.
 #[derive(Clone, Debug, PartialEq)]
 // Nearly every effect is a router output: boxing it would cost an

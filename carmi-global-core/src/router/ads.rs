@@ -67,6 +67,11 @@ pub struct Decoded {
 }
 
 impl Decoded {
+    /// The name of its message's variant, for logs.
+    pub fn name(&self) -> &'static str {
+        super::variant_name(&self.msg)
+    }
+
     /// Checks and parses the ad that `msg` carries, if any, with no
     /// allowance of its own (the process's cap on names still holds).
     pub fn new(msg: ToGlobal, config: &RouterConfig) -> Decoded {

@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 
 use tokio::time::Instant;
+use tracing::info;
 
 use super::{Cmd, LinkTx, send_or_kick};
 use crate::node::{GlobalCore, Input};
@@ -51,16 +52,36 @@ pub(super) fn handle(
             Input::PilotSubmitted { alloc, result }
         }
         Cmd::Pilot(crate::pilots::PilotReport::States(states)) => Input::BatchStates(states),
-        Cmd::Dashboard(query) => return answer_dashboard(core, query),
+        Cmd::Dashboard(query) => return timed("Dashboard", || answer_dashboard(core, query)),
         Cmd::Closed { link } => {
             links.remove(&link);
             Input::Closed { link }
         }
     };
-    crate::metrics::Metrics::time(&crate::metrics::METRICS.core_step, || {
-        core.on_input(input, now)
+    timed(input.kind(), || {
+        crate::metrics::Metrics::time(&crate::metrics::METRICS.core_step, || {
+            core.on_input(input, now)
+        })
     });
 }
+
+/// Runs one router step, logging it if it was slow.
+fn timed(kind: &'static str, step: impl FnOnce()) {
+    let t = std::time::Instant::now();
+    step();
+    let took = t.elapsed();
+    if took >= SLOW_STEP {
+        info!(
+            input = kind,
+            took_ms = took.as_millis() as u64,
+            "a slow router step: every request that arrived meanwhile waited for it"
+        );
+    }
+}
+
+/// A router step at least this long is logged, with what it was: the
+/// tail latency of every request is made of such steps.
+const SLOW_STEP: std::time::Duration = std::time::Duration::from_millis(25);
 
 /// What `Status` and `Queue`, or `MachineAds`, would answer, for the dashboard.
 fn answer_dashboard(core: &mut GlobalCore, query: crate::dashboard::Query) {
