@@ -8,7 +8,8 @@ use super::{Allocator, SlotState};
 impl Allocator {
     /// Why each class of `job` is not (fully) satisfied: every online slot in
     /// the first category that applies. Evaluates afresh (no caches), as it is
-    /// asked by people, rarely.
+    /// asked by people, rarely; but once per machine, not per slot: a
+    /// machine's slots share its ad, and its slots mostly follow each other.
     pub fn analyze(&self, job: JobId) -> Vec<ClassAnalysis> {
         let Some(j) = self.jobs.get(&job) else {
             return Vec::new();
@@ -31,6 +32,8 @@ impl Allocator {
                     idle: 0,
                     owner_reasons: Vec::new(),
                 };
+                // The last machine judged, and its verdict.
+                let mut judged = None;
                 for (i, slot) in self.pool.slots.iter().enumerate() {
                     if slot.state == SlotState::Offline {
                         continue;
@@ -38,11 +41,27 @@ impl Allocator {
                     let host = HostId(i as u64 + 1);
                     a.slots += 1;
                     let m = self.pool.machine(slot.machine);
-                    if class.excluded.contains(&slot.machine)
-                        || !m.ad.eval_expr(&class.expr, Some(&j.ad)).is_true()
-                    {
+                    let verdict = match judged {
+                        Some((machine, verdict)) if machine == slot.machine => verdict,
+                        _ => {
+                            let verdict = if class.excluded.contains(&slot.machine)
+                                || !m.ad.eval_expr(&class.expr, Some(&j.ad)).is_true()
+                            {
+                                Verdict::RejectedByClass
+                            } else if m.has_requirements
+                                && !classad::matching::accepts(&m.ad, &j.ad)
+                            {
+                                Verdict::RejectsJob
+                            } else {
+                                Verdict::Fits
+                            };
+                            judged = Some((slot.machine, verdict));
+                            verdict
+                        }
+                    };
+                    if verdict == Verdict::RejectedByClass {
                         a.rejected_by_class += 1;
-                    } else if m.has_requirements && !classad::matching::accepts(&m.ad, &j.ad) {
+                    } else if verdict == Verdict::RejectsJob {
                         a.rejecting_job += 1;
                     } else {
                         match &slot.state {
@@ -64,6 +83,14 @@ impl Allocator {
             })
             .collect()
     }
+}
+
+/// What a machine makes of a job's class, whatever its slots' states.
+#[derive(Clone, Copy, PartialEq)]
+enum Verdict {
+    RejectedByClass,
+    RejectsJob,
+    Fits,
 }
 
 /// Adds why `m`'s owner holds it (its `Start` clause that fails), once per

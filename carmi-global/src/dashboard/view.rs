@@ -26,7 +26,8 @@ pub const CURVE_STEP_S: u64 = 5;
 pub const MAX_LOST: usize = 1000;
 
 /// Most waiting jobs explained per snapshot (each costs a pass over the
-/// pool's slots on the router's task).
+/// pool's slots on the router's task; a large pool gets fewer, see
+/// `server/handle.rs`).
 pub const MAX_EXPLAINED: usize = 20;
 
 /// Why a waiting job waits: its classes as `carmi q -analyze` explains them.

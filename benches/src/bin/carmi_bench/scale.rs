@@ -134,9 +134,13 @@ fn scale_run(rt: &tokio::runtime::Runtime, run: &ScaleRun) -> Result<ScaleResult
     let options = PoolOptions {
         heartbeat_ms: run.heartbeat_ms,
         missed_heartbeats: MISSED,
+        // The dashboard runs, as in a real pool: its snapshot of the whole
+        // pool and queue is a router step too.
         global_args: vec![
             "--max-connections".into(),
             (run.machines + 2_000).to_string(),
+            "--http".into(),
+            "127.0.0.1:0".into(),
         ],
         ..PoolOptions::default()
     };
