@@ -65,8 +65,10 @@ pub const UNWATCHED_PERIOD: Duration = Duration::from_secs(5);
 /// What the dashboard asks the router, with the sender the answer goes to.
 #[derive(Debug)]
 pub enum Query {
-    /// What `Status` and `Queue` answer.
-    Snapshot(oneshot::Sender<Snapshot>),
+    /// What `Status` and `Queue` answer; with `true`, some waiting jobs
+    /// explained too (a pass over the pool each, on the router's task): only
+    /// when someone watches or asked, not for the curve's own periodic view.
+    Snapshot(oneshot::Sender<Snapshot>, bool),
     /// Every online machine's name and whole ad (what `MachineAds`
     /// answers), for a ClassAd constraint.
     Ads(oneshot::Sender<Vec<(String, std::sync::Arc<str>)>>),
@@ -285,9 +287,11 @@ async fn poll(ask: Ask, shared: Shared) {
     let mut viewer = Viewer::new();
     let mut stop = shared.stop.clone();
     let mut version = 0;
+    let mut asked = true;
     loop {
         let (tx, rx) = oneshot::channel();
-        if !ask(Query::Snapshot(tx)) {
+        let explain = asked || shared.views.receiver_count() > 0;
+        if !ask(Query::Snapshot(tx, explain)) {
             return;
         }
         let Ok(snap) = rx.await else { return };
@@ -320,11 +324,11 @@ async fn poll(ask: Ask, shared: Shared) {
         } else {
             UNWATCHED_PERIOD
         };
-        tokio::select! {
-            _ = tokio::time::sleep(period) => {}
-            _ = shared.wake.notified() => {}
+        asked = tokio::select! {
+            _ = tokio::time::sleep(period) => false,
+            _ = shared.wake.notified() => true,
             _ = stop.wait_for(|s| *s) => return,
-        }
+        };
     }
 }
 

@@ -15,7 +15,8 @@ struct Cli {
     /// Address the machines connect to.
     #[arg(long, default_value = "0.0.0.0:9619")]
     listen: String,
-    /// The global RM, HOST:PORT.
+    /// The global RM, HOST:PORT; with standby managers, each of them,
+    /// separated by commas: the relay links to whichever is active.
     #[arg(long)]
     global: String,
     /// File holding the pool's secret.
@@ -61,6 +62,9 @@ fn run(cli: Cli) -> Result<(), String> {
         ),
         None => None,
     };
+    if cli.global.split(',').all(|a| a.trim().is_empty()) {
+        return Err("--global: give the global RM's HOST:PORT (or each standby manager's, separated by commas)".into());
+    }
     let name = cli.name.clone().unwrap_or_else(host_name);
     let mut config = carmi_relay::RelayConfig::new(&name, &cli.global, secret.with_token(token));
     config.alive = Duration::from_millis(cli.alive_ms.max(10));

@@ -2,7 +2,9 @@
 //! `Role::Relay` (with its admin token), have its key certified, then pass
 //! the machines' channels both ways and fold their heartbeats, until the
 //! link ends; then every machine's connection is closed and the link made
-//! again after a backoff (100 ms doubling to 5 s, with jitter).
+//! again after a backoff (100 ms doubling to 5 s, with jitter), to the next
+//! manager of the list (`--global a,b`: standby managers, of which one is
+//! active and the others refuse).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,24 +41,28 @@ fn summarize(hub: &Hub) {
 
 /// Keeps a link to the global RM until `stop`.
 pub(crate) async fn run(config: RelayConfig, hub: Arc<Hub>, mut stop: watch::Receiver<bool>) {
+    let managers: Vec<String> = (config.global.split(','))
+        .map(|a| a.trim().to_string())
+        .filter(|a| !a.is_empty())
+        .collect();
     let mut delay = FIRST_DELAY;
-    loop {
+    for global in managers.iter().cycle() {
         let connected = tokio::select! {
-            c = connect(&config) => c,
+            c = connect(global, &config) => c,
             _ = stop.changed() => return,
         };
         match connected {
             Ok(conn) => {
-                info!(global = %config.global, "relay linked to the global RM");
+                info!(%global, "relay linked to the global RM");
                 delay = FIRST_DELAY;
                 let why = tokio::select! {
                     why = serve(conn, &config, &hub) => why,
                     _ = stop.changed() => return,
                 };
-                warn!(global = %config.global, "relay link to the global RM ended: {why}; its machines' connections are closed");
+                warn!(%global, "relay link to the global RM ended: {why}; its machines' connections are closed");
                 hub.lose_upstream(&why);
             }
-            Err(e) => warn!(global = %config.global, "relay cannot link to the global RM: {e}"),
+            Err(e) => warn!(%global, "relay cannot link to the global RM: {e}"),
         }
         let jitter = rand::rng().random_range(0.5..1.0);
         tokio::select! {
@@ -69,10 +75,10 @@ pub(crate) async fn run(config: RelayConfig, hub: Arc<Hub>, mut stop: watch::Rec
 
 type UpConn = Conn<RelayUp, RelayDown>;
 
-async fn connect(config: &RelayConfig) -> Result<UpConn, String> {
-    let stream = carmi_api::net::dial(&config.global, CONNECT_TIMEOUT)
+async fn connect(global: &str, config: &RelayConfig) -> Result<UpConn, String> {
+    let stream = carmi_api::net::dial(global, CONNECT_TIMEOUT)
         .await
-        .map_err(|e| format!("cannot connect to {}: {e}", config.global))?;
+        .map_err(|e| format!("cannot connect to {global}: {e}"))?;
     let _ = stream.set_nodelay(true);
     let tls::Stream {
         reader,

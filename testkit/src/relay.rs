@@ -39,13 +39,18 @@ impl Drop for Relay {
 impl Pool {
     /// Starts relay `name` on a free port of 127.0.0.1 in front of this
     /// pool's global RM, with an admin token (`NAME.token`) and its log in
-    /// `NAME.log`, and `args` added.
+    /// `NAME.log`, and `args` added (a `--global` among them replaces the
+    /// pool's own address).
     pub fn start_relay(&self, name: &str, args: &[&str]) -> Relay {
         let token = self.dir.join(format!("{name}.token"));
         self.token_file(&token, name, Power::Admin, None, 3600);
         let log = std::fs::File::create(self.dir.join(format!("{name}.log"))).unwrap();
-        let mut child = Command::new(bin_dir().join("carmi-relay"))
-            .args(["--listen", "127.0.0.1:0", "--global", &self.global_addr])
+        let mut cmd = Command::new(bin_dir().join("carmi-relay"));
+        cmd.args(["--listen", "127.0.0.1:0"]);
+        if !args.contains(&"--global") {
+            cmd.args(["--global", &self.global_addr]);
+        }
+        let mut child = cmd
             .arg("--secret-file")
             .arg(&self.secret_path)
             .arg("--token-file")

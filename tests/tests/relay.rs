@@ -51,7 +51,10 @@ fn connections_through(pool: &Pool, name: &str, addr: &str) -> usize {
 fn machines_behind_a_relay_run_a_job_that_survives_the_relay() {
     let pool = Pool::start("relay", 1, &[]);
     let mut r1 = pool.start_relay("r1", &[]);
-    let r2 = pool.start_relay("r2", &[]);
+    // r2 is given a list of managers whose first is down (as a standby
+    // manager's list may be): it links to the next.
+    let managers = format!("127.0.0.1:1,{}", pool.global_addr);
+    let r2 = pool.start_relay("r2", &["--global", &managers]);
     let list = format!("{},{}", r1.addr, r2.addr);
     let direct = ["--global-direct", pool.global_addr.as_str()];
     let _m0 = pool.start_extra_local("m0", &list, &direct);

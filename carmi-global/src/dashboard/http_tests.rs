@@ -27,7 +27,7 @@ async fn start(
 fn serve(d: Dashboard, pool: Arc<Mutex<Snapshot>>) -> (String, watch::Sender<bool>) {
     let addr = d.local_addr().unwrap().to_string();
     let ask: Ask = Arc::new(move |q| match q {
-        Query::Snapshot(tx) => tx.send(pool.lock().unwrap().clone()).is_ok(),
+        Query::Snapshot(tx, _) => tx.send(pool.lock().unwrap().clone()).is_ok(),
         Query::Ads(tx) => {
             let snap = pool.lock().unwrap().clone();
             let ads = (snap.machines.iter())
@@ -363,7 +363,7 @@ async fn the_dashboard_speaks_https_and_answers_clear_http_with_no_page() {
         counters: Default::default(),
     }));
     let ask: Ask = Arc::new(move |q| match q {
-        Query::Snapshot(tx) => tx.send(pool.lock().unwrap().clone()).is_ok(),
+        Query::Snapshot(tx, _) => tx.send(pool.lock().unwrap().clone()).is_ok(),
         Query::Ads(tx) => tx.send(vec![]).is_ok(),
     });
     let (_stop, stopped) = watch::channel(false);
@@ -410,7 +410,7 @@ async fn clear_http_is_served_only_when_asked_and_only_on_loopback() {
     assert_eq!(d.url().unwrap(), format!("http://{addr}/"));
     assert_eq!(d.fingerprint(), None);
     let ask: Ask = Arc::new(move |q| match q {
-        Query::Snapshot(tx) => tx.send(Snapshot::default()).is_ok(),
+        Query::Snapshot(tx, _) => tx.send(Snapshot::default()).is_ok(),
         Query::Ads(tx) => tx.send(vec![]).is_ok(),
     });
     let (_stop, stopped) = watch::channel(false);

@@ -97,11 +97,16 @@ fn explained(slots: usize) -> usize {
 fn answer_dashboard(core: &mut GlobalCore, query: crate::dashboard::Query) {
     let router = core.router();
     match query {
-        crate::dashboard::Query::Snapshot(tx) => {
+        crate::dashboard::Query::Snapshot(tx, explain) => {
             let jobs = router.queue_status();
             let alloc = router.allocator();
+            let most = if explain {
+                explained(alloc.slot_counts().0)
+            } else {
+                0
+            };
             let waiting = (jobs.iter().filter(|j| j.state == "waiting"))
-                .take(explained(alloc.slot_counts().0))
+                .take(most)
                 .map(|j| crate::dashboard::view::Waiting {
                     job: j.job,
                     classes: alloc.analyze(j.job),
