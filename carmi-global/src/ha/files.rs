@@ -98,7 +98,8 @@ pub fn inside(dir: &Path, rel: &str) -> Option<std::path::PathBuf> {
 }
 
 /// Writes `bytes` to `path` whole or not at all (a temporary, synced, then
-/// renamed over it), creating its directory.
+/// renamed over it), creating its directory; readable by this user only,
+/// as the state directory's keys must be.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
@@ -106,7 +107,13 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     tmp.push(".ha.tmp");
     let tmp = std::path::PathBuf::from(tmp);
     {
-        let mut f = std::fs::File::create(&tmp)?;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
     }
