@@ -154,3 +154,7 @@ pub fn start_feed(config: &HaConfig, active: Active) -> Arc<feed::Feed> {
         active.info,
     )
 }
+
+#[cfg(test)]
+#[path = "ha_tests.rs"]
+mod tests;

@@ -40,7 +40,7 @@ pub struct Progress {
 impl Progress {
     /// The refusal a client of the pool gets from this standby.
     pub fn refusal(&self) -> String {
-        if self.serving.is_empty() {
+        if self.heard.is_none() {
             return "standby manager: no active manager has reached it yet; try the others of the pool's list".into();
         }
         let heard = self.heard.map_or("never".to_string(), |t| {
@@ -181,7 +181,12 @@ impl Replica {
 
     /// Applies one message of connection `id`; the sequence number to
     /// acknowledge, if any.
-    fn apply(&self, id: u64, msg: ToStandby, payload: &[u8]) -> Result<Option<u64>, String> {
+    pub(super) fn apply(
+        &self,
+        id: u64,
+        msg: ToStandby,
+        payload: &[u8],
+    ) -> Result<Option<u64>, String> {
         let mut journal = self.journal.lock().unwrap_or_else(|p| p.into_inner());
         if self.stopped.load(Ordering::SeqCst) {
             return Err("this manager is taking over: the stream is refused".into());
