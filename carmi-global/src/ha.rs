@@ -79,7 +79,7 @@ pub struct Active {
 /// epoch, and its state directory is ready for [`Server::bind`](crate::server::Server::bind).
 pub async fn stand_by(config: &HaConfig) -> std::io::Result<Active> {
     std::fs::create_dir_all(&config.state_dir)?;
-    let replica = replica::Replica::new(&config.state_dir, &config.lock);
+    let replica = replica::Replica::new(&config.listen, &config.state_dir, &config.lock);
     let repl = carmi_api::net::listen(&config.listen).await?;
     let pool = carmi_api::net::listen(&config.serving).await?;
     let serve = tokio::spawn(replica.clone().serve(repl, config.secret.clone()));

@@ -39,9 +39,9 @@ async fn an_acknowledged_append_is_on_the_standby_with_the_files_it_needs() {
     );
     let lock = shared.path().join("lease");
     let secret = Secret::new(b"a replication secret of some length").unwrap();
-    let replica = Replica::new(standby.path(), &lock);
     let listener = carmi_api::net::listen("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
+    let replica = Replica::new(&addr, standby.path(), &lock);
     tokio::spawn(replica.clone().serve(listener, secret.clone()));
 
     std::fs::write(active.path().join("job-ids"), "64\n").unwrap();
@@ -77,6 +77,7 @@ async fn an_acknowledged_append_is_on_the_standby_with_the_files_it_needs() {
     // both are on the standby's disk.
     std::fs::write(active.path().join("executables/ab12"), "#!/bin/sh\n").unwrap();
     let (a, s) = (active.path().to_path_buf(), standby.path().to_path_buf());
+    let lock3 = lock.clone();
     tokio::task::spawn_blocking(move || {
         journal.append(&[submitted(2)]).unwrap();
         same(&a, &s, "journal.log");
@@ -89,10 +90,20 @@ async fn an_acknowledged_append_is_on_the_standby_with_the_files_it_needs() {
         let progress = replica.progress();
         assert!(progress.synced);
         assert_eq!(progress.have, 2, "records streamed since the feed began");
+        let refusal = replica.refusal();
+        assert!(refusal.contains("(in sync, 0 records behind"), "{refusal}");
         assert!(
-            progress.refusal().contains("in sync"),
+            refusal.ends_with("the active manager is me:9618"),
+            "{refusal}"
+        );
+        // Dropped from the in-sync set by the active: no longer in sync.
+        let mut dropped = lease::read(&lock3).unwrap();
+        dropped.in_sync.clear();
+        std::fs::write(&lock3, dropped.to_text()).unwrap();
+        assert!(
+            replica.refusal().contains("not in sync"),
             "{}",
-            progress.refusal()
+            replica.refusal()
         );
     })
     .await
@@ -108,7 +119,7 @@ fn a_stream_older_than_the_lease_is_refused() {
         ..LeaseInfo::default()
     };
     std::fs::write(&lock, info.to_text()).unwrap();
-    let replica = Replica::new(standby.path(), &lock);
+    let replica = Replica::new("me", standby.path(), &lock);
     let begin = |epoch| ToStandby::Begin {
         seq: 1,
         epoch,

@@ -10,7 +10,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
-use crate::{Pool, PoolOptions, bin_dir, pool_keys, scratch};
+use carmi_api::token::Power;
+
+use crate::netns::Net;
+use crate::{Local, Pool, PoolOptions, bin_dir, pool_keys, scratch};
 
 /// The managers of a test pool: `pool.global_addr` lists them all, and
 /// manager 0 is `pool`'s global RM ([`Pool::kill_global`] kills it).
@@ -27,6 +30,8 @@ pub struct Managers {
     others: Vec<Option<Child>>,
     /// Each manager's stdout lines (`listening on ...` once active).
     lines: Vec<Receiver<String>>,
+    /// The hosts, managers first, when each daemon has one: dropped last.
+    pub net: Option<Net>,
 }
 
 /// A free TCP port on 127.0.0.1 (free when asked: taken again at once by
@@ -63,19 +68,50 @@ impl Managers {
         machines: &[Vec<String>],
         options: PoolOptions,
     ) -> Managers {
-        let dir = scratch(name);
-        let (secret_path, secret, key, admin_token) = pool_keys(&dir);
         let addrs: Vec<String> = (0..n)
             .map(|_| format!("127.0.0.1:{}", free_port()))
             .collect();
         let repl: Vec<String> = (0..n)
             .map(|_| format!("127.0.0.1:{}", free_port()))
             .collect();
+        Managers::start_on(name, (addrs, repl, None), slots, machines, options)
+    }
+
+    /// [`Managers::start`] with every daemon on a host of its own: manager
+    /// `i` on host `i`, local RM `j` on host `n + j` (named `m{n + j}`).
+    pub fn start_net(
+        name: &str,
+        n: usize,
+        slots: u32,
+        locals: usize,
+        options: PoolOptions,
+    ) -> Managers {
+        let net = Net::create(n + locals);
+        let addrs = (0..n)
+            .map(|i| format!("{}:9618", net.hosts[i].ip))
+            .collect();
+        let repl = (0..n)
+            .map(|i| format!("{}:9700", net.hosts[i].ip))
+            .collect();
+        let machines = vec![Vec::new(); locals];
+        Managers::start_on(name, (addrs, repl, Some(net)), slots, &machines, options)
+    }
+
+    fn start_on(
+        name: &str,
+        (addrs, repl, net): (Vec<String>, Vec<String>, Option<Net>),
+        slots: u32,
+        machines: &[Vec<String>],
+        options: PoolOptions,
+    ) -> Managers {
+        let n = addrs.len();
+        let dir = scratch(name);
+        let (secret_path, secret, key, admin_token) = pool_keys(&dir);
         let lock = dir.join("managers.lease");
         let mut children = Vec::new();
         let mut lines = Vec::new();
         for i in 0..n {
-            let mut child = manager_command(&dir, i, &addrs, &repl, &options)
+            let mut child = manager_command(&dir, i, (&addrs, &repl, net.as_ref()), &options)
                 .spawn()
                 .expect("start carmi-global");
             lines.push(lines_of(&mut child));
@@ -106,7 +142,10 @@ impl Managers {
             options,
         };
         for (i, attrs) in machines.iter().enumerate() {
-            let local = pool.start_local(format!("m{i}"), attrs.clone(), false);
+            let local = match &net {
+                None => pool.start_local(format!("m{i}"), attrs.clone(), false),
+                Some(net) => net_local(&pool, net, n + i),
+            };
             pool.locals.push(local);
         }
         Managers {
@@ -116,6 +155,7 @@ impl Managers {
             lock,
             others: children.map(Some).collect(),
             lines,
+            net,
         }
     }
 
@@ -137,15 +177,10 @@ impl Managers {
     /// Starts manager `i` again (after [`Managers::kill`]): it stands by.
     pub fn restart(&mut self, i: usize) {
         self.kill(i);
-        let mut child = manager_command(
-            &self.pool.dir,
-            i,
-            &self.addrs,
-            &self.repl,
-            &self.pool.options,
-        )
-        .spawn()
-        .expect("restart carmi-global");
+        let where_ = (&self.addrs[..], &self.repl[..], self.net.as_ref());
+        let mut child = manager_command(&self.pool.dir, i, where_, &self.pool.options)
+            .spawn()
+            .expect("restart carmi-global");
         self.lines[i] = lines_of(&mut child);
         if i == 0 {
             self.pool.global = child;
@@ -226,8 +261,7 @@ impl Managers {
 fn manager_command(
     dir: &Path,
     i: usize,
-    addrs: &[String],
-    repl: &[String],
+    (addrs, repl, net): (&[String], &[String], Option<&Net>),
     options: &PoolOptions,
 ) -> Command {
     let log_name = if i == 0 {
@@ -246,7 +280,11 @@ fn manager_command(
         .filter(|(j, _)| *j != i)
         .map(|(_, r)| r.as_str())
         .collect();
-    let mut cmd = Command::new(bin_dir().join("carmi-global"));
+    let program = bin_dir().join("carmi-global");
+    let mut cmd = match net {
+        Some(net) => net.command(i, program),
+        None => Command::new(program),
+    };
     cmd.args(["--listen", &addrs[i], "--secret"])
         .arg(dir.join("pool.secret"))
         .arg("--pool-key")
@@ -269,8 +307,46 @@ fn manager_command(
     cmd
 }
 
+/// A local RM on `host` of `net`, given the pool's list of managers.
+fn net_local(pool: &Pool, net: &Net, host: usize) -> Local {
+    let name = format!("m{host}");
+    let log = std::fs::File::create(pool.dir.join(format!("{name}.log"))).expect("a log");
+    let token = pool.dir.join(format!("{name}.token"));
+    pool.token_file(&token, &name, Power::Daemon, Some(&name), 24 * 3600);
+    let ip = net.hosts[host].ip;
+    let mut child = net
+        .command(host, bin_dir().join("carmi-local"))
+        .args(["--global", &pool.global_addr, "--secret"])
+        .arg(&pool.secret_path)
+        .arg("--token")
+        .arg(&token)
+        .args(["--name", &name, "--slots", &pool.slots.to_string()])
+        .args(["--listen", &format!("{ip}:0")])
+        .arg("--config")
+        .arg(pool.dir.join("local.toml"))
+        .arg("--work-dir")
+        .arg(pool.dir.join(&name))
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .expect("start carmi-local in its namespace");
+    let app_addr = crate::listening_addr(&mut child, &name);
+    Local {
+        name,
+        app_addr,
+        attrs: Vec::new(),
+        child: Some(child),
+    }
+}
+
 impl Drop for Managers {
     fn drop(&mut self) {
+        if let Some(net) = &self.net {
+            for i in 0..net.hosts.len() {
+                let _ = std::panic::catch_unwind(|| net.restore(i));
+            }
+        }
         for c in self.others.iter_mut().flatten() {
             let _ = c.kill();
             let _ = c.wait();

@@ -4,7 +4,9 @@
 //! directory deleted while jobs run: the standby takes over, every
 //! acknowledged submit, hold and removal is there, the running jobs keep
 //! running (never started twice) and finish, and `carmi` given the list of
-//! managers works throughout.
+//! managers works throughout. Over network namespaces, a partition that
+//! isolates the active manager leaves it the only active one, and a
+//! takeover after it still finds everything.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -135,4 +137,57 @@ fn a_standby_takes_over_from_a_killed_manager_whose_disk_is_gone() {
     );
     let out = pool.wait_job(&dir, &after.to_string(), 120);
     pool.assert_exit(&out, 0);
+}
+
+#[test]
+fn a_partition_of_the_active_manager_leaves_one_active_and_a_later_takeover_finds_everything() {
+    if !carmi_tests::netns::ready("standby partition") {
+        return;
+    }
+    // Three machines: all silent at once, the cut-off manager takes it for
+    // its own cut and declares none lost (its jobs keep their machines).
+    let mut m = Managers::start_net("standby-net", 2, 1, 3, PoolOptions::default());
+    m.pool.wait_registered();
+    m.wait_in_sync();
+    let dir = m.pool.dir.join("jobs");
+    std::fs::create_dir_all(&dir).unwrap();
+    let running = submit_waiting(&m.pool, &dir, "r");
+    m.pool
+        .wait_until("the job runs", LIMIT, || runs(&dir, "r") == 1);
+
+    // The active manager is cut off: it keeps the lease, the standby waits.
+    m.net.as_ref().unwrap().cut(0);
+    assert!(
+        !m.becomes_active(1, Duration::from_secs(8)),
+        "a second manager became active during the partition\n{}",
+        m.logs()
+    );
+    let lease = std::fs::read_to_string(&m.lock).unwrap();
+    assert!(
+        lease.contains(&format!("active {}\n", m.repl[0])),
+        "{lease}"
+    );
+    let status = m.status();
+    assert_eq!(status[0]["role"], "unreachable", "{status:?}");
+    assert_eq!(status[1]["role"], "standby", "{status:?}");
+
+    // Back: the standby is in sync again, and what is acknowledged now
+    // survives the active manager's loss.
+    m.net.as_ref().unwrap().restore(0);
+    m.wait_in_sync();
+    let held = submit_waiting(&m.pool, &dir, "h");
+    m.pool
+        .run_ok(m.pool.carmi().args(["hold", &held.to_string()]));
+    m.kill(0);
+    std::fs::remove_dir_all(m.state_dir(0)).unwrap();
+    assert!(m.becomes_active(1, LIMIT), "no takeover\n{}", m.logs());
+    let pool = &m.pool;
+    pool.wait_until("the queue as acknowledged", LIMIT, || {
+        let q = queue(pool).unwrap_or_default();
+        state_of(&q, running) == Some("running") && state_of(&q, held) == Some("held")
+    });
+    std::fs::write(dir.join("go"), "").unwrap();
+    let out = pool.wait_job(&dir, &running.to_string(), 120);
+    pool.assert_exit(&out, 0);
+    assert_eq!(runs(&dir, "r"), 1, "started once");
 }

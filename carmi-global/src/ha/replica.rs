@@ -38,15 +38,17 @@ pub struct Progress {
 }
 
 impl Progress {
-    /// The refusal a client of the pool gets from this standby.
-    pub fn refusal(&self) -> String {
+    /// The refusal a client of the pool gets from this standby; `named`:
+    /// whether the lease names it in sync (the active may have dropped it
+    /// without its knowing, when their link broke).
+    pub fn refusal(&self, named: bool) -> String {
         if self.heard.is_none() {
             return "standby manager: no active manager has reached it yet; try the others of the pool's list".into();
         }
         let heard = self.heard.map_or("never".to_string(), |t| {
             format!("{:.1} s ago", t.elapsed().as_secs_f64())
         });
-        let state = if self.synced {
+        let state = if self.synced && named {
             format!(
                 "in sync, {} records behind (epoch {}, heard {heard})",
                 self.active_has.saturating_sub(self.have),
@@ -54,7 +56,7 @@ impl Progress {
             )
         } else {
             format!(
-                "not in sync: copying the state (epoch {}, heard {heard})",
+                "not in sync: copying the state, or dropped by the active (epoch {}, heard {heard})",
                 self.epoch
             )
         };
@@ -68,6 +70,8 @@ impl Progress {
 /// The standby's replica of the active's state directory.
 pub struct Replica {
     dir: PathBuf,
+    /// Its name among the managers (its `--ha-listen`).
+    me: String,
     lease_path: PathBuf,
     /// Set at takeover: nothing more is applied.
     stopped: AtomicBool,
@@ -90,10 +94,12 @@ pub fn note_epoch(dir: &Path, epoch: u64) -> std::io::Result<()> {
 }
 
 impl Replica {
-    /// A replica in `dir`, checking streams against the lease file at `lease_path`.
-    pub fn new(dir: &Path, lease_path: &Path) -> Arc<Replica> {
+    /// The replica of manager `me` in `dir`, checking streams against the
+    /// lease file at `lease_path`.
+    pub fn new(me: &str, dir: &Path, lease_path: &Path) -> Arc<Replica> {
         Arc::new(Replica {
             dir: dir.to_path_buf(),
+            me: me.to_string(),
             lease_path: lease_path.to_path_buf(),
             stopped: AtomicBool::new(false),
             current: AtomicU64::new(0),
@@ -112,6 +118,15 @@ impl Replica {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    /// The refusal a client of the pool gets now: in sync only if the
+    /// lease (the active's word on shared storage) says so too.
+    pub fn refusal(&self) -> String {
+        let progress = self.progress();
+        let named = super::lease::read(&self.lease_path)
+            .is_ok_and(|l| l.epoch == progress.epoch && l.in_sync.iter().any(|s| *s == self.me));
+        progress.refusal(named)
     }
 
     /// Applies nothing more (this manager takes over): returns once no
@@ -308,7 +323,7 @@ impl Replica {
 pub async fn refuse_clients(listener: TcpListener, replica: Arc<Replica>) {
     loop {
         if let Ok((tcp, _)) = listener.accept().await {
-            let reason = replica.progress().refusal();
+            let reason = replica.refusal();
             tokio::spawn(async move { handshake::refuse_and_close(tcp, &reason).await });
         }
     }
