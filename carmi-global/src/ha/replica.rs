@@ -125,7 +125,7 @@ impl Replica {
     pub fn refusal(&self) -> String {
         let progress = self.progress();
         let named = super::lease::read(&self.lease_path)
-            .is_ok_and(|l| l.epoch == progress.epoch && l.in_sync.iter().any(|s| *s == self.me));
+            .is_ok_and(|l| l.epoch == progress.epoch && l.in_sync.contains(&self.me));
         progress.refusal(named)
     }
 
