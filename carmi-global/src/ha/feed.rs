@@ -7,6 +7,7 @@
 //! whole state again, and cannot take over meanwhile.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -25,6 +26,10 @@ use super::wire::{MAX_FRAME, ToActive, ToStandby, role};
 pub const ACK_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long between attempts to reach a standby that is away.
 const RECONNECT: Duration = Duration::from_secs(1);
+/// The active steps down when its lease was last rewritten this long ago:
+/// a write to shared storage that hangs (an NFS hard mount cut off from its
+/// server) must not leave it serving after the server gave the lock away.
+pub const RENEW_DEADLINE: Duration = Duration::from_secs(5);
 
 /// A standby as the active sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,7 +56,6 @@ struct Inner {
     records: u64,
     files: Listing,
     peers: Vec<Peer>,
-    info: LeaseInfo,
     sessions: u64,
 }
 
@@ -94,6 +98,12 @@ pub struct FeedConfig {
 /// The replication of the active manager's state to its standbys.
 pub struct Feed {
     inner: Mutex<Inner>,
+    /// What the lease file says: taken alone (renewals never wait behind a
+    /// copy to a standby), or after `inner`.
+    info: Mutex<LeaseInfo>,
+    /// When the lease was last rewritten, in milliseconds since `born`.
+    renewed_ms: AtomicU64,
+    born: Instant,
     acked: Condvar,
     lease: Lease,
     dir: PathBuf,
@@ -131,10 +141,12 @@ impl Feed {
                 records: 0,
                 files,
                 peers,
-                info,
                 sessions: 0,
             }),
+            info: Mutex::new(info),
             acked: Condvar::new(),
+            renewed_ms: Default::default(),
+            born: Instant::now(),
             lease,
             dir: config.state_dir,
             secret: config.secret,
@@ -143,6 +155,7 @@ impl Feed {
             tokio::spawn(feed.clone().follow(index, addr));
         }
         tokio::spawn(feed.clone().renew());
+        tokio::spawn(feed.clone().watchdog());
         feed
     }
 
@@ -152,13 +165,46 @@ impl Feed {
 
     /// Records the in-sync set in the lease file, or steps down.
     fn record_in_sync(&self, inner: &mut Inner) {
-        inner.info.in_sync = inner.in_sync_names();
-        inner.info.renewed_unix = unix_now();
-        if let Err(e) = self.lease.write(&inner.info) {
+        let names = inner.in_sync_names();
+        self.write_lease(Some(names), "write");
+    }
+
+    /// Rewrites the lease file (with a new in-sync set, if given), or steps down.
+    fn write_lease(&self, in_sync: Option<Vec<String>>, what: &str) {
+        let mut info = self.info.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(names) = in_sync {
+            info.in_sync = names;
+        }
+        info.renewed_unix = unix_now();
+        if let Err(e) = self.lease.write(&info) {
             step_down(&format!(
-                "cannot write the lease {}: {e}",
+                "cannot {what} the lease {}: {e}",
                 self.lease.path().display()
             ));
+        }
+        self.note_renewed();
+    }
+
+    fn note_renewed(&self) {
+        let ms = self.born.elapsed().as_millis() as u64;
+        self.renewed_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Steps down when the lease has not been rewritten for [`RENEW_DEADLINE`]
+    /// (the write hangs): checked apart from the writes, which may never return.
+    async fn watchdog(self: Arc<Feed>) {
+        let mut tick = tokio::time::interval(RENEW_PERIOD);
+        loop {
+            tick.tick().await;
+            let last = Duration::from_millis(self.renewed_ms.load(Ordering::Relaxed));
+            let since = self.born.elapsed().saturating_sub(last);
+            if since > RENEW_DEADLINE {
+                step_down(&format!(
+                    "the lease {} was last rewritten {:.1} s ago (the shared storage does not answer)",
+                    self.lease.path().display(),
+                    since.as_secs_f64()
+                ));
+            }
         }
     }
 
@@ -240,7 +286,7 @@ impl Feed {
             let _ = tx.send((msg, payload));
         };
         let seq = inner.next_seq();
-        let info = inner.info.clone();
+        let info = self.info.lock().unwrap_or_else(|p| p.into_inner()).clone();
         send(
             ToStandby::Begin {
                 seq,
@@ -365,14 +411,12 @@ impl Feed {
             tick.tick().await;
             let feed = self.clone();
             let _ = tokio::task::spawn_blocking(move || {
-                let mut inner = feed.lock();
-                inner.info.renewed_unix = unix_now();
-                if let Err(e) = feed.lease.write(&inner.info) {
-                    step_down(&format!(
-                        "cannot renew the lease {}: {e}",
-                        feed.lease.path().display()
-                    ));
-                }
+                feed.write_lease(None, "renew");
+                // Not behind an append waiting for acknowledgements or a
+                // copy to a joining standby: the next second will do.
+                let Ok(mut inner) = feed.inner.try_lock() else {
+                    return;
+                };
                 feed.sync_files(&mut inner);
                 let records = inner.records;
                 inner.send_all(&ToStandby::Tick { records }, &Bytes::new());
