@@ -16,6 +16,11 @@ use carmi_testkit::{Managers, Pool, PoolOptions};
 
 use super::{Latency, Result, load_average, millis, print_command};
 
+/// Milliseconds with two decimals: a submit takes about one.
+fn ms2(d: Duration) -> String {
+    format!("{:.2}", d.as_secs_f64() * 1e3)
+}
+
 /// Submits timed per setting.
 const SUBMITS: usize = 200;
 /// Takeovers timed.
@@ -110,7 +115,7 @@ pub(super) fn run_standby(rt: &tokio::runtime::Runtime) -> Result<()> {
         ("one (no standby)", &single),
         ("active + 1 standby in sync", &replicated),
     ] {
-        println!("| {name} | {} | {} |", millis(l.median), millis(l.p99));
+        println!("| {name} | {} | {} |", ms2(l.median), ms2(l.p99));
     }
     let mut times = takeovers(rt, &mut m)?;
     times.sort();
