@@ -1,6 +1,13 @@
 //! Administration requests to the global RM (what `carmi status`, `submit`,
 //! `q` and `rm` use): one connection per request.
+//!
+//! The address may be a list of managers, `a:9618,b:9618` (one active, the
+//! others standing by, docs/standby.md): a request goes to the one that
+//! answered last, and on to the next of the list when a manager cannot be
+//! reached or refuses the connection (a standby does) — never once the
+//! request was sent, so that nothing is done twice.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::conn::Conn;
@@ -84,6 +91,52 @@ pub async fn request(
 /// `transfer_input_files`), also returning the answer's payload (the bytes
 /// of [`FromGlobal::Files`]).
 pub async fn request_with_payload(
+    addr: &str,
+    secret: &Secret,
+    uploads: &[(&ExecutableRef, &[u8])],
+    msg: ToGlobal,
+) -> Result<(FromGlobal, bytes::Bytes), AdminError> {
+    let list = managers(addr);
+    if list.len() <= 1 {
+        return request_one(addr.trim(), secret, uploads, msg).await;
+    }
+    let start = LAST_ANSWERED.load(Ordering::Relaxed);
+    let mut failures = Vec::new();
+    for k in 0..list.len() {
+        let i = (start + k) % list.len();
+        match request_one(list[i], secret, uploads, msg.clone()).await {
+            Err(e @ (AdminError::Unreachable { .. } | AdminError::Handshake { .. })) => {
+                failures.push(e)
+            }
+            other => {
+                LAST_ANSWERED.store(i, Ordering::Relaxed);
+                return other;
+            }
+        }
+    }
+    // What the active manager said (a refused token, say) matters more
+    // than the standbys' refusals; else the first failure.
+    let standby = |e: &AdminError| e.to_string().contains(STANDBY_REFUSAL);
+    let pick = failures.iter().position(|e| !standby(e)).unwrap_or(0);
+    Err(failures.swap_remove(pick))
+}
+
+/// What a standby manager's refusal begins with (`carmi-global`'s `ha::replica`).
+pub const STANDBY_REFUSAL: &str = "standby manager";
+
+/// The managers of a list `a:9618,b:9618` (one address is a list of one).
+pub fn managers(addr: &str) -> Vec<&str> {
+    addr.split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .collect()
+}
+
+/// Which manager of the list answered last, tried first next time.
+static LAST_ANSWERED: AtomicUsize = AtomicUsize::new(0);
+
+/// [`request_with_payload`] to one manager.
+async fn request_one(
     addr: &str,
     secret: &Secret,
     uploads: &[(&ExecutableRef, &[u8])],

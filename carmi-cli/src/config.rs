@@ -14,7 +14,8 @@ pub use carmi_api::coords::Coordinates;
 /// Pool coordinates from the command line (each also read from the environment by the resolver).
 #[derive(Args, Clone, Debug, Default)]
 pub struct PoolArgs {
-    /// The global RM, HOST:PORT [env: CARMI_POOL]
+    /// The global RM, HOST:PORT, or its managers HOST:PORT,HOST:PORT (one
+    /// active, the others standing by) [env: CARMI_POOL]
     #[arg(long, value_name = "HOST:PORT")]
     pub pool: Option<String>,
     /// The pool's secret file [env: CARMI_SECRET]

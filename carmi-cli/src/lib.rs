@@ -38,6 +38,7 @@ mod jobs;
 mod join;
 mod join_here;
 mod logs;
+mod managers;
 mod pool;
 mod progress;
 mod select;

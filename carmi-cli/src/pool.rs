@@ -19,6 +19,9 @@ pub enum PoolCommand {
     /// Make each user's token (admin; power submit unless --authz): writes
     /// NAME.join (mode 0600) per user, which `carmi join NAME.join` installs.
     AddUser(crate::join::AddArgs),
+    /// Which of the pool's managers (CARMI_POOL=a:9618,b:9618) is active,
+    /// and how far each standby is behind it (docs/standby.md).
+    Status(crate::managers::ManagersArgs),
     /// Start an embedded pool on this machine in the background and record it.
     Up(crate::embedded::UpArgs),
     /// Stop the pool `carmi pool up` started and remove what it left.
@@ -34,6 +37,7 @@ pub fn run(command: PoolCommand) -> anyhow::Result<()> {
         PoolCommand::Init(args) => crate::init::run(&args),
         PoolCommand::AddMachine(args) => crate::join::add_machines(&args),
         PoolCommand::AddUser(args) => crate::join::add_users(&args),
+        PoolCommand::Status(args) => crate::managers::run(&args),
         PoolCommand::Up(args) => crate::embedded::up(&args),
         PoolCommand::Down => crate::embedded::down(),
         PoolCommand::Serve(args) => crate::embedded::serve(&args),

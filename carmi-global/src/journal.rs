@@ -17,6 +17,28 @@ pub struct Journal {
     live: Live,
     /// Records in the file now.
     in_file: usize,
+    /// Where every write is copied before it counts (standby managers).
+    mirror: Option<Box<dyn Mirror>>,
+}
+
+/// Where the journal's writes are copied before they count: the standby
+/// managers (`crate::ha::feed`). Each call runs `local`, this file's own
+/// write and sync, inside it, so that a copy of the file taken meanwhile
+/// and the stream after it neither miss nor repeat a record.
+pub trait Mirror: Send {
+    /// `bytes` (`records` encoded records) appended.
+    fn append(
+        &mut self,
+        bytes: &[u8],
+        records: usize,
+        local: &mut dyn FnMut() -> std::io::Result<()>,
+    ) -> std::io::Result<()>;
+    /// The whole file replaced by `bytes` (a compaction).
+    fn replace(
+        &mut self,
+        bytes: &[u8],
+        local: &mut dyn FnMut() -> std::io::Result<()>,
+    ) -> std::io::Result<()>;
 }
 
 /// A journal is compacted when it holds more than this many records and
@@ -53,6 +75,7 @@ impl Journal {
             file,
             live,
             in_file: records.len(),
+            mirror: None,
         };
         // Start the run from a short journal: what the last run left over
         // (ended jobs, exited processes) is never needed again.
@@ -66,9 +89,16 @@ impl Journal {
     /// when it has grown far beyond its live state.
     pub fn append(&mut self, records: &[Record]) -> std::io::Result<()> {
         let text: String = records.iter().map(encode).collect();
-        self.file.write_all(text.as_bytes())?;
-        let fsync = &crate::metrics::METRICS.fsync;
-        crate::metrics::Metrics::time(fsync, || self.file.sync_data())?;
+        let file = &mut self.file;
+        let mut local = || {
+            file.write_all(text.as_bytes())?;
+            let fsync = &crate::metrics::METRICS.fsync;
+            crate::metrics::Metrics::time(fsync, || file.sync_data())
+        };
+        match &mut self.mirror {
+            Some(mirror) => mirror.append(text.as_bytes(), records.len(), &mut local)?,
+            None => local()?,
+        }
         for r in records {
             self.live.apply(r);
         }
@@ -87,17 +117,25 @@ impl Journal {
     pub fn compact(&mut self) -> std::io::Result<()> {
         let records = self.live.records();
         let text: String = records.iter().map(encode).collect();
-        let tmp = self.path.with_extension("compact");
-        {
-            let mut f = File::create(&tmp)?;
-            f.write_all(text.as_bytes())?;
-            f.sync_all()?;
+        let (path, file) = (&self.path, &mut self.file);
+        let mut local = || {
+            let tmp = path.with_extension("compact");
+            {
+                let mut f = File::create(&tmp)?;
+                f.write_all(text.as_bytes())?;
+                f.sync_all()?;
+            }
+            std::fs::rename(&tmp, path)?;
+            if let Some(dir) = path.parent() {
+                File::open(dir)?.sync_all()?;
+            }
+            *file = OpenOptions::new().append(true).open(path)?;
+            Ok(())
+        };
+        match &mut self.mirror {
+            Some(mirror) => mirror.replace(text.as_bytes(), &mut local)?,
+            None => local()?,
         }
-        std::fs::rename(&tmp, &self.path)?;
-        if let Some(dir) = self.path.parent() {
-            File::open(dir)?.sync_all()?;
-        }
-        self.file = OpenOptions::new().append(true).open(&self.path)?;
         tracing::info!(
             journal = %self.path.display(),
             from = self.in_file,
@@ -106,6 +144,11 @@ impl Journal {
         );
         self.in_file = records.len();
         Ok(())
+    }
+
+    /// Copies every write to `mirror` from now on.
+    pub fn set_mirror(&mut self, mirror: Box<dyn Mirror>) {
+        self.mirror = Some(mirror);
     }
 
     /// Records in the file now (for tests and logs).

@@ -20,6 +20,7 @@
 //!   its view model (lost machines, the pool's curve) in `dashboard::view`.
 //! - `authority`: tokens, identities and powers (`--pool-key`): who may do what.
 //! - `checkpoint`: a job's checkpoint copied from the returned files into the executable store.
+//! - `ha`: standby managers: the lease on shared storage, the journal streamed to standbys, takeover.
 //! - `idmark`: the job-id high-water mark, so that ids (and so credentials) never repeat.
 //! - `jobcred`: each job's own credential, derived from the state directory's job key.
 //! - `pilots`: carries out the allocation queues' commands on a batch system (`sbatch`...).
@@ -31,6 +32,7 @@ pub use carmi_global_core::{alloc, node, procs, router, staging};
 pub mod authority;
 pub mod checkpoint;
 pub mod dashboard;
+pub mod ha;
 pub mod idmark;
 pub mod jobcred;
 pub mod journal;

@@ -152,6 +152,27 @@ struct Args {
     /// PERIODIC_EXPR_INTERVAL; at least 1).
     #[arg(long, value_name = "S", default_value_t = carmi_global::router::PERIODIC_EXPR_INTERVAL.as_secs())]
     periodic_expr_interval_s: u64,
+    /// Run as one of several managers (docs/standby.md): the lease file, on
+    /// storage every manager shares (NFS), whose lock the active one holds.
+    /// Until it gets the lock this manager stands by: it takes the active's
+    /// replication stream on --ha-listen and refuses clients of the pool
+    /// with where the active one is.
+    #[arg(long, value_name = "FILE", requires = "ha_listen")]
+    ha_lock: Option<PathBuf>,
+    /// Where this manager takes the replication stream while standing by,
+    /// HOST:PORT; also its name in the lease file and in the other
+    /// managers' --ha-peers.
+    #[arg(long, value_name = "HOST:PORT", requires = "ha_lock")]
+    ha_listen: Option<String>,
+    /// The other managers' --ha-listen, comma-separated: once active, this
+    /// manager streams its state to them.
+    #[arg(
+        long,
+        value_name = "HOST:PORT,...",
+        value_delimiter = ',',
+        requires = "ha_lock"
+    )]
+    ha_peers: Vec<String>,
 }
 
 #[tokio::main]
@@ -171,7 +192,20 @@ async fn main() -> anyhow::Result<()> {
             std::sync::Arc::new(move |t| a.check_read(t));
         check
     });
+    let ha = ha_config(&args, &secret_file, &config)?;
+    let active = match &ha {
+        Some(ha) => Some(
+            carmi_global::ha::stand_by(ha)
+                .await
+                .context("standing by as a manager")?,
+        ),
+        None => None,
+    };
     let mut server = Server::bind(&args.listen, config).await?;
+    if let (Some(ha), Some(active)) = (&ha, active) {
+        let feed = carmi_global::ha::start_feed(ha, active);
+        server = server.with_mirror(Box::new(feed));
+    }
     let addr = server.local_addr()?;
     let mut dashboard_url = None;
     if let Some(http) = &args.http {
@@ -242,6 +276,36 @@ fn server_config(args: &Args, secret_file: &Path) -> anyhow::Result<ServerConfig
     pilots.global_addr = args.pilot_global.clone();
     config.pilots = Some(pilots);
     Ok(config)
+}
+
+/// The standby settings of `--ha-lock`, `--ha-listen` and `--ha-peers`.
+fn ha_config(
+    args: &Args,
+    secret_file: &Path,
+    config: &ServerConfig,
+) -> anyhow::Result<Option<carmi_global::ha::HaConfig>> {
+    let (Some(lock), Some(listen)) = (&args.ha_lock, &args.ha_listen) else {
+        return Ok(None);
+    };
+    let beside = secret_file.with_extension("key");
+    let key = match &args.pool_key {
+        Some(key) => Some(key.clone()),
+        None if !args.insecure && beside.exists() => Some(beside),
+        None => None,
+    };
+    let secret = carmi_global::ha::link_secret(key.as_deref(), &config.secret)
+        .context("the replication link's secret, from the pool key")?;
+    if args.ha_peers.iter().any(|p| p == listen) {
+        bail!("--ha-peers names this manager's own --ha-listen ({listen}): list only the others");
+    }
+    Ok(Some(carmi_global::ha::HaConfig {
+        lock: lock.clone(),
+        listen: listen.clone(),
+        peers: args.ha_peers.clone(),
+        serving: args.listen.clone(),
+        state_dir: args.state_dir.clone(),
+        secret,
+    }))
 }
 
 /// The concurrency limits of `--concurrency-limit NAME=N` and

@@ -294,6 +294,13 @@ impl Server {
         self
     }
 
+    /// Copies every journal write to `mirror` (the standby managers,
+    /// `crate::ha`) before it counts.
+    pub fn with_mirror(mut self, mirror: Box<dyn crate::journal::Mirror>) -> Server {
+        self.journal.set_mirror(mirror);
+        self
+    }
+
     /// The address actually bound.
     pub fn local_addr(&self) -> Result<SocketAddr, Error> {
         self.listener.local_addr().map_err(|source| Error::Bind {

@@ -373,17 +373,14 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// The global RM's own address: `global_direct`, else the first of `global`.
+    /// The global RM's own address: `global_direct`, else `global`, which
+    /// may list several managers, one active (docs/standby.md): whoever
+    /// dials it goes on to the next on a refusal (`carmi_api::admin`, the
+    /// stager).
     pub fn direct(&self) -> String {
         match &self.global_direct {
             Some(d) => d.clone(),
-            None => self
-                .global
-                .split(',')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_string(),
+            None => carmi_api::admin::managers(&self.global).join(","),
         }
     }
 

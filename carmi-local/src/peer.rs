@@ -62,6 +62,8 @@ pub struct Stager {
     growing: Mutex<HashMap<String, Growing>>,
     /// Bytes served to peers since the start (the metrics page).
     served: std::sync::atomic::AtomicU64,
+    /// Which manager of `global_addr`'s list served last, asked first.
+    last_manager: std::sync::atomic::AtomicUsize,
 }
 
 impl Stager {
@@ -83,6 +85,7 @@ impl Stager {
             limiter: RateLimiter::new(rate),
             growing: Mutex::new(HashMap::new()),
             served: Default::default(),
+            last_manager: Default::default(),
         }
     }
 
@@ -132,17 +135,33 @@ impl Stager {
                 },
             );
         }
-        let result = stage::fetch(FetchSpec {
-            addr: &addr,
-            secret: &secret,
-            towards,
-            name: &self.name,
-            executable: exe,
-            dest: &tmp,
-            arrival: &arrival,
-        })
-        .await
-        .map_err(|e| e.to_string());
+        // The global RM may be a list of managers: the active one serves,
+        // a standby refuses before any byte, and so does a dead one.
+        let addrs = carmi_api::admin::managers(&addr);
+        let first = self.last_manager.load(std::sync::atomic::Ordering::Relaxed);
+        let mut result = Err(format!("no address in `{addr}`"));
+        for k in 0..addrs.len() {
+            let i = (first + k) % addrs.len();
+            result = stage::fetch(FetchSpec {
+                addr: addrs[i],
+                secret: &secret,
+                towards,
+                name: &self.name,
+                executable: exe,
+                dest: &tmp,
+                arrival: &arrival,
+            })
+            .await
+            .map_err(|e| e.to_string());
+            let next = result.as_ref().is_err_and(|e| {
+                e.contains("cannot connect") || e.contains(carmi_api::admin::STANDBY_REFUSAL)
+            });
+            if !next {
+                self.last_manager
+                    .store(i, std::sync::atomic::Ordering::Relaxed);
+                break;
+            }
+        }
         // Out of the table before the rename (see the module docs).
         self.growing
             .lock()

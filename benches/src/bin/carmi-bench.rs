@@ -19,6 +19,8 @@
 //!   machines x 2 slots, 100 hand-started jobs, 10,000 queued by default):
 //!   memory, `status`, request-to-event time, noticing silent machines,
 //!   journal size and restart time (`carmi_bench/scale.rs`).
+//! - `standby`: submit latency with and without a standby manager in sync,
+//!   and the takeover time over 10 SIGKILLs of the active one (issue 35).
 //! - `cluster [PROCS] [MACHINES]`: a cluster of 2,395 procs submitted in one
 //!   request while another user runs `status` and submits, alone, with every
 //!   proc materialized and with `max_materialize = 50` (`carmi_bench/cluster.rs`).
@@ -57,6 +59,8 @@ mod scale;
 mod scale_fleet;
 #[path = "carmi_bench/spawn.rs"]
 mod spawn;
+#[path = "carmi_bench/standby.rs"]
+mod standby;
 
 use messaging::run_messaging;
 use spawn::run_spawn;
@@ -112,6 +116,7 @@ fn main() -> ExitCode {
         }
         "grant-latency" => return grant_main(),
         "cluster" => return cluster_main(),
+        "standby" => return standby_main(),
         grant::GRANT_WORKER => {
             let args: Vec<String> = std::env::args().skip(2).collect();
             return grant::grant_worker(&args);
@@ -121,7 +126,7 @@ fn main() -> ExitCode {
         "all" => (true, true),
         _ => {
             eprintln!(
-                "usage: cargo run --release -p carmi-benches --bin carmi-bench -- [messaging|spawn|all|scale|grant-latency|cluster]"
+                "usage: cargo run --release -p carmi-benches --bin carmi-bench -- [messaging|spawn|all|scale|grant-latency|cluster|standby]"
             );
             return ExitCode::from(2);
         }
@@ -213,6 +218,25 @@ fn scale_main() -> ExitCode {
 }
 
 /// `carmi-bench cluster [PROCS] [MACHINES]`.
+/// `carmi-bench standby`.
+fn standby_main() -> ExitCode {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    println!("Host: {}\n", host_description());
+    if cfg!(debug_assertions) {
+        println!("**Built without `--release`: these numbers are not representative.**\n");
+    }
+    match standby::run_standby(&rt) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("carmi-bench standby: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn cluster_main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(2).collect();
     let number = |i: usize, default: usize| match args.get(i) {
