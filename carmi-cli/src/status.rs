@@ -64,23 +64,26 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
         })?),
         None => None,
     };
+    let whole_ads = constraint.is_some()
+        || args.long
+        || args.json
+        || args.compact
+        || args.gpus
+        || !args.af.is_empty();
+    // Both asked at once: on a large pool each answer is megabytes, which
+    // the global RM encodes on two threads instead of one after the other.
     let (mut machines, ads) = crate::block_on(async {
-        let machines = pool_status(&pool, &secret).await?;
-        let whole_ads = constraint.is_some()
-            || args.long
-            || args.json
-            || args.compact
-            || args.gpus
-            || !args.af.is_empty();
-        let ads = if whole_ads {
+        let ads = async {
+            if !whole_ads {
+                return Ok(Vec::new());
+            }
             match request(&pool, &secret, None, ToGlobal::MachineAds).await? {
-                FromGlobal::Ads(ads) => ads,
+                FromGlobal::Ads(ads) => Ok(ads),
                 other => bail!("the global RM answered {other:?} to MachineAds"),
             }
-        } else {
-            Vec::new()
         };
-        Ok((machines, ads))
+        let (machines, ads) = tokio::join!(pool_status(&pool, &secret), ads);
+        Ok((machines?, ads?))
     })?;
     let slots_named = select(&mut machines, &args.names)?;
     let mut parsed: BTreeMap<String, classad::ClassAd> = BTreeMap::new();
