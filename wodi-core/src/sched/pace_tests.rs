@@ -36,7 +36,11 @@ fn long_steps_hold_one_and_short_ones_just_enough_to_hide_the_trip() {
     // Just above it: 1 + ceil(trip / step) = 2.
     assert_eq!(window(1, 8, Some(0.018), Some(0.001)), 2);
     assert_eq!(window(1, 8, Some(1e-4), Some(3e-4)), 4);
-    assert_eq!(window(1, 8, Some(1e-5), Some(3e-4)), 8, "capped at the most");
+    assert_eq!(
+        window(1, 8, Some(1e-5), Some(3e-4)),
+        8,
+        "capped at the most"
+    );
     assert_eq!(window(1, 8, Some(0.0), Some(3e-4)), 8, "empty steps");
     // The configured prefetch is a floor.
     assert_eq!(window(3, 8, Some(1e-4), Some(1e-4)), 3);
@@ -126,11 +130,23 @@ fn short_steps_fill_a_workers_hand_once_the_trip_is_measured() {
     assert_eq!(first.len(), 1, "nothing measured yet: one step");
     // Answered 1 ms later after 10 us of compute: the trip dominates.
     let now = MS;
-    s.result(w[0], first[0].0, Duration::ZERO, Duration::from_micros(10), now);
+    s.result(
+        w[0],
+        first[0].0,
+        Duration::ZERO,
+        Duration::from_micros(10),
+        now,
+    );
     let next = assigned(&mut s);
     assert_eq!(next.len(), 8, "the hand fills to the most: {next:?}");
     // Each answer frees one place, which is taken again at once.
-    s.result(w[0], next[0].0, Duration::ZERO, Duration::from_micros(10), now);
+    s.result(
+        w[0],
+        next[0].0,
+        Duration::ZERO,
+        Duration::from_micros(10),
+        now,
+    );
     assert_eq!(assigned(&mut s).len(), 1);
 }
 
@@ -142,7 +158,13 @@ fn without_adaptation_short_steps_go_one_at_a_time() {
     }
     s.dispatch(Duration::ZERO);
     let first = assigned(&mut s);
-    s.result(w[0], first[0].0, Duration::ZERO, Duration::from_micros(10), MS);
+    s.result(
+        w[0],
+        first[0].0,
+        Duration::ZERO,
+        Duration::from_micros(10),
+        MS,
+    );
     assert_eq!(assigned(&mut s).len(), 1);
 }
 
