@@ -37,11 +37,7 @@ pub fn split_grants(stats: &Stats) -> GrantSplit {
     // (time, 0 = an end for the owner, 1 = a grant): ends sort first.
     let mut events: Vec<(f64, u8)> = Vec::new();
     for row in &stats.timeline {
-        let Some(stay) = row
-            .periods
-            .iter()
-            .find(|p| p.kind == PeriodKind::Allocated)
-        else {
+        let Some(stay) = row.periods.iter().find(|p| p.kind == PeriodKind::Allocated) else {
             continue;
         };
         events.push((stay.start_s, 1));

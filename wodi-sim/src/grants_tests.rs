@@ -69,5 +69,8 @@ fn a_loss_in_the_first_cycle_is_replaced_not_started() {
         ..Stats::default()
     };
     let split = split_grants(&stats);
-    assert_eq!((split.first_cycle, split.after_owner, split.policy), (1, 1, 0));
+    assert_eq!(
+        (split.first_cycle, split.after_owner, split.policy),
+        (1, 1, 0)
+    );
 }

@@ -414,7 +414,19 @@ fn print_aggregates(runs: &[RunSummary]) {
     time_row("occupancy", field(|r| r.occupancy_s));
     num_row("adds", field(|r| f64::from(r.adds)), false);
     num_row("losses", field(|r| f64::from(r.losses)), false);
-    num_row("grants 1st", field(|r| f64::from(r.grants.first_cycle)), false);
-    num_row("grants owner", field(|r| f64::from(r.grants.after_owner)), false);
-    num_row("grants policy", field(|r| f64::from(r.grants.policy)), false);
+    num_row(
+        "grants 1st",
+        field(|r| f64::from(r.grants.first_cycle)),
+        false,
+    );
+    num_row(
+        "grants owner",
+        field(|r| f64::from(r.grants.after_owner)),
+        false,
+    );
+    num_row(
+        "grants policy",
+        field(|r| f64::from(r.grants.policy)),
+        false,
+    );
 }
