@@ -171,7 +171,11 @@ impl Sched {
             .get_mut(&worker)
             .expect("assigning to a known worker");
         let speed = self.hosts.get(&w.host).and_then(|h| h.speed);
-        w.pace.assigned(ticket, w.in_hand.is_empty(), now);
+        let expected = self
+            .history
+            .estimate(&task.step)
+            .map(|est| est / speed.filter(|s| s.is_finite() && *s > 0.0).unwrap_or(1.0));
+        w.pace.assigned(ticket, w.in_hand.is_empty(), expected, now);
         if w.in_hand.is_empty() {
             w.front_since = Some(now);
             w.front_struck = false;

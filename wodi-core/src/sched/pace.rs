@@ -79,10 +79,21 @@ fn mix(old: Option<f64>, new: f64) -> Option<f64> {
 }
 
 impl Pace {
-    /// `ticket` was handed to the worker at `now`; `idle`: it held none.
-    pub fn assigned(&mut self, ticket: Ticket, idle: bool, now: Time) {
+    /// `ticket` was handed to the worker at `now`; `idle`: it held none;
+    /// `expected`: the step's time on this worker by the history, if known.
+    /// A step expected to take longer than the worker's running step time
+    /// raises it at once: the worker's hand closes behind the first long
+    /// step of a cycle instead of filling with long steps (the longest go
+    /// first) on the strength of the short ones before them.
+    pub fn assigned(&mut self, ticket: Ticket, idle: bool, expected: Option<f64>, now: Time) {
         if idle {
             self.probe = Some((ticket, now));
+        }
+        if let (Some(e), Some(step)) = (expected, self.step_s)
+            && e.is_finite()
+            && e > step
+        {
+            self.step_s = Some(e);
         }
     }
 

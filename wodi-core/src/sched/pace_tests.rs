@@ -65,8 +65,8 @@ fn the_window_never_grows_as_steps_lengthen() {
 fn pace_measures_the_trip_only_from_a_step_sent_to_an_idle_worker() {
     let mut p = Pace::default();
     let t0 = Duration::ZERO;
-    p.assigned(Ticket(0), true, t0);
-    p.assigned(Ticket(1), false, t0);
+    p.assigned(Ticket(0), true, None, t0);
+    p.assigned(Ticket(1), false, None, t0);
     // Ticket 0: 2 ms after it was sent, of which 0.1 ms computing.
     p.answered(Ticket(0), Duration::from_micros(100), t0 + 2 * MS);
     assert_eq!(p.trip_s.map(|t| (t * 1e6).round()), Some(1900.0));
@@ -75,7 +75,7 @@ fn pace_measures_the_trip_only_from_a_step_sent_to_an_idle_worker() {
     assert_eq!(p.trip_s.map(|t| (t * 1e6).round()), Some(1900.0));
     assert_eq!(p.window(1, 8), 8);
     // A step sent before a suspension measures no trip.
-    p.assigned(Ticket(2), true, t0 + 10 * MS);
+    p.assigned(Ticket(2), true, None, t0 + 10 * MS);
     p.interrupted();
     p.answered(Ticket(2), Duration::from_micros(100), t0 + 60_000 * MS);
     assert_eq!(p.trip_s.map(|t| (t * 1e6).round()), Some(1900.0));
@@ -207,4 +207,38 @@ fn long_steps_keep_one_per_worker_and_the_longest_goes_first() {
     let mut steps: Vec<u64> = assigned(&mut s).iter().map(|a| a.1).collect();
     steps.sort_unstable();
     assert_eq!(steps, vec![4, 5], "the two longest, one per worker");
+}
+
+#[test]
+fn a_long_step_closes_a_hand_that_short_steps_opened() {
+    let (mut s, w) = core(1, 8, 1);
+    // Step 0 takes 10 s (answered 1 ms after it ends: the trip).
+    let t = s.submit(StepId(0), None, Duration::ZERO);
+    s.dispatch(Duration::ZERO);
+    assert_eq!(assigned(&mut s).len(), 1);
+    let ten = Duration::from_secs(10);
+    let mut now = ten + MS;
+    s.result(w[0], t, ten, ten, now);
+    // Then 100 steps of 10 us, answered in order: the worker's hand opens.
+    for i in 1..=100 {
+        s.submit(StepId(i), None, now);
+    }
+    s.dispatch(now);
+    let mut hand: std::collections::VecDeque<Ticket> =
+        assigned(&mut s).into_iter().map(|a| a.0).collect();
+    let mut widest = 0;
+    while let Some(ticket) = hand.pop_front() {
+        now += Duration::from_micros(100);
+        s.result(w[0], ticket, Duration::ZERO, Duration::from_micros(10), now);
+        hand.extend(assigned(&mut s).into_iter().map(|a| a.0));
+        widest = widest.max(hand.len());
+    }
+    assert_eq!(widest, 8, "short steps opened the hand to the most");
+    // Six copies of the long step: the first closes the hand behind it
+    // (the history expects 10 s), the others wait for the answer.
+    for _ in 0..6 {
+        s.submit(StepId(0), None, now);
+    }
+    s.dispatch(now);
+    assert_eq!(assigned(&mut s).len(), 1, "one long step at a time");
 }
