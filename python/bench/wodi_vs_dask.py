@@ -64,7 +64,8 @@ def main():
     p.add_argument("workers", type=int)
     p.add_argument("tasks", type=int, nargs="?", default=10_000)
     p.add_argument("--rounds", type=int, default=1)
-    p.add_argument("--prefetch", type=int, default=2, help="WoDi's steps in hand per worker")
+    p.add_argument("--prefetch", type=int, default=None,
+                   help="WoDi's steps in hand per worker (default: the package's, adaptive)")
     a = p.parse_args()
     systems = ["pool", "executor", "dask"] if a.system == "all" else [a.system]
     rates = {s: [] for s in systems}

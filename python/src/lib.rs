@@ -57,10 +57,13 @@ impl NativePool {
     /// `requirements`, each given `init` (bytes) first; the pool from
     /// `local`/`secret` or found as `carmi` finds it. `prefetch`: steps in
     /// hand per worker (more hides the round trip to the server for short
-    /// steps); `arrival_order`: steps go out in the order sent (an
-    /// executor's unrelated calls) rather than longest first by history.
+    /// steps); `prefetch_max`, when above it: the most a worker holds once
+    /// its steps prove short against that round trip (the server adapts
+    /// each worker's share between the two); `arrival_order`: steps go out
+    /// in the order sent (an executor's unrelated calls) rather than
+    /// longest first by history.
     #[new]
-    #[pyo3(signature = (worker, worker_args, hosts, requirements, server, server_args, local=None, secret=None, init=None, prefetch=1, arrival_order=false))]
+    #[pyo3(signature = (worker, worker_args, hosts, requirements, server, server_args, local=None, secret=None, init=None, prefetch=1, arrival_order=false, prefetch_max=1))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -75,6 +78,7 @@ impl NativePool {
         init: Option<PyBackedBytes>,
         prefetch: u32,
         arrival_order: bool,
+        prefetch_max: u32,
     ) -> PyResult<Self> {
         let mut builder = wodi::Pool::builder()
             .hosts(hosts)
@@ -86,6 +90,7 @@ impl NativePool {
                     args: server_args,
                 };
                 cfg.prefetch = prefetch.max(1);
+                cfg.prefetch_max = prefetch_max;
                 if arrival_order {
                     cfg.ordering = wodi::order::Ordering::Arrival;
                 }

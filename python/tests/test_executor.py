@@ -123,3 +123,20 @@ def test_help_shows_the_executors_docstrings():
         assert words in text, words
     assert (pathlib.Path(wodi.__file__).parent / "py.typed").exists()
     assert (pathlib.Path(wodi.__file__).parent / "_native.pyi").exists()
+
+
+def test_prefetch_adapts_by_default_and_a_fixed_one_must_be_positive():
+    import inspect
+
+    import wodi
+    from wodi import _launch
+
+    # The default adapts between one step and the most a worker may hold.
+    assert inspect.signature(wodi.Executor).parameters["prefetch"].default is None
+    assert inspect.signature(wodi.Pool).parameters["prefetch"].default is None
+    assert _launch.prefetch_range(None) == (1, _launch.PREFETCH_MAX)
+    assert _launch.PREFETCH_MAX > 1
+    assert _launch.prefetch_range(3) == (3, 3)
+    # Refused before any pool is started.
+    with pytest.raises(ValueError, match="prefetch"):
+        wodi.Executor(max_workers=1, prefetch=0)

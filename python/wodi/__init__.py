@@ -108,13 +108,15 @@ class Pool:
 
     ``init``: data every worker gets before its first step, read there with
     ``wodi.init_data()`` (pickled for this script's workers; bytes or str
-    for a command worker). ``prefetch``: steps each worker holds (1 keeps
-    WoDi's longest-first placement exact; 2 is faster for very short
-    steps)."""
+    for a command worker). ``prefetch``: steps each worker holds; the
+    default (None) adapts: a worker holds one step while its steps are long
+    against the round trip to the server (WoDi's longest-first placement
+    stays exact) and up to 16 while they are short (calls of microseconds
+    run at tens of thousands a second); a number fixes it."""
 
     def __init__(self, hosts: int = 4, requirements: str = "true", local: Optional[str] = None,
                  secret: Optional[str] = None, worker: Union[None, str, Sequence[str]] = None,
-                 init: Any = None, prefetch: int = 1) -> None:
+                 init: Any = None, prefetch: Optional[int] = None) -> None:
         self._command = worker is not None
         if started_as_worker():
             if self._command:
@@ -135,6 +137,7 @@ class Pool:
         else:
             command = [sys.executable, os.path.abspath(sys.argv[0]), *sys.argv[1:]]
             init = _codec.dumps(init, False)
+        prefetch, prefetch_max = _launch.prefetch_range(prefetch)
         if not (local and secret) and not _native.pool_configured():
             self._embedded = _launch.start_embedded_pool(hosts)
         self._script = _launch.worker_script(command)
@@ -149,6 +152,8 @@ class Pool:
             secret,
             init,
             prefetch,
+            False,
+            prefetch_max,
         )
 
     def _encode(self, func: Optional[Callable[[Any], Any]], items: List[Any]) -> List[bytes]:

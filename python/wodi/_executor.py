@@ -98,12 +98,13 @@ class Executor(cf.Executor):
     worker's traceback chained as its ``__cause__``.
 
     Calls go out first come, first served. At most ``window`` calls
-    (default: twice the calls the workers hold) are handed to the pool
+    (default: twice the calls the workers may hold) are handed to the pool
     ahead of their results; the others wait here, not started, and
     ``Future.cancel()`` cancels them. ``prefetch``: calls each worker
-    holds (2 hides most of the trip to the server for short calls, 8 more
-    of it for calls of microseconds; 1 suits long calls on hosts of
-    unequal speed, where a call should not queue behind another).
+    holds. The default (None) adapts per worker: one call while its calls
+    are long against the trip to the server (a call never queues behind
+    another on a slow host), up to 16 while they are short (the trip is
+    hidden behind the calls in hand); a number fixes it.
 
     ``init``: data every worker reads with ``wodi.init_data()``;
     ``initializer(*initargs)`` runs in each worker before its first call
@@ -126,12 +127,13 @@ class Executor(cf.Executor):
         initargs: Tuple[Any, ...] = (),
         progress: Any = None,
         window: Optional[int] = None,
-        prefetch: int = 2,
+        prefetch: Optional[int] = None,
     ) -> None:
         if max_workers < 1:
             raise ValueError("max_workers must be at least 1")
+        prefetch, prefetch_max = _launch.prefetch_range(prefetch)
         self._hosts = max_workers
-        self._window = window if window is not None else 2 * max(prefetch, 1) * max_workers
+        self._window = window if window is not None else 2 * prefetch_max * max_workers
         if self._window < 1:
             raise ValueError("window must be at least 1")
         self._lock = threading.Lock()
@@ -151,7 +153,7 @@ class Executor(cf.Executor):
         self._script = _launch.worker_script([sys.executable, "-m", "wodi._pyworker"])
         init_bytes = _codec.dumps((init, initializer, tuple(initargs)), True)
         args = (self._script, [], max_workers, requirements, sys.executable,
-                ["-m", "wodi._server"], local, secret, init_bytes, prefetch, True)
+                ["-m", "wodi._server"], local, secret, init_bytes, prefetch, True, prefetch_max)
         started = threading.Event()
         self._start_error: Optional[BaseException] = None
         self._thread = threading.Thread(

@@ -8,7 +8,24 @@ import stat
 import subprocess
 import sys
 import tempfile
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
+
+PREFETCH_MAX = 16
+"""The most steps a worker holds under the adaptive default
+(``prefetch=None``): enough to hide a round trip to the server of a few
+hundred microseconds behind calls of tens of microseconds."""
+
+
+def prefetch_range(prefetch: Optional[int]) -> Tuple[int, int]:
+    """``(prefetch, prefetch_max)`` for the native pool: ``None`` adapts
+    (the server gives a worker one step while its steps are long against
+    the round trip to it, up to ``PREFETCH_MAX`` while they are short); a
+    number fixes the steps each worker holds."""
+    if prefetch is None:
+        return 1, PREFETCH_MAX
+    if prefetch < 1:
+        raise ValueError("prefetch must be at least 1 (or None: adaptive)")
+    return prefetch, prefetch
 
 
 def quote(s: str) -> str:

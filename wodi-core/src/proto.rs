@@ -91,6 +91,12 @@ pub enum FromMaster {
         args: Vec<String>,
         /// Steps in flight per worker (1 = one at a time; more hides latency).
         prefetch: u32,
+        /// Adaptive prefetch: the most steps a worker whose steps are short
+        /// against its round trip may hold (see `wodi::sched::pace`); at or
+        /// below `prefetch` (and from older masters) every worker holds
+        /// `prefetch`.
+        #[serde(default)]
+        prefetch_max: u32,
         /// Crashes a step may cause before it is reported failed.
         max_attempts: u32,
         /// How long a suspended worker keeps its steps before they are re-sent, in ms.

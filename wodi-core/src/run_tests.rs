@@ -36,6 +36,7 @@ fn init(classes: &[(&str, u32)], max_attempts: u32, policies: Policies) -> FromM
         executable: "/bin/worker".into(),
         args: vec!["--x".into()],
         prefetch: 1,
+        prefetch_max: 0,
         max_attempts,
         suspend_timeout_ms: 60_000,
         ordering: Default::default(),

@@ -29,7 +29,7 @@
 //! re-exported here), `assign` (free workers given queued tickets),
 //! `hosts` (hosts granted, lost, suspended, resumed; desired counts, requests, releases),
 //! `workers` (spawned, joined, detached, lost; a worker for a suspended host
-//! is spawned when it resumes), `check` (invariants) and [`policy`] (giving back idle and suspended hosts,
+//! is spawned when it resumes), [`pace`] (adaptive prefetch), `check` (invariants) and [`policy`] (giving back idle and suspended hosts,
 //! straggler copies, fast abort: each switched by a [`SchedConfig`] field).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -47,6 +47,7 @@ pub mod board;
 mod check;
 mod dispatch;
 mod hosts;
+pub mod pace;
 pub mod policy;
 pub mod queue;
 mod workers;
@@ -66,6 +67,12 @@ pub struct Ticket(pub u64);
 pub struct SchedConfig {
     /// Tickets a worker may hold at once (1 = one step at a time).
     pub prefetch: u32,
+    /// Adaptive prefetch: above `prefetch`, the most tickets a worker may
+    /// hold when its steps are short against the round trip to it (see
+    /// [`pace`]); a worker whose steps are long holds `prefetch`, so that
+    /// longest-first order and fastest-host placement still hold. At or
+    /// below `prefetch`: every worker holds `prefetch`.
+    pub prefetch_max: u32,
     /// Worker crashes a step may cause before it is reported failed.
     pub max_attempts: u32,
     /// How long a suspended worker keeps its steps before they are re-sent.
@@ -107,6 +114,7 @@ impl Default for SchedConfig {
     fn default() -> SchedConfig {
         SchedConfig {
             prefetch: 1,
+            prefetch_max: 1,
             max_attempts: 3,
             suspend_timeout: Duration::from_secs(10),
             max_respawns: 3,
@@ -244,6 +252,8 @@ struct Worker {
     front_struck: bool,
     /// Fast-abort strikes.
     strikes: u32,
+    /// Its step time and round trip, which set how many tickets it may hold.
+    pace: pace::Pace,
     /// Whether it has connected ([`Sched::worker_joined`]). Its host's
     /// resumption makes it ready only then: a worker suspended while
     /// starting has no connection yet to send steps on.
@@ -466,6 +476,7 @@ impl Sched {
             && let Some(pos) = w.in_hand.iter().position(|(t, _)| *t == ticket)
         {
             let (_, run) = w.in_hand.remove(pos).expect("position is in range");
+            w.pace.answered(ticket, wall, now);
             let was_front = pos == 0;
             let struck = was_front && w.front_struck;
             if was_front {

@@ -74,6 +74,8 @@ pub struct RunSummary {
     pub adds: u32,
     /// Hosts taken away by their owners.
     pub losses: u32,
+    /// The grants (`adds`) by cause: the start, owner losses, the policy.
+    pub grants: crate::grants::GrantSplit,
     /// Mean number of hosts held (occupancy / run length).
     pub mean_hosts: f64,
     /// Sum over cycles of the cycle's lower bound on all the pool's hosts

@@ -18,9 +18,10 @@
 //! Layout: `queue` (the clock and the events), `pool` (the CARMI side),
 //! `run` (the WoDi side: server core, workers, master), `sim` (one run),
 //! `config` (what a run is given and yields), `presets` (the policy sets
-//! compared).
+//! compared), [`grants`] (why each host was granted).
 
 mod config;
+pub mod grants;
 mod pool;
 mod presets;
 mod queue;

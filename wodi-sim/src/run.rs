@@ -276,6 +276,7 @@ impl<'a> Wodi<'a> {
             executable: "wodi-worker".into(),
             args: Vec::new(),
             prefetch: s.prefetch,
+            prefetch_max: s.prefetch_max,
             max_attempts: s.max_attempts,
             suspend_timeout_ms: s.suspend_timeout.as_millis() as u64,
             ordering: self.ordering,

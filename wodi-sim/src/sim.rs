@@ -76,6 +76,7 @@ pub fn simulate(cfg: &SimConfig, ordering: Ordering) -> SimRun {
         },
         adds: stats.hosts.added,
         losses: stats.hosts.lost,
+        grants: crate::grants::split_grants(&stats),
         mean_hosts: if run_length_s > 0.0 {
             stats.occupancy_s / run_length_s
         } else {

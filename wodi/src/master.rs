@@ -123,6 +123,11 @@ pub struct MasterConfig {
     pub pool: Option<PoolAddr>,
     /// Steps in flight per worker.
     pub prefetch: u32,
+    /// Adaptive prefetch: above `prefetch`, the most steps a worker may
+    /// hold when its steps are short against the round trip to it; a
+    /// worker with long steps keeps `prefetch` (see
+    /// `wodi::sched::pace`). Default 1: no adaptation.
+    pub prefetch_max: u32,
     /// Worker crashes a step may cause before it fails.
     pub max_attempts: u32,
     /// How long a suspended worker keeps its steps.
@@ -169,6 +174,7 @@ impl MasterConfig {
             server: ServerCommand::CurrentExe,
             pool: None,
             prefetch: 1,
+            prefetch_max: 1,
             max_attempts: 3,
             // The grace `Policies::keep_hosts` was tuned with (wodi-sim's
             // `keep` preset): a suspended host is given back rather than
@@ -358,6 +364,7 @@ impl Master {
             executable: cfg.worker.to_string_lossy().into_owned(),
             args: cfg.worker_args,
             prefetch: cfg.prefetch,
+            prefetch_max: cfg.prefetch_max,
             max_attempts: cfg.max_attempts,
             suspend_timeout_ms: cfg.suspend_timeout.as_millis() as u64,
             ordering: cfg.ordering,

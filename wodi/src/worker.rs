@@ -5,7 +5,8 @@
 //! messages one at a time with blocking I/O (a worker computes one step at a
 //! time, so a runtime would only add latency). Results are written when no
 //! further step is already waiting, so prefetched steps are answered in
-//! batches. CPU time is measured around each step: the process's own CPU
+//! batches; and before the last step in hand is computed, so that no result
+//! waits behind it. CPU time is measured around each step: the process's own CPU
 //! time plus that of children waited for during the step.
 
 use std::io::{Read, Write};
@@ -202,6 +203,14 @@ impl Worker {
                     return Ok(());
                 }
                 ToWorker::Step { ticket, step } => {
+                    // The last step in hand: send the results held so far
+                    // before computing it, so that a result never waits on
+                    // a step that may itself wait for the master to see it
+                    // (and a long last step delays no one).
+                    if inbuf.is_empty() && !out.is_empty() {
+                        stream.write_all(&out)?;
+                        out.clear();
+                    }
                     let cpu0 = cpu_now();
                     let t0 = Instant::now();
                     let answer = (self.step)(step, &payload);

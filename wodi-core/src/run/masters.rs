@@ -84,6 +84,7 @@ impl Run {
                 executable,
                 args,
                 prefetch,
+                prefetch_max,
                 max_attempts,
                 suspend_timeout_ms,
                 ordering,
@@ -100,6 +101,7 @@ impl Run {
                 if !self.started {
                     let mut cfg = SchedConfig {
                         prefetch: prefetch.max(1),
+                        prefetch_max,
                         max_attempts: max_attempts.max(1),
                         suspend_timeout: Duration::from_millis(suspend_timeout_ms),
                         learn_from_wall,

@@ -8,7 +8,7 @@
 use std::cell::Cell;
 
 use super::board::{Load, Slot};
-use super::{Board, Output, Sched, Ticket, Time, WorkerState, WorkerView};
+use super::{Board, Output, Sched, Ticket, Time, Worker, WorkerState, WorkerView};
 use crate::ids::WorkerId;
 use crate::stats::RunRecord;
 
@@ -114,9 +114,15 @@ impl Sched {
         Some(Slot {
             speed,
             load,
-            open: w.in_hand.len() < self.cfg.prefetch as usize,
+            open: w.in_hand.len() < self.window_of(w),
             front,
         })
+    }
+
+    /// Tickets `w` may hold now: `prefetch`, or more for a worker whose
+    /// steps are short against its round trip (see [`super::pace`]).
+    pub(super) fn window_of(&self, w: &Worker) -> usize {
+        w.pace.window(self.cfg.prefetch, self.cfg.prefetch_max) as usize
     }
 
     /// Puts `worker` on the dispatch board as it is now (or takes it off):
@@ -165,6 +171,11 @@ impl Sched {
             .get_mut(&worker)
             .expect("assigning to a known worker");
         let speed = self.hosts.get(&w.host).and_then(|h| h.speed);
+        let expected = self
+            .history
+            .estimate(&task.step)
+            .map(|est| est / speed.filter(|s| s.is_finite() && *s > 0.0).unwrap_or(1.0));
+        w.pace.assigned(ticket, w.in_hand.is_empty(), expected, now);
         if w.in_hand.is_empty() {
             w.front_since = Some(now);
             w.front_struck = false;

@@ -40,7 +40,7 @@ impl Sched {
         }
         for (id, w) in &self.workers {
             assert!(
-                w.in_hand.len() <= self.cfg.prefetch as usize,
+                w.in_hand.len() <= self.cfg.prefetch.max(self.cfg.prefetch_max).max(1) as usize,
                 "{id} over prefetch"
             );
             assert!(

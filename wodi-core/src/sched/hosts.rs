@@ -296,6 +296,7 @@ impl Sched {
         if let Some(w) = h.worker.and_then(|w| self.workers.get_mut(&w))
             && w.state != WorkerState::Detached
         {
+            w.pace.interrupted();
             let deadline = (!w.in_hand.is_empty() || self.cfg.release_suspended)
                 .then(|| now + self.cfg.suspend_timeout);
             if w.state != WorkerState::Starting || deadline.is_some() {

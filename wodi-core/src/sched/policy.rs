@@ -51,12 +51,11 @@ impl Sched {
     /// Queued tickets that no free slot of a ready or starting worker will take:
     /// how many more hosts the work in hand could use.
     pub(super) fn unserved(&self) -> u32 {
-        let prefetch = self.cfg.prefetch as usize;
         let free: usize = self
             .workers
             .values()
             .filter(|w| matches!(w.state, WorkerState::Ready | WorkerState::Starting))
-            .map(|w| prefetch.saturating_sub(w.in_hand.len()))
+            .map(|w| self.window_of(w).saturating_sub(w.in_hand.len()))
             .sum();
         u32::try_from(self.queue.len().saturating_sub(free)).unwrap_or(u32::MAX)
     }

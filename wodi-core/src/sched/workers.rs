@@ -36,6 +36,7 @@ impl Sched {
                 front_since: None,
                 front_struck: false,
                 strikes: 0,
+                pace: Default::default(),
                 joined: false,
                 spawned,
             },
@@ -79,6 +80,7 @@ impl Sched {
             && w.joined
         {
             w.state = WorkerState::Detached;
+            w.pace.interrupted();
         }
         self.touch(worker);
     }

@@ -335,6 +335,10 @@ fn print_json(cli: &Cli, owners: &OwnerModel, speeds: &[f64], runs: &[RunSummary
         // Hosts the pool granted the run: what the run cost the pool.
         "grants": field(|r| f64::from(r.adds)),
         "losses": field(|r| f64::from(r.losses)),
+        // The grants by cause (`wodi_sim::grants`).
+        "grants_first_cycle": field(|r| f64::from(r.grants.first_cycle)),
+        "grants_after_owner": field(|r| f64::from(r.grants.after_owner)),
+        "grants_policy": field(|r| f64::from(r.grants.policy)),
         "mean_hosts": field(|r| r.mean_hosts),
         "lower_bound_s": field(|r| r.lower_bound_s),
     });
@@ -410,4 +414,19 @@ fn print_aggregates(runs: &[RunSummary]) {
     time_row("occupancy", field(|r| r.occupancy_s));
     num_row("adds", field(|r| f64::from(r.adds)), false);
     num_row("losses", field(|r| f64::from(r.losses)), false);
+    num_row(
+        "grants 1st",
+        field(|r| f64::from(r.grants.first_cycle)),
+        false,
+    );
+    num_row(
+        "grants owner",
+        field(|r| f64::from(r.grants.after_owner)),
+        false,
+    );
+    num_row(
+        "grants policy",
+        field(|r| f64::from(r.grants.policy)),
+        false,
+    );
 }
