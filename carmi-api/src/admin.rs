@@ -5,7 +5,9 @@
 //! others standing by, docs/standby.md): a request goes to the one that
 //! answered last, and on to the next of the list when a manager cannot be
 //! reached or refuses the connection (a standby does) — never once the
-//! request was sent, so that nothing is done twice.
+//! request was sent, so that nothing is done twice. While none is active
+//! (every one unreachable or standing by: a takeover under way) the list
+//! is tried again for up to [`TAKEOVER_WAIT`].
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -100,6 +102,41 @@ pub async fn request_with_payload(
     if list.len() <= 1 {
         return request_one(addr.trim(), secret, uploads, msg).await;
     }
+    let deadline = tokio::time::Instant::now() + TAKEOVER_WAIT;
+    loop {
+        let failures = match request_round(&list, secret, uploads, &msg).await {
+            Ok(answer) => return Ok(answer),
+            Err(failures) => failures,
+        };
+        // Nobody active, but nobody said anything but "not here": the
+        // active manager is gone and a standby is taking over (its lease
+        // freed at once after a crash, within seconds after a hang).
+        let between = failures
+            .iter()
+            .all(|e| matches!(e, AdminError::Unreachable { .. }) || is_standby_refusal(e));
+        if !between || tokio::time::Instant::now() + TAKEOVER_POLL > deadline {
+            return Err(worst(failures));
+        }
+        tokio::time::sleep(TAKEOVER_POLL).await;
+    }
+}
+
+/// How long a request to a list of managers waits for one of them to be
+/// active when each is unreachable or standing by: longer than a takeover
+/// after a hung active manager (its lease lapses after 5 s).
+pub const TAKEOVER_WAIT: Duration = Duration::from_secs(15);
+/// How often the list is tried again meanwhile.
+const TAKEOVER_POLL: Duration = Duration::from_millis(250);
+
+/// One pass over the list, from the manager that answered last: the
+/// answer, or why each manager could not take the request. A manager that
+/// was sent the request ends the pass, so that nothing is done twice.
+async fn request_round(
+    list: &[&str],
+    secret: &Secret,
+    uploads: &[(&ExecutableRef, &[u8])],
+    msg: &ToGlobal,
+) -> Result<(FromGlobal, bytes::Bytes), Vec<AdminError>> {
     let start = LAST_ANSWERED.load(Ordering::Relaxed);
     let mut failures = Vec::new();
     for k in 0..list.len() {
@@ -110,15 +147,26 @@ pub async fn request_with_payload(
             }
             other => {
                 LAST_ANSWERED.store(i, Ordering::Relaxed);
-                return other;
+                return other.map_err(|e| vec![e]);
             }
         }
     }
-    // What the active manager said (a refused token, say) matters more
-    // than the standbys' refusals; else the first failure.
-    let standby = |e: &AdminError| e.to_string().contains(STANDBY_REFUSAL);
-    let pick = failures.iter().position(|e| !standby(e)).unwrap_or(0);
-    Err(failures.swap_remove(pick))
+    Err(failures)
+}
+
+fn is_standby_refusal(e: &AdminError) -> bool {
+    matches!(e, AdminError::Handshake { .. }) && e.to_string().contains(STANDBY_REFUSAL)
+}
+
+/// What to tell the user of a round's failures: what the active manager
+/// said (a refused token, say) matters more than the standbys' refusals;
+/// else the first failure.
+fn worst(mut failures: Vec<AdminError>) -> AdminError {
+    let pick = failures
+        .iter()
+        .position(|e| !is_standby_refusal(e))
+        .unwrap_or(0);
+    failures.swap_remove(pick)
 }
 
 /// What a standby manager's refusal begins with (`carmi-global`'s `ha::replica`).

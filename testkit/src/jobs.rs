@@ -65,6 +65,22 @@ pub fn submit_request(owner: &str, master: &str, spec: JobSpec) -> (ExecutableRe
     (executable, msg)
 }
 
+/// How many times the gated job `name` ([`Pool::submit_gated`]) started.
+pub fn gated_starts(dir: &Path, name: &str) -> usize {
+    std::fs::read_to_string(dir.join(format!("runs.{name}")))
+        .unwrap_or_default()
+        .lines()
+        .count()
+}
+
+/// The state `carmi q --json` gave `job` in `queue` ([`Pool::queue_states`]).
+pub fn state_of(queue: &[(u64, String)], job: u64) -> Option<&str> {
+    queue
+        .iter()
+        .find(|(j, _)| *j == job)
+        .map(|(_, s)| s.as_str())
+}
+
 impl Pool {
     /// `carmi` ([`Pool::carmi`]) run from `dir`, as a user in a submit
     /// directory outside the pool runs it (relative paths are from there).
@@ -106,6 +122,34 @@ impl Pool {
         let out = self.run_ok(carmi.args(["submit", "--json"]).arg(sub));
         let v: serde_json::Value = serde_json::from_str(&out).expect("submit --json parses");
         v["job"].as_u64().expect("a job id")
+    }
+
+    /// Submits a job from `dir` whose master notes each start in
+    /// `dir/runs.NAME` ([`gated_starts`]) and then waits for `dir/go`: a
+    /// job that runs until the test lets it end, and says whether it was
+    /// started twice. `submit` is added to its submit file.
+    pub fn submit_gated(&self, dir: &Path, name: &str, submit: &str) -> u64 {
+        let script = format!(
+            "echo $$ >> {d}/runs.{name}\nwhile [ ! -e {d}/go ]; do sleep 0.2; done",
+            d = dir.display()
+        );
+        self.submit_file(self.carmi_in(dir), &write_job(dir, name, &script, submit))
+    }
+
+    /// `carmi q --json` as (job, state), or `None` when `carmi` failed.
+    pub fn queue_states(&self) -> Option<Vec<(u64, String)>> {
+        let out = self.carmi().args(["q", "--json"]).output().ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        let q: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        let jobs = q.as_array()?.iter().map(|j| {
+            (
+                j["job"].as_u64().unwrap_or(0),
+                j["state"].as_str().unwrap_or("").to_string(),
+            )
+        });
+        Some(jobs.collect())
     }
 
     /// Submits the job of submit file `submit` whose master is the script

@@ -48,7 +48,7 @@ pub use extra_local::ExtraLocal;
 pub use fake_global::{FAKE_SECRET, FAKE_WAIT, FakeGlobal, GlobalConn};
 pub use fleet::{Fleet, FleetApp, FleetError, FleetOptions};
 pub use inbox::{Inbox, InboxError, take_event};
-pub use jobs::{submit_request, write_job, write_script};
+pub use jobs::{gated_starts, state_of, submit_request, write_job, write_script};
 pub use managers::Managers;
 pub use netpool::{GLOBAL_HOST, NetLocal, NetPool, open_fds, rss_kib};
 pub use recorder::Recorder;

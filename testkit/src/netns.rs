@@ -194,6 +194,29 @@ pub fn sweep() {
     }
 }
 
+/// Numbers of nets whose links are still in the root namespace after
+/// their namespaces were deleted. The kernel keeps a deleted namespace,
+/// and the root end of its link, while sockets of its killed processes
+/// still hold it (a connection closing toward a host that vanished
+/// retransmits for minutes); such a number is skipped until they are gone.
+fn lingering_nets() -> Vec<u8> {
+    let links = ip(&["-br", "link"]).unwrap_or_default();
+    let mut ks: Vec<u8> = links
+        .lines()
+        .filter_map(|l| {
+            let name = l.split_whitespace().next()?;
+            let (k, _) = name
+                .split('@')
+                .next()?
+                .strip_prefix("cn")?
+                .split_once('h')?;
+            k.parse().ok()
+        })
+        .collect();
+    ks.dedup();
+    ks
+}
+
 /// One host of a [`Net`].
 #[derive(Clone, Debug)]
 pub struct Host {
@@ -229,7 +252,9 @@ impl Net {
         assert!((1..=250).contains(&n), "a net has 1 to 250 hosts, not {n}");
         sweep();
         std::fs::create_dir_all(registry()).expect("create /tmp/carmi-netns");
+        let lingering = lingering_nets();
         let k = (1..=MAX_NETS)
+            .filter(|k| !lingering.contains(k))
             .find(|k| {
                 let dir = registry().join(k.to_string());
                 // create_dir is atomic: two processes never claim one number.

@@ -8,48 +8,12 @@
 //! isolates the active manager leaves it the only active one, and a
 //! takeover after it still finds everything.
 
-use std::path::Path;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use carmi_tests::{Managers, Pool, PoolOptions, write_job};
+use carmi_tests::{Managers, PoolOptions, gated_starts, state_of};
 
 const LIMIT: Duration = Duration::from_secs(120);
-
-/// `carmi q --json` as (job, state).
-fn queue(pool: &Pool) -> Option<Vec<(u64, String)>> {
-    let out = pool.carmi().args(["q", "--json"]).output().unwrap();
-    if !out.status.success() {
-        return None;
-    }
-    let q: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-    let jobs = q.as_array()?.iter().map(|j| {
-        (
-            j["job"].as_u64().unwrap_or(0),
-            j["state"].as_str().unwrap_or("").to_string(),
-        )
-    });
-    Some(jobs.collect())
-}
-
-fn state_of(q: &[(u64, String)], job: u64) -> Option<&str> {
-    q.iter().find(|(j, _)| *j == job).map(|(_, s)| s.as_str())
-}
-
-/// A job whose master notes each start in `runs.NAME`, then waits for `go`.
-fn submit_waiting(pool: &Pool, dir: &Path, name: &str) -> u64 {
-    let script = format!(
-        "echo $$ >> {d}/runs.{name}\nwhile [ ! -e {d}/go ]; do sleep 0.2; done",
-        d = dir.display()
-    );
-    pool.submit_file(pool.carmi_in(dir), &write_job(dir, name, &script, ""))
-}
-
-fn runs(dir: &Path, name: &str) -> usize {
-    std::fs::read_to_string(dir.join(format!("runs.{name}")))
-        .unwrap_or_default()
-        .lines()
-        .count()
-}
 
 #[test]
 fn a_standby_takes_over_from_a_killed_manager_whose_disk_is_gone() {
@@ -59,15 +23,15 @@ fn a_standby_takes_over_from_a_killed_manager_whose_disk_is_gone() {
     let dir = m.pool.dir.join("jobs");
     std::fs::create_dir_all(&dir).unwrap();
     let pool = &m.pool;
-    let r1 = submit_waiting(pool, &dir, "r1");
-    let r2 = submit_waiting(pool, &dir, "r2");
+    let r1 = pool.submit_gated(&dir, "r1", "");
+    let r2 = pool.submit_gated(&dir, "r2", "");
     pool.wait_until("both jobs run", LIMIT, || {
-        runs(&dir, "r1") == 1 && runs(&dir, "r2") == 1
+        gated_starts(&dir, "r1") == 1 && gated_starts(&dir, "r2") == 1
     });
-    let waiting = submit_waiting(pool, &dir, "w");
-    let held = submit_waiting(pool, &dir, "h");
+    let waiting = pool.submit_gated(&dir, "w", "");
+    let held = pool.submit_gated(&dir, "h", "");
     pool.run_ok(pool.carmi().args(["hold", &held.to_string()]));
-    let removed = submit_waiting(pool, &dir, "x");
+    let removed = pool.submit_gated(&dir, "x", "");
     pool.run_ok(pool.carmi().args(["rm", &removed.to_string()]));
 
     // The active manager and its disk are lost.
@@ -90,7 +54,7 @@ fn a_standby_takes_over_from_a_killed_manager_whose_disk_is_gone() {
         "the queue as acknowledged, the jobs running again",
         LIMIT,
         || {
-            last = queue(pool).unwrap_or_default();
+            last = pool.queue_states().unwrap_or_default();
             state_of(&last, r1) == Some("running")
                 && state_of(&last, r2) == Some("running")
                 && state_of(&last, held) == Some("held")
@@ -118,19 +82,46 @@ fn a_standby_takes_over_from_a_killed_manager_whose_disk_is_gone() {
         pool.assert_exit(&out, 0);
     }
     assert_eq!(
-        (runs(&dir, "r1"), runs(&dir, "r2")),
+        (gated_starts(&dir, "r1"), gated_starts(&dir, "r2")),
         (1, 1),
         "started once each"
     );
-    assert_eq!(runs(&dir, "w"), 1);
+    assert_eq!(gated_starts(&dir, "w"), 1);
     assert_eq!(
-        runs(&dir, "h") + runs(&dir, "x"),
+        gated_starts(&dir, "h") + gated_starts(&dir, "x"),
         0,
         "held and removed never ran"
     );
 
+    // With no manager active, `carmi` waits for one: the new active one is
+    // killed and started again on its own disk, which holds the lease's
+    // epoch whole, so it takes the lease back.
+    m.kill(1);
+    let mut q = m.pool.carmi();
+    let mut q = q
+        .args(["q", "--json"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        q.try_wait().unwrap().is_none(),
+        "carmi gave up while no manager was active"
+    );
+    m.restart(1);
+    assert!(m.becomes_active(1, LIMIT), "no restart\n{}", m.logs());
+    let done = m
+        .pool
+        .wait_exit(&mut q, "carmi q during the restart", LIMIT);
+    assert!(done.success(), "carmi q failed across the restart");
+    let pool = &m.pool;
+    pool.wait_until("the jobs back after the restart", LIMIT, || {
+        let q = pool.queue_states().unwrap_or_default();
+        state_of(&q, held) == Some("held") && state_of(&q, waiting).is_none()
+    });
+
     // New jobs get new ids.
-    let after = submit_waiting(pool, &dir, "after");
+    let after = pool.submit_gated(&dir, "after", "");
     assert!(
         after > removed,
         "job {after} after the takeover, {removed} before"
@@ -151,9 +142,9 @@ fn a_partition_of_the_active_manager_leaves_one_active_and_a_later_takeover_find
     m.wait_in_sync();
     let dir = m.pool.dir.join("jobs");
     std::fs::create_dir_all(&dir).unwrap();
-    let running = submit_waiting(&m.pool, &dir, "r");
+    let running = m.pool.submit_gated(&dir, "r", "");
     m.pool
-        .wait_until("the job runs", LIMIT, || runs(&dir, "r") == 1);
+        .wait_until("the job runs", LIMIT, || gated_starts(&dir, "r") == 1);
 
     // The active manager is cut off: it keeps the lease, the standby waits.
     m.net.as_ref().unwrap().cut(0);
@@ -175,7 +166,7 @@ fn a_partition_of_the_active_manager_leaves_one_active_and_a_later_takeover_find
     // survives the active manager's loss.
     m.net.as_ref().unwrap().restore(0);
     m.wait_in_sync();
-    let held = submit_waiting(&m.pool, &dir, "h");
+    let held = m.pool.submit_gated(&dir, "h", "");
     m.pool
         .run_ok(m.pool.carmi().args(["hold", &held.to_string()]));
     m.kill(0);
@@ -183,11 +174,11 @@ fn a_partition_of_the_active_manager_leaves_one_active_and_a_later_takeover_find
     assert!(m.becomes_active(1, LIMIT), "no takeover\n{}", m.logs());
     let pool = &m.pool;
     pool.wait_until("the queue as acknowledged", LIMIT, || {
-        let q = queue(pool).unwrap_or_default();
+        let q = pool.queue_states().unwrap_or_default();
         state_of(&q, running) == Some("running") && state_of(&q, held) == Some("held")
     });
     std::fs::write(dir.join("go"), "").unwrap();
     let out = pool.wait_job(&dir, &running.to_string(), 120);
     pool.assert_exit(&out, 0);
-    assert_eq!(runs(&dir, "r"), 1, "started once");
+    assert_eq!(gated_starts(&dir, "r"), 1, "started once");
 }
