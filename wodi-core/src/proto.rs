@@ -216,6 +216,12 @@ pub struct Policies {
     /// With `fewest_hosts`: cycles in a row the answer must differ in one
     /// direction before the count follows it (0 follows every change).
     pub hysteresis: u32,
+    /// With `fewest_hosts`: the first cycle starts on one host per class and
+    /// grows, as its steps' times become known, to the fewest hosts the
+    /// known steps need, instead of asking at once for what the master
+    /// asked (most of which the second cycle gives back). A history
+    /// restored before the first cycle is known from the start.
+    pub grow_first_cycle: bool,
 }
 
 impl Default for Policies {
@@ -229,6 +235,7 @@ impl Default for Policies {
             fast_abort: None,
             fewest_hosts: None,
             hysteresis: 2,
+            grow_first_cycle: false,
         }
     }
 }

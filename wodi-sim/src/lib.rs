@@ -29,7 +29,7 @@ mod run;
 mod sim;
 
 pub use carmi_local_core::policy::PolicyConfig;
-pub use config::{RunSummary, SimConfig, SimRun};
+pub use config::{GrantRules, RunSummary, SimConfig, SimRun};
 pub use pool::{MEASURED_EXECUTABLE_FETCH, MEASURED_WORKER_STARTUP, PoolConfig};
 pub use presets::{KEEP_GRANT_COST, KEEP_TOLERANCE, Preset};
 pub use sim::simulate;
