@@ -222,6 +222,12 @@ pub struct Policies {
     /// asked (most of which the second cycle gives back). A history
     /// restored before the first cycle is known from the start.
     pub grow_first_cycle: bool,
+    /// With `fewest_hosts`: the tolerance grows with what a held host costs
+    /// now (the cycle may take `(1 + tolerance) * c` times its best, `c` a
+    /// held host-second's cost: 1 plus the loss rate measured over the last
+    /// hour times `grant_cost_ms + reacquire_ms` per loss), so that the run
+    /// holds fewer hosts while owners take them back often.
+    pub loss_aware: bool,
 }
 
 impl Default for Policies {
@@ -236,6 +242,7 @@ impl Default for Policies {
             fewest_hosts: None,
             hysteresis: 2,
             grow_first_cycle: false,
+            loss_aware: false,
         }
     }
 }

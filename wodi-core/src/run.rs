@@ -172,6 +172,8 @@ struct Fewest {
     /// With `Policies::grow_first_cycle`, until the first cycle ends: how
     /// many of its steps had history when the counts last grew.
     first_known: Option<usize>,
+    /// `Policies::loss_aware`: the tolerance scales with a held host's cost.
+    loss_aware: bool,
 }
 
 /// What a CARMI request the run made is for.
@@ -476,9 +478,13 @@ impl Run {
         if self.masters.len() != 1 || steps.is_empty() {
             return;
         }
+        let tolerance = self.tolerance_now(t);
+        let Some(rule) = &mut self.classes.fewest else {
+            return;
+        };
         let Some(counts) = self.sched.fewest_hosts_by_class(
             &steps,
-            rule.tolerance,
+            tolerance,
             &self.classes.desired,
             &self.classes.declared_speeds,
         ) else {
@@ -518,7 +524,7 @@ impl Run {
         }
         let counts = self.sched.fewest_hosts_for_work(
             &work,
-            rule.tolerance,
+            self.tolerance_now(t),
             &self.classes.desired,
             &self.classes.declared_speeds,
         );
@@ -532,6 +538,23 @@ impl Run {
                 self.sched.set_class(&class, k, t);
             }
         }
+    }
+
+    /// The fewest-hosts tolerance to plan with at `t`: the master's, or
+    /// with `Policies::loss_aware` the one at which a cycle may take
+    /// `(1 + tolerance) * c` times its best, `c` what a held host-second
+    /// costs now ([`Sched::host_cost`]): the tolerance is the price the
+    /// master puts on time against host time, and a host-second that costs
+    /// `c` makes the same time worth `c` times fewer hosts.
+    fn tolerance_now(&self, t: Time) -> f64 {
+        let Some(rule) = &self.classes.fewest else {
+            return 0.0;
+        };
+        if !rule.loss_aware {
+            return rule.tolerance;
+        }
+        let c = self.sched.host_cost(t, crate::sched::losses::LOSS_WINDOW);
+        (1.0 + rule.tolerance) * c - 1.0
     }
 
     /// The count a class starts with when `asked` hosts of it are wanted:

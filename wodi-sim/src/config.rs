@@ -73,6 +73,7 @@ impl SimConfig {
             fewest_hosts: self.fewest_hosts,
             hysteresis: self.hysteresis,
             grow_first_cycle: self.grants.grow_first_cycle,
+            loss_aware: self.grants.loss_aware,
         }
     }
 }
@@ -88,6 +89,9 @@ pub struct GrantRules {
     /// run of the same application saved (here: the profile's means, what
     /// that history converges to), as `wodi::checkpoint` lets a master do.
     pub warm_history: bool,
+    /// With `fewest_hosts`: hold fewer hosts while owners take them back
+    /// often (`Policies::loss_aware`).
+    pub loss_aware: bool,
 }
 
 /// The figures of a run, in the paper's terms, plus the bound no schedule

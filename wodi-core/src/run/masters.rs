@@ -43,6 +43,7 @@ fn fewest_rule(policies: &Policies, classes: &[ClassSpec]) -> Option<Fewest> {
         patience: policies.hysteresis,
         holds,
         first_known: policies.grow_first_cycle.then_some(0),
+        loss_aware: policies.loss_aware,
     })
 }
 

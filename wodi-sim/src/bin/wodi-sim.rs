@@ -114,6 +114,10 @@ struct Cli {
     /// before its first cycle, so the first cycle is planned too.
     #[arg(long)]
     warm_history: bool,
+    /// With --fewest-hosts: scale the tolerance by what a held host costs
+    /// now (1 + the measured loss rate times --grant-cost plus --reacquire).
+    #[arg(long)]
+    loss_aware: bool,
     /// One-way delay of every message between CARMI's cores and the WoDi server, seconds.
     #[arg(long, default_value_t = 0.001)]
     latency: f64,
@@ -243,6 +247,7 @@ fn run_config(cli: &Cli, owners: &OwnerModel, speeds: &[f64], r: u32) -> SimConf
     cfg.hysteresis = cli.hysteresis;
     cfg.grants.grow_first_cycle = cli.grow_first_cycle;
     cfg.grants.warm_history = cli.warm_history;
+    cfg.grants.loss_aware = cli.loss_aware;
     let s = &mut cfg.sched;
     if let Some(t) = cli.fewest_hosts {
         cfg.fewest_hosts = (t >= 0.0).then_some(t);
@@ -337,6 +342,7 @@ fn print_json(cli: &Cli, owners: &OwnerModel, speeds: &[f64], runs: &[RunSummary
             "slow_factor": cli.slow_factor, "slow_every": cli.slow_every,
             "grow_first_cycle": used.grants.grow_first_cycle,
             "warm_history": used.grants.warm_history,
+            "loss_aware": used.grants.loss_aware,
         },
         "runs": runs,
         "run_length_s": field(|r| r.run_length_s),
