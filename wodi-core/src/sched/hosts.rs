@@ -197,7 +197,8 @@ impl Sched {
             .desired
             .saturating_sub(held + class.requested)
             .min(unserved);
-        if missing > 0 {
+        if missing > 0 && !self.can_spare(self.now) {
+            let class = self.classes.get_mut(name).expect("looked up above");
             class.requested += missing;
             self.outputs.push_back(Output::RequestHosts {
                 class: name.to_string(),
@@ -277,6 +278,7 @@ impl Sched {
     /// The host is gone (taken back, lost or released): its worker is lost
     /// with it, and a replacement is requested.
     pub fn host_lost(&mut self, host: HostId, now: Time) {
+        self.now = self.now.max(now);
         let Some(h) = self.hosts.remove(&host) else {
             return;
         };
