@@ -228,10 +228,6 @@ pub struct Policies {
     /// hour times `grant_cost_ms + reacquire_ms` per loss), so that the run
     /// holds fewer hosts while owners take them back often.
     pub loss_aware: bool,
-    /// With `fewest_hosts` and `release_idle`: a host its owner took is not
-    /// replaced while the hosts left still end the cycle within the
-    /// tolerance (`wodi::sched::SchedConfig::spare_losses`).
-    pub spare_losses: bool,
 }
 
 impl Default for Policies {
@@ -247,7 +243,6 @@ impl Default for Policies {
             hysteresis: 2,
             grow_first_cycle: false,
             loss_aware: false,
-            spare_losses: false,
         }
     }
 }
@@ -304,7 +299,6 @@ impl Policies {
         cfg.release_suspended = self.release_suspended;
         cfg.stragglers = self.stragglers;
         cfg.fast_abort = self.fast_abort.filter(|f| f.is_finite() && *f > 1.0);
-        cfg.spare_losses = self.fewest_hosts.filter(|_| self.spare_losses);
     }
 }
 

@@ -29,7 +29,7 @@
 //! re-exported here), `assign` (free workers given queued tickets),
 //! `hosts` (hosts granted, lost, suspended, resumed; desired counts, requests, releases),
 //! `workers` (spawned, joined, detached, lost; a worker for a suspended host
-//! is spawned when it resumes), [`pace`] (adaptive prefetch), [`losses`] (the loss rate the run measures, what a held host costs), `spare` (a lost host not replaced while the cycle meets its target), `check` (invariants) and [`policy`] (giving back idle and suspended hosts,
+//! is spawned when it resumes), [`pace`] (adaptive prefetch), [`losses`] (the loss rate the run measures, what a held host costs), `check` (invariants) and [`policy`] (giving back idle and suspended hosts,
 //! straggler copies, fast abort: each switched by a [`SchedConfig`] field).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -51,7 +51,6 @@ pub mod losses;
 pub mod pace;
 pub mod policy;
 pub mod queue;
-mod spare;
 mod workers;
 
 pub use board::{HostBoard, Load, Slot};
@@ -110,11 +109,6 @@ pub struct SchedConfig {
     /// on its host is a strike against the worker (and is sent again); two
     /// strikes retire the worker and its host. `None` turns it off.
     pub fast_abort: Option<f64>,
-    /// With `release_idle`: a host the run lacks (its owner took one) is
-    /// not asked for while the hosts held still end the cycle under way
-    /// within `1 + tolerance` times its longest step (this tolerance); the
-    /// next cycle asks for it if it needs it. `None`: always replace.
-    pub spare_losses: Option<f64>,
 }
 
 impl Default for SchedConfig {
@@ -132,7 +126,6 @@ impl Default for SchedConfig {
             release_suspended: false,
             stragglers: false,
             fast_abort: None,
-            spare_losses: None,
         }
     }
 }
@@ -315,10 +308,6 @@ pub struct Sched {
     finished: bool,
     history: History<StepId>,
     given_back: GivenBack,
-    /// The cycle under way, for `spare_losses`.
-    cycle_target: spare::CycleTarget,
-    /// The latest time an input brought.
-    now: Time,
 }
 
 /// The next ticket and worker numbers.
@@ -369,8 +358,6 @@ impl Sched {
             finished: false,
             history: History::new(),
             given_back: GivenBack::default(),
-            cycle_target: spare::CycleTarget::default(),
-            now: Time::ZERO,
         }
     }
 
@@ -419,8 +406,6 @@ impl Sched {
 
     /// The master began a cycle (recorded for the statistics' cycle boundaries).
     pub fn begin_cycle(&mut self, cycle: CycleId, now: Time) {
-        self.now = self.now.max(now);
-        self.cycle_target = spare::CycleTarget::begin(now.as_secs_f64());
         self.records.cycles.push(CycleTime {
             cycle,
             begin_s: now.as_secs_f64(),
@@ -455,11 +440,8 @@ impl Sched {
                 queued: true,
             },
         );
-        let estimate = self.history.estimate(&step);
-        if cycle.is_some() {
-            self.cycle_target.submitted(estimate);
-        }
-        self.queue.push_back(ticket, step, estimate);
+        self.queue
+            .push_back(ticket, step, self.history.estimate(&step));
         ticket
     }
 
@@ -468,7 +450,6 @@ impl Sched {
     /// that orders steps (longest first) sees the whole batch, not the first
     /// step alone while the rest are still arriving.
     pub fn dispatch(&mut self, now: Time) {
-        self.now = self.now.max(now);
         if self.cfg.release_idle {
             // Hosts given back in the last cycle's tail are asked for again.
             let classes: Vec<String> = self.classes.keys().cloned().collect();
@@ -488,7 +469,6 @@ impl Sched {
         wall: Duration,
         now: Time,
     ) -> Verdict {
-        self.now = self.now.max(now);
         // CPU time is what the step cost; without it (a worker that cannot
         // measure it) or when so configured, the time it took.
         let took = self.learned_time(cpu, wall);
@@ -609,7 +589,6 @@ impl Sched {
     /// claim on their steps, which are queued again (the suspended copies may
     /// still answer first).
     pub fn on_deadline(&mut self, now: Time) {
-        self.now = self.now.max(now);
         let mut expired = Vec::new();
         let mut give_back = Vec::new();
         for w in self.workers.values_mut() {

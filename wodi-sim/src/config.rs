@@ -74,7 +74,6 @@ impl SimConfig {
             hysteresis: self.hysteresis,
             grow_first_cycle: self.grants.grow_first_cycle,
             loss_aware: self.grants.loss_aware,
-            spare_losses: self.grants.spare_losses,
         }
     }
 }
@@ -93,9 +92,6 @@ pub struct GrantRules {
     /// With `fewest_hosts`: hold fewer hosts while owners take them back
     /// often (`Policies::loss_aware`).
     pub loss_aware: bool,
-    /// With `fewest_hosts`: no replacement for a lost host while the hosts
-    /// left end the cycle within the tolerance (`Policies::spare_losses`).
-    pub spare_losses: bool,
 }
 
 /// The figures of a run, in the paper's terms, plus the bound no schedule

@@ -197,8 +197,7 @@ impl Sched {
             .desired
             .saturating_sub(held + class.requested)
             .min(unserved);
-        if missing > 0 && !self.can_spare(self.now) {
-            let class = self.classes.get_mut(name).expect("looked up above");
+        if missing > 0 {
             class.requested += missing;
             self.outputs.push_back(Output::RequestHosts {
                 class: name.to_string(),
@@ -278,7 +277,6 @@ impl Sched {
     /// The host is gone (taken back, lost or released): its worker is lost
     /// with it, and a replacement is requested.
     pub fn host_lost(&mut self, host: HostId, now: Time) {
-        self.now = self.now.max(now);
         let Some(h) = self.hosts.remove(&host) else {
             return;
         };

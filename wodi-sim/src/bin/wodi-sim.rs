@@ -118,10 +118,6 @@ struct Cli {
     /// now (1 + the measured loss rate times --grant-cost plus --reacquire).
     #[arg(long)]
     loss_aware: bool,
-    /// With --fewest-hosts: do not replace a host its owner took while the
-    /// hosts left still end the cycle within the tolerance.
-    #[arg(long)]
-    spare_losses: bool,
     /// One-way delay of every message between CARMI's cores and the WoDi server, seconds.
     #[arg(long, default_value_t = 0.001)]
     latency: f64,
@@ -252,7 +248,6 @@ fn run_config(cli: &Cli, owners: &OwnerModel, speeds: &[f64], r: u32) -> SimConf
     cfg.grants.grow_first_cycle = cli.grow_first_cycle;
     cfg.grants.warm_history = cli.warm_history;
     cfg.grants.loss_aware = cli.loss_aware;
-    cfg.grants.spare_losses = cli.spare_losses;
     let s = &mut cfg.sched;
     if let Some(t) = cli.fewest_hosts {
         cfg.fewest_hosts = (t >= 0.0).then_some(t);
@@ -348,7 +343,6 @@ fn print_json(cli: &Cli, owners: &OwnerModel, speeds: &[f64], runs: &[RunSummary
             "grow_first_cycle": used.grants.grow_first_cycle,
             "warm_history": used.grants.warm_history,
             "loss_aware": used.grants.loss_aware,
-            "spare_losses": used.grants.spare_losses,
         },
         "runs": runs,
         "run_length_s": field(|r| r.run_length_s),
