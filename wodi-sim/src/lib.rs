@@ -37,3 +37,7 @@ pub use sim::simulate;
 #[cfg(test)]
 #[path = "sim_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "sim_grants_tests.rs"]
+mod grants_rules_tests;
