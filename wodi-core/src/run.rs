@@ -518,8 +518,21 @@ impl Run {
         let Some(seen) = rule.first_known else {
             return;
         };
+        if self.masters.len() != 1 {
+            // The rule plans one master's cycles: with several, each class
+            // holds what was asked of it.
+            self.classes
+                .fewest
+                .as_mut()
+                .expect("checked above")
+                .first_known = None;
+            for (class, d) in self.classes.desired.clone() {
+                self.sched.set_class(&class, d, t);
+            }
+            return;
+        }
         let work = self.sched.known_work(&self.tickets.cycle_steps);
-        if work.len() <= seen || self.masters.len() != 1 {
+        if work.len() <= seen {
             return;
         }
         let counts = self.sched.fewest_hosts_for_work(
@@ -561,7 +574,7 @@ impl Run {
     /// one while the first cycle is grown ([`Run::grow_first_cycle`]).
     fn starting_count(&self, asked: u32) -> u32 {
         match &self.classes.fewest {
-            Some(rule) if rule.first_known.is_some() => asked.min(1),
+            Some(rule) if rule.first_known.is_some() && self.masters.len() == 1 => asked.min(1),
             _ => asked,
         }
     }
