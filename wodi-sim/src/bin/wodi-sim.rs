@@ -11,6 +11,8 @@
 //! wodi-sim --hosts 24 --runs 61 --json                  # the cost-aware rule (default)
 //! wodi-sim --hosts 24 --runs 61 --policies churn        # every idle host given back
 //! wodi-sim --hosts 24 --runs 61 --policies paper        # no policies
+//! wodi-sim --hosts 24 --runs 61 --fewest-hosts 1.0 --grow-first-cycle --warm-history
+//!                                 # issue 34: fewer grants (docs/results.md)
 //! wodi-sim --hosts 24 --runs 61 --policies churn --fast-abort 0 --suspend-timeout 10 --reacquire 10
 //!                                 # what a master asks for by default (`Policies::recommended()`)
 //! ```
