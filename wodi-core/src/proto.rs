@@ -216,6 +216,18 @@ pub struct Policies {
     /// With `fewest_hosts`: cycles in a row the answer must differ in one
     /// direction before the count follows it (0 follows every change).
     pub hysteresis: u32,
+    /// With `fewest_hosts`: the first cycle starts on one host per class and
+    /// grows, as its steps' times become known, to the fewest hosts the
+    /// known steps need, instead of asking at once for what the master
+    /// asked (most of which the second cycle gives back). A history
+    /// restored before the first cycle is known from the start.
+    pub grow_first_cycle: bool,
+    /// With `fewest_hosts`: the tolerance grows with what a held host costs
+    /// now (the cycle may take `(1 + tolerance) * c` times its best, `c` a
+    /// held host-second's cost: 1 plus the loss rate measured over the last
+    /// hour times `grant_cost_ms + reacquire_ms` per loss), so that the run
+    /// holds fewer hosts while owners take them back often.
+    pub loss_aware: bool,
 }
 
 impl Default for Policies {
@@ -229,6 +241,8 @@ impl Default for Policies {
             fast_abort: None,
             fewest_hosts: None,
             hysteresis: 2,
+            grow_first_cycle: false,
+            loss_aware: false,
         }
     }
 }

@@ -169,6 +169,11 @@ struct Fewest {
     patience: u32,
     /// Each class's count, through its hysteresis.
     holds: BTreeMap<String, Hysteresis>,
+    /// With `Policies::grow_first_cycle`, until the first cycle ends: how
+    /// many of its steps had history when the counts last grew.
+    first_known: Option<usize>,
+    /// `Policies::loss_aware`: the tolerance scales with a held host's cost.
+    loss_aware: bool,
 }
 
 /// What a CARMI request the run made is for.
@@ -327,6 +332,7 @@ impl Run {
         if self.sched.next_deadline().is_some_and(|d| d <= t) {
             self.sched.on_deadline(t);
         }
+        self.grow_first_cycle();
         self.sched.dispatch(t);
         if self.status.due.is_some_and(|d| d <= now) {
             self.status.due = None;
@@ -465,15 +471,20 @@ impl Run {
     fn hold_fewest_hosts(&mut self) {
         let t = self.t();
         let steps = std::mem::take(&mut self.tickets.cycle_steps);
+        let Some(rule) = &mut self.classes.fewest else {
+            return;
+        };
+        rule.first_known = None;
         if self.masters.len() != 1 || steps.is_empty() {
             return;
         }
+        let tolerance = self.tolerance_now(t);
         let Some(rule) = &mut self.classes.fewest else {
             return;
         };
         let Some(counts) = self.sched.fewest_hosts_by_class(
             &steps,
-            rule.tolerance,
+            tolerance,
             &self.classes.desired,
             &self.classes.declared_speeds,
         ) else {
@@ -488,6 +499,83 @@ impl Run {
             let k = hold.update(k);
             info!("fewest hosts for the best cycle: {k} of {asked} in class {class}");
             self.sched.set_class(&class, k, t);
+        }
+    }
+
+    /// With `Policies::grow_first_cycle`, during the first cycle: once more
+    /// of its steps have history, each class grows to the fewest hosts with
+    /// which the steps known so far end within the tolerance of their
+    /// longest (never above what was asked, never down within the cycle).
+    /// Nothing is known of a step before its first result, and a host asked
+    /// for late costs the run only the grant latency, while one asked for
+    /// too early costs a grant, its losses and its idle time until the
+    /// second cycle gives it back: so the run asks as the knowledge arrives.
+    fn grow_first_cycle(&mut self) {
+        let t = self.t();
+        let Some(rule) = &self.classes.fewest else {
+            return;
+        };
+        let Some(seen) = rule.first_known else {
+            return;
+        };
+        if self.masters.len() != 1 {
+            // The rule plans one master's cycles: with several, each class
+            // holds what was asked of it.
+            self.classes
+                .fewest
+                .as_mut()
+                .expect("checked above")
+                .first_known = None;
+            for (class, d) in self.classes.desired.clone() {
+                self.sched.set_class(&class, d, t);
+            }
+            return;
+        }
+        let work = self.sched.known_work(&self.tickets.cycle_steps);
+        if work.len() <= seen {
+            return;
+        }
+        let counts = self.sched.fewest_hosts_for_work(
+            &work,
+            self.tolerance_now(t),
+            &self.classes.desired,
+            &self.classes.declared_speeds,
+        );
+        let rule = self.classes.fewest.as_mut().expect("checked above");
+        rule.first_known = Some(work.len());
+        for (class, k) in counts {
+            if k > self.sched.class_desired(&class) {
+                info!("first cycle: {k} hosts for the {} steps known", work.len());
+                rule.holds
+                    .insert(class.clone(), Hysteresis::new(k, rule.patience));
+                self.sched.set_class(&class, k, t);
+            }
+        }
+    }
+
+    /// The fewest-hosts tolerance to plan with at `t`: the master's, or
+    /// with `Policies::loss_aware` the one at which a cycle may take
+    /// `(1 + tolerance) * c` times its best, `c` what a held host-second
+    /// costs now ([`Sched::host_cost`]): the tolerance is the price the
+    /// master puts on time against host time, and a host-second that costs
+    /// `c` makes the same time worth `c` times fewer hosts.
+    fn tolerance_now(&self, t: Time) -> f64 {
+        let Some(rule) = &self.classes.fewest else {
+            return 0.0;
+        };
+        if !rule.loss_aware {
+            return rule.tolerance;
+        }
+        let c = self.sched.host_cost(t, crate::sched::losses::LOSS_WINDOW);
+        (1.0 + rule.tolerance) * c - 1.0
+    }
+
+    /// The count a class starts with when `asked` hosts of it are wanted:
+    /// one while the first cycle is grown ([`Run::grow_first_cycle`]).
+    fn starting_count(&self, asked: u32) -> u32 {
+        match &self.classes.fewest {
+            Some(rule) if rule.first_known.is_some() && self.masters.len() == 1 => asked.min(1),
+            _ => asked,
         }
     }
 }

@@ -755,3 +755,6 @@ mod let_go;
 
 #[path = "run_losses_tests.rs"]
 mod losses;
+
+#[path = "run_grow_tests.rs"]
+mod grow;

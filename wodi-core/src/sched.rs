@@ -29,7 +29,7 @@
 //! re-exported here), `assign` (free workers given queued tickets),
 //! `hosts` (hosts granted, lost, suspended, resumed; desired counts, requests, releases),
 //! `workers` (spawned, joined, detached, lost; a worker for a suspended host
-//! is spawned when it resumes), [`pace`] (adaptive prefetch), `check` (invariants) and [`policy`] (giving back idle and suspended hosts,
+//! is spawned when it resumes), [`pace`] (adaptive prefetch), [`losses`] (the loss rate the run measures, what a held host costs), `check` (invariants) and [`policy`] (giving back idle and suspended hosts,
 //! straggler copies, fast abort: each switched by a [`SchedConfig`] field).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -47,6 +47,7 @@ pub mod board;
 mod check;
 mod dispatch;
 mod hosts;
+pub mod losses;
 pub mod pace;
 pub mod policy;
 pub mod queue;

@@ -128,6 +128,12 @@ impl HostRecord {
         }
     }
 
+    /// When the host was granted, when it left (`None`: still held) and
+    /// whether it was taken rather than released.
+    pub fn stay(&self) -> (Time, Option<Time>, bool) {
+        (self.added, self.removed, self.lost)
+    }
+
     /// The host left the run at `now`; `lost` if it was taken rather than released.
     pub fn end(&mut self, now: Time, lost: bool) {
         if self.removed.is_none() {

@@ -5,6 +5,7 @@ use owner_model::OwnerModel;
 use serde::{Deserialize, Serialize};
 
 use wodi_core::profile::StepProfile;
+use wodi_core::proto::Policies;
 use wodi_core::sched::SchedConfig;
 use wodi_core::stats::Stats;
 
@@ -49,10 +50,48 @@ pub struct SimConfig {
     /// `speeds` (empty: none). Real workers do not join at once; to compare
     /// a real run with the simulator, give each host the delay it had.
     pub startup_offsets: Vec<f64>,
+    /// The rules that save grants (issue 34), all off by default.
+    pub grants: GrantRules,
     /// The core's tunables.
     pub sched: SchedConfig,
     /// Seed of the step-time noise (and of the owners).
     pub seed: u64,
+}
+
+impl SimConfig {
+    /// The policies a master of this run sends in its `Init`: the core's
+    /// tunables, the fewest-hosts rule and the grant rules.
+    pub fn policies(&self) -> Policies {
+        let s = &self.sched;
+        Policies {
+            release_idle: s.release_idle,
+            reacquire_ms: s.reacquire.as_millis() as u64,
+            grant_cost_ms: s.grant_cost.as_millis() as u64,
+            release_suspended: s.release_suspended,
+            stragglers: s.stragglers,
+            fast_abort: s.fast_abort,
+            fewest_hosts: self.fewest_hosts,
+            hysteresis: self.hysteresis,
+            grow_first_cycle: self.grants.grow_first_cycle,
+            loss_aware: self.grants.loss_aware,
+        }
+    }
+}
+
+/// The rules of issue 34 that cut the grants a run costs the pool
+/// (docs/results.md, "Fewer grants"); `Default` turns them all off.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GrantRules {
+    /// With `fewest_hosts`: grow the first cycle from one host as its
+    /// steps' times become known (`Policies::grow_first_cycle`).
+    pub grow_first_cycle: bool,
+    /// The master restores, before its first cycle, the history an earlier
+    /// run of the same application saved (here: the profile's means, what
+    /// that history converges to), as `wodi::checkpoint` lets a master do.
+    pub warm_history: bool,
+    /// With `fewest_hosts`: hold fewer hosts while owners take them back
+    /// often (`Policies::loss_aware`).
+    pub loss_aware: bool,
 }
 
 /// The figures of a run, in the paper's terms, plus the bound no schedule

@@ -29,7 +29,7 @@ mod run;
 mod sim;
 
 pub use carmi_local_core::policy::PolicyConfig;
-pub use config::{RunSummary, SimConfig, SimRun};
+pub use config::{GrantRules, RunSummary, SimConfig, SimRun};
 pub use pool::{MEASURED_EXECUTABLE_FETCH, MEASURED_WORKER_STARTUP, PoolConfig};
 pub use presets::{KEEP_GRANT_COST, KEEP_TOLERANCE, Preset};
 pub use sim::simulate;
@@ -37,3 +37,7 @@ pub use sim::simulate;
 #[cfg(test)]
 #[path = "sim_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "sim_grants_tests.rs"]
+mod grants_rules_tests;

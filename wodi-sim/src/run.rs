@@ -18,9 +18,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use wodi_core::ids::{CycleId, StepId, WorkerId};
 use wodi_core::order::Ordering;
+use wodi_core::plan::SavedEstimate;
 use wodi_core::plan::lower_bound;
 use wodi_core::profile::sample_cycle;
-use wodi_core::proto::{ClassSpec, FromMaster, FromWorker, Policies, ToMaster, ToWorker};
+use wodi_core::proto::{ClassSpec, FromMaster, FromWorker, ToMaster, ToWorker};
 use wodi_core::run::{CarmiCall, CarmiRequests, MasterId, Output, Run, RunConfig};
 use wodi_core::speed::SpeedSource;
 use wodi_core::stats::Stats;
@@ -287,19 +288,31 @@ impl<'a> Wodi<'a> {
             },
             refine_speed: false,
             learn_from_wall: s.learn_from_wall,
-            policies: Policies {
-                release_idle: s.release_idle,
-                reacquire_ms: s.reacquire.as_millis() as u64,
-                grant_cost_ms: s.grant_cost.as_millis() as u64,
-                release_suspended: s.release_suspended,
-                stragglers: s.stragglers,
-                fast_abort: s.fast_abort,
-                fewest_hosts: self.cfg.fewest_hosts,
-                hysteresis: self.cfg.hysteresis,
-            },
+            policies: self.cfg.policies(),
         };
         self.master_says(init, Bytes::new(), now);
+        if self.cfg.grants.warm_history {
+            self.restore_history(now);
+        }
         self.submit_cycle(now);
+    }
+
+    /// The master restores the history an earlier run of the application
+    /// left: the profile's means (what that history converges to).
+    fn restore_history(&mut self, now: f64) {
+        let saved: Vec<SavedEstimate> = self
+            .cfg
+            .profile
+            .iter()
+            .enumerate()
+            .map(|(i, p)| SavedEstimate {
+                step: StepId(i as u64),
+                mean: p.mean,
+                samples: 1,
+            })
+            .collect();
+        let json = serde_json::to_vec(&saved).expect("estimates serialize");
+        self.master_says(FromMaster::RestoreHistory, Bytes::from(json), now);
     }
 
     /// A master message, across the connection.

@@ -24,6 +24,7 @@ fn config(hosts: usize, owners: OwnerModel, seed: u64) -> SimConfig {
         fewest_hosts: None,
         hysteresis: 0,
         startup_offsets: Vec::new(),
+        grants: Default::default(),
         sched: SchedConfig {
             suspend_timeout: Duration::from_secs(30),
             ..SchedConfig::default()

@@ -262,17 +262,7 @@ fn real_cycles(stats: &Stats, cycles: u32) -> Vec<f64> {
 /// `sim` (as `wodi-sim` hands them to the server core), so both sides run
 /// the very same ones.
 fn policies_of(sim: &SimConfig) -> wodi::proto::Policies {
-    let s = &sim.sched;
-    wodi::proto::Policies {
-        release_idle: s.release_idle,
-        reacquire_ms: s.reacquire.as_millis() as u64,
-        grant_cost_ms: s.grant_cost.as_millis() as u64,
-        release_suspended: s.release_suspended,
-        stragglers: s.stragglers,
-        fast_abort: s.fast_abort,
-        fewest_hosts: sim.fewest_hosts,
-        hysteresis: sim.hysteresis,
-    }
+    sim.policies()
 }
 
 /// The real run's worker start-up for hosts granted during the run: from
@@ -380,6 +370,7 @@ fn sim_config(
         fewest_hosts: None,
         hysteresis: 0,
         startup_offsets: Vec::new(),
+        grants: Default::default(),
         sched: SchedConfig::default(),
         seed: args.seed,
     };

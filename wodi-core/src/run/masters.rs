@@ -27,7 +27,14 @@ fn fewest_rule(policies: &Policies, classes: &[ClassSpec]) -> Option<Fewest> {
         .map(|c| {
             (
                 c.name.clone(),
-                Hysteresis::new(c.count, policies.hysteresis),
+                Hysteresis::new(
+                    if policies.grow_first_cycle {
+                        c.count.min(1)
+                    } else {
+                        c.count
+                    },
+                    policies.hysteresis,
+                ),
             )
         })
         .collect();
@@ -35,6 +42,8 @@ fn fewest_rule(policies: &Policies, classes: &[ClassSpec]) -> Option<Fewest> {
         tolerance,
         patience: policies.hysteresis,
         holds,
+        first_known: policies.grow_first_cycle.then_some(0),
+        loss_aware: policies.loss_aware,
     })
 }
 
@@ -201,6 +210,7 @@ impl Run {
             let first = *d == 0;
             *d += count;
             let d = *d;
+            let d = self.starting_count(d);
             if first {
                 // Defined before the scheduler asks for its hosts.
                 let define = CarmiCall::DefineClass {

@@ -50,6 +50,27 @@ impl Sched {
             .iter()
             .map(|s| self.history.estimate(s))
             .collect::<Option<_>>()?;
+        Some(self.fewest_hosts_for_work(&work, tolerance, asked, declared))
+    }
+
+    /// The estimates of those of `steps` that have history (the work known
+    /// so far of a cycle still being learned).
+    pub fn known_work(&self, steps: &[StepId]) -> Vec<f64> {
+        steps
+            .iter()
+            .filter_map(|s| self.history.estimate(s))
+            .collect()
+    }
+
+    /// [`Sched::fewest_hosts_by_class`] for steps of the given `work`
+    /// (speed-1 seconds each) rather than named steps.
+    pub fn fewest_hosts_for_work(
+        &self,
+        work: &[f64],
+        tolerance: f64,
+        asked: &BTreeMap<String, u32>,
+        declared: &BTreeMap<String, f64>,
+    ) -> BTreeMap<String, u32> {
         let speed_of = |h: &Host| h.speed.unwrap_or(1.0);
         let slowest_held = self
             .hosts
@@ -86,7 +107,7 @@ impl Sched {
         // Stable: among equally fast hosts, the classes' order decides.
         pool.sort_by(|a, b| b.0.total_cmp(&a.0));
         let speeds: Vec<f64> = pool.iter().map(|(s, _)| *s).collect();
-        let k = fewest_hosts(&work, &speeds, tolerance).max(1);
+        let k = fewest_hosts(work, &speeds, tolerance).max(1);
         let mut counts: BTreeMap<String, u32> = asked.keys().map(|c| (c.clone(), 0)).collect();
         match pool.first() {
             Some(_) => {
@@ -100,7 +121,7 @@ impl Sched {
                 }
             }
         }
-        Some(counts)
+        counts
     }
 
     /// How many hosts class `name` should hold now (0 for an unknown class).

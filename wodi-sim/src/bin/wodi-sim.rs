@@ -11,6 +11,8 @@
 //! wodi-sim --hosts 24 --runs 61 --json                  # the cost-aware rule (default)
 //! wodi-sim --hosts 24 --runs 61 --policies churn        # every idle host given back
 //! wodi-sim --hosts 24 --runs 61 --policies paper        # no policies
+//! wodi-sim --hosts 24 --runs 61 --fewest-hosts 1.0 --grow-first-cycle --warm-history
+//!                                 # issue 34: fewer grants (docs/results.md)
 //! wodi-sim --hosts 24 --runs 61 --policies churn --fast-abort 0 --suspend-timeout 10 --reacquire 10
 //!                                 # what a master asks for by default (`Policies::recommended()`)
 //! ```
@@ -106,6 +108,18 @@ struct Cli {
     /// Fast abort: a step this many times over its estimate strikes its worker; two retire it (0: off).
     #[arg(long)]
     fast_abort: Option<f64>,
+    /// With --fewest-hosts: start the first cycle on one host and grow it
+    /// as step times become known, instead of asking for --hosts at once.
+    #[arg(long)]
+    grow_first_cycle: bool,
+    /// The master restores an earlier run's history (the profile's means)
+    /// before its first cycle, so the first cycle is planned too.
+    #[arg(long)]
+    warm_history: bool,
+    /// With --fewest-hosts: scale the tolerance by what a held host costs
+    /// now (1 + the measured loss rate times --grant-cost plus --reacquire).
+    #[arg(long)]
+    loss_aware: bool,
     /// One-way delay of every message between CARMI's cores and the WoDi server, seconds.
     #[arg(long, default_value_t = 0.001)]
     latency: f64,
@@ -224,6 +238,7 @@ fn run_config(cli: &Cli, owners: &OwnerModel, speeds: &[f64], r: u32) -> SimConf
         fewest_hosts: None,
         hysteresis: cli.hysteresis,
         startup_offsets: Vec::new(),
+        grants: Default::default(),
         sched: SchedConfig {
             reacquire: secs(cli.worker_startup + 4.0 * cli.latency),
             ..SchedConfig::default()
@@ -232,6 +247,9 @@ fn run_config(cli: &Cli, owners: &OwnerModel, speeds: &[f64], r: u32) -> SimConf
     };
     cli.policies.apply(&mut cfg);
     cfg.hysteresis = cli.hysteresis;
+    cfg.grants.grow_first_cycle = cli.grow_first_cycle;
+    cfg.grants.warm_history = cli.warm_history;
+    cfg.grants.loss_aware = cli.loss_aware;
     let s = &mut cfg.sched;
     if let Some(t) = cli.fewest_hosts {
         cfg.fewest_hosts = (t >= 0.0).then_some(t);
@@ -324,6 +342,9 @@ fn print_json(cli: &Cli, owners: &OwnerModel, speeds: &[f64], runs: &[RunSummary
             "latency": cli.latency, "worker_startup": cli.worker_startup,
             "executable_fetch": cli.executable_fetch,
             "slow_factor": cli.slow_factor, "slow_every": cli.slow_every,
+            "grow_first_cycle": used.grants.grow_first_cycle,
+            "warm_history": used.grants.warm_history,
+            "loss_aware": used.grants.loss_aware,
         },
         "runs": runs,
         "run_length_s": field(|r| r.run_length_s),
