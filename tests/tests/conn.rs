@@ -449,7 +449,7 @@ fn secret_of(pool: &Pool, identity: &str, power: Power, machine: Option<&str>) -
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_machine_inventing_names_for_two_minutes_leaves_the_global_rm_within_50_mb() {
+async fn a_machine_inventing_names_for_a_minute_leaves_the_global_rm_within_50_mb() {
     let pool = Pool::start("name-flood", 1, &[vec![]]);
     pool.wait_registered();
     let global_pid = pid_of_global(&pool.dir).expect("the global RM's pid");
@@ -458,9 +458,11 @@ async fn a_machine_inventing_names_for_two_minutes_leaves_the_global_rm_within_5
     let refusals = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let started = Instant::now();
     let mut fresh = 0u64;
-    // Reconnecting every 10 s, so that each connection's allowance is
-    // spent and the daemon's whole table comes under pressure too.
-    while started.elapsed() < Duration::from_secs(120) {
+    // Reconnecting every 5 s, so that each connection's allowance is
+    // spent and the daemon's whole table comes under pressure too (12
+    // allowances of 4,096 names; 4.8 million names in all, as many as the
+    // two minutes at half the pace this test used to take).
+    while started.elapsed() < Duration::from_secs(60) {
         let (mut r, mut w) = raw_local(&pool.global_addr, &secret, "flood").await;
         let seen = refusals.clone();
         let drain = tokio::spawn(async move {
@@ -471,7 +473,7 @@ async fn a_machine_inventing_names_for_two_minutes_leaves_the_global_rm_within_5
             }
         });
         let connected = Instant::now();
-        while connected.elapsed() < Duration::from_secs(10) {
+        while connected.elapsed() < Duration::from_secs(5) {
             // 4,000 names no ad has held, in every heartbeat.
             let update: String = (0..4_000)
                 .map(|_| {
@@ -482,7 +484,7 @@ async fn a_machine_inventing_names_for_two_minutes_leaves_the_global_rm_within_5
             write_frame(&mut w, &ToGlobal::Heartbeat { update }, &[])
                 .await
                 .expect("the machine stays connected while its updates are refused");
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
         drop(w);
         drain.abort();
