@@ -27,6 +27,8 @@
 //! - `wiretap`: [`Proxy`] (watches and flips bytes), [`listening_ports`].
 
 mod browser;
+mod build;
+pub use build::cargo_build;
 pub mod cgroups;
 mod extra_local;
 mod relay;
@@ -92,11 +94,7 @@ pub fn bin_dir() -> &'static Path {
         if dir.file_name().is_some_and(|n| n == "deps") {
             dir.pop();
         }
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.args([
-            "build",
-            "-q",
+        let mut cmd = cargo_build(&[
             "-p",
             "carmi-global",
             "-p",
@@ -107,32 +105,6 @@ pub fn bin_dir() -> &'static Path {
             "carmi-relay",
             "--bins",
         ]);
-        if !cfg!(debug_assertions) {
-            cmd.arg("--release");
-        }
-        // What cargo sets for the test process describes the test's package:
-        // passed on, build scripts that watch it (ring's watches
-        // CARGO_MANIFEST_DIR) see a change from every other build, and ring,
-        // rustls and every crate above them were rebuilt each time a test
-        // binary of another package started a pool (2.5 minutes on CI).
-        for (name, _) in std::env::vars_os() {
-            let name = name.to_string_lossy();
-            let of_the_test = ["CARGO_PKG_", "CARGO_BIN_EXE_"]
-                .iter()
-                .any(|p| name.starts_with(p))
-                || [
-                    "CARGO_MANIFEST_DIR",
-                    "CARGO_MANIFEST_PATH",
-                    "CARGO_CRATE_NAME",
-                    "CARGO_BIN_NAME",
-                    "CARGO_PRIMARY_PACKAGE",
-                    "CARGO_TARGET_TMPDIR",
-                ]
-                .contains(&name.as_ref());
-            if of_the_test {
-                cmd.env_remove(name.as_ref());
-            }
-        }
         let status = cmd.status().expect("run cargo build for the daemons");
         assert!(
             status.success(),

@@ -56,20 +56,16 @@ fn wodi_bins() -> (PathBuf, PathBuf) {
     static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
     let dir = bin_dir();
     BUILT.get_or_init(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args([
-                "build",
-                "-q",
-                "-p",
-                "wodi",
-                "--bin",
-                "wodi-server",
-                "--bin",
-                "wodi-test-worker",
-            ])
-            .status()
-            .expect("run cargo build for wodi");
+        let status = carmi_tests::cargo_build(&[
+            "-p",
+            "wodi",
+            "--bin",
+            "wodi-server",
+            "--bin",
+            "wodi-test-worker",
+        ])
+        .status()
+        .expect("run cargo build for wodi");
         assert!(
             status.success(),
             "building wodi-server and wodi-test-worker failed"

@@ -6,7 +6,6 @@ use std::error::Error;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -477,12 +476,7 @@ pub(super) async fn messaging(
 /// Builds `carmi-echo` with this program's profile (`cargo run --bin
 /// carmi-bench` builds only the benchmark) and returns its path, next to ours.
 pub(super) fn build_echo() -> Result<PathBuf> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.args(["build", "-q", "-p", "carmi-tests", "--bin", "carmi-echo"]);
-    if !cfg!(debug_assertions) {
-        cmd.arg("--release");
-    }
+    let mut cmd = carmi_testkit::cargo_build(&["-p", "carmi-tests", "--bin", "carmi-echo"]);
     if !cmd.status()?.success() {
         return Err("building carmi-echo failed".into());
     }
