@@ -313,21 +313,11 @@ fn net_local(pool: &Pool, net: &Net, host: usize) -> Local {
     let log = std::fs::File::create(pool.dir.join(format!("{name}.log"))).expect("a log");
     let token = pool.dir.join(format!("{name}.token"));
     pool.token_file(&token, &name, Power::Daemon, Some(&name), 24 * 3600);
-    let ip = net.hosts[host].ip;
-    let mut child = net
-        .command(host, bin_dir().join("carmi-local"))
-        .args(["--global", &pool.global_addr, "--secret"])
-        .arg(&pool.secret_path)
-        .arg("--token")
-        .arg(&token)
-        .args(["--name", &name, "--slots", &pool.slots.to_string()])
-        .args(["--listen", &format!("{ip}:0")])
+    let at = (pool.global_addr.as_str(), pool.secret_path.as_path());
+    let mut child = crate::netpool::local_command(net, host, &pool.dir, at)
+        .args(["--slots", &pool.slots.to_string()])
         .arg("--config")
         .arg(pool.dir.join("local.toml"))
-        .arg("--work-dir")
-        .arg(pool.dir.join(&name))
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::piped())
         .stderr(log)
         .spawn()
         .expect("start carmi-local in its namespace");

@@ -106,22 +106,11 @@ impl NetPool {
         let grant = crate::grant(&name, Power::Daemon, Some(&name));
         let (text, _) = self.key.issue(&grant, crate::now_unix()).expect("a token");
         carmi_api::files::write_private(&token, &text, false).expect("write the token file");
-        let ip = self.net.hosts[host].ip;
-        let mut child = self
-            .net
-            .command(host, crate::bin_dir().join("carmi-local"))
-            .args(["--global", &self.global_addr, "--secret"])
-            .arg(&self.secret_path)
-            .arg("--token")
-            .arg(&token)
-            .args(["--name", &name, "--slots", &slots.to_string()])
-            .args(["--listen", &format!("{ip}:0")])
+        let pool = (self.global_addr.as_str(), self.secret_path.as_path());
+        let mut child = local_command(&self.net, host, &self.dir, pool)
+            .args(["--slots", &slots.to_string()])
             .arg("--config")
             .arg(config)
-            .arg("--work-dir")
-            .arg(self.dir.join(&name))
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::piped())
             .stderr(log)
             .spawn()
             .expect("start carmi-local in its namespace");
@@ -240,4 +229,30 @@ impl Drop for NetPool {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// `carmi-local` on `host` of `net` as `m{host}`: its token
+/// `dir/m{host}.token`, its work directory `dir/m{host}`, listening on the
+/// host's address, reaching the pool at `global` with the pool secret in
+/// `secret`. The caller adds slots, configuration and log.
+pub(crate) fn local_command(
+    net: &Net,
+    host: usize,
+    dir: &Path,
+    (global, secret): (&str, &Path),
+) -> Command {
+    let name = format!("m{host}");
+    let ip = net.hosts[host].ip;
+    let mut cmd = net.command(host, crate::bin_dir().join("carmi-local"));
+    cmd.args(["--name", &name])
+        .arg("--token")
+        .arg(dir.join(format!("{name}.token")))
+        .args(["--listen", &format!("{ip}:0")])
+        .arg("--work-dir")
+        .arg(dir.join(&name))
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .args(["--global", global, "--secret"])
+        .arg(secret);
+    cmd
 }

@@ -13,23 +13,9 @@ use wodi_core::profile::materials;
 /// `hosts` identical hosts, the keep preset, `cycles` cycles of the
 /// materials profile.
 fn keep(hosts: usize, owners: OwnerModel, cycles: u32) -> SimConfig {
-    let mut cfg = SimConfig {
-        profile: materials(),
-        cycles,
-        speeds: vec![1.0; hosts],
-        actual_speeds: None,
-        owners,
-        owner_offset: 0.0,
-        owner_speedup: 1.0,
-        pool: PoolConfig::default(),
-        hosts_wanted: hosts as u32,
-        fewest_hosts: None,
-        hysteresis: 0,
-        startup_offsets: Vec::new(),
-        grants: GrantRules::default(),
-        sched: Default::default(),
-        seed: 3,
-    };
+    let mut cfg = super::tests::config(hosts, owners, 3);
+    cfg.cycles = cycles;
+    cfg.sched = Default::default();
     Preset::Keep.apply(&mut cfg);
     cfg
 }

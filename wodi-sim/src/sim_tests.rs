@@ -10,7 +10,7 @@ use wodi_core::plan::{Host, fewest_hosts, list_plan};
 use wodi_core::profile::materials;
 use wodi_core::sched::SchedConfig;
 
-fn config(hosts: usize, owners: OwnerModel, seed: u64) -> SimConfig {
+pub(super) fn config(hosts: usize, owners: OwnerModel, seed: u64) -> SimConfig {
     SimConfig {
         profile: materials(),
         cycles: 35,

@@ -131,14 +131,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
-    println!("Host: {}\n", host_description());
-    if cfg!(debug_assertions) {
-        println!("**Built without `--release`: these numbers are not representative.**\n");
-    }
+    let rt = bench_runtime(true);
     let started = Instant::now();
     let result = (|| -> Result<()> {
         if messaging {
@@ -200,14 +193,7 @@ fn scale_main() -> ExitCode {
             relays,
         })
         .collect();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
-    println!("Host: {}\n", host_description());
-    if cfg!(debug_assertions) {
-        println!("**Built without `--release`: these numbers are not representative.**\n");
-    }
+    let rt = bench_runtime(true);
     match scale::run_scale(&rt, &runs) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -220,14 +206,7 @@ fn scale_main() -> ExitCode {
 /// `carmi-bench cluster [PROCS] [MACHINES]`.
 /// `carmi-bench standby`.
 fn standby_main() -> ExitCode {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
-    println!("Host: {}\n", host_description());
-    if cfg!(debug_assertions) {
-        println!("**Built without `--release`: these numbers are not representative.**\n");
-    }
+    let rt = bench_runtime(true);
     match standby::run_standby(&rt) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -247,14 +226,7 @@ fn cluster_main() -> ExitCode {
         eprintln!("usage: carmi-bench cluster [PROCS] [MACHINES] (each at least 1)");
         return ExitCode::from(2);
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
-    println!("Host: {}\n", host_description());
-    if cfg!(debug_assertions) {
-        println!("**Built without `--release`: these numbers are not representative.**\n");
-    }
+    let rt = bench_runtime(true);
     match cluster::run_cluster(&rt, procs, machines) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -284,16 +256,7 @@ fn grant_main() -> ExitCode {
         machines,
         json,
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
-    if !json {
-        println!("Host: {}\n", host_description());
-        if cfg!(debug_assertions) {
-            println!("**Built without `--release`: these numbers are not representative.**\n");
-        }
-    }
+    let rt = bench_runtime(!json);
     match grant::run_grant_latency(&rt, &run) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -301,6 +264,23 @@ fn grant_main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The runtime a benchmark runs on, once the report's header (the host,
+/// and a warning for a debug build) is printed, when `header` (a JSON
+/// report has none).
+fn bench_runtime(header: bool) -> tokio::runtime::Runtime {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    if header {
+        println!("Host: {}\n", host_description());
+        if cfg!(debug_assertions) {
+            println!("**Built without `--release`: these numbers are not representative.**\n");
+        }
+    }
+    rt
 }
 
 /// CPU model, CPU count and kernel, so that tables from different machines are not confused.
