@@ -213,6 +213,7 @@ fn lingering_nets() -> Vec<u8> {
             k.parse().ok()
         })
         .collect();
+    ks.sort_unstable();
     ks.dedup();
     ks
 }

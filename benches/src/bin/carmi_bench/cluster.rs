@@ -52,10 +52,11 @@ fn request(owner: &str, procs: usize, max_materialize: Option<u32>) -> Result<To
     })))
 }
 
-const MASTER: &[u8] = b"#!/bin/sh\nexit 0\n";
+/// A master that does nothing (the benchmarks time the global RM, not jobs).
+pub(super) const MASTER: &[u8] = b"#!/bin/sh\nexit 0\n";
 
 /// The procs' master, as the global RM names it.
-fn master_exe() -> ExecutableRef {
+pub(super) fn master_exe() -> ExecutableRef {
     ExecutableRef {
         name: "master".into(),
         sha256: sha256_hex(MASTER),

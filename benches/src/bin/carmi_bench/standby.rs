@@ -10,10 +10,10 @@
 use std::time::{Duration, Instant};
 
 use carmi_api::admin::{pool_status, request_with_payload};
-use carmi_api::exe::sha256_hex;
-use carmi_api::msg::{ExecutableRef, FromGlobal, SubmitRequest, ToGlobal};
+use carmi_api::msg::{FromGlobal, SubmitRequest, ToGlobal};
 use carmi_testkit::{Managers, Pool, PoolOptions};
 
+use super::cluster::{MASTER, master_exe};
 use super::{Latency, Result, load_average, millis, print_command};
 
 /// Milliseconds with two decimals: a submit takes about one.
@@ -25,16 +25,6 @@ fn ms2(d: Duration) -> String {
 const SUBMITS: usize = 200;
 /// Takeovers timed.
 const KILLS: usize = 10;
-
-const MASTER: &[u8] = b"#!/bin/sh\nexit 0\n";
-
-fn master_exe() -> ExecutableRef {
-    ExecutableRef {
-        name: "master".into(),
-        sha256: sha256_hex(MASTER),
-        size: MASTER.len() as u64,
-    }
-}
 
 /// A job that matches no machine: it stays queued, each submit one
 /// journal append of the same size.
