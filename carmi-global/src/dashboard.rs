@@ -65,9 +65,11 @@ pub const UNWATCHED_PERIOD: Duration = Duration::from_secs(5);
 /// What the dashboard asks the router, with the sender the answer goes to.
 #[derive(Debug)]
 pub enum Query {
-    /// What `Status` and `Queue` answer; with `true`, some waiting jobs
-    /// explained too (a pass over the pool each, on the router's task): only
-    /// when someone watches or asked, not for the curve's own periodic view.
+    /// What `Status` and `Queue` answer; with `true` (someone watches or
+    /// asked), every job's status and some waiting jobs explained (a pass
+    /// over the pool each, on the router's task); with `false`, for the
+    /// curve's and the timelines' own periodic view, a light snapshot
+    /// ([`Snapshot::light`]).
     Snapshot(oneshot::Sender<Snapshot>, bool),
     /// Every online machine's name and whole ad (what `MachineAds`
     /// answers), for a ClassAd constraint.
@@ -290,8 +292,12 @@ async fn poll(ask: Ask, shared: Shared) {
     let mut asked = true;
     loop {
         let (tx, rx) = oneshot::channel();
-        let explain = asked || shared.views.receiver_count() > 0;
-        if !ask(Query::Snapshot(tx, explain)) {
+        // Unwatched and unasked, a light snapshot keeps the curve and the
+        // timelines going and is not published: every reader asks for a
+        // fresh view ([`fresh`]), which wakes this loop for a full one.
+        let full = asked || shared.views.receiver_count() > 0;
+        let taken = Instant::now();
+        if !ask(Query::Snapshot(tx, full)) {
             return;
         }
         let Ok(snap) = rx.await else { return };
@@ -301,24 +307,26 @@ async fn poll(ask: Ask, shared: Shared) {
         }
         let counters = snap.counters;
         let view = viewer.update(snap, now);
-        let json = match serde_json::to_string(&view) {
-            Ok(j) => j,
-            Err(e) => {
-                warn!("the dashboard's view does not serialize: {e}");
-                String::new()
-            }
-        };
-        shared.views.send_modify(|p| {
-            if *p.json != json {
-                version += 1;
-                p.version = version;
-                p.json = Arc::new(json);
-            }
-            p.view = Arc::new(view);
-            p.taken = Instant::now();
-            p.view_time = now;
-            p.counters = counters;
-        });
+        if full {
+            let json = match serde_json::to_string(&view) {
+                Ok(j) => j,
+                Err(e) => {
+                    warn!("the dashboard's view does not serialize: {e}");
+                    String::new()
+                }
+            };
+            shared.views.send_modify(|p| {
+                if *p.json != json {
+                    version += 1;
+                    p.version = version;
+                    p.json = Arc::new(json);
+                }
+                p.view = Arc::new(view);
+                p.taken = taken;
+                p.view_time = now;
+                p.counters = counters;
+            });
+        }
         let period = if shared.views.receiver_count() > 0 {
             WATCHED_PERIOD
         } else {

@@ -249,6 +249,9 @@ pub(super) struct Outputs {
     pub(super) effects: Vec<Effect>,
     /// Host changes of jobs, for their logs.
     pub(super) host_changes: Vec<HostChange>,
+    /// Subscriptions ended and jobs forgotten so far (see
+    /// [`super::Allocator::requests_ended`]).
+    pub(super) requests_ended: u64,
 }
 
 impl Outputs {

@@ -50,7 +50,7 @@ impl Allocator {
         let (freed, suspended) = self.strip_job(job, ReleaseCause::Held);
         let j = self.jobs.get_mut(&job).expect("checked above");
         j.phase = Phase::Held;
-        j.retain_subs(|_| false);
+        self.out.requests_ended += j.retain_subs(|_| false);
         self.give_back(freed, suspended);
         self.dirty = true;
         Ok(())

@@ -227,6 +227,7 @@ impl Allocator {
             self.give_back_limits(job);
         }
         if let Some(j) = self.jobs.remove(&job) {
+            self.out.requests_ended += 1;
             self.running.remove(&job);
             if j.phase == Phase::Waiting {
                 self.drop_waiting(job, j.seq);
@@ -250,7 +251,7 @@ impl Allocator {
             freed.extend(self.remove_pending(seq).partial);
         }
         for j in self.jobs.values_mut() {
-            j.retain_subs(|s| s.req.process != process);
+            self.out.requests_ended += j.retain_subs(|s| s.req.process != process);
         }
         self.offer_all(freed);
     }

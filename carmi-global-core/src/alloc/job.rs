@@ -113,9 +113,12 @@ impl Job {
         self.subs.push(sub);
     }
 
-    /// Keeps the subscriptions `keep` accepts, in order.
-    pub(super) fn retain_subs(&mut self, mut keep: impl FnMut(&Sub) -> bool) {
+    /// Keeps the subscriptions `keep` accepts, in order; returns how many
+    /// ended, which the caller adds to [`Outputs::requests_ended`].
+    #[must_use]
+    pub(super) fn retain_subs(&mut self, mut keep: impl FnMut(&Sub) -> bool) -> u64 {
         let reqs = &mut self.sub_reqs;
+        let before = self.subs.len();
         self.subs.retain(|s| {
             let k = keep(s);
             if !k {
@@ -123,6 +126,7 @@ impl Job {
             }
             k
         });
+        (before - self.subs.len()) as u64
     }
 
     /// The `AddNotify` subscriptions of `class`.
@@ -166,7 +170,7 @@ impl Job {
                 SubKind::Add(_) => {}
             }
         }
-        self.retain_subs(|s| match &s.kind {
+        out.requests_ended += self.retain_subs(|s| match &s.kind {
             SubKind::Add(_) => true,
             SubKind::Delete(set) | SubKind::Suspend(set) | SubKind::Resume(set) => !set.is_empty(),
         });

@@ -38,6 +38,8 @@ pub(super) struct PendingQueue {
     /// The same, grouped by (job, class).
     pub(super) groups: BTreeMap<(JobId, String), BTreeSet<u64>>,
     pub(super) next_seq: u64,
+    /// Requests taken off the queue so far (see [`super::Allocator::requests_ended`]).
+    pub(super) removed: u64,
 }
 
 impl PendingQueue {
@@ -61,6 +63,7 @@ impl PendingQueue {
             .remove(&seq)
             .expect("allocator invariant: removing a queued request");
         self.by_req.remove(&p.req);
+        self.removed += 1;
         let key = (p.job, p.class.clone());
         if let Some(set) = self.groups.get_mut(&key) {
             set.remove(&seq);

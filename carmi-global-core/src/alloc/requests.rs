@@ -125,6 +125,15 @@ impl Allocator {
         self.jobs.contains_key(&job) && self.is_outstanding(job, req)
     }
 
+    /// Grows whenever a request may have stopped being outstanding (a
+    /// pending `AddHosts` left the queue, a subscription ended, a job was
+    /// forgotten): while it stands still, every request
+    /// [`Allocator::is_outstanding_request`] said was outstanding still is,
+    /// so that the router need not ask again after every input.
+    pub fn requests_ended(&self) -> u64 {
+        self.pending.removed + self.out.requests_ended
+    }
+
     fn is_outstanding(&self, job: JobId, req: ReqRef) -> bool {
         self.pending.by_req.contains_key(&req) || self.jobs[&job].sub_reqs.contains(&req)
     }
@@ -230,7 +239,7 @@ impl Allocator {
         }
         let j = self.jobs.get_mut(&job).expect("checked above");
         if j.sub_reqs.contains(&t) {
-            j.retain_subs(|s| s.req != t);
+            self.out.requests_ended += j.retain_subs(|s| s.req != t);
             let message = format!("subscription {target} was cancelled by request {}", req.id);
             self.out.fail(job, t, FailureCode::Cancelled, message);
             self.out.done(job, req, Reply::Ok);
@@ -477,7 +486,7 @@ impl Allocator {
         let j = self.jobs.get_mut(&job).expect("checked");
         j.classes.remove(name);
         let mut ended = Vec::new();
-        j.retain_subs(|s| match &s.kind {
+        self.out.requests_ended += j.retain_subs(|s| match &s.kind {
             SubKind::Add(c) if c == name => {
                 ended.push(s.req);
                 false

@@ -8,6 +8,7 @@ impl Router {
         self.alloc.sanity_check();
         self.procs.sanity_check();
         self.check_log_reads();
+        self.check_outstanding();
         let mut with_deadline = 0;
         for (name, p) in &self.registry.presence {
             if let Some(d) = p.deadline {
@@ -68,7 +69,7 @@ impl Router {
                 "master {p} is not its job's"
             );
         }
-        for (p, waiting) in &self.requests.lookups {
+        for (p, waiting) in self.requests.lookups.iter() {
             let proc = self.procs.find(*p);
             assert!(
                 proc.is_some_and(|pr| pr.is_live() && pr.endpoint.is_none()),

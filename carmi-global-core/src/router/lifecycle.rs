@@ -114,7 +114,7 @@ impl Router {
         if let Some(h) = host {
             self.alloc.on_process_exited(h, process);
         }
-        for waiting in self.requests.lookups.remove(&process).unwrap_or_default() {
+        for waiting in self.requests.lookups.take(process) {
             let failure = Failure {
                 code: FailureCode::Unavailable,
                 message: format!("process {process} exited before it connected to its local RM"),
@@ -327,7 +327,7 @@ impl Router {
         for event in self.requests.parked.remove(&process).unwrap_or_default() {
             self.send(link, FromGlobal::Deliver { conn, event });
         }
-        for waiting in self.requests.lookups.remove(&process).unwrap_or_default() {
+        for waiting in self.requests.lookups.take(process) {
             let reply = Reply::Endpoint {
                 process,
                 address: endpoint.clone(),
@@ -384,7 +384,7 @@ impl Router {
         self.flush();
         for p in self.procs.of_job(job) {
             let proc = self.procs.remove(p).expect("listed by of_job");
-            self.requests.lookups.remove(&p);
+            self.requests.lookups.take(p);
             self.requests.parked.remove(&p);
             if let Some(at) = &proc.attached {
                 self.tell_gone_at(at, job);

@@ -97,6 +97,7 @@ async fn the_api_serves_the_pool_and_refuses_writes() {
         jobs: vec![],
         waiting: vec![],
         counters: Default::default(),
+        light: None,
     }));
     let (addr, _stop) = start(pool, None).await;
     let (code, body) = request(&addr, "GET", "/api/machines", "").await;
@@ -124,6 +125,7 @@ async fn a_classad_constraint_keeps_the_machines_whose_ad_satisfies_it() {
         jobs: vec![],
         waiting: vec![],
         counters: Default::default(),
+        light: None,
     }));
     let (addr, _stop) = start(pool, None).await;
     let names = async |path: &'static str| {
@@ -193,6 +195,7 @@ async fn the_event_stream_pushes_a_change_to_a_connected_client() {
         jobs: vec![],
         waiting: vec![],
         counters: Default::default(),
+        light: None,
     }));
     let (addr, _stop) = start(pool.clone(), None).await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
@@ -249,6 +252,7 @@ async fn a_revoked_tokens_event_stream_ends_within_seconds() {
         jobs: vec![],
         waiting: vec![],
         counters: Default::default(),
+        light: None,
     }));
     let (addr, _stop) = start(pool, Some(check)).await;
     let tcp = TcpStream::connect(&addr).await.unwrap();
@@ -313,6 +317,7 @@ async fn the_timeline_api_serves_a_job_s_hosts_over_time() {
         jobs: vec![],
         waiting: vec![],
         counters: Default::default(),
+        light: None,
     }));
     let (addr, _stop) = start(pool.clone(), None).await;
     let get = async |path: &'static str| request(&addr, "GET", path, "").await;
@@ -361,6 +366,7 @@ async fn the_dashboard_speaks_https_and_answers_clear_http_with_no_page() {
         jobs: vec![],
         waiting: vec![],
         counters: Default::default(),
+        light: None,
     }));
     let ask: Ask = Arc::new(move |q| match q {
         Query::Snapshot(tx, _) => tx.send(pool.lock().unwrap().clone()).is_ok(),

@@ -94,13 +94,14 @@ impl Timelines {
                 }
             }
         }
-        for j in &snap.jobs {
-            self.timeline(j.job, now);
+        let queued = snap.queued();
+        for &j in &queued {
+            self.timeline(j, now);
         }
         for (&(job, host), &(machine, kind)) in &seen {
             self.timeline(job, now).observe(host, machine, kind, now);
         }
-        let queued: HashSet<JobId> = snap.jobs.iter().map(|j| j.job).collect();
+        let queued: HashSet<JobId> = queued.into_iter().collect();
         for t in self.jobs.values_mut() {
             t.close_unseen(&seen, &online, now);
             if t.ended.is_none() && !queued.contains(&t.job) {

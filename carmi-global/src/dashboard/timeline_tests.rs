@@ -42,6 +42,7 @@ fn snap(machines: Vec<MachineStatus>, jobs: &[u64]) -> Snapshot {
         jobs: jobs.iter().map(|&j| job(j)).collect(),
         waiting: vec![],
         counters: Default::default(),
+        light: None,
     }
 }
 
@@ -159,4 +160,35 @@ fn rows_and_spans_are_bounded() {
         .collect();
     t.update(&snap(vec![machine("big", &many)], &[1, 2]), now);
     assert_eq!(t.get(JobId(2)).unwrap().hosts.len(), MAX_ROWS);
+}
+
+#[test]
+fn light_snapshots_keep_a_job_s_timeline_going_and_end_it_when_it_leaves_the_queue() {
+    use SpanKind::*;
+    let mut t = Timelines::default();
+    // Unwatched, the dashboard takes light snapshots: the queue's ids only.
+    let light = |machines: Vec<MachineStatus>, jobs: &[u64]| Snapshot {
+        machines,
+        light: Some(jobs.iter().map(|&j| JobId(j)).collect()),
+        ..Snapshot::default()
+    };
+    t.update(
+        &light(vec![machine("m0", &[(1, "claimed", Some(7))])], &[7]),
+        100,
+    );
+    t.update(
+        &snap(vec![machine("m0", &[(1, "claimed", Some(7))])], &[7]),
+        105,
+    );
+    t.update(
+        &light(vec![machine("m0", &[(1, "suspended", Some(7))])], &[7]),
+        110,
+    );
+    assert_eq!(
+        spans(&t, 7, 1),
+        [(Held, 100, Some(110)), (Suspended, 110, None)]
+    );
+    assert_eq!(t.get(JobId(7)).unwrap().ended, None);
+    t.update(&light(vec![machine("m0", &[(1, "idle", None)])], &[]), 115);
+    assert_eq!(t.get(JobId(7)).unwrap().ended, Some(115));
 }

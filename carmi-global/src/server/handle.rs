@@ -97,10 +97,13 @@ fn explained(slots: usize) -> usize {
 fn answer_dashboard(core: &mut GlobalCore, query: crate::dashboard::Query) {
     let router = core.router();
     match query {
-        crate::dashboard::Query::Snapshot(tx, explain) => {
-            let jobs = router.queue_status();
+        crate::dashboard::Query::Snapshot(tx, full) => {
+            let (jobs, light) = match full {
+                true => (router.queue_status(), None),
+                false => (Vec::new(), Some(router.allocator().job_ids())),
+            };
             let alloc = router.allocator();
-            let most = if explain {
+            let most = if full {
                 explained(alloc.slot_counts().0)
             } else {
                 0
@@ -119,6 +122,7 @@ fn answer_dashboard(core: &mut GlobalCore, query: crate::dashboard::Query) {
                 counters: crate::metrics::CoreCounters {
                     denied_requests: router.denials(),
                 },
+                light,
             };
             let _ = tx.send(snapshot);
         }

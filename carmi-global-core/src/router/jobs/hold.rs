@@ -193,7 +193,7 @@ impl Router {
                 continue;
             };
             self.jobs.recovered.remove(&p);
-            self.requests.lookups.remove(&p);
+            self.requests.lookups.take(p);
             self.requests.parked.remove(&p);
             self.alloc.on_requester_gone(p);
             self.kill_if_live(p, &proc);

@@ -151,7 +151,7 @@ impl Router {
             // Started but not connected yet: the answer waits for its
             // `AppAttach` (or its end), so that a client can send to a
             // process as soon as it hears `ProcessStarted`.
-            Ok((None, true)) => self.requests.lookups.entry(other).or_default().push(req),
+            Ok((None, true)) => self.requests.lookups.wait(other, req),
             Ok((None, false)) => {
                 let failure = Failure {
                     code: FailureCode::Unavailable,

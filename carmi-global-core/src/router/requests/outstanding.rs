@@ -42,6 +42,11 @@ struct LostReq {
 pub(in crate::router) struct Outstanding {
     live: HashMap<ReqRef, LiveReq>,
     lost: HashMap<ProcessId, (JobId, Vec<LostReq>)>,
+    /// The allocator's and the lookups' count of ended requests when `live`
+    /// was last settled: while both stand still, every live request is
+    /// still outstanding, and settling (a pass over all of them, after
+    /// every input) is skipped.
+    settled_at: Option<(u64, u64)>,
 }
 
 /// What a request is, for the failure message; `None` for one that never
@@ -70,11 +75,7 @@ impl Router {
     /// True while `req` waits for more than its first answer.
     fn still_outstanding(&self, job: JobId, req: ReqRef, body: &Request) -> bool {
         match body {
-            Request::LookupProcess { process } => self
-                .requests
-                .lookups
-                .get(process)
-                .is_some_and(|waiting| waiting.contains(&req)),
+            Request::LookupProcess { process } => self.requests.lookups.is_waiting(*process, req),
             _ => self.alloc.is_outstanding_request(job, req),
         }
     }
@@ -128,11 +129,30 @@ impl Router {
         }));
     }
 
+    /// Checks that skipping a settle loses nothing: when the counts of ended
+    /// requests stand where they were at the last settle, every live
+    /// request is still outstanding (a path that ends a request without
+    /// counting it would leave it journaled as outstanding forever).
+    pub(in crate::router) fn check_outstanding(&self) {
+        let ended = (self.alloc.requests_ended(), self.requests.lookups.ended());
+        if self.requests.outstanding.settled_at != Some(ended) {
+            return;
+        }
+        for (&req, live) in &self.requests.outstanding.live {
+            assert!(
+                self.still_outstanding(live.job, req, &live.body),
+                "{req:?} ended without being counted, so it stays journaled as outstanding"
+            );
+        }
+    }
+
     /// Journals the end of every outstanding request that no longer waits
     /// (answered in full, failed, cancelled, or dropped with its process or
     /// job). Called after effects were taken.
     pub(in crate::router) fn settle_outstanding(&mut self) {
-        if self.requests.outstanding.live.is_empty() {
+        let ended = (self.alloc.requests_ended(), self.requests.lookups.ended());
+        let settled = self.requests.outstanding.settled_at.replace(ended);
+        if self.requests.outstanding.live.is_empty() || settled == Some(ended) {
             return;
         }
         let done: Vec<ReqRef> = self
