@@ -65,7 +65,11 @@ pub enum AdminError {
 /// Asks the global RM at `addr` (`host:port`) for the state of every machine of the pool.
 pub async fn pool_status(addr: &str, secret: &Secret) -> Result<Vec<MachineStatus>, AdminError> {
     match request(addr, secret, None, ToGlobal::Status).await? {
-        FromGlobal::Pool(machines) => Ok(machines),
+        // Decoded, each is the only holder of its own: unwrapped, not copied.
+        FromGlobal::Pool(machines) => Ok(machines
+            .into_iter()
+            .map(|m| std::sync::Arc::try_unwrap(m).unwrap_or_else(|m| (*m).clone()))
+            .collect()),
         other => Err(AdminError::NoAnswer {
             addr: addr.to_string(),
             reason: format!("it sent {other:?}"),

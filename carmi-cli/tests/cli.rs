@@ -212,7 +212,9 @@ fn pool() -> Vec<MachineStatus> {
 /// whole ad carries (an owner's `--attr`, the policy's `State`).
 async fn fake_global(secret: &[u8], machines: Vec<MachineStatus>) -> String {
     fake_global_answering(secret, move |msg| match msg {
-        ToGlobal::Status => FromGlobal::Pool(machines.clone()),
+        ToGlobal::Status => {
+            FromGlobal::Pool(machines.iter().cloned().map(std::sync::Arc::new).collect())
+        }
         ToGlobal::MachineAds => FromGlobal::Ads(machines.iter().map(whole_ad).collect()),
         other => panic!("unexpected request {other:?}"),
     })

@@ -322,7 +322,7 @@ impl Allocator {
     /// The attributes shown are printed when the ad changes, not here: a
     /// whole-pool status at 10,000 machines printed 70,000 expressions per
     /// call.
-    pub fn pool_status(&self) -> Vec<MachineStatus> {
+    pub fn pool_status(&self) -> Vec<Arc<MachineStatus>> {
         self.pool.status()
     }
 

@@ -563,8 +563,9 @@ pub enum FromGlobal {
         /// The hash asked for.
         sha256: String,
     },
-    /// Admin: the pool (answer to `Status`).
-    Pool(Vec<MachineStatus>),
+    /// Admin: the pool (answer to `Status`). Shared: the global RM keeps
+    /// each machine's status until it changes (on the wire, a list).
+    Pool(Vec<std::sync::Arc<MachineStatus>>),
     /// Admin: the job was accepted (answer to `Submit`).
     Submitted {
         /// Its id.

@@ -75,7 +75,7 @@ async fn ask(open: &mut Open, msg: &ToGlobal) -> FromGlobal {
 /// The names of the machines the pool lists, asked on `open`.
 async fn machines(open: &mut Open) -> Vec<String> {
     match ask(open, &ToGlobal::Status).await {
-        FromGlobal::Pool(ms) => ms.into_iter().map(|m| m.name).collect(),
+        FromGlobal::Pool(ms) => ms.into_iter().map(|m| m.name.clone()).collect(),
         other => panic!("status answered {other:?}"),
     }
 }

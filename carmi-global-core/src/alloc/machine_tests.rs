@@ -454,3 +454,45 @@ fn a_class_that_needs_more_time_than_a_pilot_has_left_gets_none_of_its_hosts_as_
     assert!(hosts.contains(&got[0]), "{got:?}");
     s.quiet();
 }
+
+#[test]
+fn a_machine_s_status_is_kept_between_asks_and_made_again_after_each_change() {
+    let mut s = Sim::new();
+    s.machine("m", "Mips = 5; LoadAvg = 0.5", 2);
+    let states = |a: &Allocator| -> Vec<(String, Option<JobId>)> {
+        let pool = a.pool_status();
+        pool[0]
+            .slots
+            .iter()
+            .map(|s| (s.state.to_string(), s.job))
+            .collect()
+    };
+    let first = s.a.pool_status();
+    assert!(
+        Arc::ptr_eq(&first[0], &s.a.pool_status()[0]),
+        "unchanged, shared"
+    );
+    let idle = ("idle".to_string(), None);
+    assert_eq!(states(&s.a), [idle.clone(), idle.clone()]);
+    // A grant claims a slot.
+    s.job_with_class(J1, "c", "true");
+    s.step(|a| a.add_hosts(J1, r(J1, 1), "c", 1, 1));
+    let got = s.expect_grant(r(J1, 1), 0);
+    let claimed = ("claimed".to_string(), Some(J1));
+    assert!(states(&s.a).contains(&claimed), "{:?}", states(&s.a));
+    // An ad update shows.
+    let update = ClassAd::parse("[ LoadAvg = 1.5 ]").unwrap();
+    s.step(|a| a.on_machine_updated("m", &update));
+    let load = |a: &Allocator| {
+        let pool = a.pool_status();
+        let found = pool[0].attributes.iter().find(|(n, _)| n == "LoadAvg");
+        found.map(|(_, v)| v.clone())
+    };
+    assert_eq!(load(&s.a).as_deref(), Some("1.5"));
+    // Given back: idle again.
+    s.step(|a| a.del_hosts(J1, r(J1, 2), &got));
+    assert_eq!(states(&s.a), [idle.clone(), idle]);
+    // Lost: gone from the status.
+    assert!(s.step(|a| a.on_machine_lost("m")));
+    assert!(s.a.pool_status().is_empty());
+}

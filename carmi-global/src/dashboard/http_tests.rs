@@ -46,8 +46,8 @@ fn serve(d: Dashboard, pool: Arc<Mutex<Snapshot>>) -> (String, watch::Sender<boo
     (addr, stop)
 }
 
-fn machine(name: &str, state: &str) -> MachineStatus {
-    MachineStatus {
+fn machine(name: &str, state: &str) -> std::sync::Arc<MachineStatus> {
+    std::sync::Arc::new(MachineStatus {
         name: name.into(),
         attributes: vec![].into(),
         slots: vec![SlotStatus {
@@ -55,7 +55,7 @@ fn machine(name: &str, state: &str) -> MachineStatus {
             state: state.to_string().into(),
             job: Some(JobId(1)),
         }],
-    }
+    })
 }
 
 /// Sends `head` to the dashboard at `addr` over TLS, as a browser would;
@@ -222,7 +222,7 @@ async fn the_event_stream_pushes_a_change_to_a_connected_client() {
         view["machines"][0]["state"].as_str().unwrap().to_string()
     };
     assert_eq!(next(&mut rx).await, "lent");
-    pool.lock().unwrap().machines[0].slots[0].state = "suspended".into();
+    Arc::make_mut(&mut pool.lock().unwrap().machines[0]).slots[0].state = "suspended".into();
     // Curve samples may come first; the change arrives on the same stream.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
@@ -311,7 +311,7 @@ async fn a_tokenless_dashboard_answers_only_requests_addressed_to_loopback() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_timeline_api_serves_a_job_s_hosts_over_time() {
     let mut held = machine("a", "claimed");
-    held.slots[0].job = Some(JobId(1));
+    Arc::make_mut(&mut held).slots[0].job = Some(JobId(1));
     let pool = Arc::new(Mutex::new(Snapshot {
         machines: vec![held],
         jobs: vec![],
@@ -330,7 +330,7 @@ async fn the_timeline_api_serves_a_job_s_hosts_over_time() {
     assert!(t["hosts"][0]["spans"][0]["end"].is_null(), "{t}");
     assert!(t["now"].as_u64().unwrap() >= t["since"].as_u64().unwrap());
     // The owner is back: the next answer (taken after the request) shows it.
-    pool.lock().unwrap().machines[0].slots[0].state = "suspended".into();
+    Arc::make_mut(&mut pool.lock().unwrap().machines[0]).slots[0].state = "suspended".into();
     let (_, body) = get("/api/timeline?job=1").await;
     let t: serde_json::Value = serde_json::from_str(&body).unwrap();
     let spans = t["hosts"][0]["spans"].as_array().unwrap();

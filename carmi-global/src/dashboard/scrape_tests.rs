@@ -11,8 +11,8 @@ use crate::dashboard::{Snapshot, Viewer};
 use crate::metrics::{CoreCounters, Metrics};
 use carmi_api::gate::Gate;
 
-fn machine(name: &str, states: &[&str]) -> MachineStatus {
-    MachineStatus {
+fn machine(name: &str, states: &[&str]) -> std::sync::Arc<MachineStatus> {
+    std::sync::Arc::new(MachineStatus {
         name: name.into(),
         attributes: vec![].into(),
         slots: (states.iter().enumerate())
@@ -22,7 +22,7 @@ fn machine(name: &str, states: &[&str]) -> MachineStatus {
                 job: None,
             })
             .collect(),
-    }
+    })
 }
 
 fn job(id: u64, owner: &str, state: &str, submitted_unix: u64) -> JobStatus {

@@ -21,8 +21,8 @@ fn job(id: u64) -> JobStatus {
 }
 
 /// A machine with one slot per `(host, state, job)`.
-fn machine(name: &str, slots: &[(u64, &str, Option<u64>)]) -> MachineStatus {
-    MachineStatus {
+fn machine(name: &str, slots: &[(u64, &str, Option<u64>)]) -> std::sync::Arc<MachineStatus> {
+    std::sync::Arc::new(MachineStatus {
         name: name.into(),
         attributes: vec![].into(),
         slots: slots
@@ -33,10 +33,10 @@ fn machine(name: &str, slots: &[(u64, &str, Option<u64>)]) -> MachineStatus {
                 job: j.map(JobId),
             })
             .collect(),
-    }
+    })
 }
 
-fn snap(machines: Vec<MachineStatus>, jobs: &[u64]) -> Snapshot {
+fn snap(machines: Vec<std::sync::Arc<MachineStatus>>, jobs: &[u64]) -> Snapshot {
     Snapshot {
         machines,
         jobs: jobs.iter().map(|&j| job(j)).collect(),
@@ -167,7 +167,7 @@ fn light_snapshots_keep_a_job_s_timeline_going_and_end_it_when_it_leaves_the_que
     use SpanKind::*;
     let mut t = Timelines::default();
     // Unwatched, the dashboard takes light snapshots: the queue's ids only.
-    let light = |machines: Vec<MachineStatus>, jobs: &[u64]| Snapshot {
+    let light = |machines: Vec<std::sync::Arc<MachineStatus>>, jobs: &[u64]| Snapshot {
         machines,
         light: Some(jobs.iter().map(|&j| JobId(j)).collect()),
         ..Snapshot::default()

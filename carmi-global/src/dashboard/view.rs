@@ -42,8 +42,9 @@ pub struct Waiting {
 /// The router's view of the pool and its queue at one moment.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Snapshot {
-    /// Every machine online, as `carmi status` gets them.
-    pub machines: Vec<MachineStatus>,
+    /// Every machine online, as `carmi status` gets them (shared with the
+    /// global RM's pool, which keeps each until it changes).
+    pub machines: Vec<std::sync::Arc<MachineStatus>>,
     /// Every job in the queue, as `carmi q` gets them.
     pub jobs: Vec<JobStatus>,
     /// The first [`MAX_EXPLAINED`] waiting jobs, explained.
@@ -175,8 +176,8 @@ impl Viewer {
             .map(|m| MachineView {
                 name: m.name.clone(),
                 state: machine_state(&m).to_string(),
-                attributes: m.attributes,
-                slots: m.slots,
+                attributes: m.attributes.clone(),
+                slots: m.slots.clone(),
             })
             .collect();
         machines.extend(self.lost.iter().map(|(name, attrs)| MachineView {
@@ -196,7 +197,7 @@ impl Viewer {
 }
 
 /// Counts slots by state.
-fn sample(machines: &[MachineStatus], t: u64) -> Sample {
+fn sample(machines: &[std::sync::Arc<MachineStatus>], t: u64) -> Sample {
     let mut s = Sample {
         t,
         ..Sample::default()
@@ -224,8 +225,8 @@ mod tests {
     use carmi_api::ids::{HostId, JobId};
     use carmi_api::msg::SlotStatus;
 
-    fn machine(name: &str, states: &[&str]) -> MachineStatus {
-        MachineStatus {
+    fn machine(name: &str, states: &[&str]) -> std::sync::Arc<MachineStatus> {
+        std::sync::Arc::new(MachineStatus {
             name: name.into(),
             attributes: vec![("Cpus".into(), "1".into())].into(),
             slots: states
@@ -237,7 +238,7 @@ mod tests {
                     job: (*s == "claimed" || *s == "suspended").then_some(JobId(1)),
                 })
                 .collect(),
-        }
+        })
     }
 
     fn states(v: &View) -> Vec<(&str, &str)> {
@@ -260,7 +261,7 @@ mod tests {
     #[test]
     fn a_machine_that_disappears_is_lost_until_it_comes_back() {
         let mut v = Viewer::new();
-        let snap = |ms: Vec<MachineStatus>| Snapshot {
+        let snap = |ms: Vec<std::sync::Arc<MachineStatus>>| Snapshot {
             machines: ms,
             jobs: vec![],
             waiting: vec![],
@@ -311,7 +312,7 @@ mod tests {
         assert_eq!(later.len(), 2);
         // A change is sampled at once, and replaces a sample of its second.
         let mut busier = snap.clone();
-        busier.machines[1].slots[1].state = "claimed".into();
+        std::sync::Arc::make_mut(&mut busier.machines[1]).slots[1].state = "claimed".into();
         let t = 101 + CURVE_STEP_S;
         assert_eq!(v.update(busier.clone(), t).curve.len(), 3);
         let again = v.update(snap.clone(), t).curve;
@@ -329,7 +330,7 @@ mod tests {
     #[test]
     fn lost_machines_are_bounded() {
         let mut v = Viewer::new();
-        let many: Vec<MachineStatus> = (0..MAX_LOST + 5)
+        let many: Vec<std::sync::Arc<MachineStatus>> = (0..MAX_LOST + 5)
             .map(|i| machine(&format!("m{i:05}"), &["idle"]))
             .collect();
         v.update(
