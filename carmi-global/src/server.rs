@@ -249,11 +249,18 @@ impl Server {
                 source,
             }
         })?;
+        let opened = std::time::Instant::now();
         let (journal, recovered, damage) =
             Journal::open(&config.state_dir).map_err(|source| Error::Journal {
                 path: config.state_dir.display().to_string(),
                 source,
             })?;
+        // What a restart spends before it serves: at 50,000 jobs, most of it.
+        tracing::info!(
+            records = recovered.len(),
+            took_ms = opened.elapsed().as_millis() as u64,
+            "journal read"
+        );
         if let Some(d) = damage {
             tracing::error!(
                 journal = %journal.path().display(),
