@@ -308,9 +308,9 @@ async fn poll(ask: Ask, shared: Shared) {
         if let Ok(mut t) = shared.timelines.lock() {
             t.update(&snap, now);
         }
-        let counters = snap.counters;
-        let view = viewer.update(snap, now);
         if full {
+            let counters = snap.counters;
+            let view = viewer.update(snap, now);
             let json = match serde_json::to_string(&view) {
                 Ok(j) => j,
                 Err(e) => {
@@ -329,6 +329,8 @@ async fn poll(ask: Ask, shared: Shared) {
                 p.view_time = now;
                 p.counters = counters;
             });
+        } else {
+            viewer.observe(&snap, now);
         }
         let period = if shared.views.receiver_count() > 0 {
             WATCHED_PERIOD

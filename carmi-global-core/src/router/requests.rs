@@ -47,10 +47,14 @@ impl Lookups {
         self.waiting.entry(process).or_default().push(req);
     }
 
-    /// The requests waiting for `process`, which stop waiting.
+    /// The requests waiting for `process`, which stop waiting. Counted
+    /// only when some did: every process that exits or attaches is asked.
     pub fn take(&mut self, process: ProcessId) -> Vec<ReqRef> {
+        let Some(waiting) = self.waiting.remove(&process) else {
+            return Vec::new();
+        };
         self.ended += 1;
-        self.waiting.remove(&process).unwrap_or_default()
+        waiting
     }
 
     /// Whether `req` waits for `process`.

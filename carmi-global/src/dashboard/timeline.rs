@@ -94,14 +94,13 @@ impl Timelines {
                 }
             }
         }
-        let queued = snap.queued();
+        let queued: HashSet<JobId> = snap.queued().collect();
         for &j in &queued {
             self.timeline(j, now);
         }
         for (&(job, host), &(machine, kind)) in &seen {
             self.timeline(job, now).observe(host, machine, kind, now);
         }
-        let queued: HashSet<JobId> = queued.into_iter().collect();
         for t in self.jobs.values_mut() {
             t.close_unseen(&seen, &online, now);
             if t.ended.is_none() && !queued.contains(&t.job) {

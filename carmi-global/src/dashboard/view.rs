@@ -60,10 +60,10 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// The jobs in the queue, from a full snapshot or a light one.
-    pub fn queued(&self) -> Vec<carmi_api::ids::JobId> {
+    pub fn queued(&self) -> Box<dyn Iterator<Item = carmi_api::ids::JobId> + '_> {
         match &self.light {
-            Some(ids) => ids.clone(),
-            None => self.jobs.iter().map(|j| j.job).collect(),
+            Some(ids) => Box::new(ids.iter().copied()),
+            None => Box::new(self.jobs.iter().map(|j| j.job)),
         }
     }
 }
@@ -142,10 +142,41 @@ impl Viewer {
         Viewer::default()
     }
 
-    /// Takes `snap`, taken at `now_unix`, and returns what to show. The curve
-    /// gains a sample when a count changed or [`CURVE_STEP_S`] passed since
-    /// its last one (a changed count within the same second replaces it).
+    /// Takes `snap`, taken at `now_unix`, and returns what to show (see
+    /// [`Viewer::observe`]).
     pub fn update(&mut self, snap: Snapshot, now_unix: u64) -> View {
+        self.observe(&snap, now_unix);
+        let mut machines: Vec<MachineView> = snap
+            .machines
+            .into_iter()
+            .map(|m| MachineView {
+                name: m.name.clone(),
+                state: machine_state(&m).to_string(),
+                attributes: m.attributes.clone(),
+                slots: m.slots.clone(),
+            })
+            .collect();
+        machines.extend(self.lost.iter().map(|(name, attrs)| MachineView {
+            name: name.clone(),
+            state: "lost".into(),
+            attributes: attrs.clone(),
+            slots: Vec::new(),
+        }));
+        machines.sort_by(|a, b| a.name.cmp(&b.name));
+        View {
+            machines,
+            jobs: snap.jobs,
+            waiting: snap.waiting,
+            curve: self.curve.iter().copied().collect(),
+        }
+    }
+
+    /// Takes what `snap` (taken at `now_unix`) tells of machines lost and
+    /// back and of the curve, without making a view: all a light snapshot
+    /// is for. The curve gains a sample when a count changed or
+    /// [`CURVE_STEP_S`] passed since its last one (a changed count within
+    /// the same second replaces it).
+    pub fn observe(&mut self, snap: &Snapshot, now_unix: u64) {
         let mut online = BTreeMap::new();
         for m in &snap.machines {
             online.insert(m.name.clone(), m.attributes.clone());
@@ -169,29 +200,6 @@ impl Viewer {
         }
         while self.curve.len() > CURVE_SAMPLES {
             self.curve.pop_front();
-        }
-        let mut machines: Vec<MachineView> = snap
-            .machines
-            .into_iter()
-            .map(|m| MachineView {
-                name: m.name.clone(),
-                state: machine_state(&m).to_string(),
-                attributes: m.attributes.clone(),
-                slots: m.slots.clone(),
-            })
-            .collect();
-        machines.extend(self.lost.iter().map(|(name, attrs)| MachineView {
-            name: name.clone(),
-            state: "lost".into(),
-            attributes: attrs.clone(),
-            slots: Vec::new(),
-        }));
-        machines.sort_by(|a, b| a.name.cmp(&b.name));
-        View {
-            machines,
-            jobs: snap.jobs,
-            waiting: snap.waiting,
-            curve: self.curve.iter().copied().collect(),
         }
     }
 }
